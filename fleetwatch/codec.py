@@ -1,0 +1,233 @@
+"""The one encoder and the one decoder of ``Frame``.
+
+Wire form: MessagePack of a positional array, metrics keyed by their
+catalogue id (stable, append-only), so a frame of 8 GPUs is ~1.5 KB before
+the bus compresses it. ``decode`` is the only place that judges input: it
+raises ``FrameError`` naming the field for anything malformed, of an unknown
+version, too large, non-finite or physically impossible.
+
+    [v, cluster, rack, node, ts, seq, [gpu...], [host_metrics, [port...]]]
+    gpu  = [index, uuid, model, job|nil, state(0 ok, 1 lost), {id: value}, [xid...], {info}]
+    port = [name, kind(0 nic, 1 ib), {id: value}]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import msgpack
+
+from fleetwatch.catalogue import Catalogue, catalogue
+from fleetwatch.frame import FRAME_VERSION, Frame, GpuReading, HostReading, PortReading
+
+MAX_FRAME_BYTES = 1 << 20
+MAX_GPUS = 64
+MAX_PORTS = 256
+MAX_XIDS = 1024
+MAX_INFO = 16
+MAX_STR = 256
+# 2000-01-01 .. 2100-01-01: a timestamp outside this is a clock or unit bug.
+MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
+
+_STATES = ("ok", "lost")
+_PORT_KINDS = ("nic", "ib")
+
+
+class FrameError(ValueError):
+    """A frame was rejected. ``field`` names where, ``reason`` says what is wrong."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}" if field else reason)
+        self.field = field
+        self.reason = reason
+
+
+class Encoder:
+    def __init__(self, cat: Catalogue | None = None) -> None:
+        self._cat = cat or catalogue()
+        self._ids = {m.name: m.id for m in self._cat.metrics}
+        self._packer = msgpack.Packer(use_bin_type=True)
+
+    def _metrics(self, metrics: Mapping[str, float]) -> dict[int, float]:
+        ids = self._ids
+        return {ids[name]: value for name, value in metrics.items()}
+
+    def encode(self, frame: Frame) -> bytes:
+        gpus = [
+            [g.index, g.uuid, g.model, g.job, _STATES.index(g.state),
+             self._metrics(g.metrics), list(g.xids), dict(g.info)]
+            for g in frame.gpus
+        ]
+        ports = [[p.name, _PORT_KINDS.index(p.kind), self._metrics(p.metrics)]
+                 for p in frame.host.ports]
+        body = [frame.v, frame.cluster, frame.rack, frame.node, frame.ts, frame.seq,
+                gpus, [self._metrics(frame.host.metrics), ports]]
+        return self._packer.pack(body)
+
+
+class Decoder:
+    def __init__(self, cat: Catalogue | None = None, max_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._cat = cat or catalogue()
+        self._max_bytes = max_bytes
+
+    def decode(self, data: bytes) -> Frame:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise FrameError("", f"expected bytes, got {type(data).__name__}")
+        if len(data) > self._max_bytes:
+            raise FrameError("", f"frame is {len(data)} bytes, over the limit of {self._max_bytes}")
+        if not data:
+            raise FrameError("", "empty message")
+        try:
+            body = msgpack.unpackb(data, raw=False, strict_map_key=False,
+                                   max_array_len=4096, max_map_len=4096)
+        except Exception as exc:  # msgpack raises several unrelated types
+            raise FrameError("", f"not a MessagePack frame (truncated or corrupt): {exc}") from None
+        if not isinstance(body, list):
+            raise FrameError("", f"top level must be an array, got {_tname(body)}")
+        if len(body) < 1 or body[0] != FRAME_VERSION:
+            version = body[0] if body else None
+            raise FrameError("v", f"unknown frame version {version!r} (this reader knows "
+                             f"{FRAME_VERSION}); upgrade the processors before the agents")
+        if len(body) != 8:
+            raise FrameError("", f"a v{FRAME_VERSION} frame has 8 fields, this one has {len(body)}")
+        _, cluster, rack, node, ts, seq, gpus, host = body
+        ts = _number(ts, "ts")
+        if not MIN_TS <= ts < MAX_TS:
+            raise FrameError("ts", f"{ts!r} is not a time between 2000 and 2100 in epoch seconds")
+        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+            raise FrameError("seq", f"must be a non-negative integer, got {seq!r}")
+        return Frame(
+            cluster=_text(cluster, "cluster"),
+            rack=_text(rack, "rack"),
+            node=_text(node, "node"),
+            ts=ts,
+            gpus=self._gpus(gpus),
+            host=self._host(host),
+            seq=seq,
+        )
+
+    def _gpus(self, raw: Any) -> tuple[GpuReading, ...]:
+        _array(raw, "gpus", MAX_GPUS)
+        seen: set[int] = set()
+        out = []
+        for i, g in enumerate(raw):
+            where = f"gpus[{i}]"
+            if not isinstance(g, list) or len(g) != 8:
+                raise FrameError(where, "must be an array of 8 fields")
+            index, uuid, model, job, state, metrics, xids, info = g
+            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_GPUS:
+                raise FrameError(f"{where}.index", f"must be an integer in 0..{MAX_GPUS - 1}, "
+                                 f"got {index!r}")
+            if index in seen:
+                raise FrameError(f"{where}.index", f"GPU {index} appears twice")
+            seen.add(index)
+            if state not in (0, 1) or isinstance(state, bool):
+                raise FrameError(f"{where}.state", f"must be 0 (ok) or 1 (lost), got {state!r}")
+            _array(xids, f"{where}.xids", MAX_XIDS)
+            for k, x in enumerate(xids):
+                if not isinstance(x, int) or isinstance(x, bool) or not 0 < x < 1 << 16:
+                    raise FrameError(f"{where}.xids[{k}]", f"must be an XID code, got {x!r}")
+            out.append(GpuReading(
+                index=index,
+                uuid=_text(uuid, f"{where}.uuid"),
+                model=_text(model, f"{where}.model"),
+                job=None if job is None else _text(job, f"{where}.job"),
+                state=_STATES[state],  # type: ignore[arg-type]
+                metrics=self._metrics(metrics, f"{where}.metrics", "gpu"),
+                xids=tuple(xids),
+                info=_info(info, f"{where}.info"),
+            ))
+        return tuple(out)
+
+    def _host(self, raw: Any) -> HostReading:
+        if not isinstance(raw, list) or len(raw) != 2:
+            raise FrameError("host", "must be an array [metrics, ports]")
+        metrics, ports = raw
+        _array(ports, "host.ports", MAX_PORTS)
+        out = []
+        for i, p in enumerate(ports):
+            where = f"host.ports[{i}]"
+            if not isinstance(p, list) or len(p) != 3:
+                raise FrameError(where, "must be an array [name, kind, metrics]")
+            name, kind, pm = p
+            if kind not in (0, 1) or isinstance(kind, bool):
+                raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {kind!r}")
+            out.append(PortReading(_text(name, f"{where}.name"), _PORT_KINDS[kind],  # type: ignore[arg-type]
+                                   self._metrics(pm, f"{where}.metrics", "port")))
+        return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
+
+    def _metrics(self, raw: Any, where: str, scope: str) -> dict[str, float]:
+        if not isinstance(raw, dict):
+            raise FrameError(where, f"must be a map of metric id to number, got {_tname(raw)}")
+        out: dict[str, float] = {}
+        by_id = self._cat.by_id
+        for key, value in raw.items():
+            metric = by_id(key) if isinstance(key, int) and not isinstance(key, bool) else None
+            if metric is None:
+                raise FrameError(f"{where}[{key!r}]", "unknown metric id; upgrade the processors "
+                                 "before the agents")
+            name = f"{where}.{metric.name}"
+            if metric.scope != scope:
+                raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")
+            v = _number(value, name)
+            if not metric.min <= v <= metric.max:
+                raise FrameError(name, f"{v!r} {metric.unit} is outside the possible range "
+                                 f"[{metric.min:g}, {metric.max:g}]")
+            out[metric.name] = v
+        return out
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise FrameError(where, f"must be a number, got {_tname(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise FrameError(where, f"must be finite, got {v!r}")
+    return v
+
+
+def _text(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise FrameError(where, f"must be a string, got {_tname(value)}")
+    if not value or len(value) > MAX_STR:
+        raise FrameError(where, f"must be 1..{MAX_STR} characters, got {len(value)}")
+    if not value.isprintable():
+        raise FrameError(where, "must hold printable characters only")
+    return value
+
+
+def _array(value: Any, where: str, limit: int) -> None:
+    if not isinstance(value, list):
+        raise FrameError(where, f"must be an array, got {_tname(value)}")
+    if len(value) > limit:
+        raise FrameError(where, f"has {len(value)} entries, over the limit of {limit}")
+
+
+def _info(value: Any, where: str) -> dict[str, str]:
+    if not isinstance(value, dict) or len(value) > MAX_INFO:
+        raise FrameError(where, f"must be a map of at most {MAX_INFO} strings")
+    return {_text(k, f"{where} key"): _text(v, f"{where}.{k}") for k, v in value.items()}
+
+
+def _tname(value: Any) -> str:
+    return "nil" if value is None else type(value).__name__
+
+
+_encoder: Encoder | None = None
+_decoder: Decoder | None = None
+
+
+def encode(frame: Frame) -> bytes:
+    global _encoder
+    if _encoder is None:
+        _encoder = Encoder()
+    return _encoder.encode(frame)
+
+
+def decode(data: bytes) -> Frame:
+    global _decoder
+    if _decoder is None:
+        _decoder = Decoder()
+    return _decoder.decode(data)

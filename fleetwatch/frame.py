@@ -1,0 +1,66 @@
+"""The one record every stage speaks: a node's snapshot at one instant.
+
+A ``Frame`` carries the node's identity, the time, one ``GpuReading`` per GPU
+and the host's readings. Metrics are keyed by their catalogue name; a metric
+a GPU does not support is absent, never 0. The wire form lives in
+``fleetwatch.codec``; nothing else encodes or decodes frames.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Literal
+
+FRAME_VERSION = 1
+
+GpuState = Literal["ok", "lost"]
+PortKind = Literal["nic", "ib"]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    index: int
+    uuid: str
+    model: str
+    metrics: Mapping[str, float]
+    job: str | None = None
+    state: GpuState = "ok"
+    # XID codes seen since the previous frame, oldest first (each one an event).
+    xids: tuple[int, ...] = ()
+    # Identity that rarely changes: serial, pci_bus_id, driver, mig_mode.
+    info: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PortReading:
+    """One network port of the host: a NIC (``eth0``) or an InfiniBand port (``mlx5_0/1``)."""
+
+    name: str
+    kind: PortKind
+    metrics: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class HostReading:
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    ports: tuple[PortReading, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    cluster: str
+    rack: str
+    node: str
+    ts: float  # seconds since the Unix epoch, UTC
+    gpus: tuple[GpuReading, ...]
+    host: HostReading = field(default_factory=HostReading)
+    # Per-agent sequence number: lets a reader see gaps and order.
+    seq: int = 0
+    v: int = FRAME_VERSION
+
+    def gpu(self, index: int) -> GpuReading | None:
+        for g in self.gpus:
+            if g.index == index:
+                return g
+        return None

@@ -1,0 +1,1 @@
+"""The stream processor: bus → decode → energy, detectors, alerts → store."""

@@ -1,0 +1,56 @@
+"""The bus between agents and processors: a ``Producer`` and a ``Consumer``.
+
+Messages are bytes (encoded frames, dead letters, alerts); the codec lives at
+the edges, not in the bus. ``memory`` is the in-process bus of ``fleetwatch
+up``; ``kafka`` is the production one. ``open_bus`` in ``fleetwatch.wiring``
+picks one from config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    value: bytes
+    key: bytes | None = None
+    topic: str = ""
+    partition: int = 0
+    offset: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+class BusError(RuntimeError):
+    """The bus cannot take or give messages right now (broker away, timeout)."""
+
+
+class Producer(Protocol):
+    def send(self, topic: str, value: bytes, key: bytes | None = None,
+             headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        """Queue one message; raise ``BusError`` if it cannot be queued."""
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        """Block until every queued message is acknowledged; ``BusError`` if not."""
+
+    def close(self) -> None: ...
+
+
+class Consumer(Protocol):
+    def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        """The next messages of the subscribed topic, in order per partition."""
+
+    def commit(self) -> None:
+        """Mark every message returned by ``poll`` so far as done."""
+
+    def pause(self) -> None:
+        """Stop fetching (``poll`` returns nothing) but stay in the group."""
+
+    def resume(self) -> None: ...
+
+    def lag(self) -> int | None:
+        """Messages in the assigned partitions not yet returned, if known."""
+
+    def close(self) -> None: ...

