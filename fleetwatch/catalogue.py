@@ -90,13 +90,13 @@ def parse(text: str, origin: str = "catalogue.csv") -> Catalogue:
     header_no, header = lines[0]
     columns = next(csv.reader([header]))
     if columns != _COLUMNS:
-        raise CatalogueError(f"{origin}:{header_no}: header must be {','.join(_COLUMNS)}")
+        raise CatalogueError(f"{origin} line {header_no}: header must be {','.join(_COLUMNS)}")
     metrics: list[Metric] = []
     seen_ids: set[int] = set()
     seen_names: set[str] = set()
     for n, line in lines[1:]:
         row = next(csv.reader([line]))
-        where = f"{origin}:{n}"
+        where = f"{origin} line {n}"
         if len(row) != len(_COLUMNS):
             raise CatalogueError(f"{where}: expected {len(_COLUMNS)} columns, found {len(row)}")
         metric = _metric(dict(zip(_COLUMNS, row)), where)
@@ -113,9 +113,12 @@ def parse(text: str, origin: str = "catalogue.csv") -> Catalogue:
 def _metric(f: dict[str, str], where: str) -> Metric:
     try:
         metric_id = int(f["id"])
+    except ValueError:
+        raise CatalogueError(f"{where}: id {f['id']!r} is not a whole number") from None
+    try:
         lo, hi, scale = float(f["min"]), float(f["max"]), float(f["dcgm_scale"])
-    except ValueError as exc:
-        raise CatalogueError(f"{where}: {exc}") from None
+    except ValueError:
+        raise CatalogueError(f"{where}: min, max and dcgm_scale must be numbers") from None
     if not 0 < metric_id < 65536:
         raise CatalogueError(f"{where}: id must be in 1..65535")
     if f["scope"] not in _SCOPES:

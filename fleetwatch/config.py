@@ -111,7 +111,8 @@ class SimConfig:
     gpus: int = 8
     nodes_per_rack: int = 2
     seed: int = 0
-    speed: float = 1.0
+    job_mean_s: float = 3 * 3600.0
+    idle_mean_s: float = 20 * 60.0
 
 
 @dataclass(frozen=True)
@@ -228,7 +229,7 @@ def _check(config: Config) -> None:
         (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),
         (config.sim.gpus <= 64, "sim.gpus must be at most 64"),
         (config.sim.nodes_per_rack >= 1, "sim.nodes_per_rack must be >= 1"),
-        (config.sim.speed > 0, "sim.speed must be above 0"),
+        (config.sim.job_mean_s >= 60, "sim.job_mean_s must be at least 60"),
         (config.store.raw_retention_h > 0, "store.raw_retention_h must be above 0"),
         (config.alerts.gpu_temp_limit_c > 0, "alerts.gpu_temp_limit_c must be above 0"),
     ]

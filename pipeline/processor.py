@@ -19,7 +19,6 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import Consumer, Message, Producer
-from fleetwatch.pipeline.points import PointMaker
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -45,7 +44,6 @@ class Processor:
         self.alerts = AlertBook(store.alerts())
         self.stats = Stats()
         self._decoder = Decoder()
-        self._points = PointMaker()
         self._dead = dead_letters
         self._dead_topic = dead_letter_topic
 
@@ -79,8 +77,7 @@ class Processor:
     def process(self, frames: Sequence[Frame]) -> None:
         if not frames:
             return
-        points = self._points.points(frames)
-        self.store.write(points)
+        points = self.store.write(frames)
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
         if changed:
@@ -88,7 +85,7 @@ class Processor:
         if self._dead is not None:
             self._dead.flush()
         self.stats.frames += len(frames)
-        self.stats.points += len(points)
+        self.stats.points += points
         self.stats.alerts_changed += len(changed)
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,

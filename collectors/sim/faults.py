@@ -29,7 +29,7 @@ class Fault:
     gpu: int
     start_s: float = 60.0
     duration_s: float = 3600.0
-    severity: float = 1.6
+    severity: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +60,7 @@ def parse_fault(spec: str) -> Fault:
     fault = Fault(m["kind"], m["node"], int(m["gpu"]),  # type: ignore[arg-type]
                   _seconds(m["start"]) if m["start"] else 60.0,
                   _seconds(m["dur"]) if m["dur"] else 3600.0,
-                  float(m["sev"]) if m["sev"] else 1.6)
+                  float(m["sev"]) if m["sev"] else 2.0)
     if fault.severity <= 1.0:
         raise ValueError(f"fault {spec!r}: severity must be above 1 (times normal)")
     return fault

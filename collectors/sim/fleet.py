@@ -74,9 +74,11 @@ class FleetSim:
         self.job_end = np.zeros(n)
         self.next_start = np.zeros(n)
         self._job_seq = 0
+        self._queued_size = 0
         self._seq = 0
         self.temp = self._inlet()[self.rack_of][:, None] + self.r_th * self.p_idle
         self.power = self.p_idle.copy()
+        self._throttle = np.ones((n, g))
         self._resolve_faults(faults)
         busy = rng.random(n) < p.busy_at_start
         for i in np.flatnonzero(busy):
@@ -115,16 +117,26 @@ class FleetSim:
             self.job_end[i] = self.ts + max(remaining, 5 * 60.0)
 
     def _schedule(self) -> None:
+        """End jobs that are due; start the queued job once enough nodes are free.
+
+        The queue is one job deep: its size (1, 2 or 4 nodes) is drawn when it
+        is queued, and it waits, as on a real scheduler, until that many nodes
+        are idle, so multi-node jobs are as common as the draw says.
+        """
         p, rng = self.params, self._rng
         ended = (self.job >= 0) & (self.job_end <= self.ts)
         for i in np.flatnonzero(ended):
             self.job[i] = -1
             self.next_start[i] = self.ts + rng.exponential(p.idle_mean_s)
-        ready = [int(i) for i in np.flatnonzero((self.job < 0) & (self.next_start <= self.ts))]
-        while ready:
-            size = min(len(ready), int(rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2])))
-            self._start_job(ready[:size], rng.lognormal(math.log(p.job_mean_s) - 0.5, 1.0))
-            ready = ready[size:]
+        while True:
+            if self._queued_size == 0:
+                self._queued_size = min(p.nodes, int(rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2])))
+            ready = np.flatnonzero((self.job < 0) & (self.next_start <= self.ts))
+            if len(ready) < self._queued_size:
+                return
+            self._start_job([int(i) for i in ready[:self._queued_size]],
+                            rng.lognormal(math.log(p.job_mean_s) - 0.5, 1.0))
+            self._queued_size = 0
 
     # -- physics ----------------------------------------------------------
     def _inlet(self) -> np.ndarray:
@@ -146,16 +158,18 @@ class FleetSim:
         inlet = self._inlet()[self.rack_of][:, None]
         power = self.p_idle + (self.p_full - self.p_idle) * self.util ** 1.2
         power = power + rng.normal(0.0, 4.0, shape)
-        # The driver holds power (and so heat) down once the GPU passes slowdown.
-        over = (self.temp - SLOWDOWN_C + 1.0).clip(0.0, None)
-        throttle = np.clip(1.0 - 0.12 * over, 0.4, 1.0)
+        # Near slowdown the driver steps clocks (and so power and heat) down, and
+        # back up once it cools: an integrating controller that holds the GPU
+        # just under its slowdown temperature instead of oscillating.
+        error = self.temp - (SLOWDOWN_C - 1.0)
+        self._throttle = np.clip(self._throttle - 0.015 * error * (dt / 15.0), 0.4, 1.0)
+        throttle = self._throttle
         power = np.minimum(self.p_idle + (power - self.p_idle) * throttle, POWER_LIMIT_W)
         self.power = power.clip(30.0, POWER_LIMIT_W)
         t_ss = inlet + self.r_th * self._cooling_factor() * self.power
         self.temp = t_ss + (self.temp - t_ss) * np.exp(-dt / self.tau)
         self.temp = self.temp + rng.normal(0.0, 0.25, shape)
         self.energy = self.energy + self.power * dt
-        self._throttle = throttle
 
     # -- frames -----------------------------------------------------------
     def frames(self) -> list[Frame]:
@@ -164,7 +178,7 @@ class FleetSim:
         shape = self.util.shape
         util = self.util
         busy = (self.job >= 0)[:, None]
-        throttle = getattr(self, "_throttle", np.ones(shape))
+        throttle = self._throttle
         throttled = throttle < 1.0
         sm_clock = np.where(util > 0.05, SM_CLOCK_MAX * throttle, SM_CLOCK_IDLE)
         flags = np.where(throttled, THERMAL_FLAGS, np.where(util < 0.05, IDLE_FLAG, 0))
@@ -183,8 +197,9 @@ class FleetSim:
             "gpu_fb_used_bytes": fb_used.round(0),
             "gpu_throttle_reasons": flags.astype(float),
         }
-        rows = {name: col.tolist() for name, col in cols.items()}
-        names = list(rows)
+        names = list(cols)
+        # (node, gpu, metric) nested lists: one dict(zip()) per GPU is the cheap way in.
+        table = np.stack(list(cols.values()), axis=-1).tolist()
         host_cpu = np.where(self.job >= 0, rng.normal(38.0, 5.0, p.nodes),
                             rng.normal(3.0, 1.0, p.nodes)).clip(0.0, 100.0)
         inlet = self._inlet()[self.rack_of]
@@ -193,8 +208,7 @@ class FleetSim:
         for i, node in enumerate(self.node_names):
             job = str(self.job[i]) if self.job[i] >= 0 else None
             gpus = tuple(
-                GpuReading(j, self.uuids[i][j], MODEL,
-                           {name: rows[name][i][j] for name in names}, job)
+                GpuReading(j, self.uuids[i][j], MODEL, dict(zip(names, table[i][j])), job)
                 for j in range(p.gpus))
             host = HostReading({"host_cpu_util_pct": round(float(host_cpu[i]), 1),
                                 "host_inlet_temp_c": round(float(inlet[i]), 2),

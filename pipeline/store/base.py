@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, NamedTuple, Protocol
+
+from fleetwatch.frame import Frame
 
 AlertState = Literal["pending", "firing", "resolved"]
 ACTIVE_STATES: tuple[AlertState, ...] = ("pending", "firing")
@@ -76,8 +78,12 @@ class StoreError(RuntimeError):
 
 
 class Store(Protocol):
-    def write(self, points: Iterable[Point]) -> int:
-        """Write points; idempotent on (series, timestamp). Returns how many."""
+    def write(self, frames: Sequence[Frame]) -> int:
+        """Write every metric of these frames; idempotent on (series, timestamp).
+
+        Returns the number of points (one metric of one device at one instant)
+        written. Raises ``StoreError`` when the store cannot take them now.
+        """
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None: ...
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+
+import numpy as np
+
+from fleetwatch.frame import Frame
 
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
@@ -21,6 +25,7 @@ from fleetwatch.pipeline.store.base import (
     Point,
     SeriesKey,
     StoreError,
+    gpu_device,
 )
 
 MINUTE_MS = 60_000
@@ -28,7 +33,6 @@ MINUTE_MS = 60_000
 RAW_SPAN_MS = 6 * 3600 * 1000
 # Minutes younger than this are not rolled up yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
-_FOREVER = 1 << 62
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS series (
@@ -49,8 +53,8 @@ CREATE INDEX IF NOT EXISTS alerts_by_state ON alerts (state, updated_ts);
 CREATE TABLE IF NOT EXISTS annotations (
     kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
     UNIQUE (kind, start_ts, node, device));
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER);
-INSERT OR IGNORE INTO meta VALUES ('rolled_until', 0), ('dirty_from', 4611686018427387904);
+-- Minutes whose rollup must be recomputed from raw samples once they close.
+CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
 """
 
 
@@ -62,7 +66,7 @@ class SqliteStore:
         self.rollup_retention_ms = int(rollup_retention_d * 86400 * 1000)
         self._read_only = read_only
         self._local = threading.local()
-        self._ids: dict[SeriesKey, int] = {}
+        self._devices: dict[tuple[str, str, str, str], dict[str, int]] = {}
         self._ids_lock = threading.Lock()
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
@@ -86,39 +90,58 @@ class SqliteStore:
             self._local.conn = conn
         return conn
 
-    def _series_ids(self, keys: Iterable[SeriesKey]) -> None:
-        missing = [k for k in set(keys) if k not in self._ids]
-        if not missing:
-            return
-        with self._ids_lock:
-            conn = self._conn()
-            conn.executemany("INSERT OR IGNORE INTO series (metric, cluster, rack, node, device) "
-                             "VALUES (?, ?, ?, ?, ?)", missing)
-            conn.commit()
-            for row in conn.execute("SELECT id, metric, cluster, rack, node, device FROM series"):
-                self._ids[SeriesKey(*row[1:])] = row[0]
+    def _sids(self, f: Frame, device: str, metrics: Mapping[str, float]) -> dict[str, int]:
+        """metric → series id for one device of one node; new series are created here."""
+        ident = (f.cluster, f.rack, f.node, device)
+        sids = self._devices.get(ident)
+        if sids is None or not metrics.keys() <= sids.keys():
+            with self._ids_lock:
+                conn = self._conn()
+                with conn:
+                    conn.executemany(
+                        "INSERT OR IGNORE INTO series (metric, cluster, rack, node, device) "
+                        "VALUES (?, ?, ?, ?, ?)", [(m, *ident) for m in metrics])
+                sids = dict(conn.execute(
+                    "SELECT metric, id FROM series WHERE cluster = ? AND rack = ? AND node = ? "
+                    "AND device = ?", ident).fetchall())
+                self._devices[ident] = sids
+        return sids
 
-    def write(self, points: Iterable[Point]) -> int:
-        points = points if isinstance(points, list) else list(points)
-        if not points:
+    def _columns(self, frames: Sequence[Frame]) -> tuple[list[int], list[int], list[float]]:
+        """The frames as three parallel columns: timestamp (ms), series id, value."""
+        ts_col: list[int] = []
+        sid_col: list[int] = []
+        val_col: list[float] = []
+        sids_of = self._sids
+        for f in frames:
+            ts = int(round(f.ts * 1000))
+            parts = [(gpu_device(g.index), g.metrics) for g in f.gpus]
+            parts.append(("host", f.host.metrics))
+            parts.extend((p.name, p.metrics) for p in f.host.ports)
+            for device, metrics in parts:
+                sids = sids_of(f, device, metrics)
+                sid_col.extend([sids[m] for m in metrics])
+                val_col.extend(metrics.values())
+                ts_col.extend([ts] * len(metrics))
+        return ts_col, sid_col, val_col
+
+    def write(self, frames: Sequence[Frame]) -> int:
+        ts, sid, value = self._columns(frames)
+        if not ts:
             return 0
-        ids = self._ids
-        try:
-            rows = [(ts, ids[key], value) for key, ts, value in points]
-        except KeyError:
-            self._series_ids(p[0] for p in points)
-            rows = [(ts, ids[key], value) for key, ts, value in points]
-        first = min(r[0] for r in rows)
         conn = self._conn()
         try:
             with conn:
                 conn.executemany("INSERT OR REPLACE INTO samples (ts, sid, value) "
-                                 "VALUES (?, ?, ?)", rows)
-                conn.execute("UPDATE meta SET value = min(value, ?) WHERE key = 'dirty_from'",
-                             (first - first % MINUTE_MS,))
+                                 "VALUES (?, ?, ?)", zip(ts, sid, value))
+                complete, dirty = _rollup(ts, sid, value)
+                conn.executemany("INSERT OR REPLACE INTO rollup_1m (sid, ts, n, sum, min, max) "
+                                 "VALUES (?, ?, ?, ?, ?, ?)", complete)
+                conn.executemany("INSERT OR IGNORE INTO dirty_minutes VALUES (?)",
+                                 [(m,) for m in dirty])
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
-        return len(rows)
+        return len(ts)
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None:
         if not alerts:
@@ -198,23 +221,15 @@ class SqliteStore:
     def maintain(self, now_ms: int) -> None:
         conn = self._conn()
         with conn:
-            rolled, dirty = (v for (v,) in conn.execute(
-                "SELECT value FROM meta WHERE key IN ('rolled_until', 'dirty_from') "
-                "ORDER BY key DESC"))
-            start = min(rolled, dirty)
-            end = (now_ms - ROLLUP_GRACE_MS) // MINUTE_MS * MINUTE_MS
-            if start == 0:  # first run: start at the oldest sample
-                (oldest,) = conn.execute("SELECT min(ts) FROM samples").fetchone()
-                start = end if oldest is None else oldest - oldest % MINUTE_MS
-            if start < end:
+            closed = now_ms - ROLLUP_GRACE_MS
+            for (minute,) in conn.execute("SELECT minute FROM dirty_minutes WHERE minute < ?",
+                                          (closed - MINUTE_MS,)).fetchall():
                 conn.execute(
                     "INSERT OR REPLACE INTO rollup_1m (sid, ts, n, sum, min, max) "
-                    "SELECT sid, ts - ts % 60000, count(*), sum(value), min(value), max(value) "
-                    "FROM samples WHERE ts >= ? AND ts < ? GROUP BY sid, ts - ts % 60000",
-                    (start, end))
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'rolled_until'",
-                             (max(end, rolled),))
-                conn.execute("UPDATE meta SET value = ? WHERE key = 'dirty_from'", (_FOREVER,))
+                    "SELECT sid, ?, count(*), sum(value), min(value), max(value) "
+                    "FROM samples WHERE ts >= ? AND ts < ? GROUP BY sid",
+                    (minute, minute, minute + MINUTE_MS))
+                conn.execute("DELETE FROM dirty_minutes WHERE minute = ?", (minute,))
             conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - self.raw_retention_ms,))
             conn.execute("DELETE FROM rollup_1m WHERE ts < ?",
                          (now_ms - self.rollup_retention_ms,))
@@ -224,3 +239,40 @@ class SqliteStore:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def _rollup(ts_col: list[int], sid_col: list[int], value_col: list[float]
+            ) -> tuple[list[tuple[int, int, int, float, float, float]], set[int]]:
+    """1-minute aggregates of a batch: those it holds whole, and the minutes it may not.
+
+    A node's frames arrive in order, so for each series only its first and last
+    minute in a batch can be partial (the rest of them is in the batch before
+    or after). Those are marked dirty and recomputed from the raw samples once
+    the minute has closed; every other (series, minute) is complete here, and
+    writing it again on a replay gives the same row.
+    """
+    ts = np.array(ts_col, dtype=np.int64)
+    sid = np.array(sid_col, dtype=np.int64)
+    value = np.array(value_col, dtype=np.float64)
+    minute = ts - ts % MINUTE_MS
+    order = np.lexsort((minute, sid))
+    sid, minute, value = sid[order], minute[order], value[order]
+    new_group = np.empty(len(sid), dtype=bool)
+    new_group[0] = True
+    new_group[1:] = (sid[1:] != sid[:-1]) | (minute[1:] != minute[:-1])
+    starts = np.flatnonzero(new_group)
+    g_sid, g_min = sid[starts], minute[starts]
+    n = np.diff(np.append(starts, len(sid)))
+    total = np.add.reduceat(value, starts)
+    lo = np.minimum.reduceat(value, starts)
+    hi = np.maximum.reduceat(value, starts)
+    first_of_sid = np.ones(len(starts), dtype=bool)
+    first_of_sid[1:] = g_sid[1:] != g_sid[:-1]
+    last_of_sid = np.ones(len(starts), dtype=bool)
+    last_of_sid[:-1] = g_sid[1:] != g_sid[:-1]
+    edge = first_of_sid | last_of_sid
+    dirty = set(g_min[edge].tolist())
+    keep = ~edge
+    complete = list(zip(g_sid[keep].tolist(), g_min[keep].tolist(), n[keep].tolist(),
+                        total[keep].tolist(), lo[keep].tolist(), hi[keep].tolist()))
+    return complete, dirty

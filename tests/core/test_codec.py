@@ -1,0 +1,144 @@
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import msgpack
+import pytest
+
+from fleetwatch.codec import MAX_FRAME_BYTES, Decoder, FrameError, decode, encode
+from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
+
+TS = 1_763_800_000.0
+
+
+def frame(**over) -> Frame:
+    gpu = GpuReading(0, "GPU-0000", "NVIDIA A100-SXM4-80GB",
+                     {"gpu_temp_c": 61.0, "gpu_power_w": 312.5, "gpu_util_pct": 97.0},
+                     job="4000123", xids=(79,), info={"pci_bus_id": "00000000:07:00.0"})
+    lost = GpuReading(1, "GPU-0001", "NVIDIA A100-SXM4-80GB", {}, state="lost")
+    host = HostReading({"host_cpu_util_pct": 12.5},
+                       (PortReading("mlx5_0/1", "ib", {"ib_rx_bytes_per_s": 1e9}),))
+    base = Frame("c1", "r1", "n1", TS, (gpu, lost), host, seq=7)
+    return dataclasses.replace(base, **over)
+
+
+def raw(f: Frame) -> list:
+    return msgpack.unpackb(encode(f), strict_map_key=False)
+
+
+def pack(body) -> bytes:
+    return msgpack.packb(body, use_bin_type=True)
+
+
+def test_round_trip_keeps_every_field() -> None:
+    f = frame()
+    assert decode(encode(f)) == f
+
+
+def test_encoding_is_smaller_than_json() -> None:
+    import json
+
+    f = frame()
+    assert len(encode(f)) < len(json.dumps(dataclasses.asdict(f))) / 2
+
+
+@pytest.mark.parametrize("cut", [1, 5, 20, -1])
+def test_truncated_frame_is_rejected(cut: int) -> None:
+    data = encode(frame())
+    with pytest.raises(FrameError, match="truncated or corrupt|8 fields|must be"):
+        decode(data[:cut])
+
+
+def test_empty_and_non_bytes() -> None:
+    with pytest.raises(FrameError, match="empty"):
+        decode(b"")
+    with pytest.raises(FrameError, match="expected bytes"):
+        decode("text")  # type: ignore[arg-type]
+
+
+def test_unknown_version_names_the_field() -> None:
+    body = raw(frame())
+    body[0] = 99
+    with pytest.raises(FrameError) as exc:
+        decode(pack(body))
+    assert exc.value.field == "v"
+    assert "unknown frame version 99" in str(exc.value)
+
+
+@pytest.mark.parametrize("index, value, field, message", [
+    (1, 5, "cluster", "must be a string"),
+    (3, "", "node", "1..256 characters"),
+    (4, "yesterday", "ts", "must be a number"),
+    (4, 1.7e12, "ts", "between 2000 and 2100"),  # milliseconds sent as seconds
+    (5, -1, "seq", "non-negative integer"),
+    (6, "gpus", "gpus", "must be an array"),
+])
+def test_wrong_types_name_the_field(index: int, value, field: str, message: str) -> None:
+    body = raw(frame())
+    body[index] = value
+    with pytest.raises(FrameError, match=message) as exc:
+        decode(pack(body))
+    assert exc.value.field == field
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
+def test_non_finite_metric_is_rejected(value: float) -> None:
+    body = raw(frame())
+    body[6][0][5][13] = value  # gpu_temp_c has catalogue id 13
+    with pytest.raises(FrameError, match="must be finite") as exc:
+        decode(pack(body))
+    assert exc.value.field == "gpus[0].metrics.gpu_temp_c"
+
+
+def test_absurd_value_is_rejected_with_its_range() -> None:
+    body = raw(frame())
+    body[6][0][5][13] = 1000.0
+    with pytest.raises(FrameError, match=r"outside the possible range \[-40, 200\]") as exc:
+        decode(pack(body))
+    assert exc.value.field == "gpus[0].metrics.gpu_temp_c"
+
+
+def test_unknown_metric_id_and_wrong_scope() -> None:
+    body = raw(frame())
+    body[6][0][5][9999] = 1.0
+    with pytest.raises(FrameError, match="unknown metric id"):
+        decode(pack(body))
+    body = raw(frame())
+    body[6][0][5][100] = 5.0  # host_cpu_util_pct inside a GPU
+    with pytest.raises(FrameError, match="is a host metric, not a gpu one"):
+        decode(pack(body))
+
+
+def test_duplicate_gpu_index_and_bad_state() -> None:
+    body = raw(frame())
+    body[6][1][0] = 0
+    with pytest.raises(FrameError, match="GPU 0 appears twice"):
+        decode(pack(body))
+    body = raw(frame())
+    body[6][0][4] = 7
+    with pytest.raises(FrameError, match="0 \\(ok\\) or 1 \\(lost\\)"):
+        decode(pack(body))
+
+
+def test_bad_xid_is_rejected() -> None:
+    body = raw(frame())
+    body[6][0][6] = [79, "boom"]
+    with pytest.raises(FrameError) as exc:
+        decode(pack(body))
+    assert exc.value.field == "gpus[0].xids[1]"
+
+
+def test_oversized_frame_is_rejected_before_parsing() -> None:
+    with pytest.raises(FrameError, match="over the limit"):
+        decode(b"\x90" * (MAX_FRAME_BYTES + 1))
+    small = Decoder(max_bytes=100)
+    with pytest.raises(FrameError, match="over the limit of 100"):
+        small.decode(encode(frame()))
+
+
+def test_too_many_gpus() -> None:
+    body = raw(frame())
+    body[6] = [[i, f"GPU-{i}", "m", None, 0, {}, [], {}] for i in range(65)]
+    with pytest.raises(FrameError, match="over the limit of 64"):
+        decode(pack(body))

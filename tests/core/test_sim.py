@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import pytest
+
+from fleetwatch.codec import decode, encode
+from fleetwatch.collectors.sim import FleetSim, SimParams, parse_fault
+from fleetwatch.collectors.sim.fleet import POWER_LIMIT_W, SHUTDOWN_C
+
+START = 1_763_800_000.0
+
+
+def run(sim: FleetSim, steps: int) -> list:
+    out = []
+    for _ in range(steps):
+        sim.step()
+        out.append(sim.frames())
+    return out
+
+
+def test_same_seed_same_fleet() -> None:
+    a = run(FleetSim(SimParams(seed=7), START), 50)
+    b = run(FleetSim(SimParams(seed=7), START), 50)
+    c = run(FleetSim(SimParams(seed=8), START), 50)
+    assert a == b
+    assert a != c
+
+
+def test_values_stay_physical_for_a_day() -> None:
+    sim = FleetSim(SimParams(nodes=4, gpus=8, seed=3, interval_s=60.0), START)
+    jobs = set()
+    for tick in run(sim, 24 * 60):
+        for f in tick:
+            decode(encode(f))  # every frame passes the decoder's range checks
+            for g in f.gpus:
+                m = g.metrics
+                assert 15.0 < m["gpu_temp_c"] < SHUTDOWN_C
+                assert 30.0 <= m["gpu_power_w"] <= POWER_LIMIT_W
+                assert 0.0 <= m["gpu_util_pct"] <= 100.0
+                jobs.add(g.job)
+    assert None in jobs, "nodes should sometimes be idle"
+    assert len(jobs) > 5, "jobs should start and end over a day"
+
+
+def test_energy_counter_only_grows_and_matches_power() -> None:
+    sim = FleetSim(SimParams(nodes=1, gpus=2, interval_s=10.0), START)
+    ticks = run(sim, 100)
+    energy = [t[0].gpus[0].metrics["gpu_energy_j"] for t in ticks]
+    power = [t[0].gpus[0].metrics["gpu_power_w"] for t in ticks]
+    assert all(b > a for a, b in zip(energy, energy[1:]))
+    assert energy[-1] - energy[0] == pytest.approx(sum(power[1:]) * 10.0, rel=1e-3)
+
+
+def test_jobs_span_several_nodes() -> None:
+    sim = FleetSim(SimParams(nodes=8, gpus=1, seed=1, job_mean_s=3600, idle_mean_s=600), START)
+    spans = set()
+    for tick in run(sim, 2000):
+        by_job: dict[str, int] = {}
+        for f in tick:
+            if f.gpus[0].job:
+                by_job[f.gpus[0].job] = by_job.get(f.gpus[0].job, 0) + 1
+        spans.update(by_job.values())
+    assert max(spans) >= 2
+
+
+def test_cooling_fault_heats_one_gpu_at_normal_power() -> None:
+    params = SimParams(nodes=2, gpus=4, seed=2, job_mean_s=1e9, busy_at_start=1.0)
+    faulty = FleetSim(params, START, [parse_fault("cooling:node-001/2@10m+30m")])
+    healthy = FleetSim(params, START)
+    ticks_f, ticks_h = run(faulty, 200), run(healthy, 200)
+    # 35 minutes in (step 140): during the fault
+    g_f, g_h = ticks_f[140][1].gpus[2].metrics, ticks_h[140][1].gpus[2].metrics
+    assert g_f["gpu_temp_c"] > g_h["gpu_temp_c"] + 15
+    assert g_f["gpu_temp_c"] >= 85
+    assert g_f["gpu_power_w"] > 0.7 * g_h["gpu_power_w"]  # power stays near normal
+    # other GPUs are untouched
+    assert ticks_f[140][1].gpus[1] == ticks_h[140][1].gpus[1]
+    truth = faulty.ground_truth[0]
+    assert (truth.node, truth.gpu, truth.kind) == ("node-001", 2, "cooling")
+    assert truth.onset_ts == START + 600 and truth.end_ts == START + 600 + 1800
+    # and it cools down after the fault ends (step 199 is ~10 min after)
+    assert ticks_f[199][1].gpus[2].metrics["gpu_temp_c"] < 80
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("cooling", "expected KIND:NODE/GPU"),
+    ("meteor:node-001/1", "unknown kind 'meteor'"),
+    ("cooling:node-001/1x0.5", "severity must be above 1"),
+])
+def test_bad_fault_specs(spec: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_fault(spec)
+
+
+def test_fault_on_missing_node_or_gpu() -> None:
+    with pytest.raises(ValueError, match="no such node"):
+        FleetSim(SimParams(nodes=2), START, [parse_fault("cooling:node-009/1")])
+    with pytest.raises(ValueError, match="GPUs are 0..7"):
+        FleetSim(SimParams(nodes=2), START, [parse_fault("cooling:node-001/8")])
