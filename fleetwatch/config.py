@@ -80,6 +80,14 @@ class BusConfig:
 
 
 @dataclass(frozen=True)
+class ProcessorConfig:
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9401
+    max_batch: int = 2000          # messages per poll, and so per store write
+    maintain_every_s: float = 30.0
+
+
+@dataclass(frozen=True)
 class StoreConfig:
     kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
     path: str = "fleetwatch.db"
@@ -120,6 +128,7 @@ class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
     bus: BusConfig = field(default_factory=BusConfig)
+    processor: ProcessorConfig = field(default_factory=ProcessorConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
@@ -225,6 +234,9 @@ def _check(config: Config) -> None:
         (config.agent.interval_s >= 0.05, "agent.interval_s must be at least 0.05"),
         (0 < config.agent.metrics_port < 65536, "agent.metrics_port must be a TCP port"),
         (0 < config.dashboard.port < 65536, "dashboard.port must be a TCP port"),
+        (0 <= config.processor.metrics_port < 65536,
+         "processor.metrics_port must be a TCP port (0: no /metrics)"),
+        (config.processor.max_batch >= 1, "processor.max_batch must be at least 1"),
         (config.dashboard.refresh_s >= 0.5, "dashboard.refresh_s must be at least 0.5"),
         (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),
         (config.sim.gpus <= 64, "sim.gpus must be at most 64"),

@@ -31,6 +31,7 @@ class Stats:
     dead_letters: int = 0
     alerts_changed: int = 0
     store_errors: int = 0
+    paused: bool = False
     last_batch_s: float = 0.0
     by_reason: dict[str, int] = field(default_factory=dict)
 
@@ -55,6 +56,8 @@ class Processor:
                 frames.append(self._decoder.decode(m.value))
             except FrameError as exc:
                 self._dead_letter(m, exc)
+        if self._dead is not None and len(frames) < len(messages):
+            self._dead.flush()  # dead letters are out before the batch is committed
         return frames
 
     def _dead_letter(self, m: Message, exc: FrameError) -> None:
@@ -82,8 +85,6 @@ class Processor:
         changed = self.alerts.observe(frames, findings)
         if changed:
             self.store.write_alerts(changed)
-        if self._dead is not None:
-            self._dead.flush()
         self.stats.frames += len(frames)
         self.stats.points += points
         self.stats.alerts_changed += len(changed)
@@ -119,9 +120,13 @@ class Processor:
                 log.warning("store unavailable (%s); pausing consumption, retry in %.1fs",
                             exc, backoff)
                 consumer.pause()
+                self.stats.paused = True
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 30.0)
                 continue
-            consumer.resume()
+            if self.stats.paused:
+                consumer.resume()
+                self.stats.paused = False
+                log.info("store is back; consuming again")
             backoff = 0.5
             self.stats.last_batch_s = time.perf_counter() - t0
