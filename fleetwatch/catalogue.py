@@ -19,7 +19,8 @@ Kind = Literal["gauge", "counter"]
 
 _SCOPES = ("gpu", "host", "port")
 _KINDS = ("gauge", "counter")
-_COLUMNS = ["id", "name", "scope", "kind", "unit", "dcgm", "dcgm_scale", "min", "max", "source", "help"]
+_COLUMNS = ["id", "name", "scope", "kind", "unit", "dcgm", "dcgm_scale", "min", "max", "source",
+            "help"]
 
 # NVML clocks-event (throttle) reason bits, from nvml.h (nvmlClocksEventReason*).
 THROTTLE_FLAGS: dict[str, int] = {

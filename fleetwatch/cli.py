@@ -202,9 +202,10 @@ def cmd_up(config: Config, args: argparse.Namespace) -> int:
     url = f"http://{config.dashboard.host}:{config.dashboard.port}"
     print(f"fleetwatch up: {what}", file=sys.stderr)
     for f in faults:
+        onset = time.localtime(time.time() - args.backfill + f.start_s)
         print(f"  injected fault: {f.kind} on {f.node} GPU {f.gpu}, from "
-              f"{time.strftime('%H:%M:%S', time.localtime(time.time() - args.backfill + f.start_s))}"
-              f" for {f.duration_s / 3600:g} h", file=sys.stderr)
+              f"{time.strftime('%H:%M:%S', onset)} for {f.duration_s / 3600:g} h",
+              file=sys.stderr)
     print(f"  bus: in-process   store: {os.path.abspath(config.store.path)} (SQLite)",
           file=sys.stderr)
     print(f"  dashboard: {url}   (Ctrl-C to stop)", file=sys.stderr)
@@ -263,7 +264,7 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_agent(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.collectors.run import run_agent, read_once
+    from fleetwatch.collectors.run import read_once, run_agent
 
     if args.interval is not None:
         config = _override(config, "agent", interval_s=args.interval)

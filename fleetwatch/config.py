@@ -217,7 +217,8 @@ def _coerce(value: Any, typ: Any, key: str, origin: str) -> Any:
                 raise ValueError
             number = typ(value)
         except (TypeError, ValueError):
-            raise ConfigError(f"{where} = {value!r}; must be a{'n integer' if typ is int else ' number'}") from None
+            kind = "an integer" if typ is int else "a number"
+            raise ConfigError(f"{where} = {value!r}; must be {kind}") from None
         if number < 0:
             raise ConfigError(f"{where} = {value!r}; must not be negative")
         return number

@@ -46,15 +46,20 @@ class Server:
     proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **self.env})
+        if self.log_path is None:
+            self.proc = subprocess.Popen(self.argv, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.STDOUT, env={**os.environ, **self.env})
+        else:
+            with open(self.log_path, "ab") as log:  # the child keeps its own copy
+                self.proc = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                             env={**os.environ, **self.env})
         try:
             wait_port(self.port)
         except TimeoutError:
             self.stop()
             tail = self.log_path.read_text()[-2000:] if self.log_path else ""
-            raise RuntimeError(f"{self.name} did not start: {' '.join(self.argv)}\n{tail}")
+            raise RuntimeError(f"{self.name} did not start: {' '.join(self.argv)}\n"
+                               f"{tail}") from None
         return self
 
     def stop(self) -> None:

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 
 from fleetwatch.frame import Frame
-
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Alert,

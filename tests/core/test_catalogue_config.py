@@ -19,8 +19,10 @@ def test_shipped_catalogue_loads_and_units_are_in_names() -> None:
 
 
 @pytest.mark.parametrize("row, message", [
-    ("1,gpu_a,gpu,gauge,C,,1,0,1,s,h\n1,gpu_b,gpu,gauge,C,,1,0,1,s,h", "line 3: id 1 is used twice"),
-    ("1,gpu_a,gpu,gauge,C,,1,0,1,s,h\n2,gpu_a,gpu,gauge,C,,1,0,1,s,h", "name 'gpu_a' is used twice"),
+    ("1,gpu_a,gpu,gauge,C,,1,0,1,s,h\n1,gpu_b,gpu,gauge,C,,1,0,1,s,h",
+     "line 3: id 1 is used twice"),
+    ("1,gpu_a,gpu,gauge,C,,1,0,1,s,h\n2,gpu_a,gpu,gauge,C,,1,0,1,s,h",
+     "name 'gpu_a' is used twice"),
     ("1,gpu_a,disk,gauge,C,,1,0,1,s,h", "line 2: scope 'disk'"),
     ("1,gpu_a,gpu,gauge,C,,1,5,1,s,h", "min must be below max"),
     ("x,gpu_a,gpu,gauge,C,,1,0,1,s,h", "line 2"),

@@ -1,0 +1,61 @@
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.cli import main
+
+
+def fleetwatch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "fleetwatch.cli", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("command", ["up", "simulate", "agent", "process", "dashboard", "config"])
+def test_every_command_has_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main([command, "--help"])
+    assert exc.value.code == 0
+    assert "usage: fleetwatch " + command in capsys.readouterr().out
+
+
+def test_bad_config_exits_2_naming_the_key(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "fw.toml"
+    bad.write_text('[store]\nkind = "mongo"\n')
+    assert main(["--config", str(bad), "config"]) == 2
+    assert "store.kind = 'mongo'" in capsys.readouterr().err
+
+
+def test_bad_fault_spec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["simulate", "--fault", "cooling:node-001"])
+    assert exc.value.code == 2
+    assert "expected KIND:NODE/GPU" in capsys.readouterr().err
+
+
+def test_remote_dashboard_bind_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dashboard", "--host", "0.0.0.0", "--store", "/nonexistent.db"]) == 2
+    assert "no authentication" in capsys.readouterr().err
+
+
+def test_simulate_writes_history_and_ground_truth(tmp_path: Path) -> None:
+    db = tmp_path / "h.db"
+    result = fleetwatch("simulate", "--store", str(db), "--duration", "3h", "--nodes", "2",
+                        "--gpus", "4", "--fault", "cooling:node-001/2@1h+30m",
+                        env={**os.environ, "FLEETWATCH_SIM_JOB_MEAN_S": "1e9",
+                             "FLEETWATCH_SIM_IDLE_MEAN_S": "60"})
+    assert result.returncode == 0, result.stderr
+    assert "ground truth: cooling on node-001 GPU 2" in result.stderr
+    with sqlite3.connect(db) as c:
+        (n,) = c.execute("SELECT count(*) FROM samples").fetchone()
+        alerts = c.execute("SELECT node, device, state FROM alerts").fetchall()
+        faults = c.execute("SELECT node, device FROM annotations").fetchall()
+    assert n == 3 * 240 * (2 * 4 * 11 + 2 * 4)  # 11 metrics a GPU, 4 a host
+    assert alerts == [("node-001", "gpu2", "resolved")]
+    assert faults == [("node-001", "gpu2")]
