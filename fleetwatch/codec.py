@@ -71,6 +71,9 @@ class Decoder:
     def __init__(self, cat: Catalogue | None = None, max_bytes: int = MAX_FRAME_BYTES) -> None:
         self._cat = cat or catalogue()
         self._max_bytes = max_bytes
+        self._by_scope: dict[str, dict[int, tuple[str, float, float]]] = {
+            scope: {m.id: (m.name, m.min, m.max) for m in self._cat.metrics if m.scope == scope}
+            for scope in ("gpu", "host", "port")}
 
     def decode(self, data: bytes) -> Frame:
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -159,24 +162,32 @@ class Decoder:
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
 
     def _metrics(self, raw: Any, where: str, scope: str) -> dict[str, float]:
-        if not isinstance(raw, dict):
+        # The hot loop of every processor: one dict lookup and one range check a
+        # metric; names for error messages are only built when something is wrong.
+        if type(raw) is not dict:
             raise FrameError(where, f"must be a map of metric id to number, got {_tname(raw)}")
+        known = self._by_scope[scope]
         out: dict[str, float] = {}
-        by_id = self._cat.by_id
         for key, value in raw.items():
-            metric = by_id(key) if isinstance(key, int) and not isinstance(key, bool) else None
-            if metric is None:
-                raise FrameError(f"{where}[{key!r}]", "unknown metric id; upgrade the processors "
-                                 "before the agents")
-            name = f"{where}.{metric.name}"
-            if metric.scope != scope:
-                raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")
-            v = _number(value, name)
-            if not metric.min <= v <= metric.max:
-                raise FrameError(name, f"{v!r} {metric.unit} is outside the possible range "
-                                 f"[{metric.min:g}, {metric.max:g}]")
-            out[metric.name] = v
+            spec = known.get(key) if type(key) is int else None
+            t = type(value)
+            v = value if t is float else float(value) if t is int else None
+            if spec is None or v is None or not spec[1] <= v <= spec[2]:
+                self._metric_error(where, scope, key, value)
+            out[spec[0]] = v
         return out
+
+    def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
+        metric = self._cat.by_id(key) if type(key) is int else None
+        if metric is None:
+            raise FrameError(f"{where}[{key!r}]", "unknown metric id; upgrade the processors "
+                             "before the agents")
+        name = f"{where}.{metric.name}"
+        if metric.scope != scope:
+            raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")
+        v = _number(value, name)
+        raise FrameError(name, f"{v!r} {metric.unit} is outside the possible range "
+                         f"[{metric.min:g}, {metric.max:g}]")
 
 
 def _number(value: Any, where: str) -> float:

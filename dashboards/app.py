@@ -1,0 +1,91 @@
+"""The Dash app: a shell with a ``dcc.Location`` router and one module per page.
+
+A router rather than ``dash.register_page``: pages there live in a global,
+per-process registry, while ``create_app`` must be able to build several apps
+(tests, one per store) in one process. Every callback reads through the
+``Store`` it was given at call time, so the app follows a store that another
+thread or process is writing.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import time
+from collections.abc import Callable
+from importlib import resources
+from urllib.parse import unquote
+
+import dash
+from dash import Input, Output, dcc, html
+
+from fleetwatch.dashboards import alerts, components, fleet, node
+from fleetwatch.pipeline.store.base import Store
+
+_INDEX = """<!DOCTYPE html>
+<html>
+<head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>STYLE</style></head>
+<body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body>
+</html>"""
+
+log = logging.getLogger(__name__)
+
+
+def _page(pathname: str | None, refresh_s: float) -> html.Div:
+    path = pathname or "/"
+    if path in (fleet.PATH, ""):
+        return fleet.layout(refresh_s)
+    if path.rstrip("/") == alerts.PATH:
+        return alerts.layout(refresh_s)
+    if path.startswith(node.PREFIX) and len(path) > len(node.PREFIX):
+        return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s)
+    return html.Div(className="page", children=[
+        html.H1("Not found"),
+        html.P([f"No page at {path}. ", dcc.Link("Back to the fleet", href="/")]),
+    ])
+
+
+def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", *,
+               clock: Callable[[], float] = time.time) -> dash.Dash:
+    """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
+
+    ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
+    """
+    if refresh_s <= 0:
+        raise ValueError(f"refresh_s must be positive, got {refresh_s}")
+    app = dash.Dash(__name__, title=title, update_title=None,
+                    suppress_callback_exceptions=True, serve_locally=True)
+    style = resources.files("fleetwatch.dashboards").joinpath("style.css").read_text("utf-8")
+    app.index_string = _INDEX.replace("STYLE", style)
+    shell = html.Div(className="shell", children=[
+        # callback-nav: a callback that sets the path (a heatmap click) navigates
+        # without reloading the page, like a dcc.Link does.
+        dcc.Location(id="url", refresh="callback-nav"),
+        components.header(title),
+        html.Main(id="page"),
+    ])
+    app.layout = shell
+    # Every page's components, so Dash can check the callbacks of pages not shown yet.
+    app.validation_layout = html.Div([shell, fleet.layout(refresh_s), alerts.layout(refresh_s),
+                                      node.layout("", refresh_s)])
+
+    @app.callback(Output("page", "children"),
+                  *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
+                  Input("url", "pathname"))
+    def route(pathname: str | None) -> tuple[html.Div, ...]:
+        return (_page(pathname, refresh_s), *components.nav_classes(pathname))
+
+    for page in (fleet, node, alerts):
+        page.register(app, store, clock)
+    return app
+
+
+def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
+          refresh_s: float = 5.0) -> None:
+    """Serve the dashboard until interrupted, on waitress (a production WSGI server)."""
+    import waitress
+
+    app = create_app(store, refresh_s=refresh_s)
+    log.info("dashboard on http://%s:%d/", host, port)
+    waitress.serve(app.server, host=host, port=port, threads=8, ident="fleetwatch",
+                   _quiet=True)

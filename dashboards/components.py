@@ -1,0 +1,125 @@
+"""HTML pieces the pages share: the header, the summary strip, alert tables.
+
+Pure functions of records (and ``now`` for "5 min ago"), so the pages' text
+is tested without a browser.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+
+from dash import dcc, html
+
+from fleetwatch.dashboards.data import TEMP, FleetView
+from fleetwatch.dashboards.figures import fmt
+from fleetwatch.pipeline.store.base import Alert, gpu_index
+
+NAV = (("Fleet", "/"), ("Alerts", "/alerts"))
+
+
+def clock(ts_s: float) -> str:
+    return datetime.fromtimestamp(ts_s, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def ago(ts_s: float, now_s: float) -> str:
+    s = max(0.0, now_s - ts_s)
+    if s < 90:
+        return f"{s:.0f} s ago"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min ago"
+    if s < 36 * 3600:
+        return f"{s / 3600:.1f} h ago"
+    return f"{s / 86400:.1f} d ago"
+
+
+def nav_id(label: str) -> str:
+    return f"nav-{label.lower()}"
+
+
+def nav_classes(pathname: str | None) -> list[str]:
+    """The nav links' classes, the current page's marked active (a node page counts as Fleet)."""
+    path = (pathname or "/").rstrip("/") or "/"
+    current = next((h for _, h in reversed(NAV) if h != "/" and path.startswith(h)), "/")
+    return ["nav-link active" if href == current else "nav-link" for _, href in NAV]
+
+
+def header(title: str) -> html.Header:
+    return html.Header(className="topbar", children=[
+        html.Div(className="brand", children=[html.Span("▣", className="logo"), title]),
+        html.Nav([dcc.Link(label, href=href, className="nav-link", id=nav_id(label))
+                  for label, href in NAV]),
+    ])
+
+
+def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = "") -> html.Div:
+    return html.Div(className=f"tile {tone}".strip(), id=tile_id, children=[
+        html.Div(label, className="tile-label"),
+        html.Div(value, className="tile-value"),
+        html.Div(detail, className="tile-detail"),
+    ])
+
+
+def summary(view: FleetView, now_s: float) -> list[html.Div]:
+    """GPUs reporting, the hottest GPU, alerts firing and pending, data age."""
+    hot = view.hottest
+    nodes = len({c.node for c in view.cells})
+    firing, pending = view.count("firing"), view.count("pending")
+    critical = sum(1 for a in view.alerts if a.state == "firing" and a.severity == "critical")
+    hot_alert = hot is not None and any(
+        a.node == hot.node and gpu_index(a.device) == hot.gpu for a in view.alerts)
+    newest = view.newest_ms
+    return [
+        _tile("summary-reporting", "GPUs reporting", str(len(view.cells)),
+              f"on {nodes} node{'s' if nodes != 1 else ''}"),
+        _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
+              f"{hot.node} · GPU {hot.gpu}" if hot else "", "bad" if hot_alert else ""),
+        _tile("summary-firing", "Alerts firing", str(firing),
+              f"{critical} critical" if firing else "all clear", "bad" if firing else "good"),
+        _tile("summary-pending", "Alerts pending", str(pending), "waiting out their for-time",
+              "warn" if pending else ""),
+        _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
+              f"UTC · {ago(newest / 1000, now_s)}" if newest else "no samples"),
+    ]
+
+
+def _device(a: Alert) -> str:
+    index = gpu_index(a.device)
+    return f"GPU {index}" if index is not None else a.device
+
+
+def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
+                empty: str = "No active alerts", link_nodes: bool = True) -> html.Div:
+    """Alerts as a table; a node's name links to its page."""
+    if not alerts:
+        return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
+    head = html.Tr([html.Th(h) for h in
+                    ("State", "Severity", "Node", "GPU", "Value", "Since", "Message")])
+    rows = []
+    for a in alerts:
+        since = a.resolved_ts if a.state == "resolved" and a.resolved_ts else a.started_ts
+        node = dcc.Link(a.node, href=f"/node/{a.node}", className="node-link") \
+            if link_nodes else a.node
+        rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
+            "data-node": a.node, "data-device": a.device, "data-state": a.state}, children=[
+            html.Td(html.Span(a.state, className=f"badge badge-{a.state}")),
+            html.Td(a.severity, className=f"sev sev-{a.severity}"),
+            html.Td(node),
+            html.Td(_device(a)),
+            html.Td(f"{a.value:.1f}", className="num"),
+            html.Td(f"{clock(since)} UTC · {ago(since, now_s)}", className="since",
+                    title=f"started {clock(a.started_ts)} UTC"),
+            html.Td(a.message, className="message"),
+        ]))
+    return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
+                    id=table_id)
+
+
+def notice(text: str, notice_id: str = "notice") -> html.Div:
+    """A banner for what the page cannot show: no data yet, store away."""
+    return html.Div(text, id=notice_id, className="notice")
+
+
+def updated_stamp(now_s: float | None = None) -> str:
+    return f"refreshed {clock(time.time() if now_s is None else now_s)} UTC"

@@ -1,0 +1,146 @@
+"""What the pages show, read from the store: plain records, no Dash, no plotly.
+
+Every read goes through the ``Store`` protocol, one call per metric, so the
+dashboard works against any backend and against a SQLite file that another
+process is writing. Turning points into records is kept in pure functions
+(``fleet_cells``, ``node_series``) so that they are tested without a store.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, Point, Store, gpu_index
+
+TEMP, POWER, UTIL = "gpu_temp_c", "gpu_power_w", "gpu_util_pct"
+NODE_METRICS: tuple[str, ...] = (TEMP, POWER, UTIL)
+# A GPU whose newest sample is older than this is not "reporting": it drops
+# off the heatmap rather than showing a stale temperature as if it were live.
+STALE_S = 300.0
+NODE_WINDOW_S = 3600.0
+RESOLVED_WINDOW_S = 24 * 3600.0
+# Readers take a little slack past "now": a simulator or a clock a few
+# seconds ahead of ours still shows its newest points.
+FUTURE_SLACK_S = 120.0
+_STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
+
+
+@dataclass(frozen=True, slots=True)
+class GpuCell:
+    """One GPU's newest readings: a cell of the fleet heatmap."""
+
+    rack: str
+    node: str
+    gpu: int
+    temp_c: float
+    ts_ms: int
+    power_w: float | None = None
+    util_pct: float | None = None
+    job: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetView:
+    cells: tuple[GpuCell, ...]
+    alerts: tuple[Alert, ...]  # active ones, firing first
+
+    @property
+    def hottest(self) -> GpuCell | None:
+        return max(self.cells, key=lambda c: c.temp_c, default=None)
+
+    @property
+    def newest_ms(self) -> int | None:
+        return max((c.ts_ms for c in self.cells), default=None)
+
+    def count(self, state: str) -> int:
+        return sum(1 for a in self.alerts if a.state == state)
+
+
+# gpu index -> [(ts_ms, value)] in time order
+GpuSeries = dict[int, list[tuple[int, float]]]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    node: str
+    rack: str | None
+    start_ms: int
+    end_ms: int  # now, or the newest point if that is later
+    series: dict[str, GpuSeries]  # metric -> per-GPU series
+    annotations: tuple[Annotation, ...]
+    alerts: tuple[Alert, ...]  # active first, then resolved, newest first within each
+
+
+def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
+    """Firing, then pending, then resolved; the newest first within each state."""
+    return tuple(sorted(alerts, key=lambda a: (_STATE_ORDER.get(a.state, 3), -a.updated_ts,
+                                               a.node, a.device)))
+
+
+def _gpu_points(points: Iterable[Point]) -> dict[tuple[str, int], Point]:
+    out: dict[tuple[str, int], Point] = {}
+    for p in points:
+        index = gpu_index(p[0].device)
+        if index is not None:
+            out[(p[0].node, index)] = p
+    return out
+
+
+def fleet_cells(temp: Sequence[Point], power: Sequence[Point] = (),
+                util: Sequence[Point] = ()) -> tuple[GpuCell, ...]:
+    """One cell per GPU that reports a temperature, ordered by rack, node, GPU.
+
+    Power and utilization are optional extras: a GPU that does not report
+    them keeps its cell with the value unknown (None), never 0.
+    """
+    by_power, by_util = _gpu_points(power), _gpu_points(util)
+    cells = []
+    for (node, index), (key, ts, value) in _gpu_points(temp).items():
+        p, u = by_power.get((node, index)), by_util.get((node, index))
+        cells.append(GpuCell(key.rack, node, index, value, ts,
+                             p[2] if p else None, u[2] if u else None))
+    return tuple(sorted(cells, key=lambda c: (c.rack, c.node, c.gpu)))
+
+
+def node_series(points: Iterable[Point]) -> GpuSeries:
+    out: GpuSeries = defaultdict(list)
+    for key, ts, value in points:
+        index = gpu_index(key.device)
+        if index is not None:
+            out[index].append((ts, value))
+    for values in out.values():
+        values.sort()
+    return dict(sorted(out.items()))
+
+
+def read_fleet(store: Store, now_s: float) -> FleetView:
+    since = int((now_s - STALE_S) * 1000)
+    cells = fleet_cells(store.latest(TEMP, since), store.latest(POWER, since),
+                        store.latest(UTIL, since))
+    return FleetView(cells, sort_alerts(store.alerts(ACTIVE_STATES)))
+
+
+def read_alerts(store: Store, now_s: float) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
+    """(active, resolved in the last day), each sorted for display."""
+    resolved = store.alerts(("resolved",), since_ts=now_s - RESOLVED_WINDOW_S)
+    return sort_alerts(store.alerts(ACTIVE_STATES)), sort_alerts(resolved)
+
+
+def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S) -> NodeView:
+    start_s, end_s = now_s - window_s, now_s + FUTURE_SLACK_S
+    start_ms, end_ms = int(start_s * 1000), int(end_s * 1000)
+    rack = None
+    newest_ms = int(now_s * 1000)
+    series: dict[str, GpuSeries] = {}
+    for metric in NODE_METRICS:
+        points = store.range(metric, start_ms, end_ms, node=node)
+        if points:
+            rack = points[-1][0].rack
+            newest_ms = max(newest_ms, points[-1][1])
+        series[metric] = node_series(points)
+    annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
+    active, resolved = read_alerts(store, now_s)
+    alerts = tuple(a for a in active + resolved if a.node == node)
+    return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts)

@@ -1,0 +1,196 @@
+"""Pure figure builders: records in, a plotly figure out. No store, no Dash, no clock.
+
+Units and metric descriptions come from the catalogue, so an axis never
+disagrees with what the collector measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+import plotly.graph_objects as go
+
+from fleetwatch.catalogue import catalogue
+from fleetwatch.dashboards import theme
+from fleetwatch.dashboards.data import STALE_S, TEMP, GpuCell, GpuSeries
+from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, gpu_index
+
+# The catalogue writes units as they appear in metric names (``_c``); a screen
+# shows the symbol people read.
+_UNIT_SYMBOLS = {"C": "°C"}
+NO_DATA = (f"No data yet: no GPU has reported in the last {STALE_S / 60:g} minutes "
+           "(collectors starting, or stopped)")
+
+
+def unit(metric: str) -> str:
+    raw = catalogue()[metric].unit
+    return _UNIT_SYMBOLS.get(raw, raw)
+
+
+def fmt(metric: str, value: float | None, digits: int = 0) -> str:
+    """A value with its catalogue unit; an unknown value is "n/a", never 0."""
+    if value is None:
+        return "n/a"
+    sep = "" if unit(metric) in ("%", "°C") else " "
+    return f"{value:.{digits}f}{sep}{unit(metric)}"
+
+
+def utc(ts_ms: float) -> datetime:
+    # Naive UTC: plotly.js drops offsets anyway, and the axes say "UTC".
+    return datetime.fromtimestamp(ts_ms / 1000, tz=timezone.utc).replace(tzinfo=None)
+
+
+def _base_layout(fig: go.Figure, height: int) -> None:
+    fig.update_layout(
+        height=height, paper_bgcolor=theme.PANEL, plot_bgcolor=theme.PANEL,
+        font={"family": theme.FONT, "color": theme.TEXT, "size": 13},
+        margin={"l": 90, "r": 90, "t": 16, "b": 40},
+        hoverlabel={"bgcolor": theme.BG, "bordercolor": theme.GRID,
+                    "font": {"family": theme.FONT, "color": theme.TEXT}},
+    )
+
+
+def empty_figure(message: str = NO_DATA, height: int = 320) -> go.Figure:
+    """A figure that says why it is empty instead of showing blank axes."""
+    fig = go.Figure()
+    _base_layout(fig, height)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
+                       font={"size": 16, "color": theme.MUTED})
+    return fig
+
+
+def active_marks(alerts: Sequence[Alert]) -> dict[tuple[str, int], Alert]:
+    """(node, gpu) -> the alert that marks that GPU; firing wins over pending."""
+    marks: dict[tuple[str, int], Alert] = {}
+    for a in alerts:
+        index = gpu_index(a.device)
+        if a.state not in ACTIVE_STATES or index is None:
+            continue
+        held = marks.get((a.node, index))
+        if held is None or (held.state != "firing" and a.state == "firing"):
+            marks[(a.node, index)] = a
+    return marks
+
+
+def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
+                  jobs: Mapping[tuple[str, int], str] | None = None) -> go.Figure:
+    """GPU temperature: a row per node (grouped by rack), a column per GPU index.
+
+    GPUs with an active alert get an outline in the alert's colour and a
+    marker before their value. ``jobs`` overrides the cells' own job, for
+    callers that know it from elsewhere.
+    """
+    if not cells:
+        return empty_figure()
+    rows = sorted({(c.rack, c.node) for c in cells})
+    cols = sorted({c.gpu for c in cells})
+    row_of = {node: i for i, (_, node) in enumerate(rows)}
+    col_of = {gpu: j for j, gpu in enumerate(cols)}
+    marks = active_marks(alerts)
+    z: list[list[float | None]] = [[None] * len(cols) for _ in rows]
+    text = [[""] * len(cols) for _ in rows]
+    hover = [[""] * len(cols) for _ in rows]
+    for c in cells:
+        i, j = row_of[c.node], col_of[c.gpu]
+        alert = marks.get((c.node, c.gpu))
+        job = (jobs or {}).get((c.node, c.gpu), c.job)
+        z[i][j] = c.temp_c
+        text[i][j] = f"{'▲ ' if alert else ''}{c.temp_c:.0f}"
+        lines = [f"<b>{c.node} · GPU {c.gpu}</b>  ({c.rack})",
+                 f"temperature  {fmt(TEMP, c.temp_c)}",
+                 f"power  {fmt('gpu_power_w', c.power_w)}",
+                 f"utilization  {fmt('gpu_util_pct', c.util_pct)}"]
+        if job:  # the store keeps metrics only; a job shows when a caller knows it
+            lines.append(f"job  {job}")
+        lines.append(f"<b>alert {alert.state}</b>: {alert.message}" if alert
+                     else "no active alert")
+        hover[i][j] = "<br>".join(lines)
+    fig = go.Figure(go.Heatmap(
+        z=z, x=[f"GPU {g}" for g in cols], y=[node for _, node in rows], text=text,
+        customdata=hover, texttemplate="%{text}", textfont={"size": 15},
+        hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3,
+        colorscale=theme.TEMP_SCALE, zmin=theme.TEMP_MIN_C, zmax=theme.TEMP_MAX_C,
+        colorbar={"title": {"text": unit(TEMP)}, "thickness": 12, "outlinewidth": 0,
+                  "tickfont": {"color": theme.MUTED}},
+    ))
+    _base_layout(fig, height=max(260, 70 + 52 * len(rows)))
+    fig.update_xaxes(side="top", showgrid=False, zeroline=False, tickfont={"color": theme.MUTED})
+    fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False,
+                     ticksuffix="  ", tickfont={"size": 14})
+    fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16})
+    _rack_labels(fig, rows)
+    for (node, gpu), alert in marks.items():
+        if node in row_of and gpu in col_of:
+            i, j = row_of[node], col_of[gpu]
+            # White, not red: the cell under a firing alert is already red.
+            colour = theme.TEXT if alert.state == "firing" else theme.PENDING
+            fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5,
+                          xref="x", yref="y", line={"color": colour, "width": 4},
+                          name=f"alert:{node}/gpu{gpu}:{alert.state}")
+    return fig
+
+
+def _rack_labels(fig: go.Figure, rows: Sequence[tuple[str, str]]) -> None:
+    """Rack names left of their nodes, and a rule between racks."""
+    start = 0
+    for i in range(1, len(rows) + 1):
+        if i < len(rows) and rows[i][0] == rows[start][0]:
+            continue
+        fig.add_annotation(text=rows[start][0], xref="paper", yref="y", x=0, xanchor="right",
+                           xshift=-92, y=(start + i - 1) / 2, showarrow=False,
+                           font={"color": theme.MUTED, "size": 12}, textangle=0)
+        if i < len(rows):
+            fig.add_shape(type="line", xref="paper", yref="y", x0=-0.16, x1=1, y0=i - 0.5,
+                          y1=i - 0.5, line={"color": theme.GRID, "width": 1, "dash": "dot"})
+        start = i
+
+
+def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,
+                       annotations: Sequence[Annotation] = (), alerts: Sequence[Alert] = (),
+                       height: int = 220, primary: bool = True) -> go.Figure:
+    """One metric over time, a line per GPU; faults shaded, alerting GPUs in red.
+
+    Only the ``primary`` panel of a page carries the legend and the fault
+    labels: the others share its colours and would only repeat them smaller.
+    """
+    if not series:
+        return empty_figure(f"No {title.lower()} data for this node in this window", height)
+    alerting = {gpu_index(a.device) for a in alerts if a.state in ACTIVE_STATES}
+    fig = go.Figure()
+    for gpu, values in series.items():
+        hot = gpu in alerting
+        fig.add_trace(go.Scatter(
+            x=[utc(ts) for ts, _ in values], y=[v for _, v in values], mode="lines",
+            name=f"GPU {gpu}", line={
+                "width": 3 if hot else 1.5,
+                "color": theme.FIRING if hot else theme.GPU_COLOURS[gpu % len(theme.GPU_COLOURS)]},
+            hovertemplate=f"GPU {gpu}  %{{y:.1f}} {unit(metric)}<extra></extra>"))
+    _base_layout(fig, height)
+    fig.update_layout(
+        margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified", showlegend=primary,
+        legend={"orientation": "v", "font": {"size": 11, "color": theme.MUTED},
+                "bgcolor": "rgba(0,0,0,0)"})
+    fig.update_xaxes(range=[utc(start_ms), utc(end_ms)], gridcolor=theme.GRID,
+                     tickfont={"color": theme.MUTED}, title=None)
+    fig.update_yaxes(title={"text": f"{title} ({unit(metric)})", "font": {"size": 12}},
+                     gridcolor=theme.GRID, zeroline=False, tickfont={"color": theme.MUTED})
+    for a in annotations:
+        end = a.end_ts * 1000 if a.end_ts is not None else end_ms
+        x0, x1 = utc(max(a.start_ts * 1000, start_ms)), utc(min(end, end_ms))
+        fig.add_vrect(x0=x0, x1=x1, fillcolor=theme.FAULT_FILL, line_width=0, layer="below",
+                      name=f"annotation:{a.kind}:{a.device}")
+        if primary:
+            fig.add_annotation(x=x0, y=1, xref="x", yref="paper", xanchor="left",
+                               yanchor="top", showarrow=False,
+                               text=f"{a.kind} · {a.device}: {a.text}",
+                               font={"size": 11, "color": theme.PENDING})
+    for a in alerts:
+        if a.fired_ts is not None and start_ms <= a.fired_ts * 1000 <= end_ms:
+            x = utc(a.fired_ts * 1000)
+            fig.add_shape(type="line", x0=x, x1=x, y0=0, y1=1, xref="x", yref="paper",
+                          line={"color": theme.FIRING, "width": 1, "dash": "dash"},
+                          name=f"fired:{a.device}")
+    return fig

@@ -1,0 +1,118 @@
+"""Reading the store into page records, and the pages' HTML pieces, without a browser."""
+
+from __future__ import annotations
+
+import pytest
+
+from fleetwatch.dashboards import components, data
+from fleetwatch.pipeline.store.base import Annotation, StoreError
+from tests.dashboards.fakes import NOW, FakeStore, alert, point
+
+
+def text_of(component: object) -> str:
+    """All the text under a Dash component, depth first."""
+    if component is None:
+        return ""
+    if isinstance(component, str | int | float):
+        return str(component)
+    if isinstance(component, list | tuple):
+        return " ".join(text_of(c) for c in component)
+    return text_of(getattr(component, "children", None))
+
+
+def fleet_store() -> FakeStore:
+    return FakeStore(points=[
+        point("gpu_temp_c", "node-b", 0, 60, rack="rack-01"),
+        point("gpu_temp_c", "node-a", 1, 70, age_s=100), point("gpu_temp_c", "node-a", 1, 88),
+        point("gpu_temp_c", "node-a", 0, 50, age_s=data.STALE_S + 60),  # gone quiet
+        point("gpu_temp_c", "node-a", None, 30),  # not a GPU
+        point("gpu_power_w", "node-a", 1, 410.5), point("gpu_util_pct", "node-b", 0, 97),
+    ], alert_rows=[alert("node-b", 0, "pending", started_ago_s=60),
+                   alert("node-a", 1, "firing"), alert("node-c", 2, "resolved")])
+
+
+def test_fleet_cells_join_metrics_per_gpu() -> None:
+    view = data.read_fleet(fleet_store(), NOW)
+    assert [(c.node, c.gpu, c.temp_c, c.power_w, c.util_pct) for c in view.cells] == [
+        ("node-a", 1, 88, 410.5, None), ("node-b", 0, 60, None, 97)]
+    assert view.hottest is not None and (view.hottest.node, view.hottest.gpu) == ("node-a", 1)
+    assert view.newest_ms == int((NOW - 10) * 1000)
+
+
+def test_active_alerts_firing_first() -> None:
+    view = data.read_fleet(fleet_store(), NOW)
+    assert [(a.node, a.state) for a in view.alerts] == [("node-a", "firing"),
+                                                        ("node-b", "pending")]
+    assert (view.count("firing"), view.count("pending")) == (1, 1)
+
+
+def test_read_alerts_splits_active_and_resolved() -> None:
+    active, resolved = data.read_alerts(fleet_store(), NOW)
+    assert [a.state for a in active] == ["firing", "pending"]
+    assert [(a.node, a.state) for a in resolved] == [("node-c", "resolved")]
+
+
+def test_read_node_keeps_its_own_series_annotations_and_alerts() -> None:
+    store = fleet_store()
+    store.points += [point("gpu_temp_c", "node-a", 1, 65, age_s=4000)]  # older than the hour
+    store.annotation_rows = [
+        Annotation("cooling", NOW - 900, NOW + 900, "node-a", "gpu1", "injected"),
+        Annotation("cooling", NOW - 900, NOW + 900, "node-b", "gpu0", "injected")]
+    view = data.read_node(store, "node-a", NOW)
+    assert view.rack == "rack-00"
+    # GPU 0 is too quiet for the heatmap but still within the node's hour.
+    assert view.series["gpu_temp_c"] == {
+        0: [(int((NOW - data.STALE_S - 60) * 1000), 50)],
+        1: [(int((NOW - 100) * 1000), 70), (int((NOW - 10) * 1000), 88)]}
+    assert view.series["gpu_power_w"] == {1: [(int((NOW - 10) * 1000), 410.5)]}
+    assert view.series["gpu_util_pct"] == {}
+    assert [a.device for a in view.annotations] == ["gpu1"]
+    assert [a.node for a in view.alerts] == ["node-a"]
+    assert view.end_ms == int(NOW * 1000)
+
+
+def test_read_node_unknown_node_is_empty_not_an_error() -> None:
+    view = data.read_node(fleet_store(), "nope", NOW)
+    assert view.rack is None and not any(view.series.values()) and view.alerts == ()
+
+
+def test_store_errors_reach_the_caller_as_store_errors() -> None:
+    with pytest.raises(StoreError):
+        data.read_fleet(FakeStore(broken=True), NOW)
+
+
+def test_summary_strip() -> None:
+    tiles = {t.id: text_of(t) for t in components.summary(data.read_fleet(fleet_store(), NOW),
+                                                          NOW)}
+    assert tiles["summary-reporting"].split()[2] == "2"
+    assert "88°C" in tiles["summary-hottest"] and "node-a · GPU 1" in tiles["summary-hottest"]
+    assert "1" in tiles["summary-firing"].split() and "1 critical" in tiles["summary-firing"]
+    assert "10 s ago" in tiles["summary-asof"]
+
+
+def test_summary_of_an_empty_fleet() -> None:
+    tiles = {t.id: text_of(t) for t in components.summary(data.read_fleet(FakeStore(), NOW),
+                                                          NOW)}
+    assert "0" in tiles["summary-reporting"].split() and "n/a" in tiles["summary-hottest"]
+    assert "all clear" in tiles["summary-firing"]
+
+
+def test_alert_table_rows_link_to_nodes() -> None:
+    alerts = data.sort_alerts([alert("node-b", 0, "pending"), alert("node-a", 1, "firing")])
+    table = components.alert_table(alerts, NOW, "t")
+    rows = table.children.children[1].children
+    assert [r.className for r in rows] == ["alert-row state-firing", "alert-row state-pending"]
+    assert rows[0].children[2].children.href == "/node/node-a"
+    assert "GPU 1" in text_of(rows[0]) and "10 min ago" in text_of(rows[0])
+    assert components.alert_table([], NOW, "t").id == "t-empty"
+
+
+def test_nav_marks_the_current_page() -> None:
+    assert components.nav_classes("/") == ["nav-link active", "nav-link"]
+    assert components.nav_classes("/alerts") == ["nav-link", "nav-link active"]
+    assert components.nav_classes("/node/node-001") == ["nav-link active", "nav-link"]
+
+
+def test_ago() -> None:
+    assert [components.ago(NOW - s, NOW) for s in (5, 600, 7200, 3 * 86400)] == [
+        "5 s ago", "10 min ago", "2.0 h ago", "3.0 d ago"]
