@@ -10,7 +10,6 @@ thread or process is writing.
 from __future__ import annotations
 
 import logging
-
 import time
 from collections.abc import Callable
 from importlib import resources

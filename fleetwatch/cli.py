@@ -210,6 +210,7 @@ def cmd_up(config: Config, args: argparse.Namespace) -> int:
           file=sys.stderr)
     print(f"  dashboard: {url}   (Ctrl-C to stop)", file=sys.stderr)
     system.start()
+    system.report_every(30.0)
     try:
         from fleetwatch.dashboards import serve
 
@@ -278,15 +279,36 @@ def cmd_agent(config: Config, args: argparse.Namespace) -> int:
     return run_agent(config, args.fake_gpus)
 
 
+_SUMMARY = [("temp", "gpu_temp_c", "{:.0f}°C"), ("mem", "gpu_mem_temp_c", "{:.0f}°C"),
+            ("power", "gpu_power_w", "{:.0f}W"), ("util", "gpu_util_pct", "{:.0f}%"),
+            ("sm", "gpu_sm_clock_mhz", "{:.0f}MHz"),
+            ("fb", "gpu_fb_used_bytes", lambda v: f"{v / 2**30:.1f}GiB")]
+
+
 def _print_frame(frame) -> None:
+    """A short human view of a frame; --json has every field."""
+    from fleetwatch.catalogue import throttle_flags
+
     print(f"{frame.node} ({frame.cluster}/{frame.rack}) at "
-          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(frame.ts))}")
+          f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(frame.ts))}: "
+          f"{len(frame.gpus)} GPUs")
     for g in frame.gpus:
         m = g.metrics
-        parts = [f"{k}={v:g}" for k, v in sorted(m.items())]
-        print(f"  GPU {g.index} {g.model} [{g.state}] job={g.job or '-'} " + " ".join(parts))
-    for k, v in sorted(frame.host.metrics.items()):
-        print(f"  host {k}={v:g}")
+        cells = []
+        for label, name, fmt in _SUMMARY:
+            if name in m:
+                cells.append(f"{label} {fmt(m[name]) if callable(fmt) else fmt.format(m[name])}")
+        flags = throttle_flags(m.get("gpu_throttle_reasons", 0))
+        extra = [f"throttled: {','.join(flags)}"] if set(flags) - {"gpu_idle"} else []
+        extra += [f"XID {','.join(map(str, g.xids))}"] if g.xids else []
+        print(f"  GPU {g.index} {g.model} [{g.state}] job {g.job or '-'}: "
+              + "  ".join(cells + extra) + f"  (+{len(m) - len(cells)} more)")
+    host = frame.host.metrics
+    print("  host: " + "  ".join(f"{k.removeprefix('host_')} {v:g}" for k, v in sorted(host.items())))
+    for p in frame.host.ports:
+        print(f"  {p.kind} {p.name}: " + "  ".join(
+            f"{k.split('_', 1)[1]} {v:g}" for k, v in sorted(p.metrics.items())))
+    print("  (all metrics: fleetwatch agent --once --json)")
 
 
 def cmd_process(config: Config, args: argparse.Namespace) -> int:

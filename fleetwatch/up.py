@@ -82,6 +82,30 @@ class System:
             t.start()
         return self
 
+    def status(self) -> str:
+        """One line for the terminal: how far along, what is stored, what is alerting."""
+        now = self.clock.now()
+        behind = time.time() - now
+        when = time.strftime("%H:%M:%S", time.localtime(now))
+        if behind > 2 * self.interval_s:
+            when += f" (catching up, {behind / 60:.0f} min behind)"
+        firing = [a for a in self.processor.alerts.open if a.state == "firing"]
+        pending = len(self.processor.alerts.open) - len(firing)
+        names = ", ".join(f"{a.node} {a.device}" for a in firing[:3])
+        return (f"data to {when} · {self.processor.stats.frames:,} frames stored · "
+                f"alerts: {len(firing)} firing{f' ({names})' if names else ''}, "
+                f"{pending} pending")
+
+    def report_every(self, seconds: float, out=None) -> None:
+        """Print ``status()`` every ``seconds`` until stopped (a daemon thread)."""
+        import sys
+
+        def loop() -> None:
+            while not self.stop_event.wait(seconds):
+                print(f"  {self.status()}", file=out or sys.stderr, flush=True)
+
+        threading.Thread(target=loop, name="status", daemon=True).start()
+
     def stop(self) -> None:
         self.stop_event.set()
         for t in self._threads:
