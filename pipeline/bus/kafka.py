@@ -1,0 +1,343 @@
+"""The production bus: Kafka (or a Kafka-protocol broker such as Tansu) through kafka-python.
+
+``KafkaProducer`` never blocks without bound and never hides a failure:
+``send`` raises ``BusError`` when the broker cannot take a message (no
+metadata within ``max_block_ms``, too much unacknowledged data) and ``flush``
+raises it when anything sent since the last good flush was not acknowledged.
+After a ``BusError`` the producer drops its kafka-python client and starts a
+fresh one on the next call: that discards batches the caller now owns again
+(the spool re-sends them; an old client retrying them later would duplicate
+and reorder), and a fresh client is what recovers after a broker restart
+(an idempotent kafka-python producer fails every send after one; see
+INFRA.md). Idempotence is off for the same reason; one request in flight per
+connection keeps retries in order instead.
+
+``KafkaConsumer`` is one member of a consumer group with manual commits:
+``commit`` stores exactly what ``poll`` returned, only for partitions this
+member still owns, and lag comes from the fetch responses' high watermark
+(``end_offsets`` is wrong on Tansu for batched writes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any
+
+import kafka
+import kafka.errors as kerr
+from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.structs import OffsetAndMetadata
+
+from fleetwatch.config import BusConfig
+from fleetwatch.pipeline.bus import BusError, Message
+
+log = logging.getLogger(__name__)
+
+
+def kafka_security(bus: BusConfig) -> dict[str, Any]:
+    """kafka-python keyword arguments for the configured security protocol."""
+    out: dict[str, Any] = {"security_protocol": bus.security_protocol}
+    if bus.security_protocol.startswith("SASL"):
+        out["sasl_mechanism"] = bus.sasl_mechanism
+        out["sasl_plain_username"] = bus.sasl_username
+        out["sasl_plain_password"] = bus.sasl_password.reveal()
+    return out
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int,
+                 security: dict[str, Any] | None = None, timeout_s: float = 10.0) -> int:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; return its partition count.
+
+    Idempotent: an existing topic is left as it is (its partition count may differ).
+    """
+    try:
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
+                                       request_timeout_ms=int(timeout_s * 1000),
+                                       bootstrap_timeout_ms=int(timeout_s * 1000),
+                                       **(security or {}))
+    except kerr.KafkaError as exc:
+        raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    try:
+        with contextlib.suppress(kerr.TopicAlreadyExistsError):
+            admin.create_topics({topic: {"num_partitions": partitions, "replication_factor": 1}},
+                                timeout_ms=int(timeout_s * 1000), wait_for_metadata=True)
+        described = admin.describe_topics([topic])
+        return len(described[0]["partitions"]) if described else 0
+    except kerr.KafkaError as exc:
+        raise BusError(f"cannot create topic {topic!r} on {bootstrap}: {exc}") from exc
+    finally:
+        admin.close()
+
+
+class KafkaProducer:
+    def __init__(self, bootstrap: str, *, client_id: str = "fleetwatch",
+                 security: dict[str, Any] | None = None, compression: str | None = "lz4",
+                 acks: str | int = "all", linger_ms: int = 5, max_block_ms: int = 5000,
+                 request_timeout_ms: int = 10_000, delivery_timeout_ms: int = 30_000,
+                 max_pending: int = 100_000, max_pending_bytes: int = 64 << 20,
+                 auto_create_topics: bool = True, **extra: Any) -> None:
+        self._bootstrap = bootstrap
+        self._config: dict[str, Any] = dict(
+            bootstrap_servers=bootstrap, client_id=client_id, compression_type=compression,
+            acks=acks, linger_ms=linger_ms, max_block_ms=max_block_ms,
+            bootstrap_timeout_ms=max_block_ms, request_timeout_ms=request_timeout_ms,
+            delivery_timeout_ms=delivery_timeout_ms, enable_idempotence=False,
+            max_in_flight_requests_per_connection=1,
+            allow_auto_create_topics=auto_create_topics, **(security or {}), **extra)
+        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        self._max_pending = max_pending
+        self._max_pending_bytes = max_pending_bytes
+        self._client: kafka.KafkaProducer | None = None
+        self._lock = threading.Lock()
+        # Callbacks of a discarded client carry an old generation and are ignored.
+        self._generation = 0
+        self._pending = 0
+        self._pending_bytes = 0
+        self._failed = 0
+        self._last_error: BaseException | None = None
+        self._closed = False
+
+    def _producer(self) -> kafka.KafkaProducer:
+        if self._closed:
+            raise BusError("producer is closed")
+        if self._client is None:
+            try:
+                self._client = kafka.KafkaProducer(**self._config)
+            except kerr.KafkaError as exc:
+                raise BusError(f"cannot reach Kafka at {self._bootstrap}: {exc}") from exc
+            # Later clients skip the version probe, so one can be made while the
+            # broker is away and simply wait for it within max_block_ms.
+            self._config["api_version"] = self._client.config["api_version"]
+        return self._client
+
+    def send(self, topic: str, value: bytes, key: bytes | None = None,
+             headers: Sequence[tuple[str, bytes]] = ()) -> None:
+        size = len(value) + (len(key) if key else 0) + sum(len(k) + len(v) for k, v in headers)
+        with self._lock:
+            full = (self._pending >= self._max_pending
+                    or self._pending_bytes + size > self._max_pending_bytes)
+            gen = self._generation
+        if full:
+            self._reset()
+            raise BusError(f"producer buffer full ({self._max_pending} messages or "
+                           f"{self._max_pending_bytes} bytes unacknowledged)")
+        client = self._producer()
+        try:
+            future = client.send(topic, value=value, key=key, headers=list(headers))
+        except kerr.MessageSizeTooLargeError as exc:
+            raise ValueError(f"message of {size} bytes is too large for {topic!r}: {exc}") from exc
+        except (kerr.KafkaError, OSError) as exc:
+            self._reset()
+            raise BusError(f"cannot send to {topic!r} at {self._bootstrap}: {exc}") from exc
+        with self._lock:
+            self._pending += 1
+            self._pending_bytes += size
+        future.add_callback(self._done, gen, size)
+        future.add_errback(self._error, gen, size)
+        if future.is_done and future.failed():
+            self._reset()
+            raise BusError(f"cannot send to {topic!r}: {future.exception}")
+
+    def _done(self, gen: int, size: int, _metadata: object) -> None:
+        with self._lock:
+            if gen == self._generation:
+                self._pending -= 1
+                self._pending_bytes -= size
+
+    def _error(self, gen: int, size: int, exc: BaseException) -> None:
+        with self._lock:
+            if gen == self._generation:
+                self._pending -= 1
+                self._pending_bytes -= size
+                self._failed += 1
+                self._last_error = exc
+
+    def flush(self, timeout_s: float | None = None) -> None:
+        client = self._client
+        if client is None:
+            return
+        timeout = self._delivery_timeout_s if timeout_s is None else timeout_s
+        try:
+            client.flush(timeout=timeout)
+        except (kerr.KafkaError, OSError) as exc:
+            self._reset()
+            raise BusError(f"messages not acknowledged by {self._bootstrap} within "
+                           f"{timeout:g}s: {exc}") from exc
+        with self._lock:
+            failed, pending, error = self._failed, self._pending, self._last_error
+        if failed or pending:
+            self._reset()
+            raise BusError(f"{failed + pending} messages not acknowledged by "
+                           f"{self._bootstrap}: {error}")
+
+    @property
+    def pending(self) -> int:
+        """Messages sent but not yet acknowledged."""
+        return self._pending
+
+    def _reset(self) -> None:
+        """Abandon the client and everything it still holds; the next call starts afresh."""
+        with self._lock:
+            self._generation += 1
+            self._pending = self._pending_bytes = self._failed = 0
+            self._last_error = None
+            client, self._client = self._client, None
+        if client is not None:
+            _force_close(client)
+
+    def close(self) -> None:
+        client, self._client = self._client, None
+        self._closed = True
+        if client is not None:
+            try:
+                client.close(timeout=5)
+            except kerr.KafkaError:
+                _force_close(client)
+
+
+def _force_close(client: kafka.KafkaProducer) -> None:
+    # kafka-python's close(timeout=0) flushes first and raises when batches
+    # are pending, before it would abort them; abort them ourselves.
+    try:
+        client.close(timeout=0)
+        return
+    except kerr.KafkaError:
+        pass
+    sender = getattr(client, "_sender", None)
+    if sender is not None:
+        sender.force_close()
+        sender.join(5)
+    try:
+        client.close(timeout=0)
+    except kerr.KafkaError:
+        log.debug("kafka producer did not close cleanly", exc_info=True)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    """Keeps the consumer's view of its partitions current across rebalances."""
+
+    def __init__(self, owner: KafkaConsumer) -> None:
+        self._owner = owner
+
+    def on_partitions_revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        self._owner._revoked(revoked)
+
+    def on_partitions_assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self._owner._assigned(assigned)
+
+
+class KafkaConsumer:
+    def __init__(self, bootstrap: str, topic: str, group: str, *,
+                 security: dict[str, Any] | None = None, session_timeout_ms: int = 10_000,
+                 heartbeat_interval_ms: int = 3000, max_poll_records: int = 2000,
+                 client_id: str = "fleetwatch", auto_offset_reset: str = "earliest",
+                 max_poll_interval_ms: int = 300_000, bootstrap_timeout_ms: int = 30_000,
+                 commit_timeout_s: float = 30.0, **extra: Any) -> None:
+        self._topic = topic
+        self._commit_timeout_ms = int(commit_timeout_s * 1000)
+        self._lock = threading.Lock()
+        # Next offset to commit per partition: one past the last message poll returned.
+        self._returned: dict[TopicPartition, int] = {}
+        self._paused = False
+        self._lag: int | None = None
+        self._max_poll_records = max_poll_records
+        try:
+            self._consumer = kafka.KafkaConsumer(
+                bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
+                enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
+                session_timeout_ms=session_timeout_ms,
+                heartbeat_interval_ms=heartbeat_interval_ms,
+                max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
+                bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
+        except kerr.KafkaError as exc:
+            raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        self._consumer.subscribe([topic], listener=_Rebalance(self))
+
+    def _revoked(self, revoked: Sequence[TopicPartition]) -> None:
+        # Their next owner starts from the last commit; committing what this
+        # member read but did not commit would skip messages nobody stored.
+        with self._lock:
+            for tp in revoked:
+                self._returned.pop(tp, None)
+
+    def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        if self._paused and assigned:
+            self._consumer.pause(*assigned)
+
+    def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        try:
+            batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000),
+                                          max_records=min(max_messages, self._max_poll_records))
+        except kerr.KafkaError as exc:
+            raise BusError(f"cannot poll {self._topic!r}: {exc}") from exc
+        out: list[Message] = []
+        owned = self._consumer.assignment()
+        with self._lock:
+            for tp, records in batches.items():
+                if not records or tp not in owned:
+                    continue
+                out.extend(Message(r.value, r.key, tp.topic, tp.partition, r.offset,
+                                   tuple(r.headers or ())) for r in records)
+                self._returned[tp] = records[-1].offset + 1
+        self._lag = self._measure_lag()
+        return out
+
+    def commit(self) -> None:
+        owned = self._consumer.assignment()
+        with self._lock:
+            offsets = {tp: OffsetAndMetadata(off, "", -1)
+                       for tp, off in self._returned.items() if tp in owned}
+        if not offsets:
+            return
+        try:
+            # Bounded: without a timeout kafka-python waits for a coordinator forever.
+            self._consumer.commit(offsets=offsets, timeout_ms=self._commit_timeout_ms)
+        except kerr.CommitFailedError as exc:
+            # The group rebalanced under us: the partitions' new owners replay
+            # from the previous commit, and the store's idempotent writes make
+            # that harmless. Not an outage, so not a BusError.
+            log.warning("commit rejected after a rebalance, messages will be replayed: %s", exc)
+        except kerr.KafkaError as exc:
+            raise BusError(f"cannot commit offsets of {self._topic!r}: {exc}") from exc
+
+    def pause(self) -> None:
+        self._paused = True
+        self._consumer.pause(*self._consumer.assignment())
+
+    def resume(self) -> None:
+        self._paused = False
+        self._consumer.resume(*self._consumer.assignment())
+
+    def lag(self) -> int | None:
+        # Computed by poll and cached: lag() is read by the /metrics thread, and
+        # kafka-python's consumer must only be driven from the polling thread.
+        return self._lag
+
+    def _measure_lag(self) -> int | None:
+        total, known = 0, False
+        for tp in self._consumer.assignment():
+            try:
+                high = self._consumer.highwater(tp)
+                with self._lock:
+                    pos = self._returned.get(tp)
+                if pos is None and high is not None:
+                    pos = self._consumer.position(tp, timeout_ms=0)
+            except kerr.KafkaError:
+                continue  # revoked meanwhile, or no position yet
+            if high is None or pos is None:
+                continue
+            total += max(0, high - pos)
+            known = True
+        return total if known else None
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._consumer.assignment())
+
+    def close(self) -> None:
+        try:
+            self._consumer.close(autocommit=False)
+        except kerr.KafkaError:
+            log.debug("kafka consumer did not close cleanly", exc_info=True)
