@@ -63,6 +63,12 @@ class Agent:
                 # A producer without a spool has nowhere to keep the frame.
                 self.send_errors += 1
                 log.warning("frame from %s at %.0f not sent: %s", f.node, f.ts, exc)
+        if sent:
+            try:
+                # Through the spool, a tick's frames are only safe once acknowledged.
+                self.producer.flush()
+            except BusError as exc:
+                log.warning("frames not acknowledged: %s", exc)
         self.frames_sent += sent
         self.health.sent(sent)
         if self.on_frames is not None and frames:

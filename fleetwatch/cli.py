@@ -304,7 +304,8 @@ def _print_frame(frame) -> None:
         print(f"  GPU {g.index} {g.model} [{g.state}] job {g.job or '-'}: "
               + "  ".join(cells + extra) + f"  (+{len(m) - len(cells)} more)")
     host = frame.host.metrics
-    print("  host: " + "  ".join(f"{k.removeprefix('host_')} {v:g}" for k, v in sorted(host.items())))
+    print("  host: " + "  ".join(f"{k.removeprefix('host_')} {v:g}"
+                                 for k, v in sorted(host.items())))
     for p in frame.host.ports:
         print(f"  {p.kind} {p.name}: " + "  ".join(
             f"{k.split('_', 1)[1]} {v:g}" for k, v in sorted(p.metrics.items())))

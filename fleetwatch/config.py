@@ -70,6 +70,8 @@ class BusConfig:
     kind: Literal["memory", "kafka"] = "memory"
     bootstrap: str = "127.0.0.1:9092"
     topic: str = "fleetwatch.frames"
+    # Partitions of the topic when fleetwatch creates it: the most processors that can share it.
+    partitions: int = 12
     dead_letter_topic: str = "fleetwatch.frames.dead"
     alert_topic: str = "fleetwatch.alerts"
     group: str = "fleetwatch-processor"
@@ -238,6 +240,7 @@ def _check(config: Config) -> None:
         (0 <= config.processor.metrics_port < 65536,
          "processor.metrics_port must be a TCP port (0: no /metrics)"),
         (config.processor.max_batch >= 1, "processor.max_batch must be at least 1"),
+        (config.bus.partitions >= 1, "bus.partitions must be at least 1"),
         (config.dashboard.refresh_s >= 0.5, "dashboard.refresh_s must be at least 0.5"),
         (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),
         (config.sim.gpus <= 64, "sim.gpus must be at most 64"),

@@ -18,7 +18,7 @@ from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.bus import Consumer, Message, Producer
+from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -93,40 +93,51 @@ class Processor:
             maintain_every_s: float = 30.0) -> None:
         """Poll → decode → process → commit until ``stop`` is set.
 
-        While the store is away the batch in hand is kept and retried with
-        backoff, and the consumer is paused, so memory stays bounded and
-        nothing is committed that is not stored.
+        While the store or the broker is away, the batch in hand is kept and
+        retried with backoff and the consumer is paused (polled, so it stays in
+        its group, but fetching nothing): memory stays bounded, and no offset
+        is committed for a batch that is not stored.
         """
         backoff = 0.5
         next_maintain = 0.0
-        batch: list[Frame] | None = None
+        messages: list[Message] = []
         while not stop.is_set():
             t0 = time.perf_counter()
-            if batch is None:
-                messages = consumer.poll(max_messages, timeout_s=0.2)
-                batch = self.decode(messages) if messages else []
-                if not messages:
-                    batch = None
             try:
-                if batch is not None:
-                    self.process(batch)
+                if not messages:
+                    messages = consumer.poll(max_messages, timeout_s=0.2)
+                if messages:
+                    self.process(self.decode(messages))
                     consumer.commit()
-                    batch = None
+                    messages = []
+                    self.stats.last_batch_s = time.perf_counter() - t0
                 if time.monotonic() >= next_maintain:
                     self.store.maintain(int(time.time() * 1000))
                     next_maintain = time.monotonic() + maintain_every_s
-            except StoreError as exc:
-                self.stats.store_errors += 1
-                log.warning("store unavailable (%s); pausing consumption, retry in %.1fs",
-                            exc, backoff)
+            except (StoreError, BusError) as exc:
+                self.stats.store_errors += isinstance(exc, StoreError)
+                log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
+                            "store" if isinstance(exc, StoreError) else "bus", exc, backoff)
                 consumer.pause()
                 self.stats.paused = True
-                stop.wait(backoff)
+                messages.extend(self._idle(consumer, stop, backoff))
                 backoff = min(backoff * 2, 30.0)
                 continue
             if self.stats.paused:
                 consumer.resume()
                 self.stats.paused = False
-                log.info("store is back; consuming again")
+                log.info("store and bus are back; consuming again")
             backoff = 0.5
-            self.stats.last_batch_s = time.perf_counter() - t0
+
+    @staticmethod
+    def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
+        """Wait, polling the paused consumer so that the group keeps this member."""
+        deadline = time.monotonic() + seconds
+        late: list[Message] = []
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                # Paused: returns nothing. Kept, not dropped, if it ever does.
+                late.extend(consumer.poll(1, timeout_s=min(1.0, deadline - time.monotonic())))
+            except BusError:
+                stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+        return late

@@ -24,6 +24,7 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, lambda *_: stop.set())
+    _ensure_topics(config)
     store = open_store(config.store)
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
@@ -51,3 +52,18 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
     log.info("stopped after %d frames, %d samples, %d dead letters", processor.stats.frames,
              processor.stats.points, processor.stats.dead_letters)
     return 0
+
+
+def _ensure_topics(config: Config) -> None:
+    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn)."""
+    from fleetwatch.pipeline.bus import BusError
+    from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
+
+    for topic in (config.bus.topic, config.bus.dead_letter_topic):
+        try:
+            n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
+                             kafka_security(config.bus))
+            log.info("topic %s has %d partitions", topic, n)
+        except (BusError, OSError) as exc:
+            log.warning("could not check or create topic %s (%s); create it with your Kafka "
+                        "tools if it does not exist", topic, exc)

@@ -1,0 +1,95 @@
+"""The processor loop over the in-process bus: backpressure, dead letters, no loss."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from fleetwatch.codec import encode
+from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store import StoreError
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+TOPIC, DEAD = "frames", "frames.dead"
+
+
+class FlakyStore(SqliteStore):
+    """A store that refuses writes while ``down`` is set, as a server away would."""
+
+    down = threading.Event()
+    refused = 0
+
+    def write(self, frames):  # type: ignore[override]
+        if self.down.is_set():
+            FlakyStore.refused += 1
+            raise StoreError("connection refused (test)")
+        return super().write(frames)
+
+
+def produce(bus: MemoryBus, steps: int) -> int:
+    sim = FleetSim(SimParams(nodes=2, gpus=2), time.time() - 3600)  # within retention
+    producer = bus.producer()
+    n = 0
+    for _ in range(steps):
+        sim.step()
+        for f in sim.frames():
+            producer.send(TOPIC, encode(f), f.node.encode())
+            n += 1
+    return n
+
+
+def wait_for(condition, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path) -> None:
+    bus = MemoryBus()
+    store = FlakyStore(tmp_path / "s.db")
+    consumer = bus.consumer(TOPIC, "g")
+    processor = Processor(store)
+    FlakyStore.down.set()
+    sent = produce(bus, 300)
+    stop = threading.Event()
+    worker = threading.Thread(target=processor.run, args=(consumer, stop, 50, 3600.0))
+    worker.start()
+    try:
+        wait_for(lambda: FlakyStore.refused >= 2)
+        assert processor.stats.paused
+        # While the store is away, one batch is held and nothing more is fetched or committed.
+        assert consumer.lag() == sent - 50
+        assert bus._committed[(TOPIC, "g")] == 0
+        FlakyStore.down.clear()
+        wait_for(lambda: consumer.lag() == 0 and processor.stats.frames == sent)
+    finally:
+        stop.set()
+        worker.join(10)
+    assert not processor.stats.paused
+    with sqlite3.connect(tmp_path / "s.db") as c:
+        (n,) = c.execute("SELECT count(*) FROM samples").fetchone()
+    assert n == sent * (2 * 11 + 4)  # every metric of every frame, once
+    assert bus._committed[(TOPIC, "g")] == sent
+
+
+def test_bad_frames_go_to_the_dead_letter_topic_with_their_reason(tmp_path: Path) -> None:
+    bus = MemoryBus()
+    producer = bus.producer()
+    good = produce(bus, 3)
+    producer.send(TOPIC, b"\x93\x01\x02\x03", b"n9")  # [1, 2, 3]: v1, but not a frame
+    producer.send(TOPIC, b"", b"n9")
+    processor = Processor(SqliteStore(tmp_path / "s.db"), dead_letters=producer,
+                          dead_letter_topic=DEAD)
+    consumer = bus.consumer(TOPIC, "g")
+    processor.handle(consumer.poll(100, 0))
+    dead = bus.messages(DEAD)
+    assert [m.value for m in dead] == [b"\x93\x01\x02\x03", b""]
+    reasons = [dict(m.headers)["reason"].decode() for m in dead]
+    assert "8 fields" in reasons[0] and "empty message" in reasons[1]
+    assert dict(dead[0].headers)["source_offset"] == str(good).encode()
+    assert processor.stats.frames == good and processor.stats.dead_letters == 2
