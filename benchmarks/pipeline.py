@@ -1,0 +1,344 @@
+"""Issue #4: how fast frames go from a Kafka topic into the store, and how fresh they are.
+
+    .venv/bin/python benchmarks/pipeline.py [--steps 160] [--fresh-s 30] [--profile]
+
+Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports, fills
+one topic with frames of a simulated fleet (125 nodes x 8 GPUs, encoded
+with ``fleetwatch.codec``), then measures on that same data:
+
+a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``;
+b. a naive consumer as a user would write it: one message at a time,
+   decoded, one influxdb-client ``Point`` per metric, each written synchronously
+   (on the first ``--naive-frames`` frames: it is ~100x slower);
+c. the raw limits: a bare kafka-python loop that only counts messages, and a
+   bare bulk write of the same rows (pre-encoded line protocol) into VictoriaMetrics;
+d. freshness: 1,000 GPUs sampled every second for ``--fresh-s`` seconds through
+   the processor; per tick, the seconds from the frame's timestamp until all of
+   its 1,000 GPUs are queryable.
+
+A sample is one metric of one GPU at one instant (host metrics, 4 per frame,
+are written too but not counted). Progress goes to stderr; the last line on
+stdout is the JSON summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import json
+import pstats
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import kafka
+import lz4.frame
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
+
+from fleetwatch.codec import decode, encode  # noqa: E402
+from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
+from fleetwatch.config import AlertsConfig  # noqa: E402
+from fleetwatch.frame import Frame  # noqa: E402
+from fleetwatch.pipeline.bus import Message  # noqa: E402
+from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
+from fleetwatch.pipeline.processor import Processor  # noqa: E402
+from fleetwatch.pipeline.store.influx import LineProtocolWriter  # noqa: E402
+from fleetwatch.pipeline.store.lineproto import FrameEncoder  # noqa: E402
+from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore  # noqa: E402
+from fleetwatch.wiring import detectors  # noqa: E402
+from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
+
+NODES, GPUS = 125, 8
+PARTITIONS = 2
+GROUP_OPTS = dict(session_timeout_ms=6000, heartbeat_interval_ms=2000)
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+
+def gpu_samples(frames: list[Frame]) -> int:
+    return sum(len(g.metrics) for f in frames for g in f.gpus)
+
+
+def make_frames(steps: int, cluster: str, start_ts: float) -> list[Frame]:
+    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=1.0, cluster=cluster), start_ts)
+    out: list[Frame] = []
+    for _ in range(steps):
+        sim.step()
+        out.extend(sim.frames())
+    return out
+
+
+def produce(bootstrap: str, topic: str, frames: list[Frame]) -> list[bytes]:
+    producer = KafkaProducer(bootstrap, linger_ms=20)
+    values = [encode(f) for f in frames]
+    for f, v in zip(frames, values, strict=True):
+        producer.send(topic, v, f.node.encode())
+    producer.flush(60)
+    producer.close()
+    return values
+
+
+class TimedConsumer:
+    """A Consumer that notes when the first messages arrive: group join is not throughput."""
+
+    def __init__(self, inner: KafkaConsumer) -> None:
+        self.inner = inner
+        self.first: float | None = None
+
+    def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        out = self.inner.poll(max_messages, timeout_s)
+        if out and self.first is None:
+            self.first = time.perf_counter()
+        return out
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
+                  group: str) -> tuple[float, Processor]:
+    store = VictoriaMetricsStore(url)
+    proc = Processor(store, detectors(AlertsConfig()))
+    consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
+    stop = threading.Event()
+    thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
+    thread.start()
+    while proc.stats.frames < n_frames:
+        time.sleep(0.01)
+        if not thread.is_alive():
+            raise RuntimeError("processor stopped early")
+    seconds = time.perf_counter() - (consumer.first or 0.0)
+    stop.set()
+    thread.join()
+    consumer.inner.close()
+    store.close()
+    return seconds, proc
+
+
+def run_naive(bootstrap: str, topic: str, url: str, n_frames: int) -> tuple[float, int]:
+    from influxdb_client import InfluxDBClient, Point, WritePrecision
+    from influxdb_client.client.write_api import SYNCHRONOUS
+
+    client = InfluxDBClient(url=url, token="-", org="fleetwatch")
+    write = client.write_api(write_options=SYNCHRONOUS)
+    consumer = kafka.KafkaConsumer(topic, bootstrap_servers=bootstrap, group_id="naive",
+                                   auto_offset_reset="earliest", **GROUP_OPTS)
+    samples, started = 0, None
+    for frames, record in enumerate(consumer, 1):
+        started = started or time.perf_counter()
+        frame = decode(record.value)
+        ts = round(frame.ts * 1000)
+        for g in frame.gpus:
+            for name, value in g.metrics.items():
+                point = (Point("naive").tag("cluster", frame.cluster).tag("node", frame.node)
+                         .tag("gpu", str(g.index)).field(name, value).time(ts, WritePrecision.MS))
+                write.write("fleetwatch", record=point)
+                samples += 1
+        if frames >= n_frames:
+            break
+    seconds = time.perf_counter() - (started or 0.0)
+    consumer.close()
+    client.close()
+    return seconds, samples
+
+
+def run_raw_consume(bootstrap: str, topic: str, n_frames: int) -> float:
+    """Partitions assigned by hand: no group join, so the clock starts at the first fetch."""
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, max_poll_records=2000,
+                                   enable_auto_commit=False)
+    parts = [kafka.TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    seen, started = 0, time.perf_counter()
+    while seen < n_frames:
+        batches = consumer.poll(timeout_ms=200, max_records=2000)
+        seen += sum(len(records) for records in batches.values())
+    seconds = time.perf_counter() - started
+    consumer.close()
+    return seconds
+
+
+def run_raw_store(url: str, frames: list[Frame]) -> float:
+    """The same rows as the processor writes, as line protocol made beforehand, sent in bulk."""
+    relabelled = [Frame("raw-store", f.rack, f.node, f.ts, f.gpus, f.host, f.seq) for f in frames]
+    lines: list[str] = []
+    FrameEncoder().lines(relabelled, lines)
+    writer = LineProtocolWriter(url, batch_lines=10_000)
+    started = time.perf_counter()
+    writer.write_lines(lines)
+    seconds = time.perf_counter() - started
+    writer.close()
+    return seconds
+
+
+def count_at(url: str, cluster: str, tick_ms: int) -> int:
+    """How many GPUs' temperature at ``tick_ms`` (or later) can be read now."""
+    query = (f'count(tlast_over_time(gpu_temp_c{{cluster="{cluster}"}}[30s]) '
+             f'>= {tick_ms / 1000:.3f})')
+    params = urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=5) as r:
+        result = json.loads(r.read())["data"]["result"]
+    return int(float(result[0]["value"][1])) if result else 0
+
+
+def run_freshness(bootstrap: str, url: str, seconds: int, warmup_s: int) -> list[float]:
+    """Frames every second, stamped with the wall clock; per tick, the lag until queryable."""
+    topic, cluster = "fresh", "fresh"
+    ensure_topic(bootstrap, topic, PARTITIONS)
+    store = VictoriaMetricsStore(url)
+    proc = Processor(store, detectors(AlertsConfig()))
+    consumer = KafkaConsumer(bootstrap, topic, "fresh", **GROUP_OPTS)
+    stop = threading.Event()
+    worker = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
+    worker.start()
+    producer = KafkaProducer(bootstrap, linger_ms=5)
+    start = float(int(time.time()) + 1)
+    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=1.0, cluster=cluster),
+                   start - 1.0)
+    ticks: list[float] = []
+    lags: list[float] = []
+    pending: list[float] = []
+    total = warmup_s + seconds
+    for k in range(total):
+        sim.step()
+        frames = sim.frames()  # stamped sim.ts == the wall-clock second it is sent in
+        time.sleep(max(0.0, sim.ts - time.time()))
+        for f in frames:
+            producer.send(topic, encode(f), f.node.encode())
+        producer.flush(10)
+        ticks.append(sim.ts)
+        if k >= warmup_s:  # the first ticks create series, which VM indexes in ~10 s
+            pending.append(sim.ts)
+        # Until the next tick is due (after the last: up to 10 s), look for readable ticks.
+        last = k == total - 1
+        deadline = sim.ts + (10.0 if last else 1.0)
+        while time.time() < deadline and (pending or not last):
+            for tick in list(pending):
+                if count_at(url, cluster, round(tick * 1000)) >= NODES * GPUS:
+                    lags.append(time.time() - tick)
+                    pending.remove(tick)
+            time.sleep(0.02)
+    if pending:
+        say(f"freshness: {len(pending)} ticks never became readable within 10 s")
+        lags.extend([float("inf")] * len(pending))
+    stop.set()
+    worker.join()
+    producer.close()
+    consumer.close()
+    store.close()
+    return lags
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> str:
+    """cProfile of the whole processor loop (poll, decode, store, detect, commit) over the
+    benchmark's topic, in this thread; a watcher stops it once every frame is in."""
+    store = VictoriaMetricsStore(url)
+    proc = Processor(store, detectors(AlertsConfig()))
+    consumer = KafkaConsumer(bootstrap, topic, "profile", **GROUP_OPTS)
+    stop = threading.Event()
+
+    def watch() -> None:
+        while proc.stats.frames < n_frames:
+            time.sleep(0.01)
+        stop.set()
+
+    threading.Thread(target=watch, daemon=True).start()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    proc.run(consumer, stop)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    stats.sort_stats("cumulative").print_stats(r"fleetwatch|pipeline|codec|kafka/consumer", 25)
+    stats.sort_stats("tottime").print_stats(15)
+    consumer.close()
+    store.close()
+    return out.getvalue()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=160, help="1 s ticks of the 1,000-GPU fleet")
+    ap.add_argument("--naive-frames", type=int, default=150)
+    ap.add_argument("--fresh-s", type=int, default=30)
+    ap.add_argument("--warmup-s", type=int, default=12)
+    ap.add_argument("--profile", action="store_true")
+    args = ap.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-"))
+    broker = kafka_broker(tmp).start()
+    vm = victoria_metrics(tmp).start()
+    url = f"http://{vm.address}"
+    try:
+        say(f"broker {broker.address}, VictoriaMetrics {vm.address}")
+        frames = make_frames(args.steps, "bench", time.time() - args.steps - 3600)
+        n = len(frames)
+        samples = gpu_samples(frames)
+        topic = "frames"
+        ensure_topic(broker.address, topic, PARTITIONS)
+        t = time.perf_counter()
+        values = produce(broker.address, topic, frames)
+        say(f"produced {n} frames ({samples} GPU samples) in {time.perf_counter() - t:.1f}s")
+        sizes = sorted(len(v) for v in values)
+        one = values[len(values) // 2]
+        batch = b"".join(values[:NODES])
+        size = {"frame_msgpack_bytes": sizes[len(sizes) // 2],
+                "frame_lz4_bytes": len(lz4.frame.compress(one)),
+                "batch_of_125_lz4_bytes_per_frame": len(lz4.frame.compress(batch)) / NODES}
+        say(f"sizes: {size}")
+
+        secs = run_raw_consume(broker.address, topic, n)
+        raw_consume = samples / secs
+        say(f"raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
+        secs = run_raw_store(url, frames)
+        raw_store = samples / secs
+        say(f"raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
+        secs, proc = run_processor(broker.address, topic, url, n, "processor")
+        processor = samples / secs
+        say(f"processor: {proc.stats.frames} frames, {proc.stats.points} points in {secs:.2f}s "
+            f"= {processor:,.0f} GPU samples/s ({proc.stats.points / secs:,.0f} points/s)")
+        secs, naive_samples = run_naive(broker.address, topic, url, min(args.naive_frames, n))
+        naive = naive_samples / secs
+        say(f"naive: {naive_samples} samples in {secs:.2f}s = {naive:,.0f} samples/s")
+        if args.profile:
+            report = profile_processor(broker.address, topic, url, n)
+            say("profile of the processor loop:\n" + report)
+        say(f"freshness: {args.warmup_s}s warm-up, then {args.fresh_s}s of 1,000 GPUs at 1 Hz")
+        lags = run_freshness(broker.address, url, args.fresh_s, args.warmup_s)
+        p50, p99 = percentile(lags, 0.50), percentile(lags, 0.99)
+        say(f"freshness over {len(lags)} ticks: p50 {p50:.2f}s, p99 {p99:.2f}s, "
+            f"max {max(lags):.2f}s")
+        say(f"processor / naive = {processor / naive:.1f}x (target >= 10); processor / "
+            f"slower raw limit = {processor / min(raw_consume, raw_store):.0%} (target >= 50%)")
+        print(json.dumps({
+            "processor_samples_per_s": round(processor),
+            "naive_samples_per_s": round(naive),
+            "raw_consume_samples_per_s": round(raw_consume),
+            "raw_store_samples_per_s": round(raw_store),
+            "freshness_p50_s": round(p50, 3),
+            "freshness_p99_s": round(p99, 3),
+        }))
+    finally:
+        broker.stop()
+        vm.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,261 @@
+"""Line-protocol writes to any server of the InfluxDB v2 write API, through influxdb-client.
+
+VictoriaMetrics (``/api/v2/write``, tested here), InfluxDB 2.x and 3.x (same
+API, untested here: no such server installs on our CI machines).
+
+``write_lines`` is synchronous on purpose: the processor commits Kafka
+offsets only after ``Store.write`` returns, so it must return only once the
+server has answered 2xx for every line. influxdb-client's batching mode
+returns at once and reports failures from a background thread, so it
+cannot back that promise; we use its SYNCHRONOUS mode and do the batching
+(``batch_lines`` per request) and the retries here. Retries are ours too:
+the client's ``WritesRetry`` fixes its ``max_retry_time`` deadline when it
+is constructed and the synchronous path takes no per-call retry, so a
+long-lived client would stop retrying after its first ``max_retry_time``.
+
+A write that still fails after ``max_retries`` (or ``max_retry_time_s``)
+raises ``StoreError``; the processor then pauses consumption and tries
+the same batch again later. Memory stays bounded by the caller's batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import deque
+from collections.abc import Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from influxdb_client import InfluxDBClient, WritePrecision
+from influxdb_client.client.exceptions import InfluxDBError
+from influxdb_client.client.write_api import SYNCHRONOUS
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from fleetwatch.frame import Frame
+from fleetwatch.pipeline.store.base import (
+    ACTIVE_STATES,
+    Alert,
+    AlertState,
+    Annotation,
+    Point,
+    StoreError,
+)
+from fleetwatch.pipeline.store.lineproto import FrameEncoder, alert_line, annotation_line
+
+log = logging.getLogger(__name__)
+
+# 429 and 5xx are the server saying "later"; other 4xx will not get better.
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_FRAMES_PER_SLICE = 200
+
+
+class LineProtocolWriter:
+    """Synchronous, chunked, retried line-protocol writes to one server."""
+
+    def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
+                 token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
+                 max_retries: int = 3, retry_interval_s: float = 0.25,
+                 max_retry_delay_s: float = 4.0, max_retry_time_s: float = 30.0,
+                 gzip: bool = False, in_flight: int = 2, api: str = "v2") -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        # api="v1": InfluxDB 1.x before 1.8 has only /write?db=; same body, bucket = database.
+        self._v1_url: str | None = None
+        self._v1_headers = {"Authorization": f"Token {token}"} if token else {}
+        if api == "v1":
+            query = urllib.parse.urlencode({"db": bucket, "precision": "ms"})
+            self._v1_url = f"{self.url}/write?{query}"
+        elif api != "v2":
+            raise ValueError(f"api must be 'v1' or 'v2', not {api!r}")
+        self.in_flight = max(1, in_flight)
+        self._pool = ThreadPoolExecutor(max_workers=self.in_flight,
+                                        thread_name_prefix="fleetwatch-write")
+        self.org, self.bucket = org, bucket
+        self.batch_lines = batch_lines
+        self.max_retries = max_retries
+        self.retry_interval_s = retry_interval_s
+        self.max_retry_delay_s = max_retry_delay_s
+        self.max_retry_time_s = max_retry_time_s
+        # No token: VictoriaMetrics without auth ignores the header, but the
+        # client insists on one, so send a placeholder rather than "Token None".
+        self._client = InfluxDBClient(url=self.url, token=token or "-", org=org,
+                                      timeout=int(timeout_s * 1000), enable_gzip=gzip)
+        self._api = self._client.write_api(write_options=SYNCHRONOUS)
+
+    def write_lines(self, lines: Iterable[str]) -> int:
+        """Send lines in requests of ``batch_lines``; return once every one is accepted.
+
+        Requests go out from a worker thread while the caller's generator makes
+        the next chunk, so encoding (Python, holding the GIL) overlaps with the
+        server's ingestion; at most ``in_flight`` chunks wait, bounding memory.
+        The first failure is raised after the other requests have finished.
+        """
+        sent = 0
+        pending: deque[Future[None]] = deque()
+        error: BaseException | None = None
+        chunk: list[str] = []
+        try:
+            for line in lines:
+                chunk.append(line)
+                if len(chunk) >= self.batch_lines:
+                    error = _drain(pending, self.in_flight - 1) or error
+                    if error is not None:  # the store is away: stop, do not queue more
+                        break
+                    pending.append(self._pool.submit(self._post, "\n".join(chunk).encode(),
+                                                     len(chunk)))
+                    sent += len(chunk)
+                    chunk = []
+            if chunk and error is None:
+                self._post("\n".join(chunk).encode(), len(chunk))
+                sent += len(chunk)
+        finally:
+            error = _drain(pending, 0) or error
+        if error is not None:
+            raise error
+        return sent
+
+    def _post(self, body: bytes, n_lines: int) -> None:
+        deadline = time.monotonic() + self.max_retry_time_s
+        attempt = 0
+        while True:
+            try:
+                self._send(body)
+                return
+            except _Refused as exc:
+                reason, retry_after = f"HTTP {exc.status}: {exc.message}", exc.retry_after
+                if exc.status not in _RETRY_STATUS:
+                    raise StoreError(f"{self.url} refused {n_lines} lines ({reason}); "
+                                     "not retried, as the same request would be refused again"
+                                     ) from exc
+            except (Urllib3Error, OSError) as exc:  # URLError is an OSError
+                reason, retry_after = f"{type(exc).__name__}: {exc}", None
+            attempt += 1
+            delay = retry_after if retry_after is not None else self._backoff(attempt)
+            if attempt > self.max_retries or time.monotonic() + delay > deadline:
+                raise StoreError(f"cannot write {n_lines} lines to {self.url} after "
+                                 f"{attempt} attempts: {reason}")
+            log.info("write to %s failed (%s); retry %d in %.2fs", self.url, reason, attempt,
+                     delay)
+            time.sleep(delay)
+
+    def _send(self, body: bytes) -> None:
+        if self._v1_url is None:
+            try:
+                self._api.write(self.bucket, self.org, body, write_precision=WritePrecision.MS)
+            except InfluxDBError as exc:
+                raise _Refused(getattr(getattr(exc, "response", None), "status", None),
+                               str(exc.message or exc),
+                               _seconds(getattr(exc, "retry_after", None))) from exc
+            return
+        request = urllib.request.Request(self._v1_url, data=body, method="POST",
+                                         headers=self._v1_headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                response.read()
+        except urllib.error.HTTPError as exc:
+            raise _Refused(exc.code, exc.read()[:300].decode(errors="replace").strip(),
+                           _seconds(exc.headers.get("Retry-After"))) from exc
+
+    def _backoff(self, attempt: int) -> float:
+        # Jitter: N processors that lost the store together do not return together.
+        cap = min(self.max_retry_delay_s, self.retry_interval_s * 2 ** (attempt - 1))
+        return cap * (0.5 + random.random() / 2)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+        self._api.close()
+        self._client.close()
+
+
+class _Refused(Exception):
+    """The server answered with an error status."""
+
+    def __init__(self, status: int | None, message: str, retry_after: float | None) -> None:
+        super().__init__(f"HTTP {status}: {message}")
+        self.status, self.message, self.retry_after = status, message, retry_after
+
+
+def _drain(pending: deque[Future[None]], keep: int) -> BaseException | None:
+    """Wait until at most ``keep`` requests are in flight; the first error among those done."""
+    error = None
+    while len(pending) > keep:
+        exc = pending.popleft().exception()
+        error = error or exc
+    return error
+
+
+def _seconds(value: object) -> float | None:
+    try:
+        return min(float(str(value)), 30.0) if value is not None else None
+    except ValueError:
+        return None
+
+
+class InfluxStore:
+    """The write half of the Store protocol, for any server of the v2 write API.
+
+    The reads are the subclasses': ``VictoriaMetricsStore`` (Prometheus API)
+    and ``InfluxQLStore`` (InfluxDB). Here ``latest``, ``range`` and
+    ``annotations`` raise ``StoreError`` and ``alerts`` returns nothing, so
+    that a write-only deployment still runs a processor (whose open alerts
+    are then not reloaded after a restart).
+    """
+
+    def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
+                 token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
+                 max_retries: int = 3, api: str = "v2") -> None:
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self._writer = LineProtocolWriter(self.url, org=org, bucket=bucket, token=token,
+                                          timeout_s=timeout_s, batch_lines=batch_lines,
+                                          max_retries=max_retries, api=api)
+        self._encoder = FrameEncoder()
+
+    def write(self, frames: Sequence[Frame]) -> int:
+        count = [0]
+
+        def lines() -> Iterator[str]:
+            # A slice at a time, so the first request leaves before the last frame is encoded.
+            for i in range(0, len(frames), _FRAMES_PER_SLICE):
+                out: list[str] = []
+                count[0] += self._encoder.lines(frames[i:i + _FRAMES_PER_SLICE], out)
+                yield from out
+
+        self._writer.write_lines(lines())
+        return count[0]
+
+    def write_alerts(self, alerts: Sequence[Alert]) -> None:
+        self._writer.write_lines(alert_line(a) for a in alerts)
+
+    def write_annotations(self, annotations: Sequence[Annotation]) -> None:
+        self._writer.write_lines(annotation_line(a) for a in annotations)
+
+    def _no_reads(self) -> StoreError:
+        return StoreError(f"{type(self).__name__} writes only; read {self.url} through "
+                          "VictoriaMetricsStore or InfluxQLStore")
+
+    def latest(self, metric: str, since_ms: int) -> list[Point]:
+        raise self._no_reads()
+
+    def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+              device: str | None = None) -> list[Point]:
+        raise self._no_reads()
+
+    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
+               since_ts: float | None = None) -> list[Alert]:
+        log.warning("%s cannot read alerts back; open alerts are not reloaded",
+                    type(self).__name__)
+        return []
+
+    def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
+        raise self._no_reads()
+
+    def maintain(self, now_ms: int) -> None:
+        """Nothing to do: retention is the bucket's, downsampling the server's tasks."""
+
+    def close(self) -> None:
+        self._writer.close()

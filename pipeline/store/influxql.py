@@ -1,0 +1,193 @@
+"""Reads from InfluxDB through InfluxQL's ``/query``: the read half for ``store.kind = "influx"``.
+
+InfluxQL is the one query language that every InfluxDB answers: 1.x
+natively, 2.x through its v1-compatible ``/query`` (the database name must
+be mapped to the bucket with a DBRP mapping), 3.x through its v1 query API.
+Tested here against InfluxDB 1.6.7 only, writing through its v1 ``/write``
+(``api="v1"``); 2.x and 3.x are untested (no such server installs on our CI
+machines).
+
+The layout is ``lineproto``'s: measurement ``gpu``, field ``temp_c``, tags
+cluster, device, node, rack. InfluxDB replaces a point written again at the
+same series and time, so writes are idempotent without any server flag.
+
+* ``latest``: ``last(field)`` per series since ``since_ms``;
+* ``range``: raw points up to ``RAW_SPAN_MS``, else ``mean(field)`` over
+  ``GROUP BY time(1m)`` on the whole minutes in [start, end);
+* ``alerts``: per series of ``fleetwatch_alert``, the row with the newest
+  time (``last(updated_ts)`` and that row's other fields), then per id the
+  newest ``updated_ts``; a row not updated within ``alert_lookback_s`` is
+  forgotten;
+* ``annotations``: rows of ``fleetwatch_annotation`` that started within
+  ``annotation_lookback_s`` before the window.
+
+``maintain`` does nothing: retention is the database's (or bucket's)
+retention policy, and downsampling is the server's job (a continuous query
+or a task) if it is wanted at all.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from fleetwatch.pipeline.store.base import (
+    ACTIVE_STATES,
+    Alert,
+    AlertState,
+    Annotation,
+    Point,
+    SeriesKey,
+    StoreError,
+)
+from fleetwatch.pipeline.store.influx import InfluxStore
+from fleetwatch.pipeline.store.lineproto import (
+    ALERT_MEASUREMENT,
+    ANNOTATION_MEASUREMENT,
+    STATE_NAMES,
+    split_metric,
+)
+from fleetwatch.pipeline.store.sqlite import MINUTE_MS, RAW_SPAN_MS
+
+_DAY_S = 86_400.0
+_GROUP = 'GROUP BY "cluster", "rack", "node", "device"'
+_ALERT_FIELDS = ("state", "started_ts", "value", "fired_ts", "resolved_ts")
+
+
+class InfluxQLStore(InfluxStore):
+    """``InfluxStore``'s writes, plus reads through InfluxQL."""
+
+    def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
+                 token: str = "", database: str | None = None, api: str = "v2",
+                 timeout_s: float = 10.0, batch_lines: int = 5000, max_retries: int = 3,
+                 alert_lookback_s: float = 30 * _DAY_S,
+                 annotation_lookback_s: float = 30 * _DAY_S) -> None:
+        super().__init__(url, org=org, bucket=bucket, token=token, timeout_s=timeout_s,
+                         batch_lines=batch_lines, max_retries=max_retries, api=api)
+        self.database = database or bucket
+        self.alert_lookback_s = alert_lookback_s
+        self.annotation_lookback_s = annotation_lookback_s
+        self._headers = {"Authorization": f"Token {token}"} if token else {}
+
+    def query(self, influxql: str) -> list[dict[str, Any]]:
+        """The series of one InfluxQL statement, timestamps in ms."""
+        params = urllib.parse.urlencode({"db": self.database, "epoch": "ms", "q": influxql})
+        request = urllib.request.Request(f"{self.url}/query?{params}", headers=self._headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                body = json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            detail = exc.read()[:300].decode(errors="replace")
+            raise StoreError(f"{self.url}/query answered {exc.code}: {detail}") from exc
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"cannot query {self.url}/query: {exc}") from exc
+        result = (body.get("results") or [{}])[0]
+        if "error" in result or "error" in body:
+            raise StoreError(f"{self.url}/query: {result.get('error') or body.get('error')}")
+        return result.get("series", [])
+
+    def latest(self, metric: str, since_ms: int) -> list[Point]:
+        measurement, field = split_metric(metric)
+        series = self.query(f"SELECT last({_ident(field)}) FROM {_ident(measurement)} "
+                            f"WHERE time >= {since_ms}ms {_GROUP}")
+        points = [p for s in series for p in _points(metric, s)]
+        return sorted(points, key=lambda p: (p[0].node, p[0].device))
+
+    def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+              device: str | None = None) -> list[Point]:
+        measurement, field = split_metric(metric)
+        where = "".join(f" AND {_ident(k)} = {_literal(v)}"
+                        for k, v in (("node", node), ("device", device)) if v is not None)
+        if end_ms - start_ms <= RAW_SPAN_MS:
+            q = (f"SELECT {_ident(field)} FROM {_ident(measurement)} WHERE time >= {start_ms}ms "
+                 f"AND time < {end_ms}ms{where} {_GROUP}")
+        else:  # the minutes that start in [start, end), whole, like the SQLite rollups
+            first = -(-start_ms // MINUTE_MS) * MINUTE_MS
+            stop = (end_ms - 1) // MINUTE_MS * MINUTE_MS + MINUTE_MS
+            q = (f"SELECT mean({_ident(field)}) FROM {_ident(measurement)} WHERE time >= "
+                 f"{first}ms AND time < {stop}ms{where} {_GROUP}, time(1m) fill(none)")
+        points = [p for s in self.query(q) for p in _points(metric, s)]
+        points.sort(key=lambda p: p[1])
+        return points
+
+    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
+               since_ts: float | None = None) -> list[Alert]:
+        since_ms = (round(since_ts * 1000) if since_ts is not None
+                    else int((time.time() - self.alert_lookback_s) * 1000))
+        others = ", ".join(_ident(f) for f in _ALERT_FIELDS)
+        series = self.query(f"SELECT last(\"updated_ts\") AS \"updated_ts\", {others} "
+                            f"FROM {_ident(ALERT_MEASUREMENT)} WHERE time >= {since_ms}ms "
+                            "GROUP BY *")
+        newest: dict[str, Alert] = {}
+        for s in series:
+            tags = s.get("tags", {})
+            for row in _rows(s):
+                if not tags.get("id") or row.get("updated_ts") is None:
+                    continue
+                alert = _alert(tags, row)
+                seen = newest.get(alert.id)
+                if seen is None or alert.updated_ts >= seen.updated_ts:
+                    newest[alert.id] = alert
+        out = [a for a in newest.values() if a.state in states
+               and (since_ts is None or a.updated_ts >= since_ts)]
+        return sorted(out, key=lambda a: a.started_ts, reverse=True)
+
+    def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
+        since_ms = round((start_ts - self.annotation_lookback_s) * 1000)
+        series = self.query(f"SELECT \"start_ts\", \"end_ts\" FROM "
+                            f"{_ident(ANNOTATION_MEASUREMENT)} WHERE time >= {since_ms}ms "
+                            f"AND time < {round(end_ts * 1000)}ms GROUP BY *")
+        found: dict[tuple[str, float, str, str], Annotation] = {}
+        for s in series:
+            tags = s.get("tags", {})
+            for row in _rows(s):
+                if row.get("start_ts") is None:
+                    continue
+                a = Annotation(tags.get("kind", ""), row["start_ts"], row.get("end_ts"),
+                               tags.get("node", ""), tags.get("device", ""),
+                               tags.get("text", ""))
+                if a.start_ts < end_ts and (a.end_ts is None or a.end_ts >= start_ts):
+                    key = (a.kind, a.start_ts, a.node, a.device)
+                    if key not in found or found[key].end_ts is None:
+                        found[key] = a
+        return sorted(found.values(), key=lambda a: a.start_ts)
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _rows(series: dict[str, Any]) -> list[dict[str, Any]]:
+    columns = series["columns"]
+    return [dict(zip(columns, values, strict=True)) for values in series.get("values", [])]
+
+
+def _points(metric: str, series: dict[str, Any]) -> list[Point]:
+    tags = series.get("tags", {})
+    key = SeriesKey(metric, tags.get("cluster", ""), tags.get("rack", ""),
+                    tags.get("node", ""), tags.get("device", ""))
+    return [(key, int(t), float(v)) for t, v in series.get("values", []) if v is not None]
+
+
+def _alert(tags: dict[str, str], row: dict[str, Any]) -> Alert:
+    value = row.get("value")
+    return Alert(
+        id=tags["id"], rule=tags.get("rule", ""), severity=tags.get("severity", ""),
+        cluster=tags.get("cluster", ""), rack=tags.get("rack", ""), node=tags.get("node", ""),
+        device=tags.get("device", ""),
+        state=STATE_NAMES.get(int(row.get("state") or 0), "pending"),  # type: ignore[arg-type]
+        started_ts=float(row["updated_ts"] if row.get("started_ts") is None
+                         else row["started_ts"]),
+        updated_ts=float(row["updated_ts"]),
+        value=math.nan if value is None else float(value), message=tags.get("message", ""),
+        fired_ts=row.get("fired_ts"), resolved_ts=row.get("resolved_ts"))

@@ -1,0 +1,54 @@
+from __future__ import annotations
+
+import shutil
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import Server, free_port
+
+DATABASE = "fleetwatch"
+
+
+def influxdb_v1(tmp: Path) -> Server:
+    """InfluxDB 1.x (Debian's 1.6.7 here): v1 API only, every listener on 127.0.0.1."""
+    binary = shutil.which("influxd")
+    if binary is None:
+        raise RuntimeError("no InfluxDB: `apt-get install influxdb` (scripts/test does this)")
+    http, rpc = free_port(), free_port()
+    config = tmp / "influxdb.conf"
+    config.write_text(f"""reporting-enabled = false
+bind-address = "127.0.0.1:{rpc}"
+[meta]
+  dir = "{tmp}/meta"
+[data]
+  dir = "{tmp}/data"
+  wal-dir = "{tmp}/wal"
+  query-log-enabled = false
+[monitor]
+  store-enabled = false
+[http]
+  bind-address = "127.0.0.1:{http}"
+  log-enabled = false
+[ifql]
+  enabled = false
+[logging]
+  level = "warn"
+""")
+    return Server("influxd", [binary, "-config", str(config)], http,
+                  log_path=tmp / "influxd.log")
+
+
+@pytest.fixture(scope="session")
+def influxdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """An InfluxDB 1.x on 127.0.0.1 with the database ``fleetwatch``, shared by the session."""
+    server = influxdb_v1(tmp_path_factory.mktemp("influxdb")).start()
+    query = urllib.parse.urlencode({"q": f'CREATE DATABASE "{DATABASE}"'})
+    request = urllib.request.Request(f"http://{server.address}/query?{query}", method="POST")
+    with urllib.request.urlopen(request, timeout=10) as r:
+        r.read()
+    yield server
+    server.stop()

@@ -1,0 +1,49 @@
+"""Frames and server helpers shared by the store tests."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+import uuid
+
+from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
+
+MINUTE_MS = 60_000
+
+
+def force_flush(address: str) -> None:
+    """Make just-written samples searchable now (VictoriaMetrics does it every ~1 s)."""
+    with urllib.request.urlopen(f"http://{address}/internal/force_flush", timeout=10) as r:
+        r.read()
+
+
+def minute_ago(minutes: int) -> int:
+    """A minute boundary ``minutes`` ago, in ms: old enough for every rollup to be closed."""
+    now = int(time.time() * 1000)
+    return now - now % MINUTE_MS - minutes * MINUTE_MS
+
+
+def cluster_name() -> str:
+    """A cluster of the test's own, so that tests sharing one server do not see each other."""
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+def temp(node: int, gpu: int, tick: int) -> float:
+    return 40.0 + node * 10 + gpu + (tick % 17) * 0.5
+
+
+def frames(cluster: str, t0_ms: int, ticks: int, nodes: int = 2, gpus: int = 2) -> list[Frame]:
+    """``nodes`` nodes x ``gpus`` GPUs, one frame per node per second from ``t0_ms``."""
+    out = []
+    for tick in range(ticks):
+        ts = (t0_ms + tick * 1000) / 1000
+        for n in range(nodes):
+            out.append(Frame(
+                cluster, f"rack-{n // 2}", f"node-{n}", ts,
+                tuple(GpuReading(g, f"GPU-{n}-{g}", "test", {
+                    "gpu_temp_c": temp(n, g, tick),
+                    "gpu_power_w": 100.0 + tick + 0.25 * g}) for g in range(gpus)),
+                HostReading({"host_cpu_util_pct": float(tick % 100)},
+                            (PortReading("eth0", "nic", {"nic_rx_bytes_per_s": 1e6 + tick}),)),
+                seq=tick))
+    return out

@@ -1,0 +1,149 @@
+"""One set of assertions for every Store backend: what the dashboards and the processor rely on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from statistics import fmean
+
+import pytest
+
+from fleetwatch.pipeline.store.base import Alert, Annotation, Store
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.sqlite import RAW_SPAN_MS, SqliteStore
+from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.servers import Server
+from tests.store.conftest import DATABASE
+from tests.store.helpers import MINUTE_MS, cluster_name, force_flush, frames, minute_ago, temp
+
+TICKS = 180  # three whole minutes of 1 s frames
+
+
+class Backend:
+    def __init__(self, store: Store, settle: Callable[[], None]) -> None:
+        self.store = store
+        self.settle = settle  # make what was written readable, as time would
+
+
+@pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    if request.param == "sqlite":
+        store: Store = SqliteStore(tmp_path / "store.db")
+        b = Backend(store, lambda: store.maintain(minute_ago(0)))
+    elif request.param == "victoriametrics":
+        server: Server = request.getfixturevalue("victoria")
+        store = VictoriaMetricsStore(f"http://{server.address}")
+        b = Backend(store, lambda: force_flush(server.address))
+    else:  # InfluxDB 1.x: the InfluxQL reads of store.kind = "influx", written through v1
+        influx: Server = request.getfixturevalue("influxdb")
+        store = InfluxQLStore(f"http://{influx.address}", bucket=DATABASE, api="v1")
+        b = Backend(store, lambda: None)
+    yield b
+    b.store.close()
+
+
+def mine(points: list, cluster: str) -> list:
+    return [p for p in points if p[0].cluster == cluster]
+
+
+def test_latest_gives_the_newest_point_of_every_series(backend: Backend) -> None:
+    cluster, t0 = cluster_name(), minute_ago(30)
+    assert backend.store.write(frames(cluster, t0, TICKS)) == TICKS * 2 * (2 * 2 + 2)
+    backend.settle()
+    last = t0 + (TICKS - 1) * 1000
+    got = mine(backend.store.latest("gpu_temp_c", t0), cluster)
+    assert [(p[0].node, p[0].device, p[1], p[2]) for p in got] == [
+        (f"node-{n}", f"gpu{g}", last, temp(n, g, TICKS - 1)) for n in range(2) for g in range(2)]
+    assert {p[0].rack for p in got} == {"rack-0"}
+    assert mine(backend.store.latest("gpu_temp_c", last + 1), cluster) == []
+    assert mine(backend.store.latest("gpu_temp_c", 0), cluster) == got  # "since ever"
+
+
+def test_short_range_is_raw_and_long_range_is_minute_means(backend: Backend) -> None:
+    cluster, t0 = cluster_name(), minute_ago(30)
+    backend.store.write(frames(cluster, t0, TICKS))
+    backend.settle()
+    raw = mine(backend.store.range("gpu_temp_c", t0 + 10_000, t0 + 70_000, node="node-1",
+                                   device="gpu1"), cluster)
+    assert [(p[1], p[2]) for p in raw] == [
+        (t0 + k * 1000, temp(1, 1, k)) for k in range(10, 70)]
+    assert {p[0].device for p in raw} == {"gpu1"}
+
+    long = mine(backend.store.range("gpu_temp_c", t0 - RAW_SPAN_MS, t0 + TICKS * 1000,
+                                    node="node-0"), cluster)
+    by_series: dict[str, list[tuple[int, float]]] = {}
+    for key, ts, value in long:
+        by_series.setdefault(key.device, []).append((ts, value))
+    assert sorted(by_series) == ["gpu0", "gpu1"]
+    for g in range(2):
+        expected = [(t0 + m * MINUTE_MS, fmean(temp(0, g, k) for k in range(m * 60, m * 60 + 60)))
+                    for m in range(3)]
+        got = by_series[f"gpu{g}"]
+        assert [ts for ts, _ in got] == [ts for ts, _ in expected]
+        assert [v for _, v in got] == pytest.approx([v for _, v in expected], abs=1e-9)
+
+
+def test_rewriting_the_same_frames_keeps_one_point_per_timestamp(backend: Backend) -> None:
+    cluster, t0 = cluster_name(), minute_ago(20)
+    batch = frames(cluster, t0, 30)
+    backend.store.write(batch)
+    backend.store.write(batch[:40])  # a replay after a crash: the batch again, in part
+    backend.settle()
+    got = mine(backend.store.range("gpu_power_w", t0, t0 + 30_000, node="node-0",
+                                   device="gpu0"), cluster)
+    assert [p[1] for p in got] == [t0 + k * 1000 for k in range(30)]
+
+
+def _alert(cluster: str, state: str, ts: float, **kw: object) -> Alert:
+    base = dict(id=f"gpu_temp/{cluster}/gpu3/1", rule="gpu_temp", severity="critical",
+                cluster=cluster, rack="rack-0", node="node-0", device="gpu3", state=state,
+                started_ts=ts - 120.0, updated_ts=ts, value=91.0,
+                message="GPU 3 on node-0 at 91 °C, limit 85 °C")
+    return Alert(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_alerts_round_trip_through_their_lifecycle(backend: Backend) -> None:
+    cluster, now = cluster_name(), minute_ago(0) / 1000
+    store = backend.store
+    pending = _alert(cluster, "pending", now - 60)
+    firing = _alert(cluster, "firing", now - 30, fired_ts=now - 30, value=92.5,
+                    message="GPU 3 on node-0 at 92 °C, limit 85 °C")
+    other = _alert(cluster, "pending", now - 10, id=f"power/{cluster}/host/2", rule="power",
+                   severity="warning", device="host", message="a, b=c d")
+    store.write_alerts([pending])
+    store.write_alerts([firing, other])
+    backend.settle()
+
+    def active() -> list[Alert]:
+        return [a for a in store.alerts() if a.cluster == cluster]
+
+    assert sorted(active(), key=lambda a: a.id) == sorted([firing, other], key=lambda a: a.id)
+    resolved = _alert(cluster, "resolved", now - 5, fired_ts=now - 30, resolved_ts=now - 5,
+                      value=92.5, message=firing.message)
+    store.write_alerts([resolved])
+    backend.settle()
+    assert active() == [other]
+    done = [a for a in store.alerts(("resolved",), since_ts=now - 600) if a.cluster == cluster]
+    assert done == [resolved]
+    assert [a for a in store.alerts(("resolved",), since_ts=0) if a.cluster == cluster] == done
+    assert [a for a in store.alerts(("resolved",), since_ts=now - 1) if a.cluster == cluster] == []
+
+
+def test_annotations_round_trip_by_overlap(backend: Backend) -> None:
+    node = cluster_name()  # annotations carry no cluster: a node of the test's own
+    t = minute_ago(60) / 1000
+    closed = Annotation("fault:cooling", t, t + 600, node, "gpu2", "fan stuck, 1.6x")
+    recurring = Annotation("fault:cooling", t + 900, t + 1200, node, "gpu2", "fan stuck, 1.6x")
+    open_ = Annotation("maintenance", t + 300, None, node, "host", "drain")
+    store = backend.store
+    store.write_annotations([closed, open_, recurring])
+    store.write_annotations([closed])
+    backend.settle()
+
+    def within(a: float, b: float) -> list[Annotation]:
+        return [x for x in store.annotations(a, b) if x.node == node]
+
+    assert within(t - 60, t + 7200) == [closed, open_, recurring]
+    assert within(t + 650, t + 800) == [open_]
+    assert within(t + 100, t + 200) == [closed]
+    assert within(t - 600, t - 60) == []

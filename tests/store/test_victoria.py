@@ -1,0 +1,105 @@
+"""What only the VictoriaMetrics backend has to show: its layout, its dedup, its outages."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.catalogue import catalogue
+from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.config import Secret, StoreConfig
+from fleetwatch.pipeline.store.base import StoreError
+from fleetwatch.pipeline.store.influx import InfluxStore
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.lineproto import FrameEncoder, open_lineproto_store
+from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.servers import Server, victoria_metrics
+from tests.store.helpers import cluster_name, force_flush, frames, minute_ago
+
+
+def export(address: str, selector: str) -> list[dict]:
+    query = urllib.parse.urlencode({"match[]": selector})
+    with urllib.request.urlopen(f"http://{address}/api/v1/export?{query}", timeout=10) as r:
+        return [json.loads(line) for line in r.read().splitlines()]
+
+
+def test_series_are_named_as_the_catalogue_with_four_labels(victoria: Server) -> None:
+    sim = FleetSim(SimParams(nodes=2, gpus=8, cluster=cluster_name()), start_ts=time.time() - 60)
+    sim.step()
+    batch = sim.frames()
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    n = store.write(batch)
+    force_flush(victoria.address)
+    series = export(victoria.address, f'{{cluster="{sim.params.cluster}"}}')
+    names = {s["metric"]["__name__"] for s in series}
+    expected = {m for f in batch for g in f.gpus for m in g.metrics} | set(batch[0].host.metrics)
+    assert names == expected and names <= {m.name for m in catalogue().metrics}
+    assert {tuple(sorted(s["metric"])) for s in series} == {
+        ("__name__", "cluster", "device", "node", "rack")}
+    assert sum(len(s["values"]) for s in series) == n == 2 * (8 * 11 + 4)
+
+
+def test_one_line_per_device_and_instant() -> None:
+    lines: list[str] = []
+    n = FrameEncoder().lines(frames("c 1", 1_700_000_000_000, 1, nodes=1, gpus=1), lines)
+    assert n == 4
+    assert lines == [
+        r"gpu,cluster=c\ 1,device=gpu0,node=node-0,rack=rack-0 temp_c=40.0,power_w=100.0"
+        " 1700000000000",
+        r"host,cluster=c\ 1,device=host,node=node-0,rack=rack-0 cpu_util_pct=0.0 1700000000000",
+        r"nic,cluster=c\ 1,device=eth0,node=node-0,rack=rack-0 rx_bytes_per_s=1000000.0"
+        " 1700000000000"]
+
+
+def test_a_rewrite_is_one_sample_on_the_server(victoria: Server) -> None:
+    """Needs -dedup.minScrapeInterval=1ms on the server (tests/servers.py sets it)."""
+    cluster, t0 = cluster_name(), minute_ago(10)
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    batch = frames(cluster, t0, 20)
+    for _ in range(3):
+        store.write(batch)
+        force_flush(victoria.address)
+    [series] = export(victoria.address, f'gpu_temp_c{{cluster="{cluster}",node="node-0",'
+                                        'device="gpu0"}')
+    assert series["timestamps"] == [t0 + k * 1000 for k in range(20)]
+
+
+def test_outage_raises_store_error_then_recovers_with_nothing_lost(tmp_path: Path) -> None:
+    server = victoria_metrics(tmp_path).start()
+    try:
+        url = f"http://{server.address}"
+        store = VictoriaMetricsStore(url, max_retries=2, timeout_s=2.0)
+        cluster, t0 = cluster_name(), minute_ago(10)
+        first, second = frames(cluster, t0, 30), frames(cluster, t0 + 30_000, 30)
+        store.write(first)
+        server.stop()
+        started = time.monotonic()
+        with pytest.raises(StoreError, match="after 3 attempts"):
+            store.write(second)
+        assert time.monotonic() - started < 5  # bounded: the processor pauses, not hangs
+        with pytest.raises(StoreError):
+            store.latest("gpu_temp_c", t0)
+        server.start()
+        store.write(second)  # what the processor does: the same batch again
+        force_flush(server.address)
+        got = store.range("gpu_temp_c", t0, t0 + 60_000, node="node-1", device="gpu0")
+        assert [p[1] for p in got] == [t0 + k * 1000 for k in range(60)]
+        store.close()
+    finally:
+        server.stop()
+
+
+def test_config_picks_the_backend() -> None:
+    vm = open_lineproto_store(StoreConfig(kind="victoriametrics", url="http://127.0.0.1:1"))
+    influx = open_lineproto_store(StoreConfig(kind="influx", url="http://127.0.0.1:1",
+                                              token=Secret("s3cret")))
+    assert type(vm) is VictoriaMetricsStore and type(influx) is InfluxQLStore
+    write_only = InfluxStore("http://127.0.0.1:1")
+    assert write_only.alerts() == []  # a processor can start on it
+    with pytest.raises(StoreError, match="writes only"):
+        write_only.latest("gpu_temp_c", 0)
