@@ -265,18 +265,23 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_agent(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.collectors.nvml import NvmlUnavailable
     from fleetwatch.collectors.run import read_once, run_agent
 
     if args.interval is not None:
         config = _override(config, "agent", interval_s=args.interval)
-    if args.once:
+    try:
+        if not args.once:
+            return run_agent(config, args.fake_gpus)
         frame = read_once(config, args.fake_gpus)
-        if args.json:
-            print(json.dumps(dataclasses.asdict(frame), indent=2, sort_keys=True))
-        else:
-            _print_frame(frame)
-        return EXIT_OK
-    return run_agent(config, args.fake_gpus)
+    except NvmlUnavailable as exc:  # agent.nvml_policy = "error"
+        print(f"fleetwatch agent: FATAL: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    if args.json:
+        print(json.dumps(dataclasses.asdict(frame), indent=2, sort_keys=True))
+    else:
+        _print_frame(frame)
+    return EXIT_OK
 
 
 _SUMMARY = [("temp", "gpu_temp_c", "{:.0f}°C"), ("mem", "gpu_mem_temp_c", "{:.0f}°C"),

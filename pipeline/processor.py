@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from fleetwatch.codec import Decoder, FrameError
@@ -80,6 +81,7 @@ class Processor:
     def process(self, frames: Sequence[Frame]) -> None:
         if not frames:
             return
+        t0 = time.perf_counter()
         points = self.store.write(frames)
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
@@ -88,46 +90,67 @@ class Processor:
         self.stats.frames += len(frames)
         self.stats.points += points
         self.stats.alerts_changed += len(changed)
+        self.stats.last_batch_s = time.perf_counter() - t0
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0) -> None:
-        """Poll → decode → process → commit until ``stop`` is set.
+        """Poll → decode → store and evaluate → commit, until ``stop`` is set.
 
-        While the store or the broker is away, the batch in hand is kept and
+        Two batches overlap: while a writer thread stores and evaluates batch N
+        (mostly waiting on the store), this thread polls and decodes batch N+1.
+        Batches are stored and evaluated strictly in order, and batch N's
+        offsets are committed only once batch N is stored.
+
+        While the store or the broker is away, the batches in hand are kept and
         retried with backoff and the consumer is paused (polled, so it stays in
         its group, but fetching nothing): memory stays bounded, and no offset
         is committed for a batch that is not stored.
         """
         backoff = 0.5
         next_maintain = 0.0
-        messages: list[Message] = []
-        while not stop.is_set():
-            t0 = time.perf_counter()
-            try:
-                if not messages:
-                    messages = consumer.poll(max_messages, timeout_s=0.2)
-                if messages:
-                    self.process(self.decode(messages))
-                    consumer.commit()
-                    messages = []
-                    self.stats.last_batch_s = time.perf_counter() - t0
-                if time.monotonic() >= next_maintain:
-                    self.store.maintain(int(time.time() * 1000))
-                    next_maintain = time.monotonic() + maintain_every_s
-            except (StoreError, BusError) as exc:
-                self.stats.store_errors += isinstance(exc, StoreError)
-                log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
-                            "store" if isinstance(exc, StoreError) else "bus", exc, backoff)
-                consumer.pause()
-                self.stats.paused = True
-                messages.extend(self._idle(consumer, stop, backoff))
-                backoff = min(backoff * 2, 30.0)
-                continue
-            if self.stats.paused:
-                consumer.resume()
-                self.stats.paused = False
-                log.info("store and bus are back; consuming again")
-            backoff = 0.5
+        held: list[list] = []  # [messages, frames or None], oldest first; at most two
+        job: Future[None] | None = None
+        with ThreadPoolExecutor(1, thread_name_prefix="store-writer") as writer:
+            while not stop.is_set():
+                try:
+                    fetched = False
+                    if len(held) < 2 and not self.stats.paused:
+                        messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
+                        if messages:
+                            held.append([messages, None])
+                            fetched = True
+                    for entry in held:
+                        if entry[1] is None:
+                            entry[1] = self.decode(entry[0])
+                    if job is None and held:
+                        job = writer.submit(self.process, held[0][1])
+                    if job is not None and (len(held) >= 2 or not fetched):
+                        job.result()
+                        job = None
+                        consumer.commit(held.pop(0)[0])
+                    if job is None and time.monotonic() >= next_maintain:
+                        writer.submit(self.store.maintain, int(time.time() * 1000)).result()
+                        next_maintain = time.monotonic() + maintain_every_s
+                except (StoreError, BusError) as exc:
+                    job = None
+                    self.stats.store_errors += isinstance(exc, StoreError)
+                    log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
+                                "store" if isinstance(exc, StoreError) else "bus", exc, backoff)
+                    consumer.pause()
+                    self.stats.paused = True
+                    late = self._idle(consumer, stop, backoff)
+                    if late:
+                        held.append([late, None])
+                    backoff = min(backoff * 2, 30.0)
+                    continue
+                if self.stats.paused and not held:
+                    consumer.resume()
+                    self.stats.paused = False
+                    log.info("store and bus are back; consuming again")
+                if not held:
+                    backoff = 0.5
+            if job is not None:  # let the write in flight finish; its batch is replayed anyway
+                job.exception()
 
     @staticmethod
     def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:

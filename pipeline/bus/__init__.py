@@ -42,8 +42,8 @@ class Consumer(Protocol):
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         """The next messages of the subscribed topic, in order per partition."""
 
-    def commit(self) -> None:
-        """Mark every message returned by ``poll`` so far as done."""
+    def commit(self, messages: Sequence[Message] | None = None) -> None:
+        """Mark messages as done: these (up to each one's partition offset), else all polled."""
 
     def pause(self) -> None:
         """Stop fetching (``poll`` returns nothing) but stay in the group."""

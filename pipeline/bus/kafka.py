@@ -285,11 +285,17 @@ class KafkaConsumer:
         self._lag = self._measure_lag()
         return out
 
-    def commit(self) -> None:
+    def commit(self, messages: Sequence[Message] | None = None) -> None:
         owned = self._consumer.assignment()
-        with self._lock:
-            offsets = {tp: OffsetAndMetadata(off, "", -1)
-                       for tp, off in self._returned.items() if tp in owned}
+        if messages is not None:
+            upto: dict[TopicPartition, int] = {}
+            for m in messages:
+                tp = TopicPartition(m.topic, m.partition)
+                upto[tp] = max(upto.get(tp, 0), m.offset + 1)
+        else:
+            with self._lock:
+                upto = dict(self._returned)
+        offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in upto.items() if tp in owned}
         if not offsets:
             return
         try:

@@ -90,9 +90,10 @@ class MemoryConsumer:
             self._position += len(batch)
             return batch
 
-    def commit(self) -> None:
+    def commit(self, messages: Sequence[Message] | None = None) -> None:
+        position = self._position if not messages else messages[-1].offset + 1
         with self._bus._cond:
-            self._bus._committed[(self._topic, self._group)] = self._position
+            self._bus._committed[(self._topic, self._group)] = position
             self._bus._cond.notify_all()
 
     def pause(self) -> None:

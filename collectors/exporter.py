@@ -1,0 +1,248 @@
+"""``/metrics`` for Prometheus, name- and label-compatible with NVIDIA's dcgm-exporter.
+
+A GPU metric with a DCGM name is exposed under it, in DCGM's unit (the
+catalogue's ``dcgm_scale``: bytes -> MiB, J -> mJ) and with dcgm-exporter's
+labels, so its Grafana board and alerts work unchanged::
+
+    DCGM_FI_DEV_GPU_TEMP{gpu="0",UUID="GPU-...",pci_bus_id="00000000:31:00.0",
+        device="nvidia0",modelName="NVIDIA L4",Hostname="node-7",
+        DCGM_FI_DRIVER_VERSION="580.105.08",hpc_job="4000123"} 31
+
+The job label is ``hpc_job``, dcgm-exporter's own name for it: a scraped
+label called ``job`` would collide with the ``job`` label Prometheus gives
+every target (and be renamed ``exported_job``). Metrics without a DCGM name are
+``fleetwatch_<catalogue name>``. XIDs are a counter per code,
+``fleetwatch_gpu_xid_total{...,xid="79"}``, plus ``DCGM_FI_DEV_XID_ERRORS``
+(the last XID, 0 for none) for boards that read that.
+
+``Exporter`` is a custom collector: ``collect()`` builds the families from the
+latest frame at scrape time, so a lost GPU's series simply stop. It is served by
+``serve_metrics``, which writes the text format itself because
+prometheus_client renames every counter family to ``<name>_total`` and
+dcgm-exporter's counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) have no suffix.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import Counter, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.utils import floatToGoString
+
+from fleetwatch.catalogue import Catalogue, catalogue
+from fleetwatch.frame import Frame, GpuReading
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname",
+              "DCGM_FI_DRIVER_VERSION", "hpc_job")
+# Where dcgm-exporter's default-counters.csv types a family differently from our catalogue
+# (it calls these counts counters), follow dcgm-exporter: its users' recording rules do.
+_DCGM_TYPES = {
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "counter",
+    "DCGM_FI_DEV_RETIRED_SBE": "counter",
+    "DCGM_FI_DEV_RETIRED_DBE": "counter",
+    "DCGM_FI_DEV_RETIRED_PENDING": "counter",
+}
+TICK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class AgentHealth:
+    """The agent loop's own counters; the loop calls these, ``/metrics`` shows them."""
+
+    def __init__(self) -> None:
+        self._sent = Counter("fleetwatch_agent_frames_sent", "Frames published to the bus",
+                             registry=None)
+        self._spooled = Counter("fleetwatch_agent_frames_spooled",
+                                "Frames written to the local spool while the bus was away",
+                                registry=None)
+        self._dropped = Counter("fleetwatch_agent_frames_dropped",
+                                "Frames lost (spool full or unencodable)", registry=None)
+        self._nvml = Counter("fleetwatch_agent_nvml_errors", "NVML calls that failed, by error",
+                             ["kind"], registry=None)
+        self._tick = Histogram("fleetwatch_agent_tick_seconds",
+                               "Wall time of one agent tick (read, encode, publish)",
+                               buckets=TICK_BUCKETS, registry=None)
+
+    def sent(self, n: int = 1) -> None:
+        self._sent.inc(n)
+
+    def spooled(self, n: int = 1) -> None:
+        self._spooled.inc(n)
+
+    def dropped(self, n: int = 1) -> None:
+        self._dropped.inc(n)
+
+    def nvml_error(self, kind: str) -> None:
+        self._nvml.labels(kind=kind).inc()
+
+    def tick(self, seconds: float) -> None:
+        self._tick.observe(seconds)
+
+    def collect(self) -> Iterator[Metric]:
+        for m in (self._sent, self._spooled, self._dropped, self._nvml, self._tick):
+            yield from m.collect()
+
+
+class Exporter:
+    """A prometheus_client collector over the latest frame of this node."""
+
+    def __init__(self, hostname: str | None = None, health: AgentHealth | None = None,
+                 cat: Catalogue | None = None) -> None:
+        self.hostname = hostname
+        self.health = health
+        self._cat = cat or catalogue()
+        self._lock = threading.Lock()
+        self._frame: Frame | None = None
+        self._xid_counts: dict[tuple[str, int], int] = {}
+        self._last_xid: dict[str, int] = {}
+
+    def update(self, frame: Frame) -> None:
+        """Show this frame from the next scrape on; count its XIDs."""
+        with self._lock:
+            self._frame = frame
+            for g in frame.gpus:
+                for x in g.xids:
+                    self._xid_counts[g.uuid, x] = self._xid_counts.get((g.uuid, x), 0) + 1
+                    self._last_xid[g.uuid] = x
+
+    def _gpu_labels(self, g: GpuReading, host: str) -> dict[str, str]:
+        return {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": g.info.get("pci_bus_id", ""),
+                # NVML index stands in for the /dev/nvidiaN minor: they agree unless
+                # CUDA_VISIBLE_DEVICES-style remapping hides devices from the agent.
+                "device": f"nvidia{g.index}", "modelName": g.model, "Hostname": host,
+                "DCGM_FI_DRIVER_VERSION": g.info.get("driver", ""), "hpc_job": g.job or ""}
+
+    def collect(self) -> Iterator[Metric]:
+        with self._lock:
+            frame = self._frame
+            xid_counts = dict(self._xid_counts)
+            last_xid = dict(self._last_xid)
+        if frame is not None:
+            yield from self._frame_families(frame, xid_counts, last_xid)
+        if self.health is not None:
+            yield from self.health.collect()
+
+    def _frame_families(self, frame: Frame, xid_counts: dict[tuple[str, int], int],
+                        last_xid: dict[str, int]) -> Iterator[Metric]:
+        host = self.hostname or frame.node
+        gpus = [(g, self._gpu_labels(g, host)) for g in frame.gpus if g.state == "ok"]
+        for m in self._cat.scope("gpu"):
+            name = m.dcgm or f"fleetwatch_{m.name}"
+            kind = _DCGM_TYPES.get(name, m.kind)
+            fam = Metric(name, m.help + (f" (in {m.unit})" if not m.dcgm else ""), kind)
+            scale = m.dcgm_scale if m.dcgm else 1.0
+            for g, labels in gpus:
+                v = g.metrics.get(m.name)
+                if v is not None:
+                    fam.add_sample(name, labels, v * scale)
+            if fam.samples:
+                yield fam
+        xid = Metric("fleetwatch_gpu_xid_total", "XID errors reported by the driver, by code",
+                     "counter")
+        last = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
+                      "gauge")
+        for g, labels in gpus:
+            for (uuid, code), n in sorted(xid_counts.items()):
+                if uuid == g.uuid:
+                    xid.add_sample(xid.name, {**labels, "xid": str(code)}, float(n))
+            last.add_sample(last.name, labels, float(last_xid.get(g.uuid, 0)))
+        yield from (f for f in (xid, last) if f.samples)
+        lost = Metric("fleetwatch_gpus_lost", "GPUs of this node that NVML reports as lost",
+                      "gauge")
+        lost.add_sample(lost.name, {"Hostname": host},
+                        float(sum(g.state == "lost" for g in frame.gpus)))
+        yield lost
+        yield from self._host_families(frame, host)
+        ts = Metric("fleetwatch_agent_last_frame_timestamp_seconds",
+                    "Time of the frame these metrics come from", "gauge")
+        ts.add_sample(ts.name, {"Hostname": host}, frame.ts)
+        yield ts
+
+    def _host_families(self, frame: Frame, host: str) -> Iterator[Metric]:
+        for m in self._cat.scope("host"):
+            v = frame.host.metrics.get(m.name)
+            if v is not None:
+                name = f"fleetwatch_{m.name}"
+                fam = Metric(name, f"{m.help} (in {m.unit})", m.kind)
+                fam.add_sample(name, {"Hostname": host}, v)
+                yield fam
+        for m in self._cat.scope("port"):
+            name = f"fleetwatch_{m.name}"
+            fam = Metric(name, f"{m.help} (in {m.unit})", m.kind)
+            for p in frame.host.ports:
+                v = p.metrics.get(m.name)
+                if v is not None:
+                    fam.add_sample(name, {"Hostname": host, "port": p.name}, v)
+            if fam.samples:
+                yield fam
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", r"\\").replace("\n", r"\n").replace('"', r"\"")
+
+
+def render(families: Iterable[Metric]) -> bytes:
+    """Prometheus text format 0.0.4, with family names as given (no ``_total`` renaming)."""
+    out: list[str] = []
+    for fam in families:
+        samples = [s for s in fam.samples if not s.name.endswith("_created")]
+        if not samples:
+            continue
+        # A counter's TYPE line names its samples (``x_total``), as Prometheus expects.
+        tname = samples[0].name if fam.type == "counter" else fam.name
+        ftype = {"unknown": "untyped", "info": "gauge", "stateset": "gauge"}.get(fam.type,
+                                                                                  fam.type)
+        doc = fam.documentation.replace("\\", r"\\").replace("\n", r"\n")
+        out.append(f"# HELP {tname} {doc}\n# TYPE {tname} {ftype}\n")
+        for s in samples:
+            labels = ",".join(f'{k}="{_escape(v)}"' for k, v in s.labels.items())
+            value = floatToGoString(s.value)
+            out.append(f"{s.name}{{{labels}}} {value}\n" if labels else f"{s.name} {value}\n")
+    return "".join(out).encode("utf-8")
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` endpoint; ``stop()`` closes it."""
+
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(timeout=5)
+
+
+def serve_metrics(exporter: Exporter, host: str = "127.0.0.1", port: int = 9400) -> MetricsServer:
+    """Serve ``exporter`` at http://host:port/metrics in a daemon thread (port 0: any free one)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            if self.path.split("?", 1)[0] not in ("/metrics", "/"):
+                self.send_error(404, "only /metrics is here")
+                return
+            body = render(exporter.collect())
+            self.send_response(200)
+            self.send_header("Content-Type", CONTENT_TYPE)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass  # one line per scrape would drown the agent's own log
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="fleetwatch-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(server, thread)

@@ -1,0 +1,124 @@
+"""Which job holds a GPU: from the pids NVML lists on it to a Slurm job, a pod, or a user.
+
+For each pid, in order:
+
+1. Slurm: ``SLURM_JOB_ID`` in /proc/PID/environ, else a ``/job_<id>/`` cgroup
+   (slurmd's cgroup plugin, v1 and v2) -> ``"<id>"`` (bare, as Slurm prints it);
+2. Kubernetes: a ``pod<uid>`` cgroup (cgroupfs ``kubepods/burstable/pod<uid>/``
+   or systemd ``kubepods-burstable-pod<uid with _>.slice``) -> ``"pod:<uid>"``;
+3. else the process owner (real uid in /proc/PID/status) -> ``"user:<name>"``.
+
+Several jobs on one GPU (MPS, time slicing) are joined with commas in pid
+order. NVML reports host pids: in a container the agent needs ``hostPID`` and
+the host's /proc as ``proc_root``. Answers are cached per pid while the pid
+stays on a GPU, so a steady job costs no file reads.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+_SLURM_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
+_POD_CGROUP = re.compile(
+    r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
+MAX_JOB_CHARS = 256  # the codec's limit on a string
+
+
+def _read_bytes(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def slurm_job_from_environ(environ: bytes) -> str | None:
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"SLURM_JOB_ID="):
+            value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
+            return value if value.isdigit() else None
+    return None
+
+
+def job_from_cgroup(text: str) -> str | None:
+    """The Slurm job or Kubernetes pod named by a /proc/PID/cgroup file, if any."""
+    for line in text.splitlines():
+        path = line.split(":", 2)[-1]
+        m = _SLURM_CGROUP.search(path)
+        if m:
+            return m.group(1)
+        m = _POD_CGROUP.search(path)
+        if m:
+            return "pod:" + m.group(1).replace("_", "-")
+    return None
+
+
+def owner_uid(status: str) -> int | None:
+    for line in status.splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    return None
+
+
+def user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)  # a uid from a container's own passwd
+
+
+class JobResolver:
+    def __init__(self, proc_root: str | Path = "/proc") -> None:
+        self.proc = str(proc_root)
+        self._cache: dict[int, str | None] = {}
+
+    def job_of_pid(self, pid: int) -> str | None:
+        if pid in self._cache:
+            return self._cache[pid]
+        base = os.path.join(self.proc, str(pid))
+        job: str | None = None
+        environ = _read_bytes(os.path.join(base, "environ"))
+        if environ:
+            job = slurm_job_from_environ(environ)
+        if job is None:
+            cgroup = _read_bytes(os.path.join(base, "cgroup"))
+            if cgroup:
+                job = job_from_cgroup(cgroup.decode("utf-8", "replace"))
+        if job is None:
+            status = _read_bytes(os.path.join(base, "status"))
+            uid = owner_uid(status.decode("utf-8", "replace")) if status else None
+            if uid is not None:
+                job = "user:" + user_name(uid)
+        if job is None and not os.path.isdir(base):
+            return None  # the process ended between NVML's answer and now: do not cache
+        self._cache[pid] = job
+        return job
+
+    def job_of_pids(self, pids: Iterable[int]) -> str | None:
+        jobs: list[str] = []
+        for pid in pids:
+            job = self.job_of_pid(pid)
+            if job is not None and job not in jobs:
+                jobs.append(job)
+        return ",".join(jobs)[:MAX_JOB_CHARS] or None
+
+    def resolve(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> dict[int, str]:
+        """GPU index -> job, for every GPU that runs something; forgets pids that are gone."""
+        out: dict[int, str] = {}
+        for gpu, pids in pids_by_gpu.items():
+            job = self.job_of_pids(pids)
+            if job:
+                out[gpu] = job
+        self.prune(pids_by_gpu)
+        return out
+
+    def prune(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> None:
+        """Forget pids no GPU holds now: a pid number is reused by a later process."""
+        live = {pid for pids in pids_by_gpu.values() for pid in pids}
+        if len(self._cache) > len(live):
+            for pid in [p for p in self._cache if p not in live]:
+                del self._cache[pid]

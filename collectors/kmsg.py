@@ -1,0 +1,192 @@
+"""XIDs from the kernel log: the NVIDIA driver's ``NVRM: Xid (PCI:...): <code>, ...`` lines.
+
+NVML's XID events are the primary source; the kernel log catches what they
+miss (NVML not running yet when it happened, events that NVML does not
+deliver in some VMs, an event set that failed to open). ``XidMerger`` counts an
+XID once when both report it.
+
+Two kinds of input, both parsed by ``parse_xid``:
+
+* /dev/kmsg records: ``6,1234,5678901,-;NVRM: Xid (PCI:0000:9b:00): 119, pid=...``
+  (one record per read(); continuation lines start with a space);
+* dmesg text: ``[Sun Feb 23 16:24:18 2025] NVRM: Xid ...`` or
+  ``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid ...``.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import stat
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+_XID = re.compile(
+    r"NVRM: Xid \(PCI:(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
+    r"(?:\.[0-7])?\): (?P<code>\d+),\s*(?P<msg>.*)$")
+READ_SIZE = 8192  # /dev/kmsg records are at most ~1 KiB; a short buffer fails with EINVAL
+MAX_RECORDS_PER_POLL = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class XidLine:
+    pci: str    # normalized: ``0000:9b:00``
+    xid: int
+    message: str
+
+
+def pci_key(bus_id: str) -> str:
+    """``00000000:9B:00.0`` (NVML) or ``0000:9b:00`` (kernel log) -> ``0000:9b:00``."""
+    s = bus_id.strip().lower()
+    s = s.split(".", 1)[0]
+    parts = s.split(":")
+    if len(parts) != 3:
+        return s
+    domain, bus, dev = parts
+    return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+
+
+def parse_xid(line: str) -> XidLine | None:
+    """The XID in one kernel-log line, or None if it holds none."""
+    if "NVRM: Xid" not in line:  # fast path: almost every line
+        return None
+    m = _XID.search(line.rstrip("\n"))
+    if m is None:
+        return None
+    code = int(m["code"])
+    if not 0 < code < 1 << 16:
+        return None
+    pci = f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['dev'].lower()}"
+    return XidLine(pci, code, m["msg"].strip())
+
+
+def parse_kmsg_record(record: bytes) -> XidLine | None:
+    """The XID in one /dev/kmsg record: ``prio,seq,usec,flags;message``, then `` KEY=v`` lines."""
+    _header, _, body = record.decode("utf-8", "replace").partition(";")
+    return parse_xid(body.split("\n", 1)[0])
+
+
+def parse_lines(lines: Iterable[str]) -> list[XidLine]:
+    return [x for x in map(parse_xid, lines) if x is not None]
+
+
+class KernelLog:
+    """Follows the kernel log without blocking: /dev/kmsg, or a text file (tests, replays).
+
+    It starts at the end of the log, as NVML's event set starts at registration,
+    so a restart of the agent does not report old XIDs again.
+    """
+
+    def __init__(self, path: str = "/dev/kmsg", from_start: bool = False) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._text_pos = 0
+        self._char_dev = False
+        self._pending = ""
+        self._open(from_start)
+
+    def _open(self, from_start: bool) -> None:
+        try:
+            self._char_dev = stat.S_ISCHR(os.stat(self.path).st_mode)
+            self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            log.warning("kernel log %s unreadable (%s): XIDs come from NVML events only; "
+                        "run the agent as root or with CAP_SYSLOG to read it",
+                        self.path, exc.strerror or exc)
+            self._fd = None
+            return
+        if not from_start:
+            self._text_pos = os.lseek(self._fd, 0, os.SEEK_END)
+
+    def poll(self) -> list[XidLine]:
+        if self._fd is None:
+            return []
+        return self._poll_kmsg() if self._char_dev else self._poll_text()
+
+    def _poll_kmsg(self) -> list[XidLine]:
+        assert self._fd is not None
+        out = []
+        for _ in range(MAX_RECORDS_PER_POLL):
+            try:
+                record = os.read(self._fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:  # the ring overwrote records we had not read
+                    continue
+                raise
+            if not record:
+                break
+            x = parse_kmsg_record(record)
+            if x is not None:
+                out.append(x)
+        return out
+
+    def _poll_text(self) -> list[XidLine]:
+        assert self._fd is not None
+        size = os.fstat(self._fd).st_size
+        if size < self._text_pos:  # truncated or rotated in place
+            self._text_pos = 0
+        chunks = []
+        while True:
+            data = os.pread(self._fd, 1 << 16, self._text_pos)
+            if not data:
+                break
+            self._text_pos += len(data)
+            chunks.append(data)
+        if not chunks:
+            return []
+        text = self._pending + b"".join(chunks).decode("utf-8", "replace")
+        lines = text.split("\n")
+        self._pending = lines.pop()  # a partly written last line waits for the next poll
+        return parse_lines(lines)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+class XidMerger:
+    """Counts an XID seen by both NVML events and the kernel log once.
+
+    Each report waits ``window_s`` for its twin from the other source; a twin
+    within the window is the same event and is not reported again.
+    """
+
+    def __init__(self, window_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.window_s = window_s
+        self.clock = clock
+        self._seen: dict[tuple[int, int], deque[tuple[float, str]]] = {}
+
+    def add(self, gpu: int, xid: int, source: str) -> bool:
+        """Record one report; True when it is new (not the twin of an earlier one)."""
+        now = self.clock()
+        q = self._seen.setdefault((gpu, xid), deque())
+        while q and q[0][0] < now - self.window_s:
+            q.popleft()
+        for k, (_, src) in enumerate(q):
+            if src != source:
+                del q[k]
+                return False
+        q.append((now, source))
+        return True
+
+    def merge(self, nvml: Mapping[int, Iterable[int]], kernel: Iterable[tuple[int, int]]
+              ) -> dict[int, list[int]]:
+        """XIDs per GPU for this tick from both sources, each event once, NVML's first."""
+        out: dict[int, list[int]] = {}
+        for gpu, xids in nvml.items():
+            for x in xids:
+                if self.add(gpu, x, "nvml"):
+                    out.setdefault(gpu, []).append(x)
+        for gpu, x in kernel:
+            if self.add(gpu, x, "kmsg"):
+                out.setdefault(gpu, []).append(x)
+        return out

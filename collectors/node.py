@@ -1,0 +1,148 @@
+"""This node's ``FrameSource``: NVML + host + InfiniBand + RAPL + kernel-log XIDs + jobs.
+
+One ``Frame`` per tick, identity from ``config.node``. When NVML cannot start
+(no driver, driver/library mismatch, no permission) ``agent.nvml_policy``
+decides: ``error`` raises ``NvmlUnavailable`` (its message says what to
+install), ``ignore`` runs host-only, ``retry`` runs host-only and tries NVML
+again every ``NVML_RETRY_S``. Either host-only way logs exactly one line.
+
+    source = node_source(config)                # real NVML
+    source = node_source(config, fake_gpus=8)   # FakeNvml: no GPU needed
+    [frame] = source.frames(time.time())
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Callable
+
+from fleetwatch.collectors.host import HostSource
+from fleetwatch.collectors.infiniband import InfinibandSource
+from fleetwatch.collectors.jobs import JobResolver
+from fleetwatch.collectors.kmsg import KernelLog, XidMerger, pci_key
+from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
+from fleetwatch.collectors.nvml.fake import FakeNvml
+from fleetwatch.collectors.nvml.reader import NvmlReader, NvmlUnavailable
+from fleetwatch.collectors.rapl import RaplSource
+from fleetwatch.config import Config
+from fleetwatch.frame import Frame, GpuReading, HostReading
+
+log = logging.getLogger(__name__)
+
+NVML_RETRY_S = 60.0
+
+
+class NodeSource:
+    """Composes the node's sources; ``frames(ts)`` returns ``[frame]`` for this node."""
+
+    def __init__(self, config: Config, backend: Callable[[], NvmlBackend],
+                 kernel_log: KernelLog | None,
+                 on_nvml_error: Callable[[str], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        agent = config.agent
+        self.node = config.node
+        self.policy = agent.nvml_policy
+        self._backend = backend
+        self._on_error = on_nvml_error
+        self._clock = clock
+        self.host = HostSource(agent.proc_root, agent.sys_root, clock)
+        self.ib = InfinibandSource(agent.sys_root, clock)
+        self.rapl = RaplSource(agent.sys_root, clock)
+        self.jobs = JobResolver(agent.proc_root)
+        self.kernel_log = kernel_log
+        self.xids = XidMerger(clock=clock)
+        self.nvml: NvmlReader | None = None
+        self.nvml_problem: NvmlUnavailable | None = None
+        self._next_try = 0.0
+        self._pci_to_gpu: dict[str, int] = {}
+        self._seq = 0
+        self._try_nvml(first=True)
+
+    # -- NVML, with the missing-hardware policy ---------------------------
+    def _try_nvml(self, first: bool = False) -> None:
+        try:
+            self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock)
+        except NvmlUnavailable as exc:
+            self._next_try = self._clock() + NVML_RETRY_S
+            if first and self.policy == "error":
+                self.close()
+                raise
+            if first:
+                then = (f"retrying every {NVML_RETRY_S:.0f} s" if self.policy == "retry"
+                        else "not retrying (agent.nvml_policy = ignore)")
+                log.warning("NVML unavailable: %s. Running host-only, %s. HINT: %s",
+                            exc.reason, then, exc.hint)
+            self.nvml_problem = exc
+            return
+        if not first:
+            log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
+        self.nvml_problem = None
+        self._pci_to_gpu = {pci_key(bus): i for i, bus in self.nvml.pci_bus_ids.items()}
+
+    @property
+    def driver_version(self) -> str:
+        return self.nvml.driver if self.nvml else ""
+
+    # -- FrameSource -------------------------------------------------------
+    def frames(self, ts: float) -> list[Frame]:
+        if self.nvml is None and self.policy == "retry" and self._clock() >= self._next_try:
+            self._try_nvml()
+        gpus: tuple[GpuReading, ...] = ()
+        if self.nvml is not None:
+            gpus = self._gpus()
+        metrics, nics = self.host.read()
+        metrics.update(self.rapl.read())
+        ports = nics + self.ib.read()
+        self._seq += 1
+        return [Frame(self.node.cluster, self.node.rack, self.node.node, ts, gpus,
+                      HostReading(metrics, ports), seq=self._seq)]
+
+    def _gpus(self) -> tuple[GpuReading, ...]:
+        assert self.nvml is not None
+        read = self.nvml.read(self.jobs.job_of_pids)
+        self.jobs.prune(read.pids)
+        kernel: list[tuple[int, int]] = []
+        if self.kernel_log is not None:
+            for x in self.kernel_log.poll():
+                gpu = self._pci_to_gpu.get(x.pci)
+                if gpu is not None:
+                    kernel.append((gpu, x.xid))
+        nvml_xids = {g.index: g.xids for g in read.gpus if g.xids}
+        if not nvml_xids and not kernel:
+            return tuple(read.gpus)  # the usual tick: nothing to merge
+        xids = self.xids.merge(nvml_xids, kernel)
+        return tuple(g if tuple(xids.get(g.index, ())) == g.xids
+                     else dataclasses.replace(g, xids=tuple(xids.get(g.index, ())))
+                     for g in read.gpus)
+
+    def close(self) -> None:
+        for source in (self.host, self.ib, self.rapl):
+            source.close()
+        if self.nvml is not None:
+            self.nvml.close()
+        if self.kernel_log is not None:
+            self.kernel_log.close()
+
+
+def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend | None = None,
+                on_nvml_error: Callable[[str], None] | None = None,
+                clock: Callable[[], float] = time.monotonic) -> NodeSource:
+    """This node's frame source.
+
+    ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
+    read then: its PCI addresses would name real GPUs). ``nvml``: a backend to
+    use instead (tests). ``on_nvml_error``: called with a short error kind for
+    every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
+    Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``.
+    """
+    if nvml is not None:
+        backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
+    elif fake_gpus is not None:
+        backend = lambda: FakeNvml.of(fake_gpus)  # noqa: E731
+    else:
+        backend = PynvmlBackend
+    path = config.agent.kernel_log
+    kernel_log = KernelLog(path) if path and fake_gpus is None and nvml is None else None
+    return NodeSource(config, backend, kernel_log, on_nvml_error, clock)

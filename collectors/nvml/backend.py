@@ -1,0 +1,282 @@
+"""The narrow NVML interface: only the calls fleetwatch makes, and the real one over pynvml.
+
+Both this backend and ``FakeNvml`` raise pynvml's own ``NVMLError_*`` classes,
+so the reader's single error mapping (``reader.classify``) treats a real
+driver and the fake alike. GPUs are addressed by NVML index; the real backend
+keeps the handles. Units are NVML's: the reader converts them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import pynvml
+
+# Field ids from nvml.h (nvmlFieldValue_t.fieldId), batched by nvmlDeviceGetFieldValues.
+FI_ECC_SBE_VOL_TOTAL = 3
+FI_ECC_DBE_VOL_TOTAL = 4
+FI_ECC_SBE_AGG_TOTAL = 5
+FI_ECC_DBE_AGG_TOTAL = 6
+FI_RETIRED_SBE = 29
+FI_RETIRED_DBE = 30
+FI_RETIRED_PENDING = 31
+FI_NVLINK_CRC_FLIT_ERROR_TOTAL = 38
+FI_NVLINK_REPLAY_ERROR_TOTAL = 52
+FI_NVLINK_RECOVERY_ERROR_TOTAL = 59
+FI_MEMORY_TEMP = 82
+FI_TOTAL_ENERGY_MJ = 83
+FI_NVLINK_LINK_COUNT = 91
+FI_PCIE_REPLAY_COUNTER = 94
+FI_NVLINK_THROUGHPUT_DATA_TX_KIB = 138
+FI_NVLINK_THROUGHPUT_DATA_RX_KIB = 139
+# Cumulative PCIe byte counters (driver R550+): read in the batch, unlike
+# nvmlDeviceGetPcieThroughput, which blocks ~20 ms per direction to sample a rate.
+FI_PCIE_COUNT_TX_BYTES = 197
+FI_PCIE_COUNT_RX_BYTES = 198
+FI_REMAPPED_COR = 142
+FI_REMAPPED_UNC = 143
+FI_REMAPPED_PENDING = 144
+FI_REMAPPED_FAILURE = 145
+# nvml.h: "A scopeId of UINT_MAX returns aggregate value summed up across all links"
+# for the NVLink throughput fields; scope 0 would be link 0 alone.
+SCOPE_ALL_LINKS = 0xFFFFFFFF
+
+# GPM metric ids (nvmlGpmMetricId_t); NVML returns each as a percent, 0.0 - 100.0.
+GPM_GRAPHICS_UTIL = 1
+GPM_SM_UTIL = 2
+GPM_SM_OCCUPANCY = 3
+GPM_ANY_TENSOR_UTIL = 5
+GPM_DRAM_BW_UTIL = 10
+
+TEMP_THRESHOLD_SHUTDOWN = 0
+TEMP_THRESHOLD_SLOWDOWN = 1
+CLOCK_SM = 1
+CLOCK_MEM = 2
+PCIE_TX = 0
+PCIE_RX = 1
+EVENT_XID_CRITICAL = 0x8
+
+NVML_SUCCESS = 0
+
+FieldResult = tuple[int, float]  # (NVML return code, value when the code is 0)
+
+
+class NvmlBackend(Protocol):
+    """Every NVML call the agent makes. Raises ``pynvml.NVMLError`` subclasses."""
+
+    def init(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def driver_version(self) -> str: ...
+    def device_count(self) -> int: ...
+    def uuid(self, i: int) -> str: ...
+    def name(self, i: int) -> str: ...
+    def serial(self, i: int) -> str: ...
+    def pci_bus_id(self, i: int) -> str: ...
+    def mig_mode(self, i: int) -> int: ...
+    def utilization(self, i: int) -> tuple[int, int]:
+        """(gpu %, memory copy %)."""
+    def memory(self, i: int) -> tuple[int, int, int, int | None]:
+        """(total, free, used, reserved) in bytes; reserved is None before nvmlMemory_v2."""
+    def power_usage_mw(self, i: int) -> int: ...
+    def power_limit_mw(self, i: int) -> int: ...
+    def temperature_c(self, i: int) -> int: ...
+    def temperature_threshold_c(self, i: int, which: int) -> int: ...
+    def clock_mhz(self, i: int, which: int) -> int: ...
+    def clocks_event_reasons(self, i: int) -> int: ...
+    def fan_speed_pct(self, i: int) -> int: ...
+    def pcie_throughput_kib_s(self, i: int, counter: int) -> int: ...
+    def encoder_util_pct(self, i: int) -> int: ...
+    def decoder_util_pct(self, i: int) -> int: ...
+    def nvlink_active(self, i: int, link: int) -> bool: ...
+    def field_values(self, i: int, fields: Sequence[tuple[int, int]]) -> list[FieldResult]:
+        """One nvmlDeviceGetFieldValues call; per-field failures come back as codes."""
+    def gpm_supported(self, i: int) -> bool: ...
+    def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
+        """GPM metrics between the previous call and now; [] on the first call."""
+    def compute_pids(self, i: int) -> list[int]: ...
+    def xid_events_open(self, indices: Sequence[int]) -> list[int]:
+        """Register for XID events; returns the indices that accepted."""
+    def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
+        """Pending (GPU index, XID) events, without waiting; at most ``limit``."""
+
+
+def _field_value(fv: Any) -> float:
+    # c_nvmlValue_t is a union: the member to read depends on valueType.
+    t = fv.valueType
+    v = fv.value
+    if t == pynvml.NVML_VALUE_TYPE_DOUBLE:
+        return float(v.dVal)
+    if t == pynvml.NVML_VALUE_TYPE_UNSIGNED_INT:
+        return float(v.uiVal)
+    if t == pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG:
+        return float(v.ulVal)
+    if t == pynvml.NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+        return float(v.sllVal)
+    if t == pynvml.NVML_VALUE_TYPE_SIGNED_INT:
+        return float(v.siVal)
+    if t == pynvml.NVML_VALUE_TYPE_UNSIGNED_SHORT:
+        return float(v.usVal)
+    return float(v.ullVal)
+
+
+# Driver 535 renamed "clocks throttle reasons" to "clocks event reasons"; older bindings
+# have only the old name, for the same call and the same bits.
+_clocks_event_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
+    pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+
+
+def _text(value: str | bytes) -> str:
+    # pynvml returns str in recent releases and bytes in old ones.
+    return value.decode() if isinstance(value, bytes) else value
+
+
+class PynvmlBackend:
+    """The real NVML, through NVIDIA's nvidia-ml-py bindings (module ``pynvml``)."""
+
+    def __init__(self) -> None:
+        self._h: list[Any] = []
+        self._gpm: dict[int, list[Any]] = {}
+        self._events: Any = None
+        self._by_address: dict[int | None, int] = {}
+
+    def init(self) -> None:
+        pynvml.nvmlInit()
+        self._h = [pynvml.nvmlDeviceGetHandleByIndex(i)
+                   for i in range(pynvml.nvmlDeviceGetCount())]
+        self._by_address = {ctypes.cast(h, ctypes.c_void_p).value: i
+                            for i, h in enumerate(self._h)}
+
+    def shutdown(self) -> None:
+        for samples in self._gpm.values():
+            for s in samples:
+                pynvml.nvmlGpmSampleFree(s)
+        self._gpm.clear()
+        if self._events is not None:
+            pynvml.nvmlEventSetFree(self._events)
+            self._events = None
+        pynvml.nvmlShutdown()
+
+    def driver_version(self) -> str:
+        return _text(pynvml.nvmlSystemGetDriverVersion())
+
+    def device_count(self) -> int:
+        return len(self._h)
+
+    def uuid(self, i: int) -> str:
+        return _text(pynvml.nvmlDeviceGetUUID(self._h[i]))
+
+    def name(self, i: int) -> str:
+        return _text(pynvml.nvmlDeviceGetName(self._h[i]))
+
+    def serial(self, i: int) -> str:
+        return _text(pynvml.nvmlDeviceGetSerial(self._h[i]))
+
+    def pci_bus_id(self, i: int) -> str:
+        return _text(pynvml.nvmlDeviceGetPciInfo(self._h[i]).busId)
+
+    def mig_mode(self, i: int) -> int:
+        return int(pynvml.nvmlDeviceGetMigMode(self._h[i])[0])
+
+    def utilization(self, i: int) -> tuple[int, int]:
+        u = pynvml.nvmlDeviceGetUtilizationRates(self._h[i])
+        return u.gpu, u.memory
+
+    def memory(self, i: int) -> tuple[int, int, int, int | None]:
+        try:
+            m = pynvml.nvmlDeviceGetMemoryInfo(self._h[i], version=pynvml.nvmlMemory_v2)
+            return m.total, m.free, m.used, m.reserved
+        except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_ArgumentVersionMismatch):
+            m = pynvml.nvmlDeviceGetMemoryInfo(self._h[i])
+            return m.total, m.free, m.used, None
+
+    def power_usage_mw(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetPowerUsage(self._h[i])
+
+    def power_limit_mw(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetEnforcedPowerLimit(self._h[i])
+
+    def temperature_c(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetTemperature(self._h[i], pynvml.NVML_TEMPERATURE_GPU)
+
+    def temperature_threshold_c(self, i: int, which: int) -> int:
+        return pynvml.nvmlDeviceGetTemperatureThreshold(self._h[i], which)
+
+    def clock_mhz(self, i: int, which: int) -> int:
+        return pynvml.nvmlDeviceGetClockInfo(self._h[i], which)
+
+    def clocks_event_reasons(self, i: int) -> int:
+        return _clocks_event_reasons(self._h[i])
+
+    def fan_speed_pct(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetFanSpeed(self._h[i])
+
+    def pcie_throughput_kib_s(self, i: int, counter: int) -> int:
+        return pynvml.nvmlDeviceGetPcieThroughput(self._h[i], counter)
+
+    def encoder_util_pct(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetEncoderUtilization(self._h[i])[0]
+
+    def decoder_util_pct(self, i: int) -> int:
+        return pynvml.nvmlDeviceGetDecoderUtilization(self._h[i])[0]
+
+    def nvlink_active(self, i: int, link: int) -> bool:
+        return pynvml.nvmlDeviceGetNvLinkState(self._h[i], link) == pynvml.NVML_FEATURE_ENABLED
+
+    def field_values(self, i: int, fields: Sequence[tuple[int, int]]) -> list[FieldResult]:
+        values = pynvml.nvmlDeviceGetFieldValues(self._h[i], list(fields))
+        return [(fv.nvmlReturn, _field_value(fv) if fv.nvmlReturn == NVML_SUCCESS else 0.0)
+                for fv in values]
+
+    def gpm_supported(self, i: int) -> bool:
+        if not hasattr(pynvml, "nvmlGpmQueryDeviceSupport"):  # bindings older than GPM
+            return False
+        return bool(pynvml.nvmlGpmQueryDeviceSupport(self._h[i]).isSupportedDevice)
+
+    def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
+        samples = self._gpm.get(i)
+        if samples is None:
+            samples = self._gpm[i] = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+            pynvml.nvmlGpmSampleGet(self._h[i], samples[0])
+            return []
+        before, after = samples
+        pynvml.nvmlGpmSampleGet(self._h[i], after)
+        req = pynvml.c_nvmlGpmMetricsGet_t()
+        req.version = pynvml.NVML_GPM_METRICS_GET_VERSION
+        req.numMetrics = len(metric_ids)
+        req.sample1, req.sample2 = before, after
+        for k, mid in enumerate(metric_ids):
+            req.metrics[k].metricId = mid
+        pynvml.nvmlGpmMetricsGet(req)
+        # The newer sample is the next interval's start: swap instead of re-allocating.
+        samples.reverse()
+        return [(req.metrics[k].nvmlReturn, req.metrics[k].value) for k in range(len(metric_ids))]
+
+    def compute_pids(self, i: int) -> list[int]:
+        return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
+
+    def xid_events_open(self, indices: Sequence[int]) -> list[int]:
+        self._events = pynvml.nvmlEventSetCreate()
+        ok = []
+        for i in indices:
+            try:
+                pynvml.nvmlDeviceRegisterEvents(self._h[i], EVENT_XID_CRITICAL, self._events)
+                ok.append(i)
+            except pynvml.NVMLError_NotSupported:
+                continue
+        return ok
+
+    def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
+        out: list[tuple[int, int]] = []
+        if self._events is None:
+            return out
+        while len(out) < limit:
+            try:
+                data = pynvml.nvmlEventSetWait(self._events, 0)
+            except pynvml.NVMLError_Timeout:
+                break  # nothing pending: the normal end of a drain
+            if data.eventType & EVENT_XID_CRITICAL:
+                index = self._by_address.get(ctypes.cast(data.device, ctypes.c_void_p).value, -1)
+                out.append((index, int(data.eventData)))
+        return out

@@ -1,0 +1,427 @@
+"""Read every GPU through an ``NvmlBackend`` into ``GpuReading``s keyed by catalogue name.
+
+Failure is data. Every NVML failure is classified in one place, ``NvmlReader._failed``
+(reached through the ``_q`` wrapper, or from the per-tick probe loop that inlines it):
+
+* ``NVMLError_NotSupported`` (or ``NoPermission``, or ``FunctionNotFound`` from an older
+  driver): the metric is absent, never 0, and the call is not made again on that GPU
+  (support does not change at run time);
+* ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
+* anything else: the metric is absent this tick and ``on_error(kind)`` counts it.
+
+What is batched: ECC, retired pages, row remapping, NVLink errors and throughput,
+memory temperature, energy, the PCIe replay counter and (driver R550+) the PCIe
+byte counters come from one ``nvmlDeviceGetFieldValues`` call per GPU. PCIe rates
+come from those counters where the driver has them, else from
+``nvmlDeviceGetPcieThroughput``, which blocks ~20 ms per direction. Thresholds,
+the power limit, MIG mode and NVLink link state (one call per link) are re-read
+every ``slow_every`` ticks.
+
+SM activity, occupancy, tensor and DRAM activity come from GPM (GPU Performance
+Monitoring: Hopper and newer). Older GPUs have no GPM: those four ratios are
+absent (never 0), ``gpu_util_pct`` (nvmlDeviceGetUtilizationRates, the share of
+time any kernel ran) is what they offer, and ``gpu_gr_engine_active_ratio`` falls
+back to it divided by 100, as DCGM's own NVML fallback does.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import pynvml
+
+from fleetwatch.collectors.nvml import backend as b
+from fleetwatch.collectors.nvml.backend import NvmlBackend
+from fleetwatch.frame import GpuReading
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+MAX_XIDS_PER_TICK = 256
+KIB = 1024.0  # NVML's "KB/s" and "KiB" are 1024 bytes (nvml.h; nvitop converts the same way)
+
+# (field id, scope, our metric name, factor to our unit)
+FIELDS: tuple[tuple[int, int, str, float], ...] = (
+    (b.FI_ECC_SBE_VOL_TOTAL, 0, "gpu_ecc_sbe_volatile_total", 1.0),
+    (b.FI_ECC_DBE_VOL_TOTAL, 0, "gpu_ecc_dbe_volatile_total", 1.0),
+    (b.FI_ECC_SBE_AGG_TOTAL, 0, "gpu_ecc_sbe_aggregate_total", 1.0),
+    (b.FI_ECC_DBE_AGG_TOTAL, 0, "gpu_ecc_dbe_aggregate_total", 1.0),
+    (b.FI_RETIRED_SBE, 0, "gpu_retired_pages_sbe", 1.0),
+    (b.FI_RETIRED_DBE, 0, "gpu_retired_pages_dbe", 1.0),
+    (b.FI_RETIRED_PENDING, 0, "gpu_retired_pages_pending", 1.0),
+    (b.FI_MEMORY_TEMP, 0, "gpu_mem_temp_c", 1.0),
+    (b.FI_TOTAL_ENERGY_MJ, 0, "gpu_energy_j", 1e-3),
+    (b.FI_PCIE_REPLAY_COUNTER, 0, "gpu_pcie_replay_total", 1.0),
+    (b.FI_REMAPPED_COR, 0, "gpu_remapped_rows_correctable", 1.0),
+    (b.FI_REMAPPED_UNC, 0, "gpu_remapped_rows_uncorrectable", 1.0),
+    (b.FI_REMAPPED_PENDING, 0, "gpu_row_remap_pending", 1.0),
+    (b.FI_REMAPPED_FAILURE, 0, "gpu_row_remap_failure", 1.0),
+)
+NVLINK_FIELDS: tuple[tuple[int, int, str, float], ...] = (
+    (b.FI_NVLINK_CRC_FLIT_ERROR_TOTAL, 0, "gpu_nvlink_crc_errors_total", 1.0),
+    (b.FI_NVLINK_REPLAY_ERROR_TOTAL, 0, "gpu_nvlink_replay_errors_total", 1.0),
+    (b.FI_NVLINK_RECOVERY_ERROR_TOTAL, 0, "gpu_nvlink_recovery_errors_total", 1.0),
+    (b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB, b.SCOPE_ALL_LINKS, "gpu_nvlink_tx_bytes_total", KIB),
+    (b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB, b.SCOPE_ALL_LINKS, "gpu_nvlink_rx_bytes_total", KIB),
+)
+# Byte counters turned into the rates of the catalogue; where the driver has them they
+# replace the two blocking nvmlDeviceGetPcieThroughput calls (~20 ms each).
+PCIE_COUNTERS: tuple[tuple[int, int, str, float], ...] = (
+    (b.FI_PCIE_COUNT_TX_BYTES, 0, "gpu_pcie_tx_bytes_per_s", 1.0),
+    (b.FI_PCIE_COUNT_RX_BYTES, 0, "gpu_pcie_rx_bytes_per_s", 1.0),
+)
+_PCIE_PROBES = ("pcie_tx", "pcie_rx")
+GPM: tuple[tuple[int, str], ...] = (
+    (b.GPM_SM_UTIL, "gpu_sm_active_ratio"),
+    (b.GPM_SM_OCCUPANCY, "gpu_sm_occupancy_ratio"),
+    (b.GPM_ANY_TENSOR_UTIL, "gpu_tensor_active_ratio"),
+    (b.GPM_DRAM_BW_UTIL, "gpu_dram_active_ratio"),
+    (b.GPM_GRAPHICS_UTIL, "gpu_gr_engine_active_ratio"),
+)
+_GPM_IDS = [mid for mid, _ in GPM]
+# The per-tick calls: (key, our metric names, backend method, extra args, factor to our unit).
+# A call that answers a tuple (factor 0) fills one name per element, skipping None.
+PROBES: tuple[tuple[str, tuple[str, ...], str, tuple[int, ...], float], ...] = (
+    ("utilization", ("gpu_util_pct", "gpu_mem_copy_util_pct"), "utilization", (), 0.0),
+    ("memory", ("gpu_fb_total_bytes", "gpu_fb_free_bytes", "gpu_fb_used_bytes",
+                "gpu_fb_reserved_bytes"), "memory", (), 0.0),
+    ("power", ("gpu_power_w",), "power_usage_mw", (), 1e-3),
+    ("temperature", ("gpu_temp_c",), "temperature_c", (), 1.0),
+    ("sm_clock", ("gpu_sm_clock_mhz",), "clock_mhz", (b.CLOCK_SM,), 1.0),
+    ("mem_clock", ("gpu_mem_clock_mhz",), "clock_mhz", (b.CLOCK_MEM,), 1.0),
+    ("clocks_event_reasons", ("gpu_throttle_reasons",), "clocks_event_reasons", (), 1.0),
+    ("fan", ("gpu_fan_pct",), "fan_speed_pct", (), 1.0),
+    # nvmlDeviceGetPcieThroughput: KB/s over a 20 ms window.
+    ("pcie_tx", ("gpu_pcie_tx_bytes_per_s",), "pcie_throughput_kib_s", (b.PCIE_TX,), KIB),
+    ("pcie_rx", ("gpu_pcie_rx_bytes_per_s",), "pcie_throughput_kib_s", (b.PCIE_RX,), KIB),
+    ("encoder", ("gpu_enc_util_pct",), "encoder_util_pct", (), 1.0),
+    ("decoder", ("gpu_dec_util_pct",), "decoder_util_pct", (), 1.0),
+)
+Probe = tuple[str, tuple[str, ...], Callable[..., Any], tuple[int, ...], float]
+# Answers that will not change while the agent runs: the metric is absent, and not asked again.
+_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION,
+           pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+# What to tell the operator when nvmlInit fails, by error class.
+_INIT_HINTS: dict[type, tuple[str, str]] = {
+    pynvml.NVMLError_LibraryNotFound: (
+        "NVML library libnvidia-ml.so.1 not found",
+        "install the NVIDIA driver (it ships libnvidia-ml.so.1); in a container, run it with "
+        "the NVIDIA Container Toolkit (docker --gpus all, or the nvidia RuntimeClass)"),
+    pynvml.NVMLError_DriverNotLoaded: (
+        "the NVIDIA kernel driver is not loaded",
+        "install the NVIDIA driver or load it (modprobe nvidia), then check nvidia-smi"),
+    pynvml.NVMLError_LibRmVersionMismatch: (
+        "NVIDIA driver/library version mismatch",
+        "the driver was upgraded without a reboot: reboot the node (or reload the nvidia "
+        "kernel modules) so the kernel module matches libnvidia-ml.so"),
+    pynvml.NVMLError_NoPermission: (
+        "no permission to open /dev/nvidia*",
+        "run the agent as root, or give its user access to /dev/nvidia*"),
+}
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used on this machine; ``reason`` says why, ``hint`` what to do."""
+
+    def __init__(self, reason: str, hint: str) -> None:
+        super().__init__(f"{reason}. HINT: {hint}")
+        self.reason = reason
+        self.hint = hint
+
+
+class _GpuLost(Exception):
+    pass
+
+
+def error_kind(exc: BaseException) -> str:
+    """A short label for an NVML error: ``NVMLError_Unknown`` -> ``unknown``."""
+    name = type(exc).__name__
+    return name.removeprefix("NVMLError_").lower() if name.startswith("NVMLError_") else name
+
+
+@dataclass
+class _Gpu:
+    index: int
+    uuid: str
+    model: str
+    info: dict[str, str]
+    fields: list[tuple[int, int, str, float]]
+    gpm: bool
+    nvlinks: int
+    lost: bool = False
+    skip: set[str] = field(default_factory=set)  # calls answered NotSupported: never again
+    slow: dict[str, float] = field(default_factory=dict)
+    links_down: float | None = None
+    probes: list[Probe] = field(default_factory=list)
+    request: list[tuple[int, int]] = field(default_factory=list)  # the field-values batch
+    outputs: list[tuple[str, float]] = field(default_factory=list)  # its (metric, factor)
+    pcie_counters: bool = False
+    pcie_prev: dict[str, tuple[float, float]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class NvmlRead:
+    gpus: list[GpuReading]
+    pids: dict[int, list[int]]  # GPU index -> pids of its compute processes
+
+
+class NvmlReader:
+    """Discovers the GPUs once, then ``read()`` gives one reading per GPU per tick."""
+
+    def __init__(self, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
+                 slow_every: int = 12, clock: Callable[[], float] = time.monotonic) -> None:
+        self.backend = backend
+        self.clock = clock
+        self.on_error = on_error or (lambda kind: None)
+        self.slow_every = max(1, slow_every)
+        self.driver = ""
+        self._gpus: list[_Gpu] = []
+        self._tick = 0
+        self._events = False
+
+    @classmethod
+    def open(cls, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
+             slow_every: int = 12, clock: Callable[[], float] = time.monotonic) -> NvmlReader:
+        """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
+        try:
+            backend.init()
+        except pynvml.NVMLError as exc:
+            reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
+                                                       "check that nvidia-smi works on this node"))
+            raise NvmlUnavailable(reason, hint) from exc
+        reader = cls(backend, on_error, slow_every, clock)
+        try:
+            reader._discover()
+        except pynvml.NVMLError as exc:  # the driver answered init, then failed to list GPUs
+            reader.close()
+            raise NvmlUnavailable(f"NVML failed while listing the GPUs: {exc}",
+                                  "check that nvidia-smi lists them on this node") from exc
+        return reader
+
+    # -- the one call wrapper ------------------------------------------------
+    def _q(self, g: _Gpu, key: str, fn: Callable[..., T], *args: Any) -> T | None:
+        if key in g.skip:
+            return None
+        try:
+            return fn(g.index, *args)
+        except pynvml.NVMLError as exc:
+            self._failed(g, key, exc)
+            return None
+
+    def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
+        if isinstance(exc, pynvml.NVMLError_GpuIsLost):
+            if not g.lost:
+                log.warning("GPU %d (%s) is lost: NVML answers GpuIsLost", g.index, g.uuid)
+                self.on_error("gpu_is_lost")
+            g.lost = True
+            raise _GpuLost from None
+        if exc.value in _ABSENT:
+            g.skip.add(key)
+            return
+        self.on_error(error_kind(exc))
+
+    # -- discovery -----------------------------------------------------------
+    def _discover(self) -> None:
+        be = self.backend
+        self.driver = be.driver_version()
+        for i in range(be.device_count()):
+            g = _Gpu(i, f"GPU-unknown-{i}", "unknown", {}, [], False, 0)
+            try:
+                g.uuid = self._q(g, "uuid", be.uuid) or g.uuid
+                g.model = self._q(g, "name", be.name) or g.model
+                for key, fn in (("serial", be.serial), ("pci_bus_id", be.pci_bus_id)):
+                    value = self._q(g, key, fn)
+                    if value:
+                        g.info[key] = value
+                g.info["driver"] = self.driver
+                links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
+                g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
+                g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
+                pcie = self._q(g, "pcie_counters", be.field_values,
+                               [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
+                g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
+                self._batch(g, list(FIELDS) + (list(NVLINK_FIELDS) if g.nvlinks else [])
+                            + (list(PCIE_COUNTERS) if g.pcie_counters else []))
+                g.probes = [(key, names, getattr(be, method), args, scale)
+                            for key, names, method, args, scale in PROBES
+                            if not (g.pcie_counters and key in _PCIE_PROBES)]
+                if g.gpm:
+                    self._q(g, "gpm", be.gpm_metrics, _GPM_IDS)  # first sample
+            except _GpuLost:
+                pass
+            self._gpus.append(g)
+        try:
+            accepted = be.xid_events_open([g.index for g in self._gpus if not g.lost])
+            self._events = bool(accepted)
+        except pynvml.NVMLError as exc:
+            # No event set (e.g. in some VMs): kmsg still sees XIDs.
+            log.info("NVML XID events unavailable (%s); XIDs come from the kernel log only", exc)
+            self.on_error(error_kind(exc))
+
+    @staticmethod
+    def _batch(g: _Gpu, fields: list[tuple[int, int, str, float]]) -> None:
+        g.fields = fields
+        g.request = [(fid, scope) for fid, scope, _, _ in fields]
+        g.outputs = [(name, scale) for _, _, name, scale in fields]
+
+    @property
+    def gpu_count(self) -> int:
+        return len(self._gpus)
+
+    @property
+    def pci_bus_ids(self) -> dict[int, str]:
+        return {g.index: g.info["pci_bus_id"] for g in self._gpus if "pci_bus_id" in g.info}
+
+    # -- one tick ------------------------------------------------------------
+    def read(self, job_of: Callable[[list[int]], str | None] | None = None) -> NvmlRead:
+        """One reading per GPU; ``job_of(pids)`` names the job holding a GPU (jobs.py)."""
+        slow = self._tick % self.slow_every == 0
+        self._tick += 1
+        xids = self._drain_xids()
+        readings: list[GpuReading] = []
+        pids: dict[int, list[int]] = {}
+        for g in self._gpus:
+            metrics: dict[str, float] = {}
+            job = None
+            if not g.lost:
+                try:
+                    if slow:
+                        self._read_slow(g)
+                    self._read_fast(g, metrics)
+                    p = self._q(g, "pids", self.backend.compute_pids)
+                    if p:
+                        pids[g.index] = p
+                        job = job_of(p) if job_of is not None else None
+                except _GpuLost:
+                    metrics = {}
+            x = xids.get(g.index)
+            if g.lost:
+                readings.append(GpuReading(g.index, g.uuid, g.model, {}, state="lost",
+                                           xids=tuple(x) if x else (), info=g.info))
+                continue
+            metrics.update(g.slow)
+            readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
+                                       xids=tuple(x) if x else (), info=g.info))
+        return NvmlRead(readings, pids)
+
+    def _drain_xids(self) -> dict[int, list[int]]:
+        out: dict[int, list[int]] = {}
+        if not self._events:
+            return out
+        try:
+            events = self.backend.xid_events_drain(MAX_XIDS_PER_TICK)
+        except pynvml.NVMLError as exc:
+            self.on_error(error_kind(exc))
+            return out
+        for index, xid in events:
+            if 0 < xid < 1 << 16:
+                out.setdefault(index, []).append(xid)
+        return out
+
+    def _read_slow(self, g: _Gpu) -> None:
+        be, q, s = self.backend, self._q, g.slow
+        s.clear()
+        for which, name in ((b.TEMP_THRESHOLD_SLOWDOWN, "gpu_slowdown_temp_c"),
+                            (b.TEMP_THRESHOLD_SHUTDOWN, "gpu_shutdown_temp_c")):
+            v = q(g, name, be.temperature_threshold_c, which)
+            if v is not None and v > 0:
+                s[name] = float(v)
+        limit = q(g, "power_limit", be.power_limit_mw)
+        if limit is not None:
+            s["gpu_power_limit_w"] = limit / 1000.0
+        mig = q(g, "mig_mode", be.mig_mode)
+        if mig is not None:
+            mode = "enabled" if mig == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+            if g.info.get("mig_mode") != mode:
+                # A new dict: frames already made keep the info they were made with.
+                g.info = {**g.info, "mig_mode": mode}
+        if g.nvlinks:
+            # Link state is one call per link (up to 18): read it on the slow cadence.
+            down = 0
+            for link in range(g.nvlinks):
+                active = q(g, f"nvlink_state_{link}", be.nvlink_active, link)
+                down += active is False
+            g.links_down = float(down)
+
+    def _read_fast(self, g: _Gpu, m: dict[str, float]) -> None:
+        # The hot loop: failures go to the same _failed as _q's, without _q's per-call cost.
+        i, skipped = g.index, len(g.skip)
+        for key, names, fn, args, scale in g.probes:
+            try:
+                v = fn(i, *args)
+            except pynvml.NVMLError as exc:
+                self._failed(g, key, exc)
+                continue
+            if scale:
+                m[names[0]] = v * scale
+            else:  # a tuple answer: one metric per element
+                for name, x in zip(names, v, strict=True):
+                    if x is not None:
+                        m[name] = float(x)
+        if len(g.skip) != skipped:
+            g.probes = [p for p in g.probes if p[0] not in g.skip]
+        self._read_fields(g, m)
+        if g.links_down is not None:
+            m["gpu_nvlink_links_down"] = g.links_down
+        if g.gpm:
+            self._read_gpm(g, m)
+        if "gpu_gr_engine_active_ratio" not in m and "gpu_util_pct" in m:
+            m["gpu_gr_engine_active_ratio"] = m["gpu_util_pct"] / 100.0
+
+    def _read_fields(self, g: _Gpu, m: dict[str, float]) -> None:
+        if not g.fields:
+            return
+        res = self._q(g, "field_values", self.backend.field_values, g.request)
+        if res is None:
+            return
+        dropped = False
+        for (name, scale), (code, value) in zip(g.outputs, res, strict=True):
+            if code == 0:
+                m[name] = value * scale
+            elif code == pynvml.NVML_ERROR_GPU_IS_LOST:
+                self._failed(g, name, pynvml.NVMLError_GpuIsLost())
+            elif code in _ABSENT:
+                dropped = True
+            else:
+                self.on_error(error_kind(pynvml.NVMLError(code)))
+        if dropped:
+            # Ask next time only for what this GPU answers.
+            keep = {f for f, (code, _) in zip(g.fields, res, strict=True) if code not in _ABSENT}
+            self._batch(g, [f for f in g.fields if f in keep])
+        # GDDR boards (L4, L40S) answer 0 instead of NotSupported for memory temperature.
+        if m.get("gpu_mem_temp_c") == 0.0:
+            del m["gpu_mem_temp_c"]
+        if g.pcie_counters:
+            self._pcie_rates(g, m)
+
+    def _pcie_rates(self, g: _Gpu, m: dict[str, float]) -> None:
+        now = self.clock()
+        for _, _, name, _ in PCIE_COUNTERS:
+            total = m.pop(name, None)  # the batch put the byte count under the rate's name
+            if total is None:
+                continue
+            prev = g.pcie_prev.get(name)
+            g.pcie_prev[name] = (now, total)
+            # First tick: no rate yet. A smaller count: the counter wrapped; skip one tick.
+            if prev is not None and now > prev[0] and total >= prev[1]:
+                m[name] = (total - prev[1]) / (now - prev[0])
+
+    def _read_gpm(self, g: _Gpu, m: dict[str, float]) -> None:
+        res = self._q(g, "gpm", self.backend.gpm_metrics, _GPM_IDS)
+        if not res:
+            return
+        for (_mid, name), (code, value) in zip(GPM, res, strict=True):
+            if code == 0 and 0.0 <= value <= 100.0:
+                m[name] = value / 100.0  # GPM answers percent; ours are ratios
+
+    def close(self) -> None:
+        try:
+            self.backend.shutdown()
+        except pynvml.NVMLError as exc:
+            log.debug("nvmlShutdown: %s", exc)
+

@@ -1,0 +1,80 @@
+"""The real pynvml backend without a GPU: pynvml's functions stand in for the driver's answers."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pynvml
+import pytest
+
+from fleetwatch.collectors.nvml import NvmlReader, NvmlUnavailable, PynvmlBackend
+from fleetwatch.collectors.nvml import backend as b
+
+
+def test_no_driver_here_is_a_clear_unavailable() -> None:
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError_LibraryNotFound:
+        pass
+    else:  # pragma: no cover - a machine with a driver
+        pynvml.nvmlShutdown()
+        pytest.skip("this machine has an NVIDIA driver")
+    with pytest.raises(NvmlUnavailable) as info:
+        NvmlReader.open(PynvmlBackend())
+    assert "libnvidia-ml.so.1 not found" in str(info.value)
+
+
+def field(value_type: int, member: str, value: float, ret: int = 0) -> pynvml.c_nvmlFieldValue_t:
+    fv = pynvml.c_nvmlFieldValue_t()
+    fv.valueType = value_type
+    fv.nvmlReturn = ret
+    setattr(fv.value, member, value)
+    return fv
+
+
+def test_field_values_read_the_union_member_named_by_value_type(monkeypatch) -> None:
+    answers = [
+        field(pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 2**40 + 3),
+        field(pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 0.25),
+        field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 70),
+        field(pynvml.NVML_VALUE_TYPE_SIGNED_INT, "siVal", -5),
+        field(pynvml.NVML_VALUE_TYPE_UNSIGNED_INT, "uiVal", 0, ret=pynvml.NVML_ERROR_NOT_SUPPORTED),
+    ]
+    asked: list[object] = []
+
+    def get(handle: object, ids: list[tuple[int, int]]) -> list[pynvml.c_nvmlFieldValue_t]:
+        asked.extend(ids)
+        return answers
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", get)
+    be = PynvmlBackend()
+    be._h = [object()]
+    ids = [(b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB, b.SCOPE_ALL_LINKS), (1, 0), (2, 0), (3, 0), (4, 0)]
+    assert be.field_values(0, ids) == [(0, 2**40 + 3), (0, 0.25), (0, 70.0), (0, -5.0),
+                                       (pynvml.NVML_ERROR_NOT_SUPPORTED, 0.0)]
+    assert asked[0] == (138, 0xFFFFFFFF)  # NVLink throughput summed over all links
+
+
+def test_xid_drain_maps_handles_and_stops_at_timeout(monkeypatch) -> None:
+    handles = [ctypes.cast(ctypes.c_void_p(0x1000 + 16 * i), pynvml.c_nvmlDevice_t)
+               for i in range(3)]
+    events = []
+    for index, xid, kind in ((2, 79, b.EVENT_XID_CRITICAL), (0, 13, b.EVENT_XID_CRITICAL),
+                             (1, 0, 0x10)):  # a clock event: not an XID
+        e = pynvml.c_nvmlEventData_t()
+        e.device, e.eventType, e.eventData = handles[index], kind, xid
+        events.append(e)
+
+    def wait(event_set: object, timeout_ms: int) -> pynvml.c_nvmlEventData_t:
+        assert timeout_ms == 0  # never block the tick
+        if not events:
+            raise pynvml.NVMLError_Timeout()
+        return events.pop(0)
+
+    monkeypatch.setattr(pynvml, "nvmlEventSetWait", wait)
+    be = PynvmlBackend()
+    be._h = handles
+    be._by_address = {ctypes.cast(h, ctypes.c_void_p).value: i for i, h in enumerate(handles)}
+    be._events = object()
+    assert be.xid_events_drain(100) == [(2, 79), (0, 13)]
+    assert be.xid_events_drain(100) == []

@@ -1,0 +1,103 @@
+"""The kernel-log XID parser against real driver lines, the log follower, and the merger."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.collectors.kmsg import (
+    KernelLog,
+    XidMerger,
+    parse_kmsg_record,
+    parse_lines,
+    parse_xid,
+    pci_key,
+)
+from tests.collectors.conftest import FIXTURES, Clock
+
+
+def test_real_xid_119_gsp_timeout(shared_data: Path) -> None:
+    text = (shared_data / "failure_logs" / "gpud_dmesg_xid119_gsp_timeout_XE9680.log").read_text()
+    xids = parse_lines(text.splitlines())
+    assert len(xids) == 5
+    assert {(x.pci, x.xid) for x in xids} == {("0000:9b:00", 119)}
+    assert xids[0].message.startswith("pid=2024380, name=nvidia-smi, Timeout after 6s")
+    assert "GSP_RM_ALLOC" in xids[0].message
+
+
+def test_real_xid_13_then_43(shared_data: Path) -> None:
+    text = (shared_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
+    xids = parse_lines(text.splitlines())
+    assert [x.xid for x in xids] == [13] * 16 + [43]
+    assert {x.pci for x in xids} == {"0000:38:00"}
+    assert xids[0].message.startswith("pid='<unknown>', name=<unknown>, Graphics SM Global")
+    assert xids[-1].message == "pid=2924364, name=pt_main_thread, Ch 00000008"
+
+
+def test_logs_without_xids_give_none(shared_data: Path) -> None:
+    for name in ("gpud_dmesg_libnccl_segfault.log", "gpud_fabricmanager.log"):
+        lines = (shared_data / "failure_logs" / name).read_text().splitlines()
+        assert parse_lines(lines) == []
+
+
+def test_kmsg_record_and_near_misses() -> None:
+    x = parse_kmsg_record(b"4,1002,6000000,-;NVRM: Xid (PCI:0000:2a:00): 79, pid=0, name=x, "
+                          b"GPU has fallen off the bus.\n SUBSYSTEM=pci\n DEVICE=+pci:0000:2a:00.0")
+    assert x is not None and (x.pci, x.xid) == ("0000:2a:00", 79)
+    assert x.message.endswith("GPU has fallen off the bus.")
+    assert parse_xid("NVRM: GPU at PCI:0000:9b:00: GPU-509665ad-b600-ac93-3616") is None
+    assert parse_xid("NVRM: Xid (PCI:0000:9b:00): notanumber, pid=1") is None
+    assert parse_xid("NVRM: Xid (PCI:0000:9B:00.0): 48, pid=1, DBE") is not None
+
+
+@pytest.mark.parametrize(("bus_id", "key"), [
+    ("00000000:9B:00.0", "0000:9b:00"),   # NVML
+    ("0000:9b:00", "0000:9b:00"),         # kernel log
+    ("0001:1A:00.0", "0001:1a:00"),
+])
+def test_pci_key(bus_id: str, key: str) -> None:
+    assert pci_key(bus_id) == key
+
+
+def test_text_log_follows_appends_from_the_end(tmp_path: Path) -> None:
+    log_file = tmp_path / "kern.log"
+    log_file.write_text("NVRM: Xid (PCI:0000:18:00): 13, pid=1, old\n")
+    log = KernelLog(str(log_file))
+    assert log.poll() == []  # history before the agent started is not reported
+    with log_file.open("a") as f:
+        f.write("NVRM: Xid (PCI:0000:18:00): 31, pid=2, new\nNVRM: Xid (PCI:0000:18:00): 4")
+    assert [x.xid for x in log.poll()] == [31]  # the half-written line waits
+    with log_file.open("a") as f:
+        f.write("8, pid=3, done\n")
+    assert [x.xid for x in log.poll()] == [48]
+    log.close()
+
+
+def test_unreadable_log_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log = KernelLog(str(tmp_path / "absent"))
+    assert log.poll() == [] and log.poll() == []
+    assert sum("kernel log" in r.message for r in caplog.records) == 1
+
+
+def test_fixture_kmsg_from_start() -> None:
+    log = KernelLog(str(FIXTURES / "kmsg.txt"), from_start=True)
+    assert [(x.pci, x.xid) for x in log.poll()] == [
+        ("0000:2a:00", 79), ("0000:18:00", 13), ("0000:ff:00", 31)]
+    log.close()
+
+
+def test_merger_counts_an_event_seen_twice_once() -> None:
+    clock = Clock()
+    m = XidMerger(window_s=30.0, clock=clock)
+    # Same tick, both sources.
+    assert m.merge({0: [79]}, [(0, 79)]) == {0: [79]}
+    # Kernel log first, NVML one tick later: still one.
+    assert m.merge({}, [(1, 13)]) == {1: [13]}
+    clock.advance(5)
+    assert m.merge({1: [13]}, []) == {}
+    # A burst: 16 from each source is 16 events, not 32 and not 1.
+    assert m.merge({2: [13] * 16}, [(2, 13)] * 16) == {2: [13] * 16}
+    # Past the window the same code is a new event.
+    clock.advance(31)
+    assert m.merge({}, [(0, 79)]) == {0: [79]}

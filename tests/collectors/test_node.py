@@ -1,0 +1,134 @@
+"""The node source: composition, the missing-NVML policy, XID merging, jobs, the codec."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+from fleetwatch import codec
+from fleetwatch.collectors.kmsg import KernelLog
+from fleetwatch.collectors.node import NVML_RETRY_S, NodeSource, node_source
+from fleetwatch.collectors.nvml import FakeNvml, NvmlUnavailable
+from fleetwatch.config import AgentConfig, Config, NodeConfig
+from tests.collectors.conftest import FIXTURES, Clock, NodeTree
+
+
+def config(tree: NodeTree, policy: str = "retry") -> Config:
+    return Config(node=NodeConfig("dc1", "rack-07", "gpu-node-042"),
+                  agent=AgentConfig(nvml_policy=policy, proc_root=str(tree.proc),  # type: ignore[arg-type]
+                                    sys_root=str(tree.sys), kernel_log=""))
+
+
+def test_frame_round_trips_through_the_codec(tree: NodeTree, clock: Clock) -> None:
+    nv = FakeNvml.of(8)
+    nv.gpus[0].pids = [1001]
+    nv.lose(5)
+    source = node_source(config(tree), nvml=nv, clock=clock)
+    source.frames(time.time())
+    tree.advance()
+    clock.advance(5)
+    nv.inject_xid(3, 79)
+    [frame] = source.frames(time.time())
+    assert (frame.cluster, frame.rack, frame.node, frame.seq) == ("dc1", "rack-07",
+                                                                  "gpu-node-042", 2)
+    assert len(frame.gpus) == 8 and frame.gpus[5].state == "lost"
+    assert frame.gpus[0].job == "12345" and frame.gpus[3].xids == (79,)
+    assert "host_cpu_power_w" in frame.host.metrics and "host_cpu_util_pct" in frame.host.metrics
+    assert {p.kind for p in frame.host.ports} == {"nic", "ib"}
+    assert codec.decode(codec.encode(frame)) == frame
+    source.close()
+
+
+def test_fake_gpus_mode(tree: NodeTree) -> None:
+    source = node_source(config(tree), fake_gpus=3)
+    [frame] = source.frames(time.time())
+    assert [g.index for g in frame.gpus] == [0, 1, 2]
+    assert source.kernel_log is None and source.driver_version == "580.105.08"
+
+
+@pytest.mark.parametrize("nv", [FakeNvml.missing(), FakeNvml.mismatch()],
+                         ids=["missing", "mismatch"])
+@pytest.mark.parametrize("policy", ["ignore", "retry"])
+def test_without_nvml_runs_host_only_with_one_log_line(
+        tree: NodeTree, clock: Clock, nv: FakeNvml, policy: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO)
+    source = node_source(config(tree, policy), nvml=nv, clock=clock)
+    for _ in range(5):
+        clock.advance(NVML_RETRY_S)
+        [frame] = source.frames(time.time())
+        assert frame.gpus == () and "host_mem_total_bytes" in frame.host.metrics
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 1, lines
+    assert "Running host-only" in lines[0] and "HINT:" in lines[0]
+    assert ("install the NVIDIA driver" in lines[0]) or ("reboot" in lines[0])
+
+
+def test_error_policy_raises(tree: NodeTree) -> None:
+    with pytest.raises(NvmlUnavailable, match="libnvidia-ml.so.1"):
+        node_source(config(tree, "error"), nvml=FakeNvml.missing())
+
+
+def test_retry_policy_picks_nvml_up_once_it_works(tree: NodeTree, clock: Clock) -> None:
+    attempts: list[FakeNvml] = []
+
+    def backend() -> FakeNvml:
+        nv = FakeNvml.missing() if len(attempts) < 2 else FakeNvml.of(2)
+        attempts.append(nv)
+        return nv
+
+    source = NodeSource(config(tree, "retry"), backend, None, clock=clock)
+    assert source.frames(time.time())[0].gpus == ()
+    clock.advance(10)
+    assert source.frames(time.time())[0].gpus == () and len(attempts) == 1  # not yet
+    clock.advance(NVML_RETRY_S)
+    assert source.frames(time.time())[0].gpus == () and len(attempts) == 2
+    clock.advance(NVML_RETRY_S)
+    assert len(source.frames(time.time())[0].gpus) == 2
+    assert source.nvml_problem is None
+
+
+def test_kernel_log_xids_fill_what_nvml_missed_without_duplicates(tree: NodeTree,
+                                                                  clock: Clock) -> None:
+    nv = FakeNvml.of(2)  # GPU 0 at 0000:18:00, GPU 1 at 0000:2a:00
+    log = KernelLog(str(FIXTURES / "kmsg.txt"), from_start=True)
+    source = NodeSource(config(tree), lambda: nv, log, clock=clock)
+    nv.inject_xid(1, 79)  # NVML saw the 79 too; the kernel log alone saw the 13
+    [frame] = source.frames(time.time())
+    assert frame.gpus[0].xids == (13,)
+    assert frame.gpus[1].xids == (79,)  # once, not twice; the unknown PCI address is dropped
+    source.close()
+
+
+def test_nvml_errors_reach_the_callback(tree: NodeTree) -> None:
+    import pynvml
+
+    nv = FakeNvml.of(1)
+    kinds: list[str] = []
+    source = node_source(config(tree), nvml=nv, on_nvml_error=kinds.append)
+    nv.fail(0, "utilization", pynvml.NVMLError_Timeout())
+    source.frames(time.time())
+    assert kinds == ["timeout"]
+
+
+def test_every_scenario_gives_a_valid_frame(tree: NodeTree, clock: Clock,
+                                            scenario: tuple[str, FakeNvml]) -> None:
+    name, nv = scenario
+    source = node_source(config(tree), nvml=nv, clock=clock)
+    for _ in range(3):
+        clock.advance(5)
+        [frame] = source.frames(time.time())
+        assert codec.decode(codec.encode(frame)) == frame
+    expected = 0 if name in ("nvml_missing", "driver_mismatch") else 4
+    assert len(frame.gpus) == expected
+    assert [g.index for g in frame.gpus if g.state == "lost"] == ([2] if name == "gpu_lost" else [])
+    if name == "not_supported":
+        for metric in ("gpu_power_w", "gpu_temp_c", "gpu_util_pct", "gpu_fb_used_bytes"):
+            assert metric not in frame.gpus[1].metrics and metric in frame.gpus[0].metrics
+    if name == "flaky":
+        assert "gpu_util_pct" not in frame.gpus[0].metrics
+        assert "gpu_ecc_dbe_volatile_total" not in frame.gpus[3].metrics
+        assert frame.gpus[3].metrics["gpu_power_w"] > 0 and frame.gpus[3].state == "ok"
+    source.close()
