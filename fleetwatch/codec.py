@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from operator import le
 from typing import Any
 
 import msgpack
 
 from fleetwatch.catalogue import Catalogue, catalogue
 from fleetwatch.frame import FRAME_VERSION, Frame, GpuReading, HostReading, PortReading
+
+_Plan = tuple[tuple[str, ...], tuple[float, ...], tuple[float, ...]]
 
 MAX_FRAME_BYTES = 1 << 20
 MAX_GPUS = 64
@@ -30,6 +33,12 @@ MAX_INFO = 16
 MAX_STR = 256
 # 2000-01-01 .. 2100-01-01: a timestamp outside this is a clock or unit bug.
 MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
+
+# Bounds on the decoder's caches, should node names or metric sets churn without end.
+_MAX_GOOD = 100_000
+_MAX_PLANS = 1024
+_INT = frozenset({int})
+_FLOAT = frozenset({float})
 
 _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
@@ -68,12 +77,25 @@ class Encoder:
 
 
 class Decoder:
+    """Decodes and validates frames; one per thread (it keeps caches, see below).
+
+    Every check runs on every frame, but what repeats frame after frame is
+    checked at C speed: a map's metric ids are looked up once per distinct
+    id set (a plan of names and ranges, then ``dict(zip())`` and ``map``
+    comparisons), and a string that once passed ``_text`` is known good (a
+    set lookup). Anything that misses the fast path takes the field-by-field
+    path, which names what is wrong.
+    """
+
     def __init__(self, cat: Catalogue | None = None, max_bytes: int = MAX_FRAME_BYTES) -> None:
         self._cat = cat or catalogue()
         self._max_bytes = max_bytes
         self._by_scope: dict[str, dict[int, tuple[str, float, float]]] = {
             scope: {m.id: (m.name, m.min, m.max) for m in self._cat.metrics if m.scope == scope}
             for scope in ("gpu", "host", "port")}
+        # Per scope: metric ids in wire order -> (names, minimums, maximums).
+        self._plans: dict[str, dict[tuple[Any, ...], _Plan]] = {s: {} for s in self._by_scope}
+        self._good: set[str] = set()  # strings that passed _text
 
     def decode(self, data: bytes) -> Frame:
         if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -96,53 +118,73 @@ class Decoder:
         if len(body) != 8:
             raise FrameError("", f"a v{FRAME_VERSION} frame has 8 fields, this one has {len(body)}")
         _, cluster, rack, node, ts, seq, gpus, host = body
-        ts = _number(ts, "ts")
-        if not MIN_TS <= ts < MAX_TS:
-            raise FrameError("ts", f"{ts!r} is not a time between 2000 and 2100 in epoch seconds")
-        if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0:
+        if type(ts) is not float or not MIN_TS <= ts < MAX_TS:
+            ts = _number(ts, "ts")
+            if not MIN_TS <= ts < MAX_TS:
+                raise FrameError("ts", f"{ts!r} is not a time between 2000 and 2100 in "
+                                 "epoch seconds")
+        if type(seq) is not int or seq < 0:
             raise FrameError("seq", f"must be a non-negative integer, got {seq!r}")
+        text = self._text
         return Frame(
-            cluster=_text(cluster, "cluster"),
-            rack=_text(rack, "rack"),
-            node=_text(node, "node"),
+            cluster=text(cluster, "cluster"),
+            rack=text(rack, "rack"),
+            node=text(node, "node"),
             ts=ts,
             gpus=self._gpus(gpus),
             host=self._host(host),
             seq=seq,
         )
 
+    def _text(self, value: Any, where: str) -> str:
+        if type(value) is str and value in self._good:
+            return value
+        value = _text(value, where)
+        if len(self._good) >= _MAX_GOOD:
+            self._good.clear()
+        self._good.add(value)
+        return value
+
     def _gpus(self, raw: Any) -> tuple[GpuReading, ...]:
         _array(raw, "gpus", MAX_GPUS)
-        seen: set[int] = set()
+        seen = 0  # bit i: GPU index i was seen
         out = []
+        text, metrics_of, good = self._text, self._metrics, self._good
         for i, g in enumerate(raw):
-            where = f"gpus[{i}]"
-            if not isinstance(g, list) or len(g) != 8:
-                raise FrameError(where, "must be an array of 8 fields")
+            if type(g) is not list or len(g) != 8:
+                raise FrameError(f"gpus[{i}]", "must be an array of 8 fields")
             index, uuid, model, job, state, metrics, xids, info = g
-            if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < MAX_GPUS:
-                raise FrameError(f"{where}.index", f"must be an integer in 0..{MAX_GPUS - 1}, "
+            if type(index) is not int or not 0 <= index < MAX_GPUS:
+                raise FrameError(f"gpus[{i}].index", f"must be an integer in 0..{MAX_GPUS - 1}, "
                                  f"got {index!r}")
-            if index in seen:
-                raise FrameError(f"{where}.index", f"GPU {index} appears twice")
-            seen.add(index)
-            if state not in (0, 1) or isinstance(state, bool):
-                raise FrameError(f"{where}.state", f"must be 0 (ok) or 1 (lost), got {state!r}")
-            _array(xids, f"{where}.xids", MAX_XIDS)
-            for k, x in enumerate(xids):
-                if not isinstance(x, int) or isinstance(x, bool) or not 0 < x < 1 << 16:
-                    raise FrameError(f"{where}.xids[{k}]", f"must be an XID code, got {x!r}")
+            if seen >> index & 1:
+                raise FrameError(f"gpus[{i}].index", f"GPU {index} appears twice")
+            seen |= 1 << index
+            if type(state) is not int or not 0 <= state <= 1:
+                raise FrameError(f"gpus[{i}].state", f"must be 0 (ok) or 1 (lost), got {state!r}")
+            if type(xids) is list and not xids:
+                xid_codes: tuple[int, ...] = ()
+            else:
+                xid_codes = _xids(xids, f"gpus[{i}].xids")
             out.append(GpuReading(
                 index=index,
-                uuid=_text(uuid, f"{where}.uuid"),
-                model=_text(model, f"{where}.model"),
-                job=None if job is None else _text(job, f"{where}.job"),
+                uuid=text(uuid, f"gpus[{i}].uuid"),
+                model=text(model, f"gpus[{i}].model"),
+                job=None if job is None else text(job, f"gpus[{i}].job"),
                 state=_STATES[state],  # type: ignore[arg-type]
-                metrics=self._metrics(metrics, f"{where}.metrics", "gpu"),
-                xids=tuple(xids),
-                info=_info(info, f"{where}.info"),
+                metrics=metrics_of(metrics, f"gpus[{i}].metrics", "gpu"),
+                xids=xid_codes,
+                info=info if type(info) is dict and len(info) <= MAX_INFO and good.issuperset(
+                    info) and good.issuperset(info.values()) else self._info(info,
+                                                                             f"gpus[{i}].info"),
             ))
         return tuple(out)
+
+    def _info(self, value: Any, where: str) -> dict[str, str]:
+        if not isinstance(value, dict) or len(value) > MAX_INFO:
+            raise FrameError(where, f"must be a map of at most {MAX_INFO} strings")
+        return {self._text(k, f"{where} key"): self._text(v, f"{where}.{k}")
+                for k, v in value.items()}
 
     def _host(self, raw: Any) -> HostReading:
         if not isinstance(raw, list) or len(raw) != 2:
@@ -155,19 +197,34 @@ class Decoder:
             if not isinstance(p, list) or len(p) != 3:
                 raise FrameError(where, "must be an array [name, kind, metrics]")
             name, kind, pm = p
-            if kind not in (0, 1) or isinstance(kind, bool):
+            if type(kind) is not int or not 0 <= kind <= 1:
                 raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {kind!r}")
-            out.append(PortReading(_text(name, f"{where}.name"), _PORT_KINDS[kind],  # type: ignore[arg-type]
+            out.append(PortReading(self._text(name, f"{where}.name"), _PORT_KINDS[kind],  # type: ignore[arg-type]
                                    self._metrics(pm, f"{where}.metrics", "port")))
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
 
     def _metrics(self, raw: Any, where: str, scope: str) -> dict[str, float]:
-        # The hot loop of every processor: one dict lookup and one range check a
-        # metric; names for error messages are only built when something is wrong.
+        # The hot path of every processor: a map whose ids were seen before is
+        # checked with C-level loops (the types of its ids and values, then
+        # every value against its metric's range), never one metric at a time.
+        if type(raw) is dict:
+            keys = tuple(raw)
+            plan = self._plans[scope].get(keys)
+            if plan is not None:
+                values = tuple(raw.values())
+                names, lo, hi = plan
+                if (_FLOAT.issuperset(map(type, values)) and _INT.issuperset(map(type, keys))
+                        and all(map(le, lo, values)) and all(map(le, values, hi))):
+                    return dict(zip(names, values))
+        return self._metrics_checked(raw, where, scope)
+
+    def _metrics_checked(self, raw: Any, where: str, scope: str) -> dict[str, float]:
+        """One metric at a time: names what is wrong; learns the plan of a good map."""
         if type(raw) is not dict:
             raise FrameError(where, f"must be a map of metric id to number, got {_tname(raw)}")
         known = self._by_scope[scope]
         out: dict[str, float] = {}
+        specs = []
         for key, value in raw.items():
             spec = known.get(key) if type(key) is int else None
             t = type(value)
@@ -175,6 +232,12 @@ class Decoder:
             if spec is None or v is None or not spec[1] <= v <= spec[2]:
                 self._metric_error(where, scope, key, value)
             out[spec[0]] = v
+            specs.append(spec)
+        plans = self._plans[scope]
+        if len(plans) >= _MAX_PLANS:
+            plans.clear()
+        plans[tuple(raw)] = (tuple(s[0] for s in specs), tuple(s[1] for s in specs),
+                             tuple(s[2] for s in specs))
         return out
 
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
@@ -209,17 +272,19 @@ def _text(value: Any, where: str) -> str:
     return value
 
 
+def _xids(value: Any, where: str) -> tuple[int, ...]:
+    _array(value, where, MAX_XIDS)
+    for k, x in enumerate(value):
+        if type(x) is not int or not 0 < x < 1 << 16:
+            raise FrameError(f"{where}[{k}]", f"must be an XID code, got {x!r}")
+    return tuple(value)
+
+
 def _array(value: Any, where: str, limit: int) -> None:
     if not isinstance(value, list):
         raise FrameError(where, f"must be an array, got {_tname(value)}")
     if len(value) > limit:
         raise FrameError(where, f"has {len(value)} entries, over the limit of {limit}")
-
-
-def _info(value: Any, where: str) -> dict[str, str]:
-    if not isinstance(value, dict) or len(value) > MAX_INFO:
-        raise FrameError(where, f"must be a map of at most {MAX_INFO} strings")
-    return {_text(k, f"{where} key"): _text(v, f"{where}.{k}") for k, v in value.items()}
 
 
 def _tname(value: Any) -> str:

@@ -1,16 +1,25 @@
 """The embedded store: one SQLite file in WAL mode.
 
 WAL lets a dashboard in another process (or thread) read while the processor
-writes. Raw samples are keyed (ts, series) so that writes append at the end
-of the B-tree; 1-minute rollups are keyed (series, ts) for long-range reads of
-one series. Both are ``INSERT OR REPLACE``: writing a point twice keeps one.
+writes. The layout is the line-protocol one: a row per device per instant,
+holding all of that device's metrics as packed float64s, keyed (ts, device)
+so that writes append at the end of the B-tree. That is ~10x fewer rows than
+one per metric, which is what makes a week of a fleet load in seconds. A
+``layouts`` table names the metrics in each packed row; a device whose metric
+set changes (a GPU lost, a metric no longer supported) simply gets a new
+layout. One-minute rollups (count, sums, minimums, maximums) are keyed
+(device, minute, layout) for long-range reads of one device. Writes are
+``INSERT OR REPLACE``: writing a device's instant twice keeps one row.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import struct
 import threading
-from collections.abc import Mapping, Sequence
+from array import array
+from collections import defaultdict
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,20 +39,28 @@ from fleetwatch.pipeline.store.base import (
 MINUTE_MS = 60_000
 # Spans longer than this are read from the 1-minute rollups.
 RAW_SPAN_MS = 6 * 3600 * 1000
-# Minutes younger than this are not rolled up yet: late points may still come.
+# Minutes younger than this are not rolled up from raw yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
 
+Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
+Row = tuple[int, int, int, bytes]  # (ts, device id, layout id, packed values)
+# (did, minute, layout, n, sums, mins, maxs)
+Rollup = tuple[int, int, int, int, bytes, bytes, bytes]
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS series (
-    id INTEGER PRIMARY KEY, metric TEXT NOT NULL, cluster TEXT NOT NULL, rack TEXT NOT NULL,
-    node TEXT NOT NULL, device TEXT NOT NULL, UNIQUE (metric, cluster, rack, node, device));
-CREATE INDEX IF NOT EXISTS series_by_node ON series (node, metric);
+CREATE TABLE IF NOT EXISTS devices (
+    id INTEGER PRIMARY KEY, cluster TEXT NOT NULL, rack TEXT NOT NULL, node TEXT NOT NULL,
+    device TEXT NOT NULL, UNIQUE (cluster, rack, node, device));
+CREATE TABLE IF NOT EXISTS layouts (id INTEGER PRIMARY KEY, metrics TEXT NOT NULL UNIQUE);
 CREATE TABLE IF NOT EXISTS samples (
-    ts INTEGER NOT NULL, sid INTEGER NOT NULL, value REAL NOT NULL,
-    PRIMARY KEY (ts, sid)) WITHOUT ROWID;
+    ts INTEGER NOT NULL, did INTEGER NOT NULL, layout INTEGER NOT NULL, vals BLOB NOT NULL,
+    PRIMARY KEY (ts, did)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS rollup_1m (
-    sid INTEGER NOT NULL, ts INTEGER NOT NULL, n INTEGER NOT NULL, sum REAL NOT NULL,
-    min REAL NOT NULL, max REAL NOT NULL, PRIMARY KEY (sid, ts)) WITHOUT ROWID;
+    did INTEGER NOT NULL, ts INTEGER NOT NULL, layout INTEGER NOT NULL, n INTEGER NOT NULL,
+    sums BLOB NOT NULL, mins BLOB NOT NULL, maxs BLOB NOT NULL,
+    PRIMARY KEY (did, ts, layout)) WITHOUT ROWID;
+-- Minutes whose rollups must be recomputed from raw samples once they close.
+CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS alerts (
     id TEXT PRIMARY KEY, rule TEXT, severity TEXT, cluster TEXT, rack TEXT, node TEXT,
     device TEXT, state TEXT, started_ts REAL, updated_ts REAL, value REAL, message TEXT,
@@ -52,8 +69,6 @@ CREATE INDEX IF NOT EXISTS alerts_by_state ON alerts (state, updated_ts);
 CREATE TABLE IF NOT EXISTS annotations (
     kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
     UNIQUE (kind, start_ts, node, device));
--- Minutes whose rollup must be recomputed from raw samples once they close.
-CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
 """
 
 
@@ -65,13 +80,17 @@ class SqliteStore:
         self.rollup_retention_ms = int(rollup_retention_d * 86400 * 1000)
         self._read_only = read_only
         self._local = threading.local()
-        self._devices: dict[tuple[str, str, str, str], dict[str, int]] = {}
-        self._ids_lock = threading.Lock()
+        self._lock = threading.Lock()
+        self._dids: dict[Ident, int] = {}
+        self._idents: dict[int, Ident] = {}
+        self._layouts: dict[tuple[str, ...], int] = {}
+        self._names: dict[int, tuple[str, ...]] = {}
+        self._index: dict[int, dict[str, int]] = {}
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self._conn().executescript(_SCHEMA)
 
-    # connections: one per thread, since sqlite3 connections are not shareable
+    # -- connections: one per thread, since sqlite3 connections are not shareable
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
@@ -89,58 +108,86 @@ class SqliteStore:
             self._local.conn = conn
         return conn
 
-    def _sids(self, f: Frame, device: str, metrics: Mapping[str, float]) -> dict[str, int]:
-        """metric → series id for one device of one node; new series are created here."""
-        ident = (f.cluster, f.rack, f.node, device)
-        sids = self._devices.get(ident)
-        if sids is None or not metrics.keys() <= sids.keys():
-            with self._ids_lock:
+    # -- ids for devices and layouts, cached; new ones are created on first sight
+    def _did(self, ident: Ident) -> int:
+        did = self._dids.get(ident)
+        if did is None:
+            with self._lock:
                 conn = self._conn()
                 with conn:
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO series (metric, cluster, rack, node, device) "
-                        "VALUES (?, ?, ?, ?, ?)", [(m, *ident) for m in metrics])
-                sids = dict(conn.execute(
-                    "SELECT metric, id FROM series WHERE cluster = ? AND rack = ? AND node = ? "
-                    "AND device = ?", ident).fetchall())
-                self._devices[ident] = sids
-        return sids
+                    conn.execute("INSERT OR IGNORE INTO devices (cluster, rack, node, device) "
+                                 "VALUES (?, ?, ?, ?)", ident)
+                (did,) = conn.execute("SELECT id FROM devices WHERE cluster = ? AND rack = ? "
+                                      "AND node = ? AND device = ?", ident).fetchone()
+                self._dids[ident], self._idents[did] = did, ident
+        return did
 
-    def _columns(self, frames: Sequence[Frame]) -> tuple[list[int], list[int], list[float]]:
-        """The frames as three parallel columns: timestamp (ms), series id, value."""
-        ts_col: list[int] = []
-        sid_col: list[int] = []
-        val_col: list[float] = []
-        sids_of = self._sids
+    def _layout(self, names: tuple[str, ...]) -> int:
+        lid = self._layouts.get(names)
+        if lid is None:
+            with self._lock:
+                conn = self._conn()
+                text = ",".join(names)
+                with conn:
+                    conn.execute("INSERT OR IGNORE INTO layouts (metrics) VALUES (?)", (text,))
+                (lid,) = conn.execute("SELECT id FROM layouts WHERE metrics = ?",
+                                      (text,)).fetchone()
+                self._remember_layout(lid, names)
+        return lid
+
+    def _remember_layout(self, lid: int, names: tuple[str, ...]) -> None:
+        self._layouts[names], self._names[lid] = lid, names
+        self._index[lid] = {name: i for i, name in enumerate(names)}
+
+    def _refresh(self) -> None:
+        """Learn devices and layouts another process (the writer) created."""
+        conn = self._conn()
+        for did, *ident in conn.execute("SELECT id, cluster, rack, node, device FROM devices"):
+            self._dids[tuple(ident)], self._idents[did] = did, tuple(ident)  # type: ignore[index]
+        for lid, text in conn.execute("SELECT id, metrics FROM layouts"):
+            if lid not in self._names:
+                self._remember_layout(lid, tuple(text.split(",")))
+
+    # -- writes
+    def _rows(self, frames: Sequence[Frame]) -> tuple[list[Row], int]:
+        rows: list[Row] = []
+        add = rows.append
+        points = 0
+        dids, layouts = self._dids, self._layouts
         for f in frames:
             ts = int(round(f.ts * 1000))
-            parts = [(gpu_device(g.index), g.metrics) for g in f.gpus]
+            parts: list[tuple[str, Mapping[str, float]]] = [
+                (gpu_device(g.index), g.metrics) for g in f.gpus]
             parts.append(("host", f.host.metrics))
             parts.extend((p.name, p.metrics) for p in f.host.ports)
             for device, metrics in parts:
-                sids = sids_of(f, device, metrics)
-                sid_col.extend([sids[m] for m in metrics])
-                val_col.extend(metrics.values())
-                ts_col.extend([ts] * len(metrics))
-        return ts_col, sid_col, val_col
+                if not metrics:
+                    continue  # a lost GPU: nothing measured, nothing stored
+                ident = (f.cluster, f.rack, f.node, device)
+                did = dids.get(ident) or self._did(ident)
+                names = tuple(metrics)
+                lid = layouts.get(names) or self._layout(names)
+                add((ts, did, lid, array("d", metrics.values()).tobytes()))
+                points += len(names)
+        return rows, points
 
     def write(self, frames: Sequence[Frame]) -> int:
-        ts, sid, value = self._columns(frames)
-        if not ts:
+        rows, points = self._rows(frames)
+        if not rows:
             return 0
+        complete, dirty = _rollup(rows)
         conn = self._conn()
         try:
             with conn:
-                conn.executemany("INSERT OR REPLACE INTO samples (ts, sid, value) "
-                                 "VALUES (?, ?, ?)", zip(ts, sid, value))
-                complete, dirty = _rollup(ts, sid, value)
-                conn.executemany("INSERT OR REPLACE INTO rollup_1m (sid, ts, n, sum, min, max) "
-                                 "VALUES (?, ?, ?, ?, ?, ?)", complete)
+                conn.executemany("INSERT OR REPLACE INTO samples (ts, did, layout, vals) "
+                                 "VALUES (?, ?, ?, ?)", rows)
+                conn.executemany("INSERT OR REPLACE INTO rollup_1m VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 complete)
                 conn.executemany("INSERT OR IGNORE INTO dirty_minutes VALUES (?)",
                                  [(m,) for m in dirty])
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
-        return len(ts)
+        return points
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None:
         if not alerts:
@@ -158,47 +205,81 @@ class SqliteStore:
                              [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text)
                               for a in annotations])
 
+    # -- reads
+    def _devices(self, node: str | None, device: str | None) -> list[int]:
+        self._refresh()
+        return [did for did, (_, _, n, d) in self._idents.items()
+                if (node is None or n == node) and (device is None or d == device)]
+
+    def _key(self, metric: str, did: int) -> SeriesKey:
+        return SeriesKey(metric, *self._idents[did])
+
     def latest(self, metric: str, since_ms: int) -> list[Point]:
-        rows = self._conn().execute(
-            "SELECT s.metric, s.cluster, s.rack, s.node, s.device, x.ts, x.value "
-            "FROM series s JOIN samples x ON x.sid = s.id "
-            "WHERE s.metric = ? AND x.ts >= ? ORDER BY x.ts", (metric, since_ms)).fetchall()
-        newest: dict[SeriesKey, Point] = {}
-        for r in rows:  # ordered by time, so the last one of each series wins
-            key = SeriesKey(*r[:5])
-            newest[key] = (key, r[5], r[6])
+        self._refresh()
+        newest: dict[int, Point] = {}
+        index = self._index
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? ORDER BY ts DESC",
+                (since_ms,)):
+            if did in newest:
+                continue
+            i = index[lid].get(metric)
+            if i is not None:
+                newest[did] = (self._key(metric, did), ts, _value(vals, i))
         return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None) -> list[Point]:
-        where, args = ["s.metric = ?"], [metric]
-        if node is not None:
-            where.append("s.node = ?")
-            args.append(node)
-        if device is not None:
-            where.append("s.device = ?")
-            args.append(device)
-        cond = " AND ".join(where)
         if end_ms - start_ms > RAW_SPAN_MS:
-            sql = (f"SELECT s.metric, s.cluster, s.rack, s.node, s.device, r.ts, r.sum / r.n "
-                   f"FROM series s JOIN rollup_1m r ON r.sid = s.id "
-                   f"WHERE {cond} AND r.ts >= ? AND r.ts < ? ORDER BY r.ts")
-        else:
-            sql = (f"SELECT s.metric, s.cluster, s.rack, s.node, s.device, x.ts, x.value "
-                   f"FROM series s JOIN samples x ON x.sid = s.id "
-                   f"WHERE {cond} AND x.ts >= ? AND x.ts < ? ORDER BY x.ts")
-        rows = self._conn().execute(sql, (*args, start_ms, end_ms)).fetchall()
-        return [(SeriesKey(*r[:5]), r[5], r[6]) for r in rows]
+            return [(key, ts, total / n) for key, ts, n, total, _, _ in
+                    self.rollups(metric, start_ms, end_ms, node, device)]
+        return list(self._raw(metric, start_ms, end_ms, self._devices(node, device)))
 
-    def rollups(self, metric: str, start_ms: int, end_ms: int) -> list[tuple[SeriesKey, int, int,
-                                                                           float, float, float]]:
-        """(series, minute, count, sum, min, max) rows: for reports and checks."""
-        rows = self._conn().execute(
-            "SELECT s.metric, s.cluster, s.rack, s.node, s.device, r.ts, r.n, r.sum, r.min, r.max "
-            "FROM series s JOIN rollup_1m r ON r.sid = s.id "
-            "WHERE s.metric = ? AND r.ts >= ? AND r.ts < ? ORDER BY r.ts",
-            (metric, start_ms, end_ms)).fetchall()
-        return [(SeriesKey(*r[:5]), *r[5:]) for r in rows]
+    def _raw(self, metric: str, start_ms: int, end_ms: int, dids: list[int]) -> Iterator[Point]:
+        if not dids:
+            return
+        wanted = set(dids)
+        index = self._index
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts",
+                (start_ms, end_ms)):
+            if did in wanted and (i := index[lid].get(metric)) is not None:
+                yield self._key(metric, did), ts, _value(vals, i)
+
+    def export(self, start_ms: int = 0, end_ms: int = 1 << 62) -> Iterator[Point]:
+        """Every raw point in [start, end), in time order (like VictoriaMetrics' export)."""
+        self._refresh()
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts",
+                (start_ms, end_ms)):
+            for name, value in zip(self._names[lid], array("d", vals)):
+                yield self._key(name, did), ts, value
+
+    def rollups(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+                device: str | None = None
+                ) -> list[tuple[SeriesKey, int, int, float, float, float]]:
+        """(series, minute, count, sum, min, max) of ``metric``, oldest first."""
+        dids = self._devices(node, device)
+        if not dids:
+            return []
+        merged: dict[tuple[int, int], list[float]] = {}
+        marks = ",".join("?" * len(dids))
+        for did, ts, lid, n, sums, mins, maxs in self._conn().execute(
+                f"SELECT did, ts, layout, n, sums, mins, maxs FROM rollup_1m "
+                f"WHERE did IN ({marks}) AND ts >= ? AND ts < ?", (*dids, start_ms, end_ms)):
+            i = self._index[lid].get(metric)
+            if i is None:
+                continue
+            row = (n, _value(sums, i), _value(mins, i), _value(maxs, i))
+            have = merged.get((did, ts))
+            if have is None:
+                merged[(did, ts)] = list(row)
+            else:  # the device changed layout within this minute
+                have[0] += row[0]
+                have[1] += row[1]
+                have[2], have[3] = min(have[2], row[2]), max(have[3], row[3])
+        return [(self._key(metric, did), ts, int(n), s, lo, hi)
+                for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
@@ -217,17 +298,20 @@ class SqliteStore:
             "ORDER BY start_ts", (end_ts, start_ts)).fetchall()
         return [Annotation(*r) for r in rows]
 
+    # -- upkeep
     def maintain(self, now_ms: int) -> None:
         conn = self._conn()
         with conn:
             closed = now_ms - ROLLUP_GRACE_MS
             for (minute,) in conn.execute("SELECT minute FROM dirty_minutes WHERE minute < ?",
                                           (closed - MINUTE_MS,)).fetchall():
-                conn.execute(
-                    "INSERT OR REPLACE INTO rollup_1m (sid, ts, n, sum, min, max) "
-                    "SELECT sid, ?, count(*), sum(value), min(value), max(value) "
-                    "FROM samples WHERE ts >= ? AND ts < ? GROUP BY sid",
-                    (minute, minute, minute + MINUTE_MS))
+                rows = conn.execute("SELECT ts, did, layout, vals FROM samples "
+                                    "WHERE ts >= ? AND ts < ?",
+                                    (minute, minute + MINUTE_MS)).fetchall()
+                if rows:
+                    complete, _ = _rollup(rows, whole=True)
+                    conn.executemany("INSERT OR REPLACE INTO rollup_1m "
+                                     "VALUES (?, ?, ?, ?, ?, ?, ?)", complete)
                 conn.execute("DELETE FROM dirty_minutes WHERE minute = ?", (minute,))
             conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - self.raw_retention_ms,))
             conn.execute("DELETE FROM rollup_1m WHERE ts < ?",
@@ -240,38 +324,40 @@ class SqliteStore:
             self._local.conn = None
 
 
-def _rollup(ts_col: list[int], sid_col: list[int], value_col: list[float]
-            ) -> tuple[list[tuple[int, int, int, float, float, float]], set[int]]:
-    """1-minute aggregates of a batch: those it holds whole, and the minutes it may not.
+def _value(packed: bytes, i: int) -> float:
+    return struct.unpack_from("<d", packed, 8 * i)[0]
 
-    A node's frames arrive in order, so for each series only its first and last
+
+def _rollup(rows: Sequence[Row], whole: bool = False) -> tuple[list[Rollup], set[int]]:
+    """1-minute aggregates of a batch of rows: those it holds whole, and the minutes it may not.
+
+    A node's frames arrive in order, so for each device only its first and last
     minute in a batch can be partial (the rest of them is in the batch before
-    or after). Those are marked dirty and recomputed from the raw samples once
-    the minute has closed; every other (series, minute) is complete here, and
-    writing it again on a replay gives the same row.
+    or after). Those are marked dirty and recomputed from the raw rows once the
+    minute has closed (``whole=True``: the rows are all there is of their
+    minutes); every other (device, minute) is complete here, and writing it
+    again on a replay gives the same row.
     """
-    ts = np.array(ts_col, dtype=np.int64)
-    sid = np.array(sid_col, dtype=np.int64)
-    value = np.array(value_col, dtype=np.float64)
-    minute = ts - ts % MINUTE_MS
-    order = np.lexsort((minute, sid))
-    sid, minute, value = sid[order], minute[order], value[order]
-    new_group = np.empty(len(sid), dtype=bool)
-    new_group[0] = True
-    new_group[1:] = (sid[1:] != sid[:-1]) | (minute[1:] != minute[:-1])
-    starts = np.flatnonzero(new_group)
-    g_sid, g_min = sid[starts], minute[starts]
-    n = np.diff(np.append(starts, len(sid)))
-    total = np.add.reduceat(value, starts)
-    lo = np.minimum.reduceat(value, starts)
-    hi = np.maximum.reduceat(value, starts)
-    first_of_sid = np.ones(len(starts), dtype=bool)
-    first_of_sid[1:] = g_sid[1:] != g_sid[:-1]
-    last_of_sid = np.ones(len(starts), dtype=bool)
-    last_of_sid[:-1] = g_sid[1:] != g_sid[:-1]
-    edge = first_of_sid | last_of_sid
-    dirty = set(g_min[edge].tolist())
-    keep = ~edge
-    complete = list(zip(g_sid[keep].tolist(), g_min[keep].tolist(), n[keep].tolist(),
-                        total[keep].tolist(), lo[keep].tolist(), hi[keep].tolist()))
+    groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row[1], row[2])].append(row)
+    complete: list[Rollup] = []
+    dirty: set[int] = set()
+    for (did, lid), group in groups.items():
+        group.sort()
+        ts = np.fromiter((r[0] for r in group), np.int64, len(group))
+        values = np.frombuffer(b"".join(r[3] for r in group), np.float64).reshape(len(group), -1)
+        minute = ts - ts % MINUTE_MS
+        starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
+        counts = np.diff(np.r_[starts, len(minute)])
+        sums = np.add.reduceat(values, starts, axis=0)
+        mins = np.minimum.reduceat(values, starts, axis=0)
+        maxs = np.maximum.reduceat(values, starts, axis=0)
+        minutes = minute[starts].tolist()
+        keep = range(len(starts)) if whole else range(1, len(starts) - 1)
+        if not whole:
+            dirty.add(minutes[0])
+            dirty.add(minutes[-1])
+        complete.extend((did, minutes[k], lid, int(counts[k]), sums[k].tobytes(),
+                         mins[k].tobytes(), maxs[k].tobytes()) for k in keep)
     return complete, dirty

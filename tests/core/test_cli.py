@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -9,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import main
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 
 
 def fleetwatch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
@@ -52,10 +52,10 @@ def test_simulate_writes_history_and_ground_truth(tmp_path: Path) -> None:
                              "FLEETWATCH_SIM_IDLE_MEAN_S": "60"})
     assert result.returncode == 0, result.stderr
     assert "ground truth: cooling on node-001 GPU 2" in result.stderr
-    with sqlite3.connect(db) as c:
-        (n,) = c.execute("SELECT count(*) FROM samples").fetchone()
-        alerts = c.execute("SELECT node, device, state FROM alerts").fetchall()
-        faults = c.execute("SELECT node, device FROM annotations").fetchall()
+    store = SqliteStore(db, read_only=True)
+    n = sum(1 for _ in store.export())
+    alerts = [(a.node, a.device, a.state) for a in store.alerts(("firing", "resolved"))]
+    faults = [(a.node, a.device) for a in store.annotations(0, 1e10)]
     assert n == 3 * 240 * (2 * 4 * 11 + 2 * 4)  # 11 metrics a GPU, 4 a host
     assert alerts == [("node-001", "gpu2", "resolved")]
     assert faults == [("node-001", "gpu2")]

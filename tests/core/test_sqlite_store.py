@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -11,7 +10,7 @@ from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.pipeline.store import Alert, Annotation
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 
-START = 1_763_800_000.0  # a whole minute
+START = 1_763_800_000.0
 
 
 def frames_for(steps: int, interval_s: float = 15.0, nodes: int = 2, gpus: int = 2) -> list:
@@ -23,32 +22,33 @@ def frames_for(steps: int, interval_s: float = 15.0, nodes: int = 2, gpus: int =
     return out
 
 
-def count(path: Path, sql: str) -> int:
-    with sqlite3.connect(path) as c:
-        return c.execute(sql).fetchone()[0]
+def count(store: SqliteStore) -> int:
+    return sum(1 for _ in store.export())
 
 
-def raw_minutes(path: Path) -> dict:
-    with sqlite3.connect(path) as c:
-        return {(sid, m): (n, s, lo, hi) for sid, m, n, s, lo, hi in c.execute(
-            "SELECT sid, ts - ts % 60000, count(*), sum(value), min(value), max(value) "
-            "FROM samples GROUP BY sid, ts - ts % 60000")}
+def raw_minutes(store: SqliteStore) -> dict:
+    """(series, minute) → (count, sum, min, max), computed from the raw points."""
+    out: dict = {}
+    for key, ts, value in store.export():
+        k = (key, ts - ts % 60_000)
+        n, s, lo, hi = out.get(k, (0, 0.0, value, value))
+        out[k] = (n + 1, s + value, min(lo, value), max(hi, value))
+    return out
 
 
-def rollup_rows(path: Path) -> dict:
-    with sqlite3.connect(path) as c:
-        return {(sid, m): (n, s, lo, hi) for sid, m, n, s, lo, hi in c.execute(
-            "SELECT sid, ts, n, sum, min, max FROM rollup_1m")}
+def rollup_rows(store: SqliteStore, metrics) -> dict:
+    return {(key, m): (n, s, lo, hi) for metric in metrics
+            for key, m, n, s, lo, hi in store.rollups(metric, 0, 1 << 62)}
 
 
 def test_writes_are_idempotent(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     frames = frames_for(40)
     n = store.write(frames)
-    assert n == count(tmp_path / "s.db", "SELECT count(*) FROM samples")
+    assert n == count(store) == 40 * 2 * (2 * 11 + 4)
     store.write(frames[:17])  # a replay of part of it
     store.write(frames)
-    assert count(tmp_path / "s.db", "SELECT count(*) FROM samples") == n
+    assert count(store) == n
 
 
 def test_rollups_equal_the_raw_aggregates(tmp_path: Path) -> None:
@@ -59,7 +59,8 @@ def test_rollups_equal_the_raw_aggregates(tmp_path: Path) -> None:
     for lo, hi in [(0, 13), (13, 14), (14, 151), (100, 151), (151, 400)]:
         store.write(frames[lo:hi])
     store.maintain(int(frames[-1].ts * 1000) + 10 * 60_000)  # every minute closed
-    raw, rolled = raw_minutes(path), rollup_rows(path)
+    raw = raw_minutes(store)
+    rolled = rollup_rows(store, {key.metric for key, _ in raw})
     assert raw.keys() == rolled.keys()
     for key, (n, total, lo, hi) in raw.items():
         rn, rs, rlo, rhi = rolled[key]
@@ -89,9 +90,9 @@ def test_retention_drops_old_raw_but_keeps_rollups(tmp_path: Path) -> None:
     store.write(frames)
     end_ms = int(frames[-1].ts * 1000)
     store.maintain(end_ms)
-    oldest = count(path, "SELECT min(ts) FROM samples")
+    oldest = min(ts for _, ts, _ in store.export())
     assert oldest >= end_ms - 3600_000
-    assert count(path, "SELECT min(ts) FROM rollup_1m") < end_ms - 2 * 3600_000
+    assert min(r[1] for r in store.rollups("gpu_temp_c", 0, 1 << 62)) < end_ms - 2 * 3600_000
 
 
 def test_latest_alerts_annotations(tmp_path: Path) -> None:
@@ -147,3 +148,28 @@ def test_read_only_store_that_does_not_exist(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "missing.db", read_only=True)
     with pytest.raises(StoreError, match="run `fleetwatch up` or `fleetwatch simulate` first"):
         store.latest("gpu_temp_c", 0)
+
+
+def test_a_device_whose_metric_set_changes_keeps_every_value(tmp_path: Path) -> None:
+    from fleetwatch.frame import Frame, GpuReading
+
+    store = SqliteStore(tmp_path / "s.db")
+    t0 = START - START % 60  # a whole minute
+
+    def frame(i: int, metrics: dict, state: str = "ok") -> Frame:
+        return Frame("c", "r", "n", t0 + 10 * i, (GpuReading(0, "GPU-0", "m", metrics,
+                                                             state=state),))
+
+    frames = [frame(0, {"gpu_temp_c": 60.0, "gpu_power_w": 300.0}),
+              frame(1, {"gpu_temp_c": 62.0}),                    # power no longer readable
+              frame(2, {}, state="lost"),                        # GPU fell off the bus
+              frame(3, {"gpu_temp_c": 64.0, "gpu_power_w": 310.0})]
+    assert store.write(frames) == 5
+    ms = int(t0 * 1000)
+    temps = store.range("gpu_temp_c", ms, ms + 3600_000)
+    assert [(p[1], p[2]) for p in temps] == [(ms + 10_000 * i, v)
+                                             for i, v in [(0, 60.0), (1, 62.0), (3, 64.0)]]
+    assert [p[2] for p in store.range("gpu_power_w", ms, ms + 3600_000)] == [300.0, 310.0]
+    store.maintain(int(t0 * 1000) + 3600_000)
+    ((_, minute, n, total, lo, hi),) = store.rollups("gpu_temp_c", 0, 1 << 62)
+    assert (minute, n, total, lo, hi) == (int(t0 * 1000), 3, 186.0, 60.0, 64.0)
