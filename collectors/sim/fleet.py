@@ -60,6 +60,7 @@ class FleetSim:
         self.rack_of = np.arange(n) // p.nodes_per_rack
         self.rack_names = [f"rack-{r:02d}" for r in range(int(self.rack_of.max()) + 1)]
         self.uuids = [[_uuid(rng) for _ in range(g)] for _ in range(n)]
+        self._node_racks = [self.rack_names[r] for r in self.rack_of]
         # Per-GPU physical spread.
         self.p_idle = rng.normal(62.0, 3.0, (n, g))
         self.p_full = rng.normal(410.0, 20.0, (n, g))
@@ -201,21 +202,22 @@ class FleetSim:
         # (node, gpu, metric) nested lists: one dict(zip()) per GPU is the cheap way in.
         table = np.stack(list(cols.values()), axis=-1).tolist()
         host_cpu = np.where(self.job >= 0, rng.normal(38.0, 5.0, p.nodes),
-                            rng.normal(3.0, 1.0, p.nodes)).clip(0.0, 100.0)
-        inlet = self._inlet()[self.rack_of]
+                            rng.normal(3.0, 1.0, p.nodes)).clip(0.0, 100.0).round(1).tolist()
+        inlet = self._inlet()[self.rack_of].round(2).tolist()
         self._seq += 1
+        seq, ts, cluster = self._seq, self.ts, p.cluster
         frames = []
-        for i, node in enumerate(self.node_names):
-            job = str(self.job[i]) if self.job[i] >= 0 else None
-            gpus = tuple(
-                GpuReading(j, self.uuids[i][j], MODEL, dict(zip(names, table[i][j])), job)
-                for j in range(p.gpus))
-            host = HostReading({"host_cpu_util_pct": round(float(host_cpu[i]), 1),
-                                "host_inlet_temp_c": round(float(inlet[i]), 2),
+        for i, job_id in enumerate(self.job.tolist()):
+            job = str(job_id) if job_id >= 0 else None
+            uuids, rows = self.uuids[i], table[i]
+            gpus = tuple([GpuReading(j, uuids[j], MODEL, dict(zip(names, rows[j])), job)
+                          for j in range(len(rows))])
+            host = HostReading({"host_cpu_util_pct": host_cpu[i],
+                                "host_inlet_temp_c": inlet[i],
                                 "host_mem_total_bytes": 2.0 * 2**40,
-                                "host_mem_used_bytes": float(2**40 * (0.45 if job else 0.05))})
-            frames.append(Frame(p.cluster, self.rack_names[self.rack_of[i]], node, self.ts,
-                                gpus, host, seq=self._seq))
+                                "host_mem_used_bytes": 2.0**40 * (0.45 if job else 0.05)})
+            frames.append(Frame(cluster, self._node_racks[i], self.node_names[i], ts, gpus, host,
+                                seq=seq))
         return frames
 
 
