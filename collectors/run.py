@@ -47,7 +47,7 @@ class _LoopHealth:
 
 def run_agent(config: Config, fake_gpus: int | None = None,
               stop: threading.Event | None = None) -> int:
-    from fleetwatch.collectors.spool import SpoolingProducer
+    from fleetwatch.collectors.spooling import SpoolingProducer
 
     if config.bus.kind != "kafka":
         log.error("`fleetwatch agent` publishes to Kafka: set bus.kind = \"kafka\" "

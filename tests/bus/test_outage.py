@@ -22,7 +22,7 @@ import pytest
 
 from fleetwatch.codec import decode, encode
 from fleetwatch.collectors.sim.fleet import FleetSim, SimParams
-from fleetwatch.collectors.spool import SpoolingProducer
+from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from tests.servers import Server

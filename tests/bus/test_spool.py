@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.spool import Spool, SpoolingProducer, SpoolRecord
+from fleetwatch.collectors.spool import Spool, SpoolRecord
+from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.pipeline.bus import BusError
 
 
