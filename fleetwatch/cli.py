@@ -123,9 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     agent.add_argument("--interval", type=_duration, metavar="DUR",
                        help="sample interval (default agent.interval_s)")
 
-    sub.add_parser("process", help="run a stream processor (one member of a consumer group)",
-                   description="Consume frames from Kafka, write them to the store, run the "
-                   "detectors and the alert lifecycle; commit offsets after each stored batch.")
+    process = sub.add_parser("process", help="run a stream processor (one member of a consumer "
+                             "group)", description="Consume frames from Kafka, write them to the "
+                             "store, run the detectors and the alert lifecycle; commit offsets "
+                             "after each stored batch.")
+    process.add_argument("--workers", type=_positive_int, metavar="N",
+                         help="run N group members as child processes, about one core each "
+                         "(default processor.workers, 1)")
 
     dash = sub.add_parser("dashboard", help="serve the dashboard over the store",
                           description="Serve the dashboard over the configured store (read only).")
@@ -199,6 +203,7 @@ def cmd_up(config: Config, args: argparse.Namespace) -> int:
     options = UpOptions(simulate=args.simulate, interval_s=args.interval, speed=args.speed,
                         backfill_s=args.backfill, faults=faults, fresh=not args.keep)
     system, what = build(config, options)
+    config = system.config  # a simulated fleet gets a store file of its own
     url = f"http://{config.dashboard.host}:{config.dashboard.port}"
     print(f"fleetwatch up: {what}", file=sys.stderr)
     for f in faults:
@@ -320,7 +325,7 @@ def _print_frame(frame) -> None:
 def cmd_process(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.run import run_processor
 
-    return run_processor(config)
+    return run_processor(_override(config, "processor", workers=args.workers))
 
 
 def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:

@@ -20,13 +20,15 @@ from fleetwatch.collectors.clock import Clock, SimClock, WallClock
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.collectors.sim.source import SimSource
 from fleetwatch.collectors.source import FrameSource
-from fleetwatch.config import Config
+from fleetwatch.config import Config, StoreConfig
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.simulate import fault_annotations
 from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
 
 log = logging.getLogger(__name__)
+
+SIM_STORE_PATH = "fleetwatch-sim.db"
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,10 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
     """The system and a one-line description of its source."""
     simulate = options.simulate if options.simulate is not None else not gpu_present()
     if simulate:
+        if config.store.kind == "sqlite" and config.store.path == StoreConfig().path:
+            # Simulated data never goes into (or wipes) the file real data would use.
+            config = dataclasses.replace(
+                config, store=dataclasses.replace(config.store, path=SIM_STORE_PATH))
         if options.fresh:
             for suffix in ("", "-wal", "-shm"):
                 Path(config.store.path + suffix).unlink(missing_ok=True)
