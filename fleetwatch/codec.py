@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from operator import le
 from typing import Any
 
 import msgpack
 
 from fleetwatch.catalogue import Catalogue, catalogue
 from fleetwatch.frame import FRAME_VERSION, Frame, GpuReading, HostReading, PortReading
-
-_Plan = tuple[tuple[str, ...], tuple[float, ...], tuple[float, ...]]
 
 MAX_FRAME_BYTES = 1 << 20
 MAX_GPUS = 64
@@ -34,11 +31,8 @@ MAX_STR = 256
 # 2000-01-01 .. 2100-01-01: a timestamp outside this is a clock or unit bug.
 MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
-# Bounds on the decoder's caches, should node names or metric sets churn without end.
+# A bound on the decoder's known-good strings, should names churn without end.
 _MAX_GOOD = 100_000
-_MAX_PLANS = 1024
-_INT = frozenset({int})
-_FLOAT = frozenset({float})
 
 _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
@@ -77,14 +71,12 @@ class Encoder:
 
 
 class Decoder:
-    """Decodes and validates frames; one per thread (it keeps caches, see below).
+    """Decodes and validates frames.
 
-    Every check runs on every frame, but what repeats frame after frame is
-    checked at C speed: a map's metric ids are looked up once per distinct
-    id set (a plan of names and ranges, then ``dict(zip())`` and ``map``
-    comparisons), and a string that once passed ``_text`` is known good (a
-    set lookup). Anything that misses the fast path takes the field-by-field
-    path, which names what is wrong.
+    Every check runs on every frame, but strings that repeat frame after
+    frame (names, uuids, models, jobs, info) are checked once: one that has
+    passed ``_text`` is known good, a set lookup. What fails a quick check
+    takes the careful path, which names what is wrong.
     """
 
     def __init__(self, cat: Catalogue | None = None, max_bytes: int = MAX_FRAME_BYTES) -> None:
@@ -93,8 +85,6 @@ class Decoder:
         self._by_scope: dict[str, dict[int, tuple[str, float, float]]] = {
             scope: {m.id: (m.name, m.min, m.max) for m in self._cat.metrics if m.scope == scope}
             for scope in ("gpu", "host", "port")}
-        # Per scope: metric ids in wire order -> (names, minimums, maximums).
-        self._plans: dict[str, dict[tuple[Any, ...], _Plan]] = {s: {} for s in self._by_scope}
         self._good: set[str] = set()  # strings that passed _text
 
     def decode(self, data: bytes) -> Frame:
@@ -204,27 +194,26 @@ class Decoder:
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
 
     def _metrics(self, raw: Any, where: str, scope: str) -> dict[str, float]:
-        # The hot path of every processor: a map whose ids were seen before is
-        # checked with C-level loops (the types of its ids and values, then
-        # every value against its metric's range), never one metric at a time.
-        if type(raw) is dict:
-            keys = tuple(raw)
-            plan = self._plans[scope].get(keys)
-            if plan is not None:
-                values = tuple(raw.values())
-                names, lo, hi = plan
-                if (_FLOAT.issuperset(map(type, values)) and _INT.issuperset(map(type, keys))
-                        and all(map(le, lo, values)) and all(map(le, values, hi))):
-                    return dict(zip(names, values))
-        return self._metrics_checked(raw, where, scope)
-
-    def _metrics_checked(self, raw: Any, where: str, scope: str) -> dict[str, float]:
-        """One metric at a time: names what is wrong; learns the plan of a good map."""
+        # The hot loop of every processor: one dict lookup, two type checks and
+        # one range check a metric; anything unusual (an int value to convert,
+        # or an error to name) goes to the careful loop.
         if type(raw) is not dict:
             raise FrameError(where, f"must be a map of metric id to number, got {_tname(raw)}")
+        get = self._by_scope[scope].get
+        out: dict[str, float] = {}
+        for key, value in raw.items():
+            spec = get(key)
+            if spec is None or type(value) is not float or type(key) is not int:
+                return self._metrics_checked(raw, where, scope)
+            name, lo, hi = spec
+            if not lo <= value <= hi:
+                return self._metrics_checked(raw, where, scope)
+            out[name] = value
+        return out
+
+    def _metrics_checked(self, raw: dict[Any, Any], where: str, scope: str) -> dict[str, float]:
         known = self._by_scope[scope]
         out: dict[str, float] = {}
-        specs = []
         for key, value in raw.items():
             spec = known.get(key) if type(key) is int else None
             t = type(value)
@@ -232,12 +221,6 @@ class Decoder:
             if spec is None or v is None or not spec[1] <= v <= spec[2]:
                 self._metric_error(where, scope, key, value)
             out[spec[0]] = v
-            specs.append(spec)
-        plans = self._plans[scope]
-        if len(plans) >= _MAX_PLANS:
-            plans.clear()
-        plans[tuple(raw)] = (tuple(s[0] for s in specs), tuple(s[1] for s in specs),
-                             tuple(s[2] for s in specs))
         return out
 
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:

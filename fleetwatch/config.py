@@ -87,6 +87,7 @@ class ProcessorConfig:
     metrics_port: int = 9401
     max_batch: int = 2000          # messages per poll, and so per store write
     maintain_every_s: float = 30.0
+    workers: int = 1               # consumer-group members run as child processes
 
 
 @dataclass(frozen=True)
@@ -240,6 +241,7 @@ def _check(config: Config) -> None:
         (0 <= config.processor.metrics_port < 65536,
          "processor.metrics_port must be a TCP port (0: no /metrics)"),
         (config.processor.max_batch >= 1, "processor.max_batch must be at least 1"),
+        (config.processor.workers >= 1, "processor.workers must be at least 1"),
         (config.bus.partitions >= 1, "bus.partitions must be at least 1"),
         (config.dashboard.refresh_s >= 0.5, "dashboard.refresh_s must be at least 0.5"),
         (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),

@@ -142,3 +142,21 @@ def test_too_many_gpus() -> None:
     body[6] = [[i, f"GPU-{i}", "m", None, 0, {}, [], {}] for i in range(65)]
     with pytest.raises(FrameError, match="over the limit of 64"):
         decode(pack(body))
+
+
+@pytest.mark.parametrize("index, value, field", [(4, 0.0, "gpus[0].state"),
+                                                 (4, True, "gpus[0].state")])
+def test_float_or_bool_where_an_enum_belongs(index: int, value, field: str) -> None:
+    body = raw(frame())
+    body[6][0][index] = value
+    with pytest.raises(FrameError) as exc:
+        decode(pack(body))
+    assert exc.value.field == field
+
+
+def test_float_port_kind_is_rejected() -> None:
+    body = raw(frame())
+    body[7][1][0][1] = 1.0
+    with pytest.raises(FrameError) as exc:
+        decode(pack(body))
+    assert exc.value.field == "host.ports[0].kind"
