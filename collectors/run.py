@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import signal
 import threading
 import time
 
@@ -12,6 +11,7 @@ from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
 from fleetwatch.config import Config
 from fleetwatch.frame import Frame
+from fleetwatch.service import needs_kafka, stop_on_signals
 from fleetwatch.wiring import open_producer
 
 log = logging.getLogger(__name__)
@@ -49,15 +49,9 @@ def run_agent(config: Config, fake_gpus: int | None = None,
               stop: threading.Event | None = None) -> int:
     from fleetwatch.collectors.spooling import SpoolingProducer
 
-    if config.bus.kind != "kafka":
-        log.error("`fleetwatch agent` publishes to Kafka: set bus.kind = \"kafka\" "
-                  "(FLEETWATCH_BUS_KIND=kafka) and bus.bootstrap; `fleetwatch up` runs "
-                  "everything in one process instead")
+    if not needs_kafka(config, "agent"):
         return 2
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(stop)
     health = AgentHealth()
     source = node_source(config, fake_gpus, on_nvml_error=health.nvml_error)
     exporter = Exporter(config.node.node, health)

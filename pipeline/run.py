@@ -26,21 +26,16 @@ from multiprocessing.process import BaseProcess
 from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.service import needs_kafka, stop_on_signals
 from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
 
 log = logging.getLogger(__name__)
 
 
 def run_processor(config: Config, stop: threading.Event | None = None) -> int:
-    if config.bus.kind != "kafka":
-        log.error("`fleetwatch process` consumes from Kafka: set bus.kind = \"kafka\" "
-                  "(FLEETWATCH_BUS_KIND=kafka) and bus.bootstrap; `fleetwatch up` runs the "
-                  "in-process bus instead")
+    if not needs_kafka(config, "process"):
         return 2
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(stop)
     _ensure_topics(config)
     if config.processor.workers > 1:
         return _supervise(config, stop)

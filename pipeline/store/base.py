@@ -8,6 +8,10 @@ from typing import Literal, NamedTuple, Protocol
 
 from fleetwatch.frame import Frame
 
+MINUTE_MS = 60_000
+# Spans longer than this are read from 1-minute means, by every backend.
+RAW_SPAN_MS = 6 * 3600 * 1000
+
 AlertState = Literal["pending", "firing", "resolved"]
 ACTIVE_STATES: tuple[AlertState, ...] = ("pending", "firing")
 

@@ -39,6 +39,8 @@ from typing import Any
 
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
+    MINUTE_MS,
+    RAW_SPAN_MS,
     Alert,
     AlertState,
     Annotation,
@@ -53,7 +55,6 @@ from fleetwatch.pipeline.store.lineproto import (
     STATE_NAMES,
     split_metric,
 )
-from fleetwatch.pipeline.store.sqlite import MINUTE_MS, RAW_SPAN_MS
 
 _DAY_S = 86_400.0
 _GROUP = 'GROUP BY "cluster", "rack", "node", "device"'

@@ -27,6 +27,8 @@ import numpy as np
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
+    MINUTE_MS,
+    RAW_SPAN_MS,
     Alert,
     AlertState,
     Annotation,
@@ -36,9 +38,6 @@ from fleetwatch.pipeline.store.base import (
     gpu_device,
 )
 
-MINUTE_MS = 60_000
-# Spans longer than this are read from the 1-minute rollups.
-RAW_SPAN_MS = 6 * 3600 * 1000
 # Minutes younger than this are not rolled up from raw yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
 

@@ -44,6 +44,8 @@ from typing import Any
 
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
+    MINUTE_MS,
+    RAW_SPAN_MS,
     Alert,
     AlertState,
     Annotation,
@@ -57,7 +59,6 @@ from fleetwatch.pipeline.store.lineproto import (
     ANNOTATION_MEASUREMENT,
     STATE_NAMES,
 )
-from fleetwatch.pipeline.store.sqlite import MINUTE_MS, RAW_SPAN_MS
 
 # One query_range asks for at most this many minutes (the server's default
 # -search.maxPointsPerTimeseries is 30,000).

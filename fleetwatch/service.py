@@ -1,0 +1,30 @@
+"""What every long-running command shares: its preconditions and how it stops."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+from fleetwatch.config import Config
+
+log = logging.getLogger("fleetwatch")
+
+
+def needs_kafka(config: Config, command: str) -> bool:
+    """False, with one line that says what to set, when the bus is not Kafka."""
+    if config.bus.kind == "kafka":
+        return True
+    log.error("`fleetwatch %s` works over Kafka: set bus.kind = \"kafka\" "
+              "(FLEETWATCH_BUS_KIND=kafka) and bus.bootstrap; `fleetwatch up` runs everything "
+              "in one process on the in-process bus instead", command)
+    return False
+
+
+def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """An event set by SIGTERM or SIGINT (when called from the main thread)."""
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop
