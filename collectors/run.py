@@ -9,7 +9,7 @@ import time
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
-from fleetwatch.config import Config
+from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
 from fleetwatch.service import needs_kafka, stop_on_signals
 from fleetwatch.wiring import open_producer
@@ -58,9 +58,15 @@ def run_agent(config: Config, fake_gpus: int | None = None,
     server = serve_metrics(exporter, config.agent.metrics_host, config.agent.metrics_port)
     events = {"sent": health.sent, "replayed": health.sent, "spooled": health.spooled,
               "dropped": health.dropped}
-    producer = SpoolingProducer(open_producer(config.bus), config.agent.spool_dir,
-                                int(config.agent.spool_max_mb * 2**20),
-                                on_event=lambda name, n: events.get(name, _ignore)(n))
+    try:
+        producer = SpoolingProducer(open_producer(config.bus), config.agent.spool_dir,
+                                    int(config.agent.spool_max_mb * 2**20),
+                                    on_event=lambda name, n: events.get(name, _ignore)(n))
+    except OSError as exc:
+        server.stop()
+        source.close()
+        raise ConfigError(f"agent.spool_dir = {config.agent.spool_dir!r} cannot be used: {exc}; "
+                          "point it at a directory this user can write") from None
     agent = Agent(source, producer, config.bus.topic, _LoopHealth(health),
                   on_frames=lambda frames: exporter.update(frames[-1]))
     log.info("agent %s: every %gs to %s topic %s; /metrics on http://%s:%d; spool %s",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import ipaddress
 import json
 import logging
@@ -172,6 +173,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"fleetwatch: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            print(f"fleetwatch: an address is already in use ({exc}): is another fleetwatch or "
+                  "dcgm-exporter running? Choose another port (--port, or the *_port settings)",
+                  file=sys.stderr)
+            return EXIT_ERROR
+        raise
     except KeyboardInterrupt:
         print("\nfleetwatch: stopped", file=sys.stderr)
         return EXIT_OK

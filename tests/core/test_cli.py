@@ -9,6 +9,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from tests.servers import free_port
 
 
 def fleetwatch(*args: str, env: dict | None = None) -> subprocess.CompletedProcess[str]:
@@ -59,3 +60,26 @@ def test_simulate_writes_history_and_ground_truth(tmp_path: Path) -> None:
     assert n == 3 * 240 * (2 * 4 * 11 + 2 * 4)  # 11 metrics a GPU, 4 a host
     assert alerts == [("node-001", "gpu2", "resolved")]
     assert faults == [("node-001", "gpu2")]
+
+
+def test_busy_port_is_one_clear_line(tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        result = fleetwatch("dashboard", "--port", str(port), "--store", str(tmp_path / "x.db"))
+    assert result.returncode == 1
+    assert "already in use" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_unusable_spool_dir_names_the_setting(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    result = fleetwatch("agent", "--fake-gpus", "1", env={
+        **os.environ, "FLEETWATCH_BUS_KIND": "kafka",
+        "FLEETWATCH_AGENT_METRICS_PORT": str(free_port()),
+        "FLEETWATCH_AGENT_SPOOL_DIR": str(blocker / "spool")})
+    assert result.returncode == 2
+    assert "agent.spool_dir" in result.stderr and "Traceback" not in result.stderr
