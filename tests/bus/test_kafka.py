@@ -205,7 +205,9 @@ def test_rebalance_never_commits_a_revoked_partition(kafka: Server) -> None:
         assert len(read_by_a) == 200 and len(a.assignment()) == 2
         b = consumer(kafka, topic, group)
         from_b: list[Message] = []
-        deadline = time.monotonic() + 30
+        # Tansu takes ~15 s to give b a partition and ~25 s (more on a busy machine) before
+        # a lets go of it; measured. A generous bound keeps the test about behaviour, not speed.
+        deadline = time.monotonic() + 90
         while not (len(a.assignment()) == 1 and len(b.assignment()) == 1):
             assert time.monotonic() < deadline, "the group did not rebalance"
             a.poll(500, timeout_s=0.2)  # a re-reads its remaining partition; not committed
