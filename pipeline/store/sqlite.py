@@ -254,6 +254,12 @@ class SqliteStore:
             for name, value in zip(self._names[lid], array("d", vals)):
                 yield self._key(name, did), ts, value
 
+    def count(self) -> int:
+        """How many points (one metric of one device at one instant) the store holds."""
+        (n,) = self._conn().execute(
+            "SELECT coalesce(sum(length(vals)), 0) / 8 FROM samples").fetchone()
+        return int(n)
+
     def rollups(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
                 device: str | None = None
                 ) -> list[tuple[SeriesKey, int, int, float, float, float]]:

@@ -173,3 +173,11 @@ def test_a_device_whose_metric_set_changes_keeps_every_value(tmp_path: Path) -> 
     store.maintain(int(t0 * 1000) + 3600_000)
     ((_, minute, n, total, lo, hi),) = store.rollups("gpu_temp_c", 0, 1 << 62)
     assert (minute, n, total, lo, hi) == (int(t0 * 1000), 3, 186.0, 60.0, 64.0)
+
+
+def test_count_is_every_point_once(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    frames = frames_for(12)
+    store.write(frames)
+    store.write(frames[:5])  # a replay adds nothing
+    assert store.count() == count(store) == 12 * 2 * (2 * 11 + 4)

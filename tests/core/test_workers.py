@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -67,9 +66,12 @@ def produce(kafka: Server, topic: str, sim: FleetSim, ticks: int) -> int:
 
 
 def stored(db: Path) -> int:
-    """Samples stored so far: each row packs its device's values as 8-byte floats."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
-        return conn.execute("SELECT coalesce(sum(length(vals)), 0) / 8 FROM samples").fetchone()[0]
+    """Samples stored so far, read as the dashboard reads: a read-only handle."""
+    store = SqliteStore(db, read_only=True)
+    try:
+        return store.count()
+    finally:
+        store.close()
 
 
 def wait_stored(db: Path, total: int, supervisor: subprocess.Popen[bytes], log: Path) -> None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import threading
@@ -83,9 +82,12 @@ def start_processor(kafka: Server, env: dict[str, str], log: Path) -> subprocess
 
 
 def stored(db: Path) -> int:
-    """Samples stored so far: each row packs its device's values as 8-byte floats."""
-    with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=30) as conn:
-        return conn.execute("SELECT coalesce(sum(length(vals)), 0) / 8 FROM samples").fetchone()[0]
+    """Samples stored so far, read as the dashboard reads: a read-only handle."""
+    store = SqliteStore(db, read_only=True)
+    try:
+        return store.count()
+    finally:
+        store.close()
 
 
 def read_dead_letters(kafka: Server, topic: str, timeout_s: float = 30.0) -> list[Message]:
