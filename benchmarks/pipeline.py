@@ -48,14 +48,15 @@ import lz4.frame
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
+from pipeline_workers import run_workers  # noqa: E402  (beside this script)
+
 from fleetwatch.codec import decode, encode  # noqa: E402
 from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
-from fleetwatch.config import AlertsConfig, load  # noqa: E402
+from fleetwatch.config import AlertsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
 from fleetwatch.pipeline.bus import Message  # noqa: E402
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
 from fleetwatch.pipeline.processor import Processor  # noqa: E402
-from fleetwatch.pipeline.run import run_processor as run_fleetwatch_process  # noqa: E402
 from fleetwatch.pipeline.store.influx import LineProtocolWriter  # noqa: E402
 from fleetwatch.pipeline.store.lineproto import FrameEncoder  # noqa: E402
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore  # noqa: E402
@@ -138,72 +139,6 @@ def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
     consumer.inner.close()
     store.close()
     return seconds, steady, proc
-
-
-def run_workers(bootstrap: str, topic: str, url: str, n_frames: int, group: str,
-                workers: int) -> tuple[float, float, int]:
-    """``fleetwatch process`` with ``workers`` child processes, timed by the group's commits.
-
-    Returns two frames/s figures: from the moment the group is stable with every
-    worker in it to the last commit (start-up and group join are not throughput;
-    everything after is, as for the one process's figure from its first message),
-    and a steady-state one from the moment every partition has a commit (every
-    worker has stored a batch), counting only the frames committed after it; and
-    how many frames were committed by that moment. The steady figure credits work
-    done before that moment (each worker's next batch is already decoded), so it
-    is the optimistic one.
-    """
-    config = load(None, {
-        "FLEETWATCH_BUS_KIND": "kafka", "FLEETWATCH_BUS_BOOTSTRAP": bootstrap,
-        "FLEETWATCH_BUS_TOPIC": topic, "FLEETWATCH_BUS_GROUP": group,
-        "FLEETWATCH_BUS_PARTITIONS": str(PARTITIONS),
-        "FLEETWATCH_STORE_KIND": "victoriametrics", "FLEETWATCH_STORE_URL": url,
-        "FLEETWATCH_PROCESSOR_WORKERS": str(workers),
-        "FLEETWATCH_PROCESSOR_METRICS_PORT": "0"})
-    stop = threading.Event()
-    thread = threading.Thread(target=run_fleetwatch_process, args=(config, stop), daemon=True)
-    thread.start()
-    watcher = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=group,
-                                  enable_auto_commit=False)
-    admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
-    # Tansu reports authorized-operation bits kafka-python 3.0 does not know (it raises).
-    admin._process_acl_operations = lambda obj: obj
-    parts = [kafka.TopicPartition(topic, p) for p in watcher.partitions_for_topic(topic)]
-    try:
-        joined, first, end = _watch_group(watcher, admin, parts, group, workers, n_frames, thread)
-    finally:
-        stop.set()
-        thread.join()
-        watcher.close()
-        admin.close()
-    joined = joined or first  # never seen stable (it was brief): fall back to the steady figure
-    return ((n_frames - joined[1]) / (end - joined[0]), (n_frames - first[1]) / (end - first[0]),
-            first[1])
-
-
-def _watch_group(watcher: kafka.KafkaConsumer, admin: kafka.KafkaAdminClient,
-                 parts: list[kafka.TopicPartition], group: str, workers: int, n_frames: int,
-                 thread: threading.Thread
-                 ) -> tuple[tuple[float, int] | None, tuple[float, int], float]:
-    joined: tuple[float, int] | None = None
-    first: tuple[float, int] | None = None
-    done = 0
-    deadline = time.monotonic() + 300
-    while done < n_frames:
-        time.sleep(0.05)
-        committed = [watcher.committed(tp) or 0 for tp in parts]
-        done = sum(committed)
-        if joined is None:
-            desc = admin.describe_groups([group]).get(group) or {}
-            if (desc.get("group_state") or desc.get("state")) == "Stable" and \
-                    len(desc.get("members") or ()) == workers:
-                joined = (time.perf_counter(), done)
-        if first is None and all(committed):
-            first = (time.perf_counter(), done)
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"workers stopped early or stalled ({done} of {n_frames} frames)")
-    assert first is not None
-    return joined, first, time.perf_counter()
 
 
 def run_naive(bootstrap: str, topic: str, url: str, n_frames: int) -> tuple[float, int]:
@@ -403,7 +338,7 @@ def main() -> int:
         processor, how = single, "one process"
         if args.workers > 1:
             fps, steady_fps, before = run_workers(broker.address, topic, url, n, "workers",
-                                                  args.workers)
+                                                  args.workers, PARTITIONS)
             multi, multi_steady = fps * samples / n, steady_fps * samples / n
             say(f"processor, fleetwatch process --workers {args.workers} (os.cpu_count() = "
                 f"{os.cpu_count()}, {PARTITIONS} partitions): {multi:,.0f} GPU samples/s from "
