@@ -20,7 +20,14 @@ from typing import Any
 import msgpack
 
 from fleetwatch.catalogue import Catalogue, catalogue
-from fleetwatch.frame import FRAME_VERSION, Frame, GpuReading, HostReading, PortReading
+from fleetwatch.frame import (
+    FRAME_VERSION,
+    Frame,
+    GpuReading,
+    HostReading,
+    PortReading,
+    gpu_reading,
+)
 
 MAX_FRAME_BYTES = 1 << 20
 MAX_GPUS = 64
@@ -152,22 +159,22 @@ class Decoder:
             seen |= 1 << index
             if type(state) is not int or not 0 <= state <= 1:
                 raise FrameError(f"gpus[{i}].state", f"must be 0 (ok) or 1 (lost), got {state!r}")
-            if type(xids) is list and not xids:
-                xid_codes: tuple[int, ...] = ()
-            else:
-                xid_codes = _xids(xids, f"gpus[{i}].xids")
-            out.append(GpuReading(
-                index=index,
-                uuid=text(uuid, f"gpus[{i}].uuid"),
-                model=text(model, f"gpus[{i}].model"),
-                job=None if job is None else text(job, f"gpus[{i}].job"),
-                state=_STATES[state],  # type: ignore[arg-type]
-                metrics=metrics_of(metrics, f"gpus[{i}].metrics", "gpu"),
-                xids=xid_codes,
-                info=info if type(info) is dict and len(info) <= MAX_INFO and good.issuperset(
-                    info) and good.issuperset(info.values()) else self._info(info,
-                                                                             f"gpus[{i}].info"),
-            ))
+            # Known-good strings are a set lookup; only a new one pays for _text
+            # (and for the f-string naming where it is).
+            if type(uuid) is not str or uuid not in good:
+                uuid = text(uuid, f"gpus[{i}].uuid")
+            if type(model) is not str or model not in good:
+                model = text(model, f"gpus[{i}].model")
+            if job is not None and (type(job) is not str or job not in good):
+                job = text(job, f"gpus[{i}].job")
+            if not (type(info) is dict and (not info or len(info) <= MAX_INFO and good.issuperset(
+                    info) and good.issuperset(info.values()))):
+                info = self._info(info, f"gpus[{i}].info")
+            out.append(gpu_reading(
+                index, uuid, model, metrics_of(metrics, i, "gpu"), job,
+                _STATES[state],  # type: ignore[arg-type]
+                () if type(xids) is list and not xids else _xids(xids, f"gpus[{i}].xids"),
+                info))
         return tuple(out)
 
     def _info(self, value: Any, where: str) -> dict[str, str]:
@@ -193,21 +200,23 @@ class Decoder:
                                    self._metrics(pm, f"{where}.metrics", "port")))
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
 
-    def _metrics(self, raw: Any, where: str, scope: str) -> dict[str, float]:
+    def _metrics(self, raw: Any, where: str | int, scope: str) -> dict[str, float]:
         # The hot loop of every processor: one dict lookup, two type checks and
         # one range check a metric; anything unusual (an int value to convert,
-        # or an error to name) goes to the careful loop.
+        # or an error to name) goes to the careful loop. ``where`` is a GPU's
+        # position (its text is made only for an error) or the place's name.
         if type(raw) is not dict:
-            raise FrameError(where, f"must be a map of metric id to number, got {_tname(raw)}")
+            raise FrameError(_place(where),
+                             f"must be a map of metric id to number, got {_tname(raw)}")
         get = self._by_scope[scope].get
         out: dict[str, float] = {}
         for key, value in raw.items():
             spec = get(key)
             if spec is None or type(value) is not float or type(key) is not int:
-                return self._metrics_checked(raw, where, scope)
+                return self._metrics_checked(raw, _place(where), scope)
             name, lo, hi = spec
             if not lo <= value <= hi:
-                return self._metrics_checked(raw, where, scope)
+                return self._metrics_checked(raw, _place(where), scope)
             out[name] = value
         return out
 
@@ -234,6 +243,10 @@ class Decoder:
         v = _number(value, name)
         raise FrameError(name, f"{v!r} {metric.unit} is outside the possible range "
                          f"[{metric.min:g}, {metric.max:g}]")
+
+
+def _place(where: str | int) -> str:
+    return f"gpus[{where}].metrics" if type(where) is int else str(where)
 
 
 def _number(value: Any, where: str) -> float:

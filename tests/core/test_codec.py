@@ -160,3 +160,38 @@ def test_float_port_kind_is_rejected() -> None:
     with pytest.raises(FrameError) as exc:
         decode(pack(body))
     assert exc.value.field == "host.ports[0].kind"
+
+
+@pytest.mark.parametrize("slot, value, field, message", [
+    (1, 7, "gpus[1].uuid", "must be a string"),
+    (2, "", "gpus[1].model", "1..256 characters"),
+    (3, 4000123, "gpus[1].job", "must be a string"),
+    (3, "job\x00", "gpus[1].job", "printable"),
+    (5, [1.0], "gpus[1].metrics", "map of metric id"),
+    (7, {"serial": 5}, "gpus[1].info.serial", "must be a string"),
+    (7, [], "gpus[1].info", "map of at most"),
+])
+def test_bad_gpu_fields_are_named_even_after_good_frames(slot: int, value, field: str,
+                                                         message: str) -> None:
+    # The decoder remembers strings it has seen pass, so the same decoder
+    # first sees good frames: a bad value must not slip through that memory.
+    decoder = Decoder()
+    for _ in range(3):
+        decoder.decode(encode(frame()))
+    body = raw(frame())
+    body[6][1][slot] = value
+    with pytest.raises(FrameError, match=message) as exc:
+        decoder.decode(pack(body))
+    assert exc.value.field == field
+
+
+def test_known_strings_are_still_checked_as_strings_of_their_field() -> None:
+    # "GPU-0000" has passed as a uuid; as a job it is still a fine string, and
+    # the same text as an info key is fine too: known-good strings are reused.
+    decoder = Decoder()
+    decoder.decode(encode(frame()))
+    body = raw(frame())
+    body[6][1][3] = "GPU-0000"
+    body[6][1][7] = {"GPU-0000": "c1"}
+    got = decoder.decode(pack(body))
+    assert got.gpus[1].job == "GPU-0000" and got.gpus[1].info == {"GPU-0000": "c1"}
