@@ -72,6 +72,8 @@ class BusConfig:
     topic: str = "fleetwatch.frames"
     # Partitions of the topic when fleetwatch creates it: the most processors that can share it.
     partitions: int = 12
+    # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
+    replication_factor: int = 0
     dead_letter_topic: str = "fleetwatch.frames.dead"
     alert_topic: str = "fleetwatch.alerts"
     group: str = "fleetwatch-processor"
@@ -243,6 +245,8 @@ def _check(config: Config) -> None:
         (config.processor.max_batch >= 1, "processor.max_batch must be at least 1"),
         (config.processor.workers >= 1, "processor.workers must be at least 1"),
         (config.bus.partitions >= 1, "bus.partitions must be at least 1"),
+        (config.bus.replication_factor >= 0,
+         "bus.replication_factor must be 0 (min(3, brokers)) or a replica count"),
         (config.dashboard.refresh_s >= 0.5, "dashboard.refresh_s must be at least 0.5"),
         (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),
         (config.sim.gpus <= 64, "sim.gpus must be at most 64"),

@@ -80,7 +80,8 @@ def _ensure_topics(config: Config) -> None:
     for topic in (config.bus.topic, config.bus.dead_letter_topic):
         try:
             n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
-                             kafka_security(config.bus))
+                             kafka_security(config.bus),
+                             replication_factor=config.bus.replication_factor)
             log.info("topic %s has %d partitions", topic, n)
         except (BusError, OSError) as exc:
             log.warning("could not check or create topic %s (%s); create it with your Kafka "

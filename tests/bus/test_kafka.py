@@ -16,6 +16,7 @@ from fleetwatch.pipeline.bus.kafka import (
     KafkaProducer,
     ensure_topic,
     kafka_security,
+    topic_spec,
 )
 from tests.servers import Server
 
@@ -72,6 +73,24 @@ def test_ensure_topic_is_idempotent(kafka: Server) -> None:
     topic = fresh("ensure")
     assert ensure_topic(kafka.address, topic, 3) == 3
     assert ensure_topic(kafka.address, topic, 5) == 3
+
+
+def test_topics_are_replicated_as_the_cluster_allows() -> None:
+    assert topic_spec(12, 0, brokers=1) == {"num_partitions": 12, "replication_factor": 1}
+    assert topic_spec(12, 0, brokers=5) == {"num_partitions": 12, "replication_factor": 3,
+                                            "configs": {"min.insync.replicas": "2"}}
+    assert topic_spec(4, 2, brokers=0)["configs"] == {"min.insync.replicas": "1"}
+
+
+def test_ensure_topic_on_one_broker_makes_one_replica(kafka: Server) -> None:
+    topic = fresh("replicas")
+    assert ensure_topic(kafka.address, topic, 2) == 2
+    admin = KafkaAdminClient(bootstrap_servers=kafka.address)
+    try:
+        partitions = admin.describe_topics([topic])[0]["partitions"]
+    finally:
+        admin.close()
+    assert [len(p["replica_nodes"]) for p in partitions] == [1, 1]
 
 
 def test_round_trip_keys_headers_order(kafka: Server) -> None:
