@@ -1,6 +1,7 @@
 """Issue #4: how fast frames go from a Kafka topic into the store, and how fresh they are.
 
-    .venv/bin/python benchmarks/pipeline.py [--steps 160] [--fresh-s 30] [--profile]
+    .venv/bin/python benchmarks/pipeline.py [--steps 480] [--cpus shared|split] [--workers N]
+                                            [--fresh-s 30] [--profile]
 
 Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports, fills
 one topic with frames of a simulated fleet (125 nodes x 8 GPUs, encoded
@@ -8,7 +9,7 @@ with ``fleetwatch.codec``), then measures on that same data:
 
 a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``, one
    process (as before), and ``fleetwatch process`` with ``--workers N``
-   (N = ``os.cpu_count()`` by default, ``--workers``): N consumer-group members
+   (N = the processor's cores by default, ``--workers``): N consumer-group members
    as child processes, timed by their committed offsets. The topics have
    ``max(2, N)`` partitions so that every worker has one;
 b. a naive consumer as a user would write it: one message at a time,
@@ -19,6 +20,14 @@ c. the raw limits: a bare kafka-python loop that only counts messages, and a
 d. freshness: 1,000 GPUs sampled every second for ``--fresh-s`` seconds through
    the processor; per tick, the seconds from the frame's timestamp until all of
    its 1,000 GPUs are queryable.
+
+Where the CPUs go (``--cpus``): ``shared`` (the default) lets every process
+run on every core, so the processor's Python competes with the store for the
+cores that the raw store write had to itself. ``split`` gives the servers,
+Tansu and VictoriaMetrics, the upper half of the cores and the processor (and
+this script) the lower half, as in a real deployment, where the store runs on
+its own hosts: (a) and (c) then measure the processor and the store on equal
+resources, per-core figures that ``docs/scale.md`` sizes with.
 
 A sample is one metric of one GPU at one instant (host metrics, 4 per frame,
 are written too but not counted). Progress goes to stderr; the last line on
@@ -64,7 +73,7 @@ from fleetwatch.wiring import detectors  # noqa: E402
 from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 
 NODES, GPUS = 125, 8
-WORKERS = os.cpu_count() or 1
+CPUS = sorted(os.sched_getaffinity(0))
 PARTITIONS = 2  # max(2, --workers): every worker has a partition
 GROUP_OPTS = dict(session_timeout_ms=6000, heartbeat_interval_ms=2000)
 
@@ -89,8 +98,10 @@ def make_frames(steps: int, cluster: str, start_ts: float) -> list[Frame]:
 def produce(bootstrap: str, topic: str, frames: list[Frame]) -> list[bytes]:
     producer = KafkaProducer(bootstrap, linger_ms=20)
     values = [encode(f) for f in frames]
-    for f, v in zip(frames, values, strict=True):
+    for i, (f, v) in enumerate(zip(frames, values, strict=True), 1):
         producer.send(topic, v, f.node.encode())
+        if i % 10_000 == 0:  # within the producer's bound on unacknowledged bytes
+            producer.flush(60)
     producer.flush(60)
     producer.close()
     return values
@@ -289,24 +300,40 @@ def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> st
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=160, help="1 s ticks of the 1,000-GPU fleet")
+    ap.add_argument("--steps", type=int, default=480, help="1 s ticks of the 1,000-GPU fleet")
     ap.add_argument("--naive-frames", type=int, default=150)
     ap.add_argument("--fresh-s", type=int, default=30)
     ap.add_argument("--warmup-s", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--workers", type=int, default=WORKERS,
-                    help="fleetwatch process --workers N for the processor figure "
-                    "(default os.cpu_count()); 1 measures the single process only")
+    ap.add_argument("--cpus", choices=("shared", "split"), default="shared",
+                    help="shared (default): every process on every core; split: the servers on "
+                    "the upper half of the cores, the processor on the lower half")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="fleetwatch process --workers N for the processor figure (default: the "
+                    "processor's cores); 1 measures the single process only")
     args = ap.parse_args()
+    if args.cpus == "split" and len(CPUS) < 2:
+        ap.error("--cpus split needs at least 2 cores")
+    if args.cpus == "split":
+        server_cpus, processor_cpus = set(CPUS[len(CPUS) // 2:]), set(CPUS[:len(CPUS) // 2])
+    else:
+        server_cpus = processor_cpus = set(CPUS)
+    if args.workers is None:
+        args.workers = len(processor_cpus)
     global PARTITIONS
     PARTITIONS = max(2, args.workers)
 
     tmp = Path(tempfile.mkdtemp(prefix="fleetwatch-bench-"))
+    # The servers inherit this thread's CPUs when they start; then this process
+    # (and the processors it starts: threads and child processes) moves.
+    os.sched_setaffinity(0, server_cpus)
     broker = kafka_broker(tmp).start()
     vm = victoria_metrics(tmp).start()
+    os.sched_setaffinity(0, processor_cpus)
     url = f"http://{vm.address}"
     try:
-        say(f"broker {broker.address}, VictoriaMetrics {vm.address}")
+        say(f"broker {broker.address}, VictoriaMetrics {vm.address}; cpus {args.cpus}: servers "
+            f"on {sorted(server_cpus)}, processor on {sorted(processor_cpus)}")
         frames = make_frames(args.steps, "bench", time.time() - args.steps - 3600)
         n = len(frames)
         samples = gpu_samples(frames)
@@ -345,6 +372,7 @@ def main() -> int:
                 f"the group's join on; steady state from when every worker had stored a batch "
                 f"({before} of {n} frames): {multi_steady:,.0f}")
             processor, how = multi, f"--workers {args.workers}"
+        how += f", cpus {args.cpus}"
         secs, naive_samples = run_naive(broker.address, topic, url, min(args.naive_frames, n))
         naive = naive_samples / secs
         say(f"naive: {naive_samples} samples in {secs:.2f}s = {naive:,.0f} samples/s")
@@ -364,6 +392,9 @@ def main() -> int:
             "processor_one_process_samples_per_s": round(single),
             "processor_one_process_steady_samples_per_s": round(single_steady),
             "processor_workers": args.workers,
+            "cpus": args.cpus,
+            "server_cpus": len(server_cpus),
+            "processor_cpus": len(processor_cpus),
             "processor_workers_samples_per_s": round(multi) if args.workers > 1 else None,
             "processor_workers_steady_samples_per_s":
                 round(multi_steady) if args.workers > 1 else None,
