@@ -47,8 +47,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 
 import kafka
@@ -57,7 +55,8 @@ import lz4.frame
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
-from pipeline_workers import run_workers  # noqa: E402  (beside this script)
+from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
+from pipeline_workers import run_workers  # noqa: E402
 
 from fleetwatch.codec import decode, encode  # noqa: E402
 from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
@@ -75,7 +74,6 @@ from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 NODES, GPUS = 125, 8
 CPUS = sorted(os.sched_getaffinity(0))
 PARTITIONS = 2  # max(2, --workers): every worker has a partition
-GROUP_OPTS = dict(session_timeout_ms=6000, heartbeat_interval_ms=2000)
 
 
 def say(text: str) -> None:
@@ -208,69 +206,6 @@ def run_raw_store(url: str, frames: list[Frame]) -> float:
     return seconds
 
 
-def count_at(url: str, cluster: str, tick_ms: int) -> int:
-    """How many GPUs' temperature at ``tick_ms`` (or later) can be read now."""
-    query = (f'count(tlast_over_time(gpu_temp_c{{cluster="{cluster}"}}[30s]) '
-             f'>= {tick_ms / 1000:.3f})')
-    params = urllib.parse.urlencode({"query": query})
-    with urllib.request.urlopen(f"{url}/api/v1/query?{params}", timeout=5) as r:
-        result = json.loads(r.read())["data"]["result"]
-    return int(float(result[0]["value"][1])) if result else 0
-
-
-def run_freshness(bootstrap: str, url: str, seconds: int, warmup_s: int) -> list[float]:
-    """Frames every second, stamped with the wall clock; per tick, the lag until queryable."""
-    topic, cluster = "fresh", "fresh"
-    ensure_topic(bootstrap, topic, PARTITIONS)
-    store = VictoriaMetricsStore(url)
-    proc = Processor(store, detectors(AlertsConfig()))
-    consumer = KafkaConsumer(bootstrap, topic, "fresh", **GROUP_OPTS)
-    stop = threading.Event()
-    worker = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
-    worker.start()
-    producer = KafkaProducer(bootstrap, linger_ms=5)
-    start = float(int(time.time()) + 1)
-    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=1.0, cluster=cluster),
-                   start - 1.0)
-    ticks: list[float] = []
-    lags: list[float] = []
-    pending: list[float] = []
-    total = warmup_s + seconds
-    for k in range(total):
-        sim.step()
-        frames = sim.frames()  # stamped sim.ts == the wall-clock second it is sent in
-        time.sleep(max(0.0, sim.ts - time.time()))
-        for f in frames:
-            producer.send(topic, encode(f), f.node.encode())
-        producer.flush(10)
-        ticks.append(sim.ts)
-        if k >= warmup_s:  # the first ticks create series, which VM indexes in ~10 s
-            pending.append(sim.ts)
-        # Until the next tick is due (after the last: up to 10 s), look for readable ticks.
-        last = k == total - 1
-        deadline = sim.ts + (10.0 if last else 1.0)
-        while time.time() < deadline and (pending or not last):
-            for tick in list(pending):
-                if count_at(url, cluster, round(tick * 1000)) >= NODES * GPUS:
-                    lags.append(time.time() - tick)
-                    pending.remove(tick)
-            time.sleep(0.02)
-    if pending:
-        say(f"freshness: {len(pending)} ticks never became readable within 10 s")
-        lags.extend([float("inf")] * len(pending))
-    stop.set()
-    worker.join()
-    producer.close()
-    consumer.close()
-    store.close()
-    return lags
-
-
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> str:
     """cProfile of the whole processor loop (poll, decode, store, detect, commit) over the
     benchmark's topic, in this thread; a watcher stops it once every frame is in."""
@@ -380,7 +315,8 @@ def main() -> int:
             report = profile_processor(broker.address, topic, url, n)
             say("profile of the processor loop:\n" + report)
         say(f"freshness: {args.warmup_s}s warm-up, then {args.fresh_s}s of 1,000 GPUs at 1 Hz")
-        lags = run_freshness(broker.address, url, args.fresh_s, args.warmup_s)
+        lags = run_freshness(broker.address, url, args.fresh_s, args.warmup_s, PARTITIONS,
+                             NODES, GPUS, say)
         p50, p99 = percentile(lags, 0.50), percentile(lags, 0.99)
         say(f"freshness over {len(lags)} ticks: p50 {p50:.2f}s, p99 {p99:.2f}s, "
             f"max {max(lags):.2f}s")
