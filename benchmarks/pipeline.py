@@ -196,11 +196,11 @@ def run_raw_consume(bootstrap: str, topic: str, n_frames: int) -> float:
 def run_raw_store(url: str, frames: list[Frame]) -> float:
     """The same rows as the processor writes, as line protocol made beforehand, sent in bulk."""
     relabelled = [Frame("raw-store", f.rack, f.node, f.ts, f.gpus, f.host, f.seq) for f in frames]
-    lines: list[str] = []
-    FrameEncoder().lines(relabelled, lines)
+    encoder = FrameEncoder()
+    blocks = [encoder.encode(relabelled[i:i + 200]) for i in range(0, len(relabelled), 200)]
     writer = LineProtocolWriter(url, batch_lines=10_000)
     started = time.perf_counter()
-    writer.write_lines(lines)
+    writer.write_blocks(blocks)
     seconds = time.perf_counter() - started
     writer.close()
     return seconds

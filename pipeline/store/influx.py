@@ -3,12 +3,12 @@
 VictoriaMetrics (``/api/v2/write``, tested here), InfluxDB 2.x and 3.x (same
 API, untested here: no such server installs on our CI machines).
 
-``write_lines`` is synchronous on purpose: the processor commits Kafka
+Writes are synchronous on purpose: the processor commits Kafka
 offsets only after ``Store.write`` returns, so it must return only once the
 server has answered 2xx for every line. influxdb-client's batching mode
 returns at once and reports failures from a background thread, so it
 cannot back that promise; we use its SYNCHRONOUS mode and do the batching
-(``batch_lines`` per request) and the retries here. Retries are ours too:
+(about ``batch_lines`` per request) and the retries here. Retries are ours too:
 the client's ``WritesRetry`` fixes its ``max_retry_time`` deadline when it
 is constructed and the synchronous path takes no per-call retry, so a
 long-lived client would stop retrying after its first ``max_retry_time``.
@@ -44,7 +44,12 @@ from fleetwatch.pipeline.store.base import (
     Point,
     StoreError,
 )
-from fleetwatch.pipeline.store.lineproto import FrameEncoder, alert_line, annotation_line
+from fleetwatch.pipeline.store.lineproto import (
+    EncodedLines,
+    FrameEncoder,
+    alert_line,
+    annotation_line,
+)
 
 log = logging.getLogger(__name__)
 
@@ -87,31 +92,39 @@ class LineProtocolWriter:
         self._api = self._client.write_api(write_options=SYNCHRONOUS)
 
     def write_lines(self, lines: Iterable[str]) -> int:
-        """Send lines in requests of ``batch_lines``; return once every one is accepted.
+        """Send lines (each one line, no ``\\n``); return once every one is accepted."""
+        return self.write_blocks(_blocks(lines, self.batch_lines))
+
+    def write_blocks(self, blocks: Iterable[EncodedLines]) -> int:
+        """Send blocks of complete lines in requests of about ``batch_lines``; return
+        the number of lines, once every one is accepted.
 
         Requests go out from a worker thread while the caller's generator makes
-        the next chunk, so encoding (Python, holding the GIL) overlaps with the
-        server's ingestion; at most ``in_flight`` chunks wait, bounding memory.
+        the next block, so encoding (Python, holding the GIL) overlaps with the
+        server's ingestion; at most ``in_flight`` requests wait, bounding memory.
         The first failure is raised after the other requests have finished.
         """
         sent = 0
         pending: deque[Future[None]] = deque()
         error: BaseException | None = None
-        chunk: list[str] = []
+        chunk: list[bytes] = []
+        n_chunk = 0
         try:
-            for line in lines:
-                chunk.append(line)
-                if len(chunk) >= self.batch_lines:
+            for block in blocks:
+                if not block.lines:
+                    continue
+                chunk.append(block.body)
+                n_chunk += block.lines
+                if n_chunk >= self.batch_lines:
                     error = _drain(pending, self.in_flight - 1) or error
                     if error is not None:  # the store is away: stop, do not queue more
                         break
-                    pending.append(self._pool.submit(self._post, "\n".join(chunk).encode(),
-                                                     len(chunk)))
-                    sent += len(chunk)
-                    chunk = []
+                    pending.append(self._pool.submit(self._post, b"\n".join(chunk), n_chunk))
+                    sent += n_chunk
+                    chunk, n_chunk = [], 0
             if chunk and error is None:
-                self._post("\n".join(chunk).encode(), len(chunk))
-                sent += len(chunk)
+                self._post(b"\n".join(chunk), n_chunk)
+                sent += n_chunk
         finally:
             error = _drain(pending, 0) or error
         if error is not None:
@@ -179,6 +192,17 @@ class _Refused(Exception):
         self.status, self.message, self.retry_after = status, message, retry_after
 
 
+def _blocks(lines: Iterable[str], size: int) -> Iterator[EncodedLines]:
+    chunk: list[str] = []
+    for line in lines:
+        chunk.append(line)
+        if len(chunk) >= size:
+            yield EncodedLines("\n".join(chunk).encode(), len(chunk), 0)
+            chunk = []
+    if chunk:
+        yield EncodedLines("\n".join(chunk).encode(), len(chunk), 0)
+
+
 def _drain(pending: deque[Future[None]], keep: int) -> BaseException | None:
     """Wait until at most ``keep`` requests are in flight; the first error among those done."""
     error = None
@@ -216,17 +240,18 @@ class InfluxStore:
         self._encoder = FrameEncoder()
 
     def write(self, frames: Sequence[Frame]) -> int:
-        count = [0]
+        points = 0
 
-        def lines() -> Iterator[str]:
+        def blocks() -> Iterator[EncodedLines]:
             # A slice at a time, so the first request leaves before the last frame is encoded.
+            nonlocal points
             for i in range(0, len(frames), _FRAMES_PER_SLICE):
-                out: list[str] = []
-                count[0] += self._encoder.lines(frames[i:i + _FRAMES_PER_SLICE], out)
-                yield from out
+                block = self._encoder.encode(frames[i:i + _FRAMES_PER_SLICE])
+                points += block.points
+                yield block
 
-        self._writer.write_lines(lines())
-        return count[0]
+        self._writer.write_blocks(blocks())
+        return points
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None:
         self._writer.write_lines(alert_line(a) for a in alerts)

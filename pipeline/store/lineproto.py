@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from math import isfinite
+from typing import NamedTuple
 
 import orjson
 
@@ -31,6 +32,8 @@ SEPARATOR = "_"
 # Alert states as numbers: a field must be a number to live in VictoriaMetrics.
 STATE_CODES = {"pending": 0, "firing": 1, "resolved": 2}
 STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
+# Bound on each of FrameEncoder's caches (frame shapes, metric sets, device tags).
+_MAX_TEMPLATES = 50_000
 
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
 _MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
@@ -62,22 +65,118 @@ def _fields(**values: float | None) -> str:
                     if v is not None and isfinite(v))
 
 
-class FrameEncoder:
-    """Frames to lines: one line per device and measurement of each frame.
+class EncodedLines(NamedTuple):
+    """Complete lines of line protocol, ``\n`` between them (none after the last)."""
 
-    This is the processor's per-point hot path, so the work per device is a
-    few C-level calls: a device's metric names (in the order the decoder
-    produced them, which repeats frame after frame) map to a cached plan of
-    measurement(s) and escaped ``field=`` keys, and each device's escaped tag
-    text is cached too; a fleet has a bounded set of both. Tags are in key
-    order, which InfluxDB recommends.
+    body: bytes
+    lines: int
+    points: int
+
+
+class FrameEncoder:
+    """Frames to line protocol: one line per device and measurement of each frame.
+
+    This is the processor's per-point hot path. A node sends frames of one
+    shape over and over (the same devices, each with the same metric names in
+    the same order), so each shape gets a template: the frame's lines as
+    constant text with a slot before each number and each timestamp. A frame
+    is then its numbers (one ``orjson.dumps`` of all of them, split at the
+    commas) dropped into the slots and joined: one C-level call each, not a
+    few per device. What a template cannot take (a non-finite value, a value
+    orjson does not write, a device whose metrics span two measurements) goes
+    line by line, with the same result.
+
+    Tags are in key order, which InfluxDB recommends. Caches are bounded; one
+    encoder serves one thread at a time.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, max_templates: int = _MAX_TEMPLATES) -> None:
         self._plans: dict[tuple[str, ...], list[tuple[str, list[str], list[int]]]] = {}
         self._tags: dict[tuple[str, str, str, str], str] = {}
+        self._templates: dict[tuple[object, ...], _Template | None] = {}
+        self._max_templates = max_templates
+
+    def encode(self, frames: Iterable[Frame]) -> EncodedLines:
+        """The frames' lines, in frame order and, within a frame, GPUs, host, ports."""
+        texts: list[bytes] = []
+        n_lines = n_points = 0
+        templates, dumps = self._templates, orjson.dumps
+        for f in frames:
+            host = f.host
+            shape = (f.cluster, f.rack, f.node, *[(g.index, *g.metrics) for g in f.gpus],
+                     tuple(host.metrics), *[(p.name, *p.metrics) for p in host.ports])
+            t = templates.get(shape, _MISSING)
+            if t is _MISSING:
+                t = self._template(f, shape)
+            if t is not None:
+                ts = round(f.ts * 1000)
+                values: list[float] = []
+                extend, append = values.extend, values.append
+                for g in f.gpus:
+                    if g.metrics:
+                        extend(g.metrics.values())
+                        append(ts)
+                if host.metrics:
+                    extend(host.metrics.values())
+                    append(ts)
+                for p in host.ports:
+                    if p.metrics:
+                        extend(p.metrics.values())
+                        append(ts)
+                # One check a frame: a NaN or inf anywhere makes the sum non-finite
+                # (as, rarely, huge finite values do: the careful path sorts it out).
+                if isfinite(sum(values)):
+                    try:
+                        t.parts[1::2] = dumps(values)[1:-1].split(b",")
+                    except (TypeError, ValueError):  # a value orjson does not write
+                        pass
+                    else:
+                        texts.append(b"".join(t.parts))
+                        n_lines += t.lines
+                        n_points += t.points
+                        continue
+            lines: list[str] = []
+            n_points += self._frame_lines(f, lines)
+            if lines:
+                texts.append("\n".join(lines).encode())
+                n_lines += len(lines)
+        return EncodedLines(b"\n".join(texts), n_lines, n_points)
+
+    def _template(self, f: Frame, shape: tuple[object, ...]) -> _Template | None:
+        """The template of this frame's shape, or None if one line per device cannot do."""
+        if len(self._templates) >= self._max_templates:
+            self._templates.clear()
+        devices = [(gpu_device(g.index), g.metrics) for g in f.gpus]
+        devices.append(("host", f.host.metrics))
+        devices += [(p.name, p.metrics) for p in f.host.ports]
+        parts: list[bytes | None] = []
+        n_lines = n_points = 0
+        newline = ""  # before every line but the first
+        for device, metrics in devices:
+            if not metrics:
+                continue
+            plan = self._plan(tuple(metrics))
+            if len(plan) != 1:
+                self._templates[shape] = None
+                return None
+            measurement, keys, _ = plan[0]
+            for i, key in enumerate(keys):
+                head = (f"{newline}{measurement}{self._device_tags(f, device)} " if i == 0
+                        else ",")
+                parts += [f"{head}{key}".encode(), None]
+            parts += [b" ", None]  # then the timestamp
+            newline = "\n"
+            n_lines += 1
+            n_points += len(keys)
+        t = self._templates[shape] = _Template(parts, n_lines, n_points)
+        return t
 
     def _plan(self, names: tuple[str, ...]) -> list[tuple[str, list[str], list[int]]]:
+        plan = self._plans.get(names)
+        if plan is not None:
+            return plan
+        if len(self._plans) >= self._max_templates:
+            self._plans.clear()
         groups: dict[str, tuple[list[str], list[int]]] = {}
         for i, name in enumerate(names):
             measurement, field = split_metric(name)
@@ -91,44 +190,48 @@ class FrameEncoder:
         key = (f.cluster, f.rack, f.node, device)
         text = self._tags.get(key)
         if text is None:
+            if len(self._tags) >= self._max_templates:
+                self._tags.clear()
             text = self._tags[key] = tags((("cluster", f.cluster), ("device", device),
                                            ("node", f.node), ("rack", f.rack)))
         return text
 
-    def lines(self, frames: Iterable[Frame], out: list[str]) -> int:
-        """Append the frames' lines to ``out``; return how many points they hold."""
+    def _frame_lines(self, f: Frame, out: list[str]) -> int:
+        """The careful path: one frame, line by line; returns its points."""
+        ts = f" {round(f.ts * 1000)}"
         n = 0
-        device = self._device
-        for f in frames:
-            ts = f" {round(f.ts * 1000)}"
-            for g in f.gpus:
-                n += device(out, self._device_tags(f, gpu_device(g.index)), g.metrics, ts)
-            if f.host.metrics:
-                n += device(out, self._device_tags(f, "host"), f.host.metrics, ts)
-            for p in f.host.ports:
-                n += device(out, self._device_tags(f, p.name), p.metrics, ts)
+        for g in f.gpus:
+            n += self._device(out, self._device_tags(f, gpu_device(g.index)), g.metrics, ts)
+        if f.host.metrics:
+            n += self._device(out, self._device_tags(f, "host"), f.host.metrics, ts)
+        for p in f.host.ports:
+            n += self._device(out, self._device_tags(f, p.name), p.metrics, ts)
         return n
 
     def _device(self, out: list[str], tag_text: str, metrics: Mapping[str, float],
-                ts: str, checked: bool = False) -> int:
-        values = list(metrics.values())
-        # One check per device: a NaN or inf anywhere makes the sum non-finite
-        # (rarely, huge finite values overflow it: then check one by one).
-        # Line protocol cannot carry them; the codec rejects them anyway.
-        if not checked and not isfinite(sum(values)):
-            finite = {k: v for k, v in metrics.items() if isfinite(v)}
-            return self._device(out, tag_text, finite, ts, checked=True) if finite else 0
-        names = tuple(metrics)
-        plan = self._plans.get(names) or self._plan(names)
+                ts: str) -> int:
+        # Line protocol cannot carry a NaN or inf; the codec rejects them anyway.
+        finite = {k: v for k, v in metrics.items() if isfinite(v)}
+        if not finite:
+            return 0
+        values = list(finite.values())
         texts = _numbers(values)
-        if len(plan) == 1:
-            measurement, keys, _ = plan[0]
-            out.append(f"{measurement}{tag_text} {','.join(map(str.__add__, keys, texts))}{ts}")
-            return len(values)
-        for measurement, keys, index in plan:
+        for measurement, keys, index in self._plan(tuple(finite)):
             text = ",".join(map(str.__add__, keys, (texts[i] for i in index)))
             out.append(f"{measurement}{tag_text} {text}{ts}")
         return len(values)
+
+
+class _Template:
+    """A frame shape's lines: constant text at even positions, slots for numbers at odd ones."""
+
+    __slots__ = ("parts", "lines", "points")
+
+    def __init__(self, parts: list[bytes | None], lines: int, points: int) -> None:
+        self.parts, self.lines, self.points = parts, lines, points
+
+
+_MISSING = object()
 
 
 def _numbers(values: list[float]) -> list[str]:

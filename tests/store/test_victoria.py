@@ -45,10 +45,9 @@ def test_series_are_named_as_the_catalogue_with_four_labels(victoria: Server) ->
 
 
 def test_one_line_per_device_and_instant() -> None:
-    lines: list[str] = []
-    n = FrameEncoder().lines(frames("c 1", 1_700_000_000_000, 1, nodes=1, gpus=1), lines)
-    assert n == 4
-    assert lines == [
+    encoded = FrameEncoder().encode(frames("c 1", 1_700_000_000_000, 1, nodes=1, gpus=1))
+    assert (encoded.lines, encoded.points) == (3, 4)
+    assert encoded.body.decode().split("\n") == [
         r"gpu,cluster=c\ 1,device=gpu0,node=node-0,rack=rack-0 temp_c=40.0,power_w=100.0"
         " 1700000000000",
         r"host,cluster=c\ 1,device=host,node=node-0,rack=rack-0 cpu_util_pct=0.0 1700000000000",
