@@ -93,3 +93,25 @@ def test_bad_frames_go_to_the_dead_letter_topic_with_their_reason(tmp_path: Path
     assert "8 fields" in reasons[0] and "empty message" in reasons[1]
     assert dict(dead[0].headers)["source_offset"] == str(good).encode()
     assert processor.stats.frames == good and processor.stats.dead_letters == 2
+
+
+def test_garbage_is_collected_on_a_timer_while_a_processor_runs(tmp_path: Path) -> None:
+    import gc
+
+    bus = MemoryBus()
+    processor = Processor(SqliteStore(tmp_path / "s.db"))
+    sent = produce(bus, 20)
+    stop = threading.Event()
+    assert gc.isenabled()
+    full = gc.get_stats()[2]["collections"]
+    worker = threading.Thread(target=processor.run,
+                              args=(bus.consumer(TOPIC, "g"), stop, 50, 3600.0, 0.05))
+    worker.start()
+    try:
+        wait_for(lambda: processor.stats.frames == sent)
+        assert not gc.isenabled()  # no collections on allocation counts...
+        wait_for(lambda: gc.get_stats()[2]["collections"] >= full + 3)  # ...but on the timer
+    finally:
+        stop.set()
+        worker.join(10)
+    assert gc.isenabled()  # as it was before the processor ran
