@@ -15,8 +15,9 @@ whose numbers are fields; see ``alert_line`` and ``annotation_line``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from math import isfinite
+from operator import itemgetter
 from typing import NamedTuple
 
 import orjson
@@ -32,7 +33,7 @@ SEPARATOR = "_"
 # Alert states as numbers: a field must be a number to live in VictoriaMetrics.
 STATE_CODES = {"pending": 0, "firing": 1, "resolved": 2}
 STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
-# Bound on each of FrameEncoder's caches (frame shapes, metric sets, device tags).
+# Bound on each of FrameEncoder's caches (nodes' templates, metric sets, device tags).
 _MAX_TEMPLATES = 50_000
 
 _TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
@@ -77,14 +78,14 @@ class FrameEncoder:
     """Frames to line protocol: one line per device and measurement of each frame.
 
     This is the processor's per-point hot path. A node sends frames of one
-    shape over and over (the same devices, each with the same metric names in
-    the same order), so each shape gets a template: the frame's lines as
-    constant text with a slot before each number and each timestamp. A frame
-    is then its numbers (one ``orjson.dumps`` of all of them, split at the
-    commas) dropped into the slots and joined: one C-level call each, not a
-    few per device. What a template cannot take (a non-finite value, a value
-    orjson does not write, a device whose metrics span two measurements) goes
-    line by line, with the same result.
+    shape over and over (the same devices with the same metrics), so each node
+    gets a template: its frame's lines as constant text with a slot before
+    each number and each timestamp. A frame is then its numbers, gathered
+    device by device in the template's order (which checks that the frame
+    still has the template's shape), written by one ``orjson.dumps``, split
+    at the commas, dropped into the slots and joined. A frame of a new shape
+    gets a new template; a frame with a value the template cannot take (NaN,
+    inf, one orjson does not write) goes line by line, with the same result.
 
     Tags are in key order, which InfluxDB recommends. Caches are bounded; one
     encoder serves one thread at a time.
@@ -93,7 +94,7 @@ class FrameEncoder:
     def __init__(self, max_templates: int = _MAX_TEMPLATES) -> None:
         self._plans: dict[tuple[str, ...], list[tuple[str, list[str], list[int]]]] = {}
         self._tags: dict[tuple[str, str, str, str], str] = {}
-        self._templates: dict[tuple[object, ...], _Template | None] = {}
+        self._templates: dict[tuple[str, str, str], _Template] = {}
         self._max_templates = max_templates
 
     def encode(self, frames: Iterable[Frame]) -> EncodedLines:
@@ -102,39 +103,25 @@ class FrameEncoder:
         n_lines = n_points = 0
         templates, dumps = self._templates, orjson.dumps
         for f in frames:
-            host = f.host
-            shape = (f.cluster, f.rack, f.node, *[(g.index, *g.metrics) for g in f.gpus],
-                     tuple(host.metrics), *[(p.name, *p.metrics) for p in host.ports])
-            t = templates.get(shape, _MISSING)
-            if t is _MISSING:
-                t = self._template(f, shape)
-            if t is not None:
-                ts = round(f.ts * 1000)
-                values: list[float] = []
-                extend, append = values.extend, values.append
-                for g in f.gpus:
-                    if g.metrics:
-                        extend(g.metrics.values())
-                        append(ts)
-                if host.metrics:
-                    extend(host.metrics.values())
-                    append(ts)
-                for p in host.ports:
-                    if p.metrics:
-                        extend(p.metrics.values())
-                        append(ts)
-                # One check a frame: a NaN or inf anywhere makes the sum non-finite
-                # (as, rarely, huge finite values do: the careful path sorts it out).
-                if isfinite(sum(values)):
-                    try:
-                        t.parts[1::2] = dumps(values)[1:-1].split(b",")
-                    except (TypeError, ValueError):  # a value orjson does not write
-                        pass
-                    else:
+            ts = round(f.ts * 1000)
+            t = templates.get((f.cluster, f.rack, f.node))
+            values = None if t is None else t.values(f, ts)
+            if values is None:  # a new node, or a new shape
+                t = self._template(f)
+                values = t.values(f, ts)
+            # One check a frame: a NaN or inf anywhere makes the sum non-finite
+            # (as, rarely, huge finite values do: the careful path sorts it out).
+            if values is not None and isfinite(sum(values)):
+                try:
+                    t.parts[1::2] = dumps(values)[1:-1].split(b",")
+                except (TypeError, ValueError):  # a value orjson does not write
+                    pass
+                else:
+                    if t.lines:
                         texts.append(b"".join(t.parts))
                         n_lines += t.lines
                         n_points += t.points
-                        continue
+                    continue
             lines: list[str] = []
             n_points += self._frame_lines(f, lines)
             if lines:
@@ -142,33 +129,38 @@ class FrameEncoder:
                 n_lines += len(lines)
         return EncodedLines(b"\n".join(texts), n_lines, n_points)
 
-    def _template(self, f: Frame, shape: tuple[object, ...]) -> _Template | None:
-        """The template of this frame's shape, or None if one line per device cannot do."""
+    def _template(self, f: Frame) -> _Template:
+        """A template of this frame's shape, now its node's."""
         if len(self._templates) >= self._max_templates:
             self._templates.clear()
-        devices = [(gpu_device(g.index), g.metrics) for g in f.gpus]
-        devices.append(("host", f.host.metrics))
-        devices += [(p.name, p.metrics) for p in f.host.ports]
         parts: list[bytes | None] = []
         n_lines = n_points = 0
         newline = ""  # before every line but the first
-        for device, metrics in devices:
+
+        def device(name: str, metrics: Mapping[str, float]) -> _Getter | None:
+            nonlocal n_lines, n_points, newline
             if not metrics:
-                continue
-            plan = self._plan(tuple(metrics))
-            if len(plan) != 1:
-                self._templates[shape] = None
                 return None
-            measurement, keys, _ = plan[0]
-            for i, key in enumerate(keys):
-                head = (f"{newline}{measurement}{self._device_tags(f, device)} " if i == 0
-                        else ",")
-                parts += [f"{head}{key}".encode(), None]
-            parts += [b" ", None]  # then the timestamp
-            newline = "\n"
-            n_lines += 1
-            n_points += len(keys)
-        t = self._templates[shape] = _Template(parts, n_lines, n_points)
+            names = tuple(metrics)
+            order: list[str] = []
+            for measurement, keys, index in self._plan(names):
+                for i, key in enumerate(keys):
+                    head = (f"{newline}{measurement}{self._device_tags(f, name)} " if i == 0
+                            else ",")
+                    parts.extend((f"{head}{key}".encode(), None))
+                parts.extend((b" ", None))  # then the timestamp
+                newline = "\n"
+                n_lines += 1
+                order += [names[i] for i in index]
+            n_points += len(names)
+            return itemgetter(*order) if len(order) > 1 else _one(order[0])
+
+        gpus = [(g.index, len(g.metrics), device(gpu_device(g.index), g.metrics))
+                for g in f.gpus]
+        host = (len(f.host.metrics), device("host", f.host.metrics))
+        ports = [(p.name, len(p.metrics), device(p.name, p.metrics)) for p in f.host.ports]
+        t = self._templates[f.cluster, f.rack, f.node] = _Template(
+            parts, n_lines, n_points, gpus, host, ports)
         return t
 
     def _plan(self, names: tuple[str, ...]) -> list[tuple[str, list[str], list[int]]]:
@@ -222,16 +214,61 @@ class FrameEncoder:
         return len(values)
 
 
+_Getter = Callable[[Mapping[str, float]], tuple[float, ...]]
+
+
 class _Template:
-    """A frame shape's lines: constant text at even positions, slots for numbers at odd ones."""
+    """A node's lines: constant text at even positions of ``parts``, slots at odd ones;
+    and, per device, how many metrics it has and how to get them in slot order."""
 
-    __slots__ = ("parts", "lines", "points")
+    __slots__ = ("parts", "lines", "points", "gpus", "host", "ports")
 
-    def __init__(self, parts: list[bytes | None], lines: int, points: int) -> None:
+    def __init__(self, parts: list[bytes | None], lines: int, points: int,
+                 gpus: list[tuple[int, int, _Getter | None]],
+                 host: tuple[int, _Getter | None],
+                 ports: list[tuple[str, int, _Getter | None]]) -> None:
         self.parts, self.lines, self.points = parts, lines, points
+        self.gpus, self.host, self.ports = gpus, host, ports
+
+    def values(self, f: Frame, ts: int) -> list[float] | None:
+        """The frame's numbers in slot order, or None if the frame has another shape.
+
+        Same devices, each with as many metrics as the template's, each one of
+        them found: the same metrics (in any order).
+        """
+        gpus, ports = f.gpus, f.host.ports
+        if len(gpus) != len(self.gpus) or len(ports) != len(self.ports):
+            return None
+        values: list[float] = []
+        extend, append = values.extend, values.append
+        try:
+            for g, (index, n, get) in zip(gpus, self.gpus):
+                if g.index != index or len(g.metrics) != n:
+                    return None
+                if get is not None:
+                    extend(get(g.metrics))
+                    append(ts)
+            n, get = self.host
+            if len(f.host.metrics) != n:
+                return None
+            if get is not None:
+                extend(get(f.host.metrics))
+                append(ts)
+            for p, (name, n, get) in zip(ports, self.ports):
+                if p.name != name or len(p.metrics) != n:
+                    return None
+                if get is not None:
+                    extend(get(p.metrics))
+                    append(ts)
+        except KeyError:  # a metric the template does not have
+            return None
+        return values
 
 
-_MISSING = object()
+def _one(name: str) -> _Getter:
+    return lambda metrics: (metrics[name],)
+
+
 
 
 def _numbers(values: list[float]) -> list[str]:
