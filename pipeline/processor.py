@@ -12,6 +12,7 @@ import gc
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -84,7 +85,10 @@ class Processor:
         if not frames:
             return
         t0 = time.perf_counter()
-        points = self.store.write(frames)
+        self._evaluate(frames, self.store.write(frames), t0)
+
+    def _evaluate(self, frames: Sequence[Frame], points: int, t0: float) -> None:
+        """Detect and drive alerts on a stored batch; count it."""
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
         if changed:
@@ -96,12 +100,15 @@ class Processor:
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0) -> None:
-        """Poll → decode → store and evaluate → commit, until ``stop`` is set.
+        """Poll → decode → store → evaluate → commit, until ``stop`` is set.
 
-        Two batches overlap: while a writer thread stores and evaluates batch N
-        (mostly waiting on the store), this thread polls and decodes batch N+1.
-        Batches are stored and evaluated strictly in order, and batch N's
-        offsets are committed only once batch N is stored.
+        Batches overlap: while writer threads store batch N (and N+1 when the
+        store takes ``concurrent_writes`` of 2 or more), this thread polls and
+        decodes the next. Batches are evaluated (detectors, alerts) and
+        committed strictly in order, each only once it is stored: at-least-once.
+        Overlapping writes keep the store busy across batch boundaries, where a
+        single writer would leave it idle while it encodes the next batch's
+        first request and the processor idle while the store takes the last.
 
         While the store or the broker is away, the batches in hand are kept and
         retried with backoff and the consumer is paused (polled, so it stays in
@@ -116,37 +123,54 @@ class Processor:
 
     def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
              maintain_every_s: float, collect_every_s: float) -> None:
+        writes = max(1, int(getattr(self.store, "concurrent_writes", 1)))
         backoff = 0.5
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
-        held: list[list] = []  # [messages, frames or None], oldest first; at most two
-        job: Future[None] | None = None
-        with ThreadPoolExecutor(1, thread_name_prefix="store-writer") as writer:
+        held: deque[_Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
+        with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
             while not stop.is_set():
                 try:
                     fetched = False
-                    if len(held) < 2 and not self.stats.paused:
+                    if len(held) <= writes and not self.stats.paused:
                         messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
                         if messages:
-                            held.append([messages, None])
+                            held.append(_Batch(messages))
                             fetched = True
-                    for entry in held:
-                        if entry[1] is None:
-                            entry[1] = self.decode(entry[0])
-                    if job is None and held:
-                        job = writer.submit(self.process, held[0][1])
-                    if job is not None and (len(held) >= 2 or not fetched):
-                        job.result()
-                        job = None
-                        consumer.commit(held.pop(0)[0])
-                    if job is None and time.monotonic() >= next_maintain:
-                        writer.submit(self.store.maintain, int(time.time() * 1000)).result()
+                    in_flight = 0
+                    for batch in held:
+                        if batch.frames is None:
+                            batch.frames = self.decode(batch.messages)
+                        if batch.write is None and in_flight < writes and batch.frames:
+                            batch.started = time.perf_counter()
+                            batch.write = writers.submit(self.store.write, batch.frames)
+                        in_flight += batch.write is not None
+                    # The oldest batch, once stored: evaluate, commit. Wait for it when
+                    # there is nothing else to do (all writers busy, or nothing came).
+                    while held:
+                        batch = held[0]
+                        if batch.frames:  # else every message was a dead letter
+                            if batch.write is None:
+                                break  # a writer was busy: submitted on the next turn
+                            if not (batch.write.done() or len(held) > writes or not fetched):
+                                break  # being written, and there is other work to do
+                            self._evaluate(batch.frames, batch.write.result(), batch.started)
+                        consumer.commit(batch.messages)
+                        held.popleft()
+                        fetched = True  # waited once: poll again before waiting more
+                    if time.monotonic() >= next_maintain:  # after the writes in flight
+                        writers.submit(self.store.maintain, int(time.time() * 1000)).result()
                         next_maintain = time.monotonic() + maintain_every_s
                     if time.monotonic() >= next_collect:
                         _collect()
                         next_collect = time.monotonic() + collect_every_s
                 except (StoreError, BusError) as exc:
-                    job = None
+                    # Writes in flight finish (their batches are written again anyway:
+                    # writes are idempotent); every batch in hand is kept, in order.
+                    for batch in held:
+                        if batch.write is not None:
+                            batch.write.exception()
+                            batch.write = None
                     self.stats.store_errors += isinstance(exc, StoreError)
                     log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
                                 "store" if isinstance(exc, StoreError) else "bus", exc, backoff)
@@ -154,7 +178,7 @@ class Processor:
                     self.stats.paused = True
                     late = self._idle(consumer, stop, backoff)
                     if late:
-                        held.append([late, None])
+                        held.append(_Batch(late))
                     backoff = min(backoff * 2, 30.0)
                     continue
                 if self.stats.paused and not held:
@@ -163,8 +187,9 @@ class Processor:
                     log.info("store and bus are back; consuming again")
                 if not held:
                     backoff = 0.5
-            if job is not None:  # let the write in flight finish; its batch is replayed anyway
-                job.exception()
+            for batch in held:  # let writes in flight finish; their batches are replayed anyway
+                if batch.write is not None:
+                    batch.write.exception()
 
     @staticmethod
     def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
@@ -178,6 +203,18 @@ class Processor:
             except BusError:
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
         return late
+
+
+class _Batch:
+    """Messages polled together, their good frames once decoded, their write once submitted."""
+
+    __slots__ = ("messages", "frames", "write", "started")
+
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+        self.frames: list[Frame] | None = None
+        self.write: Future[int] | None = None
+        self.started = 0.0
 
 
 # Processors running in this process (each in its own thread): automatic

@@ -82,6 +82,10 @@ class StoreError(RuntimeError):
 
 
 class Store(Protocol):
+    """Where frames, alerts and annotations live. A store whose ``write`` may be
+    called from several threads at once says how many with a class attribute
+    ``concurrent_writes`` (read with a default of 1: one at a time)."""
+
     def write(self, frames: Sequence[Frame]) -> int:
         """Write every metric of these frames; idempotent on (series, timestamp).
 

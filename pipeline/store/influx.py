@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import random
+import threading
 import time
 import urllib.error
 import urllib.parse
@@ -227,7 +228,13 @@ class InfluxStore:
     ``annotations`` raise ``StoreError`` and ``alerts`` returns nothing, so
     that a write-only deployment still runs a processor (whose open alerts
     are then not reloaded after a restart).
+
+    ``write`` may run in two threads at once (``concurrent_writes``): the
+    processor then sends a batch while the previous one's last requests are
+    still with the server.
     """
+
+    concurrent_writes = 2
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
@@ -237,16 +244,19 @@ class InfluxStore:
         self._writer = LineProtocolWriter(self.url, org=org, bucket=bucket, token=token,
                                           timeout_s=timeout_s, batch_lines=batch_lines,
                                           max_retries=max_retries, api=api)
-        self._encoder = FrameEncoder()
+        self._local = threading.local()  # a FrameEncoder per writing thread
 
     def write(self, frames: Sequence[Frame]) -> int:
+        encoder = getattr(self._local, "encoder", None)
+        if encoder is None:
+            encoder = self._local.encoder = FrameEncoder()
         points = 0
 
         def blocks() -> Iterator[EncodedLines]:
             # A slice at a time, so the first request leaves before the last frame is encoded.
             nonlocal points
             for i in range(0, len(frames), _FRAMES_PER_SLICE):
-                block = self._encoder.encode(frames[i:i + _FRAMES_PER_SLICE])
+                block = encoder.encode(frames[i:i + _FRAMES_PER_SLICE])
                 points += block.points
                 yield block
 
