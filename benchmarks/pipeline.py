@@ -47,6 +47,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import kafka
@@ -206,6 +207,24 @@ def run_raw_store(url: str, frames: list[Frame]) -> float:
     return seconds
 
 
+def rows_received(url: str) -> int:
+    """Rows VictoriaMetrics has taken in over line protocol since it started."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
+               if line.startswith('vm_rows_inserted_total{type="influx"}'))
+
+
+def check_received(url: str, before: int, expected: int, what: str) -> int:
+    """Every point of the run reached the store (the figures are void otherwise)."""
+    after = rows_received(url)
+    if after - before < expected:
+        raise RuntimeError(f"{what}: the store received {after - before:,} rows, "
+                           f"not the {expected:,} written")
+    say(f"{what}: the store received {after - before:,} rows ({expected:,} expected)")
+    return after
+
+
 def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> str:
     """cProfile of the whole processor loop (poll, decode, store, detect, commit) over the
     benchmark's topic, in this thread; a watcher stops it once every frame is in."""
@@ -288,10 +307,14 @@ def main() -> int:
         secs = run_raw_consume(broker.address, topic, n)
         raw_consume = samples / secs
         say(f"raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
+        points = n * (GPUS * len(frames[0].gpus[0].metrics) + len(frames[0].host.metrics))
+        received = rows_received(url)
         secs = run_raw_store(url, frames)
         raw_store = samples / secs
         say(f"raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
+        received = check_received(url, received, points, "raw store")
         secs, steady, proc = run_processor(broker.address, topic, url, n, "processor")
+        received = check_received(url, received, points, "processor, one process")
         single = samples / secs
         single_steady = steady * samples / n
         say(f"processor, one process: {proc.stats.frames} frames, {proc.stats.points} points "
@@ -302,6 +325,7 @@ def main() -> int:
             fps, steady_fps, before = run_workers(broker.address, topic, url, n, "workers",
                                                   args.workers, PARTITIONS)
             multi, multi_steady = fps * samples / n, steady_fps * samples / n
+            received = check_received(url, received, points, "processor, workers")
             say(f"processor, fleetwatch process --workers {args.workers} (os.cpu_count() = "
                 f"{os.cpu_count()}, {PARTITIONS} partitions): {multi:,.0f} GPU samples/s from "
                 f"the group's join on; steady state from when every worker had stored a batch "
