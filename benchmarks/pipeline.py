@@ -207,12 +207,35 @@ def run_raw_store(url: str, frames: list[Frame]) -> float:
     return seconds
 
 
-def rows_received(url: str) -> int:
-    """Rows VictoriaMetrics has taken in over line protocol since it started."""
+def vm_metric(url: str, prefix: str) -> float:
+    """The sum of VictoriaMetrics' own metrics whose line starts with ``prefix``."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
         text = r.read().decode()
-    return sum(int(float(line.rsplit(" ", 1)[1])) for line in text.splitlines()
-               if line.startswith('vm_rows_inserted_total{type="influx"}'))
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(prefix))
+
+
+def rows_received(url: str) -> int:
+    """Rows VictoriaMetrics has taken in over line protocol since it started."""
+    return int(vm_metric(url, 'vm_rows_inserted_total{type="influx"}'))
+
+
+def settle(url: str, what: str, timeout_s: float = 120.0) -> None:
+    """Wait until VictoriaMetrics is idle: no merges, under 5% of a core for a second.
+
+    After a run, the server merges the parts it just wrote for a while; without
+    this, that work lands on (and slows) whichever run comes next.
+    """
+    started = time.monotonic()
+    cpu = vm_metric(url, "process_cpu_seconds_total")
+    while time.monotonic() - started < timeout_s:
+        time.sleep(1.0)
+        now = vm_metric(url, "process_cpu_seconds_total")
+        if now - cpu < 0.05 and vm_metric(url, "vm_active_merges") == 0:
+            say(f"store idle before {what} (waited {time.monotonic() - started:.0f}s)")
+            return
+        cpu = now
+    say(f"store still busy after {timeout_s:.0f}s; measuring {what} anyway")
 
 
 def check_received(url: str, before: int, expected: int, what: str) -> int:
@@ -309,10 +332,12 @@ def main() -> int:
         say(f"raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
         points = n * (GPUS * len(frames[0].gpus[0].metrics) + len(frames[0].host.metrics))
         received = rows_received(url)
+        settle(url, "the raw store write")
         secs = run_raw_store(url, frames)
         raw_store = samples / secs
         say(f"raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
         received = check_received(url, received, points, "raw store")
+        settle(url, "the processor, one process")
         secs, steady, proc = run_processor(broker.address, topic, url, n, "processor")
         received = check_received(url, received, points, "processor, one process")
         single = samples / secs
@@ -322,6 +347,7 @@ def main() -> int:
             f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
         processor, how = single, "one process"
         if args.workers > 1:
+            settle(url, "the processor's workers")
             fps, steady_fps, before = run_workers(broker.address, topic, url, n, "workers",
                                                   args.workers, PARTITIONS)
             multi, multi_steady = fps * samples / n, steady_fps * samples / n

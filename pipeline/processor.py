@@ -158,7 +158,7 @@ class Processor:
                         consumer.commit(batch.messages)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
-                    if time.monotonic() >= next_maintain:  # after the writes in flight
+                    if time.monotonic() >= next_maintain:  # in a writer thread, as writes are
                         writers.submit(self.store.maintain, int(time.time() * 1000)).result()
                         next_maintain = time.monotonic() + maintain_every_s
                     if time.monotonic() >= next_collect:
