@@ -1,6 +1,6 @@
 """Issue #4: how fast frames go from a Kafka topic into the store, and how fresh they are.
 
-    .venv/bin/python benchmarks/pipeline.py [--steps 480] [--cpus shared|split] [--workers N]
+    .venv/bin/python benchmarks/pipeline.py [--steps 480] [--cpus split|shared] [--workers N]
                                             [--fresh-s 30] [--profile]
 
 Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports, fills
@@ -21,13 +21,16 @@ d. freshness: 1,000 GPUs sampled every second for ``--fresh-s`` seconds through
    the processor; per tick, the seconds from the frame's timestamp until all of
    its 1,000 GPUs are queryable.
 
-Where the CPUs go (``--cpus``): ``shared`` (the default) lets every process
-run on every core, so the processor's Python competes with the store for the
-cores that the raw store write had to itself. ``split`` gives the servers,
+Where the CPUs go (``--cpus``): ``split`` (the default) gives the servers,
 Tansu and VictoriaMetrics, the upper half of the cores and the processor (and
 this script) the lower half, as in a real deployment, where the store runs on
 its own hosts: (a) and (c) then measure the processor and the store on equal
-resources, per-core figures that ``docs/scale.md`` sizes with.
+resources, per-core figures that ``docs/scale.md`` sizes with. ``shared`` lets
+every process run on every core: the raw store write then has every core for
+the store, while in (a) the store and the processor take turns on them, so the
+ratio (a)/(c) says how the processor's CPU per sample compares with the
+store's rather than how fast it goes; it also varies with the store's CPU per
+row, which moves by a third from run to run on the same rows.
 
 A sample is one metric of one GPU at one instant (host metrics, 4 per frame,
 are written too but not counted). Progress goes to stderr; the last line on
@@ -282,13 +285,16 @@ def main() -> int:
     ap.add_argument("--fresh-s", type=int, default=30)
     ap.add_argument("--warmup-s", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--cpus", choices=("shared", "split"), default="shared",
-                    help="shared (default): every process on every core; split: the servers on "
-                    "the upper half of the cores, the processor on the lower half")
+    ap.add_argument("--cpus", choices=("split", "shared"), default=None,
+                    help="split (default with 2 or more cores): the servers on the upper half "
+                    "of the cores, the processor on the lower half; shared: every process on "
+                    "every core")
     ap.add_argument("--workers", type=int, default=None,
                     help="fleetwatch process --workers N for the processor figure (default: the "
                     "processor's cores); 1 measures the single process only")
     args = ap.parse_args()
+    if args.cpus is None:
+        args.cpus = "split" if len(CPUS) >= 2 else "shared"
     if args.cpus == "split" and len(CPUS) < 2:
         ap.error("--cpus split needs at least 2 cores")
     if args.cpus == "split":
