@@ -28,6 +28,7 @@ from fleetwatch.pipeline.points import PointMaker
 from fleetwatch.pipeline.run import _worker_config
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.servers import Server
+from tests.store.helpers import stored
 
 NODES = 20
 
@@ -63,15 +64,6 @@ def produce(kafka: Server, topic: str, sim: FleetSim, ticks: int) -> int:
     p.flush(30)
     p.close()
     return total
-
-
-def stored(db: Path) -> int:
-    """Samples stored so far, read as the dashboard reads: a read-only handle."""
-    store = SqliteStore(db, read_only=True)
-    try:
-        return store.count()
-    finally:
-        store.close()
 
 
 def wait_stored(db: Path, total: int, supervisor: subprocess.Popen[bytes], log: Path) -> None:

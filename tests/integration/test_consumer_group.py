@@ -32,6 +32,7 @@ from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_t
 from fleetwatch.pipeline.points import PointMaker
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.servers import Server
+from tests.store.helpers import stored
 
 pytestmark = pytest.mark.kafka
 NODES, TICKS = 100, 1000          # 100,000 frames
@@ -79,15 +80,6 @@ def start_processor(kafka: Server, env: dict[str, str], log: Path) -> subprocess
         return subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "process"],
                                 env={**clean, **env}, stdout=out, stderr=subprocess.STDOUT,
                                 cwd=log.parent)
-
-
-def stored(db: Path) -> int:
-    """Samples stored so far, read as the dashboard reads: a read-only handle."""
-    store = SqliteStore(db, read_only=True)
-    try:
-        return store.count()
-    finally:
-        store.close()
 
 
 def read_dead_letters(kafka: Server, topic: str, timeout_s: float = 30.0) -> list[Message]:

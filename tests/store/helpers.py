@@ -1,12 +1,14 @@
-"""Frames and server helpers shared by the store tests."""
+"""Frames and server helpers shared by the store tests (and the processors' ones)."""
 
 from __future__ import annotations
 
 import time
 import urllib.request
 import uuid
+from pathlib import Path
 
 from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 
 MINUTE_MS = 60_000
 
@@ -47,3 +49,12 @@ def frames(cluster: str, t0_ms: int, ticks: int, nodes: int = 2, gpus: int = 2) 
                             (PortReading("eth0", "nic", {"nic_rx_bytes_per_s": 1e6 + tick}),)),
                 seq=tick))
     return out
+
+
+def stored(db: Path) -> int:
+    """Samples stored so far, read as the dashboard reads: a read-only handle."""
+    store = SqliteStore(db, read_only=True)
+    try:
+        return store.count()
+    finally:
+        store.close()
