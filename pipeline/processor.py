@@ -1,9 +1,10 @@
 """The processor: consume frames, store them, detect, drive alerts.
 
-``Processor.handle`` is the whole per-batch logic and touches no bus;
-``run`` is the thin loop around it: poll, handle, commit. Offsets are
-committed only after the batch is in the store (at-least-once); the store's
-idempotent writes make a replayed batch harmless.
+``Processor.handle`` is the whole per-batch logic (decode, store, detect,
+alert) and touches no bus; ``run`` is the loop that takes the same steps
+over a consumer, with the store writes in writer threads, and commits.
+Offsets are committed only after the batch is in the store (at-least-once);
+the store's idempotent writes make a replayed batch harmless.
 """
 
 from __future__ import annotations

@@ -69,7 +69,7 @@ def _fields(**values: float | None) -> str:
 
 
 class EncodedLines(NamedTuple):
-    """Complete lines of line protocol, ``\n`` between them (none after the last)."""
+    """Complete lines of line protocol, ``\\n`` between them (none after the last)."""
 
     body: bytes
     lines: int
