@@ -50,7 +50,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 import kafka
@@ -60,6 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
 from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
+from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
 from fleetwatch.codec import decode, encode  # noqa: E402
@@ -210,47 +210,6 @@ def run_raw_store(url: str, frames: list[Frame]) -> float:
     return seconds
 
 
-def vm_metric(url: str, prefix: str) -> float:
-    """The sum of VictoriaMetrics' own metrics whose line starts with ``prefix``."""
-    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith(prefix))
-
-
-def rows_received(url: str) -> int:
-    """Rows VictoriaMetrics has taken in over line protocol since it started."""
-    return int(vm_metric(url, 'vm_rows_inserted_total{type="influx"}'))
-
-
-def settle(url: str, what: str, timeout_s: float = 120.0) -> None:
-    """Wait until VictoriaMetrics is idle: no merges, under 5% of a core for a second.
-
-    After a run, the server merges the parts it just wrote for a while; without
-    this, that work lands on (and slows) whichever run comes next.
-    """
-    started = time.monotonic()
-    cpu = vm_metric(url, "process_cpu_seconds_total")
-    while time.monotonic() - started < timeout_s:
-        time.sleep(1.0)
-        now = vm_metric(url, "process_cpu_seconds_total")
-        if now - cpu < 0.05 and vm_metric(url, "vm_active_merges") == 0:
-            say(f"store idle before {what} (waited {time.monotonic() - started:.0f}s)")
-            return
-        cpu = now
-    say(f"store still busy after {timeout_s:.0f}s; measuring {what} anyway")
-
-
-def check_received(url: str, before: int, expected: int, what: str) -> int:
-    """Every point of the run reached the store (the figures are void otherwise)."""
-    after = rows_received(url)
-    if after - before < expected:
-        raise RuntimeError(f"{what}: the store received {after - before:,} rows, "
-                           f"not the {expected:,} written")
-    say(f"{what}: the store received {after - before:,} rows ({expected:,} expected)")
-    return after
-
-
 def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> str:
     """cProfile of the whole processor loop (poll, decode, store, detect, commit) over the
     benchmark's topic, in this thread; a watcher stops it once every frame is in."""
@@ -338,14 +297,14 @@ def main() -> int:
         say(f"raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
         points = n * (GPUS * len(frames[0].gpus[0].metrics) + len(frames[0].host.metrics))
         received = rows_received(url)
-        settle(url, "the raw store write")
+        settle(url, "the raw store write", say)
         secs = run_raw_store(url, frames)
         raw_store = samples / secs
         say(f"raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
-        received = check_received(url, received, points, "raw store")
-        settle(url, "the processor, one process")
+        received = check_received(url, received, points, "raw store", say)
+        settle(url, "the processor, one process", say)
         secs, steady, proc = run_processor(broker.address, topic, url, n, "processor")
-        received = check_received(url, received, points, "processor, one process")
+        received = check_received(url, received, points, "processor, one process", say)
         single = samples / secs
         single_steady = steady * samples / n
         say(f"processor, one process: {proc.stats.frames} frames, {proc.stats.points} points "
@@ -353,11 +312,11 @@ def main() -> int:
             f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
         processor, how = single, "one process"
         if args.workers > 1:
-            settle(url, "the processor's workers")
+            settle(url, "the processor's workers", say)
             fps, steady_fps, before = run_workers(broker.address, topic, url, n, "workers",
                                                   args.workers, PARTITIONS)
             multi, multi_steady = fps * samples / n, steady_fps * samples / n
-            received = check_received(url, received, points, "processor, workers")
+            received = check_received(url, received, points, "processor, workers", say)
             say(f"processor, fleetwatch process --workers {args.workers} (os.cpu_count() = "
                 f"{os.cpu_count()}, {PARTITIONS} partitions): {multi:,.0f} GPU samples/s from "
                 f"the group's join on; steady state from when every worker had stored a batch "
