@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 
 from fleetwatch import __version__
-from fleetwatch.config import Config, ConfigError, load
+from fleetwatch.config import Config, ConfigError, load, override
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("fleetwatch")
@@ -143,11 +143,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _override(config: Config, section: str, **values: object) -> Config:
-    values = {k: v for k, v in values.items() if v is not None}
-    if not values:
-        return config
-    return dataclasses.replace(config, **{
-        section: dataclasses.replace(getattr(config, section), **values)})
+    """Command-line flags over the config, range-checked as the file's values are."""
+    return override(config, section, **values)
 
 
 def _check_bind(host: str) -> None:

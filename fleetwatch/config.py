@@ -8,6 +8,7 @@ they never appear in a repr, a log line or ``fleetwatch config``.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 import sys
@@ -28,6 +29,17 @@ ENV_PREFIX = "FLEETWATCH_"
 
 class ConfigError(ValueError):
     """A configuration value is wrong; the message names the key."""
+
+
+def ranged(default: Any, lo: float | None = None, hi: float | None = None, *,
+           above: bool = False) -> Any:
+    """A number field with its allowed range, checked at load and on every override.
+
+    ``lo``/``hi`` are inclusive bounds (None: unbounded); ``above=True`` makes
+    ``lo`` exclusive (the value must be above it). NaN and infinities are always
+    refused. Declare every number this way, so that one place states its range.
+    """
+    return field(default=default, metadata={"range": (lo, hi, above)})
 
 
 class Secret(str):
@@ -52,14 +64,14 @@ class NodeConfig:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    interval_s: float = 5.0
+    interval_s: float = ranged(5.0, 0.05, 3600.0)
     # What to do when NVML is missing or fails at start: error (exit 1),
     # ignore (run host-only), retry (host-only, try NVML again each minute).
     nvml_policy: Literal["error", "ignore", "retry"] = "retry"
     spool_dir: str = "/var/lib/fleetwatch/spool"
-    spool_max_mb: float = 512.0
+    spool_max_mb: float = ranged(512.0, 1.0, 1_000_000.0)
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9400
+    metrics_port: int = ranged(9400, 1, 65535)
     kernel_log: str = "/dev/kmsg"
     proc_root: str = "/proc"
     sys_root: str = "/sys"
@@ -71,9 +83,9 @@ class BusConfig:
     bootstrap: str = "127.0.0.1:9092"
     topic: str = "fleetwatch.frames"
     # Partitions of the topic when fleetwatch creates it: the most processors that can share it.
-    partitions: int = 12
+    partitions: int = ranged(12, 1, 10_000)
     # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
-    replication_factor: int = 0
+    replication_factor: int = ranged(0, 0, 32)
     dead_letter_topic: str = "fleetwatch.frames.dead"
     alert_topic: str = "fleetwatch.alerts"
     group: str = "fleetwatch-processor"
@@ -86,18 +98,18 @@ class BusConfig:
 @dataclass(frozen=True)
 class ProcessorConfig:
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9401
-    max_batch: int = 2000          # messages per poll, and so per store write
-    maintain_every_s: float = 30.0
-    workers: int = 1               # consumer-group members run as child processes
+    metrics_port: int = ranged(9401, 0, 65535)   # 0: no /metrics
+    max_batch: int = ranged(2000, 1, 100_000)    # messages per poll, and so per store write
+    maintain_every_s: float = ranged(30.0, 1.0, 86_400.0)
+    workers: int = ranged(1, 1, 256)             # consumer-group members as child processes
 
 
 @dataclass(frozen=True)
 class StoreConfig:
     kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
     path: str = "fleetwatch.db"
-    raw_retention_h: float = 14 * 24.0
-    rollup_retention_d: float = 400.0
+    raw_retention_h: float = ranged(14 * 24.0, 0.0, 1_000_000.0, above=True)
+    rollup_retention_d: float = ranged(400.0, 0.0, 100_000.0, above=True)
     url: str = "http://127.0.0.1:8428"
     org: str = "fleetwatch"
     bucket: str = "fleetwatch"
@@ -106,26 +118,26 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    gpu_temp_limit_c: float = 85.0
-    for_s: float = 60.0
+    gpu_temp_limit_c: float = ranged(85.0, 0.0, 200.0, above=True)
+    for_s: float = ranged(60.0, 0.0, 86_400.0)
     webhook_url: str = ""
 
 
 @dataclass(frozen=True)
 class DashboardConfig:
     host: str = "127.0.0.1"
-    port: int = 8050
-    refresh_s: float = 5.0
+    port: int = ranged(8050, 1, 65535)
+    refresh_s: float = ranged(5.0, 0.5, 3600.0)
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    nodes: int = 4
-    gpus: int = 8
-    nodes_per_rack: int = 2
-    seed: int = 0
-    job_mean_s: float = 3 * 3600.0
-    idle_mean_s: float = 20 * 60.0
+    nodes: int = ranged(4, 1, 100_000)
+    gpus: int = ranged(8, 1, 64)
+    nodes_per_rack: int = ranged(2, 1, 10_000)
+    seed: int = ranged(0, 0, 2**63 - 1)
+    job_mean_s: float = ranged(3 * 3600.0, 60.0, 1e10)
+    idle_mean_s: float = ranged(20 * 60.0, 0.0, 1e10)
 
 
 @dataclass(frozen=True)
@@ -176,20 +188,49 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
         if section not in hints:
             origin = next(iter(values.values()))[1]
             raise ConfigError(f"{origin}: unknown section [{section}]")
-        cls = hints[section]
-        fields = typing.get_type_hints(cls)
-        kwargs = {}
-        for key, (value, origin) in values.items():
-            if key.endswith("_file") and key[:-5] in fields:
-                key, value = key[:-5], _read_secret_file(value, origin)
-            if key not in fields:
-                raise ConfigError(f"{origin}: unknown key {section}.{key} (known: "
-                                  f"{', '.join(sorted(fields))})")
-            kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin)
-        built[section] = cls(**kwargs)
+        built[section] = _section(hints[section], section, values)
     config = Config(**built)
     _check(config)
     return config
+
+
+def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
+             base: Any = None) -> Any:
+    """``cls`` (or ``base`` with these values replaced), every value coerced and range-checked."""
+    fields = typing.get_type_hints(cls)
+    specs = {f.name: f for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, (value, origin) in values.items():
+        if key.endswith("_file") and key[:-5] in fields:
+            key, value = key[:-5], _read_secret_file(value, origin)
+        if key not in fields:
+            raise ConfigError(f"{origin}: unknown key {section}.{key} (known: "
+                              f"{', '.join(sorted(fields))})")
+        kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin,
+                              specs[key].metadata.get("range"))
+    return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
+
+
+def override(config: Config, section: str, origin: str = "command line",
+             **values: object) -> Config:
+    """``config`` with these values of one section replaced, checked like the file's.
+
+    Values that are None are left out (an option that was not given). Command-line
+    flags go through here, so ``--port 99999`` fails as ``dashboard.port = 99999``
+    in the file would.
+    """
+    given = {k: (v, f"{origin} {_flag(k)}") for k, v in values.items() if v is not None}
+    if not given:
+        return config
+    cls = typing.get_type_hints(Config)[section]
+    replaced = dataclasses.replace(config, **{
+        section: _section(cls, section, given, base=getattr(config, section))})
+    _check(replaced)
+    return replaced
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
 
 
 def _read_secret_file(path: Any, origin: str) -> str:
@@ -199,8 +240,10 @@ def _read_secret_file(path: Any, origin: str) -> str:
         raise ConfigError(f"{origin}: cannot read secret file: {exc}") from None
 
 
-def _coerce(value: Any, typ: Any, key: str, origin: str) -> Any:
+def _coerce(value: Any, typ: Any, key: str, origin: str,
+            bounds: tuple[float | None, float | None, bool] | None = None) -> Any:
     where = f"{origin}: {key}"
+    from_env = origin.startswith("environment")
     if typing.get_origin(typ) is Literal:
         choices = typing.get_args(typ)
         if value not in choices:
@@ -211,50 +254,54 @@ def _coerce(value: Any, typ: Any, key: str, origin: str) -> Any:
     if typ is bool:
         if isinstance(value, bool):
             return value
-        if str(value).lower() in ("1", "true", "yes", "on"):
+        if from_env and str(value).lower() in ("1", "true", "yes", "on"):
             return True
-        if str(value).lower() in ("0", "false", "no", "off"):
+        if from_env and str(value).lower() in ("0", "false", "no", "off"):
             return False
         raise ConfigError(f"{where} = {value!r}; must be true or false")
     if typ in (int, float):
-        try:
-            if isinstance(value, bool):
-                raise ValueError
-            number = typ(value)
-        except (TypeError, ValueError):
-            kind = "an integer" if typ is int else "a number"
-            raise ConfigError(f"{where} = {value!r}; must be {kind}") from None
-        if number < 0:
-            raise ConfigError(f"{where} = {value!r}; must not be negative")
-        return number
+        return _number(value, typ, where, from_env, bounds)
     if typ is str or isinstance(typ, types.UnionType):
-        if not isinstance(value, (str, int, float)):
-            raise ConfigError(f"{where} = {value!r}; must be a string")
-        return str(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} = {value!r}; must be a string (in quotes)")
+        return value
     raise ConfigError(f"{where}: unsupported type {typ}")  # pragma: no cover
 
 
+def _number(value: Any, typ: type, where: str, from_env: bool,
+            bounds: tuple[float | None, float | None, bool] | None) -> int | float:
+    kind = "an integer" if typ is int else "a number"
+    # A file's "8050" (a string) is a mistake worth naming; environment values are all text.
+    if isinstance(value, bool) or (isinstance(value, str) and not from_env) or (
+            typ is int and isinstance(value, float)):
+        raise ConfigError(f"{where} = {value!r}; must be {kind}"
+                          f"{' (without quotes)' if isinstance(value, str) else ''}")
+    try:
+        number = typ(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ConfigError(f"{where} = {value!r}; must be {kind}") from None
+    if not math.isfinite(number):
+        raise ConfigError(f"{where} = {value!r}; must be a finite number")
+    if bounds is None:
+        bounds = (0, None, False)  # undeclared: at least not negative
+    lo, hi, above = bounds
+    if (lo is not None and (number <= lo if above else number < lo)) or (
+            hi is not None and number > hi):
+        raise ConfigError(f"{where} = {value!r}; must be {_describe(lo, hi, above)}")
+    return number
+
+
+def _describe(lo: float | None, hi: float | None, above: bool) -> str:
+    if lo is not None and hi is not None:
+        return f"above {lo:g} and at most {hi:g}" if above else f"between {lo:g} and {hi:g}"
+    if lo is not None:
+        return f"above {lo:g}" if above else f"at least {lo:g}"
+    return f"at most {hi:g}"
+
+
 def _check(config: Config) -> None:
-    """Cross-field rules and ranges that a type alone cannot say."""
-    rules = [
-        (config.agent.interval_s >= 0.05, "agent.interval_s must be at least 0.05"),
-        (0 < config.agent.metrics_port < 65536, "agent.metrics_port must be a TCP port"),
-        (0 < config.dashboard.port < 65536, "dashboard.port must be a TCP port"),
-        (0 <= config.processor.metrics_port < 65536,
-         "processor.metrics_port must be a TCP port (0: no /metrics)"),
-        (config.processor.max_batch >= 1, "processor.max_batch must be at least 1"),
-        (config.processor.workers >= 1, "processor.workers must be at least 1"),
-        (config.bus.partitions >= 1, "bus.partitions must be at least 1"),
-        (config.bus.replication_factor >= 0,
-         "bus.replication_factor must be 0 (min(3, brokers)) or a replica count"),
-        (config.dashboard.refresh_s >= 0.5, "dashboard.refresh_s must be at least 0.5"),
-        (config.sim.nodes >= 1 and config.sim.gpus >= 1, "sim.nodes and sim.gpus must be >= 1"),
-        (config.sim.gpus <= 64, "sim.gpus must be at most 64"),
-        (config.sim.nodes_per_rack >= 1, "sim.nodes_per_rack must be >= 1"),
-        (config.sim.job_mean_s >= 60, "sim.job_mean_s must be at least 60"),
-        (config.store.raw_retention_h > 0, "store.raw_retention_h must be above 0"),
-        (config.alerts.gpu_temp_limit_c > 0, "alerts.gpu_temp_limit_c must be above 0"),
-    ]
+    """Cross-field rules that a single field's range cannot say."""
+    rules: list[tuple[bool, str]] = []
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)

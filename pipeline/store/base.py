@@ -77,8 +77,42 @@ class Annotation:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something that happened to a device at an instant: what failure detection and
+    energy attribution read back. Stored by every backend beside the series.
+
+    kind: ``xid`` (``code`` is the XID), ``gpu_state`` (``value`` the new state:
+    ok, lost, ...), ``throttle`` (``code`` the new NVML clocks-event bitmask),
+    ``job_start`` / ``job_end`` (``value`` the job id), ``node_state``
+    (``value``: silent, back). ``value`` holds only bounded, enumerable text
+    (a state name, a job id); ``text`` holds free text (a kernel log line) and
+    is never made a series label.
+    """
+
+    ts: float
+    kind: str
+    cluster: str
+    rack: str
+    node: str
+    device: str          # gpu3, host
+    code: int = 0
+    value: str = ""
+    text: str = ""
+
+
 class StoreError(RuntimeError):
     """The store could not take or give data now; the caller may retry."""
+
+
+class StoreRejected(ValueError):
+    """The store refused data for good (a 4xx answer, a timestamp outside what it
+    accepts): sending the same again will fail again. ``reason`` says why in the
+    store's words; the processor bisects the batch and dead-letters the culprits."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class Store(Protocol):

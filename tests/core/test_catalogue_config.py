@@ -63,7 +63,13 @@ def test_file_then_environment(tmp_path: Path) -> None:
     ("", {"FLEETWATCH_AGENT_INTERVAL_S": "soon"}, "FLEETWATCH_AGENT_INTERVAL_S: "
      "agent.interval_s = 'soon'; must be a number"),
     ("", {"FLEETWATCH_NOPE_X": "1"}, "environment FLEETWATCH_NOPE_X: no such setting"),
-    ("[dashboard]\nport = 70000\n", {}, "dashboard.port must be a TCP port"),
+    ("[dashboard]\nport = 70000\n", {}, "dashboard.port = 70000; must be between 1 and 65535"),
+    ('[dashboard]\nport = "8050"\n', {}, r"dashboard.port = '8050'; must be an integer "
+     r"\(without quotes\)"),
+    ("[agent]\ninterval_s = inf\n", {}, "agent.interval_s = inf; must be a finite number"),
+    ("[agent]\ninterval_s = 0\n", {}, "agent.interval_s = 0; must be between 0.05 and 3600"),
+    ("", {"FLEETWATCH_AGENT_INTERVAL_S": "1e400"}, "must be a finite number"),
+    ("[store]\nraw_retention_h = 0\n", {}, "store.raw_retention_h = 0; must be above 0"),
     ("[bus\n", {}, "not valid TOML"),
 ])
 def test_bad_values_stop_start_up_naming_the_key(tmp_path: Path, text: str, env: dict,
@@ -89,3 +95,15 @@ def test_secrets_never_print(tmp_path: Path) -> None:
 def test_missing_config_file() -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load("/nonexistent/fleetwatch.toml", env={})
+
+
+def test_command_line_overrides_are_checked_like_the_file() -> None:
+    from fleetwatch.config import override
+
+    config = load(env={})
+    assert override(config, "dashboard", port=9000, host=None).dashboard.port == 9000
+    with pytest.raises(ConfigError, match=r"command line --port: dashboard.port = 99999; "
+                                          "must be between 1 and 65535"):
+        override(config, "dashboard", port=99999)
+    with pytest.raises(ConfigError, match="must be a finite number"):
+        override(config, "agent", interval_s=float("inf"))
