@@ -8,16 +8,23 @@ turns findings into alerts.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
 
 from fleetwatch.frame import Frame
+
+Scope = Literal["gpu", "node", "rack"]
+Severity = Literal["info", "warning", "critical"]
 
 
 @dataclass(frozen=True, slots=True)
 class Finding:
-    """A condition that holds now for one subject (a GPU, or a node when ``gpu`` is None)."""
+    """A condition that holds now for one subject.
+
+    The subject is a GPU (``scope`` gpu, ``gpu`` its index), a node (``scope``
+    node, ``gpu`` None) or a rack (``scope`` rack, ``node`` "", ``gpu`` None).
+    """
 
     rule: str
     cluster: str
@@ -30,10 +37,28 @@ class Finding:
     severity: str = "warning"
     # How long the condition must hold before the alert fires.
     for_s: float = 0.0
+    # Latched events (an XID, an ECC jump): the condition counts as holding this
+    # long after its last sighting, so one event is one alert, not a blip.
+    hold_s: float = 0.0
+    # The values that triggered it (name -> number) and what the operator should do.
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    action: str = ""
+    scope: Scope = "gpu"
 
 
 class Detector(Protocol):
+    """A detector: batches of frames in, findings out. Pure logic plus its own state.
+
+    ``rules`` maps every rule name the detector emits to the metrics it needs to
+    judge a subject. The alert lifecycle resolves an alert of a rule only on a
+    frame in which the detector could judge that subject (the GPU is present
+    with every metric the rule needs) and found nothing: a detector that did not
+    evaluate a GPU is not saying "OK". An empty tuple: any frame of the subject
+    will do (latched event rules rely on ``hold_s`` instead).
+    """
+
     name: str
+    rules: Mapping[str, tuple[str, ...]]
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         """Findings that hold at the time of these frames (all from one batch)."""

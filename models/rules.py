@@ -17,6 +17,7 @@ class GpuTemperatureLimit:
     """
 
     name = "gpu_temp_high"
+    rules = {"gpu_temp_high": ("gpu_temp_c",)}
 
     def __init__(self, limit_c: float = 85.0, for_s: float = 60.0,
                  severity: str = "critical", hysteresis_c: float = 3.0) -> None:

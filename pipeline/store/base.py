@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
 from fleetwatch.frame import Frame
@@ -63,6 +63,9 @@ class Alert:
     message: str
     fired_ts: float | None = None
     resolved_ts: float | None = None
+    # The values that triggered it (metric or quantity name -> number) and what to do.
+    evidence: Mapping[str, float] = field(default_factory=dict)
+    action: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,9 +113,12 @@ class StoreRejected(ValueError):
     accepts): sending the same again will fail again. ``reason`` says why in the
     store's words; the processor bisects the batch and dead-letters the culprits."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, indices: Sequence[int] | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
+        # Positions (in the batch given to the call) of the frames that were refused,
+        # when the store can tell; None: somewhere in the batch (bisect to find them).
+        self.indices = None if indices is None else tuple(indices)
 
 
 class Store(Protocol):
