@@ -24,6 +24,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
+from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ class Processor:
         self.store = store
         self.detectors = list(detectors)
         self.alerts = AlertBook(store.alerts())
+        self.events = EventTracker()  # drop(nodes) on a partition's revocation
         self.stats = Stats()
         self._decoder = Decoder()
         self._dead = dead_letters
@@ -90,6 +92,13 @@ class Processor:
 
     def _evaluate(self, frames: Sequence[Frame], points: int, t0: float) -> None:
         """Detect and drive alerts on a stored batch; count it."""
+        events = self.events.update(frames)
+        if events:  # with the batch, before its commit
+            try:
+                self.store.write_events(events)
+            except BaseException:
+                self.events.undo()  # the batch comes again, and makes them again
+                raise
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
         if changed:

@@ -10,13 +10,15 @@ from fleetwatch.pipeline.store.base import (
     Alert,
     AlertState,
     Annotation,
+    Event,
     Point,
     SeriesKey,
     Store,
     StoreError,
+    StoreRejected,
     gpu_device,
     gpu_index,
 )
 
-__all__ = ["ACTIVE_STATES", "Alert", "AlertState", "Annotation", "Point", "SeriesKey", "Store",
-           "StoreError", "gpu_device", "gpu_index"]
+__all__ = ["ACTIVE_STATES", "Alert", "AlertState", "Annotation", "Event", "Point", "SeriesKey",
+           "Store", "StoreError", "StoreRejected", "gpu_device", "gpu_index"]

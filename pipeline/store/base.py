@@ -130,12 +130,24 @@ class Store(Protocol):
         """Write every metric of these frames; idempotent on (series, timestamp).
 
         Returns the number of points (one metric of one device at one instant)
-        written. Raises ``StoreError`` when the store cannot take them now.
+        written. Raises ``StoreError`` when the store cannot take them now, and
+        ``StoreRejected`` when it will never take some of them; with
+        ``indices`` set, nothing of the batch was written and the frames at
+        those positions are the ones refused (write the others again).
         """
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None: ...
 
     def write_annotations(self, annotations: Sequence[Annotation]) -> None: ...
+
+    def write_events(self, events: Sequence[Event]) -> None:
+        """Store events; idempotent: an event written again (same time to the ms, kind,
+        place, code and value) is kept once."""
+
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+        """Events in [start, end), oldest first, optionally of one node, device or kinds.
+        A backend that cannot keep ``text`` says so and returns it empty."""
 
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         """The newest point of every series of ``metric`` newer than ``since_ms``."""

@@ -1,27 +1,34 @@
 """Line-protocol writes to any server of the InfluxDB v2 write API, through influxdb-client.
 
 VictoriaMetrics (``/api/v2/write``, tested here), InfluxDB 2.x and 3.x (same
-API, untested here: no such server installs on our CI machines).
+API, untested here: no such server installs on our CI machines); InfluxDB
+1.x through its v1 ``/write`` (``api="v1"``, tested with 1.6.7).
 
 Writes are synchronous on purpose: the processor commits Kafka
 offsets only after ``Store.write`` returns, so it must return only once the
 server has answered 2xx for every line. influxdb-client's batching mode
 returns at once and reports failures from a background thread, so it
-cannot back that promise; we use its SYNCHRONOUS mode and do the batching
-(about ``batch_lines`` per request) and the retries here. Retries are ours too:
-the client's ``WritesRetry`` fixes its ``max_retry_time`` deadline when it
-is constructed and the synchronous path takes no per-call retry, so a
-long-lived client would stop retrying after its first ``max_retry_time``.
+cannot back that promise; we use its SYNCHRONOUS write API and do the
+batching (about ``batch_lines`` per request) here. Retries are
+``fleetwatch.retry``'s: the client's ``WritesRetry`` fixes its
+``max_retry_time`` deadline when it is constructed and the synchronous path
+takes no per-call retry, so a long-lived client would stop retrying after
+its first ``max_retry_time``.
 
-A write that still fails after ``max_retries`` (or ``max_retry_time_s``)
-raises ``StoreError``; the processor then pauses consumption and tries
-the same batch again later. Memory stays bounded by the caller's batch.
+Answers are told apart: 5xx, 408, 429, timeouts and connection errors are
+transient (retried, then ``StoreError``: the processor pauses and tries the
+batch again later); 401, 403 and 404 say the store is misconfigured (token,
+URL, database), not that the data is bad, so they are ``StoreError`` at once
+(nothing is dead-lettered while an operator fixes it); any other 4xx is a
+refusal of the data (``StoreRejected`` with the server's reason: the
+processor bisects the batch and dead-letters the culprits). Before sending,
+frames the server would drop without an error (outside its retention, or
+too far ahead: ``window``) are refused by position.
 """
 
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
 import urllib.error
@@ -42,21 +49,25 @@ from fleetwatch.pipeline.store.base import (
     Alert,
     AlertState,
     Annotation,
+    Event,
     Point,
     StoreError,
+    StoreRejected,
 )
-from fleetwatch.pipeline.store.lineproto import (
-    EncodedLines,
-    FrameEncoder,
-    alert_line,
-    annotation_line,
-)
+from fleetwatch.pipeline.store.lineproto import EncodedLines, FrameEncoder, v1_unwritable
+from fleetwatch.pipeline.store.lprecords import alert_line, annotation_line, event_line
+from fleetwatch.pipeline.store.window import AcceptWindow
+from fleetwatch.retry import Backoff, retry
 
 log = logging.getLogger(__name__)
 
-# 429 and 5xx are the server saying "later"; other 4xx will not get better.
+# The server saying "later".
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# The server saying "you are talking to the wrong place, or without the right key".
+_CONFIG_STATUS = frozenset({401, 403, 404})
 _FRAMES_PER_SLICE = 200
+# How long a server's accepted window is trusted before it is read again.
+_WINDOW_TTL_S = 300.0
 
 
 class LineProtocolWriter:
@@ -86,6 +97,7 @@ class LineProtocolWriter:
         self.retry_interval_s = retry_interval_s
         self.max_retry_delay_s = max_retry_delay_s
         self.max_retry_time_s = max_retry_time_s
+        self.v1 = api == "v1"
         # No token: VictoriaMetrics without auth ignores the header, but the
         # client insists on one, so send a placeholder rather than "Token None".
         self._client = InfluxDBClient(url=self.url, token=token or "-", org=org,
@@ -133,30 +145,42 @@ class LineProtocolWriter:
         return sent
 
     def _post(self, body: bytes, n_lines: int) -> None:
-        deadline = time.monotonic() + self.max_retry_time_s
-        attempt = 0
-        while True:
-            try:
-                self._send(body)
-                return
-            except _Refused as exc:
-                reason, retry_after = f"HTTP {exc.status}: {exc.message}", exc.retry_after
-                if exc.status not in _RETRY_STATUS:
-                    raise StoreError(f"{self.url} refused {n_lines} lines ({reason}); "
-                                     "not retried, as the same request would be refused again"
-                                     ) from exc
-            except (Urllib3Error, OSError) as exc:  # URLError is an OSError
-                reason, retry_after = f"{type(exc).__name__}: {exc}", None
-            attempt += 1
-            delay = retry_after if retry_after is not None else self._backoff(attempt)
-            if attempt > self.max_retries or time.monotonic() + delay > deadline:
-                raise StoreError(f"cannot write {n_lines} lines to {self.url} after "
-                                 f"{attempt} attempts: {reason}")
-            log.info("write to %s failed (%s); retry %d in %.2fs", self.url, reason, attempt,
-                     delay)
-            time.sleep(delay)
+        def failed(exc: BaseException, attempt: int, delay: float) -> None:
+            log.info("write to %s failed (%s); retry %d in %.2fs", self.url, exc, attempt, delay)
+
+        attempts = 0
+
+        def send() -> None:
+            nonlocal attempts
+            attempts += 1
+            self._send(body)
+
+        try:
+            retry(send, retryable=(_Transient,), attempts=self.max_retries + 1,
+                  deadline_s=self.max_retry_time_s,
+                  backoff=Backoff(self.retry_interval_s, self.max_retry_delay_s),
+                  delay_of=lambda exc: getattr(exc, "retry_after", None), on_retry=failed)
+        except _Transient as exc:
+            raise StoreError(f"cannot write {n_lines} lines to {self.url} after {attempts} "
+                             f"attempts: {exc}") from exc
+        except _Refused as exc:
+            if exc.status in _CONFIG_STATUS:
+                raise StoreError(f"{self.url} refused {n_lines} lines ({exc}); not retried "
+                                 "here: check the store's URL, database/bucket and token"
+                                 ) from exc
+            raise StoreRejected(f"{self.url} refused {n_lines} lines: {exc}") from exc
 
     def _send(self, body: bytes) -> None:
+        try:
+            self._request(body)
+        except _Refused as exc:
+            if exc.status in _RETRY_STATUS or exc.status is None:
+                raise _Transient(str(exc), exc.retry_after) from exc
+            raise
+        except (Urllib3Error, OSError) as exc:  # URLError and timeouts are OSErrors
+            raise _Transient(f"{type(exc).__name__}: {exc}", None) from exc
+
+    def _request(self, body: bytes) -> None:
         if self._v1_url is None:
             try:
                 self._api.write(self.bucket, self.org, body, write_precision=WritePrecision.MS)
@@ -174,11 +198,6 @@ class LineProtocolWriter:
             raise _Refused(exc.code, exc.read()[:300].decode(errors="replace").strip(),
                            _seconds(exc.headers.get("Retry-After"))) from exc
 
-    def _backoff(self, attempt: int) -> float:
-        # Jitter: N processors that lost the store together do not return together.
-        cap = min(self.max_retry_delay_s, self.retry_interval_s * 2 ** (attempt - 1))
-        return cap * (0.5 + random.random() / 2)
-
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         self._api.close()
@@ -191,6 +210,14 @@ class _Refused(Exception):
     def __init__(self, status: int | None, message: str, retry_after: float | None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status, self.message, self.retry_after = status, message, retry_after
+
+
+class _Transient(Exception):
+    """A failure that may pass: retried in place, then a ``StoreError``."""
+
+    def __init__(self, message: str, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
 
 
 def _blocks(lines: Iterable[str], size: int) -> Iterator[EncodedLines]:
@@ -224,17 +251,20 @@ class InfluxStore:
     """The write half of the Store protocol, for any server of the v2 write API.
 
     The reads are the subclasses': ``VictoriaMetricsStore`` (Prometheus API)
-    and ``InfluxQLStore`` (InfluxDB). Here ``latest``, ``range`` and
-    ``annotations`` raise ``StoreError`` and ``alerts`` returns nothing, so
-    that a write-only deployment still runs a processor (whose open alerts
-    are then not reloaded after a restart).
+    and ``InfluxQLStore`` (InfluxDB). Here ``latest``, ``range``,
+    ``annotations`` and ``events`` raise ``StoreError`` and ``alerts``
+    returns nothing, so that a write-only deployment still runs a processor
+    (whose open alerts are then not reloaded after a restart).
 
     ``write`` may run in two threads at once (``concurrent_writes``): the
     processor then sends a batch while the previous one's last requests are
-    still with the server.
+    still with the server. ``keeps_text``: whether string fields (alert
+    messages, event text) are sent; a subclass whose server keeps only
+    numbers leaves them out.
     """
 
     concurrent_writes = 2
+    keeps_text = True
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
@@ -244,12 +274,48 @@ class InfluxStore:
         self._writer = LineProtocolWriter(self.url, org=org, bucket=bucket, token=token,
                                           timeout_s=timeout_s, batch_lines=batch_lines,
                                           max_retries=max_retries, api=api)
+        self.v1 = self._writer.v1
         self._local = threading.local()  # a FrameEncoder per writing thread
+        self._window: AcceptWindow | None = None
+        self._window_read = -_WINDOW_TTL_S
 
+    # -- what the server keeps
+    def accepted_window(self) -> AcceptWindow | None:
+        """The timestamps the server keeps, read from it (subclasses); None: not known."""
+        return None
+
+    def _current_window(self) -> AcceptWindow | None:
+        if time.monotonic() - self._window_read >= _WINDOW_TTL_S:
+            self._window = self.accepted_window()
+            self._window_read = time.monotonic()
+        return self._window
+
+    def refused(self, frames: Sequence[Frame]) -> StoreRejected | None:
+        """The refusal of the frames this server would drop or could not read back, if any."""
+        window = self._current_window()
+        if window is not None:
+            out = window.refused(frames)
+            if out:
+                return StoreRejected(window.reason(frames, out), out)
+        if self.v1:
+            out = [i for i, f in enumerate(frames) if any(v1_unwritable(name) for name in (
+                f.cluster, f.rack, f.node, *(p.name for p in f.host.ports)))]
+            if out:
+                f = frames[out[0]]
+                return StoreRejected(
+                    f"{len(out)} frame(s) name a place InfluxDB 1.x line protocol cannot "
+                    f"carry (a name ending in a backslash, or one before ',', '=' or ' '), "
+                    f"e.g. {f.cluster!r}/{f.rack!r}/{f.node!r}: rename it at the agent", out)
+        return None
+
+    # -- writes
     def write(self, frames: Sequence[Frame]) -> int:
+        rejected = self.refused(frames)
+        if rejected is not None:  # nothing sent: the caller stores the others again
+            raise rejected
         encoder = getattr(self._local, "encoder", None)
         if encoder is None:
-            encoder = self._local.encoder = FrameEncoder()
+            encoder = self._local.encoder = FrameEncoder(v1=self.v1)
         points = 0
 
         def blocks() -> Iterator[EncodedLines]:
@@ -264,10 +330,13 @@ class InfluxStore:
         return points
 
     def write_alerts(self, alerts: Sequence[Alert]) -> None:
-        self._writer.write_lines(alert_line(a) for a in alerts)
+        self._writer.write_lines(alert_line(a, self.keeps_text, self.v1) for a in alerts)
 
     def write_annotations(self, annotations: Sequence[Annotation]) -> None:
-        self._writer.write_lines(annotation_line(a) for a in annotations)
+        self._writer.write_lines(annotation_line(a, self.v1) for a in annotations)
+
+    def write_events(self, events: Sequence[Event]) -> None:
+        self._writer.write_lines(event_line(e, self.keeps_text, self.v1) for e in events)
 
     def _no_reads(self) -> StoreError:
         return StoreError(f"{type(self).__name__} writes only; read {self.url} through "
@@ -287,6 +356,10 @@ class InfluxStore:
         return []
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
+        raise self._no_reads()
+
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
         raise self._no_reads()
 
     def maintain(self, now_ms: int) -> None:

@@ -19,7 +19,14 @@ same series and time, so writes are idempotent without any server flag.
   newest ``updated_ts``; a row not updated within ``alert_lookback_s`` is
   forgotten;
 * ``annotations``: rows of ``fleetwatch_annotation`` that started within
-  ``annotation_lookback_s`` before the window.
+  ``annotation_lookback_s`` before the window;
+* ``events``: rows of ``fleetwatch_event`` in the window. InfluxDB keeps
+  string fields, so an event's text and an alert's message and action are
+  kept whole (as string fields, never tags).
+
+Writes are checked against the database's default retention policy
+(``SHOW RETENTION POLICIES``): a point older than its duration would be
+dropped ("partial write"), so such frames are refused before they are sent.
 
 ``maintain`` does nothing: retention is the database's (or bucket's)
 retention policy, and downsampling is the server's job (a continuous query
@@ -29,7 +36,6 @@ or a task) if it is wanted at all.
 from __future__ import annotations
 
 import json
-import math
 import time
 import urllib.error
 import urllib.parse
@@ -44,21 +50,26 @@ from fleetwatch.pipeline.store.base import (
     Alert,
     AlertState,
     Annotation,
+    Event,
     Point,
     SeriesKey,
     StoreError,
 )
 from fleetwatch.pipeline.store.influx import InfluxStore
-from fleetwatch.pipeline.store.lineproto import (
+from fleetwatch.pipeline.store.lineproto import split_metric
+from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
+    ALERT_TAGS,
     ANNOTATION_MEASUREMENT,
-    STATE_NAMES,
-    split_metric,
+    EVENT_MEASUREMENT,
+    alert_from,
+    event_from,
+    select_events,
 )
+from fleetwatch.pipeline.store.window import AcceptWindow, go_duration_ms
 
 _DAY_S = 86_400.0
 _GROUP = 'GROUP BY "cluster", "rack", "node", "device"'
-_ALERT_FIELDS = ("state", "started_ts", "value", "fired_ts", "resolved_ts")
 
 
 class InfluxQLStore(InfluxStore):
@@ -117,27 +128,61 @@ class InfluxQLStore(InfluxStore):
         points.sort(key=lambda p: p[1])
         return points
 
+    def accepted_window(self) -> AcceptWindow:
+        """From the database's default retention policy; InfluxDB has no future bound
+        short of 2262 (nanoseconds in an int64), past the codec's 2100."""
+        for s in self.query(f"SHOW RETENTION POLICIES ON {_ident(self.database)}"):
+            for row in _rows(s):
+                if row.get("default"):
+                    ms = go_duration_ms(str(row.get("duration", "0s")))
+                    return AcceptWindow(ms or None, None,
+                                        f"InfluxDB retention policy {row.get('name')!r} of "
+                                        f"{self.database!r}: {row.get('duration')}")
+        return AcceptWindow(None, None, "InfluxDB")
+
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
+        """Per series, its newest row; per (cluster, id), the newest ``updated_ts``."""
         since_ms = (round(since_ts * 1000) if since_ts is not None
                     else int((time.time() - self.alert_lookback_s) * 1000))
-        others = ", ".join(_ident(f) for f in _ALERT_FIELDS)
-        series = self.query(f"SELECT last(\"updated_ts\") AS \"updated_ts\", {others} "
+        # The newest row of each series (an alert's life): bare fields beside last() come
+        # from the same row.
+        series = self.query(f"SELECT last(\"updated_ts\") AS \"updated_ts\", * "
                             f"FROM {_ident(ALERT_MEASUREMENT)} WHERE time >= {since_ms}ms "
                             "GROUP BY *")
-        newest: dict[str, Alert] = {}
+        newest: dict[tuple[str, str], Alert] = {}
         for s in series:
             tags = s.get("tags", {})
             for row in _rows(s):
                 if not tags.get("id") or row.get("updated_ts") is None:
                     continue
-                alert = _alert(tags, row)
-                seen = newest.get(alert.id)
+                numbers = {k: float(v) for k, v in row.items() if k != "time"
+                           and isinstance(v, int | float) and not isinstance(v, bool)}
+                texts = {k: v for k, v in row.items() if isinstance(v, str)
+                         and k not in ALERT_TAGS}
+                alert = alert_from(tags, numbers, texts)
+                key = (alert.cluster, alert.id)
+                seen = newest.get(key)
                 if seen is None or alert.updated_ts >= seen.updated_ts:
-                    newest[alert.id] = alert
+                    newest[key] = alert
         out = [a for a in newest.values() if a.state in states
                and (since_ts is None or a.updated_ts >= since_ts)]
         return sorted(out, key=lambda a: a.started_ts, reverse=True)
+
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+        if kinds is not None and not kinds:
+            return []
+        where = "".join(f" AND {_ident(k)} = {_literal(v)}"
+                        for k, v in (("node", node), ("device", device)) if v is not None)
+        if kinds is not None:
+            where += " AND (" + " OR ".join(f'"kind" = {_literal(k)}' for k in kinds) + ")"
+        series = self.query(f"SELECT \"ts\", \"text\" FROM {_ident(EVENT_MEASUREMENT)} "
+                            f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
+                            f"{round(end_ts * 1000)}ms{where} GROUP BY *")
+        found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "")
+                 for s in series for row in _rows(s) if row.get("ts") is not None]
+        return select_events(found, start_ts, end_ts, node, kinds, device)
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
         since_ms = round((start_ts - self.annotation_lookback_s) * 1000)
@@ -178,17 +223,3 @@ def _points(metric: str, series: dict[str, Any]) -> list[Point]:
     key = SeriesKey(metric, tags.get("cluster", ""), tags.get("rack", ""),
                     tags.get("node", ""), tags.get("device", ""))
     return [(key, int(t), float(v)) for t, v in series.get("values", []) if v is not None]
-
-
-def _alert(tags: dict[str, str], row: dict[str, Any]) -> Alert:
-    value = row.get("value")
-    return Alert(
-        id=tags["id"], rule=tags.get("rule", ""), severity=tags.get("severity", ""),
-        cluster=tags.get("cluster", ""), rack=tags.get("rack", ""), node=tags.get("node", ""),
-        device=tags.get("device", ""),
-        state=STATE_NAMES.get(int(row.get("state") or 0), "pending"),  # type: ignore[arg-type]
-        started_ts=float(row["updated_ts"] if row.get("started_ts") is None
-                         else row["started_ts"]),
-        updated_ts=float(row["updated_ts"]),
-        value=math.nan if value is None else float(value), message=tags.get("message", ""),
-        fired_ts=row.get("fired_ts"), resolved_ts=row.get("resolved_ts"))

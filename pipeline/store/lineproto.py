@@ -8,9 +8,7 @@ InfluxDB 2.x/3.x user sees the natural ``gpu`` measurement with one field per
 metric. All metrics of one device at one instant share a line: ~3x
 fewer bytes (and server-side parse work) than a line per point.
 
-Alerts and annotations carry text, which a time-series server can only keep
-in tags (labels), so each is a line whose identity and text are tags and
-whose numbers are fields; see ``alert_line`` and ``annotation_line``.
+Alerts, annotations and events are lines too: see ``lprecords``.
 """
 
 from __future__ import annotations
@@ -24,22 +22,32 @@ import orjson
 
 from fleetwatch.config import StoreConfig
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.store.base import Alert, Annotation, Store, gpu_device
+from fleetwatch.pipeline.store.base import Store, gpu_device
 
-ALERT_MEASUREMENT = "fleetwatch_alert"
-ANNOTATION_MEASUREMENT = "fleetwatch_annotation"
 # VictoriaMetrics' default -influxMeasurementFieldSeparator.
 SEPARATOR = "_"
-# Alert states as numbers: a field must be a number to live in VictoriaMetrics.
-STATE_CODES = {"pending": 0, "firing": 1, "resolved": 2}
-STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
 # Bound on each of FrameEncoder's caches (nodes' templates, metric sets, device tags,
 # field keys). A node of 8 GPUs costs ~12 KB (measured), so 20,000 nodes (160,000
 # GPUs, several processors' worth) stay under 250 MB.
 _MAX_TEMPLATES = 20_000
 
-_TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
-_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
+# Line protocol's escapes (InfluxDB's line-protocol reference, "special characters"):
+# comma, equals sign and space in tag keys, tag values and field keys; comma and space in
+# measurements; and the backslash itself, which VictoriaMetrics' parser
+# (lib/protoparser/influx, unescapeTagValue) reads back as one backslash. Without that,
+# a node named ``x\,evil\=1`` became a label ``evil`` and a name ending in a backslash
+# swallowed the next tag. Newlines cannot be escaped; the codec admits printable names
+# only, so none reach here (one that did would become a space).
+_TAG_ESCAPES = str.maketrans({"\\": "\\\\", ",": r"\,", "=": r"\=", " ": r"\ ",
+                              "\n": r"\ ", "\r": r"\ "})
+_MEASUREMENT_ESCAPES = str.maketrans({"\\": "\\\\", ",": r"\,", " ": r"\ ",
+                                      "\n": r"\ ", "\r": r"\ "})
+# InfluxDB 1.x (models/points.go through 1.8) keeps a backslash as it is, unescaping only
+# ``\,``, ``\=`` and ``\ ``: there a backslash must not be doubled, and a name ending in
+# one cannot be written at all (``v1_unwritable`` finds those before they are sent).
+_V1_TAG_ESCAPES = str.maketrans({",": r"\,", "=": r"\=", " ": r"\ ", "\n": r"\ ",
+                                 "\r": r"\ "})
+_V1_MEASUREMENT_ESCAPES = str.maketrans({",": r"\,", " ": r"\ ", "\n": r"\ ", "\r": r"\ "})
 
 
 def split_metric(metric: str) -> tuple[str, str]:
@@ -51,21 +59,28 @@ def split_metric(metric: str) -> tuple[str, str]:
     return measurement, field
 
 
-def escape_tag(text: str) -> str:
-    """Escape a tag key, tag value or field key (newlines cannot be escaped: they become spaces)."""
-    return text.translate(_TAG_ESCAPES)
+def escape_tag(text: str, v1: bool = False) -> str:
+    """Escape a tag key, tag value or field key (newlines cannot be escaped: they become spaces).
+
+    ``v1``: for InfluxDB 1.x, which keeps backslashes as they are (see ``_V1_TAG_ESCAPES``).
+    """
+    return text.translate(_V1_TAG_ESCAPES if v1 else _TAG_ESCAPES)
 
 
-def tags(pairs: Iterable[tuple[str, str]]) -> str:
+def escape_measurement(text: str, v1: bool = False) -> str:
+    return text.translate(_V1_MEASUREMENT_ESCAPES if v1 else _MEASUREMENT_ESCAPES)
+
+
+def v1_unwritable(text: str) -> bool:
+    """Whether InfluxDB 1.x cannot carry this name exactly in line protocol: it ends in a
+    backslash (refused as "invalid tag format") or has one before a character that must be
+    escaped (read back with one backslash less)."""
+    return text.endswith("\\") or any(f"\\{c}" in text for c in ", =")
+
+
+def tags(pairs: Iterable[tuple[str, str]], v1: bool = False) -> str:
     """``,k=v,...``; empty values are left out, as line protocol has no empty tag value."""
-    return "".join(f",{escape_tag(k)}={escape_tag(v)}" for k, v in pairs if v)
-
-
-def _fields(**values: float | None) -> str:
-    """``k=v,...`` of the values that are set and finite (a NaN would get the line refused)."""
-    # repr is the shortest text that reads back to the same double.
-    return ",".join(f"{k}={float(v)!r}" for k, v in values.items()
-                    if v is not None and isfinite(v))
+    return "".join(f",{escape_tag(k, v1)}={escape_tag(v, v1)}" for k, v in pairs if v)
 
 
 class EncodedLines(NamedTuple):
@@ -93,7 +108,9 @@ class FrameEncoder:
     encoder serves one thread at a time.
     """
 
-    def __init__(self, max_templates: int = _MAX_TEMPLATES) -> None:
+    def __init__(self, max_templates: int = _MAX_TEMPLATES, v1: bool = False) -> None:
+        # v1: InfluxDB 1.x's escaping (a backslash stays single); else the spec's.
+        self._v1 = v1
         self._plans: dict[tuple[str, ...], list[tuple[str, list[str], list[int]]]] = {}
         self._tags: dict[tuple[str, str, str, str], str] = {}
         self._templates: dict[tuple[str, str, str], _Template] = {}
@@ -171,6 +188,7 @@ class FrameEncoder:
     def _field(self, key: str) -> bytes:
         if len(self._fields) >= self._max_templates:
             self._fields.clear()
+        # ``key`` is already escaped (it comes from ``_plan``).
         text = self._fields[key] = f",{key}".encode()
         return text
 
@@ -183,8 +201,8 @@ class FrameEncoder:
         groups: dict[str, tuple[list[str], list[int]]] = {}
         for i, name in enumerate(names):
             measurement, field = split_metric(name)
-            keys, index = groups.setdefault(measurement.translate(_MEASUREMENT_ESCAPES), ([], []))
-            keys.append(escape_tag(field) + "=")
+            keys, index = groups.setdefault(escape_measurement(measurement, self._v1), ([], []))
+            keys.append(escape_tag(field, self._v1) + "=")
             index.append(i)
         plan = self._plans[names] = [(m, keys, index) for m, (keys, index) in groups.items()]
         return plan
@@ -196,7 +214,7 @@ class FrameEncoder:
             if len(self._tags) >= self._max_templates:
                 self._tags.clear()
             text = self._tags[key] = tags((("cluster", f.cluster), ("device", device),
-                                           ("node", f.node), ("rack", f.rack)))
+                                           ("node", f.node), ("rack", f.rack)), self._v1)
         return text
 
     def _frame_lines(self, f: Frame, out: list[str]) -> int:
@@ -294,38 +312,6 @@ def _numbers(values: list[float]) -> list[str]:
         return orjson.dumps(values)[1:-1].decode().split(",")
     except TypeError:  # orjson.JSONEncodeError is one
         return [repr(float(v)) for v in values]
-
-
-def alert_line(a: Alert) -> str:
-    """One alert state as a line at ``updated_ts``.
-
-    Tags: id, rule, severity, cluster, rack, node, device, message. Fields:
-    state (``STATE_CODES``), started_ts, updated_ts, value, and fired_ts /
-    resolved_ts when set. The state is a field, not a tag, so an alert stays
-    one series through its life (a new series only when its message or
-    severity changes); a reader takes, per id, the row with the newest
-    updated_ts.
-    """
-    fields = _fields(state=STATE_CODES[a.state], started_ts=a.started_ts,
-                     updated_ts=a.updated_ts, value=a.value, fired_ts=a.fired_ts,
-                     resolved_ts=a.resolved_ts)
-    tag_text = tags((("id", a.id), ("rule", a.rule), ("severity", a.severity),
-                     ("cluster", a.cluster), ("rack", a.rack), ("node", a.node),
-                     ("device", a.device), ("message", a.message)))
-    return f"{ALERT_MEASUREMENT}{tag_text} {fields} {round(a.updated_ts * 1000)}"
-
-
-def annotation_line(a: Annotation) -> str:
-    """One annotation as a line at ``start_ts``; tags kind, node, device, text.
-
-    Its identity (kind, start, node, device) maps to one series and one
-    timestamp, so writing it again (e.g. once more with its end) lands on the
-    same sample, which the server's dedup keeps once.
-    """
-    fields = _fields(start_ts=a.start_ts, end_ts=a.end_ts)
-    tag_text = tags((("kind", a.kind), ("node", a.node), ("device", a.device),
-                     ("text", a.text)))
-    return f"{ANNOTATION_MEASUREMENT}{tag_text} {fields} {round(a.start_ts * 1000)}"
 
 
 def open_lineproto_store(config: StoreConfig) -> Store:

@@ -26,17 +26,14 @@ import numpy as np
 
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
-    ACTIVE_STATES,
     MINUTE_MS,
     RAW_SPAN_MS,
-    Alert,
-    AlertState,
-    Annotation,
     Point,
     SeriesKey,
     StoreError,
     gpu_device,
 )
+from fleetwatch.pipeline.store.sqlite_records import SqliteRecords, guarded
 
 # Minutes younger than this are not rolled up from raw yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
@@ -60,21 +57,19 @@ CREATE TABLE IF NOT EXISTS rollup_1m (
     PRIMARY KEY (did, ts, layout)) WITHOUT ROWID;
 -- Minutes whose rollups must be recomputed from raw samples once they close.
 CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
-CREATE TABLE IF NOT EXISTS alerts (
-    id TEXT PRIMARY KEY, rule TEXT, severity TEXT, cluster TEXT, rack TEXT, node TEXT,
-    device TEXT, state TEXT, started_ts REAL, updated_ts REAL, value REAL, message TEXT,
-    fired_ts REAL, resolved_ts REAL);
-CREATE INDEX IF NOT EXISTS alerts_by_state ON alerts (state, updated_ts);
-CREATE TABLE IF NOT EXISTS annotations (
-    kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
-    UNIQUE (kind, start_ts, node, device));
 """
 
 
-class SqliteStore:
+class SqliteStore(SqliteRecords):
+    """Frames, alerts, annotations and events in one SQLite file (alerts, annotations and
+    events: ``SqliteRecords``). ``busy_timeout_s``: how long a write waits for another
+    writer's lock before it fails with ``StoreError`` (the processor retries later)."""
+
     def __init__(self, path: str | Path, raw_retention_h: float = 14 * 24,
-                 rollup_retention_d: float = 400, read_only: bool = False) -> None:
+                 rollup_retention_d: float = 400, read_only: bool = False,
+                 busy_timeout_s: float = 30.0) -> None:
         self.path = str(path)
+        self.busy_timeout_s = busy_timeout_s
         self.raw_retention_ms = int(raw_retention_h * 3600 * 1000)
         self.rollup_retention_ms = int(rollup_retention_d * 86400 * 1000)
         self._read_only = read_only
@@ -87,7 +82,13 @@ class SqliteStore:
         self._index: dict[int, dict[str, int]] = {}
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-            self._conn().executescript(_SCHEMA)
+            self._open()
+
+    @guarded("schema setup")
+    def _open(self) -> None:
+        conn = self._conn()
+        conn.executescript(_SCHEMA)
+        self._create_records(conn)
 
     # -- connections: one per thread, since sqlite3 connections are not shareable
     def _conn(self) -> sqlite3.Connection:
@@ -98,12 +99,14 @@ class SqliteStore:
                     raise StoreError(f"no store at {self.path}: run `fleetwatch up` or "
                                      "`fleetwatch simulate` first, or point store.path at one")
                 conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
-                                       check_same_thread=False, timeout=30)
+                                       check_same_thread=False, timeout=self.busy_timeout_s)
             else:
-                conn = sqlite3.connect(self.path, check_same_thread=False, timeout=30)
+                conn = sqlite3.connect(self.path, check_same_thread=False,
+                                       timeout=self.busy_timeout_s)
+                conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
                 conn.execute("PRAGMA journal_mode=WAL")
                 conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=30000")
+            conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             self._local.conn = conn
         return conn
 
@@ -170,39 +173,21 @@ class SqliteStore:
                 points += len(names)
         return rows, points
 
+    @guarded("write")
     def write(self, frames: Sequence[Frame]) -> int:
         rows, points = self._rows(frames)
         if not rows:
             return 0
         complete, dirty = _rollup(rows)
         conn = self._conn()
-        try:
-            with conn:
-                conn.executemany("INSERT OR REPLACE INTO samples (ts, did, layout, vals) "
-                                 "VALUES (?, ?, ?, ?)", rows)
-                conn.executemany("INSERT OR REPLACE INTO rollup_1m VALUES (?, ?, ?, ?, ?, ?, ?)",
-                                 complete)
-                conn.executemany("INSERT OR IGNORE INTO dirty_minutes VALUES (?)",
-                                 [(m,) for m in dirty])
-        except sqlite3.OperationalError as exc:
-            raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
+        with conn:
+            conn.executemany("INSERT OR REPLACE INTO samples (ts, did, layout, vals) "
+                             "VALUES (?, ?, ?, ?)", rows)
+            conn.executemany("INSERT OR REPLACE INTO rollup_1m VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             complete)
+            conn.executemany("INSERT OR IGNORE INTO dirty_minutes VALUES (?)",
+                             [(m,) for m in dirty])
         return points
-
-    def write_alerts(self, alerts: Sequence[Alert]) -> None:
-        if not alerts:
-            return
-        with self._conn() as conn:
-            conn.executemany(
-                "INSERT OR REPLACE INTO alerts VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                [(a.id, a.rule, a.severity, a.cluster, a.rack, a.node, a.device, a.state,
-                  a.started_ts, a.updated_ts, a.value, a.message, a.fired_ts, a.resolved_ts)
-                 for a in alerts])
-
-    def write_annotations(self, annotations: Sequence[Annotation]) -> None:
-        with self._conn() as conn:
-            conn.executemany("INSERT OR REPLACE INTO annotations VALUES (?,?,?,?,?,?)",
-                             [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text)
-                              for a in annotations])
 
     # -- reads
     def _devices(self, node: str | None, device: str | None) -> list[int]:
@@ -213,6 +198,7 @@ class SqliteStore:
     def _key(self, metric: str, did: int) -> SeriesKey:
         return SeriesKey(metric, *self._idents[did])
 
+    @guarded("read")
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         self._refresh()
         newest: dict[int, Point] = {}
@@ -227,6 +213,7 @@ class SqliteStore:
                 newest[did] = (self._key(metric, did), ts, _value(vals, i))
         return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
 
+    @guarded("read")
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None) -> list[Point]:
         if end_ms - start_ms > RAW_SPAN_MS:
@@ -254,12 +241,14 @@ class SqliteStore:
             for name, value in zip(self._names[lid], array("d", vals)):
                 yield self._key(name, did), ts, value
 
+    @guarded("read")
     def count(self) -> int:
         """How many points (one metric of one device at one instant) the store holds."""
         (n,) = self._conn().execute(
             "SELECT coalesce(sum(length(vals)), 0) / 8 FROM samples").fetchone()
         return int(n)
 
+    @guarded("read")
     def rollups(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
                 device: str | None = None
                 ) -> list[tuple[SeriesKey, int, int, float, float, float]]:
@@ -286,24 +275,8 @@ class SqliteStore:
         return [(self._key(metric, did), ts, int(n), s, lo, hi)
                 for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
 
-    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
-               since_ts: float | None = None) -> list[Alert]:
-        marks = ",".join("?" * len(states))
-        sql = f"SELECT * FROM alerts WHERE state IN ({marks})"
-        args: list[object] = list(states)
-        if since_ts is not None:
-            sql += " AND updated_ts >= ?"
-            args.append(since_ts)
-        rows = self._conn().execute(sql + " ORDER BY started_ts DESC", args).fetchall()
-        return [Alert(*r) for r in rows]
-
-    def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
-        rows = self._conn().execute(
-            "SELECT * FROM annotations WHERE start_ts < ? AND (end_ts IS NULL OR end_ts >= ?) "
-            "ORDER BY start_ts", (end_ts, start_ts)).fetchall()
-        return [Annotation(*r) for r in rows]
-
     # -- upkeep
+    @guarded("upkeep")
     def maintain(self, now_ms: int) -> None:
         conn = self._conn()
         with conn:

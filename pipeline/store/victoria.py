@@ -21,11 +21,23 @@ Reads, with the SQLite store's semantics:
 * ``annotations``: lines of ``fleetwatch_annotation`` at their start time;
   those that started within ``annotation_lookback_s`` before the window end.
 
+* ``events``: lines of ``fleetwatch_event`` (``lprecords.event_line``):
+  kind, place, code and value (a state name, a job id) are labels, the
+  time a field. VictoriaMetrics keeps numbers only, so an event's free
+  ``text`` (a kernel-log line) is not kept: the reader gets it empty.
+* alerts keep their message and action nowhere (text is never a label):
+  the reader gets a message rendered from the rule, place, value and
+  evidence (``lprecords.render_message``) and an empty action.
+
 Server requirements (flags of ``victoria-metrics``; see docs/scale.md):
 ``-dedup.minScrapeInterval=1ms`` makes a rewritten (series, timestamp) one
-sample, which is what makes replays after a crash harmless;
+sample, which is what makes replays after a crash harmless; the store reads
+the server's ``/flags`` when it opens (or, if the server is away then, before
+its first write) and refuses to run without it (``StoreMisconfigured``);
 ``-search.latencyOffset=0s`` (default 30s) lets queries see the last 30 s;
-``-retentionPeriod`` replaces our retention, so ``maintain`` does nothing.
+``-retentionPeriod`` replaces our retention, so ``maintain`` does nothing;
+frames older than it, or more than 2 days ahead, which the server would
+drop after answering 204, are refused before they are sent (``window``).
 A write returns once the server has taken it into memory; VictoriaMetrics
 makes it durable on disk within about a second, so a server crash in that
 second loses it, as it does for any writer.
@@ -34,7 +46,8 @@ second loses it, as it does for any writer.
 from __future__ import annotations
 
 import json
-import math
+import logging
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -42,6 +55,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     MINUTE_MS,
@@ -49,29 +63,44 @@ from fleetwatch.pipeline.store.base import (
     Alert,
     AlertState,
     Annotation,
+    Event,
     Point,
     SeriesKey,
     StoreError,
 )
 from fleetwatch.pipeline.store.influx import InfluxStore
-from fleetwatch.pipeline.store.lineproto import (
+from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
     ANNOTATION_MEASUREMENT,
-    STATE_NAMES,
+    EVENT_MEASUREMENT,
+    alert_from,
+    event_from,
+    select_events,
 )
+from fleetwatch.pipeline.store.window import DAY_MS, AcceptWindow, parse_flags, vm_duration_ms
 
 # One query_range asks for at most this many minutes (the server's default
 # -search.maxPointsPerTimeseries is 30,000).
+log = logging.getLogger(__name__)
+
 _MAX_STEPS = 10_000
 _DAY_S = 86_400.0
 # A window that reaches before 1970 selects nothing on VictoriaMetrics, so
 # windows start no earlier than 2000-01-01, before which the codec takes no frame.
 _FLOOR_MS = 946_684_800_000
 _SERIES_LABELS = ("cluster", "rack", "node", "device")
+# VictoriaMetrics drops rows more than 2 days ahead of its clock (lib/storage/table.go).
+_FUTURE_MS = 2 * DAY_MS
+
+
+class StoreMisconfigured(RuntimeError):
+    """The server is set up so that the store cannot keep its promises; says how to fix it."""
 
 
 class VictoriaMetricsStore(InfluxStore):
     """``InfluxStore``'s writes, plus reads through VictoriaMetrics' Prometheus API."""
+
+    keeps_text = False  # numbers only: string fields would be read as numbers
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
@@ -83,6 +112,43 @@ class VictoriaMetricsStore(InfluxStore):
         self.annotation_lookback_s = annotation_lookback_s
         # Behind vmauth a token is a bearer token; a bare server ignores the header.
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._flags: dict[str, str] | None = None
+        try:
+            self.server_flags()
+        except StoreError as exc:  # away now: checked again before the first write
+            log.warning("cannot read %s/flags yet (%s); checking before the first write",
+                        self.url, exc)
+
+    # -- what the server does with writes
+    def server_flags(self) -> dict[str, str]:
+        """The server's ``/flags`` (those set on its command line), checked once: raises
+        ``StoreMisconfigured`` when replays would duplicate samples."""
+        if self._flags is None:
+            request = urllib.request.Request(f"{self.url}/flags", headers=self._headers)
+            try:
+                with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                    flags = parse_flags(response.read().decode(errors="replace"))
+            except (OSError, ValueError) as exc:
+                raise StoreError(f"cannot read {self.url}/flags: {exc}") from exc
+            dedup = flags.get("dedup.minScrapeInterval", "0s")
+            if dedup in ("", "0", "0s", "0ms"):
+                raise StoreMisconfigured(
+                    f"VictoriaMetrics at {self.url} runs without -dedup.minScrapeInterval, so "
+                    "every batch the processor writes again after a restart or a store outage "
+                    "would be stored twice. Restart victoria-metrics with "
+                    "-dedup.minScrapeInterval=1ms (any interval up to the agents' period "
+                    "works: it keeps one sample per series and interval)")
+            self._flags = flags
+        return self._flags
+
+    def accepted_window(self) -> AcceptWindow:
+        retention = self.server_flags().get("retentionPeriod", "1")  # the default: 1 month
+        return AcceptWindow(vm_duration_ms(retention), _FUTURE_MS,
+                            f"VictoriaMetrics -retentionPeriod={retention}, at most 2 days ahead")
+
+    def write(self, frames: Sequence[Frame]) -> int:
+        self.server_flags()
+        return super().write(frames)
 
     # -- reads ---------------------------------------------------------------
     def _get(self, path: str, **params: object) -> list[dict[str, Any]]:
@@ -159,22 +225,25 @@ class VictoriaMetricsStore(InfluxStore):
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
+        """Per (cluster, id), the row with the newest ``updated_ts``; the message is rendered
+        from the structured fields (text is not kept here) and the action is empty."""
         at_ms = int(time.time() * 1000) + 60_000
         window_ms = int(self.alert_lookback_s * 1000)
         if since_ts is not None:  # rows older than since_ts cannot qualify
             window_ms = at_ms - max(int(since_ts * 1000), _FLOOR_MS)
         result = self.query(
             f'last_over_time({{__name__=~"{ALERT_MEASUREMENT}_.+"}}[{window_ms}ms])', at_ms)
-        newest: dict[str, tuple[dict[str, str], dict[str, float]]] = {}
+        newest: dict[tuple[str, str], tuple[dict[str, str], dict[str, float]]] = {}
         for labels, fields in _join(ALERT_MEASUREMENT, result):
             if "id" not in labels or "updated_ts" not in fields or "state" not in fields:
                 continue
-            seen = newest.get(labels["id"])
+            key = (labels.get("cluster", ""), labels["id"])
+            seen = newest.get(key)
             if seen is None or fields["updated_ts"] >= seen[1]["updated_ts"]:
-                newest[labels["id"]] = (labels, fields)
+                newest[key] = (labels, fields)
         out = []
         for labels, fields in newest.values():
-            alert = _alert(labels, fields)
+            alert = alert_from(labels, fields)
             if alert.state in states and (since_ts is None or alert.updated_ts >= since_ts):
                 out.append(alert)
         return sorted(out, key=lambda a: a.started_ts, reverse=True)
@@ -204,6 +273,22 @@ class VictoriaMetricsStore(InfluxStore):
                     found[key] = a
         return sorted(found.values(), key=lambda a: a.start_ts)
 
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+        """Raw samples of ``fleetwatch_event`` in [start, end); ``text`` is empty (not kept)."""
+        start_ms, end_ms = max(round(start_ts * 1000), _FLOOR_MS), round(end_ts * 1000)
+        if end_ms <= start_ms or (kinds is not None and not kinds):
+            return []
+        wanted: dict[str, str | None] = {"node": node, "device": device}
+        matchers = [f'__name__=~"{EVENT_MEASUREMENT}_.+"']
+        matchers += [f'{k}="{_quote(v)}"' for k, v in wanted.items() if v is not None]
+        if kinds is not None:
+            matchers.append('kind=~"' + "|".join(_quote(_regex(k)) for k in kinds) + '"')
+        result = self.query("{" + ",".join(matchers) + f"}}[{end_ms - start_ms}ms]", end_ms - 1)
+        found = [event_from(labels, fields["ts"])
+                 for labels, fields in _join(EVENT_MEASUREMENT, result) if "ts" in fields]
+        return select_events(found, start_ts, end_ts, node, kinds, device)
+
     def maintain(self, now_ms: int) -> None:
         """Nothing to do: VictoriaMetrics keeps its own parts merged and drops data past
         its ``-retentionPeriod``; 1-minute means are computed at query time."""
@@ -218,6 +303,11 @@ def _name(metric: str, **labels: str | None) -> str:
 
 def _quote(text: str) -> str:
     return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _regex(text: str) -> str:
+    """``text`` matched literally inside a MetricsQL regex."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
 
 
 def _join(measurement: str, result: list[dict[str, Any]]
@@ -240,19 +330,3 @@ def _join(measurement: str, result: list[dict[str, Any]]
 
 def _series(metric: str, labels: dict[str, str]) -> SeriesKey:
     return SeriesKey(metric, *(labels.get(k, "") for k in _SERIES_LABELS))
-
-
-def _alert(labels: dict[str, str], fields: dict[str, float]) -> Alert:
-    def opt(name: str) -> float | None:
-        value = fields.get(name)
-        return None if value is None or math.isnan(value) else value
-
-    return Alert(
-        id=labels["id"], rule=labels.get("rule", ""), severity=labels.get("severity", ""),
-        cluster=labels.get("cluster", ""), rack=labels.get("rack", ""),
-        node=labels.get("node", ""), device=labels.get("device", ""),
-        state=STATE_NAMES.get(int(fields["state"]), "pending"),  # type: ignore[arg-type]
-        started_ts=fields.get("started_ts", fields["updated_ts"]),
-        updated_ts=fields["updated_ts"], value=fields.get("value", math.nan),
-        message=labels.get("message", ""), fired_ts=opt("fired_ts"),
-        resolved_ts=opt("resolved_ts"))

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from statistics import fmean
 
 import pytest
 
-from fleetwatch.pipeline.store.base import Alert, Annotation, Store
+from fleetwatch.pipeline.events import jobs_of
+from fleetwatch.pipeline.store.base import Alert, Annotation, Event, Store
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.lprecords import render_message
 from fleetwatch.pipeline.store.sqlite import RAW_SPAN_MS, SqliteStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.servers import Server
@@ -20,9 +23,20 @@ TICKS = 180  # three whole minutes of 1 s frames
 
 
 class Backend:
-    def __init__(self, store: Store, settle: Callable[[], None]) -> None:
+    def __init__(self, store: Store, settle: Callable[[], None], keeps_text: bool = True) -> None:
         self.store = store
         self.settle = settle  # make what was written readable, as time would
+        # VictoriaMetrics keeps numbers only: no alert message/action, no event text.
+        self.keeps_text = keeps_text
+
+    def as_kept(self, a: Alert) -> Alert:
+        """The alert as this backend gives it back."""
+        if self.keeps_text:
+            return a
+        return dataclasses.replace(a, message=render_message(a), action="")
+
+    def event_as_kept(self, e: Event) -> Event:
+        return e if self.keeps_text else dataclasses.replace(e, text="")
 
 
 @pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
@@ -33,7 +47,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     elif request.param == "victoriametrics":
         server: Server = request.getfixturevalue("victoria")
         store = VictoriaMetricsStore(f"http://{server.address}")
-        b = Backend(store, lambda: force_flush(server.address))
+        b = Backend(store, lambda: force_flush(server.address), keeps_text=False)
     else:  # InfluxDB 1.x: the InfluxQL reads of store.kind = "influx", written through v1
         influx: Server = request.getfixturevalue("influxdb")
         store = InfluxQLStore(f"http://{influx.address}", bucket=DATABASE, api="v1")
@@ -98,7 +112,9 @@ def _alert(cluster: str, state: str, ts: float, **kw: object) -> Alert:
     base = dict(id=f"gpu_temp/{cluster}/gpu3/1", rule="gpu_temp", severity="critical",
                 cluster=cluster, rack="rack-0", node="node-0", device="gpu3", state=state,
                 started_ts=ts - 120.0, updated_ts=ts, value=91.0,
-                message="GPU 3 on node-0 at 91 °C, limit 85 °C")
+                message="GPU 3 on node-0 at 91 °C, limit 85 °C",
+                evidence={"gpu_temp_c": 91.0, "limit_c": 85.0},
+                action="check the fans and the inlet temperature, then drain the node")
     return Alert(**{**base, **kw})  # type: ignore[arg-type]
 
 
@@ -117,14 +133,16 @@ def test_alerts_round_trip_through_their_lifecycle(backend: Backend) -> None:
     def active() -> list[Alert]:
         return [a for a in store.alerts() if a.cluster == cluster]
 
-    assert sorted(active(), key=lambda a: a.id) == sorted([firing, other], key=lambda a: a.id)
+    kept = backend.as_kept
+    assert sorted(active(), key=lambda a: a.id) == sorted([kept(firing), kept(other)],
+                                                          key=lambda a: a.id)
     resolved = _alert(cluster, "resolved", now - 5, fired_ts=now - 30, resolved_ts=now - 5,
                       value=92.5, message=firing.message)
     store.write_alerts([resolved])
     backend.settle()
-    assert active() == [other]
+    assert active() == [kept(other)]
     done = [a for a in store.alerts(("resolved",), since_ts=now - 600) if a.cluster == cluster]
-    assert done == [resolved]
+    assert done == [kept(resolved)]
     assert [a for a in store.alerts(("resolved",), since_ts=0) if a.cluster == cluster] == done
     assert [a for a in store.alerts(("resolved",), since_ts=now - 1) if a.cluster == cluster] == []
 
@@ -147,3 +165,82 @@ def test_annotations_round_trip_by_overlap(backend: Backend) -> None:
     assert within(t + 650, t + 800) == [open_]
     assert within(t + 100, t + 200) == [closed]
     assert within(t - 600, t - 60) == []
+
+
+def test_alert_text_is_not_a_series_and_clusters_never_collide(backend: Backend) -> None:
+    """The same rule on the same node name and device in two clusters: two alerts. A message
+    that changes through an alert's life changes nothing of its identity."""
+    a_cluster, b_cluster, now = cluster_name(), cluster_name(), minute_ago(0) / 1000
+    shared_id = "gpu_temp/node-0/gpu3/1"  # an id that does not name the cluster
+    store = backend.store
+    first = _alert(a_cluster, "firing", now - 20, id=shared_id, fired_ts=now - 20)
+    other = _alert(b_cluster, "pending", now - 10, id=shared_id, value=88.0,
+                   evidence={"gpu_temp_c": 88.0})
+    store.write_alerts([first, other])
+    again = dataclasses.replace(first, updated_ts=now - 5, value=93.0,
+                                message="GPU 3 on node-0 at 93 °C, limit 85 °C")
+    store.write_alerts([again])
+    backend.settle()
+    got = {a.cluster: a for a in store.alerts() if a.cluster in (a_cluster, b_cluster)}
+    assert got == {a_cluster: backend.as_kept(again), b_cluster: backend.as_kept(other)}
+    assert got[a_cluster].evidence == {"gpu_temp_c": 91.0, "limit_c": 85.0}
+
+
+def _events(cluster: str, t: float) -> list[Event]:
+    def ev(dt: float, kind: str, node: str, device: str, **kw: object) -> Event:
+        return Event(ts=t + dt, kind=kind, cluster=cluster, rack="rack-0", node=node,
+                     device=device, **kw)  # type: ignore[arg-type]
+
+    return [
+        ev(0.0, "job_start", "node-0", "gpu0", value="job-17"),
+        ev(0.0, "job_start", "node-0", "gpu1", value="job-17"),
+        ev(12.5, "xid", "node-0", "gpu1", code=79,
+           text='NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus, "x=1\\y"'),
+        ev(12.501, "xid", "node-0", "gpu1", code=79),
+        ev(12.5, "gpu_state", "node-0", "gpu1", value="lost"),
+        ev(30.0, "throttle", "node-1", "gpu0", code=0x44,
+           text="sw_power_cap,hw_thermal_slowdown"),
+        ev(30.0, "throttle", "node-1", "gpu0", code=0),  # back to no reason: code 0 kept
+        ev(60.0, "job_end", "node-0", "gpu0", value="job-17"),
+        ev(60.0, "job_end", "node-0", "gpu1", value="job-17"),
+        ev(61.0, "job_start", "node-0", "gpu0", value="job-18"),
+        ev(90.0, "node_state", "node-1", "host", value="silent"),
+    ]
+
+
+def test_events_round_trip_filtered_and_idempotent(backend: Backend) -> None:
+    cluster, t = cluster_name(), minute_ago(40) / 1000
+    events = _events(cluster, t)
+    store = backend.store
+    store.write_events(events)
+    store.write_events(events[3:6])  # a replay: kept once
+    backend.settle()
+
+    def mine(got: list[Event]) -> list[Event]:
+        return [e for e in got if e.cluster == cluster]
+
+    def order(got: list[Event]) -> list[Event]:
+        return sorted(got, key=lambda e: (e.ts, e.node, e.device, e.kind, e.code))
+
+    kept = [backend.event_as_kept(e) for e in events]
+    assert mine(store.events(t - 1, t + 100)) == order(kept)
+    assert mine(store.events(t, t + 12.5)) == order(kept[:2])  # [start, end)
+    assert mine(store.events(t - 1, t + 100, node="node-1")) == order(
+        [e for e in kept if e.node == "node-1"])
+    assert mine(store.events(t - 1, t + 100, kinds=["xid"], device="gpu1")) == kept[2:4]
+    assert mine(store.events(t - 1, t + 100, kinds=["gpu_state", "node_state"])) == order(
+        [kept[4], kept[10]])
+    assert mine(store.events(t - 1, t + 100, kinds=[])) == []
+    assert mine(store.events(t + 100, t + 200)) == []
+
+
+def test_the_job_on_each_gpu_over_time_reads_back_from_events(backend: Backend) -> None:
+    """What per-job energy attribution needs: which job ran on which GPU, from when to when."""
+    cluster, t = cluster_name(), minute_ago(50) / 1000
+    backend.store.write_events(_events(cluster, t))
+    backend.settle()
+    got = [e for e in backend.store.events(t - 1, t + 100, kinds=["job_start", "job_end"])
+           if e.cluster == cluster]
+    assert jobs_of(got) == [("node-0", "gpu0", "job-17", t, t + 60.0),
+                            ("node-0", "gpu1", "job-17", t, t + 60.0),
+                            ("node-0", "gpu0", "job-18", t + 61.0, None)]

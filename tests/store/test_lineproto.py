@@ -6,12 +6,8 @@ import pytest
 
 from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
 from fleetwatch.pipeline.store.base import Alert, Annotation
-from fleetwatch.pipeline.store.lineproto import (
-    FrameEncoder,
-    alert_line,
-    annotation_line,
-    split_metric,
-)
+from fleetwatch.pipeline.store.lineproto import FrameEncoder, split_metric
+from fleetwatch.pipeline.store.lprecords import alert_line, annotation_line
 
 
 def lines_of(frames: list[Frame], encoder: FrameEncoder | None = None) -> list[str]:
@@ -48,18 +44,36 @@ def test_huge_finite_values_are_kept_even_when_their_sum_overflows() -> None:
     assert "nvlink_tx_bytes_total=1.5e+308,nvlink_rx_bytes_total=1.5e+308" in lines[0]
 
 
-def test_alert_and_annotation_text_travels_in_escaped_tags() -> None:
+def test_alert_text_is_never_a_tag_and_travels_as_a_string_field_where_kept() -> None:
     alert = Alert("r/n/gpu1/5", "r", "critical", "c", "rk", "n", "gpu1", "firing", 1.0, 2.5,
-                  91.0, "GPU 1 at 91 °C, limit=85\nsee runbook", fired_ts=2.0)
+                  91.0, 'GPU 1 at 91 °C, limit=85 "C:\\"', fired_ts=2.0,
+                  evidence={"gpu_temp_c": 91.0, "limit c": 85.0}, action="drain")
     assert alert_line(alert) == (
-        r"fleetwatch_alert,id=r/n/gpu1/5,rule=r,severity=critical,cluster=c,rack=rk,node=n,"
-        r"device=gpu1,message=GPU\ 1\ at\ 91\ °C\,\ limit\=85\ see\ runbook "
-        "state=1.0,started_ts=1.0,updated_ts=2.5,value=91.0,fired_ts=2.0 2500")
+        r"fleetwatch_alert,cluster=c,device=gpu1,id=r/n/gpu1/5,node=n,rack=rk,rule=r,"
+        r"severity=critical state=1.0,started_ts=1.0,updated_ts=2.5,value=91.0,fired_ts=2.0,"
+        r"evidence:gpu_temp_c=91.0,evidence:limit\ c=85.0 2500")
+    with_text = alert_line(alert, text=True)
+    assert r'message="GPU 1 at 91 °C, limit=85 \"C:\\\""' in with_text
+    assert with_text.endswith(',action="drain" 2500')
     no_value = Alert("x", "r", "w", "c", "rk", "n", "host", "pending", 1.0, 1.0, float("nan"), "m")
     assert "value=" not in alert_line(no_value)  # a NaN would get the whole request refused
     note = Annotation("fault", 10.0, None, "n", "", "fan")
     assert annotation_line(note) == "fleetwatch_annotation,kind=fault,node=n,text=fan " \
                                     "start_ts=10.0 10000"
+
+
+def test_every_name_is_escaped_backslash_first_in_both_paths() -> None:
+    """A node ``x\\,evil\\=1`` stays one tag value; a trailing backslash does not swallow the
+    next tag: the template path and the careful (NaN) path write the same escapes."""
+    port = PortReading("p\\", "nic", {"nic_rx_bytes_per_s": 1.0})
+    frames = [Frame("c\\", "r", "x\\,evil\\=1", 1.0, (GpuReading(0, "u", "m", {
+        "gpu_temp_c": 50.0}),), HostReading({}, (port,))),
+        Frame("c\\", "r", "x\\,evil\\=1", 2.0, (GpuReading(0, "u", "m", {
+            "gpu_temp_c": float("nan")}),), HostReading({}, (port,)))]
+    assert lines_of(frames) == [
+        r"gpu,cluster=c\\,device=gpu0,node=x\\\,evil\\\=1,rack=r temp_c=50.0 1000",
+        r"nic,cluster=c\\,device=p\\,node=x\\\,evil\\\=1,rack=r rx_bytes_per_s=1.0 1000",
+        r"nic,cluster=c\\,device=p\\,node=x\\\,evil\\\=1,rack=r rx_bytes_per_s=1.0 2000"]
 
 
 def test_values_are_written_as_text_that_reads_back_to_the_same_double() -> None:

@@ -1,0 +1,168 @@
+"""Events from frames: what happened to each GPU, kept beside its series.
+
+A frame says what a GPU is at an instant; failure detection and per-job
+energy need what changed and when. ``EventTracker.update`` turns frames into
+``Event`` records (``pipeline.store.base``), and keeps, per node, only what
+it needs to see a change: each GPU's state, throttle mask and job. Pure: no
+I/O, no clock; the processor writes the events with the batch.
+
+* ``xid``: one per XID in a frame (``GpuReading.xids``), ``code`` the XID.
+  The n-th repeat of one XID on one GPU in one frame is stamped n ms later,
+  so that each stays its own event in every store (a store keeps one event
+  per identity and millisecond).
+* ``gpu_state``: the GPU's state changed (``value``: ok, lost), or the GPU
+  left the node's frames (``value``: gone) or came back. A GPU first seen
+  in a state other than ok is an event too.
+* ``throttle``: the ``gpu_throttle_reasons`` bitmask changed; ``code`` the
+  new mask, ``text`` its flags' names.
+* ``job_start`` / ``job_end``: the job on a GPU changed (``value``: the job
+  id). A job already running when a GPU is first seen (a processor just
+  started, or a partition just assigned) starts at that frame: a reader
+  that wants a job's true start takes its earliest ``job_start``.
+
+Frames of one node must come in time order (they do: one partition per
+node); a frame older than the node's last one is ignored for changes (its
+XIDs still count). ``drop(nodes)`` forgets nodes when their partition is
+revoked, so that a rebalance does not leave a stale baseline behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fleetwatch.catalogue import throttle_flags
+from fleetwatch.frame import Frame
+from fleetwatch.pipeline.store.base import Event, gpu_device
+
+THROTTLE_METRIC = "gpu_throttle_reasons"
+GONE = "gone"
+
+NodeKey = tuple[str, str]  # (cluster, node)
+
+
+@dataclass
+class _Gpu:
+    state: str
+    job: str | None
+    throttle: int | None
+
+
+@dataclass
+class _Node:
+    ts: float
+    gpus: dict[int, _Gpu] = field(default_factory=dict)
+
+
+class EventTracker:
+    """Frames in, events out; per-node state that ``drop`` forgets."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[NodeKey, _Node] = {}
+        # The nodes as they were before the last update (None: not known then), for undo().
+        self._before: dict[NodeKey, _Node | None] = {}
+
+    def update(self, frames: Iterable[Frame]) -> list[Event]:
+        """The events these frames make, in frame order; the state moves past them
+        (``undo()`` moves it back, when the events could not be stored)."""
+        out: list[Event] = []
+        self._before = {}
+        for f in frames:
+            self._xids(f, out)
+            key = (f.cluster, f.node)
+            node = self._nodes.get(key)
+            if node is not None and f.ts < node.ts:
+                continue  # late: its changes are already behind us
+            if key not in self._before:
+                self._before[key] = None if node is None else _copy(node)
+            if node is None:
+                node = self._nodes[key] = _Node(f.ts)
+            self._changes(f, node, out)
+            node.ts = f.ts
+        return out
+
+    def undo(self) -> None:
+        """Forget the last ``update``: the same frames given again make the same events."""
+        for key, node in self._before.items():
+            if node is None:
+                self._nodes.pop(key, None)
+            else:
+                self._nodes[key] = node
+        self._before = {}
+
+    def drop(self, nodes: Iterable[str | NodeKey]) -> None:
+        """Forget these nodes (names, or (cluster, node) pairs); their next frame is a first."""
+        wanted = set(nodes)
+        for key in [k for k in self._nodes if k in wanted or k[1] in wanted]:
+            del self._nodes[key]
+
+    def nodes(self) -> list[NodeKey]:
+        return sorted(self._nodes)
+
+    @staticmethod
+    def _xids(f: Frame, out: list[Event]) -> None:
+        for g in f.gpus:
+            seen: dict[int, int] = {}
+            for code in g.xids:
+                n = seen[code] = seen.get(code, -1) + 1
+                out.append(_event(f, gpu_device(g.index), "xid", f.ts + n / 1000, code=code))
+
+    @staticmethod
+    def _changes(f: Frame, node: _Node, out: list[Event]) -> None:
+        first = not node.gpus
+        present = set()
+        for g in f.gpus:
+            present.add(g.index)
+            device = gpu_device(g.index)
+            raw = g.metrics.get(THROTTLE_METRIC)
+            mask = None if raw is None else int(raw)
+            was = node.gpus.get(g.index)
+            if was is None:
+                was = node.gpus[g.index] = _Gpu("ok" if first else GONE, None, mask)
+            if g.state != was.state:
+                out.append(_event(f, device, "gpu_state", f.ts, value=g.state))
+            if mask is not None and was.throttle is not None and mask != was.throttle:
+                out.append(_event(f, device, "throttle", f.ts, code=mask,
+                                  text=",".join(throttle_flags(mask))))
+            if g.job != was.job:
+                if was.job:
+                    out.append(_event(f, device, "job_end", f.ts, value=was.job))
+                if g.job:
+                    out.append(_event(f, device, "job_start", f.ts, value=g.job))
+            was.state, was.job = g.state, g.job
+            if mask is not None:
+                was.throttle = mask
+        for index, was in node.gpus.items():
+            if index not in present and was.state != GONE:
+                device = gpu_device(index)
+                out.append(_event(f, device, "gpu_state", f.ts, value=GONE,
+                                  text=f"{device} is no longer in {f.node}'s frames"))
+                if was.job:  # its job cannot be seen running on it any more
+                    out.append(_event(f, device, "job_end", f.ts, value=was.job))
+                was.state, was.job = GONE, None
+
+
+def _copy(node: _Node) -> _Node:
+    return _Node(node.ts, {i: _Gpu(g.state, g.job, g.throttle) for i, g in node.gpus.items()})
+
+
+def _event(f: Frame, device: str, kind: str, ts: float, code: int = 0, value: str = "",
+           text: str = "") -> Event:
+    return Event(ts=ts, kind=kind, cluster=f.cluster, rack=f.rack, node=f.node, device=device,
+                 code=code, value=value, text=text)
+
+
+def jobs_of(events: Sequence[Event]) -> list[tuple[str, str, str, float, float | None]]:
+    """(node, device, job, start, end or None) per job on each GPU, from ``job_start`` /
+    ``job_end`` events in time order: what per-job energy attribution reads."""
+    open_: dict[tuple[str, str, str, str], float] = {}
+    spans: list[tuple[str, str, str, float, float | None]] = []
+    for e in sorted(events, key=lambda e: e.ts):
+        key = (e.cluster, e.node, e.device, e.value)
+        if e.kind == "job_start":
+            open_.setdefault(key, e.ts)
+        elif e.kind == "job_end" and key in open_:
+            spans.append((e.node, e.device, e.value, open_.pop(key), e.ts))
+    spans += [(node, device, job, start, None)
+              for (_, node, device, job), start in open_.items()]
+    return sorted(spans, key=lambda s: (s[3], s[0], s[1]))

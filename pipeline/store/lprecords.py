@@ -1,0 +1,203 @@
+"""Alerts, annotations and events as line protocol, and back from what a server returns.
+
+Text is never a series label. Identity that is bounded and enumerable
+(a rule, a cluster, a node, a device, an event's kind, code, state name or
+job id) goes into tags; numbers go into fields; free text (an alert's
+message and action, an event's kernel-log line) goes into string fields
+when the server keeps them (``text=True``: InfluxDB) and is left out
+otherwise (VictoriaMetrics keeps numbers only: its parser reads a string
+field as a number). What the reader gets instead is said where it reads.
+
+Alerts are laid out from the fields of the ``Alert`` dataclass, so that a
+field added to it travels without an edit here: text fields in
+``ALERT_TAGS`` are tags, other text fields are string fields, numbers are
+fields, and a ``Mapping[str, float]`` (``evidence``) is one field per key,
+named ``<field>:<key>``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from math import isfinite
+from typing import Any
+
+from fleetwatch.pipeline.store.base import Alert, Annotation, Event
+from fleetwatch.pipeline.store.lineproto import escape_tag, tags
+
+ALERT_MEASUREMENT = "fleetwatch_alert"
+ANNOTATION_MEASUREMENT = "fleetwatch_annotation"
+EVENT_MEASUREMENT = "fleetwatch_event"
+# Alert states as numbers: a field must be a number to live in VictoriaMetrics.
+STATE_CODES = {"pending": 0, "firing": 1, "resolved": 2}
+STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
+# The alert's identity and its bounded attributes: one series per alert life.
+ALERT_TAGS = ("id", "rule", "severity", "cluster", "rack", "node", "device")
+EVENT_TAGS = ("kind", "cluster", "rack", "node", "device", "code", "value")
+# A mapping field's keys become fields named "<field>:<key>" (":" is valid in metric names).
+MAP_SEP = ":"
+
+
+def _kind(annotation: object) -> str:
+    """``number``, ``mapping`` or ``text`` for a dataclass field's (string) annotation."""
+    text = str(annotation)
+    if "Mapping" in text or "dict" in text:
+        return "mapping"
+    if "float" in text or "int" in text:
+        return "number"
+    return "text"
+
+
+# (name, kind) of each Alert field, in declaration order; state is a number (STATE_CODES).
+ALERT_FIELDS: tuple[tuple[str, str], ...] = tuple(
+    (f.name, "state" if f.name == "state" else _kind(f.type)) for f in dataclasses.fields(Alert))
+
+
+def _number(v: float) -> str:
+    return repr(float(v))
+
+
+def quote(text: str) -> str:
+    """A string field value: ``"`` and ``\\`` escaped (both servers unescape them);
+    a newline, which line protocol cannot carry, becomes a space."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace(
+        "\n", " ").replace("\r", " ") + '"'
+
+
+def _join_fields(fields: list[tuple[str, str]], v1: bool) -> str:
+    return ",".join(f"{escape_tag(k, v1)}={v}" for k, v in fields)
+
+
+def alert_line(a: Alert, text: bool = False, v1: bool = False) -> str:
+    """One alert state as a line at ``updated_ts``.
+
+    Tags: ``ALERT_TAGS``. Fields: state (``STATE_CODES``), every number
+    (a NaN or an unset one left out), ``evidence:<key>`` per evidence
+    value, and with ``text`` the message and action as string fields. The
+    state is a field, so an alert stays one series through its life; a
+    reader takes, per (cluster, id), the row with the newest updated_ts.
+    """
+    fields: list[tuple[str, str]] = []
+    tag_pairs: list[tuple[str, str]] = []
+    for name, kind in ALERT_FIELDS:
+        value = getattr(a, name)
+        if name in ALERT_TAGS:
+            tag_pairs.append((name, str(value)))
+        elif kind == "state":
+            fields.append((name, _number(STATE_CODES[value])))
+        elif kind == "number":
+            if value is not None and isfinite(value):
+                fields.append((name, _number(value)))
+        elif kind == "mapping":
+            fields += [(f"{name}{MAP_SEP}{k}", _number(v)) for k, v in value.items()
+                       if v is not None and isfinite(v)]
+        elif text and value:
+            fields.append((name, quote(str(value))))
+    return (f"{ALERT_MEASUREMENT}{tags(sorted(tag_pairs), v1)} {_join_fields(fields, v1)} "
+            f"{round(a.updated_ts * 1000)}")
+
+
+def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
+               texts: Mapping[str, str] | None = None) -> Alert:
+    """An ``Alert`` back from its tags, number fields and (where kept) string fields.
+
+    Without the text (VictoriaMetrics) the message is rendered from the
+    structured fields (``render_message``) and other text is empty.
+    """
+    texts = texts or {}
+    kw: dict[str, Any] = {}
+    defaults = {f.name: f for f in dataclasses.fields(Alert)}
+    for name, kind in ALERT_FIELDS:
+        if name in ALERT_TAGS:
+            kw[name] = labels.get(name, "")
+        elif kind == "state":
+            kw[name] = STATE_NAMES.get(int(numbers.get("state", 0)), "pending")
+        elif kind == "number":
+            value = numbers.get(name)
+            if value is not None and not math.isnan(value):
+                kw[name] = float(value)
+            elif defaults[name].default is dataclasses.MISSING:
+                kw[name] = math.nan
+        elif kind == "mapping":
+            prefix = f"{name}{MAP_SEP}"
+            kw[name] = {k[len(prefix):]: v for k, v in sorted(numbers.items())
+                        if k.startswith(prefix)}
+        else:
+            kw[name] = texts.get(name, "")
+    if "started_ts" in kw and math.isnan(kw["started_ts"]):
+        kw["started_ts"] = kw.get("updated_ts", math.nan)
+    alert = Alert(**kw)
+    if not texts.get("message"):
+        alert = dataclasses.replace(alert, message=render_message(alert))
+    return alert
+
+
+def render_message(a: Alert) -> str:
+    """What a backend without text gives for an alert's message: its rule, place, value
+    and evidence, e.g. ``gpu_temp on node-0 gpu3: 92.5 (gpu_temp_c=92.5, limit_c=85)``."""
+    where = " ".join(x for x in (a.node, a.device) if x)
+    evidence = ", ".join(f"{k}={v:g}" for k, v in a.evidence.items())
+    value = "" if math.isnan(a.value) else f": {a.value:g}"
+    return f"{a.rule} on {where}{value}" + (f" ({evidence})" if evidence else "")
+
+
+def annotation_line(a: Annotation, v1: bool = False) -> str:
+    """One annotation as a line at ``start_ts``; tags kind, node, device, text.
+
+    Annotations are few (a fault the simulator injected, a maintenance
+    window) and their text is their label on a dashboard, so it stays a
+    tag. Their identity (kind, start, node, device) maps to one series and
+    one timestamp, so writing one again lands on the same sample.
+    """
+    fields = [(k, _number(v)) for k, v in (("start_ts", a.start_ts), ("end_ts", a.end_ts))
+              if v is not None and isfinite(v)]
+    tag_text = tags((("kind", a.kind), ("node", a.node), ("device", a.device),
+                     ("text", a.text)), v1)
+    return f"{ANNOTATION_MEASUREMENT}{tag_text} {_join_fields(fields, v1)} " \
+           f"{round(a.start_ts * 1000)}"
+
+
+def event_line(e: Event, text: bool = False, v1: bool = False) -> str:
+    """One event as a line at its time (ms).
+
+    Tags: kind, cluster, rack, node, device, code (left out when 0) and
+    value (a state name or a job id; left out when empty). Field ``ts``:
+    the time in seconds, as given. With ``text``, the free text as a string
+    field. The identity (tags and ms timestamp) is one sample, so a rewrite
+    is idempotent wherever writes of the same sample are.
+    """
+    fields = [("ts", _number(e.ts))]
+    if text and e.text:
+        fields.append(("text", quote(e.text)))
+    tag_pairs = (("cluster", e.cluster), ("code", str(e.code) if e.code else ""),
+                 ("device", e.device), ("kind", e.kind), ("node", e.node), ("rack", e.rack),
+                 ("value", e.value))
+    return f"{EVENT_MEASUREMENT}{tags(tag_pairs, v1)} {_join_fields(fields, v1)} " \
+           f"{round(e.ts * 1000)}"
+
+
+def event_from(labels: Mapping[str, str], ts: float, text: str = "") -> Event:
+    return Event(ts=ts, kind=labels.get("kind", ""), cluster=labels.get("cluster", ""),
+                 rack=labels.get("rack", ""), node=labels.get("node", ""),
+                 device=labels.get("device", ""), code=int(labels.get("code") or 0),
+                 value=labels.get("value", ""), text=text)
+
+
+def event_key(e: Event) -> tuple[object, ...]:
+    """What makes an event itself: the same key written twice is one event."""
+    return (round(e.ts * 1000), e.kind, e.cluster, e.rack, e.node, e.device, e.code, e.value)
+
+
+def select_events(events: list[Event], start_ts: float, end_ts: float, node: str | None,
+                  kinds: list[str] | tuple[str, ...] | None, device: str | None) -> list[Event]:
+    """Events in [start, end) matching the filters, one per ``event_key``, oldest first."""
+    found: dict[tuple[object, ...], Event] = {}
+    for e in events:
+        if (start_ts <= e.ts < end_ts and (node is None or e.node == node)
+                and (device is None or e.device == device)
+                and (kinds is None or e.kind in kinds)):
+            key = event_key(e)
+            if key not in found or (e.text and not found[key].text):
+                found[key] = e
+    return sorted(found.values(), key=lambda e: (e.ts, e.node, e.device, e.kind, e.code))

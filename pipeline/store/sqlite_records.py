@@ -1,0 +1,182 @@
+"""The SQLite store's alerts, annotations and events, and how its errors reach the caller.
+
+Alerts: one row per (cluster, id), its columns derived from the ``Alert``
+dataclass (a mapping such as ``evidence`` as JSON text), so that a field
+added to ``Alert`` becomes a column (added to an existing file on open)
+with no edit here. Two clusters whose nodes share names never share a row.
+
+Events: one row per (ts in ms, kind, cluster, rack, node, device, code,
+value), with their text: SQLite keeps every part of an ``Event``.
+
+Every ``sqlite3`` error becomes a ``StoreError`` (transient: a locked
+database, a full disk, I/O) or a ``StoreRejected`` (the data itself: a
+constraint, a value SQLite cannot bind), so no sqlite3 exception ever
+escapes into the processor's threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import sqlite3
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from fleetwatch.pipeline.store.base import (
+    ACTIVE_STATES,
+    Alert,
+    AlertState,
+    Annotation,
+    Event,
+    StoreError,
+    StoreRejected,
+)
+from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ALERT_TABLE = "alert_states"
+_COLUMN_TYPES = {"number": "REAL", "mapping": "TEXT", "text": "TEXT", "state": "TEXT"}
+_ALERT_COLUMNS = [name for name, _ in ALERT_FIELDS]
+_MAPPINGS = {name for name, kind in ALERT_FIELDS if kind == "mapping"}
+
+RECORDS_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS {ALERT_TABLE} (
+    {", ".join(f"{name} {_COLUMN_TYPES[kind]}" for name, kind in ALERT_FIELDS)},
+    PRIMARY KEY (cluster, id));
+CREATE INDEX IF NOT EXISTS alert_states_by_state ON {ALERT_TABLE} (state, updated_ts);
+CREATE TABLE IF NOT EXISTS annotations (
+    kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
+    UNIQUE (kind, start_ts, node, device));
+CREATE TABLE IF NOT EXISTS events (
+    ts_ms INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, cluster TEXT NOT NULL,
+    rack TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, code INTEGER NOT NULL,
+    value TEXT NOT NULL, text TEXT NOT NULL,
+    PRIMARY KEY (ts_ms, kind, cluster, rack, node, device, code, value)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS events_by_node ON events (node, ts_ms);
+"""
+
+# SQLite's own words for failures that will not go away by trying again.
+_PERMANENT = (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError,
+              sqlite3.NotSupportedError, OverflowError)
+
+
+def guarded(what: str) -> Callable[[F], F]:
+    """Turn sqlite3 errors of the decorated method into ``StoreError``/``StoreRejected``."""
+
+    def wrap(method: F) -> F:
+        @functools.wraps(method)
+        def call(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except _PERMANENT as exc:
+                raise StoreRejected(f"sqlite {what} in {self.path} refused: {exc}") from exc
+            except sqlite3.Error as exc:  # locked, busy, disk full, I/O: may pass
+                raise StoreError(f"sqlite {what} in {self.path} failed: {exc}") from exc
+        return call  # type: ignore[return-value]
+    return wrap
+
+
+class SqliteRecords:
+    """Alerts, annotations and events of ``SqliteStore`` (which supplies ``_conn`` and ``path``)."""
+
+    path: str
+    _conn: Callable[[], sqlite3.Connection]
+
+    def _create_records(self, conn: sqlite3.Connection) -> None:
+        conn.executescript(RECORDS_SCHEMA)
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
+        for name, kind in ALERT_FIELDS:  # a field added to Alert since the file was made
+            if name not in have:
+                conn.execute(f"ALTER TABLE {ALERT_TABLE} ADD COLUMN {name} "
+                             f"{_COLUMN_TYPES[kind]}")
+        old = {row[1] for row in conn.execute("PRAGMA table_info(alerts)")}
+        if old:  # the table of earlier versions, keyed by id alone: move its rows over
+            shared = [c for c in _ALERT_COLUMNS if c in old]
+            with conn:
+                conn.execute(f"INSERT OR IGNORE INTO {ALERT_TABLE} ({', '.join(shared)}) "
+                             f"SELECT {', '.join(shared)} FROM alerts")
+                conn.execute("DROP TABLE alerts")
+
+    # -- alerts
+    @guarded("alert write")
+    def write_alerts(self, alerts: Sequence[Alert]) -> None:
+        if not alerts:
+            return
+        marks = ",".join("?" * len(_ALERT_COLUMNS))
+        rows = [tuple(json.dumps(dict(getattr(a, c))) if c in _MAPPINGS else getattr(a, c)
+                      for c in _ALERT_COLUMNS) for a in alerts]
+        with self._conn() as conn:
+            conn.executemany(f"INSERT OR REPLACE INTO {ALERT_TABLE} "
+                             f"({', '.join(_ALERT_COLUMNS)}) VALUES ({marks})", rows)
+
+    @guarded("alert read")
+    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
+               since_ts: float | None = None) -> list[Alert]:
+        marks = ",".join("?" * len(states))
+        sql = (f"SELECT {', '.join(_ALERT_COLUMNS)} FROM {ALERT_TABLE} "
+               f"WHERE state IN ({marks})")
+        args: list[object] = list(states)
+        if since_ts is not None:
+            sql += " AND updated_ts >= ?"
+            args.append(since_ts)
+        rows = self._conn().execute(sql + " ORDER BY started_ts DESC", args).fetchall()
+        return [_alert(row) for row in rows]
+
+    # -- annotations
+    @guarded("annotation write")
+    def write_annotations(self, annotations: Sequence[Annotation]) -> None:
+        with self._conn() as conn:
+            conn.executemany("INSERT OR REPLACE INTO annotations VALUES (?,?,?,?,?,?)",
+                             [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text)
+                              for a in annotations])
+
+    @guarded("annotation read")
+    def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
+        rows = self._conn().execute(
+            "SELECT * FROM annotations WHERE start_ts < ? AND (end_ts IS NULL OR end_ts >= ?) "
+            "ORDER BY start_ts", (end_ts, start_ts)).fetchall()
+        return [Annotation(*r) for r in rows]
+
+    # -- events
+    @guarded("event write")
+    def write_events(self, events: Sequence[Event]) -> None:
+        if not events:
+            return
+        with self._conn() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO events VALUES (?,?,?,?,?,?,?,?,?,?)",
+                [(round(e.ts * 1000), e.ts, e.kind, e.cluster, e.rack, e.node, e.device,
+                  int(e.code), e.value, e.text) for e in events])
+
+    @guarded("event read")
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+        sql = ("SELECT ts, kind, cluster, rack, node, device, code, value, text FROM events "
+               "WHERE ts_ms >= ? AND ts_ms < ?")
+        args: list[object] = [round(start_ts * 1000), round(end_ts * 1000)]
+        for column, wanted in (("node", node), ("device", device)):
+            if wanted is not None:
+                sql += f" AND {column} = ?"
+                args.append(wanted)
+        if kinds is not None:
+            if not kinds:
+                return []
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        rows = self._conn().execute(sql + " ORDER BY ts_ms, node, device, kind, code",
+                                    args).fetchall()
+        return [Event(*r) for r in rows]
+
+
+def _alert(row: Sequence[Any]) -> Alert:
+    kw = dict(zip(_ALERT_COLUMNS, row, strict=True))
+    for name in _MAPPINGS:
+        kw[name] = json.loads(kw[name]) if kw[name] else {}
+    fields = {f.name: f for f in dataclasses.fields(Alert)}
+    for name, value in list(kw.items()):  # a column an older file left empty
+        if value is None and fields[name].default is not None and (
+                fields[name].default is not dataclasses.MISSING):
+            kw[name] = fields[name].default
+    return Alert(**kw)
