@@ -97,7 +97,9 @@ def kafka_broker(tmp: Path, port: int | None = None) -> Server:
                   port, log_path=tmp / f"tansu-{port}.log")
 
 
-def victoria_metrics(tmp: Path, port: int | None = None) -> Server:
+def victoria_metrics(tmp: Path, port: int | None = None, **flags: str | None) -> Server:
+    """``flags`` replace the defaults below (``retentionPeriod="1y"``); None leaves one out
+    (``**{"dedup.minScrapeInterval": None}``: a server that keeps every rewrite)."""
     binary = shutil.which("victoria-metrics")
     if binary is None:
         raise RuntimeError("no time-series server: `apt-get install victoria-metrics` "
@@ -105,10 +107,13 @@ def victoria_metrics(tmp: Path, port: int | None = None) -> Server:
     port = port or free_port()
     data = tmp / f"vm-{port}"
     data.mkdir(parents=True, exist_ok=True)
+    settings: dict[str, str | None] = {
+        "retentionPeriod": "100y", "search.latencyOffset": "0s",
+        "dedup.minScrapeInterval": "1ms", "loggerLevel": "WARN", **flags}
     return Server("victoria-metrics", [
         binary, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={data}",
-        "-retentionPeriod=100y", "-search.latencyOffset=0s", "-dedup.minScrapeInterval=1ms",
-        "-loggerLevel=WARN"], port, log_path=tmp / f"vm-{port}.log")
+        *(f"-{k}={v}" for k, v in settings.items() if v is not None)],
+        port, log_path=tmp / f"vm-{port}.log")
 
 
 def http_ok(url: str) -> bool:

@@ -294,6 +294,9 @@ class SqliteStore(SqliteRecords):
             conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - self.raw_retention_ms,))
             conn.execute("DELETE FROM rollup_1m WHERE ts < ?",
                          (now_ms - self.rollup_retention_ms,))
+            # Events are few and what a month's report reads: kept as long as rollups.
+            conn.execute("DELETE FROM events WHERE ts_ms < ?",
+                         (now_ms - self.rollup_retention_ms,))
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -1,0 +1,168 @@
+"""Names of every kind reach the server's own parser and come back exactly as sent.
+
+VictoriaMetrics skips a line it cannot parse with a 204 (counted only in
+``vm_rows_invalid_total``), and a badly escaped name quietly becomes other
+labels: so the encoder is fuzzed against the real server, and the server's
+counters, not what was sent, say what was stored.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
+from fleetwatch.pipeline.store.base import StoreRejected
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.servers import Server, victoria_metrics
+from tests.store.conftest import DATABASE
+from tests.store.helpers import force_flush, minute_ago
+
+# What makes line protocol hard, and a little of everything else printable.
+_HARD = ['\\', '\\', ',', '=', ' ', '"', "'", '#', '\\,', '\\=', '\\ ', 'é', '温', '🔥', '\t']
+_EASY = "abcXYZ019-_./:"
+
+
+def name(rng: random.Random) -> str:
+    while True:
+        parts = [rng.choice(_HARD) if rng.random() < 0.45 else rng.choice(_EASY)
+                 for _ in range(rng.randrange(1, 9))]
+        if rng.random() < 0.3:
+            parts.append("\\")  # a trailing backslash: it used to swallow the next tag
+        text = "".join(parts)
+        if text.isprintable():  # what the codec admits
+            return text
+
+
+def fuzz_frames(seed: int, n: int, t0_ms: int) -> list[Frame]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        temp = float("nan") if rng.random() < 0.2 else 40.0 + i  # the careful path too
+        ports = tuple(PortReading(name(rng), "nic", {"nic_rx_bytes_per_s": float(i)})
+                      for _ in range(rng.randrange(0, 3)))
+        out.append(Frame(name(rng), name(rng), name(rng), (t0_ms + i * 1000) / 1000,
+                         (GpuReading(0, "u", "H100", {"gpu_temp_c": temp,
+                                                      "gpu_power_w": 300.0 + i}),),
+                         HostReading({"host_cpu_util_pct": 1.0}, ports)))
+    return out
+
+
+def expected(frames: list[Frame]) -> set[tuple[str, tuple[tuple[str, str], ...], int]]:
+    """(metric, labels, ms) of every finite value, as VictoriaMetrics should name it."""
+    out = set()
+    for f in frames:
+        ms = round(f.ts * 1000)
+        devices = [("gpu0", f.gpus[0].metrics), ("host", f.host.metrics)]
+        devices += [(p.name, p.metrics) for p in f.host.ports]
+        for device, metrics in devices:
+            labels = tuple(sorted({"cluster": f.cluster, "rack": f.rack, "node": f.node,
+                                   "device": device}.items()))
+            out |= {(m, labels, ms) for m, v in metrics.items() if v == v}
+    return out
+
+
+def counters(address: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    wanted = ('vm_rows_inserted_total{type="influx"}', 'vm_rows_invalid_total{type="influx"}',
+              'vm_rows_ignored_total{reason="big_timestamp"}',
+              'vm_rows_ignored_total{reason="small_timestamp"}', "vm_rows_added_to_storage_total")
+    found = {}
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key in wanted:
+            found[key] = float(value)
+    assert set(found) == set(wanted), f"counters missing: {set(wanted) - set(found)}"
+    return found
+
+
+def settled_counters(address: str, before: dict[str, float], points: int) -> dict[str, float]:
+    """The counters once the server has published this write: they lag it by about a
+    second. Waits for the insert counter to reach ``points``, then once more for stragglers."""
+    key = 'vm_rows_inserted_total{type="influx"}'
+    deadline = time.monotonic() + 15
+    while counters(address)[key] - before[key] < points and time.monotonic() < deadline:
+        time.sleep(0.25)
+    time.sleep(1.5)
+    return counters(address)
+
+
+@pytest.fixture
+def own_victoria(tmp_path: Path) -> Iterator[Server]:
+    """A server of the test's own: its counters and its series are this test's alone."""
+    server = victoria_metrics(tmp_path).start()
+    yield server
+    server.stop()
+
+
+def test_fuzzed_names_come_back_exactly_and_every_row_is_counted(own_victoria: Server) -> None:
+    address = own_victoria.address
+    store = VictoriaMetricsStore(f"http://{address}")
+    frames = fuzz_frames(seed=9, n=400, t0_ms=minute_ago(30))
+    want = expected(frames)
+    before = counters(address)
+    points = store.write(frames)
+    force_flush(address)
+    after = settled_counters(address, before, points)
+    assert points == len(want)
+
+    query = urllib.parse.urlencode({"match[]": '{__name__=~".+"}'})
+    with urllib.request.urlopen(f"http://{address}/api/v1/export?{query}", timeout=30) as r:
+        series = [json.loads(line) for line in r.read().splitlines()]
+    got = set()
+    for s in series:
+        labels = dict(s["metric"])
+        metric = labels.pop("__name__")
+        got |= {(metric, tuple(sorted(labels.items())), ts) for ts in s["timestamps"]}
+    assert {m for m, _, _ in got} <= {"gpu_temp_c", "gpu_power_w", "host_cpu_util_pct",
+                                      "nic_rx_bytes_per_s"}  # no label became a name
+    assert got == want  # every label exactly as sent, no label more or less
+    moved = {k: after[k] - before[k] for k in after}
+    assert moved['vm_rows_invalid_total{type="influx"}'] == 0  # no line skipped
+    assert moved['vm_rows_inserted_total{type="influx"}'] == points
+    assert moved["vm_rows_added_to_storage_total"] == points
+    assert moved['vm_rows_ignored_total{reason="big_timestamp"}'] == 0
+    assert moved['vm_rows_ignored_total{reason="small_timestamp"}'] == 0
+    store.close()
+
+
+def _tag_values(address: str, key: str) -> set[str]:
+    params = urllib.parse.urlencode({"db": DATABASE,
+                                     "q": f'SHOW TAG VALUES FROM "gpu" WITH KEY = "{key}"'})
+    with urllib.request.urlopen(f"http://{address}/query?{params}", timeout=10) as r:
+        body = json.loads(r.read())
+    return {v for s in body["results"][0].get("series", []) for _, v in s["values"]}
+
+
+def test_influxdb_1x_gets_its_own_escaping_and_refuses_what_it_cannot_carry(
+        influxdb: Server) -> None:
+    """InfluxDB 1.x keeps a backslash as it is (doubling it would double it in the store) and
+    cannot parse a tag value ending in one: such frames are refused by position, before
+    anything is sent, and the others stored with every name exact."""
+    store = InfluxQLStore(f"http://{influxdb.address}", bucket=DATABASE, api="v1")
+    tag = f"t{time.time_ns()}"
+    good = [f"{tag} a\\b", f"{tag},x=1 y", f"{tag} 温\\\\z", f'{tag}"q"#']
+    bad = [f"{tag} trailing\\", f"{tag} a\\,b"]
+    t0 = minute_ago(10)
+    frames = [Frame("c", "r", node, (t0 + i * 1000) / 1000,
+                    (GpuReading(0, "u", "m", {"gpu_temp_c": 50.0}),))
+              for i, node in enumerate([good[0], bad[0], good[1], bad[1], good[2], good[3]])]
+    with pytest.raises(StoreRejected, match="backslash") as refused:
+        store.write(frames)
+    assert refused.value.indices == (1, 3)
+    assert not {v for v in _tag_values(influxdb.address, "node") if v.startswith(tag)}
+    kept = [f for i, f in enumerate(frames) if i not in (1, 3)]
+    assert store.write(kept) == 4
+    got = {v for v in _tag_values(influxdb.address, "node") if re.match(re.escape(tag), v)}
+    assert got == set(good)
+    store.close()
