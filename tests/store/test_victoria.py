@@ -102,3 +102,35 @@ def test_config_picks_the_backend() -> None:
     assert write_only.alerts() == []  # a processor can start on it
     with pytest.raises(StoreError, match="writes only"):
         write_only.latest("gpu_temp_c", 0)
+
+
+def test_alert_and_event_text_is_never_a_label(victoria: Server) -> None:
+    """A message that changes through an alert's life used to make a new series each time."""
+    import dataclasses
+
+    from fleetwatch.pipeline.store.base import Alert, Event
+    from fleetwatch.pipeline.store.lprecords import ALERT_TAGS, EVENT_TAGS
+
+    cluster, now = cluster_name(), minute_ago(0) / 1000
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    alert = Alert("gpu_temp/node-0/gpu3/1", "gpu_temp", "critical", cluster, "rack-0", "node-0",
+                  "gpu3", "firing", now - 60, now - 60, 91.0, "GPU 3 at 91 °C",
+                  evidence={"gpu_temp_c": 91.0}, action="drain the node")
+    for k in range(3):
+        store.write_alerts([dataclasses.replace(alert, updated_ts=now - 60 + k, value=91.0 + k,
+                                                message=f"GPU 3 at {91 + k} °C")])
+    store.write_events([Event(now - 30, "xid", cluster, "rack-0", "node-0", "gpu3", code=79,
+                              text="NVRM: Xid 79, GPU has fallen off the bus")])
+    force_flush(victoria.address)
+    alerts = export(victoria.address, f'{{__name__=~"fleetwatch_alert_.+",cluster="{cluster}"}}')
+    labels = {tuple(sorted(k for k in s["metric"] if k != "__name__")) for s in alerts}
+    assert labels == {tuple(sorted(k for k in ALERT_TAGS))}  # one series per field, no text
+    assert {s["metric"]["__name__"] for s in alerts} >= {
+        "fleetwatch_alert_state", "fleetwatch_alert_value", "fleetwatch_alert_evidence:gpu_temp_c"}
+    assert len(alerts) == len({s["metric"]["__name__"] for s in alerts})
+    events = export(victoria.address, f'{{__name__=~"fleetwatch_event_.+",cluster="{cluster}"}}')
+    assert [set(s["metric"]) - {"__name__"} for s in events] == [set(EVENT_TAGS) - {"value"}]
+    [got] = [a for a in store.alerts() if a.cluster == cluster]
+    assert (got.value, got.evidence, got.action) == (93.0, {"gpu_temp_c": 91.0}, "")
+    assert got.message == "gpu_temp on node-0 gpu3: 93 (gpu_temp_c=91)"  # rendered on read
+    store.close()
