@@ -122,27 +122,47 @@ class VictoriaMetricsStore(InfluxStore):
     # -- what the server does with writes
     def server_flags(self) -> dict[str, str]:
         """The server's ``/flags`` (those set on its command line), checked once: raises
-        ``StoreMisconfigured`` when replays would duplicate samples."""
+        ``StoreMisconfigured`` when replays would duplicate samples.
+
+        Empty when they cannot be read here: behind vmauth (which answers 401/403/404
+        for ``/flags``) or at a cluster's vminsert (``-storageNode`` set), where the dedup
+        flag belongs to vmstorage and vmselect. Then the requirement is logged, not checked.
+        """
         if self._flags is None:
             request = urllib.request.Request(f"{self.url}/flags", headers=self._headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                     flags = parse_flags(response.read().decode(errors="replace"))
+            except urllib.error.HTTPError as exc:
+                if exc.code not in (401, 403, 404):
+                    raise StoreError(f"cannot read {self.url}/flags: {exc}") from exc
+                log.warning("%s/flags answered %d: cannot check that the server runs with "
+                            "-dedup.minScrapeInterval=1ms, which idempotent replays need",
+                            self.url, exc.code)
+                self._flags = {}
+                return self._flags
             except (OSError, ValueError) as exc:
                 raise StoreError(f"cannot read {self.url}/flags: {exc}") from exc
+            if "storageNode" in flags:
+                log.warning("%s is a cluster's vminsert: run vmstorage and vmselect with "
+                            "-dedup.minScrapeInterval=1ms (not checked from here)", self.url)
+                self._flags = {}
+                return self._flags
             dedup = flags.get("dedup.minScrapeInterval", "0s")
             if dedup in ("", "0", "0s", "0ms"):
                 raise StoreMisconfigured(
                     f"VictoriaMetrics at {self.url} runs without -dedup.minScrapeInterval, so "
                     "every batch the processor writes again after a restart or a store outage "
                     "would be stored twice. Restart victoria-metrics with "
-                    "-dedup.minScrapeInterval=1ms (any interval up to the agents' period "
-                    "works: it keeps one sample per series and interval)")
+                    "-dedup.minScrapeInterval=1ms")
             self._flags = flags
         return self._flags
 
     def accepted_window(self) -> AcceptWindow:
-        retention = self.server_flags().get("retentionPeriod", "1")  # the default: 1 month
+        flags = self.server_flags()
+        if not flags:  # not readable here: only the fixed future bound is known
+            return AcceptWindow(None, _FUTURE_MS, "VictoriaMetrics, at most 2 days ahead")
+        retention = flags.get("retentionPeriod", "1")  # the default: 1 month
         return AcceptWindow(vm_duration_ms(retention), _FUTURE_MS,
                             f"VictoriaMetrics -retentionPeriod={retention}, at most 2 days ahead")
 

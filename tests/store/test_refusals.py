@@ -181,3 +181,22 @@ def test_answers_are_told_apart(answers: tuple[str, type[_Answers]], statuses: l
             store.write(batch)
     assert handler.seen == requests
     store.close()
+
+
+def test_frames_older_than_influxdbs_retention_policy_are_refused(influxdb: Server) -> None:
+    """InfluxDB would answer "partial write: points beyond retention policy dropped"."""
+    database = f"short_{cluster_name().replace('-', '_')}"
+    query = urllib.parse.urlencode({"q": f'CREATE DATABASE "{database}" WITH DURATION 2h'})
+    urllib.request.urlopen(urllib.request.Request(
+        f"http://{influxdb.address}/query?{query}", method="POST"), timeout=10).read()
+    store = InfluxQLStore(f"http://{influxdb.address}", bucket=database, api="v1")
+    cluster = cluster_name()
+    old = frames(cluster, minute_ago(0) - 5 * 3_600_000, 1, nodes=2)
+    new = frames(cluster, minute_ago(5), 2, nodes=2)
+    with pytest.raises(StoreRejected, match="retention policy 'autogen'.*2h0m0s") as refused:
+        store.write([*old, *new])
+    assert refused.value.indices == (0, 1)
+    assert store.write(new) == 4 * 6
+    got = store.range("gpu_temp_c", minute_ago(0) - 6 * 3_600_000, minute_ago(0))
+    assert len([p for p in got if p[0].cluster == cluster]) == 4 * 2  # what the server kept
+    store.close()
