@@ -72,6 +72,11 @@ def guarded(what: str) -> Callable[[F], F]:
                 return method(self, *args, **kwargs)
             except _PERMANENT as exc:
                 raise StoreRejected(f"sqlite {what} in {self.path} refused: {exc}") from exc
+            except sqlite3.OperationalError as exc:
+                # A read-only reader of a file no writer has opened since an upgrade.
+                if "no such table" in str(exc) and what.endswith(" read"):  # records only
+                    return []
+                raise StoreError(f"sqlite {what} in {self.path} failed: {exc}") from exc
             except sqlite3.Error as exc:  # locked, busy, disk full, I/O: may pass
                 raise StoreError(f"sqlite {what} in {self.path} failed: {exc}") from exc
         return call  # type: ignore[return-value]

@@ -76,3 +76,12 @@ def test_alert_columns_follow_the_dataclass_and_old_files_are_carried_over(
     assert alert == Alert("a/1", "gpu_temp", "critical", "c", "r", "n", "gpu0", "firing", 1.0,
                           2.0, 91.0, "hot", fired_ts=1.5)
     store.close()
+
+
+def test_a_read_only_reader_of_an_older_file_sees_no_events_rather_than_an_error(
+        tmp_path: Path) -> None:
+    db = tmp_path / "older.db"
+    sqlite3.connect(db).close()  # a file no writer of this version has opened yet
+    reader = SqliteStore(db, read_only=True)
+    assert reader.events(0, 2e9) == [] and reader.alerts() == []
+    reader.close()
