@@ -166,3 +166,45 @@ def test_influxdb_1x_gets_its_own_escaping_and_refuses_what_it_cannot_carry(
     got = {v for v in _tag_values(influxdb.address, "node") if re.match(re.escape(tag), v)}
     assert got == set(good)
     store.close()
+
+
+def test_fuzzed_names_through_influxdb_1x(tmp_path: Path) -> None:
+    """The same fuzz through InfluxDB 1.6's parser: every frame it can carry comes back with
+    its names exact, the others are refused by position before anything is sent."""
+    from fleetwatch.pipeline.store.lineproto import v1_unwritable
+    from tests.store.conftest import influxdb_v1
+
+    server = influxdb_v1(tmp_path).start()
+    try:
+        query = urllib.parse.urlencode({"q": f'CREATE DATABASE "{DATABASE}"'})
+        urllib.request.urlopen(urllib.request.Request(
+            f"http://{server.address}/query?{query}", method="POST"), timeout=10).read()
+        store = InfluxQLStore(f"http://{server.address}", bucket=DATABASE, api="v1")
+        frames = fuzz_frames(seed=11, n=150, t0_ms=minute_ago(30))
+        unwritable = [i for i, f in enumerate(frames) if any(v1_unwritable(x) for x in (
+            f.cluster, f.rack, f.node, *(p.name for p in f.host.ports)))]
+        assert 0 < len(unwritable) < len(frames)
+        with pytest.raises(StoreRejected) as refused:
+            store.write(frames)
+        assert refused.value.indices == tuple(unwritable)
+        kept = [f for i, f in enumerate(frames) if i not in unwritable]
+        points = store.write(kept)
+        want = expected(kept)
+        assert points == len(want)
+        got = set()
+        for measurement in ("gpu", "host", "nic"):
+            params = urllib.parse.urlencode({"db": DATABASE, "epoch": "ms",
+                                             "q": f'SELECT * FROM "{measurement}" GROUP BY *'})
+            with urllib.request.urlopen(f"http://{server.address}/query?{params}",
+                                        timeout=30) as r:
+                body = json.loads(r.read())
+            for s in body["results"][0].get("series", []):
+                labels = tuple(sorted(s["tags"].items()))
+                for row in s["values"]:
+                    for column, value in zip(s["columns"], row, strict=True):
+                        if column != "time" and value is not None:
+                            got.add((f"{measurement}_{column}", labels, row[0]))
+        assert got == want  # what the server holds, name by name
+        store.close()
+    finally:
+        server.stop()
