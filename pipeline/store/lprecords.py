@@ -18,6 +18,7 @@ named ``<field>:<key>``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 from math import isfinite
@@ -40,18 +41,27 @@ MAP_SEP = ":"
 
 
 def _kind(annotation: object) -> str:
-    """``number``, ``mapping`` or ``text`` for a dataclass field's (string) annotation."""
+    """How a field of this (string) annotation is kept: ``mapping`` (of numbers), ``json``
+    (a sequence), ``bool``, ``int``, ``float`` or ``text``."""
     text = str(annotation)
     if "Mapping" in text or "dict" in text:
         return "mapping"
-    if "float" in text or "int" in text:
-        return "number"
+    if any(t in text for t in ("tuple", "list", "Sequence", "set")):
+        return "json"
+    for kind in ("bool", "float", "int"):
+        if kind in text:
+            return kind
     return "text"
 
 
+NUMBERS = ("bool", "int", "float")
 # (name, kind) of each Alert field, in declaration order; state is a number (STATE_CODES).
 ALERT_FIELDS: tuple[tuple[str, str], ...] = tuple(
     (f.name, "state" if f.name == "state" else _kind(f.type)) for f in dataclasses.fields(Alert))
+
+
+def from_number(kind: str, value: float) -> bool | int | float:
+    return bool(value) if kind == "bool" else int(value) if kind == "int" else float(value)
 
 
 def _number(v: float) -> str:
@@ -86,14 +96,14 @@ def alert_line(a: Alert, text: bool = False, v1: bool = False) -> str:
             tag_pairs.append((name, str(value)))
         elif kind == "state":
             fields.append((name, _number(STATE_CODES[value])))
-        elif kind == "number":
+        elif kind in NUMBERS:
             if value is not None and isfinite(value):
                 fields.append((name, _number(value)))
         elif kind == "mapping":
             fields += [(f"{name}{MAP_SEP}{k}", _number(v)) for k, v in value.items()
                        if v is not None and isfinite(v)]
-        elif text and value:
-            fields.append((name, quote(str(value))))
+        elif text and value:  # text, or a sequence as JSON text
+            fields.append((name, quote(json.dumps(list(value)) if kind == "json" else value)))
     return (f"{ALERT_MEASUREMENT}{tags(sorted(tag_pairs), v1)} {_join_fields(fields, v1)} "
             f"{round(a.updated_ts * 1000)}")
 
@@ -113,16 +123,19 @@ def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
             kw[name] = labels.get(name, "")
         elif kind == "state":
             kw[name] = STATE_NAMES.get(int(numbers.get("state", 0)), "pending")
-        elif kind == "number":
+        elif kind in NUMBERS:
             value = numbers.get(name)
             if value is not None and not math.isnan(value):
-                kw[name] = float(value)
+                kw[name] = from_number(kind, value)
             elif defaults[name].default is dataclasses.MISSING:
                 kw[name] = math.nan
         elif kind == "mapping":
             prefix = f"{name}{MAP_SEP}"
             kw[name] = {k[len(prefix):]: v for k, v in sorted(numbers.items())
                         if k.startswith(prefix)}
+        elif kind == "json":
+            if texts.get(name):
+                kw[name] = sequence_of(defaults[name].type, json.loads(texts[name]))
         else:
             kw[name] = texts.get(name, "")
     if "started_ts" in kw and math.isnan(kw["started_ts"]):
@@ -131,6 +144,13 @@ def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
     if not texts.get("message"):
         alert = dataclasses.replace(alert, message=render_message(alert))
     return alert
+
+
+def sequence_of(annotation: object, items: list[Any]) -> Any:
+    """A JSON list back as the field's own sequence type."""
+    text = str(annotation)
+    return tuple(items) if "tuple" in text or "Sequence" in text else (
+        set(items) if "set" in text else items)
 
 
 def render_message(a: Alert) -> str:

@@ -32,14 +32,16 @@ from fleetwatch.pipeline.store.base import (
     StoreError,
     StoreRejected,
 )
-from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS
+from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 ALERT_TABLE = "alert_states"
-_COLUMN_TYPES = {"number": "REAL", "mapping": "TEXT", "text": "TEXT", "state": "TEXT"}
+_COLUMN_TYPES = {"float": "REAL", "int": "INTEGER", "bool": "INTEGER", "mapping": "TEXT",
+                 "json": "TEXT", "text": "TEXT", "state": "TEXT"}
 _ALERT_COLUMNS = [name for name, _ in ALERT_FIELDS]
-_MAPPINGS = {name for name, kind in ALERT_FIELDS if kind == "mapping"}
+# Fields kept as JSON text: mappings (evidence) and sequences.
+_JSON = {name: kind for name, kind in ALERT_FIELDS if kind in ("mapping", "json")}
 
 RECORDS_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {ALERT_TABLE} (
@@ -110,8 +112,7 @@ class SqliteRecords:
         if not alerts:
             return
         marks = ",".join("?" * len(_ALERT_COLUMNS))
-        rows = [tuple(json.dumps(dict(getattr(a, c))) if c in _MAPPINGS else getattr(a, c)
-                      for c in _ALERT_COLUMNS) for a in alerts]
+        rows = [tuple(_to_column(c, getattr(a, c)) for c in _ALERT_COLUMNS) for a in alerts]
         with self._conn() as conn:
             conn.executemany(f"INSERT OR REPLACE INTO {ALERT_TABLE} "
                              f"({', '.join(_ALERT_COLUMNS)}) VALUES ({marks})", rows)
@@ -175,13 +176,30 @@ class SqliteRecords:
         return [Event(*r) for r in rows]
 
 
+def _to_column(name: str, value: Any) -> Any:
+    kind = _JSON.get(name)
+    if kind == "mapping":
+        return json.dumps(dict(value))
+    if kind == "json":
+        return json.dumps(list(value))
+    return value
+
+
 def _alert(row: Sequence[Any]) -> Alert:
     kw = dict(zip(_ALERT_COLUMNS, row, strict=True))
-    for name in _MAPPINGS:
-        kw[name] = json.loads(kw[name]) if kw[name] else {}
     fields = {f.name: f for f in dataclasses.fields(Alert)}
+    for name, kind in _JSON.items():
+        if kw[name] is None:
+            continue  # filled with the default below
+        value = json.loads(kw[name])
+        kw[name] = value if kind == "mapping" else sequence_of(fields[name].type, value)
+    for name, kind in ALERT_FIELDS:
+        if kind == "bool" and kw[name] is not None:
+            kw[name] = bool(kw[name])
     for name, value in list(kw.items()):  # a column an older file left empty
-        if value is None and fields[name].default is not None and (
-                fields[name].default is not dataclasses.MISSING):
-            kw[name] = fields[name].default
+        f = fields[name]
+        if value is None and f.default_factory is not dataclasses.MISSING:
+            kw[name] = f.default_factory()
+        elif value is None and f.default is not None and f.default is not dataclasses.MISSING:
+            kw[name] = f.default
     return Alert(**kw)
