@@ -9,8 +9,10 @@ from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Alert,
     AlertState,
+    AlertStore,
     Annotation,
     Event,
+    EventStore,
     Point,
     SeriesKey,
     Store,
@@ -20,5 +22,6 @@ from fleetwatch.pipeline.store.base import (
     gpu_index,
 )
 
-__all__ = ["ACTIVE_STATES", "Alert", "AlertState", "Annotation", "Event", "Point", "SeriesKey",
-           "Store", "StoreError", "StoreRejected", "gpu_device", "gpu_index"]
+__all__ = ["ACTIVE_STATES", "Alert", "AlertState", "AlertStore", "Annotation", "Event",
+           "EventStore", "Point", "SeriesKey", "Store", "StoreError", "StoreRejected",
+           "gpu_device", "gpu_index"]

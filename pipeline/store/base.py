@@ -121,10 +121,33 @@ class StoreRejected(ValueError):
         self.indices = None if indices is None else tuple(indices)
 
 
-class Store(Protocol):
-    """Where frames, alerts and annotations live. A store whose ``write`` may be
-    called from several threads at once says how many with a class attribute
-    ``concurrent_writes`` (read with a default of 1: one at a time)."""
+class EventStore(Protocol):
+    """Events: what happened to a device at an instant (XIDs, a GPU lost, throttle
+    reasons, jobs). What failure detection and per-job energy read."""
+
+    def write_events(self, events: Sequence[Event]) -> None:
+        """Store events; idempotent: an event written again (same time to the ms, kind,
+        place, code and value) is kept once."""
+
+    def events(self, start_ts: float, end_ts: float, node: str | None = None,
+               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+        """Events in [start, end), oldest first, optionally of one node, device or kinds.
+        A backend that cannot keep ``text`` says so and returns it empty."""
+
+
+class AlertStore(Protocol):
+    """Alerts through their life, keyed by (cluster, id)."""
+
+    def write_alerts(self, alerts: Sequence[Alert]) -> None: ...
+
+    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
+               since_ts: float | None = None) -> list[Alert]: ...
+
+
+class Store(EventStore, AlertStore, Protocol):
+    """Where frames (series), events, alerts and annotations live. A store whose
+    ``write`` may be called from several threads at once says how many with a class
+    attribute ``concurrent_writes`` (read with a default of 1: one at a time)."""
 
     def write(self, frames: Sequence[Frame]) -> int:
         """Write every metric of these frames; idempotent on (series, timestamp).
@@ -136,18 +159,7 @@ class Store(Protocol):
         those positions are the ones refused (write the others again).
         """
 
-    def write_alerts(self, alerts: Sequence[Alert]) -> None: ...
-
     def write_annotations(self, annotations: Sequence[Annotation]) -> None: ...
-
-    def write_events(self, events: Sequence[Event]) -> None:
-        """Store events; idempotent: an event written again (same time to the ms, kind,
-        place, code and value) is kept once."""
-
-    def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
-        """Events in [start, end), oldest first, optionally of one node, device or kinds.
-        A backend that cannot keep ``text`` says so and returns it empty."""
 
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         """The newest point of every series of ``metric`` newer than ``since_ms``."""
@@ -155,9 +167,6 @@ class Store(Protocol):
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None) -> list[Point]:
         """Points in [start, end), raw for short spans and 1-minute means for long ones."""
-
-    def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
-               since_ts: float | None = None) -> list[Alert]: ...
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]: ...
 
