@@ -58,3 +58,29 @@ def stored(db: Path) -> int:
         return store.count()
     finally:
         store.close()
+
+
+def counters(address: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    wanted = ('vm_rows_inserted_total{type="influx"}', 'vm_rows_invalid_total{type="influx"}',
+              'vm_rows_ignored_total{reason="big_timestamp"}',
+              'vm_rows_ignored_total{reason="small_timestamp"}', "vm_rows_added_to_storage_total")
+    found = {}
+    for line in text.splitlines():
+        key, _, value = line.rpartition(" ")
+        if key in wanted:
+            found[key] = float(value)
+    assert set(found) == set(wanted), f"counters missing: {set(wanted) - set(found)}"
+    return found
+
+
+def settled_counters(address: str, before: dict[str, float], points: int) -> dict[str, float]:
+    """The counters once the server has published this write: they lag it by about a
+    second. Waits for the insert counter to reach ``points``, then once more for stragglers."""
+    key = 'vm_rows_inserted_total{type="influx"}'
+    deadline = time.monotonic() + 15
+    while counters(address)[key] - before[key] < points and time.monotonic() < deadline:
+        time.sleep(0.25)
+    time.sleep(1.5)
+    return counters(address)

@@ -25,7 +25,7 @@ from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.servers import Server, victoria_metrics
 from tests.store.conftest import DATABASE
-from tests.store.helpers import force_flush, minute_ago
+from tests.store.helpers import counters, force_flush, minute_ago, settled_counters
 
 # What makes line protocol hard, and a little of everything else printable.
 _HARD = ['\\', '\\', ',', '=', ' ', '"', "'", '#', '\\,', '\\=', '\\ ', 'é', '温', '🔥', '\t']
@@ -69,32 +69,6 @@ def expected(frames: list[Frame]) -> set[tuple[str, tuple[tuple[str, str], ...],
                                    "device": device}.items()))
             out |= {(m, labels, ms) for m, v in metrics.items() if v == v}
     return out
-
-
-def counters(address: str) -> dict[str, float]:
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as r:
-        text = r.read().decode()
-    wanted = ('vm_rows_inserted_total{type="influx"}', 'vm_rows_invalid_total{type="influx"}',
-              'vm_rows_ignored_total{reason="big_timestamp"}',
-              'vm_rows_ignored_total{reason="small_timestamp"}', "vm_rows_added_to_storage_total")
-    found = {}
-    for line in text.splitlines():
-        key, _, value = line.rpartition(" ")
-        if key in wanted:
-            found[key] = float(value)
-    assert set(found) == set(wanted), f"counters missing: {set(wanted) - set(found)}"
-    return found
-
-
-def settled_counters(address: str, before: dict[str, float], points: int) -> dict[str, float]:
-    """The counters once the server has published this write: they lag it by about a
-    second. Waits for the insert counter to reach ``points``, then once more for stragglers."""
-    key = 'vm_rows_inserted_total{type="influx"}'
-    deadline = time.monotonic() + 15
-    while counters(address)[key] - before[key] < points and time.monotonic() < deadline:
-        time.sleep(0.25)
-    time.sleep(1.5)
-    return counters(address)
 
 
 @pytest.fixture

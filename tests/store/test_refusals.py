@@ -26,8 +26,14 @@ from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.victoria import StoreMisconfigured, VictoriaMetricsStore
 from tests.servers import Server, victoria_metrics
 from tests.store.conftest import DATABASE, influxdb_v1
-from tests.store.helpers import cluster_name, force_flush, frames, minute_ago
-from tests.store.test_escaping import counters, settled_counters
+from tests.store.helpers import (
+    cluster_name,
+    counters,
+    force_flush,
+    frames,
+    minute_ago,
+    settled_counters,
+)
 
 YEAR_MS = 365 * 86_400_000
 
