@@ -28,6 +28,7 @@ import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric
@@ -64,9 +65,30 @@ class AgentHealth:
                                 "Frames lost (spool full or unencodable)", registry=None)
         self._nvml = Counter("fleetwatch_agent_nvml_errors", "NVML calls that failed, by error",
                              ["kind"], registry=None)
+        self._input_dropped = Counter(
+            "fleetwatch_agent_input_dropped",
+            "Input read and not used, by reason (an XID on a PCI address that is no GPU of "
+            "this node, a malformed XID line, an unreadable kernel log)", ["reason"],
+            registry=None)
         self._tick = Histogram("fleetwatch_agent_tick_seconds",
                                "Wall time of one agent tick (read, encode, publish)",
                                buckets=TICK_BUCKETS, registry=None)
+        self._spool: Any = None
+        self._sender: Any = None
+        self.agent: Any = None  # the loop, for its tick counters
+
+    def watch(self, spool: Any, sender: Any) -> None:
+        """Report the spool's backlog and reachability and the send queue at each scrape."""
+        self._spool, self._sender = spool, sender
+
+    def spool_event(self, name: str, n: int) -> None:
+        """``SpoolingProducer``'s ``on_event``: acknowledged frames, spooled, dropped."""
+        if name in ("sent", "replayed"):
+            self.sent(n)
+        elif name == "spooled":
+            self.spooled(n)
+        elif name == "dropped":
+            self.dropped(n)
 
     def sent(self, n: int = 1) -> None:
         self._sent.inc(n)
@@ -77,6 +99,9 @@ class AgentHealth:
     def dropped(self, n: int = 1) -> None:
         self._dropped.inc(n)
 
+    def input_dropped(self, reason: str) -> None:
+        self._input_dropped.labels(reason=reason).inc()
+
     def nvml_error(self, kind: str) -> None:
         self._nvml.labels(kind=kind).inc()
 
@@ -84,8 +109,31 @@ class AgentHealth:
         self._tick.observe(seconds)
 
     def collect(self) -> Iterator[Metric]:
-        for m in (self._sent, self._spooled, self._dropped, self._nvml, self._tick):
+        for m in (self._sent, self._spooled, self._dropped, self._nvml, self._input_dropped,
+                  self._tick):
             yield from m.collect()
+        gauges: list[tuple[str, str, float]] = []
+        if self._spool is not None:
+            gauges += [
+                ("fleetwatch_agent_spool_frames", "Frames waiting in the on-disk spool",
+                 float(self._spool.backlog)),
+                ("fleetwatch_agent_spool_bytes", "Bytes the spooled frames take on disk",
+                 float(self._spool.backlog_bytes)),
+                ("fleetwatch_agent_broker_up",
+                 "1 while the broker acknowledges frames, 0 from a failed send until it does",
+                 1.0 if self._spool.reachable else 0.0)]
+        if self._sender is not None:
+            gauges.append(("fleetwatch_agent_send_queue_frames",
+                           "Frames sampled and waiting for the sender thread",
+                           float(self._sender.queued)))
+        if self.agent is not None:
+            gauges.append(("fleetwatch_agent_ticks_missed",
+                           "Sampling ticks skipped because a tick took longer than the interval",
+                           float(self.agent.missed_ticks)))
+        for name, doc, value in gauges:
+            fam = Metric(name, doc, "counter" if name.endswith("_missed") else "gauge")
+            fam.add_sample(name + ("_total" if name.endswith("_missed") else ""), {}, value)
+            yield fam
 
 
 class Exporter:

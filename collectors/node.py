@@ -21,12 +21,12 @@ from collections.abc import Callable
 from fleetwatch.collectors.host import HostSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
-from fleetwatch.collectors.kmsg import KernelLog, XidMerger, pci_key
+from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
 from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
 from fleetwatch.collectors.nvml.reader import NvmlReader, NvmlUnavailable
 from fleetwatch.collectors.rapl import RaplSource
-from fleetwatch.config import Config
+from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,13 @@ class NodeSource:
     def __init__(self, config: Config, backend: Callable[[], NvmlBackend],
                  kernel_log: KernelLog | None,
                  on_nvml_error: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_dropped: Callable[[str], None] | None = None) -> None:
         agent = config.agent
+        # Input the agent read and could not use: counted by reason (AgentHealth.input_dropped).
+        self._on_dropped = on_dropped or (lambda reason: None)
+        self._unknown_pci: set[str] = set()
+        self._kernel_log_failing = False
         self.node = config.node
         self.policy = agent.nvml_policy
         self._backend = backend
@@ -57,7 +62,10 @@ class NodeSource:
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
         self._pci_to_gpu: dict[str, int] = {}
-        self._seq = 0
+        # Frame identity (node, seq) must stay unique across agent restarts: start from the
+        # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
+        # the count never overtakes the clock, and a restarted agent starts above it.
+        self._seq = int(time.time() * 1000)
         self._try_nvml(first=True)
 
     # -- NVML, with the missing-hardware policy ---------------------------
@@ -103,12 +111,7 @@ class NodeSource:
         assert self.nvml is not None
         read = self.nvml.read(self.jobs.job_of_pids)
         self.jobs.prune(read.pids)
-        kernel: list[tuple[int, int]] = []
-        if self.kernel_log is not None:
-            for x in self.kernel_log.poll():
-                gpu = self._pci_to_gpu.get(x.pci)
-                if gpu is not None:
-                    kernel.append((gpu, x.xid))
+        kernel = self._kernel_xids()
         nvml_xids = {g.index: g.xids for g in read.gpus if g.xids}
         if not nvml_xids and not kernel:
             return tuple(read.gpus)  # the usual tick: nothing to merge
@@ -116,6 +119,40 @@ class NodeSource:
         return tuple(g if tuple(xids.get(g.index, ())) == g.xids
                      else dataclasses.replace(g, xids=tuple(xids.get(g.index, ())))
                      for g in read.gpus)
+
+    def _kernel_xids(self) -> list[tuple[int, int]]:
+        kernel: list[tuple[int, int]] = []
+        if self.kernel_log is None:
+            return kernel
+        malformed = self.kernel_log.malformed
+        try:
+            lines = self.kernel_log.poll()
+        except OSError as exc:
+            # The log went away under us (a file replaced, a device error): say so once,
+            # keep sampling, and try again next tick.
+            self._on_dropped("kernel_log_unreadable")
+            if not self._kernel_log_failing:
+                log.warning("kernel log %s unreadable now (%s); XIDs from NVML events only "
+                            "until it reads again", self.kernel_log.path, exc)
+            self._kernel_log_failing = True
+            return kernel
+        if self._kernel_log_failing:
+            log.info("kernel log %s readable again", self.kernel_log.path)
+            self._kernel_log_failing = False
+        for _ in range(self.kernel_log.malformed - malformed):
+            self._on_dropped("xid_malformed")
+        for x in lines:
+            gpu = self._pci_to_gpu.get(x.pci)
+            if gpu is not None:
+                kernel.append((gpu, x.xid))
+                continue
+            self._on_dropped("xid_unknown_pci")
+            if x.pci not in self._unknown_pci:
+                self._unknown_pci.add(x.pci)
+                log.warning("XID %d on PCI %s, which is none of this node's GPUs as NVML lists "
+                            "them (%s); not attributed: %s", x.xid, x.pci,
+                            ", ".join(sorted(self._pci_to_gpu)) or "none", x.message[:200])
+        return kernel
 
     def close(self) -> None:
         for source in (self.host, self.ib, self.rapl):
@@ -128,14 +165,18 @@ class NodeSource:
 
 def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend | None = None,
                 on_nvml_error: Callable[[str], None] | None = None,
-                clock: Callable[[], float] = time.monotonic) -> NodeSource:
+                clock: Callable[[], float] = time.monotonic,
+                on_dropped: Callable[[str], None] | None = None) -> NodeSource:
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
     read then: its PCI addresses would name real GPUs). ``nvml``: a backend to
     use instead (tests). ``on_nvml_error``: called with a short error kind for
     every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
-    Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``.
+    ``on_dropped``: called with a reason for every input read and not used (an XID
+    on a PCI address that is no GPU of this node, a malformed XID line).
+    Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``,
+    ``ConfigError`` when ``agent.kernel_log`` names a directory or a FIFO.
     """
     if nvml is not None:
         backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
@@ -144,5 +185,12 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     else:
         backend = PynvmlBackend
     path = config.agent.kernel_log
-    kernel_log = KernelLog(path) if path and fake_gpus is None and nvml is None else None
-    return NodeSource(config, backend, kernel_log, on_nvml_error, clock)
+    kernel_log = None
+    # Fake GPUs: the real kernel log's PCI addresses would name real GPUs. A test's own
+    # backend (nvml=) reads whatever log its config names.
+    if path and fake_gpus is None:
+        try:
+            kernel_log = KernelLog(path)
+        except KernelLogError as exc:
+            raise ConfigError(str(exc)) from None
+    return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped)
