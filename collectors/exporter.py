@@ -178,7 +178,8 @@ class Exporter:
     def _frame_families(self, frame: Frame, xid_counts: dict[tuple[str, int], int],
                         last_xid: dict[str, int]) -> Iterator[Metric]:
         host = self.hostname or frame.node
-        gpus = [(g, self._gpu_labels(g, host)) for g in frame.gpus if g.state == "ok"]
+        every = [(g, self._gpu_labels(g, host)) for g in frame.gpus]
+        gpus = [(g, labels) for g, labels in every if g.state == "ok"]
         for m in self._cat.scope("gpu"):
             name = m.dcgm or f"fleetwatch_{m.name}"
             kind = _DCGM_TYPES.get(name, m.kind)
@@ -194,7 +195,8 @@ class Exporter:
                      "counter")
         last = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
                       "gauge")
-        for g, labels in gpus:
+        # A lost GPU keeps its XID series: its XID 79 is why it is lost.
+        for g, labels in every:
             for (uuid, code), n in sorted(xid_counts.items()):
                 if uuid == g.uuid:
                     xid.add_sample(xid.name, {**labels, "xid": str(code)}, float(n))

@@ -24,7 +24,12 @@ from fleetwatch.collectors.jobs import JobResolver
 from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
 from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
-from fleetwatch.collectors.nvml.reader import NvmlReader, NvmlUnavailable
+from fleetwatch.collectors.nvml.reader import (
+    XID_FALLEN_OFF_BUS,
+    NvmlDriverGone,
+    NvmlReader,
+    NvmlUnavailable,
+)
 from fleetwatch.collectors.rapl import RaplSource
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
@@ -32,6 +37,9 @@ from fleetwatch.frame import Frame, GpuReading, HostReading
 log = logging.getLogger(__name__)
 
 NVML_RETRY_S = 60.0
+# After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
+# as a reload takes seconds.
+NVML_REINIT_S = 10.0
 
 
 class NodeSource:
@@ -61,6 +69,7 @@ class NodeSource:
         self.nvml: NvmlReader | None = None
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
+        self._reinit = False  # the driver went away mid-run: retry whatever the policy
         self._pci_to_gpu: dict[str, int] = {}
         # Frame identity (node, seq) must stay unique across agent restarts: start from the
         # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
@@ -87,6 +96,7 @@ class NodeSource:
         if not first:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
         self.nvml_problem = None
+        self._reinit = False
         self._pci_to_gpu = {pci_key(bus): i for i, bus in self.nvml.pci_bus_ids.items()}
 
     @property
@@ -95,7 +105,8 @@ class NodeSource:
 
     # -- FrameSource -------------------------------------------------------
     def frames(self, ts: float) -> list[Frame]:
-        if self.nvml is None and self.policy == "retry" and self._clock() >= self._next_try:
+        if (self.nvml is None and (self.policy == "retry" or self._reinit)
+                and self._clock() >= self._next_try):
             self._try_nvml()
         gpus: tuple[GpuReading, ...] = ()
         if self.nvml is not None:
@@ -109,16 +120,40 @@ class NodeSource:
 
     def _gpus(self) -> tuple[GpuReading, ...]:
         assert self.nvml is not None
-        read = self.nvml.read(self.jobs.job_of_pids)
+        try:
+            read = self.nvml.read(self.jobs.job_of_pids)
+        except NvmlDriverGone as exc:
+            self._driver_gone(exc)
+            return ()
         self.jobs.prune(read.pids)
         kernel = self._kernel_xids()
         nvml_xids = {g.index: g.xids for g in read.gpus if g.xids}
         if not nvml_xids and not kernel:
             return tuple(read.gpus)  # the usual tick: nothing to merge
         xids = self.xids.merge(nvml_xids, kernel)
-        return tuple(g if tuple(xids.get(g.index, ())) == g.xids
-                     else dataclasses.replace(g, xids=tuple(xids.get(g.index, ())))
-                     for g in read.gpus)
+        fallen = {gpu for gpu, x in kernel if x == XID_FALLEN_OFF_BUS}
+        out = []
+        for g in read.gpus:
+            mine = tuple(xids.get(g.index, ()))
+            if g.index in fallen and g.state != "lost":
+                # The kernel log saw XID 79: the GPU is gone now, not at the next failed call.
+                self.nvml.mark_lost(g.index, "XID 79 (fallen off the bus) in the kernel log")
+                g = dataclasses.replace(g, metrics={}, state="lost", job=None)
+            out.append(g if mine == g.xids else dataclasses.replace(g, xids=mine))
+        return tuple(out)
+
+    def _driver_gone(self, exc: NvmlDriverGone) -> None:
+        """Stop reporting GPUs, release NVML (its one nvmlShutdown), try again soon."""
+        assert self.nvml is not None
+        log.warning("%s: reporting no GPU values until NVML initialises again (trying every "
+                    "%.0f s)", exc, NVML_REINIT_S)
+        if self._on_error is not None:
+            self._on_error("uninitialized")
+        self.nvml.close()
+        self.nvml = None
+        self.nvml_problem = NvmlUnavailable(str(exc), "check the driver with nvidia-smi")
+        self._reinit = True
+        self._next_try = self._clock() + NVML_REINIT_S
 
     def _kernel_xids(self) -> list[tuple[int, int]]:
         kernel: list[tuple[int, int]] = []

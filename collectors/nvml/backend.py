@@ -66,10 +66,15 @@ FieldResult = tuple[int, float]  # (NVML return code, value when the code is 0)
 class NvmlBackend(Protocol):
     """Every NVML call the agent makes. Raises ``pynvml.NVMLError`` subclasses."""
 
-    def init(self) -> None: ...
-    def shutdown(self) -> None: ...
+    def init(self) -> None:
+        """nvmlInit_v2: no GPU is touched yet, so one bad GPU cannot fail it."""
+    def shutdown(self) -> None:
+        """nvmlShutdown, once for each init() that succeeded (NVML counts them)."""
     def driver_version(self) -> str: ...
-    def device_count(self) -> int: ...
+    def device_count(self) -> int:
+        """nvmlDeviceGetCount, asked again on each call (GPUs appear after a reset)."""
+    def open(self, i: int) -> None:
+        """nvmlDeviceGetHandleByIndex: attach GPU ``i``; raises for that GPU alone."""
     def uuid(self, i: int) -> str: ...
     def name(self, i: int) -> str: ...
     def serial(self, i: int) -> str: ...
@@ -97,7 +102,9 @@ class NvmlBackend(Protocol):
         """GPM metrics between the previous call and now; [] on the first call."""
     def compute_pids(self, i: int) -> list[int]: ...
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
-        """Register for XID events; returns the indices that accepted."""
+        """Register these GPUs for XID events (the event set is made on the first call);
+        returns the indices that accepted. One GPU refusing does not affect the others;
+        only a failure to make the event set raises."""
     def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
         """Pending (GPU index, XID) events, without waiting; at most ``limit``."""
 
@@ -136,33 +143,48 @@ class PynvmlBackend:
     """The real NVML, through NVIDIA's nvidia-ml-py bindings (module ``pynvml``)."""
 
     def __init__(self) -> None:
-        self._h: list[Any] = []
+        self._h: dict[int, Any] = {}
         self._gpm: dict[int, list[Any]] = {}
         self._events: Any = None
         self._by_address: dict[int | None, int] = {}
 
     def init(self) -> None:
+        # pynvml's nvmlInit is nvmlInit_v2: it attaches no GPU, so a GPU in a bad state
+        # fails only its own nvmlDeviceGetHandleByIndex (open), not the others.
         pynvml.nvmlInit()
-        self._h = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
-        self._by_address = {ctypes.cast(h, ctypes.c_void_p).value: i
-                            for i, h in enumerate(self._h)}
 
     def shutdown(self) -> None:
-        for samples in self._gpm.values():
-            for s in samples:
-                pynvml.nvmlGpmSampleFree(s)
-        self._gpm.clear()
-        if self._events is not None:
-            pynvml.nvmlEventSetFree(self._events)
+        try:
+            for samples in self._gpm.values():
+                for s in samples:
+                    pynvml.nvmlGpmSampleFree(s)
+            if self._events is not None:
+                pynvml.nvmlEventSetFree(self._events)
+        except pynvml.NVMLError:
+            pass  # the driver is gone: nothing to free, but the shutdown below still counts
+        finally:
+            self._gpm.clear()
             self._events = None
-        pynvml.nvmlShutdown()
+            self._h.clear()
+            self._by_address.clear()
+            pynvml.nvmlShutdown()
 
     def driver_version(self) -> str:
         return _text(pynvml.nvmlSystemGetDriverVersion())
 
     def device_count(self) -> int:
-        return len(self._h)
+        return int(pynvml.nvmlDeviceGetCount())
+
+    def open(self, i: int) -> None:
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        old = self._h.get(i)
+        if old is not None:
+            self._by_address.pop(ctypes.cast(old, ctypes.c_void_p).value, None)
+            samples = self._gpm.pop(i, None)  # a GPU after a reset: start GPM afresh
+            for s in samples or ():
+                pynvml.nvmlGpmSampleFree(s)
+        self._h[i] = h
+        self._by_address[ctypes.cast(h, ctypes.c_void_p).value] = i
 
     def uuid(self, i: int) -> str:
         return _text(pynvml.nvmlDeviceGetUUID(self._h[i]))
@@ -257,13 +279,14 @@ class PynvmlBackend:
         return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
 
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
-        self._events = pynvml.nvmlEventSetCreate()
+        if self._events is None:
+            self._events = pynvml.nvmlEventSetCreate()
         ok = []
         for i in indices:
             try:
                 pynvml.nvmlDeviceRegisterEvents(self._h[i], EVENT_XID_CRITICAL, self._events)
                 ok.append(i)
-            except pynvml.NVMLError_NotSupported:
+            except pynvml.NVMLError:  # NotSupported, a lost GPU, ...: this GPU only
                 continue
         return ok
 

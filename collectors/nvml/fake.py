@@ -46,6 +46,8 @@ class FakeGpu:
     # Field id -> units per second: cumulative counters that advance with time.
     field_rates: dict[int, float] = field(default_factory=dict)
     lost: bool = False
+    # nvmlDeviceGetHandleByIndex raises this for the GPU (one bad GPU at start).
+    open_error: Exception | None = None
 
 
 @dataclass(frozen=True)
@@ -132,11 +134,16 @@ class FakeNvml:
         self.driver = driver
         self.init_error = init_error
         self.initialized = False
+        self.inits = self.shutdowns = 0
+        # The driver unloaded under a running agent: every call answers Uninitialized.
+        self.driver_gone = False
         self.calls = 0
         self._events: deque[tuple[int, int]] = deque()
         self._registered: set[int] = set()
         self._gpm_started: set[int] = set()
         self._t0 = time.monotonic()
+        # nvmlEventSetCreate fails (some VMs): no NVML XID events at all.
+        self.event_set_error: Exception | None = None
 
     # -- scenarios ---------------------------------------------------------
     @classmethod
@@ -165,6 +172,17 @@ class FakeNvml:
         """The GPU falls off the bus: every call on it raises GpuIsLost."""
         self.gpus[i].lost = True
 
+    def restore(self, i: int) -> None:
+        """The GPU is back (after a reset): calls on it answer again."""
+        self.gpus[i].lost = False
+        self.gpus[i].open_error = None
+
+    def unload_driver(self) -> None:
+        self.driver_gone = True
+
+    def load_driver(self) -> None:
+        self.driver_gone = False
+
     def inject_xid(self, i: int, xid: int) -> None:
         if i in self._registered:
             self._events.append((i, xid))
@@ -172,6 +190,8 @@ class FakeNvml:
     # -- NvmlBackend -------------------------------------------------------
     def _gpu(self, i: int) -> FakeGpu:
         self.calls += 1
+        if self.driver_gone or not self.initialized:
+            raise pynvml.NVMLError_Uninitialized()
         gpu = self.gpus[i]
         if gpu.lost:
             raise pynvml.NVMLError_GpuIsLost()
@@ -187,20 +207,45 @@ class FakeNvml:
 
     def init(self) -> None:
         self.calls += 1
+        if self.driver_gone:
+            raise pynvml.NVMLError_DriverNotLoaded()
         if self.init_error is not None:
             raise self.init_error
         self.initialized = True
+        self.inits += 1
 
     def shutdown(self) -> None:
-        self.initialized = False
+        # NVML counts: shutdown after a failed init is harmless but is not a pair.
+        if self.initialized:
+            self.shutdowns += 1
+        self.initialized = self.inits > self.shutdowns
+        if not self.initialized:
+            self._registered.clear()
+            self._gpm_started.clear()
+
+    def _live(self) -> None:
+        self.calls += 1
+        if self.driver_gone or not self.initialized:
+            raise pynvml.NVMLError_Uninitialized()
 
     def driver_version(self) -> str:
-        self.calls += 1
+        self._live()
         return self.driver
 
     def device_count(self) -> int:
-        self.calls += 1
+        self._live()
         return len(self.gpus)
+
+    def open(self, i: int) -> None:
+        self._live()
+        if i >= len(self.gpus):
+            raise pynvml.NVMLError_InvalidArgument()
+        gpu = self.gpus[i]
+        if gpu.open_error is not None:
+            raise gpu.open_error
+        if gpu.lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        self._gpm_started.discard(i)
 
     def uuid(self, i: int) -> str:
         return self._gpu(i).uuid
@@ -299,15 +344,21 @@ class FakeNvml:
         return list(self._gpu(i).pids)
 
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
+        self._live()
+        if isinstance(self.event_set_error, BaseException):
+            raise self.event_set_error
         ok = []
         for i in indices:
-            if self._answer(i, "register_events") is True:
-                ok.append(i)
+            try:
+                if self._answer(i, "register_events") is True:
+                    ok.append(i)
+            except pynvml.NVMLError:  # as the real backend: this GPU only
+                continue
         self._registered.update(ok)
         return ok
 
     def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
-        self.calls += 1
+        self._live()
         out = []
         while self._events and len(out) < limit:
             out.append(self._events.popleft())
