@@ -49,6 +49,13 @@ _DCGM_TYPES = {
     "DCGM_FI_DEV_RETIRED_DBE": "counter",
     "DCGM_FI_DEV_RETIRED_PENDING": "counter",
 }
+POD_LABELS = ("pod", "namespace", "container")
+PROFILING_HELP = (
+    "Where this GPU's DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, "
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and DCGM_FI_PROF_DRAM_ACTIVE come from: source=gpm (NVML "
+    "GPU Performance Monitoring, Hopper and newer), dcgm (DCGM's profiling module), or none: "
+    "a GPU before Hopper (A100, L4, L40S) without DCGM has no NVML source for them, so those "
+    "four families are absent for it and DCGM_FI_PROF_GR_ENGINE_ACTIVE is its utilization / 100")
 TICK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -159,11 +166,18 @@ class Exporter:
                     self._last_xid[g.uuid] = x
 
     def _gpu_labels(self, g: GpuReading, host: str) -> dict[str, str]:
-        return {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": g.info.get("pci_bus_id", ""),
-                # NVML index stands in for the /dev/nvidiaN minor: they agree unless
-                # CUDA_VISIBLE_DEVICES-style remapping hides devices from the agent.
-                "device": f"nvidia{g.index}", "modelName": g.model, "Hostname": host,
-                "DCGM_FI_DRIVER_VERSION": g.info.get("driver", ""), "hpc_job": g.job or ""}
+        labels = {"gpu": str(g.index), "UUID": g.uuid,
+                  "pci_bus_id": g.info.get("pci_bus_id", ""),
+                  # NVML index stands in for the /dev/nvidiaN minor: they agree unless
+                  # CUDA_VISIBLE_DEVICES-style remapping hides devices from the agent.
+                  "device": f"nvidia{g.index}", "modelName": g.model, "Hostname": host,
+                  "DCGM_FI_DRIVER_VERSION": g.info.get("driver", ""), "hpc_job": g.job or ""}
+        # dcgm-exporter's Kubernetes labels, only on a GPU that a pod holds (as it does).
+        for key in POD_LABELS:
+            value = g.info.get(key)
+            if value:
+                labels[key] = value
+        return labels
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
@@ -202,6 +216,11 @@ class Exporter:
                     xid.add_sample(xid.name, {**labels, "xid": str(code)}, float(n))
             last.add_sample(last.name, labels, float(last_xid.get(g.uuid, 0)))
         yield from (f for f in (xid, last) if f.samples)
+        prof = Metric("fleetwatch_gpu_profiling_info", PROFILING_HELP, "gauge")
+        for g, labels in gpus:
+            prof.add_sample(prof.name, {**labels, "source": g.info.get("profiling", "none")}, 1.0)
+        if prof.samples:
+            yield prof
         lost = Metric("fleetwatch_gpus_lost", "GPUs of this node that NVML reports as lost",
                       "gauge")
         lost.add_sample(lost.name, {"Hostname": host},

@@ -16,9 +16,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from fleetwatch.collectors.dcgm import PROFILED, ProfilingSource, open_dcgm_profiling
 from fleetwatch.collectors.host import HostSource
+from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
 from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
@@ -30,6 +32,7 @@ from fleetwatch.collectors.nvml.reader import (
     NvmlReader,
     NvmlUnavailable,
 )
+from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
@@ -49,7 +52,9 @@ class NodeSource:
                  kernel_log: KernelLog | None,
                  on_nvml_error: Callable[[str], None] | None = None,
                  clock: Callable[[], float] = time.monotonic,
-                 on_dropped: Callable[[str], None] | None = None) -> None:
+                 on_dropped: Callable[[str], None] | None = None,
+                 profiling: ProfilingSource | None = None,
+                 pods: PodMapper | None = None) -> None:
         agent = config.agent
         # Input the agent read and could not use: counted by reason (AgentHealth.input_dropped).
         self._on_dropped = on_dropped or (lambda reason: None)
@@ -61,6 +66,12 @@ class NodeSource:
         self._on_error = on_nvml_error
         self._clock = clock
         self.host = HostSource(agent.proc_root, agent.sys_root, clock)
+        self.inlet = InletSource(agent.sys_root)
+        self.profiling = profiling
+        self.pods = pods
+        # GPU index -> (the reader's info, user, pod) and the info made from them: a new
+        # dict only when one of them changes, not every tick.
+        self._info: dict[int, tuple[tuple[object, ...], dict[str, str]]] = {}
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
@@ -113,6 +124,7 @@ class NodeSource:
             gpus = self._gpus()
         metrics, nics = self.host.read()
         metrics.update(self.rapl.read())
+        metrics.update(self.inlet.read())
         ports = nics + self.ib.read()
         self._seq += 1
         return [Frame(self.node.cluster, self.node.rack, self.node.node, ts, gpus,
@@ -126,14 +138,15 @@ class NodeSource:
             self._driver_gone(exc)
             return ()
         self.jobs.prune(read.pids)
+        gpus = self._attribute(read.gpus, read.pids)
         kernel = self._kernel_xids()
-        nvml_xids = {g.index: g.xids for g in read.gpus if g.xids}
+        nvml_xids = {g.index: g.xids for g in gpus if g.xids}
         if not nvml_xids and not kernel:
-            return tuple(read.gpus)  # the usual tick: nothing to merge
+            return tuple(gpus)  # the usual tick: nothing to merge
         xids = self.xids.merge(nvml_xids, kernel)
         fallen = {gpu for gpu, x in kernel if x == XID_FALLEN_OFF_BUS}
         out = []
-        for g in read.gpus:
+        for g in gpus:
             mine = tuple(xids.get(g.index, ()))
             if g.index in fallen and g.state != "lost":
                 # The kernel log saw XID 79: the GPU is gone now, not at the next failed call.
@@ -141,6 +154,46 @@ class NodeSource:
                 g = dataclasses.replace(g, metrics={}, state="lost", job=None)
             out.append(g if mine == g.xids else dataclasses.replace(g, xids=mine))
         return tuple(out)
+
+    def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
+                   ) -> list[GpuReading]:
+        """DCGM's profiling ratios where GPM has none; the user and the pod of each GPU."""
+        prof = self.profiling.read() if self.profiling is not None else {}
+        pods = self.pods.by_uuid() if self.pods is not None else {}
+        if not prof and not pods and not self.jobs.has_users:
+            return gpus
+        out = []
+        for g in gpus:
+            metrics = g.metrics
+            extra: dict[str, str] = {}
+            got = prof.get(g.uuid)
+            if got and g.state == "ok" and not any(k in metrics for k in PROFILED):
+                metrics = {**metrics, **got}
+                extra["profiling"] = "dcgm"
+            pod = pods.get(g.uuid)
+            if pod is not None:
+                extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
+            # Energy per user: Slurm's job user, else on Kubernetes the pod's namespace.
+            user = self.jobs.user_of_pids(pids.get(g.index, ())) or (
+                pod.namespace if pod is not None else None)
+            if user:
+                extra["user"] = user
+            info = self._merged_info(g, extra)
+            if metrics is not g.metrics or info is not g.info:
+                g = dataclasses.replace(g, metrics=metrics, info=info)
+            out.append(g)
+        return out
+
+    def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
+        if not extra:
+            return g.info
+        key = (id(g.info), *sorted(extra.items()))
+        cached = self._info.get(g.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        info = {**g.info, **extra}
+        self._info[g.index] = (key, info)
+        return info
 
     def _driver_gone(self, exc: NvmlDriverGone) -> None:
         """Stop reporting GPUs, release NVML (its one nvmlShutdown), try again soon."""
@@ -190,8 +243,11 @@ class NodeSource:
         return kernel
 
     def close(self) -> None:
-        for source in (self.host, self.ib, self.rapl):
+        for source in (self.host, self.ib, self.rapl, self.inlet):
             source.close()
+        for edge in (self.profiling, self.pods):
+            if edge is not None:
+                edge.close()
         if self.nvml is not None:
             self.nvml.close()
         if self.kernel_log is not None:
@@ -201,7 +257,9 @@ class NodeSource:
 def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend | None = None,
                 on_nvml_error: Callable[[str], None] | None = None,
                 clock: Callable[[], float] = time.monotonic,
-                on_dropped: Callable[[str], None] | None = None) -> NodeSource:
+                on_dropped: Callable[[str], None] | None = None,
+                profiling: ProfilingSource | None = None,
+                pods: PodMapper | None = None) -> NodeSource:
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
@@ -212,6 +270,8 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     on a PCI address that is no GPU of this node, a malformed XID line).
     Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``,
     ``ConfigError`` when ``agent.kernel_log`` names a directory or a FIFO.
+    ``profiling``/``pods``: DCGM's profiling ratios and the kubelet's pod mapping;
+    on a real node (no ``fake_gpus``, no ``nvml``) opened here where present.
     """
     if nvml is not None:
         backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
@@ -228,4 +288,11 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
             kernel_log = KernelLog(path)
         except KernelLogError as exc:
             raise ConfigError(str(exc)) from None
-    return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped)
+    if nvml is None and fake_gpus is None:
+        # The real node: DCGM where installed, the kubelet's socket where there is one.
+        if profiling is None and config.agent.dcgm:
+            profiling = open_dcgm_profiling(config.agent.interval_s)
+        if pods is None:
+            pods = open_pod_mapper(config.agent.pod_resources_socket)
+    return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
+                      profiling, pods)

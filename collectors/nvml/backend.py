@@ -31,6 +31,9 @@ FI_NVLINK_LINK_COUNT = 91
 FI_PCIE_REPLAY_COUNTER = 94
 FI_NVLINK_THROUGHPUT_DATA_TX_KIB = 138
 FI_NVLINK_THROUGHPUT_DATA_RX_KIB = 139
+# Data plus protocol overhead, KiB (nvml.h); their sum is our DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL.
+FI_NVLINK_THROUGHPUT_RAW_TX_KIB = 140
+FI_NVLINK_THROUGHPUT_RAW_RX_KIB = 141
 # Cumulative PCIe byte counters (driver R550+): read in the batch, unlike
 # nvmlDeviceGetPcieThroughput, which blocks ~20 ms per direction to sample a rate.
 FI_PCIE_COUNT_TX_BYTES = 197
@@ -101,6 +104,9 @@ class NvmlBackend(Protocol):
     def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
         """GPM metrics between the previous call and now; [] on the first call."""
     def compute_pids(self, i: int) -> list[int]: ...
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        """(vGPU licensing supported, a licensable feature is licensed) from
+        nvmlDeviceGetGridLicensableFeatures."""
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
         """Register these GPUs for XID events (the event set is made on the first call);
         returns the indices that accepted. One GPU refusing does not affect the others;
@@ -277,6 +283,14 @@ class PynvmlBackend:
 
     def compute_pids(self, i: int) -> list[int]:
         return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
+
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        f = pynvml.nvmlDeviceGetGridLicensableFeatures(self._h[i])
+        # nvml.h: featureState is "non-zero if feature is currently licensed".
+        licensed = any(f.gridLicensableFeatures[k].featureState
+                       for k in range(min(f.licensableFeaturesCount,
+                                          len(f.gridLicensableFeatures))))
+        return bool(f.isGridLicenseSupported), licensed
 
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
         if self._events is None:

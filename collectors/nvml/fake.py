@@ -76,6 +76,8 @@ def h100(index: int) -> FakeGpu:
         "decoder_util_pct": 0,
         "mig_mode": 0,
         "register_events": True,
+        # Bare metal: NVML answers "no vGPU licensing here", as the real L4/L40S scrapes show.
+        "grid_license": (False, False),
     }
     fields = {
         b.FI_ECC_SBE_VOL_TOTAL: 0, b.FI_ECC_DBE_VOL_TOTAL: 0,
@@ -89,6 +91,8 @@ def h100(index: int) -> FakeGpu:
         b.FI_PCIE_REPLAY_COUNTER: 0,
         b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB: 9_000_000,
         b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB: 8_000_000,
+        b.FI_NVLINK_THROUGHPUT_RAW_TX_KIB: 9_500_000,
+        b.FI_NVLINK_THROUGHPUT_RAW_RX_KIB: 8_400_000,
         b.FI_REMAPPED_COR: 0, b.FI_REMAPPED_UNC: 0, b.FI_REMAPPED_PENDING: 0,
         b.FI_REMAPPED_FAILURE: 0,
         b.FI_PCIE_COUNT_TX_BYTES: 7_000_000_000, b.FI_PCIE_COUNT_RX_BYTES: 9_000_000_000,
@@ -117,7 +121,8 @@ def l4(index: int) -> FakeGpu:
     gpu.fields[b.FI_TOTAL_ENERGY_MJ] = 4_742_776
     for fid in (b.FI_NVLINK_CRC_FLIT_ERROR_TOTAL, b.FI_NVLINK_REPLAY_ERROR_TOTAL,
                 b.FI_NVLINK_RECOVERY_ERROR_TOTAL, b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB,
-                b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB,
+                b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB, b.FI_NVLINK_THROUGHPUT_RAW_TX_KIB,
+                b.FI_NVLINK_THROUGHPUT_RAW_RX_KIB,
                 # A driver before R550: PCIe rates only from nvmlDeviceGetPcieThroughput.
                 b.FI_PCIE_COUNT_TX_BYTES, b.FI_PCIE_COUNT_RX_BYTES):
         gpu.fields[fid] = FieldError()
@@ -342,6 +347,9 @@ class FakeNvml:
 
     def compute_pids(self, i: int) -> list[int]:
         return list(self._gpu(i).pids)
+
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        return self._answer(i, "grid_license")  # type: ignore[no-any-return]
 
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
         self._live()

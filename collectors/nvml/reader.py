@@ -44,6 +44,7 @@ from fleetwatch.collectors.nvml.fields import (
     PCIE_COUNTERS,
     PCIE_PROBES,
     PROBES,
+    RAW_PARTS,
 )
 from fleetwatch.frame import GpuReading
 
@@ -256,6 +257,8 @@ class NvmlReader:
         links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
         g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
         g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
+        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
+        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
         pcie = self._q(g, "pcie_counters", be.field_values,
                        [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
         g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
@@ -430,6 +433,10 @@ class NvmlReader:
         limit = q(g, "power_limit", be.power_limit_mw)
         if limit is not None:
             s["gpu_power_limit_w"] = limit / 1000.0
+        grid = q(g, "grid_license", be.grid_license)
+        if grid is not None:
+            # As DCGM reports it: 1 licensed, 0 otherwise (also where there is no vGPU).
+            s["gpu_vgpu_licensed"] = 1.0 if grid[0] and grid[1] else 0.0
         if g.nvlinks:
             g.links_down = self._links_down(g)
 
@@ -497,6 +504,9 @@ class NvmlReader:
             # Ask next time only for what this GPU answers.
             keep = {f for f, (code, _) in zip(g.fields, res, strict=True) if code not in _ABSENT}
             self._batch(g, [f for f in g.fields if f in keep])
+        tx, rx = (m.pop(part, None) for part in RAW_PARTS)
+        if tx is not None and rx is not None:
+            m["gpu_nvlink_raw_bytes_total"] = tx + rx
         # GDDR boards (L4, L40S) answer 0 instead of NotSupported for memory temperature.
         if m.get("gpu_mem_temp_c") == 0.0:
             del m["gpu_mem_temp_c"]
