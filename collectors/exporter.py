@@ -25,7 +25,7 @@ dcgm-exporter's counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) have no suff
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -35,6 +35,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from fleetwatch.catalogue import Catalogue, catalogue
+from fleetwatch.collectors.nvml.backend import MigInstance
 from fleetwatch.frame import Frame, GpuReading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -50,6 +51,9 @@ _DCGM_TYPES = {
     "DCGM_FI_DEV_RETIRED_PENDING": "counter",
 }
 POD_LABELS = ("pod", "namespace", "container")
+# Catalogue name -> the MigInstance field that carries it per instance.
+_MIG_VALUES = {"gpu_fb_total_bytes": "fb_total", "gpu_fb_free_bytes": "fb_free",
+               "gpu_fb_used_bytes": "fb_used"}
 PROFILING_HELP = (
     "Where this GPU's DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, "
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and DCGM_FI_PROF_DRAM_ACTIVE come from: source=gpm (NVML "
@@ -155,11 +159,13 @@ class Exporter:
         self._frame: Frame | None = None
         self._xid_counts: dict[tuple[str, int], int] = {}
         self._last_xid: dict[str, int] = {}
+        self._mig: Mapping[int, list[MigInstance]] = {}
 
-    def update(self, frame: Frame) -> None:
-        """Show this frame from the next scrape on; count its XIDs."""
+    def update(self, frame: Frame, mig: Mapping[int, list[MigInstance]] | None = None) -> None:
+        """Show this frame (and the MIG instances read with it) from the next scrape on."""
         with self._lock:
             self._frame = frame
+            self._mig = mig or {}
             for g in frame.gpus:
                 for x in g.xids:
                     self._xid_counts[g.uuid, x] = self._xid_counts.get((g.uuid, x), 0) + 1
@@ -184,13 +190,15 @@ class Exporter:
             frame = self._frame
             xid_counts = dict(self._xid_counts)
             last_xid = dict(self._last_xid)
+            mig = self._mig
         if frame is not None:
-            yield from self._frame_families(frame, xid_counts, last_xid)
+            yield from self._frame_families(frame, xid_counts, last_xid, mig)
         if self.health is not None:
             yield from self.health.collect()
 
     def _frame_families(self, frame: Frame, xid_counts: dict[tuple[str, int], int],
-                        last_xid: dict[str, int]) -> Iterator[Metric]:
+                        last_xid: dict[str, int],
+                        mig: Mapping[int, list[MigInstance]]) -> Iterator[Metric]:
         host = self.hostname or frame.node
         every = [(g, self._gpu_labels(g, host)) for g in frame.gpus]
         gpus = [(g, labels) for g, labels in every if g.state == "ok"]
@@ -203,6 +211,12 @@ class Exporter:
                 v = g.metrics.get(m.name)
                 if v is not None:
                     fam.add_sample(name, labels, v * scale)
+                # Per MIG instance what NVML gives (memory), labelled as dcgm-exporter does.
+                attr = _MIG_VALUES.get(m.name)
+                for inst in mig.get(g.index, ()) if attr else ():
+                    fam.add_sample(name, {**labels, "GPU_I_PROFILE": inst.profile,
+                                          "GPU_I_ID": str(inst.gpu_instance)},
+                                   getattr(inst, attr) * scale)
             if fam.samples:
                 yield fam
         xid = Metric("fleetwatch_gpu_xid_total", "XID errors reported by the driver, by code",

@@ -24,7 +24,7 @@ from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
 from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
-from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
 from fleetwatch.collectors.nvml.reader import (
     XID_FALLEN_OFF_BUS,
@@ -72,6 +72,8 @@ class NodeSource:
         # GPU index -> (the reader's info, user, pod) and the info made from them: a new
         # dict only when one of them changes, not every tick.
         self._info: dict[int, tuple[tuple[object, ...], dict[str, str]]] = {}
+        # The last read's MIG instances by GPU index: /metrics shows them, frames do not.
+        self.mig: dict[int, list[MigInstance]] = {}
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
@@ -138,6 +140,7 @@ class NodeSource:
             self._driver_gone(exc)
             return ()
         self.jobs.prune(read.pids)
+        self.mig = read.mig
         gpus = self._attribute(read.gpus, read.pids)
         kernel = self._kernel_xids()
         nvml_xids = {g.index: g.xids for g in gpus if g.xids}

@@ -79,9 +79,12 @@ class AgentService:
         self.server = serve_metrics(self.exporter, config.agent.metrics_host,
                                     config.agent.metrics_port)
         self.agent = Agent(self.source, None, config.bus.topic, health,
-                           on_frames=lambda frames: self.exporter.update(frames[-1]),
+                           on_frames=self._show,
                            sender=self.sender)
         health.agent = self.agent
+
+    def _show(self, frames: list[Frame]) -> None:
+        self.exporter.update(frames[-1], getattr(self.source, "mig", None))
 
     def run(self, stop: threading.Event) -> int:
         config = self.config

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pynvml
@@ -66,6 +67,19 @@ NVML_SUCCESS = 0
 FieldResult = tuple[int, float]  # (NVML return code, value when the code is 0)
 
 
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a GPU, as NVML gives it (memory is all NVML answers per instance)."""
+
+    gpu_instance: int       # nvmlDeviceGetGpuInstanceId: dcgm-exporter's GPU_I_ID
+    compute_instance: int   # nvmlDeviceGetComputeInstanceId
+    profile: str            # "1g.10gb": the profile name without NVML's "MIG " prefix
+    uuid: str               # "MIG-..."
+    fb_total: int           # bytes
+    fb_free: int
+    fb_used: int
+
+
 class NvmlBackend(Protocol):
     """Every NVML call the agent makes. Raises ``pynvml.NVMLError`` subclasses."""
 
@@ -104,6 +118,8 @@ class NvmlBackend(Protocol):
     def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
         """GPM metrics between the previous call and now; [] on the first call."""
     def compute_pids(self, i: int) -> list[int]: ...
+    def mig_instances(self, i: int) -> list[MigInstance]:
+        """The MIG devices of GPU ``i`` (MIG mode enabled), with their memory."""
     def grid_license(self, i: int) -> tuple[bool, bool]:
         """(vGPU licensing supported, a licensable feature is licensed) from
         nvmlDeviceGetGridLicensableFeatures."""
@@ -283,6 +299,36 @@ class PynvmlBackend:
 
     def compute_pids(self, i: int) -> list[int]:
         return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
+
+    def mig_instances(self, i: int) -> list[MigInstance]:
+        h = self._h[i]
+        out = []
+        for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except pynvml.NVMLError_NotFound:
+                continue  # a free slot
+            gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
+            ci = pynvml.nvmlDeviceGetComputeInstanceId(mig)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
+            out.append(MigInstance(gi, ci, self._profile(h, gi),
+                                   _text(pynvml.nvmlDeviceGetUUID(mig)),
+                                   mem.total, mem.free, mem.used))
+        return out
+
+    @staticmethod
+    def _profile(h: Any, gpu_instance: int) -> str:
+        profile_id = pynvml.nvmlGpuInstanceGetInfo(
+            pynvml.nvmlDeviceGetGpuInstanceById(h, gpu_instance)).profileId
+        # The v2 profile info names the profile ("MIG 1g.10gb"); match it by id.
+        for p in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, p)
+            except pynvml.NVMLError:
+                continue
+            if info.id == profile_id:
+                return _text(info.name).removeprefix("MIG ")
+        return str(profile_id)
 
     def grid_license(self, i: int) -> tuple[bool, bool]:
         f = pynvml.nvmlDeviceGetGridLicensableFeatures(self._h[i])

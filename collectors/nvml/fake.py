@@ -351,6 +351,22 @@ class FakeNvml:
     def grid_license(self, i: int) -> tuple[bool, bool]:
         return self._answer(i, "grid_license")  # type: ignore[no-any-return]
 
+    def mig_instances(self, i: int) -> list[b.MigInstance]:
+        gpu = self._gpu(i)
+        if self._answer(i, "mig_mode") != pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError_NotSupported()
+        return list(gpu.answers.get("mig_instances", []))
+
+    def enable_mig(self, i: int, profiles: Sequence[tuple[int, str, int]]) -> None:
+        """MIG on, with (GPU instance id, profile, memory bytes) instances; util unsupported."""
+        self.set(i, "mig_mode", pynvml.NVML_DEVICE_MIG_ENABLE)
+        self.set(i, "mig_instances", [
+            b.MigInstance(gi, 0, profile, f"MIG-{self.gpus[i].uuid[4:-4]}{gi:04x}", mem,
+                          mem - 1_000_000_000 * (k + 1), 1_000_000_000 * (k + 1))
+            for k, (gi, profile, mem) in enumerate(profiles)])
+        # NVML on a MIG-enabled GPU: utilization is per instance, not for the whole GPU.
+        self.fail(i, "utilization", pynvml.NVMLError_NotSupported())
+
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
         self._live()
         if isinstance(self.event_set_error, BaseException):

@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import pynvml
 
 from fleetwatch.collectors.nvml import backend as b
-from fleetwatch.collectors.nvml.backend import NvmlBackend
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
 from fleetwatch.collectors.nvml.fields import (
     FIELDS,
     GPM,
@@ -138,6 +138,8 @@ class _Gpu:
 class NvmlRead:
     gpus: list[GpuReading]
     pids: dict[int, list[int]]  # GPU index -> pids of its compute processes
+    # GPU index -> its MIG instances (MIG mode on): /metrics only, not in the frame.
+    mig: dict[int, list[MigInstance]] = field(default_factory=dict)
 
 
 def _log_state(index: int, uuid: str, state: str, why: str) -> None:
@@ -365,6 +367,7 @@ class NvmlReader:
         xids = self._drain_xids()
         readings: list[GpuReading] = []
         pids: dict[int, list[int]] = {}
+        mig: dict[int, list[MigInstance]] = {}
         for g in self._gpus:
             if XID_FALLEN_OFF_BUS in xids.get(g.index, ()):
                 self._set_lost(g, "XID 79 (fallen off the bus)")
@@ -379,6 +382,10 @@ class NvmlReader:
                     if p:
                         pids[g.index] = p
                         job = job_of(p) if job_of is not None else None
+                    if g.info.get("mig_mode") == "enabled":
+                        instances = self._q(g, "mig_instances", self.backend.mig_instances)
+                        if instances:
+                            mig[g.index] = instances
                 except _GpuLost:
                     metrics = {}
             x = xids.get(g.index)
@@ -392,7 +399,7 @@ class NvmlReader:
                 metrics.update(g.slow)
             readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
                                        xids=tuple(x) if x else (), info=g.info))
-        return NvmlRead(readings, pids)
+        return NvmlRead(readings, pids, mig)
 
     def _drain_xids(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -425,6 +432,7 @@ class NvmlReader:
                 log.info("GPU %d (%s): MIG mode %s -> %s; checking what it supports again",
                          g.index, g.uuid, before, mode)
                 self._setup(g)
+                g.info = {**g.info, "mig_mode": mode}
         for which, name in ((b.TEMP_THRESHOLD_SLOWDOWN, "gpu_slowdown_temp_c"),
                             (b.TEMP_THRESHOLD_SHUTDOWN, "gpu_shutdown_temp_c")):
             v = q(g, name, be.temperature_threshold_c, which)

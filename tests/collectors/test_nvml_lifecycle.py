@@ -142,3 +142,25 @@ def test_every_successful_init_gets_its_shutdown(tree: NodeTree, clock: Clock) -
     with pytest.raises(Exception, match="listing the GPUs"):
         NvmlReader.open(nv)
     assert nv.inits == nv.shutdowns == 1
+
+
+def test_mig_instances_are_reported_per_instance_with_dcgm_exporter_labels(
+        tree: NodeTree, clock: Clock) -> None:
+    from fleetwatch.collectors.exporter import Exporter, render
+
+    nv = FakeNvml.of(2)
+    nv.enable_mig(0, [(1, "3g.40gb", 40 * 2**30), (2, "1g.10gb", 10 * 2**30)])
+    source = NodeSource(config(tree), lambda: nv, None, clock=clock)
+    [frame] = source.frames(time.time())
+    assert frame.gpus[0].info["mig_mode"] == "enabled"
+    assert "gpu_util_pct" not in frame.gpus[0].metrics  # NVML: per instance only under MIG
+    assert [i.profile for i in source.mig[0]] == ["3g.40gb", "1g.10gb"] and 1 not in source.mig
+    e = Exporter(hostname="n")
+    e.update(frame, source.mig)
+    lines = [line for line in render(e.collect()).decode().splitlines()
+             if line.startswith("DCGM_FI_DEV_FB_TOTAL{")]
+    mig = [line for line in lines if "GPU_I_ID" in line]
+    assert len(lines) == 4 and len(mig) == 2
+    assert 'GPU_I_PROFILE="1g.10gb",GPU_I_ID="2"' in mig[1] and mig[1].endswith(" 10240.0")
+    assert 'gpu="0"' in mig[1]
+    source.close()
