@@ -81,6 +81,9 @@ class AgentHealth:
             "Input read and not used, by reason (an XID on a PCI address that is no GPU of "
             "this node, a malformed XID line, an unreadable kernel log)", ["reason"],
             registry=None)
+        self._gpu_state = Counter("fleetwatch_agent_gpu_state_changes",
+                                  "GPUs that became lost or ok again (opened, re-probed, XID 79)",
+                                  ["state"], registry=None)
         self._tick = Histogram("fleetwatch_agent_tick_seconds",
                                "Wall time of one agent tick (read, encode, publish)",
                                buckets=TICK_BUCKETS, registry=None)
@@ -110,6 +113,9 @@ class AgentHealth:
     def dropped(self, n: int = 1) -> None:
         self._dropped.inc(n)
 
+    def gpu_state(self, state: str) -> None:
+        self._gpu_state.labels(state=state).inc()
+
     def input_dropped(self, reason: str) -> None:
         self._input_dropped.labels(reason=reason).inc()
 
@@ -121,7 +127,7 @@ class AgentHealth:
 
     def collect(self) -> Iterator[Metric]:
         for m in (self._sent, self._spooled, self._dropped, self._nvml, self._input_dropped,
-                  self._tick):
+                  self._gpu_state, self._tick):
             yield from m.collect()
         gauges: list[tuple[str, str, float]] = []
         if self._spool is not None:

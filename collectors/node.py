@@ -31,6 +31,7 @@ from fleetwatch.collectors.nvml.reader import (
     NvmlDriverGone,
     NvmlReader,
     NvmlUnavailable,
+    log_gpu_state,
 )
 from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
@@ -54,8 +55,10 @@ class NodeSource:
                  clock: Callable[[], float] = time.monotonic,
                  on_dropped: Callable[[str], None] | None = None,
                  profiling: ProfilingSource | None = None,
-                 pods: PodMapper | None = None) -> None:
+                 pods: PodMapper | None = None,
+                 on_gpu_state: Callable[[str], None] | None = None) -> None:
         agent = config.agent
+        self._on_gpu_state = on_gpu_state
         # Input the agent read and could not use: counted by reason (AgentHealth.input_dropped).
         self._on_dropped = on_dropped or (lambda reason: None)
         self._unknown_pci: set[str] = set()
@@ -93,7 +96,8 @@ class NodeSource:
     # -- NVML, with the missing-hardware policy ---------------------------
     def _try_nvml(self, first: bool = False) -> None:
         try:
-            self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock)
+            self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
+                                        on_state=self._gpu_state)
         except NvmlUnavailable as exc:
             self._next_try = self._clock() + NVML_RETRY_S
             if first and self.policy == "error":
@@ -111,6 +115,11 @@ class NodeSource:
         self.nvml_problem = None
         self._reinit = False
         self._pci_to_gpu = {pci_key(bus): i for i, bus in self.nvml.pci_bus_ids.items()}
+
+    def _gpu_state(self, index: int, uuid: str, state: str, why: str) -> None:
+        log_gpu_state(index, uuid, state, why)
+        if self._on_gpu_state is not None:
+            self._on_gpu_state(state)
 
     @property
     def driver_version(self) -> str:
@@ -262,7 +271,8 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
                 clock: Callable[[], float] = time.monotonic,
                 on_dropped: Callable[[str], None] | None = None,
                 profiling: ProfilingSource | None = None,
-                pods: PodMapper | None = None) -> NodeSource:
+                pods: PodMapper | None = None,
+                on_gpu_state: Callable[[str], None] | None = None) -> NodeSource:
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
@@ -298,4 +308,4 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
         if pods is None:
             pods = open_pod_mapper(config.agent.pod_resources_socket)
     return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
-                      profiling, pods)
+                      profiling, pods, on_gpu_state)

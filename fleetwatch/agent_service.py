@@ -70,7 +70,8 @@ class AgentService:
             health.watch(self.producer, self.sender)
         try:
             self.source = node_source(config, fake_gpus, on_nvml_error=health.nvml_error,
-                                      on_dropped=health.input_dropped)
+                                      on_dropped=health.input_dropped,
+                                      on_gpu_state=health.gpu_state)
         except BaseException:
             if self.producer is not None:
                 self.producer.close()

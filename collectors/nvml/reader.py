@@ -142,7 +142,7 @@ class NvmlRead:
     mig: dict[int, list[MigInstance]] = field(default_factory=dict)
 
 
-def _log_state(index: int, uuid: str, state: str, why: str) -> None:
+def log_gpu_state(index: int, uuid: str, state: str, why: str) -> None:
     level = logging.INFO if state == "ok" else logging.WARNING
     log.log(level, "GPU %d (%s) is %s: %s", index, uuid, state, why)
 
@@ -161,7 +161,7 @@ class NvmlReader:
         self.backend = backend
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
-        self.on_state = on_state or _log_state
+        self.on_state = on_state or log_gpu_state
         self.slow_every = max(1, slow_every)
         self.driver = ""
         self._gpus: list[_Gpu] = []

@@ -164,3 +164,15 @@ def test_mig_instances_are_reported_per_instance_with_dcgm_exporter_labels(
     assert 'GPU_I_PROFILE="1g.10gb",GPU_I_ID="2"' in mig[1] and mig[1].endswith(" 10240.0")
     assert 'gpu="0"' in mig[1]
     source.close()
+
+
+def test_gpu_state_changes_reach_the_node_callback(tree: NodeTree, clock: Clock) -> None:
+    from fleetwatch.collectors.node import node_source
+
+    nv = FakeNvml.of(2)
+    states: list[str] = []
+    source = node_source(config(tree), nvml=nv, clock=clock, on_gpu_state=states.append)
+    nv.inject_xid(0, 79)
+    source.frames(time.time())
+    assert states == ["lost"]
+    source.close()
