@@ -190,6 +190,9 @@ class NodeSource:
                 pod.namespace if pod is not None else None)
             if user:
                 extra["user"] = user
+            # The codec takes info values of 1..256 printable characters: keep to that here
+            # rather than have the processor dead-letter the whole frame.
+            extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
             info = self._merged_info(g, extra)
             if metrics is not g.metrics or info is not g.info:
                 g = dataclasses.replace(g, metrics=metrics, info=info)

@@ -12,6 +12,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from fleetwatch import codec
 from fleetwatch.collectors.dcgm import FakeDcgm
 from fleetwatch.collectors.exporter import Exporter, render
 from fleetwatch.collectors.hwmon import InletSource
@@ -88,6 +89,7 @@ def test_pods_from_the_kubelet_socket_label_their_gpus(kubelet: tuple[str, list[
         "trainer-0", "team-a", "main")
     assert g0.info["user"] == "team-a"  # the pod's namespace, where Slurm names no user
     assert "pod" not in g1.info and g2.info["pod"] == "shared-1"
+    assert codec.decode(codec.encode(frame)) == frame  # the new info keys travel as they are
     e = Exporter(hostname="n")
     e.update(frame)
     text = render(e.collect()).decode()
