@@ -5,23 +5,33 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
 
 * ``NVMLError_NotSupported`` (or ``NoPermission``, or ``FunctionNotFound`` from an older
   driver): the metric is absent, never 0, and the call is not made again on that GPU
-  (support does not change at run time);
+  until its MIG mode changes (what a GPU supports changes with MIG);
 * ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
+* ``NVMLError_Uninitialized``: the driver went away; ``read`` raises ``NvmlDriverGone``
+  and the caller closes this reader and opens a new one later;
 * anything else: the metric is absent this tick and ``on_error(kind)`` counts it.
+
+Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
+(nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
+report. Every ``slow_every`` ticks the reader looks again: GPUs that appeared are
+opened, lost ones probed (after a reset they answer). An XID 79 marks a GPU lost
+at once. ``close`` calls nvmlShutdown once for the nvmlInit that ``open`` made.
 
 What is batched: ECC, retired pages, row remapping, NVLink errors and throughput,
 memory temperature, energy, the PCIe replay counter and (driver R550+) the PCIe
 byte counters come from one ``nvmlDeviceGetFieldValues`` call per GPU. PCIe rates
 come from those counters where the driver has them, else from
 ``nvmlDeviceGetPcieThroughput``, which blocks ~20 ms per direction. Thresholds,
-the power limit, MIG mode and NVLink link state (one call per link) are re-read
-every ``slow_every`` ticks.
+the power limit, MIG mode, the vGPU licence and NVLink link state (one call per
+link; a failed call makes the count unknown, not 0) are re-read every ``slow_every``
+ticks. Under MIG each instance's memory is read every tick (``NvmlRead.mig``).
 
 SM activity, occupancy, tensor and DRAM activity come from GPM (GPU Performance
 Monitoring: Hopper and newer). Older GPUs have no GPM: those four ratios are
 absent (never 0), ``gpu_util_pct`` (nvmlDeviceGetUtilizationRates, the share of
 time any kernel ran) is what they offer, and ``gpu_gr_engine_active_ratio`` falls
-back to it divided by 100, as DCGM's own NVML fallback does.
+back to it divided by 100, as DCGM's own NVML fallback does (DCGM fills the
+four in where installed: ``collectors/dcgm.py``).
 """
 
 from __future__ import annotations
