@@ -73,7 +73,8 @@ class AgentHealth:
                                 "Frames written to the local spool while the bus was away",
                                 registry=None)
         self._dropped = Counter("fleetwatch_agent_frames_dropped",
-                                "Frames lost (spool full or unencodable)", registry=None)
+                                "Frames lost (spool full or unwritable, send queue full, "
+                                "refused by the broker)", registry=None)
         self._nvml = Counter("fleetwatch_agent_nvml_errors", "NVML calls that failed, by error",
                              ["kind"], registry=None)
         self._input_dropped = Counter(

@@ -1,10 +1,18 @@
-"""This node's ``FrameSource``: NVML + host + InfiniBand + RAPL + kernel-log XIDs + jobs.
+"""This node's ``FrameSource``: NVML + host + InfiniBand + RAPL + hwmon inlet temperature +
+kernel-log XIDs + jobs, and where present DCGM's profiling ratios and the kubelet's pods.
 
 One ``Frame`` per tick, identity from ``config.node``. When NVML cannot start
 (no driver, driver/library mismatch, no permission) ``agent.nvml_policy``
 decides: ``error`` raises ``NvmlUnavailable`` (its message says what to
 install), ``ignore`` runs host-only, ``retry`` runs host-only and tries NVML
-again every ``NVML_RETRY_S``. Either host-only way logs exactly one line.
+again every ``NVML_RETRY_S``. Either host-only way logs exactly one line. A driver
+that goes away mid-run (every call answers Uninitialized) ends the GPU values until
+NVML initialises again, tried every ``NVML_REINIT_S`` whatever the policy.
+
+Each GPU reading's ``info`` carries, where known: ``user`` (Slurm's
+``SLURM_JOB_USER``, else the pod's namespace: energy per user), ``pod``,
+``namespace``, ``container`` (dcgm-exporter's labels) and ``profiling`` (gpm,
+dcgm or none: where the SM/tensor/DRAM ratios come from).
 
     source = node_source(config)                # real NVML
     source = node_source(config, fake_gpus=8)   # FakeNvml: no GPU needed
