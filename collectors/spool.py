@@ -77,7 +77,7 @@ class Spool:
                  fsync: bool = True) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
-        _check_writable(self.dir)
+        check_writable(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or min(64 << 20, max(max_bytes // 8, 4096))
         self._fsync = fsync
@@ -275,7 +275,7 @@ class Spool:
         self._close_writer()
 
 
-def _check_writable(directory: Path) -> None:
+def check_writable(directory: Path) -> None:
     """Raise ``OSError`` now if frames could not be written here later.
 
     ``os.access`` answers for the real uid and ignores read-only mounts; writing a

@@ -10,11 +10,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from pathlib import Path
 
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
 from fleetwatch.collectors.sender import Sender
+from fleetwatch.collectors.spool import check_writable
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
@@ -58,9 +60,14 @@ class AgentService:
         self.sender: Sender | None = None
         if config.bus.kind == "kafka":
             quiet_kafka_client()
+            spool_dir = Path(config.agent.spool_dir)
             try:
+                # Before anything connects: a spool that cannot be written is a start-up
+                # error, not frames lost later.
+                spool_dir.mkdir(parents=True, exist_ok=True)
+                check_writable(spool_dir)
                 self.producer = SpoolingProducer(
-                    open_producer(config.bus), config.agent.spool_dir,
+                    open_producer(config.bus), spool_dir,
                     int(config.agent.spool_max_mb * 2**20), on_event=health.spool_event)
             except OSError as exc:
                 raise ConfigError(

@@ -119,6 +119,17 @@ def test_an_unwritable_spool_directory_is_refused_at_start() -> None:
         Spool("/proc/self", 1 << 20)
 
 
+def test_the_agent_refuses_an_unwritable_spool_directory_at_start() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "fleetwatch.cli", "agent", "--fake-gpus", "1"],
+        capture_output=True, text=True, timeout=60,
+        env={**os.environ, "FLEETWATCH_BUS_KIND": "kafka",
+             "FLEETWATCH_BUS_BOOTSTRAP": "127.0.0.1:1", "FLEETWATCH_AGENT_SPOOL_DIR": "/proc/self"})
+    assert result.returncode == 2, result.stderr
+    assert "agent.spool_dir = '/proc/self' cannot be used" in result.stderr
+    assert "cannot write a file in /proc/self" in result.stderr
+
+
 def test_frames_the_spool_cannot_write_are_counted_as_dropped(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     broker = FakeBroker()
