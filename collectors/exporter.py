@@ -25,15 +25,17 @@ dcgm-exporter's counters (``DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION``) have no suff
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from fleetwatch.catalogue import Catalogue, catalogue
+from fleetwatch.collectors.nvml.backend import MigInstance
 from fleetwatch.frame import Frame, GpuReading
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -48,6 +50,16 @@ _DCGM_TYPES = {
     "DCGM_FI_DEV_RETIRED_DBE": "counter",
     "DCGM_FI_DEV_RETIRED_PENDING": "counter",
 }
+POD_LABELS = ("pod", "namespace", "container")
+# Catalogue name -> the MigInstance field that carries it per instance.
+_MIG_VALUES = {"gpu_fb_total_bytes": "fb_total", "gpu_fb_free_bytes": "fb_free",
+               "gpu_fb_used_bytes": "fb_used"}
+PROFILING_HELP = (
+    "Where this GPU's DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, "
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and DCGM_FI_PROF_DRAM_ACTIVE come from: source=gpm (NVML "
+    "GPU Performance Monitoring, Hopper and newer), dcgm (DCGM's profiling module), or none: "
+    "a GPU before Hopper (A100, L4, L40S) without DCGM has no NVML source for them, so those "
+    "four families are absent for it and DCGM_FI_PROF_GR_ENGINE_ACTIVE is its utilization / 100")
 TICK_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
 
@@ -61,12 +73,37 @@ class AgentHealth:
                                 "Frames written to the local spool while the bus was away",
                                 registry=None)
         self._dropped = Counter("fleetwatch_agent_frames_dropped",
-                                "Frames lost (spool full or unencodable)", registry=None)
+                                "Frames lost (spool full or unwritable, send queue full, "
+                                "refused by the broker)", registry=None)
         self._nvml = Counter("fleetwatch_agent_nvml_errors", "NVML calls that failed, by error",
                              ["kind"], registry=None)
+        self._input_dropped = Counter(
+            "fleetwatch_agent_input_dropped",
+            "Input read and not used, by reason (an XID on a PCI address that is no GPU of "
+            "this node, a malformed XID line, an unreadable kernel log)", ["reason"],
+            registry=None)
+        self._gpu_state = Counter("fleetwatch_agent_gpu_state_changes",
+                                  "GPUs that became lost or ok again (opened, re-probed, XID 79)",
+                                  ["state"], registry=None)
         self._tick = Histogram("fleetwatch_agent_tick_seconds",
                                "Wall time of one agent tick (read, encode, publish)",
                                buckets=TICK_BUCKETS, registry=None)
+        self._spool: Any = None
+        self._sender: Any = None
+        self.agent: Any = None  # the loop, for its tick counters
+
+    def watch(self, spool: Any, sender: Any) -> None:
+        """Report the spool's backlog and reachability and the send queue at each scrape."""
+        self._spool, self._sender = spool, sender
+
+    def spool_event(self, name: str, n: int) -> None:
+        """``SpoolingProducer``'s ``on_event``: acknowledged frames, spooled, dropped."""
+        if name in ("sent", "replayed"):
+            self.sent(n)
+        elif name == "spooled":
+            self.spooled(n)
+        elif name == "dropped":
+            self.dropped(n)
 
     def sent(self, n: int = 1) -> None:
         self._sent.inc(n)
@@ -77,6 +114,12 @@ class AgentHealth:
     def dropped(self, n: int = 1) -> None:
         self._dropped.inc(n)
 
+    def gpu_state(self, state: str) -> None:
+        self._gpu_state.labels(state=state).inc()
+
+    def input_dropped(self, reason: str) -> None:
+        self._input_dropped.labels(reason=reason).inc()
+
     def nvml_error(self, kind: str) -> None:
         self._nvml.labels(kind=kind).inc()
 
@@ -84,8 +127,31 @@ class AgentHealth:
         self._tick.observe(seconds)
 
     def collect(self) -> Iterator[Metric]:
-        for m in (self._sent, self._spooled, self._dropped, self._nvml, self._tick):
+        for m in (self._sent, self._spooled, self._dropped, self._nvml, self._input_dropped,
+                  self._gpu_state, self._tick):
             yield from m.collect()
+        gauges: list[tuple[str, str, float]] = []
+        if self._spool is not None:
+            gauges += [
+                ("fleetwatch_agent_spool_frames", "Frames waiting in the on-disk spool",
+                 float(self._spool.backlog)),
+                ("fleetwatch_agent_spool_bytes", "Bytes the spooled frames take on disk",
+                 float(self._spool.backlog_bytes)),
+                ("fleetwatch_agent_broker_up",
+                 "1 while the broker acknowledges frames, 0 from a failed send until it does",
+                 1.0 if self._spool.reachable else 0.0)]
+        if self._sender is not None:
+            gauges.append(("fleetwatch_agent_send_queue_frames",
+                           "Frames sampled and waiting for the sender thread",
+                           float(self._sender.queued)))
+        if self.agent is not None:
+            gauges.append(("fleetwatch_agent_ticks_missed",
+                           "Sampling ticks skipped because a tick took longer than the interval",
+                           float(self.agent.missed_ticks)))
+        for name, doc, value in gauges:
+            fam = Metric(name, doc, "counter" if name.endswith("_missed") else "gauge")
+            fam.add_sample(name + ("_total" if name.endswith("_missed") else ""), {}, value)
+            yield fam
 
 
 class Exporter:
@@ -100,37 +166,49 @@ class Exporter:
         self._frame: Frame | None = None
         self._xid_counts: dict[tuple[str, int], int] = {}
         self._last_xid: dict[str, int] = {}
+        self._mig: Mapping[int, list[MigInstance]] = {}
 
-    def update(self, frame: Frame) -> None:
-        """Show this frame from the next scrape on; count its XIDs."""
+    def update(self, frame: Frame, mig: Mapping[int, list[MigInstance]] | None = None) -> None:
+        """Show this frame (and the MIG instances read with it) from the next scrape on."""
         with self._lock:
             self._frame = frame
+            self._mig = mig or {}
             for g in frame.gpus:
                 for x in g.xids:
                     self._xid_counts[g.uuid, x] = self._xid_counts.get((g.uuid, x), 0) + 1
                     self._last_xid[g.uuid] = x
 
     def _gpu_labels(self, g: GpuReading, host: str) -> dict[str, str]:
-        return {"gpu": str(g.index), "UUID": g.uuid, "pci_bus_id": g.info.get("pci_bus_id", ""),
-                # NVML index stands in for the /dev/nvidiaN minor: they agree unless
-                # CUDA_VISIBLE_DEVICES-style remapping hides devices from the agent.
-                "device": f"nvidia{g.index}", "modelName": g.model, "Hostname": host,
-                "DCGM_FI_DRIVER_VERSION": g.info.get("driver", ""), "hpc_job": g.job or ""}
+        labels = {"gpu": str(g.index), "UUID": g.uuid,
+                  "pci_bus_id": g.info.get("pci_bus_id", ""),
+                  # NVML index stands in for the /dev/nvidiaN minor: they agree unless
+                  # CUDA_VISIBLE_DEVICES-style remapping hides devices from the agent.
+                  "device": f"nvidia{g.index}", "modelName": g.model, "Hostname": host,
+                  "DCGM_FI_DRIVER_VERSION": g.info.get("driver", ""), "hpc_job": g.job or ""}
+        # dcgm-exporter's Kubernetes labels, only on a GPU that a pod holds (as it does).
+        for key in POD_LABELS:
+            value = g.info.get(key)
+            if value:
+                labels[key] = value
+        return labels
 
     def collect(self) -> Iterator[Metric]:
         with self._lock:
             frame = self._frame
             xid_counts = dict(self._xid_counts)
             last_xid = dict(self._last_xid)
+            mig = self._mig
         if frame is not None:
-            yield from self._frame_families(frame, xid_counts, last_xid)
+            yield from self._frame_families(frame, xid_counts, last_xid, mig)
         if self.health is not None:
             yield from self.health.collect()
 
     def _frame_families(self, frame: Frame, xid_counts: dict[tuple[str, int], int],
-                        last_xid: dict[str, int]) -> Iterator[Metric]:
+                        last_xid: dict[str, int],
+                        mig: Mapping[int, list[MigInstance]]) -> Iterator[Metric]:
         host = self.hostname or frame.node
-        gpus = [(g, self._gpu_labels(g, host)) for g in frame.gpus if g.state == "ok"]
+        every = [(g, self._gpu_labels(g, host)) for g in frame.gpus]
+        gpus = [(g, labels) for g, labels in every if g.state == "ok"]
         for m in self._cat.scope("gpu"):
             name = m.dcgm or f"fleetwatch_{m.name}"
             kind = _DCGM_TYPES.get(name, m.kind)
@@ -140,18 +218,30 @@ class Exporter:
                 v = g.metrics.get(m.name)
                 if v is not None:
                     fam.add_sample(name, labels, v * scale)
+                # Per MIG instance what NVML gives (memory), labelled as dcgm-exporter does.
+                attr = _MIG_VALUES.get(m.name)
+                for inst in mig.get(g.index, ()) if attr else ():
+                    fam.add_sample(name, {**labels, "GPU_I_PROFILE": inst.profile,
+                                          "GPU_I_ID": str(inst.gpu_instance)},
+                                   getattr(inst, attr) * scale)
             if fam.samples:
                 yield fam
         xid = Metric("fleetwatch_gpu_xid_total", "XID errors reported by the driver, by code",
                      "counter")
         last = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
                       "gauge")
-        for g, labels in gpus:
+        # A lost GPU keeps its XID series: its XID 79 is why it is lost.
+        for g, labels in every:
             for (uuid, code), n in sorted(xid_counts.items()):
                 if uuid == g.uuid:
                     xid.add_sample(xid.name, {**labels, "xid": str(code)}, float(n))
             last.add_sample(last.name, labels, float(last_xid.get(g.uuid, 0)))
         yield from (f for f in (xid, last) if f.samples)
+        prof = Metric("fleetwatch_gpu_profiling_info", PROFILING_HELP, "gauge")
+        for g, labels in gpus:
+            prof.add_sample(prof.name, {**labels, "source": g.info.get("profiling", "none")}, 1.0)
+        if prof.samples:
+            yield prof
         lost = Metric("fleetwatch_gpus_lost", "GPUs of this node that NVML reports as lost",
                       "gauge")
         lost.add_sample(lost.name, {"Hostname": host},

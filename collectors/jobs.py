@@ -8,6 +8,10 @@ For each pid, in order:
    or systemd ``kubepods-burstable-pod<uid with _>.slice``) -> ``"pod:<uid>"``;
 3. else the process owner (real uid in /proc/PID/status) -> ``"user:<name>"``.
 
+The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
+``SLURM_JOB_USER`` from the same environ, or on Kubernetes the pod's namespace
+(``podresources.py``).
+
 Several jobs on one GPU (MPS, time slicing) are joined with commas in pid
 order. NVML reports host pids: in a container the agent needs ``hostPID`` and
 the host's /proc as ``proc_root``. Answers are cached per pid while the pid
@@ -44,6 +48,15 @@ def slurm_job_from_environ(environ: bytes) -> str | None:
     return None
 
 
+def slurm_user_from_environ(environ: bytes) -> str | None:
+    """The job's owner as Slurm sets it (``SLURM_JOB_USER``), for energy per user."""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"SLURM_JOB_USER="):
+            value = entry[len(b"SLURM_JOB_USER="):].decode("utf-8", "replace")
+            return value[:MAX_JOB_CHARS] or None
+    return None
+
+
 def job_from_cgroup(text: str) -> str | None:
     """The Slurm job or Kubernetes pod named by a /proc/PID/cgroup file, if any."""
     for line in text.splitlines():
@@ -75,6 +88,7 @@ class JobResolver:
     def __init__(self, proc_root: str | Path = "/proc") -> None:
         self.proc = str(proc_root)
         self._cache: dict[int, str | None] = {}
+        self._users: dict[int, str] = {}  # pid -> SLURM_JOB_USER, where Slurm set one
 
     def job_of_pid(self, pid: int) -> str | None:
         if pid in self._cache:
@@ -84,6 +98,9 @@ class JobResolver:
         environ = _read_bytes(os.path.join(base, "environ"))
         if environ:
             job = slurm_job_from_environ(environ)
+            user = slurm_user_from_environ(environ)
+            if user:
+                self._users[pid] = user
         if job is None:
             cgroup = _read_bytes(os.path.join(base, "cgroup"))
             if cgroup:
@@ -106,6 +123,20 @@ class JobResolver:
                 jobs.append(job)
         return ",".join(jobs)[:MAX_JOB_CHARS] or None
 
+    @property
+    def has_users(self) -> bool:
+        """Whether any pid now on a GPU has a Slurm user (the usual tick asks nothing more)."""
+        return bool(self._users)
+
+    def user_of_pids(self, pids: Iterable[int]) -> str | None:
+        """The Slurm users of these pids (read with their jobs), comma-joined; None if none."""
+        users: list[str] = []
+        for pid in pids:
+            user = self._users.get(pid)
+            if user is not None and user not in users:
+                users.append(user)
+        return ",".join(users)[:MAX_JOB_CHARS] or None
+
     def resolve(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> dict[int, str]:
         """GPU index -> job, for every GPU that runs something; forgets pids that are gone."""
         out: dict[int, str] = {}
@@ -122,3 +153,4 @@ class JobResolver:
         if len(self._cache) > len(live):
             for pid in [p for p in self._cache if p not in live]:
                 del self._cache[pid]
+                self._users.pop(pid, None)

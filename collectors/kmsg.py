@@ -59,7 +59,12 @@ def parse_xid(line: str) -> XidLine | None:
     m = _XID.search(line.rstrip("\n"))
     if m is None:
         return None
-    code = int(m["code"])
+    digits = m["code"]
+    # XIDs are small numbers (1..~160 today); thousands of digits would also exceed
+    # Python's int() limit and raise. Either way the line is not an XID we can use.
+    if len(digits) > 5:
+        return None
+    code = int(digits)
     if not 0 < code < 1 << 16:
         return None
     pci = f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['dev'].lower()}"
@@ -76,11 +81,18 @@ def parse_lines(lines: Iterable[str]) -> list[XidLine]:
     return [x for x in map(parse_xid, lines) if x is not None]
 
 
+class KernelLogError(ValueError):
+    """``agent.kernel_log`` names something that is not a log: the message says what to set."""
+
+
 class KernelLog:
     """Follows the kernel log without blocking: /dev/kmsg, or a text file (tests, replays).
 
     It starts at the end of the log, as NVML's event set starts at registration,
-    so a restart of the agent does not report old XIDs again.
+    so a restart of the agent does not report old XIDs again. A path that is not
+    a character device or a regular file (a directory, a FIFO) is refused at start
+    with ``KernelLogError``; a line that names an XID but cannot be read as one is
+    counted in ``malformed`` and logged, and the lines around it are kept.
     """
 
     def __init__(self, path: str = "/dev/kmsg", from_start: bool = False) -> None:
@@ -89,11 +101,21 @@ class KernelLog:
         self._text_pos = 0
         self._char_dev = False
         self._pending = ""
+        self.malformed = 0
         self._open(from_start)
 
     def _open(self, from_start: bool) -> None:
         try:
-            self._char_dev = stat.S_ISCHR(os.stat(self.path).st_mode)
+            mode = os.stat(self.path).st_mode
+        except OSError:
+            mode = 0
+        if mode and not (stat.S_ISCHR(mode) or stat.S_ISREG(mode)):
+            kind = "a directory" if stat.S_ISDIR(mode) else "neither a file nor a device"
+            raise KernelLogError(
+                f"agent.kernel_log = {self.path!r} is {kind}; point it at /dev/kmsg or a "
+                "kernel log file, or set it to \"\" to take XIDs from NVML events only")
+        try:
+            self._char_dev = stat.S_ISCHR(mode)
             self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
         except OSError as exc:
             log.warning("kernel log %s unreadable (%s): XIDs come from NVML events only; "
@@ -126,7 +148,15 @@ class KernelLog:
             x = parse_kmsg_record(record)
             if x is not None:
                 out.append(x)
+            elif b"NVRM: Xid" in record:
+                self._malformed(record.decode("utf-8", "replace"))
         return out
+
+    def _malformed(self, line: str) -> None:
+        self.malformed += 1
+        if self.malformed == 1 or self.malformed % 1000 == 0:
+            log.warning("kernel log %s: %d XID lines could not be read, e.g. %r", self.path,
+                        self.malformed, line[:200])
 
     def _poll_text(self) -> list[XidLine]:
         assert self._fd is not None
@@ -145,7 +175,17 @@ class KernelLog:
         text = self._pending + b"".join(chunks).decode("utf-8", "replace")
         lines = text.split("\n")
         self._pending = lines.pop()  # a partly written last line waits for the next poll
-        return parse_lines(lines)
+        if len(self._pending) > 1 << 20:  # no newline in a megabyte: not a log line
+            self._malformed(self._pending)
+            self._pending = ""
+        out = []
+        for line in lines:
+            x = parse_xid(line)
+            if x is not None:
+                out.append(x)
+            elif "NVRM: Xid" in line:
+                self._malformed(line)
+        return out
 
     def close(self) -> None:
         if self._fd is not None:

@@ -1,10 +1,18 @@
-"""This node's ``FrameSource``: NVML + host + InfiniBand + RAPL + kernel-log XIDs + jobs.
+"""This node's ``FrameSource``: NVML + host + InfiniBand + RAPL + hwmon inlet temperature +
+kernel-log XIDs + jobs, and where present DCGM's profiling ratios and the kubelet's pods.
 
 One ``Frame`` per tick, identity from ``config.node``. When NVML cannot start
 (no driver, driver/library mismatch, no permission) ``agent.nvml_policy``
 decides: ``error`` raises ``NvmlUnavailable`` (its message says what to
 install), ``ignore`` runs host-only, ``retry`` runs host-only and tries NVML
-again every ``NVML_RETRY_S``. Either host-only way logs exactly one line.
+again every ``NVML_RETRY_S``. Either host-only way logs exactly one line. A driver
+that goes away mid-run (every call answers Uninitialized) ends the GPU values until
+NVML initialises again, tried every ``NVML_REINIT_S`` whatever the policy.
+
+Each GPU reading's ``info`` carries, where known: ``user`` (Slurm's
+``SLURM_JOB_USER``, else the pod's namespace: energy per user), ``pod``,
+``namespace``, ``container`` (dcgm-exporter's labels) and ``profiling`` (gpm,
+dcgm or none: where the SM/tensor/DRAM ratios come from).
 
     source = node_source(config)                # real NVML
     source = node_source(config, fake_gpus=8)   # FakeNvml: no GPU needed
@@ -16,22 +24,34 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from fleetwatch.collectors.dcgm import PROFILED, ProfilingSource, open_dcgm_profiling
 from fleetwatch.collectors.host import HostSource
+from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
-from fleetwatch.collectors.kmsg import KernelLog, XidMerger, pci_key
-from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
+from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
-from fleetwatch.collectors.nvml.reader import NvmlReader, NvmlUnavailable
+from fleetwatch.collectors.nvml.reader import (
+    XID_FALLEN_OFF_BUS,
+    NvmlDriverGone,
+    NvmlReader,
+    NvmlUnavailable,
+    log_gpu_state,
+)
+from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
-from fleetwatch.config import Config
+from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 log = logging.getLogger(__name__)
 
 NVML_RETRY_S = 60.0
+# After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
+# as a reload takes seconds.
+NVML_REINIT_S = 10.0
 
 
 class NodeSource:
@@ -40,14 +60,31 @@ class NodeSource:
     def __init__(self, config: Config, backend: Callable[[], NvmlBackend],
                  kernel_log: KernelLog | None,
                  on_nvml_error: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 on_dropped: Callable[[str], None] | None = None,
+                 profiling: ProfilingSource | None = None,
+                 pods: PodMapper | None = None,
+                 on_gpu_state: Callable[[str], None] | None = None) -> None:
         agent = config.agent
+        self._on_gpu_state = on_gpu_state
+        # Input the agent read and could not use: counted by reason (AgentHealth.input_dropped).
+        self._on_dropped = on_dropped or (lambda reason: None)
+        self._unknown_pci: set[str] = set()
+        self._kernel_log_failing = False
         self.node = config.node
         self.policy = agent.nvml_policy
         self._backend = backend
         self._on_error = on_nvml_error
         self._clock = clock
         self.host = HostSource(agent.proc_root, agent.sys_root, clock)
+        self.inlet = InletSource(agent.sys_root)
+        self.profiling = profiling
+        self.pods = pods
+        # GPU index -> (the reader's info, user, pod) and the info made from them: a new
+        # dict only when one of them changes, not every tick.
+        self._info: dict[int, tuple[tuple[object, ...], dict[str, str]]] = {}
+        # The last read's MIG instances by GPU index: /metrics shows them, frames do not.
+        self.mig: dict[int, list[MigInstance]] = {}
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
@@ -56,14 +93,19 @@ class NodeSource:
         self.nvml: NvmlReader | None = None
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
+        self._reinit = False  # the driver went away mid-run: retry whatever the policy
         self._pci_to_gpu: dict[str, int] = {}
-        self._seq = 0
+        # Frame identity (node, seq) must stay unique across agent restarts: start from the
+        # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
+        # the count never overtakes the clock, and a restarted agent starts above it.
+        self._seq = int(time.time() * 1000)
         self._try_nvml(first=True)
 
     # -- NVML, with the missing-hardware policy ---------------------------
     def _try_nvml(self, first: bool = False) -> None:
         try:
-            self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock)
+            self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
+                                        on_state=self._gpu_state)
         except NvmlUnavailable as exc:
             self._next_try = self._clock() + NVML_RETRY_S
             if first and self.policy == "error":
@@ -79,7 +121,13 @@ class NodeSource:
         if not first:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
         self.nvml_problem = None
+        self._reinit = False
         self._pci_to_gpu = {pci_key(bus): i for i, bus in self.nvml.pci_bus_ids.items()}
+
+    def _gpu_state(self, index: int, uuid: str, state: str, why: str) -> None:
+        log_gpu_state(index, uuid, state, why)
+        if self._on_gpu_state is not None:
+            self._on_gpu_state(state)
 
     @property
     def driver_version(self) -> str:
@@ -87,13 +135,15 @@ class NodeSource:
 
     # -- FrameSource -------------------------------------------------------
     def frames(self, ts: float) -> list[Frame]:
-        if self.nvml is None and self.policy == "retry" and self._clock() >= self._next_try:
+        if (self.nvml is None and (self.policy == "retry" or self._reinit)
+                and self._clock() >= self._next_try):
             self._try_nvml()
         gpus: tuple[GpuReading, ...] = ()
         if self.nvml is not None:
             gpus = self._gpus()
         metrics, nics = self.host.read()
         metrics.update(self.rapl.read())
+        metrics.update(self.inlet.read())
         ports = nics + self.ib.read()
         self._seq += 1
         return [Frame(self.node.cluster, self.node.rack, self.node.node, ts, gpus,
@@ -101,25 +151,126 @@ class NodeSource:
 
     def _gpus(self) -> tuple[GpuReading, ...]:
         assert self.nvml is not None
-        read = self.nvml.read(self.jobs.job_of_pids)
+        try:
+            read = self.nvml.read(self.jobs.job_of_pids)
+        except NvmlDriverGone as exc:
+            self._driver_gone(exc)
+            return ()
         self.jobs.prune(read.pids)
-        kernel: list[tuple[int, int]] = []
-        if self.kernel_log is not None:
-            for x in self.kernel_log.poll():
-                gpu = self._pci_to_gpu.get(x.pci)
-                if gpu is not None:
-                    kernel.append((gpu, x.xid))
-        nvml_xids = {g.index: g.xids for g in read.gpus if g.xids}
+        self.mig = read.mig
+        gpus = self._attribute(read.gpus, read.pids)
+        kernel = self._kernel_xids()
+        nvml_xids = {g.index: g.xids for g in gpus if g.xids}
         if not nvml_xids and not kernel:
-            return tuple(read.gpus)  # the usual tick: nothing to merge
+            return tuple(gpus)  # the usual tick: nothing to merge
         xids = self.xids.merge(nvml_xids, kernel)
-        return tuple(g if tuple(xids.get(g.index, ())) == g.xids
-                     else dataclasses.replace(g, xids=tuple(xids.get(g.index, ())))
-                     for g in read.gpus)
+        fallen = {gpu for gpu, x in kernel if x == XID_FALLEN_OFF_BUS}
+        out = []
+        for g in gpus:
+            mine = tuple(xids.get(g.index, ()))
+            if g.index in fallen and g.state != "lost":
+                # The kernel log saw XID 79: the GPU is gone now, not at the next failed call.
+                self.nvml.mark_lost(g.index, "XID 79 (fallen off the bus) in the kernel log")
+                g = dataclasses.replace(g, metrics={}, state="lost", job=None)
+            out.append(g if mine == g.xids else dataclasses.replace(g, xids=mine))
+        return tuple(out)
+
+    def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
+                   ) -> list[GpuReading]:
+        """DCGM's profiling ratios where GPM has none; the user and the pod of each GPU."""
+        prof = self.profiling.read() if self.profiling is not None else {}
+        pods = self.pods.by_uuid() if self.pods is not None else {}
+        if not prof and not pods and not self.jobs.has_users:
+            return gpus
+        out = []
+        for g in gpus:
+            metrics = g.metrics
+            extra: dict[str, str] = {}
+            got = prof.get(g.uuid)
+            if got and g.state == "ok" and not any(k in metrics for k in PROFILED):
+                metrics = {**metrics, **got}
+                extra["profiling"] = "dcgm"
+            pod = pods.get(g.uuid)
+            if pod is not None:
+                extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
+            # Energy per user: Slurm's job user, else on Kubernetes the pod's namespace.
+            user = self.jobs.user_of_pids(pids.get(g.index, ())) or (
+                pod.namespace if pod is not None else None)
+            if user:
+                extra["user"] = user
+            # The codec takes info values of 1..256 printable characters: keep to that here
+            # rather than have the processor dead-letter the whole frame.
+            extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
+            info = self._merged_info(g, extra)
+            if metrics is not g.metrics or info is not g.info:
+                g = dataclasses.replace(g, metrics=metrics, info=info)
+            out.append(g)
+        return out
+
+    def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
+        if not extra:
+            return g.info
+        key = (id(g.info), *sorted(extra.items()))
+        cached = self._info.get(g.index)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        info = {**g.info, **extra}
+        self._info[g.index] = (key, info)
+        return info
+
+    def _driver_gone(self, exc: NvmlDriverGone) -> None:
+        """Stop reporting GPUs, release NVML (its one nvmlShutdown), try again soon."""
+        assert self.nvml is not None
+        log.warning("%s: reporting no GPU values until NVML initialises again (trying every "
+                    "%.0f s)", exc, NVML_REINIT_S)
+        if self._on_error is not None:
+            self._on_error("uninitialized")
+        self.nvml.close()
+        self.nvml = None
+        self.nvml_problem = NvmlUnavailable(str(exc), "check the driver with nvidia-smi")
+        self._reinit = True
+        self._next_try = self._clock() + NVML_REINIT_S
+
+    def _kernel_xids(self) -> list[tuple[int, int]]:
+        kernel: list[tuple[int, int]] = []
+        if self.kernel_log is None:
+            return kernel
+        malformed = self.kernel_log.malformed
+        try:
+            lines = self.kernel_log.poll()
+        except OSError as exc:
+            # The log went away under us (a file replaced, a device error): say so once,
+            # keep sampling, and try again next tick.
+            self._on_dropped("kernel_log_unreadable")
+            if not self._kernel_log_failing:
+                log.warning("kernel log %s unreadable now (%s); XIDs from NVML events only "
+                            "until it reads again", self.kernel_log.path, exc)
+            self._kernel_log_failing = True
+            return kernel
+        if self._kernel_log_failing:
+            log.info("kernel log %s readable again", self.kernel_log.path)
+            self._kernel_log_failing = False
+        for _ in range(self.kernel_log.malformed - malformed):
+            self._on_dropped("xid_malformed")
+        for x in lines:
+            gpu = self._pci_to_gpu.get(x.pci)
+            if gpu is not None:
+                kernel.append((gpu, x.xid))
+                continue
+            self._on_dropped("xid_unknown_pci")
+            if x.pci not in self._unknown_pci:
+                self._unknown_pci.add(x.pci)
+                log.warning("XID %d on PCI %s, which is none of this node's GPUs as NVML lists "
+                            "them (%s); not attributed: %s", x.xid, x.pci,
+                            ", ".join(sorted(self._pci_to_gpu)) or "none", x.message[:200])
+        return kernel
 
     def close(self) -> None:
-        for source in (self.host, self.ib, self.rapl):
+        for source in (self.host, self.ib, self.rapl, self.inlet):
             source.close()
+        for edge in (self.profiling, self.pods):
+            if edge is not None:
+                edge.close()
         if self.nvml is not None:
             self.nvml.close()
         if self.kernel_log is not None:
@@ -128,14 +279,23 @@ class NodeSource:
 
 def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend | None = None,
                 on_nvml_error: Callable[[str], None] | None = None,
-                clock: Callable[[], float] = time.monotonic) -> NodeSource:
+                clock: Callable[[], float] = time.monotonic,
+                on_dropped: Callable[[str], None] | None = None,
+                profiling: ProfilingSource | None = None,
+                pods: PodMapper | None = None,
+                on_gpu_state: Callable[[str], None] | None = None) -> NodeSource:
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
     read then: its PCI addresses would name real GPUs). ``nvml``: a backend to
     use instead (tests). ``on_nvml_error``: called with a short error kind for
     every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
-    Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``.
+    ``on_dropped``: called with a reason for every input read and not used (an XID
+    on a PCI address that is no GPU of this node, a malformed XID line).
+    Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``,
+    ``ConfigError`` when ``agent.kernel_log`` names a directory or a FIFO.
+    ``profiling``/``pods``: DCGM's profiling ratios and the kubelet's pod mapping;
+    on a real node (no ``fake_gpus``, no ``nvml``) opened here where present.
     """
     if nvml is not None:
         backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
@@ -144,5 +304,19 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     else:
         backend = PynvmlBackend
     path = config.agent.kernel_log
-    kernel_log = KernelLog(path) if path and fake_gpus is None and nvml is None else None
-    return NodeSource(config, backend, kernel_log, on_nvml_error, clock)
+    kernel_log = None
+    # Fake GPUs: the real kernel log's PCI addresses would name real GPUs. A test's own
+    # backend (nvml=) reads whatever log its config names.
+    if path and fake_gpus is None:
+        try:
+            kernel_log = KernelLog(path)
+        except KernelLogError as exc:
+            raise ConfigError(str(exc)) from None
+    if nvml is None and fake_gpus is None:
+        # The real node: DCGM where installed, the kubelet's socket where there is one.
+        if profiling is None and config.agent.dcgm:
+            profiling = open_dcgm_profiling(config.agent.interval_s)
+        if pods is None:
+            pods = open_pod_mapper(config.agent.pod_resources_socket)
+    return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
+                      profiling, pods, on_gpu_state)

@@ -21,6 +21,7 @@ frame dropped is counted.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -76,6 +77,7 @@ class Spool:
                  fsync: bool = True) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
+        check_writable(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or min(64 << 20, max(max_bytes // 8, 4096))
         self._fsync = fsync
@@ -271,6 +273,26 @@ class Spool:
 
     def close(self) -> None:
         self._close_writer()
+
+
+def check_writable(directory: Path) -> None:
+    """Raise ``OSError`` now if frames could not be written here later.
+
+    ``os.access`` answers for the real uid and ignores read-only mounts; writing a
+    file is the only test that says what an append will meet.
+    """
+    probe = directory / f".probe-{os.getpid()}"
+    try:
+        with open(probe, "wb") as f:
+            f.write(b"x")
+            f.flush()
+            os.fsync(f.fileno())
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot write a file in {directory} "
+                      f"({exc.strerror or exc})") from None
+    finally:
+        with contextlib.suppress(OSError):
+            probe.unlink()
 
 
 def _record_end(data: bytes, pos: int) -> int | None:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fleetwatch.collectors.spool import Spool, SpoolRecord
 from fleetwatch.pipeline.bus import BusError, Producer
+from fleetwatch.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -45,14 +46,15 @@ class SpoolingProducer:
         self.inner = inner
         self.spool = Spool(spool_dir, max_bytes, segment_bytes, fsync)
         self.sent = self.spooled = self.dropped = self.replayed = 0
+        self.write_errors = 0
         self._on_event = on_event
         self._flush_timeout_s = flush_timeout_s
         self._max_unacked = max_unacked
         self._linger_s = linger_s
         self._drain_batch = drain_batch
         self._drain_per_send = drain_per_send
-        self._retry_min_s = self._backoff_s = retry_min_s
-        self._retry_max_s = retry_max_s
+        # Jittered, so that a rack of agents does not retry in step when the broker returns.
+        self._backoff = Backoff(retry_min_s, retry_max_s) if retry_max_s > 0 else None
         self._retry_at = 0.0
         self._unacked: list[SpoolRecord] = []
         self._unacked_since = 0.0
@@ -64,6 +66,16 @@ class SpoolingProducer:
     def backlog(self) -> int:
         """Frames waiting in the spool."""
         return len(self.spool)
+
+    @property
+    def backlog_bytes(self) -> int:
+        """Bytes the waiting frames take on disk."""
+        return self.spool.bytes
+
+    @property
+    def reachable(self) -> bool:
+        """False from a failed send or flush until the broker acknowledges again."""
+        return self._retry_at == 0.0
 
     def _count(self, name: str, n: int) -> None:
         if n <= 0:
@@ -117,18 +129,29 @@ class SpoolingProducer:
             return False
         self._count("sent", len(self._unacked))
         self._unacked.clear()
+        self._back(0)
         return True
 
     def _to_spool(self, records: Sequence[SpoolRecord]) -> None:
-        dropped = self.spool.append(records)
+        try:
+            dropped = self.spool.append(records)
+        except OSError as exc:
+            # The disk is full or the directory went read-only under us: these frames
+            # are lost, and said so, but the agent goes on sampling.
+            self.write_errors += 1
+            log.error("spool %s: cannot write %d frames (%s); they are lost", self.spool.dir,
+                      len(records), exc)
+            self._count("dropped", len(records))
+            return
         self._count("spooled", len(records))
         self._count("dropped", dropped)
 
     def _failed(self, exc: BusError) -> None:
         if self._retry_at == 0.0:
             log.warning("broker unavailable (%s); spooling frames to %s", exc, self.spool.dir)
-        self._retry_at = time.monotonic() + self._backoff_s
-        self._backoff_s = min(self._backoff_s * 2, self._retry_max_s)
+        delay = self._backoff.next() if self._backoff is not None else 0.0
+        # Never 0.0 while failing: 0.0 means "reachable".
+        self._retry_at = time.monotonic() + max(delay, 1e-9)
 
     def _drain(self, max_n: int) -> int:
         done = 0
@@ -153,11 +176,16 @@ class SpoolingProducer:
             self._count("replayed", n - bad)
             self._count("dropped", bad)
             done += n
-            if self._retry_at:
-                log.info("broker back; replayed %d spooled frames, %d left", done,
-                         len(self.spool))
-            self._retry_at, self._backoff_s = 0.0, self._retry_min_s
+            self._back(done)
         return done
+
+    def _back(self, replayed: int) -> None:
+        if self._retry_at:
+            log.info("broker back; replayed %d spooled frames, %d left", replayed,
+                     len(self.spool))
+        self._retry_at = 0.0
+        if self._backoff is not None:
+            self._backoff.reset()
 
     def close(self) -> None:
         with self._lock:

@@ -275,8 +275,8 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_agent(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.agent_service import read_once, run_agent
     from fleetwatch.collectors.nvml import NvmlUnavailable
-    from fleetwatch.collectors.run import read_once, run_agent
 
     if args.interval is not None:
         config = _override(config, "agent", interval_s=args.interval)

@@ -75,6 +75,10 @@ class AgentConfig:
     kernel_log: str = "/dev/kmsg"
     proc_root: str = "/proc"
     sys_root: str = "/sys"
+    # Read SM/tensor/DRAM activity through DCGM (where installed) on GPUs without GPM.
+    dcgm: bool = True
+    # The kubelet's pod-resources socket: pod/namespace/container labels where it exists.
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 @dataclass(frozen=True)

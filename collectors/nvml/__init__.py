@@ -2,7 +2,12 @@
 
 from fleetwatch.collectors.nvml.backend import NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeGpu, FakeNvml
-from fleetwatch.collectors.nvml.reader import NvmlRead, NvmlReader, NvmlUnavailable
+from fleetwatch.collectors.nvml.reader import (
+    NvmlDriverGone,
+    NvmlRead,
+    NvmlReader,
+    NvmlUnavailable,
+)
 
-__all__ = ["FakeGpu", "FakeNvml", "NvmlBackend", "NvmlRead", "NvmlReader", "NvmlUnavailable",
-           "PynvmlBackend"]
+__all__ = ["FakeGpu", "FakeNvml", "NvmlBackend", "NvmlDriverGone", "NvmlRead", "NvmlReader",
+           "NvmlUnavailable", "PynvmlBackend"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pynvml
@@ -31,6 +32,9 @@ FI_NVLINK_LINK_COUNT = 91
 FI_PCIE_REPLAY_COUNTER = 94
 FI_NVLINK_THROUGHPUT_DATA_TX_KIB = 138
 FI_NVLINK_THROUGHPUT_DATA_RX_KIB = 139
+# Data plus protocol overhead, KiB (nvml.h); their sum is our DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL.
+FI_NVLINK_THROUGHPUT_RAW_TX_KIB = 140
+FI_NVLINK_THROUGHPUT_RAW_RX_KIB = 141
 # Cumulative PCIe byte counters (driver R550+): read in the batch, unlike
 # nvmlDeviceGetPcieThroughput, which blocks ~20 ms per direction to sample a rate.
 FI_PCIE_COUNT_TX_BYTES = 197
@@ -63,13 +67,31 @@ NVML_SUCCESS = 0
 FieldResult = tuple[int, float]  # (NVML return code, value when the code is 0)
 
 
+@dataclass(frozen=True)
+class MigInstance:
+    """One MIG device of a GPU, as NVML gives it (memory is all NVML answers per instance)."""
+
+    gpu_instance: int       # nvmlDeviceGetGpuInstanceId: dcgm-exporter's GPU_I_ID
+    compute_instance: int   # nvmlDeviceGetComputeInstanceId
+    profile: str            # "1g.10gb": the profile name without NVML's "MIG " prefix
+    uuid: str               # "MIG-..."
+    fb_total: int           # bytes
+    fb_free: int
+    fb_used: int
+
+
 class NvmlBackend(Protocol):
     """Every NVML call the agent makes. Raises ``pynvml.NVMLError`` subclasses."""
 
-    def init(self) -> None: ...
-    def shutdown(self) -> None: ...
+    def init(self) -> None:
+        """nvmlInit_v2: no GPU is touched yet, so one bad GPU cannot fail it."""
+    def shutdown(self) -> None:
+        """nvmlShutdown, once for each init() that succeeded (NVML counts them)."""
     def driver_version(self) -> str: ...
-    def device_count(self) -> int: ...
+    def device_count(self) -> int:
+        """nvmlDeviceGetCount, asked again on each call (GPUs appear after a reset)."""
+    def open(self, i: int) -> None:
+        """nvmlDeviceGetHandleByIndex: attach GPU ``i``; raises for that GPU alone."""
     def uuid(self, i: int) -> str: ...
     def name(self, i: int) -> str: ...
     def serial(self, i: int) -> str: ...
@@ -96,8 +118,15 @@ class NvmlBackend(Protocol):
     def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
         """GPM metrics between the previous call and now; [] on the first call."""
     def compute_pids(self, i: int) -> list[int]: ...
+    def mig_instances(self, i: int) -> list[MigInstance]:
+        """The MIG devices of GPU ``i`` (MIG mode enabled), with their memory."""
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        """(vGPU licensing supported, a licensable feature is licensed) from
+        nvmlDeviceGetGridLicensableFeatures."""
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
-        """Register for XID events; returns the indices that accepted."""
+        """Register these GPUs for XID events (the event set is made on the first call);
+        returns the indices that accepted. One GPU refusing does not affect the others;
+        only a failure to make the event set raises."""
     def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
         """Pending (GPU index, XID) events, without waiting; at most ``limit``."""
 
@@ -136,33 +165,48 @@ class PynvmlBackend:
     """The real NVML, through NVIDIA's nvidia-ml-py bindings (module ``pynvml``)."""
 
     def __init__(self) -> None:
-        self._h: list[Any] = []
+        self._h: dict[int, Any] = {}
         self._gpm: dict[int, list[Any]] = {}
         self._events: Any = None
         self._by_address: dict[int | None, int] = {}
 
     def init(self) -> None:
+        # pynvml's nvmlInit is nvmlInit_v2: it attaches no GPU, so a GPU in a bad state
+        # fails only its own nvmlDeviceGetHandleByIndex (open), not the others.
         pynvml.nvmlInit()
-        self._h = [pynvml.nvmlDeviceGetHandleByIndex(i)
-                   for i in range(pynvml.nvmlDeviceGetCount())]
-        self._by_address = {ctypes.cast(h, ctypes.c_void_p).value: i
-                            for i, h in enumerate(self._h)}
 
     def shutdown(self) -> None:
-        for samples in self._gpm.values():
-            for s in samples:
-                pynvml.nvmlGpmSampleFree(s)
-        self._gpm.clear()
-        if self._events is not None:
-            pynvml.nvmlEventSetFree(self._events)
+        try:
+            for samples in self._gpm.values():
+                for s in samples:
+                    pynvml.nvmlGpmSampleFree(s)
+            if self._events is not None:
+                pynvml.nvmlEventSetFree(self._events)
+        except pynvml.NVMLError:
+            pass  # the driver is gone: nothing to free, but the shutdown below still counts
+        finally:
+            self._gpm.clear()
             self._events = None
-        pynvml.nvmlShutdown()
+            self._h.clear()
+            self._by_address.clear()
+            pynvml.nvmlShutdown()
 
     def driver_version(self) -> str:
         return _text(pynvml.nvmlSystemGetDriverVersion())
 
     def device_count(self) -> int:
-        return len(self._h)
+        return int(pynvml.nvmlDeviceGetCount())
+
+    def open(self, i: int) -> None:
+        h = pynvml.nvmlDeviceGetHandleByIndex(i)
+        old = self._h.get(i)
+        if old is not None:
+            self._by_address.pop(ctypes.cast(old, ctypes.c_void_p).value, None)
+            samples = self._gpm.pop(i, None)  # a GPU after a reset: start GPM afresh
+            for s in samples or ():
+                pynvml.nvmlGpmSampleFree(s)
+        self._h[i] = h
+        self._by_address[ctypes.cast(h, ctypes.c_void_p).value] = i
 
     def uuid(self, i: int) -> str:
         return _text(pynvml.nvmlDeviceGetUUID(self._h[i]))
@@ -256,14 +300,53 @@ class PynvmlBackend:
     def compute_pids(self, i: int) -> list[int]:
         return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
 
+    def mig_instances(self, i: int) -> list[MigInstance]:
+        h = self._h[i]
+        out = []
+        for k in range(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)):
+            try:
+                mig = pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k)
+            except pynvml.NVMLError_NotFound:
+                continue  # a free slot
+            gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
+            ci = pynvml.nvmlDeviceGetComputeInstanceId(mig)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
+            out.append(MigInstance(gi, ci, self._profile(h, gi),
+                                   _text(pynvml.nvmlDeviceGetUUID(mig)),
+                                   mem.total, mem.free, mem.used))
+        return out
+
+    @staticmethod
+    def _profile(h: Any, gpu_instance: int) -> str:
+        profile_id = pynvml.nvmlGpuInstanceGetInfo(
+            pynvml.nvmlDeviceGetGpuInstanceById(h, gpu_instance)).profileId
+        # The v2 profile info names the profile ("MIG 1g.10gb"); match it by id.
+        for p in range(pynvml.NVML_GPU_INSTANCE_PROFILE_COUNT):
+            try:
+                info = pynvml.nvmlDeviceGetGpuInstanceProfileInfo(h, p)
+            except pynvml.NVMLError:
+                continue
+            if info.id == profile_id:
+                return _text(info.name).removeprefix("MIG ")
+        return str(profile_id)
+
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        f = pynvml.nvmlDeviceGetGridLicensableFeatures(self._h[i])
+        # nvml.h: featureState is "non-zero if feature is currently licensed".
+        licensed = any(f.gridLicensableFeatures[k].featureState
+                       for k in range(min(f.licensableFeaturesCount,
+                                          len(f.gridLicensableFeatures))))
+        return bool(f.isGridLicenseSupported), licensed
+
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
-        self._events = pynvml.nvmlEventSetCreate()
+        if self._events is None:
+            self._events = pynvml.nvmlEventSetCreate()
         ok = []
         for i in indices:
             try:
                 pynvml.nvmlDeviceRegisterEvents(self._h[i], EVENT_XID_CRITICAL, self._events)
                 ok.append(i)
-            except pynvml.NVMLError_NotSupported:
+            except pynvml.NVMLError:  # NotSupported, a lost GPU, ...: this GPU only
                 continue
         return ok
 

@@ -46,6 +46,8 @@ class FakeGpu:
     # Field id -> units per second: cumulative counters that advance with time.
     field_rates: dict[int, float] = field(default_factory=dict)
     lost: bool = False
+    # nvmlDeviceGetHandleByIndex raises this for the GPU (one bad GPU at start).
+    open_error: Exception | None = None
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,8 @@ def h100(index: int) -> FakeGpu:
         "decoder_util_pct": 0,
         "mig_mode": 0,
         "register_events": True,
+        # Bare metal: NVML answers "no vGPU licensing here", as the real L4/L40S scrapes show.
+        "grid_license": (False, False),
     }
     fields = {
         b.FI_ECC_SBE_VOL_TOTAL: 0, b.FI_ECC_DBE_VOL_TOTAL: 0,
@@ -87,6 +91,8 @@ def h100(index: int) -> FakeGpu:
         b.FI_PCIE_REPLAY_COUNTER: 0,
         b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB: 9_000_000,
         b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB: 8_000_000,
+        b.FI_NVLINK_THROUGHPUT_RAW_TX_KIB: 9_500_000,
+        b.FI_NVLINK_THROUGHPUT_RAW_RX_KIB: 8_400_000,
         b.FI_REMAPPED_COR: 0, b.FI_REMAPPED_UNC: 0, b.FI_REMAPPED_PENDING: 0,
         b.FI_REMAPPED_FAILURE: 0,
         b.FI_PCIE_COUNT_TX_BYTES: 7_000_000_000, b.FI_PCIE_COUNT_RX_BYTES: 9_000_000_000,
@@ -115,7 +121,8 @@ def l4(index: int) -> FakeGpu:
     gpu.fields[b.FI_TOTAL_ENERGY_MJ] = 4_742_776
     for fid in (b.FI_NVLINK_CRC_FLIT_ERROR_TOTAL, b.FI_NVLINK_REPLAY_ERROR_TOTAL,
                 b.FI_NVLINK_RECOVERY_ERROR_TOTAL, b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB,
-                b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB,
+                b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB, b.FI_NVLINK_THROUGHPUT_RAW_TX_KIB,
+                b.FI_NVLINK_THROUGHPUT_RAW_RX_KIB,
                 # A driver before R550: PCIe rates only from nvmlDeviceGetPcieThroughput.
                 b.FI_PCIE_COUNT_TX_BYTES, b.FI_PCIE_COUNT_RX_BYTES):
         gpu.fields[fid] = FieldError()
@@ -132,11 +139,16 @@ class FakeNvml:
         self.driver = driver
         self.init_error = init_error
         self.initialized = False
+        self.inits = self.shutdowns = 0
+        # The driver unloaded under a running agent: every call answers Uninitialized.
+        self.driver_gone = False
         self.calls = 0
         self._events: deque[tuple[int, int]] = deque()
         self._registered: set[int] = set()
         self._gpm_started: set[int] = set()
         self._t0 = time.monotonic()
+        # nvmlEventSetCreate fails (some VMs): no NVML XID events at all.
+        self.event_set_error: Exception | None = None
 
     # -- scenarios ---------------------------------------------------------
     @classmethod
@@ -165,6 +177,17 @@ class FakeNvml:
         """The GPU falls off the bus: every call on it raises GpuIsLost."""
         self.gpus[i].lost = True
 
+    def restore(self, i: int) -> None:
+        """The GPU is back (after a reset): calls on it answer again."""
+        self.gpus[i].lost = False
+        self.gpus[i].open_error = None
+
+    def unload_driver(self) -> None:
+        self.driver_gone = True
+
+    def load_driver(self) -> None:
+        self.driver_gone = False
+
     def inject_xid(self, i: int, xid: int) -> None:
         if i in self._registered:
             self._events.append((i, xid))
@@ -172,6 +195,8 @@ class FakeNvml:
     # -- NvmlBackend -------------------------------------------------------
     def _gpu(self, i: int) -> FakeGpu:
         self.calls += 1
+        if self.driver_gone or not self.initialized:
+            raise pynvml.NVMLError_Uninitialized()
         gpu = self.gpus[i]
         if gpu.lost:
             raise pynvml.NVMLError_GpuIsLost()
@@ -187,20 +212,45 @@ class FakeNvml:
 
     def init(self) -> None:
         self.calls += 1
+        if self.driver_gone:
+            raise pynvml.NVMLError_DriverNotLoaded()
         if self.init_error is not None:
             raise self.init_error
         self.initialized = True
+        self.inits += 1
 
     def shutdown(self) -> None:
-        self.initialized = False
+        # NVML counts: shutdown after a failed init is harmless but is not a pair.
+        if self.initialized:
+            self.shutdowns += 1
+        self.initialized = self.inits > self.shutdowns
+        if not self.initialized:
+            self._registered.clear()
+            self._gpm_started.clear()
+
+    def _live(self) -> None:
+        self.calls += 1
+        if self.driver_gone or not self.initialized:
+            raise pynvml.NVMLError_Uninitialized()
 
     def driver_version(self) -> str:
-        self.calls += 1
+        self._live()
         return self.driver
 
     def device_count(self) -> int:
-        self.calls += 1
+        self._live()
         return len(self.gpus)
+
+    def open(self, i: int) -> None:
+        self._live()
+        if i >= len(self.gpus):
+            raise pynvml.NVMLError_InvalidArgument()
+        gpu = self.gpus[i]
+        if gpu.open_error is not None:
+            raise gpu.open_error
+        if gpu.lost:
+            raise pynvml.NVMLError_GpuIsLost()
+        self._gpm_started.discard(i)
 
     def uuid(self, i: int) -> str:
         return self._gpu(i).uuid
@@ -298,16 +348,41 @@ class FakeNvml:
     def compute_pids(self, i: int) -> list[int]:
         return list(self._gpu(i).pids)
 
+    def grid_license(self, i: int) -> tuple[bool, bool]:
+        return self._answer(i, "grid_license")  # type: ignore[no-any-return]
+
+    def mig_instances(self, i: int) -> list[b.MigInstance]:
+        gpu = self._gpu(i)
+        if self._answer(i, "mig_mode") != pynvml.NVML_DEVICE_MIG_ENABLE:
+            raise pynvml.NVMLError_NotSupported()
+        return list(gpu.answers.get("mig_instances", []))
+
+    def enable_mig(self, i: int, profiles: Sequence[tuple[int, str, int]]) -> None:
+        """MIG on, with (GPU instance id, profile, memory bytes) instances; util unsupported."""
+        self.set(i, "mig_mode", pynvml.NVML_DEVICE_MIG_ENABLE)
+        self.set(i, "mig_instances", [
+            b.MigInstance(gi, 0, profile, f"MIG-{self.gpus[i].uuid[4:-4]}{gi:04x}", mem,
+                          mem - 1_000_000_000 * (k + 1), 1_000_000_000 * (k + 1))
+            for k, (gi, profile, mem) in enumerate(profiles)])
+        # NVML on a MIG-enabled GPU: utilization is per instance, not for the whole GPU.
+        self.fail(i, "utilization", pynvml.NVMLError_NotSupported())
+
     def xid_events_open(self, indices: Sequence[int]) -> list[int]:
+        self._live()
+        if isinstance(self.event_set_error, BaseException):
+            raise self.event_set_error
         ok = []
         for i in indices:
-            if self._answer(i, "register_events") is True:
-                ok.append(i)
+            try:
+                if self._answer(i, "register_events") is True:
+                    ok.append(i)
+            except pynvml.NVMLError:  # as the real backend: this GPU only
+                continue
         self._registered.update(ok)
         return ok
 
     def xid_events_drain(self, limit: int) -> list[tuple[int, int]]:
-        self.calls += 1
+        self._live()
         out = []
         while self._events and len(out) < limit:
             out.append(self._events.popleft())

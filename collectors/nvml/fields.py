@@ -33,7 +33,11 @@ NVLINK_FIELDS: tuple[tuple[int, int, str, float], ...] = (
     (b.FI_NVLINK_RECOVERY_ERROR_TOTAL, 0, "gpu_nvlink_recovery_errors_total", 1.0),
     (b.FI_NVLINK_THROUGHPUT_DATA_TX_KIB, b.SCOPE_ALL_LINKS, "gpu_nvlink_tx_bytes_total", KIB),
     (b.FI_NVLINK_THROUGHPUT_DATA_RX_KIB, b.SCOPE_ALL_LINKS, "gpu_nvlink_rx_bytes_total", KIB),
+    # Summed into gpu_nvlink_raw_bytes_total when both answer (RAW_PARTS).
+    (b.FI_NVLINK_THROUGHPUT_RAW_TX_KIB, b.SCOPE_ALL_LINKS, "_nvlink_raw_tx", KIB),
+    (b.FI_NVLINK_THROUGHPUT_RAW_RX_KIB, b.SCOPE_ALL_LINKS, "_nvlink_raw_rx", KIB),
 )
+RAW_PARTS = ("_nvlink_raw_tx", "_nvlink_raw_rx")
 # Byte counters turned into the rates of the catalogue; where the driver has them they
 # replace the two blocking nvmlDeviceGetPcieThroughput calls (~20 ms each).
 PCIE_COUNTERS: tuple[tuple[int, int, str, float], ...] = (

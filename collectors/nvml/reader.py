@@ -5,23 +5,33 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
 
 * ``NVMLError_NotSupported`` (or ``NoPermission``, or ``FunctionNotFound`` from an older
   driver): the metric is absent, never 0, and the call is not made again on that GPU
-  (support does not change at run time);
+  until its MIG mode changes (what a GPU supports changes with MIG);
 * ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
+* ``NVMLError_Uninitialized``: the driver went away; ``read`` raises ``NvmlDriverGone``
+  and the caller closes this reader and opens a new one later;
 * anything else: the metric is absent this tick and ``on_error(kind)`` counts it.
+
+Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
+(nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
+report. Every ``slow_every`` ticks the reader looks again: GPUs that appeared are
+opened, lost ones probed (after a reset they answer). An XID 79 marks a GPU lost
+at once. ``close`` calls nvmlShutdown once for the nvmlInit that ``open`` made.
 
 What is batched: ECC, retired pages, row remapping, NVLink errors and throughput,
 memory temperature, energy, the PCIe replay counter and (driver R550+) the PCIe
 byte counters come from one ``nvmlDeviceGetFieldValues`` call per GPU. PCIe rates
 come from those counters where the driver has them, else from
 ``nvmlDeviceGetPcieThroughput``, which blocks ~20 ms per direction. Thresholds,
-the power limit, MIG mode and NVLink link state (one call per link) are re-read
-every ``slow_every`` ticks.
+the power limit, MIG mode, the vGPU licence and NVLink link state (one call per
+link; a failed call makes the count unknown, not 0) are re-read every ``slow_every``
+ticks. Under MIG each instance's memory is read every tick (``NvmlRead.mig``).
 
 SM activity, occupancy, tensor and DRAM activity come from GPM (GPU Performance
 Monitoring: Hopper and newer). Older GPUs have no GPM: those four ratios are
 absent (never 0), ``gpu_util_pct`` (nvmlDeviceGetUtilizationRates, the share of
 time any kernel ran) is what they offer, and ``gpu_gr_engine_active_ratio`` falls
-back to it divided by 100, as DCGM's own NVML fallback does.
+back to it divided by 100, as DCGM's own NVML fallback does (DCGM fills the
+four in where installed: ``collectors/dcgm.py``).
 """
 
 from __future__ import annotations
@@ -29,13 +39,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import pynvml
 
 from fleetwatch.collectors.nvml import backend as b
-from fleetwatch.collectors.nvml.backend import NvmlBackend
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
 from fleetwatch.collectors.nvml.fields import (
     FIELDS,
     GPM,
@@ -44,99 +53,58 @@ from fleetwatch.collectors.nvml.fields import (
     PCIE_COUNTERS,
     PCIE_PROBES,
     PROBES,
+    RAW_PARTS,
+)
+from fleetwatch.collectors.nvml.state import (
+    _ABSENT,
+    _INIT_HINTS,
+    MAX_XIDS_PER_TICK,
+    XID_FALLEN_OFF_BUS,
+    NvmlDriverGone,
+    NvmlRead,
+    NvmlUnavailable,
+    StateCallback,
+    T,
+    _DriverGone,
+    _Gpu,
+    _GpuLost,
+    error_kind,
+    log_gpu_state,
 )
 from fleetwatch.frame import GpuReading
 
 log = logging.getLogger(__name__)
 
-T = TypeVar("T")
-MAX_XIDS_PER_TICK = 256
-Probe = tuple[str, tuple[str, ...], Callable[..., Any], tuple[int, ...], float]
-# Answers that will not change while the agent runs: the metric is absent, and not asked again.
-_ABSENT = (pynvml.NVML_ERROR_NOT_SUPPORTED, pynvml.NVML_ERROR_NO_PERMISSION,
-           pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-# What to tell the operator when nvmlInit fails, by error class.
-_INIT_HINTS: dict[type, tuple[str, str]] = {
-    pynvml.NVMLError_LibraryNotFound: (
-        "NVML library libnvidia-ml.so.1 not found",
-        "install the NVIDIA driver (it ships libnvidia-ml.so.1); in a container, run it with "
-        "the NVIDIA Container Toolkit (docker --gpus all, or the nvidia RuntimeClass)"),
-    pynvml.NVMLError_DriverNotLoaded: (
-        "the NVIDIA kernel driver is not loaded",
-        "install the NVIDIA driver or load it (modprobe nvidia), then check nvidia-smi"),
-    pynvml.NVMLError_LibRmVersionMismatch: (
-        "NVIDIA driver/library version mismatch",
-        "the driver was upgraded without a reboot: reboot the node (or reload the nvidia "
-        "kernel modules) so the kernel module matches libnvidia-ml.so"),
-    pynvml.NVMLError_NoPermission: (
-        "no permission to open /dev/nvidia*",
-        "run the agent as root, or give its user access to /dev/nvidia*"),
-}
-
-
-class NvmlUnavailable(RuntimeError):
-    """NVML cannot be used on this machine; ``reason`` says why, ``hint`` what to do."""
-
-    def __init__(self, reason: str, hint: str) -> None:
-        super().__init__(f"{reason}. HINT: {hint}")
-        self.reason = reason
-        self.hint = hint
-
-
-class _GpuLost(Exception):
-    pass
-
-
-def error_kind(exc: BaseException) -> str:
-    """A short label for an NVML error: ``NVMLError_Unknown`` -> ``unknown``."""
-    name = type(exc).__name__
-    return name.removeprefix("NVMLError_").lower() if name.startswith("NVMLError_") else name
-
-
-@dataclass
-class _Gpu:
-    index: int
-    uuid: str
-    model: str
-    info: dict[str, str]
-    fields: list[tuple[int, int, str, float]]
-    gpm: bool
-    nvlinks: int
-    lost: bool = False
-    skip: set[str] = field(default_factory=set)  # calls answered NotSupported: never again
-    slow: dict[str, float] = field(default_factory=dict)
-    links_down: float | None = None
-    probes: list[Probe] = field(default_factory=list)
-    request: list[tuple[int, int]] = field(default_factory=list)  # the field-values batch
-    outputs: list[tuple[str, float]] = field(default_factory=list)  # its (metric, factor)
-    pcie_counters: bool = False
-    pcie_prev: dict[str, tuple[float, float]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class NvmlRead:
-    gpus: list[GpuReading]
-    pids: dict[int, list[int]]  # GPU index -> pids of its compute processes
+__all__ = ["MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "NvmlDriverGone", "NvmlRead",
+           "NvmlReader", "NvmlUnavailable", "error_kind", "log_gpu_state"]
 
 
 class NvmlReader:
-    """Discovers the GPUs once, then ``read()`` gives one reading per GPU per tick."""
+    """Attaches each GPU on its own, then ``read()`` gives one reading per GPU per tick.
+
+    Every ``slow_every`` ticks it also looks again: a GPU that appeared (the count
+    grew) is attached, and a lost one is probed again (after a reset it answers).
+    Each change of a GPU's state goes to ``on_state(index, uuid, state, why)``.
+    """
 
     def __init__(self, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
-                 slow_every: int = 12, clock: Callable[[], float] = time.monotonic) -> None:
+                 slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
+                 on_state: StateCallback | None = None) -> None:
         self.backend = backend
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
+        self.on_state = on_state or log_gpu_state
         self.slow_every = max(1, slow_every)
         self.driver = ""
         self._gpus: list[_Gpu] = []
         self._tick = 0
-        self._events = False
+        self._events = True  # until the event set cannot be made
+        self._open = False
 
     @classmethod
     def open(cls, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
-             slow_every: int = 12, clock: Callable[[], float] = time.monotonic) -> NvmlReader:
+             slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
+             on_state: StateCallback | None = None) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -144,12 +112,13 @@ class NvmlReader:
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock)
+        reader = cls(backend, on_error, slow_every, clock, on_state)
+        reader._open = True
         try:
             reader._discover()
-        except pynvml.NVMLError as exc:  # the driver answered init, then failed to list GPUs
+        except (pynvml.NVMLError, _DriverGone) as exc:  # init answered, listing failed
             reader.close()
-            raise NvmlUnavailable(f"NVML failed while listing the GPUs: {exc}",
+            raise NvmlUnavailable(f"NVML failed while listing the GPUs: {exc!r}",
                                   "check that nvidia-smi lists them on this node") from exc
         return reader
 
@@ -165,53 +134,130 @@ class NvmlReader:
 
     def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
-            if not g.lost:
-                log.warning("GPU %d (%s) is lost: NVML answers GpuIsLost", g.index, g.uuid)
-                self.on_error("gpu_is_lost")
-            g.lost = True
+            self._set_lost(g, "NVML answers GpuIsLost")
+            self.on_error("gpu_is_lost")
             raise _GpuLost from None
+        if isinstance(exc, pynvml.NVMLError_Uninitialized):
+            raise _DriverGone from None
         if exc.value in _ABSENT:
             g.skip.add(key)
             return
         self.on_error(error_kind(exc))
+
+    def _set_lost(self, g: _Gpu, why: str) -> None:
+        if not g.lost:
+            g.lost = True
+            g.slow.clear()
+            g.links_down = None
+            self.on_state(g.index, g.uuid, "lost", why)
 
     # -- discovery -----------------------------------------------------------
     def _discover(self) -> None:
         be = self.backend
         self.driver = be.driver_version()
         for i in range(be.device_count()):
-            g = _Gpu(i, f"GPU-unknown-{i}", "unknown", {}, [], False, 0)
-            try:
-                g.uuid = self._q(g, "uuid", be.uuid) or g.uuid
-                g.model = self._q(g, "name", be.name) or g.model
-                for key, fn in (("serial", be.serial), ("pci_bus_id", be.pci_bus_id)):
-                    value = self._q(g, key, fn)
-                    if value:
-                        g.info[key] = value
-                g.info["driver"] = self.driver
-                links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
-                g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
-                g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
-                pcie = self._q(g, "pcie_counters", be.field_values,
-                               [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
-                g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
-                self._batch(g, list(FIELDS) + (list(NVLINK_FIELDS) if g.nvlinks else [])
-                            + (list(PCIE_COUNTERS) if g.pcie_counters else []))
-                g.probes = [(key, names, getattr(be, method), args, scale)
-                            for key, names, method, args, scale in PROBES
-                            if not (g.pcie_counters and key in PCIE_PROBES)]
-                if g.gpm:
-                    self._q(g, "gpm", be.gpm_metrics, GPM_IDS)  # first sample
-            except _GpuLost:
-                pass
-            self._gpus.append(g)
+            self._gpus.append(self._attach(i))
+        self._register_events([g for g in self._gpus if not g.lost])
+
+    def _attach(self, i: int) -> _Gpu:
+        """Open GPU ``i`` alone; a GPU that cannot be opened is reported lost, not fatal."""
+        be = self.backend
+        g = _Gpu(i, f"GPU-unknown-{i}", "unknown", {"driver": self.driver}, [], False, 0)
         try:
-            accepted = be.xid_events_open([g.index for g in self._gpus if not g.lost])
-            self._events = bool(accepted)
+            be.open(i)
         except pynvml.NVMLError as exc:
-            # No event set (e.g. in some VMs): kmsg still sees XIDs.
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                raise _DriverGone from None
+            g.lost = True
+            self.on_error(error_kind(exc))
+            self.on_state(i, g.uuid, "lost", f"cannot be opened: {exc}")
+            return g
+        try:
+            g.uuid = self._q(g, "uuid", be.uuid) or g.uuid
+            g.model = self._q(g, "name", be.name) or g.model
+            for key, fn in (("serial", be.serial), ("pci_bus_id", be.pci_bus_id)):
+                value = self._q(g, key, fn)
+                if value:
+                    g.info[key] = value
+            self._setup(g)
+        except _GpuLost:
+            pass
+        return g
+
+    def _setup(self, g: _Gpu) -> None:
+        """What this GPU answers: asked at attach, and again when its MIG mode changes."""
+        be = self.backend
+        g.skip.clear()
+        links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
+        g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
+        g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
+        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
+        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
+        pcie = self._q(g, "pcie_counters", be.field_values,
+                       [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
+        g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
+        self._batch(g, list(FIELDS) + (list(NVLINK_FIELDS) if g.nvlinks else [])
+                    + (list(PCIE_COUNTERS) if g.pcie_counters else []))
+        g.probes = [(key, names, getattr(be, method), args, scale)
+                    for key, names, method, args, scale in PROBES
+                    if not (g.pcie_counters and key in PCIE_PROBES)]
+        if g.gpm:
+            self._q(g, "gpm", be.gpm_metrics, GPM_IDS)  # first sample
+
+    def _register_events(self, gpus: list[_Gpu]) -> None:
+        if not self._events or not gpus:
+            return
+        try:
+            accepted = set(self.backend.xid_events_open([g.index for g in gpus]))
+        except pynvml.NVMLError as exc:
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                raise _DriverGone from None
+            # No event set at all (e.g. in some VMs): kmsg still sees XIDs.
             log.info("NVML XID events unavailable (%s); XIDs come from the kernel log only", exc)
             self.on_error(error_kind(exc))
+            self._events = False
+            return
+        for g in gpus:
+            g.events = g.index in accepted
+            if not g.events:
+                log.info("GPU %d (%s) does not deliver XID events through NVML; its XIDs come "
+                         "from the kernel log only", g.index, g.uuid)
+
+    def _reprobe(self) -> None:
+        """The slow look: GPUs that appeared, lost GPUs that answer again."""
+        be = self.backend
+        try:
+            count = be.device_count()
+        except pynvml.NVMLError as exc:
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                raise _DriverGone from None
+            self.on_error(error_kind(exc))
+            return
+        back: list[_Gpu] = []
+        for k, g in enumerate(self._gpus):
+            if not g.lost or k >= count:
+                continue
+            fresh = self._attach_quiet(k)
+            if fresh is not None:
+                self._gpus[k] = fresh
+                back.append(fresh)
+                self.on_state(k, fresh.uuid, "ok", "answers again (reset or re-attached)")
+        for i in range(len(self._gpus), count):
+            g = self._attach(i)
+            self._gpus.append(g)
+            if not g.lost:
+                back.append(g)
+                self.on_state(i, g.uuid, "ok", "appeared")
+        self._register_events(back)
+
+    def _attach_quiet(self, i: int) -> _Gpu | None:
+        """``_attach`` for a GPU already reported lost: None (and no new report) if still so."""
+        report, self.on_state = self.on_state, lambda *a: None
+        try:
+            g = self._attach(i)
+        finally:
+            self.on_state = report
+        return None if g.lost else g
 
     @staticmethod
     def _batch(g: _Gpu, fields: list[tuple[int, int, str, float]]) -> None:
@@ -227,15 +273,36 @@ class NvmlReader:
     def pci_bus_ids(self) -> dict[int, str]:
         return {g.index: g.info["pci_bus_id"] for g in self._gpus if "pci_bus_id" in g.info}
 
+    def mark_lost(self, index: int, why: str) -> None:
+        """Another source (the kernel log's XID 79) says this GPU is gone."""
+        for g in self._gpus:
+            if g.index == index:
+                self._set_lost(g, why)
+
     # -- one tick ------------------------------------------------------------
     def read(self, job_of: Callable[[list[int]], str | None] | None = None) -> NvmlRead:
-        """One reading per GPU; ``job_of(pids)`` names the job holding a GPU (jobs.py)."""
+        """One reading per GPU; ``job_of(pids)`` names the job holding a GPU (jobs.py).
+
+        Raises ``NvmlDriverGone`` when NVML answers Uninitialized.
+        """
+        try:
+            return self._read(job_of)
+        except _DriverGone:
+            raise NvmlDriverGone("NVML answers Uninitialized: the driver was unloaded or "
+                                 "reset") from None
+
+    def _read(self, job_of: Callable[[list[int]], str | None] | None) -> NvmlRead:
         slow = self._tick % self.slow_every == 0
+        if slow and self._tick:
+            self._reprobe()
         self._tick += 1
         xids = self._drain_xids()
         readings: list[GpuReading] = []
         pids: dict[int, list[int]] = {}
+        mig: dict[int, list[MigInstance]] = {}
         for g in self._gpus:
+            if XID_FALLEN_OFF_BUS in xids.get(g.index, ()):
+                self._set_lost(g, "XID 79 (fallen off the bus)")
             metrics: dict[str, float] = {}
             job = None
             if not g.lost:
@@ -247,6 +314,10 @@ class NvmlReader:
                     if p:
                         pids[g.index] = p
                         job = job_of(p) if job_of is not None else None
+                    if g.info.get("mig_mode") == "enabled":
+                        instances = self._q(g, "mig_instances", self.backend.mig_instances)
+                        if instances:
+                            mig[g.index] = instances
                 except _GpuLost:
                     metrics = {}
             x = xids.get(g.index)
@@ -254,10 +325,13 @@ class NvmlReader:
                 readings.append(GpuReading(g.index, g.uuid, g.model, {}, state="lost",
                                            xids=tuple(x) if x else (), info=g.info))
                 continue
-            metrics.update(g.slow)
+            if metrics:
+                # Thresholds and limits are read on the slow cadence and carried between
+                # reads; with nothing fresh this tick they would pass for fresh values.
+                metrics.update(g.slow)
             readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
                                        xids=tuple(x) if x else (), info=g.info))
-        return NvmlRead(readings, pids)
+        return NvmlRead(readings, pids, mig)
 
     def _drain_xids(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -266,6 +340,8 @@ class NvmlReader:
         try:
             events = self.backend.xid_events_drain(MAX_XIDS_PER_TICK)
         except pynvml.NVMLError as exc:
+            if isinstance(exc, pynvml.NVMLError_Uninitialized):
+                raise _DriverGone from None
             self.on_error(error_kind(exc))
             return out
         for index, xid in events:
@@ -276,6 +352,19 @@ class NvmlReader:
     def _read_slow(self, g: _Gpu) -> None:
         be, q, s = self.backend, self._q, g.slow
         s.clear()
+        mig = q(g, "mig_mode", be.mig_mode)
+        if mig is not None:
+            mode = "enabled" if mig == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
+            before = g.info.get("mig_mode")
+            if before != mode:
+                # A new dict: frames already made keep the info they were made with.
+                g.info = {**g.info, "mig_mode": mode}
+            if before is not None and before != mode:
+                # What the GPU supports changes with MIG: ask everything again.
+                log.info("GPU %d (%s): MIG mode %s -> %s; checking what it supports again",
+                         g.index, g.uuid, before, mode)
+                self._setup(g)
+                g.info = {**g.info, "mig_mode": mode}
         for which, name in ((b.TEMP_THRESHOLD_SLOWDOWN, "gpu_slowdown_temp_c"),
                             (b.TEMP_THRESHOLD_SHUTDOWN, "gpu_shutdown_temp_c")):
             v = q(g, name, be.temperature_threshold_c, which)
@@ -284,19 +373,31 @@ class NvmlReader:
         limit = q(g, "power_limit", be.power_limit_mw)
         if limit is not None:
             s["gpu_power_limit_w"] = limit / 1000.0
-        mig = q(g, "mig_mode", be.mig_mode)
-        if mig is not None:
-            mode = "enabled" if mig == pynvml.NVML_DEVICE_MIG_ENABLE else "disabled"
-            if g.info.get("mig_mode") != mode:
-                # A new dict: frames already made keep the info they were made with.
-                g.info = {**g.info, "mig_mode": mode}
+        grid = q(g, "grid_license", be.grid_license)
+        if grid is not None:
+            # As DCGM reports it: 1 licensed, 0 otherwise (also where there is no vGPU).
+            s["gpu_vgpu_licensed"] = 1.0 if grid[0] and grid[1] else 0.0
         if g.nvlinks:
-            # Link state is one call per link (up to 18): read it on the slow cadence.
-            down = 0
-            for link in range(g.nvlinks):
-                active = q(g, f"nvlink_state_{link}", be.nvlink_active, link)
-                down += active is False
-            g.links_down = float(down)
+            g.links_down = self._links_down(g)
+
+    def _links_down(self, g: _Gpu) -> float | None:
+        """Links the GPU has that are not active; None (unknown) if any state call failed.
+
+        Link state is one call per link (up to 18): read on the slow cadence. A failed
+        call is not a link up: counting it as one would report "0 down" for a GPU
+        whose NVLink we cannot see at all.
+        """
+        down = 0
+        for link in range(g.nvlinks):
+            try:
+                active = self.backend.nvlink_active(g.index, link)
+            except pynvml.NVMLError as exc:
+                if exc.value in _ABSENT:
+                    continue  # not a link of this GPU
+                self._failed(g, f"nvlink_state_{link}", exc)
+                return None
+            down += not active
+        return float(down)
 
     def _read_fast(self, g: _Gpu, m: dict[str, float]) -> None:
         # The hot loop: failures go to the same _failed as _q's, without _q's per-call cost.
@@ -343,6 +444,9 @@ class NvmlReader:
             # Ask next time only for what this GPU answers.
             keep = {f for f, (code, _) in zip(g.fields, res, strict=True) if code not in _ABSENT}
             self._batch(g, [f for f in g.fields if f in keep])
+        tx, rx = (m.pop(part, None) for part in RAW_PARTS)
+        if tx is not None and rx is not None:
+            m["gpu_nvlink_raw_bytes_total"] = tx + rx
         # GDDR boards (L4, L40S) answer 0 instead of NotSupported for memory temperature.
         if m.get("gpu_mem_temp_c") == 0.0:
             del m["gpu_mem_temp_c"]

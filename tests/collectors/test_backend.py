@@ -78,3 +78,79 @@ def test_xid_drain_maps_handles_and_stops_at_timeout(monkeypatch) -> None:
     be._events = object()
     assert be.xid_events_drain(100) == [(2, 79), (0, 13)]
     assert be.xid_events_drain(100) == []
+
+
+def test_open_attaches_each_gpu_alone_and_xid_registration_is_per_gpu(monkeypatch) -> None:
+    handles = {i: ctypes.cast(ctypes.c_void_p(0x2000 + 16 * i), pynvml.c_nvmlDevice_t)
+               for i in range(3)}
+
+    def by_index(i: int) -> object:
+        if i == 1:
+            raise pynvml.NVMLError_GpuIsLost()
+        return handles[i]
+
+    registered: list[int] = []
+
+    def register(handle: object, kinds: int, event_set: object) -> None:
+        if handle is handles[2]:
+            raise pynvml.NVMLError_Unknown()  # not only NotSupported: still this GPU alone
+        registered.append(kinds)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", by_index)
+    monkeypatch.setattr(pynvml, "nvmlEventSetCreate", lambda: object())
+    monkeypatch.setattr(pynvml, "nvmlDeviceRegisterEvents", register)
+    be = PynvmlBackend()
+    be.open(0)
+    with pytest.raises(pynvml.NVMLError_GpuIsLost):
+        be.open(1)
+    be.open(2)
+    assert be.xid_events_open([0, 2]) == [0]
+    assert registered == [b.EVENT_XID_CRITICAL]
+
+
+def test_grid_license_reads_the_feature_states(monkeypatch) -> None:
+    def features(handle: object) -> pynvml.c_nvmlGridLicensableFeatures_v4_t:
+        f = pynvml.c_nvmlGridLicensableFeatures_v4_t()
+        f.isGridLicenseSupported = 1
+        f.licensableFeaturesCount = 2
+        f.gridLicensableFeatures[1].featureState = 1  # nvml.h: non-zero = licensed
+        return f
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGridLicensableFeatures", features)
+    be = PynvmlBackend()
+    be._h = {0: object()}
+    assert be.grid_license(0) == (True, True)
+
+
+def test_mig_instances_name_their_profile_as_dcgm_exporter_does(monkeypatch) -> None:
+    class Mem:
+        total, free, used = 10 * 2**30, 9 * 2**30, 2**30
+
+    class GiInfo:
+        profileId = 19
+
+    def profile(handle: object, p: int) -> pynvml.c_nvmlGpuInstanceProfileInfo_v2_t:
+        info = pynvml.c_nvmlGpuInstanceProfileInfo_v2_t()
+        info.id = 19 if p == 0 else 100 + p
+        info.name = b"MIG 1g.10gb" if p == 0 else b"MIG other"
+        return info
+
+    def by_index(h: object, k: int) -> object:
+        if k != 1:
+            raise pynvml.NVMLError_NotFound()  # free slots
+        return "mig-handle"
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMaxMigDeviceCount", lambda h: 3)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMigDeviceHandleByIndex", by_index)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceId", lambda h: 7)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeInstanceId", lambda h: 0)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", lambda h: Mem())
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetUUID", lambda h: "MIG-abc")
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceById", lambda h, gi: "gi")
+    monkeypatch.setattr(pynvml, "nvmlGpuInstanceGetInfo", lambda gi: GiInfo())
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetGpuInstanceProfileInfo", profile)
+    be = PynvmlBackend()
+    be._h = {0: object()}
+    [inst] = be.mig_instances(0)
+    assert (inst.gpu_instance, inst.profile, inst.uuid, inst.fb_used) == (7, "1g.10gb",
+                                                                         "MIG-abc", 2**30)

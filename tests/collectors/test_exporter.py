@@ -16,12 +16,19 @@ from fleetwatch.collectors.exporter import AgentHealth, Exporter, render, serve_
 from fleetwatch.collectors.nvml import FakeNvml, NvmlReader
 from fleetwatch.frame import Frame, HostReading, PortReading
 
-DCGM = "gpu_telemetry/dcgm_exporter"
+# Copies of real dcgm-exporter captures and its default counters (tests/data/dcgm_exporter).
+DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm_exporter"
 SCRAPES = ("kops_L4_driver580_dcgm-exporter.prom", "upcloud_L40S.prom")
-# default-counters.csv families fleetwatch cannot produce from NVML: the vGPU licence state
-# needs the vGPU manager, and DCGM's NVLink bandwidth counter has no NVML twin we can name.
-NOT_PRODUCED = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"}
 OUR_EXTRA_LABELS = {"hpc_job"}
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The captures (named as the old shared-data fixture, so the tests read alike)."""
+    return DATA
+
+
+DCGM = "."
 
 
 def frame_of(nv: FakeNvml, job: str | None = None) -> Frame:
@@ -63,7 +70,7 @@ def test_default_counters_we_can_produce_are_all_exposed(shared_data: Path) -> N
     ours = scrape(e)
     wanted = default_counters(shared_data)
     missing = {name for name in wanted if name not in ours}
-    assert missing == NOT_PRODUCED
+    assert missing == set()
     for name, kind in wanted.items():
         if name in ours:
             assert ours[name].type == kind, name  # type: ignore[attr-defined]
@@ -186,3 +193,22 @@ def test_serve_metrics_with_agent_health() -> None:
     assert tick["fleetwatch_agent_tick_seconds_count"] == 3
     assert any(v == 2 for k, v in tick.items() if k.endswith("_bucket"))
     assert "DCGM_FI_DEV_GPU_TEMP" in ours
+
+
+@pytest.mark.parametrize("capture", SCRAPES)
+def test_a_fake_h100_carries_every_family_of_the_real_scrapes(capture: str) -> None:
+    """Done-when of issue 10: every family, with the same label keys (plus hpc_job)."""
+    real = families((DATA / capture).read_text())
+    e = Exporter(hostname="gpu-node-042")
+    e.update(frame_of(FakeNvml.of(2), job="4000123"))
+    ours = scrape(e)
+    assert set(real) - set(ours) == set()
+    for name, fam in real.items():
+        assert label_keys(ours[name]) == label_keys(fam) | OUR_EXTRA_LABELS, name
+        assert ours[name].type == fam.type, name  # type: ignore[attr-defined]
+    # Bare metal: NVML says no vGPU licensing; DCGM (and so we) report 0, as the captures do.
+    assert {s.value for s in ours["DCGM_FI_DEV_VGPU_LICENSE_STATUS"].samples} == {0.0}  # type: ignore[attr-defined]
+    # NVLink raw TX + RX (9.5M + 8.4M KiB) in bytes; memory temperature where HBM has it.
+    assert ours["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples[0].value == (  # type: ignore[attr-defined]
+        (9_500_000 + 8_400_000) * 1024)
+    assert ours["DCGM_FI_DEV_MEMORY_TEMP"].samples[0].value == 70  # type: ignore[attr-defined]

@@ -26,13 +26,13 @@ def test_frame_round_trips_through_the_codec(tree: NodeTree, clock: Clock) -> No
     nv.gpus[0].pids = [1001]
     nv.lose(5)
     source = node_source(config(tree), nvml=nv, clock=clock)
-    source.frames(time.time())
+    [first] = source.frames(time.time())
     tree.advance()
     clock.advance(5)
     nv.inject_xid(3, 79)
     [frame] = source.frames(time.time())
     assert (frame.cluster, frame.rack, frame.node, frame.seq) == ("dc1", "rack-07",
-                                                                  "gpu-node-042", 2)
+                                                                  "gpu-node-042", first.seq + 1)
     assert len(frame.gpus) == 8 and frame.gpus[5].state == "lost"
     assert frame.gpus[0].job == "12345" and frame.gpus[3].xids == (79,)
     assert "host_cpu_power_w" in frame.host.metrics and "host_cpu_util_pct" in frame.host.metrics
@@ -132,3 +132,14 @@ def test_every_scenario_gives_a_valid_frame(tree: NodeTree, clock: Clock,
         assert "gpu_ecc_dbe_volatile_total" not in frame.gpus[3].metrics
         assert frame.gpus[3].metrics["gpu_power_w"] > 0 and frame.gpus[3].state == "ok"
     source.close()
+
+
+def test_frame_identity_is_unique_across_agent_restarts(tree: NodeTree) -> None:
+    """(node, seq) names one frame: a restarted agent does not start again at 1."""
+    seen: list[int] = []
+    for _restart in range(3):
+        source = node_source(config(tree), fake_gpus=1)
+        seen += [source.frames(time.time())[0].seq for _ in range(5)]
+        source.close()
+        time.sleep(0.01)  # the restart itself takes longer than this
+    assert seen == sorted(seen) and len(set(seen)) == len(seen), seen

@@ -39,7 +39,7 @@ def test_units_are_converted_to_the_catalogue_units(monkeypatch) -> None:
     assert m["gpu_slowdown_temp_c"] == 89 and m["gpu_shutdown_temp_c"] == 92
     assert m["gpu_nvlink_links_down"] == 0
     assert g.info == {"serial": "1650124014200", "pci_bus_id": "00000000:18:00.0",
-                      "driver": "580.105.08", "mig_mode": "disabled"}
+                      "driver": "580.105.08", "mig_mode": "disabled", "profiling": "gpm"}
     assert g.state == "ok" and g.model == "NVIDIA H100 80GB HBM3"
 
 

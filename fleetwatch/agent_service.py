@@ -1,0 +1,127 @@
+"""``fleetwatch agent``: the node agent, and its one-shot debugging form.
+
+With ``bus.kind = "kafka"`` it samples on its own clock and publishes through a
+sender thread and the on-disk spool; with the in-process bus (the default) it
+sends nothing and only serves ``/metrics``, as a drop-in for dcgm-exporter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+
+from fleetwatch.collectors.agent import Agent
+from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
+from fleetwatch.collectors.node import node_source
+from fleetwatch.collectors.sender import Sender
+from fleetwatch.collectors.spool import check_writable
+from fleetwatch.collectors.spooling import SpoolingProducer
+from fleetwatch.config import Config, ConfigError
+from fleetwatch.frame import Frame
+from fleetwatch.service import stop_on_signals
+from fleetwatch.wiring import open_producer
+
+log = logging.getLogger(__name__)
+
+# Rates (CPU, NIC, InfiniBand, RAPL power) are differences of two readings.
+ONCE_GAP_S = 1.0
+
+
+def read_once(config: Config, fake_gpus: int | None = None) -> Frame:
+    """One frame of this node, with rates over ONCE_GAP_S: for `agent --once`."""
+    source = node_source(config, fake_gpus)
+    try:
+        source.frames(time.time())
+        time.sleep(ONCE_GAP_S)
+        (frame,) = source.frames(time.time())
+        return frame
+    finally:
+        source.close()
+
+
+def quiet_kafka_client() -> None:
+    """Keep kafka-python's own lines (one per reconnect attempt) out of the agent's log.
+
+    While the broker is away it logs several lines a second; the spooling producer
+    says it once when the broker goes and once when it is back.
+    """
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+class AgentService:
+    """The running agent: its source, loop, ``/metrics`` and (Kafka only) sender and spool."""
+
+    def __init__(self, config: Config, fake_gpus: int | None = None) -> None:
+        self.config = config
+        self.health = health = AgentHealth()
+        self.producer: SpoolingProducer | None = None
+        self.sender: Sender | None = None
+        if config.bus.kind == "kafka":
+            quiet_kafka_client()
+            spool_dir = Path(config.agent.spool_dir)
+            try:
+                # Before anything connects: a spool that cannot be written is a start-up
+                # error, not frames lost later.
+                spool_dir.mkdir(parents=True, exist_ok=True)
+                check_writable(spool_dir)
+                self.producer = SpoolingProducer(
+                    open_producer(config.bus), spool_dir,
+                    int(config.agent.spool_max_mb * 2**20), on_event=health.spool_event)
+            except OSError as exc:
+                raise ConfigError(
+                    f"agent.spool_dir = {config.agent.spool_dir!r} cannot be used: {exc}; "
+                    "point it at a directory this user can write") from None
+            self.sender = Sender(self.producer, on_dropped=health.dropped)
+            health.watch(self.producer, self.sender)
+        try:
+            self.source = node_source(config, fake_gpus, on_nvml_error=health.nvml_error,
+                                      on_dropped=health.input_dropped,
+                                      on_gpu_state=health.gpu_state)
+        except BaseException:
+            if self.producer is not None:
+                self.producer.close()
+            raise
+        self.exporter = Exporter(config.node.node, health)
+        self.server = serve_metrics(self.exporter, config.agent.metrics_host,
+                                    config.agent.metrics_port)
+        self.agent = Agent(self.source, None, config.bus.topic, health,
+                           on_frames=self._show,
+                           sender=self.sender)
+        health.agent = self.agent
+
+    def _show(self, frames: list[Frame]) -> None:
+        self.exporter.update(frames[-1], getattr(self.source, "mig", None))
+
+    def run(self, stop: threading.Event) -> int:
+        config = self.config
+        where = (f"to {config.bus.bootstrap} topic {config.bus.topic}, spool "
+                 f"{config.agent.spool_dir}" if self.sender is not None
+                 else "sending nothing (bus.kind = \"memory\": /metrics only)")
+        log.info("agent %s: every %gs %s; /metrics on http://%s:%d", config.node.node,
+                 config.agent.interval_s, where, config.agent.metrics_host, self.server.port)
+        if self.sender is not None:
+            self.sender.start()
+        try:
+            self.agent.run(config.agent.interval_s, stop)
+        finally:
+            self.close()
+        return 0
+
+    def close(self) -> None:
+        self.source.close()
+        if self.sender is not None and self.producer is not None:
+            self.sender.close()
+            self.producer.flush(10.0)
+            self.producer.close()
+            log.info("agent stopped: %d frames sent, %d spooled and waiting",
+                     self.producer.sent + self.producer.replayed, self.producer.backlog)
+        self.server.stop()
+
+
+def run_agent(config: Config, fake_gpus: int | None = None,
+              stop: threading.Event | None = None) -> int:
+    """``fleetwatch agent``: run until SIGTERM/SIGINT (or ``stop``)."""
+    stop = stop_on_signals(stop)
+    return AgentService(config, fake_gpus).run(stop)
