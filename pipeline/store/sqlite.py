@@ -14,6 +14,7 @@ layout. One-minute rollups (count, sums, minimums, maximums) are keyed
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import struct
 import threading
@@ -29,11 +30,13 @@ from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     MINUTE_MS,
     RAW_SPAN_MS,
+    Acknowledgement,
     Alert,
     AlertState,
     Annotation,
     Point,
     SeriesKey,
+    Silence,
     StoreError,
     gpu_device,
 )
@@ -65,6 +68,11 @@ CREATE TABLE IF NOT EXISTS alerts (
     device TEXT, state TEXT, started_ts REAL, updated_ts REAL, value REAL, message TEXT,
     fired_ts REAL, resolved_ts REAL);
 CREATE INDEX IF NOT EXISTS alerts_by_state ON alerts (state, updated_ts);
+CREATE TABLE IF NOT EXISTS silences (
+    id TEXT PRIMARY KEY, matchers TEXT NOT NULL, start_ts REAL NOT NULL, end_ts REAL NOT NULL,
+    created_by TEXT NOT NULL, comment TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS acks (
+    alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS annotations (
     kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
     UNIQUE (kind, start_ts, node, device));
@@ -203,6 +211,36 @@ class SqliteStore:
             conn.executemany("INSERT OR REPLACE INTO annotations VALUES (?,?,?,?,?,?)",
                              [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text)
                               for a in annotations])
+
+    # -- silences and acknowledgements (small tables, read whole)
+    def write_silences(self, silences: Sequence[Silence]) -> None:
+        try:
+            with self._conn() as conn:
+                conn.executemany("INSERT OR REPLACE INTO silences VALUES (?,?,?,?,?,?)", [
+                    (s.id, json.dumps([list(m) for m in s.matchers]), s.start_ts, s.end_ts,
+                     s.created_by, s.comment) for s in silences])
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        sql, args = "SELECT * FROM silences", ()
+        if active_at is not None:
+            sql, args = sql + " WHERE start_ts <= ? AND end_ts > ?", (active_at, active_at)
+        rows = self._conn().execute(sql + " ORDER BY start_ts", args).fetchall()
+        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c)
+                for i, ms, a, b, by, c in rows]
+
+    def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
+        try:
+            with self._conn() as conn:
+                conn.executemany("INSERT OR REPLACE INTO acks VALUES (?,?,?,?)",
+                                 [(a.alert_id, a.ts, a.by, a.comment) for a in acks])
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
+
+    def acks(self) -> list[Acknowledgement]:
+        return [Acknowledgement(*r) for r in
+                self._conn().execute("SELECT * FROM acks ORDER BY ts").fetchall()]
 
     # -- reads
     def _devices(self, node: str | None, device: str | None) -> list[int]:
