@@ -7,6 +7,8 @@
     fleetwatch process                 run a stream processor (Kafka consumer group)
     fleetwatch dashboard               serve the dashboard over the store
     fleetwatch config                  print the effective configuration
+    fleetwatch replay FILE...          recorded telemetry through the detectors, alerts as JSON
+    fleetwatch evaluate --json         score the detectors on a labelled simulated fleet
 """
 
 from __future__ import annotations
@@ -48,6 +50,20 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def _bounded(lo: float, hi: float, integer: bool = False):  # -> an argparse type
+    """A number within [lo, hi] (finite), or a usage error that says the range."""
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if integer else 'a number'}") from None
+        if not lo <= value <= hi:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g} and {hi:g}")
+        return value
+    return parse
 
 
 def _fault(text: str):  # -> Fault, imported lazily to keep --help fast
@@ -139,6 +155,40 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
+
+    rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
+                        "each alert transition as a JSON line", description="Replay recorded "
+                        "telemetry (long CSV timestamp,node,gpu,metric,value, or AcmeTrace's "
+                        "one-CSV-per-metric layout) through the processor, detectors and alert "
+                        "lifecycle; alert transitions go to stdout as JSON lines, a summary of "
+                        "what the data held and what the detectors lacked to stderr.")
+    rp.add_argument("files", nargs="+", metavar="FILE", help="CSV files (layout told by header)")
+    rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
+                    help="replay at X times real time (default: as fast as possible)")
+    rp.add_argument("--skip-bad", action="store_true",
+                    help="skip bad rows and count them, instead of stopping at the first")
+    rp.add_argument("--cluster", default="replay", help="cluster label (default replay)")
+    rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
+    rp.add_argument("--store", metavar="PATH",
+                    help="also keep the alerts in this embedded store (default: keep nothing)")
+
+    ev = sub.add_parser("evaluate", help="score every detector against a labelled simulated "
+                        "fleet", description="Simulate a fleet with a labelled schedule of every "
+                        "fault kind, and the same fleet with no fault; score each detector set "
+                        "per fault kind (recall, precision, delay) and count false alarms per "
+                        "1,000 GPU-days. Progress on stderr; with --json the last line of stdout "
+                        "is the result.")
+    ev.add_argument("--gpus", type=_bounded(8, 200_000, integer=True), default=1000,
+                    help="GPUs in the fleet (default 1000)")
+    ev.add_argument("--hours", type=_bounded(0.25, 24 * 31), default=24.0,
+                    help="simulated hours (default 24)")
+    ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
+                    help="faults of each kind (default 10)")
+    ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
+    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
+    ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
+                    help="add a column with the learned models on top of the rules")
+    ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
     return p
 
 
@@ -354,8 +404,60 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.replay import ReplayError, replay
+    from fleetwatch.wiring import detectors, open_store
+
+    store = open_store(config.store) if args.store else None
+    try:
+        summary = replay(args.files, detectors(config.alerts), sys.stdout, args.speed,
+                         args.skip_bad, store, args.cluster, args.rack)
+    except ReplayError as exc:
+        print(f"fleetwatch replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if store is not None:
+            store.close()
+    for line in summary.lines():
+        print(line, file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds, table
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ()
+    unknown = set(kinds) - set(known_kinds())
+    if unknown:
+        print(f"fleetwatch evaluate: unknown fault kind(s) {', '.join(sorted(unknown))}; the "
+              f"simulator has {', '.join(known_kinds())}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sets = detector_sets(config, args.models)
+    except ValueError as exc:
+        print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    options = EvalOptions(gpus=args.gpus, hours=args.hours, seed=args.seed,
+                          per_kind=args.per_kind, kinds=kinds)
+    started = time.monotonic()
+    shown = [-1.0]
+
+    def progress(run: str, done: float) -> None:
+        if time.monotonic() - shown[0] >= 2.0 or done >= 1.0:
+            shown[0] = time.monotonic()
+            print(f"evaluate: {run} run {done:6.1%} ({time.monotonic() - started:5.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    result = evaluate(options, sets, progress)
+    print(table(result), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    return EXIT_OK
+
+
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
-             "dashboard": cmd_dashboard, "config": cmd_config}
+             "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
+             "evaluate": cmd_evaluate}
 
 if __name__ == "__main__":
     raise SystemExit(main())
