@@ -1,7 +1,7 @@
 from __future__ import annotations
 
-from fleetwatch.scoring import Truth, false_alarms_per_1000_gpu_days, percentile, score
 from fleetwatch.pipeline.store.base import Alert
+from fleetwatch.scoring import Truth, false_alarms_per_1000_gpu_days, percentile, score
 
 
 def alert(rule: str, node: str, device: str, fired: float | None, rack: str = "r1",
