@@ -77,5 +77,14 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
 
 def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None) -> Notifier:
     """The processor's alert hook: the configured sinks, with the store's silences and acks."""
-    return Notifier(alert_sinks(config, memory), silences=store.silences, acks=store.acks,
-                    attempts=config.alerts.sink_attempts)
+    # A backend without silences and acknowledgements yet: none apply (said once, at start).
+    silences = getattr(store, "silences", None)
+    acks = getattr(store, "acks", None)
+    if silences is None or acks is None:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "the %s store keeps no silences or acknowledgements yet: alerts are never "
+            "silenced or acknowledged", config.store.kind)
+    return Notifier(alert_sinks(config, memory), silences=silences or (lambda: ()),
+                    acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)

@@ -152,3 +152,34 @@ def test_hysteresis_keeps_one_alert_for_a_gpu_hovering_at_the_limit() -> None:
                                  enumerate([86, 84, 85, 83, 86, 81])])
     assert len({a.id for a in changes}) == 1
     assert changes[-1].state == "resolved" and changes[-1].resolved_ts == 200
+
+
+def test_a_failed_alert_write_loses_no_resolution_when_the_batch_is_processed_again(
+        tmp_path) -> None:
+    """Issue 9: with a store refusing alert writes (503), the alert must not stay firing."""
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    class Flaky(SqliteStore):
+        fail = False
+
+        def write_alerts(self, alerts):  # noqa: ANN001, ANN202
+            if self.fail:
+                raise StoreError("503 from the alert write")
+            return super().write_alerts(alerts)
+
+    store = Flaky(tmp_path / "s.db")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)])
+    processor.process([frame(100, [90])])
+    store.fail = True
+    import pytest
+
+    cool = [frame(120, [60])]
+    with pytest.raises(StoreError):
+        processor.process(cool)
+    assert [a.state for a in processor.alerts.open] == ["firing"]  # the book did not move on
+    store.fail = False
+    processor.process(cool)                                          # the batch, retried
+    (stored,) = store.alerts(("resolved",))
+    assert stored.resolved_ts == 120 and processor.alerts.open == []
