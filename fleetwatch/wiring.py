@@ -86,5 +86,7 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
         logging.getLogger(__name__).warning(
             "the %s store keeps no silences or acknowledgements yet: alerts are never "
             "silenced or acknowledged", config.store.kind)
-    return Notifier(alert_sinks(config, memory), silences=silences or (lambda: ()),
-                    acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)
+    notifier = Notifier(alert_sinks(config, memory), silences=silences or (lambda: ()),
+                        acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)
+    notifier.adopt(store.alerts())  # the alerts the processor's book starts from
+    return notifier

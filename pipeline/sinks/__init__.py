@@ -75,6 +75,20 @@ class Notifier:
             self._thread.start()
 
     # -- the processor's side ----------------------------------------------
+    def adopt(self, alerts: Iterable[Alert]) -> None:
+        """Take over alerts already open (reloaded at start, or from partitions this member
+        now owns) without notifying them again; sinks that keep firing alerts alive
+        (Alertmanager) carry on re-sending them."""
+        alerts = [a for a in alerts if a.state != "resolved"]
+        for a in alerts:
+            self._open[alert_key(a)] = a
+            self._sent[a.id] = (a.state, "")
+        firing = [a for a in alerts if a.state == "firing"]
+        for sink in self.sinks:
+            adopt = getattr(sink, "adopt", None)
+            if adopt is not None and firing:
+                adopt(firing)
+
     def send(self, changes: Sequence[Alert]) -> list[Notice]:
         """Take one batch's stored alert changes; returns what is forwarded to sinks."""
         self._reload()

@@ -89,6 +89,12 @@ class AlertmanagerSink:
         if resolved or any(n.notify for n in changes):
             self._post(resolved)
 
+    def adopt(self, alerts: Sequence[Alert]) -> None:
+        """Keep re-sending these firing alerts (open before this process started)."""
+        for a in alerts:
+            self._firing[a.id] = a
+        self._last_sent = 0.0  # re-send on the next tick: Alertmanager may be expiring them
+
     def tick(self) -> None:
         """Re-send the firing alerts when the resend interval has passed."""
         if self._firing and self.clock() - self._last_sent >= self.resend_s:

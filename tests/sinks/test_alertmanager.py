@@ -94,3 +94,21 @@ def _firing(node: str):  # noqa: ANN202
     return Alert(f"gpu_temp_high/c/{node}/gpu0/1", "gpu_temp_high", "critical", "c", "r1", node,
                  "gpu0", "firing", now - 60, now, 91.0, "GPU 0 at 91 °C", fired_ts=now - 30,
                  evidence={"gpu_temp_c": 91.0}, action="check the GPU's cooling")
+
+
+def test_alerts_open_at_a_restart_keep_being_re_sent_without_a_new_notification(
+        am: Server, tmp_path: Path) -> None:
+    node = f"node-restart-{time.time_ns()}"
+    store = tmp_store(tmp_path)
+    store.write_alerts([_firing(node)])                 # left open by the previous process
+    from fleetwatch.config import load
+    from fleetwatch.wiring import open_notifier
+
+    config = load(None, env={"FLEETWATCH_ALERTS_ALERTMANAGER_URL": f"http://{am.address}"})
+    notifier = open_notifier(config, store)
+    try:
+        (got,) = wait_for(lambda: am_alerts(am, node))  # re-sent by the notifier's thread
+        assert got["labels"]["node"] == node
+        assert notifier.send([_firing(node)]) == []       # same state: not notified again
+    finally:
+        notifier.close()
