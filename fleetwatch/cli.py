@@ -9,6 +9,8 @@
     fleetwatch config                  print the effective configuration
     fleetwatch replay FILE...          recorded telemetry through the detectors, alerts as JSON
     fleetwatch evaluate --json         score the detectors on a labelled simulated fleet
+    fleetwatch silence add node=n7 --for 2h   mute matching alerts' notifications
+    fleetwatch ack ALERT_ID --by NAME  acknowledge an open alert
 """
 
 from __future__ import annotations
@@ -189,6 +191,32 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
+
+    si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
+                        description="Silences mute the notifications (Alertmanager, webhook) of "
+                        "the alerts they match, for a time; the alerts themselves are still "
+                        "raised and stored. Kept in the store; processors read them every 30 s.")
+    si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
+    si_add = si_sub.add_parser("add", help="add a silence; prints its id")
+    si_add.add_argument("matchers", nargs="+", metavar="MATCHER",
+                        help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
+                             "rule, severity, cluster, rack, node, device, scope")
+    si_add.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="DUR",
+                        help="how long (default 1h)")
+    si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    si_add.add_argument("--comment", default="", help="why")
+    si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
+    si_list.add_argument("--all", action="store_true")
+    si_exp = si_sub.add_parser("expire", help="end a silence now")
+    si_exp.add_argument("id")
+
+    ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
+                         "it resolves")
+    ack.add_argument("alert_id", metavar="ALERT_ID")
+    ack.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    ack.add_argument("--comment", default="")
+    ack.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     return p
 
 
@@ -455,9 +483,49 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_silence(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.silencing import SilenceError, add_silence, describe, expire_silence
+    from fleetwatch.wiring import open_store
+
+    store = open_store(config.store)
+    try:
+        if args.action == "add":
+            s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
+            print(s.id)
+        elif args.action == "expire":
+            print(describe(expire_silence(store, args.id)))
+        else:
+            if not callable(getattr(store, "silences", None)):
+                raise SilenceError("this store keeps no silences yet")
+            for s in store.silences(None if args.all else time.time()):
+                print(describe(s))
+    except SilenceError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def cmd_ack(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.silencing import SilenceError, acknowledge
+    from fleetwatch.wiring import open_store
+
+    store = open_store(config.store)
+    try:
+        acknowledge(store, args.alert_id, args.by, args.comment)
+    except SilenceError as exc:
+        print(f"fleetwatch ack: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    print(f"acknowledged {args.alert_id} as {args.by}")
+    return EXIT_OK
+
+
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
-             "evaluate": cmd_evaluate}
+             "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack}
 
 if __name__ == "__main__":
     raise SystemExit(main())

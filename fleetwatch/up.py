@@ -65,7 +65,8 @@ class System:
         self.store = open_store(config.store)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
-        self.notifier = open_notifier(config, self.store, self.bus)
+        self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
+                                      self.bus)
         self.processor = Processor(self.store, detectors(config.alerts),
                                    notify=self.notifier.send)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
