@@ -31,6 +31,7 @@ read as GPU 0 of that node (said in the summary).
 from __future__ import annotations
 
 import csv
+import functools
 import math
 import re
 from collections import defaultdict
@@ -39,7 +40,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from fleetwatch.catalogue import catalogue
+from fleetwatch.catalogue import Metric, catalogue
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
@@ -105,11 +106,16 @@ def _value(text: str, metric: str, factor: float = 1.0) -> float:
         raise ValueError(f"value {text!r} of {metric} is not finite")
     value *= factor
     if metric != XID:
-        m = catalogue()[metric]
+        m = _metric(metric)
         if not m.min <= value <= m.max:
             raise ValueError(f"{metric} = {value:g} is outside its possible range "
                              f"{m.min:g}..{m.max:g} {m.unit}")
     return value
+
+
+@functools.cache
+def _metric(name: str) -> Metric:
+    return catalogue()[name]
 
 
 def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
@@ -143,23 +149,26 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
 def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,
                skip: bool, cluster: str, rack: str) -> None:
     col = {name: header.index(name) for name in header}
+    i_ts, i_node, i_gpu, i_metric, i_value = (col[c] for c in LONG_COLUMNS)
     known = catalogue()
+    times: dict[str, float] = {}  # a timestamp's text repeats on every row of its tick
+    width = len(header)
     for n, row in enumerate(rows, 2):
-        if not row or not "".join(row).strip():
+        if len(row) != width:
+            if row and "".join(row).strip():
+                out.bad(f"{p} line {n}", f"{len(row)} fields, the header has {width}", skip)
             continue
-        where = f"{p} line {n}"
-        if len(row) != len(header):
-            out.bad(where, f"{len(row)} fields, the header has {len(header)}", skip)
-            continue
-        metric, node = row[col["metric"]].strip(), row[col["node"]].strip()
+        metric, node = row[i_metric].strip(), row[i_node].strip()
         try:
-            ts = parse_time(row[col["timestamp"]])
+            ts = times.get(row[i_ts])
+            if ts is None:
+                ts = times[row[i_ts]] = parse_time(row[i_ts])
             if not node:
                 raise ValueError("empty node")
             if metric != XID and metric not in known:
                 raise ValueError(f"unknown metric {metric!r} (use the catalogue's names, "
                                  "e.g. gpu_temp_c, or xid)")
-            gpu_text = row[col["gpu"]].strip()
+            gpu_text = row[i_gpu].strip()
             gpu = int(gpu_text) if gpu_text else None
             if gpu is not None and not 0 <= gpu < 1024:
                 raise ValueError(f"gpu {gpu_text!r} is not an index 0..1023")
@@ -169,12 +178,13 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
                                  f"{'empty' if scope == 'host' else 'a GPU index'}")
             if metric == XID and gpu is None:
                 raise ValueError("an xid row needs a GPU index")
-            value = _value(row[col["value"]], metric)
+            value = _value(row[i_value], metric)
         except ValueError as exc:
-            out.bad(where, str(exc), skip)
+            out.bad(f"{p} line {n}", str(exc), skip)
             continue
-        out.places.setdefault(node, (row[col["cluster"]].strip() if "cluster" in col else cluster,
-                                     row[col["rack"]].strip() if "rack" in col else rack))
+        if node not in out.places:
+            out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
+                                row[col["rack"]].strip() if "rack" in col else rack)
         if metric == XID:
             out.xids[(ts, node, gpu)].append(int(value))  # type: ignore[index]
         else:
@@ -260,15 +270,16 @@ def _float(text: str) -> float:
 
 def frames(reading: Reading, model: str = "") -> list[list[Frame]]:
     """Frames in time order, one batch per timestamp (as a live processor sees a tick)."""
-    keys = set(reading.samples) | {(ts, node) for ts, node, _ in reading.xids}
+    xids: dict[tuple[float, str], dict[int, tuple[int, ...]]] = defaultdict(dict)
+    for (ts, node, gpu), codes in reading.xids.items():
+        xids[(ts, node)][gpu] = tuple(codes)
     by_ts: dict[float, list[Frame]] = defaultdict(list)
-    for ts, node in sorted(keys):
+    for ts, node in sorted(set(reading.samples) | set(xids)):
         per_gpu = reading.samples.get((ts, node), {})
-        indices = {g for g in per_gpu if g is not None}
-        indices |= {g for (t, n, g) in reading.xids if t == ts and n == node}
-        gpus = tuple(GpuReading(i, f"{node}/gpu{i}", model, dict(per_gpu.get(i, {})),
-                                xids=tuple(reading.xids.get((ts, node, i), ())))
-                     for i in sorted(indices))
+        events = xids.get((ts, node), {})
+        indices = sorted({g for g in per_gpu if g is not None} | set(events))
+        gpus = tuple([GpuReading(i, f"{node}/gpu{i}", model, dict(per_gpu.get(i, {})),
+                                 xids=events.get(i, ())) for i in indices])
         cluster, rack = reading.places.get(node, ("replay", "unknown"))
         by_ts[ts].append(Frame(cluster, rack, node, ts, gpus,
                                HostReading(dict(per_gpu.get(None, {})))))

@@ -14,7 +14,6 @@ import json
 import math
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,25 +87,33 @@ class ReplaySummary:
         return out
 
 
+def needs_of(detectors: Sequence[Detector]) -> dict[str, tuple[str, ...]]:
+    return {rule: tuple(m) for d in detectors for rule, m in getattr(d, "rules", {}).items()}
+
+
 def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
               summary: ReplaySummary) -> None:
     """What the data held, and for each rule the share of GPU samples it could judge."""
-    seen: Counter[str] = Counter()
-    judged: Counter[str] = Counter()
+    seen: dict[str, int] = {}
+    judged = dict.fromkeys(needs_of(detectors), 0)
+    needs = needs_of(detectors)
     samples = 0
-    needs = {rule: tuple(m) for d in detectors for rule, m in getattr(d, "rules", {}).items()}
     gpus = set()
     for batch in batches:
         for f in batch:
-            seen.update(f.host.metrics.keys())
+            host = f.host.metrics
+            for m in host:
+                seen[m] = seen.get(m, 0) + 1
             for g in f.gpus:
                 samples += 1
                 gpus.add((f.node, g.index))
-                seen.update(g.metrics.keys())
+                metrics = g.metrics
+                for m in metrics:
+                    seen[m] = seen.get(m, 0) + 1
                 if g.xids:
-                    seen["xid"] += len(g.xids)
-                for rule, metrics in needs.items():
-                    if all(m in g.metrics or m in f.host.metrics for m in metrics):
+                    seen["xid"] = seen.get("xid", 0) + len(g.xids)
+                for rule, wanted in needs.items():
+                    if all(m in metrics or m in host for m in wanted):
                         judged[rule] += 1
     summary.gpus = len(gpus)
     summary.metrics = dict(seen)
