@@ -194,6 +194,8 @@ class AlertBook:
 
     def _step(self, key: Key, ts: float, finding: Finding | None, alert: Alert | None,
               meta: _Meta | None) -> tuple[Alert | None, _Meta | None]:
+        if alert is not None and ts < alert.updated_ts:
+            return None, None  # a late frame: the alert has moved past it
         if finding is None:
             if alert is None:
                 return None, None

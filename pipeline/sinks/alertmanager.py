@@ -78,7 +78,9 @@ class AlertmanagerSink:
         resolved: list[Alert] = []
         for n in changes:
             if not n.notify:
-                if n.muted_by:  # silenced, inhibited or acked: no longer re-sent
+                # Silenced or inhibited: no longer re-sent, so Alertmanager lets it expire.
+                # Acknowledged: still re-sent (else Alertmanager would resolve it), not new.
+                if n.muted_by and not n.muted_by.startswith("ack:"):
                     self._firing.pop(n.alert.id, None)
                 continue
             if n.alert.state == "resolved":

@@ -183,3 +183,10 @@ def test_a_failed_alert_write_loses_no_resolution_when_the_batch_is_processed_ag
     processor.process(cool)                                          # the batch, retried
     (stored,) = store.alerts(("resolved",))
     assert stored.resolved_ts == 120 and processor.alerts.open == []
+
+
+def test_a_late_frame_does_not_move_an_alert_back_in_time() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ)
+    drive(book, rule, [frame(100, [90]), frame(130, [91])])
+    assert drive(book, rule, [frame(115, [60])]) == []       # older than the alert's last update
+    assert [a.state for a in book.open] == ["firing"]

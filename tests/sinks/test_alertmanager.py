@@ -112,3 +112,24 @@ def test_alerts_open_at_a_restart_keep_being_re_sent_without_a_new_notification(
         assert notifier.send([_firing(node)]) == []       # same state: not notified again
     finally:
         notifier.close()
+
+
+def test_an_acknowledged_alert_stays_active_in_alertmanager(am: Server) -> None:
+    from fleetwatch.pipeline.store.base import Acknowledgement
+
+    node = f"node-acked-{time.time_ns()}"
+    alert = _firing(node)
+    acks: list[Acknowledgement] = []
+    notifier = Notifier([AlertmanagerSink(f"http://{am.address}", resend_s=1.0)],
+                        acks=lambda: acks, reload_s=0, tick_s=0.2)
+    try:
+        notifier.send([alert])
+        (first,) = wait_for(lambda: am_alerts(am, node))
+        acks.append(Acknowledgement(alert.id, time.time(), "oncall"))
+        (notice,) = notifier.send([alert])       # a refresh after the ack: muted, not new
+        assert notice.muted_by == "ack:oncall"
+        time.sleep(1.5)
+        (later,) = am_alerts(am, node)           # still re-sent, so not expired there
+        assert later["endsAt"] > first["endsAt"]
+    finally:
+        notifier.close()
