@@ -191,6 +191,9 @@ def _parser() -> argparse.ArgumentParser:
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    ev.add_argument("--workers", type=_bounded(1, 2, integer=True), default=2,
+                    help="run the faulty and the healthy fleet side by side (2, default) or "
+                         "one after the other (1)")
 
     si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
                         description="Silences mute the notifications (Alertmanager, webhook) of "
@@ -476,7 +479,7 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
             print(f"evaluate: {run} run {done:6.1%} ({time.monotonic() - started:5.0f} s)",
                   file=sys.stderr, flush=True)
 
-    result = evaluate(options, sets, progress)
+    result = evaluate(options, sets, progress, args.workers)
     print(table(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, sort_keys=True))

@@ -18,9 +18,11 @@ from the kinds ``Fault`` accepts.
 from __future__ import annotations
 
 import math
+import multiprocessing
 import random
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,8 +119,9 @@ def truths(sim: FleetSim) -> list[Truth]:
 
 def run_fleet(params: SimParams, o: EvalOptions, faults: Sequence[Any],
               sets: Mapping[str, DetectorSet], name: str, progress: Progress | None
-              ) -> tuple[FleetSim, dict[str, RecordingStore]]:
-    """Simulate ``o.hours``; feed every tick to one processor per detector set."""
+              ) -> tuple[list[Truth], dict[str, list[Any]]]:
+    """Simulate ``o.hours``; feed every tick to one processor per detector set. Returns the
+    ground truth and each set's alert changes."""
     sim = FleetSim(params, o.start_ts, faults)
     stores = {k: RecordingStore() for k in sets}
     processors = [Processor(stores[k], list(make())) for k, make in sets.items()]
@@ -131,27 +134,55 @@ def run_fleet(params: SimParams, o: EvalOptions, faults: Sequence[Any],
             p.process(frames)
         if progress is not None and (i % every == 0 or i == steps - 1):
             progress(name, (i + 1) / steps)
-    return sim, stores
+    return truths(sim), {k: st.changes for k, st in stores.items()}
+
+
+# What a forked worker runs with: detector factories (closures) cannot be pickled,
+# so they are left here before the fork and read back in the child.
+_FORKED: dict[str, Any] = {}
+
+
+def _forked_run(name: str) -> tuple[list[Truth], dict[str, list[Any]]]:
+    f = _FORKED
+    return run_fleet(f["params"], f["options"], f["faults"] if name == "faults" else [],
+                     f["sets"], name, f["progress"])
+
+
+def _both_runs(params: SimParams, o: EvalOptions, faults: Sequence[Any],
+               sets: Mapping[str, DetectorSet], progress: Progress | None, workers: int
+               ) -> tuple[tuple[list[Truth], dict[str, list[Any]]],
+                          tuple[list[Truth], dict[str, list[Any]]]]:
+    """The faulty and the healthy run, side by side in two forked processes when
+    ``workers`` >= 2 (each is single-threaded Python), else one after the other."""
+    if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
+        _FORKED.update(params=params, options=o, faults=faults, sets=sets, progress=progress)
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+                faulty, healthy = pool.map(_forked_run, ["faults", "healthy"])
+            return faulty, healthy
+        finally:
+            _FORKED.clear()
+    return (run_fleet(params, o, faults, sets, "faults", progress),
+            run_fleet(params, o, [], sets, "healthy", progress))
 
 
 def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
-             progress: Progress | None = None) -> dict[str, Any]:
+             progress: Progress | None = None, workers: int = 1) -> dict[str, Any]:
     """Score each detector set; the top level repeats the last set's scores (with models,
     when asked for: what would run)."""
     started = time.perf_counter()
     params = sim_params(o, o.seed)
     faults = schedule(params, o)
-    sim, faulty = run_fleet(params, o, faults, sets, "faults", progress)
-    truth = truths(sim)
-    _, healthy = run_fleet(params, o, [], sets, "healthy", progress)
+    (truth, faulty), (_, healthy) = _both_runs(params, o, faults, sets, progress, workers)
     gpus = params.nodes * params.gpus
     seconds = o.hours * 3600.0
     columns: dict[str, Any] = {}
     for k in sets:
-        s = score(truth, faulty[k].changes, o.grace_s)
+        s = score(truth, faulty[k], o.grace_s)
         s["false_alarms_per_1000_gpu_days"] = false_alarms_per_1000_gpu_days(
-            healthy[k].changes, gpus, seconds)
-        s["healthy_alarms"] = _alarm_rules(healthy[k].changes)
+            healthy[k], gpus, seconds)
+        s["healthy_alarms"] = _alarm_rules(healthy[k])
         columns[k] = s
     last = columns[list(sets)[-1]]
     return {"gpus": gpus, "hours": o.hours, "faults": len(truth),

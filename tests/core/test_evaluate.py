@@ -30,7 +30,9 @@ def test_a_small_evaluation_scores_every_kind_in_the_documented_shape() -> None:
 def test_two_detector_sets_are_two_columns_of_the_same_run() -> None:
     sets = {"strict": lambda: [GpuTemperatureLimit(95, 60)],
             "loose": lambda: [GpuTemperatureLimit(80, 0)]}
-    result = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets)
+    result = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=2)
+    serial = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=1)
+    assert serial["columns"] == result["columns"]             # same seed, same result
     strict, loose = result["columns"]["strict"], result["columns"]["loose"]
     assert strict["alerts"] <= loose["alerts"]
     assert result["precision"] == loose["precision"]          # the top level is the last set
@@ -57,7 +59,8 @@ def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> No
 
 
 def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--json"]) == 0
+    assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--json",
+                 "--workers", "1"]) == 0
     out, err = capsys.readouterr()
     last = json.loads(out.splitlines()[-1])
     assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}
@@ -67,3 +70,15 @@ def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None
     for bad in (["--gpus", "0"], ["--hours", "nan"], ["--per-kind", "1e400"]):
         with pytest.raises(SystemExit):
             main(["evaluate", *bad])
+
+
+def test_cli_evaluate_two_workers_show_progress_of_both_runs() -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "evaluate", "--gpus", "16",
+                          "--hours", "1", "--per-kind", "1", "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "evaluate: faults run 100.0%" in run.stderr
+    assert "evaluate: healthy run 100.0%" in run.stderr
+    assert json.loads(run.stdout.splitlines()[-1])["kinds"]["cooling"]["recall"] == 1.0
