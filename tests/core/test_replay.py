@@ -152,3 +152,15 @@ def test_cli_replay_prints_json_lines_and_exits_1_on_a_bad_file(
     assert "b.csv line 2" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["replay", "--speed", "0", str(tmp_path / "a.csv")])
+
+
+def test_cli_replay_can_keep_the_alerts_in_a_store(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    db = tmp_path / "replay.db"
+    assert main(["replay", "--store", str(db), "--cluster", "acme",
+                 str(write(tmp_path / "a.csv", hot_series()))]) == 0
+    (alert,) = SqliteStore(db, read_only=True).alerts(("resolved",))
+    assert (alert.cluster, alert.fired_ts, alert.resolved_ts) == (
+        "acme", 1_700_000_075, 1_700_000_105)
