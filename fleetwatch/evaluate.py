@@ -105,7 +105,7 @@ def schedule(params: SimParams, o: EvalOptions) -> list[Any]:
 
 def truths(sim: FleetSim) -> list[Truth]:
     """The simulator's ground truth as the scorer reads it (new fields optional)."""
-    rack_of = dict(zip(sim.node_names, sim._node_racks))
+    rack_of = dict(zip(getattr(sim, "node_names", ()), getattr(sim, "_node_racks", ())))
     out = []
     for r in sim.ground_truth:
         node = getattr(r, "node", "") or ""
