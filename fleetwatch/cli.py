@@ -7,6 +7,10 @@
     fleetwatch process                 run a stream processor (Kafka consumer group)
     fleetwatch dashboard               serve the dashboard over the store
     fleetwatch config                  print the effective configuration
+    fleetwatch replay FILE...          recorded telemetry through the detectors, alerts as JSON
+    fleetwatch evaluate --json         score the detectors on a labelled simulated fleet
+    fleetwatch silence add node=n7 --for 2h   mute matching alerts' notifications
+    fleetwatch ack ALERT_ID --by NAME  acknowledge an open alert
 """
 
 from __future__ import annotations
@@ -48,6 +52,20 @@ def _positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
     return value
+
+
+def _bounded(lo: float, hi: float, integer: bool = False):  # -> an argparse type
+    """A number within [lo, hi] (finite), or a usage error that says the range."""
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if integer else 'a number'}") from None
+        if not lo <= value <= hi:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g} and {hi:g}")
+        return value
+    return parse
 
 
 def _fault(text: str):  # -> Fault, imported lazily to keep --help fast
@@ -139,6 +157,69 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
+
+    rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
+                        "each alert transition as a JSON line", description="Replay recorded "
+                        "telemetry (long CSV timestamp,node,gpu,metric,value, or AcmeTrace's "
+                        "one-CSV-per-metric layout) through the processor, detectors and alert "
+                        "lifecycle; alert transitions go to stdout as JSON lines, a summary of "
+                        "what the data held and what the detectors lacked to stderr.")
+    rp.add_argument("files", nargs="+", metavar="FILE", help="CSV files (layout told by header)")
+    rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
+                    help="replay at X times real time (default: as fast as possible)")
+    rp.add_argument("--skip-bad", action="store_true",
+                    help="skip bad rows and count them, instead of stopping at the first")
+    rp.add_argument("--cluster", default="replay", help="cluster label (default replay)")
+    rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
+    rp.add_argument("--store", metavar="PATH",
+                    help="also keep the alerts in this embedded store (default: keep nothing)")
+
+    ev = sub.add_parser("evaluate", help="score every detector against a labelled simulated "
+                        "fleet", description="Simulate a fleet with a labelled schedule of every "
+                        "fault kind, and the same fleet with no fault; score each detector set "
+                        "per fault kind (recall, precision, delay) and count false alarms per "
+                        "1,000 GPU-days. Progress on stderr; with --json the last line of stdout "
+                        "is the result.")
+    ev.add_argument("--gpus", type=_bounded(8, 200_000, integer=True), default=1000,
+                    help="GPUs in the fleet (default 1000)")
+    ev.add_argument("--hours", type=_bounded(0.25, 24 * 31), default=24.0,
+                    help="simulated hours (default 24)")
+    ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
+                    help="faults of each kind (default 10)")
+    ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
+    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
+    ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
+                    help="add a column with the learned models on top of the rules")
+    ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    ev.add_argument("--workers", type=_bounded(1, 2, integer=True), default=2,
+                    help="run the faulty and the healthy fleet side by side (2, default) or "
+                         "one after the other (1)")
+
+    si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
+                        description="Silences mute the notifications (Alertmanager, webhook) of "
+                        "the alerts they match, for a time; the alerts themselves are still "
+                        "raised and stored. Kept in the store; processors read them every 30 s.")
+    si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
+    si_add = si_sub.add_parser("add", help="add a silence; prints its id")
+    si_add.add_argument("matchers", nargs="+", metavar="MATCHER",
+                        help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
+                             "rule, severity, cluster, rack, node, device, scope")
+    si_add.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="DUR",
+                        help="how long (default 1h)")
+    si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    si_add.add_argument("--comment", default="", help="why")
+    si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
+    si_list.add_argument("--all", action="store_true")
+    si_exp = si_sub.add_parser("expire", help="end a silence now")
+    si_exp.add_argument("id")
+
+    ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
+                         "it resolves")
+    ack.add_argument("alert_id", metavar="ALERT_ID")
+    ack.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    ack.add_argument("--comment", default="")
+    ack.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     return p
 
 
@@ -354,8 +435,100 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_replay(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.replay import ReplayError, replay
+    from fleetwatch.wiring import detectors, open_store
+
+    store = open_store(config.store) if args.store else None
+    try:
+        summary = replay(args.files, detectors(config.alerts), sys.stdout, args.speed,
+                         args.skip_bad, store, args.cluster, args.rack)
+    except ReplayError as exc:
+        print(f"fleetwatch replay: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        if store is not None:
+            store.close()
+    for line in summary.lines():
+        print(line, file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds, table
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ()
+    unknown = set(kinds) - set(known_kinds())
+    if unknown:
+        print(f"fleetwatch evaluate: unknown fault kind(s) {', '.join(sorted(unknown))}; the "
+              f"simulator has {', '.join(known_kinds())}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sets = detector_sets(config, args.models)
+    except ValueError as exc:
+        print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    options = EvalOptions(gpus=args.gpus, hours=args.hours, seed=args.seed,
+                          per_kind=args.per_kind, kinds=kinds)
+    started = time.monotonic()
+    shown = [-1.0]
+
+    def progress(run: str, done: float) -> None:
+        if time.monotonic() - shown[0] >= 2.0 or done >= 1.0:
+            shown[0] = time.monotonic()
+            print(f"evaluate: {run} run {done:6.1%} ({time.monotonic() - started:5.0f} s)",
+                  file=sys.stderr, flush=True)
+
+    result = evaluate(options, sets, progress, args.workers)
+    print(table(result), file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        print(json.dumps(result, sort_keys=True))
+    return EXIT_OK
+
+
+def cmd_silence(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.silencing import SilenceError, add_silence, describe, expire_silence
+    from fleetwatch.wiring import open_store
+
+    store = open_store(config.store)
+    try:
+        if args.action == "add":
+            s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
+            print(s.id)
+        elif args.action == "expire":
+            print(describe(expire_silence(store, args.id)))
+        else:
+            if not callable(getattr(store, "silences", None)):
+                raise SilenceError("this store keeps no silences yet")
+            for s in store.silences(None if args.all else time.time()):
+                print(describe(s))
+    except SilenceError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def cmd_ack(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.silencing import SilenceError, acknowledge
+    from fleetwatch.wiring import open_store
+
+    store = open_store(config.store)
+    try:
+        acknowledge(store, args.alert_id, args.by, args.comment)
+    except SilenceError as exc:
+        print(f"fleetwatch ack: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    print(f"acknowledged {args.alert_id} as {args.by}")
+    return EXIT_OK
+
+
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
-             "dashboard": cmd_dashboard, "config": cmd_config}
+             "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
+             "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack}
 
 if __name__ == "__main__":
     raise SystemExit(main())

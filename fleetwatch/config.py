@@ -124,7 +124,16 @@ class StoreConfig:
 class AlertsConfig:
     gpu_temp_limit_c: float = ranged(85.0, 0.0, 200.0, above=True)
     for_s: float = ranged(60.0, 0.0, 86_400.0)
+    # Alert sinks; "" turns one off. The Kafka alert topic is bus.alert_topic (kafka bus only).
     webhook_url: str = ""
+    alertmanager_url: str = ""
+    # Firing alerts are re-sent to Alertmanager this often (it expires those not re-sent).
+    alertmanager_resend_s: float = ranged(60.0, 1.0, 3600.0)
+    # Base URL of the dashboard, for each alert's generatorURL / link; "" for none.
+    dashboard_url: str = ""
+    # Tries per delivery to a sink before the change is counted as not delivered there.
+    sink_attempts: int = ranged(4, 1, 100)
+    sink_timeout_s: float = ranged(10.0, 0.1, 300.0)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from fleetwatch.config import Config, StoreConfig
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.simulate import fault_annotations
-from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
+from fleetwatch.wiring import detectors, open_consumer, open_notifier, open_producer, open_store
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,10 @@ class System:
         self.store = open_store(config.store)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
-        self.processor = Processor(self.store, detectors(config.alerts))
+        self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
+                                      self.bus)
+        self.processor = Processor(self.store, detectors(config.alerts),
+                                   notify=self.notifier.send)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s
@@ -113,6 +116,7 @@ class System:
         for t in self._threads:
             t.join(10)
         self.agent.source.close()
+        self.notifier.close()
         self.store.close()
 
 

@@ -7,11 +7,12 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
-from fleetwatch.config import AlertsConfig, BusConfig, StoreConfig
+from fleetwatch.config import AlertsConfig, BusConfig, Config, StoreConfig
 from fleetwatch.models import Detector
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.sinks import AlertSink, Notifier
 from fleetwatch.pipeline.store.base import Store
 
 
@@ -51,3 +52,41 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
 
 def detectors(config: AlertsConfig) -> list[Detector]:
     return [GpuTemperatureLimit(config.gpu_temp_limit_c, config.for_s)]
+
+
+def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSink]:
+    """The sinks the config turns on: Alertmanager, webhook, the Kafka alert topic."""
+    sinks: list[AlertSink] = []
+    a = config.alerts
+    if a.alertmanager_url:
+        from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
+
+        sinks.append(AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s,
+                                      a.dashboard_url, a.sink_timeout_s))
+    if a.webhook_url:
+        from fleetwatch.pipeline.sinks.webhook import WebhookSink
+
+        sinks.append(WebhookSink(a.webhook_url, a.sink_timeout_s))
+    if config.bus.alert_topic and config.bus.kind == "kafka":
+        from fleetwatch.pipeline.sinks.kafka import KafkaAlertSink
+
+        sinks.append(KafkaAlertSink(open_producer(config.bus, memory), config.bus.alert_topic,
+                                    a.sink_timeout_s))
+    return sinks
+
+
+def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None) -> Notifier:
+    """The processor's alert hook: the configured sinks, with the store's silences and acks."""
+    # A backend without silences and acknowledgements yet: none apply (said once, at start).
+    silences = getattr(store, "silences", None)
+    acks = getattr(store, "acks", None)
+    if silences is None or acks is None:
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "the %s store keeps no silences or acknowledgements yet: alerts are never "
+            "silenced or acknowledged", config.store.kind)
+    notifier = Notifier(alert_sinks(config, memory), silences=silences or (lambda: ()),
+                        acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)
+    notifier.adopt(store.alerts())  # the alerts the processor's book starts from
+    return notifier

@@ -2,76 +2,243 @@
 
 Pure logic, driven by the frames' own timestamps rather than the wall clock,
 so a replay or an accelerated simulation gives the same alerts as real time.
-One alert per (rule, node, device) at a time: repeated findings update it
-instead of raising new ones. An alert resolves when its subject is seen again
-without the finding; a silent node keeps its alerts open.
+
+* Identity: one alert per (rule, cluster, node, device) at a time; repeated
+  findings update it (dedup) instead of raising new ones. The device is
+  ``gpuN`` for a GPU finding, ``host`` for a node finding and ``rack:NAME``
+  for a rack finding (whose node is "").
+* For-durations: an alert is pending until its finding has held for the
+  finding's ``for_s``, then firing.
+* Hold times: a latched event (an XID, an ECC jump) counts as holding for
+  ``hold_s`` after its last sighting, so one event is one alert.
+* Resolution: only on a frame in which the detector could judge the subject
+  (``requirements``: rule -> metrics the rule needs, the detectors' ``rules``)
+  and found nothing. A silent node, a lost GPU, or a frame without the metric
+  keeps the alert open: a detector that did not evaluate a GPU is not saying OK.
+* Transactions: ``observe`` computes the changes and leaves the book as it was;
+  the caller stores them and only then calls ``apply``. A failed write leaves
+  the book unchanged and the same batch can be observed again: no transition
+  is lost.
+
+Inhibition, silences and acknowledgements act on notifications, not on the
+lifecycle: see ``fleetwatch.pipeline.silences``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.pipeline.store.base import Alert, gpu_device
+from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
-Key = tuple[str, str, str]  # (rule, node, device)
+Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
+Subject = tuple[str, str, str]   # (cluster, node, device)
+
+# An open alert whose value changed is written again at most this often (frame
+# time), so the store shows a current value without a write per batch.
+REFRESH_S = 60.0
 
 
-def _device(finding: Finding) -> str:
-    return "host" if finding.gpu is None else gpu_device(finding.gpu)
+def finding_device(finding: Finding) -> str:
+    """The device part of a finding's alert identity."""
+    if finding.scope == "rack":
+        return f"rack:{finding.rack}"
+    if finding.scope == "node" or finding.gpu is None:
+        return "host"
+    return gpu_device(finding.gpu)
+
+
+def alert_key(alert: Alert) -> Key:
+    return (alert.rule, alert.cluster, alert.node, alert.device)
+
+
+def scope_of(alert: Alert) -> str:
+    if alert.device.startswith("rack:"):
+        return "rack"
+    return "node" if alert.device == "host" else "gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class _Meta:
+    """What the lifecycle needs beyond the ``Alert``: when the finding was last seen,
+    how long it is held after that, and when the alert was last written."""
+
+    last_seen: float
+    hold_s: float
+    written: float
 
 
 class AlertBook:
-    def __init__(self, active: Iterable[Alert] = ()) -> None:
-        # Alerts still open (pending or firing), e.g. reloaded from the store at start.
-        self._open: dict[Key, Alert] = {(a.rule, a.node, a.device): a for a in active
-                                        if a.state != "resolved"}
+    def __init__(self, active: Iterable[Alert] = (),
+                 requirements: Mapping[str, Sequence[str]] | None = None,
+                 refresh_s: float = REFRESH_S) -> None:
+        # rule -> metrics it needs to judge a subject; rules not named here are
+        # judged whenever their subject's device is in a frame.
+        self.requirements = {r: tuple(m) for r, m in (requirements or {}).items()}
+        self.refresh_s = refresh_s
+        self._open: dict[Key, Alert] = {}
+        self._meta: dict[Key, _Meta] = {}
+        # The state the last ``observe`` computed, taken over by ``apply`` of its changes.
+        self._staged: tuple[frozenset[str], dict[Key, Alert], dict[Key, _Meta]] | None = None
+        self.load(active)
 
+    # -- state kept across batches ---------------------------------------
     @property
     def open(self) -> list[Alert]:
         return list(self._open.values())
 
+    def load(self, alerts: Iterable[Alert]) -> None:
+        """Take over open alerts (at start, or for partitions this member now owns)."""
+        for a in alerts:
+            if a.state == "resolved":
+                continue
+            key = alert_key(a)
+            self._open[key] = a
+            hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
+            self._meta[key] = _Meta(a.updated_ts, hold, a.updated_ts)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """Forget the alerts of these nodes (their partitions went to another member)."""
+        gone = set(nodes)
+        for key in [k for k in self._open if k[2] in gone]:
+            del self._open[key]
+            self._meta.pop(key, None)
+
+    def apply(self, changes: Iterable[Alert]) -> None:
+        """Make changes returned by ``observe`` (and now stored) the book's state."""
+        changes = list(changes)
+        staged, self._staged = self._staged, None
+        if staged is not None and staged[0] == frozenset(a.id for a in changes):
+            self._open, self._meta = staged[1], staged[2]
+            return
+        for a in changes:
+            key = alert_key(a)
+            if a.state == "resolved":
+                current = self._open.get(key)
+                if current is not None and current.id == a.id:
+                    del self._open[key]
+                    self._meta.pop(key, None)
+                continue
+            self._open[key] = a
+            hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
+            self._meta[key] = _Meta(a.updated_ts, hold, a.updated_ts)
+
+    # -- one batch ---------------------------------------------------------
     def observe(self, frames: Sequence[Frame], findings: Sequence[Finding]) -> list[Alert]:
-        """Advance every alert through the batch; return the alerts that changed."""
-        seen: dict[tuple[str, str], set[float]] = defaultdict(set)
+        """The alert changes this batch makes, in time order; the book is not changed.
+
+        A change is a new alert, a state change, or (at most every ``refresh_s``)
+        a new value of an open alert. Pass the result to ``apply`` once stored.
+        """
+        by_node: dict[tuple[str, str], dict[float, Frame]] = defaultdict(dict)
+        racks: dict[tuple[str, str], set[float]] = defaultdict(set)
         for f in frames:
-            seen[(f.node, "host")].add(f.ts)
-            for g in f.gpus:
-                seen[(f.node, gpu_device(g.index))].add(f.ts)
+            by_node[(f.cluster, f.node)][f.ts] = f
+            racks[(f.cluster, f.rack)].add(f.ts)
         hits: dict[Key, dict[float, Finding]] = defaultdict(dict)
         for finding in findings:
-            key = (finding.rule, finding.node, _device(finding))
+            key = (finding.rule, finding.cluster, finding.node, finding_device(finding))
             hits[key][finding.ts] = finding
-            seen[(finding.node, key[2])].add(finding.ts)
+        opened = dict(self._open)
+        meta = dict(self._meta)
         changed: dict[str, Alert] = {}
-        for key in set(hits) | set(self._open):
-            for ts in sorted(seen.get((key[1], key[2]), ())):
-                alert = self._step(key, ts, hits[key].get(ts) if key in hits else None)
-                if alert is not None:
+        for key in set(hits) | set(opened):
+            found = hits.get(key, {})
+            times = set(found)
+            rule, cluster, node, device = key
+            if device.startswith("rack:"):
+                times |= racks.get((cluster, device[5:]), set())
+            else:
+                times |= by_node.get((cluster, node), {}).keys()
+            for ts in sorted(times):
+                finding = found.get(ts)
+                if finding is None and not self._judged(key, ts, by_node, frames):
+                    continue
+                alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
+                if alert is None:
+                    continue
+                if alert.state == "resolved":
+                    opened.pop(key, None)
+                    meta.pop(key, None)
+                else:
+                    opened[key] = alert
+                    meta[key] = m
+                # Written when new, on a state change, every refresh_s, and (once
+                # written in this batch) in its latest form.
+                if (alert.state == "resolved" or alert.id in changed
+                        or (m is not None and m.written == ts)):
                     changed[alert.id] = alert
-        return list(changed.values())
+        self._staged = (frozenset(changed), opened, meta)
+        return sorted(changed.values(), key=lambda a: (a.updated_ts, a.id))
 
-    def _step(self, key: Key, ts: float, finding: Finding | None) -> Alert | None:
-        alert = self._open.get(key)
+    def _judged(self, key: Key, ts: float, by_node: Mapping[tuple[str, str], Mapping[float, Frame]],
+                frames: Sequence[Frame]) -> bool:
+        """Could the rule's detector judge this subject at ``ts``?"""
+        rule, cluster, node, device = key
+        needs = self.requirements.get(rule)
+        if device.startswith("rack:"):
+            rack = device[5:]
+            return any(f.ts == ts and f.cluster == cluster and f.rack == rack
+                       and _has(f, None, needs or ()) for f in frames)
+        frame = by_node.get((cluster, node), {}).get(ts)
+        if frame is None:
+            return False
+        index = gpu_index(device)
+        if needs is None:  # a rule nobody declared: its device present will do
+            return index is None or frame.gpu(index) is not None
+        return _has(frame, index, needs)
+
+    def _step(self, key: Key, ts: float, finding: Finding | None, alert: Alert | None,
+              meta: _Meta | None) -> tuple[Alert | None, _Meta | None]:
+        if alert is not None and ts < alert.updated_ts:
+            return None, None  # a late frame: the alert has moved past it
         if finding is None:
             if alert is None:
-                return None
-            del self._open[key]
+                return None, None
+            if meta is not None and ts < meta.last_seen + meta.hold_s:
+                return None, None  # a latched event still counts as holding
+            if alert.state == "resolved":
+                return None, None
             return dataclasses.replace(alert, state="resolved", updated_ts=ts,
-                                       resolved_ts=ts)
+                                       resolved_ts=ts), None
+        evidence = dict(finding.evidence) if finding.evidence else {}
+        if finding.hold_s > 0:
+            evidence["hold_s"] = finding.hold_s
         if alert is None:
+            rule, cluster, node, device = key
             alert = Alert(
-                id=f"{key[0]}/{key[1]}/{key[2]}/{int(ts * 1000)}", rule=finding.rule,
-                severity=finding.severity, cluster=finding.cluster, rack=finding.rack,
-                node=finding.node, device=key[2], state="pending", started_ts=ts,
-                updated_ts=ts, value=finding.value, message=finding.message)
+                id=f"{rule}/{cluster}/{node}/{device}/{int(ts * 1000)}", rule=rule,
+                severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
+                device=device, state="pending", started_ts=ts, updated_ts=ts,
+                value=finding.value, message=finding.message, evidence=evidence,
+                action=finding.action)
+            written = ts
         else:
-            alert = dataclasses.replace(alert, updated_ts=ts, value=finding.value,
-                                        message=finding.message)
+            alert = dataclasses.replace(
+                alert, updated_ts=ts, value=finding.value, message=finding.message,
+                severity=finding.severity, evidence=evidence or alert.evidence,
+                action=finding.action or alert.action)
+            last = meta.written if meta is not None else alert.started_ts
+            written = ts if ts - last >= self.refresh_s else last
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
             alert = dataclasses.replace(alert, state="firing", fired_ts=ts)
-        self._open[key] = alert
-        return alert
+            written = ts
+        return alert, _Meta(ts, finding.hold_s, written)
+
+
+def _has(frame: Frame, index: int | None, needs: Sequence[str]) -> bool:
+    """Does the frame carry every needed metric for this GPU (or, for a node or rack, for
+    the host or at least one GPU)?"""
+    if index is not None:
+        g = frame.gpu(index)
+        if g is None or g.state != "ok":
+            return False
+        return all(m in g.metrics for m in needs)
+    for m in needs:
+        if m not in frame.host.metrics and not any(m in g.metrics for g in frame.gpus):
+            return False
+    return True

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +25,7 @@ from fleetwatch.models import Detector
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
 from fleetwatch.pipeline.events import EventTracker
-from fleetwatch.pipeline.store.base import Store, StoreError
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -45,11 +45,16 @@ class Stats:
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
-                 dead_letter_topic: str = "fleetwatch.frames.dead") -> None:
+                 dead_letter_topic: str = "fleetwatch.frames.dead",
+                 notify: Callable[[Sequence[Alert]], object] | None = None) -> None:
         self.store = store
         self.detectors = list(detectors)
-        self.alerts = AlertBook(store.alerts())
+        requirements = {rule: needs for d in self.detectors
+                        for rule, needs in getattr(d, "rules", {}).items()}
+        self.alerts = AlertBook(store.alerts(), requirements=requirements)
         self.events = EventTracker()  # drop(nodes) on a partition's revocation
+        # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``).
+        self._notify = notify
         self.stats = Stats()
         self._decoder = Decoder()
         self._dead = dead_letters
@@ -102,7 +107,10 @@ class Processor:
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
         if changed:
-            self.store.write_alerts(changed)
+            self.store.write_alerts(changed)  # a failure leaves the book as it was
+        self.alerts.apply(changed)
+        if changed and self._notify is not None:
+            self._notify(changed)
         self.stats.frames += len(frames)
         self.stats.points += points
         self.stats.alerts_changed += len(changed)

@@ -27,7 +27,13 @@ from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.service import needs_kafka, stop_on_signals
-from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
+from fleetwatch.wiring import (
+    detectors,
+    open_consumer,
+    open_notifier,
+    open_producer,
+    open_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +52,9 @@ def _member(config: Config, stop: threading.Event) -> int:
     store = open_store(config.store)
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
-    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic)
+    notifier = open_notifier(config, store)
+    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic,
+                          notify=notifier.send)
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server
@@ -64,6 +72,7 @@ def _member(config: Config, stop: threading.Event) -> int:
     finally:
         consumer.close()
         dead.close()
+        notifier.close()
         store.close()
         if server is not None:
             server.shutdown()
@@ -77,7 +86,8 @@ def _ensure_topics(config: Config) -> None:
     from fleetwatch.pipeline.bus import BusError
     from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
 
-    for topic in (config.bus.topic, config.bus.dead_letter_topic):
+    for topic in filter(None, (config.bus.topic, config.bus.dead_letter_topic,
+                               config.bus.alert_topic)):
         try:
             n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
                              kafka_security(config.bus),

@@ -104,6 +104,32 @@ class Event:
     text: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Silence:
+    """Mute notifications of the alerts that match every matcher, from ``start_ts`` to
+    ``end_ts`` (epoch s, compared with the alert's own time). A matcher is
+    ``(label, op, value)`` with op ``=``, ``!=``, ``=~`` or ``!~`` (a full-match regular
+    expression), as in Alertmanager; labels: rule, severity, cluster, rack, node, device."""
+
+    id: str
+    matchers: tuple[tuple[str, str, str], ...]
+    start_ts: float
+    end_ts: float
+    created_by: str = ""
+    comment: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    """Someone owns this alert: it stays open and shown, but is not notified again
+    until it resolves."""
+
+    alert_id: str
+    ts: float
+    by: str
+    comment: str = ""
+
+
 class StoreError(RuntimeError):
     """The store could not take or give data now; the caller may retry."""
 
@@ -169,6 +195,17 @@ class Store(EventStore, AlertStore, Protocol):
         """Points in [start, end), raw for short spans and 1-minute means for long ones."""
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]: ...
+
+    def write_silences(self, silences: Sequence[Silence]) -> None:
+        """Add or replace (by id) silences. Expire one by writing it with an earlier end."""
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        """Every silence, or those in force at ``active_at`` (epoch s)."""
+
+    def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
+        """Add or replace (by alert id) acknowledgements."""
+
+    def acks(self) -> list[Acknowledgement]: ...
 
     def maintain(self, now_ms: int) -> None:
         """Roll up closed minutes and drop data past retention."""

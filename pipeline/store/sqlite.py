@@ -14,6 +14,7 @@ layout. One-minute rollups (count, sums, minimums, maximums) are keyed
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import struct
 import threading
@@ -28,8 +29,10 @@ from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
     MINUTE_MS,
     RAW_SPAN_MS,
+    Acknowledgement,
     Point,
     SeriesKey,
+    Silence,
     StoreError,
     gpu_device,
 )
@@ -57,6 +60,11 @@ CREATE TABLE IF NOT EXISTS rollup_1m (
     PRIMARY KEY (did, ts, layout)) WITHOUT ROWID;
 -- Minutes whose rollups must be recomputed from raw samples once they close.
 CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS silences (
+    id TEXT PRIMARY KEY, matchers TEXT NOT NULL, start_ts REAL NOT NULL, end_ts REAL NOT NULL,
+    created_by TEXT NOT NULL, comment TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS acks (
+    alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
 """
 
 
@@ -188,6 +196,36 @@ class SqliteStore(SqliteRecords):
             conn.executemany("INSERT OR IGNORE INTO dirty_minutes VALUES (?)",
                              [(m,) for m in dirty])
         return points
+
+    # -- silences and acknowledgements (small tables, read whole)
+    def write_silences(self, silences: Sequence[Silence]) -> None:
+        try:
+            with self._conn() as conn:
+                conn.executemany("INSERT OR REPLACE INTO silences VALUES (?,?,?,?,?,?)", [
+                    (s.id, json.dumps([list(m) for m in s.matchers]), s.start_ts, s.end_ts,
+                     s.created_by, s.comment) for s in silences])
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        sql, args = "SELECT * FROM silences", ()
+        if active_at is not None:
+            sql, args = sql + " WHERE start_ts <= ? AND end_ts > ?", (active_at, active_at)
+        rows = self._conn().execute(sql + " ORDER BY start_ts", args).fetchall()
+        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c)
+                for i, ms, a, b, by, c in rows]
+
+    def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
+        try:
+            with self._conn() as conn:
+                conn.executemany("INSERT OR REPLACE INTO acks VALUES (?,?,?,?)",
+                                 [(a.alert_id, a.ts, a.by, a.comment) for a in acks])
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
+
+    def acks(self) -> list[Acknowledgement]:
+        return [Acknowledgement(*r) for r in
+                self._conn().execute("SELECT * FROM acks ORDER BY ts").fetchall()]
 
     # -- reads
     def _devices(self, node: str | None, device: str | None) -> list[int]:

@@ -1,73 +1,192 @@
 from __future__ import annotations
 
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models import Finding
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.alerts import AlertBook
 
+REQ = dict(GpuTemperatureLimit.rules)
 
-def frame(ts: float, temps: list[float], node: str = "n1") -> Frame:
-    gpus = tuple(GpuReading(i, f"GPU-{i}", "m", {"gpu_temp_c": t}) for i, t in enumerate(temps))
-    return Frame("c", "r", node, ts, gpus)
+
+def frame(ts: float, temps: list[float | None], node: str = "n1", rack: str = "r",
+          lost: tuple[int, ...] = ()) -> Frame:
+    gpus = tuple(GpuReading(i, f"GPU-{i}", "m", {} if t is None else {"gpu_temp_c": t},
+                            state="lost" if i in lost else "ok")
+                 for i, t in enumerate(temps))
+    return Frame("c", rack, node, ts, gpus)
+
+
+def step(book: AlertBook, frames: list[Frame], findings: list[Finding]) -> list:
+    changes = book.observe(frames, findings)
+    book.apply(changes)
+    return changes
 
 
 def drive(book: AlertBook, rule: GpuTemperatureLimit, frames: list[Frame]) -> list:
     changes = []
     for f in frames:
-        changes.extend(book.observe([f], rule.update([f])))
+        changes.extend(step(book, [f], rule.update([f])))
     return changes
 
 
+def xid(ts: float, node: str = "n1", gpu: int = 0, hold_s: float = 300.0) -> Finding:
+    return Finding("xid", "c", "r", node, gpu, ts, 79.0, "XID 79", "critical", 0.0, hold_s,
+                   {"xid": 79.0}, "drain the node")
+
+
 def test_pending_then_firing_after_for_duration_then_resolved() -> None:
-    rule, book = GpuTemperatureLimit(85, for_s=60), AlertBook()
+    rule, book = GpuTemperatureLimit(85, for_s=60), AlertBook(requirements=REQ)
     temps = [70, 86, 88, 90, 91, 92, 80, 70]
     changes = drive(book, rule, [frame(100 + 20 * i, [60, t]) for i, t in enumerate(temps)])
     states = [(a.state, a.updated_ts) for a in changes]
-    assert states[0] == ("pending", 120)
-    assert ("firing", 180) in states                       # 60 s after it started
-    assert states[-1] == ("resolved", 220)
+    assert states == [("pending", 120), ("firing", 180), ("resolved", 220)]
     assert {a.id for a in changes} == {changes[0].id}     # one alert, deduplicated
-    assert all(a.device == "gpu1" for a in changes)
+    assert all(a.device == "gpu1" and a.cluster == "c" for a in changes)
+    assert changes[1].fired_ts == 180 and changes[1].started_ts == 120
+    assert book.open == []
+
+
+def test_observe_does_not_change_the_book_until_apply() -> None:
+    """A failed store write leaves the book as it was: the retried batch gives the same
+    transitions, so a resolution is never lost (issue 9)."""
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ)
+    drive(book, rule, [frame(100, [90])])
+    cool = [frame(120, [60])]
+    findings = rule.update(cool)
+    first = book.observe(cool, findings)        # the write of these fails: no apply
+    assert [a.state for a in first] == ["resolved"]
+    assert [a.state for a in book.open] == ["firing"]
+    again = book.observe(cool, findings)        # the batch is retried
+    assert again == first
+    book.apply(again)
     assert book.open == []
 
 
 def test_a_blip_shorter_than_for_duration_never_fires() -> None:
-    rule, book = GpuTemperatureLimit(85, for_s=60), AlertBook()
+    rule, book = GpuTemperatureLimit(85, for_s=60), AlertBook(requirements=REQ)
     changes = drive(book, rule, [frame(100 + 20 * i, [t]) for i, t in enumerate([86, 87, 70])])
-    assert [a.state for a in changes] == ["pending", "pending", "resolved"]
+    assert [a.state for a in changes] == ["pending", "resolved"]
     assert all(a.fired_ts is None for a in changes)
 
 
 def test_a_silent_node_keeps_its_alert_open() -> None:
-    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook()
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ)
     drive(book, rule, [frame(100, [90], node="n1")])
     changes = drive(book, rule, [frame(120, [60], node="n2")])  # only another node reports
     assert changes == []
     assert [a.state for a in book.open] == ["firing"]
 
 
+def test_a_frame_without_the_rules_metric_or_with_the_gpu_lost_does_not_resolve() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ)
+    drive(book, rule, [frame(100, [90, 60])])
+    assert drive(book, rule, [frame(115, [None, 60])]) == []          # metric missing
+    assert drive(book, rule, [frame(130, [60, 60], lost=(0,))]) == []  # GPU lost
+    assert [a.state for a in book.open] == ["firing"]
+    (resolved,) = drive(book, rule, [frame(145, [60, 60])])
+    assert resolved.state == "resolved" and resolved.resolved_ts == 145
+
+
 def test_batches_with_several_ticks_are_walked_in_time_order() -> None:
-    rule, book = GpuTemperatureLimit(85, for_s=30), AlertBook()
+    rule, book = GpuTemperatureLimit(85, for_s=30), AlertBook(requirements=REQ)
     frames = [frame(100 + 10 * i, [t]) for i, t in enumerate([90, 90, 90, 90, 60, 90])]
-    changes = book.observe(frames, rule.update(frames))
+    changes = step(book, frames, rule.update(frames))
     by_id = {a.id: a for a in changes}
     assert len(by_id) == 2  # fired and resolved, then a new one pending
     first, second = sorted(by_id.values(), key=lambda a: a.started_ts)
     assert (first.state, first.fired_ts, first.resolved_ts) == ("resolved", 130, 140)
     assert (second.state, second.started_ts) == ("pending", 150)
+    assert [a.state for a in book.open] == ["pending"]
 
 
-def test_reloaded_alerts_continue() -> None:
+def test_reloaded_alerts_continue_and_dropped_nodes_are_forgotten() -> None:
     rule = GpuTemperatureLimit(85, for_s=0)
-    first = AlertBook()
+    first = AlertBook(requirements=REQ)
     (alert,) = drive(first, rule, [frame(100, [90])])
-    second = AlertBook(active=[alert])  # e.g. a processor restart
+    second = AlertBook(requirements=REQ)
+    second.load([alert])  # e.g. this member now owns the node's partition
     (resolved,) = drive(second, rule, [frame(200, [60])])
     assert resolved.id == alert.id and resolved.state == "resolved"
+    first.drop(["n1"])    # its partition went to another member
+    assert first.open == []
+    assert drive(first, rule, [frame(200, [60])]) == []
+
+
+def test_a_latched_event_holds_then_resolves_and_a_repeat_extends_it() -> None:
+    book = AlertBook(requirements={"xid": ()})
+    (fired,) = step(book, [frame(100, [60])], [xid(100)])
+    assert fired.state == "firing" and fired.evidence["xid"] == 79 and fired.action
+    for ts in (115, 300, 390):  # frames without a new XID: held
+        assert step(book, [frame(ts, [60])], []) == []
+    step(book, [frame(395, [60])], [xid(395)])  # seen again: one alert, held longer
+    assert step(book, [frame(690, [60])], []) == []
+    (resolved,) = step(book, [frame(700, [60])], [])
+    assert resolved.id == fired.id and resolved.resolved_ts == 700
+
+
+def test_rack_and_node_findings_have_their_own_identity() -> None:
+    book = AlertBook(requirements={"rack_cooling": ("gpu_temp_c",), "node_silent": ()})
+    rack = [Finding("rack_cooling", "c", r, "", None, 100, 5.0, f"{r} warming", scope="rack")
+            for r in ("r1", "r2")]
+    node = Finding("node_silent", "c", "r1", "n9", None, 100, 60.0, "silent", scope="node")
+    frames = [frame(100, [60], node="n1", rack="r1"), frame(100, [60], node="n2", rack="r2")]
+    changes = step(book, frames, [*rack, node])
+    assert sorted((a.node, a.device) for a in changes) == [
+        ("", "rack:r1"), ("", "rack:r2"), ("n9", "host")]
+    # r1 reports without the finding: its rack alert resolves; n9 sent nothing: stays.
+    changes = step(book, [frame(115, [60], node="n1", rack="r1")], [])
+    assert [(a.device, a.state) for a in changes] == [("rack:r1", "resolved")]
+    assert sorted(a.device for a in book.open) == ["host", "rack:r2"]
+
+
+def test_value_updates_are_written_at_most_once_per_refresh() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ, refresh_s=60)
+    changes = drive(book, rule, [frame(100 + 15 * i, [90 + i]) for i in range(9)])
+    assert [a.updated_ts for a in changes] == [100, 160, 220]
+    assert book.open[0].value == 98 and book.open[0].updated_ts == 220
 
 
 def test_hysteresis_keeps_one_alert_for_a_gpu_hovering_at_the_limit() -> None:
-    rule, book = GpuTemperatureLimit(85, for_s=0, hysteresis_c=3), AlertBook()
+    rule, book = GpuTemperatureLimit(85, for_s=0, hysteresis_c=3), AlertBook(requirements=REQ)
     changes = drive(book, rule, [frame(100 + 20 * i, [t]) for i, t in
                                  enumerate([86, 84, 85, 83, 86, 81])])
     assert len({a.id for a in changes}) == 1
     assert changes[-1].state == "resolved" and changes[-1].resolved_ts == 200
+
+
+def test_a_failed_alert_write_loses_no_resolution_when_the_batch_is_processed_again(
+        tmp_path) -> None:
+    """Issue 9: with a store refusing alert writes (503), the alert must not stay firing."""
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    class Flaky(SqliteStore):
+        fail = False
+
+        def write_alerts(self, alerts):  # noqa: ANN001, ANN202
+            if self.fail:
+                raise StoreError("503 from the alert write")
+            return super().write_alerts(alerts)
+
+    store = Flaky(tmp_path / "s.db")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)])
+    processor.process([frame(100, [90])])
+    store.fail = True
+    import pytest
+
+    cool = [frame(120, [60])]
+    with pytest.raises(StoreError):
+        processor.process(cool)
+    assert [a.state for a in processor.alerts.open] == ["firing"]  # the book did not move on
+    store.fail = False
+    processor.process(cool)                                          # the batch, retried
+    (stored,) = store.alerts(("resolved",))
+    assert stored.resolved_ts == 120 and processor.alerts.open == []
+
+
+def test_a_late_frame_does_not_move_an_alert_back_in_time() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ)
+    drive(book, rule, [frame(100, [90]), frame(130, [91])])
+    assert drive(book, rule, [frame(115, [60])]) == []       # older than the alert's last update
+    assert [a.state for a in book.open] == ["firing"]

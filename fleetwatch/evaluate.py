@@ -1,0 +1,240 @@
+"""``fleetwatch evaluate``: score every detector against a labelled simulated fleet.
+
+Two runs of the simulator over the same fleet: one with a labelled schedule
+of every fault kind the simulator knows (each as a drift and as a sudden
+fault where it has both), one with no fault at all. Each detector set (a
+"column": rules alone, rules plus models, ...) runs through its own
+``Processor`` and ``AlertBook``, fed the same frames, one tick per batch as a
+live processor sees them; the alert transitions are scored against the
+ground truth by ``fleetwatch.scoring`` (its docstring states the matching
+rules). Nothing is stored: the processor writes into a ``RecordingStore``.
+
+The simulator's fault schedule and ground-truth fields are read defensively,
+so this runs on a simulator with one fault kind as well as on one with many:
+``random_schedule`` when the simulator has one, else a schedule built here
+from the kinds ``Fault`` accepts.
+"""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import random
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.collectors.sim import faults as sim_faults
+from fleetwatch.models import Detector
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.recording import RecordingStore
+from fleetwatch.scoring import GRACE_S, Truth, false_alarms_per_1000_gpu_days, score
+
+DetectorSet = Callable[[], Sequence[Detector]]
+Progress = Callable[[str, float], None]  # (run name, fraction done)
+
+
+@dataclass(frozen=True)
+class EvalOptions:
+    gpus: int = 1000
+    hours: float = 24.0
+    seed: int = 0
+    per_kind: int = 10           # faults of each kind (split between drift and sudden)
+    kinds: tuple[str, ...] = ()  # () = every kind the simulator knows
+    gpus_per_node: int = 8
+    nodes_per_rack: int = 4
+    interval_s: float = 15.0
+    grace_s: float = GRACE_S
+    start_ts: float = 1_767_225_600.0  # 2026-01-01 00:00 UTC: a fixed day, so runs repeat
+
+
+def detector_sets(config: Any, models: bool = False) -> dict[str, DetectorSet]:
+    """The columns: the configured rules, and with ``models`` the rules plus learned models.
+
+    ``fleetwatch.wiring.detectors`` builds them; a build whose wiring cannot add
+    models says so (ValueError) rather than scoring the rules twice.
+    """
+    from fleetwatch.wiring import detectors
+
+    sets: dict[str, DetectorSet] = {"rules": lambda: detectors(config.alerts)}
+    if models:
+        try:
+            detectors(config.alerts, models=True)  # type: ignore[call-arg]
+        except TypeError:
+            raise ValueError("--models: this build has no learned models to add to the rules "
+                             "yet; run without --models") from None
+        sets["rules+models"] = lambda: detectors(config.alerts, models=True)  # type: ignore[call-arg]
+    return sets
+
+
+def sim_params(o: EvalOptions, seed: int) -> SimParams:
+    nodes = math.ceil(o.gpus / o.gpus_per_node)
+    return SimParams(nodes=nodes, gpus=o.gpus_per_node, nodes_per_rack=o.nodes_per_rack,
+                     seed=seed, interval_s=o.interval_s)
+
+
+def known_kinds() -> tuple[str, ...]:
+    return tuple(getattr(sim_faults, "KINDS", ("cooling",)))
+
+
+def schedule(params: SimParams, o: EvalOptions) -> list[Any]:
+    """Faults to inject: the simulator's own ``random_schedule`` if it has one."""
+    kinds = o.kinds or known_kinds()
+    duration = o.hours * 3600.0
+    for where in (sim_faults, __import__("fleetwatch.collectors.sim", fromlist=["x"])):
+        make = getattr(where, "random_schedule", None)
+        if make is not None:
+            return list(make(params, duration, o.seed, kinds, o.per_kind))
+    # Today's simulator: faults of the kinds ``Fault`` accepts, on distinct GPUs,
+    # starting after a warm-up and ending before the run does.
+    rng = random.Random(o.seed)
+    slots = rng.sample(range(params.nodes * params.gpus), len(kinds) * o.per_kind)
+    out = []
+    warm = min(1800.0, duration / 4)  # the fleet settles into its jobs first
+    for i, kind in enumerate(k for k in kinds for _ in range(o.per_kind)):
+        node, gpu = divmod(slots[i], params.gpus)
+        length = rng.uniform(min(1800.0, duration / 4), min(3 * 3600.0, duration / 2))
+        start = rng.uniform(warm, duration - length - warm / 2)
+        out.append(sim_faults.Fault(kind, f"node-{node:03d}", gpu, start, length,  # type: ignore[arg-type]
+                                    rng.uniform(1.6, 2.5)))
+    return out
+
+
+def truths(sim: FleetSim) -> list[Truth]:
+    """The simulator's ground truth as the scorer reads it (new fields optional)."""
+    rack_of = dict(zip(getattr(sim, "node_names", ()), getattr(sim, "_node_racks", ())))
+    out = []
+    for r in sim.ground_truth:
+        node = getattr(r, "node", "") or ""
+        rack = getattr(r, "rack", None) or rack_of.get(node, "")
+        first = next((getattr(r, n) for n in ("first_faulty_ts", "first_sample_ts", "first_ts")
+                      if getattr(r, n, None) is not None), r.onset_ts)
+        out.append(Truth(r.kind, getattr(r, "mode", None) or "drift", rack, node,
+                         getattr(r, "gpu", None), r.onset_ts, r.end_ts, first))
+    return out
+
+
+def run_fleet(params: SimParams, o: EvalOptions, faults: Sequence[Any],
+              sets: Mapping[str, DetectorSet], name: str, progress: Progress | None
+              ) -> tuple[list[Truth], dict[str, list[Any]]]:
+    """Simulate ``o.hours``; feed every tick to one processor per detector set. Returns the
+    ground truth and each set's alert changes."""
+    sim = FleetSim(params, o.start_ts, faults)
+    stores = {k: RecordingStore() for k in sets}
+    processors = [Processor(stores[k], list(make())) for k, make in sets.items()]
+    steps = int(o.hours * 3600.0 / params.interval_s)
+    every = max(1, steps // 100)
+    for i in range(steps):
+        sim.step()
+        frames = sim.frames()
+        for p in processors:
+            p.process(frames)
+        if progress is not None and (i % every == 0 or i == steps - 1):
+            progress(name, (i + 1) / steps)
+    return truths(sim), {k: st.changes for k, st in stores.items()}
+
+
+# What a forked worker runs with: detector factories (closures) cannot be pickled,
+# so they are left here before the fork and read back in the child.
+_FORKED: dict[str, Any] = {}
+
+
+def _forked_run(name: str) -> tuple[list[Truth], dict[str, list[Any]]]:
+    f = _FORKED
+    return run_fleet(f["params"], f["options"], f["faults"] if name == "faults" else [],
+                     f["sets"], name, f["progress"])
+
+
+def _both_runs(params: SimParams, o: EvalOptions, faults: Sequence[Any],
+               sets: Mapping[str, DetectorSet], progress: Progress | None, workers: int
+               ) -> tuple[tuple[list[Truth], dict[str, list[Any]]],
+                          tuple[list[Truth], dict[str, list[Any]]]]:
+    """The faulty and the healthy run, side by side in two forked processes when
+    ``workers`` >= 2 (each is single-threaded Python), else one after the other."""
+    if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
+        _FORKED.update(params=params, options=o, faults=faults, sets=sets, progress=progress)
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+                faulty, healthy = pool.map(_forked_run, ["faults", "healthy"])
+            return faulty, healthy
+        finally:
+            _FORKED.clear()
+    return (run_fleet(params, o, faults, sets, "faults", progress),
+            run_fleet(params, o, [], sets, "healthy", progress))
+
+
+def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
+             progress: Progress | None = None, workers: int = 1) -> dict[str, Any]:
+    """Score each detector set; the top level repeats the last set's scores (with models,
+    when asked for: what would run)."""
+    started = time.perf_counter()
+    params = sim_params(o, o.seed)
+    faults = schedule(params, o)
+    (truth, faulty), (_, healthy) = _both_runs(params, o, faults, sets, progress, workers)
+    gpus = params.nodes * params.gpus
+    seconds = o.hours * 3600.0
+    columns: dict[str, Any] = {}
+    for k in sets:
+        s = score(truth, faulty[k], o.grace_s)
+        s["false_alarms_per_1000_gpu_days"] = false_alarms_per_1000_gpu_days(
+            healthy[k], gpus, seconds)
+        s["healthy_alarms"] = _alarm_rules(healthy[k])
+        columns[k] = s
+    last = columns[list(sets)[-1]]
+    return {"gpus": gpus, "hours": o.hours, "faults": len(truth),
+            "seconds": round(time.perf_counter() - started, 1), "columns": columns,
+            "kinds": {k: {m: v[m] for m in ("recall", "precision", "delay_p50_s", "delay_p95_s",
+                                              "delay_first_sample_p50_s", "faults", "modes")}
+                      for k, v in last["kinds"].items()},
+            "precision": last["precision"],
+            "false_alarms_per_1000_gpu_days": last["false_alarms_per_1000_gpu_days"]}
+
+
+def _alarm_rules(changes: Sequence[Any]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    seen = set()
+    for a in changes:
+        if a.fired_ts is not None and a.id not in seen:
+            seen.add(a.id)
+            out[a.rule] = out.get(a.rule, 0) + 1
+    return out
+
+
+def _fmt(v: float | None, pct: bool = False) -> str:
+    if v is None:
+        return "-"
+    return f"{v:.2f}" if pct else f"{v:.0f}"
+
+
+def table(result: Mapping[str, Any]) -> str:
+    """The result as text: per kind and mode, one block of columns per detector set."""
+    cols = result["columns"]
+    head = f"{'kind':<14}{'mode':<8}{'faults':>7}"
+    for name in cols:
+        head += f" | {name[:26]:<26}"
+    sub = " " * 29 + "".join(" | recall prec  p50s  p95s  1st" for _ in cols)
+    lines = [f"{result['gpus']} GPUs, {result['hours']:g} h, {result['faults']} faults, "
+             f"{result['seconds']:.0f} s", head, sub]
+    first = next(iter(cols.values()))
+    for kind, row in first["kinds"].items():
+        for mode in ["all", *row["modes"]]:
+            line = f"{kind:<14}{mode:<8}"
+            for i, c in enumerate(cols.values()):
+                r = c["kinds"][kind] if mode == "all" else c["kinds"][kind]["modes"][mode]
+                if i == 0:
+                    line += f"{r['faults']:>7}"
+                prec = c["kinds"][kind]["precision"] if mode == "all" else None
+                line += (f" | {_fmt(r['recall'], True):>6} {_fmt(prec, True):>4} "
+                         f"{_fmt(r['delay_p50_s']):>5} {_fmt(r['delay_p95_s']):>5} "
+                         f"{_fmt(r['delay_first_sample_p50_s']):>4}")
+            lines.append(line)
+    for name, c in cols.items():
+        lines.append(f"{name}: precision {_fmt(c['precision'], True)} ({c['alerts']} alerts, "
+                     f"{c['false_alarms']} false); false alarms on a healthy fleet: "
+                     f"{c['false_alarms_per_1000_gpu_days']:.2f} per 1,000 GPU-days "
+                     f"{c['healthy_alarms'] or ''}")
+    return "\n".join(lines)

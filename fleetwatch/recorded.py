@@ -1,0 +1,286 @@
+"""Read recorded telemetry into frames: the long CSV layout and AcmeTrace's layout.
+
+Long CSV (one sample per row; a header line is required)::
+
+    timestamp,node,gpu,metric,value[,cluster][,rack]
+    2023-07-01T08:00:00+08:00,10.140.1.10,3,gpu_temp_c,71
+    1688169600,10.140.1.10,,host_cpu_util_pct,12.5
+    1688169615,10.140.1.10,3,xid,79
+
+* ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC);
+* ``gpu``: the GPU index, empty for a host metric;
+* ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
+  metric table) in the catalogue's unit, or ``xid`` (``value`` is the XID code: an
+  event on that GPU at that time);
+* rows may come in any order; a sample given twice (same time, node, GPU and
+  metric) keeps the last one.
+
+AcmeTrace (InternLM/AcmeTrace, the Acme clusters of the NSDI '24 study): one CSV
+per metric, named after it (``GPU_TEMP.csv``, ``DCGM_FI_DEV_GPU_TEMP.csv``,
+split files ``GPU_TEMP-2023-07.csv``; cluster metrics ``NODE_CPU_UTILIZATION.csv``),
+a ``Time`` column (epoch seconds as collected, or the date-time text its
+notebook writes, e.g. ``2023-07-01 08:00:00+08:00``) and one column per node
+(the server's IP, e.g. ``10.140.1.10``) or per GPU (``IP-N``, ``IP_N``, ``IP:N``
+or ``IP/gpuN``). Values are in DCGM's units (FB_USED in MiB, ratios 0..1, or 0..100
+after the AcmeTrace notebook's scaling, detected per file) and converted with the
+catalogue's DCGM scale. ``XID_ERRORS`` holds the last XID seen: a change to a
+non-zero code is read as that XID event. Per-node columns of a GPU metric are
+read as GPU 0 of that node (said in the summary).
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import math
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from fleetwatch.catalogue import Metric, catalogue
+from fleetwatch.frame import Frame, GpuReading, HostReading
+
+LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
+XID = "xid"
+# AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
+ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
+_GPU_COLUMN = re.compile(r"^(?P<node>.+?)(?:[-_:]|/(?:gpu)?)(?:gpu)?(?P<gpu>\d{1,2})$")
+_SPLIT_STEM = re.compile(r"^(?P<metric>[A-Z_]+?)(?:-\d{4}-.*)?$")
+
+
+class ReplayError(ValueError):
+    """A recorded file cannot be read; the message names the file and line."""
+
+
+@dataclass
+class Reading:
+    """Samples gathered from files, and what went wrong or was left out on the way."""
+
+    # (ts, node) -> gpu (None: host) -> metric -> value
+    samples: dict[tuple[float, str], dict[int | None, dict[str, float]]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(dict)))
+    xids: dict[tuple[float, str, int], list[int]] = field(
+        default_factory=lambda: defaultdict(list))
+    places: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (cluster, rack)
+    bad_rows: int = 0
+    bad_examples: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def bad(self, where: str, why: str, skip: bool) -> None:
+        if not skip:
+            raise ReplayError(f"{where}: {why} (fix the row, or pass --skip-bad to skip "
+                              "and count such rows)")
+        self.bad_rows += 1
+        if len(self.bad_examples) < 5:
+            self.bad_examples.append(f"{where}: {why}")
+
+
+def parse_time(text: str) -> float:
+    """Epoch seconds, or ISO 8601 (no zone: UTC)."""
+    text = text.strip()
+    try:
+        value = float(text)
+    except ValueError:
+        try:
+            dt = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"time {text!r} is neither epoch seconds nor ISO 8601") from None
+        if dt.tzinfo is None:
+            dt = dt.replace(tzinfo=timezone.utc)
+        return dt.timestamp()
+    if not math.isfinite(value) or not 0 <= value < 1e11:
+        raise ValueError(f"time {text!r} is not a plausible epoch time in seconds")
+    return value
+
+
+def _value(text: str, metric: str, factor: float = 1.0) -> float:
+    """The value in our unit (``factor`` times the text's), checked against the catalogue."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"value {text!r} of {metric} is not a number") from None
+    if not math.isfinite(value):
+        raise ValueError(f"value {text!r} of {metric} is not finite")
+    value *= factor
+    if metric != XID:
+        m = _metric(metric)
+        if not m.min <= value <= m.max:
+            raise ValueError(f"{metric} = {value:g} is outside its possible range "
+                             f"{m.min:g}..{m.max:g} {m.unit}")
+    return value
+
+
+@functools.cache
+def _metric(name: str) -> Metric:
+    return catalogue()[name]
+
+
+def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
+               rack: str = "unknown") -> Reading:
+    """Read every file (the layout told by its header) into one ``Reading``."""
+    out = Reading()
+    for path in paths:
+        p = Path(path)
+        try:
+            with p.open(newline="", encoding="utf-8-sig") as fh:
+                rows = csv.reader(fh)
+                header = next(rows, None)
+                if header is None:
+                    raise ReplayError(f"{p}: empty file; expected a header line")
+                header = [h.strip() for h in header]
+                if header and header[0] == "Time":
+                    _read_acme(p, header, rows, out, skip_bad, cluster, rack)
+                elif all(c in header for c in LONG_COLUMNS):
+                    _read_long(p, header, rows, out, skip_bad, cluster, rack)
+                else:
+                    raise ReplayError(
+                        f"{p} line 1: unknown layout {','.join(header[:6])}...; expected the "
+                        f"long CSV header {','.join(LONG_COLUMNS)} or AcmeTrace's Time,NODE,...")
+        except OSError as exc:
+            raise ReplayError(f"{p}: cannot read: {exc}") from None
+        except UnicodeDecodeError as exc:
+            raise ReplayError(f"{p}: not UTF-8 text ({exc}); is it a CSV file?") from None
+    return out
+
+
+def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,
+               skip: bool, cluster: str, rack: str) -> None:
+    col = {name: header.index(name) for name in header}
+    i_ts, i_node, i_gpu, i_metric, i_value = (col[c] for c in LONG_COLUMNS)
+    known = catalogue()
+    times: dict[str, float] = {}  # a timestamp's text repeats on every row of its tick
+    width = len(header)
+    for n, row in enumerate(rows, 2):
+        if len(row) != width:
+            if row and "".join(row).strip():
+                out.bad(f"{p} line {n}", f"{len(row)} fields, the header has {width}", skip)
+            continue
+        metric, node = row[i_metric].strip(), row[i_node].strip()
+        try:
+            ts = times.get(row[i_ts])
+            if ts is None:
+                ts = times[row[i_ts]] = parse_time(row[i_ts])
+            if not node:
+                raise ValueError("empty node")
+            if metric != XID and metric not in known:
+                raise ValueError(f"unknown metric {metric!r} (use the catalogue's names, "
+                                 "e.g. gpu_temp_c, or xid)")
+            gpu_text = row[i_gpu].strip()
+            gpu = int(gpu_text) if gpu_text else None
+            if gpu is not None and not 0 <= gpu < 1024:
+                raise ValueError(f"gpu {gpu_text!r} is not an index 0..1023")
+            scope = "host" if metric == XID else known[metric].scope
+            if (gpu is None) != (scope == "host") and metric != XID:
+                raise ValueError(f"{metric} is a {scope} metric: the gpu column must be "
+                                 f"{'empty' if scope == 'host' else 'a GPU index'}")
+            if metric == XID and gpu is None:
+                raise ValueError("an xid row needs a GPU index")
+            value = _value(row[i_value], metric)
+        except ValueError as exc:
+            out.bad(f"{p} line {n}", str(exc), skip)
+            continue
+        if node not in out.places:
+            out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
+                                row[col["rack"]].strip() if "rack" in col else rack)
+        if metric == XID:
+            out.xids[(ts, node, gpu)].append(int(value))  # type: ignore[index]
+        else:
+            out.samples[(ts, node)][gpu][metric] = value
+
+
+def acme_metric(stem: str) -> tuple[str, float] | None:
+    """Our metric and the factor from AcmeTrace's value, for a file's name; None if unknown."""
+    m = _SPLIT_STEM.match(stem)
+    name = m["metric"] if m else stem
+    if name in ACME_HOST:
+        return ACME_HOST[name]
+    if name in ("XID_ERRORS", "DCGM_FI_DEV_XID_ERRORS"):
+        return XID, 1.0
+    for metric in catalogue().metrics:
+        if metric.dcgm and metric.dcgm in (name, f"DCGM_FI_DEV_{name}", f"DCGM_FI_PROF_{name}"):
+            return metric.name, 1.0 / metric.dcgm_scale
+    return None
+
+
+def _read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,
+               skip: bool, cluster: str, rack: str) -> None:
+    found = acme_metric(p.stem)
+    if found is None:
+        out.notes.append(f"{p.name}: no catalogue metric for {p.stem!r}; file skipped")
+        return
+    metric, factor = found
+    columns = header[1:]
+    parsed = [_GPU_COLUMN.match(c) for c in columns]
+    per_gpu = bool(columns) and all(parsed) and len({m["gpu"] for m in parsed if m}) > 1
+    subjects: list[tuple[str, int | None]] = []
+    host = metric != XID and catalogue()[metric].scope == "host"
+    for c, m in zip(columns, parsed):
+        if per_gpu and m:
+            subjects.append((m["node"], int(m["gpu"])))
+        else:
+            subjects.append((c, None if host else 0))
+    if not per_gpu and not host:
+        out.notes.append(f"{p.name}: one column per node; read as GPU 0 of each node")
+    ratio = metric.endswith("_ratio")
+    table: list[tuple[float, int, list[str]]] = []
+    for n, row in enumerate(rows, 2):
+        if not row or not "".join(row).strip():
+            continue
+        where = f"{p} line {n}"
+        if len(row) != len(header):
+            out.bad(where, f"{len(row)} fields, the header has {len(header)}", skip)
+            continue
+        try:
+            table.append((parse_time(row[0]), n, row[1:]))
+        except ValueError as exc:
+            out.bad(where, str(exc), skip)
+    if ratio and any(_float(v) > 1.0 for _, _, cells in table for v in cells if v):
+        factor /= 100.0  # the AcmeTrace notebook's percent scaling
+        out.notes.append(f"{p.name}: ratios given in percent; divided by 100")
+    last_xid: dict[tuple[str, int | None], int] = {}
+    table.sort(key=lambda r: r[0])
+    for ts, n, cells in table:
+        for (node, gpu), column, cell in zip(subjects, columns, cells):
+            if not cell.strip():
+                continue  # no sample: the metric is absent, never 0
+            out.places.setdefault(node, (cluster, rack))
+            try:
+                value = _value(cell, metric, factor)
+            except ValueError as exc:
+                out.bad(f"{p} line {n}, column {column}", str(exc), skip)
+                continue
+            if metric == XID:
+                code = int(value)
+                if code and last_xid.get((node, gpu)) != code:
+                    out.xids[(ts, node, gpu or 0)].append(code)
+                last_xid[(node, gpu)] = code
+            else:
+                out.samples[(ts, node)][gpu][metric] = value
+
+
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        return 0.0
+
+
+def frames(reading: Reading, model: str = "") -> list[list[Frame]]:
+    """Frames in time order, one batch per timestamp (as a live processor sees a tick)."""
+    xids: dict[tuple[float, str], dict[int, tuple[int, ...]]] = defaultdict(dict)
+    for (ts, node, gpu), codes in reading.xids.items():
+        xids[(ts, node)][gpu] = tuple(codes)
+    by_ts: dict[float, list[Frame]] = defaultdict(list)
+    for ts, node in sorted(set(reading.samples) | set(xids)):
+        per_gpu = reading.samples.get((ts, node), {})
+        events = xids.get((ts, node), {})
+        indices = sorted({g for g in per_gpu if g is not None} | set(events))
+        gpus = tuple([GpuReading(i, f"{node}/gpu{i}", model, dict(per_gpu.get(i, {})),
+                                 xids=events.get(i, ())) for i in indices])
+        cluster, rack = reading.places.get(node, ("replay", "unknown"))
+        by_ts[ts].append(Frame(cluster, rack, node, ts, gpus,
+                               HostReading(dict(per_gpu.get(None, {})))))
+    return [by_ts[ts] for ts in sorted(by_ts)]

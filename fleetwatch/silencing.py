@@ -1,0 +1,79 @@
+"""``fleetwatch silence`` and ``fleetwatch ack``: silences and acknowledgements in the store.
+
+The processor's notifier reads them back from the store (every 30 s): a silence
+mutes the notifications of matching alerts from its start to its end (the
+alerts' own time), an acknowledgement stops repeat notifications of one alert
+until it resolves.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.store.base import Acknowledgement, Silence, Store
+
+
+class SilenceError(ValueError):
+    """A silence or acknowledgement cannot be made; the message says why and what to do."""
+
+
+def _need(store: Store, method: str) -> None:
+    if not callable(getattr(store, method, None)):
+        raise SilenceError(f"this store ({type(store).__name__}) keeps no silences or "
+                           "acknowledgements yet; use the embedded store (store.kind = sqlite)")
+
+
+def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
+                start_ts: float | None = None, by: str = "", comment: str = "") -> Silence:
+    """Store a silence of ``duration_s`` from ``start_ts`` (default now)."""
+    _need(store, "write_silences")
+    if not matchers:
+        raise SilenceError("a silence needs at least one matcher, e.g. node=node-007")
+    try:
+        parsed = tuple(parse_matcher(m) for m in matchers)
+    except ValueError as exc:
+        raise SilenceError(str(exc)) from None
+    if not 0 < duration_s <= 366 * 86400:
+        raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
+                           "a year")
+    start = time.time() if start_ts is None else start_ts
+    silence = Silence(uuid.uuid4().hex[:12], parsed, start, start + duration_s, by, comment)
+    store.write_silences([silence])
+    return silence
+
+
+def expire_silence(store: Store, silence_id: str, now: float | None = None) -> Silence:
+    """End a silence now (it is kept, with its end moved, for the record)."""
+    _need(store, "silences")
+    now = time.time() if now is None else now
+    for s in store.silences():
+        if s.id == silence_id:
+            ended = Silence(s.id, s.matchers, s.start_ts, min(s.end_ts, max(now, s.start_ts)),
+                            s.created_by, s.comment)
+            store.write_silences([ended])
+            return ended
+    raise SilenceError(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows them")
+
+
+def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
+                now: float | None = None) -> Acknowledgement:
+    """Acknowledge an open alert."""
+    _need(store, "write_acks")
+    if not by:
+        raise SilenceError("say who acknowledges it: --by NAME")
+    if alert_id not in {a.id for a in store.alerts()}:
+        raise SilenceError(f"no open alert {alert_id!r}; the dashboard's alert table and "
+                           "`fleetwatch replay` show alert ids")
+    ack = Acknowledgement(alert_id, time.time() if now is None else now, by, comment)
+    store.write_acks([ack])
+    return ack
+
+
+def describe(s: Silence) -> str:
+    fmt = "%Y-%m-%d %H:%M:%S"
+    matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
+    return (f"{s.id}  {matchers}  {time.strftime(fmt, time.gmtime(s.start_ts))} .. "
+            f"{time.strftime(fmt, time.gmtime(s.end_ts))} UTC  {s.created_by}  {s.comment}")

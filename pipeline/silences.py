@@ -1,0 +1,128 @@
+"""Who hears about an alert: labels, silences, inhibition, acknowledgements, grouping.
+
+Pure functions over alerts. They act on notifications, never on the lifecycle:
+a silenced or inhibited alert still goes pending → firing → resolved in the
+book and the store, as in Alertmanager; only the notifying sinks stay quiet.
+
+* A silence mutes the alerts that match all its matchers while the alert's own
+  time (``updated_ts``, a frame time) is within the silence's range.
+* Inhibition: a firing node-down or silent-node alert mutes the GPU alerts of
+  its node; a firing rack-level alert (rack cooling) mutes the GPU alerts of
+  its rack. The one cause is paged, not its sixteen symptoms.
+* An acknowledged alert is not notified again until it resolves.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from fleetwatch.pipeline.alerts import scope_of
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+LABELS = ("rule", "severity", "cluster", "rack", "node", "device")
+OPS = ("=~", "!~", "!=", "=")
+_MATCHER = re.compile(r"^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
+
+# Node-scope rules whose firing alert means the node's GPUs cannot be judged.
+NODE_DOWN_RULES = frozenset({"node_silent", "node_down"})
+
+
+def labels(alert: Alert) -> dict[str, str]:
+    out = {name: str(getattr(alert, name)) for name in LABELS}
+    out["scope"] = scope_of(alert)
+    return out
+
+
+def parse_matcher(text: str) -> tuple[str, str, str]:
+    """``node=node-001``, ``rule=~gpu_.*``, ``severity!=info`` → (label, op, value)."""
+    m = _MATCHER.match(text)
+    if not m or m[1] not in (*LABELS, "scope"):
+        raise ValueError(f"silence matcher {text!r}: expected LABEL=VALUE, LABEL!=VALUE, "
+                         f"LABEL=~REGEX or LABEL!~REGEX with LABEL one of "
+                         f"{', '.join((*LABELS, 'scope'))}")
+    value = m[3].strip('"')
+    if m[2] in ("=~", "!~"):
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"silence matcher {text!r}: bad regular expression: {exc}") from None
+    return m[1], m[2], value
+
+
+def matches(silence: Silence, alert: Alert) -> bool:
+    have = labels(alert)
+    for name, op, value in silence.matchers:
+        got = have.get(name, "")
+        if op == "=" and got != value or op == "!=" and got == value:
+            return False
+        if op in ("=~", "!~") and (re.fullmatch(value, got) is not None) != (op == "=~"):
+            return False
+    return True
+
+
+def silenced_by(alert: Alert, silences: Iterable[Silence]) -> str:
+    """The id of a silence in force at the alert's time that matches it, else ""."""
+    for s in silences:
+        if s.start_ts <= alert.updated_ts < s.end_ts and matches(s, alert):
+            return s.id
+    return ""
+
+
+def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
+    """The id of a firing node-down or rack alert that covers this GPU alert, else ""."""
+    if scope_of(alert) != "gpu":
+        return ""
+    for a in open_alerts:
+        if a.state != "firing" or a.cluster != alert.cluster:
+            continue
+        scope = scope_of(a)
+        if scope == "node" and a.rule in NODE_DOWN_RULES and a.node == alert.node:
+            return a.id
+        if scope == "rack" and a.rack == alert.rack:
+            return a.id
+    return ""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """An alert change with why it is muted ("" if it is not)."""
+
+    alert: Alert
+    muted_by: str = ""
+
+    @property
+    def notify(self) -> bool:
+        """Does a notifying sink (Alertmanager, webhook) tell anyone? Firing, and resolved
+        ones that had fired; pending and never-fired ones stay in the record."""
+        if self.muted_by:
+            return False
+        a = self.alert
+        return a.state == "firing" or (a.state == "resolved" and a.fired_ts is not None)
+
+
+def mute(alert: Alert, open_alerts: Iterable[Alert], silences: Sequence[Silence],
+         acks: Mapping[str, Acknowledgement]) -> str:
+    """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or ""."""
+    sid = silenced_by(alert, silences)
+    if sid:
+        return f"silence:{sid}"
+    iid = inhibited_by(alert, open_alerts)
+    if iid:
+        return f"inhibited:{iid}"
+    ack = acks.get(alert.id)
+    if ack is not None and alert.state == "firing":
+        return f"ack:{ack.by}"
+    return ""
+
+
+def group(alerts: Iterable[Alert], by: Sequence[str] = ("cluster", "rack", "node")
+          ) -> dict[tuple[str, ...], list[Alert]]:
+    """Alerts grouped by these labels (a rack alert, whose node is "", is its own group)."""
+    out: dict[tuple[str, ...], list[Alert]] = defaultdict(list)
+    for a in alerts:
+        have = labels(a)
+        out[tuple(have[k] for k in by)].append(a)
+    return dict(out)

@@ -1,0 +1,183 @@
+"""Alert sinks behind one ``AlertSink`` protocol, and the ``Notifier`` that feeds them.
+
+The processor hands every batch's alert changes to ``Notifier.send`` once
+they are in the store. The notifier works out who should hear about each
+change (silences, inhibition, acknowledgements: ``fleetwatch.pipeline.silences``),
+forwards each alert's state changes once (dedup), and delivers them to every
+sink on its own thread, retrying a failing sink with the shared ``Backoff``
+a bounded number of times. A sink that is down never stops or slows the
+processor: its deliveries are retried, then counted as failed and logged;
+the store's record of the alert was written before, by the processor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+
+from fleetwatch.pipeline.alerts import Key, alert_key
+from fleetwatch.pipeline.silences import Notice, mute
+from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.retry import Backoff, retry
+
+__all__ = ["AlertSink", "Notifier", "SinkError", "SinkRejected", "SinkStats"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SinkStats:
+    delivered: int = 0      # batches delivered
+    retries: int = 0
+    failed: int = 0         # batches given up after the last attempt, or refused
+    dropped: int = 0        # batches dropped because the queue was full
+    last_error: str = ""
+    by_sink: dict[str, int] = field(default_factory=dict)  # failed batches per sink
+
+
+class Notifier:
+    """Fans alert changes out to sinks; the processor's one alert hook (``send``).
+
+    ``silences`` and ``acks`` are read (e.g. from the store) at most every
+    ``reload_s`` seconds. With ``background`` False, ``send`` delivers before it
+    returns (replays, tests); else a thread does, from a queue of at most
+    ``queue_max`` batches (the oldest dropped, and counted, beyond that).
+    """
+
+    def __init__(self, sinks: Sequence[AlertSink],
+                 silences: Callable[[], Iterable[Silence]] = lambda: (),
+                 acks: Callable[[], Iterable[Acknowledgement]] = lambda: (),
+                 reload_s: float = 30.0, attempts: int = 4,
+                 backoff: Callable[[], Backoff] = lambda: Backoff(0.5, 8.0),
+                 background: bool = True, queue_max: int = 10_000,
+                 tick_s: float = 1.0) -> None:
+        self.sinks = list(sinks)
+        self.stats = SinkStats()
+        self._silences_of, self._acks_of = silences, acks
+        self._silences: list[Silence] = []
+        self._acks: dict[str, Acknowledgement] = {}
+        self._reload_s, self._reloaded = reload_s, float("-inf")
+        self._attempts, self._backoff = attempts, backoff
+        self._open: dict[Key, Alert] = {}
+        self._sent: dict[str, tuple[str, str]] = {}  # alert id -> (state, muted_by) forwarded
+        self._queue: deque[list[Notice]] = deque(maxlen=queue_max)
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._tick_s = tick_s
+        self._thread: threading.Thread | None = None
+        if background and self.sinks:
+            self._thread = threading.Thread(target=self._loop, name="alert-sinks", daemon=True)
+            self._thread.start()
+
+    # -- the processor's side ----------------------------------------------
+    def adopt(self, alerts: Iterable[Alert]) -> None:
+        """Take over alerts already open (reloaded at start, or from partitions this member
+        now owns) without notifying them again; sinks that keep firing alerts alive
+        (Alertmanager) carry on re-sending them."""
+        alerts = [a for a in alerts if a.state != "resolved"]
+        for a in alerts:
+            self._open[alert_key(a)] = a
+            self._sent[a.id] = (a.state, "")
+        firing = [a for a in alerts if a.state == "firing"]
+        for sink in self.sinks:
+            adopt = getattr(sink, "adopt", None)
+            if adopt is not None and firing:
+                adopt(firing)
+
+    def send(self, changes: Sequence[Alert]) -> list[Notice]:
+        """Take one batch's stored alert changes; returns what is forwarded to sinks."""
+        self._reload()
+        notices = []
+        for a in changes:
+            key = alert_key(a)
+            if a.state == "resolved":
+                self._open.pop(key, None)
+            else:
+                self._open[key] = a
+        for a in changes:
+            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks))
+            seen = self._sent.get(a.id)
+            if seen == (a.state, n.muted_by):
+                continue  # dedup: this state was forwarded already
+            if a.state == "resolved":
+                self._sent.pop(a.id, None)
+            else:
+                self._sent[a.id] = (a.state, n.muted_by)
+            notices.append(n)
+        if notices and self.sinks:
+            if self._thread is None:
+                self._deliver(notices)
+            else:
+                with self._cv:
+                    if len(self._queue) == self._queue.maxlen:
+                        self.stats.dropped += 1
+                        log.error("alert sinks are %d batches behind; dropping the oldest",
+                                  len(self._queue))
+                    self._queue.append(notices)
+                    self._cv.notify()
+        return notices
+
+    def _reload(self) -> None:
+        now = time.monotonic()
+        if now - self._reloaded < self._reload_s:
+            return
+        self._reloaded = now
+        try:
+            self._silences = list(self._silences_of())
+            self._acks = {a.alert_id: a for a in self._acks_of()}
+        except Exception as exc:  # a store hiccup keeps the last known silences
+            log.warning("could not reload silences and acknowledgements: %s", exc)
+
+    # -- the delivery thread -----------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set() or self._queue:
+            with self._cv:
+                if not self._queue and not self._stop.is_set():
+                    self._cv.wait(self._tick_s)
+                batch = self._queue.popleft() if self._queue else None
+            if batch is not None:
+                self._deliver(batch)
+            self._tick()
+
+    def _tick(self) -> None:
+        for sink in self.sinks:
+            tick = getattr(sink, "tick", None)
+            if tick is not None:
+                self._call(sink, tick)
+
+    def _deliver(self, notices: list[Notice]) -> None:
+        for sink in self.sinks:
+            if self._call(sink, lambda s=sink: s.send(notices)):
+                self.stats.delivered += 1
+
+    def _call(self, sink: AlertSink, call: Callable[[], None]) -> bool:
+        def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
+            self.stats.retries += 1
+            log.warning("alert sink %s: %s; retry %d in %.1fs", sink.name, exc, attempt, delay)
+
+        try:
+            retry(call, retryable=(SinkError,), attempts=self._attempts,
+                  backoff=self._backoff(), on_retry=on_retry,
+                  sleep=lambda s: self._stop.wait(s) and None)
+            return True
+        except (SinkError, SinkRejected) as exc:
+            self.stats.failed += 1
+            self.stats.by_sink[sink.name] = self.stats.by_sink.get(sink.name, 0) + 1
+            self.stats.last_error = f"{sink.name}: {exc}"
+            log.error("alert sink %s failed, changes not delivered there: %s", sink.name, exc)
+            return False
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Deliver what is queued (within ``timeout_s``), then close the sinks."""
+        self._stop.set()
+        with self._cv:
+            self._cv.notify()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+        for sink in self.sinks:
+            sink.close()

@@ -1,0 +1,55 @@
+"""The ``AlertSink`` protocol and the one JSON form of an alert change that sinks share."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from typing import Any, Protocol
+
+from fleetwatch.pipeline.silences import Notice, labels
+
+
+class SinkError(RuntimeError):
+    """The sink could not take the changes now (down, timeout, 5xx): worth retrying."""
+
+
+class SinkRejected(ValueError):
+    """The sink refused the changes for good (a 4xx answer): sending them again fails again."""
+
+
+class AlertSink(Protocol):
+    """Where alert changes go: Alertmanager, a webhook, the Kafka alert topic, the store.
+
+    ``send`` gets the changes of one batch, in time order, each with why it is
+    muted (silence, inhibition, acknowledgement; "" if it is not). Notifying
+    sinks (``notify_only`` True) tell people only about ``Notice.notify``
+    changes; record sinks keep every change. ``send`` raises ``SinkError`` when
+    it may succeed later and ``SinkRejected`` when it never will.
+    """
+
+    name: str
+    notify_only: bool
+
+    def send(self, changes: Sequence[Notice]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+def iso(ts: float) -> str:
+    """RFC 3339 in UTC with milliseconds, as Alertmanager and most receivers parse it."""
+    return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds").replace(
+        "+00:00", "Z")
+
+
+def change_json(notice: Notice) -> dict[str, Any]:
+    """What, where, since when, the evidence and the action, as plain JSON."""
+    a = notice.alert
+    return {
+        "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
+        "labels": labels(a),
+        "message": a.message, "value": a.value, "evidence": dict(a.evidence),
+        "action": a.action,
+        "started": iso(a.started_ts), "started_ts": a.started_ts,
+        "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
+        "muted_by": notice.muted_by,
+    }

@@ -1,0 +1,38 @@
+"""A JSON webhook: one POST per batch with the changes grouped by cluster, rack and node.
+
+Body: ``{"version": 1, "groups": [{"cluster", "rack", "node", "alerts": [CHANGE, ...]}]}``
+where CHANGE is ``change_json`` (id, state, rule, severity, labels, message,
+value, evidence, action, started, fired_ts, resolved_ts, muted_by). A rack
+alert is its own group with node "". Only notifications are sent: firing,
+and resolved ones that had fired, and not muted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from fleetwatch.pipeline.silences import Notice, group
+from fleetwatch.pipeline.sinks.base import change_json
+from fleetwatch.pipeline.sinks.http import post_json
+
+
+class WebhookSink:
+    name = "webhook"
+    notify_only = True
+
+    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+        self.url, self.timeout_s = url, timeout_s
+
+    def send(self, changes: Sequence[Notice]) -> None:
+        notices = {n.alert.id: n for n in changes if n.notify}
+        if not notices:
+            return
+        groups = group([n.alert for n in notices.values()])
+        body = {"version": 1, "groups": [
+            {"cluster": k[0], "rack": k[1], "node": k[2],
+             "alerts": [change_json(notices[a.id]) for a in alerts]}
+            for k, alerts in sorted(groups.items())]}
+        post_json(self.url, body, self.timeout_s, "webhook")
+
+    def close(self) -> None:
+        pass

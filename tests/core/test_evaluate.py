@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from fleetwatch.cli import main
+from fleetwatch.evaluate import EvalOptions, evaluate, schedule, sim_params, truths
+from fleetwatch.models.rules import GpuTemperatureLimit
+
+SMALL = EvalOptions(gpus=64, hours=3.0, per_kind=4, seed=3)
+
+
+def test_a_small_evaluation_scores_every_kind_in_the_documented_shape() -> None:
+    seen: list[tuple[str, float]] = []
+    result = evaluate(SMALL, {"rules": lambda: [GpuTemperatureLimit(85, 60)]},
+                      lambda run, done: seen.append((run, done)))
+    assert result["gpus"] == 64 and result["faults"] == 4
+    cooling = result["kinds"]["cooling"]
+    assert set(cooling) >= {"recall", "precision", "delay_p50_s", "delay_p95_s"}
+    # Severity 1.6-2.5 times the thermal resistance pushes a busy A100 past 85 °C.
+    assert cooling["recall"] > 0 and cooling["delay_p50_s"] > 0
+    assert 0 <= result["precision"] <= 1
+    assert result["false_alarms_per_1000_gpu_days"] >= 0
+    assert list(result["columns"]) == ["rules"]
+    assert ("faults", 1.0) in seen and ("healthy", 1.0) in seen   # progress of both runs
+
+
+def test_two_detector_sets_are_two_columns_of_the_same_run() -> None:
+    sets = {"strict": lambda: [GpuTemperatureLimit(95, 60)],
+            "loose": lambda: [GpuTemperatureLimit(80, 0)]}
+    result = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=2)
+    serial = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=1)
+    assert serial["columns"] == result["columns"]             # same seed, same result
+    strict, loose = result["columns"]["strict"], result["columns"]["loose"]
+    assert strict["alerts"] <= loose["alerts"]
+    assert result["precision"] == loose["precision"]          # the top level is the last set
+
+
+def test_the_fallback_schedule_uses_distinct_gpus_inside_the_run() -> None:
+    faults = schedule(sim_params(SMALL, 0), SMALL)
+    assert len({(f.node, f.gpu) for f in faults}) == len(faults) == 4
+    assert all(f.start_s >= 1800 and f.start_s + f.duration_s <= 3 * 3600 for f in faults)
+    short = EvalOptions(gpus=64, hours=0.5, per_kind=4)
+    assert all(f.start_s + f.duration_s <= 1800 for f in schedule(sim_params(short, 0), short))
+
+
+def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> None:
+    rich = SimpleNamespace(kind="rack_cooling", mode="sudden", rack="rack-07", node="", gpu=None,
+                           onset_ts=100.0, end_ts=200.0, severity=2.0, first_faulty_ts=115.0)
+    plain = SimpleNamespace(kind="cooling", node="node-001", gpu=3, onset_ts=10.0, end_ts=20.0,
+                            severity=2.0)
+    sim = SimpleNamespace(ground_truth=[rich, plain], node_names=["node-001"],
+                          _node_racks=["rack-00"])
+    a, b = truths(sim)  # type: ignore[arg-type]
+    assert (a.scope, a.rack, a.mode, a.first_ts) == ("rack", "rack-07", "sudden", 115.0)
+    assert (b.scope, b.rack, b.mode, b.first_ts) == ("gpu", "rack-00", "drift", 10.0)
+
+
+def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--json",
+                 "--workers", "1"]) == 0
+    out, err = capsys.readouterr()
+    last = json.loads(out.splitlines()[-1])
+    assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}
+    assert "evaluate: healthy run" in err
+    assert main(["evaluate", "--kinds", "meteor"]) == 2
+    assert "unknown fault kind" in capsys.readouterr().err
+    for bad in (["--gpus", "0"], ["--hours", "nan"], ["--per-kind", "1e400"]):
+        with pytest.raises(SystemExit):
+            main(["evaluate", *bad])
+
+
+def test_cli_evaluate_two_workers_show_progress_of_both_runs() -> None:
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "evaluate", "--gpus", "16",
+                          "--hours", "1", "--per-kind", "1", "--json"],
+                         capture_output=True, text=True, timeout=120, check=True)
+    assert "evaluate: faults run 100.0%" in run.stderr
+    assert "evaluate: healthy run 100.0%" in run.stderr
+    assert json.loads(run.stdout.splitlines()[-1])["kinds"]["cooling"]["recall"] == 1.0

@@ -1,0 +1,77 @@
+from __future__ import annotations
+
+import pytest
+
+from fleetwatch.pipeline.silences import Notice, group, mute, parse_matcher
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+
+def alert(rule: str = "gpu_temp_high", node: str = "n1", device: str = "gpu0",
+          rack: str = "r1", state: str = "firing", ts: float = 1000.0) -> Alert:
+    return Alert(f"{rule}/c/{node}/{device}/1", rule, "critical", "c", rack, node, device,
+                 state, 900.0, ts, 90.0, "hot", fired_ts=950.0)  # type: ignore[arg-type]
+
+
+def test_a_silence_mutes_matching_alerts_only_within_its_time_range() -> None:
+    s = Silence("s1", (parse_matcher("node=n1"), parse_matcher("rule=~gpu_.*")), 500, 1500)
+    assert mute(alert(), [], [s], {}) == "silence:s1"
+    assert mute(alert(node="n2"), [], [s], {}) == ""
+    assert mute(alert(rule="xid"), [], [s], {}) == ""
+    assert mute(alert(ts=1500), [], [s], {}) == ""     # over at its end
+    neg = Silence("s2", (parse_matcher("severity!=critical"),), 0, 1e10)
+    assert mute(alert(), [], [neg], {}) == ""
+
+
+def test_bad_matchers_are_refused_with_the_accepted_forms() -> None:
+    with pytest.raises(ValueError, match="LABEL=VALUE"):
+        parse_matcher("colour=red")
+    with pytest.raises(ValueError, match="regular expression"):
+        parse_matcher("node=~(")
+
+
+def test_gpu_alerts_under_a_silent_node_or_a_rack_alert_are_inhibited() -> None:
+    silent = alert("node_silent", device="host")
+    rack = alert("rack_cooling", node="", device="rack:r1")
+    assert mute(alert(), [silent], [], {}) == f"inhibited:{silent.id}"
+    assert mute(alert(node="n2"), [silent], [], {}) == ""
+    assert mute(alert(node="n7"), [rack], [], {}) == f"inhibited:{rack.id}"
+    assert mute(alert(node="n7", rack="r2"), [rack], [], {}) == ""
+    assert mute(alert(), [alert("node_silent", device="host", state="pending")], [], {}) == ""
+    assert mute(silent, [silent, rack], [], {}) == ""  # the cause itself is paged
+
+
+def test_an_acknowledged_alert_is_not_notified_again_until_it_resolves() -> None:
+    a = alert()
+    acks = {a.id: Acknowledgement(a.id, 1000, "oncall")}
+    assert mute(a, [], [], acks) == "ack:oncall"
+    resolved = alert(state="resolved")
+    assert Notice(resolved, mute(resolved, [], [], acks)).notify
+
+
+def test_pending_and_never_fired_alerts_are_not_notified() -> None:
+    import dataclasses
+    a = alert(state="pending")
+    assert not Notice(dataclasses.replace(a, fired_ts=None)).notify
+    assert not Notice(dataclasses.replace(a, state="resolved", fired_ts=None)).notify
+    assert Notice(alert()).notify
+
+
+def test_grouping_by_node_and_rack() -> None:
+    groups = group([alert(), alert(device="gpu1"), alert(node="n2"),
+                    alert("rack_cooling", node="", device="rack:r1")])
+    assert sorted((k, len(v)) for k, v in groups.items()) == [
+        (("c", "r1", ""), 1), (("c", "r1", "n1"), 2), (("c", "r1", "n2"), 1)]
+
+
+def test_silences_and_acks_persist_in_the_sqlite_store(tmp_path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    s = Silence("s1", (("node", "=", "n1"), ("rule", "=~", "gpu_.*")), 100, 200, "ops", "swap")
+    store.write_silences([s])
+    store.write_acks([Acknowledgement("a1", 150, "oncall", "on it")])
+    again = SqliteStore(tmp_path / "s.db", read_only=True)
+    assert again.silences() == [s]
+    assert again.silences(active_at=150) == [s] and again.silences(active_at=200) == []
+    assert again.acks() == [Acknowledgement("a1", 150, "oncall", "on it")]
+    store.write_silences([Silence("s1", s.matchers, 100, 120)])  # expired early
+    assert again.silences(active_at=150) == []

@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.frame import Frame, GpuReading
+from tests.servers import Server, alertmanager
+
+
+@pytest.fixture(scope="session")
+def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A real Alertmanager on 127.0.0.1, shared by the session."""
+    server = alertmanager(tmp_path_factory.mktemp("am")).start()
+    yield server
+    server.stop()
+
+
+class Receiver:
+    """A real local HTTP server that records the JSON bodies POSTed to it; answers each
+    request with the next of ``answers`` (then 200)."""
+
+    def __init__(self, answers: list[int] | None = None) -> None:
+        self.bodies: list[object] = []
+        self.answers = list(answers or [])
+        self.requests = 0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                owner.requests += 1
+                code = owner.answers.pop(0) if owner.answers else 200
+                if code == 200:
+                    owner.bodies.append(json.loads(body))
+                self.send_response(code)
+                self.end_headers()
+                self.wfile.write(b"busy" if code != 200 else b"ok")
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.close()
+
+
+def frame(ts: float, temps: list[float], node: str = "n1", rack: str = "r1") -> Frame:
+    gpus = tuple(GpuReading(i, f"GPU-{i}", "m", {"gpu_temp_c": t}) for i, t in enumerate(temps))
+    return Frame("c", rack, node, ts, gpus)
+
+
+def tmp_store(tmp_path: Path):  # noqa: ANN201
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    return SqliteStore(tmp_path / "fleet.db")
