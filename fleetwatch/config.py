@@ -89,6 +89,9 @@ class BusConfig:
     dead_letter_topic: str = "fleetwatch.frames.dead"
     alert_topic: str = "fleetwatch.alerts"
     group: str = "fleetwatch-processor"
+    # Seconds a processor may go silent before the group gives its partitions to the others
+    # (a killed member's partitions wait this long); heartbeats go every third of it.
+    session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
     security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str = ""

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +33,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.config import BusConfig
-from fleetwatch.pipeline.bus import BusError, Message
+from fleetwatch.pipeline.bus import BusError, Message, Rebalance
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +136,10 @@ class KafkaProducer:
             self._config["api_version"] = self._client.config["api_version"]
         return self._client
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None,
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
              headers: Sequence[tuple[str, bytes]] = ()) -> None:
-        size = len(value) + (len(key) if key else 0) + sum(len(k) + len(v) for k, v in headers)
+        size = (len(value or b"") + (len(key) if key else 0)
+                + sum(len(k) + len(v) for k, v in headers))
         with self._lock:
             full = (self._pending >= self._max_pending
                     or self._pending_bytes + size > self._max_pending_bytes)
@@ -238,6 +240,10 @@ def _force_close(client: kafka.KafkaProducer) -> None:
         log.debug("kafka producer did not close cleanly", exc_info=True)
 
 
+# How often a paused consumer lists its partitions' end offsets (for the lag).
+_LIST_EVERY_S = 2.0
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Keeps the consumer's view of its partitions current across rebalances."""
 
@@ -266,6 +272,11 @@ class KafkaConsumer:
         self._paused = False
         self._lag: int | None = None
         self._max_poll_records = max_poll_records
+        self._listener: Rebalance | None = None
+        # Paused partitions are not fetched, so their high watermark goes stale:
+        # while paused, the end offsets are listed every few seconds instead.
+        self._listed: dict[TopicPartition, int] = {}
+        self._listed_at = 0.0
         try:
             self._consumer = kafka.KafkaConsumer(
                 bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
@@ -284,10 +295,19 @@ class KafkaConsumer:
         with self._lock:
             for tp in revoked:
                 self._returned.pop(tp, None)
+                self._listed.pop(tp, None)
+        if self._listener is not None:
+            self._listener.revoked([(tp.topic, tp.partition) for tp in revoked])
 
     def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
         if self._paused and assigned:
             self._consumer.pause(*assigned)
+        if self._listener is not None:
+            self._listener.assigned([(tp.topic, tp.partition) for tp in assigned])
+
+    def listen(self, listener: Rebalance) -> None:
+        # kafka-python calls the rebalance listener from inside poll(): so is ours.
+        self._listener = listener
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         try:
@@ -333,6 +353,7 @@ class KafkaConsumer:
 
     def pause(self) -> None:
         self._paused = True
+        self._listed_at = 0.0  # list the end offsets on the next poll
         self._consumer.pause(*self._consumer.assignment())
 
     def resume(self) -> None:
@@ -344,11 +365,39 @@ class KafkaConsumer:
         # kafka-python's consumer must only be driven from the polling thread.
         return self._lag
 
+    def _list_end_offsets(self, owned: set[TopicPartition]) -> None:
+        """While paused, the partitions' end offsets from the broker, every few seconds.
+
+        A paused partition is not fetched, so its high watermark (which comes
+        with fetch responses) stays where it was when the store went away and
+        the lag read 0 for the whole outage. Listing offsets is one request;
+        on Tansu it names the last batch's first offset (one batch short), so
+        the high watermark is used whenever it is higher.
+        """
+        now = time.monotonic()
+        if not owned or now - self._listed_at < _LIST_EVERY_S:
+            return
+        self._listed_at = now
+        try:
+            listed = self._consumer.end_offsets(list(owned))
+        except (kerr.KafkaError, ValueError) as exc:
+            log.debug("cannot list end offsets for the lag: %s", exc)
+            return
+        with self._lock:
+            self._listed = {tp: off for tp, off in listed.items() if off is not None}
+
     def _measure_lag(self) -> int | None:
         total, known = 0, False
-        for tp in self._consumer.assignment():
+        owned = self._consumer.assignment()
+        if self._paused:
+            self._list_end_offsets(owned)
+        for tp in owned:
             try:
                 high = self._consumer.highwater(tp)
+                if self._paused:
+                    listed = self._listed.get(tp)
+                    if listed is not None and (high is None or listed > high):
+                        high = listed
                 with self._lock:
                     pos = self._returned.get(tp)
                 if pos is None and high is not None:

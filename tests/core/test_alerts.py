@@ -13,7 +13,9 @@ def frame(ts: float, temps: list[float], node: str = "n1") -> Frame:
 def drive(book: AlertBook, rule: GpuTemperatureLimit, frames: list[Frame]) -> list:
     changes = []
     for f in frames:
-        changes.extend(book.observe([f], rule.update([f])))
+        step = book.observe([f], rule.update([f]))
+        book.apply(step)  # as the processor does once the store has them
+        changes.extend(step)
     return changes
 
 
@@ -71,3 +73,42 @@ def test_hysteresis_keeps_one_alert_for_a_gpu_hovering_at_the_limit() -> None:
                                  enumerate([86, 84, 85, 83, 86, 81])])
     assert len({a.id for a in changes}) == 1
     assert changes[-1].state == "resolved" and changes[-1].resolved_ts == 200
+
+
+def test_observe_leaves_the_book_unchanged_until_the_changes_are_applied() -> None:
+    """A failed alert write must not lose a transition: observe again, same answer."""
+    rule = GpuTemperatureLimit(85, for_s=0)
+    book = AlertBook()
+    drive(book, rule, [frame(100, [90])])
+    (firing,) = book.open
+    cool = [frame(120, [60])]
+    (resolved,) = book.observe(cool, rule.update(cool))  # the write of this one fails
+    assert resolved.state == "resolved" and book.open == [firing]
+    again = book.observe(cool, rule.update(cool))         # retried later
+    assert again == [resolved]
+    book.apply(again)
+    assert book.open == []
+
+
+def test_load_and_drop_follow_the_nodes_a_processor_owns() -> None:
+    rule = GpuTemperatureLimit(85, for_s=0)
+    old = AlertBook()
+    drive(old, rule, [frame(100, [90], node="n1"), frame(100, [90], node="n2")])
+    moved = [a for a in old.open if a.node == "n2"]
+    old.drop({"n2"})                    # n2's partition was revoked
+    assert {a.node for a in old.open} == {"n1"}
+    new = AlertBook()
+    new.load(moved)                     # ... and assigned here
+    new.load(moved)                     # loading twice keeps one
+    assert new.open == moved
+    assert drive(new, rule, [frame(120, [91], node="n2")])[0].id == moved[0].id  # no duplicate
+
+
+def test_alert_identity_includes_the_cluster() -> None:
+    rule = GpuTemperatureLimit(85, for_s=0)
+    book = AlertBook()
+    hot = [frame(100, [90]), Frame("c2", "r", "n1", 100, frame(100, [90]).gpus)]
+    drive(book, rule, hot)
+    assert sorted(a.cluster for a in book.open) == ["c", "c2"]
+    (resolved,) = drive(book, rule, [frame(120, [60])])  # only cluster c's n1 cooled
+    assert resolved.cluster == "c" and [a.cluster for a in book.open] == ["c2"]
