@@ -165,6 +165,51 @@ def test_pause_resume_and_lag(kafka: Server) -> None:
         c.close()
 
 
+def test_lag_keeps_counting_while_paused(kafka: Server) -> None:
+    """A store outage pauses the consumer: the lag must show the messages piling up
+    behind it, not the 0 of the last fetch (a paused partition is not fetched)."""
+    topic = fresh("pause-lag")
+    ensure_topic(kafka.address, topic, 2)
+    produce(kafka, topic, 200)
+    c = consumer(kafka, topic, fresh("g"))
+    try:
+        assert len(read(c, 200)) == 200
+        deadline = time.monotonic() + 10
+        while c.lag() != 0 and time.monotonic() < deadline:
+            c.poll(10, 0.2)
+        assert c.lag() == 0
+        c.pause()
+        for _ in range(3):  # produced in several requests: several batches a partition
+            produce(kafka, topic, 1000)
+        deadline = time.monotonic() + 20
+        while (c.lag() or 0) < 2500 and time.monotonic() < deadline:
+            assert c.poll(100, 0.5) == []
+        # Tansu lists a partition's end as its last batch's first offset: at most
+        # one batch a partition short of the 3,000.
+        assert 2500 <= (c.lag() or 0) <= 3000
+        c.resume()
+        assert len(read(c, 3000, timeout_s=30)) == 3000
+    finally:
+        c.close()
+
+
+def test_session_timeout_is_configured(kafka: Server) -> None:
+    from fleetwatch.config import Config, ConfigError, override
+    from fleetwatch.wiring import open_consumer
+
+    for wrong in (0, 1e400, 5.0):
+        with pytest.raises(ConfigError, match="session_timeout_s"):
+            override(Config(), "bus", session_timeout_s=wrong)
+    config = override(Config(), "bus", session_timeout_s=7.5, kind="kafka",
+                      bootstrap=kafka.address, topic=fresh("session"))
+    c = open_consumer(config.bus)
+    try:
+        client = c._consumer.config  # type: ignore[attr-defined]
+        assert (client["session_timeout_ms"], client["heartbeat_interval_ms"]) == (7500, 2500)
+    finally:
+        c.close()
+
+
 def test_producer_fails_fast_and_recovers_after_broker_restart(own_kafka: Server) -> None:
     topic = fresh("restart")
     ensure_topic(own_kafka.address, topic, 1)
