@@ -82,7 +82,8 @@ class BusConfig:
     kind: Literal["memory", "kafka"] = "memory"
     bootstrap: str = "127.0.0.1:9092"
     topic: str = "fleetwatch.frames"
-    # Partitions of the topic when fleetwatch creates it: the most processors that can share it.
+    # Partitions of the topics (the most processors that can share them): a topic with fewer
+    # (auto-created by a broker that lost its data) gets the rest where nothing is lost.
     partitions: int = ranged(12, 1, 10_000)
     # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
     replication_factor: int = ranged(0, 0, 32)

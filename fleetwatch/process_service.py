@@ -43,6 +43,8 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
         return 2
     stop = stop_on_signals(stop)
     _ensure_topics(config)
+    threading.Thread(target=_watch_topics, args=(config, stop), name="topic-watch",
+                     daemon=True).start()
     if config.processor.workers > 1:
         return _supervise(config, stop)
     return _member(config, stop)
@@ -83,8 +85,19 @@ def _member(config: Config, stop: threading.Event) -> int:
     return 0
 
 
-def _ensure_topics(config: Config) -> None:
-    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn)."""
+# How often the topics are checked while running: a broker that lost its data
+# auto-creates them again with its default partition count when agents send.
+_TOPIC_CHECK_S = 30.0
+
+
+def _watch_topics(config: Config, stop: threading.Event) -> None:
+    while not stop.wait(_TOPIC_CHECK_S):
+        _ensure_topics(config, quiet=True)
+
+
+def _ensure_topics(config: Config, quiet: bool = False) -> None:
+    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn);
+    give one that has fewer partitions than ``bus.partitions`` the rest (see ``ensure_topic``)."""
     from fleetwatch.pipeline.bus import BusError
     from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
 
@@ -93,7 +106,8 @@ def _ensure_topics(config: Config) -> None:
             n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
                              kafka_security(config.bus),
                              replication_factor=config.bus.replication_factor)
-            log.info("topic %s has %d partitions", topic, n)
+            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
+                    topic, n)
         except (BusError, OSError) as exc:
             log.warning("could not check or create topic %s (%s); create it with your Kafka "
                         "tools if it does not exist", topic, exc)

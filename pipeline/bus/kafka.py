@@ -20,7 +20,6 @@ member still owns, and lag comes from the fetch responses' high watermark
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
@@ -34,6 +33,9 @@ from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.config import BusConfig
 from fleetwatch.pipeline.bus import BusError, Message, Rebalance
+from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
+
+__all__ = ["KafkaConsumer", "KafkaProducer", "ensure_topic", "kafka_security", "topic_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -46,53 +48,6 @@ def kafka_security(bus: BusConfig) -> dict[str, Any]:
         out["sasl_plain_username"] = bus.sasl_username
         out["sasl_plain_password"] = bus.sasl_password.reveal()
     return out
-
-
-def topic_spec(partitions: int, replication_factor: int, brokers: int) -> dict[str, Any]:
-    """What ``ensure_topic`` asks for: replication 0 means min(3, brokers).
-
-    With two or more replicas, ``min.insync.replicas`` is one less than the
-    replication factor, so an ``acks=all`` write (the agent's) is durable on
-    at least two brokers with three replicas and still goes through while one
-    broker is down.
-    """
-    replicas = replication_factor or max(1, min(3, brokers))
-    spec: dict[str, Any] = {"num_partitions": partitions, "replication_factor": replicas}
-    if replicas > 1:
-        spec["configs"] = {"min.insync.replicas": str(replicas - 1)}
-    return spec
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int,
-                 security: dict[str, Any] | None = None, timeout_s: float = 10.0,
-                 replication_factor: int = 0) -> int:
-    """Create ``topic`` with ``partitions`` partitions unless it exists; return its partition count.
-
-    Idempotent: an existing topic is left as it is (its partition count and
-    replication may differ). ``replication_factor`` 0 is min(3, the cluster's
-    brokers); see ``topic_spec``.
-    """
-    try:
-        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
-                                       request_timeout_ms=int(timeout_s * 1000),
-                                       bootstrap_timeout_ms=int(timeout_s * 1000),
-                                       **(security or {}))
-    except kerr.KafkaError as exc:
-        raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    try:
-        brokers = 0 if replication_factor else len(admin.describe_cluster()["brokers"])
-        spec = topic_spec(partitions, replication_factor, brokers)
-        with contextlib.suppress(kerr.TopicAlreadyExistsError):
-            admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
-                                wait_for_metadata=True)
-        described = admin.describe_topics([topic])
-        return len(described[0]["partitions"]) if described else 0
-    except kerr.KafkaError as exc:
-        hint = (f" (bus.replication_factor is {spec['replication_factor']}; the cluster has "
-                "fewer brokers?)" if isinstance(exc, kerr.InvalidReplicationFactorError) else "")
-        raise BusError(f"cannot create topic {topic!r} on {bootstrap}: {exc}{hint}") from exc
-    finally:
-        admin.close()
 
 
 class KafkaProducer:

@@ -72,7 +72,36 @@ def test_security_kwargs_from_config() -> None:
 def test_ensure_topic_is_idempotent(kafka: Server) -> None:
     topic = fresh("ensure")
     assert ensure_topic(kafka.address, topic, 3) == 3
-    assert ensure_topic(kafka.address, topic, 5) == 3
+    assert ensure_topic(kafka.address, topic, 3) == 3
+    assert ensure_topic(kafka.address, topic, 2) == 3  # more than configured: left as it is
+
+
+def test_a_topic_auto_created_with_too_few_partitions_is_made_as_configured(
+        kafka: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """After a broker lost its data, the first agent's send auto-creates the topic with
+    the broker's default partition count. Recreated as configured when nothing is in
+    it yet; with messages in it (and no CreatePartitions on Tansu), kept and said."""
+    from kafka import KafkaProducer as ClientProducer
+
+    empty, used = fresh("auto-empty"), fresh("auto-used")
+    client = ClientProducer(bootstrap_servers=kafka.address)
+    try:
+        auto = len(client.partitions_for(empty))  # a metadata request auto-creates it
+        client.send(used, b"kept", key=b"k").get(10)
+        assert len(client.partitions_for(used)) == auto
+    finally:
+        client.close()
+    assert auto < 12
+    assert ensure_topic(kafka.address, empty, 12) == 12
+    assert ensure_topic(kafka.address, empty, 12) == 12
+    with caplog.at_level("ERROR"):
+        assert ensure_topic(kafka.address, used, 12) == auto
+    assert "holds messages" in caplog.text and used in caplog.text
+    c = consumer(kafka, used, fresh("g"))
+    try:
+        assert [m.value for m in read(c, 1)] == [b"kept"]
+    finally:
+        c.close()
 
 
 def test_topics_are_replicated_as_the_cluster_allows() -> None:
