@@ -13,7 +13,7 @@ No input stops the processor. What it cannot use becomes a dead letter
 * a frame the store refuses for good (``StoreRejected``): the frames it
   names, or, when it names none, those found by bisecting the batch, are
   dead-lettered with the store's reason; the rest is stored and committed;
-* a batch whose write fails ``_MAX_SURPRISES`` times in a row with an error
+* a batch whose write fails ``MAX_SURPRISES`` times in a row with an error
   that is neither (a bug in a store client, say): bisected the same way, the
   error as the reason, so one odd frame cannot spin the loop for ever while
   the frames the store does take are stored.
@@ -35,13 +35,13 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector, Finding
 from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect, settle
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
 from fleetwatch.pipeline.dead_letters import DeadLetters
 from fleetwatch.pipeline.gc_timer import collect as _collect
@@ -51,26 +51,6 @@ from fleetwatch.pipeline.store.base import Store, StoreError, StoreRejected
 from fleetwatch.retry import Backoff
 
 log = logging.getLogger(__name__)
-
-# Failures in a row of one batch's write with an unexpected error before the
-# batch is bisected and the frames the store cannot take are dead-lettered.
-_MAX_SURPRISES = 3
-
-
-@dataclass
-class Stats:
-    frames: int = 0
-    points: int = 0
-    dead_letters: int = 0
-    dead_letters_lost: int = 0
-    alerts_changed: int = 0
-    store_errors: int = 0
-    store_rejected: int = 0
-    errors: int = 0  # unexpected errors (bugs): logged with their traceback
-    paused: bool = False
-    last_batch_s: float = 0.0
-    by_reason: dict[str, int] = field(default_factory=dict)
-
 
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
@@ -122,7 +102,7 @@ class Processor:
         if frames:
             t0 = time.perf_counter()
             points = self._write(frames, sources)
-            self._evaluate(_Batch(list(messages), frames, sources), points, t0)
+            self._evaluate(Batch(list(messages), frames, sources), points, t0)
         return frames
 
     def process(self, frames: Sequence[Frame]) -> None:
@@ -130,7 +110,7 @@ class Processor:
         if not frames:
             return
         t0 = time.perf_counter()
-        batch = _Batch([], list(frames), None)
+        batch = Batch([], list(frames), None)
         self._evaluate(batch, self.store.write(frames), t0)
 
     def _write(self, frames: list[Frame], sources: Sequence[Message] | None,
@@ -149,53 +129,17 @@ class Processor:
 
     def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
                 exc: BaseException, surprise: bool) -> int:
-        """Store what the store takes of ``frames`` and dead-letter the rest.
+        """Store what the store takes of ``frames``; dead-letter the rest (``bisect``)."""
+        return bisect(self.store.write, frames, sources, exc, self._refused,
+                      surprise=surprise)
 
-        A ``StoreRejected`` naming frames dead-letters those and writes the
-        others; one naming none (or any error, when ``surprise``: the batch
-        has failed too often with an unexpected error) splits the batch in
-        halves, down to single frames.
-        """
-        points = 0
-        todo: list[tuple[list[Frame], list[Message] | None, BaseException]] = [
-            (frames, None if sources is None else list(sources), exc)]
-        while todo:
-            fs, ms, err = todo.pop()
-            reason = (f"store rejected: {err.reason}" if isinstance(err, StoreRejected)
-                      else f"store write failed {_MAX_SURPRISES} times: "
-                           f"{type(err).__name__}: {err}")
-            indices = err.indices if isinstance(err, StoreRejected) else None
-            if indices is not None and indices and all(0 <= i < len(fs) for i in indices):
-                refused = set(indices)
-                parts = [[i for i in range(len(fs)) if i not in refused]]
-            elif len(fs) > 1:
-                refused, half = set(), len(fs) // 2
-                parts = [list(range(half)), list(range(half, len(fs)))]
-            else:
-                refused, parts = {0}, []
-            for i in sorted(refused):
-                self.stats.store_rejected += 1
-                if ms is not None:
-                    self._dead_letter(ms[i], reason, "store")
-                else:
-                    log.error("frame of %s at %s refused by the store, not stored: %s",
-                              fs[i].node, fs[i].ts, reason)
-            for part in parts:
-                if not part:
-                    continue
-                sub = [fs[i] for i in part]
-                sub_ms = None if ms is None else [ms[i] for i in part]
-                try:
-                    points += self.store.write(sub)
-                except StoreRejected as e:
-                    todo.append((sub, sub_ms, e))
-                except StoreError:
-                    raise
-                except Exception as e:  # noqa: BLE001 - judged like a refusal, see above
-                    if not surprise:
-                        raise
-                    todo.append((sub, sub_ms, e))
-        return points
+    def _refused(self, frame: Frame, source: Message | None, reason: str) -> None:
+        self.stats.store_rejected += 1
+        if source is not None:
+            self._dead_letter(source, reason, "store")
+        else:
+            log.error("frame of %s at %s refused by the store, not stored: %s", frame.node,
+                      frame.ts, reason)
 
     def _findings(self, frames: Sequence[Frame]) -> list[Finding]:
         findings: list[Finding] = []
@@ -208,7 +152,7 @@ class Processor:
                               getattr(d, "name", type(d).__name__), len(frames))
         return findings
 
-    def _evaluate(self, batch: _Batch, points: int, t0: float) -> None:
+    def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
         """Detect and drive alerts on a stored batch; count it.
 
         Raises ``StoreError`` when the alert changes cannot be stored: the book
@@ -228,7 +172,7 @@ class Processor:
                 raise
             except Exception:
                 batch.failures += 1
-                if batch.failures < _MAX_SURPRISES:
+                if batch.failures < MAX_SURPRISES:
                     raise
                 self.stats.errors += 1
                 log.exception("%d alert changes not stored after %d tries; applied anyway",
@@ -279,7 +223,7 @@ class Processor:
         backoff = Backoff(0.5, 30.0)
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
-        held: deque[_Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
+        held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
         with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
             while not stop.is_set():
                 try:
@@ -287,7 +231,7 @@ class Processor:
                     if len(held) <= writes and not self.stats.paused:
                         messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
                         if messages:
-                            held.append(_Batch(messages, generation=self.ownership.generation))
+                            held.append(Batch(messages, generation=self.ownership.generation))
                             fetched = True
                     self._submit(held, writers, writes)
                     # The oldest batch, once stored: evaluate, commit. Wait for it when
@@ -312,7 +256,7 @@ class Processor:
                 except Exception as exc:  # noqa: BLE001 - nothing may end the loop; see below
                     # Writes in flight finish (their batches are written again anyway:
                     # writes are idempotent); every batch in hand is kept, in order.
-                    _settle(held)
+                    settle(held)
                     delay = backoff.next()
                     if isinstance(exc, (StoreError, BusError)):
                         self.stats.store_errors += isinstance(exc, StoreError)
@@ -326,7 +270,7 @@ class Processor:
                     self._pause(consumer)
                     late = self._idle(consumer, stop, delay)
                     if late:
-                        held.append(_Batch(late, generation=self.ownership.generation))
+                        held.append(Batch(late, generation=self.ownership.generation))
                     continue
                 if self.stats.paused and not held:
                     self._resume(consumer)
@@ -334,7 +278,7 @@ class Processor:
                     backoff.reset()
             self._drain(held, consumer, writers, drain_s)
 
-    def _submit(self, held: deque[_Batch], writers: ThreadPoolExecutor, writes: int) -> None:
+    def _submit(self, held: deque[Batch], writers: ThreadPoolExecutor, writes: int) -> None:
         """Decode what is new; start writes while writers are free."""
         in_flight = 0
         for batch in held:
@@ -347,7 +291,7 @@ class Processor:
                 batch.write = writers.submit(self.store.write, batch.frames)
             in_flight += batch.write is not None
 
-    def _finish_write(self, batch: _Batch) -> None:
+    def _finish_write(self, batch: Batch) -> None:
         """The stored batch's point count; refusals dead-lettered (may raise to retry)."""
         assert batch.write is not None and batch.frames is not None
         write, batch.write = batch.write, None
@@ -359,7 +303,7 @@ class Processor:
             raise exc
         if not isinstance(exc, StoreRejected):
             batch.failures += 1
-            if batch.failures < _MAX_SURPRISES:
+            if batch.failures < MAX_SURPRISES:
                 raise exc
             self.stats.errors += 1
             log.error("a batch of %d frames failed %d times (%s: %s); bisecting it",
@@ -370,7 +314,7 @@ class Processor:
             batch.points = self._write(batch.frames, batch.sources, exc)
         self._send_dead_letters()
 
-    def _complete(self, batch: _Batch, consumer: Consumer) -> None:
+    def _complete(self, batch: Batch, consumer: Consumer) -> None:
         if batch.frames:
             self._evaluate(batch, batch.points or 0, batch.started)
         consumer.commit(batch.messages)
@@ -396,7 +340,7 @@ class Processor:
         self.stats.paused = False
         log.info("store and bus are back; consuming again")
 
-    def _drain(self, held: deque[_Batch], consumer: Consumer, writers: ThreadPoolExecutor,
+    def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
                drain_s: float) -> None:
         """On stop: finish the batches in hand, in order, for up to ``drain_s``."""
         deadline = time.monotonic() + drain_s
@@ -420,7 +364,7 @@ class Processor:
             log.warning("stopping with %d batches not finished (%s: %s); they will be "
                         "replayed", len(held), type(exc).__name__, exc)
         finally:
-            _settle(held)
+            settle(held)
         self.drained = (done, len(held))
 
     @staticmethod
@@ -435,31 +379,3 @@ class Processor:
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
         return late
-
-
-def _settle(held: deque[_Batch]) -> None:
-    """Let writes in flight finish; their batches are written again (writes are idempotent)."""
-    for batch in held:
-        if batch.write is not None:
-            batch.write.exception()
-            batch.write = None
-
-
-class _Batch:
-    """Messages polled together, their good frames once decoded, their write once submitted."""
-
-    __slots__ = ("messages", "frames", "sources", "write", "started", "points", "findings",
-                 "owned", "failures", "generation")
-
-    def __init__(self, messages: list[Message], frames: list[Frame] | None = None,
-                 sources: Sequence[Message] | None = None, generation: int = 0) -> None:
-        self.messages = messages
-        self.frames = frames
-        self.sources = sources            # the message of each frame
-        self.write: Future[int] | None = None
-        self.started = 0.0
-        self.points: int | None = None    # set once stored
-        self.findings: list[Finding] | None = None  # set once detected (kept for a retry)
-        self.owned: list[Frame] = []      # the frames evaluated (of partitions still owned)
-        self.failures = 0                 # unexpected errors of this batch, in a row
-        self.generation = generation      # the ownership generation when polled
