@@ -52,6 +52,7 @@ from fleetwatch.retry import Backoff
 
 log = logging.getLogger(__name__)
 
+
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
@@ -77,8 +78,9 @@ class Processor:
         for i, m in enumerate(messages):
             try:
                 frames.append(decode(m.value))
-            except FrameError as exc:
-                self._dead_letter(m, str(exc), exc.field or "frame")
+            except Exception as exc:  # noqa: BLE001 - FrameError; anything else is bad input too
+                field = exc.field if isinstance(exc, FrameError) else type(exc).__name__
+                self._dead_letter(m, str(exc), field or "frame")
                 bad.append(i)
         if not bad:
             return frames, messages
