@@ -28,7 +28,8 @@ class ProcessorCollector(Collector):
                                   "Samples (one metric of one device at one instant) stored",
                                   value=s.points)
         dead = CounterMetricFamily("fleetwatch_processor_dead_letters",
-                                   "Messages dead-lettered, by the field at fault (store: refused by the store)",
+                                   "Messages dead-lettered, by the field at fault "
+                                   "(store: refused by the store)",
                                    labels=["field"])
         for field, n in sorted(s.by_reason.items()):
             dead.add_metric([field], n)

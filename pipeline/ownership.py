@@ -26,7 +26,7 @@ from collections.abc import Callable, Collection, Sequence
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import Message, Partition
-from fleetwatch.pipeline.store.base import Alert, Store
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,15 @@ class Ownership:
         if not new:
             return
         if self._stored is None:
+            try:
+                alerts = self._store.alerts()
+            except StoreError:
+                raise
+            except Exception:  # a bug reading them back must not stop storing frames
+                log.exception("cannot read the open alerts back; nodes start with none")
+                alerts = []
             self._stored = {}
-            for a in self._store.alerts():
+            for a in alerts:
                 self._stored.setdefault(a.node, []).append(a)
         where: dict[str, Partition | None] = dict.fromkeys(new)
         if sources is not None:

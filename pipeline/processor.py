@@ -170,8 +170,12 @@ class Processor:
         if changes:
             try:
                 self.store.write_alerts(changes)
-            except (StoreError, StoreRejected, BusError):
+            except (StoreError, BusError):
                 raise
+            except StoreRejected as exc:  # never taken: the book goes on without them
+                self.stats.errors += 1
+                log.error("the store refused %d alert changes for good (%s); applied anyway",
+                          len(changes), exc.reason)
             except Exception:
                 batch.failures += 1
                 if batch.failures < MAX_SURPRISES:
