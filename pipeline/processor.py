@@ -57,13 +57,14 @@ class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
                  dead_letter_topic: str = "fleetwatch.frames.dead",
-                 on_revoked: Sequence[OnRevoked] = ()) -> None:
+                 on_revoked: Sequence[OnRevoked] = (),
+                 dead_letter_give_up_s: float = 60.0) -> None:
         self.store = store
         self.detectors = list(detectors)
         self.alerts = AlertBook()
         self.stats = Stats()
         self._decoder = Decoder()
-        self._dead = DeadLetters(dead_letters, dead_letter_topic)
+        self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
         drops = [d.drop for d in self.detectors if callable(getattr(d, "drop", None))]
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops])
         self._stop = threading.Event()  # the run's, for waits outside the loop

@@ -176,3 +176,36 @@ def test_the_in_process_consumer_tells_its_listener_about_its_partition() -> Non
     consumer.poll(10, 0)
     consumer.close()
     assert calls == [("assigned", [(TOPIC, 0)]), ("revoked", [(TOPIC, 0)])]
+
+
+def test_a_dead_letter_topic_that_never_takes_them_does_not_wedge_the_loop(
+        tmp_path: Path) -> None:
+    """Dead letters that cannot be delivered for good are logged and counted as lost;
+    the frames behind them are stored and committed."""
+    from fleetwatch.pipeline.bus import BusError
+
+    class Refusing:
+        sends = 0
+
+        def send(self, topic, value, key=None, headers=()):  # type: ignore[no-untyped-def]
+            Refusing.sends += 1
+            if Refusing.sends % 2:
+                raise ValueError("message too large for the topic (test)")
+
+        def flush(self, timeout_s=None):  # type: ignore[no-untyped-def]
+            raise BusError("TopicAuthorizationFailed (test)")
+
+        def close(self) -> None: ...
+
+    bus = MemoryBus()
+    send(bus, [frame("n1", T0 + i) for i in range(5)])
+    bus.producer().send(TOPIC, b"not a frame", b"n9")
+    send(bus, [frame("n1", T0 + 10 + i) for i in range(5)])
+    db = tmp_path / "s.db"
+    processor = Processor(SqliteStore(db), dead_letters=Refusing(), dead_letter_topic=DEAD,
+                          dead_letter_give_up_s=1.0)
+    with Running(bus, processor, batch=4) as run:
+        wait_for(lambda: stored(db) == 10 and bus._committed[(TOPIC, "g")] == 11)
+        assert run.thread.is_alive()
+    assert processor.stats.dead_letters == 1 and processor.stats.dead_letters_lost == 1
+    assert Refusing.sends >= 4  # tried again (headers only after the size refusal)
