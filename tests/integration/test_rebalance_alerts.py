@@ -37,7 +37,9 @@ class Member:
     def __init__(self, kafka: Server, topic: str, group: str, db: Path) -> None:
         self.store = SqliteStore(db)
         self.consumer = KafkaConsumer(kafka.address, topic, group, **FAST)
-        self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0)])
+        self.revoked: list[set[str]] = []  # what the per-node state hook was told
+        self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0)],
+                                   on_revoked=[self.revoked.append])
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.processor.run,
                                        args=(self.consumer, self.stop, 50), daemon=True)
@@ -123,6 +125,7 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
         kept = {n for n in NODES if partition_of(n) in a.owned}
         assert kept and kept < set(NODES)
         assert a.open_nodes() == kept  # the old owner forgot the nodes that moved
+        assert set().union(*a.revoked) == set(NODES) - kept  # and told its per-node state
         tick(kafka, topic, T0 + 20, 97.0)
         wait_for("c continues the moved alerts",
                  lambda: c.open_nodes() == set(NODES) - kept)
