@@ -15,7 +15,10 @@ connection keeps retries in order instead.
 ``KafkaConsumer`` is one member of a consumer group with manual commits:
 ``commit`` stores exactly what ``poll`` returned, only for partitions this
 member still owns, and lag comes from the fetch responses' high watermark
-(``end_offsets`` is wrong on Tansu for batched writes).
+(``end_offsets`` is wrong on Tansu for batched writes), and while paused
+(nothing fetched) from listed end offsets every 2 s. ``listen`` hands
+assignments and revocations to the processor (``Rebalance``), from inside
+``poll``. Tombstones (null values) come through as ``Message.value`` None.
 """
 
 from __future__ import annotations
