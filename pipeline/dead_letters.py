@@ -12,10 +12,13 @@ value) is sent with an empty value and a ``tombstone`` header.
 
 Sending never stops the processor. A dead letter that the broker refuses
 (too large even cut, say) is sent again as headers only. A flush that
-fails is retried with backoff for ``give_up_s``; after that the dead letters
-of the batch are logged, one ERROR line each with their position, counted
-in ``lost``, and the processor moves on: a dead-letter topic that is gone
-for good (deleted, no rights) must not wedge the frames behind it.
+fails is retried with backoff for ``give_up_s`` (or until the processor
+stops); after that the dead letters of the batch are logged, one ERROR line
+each with their position, counted in ``lost``, and the processor moves on: a
+dead-letter topic that is gone for good (deleted, no rights) must not wedge
+the frames behind it. The same happens to dead letters in hand when the
+whole broker is away for longer than ``give_up_s``: they are in the log,
+not on the topic.
 """
 
 from __future__ import annotations
@@ -81,7 +84,11 @@ class DeadLetters:
             return
         letters, self._queued = self._queued, []
         assert self._producer is not None
-        wait = stop.wait if stop is not None else threading.Event().wait
+
+        def wait(delay: float) -> None:
+            # Stopping: no more tries (a batch not committed for it is replayed anyway).
+            if stop is not None and stop.wait(delay):
+                raise BusError("stopping")
 
         def attempt() -> None:
             for d in letters:
@@ -98,9 +105,8 @@ class DeadLetters:
         except BusError as exc:
             self.lost += len(letters)
             for d in letters:
-                log.error("dead letter of %s lost: %s unreachable for %.0fs (%s); reason: %s",
-                          d.where, self._topic, self._give_up_s, exc,
-                          dict(d.headers)["reason"].decode(errors="replace"))
+                log.error("dead letter of %s not delivered to %s (%s); reason: %s", d.where,
+                          self._topic, exc, dict(d.headers)["reason"].decode(errors="replace"))
 
     def _send_one(self, d: DeadLetter) -> None:
         assert self._producer is not None
