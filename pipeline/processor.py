@@ -260,6 +260,8 @@ class Processor:
                     if time.monotonic() >= next_collect:
                         _collect()
                         next_collect = time.monotonic() + collect_every_s
+                    if self.stats.paused and not held:
+                        self._resume(consumer)
                 except Exception as exc:  # noqa: BLE001 - nothing may end the loop; see below
                     # Writes in flight finish (their batches are written again anyway:
                     # writes are idempotent); every batch in hand is kept, in order.
@@ -279,8 +281,6 @@ class Processor:
                     if late:
                         held.append(Batch(late, generation=self.ownership.generation))
                     continue
-                if self.stats.paused and not held:
-                    self._resume(consumer)
                 if not held:
                     backoff.reset()
             self._drain(held, consumer, writers, drain_s)
