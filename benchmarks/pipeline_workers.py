@@ -11,7 +11,7 @@ import time
 import kafka
 
 from fleetwatch.config import load
-from fleetwatch.pipeline.run import run_processor as run_fleetwatch_process
+from fleetwatch.process_service import run_processor as run_fleetwatch_process
 
 
 def run_workers(bootstrap: str, topic: str, url: str, n_frames: int, group: str,

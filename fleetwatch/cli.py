@@ -409,7 +409,7 @@ def _print_frame(frame) -> None:
 
 
 def cmd_process(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.pipeline.run import run_processor
+    from fleetwatch.process_service import run_processor
 
     return run_processor(_override(config, "processor", workers=args.workers))
 

@@ -94,7 +94,21 @@ class Decoder:
             for scope in ("gpu", "host", "port")}
         self._good: set[str] = set()  # strings that passed _text
 
-    def decode(self, data: bytes) -> Frame:
+    def decode(self, data: bytes | None) -> Frame:
+        """The frame in ``data``; ``FrameError`` (and only that) for anything malformed."""
+        try:
+            return self._decode(data)
+        except FrameError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a check that missed a shape: still bad input
+            # Every shape the checks below do not foresee (an unhashable map
+            # value, a nested type where a scalar belongs) is the sender's
+            # fault, not the processor's: judged as a bad frame like the rest.
+            raise FrameError("", f"malformed frame ({type(exc).__name__}: {exc})") from None
+
+    def _decode(self, data: bytes | None) -> Frame:
+        if data is None:
+            raise FrameError("", "null value (a Kafka tombstone): a frame is never empty")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise FrameError("", f"expected bytes, got {type(data).__name__}")
         if len(data) > self._max_bytes:
@@ -167,8 +181,12 @@ class Decoder:
                 model = text(model, f"gpus[{i}].model")
             if job is not None and (type(job) is not str or job not in good):
                 job = text(job, f"gpus[{i}].job")
-            if not (type(info) is dict and (not info or len(info) <= MAX_INFO and good.issuperset(
-                    info) and good.issuperset(info.values()))):
+            try:  # a list or map among the values is unhashable: the careful path names it
+                known = type(info) is dict and (not info or len(info) <= MAX_INFO and (
+                    good.issuperset(info) and good.issuperset(info.values())))
+            except TypeError:
+                known = False
+            if not known:
                 info = self._info(info, f"gpus[{i}].info")
             out.append(gpu_reading(
                 index, uuid, model, metrics_of(metrics, i, "gpu"), job,
@@ -298,7 +316,7 @@ def encode(frame: Frame) -> bytes:
     return _encoder.encode(frame)
 
 
-def decode(data: bytes) -> Frame:
+def decode(data: bytes | None) -> Frame:
     global _decoder
     if _decoder is None:
         _decoder = Decoder()

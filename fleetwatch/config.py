@@ -86,13 +86,17 @@ class BusConfig:
     kind: Literal["memory", "kafka"] = "memory"
     bootstrap: str = "127.0.0.1:9092"
     topic: str = "fleetwatch.frames"
-    # Partitions of the topic when fleetwatch creates it: the most processors that can share it.
+    # Partitions of the topics (the most processors that can share them): a topic with fewer
+    # (auto-created by a broker that lost its data) gets the rest where nothing is lost.
     partitions: int = ranged(12, 1, 10_000)
     # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
     replication_factor: int = ranged(0, 0, 32)
     dead_letter_topic: str = "fleetwatch.frames.dead"
     alert_topic: str = "fleetwatch.alerts"
     group: str = "fleetwatch-processor"
+    # Seconds a processor may go silent before the group gives its partitions to the others
+    # (a killed member's partitions wait this long); heartbeats go every third of it.
+    session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
     security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
     sasl_mechanism: str = "PLAIN"
     sasl_username: str = ""

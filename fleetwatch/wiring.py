@@ -46,8 +46,10 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
         return memory.consumer(config.topic, config.group)
     from fleetwatch.pipeline.bus.kafka import KafkaConsumer, kafka_security
 
+    session_ms = int(config.session_timeout_s * 1000)
     return KafkaConsumer(config.bootstrap, config.topic, config.group,
-                         security=kafka_security(config))
+                         security=kafka_security(config), session_timeout_ms=session_ms,
+                         heartbeat_interval_ms=max(1000, session_ms // 3))
 
 
 def detectors(config: AlertsConfig) -> list[Detector]:

@@ -28,11 +28,22 @@ class ProcessorCollector(Collector):
                                   "Samples (one metric of one device at one instant) stored",
                                   value=s.points)
         dead = CounterMetricFamily("fleetwatch_processor_dead_letters",
-                                   "Frames rejected by the decoder, by the field at fault",
+                                   "Messages dead-lettered, by the field at fault "
+                                   "(store: refused by the store)",
                                    labels=["field"])
         for field, n in sorted(s.by_reason.items()):
             dead.add_metric([field], n)
         yield dead
+        yield CounterMetricFamily("fleetwatch_processor_dead_letters_lost",
+                                  "Dead letters not delivered to the dead-letter topic "
+                                  "(unreachable for a minute); each logged with its offset",
+                                  value=s.dead_letters_lost)
+        yield CounterMetricFamily("fleetwatch_processor_store_rejected",
+                                  "Frames the store refused for good, dead-lettered",
+                                  value=s.store_rejected)
+        yield CounterMetricFamily("fleetwatch_processor_errors",
+                                  "Unexpected errors (bugs), each logged with its traceback",
+                                  value=s.errors)
         yield CounterMetricFamily("fleetwatch_processor_store_errors",
                                   "Store writes that failed and were retried", value=s.store_errors)
         yield CounterMetricFamily("fleetwatch_processor_alert_changes",

@@ -5,119 +5,209 @@ alert) and touches no bus; ``run`` is the loop that takes the same steps
 over a consumer, with the store writes in writer threads, and commits.
 Offsets are committed only after the batch is in the store (at-least-once);
 the store's idempotent writes make a replayed batch harmless.
+
+No input stops the processor. What it cannot use becomes a dead letter
+(``pipeline.dead_letters``) and the frames behind it go on:
+
+* a message that does not decode (``FrameError``, the decoder's only error);
+* a frame the store refuses for good (``StoreRejected``): the frames it
+  names, or, when it names none, those found by bisecting the batch, are
+  dead-lettered with the store's reason; the rest is stored and committed;
+* a batch whose write fails ``MAX_SURPRISES`` times in a row with an error
+  that is neither (a bug in a store client, say): bisected the same way, the
+  error as the reason, so one odd frame cannot spin the loop for ever while
+  the frames the store does take are stored.
+
+A store or bus that is away (``StoreError``, ``BusError``) is waited for:
+consumption pauses and the batches in hand are retried with backoff. A
+detector that raises is logged and skipped for that batch (its frames are
+stored). Alert changes are applied to the book only once the store has them
+(``AlertBook.observe`` / ``apply``). Per-node state follows the consumer's
+partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
+detector's optional ``drop(nodes)``, are called with the nodes that moved to
+another member.
 """
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
-from fleetwatch.models import Detector
+from fleetwatch.models import Detector, Finding
 from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect, settle
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
+from fleetwatch.pipeline.dead_letters import DeadLetters
 from fleetwatch.pipeline.events import EventTracker
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError
+from fleetwatch.pipeline.gc_timer import collect as _collect
+from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
+from fleetwatch.pipeline.ownership import OnRevoked, Ownership
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected
+from fleetwatch.retry import Backoff
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class Stats:
-    frames: int = 0
-    points: int = 0
-    dead_letters: int = 0
-    alerts_changed: int = 0
-    store_errors: int = 0
-    paused: bool = False
-    last_batch_s: float = 0.0
-    by_reason: dict[str, int] = field(default_factory=dict)
 
 
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
                  dead_letter_topic: str = "fleetwatch.frames.dead",
+                 on_revoked: Sequence[OnRevoked] = (),
+                 dead_letter_give_up_s: float = 60.0,
                  notify: Callable[[Sequence[Alert]], object] | None = None) -> None:
         self.store = store
         self.detectors = list(detectors)
+        # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
-        self.alerts = AlertBook(store.alerts(), requirements=requirements)
-        self.events = EventTracker()  # drop(nodes) on a partition's revocation
+        self.alerts = AlertBook(requirements=requirements)
+        self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``).
         self._notify = notify
         self.stats = Stats()
         self._decoder = Decoder()
-        self._dead = dead_letters
-        self._dead_topic = dead_letter_topic
+        self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
+        drops = [self.events.drop,
+                 *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
+        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops])
+        self._stop = threading.Event()  # the run's, for waits outside the loop
+        self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
-    def decode(self, messages: Sequence[Message]) -> list[Frame]:
-        """Good frames out; bad ones to the dead-letter topic with their reason."""
-        frames = []
-        for m in messages:
+    # -- one batch, no bus --
+    def decode(self, messages: Sequence[Message]) -> tuple[list[Frame], Sequence[Message]]:
+        """Good frames out, each with its message; bad ones queued as dead letters."""
+        frames: list[Frame] = []
+        decode = self._decoder.decode
+        bad: list[int] = []
+        for i, m in enumerate(messages):
             try:
-                frames.append(self._decoder.decode(m.value))
-            except FrameError as exc:
-                self._dead_letter(m, exc)
-        if self._dead is not None and len(frames) < len(messages):
-            self._dead.flush()  # dead letters are out before the batch is committed
-        return frames
+                frames.append(decode(m.value))
+            except Exception as exc:  # noqa: BLE001 - FrameError; anything else is bad input too
+                field = exc.field if isinstance(exc, FrameError) else type(exc).__name__
+                self._dead_letter(m, str(exc), field or "frame")
+                bad.append(i)
+        if not bad:
+            return frames, messages
+        skip = set(bad)
+        return frames, [m for i, m in enumerate(messages) if i not in skip]
 
-    def _dead_letter(self, m: Message, exc: FrameError) -> None:
+    def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
         self.stats.dead_letters += 1
-        self.stats.by_reason[exc.field or "frame"] = self.stats.by_reason.get(
-            exc.field or "frame", 0) + 1
-        log.warning("dead letter from %s@%d: %s", m.topic, m.offset, exc)
-        if self._dead is not None:
-            self._dead.send(self._dead_topic, m.value, m.key, headers=[
-                ("reason", str(exc).encode()), ("source_topic", m.topic.encode()),
-                ("source_partition", str(m.partition).encode()),
-                ("source_offset", str(m.offset).encode())])
+        self.stats.by_reason[kind] = self.stats.by_reason.get(kind, 0) + 1
+        log.warning("dead letter from %s/%d@%d: %s", m.topic, m.partition, m.offset, reason)
+        self._dead.add(m, reason)
+
+    def _send_dead_letters(self) -> None:
+        self._dead.send(self._stop)
+        self.stats.dead_letters_lost = self._dead.lost
 
     def handle(self, messages: Sequence[Message]) -> list[Frame]:
         """One batch: decode, store, detect, alert. Raises StoreError if the store is away."""
-        frames = self.decode(messages)
-        self.process(frames)
+        frames, sources = self.decode(messages)
+        self._send_dead_letters()
+        if frames:
+            t0 = time.perf_counter()
+            points = self._write(frames, sources)
+            self._evaluate(Batch(list(messages), frames, sources), points, t0)
         return frames
 
     def process(self, frames: Sequence[Frame]) -> None:
+        """Store and evaluate frames that come from no bus (a replay, a simulation)."""
         if not frames:
             return
         t0 = time.perf_counter()
-        self._evaluate(frames, self.store.write(frames), t0)
+        batch = Batch([], list(frames), None)
+        self._evaluate(batch, self.store.write(frames), t0)
 
-    def _evaluate(self, frames: Sequence[Frame], points: int, t0: float) -> None:
-        """Detect and drive alerts on a stored batch; count it."""
-        events = self.events.update(frames)
-        if events:  # with the batch, before its commit
+    def _write(self, frames: list[Frame], sources: Sequence[Message] | None,
+               failed: BaseException | None = None) -> int:
+        """Store ``frames``; what the store refuses for good becomes dead letters.
+
+        ``failed``: the error of a first try (from a writer thread), handled as
+        if this call had raised it. Raises ``StoreError`` while the store is away.
+        """
+        try:
+            if failed is not None:
+                raise failed
+            return self.store.write(frames)
+        except StoreRejected as exc:
+            return self._bisect(frames, sources, exc, surprise=False)
+
+    def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
+                exc: BaseException, surprise: bool) -> int:
+        """Store what the store takes of ``frames``; dead-letter the rest (``bisect``)."""
+        return bisect(self.store.write, frames, sources, exc, self._refused,
+                      surprise=surprise)
+
+    def _refused(self, frame: Frame, source: Message | None, reason: str) -> None:
+        self.stats.store_rejected += 1
+        if source is not None:
+            self._dead_letter(source, reason, "store")
+        else:
+            log.error("frame of %s at %s refused by the store, not stored: %s", frame.node,
+                      frame.ts, reason)
+
+    def _findings(self, frames: Sequence[Frame]) -> list[Finding]:
+        findings: list[Finding] = []
+        for d in self.detectors:
             try:
-                self.store.write_events(events)
-            except BaseException:
-                self.events.undo()  # the batch comes again, and makes them again
+                findings.extend(d.update(frames))
+            except Exception:  # a detector's bug must not stop storing
+                self.stats.errors += 1
+                log.exception("detector %s failed on a batch of %d frames; skipped for it",
+                              getattr(d, "name", type(d).__name__), len(frames))
+        return findings
+
+    def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
+        """Detect and drive alerts on a stored batch; count it.
+
+        Raises ``StoreError`` when the alert changes cannot be stored: the book
+        is unchanged and the same findings are observed again on the retry.
+        """
+        if batch.findings is None:
+            frames = self.ownership.owned_frames(batch.frames or [], batch.sources,
+                                                 batch.generation)
+            self.ownership.build(frames, batch.sources if frames is batch.frames else None)
+            batch.owned = frames
+            batch.events = self.events.update(frames) if frames else []
+            batch.findings = self._findings(frames) if frames else []
+        if batch.events:  # with the batch, before its commit; written again on a retry
+            self.store.write_events(batch.events)
+        changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+        if changes:
+            try:
+                self.store.write_alerts(changes)
+            except (StoreError, BusError):
                 raise
-        findings = [x for d in self.detectors for x in d.update(frames)]
-        changed = self.alerts.observe(frames, findings)
-        if changed:
-            self.store.write_alerts(changed)  # a failure leaves the book as it was
-        self.alerts.apply(changed)
-        if changed and self._notify is not None:
-            self._notify(changed)
-        self.stats.frames += len(frames)
+            except StoreRejected as exc:  # never taken: the book goes on without them
+                self.stats.errors += 1
+                log.error("the store refused %d alert changes for good (%s); applied anyway",
+                          len(changes), exc.reason)
+            except Exception:
+                batch.failures += 1
+                if batch.failures < MAX_SURPRISES:
+                    raise
+                self.stats.errors += 1
+                log.exception("%d alert changes not stored after %d tries; applied anyway",
+                              len(changes), batch.failures)
+        self.alerts.apply(changes)
+        if changes and self._notify is not None:
+            self._notify(changes)
+        self.stats.frames += len(batch.frames or ())
         self.stats.points += points
-        self.stats.alerts_changed += len(changed)
+        self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
 
+    # -- the loop over a consumer --
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
-            maintain_every_s: float = 30.0, collect_every_s: float = 10.0) -> None:
+            maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
+            drain_s: float = 30.0) -> None:
         """Poll → decode → store → evaluate → commit, until ``stop`` is set.
 
         Batches overlap: while writer threads store batch N (and N+1 when the
@@ -133,19 +223,28 @@ class Processor:
         its group, but fetching nothing): memory stays bounded, and no offset
         is committed for a batch that is not stored.
 
+        Once ``stop`` is set (SIGTERM, Ctrl-C), the batches in hand are
+        finished (stored, evaluated, committed, their dead letters sent) for up
+        to ``drain_s``; what is not finished by then is replayed by whoever
+        consumes the partitions next.
+
         The cyclic garbage collector runs every ``collect_every_s``, not on
         allocation counts; see ``_collect_on_a_timer``.
         """
+        self._stop = stop
+        listen = getattr(consumer, "listen", None)
+        if callable(listen):
+            listen(self.ownership)
         with _collect_on_a_timer():
-            self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s)
+            self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s, drain_s)
 
     def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
-             maintain_every_s: float, collect_every_s: float) -> None:
+             maintain_every_s: float, collect_every_s: float, drain_s: float) -> None:
         writes = max(1, int(getattr(self.store, "concurrent_writes", 1)))
-        backoff = 0.5
+        backoff = Backoff(0.5, 30.0)
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
-        held: deque[_Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
+        held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
         with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
             while not stop.is_set():
                 try:
@@ -153,61 +252,141 @@ class Processor:
                     if len(held) <= writes and not self.stats.paused:
                         messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
                         if messages:
-                            held.append(_Batch(messages))
+                            held.append(Batch(messages, generation=self.ownership.generation))
                             fetched = True
-                    in_flight = 0
-                    for batch in held:
-                        if batch.frames is None:
-                            batch.frames = self.decode(batch.messages)
-                        if batch.write is None and in_flight < writes and batch.frames:
-                            batch.started = time.perf_counter()
-                            batch.write = writers.submit(self.store.write, batch.frames)
-                        in_flight += batch.write is not None
+                    self._submit(held, writers, writes)
                     # The oldest batch, once stored: evaluate, commit. Wait for it when
                     # there is nothing else to do (all writers busy, or nothing came).
                     while held:
                         batch = held[0]
-                        if batch.frames:  # else every message was a dead letter
+                        if batch.frames and batch.points is None:
                             if batch.write is None:
                                 break  # a writer was busy: submitted on the next turn
                             if not (batch.write.done() or len(held) > writes or not fetched):
                                 break  # being written, and there is other work to do
-                            self._evaluate(batch.frames, batch.write.result(), batch.started)
-                        consumer.commit(batch.messages)
+                            self._finish_write(batch)
+                        self._complete(batch, consumer)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
-                    if time.monotonic() >= next_maintain:  # in a writer thread, as writes are
-                        writers.submit(self.store.maintain, int(time.time() * 1000)).result()
+                    if time.monotonic() >= next_maintain:
+                        self._maintain(writers)
                         next_maintain = time.monotonic() + maintain_every_s
                     if time.monotonic() >= next_collect:
                         _collect()
                         next_collect = time.monotonic() + collect_every_s
-                except (StoreError, BusError) as exc:
+                    if self.stats.paused and not held:
+                        self._resume(consumer)
+                except Exception as exc:  # noqa: BLE001 - nothing may end the loop; see below
                     # Writes in flight finish (their batches are written again anyway:
                     # writes are idempotent); every batch in hand is kept, in order.
-                    for batch in held:
-                        if batch.write is not None:
-                            batch.write.exception()
-                            batch.write = None
-                    self.stats.store_errors += isinstance(exc, StoreError)
-                    log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
-                                "store" if isinstance(exc, StoreError) else "bus", exc, backoff)
-                    consumer.pause()
-                    self.stats.paused = True
-                    late = self._idle(consumer, stop, backoff)
+                    settle(held)
+                    delay = backoff.next()
+                    if isinstance(exc, (StoreError, BusError)):
+                        self.stats.store_errors += isinstance(exc, StoreError)
+                        log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
+                                    "store" if isinstance(exc, StoreError) else "bus", exc,
+                                    delay)
+                    else:
+                        self.stats.errors += 1
+                        log.exception("unexpected error; pausing consumption, retry in %.1fs",
+                                      delay)
+                    self._pause(consumer)
+                    late = self._idle(consumer, stop, delay)
                     if late:
-                        held.append(_Batch(late))
-                    backoff = min(backoff * 2, 30.0)
+                        held.append(Batch(late, generation=self.ownership.generation))
                     continue
-                if self.stats.paused and not held:
-                    consumer.resume()
-                    self.stats.paused = False
-                    log.info("store and bus are back; consuming again")
                 if not held:
-                    backoff = 0.5
-            for batch in held:  # let writes in flight finish; their batches are replayed anyway
-                if batch.write is not None:
-                    batch.write.exception()
+                    backoff.reset()
+            self._drain(held, consumer, writers, drain_s)
+
+    def _submit(self, held: deque[Batch], writers: ThreadPoolExecutor, writes: int) -> None:
+        """Decode what is new; start writes while writers are free."""
+        in_flight = 0
+        for batch in held:
+            if batch.frames is None:
+                batch.frames, batch.sources = self.decode(batch.messages)
+                self._send_dead_letters()  # out before the batch can be committed
+            if batch.write is None and batch.points is None and in_flight < writes \
+                    and batch.frames:
+                batch.started = time.perf_counter()
+                batch.write = writers.submit(self.store.write, batch.frames)
+            in_flight += batch.write is not None
+
+    def _finish_write(self, batch: Batch) -> None:
+        """The stored batch's point count; refusals dead-lettered (may raise to retry)."""
+        assert batch.write is not None and batch.frames is not None
+        write, batch.write = batch.write, None
+        exc = write.exception()
+        if exc is None:
+            batch.points = write.result()
+            return
+        if isinstance(exc, (StoreError, BusError)):
+            raise exc
+        if not isinstance(exc, StoreRejected):
+            batch.failures += 1
+            if batch.failures < MAX_SURPRISES:
+                raise exc
+            self.stats.errors += 1
+            log.error("a batch of %d frames failed %d times (%s: %s); bisecting it",
+                      len(batch.frames), batch.failures, type(exc).__name__, exc,
+                      exc_info=exc)
+            batch.points = self._bisect(batch.frames, batch.sources, exc, surprise=True)
+        else:
+            batch.points = self._write(batch.frames, batch.sources, exc)
+        self._send_dead_letters()
+
+    def _complete(self, batch: Batch, consumer: Consumer) -> None:
+        if batch.frames:
+            self._evaluate(batch, batch.points or 0, batch.started)
+        consumer.commit(batch.messages)
+
+    def _maintain(self, writers: ThreadPoolExecutor) -> None:
+        """Rollups and retention, in a writer thread as writes are; a failure waits a turn."""
+        try:
+            writers.submit(self.store.maintain, int(time.time() * 1000)).result()
+        except Exception as exc:  # noqa: BLE001 - maintenance is retried on the next turn
+            self.stats.errors += not isinstance(exc, StoreError)
+            log.warning("store maintenance failed (%s: %s); tried again next turn",
+                        type(exc).__name__, exc)
+
+    def _pause(self, consumer: Consumer) -> None:
+        try:
+            consumer.pause()
+        except Exception:  # noqa: BLE001 - paused or not, the loop waits its turn
+            log.debug("pause failed", exc_info=True)
+        self.stats.paused = True
+
+    def _resume(self, consumer: Consumer) -> None:
+        consumer.resume()
+        self.stats.paused = False
+        log.info("store and bus are back; consuming again")
+
+    def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
+               drain_s: float) -> None:
+        """On stop: finish the batches in hand, in order, for up to ``drain_s``."""
+        deadline = time.monotonic() + drain_s
+        done = 0
+        try:
+            while held and time.monotonic() < deadline:
+                batch = held[0]
+                if batch.frames is None:
+                    batch.frames, batch.sources = self.decode(batch.messages)
+                    self._send_dead_letters()
+                if batch.frames and batch.points is None:
+                    if batch.write is None:
+                        batch.started = time.perf_counter()
+                        batch.write = writers.submit(self.store.write, batch.frames)
+                    batch.write.exception(max(0.0, deadline - time.monotonic()))
+                    self._finish_write(batch)
+                self._complete(batch, consumer)
+                held.popleft()
+                done += 1
+        except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
+            log.warning("stopping with %d batches not finished (%s: %s); they will be "
+                        "replayed", len(held), type(exc).__name__, exc)
+        finally:
+            settle(held)
+        self.drained = (done, len(held))
 
     @staticmethod
     def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
@@ -218,63 +397,6 @@ class Processor:
             try:
                 # Paused: returns nothing. Kept, not dropped, if it ever does.
                 late.extend(consumer.poll(1, timeout_s=min(1.0, deadline - time.monotonic())))
-            except BusError:
+            except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
         return late
-
-
-class _Batch:
-    """Messages polled together, their good frames once decoded, their write once submitted."""
-
-    __slots__ = ("messages", "frames", "write", "started")
-
-    def __init__(self, messages: list[Message]) -> None:
-        self.messages = messages
-        self.frames: list[Frame] | None = None
-        self.write: Future[int] | None = None
-        self.started = 0.0
-
-
-# Processors running in this process (each in its own thread): automatic
-# collection is off while there is at least one.
-_gc_lock = threading.Lock()
-_gc_runs = 0
-_gc_was_enabled = True
-
-
-@contextmanager
-def _collect_on_a_timer() -> Iterator[None]:
-    """Turn the cyclic GC's automatic collections off while a processor runs.
-
-    Every batch allocates tens of thousands of containers (a frame's lists,
-    dicts and readings) and holds them while it is stored, so the allocation
-    counts that trigger collections keep firing, and each older-generation
-    pass walks every batch in hand. Measured on the pipeline benchmark: 40 µs
-    of CPU per 8-GPU frame, a quarter of the processor's. Batches hold no
-    reference cycles (refcounting frees them; a run over 20,000 frames left
-    ~2,700 cyclic objects in all, from the clients), so ``run`` collects
-    every ``collect_every_s`` instead. ``gc.freeze()`` first moves what lives
-    as long as the process (modules, clients, detectors' state) out of those
-    collections.
-    """
-    global _gc_runs, _gc_was_enabled
-    with _gc_lock:
-        if _gc_runs == 0:
-            _gc_was_enabled = gc.isenabled()
-            gc.freeze()
-            gc.disable()
-        _gc_runs += 1
-    try:
-        yield
-    finally:
-        with _gc_lock:
-            _gc_runs -= 1
-            if _gc_runs == 0 and _gc_was_enabled:
-                gc.enable()
-
-
-def _collect() -> None:
-    started = time.perf_counter()
-    found = gc.collect()
-    log.debug("garbage collection: %d unreachable objects in %.1f ms", found,
-              (time.perf_counter() - started) * 1000)

@@ -12,10 +12,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+# A partition of a topic: (topic, partition number).
+Partition = tuple[str, int]
+
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    value: bytes
+    # None: a Kafka tombstone (a record with a null value); never a frame.
+    value: bytes | None
     key: bytes | None = None
     topic: str = ""
     partition: int = 0
@@ -38,7 +42,25 @@ class Producer(Protocol):
     def close(self) -> None: ...
 
 
+class Rebalance(Protocol):
+    """Told which partitions a consumer gains and loses, so that per-partition
+    (per-node) state can follow them. Called from inside ``Consumer.poll``, on
+    the polling thread, so the listener needs no lock against its own loop.
+
+    Kafka's rebalance revokes every partition and then assigns the new set,
+    both within one ``poll``: a member that keeps a partition is told it lost
+    it and got it back; compare the two sets to find what really moved.
+    """
+
+    def revoked(self, partitions: Sequence[Partition]) -> None: ...
+
+    def assigned(self, partitions: Sequence[Partition]) -> None: ...
+
+
 class Consumer(Protocol):
+    def listen(self, listener: Rebalance) -> None:
+        """Call ``listener`` on every later assignment and revocation (one listener)."""
+
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         """The next messages of the subscribed topic, in order per partition."""
 

@@ -15,14 +15,17 @@ connection keeps retries in order instead.
 ``KafkaConsumer`` is one member of a consumer group with manual commits:
 ``commit`` stores exactly what ``poll`` returned, only for partitions this
 member still owns, and lag comes from the fetch responses' high watermark
-(``end_offsets`` is wrong on Tansu for batched writes).
+(``end_offsets`` is wrong on Tansu for batched writes), and while paused
+(nothing fetched) from listed end offsets every 2 s. ``listen`` hands
+assignments and revocations to the processor (``Rebalance``), from inside
+``poll``. Tombstones (null values) come through as ``Message.value`` None.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,7 +35,10 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.config import BusConfig
-from fleetwatch.pipeline.bus import BusError, Message
+from fleetwatch.pipeline.bus import BusError, Message, Rebalance
+from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
+
+__all__ = ["KafkaConsumer", "KafkaProducer", "ensure_topic", "kafka_security", "topic_spec"]
 
 log = logging.getLogger(__name__)
 
@@ -45,53 +51,6 @@ def kafka_security(bus: BusConfig) -> dict[str, Any]:
         out["sasl_plain_username"] = bus.sasl_username
         out["sasl_plain_password"] = bus.sasl_password.reveal()
     return out
-
-
-def topic_spec(partitions: int, replication_factor: int, brokers: int) -> dict[str, Any]:
-    """What ``ensure_topic`` asks for: replication 0 means min(3, brokers).
-
-    With two or more replicas, ``min.insync.replicas`` is one less than the
-    replication factor, so an ``acks=all`` write (the agent's) is durable on
-    at least two brokers with three replicas and still goes through while one
-    broker is down.
-    """
-    replicas = replication_factor or max(1, min(3, brokers))
-    spec: dict[str, Any] = {"num_partitions": partitions, "replication_factor": replicas}
-    if replicas > 1:
-        spec["configs"] = {"min.insync.replicas": str(replicas - 1)}
-    return spec
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int,
-                 security: dict[str, Any] | None = None, timeout_s: float = 10.0,
-                 replication_factor: int = 0) -> int:
-    """Create ``topic`` with ``partitions`` partitions unless it exists; return its partition count.
-
-    Idempotent: an existing topic is left as it is (its partition count and
-    replication may differ). ``replication_factor`` 0 is min(3, the cluster's
-    brokers); see ``topic_spec``.
-    """
-    try:
-        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
-                                       request_timeout_ms=int(timeout_s * 1000),
-                                       bootstrap_timeout_ms=int(timeout_s * 1000),
-                                       **(security or {}))
-    except kerr.KafkaError as exc:
-        raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
-    try:
-        brokers = 0 if replication_factor else len(admin.describe_cluster()["brokers"])
-        spec = topic_spec(partitions, replication_factor, brokers)
-        with contextlib.suppress(kerr.TopicAlreadyExistsError):
-            admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
-                                wait_for_metadata=True)
-        described = admin.describe_topics([topic])
-        return len(described[0]["partitions"]) if described else 0
-    except kerr.KafkaError as exc:
-        hint = (f" (bus.replication_factor is {spec['replication_factor']}; the cluster has "
-                "fewer brokers?)" if isinstance(exc, kerr.InvalidReplicationFactorError) else "")
-        raise BusError(f"cannot create topic {topic!r} on {bootstrap}: {exc}{hint}") from exc
-    finally:
-        admin.close()
 
 
 class KafkaProducer:
@@ -135,9 +94,10 @@ class KafkaProducer:
             self._config["api_version"] = self._client.config["api_version"]
         return self._client
 
-    def send(self, topic: str, value: bytes, key: bytes | None = None,
+    def send(self, topic: str, value: bytes | None, key: bytes | None = None,
              headers: Sequence[tuple[str, bytes]] = ()) -> None:
-        size = len(value) + (len(key) if key else 0) + sum(len(k) + len(v) for k, v in headers)
+        size = (len(value or b"") + (len(key) if key else 0)
+                + sum(len(k) + len(v) for k, v in headers))
         with self._lock:
             full = (self._pending >= self._max_pending
                     or self._pending_bytes + size > self._max_pending_bytes)
@@ -238,6 +198,10 @@ def _force_close(client: kafka.KafkaProducer) -> None:
         log.debug("kafka producer did not close cleanly", exc_info=True)
 
 
+# How often a paused consumer lists its partitions' end offsets (for the lag).
+_LIST_EVERY_S = 2.0
+
+
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     """Keeps the consumer's view of its partitions current across rebalances."""
 
@@ -266,6 +230,11 @@ class KafkaConsumer:
         self._paused = False
         self._lag: int | None = None
         self._max_poll_records = max_poll_records
+        self._listener: Rebalance | None = None
+        # Paused partitions are not fetched, so their high watermark goes stale:
+        # while paused, the end offsets are listed every few seconds instead.
+        self._listed: dict[TopicPartition, int] = {}
+        self._listed_at = 0.0
         try:
             self._consumer = kafka.KafkaConsumer(
                 bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
@@ -284,10 +253,19 @@ class KafkaConsumer:
         with self._lock:
             for tp in revoked:
                 self._returned.pop(tp, None)
+                self._listed.pop(tp, None)
+        if self._listener is not None:
+            self._listener.revoked([(tp.topic, tp.partition) for tp in revoked])
 
     def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
         if self._paused and assigned:
             self._consumer.pause(*assigned)
+        if self._listener is not None:
+            self._listener.assigned([(tp.topic, tp.partition) for tp in assigned])
+
+    def listen(self, listener: Rebalance) -> None:
+        # kafka-python calls the rebalance listener from inside poll(): so is ours.
+        self._listener = listener
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         try:
@@ -333,6 +311,7 @@ class KafkaConsumer:
 
     def pause(self) -> None:
         self._paused = True
+        self._listed_at = 0.0  # list the end offsets on the next poll
         self._consumer.pause(*self._consumer.assignment())
 
     def resume(self) -> None:
@@ -344,11 +323,39 @@ class KafkaConsumer:
         # kafka-python's consumer must only be driven from the polling thread.
         return self._lag
 
+    def _list_end_offsets(self, owned: set[TopicPartition]) -> None:
+        """While paused, the partitions' end offsets from the broker, every few seconds.
+
+        A paused partition is not fetched, so its high watermark (which comes
+        with fetch responses) stays where it was when the store went away and
+        the lag read 0 for the whole outage. Listing offsets is one request;
+        on Tansu it names the last batch's first offset (one batch short), so
+        the high watermark is used whenever it is higher.
+        """
+        now = time.monotonic()
+        if not owned or now - self._listed_at < _LIST_EVERY_S:
+            return
+        self._listed_at = now
+        try:
+            listed = self._consumer.end_offsets(list(owned))
+        except (kerr.KafkaError, ValueError) as exc:
+            log.debug("cannot list end offsets for the lag: %s", exc)
+            return
+        with self._lock:
+            self._listed = {tp: off for tp, off in listed.items() if off is not None}
+
     def _measure_lag(self) -> int | None:
         total, known = 0, False
-        for tp in self._consumer.assignment():
+        owned = self._consumer.assignment()
+        if self._paused:
+            self._list_end_offsets(owned)
+        for tp in owned:
             try:
                 high = self._consumer.highwater(tp)
+                if self._paused:
+                    listed = self._listed.get(tp)
+                    if listed is not None and (high is None or listed > high):
+                        high = listed
                 with self._lock:
                     pos = self._returned.get(tp)
                 if pos is None and high is not None:

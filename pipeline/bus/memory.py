@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from fleetwatch.pipeline.bus import BusError, Message
+from fleetwatch.pipeline.bus import BusError, Message, Rebalance
 
 
 class MemoryBus:
@@ -74,10 +74,21 @@ class MemoryConsumer:
         self._topic = topic
         self._group = group
         self._paused = False
+        self._listener: Rebalance | None = None
+        self._assigned = False
         with bus._cond:
             self._position = bus._committed.setdefault((topic, group), 0)
 
+    def listen(self, listener: Rebalance) -> None:
+        self._listener = listener
+
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        # The one partition is this consumer's from its first poll to its close,
+        # told to the listener from inside poll, as Kafka's consumer does.
+        if not self._assigned:
+            self._assigned = True
+            if self._listener is not None:
+                self._listener.assigned([(self._topic, 0)])
         if self._paused:
             time.sleep(min(timeout_s, 0.05))
             return []
@@ -107,4 +118,6 @@ class MemoryConsumer:
             return len(self._bus._topics.get(self._topic, ())) - self._position
 
     def close(self) -> None:
-        return None
+        if self._assigned and self._listener is not None:
+            self._listener.revoked([(self._topic, 0)])
+        self._assigned = False

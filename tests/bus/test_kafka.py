@@ -72,7 +72,36 @@ def test_security_kwargs_from_config() -> None:
 def test_ensure_topic_is_idempotent(kafka: Server) -> None:
     topic = fresh("ensure")
     assert ensure_topic(kafka.address, topic, 3) == 3
-    assert ensure_topic(kafka.address, topic, 5) == 3
+    assert ensure_topic(kafka.address, topic, 3) == 3
+    assert ensure_topic(kafka.address, topic, 2) == 3  # more than configured: left as it is
+
+
+def test_a_topic_auto_created_with_too_few_partitions_is_made_as_configured(
+        kafka: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """After a broker lost its data, the first agent's send auto-creates the topic with
+    the broker's default partition count. Recreated as configured when nothing is in
+    it yet; with messages in it (and no CreatePartitions on Tansu), kept and said."""
+    from kafka import KafkaProducer as ClientProducer
+
+    empty, used = fresh("auto-empty"), fresh("auto-used")
+    client = ClientProducer(bootstrap_servers=kafka.address)
+    try:
+        auto = len(client.partitions_for(empty))  # a metadata request auto-creates it
+        client.send(used, b"kept", key=b"k").get(10)
+        assert len(client.partitions_for(used)) == auto
+    finally:
+        client.close()
+    assert auto < 12
+    assert ensure_topic(kafka.address, empty, 12) == 12
+    assert ensure_topic(kafka.address, empty, 12) == 12
+    with caplog.at_level("ERROR"):
+        assert ensure_topic(kafka.address, used, 12) == auto
+    assert "holds messages" in caplog.text and used in caplog.text
+    c = consumer(kafka, used, fresh("g"))
+    try:
+        assert [m.value for m in read(c, 1)] == [b"kept"]
+    finally:
+        c.close()
 
 
 def test_topics_are_replicated_as_the_cluster_allows() -> None:
@@ -161,6 +190,51 @@ def test_pause_resume_and_lag(kafka: Server) -> None:
         assert [m.offset for m in rest] == list(range(100, 500))
         assert c.lag() == 0
         c.commit()
+    finally:
+        c.close()
+
+
+def test_lag_keeps_counting_while_paused(kafka: Server) -> None:
+    """A store outage pauses the consumer: the lag must show the messages piling up
+    behind it, not the 0 of the last fetch (a paused partition is not fetched)."""
+    topic = fresh("pause-lag")
+    ensure_topic(kafka.address, topic, 2)
+    produce(kafka, topic, 200)
+    c = consumer(kafka, topic, fresh("g"))
+    try:
+        assert len(read(c, 200)) == 200
+        deadline = time.monotonic() + 10
+        while c.lag() != 0 and time.monotonic() < deadline:
+            c.poll(10, 0.2)
+        assert c.lag() == 0
+        c.pause()
+        for _ in range(3):  # produced in several requests: several batches a partition
+            produce(kafka, topic, 1000)
+        deadline = time.monotonic() + 20
+        while (c.lag() or 0) < 2500 and time.monotonic() < deadline:
+            assert c.poll(100, 0.5) == []
+        # Tansu lists a partition's end as its last batch's first offset: at most
+        # one batch a partition short of the 3,000.
+        assert 2500 <= (c.lag() or 0) <= 3000
+        c.resume()
+        assert len(read(c, 3000, timeout_s=30)) == 3000
+    finally:
+        c.close()
+
+
+def test_session_timeout_is_configured(kafka: Server) -> None:
+    from fleetwatch.config import Config, ConfigError, override
+    from fleetwatch.wiring import open_consumer
+
+    for wrong in (0, 1e400, 5.0):
+        with pytest.raises(ConfigError, match="session_timeout_s"):
+            override(Config(), "bus", session_timeout_s=wrong)
+    config = override(Config(), "bus", session_timeout_s=7.5, kind="kafka",
+                      bootstrap=kafka.address, topic=fresh("session"))
+    c = open_consumer(config.bus)
+    try:
+        client = c._consumer.config  # type: ignore[attr-defined]
+        assert (client["session_timeout_ms"], client["heartbeat_interval_ms"]) == (7500, 2500)
     finally:
         c.close()
 

@@ -190,3 +190,13 @@ def test_a_late_frame_does_not_move_an_alert_back_in_time() -> None:
     drive(book, rule, [frame(100, [90]), frame(130, [91])])
     assert drive(book, rule, [frame(115, [60])]) == []       # older than the alert's last update
     assert [a.state for a in book.open] == ["firing"]
+
+
+def test_alert_identity_includes_the_cluster() -> None:
+    rule = GpuTemperatureLimit(85, for_s=0)
+    book = AlertBook()
+    hot = [frame(100, [90]), Frame("c2", "r", "n1", 100, frame(100, [90]).gpus)]
+    drive(book, rule, hot)
+    assert sorted(a.cluster for a in book.open) == ["c", "c2"]
+    (resolved,) = drive(book, rule, [frame(120, [60])])  # only cluster c's n1 cooled
+    assert resolved.cluster == "c" and [a.cluster for a in book.open] == ["c2"]

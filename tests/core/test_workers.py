@@ -25,8 +25,8 @@ from fleetwatch.collectors.sim.fleet import FleetSim, SimParams
 from fleetwatch.config import ConfigError, load
 from fleetwatch.pipeline.bus.kafka import KafkaProducer, ensure_topic
 from fleetwatch.pipeline.points import PointMaker
-from fleetwatch.pipeline.run import _worker_config
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.process_service import _worker_config
 from tests.servers import Server
 from tests.store.helpers import stored
 

@@ -1,5 +1,11 @@
 """``fleetwatch process``: one member of the processors' consumer group, or N of them.
 
+The app side of the processor (it lived in ``pipeline/run.py``, which made a
+stage import the composition root that imports it): it wires config into a
+``Processor`` and runs it until SIGTERM or SIGINT. On either, the member
+finishes the batches in hand (stores, evaluates, commits them, sends their
+dead letters) for up to ``_DRAIN_S`` and logs one line that says so.
+
 With ``processor.workers = N`` (``--workers N``) above 1, this process only
 supervises: it starts N members as child processes (multiprocessing
 ``spawn``: a fresh interpreter each, with its own GIL, so each can use a
@@ -26,7 +32,7 @@ from multiprocessing.process import BaseProcess
 from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.service import needs_kafka, stop_on_signals
+from fleetwatch.service import Stop, needs_kafka, stop_on_signals
 from fleetwatch.wiring import (
     detectors,
     open_consumer,
@@ -43,6 +49,8 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
         return 2
     stop = stop_on_signals(stop)
     _ensure_topics(config)
+    threading.Thread(target=_watch_topics, args=(config, stop), name="topic-watch",
+                     daemon=True).start()
     if config.processor.workers > 1:
         return _supervise(config, stop)
     return _member(config, stop)
@@ -68,21 +76,37 @@ def _member(config: Config, stop: threading.Event) -> int:
              config.processor.metrics_host, config.processor.metrics_port or "-")
     try:
         processor.run(consumer, stop, config.processor.max_batch,
-                      config.processor.maintain_every_s)
+                      config.processor.maintain_every_s, drain_s=_DRAIN_S)
     finally:
         consumer.close()
-        dead.close()
+        dead.close()  # flushes what is still queued
         notifier.close()
         store.close()
         if server is not None:
             server.shutdown()
-    log.info("stopped after %d frames, %d samples, %d dead letters", processor.stats.frames,
-             processor.stats.points, processor.stats.dead_letters)
+    finished, left = processor.drained
+    s = processor.stats
+    log.info("stopped%s: finished the %d batches in hand (stored, committed)%s; %d frames, "
+             "%d samples, %d dead letters in all",
+             f" on {stop.cause}" if isinstance(stop, Stop) and stop.cause else "", finished,
+             f", {left} not finished, replayed by the next owner" if left else "",
+             s.frames, s.points, s.dead_letters)
     return 0
 
 
-def _ensure_topics(config: Config) -> None:
-    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn)."""
+# How often the topics are checked while running: a broker that lost its data
+# auto-creates them again with its default partition count when agents send.
+_TOPIC_CHECK_S = 30.0
+
+
+def _watch_topics(config: Config, stop: threading.Event) -> None:
+    while not stop.wait(_TOPIC_CHECK_S):
+        _ensure_topics(config, quiet=True)
+
+
+def _ensure_topics(config: Config, quiet: bool = False) -> None:
+    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn);
+    give one that has fewer partitions than ``bus.partitions`` the rest (see ``ensure_topic``)."""
     from fleetwatch.pipeline.bus import BusError
     from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
 
@@ -92,11 +116,15 @@ def _ensure_topics(config: Config) -> None:
             n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
                              kafka_security(config.bus),
                              replication_factor=config.bus.replication_factor)
-            log.info("topic %s has %d partitions", topic, n)
+            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
+                    topic, n)
         except (BusError, OSError) as exc:
             log.warning("could not check or create topic %s (%s); create it with your Kafka "
                         "tools if it does not exist", topic, exc)
 
+
+# On stop, how long the batches in hand may take to be finished.
+_DRAIN_S = 20.0
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.
@@ -173,9 +201,7 @@ def _child_main(config: Config, index: int, level: int, parent: int) -> None:
     """A worker: one group member, in its own interpreter; exits with the member's code."""
     logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s %(name)s[w{index}]: "
                         "%(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = stop_on_signals(Stop())
 
     def orphaned() -> None:  # the supervisor was killed: do not run on unsupervised
         while not stop.wait(1.0):

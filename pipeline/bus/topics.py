@@ -1,0 +1,134 @@
+"""Topics of the Kafka bus: created as configured, and repaired when a broker lost them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Any
+
+import kafka
+import kafka.errors as kerr
+from kafka import TopicPartition
+from kafka.admin import NewPartitions
+
+from fleetwatch.pipeline.bus import BusError
+
+log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
+
+
+def topic_spec(partitions: int, replication_factor: int, brokers: int) -> dict[str, Any]:
+    """What ``ensure_topic`` asks for: replication 0 means min(3, brokers).
+
+    With two or more replicas, ``min.insync.replicas`` is one less than the
+    replication factor, so an ``acks=all`` write (the agent's) is durable on
+    at least two brokers with three replicas and still goes through while one
+    broker is down.
+    """
+    replicas = replication_factor or max(1, min(3, brokers))
+    spec: dict[str, Any] = {"num_partitions": partitions, "replication_factor": replicas}
+    if replicas > 1:
+        spec["configs"] = {"min.insync.replicas": str(replicas - 1)}
+    return spec
+
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int,
+                 security: dict[str, Any] | None = None, timeout_s: float = 10.0,
+                 replication_factor: int = 0) -> int:
+    """Create ``topic`` with ``partitions`` partitions unless it exists; return its partition count.
+
+    Idempotent. An existing topic with more partitions is left as it is. One
+    with fewer, as a broker that lost its data auto-creates it when the first
+    agent sends again (with the broker's default count), gets the missing
+    partitions (``CreatePartitions``, nothing lost); on a broker without that
+    request (Tansu) it is deleted and created again as configured if it holds
+    no message yet, else left as it is with an error that says what to do.
+    ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
+    """
+    try:
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
+                                       request_timeout_ms=int(timeout_s * 1000),
+                                       bootstrap_timeout_ms=int(timeout_s * 1000),
+                                       **(security or {}))
+    except kerr.KafkaError as exc:
+        raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+    spec: dict[str, Any] = {}
+    try:
+        brokers = 0 if replication_factor else len(admin.describe_cluster()["brokers"])
+        spec = topic_spec(partitions, replication_factor, brokers)
+        with contextlib.suppress(kerr.TopicAlreadyExistsError):
+            admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
+                                wait_for_metadata=True)
+        count = _partitions(admin, topic)
+        if 0 < count < partitions:
+            count = _grow(admin, bootstrap, topic, count, spec, security, timeout_s)
+        return count
+    except kerr.KafkaError as exc:
+        hint = (f" (bus.replication_factor is {spec['replication_factor']}; the cluster has "
+                "fewer brokers?)" if isinstance(exc, kerr.InvalidReplicationFactorError) else "")
+        raise BusError(f"cannot create topic {topic!r} on {bootstrap}: {exc}{hint}") from exc
+    finally:
+        admin.close()
+
+
+def _partitions(admin: kafka.KafkaAdminClient, topic: str) -> int:
+    described = admin.describe_topics([topic])
+    return len(described[0]["partitions"]) if described else 0
+
+
+def _grow(admin: kafka.KafkaAdminClient, bootstrap: str, topic: str, count: int,
+          spec: dict[str, Any], security: dict[str, Any] | None, timeout_s: float) -> int:
+    """Bring ``topic`` from ``count`` partitions to the configured number, losing nothing."""
+    wanted = spec["num_partitions"]
+    try:
+        admin.create_partitions({topic: NewPartitions(wanted)},
+                                timeout_ms=int(timeout_s * 1000))
+        log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (auto-created "
+                    "by a broker that lost its data?): grown to %d", topic, count, wanted,
+                    wanted)
+        return _partitions(admin, topic) or wanted
+    except (kerr.IncompatibleBrokerVersion, kerr.UnsupportedVersionError):
+        pass  # the broker cannot add partitions: recreate, if nothing would be lost
+    if not _empty(bootstrap, topic, count, security, timeout_s):
+        log.error("topic %s has %d partitions, fewer than bus.partitions = %d (auto-created by "
+                  "a broker that lost its data?), and holds messages; this broker cannot add "
+                  "partitions, so it is left as it is and at most %d processors share it. "
+                  "Once it is drained, delete it and start `fleetwatch process` again to "
+                  "create it as configured", topic, count, wanted, count)
+        return count
+    admin.delete_topics([topic], timeout_ms=int(timeout_s * 1000))
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
+                                wait_for_metadata=True)
+            break
+        except kerr.TopicAlreadyExistsError:  # the deletion is still under way
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (auto-created by a "
+                "broker that lost its data?), and no message: created again with %d", topic,
+                count, wanted, wanted)
+    return _partitions(admin, topic)
+
+
+def _empty(bootstrap: str, topic: str, count: int, security: dict[str, Any] | None,
+           timeout_s: float) -> bool:
+    """True when no partition of ``topic`` returns a message within a few seconds.
+
+    Read, not listed: Tansu lists a partition's end as the first offset of its
+    last batch, 0 for a partition of one batch.
+    """
+    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
+                                   enable_auto_commit=False, auto_offset_reset="earliest",
+                                   **(security or {}))
+    try:
+        consumer.assign([TopicPartition(topic, p) for p in range(count)])
+        deadline = time.monotonic() + min(timeout_s, 5.0)
+        while time.monotonic() < deadline:
+            if any(consumer.poll(timeout_ms=500, max_records=1).values()):
+                return False
+        return True
+    finally:
+        consumer.close()

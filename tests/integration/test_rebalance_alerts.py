@@ -1,0 +1,142 @@
+"""Open alerts follow their node's partition across a rebalance (real broker).
+
+Two processors in one group share a topic of two partitions and one store.
+Every node runs hot: one firing alert per GPU. When a member leaves, the
+other takes its partition and continues its alerts (same ids, no duplicate);
+when a new member joins, the alerts of the nodes it takes are its own and
+the old owner forgets them. Cooling resolves every alert exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from kafka.partitioner.default import murmur2
+
+from fleetwatch.codec import encode
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.rules import GpuTemperatureLimit
+from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from tests.servers import Server
+from tests.store.helpers import stored
+
+pytestmark = pytest.mark.kafka
+FAST = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 1000}
+NODES = [f"node-{i:02d}" for i in range(8)]
+T0 = time.time() - 1800
+
+
+class Member:
+    def __init__(self, kafka: Server, topic: str, group: str, db: Path) -> None:
+        self.store = SqliteStore(db)
+        self.consumer = KafkaConsumer(kafka.address, topic, group, **FAST)
+        self.revoked: list[set[str]] = []  # what the per-node state hook was told
+        self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0)],
+                                   on_revoked=[self.revoked.append])
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.processor.run,
+                                       args=(self.consumer, self.stop, 50), daemon=True)
+        self.thread.start()
+
+    @property
+    def owned(self) -> set[int]:
+        return {tp.partition for tp in self.consumer.assignment()}
+
+    def open_nodes(self) -> set[str]:
+        return {a.node for a in self.processor.alerts.open}
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(60)
+        assert not self.thread.is_alive()
+        self.consumer.close()  # leaves the group: its partitions move now
+        self.store.close()
+
+
+def partition_of(node: str) -> int:
+    """Where the producer's default partitioner puts a node's frames (2 partitions)."""
+    return (murmur2(node.encode()) & 0x7FFFFFFF) % 2
+
+
+def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def tick(kafka: Server, topic: str, ts: float, temp: float) -> None:
+    p = KafkaProducer(kafka.address)
+    for node in NODES:
+        f = Frame("c1", "r1", node, ts, (GpuReading(0, f"GPU-{node}", "H100",
+                                                    {"gpu_temp_c": temp}),))
+        p.send(topic, encode(f), key=node.encode())
+    p.flush(30)
+    p.close()
+
+
+def all_alerts(db: Path) -> list:
+    store = SqliteStore(db, read_only=True)
+    try:
+        return store.alerts(states=("pending", "firing", "resolved"))
+    finally:
+        store.close()
+
+
+def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
+        kafka: Server, tmp_path: Path) -> None:
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"frames-{run}", f"processors-{run}"
+    ensure_topic(kafka.address, topic, 2)
+    db = tmp_path / "store.db"
+    SqliteStore(db).close()
+    a, b = Member(kafka, topic, group, db), Member(kafka, topic, group, db)
+    members = [a, b]
+    try:
+        wait_for("one partition each", lambda: len(a.owned) == 1 and len(b.owned) == 1)
+        tick(kafka, topic, T0, 95.0)
+        wait_for("8 firing alerts", lambda: sum(
+            x.state == "firing" for x in all_alerts(db)) == len(NODES))
+        first = {x.node: x.id for x in all_alerts(db)}
+        assert a.open_nodes() | b.open_nodes() == set(NODES)
+        assert not a.open_nodes() & b.open_nodes()
+
+        b.close()  # b leaves: a takes its partition and b's alerts with it
+        members.remove(b)
+        wait_for("a owns both partitions", lambda: len(a.owned) == 2)
+        tick(kafka, topic, T0 + 10, 96.0)
+        wait_for("the second tick stored", lambda: stored(db) == 2 * len(NODES))
+        wait_for("a evaluated it", lambda: a.open_nodes() == set(NODES) and all(
+            x.updated_ts == T0 + 10 for x in a.processor.alerts.open))
+        rows = all_alerts(db)
+        assert len(rows) == len(NODES), "a raised duplicates of alerts b had open"
+        assert {x.node: x.id for x in rows} == first
+
+        c = Member(kafka, topic, group, db)  # a new member takes one partition from a
+        members.append(c)
+        wait_for("one partition each again", lambda: len(a.owned) == 1 and len(c.owned) == 1)
+        kept = {n for n in NODES if partition_of(n) in a.owned}
+        assert kept and kept < set(NODES)
+        assert a.open_nodes() == kept  # the old owner forgot the nodes that moved
+        assert set().union(*a.revoked) == set(NODES) - kept  # and told its per-node state
+        tick(kafka, topic, T0 + 20, 97.0)
+        wait_for("c continues the moved alerts",
+                 lambda: c.open_nodes() == set(NODES) - kept)
+        rows = all_alerts(db)
+        assert len(rows) == len(NODES) and {x.node: x.id for x in rows} == first
+
+        tick(kafka, topic, T0 + 30, 50.0)  # cool: every alert resolves, once
+        wait_for("all resolved", lambda: all(x.state == "resolved" for x in all_alerts(db)))
+        rows = all_alerts(db)
+        assert len(rows) == len(NODES) and all(x.resolved_ts == T0 + 30 for x in rows)
+        wait_for("both books empty", lambda: not a.open_nodes() and not c.open_nodes())
+    finally:
+        for m in members:
+            m.close()
