@@ -156,6 +156,18 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--port", type=int, help="port (default 8050)")
     dash.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
+    train = sub.add_parser("train", help="fit the learned detectors on the store's history",
+                           description="Fit thermal health, the fleet anomaly model and lemon-"
+                           "node scores on the store's history; write a versioned model file "
+                           "to models.dir, which running processors load without a restart.")
+    tspan = train.add_mutually_exclusive_group()
+    tspan.add_argument("--days", type=float, help="days of history to train on (default 7)")
+    tspan.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 36h")
+    train.add_argument("--end", type=float, metavar="EPOCH_S",
+                       help="when the history ends (default now)")
+    train.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    train.add_argument("--out", metavar="DIR", help="model directory (default models.dir)")
+
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
 
     rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
@@ -424,6 +436,34 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_train(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.train import train
+    from fleetwatch.wiring import open_store
+
+    duration = args.duration or (args.days if args.days is not None else 7.0) * 86400
+    if not 3600 <= duration <= 400 * 86400:
+        raise ConfigError(f"training span of {duration:g} s: choose between 1 hour and 400 days")
+    end = args.end if args.end is not None else time.time()
+    out = args.out or config.models.dir
+    store = open_store(config.store, read_only=config.store.kind == "sqlite")
+    print(f"training on {duration / 86400:g} days of {config.store.kind} store history "
+          f"ending {time.strftime('%Y-%m-%d %H:%M', time.localtime(end))}", file=sys.stderr)
+    try:
+        path, meta = train(store, end - duration, end, out,
+                           lemon_half_life_d=config.models.lemon_half_life_d,
+                           progress=lambda text: print(f"  {text}", file=sys.stderr))
+    except ValueError as exc:
+        print(f"fleetwatch train: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        store.close()
+    print(f"wrote {path} in {meta['train_s']} s: {meta['gpus']} GPUs; thermal "
+          f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
+          f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
+          f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
+    return EXIT_OK
+
+
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.config import public_view
 
@@ -528,7 +568,8 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
 
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
-             "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack}
+             "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack,
+             "train": cmd_train}
 
 if __name__ == "__main__":
     raise SystemExit(main())

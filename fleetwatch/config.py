@@ -141,6 +141,21 @@ class AlertsConfig:
 
 
 @dataclass(frozen=True)
+class ModelsConfig:
+    # Learned detectors (thermal health, fleet anomaly, lemon nodes): model files
+    # from `fleetwatch train` land here; processors load the newest, and reload on change.
+    dir: str = "fleetwatch-models"
+    enabled: bool = True
+    thermal_min_excess_c: float = ranged(5.0, 0.5, 50.0)
+    thermal_min_score: float = ranged(4.0, 1.0, 100.0)
+    thermal_half_life_s: float = ranged(900.0, 30.0, 86_400.0)
+    thermal_for_s: float = ranged(600.0, 0.0, 86_400.0)
+    anomaly_consecutive: int = ranged(2, 1, 100)
+    lemon_half_life_d: float = ranged(7.0, 0.1, 365.0)
+    lemon_threshold: float = ranged(10.0, 0.1, 1e6)
+
+
+@dataclass(frozen=True)
 class DashboardConfig:
     host: str = "127.0.0.1"
     port: int = ranged(8050, 1, 65535)
@@ -165,6 +180,7 @@ class Config:
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     sim: SimConfig = field(default_factory=SimConfig)
 

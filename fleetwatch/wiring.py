@@ -7,7 +7,7 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
-from fleetwatch.config import AlertsConfig, BusConfig, Config, StoreConfig
+from fleetwatch.config import AlertsConfig, BusConfig, Config, ModelsConfig, StoreConfig
 from fleetwatch.models import Detector
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus import Consumer, Producer
@@ -50,6 +50,24 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
     return KafkaConsumer(config.bootstrap, config.topic, config.group,
                          security=kafka_security(config), session_timeout_ms=session_ms,
                          heartbeat_interval_ms=max(1000, session_ms // 3))
+
+
+def learned_detectors(config: ModelsConfig) -> list[Detector]:
+    """The learned detectors over the newest model file in ``models.dir`` (none if disabled)."""
+    if not config.enabled:
+        return []
+    from fleetwatch.models.anomaly import FleetAnomaly
+    from fleetwatch.models.learned import LearnedDetectors
+    from fleetwatch.models.lemon import LemonScore
+    from fleetwatch.models.thermal import ThermalHealth
+
+    return [LearnedDetectors(
+        config.dir,
+        thermal=ThermalHealth(half_life_s=config.thermal_half_life_s,
+                              min_excess_c=config.thermal_min_excess_c,
+                              min_score=config.thermal_min_score, for_s=config.thermal_for_s),
+        anomaly=FleetAnomaly(consecutive=config.anomaly_consecutive),
+        lemon=LemonScore(config.lemon_half_life_d, config.lemon_threshold))]
 
 
 def detectors(config: AlertsConfig) -> list[Detector]:

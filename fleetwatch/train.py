@@ -1,0 +1,217 @@
+"""``fleetwatch train``: fit the learned detectors on the fleet's own history.
+
+Reads one-minute means of the metrics the models use from any store (the
+embedded one or the production one, through the ``Store`` protocol), a day at
+a time so memory stays bounded, fits the thermal-health regressor, the
+per-phase anomaly forests and the lemon-node scores, and writes one versioned
+model file (``models/artifact.py``) that running processors pick up without a
+restart. Training is a command, never part of the processor's hot path.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fleetwatch.models.anomaly import INPUTS, WINDOW_MIN, fit_anomaly, window_features
+from fleetwatch.models.artifact import ModelSet, save
+from fleetwatch.models.lemon import DEFAULT_XID_POINTS, LOST_POINTS
+from fleetwatch.models.thermal import FEATURES, fit_thermal, gpu_key
+from fleetwatch.pipeline.store.base import MINUTE_MS, RAW_SPAN_MS, Store, gpu_index
+
+GPU_METRICS: tuple[str, ...] = (
+    "gpu_temp_c", "gpu_power_w", "gpu_sm_active_ratio", "gpu_util_pct", "gpu_sm_clock_mhz",
+    "gpu_fan_pct", "gpu_power_limit_w", "gpu_slowdown_temp_c", "gpu_ecc_sbe_volatile_total",
+    "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total")
+CHUNK_S = 86400.0
+
+
+@dataclass
+class Day:
+    """One chunk of history: per GPU and minute, the mean of each metric (NaN: absent)."""
+
+    gpus: list[tuple[str, str, str, int]]          # (cluster, rack, node, gpu)
+    minutes: np.ndarray                             # minute start, ms
+    values: dict[str, np.ndarray] = field(default_factory=dict)  # metric -> (gpus, minutes)
+    inlet: np.ndarray | None = None                 # host_inlet_temp_c per GPU's node
+
+
+def read_day(store: Store, start_ms: int, end_ms: int) -> Day:
+    """Minute means of ``GPU_METRICS`` in [start, end), whatever span the store returns."""
+    first = start_ms - start_ms % MINUTE_MS
+    minutes = np.arange(first, end_ms, MINUTE_MS, dtype=np.int64)
+    # Ask for more than RAW_SPAN_MS so that every backend answers with its minute means.
+    q_start = min(start_ms, end_ms - RAW_SPAN_MS - MINUTE_MS)
+    index: dict[tuple[str, str, str, int], int] = {}
+    raw: dict[str, list[tuple[int, int, float]]] = {}
+    for metric in (*GPU_METRICS, "host_inlet_temp_c"):
+        rows = raw.setdefault(metric, [])
+        for key, ts, value in store.range(metric, q_start, end_ms):
+            if ts < first:
+                continue
+            if metric == "host_inlet_temp_c":
+                rows.append((hash((key.cluster, key.node)), (ts - first) // MINUTE_MS, value))
+                continue
+            gpu = gpu_index(key.device)
+            if gpu is None:
+                continue
+            ident = (key.cluster, key.rack, key.node, gpu)
+            i = index.setdefault(ident, len(index))
+            rows.append((i, (ts - first) // MINUTE_MS, value))
+    day = Day(list(index), minutes)
+    shape = (len(index), len(minutes))
+    for metric in GPU_METRICS:
+        day.values[metric] = _grid(raw[metric], shape)
+    node_row = {hash((c, n)): i for i, (c, _, n, _) in enumerate(day.gpus)}
+    inlet = np.full(shape, math.nan)
+    by_node = _grid([(node_row[h], m, v) for h, m, v in raw["host_inlet_temp_c"]
+                     if h in node_row], shape)
+    for i, (c, _, n, _) in enumerate(day.gpus):
+        inlet[i] = by_node[node_row[hash((c, n))]]
+    day.inlet = inlet
+    return day
+
+
+def _grid(rows: Sequence[tuple[int, int, float]], shape: tuple[int, int]) -> np.ndarray:
+    """Mean of the values that fall in each (row, minute) cell; NaN where none."""
+    total = np.zeros(shape)
+    count = np.zeros(shape)
+    if rows:
+        a = np.asarray(rows, dtype=float)
+        r, m = a[:, 0].astype(int), a[:, 1].astype(int)
+        ok = (m >= 0) & (m < shape[1]) & (r < shape[0])
+        np.add.at(total, (r[ok], m[ok]), a[ok, 2])
+        np.add.at(count, (r[ok], m[ok]), 1)
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, total / np.maximum(count, 1), math.nan)
+
+
+def _node_groups(day: Day) -> list[np.ndarray]:
+    groups: dict[tuple[str, str], list[int]] = {}
+    for i, (c, _, n, _) in enumerate(day.gpus):
+        groups.setdefault((c, n), []).append(i)
+    return [np.asarray(v) for v in groups.values()]
+
+
+def thermal_rows(day: Day, every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                     np.ndarray]:
+    """(X in FEATURES order, die temperature, GPU key, minute) of every GPU-minute with both."""
+    v = day.values
+    temp = v["gpu_temp_c"]
+    intake = np.full(temp.shape, math.nan)
+    for rows in _node_groups(day):
+        if len(rows) >= 2:  # intake_proxy, for every minute at once (NaN sorts last)
+            coolest = np.sort(temp[rows], axis=0)[:2]
+            intake[rows] = coolest.mean(axis=0)
+    sm = np.where(np.isnan(v["gpu_sm_active_ratio"]), v["gpu_util_pct"] / 100.0,
+                  v["gpu_sm_active_ratio"])
+    cols = [v["gpu_power_w"], sm, v["gpu_sm_clock_mhz"], v["gpu_fan_pct"], intake,
+            day.inlet if day.inlet is not None else np.full(temp.shape, math.nan),
+            v["gpu_power_limit_w"], v["gpu_slowdown_temp_c"]]
+    assert len(cols) == len(FEATURES)
+    ok = ~np.isnan(temp) & ~np.isnan(v["gpu_power_w"])
+    ok[:, (np.arange(temp.shape[1]) % every) != 0] = False
+    gi, mi = np.nonzero(ok)
+    X = np.stack([c[gi, mi] for c in cols], axis=1)
+    keys = np.asarray([gpu_key(day.gpus[i][0], day.gpus[i][2], day.gpus[i][3]) for i in gi])
+    return X, temp[gi, mi], keys, day.minutes[mi]
+
+
+def anomaly_windows(day: Day) -> np.ndarray:
+    """Feature rows (anomaly.FEATURES) of every whole ten-minute window of every GPU."""
+    v = day.values
+    temp, power = v["gpu_temp_c"], v["gpu_power_w"]
+    sm = np.where(np.isnan(v["gpu_sm_active_ratio"]), v["gpu_util_pct"] / 100.0,
+                  v["gpu_sm_active_ratio"])
+    node_temp = np.full(temp.shape, math.nan)
+    node_power = np.full(temp.shape, math.nan)
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN minutes stay NaN
+        for rows in _node_groups(day):
+            node_temp[rows] = np.nanmedian(temp[rows], axis=0)
+            node_power[rows] = np.nanmedian(power[rows], axis=0)
+        errors = np.nansum([v[m] for m in ("gpu_ecc_sbe_volatile_total",
+                                           "gpu_pcie_replay_total",
+                                           "gpu_nvlink_crc_errors_total")], axis=0)
+    growth = np.zeros(temp.shape)
+    growth[:, 1:] = np.clip(np.diff(errors, axis=1), 0, None)
+    stack = np.stack([temp, power, sm, v["gpu_sm_clock_mhz"], node_temp, node_power, growth],
+                     axis=-1)
+    assert stack.shape[-1] == len(INPUTS)
+    out = []
+    for start in range(0, temp.shape[1] - WINDOW_MIN + 1, WINDOW_MIN):
+        block = stack[:, start:start + WINDOW_MIN]
+        whole = ~np.isnan(block[:, :, 0]).any(axis=1)
+        if whole.any():
+            out.append(window_features(block[whole]))
+    return np.concatenate(out) if out else np.zeros((0, 11))
+
+
+def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: float
+                 ) -> dict[tuple[str, str], tuple[float, float]]:
+    """Each node's decayed trouble at ``end_ts`` from the store's XID and GPU-state events."""
+    events = getattr(store, "events", None)
+    if events is None:
+        return {}
+    half = half_life_d * 86400.0
+    scores: dict[tuple[str, str], float] = {}
+    for e in events(start_ts, end_ts, kinds=["xid", "gpu_state"]):
+        points = (DEFAULT_XID_POINTS.get(e.code, 1.0) if e.kind == "xid"
+                  else LOST_POINTS if e.value == "lost" else 0.0)
+        key = (e.cluster, e.node)
+        scores[key] = scores.get(key, 0.0) + points * 0.5 ** ((end_ts - e.ts) / half)
+    return {k: (v, end_ts) for k, v in scores.items() if v > 0.01}
+
+
+def train(store: Store, start_ts: float, end_ts: float, out_dir: str | Path, *,
+          seed: int = 0, lemon_half_life_d: float = 7.0,
+          progress: Callable[[str], None] | None = None) -> tuple[Path, dict[str, Any]]:
+    """Fit every learned model on [start, end) of ``store`` and write a model file."""
+    say = progress or (lambda text: None)
+    t0 = time.perf_counter()
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+    windows: list[np.ndarray] = []
+    gpus: set[tuple[str, str, int]] = set()
+    chunk = start_ts
+    while chunk < end_ts:
+        stop = min(end_ts, chunk + CHUNK_S)
+        day = read_day(store, int(chunk * 1000), int(stop * 1000))
+        gpus.update((c, n, g) for c, _, n, g in day.gpus)
+        parts.append(thermal_rows(day, every=2))
+        windows.append(anomaly_windows(day))
+        say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(stop))} UTC: {len(day.gpus)} "
+            f"GPUs, {sum(len(p[1]) for p in parts):,} samples so far")
+        chunk = stop
+    if not gpus:
+        raise ValueError("the store holds no GPU samples in that range: point --store or "
+                         "store.* at the fleet's history, or choose another --days/--end")
+    X = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    keys = np.concatenate([p[2] for p in parts])
+    order = np.concatenate([p[3] for p in parts])
+    say(f"fitting thermal health on {len(y):,} GPU-minutes")
+    thermal = fit_thermal(X, y, keys, order, seed=seed)
+    feats = np.concatenate(windows) if windows else np.zeros((0, 11))
+    say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
+    anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
+    lemon = lemon_scores(store, start_ts, end_ts, lemon_half_life_d)
+    meta = {
+        "created": time.time(), "range": [start_ts, end_ts], "gpus": len(gpus),
+        "features": {"thermal": list(FEATURES), "anomaly": list(INPUTS)},
+        "window_min": WINDOW_MIN, "thermal_regressor": thermal.kind,
+        "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
+        "thermal_spread_c": round(thermal.spread_c, 3),
+        "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
+        "train_s": round(time.perf_counter() - t0, 1)}
+    from fleetwatch import __version__
+
+    meta["fleetwatch"] = __version__
+    path = save(ModelSet(thermal, anomaly, lemon, meta), out_dir)
+    return path, meta
