@@ -68,6 +68,7 @@ class Processor:
                         for rule, needs in getattr(d, "rules", {}).items()}
         self.alerts = AlertBook(requirements=requirements)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
+        self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``).
         self._notify = notify
         self.stats = Stats()
@@ -180,9 +181,12 @@ class Processor:
         if batch.events:  # with the batch, before its commit; written again on a retry
             self.store.write_events(batch.events)
         changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
-        if changes:
+        # Changes applied earlier without being stored go out again with these, newest wins.
+        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
+        if writes:
             try:
-                self.store.write_alerts(changes)
+                self.store.write_alerts(writes)
+                self._unstored = []
             except (StoreError, BusError):
                 raise
             except StoreRejected as exc:  # never taken: the book goes on without them
@@ -194,8 +198,10 @@ class Processor:
                 if batch.failures < MAX_SURPRISES:
                     raise
                 self.stats.errors += 1
-                log.exception("%d alert changes not stored after %d tries; applied anyway",
-                              len(changes), batch.failures)
+                log.exception("%d alert changes not stored after %d tries; applied anyway, "
+                              "and written again with the next batch", len(writes),
+                              batch.failures)
+                self._unstored = writes
         self.alerts.apply(changes)
         if changes and self._notify is not None:
             self._notify(changes)
