@@ -10,6 +10,7 @@ thread or process is writing.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -80,11 +81,15 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
 
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
-          refresh_s: float = 5.0) -> None:
-    """Serve the dashboard until interrupted, on waitress (a production WSGI server)."""
+          refresh_s: float = 5.0, sock: socket.socket | None = None) -> None:
+    """Serve the dashboard until interrupted, on waitress (a production WSGI server).
+
+    ``sock``: a socket already bound (``fleetwatch up`` takes the port before
+    it touches any store, so a busy port stops it with nothing written).
+    """
     import waitress
 
     app = create_app(store, refresh_s=refresh_s)
     log.info("dashboard on http://%s:%d/", host, port)
-    waitress.serve(app.server, host=host, port=port, threads=8, ident="fleetwatch",
-                   _quiet=True)
+    where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
+    waitress.serve(app.server, threads=8, ident="fleetwatch", _quiet=True, **where)
