@@ -309,7 +309,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
     serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-          config.dashboard.refresh_s)
+          config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c)
     return EXIT_OK
 
 

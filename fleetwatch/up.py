@@ -411,7 +411,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
 
         serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
               config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
-              sock=sock)
+              sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c)
     except KeyboardInterrupt:
         pass
     finally:
