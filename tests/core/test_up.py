@@ -100,14 +100,16 @@ def test_second_up_on_the_same_store_and_port_leaves_the_first_intact(tmp_path: 
     assert code == 0, out
 
 
-def test_sigterm_stores_every_frame_sent_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("sig", "said"), [(signal.SIGTERM, "SIGTERM"),
+                                           (signal.SIGINT, "Ctrl-C")])
+def test_sigterm_stores_every_frame_sent_and_says_so(tmp_path: Path, sig: int, said: str) -> None:
     proc = start_up(tmp_path, "--port", str(free_port()), "--speed", "200")
     wait_for_line(proc, "dashboard:")
     db = tmp_path / "fleetwatch-sim.db"
     wait_for_samples(db, 20)
-    code, out = stop(proc, signal.SIGTERM)
+    code, out = stop(proc, sig)
     assert code == 0, out
-    match = re.search(r"stopped \(SIGTERM\): ([\d,]+) frames stored; every frame sent was "
+    match = re.search(rf"stopped \({said}\): ([\d,]+) frames stored; every frame sent was "
                       r"stored; store closed", out)
     assert match, out
     frames = int(match.group(1).replace(",", ""))
