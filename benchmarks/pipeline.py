@@ -23,7 +23,7 @@ a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``
    ``max(2, N)`` partitions so that every worker has one;
 b. a naive consumer as a user would write it: one message at a time,
    decoded, one influxdb-client ``Point`` per metric, each written synchronously
-   (on the first ``--naive-frames`` frames: it is ~100x slower);
+   (on the first frames holding ``--naive-samples`` GPU samples: it is ~100x slower);
 c. the raw limits: a bare kafka-python loop that only counts messages, and a
    bare bulk write of the same rows (pre-encoded line protocol) into VictoriaMetrics;
 d. freshness (once, on the simulator's frames): 1,000 GPUs sampled every second
@@ -56,7 +56,6 @@ import io
 import json
 import os
 import pstats
-import random
 import shutil
 import sys
 import tempfile
@@ -70,15 +69,20 @@ import lz4.frame
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
+from pipeline_frames import (  # noqa: E402
+    GPUS,
+    NODES,
+    describe,
+    frame_points,
+    make_agent_frames,
+    make_frames,
+)
 from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
 from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
-from fleetwatch.catalogue import catalogue  # noqa: E402
 from fleetwatch.codec import decode, encode  # noqa: E402
-from fleetwatch.collectors.node import node_source  # noqa: E402
-from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
-from fleetwatch.config import AgentConfig, AlertsConfig, Config, NodeConfig  # noqa: E402
+from fleetwatch.config import AlertsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
 from fleetwatch.pipeline.bus import Message  # noqa: E402
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
@@ -89,11 +93,7 @@ from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore  # noqa: E40
 from fleetwatch.wiring import detectors  # noqa: E402
 from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 
-NODES, GPUS = 125, 8
 SHAPES = ("sim", "agent")
-# Host fixture of the tests: /proc and /sys of a node with NICs, InfiniBand ports and RAPL.
-HOST_FIXTURE = ROOT / "tests" / "fixtures" / "node" / "t0"
-AGENT_READINGS = 8  # distinct readings per node, cycled: the values vary, the shape does not
 CPUS = sorted(os.sched_getaffinity(0))
 PARTITIONS = 2  # max(2, --workers): every worker has a partition
 
@@ -104,75 +104,6 @@ def say(text: str) -> None:
 
 def gpu_samples(frames: list[Frame]) -> int:
     return sum(len(g.metrics) for f in frames for g in f.gpus)
-
-
-def make_frames(steps: int, cluster: str, start_ts: float) -> list[Frame]:
-    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=1.0, cluster=cluster), start_ts)
-    out: list[Frame] = []
-    for _ in range(steps):
-        sim.step()
-        out.extend(sim.frames())
-    return out
-
-
-def make_agent_frames(steps: int, cluster: str, start_ts: float) -> list[Frame]:
-    """Frames as ``fleetwatch agent --fake-gpus 8`` makes them, for every node and tick.
-
-    Reading NVML through FakeNvml costs about as much per frame as the
-    processor spends on it, so a few readings are taken and cycled; each node
-    gets its own copy with its gauges scaled by a factor of its own (FakeNvml's
-    GPUs all read alike, and 125 identical nodes would compress unrealistically
-    well), and its name, rack, tick and sequence number.
-    """
-    config = Config(node=NodeConfig(cluster=cluster, rack="rack-00", node="template"),
-                    agent=AgentConfig(proc_root=str(HOST_FIXTURE / "proc"),
-                                      sys_root=str(HOST_FIXTURE / "sys"), kernel_log=""))
-    source = node_source(config, fake_gpus=GPUS)
-    try:
-        source.frames(start_ts)  # rates (PCIe, NIC, InfiniBand) need a reading before
-        readings = [source.frames(start_ts + i)[0] for i in range(AGENT_READINGS)]
-    finally:
-        source.close()
-    rng = random.Random(0)
-    per_node = [[_scaled(r, rng.uniform(0.9, 1.1)) for r in readings] for _ in range(NODES)]
-    return [dataclasses.replace(per_node[n][step % AGENT_READINGS], node=f"node-{n:03d}",
-                                rack=f"rack-{n // 2:02d}", ts=start_ts + step, seq=step + 1)
-            for step in range(steps) for n in range(NODES)]
-
-
-# Gauges that vary from node to node; counts, flags and bitmasks are left as read.
-_SCALED_UNITS = {"%": 100.0, "W": None, "C": None, "MHz": None, "bytes/s": None,
-                 "ratio": 1.0, "bytes": None}
-
-
-def _scaled(frame: Frame, factor: float) -> Frame:
-    cat = catalogue()
-
-    def scale(metrics: dict[str, float]) -> dict[str, float]:
-        out = dict(metrics)
-        for name, value in metrics.items():
-            unit = cat[name].unit if name in cat else None
-            if unit in _SCALED_UNITS:
-                top = _SCALED_UNITS[unit]
-                out[name] = min(value * factor, top) if top is not None else value * factor
-        return out
-
-    gpus = tuple(dataclasses.replace(g, metrics=scale(g.metrics)) for g in frame.gpus)
-    return dataclasses.replace(frame, gpus=gpus)
-
-
-def frame_points(frames: list[Frame]) -> int:
-    """Points the store must take for ``frames``: GPU, host and port metrics."""
-    return sum(sum(len(g.metrics) for g in f.gpus) + len(f.host.metrics)
-               + sum(len(p.metrics) for p in f.host.ports) for f in frames)
-
-
-def describe(frames: list[Frame]) -> dict[str, float]:
-    f = frames[0]
-    return {"gpu_metrics_per_gpu": sum(len(g.metrics) for g in f.gpus) / max(1, len(f.gpus)),
-            "host_metrics": len(f.host.metrics), "ports": len(f.host.ports),
-            "port_metrics": sum(len(p.metrics) for p in f.host.ports),
-            "xids": sum(len(g.xids) for g in f.gpus)}
 
 
 def produce(bootstrap: str, topic: str, frames: list[Frame]) -> list[bytes]:
@@ -364,7 +295,9 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
             f"frames): {multi_steady:,.0f}")
         processor, how = multi, f"--workers {args.workers}"
     how += f", cpus {args.cpus}"
-    secs, naive_samples = run_naive(bootstrap, topic, url, min(args.naive_frames, n))
+    per_frame = samples / n  # the same work for either shape: an agent frame holds ~4x more
+    naive_frames = min(n, max(1, round(args.naive_samples / per_frame)))
+    secs, naive_samples = run_naive(bootstrap, topic, url, naive_frames)
     naive = naive_samples / secs
     say(f"[{shape}] naive: {naive_samples} samples in {secs:.2f}s = {naive:,.0f} samples/s")
     if args.profile:
@@ -399,7 +332,8 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=480, help="1 s ticks of the 1,000-GPU fleet")
-    ap.add_argument("--naive-frames", type=int, default=150)
+    ap.add_argument("--naive-samples", type=int, default=150 * 88,
+                    help="GPU samples the naive consumer writes (default: 150 simulator frames)")
     ap.add_argument("--fresh-s", type=int, default=30)
     ap.add_argument("--warmup-s", type=int, default=12)
     ap.add_argument("--profile", action="store_true")

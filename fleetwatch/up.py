@@ -22,7 +22,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -36,6 +36,7 @@ from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
@@ -101,83 +102,6 @@ def gpu_present() -> bool:
             pynvml.nvmlShutdown()
     except Exception:  # no library, no driver, no device: all mean "no GPU here"
         return False
-
-
-class PacedClock:
-    """A simulated clock that runs ``pace()`` times faster than the wall until it
-    reaches the present, then keeps real time; a pace of 0 holds it still.
-
-    It is continuous across changes of pace (re-anchored where the pace
-    changes) and never runs ahead of the wall.
-    """
-
-    def __init__(self, start_ts: float, pace: Callable[[], float],
-                 wall: Clock | None = None) -> None:
-        self._wall = wall or WallClock()
-        self._pace_of = pace
-        self._lock = threading.Lock()
-        self._anchor_sim = start_ts
-        self._anchor_wall = self._wall.now()
-        self._pace = pace()
-
-    def now(self) -> float:
-        with self._lock:
-            wall = self._wall.now()
-            sim = min(wall, self._anchor_sim + (wall - self._anchor_wall) * self._pace)
-            pace = self._pace_of()
-            if pace != self._pace:  # re-anchor, so the clock does not jump
-                self._anchor_sim, self._anchor_wall, self._pace = sim, wall, pace
-            return sim
-
-    def catching_up(self) -> bool:
-        return self.now() < self._wall.now() - 1e-3
-
-    def wall_seconds(self, seconds: float) -> float:
-        if not self.catching_up():
-            return seconds
-        return seconds / self._pace if self._pace > 0 else HELD_POLL_S
-
-
-# While the clock is held, the agent looks again this often (wall seconds).
-HELD_POLL_S = 0.02
-# The agent runs at most this many ticks ahead of what the processor has evaluated.
-LEAD_TICKS = 2
-
-
-class CatchUp:
-    """The pace of ``up``'s simulated clock.
-
-    At ``speed`` while catching up; held (0) while the processor is more than
-    ``LEAD_TICKS`` ticks behind the agent, so an alert's state is decided
-    before the clock moves on; and at ``pending_speed`` while an alert is
-    pending. At 30x a 60 s for-duration lasts 2 s of wall time and falls
-    between two refreshes of the dashboard (5 s): nobody would ever see an
-    alert pending. Slowed so that the for-duration lasts two refreshes, it is
-    on the screen at least once; then the catch-up goes on at full speed.
-    """
-
-    def __init__(self, speed: float, pending_speed: float, frames_per_tick: int) -> None:
-        self.speed = speed
-        self.pending_speed = min(speed, pending_speed)
-        self.frames_per_tick = max(1, frames_per_tick)
-        self.system: System | None = None
-
-    def __call__(self) -> float:
-        system = self.system
-        if system is None:
-            return self.speed
-        if system.unstored() > LEAD_TICKS * self.frames_per_tick:
-            return 0.0
-        return self.pending_speed if system.pending() else self.speed
-
-
-def pending_pace(config: Config, speed: float, interval_s: float) -> float:
-    """How fast the simulated clock runs while an alert is pending: the rest of its
-    for-duration (less the agent's lead over the processor, which has run at full
-    speed when the processor sees it start) then lasts two dashboard refreshes of
-    wall time, so that one refresh always shows it."""
-    rest = config.alerts.for_s - LEAD_TICKS * interval_s
-    return max(1.0, min(speed, rest / (2 * config.dashboard.refresh_s)))
 
 
 class System:

@@ -209,7 +209,7 @@ class FakeWall:
 
 
 def test_paced_clock_follows_its_pace_and_never_jumps() -> None:
-    from fleetwatch.up import PacedClock
+    from fleetwatch.simclock import PacedClock
 
     wall, pace = FakeWall(), [30.0]
     start = wall.t - 3600
