@@ -1,11 +1,20 @@
-"""Issue #4: how fast frames go from a Kafka topic into the store, and how fresh they are.
+"""How fast frames go from a Kafka topic into the store, and how fresh they are.
 
     .venv/bin/python benchmarks/pipeline.py [--steps 480] [--cpus split|shared] [--workers N]
-                                            [--fresh-s 30] [--profile]
+                                            [--shapes sim,agent] [--fresh-s 30] [--profile]
 
-Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports, fills
-one topic with frames of a simulated fleet (125 nodes x 8 GPUs, encoded
-with ``fleetwatch.codec``), then measures on that same data:
+Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports and
+measures two shapes of frame of a 125-node x 8-GPU fleet, each on its own topic
+(encoded with ``fleetwatch.codec``):
+
+- ``sim``: the simulator's frames: 11 metrics a GPU, 4 host metrics, no ports,
+  no XIDs (what earlier rounds measured);
+- ``agent``: frames as the node agent makes them: ``node_source`` over
+  ``FakeNvml`` (8 H100s: about 40 metrics a GPU, the GPUs' info) and the host
+  fixture of the tests (host metrics, NICs, InfiniBand ports, RAPL), read a few
+  times and given each node's name and tick.
+
+For each shape, on that same data:
 
 a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``, one
    process (as before), and ``fleetwatch process`` with ``--workers N``
@@ -14,12 +23,12 @@ a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``
    ``max(2, N)`` partitions so that every worker has one;
 b. a naive consumer as a user would write it: one message at a time,
    decoded, one influxdb-client ``Point`` per metric, each written synchronously
-   (on the first ``--naive-frames`` frames: it is ~100x slower);
+   (on the first frames holding ``--naive-samples`` GPU samples: it is ~100x slower);
 c. the raw limits: a bare kafka-python loop that only counts messages, and a
    bare bulk write of the same rows (pre-encoded line protocol) into VictoriaMetrics;
-d. freshness: 1,000 GPUs sampled every second for ``--fresh-s`` seconds through
-   the processor; per tick, the seconds from the frame's timestamp until all of
-   its 1,000 GPUs are queryable.
+d. freshness (once, on the simulator's frames): 1,000 GPUs sampled every second
+   for ``--fresh-s`` seconds through the processor; per tick, the seconds from the
+   frame's timestamp until all of its 1,000 GPUs are queryable.
 
 Where the CPUs go (``--cpus``): ``split`` (the default) gives the servers,
 Tansu and VictoriaMetrics, the upper half of the cores and the processor (and
@@ -32,15 +41,17 @@ ratio (a)/(c) says how the processor's CPU per sample compares with the
 store's rather than how fast it goes; it also varies with the store's CPU per
 row, which moves by a third from run to run on the same rows.
 
-A sample is one metric of one GPU at one instant (host metrics, 4 per frame,
-are written too but not counted). Progress goes to stderr; the last line on
-stdout is the JSON summary.
+A sample is one metric of one GPU at one instant (host and port metrics are
+written too, and checked as stored, but not counted). Progress goes to stderr;
+the last line on stdout is the JSON summary: the figures of each shape under
+``shapes``, and for each its processor / raw-store ratio (target >= 50%).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import dataclasses
 import io
 import json
 import os
@@ -58,12 +69,19 @@ import lz4.frame
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
+from pipeline_frames import (  # noqa: E402
+    GPUS,
+    NODES,
+    describe,
+    frame_points,
+    make_agent_frames,
+    make_frames,
+)
 from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
 from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
 from fleetwatch.codec import decode, encode  # noqa: E402
-from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
 from fleetwatch.config import AlertsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
 from fleetwatch.pipeline.bus import Message  # noqa: E402
@@ -75,7 +93,7 @@ from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore  # noqa: E40
 from fleetwatch.wiring import detectors  # noqa: E402
 from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 
-NODES, GPUS = 125, 8
+SHAPES = ("sim", "agent")
 CPUS = sorted(os.sched_getaffinity(0))
 PARTITIONS = 2  # max(2, --workers): every worker has a partition
 
@@ -86,15 +104,6 @@ def say(text: str) -> None:
 
 def gpu_samples(frames: list[Frame]) -> int:
     return sum(len(g.metrics) for f in frames for g in f.gpus)
-
-
-def make_frames(steps: int, cluster: str, start_ts: float) -> list[Frame]:
-    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=1.0, cluster=cluster), start_ts)
-    out: list[Frame] = []
-    for _ in range(steps):
-        sim.step()
-        out.extend(sim.frames())
-    return out
 
 
 def produce(bootstrap: str, topic: str, frames: list[Frame]) -> list[bytes]:
@@ -199,7 +208,7 @@ def run_raw_consume(bootstrap: str, topic: str, n_frames: int) -> float:
 
 def run_raw_store(url: str, frames: list[Frame]) -> float:
     """The same rows as the processor writes, as line protocol made beforehand, sent in bulk."""
-    relabelled = [Frame("raw-store", f.rack, f.node, f.ts, f.gpus, f.host, f.seq) for f in frames]
+    relabelled = [dataclasses.replace(f, cluster=f"raw-{f.cluster}") for f in frames]
     encoder = FrameEncoder()
     blocks = [encoder.encode(relabelled[i:i + 200]) for i in range(0, len(relabelled), 200)]
     writer = LineProtocolWriter(url, batch_lines=10_000)
@@ -237,13 +246,100 @@ def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> st
     return out.getvalue()
 
 
+def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
+            args: argparse.Namespace, say) -> dict[str, object]:
+    """(a), (b), (c) on one shape of frame, on a topic of its own; its figures as a dict."""
+    n, samples, points = len(frames), gpu_samples(frames), frame_points(frames)
+    topic = f"frames-{shape}"
+    ensure_topic(bootstrap, topic, PARTITIONS)
+    t = time.perf_counter()
+    values = produce(bootstrap, topic, frames)
+    say(f"[{shape}] produced {n} frames ({samples} GPU samples, {points} points; "
+        f"{describe(frames)}) in {time.perf_counter() - t:.1f}s")
+    sizes = sorted(len(v) for v in values)
+    one = values[len(values) // 2]
+    batch = b"".join(values[:NODES])
+    size = {"frame_msgpack_bytes": sizes[len(sizes) // 2],
+            "frame_lz4_bytes": len(lz4.frame.compress(one)),
+            "batch_of_125_lz4_bytes_per_frame": len(lz4.frame.compress(batch)) / NODES}
+    say(f"[{shape}] sizes: {size}")
+
+    secs = run_raw_consume(bootstrap, topic, n)
+    raw_consume = samples / secs
+    say(f"[{shape}] raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
+    received = rows_received(url)
+    settle(url, f"[{shape}] the raw store write", say)
+    secs = run_raw_store(url, frames)
+    raw_store = samples / secs
+    say(f"[{shape}] raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
+    received = check_received(url, received, points, f"[{shape}] raw store", say)
+    settle(url, f"[{shape}] the processor, one process", say)
+    secs, steady, proc = run_processor(bootstrap, topic, url, n, f"processor-{shape}")
+    received = check_received(url, received, points, f"[{shape}] processor, one process", say)
+    single = samples / secs
+    single_steady = steady * samples / n
+    say(f"[{shape}] processor, one process: {proc.stats.frames} frames, {proc.stats.points} "
+        f"points in {secs:.2f}s = {single:,.0f} GPU samples/s ({proc.stats.points / secs:,.0f} "
+        f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
+    processor, how = single, "one process"
+    multi = multi_steady = None
+    if args.workers > 1:
+        settle(url, f"[{shape}] the processor's workers", say)
+        fps, steady_fps, before = run_workers(bootstrap, topic, url, n, f"workers-{shape}",
+                                              args.workers, PARTITIONS)
+        multi, multi_steady = fps * samples / n, steady_fps * samples / n
+        received = check_received(url, received, points, f"[{shape}] processor, workers", say)
+        say(f"[{shape}] processor, fleetwatch process --workers {args.workers} "
+            f"({PARTITIONS} partitions): {multi:,.0f} GPU samples/s from the group's join on; "
+            f"steady state from when every worker had stored a batch ({before} of {n} "
+            f"frames): {multi_steady:,.0f}")
+        processor, how = multi, f"--workers {args.workers}"
+    how += f", cpus {args.cpus}"
+    per_frame = samples / n  # the same work for either shape: an agent frame holds ~4x more
+    naive_frames = min(n, max(1, round(args.naive_samples / per_frame)))
+    secs, naive_samples = run_naive(bootstrap, topic, url, naive_frames)
+    naive = naive_samples / secs
+    say(f"[{shape}] naive: {naive_samples} samples in {secs:.2f}s = {naive:,.0f} samples/s")
+    if args.profile:
+        say(f"[{shape}] profile of the processor loop:\n"
+            + profile_processor(bootstrap, topic, url, n))
+    ratio = processor / raw_store
+    say(f"[{shape}] processor ({how}) / naive = {processor / naive:.1f}x (target >= 10); "
+        f"processor / raw store = {ratio:.0%} (target >= 50%); processor / raw consume = "
+        f"{processor / raw_consume:.0%}")
+    return {
+        **describe(frames),
+        "frames": n,
+        "gpu_samples": samples,
+        "points": points,
+        **size,
+        "processor_samples_per_s": round(processor),
+        "processor_points_per_s": round(processor * points / samples),
+        "processor_mode": how,
+        "processor_one_process_samples_per_s": round(single),
+        "processor_one_process_steady_samples_per_s": round(single_steady),
+        "processor_workers_samples_per_s": round(multi) if multi is not None else None,
+        "processor_workers_steady_samples_per_s":
+            round(multi_steady) if multi_steady is not None else None,
+        "naive_samples_per_s": round(naive),
+        "raw_consume_samples_per_s": round(raw_consume),
+        "raw_store_samples_per_s": round(raw_store),
+        "processor_over_raw_store": round(ratio, 3),
+        "target_met": ratio >= 0.5,
+    }
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=480, help="1 s ticks of the 1,000-GPU fleet")
-    ap.add_argument("--naive-frames", type=int, default=150)
+    ap.add_argument("--naive-samples", type=int, default=150 * 88,
+                    help="GPU samples the naive consumer writes (default: 150 simulator frames)")
     ap.add_argument("--fresh-s", type=int, default=30)
     ap.add_argument("--warmup-s", type=int, default=12)
     ap.add_argument("--profile", action="store_true")
+    ap.add_argument("--shapes", default=",".join(SHAPES),
+                    help="which frames to measure, comma-separated: sim (the simulator's), "
+                    "agent (as the node agent makes them); default both")
     ap.add_argument("--cpus", choices=("split", "shared"), default=None,
                     help="split (default with 2 or more cores): the servers on the upper half "
                     "of the cores, the processor on the lower half; shared: every process on "
@@ -252,6 +348,9 @@ def main() -> int:
                     help="fleetwatch process --workers N for the processor figure (default: the "
                     "processor's cores); 1 measures the single process only")
     args = ap.parse_args()
+    args.shapes = [x for x in args.shapes.split(",") if x]
+    if not args.shapes or set(args.shapes) - set(SHAPES):
+        ap.error(f"--shapes: a comma-separated choice of {', '.join(SHAPES)}")
     if args.cpus is None:
         args.cpus = "split" if len(CPUS) >= 2 else "shared"
     if args.cpus == "split" and len(CPUS) < 2:
@@ -276,82 +375,25 @@ def main() -> int:
     try:
         say(f"broker {broker.address}, VictoriaMetrics {vm.address}; cpus {args.cpus}: servers "
             f"on {sorted(server_cpus)}, processor on {sorted(processor_cpus)}")
-        frames = make_frames(args.steps, "bench", time.time() - args.steps - 3600)
-        n = len(frames)
-        samples = gpu_samples(frames)
-        topic = "frames"
-        ensure_topic(broker.address, topic, PARTITIONS)
-        t = time.perf_counter()
-        values = produce(broker.address, topic, frames)
-        say(f"produced {n} frames ({samples} GPU samples) in {time.perf_counter() - t:.1f}s")
-        sizes = sorted(len(v) for v in values)
-        one = values[len(values) // 2]
-        batch = b"".join(values[:NODES])
-        size = {"frame_msgpack_bytes": sizes[len(sizes) // 2],
-                "frame_lz4_bytes": len(lz4.frame.compress(one)),
-                "batch_of_125_lz4_bytes_per_frame": len(lz4.frame.compress(batch)) / NODES}
-        say(f"sizes: {size}")
-
-        secs = run_raw_consume(broker.address, topic, n)
-        raw_consume = samples / secs
-        say(f"raw consume: {n} messages in {secs:.2f}s = {raw_consume:,.0f} samples/s")
-        points = n * (GPUS * len(frames[0].gpus[0].metrics) + len(frames[0].host.metrics))
-        received = rows_received(url)
-        settle(url, "the raw store write", say)
-        secs = run_raw_store(url, frames)
-        raw_store = samples / secs
-        say(f"raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
-        received = check_received(url, received, points, "raw store", say)
-        settle(url, "the processor, one process", say)
-        secs, steady, proc = run_processor(broker.address, topic, url, n, "processor")
-        received = check_received(url, received, points, "processor, one process", say)
-        single = samples / secs
-        single_steady = steady * samples / n
-        say(f"processor, one process: {proc.stats.frames} frames, {proc.stats.points} points "
-            f"in {secs:.2f}s = {single:,.0f} GPU samples/s ({proc.stats.points / secs:,.0f} "
-            f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
-        processor, how = single, "one process"
-        if args.workers > 1:
-            settle(url, "the processor's workers", say)
-            fps, steady_fps, before = run_workers(broker.address, topic, url, n, "workers",
-                                                  args.workers, PARTITIONS)
-            multi, multi_steady = fps * samples / n, steady_fps * samples / n
-            received = check_received(url, received, points, "processor, workers", say)
-            say(f"processor, fleetwatch process --workers {args.workers} (os.cpu_count() = "
-                f"{os.cpu_count()}, {PARTITIONS} partitions): {multi:,.0f} GPU samples/s from "
-                f"the group's join on; steady state from when every worker had stored a batch "
-                f"({before} of {n} frames): {multi_steady:,.0f}")
-            processor, how = multi, f"--workers {args.workers}"
-        how += f", cpus {args.cpus}"
-        secs, naive_samples = run_naive(broker.address, topic, url, min(args.naive_frames, n))
-        naive = naive_samples / secs
-        say(f"naive: {naive_samples} samples in {secs:.2f}s = {naive:,.0f} samples/s")
-        if args.profile:
-            report = profile_processor(broker.address, topic, url, n)
-            say("profile of the processor loop:\n" + report)
+        figures: dict[str, dict[str, object]] = {}
+        for k, shape in enumerate(args.shapes):
+            make = make_frames if shape == "sim" else make_agent_frames
+            # Each shape in its own cluster and hour, so that no row overwrites another's.
+            frames = make(args.steps, f"bench-{shape}", time.time() - (k + 1) * 7200)
+            figures[shape] = measure(shape, frames, broker.address, url, args, say)
         say(f"freshness: {args.warmup_s}s warm-up, then {args.fresh_s}s of 1,000 GPUs at 1 Hz")
         lags = run_freshness(broker.address, url, args.fresh_s, args.warmup_s, PARTITIONS,
                              NODES, GPUS, say)
         p50, p99 = percentile(lags, 0.50), percentile(lags, 0.99)
         say(f"freshness over {len(lags)} ticks: p50 {p50:.2f}s, p99 {p99:.2f}s, "
             f"max {max(lags):.2f}s")
-        say(f"processor ({how}) / naive = {processor / naive:.1f}x (target >= 10); processor / "
-            f"slower raw limit = {processor / min(raw_consume, raw_store):.0%} (target >= 50%)")
         print(json.dumps({
-            "processor_samples_per_s": round(processor),
-            "processor_mode": how,
-            "processor_one_process_samples_per_s": round(single),
-            "processor_one_process_steady_samples_per_s": round(single_steady),
-            "processor_workers": args.workers,
             "cpus": args.cpus,
             "server_cpus": len(server_cpus),
             "processor_cpus": len(processor_cpus),
-            "processor_workers_samples_per_s": round(multi) if args.workers > 1 else None,
-            "processor_workers_steady_samples_per_s":
-                round(multi_steady) if args.workers > 1 else None,
-            "naive_samples_per_s": round(naive),
-            "raw_consume_samples_per_s": round(raw_consume),
-            "raw_store_samples_per_s": round(raw_store),
+            "processor_workers": args.workers,
+            "steps": args.steps,
+            "shapes": figures,
             "freshness_p50_s": round(p50, 3),
             "freshness_p99_s": round(p99, 3),
         }))

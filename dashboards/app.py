@@ -10,6 +10,7 @@ thread or process is writing.
 from __future__ import annotations
 
 import logging
+import socket
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -30,14 +31,15 @@ _INDEX = """<!DOCTYPE html>
 log = logging.getLogger(__name__)
 
 
-def _page(pathname: str | None, refresh_s: float) -> html.Div:
+def _page(pathname: str | None, refresh_s: float, search: str | None = None) -> html.Div:
     path = pathname or "/"
     if path in (fleet.PATH, ""):
         return fleet.layout(refresh_s)
     if path.rstrip("/") == alerts.PATH:
         return alerts.layout(refresh_s)
     if path.startswith(node.PREFIX) and len(path) > len(node.PREFIX):
-        return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s)
+        return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s,
+                           node.focus_of(search))
     return html.Div(className="page", children=[
         html.H1("Not found"),
         html.P([f"No page at {path}. ", dcc.Link("Back to the fleet", href="/")]),
@@ -45,10 +47,12 @@ def _page(pathname: str | None, refresh_s: float) -> html.Div:
 
 
 def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", *,
-               clock: Callable[[], float] = time.time) -> dash.Dash:
+               clock: Callable[[], float] = time.time,
+               temp_limit_c: float | None = None) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
+    ``temp_limit_c``: the alert threshold, drawn as a line on node charts.
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
@@ -70,21 +74,27 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
 
     @app.callback(Output("page", "children"),
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
-                  Input("url", "pathname"))
-    def route(pathname: str | None) -> tuple[html.Div, ...]:
-        return (_page(pathname, refresh_s), *components.nav_classes(pathname))
+                  Input("url", "pathname"), Input("url", "search"))
+    def route(pathname: str | None, search: str | None) -> tuple[html.Div, ...]:
+        return (_page(pathname, refresh_s, search), *components.nav_classes(pathname))
 
-    for page in (fleet, node, alerts):
+    for page in (fleet, alerts):
         page.register(app, store, clock)
+    node.register(app, store, clock, temp_limit_c)
     return app
 
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
-          refresh_s: float = 5.0) -> None:
-    """Serve the dashboard until interrupted, on waitress (a production WSGI server)."""
+          refresh_s: float = 5.0, sock: socket.socket | None = None,
+          temp_limit_c: float | None = None) -> None:
+    """Serve the dashboard until interrupted, on waitress (a production WSGI server).
+
+    ``sock``: a socket already bound (``fleetwatch up`` takes the port before
+    it touches any store, so a busy port stops it with nothing written).
+    """
     import waitress
 
-    app = create_app(store, refresh_s=refresh_s)
+    app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c)
     log.info("dashboard on http://%s:%d/", host, port)
-    waitress.serve(app.server, host=host, port=port, threads=8, ident="fleetwatch",
-                   _quiet=True)
+    where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
+    waitress.serve(app.server, threads=8, ident="fleetwatch", _quiet=True, **where)

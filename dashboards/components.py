@@ -9,11 +9,12 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
+from urllib.parse import quote
 
 from dash import dcc, html
 
 from fleetwatch.dashboards.data import TEMP, FleetView
-from fleetwatch.dashboards.figures import fmt
+from fleetwatch.dashboards.figures import NO_DATA, fmt
 from fleetwatch.pipeline.store.base import Alert, gpu_index
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"))
@@ -61,8 +62,27 @@ def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = ""
     ])
 
 
+def node_href(node: str, gpu: int | None = None) -> str:
+    """The node page's address; the name quoted whole (a ``/``, ``?`` or ``#`` in it
+    stays part of the name), ``gpu`` the GPU to bring forward."""
+    return f"/node/{quote(node, safe='')}" + (f"?gpu={gpu}" if gpu is not None else "")
+
+
+def no_data_text(view: FleetView, now_s: float) -> str:
+    """The one sentence a fleet page with no fresh GPU shows, everywhere on it."""
+    if view.last_ms is None:
+        return NO_DATA
+    return (f"No fresh data: no GPU has reported since {clock(view.last_ms / 1000)} UTC "
+            f"({ago(view.last_ms / 1000, now_s)}); collectors or processor stopped. "
+            "Alerts below are as the last data left them.")
+
+
 def summary(view: FleetView, now_s: float) -> list[html.Div]:
-    """GPUs reporting, the hottest GPU, alerts firing and pending, data age."""
+    """GPUs reporting, the hottest GPU, alerts firing and pending, data age.
+
+    With no fresh data the alert tiles say "as of" the last data instead of
+    "all clear" or a bare count: one truth per screen.
+    """
     hot = view.hottest
     nodes = len({c.node for c in view.cells})
     firing, pending = view.count("firing"), view.count("pending")
@@ -70,6 +90,20 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
     hot_alert = hot is not None and any(
         a.node == hot.node and gpu_index(a.device) == hot.gpu for a in view.alerts)
     newest = view.newest_ms
+    if not view.cells:
+        last = view.last_ms
+        stale = f"as of {clock(last / 1000)} UTC, no data since" if last else "no data yet"
+        return [
+            _tile("summary-reporting", "GPUs reporting", "0",
+                  f"none since {clock(last / 1000)} UTC" if last else "none yet", "warn"),
+            _tile("summary-hottest", "Hottest GPU", "n/a", "no fresh data"),
+            _tile("summary-firing", "Alerts firing", str(firing) if last or firing else "n/a",
+                  stale, "bad" if firing else ""),
+            _tile("summary-pending", "Alerts pending", str(pending) if last or pending else "n/a",
+                  stale, "warn" if pending else ""),
+            _tile("summary-asof", "Data as of", clock(last / 1000) if last else "n/a",
+                  f"UTC · {ago(last / 1000, now_s)}" if last else "no samples", "warn"),
+        ]
     return [
         _tile("summary-reporting", "GPUs reporting", str(len(view.cells)),
               f"on {nodes} node{'s' if nodes != 1 else ''}"),
@@ -99,19 +133,25 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
     rows = []
     for a in alerts:
         since = a.resolved_ts if a.state == "resolved" and a.resolved_ts else a.started_ts
-        node = dcc.Link(a.node, href=f"/node/{a.node}", className="node-link") \
-            if link_nodes else a.node
+        href = node_href(a.node, gpu_index(a.device))
+        cells = [
+            (html.Span(a.state, className=f"badge badge-{a.state}"), "state"),
+            (a.severity, f"sev sev-{a.severity}"),
+            (a.node, "node"),
+            (_device(a), "device"),
+            (f"{a.value:.1f}", "num"),
+            (f"{clock(since)} UTC · {ago(since, now_s)}", "since"),
+            (a.message, "message"),  # text, so React escapes whatever an agent put in it
+        ]
+        # The whole row opens that GPU on its node's page: every cell is a link
+        # (a table row itself cannot be one), so a click anywhere on it works.
         rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
             "data-node": a.node, "data-device": a.device, "data-state": a.state}, children=[
-            html.Td(html.Span(a.state, className=f"badge badge-{a.state}")),
-            html.Td(a.severity, className=f"sev sev-{a.severity}"),
-            html.Td(node),
-            html.Td(_device(a)),
-            html.Td(f"{a.value:.1f}", className="num"),
-            html.Td(f"{clock(since)} UTC · {ago(since, now_s)}", className="since",
-                    title=f"started {clock(a.started_ts)} UTC"),
-            html.Td(a.message, className="message"),
-        ]))
+            html.Td(dcc.Link(content, href=href, className="row-link node-link"
+                             if kind == "node" else "row-link"), className=kind,
+                    title=f"started {clock(a.started_ts)} UTC" if kind == "since" else None)
+            if link_nodes else html.Td(content, className=kind)
+            for content, kind in cells]))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
                     id=table_id)
 

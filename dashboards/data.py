@@ -10,11 +10,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, Point, Store, gpu_index
 
 TEMP, POWER, UTIL = "gpu_temp_c", "gpu_power_w", "gpu_util_pct"
+POWER_LIMIT = "gpu_power_limit_w"  # the limit the driver enforces (NVML), when agents send it
 NODE_METRICS: tuple[str, ...] = (TEMP, POWER, UTIL)
 # A GPU whose newest sample is older than this is not "reporting": it drops
 # off the heatmap rather than showing a stale temperature as if it were live.
@@ -45,6 +46,9 @@ class GpuCell:
 class FleetView:
     cells: tuple[GpuCell, ...]
     alerts: tuple[Alert, ...]  # active ones, firing first
+    # When no GPU is fresh: the newest temperature sample ever stored (None: never
+    # any), so that the page can tell "no data yet" from "no data since 10:21".
+    last_ms: int | None = None
 
     @property
     def hottest(self) -> GpuCell | None:
@@ -71,6 +75,7 @@ class NodeView:
     series: dict[str, GpuSeries]  # metric -> per-GPU series
     annotations: tuple[Annotation, ...]
     alerts: tuple[Alert, ...]  # active first, then resolved, newest first within each
+    limits: dict[str, float] = field(default_factory=dict)  # metric -> its limit line
 
 
 def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
@@ -119,7 +124,10 @@ def read_fleet(store: Store, now_s: float) -> FleetView:
     since = int((now_s - STALE_S) * 1000)
     cells = fleet_cells(store.latest(TEMP, since), store.latest(POWER, since),
                         store.latest(UTIL, since))
-    return FleetView(cells, sort_alerts(store.alerts(ACTIVE_STATES)))
+    last_ms = None
+    if not cells:  # the rare, cheap-enough case: how old is the newest sample at all?
+        last_ms = max((ts for _, ts, _ in store.latest(TEMP, 0)), default=None)
+    return FleetView(cells, sort_alerts(store.alerts(ACTIVE_STATES)), last_ms)
 
 
 def read_alerts(store: Store, now_s: float) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
@@ -128,7 +136,10 @@ def read_alerts(store: Store, now_s: float) -> tuple[tuple[Alert, ...], tuple[Al
     return sort_alerts(store.alerts(ACTIVE_STATES)), sort_alerts(resolved)
 
 
-def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S) -> NodeView:
+def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,
+              temp_limit_c: float | None = None) -> NodeView:
+    """The node's last ``window_s``; ``temp_limit_c`` (the alert threshold) and the
+    newest power limit its GPUs report become limit lines."""
     start_s, end_s = now_s - window_s, now_s + FUTURE_SLACK_S
     start_ms, end_ms = int(start_s * 1000), int(end_s * 1000)
     rack = None
@@ -143,4 +154,9 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
     annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
     active, resolved = read_alerts(store, now_s)
     alerts = tuple(a for a in active + resolved if a.node == node)
-    return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts)
+    limits = {TEMP: temp_limit_c} if temp_limit_c is not None else {}
+    power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node)
+    if power_limits:  # the highest GPU's newest: one line, the cap the node's GPUs run under
+        newest = {key.device: value for key, _, value in power_limits}
+        limits[POWER] = max(newest.values())
+    return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts, limits)

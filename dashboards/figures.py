@@ -6,6 +6,7 @@ disagrees with what the collector measured.
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -21,6 +22,17 @@ from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, gpu
 _UNIT_SYMBOLS = {"C": "°C"}
 NO_DATA = (f"No data yet: no GPU has reported in the last {STALE_S / 60:g} minutes "
            "(collectors starting, or stopped)")
+
+
+def esc(text: str) -> str:
+    """Text from agents (node, rack, job names, alert messages) for plotly's labels,
+    which read ``<b>``, ``<br>``, ``<a href>`` and entities as markup."""
+    return html.escape(text, quote=True)
+
+
+def node_from_label(label: str) -> str:
+    """The node name behind a heatmap row label (``esc`` undone)."""
+    return html.unescape(label)
 
 
 def unit(metric: str) -> str:
@@ -85,7 +97,10 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     """
     if not cells:
         return empty_figure()
-    rows = sorted({(c.rack, c.node) for c in cells})
+    # Bottom to top: plotly draws a heatmap's first row at the bottom, so the list is
+    # reversed to put the first node on top. The order is in the data itself, not in
+    # an axis setting (``autorange="reversed"``) that a kept uirevision could drop.
+    rows = sorted({(c.rack, c.node) for c in cells}, reverse=True)
     cols = sorted({c.gpu for c in cells})
     row_of = {node: i for i, (_, node) in enumerate(rows)}
     col_of = {gpu: j for j, gpu in enumerate(cols)}
@@ -99,17 +114,19 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
         job = (jobs or {}).get((c.node, c.gpu), c.job)
         z[i][j] = c.temp_c
         text[i][j] = f"{'▲ ' if alert else ''}{c.temp_c:.0f}"
-        lines = [f"<b>{c.node} · GPU {c.gpu}</b>  ({c.rack})",
+        # Names and texts come from agents: escaped, so plotly shows them as written
+        # instead of reading them as its own markup.
+        lines = [f"<b>{esc(c.node)} · GPU {c.gpu}</b>  ({esc(c.rack)})",
                  f"temperature  {fmt(TEMP, c.temp_c)}",
                  f"power  {fmt('gpu_power_w', c.power_w)}",
                  f"utilization  {fmt('gpu_util_pct', c.util_pct)}"]
         if job:  # the store keeps metrics only; a job shows when a caller knows it
-            lines.append(f"job  {job}")
-        lines.append(f"<b>alert {alert.state}</b>: {alert.message}" if alert
+            lines.append(f"job  {esc(job)}")
+        lines.append(f"<b>alert {alert.state}</b>: {esc(alert.message)}" if alert
                      else "no active alert")
         hover[i][j] = "<br>".join(lines)
     fig = go.Figure(go.Heatmap(
-        z=z, x=[f"GPU {g}" for g in cols], y=[node for _, node in rows], text=text,
+        z=z, x=[f"GPU {g}" for g in cols], y=[esc(node) for _, node in rows], text=text,
         customdata=hover, texttemplate="%{text}", textfont={"size": 15},
         hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3,
         colorscale=theme.TEMP_SCALE, zmin=theme.TEMP_MIN_C, zmax=theme.TEMP_MAX_C,
@@ -118,7 +135,7 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     ))
     _base_layout(fig, height=max(260, 70 + 52 * len(rows)))
     fig.update_xaxes(side="top", showgrid=False, zeroline=False, tickfont={"color": theme.MUTED})
-    fig.update_yaxes(autorange="reversed", showgrid=False, zeroline=False,
+    fig.update_yaxes(autorange=True, showgrid=False, zeroline=False,
                      ticksuffix="  ", tickfont={"size": 14})
     fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16})
     _rack_labels(fig, rows)
@@ -139,7 +156,7 @@ def _rack_labels(fig: go.Figure, rows: Sequence[tuple[str, str]]) -> None:
     for i in range(1, len(rows) + 1):
         if i < len(rows) and rows[i][0] == rows[start][0]:
             continue
-        fig.add_annotation(text=rows[start][0], xref="paper", yref="y", x=0, xanchor="right",
+        fig.add_annotation(text=esc(rows[start][0]), xref="paper", yref="y", x=0, xanchor="right",
                            xshift=-92, y=(start + i - 1) / 2, showarrow=False,
                            font={"color": theme.MUTED, "size": 12}, textangle=0)
         if i < len(rows):
@@ -150,24 +167,35 @@ def _rack_labels(fig: go.Figure, rows: Sequence[tuple[str, str]]) -> None:
 
 def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,
                        annotations: Sequence[Annotation] = (), alerts: Sequence[Alert] = (),
-                       height: int = 220, primary: bool = True) -> go.Figure:
+                       height: int = 220, primary: bool = True, limit: float | None = None,
+                       focus: int | None = None) -> go.Figure:
     """One metric over time, a line per GPU; faults shaded, alerting GPUs in red.
 
     Only the ``primary`` panel of a page carries the legend and the fault
     labels: the others share its colours and would only repeat them smaller.
+    ``limit`` draws the alert threshold (or the power limit) as a dashed line,
+    so that how close a GPU runs to it is seen, not guessed. ``focus`` (the GPU
+    an alert row was clicked for) is drawn on top, the others dimmed.
     """
     if not series:
         return empty_figure(f"No {title.lower()} data for this node in this window", height)
     alerting = {gpu_index(a.device) for a in alerts if a.state in ACTIVE_STATES}
     fig = go.Figure()
-    for gpu, values in series.items():
+    # The focused GPU last, so that it is drawn over the others.
+    for gpu, values in sorted(series.items(), key=lambda item: item[0] == focus):
         hot = gpu in alerting
+        dimmed = focus is not None and gpu != focus
         fig.add_trace(go.Scatter(
             x=[utc(ts) for ts, _ in values], y=[v for _, v in values], mode="lines",
-            name=f"GPU {gpu}", line={
-                "width": 3 if hot else 1.5,
+            name=f"GPU {gpu}", opacity=0.35 if dimmed else 1.0, line={
+                "width": 3 if hot or gpu == focus else 1.5,
                 "color": theme.FIRING if hot else theme.GPU_COLOURS[gpu % len(theme.GPU_COLOURS)]},
             hovertemplate=f"GPU {gpu}  %{{y:.1f}} {unit(metric)}<extra></extra>"))
+    if limit is not None:
+        fig.add_hline(y=limit, line={"color": theme.FIRING, "width": 1, "dash": "dot"},
+                      annotation={"text": f"limit {limit:g} {unit(metric)}",
+                                  "font": {"size": 11, "color": theme.FIRING}},
+                      annotation_position="top left", name=f"limit:{metric}")
     _base_layout(fig, height)
     fig.update_layout(
         margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified", showlegend=primary,
@@ -185,7 +213,7 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
         if primary:
             fig.add_annotation(x=x0, y=1, xref="x", yref="paper", xanchor="left",
                                yanchor="top", showarrow=False,
-                               text=f"{a.kind} · {a.device}: {a.text}",
+                               text=esc(f"{a.kind} · {a.device}: {a.text}"),
                                font={"size": 11, "color": theme.PENDING})
     for a in alerts:
         if a.fired_ts is not None and start_ms <= a.fired_ts * 1000 <= end_ms:

@@ -54,9 +54,14 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         except StoreError as exc:
             return (dash.no_update, dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), dash.no_update)
-        fig = figures.fleet_heatmap(view.cells, view.alerts)
-        fig.update_layout(uirevision="fleet")  # keep hover and zoom across refreshes
-        notice = None if view.cells else components.notice(figures.NO_DATA, "fleet-empty")
+        if view.cells:
+            fig = figures.fleet_heatmap(view.cells, view.alerts)
+            # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
+            fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
+            notice = None
+        else:  # one sentence, the same in the banner and on the empty heatmap
+            text = components.no_data_text(view, now)
+            fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
         return (components.summary(view, now), fig,
                 components.alert_table(view.alerts, now, "active-alerts"),
                 notice, components.updated_stamp(now))
@@ -67,4 +72,4 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         points = (click or {}).get("points") or []
         if not points or not points[0].get("y"):
             raise dash.exceptions.PreventUpdate
-        return f"/node/{points[0]['y']}"
+        return components.node_href(figures.node_from_label(points[0]["y"]))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import dash
 from dash import Input, Output, dcc, html
@@ -24,7 +25,8 @@ def graph_id(metric: str) -> str:
     return f"node-graph-{metric}"
 
 
-def layout(node: str, refresh_s: float) -> html.Div:
+def layout(node: str, refresh_s: float, gpu: int | None = None) -> html.Div:
+    """The page of ``node``; ``gpu`` (from an alert row's ``?gpu=N``) is brought forward."""
     panels = [
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
@@ -36,8 +38,11 @@ def layout(node: str, refresh_s: float) -> html.Div:
     return html.Div(className="page", children=[
         dcc.Interval(id="node-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="node-name", data=node),
+        dcc.Store(id="node-gpu", data=gpu),
         html.Div(className="page-head", children=[
-            html.H1(id="node-title", children=node),
+            html.H1([html.Span(id="node-title", children=node),
+                     html.Span(f"GPU {gpu}" if gpu is not None else "", id="node-focus",
+                               className="focus")]),
             html.Div(id="node-updated", className="updated")]),
         dcc.Link("← fleet", href="/", className="back-link"),
         html.Div(id="node-notice"),
@@ -49,16 +54,25 @@ def layout(node: str, refresh_s: float) -> html.Div:
     ])
 
 
-def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
+def focus_of(search: str | None) -> int | None:
+    """The GPU index of ``?gpu=N`` in the address; None when absent or not a number."""
+    values = parse_qs((search or "").lstrip("?")).get("gpu", [])
+    return int(values[0]) if values and values[0].isdigit() else None
+
+
+def register(app: dash.Dash, store: Store, clock: Callable[[], float],
+             temp_limit_c: float | None = None) -> None:
+    """``temp_limit_c``: the alert threshold, drawn on the temperature panel."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
 
-    @app.callback(*outputs, Input("node-tick", "n_intervals"), Input("node-name", "data"))
-    def refresh(_n: int | None, node: str) -> tuple[Any, ...]:
+    @app.callback(*outputs, Input("node-tick", "n_intervals"), Input("node-name", "data"),
+                  Input("node-gpu", "data"))
+    def refresh(_n: int | None, node: str, gpu: int | None) -> tuple[Any, ...]:
         now = clock()
         try:
-            view = read_node(store, node, now)
+            view = read_node(store, node, now, temp_limit_c=temp_limit_c)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     *[dash.no_update] * (len(outputs) - 2))
@@ -70,10 +84,10 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         for i, (metric, label) in enumerate(PANELS):
             fig = figures.node_metric_figure(metric, label, view.series.get(metric, {}),
                                              view.start_ms, view.end_ms, view.annotations,
-                                             view.alerts, primary=i == 0)
+                                             view.alerts, primary=i == 0,
+                                             limit=view.limits.get(metric), focus=gpu)
             fig.update_layout(uirevision=node)  # keep the user's zoom across refreshes
             figs.append(fig)
         table = components.alert_table(view.alerts, now, "node-alert-table",
-                                       empty="No alerts on this node in the last day",
-                                       link_nodes=False)
+                                       empty="No alerts on this node in the last day")
         return (title, notice, table, components.updated_stamp(now), *figs)

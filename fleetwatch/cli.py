@@ -27,7 +27,7 @@ import time
 from collections.abc import Sequence
 
 from fleetwatch import __version__
-from fleetwatch.config import Config, ConfigError, load, override
+from fleetwatch.config import Config, ConfigError, load, options, override
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("fleetwatch")
@@ -100,7 +100,8 @@ def _parser() -> argparse.ArgumentParser:
                        help="inject a fault: KIND:NODE/GPU[@START][+DURATION][xSEVERITY], e.g. "
                             "cooling:node-001/3@2m+2h (repeatable)")
         g.add_argument("--no-faults", action="store_true", help="inject no fault")
-        sp.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+        sp.add_argument("--store", metavar="PATH", help="embedded store file (default for a "
+                        "simulated fleet: fleetwatch-sim.db, never the real store)")
 
     up = sub.add_parser("up", help="run everything on this machine: agent, bus, processor, "
                         "store, dashboard", description="Run the whole system in one process: "
@@ -109,26 +110,28 @@ def _parser() -> argparse.ArgumentParser:
     fleet_args(up)
     up.add_argument("--simulate", action=argparse.BooleanOptionalAction, default=None,
                     help="force the simulated fleet (or real NVML with --no-simulate)")
-    up.add_argument("--interval", type=_duration, default=5.0, metavar="DUR",
-                    help="sample interval (default 5s)")
-    up.add_argument("--speed", type=float, default=30.0,
-                    help="how much faster than real time the simulation catches up (default 30)")
-    up.add_argument("--backfill", type=_duration, default=15 * 60.0, metavar="DUR",
-                    help="how far in the past the simulation starts (default 15m)")
+    up.add_argument("--interval", type=_duration, metavar="DUR",
+                    help="sample interval, 1s to 1h (default 5s)")
+    up.add_argument("--speed", type=float,
+                    help="how much faster than real time the simulation catches up, 1 to "
+                    "100000 (default 30)")
+    up.add_argument("--backfill", type=_duration, metavar="DUR",
+                    help="how far in the past the simulation starts, 0 to 7d (default 15m)")
     up.add_argument("--host", help="dashboard address (default 127.0.0.1)")
     up.add_argument("--port", type=int, help="dashboard port (default 8050)")
     up.add_argument("--keep", action="store_true",
-                    help="keep the store's earlier data instead of starting the simulation fresh")
+                    help="continue the simulated store from its newest sample (without it, "
+                    "the store must be new: fleetwatch never deletes one)")
 
     sim = sub.add_parser("simulate", help="write hours or days of a simulated fleet's history "
                          "into the store", description="Write a simulated fleet's history, with "
                          "injected faults and their ground truth, into the store, fast.")
     fleet_args(sim)
     span = sim.add_mutually_exclusive_group()
-    span.add_argument("--days", type=float, help="days of history (default 1)")
+    span.add_argument("--days", type=float, help="days of history, up to 366 (default 1)")
     span.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 6h")
-    sim.add_argument("--interval", type=_duration, default=15.0, metavar="DUR",
-                     help="sample interval (default 15s)")
+    sim.add_argument("--interval", type=_duration, metavar="DUR",
+                     help="sample interval, 1s to 1h (default 15s)")
     sim.add_argument("--end", type=float, metavar="EPOCH_S",
                      help="when the history ends (default now)")
 
@@ -292,36 +295,25 @@ def _faults(config: Config, args: argparse.Namespace, default_start_s: float,
                   default_duration_s)]
 
 
+_UP_FLAGS = {"interval_s": "--interval", "backfill_s": "--backfill"}
+
+
 def cmd_up(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.up import UpOptions, build
+    from fleetwatch.up import run_up
 
     config = _override(_sim_config(config, args), "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
-    faults = _faults(config, args, default_start_s=120.0, default_duration_s=6 * 3600.0)
-    options = UpOptions(simulate=args.simulate, interval_s=args.interval, speed=args.speed,
-                        backfill_s=args.backfill, faults=faults, fresh=not args.keep)
-    system, what = build(config, options)
-    config = system.config  # a simulated fleet gets a store file of its own
-    url = f"http://{config.dashboard.host}:{config.dashboard.port}"
-    print(f"fleetwatch up: {what}", file=sys.stderr)
-    for f in faults:
-        onset = time.localtime(time.time() - args.backfill + f.start_s)
-        print(f"  injected fault: {f.kind} on {f.node} GPU {f.gpu}, from "
-              f"{time.strftime('%H:%M:%S', onset)} for {f.duration_s / 3600:g} h",
-              file=sys.stderr)
-    print(f"  bus: in-process   store: {os.path.abspath(config.store.path)} (SQLite)",
-          file=sys.stderr)
-    print(f"  dashboard: {url}   (Ctrl-C to stop)", file=sys.stderr)
-    system.start()
-    system.report_every(30.0)
-    try:
-        from fleetwatch.dashboards import serve
+    return run_up(config, _up_options(config, args))
 
-        serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-              config.dashboard.refresh_s)
-    finally:
-        system.stop()
-    return EXIT_OK
+
+def _up_options(config: Config, args: argparse.Namespace):  # -> UpOptions
+    from fleetwatch.up import UpOptions
+
+    checked = options(UpOptions, "up", _UP_FLAGS, interval_s=args.interval, speed=args.speed,
+                      backfill_s=args.backfill)
+    faults = _faults(config, args, default_start_s=120.0, default_duration_s=6 * 3600.0)
+    return dataclasses.replace(checked, simulate=args.simulate, faults=tuple(faults),
+                               keep=args.keep, store=args.store)
 
 
 def open_dashboard_store(config: Config):
@@ -330,41 +322,19 @@ def open_dashboard_store(config: Config):
     return open_store(config.store, read_only=config.store.kind == "sqlite")
 
 
+_SIMULATE_FLAGS = {"duration_s": "--duration", "interval_s": "--interval", "end_ts": "--end"}
+
+
 def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.collectors.sim import SimParams
-    from fleetwatch.simulate import simulate
-    from fleetwatch.wiring import detectors, open_store
+    from fleetwatch.simulate import SimulateOptions, run_simulate
 
     config = _sim_config(config, args)
-    duration = args.duration or (args.days if args.days is not None else 1.0) * 86400
-    end = args.end if args.end is not None else time.time()
-    s = config.sim
-    params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack, seed=s.seed,
-                       interval_s=args.interval, job_mean_s=s.job_mean_s,
-                       idle_mean_s=s.idle_mean_s)
+    checked = options(SimulateOptions, "simulate", _SIMULATE_FLAGS, days=args.days,
+                      duration_s=args.duration, interval_s=args.interval,
+                      end_ts=args.end if args.end is not None else time.time())
+    duration = args.duration if args.duration is not None else checked.days * 86400
     faults = _faults(config, args, default_start_s=duration / 2, default_duration_s=2 * 3600.0)
-    store = open_store(config.store)
-    print(f"simulating {duration / 86400:g} days of {s.nodes} nodes x {s.gpus} GPUs every "
-          f"{args.interval:g} s into {config.store.path}", file=sys.stderr)
-    last = [0.0]
-
-    def progress(done: float, points: int) -> None:
-        now = time.monotonic()
-        if now - last[0] >= 1.0 or done >= 1.0:
-            last[0] = now
-            print(f"\r  {done:6.1%}  {points:>14,} samples", end="", file=sys.stderr, flush=True)
-
-    result = simulate(store, params, end - duration, duration, faults,
-                      detectors(config.alerts), progress)
-    store.close()
-    print(f"\nwrote {result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s"
-          f" ({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes",
-          file=sys.stderr)
-    for r in result.ground_truth:
-        print(f"  ground truth: {r.kind} on {r.node} GPU {r.gpu} from "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.onset_ts))} to "
-              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.end_ts))}", file=sys.stderr)
-    return EXIT_OK
+    return run_simulate(config, checked, duration, faults, store=args.store)
 
 
 def cmd_agent(config: Config, args: argparse.Namespace) -> int:
@@ -432,7 +402,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
     serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-          config.dashboard.refresh_s)
+          config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c)
     return EXIT_OK
 
 

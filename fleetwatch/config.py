@@ -17,7 +17,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -25,6 +25,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 ENV_PREFIX = "FLEETWATCH_"
+T = TypeVar("T")
 
 
 class ConfigError(ValueError):
@@ -260,6 +261,21 @@ def override(config: Config, section: str, origin: str = "command line",
         section: _section(cls, section, given, base=getattr(config, section))})
     _check(replaced)
     return replaced
+
+
+def options(cls: type[T], section: str, flags: Mapping[str, str] | None = None,
+            origin: str = "command line", **values: object) -> T:
+    """A command's own options (a dataclass whose numbers use ``ranged()``), checked like config.
+
+    For flags that are no config key (``up --speed``, ``simulate --days``): their
+    ranges are declared once, on the dataclass, and checked by the same code as
+    the file's values. ``flags`` names the flag of a field whose name differs
+    (``interval_s`` is ``--interval``); values that are None keep their default.
+    """
+    names = flags or {}
+    given = {k: (v, f"{origin} {names.get(k, _flag(k))}") for k, v in values.items()
+             if v is not None}
+    return _section(cls, section, given, base=cls())
 
 
 def _flag(key: str) -> str:

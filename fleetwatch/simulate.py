@@ -8,16 +8,38 @@ truth that later evaluations score detectors against.
 
 from __future__ import annotations
 
+import os
+import signal
+import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 from fleetwatch.collectors.sim import Fault, FaultRecord, FleetSim, SimParams
+from fleetwatch.config import Config, ranged
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, Store
 
 BATCH_S = 3600.0  # one hour of simulated time per store transaction
+# Where simulated data goes unless the user names a store: never the real store's file.
+SIM_STORE_PATH = "fleetwatch-sim.db"
+YEAR_S = 366 * 86400.0
+
+
+@dataclass(frozen=True)
+class SimulateOptions:
+    """``fleetwatch simulate``'s own numbers, each range declared once, here (the
+    command line checks them through ``config.options``)."""
+
+    days: float = ranged(1.0, 0.0, 366.0, above=True)
+    duration_s: float = ranged(86400.0, 0.0, YEAR_S, above=True)
+    # Sub-second samples of a simulated fleet only make the history bigger.
+    interval_s: float = ranged(15.0, 1.0, 3600.0)
+    # Epoch seconds, 2000-01-01 to 2100-01-01: a typo in milliseconds is refused.
+    end_ts: float = ranged(4_102_444_800.0, 946_684_800.0, 4_102_444_800.0)
 
 
 @dataclass(frozen=True)
@@ -27,6 +49,7 @@ class SimulateResult:
     alerts_changed: int
     seconds: float
     ground_truth: tuple[FaultRecord, ...]
+    stopped: bool = False  # asked to stop before the end: the batches done are stored
 
     @property
     def points_per_s(self) -> float:
@@ -40,10 +63,13 @@ def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,
              faults: Sequence[Fault] = (), detectors: Sequence[Detector] = (),
-             progress: Callable[[float, int], None] | None = None) -> SimulateResult:
+             progress: Callable[[float, int], None] | None = None,
+             stop: threading.Event | None = None) -> SimulateResult:
     """Simulate ``duration_s`` from ``start_ts`` and write it all to ``store``.
 
     ``progress(fraction_done, points_so_far)`` is called after every batch.
+    ``stop`` (set by Ctrl-C or SIGTERM) ends the run between two batches: every
+    batch written is whole, with its alerts.
     """
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
@@ -53,7 +79,11 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     steps_per_batch = max(1, int(BATCH_S / params.interval_s))
     # Serial on purpose: a writer thread would fight the simulation for the GIL
     # and was measured slower than doing one after the other.
+    stopped = False
     while sim.ts + params.interval_s <= end_ts:
+        if stop is not None and stop.is_set():
+            stopped = True
+            break
         frames = []
         for _ in range(steps_per_batch):
             if sim.ts + params.interval_s > end_ts:
@@ -63,7 +93,73 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
         processor.process(frames)
         if progress is not None:
             progress((sim.ts - start_ts) / duration_s, processor.stats.points)
-    store.maintain(int(end_ts * 1000))
+    store.maintain(int(sim.ts * 1000))
     s = processor.stats
     return SimulateResult(s.frames, s.points, s.alerts_changed, time.perf_counter() - t0,
-                          tuple(sim.ground_truth))
+                          tuple(sim.ground_truth), stopped)
+
+
+def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
+                 faults: Sequence[Fault], store: str | None = None,
+                 out: TextIO | None = None) -> int:
+    """``fleetwatch simulate``: the history into ``store`` (default ``fleetwatch-sim.db``,
+    never the real store), locked against a second writer; Ctrl-C or SIGTERM stop
+    it between two batches with every batch written whole. Returns the exit status."""
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+    from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
+    from fleetwatch.wiring import detectors
+
+    out = out or sys.stderr
+    path = store or SIM_STORE_PATH
+    if duration_s < given.interval_s:
+        print(f"fleetwatch simulate: a history of {duration_s:g} s holds no sample of "
+              f"{given.interval_s:g} s: make --duration longer or --interval shorter", file=out)
+        return 2
+    try:
+        check_store_path(path)
+        lock = StoreLock(path).acquire()
+    except (StoreBusy, StorePathError) as exc:
+        print(f"fleetwatch simulate: {exc}", file=out)
+        return 1 if isinstance(exc, StoreBusy) else 2
+    stop = threading.Event()
+    reason = ["done"]
+
+    def on_signal(signum: int, frame: object) -> None:
+        reason[0] = signal.Signals(signum).name
+        stop.set()
+
+    saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        s = config.sim
+        params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
+                           seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
+                           idle_mean_s=s.idle_mean_s)
+        db = SqliteStore(path, config.store.raw_retention_h, config.store.rollup_retention_d)
+        print(f"simulating {duration_s / 86400:g} days of {s.nodes} nodes x {s.gpus} GPUs every "
+              f"{given.interval_s:g} s into {os.path.abspath(path)}", file=out)
+        last = [0.0]
+
+        def progress(done: float, points: int) -> None:
+            now = time.monotonic()
+            if now - last[0] >= 1.0 or done >= 1.0:
+                last[0] = now
+                print(f"\r  {done:6.1%}  {points:>14,} samples", end="", file=out, flush=True)
+
+        try:
+            result = simulate(db, params, given.end_ts - duration_s, duration_s, faults,
+                              detectors(config.alerts), progress, stop)
+        finally:
+            db.close()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+        lock.release()
+    print(f"\n{'stopped (' + reason[0] + '): ' if result.stopped else ''}wrote "
+          f"{result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s "
+          f"({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes; "
+          "store closed", file=out)
+    for r in result.ground_truth:
+        print(f"  ground truth: {r.kind} on {r.node} GPU {r.gpu} from "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.onset_ts))} to "
+              f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.end_ts))}", file=out)
+    return 0

@@ -3,42 +3,91 @@
 Real NVML when an NVIDIA GPU is present, else a simulated fleet; the
 in-process bus; the embedded store; the dashboard on localhost. The agent and
 the processor run in threads; the dashboard serves in the foreground.
+
+Never losing data comes first: the store is locked before it is read, written
+or created (a second instance stops, naming the first one's pid); a file this
+run did not create is never removed; a simulated fleet writes into its own
+file (``fleetwatch-sim.db``) unless ``--store`` names one; and ``--keep``
+continues from the newest sample already stored instead of writing the same
+minutes again.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import signal
+import socket
+import sys
 import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 from fleetwatch.collectors.agent import Agent
-from fleetwatch.collectors.clock import Clock, SimClock, WallClock
+from fleetwatch.collectors.clock import Clock, WallClock
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.collectors.sim.source import SimSource
 from fleetwatch.collectors.source import FrameSource
-from fleetwatch.config import Config, StoreConfig
+from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.simulate import fault_annotations
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
+from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
+from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.wiring import detectors, open_consumer, open_notifier, open_producer, open_store
 
 log = logging.getLogger(__name__)
 
-SIM_STORE_PATH = "fleetwatch-sim.db"
+# The metric every simulated GPU reports: its newest sample is where a kept store ends.
+_NEWEST_METRIC = "gpu_temp_c"
+# How long stop() waits for the processor to store what the agent already sent.
+DRAIN_S = 20.0
+
+
+class UpError(RuntimeError):
+    """``up`` cannot start as asked; the message says what to do instead."""
 
 
 @dataclass(frozen=True)
 class UpOptions:
+    """``fleetwatch up``'s own options; each number's range is declared once, here.
+
+    The command line builds this through ``config.options``, which checks every
+    ranged field as the config file's numbers are checked.
+    """
+
     simulate: bool | None = None      # None: simulate only when no NVIDIA GPU is found
-    interval_s: float = 5.0
-    backfill_s: float = 15 * 60.0     # the simulation starts this far in the past...
-    speed: float = 30.0               # ...and runs this much faster until it is now
+    # Below 1 s the in-process stack spends its time ticking, not serving (0 spun a core).
+    interval_s: float = ranged(5.0, 1.0, 3600.0)
+    # The simulation starts this far in the past... (at most a week: longer is `simulate`)
+    backfill_s: float = ranged(15 * 60.0, 0.0, 7 * 86400.0)
+    # ...and runs this much faster until it is now; below 1 it would never catch up.
+    speed: float = ranged(30.0, 1.0, 100_000.0)
     faults: Sequence[Fault] = ()
-    fresh: bool = True                # a simulated fleet starts from an empty store
+    keep: bool = False                # continue the store's data (else it must be new or empty)
+    store: str | None = None          # the file the user named (--store); None: the default
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """The dashboard's socket, bound and listening: taken first, so that a second
+    ``up`` on the same port stops before it touches any store (OSError EADDRINUSE)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As waitress does: a restart binds at once despite connections in TIME_WAIT
+        # (on Linux this never allows two listeners on one port).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 def gpu_present() -> bool:
@@ -56,10 +105,13 @@ def gpu_present() -> bool:
 
 
 class System:
-    """Agent + processor threads over the in-process bus; start() then stop()."""
+    """Agent + processor threads over the in-process bus; start() then stop().
+
+    ``lock`` (the store's, held by the caller's build) is released by stop().
+    """
 
     def __init__(self, config: Config, source: FrameSource, clock: Clock,
-                 interval_s: float) -> None:
+                 interval_s: float, lock: StoreLock | None = None) -> None:
         self.config = config
         self.bus = MemoryBus()
         self.store = open_store(config.store)
@@ -72,12 +124,14 @@ class System:
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s
-        self.stop_event = threading.Event()
+        self.lock = lock
+        self.stop_event = threading.Event()        # the agent, the status line
+        self.processor_stop = threading.Event()    # the processor, once it has drained the bus
         self._threads: list[threading.Thread] = []
 
     def start(self) -> System:
         self._threads = [
-            threading.Thread(target=self.processor.run, args=(self.consumer, self.stop_event),
+            threading.Thread(target=self.processor.run, args=(self.consumer, self.processor_stop),
                              kwargs={"maintain_every_s": 10.0}, name="processor", daemon=True),
             threading.Thread(target=self.agent.run,
                              args=(self.interval_s, self.stop_event, self.clock),
@@ -86,6 +140,10 @@ class System:
         for t in self._threads:
             t.start()
         return self
+
+    def pending(self) -> bool:
+        """True while an alert waits out its for-duration (the simulated clock then holds)."""
+        return any(a.state == "pending" for a in self.processor.alerts.open)
 
     def status(self) -> str:
         """One line for the terminal: how far along, what is stored, what is alerting."""
@@ -111,39 +169,207 @@ class System:
 
         threading.Thread(target=loop, name="status", daemon=True).start()
 
-    def stop(self) -> None:
+    def unstored(self) -> int:
+        """Frames the agent sent that the processor has not yet stored (or dead-lettered)."""
+        s = self.processor.stats
+        return max(0, self.agent.frames_sent - s.frames - s.dead_letters)
+
+    def stop(self, drain_s: float = DRAIN_S) -> int:
+        """Stop the agent, let the processor store and commit every frame already sent,
+        then stop it and close the store. Returns the frames left unstored (0 normally)."""
         self.stop_event.set()
+        agent = [t for t in self._threads if t.name == "agent"]
+        for t in agent:
+            t.join(10)
+        deadline = time.monotonic() + drain_s
+        while self._threads and self.unstored() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.processor_stop.set()
         for t in self._threads:
             t.join(10)
+        left = self.unstored()
         self.agent.source.close()
         self.notifier.close()
         self.store.close()
+        if self.lock is not None:
+            self.lock.release()
+        return left
+
+
+def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
+    """The store this run writes: the user's ``--store``, else for a simulated fleet a file
+    of its own (never the configured store, where real data lives), else the configured one."""
+    store = config.store
+    if options.store is not None:
+        store = dataclasses.replace(store, kind="sqlite", path=options.store)
+    elif simulate:
+        store = dataclasses.replace(store, kind="sqlite", path=SIM_STORE_PATH)
+    return dataclasses.replace(config, store=store)
+
+
+def newest_sample_s(path: str) -> float | None:
+    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new)."""
+    if not Path(path).exists():
+        return None
+    store = SqliteStore(path, read_only=True)
+    try:
+        newest = max((ts for _, ts, _ in store.latest(_NEWEST_METRIC, 0)), default=None)
+    finally:
+        store.close()
+    return None if newest is None else newest / 1000
+
+
+def sim_start(path: str, options: UpOptions, now_s: float) -> float:
+    """Where the simulated timeline starts: ``backfill_s`` ago in a new store; with
+    ``keep``, just after the newest stored sample (or ``backfill_s`` ago if that is
+    older, leaving the time nothing ran as a gap), so that no minute is written twice."""
+    start = now_s - options.backfill_s
+    newest = newest_sample_s(path)
+    if newest is None:
+        return start
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(newest))
+    if not options.keep:
+        raise UpError(f"the store {path} already holds data (to {stamp}) from an earlier run. "
+                      f"Continue it with --keep; or start afresh with another file "
+                      f"(--store NEW.db) or after removing this one yourself (rm {path}*): "
+                      "fleetwatch never deletes a store it did not create in this run")
+    if newest > now_s + 60:
+        raise UpError(f"the store {path} holds data up to {stamp}, later than now: is this "
+                      "machine's clock right? Use another file with --store NEW.db")
+    return max(start, newest + options.interval_s)
 
 
 def build(config: Config, options: UpOptions) -> tuple[System, str]:
-    """The system and a one-line description of its source."""
-    simulate = options.simulate if options.simulate is not None else not gpu_present()
-    if simulate:
-        if config.store.kind == "sqlite" and config.store.path == StoreConfig().path:
-            # Simulated data never goes into (or wipes) the file real data would use.
-            config = dataclasses.replace(
-                config, store=dataclasses.replace(config.store, path=SIM_STORE_PATH))
-        if options.fresh:
-            for suffix in ("", "-wal", "-shm"):
-                Path(config.store.path + suffix).unlink(missing_ok=True)
-        start = time.time() - options.backfill_s
-        s = config.sim
-        params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
-                           seed=s.seed, interval_s=options.interval_s,
-                           job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s)
-        sim = FleetSim(params, start, options.faults)
-        system = System(config, SimSource(sim), SimClock(start, options.speed),
-                        options.interval_s)
-        system.store.write_annotations(fault_annotations(sim.ground_truth))
-        what = (f"simulated fleet: {s.nodes} nodes x {s.gpus} GPUs, seed {s.seed}, "
-                f"{options.interval_s:g} s samples")
-        return system, what
-    from fleetwatch.collectors.node import node_source
+    """The system (its store locked) and a one-line description of its source.
 
-    system = System(config, node_source(config), WallClock(), options.interval_s)
-    return system, f"this node's GPUs through NVML ({config.node.node})"
+    Raises ``StoreBusy`` when another instance holds the store, ``StorePathError``
+    for a store in a missing folder, ``UpError`` for a store that already holds
+    data without ``keep``; nothing is created, written or removed before those checks.
+    """
+    check_options(options)
+    simulate = options.simulate if options.simulate is not None else not gpu_present()
+    config = store_config(config, options, simulate)
+    lock = None
+    if config.store.kind == "sqlite":
+        check_store_path(config.store.path)
+        lock = StoreLock(config.store.path).acquire()
+    try:
+        return _build(config, options, simulate, lock)
+    except BaseException:
+        if lock is not None:
+            lock.release()
+        raise
+
+
+def _build(config: Config, options: UpOptions, simulate: bool,
+           lock: StoreLock | None) -> tuple[System, str]:
+    if not simulate:
+        from fleetwatch.collectors.node import node_source
+
+        system = System(config, node_source(config), WallClock(), options.interval_s, lock)
+        return system, f"this node's GPUs through NVML ({config.node.node})"
+    start = sim_start(config.store.path, options, time.time())
+    s = config.sim
+    params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
+                       seed=s.seed, interval_s=options.interval_s,
+                       job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s)
+    sim = FleetSim(params, start, options.faults)
+    pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
+                   s.nodes)
+    system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
+    pace.system = system
+    system.store.write_annotations(fault_annotations(sim.ground_truth))
+    what = (f"simulated fleet: {s.nodes} nodes x {s.gpus} GPUs, seed {s.seed}, "
+            f"{options.interval_s:g} s samples")
+    return system, what
+
+
+def check_options(given: UpOptions) -> UpOptions:
+    """``given`` if every ranged number is in range, else ``ConfigError`` naming it."""
+    values = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)
+              if "range" in f.metadata}
+    options(UpOptions, "up", origin="UpOptions", **values)
+    return given
+
+
+
+def run_up(config: Config, given: UpOptions, out: TextIO | None = None) -> int:
+    """``fleetwatch up``: take the port, then the store's lock, run until Ctrl-C or
+    SIGTERM, then store every frame already sent, close the store and say so.
+
+    Returns the exit status: 0, 1 (port or store taken by someone else), 2 (a
+    store that cannot be used as asked).
+    """
+    out = out or sys.stderr
+    stopping = _StopSignals()
+    try:
+        sock = listen(config.dashboard.host, config.dashboard.port)  # EADDRINUSE: main's message
+        try:
+            system, what = build(config, given)
+        except (StoreBusy, StorePathError, UpError) as exc:
+            sock.close()
+            print(f"fleetwatch up: {exc}", file=out)
+            return 1 if isinstance(exc, StoreBusy) else 2
+        except BaseException:
+            sock.close()
+            raise
+        return _serve(system, what, given, sock, stopping, out)
+    finally:
+        stopping.restore()
+
+
+def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
+           stopping: _StopSignals, out: TextIO) -> int:
+    config = system.config
+    store = config.store.path if config.store.kind == "sqlite" else config.store.url
+    print(f"fleetwatch up: {what}", file=out)
+    sim = getattr(system.agent.source, "sim", None)
+    for r in sim.ground_truth if sim is not None else ():
+        print(f"  injected fault: {r.kind} on {r.node} GPU {r.gpu}, from "
+              f"{time.strftime('%H:%M:%S', time.localtime(r.onset_ts))} for "
+              f"{(r.end_ts - r.onset_ts) / 3600:g} h", file=out)
+    print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind})"
+          f"{'   continued from its newest sample' if given.keep else ''}", file=out)
+    print(f"  dashboard: http://{config.dashboard.host}:{config.dashboard.port}   "
+          "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
+    system.start()
+    system.report_every(30.0, out)
+    try:
+        from fleetwatch.dashboards import serve
+
+        serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
+              config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
+              sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stopping.ignore()  # a second signal must not cut the drain short
+        sock.close()
+        left = system.stop()
+        stats = system.processor.stats
+        lost = f"; {left:,} frames NOT stored" if left else "; every frame sent was stored"
+        print(f"\nfleetwatch up: stopped ({stopping.reason}): {stats.frames:,} frames stored"
+              f"{lost}; store closed ({os.path.abspath(store)})", file=out, flush=True)
+    return 0 if not left else 1
+
+
+class _StopSignals:
+    """SIGTERM (systemd, docker, Kubernetes) stops ``up`` as Ctrl-C does: the handler
+    raises KeyboardInterrupt in the main thread, where the dashboard serves."""
+
+    def __init__(self) -> None:
+        self.reason = "Ctrl-C"
+        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.reason = "SIGTERM"
+        raise KeyboardInterrupt
+
+    def ignore(self) -> None:
+        for s in self._saved:
+            signal.signal(s, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        for s, handler in self._saved.items():
+            signal.signal(s, handler)

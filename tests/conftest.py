@@ -7,15 +7,17 @@ import pytest
 
 from tests.servers import Server, kafka_broker, victoria_metrics
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+# Real captures (dcgm-exporter scrapes, kernel logs), copied into the repository with
+# their licences and origins: tests/data/README.md.
+REAL_DATA = Path(__file__).resolve().parent / "data"
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """Real captures beside the checkout (../shared/data); CI always has them."""
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"{SHARED_DATA} is absent: these checks read real captures from there")
-    return SHARED_DATA
+def real_data() -> Path:
+    """The folder of real captures; a clone without it fails here, it never skips."""
+    assert (REAL_DATA / "README.md").is_file(), (
+        f"{REAL_DATA} is missing: the real captures ship with the repository (tests/data)")
+    return REAL_DATA
 
 
 @pytest.fixture(scope="session")

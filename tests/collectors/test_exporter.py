@@ -54,9 +54,9 @@ def label_keys(fam: object) -> set[str]:
     return {k for s in fam.samples for k in s.labels}  # type: ignore[attr-defined]
 
 
-def default_counters(shared_data: Path) -> dict[str, str]:
+def default_counters(real_data: Path) -> dict[str, str]:
     out = {}
-    for line in (shared_data / DCGM / "default-counters.csv").read_text().splitlines():
+    for line in (real_data / DCGM / "default-counters.csv").read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             name, kind, _ = (p.strip() for p in line.split(",", 2))
             if kind != "label":
@@ -64,11 +64,11 @@ def default_counters(shared_data: Path) -> dict[str, str]:
     return out
 
 
-def test_default_counters_we_can_produce_are_all_exposed(shared_data: Path) -> None:
+def test_default_counters_we_can_produce_are_all_exposed(real_data: Path) -> None:
     e = Exporter()
     e.update(frame_of(FakeNvml.of(2)))
     ours = scrape(e)
-    wanted = default_counters(shared_data)
+    wanted = default_counters(real_data)
     missing = {name for name in wanted if name not in ours}
     assert missing == set()
     for name, kind in wanted.items():
@@ -77,8 +77,8 @@ def test_default_counters_we_can_produce_are_all_exposed(shared_data: Path) -> N
 
 
 @pytest.mark.parametrize("capture", SCRAPES)
-def test_label_keys_and_types_match_the_real_scrapes(shared_data: Path, capture: str) -> None:
-    real = families((shared_data / DCGM / capture).read_text())
+def test_label_keys_and_types_match_the_real_scrapes(real_data: Path, capture: str) -> None:
+    real = families((real_data / DCGM / capture).read_text())
     e = Exporter(hostname="gpu-node-042")
     e.update(frame_of(FakeNvml.of(1, model="l4"), job="4000123"))
     ours = scrape(e)
@@ -89,12 +89,12 @@ def test_label_keys_and_types_match_the_real_scrapes(shared_data: Path, capture:
         assert ours[name].type == real[name].type, name  # type: ignore[attr-defined]
 
 
-def test_values_in_dcgm_units_match_the_real_l4(shared_data: Path, monkeypatch) -> None:
+def test_values_in_dcgm_units_match_the_real_l4(real_data: Path, monkeypatch) -> None:
     """The fake L4 answers what the real L4 answered; /metrics must then say what it said."""
     import fleetwatch.collectors.nvml.fake as fake
 
     monkeypatch.setattr(fake.time, "monotonic", lambda: 0.0)  # hold the energy counter still
-    real = families((shared_data / DCGM / SCRAPES[0]).read_text())
+    real = families((real_data / DCGM / SCRAPES[0]).read_text())
     e = Exporter()
     e.update(frame_of(FakeNvml.of(1, model="l4")))
     ours = scrape(e)
@@ -110,8 +110,8 @@ def test_values_in_dcgm_units_match_the_real_l4(shared_data: Path, monkeypatch) 
     assert "DCGM_FI_DEV_MEMORY_TEMP" in real and "DCGM_FI_DEV_MEMORY_TEMP" not in ours
 
 
-def test_the_grafana_board_finds_its_metrics(shared_data: Path) -> None:
-    board = json.loads((shared_data / DCGM / "dcgm-exporter-dashboard.json").read_text())
+def test_the_grafana_board_finds_its_metrics(real_data: Path) -> None:
+    board = json.loads((real_data / DCGM / "dcgm-exporter-dashboard.json").read_text())
     text = json.dumps(board)
     names = set(re.findall(r"\b(DCGM_FI_[A-Z0-9_]+)", text))
     assert names  # the board does query DCGM names

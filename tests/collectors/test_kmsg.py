@@ -17,8 +17,8 @@ from fleetwatch.collectors.kmsg import (
 from tests.collectors.conftest import FIXTURES, Clock
 
 
-def test_real_xid_119_gsp_timeout(shared_data: Path) -> None:
-    text = (shared_data / "failure_logs" / "gpud_dmesg_xid119_gsp_timeout_XE9680.log").read_text()
+def test_real_xid_119_gsp_timeout(real_data: Path) -> None:
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid119_gsp_timeout_XE9680.log").read_text()
     xids = parse_lines(text.splitlines())
     assert len(xids) == 5
     assert {(x.pci, x.xid) for x in xids} == {("0000:9b:00", 119)}
@@ -26,8 +26,8 @@ def test_real_xid_119_gsp_timeout(shared_data: Path) -> None:
     assert "GSP_RM_ALLOC" in xids[0].message
 
 
-def test_real_xid_13_then_43(shared_data: Path) -> None:
-    text = (shared_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
+def test_real_xid_13_then_43(real_data: Path) -> None:
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
     xids = parse_lines(text.splitlines())
     assert [x.xid for x in xids] == [13] * 16 + [43]
     assert {x.pci for x in xids} == {"0000:38:00"}
@@ -35,9 +35,9 @@ def test_real_xid_13_then_43(shared_data: Path) -> None:
     assert xids[-1].message == "pid=2924364, name=pt_main_thread, Ch 00000008"
 
 
-def test_logs_without_xids_give_none(shared_data: Path) -> None:
+def test_logs_without_xids_give_none(real_data: Path) -> None:
     for name in ("gpud_dmesg_libnccl_segfault.log", "gpud_fabricmanager.log"):
-        lines = (shared_data / "failure_logs" / name).read_text().splitlines()
+        lines = (real_data / "failure_logs" / name).read_text().splitlines()
         assert parse_lines(lines) == []
 
 

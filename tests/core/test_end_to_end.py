@@ -12,12 +12,11 @@ from fleetwatch.up import UpOptions, build
 
 
 def test_cooling_failure_fires_one_alert_that_resolves(tmp_path: Path) -> None:
-    config = load(env={"FLEETWATCH_STORE_PATH": str(tmp_path / "e2e.db"),
-                       "FLEETWATCH_SIM_JOB_MEAN_S": "1e9",   # every node stays busy
+    config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9",   # every node stays busy
                        "FLEETWATCH_ALERTS_FOR_S": "60"})
     fault = parse_fault("cooling:node-002/5@30m+1h")
     options = UpOptions(simulate=True, interval_s=15.0, backfill_s=3 * 3600.0, speed=3000.0,
-                        faults=[fault])
+                        faults=[fault], store=str(tmp_path / "e2e.db"))
     system, _ = build(config, options)
     truth = system.agent.source.sim.ground_truth[0]
     system.start()

@@ -78,7 +78,7 @@ def test_alert_and_heatmap_lead_to_the_node_page(dash_duo, sim_fleet: SimFleet) 
     dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0))
     click(dash_duo, "#active-alerts a.node-link")
     dash_duo.wait_for_contains_text("#node-title", HOT_NODE, timeout=10)
-    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}")
+    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?gpu={HOT_GPU}")
     for metric in ("gpu_temp_c", "gpu_power_w", "gpu_util_pct"):
         dash_duo.wait_for_element(f"#node-graph-{metric} .scatterlayer .trace")
         assert len(texts(dash_duo, f"#node-graph-{metric} .scatterlayer .trace")) == 8, metric
@@ -133,4 +133,93 @@ def test_missing_store_is_a_message_not_a_traceback(dash_duo, tmp_path: Path) ->
     dash_duo.start_server(create_app(store, refresh_s=2.0))
     dash_duo.wait_for_contains_text("#notice", "Store unavailable", timeout=10)
     assert "no store at" in texts(dash_duo, "#notice")[0]
+    assert dash_duo.get_logs() == []
+
+
+# Row labels of the heatmap from top to bottom, as drawn on the screen.
+_ROW_LABELS_JS = """return Array.from(document.querySelectorAll('#fleet-heatmap .ytick text'))
+    .map(t => [t.getBoundingClientRect().top, t.textContent])
+    .sort((a, b) => a[0] - b[0]).map(r => r[1]);"""
+
+
+def row_labels(dash_duo) -> list[str]:
+    return [t.strip() for t in dash_duo.driver.execute_script(_ROW_LABELS_JS)]
+
+
+def test_heatmap_opened_before_data_still_has_node_000_on_top(dash_duo, tmp_path: Path) -> None:
+    from fleetwatch.collectors.sim import FleetSim, SimParams
+    from fleetwatch.pipeline.processor import Processor
+
+    store = SqliteStore(tmp_path / "late.db")  # the schema only, as `up` starts
+    dash_duo.start_server(create_app(SqliteStore(tmp_path / "late.db", read_only=True),
+                                     refresh_s=0.5))
+    dash_duo.wait_for_contains_text("#fleet-empty", "No data yet", timeout=10)
+    sim = FleetSim(SimParams(nodes=4, gpus=2, interval_s=15.0), start_ts=time.time() - 60)
+    processor = Processor(store)
+    for _ in range(3):
+        sim.step()
+        processor.process(sim.frames())
+    until(lambda: len(row_labels(dash_duo)) == 4, timeout=10)
+    assert row_labels(dash_duo) == ["node-000", "node-001", "node-002", "node-003"]
+    assert texts(dash_duo, "#fleet-empty") == []
+    store.close()
+
+
+def test_a_click_anywhere_on_an_alert_row_opens_that_gpu(dash_duo, sim_fleet: SimFleet) -> None:
+    dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0, temp_limit_c=85.0))
+    click(dash_duo, "#active-alerts tr.alert-row td.message a")
+    dash_duo.wait_for_contains_text("#node-title", HOT_NODE, timeout=10)
+    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?gpu={HOT_GPU}")
+    dash_duo.wait_for_text_to_equal("#node-focus", f"GPU {HOT_GPU}", timeout=10)
+    # The temperature chart draws the alert threshold, labelled.
+    until(lambda: any("limit 85 °C" in t for t in texts(
+        dash_duo, "#node-graph-gpu_temp_c .annotation-text")), timeout=10)
+    assert dash_duo.get_logs() == []
+
+
+def test_stale_store_says_since_when_and_never_no_data_yet(dash_duo, sim_fleet: SimFleet) -> None:
+    later = time.time() + 3600  # an hour after the last sample: every GPU is stale
+    dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0, clock=lambda: later))
+    dash_duo.wait_for_contains_text("#fleet-empty", "No fresh data", timeout=10)
+    until(lambda: "No fresh data" in " ".join(
+        texts(dash_duo, "#fleet-heatmap .annotation-text")), timeout=10)
+    page = " ".join(texts(dash_duo, "#page"))
+    assert "No data yet" not in page and "all clear" not in page
+    assert "no data since" in texts(dash_duo, "#summary-firing")[0]
+
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+SLASHED = "a/b?c#d"
+
+
+def test_hostile_node_names_are_shown_as_written_and_link_right(dash_duo, tmp_path: Path) -> None:
+    import dataclasses
+
+    from fleetwatch.collectors.sim import FleetSim, SimParams, parse_fault
+    from fleetwatch.models.rules import GpuTemperatureLimit
+    from fleetwatch.pipeline.processor import Processor
+
+    store = SqliteStore(tmp_path / "hostile.db")
+    names = {"node-000": HOSTILE, "node-001": SLASHED}
+    sim = FleetSim(SimParams(nodes=2, gpus=2, interval_s=15.0, job_mean_s=1e9, idle_mean_s=1,
+                             busy_at_start=1.0),
+                   start_ts=time.time() - 120 * 15,
+                   faults=[parse_fault("cooling:node-001/1@1m+40m")])
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=60)])
+    for _ in range(120):
+        sim.step()
+        processor.process([dataclasses.replace(f, node=names[f.node]) for f in sim.frames()])
+    store.close()
+    dash_duo.start_server(create_app(SqliteStore(tmp_path / "hostile.db", read_only=True),
+                                     refresh_s=2.0))
+    until(lambda: len(row_labels(dash_duo)) == 2, timeout=10)
+    assert row_labels(dash_duo) == [HOSTILE, SLASHED]
+    assert dash_duo.driver.find_elements("css selector", "#fleet-heatmap img") == []
+    assert alert_rows(dash_duo) == [(SLASHED, "gpu1", "firing")]
+    click(dash_duo, "#active-alerts a.node-link")
+    dash_duo.wait_for_contains_text("#node-title", SLASHED, timeout=10)
+    dash_duo.wait_for_element("#node-graph-gpu_temp_c .scatterlayer .trace", timeout=10)
+    assert len(texts(dash_duo, "#node-graph-gpu_temp_c .scatterlayer .trace")) == 2
+    # No script ran (an alert() would leave a dialog open) and the console is clean.
+    assert dash_duo.driver.execute_script("return document.querySelectorAll('img').length") == 0
     assert dash_duo.get_logs() == []

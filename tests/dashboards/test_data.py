@@ -94,7 +94,8 @@ def test_summary_of_an_empty_fleet() -> None:
     tiles = {t.id: text_of(t) for t in components.summary(data.read_fleet(FakeStore(), NOW),
                                                           NOW)}
     assert "0" in tiles["summary-reporting"].split() and "n/a" in tiles["summary-hottest"]
-    assert "all clear" in tiles["summary-firing"]
+    # No data is not "all clear": the alert tiles say there is nothing to judge by.
+    assert "no data yet" in tiles["summary-firing"] and "all clear" not in tiles["summary-firing"]
 
 
 def test_alert_table_rows_link_to_nodes() -> None:
@@ -102,7 +103,8 @@ def test_alert_table_rows_link_to_nodes() -> None:
     table = components.alert_table(alerts, NOW, "t")
     rows = table.children.children[1].children
     assert [r.className for r in rows] == ["alert-row state-firing", "alert-row state-pending"]
-    assert rows[0].children[2].children.href == "/node/node-a"
+    # Every cell of a row opens that GPU on its node's page.
+    assert {td.children.href for td in rows[0].children} == {"/node/node-a?gpu=1"}
     assert "GPU 1" in text_of(rows[0]) and "10 min ago" in text_of(rows[0])
     assert components.alert_table([], NOW, "t").id == "t-empty"
 
@@ -116,3 +118,37 @@ def test_nav_marks_the_current_page() -> None:
 def test_ago() -> None:
     assert [components.ago(NOW - s, NOW) for s in (5, 600, 7200, 3 * 86400)] == [
         "5 s ago", "10 min ago", "2.0 h ago", "3.0 d ago"]
+
+
+def test_stale_data_is_one_truth_not_no_data_and_alerts_firing() -> None:
+    store = FakeStore(points=[point("gpu_temp_c", "node-a", 1, 91.0, age_s=900)],
+                      alert_rows=[alert("node-a", 1, "firing")])
+    view = data.read_fleet(store, NOW)
+    assert not view.cells and view.last_ms == int((NOW - 900) * 1000)
+    text = components.no_data_text(view, NOW)
+    assert text.startswith("No fresh data: no GPU has reported since") and "15 min ago" in text
+    tiles = {t.id: text_of(t) for t in components.summary(view, NOW)}
+    # The firing count is said "as of" the last data, never as if it were live.
+    assert "as of" in tiles["summary-firing"] and "no data since" in tiles["summary-firing"]
+    assert "No data yet" not in text
+
+
+def test_never_any_data_says_no_data_yet() -> None:
+    view = data.read_fleet(FakeStore(), NOW)
+    assert view.last_ms is None
+    assert components.no_data_text(view, NOW).startswith("No data yet")
+
+
+def test_node_links_quote_the_whole_name() -> None:
+    assert components.node_href("a/b?c#d") == "/node/a%2Fb%3Fc%23d"
+    assert components.node_href("node-001", 3) == "/node/node-001?gpu=3"
+
+
+def test_node_limits_come_from_the_threshold_and_the_power_limit_gpus_report() -> None:
+    store = FakeStore(points=[point("gpu_temp_c", "node-a", 0, 60.0),
+                              point("gpu_power_limit_w", "node-a", 0, 700.0, age_s=60),
+                              point("gpu_power_limit_w", "node-a", 0, 500.0, age_s=10),
+                              point("gpu_power_limit_w", "node-a", 1, 450.0)])
+    view = data.read_node(store, "node-a", NOW, temp_limit_c=85.0)
+    assert view.limits == {"gpu_temp_c": 85.0, "gpu_power_w": 500.0}
+    assert data.read_node(store, "node-b", NOW).limits == {}

@@ -26,6 +26,15 @@ def heatmap_trace(fig):
     return trace
 
 
+def top_down(values) -> list:
+    """A heatmap's rows as the screen shows them: plotly draws the first row at the bottom."""
+    return list(reversed(list(values)))
+
+
+def row(trace, node: str) -> int:
+    return list(trace.y).index(node)
+
+
 def alert_shapes(fig) -> dict[str, object]:
     return {s.name: s for s in fig.layout.shapes if (s.name or "").startswith("alert:")}
 
@@ -40,9 +49,11 @@ def test_units_come_from_the_catalogue() -> None:
 
 def test_heatmap_rows_are_nodes_by_rack_and_columns_gpus() -> None:
     trace = heatmap_trace(figures.fleet_heatmap(CELLS))
-    assert list(trace.y) == ["node-a", "node-b", "node-c"]
+    assert top_down(trace.y) == ["node-a", "node-b", "node-c"]
     assert list(trace.x) == ["GPU 0", "GPU 1"]
-    assert [list(row) for row in trace.z] == [[55, 91], [70, None], [61, 62]]
+    assert [list(r) for r in top_down(trace.z)] == [[55, 91], [70, None], [61, 62]]
+    # The order is in the data, not in an axis setting a kept uirevision could drop.
+    assert figures.fleet_heatmap(CELLS).layout.yaxis.autorange is True
     # Fixed bounds: a colour means the same temperature on every refresh.
     assert (trace.zmin, trace.zmax) == (theme.TEMP_MIN_C, theme.TEMP_MAX_C)
     assert trace.colorbar.title.text == "°C"
@@ -51,21 +62,24 @@ def test_heatmap_rows_are_nodes_by_rack_and_columns_gpus() -> None:
 def test_heatmap_labels_racks() -> None:
     fig = figures.fleet_heatmap(CELLS)
     labels = {a.text: a.y for a in fig.layout.annotations}
-    assert labels == {"rack-00": 0.5, "rack-01": 2.0}
+    trace = heatmap_trace(fig)
+    # Each rack's name halfway along its rows: rack-00 (node-a, node-b) on top.
+    assert labels == {"rack-00": (row(trace, "node-a") + row(trace, "node-b")) / 2,
+                      "rack-01": row(trace, "node-c")}
 
 
 def test_heatmap_hover_has_readings_units_and_job() -> None:
     trace = heatmap_trace(figures.fleet_heatmap(CELLS))
-    hot = trace.customdata[0][1]
+    hot = trace.customdata[row(trace, "node-a")][1]
     assert "node-a · GPU 1" in hot and "91°C" in hot and "300 W" in hot and "90%" in hot
     assert "job  4000001" in hot
-    blind = trace.customdata[1][0]
+    blind = trace.customdata[row(trace, "node-b")][0]
     assert "power  n/a" in blind and "utilization  n/a" in blind and "job" not in blind
 
 
 def test_heatmap_job_override() -> None:
     trace = heatmap_trace(figures.fleet_heatmap(CELLS, jobs={("node-c", 0): "train-7"}))
-    assert "job  train-7" in trace.customdata[2][0]
+    assert "job  train-7" in trace.customdata[row(trace, "node-c")][0]
 
 
 def test_active_alerts_mark_their_cells() -> None:
@@ -75,12 +89,14 @@ def test_active_alerts_mark_their_cells() -> None:
     shapes = alert_shapes(fig)
     assert set(shapes) == {"alert:node-a/gpu1:firing", "alert:node-c/gpu0:pending"}
     firing = shapes["alert:node-a/gpu1:firing"]
-    # The outline sits exactly on the cell: column 1, row 0.
-    assert (firing.x0, firing.x1, firing.y0, firing.y1) == (0.5, 1.5, -0.5, 0.5)
+    trace = heatmap_trace(fig)
+    # The outline sits exactly on the cell: column 1, node-a's row.
+    a = row(trace, "node-a")
+    assert (firing.x0, firing.x1, firing.y0, firing.y1) == (0.5, 1.5, a - 0.5, a + 0.5)
     assert shapes["alert:node-c/gpu0:pending"].line.color == theme.PENDING
-    text = heatmap_trace(fig).text
+    text = top_down(trace.text)
     assert text[0][1] == "▲ 91" and text[2][0] == "▲ 61" and text[1][0] == "70"
-    assert "alert firing" in heatmap_trace(fig).customdata[0][1]
+    assert "alert firing" in trace.customdata[a][1]
 
 
 def test_firing_wins_over_pending_on_the_same_gpu() -> None:
@@ -133,3 +149,34 @@ def test_secondary_node_figure_has_no_legend_or_labels() -> None:
 def test_node_figure_without_data_says_so() -> None:
     fig = figures.node_metric_figure("gpu_power_w", "Power", {}, 0, 1)
     assert not fig.data and "No power data" in fig.layout.annotations[0].text
+
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def test_names_and_texts_from_agents_are_escaped_for_plotly() -> None:
+    cells = [cell(HOSTILE, 0, 91, rack="<b>r</b>"), cell("a/b?c#d", 0, 60)]
+    evil = alert(HOSTILE, 0, "firing")
+    fig = figures.fleet_heatmap(cells, [evil])
+    trace = heatmap_trace(fig)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in list(trace.y)
+    assert all("<img" not in str(y) for y in trace.y)
+    hover = trace.customdata[row(trace, figures.esc(HOSTILE))][0]
+    assert "<img" not in hover and "&lt;img src=x onerror=alert(1)&gt; · GPU 0" in hover
+    assert "<b>r</b>" not in str(fig.layout.annotations)
+    # A click on the row gives the escaped label back: the real name is recovered.
+    assert figures.node_from_label(figures.esc(HOSTILE)) == HOSTILE
+
+
+def test_node_figure_draws_the_limit_and_brings_the_focused_gpu_forward() -> None:
+    start, end = int((NOW - 3600) * 1000), int(NOW * 1000)
+    series = {0: [(start + 1000, 60.0)], 3: [(start + 1000, 80.0)], 5: [(start + 1000, 70.0)]}
+    fault = Annotation("cooling", NOW - 1800, None, "n", "gpu3", "<script>x</script>")
+    fig = figures.node_metric_figure("gpu_temp_c", "Temperature", series, start, end, [fault],
+                                     limit=85.0, focus=3)
+    (line,) = [s for s in fig.layout.shapes if s.name == "limit:gpu_temp_c"]
+    assert (line.y0, line.y1) == (85.0, 85.0)
+    assert any("limit 85 °C" in (a.text or "") for a in fig.layout.annotations)
+    assert all("<script>" not in (a.text or "") for a in fig.layout.annotations)
+    assert fig.data[-1].name == "GPU 3" and fig.data[-1].opacity == 1.0
+    assert {t.opacity for t in fig.data[:-1]} == {0.35}

@@ -1,0 +1,88 @@
+"""One writer per embedded store: an advisory lock beside the store file.
+
+``fleetwatch up`` and ``fleetwatch simulate`` take it before they read, write
+or create anything of the store, so a second instance on the same file stops
+with a message naming the first one's pid instead of writing a second
+timeline into it. ``flock`` locks belong to the open file: the kernel drops
+them when the process ends, however it ends, so a crashed run never leaves
+the store locked. The lock file itself stays (removing it would race with a
+second instance that has just opened it); it holds the owner's pid as text.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class StoreBusy(RuntimeError):
+    """Another process holds the store's lock; the message names its pid."""
+
+
+class StorePathError(ValueError):
+    """The store path cannot be used (its folder is missing, it is a folder...)."""
+
+
+def lock_path(store_path: str | Path) -> Path:
+    return Path(str(store_path) + ".lock")
+
+
+def check_store_path(store_path: str | Path) -> Path:
+    """The store path, refused when its folder is missing: never create folders silently.
+
+    A typo in ``--store /var/lib/fleetwach/x.db`` (run as root) would otherwise
+    make a new tree somewhere nobody looks.
+    """
+    path = Path(store_path)
+    parent = path.parent if str(path.parent) else Path(".")
+    if not parent.is_dir():
+        raise StorePathError(f"store {path}: the folder {parent} does not exist; create it "
+                             "first (mkdir -p), or choose another path with --store")
+    if path.is_dir():
+        raise StorePathError(f"store {path} is a folder; name a file, e.g. {path / 'fleet.db'}")
+    return path
+
+
+class StoreLock:
+    """``with StoreLock(path):`` or ``acquire()`` / ``release()``; not re-entrant."""
+
+    def __init__(self, store_path: str | Path) -> None:
+        self.store_path = Path(store_path)
+        self.path = lock_path(store_path)
+        self._fd: int | None = None
+
+    def acquire(self) -> StoreLock:
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreBusy(
+                f"the store {self.store_path} is in use by another fleetwatch (pid {owner}): "
+                "stop that one first (Ctrl-C, or kill "
+                f"{owner if owner.isdigit() else 'PID'}), or use another store with "
+                "--store PATH") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        fd, self._fd = self._fd, None
+        try:
+            os.ftruncate(fd, 0)  # no pid left behind for a process that is gone
+        finally:
+            os.close(fd)  # closing drops the flock
+
+    def __enter__(self) -> StoreLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
