@@ -34,8 +34,10 @@ class SimulateResult:
 
 
 def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
-    return [Annotation("fault", r.onset_ts, r.end_ts, r.node, f"gpu{r.gpu}",
-                       f"injected {r.kind} fault (x{r.severity:g})") for r in records]
+    # A rack fault has no node and a node fault no GPU: the annotation names the rack or node.
+    return [Annotation("fault", r.onset_ts, r.end_ts, r.node or r.rack or "",
+                       "" if r.gpu is None else f"gpu{r.gpu}",
+                       f"injected {r.kind} fault ({r.mode}, x{r.severity:g})") for r in records]
 
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,

@@ -39,6 +39,7 @@ class UpOptions:
     speed: float = 30.0               # ...and runs this much faster until it is now
     faults: Sequence[Fault] = ()
     fresh: bool = True                # a simulated fleet starts from an empty store
+    steady_load: bool = False         # simulated jobs compute-bound throughout (no phases)
 
 
 def gpu_present() -> bool:
@@ -131,7 +132,8 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
         s = config.sim
         params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                            seed=s.seed, interval_s=options.interval_s,
-                           job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s)
+                           job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
+                           steady_load=options.steady_load)
         sim = FleetSim(params, start, options.faults)
         system = System(config, SimSource(sim), SimClock(start, options.speed),
                         options.interval_s)

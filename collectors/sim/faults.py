@@ -166,7 +166,7 @@ def parse_fault(spec: str) -> Fault:
         raise ValueError(f"fault {spec!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
     scope, subject = SPECS[kind].scope, m["subject"]
     if scope == "gpu" and m["gpu"] is None:
-        raise ValueError(f"fault {spec!r}: {kind} happens to one GPU: write {kind}:NODE/GPU, "
+        raise ValueError(f"fault {spec!r}: expected KIND:NODE/GPU ({kind} happens to one GPU), "
                          f"e.g. {kind}:node-001/3")
     if scope != "gpu" and m["gpu"] is not None:
         raise ValueError(f"fault {spec!r}: {kind} happens to a whole {scope}: write "

@@ -56,6 +56,9 @@ class SimParams:
     idle_mean_s: float = 20 * 60.0   # mean idle gap between jobs on a node
     busy_at_start: float = 0.75      # share of nodes already in a job at t=0
     hot_share: float = 0.03          # healthy GPUs that run several °C hot all their life
+    # Every node busy at the start and every job compute-bound from start to end (no
+    # phases, no interactive jobs): a fleet flat out, for demos and plumbing tests.
+    steady_load: bool = False
 
 
 class FleetSim:
@@ -75,13 +78,13 @@ class FleetSim:
         # Per-GPU and per-node physical spread, fixed for life.
         self.p_idle = rng.normal(hw.P_IDLE_W, 3.0, shape)
         self.p_dyn = rng.normal(hw.P_DYN_W, 25.0, shape)
-        self.r_th = rng.normal(hw.R_TH, 0.005, shape)
+        self.r_th = rng.normal(hw.R_TH, 0.004, shape).clip(0.092, 0.108)
         self.tau = rng.normal(hw.TAU_DIE_S, 5.0, shape).clip(20)
         self.mem_off = rng.normal(0.0, 1.5, shape)
         hot = rng.random(shape) < p.hot_share
-        self.hot_offset = np.where(hot, rng.uniform(3.0, 6.0, shape), 0.0)
+        self.hot_offset = np.where(hot, rng.uniform(3.0, 5.0, shape), 0.0)
         # Nodes higher in the rack breathe warmer air.
-        self.node_offset = (np.arange(n) % p.nodes_per_rack) * 0.4 + rng.normal(0.0, 0.5, n)
+        self.node_offset = (np.arange(n) % p.nodes_per_rack) * 0.25 + rng.normal(0.0, 0.4, n)
         self.rack_offset = rng.normal(0.0, 0.8, len(self.rack_names))
         self._inlet_walk = np.zeros(len(self.rack_names))
         # PCIe links with a few replays a day that mean nothing (real fleets have them).
@@ -112,13 +115,14 @@ class FleetSim:
         self.limit = np.full(shape, hw.POWER_LIMIT_W)
         self.host_cpu = np.full(n, 3.0)
         self._seq = 0
-        self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s)
+        self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load)
         self.effects = Effects(self, faults)
         self.mods = self.effects.mods
-        busy = rng.random(n) < p.busy_at_start
+        busy = rng.random(n) < (1.0 if p.steady_load else p.busy_at_start)
         for i in np.flatnonzero(busy):
             job = self.jobs.start([int(i)], self.ts, rng.exponential(p.job_mean_s))
-            job.phase_end = self.ts + rng.exponential(600.0)  # mid-job, not all initialising
+            if not p.steady_load:  # mid-job, not all initialising
+                job.phase_end = self.ts + rng.exponential(600.0)
         self.jobs.next_start[~busy] = self.ts + rng.exponential(p.idle_mean_s,
                                                                 int((~busy).sum()))
 
@@ -191,7 +195,9 @@ class FleetSim:
         occ = (j.occ[:, None] * mult * scale).clip(0.0, 1.0)
         dram = (j.dram[:, None] * mult + 0.01 * noise[1]).clip(0.0, 1.0)
         util_t = j.util[:, None]
-        util = (util_t + noise[2] * (0.3 + 0.12 * (100.0 - util_t))).clip(0.0, 100.0).round()
+        # Spread where kernels run only part of the time; none with no kernel at all.
+        spread = 0.12 * np.minimum(util_t, 100.0 - util_t) + 0.3 * (util_t > 0)
+        util = (util_t + noise[2] * spread).clip(0.0, 100.0).round()
         if m.any:
             st = m.stuck & busy
             sm[st] = tensor[st] = occ[st] = dram[st] = 0.0
@@ -214,7 +220,7 @@ class FleetSim:
         power = (demand + rng.standard_normal(shape) * (1.0 + 0.006 * demand)).clip(30.0, limit)
         # Heat: first-order lag over the inlet, throttling at the slowdown threshold.
         self._inlet_walk = (self._inlet_walk + rng.normal(0.0, 0.03, self._inlet_walk.shape)
-                            * math.sqrt(dt / 15.0)).clip(-1.5, 1.5)
+                            * math.sqrt(dt / 15.0)).clip(-1.0, 1.0)
         self.inlet = inlet = self._inlet(m.inlet_add)
         r = self.r_th * m.r_mult
         t_ss = inlet[:, None] + r * power + self.hot_offset

@@ -40,9 +40,11 @@ P_DYN_W = 520.0
 # Dynamic power ~ f * V^2 and V rises with f over the DVFS range.
 CLOCK_POWER_EXP = 2.5
 
-# Thermal model: die = inlet + R * P (steady state), first-order lag. 0.105 °C/W
-# takes a 400 W GPU in 22 °C air to ~64 °C and the idle GPU to ~28 °C (capture: 27).
-R_TH = 0.105
+# Thermal model: die = inlet + R * P (steady state), first-order lag. 0.10 °C/W
+# takes a 400 W GPU in 22 °C air to ~62 °C and the idle GPU to ~28 °C (capture: 27),
+# and a healthy GPU at its 500 W limit in the warmest allowed air (ASHRAE's 27 °C)
+# to just under the 85 °C max operating temperature.
+R_TH = 0.10
 TAU_DIE_S = 45.0
 TAU_MEM_S = 90.0
 # HBM: inlet + MEM_BASE + MEM_COUPLING * (die - inlet) (+ its own DRAM heat):

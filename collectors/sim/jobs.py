@@ -61,8 +61,9 @@ class Jobs:
     """The scheduler and the per-node phase targets (``sm``, ``tensor``, ...)."""
 
     def __init__(self, nodes: int, gpus: int, rng: np.random.Generator, job_mean_s: float,
-                 idle_mean_s: float) -> None:
+                 idle_mean_s: float, steady: bool = False) -> None:
         self.rng, self.n, self.g = rng, nodes, gpus
+        self.steady = steady  # every job compute-bound from start to end
         self.job_mean_s, self.idle_mean_s = job_mean_s, idle_mean_s
         self.num = np.full(nodes, -1)           # job number per node, -1 idle
         self.next_start = np.zeros(nodes)
@@ -94,10 +95,15 @@ class Jobs:
         comm = 0.12 + 0.05 * math.log2(size) + rng.uniform(0.0, 0.15)
         inp = rng.uniform(0.03, 0.2)
         weights = np.array([1.0, comm * 2.5, inp * 2.5, 0.12, 0.12, 0.02])
-        if size <= 2 and rng.random() < INTERACTIVE:
+        end_ts = ts + max(remaining, 300.0)
+        if self.steady:
+            weights = np.array([1.0, 0.0, 0.0, 0.0, 0.0, 0.0])
+        elif size <= 2 and rng.random() < INTERACTIVE:
             weights = np.array([0.3, 0.0, 0.15, 0.0, 0.1, 1.0])
-        job = Job(self._seq, str(4_000_000 + self._seq), nodes, ts + max(remaining, 300.0),
-                  base_sm=float(np.clip(rng.beta(2.4, 1.4), 0.1, 0.97)),
+            end_ts = min(end_ts, ts + rng.exponential(1.5 * 3600.0) + 600.0)  # a work session
+        job = Job(self._seq, str(4_000_000 + self._seq), nodes, end_ts,
+                  base_sm=float(rng.uniform(0.75, 0.95) if self.steady
+                                else np.clip(rng.beta(2.4, 1.4), 0.1, 0.97)),
                   tensor_share=float(rng.uniform(0.35, 0.8)),
                   dram=float(rng.uniform(0.15, 0.55)),
                   occupancy=float(rng.uniform(0.25, 0.6)),
@@ -109,7 +115,7 @@ class Jobs:
         self.num[idx] = job.num
         self.gpu_mult[idx] = rng.normal(1.0, 0.035, (len(nodes), self.g)).clip(0.85, 1.15)
         self.fb_frac[idx] = job.fb_frac
-        self._enter(job, "init", ts)
+        self._enter(job, "compute" if self.steady else "init", ts)
         return job
 
     def end(self, job: Job, ts: float) -> None:
@@ -166,7 +172,8 @@ class Jobs:
 
         The queue is one job deep: its size is drawn when it is queued, and it
         waits, as on a real scheduler, until that many nodes are idle, so big
-        jobs are as common as the draw says (and leave nodes idle meanwhile).
+        jobs are as common as the draw says (and leave nodes idle meanwhile),
+        with backfill so no node starves.
         """
         rng = self.rng
         while True:
@@ -176,6 +183,12 @@ class Jobs:
             self._queued = min(self._queued, max(1, int((~self.drained).sum())))
             ready = np.flatnonzero((self.num < 0) & (self.next_start <= ts) & ~self.drained)
             if len(ready) < self._queued:
+                # Backfill: a node left idle long while the head job waits for more
+                # gets a one-node job, as a backfilling scheduler would give it.
+                waited = ready[self.next_start[ready] + 2 * self.idle_mean_s + 600.0 <= ts]
+                for i in waited.tolist():
+                    remaining = rng.lognormal(math.log(self.job_mean_s) - 0.5, 1.0)
+                    self.start([i], ts, remaining)
                 return
             remaining = rng.lognormal(math.log(self.job_mean_s) - 0.5, 1.0)
             self.start([int(i) for i in ready[:self._queued]], ts, remaining)

@@ -235,7 +235,7 @@ def test_pcie_replay_rate_climbs() -> None:
 
 @pytest.mark.parametrize("spec, message", [
     ("rack_cooling:node-001/1", "whole rack"),
-    ("cooling:node-001", "one GPU"),
+    ("cooling:node-001", "happens to one GPU"),
     ("stuck:node-001/1~drift", "mode 'drift' not available"),
     ("cooling:node-001/1~slowly", "mode must be ~drift or ~sudden"),
     ("node_silent:node-001/0", "whole node"),
