@@ -136,7 +136,8 @@ def test_old_style_fault_still_works() -> None:
 
 
 def test_same_seed_same_faults_same_fleet() -> None:
-    faults = [parse_fault(s) for s in ("nvlink:node-001/1@5m+30m~drift", "node_silent:node-002@3m+5m",
+    faults = [parse_fault(s) for s in ("nvlink:node-001/1@5m+30m~drift",
+                                       "node_silent:node-002@3m+5m",
                                        "ecc_dbe:node-003/0@4m+20m~drift")]
     params = SimParams(nodes=4, gpus=4, seed=11)
     a, b = FleetSim(params, START, faults), FleetSim(params, START, faults)

@@ -120,7 +120,7 @@ def test_schedule_covers_every_kind_and_mode_without_overlaps() -> None:
             return set(range(r * 4, r * 4 + 4))
         return {int(f.node.split("-")[1])}
     for i, a in enumerate(faults):
-        assert 0 < a.start_s and a.start_s + a.duration_s <= 86400.0
+        assert a.start_s > 0 and a.start_s + a.duration_s <= 86400.0
         for b in faults[i + 1:]:
             if nodes(a) & nodes(b):
                 assert (a.start_s + a.duration_s <= b.start_s
