@@ -72,9 +72,11 @@ def build_frames(sim: FleetSim, seq: int) -> list[Frame]:
     p = sim.params
     cols = gpu_columns(sim)
     names = list(cols)
-    # (node, gpu, metric) nested lists: one dict(zip()) per GPU is the cheap way in.
-    table = np.stack([np.broadcast_to(c, sim.temp.shape) for c in cols.values()],
-                     axis=-1).tolist()
+    # One tuple of values per GPU (node-major), from one flat list per metric: cheaper
+    # than a nested tolist(); one dict(zip()) per GPU is then the cheap way in.
+    shape = sim.temp.shape
+    table = list(zip(*[np.broadcast_to(c, shape).ravel().tolist() for c in cols.values()]))
+    g = shape[1]
     busy = sim.jobs.busy
     host_mem = np.where(busy, 0.35 + 0.3 * sim.jobs.fb_frac, 0.04) * hw.HOST_MEM_TOTAL
     host_rows = np.stack([sim.host_cpu.round(1), sim.inlet.round(2), host_mem.round(),
@@ -94,18 +96,17 @@ def build_frames(sim: FleetSim, seq: int) -> list[Frame]:
             job, info = job_obj.id, job_obj.info
         else:
             job, info = None, _NO_INFO
-        uuids, rows = sim.uuids[i], table[i]
-        gpus = [gpu_reading(j, uuids[j], model, dict(zip(names, row)), job, "ok", (), info)
-                for j, row in enumerate(rows)]
+        gpus = [gpu_reading(j, uuid, model, dict(zip(names, row)), job, "ok", (), info)
+                for j, uuid, row in zip(range(g), sim.uuids[i], table[i * g:(i + 1) * g])]
         if lost_any and sim.lost[i].any():
             for j in np.flatnonzero(sim.lost[i]).tolist():
-                gpus[j] = GpuReading(j, uuids[j], hw.MODEL, {}, None, "lost", (), _NO_INFO)
+                gpus[j] = GpuReading(j, sim.uuids[i][j], hw.MODEL, {}, None, "lost", (), _NO_INFO)
         if xids:
             for (xi, xj), codes in xids.items():
                 if xi == i:
-                    g = gpus[xj]
-                    gpus[xj] = GpuReading(g.index, g.uuid, g.model, g.metrics, g.job, g.state,
-                                          codes, g.info)
+                    r = gpus[xj]
+                    gpus[xj] = GpuReading(r.index, r.uuid, r.model, r.metrics, r.job, r.state,
+                                          codes, r.info)
         cpu, inlet, mem_used, cpu_w = host_rows[i]
         host = HostReading({"host_cpu_util_pct": cpu, "host_inlet_temp_c": inlet,
                             "host_mem_total_bytes": hw.HOST_MEM_TOTAL,

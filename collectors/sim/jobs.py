@@ -72,6 +72,7 @@ class Jobs:
         self.by_num: dict[int, Job] = {}
         self._seq = 0
         self._queued = 0
+        self._queued_since = 0.0
         z = np.arange(1, USERS + 1) ** -0.9     # a few users run most of the work
         self._user_p = z / z.sum()
         self.sm = np.zeros(nodes)
@@ -172,24 +173,22 @@ class Jobs:
 
         The queue is one job deep: its size is drawn when it is queued, and it
         waits, as on a real scheduler, until that many nodes are idle, so big
-        jobs are as common as the draw says (and leave nodes idle meanwhile),
-        with backfill so no node starves.
+        jobs are as common as the draw says (and leave nodes idle meanwhile).
         """
         rng = self.rng
         while True:
             if self._queued == 0:
                 self._queued = min(self.n, int(rng.choice(SIZES, p=SIZE_P)))
+                self._queued_since = ts
             # Never wait for more nodes than can ever be free (some are drained).
             self._queued = min(self._queued, max(1, int((~self.drained).sum())))
             ready = np.flatnonzero((self.num < 0) & (self.next_start <= ts) & ~self.drained)
             if len(ready) < self._queued:
-                # Backfill: a node left idle long while the head job waits for more
-                # gets a one-node job, as a backfilling scheduler would give it.
-                waited = ready[self.next_start[ready] + 2 * self.idle_mean_s + 600.0 <= ts]
-                for i in waited.tolist():
-                    remaining = rng.lognormal(math.log(self.job_mean_s) - 0.5, 1.0)
-                    self.start([i], ts, remaining)
-                return
+                # A head job that waited long for nodes that do not come is resubmitted
+                # on what is free (users shrink jobs that do not start), so no node starves.
+                if not len(ready) or ts - self._queued_since < 2 * self.idle_mean_s + 1800.0:
+                    return
+                self._queued = len(ready)
             remaining = rng.lognormal(math.log(self.job_mean_s) - 0.5, 1.0)
             self.start([int(i) for i in ready[:self._queued]], ts, remaining)
             self._queued = 0
