@@ -150,6 +150,17 @@ class FleetSim:
             out[name] = out.get(name, 0.0) + float(self._job_energy[num])
         return out
 
+    @property
+    def energy_counter_j(self) -> np.ndarray:
+        """What ``gpu_energy_j`` reads now, per (node, GPU): J since the driver loaded."""
+        return self.energy_base + self.energy_j
+
+    @property
+    def node_jobs(self) -> list[str | None]:
+        """The job each node runs now (None: idle), as the frames name it."""
+        by_num = self.jobs.by_num
+        return [by_num[k].id if k >= 0 else None for k in self.jobs.num.tolist()]
+
     # -- changes the faults make --------------------------------------------
     def kill_job_on(self, node: int) -> None:
         num = int(self.jobs.num[node])

@@ -143,3 +143,17 @@ def test_same_seed_same_faults_same_fleet() -> None:
     a, b = FleetSim(params, START, faults), FleetSim(params, START, faults)
     assert run(a, 200) == run(b, 200)
     assert a.ground_truth == b.ground_truth
+
+
+def test_energy_fast_path_is_the_same_fleet_without_frames() -> None:
+    params = SimParams(nodes=3, gpus=4, seed=6, job_mean_s=3600, idle_mean_s=300)
+    fast, full = FleetSim(params, START), FleetSim(params, START)
+    for _ in range(300):
+        fast.step()
+        full.step()
+        frames = full.frames()
+    assert (fast.energy_j == full.energy_j).all()
+    assert fast.energy_by("user") == full.energy_by("user")
+    assert fast.node_jobs == [f.gpus[0].job for f in frames]
+    counters = [[g.metrics["gpu_energy_j"] for g in f.gpus] for f in frames]
+    assert fast.energy_counter_j.round(3).tolist() == counters
