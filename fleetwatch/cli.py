@@ -268,7 +268,7 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
           f" ({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes",
           file=sys.stderr)
     for r in result.ground_truth:
-        where = (r.node or r.rack) + ("" if r.gpu is None else f" GPU {r.gpu}")
+        where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
         print(f"  ground truth: {r.kind} on {where} from "
               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.onset_ts))} to "
               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.end_ts))}", file=sys.stderr)
