@@ -64,6 +64,17 @@ def test_nothing_changes_before_the_first_faulty_sample(kind: str, mode: str,
     first = at(rec.first_faulty_ts)
     assert ticks[:first] == healthy[:first]
     assert ticks[first] != healthy[first]
+    # ... and the first change is on the subject: its GPU, its node, its rack's nodes
+    subject = {"rack": {"node-000", "node-001"}, "node": {"node-001"}, "gpu": {"node-001"}}[scope]
+    for name in ("node-000", "node-001", "node-002", "node-003"):
+        same = node(ticks[first], name) == node(healthy[first], name)
+        if name not in subject:
+            assert same, name
+        elif scope == "gpu":
+            f, h = node(ticks[first], name), node(healthy[first], name)
+            assert [a == b for a, b in zip(f.gpus, h.gpus)] == [True, False, True, True]
+    if scope != "gpu":
+        assert all(node(ticks[first], n) != node(healthy[first], n) for n in subject)
     for tick in ticks:  # every frame stays valid on the wire
         for f in tick:
             decode(encode(f))
