@@ -246,8 +246,20 @@ class FleetSim:
             if self.shadow is not None:
                 self.shadow = nominal + (self.shadow - nominal) * decay + tnoise
         self.temp = t_ss + (self.temp - t_ss) * decay + tnoise
+        hw_slow = self.temp > hw.SLOWDOWN_C + 1.0
+        if hw_slow.any():
+            # HW slowdown acts within milliseconds, far inside one interval: it holds
+            # the die at its threshold by cutting clocks (and so power) to what the
+            # GPU's heat path can carry there.
+            hold = hw.SLOWDOWN_C + 1.0
+            p_hold = (hold - inlet[:, None] - self.hot_offset) / r
+            power = np.where(hw_slow, np.clip(p_hold, base, power), power)
+            room = np.maximum(power - base, 0.0) / np.maximum(dyn, 1.0)
+            fr = np.where(hw_slow, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
+            self.temp = np.where(hw_slow, hold + tnoise, self.temp)
+            self.throttle = np.where(hw_slow, np.minimum(self.throttle, fr), self.throttle)
         err = self.temp - (hw.SLOWDOWN_C - 1.0)
-        self.throttle = np.clip(self.throttle - 0.015 * err * (dt / 15.0), 0.4, 1.0)
+        self.throttle = np.clip(self.throttle - 0.015 * err * (dt / 15.0), 0.1, 1.0)
         m_ss = (inlet[:, None] + hw.MEM_BASE_C + self.mem_off
                 + hw.MEM_COUPLING * (self.temp - inlet[:, None]) + hw.MEM_DRAM_C * dram)
         self.mem_temp = m_ss + (self.mem_temp - m_ss) * math.exp(-dt / hw.TAU_MEM_S)

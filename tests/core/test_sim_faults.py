@@ -261,3 +261,14 @@ def test_bad_specs_say_what_to_do(spec: str, message: str) -> None:
 def test_rack_fault_on_missing_rack() -> None:
     with pytest.raises(ValueError, match="no such rack"):
         FleetSim(PARAMS, START, [parse_fault("rack_cooling:rack-07")])
+
+
+def test_hw_slowdown_holds_a_dead_cooler_under_shutdown() -> None:
+    params = SimParams(nodes=2, gpus=4, seed=3, job_mean_s=1e9, steady_load=True)
+    sim, ticks = run([parse_fault("cooling:node-001/0@10m+1hx4")], 300, params)
+    during = [t[1].gpus[0].metrics for t in ticks[60:280]]
+    assert max(m["gpu_temp_c"] for m in during) < 92           # never reaches shutdown
+    assert max(m["gpu_temp_c"] for m in during) >= 89          # but sits at slowdown
+    throttled = [m for m in during if int(m["gpu_throttle_reasons"]) & 0x60]
+    assert len(throttled) > 0.8 * len(during)
+    assert min(m["gpu_sm_clock_mhz"] for m in throttled) < 1000  # clocks cut to hold it
