@@ -87,8 +87,10 @@ class FleetSim:
         self.node_offset = (np.arange(n) % p.nodes_per_rack) * 0.25 + rng.normal(0.0, 0.4, n)
         self.rack_offset = rng.normal(0.0, 0.8, len(self.rack_names))
         self._inlet_walk = np.zeros(len(self.rack_names))
-        # PCIe links with a few replays a day that mean nothing (real fleets have them).
+        # PCIe and NVLink links with a few errors a day that mean nothing (real fleets
+        # have them: a detector must look at rates, not at any increase).
         self.replay_rate = np.where(rng.random(shape) < 0.03, 2.0 / 86400, 0.0)
+        self.crc_rate = np.where(rng.random(shape) < 0.02, 4.0 / 86400, 0.0)
         self.counters = {name: np.zeros(shape) for name in COUNTERS}
         self.counters["sbe_agg"] = np.where(rng.random(shape) < 0.05,
                                             rng.integers(1, 20, shape), 0).astype(float)
@@ -277,6 +279,8 @@ class FleetSim:
         self.temp_read = self.temp
         if self.replay_rate.any():
             self.counters["pcie"] += rng.poisson(self.replay_rate * dt)
+        if self.crc_rate.any():
+            self.counters["crc"] += rng.poisson(self.crc_rate * dt)
         if m.any:
             self.temp_read = self.temp.copy()
             self.effects.end(self.ts, dt)

@@ -70,7 +70,7 @@ def test_ground_truth_energy_adds_up_by_gpu_job_user_and_team() -> None:
         by = sim.energy_by(key)
         assert sum(by.values()) == pytest.approx(total, rel=1e-12)
         assert by[None] > 0  # idle GPUs still draw power
-    assert len(sim.energy_by("job")) > 10
+    assert len(sim.energy_by("job")) > 5
     # the counters moved by the ground truth (less the first interval, before the first frame)
     moved = sum(end_counter[k] - start_counter[k] for k in end_counter)
     assert moved == pytest.approx(total, rel=0.005)

@@ -99,7 +99,7 @@ def test_cooling_sudden_heats_one_gpu_at_its_power(healthy: list[list[Frame]]) -
 
 def test_cooling_slow_stays_under_the_limits_and_peaks_high() -> None:
     # Heavy steady load: the slow fault must still stay sub-limit.
-    params = SimParams(nodes=2, gpus=4, seed=9, job_mean_s=1e9, busy_at_start=1.0)
+    params = SimParams(nodes=2, gpus=4, seed=9, job_mean_s=1e9, steady_load=True)
     sim, ticks = run([parse_fault("cooling_slow:node-000/0@10m+4hx1.6")], 4 * 240 + 40, params)
     temps = [t[0].gpus[0].metrics["gpu_temp_c"] for t in ticks]
     peers = [max(g.metrics["gpu_temp_c"] for g in t[0].gpus[1:]) for t in ticks]

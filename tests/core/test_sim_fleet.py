@@ -58,7 +58,7 @@ def test_busy_gpus_show_the_broad_middle(samples: dict[str, np.ndarray]) -> None
     assert 0.15 <= (power < 150).mean() <= 0.5
     full = util >= 95
     assert ((power < 150) & full).sum() >= 0.1 * full.sum()   # "100% utilized" at ~100 W
-    assert (power > 350).mean() >= 0.15                         # and heavy kernels near the limit
+    assert (power > 350).mean() >= 0.08                         # and heavy kernels near the limit
     hist = np.histogram(sm, bins=5, range=(0, 1))[0] / len(sm)
     assert hist.min() >= 0.04, hist                            # SM activity over the whole range
     assert samples["power"].max() <= 500.0
