@@ -57,8 +57,10 @@ class SimulateResult:
 
 
 def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
-    return [Annotation("fault", r.onset_ts, r.end_ts, r.node, f"gpu{r.gpu}",
-                       f"injected {r.kind} fault (x{r.severity:g})") for r in records]
+    # A rack fault has no node and a node fault no GPU: the annotation names the rack or node.
+    return [Annotation("fault", r.onset_ts, r.end_ts, r.node or r.rack or "",
+                       "" if r.gpu is None else f"gpu{r.gpu}",
+                       f"injected {r.kind} fault ({r.mode}, x{r.severity:g})") for r in records]
 
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,
@@ -159,7 +161,8 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
           f"({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes; "
           "store closed", file=out)
     for r in result.ground_truth:
-        print(f"  ground truth: {r.kind} on {r.node} GPU {r.gpu} from "
+        where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
+        print(f"  ground truth: {r.kind} on {where} from "
               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.onset_ts))} to "
               f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.end_ts))}", file=out)
     return 0

@@ -71,6 +71,7 @@ class UpOptions:
     faults: Sequence[Fault] = ()
     keep: bool = False                # continue the store's data (else it must be new or empty)
     store: str | None = None          # the file the user named (--store); None: the default
+    steady_load: bool = False         # simulated jobs compute-bound throughout (no phases)
 
 
 def listen(host: str, port: int) -> socket.socket:
@@ -272,7 +273,8 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     s = config.sim
     params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                        seed=s.seed, interval_s=options.interval_s,
-                       job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s)
+                       job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
+                       steady_load=options.steady_load)
     sim = FleetSim(params, start, options.faults)
     pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
                    s.nodes)

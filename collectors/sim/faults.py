@@ -1,4 +1,10 @@
-"""Faults the simulator can inject, and the ground truth it records for each."""
+"""Faults the simulator can inject, and the ground truth it records for each.
+
+Each kind has a scope (what it happens to: one GPU, a node or a rack), the
+modes it comes in (a slow ``drift`` or a ``sudden`` fault) and a severity whose
+meaning depends on the kind (``SPECS``). The physics of each lives in
+``effects.py``.
+"""
 
 from __future__ import annotations
 
@@ -6,61 +12,178 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-FaultKind = Literal["cooling"]
-KINDS: tuple[str, ...] = ("cooling",)
+Mode = Literal["drift", "sudden"]
+Scope = Literal["gpu", "node", "rack"]
 
-_SPEC = re.compile(
-    r"^(?P<kind>[a-z]+):(?P<node>[^/@]+)/(?P<gpu>\d+)"
-    r"(?:@(?P<start>[\d.]+[smhd]?))?(?:\+(?P<dur>[\d.]+[smhd]?))?(?:x(?P<sev>[\d.]+))?$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+@dataclass(frozen=True, slots=True)
+class KindSpec:
+    scope: Scope
+    modes: tuple[Mode, ...]       # the first is the default
+    severity: float               # default severity
+    severity_min: float           # severity must be above this
+    meaning: str                  # what the severity means
+
+
+SPECS: dict[str, KindSpec] = {
+    "cooling": KindSpec("gpu", ("sudden", "drift"), 2.0, 1.0,
+                        "thermal resistance, times normal (a failed fan or a blocked cold plate)"),
+    "cooling_slow": KindSpec("gpu", ("drift",), 1.3, 1.0,
+                             "thermal resistance at the end of a slow ramp, times normal; "
+                             "the die stays under 80 °C"),
+    "rack_cooling": KindSpec("rack", ("drift", "sudden"), 15.0, 0.0,
+                             "°C the rack's inlet air warms by"),
+    "xid79": KindSpec("gpu", ("sudden", "drift"), 1.0, 0.0,
+                      "unused (a drift first shows PCIe replays)"),
+    "ecc_dbe": KindSpec("gpu", ("sudden", "drift"), 1.0, 0.0,
+                        "1: contained double-bit error (XID 94), row remap pending; "
+                        ">= 2: uncontained (XID 95) and the row remap fails (XID 64)"),
+    "nvlink": KindSpec("gpu", ("drift", "sudden"), 1.0, 0.0, "error rate, times the default"),
+    "stuck": KindSpec("gpu", ("sudden",), 1.0, 0.0, "unused"),
+    "straggler": KindSpec("gpu", ("sudden", "drift"), 2.0, 1.0,
+                          "the GPU's clock and SM activity are divided by this"),
+    "power_brake": KindSpec("gpu", ("sudden", "drift"), 3.0, 1.0,
+                            "sudden: HW power brake, clocks divided by this; drift: the "
+                            "enforced power limit falls to limit / severity"),
+    "sensor": KindSpec("gpu", ("sudden", "drift"), 30.0, 0.0,
+                       "drift: °C the die reading falls below the truth; sudden: the "
+                       "reading sticks at an impossible 0 or 127 °C"),
+    "node_silent": KindSpec("node", ("sudden", "drift"), 1.0, 0.0,
+                            "unused (a drift first drops some frames)"),
+    "pcie_replay": KindSpec("gpu", ("drift", "sudden"), 50.0, 0.0, "PCIe replays per minute"),
+}
+KINDS: tuple[str, ...] = tuple(SPECS)
+FaultKind = str
 
 
 @dataclass(frozen=True, slots=True)
 class Fault:
     """A fault to inject: ``start_s`` after the simulation starts, for ``duration_s``.
 
-    cooling: the GPU's heat path degrades (a failing fan, a blocked cold plate):
-    its thermal resistance ramps up to ``severity`` times normal over five
-    minutes, so its temperature climbs while its power stays as before.
+    The subject is ``node``/``gpu`` for GPU faults, ``node`` (``gpu`` None) for
+    node faults, and ``rack`` (``node`` and ``gpu`` None) for rack faults.
+    ``severity`` and ``mode`` None mean the kind's default (``SPECS``).
+    ``Fault("cooling", node, gpu, start_s, duration_s)`` works as it always has.
     """
 
     kind: FaultKind
-    node: str
-    gpu: int
+    node: str | None
+    gpu: int | None
     start_s: float = 60.0
     duration_s: float = 3600.0
-    severity: float = 2.0
+    severity: float | None = None
+    mode: Mode | None = None
+    rack: str | None = None
+
+    def __post_init__(self) -> None:
+        spec = SPECS.get(self.kind)
+        where = f"fault {self.kind}"
+        if spec is None:
+            raise ValueError(f"{where}: unknown kind (known: {', '.join(KINDS)})")
+        if spec.scope == "gpu" and (self.node is None or self.gpu is None):
+            raise ValueError(f"{where}: a GPU fault needs a node and a GPU, e.g. "
+                             f"{self.kind}:node-001/3")
+        if spec.scope == "node" and (self.node is None or self.gpu is not None):
+            raise ValueError(f"{where}: a node fault names a node and no GPU, e.g. "
+                             f"{self.kind}:node-001")
+        if spec.scope == "rack" and (self.rack is None or self.node is not None
+                                     or self.gpu is not None):
+            raise ValueError(f"{where}: a rack fault names a rack only, e.g. {self.kind}:rack-01")
+        if self.mode is not None and self.mode not in spec.modes:
+            raise ValueError(f"{where}: mode {self.mode!r} not available "
+                             f"(this kind comes as: {', '.join(spec.modes)})")
+        if not (0.0 <= self.start_s < 1e10 and 0.0 < self.duration_s < 1e10):
+            raise ValueError(f"{where}: start must be >= 0 and duration > 0 (seconds), got "
+                             f"start {self.start_s!r}, duration {self.duration_s!r}")
+        if self.severity is not None and not spec.severity_min < self.severity < 1e6:
+            raise ValueError(f"{where}: severity must be above {spec.severity_min:g} "
+                             f"({spec.meaning}), got {self.severity!r}")
+
+    @property
+    def spec(self) -> KindSpec:
+        return SPECS[self.kind]
+
+    @property
+    def resolved_mode(self) -> Mode:
+        return self.mode or self.spec.modes[0]
+
+    @property
+    def resolved_severity(self) -> float:
+        return self.spec.severity if self.severity is None else self.severity
 
 
 @dataclass(frozen=True, slots=True)
 class FaultRecord:
-    """Ground truth: what was injected, where, and when it began and ended (epoch s)."""
+    """Ground truth: what was injected, where, and when (epoch s).
+
+    ``first_faulty_ts`` is the time of the first sample the fault changed (None
+    while, or if, the fault has not shown in any reading: a stuck fault on a
+    GPU that never got a job). ``gpu`` is None for node and rack faults,
+    ``node`` None for rack faults.
+    """
 
     kind: str
-    node: str
-    gpu: int
+    node: str | None
+    gpu: int | None
     onset_ts: float
     end_ts: float
     severity: float
+    mode: Mode = "sudden"
+    rack: str | None = None
+    first_faulty_ts: float | None = None
+
+    @property
+    def scope(self) -> Scope:
+        return SPECS[self.kind].scope
 
 
-def _seconds(text: str) -> float:
+_SPEC = re.compile(
+    r"^(?P<kind>[a-z0-9_]+):(?P<subject>[^/@+~]+?)(?:/(?P<gpu>\d+))?"
+    r"(?:@(?P<start>[\d.]+[smhd]?))?(?:\+(?P<dur>[\d.]+[smhd]?))?(?:x(?P<sev>[\d.]+))?"
+    r"(?:~(?P<mode>[a-z]+))?$")
+_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+SPEC_HELP = ("KIND:NODE/GPU[@START][+DURATION][xSEVERITY][~MODE] (KIND:NODE for node faults, "
+             "KIND:RACK for rack faults), e.g. cooling:node-001/3@2m+1h~drift, "
+             "rack_cooling:rack-00@1h+2h, node_silent:node-002@30m+10m")
+
+
+def _seconds(spec: str, text: str) -> float:
     unit = text[-1] if text[-1] in _UNIT else "s"
-    return float(text.rstrip("smhd")) * _UNIT[unit]
+    try:
+        return float(text.rstrip("smhd")) * _UNIT[unit]
+    except ValueError:
+        raise ValueError(f"fault {spec!r}: {text!r} is not a duration (use e.g. 90s, 5m, 2h, 1d)"
+                         ) from None
 
 
 def parse_fault(spec: str) -> Fault:
-    """``KIND:NODE/GPU[@START][+DURATION][xSEVERITY]``, e.g. ``cooling:node-01/3@2m+1h``."""
+    """Parse ``SPEC_HELP``'s form into a ``Fault``; a ``ValueError`` says what is wrong."""
     m = _SPEC.match(spec.strip())
     if not m:
-        raise ValueError(f"fault {spec!r}: expected KIND:NODE/GPU[@START][+DURATION][xSEVERITY],"
-                         " e.g. cooling:node-01/3@2m+1h")
-    if m["kind"] not in KINDS:
-        raise ValueError(f"fault {spec!r}: unknown kind {m['kind']!r} (known: {', '.join(KINDS)})")
-    fault = Fault(m["kind"], m["node"], int(m["gpu"]),  # type: ignore[arg-type]
-                  _seconds(m["start"]) if m["start"] else 60.0,
-                  _seconds(m["dur"]) if m["dur"] else 3600.0,
-                  float(m["sev"]) if m["sev"] else 2.0)
-    if fault.severity <= 1.0:
-        raise ValueError(f"fault {spec!r}: severity must be above 1 (times normal)")
-    return fault
+        raise ValueError(f"fault {spec!r}: expected {SPEC_HELP}")
+    kind = m["kind"]
+    if kind not in SPECS:
+        raise ValueError(f"fault {spec!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
+    scope, subject = SPECS[kind].scope, m["subject"]
+    if scope == "gpu" and m["gpu"] is None:
+        raise ValueError(f"fault {spec!r}: expected KIND:NODE/GPU ({kind} happens to one GPU), "
+                         f"e.g. {kind}:node-001/3")
+    if scope != "gpu" and m["gpu"] is not None:
+        raise ValueError(f"fault {spec!r}: {kind} happens to a whole {scope}: write "
+                         f"{kind}:{scope.upper()} without /GPU")
+    if m["mode"] and m["mode"] not in ("drift", "sudden"):
+        raise ValueError(f"fault {spec!r}: mode must be ~drift or ~sudden, got ~{m['mode']}")
+    try:
+        sev = float(m["sev"]) if m["sev"] else None
+    except ValueError:
+        raise ValueError(f"fault {spec!r}: severity {m['sev']!r} is not a number") from None
+    try:
+        return Fault(kind,
+                     subject if scope != "rack" else None,
+                     int(m["gpu"]) if m["gpu"] is not None else None,
+                     _seconds(spec, m["start"]) if m["start"] else 60.0,
+                     _seconds(spec, m["dur"]) if m["dur"] else 3600.0,
+                     sev, m["mode"],  # type: ignore[arg-type]
+                     subject if scope == "rack" else None)
+    except ValueError as exc:
+        raise ValueError(f"fault {spec!r}: {str(exc).split(': ', 1)[-1]}") from None

@@ -1,17 +1,25 @@
-"""The simulated fleet: N nodes x G GPUs in racks, running LLM-training-like jobs.
+"""The simulated fleet: N nodes x G GPUs in racks, running LLM-training jobs.
 
-Modelled on an A100-SXM4-80GB (values from a real ``nvidia-smi -q -x``: 500 W
-limit, slowdown at 89 °C, shutdown at 92 °C, ~65 W and ~27 °C idle):
+The part is an A100-SXM4-80GB (``hardware.py`` says where each number comes
+from). Each step:
 
-* jobs start on idle nodes (some spanning several nodes), run, end; idle gaps;
-* power follows utilization, with per-GPU efficiency spread;
-* temperature follows power through a first-order thermal lag over the rack's
-  inlet air, which drifts through the day, with per-GPU thermal resistance;
-* above the slowdown temperature the clocks and power are held down and the
-  thermal throttle flags are set, as the driver does.
+* jobs start, end and change phase (``jobs.py``); the phase sets each GPU's SM,
+  tensor and DRAM activity and ``gpu_util_pct`` (a kernel was running: 100 in
+  an NCCL wait, while the SMs idle), with a per-GPU spread;
+* power follows activity and clocks (dynamic power ~ f^2.5); over the enforced
+  limit the driver lowers the clock (``sw_power_cap``);
+* the die temperature follows power through a first-order lag over the node's
+  inlet air (the rack's air, drifting through the day), with per-GPU thermal
+  resistance; at the slowdown threshold an integrating controller holds the
+  clocks down (thermal throttle flags); the HBM follows the die;
+* the energy counter is the exact integral of power (power is linear between
+  samples, so the counter's increase is the trapezoid of the two readings);
+* faults (``faults.py``, ``effects.py``) change what they touch.
 
-Everything is vectorized over GPUs and deterministic under ``seed``. Time is
-simulation time: the caller decides how fast it runs against the wall clock.
+Vectorized over GPUs and deterministic under ``seed``. Time is simulation
+time: the caller decides how fast it runs against the wall clock.
+``step()`` alone is the energy-only fast path: it builds no frames, and
+``energy_j``/``energy_by()`` hold the ground truth.
 """
 
 from __future__ import annotations
@@ -22,18 +30,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fleetwatch.catalogue import THROTTLE_FLAGS
+from fleetwatch.collectors.sim import hardware as hw
+from fleetwatch.collectors.sim.effects import Effects
 from fleetwatch.collectors.sim.faults import Fault, FaultRecord
-from fleetwatch.frame import Frame, GpuReading, HostReading
+from fleetwatch.collectors.sim.frames import build_frames
+from fleetwatch.collectors.sim.jobs import Jobs
 
-MODEL = "NVIDIA A100-SXM4-80GB"
-FB_TOTAL = 81920 * 2**20
-POWER_LIMIT_W = 500.0
-SLOWDOWN_C, SHUTDOWN_C = 89.0, 92.0
-SM_CLOCK_IDLE, SM_CLOCK_MAX, MEM_CLOCK = 210.0, 1410.0, 1593.0
-THERMAL_FLAGS = THROTTLE_FLAGS["sw_thermal_slowdown"] | THROTTLE_FLAGS["hw_thermal_slowdown"]
-IDLE_FLAG = THROTTLE_FLAGS["gpu_idle"]
-COOLING_RAMP_S = 300.0
+# Re-exported: callers (and older tests) import the part's limits from here.
+MODEL, POWER_LIMIT_W = hw.MODEL, hw.POWER_LIMIT_W
+SLOWDOWN_C, SHUTDOWN_C = hw.SLOWDOWN_C, hw.SHUTDOWN_C
+
+COUNTERS = ("pcie", "crc", "replay", "recovery", "links_down", "sbe_vol", "dbe_vol", "sbe_agg",
+            "dbe_agg", "rows_corr", "rows_unc", "remap_pending", "remap_failure")
 
 
 @dataclass(frozen=True)
@@ -47,178 +55,262 @@ class SimParams:
     job_mean_s: float = 3 * 3600.0   # mean job length
     idle_mean_s: float = 20 * 60.0   # mean idle gap between jobs on a node
     busy_at_start: float = 0.75      # share of nodes already in a job at t=0
+    hot_share: float = 0.03          # healthy GPUs that run several °C hot all their life
+    # Every node busy at the start and every job compute-bound from start to end (no
+    # phases, no interactive jobs): a fleet flat out, for demos and plumbing tests.
+    steady_load: bool = False
 
 
 class FleetSim:
     def __init__(self, params: SimParams, start_ts: float, faults: Sequence[Fault] = ()) -> None:
         p = self.params = params
+        if p.nodes < 1 or p.gpus < 1 or p.nodes_per_rack < 1 or not p.interval_s > 0:
+            raise ValueError(f"simulated fleet: nodes, gpus and nodes_per_rack must be >= 1 and "
+                             f"interval_s > 0, got {p}")
         self.start_ts = self.ts = float(start_ts)
-        self._rng = np.random.default_rng(p.seed)
-        rng = self._rng
+        self.rng = rng = np.random.default_rng(p.seed)
         n, g = p.nodes, p.gpus
+        shape = (n, g)
         self.node_names = [f"node-{i:03d}" for i in range(n)]
         self.rack_of = np.arange(n) // p.nodes_per_rack
         self.rack_names = [f"rack-{r:02d}" for r in range(int(self.rack_of.max()) + 1)]
         self.uuids = [[_uuid(rng) for _ in range(g)] for _ in range(n)]
-        self._node_racks = [self.rack_names[r] for r in self.rack_of]
-        # Per-GPU physical spread.
-        self.p_idle = rng.normal(62.0, 3.0, (n, g))
-        self.p_full = rng.normal(410.0, 20.0, (n, g))
-        self.r_th = rng.normal(0.105, 0.006, (n, g))      # °C per W above inlet
-        self.tau = rng.normal(45.0, 5.0, (n, g)).clip(20)  # s
+        # Per-GPU and per-node physical spread, fixed for life.
+        self.p_idle = rng.normal(hw.P_IDLE_W, 3.0, shape)
+        self.p_dyn = rng.normal(hw.P_DYN_W, 25.0, shape)
+        self.r_th = rng.normal(hw.R_TH, 0.004, shape).clip(0.092, 0.108)
+        self.tau = rng.normal(hw.TAU_DIE_S, 5.0, shape).clip(20)
+        self.mem_off = rng.normal(0.0, 1.5, shape)
+        hot = rng.random(shape) < p.hot_share
+        self.hot_offset = np.where(hot, rng.uniform(3.0, 5.0, shape), 0.0)
+        # Nodes higher in the rack breathe warmer air.
+        self.node_offset = (np.arange(n) % p.nodes_per_rack) * 0.25 + rng.normal(0.0, 0.4, n)
         self.rack_offset = rng.normal(0.0, 0.8, len(self.rack_names))
         self._inlet_walk = np.zeros(len(self.rack_names))
+        # PCIe and NVLink links with a few errors a day that mean nothing (real fleets
+        # have them: a detector must look at rates, not at any increase).
+        self.replay_rate = np.where(rng.random(shape) < 0.03, 2.0 / 86400, 0.0)
+        self.crc_rate = np.where(rng.random(shape) < 0.02, 4.0 / 86400, 0.0)
+        self.counters = {name: np.zeros(shape) for name in COUNTERS}
+        self.counters["sbe_agg"] = np.where(rng.random(shape) < 0.05,
+                                            rng.integers(1, 20, shape), 0).astype(float)
+        self.counters["rows_corr"] = np.where(rng.random(shape) < 0.02, 1.0, 0.0)
         # State.
-        self.util = np.zeros((n, g))
-        self.energy = rng.uniform(1e8, 5e9, (n, g))         # J since driver load
-        self.job = np.full(n, -1)
-        self.job_end = np.zeros(n)
-        self.next_start = np.zeros(n)
-        self._job_seq = 0
-        self._queued_size = 0
-        self._seq = 0
-        self.temp = self._inlet()[self.rack_of][:, None] + self.r_th * self.p_idle
+        self.lost = np.zeros(shape, bool)
+        self.energy_j = np.zeros(shape)                   # ground truth since start_ts
+        self.energy_base = rng.uniform(1e8, 5e9, shape)   # counter at start: J since driver load
+        self._job_energy = np.zeros(1024)
+        self.idle_energy_j = 0.0
+        self.unseen_energy_j = 0.0
+        inlet = self._inlet(np.zeros(len(self.rack_names)))
         self.power = self.p_idle.copy()
-        self._throttle = np.ones((n, g))
-        self._resolve_faults(faults)
-        busy = rng.random(n) < p.busy_at_start
+        self.temp = inlet[:, None] + self.r_th * self.power + self.hot_offset
+        self.mem_temp = inlet[:, None] + hw.MEM_BASE_C + self.mem_off + hw.MEM_COUPLING * (
+            self.temp - inlet[:, None])
+        self.temp_read = self.temp.copy()
+        self.shadow: np.ndarray | None = None
+        self.throttle = np.ones(shape)
+        self.inlet = inlet
+        self.act = {k: np.zeros(shape) for k in ("sm", "tensor", "dram", "occ", "util")}
+        self.clock = np.full(shape, hw.SM_CLOCK_IDLE)
+        self.flags = np.full(shape, float(hw.FLAG_IDLE))
+        self.limit = np.full(shape, hw.POWER_LIMIT_W)
+        self.host_cpu = np.full(n, 3.0)
+        self._seq = 0
+        self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load)
+        self.effects = Effects(self, faults)
+        self.mods = self.effects.mods
+        busy = rng.random(n) < (1.0 if p.steady_load else p.busy_at_start)
         for i in np.flatnonzero(busy):
-            self._start_job([int(i)], remaining=rng.exponential(p.job_mean_s))
-        self.next_start[~busy] = self.ts + rng.exponential(p.idle_mean_s, int((~busy).sum()))
+            job = self.jobs.start([int(i)], self.ts, rng.exponential(p.job_mean_s))
+            if not p.steady_load:  # mid-job, not all initialising
+                job.phase_end = self.ts + rng.exponential(600.0)
+        self.jobs.next_start[~busy] = self.ts + rng.exponential(p.idle_mean_s,
+                                                                int((~busy).sum()))
 
-    # -- faults ---------------------------------------------------------
-    def _resolve_faults(self, faults: Sequence[Fault]) -> None:
-        index = {name: i for i, name in enumerate(self.node_names)}
-        self.faults: list[tuple[Fault, int, float, float]] = []
-        self.ground_truth: list[FaultRecord] = []
-        for f in faults:
-            if f.node not in index:
-                raise ValueError(f"fault on {f.node!r}: no such node (nodes are "
-                                 f"{self.node_names[0]} .. {self.node_names[-1]})")
-            if not 0 <= f.gpu < self.params.gpus:
-                raise ValueError(f"fault on {f.node}/{f.gpu}: GPUs are 0..{self.params.gpus - 1}")
-            onset = self.start_ts + f.start_s
-            self.faults.append((f, index[f.node], onset, onset + f.duration_s))
-            self.ground_truth.append(FaultRecord(f.kind, f.node, f.gpu, onset,
-                                                 onset + f.duration_s, f.severity))
+    # -- ground truth -------------------------------------------------------
+    @property
+    def ground_truth(self) -> list[FaultRecord]:
+        """One record per injected fault, with its first faulty sample so far."""
+        return self.effects.records
 
-    def _cooling_factor(self) -> np.ndarray:
-        factor = np.ones_like(self.r_th)
-        for f, node, onset, end in self.faults:
-            if f.kind == "cooling" and onset <= self.ts < end:
-                ramp = min(1.0, (self.ts - onset) / COOLING_RAMP_S)
-                factor[node, f.gpu] *= 1.0 + (f.severity - 1.0) * ramp
-        return factor
+    @property
+    def hot_gpus(self) -> list[tuple[str, int, float]]:
+        """Healthy GPUs that run hot all their life: (node, gpu, °C above their peers)."""
+        return [(self.node_names[i], int(j), float(self.hot_offset[i, j]))
+                for i, j in zip(*np.nonzero(self.hot_offset))]
 
-    # -- jobs -----------------------------------------------------------
-    def _start_job(self, nodes: list[int], remaining: float) -> None:
-        self._job_seq += 1
-        for i in nodes:
-            self.job[i] = 4_000_000 + self._job_seq
-            self.job_end[i] = self.ts + max(remaining, 5 * 60.0)
+    def energy_by(self, key: str) -> dict[str | None, float]:
+        """Ground-truth GPU energy (J) since start per ``job``, ``user`` or ``team``.
 
-    def _schedule(self) -> None:
-        """End jobs that are due; start the queued job once enough nodes are free.
-
-        The queue is one job deep: its size (1, 2 or 4 nodes) is drawn when it
-        is queued, and it waits, as on a real scheduler, until that many nodes
-        are idle, so multi-node jobs are as common as the draw says.
+        Each interval's energy goes to the job the interval's closing sample
+        names; idle GPUs' energy is under None.
         """
-        p, rng = self.params, self._rng
-        ended = (self.job >= 0) & (self.job_end <= self.ts)
-        for i in np.flatnonzero(ended):
-            self.job[i] = -1
-            self.next_start[i] = self.ts + rng.exponential(p.idle_mean_s)
-        while True:
-            if self._queued_size == 0:
-                self._queued_size = min(p.nodes, int(rng.choice([1, 2, 4], p=[0.5, 0.3, 0.2])))
-            ready = np.flatnonzero((self.job < 0) & (self.next_start <= self.ts))
-            if len(ready) < self._queued_size:
-                return
-            self._start_job([int(i) for i in ready[:self._queued_size]],
-                            rng.lognormal(math.log(p.job_mean_s) - 0.5, 1.0))
-            self._queued_size = 0
+        out: dict[str | None, float] = {None: self.idle_energy_j}
+        for num, job in self.jobs.by_num.items():
+            name = job.id if key == "job" else job.info[key]
+            out[name] = out.get(name, 0.0) + float(self._job_energy[num])
+        return out
+
+    @property
+    def energy_counter_j(self) -> np.ndarray:
+        """What ``gpu_energy_j`` reads now, per (node, GPU): J since the driver loaded."""
+        return self.energy_base + self.energy_j
+
+    @property
+    def node_jobs(self) -> list[str | None]:
+        """The job each node runs now (None: idle), as the frames name it."""
+        by_num = self.jobs.by_num
+        return [by_num[k].id if k >= 0 else None for k in self.jobs.num.tolist()]
+
+    # -- changes the faults make --------------------------------------------
+    def kill_job_on(self, node: int) -> None:
+        num = int(self.jobs.num[node])
+        if num >= 0:
+            self.jobs.end(self.jobs.running[num], self.ts)
+
+    def lose_gpu(self, node: int, gpu: int) -> None:
+        self.lost[node, gpu] = True
+        self.kill_job_on(node)
+        self.jobs.drained[node] = True
+
+    def reboot_node(self, node: int) -> None:
+        """Back after a reboot: lost GPUs return, counters since driver load restart."""
+        self.lost[node] = False
+        self.jobs.drained[node] = False
+        self.energy_base[node] = -self.energy_j[node]
+        for name in ("sbe_vol", "dbe_vol"):
+            self.counters[name][node] = 0
 
     # -- physics ----------------------------------------------------------
-    def _inlet(self) -> np.ndarray:
+    def _inlet(self, add: np.ndarray) -> np.ndarray:
         day = 2 * math.pi * ((self.ts % 86400) / 86400)
-        return 22.0 + 1.5 * math.sin(day - 2.0) + self.rack_offset + self._inlet_walk
+        rack = 22.0 + 1.5 * math.sin(day - 2.0) + self.rack_offset + self._inlet_walk
+        return (rack + add)[self.rack_of] + self.node_offset
 
     def step(self) -> None:
-        """Advance the fleet by one interval."""
-        p, rng = self.params, self._rng
-        dt = p.interval_s
+        """Advance the fleet by one interval (no frames built: the energy fast path)."""
+        p, rng, dt = self.params, self.rng, self.params.interval_s
         self.ts += dt
-        self._schedule()
-        shape = self.util.shape
-        busy = (self.job >= 0)[:, None]
-        target = np.where(busy, rng.normal(0.93, 0.04, shape).clip(0.5, 1.0), 0.0)
-        self.util = self.util + (target - self.util) * (1.0 - math.exp(-dt / 20.0))
+        m = self.mods = self.effects.begin(self.ts)
+        if m.any and self.effects.thermal_pending() and self.shadow is None:
+            self.shadow = self.temp.copy()
+        self.jobs.advance(self.ts)
+        j, shape = self.jobs, self.temp.shape
+        busy = j.busy[:, None] & ~self.lost
+        # Activity: the phase's level x the GPU's spread, and noise.
+        mult = j.gpu_mult * m.act_mult
+        sm_t = j.sm[:, None] * mult
+        noise = rng.standard_normal((3, *shape))
+        sm = (sm_t + (0.012 + 0.05 * sm_t) * noise[0]).clip(0.0, 1.0)
+        scale = np.divide(sm, sm_t, out=np.zeros(shape), where=sm_t > 1e-9)
+        tensor = (j.tensor[:, None] * mult * scale).clip(0.0, sm)
+        occ = (j.occ[:, None] * mult * scale).clip(0.0, 1.0)
+        dram = (j.dram[:, None] * mult + 0.01 * noise[1]).clip(0.0, 1.0)
+        util_t = j.util[:, None]
+        # Spread where kernels run only part of the time; none with no kernel at all.
+        spread = 0.12 * np.minimum(util_t, 100.0 - util_t) + 0.3 * (util_t > 0)
+        util = (util_t + noise[2] * spread).clip(0.0, 100.0).round()
+        if m.any:
+            st = m.stuck & busy
+            sm[st] = tensor[st] = occ[st] = dram[st] = 0.0
+            util[st] = 100.0  # the hung kernel still counts as running
+        util[~busy] = 0.0
+        sm[~busy] = tensor[~busy] = occ[~busy] = dram[~busy] = 0.0
+        # Power and clocks.
+        clocked = busy & (util > 0)
+        fr = np.where(clocked, self.throttle * m.clock_cap, hw.SM_CLOCK_IDLE / hw.SM_CLOCK_MAX)
+        act = 0.45 * sm + 0.45 * tensor + 0.2 * dram
+        base = self.p_idle + hw.P_CLOCKED_W * clocked
+        dyn = self.p_dyn * act
+        demand = base + dyn * fr ** hw.CLOCK_POWER_EXP
+        limit = m.limit
+        capped = clocked & (demand > limit)
+        if capped.any():
+            room = np.maximum(limit - base, 1.0) / np.maximum(dyn, 1.0)
+            fr = np.where(capped, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
+            demand = base + dyn * fr ** hw.CLOCK_POWER_EXP
+        power = (demand + rng.standard_normal(shape) * (1.0 + 0.006 * demand)).clip(30.0, limit)
+        # Heat: first-order lag over the inlet, throttling at the slowdown threshold.
         self._inlet_walk = (self._inlet_walk + rng.normal(0.0, 0.03, self._inlet_walk.shape)
-                            * math.sqrt(dt / 15.0)).clip(-2.0, 2.0)
-        inlet = self._inlet()[self.rack_of][:, None]
-        power = self.p_idle + (self.p_full - self.p_idle) * self.util ** 1.2
-        power = power + rng.normal(0.0, 4.0, shape)
-        # Near slowdown the driver steps clocks (and so power and heat) down, and
-        # back up once it cools: an integrating controller that holds the GPU
-        # just under its slowdown temperature instead of oscillating.
-        error = self.temp - (SLOWDOWN_C - 1.0)
-        self._throttle = np.clip(self._throttle - 0.015 * error * (dt / 15.0), 0.4, 1.0)
-        throttle = self._throttle
-        power = np.minimum(self.p_idle + (power - self.p_idle) * throttle, POWER_LIMIT_W)
-        self.power = power.clip(30.0, POWER_LIMIT_W)
-        t_ss = inlet + self.r_th * self._cooling_factor() * self.power
-        self.temp = t_ss + (self.temp - t_ss) * np.exp(-dt / self.tau)
-        self.temp = self.temp + rng.normal(0.0, 0.25, shape)
-        self.energy = self.energy + self.power * dt
+                            * math.sqrt(dt / 15.0)).clip(-1.0, 1.0)
+        self.inlet = inlet = self._inlet(m.inlet_add)
+        r = self.r_th * m.r_mult
+        t_ss = inlet[:, None] + r * power + self.hot_offset
+        decay = np.exp(-dt / self.tau)
+        tnoise = rng.normal(0.0, 0.25, shape)
+        if m.any:
+            # What this GPU would be at without the fault: cooling_slow stops at its
+            # sub-limit peak, and the shadow gives the first sample a fault changed.
+            nominal = self._inlet(np.zeros_like(m.inlet_add))[:, None] + self.r_th * power
+            nominal += self.hot_offset
+            t_ss = np.where(t_ss > m.slow_cap, np.maximum(nominal, m.slow_cap), t_ss)
+            if self.shadow is not None:
+                self.shadow = nominal + (self.shadow - nominal) * decay + tnoise
+        self.temp = t_ss + (self.temp - t_ss) * decay + tnoise
+        hw_slow = self.temp > hw.SLOWDOWN_C + 1.0
+        if hw_slow.any():
+            # HW slowdown acts within milliseconds, far inside one interval: it holds
+            # the die at its threshold by cutting clocks (and so power) to what the
+            # GPU's heat path can carry there.
+            hold = hw.SLOWDOWN_C + 1.0
+            p_hold = (hold - inlet[:, None] - self.hot_offset) / r
+            power = np.where(hw_slow, np.clip(p_hold, base, power), power)
+            room = np.maximum(power - base, 0.0) / np.maximum(dyn, 1.0)
+            fr = np.where(hw_slow, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
+            self.temp = np.where(hw_slow, hold + tnoise, self.temp)
+            self.throttle = np.where(hw_slow, np.minimum(self.throttle, fr), self.throttle)
+        err = self.temp - (hw.SLOWDOWN_C - 1.0)
+        self.throttle = np.clip(self.throttle - 0.015 * err * (dt / 15.0), 0.1, 1.0)
+        m_ss = (inlet[:, None] + hw.MEM_BASE_C + self.mem_off
+                + hw.MEM_COUPLING * (self.temp - inlet[:, None]) + hw.MEM_DRAM_C * dram)
+        self.mem_temp = m_ss + (self.mem_temp - m_ss) * math.exp(-dt / hw.TAU_MEM_S)
+        # Readings the frames carry.
+        self.act = {"sm": sm, "tensor": tensor, "dram": dram, "occ": occ, "util": util}
+        self.clock = np.where(clocked, np.floor(fr * hw.SM_CLOCK_MAX / hw.SM_CLOCK_STEP)
+                              * hw.SM_CLOCK_STEP, hw.SM_CLOCK_IDLE).clip(hw.SM_CLOCK_IDLE)
+        flags = np.where(clocked, 0, hw.FLAG_IDLE) | np.where(capped, hw.FLAG_POWER_CAP, 0)
+        flags |= np.where(self.throttle < 1.0, hw.FLAG_THERMAL, 0)
+        if m.any:
+            flags |= np.where(m.brake, hw.FLAG_POWER_BRAKE, 0)
+        self.flags = flags.astype(float)
+        self.limit = limit
+        self.host_cpu = (j.host_cpu + rng.normal(0.0, 2.0, p.nodes)).clip(0.5, 100.0)
+        self.temp_read = self.temp
+        if self.replay_rate.any():
+            self.counters["pcie"] += rng.poisson(self.replay_rate * dt)
+        if self.crc_rate.any():
+            self.counters["crc"] += rng.poisson(self.crc_rate * dt)
+        if m.any:
+            self.temp_read = self.temp.copy()
+            self.effects.end(self.ts, dt)
+            if self.shadow is not None and not self.effects.thermal_pending():
+                self.shadow = None
+        self._account(power, dt)
 
-    # -- frames -----------------------------------------------------------
-    def frames(self) -> list[Frame]:
-        """The fleet's state now, as one frame per node."""
-        p, rng = self.params, self._rng
-        shape = self.util.shape
-        util = self.util
-        busy = (self.job >= 0)[:, None]
-        throttle = self._throttle
-        throttled = throttle < 1.0
-        sm_clock = np.where(util > 0.05, SM_CLOCK_MAX * throttle, SM_CLOCK_IDLE)
-        flags = np.where(throttled, THERMAL_FLAGS, np.where(util < 0.05, IDLE_FLAG, 0))
-        fb_used = np.where(busy, rng.uniform(0.72, 0.92, shape) * FB_TOTAL, 512 * 2**20)
-        mem_temp = self.temp + 10.0 + 6.0 * util + rng.normal(0.0, 0.3, shape)
-        cols = {
-            "gpu_util_pct": (util * 100.0).round(0),
-            "gpu_sm_active_ratio": util * 0.88,
-            "gpu_tensor_active_ratio": util * 0.52,
-            "gpu_power_w": self.power.round(2),
-            "gpu_energy_j": self.energy.round(3),
-            "gpu_temp_c": self.temp.round(0),
-            "gpu_mem_temp_c": mem_temp.round(0),
-            "gpu_sm_clock_mhz": sm_clock.round(0),
-            "gpu_mem_clock_mhz": np.full(shape, MEM_CLOCK),
-            "gpu_fb_used_bytes": fb_used.round(0),
-            "gpu_throttle_reasons": flags.astype(float),
-        }
-        names = list(cols)
-        # (node, gpu, metric) nested lists: one dict(zip()) per GPU is the cheap way in.
-        table = np.stack(list(cols.values()), axis=-1).tolist()
-        host_cpu = np.where(self.job >= 0, rng.normal(38.0, 5.0, p.nodes),
-                            rng.normal(3.0, 1.0, p.nodes)).clip(0.0, 100.0).round(1).tolist()
-        inlet = self._inlet()[self.rack_of].round(2).tolist()
+    def _account(self, power: np.ndarray, dt: float) -> None:
+        """Integrate power (trapezoid: exact for power linear between samples) and attribute it."""
+        e = (self.power + power) * (0.5 * dt)
+        self.power = power
+        self.energy_j += e
+        per_node = e.sum(axis=1)
+        num = self.jobs.num
+        while num.max(initial=-1) >= len(self._job_energy):
+            self._job_energy = np.concatenate([self._job_energy, np.zeros(len(self._job_energy))])
+        busy = num >= 0
+        if busy.any():
+            # bincount: np.add.at is several times slower for this scatter-add
+            add = np.bincount(num[busy], weights=per_node[busy])
+            self._job_energy[:len(add)] += add
+        self.idle_energy_j += float(per_node[~busy].sum())
+        if self.lost.any() or self.mods.drop.any():
+            unseen = self.lost | self.mods.drop[:, None]
+            self.unseen_energy_j += float(e[unseen].sum())
+
+    def frames(self) -> list:
+        """The fleet's state now, as one frame per node (none from a silent node)."""
         self._seq += 1
-        seq, ts, cluster = self._seq, self.ts, p.cluster
-        frames = []
-        for i, job_id in enumerate(self.job.tolist()):
-            job = str(job_id) if job_id >= 0 else None
-            uuids, rows = self.uuids[i], table[i]
-            gpus = tuple([GpuReading(j, uuids[j], MODEL, dict(zip(names, rows[j])), job)
-                          for j in range(len(rows))])
-            host = HostReading({"host_cpu_util_pct": host_cpu[i],
-                                "host_inlet_temp_c": inlet[i],
-                                "host_mem_total_bytes": 2.0 * 2**40,
-                                "host_mem_used_bytes": 2.0**40 * (0.45 if job else 0.05)})
-            frames.append(Frame(cluster, self._node_racks[i], self.node_names[i], ts, gpus, host,
-                                seq=seq))
-        return frames
+        return build_frames(self, self._seq)
 
 
 def _uuid(rng: np.random.Generator) -> str:

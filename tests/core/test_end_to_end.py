@@ -15,8 +15,9 @@ def test_cooling_failure_fires_one_alert_that_resolves(tmp_path: Path) -> None:
     config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9",   # every node stays busy
                        "FLEETWATCH_ALERTS_FOR_S": "60"})
     fault = parse_fault("cooling:node-002/5@30m+1h")
+    # Steady compute-bound load: how hot a cooling fault runs depends on the job's phase.
     options = UpOptions(simulate=True, interval_s=15.0, backfill_s=3 * 3600.0, speed=3000.0,
-                        faults=[fault], store=str(tmp_path / "e2e.db"))
+                        faults=[fault], store=str(tmp_path / "e2e.db"), steady_load=True)
     system, _ = build(config, options)
     truth = system.agent.source.sim.ground_truth[0]
     system.start()

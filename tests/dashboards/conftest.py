@@ -69,7 +69,7 @@ def sim_fleet(tmp_path: Path) -> Iterator[SimFleet]:
     """
     store = SqliteStore(tmp_path / "fleet.db")
     params = SimParams(nodes=4, gpus=8, interval_s=INTERVAL_S, job_mean_s=1e9, idle_mean_s=1,
-                       busy_at_start=1.0)
+                       busy_at_start=1.0, steady_load=True)
     sim = FleetSim(params, start_ts=time.time() - STEPS * INTERVAL_S, faults=[parse_fault(FAULT)])
     fleet = SimFleet(tmp_path / "fleet.db", store, sim,
                      Processor(store, [GpuTemperatureLimit(85, for_s=60)]))

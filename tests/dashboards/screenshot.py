@@ -37,7 +37,7 @@ NODES = 8
 def fill(path: Path) -> None:
     store = SqliteStore(path)
     params = SimParams(nodes=NODES, gpus=8, interval_s=INTERVAL_S, job_mean_s=1e9,
-                       idle_mean_s=1, busy_at_start=1.0)
+                       idle_mean_s=1, busy_at_start=1.0, steady_load=True)
     sim = FleetSim(params, start_ts=time.time() - STEPS * INTERVAL_S, faults=[parse_fault(FAULT)])
     processor = Processor(store, [GpuTemperatureLimit(85, for_s=60)])
     for _ in range(STEPS):

@@ -1,0 +1,116 @@
+"""The simulated fleet's state as ``Frame``s: what the agent would send from each node.
+
+Only metrics an A100 reports over NVML/DCGM are present (no fan on SXM, no
+retired pages on Ampere); a GPU that fell off the bus is ``lost`` with no
+metrics; a silent node sends nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fleetwatch.collectors.sim import hardware as hw
+from fleetwatch.frame import Frame, GpuReading, HostReading, gpu_reading
+
+if TYPE_CHECKING:
+    from fleetwatch.collectors.sim.fleet import FleetSim
+
+_NO_INFO: dict[str, str] = {}
+_COUNTER_METRICS = (
+    ("gpu_pcie_replay_total", "pcie"),
+    ("gpu_nvlink_crc_errors_total", "crc"),
+    ("gpu_nvlink_replay_errors_total", "replay"),
+    ("gpu_nvlink_recovery_errors_total", "recovery"),
+    ("gpu_nvlink_links_down", "links_down"),
+    ("gpu_ecc_sbe_volatile_total", "sbe_vol"),
+    ("gpu_ecc_dbe_volatile_total", "dbe_vol"),
+    ("gpu_ecc_sbe_aggregate_total", "sbe_agg"),
+    ("gpu_ecc_dbe_aggregate_total", "dbe_agg"),
+    ("gpu_remapped_rows_correctable", "rows_corr"),
+    ("gpu_remapped_rows_uncorrectable", "rows_unc"),
+    ("gpu_row_remap_pending", "remap_pending"),
+    ("gpu_row_remap_failure", "remap_failure"),
+)
+
+
+def gpu_columns(sim: FleetSim) -> dict[str, np.ndarray]:
+    """Every GPU metric as an (nodes, gpus) array, keyed by its catalogue name."""
+    a, shape = sim.act, sim.temp.shape
+    # A job allocates its share of HBM (PyTorch's caching allocator holds it all
+    # job long); an idle GPU holds a few MiB of driver context.
+    fb_used = np.where(sim.jobs.busy, sim.jobs.fb_frac * (hw.FB_TOTAL - hw.FB_RESERVED),
+                       4 * hw.MIB).round()[:, None]
+    cols: dict[str, np.ndarray] = {
+        "gpu_util_pct": a["util"],
+        "gpu_mem_copy_util_pct": (a["dram"] * 92.0).round(),
+        "gpu_sm_active_ratio": a["sm"],
+        "gpu_sm_occupancy_ratio": a["occ"],
+        "gpu_tensor_active_ratio": a["tensor"],
+        "gpu_dram_active_ratio": a["dram"],
+        "gpu_fb_used_bytes": np.broadcast_to(fb_used, shape),
+        "gpu_fb_free_bytes": np.broadcast_to(hw.FB_TOTAL - hw.FB_RESERVED - fb_used, shape),
+        "gpu_fb_total_bytes": np.full(shape, float(hw.FB_TOTAL)),
+        "gpu_power_w": sim.power.round(2),
+        "gpu_power_limit_w": sim.limit,
+        "gpu_energy_j": (sim.energy_base + sim.energy_j).round(3),
+        "gpu_temp_c": np.round(sim.temp_read),
+        "gpu_mem_temp_c": sim.mem_temp.round(),
+        "gpu_slowdown_temp_c": np.full(shape, hw.SLOWDOWN_C),
+        "gpu_shutdown_temp_c": np.full(shape, hw.SHUTDOWN_C),
+        "gpu_sm_clock_mhz": sim.clock,
+        "gpu_mem_clock_mhz": np.full(shape, hw.MEM_CLOCK),
+        "gpu_throttle_reasons": sim.flags,
+    }
+    for name, key in _COUNTER_METRICS:
+        cols[name] = sim.counters[key]
+    return cols
+
+
+def build_frames(sim: FleetSim, seq: int) -> list[Frame]:
+    p = sim.params
+    cols = gpu_columns(sim)
+    names = list(cols)
+    # One tuple of values per GPU (node-major), from one flat list per metric: cheaper
+    # than a nested tolist(); one dict(zip()) per GPU is then the cheap way in.
+    shape = sim.temp.shape
+    table = list(zip(*[np.broadcast_to(c, shape).ravel().tolist() for c in cols.values()]))
+    g = shape[1]
+    busy = sim.jobs.busy
+    host_mem = np.where(busy, 0.35 + 0.3 * sim.jobs.fb_frac, 0.04) * hw.HOST_MEM_TOTAL
+    host_rows = np.stack([sim.host_cpu.round(1), sim.inlet.round(2), host_mem.round(),
+                          (hw.HOST_CPU_IDLE_W + hw.HOST_CPU_W_PER_PCT * sim.host_cpu).round(1)],
+                         axis=-1).tolist()
+    lost_any = sim.lost.any()
+    xids = sim.mods.xids
+    drop = sim.mods.drop
+    ts, cluster, model = sim.ts, p.cluster, hw.MODEL
+    by_num = sim.jobs.by_num
+    frames = []
+    for i, num in enumerate(sim.jobs.num.tolist()):
+        if drop[i]:
+            continue
+        if num >= 0:
+            job_obj = by_num[num]
+            job, info = job_obj.id, job_obj.info
+        else:
+            job, info = None, _NO_INFO
+        gpus = [gpu_reading(j, uuid, model, dict(zip(names, row)), job, "ok", (), info)
+                for j, uuid, row in zip(range(g), sim.uuids[i], table[i * g:(i + 1) * g])]
+        if lost_any and sim.lost[i].any():
+            for j in np.flatnonzero(sim.lost[i]).tolist():
+                gpus[j] = GpuReading(j, sim.uuids[i][j], hw.MODEL, {}, None, "lost", (), _NO_INFO)
+        if xids:
+            for (xi, xj), codes in xids.items():
+                if xi == i:
+                    r = gpus[xj]
+                    gpus[xj] = GpuReading(r.index, r.uuid, r.model, r.metrics, r.job, r.state,
+                                          codes, r.info)
+        cpu, inlet, mem_used, cpu_w = host_rows[i]
+        host = HostReading({"host_cpu_util_pct": cpu, "host_inlet_temp_c": inlet,
+                            "host_mem_total_bytes": hw.HOST_MEM_TOTAL,
+                            "host_mem_used_bytes": mem_used, "host_cpu_power_w": cpu_w})
+        frames.append(Frame(cluster, sim.rack_names[sim.rack_of[i]], sim.node_names[i], ts,
+                            tuple(gpus), host, seq=seq))
+    return frames
