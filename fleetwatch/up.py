@@ -24,7 +24,14 @@ from fleetwatch.config import Config, StoreConfig
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.simulate import fault_annotations
-from fleetwatch.wiring import detectors, open_consumer, open_notifier, open_producer, open_store
+from fleetwatch.wiring import (
+    detectors,
+    learned_detectors,
+    open_consumer,
+    open_notifier,
+    open_producer,
+    open_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +74,8 @@ class System:
         self.consumer = open_consumer(bus_config, self.bus)
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
                                       self.bus)
-        self.processor = Processor(self.store, detectors(config.alerts),
+        rules = [*detectors(config.alerts), *learned_detectors(config.models)]
+        self.processor = Processor(self.store, rules,
                                    notify=self.notifier.send)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
