@@ -31,10 +31,12 @@ from multiprocessing.process import BaseProcess
 
 from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
+from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.service import Stop, needs_kafka, stop_on_signals
 from fleetwatch.wiring import (
     detectors,
+    learned_detectors,
     open_consumer,
     open_notifier,
     open_producer,
@@ -61,7 +63,8 @@ def _member(config: Config, stop: threading.Event) -> int:
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
     notifier = open_notifier(config, store)
-    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic,
+    rules = [*detectors(config.alerts), *learned_detectors(config.models)]
+    processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                           notify=notifier.send)
     server = None
     if config.processor.metrics_port:
@@ -69,6 +72,7 @@ def _member(config: Config, stop: threading.Event) -> int:
 
         registry = CollectorRegistry()
         registry.register(ProcessorCollector(processor, consumer))
+        registry.register(ModelCollector(processor.detectors))
         server, _ = start_http_server(config.processor.metrics_port,
                                       config.processor.metrics_host, registry)
     log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",

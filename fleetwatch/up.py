@@ -39,7 +39,14 @@ from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
-from fleetwatch.wiring import detectors, open_consumer, open_notifier, open_producer, open_store
+from fleetwatch.wiring import (
+    detectors,
+    learned_detectors,
+    open_consumer,
+    open_notifier,
+    open_producer,
+    open_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +127,8 @@ class System:
         self.consumer = open_consumer(bus_config, self.bus)
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
                                       self.bus)
-        self.processor = Processor(self.store, detectors(config.alerts),
+        rules = [*detectors(config.alerts), *learned_detectors(config.models)]
+        self.processor = Processor(self.store, rules,
                                    notify=self.notifier.send)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock

@@ -81,6 +81,12 @@ class LearnedDetectors:
         for d in (self.thermal, self.anomaly, self.lemon):
             d.drop(nodes)
 
+    def enrich(self, frames: Sequence[Frame]) -> None:
+        """Add the thermal health score to the frames' GPUs before they are stored."""
+        if self._clock() >= self._next_check:
+            self.reload()
+        self.thermal.enrich(frames)
+
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         if self._clock() >= self._next_check:
             self.reload()

@@ -164,6 +164,9 @@ def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.nda
     return model
 
 
+SCORE_METRIC = "gpu_thermal_health_score"
+
+
 def gpu_key(cluster: str, node: str, gpu: int) -> str:
     return f"{cluster}/{node}/gpu{gpu}"
 
@@ -190,6 +193,8 @@ class ThermalHealth:
         self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
         # key -> [ewma residual, last ts, first ts]
         self._state: dict[str, list[float]] = {}
+        # key -> (ts, detail) of the last scoring, so enrich and update score once
+        self._detail: dict[str, tuple[float, tuple[float, float, float, float, bool] | None]] = {}
         self.scores: dict[str, float] = {}
 
     def drop(self, nodes: Sequence[str]) -> None:
@@ -197,53 +202,82 @@ class ThermalHealth:
         for key in [k for k in self._state if any(g in k for g in gone)]:
             del self._state[key]
             self.scores.pop(key, None)
+            self._detail.pop(key, None)
+
+    def enrich(self, frames: Sequence[Frame]) -> None:
+        """Score ``frames`` and add each scored GPU's ``gpu_thermal_health_score`` to its
+        metrics, before the processor stores them: the score is a series like any other."""
+        for f, gpu, detail in self._score(frames):
+            if detail is not None:
+                for g in f.gpus:
+                    if g.index == gpu:
+                        g.metrics[SCORE_METRIC] = round(detail[3], 3)  # type: ignore[index]
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        out: list[Finding] = []
+        for f, gpu, detail in self._score(frames):
+            if detail is None:
+                continue
+            ewma, offset, excess, score, warm = detail
+            if warm and excess >= self.min_excess_c and score >= self.min_score:
+                out.append(Finding(
+                    self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
+                    f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
+                    f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
+                    evidence={"excess_c": round(excess, 2), "score": round(score, 2),
+                              "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
+                    action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
+                           "next maintenance window; it is degrading before any limit trips."))
+        return out
+
+    def _score(self, frames: Sequence[Frame]
+               ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]]:
+        """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm), or None
+        before its first smoothing step. Scoring the same frames again (``enrich`` then
+        ``update``) returns what the first pass found, without counting them twice."""
         model = self.model
         if model is None or not frames:
             return []
         owners: list[tuple[Frame, int]] = []
         rows: list[list[float]] = []
         temps: list[float] = []
+        done: list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] = []
+        cache = self._detail
         for f in frames:
             idx, r, y = frame_rows(f)
-            owners.extend((f, i) for i in idx)
-            rows.extend(r)
-            temps.extend(y)
-        if not rows:
-            return []
-        residual = np.asarray(temps) - model.expected(np.asarray(rows, dtype=float))
-        out: list[Finding] = []
-        state, offsets, spread = self._state, model.offsets, model.spread_c
-        for (f, gpu), r in zip(owners, residual.tolist()):
-            key = gpu_key(f.cluster, f.node, gpu)
-            s = state.get(key)
-            if s is None:
-                state[key] = [r, f.ts, f.ts]
-                continue
-            dt = f.ts - s[1]
-            if dt <= 0:
-                continue
-            w = 1.0 - 0.5 ** (dt / self.half_life_s)
-            s[0] += w * (r - s[0])
-            s[1] = f.ts
-            offset = offsets.get(key)
-            if offset is None:
-                offset = self._peer_offset(f, gpu)
-            excess = s[0] - offset
-            score = excess / spread
-            self.scores[key] = score
-            if (f.ts - s[2] >= self.warmup_s and excess >= self.min_excess_c
-                    and score >= self.min_score):
-                out.append(Finding(
-                    self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
-                    f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
-                    f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
-                    evidence={"excess_c": round(excess, 2), "score": round(score, 2),
-                              "residual_c": round(s[0], 2), "offset_c": round(offset, 2)},
-                    action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
-                           "next maintenance window; it is degrading before any limit trips."))
-        return out
+            for i, row, temp in zip(idx, r, y):
+                key = gpu_key(f.cluster, f.node, i)
+                hit = cache.get(key)
+                if hit is not None and hit[0] == f.ts:
+                    done.append((f, i, hit[1]))
+                    continue
+                owners.append((f, i))
+                rows.append(row)
+                temps.append(temp)
+        if rows:
+            residual = np.asarray(temps) - model.expected(np.asarray(rows, dtype=float))
+            state, offsets, spread = self._state, model.offsets, model.spread_c
+            for (f, gpu), r in zip(owners, residual.tolist()):
+                key = gpu_key(f.cluster, f.node, gpu)
+                s = state.get(key)
+                detail: tuple[float, float, float, float, bool] | None = None
+                if s is None:
+                    state[key] = [r, f.ts, f.ts]
+                elif f.ts > s[1]:
+                    s[0] += (1.0 - 0.5 ** ((f.ts - s[1]) / self.half_life_s)) * (r - s[0])
+                    s[1] = f.ts
+                    offset = offsets.get(key)
+                    if offset is None:
+                        offset = self._peer_offset(f, gpu)
+                    excess = s[0] - offset
+                    score = excess / spread
+                    self.scores[key] = score
+                    detail = (s[0], offset, excess, score, f.ts - s[2] >= self.warmup_s)
+                if len(cache) > 200_000:
+                    cache.clear()
+                cache[key] = (f.ts, detail)
+                done.append((f, gpu, detail))
+        return done
 
     def _peer_offset(self, f: Frame, gpu: int) -> float:
         assert self.model is not None

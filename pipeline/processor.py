@@ -69,6 +69,7 @@ class Processor:
         self.alerts = AlertBook(requirements=requirements)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
+        self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``).
         self._notify = notify
         self.stats = Stats()
@@ -93,6 +94,7 @@ class Processor:
                 field = exc.field if isinstance(exc, FrameError) else type(exc).__name__
                 self._dead_letter(m, str(exc), field or "frame")
                 bad.append(i)
+        self._enrich(frames)
         if not bad:
             return frames, messages
         skip = set(bad)
@@ -123,8 +125,20 @@ class Processor:
         if not frames:
             return
         t0 = time.perf_counter()
+        self._enrich(frames)
         batch = Batch([], list(frames), None)
         self._evaluate(batch, self.store.write(frames), t0)
+
+    def _enrich(self, frames: Sequence[Frame]) -> None:
+        """Derived metrics (a detector's ``enrich``: the thermal health score) join the
+        frames before they are stored, so that they are series like any other."""
+        for d in self._enrichers:
+            try:
+                d.enrich(frames)
+            except Exception:  # a model's bug must not stop storing
+                self.stats.errors += 1
+                log.exception("%s could not score a batch of %d frames",
+                              getattr(d, "name", type(d).__name__), len(frames))
 
     def _write(self, frames: list[Frame], sources: Sequence[Message] | None,
                failed: BaseException | None = None) -> int:

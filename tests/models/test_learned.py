@@ -176,3 +176,29 @@ def test_a_model_set_round_trips(tmp_path: Path) -> None:
     path = save(ModelSet(metadata={"gpus": 0}), tmp_path)
     again = load(path)
     assert again.thermal is None and again.metadata["gpus"] == 0
+
+
+def test_the_thermal_health_score_is_stored_and_on_metrics(trained: Path, tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+    from fleetwatch.pipeline.processor import Processor
+
+    models_dir = tmp_path / "models"
+    models_dir.mkdir()
+    (models_dir / trained.name).write_bytes(trained.read_bytes())
+    learned = LearnedDetectors(models_dir)
+    store = SqliteStore(tmp_path / "live.db")
+    processor = Processor(store, [learned])
+    sim = FleetSim(PARAMS, START + DAY)
+    for _ in range(40):
+        sim.step()
+        processor.process(sim.frames())
+    scores = store.latest("gpu_thermal_health_score", int(START * 1000))
+    assert len(scores) == 16 and all(abs(v) < 50 for _, _, v in scores)
+    registry = CollectorRegistry()
+    registry.register(ModelCollector([learned]))
+    text = generate_latest(registry).decode()
+    assert 'fleetwatch_gpu_thermal_health_score{cluster="sim",gpu="1",node="node-002"}' in text
+    assert f'fleetwatch_model_loaded{{file="{trained.name}"}} 1.0' in text
+    store.close()

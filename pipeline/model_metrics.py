@@ -1,0 +1,48 @@
+"""The learned detectors' scores on the processor's /metrics.
+
+Read at scrape time from the detectors' own state: each GPU's thermal health
+score (how far it runs hotter than its load and air explain, in fleet
+spreads) and each troubled node's lemon score, worst first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from fleetwatch.models import Detector
+
+
+class ModelCollector(Collector):
+    def __init__(self, detectors: Sequence[Detector],
+                 clock: Callable[[], float] = time.time) -> None:
+        self._learned = [d for d in detectors if getattr(d, "name", "") == "learned"]
+        self._clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        health = GaugeMetricFamily(
+            "fleetwatch_gpu_thermal_health_score",
+            "How far the GPU runs hotter than its load and air explain, against its own "
+            "history, in fleet spreads (0 normal; the learned thermal health)",
+            labels=["cluster", "node", "gpu"])
+        lemon = GaugeMetricFamily(
+            "fleetwatch_node_lemon_score",
+            "A node's decayed trouble score (XIDs by severity, lost GPUs, thermal slowdowns)",
+            labels=["cluster", "node"])
+        loaded = GaugeMetricFamily("fleetwatch_model_loaded",
+                                   "1 when a trained model file is in use", labels=["file"])
+        for d in self._learned:
+            for key, score in list(d.thermal.scores.items()):  # type: ignore[attr-defined]
+                cluster, node, gpu = key.rsplit("/", 2)
+                health.add_metric([cluster, node, gpu.removeprefix("gpu")], score)
+            for cluster, node, score in d.lemon.ranking(self._clock(), top=1000):  # type: ignore[attr-defined]
+                lemon.add_metric([cluster, node], score)
+            path = d.loaded  # type: ignore[attr-defined]
+            loaded.add_metric([path.name if path is not None else ""],
+                              1.0 if d.thermal.model is not None else 0.0)  # type: ignore[attr-defined]
+        yield health
+        yield lemon
+        yield loaded
