@@ -16,19 +16,13 @@ from fleetwatch.collectors.exporter import AgentHealth, Exporter, render, serve_
 from fleetwatch.collectors.nvml import FakeNvml, NvmlReader
 from fleetwatch.frame import Frame, HostReading, PortReading
 
-# Copies of real dcgm-exporter captures and its default counters (tests/data/dcgm_exporter).
-DATA = Path(__file__).resolve().parents[1] / "data" / "dcgm_exporter"
+# Copies of real dcgm-exporter captures and its default counters, under tests/data.
+DATA = Path(__file__).resolve().parents[1] / "data" / "gpu_telemetry" / "dcgm_exporter"
 SCRAPES = ("kops_L4_driver580_dcgm-exporter.prom", "upcloud_L40S.prom")
 OUR_EXTRA_LABELS = {"hpc_job"}
 
 
-@pytest.fixture
-def shared_data() -> Path:
-    """The captures (named as the old shared-data fixture, so the tests read alike)."""
-    return DATA
-
-
-DCGM = "."
+DCGM = "gpu_telemetry/dcgm_exporter"
 
 
 def frame_of(nv: FakeNvml, job: str | None = None) -> Frame:
