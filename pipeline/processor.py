@@ -24,6 +24,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
+from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -44,8 +45,14 @@ class Stats:
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
-                 dead_letter_topic: str = "fleetwatch.frames.dead") -> None:
+                 dead_letter_topic: str = "fleetwatch.frames.dead",
+                 energy: EnergyIntegrator | None = None) -> None:
         self.store = store
+        # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
+        # by default with default settings whenever the store keeps a ledger.
+        if energy is None and hasattr(store, "write_energy"):
+            energy = EnergyIntegrator(store)  # type: ignore[arg-type]
+        self.energy = energy
         self.detectors = list(detectors)
         self.alerts = AlertBook(store.alerts())
         self.stats = Stats()
@@ -89,7 +96,9 @@ class Processor:
         self._evaluate(frames, self.store.write(frames), t0)
 
     def _evaluate(self, frames: Sequence[Frame], points: int, t0: float) -> None:
-        """Detect and drive alerts on a stored batch; count it."""
+        """Integrate energy, detect and drive alerts on a stored batch; count it."""
+        if self.energy is not None:
+            self.energy.observe(frames)
         findings = [x for d in self.detectors for x in d.update(frames)]
         changed = self.alerts.observe(frames, findings)
         if changed:

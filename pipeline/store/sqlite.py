@@ -37,6 +37,7 @@ from fleetwatch.pipeline.store.base import (
     StoreError,
     gpu_device,
 )
+from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
 
 # Minutes younger than this are not rolled up from raw yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
@@ -71,7 +72,7 @@ CREATE TABLE IF NOT EXISTS annotations (
 """
 
 
-class SqliteStore:
+class SqliteStore(SqliteEnergy):  # the energy ledger: energy_sqlite.py
     def __init__(self, path: str | Path, raw_retention_h: float = 14 * 24,
                  rollup_retention_d: float = 400, read_only: bool = False) -> None:
         self.path = str(path)

@@ -1,0 +1,86 @@
+"""The energy ledger: records and the small interface every store backend implements.
+
+The processor integrates energy once (``fleetwatch.pipeline.energy``) and
+writes ledger rows; the dashboard and ``fleetwatch report`` only read them.
+A row is the absolute total of one bucket (an hour) for one device of one
+node, split by the job, user and team that held it, so writing it again
+replaces it: a replayed batch cannot count twice. The integrator's per-device
+watermark (``DeviceState``) is written with the rows, in the same request, so
+a processor that takes over a node resumes exactly where the last one stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+# Device names of the node-level rows: the CPU packages (RAPL) and the rest of the
+# node (fans, NICs, memory, storage: a static model per node from config).
+CPU_DEVICE = "cpu"
+REST_DEVICE = "rest"
+# The watermark of a node's host readings (CPU power, the node's own clock).
+HOST_DEVICE = "host"
+
+# Ledger buckets: hourly, the resolution of grid-intensity series (EIA, electricityMaps).
+BUCKET_S = 3600
+
+
+def bucket_floor(ts: float) -> int:
+    """The start of the bucket that holds ``ts``."""
+    return int(ts // BUCKET_S) * BUCKET_S
+
+
+ENERGY_FIELDS = ("energy_j", "idle_j", "seconds", "idle_s", "missing_s", "over_tdp_s")
+
+
+class EnergyRow(NamedTuple):
+    """One bucket of one device's energy, for one (job, user, team).
+
+    ``seconds``: device-seconds covered by measurements; ``missing_s``: time
+    inside the bucket with no usable measurement (a gap longer than
+    ``energy.max_gap_s``, a lost GPU), never filled with invented power.
+    ``idle_j`` / ``idle_s``: the part spent powered but doing no work.
+    ``over_tdp_s``: time the board drew more than ``energy.tdp_w``.
+    """
+
+    bucket_ts: int          # start of the bucket, seconds since the epoch, UTC
+    cluster: str
+    rack: str
+    node: str
+    device: str             # gpu3, cpu, rest
+    job: str                # "" when no job held it
+    user: str
+    team: str
+    energy_j: float
+    idle_j: float
+    seconds: float
+    idle_s: float
+    missing_s: float
+    over_tdp_s: float
+
+
+class DeviceState(NamedTuple):
+    """Where the integrator stands on one device: the last sample it integrated up to."""
+
+    cluster: str
+    node: str
+    device: str
+    ts: float
+    power_w: float | None      # None: the device reported no power
+    counter_j: float | None    # NVML total energy counter; None: not supported
+
+
+class EnergyStore(Protocol):
+    """The ledger part of a store (``SqliteStore``, ``VictoriaMetricsStore``)."""
+
+    def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
+        """Replace these rows (absolute totals) and states; both land, or neither does.
+        Raises ``StoreError`` when the store cannot take them now."""
+
+    def energy_state(self, cluster: str, node: str
+                     ) -> tuple[list[DeviceState], list[EnergyRow]]:
+        """A node's watermarks and its rows from the oldest watermark's bucket on."""
+
+    def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
+               node: str | None = None) -> list[EnergyRow]:
+        """Rows whose bucket starts in [start, end), oldest first."""
