@@ -138,6 +138,15 @@ def _parser() -> argparse.ArgumentParser:
     dash.add_argument("--port", type=int, help="port (default 8050)")
     dash.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
+    report = sub.add_parser("report", help="write the monthly energy and carbon report",
+                            description="Write the month's energy, carbon and cost, per job, "
+                            "user, team, node and cluster: an HTML report, a CSV and a JSON "
+                            "summary, from the energy ledger in the configured store.")
+    report.add_argument("--month", required=True, metavar="YYYY-MM", help="e.g. 2026-11")
+    report.add_argument("--out", default=".", metavar="DIR",
+                        help="where the files go (default: here)")
+    report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
     return p
 
@@ -343,6 +352,17 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_report(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.report import ReportError, report_month
+
+    try:
+        print(report_month(config, args.month, args.out))
+    except ReportError as exc:
+        print(f"fleetwatch report: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_OK
+
+
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.config import public_view
 
@@ -355,7 +375,7 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
 
 
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
-             "dashboard": cmd_dashboard, "config": cmd_config}
+             "dashboard": cmd_dashboard, "report": cmd_report, "config": cmd_config}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -24,7 +24,13 @@ from fleetwatch.config import Config, StoreConfig
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.simulate import fault_annotations
-from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
+from fleetwatch.wiring import (
+    detectors,
+    energy_integrator,
+    open_consumer,
+    open_producer,
+    open_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +71,8 @@ class System:
         self.store = open_store(config.store)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
-        self.processor = Processor(self.store, detectors(config.alerts))
+        self.processor = Processor(self.store, detectors(config.alerts),
+                                   energy=energy_integrator(config.energy, self.store))
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s

@@ -7,11 +7,12 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
-from fleetwatch.config import AlertsConfig, BusConfig, StoreConfig
+from fleetwatch.config import AlertsConfig, BusConfig, EnergyConfig, StoreConfig
 from fleetwatch.models import Detector
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
 from fleetwatch.pipeline.store.base import Store
 
 
@@ -51,3 +52,10 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
 
 def detectors(config: AlertsConfig) -> list[Detector]:
     return [GpuTemperatureLimit(config.gpu_temp_limit_c, config.for_s)]
+
+
+def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:
+    """The processor's energy integrator, writing to the store's ledger (if it keeps one)."""
+    if not hasattr(store, "write_energy"):
+        return None
+    return EnergyIntegrator(store, EnergySettings.from_config(config))  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from fleetwatch.config import EnergyConfig
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import gpu_device
 from fleetwatch.pipeline.store.ledger import (
@@ -58,6 +59,10 @@ class EnergySettings:
     # A counter step implying more than this mean power is not trusted (a reset seen
     # as a jump, a counter from another GPU): the interval uses the power samples.
     max_plausible_w: float = 3000.0
+
+    @classmethod
+    def from_config(cls, c: EnergyConfig) -> EnergySettings:
+        return cls(c.max_gap_s, c.idle_sm_ratio, c.tdp_w, c.node_static_w)
 
 
 Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields

@@ -27,7 +27,13 @@ from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.service import needs_kafka, stop_on_signals
-from fleetwatch.wiring import detectors, open_consumer, open_producer, open_store
+from fleetwatch.wiring import (
+    detectors,
+    energy_integrator,
+    open_consumer,
+    open_producer,
+    open_store,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +52,8 @@ def _member(config: Config, stop: threading.Event) -> int:
     store = open_store(config.store)
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
-    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic)
+    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic,
+                          energy=energy_integrator(config.energy, store))
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server
