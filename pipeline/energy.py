@@ -144,7 +144,7 @@ class EnergyIntegrator:
             return node.copy()
         if self.store is None:
             return node.copy() if node is not None else _Node({}, {}, -math.inf)
-        saved, saved_rows = self.store.energy_state(*key)
+        saved, saved_rows = self.store.energy_state(*key, first_ts)
         devs = {s.device: _Dev(s.ts, s.power_w, s.counter_j) for s in saved}
         acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
         last = max((s.ts for s in saved), default=-math.inf)

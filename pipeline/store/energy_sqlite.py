@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.ledger import DeviceState, EnergyRow, bucket_floor
@@ -34,7 +35,8 @@ class SqliteEnergy:
     path: str
     _energy_ready = False
 
-    def _conn(self) -> sqlite3.Connection: ...  # provided by SqliteStore
+    if TYPE_CHECKING:
+        def _conn(self) -> sqlite3.Connection: ...  # provided by SqliteStore
 
     def _energy_conn(self) -> sqlite3.Connection:
         conn = self._conn()
@@ -58,7 +60,7 @@ class SqliteEnergy:
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite energy write to {self.path} failed: {exc}") from exc
 
-    def energy_state(self, cluster: str, node: str
+    def energy_state(self, cluster: str, node: str, at_ts: float = 0.0
                      ) -> tuple[list[DeviceState], list[EnergyRow]]:
         conn = self._energy_conn()
         states = [DeviceState(*r) for r in conn.execute(

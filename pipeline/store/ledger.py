@@ -30,6 +30,10 @@ def bucket_floor(ts: float) -> int:
     return int(ts // BUCKET_S) * BUCKET_S
 
 
+# How far back a backend must find a node's watermark. A node silent for longer resumes
+# without one: its first interval after the silence is neither integrated nor counted.
+STATE_LOOKBACK_S = 7 * 86_400
+
 ENERGY_FIELDS = ("energy_j", "idle_j", "seconds", "idle_s", "missing_s", "over_tdp_s")
 
 
@@ -77,9 +81,10 @@ class EnergyStore(Protocol):
         """Replace these rows (absolute totals) and states; both land, or neither does.
         Raises ``StoreError`` when the store cannot take them now."""
 
-    def energy_state(self, cluster: str, node: str
+    def energy_state(self, cluster: str, node: str, at_ts: float
                      ) -> tuple[list[DeviceState], list[EnergyRow]]:
-        """A node's watermarks and its rows from the oldest watermark's bucket on."""
+        """A node's watermarks as of ``at_ts`` (a backend may look back only so far:
+        ``STATE_LOOKBACK_S``) and its rows from the oldest watermark's bucket on."""
 
     def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
                node: str | None = None) -> list[EnergyRow]:

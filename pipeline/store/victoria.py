@@ -53,6 +53,7 @@ from fleetwatch.pipeline.store.base import (
     SeriesKey,
     StoreError,
 )
+from fleetwatch.pipeline.store.energy_victoria import VictoriaEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
 from fleetwatch.pipeline.store.lineproto import (
     ALERT_MEASUREMENT,
@@ -70,7 +71,7 @@ _FLOOR_MS = 946_684_800_000
 _SERIES_LABELS = ("cluster", "rack", "node", "device")
 
 
-class VictoriaMetricsStore(InfluxStore):
+class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_victoria.py
     """``InfluxStore``'s writes, plus reads through VictoriaMetrics' Prometheus API."""
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
