@@ -13,7 +13,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.store.base import StoreError
-from fleetwatch.pipeline.store.ledger import DeviceState, EnergyRow, bucket_floor
+from fleetwatch.pipeline.store.ledger import (
+    TOTAL_KEYS,
+    DeviceState,
+    EnergyRow,
+    EnergyTotal,
+    bucket_floor,
+)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS energy (
@@ -90,3 +96,21 @@ class SqliteEnergy:
                 return []  # a store written before the ledger existed
             raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
         return [EnergyRow(*r) for r in cur]
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        if by not in TOTAL_KEYS:
+            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        gpu = "device GLOB 'gpu[0-9]*'"
+        sql = (f"SELECT bucket_ts, {by}, sum(energy_j), sum(idle_j), "
+               f"sum(CASE WHEN {gpu} THEN energy_j ELSE 0 END), "
+               f"sum(CASE WHEN {gpu} THEN seconds ELSE 0 END), sum(idle_s), "
+               f"sum(CASE WHEN {gpu} THEN missing_s ELSE 0 END), sum(over_tdp_s) "
+               f"FROM energy WHERE bucket_ts >= ? AND bucket_ts < ? "
+               f"GROUP BY bucket_ts, {by} ORDER BY bucket_ts")
+        try:
+            cur = self._energy_conn().execute(sql, (start_ts, end_ts))
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
+        return [EnergyTotal(*r) for r in cur]

@@ -24,8 +24,10 @@ from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
     STATE_LOOKBACK_S,
+    TOTAL_KEYS,
     DeviceState,
     EnergyRow,
+    EnergyTotal,
     bucket_floor,
 )
 from fleetwatch.pipeline.store.lineproto import tags
@@ -122,6 +124,34 @@ class VictoriaEnergy:
                for k, v in rows.items()]
         out.sort(key=lambda r: r.bucket_ts)
         return out
+
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        if by not in TOTAL_KEYS:
+            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        gpu = '{device=~"gpu[0-9]+"}'
+        parts = (("energy_j", "{}"), ("idle_j", "{}"), ("energy_j", gpu), ("seconds", gpu),
+                 ("idle_s", "{}"), ("missing_s", gpu), ("over_tdp_s", "{}"))
+        sums: dict[tuple[int, str], list[float]] = {}
+        first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
+        last = int(math.ceil(end_ts)) - 1
+        last -= last % BUCKET_S
+        while first <= last:
+            chunk_last = min(last, first + (_MAX_STEPS - 1) * BUCKET_S)
+            for i, (field, sel) in enumerate(parts):
+                result = self._get(
+                    "/api/v1/query_range",
+                    query=f"sum by ({by}) (max_over_time({ROW_MEASUREMENT}_{field}{sel}"
+                          f"[{BUCKET_S}s] offset 1ms))",
+                    start=first + BUCKET_S, end=chunk_last + BUCKET_S, step=f"{BUCKET_S}s",
+                    nocache=1)
+                for r in result:
+                    name = r["metric"].get(by, "")
+                    for t, v in r["values"]:
+                        key = (round(float(t)) - BUCKET_S, name)
+                        sums.setdefault(key, [0.0] * len(parts))[i] = float(v)
+            first = chunk_last + BUCKET_S
+        return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
 
 
 def _quote(text: str) -> str:

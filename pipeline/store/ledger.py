@@ -74,6 +74,24 @@ class DeviceState(NamedTuple):
     counter_j: float | None    # NVML total energy counter; None: not supported
 
 
+# What ``energy_totals`` can group by (besides the hour).
+TOTAL_KEYS = ("cluster", "rack", "node", "job", "user", "team")
+
+
+class EnergyTotal(NamedTuple):
+    """The sum of an hour's rows that share one value of a ``TOTAL_KEYS`` column."""
+
+    bucket_ts: int
+    name: str
+    energy_j: float        # every device: GPUs, CPUs, the rest of the node
+    idle_j: float
+    gpu_energy_j: float
+    gpu_s: float
+    idle_s: float
+    missing_s: float       # GPU time without a usable measurement
+    over_tdp_s: float
+
+
 class EnergyStore(Protocol):
     """The ledger part of a store (``SqliteStore``, ``VictoriaMetricsStore``)."""
 
@@ -89,3 +107,7 @@ class EnergyStore(Protocol):
     def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
                node: str | None = None) -> list[EnergyRow]:
         """Rows whose bucket starts in [start, end), oldest first."""
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        """Per hour in [start, end) and value of ``by`` (one of ``TOTAL_KEYS``): what the
+        dashboard draws, summed by the store rather than row by row in Python."""

@@ -99,3 +99,28 @@ def test_a_restarted_processor_replaying_frames_counts_each_interval_once(ledger
     assert total("rest") == pytest.approx(400.0 * span)
     assert sum(r.seconds for r in rows if r.device == "gpu0") == pytest.approx(span)
     assert {r.bucket_ts for r in rows} == {T0, T0 + 3600}
+
+
+def test_totals_per_hour_and_key_add_up_the_rows(ledger):
+    open_store, flush = ledger
+    store = open_store()
+    c = cluster()
+    rows = [EnergyRow(T0, c, "r1", "n1", "gpu0", "j1", "alice", "", 100.0, 10.0, 60.0, 6.0,
+                      5.0, 1.0),
+            EnergyRow(T0, c, "r1", "n1", "gpu1", "j1", "alice", "", 50.0, 0.0, 60.0, 0.0,
+                      0.0, 0.0),
+            EnergyRow(T0, c, "r1", "n1", "cpu", "j1", "alice", "", 20.0, 0.0, 60.0, 0.0,
+                      7.0, 0.0),
+            EnergyRow(T0 + 3600, c, "r1", "n2", "gpu0", "", "", "", 30.0, 30.0, 60.0, 60.0,
+                      0.0, 0.0)]
+    store.write_energy(rows, [DeviceState(c, "n1", "gpu0", T0 + 60.0, 1.0, None)])
+    flush()
+    got = [t for t in store.energy_totals(T0, T0 + 7200, "cluster") if t.name == c]
+    assert [tuple(t) for t in got] == [
+        (T0, c, 170.0, 10.0, 150.0, 120.0, 6.0, 5.0, 1.0),
+        (T0 + 3600, c, 30.0, 30.0, 30.0, 60.0, 60.0, 0.0, 0.0)]
+    by_job = {(t.bucket_ts, t.name): t.energy_j
+              for t in store.energy_totals(T0, T0 + 7200, "job") if t.bucket_ts >= T0}
+    assert by_job[(T0, "j1")] >= 170.0  # other tests' rows share the hour on a shared server
+    with pytest.raises(ValueError, match="one of cluster"):
+        store.energy_totals(T0, T0 + 7200, "device; DROP TABLE energy")
