@@ -16,7 +16,8 @@ from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import fmt
 from fleetwatch.pipeline.store.base import Alert, gpu_index
 
-NAV = (("Fleet", "/"), ("Alerts", "/alerts"))
+NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
+       ("Energy", "/energy"))
 
 
 def clock(ts_s: float) -> str:

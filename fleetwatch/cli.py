@@ -347,8 +347,10 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
+    from fleetwatch.carbon import model_from_config
+
     serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-          config.dashboard.refresh_s)
+          config.dashboard.refresh_s, carbon=model_from_config(config.carbon, config.energy))
     return EXIT_OK
 
 
