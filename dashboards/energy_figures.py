@@ -62,7 +62,7 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],
     return fig
 
 
-def top_shares(items: Sequence[Share], label: str, height: int = 300) -> go.Figure:
+def top_shares(items: Sequence[Share], label: str, height: int = 380) -> go.Figure:
     """Horizontal bars of kWh (biggest on top), idle share and CO2e in the hover."""
     if not items:
         return empty_figure(NO_ENERGY, height)
@@ -75,7 +75,7 @@ def top_shares(items: Sequence[Share], label: str, height: int = 300) -> go.Figu
                        "%{customdata[2]:.0f} GPU-h, %{customdata[1]:.0f}% idle<extra></extra>")))
     _layout(fig, height, "")
     fig.update_xaxes(title="kWh (amber: mostly idle)")
-    fig.update_yaxes(type="category", automargin=True)
+    fig.update_yaxes(type="category", automargin=True, dtick=1)
     return fig
 
 
