@@ -25,7 +25,7 @@ Owner = tuple[str, str, str]         # job, user, team
 
 def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | None,
                      idle: np.ndarray, owner: np.ndarray, devices: Sequence[Device],
-                     owners: Sequence[Owner], settings: EnergySettings = EnergySettings()
+                     owners: Sequence[Owner], settings: EnergySettings | None = None
                      ) -> list[EnergyRow]:
     """Rows for the intervals between consecutive samples of a block.
 
@@ -34,7 +34,7 @@ def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | No
     bool; ``owner``: (T, G) int index into ``owners``. Rows are per (hour, device,
     owner) and are the block's own totals: blocks that share an hour add up.
     """
-    s = settings
+    s = settings or EnergySettings()
     t0, t1 = ts[:-1], ts[1:]
     dt = (t1 - t0)[:, None]
     p0, p1 = power[:-1], power[1:]
@@ -48,43 +48,56 @@ def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | No
     span = np.broadcast_to(dt, energy.shape)
     is_idle = idle[1:] & measured
     over = (p1 > s.tdp_w) & measured
-    cols = np.stack([energy, np.where(is_idle, energy, 0.0), np.where(measured, span, 0.0),
-                     np.where(is_idle, span, 0.0), np.where(measured, 0.0, span),
-                     np.where(over, span, 0.0)], axis=-1)          # (T-1, G, 6)
-    # Split each interval between the hour of its start and the next (intervals longer
-    # than an hour are missing time and are split over every hour they cover below).
+    cols = (energy, np.where(is_idle, energy, 0.0), np.where(measured, span, 0.0),
+            np.where(is_idle, span, 0.0), np.where(measured, 0.0, span),
+            np.where(over, span, 0.0))                              # each (T-1, G)
+    # The hours of each interval's start and end; ceil so that an interval ending
+    # exactly on the hour stays in the hour it ends.
     b0 = (t0 // BUCKET_S).astype(np.int64)
-    b1 = ((t1 - 1e-9) // BUCKET_S).astype(np.int64)
-    first_share = np.where(b1 > b0, ((b0 + 1) * BUCKET_S - t0) / (t1 - t0), 1.0)
-    n_g = power.shape[1]
+    b1 = np.ceil(t1 / BUCKET_S).astype(np.int64) - 1
+    n_g, n_o = power.shape[1], len(owners)
+    own = owner[1:].astype(np.int64)
     sums: dict[tuple[int, int, int], np.ndarray] = {}
-    own = owner[1:]
 
     def add(bucket: np.ndarray, share: np.ndarray, rows: np.ndarray) -> None:
-        """Sum ``cols[rows] * share`` into (bucket, gpu, owner) keys."""
-        if not len(rows):
-            return
-        g = np.broadcast_to(np.arange(n_g), (len(rows), n_g))
-        keys = (np.broadcast_to(bucket[rows, None], g.shape).astype(np.int64) * n_g + g) \
-            * len(owners) + own[rows]
-        flat = keys.ravel()
-        values = (cols[rows] * share[rows, None, None]).reshape(-1, 6)
-        uniq, inverse = np.unique(flat, return_inverse=True)
-        acc = np.zeros((len(uniq), 6))
-        np.add.at(acc, inverse, values)
+        """Sum ``col[rows] * share`` into (bucket, gpu, owner) keys, one bincount a column."""
+        keys = ((bucket[:, None] * n_g + np.arange(n_g)) * n_o + own[rows]).ravel()
+        uniq, inverse = np.unique(keys, return_inverse=True)
+        w = np.broadcast_to(share[:, None], (len(rows), n_g)).ravel()
+        acc = np.stack([np.bincount(inverse, weights=c[rows].ravel() * w, minlength=len(uniq))
+                        for c in cols], axis=-1)
         for k, v in zip(uniq.tolist(), acc):
-            key = (k // len(owners) // n_g, k // len(owners) % n_g, k % len(owners))
+            key = (k // n_o // n_g, k // n_o % n_g, k % n_o)
             have = sums.get(key)
             sums[key] = v if have is None else have + v
 
-    idx = np.arange(len(t0))
-    add(b0, first_share, idx)
-    crossing = np.flatnonzero(b1 > b0)
-    for i in crossing.tolist():  # rare: an interval across an hour boundary (or a gap)
-        for b in range(int(b0[i]) + 1, int(b1[i]) + 1):
+    inside = b1 == b0
+    if inside.all():
+        _add_runs(sums, b0, own, cols, n_g, n_o)
+    elif inside.any():
+        rows = np.flatnonzero(inside)
+        add(b0[rows], np.ones(len(rows)), rows)
+    for i in np.flatnonzero(b1 > b0).tolist():  # rare: across an hour boundary, or a gap
+        for b in range(int(b0[i]), int(b1[i]) + 1):
             lo, hi = max(t0[i], b * BUCKET_S), min(t1[i], (b + 1) * BUCKET_S)
-            share = np.zeros(len(t0))
-            share[i] = (hi - lo) / (t1[i] - t0[i])
-            add(np.full(len(t0), b), share, np.array([i]))
+            add(np.array([b]), np.array([(hi - lo) / (t1[i] - t0[i])]), np.array([i]))
     return [EnergyRow(b * BUCKET_S, *devices[g], *owners[o], *map(float, v))
             for (b, g, o), v in sorted(sums.items())]
+
+
+def _add_runs(sums: dict[tuple[int, int, int], np.ndarray], bucket: np.ndarray,
+              own: np.ndarray, cols: Sequence[np.ndarray], n_g: int, n_o: int) -> None:
+    """The common case, no interval across an hour: per GPU, consecutive intervals of one
+    (hour, owner) are runs; each run is one ``reduceat`` slice, no sort needed."""
+    n_t = len(bucket)
+    key = (bucket[:, None] * n_o + own).T.ravel()      # GPU-major: each GPU's time in a row
+    change = np.empty(len(key), bool)
+    change[0] = True
+    np.not_equal(key[1:], key[:-1], out=change[1:])
+    change[::n_t] = True                                  # a new GPU starts a new run
+    starts = np.flatnonzero(change)
+    acc = np.stack([np.add.reduceat(c.T.ravel(), starts) for c in cols], axis=-1)
+    for start, k, v in zip(starts.tolist(), key[starts].tolist(), acc):
+        entry = (k // n_o, start // n_t, k % n_o)
+        have = sums.get(entry)
+        sums[entry] = v if have is None else have + v

@@ -12,13 +12,16 @@ from fleetwatch.pipeline.energy_arrays import integrate_arrays
 T0 = 1_651_795_200.0
 
 
-def test_array_and_frame_paths_give_the_same_rows():
+@pytest.mark.parametrize("aligned", [False, True])
+def test_array_and_frame_paths_give_the_same_rows(aligned):
     rng = np.random.default_rng(7)
     n_t, n_g = 600, 5
-    # 15 s samples with jitter, one 10-minute gap, times not aligned to the hour.
-    steps = np.full(n_t, 15.0) + rng.uniform(-2, 2, n_t)
-    steps[300] = 600.0
-    ts = T0 + 7.0 + np.cumsum(steps)
+    if aligned:  # 15 s samples on the hour: no interval crosses one (the run-length path)
+        ts = T0 + 15.0 * np.arange(n_t)
+    else:  # jitter, one 10-minute gap, times not aligned to the hour
+        steps = np.full(n_t, 15.0) + rng.uniform(-2, 2, n_t)
+        steps[300] = 600.0
+        ts = T0 + 7.0 + np.cumsum(steps)
     power = rng.uniform(50, 500, (n_t, n_g))
     power[rng.random((n_t, n_g)) < 0.03] = np.nan          # samples without power
     counter = np.cumsum(power * 15.0, axis=0) + 1e6
@@ -52,4 +55,5 @@ def test_array_and_frame_paths_give_the_same_rows():
     for a, b in zip(sorted(rows), sorted(expected)):
         assert a[:8] == b[:8]
         assert a[8:] == pytest.approx(b[8:], rel=1e-9, abs=1e-6)
-    assert sum(r.missing_s for r in rows) > 600  # the gap, and samples without power
+    # The gap, and samples without power, are missing time.
+    assert sum(r.missing_s for r in rows) > (600 if not aligned else 100)
