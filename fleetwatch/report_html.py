@@ -21,9 +21,9 @@ main{max-width:1100px;margin:0 auto;padding:28px 32px 60px}
 h1{font-size:26px;margin:0 0 4px}h2{font-size:19px;margin:34px 0 10px;
 border-bottom:1px solid #dde1e7;padding-bottom:6px}
 .sub{color:#5b6676;margin:0 0 22px}
-.hero{display:flex;gap:14px;flex-wrap:wrap}
+.hero{display:flex;gap:12px}
 .tile{background:#fff;border:1px solid #dde1e7;border-radius:8px;padding:14px 18px;
-min-width:150px;flex:1}
+min-width:0;flex:1}
 .tile .label{font-size:12px;text-transform:uppercase;letter-spacing:.04em;color:#5b6676}
 .tile .value{font-size:26px;font-weight:600;margin-top:4px}
 .tile .detail{font-size:12px;color:#5b6676;margin-top:2px}
@@ -44,6 +44,10 @@ ul.method li{margin:4px 0}
 
 def _n(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
+
+
+def _mass(kg: float) -> str:
+    return f"{kg / 1000:,.2f} t CO2e" if kg >= 10_000 else f"{kg:,.0f} kg CO2e"
 
 
 def _tile(label: str, value: str, detail: str = "", tone: str = "") -> str:
@@ -81,7 +85,8 @@ def _day(ts: int) -> datetime:
 
 
 def _date(ts: int) -> str:
-    return _day(ts).date().isoformat()
+    """A day as a category label: plotly would centre a date's bar on its midnight."""
+    return _day(ts).strftime("%a %d %b")
 
 
 def _figures(r: Report) -> list[go.Figure]:
@@ -92,7 +97,7 @@ def _figures(r: Report) -> list[go.Figure]:
         xs = sorted(days)
         daily.add_bar(x=[_date(d) for d in xs], y=[days[d][1] for d in xs], name=cluster)
     daily.update_layout(title="kg CO2e per day, by cluster", barmode="stack",
-                        yaxis_title="kg CO2e")
+                        yaxis_title="kg CO2e", xaxis_type="category")
     energy = go.Figure(layout=layout)
     days = sorted({d for v in r.daily.values() for d in v})
     it = [sum(v.get(d, [0, 0, 0])[0] for v in r.daily.values()) for d in days]
@@ -102,7 +107,7 @@ def _figures(r: Report) -> list[go.Figure]:
     energy.add_bar(x=[_date(d) for d in days], y=idle, name="idle GPUs",
                    marker_color="#e0a100")
     energy.update_layout(title="IT energy per day (kWh): idle GPUs apart", barmode="stack",
-                         yaxis_title="kWh")
+                         yaxis_title="kWh", xaxis_type="category")
     ci = go.Figure(layout=layout)
     ci.add_scatter(x=[_day(h) for h, _, _ in r.hourly_intensity],
                    y=[v for _, v, _ in r.hourly_intensity], mode="lines", name="grid intensity",
@@ -132,7 +137,7 @@ def render(r: Report, store_name: str = "") -> str:
     status = ("complete month" if r.complete else
               f"month to date, up to {_day(int(r.covered_until_ts)):%d %b %H:%M} UTC")
     tiles = [
-        _tile("Carbon emitted", f"{t.co2e_kg / 1000:,.2f} t CO2e",
+        _tile("Carbon emitted", _mass(t.co2e_kg),
               f"location-based, scope 2 · {status}", "main"),
         _tile("Facility energy", f"{t.facility_kwh / 1000:,.1f} MWh",
               f"IT {t.it_kwh / 1000:,.1f} MWh x PUE"),
@@ -143,7 +148,7 @@ def render(r: Report, store_name: str = "") -> str:
               f"{t.idle_share:.1%} of GPU energy", "warn" if t.idle_share > 0.1 else ""),
     ]
     if not r.complete:
-        tiles.append(_tile("Projected month", f"{r.projected_co2e_kg / 1000:,.2f} t CO2e",
+        tiles.append(_tile("Projected month", _mass(r.projected_co2e_kg),
                            "at the rate so far"))
     figs = _figures(r)
     charts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0),
@@ -172,7 +177,7 @@ def render(r: Report, store_name: str = "") -> str:
 <main>
 <h1>GPU fleet energy and carbon — {html.escape(month)}</h1>
 <p class="sub">{html.escape(status[:1].upper() + status[1:])} ·
-generated {html.escape(str(s['generated'])[:16])} UTC{where}</p>
+generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} UTC{where}</p>
 <div class="hero">{''.join(tiles)}</div>
 <div class="chart">{charts[0]}</div>
 <div class="chart">{charts[1]}</div>
