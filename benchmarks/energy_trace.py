@@ -28,6 +28,7 @@ class Ledger:
     generate_s: float
     samples: int
     gpus: int
+    roll_up_s: float
 
 
 def schedule(rng: np.random.Generator, nodes: int, start: float, end: float
@@ -115,5 +116,9 @@ def month_ledger(store: SqliteStore, days: int, gpus: int) -> Ledger:
               end="", file=sys.stderr, flush=True)
     print(file=sys.stderr)
     generate_s = time.perf_counter() - t_gen - integrate_s
+    # The processor rolls each hour up for the dashboard once it has closed; here, at once.
+    t0 = time.perf_counter()
+    store.roll_up_energy(end)
+    roll_up_s = time.perf_counter() - t0
     samples = int(days * 86400 / INTERVAL_S * n_g)
-    return Ledger(truth, rows_written, integrate_s, generate_s, samples, n_g)
+    return Ledger(truth, rows_written, integrate_s, generate_s, samples, n_g, roll_up_s)

@@ -8,12 +8,13 @@ model. Pure, but for ``read_energy``, which makes the store calls.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
-from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal
+from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -128,9 +129,16 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600)
 
 
+def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
+    return tuple(Share(t.name or NO_NAME.get(kind, ""), t.energy_j / J_PER_KWH, t.co2e_kg,
+                       t.gpu_s / 3600, t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
+                 for t in lines)
+
+
 def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: float,
-                now_s: float) -> EnergyView:
-    """Four grouped reads: the window by cluster, by job and by user; the month by cluster."""
+                now_s: float, limit: int = 15) -> EnergyView:
+    """The window and the month by cluster per hour; the window's top jobs and users, which
+    the store sums (a month holds ~100,000 job-hours)."""
     first = start_s - start_s % 3600
     window = store.energy_totals(first, end_s, "cluster")
     m0 = month_start(now_s)
@@ -138,5 +146,8 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
         month = [t for t in window if t.bucket_ts >= m0]
     else:
         month = store.energy_totals(m0, end_s, "cluster")
-    return energy_view(window, month, store.energy_totals(first, end_s, "job"),
-                       store.energy_totals(first, end_s, "user"), model, now_s)
+    f = _factors(model, {t.bucket_ts for t in (*window, *month)})
+    view = energy_view(window, month, (), (), model, now_s)
+    return dataclasses.replace(
+        view, jobs=top_shares(store.energy_top(first, end_s, "job", f, limit), "job"),
+        users=top_shares(store.energy_top(first, end_s, "user", f, limit), "user"))

@@ -29,13 +29,14 @@ state, which replace it only once the store has taken the rows.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.config import EnergyConfig
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.store.base import gpu_device
+from fleetwatch.pipeline.store.base import StoreError, gpu_device
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     CPU_DEVICE,
@@ -44,7 +45,10 @@ from fleetwatch.pipeline.store.ledger import (
     DeviceState,
     EnergyRow,
     EnergyStore,
+    bucket_floor,
 )
+
+log = logging.getLogger(__name__)
 
 # Accumulator slots, in EnergyRow's order.
 _E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
@@ -98,6 +102,7 @@ class EnergyIntegrator:
         self.store = store
         self.s = settings
         self._nodes: dict[tuple[str, str], _Node] = {}
+        self._rolled_to = -math.inf  # hours before this are rolled up
 
     # -- the processor's entry point ------------------------------------
     def observe(self, frames: Sequence[Frame]) -> int:
@@ -107,9 +112,26 @@ class EnergyIntegrator:
             assert self.store is not None
             self.store.write_energy(rows, states)
         self._nodes.update(nodes)  # only now that the store has them
+        newest = -math.inf
         for node in nodes.values():
             _prune(node)
+            newest = max(newest, node.last_ts)
+        self._roll_up(newest)
         return len(rows)
+
+    def _roll_up(self, newest_ts: float) -> None:
+        """Once an hour has closed (no sample within max_gap_s can reach it), let the store
+        aggregate it for the dashboard; a store without roll-ups sums at read time."""
+        roll_up = getattr(self.store, "roll_up_energy", None)
+        closed = bucket_floor(newest_ts - self.s.max_gap_s)
+        if roll_up is None or not math.isfinite(newest_ts) or closed <= self._rolled_to:
+            return
+        try:
+            roll_up(closed)
+        except StoreError as exc:  # the rows are stored; the roll-up is tried again later
+            log.warning("energy roll-up failed, will retry: %s", exc)
+            return
+        self._rolled_to = closed
 
     def drop(self, nodes: Iterable[tuple[str, str]]) -> None:
         """Forget (cluster, node)s whose partition this processor no longer owns."""

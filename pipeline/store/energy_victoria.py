@@ -28,7 +28,9 @@ from fleetwatch.pipeline.store.ledger import (
     DeviceState,
     EnergyRow,
     EnergyTotal,
+    TopLine,
     bucket_floor,
+    top_from_totals,
 )
 from fleetwatch.pipeline.store.lineproto import tags
 
@@ -152,6 +154,11 @@ class VictoriaEnergy:
                         sums.setdefault(key, [0.0] * len(parts))[i] = float(v)
             first = chunk_last + BUCKET_S
         return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
+
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)
 
 
 def _quote(text: str) -> str:

@@ -92,6 +92,32 @@ class EnergyTotal(NamedTuple):
     over_tdp_s: float
 
 
+class TopLine(NamedTuple):
+    """One job's (user's, ...) part of a window, for a "top N" list."""
+
+    name: str
+    energy_j: float
+    co2e_kg: float       # energy priced at each hour's kg CO2e per kWh
+    gpu_s: float
+    idle_j: float
+    gpu_energy_j: float
+
+
+def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: dict[int, float],
+                    limit: int) -> list[TopLine]:
+    """``energy_top`` for a backend without one of its own: from the hourly totals."""
+    acc: dict[str, list[float]] = {}
+    for t in totals:
+        a = acc.setdefault(t.name, [0.0] * 5)
+        a[0] += t.energy_j
+        a[1] += t.energy_j / 3.6e6 * kg_per_kwh.get(t.bucket_ts, 0.0)
+        a[2] += t.gpu_s
+        a[3] += t.idle_j
+        a[4] += t.gpu_energy_j
+    lines = sorted((TopLine(n, *a) for n, a in acc.items()), key=lambda x: -x.energy_j)
+    return lines[:limit]
+
+
 class EnergyStore(Protocol):
     """The ledger part of a store (``SqliteStore``, ``VictoriaMetricsStore``)."""
 
@@ -111,3 +137,8 @@ class EnergyStore(Protocol):
     def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
         """Per hour in [start, end) and value of ``by`` (one of ``TOTAL_KEYS``): what the
         dashboard draws, summed by the store rather than row by row in Python."""
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        """The ``limit`` largest values of ``by`` over [start, end) by energy, each with its
+        CO2e at ``kg_per_kwh`` of each hour."""

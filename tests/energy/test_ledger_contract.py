@@ -124,3 +124,37 @@ def test_totals_per_hour_and_key_add_up_the_rows(ledger):
     assert by_job[(T0, "j1")] >= 170.0  # other tests' rows share the hour on a shared server
     with pytest.raises(ValueError, match="one of cluster"):
         store.energy_totals(T0, T0 + 7200, "device; DROP TABLE energy")
+
+
+def test_rolled_up_hours_late_rows_and_the_top_list(ledger):
+    open_store, flush = ledger
+    store = open_store()
+    c = cluster()
+
+    def row(bucket: int, job: str, node: str, energy: float) -> EnergyRow:
+        return EnergyRow(bucket, c, "r", node, "gpu0", job, "", "", energy, 0.0, 60.0, 0.0,
+                         0.0, 0.0)
+
+    store.write_energy([row(T0, "j1", "n1", 100.0), row(T0, "j2", "n2", 300.0),
+                        row(T0 + 3600, "j1", "n1", 50.0)], [])
+    flush()
+    if hasattr(store, "roll_up_energy"):
+        assert store.roll_up_energy(T0 + 7200) >= 2
+        assert store.roll_up_energy(T0 + 7200) == 0  # nothing changed since
+    # A late row in a rolled-up hour, and a rewrite of another: both show.
+    store.write_energy([row(T0, "j3", "n3", 30.0), row(T0 + 3600, "j1", "n1", 80.0)], [])
+    flush()
+    totals = {(t.bucket_ts, t.name): t.energy_j
+              for t in store.energy_totals(T0, T0 + 7200, "cluster") if t.name == c}
+    assert totals == {(T0, c): 430.0, (T0 + 3600, c): 80.0}
+    nodes: dict[str, float] = {}
+    for t in store.energy_totals(T0, T0 + 7200, "node"):
+        nodes[t.name] = nodes.get(t.name, 0.0) + t.energy_j
+    assert nodes["n1"] >= 180.0 and nodes["n3"] >= 30.0
+    # kg CO2e per kWh: 0.5 in the first hour, 1.0 in the second.
+    top = store.energy_top(T0, T0 + 7200, "node", {T0: 0.5, T0 + 3600: 1.0}, 50)
+    mine = {t.name: t for t in top if t.name in ("n1", "n2", "n3")}
+    if store.__class__.__name__ == "SqliteStore":  # a shared server holds other tests' rows
+        assert [t.name for t in top] == ["n2", "n1", "n3"]
+        assert mine["n1"].co2e_kg == pytest.approx((100.0 * 0.5 + 80.0 * 1.0) / 3.6e6)
+        assert mine["n2"].energy_j == 300.0
