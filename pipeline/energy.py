@@ -247,11 +247,25 @@ class EnergyIntegrator:
         """Add an interval (t0, t0 + dt] to its hour buckets, split in proportion to time."""
         t1 = t0 + dt
         start = int(t0 // BUCKET_S) * BUCKET_S
+        if t1 <= start + BUCKET_S:  # the common case, inside one hour: no shares
+            key: Key = (start, f.cluster, f.rack, f.node, dev, *owner)
+            acc = node.acc.get(key)
+            if acc is None:
+                node.acc[key] = list(vals)
+            else:
+                acc[0] += vals[0]
+                acc[1] += vals[1]
+                acc[2] += vals[2]
+                acc[3] += vals[3]
+                acc[4] += vals[4]
+                acc[5] += vals[5]
+            touched.add(key)
+            return
         while True:
             end = start + BUCKET_S
             share = (min(t1, end) - max(t0, start)) / dt
             if share > 0:
-                key: Key = (start, f.cluster, f.rack, f.node, dev, *owner)
+                key = (start, f.cluster, f.rack, f.node, dev, *owner)
                 acc = node.acc.get(key)
                 if acc is None:
                     acc = node.acc[key] = [0.0] * 6
