@@ -31,15 +31,16 @@ from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
 
-from fleetwatch.config import CarbonConfig, EnergyConfig
+from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig
 
 J_PER_KWH = 3.6e6
 MAX_INTERPOLATE_H = 6
 HOUR_S = 3600
 
 
-class CarbonDataError(ValueError):
-    """A carbon or PUE data file is wrong; the message names the file, line and value."""
+class CarbonDataError(ConfigError):
+    """A carbon or PUE data file (or country) is wrong; the message names the file, line and
+    value. A configuration error: start-up stops with it."""
 
 
 @dataclass(frozen=True)
