@@ -142,3 +142,14 @@ def test_the_ciso_hole_is_filled_and_counted(tmp_path):
     expected = 0.2 * 1.5 * (series.values[hole - 3600] + series.at(hole)[0]
                             + series.values[hole + 3600]) / 1000
     assert r.total.co2e_kg == pytest.approx(expected)
+
+
+def test_a_wrong_carbon_file_is_named(tmp_path, capsys):
+    conf = tmp_path / "c.toml"
+    conf.write_text(f'[carbon]\nintensity_csv = "{tmp_path / "nope.csv"}"\n')
+    assert main(["--config", str(conf), "report", "--month", "2022-05",
+                 "--store", str(tmp_path / "s.db")]) == 1
+    assert "nope.csv: cannot read" in capsys.readouterr().err
+    conf.write_text('[carbon]\ncountry = "ATLANTIS"\n')
+    assert main(["--config", str(conf), "dashboard", "--store", str(tmp_path / "s.db")]) == 2
+    assert "carbon.country 'ATLANTIS'" in capsys.readouterr().err
