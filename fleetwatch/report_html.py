@@ -86,7 +86,7 @@ def _day(ts: int) -> datetime:
 
 def _date(ts: int) -> str:
     """A day as a category label: plotly would centre a date's bar on its midnight."""
-    return _day(ts).strftime("%a %d %b")
+    return _day(ts).strftime("%d %b")
 
 
 def _figures(r: Report) -> list[go.Figure]:
@@ -119,7 +119,8 @@ def _figures(r: Report) -> list[go.Figure]:
                        marker=dict(color="#c0392b", size=8, symbol="x"))
     ci.update_layout(title="Grid carbon intensity used, per hour (gCO2e/kWh)",
                      yaxis_title="gCO2e/kWh")
-    jobs = [x for x in r.lines["job"] if x.name != "(no job)"][:15][::-1]
+    jobs = sorted((x for x in r.lines["job"] if x.name != "(no job)"),
+                  key=lambda x: -x.co2e_kg)[:15][::-1]
     top = go.Figure(layout=layout | {"height": 420})
     top.add_bar(y=[x.name for x in jobs], x=[x.co2e_kg for x in jobs], orientation="h",
                 marker_color="#2f6690", name="kg CO2e",
