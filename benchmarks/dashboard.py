@@ -49,12 +49,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--days", type=int, default=31)
     ap.add_argument("--gpus", type=int, default=1000)
+    ap.add_argument("--ledger", metavar="PATH",
+                    help="keep the ledger here, and reuse it if it is there (same trace)")
     args = ap.parse_args()
     start, end = month_span(MONTH)
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "ledger.db"
+        db = Path(args.ledger) if args.ledger else Path(tmp) / "ledger.db"
         store = SqliteStore(db)
-        led = month_ledger(store, args.days, args.gpus)
+        if args.ledger and store.energy(start, start + 3600):
+            rows = len(store.energy(start, end))
+            print(f"reusing the ledger in {db} ({rows:,} rows)", file=sys.stderr)
+        else:
+            rows = month_ledger(store, args.days, args.gpus).rows
         store.close()
         now = start + args.days * 86400 - 1800.0
         import waitress
@@ -84,11 +90,11 @@ def main() -> int:
     if logs:
         print(f"browser console errors: {logs}", file=sys.stderr)
     median = statistics.median(times)
-    print(f"energy page over {led.gpus} GPUs x {args.days} d ({led.rows:,} ledger rows): "
+    print(f"energy page over {args.gpus} GPUs x {args.days} d ({rows:,} ledger rows): "
           f"median {median:.2f} s of {LOADS} loads", file=sys.stderr)
     print(json.dumps({"energy_page_month_1000_gpus_s": round(median, 2),
-                      "loads_s": [round(t, 2) for t in times], "ledger_rows": led.rows,
-                      "gpus": led.gpus, "days": args.days, "console_errors": len(logs)}))
+                      "loads_s": [round(t, 2) for t in times], "ledger_rows": rows,
+                      "gpus": args.gpus, "days": args.days, "console_errors": len(logs)}))
     return 0
 
 

@@ -31,10 +31,11 @@ _INDEX = """<!DOCTYPE html>
 log = logging.getLogger(__name__)
 
 
-def _page(pathname: str | None, refresh_s: float, search: str | None = None) -> html.Div:
+def _page(pathname: str | None, refresh_s: float, search: str | None = None,
+          render_energy: energy.Render | None = None) -> html.Div:
     path = pathname or "/"
     if path.rstrip("/") == energy.PATH:
-        return energy.layout(refresh_s, search)
+        return energy.layout(refresh_s, search, render_energy)
     if path.rstrip("/") == utilization.PATH:
         return utilization.layout(refresh_s, search)
     if path in (fleet.PATH, ""):
@@ -79,12 +80,13 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
                   Input("url", "pathname"), State("url", "search"))
     def route(pathname: str | None, search: str | None) -> tuple[html.Div, ...]:
-        return (_page(pathname, refresh_s, search), *components.nav_classes(pathname))
+        return (_page(pathname, refresh_s, search, render_energy),
+                *components.nav_classes(pathname))
 
     for page in (fleet, node, alerts):
         page.register(app, store, clock)
     utilization.register(app, store, clock)
-    energy.register(app, store, clock, carbon or _default_carbon())
+    render_energy = energy.register(app, store, clock, carbon or _default_carbon())
     return app
 
 

@@ -11,7 +11,7 @@ from dash import Input, Output, dcc, html
 
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards import components, energy_figures, timerange
-from fleetwatch.dashboards.energy_data import EnergyView, read_energy
+from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin
 from fleetwatch.pipeline.store.base import StoreError
 
 PATH = "/energy"
@@ -33,18 +33,24 @@ def _panel(title: str, hint: str, graph_id: str) -> html.Section:
                   config=_GRAPH)])
 
 
-def layout(refresh_s: float, search: str | None = None) -> html.Div:
+Render = Callable[[str], tuple[Any, ...]]
+
+
+def layout(refresh_s: float, search: str | None = None, render: Render | None = None
+           ) -> html.Div:
+    """The page; with ``render`` (what ``register`` returns) it arrives drawn, saving the
+    browser a round trip, and the callback runs only on a tick or a new range."""
     q = timerange.parse(search, DEFAULT_RANGE)
-    return html.Div(className="page", children=[
+    page = html.Div(className="page", children=[
         dcc.Interval(id="energy-tick", interval=int(max(refresh_s, 30.0) * 1000)),
         html.Div(className="page-head", children=[
             html.H1("Energy & carbon"), timerange.picker("energy", q.range),
             html.Div(id="energy-updated", className="updated")]),
         html.Div(id="energy-notice"),
         html.Div(id="energy-summary", className="summary summary-6"),
-        _panel("Energy per hour", "IT kWh (GPUs, CPUs, rest of node) · by cluster · UTC",
-               "energy-kwh"),
-        _panel("Carbon per hour", "kg CO2e = kWh x PUE x grid intensity (location-based)",
+        _panel("Energy", "IT kWh (GPUs, CPUs, rest of node) · by cluster · per hour, per day "
+               "past 4 days · UTC", "energy-kwh"),
+        _panel("Carbon", "kg CO2e = kWh x PUE x grid intensity (location-based)",
                "energy-co2e"),
         html.Div(className="node-grid two", children=[
             _panel("Top jobs", "kWh in range", "energy-jobs"),
@@ -53,6 +59,33 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                "energy-idle"),
         html.Div(id="energy-method", className="panel-hint method-note"),
     ])
+    if render is not None:
+        _fill(page, render(q.range))
+    return page
+
+
+_OUTPUTS = (("energy-summary", "children"), ("energy-kwh", "figure"),
+            ("energy-co2e", "figure"), ("energy-jobs", "figure"), ("energy-users", "figure"),
+            ("energy-idle", "figure"), ("energy-notice", "children"),
+            ("energy-updated", "children"), ("energy-method", "children"))
+
+
+def _fill(page: Any, values: tuple[Any, ...]) -> None:
+    """Set the rendered values on the layout's components, by id."""
+    wanted = {cid: (prop, v) for (cid, prop), v in zip(_OUTPUTS, values)
+              if v is not dash.no_update}
+
+    def walk(node: Any) -> None:
+        cid = getattr(node, "id", None)
+        if cid in wanted:
+            prop, value = wanted[cid]
+            setattr(node, prop, value)
+        children = getattr(node, "children", None)
+        for child in children if isinstance(children, list) else [children]:
+            if hasattr(child, "to_plotly_json"):
+                walk(child)
+
+    walk(page)
 
 
 def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
@@ -75,15 +108,15 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
 
 
 def register(app: dash.Dash, store: Any, clock: Callable[[], float],
-             carbon: CarbonModel) -> None:
-    @app.callback(
-        Output("energy-summary", "children"), Output("energy-kwh", "figure"),
-        Output("energy-co2e", "figure"), Output("energy-jobs", "figure"),
-        Output("energy-users", "figure"), Output("energy-idle", "figure"),
-        Output("energy-notice", "children"), Output("energy-updated", "children"),
-        Output("energy-method", "children"),
-        Input("energy-tick", "n_intervals"), Input("energy-range", "value"))
+             carbon: CarbonModel) -> Render:
+    """The page's callbacks; returns the renderer that ``layout`` takes."""
+    @app.callback(*(Output(cid, prop) for cid, prop in _OUTPUTS),
+                  Input("energy-tick", "n_intervals"), Input("energy-range", "value"),
+                  prevent_initial_call=True)
     def refresh(_n: int | None, rng: str) -> tuple[Any, ...]:
+        return render(rng)
+
+    def render(rng: str) -> tuple[Any, ...]:
         now = clock()
         start, end = timerange.window(rng, now)
         try:
@@ -93,9 +126,13 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                     dash.no_update, dash.no_update)
         notice = None if v.hours else components.notice(energy_figures.NO_ENERGY,
                                                         "energy-empty")
+        step = 86400 if end - start > 4 * 86400 else 3600
+        bins, kwh = rebin(v.hours, v.by_cluster, step)
+        _, co2e = rebin(v.hours, v.co2e_by_cluster, step)
+        unit = "hour" if step == 3600 else "day"
         return (summary(v),
-                energy_figures.per_hour(v, v.by_cluster, "kWh"),
-                energy_figures.per_hour(v, v.co2e_by_cluster, "kg CO2e"),
+                energy_figures.per_hour(bins, kwh, f"kWh per {unit}", step=step),
+                energy_figures.per_hour(bins, co2e, f"kg CO2e per {unit}", step=step),
                 energy_figures.top_shares(v.jobs, "job"),
                 energy_figures.top_shares(v.users, "user"),
                 energy_figures.idle_share(v.hours, {"all clusters": v.idle_share}),
@@ -105,3 +142,5 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                   Input("energy-range", "value"), prevent_initial_call=True)
     def link(rng: str) -> str:
         return timerange.Query(rng).search()
+
+    return render

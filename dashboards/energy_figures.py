@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 
 from fleetwatch.dashboards import theme
-from fleetwatch.dashboards.energy_data import EnergyView, Share
+from fleetwatch.dashboards.energy_data import Share
 from fleetwatch.dashboards.figures import empty_figure
 
 CLUSTER_COLOURS = ("#56b4e9", "#009e73", "#cc79a7", "#7aa2f7", "#9ece6a", "#bb9af7",
@@ -33,13 +33,13 @@ def _layout(fig: go.Figure, height: int, y_title: str) -> go.Figure:
     return fig
 
 
-def per_hour(view: EnergyView, series: Mapping[str, list[float]], y_title: str,
-             height: int = 260) -> go.Figure:
-    """Stacked bars per hour, one colour per cluster."""
-    if not view.hours:
+def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: str,
+             height: int = 260, step: int = 3600) -> go.Figure:
+    """Stacked bars per ``step`` (an hour, or a day for long ranges), one colour per cluster."""
+    if not hours:
         return empty_figure(NO_ENERGY, height)
     fig = go.Figure()
-    x = [_utc(h + 1800) for h in view.hours]  # the middle of each hour
+    x = [_utc(h + step / 2) for h in hours]  # the middle of each bin
     for i, (name, ys) in enumerate(sorted(series.items())):
         fig.add_bar(x=x, y=ys, name=name, marker_color=CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)],
                     hovertemplate=f"{name}: %{{y:.2f}} {y_title}<extra>%{{x}}</extra>")

@@ -50,6 +50,11 @@ def test_energy_page_loads_with_data(dash_duo, energy_db: Path) -> None:
     assert "t CO2e" in _texts(dash_duo, "#energy-month .tile-value")[0]
     assert "%" in _texts(dash_duo, "#energy-idle-share .tile-value")[0]
     assert "location-based" in _texts(dash_duo, "#energy-method")[0]
+    # Arrives drawn; a new range redraws it and goes into the URL.
+    dash_duo.driver.execute_script(
+        "document.querySelector('#energy-range input[value=\"1h\"]').click();")
+    until(lambda: _texts(dash_duo, "#energy-inrange .tile-value")[0] != value, timeout=10)
+    until(lambda: "range=1h" in dash_duo.driver.current_url, timeout=10)
     assert dash_duo.get_logs() == []
 
 
