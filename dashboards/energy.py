@@ -48,8 +48,8 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
             html.Div(id="energy-updated", className="updated")]),
         html.Div(id="energy-notice"),
         html.Div(id="energy-summary", className="summary summary-6"),
-        _panel("Energy", "IT kWh (GPUs, CPUs, rest of node) · by cluster · per hour, per day "
-               "past 4 days · UTC", "energy-kwh"),
+        _panel("Energy", "IT kWh (GPUs, CPUs, rest of node) · by cluster · per hour "
+               "(per day past 4 days of data) · UTC", "energy-kwh"),
         _panel("Carbon", "kg CO2e = kWh x PUE x grid intensity (location-based)",
                "energy-co2e"),
         html.Div(className="node-grid two", children=[
@@ -126,7 +126,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                     dash.no_update, dash.no_update)
         notice = None if v.hours else components.notice(energy_figures.NO_ENERGY,
                                                         "energy-empty")
-        step = 86400 if end - start > 4 * 86400 else 3600
+        step = 86400 if len(v.hours) > 4 * 24 else 3600  # by the data, not the range
         bins, kwh = rebin(v.hours, v.by_cluster, step)
         _, co2e = rebin(v.hours, v.co2e_by_cluster, step)
         unit = "hour" if step == 3600 else "day"
