@@ -249,7 +249,7 @@ def open_dashboard_store(config: Config):
 def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.collectors.sim import SimParams
     from fleetwatch.simulate import simulate
-    from fleetwatch.wiring import detectors, open_store
+    from fleetwatch.wiring import detectors, energy_integrator, open_store
 
     config = _sim_config(config, args)
     duration = args.duration or (args.days if args.days is not None else 1.0) * 86400
@@ -271,7 +271,8 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
             print(f"\r  {done:6.1%}  {points:>14,} samples", end="", file=sys.stderr, flush=True)
 
     result = simulate(store, params, end - duration, duration, faults,
-                      detectors(config.alerts), progress)
+                      detectors(config.alerts), progress,
+                      energy=energy_integrator(config.energy, store))
     store.close()
     print(f"\nwrote {result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s"
           f" ({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from fleetwatch.collectors.sim import Fault, FaultRecord, FleetSim, SimParams
 from fleetwatch.models import Detector
+from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, Store
 
@@ -40,7 +41,8 @@ def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,
              faults: Sequence[Fault] = (), detectors: Sequence[Detector] = (),
-             progress: Callable[[float, int], None] | None = None) -> SimulateResult:
+             progress: Callable[[float, int], None] | None = None,
+             energy: EnergyIntegrator | None = None) -> SimulateResult:
     """Simulate ``duration_s`` from ``start_ts`` and write it all to ``store``.
 
     ``progress(fraction_done, points_so_far)`` is called after every batch.
@@ -48,7 +50,7 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
     store.write_annotations(fault_annotations(sim.ground_truth))
-    processor = Processor(store, detectors)
+    processor = Processor(store, detectors, energy=energy)
     end_ts = start_ts + duration_s
     steps_per_batch = max(1, int(BATCH_S / params.interval_s))
     # Serial on purpose: a writer thread would fight the simulation for the GIL

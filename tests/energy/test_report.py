@@ -153,3 +153,18 @@ def test_a_wrong_carbon_file_is_named(tmp_path, capsys):
     conf.write_text('[carbon]\ncountry = "ATLANTIS"\n')
     assert main(["--config", str(conf), "dashboard", "--store", str(tmp_path / "s.db")]) == 2
     assert "carbon.country 'ATLANTIS'" in capsys.readouterr().err
+
+
+def test_simulate_integrates_with_the_configured_node_model(tmp_path):
+    conf = tmp_path / "c.toml"
+    conf.write_text("[energy]\nnode_static_w = 1000.0\n")
+    db = tmp_path / "s.db"
+    assert main(["--config", str(conf), "simulate", "--duration", "1h", "--end",
+                 str(MAY[0] + 86400), "--store", str(db), "--nodes", "1", "--gpus", "2",
+                 "--no-faults"]) == 0
+    rows = SqliteStore(db).energy(*MAY)
+    # The rest of the node, 1 kW from the first sample to the last (one 15 s step short).
+    assert sum(r.energy_j for r in rows if r.device == "rest") == pytest.approx(
+        1000.0 * (3600 - 15))
+    assert sum(r.seconds for r in rows if r.device.startswith("gpu")) == pytest.approx(
+        2 * (3600 - 15))
