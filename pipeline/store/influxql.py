@@ -48,6 +48,7 @@ from fleetwatch.pipeline.store.base import (
     SeriesKey,
     StoreError,
 )
+from fleetwatch.pipeline.store.energy_influxql import InfluxQLEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
 from fleetwatch.pipeline.store.lineproto import (
     ALERT_MEASUREMENT,
@@ -61,7 +62,7 @@ _GROUP = 'GROUP BY "cluster", "rack", "node", "device"'
 _ALERT_FIELDS = ("state", "started_ts", "value", "fired_ts", "resolved_ts")
 
 
-class InfluxQLStore(InfluxStore):
+class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql.py
     """``InfluxStore``'s writes, plus reads through InfluxQL."""
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",

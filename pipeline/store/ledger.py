@@ -123,6 +123,8 @@ class EnergyStore(Protocol):
 
     def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
         """Replace these rows (absolute totals) and states; both land, or neither does.
+        A rewrite of a row comes with its node's newer watermark (the integrator's
+        order), which is what orders rewrites on a server that keeps every sample.
         Raises ``StoreError`` when the store cannot take them now."""
 
     def energy_state(self, cluster: str, node: str, at_ts: float

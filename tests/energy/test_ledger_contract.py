@@ -9,9 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.ledger import DeviceState, EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.store.conftest import DATABASE, influxdb  # noqa: F401 - the server fixture
 from tests.store.helpers import force_flush
 
 from .helpers import frame
@@ -19,16 +21,20 @@ from .helpers import frame
 T0 = 1_651_795_200  # 2022-05-06 00:00 UTC
 
 
-@pytest.fixture(params=["sqlite", "victoriametrics"])
+@pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
 def ledger(request, tmp_path) -> Iterator[tuple[object, callable]]:
     """(a factory of store clients on one store, flush) — a new client is a restarted processor."""
     if request.param == "sqlite":
         path = tmp_path / "s.db"
         yield (lambda: SqliteStore(path)), (lambda: None)
-    else:
+    elif request.param == "victoriametrics":
         server = request.getfixturevalue("victoria")
         url = f"http://{server.address}"
         yield (lambda: VictoriaMetricsStore(url)), (lambda: force_flush(server.address))
+    else:  # InfluxDB 1.x through its v1 API
+        server = request.getfixturevalue("influxdb")
+        url = f"http://{server.address}"
+        yield (lambda: InfluxQLStore(url, bucket=DATABASE, api="v1")), (lambda: None)
 
 
 def cluster() -> str:
@@ -136,13 +142,18 @@ def test_rolled_up_hours_late_rows_and_the_top_list(ledger):
                          0.0, 0.0)
 
     store.write_energy([row(T0, "j1", "n1", 100.0), row(T0, "j2", "n2", 300.0),
-                        row(T0 + 3600, "j1", "n1", 50.0)], [])
+                        row(T0 + 3600, "j1", "n1", 50.0)],
+                       [DeviceState(c, n, "gpu0", T0 + 3650.0, 1.0, None)
+                        for n in ("n1", "n2")])
     flush()
     if hasattr(store, "roll_up_energy"):
         assert store.roll_up_energy(T0 + 7200) >= 2
         assert store.roll_up_energy(T0 + 7200) == 0  # nothing changed since
-    # A late row in a rolled-up hour, and a rewrite of another: both show.
-    store.write_energy([row(T0, "j3", "n3", 30.0), row(T0 + 3600, "j1", "n1", 80.0)], [])
+    # A late row in a rolled-up hour, and a rewrite of another (with the integrator's newer
+    # watermark, as every rewrite comes): both show.
+    store.write_energy([row(T0, "j3", "n3", 30.0), row(T0 + 3600, "j1", "n1", 80.0)],
+                       [DeviceState(c, "n1", "gpu0", T0 + 3700.0, 1.0, None),
+                        DeviceState(c, "n3", "gpu0", T0 + 3700.0, 1.0, None)])
     flush()
     totals = {(t.bucket_ts, t.name): t.energy_j
               for t in store.energy_totals(T0, T0 + 7200, "cluster") if t.name == c}
