@@ -17,9 +17,10 @@ from importlib import resources
 from urllib.parse import unquote
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import alerts, components, fleet, node
+from fleetwatch.carbon import CarbonModel
+from fleetwatch.dashboards import alerts, components, energy, fleet, node, utilization
 from fleetwatch.pipeline.store.base import Store
 
 _INDEX = """<!DOCTYPE html>
@@ -31,8 +32,13 @@ _INDEX = """<!DOCTYPE html>
 log = logging.getLogger(__name__)
 
 
-def _page(pathname: str | None, refresh_s: float, search: str | None = None) -> html.Div:
+def _page(pathname: str | None, refresh_s: float, search: str | None = None,
+          render_energy: energy.Render | None = None) -> html.Div:
     path = pathname or "/"
+    if path.rstrip("/") == energy.PATH:
+        return energy.layout(refresh_s, search, render_energy)
+    if path.rstrip("/") == utilization.PATH:
+        return utilization.layout(refresh_s, search)
     if path in (fleet.PATH, ""):
         return fleet.layout(refresh_s)
     if path.rstrip("/") == alerts.PATH:
@@ -48,7 +54,8 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None) -> 
 
 def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", *,
                clock: Callable[[], float] = time.time,
-               temp_limit_c: float | None = None) -> dash.Dash:
+               temp_limit_c: float | None = None,
+               carbon: CarbonModel | None = None) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
@@ -70,23 +77,35 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     app.layout = shell
     # Every page's components, so Dash can check the callbacks of pages not shown yet.
     app.validation_layout = html.Div([shell, fleet.layout(refresh_s), alerts.layout(refresh_s),
-                                      node.layout("", refresh_s)])
+                                      node.layout("", refresh_s), energy.layout(refresh_s),
+                                      utilization.layout(refresh_s)])
 
     @app.callback(Output("page", "children"),
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
-                  Input("url", "pathname"), Input("url", "search"))
+                  Input("url", "pathname"), State("url", "search"))
     def route(pathname: str | None, search: str | None) -> tuple[html.Div, ...]:
-        return (_page(pathname, refresh_s, search), *components.nav_classes(pathname))
+        # The query is read, not listened to: the range picker rewrites it in place.
+        return (_page(pathname, refresh_s, search, render_energy),
+                *components.nav_classes(pathname))
 
     for page in (fleet, alerts):
         page.register(app, store, clock)
     node.register(app, store, clock, temp_limit_c)
+    utilization.register(app, store, clock)
+    render_energy = energy.register(app, store, clock, carbon or _default_carbon())
     return app
+
+
+def _default_carbon() -> CarbonModel:
+    from fleetwatch.carbon import model_from_config
+    from fleetwatch.config import CarbonConfig, EnergyConfig
+
+    return model_from_config(CarbonConfig(), EnergyConfig())
 
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           refresh_s: float = 5.0, sock: socket.socket | None = None,
-          temp_limit_c: float | None = None) -> None:
+          temp_limit_c: float | None = None, carbon: CarbonModel | None = None) -> None:
     """Serve the dashboard until interrupted, on waitress (a production WSGI server).
 
     ``sock``: a socket already bound (``fleetwatch up`` takes the port before
@@ -94,7 +113,7 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
     """
     import waitress
 
-    app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c)
+    app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon)
     log.info("dashboard on http://%s:%d/", host, port)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     waitress.serve(app.server, threads=8, ident="fleetwatch", _quiet=True, **where)

@@ -17,7 +17,8 @@ from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import NO_DATA, fmt
 from fleetwatch.pipeline.store.base import Alert, gpu_index
 
-NAV = (("Fleet", "/"), ("Alerts", "/alerts"))
+NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
+       ("Energy", "/energy"))
 
 
 def clock(ts_s: float) -> str:

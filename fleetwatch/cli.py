@@ -171,6 +171,15 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     train.add_argument("--out", metavar="DIR", help="model directory (default models.dir)")
 
+    report = sub.add_parser("report", help="write the monthly energy and carbon report",
+                            description="Write the month's energy, carbon and cost, per job, "
+                            "user, team, node and cluster: an HTML report, a CSV and a JSON "
+                            "summary, from the energy ledger in the configured store.")
+    report.add_argument("--month", required=True, metavar="YYYY-MM", help="e.g. 2026-11")
+    report.add_argument("--out", default=".", metavar="DIR",
+                        help="where the files go (default: here)")
+    report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
     sub.add_parser("config", help="print the effective configuration (secrets masked)")
 
     rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
@@ -401,8 +410,11 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
+    from fleetwatch.carbon import model_from_config
+
     serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-          config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c)
+          config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c,
+          carbon=model_from_config(config.carbon, config.energy))
     return EXIT_OK
 
 
@@ -431,6 +443,16 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
           f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
           f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
           f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
+
+
+def cmd_report(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.report import ReportError, report_month
+
+    try:
+        print(report_month(config, args.month, args.out))
+    except ReportError as exc:
+        print(f"fleetwatch report: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 
@@ -539,7 +561,7 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
              "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack,
-             "train": cmd_train}
+             "train": cmd_train, "report": cmd_report}
 
 if __name__ == "__main__":
     raise SystemExit(main())

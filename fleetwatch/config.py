@@ -174,6 +174,33 @@ class SimConfig:
 
 
 @dataclass(frozen=True)
+class EnergyConfig:
+    # An interval between two samples longer than this is missing time, never filled.
+    max_gap_s: float = ranged(60.0, 0.0, 86_400.0, above=True)
+    # A GPU whose SM activity is under this ratio is idle (powered, doing no work).
+    idle_sm_ratio: float = ranged(0.05, 0.0, 1.0)
+    # Board power above this counts as time above TDP (A100/H100 SXM: 400 W / 700 W).
+    tdp_w: float = ranged(400.0, 1.0, 100_000.0)
+    # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
+    node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
+    price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class CarbonConfig:
+    # ISO 3166-1 alpha-3: the grid intensity default (CodeCarbon's table).
+    country: str = "USA"
+    # A site constant in gCO2e/kWh; 0 uses the country default.
+    intensity_g_per_kwh: float = ranged(0.0, 0.0, 10_000.0)
+    intensity_csv: str = ""
+    intensity_column: str = "avg_CI"
+    pue: float = ranged(1.2, 1.0, 10.0)
+    pue_csv: str = ""
+    pue_column: str = "pue"
+
+
+@dataclass(frozen=True)
 class Config:
     node: NodeConfig = field(default_factory=NodeConfig)
     agent: AgentConfig = field(default_factory=AgentConfig)
@@ -184,6 +211,8 @@ class Config:
     models: ModelsConfig = field(default_factory=ModelsConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     sim: SimConfig = field(default_factory=SimConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    carbon: CarbonConfig = field(default_factory=CarbonConfig)
 
 
 def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:

@@ -36,6 +36,7 @@ from fleetwatch.pipeline.processor import Processor
 from fleetwatch.service import Stop, needs_kafka, stop_on_signals
 from fleetwatch.wiring import (
     detectors,
+    energy_integrator,
     learned_detectors,
     open_consumer,
     open_notifier,
@@ -65,7 +66,7 @@ def _member(config: Config, stop: threading.Event) -> int:
     notifier = open_notifier(config, store)
     rules = [*detectors(config.alerts), *learned_detectors(config.models)]
     processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
-                          notify=notifier.send)
+                          notify=notifier.send, energy=energy_integrator(config.energy, store))
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server

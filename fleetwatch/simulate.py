@@ -20,6 +20,7 @@ from typing import TextIO
 from fleetwatch.collectors.sim import Fault, FaultRecord, FleetSim, SimParams
 from fleetwatch.config import Config, ranged
 from fleetwatch.models import Detector
+from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, Store
 
@@ -66,7 +67,8 @@ def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,
              faults: Sequence[Fault] = (), detectors: Sequence[Detector] = (),
              progress: Callable[[float, int], None] | None = None,
-             stop: threading.Event | None = None) -> SimulateResult:
+             stop: threading.Event | None = None,
+             energy: EnergyIntegrator | None = None) -> SimulateResult:
     """Simulate ``duration_s`` from ``start_ts`` and write it all to ``store``.
 
     ``progress(fraction_done, points_so_far)`` is called after every batch.
@@ -76,7 +78,7 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
     store.write_annotations(fault_annotations(sim.ground_truth))
-    processor = Processor(store, detectors)
+    processor = Processor(store, detectors, energy=energy)
     end_ts = start_ts + duration_s
     steps_per_batch = max(1, int(BATCH_S / params.interval_s))
     # Serial on purpose: a writer thread would fight the simulation for the GIL
@@ -109,7 +111,7 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     it between two batches with every batch written whole. Returns the exit status."""
     from fleetwatch.pipeline.store.sqlite import SqliteStore
     from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
-    from fleetwatch.wiring import detectors
+    from fleetwatch.wiring import detectors, energy_integrator
 
     out = out or sys.stderr
     path = store or SIM_STORE_PATH
@@ -149,7 +151,8 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
 
         try:
             result = simulate(db, params, given.end_ts - duration_s, duration_s, faults,
-                              detectors(config.alerts), progress, stop)
+                              detectors(config.alerts), progress, stop,
+                              energy=energy_integrator(config.energy, db))
         finally:
             db.close()
     finally:

@@ -41,6 +41,7 @@ from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.wiring import (
     detectors,
+    energy_integrator,
     learned_detectors,
     open_consumer,
     open_notifier,
@@ -128,8 +129,8 @@ class System:
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
                                       self.bus)
         rules = [*detectors(config.alerts), *learned_detectors(config.models)]
-        self.processor = Processor(self.store, rules,
-                                   notify=self.notifier.send)
+        self.processor = Processor(self.store, rules, notify=self.notifier.send,
+                                   energy=energy_integrator(config.energy, self.store))
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s
@@ -345,11 +346,13 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     system.start()
     system.report_every(30.0, out)
     try:
+        from fleetwatch.carbon import model_from_config
         from fleetwatch.dashboards import serve
 
         serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
               config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
-              sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c)
+              sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c,
+              carbon=model_from_config(config.carbon, config.energy))
     except KeyboardInterrupt:
         pass
     finally:

@@ -7,11 +7,19 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
-from fleetwatch.config import AlertsConfig, BusConfig, Config, ModelsConfig, StoreConfig
+from fleetwatch.config import (
+    AlertsConfig,
+    BusConfig,
+    Config,
+    EnergyConfig,
+    ModelsConfig,
+    StoreConfig,
+)
 from fleetwatch.models import Detector
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
 from fleetwatch.pipeline.store.base import Store
 
@@ -110,3 +118,10 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
                         acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)
     notifier.adopt(store.alerts())  # the alerts the processor's book starts from
     return notifier
+
+
+def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:
+    """The processor's energy integrator, writing to the store's ledger (if it keeps one)."""
+    if not hasattr(store, "write_energy"):
+        return None
+    return EnergyIntegrator(store, EnergySettings.from_config(config))  # type: ignore[arg-type]

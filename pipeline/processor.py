@@ -44,6 +44,7 @@ from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect, settle
 from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
 from fleetwatch.pipeline.dead_letters import DeadLetters
+from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
@@ -60,8 +61,14 @@ class Processor:
                  dead_letter_topic: str = "fleetwatch.frames.dead",
                  on_revoked: Sequence[OnRevoked] = (),
                  dead_letter_give_up_s: float = 60.0,
-                 notify: Callable[[Sequence[Alert]], object] | None = None) -> None:
+                 notify: Callable[[Sequence[Alert]], object] | None = None,
+                 energy: EnergyIntegrator | None = None) -> None:
         self.store = store
+        # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
+        # by default with default settings whenever the store keeps a ledger.
+        if energy is None and hasattr(store, "write_energy"):
+            energy = EnergyIntegrator(store)  # type: ignore[arg-type]
+        self.energy = energy
         self.detectors = list(detectors)
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
@@ -75,7 +82,7 @@ class Processor:
         self.stats = Stats()
         self._decoder = Decoder()
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
-        drops = [self.events.drop,
+        drops = [self.events.drop, *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops])
         self._stop = threading.Event()  # the run's, for waits outside the loop
@@ -194,6 +201,8 @@ class Processor:
             batch.findings = self._findings(frames) if frames else []
         if batch.events:  # with the batch, before its commit; written again on a retry
             self.store.write_events(batch.events)
+        if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
+            self.energy.observe(batch.owned)
         changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
         # Changes applied earlier without being stored go out again with these, newest wins.
         writes = list({a.id: a for a in [*self._unstored, *changes]}.values())

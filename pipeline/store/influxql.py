@@ -55,6 +55,7 @@ from fleetwatch.pipeline.store.base import (
     SeriesKey,
     StoreError,
 )
+from fleetwatch.pipeline.store.energy_influxql import InfluxQLEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
 from fleetwatch.pipeline.store.lineproto import split_metric
 from fleetwatch.pipeline.store.lprecords import (
@@ -72,7 +73,7 @@ _DAY_S = 86_400.0
 _GROUP = 'GROUP BY "cluster", "rack", "node", "device"'
 
 
-class InfluxQLStore(InfluxStore):
+class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql.py
     """``InfluxStore``'s writes, plus reads through InfluxQL."""
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",

@@ -36,6 +36,7 @@ from fleetwatch.pipeline.store.base import (
     StoreError,
     gpu_device,
 )
+from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
 from fleetwatch.pipeline.store.sqlite_records import SqliteRecords, guarded
 
 # Minutes younger than this are not rolled up from raw yet: late points may still come.
@@ -68,10 +69,11 @@ CREATE TABLE IF NOT EXISTS acks (
 """
 
 
-class SqliteStore(SqliteRecords):
+class SqliteStore(SqliteRecords, SqliteEnergy):
     """Frames, alerts, annotations and events in one SQLite file (alerts, annotations and
-    events: ``SqliteRecords``). ``busy_timeout_s``: how long a write waits for another
-    writer's lock before it fails with ``StoreError`` (the processor retries later)."""
+    events: ``SqliteRecords``; the energy ledger: ``SqliteEnergy``). ``busy_timeout_s``: how
+    long a write waits for another writer's lock before it fails with ``StoreError`` (the
+    processor retries later)."""
 
     def __init__(self, path: str | Path, raw_retention_h: float = 14 * 24,
                  rollup_retention_d: float = 400, read_only: bool = False,

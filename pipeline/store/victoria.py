@@ -68,6 +68,7 @@ from fleetwatch.pipeline.store.base import (
     SeriesKey,
     StoreError,
 )
+from fleetwatch.pipeline.store.energy_victoria import VictoriaEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
 from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
@@ -97,7 +98,7 @@ class StoreMisconfigured(RuntimeError):
     """The server is set up so that the store cannot keep its promises; says how to fix it."""
 
 
-class VictoriaMetricsStore(InfluxStore):
+class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_victoria.py
     """``InfluxStore``'s writes, plus reads through VictoriaMetrics' Prometheus API."""
 
     keeps_text = False  # numbers only: string fields would be read as numbers

@@ -1,0 +1,146 @@
+"""The energy and carbon page (``/energy?range=7d``): kWh and CO2e over time by cluster,
+the top jobs and users, today, this month and the month's projection, the idle share."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dash
+from dash import Input, Output, dcc, html
+
+from fleetwatch.carbon import CarbonModel
+from fleetwatch.dashboards import components, energy_figures, timerange
+from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin
+from fleetwatch.pipeline.store.base import StoreError
+
+PATH = "/energy"
+DEFAULT_RANGE = "7d"
+_GRAPH = {"displayModeBar": False}
+
+
+def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = "") -> html.Div:
+    return html.Div(className=f"tile {tone}".strip(), id=tile_id, children=[
+        html.Div(label, className="tile-label"), html.Div(value, className="tile-value"),
+        html.Div(detail, className="tile-detail")])
+
+
+def _panel(title: str, hint: str, graph_id: str) -> html.Section:
+    return html.Section(className="panel", children=[
+        html.Div(className="panel-head", children=[html.H2(title),
+                                                   html.Span(hint, className="panel-hint")]),
+        dcc.Graph(id=graph_id, figure=energy_figures.empty_figure("Loading…", 240),
+                  config=_GRAPH)])
+
+
+Render = Callable[[str], tuple[Any, ...]]
+
+
+def layout(refresh_s: float, search: str | None = None, render: Render | None = None
+           ) -> html.Div:
+    """The page; with ``render`` (what ``register`` returns) it arrives drawn, saving the
+    browser a round trip, and the callback runs only on a tick or a new range."""
+    q = timerange.parse(search, DEFAULT_RANGE)
+    page = html.Div(className="page", children=[
+        dcc.Interval(id="energy-tick", interval=int(max(refresh_s, 30.0) * 1000)),
+        html.Div(className="page-head", children=[
+            html.H1("Energy & carbon"), timerange.picker("energy", q.range),
+            html.Div(id="energy-updated", className="updated")]),
+        html.Div(id="energy-notice"),
+        html.Div(id="energy-summary", className="summary summary-6"),
+        _panel("Energy", "IT kWh (GPUs, CPUs, rest of node) · by cluster · per hour "
+               "(per day past 4 days of data) · UTC", "energy-kwh"),
+        _panel("Carbon", "kg CO2e = kWh x PUE x grid intensity (location-based)",
+               "energy-co2e"),
+        html.Div(className="node-grid two", children=[
+            _panel("Top jobs", "kWh in range", "energy-jobs"),
+            _panel("Top users", "kWh in range", "energy-users")]),
+        _panel("Idle GPU time", "share of GPU time with SM activity under the idle threshold",
+               "energy-idle"),
+        html.Div(id="energy-method", className="panel-hint method-note"),
+    ])
+    if render is not None:
+        _fill(page, render(q.range))
+    return page
+
+
+_OUTPUTS = (("energy-summary", "children"), ("energy-kwh", "figure"),
+            ("energy-co2e", "figure"), ("energy-jobs", "figure"), ("energy-users", "figure"),
+            ("energy-idle", "figure"), ("energy-notice", "children"),
+            ("energy-updated", "children"), ("energy-method", "children"))
+
+
+def _fill(page: Any, values: tuple[Any, ...]) -> None:
+    """Set the rendered values on the layout's components, by id."""
+    wanted = {cid: (prop, v) for (cid, prop), v in zip(_OUTPUTS, values)
+              if v is not dash.no_update}
+
+    def walk(node: Any) -> None:
+        cid = getattr(node, "id", None)
+        if cid in wanted:
+            prop, value = wanted[cid]
+            setattr(node, prop, value)
+        children = getattr(node, "children", None)
+        for child in children if isinstance(children, list) else [children]:
+            if hasattr(child, "to_plotly_json"):
+                walk(child)
+
+    walk(page)
+
+
+def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
+    idle = v.idle_kwh / v.gpu_kwh if v.gpu_kwh else 0.0
+    return [
+        _tile("energy-today", "Today", f"{v.today_kwh:,.0f} kWh",
+              f"{v.today_co2e_kg:,.0f} kg CO2e since 00:00 UTC"),
+        _tile("energy-month", "This month", f"{v.month_co2e_kg / 1000:,.2f} t CO2e",
+              f"{v.month_kwh:,.0f} kWh IT"),
+        _tile("energy-projection", "Month projection",
+              f"{v.month_projection_kg / 1000:,.2f} t CO2e", "at the rate so far"),
+        _tile("energy-inrange", "In range", f"{v.kwh:,.0f} kWh", f"{v.co2e_kg:,.0f} kg CO2e"),
+        _tile("energy-idle-share", "Idle GPU energy", f"{idle:.1%}",
+              f"{v.idle_kwh:,.0f} kWh on GPUs doing no work", "warn" if idle > 0.1 else ""),
+        _tile("energy-quality", "Above TDP · missing",
+              f"{v.over_tdp_gpu_hours:,.0f} · {v.missing_gpu_hours:,.0f}",
+              "GPU-hours above TDP · GPU-hours without data",
+              "warn" if v.missing_gpu_hours > 0 else ""),
+    ]
+
+
+def register(app: dash.Dash, store: Any, clock: Callable[[], float],
+             carbon: CarbonModel) -> Render:
+    """The page's callbacks; returns the renderer that ``layout`` takes."""
+    @app.callback(*(Output(cid, prop) for cid, prop in _OUTPUTS),
+                  Input("energy-tick", "n_intervals"), Input("energy-range", "value"),
+                  prevent_initial_call=True)
+    def refresh(_n: int | None, rng: str) -> tuple[Any, ...]:
+        return render(rng)
+
+    def render(rng: str) -> tuple[Any, ...]:
+        now = clock()
+        start, end = timerange.window(rng, now)
+        try:
+            v = read_energy(store, carbon, start, end + 3600, now)
+        except StoreError as exc:
+            return (*[dash.no_update] * 6, components.notice(f"Store unavailable: {exc}"),
+                    dash.no_update, dash.no_update)
+        notice = None if v.hours else components.notice(energy_figures.NO_ENERGY,
+                                                        "energy-empty")
+        step = 86400 if len(v.hours) > 4 * 24 else 3600  # by the data, not the range
+        bins, kwh = rebin(v.hours, v.by_cluster, step)
+        _, co2e = rebin(v.hours, v.co2e_by_cluster, step)
+        unit = "hour" if step == 3600 else "day"
+        return (summary(v),
+                energy_figures.per_hour(bins, kwh, f"kWh per {unit}", step=step),
+                energy_figures.per_hour(bins, co2e, f"kg CO2e per {unit}", step=step),
+                energy_figures.top_shares(v.jobs, "job"),
+                energy_figures.top_shares(v.users, "user"),
+                energy_figures.idle_share(v.hours, {"all clusters": v.idle_share}),
+                notice, components.updated_stamp(now), " ".join(carbon.method()[:3]))
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Input("energy-range", "value"), prevent_initial_call=True)
+    def link(rng: str) -> str:
+        return timerange.Query(rng).search()
+
+    return render

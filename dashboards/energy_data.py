@@ -1,0 +1,170 @@
+"""What the energy and utilization pages show from the ledger: plain records, no Dash.
+
+The processor integrated the energy once; these functions only add up the
+store's hourly totals (``energy_totals``) and price each hour with the carbon
+model. Pure, but for ``read_energy``, which makes the store calls.
+"""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fleetwatch.carbon import J_PER_KWH, CarbonModel
+from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
+
+NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
+
+
+@dataclass(frozen=True)
+class Share:
+    """One job's, user's or cluster's part of a window."""
+
+    name: str
+    kwh: float
+    co2e_kg: float
+    gpu_hours: float
+    idle_share: float   # of its GPU energy
+
+
+@dataclass(frozen=True)
+class EnergyView:
+    hours: tuple[int, ...]                    # bucket starts, oldest first
+    by_cluster: dict[str, list[float]]        # cluster -> kWh per hour (aligned to hours)
+    co2e_by_cluster: dict[str, list[float]]   # cluster -> kg CO2e per hour
+    idle_share: list[float]                   # GPU idle time share per hour
+    jobs: tuple[Share, ...]
+    users: tuple[Share, ...]
+    clusters: tuple[Share, ...]
+    kwh: float
+    co2e_kg: float
+    today_kwh: float
+    today_co2e_kg: float
+    month_kwh: float
+    month_co2e_kg: float
+    month_projection_kg: float
+    idle_kwh: float
+    gpu_kwh: float
+    missing_gpu_hours: float
+    over_tdp_gpu_hours: float
+
+
+def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
+    """kg CO2e per IT kWh for each hour (PUE x intensity)."""
+    out = {}
+    for h in hours:
+        f = model.hour(h)
+        out[h] = f.pue * f.intensity_g_per_kwh / 1000
+    return out
+
+
+def shares(totals: Sequence[EnergyTotal], kind: str, factors: dict[int, float],
+           limit: int = 15) -> tuple[Share, ...]:
+    acc: dict[str, list[float]] = {}
+    for t in totals:
+        a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 5)
+        kwh = t.energy_j / J_PER_KWH
+        a[0] += kwh
+        a[1] += kwh * factors[t.bucket_ts]
+        a[2] += t.gpu_s / 3600
+        a[3] += t.idle_j
+        a[4] += t.gpu_energy_j
+    out = [Share(n, a[0], a[1], a[2], a[3] / a[4] if a[4] else 0.0) for n, a in acc.items()]
+    out.sort(key=lambda s: -s.kwh)
+    return tuple(out[:limit])
+
+
+def month_start(ts: float) -> int:
+    t = time.gmtime(ts)
+    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
+
+
+def month_end(ts: float) -> int:
+    t = time.gmtime(ts)
+    return month_start(ts) + calendar.monthrange(t.tm_year, t.tm_mon)[1] * 86400
+
+
+def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
+                jobs: Sequence[EnergyTotal], users: Sequence[EnergyTotal],
+                model: CarbonModel, now_s: float) -> EnergyView:
+    """``window``/``month``: totals by cluster over the picked range and over this month."""
+    hours = tuple(sorted({t.bucket_ts for t in window}))
+    index = {h: i for i, h in enumerate(hours)}
+    f = _factors(model, {t.bucket_ts for t in (*window, *month, *jobs, *users)})
+    by_cluster: dict[str, list[float]] = {}
+    co2e: dict[str, list[float]] = {}
+    idle_s = [0.0] * len(hours)
+    gpu_s = [0.0] * len(hours)
+    for t in window:
+        name = t.name or NO_NAME["cluster"]
+        i = index[t.bucket_ts]
+        kwh = t.energy_j / J_PER_KWH
+        by_cluster.setdefault(name, [0.0] * len(hours))[i] += kwh
+        co2e.setdefault(name, [0.0] * len(hours))[i] += kwh * f[t.bucket_ts]
+        idle_s[i] += t.idle_s
+        gpu_s[i] += t.gpu_s
+    day0 = now_s - now_s % 86400
+    m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
+    m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
+    start, end = month_start(now_s), month_end(now_s)
+    covered = max(1.0, now_s - max(start, min((t.bucket_ts for t in month), default=start)))
+    return EnergyView(
+        hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
+        idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
+        jobs=shares(jobs, "job", f), users=shares(users, "user", f),
+        clusters=shares(window, "cluster", f, limit=50),
+        kwh=sum(sum(v) for v in by_cluster.values()),
+        co2e_kg=sum(sum(v) for v in co2e.values()),
+        today_kwh=sum(t.energy_j for t in month if t.bucket_ts >= day0) / J_PER_KWH,
+        today_co2e_kg=sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month
+                          if t.bucket_ts >= day0),
+        month_kwh=m_kwh, month_co2e_kg=m_co2,
+        month_projection_kg=m_co2 + m_co2 / covered * max(0.0, end - now_s),
+        idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
+        gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
+        missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
+        over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600)
+
+
+def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
+    return tuple(Share(t.name or NO_NAME.get(kind, ""), t.energy_j / J_PER_KWH, t.co2e_kg,
+                       t.gpu_s / 3600, t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
+                 for t in lines)
+
+
+def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: float,
+                now_s: float, limit: int = 15) -> EnergyView:
+    """The window and the month by cluster per hour; the window's top jobs and users, which
+    the store sums (a month holds ~100,000 job-hours)."""
+    first = start_s - start_s % 3600
+    window = store.energy_totals(first, end_s, "cluster")
+    m0 = month_start(now_s)
+    if first <= m0:
+        month = [t for t in window if t.bucket_ts >= m0]
+    else:
+        month = store.energy_totals(m0, end_s, "cluster")
+    f = _factors(model, {t.bucket_ts for t in (*window, *month)})
+    view = energy_view(window, month, (), (), model, now_s)
+    return dataclasses.replace(
+        view, jobs=top_shares(store.energy_top(first, end_s, "job", f, limit), "job"),
+        users=top_shares(store.energy_top(first, end_s, "user", f, limit), "user"))
+
+
+def rebin(hours: Sequence[int], series: dict[str, list[float]], step: int
+          ) -> tuple[tuple[int, ...], dict[str, list[float]]]:
+    """Hourly sums into ``step``-second bins (a day for long ranges: 31 bars read better,
+    and draw faster, than 744)."""
+    if step <= 3600:
+        return tuple(hours), series
+    bins = sorted({h - h % step for h in hours})
+    index = {b: i for i, b in enumerate(bins)}
+    out = {}
+    for name, ys in series.items():
+        acc = [0.0] * len(bins)
+        for h, y in zip(hours, ys):
+            acc[index[h - h % step]] += y
+        out[name] = acc
+    return tuple(bins), out

@@ -1,0 +1,100 @@
+"""Figures of the energy and utilization pages: records in, plotly figures out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
+
+import numpy as np
+import plotly.graph_objects as go
+
+from fleetwatch.dashboards import theme
+from fleetwatch.dashboards.energy_data import Share
+from fleetwatch.dashboards.figures import empty_figure
+
+CLUSTER_COLOURS = ("#56b4e9", "#009e73", "#cc79a7", "#7aa2f7", "#9ece6a", "#bb9af7",
+                   "#2ac3de", "#80b1d3")
+NO_ENERGY = "No energy in this range yet: the processor writes it as frames arrive"
+
+
+def _utc(ts: float) -> datetime:
+    return datetime.fromtimestamp(ts, tz=timezone.utc).replace(tzinfo=None)
+
+
+def _layout(fig: go.Figure, height: int, y_title: str) -> go.Figure:
+    fig.update_layout(
+        height=height, paper_bgcolor=theme.PANEL, plot_bgcolor=theme.PANEL,
+        font={"family": theme.FONT, "color": theme.TEXT, "size": 13},
+        margin={"l": 70, "r": 20, "t": 10, "b": 40}, barmode="stack",
+        legend={"orientation": "h", "y": 1.12, "x": 0},
+        hoverlabel={"bgcolor": theme.BG, "bordercolor": theme.GRID})
+    fig.update_xaxes(gridcolor=theme.GRID, zeroline=False)
+    fig.update_yaxes(gridcolor=theme.GRID, zeroline=False, title=y_title)
+    return fig
+
+
+def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: str,
+             height: int = 260, step: int = 3600) -> go.Figure:
+    """Stacked bars per ``step`` (an hour, or a day for long ranges), one colour per cluster."""
+    if not hours:
+        return empty_figure(NO_ENERGY, height)
+    fig = go.Figure()
+    x = [_utc(h + step / 2) for h in hours]  # the middle of each bin
+    for i, (name, ys) in enumerate(sorted(series.items())):
+        fig.add_bar(x=x, y=ys, name=name, marker_color=CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)],
+                    hovertemplate=f"{name}: %{{y:.2f}} {y_title}<extra>%{{x}}</extra>")
+    return _layout(fig, height, y_title)
+
+
+def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],
+               height: int = 220) -> go.Figure:
+    """The share of GPU time spent idle, per hour (one line per series)."""
+    if not hours:
+        return empty_figure(NO_ENERGY, height)
+    fig = go.Figure()
+    x = [_utc(h + 1800) for h in hours]
+    for i, (name, ys) in enumerate(sorted(shares.items())):
+        fig.add_scatter(x=x, y=[100 * y for y in ys], mode="lines", name=name,
+                        line={"color": CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)], "width": 2},
+                        hovertemplate=f"{name}: %{{y:.1f}}% idle<extra>%{{x}}</extra>")
+    _layout(fig, height, "% of GPU time idle")
+    fig.update_yaxes(rangemode="tozero")
+    return fig
+
+
+def top_shares(items: Sequence[Share], label: str, height: int = 380) -> go.Figure:
+    """Horizontal bars of kWh (biggest on top), idle share and CO2e in the hover."""
+    if not items:
+        return empty_figure(NO_ENERGY, height)
+    rows = list(items)[::-1]
+    fig = go.Figure(go.Bar(
+        y=[s.name for s in rows], x=[s.kwh for s in rows], orientation="h",
+        marker_color=[theme.PENDING if s.idle_share > 0.5 else "#56b4e9" for s in rows],
+        customdata=[[s.co2e_kg, 100 * s.idle_share, s.gpu_hours] for s in rows],
+        hovertemplate=(f"{label} %{{y}}: %{{x:.1f}} kWh, %{{customdata[0]:.1f}} kg CO2e, "
+                       "%{customdata[2]:.0f} GPU-h, %{customdata[1]:.0f}% idle<extra></extra>")))
+    _layout(fig, height, "")
+    fig.update_xaxes(title="kWh (amber: mostly idle)")
+    fig.update_yaxes(type="category", automargin=True, dtick=1)
+    return fig
+
+
+def cdf(samples: Mapping[str, np.ndarray], x_title: str, height: int = 240,
+        scale: float = 1.0) -> go.Figure:
+    """Empirical CDFs, one line per group, as the Acme study drew them."""
+    groups = {k: v for k, v in samples.items() if len(v)}
+    if not groups:
+        return empty_figure("No samples in this range", height)
+    fig = go.Figure()
+    for i, (name, values) in enumerate(sorted(groups.items())):
+        xs = np.sort(values) * scale
+        if len(xs) > 2000:  # the shape needs no more points than the screen has
+            xs = xs[np.linspace(0, len(xs) - 1, 2000).astype(int)]
+        ys = np.linspace(0, 1, len(xs))
+        fig.add_scatter(x=xs, y=ys, mode="lines", name=f"{name} ({len(values):,})",
+                        line={"color": CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)], "width": 2},
+                        hovertemplate="%{x:.3g}: %{y:.0%} of samples at or below<extra></extra>")
+    _layout(fig, height, "share of samples")
+    fig.update_xaxes(title=x_title)
+    fig.update_yaxes(range=[0, 1], tickformat=".0%")
+    return fig

@@ -1,0 +1,70 @@
+"""The time-range picker and deep links: the URL carries the page, node, GPU and range.
+
+``/energy?range=7d``, ``/utilization?range=24h&node=node-001&gpu=3``: a link
+opens the same view for anyone. Ranges end now (a rolling window), except
+``month``: the calendar month so far (UTC). Pure functions of strings and
+clocks, so links are tested without a browser.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlencode
+
+from dash import dcc, html
+
+# (key, label, seconds; 0: the calendar month so far)
+RANGES: tuple[tuple[str, str, int], ...] = (
+    ("1h", "1 h", 3600), ("6h", "6 h", 6 * 3600), ("24h", "24 h", 86400),
+    ("7d", "7 d", 7 * 86400), ("30d", "30 d", 30 * 86400), ("month", "This month", 0))
+_SECONDS = {k: s for k, _, s in RANGES}
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a page's URL asks for; unknown or malformed parts fall back to defaults."""
+
+    range: str
+    node: str | None = None
+    gpu: int | None = None
+
+    def search(self) -> str:
+        params: dict[str, str] = {"range": self.range}
+        if self.node:
+            params["node"] = self.node
+        if self.node and self.gpu is not None:
+            params["gpu"] = str(self.gpu)
+        return "?" + urlencode(params)
+
+
+def parse(search: str | None, default: str) -> Query:
+    q = parse_qs((search or "").lstrip("?"))
+    rng = (q.get("range") or [default])[0]
+    node = (q.get("node") or [None])[0] or None
+    gpu_text = (q.get("gpu") or [""])[0]
+    gpu = int(gpu_text) if gpu_text.isdigit() and len(gpu_text) < 4 else None
+    return Query(rng if rng in _SECONDS else default, node, gpu)
+
+
+def window(key: str, now_s: float) -> tuple[float, float]:
+    """(start, end) in epoch seconds of range ``key`` ending at ``now_s``."""
+    seconds = _SECONDS.get(key, 86400)
+    if seconds:
+        return now_s - seconds, now_s
+    return month_start(now_s), now_s
+
+
+def month_start(now_s: float) -> float:
+    t = time.gmtime(now_s)
+    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
+
+
+def picker(page: str, value: str) -> html.Div:
+    """The range buttons of ``page``; its id is ``{page}-range``."""
+    return html.Div(className="range-picker", children=[
+        dcc.RadioItems(id=f"{page}-range", value=value, inline=True,
+                       options=[{"label": label, "value": key} for key, label, _ in RANGES],
+                       className="range-items", inputClassName="range-input",
+                       labelClassName="range-label")])

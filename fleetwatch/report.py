@@ -1,0 +1,288 @@
+"""``fleetwatch report --month YYYY-MM``: the month's energy, carbon and cost, attributed.
+
+Reads the ledger the processor wrote (never raw samples), prices each hour
+with that hour's PUE and grid intensity (``fleetwatch.carbon``), and adds the
+hours up per job, user, team, node and cluster. Every breakdown is a
+partition of the same rows, so each one sums to the total ("(no job)" holds
+energy no job was running for, "(no user)" energy of jobs without a user).
+Writes an HTML report (``report_html``), a CSV with a row per job, user,
+team, node and cluster, and a JSON summary.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from fleetwatch.carbon import J_PER_KWH, CarbonModel
+from fleetwatch.config import Config
+from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow, EnergyStore
+
+KINDS = ("job", "user", "team", "node", "cluster")
+NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
+DAY_S = 86_400
+
+
+class ReportError(ValueError):
+    """The report cannot be made as asked (a bad month, an empty store)."""
+
+
+@dataclass
+class Line:
+    """Totals of one job, user, team, node or cluster (or of everything)."""
+
+    kind: str
+    name: str
+    it_kwh: float = 0.0
+    facility_kwh: float = 0.0
+    co2e_kg: float = 0.0
+    cost: float = 0.0
+    gpu_hours: float = 0.0
+    idle_kwh: float = 0.0
+    idle_gpu_hours: float = 0.0
+    gpu_kwh: float = 0.0
+    over_tdp_gpu_hours: float = 0.0
+    missing_gpu_hours: float = 0.0
+
+    def add(self, it: float, fac: float, co2: float, cost: float, gpu_h: float, idle: float,
+            idle_h: float, gpu_kwh: float, over_h: float, miss_h: float) -> None:
+        self.it_kwh += it
+        self.facility_kwh += fac
+        self.co2e_kg += co2
+        self.cost += cost
+        self.gpu_hours += gpu_h
+        self.idle_kwh += idle
+        self.idle_gpu_hours += idle_h
+        self.gpu_kwh += gpu_kwh
+        self.over_tdp_gpu_hours += over_h
+        self.missing_gpu_hours += miss_h
+
+    @property
+    def idle_share(self) -> float:
+        """The share of GPU energy spent idle."""
+        return self.idle_kwh / self.gpu_kwh if self.gpu_kwh else 0.0
+
+
+@dataclass
+class Report:
+    month: str
+    start_ts: int
+    end_ts: int
+    generated_ts: float
+    covered_from_ts: float         # the oldest ledger hour
+    covered_until_ts: float        # the newest ledger hour (+1 h); < end_ts: month in progress
+    total: Line
+    lines: dict[str, list[Line]]   # kind -> lines, largest energy first
+    daily: dict[str, dict[int, list[float]]]  # cluster -> day -> [it_kwh, co2e_kg, idle_kwh]
+    hourly_intensity: list[tuple[int, float, bool]]  # (hour, gCO2e/kWh, filled)
+    intensity_filled_hours: int    # hours with energy whose intensity was filled
+    pue_filled_hours: int
+    method: list[str]
+    currency: str
+    devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
+
+    @property
+    def projected_co2e_kg(self) -> float:
+        """The month's CO2e if the rest of it goes at the rate of the hours covered."""
+        end = min(self.covered_until_ts, self.end_ts)
+        span = end - self.covered_from_ts
+        if span <= 0:
+            return self.total.co2e_kg
+        return self.total.co2e_kg * (1 + (self.end_ts - end) / span)
+
+    @property
+    def complete(self) -> bool:
+        return self.covered_until_ts >= self.end_ts
+
+    def summary(self) -> dict[str, object]:
+        t = self.total
+        gpu_time = t.gpu_hours + t.missing_gpu_hours
+        return {
+            "month": self.month, "complete": self.complete,
+            "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
+            "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
+            "projected_co2e_kg": self.projected_co2e_kg,
+            "gpu_hours": t.gpu_hours, "idle_gpu_hours": t.idle_gpu_hours,
+            "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_share,
+            "idle_time_share": t.idle_gpu_hours / t.gpu_hours if t.gpu_hours else 0.0,
+            "over_tdp_gpu_hours": t.over_tdp_gpu_hours,
+            "missing_gpu_hours": t.missing_gpu_hours,
+            "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
+            "intensity_filled_hours": self.intensity_filled_hours,
+            "pue_filled_hours": self.pue_filled_hours,
+            "energy_by_device_kwh": self.devices,
+            "counts": {k: len(v) for k, v in self.lines.items()},
+            "method": self.method,
+            "generated": datetime.fromtimestamp(self.generated_ts, timezone.utc).isoformat(),
+        }
+
+
+def month_span(month: str) -> tuple[int, int]:
+    """``2026-11`` -> (start, end) in epoch seconds, UTC."""
+    try:
+        year, mon = (int(x) for x in month.split("-"))
+        if not (1 <= mon <= 12 and 2000 <= year <= 2200) or len(month) != 7:
+            raise ValueError
+    except ValueError:
+        raise ReportError(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
+    start = calendar.timegm((year, mon, 1, 0, 0, 0))
+    days = calendar.monthrange(year, mon)[1]
+    return start, start + days * DAY_S
+
+
+_LINE_FIELDS = ("it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours", "idle_kwh",
+                "idle_gpu_hours", "gpu_kwh", "over_tdp_gpu_hours", "missing_gpu_hours")
+
+
+def _codes(names: Sequence[str], empty: str) -> tuple[np.ndarray, list[str]]:
+    """Each row's index into the list of distinct names ("" shown as ``empty``)."""
+    index: dict[str, int] = {}
+    codes = np.fromiter((index.setdefault(n, len(index)) for n in names), np.int64, len(names))
+    return codes, [n or empty for n in index]
+
+
+def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: int,
+          month: str = "", now: float | None = None) -> Report:
+    """The report of these ledger rows (pure). Columns and bincounts, not a loop over rows:
+    a month of 1,000 GPUs is about a million rows."""
+    n = len(rows)
+    cols = list(zip(*rows)) if n else [()] * len(EnergyRow._fields)
+    col = dict(zip(EnergyRow._fields, cols))
+    hours = np.fromiter(col["bucket_ts"], np.int64, n)
+    uniq_hours, hour_of = np.unique(hours, return_inverse=True)
+    fs = [model.hour(int(h)) for h in uniq_hours]
+    pue = np.array([f.pue for f in fs])[hour_of]
+    kg_per_kwh = np.array([f.pue * f.intensity_g_per_kwh / 1000 for f in fs])[hour_of]
+    gpu = np.fromiter((d.startswith("gpu") for d in col["device"]), bool, n)
+
+    def f64(name: str) -> np.ndarray:
+        return np.fromiter(col[name], np.float64, n)
+
+    it = f64("energy_j") / J_PER_KWH
+    values = {
+        "it_kwh": it, "facility_kwh": it * pue, "co2e_kg": it * kg_per_kwh,
+        "cost": it * pue * model.price_per_kwh,
+        "gpu_hours": np.where(gpu, f64("seconds"), 0.0) / 3600,
+        "idle_kwh": f64("idle_j") / J_PER_KWH,
+        "idle_gpu_hours": np.where(gpu, f64("idle_s"), 0.0) / 3600,
+        "gpu_kwh": np.where(gpu, it, 0.0),
+        "over_tdp_gpu_hours": f64("over_tdp_s") / 3600,
+        "missing_gpu_hours": np.where(gpu, f64("missing_s"), 0.0) / 3600}
+    total = Line("total", "all", **{k: float(v.sum()) for k, v in values.items()})
+    lines: dict[str, list[Line]] = {}
+    for kind in KINDS:
+        codes, names = _codes(col[kind], NO_NAME.get(kind, ""))
+        sums = {k: np.bincount(codes, weights=v, minlength=len(names))
+                for k, v in values.items()}
+        lines[kind] = sorted((Line(kind, name, **{k: float(sums[k][i]) for k in _LINE_FIELDS})
+                              for i, name in enumerate(names)), key=lambda x: -x.it_kwh)
+    daily: dict[str, dict[int, list[float]]] = {}
+    cluster_codes, clusters = _codes(col["cluster"], "")
+    days = hours - hours % DAY_S
+    uniq_days, day_of = np.unique(days, return_inverse=True)
+    key = cluster_codes * len(uniq_days) + day_of
+    width = len(clusters) * len(uniq_days)
+    per = [np.bincount(key, weights=values[k], minlength=width)
+           for k in ("it_kwh", "co2e_kg", "idle_kwh")]
+    for c, name in enumerate(clusters):
+        for d, day in enumerate(uniq_days.tolist()):
+            i = c * len(uniq_days) + d
+            if per[0][i] or per[1][i]:
+                daily.setdefault(name, {})[day] = [float(p[i]) for p in per]
+    devices = {"gpu": float(values["gpu_kwh"].sum())}
+    for name in (CPU_DEVICE, REST_DEVICE):
+        mask = np.fromiter((d == name for d in col["device"]), bool, n)
+        devices[name] = float(it[mask].sum())
+    filled_ci = {int(h) for h, f in zip(uniq_hours, fs) if f.intensity_filled}
+    hourly = [(int(h), f.intensity_g_per_kwh, int(h) in filled_ci)
+              for h, f in zip(uniq_hours, fs)]
+    newest = int(uniq_hours[-1]) + 3600 if n else start_ts
+    oldest = int(uniq_hours[0]) if n else start_ts
+    return Report(
+        month=month, start_ts=start_ts, end_ts=end_ts,
+        generated_ts=time.time() if now is None else now, covered_from_ts=oldest,
+        covered_until_ts=newest, total=total, lines=lines, daily=daily,
+        hourly_intensity=hourly, intensity_filled_hours=len(filled_ci),
+        pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
+        currency=model.currency, devices=devices)
+
+
+CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
+              "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
+              "missing_gpu_hours")
+
+
+def write_csv(report: Report, path: Path) -> None:
+    with path.open("w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(CSV_FIELDS)
+        for kind in KINDS:
+            for line in report.lines[kind]:
+                d = asdict(line)
+                d["idle_share"] = line.idle_share
+                w.writerow([d[k] if isinstance(d[k], str) else f"{d[k]:.6f}"
+                            for k in CSV_FIELDS])
+
+
+def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
+                 store_name: str = "", now: float | None = None) -> dict[str, Path]:
+    """The month's HTML, CSV and JSON in ``out_dir``; returns their paths."""
+    from fleetwatch.report_html import render
+
+    start, end = month_span(month)
+    rows = store.energy(start, end)
+    if not rows:
+        raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
+                          "the processor writes it as frames arrive; check store.kind/path "
+                          "and the month")
+    report = build(rows, model, start, end, month, now)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {ext: out / f"fleetwatch-energy-{month}.{ext}" for ext in ("html", "csv", "json")}
+    write_csv(report, paths["csv"])
+    summary = report.summary() | {"store": store_name}
+    paths["json"].write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+    paths["html"].write_text(render(report, store_name), "utf-8")
+    return paths
+
+
+def report_month(config: Config, month: str, out_dir: str | Path) -> str:
+    """``fleetwatch report``: the files for ``month`` from the configured store; returns
+    what to print (the headline and the paths)."""
+    from fleetwatch.carbon import CarbonDataError, model_from_config
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.wiring import open_store
+
+    try:
+        model = model_from_config(config.carbon, config.energy)
+    except CarbonDataError as exc:
+        raise ReportError(str(exc)) from exc
+    c = config.store
+    name = c.path if c.kind == "sqlite" else f"{c.kind} at {c.url}"
+    try:
+        store = open_store(c, read_only=c.kind == "sqlite")
+    except StoreError as exc:
+        raise ReportError(str(exc)) from exc
+    try:
+        if not hasattr(store, "energy"):
+            raise ReportError(f"store.kind {c.kind!r} keeps no energy ledger")
+        paths = write_report(store, model, month, out_dir, name)  # type: ignore[arg-type]
+    except StoreError as exc:
+        raise ReportError(f"cannot read the ledger: {exc}") from exc
+    finally:
+        store.close()
+    s = json.loads(paths["json"].read_text("utf-8"))
+    head = (f"{month}: {s['co2e_kg'] / 1000:,.3f} t CO2e, {s['facility_kwh']:,.1f} facility kWh "
+            f"({s['it_kwh']:,.1f} IT kWh), {s['cost']:,.2f} {s['currency']}, "
+            f"{s['gpu_hours']:,.1f} GPU-hours, {s['idle_energy_share']:.1%} of GPU energy idle, "
+            f"{s['missing_gpu_hours']:,.1f} GPU-hours missing"
+            + ("" if s["complete"] else " (month to date)"))
+    return "\n".join([head, *(f"  {p}" for p in paths.values())])

@@ -1,0 +1,289 @@
+"""Energy integrated once, in the processor: frames in time order in, ledger rows out.
+
+Per GPU, energy over an interval between two samples is the difference of
+NVML's total energy counter (``gpu_energy_j``, joules since the driver
+loaded) where the GPU has one; a counter that went down (driver reload) or
+jumped by more than the board could draw is not trusted and the interval
+falls back to the trapezoid of ``gpu_power_w``, as does a GPU without the
+counter. An interval longer than ``max_gap_s`` is not filled with invented
+power: it is counted as missing time. The CPU packages (``host_cpu_power_w``,
+RAPL) are integrated the same way; the rest of the node is a static model
+(``node_static_w`` for every second the node reports).
+
+An interval is attributed to the job, user and team of the sample that ends
+it (NVML's utilization is "over the last sample period", so that sample
+describes the interval) and split across hour buckets in proportion to time.
+A GPU is idle over an interval when its SM activity is under
+``idle_sm_ratio``; without SM activity, when ``gpu_util_pct`` is 0 and no job
+holds it. A job's GPU that does nothing counts as idle: that energy is what
+an operator wants to see (the Acme study's ~60 W per idle GPU).
+
+Idempotence: rows are absolute bucket totals, written with the per-device
+watermark in one request. A node's state is loaded from the store the first
+time its frames come (a partition just assigned) and again after it was
+silent longer than ``max_gap_s`` (it may have been another processor's in
+between); samples at or before the watermark are skipped, so a batch
+replayed after a crash adds nothing. The batch is integrated on copies of the
+state, which replace it only once the store has taken the rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from fleetwatch.config import EnergyConfig
+from fleetwatch.frame import Frame
+from fleetwatch.pipeline.store.base import StoreError, gpu_device
+from fleetwatch.pipeline.store.ledger import (
+    BUCKET_S,
+    CPU_DEVICE,
+    HOST_DEVICE,
+    REST_DEVICE,
+    DeviceState,
+    EnergyRow,
+    EnergyStore,
+    bucket_floor,
+)
+
+log = logging.getLogger(__name__)
+
+# Accumulator slots, in EnergyRow's order.
+_E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
+
+
+@dataclass(frozen=True)
+class EnergySettings:
+    max_gap_s: float = 60.0        # longer intervals are missing time, not integrated
+    idle_sm_ratio: float = 0.05    # SM activity under this: idle
+    tdp_w: float = 400.0           # time above this board power is counted
+    node_static_w: float = 0.0     # the rest of the node (fans, NICs, DRAM, disks)
+    # A counter step implying more than this mean power is not trusted (a reset seen
+    # as a jump, a counter from another GPU): the interval uses the power samples.
+    max_plausible_w: float = 3000.0
+
+    @classmethod
+    def from_config(cls, c: EnergyConfig) -> EnergySettings:
+        return cls(c.max_gap_s, c.idle_sm_ratio, c.tdp_w, c.node_static_w)
+
+
+Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
+_Acc = dict[Key, list[float]]
+
+
+class _Dev:
+    __slots__ = ("ts", "power", "counter")
+
+    def __init__(self, ts: float, power: float | None, counter: float | None) -> None:
+        self.ts, self.power, self.counter = ts, power, counter
+
+
+class _Node:
+    """One node's integrator state: per-device watermarks and its open buckets' totals."""
+
+    __slots__ = ("devs", "acc", "last_ts")
+
+    def __init__(self, devs: dict[str, _Dev], acc: _Acc, last_ts: float) -> None:
+        self.devs, self.acc, self.last_ts = devs, acc, last_ts
+
+    def copy(self) -> _Node:
+        return _Node({d: _Dev(s.ts, s.power, s.counter) for d, s in self.devs.items()},
+                     {k: v.copy() for k, v in self.acc.items()}, self.last_ts)
+
+
+class EnergyIntegrator:
+    """Frames in, ledger rows written to ``store``. One per processor; pure but for the
+    store calls in ``observe`` (``integrate`` alone touches nothing)."""
+
+    def __init__(self, store: EnergyStore | None, settings: EnergySettings = EnergySettings()
+                 ) -> None:
+        self.store = store
+        self.s = settings
+        self._nodes: dict[tuple[str, str], _Node] = {}
+        self._rolled_to = -math.inf  # hours before this are rolled up
+
+    # -- the processor's entry point ------------------------------------
+    def observe(self, frames: Sequence[Frame]) -> int:
+        """Integrate a stored batch and write its rows; returns the rows written."""
+        nodes, rows, states = self.integrate(frames)
+        if rows or states:
+            assert self.store is not None
+            self.store.write_energy(rows, states)
+        self._nodes.update(nodes)  # only now that the store has them
+        newest = -math.inf
+        for node in nodes.values():
+            _prune(node)
+            newest = max(newest, node.last_ts)
+        self._roll_up(newest)
+        return len(rows)
+
+    def _roll_up(self, newest_ts: float) -> None:
+        """Once an hour has closed (no sample within max_gap_s can reach it), let the store
+        aggregate it for the dashboard; a store without roll-ups sums at read time."""
+        roll_up = getattr(self.store, "roll_up_energy", None)
+        closed = bucket_floor(newest_ts - self.s.max_gap_s)
+        if roll_up is None or not math.isfinite(newest_ts) or closed <= self._rolled_to:
+            return
+        try:
+            roll_up(closed)
+        except StoreError as exc:  # the rows are stored; the roll-up is tried again later
+            log.warning("energy roll-up failed, will retry: %s", exc)
+            return
+        self._rolled_to = closed
+
+    def drop(self, nodes: Iterable[tuple[str, str] | str]) -> None:
+        """Forget nodes whose partition this processor no longer owns: (cluster, node)
+        pairs, or node names (every cluster's node of that name)."""
+        gone = set(nodes)
+        for key in [k for k in self._nodes if k in gone or k[1] in gone]:
+            self._nodes.pop(key, None)
+
+    def integrate(self, frames: Sequence[Frame]
+                  ) -> tuple[dict[tuple[str, str], _Node], list[EnergyRow], list[DeviceState]]:
+        """The batch on copies of the touched nodes' state: (new states, rows, watermarks)."""
+        by_node: dict[tuple[str, str], list[Frame]] = {}
+        for f in frames:
+            by_node.setdefault((f.cluster, f.node), []).append(f)
+        out: dict[tuple[str, str], _Node] = {}
+        rows: list[EnergyRow] = []
+        states: list[DeviceState] = []
+        for key, group in by_node.items():
+            group.sort(key=lambda f: f.ts)
+            node = self._node(key, group[0].ts)
+            touched: set[Key] = set()
+            for f in group:
+                self._frame(node, f, touched)
+            out[key] = node
+            rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
+            states.extend(DeviceState(key[0], key[1], d, s.ts, s.power, s.counter)
+                          for d, s in node.devs.items())
+        return out, rows, states
+
+    # -- state ---------------------------------------------------------------
+    def _node(self, key: tuple[str, str], first_ts: float) -> _Node:
+        node = self._nodes.get(key)
+        if node is not None and first_ts - node.last_ts <= self.s.max_gap_s:
+            return node.copy()
+        if self.store is None:
+            return node.copy() if node is not None else _Node({}, {}, -math.inf)
+        saved, saved_rows = self.store.energy_state(*key, first_ts)
+        devs = {s.device: _Dev(s.ts, s.power_w, s.counter_j) for s in saved}
+        acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
+        last = max((s.ts for s in saved), default=-math.inf)
+        return _Node(devs, acc, last)
+
+    # -- integration -----------------------------------------------------------
+    def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
+        s = self.s
+        node_job = node_user = node_team = ""
+        for g in f.gpus:
+            m = g.metrics
+            user = g.info.get("user", "") if g.info else ""
+            team = g.info.get("team", "") if g.info else ""
+            job = g.job or ""
+            if job and not node_job:
+                node_job, node_user, node_team = job, user, team
+            dev = gpu_device(g.index)
+            power = m.get("gpu_power_w")
+            counter = m.get("gpu_energy_j")
+            sm = m.get("gpu_sm_active_ratio")
+            if sm is not None:
+                idle = sm < s.idle_sm_ratio
+            else:
+                util = m.get("gpu_util_pct")
+                idle = util is not None and util <= 0.0 and not job
+            self._interval(node, f, dev, power, counter, (job, user, team), idle,
+                           power is not None and power > s.tdp_w, touched)
+        owner = (node_job, node_user, node_team)
+        cpu = f.host.metrics.get("host_cpu_power_w")
+        if cpu is not None or CPU_DEVICE in node.devs:
+            self._interval(node, f, CPU_DEVICE, cpu, None, owner, False, False, touched)
+        # The node's clock: the rest of the node draws node_static_w while it reports.
+        host = node.devs.get(HOST_DEVICE)
+        if host is not None and s.node_static_w > 0:
+            dt = f.ts - host.ts
+            if 0 < dt <= s.max_gap_s:
+                self._add(node, f, REST_DEVICE, host.ts, dt, owner,
+                          (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
+            elif dt > s.max_gap_s:
+                self._add(node, f, REST_DEVICE, host.ts, dt, owner,
+                          (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
+        if host is None or f.ts > host.ts:
+            node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
+        node.last_ts = max(node.last_ts, f.ts)
+
+    def _interval(self, node: _Node, f: Frame, dev: str, power: float | None,
+                  counter: float | None, owner: tuple[str, str, str], idle: bool,
+                  over: bool, touched: set[Key]) -> None:
+        prev = node.devs.get(dev)
+        if prev is not None:
+            dt = f.ts - prev.ts
+            if dt <= 0:
+                return  # at or before the watermark: integrated already (a replay)
+            energy = self._energy(prev, dt, power, counter)
+            if energy is None or dt > self.s.max_gap_s:
+                vals = (0.0, 0.0, 0.0, 0.0, dt, 0.0)
+            else:
+                vals = (energy, energy if idle else 0.0, dt, dt if idle else 0.0, 0.0,
+                        dt if over else 0.0)
+            self._add(node, f, dev, prev.ts, dt, owner, vals, touched)
+        node.devs[dev] = _Dev(f.ts, power, counter)
+
+    def _energy(self, prev: _Dev, dt: float, power: float | None,
+                counter: float | None) -> float | None:
+        if counter is not None and prev.counter is not None:
+            step = counter - prev.counter
+            if 0.0 <= step <= dt * self.s.max_plausible_w:
+                return step
+            # Went down (driver reload, counter reset) or jumped: use the power samples.
+        if power is None:
+            return None
+        if prev.power is None:
+            return power * dt
+        return 0.5 * (power + prev.power) * dt
+
+    def _add(self, node: _Node, f: Frame, dev: str, t0: float, dt: float,
+             owner: tuple[str, str, str], vals: tuple[float, ...], touched: set[Key]) -> None:
+        """Add an interval (t0, t0 + dt] to its hour buckets, split in proportion to time."""
+        t1 = t0 + dt
+        start = int(t0 // BUCKET_S) * BUCKET_S
+        if t1 <= start + BUCKET_S:  # the common case, inside one hour: no shares
+            key: Key = (start, f.cluster, f.rack, f.node, dev, *owner)
+            acc = node.acc.get(key)
+            if acc is None:
+                node.acc[key] = list(vals)
+            else:
+                acc[0] += vals[0]
+                acc[1] += vals[1]
+                acc[2] += vals[2]
+                acc[3] += vals[3]
+                acc[4] += vals[4]
+                acc[5] += vals[5]
+            touched.add(key)
+            return
+        while True:
+            end = start + BUCKET_S
+            share = (min(t1, end) - max(t0, start)) / dt
+            if share > 0:
+                key = (start, f.cluster, f.rack, f.node, dev, *owner)
+                acc = node.acc.get(key)
+                if acc is None:
+                    acc = node.acc[key] = [0.0] * 6
+                for i, v in enumerate(vals):
+                    if v:
+                        acc[i] += v * share
+                touched.add(key)
+            if t1 <= end:
+                return
+            start = end
+
+
+def _prune(node: _Node) -> None:
+    """Keep the buckets a late sample can still reach: the newest two."""
+    if len(node.acc) < 64:
+        return
+    newest = max(k[0] for k in node.acc)
+    for k in [k for k in node.acc if k[0] < newest - BUCKET_S]:
+        del node.acc[k]

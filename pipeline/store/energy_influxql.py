@@ -1,0 +1,122 @@
+"""The energy ledger on InfluxDB through InfluxQL (mixed into ``InfluxQLStore``).
+
+The lines are ``energy_victoria``'s, but rows are stamped at their hour's start:
+InfluxDB replaces a point written again at the same series and time, so a
+rewritten hour is one point holding the new totals. Watermarks are stamped at
+the sample they stand for; a node's are the newest within ``STATE_LOOKBACK_S``
+either side of the first sample being integrated. Totals are summed here from
+the rows (InfluxQL cannot group by a tag across the row's identity and sum it
+per hour in one statement that 1.x, 2.x and 3.x all answer the same).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fleetwatch.pipeline.store.energy_victoria import (
+    ROW_MEASUREMENT,
+    STATE_MEASUREMENT,
+    row_line,
+    state_line,
+)
+from fleetwatch.pipeline.store.ledger import (
+    BUCKET_S,
+    ENERGY_FIELDS,
+    STATE_LOOKBACK_S,
+    TOTAL_KEYS,
+    DeviceState,
+    EnergyRow,
+    EnergyTotal,
+    TopLine,
+    bucket_floor,
+    top_from_totals,
+)
+
+_ROW_TAGS = ("cluster", "rack", "node", "device", "job", "user", "team")
+
+
+def _literal(text: str) -> str:
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+class InfluxQLEnergy:
+    """Needs the host class's ``_writer`` and ``query`` (InfluxQL, epoch ms)."""
+
+    _writer: Any
+    if TYPE_CHECKING:  # provided by InfluxQLStore
+        def query(self, influxql: str) -> list[dict[str, Any]]: ...
+
+    def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
+        lines = [row_line(r, r.bucket_ts) for r in rows] + [state_line(s) for s in states]
+        if lines:
+            self._writer.write_lines(lines)
+
+    def _select_rows(self, start_ts: float, end_ts: float, where: str = "") -> list[EnergyRow]:
+        fields = ", ".join(f'"{f}"' for f in ENERGY_FIELDS)
+        tags = ", ".join(f'"{t}"' for t in _ROW_TAGS)
+        series = self.query(
+            f'SELECT {fields}, {tags} FROM "{ROW_MEASUREMENT}" WHERE time >= '
+            f"{int(start_ts * 1000)}ms AND time < {int(end_ts * 1000)}ms{where}")
+        out = []
+        for s in series:
+            cols = s["columns"]
+            for values in s.get("values", []):
+                v = dict(zip(cols, values))
+                out.append(EnergyRow(int(v["time"]) // 1000, *((v.get(t) or "") for t in _ROW_TAGS),
+                                     *(float(v.get(f) or 0.0) for f in ENERGY_FIELDS)))
+        out.sort(key=lambda r: r.bucket_ts)
+        return out
+
+    def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
+               node: str | None = None) -> list[EnergyRow]:
+        where = "".join(f' AND "{k}" = {_literal(v)}'
+                        for k, v in (("cluster", cluster), ("node", node)) if v is not None)
+        first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
+        return self._select_rows(first, end_ts, where)
+
+    def energy_state(self, cluster: str, node: str, at_ts: float
+                     ) -> tuple[list[DeviceState], list[EnergyRow]]:
+        where = f'"cluster" = {_literal(cluster)} AND "node" = {_literal(node)}'
+        lo, hi = at_ts - STATE_LOOKBACK_S, at_ts + STATE_LOOKBACK_S
+        series = self.query(
+            f'SELECT last("ts") AS ts, last("power_w") AS power_w, last("counter_j") AS '
+            f'counter_j FROM "{STATE_MEASUREMENT}" WHERE {where} AND time >= '
+            f'{int(lo * 1000)}ms AND time <= {int(hi * 1000)}ms GROUP BY "device"')
+        states = []
+        for s in series:
+            device = s.get("tags", {}).get("device", "")
+            for values in s.get("values", []):
+                v = dict(zip(s["columns"], values))
+                if v.get("ts") is None:
+                    continue
+                power, counter = v.get("power_w"), v.get("counter_j")
+                states.append(DeviceState(
+                    cluster, node, device, float(v["ts"]),
+                    None if power is None or power < 0 else float(power),
+                    None if counter is None or counter < 0 else float(counter)))
+        if not states:
+            return [], []
+        since = bucket_floor(min(s.ts for s in states))
+        until = bucket_floor(max(s.ts for s in states)) + BUCKET_S
+        return states, self._select_rows(since, until, f" AND {where}")
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        if by not in TOTAL_KEYS:
+            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        sums: dict[tuple[int, str], list[float]] = {}
+        for r in self.energy(start_ts, end_ts):
+            a = sums.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+            gpu = r.device.startswith("gpu")
+            a[0] += r.energy_j
+            a[1] += r.idle_j
+            a[2] += r.energy_j if gpu else 0.0
+            a[3] += r.seconds if gpu else 0.0
+            a[4] += r.idle_s
+            a[5] += r.missing_s if gpu else 0.0
+            a[6] += r.over_tdp_s
+        return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)

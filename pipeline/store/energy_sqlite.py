@@ -1,0 +1,206 @@
+"""The energy ledger in the embedded SQLite store (mixed into ``SqliteStore``).
+
+Two tables beside the samples: ``energy`` (one row per hour bucket, device
+and owner, replaced on rewrite) and ``energy_state`` (the integrator's
+watermark per device), written in one transaction so that a crash leaves
+both old or both new.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from fleetwatch.pipeline.store.base import StoreError
+from fleetwatch.pipeline.store.ledger import (
+    TOTAL_KEYS,
+    DeviceState,
+    EnergyRow,
+    EnergyTotal,
+    TopLine,
+    bucket_floor,
+)
+
+J_PER_KWH = 3.6e6
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS energy (
+    bucket_ts INTEGER NOT NULL, cluster TEXT NOT NULL, rack TEXT NOT NULL, node TEXT NOT NULL,
+    device TEXT NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, team TEXT NOT NULL,
+    energy_j REAL NOT NULL, idle_j REAL NOT NULL, seconds REAL NOT NULL, idle_s REAL NOT NULL,
+    missing_s REAL NOT NULL, over_tdp_s REAL NOT NULL,
+    PRIMARY KEY (bucket_ts, cluster, node, device, job, user, team)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS energy_by_node ON energy (cluster, node, bucket_ts);
+-- Hours whose rows changed since they were last rolled up into energy_agg.
+CREATE TABLE IF NOT EXISTS energy_dirty (bucket_ts INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS energy_agg (
+    kind TEXT NOT NULL, bucket_ts INTEGER NOT NULL, name TEXT NOT NULL,
+    energy_j REAL, idle_j REAL, gpu_energy_j REAL, gpu_s REAL, idle_s REAL, missing_s REAL,
+    over_tdp_s REAL, PRIMARY KEY (kind, bucket_ts, name)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS energy_state (
+    cluster TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, ts REAL NOT NULL,
+    power_w REAL, counter_j REAL, PRIMARY KEY (cluster, node, device)) WITHOUT ROWID;
+"""
+
+
+class SqliteEnergy:
+    """Needs the host class's ``_conn()`` (a per-thread connection) and ``path``."""
+
+    path: str
+    _energy_ready = False
+
+    if TYPE_CHECKING:
+        def _conn(self) -> sqlite3.Connection: ...  # provided by SqliteStore
+
+    def _energy_conn(self) -> sqlite3.Connection:
+        conn = self._conn()
+        if not self._energy_ready:
+            try:
+                conn.executescript(_SCHEMA)
+                with conn:  # rows from before the roll-ups existed: every hour to do
+                    conn.execute("INSERT OR IGNORE INTO energy_dirty SELECT DISTINCT bucket_ts "
+                                 "FROM energy WHERE NOT EXISTS (SELECT 1 FROM energy_agg)")
+            except sqlite3.OperationalError as exc:
+                if "readonly" not in str(exc):
+                    raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            self._energy_ready = True
+        return conn
+
+    def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
+        conn = self._energy_conn()
+        try:
+            with conn:
+                conn.executemany("INSERT OR REPLACE INTO energy VALUES "
+                                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                conn.executemany("INSERT OR REPLACE INTO energy_state VALUES (?,?,?,?,?,?)",
+                                 states)
+                conn.executemany("INSERT OR IGNORE INTO energy_dirty VALUES (?)",
+                                 [(b,) for b in {r.bucket_ts for r in rows}])
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite energy write to {self.path} failed: {exc}") from exc
+
+    def energy_state(self, cluster: str, node: str, at_ts: float = 0.0
+                     ) -> tuple[list[DeviceState], list[EnergyRow]]:
+        conn = self._energy_conn()
+        states = [DeviceState(*r) for r in conn.execute(
+            "SELECT * FROM energy_state WHERE cluster = ? AND node = ?", (cluster, node))]
+        if not states:
+            return [], []
+        since = bucket_floor(min(s.ts for s in states))
+        rows = [EnergyRow(*r) for r in conn.execute(
+            "SELECT * FROM energy WHERE cluster = ? AND node = ? AND bucket_ts >= ?",
+            (cluster, node, since))]
+        return states, rows
+
+    def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
+               node: str | None = None) -> list[EnergyRow]:
+        sql = "SELECT * FROM energy WHERE bucket_ts >= ? AND bucket_ts < ?"
+        args: list[object] = [start_ts, end_ts]
+        if cluster is not None:
+            sql += " AND cluster = ?"
+            args.append(cluster)
+        if node is not None:
+            sql += " AND node = ?"
+            args.append(node)
+        try:
+            cur = self._energy_conn().execute(sql + " ORDER BY bucket_ts", args)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []  # a store written before the ledger existed
+            raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
+        return [EnergyRow(*r) for r in cur]
+
+    # -- totals for the dashboard: hourly aggregates, rolled up once an hour has closed
+    def roll_up_energy(self, before_ts: float) -> int:
+        """Aggregate every changed hour that starts before ``before_ts`` per cluster, rack,
+        node, job, user and team (``energy_agg``); returns the hours done. Called by the
+        integrator as hours close; a late row marks its hour changed again."""
+        conn = self._energy_conn()
+        try:
+            with conn:
+                hours = [h for (h,) in conn.execute(
+                    "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts < ?", (before_ts,))]
+                if not hours:
+                    return 0
+                marks = ",".join("?" * len(hours))
+                conn.execute(f"DELETE FROM energy_agg WHERE bucket_ts IN ({marks})", hours)
+                for by in TOTAL_KEYS:
+                    conn.execute(f"INSERT INTO energy_agg SELECT ?, * FROM ({_live(by, marks)})",
+                                 (by, *hours))
+                conn.execute(f"DELETE FROM energy_dirty WHERE bucket_ts IN ({marks})", hours)
+        except sqlite3.OperationalError as exc:
+            raise StoreError(f"sqlite energy roll-up in {self.path} failed: {exc}") from exc
+        return len(hours)
+
+    def _totals_sql(self, start_ts: float, end_ts: float, by: str
+                    ) -> tuple[str, list[object]]:
+        """A query of (bucket, name, sums...): rolled-up hours from ``energy_agg``, hours
+        changed since from the rows themselves."""
+        if by not in TOTAL_KEYS:
+            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        conn = self._energy_conn()
+        try:
+            dirty = [h for (h,) in conn.execute(
+                "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts >= ? AND bucket_ts < ?",
+                (start_ts, end_ts))]
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc):
+                raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
+            # A store from before the roll-ups: every hour from the rows.
+            sql = _live(by, "").replace("bucket_ts IN ()", "bucket_ts >= ? AND bucket_ts < ?")
+            return sql, [start_ts, end_ts]
+        marks = ",".join("?" * len(dirty))
+        sql = (f"SELECT bucket_ts, name, energy_j, idle_j, gpu_energy_j, gpu_s, idle_s, "
+               f"missing_s, over_tdp_s FROM energy_agg WHERE kind = ? AND bucket_ts >= ? "
+               f"AND bucket_ts < ? AND bucket_ts NOT IN ({marks})")
+        args: list[object] = [by, start_ts, end_ts, *dirty]
+        if dirty:
+            sql += f" UNION ALL {_live(by, marks)}"
+            args += dirty
+        return sql, args
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        sql, args = self._totals_sql(start_ts, end_ts, by)
+        try:
+            cur = self._energy_conn().execute(f"SELECT * FROM ({sql}) ORDER BY bucket_ts", args)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
+        return [EnergyTotal(*r) for r in cur]
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        """The ``limit`` largest of ``by`` by energy, summed in SQL (a month has ~100,000
+        job-hours), then their hours priced with ``kg_per_kwh``."""
+        sql, args = self._totals_sql(start_ts, end_ts, by)
+        conn = self._energy_conn()
+        try:
+            top = conn.execute(
+                f"SELECT name, sum(energy_j), sum(gpu_s), sum(idle_j), sum(gpu_energy_j) "
+                f"FROM ({sql}) GROUP BY name ORDER BY 2 DESC LIMIT ?", [*args, limit]).fetchall()
+            if not top:
+                return []
+            marks = ",".join("?" * len(top))
+            co2e = dict.fromkeys((t[0] for t in top), 0.0)
+            for name, hour, energy in conn.execute(
+                    f"SELECT name, bucket_ts, energy_j FROM ({sql}) WHERE name IN ({marks})",
+                    [*args, *co2e]):
+                co2e[name] += energy / J_PER_KWH * kg_per_kwh.get(hour, 0.0)
+        except sqlite3.OperationalError as exc:
+            if "no such table" in str(exc):
+                return []
+            raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
+        return [TopLine(name, e, co2e[name], g, i, ge) for name, e, g, i, ge in top]
+
+
+def _live(by: str, marks: str) -> str:
+    """Totals per hour and ``by`` of the rows of the hours in ``(marks)``."""
+    gpu = "device GLOB 'gpu[0-9]*'"
+    return (f"SELECT bucket_ts, {by} AS name, sum(energy_j) AS energy_j, sum(idle_j) AS idle_j, "
+            f"sum(CASE WHEN {gpu} THEN energy_j ELSE 0 END) AS gpu_energy_j, "
+            f"sum(CASE WHEN {gpu} THEN seconds ELSE 0 END) AS gpu_s, sum(idle_s) AS idle_s, "
+            f"sum(CASE WHEN {gpu} THEN missing_s ELSE 0 END) AS missing_s, "
+            f"sum(over_tdp_s) AS over_tdp_s FROM energy WHERE bucket_ts IN ({marks}) "
+            f"GROUP BY bucket_ts, {by}")

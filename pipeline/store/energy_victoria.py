@@ -1,0 +1,165 @@
+"""The energy ledger on VictoriaMetrics (mixed into ``VictoriaMetricsStore``).
+
+Rows are lines of measurement ``fleetwatch_energy`` (series
+``fleetwatch_energy_energy_j{cluster,rack,node,device,job,user,team}`` and one
+per other field), stamped inside their hour: the bucket start plus how far
+into the bucket the integrator had got (the watermark), so each rewrite of an
+open hour is a new sample a little later than the last. A bucket's totals
+only grow as intervals are added (and a replay reloads them before adding),
+so the row is the hour's largest sample: ``max_over_time(...[1h])``, which
+holds whether or not the server deduplicates. Watermarks are lines of
+``fleetwatch_energystate`` stamped at the sample they stand for; a node's
+are found with ``last_over_time`` within ``STATE_LOOKBACK_S`` either side
+of the first sample being integrated (a replay starts before the watermark).
+Rows and watermarks go in one request.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from fleetwatch.pipeline.store.ledger import (
+    BUCKET_S,
+    ENERGY_FIELDS,
+    STATE_LOOKBACK_S,
+    TOTAL_KEYS,
+    DeviceState,
+    EnergyRow,
+    EnergyTotal,
+    TopLine,
+    bucket_floor,
+    top_from_totals,
+)
+from fleetwatch.pipeline.store.lineproto import tags
+
+ROW_MEASUREMENT = "fleetwatch_energy"
+STATE_MEASUREMENT = "fleetwatch_energystate"
+_ROW_TAGS = ("cluster", "rack", "node", "device", "job", "user", "team")
+_MAX_STEPS = 10_000
+
+
+def row_line(r: EnergyRow, watermark_ts: float) -> str:
+    offset = min(max(int((watermark_ts - r.bucket_ts) * 1000), 0), BUCKET_S * 1000 - 1)
+    fields = ",".join(f"{k}={float(getattr(r, k))!r}" for k in ENERGY_FIELDS)
+    tag_text = tags(sorted(zip(_ROW_TAGS, r[1:8])))
+    return f"{ROW_MEASUREMENT}{tag_text} {fields} {r.bucket_ts * 1000 + offset}"
+
+
+def state_line(s: DeviceState) -> str:
+    # -1: the device reported no power / has no energy counter (a field must be a number).
+    power = -1.0 if s.power_w is None else s.power_w
+    counter = -1.0 if s.counter_j is None else s.counter_j
+    tag_text = tags((("cluster", s.cluster), ("device", s.device), ("node", s.node)))
+    return (f"{STATE_MEASUREMENT}{tag_text} ts={float(s.ts)!r},power_w={float(power)!r},"
+            f"counter_j={float(counter)!r} {round(s.ts * 1000)}")
+
+
+class VictoriaEnergy:
+    """Needs the host class's ``_writer`` (line-protocol writer) and ``_get``/``query``."""
+
+    _writer: Any
+    if TYPE_CHECKING:  # provided by VictoriaMetricsStore
+        def _get(self, path: str, **params: object) -> list[dict[str, Any]]: ...
+
+        def query(self, promql: str, at_ms: int | None = None) -> list[dict[str, Any]]: ...
+
+    def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
+        newest: dict[tuple[str, str], float] = {}
+        for s in states:
+            newest[(s.cluster, s.node)] = max(newest.get((s.cluster, s.node), 0.0), s.ts)
+        lines = [row_line(r, newest.get((r.cluster, r.node), r.bucket_ts + BUCKET_S))
+                 for r in rows]
+        lines += [state_line(s) for s in states]
+        if lines:
+            self._writer.write_lines(lines)
+
+    def energy_state(self, cluster: str, node: str, at_ts: float
+                     ) -> tuple[list[DeviceState], list[EnergyRow]]:
+        sel = f'{{cluster="{_quote(cluster)}",node="{_quote(node)}"}}'
+        # A replay after a crash starts before the watermark: look ahead as far as back.
+        at_ms = round((at_ts + STATE_LOOKBACK_S) * 1000)
+        found: dict[str, dict[str, float]] = {}
+        for field in ("ts", "power_w", "counter_j"):
+            for r in self.query(f"last_over_time({STATE_MEASUREMENT}_{field}{sel}"
+                                f"[{2 * STATE_LOOKBACK_S}s])", at_ms):
+                found.setdefault(r["metric"].get("device", ""), {})[field] = float(
+                    r["value"][1])
+        states = [DeviceState(cluster, node, device, v["ts"],
+                              None if v.get("power_w", -1.0) < 0 else v["power_w"],
+                              None if v.get("counter_j", -1.0) < 0 else v["counter_j"])
+                  for device, v in found.items() if "ts" in v]
+        if not states:
+            return [], []
+        since = bucket_floor(min(s.ts for s in states))
+        until = bucket_floor(max(s.ts for s in states)) + BUCKET_S
+        return states, self._rows(since, until, sel)
+
+    def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
+               node: str | None = None) -> list[EnergyRow]:
+        matchers = [f'{k}="{_quote(v)}"' for k, v in (("cluster", cluster), ("node", node))
+                    if v is not None]
+        first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
+        return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
+
+    def _rows(self, first: int, end: int, selector: str) -> list[EnergyRow]:
+        """Rows of the buckets starting in [first, end): each field's largest sample per hour."""
+        rows: dict[tuple[Any, ...], dict[str, float]] = {}
+        last = end - 1 - (end - 1) % BUCKET_S
+        while first <= last:
+            chunk_last = min(last, first + (_MAX_STEPS - 1) * BUCKET_S)
+            for field in ENERGY_FIELDS:
+                # The value at t is the max over (t - 1h - 1ms, t - 1ms]: the bucket t - 1h.
+                result = self._get("/api/v1/query_range",
+                                   query=f"max_over_time({ROW_MEASUREMENT}_{field}{selector}"
+                                         f"[{BUCKET_S}s] offset 1ms)",
+                                   start=first + BUCKET_S, end=chunk_last + BUCKET_S,
+                                   step=f"{BUCKET_S}s", nocache=1)
+                for r in result:
+                    labels = tuple(r["metric"].get(k, "") for k in _ROW_TAGS)
+                    for t, v in r["values"]:
+                        bucket = round(float(t)) - BUCKET_S
+                        rows.setdefault((bucket, *labels), {})[field] = float(v)
+            first = chunk_last + BUCKET_S
+        out = [EnergyRow(k[0], *k[1:], *(v.get(f, 0.0) for f in ENERGY_FIELDS))
+               for k, v in rows.items()]
+        out.sort(key=lambda r: r.bucket_ts)
+        return out
+
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        if by not in TOTAL_KEYS:
+            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        gpu = '{device=~"gpu[0-9]+"}'
+        parts = (("energy_j", "{}"), ("idle_j", "{}"), ("energy_j", gpu), ("seconds", gpu),
+                 ("idle_s", "{}"), ("missing_s", gpu), ("over_tdp_s", "{}"))
+        sums: dict[tuple[int, str], list[float]] = {}
+        first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
+        last = int(math.ceil(end_ts)) - 1
+        last -= last % BUCKET_S
+        while first <= last:
+            chunk_last = min(last, first + (_MAX_STEPS - 1) * BUCKET_S)
+            for i, (field, sel) in enumerate(parts):
+                result = self._get(
+                    "/api/v1/query_range",
+                    query=f"sum by ({by}) (max_over_time({ROW_MEASUREMENT}_{field}{sel}"
+                          f"[{BUCKET_S}s] offset 1ms))",
+                    start=first + BUCKET_S, end=chunk_last + BUCKET_S, step=f"{BUCKET_S}s",
+                    nocache=1)
+                for r in result:
+                    name = r["metric"].get(by, "")
+                    for t, v in r["values"]:
+                        key = (round(float(t)) - BUCKET_S, name)
+                        sums.setdefault(key, [0.0] * len(parts))[i] = float(v)
+            first = chunk_last + BUCKET_S
+        return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
+
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)
+
+
+def _quote(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')

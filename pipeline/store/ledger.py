@@ -1,0 +1,146 @@
+"""The energy ledger: records and the small interface every store backend implements.
+
+The processor integrates energy once (``fleetwatch.pipeline.energy``) and
+writes ledger rows; the dashboard and ``fleetwatch report`` only read them.
+A row is the absolute total of one bucket (an hour) for one device of one
+node, split by the job, user and team that held it, so writing it again
+replaces it: a replayed batch cannot count twice. The integrator's per-device
+watermark (``DeviceState``) is written with the rows, in the same request, so
+a processor that takes over a node resumes exactly where the last one stopped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
+
+# Device names of the node-level rows: the CPU packages (RAPL) and the rest of the
+# node (fans, NICs, memory, storage: a static model per node from config).
+CPU_DEVICE = "cpu"
+REST_DEVICE = "rest"
+# The watermark of a node's host readings (CPU power, the node's own clock).
+HOST_DEVICE = "host"
+
+# Ledger buckets: hourly, the resolution of grid-intensity series (EIA, electricityMaps).
+BUCKET_S = 3600
+
+
+def bucket_floor(ts: float) -> int:
+    """The start of the bucket that holds ``ts``."""
+    return int(ts // BUCKET_S) * BUCKET_S
+
+
+# How far back a backend must find a node's watermark. A node silent for longer resumes
+# without one: its first interval after the silence is neither integrated nor counted.
+STATE_LOOKBACK_S = 7 * 86_400
+
+ENERGY_FIELDS = ("energy_j", "idle_j", "seconds", "idle_s", "missing_s", "over_tdp_s")
+
+
+class EnergyRow(NamedTuple):
+    """One bucket of one device's energy, for one (job, user, team).
+
+    ``seconds``: device-seconds covered by measurements; ``missing_s``: time
+    inside the bucket with no usable measurement (a gap longer than
+    ``energy.max_gap_s``, a lost GPU), never filled with invented power.
+    ``idle_j`` / ``idle_s``: the part spent powered but doing no work.
+    ``over_tdp_s``: time the board drew more than ``energy.tdp_w``.
+    """
+
+    bucket_ts: int          # start of the bucket, seconds since the epoch, UTC
+    cluster: str
+    rack: str
+    node: str
+    device: str             # gpu3, cpu, rest
+    job: str                # "" when no job held it
+    user: str
+    team: str
+    energy_j: float
+    idle_j: float
+    seconds: float
+    idle_s: float
+    missing_s: float
+    over_tdp_s: float
+
+
+class DeviceState(NamedTuple):
+    """Where the integrator stands on one device: the last sample it integrated up to."""
+
+    cluster: str
+    node: str
+    device: str
+    ts: float
+    power_w: float | None      # None: the device reported no power
+    counter_j: float | None    # NVML total energy counter; None: not supported
+
+
+# What ``energy_totals`` can group by (besides the hour).
+TOTAL_KEYS = ("cluster", "rack", "node", "job", "user", "team")
+
+
+class EnergyTotal(NamedTuple):
+    """The sum of an hour's rows that share one value of a ``TOTAL_KEYS`` column."""
+
+    bucket_ts: int
+    name: str
+    energy_j: float        # every device: GPUs, CPUs, the rest of the node
+    idle_j: float
+    gpu_energy_j: float
+    gpu_s: float
+    idle_s: float
+    missing_s: float       # GPU time without a usable measurement
+    over_tdp_s: float
+
+
+class TopLine(NamedTuple):
+    """One job's (user's, ...) part of a window, for a "top N" list."""
+
+    name: str
+    energy_j: float
+    co2e_kg: float       # energy priced at each hour's kg CO2e per kWh
+    gpu_s: float
+    idle_j: float
+    gpu_energy_j: float
+
+
+def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: dict[int, float],
+                    limit: int) -> list[TopLine]:
+    """``energy_top`` for a backend without one of its own: from the hourly totals."""
+    acc: dict[str, list[float]] = {}
+    for t in totals:
+        a = acc.setdefault(t.name, [0.0] * 5)
+        a[0] += t.energy_j
+        a[1] += t.energy_j / 3.6e6 * kg_per_kwh.get(t.bucket_ts, 0.0)
+        a[2] += t.gpu_s
+        a[3] += t.idle_j
+        a[4] += t.gpu_energy_j
+    lines = sorted((TopLine(n, *a) for n, a in acc.items()), key=lambda x: -x.energy_j)
+    return lines[:limit]
+
+
+class EnergyStore(Protocol):
+    """The ledger part of a store (``SqliteStore``, ``VictoriaMetricsStore``)."""
+
+    def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
+        """Replace these rows (absolute totals) and states; both land, or neither does.
+        A rewrite of a row comes with its node's newer watermark (the integrator's
+        order), which is what orders rewrites on a server that keeps every sample.
+        Raises ``StoreError`` when the store cannot take them now."""
+
+    def energy_state(self, cluster: str, node: str, at_ts: float
+                     ) -> tuple[list[DeviceState], list[EnergyRow]]:
+        """A node's watermarks as of ``at_ts`` (a backend may look back only so far:
+        ``STATE_LOOKBACK_S``) and its rows from the oldest watermark's bucket on."""
+
+    def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
+               node: str | None = None) -> list[EnergyRow]:
+        """Rows whose bucket starts in [start, end), oldest first."""
+
+    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        """Per hour in [start, end) and value of ``by`` (one of ``TOTAL_KEYS``): what the
+        dashboard draws, summed by the store rather than row by row in Python."""
+
+    def energy_top(self, start_ts: float, end_ts: float, by: str,
+                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+        """The ``limit`` largest values of ``by`` over [start, end) by energy, each with its
+        CO2e at ``kg_per_kwh`` of each hour."""
