@@ -62,13 +62,13 @@ def _member(config: Config, stop: threading.Event) -> int:
     dead = open_producer(config.bus)
     notifier = open_notifier(config, store)
     processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic,
-                          notify=notifier.send)
+                          notifier=notifier)
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry()
-        registry.register(ProcessorCollector(processor, consumer))
+        registry.register(ProcessorCollector(processor, consumer, notifier))
         server, _ = start_http_server(config.processor.metrics_port,
                                       config.processor.metrics_host, registry)
     log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",

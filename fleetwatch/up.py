@@ -68,7 +68,7 @@ class System:
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
                                       self.bus)
         self.processor = Processor(self.store, detectors(config.alerts),
-                                   notify=self.notifier.send)
+                                   notifier=self.notifier)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s
