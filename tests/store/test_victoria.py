@@ -208,3 +208,50 @@ def test_a_silence_whose_matchers_do_not_read_back_exactly_is_not_applied(
     force_flush(victoria.address)
     assert [x for x in store.silences() if x.id == s.id] == []
     store.close()
+
+
+def test_fleetwatch_silence_and_ack_work_on_victoriametrics(
+        victoria: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands a user runs, and the processor's notifier reading what they wrote."""
+    from fleetwatch.cli import main
+    from fleetwatch.config import load
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.models.rules import GpuTemperatureLimit
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.wiring import open_notifier
+
+    monkeypatch.setenv("FLEETWATCH_STORE_KIND", "victoriametrics")
+    monkeypatch.setenv("FLEETWATCH_STORE_URL", f"http://{victoria.address}")
+    tag = cluster_name()
+    assert main(["silence", "add", f"cluster={tag}", r"node=~n\d+", "--for", "2h", "--by", "ops",
+                 "--comment", "fan swap"]) == 0
+    silence_id = capsys.readouterr().out.strip()
+    assert main(["silence", "add", *(f"node!=n{i}" for i in range(17))]) == 2
+    assert "at most 16" in capsys.readouterr().err
+    force_flush(victoria.address)
+    assert main(["silence", "list"]) == 0
+    assert f"cluster={tag},node=~n\\d+" in capsys.readouterr().out
+
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)])
+    processor.process([Frame(tag, "r1", "n1", time.time(), (
+        GpuReading(0, "GPU-0", "H100", {"gpu_temp_c": 95.0}),))])
+    force_flush(victoria.address)
+    [alert] = [a for a in store.alerts() if a.cluster == tag]
+    notifier = open_notifier(load(None), store)  # what `fleetwatch process` hears alerts with
+    try:
+        [notice] = notifier.send([alert])
+    finally:
+        notifier.close()
+    assert notice.muted_by == f"silence:{silence_id}" and not notice.notify
+    assert main(["ack", alert.id, "--by", "oncall"]) == 0
+    force_flush(victoria.address)
+    assert [(a.alert_id, a.by) for a in store.acks() if a.alert_id == alert.id] == [
+        (alert.id, "oncall")]
+    assert main(["silence", "expire", silence_id]) == 0
+    force_flush(victoria.address)
+    capsys.readouterr()
+    assert main(["silence", "list"]) == 0
+    assert silence_id not in capsys.readouterr().out
+    store.close()
