@@ -12,6 +12,7 @@ until it resolves.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -45,12 +46,17 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
     if not 0 < duration_s <= 366 * 86400:
         raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
                            "a year")
-    # To the ms: what every backend keeps exactly (VictoriaMetrics rounds a float's 17th digit).
-    start = round(time.time() if start_ts is None else start_ts, 3)
+    start = _ms(time.time() if start_ts is None else start_ts)
     silence = Silence(uuid.uuid4().hex[:12], parsed, start, round(start + duration_s, 3), by,
                       comment)
     _write(store.write_silences, silence)
     return silence
+
+
+def _ms(ts: float) -> float:
+    """A time to the ms below: what every backend keeps exactly (VictoriaMetrics rounds a
+    float's 17th digit). Down, so that a silence made now is in force now."""
+    return math.floor(ts * 1000) / 1000
 
 
 def _write(write: Callable[[list[Any]], None], record: Any) -> None:
@@ -67,7 +73,7 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None) -> S
     for s in store.silences():
         if s.id == silence_id:
             ended = Silence(s.id, s.matchers, s.start_ts,
-                            min(s.end_ts, max(round(now, 3), s.start_ts)), s.created_by,
+                            min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
                             s.comment)
             _write(store.write_silences, ended)
             return ended
@@ -83,7 +89,7 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceError(f"no open alert {alert_id!r}; the dashboard's alert table and "
                            "`fleetwatch replay` show alert ids")
-    ack = Acknowledgement(alert_id, round(time.time() if now is None else now, 3), by, comment)
+    ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
     _write(store.write_acks, ack)
     return ack
 
