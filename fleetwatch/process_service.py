@@ -66,13 +66,13 @@ def _member(config: Config, stop: threading.Event) -> int:
     notifier = open_notifier(config, store)
     rules = [*detectors(config.alerts), *learned_detectors(config.models)]
     processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
-                          notify=notifier.send, energy=energy_integrator(config.energy, store))
+                          notifier=notifier, energy=energy_integrator(config.energy, store))
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server
 
         registry = CollectorRegistry()
-        registry.register(ProcessorCollector(processor, consumer))
+        registry.register(ProcessorCollector(processor, consumer, notifier))
         registry.register(ModelCollector(processor.detectors))
         server, _ = start_http_server(config.processor.metrics_port,
                                       config.processor.metrics_host, registry)

@@ -1,5 +1,9 @@
 """``fleetwatch silence`` and ``fleetwatch ack``: silences and acknowledgements in the store.
 
+Every backend keeps them (SQLite, VictoriaMetrics, InfluxDB); VictoriaMetrics
+keeps no comment (text) and at most 16 matchers a silence (they are labels
+there): one it cannot keep is refused here with what to change.
+
 The processor's notifier reads them back from the store (every 30 s): a silence
 mutes the notifications of matching alerts from its start to its end (the
 alerts' own time), an acknowledgement stops repeat notifications of one alert
@@ -8,12 +12,14 @@ until it resolves.
 
 from __future__ import annotations
 
+import math
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fleetwatch.pipeline.silences import parse_matcher
-from fleetwatch.pipeline.store.base import Acknowledgement, Silence, Store
+from fleetwatch.pipeline.store.base import Acknowledgement, Silence, Store, StoreRejected
 
 
 class SilenceError(ValueError):
@@ -23,7 +29,8 @@ class SilenceError(ValueError):
 def _need(store: Store, method: str) -> None:
     if not callable(getattr(store, method, None)):
         raise SilenceError(f"this store ({type(store).__name__}) keeps no silences or "
-                           "acknowledgements yet; use the embedded store (store.kind = sqlite)")
+                           "acknowledgements; set store.kind to sqlite, victoriametrics or "
+                           "influx")
 
 
 def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
@@ -39,10 +46,24 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
     if not 0 < duration_s <= 366 * 86400:
         raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
                            "a year")
-    start = time.time() if start_ts is None else start_ts
-    silence = Silence(uuid.uuid4().hex[:12], parsed, start, start + duration_s, by, comment)
-    store.write_silences([silence])
+    start = _ms(time.time() if start_ts is None else start_ts)
+    silence = Silence(uuid.uuid4().hex[:12], parsed, start, round(start + duration_s, 3), by,
+                      comment)
+    _write(store.write_silences, silence)
     return silence
+
+
+def _ms(ts: float) -> float:
+    """A time to the ms below: what every backend keeps exactly (VictoriaMetrics rounds a
+    float's 17th digit). Down, so that a silence made now is in force now."""
+    return math.floor(ts * 1000) / 1000
+
+
+def _write(write: Callable[[list[Any]], None], record: Any) -> None:
+    try:
+        write([record])
+    except StoreRejected as exc:  # e.g. more matchers than VictoriaMetrics keeps as labels
+        raise SilenceError(f"the store cannot keep this: {exc.reason}") from None
 
 
 def expire_silence(store: Store, silence_id: str, now: float | None = None) -> Silence:
@@ -51,9 +72,10 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None) -> S
     now = time.time() if now is None else now
     for s in store.silences():
         if s.id == silence_id:
-            ended = Silence(s.id, s.matchers, s.start_ts, min(s.end_ts, max(now, s.start_ts)),
-                            s.created_by, s.comment)
-            store.write_silences([ended])
+            ended = Silence(s.id, s.matchers, s.start_ts,
+                            min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
+                            s.comment)
+            _write(store.write_silences, ended)
             return ended
     raise SilenceError(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows them")
 
@@ -67,8 +89,8 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceError(f"no open alert {alert_id!r}; the dashboard's alert table and "
                            "`fleetwatch replay` show alert ids")
-    ack = Acknowledgement(alert_id, time.time() if now is None else now, by, comment)
-    store.write_acks([ack])
+    ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
+    _write(store.write_acks, ack)
     return ack
 
 

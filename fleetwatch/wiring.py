@@ -104,20 +104,12 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
 
 
 def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None) -> Notifier:
-    """The processor's alert hook: the configured sinks, with the store's silences and acks."""
-    # A backend without silences and acknowledgements yet: none apply (said once, at start).
-    silences = getattr(store, "silences", None)
-    acks = getattr(store, "acks", None)
-    if silences is None or acks is None:
-        import logging
-
-        logging.getLogger(__name__).warning(
-            "the %s store keeps no silences or acknowledgements yet: alerts are never "
-            "silenced or acknowledged", config.store.kind)
-    notifier = Notifier(alert_sinks(config, memory), silences=silences or (lambda: ()),
-                        acks=acks or (lambda: ()), attempts=config.alerts.sink_attempts)
-    notifier.adopt(store.alerts())  # the alerts the processor's book starts from
-    return notifier
+    """The processor's alert hook: the configured sinks, with the store's silences and acks
+    (every backend keeps them). Give it to the ``Processor`` as ``notifier``: it adopts the
+    open alerts of each node as the node's partition is assigned, and forgets them when the
+    partition moves away, so that only the node's owner re-sends them."""
+    return Notifier(alert_sinks(config, memory), silences=store.silences, acks=store.acks,
+                    attempts=config.alerts.sink_attempts)
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:

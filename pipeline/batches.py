@@ -36,6 +36,7 @@ class Stats:
     paused: bool = False
     last_batch_s: float = 0.0
     by_reason: dict[str, int] = field(default_factory=dict)
+    events: dict[str, int] = field(default_factory=dict)  # events stored, by kind
 
 
 def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],

@@ -1,7 +1,8 @@
 """The processor's own health as Prometheus metrics.
 
-A custom collector reads the processor's counters and the consumer's lag at
-scrape time, so nothing on the hot path touches prometheus-client.
+A custom collector reads the processor's counters (events stored by kind
+among them), the consumer's lag and the alert notifier's counters per sink
+at scrape time, so nothing on the hot path touches prometheus-client.
 """
 
 from __future__ import annotations
@@ -13,12 +14,25 @@ from prometheus_client.registry import Collector
 
 from fleetwatch.pipeline.bus import Consumer
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.sinks import Notifier
+
+# Per-sink counters of the notifier: (SinkCounts field, metric suffix, help).
+_SINK_COUNTERS = (
+    ("sent", "sent", "Batches of alert changes delivered to the sink"),
+    ("failed", "failed", "Batches of alert changes not delivered to the sink after the last "
+                         "attempt, or refused by it; each logged"),
+    ("dropped", "dropped", "Batches of alert changes never tried because the sinks were "
+                           "too far behind"),
+    ("retries", "retries", "Attempts to deliver to the sink that failed and were retried"),
+)
 
 
 class ProcessorCollector(Collector):
-    def __init__(self, processor: Processor, consumer: Consumer) -> None:
+    def __init__(self, processor: Processor, consumer: Consumer,
+                 notifier: Notifier | None = None) -> None:
         self.processor = processor
         self.consumer = consumer
+        self.notifier = notifier
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.processor.stats
@@ -54,8 +68,29 @@ class ProcessorCollector(Collector):
         yield GaugeMetricFamily("fleetwatch_processor_paused",
                                 "1 while consumption is paused because the store is away",
                                 value=1.0 if s.paused else 0.0)
+        events = CounterMetricFamily("fleetwatch_processor_events",
+                                     "Events (XIDs, GPU state, throttle and job changes, node "
+                                     "state) stored, by kind", labels=["kind"])
+        for kind, n in sorted(s.events.items()):
+            events.add_metric([kind], n)
+        yield events
+        yield GaugeMetricFamily("fleetwatch_processor_event_nodes",
+                                "Nodes whose last state the event tracker holds (the nodes "
+                                "of this member's partitions that sent a frame)",
+                                value=len(self.processor.events.nodes()))
+        if self.notifier is not None:
+            yield from _sink_metrics(self.notifier)
         lag = self.consumer.lag()
         if lag is not None:
             yield GaugeMetricFamily("fleetwatch_processor_consumer_lag",
                                     "Messages in this member's partitions not yet consumed",
                                     value=lag)
+
+
+def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily]:
+    counts = dict(notifier.stats.sinks)  # a copy: the delivery thread may add a sink's entry
+    for attr, suffix, text in _SINK_COUNTERS:
+        family = CounterMetricFamily(f"fleetwatch_alert_sink_{suffix}", text, labels=["sink"])
+        for name, c in sorted(counts.items()):
+            family.add_metric([name], getattr(c, attr))
+        yield family

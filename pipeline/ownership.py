@@ -7,7 +7,9 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
 
 * a node's state is built on its first frame in a partition this member
   owns: its open alerts are taken from the store (read once per assignment
-  that brings new partitions, then handed out node by node);
+  that brings new partitions, then handed out node by node) into the book,
+  and every ``on_loaded`` callback is called with them (the notifier adopts
+  them: not notified again, still re-sent to Alertmanager);
 * on a rebalance, the nodes of the partitions that really moved away
   (revoked and not assigned back) are dropped: every ``on_revoked``
   callback is called with their names, the alert book forgets them;
@@ -32,14 +34,18 @@ log = logging.getLogger(__name__)
 
 # Called with the names of the nodes whose partitions went to another member.
 OnRevoked = Callable[[set[str]], None]
+# Called with the open alerts taken from the store for nodes this member now owns.
+OnLoaded = Callable[[list[Alert]], None]
 
 
 class Ownership:
     def __init__(self, store: Store, book: AlertBook,
-                 on_revoked: Sequence[OnRevoked] = ()) -> None:
+                 on_revoked: Sequence[OnRevoked] = (),
+                 on_loaded: Sequence[OnLoaded] = ()) -> None:
         self._store = store
         self._book = book
         self._on_revoked = list(on_revoked)
+        self._on_loaded = list(on_loaded)
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
         self._revoking: set[Partition] = set()
@@ -109,9 +115,15 @@ class Ownership:
             for f, m in zip(frames, sources, strict=True):
                 if f.node in new:
                     where[f.node] = (m.topic, m.partition)
+        loaded: list[Alert] = []
         for node, partition in where.items():
-            self._book.load(self._stored.pop(node, ()))
+            alerts = self._stored.pop(node, [])
+            self._book.load(alerts)
+            loaded.extend(alerts)
             known[node] = partition
+        if loaded:
+            for hook in self._on_loaded:
+                hook(loaded)
 
     @property
     def nodes(self) -> Collection[str]:

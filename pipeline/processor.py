@@ -25,7 +25,10 @@ stored). Alert changes are applied to the book only once the store has them
 (``AlertBook.observe`` / ``apply``). Per-node state follows the consumer's
 partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
-another member.
+another member. A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
+follows them too: it gets each batch's stored alert changes (``send``), the
+open alerts loaded for nodes this member takes over (``adopt``) and the
+nodes it gives up (``forget``).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
@@ -55,6 +59,19 @@ from fleetwatch.retry import Backoff
 log = logging.getLogger(__name__)
 
 
+class AlertHook(Protocol):
+    """Who hears about alerts: ``pipeline.sinks.Notifier``."""
+
+    def send(self, changes: Sequence[Alert]) -> object:
+        """One batch's alert changes, once stored."""
+
+    def adopt(self, alerts: Iterable[Alert]) -> None:
+        """Open alerts of nodes this processor now owns: not new, but still open."""
+
+    def forget(self, nodes: Iterable[str]) -> None:
+        """Nodes whose partition moved to another processor."""
+
+
 class Processor:
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
@@ -62,7 +79,8 @@ class Processor:
                  on_revoked: Sequence[OnRevoked] = (),
                  dead_letter_give_up_s: float = 60.0,
                  notify: Callable[[Sequence[Alert]], object] | None = None,
-                 energy: EnergyIntegrator | None = None) -> None:
+                 energy: EnergyIntegrator | None = None,
+                 notifier: AlertHook | None = None) -> None:
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
         # by default with default settings whenever the store keeps a ledger.
@@ -77,14 +95,18 @@ class Processor:
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
-        # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``).
-        self._notify = notify
+        # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``);
+        # a ``notifier`` also adopts and forgets open alerts as partitions move.
+        self._notify = notifier.send if notifier is not None else notify
         self.stats = Stats()
         self._decoder = Decoder()
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
         drops = [self.events.drop, *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
-        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops])
+        if notifier is not None:
+            drops.append(notifier.forget)
+        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops],
+                                   [notifier.adopt] if notifier is not None else [])
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
@@ -230,6 +252,8 @@ class Processor:
             self._notify(changes)
         self.stats.frames += len(batch.frames or ())
         self.stats.points += points
+        for e in batch.events or ():  # here, once per batch: a retry comes back above
+            self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
 

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key
 from fleetwatch.pipeline.silences import Notice, mute
@@ -25,9 +26,24 @@ from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.retry import Backoff, retry
 
-__all__ = ["AlertSink", "Notifier", "SinkError", "SinkRejected", "SinkStats"]
+__all__ = ["AlertSink", "Notifier", "SinkCounts", "SinkError", "SinkRejected",
+           "SinkStats"]
 
 log = logging.getLogger(__name__)
+
+# An item of the delivery thread's queue: ("send", notices), ("adopt", alerts) or
+# ("forget", nodes).
+_Work = tuple[str, Any]
+
+
+@dataclass
+class SinkCounts:
+    """One sink's counters (batches of alert changes)."""
+
+    sent: int = 0           # delivered
+    failed: int = 0         # given up after the last attempt, or refused
+    dropped: int = 0        # never tried: the queue was full
+    retries: int = 0
 
 
 @dataclass
@@ -38,6 +54,7 @@ class SinkStats:
     dropped: int = 0        # batches dropped because the queue was full
     last_error: str = ""
     by_sink: dict[str, int] = field(default_factory=dict)  # failed batches per sink
+    sinks: dict[str, SinkCounts] = field(default_factory=dict)  # every counter, per sink
 
 
 class Notifier:
@@ -47,6 +64,11 @@ class Notifier:
     ``reload_s`` seconds. With ``background`` False, ``send`` delivers before it
     returns (replays, tests); else a thread does, from a queue of at most
     ``queue_max`` batches (the oldest dropped, and counted, beyond that).
+
+    Open alerts follow the processor's partitions: ``adopt`` takes over the
+    alerts of nodes it now owns, ``forget`` lets go of those of nodes that
+    moved to another processor (which adopts them). Both reach the sinks
+    through the same queue as the changes, so a sink sees them in order.
     """
 
     def __init__(self, sinks: Sequence[AlertSink],
@@ -57,7 +79,7 @@ class Notifier:
                  background: bool = True, queue_max: int = 10_000,
                  tick_s: float = 1.0) -> None:
         self.sinks = list(sinks)
-        self.stats = SinkStats()
+        self.stats = SinkStats(sinks={sink.name: SinkCounts() for sink in self.sinks})
         self._silences_of, self._acks_of = silences, acks
         self._silences: list[Silence] = []
         self._acks: dict[str, Acknowledgement] = {}
@@ -65,7 +87,11 @@ class Notifier:
         self._attempts, self._backoff = attempts, backoff
         self._open: dict[Key, Alert] = {}
         self._sent: dict[str, tuple[str, str]] = {}  # alert id -> (state, muted_by) forwarded
-        self._queue: deque[list[Notice]] = deque(maxlen=queue_max)
+        # Work for the delivery thread, in order: changes to send, alerts adopted, nodes
+        # forgotten. Only batches of changes count against ``queue_max``.
+        self._queue: deque[_Work] = deque()
+        self._queue_max = queue_max
+        self._batches = 0
         self._cv = threading.Condition()
         self._stop = threading.Event()
         self._tick_s = tick_s
@@ -84,10 +110,38 @@ class Notifier:
             self._open[alert_key(a)] = a
             self._sent[a.id] = (a.state, "")
         firing = [a for a in alerts if a.state == "firing"]
+        if firing:
+            self._hand_over("adopt", firing)
+
+    def forget(self, nodes: Iterable[str]) -> None:
+        """Let go of the open alerts of these nodes (their partition moved to another
+        processor, which adopts them): no longer re-sent from here, and a later change of
+        one is new to this notifier. A ``Processor``'s ``on_revoked`` hook."""
+        gone = set(nodes)
+        for key in [k for k, a in self._open.items() if a.node in gone]:
+            self._sent.pop(self._open.pop(key).id, None)
+        if gone:
+            self._hand_over("forget", gone)
+
+    def _hand_over(self, kind: str, what: Any) -> None:
+        """``adopt`` or ``forget`` at every sink that has it, after what is queued."""
+        if not any(callable(getattr(sink, kind, None)) for sink in self.sinks):
+            return
+        if self._thread is None:
+            self._apply(kind, what)
+            return
+        with self._cv:
+            self._queue.append((kind, what))
+            self._cv.notify()
+
+    def _apply(self, kind: str, what: Any) -> None:
         for sink in self.sinks:
-            adopt = getattr(sink, "adopt", None)
-            if adopt is not None and firing:
-                adopt(firing)
+            call = getattr(sink, kind, None)
+            if callable(call):
+                try:
+                    call(what)
+                except Exception:  # noqa: BLE001 - a sink's bug must not stop the others
+                    log.exception("alert sink %s: %s failed", sink.name, kind)
 
     def send(self, changes: Sequence[Alert]) -> list[Notice]:
         """Take one batch's stored alert changes; returns what is forwarded to sinks."""
@@ -114,11 +168,10 @@ class Notifier:
                 self._deliver(notices)
             else:
                 with self._cv:
-                    if len(self._queue) == self._queue.maxlen:
-                        self.stats.dropped += 1
-                        log.error("alert sinks are %d batches behind; dropping the oldest",
-                                  len(self._queue))
-                    self._queue.append(notices)
+                    if self._batches >= self._queue_max:
+                        self._drop_oldest()
+                    self._queue.append(("send", notices))
+                    self._batches += 1
                     self._cv.notify()
         return notices
 
@@ -133,15 +186,33 @@ class Notifier:
         except Exception as exc:  # a store hiccup keeps the last known silences
             log.warning("could not reload silences and acknowledgements: %s", exc)
 
+    def _drop_oldest(self) -> None:
+        """Drop the oldest batch of changes (never an adopt or forget); with ``_cv`` held."""
+        for i, (kind, _) in enumerate(self._queue):
+            if kind == "send":
+                del self._queue[i]
+                self._batches -= 1
+                break
+        self.stats.dropped += 1
+        for counts in self.stats.sinks.values():
+            counts.dropped += 1
+        log.error("alert sinks are %d batches behind; dropping the oldest", self._batches)
+
     # -- the delivery thread -----------------------------------------------
     def _loop(self) -> None:
         while not self._stop.is_set() or self._queue:
             with self._cv:
                 if not self._queue and not self._stop.is_set():
                     self._cv.wait(self._tick_s)
-                batch = self._queue.popleft() if self._queue else None
-            if batch is not None:
-                self._deliver(batch)
+                work = self._queue.popleft() if self._queue else None
+                if work is not None and work[0] == "send":
+                    self._batches -= 1
+            if work is not None:
+                kind, what = work
+                if kind == "send":
+                    self._deliver(what)
+                else:
+                    self._apply(kind, what)
             self._tick()
 
     def _tick(self) -> None:
@@ -154,10 +225,15 @@ class Notifier:
         for sink in self.sinks:
             if self._call(sink, lambda s=sink: s.send(notices)):
                 self.stats.delivered += 1
+                self._counts(sink).sent += 1
+
+    def _counts(self, sink: AlertSink) -> SinkCounts:
+        return self.stats.sinks.setdefault(sink.name, SinkCounts())
 
     def _call(self, sink: AlertSink, call: Callable[[], None]) -> bool:
         def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
             self.stats.retries += 1
+            self._counts(sink).retries += 1
             log.warning("alert sink %s: %s; retry %d in %.1fs", sink.name, exc, attempt, delay)
 
         try:
@@ -167,6 +243,7 @@ class Notifier:
             return True
         except (SinkError, SinkRejected) as exc:
             self.stats.failed += 1
+            self._counts(sink).failed += 1
             self.stats.by_sink[sink.name] = self.stats.by_sink.get(sink.name, 0) + 1
             self.stats.last_error = f"{sink.name}: {exc}"
             log.error("alert sink %s failed, changes not delivered there: %s", sink.name, exc)

@@ -8,13 +8,19 @@ firing alerts are re-sent every ``resend_s`` with ``endsAt`` four resend
 intervals ahead: Alertmanager resolves an alert whose ``endsAt`` passes, so
 one that is no longer re-sent (this processor died) resolves by itself. A
 resolved alert is posted once with ``endsAt`` = when it resolved.
+
+The firing alerts re-sent are this processor's: ``adopt`` adds those of
+nodes whose partition it took over, ``forget`` drops those of nodes whose
+partition moved away (the new owner re-sends them; were they re-sent from
+here too, an alert resolved there would come back to life here).
 """
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.silences import Notice, labels
@@ -60,6 +66,8 @@ class AlertmanagerSink:
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
+        # adopt and forget may come from another thread than send and tick.
+        self._lock = threading.Lock()
         self._last_sent = 0.0
 
     def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
@@ -75,6 +83,13 @@ class AlertmanagerSink:
         return body
 
     def send(self, changes: Sequence[Notice]) -> None:
+        with self._lock:
+            resolved = self._take(changes)
+        if resolved or any(n.notify for n in changes):
+            self._post(resolved)
+
+    def _take(self, changes: Sequence[Notice]) -> list[Alert]:
+        """Follow the changes in ``_firing``; the resolved alerts to post once."""
         resolved: list[Alert] = []
         for n in changes:
             if not n.notify:
@@ -88,14 +103,22 @@ class AlertmanagerSink:
                 resolved.append(n.alert)
             else:
                 self._firing[n.alert.id] = n.alert
-        if resolved or any(n.notify for n in changes):
-            self._post(resolved)
+        return resolved
 
     def adopt(self, alerts: Sequence[Alert]) -> None:
-        """Keep re-sending these firing alerts (open before this process started)."""
-        for a in alerts:
-            self._firing[a.id] = a
-        self._last_sent = 0.0  # re-send on the next tick: Alertmanager may be expiring them
+        """Keep re-sending these firing alerts (open before this process started, or of
+        nodes whose partition this processor took over)."""
+        with self._lock:
+            for a in alerts:
+                self._firing[a.id] = a
+            self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
+
+    def forget(self, nodes: Iterable[str]) -> None:
+        """Stop re-sending the alerts of these nodes: another processor owns them now."""
+        gone = set(nodes)
+        with self._lock:
+            for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
+                del self._firing[alert_id]
 
     def tick(self) -> None:
         """Re-send the firing alerts when the resend interval has passed."""
@@ -104,7 +127,9 @@ class AlertmanagerSink:
 
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()
-        body = [self._payload(a, now) for a in (*self._firing.values(), *resolved)]
+        with self._lock:
+            firing = list(self._firing.values())
+        body = [self._payload(a, now) for a in (*firing, *resolved)]
         if body:
             post_json(self.url, body, self.timeout_s, "Alertmanager")
         self._last_sent = now

@@ -197,7 +197,10 @@ class Store(EventStore, AlertStore, Protocol):
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]: ...
 
     def write_silences(self, silences: Sequence[Silence]) -> None:
-        """Add or replace (by id) silences. Expire one by writing it with an earlier end."""
+        """Add or replace (by id) silences. Expire one by writing it with an earlier end.
+        The matchers come back exactly or the silence is refused (``StoreRejected``) or,
+        if damaged, not returned; a backend that cannot keep a comment says so and returns
+        it empty (VictoriaMetrics: ``lpsilences``)."""
 
     def silences(self, active_at: float | None = None) -> list[Silence]:
         """Every silence, or those in force at ``active_at`` (epoch s)."""

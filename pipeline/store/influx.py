@@ -46,16 +46,19 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
+    Acknowledgement,
     Alert,
     AlertState,
     Annotation,
     Event,
     Point,
+    Silence,
     StoreError,
     StoreRejected,
 )
 from fleetwatch.pipeline.store.lineproto import EncodedLines, FrameEncoder, v1_unwritable
 from fleetwatch.pipeline.store.lprecords import alert_line, annotation_line, event_line
+from fleetwatch.pipeline.store.lpsilences import ack_line, silence_line
 from fleetwatch.pipeline.store.window import AcceptWindow
 from fleetwatch.retry import Backoff, retry
 
@@ -278,6 +281,8 @@ class InfluxStore:
         self._local = threading.local()  # a FrameEncoder per writing thread
         self._window: AcceptWindow | None = None
         self._window_read = -_WINDOW_TTL_S
+        self._written_ms = 0
+        self._written_lock = threading.Lock()
 
     # -- what the server keeps
     def accepted_window(self) -> AcceptWindow | None:
@@ -337,6 +342,29 @@ class InfluxStore:
 
     def write_events(self, events: Sequence[Event]) -> None:
         self._writer.write_lines(event_line(e, self.keeps_text, self.v1) for e in events)
+
+    def _record_ms(self) -> int:
+        """The time a silence or acknowledgement is written at: now, in ms, and after the
+        last one this store wrote, so that a rewrite made within the same ms is newer."""
+        with self._written_lock:
+            self._written_ms = max(int(time.time() * 1000), self._written_ms + 1)
+            return self._written_ms
+
+    def write_silences(self, silences: Sequence[Silence]) -> None:
+        """Add or replace (by id) silences; ``lpsilences.silence_line`` says the layout.
+        Raises ``StoreRejected``, having sent nothing, for one this server cannot keep."""
+        lines = [silence_line(s, self._record_ms(), self.keeps_text, self.v1) for s in silences]
+        self._writer.write_lines(lines)
+
+    def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
+        lines = [ack_line(a, self._record_ms(), self.keeps_text, self.v1) for a in acks]
+        self._writer.write_lines(lines)
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        raise self._no_reads()
+
+    def acks(self) -> list[Acknowledgement]:
+        raise self._no_reads()
 
     def _no_reads(self) -> StoreError:
         return StoreError(f"{type(self).__name__} writes only; read {self.url} through "

@@ -23,6 +23,12 @@ same series and time, so writes are idempotent without any server flag.
 * ``events``: rows of ``fleetwatch_event`` in the window. InfluxDB keeps
   string fields, so an event's text and an alert's message and action are
   kept whole (as string fields, never tags).
+* ``silences`` and ``acks``: rows of ``fleetwatch_silence`` and
+  ``fleetwatch_ack`` (``lpsilences``), tagged by id, everything else string
+  and number fields, kept exactly; per id the newest ``written_ts`` wins.
+  Silences are read back over ``silence_lookback_s``, acknowledgements over
+  ``alert_lookback_s``; a database retention policy shorter than that
+  forgets them sooner.
 
 Writes are checked against the database's default retention policy
 (``SHOW RETENTION POLICIES``): a point older than its duration would be
@@ -47,12 +53,14 @@ from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     MINUTE_MS,
     RAW_SPAN_MS,
+    Acknowledgement,
     Alert,
     AlertState,
     Annotation,
     Event,
     Point,
     SeriesKey,
+    Silence,
     StoreError,
 )
 from fleetwatch.pipeline.store.energy_influxql import InfluxQLEnergy
@@ -67,6 +75,13 @@ from fleetwatch.pipeline.store.lprecords import (
     event_from,
     select_events,
 )
+from fleetwatch.pipeline.store.lpsilences import (
+    ACK_MEASUREMENT,
+    SILENCE_MEASUREMENT,
+    ack_from,
+    newest,
+    silence_from,
+)
 from fleetwatch.pipeline.store.window import AcceptWindow, go_duration_ms
 
 _DAY_S = 86_400.0
@@ -80,11 +95,13 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
                  token: str = "", database: str | None = None, api: str = "v2",
                  timeout_s: float = 10.0, batch_lines: int = 5000, max_retries: int = 3,
                  alert_lookback_s: float = 30 * _DAY_S,
-                 annotation_lookback_s: float = 30 * _DAY_S) -> None:
+                 annotation_lookback_s: float = 30 * _DAY_S,
+                 silence_lookback_s: float = 400 * _DAY_S) -> None:
         super().__init__(url, org=org, bucket=bucket, token=token, timeout_s=timeout_s,
                          batch_lines=batch_lines, max_retries=max_retries, api=api)
         self.database = database or bucket
         self.alert_lookback_s = alert_lookback_s
+        self.silence_lookback_s = silence_lookback_s
         self.annotation_lookback_s = annotation_lookback_s
         self._headers = {"Authorization": f"Token {token}"} if token else {}
 
@@ -184,6 +201,40 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "")
                  for s in series for row in _rows(s) if row.get("ts") is not None]
         return select_events(found, start_ts, end_ts, node, kinds, device)
+
+    def _records(self, measurement: str, key: str, lookback_s: float
+                 ) -> list[tuple[str, float, dict[str, str], dict[str, float], dict[str, str]]]:
+        """Every row of ``measurement`` written within ``lookback_s``: (its ``key`` tag,
+        written_ts, tags, number fields, string fields)."""
+        since_ms = int((time.time() - lookback_s) * 1000)
+        out = []
+        for s in self.query(f"SELECT * FROM {_ident(measurement)} WHERE time >= {since_ms}ms "
+                            f"GROUP BY {_ident(key)}"):
+            tags = s.get("tags", {})
+            for row in _rows(s):
+                numbers = {k: float(v) for k, v in row.items() if k != "time"
+                           and isinstance(v, int | float) and not isinstance(v, bool)}
+                texts = {k: v for k, v in row.items() if isinstance(v, str)}
+                if tags.get(key) and "written_ts" in numbers:
+                    out.append((tags[key], numbers["written_ts"], tags, numbers, texts))
+        return out
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        rows = [(key, written, silence_from(tags, numbers, texts))
+                for key, written, tags, numbers, texts in self._records(
+                    SILENCE_MEASUREMENT, "id", self.silence_lookback_s)
+                if {"start_ts", "end_ts"} <= numbers.keys()]
+        found = [s for s in newest(rows) if isinstance(s, Silence)]
+        if active_at is not None:
+            found = [s for s in found if s.start_ts <= active_at < s.end_ts]
+        return sorted(found, key=lambda s: (s.start_ts, s.id))
+
+    def acks(self) -> list[Acknowledgement]:
+        rows = [(key, written, ack_from(tags, numbers, texts))
+                for key, written, tags, numbers, texts in self._records(
+                    ACK_MEASUREMENT, "alert_id", self.alert_lookback_s) if "ts" in numbers]
+        found = [a for a in newest(rows) if isinstance(a, Acknowledgement)]
+        return sorted(found, key=lambda a: (a.ts, a.alert_id))
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
         since_ms = round((start_ts - self.annotation_lookback_s) * 1000)

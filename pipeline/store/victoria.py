@@ -28,6 +28,15 @@ Reads, with the SQLite store's semantics:
 * alerts keep their message and action nowhere (text is never a label):
   the reader gets a message rendered from the rule, place, value and
   evidence (``lprecords.render_message``) and an empty action.
+* ``silences`` and ``acks``: lines of ``fleetwatch_silence`` and
+  ``fleetwatch_ack`` at the time they were written (``lpsilences``): a
+  silence's matchers are its identity and are kept exactly, as labels
+  checked by a hash; who made it is a label; its comment, and an
+  acknowledgement's, is text and not kept (the reader gets it empty).
+  ``last_over_time`` over ``silence_lookback_s`` (``alert_lookback_s`` for
+  acknowledgements) gives each series' last row; per id, the newest
+  ``written_ts`` wins. A silence is kept as long as the server's
+  ``-retentionPeriod`` after it was last written.
 
 Server requirements (flags of ``victoria-metrics``; see docs/scale.md):
 ``-dedup.minScrapeInterval=1ms`` makes a rewritten (series, timestamp) one
@@ -60,12 +69,14 @@ from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     MINUTE_MS,
     RAW_SPAN_MS,
+    Acknowledgement,
     Alert,
     AlertState,
     Annotation,
     Event,
     Point,
     SeriesKey,
+    Silence,
     StoreError,
 )
 from fleetwatch.pipeline.store.energy_victoria import VictoriaEnergy
@@ -77,6 +88,13 @@ from fleetwatch.pipeline.store.lprecords import (
     alert_from,
     event_from,
     select_events,
+)
+from fleetwatch.pipeline.store.lpsilences import (
+    ACK_MEASUREMENT,
+    SILENCE_MEASUREMENT,
+    ack_from,
+    newest,
+    silence_from,
 )
 from fleetwatch.pipeline.store.window import DAY_MS, AcceptWindow, parse_flags, vm_duration_ms
 
@@ -106,10 +124,13 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
                  max_retries: int = 3, alert_lookback_s: float = 30 * _DAY_S,
-                 annotation_lookback_s: float = 30 * _DAY_S) -> None:
+                 annotation_lookback_s: float = 30 * _DAY_S,
+                 silence_lookback_s: float = 400 * _DAY_S) -> None:
         super().__init__(url, org=org, bucket=bucket, token=token, timeout_s=timeout_s,
                          batch_lines=batch_lines, max_retries=max_retries)
         self.alert_lookback_s = alert_lookback_s
+        # A silence lasts at most a year (fleetwatch.silencing), written at its start or so.
+        self.silence_lookback_s = silence_lookback_s
         self.annotation_lookback_s = annotation_lookback_s
         # Behind vmauth a token is a bearer token; a bare server ignores the header.
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -309,6 +330,35 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         found = [event_from(labels, fields["ts"])
                  for labels, fields in _join(EVENT_MEASUREMENT, result) if "ts" in fields]
         return select_events(found, start_ts, end_ts, node, kinds, device)
+
+    def _last_rows(self, measurement: str, lookback_s: float
+                   ) -> list[tuple[dict[str, str], dict[str, float]]]:
+        """The last row of every series of ``measurement`` written within ``lookback_s``."""
+        at_ms = int(time.time() * 1000) + 60_000  # past the server's latency offset
+        window_ms = min(int(lookback_s * 1000), at_ms - _FLOOR_MS)
+        result = self.query(
+            f'last_over_time({{__name__=~"{measurement}_.+"}}[{window_ms}ms])', at_ms)
+        return _join(measurement, result)
+
+    def silences(self, active_at: float | None = None) -> list[Silence]:
+        """Every silence written within ``silence_lookback_s``, or those in force at
+        ``active_at``; comments are empty (not kept here)."""
+        rows = [(labels.get("id", ""), fields["written_ts"], silence_from(labels, fields))
+                for labels, fields in self._last_rows(SILENCE_MEASUREMENT,
+                                                      self.silence_lookback_s)
+                if {"written_ts", "start_ts", "end_ts"} <= fields.keys() and labels.get("id")]
+        found = [s for s in newest(rows) if isinstance(s, Silence)]
+        if active_at is not None:
+            found = [s for s in found if s.start_ts <= active_at < s.end_ts]
+        return sorted(found, key=lambda s: (s.start_ts, s.id))
+
+    def acks(self) -> list[Acknowledgement]:
+        """Acknowledgements written within ``alert_lookback_s``; comments are empty."""
+        rows = [(labels["alert_id"], fields["written_ts"], ack_from(labels, fields))
+                for labels, fields in self._last_rows(ACK_MEASUREMENT, self.alert_lookback_s)
+                if {"written_ts", "ts"} <= fields.keys() and labels.get("alert_id")]
+        found = [a for a in newest(rows) if isinstance(a, Acknowledgement)]
+        return sorted(found, key=lambda a: (a.ts, a.alert_id))
 
     def maintain(self, now_ms: int) -> None:
         """Nothing to do: VictoriaMetrics keeps its own parts merged and drops data past

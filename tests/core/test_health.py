@@ -39,3 +39,49 @@ def test_processor_health_metrics(tmp_path: Path) -> None:
                for s in fam.samples}
     assert samples[("fleetwatch_processor_dead_letters_total", (("field", "frame"),))] == 1
     assert samples[("fleetwatch_processor_consumer_lag", ())] == 0
+
+
+def _scrape(registry: CollectorRegistry) -> dict[tuple[str, tuple], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(generate_latest(registry).decode())
+            for s in fam.samples}
+
+
+def test_alert_sink_and_event_counters_are_scraped(tmp_path: Path) -> None:
+    """What an operator watches to know alerts get out: per sink, sent, failed, dropped and
+    retried batches; and how many events (XIDs, job changes) the processor stored."""
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.models.rules import GpuTemperatureLimit
+    from fleetwatch.pipeline.sinks import Notifier
+    from fleetwatch.pipeline.sinks.webhook import WebhookSink
+    from fleetwatch.retry import Backoff
+    from tests.sinks.conftest import Receiver
+
+    hook = Receiver(answers=[503])  # busy once: one retry, then delivered
+    notifier = Notifier([WebhookSink(hook.url)], background=False,
+                        backoff=lambda: Backoff(0.01, 0.02))
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notifier=notifier)
+    consumer = MemoryBus().consumer("t", "g")
+    registry = CollectorRegistry()
+    registry.register(ProcessorCollector(processor, consumer, notifier))
+
+    def node(ts: float, temp: float, xids: tuple[int, ...] = ()) -> Frame:
+        return Frame("c", "r", "n1", ts, (GpuReading(0, "GPU-0", "H100", {"gpu_temp_c": temp},
+                                                     job="job-1", xids=xids),))
+    try:
+        processor.process([node(1_763_800_000.0, 95.0, xids=(79,))])
+        processor.process([node(1_763_800_010.0, 96.0, xids=(79, 79))])
+        got = _scrape(registry)
+    finally:
+        notifier.close()
+        hook.close()
+        store.close()
+    assert got[("fleetwatch_alert_sink_sent_total", (("sink", "webhook"),))] == 1
+    assert got[("fleetwatch_alert_sink_retries_total", (("sink", "webhook"),))] == 1
+    assert got[("fleetwatch_alert_sink_failed_total", (("sink", "webhook"),))] == 0
+    assert got[("fleetwatch_alert_sink_dropped_total", (("sink", "webhook"),))] == 0
+    assert got[("fleetwatch_processor_events_total", (("kind", "xid"),))] == 3
+    assert got[("fleetwatch_processor_events_total", (("kind", "job_start"),))] == 1
+    assert got[("fleetwatch_processor_event_nodes", ())] == 1
+    assert len(hook.bodies) == 1  # the firing alert, once

@@ -60,3 +60,14 @@ def test_cli_silence_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str], 
                             why: str) -> None:
     assert main(["silence", "--store", str(tmp_path / "f.db"), *argv]) == 2
     assert why in capsys.readouterr().err
+
+
+def test_a_silence_made_now_is_in_force_now_and_kept_to_the_ms(tmp_path: Path) -> None:
+    """Times are cut to the ms (every backend keeps those exactly), downwards: a start
+    rounded up would begin a fraction of a ms after the alerts of this instant."""
+    from fleetwatch.silencing import add_silence
+
+    store = SqliteStore(tmp_path / "f.db")
+    s = add_silence(store, ["node=n1"], 60.0, start_ts=1_795_000_000.0006)
+    assert (s.start_ts, s.end_ts) == (1_795_000_000.0, 1_795_000_060.0)
+    assert store.silences(1_795_000_000.0006) == [s]

@@ -5,6 +5,8 @@ Every node runs hot: one firing alert per GPU. When a member leaves, the
 other takes its partition and continues its alerts (same ids, no duplicate);
 when a new member joins, the alerts of the nodes it takes are its own and
 the old owner forgets them. Cooling resolves every alert exactly once.
+The members' notifiers follow: each alert is notified firing once and
+resolved once in all, and re-sent (adopted) only by its node's owner.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.silences import Notice
+from fleetwatch.pipeline.sinks import Notifier
+from fleetwatch.pipeline.store.base import Alert
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.servers import Server
 from tests.store.helpers import stored
@@ -33,13 +38,49 @@ NODES = [f"node-{i:02d}" for i in range(8)]
 T0 = time.time() - 1800
 
 
+class Recorder:
+    """A notifying sink that records what the notifier hands it, as Alertmanager's does:
+    changes to notify, alerts adopted (to keep re-sending), nodes forgotten."""
+
+    name = "recorder"
+    notify_only = True
+
+    def __init__(self) -> None:
+        self.notified: list[tuple[str, str, str]] = []  # (node, alert id, state)
+        self.resending: dict[str, Alert] = {}            # alert id -> alert, as Alertmanager's
+
+    def send(self, changes: list[Notice]) -> None:
+        for n in changes:
+            if n.notify:
+                self.notified.append((n.alert.node, n.alert.id, n.alert.state))
+                if n.alert.state == "resolved":
+                    self.resending.pop(n.alert.id, None)
+                else:
+                    self.resending[n.alert.id] = n.alert
+
+    def adopt(self, alerts: list[Alert]) -> None:
+        self.resending.update((a.id, a) for a in alerts)
+
+    def forget(self, nodes: set[str]) -> None:
+        for alert_id in [i for i, a in self.resending.items() if a.node in nodes]:
+            del self.resending[alert_id]
+
+    def nodes(self) -> set[str]:
+        return {a.node for a in list(self.resending.values())}  # read from another thread
+
+    def close(self) -> None:
+        pass
+
+
 class Member:
     def __init__(self, kafka: Server, topic: str, group: str, db: Path) -> None:
         self.store = SqliteStore(db)
         self.consumer = KafkaConsumer(kafka.address, topic, group, **FAST)
         self.revoked: list[set[str]] = []  # what the per-node state hook was told
+        self.sink = Recorder()
+        self.notifier = Notifier([self.sink], background=False)
         self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0)],
-                                   on_revoked=[self.revoked.append])
+                                   on_revoked=[self.revoked.append], notifier=self.notifier)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.processor.run,
                                        args=(self.consumer, self.stop, 50), daemon=True)
@@ -107,6 +148,8 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
         first = {x.node: x.id for x in all_alerts(db)}
         assert a.open_nodes() | b.open_nodes() == set(NODES)
         assert not a.open_nodes() & b.open_nodes()
+        wait_for("each member notified its own", lambda: a.sink.nodes() == a.open_nodes()
+                 and b.sink.nodes() == b.open_nodes())
 
         b.close()  # b leaves: a takes its partition and b's alerts with it
         members.remove(b)
@@ -118,6 +161,7 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
         rows = all_alerts(db)
         assert len(rows) == len(NODES), "a raised duplicates of alerts b had open"
         assert {x.node: x.id for x in rows} == first
+        assert a.sink.nodes() == set(NODES)  # b's alerts adopted: a keeps them alive
 
         c = Member(kafka, topic, group, db)  # a new member takes one partition from a
         members.append(c)
@@ -126,9 +170,11 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
         assert kept and kept < set(NODES)
         assert a.open_nodes() == kept  # the old owner forgot the nodes that moved
         assert set().union(*a.revoked) == set(NODES) - kept  # and told its per-node state
+        assert a.sink.nodes() == kept  # and no longer re-sends their alerts
         tick(kafka, topic, T0 + 20, 97.0)
         wait_for("c continues the moved alerts",
                  lambda: c.open_nodes() == set(NODES) - kept)
+        wait_for("c re-sends them", lambda: c.sink.nodes() == set(NODES) - kept)
         rows = all_alerts(db)
         assert len(rows) == len(NODES) and {x.node: x.id for x in rows} == first
 
@@ -137,6 +183,11 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
         rows = all_alerts(db)
         assert len(rows) == len(NODES) and all(x.resolved_ts == T0 + 30 for x in rows)
         wait_for("both books empty", lambda: not a.open_nodes() and not c.open_nodes())
+        notified = sorted(x for m in (a, b, c) for x in m.sink.notified)
+        assert notified == sorted((n, first[n], state) for n in NODES
+                                  for state in ("firing", "resolved")), \
+            "an alert was notified again after its partition moved, or not resolved"
+        assert not a.sink.resending and not c.sink.resending
     finally:
         for m in members:
             m.close()

@@ -9,7 +9,10 @@ import urllib.request
 from datetime import datetime
 from pathlib import Path
 
+from fleetwatch.codec import encode
+from fleetwatch.frame import Frame
 from fleetwatch.models.rules import GpuTemperatureLimit
+from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
@@ -96,8 +99,13 @@ def _firing(node: str):  # noqa: ANN202
                  evidence={"gpu_temp_c": 91.0}, action="check the GPU's cooling")
 
 
+def _message(f: Frame) -> Message:
+    return Message(encode(f), f.node.encode(), "frames", 0)
+
+
 def test_alerts_open_at_a_restart_keep_being_re_sent_without_a_new_notification(
         am: Server, tmp_path: Path) -> None:
+    """Loaded with their node's partition: re-sent as still firing, not notified as new."""
     node = f"node-restart-{time.time_ns()}"
     store = tmp_store(tmp_path)
     store.write_alerts([_firing(node)])                 # left open by the previous process
@@ -106,10 +114,46 @@ def test_alerts_open_at_a_restart_keep_being_re_sent_without_a_new_notification(
 
     config = load(None, env={"FLEETWATCH_ALERTS_ALERTMANAGER_URL": f"http://{am.address}"})
     notifier = open_notifier(config, store)
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notifier=notifier)
     try:
+        time.sleep(1.5)
+        assert am_alerts(am, node) == []  # not this member's before its partition is
+        processor.ownership.assigned([("frames", 0)])
+        processor.handle([_message(frame(time.time(), [91], node=node))])
         (got,) = wait_for(lambda: am_alerts(am, node))  # re-sent by the notifier's thread
         assert got["labels"]["node"] == node
         assert notifier.send([_firing(node)]) == []       # same state: not notified again
+        assert notifier.stats.sinks["alertmanager"].sent == 0  # no change was notified
+    finally:
+        notifier.close()
+
+
+def test_alerts_of_a_partition_that_moved_away_are_no_longer_re_sent(
+        am: Server, tmp_path: Path) -> None:
+    """Else an alert the new owner resolves would come back to life from here."""
+    node, other = f"node-moved-{time.time_ns()}", f"node-stays-{time.time_ns()}"
+    store = tmp_store(tmp_path)
+    store.write_alerts([_firing(node)])
+    # Re-sent every 2 s, valid for 8 s: still there, unchanged, if not re-sent for 4 s.
+    sink = AlertmanagerSink(f"http://{am.address}", resend_s=2.0)
+    notifier = Notifier([sink], tick_s=0.1)
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notifier=notifier)
+    try:
+        processor.ownership.assigned([("frames", 0), ("frames", 1)])
+        now = time.time()
+        processor.handle([_message(frame(now, [91], node=node)),
+                          Message(encode(frame(now, [95], node=other)), b"o", "frames", 1)])
+        assert wait_for(lambda: am_alerts(am, node) and am_alerts(am, other))
+        processor.ownership.revoked([("frames", 0), ("frames", 1)])  # a rebalance: 0 moves
+        processor.ownership.assigned([("frames", 1)])
+        time.sleep(0.5)  # a re-send that was on its way lands
+        (before,) = am_alerts(am, node)
+        (kept,) = am_alerts(am, other)
+        time.sleep(4.0)
+        (after,) = am_alerts(am, node)
+        assert after["endsAt"] == before["endsAt"], "re-sent after its partition moved"
+        (later,) = am_alerts(am, other)
+        assert later["endsAt"] > kept["endsAt"]  # the alerts of a partition kept still are
     finally:
         notifier.close()
 

@@ -127,3 +127,52 @@ def test_store_sink_writes_every_change(tmp_path: Path) -> None:
     run(processor, HOT[:4])
     (alert,) = other.alerts()
     assert alert.state == "firing" and alert.fired_ts == 1_000_045.0
+
+
+def test_a_full_queue_drops_changes_never_a_hand_over_and_counts_them_per_sink() -> None:
+    """A sink far behind loses the oldest batches of changes (counted), but the alerts it
+    must keep re-sending (adopt) or stop re-sending (forget) reach it, in order."""
+    import threading
+
+    from fleetwatch.pipeline.store.base import Alert
+
+    class Slow:
+        name, notify_only = "slow", True
+
+        def __init__(self) -> None:
+            self.busy, self.go = threading.Event(), threading.Event()
+            self.calls: list[tuple[str, object]] = []
+
+        def send(self, changes) -> None:  # noqa: ANN001
+            self.busy.set()
+            self.go.wait(10)
+            self.calls.append(("send", [n.alert.id for n in changes]))
+
+        def adopt(self, alerts) -> None:  # noqa: ANN001
+            self.calls.append(("adopt", [a.id for a in alerts]))
+
+        def forget(self, nodes) -> None:  # noqa: ANN001
+            self.calls.append(("forget", sorted(nodes)))
+
+        def close(self) -> None:
+            pass
+
+    def alert(i: int, node: str = "n1") -> Alert:
+        return Alert(f"a{i}", "gpu_temp_high", "critical", "c", "r1", node, "gpu0", "firing",
+                     0.0, float(i), 91.0, "hot", fired_ts=0.0)
+
+    sink = Slow()
+    notifier = Notifier([sink], queue_max=2, tick_s=0.01)
+    notifier.send([alert(0)])
+    assert sink.busy.wait(10)             # the thread holds batch 0
+    notifier.send([alert(1)])
+    notifier.adopt([alert(9, node="n9")])
+    notifier.send([alert(2)])
+    notifier.forget({"n9"})
+    notifier.send([alert(3)])             # the queue holds 2 batches: batch 1 is dropped
+    sink.go.set()
+    notifier.close()
+    assert sink.calls == [("send", ["a0"]), ("adopt", ["a9"]), ("send", ["a2"]),
+                          ("forget", ["n9"]), ("send", ["a3"])]
+    counts = notifier.stats.sinks["slow"]
+    assert (counts.sent, counts.dropped, counts.failed, counts.retries) == (3, 1, 0, 0)

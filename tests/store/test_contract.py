@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from statistics import fmean
@@ -10,7 +11,14 @@ from statistics import fmean
 import pytest
 
 from fleetwatch.pipeline.events import jobs_of
-from fleetwatch.pipeline.store.base import Alert, Annotation, Event, Store
+from fleetwatch.pipeline.store.base import (
+    Acknowledgement,
+    Alert,
+    Annotation,
+    Event,
+    Silence,
+    Store,
+)
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.lprecords import render_message
 from fleetwatch.pipeline.store.sqlite import RAW_SPAN_MS, SqliteStore
@@ -37,6 +45,12 @@ class Backend:
 
     def event_as_kept(self, e: Event) -> Event:
         return e if self.keeps_text else dataclasses.replace(e, text="")
+
+    def silence_as_kept(self, s: Silence) -> Silence:
+        return s if self.keeps_text else dataclasses.replace(s, comment="")
+
+    def ack_as_kept(self, a: Acknowledgement) -> Acknowledgement:
+        return a if self.keeps_text else dataclasses.replace(a, comment="")
 
 
 @pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
@@ -244,3 +258,60 @@ def test_the_job_on_each_gpu_over_time_reads_back_from_events(backend: Backend) 
     assert jobs_of(got) == [("node-0", "gpu0", "job-17", t, t + 60.0),
                             ("node-0", "gpu1", "job-17", t, t + 60.0),
                             ("node-0", "gpu0", "job-18", t + 61.0, None)]
+
+
+# Matchers as users write them, and as a careless client could: regular expressions with
+# backslashes, quotes, separators of line protocol, an empty value, non-ASCII text, and
+# one value that looks like another operator.
+AWKWARD = (("node", "=~", r"node-0(0[1-9]|1\d)\\?"), ("rule", "!=", 'a "quoted", b=c d'),
+           ("rack", "=", ""), ("device", "!~", "gpu[0-3]|höst"), ("severity", "=", "~x\\"))
+
+
+def test_silences_round_trip_exactly_and_are_replaced_by_id(backend: Backend) -> None:
+    """A silence's matchers are its identity: every backend gives them back exactly."""
+    # A silence made now: a time to the ms (``fleetwatch silence`` makes them so).
+    store, now = backend.store, round(time.time(), 3)
+    tag = cluster_name()
+    on = Silence(f"{tag}-on", (("cluster", "=", tag), *AWKWARD), now - 600, now + 3600,
+                 "ops-alice", "fan swap on node-007, ticket 4411")
+    later = Silence(f"{tag}-later", (("cluster", "=", tag), ("node", "=", "node-003")),
+                    now + 86_400, now + 2 * 86_400, "bob", "")
+    over = Silence(f"{tag}-over", (("cluster", "=", tag),), now - 7200, now - 3600, "", "x")
+    store.write_silences([on, later])
+    store.write_silences([over])
+    backend.settle()
+
+    def mine(active_at: float | None = None) -> list[Silence]:
+        return [s for s in store.silences(active_at) if s.id.startswith(tag)]
+
+    kept = backend.silence_as_kept
+    assert mine() == [kept(over), kept(on), kept(later)]  # oldest start first
+    assert mine(now) == [kept(on)]
+    assert mine(now + 86_400 + 1) == [kept(later)]
+    assert mine(now - 3600) == []  # [start, end): ended just then
+    # Expired (its end moved), and one rewritten with other matchers: replaced, not doubled.
+    ended = dataclasses.replace(on, end_ts=now)
+    moved = dataclasses.replace(later, matchers=(("cluster", "=", tag), ("rack", "=~", "r.*")))
+    store.write_silences([ended, moved])
+    backend.settle()
+    assert mine() == [kept(over), kept(ended), kept(moved)]
+    assert mine(now) == []
+
+
+def test_acknowledgements_round_trip_and_are_replaced_by_alert_id(backend: Backend) -> None:
+    store, now = backend.store, round(time.time(), 3)
+    tag = cluster_name()
+    first = Acknowledgement(f"gpu_temp/{tag}/node-0/gpu3/1", now - 60, "alice", "on it")
+    other = Acknowledgement(f"xid/{tag}/node-1/gpu0/2", now - 30, "bob")
+    store.write_acks([first, other])
+    backend.settle()
+
+    def mine() -> list[Acknowledgement]:
+        return [a for a in store.acks() if tag in a.alert_id]
+
+    kept = backend.ack_as_kept
+    assert mine() == [kept(first), kept(other)]
+    again = Acknowledgement(first.alert_id, now - 10, "carol", "taking over from alice")
+    store.write_acks([again])
+    backend.settle()
+    assert mine() == [kept(other), kept(again)]

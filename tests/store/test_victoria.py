@@ -28,6 +28,14 @@ def export(address: str, selector: str) -> list[dict]:
         return [json.loads(line) for line in r.read().splitlines()]
 
 
+def export_new(address: str, selector: str, timeout_s: float = 10.0) -> list[dict]:
+    """``export`` of series just created: their index entries may take a moment to show."""
+    deadline = time.monotonic() + timeout_s
+    while not (found := export(address, selector)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return found
+
+
 def test_series_are_named_as_the_catalogue_with_four_labels(victoria: Server) -> None:
     sim = FleetSim(SimParams(nodes=2, gpus=8, cluster=cluster_name()), start_ts=time.time() - 60)
     sim.step()
@@ -133,4 +141,117 @@ def test_alert_and_event_text_is_never_a_label(victoria: Server) -> None:
     [got] = [a for a in store.alerts() if a.cluster == cluster]
     assert (got.value, got.evidence, got.action) == (93.0, {"gpu_temp_c": 91.0}, "")
     assert got.message == "gpu_temp on node-0 gpu3: 93 (gpu_temp_c=91)"  # rendered on read
+    store.close()
+
+
+def test_a_silence_is_one_series_whose_comment_is_no_label(victoria: Server) -> None:
+    """Expiring a silence writes its series again; the free-text comment is not a label."""
+    import dataclasses
+
+    from fleetwatch.pipeline.store.base import Silence
+
+    tag, now = cluster_name(), minute_ago(0) / 1000
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    s = Silence(f"{tag}-s", (("cluster", "=", tag), ("node", "=~", r"n\d+")), now - 60,
+                now + 3600, "alice", "comment that changes, with text")
+    store.write_silences([s])
+    store.write_silences([dataclasses.replace(s, end_ts=now, comment="ended early")])
+    force_flush(victoria.address)
+    series = export_new(victoria.address,
+                        f'{{__name__=~"fleetwatch_silence_.+",id="{s.id}"}}')
+    assert {s["metric"]["__name__"] for s in series} == {
+        "fleetwatch_silence_start_ts", "fleetwatch_silence_end_ts",
+        "fleetwatch_silence_written_ts"}
+    assert len(series) == 3  # one series per field: the rewrite landed on the same series
+    assert all(len(x["values"]) == 2 for x in series)
+    assert {k for x in series for k in x["metric"]} == {"__name__", "id", "h", "by", "m00", "m01"}
+    assert not any("comment" in v or "text" in v for x in series for v in x["metric"].values())
+    [got] = [x for x in store.silences() if x.id == s.id]
+    assert got == Silence(s.id, s.matchers, s.start_ts, now, "alice", "")
+    store.close()
+
+
+def test_a_silence_victoriametrics_would_truncate_is_refused_before_it_is_sent(
+        victoria: Server) -> None:
+    """The server cuts a label value past -maxLabelValueLen and drops labels past
+    -maxLabelsPerTimeseries without an error: such a silence would mute other alerts."""
+    from fleetwatch.pipeline.store.base import Silence, StoreRejected
+    from fleetwatch.pipeline.store.lpsilences import MAX_LABEL_CHARS, MAX_MATCHERS
+
+    tag, now = cluster_name(), minute_ago(0) / 1000
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    many = Silence(f"{tag}-many", tuple(("node", "!=", f"n{i}") for i in range(MAX_MATCHERS + 1)),
+                   now, now + 60)
+    long = Silence(f"{tag}-long", (("node", "=~", "x" * MAX_LABEL_CHARS),), now, now + 60)
+    fine = Silence(f"{tag}-fine", (("node", "=", "n1"),), now, now + 60)
+    with pytest.raises(StoreRejected, match=f"at most {MAX_MATCHERS}"):
+        store.write_silences([fine, many])
+    with pytest.raises(StoreRejected, match="shorten it"):
+        store.write_silences([long])
+    force_flush(victoria.address)
+    assert [x for x in store.silences() if x.id.startswith(tag)] == []  # nothing half-written
+    store.close()
+
+
+def test_a_silence_whose_matchers_do_not_read_back_exactly_is_not_applied(
+        victoria: Server) -> None:
+    """As a server with a smaller -maxLabelValueLen would leave it: a matcher cut short."""
+    from fleetwatch.pipeline.store.base import Silence
+    from fleetwatch.pipeline.store.lpsilences import silence_line
+
+    tag, now = cluster_name(), minute_ago(0) / 1000
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    s = Silence(f"{tag}-cut", (("node", "=~", "node-00[1-3]"),), now - 60, now + 3600)
+    line = silence_line(s, int(now * 1000))
+    assert "node-00[1-3]" in line
+    store._writer.write_lines([line.replace("node-00[1-3]", "node-00")])  # what a cut leaves
+    force_flush(victoria.address)
+    assert [x for x in store.silences() if x.id == s.id] == []
+    store.close()
+
+
+def test_fleetwatch_silence_and_ack_work_on_victoriametrics(
+        victoria: Server, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The commands a user runs, and the processor's notifier reading what they wrote."""
+    from fleetwatch.cli import main
+    from fleetwatch.config import load
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.models.rules import GpuTemperatureLimit
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.wiring import open_notifier
+
+    monkeypatch.setenv("FLEETWATCH_STORE_KIND", "victoriametrics")
+    monkeypatch.setenv("FLEETWATCH_STORE_URL", f"http://{victoria.address}")
+    tag = cluster_name()
+    assert main(["silence", "add", f"cluster={tag}", r"node=~n\d+", "--for", "2h", "--by", "ops",
+                 "--comment", "fan swap"]) == 0
+    silence_id = capsys.readouterr().out.strip()
+    assert main(["silence", "add", *(f"node!=n{i}" for i in range(17))]) == 2
+    assert "at most 16" in capsys.readouterr().err
+    force_flush(victoria.address)
+    assert main(["silence", "list"]) == 0
+    assert f"cluster={tag},node=~n\\d+" in capsys.readouterr().out
+
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)])
+    processor.process([Frame(tag, "r1", "n1", time.time(), (
+        GpuReading(0, "GPU-0", "H100", {"gpu_temp_c": 95.0}),))])
+    force_flush(victoria.address)
+    [alert] = [a for a in store.alerts() if a.cluster == tag]
+    notifier = open_notifier(load(None), store)  # what `fleetwatch process` hears alerts with
+    try:
+        [notice] = notifier.send([alert])
+    finally:
+        notifier.close()
+    assert notice.muted_by == f"silence:{silence_id}" and not notice.notify
+    assert main(["ack", alert.id, "--by", "oncall"]) == 0
+    force_flush(victoria.address)
+    assert [(a.alert_id, a.by) for a in store.acks() if a.alert_id == alert.id] == [
+        (alert.id, "oncall")]
+    assert main(["silence", "expire", silence_id]) == 0
+    force_flush(victoria.address)
+    capsys.readouterr()
+    assert main(["silence", "list"]) == 0
+    assert silence_id not in capsys.readouterr().out
     store.close()
