@@ -262,7 +262,7 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
             print(f"\r  {done:6.1%}  {points:>14,} samples", end="", file=sys.stderr, flush=True)
 
     result = simulate(store, params, end - duration, duration, faults,
-                      detectors(config.alerts), progress)
+                      detectors(config.detectors), progress)
     store.close()
     print(f"\nwrote {result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s"
           f" ({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes",

@@ -65,7 +65,7 @@ class System:
         self.store = open_store(config.store)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
-        self.processor = Processor(self.store, detectors(config.alerts))
+        self.processor = Processor(self.store, detectors(config.detectors))
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s

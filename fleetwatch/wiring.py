@@ -7,9 +7,9 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
-from fleetwatch.config import AlertsConfig, BusConfig, StoreConfig
+from fleetwatch.config import BusConfig, DetectorsConfig, StoreConfig
 from fleetwatch.models import Detector
-from fleetwatch.models.rules import GpuTemperatureLimit
+from fleetwatch.models.registry import build
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.store.base import Store
@@ -49,5 +49,6 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
                          security=kafka_security(config))
 
 
-def detectors(config: AlertsConfig) -> list[Detector]:
-    return [GpuTemperatureLimit(config.gpu_temp_limit_c, config.for_s)]
+def detectors(config: DetectorsConfig) -> list[Detector]:
+    """The detectors ``[detectors] enabled`` names, tuned by that section (see models.registry)."""
+    return build(config)

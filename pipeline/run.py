@@ -46,7 +46,7 @@ def _member(config: Config, stop: threading.Event) -> int:
     store = open_store(config.store)
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
-    processor = Processor(store, detectors(config.alerts), dead, config.bus.dead_letter_topic)
+    processor = Processor(store, detectors(config.detectors), dead, config.bus.dead_letter_topic)
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server

@@ -1,0 +1,109 @@
+"""A GPU against the other GPUs of its job on the same node: stuck, straggling, under-powered.
+
+In data-parallel training the GPUs of a job step in lockstep, so they show the
+same SM activity, clocks and power through every phase; one that does not is
+holding the whole job back. Only GPUs with a job and at least one job peer on
+the node are judged. SM activity is ``gpu_sm_active_ratio`` where the GPU has
+GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    columns,
+    flagged,
+    gpu_finding,
+    peer_median,
+    same_job_peers,
+)
+
+SM, UTIL, CLOCK, POWER = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
+                          COL["gpu_sm_clock_mhz"], COL["gpu_power_w"])
+BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
+
+
+class JobPeers:
+    name = "job_peers"
+    rules = {"gpu_stuck": ("gpu_util_pct",),
+             "gpu_straggler": ("gpu_util_pct",),
+             "gpu_power_low_vs_peers": ("gpu_power_w",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """Stateless: every frame is judged on its own; the for-durations do the rest."""
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        if not b.frames or not (b.job >= 0).any():
+            return []
+        rows = np.flatnonzero((b.job >= 0).sum(axis=1) >= 2)
+        if len(rows) == 0:
+            return []
+        return self._judge(b, rows)
+
+    def _judge(self, b: Batch, rows: np.ndarray) -> list[Finding]:
+        c = self.c
+        x = b.x[rows]
+        act = np.where(np.isfinite(x[..., SM]), x[..., SM], x[..., UTIL] / 100.0)
+        clock, power = x[..., CLOCK], x[..., POWER]
+        injob = (b.job[rows] >= 0) & ~b.lost[rows]
+        peers = same_job_peers(b, rows, injob & np.isfinite(act))
+        act_med, n = peer_median(np.where(np.isfinite(act), act, np.nan), peers)
+        busy = (n >= 1) & (act_med >= c.busy_activity)
+        with np.errstate(invalid="ignore"):
+            stuck = injob & busy & (act <= c.stuck_activity)
+            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
+            clock_med, _ = peer_median(clock, clock_peers)
+            slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
+                                       act_med - 0.1)
+            slow_clock = clock < c.straggler_clock_frac * clock_med
+            straggler = injob & busy & ~stuck & (slow_sm | slow_clock)
+            power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
+            power_med, pn = peer_median(power, power_peers)
+            low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
+                & (power < c.power_low_frac * power_med)
+        out: list[Finding] = []
+        for i, j in flagged(stuck | straggler | low_power):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            job = f.gpus[j].job
+            ev = {"activity": act[i, j], "peer_activity": act_med[i, j], "peers": n[i, j],
+                  "sm_clock_mhz": clock[i, j], "peer_sm_clock_mhz": clock_med[i, j],
+                  "power_w": power[i, j], "peer_power_w": power_med[i, j]}
+            ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            where = f"GPU {g} on {f.node} (job {job})"
+            if stuck[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_stuck", act[i, j],
+                    f"{where} idle ({act[i, j]:.0%} SM activity) while its {n[i, j]} job peers "
+                    f"run at {act_med[i, j]:.0%}", "critical", c.stuck_for_s, ev,
+                    "The job is likely hung on this GPU: check the job's logs, then restart "
+                    "the job without this GPU and reset it"))
+            if straggler[i, j]:
+                what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}"
+                        if slow_clock[i, j] else
+                        f"{act[i, j]:.0%} SM activity against {act_med[i, j]:.0%}")
+                out.append(gpu_finding(
+                    f, g, "gpu_straggler", act[i, j], f"{where} lags its job peers: {what}",
+                    "warning", c.straggler_for_s, ev,
+                    "The whole job waits for this GPU: check its clocks, throttle reasons and "
+                    "PCIe/NVLink errors; move the job off it if it persists"))
+            if low_power[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_power_low_vs_peers", power[i, j],
+                    f"{where} draws {power[i, j]:.0f} W against {power_med[i, j]:.0f} W for "
+                    "its job peers", "warning", c.power_low_for_s, ev,
+                    "Check its power limit and throttle reasons (power brake, power cap) and "
+                    "the node's power supplies"))
+        return out

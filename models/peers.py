@@ -1,0 +1,175 @@
+"""Peer-relative thermal detection: a GPU against the other GPUs of its node.
+
+GPUs of one node in one job share the node's air or coolant and, in
+data-parallel training, the same load, so their temperatures move together
+through job phases and the day's inlet swings. A GPU whose cooling fails
+stands out from them long before it reaches a fixed limit (the Acme study saw
+NVLink and ECC errors at or below 80 °C). The comparison:
+
+* peers are the node's other GPUs in the same job whose *lagged* power is
+  close: die temperature follows power through a first-order lag of tens of
+  seconds, so power smoothed with ``thermal_tau_s`` is what the temperature
+  now reflects, and a GPU idling inside a busy job is not compared;
+* each GPU carries a learned offset, proportional to its power (a GPU with a
+  slightly worse heat path runs a few degrees warmer at full load and the
+  same at idle), clamped to ``max_offset_c`` so a fault cannot be learned away;
+* excess = own temperature - offset - median of the peers' (the same, for
+  them); it alarms above a robust margin: max(peer_margin_c, peer_k x MAD).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    GpuTable,
+    columns,
+    ewma_weight,
+    flagged,
+    gpu_finding,
+    peer_mad,
+    peer_median,
+    same_job_peers,
+)
+from fleetwatch.models.thermal import COOLING
+
+TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
+MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
+MAX_STEP_S = 60.0   # a gap longer than this adds no more than this to the warm-up time
+
+
+class ThermalPeers:
+    name = "thermal_peers"
+    rules = {"gpu_hot_vs_peers": ("gpu_temp_c", "gpu_power_w"),
+             "gpu_hot_vs_peers_critical": ("gpu_temp_c", "gpu_power_w"),
+             "gpu_temp_sensor_low": ("gpu_temp_c", "gpu_power_w")}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, num=0.0, den=0.0, warm=0.0,
+                              smooth=np.nan, sts=np.nan)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
+        return out
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
+        c, t = self.c, self.table
+        x = b.x[rows]
+        temp, power = x[..., TEMP], x[..., POWER]
+        s = np.where(slots >= 0, slots, 0)
+        ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
+        dt = ts - t["ts"][s]
+        fresh = (slots >= 0) & np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows] \
+            & (temp >= c.sensor_min_c) & ~(dt <= 0)
+        known = np.isfinite(dt)
+        w = np.where(known, ewma_weight(dt, c.thermal_tau_s), 1.0)
+        prev = t["plag"][s]
+        plag = np.where(np.isnan(prev), power, prev + w * (power - prev))
+        prev = t["tlag"][s]
+        tlag = np.where(np.isnan(prev), temp, prev + w * (temp - prev))
+        tol = np.maximum(c.peer_power_tol_w, c.peer_power_tol_frac * plag)
+        peers = same_job_peers(b, rows, fresh)
+        peers &= np.abs(plag[:, :, None] - plag[:, None, :]) <= tol[:, :, None]
+        den = t["den"][s]
+        alpha = np.where(den > 0, t["num"][s] / np.where(den > 0, den, 1.0), 0.0)
+        offset = np.clip(alpha * plag, -c.max_offset_c, c.max_offset_c)
+        adj = np.where(fresh, temp - offset, np.nan)
+        median, count = peer_median(adj, peers)
+        mad = peer_mad(adj, peers, median)
+        judged = fresh & (count >= c.min_peers)
+        excess = np.where(judged, adj - median, 0.0)
+        # While a node heats or cools through a job phase, GPUs with slightly different time
+        # constants part by a few degrees: widen the margin by a share of how fast the
+        # peers themselves are moving (their distance from their own lagged temperature).
+        motion, _ = peer_median(np.abs(temp - tlag), peers)
+        margin = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad)) \
+            + TRANSIENT_SHARE * np.nan_to_num(motion)
+        # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
+        sdt = ts - t["sts"][s]
+        sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.rise_window_s), 1.0)
+        old = t["smooth"][s]
+        smooth = np.where(np.isnan(old), excess, old + sw * (excess - old))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(sw < 1.0, (excess - smooth) * sw
+                             / ((1.0 - sw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
+        warm = t["warm"][s] >= c.warmup_s
+        hot = judged & warm & (excess > margin)
+        crit = hot & ((excess > np.maximum(c.peer_critical_c, margin))
+                      | (slope >= c.peer_rise_c_per_min))
+        low = judged & warm & (excess < -np.maximum(c.sensor_low_c, margin))
+        self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
+                    warm[judged], np.abs(excess[judged]) < margin[judged] / 2)
+        t["warm"][s[judged]] += np.clip(np.nan_to_num(dt[judged]), 0.0, MAX_STEP_S)
+        t["smooth"][s[judged]] = smooth[judged]
+        t["sts"][s[judged]] = ts[judged]
+        t["plag"][s[fresh]] = plag[fresh]
+        t["tlag"][s[fresh]] = tlag[fresh]
+        t["ts"][s[fresh]] = ts[fresh]
+        if hot.any() or low.any():
+            self._emit(b, rows, out, temp, median, offset, excess, margin, slope, plag, count,
+                       hot & ~crit, crit, low)
+
+    def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
+               warm: np.ndarray, quiet: np.ndarray) -> None:
+        """Weighted least squares of deviation on lagged power, forgetting over time.
+
+        Fast while warming up (so a GPU that always runs warmer is learned before it
+        is judged), slow afterwards and only while the GPU is not alarming.
+        """
+        c, t = self.c, self.table
+        tau = np.where(warm, c.model_forget_s, max(c.warmup_s / 4.0, 1.0))
+        step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
+        w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
+        w = np.where(warm & ~quiet, 0.0, w)
+        t["num"][s] += w * (d * p - t["num"][s])
+        t["den"][s] += w * (p * p - t["den"][s])
+
+    def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
+              median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
+              slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
+              crit: np.ndarray, low: np.ndarray) -> None:
+        c = self.c
+        for i, j in flagged(hot | crit | low):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            ev = {"temp_c": temp[i, j], "peer_median_c": median[i, j] + offset[i, j],
+                  "excess_c": excess[i, j], "margin_c": margin[i, j],
+                  "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
+                  "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}
+            where = f"GPU {g} on {f.node}"
+            if low[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_sensor_low", excess[i, j],
+                    f"{where} reads {temp[i, j]:.0f} °C, {-excess[i, j]:.0f} °C below its "
+                    f"{count[i, j]} peers at the same power: its sensor is failing", "warning",
+                    c.sensor_for_s, ev,
+                    "The GPU's temperature reading cannot be trusted, so its thermal alerts "
+                    "are blind: reset the GPU; service it if the reading stays wrong"))
+                continue
+            critical = bool(crit[i, j])
+            out.append(gpu_finding(
+                f, g, "gpu_hot_vs_peers_critical" if critical else "gpu_hot_vs_peers",
+                excess[i, j],
+                f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
+                f"{count[i, j]} peers at the same power"
+                + (f", rising {slope[i, j]:.0f} °C/min" if slope[i, j] > 0 else ""),
+                "critical" if critical else "warning", 0.0 if critical else c.peer_for_s, ev,
+                COOLING + "; this GPU's heat path is failing while its peers' is not"))

@@ -1,0 +1,239 @@
+"""Thermal limits and throttle reasons: what a GPU's own readings say, without peers.
+
+Limits come from the GPU itself where NVML reports them (the frame's
+``gpu_slowdown_temp_c`` and ``gpu_shutdown_temp_c``: the temperatures at which
+the driver slows the clocks and shuts the GPU down), else from the table of
+model families below (values read from real ``nvidia-smi -q`` output), else
+from config. HBM has its own limit: NVIDIA documents 95 °C as the memory's
+maximum operating temperature on A100 and H100 (``gpu_temp_max_mem_threshold``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.catalogue import THROTTLE_FLAGS
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    GpuTable,
+    columns,
+    ewma_weight,
+    flagged,
+    gpu_finding,
+)
+
+# (slowdown, shutdown) °C by product-name substring, from real nvidia-smi -q -x output
+# (gpu_temp_slow_threshold, gpu_temp_max_threshold); used only where NVML reports none.
+FAMILY_LIMITS: tuple[tuple[str, float, float], ...] = (
+    ("A100", 89.0, 92.0),
+    ("A10G", 95.0, 98.0),
+    ("T4", 93.0, 96.0),
+    ("RTX 3090", 95.0, 98.0),
+)
+
+TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
+    COL["gpu_shutdown_temp_c"]
+POWER, LIMIT, THROTTLE = COL["gpu_power_w"], COL["gpu_power_limit_w"], COL["gpu_throttle_reasons"]
+HYSTERESIS_C = 2.0
+COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
+
+
+class ThermalLimits:
+    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
+
+    name = "thermal_limits"
+    rules = {
+        "gpu_temp_critical": ("gpu_temp_c",),
+        "gpu_temp_high": ("gpu_temp_c",),
+        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
+        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
+        "gpu_temp_rising": ("gpu_temp_c",),
+        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
+        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
+    }
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, smooth=np.nan, crit=0.0, high=0.0, mcrit=0.0,
+                              mhigh=0.0)
+        self._family: dict[str, tuple[float, float]] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
+        return out
+
+    def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
+        slow, shut = b.x[rows, :, SLOW].copy(), b.x[rows, :, SHUT].copy()
+        need = np.isnan(slow) | np.isnan(shut)
+        need &= b.present[rows]
+        for i, j in flagged(need):
+            fs, fh = self._family_limits(b.frames[rows[i]].gpus[j].model)
+            if np.isnan(slow[i, j]):
+                slow[i, j] = fs
+            if np.isnan(shut[i, j]):
+                shut[i, j] = max(fh, slow[i, j])
+        return slow, shut
+
+    def _family_limits(self, model: str) -> tuple[float, float]:
+        known = self._family.get(model)
+        if known is None:
+            known = next(((s, h) for name, s, h in FAMILY_LIMITS if name in model),
+                         (self.c.fallback_slowdown_c, self.c.fallback_shutdown_c))
+            self._family[model] = known
+        return known
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
+        c, t = self.c, self.table
+        x = b.x[rows]
+        temp, mem = x[..., TEMP], x[..., MEM]
+        slow, shut = self.limits(b, rows)
+        s = np.where(slots >= 0, slots, 0)
+        ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
+        ok = (slots >= 0) & np.isfinite(temp)
+        with np.errstate(invalid="ignore"):
+            invalid = ok & ((temp < c.sensor_min_c) | (temp > shut + c.sensor_over_shutdown_c))
+            valid = ok & ~invalid
+            crit = valid & (temp >= slow - HYSTERESIS_C * t["crit"][s])
+            high = valid & ~crit & (temp >= slow - c.high_margin_c - HYSTERESIS_C * t["high"][s])
+            mok = (slots >= 0) & np.isfinite(mem) & (mem >= c.sensor_min_c)
+            mcrit = mok & (mem >= c.mem_max_c - HYSTERESIS_C * t["mcrit"][s])
+            mhigh = mok & ~mcrit & (mem >= c.mem_max_c - c.mem_margin_c
+                                    - HYSTERESIS_C * t["mhigh"][s])
+            # Rate of rise from an average with time constant rise_window_s: for a ramp of
+            # slope a, temp - average settles at a * dt * (1 - w) / w, so this undoes it.
+            dt = ts - t["ts"][s]
+            w = np.where(np.isfinite(dt) & (dt > 0), ewma_weight(dt, c.rise_window_s), 1.0)
+            smooth = np.where(np.isnan(t["smooth"][s]), temp,
+                              t["smooth"][s] + w * (temp - t["smooth"][s]))
+            slope = np.where(w < 1.0, (temp - smooth) * w / ((1.0 - w) * np.maximum(dt, 1e-9)),
+                             0.0) * 60.0
+            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (slope >= c.rise_c_per_min)
+            power, limit = x[..., POWER], x[..., LIMIT]
+            over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
+        fresh = valid & ~(dt <= 0)
+        for name, mask in (("crit", crit), ("high", high), ("mcrit", mcrit), ("mhigh", mhigh)):
+            t[name][s[ok | mok]] = mask[ok | mok]
+        t["smooth"][s[fresh]] = smooth[fresh]
+        t["ts"][s[fresh]] = ts[fresh]
+        self._emit(b, rows, out, temp, mem, slow, shut, slope, power, limit,
+                   invalid, crit, high, mcrit, mhigh, rising & fresh, over)
+
+    def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
+              mem: np.ndarray, slow: np.ndarray, shut: np.ndarray, slope: np.ndarray,
+              power: np.ndarray, limit: np.ndarray, *masks: np.ndarray) -> None:
+        c = self.c
+        invalid, crit, high, mcrit, mhigh, rising, over = masks
+        for i, j in flagged(invalid | crit | high | mcrit | mhigh | rising | over):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            tc, sl, sh = temp[i, j], slow[i, j], shut[i, j]
+            lim = {"temp_c": tc, "slowdown_c": sl, "shutdown_c": sh}
+            where = f"GPU {g} on {f.node}"
+            if invalid[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_sensor_invalid", tc,
+                    f"{where} reads {tc:.0f} °C, which a working GPU cannot (shutdown at "
+                    f"{sh:.0f} °C)", "warning", 0.0, lim,
+                    "The temperature sensor or its reading is failing: the GPU is not "
+                    "protected by its thermal alerts; reset the GPU or service it"))
+            if crit[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_critical", tc,
+                    f"{where} at {tc:.0f} °C, at its slowdown temperature {sl:.0f} °C "
+                    f"(shutdown {sh:.0f} °C)", "critical", 0.0, lim,
+                    COOLING + "; drain the node if it does not cool down"))
+            if high[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_high", tc,
+                    f"{where} at {tc:.0f} °C, within {sl - tc:.0f} °C of its slowdown "
+                    f"temperature {sl:.0f} °C", "warning", c.high_for_s, lim, COOLING))
+            if mcrit[i, j] or mhigh[i, j]:
+                mc = mem[i, j]
+                crit_mem = bool(mcrit[i, j])
+                out.append(gpu_finding(
+                    f, g, "gpu_mem_temp_critical" if crit_mem else "gpu_mem_temp_high", mc,
+                    f"{where}: memory (HBM) at {mc:.0f} °C, limit {c.mem_max_c:.0f} °C",
+                    "critical" if crit_mem else "warning", 0.0 if crit_mem else c.high_for_s,
+                    {"mem_temp_c": mc, "mem_max_c": c.mem_max_c},
+                    COOLING + "; hot HBM raises the ECC error rate"))
+            if rising[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_rising", slope[i, j],
+                    f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C toward its "
+                    f"slowdown temperature {sl:.0f} °C", "warning", 0.0,
+                    {**lim, "rise_c_per_min": slope[i, j]}, COOLING))
+            if over[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_power_over_limit", power[i, j],
+                    f"{where} draws {power[i, j]:.0f} W, above its enforced limit "
+                    f"{limit[i, j]:.0f} W", "warning", c.power_over_for_s,
+                    {"power_w": power[i, j], "power_limit_w": limit[i, j]},
+                    "Check the power limit settings and the board's power sensor; "
+                    "service the GPU if it persists"))
+
+
+_HW = (THROTTLE_FLAGS["hw_slowdown"] | THROTTLE_FLAGS["hw_thermal_slowdown"]
+       | THROTTLE_FLAGS["hw_power_brake_slowdown"])
+_SW_THERMAL = THROTTLE_FLAGS["sw_thermal_slowdown"]
+
+
+class Throttle:
+    """The driver's own throttle reasons: hardware slowdowns are serious, thermal ones too."""
+
+    name = "throttle"
+    rules = {"gpu_hw_slowdown": ("gpu_throttle_reasons",),
+             "gpu_sw_thermal_slowdown": ("gpu_throttle_reasons",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """No per-node state."""
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        raw = b.x[..., THROTTLE]
+        bits = np.where(np.isfinite(raw), raw, 0).astype(np.int64)
+        hw = (bits & _HW) != 0
+        sw = (bits & _SW_THERMAL) != 0
+        for i, j in flagged(hw | sw):
+            f = b.frames[i]
+            g = f.gpus[j].index
+            names = [n for n, bit in THROTTLE_FLAGS.items() if bits[i, j] & bit]
+            ev = {"throttle_reasons": float(bits[i, j]), "temp_c": b.x[i, j, TEMP],
+                  "power_w": b.x[i, j, POWER]}
+            ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            where = f"GPU {g} on {f.node}"
+            if hw[i, j]:
+                brake = bits[i, j] & THROTTLE_FLAGS["hw_power_brake_slowdown"]
+                out.append(gpu_finding(
+                    f, g, "gpu_hw_slowdown", float(bits[i, j]),
+                    f"{where} clocks held down by hardware: {', '.join(names)}", "critical",
+                    self.c.hw_slowdown_for_s, ev,
+                    "Power brake: check the node's power supplies and cabling" if brake else
+                    COOLING + "; HW slowdown also follows power supply faults"))
+            if sw[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_sw_thermal_slowdown", float(bits[i, j]),
+                    f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
+                    "warning", self.c.sw_thermal_for_s, ev, COOLING))
+        return out
