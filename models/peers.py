@@ -43,14 +43,15 @@ from fleetwatch.models.thermal import COOLING
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
-MAX_STEP_S = 60.0   # a gap longer than this adds no more than this to the warm-up time
+MAX_STEP_S = 60.0
+NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported   # a gap longer than this adds no more than this to the warm-up time
 
 
 class ThermalPeers:
     name = "thermal_peers"
-    rules = {"gpu_hot_vs_peers": ("gpu_temp_c", "gpu_power_w"),
-             "gpu_hot_vs_peers_critical": ("gpu_temp_c", "gpu_power_w"),
-             "gpu_temp_sensor_low": ("gpu_temp_c", "gpu_power_w")}
+    rules = {"gpu_hot_vs_peers": ("gpu_temp_c",),
+             "gpu_hot_vs_peers_critical": ("gpu_temp_c",),
+             "gpu_temp_sensor_low": ("gpu_temp_c",)}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -74,6 +75,10 @@ class ThermalPeers:
         c, t = self.c, self.table
         x = b.x[rows]
         temp, power = x[..., TEMP], x[..., POWER]
+        # Recorded series may carry temperature only: such GPUs are compared with each other
+        # (same job) as if at one nominal power, never with GPUs that report power.
+        metered = np.isfinite(power)
+        power = np.where(metered, power, NOMINAL_W)
         s = np.where(slots >= 0, slots, 0)
         ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
         dt = ts - t["ts"][s]
@@ -88,6 +93,7 @@ class ThermalPeers:
         tol = np.maximum(c.peer_power_tol_w, c.peer_power_tol_frac * plag)
         peers = same_job_peers(b, rows, fresh)
         peers &= np.abs(plag[:, :, None] - plag[:, None, :]) <= tol[:, :, None]
+        peers &= metered[:, :, None] == metered[:, None, :]
         den = t["den"][s]
         alpha = np.where(den > 0, t["num"][s] / np.where(den > 0, den, 1.0), 0.0)
         offset = np.clip(alpha * plag, -c.max_offset_c, c.max_offset_c)

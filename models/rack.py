@@ -25,7 +25,8 @@ from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 P_SCALE = 100.0      # watts per unit of the model's power input (keeps its numbers near 1)
 P0 = 100.0           # initial covariance: the first samples set the model
-STALE_S = 120.0      # a GPU's residual counts for its rack this long after its last frame
+STALE_S = 120.0
+NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported      # a GPU's residual counts for its rack this long after its last frame
 MAX_STEP_S = 60.0
 SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settled
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
@@ -33,7 +34,7 @@ SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
 
 class RackCooling:
     name = "rack_cooling"
-    rules = {"rack_cooling": ("gpu_temp_c", "gpu_power_w")}
+    rules = {"rack_cooling": ("gpu_temp_c",)}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -73,6 +74,8 @@ class RackCooling:
         s = slots[slots >= 0]
         sel = slots >= 0
         temp, power, ts = x[..., TEMP][sel], x[..., POWER][sel], ts[sel]
+        # Temperature-only series: a model of one nominal power is a slow baseline.
+        power = np.where(np.isfinite(power), power, NOMINAL_W)
         dt = ts - t["ts"][s]
         ok = np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows][sel] \
             & (temp >= c.sensor_min_c) & ~(dt <= 0)

@@ -97,3 +97,14 @@ def test_drop_forgets_the_learned_state() -> None:
     run(d, base, 900)
     d.drop(["n1"])
     assert run(d, lambda t: [80.0] + base(t)[1:], 300, start=900) == []  # warming up again
+
+
+def test_temperature_only_series_are_compared_among_themselves() -> None:
+    d = ThermalPeers()
+    found = []
+    for k in range(240):
+        temps = [66.0] * 7 + [66.0 if k < 200 else 80.0]
+        found += d.update([node(5.0 * k, [{"gpu_temp_c": x} for x in temps])])
+    assert {(f.rule, f.gpu) for f in found} <= {("gpu_hot_vs_peers", 7),
+                                                ("gpu_hot_vs_peers_critical", 7)}
+    assert found and found[0].ts == 1000.0
