@@ -148,7 +148,7 @@ class DetectorsConfig:
     power_over_limit_frac: float = ranged(1.1, 1.0, 2.0)
     power_over_for_s: float = ranged(60.0, 0.0, 3600.0)
     # Throttle reasons.
-    hw_slowdown_for_s: float = ranged(0.0, 0.0, 3600.0)
+    hw_slowdown_for_s: float = ranged(10.0, 0.0, 3600.0)
     sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
     # Peers: a GPU against the other GPUs of its node in the same job at similar power.
     thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
@@ -160,7 +160,7 @@ class DetectorsConfig:
     peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
     peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
     min_peers: int = ranged(3, 1, 64)
-    max_offset_c: float = ranged(6.0, 0.0, 30.0)
+    max_offset_c: float = ranged(8.0, 0.0, 30.0)
     warmup_s: float = ranged(600.0, 0.0, 86_400.0)
     sensor_low_c: float = ranged(12.0, 1.0, 100.0)
     sensor_for_s: float = ranged(10.0, 0.0, 3600.0)

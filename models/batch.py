@@ -11,6 +11,7 @@ when a replay puts minutes of one node in a single batch.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -298,10 +299,14 @@ def ewma_weight(dt: np.ndarray, tau: float) -> np.ndarray:
 def gpu_finding(frame: Frame, gpu: int, rule: str, value: float, message: str, severity: str,
                 for_s: float, evidence: dict[str, float], action: str,
                 hold_s: float = 0.0) -> Finding:
-    """A GPU-scope finding at the frame's time, evidence rounded for people to read."""
+    """A GPU-scope finding at the frame's time, evidence rounded for people to read.
+
+    Evidence a GPU did not report (NaN) is left out: sinks speak JSON, which has no NaN.
+    """
     return Finding(rule, frame.cluster, frame.rack, frame.node, gpu, frame.ts, float(value),
                    message, severity, for_s, hold_s,
-                   {k: round(float(v), 3) for k, v in evidence.items()}, action, "gpu")
+                   {k: round(float(v), 3) for k, v in evidence.items() if math.isfinite(v)},
+                   action, "gpu")
 
 
 def flagged(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -44,7 +44,10 @@ TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
 MAX_STEP_S = 60.0
-NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported   # a gap longer than this adds no more than this to the warm-up time
+HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
+NOMINAL_W = 300.0
+RIDGE_W = 100.0        # power scale below which the learned offset is shrunk toward zero
+BUSY_W = 100.0         # lagged power above which a GPU counts as busy      # the power assumed for GPUs whose power is not reported   # a gap longer than this adds no more than this to the warm-up time
 
 
 class ThermalPeers:
@@ -56,7 +59,8 @@ class ThermalPeers:
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
         self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, num=0.0, den=0.0, warm=0.0,
-                              smooth=np.nan, sts=np.nan)
+                              warm_busy=0.0,
+                              smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0)
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
@@ -94,8 +98,9 @@ class ThermalPeers:
         peers = same_job_peers(b, rows, fresh)
         peers &= np.abs(plag[:, :, None] - plag[:, None, :]) <= tol[:, :, None]
         peers &= metered[:, :, None] == metered[:, None, :]
-        den = t["den"][s]
-        alpha = np.where(den > 0, t["num"][s] / np.where(den > 0, den, 1.0), 0.0)
+        # Ridge: an offset learned at idle power (a degree of noise over 60 W) must not be
+        # scaled up to full power, so small powers pull the slope toward none.
+        alpha = t["num"][s] / (t["den"][s] + RIDGE_W ** 2)
         offset = np.clip(alpha * plag, -c.max_offset_c, c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
         median, count = peer_median(adj, peers)
@@ -116,14 +121,25 @@ class ThermalPeers:
         with np.errstate(invalid="ignore", divide="ignore"):
             slope = np.where(sw < 1.0, (excess - smooth) * sw
                              / ((1.0 - sw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
-        warm = t["warm"][s] >= c.warmup_s
-        hot = judged & warm & (excess > margin)
-        crit = hot & ((excess > np.maximum(c.peer_critical_c, margin))
+        # Judged once learned: for a busy GPU, learned while busy (its offset at idle says
+        # little about its offset at full power).
+        busy = plag >= BUSY_W
+        warm = (t["warm"][s] >= c.warmup_s) & (~busy | (t["warm_busy"][s] >= c.warmup_s))
+        # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
+        # the driver does) keeps one alert instead of raising one a minute.
+        was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
+        hot = judged & warm & (excess > margin - HYSTERESIS_C * was_hot)
+        critical_c = np.maximum(c.peer_critical_c, margin)
+        crit = hot & ((excess > critical_c - HYSTERESIS_C * was_crit)
                       | (slope >= c.peer_rise_c_per_min))
         low = judged & warm & (excess < -np.maximum(c.sensor_low_c, margin))
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
-                    warm[judged], np.abs(excess[judged]) < margin[judged] / 2)
-        t["warm"][s[judged]] += np.clip(np.nan_to_num(dt[judged]), 0.0, MAX_STEP_S)
+                    warm[judged], np.abs(excess[judged]) < margin[judged])
+        step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
+        t["warm"][s[judged]] += step[judged]
+        t["warm_busy"][s[judged & busy]] += step[judged & busy]
+        t["hot"][s[judged]] = hot[judged]
+        t["crit"][s[judged]] = crit[judged]
         t["smooth"][s[judged]] = smooth[judged]
         t["sts"][s[judged]] = ts[judged]
         t["plag"][s[fresh]] = plag[fresh]
@@ -131,7 +147,7 @@ class ThermalPeers:
         t["ts"][s[fresh]] = ts[fresh]
         if hot.any() or low.any():
             self._emit(b, rows, out, temp, median, offset, excess, margin, slope, plag, count,
-                       hot & ~crit, crit, low)
+                       hot, crit, low)
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
                warm: np.ndarray, quiet: np.ndarray) -> None:
@@ -170,12 +186,14 @@ class ThermalPeers:
                     "The GPU's temperature reading cannot be trusted, so its thermal alerts "
                     "are blind: reset the GPU; service it if the reading stays wrong"))
                 continue
-            critical = bool(crit[i, j])
-            out.append(gpu_finding(
-                f, g, "gpu_hot_vs_peers_critical" if critical else "gpu_hot_vs_peers",
-                excess[i, j],
-                f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
-                f"{count[i, j]} peers at the same power"
-                + (f", rising {slope[i, j]:.0f} °C/min" if slope[i, j] > 0 else ""),
-                "critical" if critical else "warning", 0.0 if critical else c.peer_for_s, ev,
-                COOLING + "; this GPU's heat path is failing while its peers' is not"))
+            text = (f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
+                    f"{count[i, j]} peers at the same power"
+                    + (f", rising {slope[i, j]:.0f} °C/min" if slope[i, j] > 0 else ""))
+            action = COOLING + "; this GPU's heat path is failing while its peers' is not"
+            # The warning holds for as long as the GPU runs hot; the critical one rides on
+            # top while it is far out or climbing fast, so neither flaps into the other.
+            out.append(gpu_finding(f, g, "gpu_hot_vs_peers", excess[i, j], text, "warning",
+                                   c.peer_for_s, ev, action))
+            if crit[i, j]:
+                out.append(gpu_finding(f, g, "gpu_hot_vs_peers_critical", excess[i, j], text,
+                                       "critical", 0.0, ev, action))

@@ -5,10 +5,12 @@ every GPU of the rack together, so the node-peer comparison sees nothing and
 a fixed limit sees it late, as sixteen separate GPU alerts. Each GPU carries a
 first-order thermal model, temperature = a + r x lagged power (the die follows
 power through a lag of tens of seconds), fitted by recursive least squares
-that forgets over ``model_forget_s`` and stops learning while the GPU runs
-hot, so a fault is not learned away. When at least ``rack_fraction`` of a
-rack's GPUs (and ``rack_min_gpus``, on two or more nodes where the rack has
-them) run ``rack_margin_c`` above their models, that is one rack finding.
+that forgets over ``model_forget_s`` (it moves slowly where it has data, so
+a fault at a familiar power is not learned away for hours). When at least
+``rack_fraction`` of a rack's GPUs (and ``rack_min_gpus``, on two or more nodes) run
+``rack_margin_c`` above their models, that is one rack finding. A processor
+judges the racks from the nodes its partitions hold: it needs two or more
+nodes of a rack to say anything about the rack.
 """
 
 from __future__ import annotations
@@ -141,8 +143,7 @@ class RackCooling:
                 continue
             members = np.flatnonzero(live & (rack == code))
             hot_nodes = {t.node_of[i] for i in members if hot[i]}
-            nodes = {t.node_of[i] for i in members}
-            if len(nodes) > 1 and len(hot_nodes) < 2:
+            if len(hot_nodes) < 2:
                 continue  # one node's GPUs: that node's own cooling, not the rack's
             rise = float(np.median(t["resid"][members[hot[members]]]))
             cluster, name = self._names[code]

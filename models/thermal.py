@@ -110,11 +110,11 @@ class ThermalLimits:
             invalid = ok & ((temp < c.sensor_min_c) | (temp > shut + c.sensor_over_shutdown_c))
             valid = ok & ~invalid
             crit = valid & (temp >= slow - HYSTERESIS_C * t["crit"][s])
-            high = valid & ~crit & (temp >= slow - c.high_margin_c - HYSTERESIS_C * t["high"][s])
+            # high holds under crit too, so its alert does not flap as crit comes and goes.
+            high = valid & (temp >= slow - c.high_margin_c - HYSTERESIS_C * t["high"][s])
             mok = (slots >= 0) & np.isfinite(mem) & (mem >= c.sensor_min_c)
             mcrit = mok & (mem >= c.mem_max_c - HYSTERESIS_C * t["mcrit"][s])
-            mhigh = mok & ~mcrit & (mem >= c.mem_max_c - c.mem_margin_c
-                                    - HYSTERESIS_C * t["mhigh"][s])
+            mhigh = mok & (mem >= c.mem_max_c - c.mem_margin_c - HYSTERESIS_C * t["mhigh"][s])
             # Rate of rise from an average with time constant rise_window_s: for a ramp of
             # slope a, temp - average settles at a * dt * (1 - w) / w, so this undoes it.
             dt = ts - t["ts"][s]
@@ -163,15 +163,15 @@ class ThermalLimits:
                     f, g, "gpu_temp_high", tc,
                     f"{where} at {tc:.0f} °C, within {sl - tc:.0f} °C of its slowdown "
                     f"temperature {sl:.0f} °C", "warning", c.high_for_s, lim, COOLING))
-            if mcrit[i, j] or mhigh[i, j]:
-                mc = mem[i, j]
-                crit_mem = bool(mcrit[i, j])
-                out.append(gpu_finding(
-                    f, g, "gpu_mem_temp_critical" if crit_mem else "gpu_mem_temp_high", mc,
-                    f"{where}: memory (HBM) at {mc:.0f} °C, limit {c.mem_max_c:.0f} °C",
-                    "critical" if crit_mem else "warning", 0.0 if crit_mem else c.high_for_s,
-                    {"mem_temp_c": mc, "mem_max_c": c.mem_max_c},
-                    COOLING + "; hot HBM raises the ECC error rate"))
+            for rule, mask, severity, for_s in (
+                    ("gpu_mem_temp_high", mhigh, "warning", c.high_for_s),
+                    ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):
+                if mask[i, j]:
+                    out.append(gpu_finding(
+                        f, g, rule, mem[i, j], f"{where}: memory (HBM) at {mem[i, j]:.0f} °C, "
+                        f"limit {c.mem_max_c:.0f} °C", severity, for_s,
+                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
+                        COOLING + "; hot HBM raises the ECC error rate"))
             if rising[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_rising", slope[i, j],

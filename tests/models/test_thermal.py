@@ -14,7 +14,7 @@ def limits_at(temp: float, **metrics: float) -> list:
 
 def test_critical_at_the_gpus_own_slowdown_temperature_at_once() -> None:
     found = limits_at(87.0, gpu_slowdown_temp_c=87.0, gpu_shutdown_temp_c=90.0)
-    assert rules(found) == [("gpu_temp_critical", 0)]
+    assert rules(found) == [("gpu_temp_critical", 0), ("gpu_temp_high", 0)]
     f = found[0]
     assert f.severity == "critical" and f.for_s == 0
     assert f.evidence == {"temp_c": 87.0, "slowdown_c": 87.0, "shutdown_c": 90.0}
@@ -26,7 +26,7 @@ def test_limits_fall_back_to_the_model_family_then_to_config() -> None:
     assert rules(a100) == [("gpu_temp_high", 0)]               # A100 slows down at 89 °C
     other = ThermalLimits(DetectorsConfig(fallback_slowdown_c=80.0)).update(
         [node(0, [busy(81.0)], model="Some GPU")])
-    assert rules(other) == [("gpu_temp_critical", 0)]
+    assert rules(other)[0] == ("gpu_temp_critical", 0)
 
 
 def test_high_is_a_warning_with_a_for_duration_and_has_hysteresis() -> None:
@@ -40,7 +40,8 @@ def test_high_is_a_warning_with_a_for_duration_and_has_hysteresis() -> None:
 
 
 def test_hbm_has_its_own_limit() -> None:
-    assert rules(limits_at(60.0, gpu_mem_temp_c=96.0)) == [("gpu_mem_temp_critical", 0)]
+    assert rules(limits_at(60.0, gpu_mem_temp_c=96.0)) == [("gpu_mem_temp_high", 0),
+                                                            ("gpu_mem_temp_critical", 0)]
     assert rules(limits_at(60.0, gpu_mem_temp_c=91.0)) == [("gpu_mem_temp_high", 0)]
     assert rules(limits_at(60.0, gpu_mem_temp_c=85.0)) == []
 
@@ -85,5 +86,5 @@ def test_hardware_slowdowns_are_critical_and_sw_thermal_a_warning() -> None:
                                         busy(60.0, gpu_throttle_reasons=cap),
                                         busy(60.0)])])
     assert rules(found) == [("gpu_hw_slowdown", 0), ("gpu_sw_thermal_slowdown", 1)]
-    assert found[0].severity == "critical" and found[0].for_s == 0
+    assert found[0].severity == "critical" and found[0].for_s == 10.0   # not a one-sample blip
     assert "power" in found[0].action and "hw_power_brake_slowdown" in found[0].message
