@@ -6,10 +6,12 @@ through job phases and the day's inlet swings. A GPU whose cooling fails
 stands out from them long before it reaches a fixed limit (the Acme study saw
 NVLink and ECC errors at or below 80 °C). The comparison:
 
-* peers are the node's other GPUs in the same job whose *lagged* power is
-  close: die temperature follows power through a first-order lag of tens of
-  seconds, so power smoothed with ``thermal_tau_s`` is what the temperature
-  now reflects, and a GPU idling inside a busy job is not compared;
+* peers are the node's other GPUs in the same job drawing as much *lagged*
+  power or more (for "too hot"; as little or less, for "reads too low"): die
+  temperature follows power through a first-order lag of tens of seconds, so
+  power smoothed with ``thermal_tau_s`` is what the temperature now reflects,
+  a GPU idling inside a busy job is not compared with the busy ones, and a GPU
+  the driver holds down for heat (drawing less) stays judged;
 * each GPU carries a learned offset, proportional to its power (a GPU with a
   slightly worse heat path runs a few degrees warmer at full load and the
   same at idle), clamped to ``max_offset_c`` so a fault cannot be learned away;
@@ -95,9 +97,13 @@ class ThermalPeers:
         prev = t["tlag"][s]
         tlag = np.where(np.isnan(prev), temp, prev + w * (temp - prev))
         tol = np.maximum(c.peer_power_tol_w, c.peer_power_tol_frac * plag)
-        peers = same_job_peers(b, rows, fresh)
-        peers &= np.abs(plag[:, :, None] - plag[:, None, :]) <= tol[:, :, None]
-        peers &= metered[:, :, None] == metered[:, None, :]
+        # A GPU hotter than peers drawing as much power or more is hot whatever its own
+        # power (one held down by the driver for heat draws less, and stays judged); one
+        # cooler than peers drawing as little or less reads low. [f, i, j]: plag_j - plag_i.
+        same = same_job_peers(b, rows, fresh) & (metered[:, :, None] == metered[:, None, :])
+        more = plag[:, None, :] - plag[:, :, None]
+        peers = same & (more >= -tol[:, :, None])
+        below = same & (more <= tol[:, :, None])
         # Ridge: an offset learned at idle power (a degree of noise over 60 W) must not be
         # scaled up to full power, so small powers pull the slope toward none.
         alpha = t["num"][s] / (t["den"][s] + RIDGE_W ** 2)
@@ -132,7 +138,10 @@ class ThermalPeers:
         critical_c = np.maximum(c.peer_critical_c, margin)
         crit = hot & ((excess > critical_c - HYSTERESIS_C * was_crit)
                       | (slope >= c.peer_rise_c_per_min))
-        low = judged & warm & (excess < -np.maximum(c.sensor_low_c, margin))
+        low_median, low_count = peer_median(adj, below)
+        low = fresh & warm & (low_count >= c.min_peers) & (
+            adj - low_median < -np.maximum(c.sensor_low_c, margin))
+        excess = np.where(low, adj - low_median, excess)
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
                     warm[judged], np.abs(excess[judged]) < margin[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
