@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
@@ -78,38 +78,33 @@ def _build(frames: Sequence[Frame]) -> Batch:
     lost_at: list[int] = []
     groups: dict[tuple[int, ...], tuple[list[int], list[tuple[float, ...]]]] = {}
     slow: list[int] = []
-    jobs: dict[str | None, int] = {None: -1}
+    if len(_jobs) > _MAX_CACHED or len(_shapes) > _MAX_CACHED:
+        _jobs.clear()
+        _jobs[None] = -1
+        _shapes.clear()
     rank: dict[str, int] = {}
     ranks = []
     gpu_ids = []
-    readers = _readers
+    readers, shapes = _readers, _shapes
     for fi, f in enumerate(ordered):
         r = rank.get(f.node, 0)
         rank[f.node] = r + 1
         ranks.append(r)
         gpus = f.gpus
         k = len(gpus)
-        ids = tuple([g.index for g in gpus])
+        # A node's GPUs, jobs and states rarely change between frames: decode them once.
+        meta = tuple(map(_meta, gpus))
+        shape = shapes.get(f.node)
+        if shape is None or shape[0] != meta or len(shape[2]) != width:
+            shape = shapes[f.node] = (meta, *_shape(meta, width))
+        ids, padded_ids, codes, lost_js = shape[1:]
         gpu_ids.append(ids)
-        idx_flat.extend(ids)
-        if k < width:
-            idx_flat.extend([-1] * (width - k))
-            job_flat.extend([-1] * (width - k))
+        idx_flat.extend(padded_ids)
+        job_flat.extend(codes)
+        if lost_js:
+            lost_at.extend(fi * width + j for j in lost_js)
         if not k:
             continue
-        names = [g.job for g in gpus]
-        first = names[0]
-        if names.count(first) == k:
-            code = jobs.get(first)
-            if code is None:
-                code = jobs[first] = len(jobs) - 1
-            job_flat[len(job_flat) - (width - k):len(job_flat) - (width - k)] = [code] * k
-        else:
-            job_flat[len(job_flat) - (width - k):len(job_flat) - (width - k)] = [
-                jobs.setdefault(x, len(jobs) - 1) for x in names]
-        states = [g.state for g in gpus]
-        if states.count("ok") != k:
-            lost_at.extend(fi * width + j for j, st in enumerate(states) if st != "ok")
         ms = [g.metrics for g in gpus]
         reader = readers.get(f.node)
         if reader is None or len(ms[0]) != reader[2]:
@@ -150,6 +145,23 @@ def _build(frames: Sequence[Frame]) -> Batch:
 
 def _ts(f: Frame) -> float:
     return f.ts
+
+
+_meta = attrgetter("index", "job", "state")
+_MAX_CACHED = 100_000
+# Job id -> code, and per node its GPUs' (index, job, state) and what the batch needs of them.
+_jobs: dict[str | None, int] = {None: -1}
+_shapes: dict[str, tuple[tuple[tuple[int, str | None, str], ...], tuple[int, ...], list[int],
+                         list[int], list[int]]] = {}
+
+
+def _shape(meta: tuple[tuple[int, str | None, str], ...],
+           width: int) -> tuple[tuple[int, ...], list[int], list[int], list[int]]:
+    ids = tuple([m[0] for m in meta])
+    pad = [-1] * (width - len(meta))
+    codes = [_jobs.setdefault(m[1], len(_jobs) - 1) for m in meta]
+    lost = [j for j, m in enumerate(meta) if m[2] != "ok"]
+    return ids, list(ids) + pad, codes + pad, lost
 
 
 # Per node: a C-speed getter of the detectors' metrics that this node's GPUs report, their

@@ -45,11 +45,11 @@ from fleetwatch.models.thermal import COOLING
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
 TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
-MAX_STEP_S = 60.0
+MAX_STEP_S = 60.0      # a gap longer than this adds no more than this to the warm-up time
 HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
-NOMINAL_W = 300.0
+NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
 RIDGE_W = 100.0        # power scale below which the learned offset is shrunk toward zero
-BUSY_W = 100.0         # lagged power above which a GPU counts as busy      # the power assumed for GPUs whose power is not reported   # a gap longer than this adds no more than this to the warm-up time
+BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 
 
 class ThermalPeers:

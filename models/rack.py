@@ -27,8 +27,8 @@ from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 P_SCALE = 100.0      # watts per unit of the model's power input (keeps its numbers near 1)
 P0 = 100.0           # initial covariance: the first samples set the model
-STALE_S = 120.0
-NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported      # a GPU's residual counts for its rack this long after its last frame
+STALE_S = 120.0      # a GPU's residual counts for its rack this long after its last frame
+NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported
 MAX_STEP_S = 60.0
 SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settled
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
