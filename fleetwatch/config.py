@@ -140,6 +140,7 @@ class DetectorsConfig:
     high_for_s: float = ranged(30.0, 0.0, 3600.0)
     mem_max_c: float = ranged(95.0, 30.0, 150.0)
     mem_margin_c: float = ranged(5.0, 0.0, 30.0)
+    mem_high_for_s: float = ranged(120.0, 0.0, 3600.0)
     rise_band_c: float = ranged(15.0, 0.0, 60.0)
     rise_c_per_min: float = ranged(20.0, 1.0, 600.0)
     rise_window_s: float = ranged(10.0, 1.0, 600.0)

@@ -164,7 +164,7 @@ class ThermalLimits:
                     f"{where} at {tc:.0f} °C, within {sl - tc:.0f} °C of its slowdown "
                     f"temperature {sl:.0f} °C", "warning", c.high_for_s, lim, COOLING))
             for rule, mask, severity, for_s in (
-                    ("gpu_mem_temp_high", mhigh, "warning", c.high_for_s),
+                    ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
                     ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):
                 if mask[i, j]:
                     out.append(gpu_finding(
