@@ -160,6 +160,7 @@ class DetectorsConfig:
     peer_for_s: float = ranged(30.0, 0.0, 3600.0)
     peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
     peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
+    peer_c_per_w: float = ranged(0.12, 0.0, 1.0)
     min_peers: int = ranged(3, 1, 64)
     max_offset_c: float = ranged(8.0, 0.0, 30.0)
     warmup_s: float = ranged(600.0, 0.0, 86_400.0)

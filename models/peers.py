@@ -38,6 +38,7 @@ from fleetwatch.models.batch import (
     gpu_finding,
     peer_mad,
     peer_median,
+    peer_median_block,
     same_job_peers,
 )
 from fleetwatch.models.thermal import COOLING
@@ -109,7 +110,11 @@ class ThermalPeers:
         alpha = t["num"][s] / (t["den"][s] + RIDGE_W ** 2)
         offset = np.clip(alpha * plag, -c.max_offset_c, c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
-        median, count = peer_median(adj, peers)
+        # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
+        # (never the other way, so one the driver holds down for heat is not excused).
+        credit = c.peer_c_per_w * np.maximum(more * -1.0, 0.0)      # [f, i, j]
+        median = peer_median_block(adj[:, None, :] + credit, peers)
+        count = peers.sum(axis=2)
         mad = peer_mad(adj, peers, median)
         judged = fresh & (count >= c.min_peers)
         excess = np.where(judged, adj - median, 0.0)
