@@ -28,6 +28,7 @@ from fleetwatch.models.batch import (
 
 SM, UTIL, CLOCK, POWER = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
                           COL["gpu_sm_clock_mhz"], COL["gpu_power_w"])
+HUNG_UTIL_PCT = 90.0  # utilization at or above this with no SM activity: a hung kernel
 BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
 
 
@@ -47,7 +48,7 @@ class JobPeers:
         b = columns(frames)
         if not b.frames or not (b.job >= 0).any():
             return []
-        rows = np.flatnonzero((b.job >= 0).sum(axis=1) >= 2)
+        rows = np.flatnonzero((b.job >= 0).any(axis=1))
         if len(rows) == 0:
             return []
         return self._judge(b, rows)
@@ -62,7 +63,10 @@ class JobPeers:
         act_med, n = peer_median(np.where(np.isfinite(act), act, np.nan), peers)
         busy = (n >= 1) & (act_med >= c.busy_activity)
         with np.errstate(invalid="ignore"):
-            stuck = injob & busy & (act <= c.stuck_activity)
+            # Hung: a kernel resident the whole sample (utilization ~100%) while no SM does
+            # any work (GPM's SM activity ~0): the signature of a hang, whatever the peers do.
+            hung = injob & (x[..., UTIL] >= HUNG_UTIL_PCT) & (x[..., SM] <= c.stuck_activity)
+            stuck = injob & ((busy & (act <= c.stuck_activity)) | hung)
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
             clock_med, _ = peer_median(clock, clock_peers)
             slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
@@ -84,10 +88,13 @@ class JobPeers:
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
             where = f"GPU {g} on {f.node} (job {job})"
             if stuck[i, j]:
+                why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) but no SM "
+                       f"working ({act[i, j]:.0%} activity)" if hung[i, j] else
+                       f"idle ({act[i, j]:.0%} SM activity) while its {n[i, j]} job peers run "
+                       f"at {act_med[i, j]:.0%}")
                 out.append(gpu_finding(
-                    f, g, "gpu_stuck", act[i, j],
-                    f"{where} idle ({act[i, j]:.0%} SM activity) while its {n[i, j]} job peers "
-                    f"run at {act_med[i, j]:.0%}", "critical", c.stuck_for_s, ev,
+                    f, g, "gpu_stuck", act[i, j], f"{where} stuck: {why}", "critical",
+                    c.stuck_for_s, ev,
                     "The job is likely hung on this GPU: check the job's logs, then restart "
                     "the job without this GPU and reset it"))
             if straggler[i, j]:

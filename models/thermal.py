@@ -121,8 +121,9 @@ class ThermalLimits:
             w = np.where(np.isfinite(dt) & (dt > 0), ewma_weight(dt, c.rise_window_s), 1.0)
             smooth = np.where(np.isnan(t["smooth"][s]), temp,
                               t["smooth"][s] + w * (temp - t["smooth"][s]))
-            slope = np.where(w < 1.0, (temp - smooth) * w / ((1.0 - w) * np.maximum(dt, 1e-9)),
-                             0.0) * 60.0
+            with np.errstate(divide="ignore"):
+                slope = np.where(w < 1.0, (temp - smooth) * w
+                                 / ((1.0 - w) * np.maximum(dt, 1e-9)), 0.0) * 60.0
             rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (slope >= c.rise_c_per_min)
             power, limit = x[..., POWER], x[..., LIMIT]
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)

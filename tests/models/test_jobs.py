@@ -25,3 +25,11 @@ def test_gpus_of_different_jobs_or_no_job_are_not_peers() -> None:
     jobs = ["a"] * 4 + ["b"] * 4
     assert JobPeers().update([node(0, gpus, jobs=jobs)]) == []
     assert JobPeers().update([node(0, gpus, job=None)]) == []
+
+
+def test_a_hung_kernel_is_stuck_even_while_its_peers_wait() -> None:
+    waiting = {"gpu_util_pct": 0.0, "gpu_sm_active_ratio": 0.01}
+    gpus = [busy(40, 62.0, **waiting)] * 7 + [busy(45, 78.0, gpu_util_pct=100.0,
+                                                  gpu_sm_active_ratio=0.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_stuck", 7)] and "kernel resident" in found[0].message

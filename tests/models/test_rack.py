@@ -32,7 +32,7 @@ def test_a_rack_warming_together_is_one_rack_finding() -> None:
     f = found[0]
     assert (f.scope, f.node, f.gpu, f.rack, f.rule) == ("rack", "", None, "rack-7", "rack_cooling")
     assert f.evidence["gpus_hot"] == 32 and f.evidence["nodes_hot"] == 4
-    assert f.severity == "critical" and f.for_s == 30.0
+    assert f.severity == "critical" and f.for_s == 0.0
     assert len({(x.rack, x.ts) for x in found}) == len(found)  # one per rack per batch
 
 
