@@ -12,11 +12,14 @@ NVLink and ECC errors at or below 80 °C). The comparison:
   power smoothed with ``thermal_tau_s`` is what the temperature now reflects,
   a GPU idling inside a busy job is not compared with the busy ones, and a GPU
   the driver holds down for heat (drawing less) stays judged;
-* each GPU carries a learned offset, proportional to its power (a GPU with a
-  slightly worse heat path runs a few degrees warmer at full load and the
-  same at idle), clamped to ``max_offset_c`` so a fault cannot be learned away;
+* each GPU carries a learned offset, a constant (air its neighbours warmed)
+  plus a part proportional to its power (a slightly worse heat path runs a few
+  degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
+  so a fault cannot be learned away;
 * excess = own temperature - offset - median of the peers' (the same, for
-  them); it alarms above a robust margin: max(peer_margin_c, peer_k x MAD).
+  them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
+  alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
+  the node heats or cools through a job phase.
 """
 
 from __future__ import annotations
@@ -49,7 +52,8 @@ TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
 MAX_STEP_S = 60.0      # a gap longer than this adds no more than this to the warm-up time
 HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
 NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
-RIDGE_W = 100.0        # power scale below which the learned offset is shrunk toward zero
+RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk toward zero
+RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 
 
@@ -61,7 +65,8 @@ class ThermalPeers:
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, num=0.0, den=0.0, warm=0.0,
+        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, sd=0.0, sp=0.0, spp=0.0,
+                              sdp=0.0, warm=0.0,
                               warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0)
 
@@ -105,10 +110,7 @@ class ThermalPeers:
         more = plag[:, None, :] - plag[:, :, None]
         peers = same & (more >= -tol[:, :, None])
         below = same & (more <= tol[:, :, None])
-        # Ridge: an offset learned at idle power (a degree of noise over 60 W) must not be
-        # scaled up to full power, so small powers pull the slope toward none.
-        alpha = t["num"][s] / (t["den"][s] + RIDGE_W ** 2)
-        offset = np.clip(alpha * plag, -c.max_offset_c, c.max_offset_c)
+        offset = np.clip(self._offset(s, plag), -c.max_offset_c, c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
         # (never the other way, so one the driver holds down for heat is not excused).
@@ -165,7 +167,7 @@ class ThermalPeers:
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
                warm: np.ndarray, quiet: np.ndarray) -> None:
-        """Weighted least squares of deviation on lagged power, forgetting over time.
+        """Exponentially weighted sums for the offset's least squares, forgetting over time.
 
         Fast while warming up (so a GPU that always runs warmer is learned before it
         is judged), slow afterwards and only while the GPU is not alarming.
@@ -175,8 +177,23 @@ class ThermalPeers:
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
         w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
         w = np.where(warm & ~quiet, 0.0, w)
-        t["num"][s] += w * (d * p - t["num"][s])
-        t["den"][s] += w * (p * p - t["den"][s])
+        for name, value in (("sd", d), ("sp", p), ("spp", p * p), ("sdp", d * p)):
+            t[name][s] += w * (value - t[name][s])
+
+    def _offset(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The GPU's usual deviation at power p: c0 + alpha x p, least squares with a ridge.
+
+        A constant part (a GPU fed air its neighbours have warmed) and one proportional to
+        power (a slightly worse heat path). The ridge on alpha keeps an offset learned at
+        idle (a degree of noise over 60 W) from being scaled up to full power.
+        """
+        t = self.table
+        sd, sp, spp, sdp = t["sd"][s], t["sp"][s], t["spp"][s], t["sdp"][s]
+        a11, a12, a22 = 1.0 + RIDGE_C0, sp, spp + RIDGE_W ** 2
+        det = a11 * a22 - a12 * a12
+        c0 = (a22 * sd - a12 * sdp) / det
+        alpha = (a11 * sdp - a12 * sd) / det
+        return c0 + alpha * p
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
