@@ -26,8 +26,9 @@ from fleetwatch.models.batch import (
     same_job_peers,
 )
 
-SM, UTIL, CLOCK, POWER = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
-                          COL["gpu_sm_clock_mhz"], COL["gpu_power_w"])
+SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
+                                 COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
+                                 COL["gpu_power_limit_w"])
 HUNG_UTIL_PCT = 90.0  # utilization at or above this with no SM activity: a hung kernel
 BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
 
@@ -36,7 +37,8 @@ class JobPeers:
     name = "job_peers"
     rules = {"gpu_stuck": ("gpu_util_pct",),
              "gpu_straggler": ("gpu_util_pct",),
-             "gpu_power_low_vs_peers": ("gpu_power_w",)}
+             "gpu_power_low_vs_peers": ("gpu_power_w",),
+             "gpu_power_limit_low": ("gpu_power_limit_w",)}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -46,12 +48,41 @@ class JobPeers:
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
-        if not b.frames or not (b.job >= 0).any():
+        if not b.frames:
             return []
+        out = self._limits(b)
         rows = np.flatnonzero((b.job >= 0).any(axis=1))
-        if len(rows) == 0:
+        if len(rows):
+            out += self._judge(b, rows)
+        return out
+
+    def _limits(self, b: Batch) -> list[Finding]:
+        """An enforced power limit far below the node's other GPUs': a cap or brake set on it.
+
+        GPUs of one node share a model and a power budget, so one held to a much lower
+        limit (a power brake, a mistaken nvidia-smi -pl, a failing supply) will straggle.
+        """
+        limit = b.x[..., LIMIT]
+        have = np.isfinite(limit) & ~b.lost
+        if not have.any():
             return []
-        return self._judge(b, rows)
+        g = limit.shape[1]
+        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None]
+        med, n = peer_median(limit, peers)
+        with np.errstate(invalid="ignore"):
+            low = have & (n >= 1) & (limit < self.c.power_low_frac * med)
+        out = []
+        for i, j in flagged(low):
+            f = b.frames[i]
+            gi = f.gpus[j].index
+            out.append(gpu_finding(
+                f, gi, "gpu_power_limit_low", limit[i, j],
+                f"GPU {gi} on {f.node} is held to {limit[i, j]:.0f} W; the node's other GPUs "
+                f"to {med[i, j]:.0f} W", "warning", self.c.power_low_for_s,
+                {"power_limit_w": limit[i, j], "peer_power_limit_w": med[i, j]},
+                "Check who set the limit (nvidia-smi -q -d POWER) and the node's power supplies; "
+                "restore the default limit"))
+        return out
 
     def _judge(self, b: Batch, rows: np.ndarray) -> list[Finding]:
         c = self.c

@@ -33,3 +33,10 @@ def test_a_hung_kernel_is_stuck_even_while_its_peers_wait() -> None:
                                                   gpu_sm_active_ratio=0.0)]
     found = JobPeers().update([node(0, gpus)])
     assert rules(found) == [("gpu_stuck", 7)] and "kernel resident" in found[0].message
+
+
+def test_a_power_limit_far_below_the_nodes_other_gpus() -> None:
+    gpus = [busy(60, gpu_power_limit_w=700.0)] * 7 + [busy(60, gpu_power_limit_w=230.0)]
+    found = JobPeers().update([node(0, gpus, job=None)])
+    assert rules(found) == [("gpu_power_limit_low", 7)]
+    assert found[0].evidence == {"power_limit_w": 230.0, "peer_power_limit_w": 700.0}
