@@ -39,7 +39,6 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
-    peer_mad,
     peer_median,
     peer_median_block,
     same_job_peers,
@@ -55,6 +54,7 @@ NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
 RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk toward zero
 RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
+RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 
 
 class ThermalPeers:
@@ -114,10 +114,10 @@ class ThermalPeers:
         adj = np.where(fresh, temp - offset, np.nan)
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
         # (never the other way, so one the driver holds down for heat is not excused).
-        credit = c.peer_c_per_w * np.maximum(more * -1.0, 0.0)      # [f, i, j]
-        median = peer_median_block(adj[:, None, :] + credit, peers)
+        expected = adj[:, None, :] + c.peer_c_per_w * np.maximum(-more, 0.0)   # [f, i, j]
+        median = peer_median_block(expected, peers)
         count = peers.sum(axis=2)
-        mad = peer_mad(adj, peers, median)
+        mad = peer_median_block(np.abs(expected - median[..., None]), peers)
         judged = fresh & (count >= c.min_peers)
         excess = np.where(judged, adj - median, 0.0)
         # While a node heats or cools through a job phase, GPUs with slightly different time
@@ -128,7 +128,7 @@ class ThermalPeers:
             + TRANSIENT_SHARE * np.nan_to_num(motion)
         # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
         sdt = ts - t["sts"][s]
-        sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.rise_window_s), 1.0)
+        sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
         old = t["smooth"][s]
         smooth = np.where(np.isnan(old), excess, old + sw * (excess - old))
         with np.errstate(invalid="ignore", divide="ignore"):
@@ -143,8 +143,13 @@ class ThermalPeers:
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
         hot = judged & warm & (excess > margin - HYSTERESIS_C * was_hot)
         critical_c = np.maximum(c.peer_critical_c, margin)
-        crit = hot & ((excess > critical_c - HYSTERESIS_C * was_crit)
-                      | (slope >= c.peer_rise_c_per_min))
+        # Critical: far out, or pulling away from its peers fast (a heat path that just
+        # failed: the first samples already climb while the peers' do not), which is
+        # judged from RISE_SHARE of the margin so it fires within a sample or two.
+        crit = judged & warm & (
+            (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
+            | ((excess > RISE_SHARE * margin) & (slope >= c.peer_rise_c_per_min)))
+        hot |= crit
         low_median, low_count = peer_median(adj, below)
         low = fresh & warm & (low_count >= c.min_peers) & (
             adj - low_median < -np.maximum(c.sensor_low_c, margin))
