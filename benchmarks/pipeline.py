@@ -82,7 +82,7 @@ from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
 from fleetwatch.codec import decode, encode  # noqa: E402
-from fleetwatch.config import AlertsConfig  # noqa: E402
+from fleetwatch.config import DetectorsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
 from fleetwatch.pipeline.bus import Message  # noqa: E402
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
@@ -140,7 +140,7 @@ def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
     """Seconds from the first message to the last frame stored, and the steady-state
     frames/s from the first stored batch on (as ``run_workers`` measures)."""
     store = VictoriaMetricsStore(url)
-    proc = Processor(store, detectors(AlertsConfig()))
+    proc = Processor(store, detectors(DetectorsConfig()))
     consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
     stop = threading.Event()
     thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
@@ -223,7 +223,7 @@ def profile_processor(bootstrap: str, topic: str, url: str, n_frames: int) -> st
     """cProfile of the whole processor loop (poll, decode, store, detect, commit) over the
     benchmark's topic, in this thread; a watcher stops it once every frame is in."""
     store = VictoriaMetricsStore(url)
-    proc = Processor(store, detectors(AlertsConfig()))
+    proc = Processor(store, detectors(DetectorsConfig()))
     consumer = KafkaConsumer(bootstrap, topic, "profile", **GROUP_OPTS)
     stop = threading.Event()
 

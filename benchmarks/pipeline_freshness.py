@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from fleetwatch.codec import encode
 from fleetwatch.collectors.sim import FleetSim, SimParams
-from fleetwatch.config import AlertsConfig
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
@@ -39,7 +39,7 @@ def run_freshness(bootstrap: str, url: str, seconds: int, warmup_s: int, partiti
     topic, cluster = "fresh", "fresh"
     ensure_topic(bootstrap, topic, partitions)
     store = VictoriaMetricsStore(url)
-    proc = Processor(store, detectors(AlertsConfig()))
+    proc = Processor(store, detectors(DetectorsConfig()))
     consumer = KafkaConsumer(bootstrap, topic, "fresh", **GROUP_OPTS)
     stop = threading.Event()
     worker = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)

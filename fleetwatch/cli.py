@@ -473,7 +473,7 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
 
     store = open_store(config.store) if args.store else None
     try:
-        summary = replay(args.files, detectors(config.alerts), sys.stdout, args.speed,
+        summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
                          args.skip_bad, store, args.cluster, args.rack)
     except ReplayError as exc:
         print(f"fleetwatch replay: {exc}", file=sys.stderr)

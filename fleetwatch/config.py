@@ -156,6 +156,76 @@ class ModelsConfig:
     lemon_threshold: float = ranged(10.0, 0.1, 1e6)
 
 
+DETECTORS = ("thermal_limits", "throttle", "thermal_peers", "rack_cooling", "xid", "gpu_errors",
+             "node_silent", "job_peers")
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    """Which detectors run (by registry name) and the numbers that tune them."""
+
+    enabled: tuple[str, ...] = DETECTORS
+    # Limits: NVML's slowdown/shutdown temperatures from the frame; these where NVML has none
+    # and the GPU model is not in fleetwatch.models.limits' table.
+    fallback_slowdown_c: float = ranged(87.0, 30.0, 150.0)
+    fallback_shutdown_c: float = ranged(92.0, 30.0, 150.0)
+    high_margin_c: float = ranged(4.0, 0.0, 30.0)
+    high_for_s: float = ranged(30.0, 0.0, 3600.0)
+    mem_max_c: float = ranged(95.0, 30.0, 150.0)
+    mem_margin_c: float = ranged(5.0, 0.0, 30.0)
+    mem_high_for_s: float = ranged(120.0, 0.0, 3600.0)
+    rise_band_c: float = ranged(15.0, 0.0, 60.0)
+    rise_c_per_min: float = ranged(20.0, 1.0, 600.0)
+    rise_window_s: float = ranged(10.0, 1.0, 600.0)
+    sensor_min_c: float = ranged(5.0, -40.0, 40.0)
+    sensor_over_shutdown_c: float = ranged(10.0, 0.0, 100.0)
+    power_over_limit_frac: float = ranged(1.1, 1.0, 2.0)
+    power_over_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # Throttle reasons.
+    hw_slowdown_for_s: float = ranged(10.0, 0.0, 3600.0)
+    sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # Peers: a GPU against the other GPUs of its node in the same job at similar power.
+    thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
+    peer_margin_c: float = ranged(5.0, 1.0, 50.0)
+    peer_k: float = ranged(4.0, 1.0, 20.0)
+    peer_critical_c: float = ranged(12.0, 1.0, 80.0)
+    peer_rise_c_per_min: float = ranged(15.0, 1.0, 600.0)
+    peer_rise_window_s: float = ranged(5.0, 1.0, 600.0)
+    peer_for_s: float = ranged(30.0, 0.0, 3600.0)
+    peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
+    peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
+    peer_c_per_w: float = ranged(0.06, 0.0, 1.0)
+    min_peers: int = ranged(3, 1, 64)
+    max_offset_c: float = ranged(8.0, 0.0, 30.0)
+    warmup_s: float = ranged(600.0, 0.0, 86_400.0)
+    sensor_low_c: float = ranged(12.0, 1.0, 100.0)
+    sensor_for_s: float = ranged(10.0, 0.0, 3600.0)
+    # Rack cooling: many GPUs of one rack above their own thermal model at once.
+    rack_margin_c: float = ranged(4.0, 0.5, 50.0)
+    rack_fraction: float = ranged(0.5, 0.0, 1.0, above=True)
+    rack_min_gpus: int = ranged(8, 1, 100_000)
+    rack_for_s: float = ranged(0.0, 0.0, 3600.0)
+    model_forget_s: float = ranged(4 * 3600.0, 600.0, 30 * 86_400.0)
+    # Events: how long an XID or an error-counter jump keeps its alert open.
+    xid_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
+    xid_info_hold_s: float = ranged(600.0, 0.0, 30 * 86_400.0)
+    event_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
+    pcie_replay_per_min: float = ranged(8.0, 0.0, 1e9, above=True)
+    nvlink_errors_per_min: float = ranged(60.0, 0.0, 1e9, above=True)
+    # A node with no frame for silent_intervals of its own interval (and silent_min_s).
+    silent_intervals: float = ranged(6.0, 2.0, 1000.0)
+    silent_min_s: float = ranged(60.0, 1.0, 86_400.0)
+    # Job peers: SM activity (or utilization), clocks and power against the job's other GPUs.
+    stuck_activity: float = ranged(0.02, 0.0, 1.0)
+    busy_activity: float = ranged(0.3, 0.0, 1.0)
+    stuck_for_s: float = ranged(60.0, 0.0, 3600.0)
+    straggler_gap: float = ranged(0.3, 0.0, 1.0, above=True)
+    straggler_clock_frac: float = ranged(0.85, 0.0, 1.0, above=True)
+    straggler_for_s: float = ranged(120.0, 0.0, 3600.0)
+    power_low_frac: float = ranged(0.6, 0.0, 1.0, above=True)
+    power_low_for_s: float = ranged(120.0, 0.0, 3600.0)
+
+
 @dataclass(frozen=True)
 class DashboardConfig:
     host: str = "127.0.0.1"
@@ -208,6 +278,7 @@ class Config:
     processor: ProcessorConfig = field(default_factory=ProcessorConfig)
     store: StoreConfig = field(default_factory=StoreConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
     models: ModelsConfig = field(default_factory=ModelsConfig)
     dashboard: DashboardConfig = field(default_factory=DashboardConfig)
     sim: SimConfig = field(default_factory=SimConfig)
@@ -329,6 +400,13 @@ def _coerce(value: Any, typ: Any, key: str, origin: str,
         return value
     if typ is Secret:
         return Secret(str(value))
+    if typing.get_origin(typ) is tuple:
+        # A TOML array of strings; from the environment, comma-separated text.
+        items = value.split(",") if from_env and isinstance(value, str) else value
+        if not isinstance(items, list | tuple) or not all(isinstance(x, str) for x in items):
+            raise ConfigError(f"{where} = {value!r}; must be a list of names in quotes, "
+                              'e.g. ["a", "b"]')
+        return tuple(x.strip() for x in items if x.strip())
     if typ is bool:
         if isinstance(value, bool):
             return value

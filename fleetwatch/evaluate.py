@@ -59,7 +59,7 @@ def detector_sets(config: Any, models: bool = False) -> dict[str, DetectorSet]:
     """
     from fleetwatch.wiring import detectors
 
-    sets: dict[str, DetectorSet] = {"rules": lambda: detectors(config.alerts)}
+    sets: dict[str, DetectorSet] = {"rules": lambda: detectors(config.detectors)}
     if models:
         try:
             detectors(config.alerts, models=True)  # type: ignore[call-arg]

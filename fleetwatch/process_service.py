@@ -64,7 +64,7 @@ def _member(config: Config, stop: threading.Event) -> int:
     consumer = open_consumer(config.bus)
     dead = open_producer(config.bus)
     notifier = open_notifier(config, store)
-    rules = [*detectors(config.alerts), *learned_detectors(config.models)]
+    rules = [*detectors(config.detectors), *learned_detectors(config.models)]
     processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                           notifier=notifier, energy=energy_integrator(config.energy, store))
     server = None

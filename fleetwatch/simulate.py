@@ -151,7 +151,7 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
 
         try:
             result = simulate(db, params, given.end_ts - duration_s, duration_s, faults,
-                              detectors(config.alerts), progress, stop,
+                              detectors(config.detectors), progress, stop,
                               energy=energy_integrator(config.energy, db))
         finally:
             db.close()

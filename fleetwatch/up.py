@@ -128,7 +128,7 @@ class System:
         self.consumer = open_consumer(bus_config, self.bus)
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
                                       self.bus)
-        rules = [*detectors(config.alerts), *learned_detectors(config.models)]
+        rules = [*detectors(config.detectors), *learned_detectors(config.models)]
         self.processor = Processor(self.store, rules, notifier=self.notifier,
                                    energy=energy_integrator(config.energy, self.store))
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)

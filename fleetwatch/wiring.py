@@ -8,15 +8,15 @@ Backends with optional dependencies are imported only when chosen.
 from __future__ import annotations
 
 from fleetwatch.config import (
-    AlertsConfig,
     BusConfig,
     Config,
+    DetectorsConfig,
     EnergyConfig,
     ModelsConfig,
     StoreConfig,
 )
 from fleetwatch.models import Detector
-from fleetwatch.models.rules import GpuTemperatureLimit
+from fleetwatch.models.registry import build
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
@@ -67,7 +67,7 @@ def learned_detectors(config: ModelsConfig) -> list[Detector]:
     from fleetwatch.models.anomaly import FleetAnomaly
     from fleetwatch.models.learned import LearnedDetectors
     from fleetwatch.models.lemon import LemonScore
-    from fleetwatch.models.thermal import ThermalHealth
+    from fleetwatch.models.thermal_health import ThermalHealth
 
     return [LearnedDetectors(
         config.dir,
@@ -78,8 +78,9 @@ def learned_detectors(config: ModelsConfig) -> list[Detector]:
         lemon=LemonScore(config.lemon_half_life_d, config.lemon_threshold))]
 
 
-def detectors(config: AlertsConfig) -> list[Detector]:
-    return [GpuTemperatureLimit(config.gpu_temp_limit_c, config.for_s)]
+def detectors(config: DetectorsConfig) -> list[Detector]:
+    """The detectors ``[detectors] enabled`` names, tuned by that section (see models.registry)."""
+    return build(config)
 
 
 def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSink]:

@@ -27,7 +27,7 @@ import numpy as np
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.thermal import sm_activity
+from fleetwatch.models.thermal_health import sm_activity
 
 WINDOW_MIN = 10
 # The per-minute inputs, in this order (NaN when a GPU does not report one).

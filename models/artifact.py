@@ -31,7 +31,7 @@ class ModelFileError(ValueError):
 class ModelSet:
     """What one training produced."""
 
-    thermal: Any = None        # models.thermal.ThermalModel
+    thermal: Any = None        # models.thermal_health.ThermalModel
     anomaly: Any = None        # models.anomaly.AnomalyModel
     lemon: dict[tuple[str, str], tuple[float, float]] = field(default_factory=dict)
     metadata: dict[str, Any] = field(default_factory=dict)

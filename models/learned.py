@@ -20,7 +20,7 @@ from fleetwatch.models import Finding
 from fleetwatch.models.anomaly import FleetAnomaly
 from fleetwatch.models.artifact import ModelFileError, ModelSet, load, newest
 from fleetwatch.models.lemon import LemonScore
-from fleetwatch.models.thermal import ThermalHealth
+from fleetwatch.models.thermal_health import ThermalHealth
 
 log = logging.getLogger(__name__)
 

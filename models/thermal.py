@@ -1,286 +1,240 @@
-"""Thermal health: is this GPU hotter than its load explains?
+"""Thermal limits and throttle reasons: what a GPU's own readings say, without peers.
 
-A regressor learns, from the fleet's own history, the die temperature a GPU
-should have given what drives it: its power, SM activity and clocks, its fan
-where reported, its enforced power limit and slowdown threshold (which tell GPU
-models apart), and the air it breathes (the node's intake proxy: the mean of the
-node's two coolest GPUs, and the BMC inlet sensor where there is one). The
-residual, measured minus expected, is near zero for a healthy GPU however hard
-it works. Each GPU also has its own lifelong offset (some run a few degrees
-warm: a longer cold-plate loop, a worse thermal paste), learned at training
-time, so what is scored is the *growth* of its residual over its own history,
-in units of the fleet's residual spread: a failing fan, a drying cold plate or
-dust show up as a residual that grows for hours, days before any fixed limit.
-
-``ThermalModel`` is the trained part (fit on arrays, saved in a model file);
-``ThermalHealth`` is the detector that scores frames with it in the processor.
+Limits come from the GPU itself where NVML reports them (the frame's
+``gpu_slowdown_temp_c`` and ``gpu_shutdown_temp_c``: the temperatures at which
+the driver slows the clocks and shuts the GPU down), else from the table of
+model families below (values read from real ``nvidia-smi -q`` output), else
+from config. HBM has its own limit: NVIDIA documents 95 °C as the memory's
+maximum operating temperature on A100 and H100 (``gpu_temp_max_mem_threshold``).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from fleetwatch.catalogue import THROTTLE_FLAGS
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    GpuTable,
+    columns,
+    ewma_weight,
+    flagged,
+    gpu_finding,
+)
 
-# The regressor's inputs, in this order. A missing one is NaN (the gradient-
-# boosted model handles NaN natively; the linear one imputes the median).
-FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "intake_c",
-                             "inlet_c", "power_limit_w", "slowdown_c")
-_GPU_INPUTS = {"power_w": "gpu_power_w", "sm_clock_mhz": "gpu_sm_clock_mhz",
-               "fan_pct": "gpu_fan_pct", "power_limit_w": "gpu_power_limit_w",
-               "slowdown_c": "gpu_slowdown_temp_c"}
+# (slowdown, shutdown) °C by product-name substring, from real nvidia-smi -q -x output
+# (gpu_temp_slow_threshold, gpu_temp_max_threshold); used only where NVML reports none.
+FAMILY_LIMITS: tuple[tuple[str, float, float], ...] = (
+    ("A100", 89.0, 92.0),
+    ("A10G", 95.0, 98.0),
+    ("T4", 93.0, 96.0),
+    ("RTX 3090", 95.0, 98.0),
+)
 
-
-def sm_activity(metrics: Mapping[str, float]) -> float:
-    """SM activity 0..1: DCGM's SM_ACTIVE where reported, else NVML's utilization / 100."""
-    v = metrics.get("gpu_sm_active_ratio")
-    if v is not None:
-        return v
-    u = metrics.get("gpu_util_pct")
-    return math.nan if u is None else u / 100.0
-
-
-def intake_proxy(temps: Sequence[float]) -> float:
-    """The mean of a node's two coolest GPUs: its air, plus the least heat any GPU adds."""
-    finite = sorted(t for t in temps if t == t)
-    if len(finite) < 2:
-        return math.nan
-    return (finite[0] + finite[1]) / 2.0
-
-
-def frame_rows(frame: Frame) -> tuple[list[int], list[list[float]], list[float]]:
-    """(GPU indices, feature rows, die temperatures) of one frame's GPUs that report one."""
-    temps = [g.metrics.get("gpu_temp_c", math.nan) for g in frame.gpus]
-    intake = intake_proxy(temps)
-    inlet = frame.host.metrics.get("host_inlet_temp_c", math.nan)
-    idx: list[int] = []
-    rows: list[list[float]] = []
-    ys: list[float] = []
-    for g, temp in zip(frame.gpus, temps):
-        if temp != temp or g.state != "ok":
-            continue
-        m = g.metrics
-        row = [m.get(_GPU_INPUTS["power_w"], math.nan), sm_activity(m),
-               m.get(_GPU_INPUTS["sm_clock_mhz"], math.nan), m.get("gpu_fan_pct", math.nan),
-               intake, inlet, m.get("gpu_power_limit_w", math.nan),
-               m.get("gpu_slowdown_temp_c", math.nan)]
-        idx.append(g.index)
-        rows.append(row)
-        ys.append(temp)
-    return idx, rows, ys
+TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
+    COL["gpu_shutdown_temp_c"]
+POWER, LIMIT, THROTTLE = COL["gpu_power_w"], COL["gpu_power_limit_w"], COL["gpu_throttle_reasons"]
+HYSTERESIS_C = 2.0
+COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
 
 
-def _candidates(seed: int) -> dict[str, object]:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import HuberRegressor
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+class ThermalLimits:
+    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
 
-    # Huber: a robust linear fit, for fleets whose temperature is close to linear in
-    # power over the intake (it is, to first order: T = T_in + R_th * P). Gradient
-    # boosting: for the curvature real GPUs add (fan curves, clock-dependent leakage,
-    # several GPU models in one fleet). The held-out error decides, per fleet.
-    return {
-        "huber": make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True),
-                               StandardScaler(), HuberRegressor(max_iter=500)),
-        "gradient_boosting": HistGradientBoostingRegressor(
-            max_iter=100, learning_rate=0.15, max_leaf_nodes=15, l2_regularization=1.0,
-            random_state=seed),
+    name = "thermal_limits"
+    rules = {
+        "gpu_temp_critical": ("gpu_temp_c",),
+        "gpu_temp_high": ("gpu_temp_c",),
+        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
+        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
+        "gpu_temp_rising": ("gpu_temp_c",),
+        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
+        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
     }
 
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, smooth=np.nan, crit=0.0, high=0.0, mcrit=0.0,
+                              mhigh=0.0)
+        self._family: dict[str, tuple[float, float]] = {}
 
-@dataclass
-class ThermalModel:
-    """The fitted expectation of die temperature, and the fleet's residual statistics."""
-
-    estimator: object
-    kind: str
-    heldout_mae_c: dict[str, float]
-    # Per GPU (cluster/node/gpuN) lifelong residual offset, °C: its own history.
-    offsets: dict[str, float] = field(default_factory=dict)
-    # Robust spread (1.4826 * MAD) of a GPU's smoothed residual around its offset, °C.
-    spread_c: float = 1.0
-    # The FEATURES columns the fleet reported in training (a column that was never
-    # reported, e.g. fans on liquid-cooled GPUs, is left out of the fit).
-    used: tuple[int, ...] = tuple(range(len(FEATURES)))
-
-    def expected(self, rows: np.ndarray) -> np.ndarray:
-        return np.asarray(self.estimator.predict(rows[:, self.used]),  # type: ignore[attr-defined]
-                          dtype=float)
-
-
-def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.ndarray,
-                seed: int = 0, max_rows: int = 200_000) -> ThermalModel:
-    """Fit on rows ``X`` (FEATURES), die temperatures ``y``, each row's GPU id and time.
-
-    The last fifth of the time range is held out; both candidates are scored on
-    it and the better one is refitted on everything. Offsets and spread come from
-    the residuals of that final model.
-    """
-    if len(y) < 200:
-        raise ValueError(f"only {len(y)} samples with temperature and power: train on a "
-                         "longer range (at least a few hours of a fleet)")
-    rng = np.random.default_rng(seed)
-    used = tuple(i for i in range(X.shape[1]) if not np.isnan(X[:, i]).all())
-    full, X = X, X[:, used]
-    cut = np.quantile(order, 0.8)
-    train, test = np.flatnonzero(order < cut), np.flatnonzero(order >= cut)
-    if len(train) > max_rows:
-        train = rng.choice(train, max_rows, replace=False)
-    if len(test) > max_rows // 4:
-        test = rng.choice(test, max_rows // 4, replace=False)
-    scores: dict[str, float] = {}
-    for name, est in _candidates(seed).items():
-        est.fit(X[train], y[train])  # type: ignore[attr-defined]
-        scores[name] = float(np.mean(np.abs(est.predict(X[test]) - y[test])))  # type: ignore[attr-defined]
-    best = min(scores, key=scores.__getitem__)
-    estimator = _candidates(seed)[best]
-    every = np.arange(len(y))
-    if len(every) > max_rows:
-        every = rng.choice(every, max_rows, replace=False)
-    estimator.fit(X[every], y[every])  # type: ignore[attr-defined]
-    model = ThermalModel(estimator, best, scores, used=used)
-    residual = y - model.expected(full)
-    offsets: dict[str, float] = {}
-    deviations: list[np.ndarray] = []
-    for gid in np.unique(gpu_ids):
-        mine = np.flatnonzero(gpu_ids == gid)
-        r = residual[mine[np.argsort(order[mine])]]
-        offset = float(np.median(r))
-        offsets[str(gid)] = offset
-        k = min(len(r), 20)  # a rolling mean over ~20 samples, as the detector smooths
-        if k >= 2:
-            smooth = np.convolve(r - offset, np.ones(k) / k, mode="valid")
-            deviations.append(smooth)
-    dev = np.concatenate(deviations) if deviations else np.zeros(1)
-    model.offsets = offsets
-    model.spread_c = max(0.25, float(1.4826 * np.median(np.abs(dev - np.median(dev)))))
-    return model
-
-
-SCORE_METRIC = "gpu_thermal_health_score"
-
-
-def gpu_key(cluster: str, node: str, gpu: int) -> str:
-    return f"{cluster}/{node}/gpu{gpu}"
-
-
-class ThermalHealth:
-    """Scores each GPU's residual growth; a finding when it stays high.
-
-    Per GPU: an exponentially weighted mean of the residual (half-life
-    ``half_life_s`` of stream time: load swings and thermal lag average out)
-    minus the GPU's own offset, divided by the fleet's spread: the score. It
-    fires when the growth is at least ``min_excess_c`` °C and ``min_score``
-    spreads, for ``for_s``. A GPU the model has never seen gets the median
-    offset of its node's other GPUs as its own, until a retrain learns it.
-    """
-
-    name = "thermal_health"
-    rules = {"thermal_health": ("gpu_temp_c", "gpu_power_w")}
-
-    def __init__(self, model: ThermalModel | None = None, half_life_s: float = 900.0,
-                 min_excess_c: float = 5.0, min_score: float = 4.0, for_s: float = 600.0,
-                 warmup_s: float = 900.0) -> None:
-        self.model = model
-        self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
-        self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
-        # key -> [ewma residual, last ts, first ts]
-        self._state: dict[str, list[float]] = {}
-        # key -> (ts, detail) of the last scoring, so enrich and update score once
-        self._detail: dict[str, tuple[float, tuple[float, float, float, float, bool] | None]] = {}
-        self.scores: dict[str, float] = {}
-
-    def drop(self, nodes: Sequence[str]) -> None:
-        gone = {f"/{n}/" for n in nodes}
-        for key in [k for k in self._state if any(g in k for g in gone)]:
-            del self._state[key]
-            self.scores.pop(key, None)
-            self._detail.pop(key, None)
-
-    def enrich(self, frames: Sequence[Frame]) -> None:
-        """Score ``frames`` and add each scored GPU's ``gpu_thermal_health_score`` to its
-        metrics, before the processor stores them: the score is a series like any other."""
-        for f, gpu, detail in self._score(frames):
-            if detail is not None:
-                for g in f.gpus:
-                    if g.index == gpu:
-                        g.metrics[SCORE_METRIC] = round(detail[3], 3)  # type: ignore[index]
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
         out: list[Finding] = []
-        for f, gpu, detail in self._score(frames):
-            if detail is None:
-                continue
-            ewma, offset, excess, score, warm = detail
-            if warm and excess >= self.min_excess_c and score >= self.min_score:
-                out.append(Finding(
-                    self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
-                    f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
-                    f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
-                    evidence={"excess_c": round(excess, 2), "score": round(score, 2),
-                              "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
-                    action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
-                           "next maintenance window; it is degrading before any limit trips."))
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
         return out
 
-    def _score(self, frames: Sequence[Frame]
-               ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]]:
-        """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm), or None
-        before its first smoothing step. Scoring the same frames again (``enrich`` then
-        ``update``) returns what the first pass found, without counting them twice."""
-        model = self.model
-        if model is None or not frames:
-            return []
-        owners: list[tuple[Frame, int]] = []
-        rows: list[list[float]] = []
-        temps: list[float] = []
-        done: list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] = []
-        cache = self._detail
-        for f in frames:
-            idx, r, y = frame_rows(f)
-            for i, row, temp in zip(idx, r, y):
-                key = gpu_key(f.cluster, f.node, i)
-                hit = cache.get(key)
-                if hit is not None and hit[0] == f.ts:
-                    done.append((f, i, hit[1]))
-                    continue
-                owners.append((f, i))
-                rows.append(row)
-                temps.append(temp)
-        if rows:
-            residual = np.asarray(temps) - model.expected(np.asarray(rows, dtype=float))
-            state, offsets, spread = self._state, model.offsets, model.spread_c
-            for (f, gpu), r in zip(owners, residual.tolist()):
-                key = gpu_key(f.cluster, f.node, gpu)
-                s = state.get(key)
-                detail: tuple[float, float, float, float, bool] | None = None
-                if s is None:
-                    state[key] = [r, f.ts, f.ts]
-                elif f.ts > s[1]:
-                    s[0] += (1.0 - 0.5 ** ((f.ts - s[1]) / self.half_life_s)) * (r - s[0])
-                    s[1] = f.ts
-                    offset = offsets.get(key)
-                    if offset is None:
-                        offset = self._peer_offset(f, gpu)
-                    excess = s[0] - offset
-                    score = excess / spread
-                    self.scores[key] = score
-                    detail = (s[0], offset, excess, score, f.ts - s[2] >= self.warmup_s)
-                if len(cache) > 200_000:
-                    cache.clear()
-                cache[key] = (f.ts, detail)
-                done.append((f, gpu, detail))
-        return done
+    def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
+        slow, shut = b.x[rows, :, SLOW].copy(), b.x[rows, :, SHUT].copy()
+        need = np.isnan(slow) | np.isnan(shut)
+        need &= b.present[rows]
+        for i, j in flagged(need):
+            fs, fh = self._family_limits(b.frames[rows[i]].gpus[j].model)
+            if np.isnan(slow[i, j]):
+                slow[i, j] = fs
+            if np.isnan(shut[i, j]):
+                shut[i, j] = max(fh, slow[i, j])
+        return slow, shut
 
-    def _peer_offset(self, f: Frame, gpu: int) -> float:
-        assert self.model is not None
-        peers = [self.model.offsets[k] for g in f.gpus if g.index != gpu
-                 and (k := gpu_key(f.cluster, f.node, g.index)) in self.model.offsets]
-        return float(np.median(peers)) if peers else 0.0
+    def _family_limits(self, model: str) -> tuple[float, float]:
+        known = self._family.get(model)
+        if known is None:
+            known = next(((s, h) for name, s, h in FAMILY_LIMITS if name in model),
+                         (self.c.fallback_slowdown_c, self.c.fallback_shutdown_c))
+            self._family[model] = known
+        return known
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
+        c, t = self.c, self.table
+        x = b.x[rows]
+        temp, mem = x[..., TEMP], x[..., MEM]
+        slow, shut = self.limits(b, rows)
+        s = np.where(slots >= 0, slots, 0)
+        ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
+        ok = (slots >= 0) & np.isfinite(temp)
+        with np.errstate(invalid="ignore"):
+            invalid = ok & ((temp < c.sensor_min_c) | (temp > shut + c.sensor_over_shutdown_c))
+            valid = ok & ~invalid
+            crit = valid & (temp >= slow - HYSTERESIS_C * t["crit"][s])
+            # high holds under crit too, so its alert does not flap as crit comes and goes.
+            high = valid & (temp >= slow - c.high_margin_c - HYSTERESIS_C * t["high"][s])
+            mok = (slots >= 0) & np.isfinite(mem) & (mem >= c.sensor_min_c)
+            mcrit = mok & (mem >= c.mem_max_c - HYSTERESIS_C * t["mcrit"][s])
+            mhigh = mok & (mem >= c.mem_max_c - c.mem_margin_c - HYSTERESIS_C * t["mhigh"][s])
+            # Rate of rise from an average with time constant rise_window_s: for a ramp of
+            # slope a, temp - average settles at a * dt * (1 - w) / w, so this undoes it.
+            dt = ts - t["ts"][s]
+            w = np.where(np.isfinite(dt) & (dt > 0), ewma_weight(dt, c.rise_window_s), 1.0)
+            smooth = np.where(np.isnan(t["smooth"][s]), temp,
+                              t["smooth"][s] + w * (temp - t["smooth"][s]))
+            with np.errstate(divide="ignore"):
+                slope = np.where(w < 1.0, (temp - smooth) * w
+                                 / ((1.0 - w) * np.maximum(dt, 1e-9)), 0.0) * 60.0
+            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (slope >= c.rise_c_per_min)
+            power, limit = x[..., POWER], x[..., LIMIT]
+            over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
+        fresh = valid & ~(dt <= 0)
+        for name, mask in (("crit", crit), ("high", high), ("mcrit", mcrit), ("mhigh", mhigh)):
+            t[name][s[ok | mok]] = mask[ok | mok]
+        t["smooth"][s[fresh]] = smooth[fresh]
+        t["ts"][s[fresh]] = ts[fresh]
+        self._emit(b, rows, out, temp, mem, slow, shut, slope, power, limit,
+                   invalid, crit, high, mcrit, mhigh, rising & fresh, over)
+
+    def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
+              mem: np.ndarray, slow: np.ndarray, shut: np.ndarray, slope: np.ndarray,
+              power: np.ndarray, limit: np.ndarray, *masks: np.ndarray) -> None:
+        c = self.c
+        invalid, crit, high, mcrit, mhigh, rising, over = masks
+        for i, j in flagged(invalid | crit | high | mcrit | mhigh | rising | over):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            tc, sl, sh = temp[i, j], slow[i, j], shut[i, j]
+            lim = {"temp_c": tc, "slowdown_c": sl, "shutdown_c": sh}
+            where = f"GPU {g} on {f.node}"
+            if invalid[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_sensor_invalid", tc,
+                    f"{where} reads {tc:.0f} °C, which a working GPU cannot (shutdown at "
+                    f"{sh:.0f} °C)", "warning", 0.0, lim,
+                    "The temperature sensor or its reading is failing: the GPU is not "
+                    "protected by its thermal alerts; reset the GPU or service it"))
+            if crit[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_critical", tc,
+                    f"{where} at {tc:.0f} °C, at its slowdown temperature {sl:.0f} °C "
+                    f"(shutdown {sh:.0f} °C)", "critical", 0.0, lim,
+                    COOLING + "; drain the node if it does not cool down"))
+            if high[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_high", tc,
+                    f"{where} at {tc:.0f} °C, within {sl - tc:.0f} °C of its slowdown "
+                    f"temperature {sl:.0f} °C", "warning", c.high_for_s, lim, COOLING))
+            for rule, mask, severity, for_s in (
+                    ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
+                    ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):
+                if mask[i, j]:
+                    out.append(gpu_finding(
+                        f, g, rule, mem[i, j], f"{where}: memory (HBM) at {mem[i, j]:.0f} °C, "
+                        f"limit {c.mem_max_c:.0f} °C", severity, for_s,
+                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
+                        COOLING + "; hot HBM raises the ECC error rate"))
+            if rising[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_rising", slope[i, j],
+                    f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C toward its "
+                    f"slowdown temperature {sl:.0f} °C", "warning", 0.0,
+                    {**lim, "rise_c_per_min": slope[i, j]}, COOLING))
+            if over[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_power_over_limit", power[i, j],
+                    f"{where} draws {power[i, j]:.0f} W, above its enforced limit "
+                    f"{limit[i, j]:.0f} W", "warning", c.power_over_for_s,
+                    {"power_w": power[i, j], "power_limit_w": limit[i, j]},
+                    "Check the power limit settings and the board's power sensor; "
+                    "service the GPU if it persists"))
+
+
+_HW = (THROTTLE_FLAGS["hw_slowdown"] | THROTTLE_FLAGS["hw_thermal_slowdown"]
+       | THROTTLE_FLAGS["hw_power_brake_slowdown"])
+_SW_THERMAL = THROTTLE_FLAGS["sw_thermal_slowdown"]
+
+
+class Throttle:
+    """The driver's own throttle reasons: hardware slowdowns are serious, thermal ones too."""
+
+    name = "throttle"
+    rules = {"gpu_hw_slowdown": ("gpu_throttle_reasons",),
+             "gpu_sw_thermal_slowdown": ("gpu_throttle_reasons",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """No per-node state."""
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        raw = b.x[..., THROTTLE]
+        bits = np.where(np.isfinite(raw), raw, 0).astype(np.int64)
+        hw = (bits & _HW) != 0
+        sw = (bits & _SW_THERMAL) != 0
+        for i, j in flagged(hw | sw):
+            f = b.frames[i]
+            g = f.gpus[j].index
+            names = [n for n, bit in THROTTLE_FLAGS.items() if bits[i, j] & bit]
+            ev = {"throttle_reasons": float(bits[i, j]), "temp_c": b.x[i, j, TEMP],
+                  "power_w": b.x[i, j, POWER]}
+            ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            where = f"GPU {g} on {f.node}"
+            if hw[i, j]:
+                brake = bits[i, j] & THROTTLE_FLAGS["hw_power_brake_slowdown"]
+                out.append(gpu_finding(
+                    f, g, "gpu_hw_slowdown", float(bits[i, j]),
+                    f"{where} clocks held down by hardware: {', '.join(names)}", "critical",
+                    self.c.hw_slowdown_for_s, ev,
+                    "Power brake: check the node's power supplies and cabling" if brake else
+                    COOLING + "; HW slowdown also follows power supply faults"))
+            if sw[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_sw_thermal_slowdown", float(bits[i, j]),
+                    f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
+                    "warning", self.c.sw_thermal_for_s, ev, COOLING))
+        return out

@@ -12,8 +12,7 @@ from fleetwatch.up import UpOptions, build
 
 
 def test_cooling_failure_fires_one_alert_that_resolves(tmp_path: Path) -> None:
-    config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9",   # every node stays busy
-                       "FLEETWATCH_ALERTS_FOR_S": "60"})
+    config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9"})  # every node stays busy
     fault = parse_fault("cooling:node-002/5@30m+1h")
     # Steady compute-bound load: how hot a cooling fault runs depends on the job's phase.
     options = UpOptions(simulate=True, interval_s=15.0, backfill_s=3 * 3600.0, speed=3000.0,
@@ -34,12 +33,11 @@ def test_cooling_failure_fires_one_alert_that_resolves(tmp_path: Path) -> None:
     assert system.agent.source.sim.ts >= truth.end_ts + 1800, "simulation did not get far enough"
     store = SqliteStore(tmp_path / "e2e.db", read_only=True)
     alerts = store.alerts(("pending", "firing", "resolved"))
-    assert len(alerts) == 1, [(a.node, a.device, a.state) for a in alerts]
-    (alert,) = alerts
-    assert (alert.node, alert.device, alert.rule) == ("node-002", "gpu5", "gpu_temp_high")
-    assert alert.state == "resolved"
+    # Only the faulty GPU alerts (several rules see it), and every alert is resolved.
+    assert {(a.node, a.device, a.state) for a in alerts} == {("node-002", "gpu5", "resolved")}
+    (alert,) = [a for a in alerts if a.rule == "gpu_hot_vs_peers"]
     assert truth.onset_ts < alert.started_ts < truth.onset_ts + 900
-    assert alert.fired_ts is not None and alert.fired_ts - alert.started_ts >= 60
+    assert alert.fired_ts is not None and alert.fired_ts - alert.started_ts >= 30
     assert truth.end_ts <= alert.resolved_ts <= truth.end_ts + 600
     # the whole fleet was stored: 32 GPUs reporting
     assert len(store.latest("gpu_temp_c", 0)) == 32

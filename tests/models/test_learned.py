@@ -15,7 +15,7 @@ from fleetwatch.models.anomaly import FleetAnomaly
 from fleetwatch.models.artifact import ModelFileError, ModelSet, load, newest, save
 from fleetwatch.models.learned import LearnedDetectors
 from fleetwatch.models.lemon import LemonScore
-from fleetwatch.models.thermal import ThermalHealth
+from fleetwatch.models.thermal_health import ThermalHealth
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.simulate import simulate
 from fleetwatch.train import train

@@ -1,0 +1,328 @@
+"""A batch of frames as arrays, per-GPU state tables and peer statistics for the detectors.
+
+The processor runs every detector on every batch, so the detectors share one
+pass over the frames: ``columns(frames)`` builds a (frame, GPU, metric) array
+of the metrics the detectors read (NaN where a GPU does not report one) and
+caches it for the next detector handed the same batch. Detectors then work on
+whole waves of frames with numpy: wave k holds the k-th frame of each node in
+the batch (in time order), so per-GPU state advances one sample at a time even
+when a replay puts minutes of one node in a single batch.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter, itemgetter
+
+import numpy as np
+
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+
+# The metrics any detector reads; the column index of each is ``COL[name]``.
+METRICS: tuple[str, ...] = (
+    "gpu_temp_c", "gpu_mem_temp_c", "gpu_slowdown_temp_c", "gpu_shutdown_temp_c",
+    "gpu_power_w", "gpu_power_limit_w", "gpu_throttle_reasons", "gpu_sm_active_ratio",
+    "gpu_util_pct", "gpu_sm_clock_mhz", "gpu_ecc_dbe_volatile_total",
+    "gpu_ecc_dbe_aggregate_total", "gpu_retired_pages_dbe", "gpu_retired_pages_pending",
+    "gpu_row_remap_pending", "gpu_row_remap_failure", "gpu_remapped_rows_uncorrectable",
+    "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
+    "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down",
+)
+COL = {name: i for i, name in enumerate(METRICS)}
+NAN = float("nan")
+
+
+@dataclass(slots=True)
+class Batch:
+    """Frames in time order and their GPUs' metrics as arrays; F frames, G GPU positions."""
+
+    frames: list[Frame]
+    x: np.ndarray          # (F, G, len(METRICS)) float, NaN: absent or no GPU there
+    present: np.ndarray    # (F, G) bool: a GPU reading is there (ok or lost)
+    lost: np.ndarray       # (F, G) bool: state "lost"
+    index: np.ndarray      # (F, G) int: the GPU's index, -1 where none
+    job: np.ndarray        # (F, G) int: a code per job id in this batch, -1: no job
+    ts: np.ndarray         # (F,) frame time
+    waves: list[np.ndarray]  # frame rows, the k-th frame of each node in wave k
+    gpu_ids: list[tuple[int, ...]]  # each frame's GPU indices, in position order
+
+    def col(self, name: str) -> np.ndarray:
+        return self.x[:, :, COL[name]]
+
+
+_last: tuple[Sequence[Frame], int, Batch] | None = None
+
+
+def columns(frames: Sequence[Frame]) -> Batch:
+    """The batch as arrays, built once per batch whichever detector asks first."""
+    global _last
+    # The cache holds the sequence itself, so its id cannot be reused while cached.
+    if _last is not None and _last[0] is frames and _last[1] == len(frames):
+        return _last[2]
+    batch = _build(frames)
+    _last = (frames, len(frames), batch)
+    return batch
+
+
+def _build(frames: Sequence[Frame]) -> Batch:
+    """One pass over the batch, per frame where it can be (the per-GPU work is in C)."""
+    ordered = sorted(frames, key=_ts)
+    n = len(ordered)
+    width = max((len(f.gpus) for f in ordered), default=0)
+    idx_flat: list[int] = []
+    job_flat: list[int] = []
+    lost_at: list[int] = []
+    groups: dict[tuple[int, ...], tuple[list[int], list[tuple[float, ...]]]] = {}
+    slow: list[int] = []
+    if len(_jobs) > _MAX_CACHED or len(_shapes) > _MAX_CACHED:
+        _jobs.clear()
+        _jobs[None] = -1
+        _shapes.clear()
+    rank: dict[str, int] = {}
+    ranks = []
+    gpu_ids = []
+    readers, shapes = _readers, _shapes
+    for fi, f in enumerate(ordered):
+        r = rank.get(f.node, 0)
+        rank[f.node] = r + 1
+        ranks.append(r)
+        gpus = f.gpus
+        k = len(gpus)
+        # A node's GPUs, jobs and states rarely change between frames: decode them once.
+        meta = tuple(map(_meta, gpus))
+        shape = shapes.get(f.node)
+        if shape is None or shape[0] != meta or len(shape[2]) != width:
+            shape = shapes[f.node] = (meta, *_shape(meta, width))
+        ids, padded_ids, codes, lost_js = shape[1:]
+        gpu_ids.append(ids)
+        idx_flat.extend(padded_ids)
+        job_flat.extend(codes)
+        if lost_js:
+            lost_at.extend(fi * width + j for j in lost_js)
+        if not k:
+            continue
+        ms = [g.metrics for g in gpus]
+        reader = readers.get(f.node)
+        if reader is None or len(ms[0]) != reader[2]:
+            reader = readers[f.node] = _reader(ms[0])
+        base = fi * width
+        try:
+            values = list(map(reader[0], ms))
+        except KeyError:
+            slow.extend(range(base, base + k))
+            continue
+        group = groups.get(reader[1])
+        if group is None:
+            group = groups[reader[1]] = ([], [])
+        group[0].extend(range(base, base + k))
+        group[1].extend(values)
+    flat = np.full((n * width, len(METRICS)), NAN)
+    for cols, (where, values) in groups.items():
+        if cols:
+            # fromiter over the chained tuples: several times faster than np.array(values).
+            block = np.fromiter(chain.from_iterable(values), float, len(values) * len(cols))
+            flat[np.asarray(where)[:, None], np.asarray(cols)] = block.reshape(-1, len(cols))
+    for pos in slow:
+        m = ordered[pos // width].gpus[pos % width].metrics
+        flat[pos] = [m.get(name, NAN) for name in METRICS]
+    x = flat.reshape(n, width, len(METRICS))
+    index = np.array(idx_flat, np.int64).reshape(n, width)
+    job = np.array(job_flat, np.int64).reshape(n, width)
+    lost = np.zeros(n * width, bool)
+    lost[lost_at] = True
+    lost = lost.reshape(n, width)
+    ts = np.fromiter((f.ts for f in ordered), float, n)
+    rank_arr = np.asarray(ranks, np.int64)
+    last = int(rank_arr.max()) if n else -1
+    waves = [np.arange(n)] if last == 0 else [np.flatnonzero(rank_arr == k)
+                                              for k in range(last + 1)]
+    return Batch(ordered, x, index >= 0, lost, index, job, ts, waves, gpu_ids)
+
+
+def _ts(f: Frame) -> float:
+    return f.ts
+
+
+_meta = attrgetter("index", "job", "state")
+_MAX_CACHED = 100_000
+# Job id -> code, and per node its GPUs' (index, job, state) and what the batch needs of them.
+_jobs: dict[str | None, int] = {None: -1}
+_shapes: dict[str, tuple[tuple[tuple[int, str | None, str], ...], tuple[int, ...], list[int],
+                         list[int], list[int]]] = {}
+
+
+def _shape(meta: tuple[tuple[int, str | None, str], ...],
+           width: int) -> tuple[tuple[int, ...], list[int], list[int], list[int]]:
+    ids = tuple([m[0] for m in meta])
+    pad = [-1] * (width - len(meta))
+    codes = [_jobs.setdefault(m[1], len(_jobs) - 1) for m in meta]
+    lost = [j for j, m in enumerate(meta) if m[2] != "ok"]
+    return ids, list(ids) + pad, codes + pad, lost
+
+
+# Per node: a C-speed getter of the detectors' metrics that this node's GPUs report, their
+# columns, and the metric count it was made for. One agent and one driver per node make its
+# GPUs report the same metrics; a GPU that lacks one (KeyError) or reports a different count
+# is read the slow way or gets its own getter. Bounded like the codec's caches.
+_readers: dict[str, tuple[Callable[[Mapping[str, float]], tuple[float, ...]],
+                          tuple[int, ...], int]] = {}
+_MAX_READERS = 20_000
+
+
+def _reader(m: Mapping[str, float]) -> tuple[Callable[[Mapping[str, float]], tuple[float, ...]],
+                                             tuple[int, ...], int]:
+    if len(_readers) >= _MAX_READERS:
+        _readers.clear()
+    cols = tuple(i for i, name in enumerate(METRICS) if name in m)
+    names = [METRICS[i] for i in cols]
+    if not names:
+        return (lambda _m: ()), cols, len(m)
+    get = itemgetter(*names)
+    if len(names) == 1:
+        return (lambda mm: (get(mm),)), cols, len(m)
+    return get, cols, len(m)
+
+
+class GpuTable:
+    """Per-GPU state arrays indexed by slot, and the (node, GPU index) -> slot map.
+
+    ``fields`` gives each array's initial value; a slot's arrays are reset to
+    them when a node is dropped (its partition went to another processor).
+    """
+
+    def __init__(self, **fields: float) -> None:
+        self._init = fields
+        self._nodes: dict[str, tuple[tuple[int, ...], list[int]]] = {}
+        self._free: list[int] = []
+        self._next = 0
+        self.node_of: list[str] = []
+        self.arrays: dict[str, np.ndarray] = {k: np.full(64, v) for k, v in fields.items()}
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def slots(self, batch: Batch) -> np.ndarray:
+        """(F, G) slots of the batch's GPUs; -1 where there is no GPU."""
+        width = batch.index.shape[1]
+        out = []
+        nodes = self._nodes
+        for f, gpus in zip(batch.frames, batch.gpu_ids):
+            known = nodes.get(f.node)
+            if known is None or known[0] != gpus:
+                slots = self._assign(f.node, gpus, known)
+                known = nodes[f.node] = (gpus, slots + [-1] * (width - len(slots)))
+            elif len(known[1]) != width:
+                known = nodes[f.node] = (gpus, known[1][:len(gpus)]
+                                         + [-1] * (width - len(gpus)))
+            out.append(known[1])
+        return np.array(out, np.int64).reshape(len(out), width)
+
+    def _assign(self, node: str, gpus: tuple[int, ...],
+                old: tuple[tuple[int, ...], list[int]] | None) -> list[int]:
+        kept = dict(zip(old[0], old[1])) if old else {}
+        slots = []
+        for g in gpus:
+            s = kept.pop(g, None)
+            if s is None:
+                s = self._new_slot(node)
+            slots.append(s)
+        self._release(kept.values())
+        return slots
+
+    def _new_slot(self, node: str) -> int:
+        if self._free:
+            s = self._free.pop()
+            self.node_of[s] = node
+            return s
+        s = self._next
+        self._next += 1
+        self.node_of.append(node)
+        if s >= len(next(iter(self.arrays.values()), ())):
+            for k, a in self.arrays.items():
+                grown = np.full(2 * len(a), self._init[k])
+                grown[:len(a)] = a
+                self.arrays[k] = grown
+        return s
+
+    def _release(self, slots: Iterable[int]) -> None:
+        for s in slots:
+            for k, a in self.arrays.items():
+                a[s] = self._init[k]
+            self.node_of[s] = ""
+            self._free.append(s)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            known = self._nodes.pop(node, None)
+            if known is not None:
+                self._release(s for s in known[1] if s >= 0)
+
+    @property
+    def used(self) -> int:
+        return self._next
+
+
+def peer_median(values: np.ndarray, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Median and count of ``values`` (F, G) over each GPU's ``peers`` (F, G, G) mask.
+
+    Sorting the masked (F, G, G) block once is far cheaper than nanmedian on
+    small groups, and a node has at most a few dozen GPUs.
+    """
+    g = values.shape[1]
+    return (peer_median_block(np.broadcast_to(values[:, None, :], (len(values), g, g)), peers),
+            peers.sum(axis=2))
+
+
+def peer_mad(values: np.ndarray, peers: np.ndarray, median: np.ndarray) -> np.ndarray:
+    """Median absolute deviation of the peers' ``values`` around ``median`` (F, G)."""
+    dev = np.abs(values[:, None, :] - median[..., None])
+    return peer_median_block(dev, peers)
+
+
+def peer_median_block(block_values: np.ndarray, peers: np.ndarray) -> np.ndarray:
+    """Median over the last axis of (F, G, G) values where ``peers`` holds; NaN for none."""
+    block = np.where(peers, block_values, np.inf)
+    block.sort(axis=2)
+    count = peers.sum(axis=2)
+    lo = np.take_along_axis(block, np.maximum((count - 1) // 2, 0)[..., None], 2)[..., 0]
+    hi = np.take_along_axis(block, np.maximum(count // 2, 0)[..., None], 2)[..., 0]
+    with np.errstate(invalid="ignore"):
+        return np.where(count > 0, (lo + hi) / 2.0, NAN)
+
+
+def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """(F, G, G): GPU j is a peer of GPU i (same frame, same job or both none, not itself)."""
+    job = batch.job[rows]
+    g = job.shape[1]
+    mask = (job[:, :, None] == job[:, None, :]) & ok[:, None, :] & ok[:, :, None]
+    mask &= ~np.eye(g, dtype=bool)[None]
+    return mask
+
+
+def ewma_weight(dt: np.ndarray, tau: float) -> np.ndarray:
+    """The weight of a new sample after ``dt`` seconds in an average with time constant tau."""
+    return -np.expm1(-np.clip(dt, 0.0, None) / tau)
+
+
+def gpu_finding(frame: Frame, gpu: int, rule: str, value: float, message: str, severity: str,
+                for_s: float, evidence: dict[str, float], action: str,
+                hold_s: float = 0.0) -> Finding:
+    """A GPU-scope finding at the frame's time, evidence rounded for people to read.
+
+    Evidence a GPU did not report (NaN) is left out: sinks speak JSON, which has no NaN.
+    """
+    return Finding(rule, frame.cluster, frame.rack, frame.node, gpu, frame.ts, float(value),
+                   message, severity, for_s, hold_s,
+                   {k: round(float(v), 3) for k, v in evidence.items() if math.isfinite(v)},
+                   action, "gpu")
+
+
+def flagged(mask: np.ndarray) -> list[tuple[int, int]]:
+    """(row, position) pairs where ``mask`` (F, G) holds: the few GPUs that get a finding."""
+    if not mask.any():
+        return []
+    return [(int(i), int(j)) for i, j in zip(*np.nonzero(mask))]

@@ -1,0 +1,284 @@
+"""Failing GPUs and nodes: XID events, error counters, lost GPUs, silent nodes.
+
+Events (an XID, a jump of an error counter) are latched: a finding carries
+``hold_s`` and the alert lifecycle keeps the condition for that long after its
+last sighting. States (a row remap pending, a GPU lost, NVLinks down) hold
+while the GPU reports them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, Batch, GpuTable, columns, gpu_finding
+from fleetwatch.xids import describe
+
+RATE_HOLD_S = 600.0     # an error-rate finding holds this long after the rate was seen
+RATE_WINDOW_S = 60.0    # error rates are judged over at least this long
+FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
+DRAIN = "Drain the node, reset the GPU and run diagnostics (dcgmi diag -r 3)"
+
+
+class XidEvents:
+    """Each XID a GPU reports, classified by the XID table (fleetwatch/xids.csv)."""
+
+    name = "xid"
+    rules: dict[str, tuple[str, ...]] = {
+        "gpu_xid_critical": (), "gpu_xid_warning": (), "gpu_xid_info": ()}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """No per-node state."""
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        out = []
+        for f in frames:
+            for g in f.gpus:
+                if g.xids:
+                    out.extend(self._classify(f, g.index, g.xids))
+        return out
+
+    def _classify(self, f: Frame, gpu: int, codes: tuple[int, ...]) -> list[Finding]:
+        by_severity: dict[str, list[int]] = {}
+        for code in codes:
+            by_severity.setdefault(describe(code).severity, []).append(code)
+        out = []
+        for severity, seen in by_severity.items():
+            worst = describe(seen[-1])
+            listed = ", ".join(f"{x} ({describe(x).name})" for x in dict.fromkeys(seen))
+            hold = self.c.xid_info_hold_s if severity == "info" else self.c.xid_hold_s
+            out.append(gpu_finding(
+                f, gpu, f"gpu_xid_{severity}", worst.code,
+                f"GPU {gpu} on {f.node}: XID {listed}", severity, 0.0,
+                {"xid": worst.code, "count": len(seen)}, worst.action, hold))
+        return out
+
+
+_C = {name: COL[name] for name in (
+    "gpu_ecc_dbe_volatile_total", "gpu_ecc_dbe_aggregate_total", "gpu_retired_pages_dbe",
+    "gpu_retired_pages_pending", "gpu_row_remap_pending", "gpu_row_remap_failure",
+    "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
+    "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down")}
+
+
+class GpuErrors:
+    """ECC, row remapping, retired pages, PCIe replays, NVLink errors and lost GPUs."""
+
+    name = "gpu_errors"
+    rules = {
+        "gpu_ecc_dbe": (), "gpu_retired_pages": (), "gpu_pcie_replay": (),
+        "gpu_nvlink_errors": (), "gpu_lost": (),
+        "gpu_row_remap_pending": ("gpu_row_remap_pending",),
+        "gpu_row_remap_failure": ("gpu_row_remap_failure",),
+        "gpu_nvlink_down": ("gpu_nvlink_links_down",),
+    }
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(dbe_v=np.nan, dbe_a=np.nan, ret=np.nan, rec=np.nan,
+                              pcie=np.nan, pcie_ts=np.nan, nvl=np.nan, nvl_ts=np.nan)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
+        return out
+
+    def _jump(self, name: str, s: np.ndarray, value: np.ndarray) -> np.ndarray:
+        """Where a counter rose since the GPU's last sample; remembers the new value."""
+        last = self.table[name][s]
+        with np.errstate(invalid="ignore"):
+            rose = value > last
+        have = np.isfinite(value)
+        self.table[name][s[have]] = value[have]
+        return rose & have
+
+    def _rate(self, name: str, s: np.ndarray, value: np.ndarray, ts: np.ndarray,
+              per_min: float) -> tuple[np.ndarray, np.ndarray]:
+        """Where a counter rose faster than per_min over at least RATE_WINDOW_S; the rise."""
+        t = self.table
+        ref, ref_ts = t[name][s], t[name + "_ts"][s]
+        have = np.isfinite(value)
+        with np.errstate(invalid="ignore"):
+            rise = value - ref
+            span = np.maximum(ts - ref_ts, RATE_WINDOW_S)
+            fast = have & (rise >= per_min * span / 60.0)
+            reset = have & (np.isnan(ref) | (rise < 0) | (ts - ref_ts >= RATE_WINDOW_S) | fast)
+        t[name][s[reset]] = value[reset]
+        t[name + "_ts"][s[reset]] = ts[reset]
+        return fast, np.nan_to_num(rise)
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
+        c = self.c
+        x = b.x[rows]
+        have = slots >= 0
+        s = slots[have]
+        v = {name: x[..., i][have] for name, i in _C.items()}
+        ts = np.broadcast_to(b.ts[rows][:, None], slots.shape)[have]
+        dbe = self._jump("dbe_v", s, v["gpu_ecc_dbe_volatile_total"]) | self._jump(
+            "dbe_a", s, v["gpu_ecc_dbe_aggregate_total"])
+        retired = self._jump("ret", s, v["gpu_retired_pages_dbe"]) | (
+            v["gpu_retired_pages_pending"] >= 1)
+        recovery = self._jump("rec", s, v["gpu_nvlink_recovery_errors_total"])
+        pcie, pcie_rise = self._rate("pcie", s, v["gpu_pcie_replay_total"], ts,
+                                     c.pcie_replay_per_min)
+        link_errors = np.nansum(np.stack([v["gpu_nvlink_crc_errors_total"],
+                                          v["gpu_nvlink_replay_errors_total"]]), axis=0)
+        link_errors[np.isnan(v["gpu_nvlink_crc_errors_total"])
+                    & np.isnan(v["gpu_nvlink_replay_errors_total"])] = np.nan
+        nvl, nvl_rise = self._rate("nvl", s, link_errors, ts, c.nvlink_errors_per_min)
+        masks = {
+            "gpu_ecc_dbe": dbe, "gpu_retired_pages": retired, "gpu_pcie_replay": pcie,
+            "gpu_nvlink_errors": nvl | recovery, "gpu_lost": b.lost[rows][have],
+            "gpu_row_remap_pending": v["gpu_row_remap_pending"] >= 1,
+            "gpu_row_remap_failure": v["gpu_row_remap_failure"] >= 1,
+            "gpu_nvlink_down": v["gpu_nvlink_links_down"] >= 1,
+        }
+        any_flag = np.zeros(len(s), bool)
+        for m in masks.values():
+            any_flag |= m
+        if not any_flag.any():
+            return
+        where = np.argwhere(have)
+        for k in np.flatnonzero(any_flag).tolist():
+            i, j = where[k]
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            vals = {n: float(a[k]) for n, a in v.items() if math.isfinite(a[k])}
+            for rule, mask in masks.items():
+                if mask[k]:
+                    out.append(self._finding(rule, f, g, vals, float(pcie_rise[k]),
+                                             float(nvl_rise[k])))
+
+    def _finding(self, rule: str, f: Frame, g: int, v: dict[str, float], pcie_rise: float,
+                 nvl_rise: float) -> Finding:
+        c, where = self.c, f"GPU {g} on {f.node}"
+        hold = c.event_hold_s
+        if rule == "gpu_ecc_dbe":
+            n = v.get("gpu_ecc_dbe_volatile_total", v.get("gpu_ecc_dbe_aggregate_total", 0.0))
+            return gpu_finding(f, g, rule, n, f"{where}: new double-bit (uncorrectable) ECC "
+                               f"errors, {n:.0f} since the driver loaded", "critical", 0.0, v,
+                               DRAIN + "; the memory is remapped or retired at reset", hold)
+        if rule == "gpu_retired_pages":
+            n = v.get("gpu_retired_pages_dbe", 0.0)
+            return gpu_finding(f, g, rule, n, f"{where}: memory pages retired for double-bit "
+                               f"errors ({n:.0f}), or a retirement pending", "warning", 0.0, v,
+                               "Reset the GPU when its job ends so the retirement takes "
+                               "effect; replace it as pages approach the limit", hold)
+        if rule == "gpu_pcie_replay":
+            return gpu_finding(f, g, rule, pcie_rise, f"{where}: {pcie_rise:.0f} PCIe replays "
+                               f"within a minute or two (limit {c.pcie_replay_per_min:g}/min)",
+                               "warning", 0.0, v, "Check the GPU's PCIe link: reseat the GPU or "
+                               "riser, check lspci link speed and width", RATE_HOLD_S)
+        if rule == "gpu_nvlink_errors":
+            return gpu_finding(f, g, rule, nvl_rise, f"{where}: NVLink errors rising "
+                               f"({nvl_rise:.0f} CRC/replay, or a link recovery)", "warning",
+                               0.0, v, "Check the NVLink fabric (nvidia-smi nvlink -e); drain "
+                               "and reset the GPUs if the errors keep rising", RATE_HOLD_S)
+        if rule == "gpu_lost":
+            return gpu_finding(f, g, rule, 1.0, f"{where} is lost: NVML says it no longer "
+                               "answers", "critical", 0.0, v,
+                               "Drain the node and reboot it; check the GPU's PCIe slot and "
+                               "power if it repeats")
+        if rule == "gpu_row_remap_pending":
+            return gpu_finding(f, g, rule, 1.0, f"{where}: a memory row remap waits for a GPU "
+                               "reset", "warning", 0.0, v,
+                               "Reset the GPU when its job ends (drain, nvidia-smi -r)")
+        if rule == "gpu_row_remap_failure":
+            return gpu_finding(f, g, rule, 1.0, f"{where}: a memory row remap failed",
+                               "critical", 0.0, v, "Drain the node: the GPU needs service (RMA)")
+        n = v.get("gpu_nvlink_links_down", 0.0)
+        return gpu_finding(f, g, rule, n, f"{where}: {n:.0f} NVLink(s) down", "critical", 0.0,
+                           v, "Drain the node; check the NVLink fabric and fabric manager, "
+                           "then reset the GPUs")
+
+
+class NodeSilence:
+    """A node that sent no frame for several of its own intervals, on the stream's clock.
+
+    "Now" is the batch's median frame time (a node with a skewed clock cannot make
+    the others look silent), never the wall clock, so replays and simulations that
+    run faster than real time are judged as they happened.
+    """
+
+    name = "node_silent"
+    rules: dict[str, tuple[str, ...]] = {"node_silent": ()}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.now = -math.inf
+        self._index: dict[str, int] = {}
+        self._where: list[tuple[str, str, str]] = []
+        self._last = np.full(64, np.nan)
+        self._interval = np.full(64, np.nan)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            i = self._index.get(node)
+            if i is not None:
+                self._last[i] = np.nan
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        if not frames:
+            return []
+        last, interval, index = self._last, self._interval, self._index
+        for f in frames:
+            i = index.get(f.node)
+            if i is None:
+                i = self._add(f)
+                last, interval = self._last, self._interval
+            prev = last[i]
+            if prev == prev and f.ts > prev:   # not NaN: learn the node's interval
+                gap = min(f.ts - prev, 3600.0)
+                iv = interval[i]
+                interval[i] = gap if iv != iv else iv + 0.1 * (gap - iv)
+            if not prev >= f.ts:
+                last[i] = f.ts
+            self._where[i] = (f.cluster, f.rack, f.node)
+        self.now = max(self.now, float(np.median([f.ts for f in frames])))
+        return self._judge()
+
+    def _add(self, f: Frame) -> int:
+        i = self._index[f.node] = len(self._where)
+        self._where.append((f.cluster, f.rack, f.node))
+        if i >= len(self._last):
+            self._last = np.concatenate([self._last, np.full(len(self._last), np.nan)])
+            self._interval = np.concatenate([self._interval, np.full(len(self._interval),
+                                                                     np.nan)])
+        return i
+
+    def _judge(self) -> list[Finding]:
+        n = len(self._where)
+        c = self.c
+        gap = self.now - self._last[:n]
+        limit = np.maximum(c.silent_min_s, c.silent_intervals * np.nan_to_num(
+            self._interval[:n], nan=c.silent_min_s / c.silent_intervals))
+        with np.errstate(invalid="ignore"):
+            silent = (gap > limit) & (gap < FORGET_S)
+        out = []
+        for i in np.flatnonzero(silent).tolist():
+            cluster, rack, node = self._where[i]
+            out.append(Finding(
+                "node_silent", cluster, rack, node, None, self.now, float(gap[i]),
+                f"{node} has sent nothing for {gap[i]:.0f} s (it reports every "
+                f"{self._interval[i]:.0f} s)", "critical", 0.0, 0.0,
+                {"silent_s": round(float(gap[i]), 1), "interval_s":
+                 round(float(np.nan_to_num(self._interval[i])), 2)},
+                "Check the node: is it up, is its agent running (systemctl status "
+                "fleetwatch-agent), can it reach the brokers?", "node"))
+        return out

@@ -1,0 +1,147 @@
+"""A GPU against the other GPUs of its job on the same node: stuck, straggling, under-powered.
+
+In data-parallel training the GPUs of a job step in lockstep, so they show the
+same SM activity, clocks and power through every phase; one that does not is
+holding the whole job back. Only GPUs with a job and at least one job peer on
+the node are judged. SM activity is ``gpu_sm_active_ratio`` where the GPU has
+GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    columns,
+    flagged,
+    gpu_finding,
+    peer_median,
+    same_job_peers,
+)
+
+SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
+                                 COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
+                                 COL["gpu_power_limit_w"])
+HUNG_UTIL_PCT = 90.0  # utilization at or above this with no SM activity: a hung kernel
+BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
+
+
+class JobPeers:
+    name = "job_peers"
+    rules = {"gpu_stuck": ("gpu_util_pct",),
+             "gpu_straggler": ("gpu_util_pct",),
+             "gpu_power_low_vs_peers": ("gpu_power_w",),
+             "gpu_power_limit_low": ("gpu_power_limit_w",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        """Stateless: every frame is judged on its own; the for-durations do the rest."""
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        if not b.frames:
+            return []
+        out = self._limits(b)
+        rows = np.flatnonzero((b.job >= 0).any(axis=1))
+        if len(rows):
+            out += self._judge(b, rows)
+        return out
+
+    def _limits(self, b: Batch) -> list[Finding]:
+        """An enforced power limit far below the node's other GPUs': a cap or brake set on it.
+
+        GPUs of one node share a model and a power budget, so one held to a much lower
+        limit (a power brake, a mistaken nvidia-smi -pl, a failing supply) will straggle.
+        """
+        limit = b.x[..., LIMIT]
+        have = np.isfinite(limit) & ~b.lost
+        if not have.any():
+            return []
+        g = limit.shape[1]
+        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None]
+        med, n = peer_median(limit, peers)
+        with np.errstate(invalid="ignore"):
+            low = have & (n >= 1) & (limit < self.c.power_low_frac * med)
+        out = []
+        for i, j in flagged(low):
+            f = b.frames[i]
+            gi = f.gpus[j].index
+            out.append(gpu_finding(
+                f, gi, "gpu_power_limit_low", limit[i, j],
+                f"GPU {gi} on {f.node} is held to {limit[i, j]:.0f} W; the node's other GPUs "
+                f"to {med[i, j]:.0f} W", "warning", self.c.power_low_for_s,
+                {"power_limit_w": limit[i, j], "peer_power_limit_w": med[i, j]},
+                "Check who set the limit (nvidia-smi -q -d POWER) and the node's power supplies; "
+                "restore the default limit"))
+        return out
+
+    def _judge(self, b: Batch, rows: np.ndarray) -> list[Finding]:
+        c = self.c
+        x = b.x[rows]
+        act = np.where(np.isfinite(x[..., SM]), x[..., SM], x[..., UTIL] / 100.0)
+        clock, power = x[..., CLOCK], x[..., POWER]
+        injob = (b.job[rows] >= 0) & ~b.lost[rows]
+        peers = same_job_peers(b, rows, injob & np.isfinite(act))
+        act_med, n = peer_median(np.where(np.isfinite(act), act, np.nan), peers)
+        busy = (n >= 1) & (act_med >= c.busy_activity)
+        with np.errstate(invalid="ignore"):
+            # Hung: a kernel resident the whole sample (utilization ~100%) while no SM does
+            # any work (GPM's SM activity ~0): the signature of a hang, whatever the peers do.
+            hung = injob & (x[..., UTIL] >= HUNG_UTIL_PCT) & (x[..., SM] <= c.stuck_activity)
+            stuck = injob & ((busy & (act <= c.stuck_activity)) | hung)
+            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
+            clock_med, _ = peer_median(clock, clock_peers)
+            slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
+                                       act_med - 0.1)
+            slow_clock = clock < c.straggler_clock_frac * clock_med
+            straggler = injob & busy & ~stuck & (slow_sm | slow_clock)
+            power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
+            power_med, pn = peer_median(power, power_peers)
+            low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
+                & (power < c.power_low_frac * power_med)
+        out: list[Finding] = []
+        for i, j in flagged(stuck | straggler | low_power):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            job = f.gpus[j].job
+            ev = {"activity": act[i, j], "peer_activity": act_med[i, j], "peers": n[i, j],
+                  "sm_clock_mhz": clock[i, j], "peer_sm_clock_mhz": clock_med[i, j],
+                  "power_w": power[i, j], "peer_power_w": power_med[i, j]}
+            ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            where = f"GPU {g} on {f.node} (job {job})"
+            if stuck[i, j]:
+                why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) but no SM "
+                       f"working ({act[i, j]:.0%} activity)" if hung[i, j] else
+                       f"idle ({act[i, j]:.0%} SM activity) while its {n[i, j]} job peers run "
+                       f"at {act_med[i, j]:.0%}")
+                out.append(gpu_finding(
+                    f, g, "gpu_stuck", act[i, j], f"{where} stuck: {why}", "critical",
+                    c.stuck_for_s, ev,
+                    "The job is likely hung on this GPU: check the job's logs, then restart "
+                    "the job without this GPU and reset it"))
+            if straggler[i, j]:
+                what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}"
+                        if slow_clock[i, j] else
+                        f"{act[i, j]:.0%} SM activity against {act_med[i, j]:.0%}")
+                out.append(gpu_finding(
+                    f, g, "gpu_straggler", act[i, j], f"{where} lags its job peers: {what}",
+                    "warning", c.straggler_for_s, ev,
+                    "The whole job waits for this GPU: check its clocks, throttle reasons and "
+                    "PCIe/NVLink errors; move the job off it if it persists"))
+            if low_power[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_power_low_vs_peers", power[i, j],
+                    f"{where} draws {power[i, j]:.0f} W against {power_med[i, j]:.0f} W for "
+                    "its job peers", "warning", c.power_low_for_s, ev,
+                    "Check its power limit and throttle reasons (power brake, power cap) and "
+                    "the node's power supplies"))
+        return out

@@ -1,0 +1,235 @@
+"""Peer-relative thermal detection: a GPU against the other GPUs of its node.
+
+GPUs of one node in one job share the node's air or coolant and, in
+data-parallel training, the same load, so their temperatures move together
+through job phases and the day's inlet swings. A GPU whose cooling fails
+stands out from them long before it reaches a fixed limit (the Acme study saw
+NVLink and ECC errors at or below 80 °C). The comparison:
+
+* peers are the node's other GPUs in the same job drawing as much *lagged*
+  power or more (for "too hot"; as little or less, for "reads too low"): die
+  temperature follows power through a first-order lag of tens of seconds, so
+  power smoothed with ``thermal_tau_s`` is what the temperature now reflects,
+  a GPU idling inside a busy job is not compared with the busy ones, and a GPU
+  the driver holds down for heat (drawing less) stays judged;
+* each GPU carries a learned offset, a constant (air its neighbours warmed)
+  plus a part proportional to its power (a slightly worse heat path runs a few
+  degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
+  so a fault cannot be learned away;
+* excess = own temperature - offset - median of the peers' (the same, for
+  them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
+  alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
+  the node heats or cools through a job phase.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    GpuTable,
+    columns,
+    ewma_weight,
+    flagged,
+    gpu_finding,
+    peer_median,
+    peer_median_block,
+    same_job_peers,
+)
+from fleetwatch.models.thermal import COOLING
+
+TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
+MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
+TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
+MAX_STEP_S = 60.0      # a gap longer than this adds no more than this to the warm-up time
+HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
+NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
+RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk toward zero
+RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
+BUSY_W = 100.0         # lagged power above which a GPU counts as busy
+RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
+
+
+class ThermalPeers:
+    name = "thermal_peers"
+    rules = {"gpu_hot_vs_peers": ("gpu_temp_c",),
+             "gpu_hot_vs_peers_critical": ("gpu_temp_c",),
+             "gpu_temp_sensor_low": ("gpu_temp_c",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, sd=0.0, sp=0.0, spp=0.0,
+                              sdp=0.0, warm=0.0,
+                              warm_busy=0.0,
+                              smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0)
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
+        return out
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
+        c, t = self.c, self.table
+        x = b.x[rows]
+        temp, power = x[..., TEMP], x[..., POWER]
+        # Recorded series may carry temperature only: such GPUs are compared with each other
+        # (same job) as if at one nominal power, never with GPUs that report power.
+        metered = np.isfinite(power)
+        power = np.where(metered, power, NOMINAL_W)
+        s = np.where(slots >= 0, slots, 0)
+        ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
+        dt = ts - t["ts"][s]
+        fresh = (slots >= 0) & np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows] \
+            & (temp >= c.sensor_min_c) & ~(dt <= 0)
+        known = np.isfinite(dt)
+        w = np.where(known, ewma_weight(dt, c.thermal_tau_s), 1.0)
+        prev = t["plag"][s]
+        plag = np.where(np.isnan(prev), power, prev + w * (power - prev))
+        prev = t["tlag"][s]
+        tlag = np.where(np.isnan(prev), temp, prev + w * (temp - prev))
+        tol = np.maximum(c.peer_power_tol_w, c.peer_power_tol_frac * plag)
+        # A GPU hotter than peers drawing as much power or more is hot whatever its own
+        # power (one held down by the driver for heat draws less, and stays judged); one
+        # cooler than peers drawing as little or less reads low. [f, i, j]: plag_j - plag_i.
+        same = same_job_peers(b, rows, fresh) & (metered[:, :, None] == metered[:, None, :])
+        more = plag[:, None, :] - plag[:, :, None]
+        peers = same & (more >= -tol[:, :, None])
+        below = same & (more <= tol[:, :, None])
+        offset = np.clip(self._offset(s, plag), -c.max_offset_c, c.max_offset_c)
+        adj = np.where(fresh, temp - offset, np.nan)
+        # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
+        # (never the other way, so one the driver holds down for heat is not excused).
+        expected = adj[:, None, :] + c.peer_c_per_w * np.maximum(-more, 0.0)   # [f, i, j]
+        median = peer_median_block(expected, peers)
+        count = peers.sum(axis=2)
+        mad = peer_median_block(np.abs(expected - median[..., None]), peers)
+        judged = fresh & (count >= c.min_peers)
+        excess = np.where(judged, adj - median, 0.0)
+        # While a node heats or cools through a job phase, GPUs with slightly different time
+        # constants part by a few degrees: widen the margin by a share of how fast the
+        # peers themselves are moving (their distance from their own lagged temperature).
+        motion, _ = peer_median(np.abs(temp - tlag), peers)
+        margin = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad)) \
+            + TRANSIENT_SHARE * np.nan_to_num(motion)
+        # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
+        sdt = ts - t["sts"][s]
+        sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
+        old = t["smooth"][s]
+        smooth = np.where(np.isnan(old), excess, old + sw * (excess - old))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            slope = np.where(sw < 1.0, (excess - smooth) * sw
+                             / ((1.0 - sw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
+        # Judged once learned: for a busy GPU, learned while busy (its offset at idle says
+        # little about its offset at full power).
+        busy = plag >= BUSY_W
+        warm = (t["warm"][s] >= c.warmup_s) & (~busy | (t["warm_busy"][s] >= c.warmup_s))
+        # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
+        # the driver does) keeps one alert instead of raising one a minute.
+        was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
+        hot = judged & warm & (excess > margin - HYSTERESIS_C * was_hot)
+        critical_c = np.maximum(c.peer_critical_c, margin)
+        # Critical: far out, or pulling away from its peers fast (a heat path that just
+        # failed: the first samples already climb while the peers' do not), which is
+        # judged from RISE_SHARE of the margin so it fires within a sample or two.
+        crit = judged & warm & (
+            (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
+            | ((excess > RISE_SHARE * margin) & (slope >= c.peer_rise_c_per_min)))
+        hot |= crit
+        low_median, low_count = peer_median(adj, below)
+        low = fresh & warm & (low_count >= c.min_peers) & (
+            adj - low_median < -np.maximum(c.sensor_low_c, margin))
+        excess = np.where(low, adj - low_median, excess)
+        self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
+                    warm[judged], np.abs(excess[judged]) < margin[judged])
+        step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
+        t["warm"][s[judged]] += step[judged]
+        t["warm_busy"][s[judged & busy]] += step[judged & busy]
+        t["hot"][s[judged]] = hot[judged]
+        t["crit"][s[judged]] = crit[judged]
+        t["smooth"][s[judged]] = smooth[judged]
+        t["sts"][s[judged]] = ts[judged]
+        t["plag"][s[fresh]] = plag[fresh]
+        t["tlag"][s[fresh]] = tlag[fresh]
+        t["ts"][s[fresh]] = ts[fresh]
+        if hot.any() or low.any():
+            self._emit(b, rows, out, temp, median, offset, excess, margin, slope, plag, count,
+                       hot, crit, low)
+
+    def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
+               warm: np.ndarray, quiet: np.ndarray) -> None:
+        """Exponentially weighted sums for the offset's least squares, forgetting over time.
+
+        Fast while warming up (so a GPU that always runs warmer is learned before it
+        is judged), slow afterwards and only while the GPU is not alarming.
+        """
+        c, t = self.c, self.table
+        tau = np.where(warm, c.model_forget_s, max(c.warmup_s / 4.0, 1.0))
+        step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
+        w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
+        w = np.where(warm & ~quiet, 0.0, w)
+        for name, value in (("sd", d), ("sp", p), ("spp", p * p), ("sdp", d * p)):
+            t[name][s] += w * (value - t[name][s])
+
+    def _offset(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """The GPU's usual deviation at power p: c0 + alpha x p, least squares with a ridge.
+
+        A constant part (a GPU fed air its neighbours have warmed) and one proportional to
+        power (a slightly worse heat path). The ridge on alpha keeps an offset learned at
+        idle (a degree of noise over 60 W) from being scaled up to full power.
+        """
+        t = self.table
+        sd, sp, spp, sdp = t["sd"][s], t["sp"][s], t["spp"][s], t["sdp"][s]
+        a11, a12, a22 = 1.0 + RIDGE_C0, sp, spp + RIDGE_W ** 2
+        det = a11 * a22 - a12 * a12
+        c0 = (a22 * sd - a12 * sdp) / det
+        alpha = (a11 * sdp - a12 * sd) / det
+        return c0 + alpha * p
+
+    def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
+              median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
+              slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
+              crit: np.ndarray, low: np.ndarray) -> None:
+        c = self.c
+        for i, j in flagged(hot | crit | low):
+            f = b.frames[rows[i]]
+            g = f.gpus[j].index
+            ev = {"temp_c": temp[i, j], "peer_median_c": median[i, j] + offset[i, j],
+                  "excess_c": excess[i, j], "margin_c": margin[i, j],
+                  "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
+                  "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}
+            where = f"GPU {g} on {f.node}"
+            if low[i, j]:
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_sensor_low", excess[i, j],
+                    f"{where} reads {temp[i, j]:.0f} °C, {-excess[i, j]:.0f} °C below its "
+                    f"{count[i, j]} peers at the same power: its sensor is failing", "warning",
+                    c.sensor_for_s, ev,
+                    "The GPU's temperature reading cannot be trusted, so its thermal alerts "
+                    "are blind: reset the GPU; service it if the reading stays wrong"))
+                continue
+            text = (f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
+                    f"{count[i, j]} peers at the same power"
+                    + (f", rising {slope[i, j]:.0f} °C/min" if slope[i, j] > 0 else ""))
+            action = COOLING + "; this GPU's heat path is failing while its peers' is not"
+            # The warning holds for as long as the GPU runs hot; the critical one rides on
+            # top while it is far out or climbing fast, so neither flaps into the other.
+            out.append(gpu_finding(f, g, "gpu_hot_vs_peers", excess[i, j], text, "warning",
+                                   c.peer_for_s, ev, action))
+            if crit[i, j]:
+                out.append(gpu_finding(f, g, "gpu_hot_vs_peers_critical", excess[i, j], text,
+                                       "critical", 0.0, ev, action))

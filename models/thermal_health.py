@@ -1,0 +1,286 @@
+"""Thermal health: is this GPU hotter than its load explains?
+
+A regressor learns, from the fleet's own history, the die temperature a GPU
+should have given what drives it: its power, SM activity and clocks, its fan
+where reported, its enforced power limit and slowdown threshold (which tell GPU
+models apart), and the air it breathes (the node's intake proxy: the mean of the
+node's two coolest GPUs, and the BMC inlet sensor where there is one). The
+residual, measured minus expected, is near zero for a healthy GPU however hard
+it works. Each GPU also has its own lifelong offset (some run a few degrees
+warm: a longer cold-plate loop, a worse thermal paste), learned at training
+time, so what is scored is the *growth* of its residual over its own history,
+in units of the fleet's residual spread: a failing fan, a drying cold plate or
+dust show up as a residual that grows for hours, days before any fixed limit.
+
+``ThermalModel`` is the trained part (fit on arrays, saved in a model file);
+``ThermalHealth`` is the detector that scores frames with it in the processor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+
+# The regressor's inputs, in this order. A missing one is NaN (the gradient-
+# boosted model handles NaN natively; the linear one imputes the median).
+FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "intake_c",
+                             "inlet_c", "power_limit_w", "slowdown_c")
+_GPU_INPUTS = {"power_w": "gpu_power_w", "sm_clock_mhz": "gpu_sm_clock_mhz",
+               "fan_pct": "gpu_fan_pct", "power_limit_w": "gpu_power_limit_w",
+               "slowdown_c": "gpu_slowdown_temp_c"}
+
+
+def sm_activity(metrics: Mapping[str, float]) -> float:
+    """SM activity 0..1: DCGM's SM_ACTIVE where reported, else NVML's utilization / 100."""
+    v = metrics.get("gpu_sm_active_ratio")
+    if v is not None:
+        return v
+    u = metrics.get("gpu_util_pct")
+    return math.nan if u is None else u / 100.0
+
+
+def intake_proxy(temps: Sequence[float]) -> float:
+    """The mean of a node's two coolest GPUs: its air, plus the least heat any GPU adds."""
+    finite = sorted(t for t in temps if t == t)
+    if len(finite) < 2:
+        return math.nan
+    return (finite[0] + finite[1]) / 2.0
+
+
+def frame_rows(frame: Frame) -> tuple[list[int], list[list[float]], list[float]]:
+    """(GPU indices, feature rows, die temperatures) of one frame's GPUs that report one."""
+    temps = [g.metrics.get("gpu_temp_c", math.nan) for g in frame.gpus]
+    intake = intake_proxy(temps)
+    inlet = frame.host.metrics.get("host_inlet_temp_c", math.nan)
+    idx: list[int] = []
+    rows: list[list[float]] = []
+    ys: list[float] = []
+    for g, temp in zip(frame.gpus, temps):
+        if temp != temp or g.state != "ok":
+            continue
+        m = g.metrics
+        row = [m.get(_GPU_INPUTS["power_w"], math.nan), sm_activity(m),
+               m.get(_GPU_INPUTS["sm_clock_mhz"], math.nan), m.get("gpu_fan_pct", math.nan),
+               intake, inlet, m.get("gpu_power_limit_w", math.nan),
+               m.get("gpu_slowdown_temp_c", math.nan)]
+        idx.append(g.index)
+        rows.append(row)
+        ys.append(temp)
+    return idx, rows, ys
+
+
+def _candidates(seed: int) -> dict[str, object]:
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import HuberRegressor
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    # Huber: a robust linear fit, for fleets whose temperature is close to linear in
+    # power over the intake (it is, to first order: T = T_in + R_th * P). Gradient
+    # boosting: for the curvature real GPUs add (fan curves, clock-dependent leakage,
+    # several GPU models in one fleet). The held-out error decides, per fleet.
+    return {
+        "huber": make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True),
+                               StandardScaler(), HuberRegressor(max_iter=500)),
+        "gradient_boosting": HistGradientBoostingRegressor(
+            max_iter=100, learning_rate=0.15, max_leaf_nodes=15, l2_regularization=1.0,
+            random_state=seed),
+    }
+
+
+@dataclass
+class ThermalModel:
+    """The fitted expectation of die temperature, and the fleet's residual statistics."""
+
+    estimator: object
+    kind: str
+    heldout_mae_c: dict[str, float]
+    # Per GPU (cluster/node/gpuN) lifelong residual offset, °C: its own history.
+    offsets: dict[str, float] = field(default_factory=dict)
+    # Robust spread (1.4826 * MAD) of a GPU's smoothed residual around its offset, °C.
+    spread_c: float = 1.0
+    # The FEATURES columns the fleet reported in training (a column that was never
+    # reported, e.g. fans on liquid-cooled GPUs, is left out of the fit).
+    used: tuple[int, ...] = tuple(range(len(FEATURES)))
+
+    def expected(self, rows: np.ndarray) -> np.ndarray:
+        return np.asarray(self.estimator.predict(rows[:, self.used]),  # type: ignore[attr-defined]
+                          dtype=float)
+
+
+def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.ndarray,
+                seed: int = 0, max_rows: int = 200_000) -> ThermalModel:
+    """Fit on rows ``X`` (FEATURES), die temperatures ``y``, each row's GPU id and time.
+
+    The last fifth of the time range is held out; both candidates are scored on
+    it and the better one is refitted on everything. Offsets and spread come from
+    the residuals of that final model.
+    """
+    if len(y) < 200:
+        raise ValueError(f"only {len(y)} samples with temperature and power: train on a "
+                         "longer range (at least a few hours of a fleet)")
+    rng = np.random.default_rng(seed)
+    used = tuple(i for i in range(X.shape[1]) if not np.isnan(X[:, i]).all())
+    full, X = X, X[:, used]
+    cut = np.quantile(order, 0.8)
+    train, test = np.flatnonzero(order < cut), np.flatnonzero(order >= cut)
+    if len(train) > max_rows:
+        train = rng.choice(train, max_rows, replace=False)
+    if len(test) > max_rows // 4:
+        test = rng.choice(test, max_rows // 4, replace=False)
+    scores: dict[str, float] = {}
+    for name, est in _candidates(seed).items():
+        est.fit(X[train], y[train])  # type: ignore[attr-defined]
+        scores[name] = float(np.mean(np.abs(est.predict(X[test]) - y[test])))  # type: ignore[attr-defined]
+    best = min(scores, key=scores.__getitem__)
+    estimator = _candidates(seed)[best]
+    every = np.arange(len(y))
+    if len(every) > max_rows:
+        every = rng.choice(every, max_rows, replace=False)
+    estimator.fit(X[every], y[every])  # type: ignore[attr-defined]
+    model = ThermalModel(estimator, best, scores, used=used)
+    residual = y - model.expected(full)
+    offsets: dict[str, float] = {}
+    deviations: list[np.ndarray] = []
+    for gid in np.unique(gpu_ids):
+        mine = np.flatnonzero(gpu_ids == gid)
+        r = residual[mine[np.argsort(order[mine])]]
+        offset = float(np.median(r))
+        offsets[str(gid)] = offset
+        k = min(len(r), 20)  # a rolling mean over ~20 samples, as the detector smooths
+        if k >= 2:
+            smooth = np.convolve(r - offset, np.ones(k) / k, mode="valid")
+            deviations.append(smooth)
+    dev = np.concatenate(deviations) if deviations else np.zeros(1)
+    model.offsets = offsets
+    model.spread_c = max(0.25, float(1.4826 * np.median(np.abs(dev - np.median(dev)))))
+    return model
+
+
+SCORE_METRIC = "gpu_thermal_health_score"
+
+
+def gpu_key(cluster: str, node: str, gpu: int) -> str:
+    return f"{cluster}/{node}/gpu{gpu}"
+
+
+class ThermalHealth:
+    """Scores each GPU's residual growth; a finding when it stays high.
+
+    Per GPU: an exponentially weighted mean of the residual (half-life
+    ``half_life_s`` of stream time: load swings and thermal lag average out)
+    minus the GPU's own offset, divided by the fleet's spread: the score. It
+    fires when the growth is at least ``min_excess_c`` °C and ``min_score``
+    spreads, for ``for_s``. A GPU the model has never seen gets the median
+    offset of its node's other GPUs as its own, until a retrain learns it.
+    """
+
+    name = "thermal_health"
+    rules = {"thermal_health": ("gpu_temp_c", "gpu_power_w")}
+
+    def __init__(self, model: ThermalModel | None = None, half_life_s: float = 900.0,
+                 min_excess_c: float = 5.0, min_score: float = 4.0, for_s: float = 600.0,
+                 warmup_s: float = 900.0) -> None:
+        self.model = model
+        self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
+        self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
+        # key -> [ewma residual, last ts, first ts]
+        self._state: dict[str, list[float]] = {}
+        # key -> (ts, detail) of the last scoring, so enrich and update score once
+        self._detail: dict[str, tuple[float, tuple[float, float, float, float, bool] | None]] = {}
+        self.scores: dict[str, float] = {}
+
+    def drop(self, nodes: Sequence[str]) -> None:
+        gone = {f"/{n}/" for n in nodes}
+        for key in [k for k in self._state if any(g in k for g in gone)]:
+            del self._state[key]
+            self.scores.pop(key, None)
+            self._detail.pop(key, None)
+
+    def enrich(self, frames: Sequence[Frame]) -> None:
+        """Score ``frames`` and add each scored GPU's ``gpu_thermal_health_score`` to its
+        metrics, before the processor stores them: the score is a series like any other."""
+        for f, gpu, detail in self._score(frames):
+            if detail is not None:
+                for g in f.gpus:
+                    if g.index == gpu:
+                        g.metrics[SCORE_METRIC] = round(detail[3], 3)  # type: ignore[index]
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        out: list[Finding] = []
+        for f, gpu, detail in self._score(frames):
+            if detail is None:
+                continue
+            ewma, offset, excess, score, warm = detail
+            if warm and excess >= self.min_excess_c and score >= self.min_score:
+                out.append(Finding(
+                    self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
+                    f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
+                    f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
+                    evidence={"excess_c": round(excess, 2), "score": round(score, 2),
+                              "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
+                    action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
+                           "next maintenance window; it is degrading before any limit trips."))
+        return out
+
+    def _score(self, frames: Sequence[Frame]
+               ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]]:
+        """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm), or None
+        before its first smoothing step. Scoring the same frames again (``enrich`` then
+        ``update``) returns what the first pass found, without counting them twice."""
+        model = self.model
+        if model is None or not frames:
+            return []
+        owners: list[tuple[Frame, int]] = []
+        rows: list[list[float]] = []
+        temps: list[float] = []
+        done: list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] = []
+        cache = self._detail
+        for f in frames:
+            idx, r, y = frame_rows(f)
+            for i, row, temp in zip(idx, r, y):
+                key = gpu_key(f.cluster, f.node, i)
+                hit = cache.get(key)
+                if hit is not None and hit[0] == f.ts:
+                    done.append((f, i, hit[1]))
+                    continue
+                owners.append((f, i))
+                rows.append(row)
+                temps.append(temp)
+        if rows:
+            residual = np.asarray(temps) - model.expected(np.asarray(rows, dtype=float))
+            state, offsets, spread = self._state, model.offsets, model.spread_c
+            for (f, gpu), r in zip(owners, residual.tolist()):
+                key = gpu_key(f.cluster, f.node, gpu)
+                s = state.get(key)
+                detail: tuple[float, float, float, float, bool] | None = None
+                if s is None:
+                    state[key] = [r, f.ts, f.ts]
+                elif f.ts > s[1]:
+                    s[0] += (1.0 - 0.5 ** ((f.ts - s[1]) / self.half_life_s)) * (r - s[0])
+                    s[1] = f.ts
+                    offset = offsets.get(key)
+                    if offset is None:
+                        offset = self._peer_offset(f, gpu)
+                    excess = s[0] - offset
+                    score = excess / spread
+                    self.scores[key] = score
+                    detail = (s[0], offset, excess, score, f.ts - s[2] >= self.warmup_s)
+                if len(cache) > 200_000:
+                    cache.clear()
+                cache[key] = (f.ts, detail)
+                done.append((f, gpu, detail))
+        return done
+
+    def _peer_offset(self, f: Frame, gpu: int) -> float:
+        assert self.model is not None
+        peers = [self.model.offsets[k] for g in f.gpus if g.index != gpu
+                 and (k := gpu_key(f.cluster, f.node, g.index)) in self.model.offsets]
+        return float(np.median(peers)) if peers else 0.0

@@ -1,0 +1,64 @@
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from fleetwatch.models.batch import METRICS, GpuTable, columns, peer_median
+from tests.models.helpers import busy, node
+
+
+def test_columns_match_each_gpus_metrics_and_mark_what_is_absent() -> None:
+    frames = [node(10, [busy(60), busy(61), {"gpu_temp_c": 50.0}], name="a"),
+              node(5, [busy(70), busy(71)], name="b", lost=[1], job=None)]
+    b = columns(frames)
+    assert [f.node for f in b.frames] == ["b", "a"]            # in time order
+    assert b.col("gpu_temp_c")[1].tolist()[:3] == [60.0, 61.0, 50.0]
+    assert math.isnan(b.col("gpu_power_w")[1, 2])              # not reported: NaN, never 0
+    assert b.present.tolist() == [[True, True, False], [True, True, True]]
+    assert b.lost.tolist() == [[False, True, False], [False, False, False]]
+    assert b.job[0, 0] == -1 and b.job[1, 0] == b.job[1, 2] >= 0
+    for fi, f in enumerate(b.frames):
+        for j, g in enumerate(f.gpus):
+            for k, name in enumerate(METRICS):
+                want = g.metrics.get(name, float("nan"))
+                assert b.x[fi, j, k] == want or (math.isnan(want) and math.isnan(b.x[fi, j, k]))
+
+
+def test_a_gpu_missing_a_metric_its_node_neighbours_have_is_read_right() -> None:
+    first = columns([node(1, [busy(60), busy(61)])])
+    assert first.col("gpu_sm_active_ratio")[0].tolist() == [0.8, 0.8]
+    m = busy(62)
+    del m["gpu_sm_active_ratio"]
+    m["gpu_mem_temp_c"] = 70.0  # same count of metrics, a different set
+    b = columns([node(2, [busy(60), m])])
+    assert math.isnan(b.col("gpu_sm_active_ratio")[0, 1])
+    assert b.col("gpu_temp_c")[0].tolist() == [60.0, 62.0]
+
+
+def test_waves_put_each_nodes_frames_in_order() -> None:
+    frames = [node(t, [busy(60)], name=n) for t in (3, 1, 2) for n in ("a", "b")]
+    b = columns(frames)
+    assert len(b.waves) == 3
+    for k, rows in enumerate(b.waves):
+        assert sorted(b.frames[i].node for i in rows) == ["a", "b"]
+        assert {b.frames[i].ts for i in rows} == {k + 1}
+
+
+def test_gpu_table_gives_stable_slots_and_forgets_dropped_nodes() -> None:
+    t = GpuTable(v=0.0)
+    b = columns([node(1, [busy(60)] * 3, name="a"), node(1, [busy(60)] * 2, name="b")])
+    s = t.slots(b)
+    t["v"][s[s >= 0]] = 7.0
+    assert sorted(s[s >= 0].tolist()) == [0, 1, 2, 3, 4]
+    t.drop(["a"])
+    assert t["v"][s[0, :3]].tolist() == [0.0, 0.0, 0.0]        # reset for the next owner
+    again = t.slots(columns([node(2, [busy(60)] * 2, name="b")]))
+    assert again[0, :2].tolist() == s[1, :2].tolist()
+
+
+def test_peer_median_excludes_what_the_mask_excludes() -> None:
+    values = np.array([[1.0, 2.0, 3.0, 100.0]])
+    peers = np.ones((1, 4, 4), bool) & ~np.eye(4, dtype=bool)[None]
+    med, count = peer_median(values, peers)
+    assert med.tolist() == [[3.0, 3.0, 2.0, 2.0]] and count.tolist() == [[3, 3, 3, 3]]

@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+from fleetwatch.models.jobs import JobPeers
+from tests.models.helpers import busy, node, rules
+
+
+def test_a_gpu_idle_while_its_job_peers_work_is_stuck() -> None:
+    gpus = [busy(60)] * 7 + [busy(40, 90.0, gpu_util_pct=0.0, gpu_sm_active_ratio=0.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_stuck", 7)]
+    assert found[0].severity == "critical" and found[0].for_s == 60
+
+
+def test_a_straggler_by_activity_or_clocks_and_low_power_against_job_peers() -> None:
+    gpus = [busy(60)] * 5 + [busy(60, gpu_sm_active_ratio=0.4),
+                             busy(60, gpu_sm_clock_mhz=1200.0),
+                             busy(60, 150.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_straggler", 5), ("gpu_straggler", 6),
+                            ("gpu_power_low_vs_peers", 7)]
+
+
+def test_gpus_of_different_jobs_or_no_job_are_not_peers() -> None:
+    gpus = [busy(60)] * 4 + [busy(30, 60.0, gpu_util_pct=0.0, gpu_sm_active_ratio=0.0)] * 4
+    jobs = ["a"] * 4 + ["b"] * 4
+    assert JobPeers().update([node(0, gpus, jobs=jobs)]) == []
+    assert JobPeers().update([node(0, gpus, job=None)]) == []
+
+
+def test_a_hung_kernel_is_stuck_even_while_its_peers_wait() -> None:
+    waiting = {"gpu_util_pct": 0.0, "gpu_sm_active_ratio": 0.01}
+    gpus = [busy(40, 62.0, **waiting)] * 7 + [busy(45, 78.0, gpu_util_pct=100.0,
+                                                  gpu_sm_active_ratio=0.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_stuck", 7)] and "kernel resident" in found[0].message
+
+
+def test_a_power_limit_far_below_the_nodes_other_gpus() -> None:
+    gpus = [busy(60, gpu_power_limit_w=700.0)] * 7 + [busy(60, gpu_power_limit_w=230.0)]
+    found = JobPeers().update([node(0, gpus, job=None)])
+    assert rules(found) == [("gpu_power_limit_low", 7)]
+    assert found[0].evidence == {"power_limit_w": 230.0, "peer_power_limit_w": 700.0}

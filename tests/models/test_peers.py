@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.models.peers import ThermalPeers
+from tests.models.helpers import busy, node, rules
+
+STEP = 5.0
+
+
+def run(detector: ThermalPeers, temps_at, seconds: float, start: float = 0.0,
+        power_at=None) -> list:
+    """Feed one 8-GPU node every STEP seconds; temps_at(t) -> 8 temperatures."""
+    found = []
+    t = start
+    while t < start + seconds:
+        powers = power_at(t) if power_at else [400.0] * 8
+        found += detector.update([node(t, [busy(x, p) for x, p in zip(temps_at(t), powers)])])
+        t += STEP
+    return found
+
+
+def base(t: float) -> list[float]:
+    return [66.0, 65.0, 67.0, 66.0, 65.0, 66.0, 67.0, 66.0]
+
+
+def test_a_gpu_overheating_at_78_c_is_caught_well_under_the_fixed_limits() -> None:
+    d = ThermalPeers()
+    assert run(d, base, 900) == []
+    found = run(d, lambda t: [78.0] + base(t)[1:], 60, start=900)
+    assert found and {r for r, _ in rules(found)} <= {"gpu_hot_vs_peers",
+                                                      "gpu_hot_vs_peers_critical"}
+    assert {f.gpu for f in found} == {0}
+    f = found[0]
+    assert f.evidence["excess_c"] >= 10 and f.evidence["peers"] == 7
+    assert f.ts == 900                                         # on its first hot sample
+
+
+def test_a_sudden_cooling_loss_is_critical_with_no_for_duration() -> None:
+    d = ThermalPeers()
+    run(d, base, 900)
+    ramp = lambda t: [66.0 + 0.8 * (t - 900)] + base(t)[1:]    # noqa: E731
+    crit = [f for f in run(d, ramp, 40, start=900) if f.rule == "gpu_hot_vs_peers_critical"]
+    assert crit and crit[0].for_s == 0 and crit[0].ts <= 900 + 15
+
+
+def test_a_healthy_gpu_that_always_runs_warmer_is_learned_not_alarmed() -> None:
+    d = ThermalPeers()
+    warm = lambda t: [70.5] + base(t)[1:]                      # noqa: E731
+    assert run(d, warm, 4 * 3600) == []
+
+
+def test_job_load_swings_move_every_gpu_together_and_do_not_alarm() -> None:
+    d = ThermalPeers()
+    taus = [40.0, 45.0, 50.0, 42.0, 48.0, 44.0, 46.0, 41.0]   # each GPU its own thermal lag
+    temps = [35.0] * 8
+
+    def power(t: float) -> list[float]:
+        return [400.0 if int(t // 300) % 2 else 110.0] * 8   # compute- then comm-bound phases
+
+    def temp(t: float) -> list[float]:
+        p = power(t)[0]
+        for i in range(8):
+            target = 25.0 + 0.1 * p
+            temps[i] += (target - temps[i]) * (1 - 2.718 ** (-STEP / taus[i]))
+        return list(temps)
+
+    assert run(d, temp, 3 * 3600, power_at=power) == []
+
+
+def test_a_sensor_reading_far_below_peers_at_the_same_power_is_a_failing_sensor() -> None:
+    d = ThermalPeers()
+    run(d, base, 900)
+    found = run(d, lambda t: [40.0] + base(t)[1:], 20, start=900)
+    assert rules(found)[0] == ("gpu_temp_sensor_low", 0)
+    assert found[0].for_s == DetectorsConfig().sensor_for_s
+
+
+def test_an_idle_gpu_inside_a_busy_job_is_not_compared_with_the_busy_ones() -> None:
+    d = ThermalPeers()
+    power = lambda t: [60.0] + [400.0] * 7                     # noqa: E731
+    temps = lambda t: [35.0] + base(t)[1:]                     # noqa: E731
+    assert run(d, temps, 1800, power_at=power) == []
+
+
+def test_nothing_is_judged_before_warm_up_or_without_enough_peers() -> None:
+    d = ThermalPeers()
+    assert run(d, lambda t: [80.0] + base(t)[1:], 300) == []
+    lone = ThermalPeers()
+    found = []
+    for k in range(300):
+        found += lone.update([node(5.0 * k, [busy(66.0), busy(66.0), busy(85.0)])])
+    assert found == []                                         # 2 peers: fewer than min_peers
+
+
+def test_drop_forgets_the_learned_state() -> None:
+    d = ThermalPeers()
+    run(d, base, 900)
+    d.drop(["n1"])
+    assert run(d, lambda t: [80.0] + base(t)[1:], 300, start=900) == []  # warming up again
+
+
+def test_temperature_only_series_are_compared_among_themselves() -> None:
+    d = ThermalPeers()
+    found = []
+    for k in range(240):
+        temps = [66.0] * 7 + [66.0 if k < 200 else 80.0]
+        found += d.update([node(5.0 * k, [{"gpu_temp_c": x} for x in temps])])
+    assert {(f.rule, f.gpu) for f in found} <= {("gpu_hot_vs_peers", 7),
+                                                ("gpu_hot_vs_peers_critical", 7)}
+    assert found and found[0].ts == 1000.0

@@ -1,0 +1,90 @@
+from __future__ import annotations
+
+import pytest
+
+from fleetwatch.catalogue import THROTTLE_FLAGS
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.models.thermal import ThermalLimits, Throttle
+from tests.models.helpers import busy, node, rules
+
+
+def limits_at(temp: float, **metrics: float) -> list:
+    return ThermalLimits().update([node(0, [busy(temp, **metrics)])])
+
+
+def test_critical_at_the_gpus_own_slowdown_temperature_at_once() -> None:
+    found = limits_at(87.0, gpu_slowdown_temp_c=87.0, gpu_shutdown_temp_c=90.0)
+    assert rules(found) == [("gpu_temp_critical", 0), ("gpu_temp_high", 0)]
+    f = found[0]
+    assert f.severity == "critical" and f.for_s == 0
+    assert f.evidence == {"temp_c": 87.0, "slowdown_c": 87.0, "shutdown_c": 90.0}
+    assert "cooling" in f.action
+
+
+def test_limits_fall_back_to_the_model_family_then_to_config() -> None:
+    a100 = ThermalLimits().update([node(0, [busy(88.0)], model="NVIDIA A100-SXM4-80GB")])
+    assert rules(a100) == [("gpu_temp_high", 0)]               # A100 slows down at 89 °C
+    other = ThermalLimits(DetectorsConfig(fallback_slowdown_c=80.0)).update(
+        [node(0, [busy(81.0)], model="Some GPU")])
+    assert rules(other)[0] == ("gpu_temp_critical", 0)
+
+
+def test_high_is_a_warning_with_a_for_duration_and_has_hysteresis() -> None:
+    d = ThermalLimits()
+    lim = {"gpu_slowdown_temp_c": 90.0, "gpu_shutdown_temp_c": 92.0}
+    assert rules(d.update([node(0, [busy(85.0, **lim)])])) == []
+    hot = d.update([node(5, [busy(86.0, **lim)])])
+    assert rules(hot) == [("gpu_temp_high", 0)] and hot[0].for_s == 30.0
+    assert rules(d.update([node(10, [busy(85.0, **lim)])])) == [("gpu_temp_high", 0)]
+    assert rules(d.update([node(15, [busy(83.0, **lim)])])) == []
+
+
+def test_hbm_has_its_own_limit() -> None:
+    assert rules(limits_at(60.0, gpu_mem_temp_c=96.0)) == [("gpu_mem_temp_high", 0),
+                                                            ("gpu_mem_temp_critical", 0)]
+    assert rules(limits_at(60.0, gpu_mem_temp_c=91.0)) == [("gpu_mem_temp_high", 0)]
+    assert rules(limits_at(60.0, gpu_mem_temp_c=85.0)) == []
+
+
+@pytest.mark.parametrize("temp", [0.0, -5.0, 130.0])
+def test_an_impossible_reading_is_a_failing_sensor_not_a_hot_gpu(temp: float) -> None:
+    found = limits_at(temp, gpu_slowdown_temp_c=90.0, gpu_shutdown_temp_c=92.0)
+    assert rules(found) == [("gpu_temp_sensor_invalid", 0)]
+
+
+def test_rising_fast_toward_the_limit_warns_before_it_is_reached() -> None:
+    d = ThermalLimits()
+    lim = {"gpu_slowdown_temp_c": 90.0, "gpu_shutdown_temp_c": 92.0}
+    found = []
+    for k in range(12):                     # 1 °C a second from 70 °C, sampled every 2 s
+        found += d.update([node(2.0 * k, [busy(70.0 + 2.0 * k, **lim)])])
+    rising = [f for f in found if f.rule == "gpu_temp_rising"]
+    assert rising and rising[0].ts <= 22.0
+    assert rising[0].evidence["rise_c_per_min"] >= 20.0
+
+
+def test_a_job_start_warming_a_gpu_to_a_normal_temperature_does_not_rise_alarm() -> None:
+    d = ThermalLimits()
+    lim = {"gpu_slowdown_temp_c": 90.0, "gpu_shutdown_temp_c": 92.0}
+    temps = [30.0 + 40.0 * (1 - 2.718 ** (-t / 40.0)) for t in range(0, 300, 5)]
+    found = [f for k, t in enumerate(temps) for f in d.update([node(5.0 * k, [busy(t, **lim)])])]
+    assert found == []
+
+
+def test_power_above_the_enforced_limit() -> None:
+    found = limits_at(60.0, gpu_power_w=600.0, gpu_power_limit_w=500.0)
+    assert rules(found) == [("gpu_power_over_limit", 0)] and found[0].for_s == 60.0
+    assert limits_at(60.0, gpu_power_w=520.0, gpu_power_limit_w=500.0) == []
+
+
+def test_hardware_slowdowns_are_critical_and_sw_thermal_a_warning() -> None:
+    brake = THROTTLE_FLAGS["hw_power_brake_slowdown"]
+    sw = THROTTLE_FLAGS["sw_thermal_slowdown"]
+    cap = THROTTLE_FLAGS["sw_power_cap"]
+    found = Throttle().update([node(0, [busy(60.0, gpu_throttle_reasons=brake),
+                                        busy(60.0, gpu_throttle_reasons=sw),
+                                        busy(60.0, gpu_throttle_reasons=cap),
+                                        busy(60.0)])])
+    assert rules(found) == [("gpu_hw_slowdown", 0), ("gpu_sw_thermal_slowdown", 1)]
+    assert found[0].severity == "critical" and found[0].for_s == 10.0   # not a one-sample blip
+    assert "power" in found[0].action and "hw_power_brake_slowdown" in found[0].message
