@@ -79,7 +79,7 @@ def window_features(minutes: np.ndarray) -> np.ndarray:
 # Each feature's smallest meaningful spread (its unit's noise), so that a feature
 # that never moved in training (an error counter, a locked clock) does not turn
 # the first tiny change into an infinite score.
-_FLOORS = np.array([0.5, 0.2, 0.05, 5.0, 2.0, 0.02, 0.01, 15.0, 0.5, 5.0, 0.5])
+_FLOORS = np.array([2.0, 0.5, 0.1, 10.0, 5.0, 0.05, 0.03, 50.0, 2.0, 15.0, 0.5])
 
 
 @dataclass

@@ -149,7 +149,7 @@ def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
     anomaly = FleetAnomaly(models.anomaly)
     sim = FleetSim(PARAMS, START + DAY)
     findings: list = []
-    for _ in range(int(6 * 3600 / PARAMS.interval_s)):
+    for _ in range(int(12 * 3600 / PARAMS.interval_s)):
         sim.step()
         frames = sim.frames()
         bent = []
