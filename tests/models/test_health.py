@@ -38,9 +38,9 @@ def test_xid_table_errors_name_the_line(rows: str, message: str) -> None:
         parse(HEADER + rows)
 
 
-def test_real_kernel_log_xids_are_in_the_table(shared_data: Path) -> None:
+def test_real_kernel_log_xids_are_in_the_table(real_data: Path) -> None:
     codes = set()
-    for log in (shared_data / "failure_logs").glob("*.log"):
+    for log in (real_data / "failure_logs").glob("*.log"):
         codes |= {int(m) for m in re.findall(r"NVRM: Xid \([^)]*\): (\d+)", log.read_text())}
     assert codes >= {13, 43, 119}
     assert {describe(c).severity for c in (13, 43)} == {"info"}
