@@ -138,6 +138,7 @@ class System:
         self.stop_event = threading.Event()        # the agent, the status line
         self.processor_stop = threading.Event()    # the processor, once it has drained the bus
         self._threads: list[threading.Thread] = []
+        self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
 
     def start(self) -> System:
         self._threads = [
@@ -152,8 +153,17 @@ class System:
         return self
 
     def pending(self) -> bool:
-        """True while an alert waits out its for-duration (the simulated clock then holds)."""
-        return any(a.state == "pending" for a in self.processor.alerts.open)
+        """True while an alert that went pending lately waits out its for-duration (the
+        simulated clock then slows): each pending alert slows it for at most two refreshes
+        of the page, so that it is seen once, and the catch-up then goes on at full speed
+        even while warnings with long for-durations stay pending."""
+        now = time.monotonic()
+        seen = self._pending_since
+        ids = {a.id for a in self.processor.alerts.open if a.state == "pending"}
+        for gone in set(seen) - ids:
+            del seen[gone]
+        window = 2 * self.config.dashboard.refresh_s
+        return any(now - seen.setdefault(i, now) < window for i in ids)
 
     def status(self) -> str:
         """One line for the terminal: how far along, what is stored, what is alerting."""

@@ -156,14 +156,16 @@ class ThermalLimits:
             if crit[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_critical", tc,
-                    f"{where} at {tc:.0f} °C, at its slowdown temperature {sl:.0f} °C "
+                    f"{where} at {tc:.0f} °C, at or above its slowdown temperature {sl:.0f} °C "
                     f"(shutdown {sh:.0f} °C)", "critical", 0.0, lim,
                     COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_high", tc,
-                    f"{where} at {tc:.0f} °C, within {sl - tc:.0f} °C of its slowdown "
-                    f"temperature {sl:.0f} °C", "warning", c.high_for_s, lim, COOLING))
+                    f"{where} at {tc:.0f} °C, "
+                    + (f"{sl - tc:.0f} °C below" if tc < sl else "at or above")
+                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s, lim,
+                    COOLING))
             for rule, mask, severity, for_s in (
                     ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
                     ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):

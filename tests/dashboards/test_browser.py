@@ -202,7 +202,7 @@ def test_hostile_node_names_are_shown_as_written_and_link_right(dash_duo, tmp_pa
     store = SqliteStore(tmp_path / "hostile.db")
     names = {"node-000": HOSTILE, "node-001": SLASHED}
     sim = FleetSim(SimParams(nodes=2, gpus=2, interval_s=15.0, job_mean_s=1e9, idle_mean_s=1,
-                             busy_at_start=1.0),
+                             busy_at_start=1.0, steady_load=True),
                    start_ts=time.time() - 120 * 15,
                    faults=[parse_fault("cooling:node-001/1@1m+40m")])
     processor = Processor(store, [GpuTemperatureLimit(85, for_s=60)])

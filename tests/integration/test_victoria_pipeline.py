@@ -26,7 +26,9 @@ pytestmark = pytest.mark.kafka
 
 
 def count_samples(address: str, cluster: str) -> int:
-    query = f'sum(count_over_time({{cluster="{cluster}"}}[3h]))'
+    """Metric samples of ``cluster`` (not the processor's own records: events, energy)."""
+    query = (f'sum(count_over_time({{cluster="{cluster}",'
+             f'__name__!~"fleetwatch_.*"}}[3h]))')
     url = f"http://{address}/api/v1/query?" + urllib.parse.urlencode({"query": query})
     with urllib.request.urlopen(url, timeout=10) as r:
         result = json.load(r)["data"]["result"]
