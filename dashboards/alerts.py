@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import components, timerange
 from fleetwatch.dashboards.data import read_alerts
@@ -64,6 +64,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                 None, components.updated_stamp(now), timerange.label(rng))
 
     @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("alerts-range", "value"), prevent_initial_call=True)
-    def link(rng: str) -> str:
+                  Input("alerts-range", "value"), State("url", "search"),
+                  prevent_initial_call=True)
+    def link(rng: str, search: str | None) -> str:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
         return timerange.Query(rng).search()

@@ -102,6 +102,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output("fleet-alerts-link", "href"),
-                  Input("fleet-range", "value"), prevent_initial_call=True)
-    def link(rng: str) -> tuple[str, str]:
+                  Input("fleet-range", "value"), State("url", "search"),
+                  prevent_initial_call=True)
+    def link(rng: str, search: str | None) -> tuple[str, str]:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
         return timerange.Query(rng).search(), alerts_href(rng)

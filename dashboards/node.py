@@ -115,6 +115,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Input("node-range", "value"), State("node-gpu", "data"),
-                  prevent_initial_call=True)
-    def link(rng: str, gpu: int | None) -> str:
+                  State("url", "search"), prevent_initial_call=True)
+    def link(rng: str, gpu: int | None, search: str | None) -> str:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
         return timerange.page_search(rng, gpu)

@@ -45,6 +45,14 @@ def page_search(rng: str, gpu: int | None = None) -> str:
     return "?" + urlencode(params)
 
 
+def new_search(search: str | None, default: str, rng: str) -> bool:
+    """Whether range ``rng`` differs from what the address ``search`` already says.
+
+    A page's picker callback also runs when the page is drawn: without this, every
+    page opened would rewrite its own address (and add a step to the history)."""
+    return parse(search, default).range != rng
+
+
 def label(key: str) -> str:
     """``key`` as a caption says it: "last 6 h", "this month"."""
     for k, text, seconds in RANGES:

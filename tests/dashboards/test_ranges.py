@@ -184,3 +184,16 @@ def test_fleet_deep_link_keeps_its_range_for_the_pages_it_opens(dash_duo,
     until(lambda: _checked(dash_duo, "node-range") == "7d", timeout=10)
     until(lambda: 7 * 24 <= _span_h(dash_duo) < 7 * 24 + 0.1, timeout=10)
     assert dash_duo.get_logs() == []
+
+
+def test_links_carry_a_picked_range_and_opening_a_page_keeps_its_address() -> None:
+    from fleetwatch.dashboards import components, timerange
+
+    assert components.node_href("a/b", 3, "7d") == "/node/a%2Fb?range=7d&gpu=3"
+    assert components.node_href("node-001", 3) == "/node/node-001?gpu=3"
+    assert timerange.page_search("6h", 2) == "?range=6h&gpu=2"
+    assert timerange.label("6h") == "last 6 h" and timerange.label("month") == "this month"
+    # Drawing a page sets its picker: no rewrite when the address already says it.
+    assert not timerange.new_search("?gpu=3", "1h", "1h")
+    assert not timerange.new_search("?range=6h&gpu=3", "1h", "6h")
+    assert timerange.new_search("?gpu=3", "1h", "6h")
