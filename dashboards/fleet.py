@@ -43,7 +43,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
             html.H1("Fleet"),
             html.Div(className="range-with-note", title=RANGE_NOTE, children=[
                 timerange.picker("fleet", q.range),
-                html.Span("range: for the pages opened from here ⓘ", id="fleet-range-note",
+                html.Span("range: for the node and alert pages opened from here",
+                          id="fleet-range-note",
                           className="panel-hint")]),
             html.Div(id="fleet-updated", className="updated")]),
         html.Div(id="fleet-notice"),
