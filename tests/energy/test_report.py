@@ -94,7 +94,7 @@ def test_a_simulated_fleet_matches_the_simulators_ground_truth(tmp_path, with_co
         for _ in range(240):
             sim.step()
             if first is None:
-                first = sim.energy.sum()  # energy at the first sample: integration starts here
+                first = sim.energy_j.sum()  # energy at the first sample: integration starts here
             batch = sim.frames()
             if not with_counter:
                 for f in batch:
@@ -102,7 +102,7 @@ def test_a_simulated_fleet_matches_the_simulators_ground_truth(tmp_path, with_co
                         del g.metrics["gpu_energy_j"]
             frames.extend(batch)
         processor.process(frames)
-    truth = sim.energy.sum() - first
+    truth = sim.energy_j.sum() - first
     ledger = sum(r.energy_j for r in store.energy(*MAY) if r.device.startswith("gpu"))
     tolerance = 1e-4 if with_counter else 1e-2
     assert ledger == pytest.approx(truth, rel=tolerance)
