@@ -20,7 +20,15 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import alerts, components, energy, fleet, node, utilization
+from fleetwatch.dashboards import (
+    alerts,
+    components,
+    energy,
+    fleet,
+    node,
+    timerange,
+    utilization,
+)
 from fleetwatch.pipeline.store.base import Store
 
 _INDEX = """<!DOCTYPE html>
@@ -40,12 +48,13 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None,
     if path.rstrip("/") == utilization.PATH:
         return utilization.layout(refresh_s, search)
     if path in (fleet.PATH, ""):
-        return fleet.layout(refresh_s)
+        return fleet.layout(refresh_s, search)
     if path.rstrip("/") == alerts.PATH:
-        return alerts.layout(refresh_s)
+        return alerts.layout(refresh_s, search)
     if path.startswith(node.PREFIX) and len(path) > len(node.PREFIX):
         return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s,
-                           node.focus_of(search))
+                           node.focus_of(search),
+                           timerange.parse(search, node.DEFAULT_RANGE).range)
     return html.Div(className="page", children=[
         html.H1("Not found"),
         html.P([f"No page at {path}. ", dcc.Link("Back to the fleet", href="/")]),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from dash import dcc, html
 
@@ -63,10 +63,12 @@ def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = ""
     ])
 
 
-def node_href(node: str, gpu: int | None = None) -> str:
+def node_href(node: str, gpu: int | None = None, rng: str | None = None) -> str:
     """The node page's address; the name quoted whole (a ``/``, ``?`` or ``#`` in it
-    stays part of the name), ``gpu`` the GPU to bring forward."""
-    return f"/node/{quote(node, safe='')}" + (f"?gpu={gpu}" if gpu is not None else "")
+    stays part of the name), ``gpu`` the GPU to bring forward, ``rng`` the time range
+    (a key of ``timerange.RANGES``; None: the node page's default)."""
+    params = ([("range", rng)] if rng else []) + ([("gpu", str(gpu))] if gpu is not None else [])
+    return f"/node/{quote(node, safe='')}" + ("?" + urlencode(params) if params else "")
 
 
 def no_data_text(view: FleetView, now_s: float) -> str:
@@ -125,8 +127,9 @@ def _device(a: Alert) -> str:
 
 
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
-                empty: str = "No active alerts", link_nodes: bool = True) -> html.Div:
-    """Alerts as a table; a node's name links to its page."""
+                empty: str = "No active alerts", link_nodes: bool = True,
+                rng: str | None = None) -> html.Div:
+    """Alerts as a table; a node's name links to its page (over time range ``rng``)."""
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     head = html.Tr([html.Th(h) for h in
@@ -134,7 +137,7 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
     rows = []
     for a in alerts:
         since = a.resolved_ts if a.state == "resolved" and a.resolved_ts else a.started_ts
-        href = node_href(a.node, gpu_index(a.device))
+        href = node_href(a.node, gpu_index(a.device), rng)
         cells = [
             (html.Span(a.state, className=f"badge badge-{a.state}"), "state"),
             (a.severity, f"sev sev-{a.severity}"),

@@ -130,16 +130,18 @@ def read_fleet(store: Store, now_s: float) -> FleetView:
     return FleetView(cells, sort_alerts(store.alerts(ACTIVE_STATES)), last_ms)
 
 
-def read_alerts(store: Store, now_s: float) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
-    """(active, resolved in the last day), each sorted for display."""
-    resolved = store.alerts(("resolved",), since_ts=now_s - RESOLVED_WINDOW_S)
+def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S
+                ) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
+    """(active, resolved in the last ``window_s``), each sorted for display."""
+    resolved = store.alerts(("resolved",), since_ts=now_s - window_s)
     return sort_alerts(store.alerts(ACTIVE_STATES)), sort_alerts(resolved)
 
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,
               temp_limit_c: float | None = None) -> NodeView:
     """The node's last ``window_s``; ``temp_limit_c`` (the alert threshold) and the
-    newest power limit its GPUs report become limit lines."""
+    newest power limit its GPUs report become limit lines. Its alerts: active, and
+    resolved in the last day or ``window_s`` if longer."""
     start_s, end_s = now_s - window_s, now_s + FUTURE_SLACK_S
     start_ms, end_ms = int(start_s * 1000), int(end_s * 1000)
     rack = None
@@ -152,7 +154,7 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
             newest_ms = max(newest_ms, points[-1][1])
         series[metric] = node_series(points)
     annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
-    active, resolved = read_alerts(store, now_s)
+    active, resolved = read_alerts(store, now_s, max(window_s, RESOLVED_WINDOW_S))
     alerts = tuple(a for a in active + resolved if a.node == node)
     limits = {TEMP: temp_limit_c} if temp_limit_c is not None else {}
     power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node)

@@ -1,4 +1,8 @@
-"""The fleet page (``/``): a temperature heatmap, the summary strip, active alerts."""
+"""The fleet page (``/?range=6h``): a temperature heatmap, the summary strip, active alerts.
+
+The heatmap and the summary are the fleet now, whatever the range: the range is
+the window of the node and alert pages opened from here (a heatmap row, an alert,
+"all alerts"), so a link keeps the span the user chose."""
 
 from __future__ import annotations
 
@@ -6,22 +10,43 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import components, figures
+from fleetwatch.dashboards import alerts, components, figures, timerange
 from fleetwatch.dashboards.data import read_fleet
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
+DEFAULT_RANGE = "1h"
+RANGE_NOTE = ("The heatmap and the summary show the fleet now. The range is the window "
+              "of the node and alert pages opened from here: a heatmap row, an alert, "
+              "all alerts.")
 
 
-def layout(refresh_s: float) -> html.Div:
+def _carry(rng: str | None) -> str | None:
+    """A range the user picked goes with them; the default leaves each page its own."""
+    return rng if rng and rng != DEFAULT_RANGE else None
+
+
+def alerts_href(rng: str | None) -> str:
+    carry = _carry(rng)
+    return alerts.PATH + (timerange.Query(carry).search() if carry else "")
+
+
+def layout(refresh_s: float, search: str | None = None) -> html.Div:
+    q = timerange.parse(search, DEFAULT_RANGE)
     # Each page carries its own Interval: it is created with the page, so the
     # page's callback runs at once on arrival instead of waiting a tick.
     return html.Div(className="page", children=[
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
         html.Div(className="page-head", children=[
-            html.H1("Fleet"), html.Div(id="fleet-updated", className="updated")]),
+            html.H1("Fleet"),
+            html.Div(className="range-with-note", title=RANGE_NOTE, children=[
+                timerange.picker("fleet", q.range),
+                html.Span("range: for the node and alert pages opened from here",
+                          id="fleet-range-note",
+                          className="panel-hint")]),
+            html.Div(id="fleet-updated", className="updated")]),
         html.Div(id="fleet-notice"),
         html.Div(id="fleet-summary", className="summary"),
         html.Section(className="panel", children=[
@@ -35,7 +60,8 @@ def layout(refresh_s: float) -> html.Div:
         ]),
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
-                html.H2("Active alerts"), dcc.Link("all alerts →", href="/alerts",
+                html.H2("Active alerts"), dcc.Link("all alerts →", href=alerts_href(q.range),
+                                                   id="fleet-alerts-link",
                                                    className="panel-hint")]),
             html.Div(id="fleet-alerts"),
         ]),
@@ -46,8 +72,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
-        Output("fleet-updated", "children"), Input("fleet-tick", "n_intervals"))
-    def refresh(_n: int | None) -> tuple[Any, ...]:
+        Output("fleet-updated", "children"), Input("fleet-tick", "n_intervals"),
+        Input("fleet-range", "value"))
+    def refresh(_n: int | None, rng: str | None) -> tuple[Any, ...]:
         now = clock()
         try:
             view = read_fleet(store, now)
@@ -63,13 +90,22 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             text = components.no_data_text(view, now)
             fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
         return (components.summary(view, now), fig,
-                components.alert_table(view.alerts, now, "active-alerts"),
+                components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng)),
                 notice, components.updated_stamp(now))
 
-    @app.callback(Output("url", "pathname"), Input("fleet-heatmap", "clickData"),
-                  prevent_initial_call=True)
-    def open_node(click: dict[str, Any] | None) -> str:
+    @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
+                  State("fleet-range", "value"), prevent_initial_call=True)
+    def open_node(click: dict[str, Any] | None, rng: str | None) -> str:
         points = (click or {}).get("points") or []
         if not points or not points[0].get("y"):
             raise dash.exceptions.PreventUpdate
-        return components.node_href(figures.node_from_label(points[0]["y"]))
+        return components.node_href(figures.node_from_label(points[0]["y"]), rng=_carry(rng))
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Output("fleet-alerts-link", "href"),
+                  Input("fleet-range", "value"), State("url", "search"),
+                  prevent_initial_call=True)
+    def link(rng: str, search: str | None) -> tuple[str, str]:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
+        return timerange.Query(rng).search(), alerts_href(rng)

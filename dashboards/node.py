@@ -1,4 +1,5 @@
-"""The node page (``/node/<name>``): the last hour of each GPU, faults and alerts."""
+"""The node page (``/node/<name>?range=6h&gpu=3``): each GPU over the range (the last
+hour by default), faults and alerts; ``gpu`` brings one GPU forward."""
 
 from __future__ import annotations
 
@@ -7,14 +8,15 @@ from typing import Any
 from urllib.parse import parse_qs
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import components, figures
-from fleetwatch.dashboards.data import POWER, TEMP, UTIL, read_node
+from fleetwatch.dashboards import components, figures, timerange
+from fleetwatch.dashboards.data import POWER, RESOLVED_WINDOW_S, TEMP, UTIL, read_node
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PREFIX = "/node/"
+DEFAULT_RANGE = "1h"
 # (metric, panel title): the title is short screen text, the unit and the
 # longer description come from the catalogue.
 PANELS: tuple[tuple[str, str], ...] = ((TEMP, "Temperature"), (POWER, "Power"),
@@ -25,13 +27,23 @@ def graph_id(metric: str) -> str:
     return f"node-graph-{metric}"
 
 
-def layout(node: str, refresh_s: float, gpu: int | None = None) -> html.Div:
-    """The page of ``node``; ``gpu`` (from an alert row's ``?gpu=N``) is brought forward."""
+def hint_id(metric: str) -> str:
+    return f"node-hint-{metric}"
+
+
+def _hint(metric: str, rng: str) -> str:
+    return f"{figures.unit(metric)} · {timerange.label(rng)} · UTC"
+
+
+def layout(node: str, refresh_s: float, gpu: int | None = None,
+           rng: str = DEFAULT_RANGE) -> html.Div:
+    """The page of ``node`` over range ``rng``; ``gpu`` (from an alert row's ``?gpu=N``)
+    is brought forward."""
     panels = [
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
                 html.H2(title, title=catalogue()[metric].help),
-                html.Span(f"{figures.unit(metric)} · last hour · UTC", className="panel-hint")]),
+                html.Span(_hint(metric, rng), id=hint_id(metric), className="panel-hint")]),
             dcc.Graph(id=graph_id(metric), figure=figures.empty_figure("Loading…", 220),
                       config={"displayModeBar": False}),
         ]) for metric, title in PANELS]
@@ -43,6 +55,7 @@ def layout(node: str, refresh_s: float, gpu: int | None = None) -> html.Div:
             html.H1([html.Span(id="node-title", children=node),
                      html.Span(f"GPU {gpu}" if gpu is not None else "", id="node-focus",
                                className="focus")]),
+            timerange.picker("node", rng),
             html.Div(id="node-updated", className="updated")]),
         dcc.Link("← fleet", href="/", className="back-link"),
         html.Div(id="node-notice"),
@@ -66,28 +79,44 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
+    outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
     @app.callback(*outputs, Input("node-tick", "n_intervals"), Input("node-name", "data"),
-                  Input("node-gpu", "data"))
-    def refresh(_n: int | None, node: str, gpu: int | None) -> tuple[Any, ...]:
+                  Input("node-gpu", "data"), Input("node-range", "value"))
+    def refresh(_n: int | None, node: str, gpu: int | None, rng: str | None
+                ) -> tuple[Any, ...]:
         now = clock()
+        rng = rng or DEFAULT_RANGE
+        start, _ = timerange.window(rng, now)
         try:
-            view = read_node(store, node, now, temp_limit_c=temp_limit_c)
+            view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     *[dash.no_update] * (len(outputs) - 2))
         has_data = any(view.series.values())
         title = f"{node}  ·  {view.rack}" if view.rack else node
         notice = None if has_data else components.notice(
-            f"No data from {node} in the last hour", "node-empty")
+            f"No data from {node} in the {timerange.label(rng)}", "node-empty")
         figs = []
         for i, (metric, label) in enumerate(PANELS):
             fig = figures.node_metric_figure(metric, label, view.series.get(metric, {}),
                                              view.start_ms, view.end_ms, view.annotations,
                                              view.alerts, primary=i == 0,
                                              limit=view.limits.get(metric), focus=gpu)
-            fig.update_layout(uirevision=node)  # keep the user's zoom across refreshes
+            # Keep the user's zoom across refreshes; a new range starts clean.
+            fig.update_layout(uirevision=f"{node}:{rng}")
             figs.append(fig)
-        table = components.alert_table(view.alerts, now, "node-alert-table",
-                                       empty="No alerts on this node in the last day")
-        return (title, notice, table, components.updated_stamp(now), *figs)
+        alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
+        table = components.alert_table(
+            view.alerts, now, "node-alert-table", rng=rng,
+            empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
+        return (title, notice, table, components.updated_stamp(now), *figs,
+                *[_hint(metric, rng) for metric, _ in PANELS])
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Input("node-range", "value"), State("node-gpu", "data"),
+                  State("url", "search"), prevent_initial_call=True)
+    def link(rng: str, gpu: int | None, search: str | None) -> str:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
+        return timerange.page_search(rng, gpu)

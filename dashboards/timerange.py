@@ -39,6 +39,28 @@ class Query:
         return "?" + urlencode(params)
 
 
+def page_search(rng: str, gpu: int | None = None) -> str:
+    """The query of a page whose node is in its path: ``/node/NAME?range=6h&gpu=3``."""
+    params = {"range": rng} | ({"gpu": str(gpu)} if gpu is not None else {})
+    return "?" + urlencode(params)
+
+
+def new_search(search: str | None, default: str, rng: str) -> bool:
+    """Whether range ``rng`` differs from what the address ``search`` already says.
+
+    A page's picker callback also runs when the page is drawn: without this, every
+    page opened would rewrite its own address (and add a step to the history)."""
+    return parse(search, default).range != rng
+
+
+def label(key: str) -> str:
+    """``key`` as a caption says it: "last 6 h", "this month"."""
+    for k, text, seconds in RANGES:
+        if k == key:
+            return f"last {text}" if seconds else text.lower()
+    return key
+
+
 def parse(search: str | None, default: str) -> Query:
     q = parse_qs((search or "").lstrip("?"))
     rng = (q.get("range") or [default])[0]
