@@ -119,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="how far in the past the simulation starts, 0 to 7d (default 15m)")
     up.add_argument("--host", help="dashboard address (default 127.0.0.1)")
     up.add_argument("--port", type=int, help="dashboard port (default 8050)")
+    up.add_argument("--phases", action="store_true",
+                    help="simulated jobs move through compute, communication, input, "
+                    "checkpoint and evaluation phases (default: compute-bound throughout, so "
+                    "the injected fault shows at once)")
     up.add_argument("--keep", action="store_true",
                     help="continue the simulated store from its newest sample (without it, "
                     "the store must be new: fleetwatch never deletes one)")
@@ -322,7 +326,7 @@ def _up_options(config: Config, args: argparse.Namespace):  # -> UpOptions
                       backfill_s=args.backfill)
     faults = _faults(config, args, default_start_s=120.0, default_duration_s=6 * 3600.0)
     return dataclasses.replace(checked, simulate=args.simulate, faults=tuple(faults),
-                               keep=args.keep, store=args.store)
+                               keep=args.keep, store=args.store, steady_load=not args.phases)
 
 
 def open_dashboard_store(config: Config):
