@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,36 +48,48 @@ def read_day(store: Store, start_ms: int, end_ms: int) -> Day:
     span the store returns (a minute is whole: all its samples, as the store rolled it up)."""
     first = -(-start_ms // MINUTE_MS) * MINUTE_MS
     minutes = np.arange(first, end_ms, MINUTE_MS, dtype=np.int64)
-    # Ask for more than RAW_SPAN_MS so that every backend answers with its minute means.
-    q_start = min(first, end_ms - RAW_SPAN_MS - MINUTE_MS)
+    names = (*GPU_METRICS, "host_inlet_temp_c")
+    bulk = getattr(store, "minute_means", None)
+    if bulk is not None:  # one pass over the rollups (the SQLite store)
+        series = bulk(names, first, end_ms)
+    else:
+        # Ask for more than RAW_SPAN_MS so that every backend answers with its minute means.
+        q_start = min(first, end_ms - RAW_SPAN_MS - MINUTE_MS)
+        series = {m: _by_series(store.range(m, q_start, end_ms)) for m in names}
     index: dict[tuple[str, str, str, int], int] = {}
-    raw: dict[str, list[tuple[int, int, float]]] = {}
-    for metric in (*GPU_METRICS, "host_inlet_temp_c"):
-        rows = raw.setdefault(metric, [])
-        for key, ts, value in store.range(metric, q_start, end_ms):
-            if ts < first:
-                continue
+    cells: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {m: [] for m in names}
+    inlets: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for metric in names:
+        for key, ts, values in series.get(metric, []):
+            keep = ts >= first
+            m = (ts[keep] - first) // MINUTE_MS
             if metric == "host_inlet_temp_c":
-                rows.append((hash((key.cluster, key.node)), (ts - first) // MINUTE_MS, value))
+                inlets.setdefault((key.cluster, key.node), []).append((m, values[keep]))
                 continue
             gpu = gpu_index(key.device)
             if gpu is None:
                 continue
-            ident = (key.cluster, key.rack, key.node, gpu)
-            i = index.setdefault(ident, len(index))
-            rows.append((i, (ts - first) // MINUTE_MS, value))
+            i = index.setdefault((key.cluster, key.rack, key.node, gpu), len(index))
+            cells[metric].append((i, m, values[keep]))
     day = Day(list(index), minutes)
     shape = (len(index), len(minutes))
     for metric in GPU_METRICS:
-        day.values[metric] = _grid(raw[metric], shape)
-    node_row = {hash((c, n)): i for i, (c, _, n, _) in enumerate(day.gpus)}
-    inlet = np.full(shape, math.nan)
-    by_node = _grid([(node_row[h], m, v) for h, m, v in raw["host_inlet_temp_c"]
-                     if h in node_row], shape)
-    for i, (c, _, n, _) in enumerate(day.gpus):
-        inlet[i] = by_node[node_row[hash((c, n))]]
-    day.inlet = inlet
+        day.values[metric] = _grid(cells[metric], shape)
+    day.inlet = _grid([(i, m, v) for i, (c, _, n, _) in enumerate(day.gpus)
+                       for m, v in inlets.get((c, n), [])], shape)
     return ordered(day)
+
+
+def _by_series(points: Iterable[tuple[Any, int, float]]
+               ) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """A store's (key, ts, value) points as (key, timestamps, values) per series."""
+    grouped: dict[Any, tuple[list[int], list[float]]] = {}
+    for key, ts, value in points:
+        t, v = grouped.setdefault(key, ([], []))
+        t.append(ts)
+        v.append(value)
+    return [(k, np.asarray(t, dtype=np.int64), np.asarray(v, dtype=float))
+            for k, (t, v) in grouped.items()]
 
 
 def ordered(day: Day) -> Day:
@@ -89,15 +101,18 @@ def ordered(day: Day) -> Day:
                None if day.inlet is None else day.inlet[order])
 
 
-def _grid(rows: Sequence[tuple[int, int, float]], shape: tuple[int, int]) -> np.ndarray:
-    """Mean of the values that fall in each (row, minute) cell; NaN where none."""
+def _grid(cells: Sequence[tuple[int, np.ndarray, np.ndarray]], shape: tuple[int, int]
+          ) -> np.ndarray:
+    """Mean of the values that fall in each (row, minute) cell; NaN where none. ``cells``:
+    (row, minute indices, values) per series."""
     total = np.zeros(shape)
     count = np.zeros(shape)
-    if rows:
-        a = np.asarray(rows, dtype=float)
-        r, m = a[:, 0].astype(int), a[:, 1].astype(int)
-        ok = (m >= 0) & (m < shape[1]) & (r < shape[0])
-        np.add.at(total, (r[ok], m[ok]), a[ok, 2])
+    if cells:
+        r = np.concatenate([np.full(len(m), i) for i, m, _ in cells]).astype(int)
+        m = np.concatenate([m for _, m, _ in cells]).astype(int)
+        v = np.concatenate([v for _, _, v in cells])
+        ok = (m >= 0) & (m < shape[1]) & (r < shape[0]) & ~np.isnan(v)
+        np.add.at(total, (r[ok], m[ok]), v[ok])
         np.add.at(count, (r[ok], m[ok]), 1)
     with np.errstate(invalid="ignore"):
         return _settled(np.where(count > 0, total / np.maximum(count, 1), math.nan))
