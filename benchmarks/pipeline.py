@@ -135,12 +135,37 @@ class TimedConsumer:
         return getattr(self.inner, name)
 
 
+def trained_models(cluster: str) -> str:
+    """A model directory with a model trained on two hours of the simulated fleet
+    (the same nodes, another history), as ``fleetwatch train`` would write it."""
+    from fleetwatch.collectors.sim import FleetSim, SimParams
+    from fleetwatch.train import FrameDays, train_frames
+
+    start = time.time() - 10 * 3600
+    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=15.0, cluster=cluster,
+                             jobs_seed=1), start)
+    history = FrameDays(start, start + 7200)
+    for _ in range(480):
+        sim.step()
+        history.add(sim.frames())
+    out = tempfile.mkdtemp(prefix="fleetwatch-bench-models-")
+    train_frames(history, start, start + 7200, out)
+    return out
+
+
 def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
-                  group: str) -> tuple[float, float, Processor]:
+                  group: str, models_dir: str | None = None) -> tuple[float, float, Processor]:
     """Seconds from the first message to the last frame stored, and the steady-state
-    frames/s from the first stored batch on (as ``run_workers`` measures)."""
+    frames/s from the first stored batch on (as ``run_workers`` measures). With
+    ``models_dir``: the learned detectors too, over the model file there."""
     store = VictoriaMetricsStore(url)
-    proc = Processor(store, detectors(DetectorsConfig()))
+    extra = []
+    if models_dir is not None:
+        from fleetwatch.config import ModelsConfig
+        from fleetwatch.wiring import learned_detectors
+
+        extra = learned_detectors(dataclasses.replace(ModelsConfig(), dir=models_dir))
+    proc = Processor(store, [*detectors(DetectorsConfig()), *extra])
     consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
     stop = threading.Event()
     thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
@@ -282,6 +307,14 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
         f"points in {secs:.2f}s = {single:,.0f} GPU samples/s ({proc.stats.points / secs:,.0f} "
         f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
     processor, how = single, "one process"
+    # The same, one process, with the learned detectors and a trained model loaded.
+    settle(url, f"[{shape}] the processor with the learned models", say)
+    secs, _, proc = run_processor(bootstrap, topic, url, n, f"processor-models-{shape}",
+                                  args.models_dir)
+    received = check_received(url, received, points, f"[{shape}] processor with models", say)
+    with_models = samples / secs
+    say(f"[{shape}] processor with the learned models, one process: {with_models:,.0f} GPU "
+        f"samples/s = {with_models / single:.0%} of the rules alone (target >= 80%)")
     multi = multi_steady = None
     if args.workers > 1:
         settle(url, f"[{shape}] the processor's workers", say)
@@ -317,6 +350,8 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
         "processor_points_per_s": round(processor * points / samples),
         "processor_mode": how,
         "processor_one_process_samples_per_s": round(single),
+        "processor_with_models_samples_per_s": round(with_models),
+        "models_over_rules_one_process": round(with_models / single, 3),
         "processor_one_process_steady_samples_per_s": round(single_steady),
         "processor_workers_samples_per_s": round(multi) if multi is not None else None,
         "processor_workers_steady_samples_per_s":
@@ -376,6 +411,8 @@ def main() -> int:
         say(f"broker {broker.address}, VictoriaMetrics {vm.address}; cpus {args.cpus}: servers "
             f"on {sorted(server_cpus)}, processor on {sorted(processor_cpus)}")
         figures: dict[str, dict[str, object]] = {}
+        args.models_dir = trained_models("bench-sim")
+        say(f"learned models trained on 2 h of the simulated fleet: {args.models_dir}")
         for k, shape in enumerate(args.shapes):
             make = make_frames if shape == "sim" else make_agent_frames
             # Each shape in its own cluster and hour, so that no row overwrites another's.

@@ -515,7 +515,11 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
             print(f"evaluate: {run} run {done:6.1%} ({time.monotonic() - started:5.0f} s)",
                   file=sys.stderr, flush=True)
 
-    result = evaluate(options, sets, progress, args.workers)
+    try:
+        result = evaluate(options, sets, progress, args.workers)
+    except ValueError as exc:  # e.g. the fault schedule does not fit the fleet
+        print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print(table(result), file=sys.stderr if args.json else sys.stdout)
     if args.json:
         print(json.dumps(result, sort_keys=True))

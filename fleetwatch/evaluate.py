@@ -13,13 +13,31 @@ The simulator's fault schedule and ground-truth fields are read defensively,
 so this runs on a simulator with one fault kind as well as on one with many:
 ``random_schedule`` when the simulator has one, else a schedule built here
 from the kinds ``Fault`` accepts.
+
+With ``--models`` a second column runs the rules plus the learned detectors
+(thermal health, fleet anomaly, lemon nodes), over a model trained here first,
+as in real life: on a healthy history that *precedes* the evaluated day
+(``train_hours``, default 24 h, ending where the evaluated runs start). That
+history is the same fleet, the same GPUs (each GPU's thermal resistance, power
+curve, lifelong hot offset, its rack's and node's air: all drawn from
+``seed``), run through *other* jobs, air drift and noise (``SimParams.jobs_seed``),
+with no fault at all. The training never sees a frame of the evaluated runs,
+faulty or healthy, nor any fault. The frames go straight into per-minute grids
+(``fleetwatch.train.FrameDays``: the same features ``fleetwatch train`` reads
+from a store's minute rollups), because writing a store first would not fit the
+time budget. It has no events, so lemon scores start from nothing, as on a
+fleet's first day. Limitation: the training history is simulated by the same
+simulator as the evaluated day: a model trained on it learns the simulator's
+physics, which real fleets only approximate.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import multiprocessing
 import random
+import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -49,25 +67,112 @@ class EvalOptions:
     interval_s: float = 15.0
     grace_s: float = GRACE_S
     start_ts: float = 1_767_225_600.0  # 2026-01-01 00:00 UTC: a fixed day, so runs repeat
+    # With models: hours of healthy history, ending at start_ts, that the models train on.
+    train_hours: float = 24.0
 
 
 def detector_sets(config: Any, models: bool = False) -> dict[str, DetectorSet]:
-    """The columns: the configured rules, and with ``models`` the rules plus learned models.
-
-    ``fleetwatch.wiring.detectors`` builds them; a build whose wiring cannot add
-    models says so (ValueError) rather than scoring the rules twice.
-    """
+    """The columns: the configured rules, and with ``models`` the rules plus the learned
+    detectors over a model that ``evaluate`` trains first (``WithModels``)."""
     from fleetwatch.wiring import detectors
 
     sets: dict[str, DetectorSet] = {"rules": lambda: detectors(config.detectors)}
     if models:
-        try:
-            detectors(config.alerts, models=True)  # type: ignore[call-arg]
-        except TypeError:
-            raise ValueError("--models: this build has no learned models to add to the rules "
-                             "yet; run without --models") from None
-        sets["rules+models"] = lambda: detectors(config.alerts, models=True)  # type: ignore[call-arg]
+        sets["rules+models"] = WithModels(config)
     return sets
+
+
+@dataclass
+class WithModels:
+    """The rules plus the learned detectors, over the model file in ``model_dir``
+    (set by ``evaluate`` once it has trained one)."""
+
+    config: Any
+    model_dir: str | None = None
+
+    def __call__(self) -> Sequence[Detector]:
+        from fleetwatch.wiring import detectors, learned_detectors
+
+        if self.model_dir is None:
+            raise RuntimeError("rules+models: evaluate() trains the model before the runs")
+        models = dataclasses.replace(self.config.models, dir=self.model_dir, enabled=True)
+        return [*detectors(self.config.alerts), *learned_detectors(models)]
+
+
+def _history(params: SimParams, start_ts: float, end_ts: float
+             ) -> tuple[list[Any], list[Any], set[Any]]:
+    """Simulate [start, end) of healthy history; what training keeps of it."""
+    from fleetwatch.train import Fit, FrameDays
+
+    sim = FleetSim(params, start_ts)
+    history = FrameDays(start_ts, end_ts)
+    for _ in range(int(round((end_ts - start_ts) / params.interval_s))):
+        sim.step()
+        history.add(sim.frames())
+    fit = Fit()
+    for day in history.days():
+        fit.add(day)
+    return fit.parts, fit.windows, fit.gpus
+
+
+def _forked_history(part: int) -> tuple[list[Any], list[Any], set[Any]]:
+    f = _FORKED
+    return _history(dataclasses.replace(f["params"], jobs_seed=1000 + part), *f["spans"][part])
+
+
+def _fit(results: Sequence[tuple[list[Any], list[Any], set[Any]]], start: float, end: float,
+         out_dir: str, seed: int) -> dict[str, Any]:
+    from fleetwatch.train import Fit
+
+    fit = Fit()
+    for thermal_parts, windows, gpus in results:
+        fit.parts.extend(thermal_parts)
+        fit.windows.extend(windows)
+        fit.gpus.update(gpus)
+    return fit.write(start, end, out_dir, seed)[1]
+
+
+def _forked_fit() -> dict[str, Any]:
+    return _fit(_FORKED["results"], *_FORKED["fit_args"])
+
+
+def train_models(params: SimParams, o: EvalOptions, out_dir: str, workers: int = 1,
+                 progress: Progress | None = None) -> dict[str, Any]:
+    """Train the learned models on ``o.train_hours`` of healthy history of the same fleet
+    that ends where the evaluated runs begin (see the module's docstring); returns the
+    model file's metadata. With ``workers`` >= 2 the history is simulated in two halves
+    side by side (each half a separate history of the same GPUs)."""
+    end = o.start_ts
+    start = end - o.train_hours * 3600.0
+    parts = 2 if workers >= 2 and "fork" in multiprocessing.get_all_start_methods() else 1
+    cuts = [start + (end - start) * k / parts for k in range(parts + 1)]
+    spans = [(cuts[k], cuts[k + 1]) for k in range(parts)]
+    if progress is not None:
+        progress("training history", 0.0)
+    if parts == 2:
+        _FORKED.update(params=params, spans=spans)
+        try:
+            ctx = multiprocessing.get_context("fork")
+            with ProcessPoolExecutor(2, mp_context=ctx) as pool:
+                results = list(pool.map(_forked_history, range(parts)))
+        finally:
+            _FORKED.clear()
+    else:
+        results = [_history(dataclasses.replace(params, jobs_seed=1000), *spans[0])]
+    if parts == 2:
+        # The fit runs in a forked child too: scikit-learn's OpenMP threads, once started
+        # in this process, would hang the processors forked after it (libgomp and fork).
+        _FORKED.update(results=results, fit_args=(start, end, out_dir, o.seed))
+        try:
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("fork")) as pool:
+                meta = pool.submit(_forked_fit).result()
+        finally:
+            _FORKED.clear()
+    else:
+        meta = _fit(results, start, end, out_dir, o.seed)
+    if progress is not None:
+        progress("training history", 1.0)
+    return meta
 
 
 def sim_params(o: EvalOptions, seed: int) -> SimParams:
@@ -174,7 +279,14 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
     started = time.perf_counter()
     params = sim_params(o, o.seed)
     faults = schedule(params, o)
-    (truth, faulty), (_, healthy) = _both_runs(params, o, faults, sets, progress, workers)
+    learned = [s for s in sets.values() if isinstance(s, WithModels)]
+    model: dict[str, Any] | None = None
+    with tempfile.TemporaryDirectory(prefix="fleetwatch-eval-models-") as tmp:
+        if learned:
+            model = train_models(params, o, tmp, workers, progress)
+            for s in learned:
+                s.model_dir = tmp
+        (truth, faulty), (_, healthy) = _both_runs(params, o, faults, sets, progress, workers)
     gpus = params.nodes * params.gpus
     seconds = o.hours * 3600.0
     columns: dict[str, Any] = {}
@@ -185,7 +297,12 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
         s["healthy_alarms"] = _alarm_rules(healthy[k])
         columns[k] = s
     last = columns[list(sets)[-1]]
-    return {"gpus": gpus, "hours": o.hours, "faults": len(truth),
+    out: dict[str, Any] = {}
+    if model is not None:
+        out["model"] = {k: model[k] for k in ("range", "gpus", "thermal_regressor",
+                                              "thermal_heldout_mae_c", "thermal_spread_c",
+                                              "anomaly_phases", "train_s")}
+    return {**out, "gpus": gpus, "hours": o.hours, "faults": len(truth),
             "seconds": round(time.perf_counter() - started, 1), "columns": columns,
             "kinds": {k: {m: v[m] for m in ("recall", "precision", "delay_p50_s", "delay_p95_s",
                                               "delay_first_sample_p50_s", "faults", "modes")}

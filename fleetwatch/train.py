@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,53 +44,85 @@ class Day:
 
 
 def read_day(store: Store, start_ms: int, end_ms: int) -> Day:
-    """Minute means of ``GPU_METRICS`` in [start, end), whatever span the store returns."""
-    first = start_ms - start_ms % MINUTE_MS
+    """Minute means of ``GPU_METRICS`` of the minutes that start in [start, end), whatever
+    span the store returns (a minute is whole: all its samples, as the store rolled it up)."""
+    first = -(-start_ms // MINUTE_MS) * MINUTE_MS
     minutes = np.arange(first, end_ms, MINUTE_MS, dtype=np.int64)
-    # Ask for more than RAW_SPAN_MS so that every backend answers with its minute means.
-    q_start = min(start_ms, end_ms - RAW_SPAN_MS - MINUTE_MS)
+    names = (*GPU_METRICS, "host_inlet_temp_c")
+    bulk = getattr(store, "minute_means", None)
+    if bulk is not None:  # one pass over the rollups (the SQLite store)
+        series = bulk(names, first, end_ms)
+    else:
+        # Ask for more than RAW_SPAN_MS so that every backend answers with its minute means.
+        q_start = min(first, end_ms - RAW_SPAN_MS - MINUTE_MS)
+        series = {m: _by_series(store.range(m, q_start, end_ms)) for m in names}
     index: dict[tuple[str, str, str, int], int] = {}
-    raw: dict[str, list[tuple[int, int, float]]] = {}
-    for metric in (*GPU_METRICS, "host_inlet_temp_c"):
-        rows = raw.setdefault(metric, [])
-        for key, ts, value in store.range(metric, q_start, end_ms):
-            if ts < first:
-                continue
+    cells: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = {m: [] for m in names}
+    inlets: dict[tuple[str, str], list[tuple[np.ndarray, np.ndarray]]] = {}
+    for metric in names:
+        for key, ts, values in series.get(metric, []):
+            keep = ts >= first
+            m = (ts[keep] - first) // MINUTE_MS
             if metric == "host_inlet_temp_c":
-                rows.append((hash((key.cluster, key.node)), (ts - first) // MINUTE_MS, value))
+                inlets.setdefault((key.cluster, key.node), []).append((m, values[keep]))
                 continue
             gpu = gpu_index(key.device)
             if gpu is None:
                 continue
-            ident = (key.cluster, key.rack, key.node, gpu)
-            i = index.setdefault(ident, len(index))
-            rows.append((i, (ts - first) // MINUTE_MS, value))
+            i = index.setdefault((key.cluster, key.rack, key.node, gpu), len(index))
+            cells[metric].append((i, m, values[keep]))
     day = Day(list(index), minutes)
     shape = (len(index), len(minutes))
     for metric in GPU_METRICS:
-        day.values[metric] = _grid(raw[metric], shape)
-    node_row = {hash((c, n)): i for i, (c, _, n, _) in enumerate(day.gpus)}
-    inlet = np.full(shape, math.nan)
-    by_node = _grid([(node_row[h], m, v) for h, m, v in raw["host_inlet_temp_c"]
-                     if h in node_row], shape)
-    for i, (c, _, n, _) in enumerate(day.gpus):
-        inlet[i] = by_node[node_row[hash((c, n))]]
-    day.inlet = inlet
-    return day
+        day.values[metric] = _grid(cells[metric], shape)
+    day.inlet = _grid([(i, m, v) for i, (c, _, n, _) in enumerate(day.gpus)
+                       for m, v in inlets.get((c, n), [])], shape)
+    return ordered(day)
 
 
-def _grid(rows: Sequence[tuple[int, int, float]], shape: tuple[int, int]) -> np.ndarray:
-    """Mean of the values that fall in each (row, minute) cell; NaN where none."""
+def _by_series(points: Iterable[tuple[Any, int, float]]
+               ) -> list[tuple[Any, np.ndarray, np.ndarray]]:
+    """A store's (key, ts, value) points as (key, timestamps, values) per series."""
+    grouped: dict[Any, tuple[list[int], list[float]]] = {}
+    for key, ts, value in points:
+        t, v = grouped.setdefault(key, ([], []))
+        t.append(ts)
+        v.append(value)
+    return [(k, np.asarray(t, dtype=np.int64), np.asarray(v, dtype=float))
+            for k, (t, v) in grouped.items()]
+
+
+def ordered(day: Day) -> Day:
+    """The day with its GPUs in sorted order: the fit does not depend on where the rows
+    came from (a store's series order, or the order frames arrived in)."""
+    order = sorted(range(len(day.gpus)), key=day.gpus.__getitem__)
+    return Day([day.gpus[i] for i in order], day.minutes,
+               {m: v[order] for m, v in day.values.items()},
+               None if day.inlet is None else day.inlet[order])
+
+
+def _grid(cells: Sequence[tuple[int, np.ndarray, np.ndarray]], shape: tuple[int, int]
+          ) -> np.ndarray:
+    """Mean of the values that fall in each (row, minute) cell; NaN where none. ``cells``:
+    (row, minute indices, values) per series."""
     total = np.zeros(shape)
     count = np.zeros(shape)
-    if rows:
-        a = np.asarray(rows, dtype=float)
-        r, m = a[:, 0].astype(int), a[:, 1].astype(int)
-        ok = (m >= 0) & (m < shape[1]) & (r < shape[0])
-        np.add.at(total, (r[ok], m[ok]), a[ok, 2])
+    if cells:
+        r = np.concatenate([np.full(len(m), i) for i, m, _ in cells]).astype(int)
+        m = np.concatenate([m for _, m, _ in cells]).astype(int)
+        v = np.concatenate([v for _, _, v in cells])
+        ok = (m >= 0) & (m < shape[1]) & (r < shape[0]) & ~np.isnan(v)
+        np.add.at(total, (r[ok], m[ok]), v[ok])
         np.add.at(count, (r[ok], m[ok]), 1)
     with np.errstate(invalid="ignore"):
-        return np.where(count > 0, total / np.maximum(count, 1), math.nan)
+        return _settled(np.where(count > 0, total / np.maximum(count, 1), math.nan))
+
+
+def _settled(means: np.ndarray) -> np.ndarray:
+    """Minute means to 1e-9: backends (and frames in memory) sum a minute's samples in
+    their own order, which moves the last bit, and a gradient-boosted fit splits on exact
+    values: rounded, the same history gives the same model wherever it was read from."""
+    return np.round(means, 9)
 
 
 def _node_groups(day: Day) -> list[np.ndarray]:
@@ -170,48 +202,146 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
     return {k: (v, end_ts) for k, v in scores.items() if v > 0.01}
 
 
+class FrameDays:
+    """Per-minute ``Day`` grids built from frames in memory, without a store.
+
+    The same grids ``read_day`` reads from a store that was written those
+    frames: each cell is the mean of the samples of one GPU (or, for the inlet,
+    one node) whose timestamp falls in that minute, as the stores' one-minute
+    rollups are. The minutes are those that start in [start, end), each whole
+    (``read_day``'s rule). Frames may come in any batches; others are ignored.
+    Memory: two float arrays per metric, GPUs x minutes of one chunk.
+    """
+
+    def __init__(self, start_ts: float, end_ts: float) -> None:
+        self.first = -(-int(start_ts * 1000) // MINUTE_MS) * MINUTE_MS
+        self.minutes = np.arange(self.first, int(end_ts * 1000), MINUTE_MS, dtype=np.int64)
+        self.end_ms = self.first + len(self.minutes) * MINUTE_MS  # the last minute, whole
+        self._index: dict[tuple[str, str, str, int], int] = {}
+        self._cap = 0
+        names = (*GPU_METRICS, "host_inlet_temp_c")
+        self._sum = {m: np.zeros((0, len(self.minutes))) for m in names}
+        self._n = {m: np.zeros((0, len(self.minutes)), dtype=np.int32) for m in names}
+
+    def _rows(self, idents: list[tuple[str, str, str, int]]) -> list[int]:
+        index = self._index
+        rows = [index.setdefault(i, len(index)) for i in idents]
+        if len(index) > self._cap:
+            self._cap = max(len(index), 2 * self._cap, 64)
+            for d in (self._sum, self._n):
+                for m, a in d.items():
+                    grown = np.zeros((self._cap, a.shape[1]), dtype=a.dtype)
+                    grown[:len(a)] = a
+                    d[m] = grown
+        return rows
+
+    def add(self, frames: Sequence[Any]) -> None:
+        keep = [f for f in frames if f.gpus and self.first <= int(f.ts * 1000) < self.end_ms]
+        if not keep:
+            return
+        gpus = [g for f in keep for g in f.gpus]
+        rows = np.asarray(self._rows([(f.cluster, f.rack, f.node, g.index)
+                                      for f in keep for g in f.gpus]))
+        minute = np.repeat([(int(f.ts * 1000) - self.first) // MINUTE_MS for f in keep],
+                           [len(f.gpus) for f in keep])
+        nan = math.nan
+        vals = np.array([[g.metrics.get(m, nan) for m in GPU_METRICS] for g in gpus], float)
+        inlet = np.repeat([f.host.metrics.get("host_inlet_temp_c", nan) for f in keep],
+                          [len(f.gpus) for f in keep])
+        # The node's inlet sensor is kept on each of its GPUs' rows (as read_day does).
+        for m, col in zip((*GPU_METRICS, "host_inlet_temp_c"), (*vals.T, inlet)):
+            ok = ~np.isnan(col)
+            np.add.at(self._sum[m], (rows[ok], minute[ok]), col[ok])
+            np.add.at(self._n[m], (rows[ok], minute[ok]), 1)
+
+    def days(self, chunk_s: float = CHUNK_S) -> Iterator[Day]:
+        """The grids cut in chunks of ``chunk_s``, as ``train`` reads a store."""
+        per = max(1, int(chunk_s * 1000) // MINUTE_MS)
+        n = len(self._index)
+        gpus = list(self._index)
+        for a in range(0, len(self.minutes), per):
+            cols = slice(a, a + per)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                grid = {m: _settled(np.where(self._n[m][:n, cols] > 0, self._sum[m][:n, cols]
+                                             / np.maximum(self._n[m][:n, cols], 1), math.nan))
+                        for m in self._sum}
+            seen = ~np.isnan(np.stack([grid[m] for m in GPU_METRICS])).all(axis=(0, 2))
+            keep = np.flatnonzero(seen)  # a store has no series for a GPU absent all chunk
+            day = Day([gpus[i] for i in keep], self.minutes[cols],
+                      {m: grid[m][keep] for m in GPU_METRICS}, grid["host_inlet_temp_c"][keep])
+            yield ordered(day)
+
+
+class Fit:
+    """What training keeps of each ``Day``, then the fit: one object, two sources."""
+
+    def __init__(self, progress: Callable[[str], None] | None = None) -> None:
+        self.say = progress or (lambda text: None)
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.windows: list[np.ndarray] = []
+        self.gpus: set[tuple[str, str, int]] = set()
+        self.started = time.perf_counter()
+
+    def add(self, day: Day) -> None:
+        self.gpus.update((c, n, g) for c, _, n, g in day.gpus)
+        self.parts.append(thermal_rows(day, every=2))
+        self.windows.append(anomaly_windows(day))
+        end = int(day.minutes[-1]) // 1000 + 60 if len(day.minutes) else 0
+        self.say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(end))} UTC: "
+                 f"{len(day.gpus)} GPUs, {sum(len(p[1]) for p in self.parts):,} samples so far")
+
+    def write(self, start_ts: float, end_ts: float, out_dir: str | Path, seed: int = 0,
+              lemon: dict[tuple[str, str], tuple[float, float]] | None = None
+              ) -> tuple[Path, dict[str, Any]]:
+        if not self.gpus:
+            raise ValueError("the store holds no GPU samples in that range: point --store or "
+                             "store.* at the fleet's history, or choose another --days/--end")
+        parts = self.parts
+        X = np.concatenate([p[0] for p in parts])
+        y = np.concatenate([p[1] for p in parts])
+        keys = np.concatenate([p[2] for p in parts])
+        order = np.concatenate([p[3] for p in parts])
+        self.say(f"fitting thermal health on {len(y):,} GPU-minutes")
+        thermal = fit_thermal(X, y, keys, order, seed=seed)
+        feats = np.concatenate(self.windows) if self.windows else np.zeros((0, 11))
+        self.say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
+        anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
+        lemon = lemon or {}
+        meta = {
+            "created": time.time(), "range": [start_ts, end_ts], "gpus": len(self.gpus),
+            "features": {"thermal": list(FEATURES), "anomaly": list(INPUTS)},
+            "window_min": WINDOW_MIN, "thermal_regressor": thermal.kind,
+            "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
+            "thermal_spread_c": round(thermal.spread_c, 3),
+            "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
+            "train_s": round(time.perf_counter() - self.started, 1)}
+        from fleetwatch import __version__
+
+        meta["fleetwatch"] = __version__
+        path = save(ModelSet(thermal, anomaly, lemon, meta), out_dir)
+        return path, meta
+
+
 def train(store: Store, start_ts: float, end_ts: float, out_dir: str | Path, *,
           seed: int = 0, lemon_half_life_d: float = 7.0,
           progress: Callable[[str], None] | None = None) -> tuple[Path, dict[str, Any]]:
     """Fit every learned model on [start, end) of ``store`` and write a model file."""
-    say = progress or (lambda text: None)
-    t0 = time.perf_counter()
-    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-    windows: list[np.ndarray] = []
-    gpus: set[tuple[str, str, int]] = set()
+    fit = Fit(progress)
     chunk = start_ts
     while chunk < end_ts:
         stop = min(end_ts, chunk + CHUNK_S)
-        day = read_day(store, int(chunk * 1000), int(stop * 1000))
-        gpus.update((c, n, g) for c, _, n, g in day.gpus)
-        parts.append(thermal_rows(day, every=2))
-        windows.append(anomaly_windows(day))
-        say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(stop))} UTC: {len(day.gpus)} "
-            f"GPUs, {sum(len(p[1]) for p in parts):,} samples so far")
+        fit.add(read_day(store, int(chunk * 1000), int(stop * 1000)))
         chunk = stop
-    if not gpus:
-        raise ValueError("the store holds no GPU samples in that range: point --store or "
-                         "store.* at the fleet's history, or choose another --days/--end")
-    X = np.concatenate([p[0] for p in parts])
-    y = np.concatenate([p[1] for p in parts])
-    keys = np.concatenate([p[2] for p in parts])
-    order = np.concatenate([p[3] for p in parts])
-    say(f"fitting thermal health on {len(y):,} GPU-minutes")
-    thermal = fit_thermal(X, y, keys, order, seed=seed)
-    feats = np.concatenate(windows) if windows else np.zeros((0, 11))
-    say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
-    anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
-    lemon = lemon_scores(store, start_ts, end_ts, lemon_half_life_d)
-    meta = {
-        "created": time.time(), "range": [start_ts, end_ts], "gpus": len(gpus),
-        "features": {"thermal": list(FEATURES), "anomaly": list(INPUTS)},
-        "window_min": WINDOW_MIN, "thermal_regressor": thermal.kind,
-        "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
-        "thermal_spread_c": round(thermal.spread_c, 3),
-        "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
-        "train_s": round(time.perf_counter() - t0, 1)}
-    from fleetwatch import __version__
+    return fit.write(start_ts, end_ts, out_dir, seed,
+                     lemon_scores(store, start_ts, end_ts, lemon_half_life_d))
 
-    meta["fleetwatch"] = __version__
-    path = save(ModelSet(thermal, anomaly, lemon, meta), out_dir)
-    return path, meta
+
+def train_frames(history: FrameDays, start_ts: float, end_ts: float, out_dir: str | Path, *,
+                 seed: int = 0, progress: Callable[[str], None] | None = None
+                 ) -> tuple[Path, dict[str, Any]]:
+    """Fit every learned model on frames held in memory (``FrameDays``): the same features
+    as ``train`` reads from a store written those frames. No events: no lemon history."""
+    fit = Fit(progress)
+    for day in history.days():
+        fit.add(day)
+    return fit.write(start_ts, end_ts, out_dir, seed)

@@ -172,7 +172,7 @@ class FleetAnomaly:
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         if self.model is None:
             return []
-        out: list[Finding] = []
+        full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]] = []
         for f in frames:
             minute = int(f.ts // 60)
             closed: list[tuple[tuple[str, str, int], list[float]]] = []
@@ -199,8 +199,8 @@ class FleetAnomaly:
                     acc.err_first = errors
                 acc.err_last = errors
             if closed:
-                out.extend(self._minutes_closed(f, closed))
-        return out
+                self._minutes_closed(f, closed, full)
+        return self._score_windows(full) if full else []
 
     def _top(self, phase: int, features: np.ndarray) -> dict[str, float]:
         """The three features furthest from the fleet, as robust z-scores."""
@@ -218,25 +218,35 @@ class FleetAnomaly:
         return [acc.sums[0] / n, acc.sums[1] / n, acc.sums[2] / n, acc.sums[3] / n,
                 max(0.0, growth)]
 
-    def _minutes_closed(self, f: Frame,
-                        closed: list[tuple[tuple[str, str, int], list[float]]]) -> list[Finding]:
-        assert self.model is not None
+    def _minutes_closed(self, f: Frame, closed: list[tuple[tuple[str, str, int], list[float]]],
+                        full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
+                        ) -> None:
+        """Append each GPU's closed minute to its window; a whole window goes to ``full``."""
         node_temp = float(np.median([v[0] for _, v in closed]))
         node_power = float(np.nanmedian([v[1] for _, v in closed])) if closed else math.nan
-        out: list[Finding] = []
         for key, (t, p, sm, clk, err) in closed:
             rows = self._rows.setdefault(key, [])
             rows.append([t, p, sm, clk, node_temp, node_power, err])
-            if len(rows) < WINDOW_MIN:
-                continue
-            block = window_features(np.asarray(rows, dtype=float))
-            rows.clear()
-            if not steady(block)[0]:
+            if len(rows) >= WINDOW_MIN:
+                full.append((f, key, rows))
+                self._rows[key] = []
+
+    def _score_windows(self, full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
+                       ) -> list[Finding]:
+        """Score every window that closed in this batch at once (one array operation for
+        all GPUs: the per-window cost is what the processor pays per GPU)."""
+        assert self.model is not None
+        model = self.model
+        feats = window_features(np.asarray([rows for _, _, rows in full], dtype=float))
+        ok = steady(feats)
+        out: list[Finding] = []
+        sm_col = FEATURES.index("sm_mean")
+        for (f, key, _), features, good in zip(full, feats, ok):
+            if not good:
                 continue  # a change of phase: not comparable, neither good nor bad
-            features = block[0]
-            phase = phase_of(features[FEATURES.index("sm_mean")])
-            score = self.model.score(phase, features)
-            if score is None or score <= self.model.thresholds[phase]:
+            phase = phase_of(features[sm_col])
+            score = model.score(phase, features)
+            if score is None or score <= model.thresholds[phase]:
                 self._streak[key] = 0
                 continue
             streak = self._streak[key] = self._streak.get(key, 0) + 1

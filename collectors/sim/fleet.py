@@ -59,6 +59,10 @@ class SimParams:
     # Every node busy at the start and every job compute-bound from start to end (no
     # phases, no interactive jobs): a fleet flat out, for demos and plumbing tests.
     steady_load: bool = False
+    # None: one random stream for everything (as before). A number: the GPUs' physical
+    # spread still comes from ``seed``, but jobs, air and noise from this stream, so
+    # that the same fleet can be run through another history (a model's training week).
+    jobs_seed: int | None = None
 
 
 class FleetSim:
@@ -95,6 +99,8 @@ class FleetSim:
         self.counters["sbe_agg"] = np.where(rng.random(shape) < 0.05,
                                             rng.integers(1, 20, shape), 0).astype(float)
         self.counters["rows_corr"] = np.where(rng.random(shape) < 0.02, 1.0, 0.0)
+        if p.jobs_seed is not None:  # the same hardware, another history
+            self.rng = rng = np.random.default_rng([p.seed, 2, p.jobs_seed])
         # State.
         self.lost = np.zeros(shape, bool)
         self.energy_j = np.zeros(shape)                   # ground truth since start_ts

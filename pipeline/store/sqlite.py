@@ -315,6 +315,33 @@ class SqliteStore(SqliteRecords, SqliteEnergy):
         return [(self._key(metric, did), ts, int(n), s, lo, hi)
                 for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
 
+    @guarded("read")
+    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int
+                     ) -> dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]]:
+        """Minute means of several metrics in one pass over the rollups of [start, end):
+        per metric, per series, (minute starts in ms, means). For bulk readers (training
+        reads a week of a whole fleet): ``rollups`` reads every row once per metric and
+        builds a tuple per point. A device that changed layout within a minute has one
+        mean per layout there."""
+        self._refresh()
+        wanted = list(metrics)
+        groups: dict[tuple[int, int], list[tuple[int, int, bytes]]] = defaultdict(list)
+        for did, ts, lid, n, sums in self._conn().execute(
+                "SELECT did, ts, layout, n, sums FROM rollup_1m WHERE ts >= ? AND ts < ? "
+                "ORDER BY did, ts", (start_ms, end_ms)):
+            groups[(did, lid)].append((ts, n, sums))
+        out: dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]] = {m: [] for m in wanted}
+        for (did, lid), rows in groups.items():
+            cols = [(m, i) for m in wanted if (i := self._index[lid].get(m)) is not None]
+            if not cols:
+                continue
+            ts = np.fromiter((r[0] for r in rows), np.int64, len(rows))
+            n = np.fromiter((r[1] for r in rows), np.float64, len(rows))
+            sums = np.frombuffer(b"".join(r[2] for r in rows), np.float64).reshape(len(rows), -1)
+            for m, i in cols:
+                out[m].append((self._key(m, did), ts, sums[:, i] / n))
+        return out
+
     # -- upkeep
     @guarded("upkeep")
     def maintain(self, now_ms: int) -> None:

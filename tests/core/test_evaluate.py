@@ -9,14 +9,15 @@ from fleetwatch.cli import main
 from fleetwatch.evaluate import EvalOptions, evaluate, schedule, sim_params, truths
 from fleetwatch.models.rules import GpuTemperatureLimit
 
-SMALL = EvalOptions(gpus=64, hours=3.0, per_kind=4, seed=3)
+# Small runs inject cooling faults only: every kind in both modes needs a bigger fleet.
+SMALL = EvalOptions(gpus=64, hours=3.0, per_kind=2, seed=3, kinds=("cooling",))
 
 
 def test_a_small_evaluation_scores_every_kind_in_the_documented_shape() -> None:
     seen: list[tuple[str, float]] = []
     result = evaluate(SMALL, {"rules": lambda: [GpuTemperatureLimit(85, 60)]},
                       lambda run, done: seen.append((run, done)))
-    assert result["gpus"] == 64 and result["faults"] == 4
+    assert result["gpus"] == 64 and result["faults"] == 4  # 2 sudden, 2 drifting
     cooling = result["kinds"]["cooling"]
     assert set(cooling) >= {"recall", "precision", "delay_p50_s", "delay_p95_s"}
     # Severity 1.6-2.5 times the thermal resistance pushes a busy A100 past 85 °C.
@@ -30,20 +31,25 @@ def test_a_small_evaluation_scores_every_kind_in_the_documented_shape() -> None:
 def test_two_detector_sets_are_two_columns_of_the_same_run() -> None:
     sets = {"strict": lambda: [GpuTemperatureLimit(95, 60)],
             "loose": lambda: [GpuTemperatureLimit(80, 0)]}
-    result = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=2)
-    serial = evaluate(EvalOptions(gpus=32, hours=1.0, per_kind=2, seed=1), sets, workers=1)
+    small = EvalOptions(gpus=32, hours=2.0, per_kind=1, seed=1, kinds=("cooling",))
+    result = evaluate(small, sets, workers=2)
+    serial = evaluate(small, sets, workers=1)
     assert serial["columns"] == result["columns"]             # same seed, same result
     strict, loose = result["columns"]["strict"], result["columns"]["loose"]
     assert strict["alerts"] <= loose["alerts"]
     assert result["precision"] == loose["precision"]          # the top level is the last set
 
 
-def test_the_fallback_schedule_uses_distinct_gpus_inside_the_run() -> None:
+def test_the_schedule_uses_distinct_gpus_inside_the_run() -> None:
     faults = schedule(sim_params(SMALL, 0), SMALL)
     assert len({(f.node, f.gpu) for f in faults}) == len(faults) == 4
     assert all(f.start_s >= 1800 and f.start_s + f.duration_s <= 3 * 3600 for f in faults)
-    short = EvalOptions(gpus=64, hours=0.5, per_kind=4)
-    assert all(f.start_s + f.duration_s <= 1800 for f in schedule(sim_params(short, 0), short))
+
+
+def test_a_schedule_that_cannot_fit_says_what_to_change() -> None:
+    every_kind = EvalOptions(gpus=16, hours=1.0, per_kind=1)
+    with pytest.raises(ValueError, match="use more nodes, a longer duration"):
+        schedule(sim_params(every_kind, 0), every_kind)
 
 
 def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> None:
@@ -60,7 +66,10 @@ def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> No
 
 def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--json",
-                 "--workers", "1"]) == 0
+                 "--workers", "1"]) == 2  # every kind does not fit on 2 nodes in an hour
+    assert "use more nodes" in capsys.readouterr().err
+    assert main(["evaluate", "--gpus", "32", "--hours", "2", "--per-kind", "1", "--json",
+                 "--workers", "1", "--kinds", "cooling"]) == 0
     out, err = capsys.readouterr()
     last = json.loads(out.splitlines()[-1])
     assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}
@@ -77,7 +86,7 @@ def test_cli_evaluate_two_workers_show_progress_of_both_runs() -> None:
     import sys
 
     run = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "evaluate", "--gpus", "16",
-                          "--hours", "1", "--per-kind", "1", "--json"],
+                          "--hours", "2", "--per-kind", "1", "--kinds", "cooling", "--json"],
                          capture_output=True, text=True, timeout=120, check=True)
     assert "evaluate: faults run 100.0%" in run.stderr
     assert "evaluate: healthy run 100.0%" in run.stderr
