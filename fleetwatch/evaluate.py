@@ -96,7 +96,7 @@ class WithModels:
         if self.model_dir is None:
             raise RuntimeError("rules+models: evaluate() trains the model before the runs")
         models = dataclasses.replace(self.config.models, dir=self.model_dir, enabled=True)
-        return [*detectors(self.config.alerts), *learned_detectors(models)]
+        return [*detectors(self.config.detectors), *learned_detectors(models)]
 
 
 def _history(params: SimParams, start_ts: float, end_ts: float

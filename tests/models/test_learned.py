@@ -154,9 +154,9 @@ def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
         frames = sim.frames()
         bent = []
         for f in frames:
-            if f.node == "node-000":  # GPU 2 reads 30 °C hotter than it is, whatever it does
+            if f.node == "node-000":  # GPU 2 reads 40 °C hotter than it is, whatever it does
                 gpus = tuple(GpuReading(g.index, g.uuid, g.model, {
-                    **g.metrics, "gpu_temp_c": g.metrics["gpu_temp_c"] + 30.0}, g.job)
+                    **g.metrics, "gpu_temp_c": g.metrics["gpu_temp_c"] + 40.0}, g.job)
                     if g.index == 2 else g for g in f.gpus)
                 f = Frame(f.cluster, f.rack, f.node, f.ts, gpus, f.host, f.seq)
             bent.append(f)
