@@ -326,3 +326,27 @@ def flagged(mask: np.ndarray) -> list[tuple[int, int]]:
     if not mask.any():
         return []
     return [(int(i), int(j)) for i, j in zip(*np.nonzero(mask))]
+
+
+class WaveDetector:
+    """A detector whose per-GPU state is a ``GpuTable``: a batch is judged wave by wave
+    (``_wave``: one frame of each node at a time, in time order)."""
+
+    table: GpuTable
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        self.table.drop(nodes)
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        out: list[Finding] = []
+        if not b.frames:
+            return out
+        slots = self.table.slots(b)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], out)
+        return out
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray,
+              out: list[Finding]) -> None:
+        raise NotImplementedError

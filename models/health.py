@@ -16,7 +16,7 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, GpuTable, columns, gpu_finding
+from fleetwatch.models.batch import COL, Batch, GpuTable, WaveDetector, gpu_finding
 from fleetwatch.xids import describe
 
 RATE_HOLD_S = 600.0     # an error-rate finding holds this long after the rate was seen
@@ -69,7 +69,7 @@ _C = {name: COL[name] for name in (
     "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down")}
 
 
-class GpuErrors:
+class GpuErrors(WaveDetector):
     """ECC, row remapping, retired pages, PCIe replays, NVLink errors and lost GPUs."""
 
     name = "gpu_errors"
@@ -85,19 +85,6 @@ class GpuErrors:
         self.c = config or DetectorsConfig()
         self.table = GpuTable(dbe_v=np.nan, dbe_a=np.nan, ret=np.nan, rec=np.nan,
                               pcie=np.nan, pcie_ts=np.nan, nvl=np.nan, nvl_ts=np.nan)
-
-    def drop(self, nodes: Iterable[str]) -> None:
-        self.table.drop(nodes)
-
-    def update(self, frames: Sequence[Frame]) -> list[Finding]:
-        b = columns(frames)
-        out: list[Finding] = []
-        if not b.frames:
-            return out
-        slots = self.table.slots(b)
-        for rows in b.waves:
-            self._wave(b, rows, slots[rows], out)
-        return out
 
     def _jump(self, name: str, s: np.ndarray, value: np.ndarray) -> np.ndarray:
         """Where a counter rose since the GPU's last sample; remembers the new value."""

@@ -24,18 +24,15 @@ NVLink and ECC errors at or below 80 °C). The comparison:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import (
     COL,
     Batch,
     GpuTable,
-    columns,
+    WaveDetector,
     ewma_weight,
     flagged,
     gpu_finding,
@@ -57,7 +54,7 @@ BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 
 
-class ThermalPeers:
+class ThermalPeers(WaveDetector):
     name = "thermal_peers"
     rules = {"gpu_hot_vs_peers": ("gpu_temp_c",),
              "gpu_hot_vs_peers_critical": ("gpu_temp_c",),
@@ -69,19 +66,6 @@ class ThermalPeers:
                               sdp=0.0, warm=0.0,
                               warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0)
-
-    def drop(self, nodes: Iterable[str]) -> None:
-        self.table.drop(nodes)
-
-    def update(self, frames: Sequence[Frame]) -> list[Finding]:
-        b = columns(frames)
-        out: list[Finding] = []
-        if not b.frames:
-            return out
-        slots = self.table.slots(b)
-        for rows in b.waves:
-            self._wave(b, rows, slots[rows], out)
-        return out
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table

@@ -22,6 +22,7 @@ from fleetwatch.models.batch import (
     COL,
     Batch,
     GpuTable,
+    WaveDetector,
     columns,
     ewma_weight,
     flagged,
@@ -44,7 +45,7 @@ HYSTERESIS_C = 2.0
 COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
 
 
-class ThermalLimits:
+class ThermalLimits(WaveDetector):
     """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
 
     name = "thermal_limits"
@@ -63,19 +64,6 @@ class ThermalLimits:
         self.table = GpuTable(ts=np.nan, smooth=np.nan, crit=0.0, high=0.0, mcrit=0.0,
                               mhigh=0.0)
         self._family: dict[str, tuple[float, float]] = {}
-
-    def drop(self, nodes: Iterable[str]) -> None:
-        self.table.drop(nodes)
-
-    def update(self, frames: Sequence[Frame]) -> list[Finding]:
-        b = columns(frames)
-        out: list[Finding] = []
-        if not b.frames:
-            return out
-        slots = self.table.slots(b)
-        for rows in b.waves:
-            self._wave(b, rows, slots[rows], out)
-        return out
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
