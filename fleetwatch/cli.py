@@ -27,9 +27,19 @@ import time
 from collections.abc import Sequence
 
 from fleetwatch import __version__
+from fleetwatch.cli_history import (  # the exit codes are defined there, once
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    cmd_ack,
+    cmd_evaluate,
+    cmd_replay,
+    cmd_report,
+    cmd_silence,
+    cmd_train,
+)
 from fleetwatch.config import Config, ConfigError, load, options, override
 
-EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 log = logging.getLogger("fleetwatch")
 
 
@@ -422,44 +432,6 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_train(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.train import train
-    from fleetwatch.wiring import open_store
-
-    duration = args.duration or (args.days if args.days is not None else 7.0) * 86400
-    if not 3600 <= duration <= 400 * 86400:
-        raise ConfigError(f"training span of {duration:g} s: choose between 1 hour and 400 days")
-    end = args.end if args.end is not None else time.time()
-    out = args.out or config.models.dir
-    store = open_store(config.store, read_only=config.store.kind == "sqlite")
-    print(f"training on {duration / 86400:g} days of {config.store.kind} store history "
-          f"ending {time.strftime('%Y-%m-%d %H:%M', time.localtime(end))}", file=sys.stderr)
-    try:
-        path, meta = train(store, end - duration, end, out,
-                           lemon_half_life_d=config.models.lemon_half_life_d,
-                           progress=lambda text: print(f"  {text}", file=sys.stderr))
-    except ValueError as exc:
-        print(f"fleetwatch train: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        store.close()
-    print(f"wrote {path} in {meta['train_s']} s: {meta['gpus']} GPUs; thermal "
-          f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
-          f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
-          f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
-
-
-def cmd_report(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.report import ReportError, report_month
-
-    try:
-        print(report_month(config, args.month, args.out))
-    except ReportError as exc:
-        print(f"fleetwatch report: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    return EXIT_OK
-
-
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.config import public_view
 
@@ -468,101 +440,6 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
         for key, value in values.items():
             print(f"{key} = {json.dumps(value)}")
         print()
-    return EXIT_OK
-
-
-def cmd_replay(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.replay import ReplayError, replay
-    from fleetwatch.wiring import detectors, open_store
-
-    store = open_store(config.store) if args.store else None
-    try:
-        summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
-                         args.skip_bad, store, args.cluster, args.rack)
-    except ReplayError as exc:
-        print(f"fleetwatch replay: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    finally:
-        if store is not None:
-            store.close()
-    for line in summary.lines():
-        print(line, file=sys.stderr)
-    return EXIT_OK
-
-
-def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds, table
-
-    kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ()
-    unknown = set(kinds) - set(known_kinds())
-    if unknown:
-        print(f"fleetwatch evaluate: unknown fault kind(s) {', '.join(sorted(unknown))}; the "
-              f"simulator has {', '.join(known_kinds())}", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        sets = detector_sets(config, args.models)
-    except ValueError as exc:
-        print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    options = EvalOptions(gpus=args.gpus, hours=args.hours, seed=args.seed,
-                          per_kind=args.per_kind, kinds=kinds)
-    started = time.monotonic()
-    shown = [-1.0]
-
-    def progress(run: str, done: float) -> None:
-        if time.monotonic() - shown[0] >= 2.0 or done >= 1.0:
-            shown[0] = time.monotonic()
-            print(f"evaluate: {run} run {done:6.1%} ({time.monotonic() - started:5.0f} s)",
-                  file=sys.stderr, flush=True)
-
-    try:
-        result = evaluate(options, sets, progress, args.workers)
-    except ValueError as exc:  # e.g. the fault schedule does not fit the fleet
-        print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    print(table(result), file=sys.stderr if args.json else sys.stdout)
-    if args.json:
-        print(json.dumps(result, sort_keys=True))
-    return EXIT_OK
-
-
-def cmd_silence(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, add_silence, describe, expire_silence
-    from fleetwatch.wiring import open_store
-
-    store = open_store(config.store)
-    try:
-        if args.action == "add":
-            s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
-            print(s.id)
-        elif args.action == "expire":
-            print(describe(expire_silence(store, args.id)))
-        else:
-            if not callable(getattr(store, "silences", None)):
-                raise SilenceError("this store keeps no silences yet")
-            for s in store.silences(None if args.all else time.time()):
-                print(describe(s))
-    except SilenceError as exc:
-        print(f"fleetwatch silence: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        store.close()
-    return EXIT_OK
-
-
-def cmd_ack(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, acknowledge
-    from fleetwatch.wiring import open_store
-
-    store = open_store(config.store)
-    try:
-        acknowledge(store, args.alert_id, args.by, args.comment)
-    except SilenceError as exc:
-        print(f"fleetwatch ack: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    finally:
-        store.close()
-    print(f"acknowledged {args.alert_id} as {args.by}")
     return EXIT_OK
 
 
