@@ -132,19 +132,30 @@ def _node_groups(day: Day) -> list[np.ndarray]:
     return [np.asarray(v) for v in groups.values()]
 
 
+def _node_medians(day: Day) -> tuple[np.ndarray, np.ndarray]:
+    """Per GPU-minute, the median temperature and power of its node's GPUs that minute
+    (``thermal_health.node_median``, for every minute at once; NaN under two readings)."""
+    temp, power = day.values["gpu_temp_c"], day.values["gpu_power_w"]
+    out = (np.full(temp.shape, math.nan), np.full(temp.shape, math.nan))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN minutes stay NaN
+        for rows in _node_groups(day):
+            for src, dst in ((temp, out[0]), (power, out[1])):
+                block = src[rows]
+                med = np.nanmedian(block, axis=0)
+                dst[rows] = np.where((~np.isnan(block)).sum(axis=0) >= 2, med, math.nan)
+    return out
+
+
 def thermal_rows(day: Day, every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                      np.ndarray]:
     """(X in FEATURES order, die temperature, GPU key, minute) of every GPU-minute with both."""
     v = day.values
     temp = v["gpu_temp_c"]
-    intake = np.full(temp.shape, math.nan)
-    for rows in _node_groups(day):
-        if len(rows) >= 2:  # intake_proxy, for every minute at once (NaN sorts last)
-            coolest = np.sort(temp[rows], axis=0)[:2]
-            intake[rows] = coolest.mean(axis=0)
+    node_temp, node_power = _node_medians(day)
     sm = np.where(np.isnan(v["gpu_sm_active_ratio"]), v["gpu_util_pct"] / 100.0,
                   v["gpu_sm_active_ratio"])
-    cols = [v["gpu_power_w"], sm, v["gpu_sm_clock_mhz"], v["gpu_fan_pct"], intake,
+    cols = [v["gpu_power_w"], sm, v["gpu_sm_clock_mhz"], v["gpu_fan_pct"], node_temp, node_power,
             day.inlet if day.inlet is not None else np.full(temp.shape, math.nan),
             v["gpu_power_limit_w"], v["gpu_slowdown_temp_c"]]
     assert len(cols) == len(FEATURES)

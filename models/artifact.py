@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2  # 2: thermal health reads the node's median temperature and power
 PREFIX, SUFFIX = "fleetwatch-model-", ".fwm"
 
 

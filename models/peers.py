@@ -52,6 +52,7 @@ RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk to
 RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
+COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
 
 
 class ThermalPeers(WaveDetector):
@@ -94,7 +95,12 @@ class ThermalPeers(WaveDetector):
         more = plag[:, None, :] - plag[:, :, None]
         peers = same & (more >= -tol[:, :, None])
         below = same & (more <= tol[:, :, None])
-        offset = np.clip(self._offset(s, plag), -c.max_offset_c, c.max_offset_c)
+        # A GPU that runs warm is excused up to max_offset_c; one that runs cool is held to
+        # at most COOL_CREDIT_C under its peers, so that "hot against its peers" always
+        # means hotter than they are (heat paths differ by a few percent: an offset learned
+        # far below that comes from transients, and would page on a GPU cooler than its peers).
+        offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
+                         c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
         # (never the other way, so one the driver holds down for heat is not excused).
@@ -108,8 +114,9 @@ class ThermalPeers(WaveDetector):
         # constants part by a few degrees: widen the margin by a share of how fast the
         # peers themselves are moving (their distance from their own lagged temperature).
         motion, _ = peer_median(np.abs(temp - tlag), peers)
-        margin = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad)) \
-            + TRANSIENT_SHARE * np.nan_to_num(motion)
+        motion = np.nan_to_num(motion)
+        base = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad))
+        margin = base + TRANSIENT_SHARE * motion
         # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
         sdt = ts - t["sts"][s]
         sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
@@ -129,10 +136,13 @@ class ThermalPeers(WaveDetector):
         critical_c = np.maximum(c.peer_critical_c, margin)
         # Critical: far out, or pulling away from its peers fast (a heat path that just
         # failed: the first samples already climb while the peers' do not), which is
-        # judged from RISE_SHARE of the margin so it fires within a sample or two.
+        # judged from RISE_SHARE of the margin so it fires within a sample or two. While
+        # the peers themselves move (a job phase starting), a GPU with a shorter time
+        # constant than theirs climbs ahead of them for a sample or two: the fast path
+        # then needs the whole of that motion on top.
         crit = judged & warm & (
             (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
-            | ((excess > RISE_SHARE * margin) & (slope >= c.peer_rise_c_per_min)))
+            | ((excess > RISE_SHARE * base + motion) & (slope >= c.peer_rise_c_per_min)))
         hot |= crit
         low_median, low_count = peer_median(adj, below)
         low = fresh & warm & (low_count >= c.min_peers) & (

@@ -3,8 +3,9 @@
 A regressor learns, from the fleet's own history, the die temperature a GPU
 should have given what drives it: its power, SM activity and clocks, its fan
 where reported, its enforced power limit and slowdown threshold (which tell GPU
-models apart), and the air it breathes (the node's intake proxy: the mean of the
-node's two coolest GPUs, and the BMC inlet sensor where there is one). The
+models apart), and what its node's GPUs show of the air they breathe (the median
+temperature and power of the node's GPUs, and the BMC inlet sensor where there is
+one). The
 residual, measured minus expected, is near zero for a healthy GPU however hard
 it works. Each GPU also has its own lifelong offset (some run a few degrees
 warm: a longer cold-plate loop, a worse thermal paste), learned at training
@@ -30,8 +31,8 @@ from fleetwatch.models import Finding
 
 # The regressor's inputs, in this order. A missing one is NaN (the gradient-
 # boosted model handles NaN natively; the linear one imputes the median).
-FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "intake_c",
-                             "inlet_c", "power_limit_w", "slowdown_c")
+FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "node_temp_c",
+                             "node_power_w", "inlet_c", "power_limit_w", "slowdown_c")
 _GPU_INPUTS = {"power_w": "gpu_power_w", "sm_clock_mhz": "gpu_sm_clock_mhz",
                "fan_pct": "gpu_fan_pct", "power_limit_w": "gpu_power_limit_w",
                "slowdown_c": "gpu_slowdown_temp_c"}
@@ -46,29 +47,36 @@ def sm_activity(metrics: Mapping[str, float]) -> float:
     return math.nan if u is None else u / 100.0
 
 
-def intake_proxy(temps: Sequence[float]) -> float:
-    """The mean of a node's two coolest GPUs: its air, plus the least heat any GPU adds."""
-    finite = sorted(t for t in temps if t == t)
-    if len(finite) < 2:
-        return math.nan
-    return (finite[0] + finite[1]) / 2.0
+def node_median(values: Sequence[float]) -> float:
+    """The median of a node's GPUs' readings (NaN: not reported), NaN with fewer than two.
+
+    With the node's median power, its median temperature tells the model the air its
+    GPUs breathe (die = air + R x power): a robust statistic, so that one GPU gone odd
+    (a sensor reading 0, a stuck or throttled GPU running cool, one whose cooling
+    fails) does not make the node's air look colder or warmer for every other GPU, as
+    the mean of the two coolest GPUs did.
+    """
+    finite = [v for v in values if v == v]
+    return float(np.median(finite)) if len(finite) >= 2 else math.nan
 
 
 def frame_rows(frame: Frame) -> tuple[list[int], list[list[float]], list[float]]:
     """(GPU indices, feature rows, die temperatures) of one frame's GPUs that report one."""
-    temps = [g.metrics.get("gpu_temp_c", math.nan) for g in frame.gpus]
-    intake = intake_proxy(temps)
+    live = [g for g in frame.gpus if g.state == "ok"]
+    node_temp = node_median([g.metrics.get("gpu_temp_c", math.nan) for g in live])
+    node_power = node_median([g.metrics.get("gpu_power_w", math.nan) for g in live])
     inlet = frame.host.metrics.get("host_inlet_temp_c", math.nan)
     idx: list[int] = []
     rows: list[list[float]] = []
     ys: list[float] = []
-    for g, temp in zip(frame.gpus, temps):
-        if temp != temp or g.state != "ok":
-            continue
+    for g in live:
         m = g.metrics
+        temp = m.get("gpu_temp_c", math.nan)
+        if temp != temp:
+            continue
         row = [m.get(_GPU_INPUTS["power_w"], math.nan), sm_activity(m),
                m.get(_GPU_INPUTS["sm_clock_mhz"], math.nan), m.get("gpu_fan_pct", math.nan),
-               intake, inlet, m.get("gpu_power_limit_w", math.nan),
+               node_temp, node_power, inlet, m.get("gpu_power_limit_w", math.nan),
                m.get("gpu_slowdown_temp_c", math.nan)]
         idx.append(g.index)
         rows.append(row)

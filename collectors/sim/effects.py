@@ -31,7 +31,11 @@ def ramp_s(f: Fault) -> float:
     if f.kind == "cooling_slow":
         return f.duration_s * 0.8
     if f.resolved_mode == "sudden":
-        return {"cooling": 60.0, "rack_cooling": 120.0}.get(f.kind, 0.0)
+        # A fan or pump that stops changes the heat path within seconds: the GPU's
+        # thermal resistance steps, and the die follows through its own time constant
+        # (``TAU_DIE_S``), which is what spreads the fault over the first samples. A
+        # rack's air takes minutes to warm when its cooling unit fails.
+        return {"rack_cooling": 120.0}.get(f.kind, 0.0)
     slow = {"ecc_dbe": 3600.0, "sensor": 3600.0, "node_silent": 900.0}
     return min(half, slow.get(f.kind, 1800.0))
 
@@ -267,8 +271,11 @@ class Effects:
                 changed = round(read) != round(true)
             elif k == "node_silent":
                 changed = bool(sim.mods.drop[i])
-            elif k == "rack_cooling":
-                changed = sim.mods.inlet_add[a.rack] >= 0.005
+            elif k == "rack_cooling" and sim.shadow is not None:
+                # the first sample a reading of the rack's GPUs changed (a hundredth of a
+                # degree of warmer air changes no reading)
+                rows = sim.rack_of == a.rack
+                changed = bool((np.round(sim.temp[rows]) != np.round(sim.shadow[rows])).any())
             elif k in ("cooling", "cooling_slow") and sim.shadow is not None:
                 changed = round(sim.temp[i, j]) != round(sim.shadow[i, j])
             if changed and a.first_ts is None:

@@ -12,7 +12,7 @@ import pytest
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.frame import Frame, GpuReading, HostReading
 from fleetwatch.models.anomaly import FleetAnomaly
-from fleetwatch.models.artifact import ModelFileError, ModelSet, load, newest, save
+from fleetwatch.models.artifact import FORMAT, ModelFileError, ModelSet, load, newest, save
 from fleetwatch.models.learned import LearnedDetectors
 from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
@@ -85,7 +85,7 @@ def test_a_healthy_day_raises_no_learned_finding(trained: Path) -> None:
 
 def test_model_file_metadata_and_refusals(trained: Path, tmp_path: Path) -> None:
     meta = json.loads(trained.read_bytes().split(b"\n", 1)[0])
-    assert meta["format"] == 1 and meta["gpus"] == 16 and meta["window_min"] == 10
+    assert meta["format"] == FORMAT and meta["gpus"] == 16 and meta["window_min"] == 10
     assert meta["range"] == [START, START + DAY]
     assert meta["features"]["thermal"][0] == "power_w"
     head, body = trained.read_bytes().split(b"\n", 1)
