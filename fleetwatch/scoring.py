@@ -17,6 +17,10 @@ The rules, stated once:
   the onset for a drift that starts from nothing).
 * An alert that matches no fault is a false alarm. An alert that matches a
   fault is true, whatever its rule.
+* A node alert (no GPU) in the time of a fault of one of the node's GPUs is not
+  a false alarm either (a node that keeps failing, a node that lost a GPU: it
+  is about that GPU's fault), but it does not detect the GPU fault: recall and
+  delays count only alerts on the GPU, which is what the operator must be shown.
 * Per kind precision: a rule's alerts are attributed to the kinds of the
   faults it matched; precision of a kind is the share of true alerts among the
   alerts of the rules attributed to it. A rule that matched nothing adds only
@@ -109,6 +113,22 @@ def match(truths: Sequence[Truth], alerts: Sequence[Fired],
     return out
 
 
+def node_context(truths: Sequence[Truth], alerts: Sequence[Fired],
+                 grace_s: float = GRACE_S) -> dict[int, list[Fired]]:
+    """GPU fault index -> the node alerts (no GPU) on its node in its time window."""
+    by_node: dict[str, list[Fired]] = defaultdict(list)
+    for f in alerts:
+        if f.gpu is None and f.node:
+            by_node[f.node].append(f)
+    out: dict[int, list[Fired]] = {}
+    for i, t in enumerate(truths):
+        if t.scope == "gpu":
+            hits = [f for f in by_node[t.node] if t.onset_ts <= f.fired_ts <= t.end_ts + grace_s]
+            if hits:
+                out[i] = hits
+    return out
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """Linear-interpolated percentile (as numpy's default); None for no values."""
     if not values:
@@ -136,11 +156,13 @@ def score(truths: Sequence[Truth], alerts: Iterable[Alert], grace_s: float = GRA
     overall precision and the false alarms (unmatched alerts) with their rules."""
     fs = fired(alerts)
     matched = match(truths, fs, grace_s)
-    true_ids = {f.id for hits in matched.values() for f in hits}
+    context = node_context(truths, fs, grace_s)
+    true_ids = {f.id for m in (matched, context) for hits in m.values() for f in hits}
     rule_kinds: dict[str, set[str]] = defaultdict(set)
-    for i, hits in matched.items():
-        for f in hits:
-            rule_kinds[f.rule].add(truths[i].kind)
+    for m in (matched, context):
+        for i, hits in m.items():
+            for f in hits:
+                rule_kinds[f.rule].add(truths[i].kind)
     by_rule: dict[str, list[Fired]] = defaultdict(list)
     for f in fs:
         by_rule[f.rule].append(f)

@@ -54,9 +54,11 @@ def test_subjects_inside_a_node_or_rack_fault_match_it_but_not_the_other_way() -
     assert s["kinds"]["node_silent"]["delay_p50_s"] == 20
     assert s["false_alarms"] == 1
     # A node alert does not match a GPU fault on that node (it is not inside the GPU).
+    # ... but it is no false alarm either: a node that keeps failing is about that fault.
     gpu = gpu_fault(node="n9")
-    assert score([gpu], [alert("silent", "n9", "host", 1020)])["kinds"]["cooling"][
-        "detected"] == 0
+    s = score([gpu], [alert("lemon", "n9", "", 1020), alert("lemon", "n8", "", 1020)])
+    assert s["kinds"]["cooling"]["detected"] == 0
+    assert s["false_alarms"] == 1 and s["rules"]["lemon"]["true"] == 1
 
 
 def test_delay_from_first_faulty_sample_and_modes() -> None:
