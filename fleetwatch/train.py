@@ -22,7 +22,7 @@ import numpy as np
 
 from fleetwatch.models.anomaly import INPUTS, WINDOW_MIN, fit_anomaly, window_features
 from fleetwatch.models.artifact import ModelSet, save
-from fleetwatch.models.lemon import DEFAULT_XID_POINTS, LOST_POINTS
+from fleetwatch.models.lemon import DEFAULT_XID_POINTS, lost_points
 from fleetwatch.models.thermal_health import FEATURES, fit_thermal, gpu_key
 from fleetwatch.pipeline.store.base import MINUTE_MS, RAW_SPAN_MS, Store, gpu_index
 
@@ -205,9 +205,15 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
         return {}
     half = half_life_d * 86400.0
     scores: dict[tuple[str, str], float] = {}
-    for e in events(start_ts, end_ts, kinds=["xid", "gpu_state"]):
-        points = (DEFAULT_XID_POINTS.get(e.code, 1.0) if e.kind == "xid"
-                  else LOST_POINTS if e.value == "lost" else 0.0)
+    fell: dict[tuple[str, str, str], float] = {}  # GPU -> its last XID 79 (lost_points)
+    for e in sorted(events(start_ts, end_ts, kinds=["xid", "gpu_state"]), key=lambda e: e.ts):
+        gpu = (e.cluster, e.node, e.device)
+        if e.kind == "xid":
+            points = DEFAULT_XID_POINTS.get(e.code, 1.0)
+            if e.code == 79:
+                fell[gpu] = e.ts
+        else:
+            points = lost_points(fell.get(gpu), e.ts) if e.value == "lost" else 0.0
         key = (e.cluster, e.node)
         scores[key] = scores.get(key, 0.0) + points * 0.5 ** ((end_ts - e.ts) / half)
     return {k: (v, end_ts) for k, v in scores.items() if v > 0.01}

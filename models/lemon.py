@@ -24,6 +24,14 @@ DEFAULT_XID_POINTS: dict[int, float] = {
     120: 2.0, 61: 2.0, 62: 2.0, 45: 0.0, 13: 0.2, 43: 0.1, 31: 0.3}
 LOST_POINTS = 5.0
 THERMAL_SLOWDOWN_POINTS = 0.5
+# A GPU that falls off the bus reports XID 79 and is then lost: one incident, counted
+# once (by its XID) when the loss follows the XID within this time.
+FELL_OFF_S = 3600.0
+
+
+def lost_points(fell_ts: float | None, lost_ts: float) -> float:
+    """Points for a GPU lost at ``lost_ts`` whose last XID 79 was at ``fell_ts``."""
+    return 0.0 if fell_ts is not None and 0.0 <= lost_ts - fell_ts <= FELL_OFF_S else LOST_POINTS
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
 
 
@@ -43,6 +51,7 @@ class LemonScore:
         self._rack: dict[tuple[str, str], str] = {}
         self._lost: set[tuple[str, str, int]] = set()
         self._hot: set[tuple[str, str, int]] = set()
+        self._fell: dict[tuple[str, str, int], float] = {}  # GPU -> ts of its last XID 79
 
     def seed(self, scores: Mapping[tuple[str, str], tuple[float, float]]) -> None:
         """Start from scores computed over history (``fleetwatch train``): (score, at ts)."""
@@ -53,6 +62,8 @@ class LemonScore:
         gone = set(nodes)
         for key in [k for k in self._score if k[1] in gone]:
             del self._score[key]
+        for gk in [k for k in self._fell if k[1] in gone]:
+            del self._fell[gk]
 
     def _add(self, key: tuple[str, str], ts: float, points: float) -> None:
         s = self._score.get(key)
@@ -82,10 +93,12 @@ class LemonScore:
                 gk = (f.cluster, f.node, g.index)
                 for code in g.xids:
                     self._add(key, f.ts, self._xid_points(code))
+                    if code == 79:
+                        self._fell[gk] = f.ts
                 if g.state == "lost":
                     if gk not in self._lost:
                         self._lost.add(gk)
-                        self._add(key, f.ts, LOST_POINTS)
+                        self._add(key, f.ts, lost_points(self._fell.get(gk), f.ts))
                 else:
                     self._lost.discard(gk)
                 reasons = g.metrics.get("gpu_throttle_reasons")

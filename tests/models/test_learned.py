@@ -136,12 +136,17 @@ def test_lemon_scores_accumulate_decay_and_rank() -> None:
     assert lemon.update([frame("bad", t, (79,)), frame("good", t, (13,))]) == []
     found = lemon.update([frame("bad", t + 60, (48, 48)), frame("bad", t + 120, (), "lost")])
     assert found and found[-1].scope == "node" and found[-1].node == "bad"
-    assert lemon.score("c", "bad", t + 120) == pytest.approx(5 + 3 + 3 + 5, rel=1e-3)
+    # the loss follows the GPU's XID 79: one incident, counted by its XID
+    assert lemon.score("c", "bad", t + 120) == pytest.approx(5 + 3 + 3, rel=1e-3)
     ranking = lemon.ranking(t + 120)
     assert [n for _, n, _ in ranking] == ["bad", "good"]
     # One day later the trouble has halved; the lost GPU stays lost (no new points).
-    assert lemon.score("c", "bad", t + 120 + DAY) == pytest.approx(8.0, rel=1e-3)
+    assert lemon.score("c", "bad", t + 120 + DAY) == pytest.approx(5.5, rel=1e-3)
     assert lemon.update([frame("bad", t + 120 + DAY, (), "lost")]) == []
+    # A GPU that falls off the bus (XID 79) and is then lost is one incident, not two.
+    once = LemonScore(half_life_d=1.0, threshold=10.0)
+    assert once.update([frame("n", t, (79,)), frame("n", t + 15, (), "lost")]) == []
+    assert once.score("c", "n", t + 15) == pytest.approx(5.0, rel=1e-3)
 
 
 def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
