@@ -274,6 +274,10 @@ class ThermalHealth:
         done: list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] = []
         cache = self._detail
         for f in frames:
+            seen = self._seen(f)
+            if seen is not None:  # scored already (``enrich`` then ``update``)
+                done.extend(seen)
+                continue
             idx, r, y = frame_rows(f)
             for i, row, temp in zip(idx, r, y):
                 key = gpu_key(f.cluster, f.node, i)
@@ -308,6 +312,22 @@ class ThermalHealth:
                 cache[key] = (f.ts, detail)
                 done.append((f, gpu, detail))
         return done
+
+    def _seen(self, f: Frame
+              ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] | None:
+        """What the last pass found for every GPU ``frame_rows`` would give of ``f``, when
+        it scored them all at this frame's time; else None (the frame is scored)."""
+        out = []
+        cache = self._detail
+        for g in f.gpus:
+            temp = g.metrics.get("gpu_temp_c", math.nan)
+            if temp != temp or g.state != "ok":
+                continue
+            hit = cache.get(gpu_key(f.cluster, f.node, g.index))
+            if hit is None or hit[0] != f.ts:
+                return None
+            out.append((f, g.index, hit[1]))
+        return out
 
     def _peer_offset(self, f: Frame, gpu: int) -> float:
         assert self.model is not None
