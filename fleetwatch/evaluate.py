@@ -25,10 +25,11 @@ with no fault at all. The training never sees a frame of the evaluated runs,
 faulty or healthy, nor any fault. What the frames would carry goes straight
 into per-minute grids (``fleetwatch.train.FrameDays.add_samples``: the same
 features ``fleetwatch train`` reads from a store's minute rollups), because
-writing a store, or building the frames, would not fit the time budget. It has no events, so lemon scores start from nothing, as on a
-fleet's first day. Limitation: the training history is simulated by the same
-simulator as the evaluated day: a model trained on it learns the simulator's
-physics, which real fleets only approximate.
+writing a store, or building the frames, would not fit the time budget. It has
+no events, so lemon scores start from nothing, as on a fleet's first day.
+Limitation: the training history is simulated by the same simulator as the
+evaluated day: a model trained on it learns the simulator's physics, which real
+fleets only approximate.
 """
 
 from __future__ import annotations
