@@ -234,11 +234,18 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
     received = check_received(url, received, points, f"[{shape}] raw store", say)
     runs, received = alone_and_with_models(shape, bootstrap, topic, url, n, samples, points,
                                            received, args.models_dir, args.repeats, say)
-    rules = [r for r, _ in runs["rules"]]
-    models = [r for r, _ in runs["models"]]
+    rules = [r[0] for r in runs["rules"]]
+    models = [r[0] for r in runs["models"]]
     single, with_models = median(rules), median(models)
-    single_steady = median([s for _, s in runs["rules"]])
+    single_steady = median([r[1] for r in runs["rules"]])
     pairs = [m / r for r, m in zip(rules, models, strict=True)]
+    rules_cpu = [r[2] for r in runs["rules"]]
+    models_cpu = [r[2] for r in runs["models"]]
+    cpu_ratio = median(models_cpu) / median(rules_cpu)
+    say(f"[{shape}] per CPU second: rules alone median {median(rules_cpu):,.0f} GPU samples "
+        f"({min(rules_cpu):,.0f}..{max(rules_cpu):,.0f}); with the learned models "
+        f"{median(models_cpu):,.0f} ({min(models_cpu):,.0f}..{max(models_cpu):,.0f}) = "
+        f"{cpu_ratio:.0%} of the rules alone")
     say(f"[{shape}] processor, one process, {args.repeats} runs each: rules alone median "
         f"{single:,.0f} GPU samples/s ({min(rules):,.0f}..{max(rules):,.0f}); with the learned "
         f"models median {with_models:,.0f} ({min(models):,.0f}..{max(models):,.0f}) = "
@@ -286,6 +293,12 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
         "processor_one_process_runs_samples_per_s": [round(r) for r in rules],
         "processor_with_models_runs_samples_per_s": [round(r) for r in models],
         "models_over_rules_runs": [round(p, 3) for p in pairs],
+        # The same per CPU second of the processor's process: steadier on a shared machine.
+        "processor_one_process_samples_per_cpu_s": round(median(rules_cpu)),
+        "processor_with_models_samples_per_cpu_s": round(median(models_cpu)),
+        "models_over_rules_cpu": round(cpu_ratio, 3),
+        "processor_one_process_runs_samples_per_cpu_s": [round(r) for r in rules_cpu],
+        "processor_with_models_runs_samples_per_cpu_s": [round(r) for r in models_cpu],
         "processor_one_process_steady_samples_per_s": round(single_steady),
         "processor_workers_samples_per_s": round(multi) if multi is not None else None,
         "processor_workers_steady_samples_per_s":

@@ -58,9 +58,12 @@ def trained_models(cluster: str) -> str:
 
 
 def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
-                  group: str, models_dir: str | None = None) -> tuple[float, float, Processor]:
-    """Seconds from the first message to the last frame stored, and the steady-state
-    frames/s from the first stored batch on (as ``run_workers`` measures). With
+                  group: str, models_dir: str | None = None
+                  ) -> tuple[float, float, float, Processor]:
+    """Seconds from the first message to the last frame stored, the steady-state
+    frames/s from the first stored batch on (as ``run_workers`` measures), and the CPU
+    seconds this process spent meanwhile (what a machine shared with other work
+    disturbs least: its wall-clock figures move with the others' load). With
     ``models_dir``: the learned detectors too, over the model file there."""
     store = VictoriaMetricsStore(url)
     extra = []
@@ -73,6 +76,7 @@ def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
     consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
     stop = threading.Event()
     thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
+    cpu = time.process_time()  # this process: the processor's threads and the consumer's
     thread.start()
     first: tuple[float, int] | None = None
     while proc.stats.frames < n_frames:
@@ -85,33 +89,35 @@ def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
     seconds = end - (consumer.first or 0.0)
     assert first is not None
     steady = (n_frames - first[1]) / (end - first[0])
+    cpu = time.process_time() - cpu
     stop.set()
     thread.join()
     consumer.inner.close()
     store.close()
-    return seconds, steady, proc
+    return seconds, steady, cpu, proc
 
 
 def alone_and_with_models(shape: str, bootstrap: str, topic: str, url: str, n: int,
                           samples: int, points: int, received: int, models_dir: str,
                           repeats: int, say: Callable[[str], None]
-                          ) -> tuple[dict[str, list[tuple[float, float]]], int]:
+                          ) -> tuple[dict[str, list[tuple[float, float, float]]], int]:
     """The processor alone and with the learned models, one process each, interleaved
     (alone, models, then models, alone, ...) ``repeats`` times: one run of each is at the
     mercy of whatever else the machine does meanwhile. Returns each kind's (GPU samples/s
-    from the first message, steady state from the first stored batch) per run, in the
-    order run, and the store's row count after them."""
-    runs: dict[str, list[tuple[float, float]]] = {"rules": [], "models": []}
+    from the first message, steady state from the first stored batch, GPU samples per
+    CPU second) per run, in the order run, and the store's row count after them."""
+    runs: dict[str, list[tuple[float, float, float]]] = {"rules": [], "models": []}
     for k in range(repeats):
         for kind in ("rules", "models") if k % 2 == 0 else ("models", "rules"):
             what = f"[{shape}] processor " + ("with the learned models" if kind == "models"
                                               else "alone")
             settle(url, f"{what}, run {k + 1}", say)
-            secs, steady, proc = run_processor(
+            secs, steady, cpu, proc = run_processor(
                 bootstrap, topic, url, n, f"processor-{kind}-{shape}-{k}",
                 models_dir if kind == "models" else None)
             received = check_received(url, received, points, f"{what}, run {k + 1}", say)
-            runs[kind].append((samples / secs, steady * samples / n))
+            runs[kind].append((samples / secs, steady * samples / n, samples / cpu))
             say(f"{what}, one process, run {k + 1}: {proc.stats.frames} frames in {secs:.2f}s"
-                f" = {samples / secs:,.0f} GPU samples/s")
+                f" = {samples / secs:,.0f} GPU samples/s; {cpu:.1f} CPU s = "
+                f"{samples / cpu:,.0f} GPU samples per CPU second")
     return runs, received
