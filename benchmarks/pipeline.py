@@ -1,7 +1,8 @@
 """How fast frames go from a Kafka topic into the store, and how fresh they are.
 
     .venv/bin/python benchmarks/pipeline.py [--steps 480] [--cpus split|shared] [--workers N]
-                                            [--shapes sim,agent] [--fresh-s 30] [--profile]
+                                            [--shapes sim,agent] [--fresh-s 30] [--repeats 3]
+                                            [--profile]
 
 Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports and
 measures two shapes of frame of a 125-node x 8-GPU fleet, each on its own topic
@@ -17,7 +18,9 @@ measures two shapes of frame of a 125-node x 8-GPU fleet, each on its own topic
 For each shape, on that same data:
 
 a. the processor: ``Processor`` + ``KafkaConsumer`` → ``VictoriaMetricsStore``, one
-   process (as before), and ``fleetwatch process`` with ``--workers N``
+   process, alone and with the learned detectors over a trained model, ``--repeats``
+   runs of each interleaved (figures: the medians, each run's figure beside them, and
+   each pair's ratio; ``pipeline_processor.py``), and ``fleetwatch process`` with ``--workers N``
    (N = the processor's cores by default, ``--workers``): N consumer-group members
    as child processes, timed by their committed offsets. The topics have
    ``max(2, N)`` partitions so that every worker has one;
@@ -62,6 +65,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from statistics import median
 
 import kafka
 import lz4.frame
@@ -78,13 +82,13 @@ from pipeline_frames import (  # noqa: E402
     make_frames,
 )
 from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
+from pipeline_processor import alone_and_with_models, trained_models  # noqa: E402
 from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
 from fleetwatch.codec import decode, encode  # noqa: E402
 from fleetwatch.config import DetectorsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
-from fleetwatch.pipeline.bus import Message  # noqa: E402
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
 from fleetwatch.pipeline.processor import Processor  # noqa: E402
 from fleetwatch.pipeline.store.influx import LineProtocolWriter  # noqa: E402
@@ -116,76 +120,6 @@ def produce(bootstrap: str, topic: str, frames: list[Frame]) -> list[bytes]:
     producer.flush(60)
     producer.close()
     return values
-
-
-class TimedConsumer:
-    """A Consumer that notes when the first messages arrive: group join is not throughput."""
-
-    def __init__(self, inner: KafkaConsumer) -> None:
-        self.inner = inner
-        self.first: float | None = None
-
-    def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
-        out = self.inner.poll(max_messages, timeout_s)
-        if out and self.first is None:
-            self.first = time.perf_counter()
-        return out
-
-    def __getattr__(self, name: str) -> object:
-        return getattr(self.inner, name)
-
-
-def trained_models(cluster: str) -> str:
-    """A model directory with a model trained on two hours of the simulated fleet
-    (the same nodes, another history), as ``fleetwatch train`` would write it."""
-    from fleetwatch.collectors.sim import FleetSim, SimParams
-    from fleetwatch.train import FrameDays, train_frames
-
-    start = time.time() - 10 * 3600
-    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=15.0, cluster=cluster,
-                             jobs_seed=1), start)
-    history = FrameDays(start, start + 7200)
-    for _ in range(480):
-        sim.step()
-        history.add(sim.frames())
-    out = tempfile.mkdtemp(prefix="fleetwatch-bench-models-")
-    train_frames(history, start, start + 7200, out)
-    return out
-
-
-def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
-                  group: str, models_dir: str | None = None) -> tuple[float, float, Processor]:
-    """Seconds from the first message to the last frame stored, and the steady-state
-    frames/s from the first stored batch on (as ``run_workers`` measures). With
-    ``models_dir``: the learned detectors too, over the model file there."""
-    store = VictoriaMetricsStore(url)
-    extra = []
-    if models_dir is not None:
-        from fleetwatch.config import ModelsConfig
-        from fleetwatch.wiring import learned_detectors
-
-        extra = learned_detectors(dataclasses.replace(ModelsConfig(), dir=models_dir))
-    proc = Processor(store, [*detectors(DetectorsConfig()), *extra])
-    consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
-    stop = threading.Event()
-    thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
-    thread.start()
-    first: tuple[float, int] | None = None
-    while proc.stats.frames < n_frames:
-        time.sleep(0.01)
-        if first is None and proc.stats.frames:
-            first = (time.perf_counter(), proc.stats.frames)
-        if not thread.is_alive():
-            raise RuntimeError("processor stopped early")
-    end = time.perf_counter()
-    seconds = end - (consumer.first or 0.0)
-    assert first is not None
-    steady = (n_frames - first[1]) / (end - first[0])
-    stop.set()
-    thread.join()
-    consumer.inner.close()
-    store.close()
-    return seconds, steady, proc
 
 
 def run_naive(bootstrap: str, topic: str, url: str, n_frames: int) -> tuple[float, int]:
@@ -298,23 +232,26 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
     raw_store = samples / secs
     say(f"[{shape}] raw store: {secs:.2f}s = {raw_store:,.0f} samples/s")
     received = check_received(url, received, points, f"[{shape}] raw store", say)
-    settle(url, f"[{shape}] the processor, one process", say)
-    secs, steady, proc = run_processor(bootstrap, topic, url, n, f"processor-{shape}")
-    received = check_received(url, received, points, f"[{shape}] processor, one process", say)
-    single = samples / secs
-    single_steady = steady * samples / n
-    say(f"[{shape}] processor, one process: {proc.stats.frames} frames, {proc.stats.points} "
-        f"points in {secs:.2f}s = {single:,.0f} GPU samples/s ({proc.stats.points / secs:,.0f} "
-        f"points/s); from its first stored batch on (as for workers): {single_steady:,.0f}")
+    runs, received = alone_and_with_models(shape, bootstrap, topic, url, n, samples, points,
+                                           received, args.models_dir, args.repeats, say)
+    rules = [r[0] for r in runs["rules"]]
+    models = [r[0] for r in runs["models"]]
+    single, with_models = median(rules), median(models)
+    single_steady = median([r[1] for r in runs["rules"]])
+    pairs = [m / r for r, m in zip(rules, models, strict=True)]
+    rules_cpu = [r[2] for r in runs["rules"]]
+    models_cpu = [r[2] for r in runs["models"]]
+    cpu_ratio = median(models_cpu) / median(rules_cpu)
+    say(f"[{shape}] per CPU second: rules alone median {median(rules_cpu):,.0f} GPU samples "
+        f"({min(rules_cpu):,.0f}..{max(rules_cpu):,.0f}); with the learned models "
+        f"{median(models_cpu):,.0f} ({min(models_cpu):,.0f}..{max(models_cpu):,.0f}) = "
+        f"{cpu_ratio:.0%} of the rules alone")
+    say(f"[{shape}] processor, one process, {args.repeats} runs each: rules alone median "
+        f"{single:,.0f} GPU samples/s ({min(rules):,.0f}..{max(rules):,.0f}); with the learned "
+        f"models median {with_models:,.0f} ({min(models):,.0f}..{max(models):,.0f}) = "
+        f"{with_models / single:.0%} of the rules alone (target >= 80%; run by run "
+        f"{', '.join(f'{p:.0%}' for p in pairs)})")
     processor, how = single, "one process"
-    # The same, one process, with the learned detectors and a trained model loaded.
-    settle(url, f"[{shape}] the processor with the learned models", say)
-    secs, _, proc = run_processor(bootstrap, topic, url, n, f"processor-models-{shape}",
-                                  args.models_dir)
-    received = check_received(url, received, points, f"[{shape}] processor with models", say)
-    with_models = samples / secs
-    say(f"[{shape}] processor with the learned models, one process: {with_models:,.0f} GPU "
-        f"samples/s = {with_models / single:.0%} of the rules alone (target >= 80%)")
     multi = multi_steady = None
     if args.workers > 1:
         settle(url, f"[{shape}] the processor's workers", say)
@@ -352,6 +289,16 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
         "processor_one_process_samples_per_s": round(single),
         "processor_with_models_samples_per_s": round(with_models),
         "models_over_rules_one_process": round(with_models / single, 3),
+        # Medians above; each run here, in the order run (interleaved), and each pair's ratio.
+        "processor_one_process_runs_samples_per_s": [round(r) for r in rules],
+        "processor_with_models_runs_samples_per_s": [round(r) for r in models],
+        "models_over_rules_runs": [round(p, 3) for p in pairs],
+        # The same per CPU second of the processor's process: steadier on a shared machine.
+        "processor_one_process_samples_per_cpu_s": round(median(rules_cpu)),
+        "processor_with_models_samples_per_cpu_s": round(median(models_cpu)),
+        "models_over_rules_cpu": round(cpu_ratio, 3),
+        "processor_one_process_runs_samples_per_cpu_s": [round(r) for r in rules_cpu],
+        "processor_with_models_runs_samples_per_cpu_s": [round(r) for r in models_cpu],
         "processor_one_process_steady_samples_per_s": round(single_steady),
         "processor_workers_samples_per_s": round(multi) if multi is not None else None,
         "processor_workers_steady_samples_per_s":
@@ -369,6 +316,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=480, help="1 s ticks of the 1,000-GPU fleet")
     ap.add_argument("--naive-samples", type=int, default=150 * 88,
                     help="GPU samples the naive consumer writes (default: 150 simulator frames)")
+    ap.add_argument("--repeats", type=int, default=3,
+                    help="runs of the one-process processor without and with the learned "
+                    "models, interleaved; the figures are the medians (default 3)")
     ap.add_argument("--fresh-s", type=int, default=30)
     ap.add_argument("--warmup-s", type=int, default=12)
     ap.add_argument("--profile", action="store_true")

@@ -22,13 +22,14 @@ history is the same fleet, the same GPUs (each GPU's thermal resistance, power
 curve, lifelong hot offset, its rack's and node's air: all drawn from
 ``seed``), run through *other* jobs, air drift and noise (``SimParams.jobs_seed``),
 with no fault at all. The training never sees a frame of the evaluated runs,
-faulty or healthy, nor any fault. The frames go straight into per-minute grids
-(``fleetwatch.train.FrameDays``: the same features ``fleetwatch train`` reads
-from a store's minute rollups), because writing a store first would not fit the
-time budget. It has no events, so lemon scores start from nothing, as on a
-fleet's first day. Limitation: the training history is simulated by the same
-simulator as the evaluated day: a model trained on it learns the simulator's
-physics, which real fleets only approximate.
+faulty or healthy, nor any fault. What the frames would carry goes straight
+into per-minute grids (``fleetwatch.train.FrameDays.add_samples``: the same
+features ``fleetwatch train`` reads from a store's minute rollups), because
+writing a store, or building the frames, would not fit the time budget. It has
+no events, so lemon scores start from nothing, as on a fleet's first day.
+Limitation: the training history is simulated by the same simulator as the
+evaluated day: a model trained on it learns the simulator's physics, which real
+fleets only approximate.
 """
 
 from __future__ import annotations
@@ -102,13 +103,16 @@ class WithModels:
 def _history(params: SimParams, start_ts: float, end_ts: float
              ) -> tuple[list[Any], list[Any], set[Any]]:
     """Simulate [start, end) of healthy history; what training keeps of it."""
-    from fleetwatch.train import Fit, FrameDays
+    from fleetwatch.collectors.sim.frames import gpu_samples
+    from fleetwatch.train import GPU_METRICS, Fit, FrameDays
 
     sim = FleetSim(params, start_ts)
     history = FrameDays(start_ts, end_ts)
     for _ in range(int(round((end_ts - start_ts) / params.interval_s))):
         sim.step()
-        history.add(sim.frames())
+        # The samples the frames would carry, as arrays: the same grids for a sixth of the
+        # CPU (measured: 1.5 s against 9.3 s for 2 h of 1,000 GPUs).
+        history.add_samples(sim.ts, *gpu_samples(sim, GPU_METRICS))
     fit = Fit()
     for day in history.days():
         fit.add(day)

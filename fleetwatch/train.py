@@ -235,6 +235,7 @@ class FrameDays:
         self.minutes = np.arange(self.first, int(end_ts * 1000), MINUTE_MS, dtype=np.int64)
         self.end_ms = self.first + len(self.minutes) * MINUTE_MS  # the last minute, whole
         self._index: dict[tuple[str, str, str, int], int] = {}
+        self._last_rows: tuple[list[tuple[str, str, str, int]], np.ndarray] | None = None
         self._cap = 0
         names = (*GPU_METRICS, "host_inlet_temp_c")
         self._sum = {m: np.zeros((0, len(self.minutes))) for m in names}
@@ -270,6 +271,24 @@ class FrameDays:
             ok = ~np.isnan(col)
             np.add.at(self._sum[m], (rows[ok], minute[ok]), col[ok])
             np.add.at(self._n[m], (rows[ok], minute[ok]), 1)
+
+    def add_samples(self, ts: float, idents: list[tuple[str, str, str, int]],
+                    values: dict[str, np.ndarray], inlet: np.ndarray) -> None:
+        """``add`` for one instant given as arrays (``collectors.sim.frames.gpu_samples``):
+        each GPU's metrics (NaN: absent), its node's inlet. The same grids as ``add`` of
+        the frames these samples would be: one sample per GPU, added to its cell."""
+        if not idents or not self.first <= int(ts * 1000) < self.end_ms:
+            return
+        if self._last_rows is None or self._last_rows[0] != idents:  # the same GPUs, mostly
+            self._last_rows = (idents, np.asarray(self._rows(idents)))
+        rows = self._last_rows[1]
+        minute = (int(ts * 1000) - self.first) // MINUTE_MS
+        nan = np.full(len(idents), math.nan)
+        for m in (*GPU_METRICS, "host_inlet_temp_c"):
+            col = inlet if m == "host_inlet_temp_c" else values.get(m, nan)
+            ok = ~np.isnan(col)
+            self._sum[m][rows[ok], minute] += col[ok]
+            self._n[m][rows[ok], minute] += 1
 
     def days(self, chunk_s: float = CHUNK_S) -> Iterator[Day]:
         """The grids cut in chunks of ``chunk_s``, as ``train`` reads a store."""

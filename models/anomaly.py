@@ -27,7 +27,6 @@ import numpy as np
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.thermal_health import sm_activity
 
 WINDOW_MIN = 10
 # The per-minute inputs, in this order (NaN when a GPU does not report one).
@@ -46,6 +45,7 @@ def steady(features: np.ndarray) -> np.ndarray:
     return features[:, FEATURES.index("sm_std")] <= MAX_PHASE_SWING
 _ERROR_COUNTERS = ("gpu_ecc_sbe_volatile_total", "gpu_pcie_replay_total",
                    "gpu_nvlink_crc_errors_total")
+_E0, _E1, _E2 = _ERROR_COUNTERS
 
 
 def phase_of(sm_mean: float) -> int:
@@ -140,6 +140,18 @@ def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
     return AnomalyModel(center, scale, thresholds, counts)
 
 
+def _median(values: list[float]) -> float:
+    """``float(np.median(values))`` for a node's few GPUs, without numpy's per-call cost:
+    NaN if any is NaN (or none is given), else the middle value or the mean of the two."""
+    n = len(values)
+    if not n or any(v != v for v in values):
+        return math.nan
+    ordered = sorted(values)
+    mid = n // 2
+    # numpy's mean of the middle one or two: a sum from 0.0 (so -0.0 comes out 0.0), halved.
+    return 0.0 + ordered[mid] if n % 2 else (0.0 + ordered[mid - 1] + ordered[mid]) / 2.0
+
+
 class _Minute:
     __slots__ = ("minute", "n", "sums", "err_first", "err_last")
 
@@ -178,7 +190,8 @@ class FleetAnomaly:
             closed: list[tuple[tuple[str, str, int], list[float]]] = []
             for g in f.gpus:
                 m = g.metrics
-                temp = m.get("gpu_temp_c")
+                get = m.get
+                temp = get("gpu_temp_c")
                 if temp is None or g.state != "ok":
                     continue
                 key = (f.cluster, f.node, g.index)
@@ -191,10 +204,14 @@ class FleetAnomaly:
                 acc.n += 1
                 s = acc.sums
                 s[0] += temp
-                s[1] += m.get("gpu_power_w", math.nan)
-                s[2] += sm_activity(m)
-                s[3] += m.get("gpu_sm_clock_mhz", math.nan)
-                errors = sum(m.get(c, 0.0) for c in _ERROR_COUNTERS)
+                s[1] += get("gpu_power_w", math.nan)
+                sm = get("gpu_sm_active_ratio")  # sm_activity(m), inline: once per GPU sample
+                if sm is None:
+                    util = get("gpu_util_pct")
+                    sm = math.nan if util is None else util / 100.0
+                s[2] += sm
+                s[3] += get("gpu_sm_clock_mhz", math.nan)
+                errors = sum((get(_E0, 0.0), get(_E1, 0.0), get(_E2, 0.0)))
                 if acc.err_first is None:
                     acc.err_first = errors
                 acc.err_last = errors
@@ -222,8 +239,8 @@ class FleetAnomaly:
                         full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
                         ) -> None:
         """Append each GPU's closed minute to its window; a whole window goes to ``full``."""
-        node_temp = float(np.median([v[0] for _, v in closed]))
-        node_power = float(np.nanmedian([v[1] for _, v in closed])) if closed else math.nan
+        node_temp = _median([v[0] for _, v in closed])
+        node_power = _median([v[1] for _, v in closed if v[1] == v[1]]) if closed else math.nan
         for key, (t, p, sm, clk, err) in closed:
             rows = self._rows.setdefault(key, [])
             rows.append([t, p, sm, clk, node_temp, node_power, err])

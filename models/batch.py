@@ -15,7 +15,7 @@ import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
@@ -54,17 +54,22 @@ class Batch:
         return self.x[:, :, COL[name]]
 
 
-_last: tuple[Sequence[Frame], int, Batch] | None = None
+_last: tuple[Sequence[Frame], int, Batch, tuple[Frame, ...]] | None = None
 
 
 def columns(frames: Sequence[Frame]) -> Batch:
-    """The batch as arrays, built once per batch whichever detector asks first."""
+    """The batch as arrays, built once per batch whichever detector asks first.
+
+    A copy of the last sequence with the same frame objects (another processor fed the
+    same frames: ``fleetwatch evaluate`` runs one per detector set) gets the same arrays.
+    """
     global _last
-    # The cache holds the sequence itself, so its id cannot be reused while cached.
-    if _last is not None and _last[0] is frames and _last[1] == len(frames):
+    # The cache holds the sequence and its frames, so no id can be reused while cached.
+    if _last is not None and _last[1] == len(frames) and (
+            _last[0] is frames or all(map(is_, frames, _last[3]))):
         return _last[2]
     batch = _build(frames)
-    _last = (frames, len(frames), batch)
+    _last = (frames, len(frames), batch, tuple(frames))
     return batch
 
 
@@ -106,9 +111,12 @@ def _build(frames: Sequence[Frame]) -> Batch:
         if not k:
             continue
         ms = [g.metrics for g in gpus]
-        reader = readers.get(f.node)
-        if reader is None or len(ms[0]) != reader[2]:
-            reader = readers[f.node] = _reader(ms[0])
+        # Keyed by the metric count too: two processors fed the same frames, one of them
+        # adding a derived metric (``enrich``), would otherwise rebuild it every batch.
+        reader_key = (f.node, len(ms[0]))
+        reader = readers.get(reader_key)
+        if reader is None:
+            reader = readers[reader_key] = _reader(ms[0])
         base = fi * width
         try:
             values = list(map(reader[0], ms))
@@ -168,7 +176,7 @@ def _shape(meta: tuple[tuple[int, str | None, str], ...],
 # columns, and the metric count it was made for. One agent and one driver per node make its
 # GPUs report the same metrics; a GPU that lacks one (KeyError) or reports a different count
 # is read the slow way or gets its own getter. Bounded like the codec's caches.
-_readers: dict[str, tuple[Callable[[Mapping[str, float]], tuple[float, ...]],
+_readers: dict[tuple[str, int], tuple[Callable[[Mapping[str, float]], tuple[float, ...]],
                           tuple[int, ...], int]] = {}
 _MAX_READERS = 20_000
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
 from fleetwatch.frame import Frame
@@ -41,8 +42,9 @@ GONE = "gone"
 NodeKey = tuple[str, str]  # (cluster, node)
 
 
-@dataclass
-class _Gpu:
+class _Gpu(NamedTuple):
+    """A GPU as last seen; replaced, never changed, so that a node's copy is a dict copy."""
+
     state: str
     job: str | None
     throttle: int | None
@@ -109,41 +111,46 @@ class EventTracker:
 
     @staticmethod
     def _changes(f: Frame, node: _Node, out: list[Event]) -> None:
-        first = not node.gpus
+        gpus = node.gpus
+        first = not gpus
         present = set()
         for g in f.gpus:
-            present.add(g.index)
-            device = gpu_device(g.index)
+            index = g.index
+            present.add(index)
             raw = g.metrics.get(THROTTLE_METRIC)
             mask = None if raw is None else int(raw)
-            was = node.gpus.get(g.index)
+            was = gpus.get(index)
             if was is None:
-                was = node.gpus[g.index] = _Gpu("ok" if first else GONE, None, mask)
-            if g.state != was.state:
+                was = _Gpu("ok" if first else GONE, None, mask)
+            state, job, throttle = was
+            if g.state == state and g.job == job and (mask is None or mask == throttle):
+                if index not in gpus:
+                    gpus[index] = was
+                continue  # nothing changed
+            device = gpu_device(index)
+            if g.state != state:
                 out.append(_event(f, device, "gpu_state", f.ts, value=g.state))
-            if mask is not None and was.throttle is not None and mask != was.throttle:
+            if mask is not None and throttle is not None and mask != throttle:
                 out.append(_event(f, device, "throttle", f.ts, code=mask,
                                   text=",".join(throttle_flags(mask))))
-            if g.job != was.job:
-                if was.job:
-                    out.append(_event(f, device, "job_end", f.ts, value=was.job))
+            if g.job != job:
+                if job:
+                    out.append(_event(f, device, "job_end", f.ts, value=job))
                 if g.job:
                     out.append(_event(f, device, "job_start", f.ts, value=g.job))
-            was.state, was.job = g.state, g.job
-            if mask is not None:
-                was.throttle = mask
-        for index, was in node.gpus.items():
+            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask)
+        for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
                 out.append(_event(f, device, "gpu_state", f.ts, value=GONE,
                                   text=f"{device} is no longer in {f.node}'s frames"))
                 if was.job:  # its job cannot be seen running on it any more
                     out.append(_event(f, device, "job_end", f.ts, value=was.job))
-                was.state, was.job = GONE, None
+                gpus[index] = _Gpu(GONE, None, was.throttle)
 
 
 def _copy(node: _Node) -> _Node:
-    return _Node(node.ts, {i: _Gpu(g.state, g.job, g.throttle) for i, g in node.gpus.items()})
+    return _Node(node.ts, dict(node.gpus))
 
 
 def _event(f: Frame, device: str, kind: str, ts: float, code: int = 0, value: str = "",

@@ -93,3 +93,29 @@ def test_jobs_seed_keeps_the_hardware_and_changes_the_history() -> None:
     for _ in range(240):
         c.step()
     assert np.array_equal(a.temp, c.temp)
+
+
+def test_samples_as_arrays_give_the_grids_the_frames_give() -> None:
+    """``gpu_samples`` + ``add_samples`` (the evaluation's training history) against the
+    frames themselves, on a fleet with lost GPUs and silent nodes (faults)."""
+    from fleetwatch.collectors.sim.faults import Fault
+    from fleetwatch.collectors.sim.frames import gpu_samples
+
+    faults = [Fault("xid79", "node-001", 2, 1800.0, 3600.0, mode="sudden"),  # falls off the bus
+              Fault("node_silent", "node-002", None, 2400.0, 1800.0, mode="sudden")]
+    sim = FleetSim(PARAMS, START, faults)
+    end = START + 3 * 3600
+    frames, arrays = FrameDays(START, end), FrameDays(START, end)
+    lost = silent = 0
+    while sim.ts < end - 1:
+        sim.step()
+        frames.add(sim.frames())
+        arrays.add_samples(sim.ts, *gpu_samples(sim, GPU_METRICS))
+        lost += int(sim.lost.sum())
+        silent += int(sim.mods.drop.sum())
+    assert lost and silent  # the faults took effect
+    for a, b in zip(frames.days(), arrays.days(), strict=True):
+        assert a.gpus == b.gpus
+        assert np.array_equal(a.inlet, b.inlet, equal_nan=True)
+        for m in GPU_METRICS:
+            assert np.array_equal(a.values[m], b.values[m], equal_nan=True), m
