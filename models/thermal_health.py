@@ -56,8 +56,12 @@ def node_median(values: Sequence[float]) -> float:
     fails) does not make the node's air look colder or warmer for every other GPU, as
     the mean of the two coolest GPUs did.
     """
-    finite = [v for v in values if v == v]
-    return float(np.median(finite)) if len(finite) >= 2 else math.nan
+    finite = sorted(v for v in values if v == v)
+    n = len(finite)
+    if n < 2:
+        return math.nan
+    mid = n // 2  # as numpy's nanmedian (training's): the middle one, or the mean of two
+    return 0.0 + finite[mid] if n % 2 else (0.0 + finite[mid - 1] + finite[mid]) / 2.0
 
 
 def frame_rows(frame: Frame) -> tuple[list[int], list[list[float]], list[float]]:
