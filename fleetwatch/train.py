@@ -314,6 +314,7 @@ class Fit:
             "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
             "thermal_spread_c": round(thermal.spread_c, 3),
             "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
+            "thermal_rows": len(y), "anomaly_windows": len(feats),
             "train_s": round(time.perf_counter() - self.started, 1)}
         from fleetwatch import __version__
 
