@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.models.artifact import read_metadata
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 
 END = 1_767_225_600.0  # 2026-01-01T00:00:00Z: the history ends here
@@ -103,13 +104,20 @@ def main() -> int:
         if done.returncode != 0:
             print(f"fleetwatch train failed ({done.returncode})", file=sys.stderr)
             return 1
+        meta = read_metadata(next(Path(out).glob("*.fwm")))
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     print(f"fleetwatch train: {args.days:g} days x {args.gpus} GPUs ({size_mb:,.0f} MB store): "
           f"{wall:.1f} s wall, {cpu:.1f} s CPU (target < 300 s)", file=sys.stderr)
     print(json.dumps({"train_7d_1000_gpus_s": round(wall, 1), "train_cpu_s": round(cpu, 1),
                       "gpus": args.gpus, "days": args.days, "history_interval_s": args.interval,
                       "store_mb": round(size_mb), "prepare_s": None if prep_s is None
-                      else round(prep_s, 1)}))
+                      else round(prep_s, 1),
+                      # the only child is the training process: its peak RSS (Linux: KiB)
+                      "train_peak_rss_mb": round(after.ru_maxrss / 1024),
+                      "thermal_rows": meta.get("thermal_rows"),
+                      "anomaly_windows": meta.get("anomaly_windows"),
+                      "thermal_regressor": meta.get("thermal_regressor"),
+                      "thermal_heldout_mae_c": meta.get("thermal_heldout_mae_c")}))
     return 0
 
 

@@ -105,15 +105,18 @@ def _grid(cells: Sequence[tuple[int, np.ndarray, np.ndarray]], shape: tuple[int,
           ) -> np.ndarray:
     """Mean of the values that fall in each (row, minute) cell; NaN where none. ``cells``:
     (row, minute indices, values) per series."""
-    total = np.zeros(shape)
-    count = np.zeros(shape)
+    size = shape[0] * shape[1]
+    total = np.zeros(size)
+    count = np.zeros(size)
     if cells:
         r = np.concatenate([np.full(len(m), i) for i, m, _ in cells]).astype(int)
         m = np.concatenate([m for _, m, _ in cells]).astype(int)
         v = np.concatenate([v for _, _, v in cells])
         ok = (m >= 0) & (m < shape[1]) & (r < shape[0]) & ~np.isnan(v)
-        np.add.at(total, (r[ok], m[ok]), v[ok])
-        np.add.at(count, (r[ok], m[ok]), 1)
+        flat = r[ok] * shape[1] + m[ok]  # bincount sums in order, as np.add.at does, faster
+        total = np.bincount(flat, weights=v[ok], minlength=size).astype(float)
+        count = np.bincount(flat, minlength=size).astype(float)
+    total, count = total.reshape(shape), count.reshape(shape)
     with np.errstate(invalid="ignore"):
         return _settled(np.where(count > 0, total / np.maximum(count, 1), math.nan))
 
@@ -150,6 +153,18 @@ def _node_medians(day: Day) -> tuple[np.ndarray, np.ndarray]:
 def thermal_rows(day: Day, every: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray,
                                                      np.ndarray]:
     """(X in FEATURES order, die temperature, GPU key, minute) of every GPU-minute with both."""
+    X, y, gi, minutes = _thermal_rows(day, every)
+    return X, y, np.asarray(_gpu_keys(day) or [""])[gi], minutes
+
+
+def _gpu_keys(day: Day) -> list[str]:
+    return [gpu_key(c, n, g) for c, _, n, g in day.gpus]
+
+
+def _thermal_rows(day: Day, every: int) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                 np.ndarray]:
+    """``thermal_rows`` with each row's GPU as its row in ``day.gpus``: a week of a fleet
+    is millions of rows, and a key string per row costs memory and a string sort."""
     v = day.values
     temp = v["gpu_temp_c"]
     node_temp, node_power = _node_medians(day)
@@ -163,8 +178,7 @@ def thermal_rows(day: Day, every: int = 1) -> tuple[np.ndarray, np.ndarray, np.n
     ok[:, (np.arange(temp.shape[1]) % every) != 0] = False
     gi, mi = np.nonzero(ok)
     X = np.stack([c[gi, mi] for c in cols], axis=1)
-    keys = np.asarray([gpu_key(day.gpus[i][0], day.gpus[i][2], day.gpus[i][3]) for i in gi])
-    return X, temp[gi, mi], keys, day.minutes[mi]
+    return X, temp[gi, mi], gi.astype(np.int32), day.minutes[mi]
 
 
 def anomaly_windows(day: Day) -> np.ndarray:
@@ -313,14 +327,16 @@ class Fit:
 
     def __init__(self, progress: Callable[[str], None] | None = None) -> None:
         self.say = progress or (lambda text: None)
-        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        # Per day: X, temperatures, each row's GPU (its row in the day), minutes, the
+        # day's GPU keys (the parts of several processes are merged: evaluate.py).
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]] = []
         self.windows: list[np.ndarray] = []
         self.gpus: set[tuple[str, str, int]] = set()
         self.started = time.perf_counter()
 
     def add(self, day: Day) -> None:
         self.gpus.update((c, n, g) for c, _, n, g in day.gpus)
-        self.parts.append(thermal_rows(day, every=2))
+        self.parts.append((*_thermal_rows(day, every=2), _gpu_keys(day)))
         self.windows.append(anomaly_windows(day))
         end = int(day.minutes[-1]) // 1000 + 60 if len(day.minutes) else 0
         self.say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(end))} UTC: "
@@ -335,10 +351,12 @@ class Fit:
         parts = self.parts
         X = np.concatenate([p[0] for p in parts])
         y = np.concatenate([p[1] for p in parts])
-        keys = np.concatenate([p[2] for p in parts])
+        codes: dict[str, int] = {}  # GPU key -> its number, over all the days
+        keys = np.concatenate([np.asarray([codes.setdefault(k, len(codes)) for k in p[4]]
+                                          or [0], dtype=np.int32)[p[2]] for p in parts])
         order = np.concatenate([p[3] for p in parts])
         self.say(f"fitting thermal health on {len(y):,} GPU-minutes")
-        thermal = fit_thermal(X, y, keys, order, seed=seed)
+        thermal = fit_thermal(X, y, keys, order, seed=seed, names=list(codes))
         feats = np.concatenate(self.windows) if self.windows else np.zeros((0, 11))
         self.say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
         anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
@@ -350,6 +368,7 @@ class Fit:
             "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
             "thermal_spread_c": round(thermal.spread_c, 3),
             "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
+            "thermal_rows": len(y), "anomaly_windows": len(feats),
             "train_s": round(time.perf_counter() - self.started, 1)}
         from fleetwatch import __version__
 

@@ -120,7 +120,8 @@ def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
     del seed  # deterministic: no randomness left to seed
     features = features[~np.isnan(features).any(axis=1)]
     features = features[steady(features)]
-    phases = np.array([phase_of(v) for v in features[:, FEATURES.index("sm_mean")]])
+    sm = features[:, FEATURES.index("sm_mean")]  # phase_of, for every row at once
+    phases = np.where(np.isnan(sm), 0, np.searchsorted(PHASES, sm, side="right"))
     center: dict[int, np.ndarray] = {}
     scale: dict[int, np.ndarray] = {}
     thresholds: dict[int, float] = {}

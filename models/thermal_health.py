@@ -132,22 +132,24 @@ class ThermalModel:
 _CONTROLLER: list[object] = []
 
 
-def _one_thread() -> AbstractContextManager[object]:
+def _one_thread(user_api: str | None = "openmp") -> AbstractContextManager[object]:
     """Predict on one OpenMP thread. The processor scores one batch of a few thousand rows
     at a time: starting a team of threads for each of the hundred trees cost 100x the
     arithmetic (measured: 0.2 s against 2 ms per batch of 128 GPUs on a busy 2-core box).
     The processor scales by worker processes, not by threads. The controller (which
-    looks up the loaded OpenMP libraries) is built once."""
+    looks up the loaded OpenMP libraries) is built once. ``user_api=None``: BLAS too."""
     if not _CONTROLLER:
         from threadpoolctl import ThreadpoolController
 
         _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api="openmp")  # type: ignore[attr-defined, no-any-return]
+    return _CONTROLLER[0].limit(limits=1, user_api=user_api)  # type: ignore[attr-defined, no-any-return]
 
 
 def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.ndarray,
-                seed: int = 0, max_rows: int = 200_000) -> ThermalModel:
+                seed: int = 0, max_rows: int = 200_000, names: Sequence[str] | None = None
+                ) -> ThermalModel:
     """Fit on rows ``X`` (FEATURES), die temperatures ``y``, each row's GPU id and time.
+    ``gpu_ids``: each row's GPU key, or with ``names`` its index in ``names``.
 
     The last fifth of the time range is held out; both candidates are scored on
     it and the better one is refitted on everything. Offsets and spread come from
@@ -166,27 +168,31 @@ def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.nda
     if len(test) > max_rows // 4:
         test = rng.choice(test, max_rows // 4, replace=False)
     scores: dict[str, float] = {}
-    for name, est in _candidates(seed).items():
-        est.fit(X[train], y[train])  # type: ignore[attr-defined]
-        scores[name] = float(np.mean(np.abs(est.predict(X[test]) - y[test])))  # type: ignore[attr-defined]
-    best = min(scores, key=scores.__getitem__)
-    estimator = _candidates(seed)[best]
-    every = np.arange(len(y))
-    if len(every) > max_rows:
-        every = rng.choice(every, max_rows, replace=False)
-    estimator.fit(X[every], y[every])  # type: ignore[attr-defined]
+    # One thread for the fits too (OpenMP and BLAS): a fit of max_rows is a second or two
+    # of arithmetic, and a team of two threads on a shared 2-core box spins at each tree's
+    # barriers (measured there, gradient boosting on 200,000 rows: 6 s wall, 1.4 s CPU
+    # on one thread; 62 s wall, 19 s CPU on two).
+    with _one_thread(None):
+        for name, est in _candidates(seed).items():
+            est.fit(X[train], y[train])  # type: ignore[attr-defined]
+            scores[name] = float(np.mean(np.abs(est.predict(X[test]) - y[test])))  # type: ignore[attr-defined]
+        best = min(scores, key=scores.__getitem__)
+        estimator = _candidates(seed)[best]
+        every = np.arange(len(y))
+        if len(every) > max_rows:
+            every = rng.choice(every, max_rows, replace=False)
+        estimator.fit(X[every], y[every])  # type: ignore[attr-defined]
     model = ThermalModel(estimator, best, scores, used=used)
     residual = y - model.expected(full)
     offsets: dict[str, float] = {}
     deviations: list[np.ndarray] = []
-    # Each GPU's rows in row order (a stable sort by GPU: one pass, not one per GPU).
-    gids, inverse = np.unique(gpu_ids, return_inverse=True)
-    by_gpu = np.argsort(inverse.ravel(), kind="stable")
-    ends = np.cumsum(np.bincount(inverse.ravel(), minlength=len(gids)))
-    for gid, mine in zip(gids, np.split(by_gpu, ends[:-1])):
-        r = residual[mine[np.argsort(order[mine])]]
+    # Each GPU's rows in time order, all GPUs at once (one sort, not a scan per GPU).
+    ids, which = np.unique(gpu_ids, return_inverse=True)
+    by = np.lexsort((order, which))
+    for gid, mine in zip(ids.tolist(), np.split(by, np.flatnonzero(np.diff(which[by])) + 1)):
+        r = residual[mine]
         offset = float(np.median(r))
-        offsets[str(gid)] = offset
+        offsets[str(gid) if names is None else names[gid]] = offset
         k = min(len(r), 20)  # a rolling mean over ~20 samples, as the detector smooths
         if k >= 2:
             smooth = np.convolve(r - offset, np.ones(k) / k, mode="valid")
