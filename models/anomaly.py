@@ -38,6 +38,11 @@ PHASES: tuple[float, ...] = (0.05, 0.3, 0.6)  # SM activity edges: idle | light 
 # A window whose SM activity swings more than this spans two phases of work (a job
 # starting, a checkpoint): it is compared with nothing, in training or in service.
 MAX_PHASE_SWING = 0.1
+# A GPU is scored once per window: its finding holds for two windows (and a minute of
+# slack), so that its alert neither resolves in the ten minutes until the next window
+# nor across a window that spans a change of phase (scored as nothing); it resolves
+# once the windows stop scoring anomalous.
+HOLD_S = 2 * WINDOW_MIN * 60.0 + 60.0
 
 
 def steady(features: np.ndarray) -> np.ndarray:
@@ -274,7 +279,7 @@ class FleetAnomaly:
             out.append(Finding(
                 self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 3),
                 f"GPU {gpu} on {f.node} behaves unlike any GPU of the fleet in the same phase "
-                f"of work for {streak * WINDOW_MIN} min", "warning", 0.0,
+                f"of work for {streak * WINDOW_MIN} min", "warning", 0.0, HOLD_S,
                 evidence={"score": round(score, 2), **self._top(phase, features)},
                 action="Compare it with its node's peers on the node page; look for a "
                        "failing part the rules do not name yet."))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -11,12 +12,14 @@ import pytest
 
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.models.anomaly import FleetAnomaly
+from fleetwatch.models.anomaly import HOLD_S, FleetAnomaly
 from fleetwatch.models.artifact import FORMAT, ModelFileError, ModelSet, load, newest, save
 from fleetwatch.models.learned import LearnedDetectors
 from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
+from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.recording import RecordingStore
 from fleetwatch.simulate import simulate
 from fleetwatch.train import train
 
@@ -152,7 +155,11 @@ def test_lemon_scores_accumulate_decay_and_rank() -> None:
 def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
     models = load(trained)
     anomaly = FleetAnomaly(models.anomaly)
-    sim = FleetSim(PARAMS, START + DAY)
+    # The same detector in a processor: its alert holds between windows, never flapping.
+    store = RecordingStore()
+    processor = Processor(store, [FleetAnomaly(models.anomaly)])
+    # Jobs held in one phase of work, so that window after window is scored.
+    sim = FleetSim(dataclasses.replace(PARAMS, steady_load=True), START + DAY)
     findings: list = []
     for _ in range(int(12 * 3600 / PARAMS.interval_s)):
         sim.step()
@@ -166,7 +173,13 @@ def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
                 f = Frame(f.cluster, f.rack, f.node, f.ts, gpus, f.host, f.seq)
             bent.append(f)
         findings.extend(anomaly.update(bent))
+        processor.process(bent)
     assert {(f.node, f.gpu) for f in findings} == {("node-000", 2)}
+    assert len(findings) >= 3  # flagged window after window
+    fired = {a.id for a in store.changes if a.fired_ts is not None}
+    # One alert per run of findings closer than HOLD_S, not one per window.
+    runs = 1 + sum(b.ts - a.ts > HOLD_S for a, b in zip(findings, findings[1:]))
+    assert len(fired) == runs < len(findings) / 2, (len(fired), runs, len(findings))
     assert np.isfinite(findings[0].value)
 
 
