@@ -124,9 +124,45 @@ class ThermalModel:
     used: tuple[int, ...] = tuple(range(len(FEATURES)))
 
     def expected(self, rows: np.ndarray) -> np.ndarray:
+        x = rows[:, self.used]
+        linear = _linear(self.estimator)
+        if linear is not None:
+            fill, w, b = linear
+            return np.where(np.isnan(x), fill, x) @ w + b
         with _one_thread():
-            return np.asarray(self.estimator.predict(rows[:, self.used]),  # type: ignore[attr-defined]
-                              dtype=float)
+            return np.asarray(self.estimator.predict(x), dtype=float)  # type: ignore[attr-defined]
+
+
+_LINEAR: dict[int, tuple[object, tuple[np.ndarray, np.ndarray, float] | None]] = {}
+
+
+def _linear(estimator: object) -> tuple[np.ndarray, np.ndarray, float] | None:
+    """The Huber pipeline (median imputer, scaler, linear fit) as one fill and one dot
+    product: the same numbers as its ``predict`` (to rounding), without the 3 ms that
+    scikit-learn's input checks cost per call of a few hundred rows (measured), which is
+    what the processor pays per batch. None for any other estimator."""
+    hit = _LINEAR.get(id(estimator))
+    if hit is not None and hit[0] is estimator:
+        return hit[1]
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import HuberRegressor
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = None
+    steps = [s for _, s in estimator.steps] if isinstance(estimator, Pipeline) else []
+    if (len(steps) == 3 and isinstance(steps[0], SimpleImputer)
+            and isinstance(steps[1], StandardScaler) and isinstance(steps[2], HuberRegressor)
+            and steps[1].with_mean and steps[1].with_std):
+        imp, sc, hub = steps
+        scale = np.where(sc.scale_ == 0, 1.0, sc.scale_)
+        w = hub.coef_ / scale
+        out = (np.asarray(imp.statistics_, dtype=float), w,
+               float(hub.intercept_ - np.dot(sc.mean_, w)))
+    if len(_LINEAR) > 16:
+        _LINEAR.clear()
+    _LINEAR[id(estimator)] = (estimator, out)
+    return out
 
 
 _CONTROLLER: list[object] = []
