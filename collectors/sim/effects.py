@@ -151,6 +151,10 @@ class Effects:
         sim, f, k = self.sim, a.fault, a.fault.kind
         sev, r, i, j = f.resolved_severity, a.r(ts), a.node, a.gpu
         if k in ("cooling", "cooling_slow"):
+            if a.ramp <= 0:
+                # A step at onset: over the interval it falls in, only the part after it
+                # (the sample taken at the onset itself shows nothing yet).
+                r = min(1.0, max(0.0, (ts - a.onset) / sim.params.interval_s))
             m.r_mult[i, j] *= 1.0 + (sev - 1.0) * r
             if k == "cooling_slow":
                 m.slow_cap[i, j] = SLOW_PEAK_C
@@ -271,11 +275,9 @@ class Effects:
                 changed = round(read) != round(true)
             elif k == "node_silent":
                 changed = bool(sim.mods.drop[i])
-            elif k == "rack_cooling" and sim.shadow is not None:
-                # the first sample a reading of the rack's GPUs changed (a hundredth of a
-                # degree of warmer air changes no reading)
-                rows = sim.rack_of == a.rack
-                changed = bool((np.round(sim.temp[rows]) != np.round(sim.shadow[rows])).any())
+            elif k == "rack_cooling":
+                # the nodes' inlet sensors report hundredths of a degree
+                changed = sim.mods.inlet_add[a.rack] >= 0.005
             elif k in ("cooling", "cooling_slow") and sim.shadow is not None:
                 changed = round(sim.temp[i, j]) != round(sim.shadow[i, j])
             if changed and a.first_ts is None:
