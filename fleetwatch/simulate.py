@@ -156,8 +156,11 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
         finally:
             db.close()
     finally:
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
+        # After a stop by signal the process is about to exit: ``on_signal`` then stays, so
+        # a second Ctrl-C only sets the event again instead of raising at the last line.
+        if not stop.is_set():
+            for sig, handler in saved.items():
+                signal.signal(sig, handler)
         lock.release()
     print(f"\n{'stopped (' + reason[0] + '): ' if result.stopped else ''}wrote "
           f"{result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s "

@@ -100,6 +100,20 @@ def test_second_up_on_the_same_store_and_port_leaves_the_first_intact(tmp_path: 
     assert code == 0, out
 
 
+def test_a_second_signal_after_the_stop_does_not_change_the_exit(tmp_path: Path) -> None:
+    # An impatient Ctrl-C (or a supervisor's second SIGTERM) just as up finishes.
+    proc = start_up(tmp_path, "--port", str(free_port()), "--speed", "200")
+    wait_for_line(proc, "dashboard:")
+    wait_for_samples(tmp_path / "fleetwatch-sim.db", 10)
+    proc.send_signal(signal.SIGTERM)
+    lines = wait_for_line(proc, "store closed")
+    proc.send_signal(signal.SIGINT)
+    code, out = stop(proc, signal.SIGINT)
+    out = "".join(lines) + out
+    assert code == 0, out
+    assert "Traceback" not in out and "KeyboardInterrupt" not in out
+
+
 @pytest.mark.parametrize(("sig", "said"), [(signal.SIGTERM, "SIGTERM"),
                                            (signal.SIGINT, "Ctrl-C")])
 def test_sigterm_stores_every_frame_sent_and_says_so(tmp_path: Path, sig: int, said: str) -> None:
