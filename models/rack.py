@@ -11,10 +11,21 @@ a fault at a familiar power is not learned away for hours). When at least
 ``rack_margin_c`` above their models, that is one rack finding. A processor
 judges the racks from the nodes its partitions hold: it needs two or more
 nodes of a rack to say anything about the rack.
+
+Where the nodes report their inlet air (``host_inlet_temp_c``, the BMC's
+sensor), a failing cooler shows there first, before the dies follow through
+their thermal lag: each node's inlet is compared with its own average over
+``INLET_BASE_S``. When at least ``rack_fraction`` of a rack's nodes (and two or
+more) read ``rack_inlet_rise_c`` above their average, that too is the rack
+finding. The average lags a steady drift by the drift's rate times
+``INLET_BASE_S``: a room that warms by 6 °C an hour reads 1 °C above it, a
+rack whose cooler stops warms by degrees a minute. A whole room warming
+that fast (a chiller trip) makes every rack's finding, as it should.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -32,6 +43,8 @@ NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported
 MAX_STEP_S = 60.0
 SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settled
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
+INLET_BASE_S = 600.0  # a node's usual inlet air: its average over this time constant
+INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_temp_c
 
 
 class RackCooling:
@@ -45,9 +58,11 @@ class RackCooling:
                               rts=np.nan, rack=-1.0)
         self._racks: dict[tuple[str, str], int] = {}
         self._names: list[tuple[str, str]] = []
+        self.inlets = Inlets()
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
+        self.inlets.drop(nodes)
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -59,6 +74,7 @@ class RackCooling:
         self.table["rack"][slots[have]] = np.broadcast_to(codes[:, None], slots.shape)[have]
         for rows in b.waves:
             self._wave(b, rows, slots[rows])
+        self.inlets.update(b.frames, codes.tolist())
         return self._judge(b, codes)
 
     def _rack_code(self, f: Frame) -> int:
@@ -126,8 +142,6 @@ class RackCooling:
     def _judge(self, b: Batch, codes: np.ndarray) -> list[Finding]:
         c, t = self.c, self.table
         n = t.used
-        if n == 0:
-            return []
         now = float(b.ts[-1])
         rack = t["rack"][:n].astype(np.int64)
         live = (rack >= 0) & (now - t["rts"][:n] <= STALE_S) & (t["learned"][:n] >= c.warmup_s) \
@@ -136,26 +150,81 @@ class RackCooling:
         size = len(self._names)
         judged = np.bincount(rack[live], minlength=size)
         warm = np.bincount(rack[hot], minlength=size)
+        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s)
         out = []
         for code in np.unique(codes).tolist():
+            said, evidence, value = [], {}, 0.0
             total, many = int(judged[code]), int(warm[code])
-            if total < c.rack_min_gpus or many < c.rack_fraction * total:
+            if total >= c.rack_min_gpus and many >= c.rack_fraction * total:
+                members = np.flatnonzero(live & (rack == code))
+                hot_nodes = {t.node_of[i] for i in members if hot[i]}
+                if len(hot_nodes) >= 2:  # one node's GPUs: its own cooling, not the rack's
+                    value = float(np.median(t["resid"][members[hot[members]]]))
+                    said.append(f"{many} of {total} GPUs on {len(hot_nodes)} nodes run "
+                                f"{value:.0f} °C above their usual temperature at their power")
+                    evidence = {"gpus_hot": many, "gpus_judged": total,
+                                "nodes_hot": len(hot_nodes), "median_rise_c": round(value, 2)}
+            rising, nodes, air = inlets.get(code, (0, 0, 0.0))
+            if rising >= max(2, c.rack_fraction * nodes):
+                said.append(f"the inlet air of {rising} of {nodes} nodes is {air:.1f} °C above "
+                            "its ten-minute average")
+                evidence |= {"nodes_inlet_warm": rising, "nodes_inlet_judged": nodes,
+                             "median_inlet_rise_c": round(air, 2)}
+                value = value or air
+            if not said:
                 continue
-            members = np.flatnonzero(live & (rack == code))
-            hot_nodes = {t.node_of[i] for i in members if hot[i]}
-            if len(hot_nodes) < 2:
-                continue  # one node's GPUs: that node's own cooling, not the rack's
-            rise = float(np.median(t["resid"][members[hot[members]]]))
             cluster, name = self._names[code]
             ts = float(b.ts[np.flatnonzero(codes == code)[-1]])
             out.append(Finding(
-                "rack_cooling", cluster, name, "", None, ts, rise,
-                f"Rack {name}: {many} of {total} GPUs on {len(hot_nodes)} nodes run "
-                f"{rise:.0f} °C above their usual temperature at their power",
-                "critical", c.rack_for_s, 0.0,
-                {"gpus_hot": many, "gpus_judged": total, "nodes_hot": len(hot_nodes),
-                 "median_rise_c": round(rise, 2)},
+                "rack_cooling", cluster, name, "", None, ts, value,
+                f"Rack {name}: {'; '.join(said)}", "critical", c.rack_for_s, 0.0, evidence,
                 "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
                 "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
                 "rack"))
+        return out
+
+
+class Inlets:
+    """Each node's inlet air against its own average over ``INLET_BASE_S``."""
+
+    def __init__(self) -> None:
+        # (cluster, node) -> [average, ts, rise, seconds seen, rack code]
+        self.state: dict[tuple[str, str], list[float]] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        for key in [k for k in self.state if k[1] in gone]:
+            del self.state[key]
+
+    def update(self, frames: Sequence[Frame], codes: Sequence[int]) -> None:
+        for f, code in zip(frames, codes):
+            v = f.host.metrics.get("host_inlet_temp_c")
+            if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
+                continue
+            key = (f.cluster, f.node)
+            s = self.state.get(key)
+            dt = math.inf if s is None else f.ts - s[1]
+            if dt <= 0:
+                continue  # a repeated or older frame
+            if dt > STALE_S:  # first reading, or back after a gap: a new average
+                self.state[key] = [v, f.ts, 0.0, 0.0, code]
+                continue
+            assert s is not None
+            s[2] = v - s[0]
+            s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
+            s[1], s[4] = f.ts, code
+            s[3] += min(dt, MAX_STEP_S)
+
+    def judge(self, now: float, rise_c: float, warmup_s: float
+              ) -> dict[int, tuple[int, int, float]]:
+        """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, nodes
+        judged, the median rise of the warm ones)."""
+        by_rack: dict[int, list[float]] = {}
+        for s in self.state.values():
+            if now - s[1] <= STALE_S and s[3] >= warmup_s:
+                by_rack.setdefault(int(s[4]), []).append(s[2])
+        out: dict[int, tuple[int, int, float]] = {}
+        for code, rises in by_rack.items():
+            warm = [r for r in rises if r >= rise_c]
+            out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0)
         return out

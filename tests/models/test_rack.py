@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from dataclasses import replace
+
+from fleetwatch.frame import HostReading
 from fleetwatch.models.rack import RackCooling
 from tests.models.helpers import busy, node
 
@@ -41,3 +44,64 @@ def test_one_hot_node_or_one_hot_gpu_is_not_a_rack_problem() -> None:
     run(d, 1200, 0, inlet_rise={})
     assert run(d, 300, 1200, inlet_rise={"n1": 10.0}) == []
     assert run(d, 300, 1500, inlet_rise={}, gpu0_rise=15.0) == []
+
+
+def inlet_frames(t: float, inlet: dict[str, float], rack: str = "rack-7",
+                 nodes: list[str] = NODES) -> list:
+    """Busy nodes whose GPUs sit still: only their inlet sensors move."""
+    frames = []
+    for name in nodes:
+        f = node(t, [busy(60.0 + 0.3 * i) for i in range(8)], name=name, rack=rack)
+        frames.append(replace(f, host=HostReading({"host_inlet_temp_c": inlet[name]})))
+    return frames
+
+
+def test_a_rack_whose_inlet_air_jumps_is_found_before_its_gpus_warm() -> None:
+    d = RackCooling()
+    t = 0.0
+    for _ in range(120):  # ten minutes of steady air
+        assert d.update(inlet_frames(t, {n: 22.0 + 0.1 * i for i, n in enumerate(NODES)})) == []
+        t += 5.0
+    # The cooler stops: three of four nodes read 2 °C warmer at the next sample.
+    found = d.update(inlet_frames(t, {"n1": 24.0, "n2": 24.1, "n3": 24.2, "n4": 22.3}))
+    assert [(f.rule, f.rack, f.scope) for f in found] == [("rack_cooling", "rack-7", "rack")]
+    ev = found[0].evidence
+    assert ev["nodes_inlet_warm"] == 3 and ev["nodes_inlet_judged"] == 4
+    assert ev["median_inlet_rise_c"] == 2.0 and "gpus_hot" not in ev
+    assert "inlet air of 3 of 4 nodes" in found[0].message
+
+
+def test_inlet_noise_one_node_or_the_room_drifting_is_not_a_rack_finding() -> None:
+    d = RackCooling()
+    racks = {f"rack-{r}": [f"r{r}n{i}" for i in range(4)] for r in range(3)}
+    t = 0.0
+
+    def step(air: dict[str, float]) -> list:
+        return [f for rack, names in racks.items()
+                for f in d.update(inlet_frames(t, air, rack, names))]
+
+    base = {n: 22.0 + 0.05 * i for names in racks.values() for i, n in enumerate(names)}
+    for k in range(240):
+        # sensor noise of a tenth of a degree: never a finding
+        assert step({n: v + 0.1 * ((k + i) % 3 - 1) for i, (n, v) in enumerate(base.items())}) == []
+        t += 5.0
+    assert step({**base, "r0n0": base["r0n0"] + 5.0}) == []  # one node's sensor
+    for k in range(1, 361):  # the room warms by 3 °C over half an hour
+        t += 5.0
+        assert step({n: v + 3.0 * k / 360 for n, v in base.items()}) == []
+    t += 5.0
+    # ... and then one rack's air 2 °C more within a sample.
+    hot = {n: v + 3.0 + (2.0 if n.startswith("r1") else 0.0) for n, v in base.items()}
+    assert [f.rack for f in step(hot)] == ["rack-1"]
+
+
+def test_the_inlet_average_restarts_after_a_gap_and_ignores_impossible_readings() -> None:
+    d = RackCooling()
+    air = {n: 22.0 for n in NODES}
+    for k in range(130):
+        d.update(inlet_frames(5.0 * k, air))
+    # Back after an hour at another level: a new average, not a jump.
+    later = 5.0 * 130 + 3600.0
+    assert d.update(inlet_frames(later, {n: 27.0 for n in NODES})) == []
+    assert d.update(inlet_frames(later + 5, {n: float("nan") for n in NODES})) == []
+    assert d.update(inlet_frames(later + 10, {n: 500.0 for n in NODES})) == []
