@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 
@@ -51,6 +52,10 @@ def steady(features: np.ndarray) -> np.ndarray:
 _ERROR_COUNTERS = ("gpu_ecc_sbe_volatile_total", "gpu_pcie_replay_total",
                    "gpu_nvlink_crc_errors_total")
 _E0, _E1, _E2 = _ERROR_COUNTERS
+# A reading the sensor rule calls impossible (below this, or this far above the GPU's
+# shutdown threshold) is no temperature: it goes into no minute, and the window
+# that it breaks starts again after it, as training takes only whole windows.
+_SENSOR = DetectorsConfig()
 
 
 def phase_of(sm_mean: float) -> int:
@@ -179,11 +184,12 @@ class FleetAnomaly:
         self.consecutive = consecutive
         self._minute: dict[tuple[str, str, int], _Minute] = {}
         self._rows: dict[tuple[str, str, int], list[list[float]]] = {}
+        self._next: dict[tuple[str, str, int], int] = {}  # the minute a window goes on with
         self._streak: dict[tuple[str, str, int], int] = {}
 
     def drop(self, nodes: Sequence[str]) -> None:
         gone = set(nodes)
-        for d in (self._minute, self._rows, self._streak):
+        for d in (self._minute, self._rows, self._next, self._streak):
             for key in [k for k in d if k[1] in gone]:
                 del d[key]
 
@@ -198,7 +204,9 @@ class FleetAnomaly:
                 m = g.metrics
                 get = m.get
                 temp = get("gpu_temp_c")
-                if temp is None or g.state != "ok":
+                if temp is None or g.state != "ok" or not _SENSOR.sensor_min_c <= temp <= get(
+                        "gpu_shutdown_temp_c", _SENSOR.fallback_shutdown_c) \
+                        + _SENSOR.sensor_over_shutdown_c:
                     continue
                 key = (f.cluster, f.node, g.index)
                 acc = self._minute.get(key)
@@ -239,7 +247,7 @@ class FleetAnomaly:
         n = acc.n
         growth = (acc.err_last or 0.0) - (acc.err_first or 0.0)
         return [acc.sums[0] / n, acc.sums[1] / n, acc.sums[2] / n, acc.sums[3] / n,
-                max(0.0, growth)]
+                max(0.0, growth), acc.minute]
 
     def _minutes_closed(self, f: Frame, closed: list[tuple[tuple[str, str, int], list[float]]],
                         full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
@@ -247,8 +255,11 @@ class FleetAnomaly:
         """Append each GPU's closed minute to its window; a whole window goes to ``full``."""
         node_temp = _median([v[0] for _, v in closed])
         node_power = _median([v[1] for _, v in closed if v[1] == v[1]]) if closed else math.nan
-        for key, (t, p, sm, clk, err) in closed:
+        for key, (t, p, sm, clk, err, minute) in closed:
             rows = self._rows.setdefault(key, [])
+            if rows and self._next.get(key) != minute:
+                rows.clear()  # a minute is missing: a window is ten minutes in a row
+            self._next[key] = minute + 1
             rows.append([t, p, sm, clk, node_temp, node_power, err])
             if len(rows) >= WINDOW_MIN:
                 full.append((f, key, rows))

@@ -166,9 +166,9 @@ def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
         frames = sim.frames()
         bent = []
         for f in frames:
-            if f.node == "node-000":  # GPU 2 reads 40 °C hotter than it is, whatever it does
+            if f.node == "node-000":  # GPU 2 reads 30 °C hotter than it is, whatever it does
                 gpus = tuple(GpuReading(g.index, g.uuid, g.model, {
-                    **g.metrics, "gpu_temp_c": g.metrics["gpu_temp_c"] + 40.0}, g.job)
+                    **g.metrics, "gpu_temp_c": g.metrics["gpu_temp_c"] + 30.0}, g.job)
                     if g.index == 2 else g for g in f.gpus)
                 f = Frame(f.cluster, f.rack, f.node, f.ts, gpus, f.host, f.seq)
             bent.append(f)
@@ -181,6 +181,29 @@ def test_anomaly_flags_a_gpu_unlike_its_phase(trained: Path) -> None:
     runs = 1 + sum(b.ts - a.ts > HOLD_S for a, b in zip(findings, findings[1:]))
     assert len(fired) == runs < len(findings) / 2, (len(fired), runs, len(findings))
     assert np.isfinite(findings[0].value)
+
+
+def test_anomaly_ignores_impossible_readings_and_restarts_its_window_after_them(
+        trained: Path) -> None:
+    # A sensor stuck at 0 °C, then at 127 °C, is the sensor rule's business: the
+    # fleet anomaly model scores no window with such a reading in it, during or after.
+    models = load(trained)
+    anomaly = FleetAnomaly(models.anomaly)
+    sim = FleetSim(dataclasses.replace(PARAMS, steady_load=True), START + DAY)
+    findings: list = []
+    for k in range(int(4 * 3600 / PARAMS.interval_s)):
+        sim.step()
+        stuck = 0.0 if 120 <= k < 180 else 127.0 if 180 <= k < 200 else None
+        frames = []
+        for f in sim.frames():
+            if f.node == "node-000" and stuck is not None:
+                gpus = tuple(GpuReading(g.index, g.uuid, g.model, {
+                    **g.metrics, "gpu_temp_c": stuck}, g.job) if g.index == 2 else g
+                    for g in f.gpus)
+                f = Frame(f.cluster, f.rack, f.node, f.ts, gpus, f.host, f.seq)
+            frames.append(f)
+        findings.extend(anomaly.update(frames))
+    assert findings == []
 
 
 def test_train_on_an_empty_store_says_what_to_do(tmp_path: Path) -> None:
