@@ -1,0 +1,274 @@
+"""What can be set: every section of fleetwatch's configuration as a frozen dataclass,
+its defaults and ranges (``ranged``), and the ``Secret`` type.
+
+``fleetwatch.config`` reads them (a TOML file plus environment overrides) and
+checks them; the rest of fleetwatch imports both from there.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+ENV_PREFIX = "FLEETWATCH_"
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A configuration value is wrong; the message names the key."""
+
+
+def ranged(default: Any, lo: float | None = None, hi: float | None = None, *,
+           above: bool = False) -> Any:
+    """A number field with its allowed range, checked at load and on every override.
+
+    ``lo``/``hi`` are inclusive bounds (None: unbounded); ``above=True`` makes
+    ``lo`` exclusive (the value must be above it). NaN and infinities are always
+    refused. Declare every number this way, so that one place states its range.
+    """
+    return field(default=default, metadata={"range": (lo, hi, above)})
+
+
+class Secret(str):
+    """A string that does not print itself."""
+
+    def __repr__(self) -> str:
+        return "Secret('***')" if self else "Secret('')"
+
+    def reveal(self) -> str:
+        return str.__str__(self)
+
+    def __str__(self) -> str:
+        return "***" if self else ""
+
+
+@dataclass(frozen=True)
+class NodeConfig:
+    cluster: str = "default"
+    rack: str = "rack0"
+    node: str = field(default_factory=socket.gethostname)
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    interval_s: float = ranged(5.0, 0.05, 3600.0)
+    # What to do when NVML is missing or fails at start: error (exit 1),
+    # ignore (run host-only), retry (host-only, try NVML again each minute).
+    nvml_policy: Literal["error", "ignore", "retry"] = "retry"
+    spool_dir: str = "/var/lib/fleetwatch/spool"
+    spool_max_mb: float = ranged(512.0, 1.0, 1_000_000.0)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = ranged(9400, 1, 65535)
+    kernel_log: str = "/dev/kmsg"
+    proc_root: str = "/proc"
+    sys_root: str = "/sys"
+    # Read SM/tensor/DRAM activity through DCGM (where installed) on GPUs without GPM.
+    dcgm: bool = True
+    # The kubelet's pod-resources socket: pod/namespace/container labels where it exists.
+    pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
+
+
+@dataclass(frozen=True)
+class BusConfig:
+    kind: Literal["memory", "kafka"] = "memory"
+    bootstrap: str = "127.0.0.1:9092"
+    topic: str = "fleetwatch.frames"
+    # Partitions of the topics (the most processors that can share them): a topic with fewer
+    # (auto-created by a broker that lost its data) gets the rest where nothing is lost.
+    partitions: int = ranged(12, 1, 10_000)
+    # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
+    replication_factor: int = ranged(0, 0, 32)
+    dead_letter_topic: str = "fleetwatch.frames.dead"
+    alert_topic: str = "fleetwatch.alerts"
+    group: str = "fleetwatch-processor"
+    # Seconds a processor may go silent before the group gives its partitions to the others
+    # (a killed member's partitions wait this long); heartbeats go every third of it.
+    session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
+    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
+    sasl_mechanism: str = "PLAIN"
+    sasl_username: str = ""
+    sasl_password: Secret = Secret("")
+
+
+@dataclass(frozen=True)
+class ProcessorConfig:
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = ranged(9401, 0, 65535)   # 0: no /metrics
+    max_batch: int = ranged(2000, 1, 100_000)    # messages per poll, and so per store write
+    maintain_every_s: float = ranged(30.0, 1.0, 86_400.0)
+    workers: int = ranged(1, 1, 256)             # consumer-group members as child processes
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
+    path: str = "fleetwatch.db"
+    raw_retention_h: float = ranged(14 * 24.0, 0.0, 1_000_000.0, above=True)
+    rollup_retention_d: float = ranged(400.0, 0.0, 100_000.0, above=True)
+    url: str = "http://127.0.0.1:8428"
+    org: str = "fleetwatch"
+    bucket: str = "fleetwatch"
+    token: Secret = Secret("")
+
+
+@dataclass(frozen=True)
+class AlertsConfig:
+    gpu_temp_limit_c: float = ranged(85.0, 0.0, 200.0, above=True)
+    for_s: float = ranged(60.0, 0.0, 86_400.0)
+    # Alert sinks; "" turns one off. The Kafka alert topic is bus.alert_topic (kafka bus only).
+    webhook_url: str = ""
+    alertmanager_url: str = ""
+    # Firing alerts are re-sent to Alertmanager this often (it expires those not re-sent).
+    alertmanager_resend_s: float = ranged(60.0, 1.0, 3600.0)
+    # Base URL of the dashboard, for each alert's generatorURL / link; "" for none.
+    dashboard_url: str = ""
+    # Tries per delivery to a sink before the change is counted as not delivered there.
+    sink_attempts: int = ranged(4, 1, 100)
+    sink_timeout_s: float = ranged(10.0, 0.1, 300.0)
+
+
+@dataclass(frozen=True)
+class ModelsConfig:
+    # Learned detectors (thermal health, fleet anomaly, lemon nodes): model files
+    # from `fleetwatch train` land here; processors load the newest, and reload on change.
+    dir: str = "fleetwatch-models"
+    enabled: bool = True
+    thermal_min_excess_c: float = ranged(5.0, 0.5, 50.0)
+    thermal_min_score: float = ranged(4.0, 1.0, 100.0)
+    thermal_half_life_s: float = ranged(900.0, 30.0, 86_400.0)
+    thermal_for_s: float = ranged(600.0, 0.0, 86_400.0)
+    anomaly_consecutive: int = ranged(2, 1, 100)
+    lemon_half_life_d: float = ranged(7.0, 0.1, 365.0)
+    lemon_threshold: float = ranged(10.0, 0.1, 1e6)
+
+
+DETECTORS = ("thermal_limits", "throttle", "thermal_peers", "rack_cooling", "xid", "gpu_errors",
+             "node_silent", "job_peers")
+
+
+@dataclass(frozen=True)
+class DetectorsConfig:
+    """Which detectors run (by registry name) and the numbers that tune them."""
+
+    enabled: tuple[str, ...] = DETECTORS
+    # Limits: NVML's slowdown/shutdown temperatures from the frame; these where NVML has none
+    # and the GPU model is not in fleetwatch.models.limits' table.
+    fallback_slowdown_c: float = ranged(87.0, 30.0, 150.0)
+    fallback_shutdown_c: float = ranged(92.0, 30.0, 150.0)
+    high_margin_c: float = ranged(4.0, 0.0, 30.0)
+    high_for_s: float = ranged(30.0, 0.0, 3600.0)
+    mem_max_c: float = ranged(95.0, 30.0, 150.0)
+    mem_margin_c: float = ranged(5.0, 0.0, 30.0)
+    mem_high_for_s: float = ranged(120.0, 0.0, 3600.0)
+    rise_band_c: float = ranged(15.0, 0.0, 60.0)
+    rise_c_per_min: float = ranged(20.0, 1.0, 600.0)
+    rise_window_s: float = ranged(10.0, 1.0, 600.0)
+    sensor_min_c: float = ranged(5.0, -40.0, 40.0)
+    sensor_over_shutdown_c: float = ranged(10.0, 0.0, 100.0)
+    power_over_limit_frac: float = ranged(1.1, 1.0, 2.0)
+    power_over_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # Throttle reasons.
+    hw_slowdown_for_s: float = ranged(10.0, 0.0, 3600.0)
+    sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # Peers: a GPU against the other GPUs of its node in the same job at similar power.
+    thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
+    peer_margin_c: float = ranged(5.0, 1.0, 50.0)
+    peer_k: float = ranged(4.0, 1.0, 20.0)
+    peer_critical_c: float = ranged(12.0, 1.0, 80.0)
+    peer_rise_c_per_min: float = ranged(15.0, 1.0, 600.0)
+    peer_rise_window_s: float = ranged(5.0, 1.0, 600.0)
+    peer_for_s: float = ranged(30.0, 0.0, 3600.0)
+    peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
+    peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
+    peer_c_per_w: float = ranged(0.06, 0.0, 1.0)
+    min_peers: int = ranged(3, 1, 64)
+    max_offset_c: float = ranged(8.0, 0.0, 30.0)
+    warmup_s: float = ranged(600.0, 0.0, 86_400.0)
+    sensor_low_c: float = ranged(12.0, 1.0, 100.0)
+    sensor_for_s: float = ranged(10.0, 0.0, 3600.0)
+    # Rack cooling: many GPUs of one rack above their own thermal model at once.
+    rack_margin_c: float = ranged(4.0, 0.5, 50.0)
+    rack_fraction: float = ranged(0.5, 0.0, 1.0, above=True)
+    rack_min_gpus: int = ranged(8, 1, 100_000)
+    rack_for_s: float = ranged(0.0, 0.0, 3600.0)
+    rack_inlet_rise_c: float = ranged(1.5, 0.1, 50.0)
+    model_forget_s: float = ranged(4 * 3600.0, 600.0, 30 * 86_400.0)
+    # Events: how long an XID or an error-counter jump keeps its alert open.
+    xid_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
+    xid_info_hold_s: float = ranged(600.0, 0.0, 30 * 86_400.0)
+    event_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
+    pcie_replay_per_min: float = ranged(8.0, 0.0, 1e9, above=True)
+    nvlink_errors_per_min: float = ranged(60.0, 0.0, 1e9, above=True)
+    # A node with no frame for silent_intervals of its own interval (and silent_min_s).
+    silent_intervals: float = ranged(6.0, 2.0, 1000.0)
+    silent_min_s: float = ranged(60.0, 1.0, 86_400.0)
+    # Job peers: SM activity (or utilization), clocks and power against the job's other GPUs.
+    stuck_activity: float = ranged(0.02, 0.0, 1.0)
+    busy_activity: float = ranged(0.3, 0.0, 1.0)
+    stuck_for_s: float = ranged(60.0, 0.0, 3600.0)
+    straggler_gap: float = ranged(0.4, 0.0, 1.0, above=True)
+    straggler_clock_frac: float = ranged(0.85, 0.0, 1.0, above=True)
+    straggler_for_s: float = ranged(120.0, 0.0, 3600.0)
+    power_low_frac: float = ranged(0.6, 0.0, 1.0, above=True)
+    power_low_for_s: float = ranged(120.0, 0.0, 3600.0)
+
+
+@dataclass(frozen=True)
+class DashboardConfig:
+    host: str = "127.0.0.1"
+    port: int = ranged(8050, 1, 65535)
+    refresh_s: float = ranged(5.0, 0.5, 3600.0)
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    nodes: int = ranged(4, 1, 100_000)
+    gpus: int = ranged(8, 1, 64)
+    nodes_per_rack: int = ranged(2, 1, 10_000)
+    seed: int = ranged(0, 0, 2**63 - 1)
+    job_mean_s: float = ranged(3 * 3600.0, 60.0, 1e10)
+    idle_mean_s: float = ranged(20 * 60.0, 0.0, 1e10)
+
+
+@dataclass(frozen=True)
+class EnergyConfig:
+    # An interval between two samples longer than this is missing time, never filled.
+    max_gap_s: float = ranged(60.0, 0.0, 86_400.0, above=True)
+    # A GPU whose SM activity is under this ratio is idle (powered, doing no work).
+    idle_sm_ratio: float = ranged(0.05, 0.0, 1.0)
+    # Board power above this counts as time above TDP (A100/H100 SXM: 400 W / 700 W).
+    tdp_w: float = ranged(400.0, 1.0, 100_000.0)
+    # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
+    node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
+    price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
+    currency: str = "USD"
+
+
+@dataclass(frozen=True)
+class CarbonConfig:
+    # ISO 3166-1 alpha-3: the grid intensity default (CodeCarbon's table).
+    country: str = "USA"
+    # A site constant in gCO2e/kWh; 0 uses the country default.
+    intensity_g_per_kwh: float = ranged(0.0, 0.0, 10_000.0)
+    intensity_csv: str = ""
+    intensity_column: str = "avg_CI"
+    pue: float = ranged(1.2, 1.0, 10.0)
+    pue_csv: str = ""
+    pue_column: str = "pue"
+
+
+@dataclass(frozen=True)
+class Config:
+    node: NodeConfig = field(default_factory=NodeConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    bus: BusConfig = field(default_factory=BusConfig)
+    processor: ProcessorConfig = field(default_factory=ProcessorConfig)
+    store: StoreConfig = field(default_factory=StoreConfig)
+    alerts: AlertsConfig = field(default_factory=AlertsConfig)
+    detectors: DetectorsConfig = field(default_factory=DetectorsConfig)
+    models: ModelsConfig = field(default_factory=ModelsConfig)
+    dashboard: DashboardConfig = field(default_factory=DashboardConfig)
+    sim: SimConfig = field(default_factory=SimConfig)
+    energy: EnergyConfig = field(default_factory=EnergyConfig)
+    carbon: CarbonConfig = field(default_factory=CarbonConfig)
