@@ -1,0 +1,227 @@
+"""``fleetwatch``'s command line: every command's arguments, their types and ranges, and
+the help text. Parsing only: ``fleetwatch.cli`` runs what was asked."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from fleetwatch import __version__
+
+
+def _duration(text: str) -> float:
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    try:
+        if text[-1] in units:
+            return float(text[:-1]) * units[text[-1]]
+        return float(text)
+    except (ValueError, IndexError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d") from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
+    return value
+
+
+def _bounded(lo: float, hi: float, integer: bool = False):  # -> an argparse type
+    """A number within [lo, hi] (finite), or a usage error that says the range."""
+    def parse(text: str) -> float:
+        try:
+            value = int(text) if integer else float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not {'a whole number' if integer else 'a number'}") from None
+        if not lo <= value <= hi:  # also refuses NaN
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g} and {hi:g}")
+        return value
+    return parse
+
+
+def _fault(text: str):  # -> Fault, imported lazily to keep --help fast
+    from fleetwatch.collectors.sim import parse_fault
+
+    try:
+        return parse_fault(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="fleetwatch",
+        description="Real-time telemetry and failure observability for GPU datacenters.",
+        epilog="Configuration: --config FILE (TOML) and FLEETWATCH_<SECTION>_<KEY> environment "
+               "variables, e.g. FLEETWATCH_BUS_KIND=kafka. `fleetwatch config` shows the result.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"fleetwatch {__version__}")
+    p.add_argument("-c", "--config", metavar="FILE", default=os.environ.get("FLEETWATCH_CONFIG"),
+                   help="TOML config file (default: $FLEETWATCH_CONFIG, else built-in defaults)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"], help="default INFO")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    def fleet_args(sp: argparse.ArgumentParser) -> None:
+        g = sp.add_argument_group("simulated fleet")
+        g.add_argument("--nodes", type=_positive_int, help="nodes (default 4)")
+        g.add_argument("--gpus", type=_positive_int, help="GPUs per node (default 8)")
+        g.add_argument("--seed", type=int, help="random seed; same seed, same fleet (default 0)")
+        g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
+                       help="inject a fault: KIND:NODE/GPU[@START][+DURATION][xSEVERITY], e.g. "
+                            "cooling:node-001/3@2m+2h (repeatable)")
+        g.add_argument("--no-faults", action="store_true", help="inject no fault")
+        sp.add_argument("--store", metavar="PATH", help="embedded store file (default for a "
+                        "simulated fleet: fleetwatch-sim.db, never the real store)")
+
+    up = sub.add_parser("up", help="run everything on this machine: agent, bus, processor, "
+                        "store, dashboard", description="Run the whole system in one process: "
+                        "real NVML if an NVIDIA GPU is present, else a simulated fleet with an "
+                        "injected cooling fault; in-process bus; embedded store; dashboard.")
+    fleet_args(up)
+    up.add_argument("--simulate", action=argparse.BooleanOptionalAction, default=None,
+                    help="force the simulated fleet (or real NVML with --no-simulate)")
+    up.add_argument("--interval", type=_duration, metavar="DUR",
+                    help="sample interval, 1s to 1h (default 5s)")
+    up.add_argument("--speed", type=float,
+                    help="how much faster than real time the simulation catches up, 1 to "
+                    "100000 (default 30)")
+    up.add_argument("--backfill", type=_duration, metavar="DUR",
+                    help="how far in the past the simulation starts, 0 to 7d (default 15m)")
+    up.add_argument("--host", help="dashboard address (default 127.0.0.1)")
+    up.add_argument("--port", type=int, help="dashboard port (default 8050)")
+    up.add_argument("--phases", action="store_true",
+                    help="simulated jobs move through compute, communication, input, "
+                    "checkpoint and evaluation phases (default: compute-bound throughout, so "
+                    "the injected fault shows at once)")
+    up.add_argument("--keep", action="store_true",
+                    help="continue the simulated store from its newest sample (without it, "
+                    "the store must be new: fleetwatch never deletes one)")
+
+    sim = sub.add_parser("simulate", help="write hours or days of a simulated fleet's history "
+                         "into the store", description="Write a simulated fleet's history, with "
+                         "injected faults and their ground truth, into the store, fast.")
+    fleet_args(sim)
+    span = sim.add_mutually_exclusive_group()
+    span.add_argument("--days", type=float, help="days of history, up to 366 (default 1)")
+    span.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 6h")
+    sim.add_argument("--interval", type=_duration, metavar="DUR",
+                     help="sample interval, 1s to 1h (default 15s)")
+    sim.add_argument("--end", type=float, metavar="EPOCH_S",
+                     help="when the history ends (default now)")
+
+    agent = sub.add_parser("agent", help="run the node agent, or print one frame",
+                           description="Read this node's GPUs (NVML) and host, publish a frame "
+                           "every interval to Kafka, serve Prometheus /metrics.")
+    agent.add_argument("--once", action="store_true", help="read one frame, print it, exit")
+    agent.add_argument("--json", action="store_true", help="with --once: print the frame as JSON")
+    agent.add_argument("--fake-gpus", type=_positive_int, metavar="N",
+                       help="use N fake GPUs instead of NVML (the test fake)")
+    agent.add_argument("--interval", type=_duration, metavar="DUR",
+                       help="sample interval (default agent.interval_s)")
+
+    process = sub.add_parser("process", help="run a stream processor (one member of a consumer "
+                             "group)", description="Consume frames from Kafka, write them to the "
+                             "store, run the detectors and the alert lifecycle; commit offsets "
+                             "after each stored batch.")
+    process.add_argument("--workers", type=_positive_int, metavar="N",
+                         help="run N group members as child processes, about one core each "
+                         "(default processor.workers, 1)")
+
+    dash = sub.add_parser("dashboard", help="serve the dashboard over the store",
+                          description="Serve the dashboard over the configured store (read only).")
+    dash.add_argument("--host", help="address (default 127.0.0.1)")
+    dash.add_argument("--port", type=int, help="port (default 8050)")
+    dash.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
+    train = sub.add_parser("train", help="fit the learned detectors on the store's history",
+                           description="Fit thermal health, the fleet anomaly model and lemon-"
+                           "node scores on the store's history; write a versioned model file "
+                           "to models.dir, which running processors load without a restart.")
+    tspan = train.add_mutually_exclusive_group()
+    tspan.add_argument("--days", type=float, help="days of history to train on (default 7)")
+    tspan.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 36h")
+    train.add_argument("--end", type=float, metavar="EPOCH_S",
+                       help="when the history ends (default now)")
+    train.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    train.add_argument("--out", metavar="DIR", help="model directory (default models.dir)")
+
+    report = sub.add_parser("report", help="write the monthly energy and carbon report",
+                            description="Write the month's energy, carbon and cost, per job, "
+                            "user, team, node and cluster: an HTML report, a CSV and a JSON "
+                            "summary, from the energy ledger in the configured store.")
+    report.add_argument("--month", required=True, metavar="YYYY-MM", help="e.g. 2026-11")
+    report.add_argument("--out", default=".", metavar="DIR",
+                        help="where the files go (default: here)")
+    report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
+    sub.add_parser("config", help="print the effective configuration (secrets masked)")
+
+    rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
+                        "each alert transition as a JSON line", description="Replay recorded "
+                        "telemetry (long CSV timestamp,node,gpu,metric,value, or AcmeTrace's "
+                        "one-CSV-per-metric layout) through the processor, detectors and alert "
+                        "lifecycle; alert transitions go to stdout as JSON lines, a summary of "
+                        "what the data held and what the detectors lacked to stderr.")
+    rp.add_argument("files", nargs="+", metavar="FILE", help="CSV files (layout told by header)")
+    rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
+                    help="replay at X times real time (default: as fast as possible)")
+    rp.add_argument("--skip-bad", action="store_true",
+                    help="skip bad rows and count them, instead of stopping at the first")
+    rp.add_argument("--cluster", default="replay", help="cluster label (default replay)")
+    rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
+    rp.add_argument("--store", metavar="PATH",
+                    help="also keep the alerts in this embedded store (default: keep nothing)")
+
+    ev = sub.add_parser("evaluate", help="score every detector against a labelled simulated "
+                        "fleet", description="Simulate a fleet with a labelled schedule of every "
+                        "fault kind, and the same fleet with no fault; score each detector set "
+                        "per fault kind (recall, precision, delay) and count false alarms per "
+                        "1,000 GPU-days. Progress on stderr; with --json the last line of stdout "
+                        "is the result.")
+    ev.add_argument("--gpus", type=_bounded(8, 200_000, integer=True), default=1000,
+                    help="GPUs in the fleet (default 1000)")
+    ev.add_argument("--hours", type=_bounded(0.25, 24 * 31), default=24.0,
+                    help="simulated hours (default 24)")
+    ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
+                    help="faults of each kind (default 10)")
+    ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
+    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
+    ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
+                    help="add a column with the learned models on top of the rules")
+    ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
+    ev.add_argument("--workers", type=_bounded(1, 2, integer=True), default=2,
+                    help="run the faulty and the healthy fleet side by side (2, default) or "
+                         "one after the other (1)")
+
+    si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
+                        description="Silences mute the notifications (Alertmanager, webhook) of "
+                        "the alerts they match, for a time; the alerts themselves are still "
+                        "raised and stored. Kept in the store; processors read them every 30 s.")
+    si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
+    si_add = si_sub.add_parser("add", help="add a silence; prints its id")
+    si_add.add_argument("matchers", nargs="+", metavar="MATCHER",
+                        help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
+                             "rule, severity, cluster, rack, node, device, scope")
+    si_add.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="DUR",
+                        help="how long (default 1h)")
+    si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    si_add.add_argument("--comment", default="", help="why")
+    si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
+    si_list.add_argument("--all", action="store_true")
+    si_exp = si_sub.add_parser("expire", help="end a silence now")
+    si_exp.add_argument("id")
+
+    ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
+                         "it resolves")
+    ack.add_argument("alert_id", metavar="ALERT_ID")
+    ack.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
+    ack.add_argument("--comment", default="")
+    ack.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    return p
