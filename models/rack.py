@@ -10,7 +10,9 @@ a fault at a familiar power is not learned away for hours). When at least
 ``rack_fraction`` of a rack's GPUs (and ``rack_min_gpus``, on two or more nodes) run
 ``rack_margin_c`` above their models, that is one rack finding. A processor
 judges the racks from the nodes its partitions hold: it needs two or more
-nodes of a rack to say anything about the rack.
+nodes of a rack to say anything about the rack. Most GPUs of one node above
+their models, where the rack's others are not, is that node's cooling (its
+fans, its intake): one node finding (``node_cooling``), not eight GPU alerts.
 
 Where the nodes report their inlet air (``host_inlet_temp_c``, the BMC's
 sensor), a failing cooler shows there first, before the dies follow through
@@ -49,7 +51,7 @@ INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_
 
 class RackCooling:
     name = "rack_cooling"
-    rules = {"rack_cooling": ("gpu_temp_c",)}
+    rules = {"rack_cooling": ("gpu_temp_c",), "node_cooling": ("gpu_temp_c",)}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -75,7 +77,7 @@ class RackCooling:
         for rows in b.waves:
             self._wave(b, rows, slots[rows])
         self.inlets.update(b.frames, codes.tolist())
-        return self._judge(b, codes)
+        return self._judge(b, codes, slots)
 
     def _rack_code(self, f: Frame) -> int:
         key = (f.cluster, f.rack)
@@ -134,12 +136,15 @@ class RackCooling:
         k1, k2 = px1 / denom, px2 / denom
         t["a"][s] = t["a"][s] + k1 * e
         t["r"][s] = t["r"][s] + k2 * e
-        # P <- (P - k x'P) / lambda, bounded so a long flat load cannot blow it up.
-        t["p11"][s] = np.minimum((p11 - k1 * px1) / lam, P0)
-        t["p12"][s] = np.clip((p12 - k1 * px2) / lam, -P0, P0)
-        t["p22"][s] = np.minimum((p22 - k2 * px2) / lam, P0)
+        # P <- (P - k x'P) / lambda, bounded so a long flat load cannot blow it up: the
+        # whole matrix is scaled down (bounding its entries one by one would let it stop
+        # being positive definite, and the fit then runs away along the direction that
+        # a flat load never excites).
+        p11, p12, p22 = (p11 - k1 * px1) / lam, (p12 - k1 * px2) / lam, (p22 - k2 * px2) / lam
+        shrink = np.minimum(1.0, P0 / np.maximum(np.maximum(p11, p22), 1e-12))
+        t["p11"][s], t["p12"][s], t["p22"][s] = p11 * shrink, p12 * shrink, p22 * shrink
 
-    def _judge(self, b: Batch, codes: np.ndarray) -> list[Finding]:
+    def _judge(self, b: Batch, codes: np.ndarray, slots: np.ndarray) -> list[Finding]:
         c, t = self.c, self.table
         n = t.used
         now = float(b.ts[-1])
@@ -181,7 +186,35 @@ class RackCooling:
                 "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
                 "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
                 "rack"))
-        return out
+        return out + self._nodes(b, slots, live, hot, {f.rack for f in out})
+
+    def _nodes(self, b: Batch, slots: np.ndarray, live: np.ndarray, hot: np.ndarray,
+               racks: set[str]) -> list[Finding]:
+        """Node findings: most GPUs of one node above their models (its fans, its air),
+        where its rack as a whole is not (a rack finding covers its nodes)."""
+        c, t = self.c, self.table
+        have = slots >= 0
+        s = np.where(have, slots, 0)
+        judged = (live[s] & have).sum(axis=1)
+        many = (hot[s] & have).sum(axis=1)
+        found = (judged >= 2) & (many >= 2) & (many >= c.rack_fraction * judged)
+        out: dict[tuple[str, str], Finding] = {}
+        for row in np.flatnonzero(found).tolist():  # the last frame of a node counts
+            f = b.frames[row]
+            if f.rack in racks:
+                continue
+            mine = s[row][have[row] & hot[s[row]]]
+            rise = float(np.median(t["resid"][mine]))
+            out[(f.cluster, f.node)] = Finding(
+                "node_cooling", f.cluster, f.rack, f.node, None, f.ts, rise,
+                f"{f.node}: {int(many[row])} of {int(judged[row])} GPUs run {rise:.0f} °C "
+                "above their usual temperature at their power, together", "critical",
+                c.rack_for_s, 0.0, {"gpus_hot": int(many[row]), "gpus_judged": int(judged[row]),
+                                    "median_rise_c": round(rise, 2)},
+                "Check the node's fans and airflow (fan faults in the BMC log, blanking "
+                "panels, cables blocking the intake) and its inlet air; drain it if it "
+                "keeps rising", "node")
+        return list(out.values())
 
 
 class Inlets:

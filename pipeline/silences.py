@@ -28,6 +28,9 @@ _MATCHER = re.compile(r"^\s*([a-z_]+)\s*(=~|!~|!=|=)\s*(.*?)\s*$")
 
 # Node-scope rules whose firing alert means the node's GPUs cannot be judged.
 NODE_DOWN_RULES = frozenset({"node_silent", "node_down"})
+# A node alert about the whole node's cooling covers its GPUs' temperature alerts, as a
+# rack's covers the rack's.
+NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
 
 
 def labels(alert: Alert) -> dict[str, str]:
@@ -72,14 +75,15 @@ def silenced_by(alert: Alert, silences: Iterable[Silence]) -> str:
 
 
 def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
-    """The id of a firing node-down or rack alert that covers this GPU alert, else ""."""
+    """The id of a firing node-down, node-cooling or rack alert that covers this GPU
+    alert, else ""."""
     if scope_of(alert) != "gpu":
         return ""
     for a in open_alerts:
         if a.state != "firing" or a.cluster != alert.cluster:
             continue
         scope = scope_of(a)
-        if scope == "node" and a.rule in NODE_DOWN_RULES and a.node == alert.node:
+        if scope == "node" and a.rule in NODE_COVER_RULES and a.node == alert.node:
             return a.id
         if scope == "rack" and a.rack == alert.rack:
             return a.id

@@ -39,6 +39,9 @@ def test_gpu_alerts_under_a_silent_node_or_a_rack_alert_are_inhibited() -> None:
     assert mute(alert(node="n7", rack="r2"), [rack], [], {}) == ""
     assert mute(alert(), [alert("node_silent", device="host", state="pending")], [], {}) == ""
     assert mute(silent, [silent, rack], [], {}) == ""  # the cause itself is paged
+    cooling = alert("node_cooling", device="host")  # the node's fans: one alert, not eight
+    assert mute(alert(), [cooling], [], {}) == f"inhibited:{cooling.id}"
+    assert mute(alert(node="n2"), [cooling], [], {}) == ""
 
 
 def test_an_acknowledged_alert_is_not_notified_again_until_it_resolves() -> None:

@@ -39,11 +39,17 @@ def test_a_rack_warming_together_is_one_rack_finding() -> None:
     assert len({(x.rack, x.ts) for x in found}) == len(found)  # one per rack per batch
 
 
-def test_one_hot_node_or_one_hot_gpu_is_not_a_rack_problem() -> None:
+def test_one_hot_node_is_that_nodes_cooling_and_one_hot_gpu_neither() -> None:
     d = RackCooling()
     run(d, 1200, 0, inlet_rise={})
-    assert run(d, 300, 1200, inlet_rise={"n1": 10.0}) == []
+    found = run(d, 300, 1200, inlet_rise={"n1": 10.0})
+    assert {(f.rule, f.scope, f.node, f.gpu) for f in found} == {
+        ("node_cooling", "node", "n1", None)}
+    assert found[0].evidence["gpus_hot"] == 8 and found[0].severity == "critical"
     assert run(d, 300, 1500, inlet_rise={}, gpu0_rise=15.0) == []
+    # A whole rack warming is the rack's finding, not four node findings.
+    assert {f.rule for f in run(d, 60, 1800, inlet_rise={n: 8.0 for n in NODES})} == {
+        "rack_cooling"}
 
 
 def inlet_frames(t: float, inlet: dict[str, float], rack: str = "rack-7",
