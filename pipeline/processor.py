@@ -1,8 +1,9 @@
 """The processor: consume frames, store them, detect, drive alerts.
 
 ``Processor.handle`` is the whole per-batch logic (decode, store, detect,
-alert) and touches no bus; ``run`` is the loop that takes the same steps
-over a consumer, with the store writes in writer threads, and commits.
+alert) and touches no bus; ``run`` (``pipeline.consume_loop``) is the loop
+that takes the same steps over a consumer, with the store writes in writer
+threads, and commits.
 Offsets are committed only after the batch is in the store (at-least-once);
 the store's idempotent writes make a replayed batch harmless.
 
@@ -36,25 +37,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector, Finding
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect, settle
-from fleetwatch.pipeline.bus import BusError, Consumer, Message, Producer
+from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
+from fleetwatch.pipeline.bus import BusError, Message, Producer
+from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker
-from fleetwatch.pipeline.gc_timer import collect as _collect
-from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected
-from fleetwatch.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +69,7 @@ class AlertHook(Protocol):
         """Nodes whose partition moved to another processor."""
 
 
-class Processor:
+class Processor(ConsumerLoop):
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
                  dead_letter_topic: str = "fleetwatch.frames.dead",
@@ -256,200 +253,3 @@ class Processor:
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
-
-    # -- the loop over a consumer --
-    def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
-            maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
-            drain_s: float = 30.0) -> None:
-        """Poll → decode → store → evaluate → commit, until ``stop`` is set.
-
-        Batches overlap: while writer threads store batch N (and N+1 when the
-        store takes ``concurrent_writes`` of 2 or more), this thread polls and
-        decodes the next. Batches are evaluated (detectors, alerts) and
-        committed strictly in order, each only once it is stored: at-least-once.
-        Overlapping writes keep the store busy across batch boundaries, where a
-        single writer would leave it idle while it encodes the next batch's
-        first request and the processor idle while the store takes the last.
-
-        While the store or the broker is away, the batches in hand are kept and
-        retried with backoff and the consumer is paused (polled, so it stays in
-        its group, but fetching nothing): memory stays bounded, and no offset
-        is committed for a batch that is not stored.
-
-        Once ``stop`` is set (SIGTERM, Ctrl-C), the batches in hand are
-        finished (stored, evaluated, committed, their dead letters sent) for up
-        to ``drain_s``; what is not finished by then is replayed by whoever
-        consumes the partitions next.
-
-        The cyclic garbage collector runs every ``collect_every_s``, not on
-        allocation counts; see ``_collect_on_a_timer``.
-        """
-        self._stop = stop
-        listen = getattr(consumer, "listen", None)
-        if callable(listen):
-            listen(self.ownership)
-        with _collect_on_a_timer():
-            self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s, drain_s)
-
-    def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
-             maintain_every_s: float, collect_every_s: float, drain_s: float) -> None:
-        writes = max(1, int(getattr(self.store, "concurrent_writes", 1)))
-        backoff = Backoff(0.5, 30.0)
-        next_maintain = 0.0
-        next_collect = time.monotonic() + collect_every_s
-        held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
-        with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
-            while not stop.is_set():
-                try:
-                    fetched = False
-                    if len(held) <= writes and not self.stats.paused:
-                        messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
-                        if messages:
-                            held.append(Batch(messages, generation=self.ownership.generation))
-                            fetched = True
-                    self._submit(held, writers, writes)
-                    # The oldest batch, once stored: evaluate, commit. Wait for it when
-                    # there is nothing else to do (all writers busy, or nothing came).
-                    while held:
-                        batch = held[0]
-                        if batch.frames and batch.points is None:
-                            if batch.write is None:
-                                break  # a writer was busy: submitted on the next turn
-                            if not (batch.write.done() or len(held) > writes or not fetched):
-                                break  # being written, and there is other work to do
-                            self._finish_write(batch)
-                        self._complete(batch, consumer)
-                        held.popleft()
-                        fetched = True  # waited once: poll again before waiting more
-                    if time.monotonic() >= next_maintain:
-                        self._maintain(writers)
-                        next_maintain = time.monotonic() + maintain_every_s
-                    if time.monotonic() >= next_collect:
-                        _collect()
-                        next_collect = time.monotonic() + collect_every_s
-                    if self.stats.paused and not held:
-                        self._resume(consumer)
-                except Exception as exc:  # noqa: BLE001 - nothing may end the loop; see below
-                    # Writes in flight finish (their batches are written again anyway:
-                    # writes are idempotent); every batch in hand is kept, in order.
-                    settle(held)
-                    delay = backoff.next()
-                    if isinstance(exc, (StoreError, BusError)):
-                        self.stats.store_errors += isinstance(exc, StoreError)
-                        log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
-                                    "store" if isinstance(exc, StoreError) else "bus", exc,
-                                    delay)
-                    else:
-                        self.stats.errors += 1
-                        log.exception("unexpected error; pausing consumption, retry in %.1fs",
-                                      delay)
-                    self._pause(consumer)
-                    late = self._idle(consumer, stop, delay)
-                    if late:
-                        held.append(Batch(late, generation=self.ownership.generation))
-                    continue
-                if not held:
-                    backoff.reset()
-            self._drain(held, consumer, writers, drain_s)
-
-    def _submit(self, held: deque[Batch], writers: ThreadPoolExecutor, writes: int) -> None:
-        """Decode what is new; start writes while writers are free."""
-        in_flight = 0
-        for batch in held:
-            if batch.frames is None:
-                batch.frames, batch.sources = self.decode(batch.messages)
-                self._send_dead_letters()  # out before the batch can be committed
-            if batch.write is None and batch.points is None and in_flight < writes \
-                    and batch.frames:
-                batch.started = time.perf_counter()
-                batch.write = writers.submit(self.store.write, batch.frames)
-            in_flight += batch.write is not None
-
-    def _finish_write(self, batch: Batch) -> None:
-        """The stored batch's point count; refusals dead-lettered (may raise to retry)."""
-        assert batch.write is not None and batch.frames is not None
-        write, batch.write = batch.write, None
-        exc = write.exception()
-        if exc is None:
-            batch.points = write.result()
-            return
-        if isinstance(exc, (StoreError, BusError)):
-            raise exc
-        if not isinstance(exc, StoreRejected):
-            batch.failures += 1
-            if batch.failures < MAX_SURPRISES:
-                raise exc
-            self.stats.errors += 1
-            log.error("a batch of %d frames failed %d times (%s: %s); bisecting it",
-                      len(batch.frames), batch.failures, type(exc).__name__, exc,
-                      exc_info=exc)
-            batch.points = self._bisect(batch.frames, batch.sources, exc, surprise=True)
-        else:
-            batch.points = self._write(batch.frames, batch.sources, exc)
-        self._send_dead_letters()
-
-    def _complete(self, batch: Batch, consumer: Consumer) -> None:
-        if batch.frames:
-            self._evaluate(batch, batch.points or 0, batch.started)
-        consumer.commit(batch.messages)
-
-    def _maintain(self, writers: ThreadPoolExecutor) -> None:
-        """Rollups and retention, in a writer thread as writes are; a failure waits a turn."""
-        try:
-            writers.submit(self.store.maintain, int(time.time() * 1000)).result()
-        except Exception as exc:  # noqa: BLE001 - maintenance is retried on the next turn
-            self.stats.errors += not isinstance(exc, StoreError)
-            log.warning("store maintenance failed (%s: %s); tried again next turn",
-                        type(exc).__name__, exc)
-
-    def _pause(self, consumer: Consumer) -> None:
-        try:
-            consumer.pause()
-        except Exception:  # noqa: BLE001 - paused or not, the loop waits its turn
-            log.debug("pause failed", exc_info=True)
-        self.stats.paused = True
-
-    def _resume(self, consumer: Consumer) -> None:
-        consumer.resume()
-        self.stats.paused = False
-        log.info("store and bus are back; consuming again")
-
-    def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
-               drain_s: float) -> None:
-        """On stop: finish the batches in hand, in order, for up to ``drain_s``."""
-        deadline = time.monotonic() + drain_s
-        done = 0
-        try:
-            while held and time.monotonic() < deadline:
-                batch = held[0]
-                if batch.frames is None:
-                    batch.frames, batch.sources = self.decode(batch.messages)
-                    self._send_dead_letters()
-                if batch.frames and batch.points is None:
-                    if batch.write is None:
-                        batch.started = time.perf_counter()
-                        batch.write = writers.submit(self.store.write, batch.frames)
-                    batch.write.exception(max(0.0, deadline - time.monotonic()))
-                    self._finish_write(batch)
-                self._complete(batch, consumer)
-                held.popleft()
-                done += 1
-        except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
-            log.warning("stopping with %d batches not finished (%s: %s); they will be "
-                        "replayed", len(held), type(exc).__name__, exc)
-        finally:
-            settle(held)
-        self.drained = (done, len(held))
-
-    @staticmethod
-    def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
-        """Wait, polling the paused consumer so that the group keeps this member."""
-        deadline = time.monotonic() + seconds
-        late: list[Message] = []
-        while not stop.is_set() and time.monotonic() < deadline:
-            try:
-                # Paused: returns nothing. Kept, not dropped, if it ever does.
-                late.extend(consumer.poll(1, timeout_s=min(1.0, deadline - time.monotonic())))
-            except Exception:  # noqa: BLE001 - the bus is away: wait and try again
-                stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-        return late
