@@ -43,6 +43,7 @@ P0 = 100.0           # initial covariance: the first samples set the model
 STALE_S = 120.0      # a GPU's residual counts for its rack this long after its last frame
 NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported
 MAX_STEP_S = 60.0
+NODE_WARMUP = 3.0    # node findings: models learned this many warm-ups (see _nodes)
 SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settled
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
 INLET_BASE_S = 600.0  # a node's usual inlet air: its average over this time constant
@@ -195,15 +196,20 @@ class RackCooling:
         c, t = self.c, self.table
         have = slots >= 0
         s = np.where(have, slots, 0)
-        judged = (live[s] & have).sum(axis=1)
-        many = (hot[s] & have).sum(axis=1)
-        found = (judged >= 2) & (many >= 2) & (many >= c.rack_fraction * judged)
+        # A node's few GPUs are a smaller sample than a rack's: only models that have
+        # learned NODE_WARMUP times as long, over at least half of the node's GPUs (a
+        # model fresh from its warm-up can be degrees off at a power it has not seen).
+        ready = live & (t["learned"][:len(live)] >= NODE_WARMUP * c.warmup_s)
+        judged = (ready[s] & have).sum(axis=1)
+        many = (hot[s] & ready[s] & have).sum(axis=1)
+        found = (judged >= 2) & (2 * judged >= have.sum(axis=1)) & (many >= 2) \
+            & (many >= c.rack_fraction * judged)
         out: dict[tuple[str, str], Finding] = {}
         for row in np.flatnonzero(found).tolist():  # the last frame of a node counts
             f = b.frames[row]
             if f.rack in racks:
                 continue
-            mine = s[row][have[row] & hot[s[row]]]
+            mine = s[row][have[row] & hot[s[row]] & ready[s[row]]]
             rise = float(np.median(t["resid"][mine]))
             out[(f.cluster, f.node)] = Finding(
                 "node_cooling", f.cluster, f.rack, f.node, None, f.ts, rise,

@@ -41,15 +41,21 @@ def test_a_rack_warming_together_is_one_rack_finding() -> None:
 
 def test_one_hot_node_is_that_nodes_cooling_and_one_hot_gpu_neither() -> None:
     d = RackCooling()
-    run(d, 1200, 0, inlet_rise={})
-    found = run(d, 300, 1200, inlet_rise={"n1": 10.0})
+    run(d, 1800, 0, inlet_rise={})  # node findings wait for models three warm-ups old
+    found = run(d, 300, 1800, inlet_rise={"n1": 10.0})
     assert {(f.rule, f.scope, f.node, f.gpu) for f in found} == {
         ("node_cooling", "node", "n1", None)}
     assert found[0].evidence["gpus_hot"] == 8 and found[0].severity == "critical"
-    assert run(d, 300, 1500, inlet_rise={}, gpu0_rise=15.0) == []
+    assert run(d, 300, 2100, inlet_rise={}, gpu0_rise=15.0) == []
     # A whole rack warming is the rack's finding, not four node findings.
-    assert {f.rule for f in run(d, 60, 1800, inlet_rise={n: 8.0 for n in NODES})} == {
+    assert {f.rule for f in run(d, 60, 2400, inlet_rise={n: 8.0 for n in NODES})} == {
         "rack_cooling"}
+
+
+def test_a_node_is_not_judged_on_models_fresh_from_their_warm_up() -> None:
+    d = RackCooling()
+    run(d, 1200, 0, inlet_rise={})
+    assert run(d, 300, 1200, inlet_rise={"n1": 10.0}) == []  # two warm-ups: too early
 
 
 def inlet_frames(t: float, inlet: dict[str, float], rack: str = "rack-7",
