@@ -1,6 +1,7 @@
 """The one-process processor runs of ``benchmarks/pipeline.py``: the processor over a
-topic into VictoriaMetrics, with or without the learned detectors, and the interleaved
-repetitions that compare the two (``alone_and_with_models``)."""
+topic into VictoriaMetrics with the one first rule, with every detector, and with every
+detector and the learned models, and the interleaved repetitions that compare them
+(``alone_and_with_models``)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pipeline_freshness import GROUP_OPTS  # beside this script
 from pipeline_store import check_received, settle
 
 from fleetwatch.config import DetectorsConfig
+from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer
 from fleetwatch.pipeline.processor import Processor
@@ -58,13 +60,15 @@ def trained_models(cluster: str) -> str:
 
 
 def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
-                  group: str, models_dir: str | None = None
+                  group: str, models_dir: str | None = None, one_rule: bool = False
                   ) -> tuple[float, float, float, Processor]:
     """Seconds from the first message to the last frame stored, the steady-state
     frames/s from the first stored batch on (as ``run_workers`` measures), and the CPU
     seconds this process spent meanwhile (what a machine shared with other work
     disturbs least: its wall-clock figures move with the others' load). With
-    ``models_dir``: the learned detectors too, over the model file there."""
+    ``models_dir``: the learned detectors too, over the model file there. ``one_rule``:
+    instead of every detector, the one rule fleetwatch began with (die >= 85 °C for 60 s),
+    the baseline that issue #11 measures every detector against."""
     store = VictoriaMetricsStore(url)
     extra = []
     if models_dir is not None:
@@ -72,7 +76,8 @@ def run_processor(bootstrap: str, topic: str, url: str, n_frames: int,
         from fleetwatch.wiring import learned_detectors
 
         extra = learned_detectors(dataclasses.replace(ModelsConfig(), dir=models_dir))
-    proc = Processor(store, [*detectors(DetectorsConfig()), *extra])
+    rules = [GpuTemperatureLimit()] if one_rule else detectors(DetectorsConfig())
+    proc = Processor(store, [*rules, *extra])
     consumer = TimedConsumer(KafkaConsumer(bootstrap, topic, group, **GROUP_OPTS))
     stop = threading.Event()
     thread = threading.Thread(target=proc.run, args=(consumer, stop), daemon=True)
@@ -101,20 +106,23 @@ def alone_and_with_models(shape: str, bootstrap: str, topic: str, url: str, n: i
                           samples: int, points: int, received: int, models_dir: str,
                           repeats: int, say: Callable[[str], None]
                           ) -> tuple[dict[str, list[tuple[float, float, float]]], int]:
-    """The processor alone and with the learned models, one process each, interleaved
-    (alone, models, then models, alone, ...) ``repeats`` times: one run of each is at the
-    mercy of whatever else the machine does meanwhile. Returns each kind's (GPU samples/s
-    from the first message, steady state from the first stored batch, GPU samples per
-    CPU second) per run, in the order run, and the store's row count after them."""
-    runs: dict[str, list[tuple[float, float, float]]] = {"rules": [], "models": []}
+    """The processor with the one first rule, with every detector ("rules"), and with
+    every detector and the learned models, one process each, interleaved (one order,
+    then the reverse, ...) ``repeats`` times: one run of each is at the mercy of whatever
+    else the machine does meanwhile. Returns each kind's (GPU samples/s from the first
+    message, steady state from the first stored batch, GPU samples per CPU second) per
+    run, in the order run, and the store's row count after them."""
+    kinds = ("one_rule", "rules", "models")
+    said = {"one_rule": "with the one first rule", "rules": "with every detector",
+            "models": "with every detector and the learned models"}
+    runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in kinds}
     for k in range(repeats):
-        for kind in ("rules", "models") if k % 2 == 0 else ("models", "rules"):
-            what = f"[{shape}] processor " + ("with the learned models" if kind == "models"
-                                              else "alone")
+        for kind in kinds if k % 2 == 0 else kinds[::-1]:
+            what = f"[{shape}] processor {said[kind]}"
             settle(url, f"{what}, run {k + 1}", say)
             secs, steady, cpu, proc = run_processor(
                 bootstrap, topic, url, n, f"processor-{kind}-{shape}-{k}",
-                models_dir if kind == "models" else None)
+                models_dir if kind == "models" else None, one_rule=kind == "one_rule")
             received = check_received(url, received, points, f"{what}, run {k + 1}", say)
             runs[kind].append((samples / secs, steady * samples / n, samples / cpu))
             say(f"{what}, one process, run {k + 1}: {proc.stats.frames} frames in {secs:.2f}s"
