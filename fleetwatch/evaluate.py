@@ -220,9 +220,10 @@ def truths(sim: FleetSim) -> list[Truth]:
         node = getattr(r, "node", "") or ""
         rack = getattr(r, "rack", None) or rack_of.get(node, "")
         first = next((getattr(r, n) for n in ("first_faulty_ts", "first_sample_ts", "first_ts")
-                      if getattr(r, n, None) is not None), r.onset_ts)
+                      if getattr(r, n, None) is not None), None)
         out.append(Truth(r.kind, getattr(r, "mode", None) or "drift", rack, node,
-                         getattr(r, "gpu", None), r.onset_ts, r.end_ts, first))
+                         getattr(r, "gpu", None), r.onset_ts, r.end_ts,
+                         r.onset_ts if first is None else first, first is not None))
     return out
 
 
@@ -309,7 +310,8 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
     return {**out, "gpus": gpus, "hours": o.hours, "faults": len(truth),
             "seconds": round(time.perf_counter() - started, 1), "columns": columns,
             "kinds": {k: {m: v[m] for m in ("recall", "precision", "delay_p50_s", "delay_p95_s",
-                                              "delay_first_sample_p50_s", "faults", "modes")}
+                                              "delay_first_sample_p50_s", "faults",
+                                              "never_visible", "modes")}
                       for k, v in last["kinds"].items()},
             "precision": last["precision"],
             "false_alarms_per_1000_gpu_days": last["false_alarms_per_1000_gpu_days"]}
@@ -353,6 +355,10 @@ def table(result: Mapping[str, Any]) -> str:
                          f"{_fmt(r['delay_p50_s']):>5} {_fmt(r['delay_p95_s']):>5} "
                          f"{_fmt(r['delay_first_sample_p50_s']):>4}")
             lines.append(line)
+    hidden = {k: r["never_visible"] for k, r in first["kinds"].items() if r.get("never_visible")}
+    if hidden:
+        lines.append("not counted, no reading ever showed them (e.g. a GPU stuck while no job "
+                     "ran): " + ", ".join(f"{k} {n}" for k, n in hidden.items()))
     for name, c in cols.items():
         lines.append(f"{name}: precision {_fmt(c['precision'], True)} ({c['alerts']} alerts, "
                      f"{c['false_alarms']} false); false alarms on a healthy fleet: "

@@ -11,6 +11,9 @@ The rules, stated once:
 * Time: the alert fired between the fault's onset and its end plus a grace
   (``grace_s``: a detector needs a little time to confirm a fault that ended
   just after it began).
+* A fault that no reading ever showed (the simulator saw no faulty sample: a GPU
+  stuck while no job ran on it) is counted as ``never_visible``, not in recall
+  or delays: no detector could have seen it.
 * A fault is detected (recall) when at least one alert matches it; its delay
   is the first matching alert's ``fired_ts`` minus the onset, and minus the
   fault's first faulty sample (``first_ts``: when the readings first show it;
@@ -54,6 +57,9 @@ class Truth:
     onset_ts: float
     end_ts: float
     first_ts: float      # the first faulty sample's time
+    # False for a fault no reading ever showed (a GPU stuck while no job ran on it): no
+    # detector could see it, so it counts in no recall or delay, only as never visible.
+    visible: bool = True
 
     @property
     def scope(self) -> str:
@@ -141,9 +147,11 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 def _delays(truths: Sequence[Truth], matched: Mapping[int, list[Fired]], idx: Sequence[int]
             ) -> dict[str, Any]:
+    hidden = sum(not truths[i].visible for i in idx)
+    idx = [i for i in idx if truths[i].visible]
     onset = [matched[i][0].fired_ts - truths[i].onset_ts for i in idx if i in matched]
     first = [matched[i][0].fired_ts - truths[i].first_ts for i in idx if i in matched]
-    return {"faults": len(idx), "detected": len(onset),
+    return {"faults": len(idx), "never_visible": hidden, "detected": len(onset),
             "recall": len(onset) / len(idx) if idx else None,
             "delay_p50_s": percentile(onset, 50), "delay_p95_s": percentile(onset, 95),
             "delay_first_sample_p50_s": percentile(first, 50),

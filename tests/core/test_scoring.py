@@ -31,6 +31,16 @@ def test_recall_precision_and_delays_per_kind() -> None:
     assert s["rules"]["temp"] == {"alerts": 3, "true": 2, "false": 1, "kinds": ["cooling"]}
 
 
+def test_a_fault_no_reading_showed_counts_in_no_recall() -> None:
+    # A GPU stuck while no job ran on it looks like any idle GPU: no detector could see it.
+    hidden = Truth("stuck", "sudden", "r1", "n2", 0, 1000, 2000, 1000, visible=False)
+    truths = [gpu_fault("stuck", mode="sudden"), hidden]
+    s = score(truths, [alert("stuck", "n1", "gpu0", 1060)])
+    k = s["kinds"]["stuck"]
+    assert (k["faults"], k["never_visible"], k["detected"], k["recall"]) == (1, 1, 1, 1.0)
+    assert k["modes"]["sudden"]["never_visible"] == 1 and k["delay_p50_s"] == 60
+
+
 def test_time_window_is_onset_to_end_plus_grace() -> None:
     truths = [gpu_fault(onset=1000, end=2000)]
     early = alert("temp", "n1", "gpu0", 999)            # already firing before: not a detection
