@@ -111,13 +111,18 @@ def _build(frames: Sequence[Frame]) -> Batch:
         if not k:
             continue
         ms = [g.metrics for g in gpus]
+        base = fi * width
+        if len(set(map(len, ms))) > 1:
+            # GPUs that report different sets (a lost GPU reports none): the first one's
+            # getter would read only what it reports of the others. Read each by name.
+            slow.extend(range(base, base + k))
+            continue
         # Keyed by the metric count too: two processors fed the same frames, one of them
         # adding a derived metric (``enrich``), would otherwise rebuild it every batch.
         reader_key = (f.node, len(ms[0]))
         reader = readers.get(reader_key)
         if reader is None:
             reader = readers[reader_key] = _reader(ms[0])
-        base = fi * width
         try:
             values = list(map(reader[0], ms))
         except KeyError:
