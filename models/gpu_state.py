@@ -103,6 +103,12 @@ def arrival(frames: Sequence[Frame], batch: Batch) -> Arrival:
     if len(frames) == len(batch.frames) and all(map(is_, frames, batch.frames)):
         return Arrival(np.arange(len(frames)), batch.waves)  # handed over in time order
     row_of = {id(f): r for r, f in enumerate(batch.frames)}
+    rows = np.fromiter((row_of[id(f)] for f in frames), np.int64, len(frames))
+    return Arrival(rows, waves(frames))
+
+
+def waves(frames: Sequence[Frame]) -> list[np.ndarray]:
+    """Positions in ``frames`` of every node's first frame, then of its second, ..."""
     rank: dict[tuple[str, str], int] = {}
     ranks = []
     for f in frames:
@@ -111,9 +117,8 @@ def arrival(frames: Sequence[Frame], batch: Batch) -> Arrival:
         rank[key] = r + 1
         ranks.append(r)
     rank_arr = np.asarray(ranks, np.int64)
-    rows = np.fromiter((row_of[id(f)] for f in frames), np.int64, len(frames))
     last = int(rank_arr.max()) if len(frames) else -1
-    return Arrival(rows, [np.flatnonzero(rank_arr == k) for k in range(last + 1)])
+    return [np.flatnonzero(rank_arr == k) for k in range(last + 1)]
 
 
 def row_median(values: np.ndarray, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -30,7 +30,7 @@ import numpy as np
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, columns
-from fleetwatch.models.gpu_state import GpuState, arrival, row_median
+from fleetwatch.models.gpu_state import GpuState, arrival, row_median, waves
 
 # Model files pickle ``ThermalModel`` under this module's name: it stays importable here.
 from fleetwatch.models.thermal_model import FEATURES, ThermalModel, fit_thermal, gpu_key
@@ -96,6 +96,17 @@ class _Scored:
     score: np.ndarray
     warm: np.ndarray
 
+    def part(self, frames: Sequence[Frame]) -> _Scored | None:
+        """What this batch's scoring found for ``frames``, if they are all among its own."""
+        where = {id(f): i for i, f in enumerate(self.frames)}
+        at = [where.get(id(f), -1) for f in frames]
+        if -1 in at:
+            return None
+        i = np.asarray(at, np.int64)
+        return _Scored(list(frames), waves(frames), *(a[i] for a in (
+            self.slots, self.cached, self.has, self.ewma, self.offset, self.excess,
+            self.score, self.warm)))
+
 
 # Per GPU: the smoothed residual, its last and first time; the time and detail of its
 # last scoring (``at``, ``d_*``: the same frames scored again give what they gave); its
@@ -104,6 +115,7 @@ _FIELDS: dict[str, float | bool] = {
     "ewma": NAN, "last": NAN, "first": NAN, "at": NAN, "d_has": False, "d_ewma": NAN,
     "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "scored": False,
     "score": NAN, "held": False}
+_RECENT = 4
 
 
 class ThermalHealth:
@@ -130,8 +142,10 @@ class ThermalHealth:
         # Per (cluster, node): its GPU indices and their offsets under ``_offsets_of``.
         self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
         self._offsets_of: ThermalModel | None = None
-        # The last batch scored and what it gave, for ``update`` after ``enrich``.
-        self._last: _Scored | None = None
+        # The last batches scored and what they gave, newest first, for ``update`` after
+        # ``enrich``: the processor decodes (and enriches) a batch or two ahead of the one
+        # it judges, and judges the frames of a batch that it still owns.
+        self._recent: list[_Scored] = []
 
     @property
     def scores(self) -> dict[str, float]:
@@ -145,7 +159,7 @@ class ThermalHealth:
         gone = set(nodes)
         for key in [k for k in self._offsets if k[1] in gone]:
             del self._offsets[key]
-        self._last = None
+        self._recent.clear()
 
     def enrich(self, frames: Sequence[Frame]) -> None:
         """Score ``frames`` and add each scored GPU's ``gpu_thermal_health_score`` to its
@@ -206,16 +220,19 @@ class ThermalHealth:
 
     def _score(self, frames: Sequence[Frame]) -> _Scored | None:
         """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm) where it has
-        one (not before its first smoothing step). Scoring the same frames again
-        (``enrich`` then ``update``) returns what the first pass found, without counting
-        them twice; a GPU already scored at a frame's time gets what it got then."""
+        one (not before its first smoothing step). Scoring frames of one of the last
+        batches again (``enrich`` then ``update``) returns what the first pass found,
+        without counting them twice; a GPU already scored at a frame's time (a frame
+        delivered again) gets what it got then."""
         model = self.model
         if model is None or not frames:
             return None
-        last = self._last
-        if last is not None and len(last.frames) == len(frames) and all(
-                map(is_, frames, last.frames)):
-            return last  # the very frames just scored (the processor's enrich, then update)
+        for sc in self._recent:  # frames scored already: enrich, then update
+            if len(sc.frames) == len(frames) and all(map(is_, frames, sc.frames)):
+                return sc
+        for sc in self._recent:
+            if (part := sc.part(frames)) is not None:
+                return part
         b = columns(frames)
         order = arrival(frames, b)
         n, width = len(frames), b.x.shape[1]
@@ -245,8 +262,9 @@ class ThermalHealth:
                 self._advance(s, ts[i], residual[i, gj], offsets[i, gj], model.spread_c)
                 for name in details:
                     getattr(sc, name)[i, gj] = g["d_" + name][s]
-        # Holding the frames keeps their ids from being reused by the next batch's.
-        self._last = sc
+        # Holding the frames keeps their ids from being reused by the next batches'.
+        self._recent.insert(0, sc)
+        del self._recent[_RECENT:]
         return sc
 
     def _advance(self, s: np.ndarray, t: np.ndarray, r: np.ndarray, offset: np.ndarray,

@@ -5,8 +5,6 @@ import pytest
 
 from fleetwatch.models.batch import columns
 from fleetwatch.models.gpu_state import GpuState, arrival, row_median
-from fleetwatch.models.thermal_health import ThermalHealth
-from fleetwatch.models.thermal_model import ThermalModel
 from tests.models.helpers import busy, node
 
 
@@ -43,38 +41,3 @@ def test_row_median_is_numpys(values: list[float]) -> None:
     median, n = row_median(row, use)
     assert median[0] == float(np.median(values)) and n[0] == len(values)
     assert str(median[0]) == str(0.0 + float(np.median(values)))  # -0.0 comes out 0.0
-
-
-class Linear:
-    """Expects 30 °C plus 0.1 °C per watt: the residual is what the temperature adds."""
-
-    def predict(self, rows: np.ndarray) -> np.ndarray:
-        return 30.0 + 0.1 * rows[:, 0]
-
-
-def _run(batches: list[list], shuffle: bool) -> tuple[list[tuple], dict[str, float]]:
-    model = ThermalModel(Linear(), "linear", {}, {f"c/{n}/gpu{i}": 0.0 for n in "ab"
-                                                  for i in range(3)}, 1.0, used=(0,))
-    health = ThermalHealth(model, half_life_s=60.0, warmup_s=0.0)
-    found = []
-    rng = np.random.default_rng(0)
-    for frames in batches:
-        if shuffle:  # frames of different nodes interleaved differently, each node in order
-            frames = sorted(frames, key=lambda f: (f.ts, rng.random()))
-        health.enrich(frames)
-        found += [(f.node, f.gpu, f.ts, f.value) for f in health.update(frames)]
-    return sorted(found), health.scores
-
-
-def test_thermal_health_judges_each_gpu_alike_however_nodes_interleave() -> None:
-    def frames(t: float) -> list:
-        hot = 80.0 if t > 600 else 70.0  # 10 °C more than its load explains
-        return [node(t, [busy(70.0), busy(70.0), busy(hot)], name=n) for n in "ab"]
-
-    batches = [[f for t in range(k, k + 150, 15) for f in frames(float(t))]
-               for k in range(0, 1800, 150)]
-    ordered, scores = _run(batches, shuffle=False)
-    assert ordered and {(n, g) for n, g, _, _ in ordered} == {("a", 2), ("b", 2)}
-    assert _run(batches, shuffle=True) == (ordered, scores)
-    one_by_one = [[f] for frames_ in batches for f in frames_]
-    assert _run(one_by_one, shuffle=False) == (ordered, scores)
