@@ -23,7 +23,7 @@ import numpy as np
 from fleetwatch.models.anomaly import INPUTS, WINDOW_MIN, fit_anomaly, window_features
 from fleetwatch.models.artifact import ModelSet, save
 from fleetwatch.models.lemon import DEFAULT_XID_POINTS, lost_points
-from fleetwatch.models.thermal_health import FEATURES, fit_thermal, gpu_key
+from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
 from fleetwatch.pipeline.store.base import MINUTE_MS, RAW_SPAN_MS, Store, gpu_index
 
 GPU_METRICS: tuple[str, ...] = (

@@ -28,8 +28,11 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, columns
+from fleetwatch.models.gpu_state import GpuState, arrival, row_median
 
 WINDOW_MIN = 10
+NAN = math.nan
 # The per-minute inputs, in this order (NaN when a GPU does not report one).
 INPUTS: tuple[str, ...] = ("temp", "power", "sm", "clock", "node_temp", "node_power", "errors")
 FEATURES: tuple[str, ...] = (
@@ -51,7 +54,6 @@ def steady(features: np.ndarray) -> np.ndarray:
     return features[:, FEATURES.index("sm_std")] <= MAX_PHASE_SWING
 _ERROR_COUNTERS = ("gpu_ecc_sbe_volatile_total", "gpu_pcie_replay_total",
                    "gpu_nvlink_crc_errors_total")
-_E0, _E1, _E2 = _ERROR_COUNTERS
 # A reading the sensor rule calls impossible (below this, or this far above the GPU's
 # shutdown threshold) is no temperature: it goes into no minute, and the window
 # that it breaks starts again after it, as training takes only whole windows.
@@ -151,26 +153,18 @@ def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
     return AnomalyModel(center, scale, thresholds, counts)
 
 
-def _median(values: list[float]) -> float:
-    """``float(np.median(values))`` for a node's few GPUs, without numpy's per-call cost:
-    NaN if any is NaN (or none is given), else the middle value or the mean of the two."""
-    n = len(values)
-    if not n or any(v != v for v in values):
-        return math.nan
-    ordered = sorted(values)
-    mid = n // 2
-    # numpy's mean of the middle one or two: a sum from 0.0 (so -0.0 comes out 0.0), halved.
-    return 0.0 + ordered[mid] if n % 2 else (0.0 + ordered[mid - 1] + ordered[mid]) / 2.0
-
-
-class _Minute:
-    __slots__ = ("minute", "n", "sums", "err_first", "err_last")
-
-    def __init__(self, minute: int) -> None:
-        self.minute, self.n = minute, 0
-        self.sums = [0.0, 0.0, 0.0, 0.0]
-        self.err_first: float | None = None
-        self.err_last: float | None = None
+# Per GPU: its open minute (which minute, how many samples, the sums of temperature,
+# power, SM activity and clock, its error count at the first and the last sample) and
+# the closed minutes of its open window (``rows``, ``filled`` of them).
+_FIELDS: dict[str, float | bool] = {
+    "open": False, "minute": NAN, "n": 0.0, "temp": 0.0, "power": 0.0, "sm": 0.0,
+    "clock": 0.0, "err_first": NAN, "err_last": NAN, "filled": 0.0, "rows": NAN,
+    "next": NAN}  # the minute the open window goes on with: ten minutes in a row
+_SUMS = ("temp", "power", "sm", "clock")
+_T, _P, _SM, _UTIL, _CLK, _SHUT, _E0, _E1, _E2 = (COL[n] for n in (
+    "gpu_temp_c", "gpu_power_w", "gpu_sm_active_ratio", "gpu_util_pct", "gpu_sm_clock_mhz",
+    "gpu_shutdown_temp_c", *_ERROR_COUNTERS))
+_Window = tuple[Frame, tuple[str, str, int], np.ndarray]
 
 
 class FleetAnomaly:
@@ -182,56 +176,106 @@ class FleetAnomaly:
     def __init__(self, model: AnomalyModel | None = None, consecutive: int = 2) -> None:
         self.model = model
         self.consecutive = consecutive
-        self._minute: dict[tuple[str, str, int], _Minute] = {}
-        self._rows: dict[tuple[str, str, int], list[list[float]]] = {}
-        self._next: dict[tuple[str, str, int], int] = {}  # the minute a window goes on with
+        self._gpus = GpuState(_FIELDS, {"rows": (WINDOW_MIN, len(INPUTS))})
         self._streak: dict[tuple[str, str, int], int] = {}
 
     def drop(self, nodes: Sequence[str]) -> None:
+        self._gpus.drop(nodes)
         gone = set(nodes)
-        for d in (self._minute, self._rows, self._next, self._streak):
-            for key in [k for k in d if k[1] in gone]:
-                del d[key]
+        for key in [k for k in self._streak if k[1] in gone]:
+            del self._streak[key]
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
-        if self.model is None:
+        """Add each GPU sample to its minute's sums, a whole batch at a time: wave by wave
+        (each GPU's samples in the order handed over), all GPUs of a wave at once."""
+        if self.model is None or not frames:
             return []
-        full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]] = []
-        for f in frames:
-            minute = int(f.ts // 60)
-            closed: list[tuple[tuple[str, str, int], list[float]]] = []
-            for g in f.gpus:
-                m = g.metrics
-                get = m.get
-                temp = get("gpu_temp_c")
-                if temp is None or g.state != "ok" or not _SENSOR.sensor_min_c <= temp <= get(
-                        "gpu_shutdown_temp_c", _SENSOR.fallback_shutdown_c) \
-                        + _SENSOR.sensor_over_shutdown_c:
-                    continue
-                key = (f.cluster, f.node, g.index)
-                acc = self._minute.get(key)
-                if acc is not None and acc.minute != minute:
-                    closed.append((key, self._close(acc)))
-                    acc = None
-                if acc is None:
-                    acc = self._minute[key] = _Minute(minute)
-                acc.n += 1
-                s = acc.sums
-                s[0] += temp
-                s[1] += get("gpu_power_w", math.nan)
-                sm = get("gpu_sm_active_ratio")  # sm_activity(m), inline: once per GPU sample
-                if sm is None:
-                    util = get("gpu_util_pct")
-                    sm = math.nan if util is None else util / 100.0
-                s[2] += sm
-                s[3] += get("gpu_sm_clock_mhz", math.nan)
-                errors = sum((get(_E0, 0.0), get(_E1, 0.0), get(_E2, 0.0)))
-                if acc.err_first is None:
-                    acc.err_first = errors
-                acc.err_last = errors
-            if closed:
-                self._minutes_closed(f, closed, full)
-        return self._score_windows(full) if full else []
+        b = columns(frames)
+        order = arrival(frames, b)
+        x = b.x[order.rows]
+        slots = self._gpus.slots(b)[order.rows]
+        temp = x[:, :, _T]
+        shutdown = np.where(np.isnan(x[:, :, _SHUT]), _SENSOR.fallback_shutdown_c,
+                            x[:, :, _SHUT])
+        valid = (b.present & ~b.lost)[order.rows] & (temp >= _SENSOR.sensor_min_c) \
+            & (temp <= shutdown + _SENSOR.sensor_over_shutdown_c)  # NaN fails both
+        sm = x[:, :, _SM]  # ``sm_activity``: SM_ACTIVE where reported, else utilization / 100
+        inputs = {"temp": x[:, :, _T], "power": x[:, :, _P],
+                  "sm": np.where(np.isnan(sm), x[:, :, _UTIL] / 100.0, sm),
+                  "clock": x[:, :, _CLK]}
+        errors = np.nan_to_num(x[:, :, [_E0, _E1, _E2]], nan=0.0)
+        errors = (0.0 + errors[:, :, 0]) + errors[:, :, 1] + errors[:, :, 2]
+        minutes = np.floor_divide(b.ts[order.rows], 60.0)
+        full: list[tuple[int, int, np.ndarray]] = []
+        for wave in order.waves:
+            wi, gj = np.nonzero(valid[wave])
+            if len(wi):
+                i = wave[wi]
+                self._add(i, gj, slots[i, gj], minutes[i],
+                          {k: v[i, gj] for k, v in inputs.items()}, errors[i, gj], full)
+        if not full:
+            return []
+        full.sort(key=lambda w: (w[0], w[1]))  # as handed over, as the windows closed
+        windows = []
+        for i, j, rows in full:
+            f = frames[i]
+            windows.append((f, (f.cluster, f.node, f.gpus[j].index), rows))
+        return self._score_windows(windows)
+
+    def _add(self, i: np.ndarray, gj: np.ndarray, s: np.ndarray, minute: np.ndarray,
+             values: dict[str, np.ndarray], errors: np.ndarray,
+             full: list[tuple[int, int, np.ndarray]]) -> None:
+        """One sample of each GPU in slots ``s`` (each once): a GPU whose minute changed
+        closes it first; then the sample joins the GPU's (new) minute."""
+        g = self._gpus
+        closing = g["open"][s] & (g["minute"][s] != minute)
+        if closing.any():
+            self._close(i[closing], gj[closing], s[closing], full)
+        new = ~g["open"][s] | closing
+        ns = s[new]
+        g["open"][ns], g["minute"][ns], g["n"][ns] = True, minute[new], 0.0
+        for k in _SUMS:
+            g[k][ns] = 0.0
+        g["err_first"][ns] = errors[new]
+        g["n"][s] += 1.0
+        for k in _SUMS:
+            g[k][s] += values[k]
+        g["err_last"][s] = errors
+
+    def _close(self, i: np.ndarray, gj: np.ndarray, s: np.ndarray,
+               full: list[tuple[int, int, np.ndarray]]) -> None:
+        """Close the minutes of GPUs ``s`` (frames ``i``, positions ``gj``, one frame per
+        node): their means, and the median temperature and power of the GPUs of each
+        frame that closed one, join the GPUs' windows; a whole window goes to ``full``."""
+        g = self._gpus
+        n = g["n"][s]
+        growth = g["err_last"][s] - g["err_first"][s]
+        means = [g[k][s] / n for k in _SUMS]
+        # Per frame: the closed minutes' median temperature (NaN if any is NaN) and power
+        # (over those that have one, NaN if none).
+        frame, at = np.unique(i, return_inverse=True)
+        at = at.reshape(-1)
+        width = int(gj.max()) + 1
+        t_block = np.full((len(frame), width), NAN)
+        p_block = np.full((len(frame), width), NAN)
+        t_block[at, gj], p_block[at, gj] = means[0], means[1]
+        closed = np.zeros((len(frame), width), bool)
+        closed[at, gj] = True
+        node_temp, _ = row_median(t_block, closed)
+        node_temp[(closed & np.isnan(t_block)).any(axis=1)] = NAN
+        node_power, _ = row_median(p_block, closed & ~np.isnan(p_block))
+        row = np.stack([*means, node_temp[at], node_power[at],
+                        np.where(growth > 0.0, growth, 0.0)], axis=1)
+        filled = g["filled"][s].astype(np.int64)
+        minute = g["minute"][s]
+        filled[g["next"][s] != minute] = 0  # a minute is missing: the window starts again
+        g["next"][s] = minute + 1
+        g["rows"][s, filled] = row
+        filled += 1
+        done = filled >= WINDOW_MIN
+        g["filled"][s] = np.where(done, 0, filled)
+        for k in np.flatnonzero(done).tolist():
+            full.append((int(i[k]), int(gj[k]), g["rows"][s[k]].copy()))
 
     def _top(self, phase: int, features: np.ndarray) -> dict[str, float]:
         """The three features furthest from the fleet, as robust z-scores."""
@@ -242,31 +286,7 @@ class FleetAnomaly:
         order = np.argsort(-np.abs(z))[:3]
         return {f"z_{FEATURES[i]}": round(float(z[i]), 1) for i in order}
 
-    @staticmethod
-    def _close(acc: _Minute) -> list[float]:
-        n = acc.n
-        growth = (acc.err_last or 0.0) - (acc.err_first or 0.0)
-        return [acc.sums[0] / n, acc.sums[1] / n, acc.sums[2] / n, acc.sums[3] / n,
-                max(0.0, growth), acc.minute]
-
-    def _minutes_closed(self, f: Frame, closed: list[tuple[tuple[str, str, int], list[float]]],
-                        full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
-                        ) -> None:
-        """Append each GPU's closed minute to its window; a whole window goes to ``full``."""
-        node_temp = _median([v[0] for _, v in closed])
-        node_power = _median([v[1] for _, v in closed if v[1] == v[1]]) if closed else math.nan
-        for key, (t, p, sm, clk, err, minute) in closed:
-            rows = self._rows.setdefault(key, [])
-            if rows and self._next.get(key) != minute:
-                rows.clear()  # a minute is missing: a window is ten minutes in a row
-            self._next[key] = minute + 1
-            rows.append([t, p, sm, clk, node_temp, node_power, err])
-            if len(rows) >= WINDOW_MIN:
-                full.append((f, key, rows))
-                self._rows[key] = []
-
-    def _score_windows(self, full: list[tuple[Frame, tuple[str, str, int], list[list[float]]]]
-                       ) -> list[Finding]:
+    def _score_windows(self, full: list[_Window]) -> list[Finding]:
         """Score every window that closed in this batch at once (one array operation for
         all GPUs: the per-window cost is what the processor pays per GPU)."""
         assert self.model is not None

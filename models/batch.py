@@ -30,7 +30,8 @@ METRICS: tuple[str, ...] = (
     "gpu_ecc_dbe_aggregate_total", "gpu_retired_pages_dbe", "gpu_retired_pages_pending",
     "gpu_row_remap_pending", "gpu_row_remap_failure", "gpu_remapped_rows_uncorrectable",
     "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
-    "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down",
+    "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down", "gpu_fan_pct",
+    "gpu_ecc_sbe_volatile_total",
 )
 COL = {name: i for i, name in enumerate(METRICS)}
 NAN = float("nan")
@@ -54,22 +55,26 @@ class Batch:
         return self.x[:, :, COL[name]]
 
 
-_last: tuple[Sequence[Frame], int, Batch, tuple[Frame, ...]] | None = None
+# The last few batches built, newest first: the processor decodes (and the learned
+# detectors' ``enrich`` reads) a batch or two ahead of the one its detectors judge.
+_recent: list[tuple[Sequence[Frame], int, Batch, tuple[Frame, ...]]] = []
+_RECENT = 4
 
 
 def columns(frames: Sequence[Frame]) -> Batch:
     """The batch as arrays, built once per batch whichever detector asks first.
 
-    A copy of the last sequence with the same frame objects (another processor fed the
+    A copy of a recent sequence with the same frame objects (another processor fed the
     same frames: ``fleetwatch evaluate`` runs one per detector set) gets the same arrays.
     """
-    global _last
-    # The cache holds the sequence and its frames, so no id can be reused while cached.
-    if _last is not None and _last[1] == len(frames) and (
-            _last[0] is frames or all(map(is_, frames, _last[3]))):
-        return _last[2]
+    n = len(frames)
+    # The cache holds the sequences and their frames, so no id can be reused while cached.
+    for hit in _recent:
+        if hit[1] == n and (hit[0] is frames or all(map(is_, frames, hit[3]))):
+            return hit[2]
     batch = _build(frames)
-    _last = (frames, len(frames), batch, tuple(frames))
+    _recent.insert(0, (frames, n, batch, tuple(frames)))
+    del _recent[_RECENT:]
     return batch
 
 
@@ -111,13 +116,18 @@ def _build(frames: Sequence[Frame]) -> Batch:
         if not k:
             continue
         ms = [g.metrics for g in gpus]
+        base = fi * width
+        if len(set(map(len, ms))) > 1:
+            # GPUs that report different sets (a lost GPU reports none): the first one's
+            # getter would read only what it reports of the others. Read each by name.
+            slow.extend(range(base, base + k))
+            continue
         # Keyed by the metric count too: two processors fed the same frames, one of them
         # adding a derived metric (``enrich``), would otherwise rebuild it every batch.
         reader_key = (f.node, len(ms[0]))
         reader = readers.get(reader_key)
         if reader is None:
             reader = readers[reader_key] = _reader(ms[0])
-        base = fi * width
         try:
             values = list(map(reader[0], ms))
         except KeyError:

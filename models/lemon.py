@@ -12,10 +12,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
+
+import numpy as np
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, columns
+from fleetwatch.models.gpu_state import GpuState, arrival
 
 # Points per XID when no XID table says otherwise: hardware faults weigh, the
 # application's own errors (13, 43, 31) barely count.
@@ -33,6 +38,8 @@ def lost_points(fell_ts: float | None, lost_ts: float) -> float:
     """Points for a GPU lost at ``lost_ts`` whose last XID 79 was at ``fell_ts``."""
     return 0.0 if fell_ts is not None and 0.0 <= lost_ts - fell_ts <= FELL_OFF_S else LOST_POINTS
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
+_REASONS = COL["gpu_throttle_reasons"]
+_xids = attrgetter("xids")
 
 
 class LemonScore:
@@ -52,6 +59,8 @@ class LemonScore:
         self._lost: set[tuple[str, str, int]] = set()
         self._hot: set[tuple[str, str, int]] = set()
         self._fell: dict[tuple[str, str, int], float] = {}  # GPU -> ts of its last XID 79
+        # The lost and hot sets by GPU slot (never dropped, as the sets are not).
+        self._state = GpuState({"lost": False, "hot": False})
 
     def seed(self, scores: Mapping[tuple[str, str], tuple[float, float]]) -> None:
         """Start from scores computed over history (``fleetwatch train``): (score, at ts)."""
@@ -86,28 +95,13 @@ class LemonScore:
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         out: list[Finding] = []
-        for f in frames:
+        if not frames:
+            return out
+        for f, eventful in zip(frames, self._eventful(frames).tolist()):
             key = (f.cluster, f.node)
             self._rack[key] = f.rack
-            for g in f.gpus:
-                gk = (f.cluster, f.node, g.index)
-                for code in g.xids:
-                    self._add(key, f.ts, self._xid_points(code))
-                    if code == 79:
-                        self._fell[gk] = f.ts
-                if g.state == "lost":
-                    if gk not in self._lost:
-                        self._lost.add(gk)
-                        self._add(key, f.ts, lost_points(self._fell.get(gk), f.ts))
-                else:
-                    self._lost.discard(gk)
-                reasons = g.metrics.get("gpu_throttle_reasons")
-                if reasons is not None and int(reasons) & _THERMAL:
-                    if gk not in self._hot:
-                        self._hot.add(gk)
-                        self._add(key, f.ts, THERMAL_SLOWDOWN_POINTS)
-                else:
-                    self._hot.discard(gk)
+            if eventful:
+                self._events(f, key)
             score = self.score(f.cluster, f.node, f.ts)
             if score >= self.threshold and not math.isnan(score):
                 out.append(Finding(
@@ -118,3 +112,47 @@ class LemonScore:
                     action="Drain the node from the scheduler pool and have it serviced; "
                            "it is a repeat offender.", scope="node"))
         return out
+
+    def _eventful(self, frames: Sequence[Frame]) -> np.ndarray:
+        """Per frame as handed over: whether it has an XID, or a GPU that is lost or in a
+        thermal slowdown anew, or no longer (the few frames ``_events`` reads GPU by
+        GPU). The batch's columns say, a wave at a time; ``_state`` mirrors the lost and
+        hot sets by GPU slot."""
+        b = columns(frames)
+        order = arrival(frames, b)
+        slots = self._state.slots(b)[order.rows]
+        present = b.present[order.rows]
+        lost = b.lost[order.rows]
+        reasons = b.x[:, :, _REASONS][order.rows]
+        hot = (np.nan_to_num(reasons).astype(np.int64) & _THERMAL) != 0
+        out = np.fromiter((any(map(_xids, f.gpus)) for f in frames), bool, len(frames))
+        was_lost, was_hot = self._state["lost"], self._state["hot"]
+        for wave in order.waves:
+            wi, gj = np.nonzero(present[wave])
+            i = wave[wi]
+            s = slots[i, gj]
+            now_lost, now_hot = lost[i, gj], hot[i, gj]
+            out[i[(now_lost != was_lost[s]) | (now_hot != was_hot[s])]] = True
+            was_lost[s], was_hot[s] = now_lost, now_hot
+        return out
+
+    def _events(self, f: Frame, key: tuple[str, str]) -> None:
+        for g in f.gpus:
+            gk = (f.cluster, f.node, g.index)
+            for code in g.xids:
+                self._add(key, f.ts, self._xid_points(code))
+                if code == 79:
+                    self._fell[gk] = f.ts
+            if g.state == "lost":
+                if gk not in self._lost:
+                    self._lost.add(gk)
+                    self._add(key, f.ts, lost_points(self._fell.get(gk), f.ts))
+            else:
+                self._lost.discard(gk)
+            reasons = g.metrics.get("gpu_throttle_reasons")
+            if reasons is not None and int(reasons) & _THERMAL:
+                if gk not in self._hot:
+                    self._hot.add(gk)
+                    self._add(key, f.ts, THERMAL_SLOWDOWN_POINTS)
+            else:
+                self._hot.discard(gk)

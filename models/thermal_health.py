@@ -13,240 +13,109 @@ time, so what is scored is the *growth* of its residual over its own history,
 in units of the fleet's residual spread: a failing fan, a drying cold plate or
 dust show up as a residual that grows for hours, days before any fixed limit.
 
-``ThermalModel`` is the trained part (fit on arrays, saved in a model file);
-``ThermalHealth`` is the detector that scores frames with it in the processor.
+``ThermalModel`` (``fleetwatch.models.thermal_model``) is the trained part;
+``ThermalHealth`` is the detector that scores frames with it in the processor,
+a whole batch at a time from the batch's arrays (``models/batch.py``).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import is_
 
 import numpy as np
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, Batch, columns
+from fleetwatch.models.gpu_state import GpuState, arrival, row_median, waves
 
-# The regressor's inputs, in this order. A missing one is NaN (the gradient-
-# boosted model handles NaN natively; the linear one imputes the median).
-FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "node_temp_c",
-                             "node_power_w", "inlet_c", "power_limit_w", "slowdown_c")
-_GPU_INPUTS = {"power_w": "gpu_power_w", "sm_clock_mhz": "gpu_sm_clock_mhz",
-               "fan_pct": "gpu_fan_pct", "power_limit_w": "gpu_power_limit_w",
-               "slowdown_c": "gpu_slowdown_temp_c"}
+# Model files pickle ``ThermalModel`` under this module's name: it stays importable here.
+from fleetwatch.models.thermal_model import FEATURES, ThermalModel, fit_thermal, gpu_key
 
+__all__ = ["FEATURES", "SCORE_METRIC", "ThermalHealth", "ThermalModel", "features",
+           "fit_thermal", "gpu_key", "node_median"]
 
-def sm_activity(metrics: Mapping[str, float]) -> float:
-    """SM activity 0..1: DCGM's SM_ACTIVE where reported, else NVML's utilization / 100."""
-    v = metrics.get("gpu_sm_active_ratio")
-    if v is not None:
-        return v
-    u = metrics.get("gpu_util_pct")
-    return math.nan if u is None else u / 100.0
+SCORE_METRIC = "gpu_thermal_health_score"
+_TEMP, _POWER, _SM, _UTIL, _CLOCK, _FAN, _LIMIT, _SLOW = (COL[n] for n in (
+    "gpu_temp_c", "gpu_power_w", "gpu_sm_active_ratio", "gpu_util_pct", "gpu_sm_clock_mhz",
+    "gpu_fan_pct", "gpu_power_limit_w", "gpu_slowdown_temp_c"))
+NAN = math.nan
 
 
-def node_median(values: Sequence[float]) -> float:
-    """The median of a node's GPUs' readings (NaN: not reported), NaN with fewer than two.
+def node_median(values: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Per frame (row of ``values``, F x G): the median of its GPUs' readings where ``ok``
+    (NaN: not reported), NaN with fewer than two.
 
     With the node's median power, its median temperature tells the model the air its
     GPUs breathe (die = air + R x power): a robust statistic, so that one GPU gone odd
     (a sensor reading 0, a stuck or throttled GPU running cool, one whose cooling
     fails) does not make the node's air look colder or warmer for every other GPU, as
-    the mean of the two coolest GPUs did.
+    the mean of the two coolest GPUs did. As numpy's nanmedian (training's): the middle
+    one, or the mean of the two middle ones.
     """
-    finite = sorted(v for v in values if v == v)
-    n = len(finite)
-    if n < 2:
-        return math.nan
-    mid = n // 2  # as numpy's nanmedian (training's): the middle one, or the mean of two
-    return 0.0 + finite[mid] if n % 2 else (0.0 + finite[mid - 1] + finite[mid]) / 2.0
+    median, n = row_median(values, ok & ~np.isnan(values))
+    return np.where(n >= 2, median, NAN)
 
 
-def frame_rows(frame: Frame) -> tuple[list[int], list[list[float]], list[float]]:
-    """(GPU indices, feature rows, die temperatures) of one frame's GPUs that report one."""
-    live = [g for g in frame.gpus if g.state == "ok"]
-    node_temp = node_median([g.metrics.get("gpu_temp_c", math.nan) for g in live])
-    node_power = node_median([g.metrics.get("gpu_power_w", math.nan) for g in live])
-    inlet = frame.host.metrics.get("host_inlet_temp_c", math.nan)
-    idx: list[int] = []
-    rows: list[list[float]] = []
-    ys: list[float] = []
-    for g in live:
-        m = g.metrics
-        temp = m.get("gpu_temp_c", math.nan)
-        if temp != temp:
-            continue
-        row = [m.get(_GPU_INPUTS["power_w"], math.nan), sm_activity(m),
-               m.get(_GPU_INPUTS["sm_clock_mhz"], math.nan), m.get("gpu_fan_pct", math.nan),
-               node_temp, node_power, inlet, m.get("gpu_power_limit_w", math.nan),
-               m.get("gpu_slowdown_temp_c", math.nan)]
-        idx.append(g.index)
-        rows.append(row)
-        ys.append(temp)
-    return idx, rows, ys
+def features(b: Batch) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which GPUs of the batch have a die temperature to judge ((F, G) bool: ok and
+    reporting one), their FEATURES rows in row-major order and their die temperatures."""
+    x = b.x
+    live = b.present & ~b.lost
+    temp = x[:, :, _TEMP]
+    valid = live & ~np.isnan(temp)
+    fi, gj = np.nonzero(valid)
+    v = x[fi, gj]
+    inlet = np.fromiter((f.host.metrics.get("host_inlet_temp_c", NAN) for f in b.frames),
+                        float, len(b.frames))
+    sm = v[:, _SM]  # DCGM's SM_ACTIVE where reported, else NVML's utilization / 100
+    rows = np.stack([v[:, _POWER], np.where(np.isnan(sm), v[:, _UTIL] / 100.0, sm),
+                     v[:, _CLOCK], v[:, _FAN], node_median(temp, live)[fi],
+                     node_median(x[:, :, _POWER], live)[fi], inlet[fi], v[:, _LIMIT],
+                     v[:, _SLOW]], axis=1)
+    return valid, rows, v[:, _TEMP]
 
 
-def _candidates(seed: int) -> dict[str, object]:
-    from sklearn.ensemble import HistGradientBoostingRegressor
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import HuberRegressor
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
+@dataclass(slots=True)
+class _Scored:
+    """A batch scored, per frame as handed over (i) and GPU position (j): whether the GPU
+    has a detail (smoothed at least once), the detail, and whether it was the detail of
+    an earlier scoring of the same GPU at the same time (``cached``)."""
 
-    # Huber: a robust linear fit, for fleets whose temperature is close to linear in
-    # power over the intake (it is, to first order: T = T_in + R_th * P). Gradient
-    # boosting: for the curvature real GPUs add (fan curves, clock-dependent leakage,
-    # several GPU models in one fleet). The held-out error decides, per fleet.
-    return {
-        "huber": make_pipeline(SimpleImputer(strategy="median", keep_empty_features=True),
-                               StandardScaler(), HuberRegressor(max_iter=500)),
-        "gradient_boosting": HistGradientBoostingRegressor(
-            max_iter=100, learning_rate=0.15, max_leaf_nodes=15, l2_regularization=1.0,
-            random_state=seed),
-    }
+    frames: list[Frame]
+    waves: list[np.ndarray]
+    slots: np.ndarray
+    cached: np.ndarray
+    has: np.ndarray
+    ewma: np.ndarray
+    offset: np.ndarray
+    excess: np.ndarray
+    score: np.ndarray
+    warm: np.ndarray
 
-
-@dataclass
-class ThermalModel:
-    """The fitted expectation of die temperature, and the fleet's residual statistics."""
-
-    estimator: object
-    kind: str
-    heldout_mae_c: dict[str, float]
-    # Per GPU (cluster/node/gpuN) lifelong residual offset, °C: its own history.
-    offsets: dict[str, float] = field(default_factory=dict)
-    # Robust spread (1.4826 * MAD) of a GPU's smoothed residual around its offset, °C.
-    spread_c: float = 1.0
-    # The FEATURES columns the fleet reported in training (a column that was never
-    # reported, e.g. fans on liquid-cooled GPUs, is left out of the fit).
-    used: tuple[int, ...] = tuple(range(len(FEATURES)))
-
-    def expected(self, rows: np.ndarray) -> np.ndarray:
-        x = rows[:, self.used]
-        linear = _linear(self.estimator)
-        if linear is not None:
-            fill, w, b = linear
-            return np.where(np.isnan(x), fill, x) @ w + b
-        with _one_thread():
-            return np.asarray(self.estimator.predict(x), dtype=float)  # type: ignore[attr-defined]
+    def part(self, frames: Sequence[Frame]) -> _Scored | None:
+        """What this batch's scoring found for ``frames``, if they are all among its own."""
+        where = {id(f): i for i, f in enumerate(self.frames)}
+        at = [where.get(id(f), -1) for f in frames]
+        if -1 in at:
+            return None
+        i = np.asarray(at, np.int64)
+        return _Scored(list(frames), waves(frames), *(a[i] for a in (
+            self.slots, self.cached, self.has, self.ewma, self.offset, self.excess,
+            self.score, self.warm)))
 
 
-_LINEAR: dict[int, tuple[object, tuple[np.ndarray, np.ndarray, float] | None]] = {}
-
-
-def _linear(estimator: object) -> tuple[np.ndarray, np.ndarray, float] | None:
-    """The Huber pipeline (median imputer, scaler, linear fit) as one fill and one dot
-    product: the same numbers as its ``predict`` (to rounding), without the 3 ms that
-    scikit-learn's input checks cost per call of a few hundred rows (measured), which is
-    what the processor pays per batch. None for any other estimator."""
-    hit = _LINEAR.get(id(estimator))
-    if hit is not None and hit[0] is estimator:
-        return hit[1]
-    from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import HuberRegressor
-    from sklearn.pipeline import Pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    out = None
-    steps = [s for _, s in estimator.steps] if isinstance(estimator, Pipeline) else []
-    if (len(steps) == 3 and isinstance(steps[0], SimpleImputer)
-            and isinstance(steps[1], StandardScaler) and isinstance(steps[2], HuberRegressor)
-            and steps[1].with_mean and steps[1].with_std):
-        imp, sc, hub = steps
-        scale = np.where(sc.scale_ == 0, 1.0, sc.scale_)
-        w = hub.coef_ / scale
-        out = (np.asarray(imp.statistics_, dtype=float), w,
-               float(hub.intercept_ - np.dot(sc.mean_, w)))
-    if len(_LINEAR) > 16:
-        _LINEAR.clear()
-    _LINEAR[id(estimator)] = (estimator, out)
-    return out
-
-
-_CONTROLLER: list[object] = []
-
-
-def _one_thread(user_api: str | None = "openmp") -> AbstractContextManager[object]:
-    """Predict on one OpenMP thread. The processor scores one batch of a few thousand rows
-    at a time: starting a team of threads for each of the hundred trees cost 100x the
-    arithmetic (measured: 0.2 s against 2 ms per batch of 128 GPUs on a busy 2-core box).
-    The processor scales by worker processes, not by threads. The controller (which
-    looks up the loaded OpenMP libraries) is built once. ``user_api=None``: BLAS too."""
-    if not _CONTROLLER:
-        from threadpoolctl import ThreadpoolController
-
-        _CONTROLLER.append(ThreadpoolController())
-    return _CONTROLLER[0].limit(limits=1, user_api=user_api)  # type: ignore[attr-defined, no-any-return]
-
-
-def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.ndarray,
-                seed: int = 0, max_rows: int = 200_000, names: Sequence[str] | None = None
-                ) -> ThermalModel:
-    """Fit on rows ``X`` (FEATURES), die temperatures ``y``, each row's GPU id and time.
-    ``gpu_ids``: each row's GPU key, or with ``names`` its index in ``names``.
-
-    The last fifth of the time range is held out; both candidates are scored on
-    it and the better one is refitted on everything. Offsets and spread come from
-    the residuals of that final model.
-    """
-    if len(y) < 200:
-        raise ValueError(f"only {len(y)} samples with temperature and power: train on a "
-                         "longer range (at least a few hours of a fleet)")
-    rng = np.random.default_rng(seed)
-    used = tuple(i for i in range(X.shape[1]) if not np.isnan(X[:, i]).all())
-    full, X = X, X[:, used]
-    cut = np.quantile(order, 0.8)
-    train, test = np.flatnonzero(order < cut), np.flatnonzero(order >= cut)
-    if len(train) > max_rows:
-        train = rng.choice(train, max_rows, replace=False)
-    if len(test) > max_rows // 4:
-        test = rng.choice(test, max_rows // 4, replace=False)
-    scores: dict[str, float] = {}
-    # One thread for the fits too (OpenMP and BLAS): a fit of max_rows is a second or two
-    # of arithmetic, and a team of two threads on a shared 2-core box spins at each tree's
-    # barriers (measured there, gradient boosting on 200,000 rows: 6 s wall, 1.4 s CPU
-    # on one thread; 62 s wall, 19 s CPU on two).
-    with _one_thread(None):
-        for name, est in _candidates(seed).items():
-            est.fit(X[train], y[train])  # type: ignore[attr-defined]
-            scores[name] = float(np.mean(np.abs(est.predict(X[test]) - y[test])))  # type: ignore[attr-defined]
-        best = min(scores, key=scores.__getitem__)
-        estimator = _candidates(seed)[best]
-        every = np.arange(len(y))
-        if len(every) > max_rows:
-            every = rng.choice(every, max_rows, replace=False)
-        estimator.fit(X[every], y[every])  # type: ignore[attr-defined]
-    model = ThermalModel(estimator, best, scores, used=used)
-    residual = y - model.expected(full)
-    offsets: dict[str, float] = {}
-    deviations: list[np.ndarray] = []
-    # Each GPU's rows in time order, all GPUs at once (one sort, not a scan per GPU).
-    ids, which = np.unique(gpu_ids, return_inverse=True)
-    by = np.lexsort((order, which))
-    for gid, mine in zip(ids.tolist(), np.split(by, np.flatnonzero(np.diff(which[by])) + 1)):
-        r = residual[mine]
-        offset = float(np.median(r))
-        offsets[str(gid) if names is None else names[gid]] = offset
-        k = min(len(r), 20)  # a rolling mean over ~20 samples, as the detector smooths
-        if k >= 2:
-            smooth = np.convolve(r - offset, np.ones(k) / k, mode="valid")
-            deviations.append(smooth)
-    dev = np.concatenate(deviations) if deviations else np.zeros(1)
-    model.offsets = offsets
-    model.spread_c = max(0.25, float(1.4826 * np.median(np.abs(dev - np.median(dev)))))
-    return model
-
-
-SCORE_METRIC = "gpu_thermal_health_score"
-# One GPU of a frame, scored: (frame, GPU index, (ewma residual, offset, excess, score,
-# warm) or None before its first smoothing step).
-_Scored = tuple[Frame, int, tuple[float, float, float, float, bool] | None]
-
-
-def gpu_key(cluster: str, node: str, gpu: int) -> str:
-    return f"{cluster}/{node}/gpu{gpu}"
+# Per GPU: the smoothed residual, its last and first time; the time and detail of its
+# last scoring (``at``, ``d_*``: the same frames scored again give what they gave); its
+# latest score, and whether it is flagged now (the hysteresis in ``update``).
+_FIELDS: dict[str, float | bool] = {
+    "ewma": NAN, "last": NAN, "first": NAN, "at": NAN, "d_has": False, "d_ewma": NAN,
+    "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "scored": False,
+    "score": NAN, "held": False}
+_RECENT = 4
 
 
 class ThermalHealth:
@@ -269,134 +138,191 @@ class ThermalHealth:
         self.model = model
         self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
         self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
-        # key -> [ewma residual, last ts, first ts]
-        self._state: dict[str, list[float]] = {}
-        # key -> (ts, detail) of the last scoring, so enrich and update score once
-        self._detail: dict[str, tuple[float, tuple[float, float, float, float, bool] | None]] = {}
-        self.scores: dict[str, float] = {}
-        self._active: set[str] = set()  # GPUs flagged now (see the hysteresis in update)
-        # The last batch scored and what it gave, for ``update`` after ``enrich``.
-        self._last: tuple[list[Frame], list[_Scored]] = ([], [])
+        self._gpus = GpuState(_FIELDS)
+        # Per (cluster, node): its GPU indices and their offsets under ``_offsets_of``.
+        self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
+        self._offsets_of: ThermalModel | None = None
+        # The last batches scored and what they gave, newest first, for ``update`` after
+        # ``enrich``: the processor decodes (and enriches) a batch or two ahead of the one
+        # it judges, and judges the frames of a batch that it still owns.
+        self._recent: list[_Scored] = []
+
+    @property
+    def scores(self) -> dict[str, float]:
+        """Each scored GPU's latest score, by ``gpu_key``."""
+        scored, score = self._gpus["scored"], self._gpus["score"]
+        return {gpu_key(*key): float(score[s]) for key, s in self._gpus.slot_of.items()
+                if scored[s]}
 
     def drop(self, nodes: Sequence[str]) -> None:
-        gone = {f"/{n}/" for n in nodes}
-        for key in [k for k in self._state if any(g in k for g in gone)]:
-            del self._state[key]
-            self.scores.pop(key, None)
-            self._detail.pop(key, None)
-            self._active.discard(key)
+        self._gpus.drop(nodes)
+        gone = set(nodes)
+        for key in [k for k in self._offsets if k[1] in gone]:
+            del self._offsets[key]
+        self._recent.clear()
 
     def enrich(self, frames: Sequence[Frame]) -> None:
         """Score ``frames`` and add each scored GPU's ``gpu_thermal_health_score`` to its
         metrics, before the processor stores them: the score is a series like any other."""
-        for f, gpu, detail in self._score(frames):
-            if detail is not None:
-                for g in f.gpus:
-                    if g.index == gpu:
-                        g.metrics[SCORE_METRIC] = round(detail[3], 3)  # type: ignore[index]
+        sc = self._score(frames)
+        if sc is None:
+            return
+        shown = sc.has.any(axis=1)
+        for f, row, show in zip(sc.frames, np.where(sc.has, sc.score, NAN).tolist(),
+                                shown.tolist()):
+            if show:
+                gpus = f.gpus
+                for j, v in enumerate(row):
+                    if v == v:
+                        gpus[j].metrics[SCORE_METRIC] = round(v, 3)
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        sc = self._score(frames)
+        if sc is None:
+            return []
+        held = self._gpus["held"]
         out: list[Finding] = []
-        for f, gpu, detail in self._score(frames):
-            if detail is None:
-                continue
-            ewma, offset, excess, score, warm = detail
-            key = gpu_key(f.cluster, f.node, gpu)
-            # Hysteresis: a GPU already flagged stays flagged until its excess falls under
-            # half the thresholds. A degrading cold plate hovers around any threshold for
-            # hours (load swings move the smoothed residual by a degree or two): without
-            # it the alert would resolve and fire again, over and over.
-            held = key in self._active
-            need = 0.5 if held else 1.0
-            if warm and excess >= need * self.min_excess_c and score >= need * self.min_score:
-                self._active.add(key)
-                out.append(Finding(
-                    self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
-                    f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
-                    f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
-                    evidence={"excess_c": round(excess, 2), "score": round(score, 2),
-                              "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
-                    action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
-                           "next maintenance window; it is degrading before any limit trips."))
-            else:
-                self._active.discard(key)
+        # The GPUs scored earlier at the same time first, then the others, each in the
+        # order handed over: the order the findings and the hysteresis always had.
+        for cached in (True, False):
+            fired = np.zeros_like(sc.has)
+            for wave in sc.waves:
+                wi, gj = np.nonzero(sc.has[wave] & (sc.cached[wave] == cached))
+                if not len(wi):
+                    continue
+                i = wave[wi]
+                s = sc.slots[i, gj]
+                # Hysteresis: a GPU already flagged stays flagged until its excess falls
+                # under half the thresholds. A degrading cold plate hovers around any
+                # threshold for hours (load swings move the smoothed residual by a degree
+                # or two): without it the alert would resolve and fire again, over and over.
+                need = np.where(held[s], 0.5, 1.0)
+                fire = (sc.warm[i, gj] & (sc.excess[i, gj] >= need * self.min_excess_c)
+                        & (sc.score[i, gj] >= need * self.min_score))
+                held[s] = fire
+                fired[i[fire], gj[fire]] = True
+            out.extend(self._finding(sc, i, j) for i, j in zip(*np.nonzero(fired)))
         return out
 
-    def _score(self, frames: Sequence[Frame]
-               ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]]:
-        """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm), or None
-        before its first smoothing step. Scoring the same frames again (``enrich`` then
-        ``update``) returns what the first pass found, without counting them twice."""
+    def _finding(self, sc: _Scored, i: int, j: int) -> Finding:
+        f = sc.frames[i]
+        gpu = f.gpus[j].index
+        ewma, offset, excess, score = (float(a[i, j]) for a in (sc.ewma, sc.offset,
+                                                                sc.excess, sc.score))
+        return Finding(
+            self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
+            f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
+            f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
+            evidence={"excess_c": round(excess, 2), "score": round(score, 2),
+                      "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
+            action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
+                   "next maintenance window; it is degrading before any limit trips.")
+
+    def _score(self, frames: Sequence[Frame]) -> _Scored | None:
+        """Per GPU of ``frames``: (ewma residual, offset, excess, score, warm) where it has
+        one (not before its first smoothing step). Scoring frames of one of the last
+        batches again (``enrich`` then ``update``) returns what the first pass found,
+        without counting them twice; a GPU already scored at a frame's time (a frame
+        delivered again) gets what it got then."""
         model = self.model
         if model is None or not frames:
-            return []
-        last = self._last
-        if len(last[0]) == len(frames) and all(a is b for a, b in zip(last[0], frames)):
-            return last[1]  # the very frames just scored (the processor's enrich, then update)
-        owners: list[tuple[Frame, int, str]] = []
-        rows: list[list[float]] = []
-        temps: list[float] = []
-        done: list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] = []
-        cache = self._detail
-        for f in frames:
-            seen = self._seen(f)
-            if seen is not None:  # scored already (``enrich`` then ``update``)
-                done.extend(seen)
-                continue
-            idx, r, y = frame_rows(f)
-            for i, row, temp in zip(idx, r, y):
-                key = gpu_key(f.cluster, f.node, i)
-                hit = cache.get(key)
-                if hit is not None and hit[0] == f.ts:
-                    done.append((f, i, hit[1]))
-                    continue
-                owners.append((f, i, key))
-                rows.append(row)
-                temps.append(temp)
-        if rows:
-            residual = np.asarray(temps) - model.expected(np.asarray(rows, dtype=float))
-            state, offsets, spread = self._state, model.offsets, model.spread_c
-            for (f, gpu, key), r in zip(owners, residual.tolist()):
-                s = state.get(key)
-                detail: tuple[float, float, float, float, bool] | None = None
-                if s is None:
-                    state[key] = [r, f.ts, f.ts]
-                elif f.ts > s[1]:
-                    s[0] += (1.0 - 0.5 ** ((f.ts - s[1]) / self.half_life_s)) * (r - s[0])
-                    s[1] = f.ts
-                    offset = offsets.get(key)
-                    if offset is None:
-                        offset = self._peer_offset(f, gpu)
-                    excess = s[0] - offset
-                    score = excess / spread
-                    self.scores[key] = score
-                    detail = (s[0], offset, excess, score, f.ts - s[2] >= self.warmup_s)
-                if len(cache) > 200_000:
-                    cache.clear()
-                cache[key] = (f.ts, detail)
-                done.append((f, gpu, detail))
-        # Holding the frames keeps their ids from being reused by the next batch's.
-        self._last = (list(frames), done)
-        return done
+            return None
+        for sc in self._recent:  # frames scored already: enrich, then update
+            if len(sc.frames) == len(frames) and all(map(is_, frames, sc.frames)):
+                return sc
+        for sc in self._recent:
+            if (part := sc.part(frames)) is not None:
+                return part
+        b = columns(frames)
+        order = arrival(frames, b)
+        n, width = len(frames), b.x.shape[1]
+        slots = self._gpus.slots(b)[order.rows]
+        valid, rows, temps = features(b)
+        residual = np.full(valid.shape, NAN)
+        if len(temps):
+            residual[valid] = temps - model.expected(rows)
+        residual, valid = residual[order.rows], valid[order.rows]
+        offsets = self._node_offsets(b, model)[order.rows]
+        ts = b.ts[order.rows]
+        g = self._gpus
+        # Scored earlier at the same time: what the batch started with.
+        cached = valid & (g["at"][slots] == ts[:, None])
+        sc = _Scored(list(frames), order.waves, slots, cached, np.zeros((n, width), bool),
+                     *(np.full((n, width), NAN) for _ in range(4)), np.zeros((n, width), bool))
+        details = ("has", "ewma", "offset", "excess", "score", "warm")
+        s = slots[cached]
+        for name in details:
+            getattr(sc, name)[cached] = g["d_" + name][s]
+        fresh = valid & ~cached
+        for wave in order.waves:
+            wi, gj = np.nonzero(fresh[wave])
+            if len(wi):
+                i = wave[wi]
+                s = slots[i, gj]
+                self._advance(s, ts[i], residual[i, gj], offsets[i, gj], model.spread_c)
+                for name in details:
+                    getattr(sc, name)[i, gj] = g["d_" + name][s]
+        # Holding the frames keeps their ids from being reused by the next batches'.
+        self._recent.insert(0, sc)
+        del self._recent[_RECENT:]
+        return sc
 
-    def _seen(self, f: Frame
-              ) -> list[tuple[Frame, int, tuple[float, float, float, float, bool] | None]] | None:
-        """What the last pass found for every GPU ``frame_rows`` would give of ``f``, when
-        it scored them all at this frame's time; else None (the frame is scored)."""
+    def _advance(self, s: np.ndarray, t: np.ndarray, r: np.ndarray, offset: np.ndarray,
+                 spread: float) -> None:
+        """One sample of GPUs in slots ``s`` (each once, none scored at that time before)
+        at times ``t`` with residuals ``r``: each advances its average, or starts it."""
+        g = self._gpus
+        last = g["last"][s]
+        new = np.isnan(last)
+        ns, nt = s[new], t[new]
+        g["ewma"][ns], g["last"][ns], g["first"][ns] = r[new], nt, nt
+        step = t > last  # a later sample; an older or same-time one is not scored
+        a, at = s[step], t[step]
+        ewma = g["ewma"][a]
+        ewma = ewma + self._weights(at - last[step]) * (r[step] - ewma)
+        excess = ewma - offset[step]
+        score = excess / spread
+        g["ewma"][a], g["last"][a] = ewma, at
+        g["score"][a], g["scored"][a] = score, True
+        g["at"][s], g["d_has"][s] = t, step
+        g["d_ewma"][a], g["d_offset"][a], g["d_excess"][a] = ewma, offset[step], excess
+        g["d_score"][a], g["d_warm"][a] = score, at - g["first"][a] >= self.warmup_s
+
+    def _weights(self, dt: np.ndarray) -> np.ndarray:
+        """``1 - 0.5 ** (dt / half-life)``, as Python's pow computes it, per distinct gap
+        (a fleet samples at one interval: a handful of values per batch)."""
+        if not len(dt):
+            return dt
+        gaps, which = np.unique(dt, return_inverse=True)
+        hl = self.half_life_s
+        return np.array([1.0 - 0.5 ** (d / hl) for d in gaps.tolist()])[which.reshape(-1)]
+
+    def _node_offsets(self, b: Batch, model: ThermalModel) -> np.ndarray:
+        """(F, G): each GPU's lifelong offset. A GPU the model has never seen gets the
+        median offset of its node's other GPUs, until a retrain learns it."""
+        if self._offsets_of is not model:
+            self._offsets.clear()
+            self._offsets_of = model
+        width = b.x.shape[1]
+        known = self._offsets
         out = []
-        cache = self._detail
-        for g in f.gpus:
-            temp = g.metrics.get("gpu_temp_c", math.nan)
-            if temp != temp or g.state != "ok":
-                continue
-            hit = cache.get(gpu_key(f.cluster, f.node, g.index))
-            if hit is None or hit[0] != f.ts:
-                return None
-            out.append((f, g.index, hit[1]))
-        return out
+        for f, ids in zip(b.frames, b.gpu_ids):
+            hit = known.get((f.cluster, f.node))
+            if hit is None or hit[0] != ids or len(hit[1]) != width:
+                hit = known[(f.cluster, f.node)] = (
+                    ids, _offsets(model, f.cluster, f.node, ids) + [NAN] * (width - len(ids)))
+            out.append(hit[1])
+        return np.array(out, float).reshape(len(out), width)
 
-    def _peer_offset(self, f: Frame, gpu: int) -> float:
-        assert self.model is not None
-        peers = [self.model.offsets[k] for g in f.gpus if g.index != gpu
-                 and (k := gpu_key(f.cluster, f.node, g.index)) in self.model.offsets]
-        return float(np.median(peers)) if peers else 0.0
+
+def _offsets(model: ThermalModel, cluster: str, node: str, ids: tuple[int, ...]) -> list[float]:
+    offsets = model.offsets
+    out = []
+    for gpu in ids:
+        own = offsets.get(gpu_key(cluster, node, gpu))
+        if own is None:
+            peers = [offsets[k] for g in ids
+                     if g != gpu and (k := gpu_key(cluster, node, g)) in offsets]
+            own = float(np.median(peers)) if peers else 0.0
+        out.append(own)
+    return out

@@ -36,6 +36,15 @@ def test_a_gpu_missing_a_metric_its_node_neighbours_have_is_read_right() -> None
     assert b.col("gpu_temp_c")[0].tolist() == [60.0, 62.0]
 
 
+def test_a_lost_first_gpu_does_not_hide_its_neighbours_readings() -> None:
+    b = columns([node(3, [busy(60), busy(61), busy(62)], lost=[0])])
+    assert math.isnan(b.col("gpu_temp_c")[0, 0])
+    assert b.col("gpu_temp_c")[0, 1:].tolist() == [61.0, 62.0]
+    more = busy(64, gpu_mem_temp_c=70.0)  # a superset of the first GPU's metrics
+    b = columns([node(4, [busy(63), more])])
+    assert b.col("gpu_mem_temp_c")[0, 1] == 70.0 and math.isnan(b.col("gpu_mem_temp_c")[0, 0])
+
+
 def test_waves_put_each_nodes_frames_in_order() -> None:
     frames = [node(t, [busy(60)], name=n) for t in (3, 1, 2) for n in ("a", "b")]
     b = columns(frames)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from fleetwatch.models.thermal_health import FEATURES, ThermalModel, _candidates
+from fleetwatch.models.thermal_model import FEATURES, ThermalModel, _candidates
 
 
 @pytest.mark.parametrize("kind", ["huber", "gradient_boosting"])

@@ -1,0 +1,136 @@
+"""Per-GPU state arrays that outlive a GPU's absence, and a batch's frames in arrival order.
+
+The learned detectors keep a GPU's state (its smoothed residual, its open
+minute) while the GPU is missing from a node's frames, until its node is
+dropped: ``GpuState`` gives every (cluster, node, GPU) a slot in arrays of
+its own fields, and never reuses it before ``drop``. ``arrival`` orders a
+``Batch`` (which sorts frames by time) as the frames came: a detector whose
+state advances one sample at a time per GPU must see each GPU's samples in
+the order it was handed them, and say what it found in that order.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from operator import is_
+
+import numpy as np
+
+from fleetwatch.frame import Frame
+from fleetwatch.models.batch import Batch
+
+Key = tuple[str, str, int]  # (cluster, node, GPU index)
+
+
+class GpuState:
+    """Arrays of per-GPU fields indexed by slot; (cluster, node, GPU) -> slot.
+
+    ``fields`` gives each array's initial value (a bool, or a float), ``shapes`` the
+    shape of a field that holds more than one value per GPU; a dropped node's slots get
+    their initial values back and are reused.
+    """
+
+    def __init__(self, fields: Mapping[str, float | bool],
+                 shapes: Mapping[str, tuple[int, ...]] | None = None) -> None:
+        self._init = dict(fields)
+        self._shapes = dict(shapes or {})
+        self.slot_of: dict[Key, int] = {}
+        self._free: list[int] = []
+        # Per (cluster, node): its GPU indices and their slots, padded to a width.
+        self._nodes: dict[tuple[str, str], tuple[tuple[int, ...], list[int]]] = {}
+        self.arrays: dict[str, np.ndarray] = {k: self._new(k, 64) for k in fields}
+
+    def _new(self, name: str, size: int) -> np.ndarray:
+        return np.full((size, *self._shapes.get(name, ())), self._init[name])
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.arrays[name]
+
+    def slots(self, batch: Batch) -> np.ndarray:
+        """(F, G) slots of the batch's GPUs, in its row order; -1 where there is no GPU."""
+        width = batch.index.shape[1]
+        nodes = self._nodes
+        out = []
+        for f, ids in zip(batch.frames, batch.gpu_ids):
+            known = nodes.get((f.cluster, f.node))
+            if known is None or known[0] != ids or len(known[1]) != width:
+                slots = [self._slot((f.cluster, f.node, g)) for g in ids]
+                known = nodes[(f.cluster, f.node)] = (ids, slots + [-1] * (width - len(ids)))
+            out.append(known[1])
+        return np.array(out, np.int64).reshape(len(out), width)
+
+    def _slot(self, key: Key) -> int:
+        s = self.slot_of.get(key)
+        if s is not None:
+            return s
+        if self._free:
+            s = self._free.pop()
+        else:
+            s = len(self.slot_of)
+            size = len(next(iter(self.arrays.values())))
+            if s >= size:
+                for k, a in self.arrays.items():
+                    grown = self._new(k, 2 * size)
+                    grown[:size] = a
+                    self.arrays[k] = grown
+        self.slot_of[key] = s
+        return s
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        for key in [k for k in self._nodes if k[1] in gone]:
+            del self._nodes[key]
+        for key in [k for k in self.slot_of if k[1] in gone]:
+            s = self.slot_of.pop(key)
+            for name, a in self.arrays.items():
+                a[s] = self._init[name]
+            self._free.append(s)
+
+
+@dataclass(slots=True)
+class Arrival:
+    """A batch in the order its frames were handed over: ``rows[i]`` is the batch row of
+    the i-th frame handed over; wave k holds (in that order) the positions i of every
+    node's k-th frame, so each GPU's samples come one wave after the other."""
+
+    rows: np.ndarray
+    waves: list[np.ndarray]
+
+
+def arrival(frames: Sequence[Frame], batch: Batch) -> Arrival:
+    if len(frames) == len(batch.frames) and all(map(is_, frames, batch.frames)):
+        return Arrival(np.arange(len(frames)), batch.waves)  # handed over in time order
+    row_of = {id(f): r for r, f in enumerate(batch.frames)}
+    rows = np.fromiter((row_of[id(f)] for f in frames), np.int64, len(frames))
+    return Arrival(rows, waves(frames))
+
+
+def waves(frames: Sequence[Frame]) -> list[np.ndarray]:
+    """Positions in ``frames`` of every node's first frame, then of its second, ..."""
+    rank: dict[tuple[str, str], int] = {}
+    ranks = []
+    for f in frames:
+        key = (f.cluster, f.node)
+        r = rank.get(key, 0)
+        rank[key] = r + 1
+        ranks.append(r)
+    rank_arr = np.asarray(ranks, np.int64)
+    last = int(rank_arr.max()) if len(frames) else -1
+    return [np.flatnonzero(rank_arr == k) for k in range(last + 1)]
+
+
+def row_median(values: np.ndarray, use: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row of (F, G) ``values``: the median of those where ``use`` holds and how many
+    there are (NaN for none). As numpy's median, and as ``sorted`` and a sum from 0.0 would
+    give it: the middle one, or the mean of the two middle ones (-0.0 comes out 0.0)."""
+    n = use.sum(axis=1)
+    if not values.shape[1]:
+        return np.full(len(values), math.nan), n
+    block = np.where(use, values, np.inf)
+    block.sort(axis=1)
+    lo = np.take_along_axis(block, np.maximum((n - 1) // 2, 0)[:, None], 1)[:, 0]
+    hi = np.take_along_axis(block, (n // 2)[:, None], 1)[:, 0]
+    with np.errstate(invalid="ignore"):
+        return np.where(n > 0, ((0.0 + lo) + hi) / 2.0, math.nan), n
