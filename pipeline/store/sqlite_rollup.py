@@ -37,7 +37,10 @@ def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
                                  "VALUES (?, ?, ?, ?, ?, ?, ?)", complete)
             conn.execute("DELETE FROM dirty_minutes WHERE minute = ?", (minute,))
         conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - raw_retention_ms,))
-        conn.execute("DELETE FROM rollup_1m WHERE ts < ?", (now_ms - rollup_retention_ms,))
+        # Per device on the (device, minute) key: ``WHERE ts < ?`` alone reads the whole
+        # table (a week of 1,000 GPUs: 11 million rows) on every call.
+        conn.execute("DELETE FROM rollup_1m WHERE did IN (SELECT id FROM devices) AND ts < ?",
+                     (now_ms - rollup_retention_ms,))
         # Events are few and what a month's report reads: kept as long as rollups.
         conn.execute("DELETE FROM events WHERE ts_ms < ?", (now_ms - rollup_retention_ms,))
 
