@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import struct
 import threading
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from fleetwatch.frame import Frame
@@ -76,6 +77,9 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         self._local = threading.local()
         self._lock = threading.Lock()
         self._dids: dict[Ident, int] = {}
+        # (cluster, rack, node) -> GPU index or device name -> id: what a write looks up
+        self._node_dids: dict[tuple[str, str, str], dict[int | str, int]] = {}
+        self._packers: dict[int, Callable[..., bytes]] = {}
         self._idents: dict[int, Ident] = {}
         self._layouts: dict[tuple[str, ...], int] = {}
         self._names: dict[int, tuple[str, ...]] = {}
@@ -155,23 +159,42 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         rows: list[Row] = []
         add = rows.append
         points = 0
-        dids, layouts = self._dids, self._layouts
+        layouts, packers, by_node = self._layouts, self._packers, self._node_dids
         for f in frames:
             ts = int(round(f.ts * 1000))
-            parts: list[tuple[str, Mapping[str, float]]] = [
-                (gpu_device(g.index), g.metrics) for g in f.gpus]
+            node = (f.cluster, f.rack, f.node)
+            ids = by_node.get(node)
+            if ids is None:
+                ids = by_node[node] = {}
+            # GPUs by index (no device name to format per GPU), the host and ports by name
+            parts: list[tuple[int | str, Mapping[str, float]]] = [
+                (g.index, g.metrics) for g in f.gpus]
             parts.append(("host", f.host.metrics))
             parts.extend((p.name, p.metrics) for p in f.host.ports)
             for device, metrics in parts:
                 if not metrics:
                     continue  # a lost GPU: nothing measured, nothing stored
-                ident = (f.cluster, f.rack, f.node, device)
-                did = dids.get(ident) or self._did(ident)
+                did = ids.get(device)
+                if did is None:
+                    name = gpu_device(device) if isinstance(device, int) else device
+                    did = ids[device] = self._did((*node, name))
                 names = tuple(metrics)
                 lid = layouts.get(names) or self._layout(names)
-                add((ts, did, lid, array("d", metrics.values()).tobytes()))
-                points += len(names)
+                n = len(names)
+                pack = packers.get(n) or self._packer(n)
+                try:
+                    packed = pack(*metrics.values())
+                except struct.error:  # not a number: array's error (TypeError, OverflowError)
+                    packed = array("d", metrics.values()).tobytes()
+                add((ts, did, lid, packed))
+                points += n
         return rows, points
+
+    def _packer(self, n: int) -> Callable[..., bytes]:
+        """Packs ``n`` floats as ``array("d", ...).tobytes()`` does (native doubles), in a
+        third of its time."""
+        pack = self._packers[n] = struct.Struct(f"@{n}d").pack
+        return pack
 
     @guarded("write")
     def write(self, frames: Sequence[Frame]) -> int:
