@@ -7,7 +7,8 @@
    rollups, one row per device and minute whatever the sampling interval; by
    default the history is sampled at ``--interval 60`` s so that it can be
    prepared in minutes (``--interval 15`` makes the same rollup rows from four
-   times the samples, and takes four times longer to prepare). Raw samples are
+   times the samples: 7 days of 1,000 GPUs took 2,101 s to prepare, about
+   22 minutes of CPU, on 2 cores that others were using). Raw samples are
    kept ``--raw-hours`` (default 1 h: the store prunes older raw samples as a
    short ``store.raw_retention_h`` would; training never reads them). The store
    file is kept (``--db``) and reused when its recorded parameters match.
@@ -23,6 +24,7 @@ the key stays for smaller runs, whose size is in the other fields).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -49,15 +51,27 @@ def prepare(db: Path, params: SimParams, days: float, raw_hours: float) -> float
     steps = int(round(days * 86400.0 / params.interval_s))
     per_batch = max(1, int(BATCH_S / params.interval_s))
     batch = []
-    for k in range(steps):
-        sim.step()
-        batch.extend(sim.frames())
-        if (k + 1) % per_batch == 0 or k == steps - 1:
-            store.write(batch)
-            batch = []
-            store.maintain(int(sim.ts * 1000))
-            print(f"\r  history: {(k + 1) / steps:6.1%} ({time.perf_counter() - t0:5.0f} s)",
-                  end="", file=sys.stderr, flush=True)
+    # A batch of 1,000 GPUs is ~165,000 objects the cyclic collector tracks, alive until
+    # it is written (frames hold no cycles): the collector would traverse them again and
+    # again as the batch grows. It runs once per batch instead (1,000 GPUs, 0.1 day:
+    # 15.5 s of CPU against 17.3 s, and 17.0 against 21.3, on shared cores).
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        for k in range(steps):
+            sim.step()
+            batch.extend(sim.frames())
+            if (k + 1) % per_batch == 0 or k == steps - 1:
+                store.write(batch)
+                batch = []
+                store.maintain(int(sim.ts * 1000))
+                gc.collect()
+                print(f"\r  history: {(k + 1) / steps:6.1%} ({time.perf_counter() - t0:5.0f} s)",
+                      end="", file=sys.stderr, flush=True)
+    finally:
+        gc.enable()
+        gc.unfreeze()
     store.maintain(int((END + 600) * 1000))
     store.close()
     print(file=sys.stderr)

@@ -95,6 +95,23 @@ def test_retention_drops_old_raw_but_keeps_rollups(tmp_path: Path) -> None:
     assert min(r[1] for r in store.rollups("gpu_temp_c", 0, 1 << 62)) < end_ms - 2 * 3600_000
 
 
+def test_rollup_retention_drops_old_minutes_of_every_device(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db", raw_retention_h=1, rollup_retention_d=1 / 24)
+    frames = frames_for(3 * 60 * 4)  # three hours at 15 s, 2 nodes x 2 GPUs
+    store.write(frames)
+    end_ms = int(frames[-1].ts * 1000)
+    before = store.rollups("host_cpu_util_pct", 0, 1 << 62)
+    store.maintain(end_ms)
+    kept = store.rollups("gpu_temp_c", 0, 1 << 62) + store.rollups("host_cpu_util_pct", 0,
+                                                                     1 << 62)
+    assert min(before, key=lambda r: r[1])[1] < end_ms - 2 * 3600_000
+    assert min(r[1] for r in kept) >= end_ms - 3600_000
+    # every device keeps its last hour: 4 GPUs and 2 hosts, ~58 closed minutes each
+    assert {(r[0].node, r[0].device) for r in kept} == {
+        (f"node-{i:03d}", d) for i in range(2) for d in ("gpu0", "gpu1", "host")}
+    assert len(kept) >= 6 * 57
+
+
 def test_latest_alerts_annotations(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     frames = frames_for(10)

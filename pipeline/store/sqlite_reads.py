@@ -1,0 +1,159 @@
+"""The SQLite store's reads of frames: the newest value, raw ranges, rollups, and
+minute means in bulk for training."""
+
+from __future__ import annotations
+
+import sqlite3
+import struct
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from fleetwatch.pipeline.store.base import RAW_SPAN_MS, Point, SeriesKey
+from fleetwatch.pipeline.store.sqlite_records import guarded
+
+Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
+
+
+class SqliteReads:
+    """Reads of ``SqliteStore`` (which supplies ``_conn``, ``path``, ``_refresh`` and the id
+    and layout caches)."""
+
+    path: str
+    _idents: dict[int, Ident]
+    _names: dict[int, tuple[str, ...]]
+    _index: dict[int, dict[str, int]]
+
+    if TYPE_CHECKING:  # provided by SqliteStore
+        def _conn(self) -> sqlite3.Connection: ...
+        def _refresh(self) -> None: ...
+
+    def _devices(self, node: str | None, device: str | None) -> list[int]:
+        self._refresh()
+        return [did for did, (_, _, n, d) in self._idents.items()
+                if (node is None or n == node) and (device is None or d == device)]
+
+    def _key(self, metric: str, did: int) -> SeriesKey:
+        return SeriesKey(metric, *self._idents[did])
+
+    @guarded("read")
+    def latest(self, metric: str, since_ms: int) -> list[Point]:
+        self._refresh()
+        newest: dict[int, Point] = {}
+        index = self._index
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? ORDER BY ts DESC",
+                (since_ms,)):
+            if did in newest:
+                continue
+            i = index[lid].get(metric)
+            if i is not None:
+                newest[did] = (self._key(metric, did), ts, _value(vals, i))
+        return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
+
+    @guarded("read")
+    def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+              device: str | None = None) -> list[Point]:
+        if end_ms - start_ms > RAW_SPAN_MS:
+            return [(key, ts, total / n) for key, ts, n, total, _, _ in
+                    self.rollups(metric, start_ms, end_ms, node, device)]
+        return list(self._raw(metric, start_ms, end_ms, self._devices(node, device)))
+
+    def _raw(self, metric: str, start_ms: int, end_ms: int, dids: list[int]) -> Iterator[Point]:
+        if not dids:
+            return
+        wanted = set(dids)
+        index = self._index
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts",
+                (start_ms, end_ms)):
+            if did in wanted and (i := index[lid].get(metric)) is not None:
+                yield self._key(metric, did), ts, _value(vals, i)
+
+    def export(self, start_ms: int = 0, end_ms: int = 1 << 62) -> Iterator[Point]:
+        """Every raw point in [start, end), in time order (like VictoriaMetrics' export)."""
+        self._refresh()
+        for ts, did, lid, vals in self._conn().execute(
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts",
+                (start_ms, end_ms)):
+            for name, value in zip(self._names[lid], array("d", vals)):
+                yield self._key(name, did), ts, value
+
+    @guarded("read")
+    def count(self) -> int:
+        """How many points (one metric of one device at one instant) the store holds."""
+        (n,) = self._conn().execute(
+            "SELECT coalesce(sum(length(vals)), 0) / 8 FROM samples").fetchone()
+        return int(n)
+
+    @guarded("read")
+    def rollups(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
+                device: str | None = None
+                ) -> list[tuple[SeriesKey, int, int, float, float, float]]:
+        """(series, minute, count, sum, min, max) of ``metric``, oldest first."""
+        dids = self._devices(node, device)
+        if not dids:
+            return []
+        merged: dict[tuple[int, int], list[float]] = {}
+        marks = ",".join("?" * len(dids))
+        for did, ts, lid, n, sums, mins, maxs in self._conn().execute(
+                f"SELECT did, ts, layout, n, sums, mins, maxs FROM rollup_1m "
+                f"WHERE did IN ({marks}) AND ts >= ? AND ts < ?", (*dids, start_ms, end_ms)):
+            i = self._index[lid].get(metric)
+            if i is None:
+                continue
+            row = (n, _value(sums, i), _value(mins, i), _value(maxs, i))
+            have = merged.get((did, ts))
+            if have is None:
+                merged[(did, ts)] = list(row)
+            else:  # the device changed layout within this minute
+                have[0] += row[0]
+                have[1] += row[1]
+                have[2], have[3] = min(have[2], row[2]), max(have[3], row[3])
+        return [(self._key(metric, did), ts, int(n), s, lo, hi)
+                for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
+
+    @guarded("read")
+    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int
+                     ) -> dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]]:
+        """Minute means of several metrics in one pass over the rollups of [start, end):
+        per metric, per series, (minute starts in ms, means). For bulk readers (training
+        reads a week of a whole fleet): ``rollups`` reads every row once per metric and
+        builds a tuple per point. A device that changed layout within a minute has one
+        mean per layout there. One range query per device on the (device, minute) key:
+        a query on the minute alone scans the whole table (a week of a 1,000-GPU fleet is
+        ~10 GB of rollups) for each day a reader asks for."""
+        self._refresh()
+        wanted = list(metrics)
+        out: dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]] = {m: [] for m in wanted}
+        conn = self._conn()
+        for did in sorted(self._idents):
+            rows = conn.execute("SELECT ts, layout, n, sums FROM rollup_1m "
+                                "WHERE did = ? AND ts >= ? AND ts < ?",
+                                (did, start_ms, end_ms)).fetchall()
+            if not rows:
+                continue
+            ts_all, lids, n_all, blobs = zip(*rows)
+            layouts = dict.fromkeys(lids)
+            ts_arr = np.array(ts_all, dtype=np.int64)
+            n_arr = np.array(n_all, dtype=np.float64)
+            lid_arr = np.array(lids) if len(layouts) > 1 else None
+            for lid in layouts:  # one series per layout, in order of first sight
+                cols = [(m, i) for m in wanted if (i := self._index[lid].get(m)) is not None]
+                if not cols:
+                    continue
+                if lid_arr is None:
+                    ts, n, packed = ts_arr, n_arr, b"".join(blobs)
+                else:  # the device changed layout (a GPU lost, a metric no longer read)
+                    mine = np.flatnonzero(lid_arr == lid)
+                    ts, n = ts_arr[mine], n_arr[mine]
+                    packed = b"".join([blobs[k] for k in mine.tolist()])
+                sums = np.frombuffer(packed, np.float64).reshape(len(ts), -1)
+                for m, i in cols:
+                    out[m].append((self._key(m, did), ts, sums[:, i] / n))
+        return out
+
+def _value(packed: bytes, i: int) -> float:
+    return struct.unpack_from("<d", packed, 8 * i)[0]

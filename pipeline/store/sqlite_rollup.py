@@ -1,0 +1,80 @@
+"""The SQLite store's one-minute rollups and upkeep: (count, sums, minimums, maximums) per
+device, minute and layout, computed from its packed rows (a pure function: the store
+writes what it returns), and what ``SqliteStore.maintain`` does to the file."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from collections.abc import Sequence
+
+import numpy as np
+
+from fleetwatch.pipeline.store.base import MINUTE_MS
+
+# Minutes younger than this are not rolled up from raw yet: late points may still come.
+ROLLUP_GRACE_MS = 2 * MINUTE_MS
+
+Row = tuple[int, int, int, bytes]  # (ts, device id, layout id, packed values)
+# (did, minute, layout, n, sums, mins, maxs)
+Rollup = tuple[int, int, int, int, bytes, bytes, bytes]
+
+
+def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
+           rollup_retention_ms: int) -> None:
+    """Close the dirty minutes that are old enough (their rollups from the raw rows) and
+    drop what is past retention, in one transaction."""
+    with conn:
+        closed = now_ms - ROLLUP_GRACE_MS
+        for (minute,) in conn.execute("SELECT minute FROM dirty_minutes WHERE minute < ?",
+                                      (closed - MINUTE_MS,)).fetchall():
+            rows = conn.execute("SELECT ts, did, layout, vals FROM samples "
+                                "WHERE ts >= ? AND ts < ?",
+                                (minute, minute + MINUTE_MS)).fetchall()
+            if rows:
+                complete, _ = rollup(rows, whole=True)
+                conn.executemany("INSERT OR REPLACE INTO rollup_1m "
+                                 "VALUES (?, ?, ?, ?, ?, ?, ?)", complete)
+            conn.execute("DELETE FROM dirty_minutes WHERE minute = ?", (minute,))
+        conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - raw_retention_ms,))
+        # Per device on the (device, minute) key: ``WHERE ts < ?`` alone reads the whole
+        # table (a week of 1,000 GPUs: 11 million rows) on every call.
+        conn.execute("DELETE FROM rollup_1m WHERE did IN (SELECT id FROM devices) AND ts < ?",
+                     (now_ms - rollup_retention_ms,))
+        # Events are few and what a month's report reads: kept as long as rollups.
+        conn.execute("DELETE FROM events WHERE ts_ms < ?", (now_ms - rollup_retention_ms,))
+
+
+def rollup(rows: Sequence[Row], whole: bool = False) -> tuple[list[Rollup], set[int]]:
+    """1-minute aggregates of a batch of rows: those it holds whole, and the minutes it may not.
+
+    A node's frames arrive in order, so for each device only its first and last
+    minute in a batch can be partial (the rest of them is in the batch before
+    or after). Those are marked dirty and recomputed from the raw rows once the
+    minute has closed (``whole=True``: the rows are all there is of their
+    minutes); every other (device, minute) is complete here, and writing it
+    again on a replay gives the same row.
+    """
+    groups: dict[tuple[int, int], list[Row]] = defaultdict(list)
+    for row in rows:
+        groups[(row[1], row[2])].append(row)
+    complete: list[Rollup] = []
+    dirty: set[int] = set()
+    for (did, lid), group in groups.items():
+        group.sort()
+        ts = np.fromiter((r[0] for r in group), np.int64, len(group))
+        values = np.frombuffer(b"".join(r[3] for r in group), np.float64).reshape(len(group), -1)
+        minute = ts - ts % MINUTE_MS
+        starts = np.flatnonzero(np.r_[True, minute[1:] != minute[:-1]])
+        counts = np.diff(np.r_[starts, len(minute)])
+        sums = np.add.reduceat(values, starts, axis=0)
+        mins = np.minimum.reduceat(values, starts, axis=0)
+        maxs = np.maximum.reduceat(values, starts, axis=0)
+        minutes = minute[starts].tolist()
+        keep = range(len(starts)) if whole else range(1, len(starts) - 1)
+        if not whole:
+            dirty.add(minutes[0])
+            dirty.add(minutes[-1])
+        complete.extend((did, minutes[k], lid, int(counts[k]), sums[k].tobytes(),
+                         mins[k].tobytes(), maxs[k].tobytes()) for k in keep)
+    return complete, dirty
