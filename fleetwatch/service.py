@@ -46,3 +46,36 @@ def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, handle)
     return stop
+
+
+class StopSignals:
+    """SIGTERM (systemd, docker, Kubernetes) stops ``up`` as Ctrl-C does: the handler
+    raises KeyboardInterrupt in the main thread, where the dashboard serves.
+
+    Once the stop has begun (``ignore``), both signals stay ignored until the
+    process exits: a second Ctrl-C or SIGTERM neither cuts the drain short nor,
+    arriving after the last line, turns the clean exit (0) into a death by
+    SIGINT with a traceback.
+    """
+
+    def __init__(self) -> None:
+        self.reason = "Ctrl-C"
+        self._final = False
+        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        signal.signal(signal.SIGTERM, self._on_term)
+
+    def _on_term(self, signum: int, frame: object) -> None:
+        self.reason = "SIGTERM"
+        raise KeyboardInterrupt
+
+    def ignore(self) -> None:
+        self._final = True
+        for s in self._saved:
+            signal.signal(s, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        """The handlers from before ``up``, unless the stop has begun (see the class)."""
+        if self._final:
+            return
+        for s, handler in self._saved.items():
+            signal.signal(s, handler)

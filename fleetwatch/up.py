@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import signal
 import socket
 import sys
 import threading
@@ -36,6 +35,7 @@ from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.service import StopSignals
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
@@ -322,7 +322,7 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None) -> int:
     store that cannot be used as asked).
     """
     out = out or sys.stderr
-    stopping = _StopSignals()
+    stopping = StopSignals()
     try:
         sock = listen(config.dashboard.host, config.dashboard.port)  # EADDRINUSE: main's message
         try:
@@ -340,7 +340,7 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None) -> int:
 
 
 def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
-           stopping: _StopSignals, out: TextIO) -> int:
+           stopping: StopSignals, out: TextIO) -> int:
     config = system.config
     store = config.store.path if config.store.kind == "sqlite" else config.store.url
     print(f"fleetwatch up: {what}", file=out)
@@ -374,36 +374,3 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"\nfleetwatch up: stopped ({stopping.reason}): {stats.frames:,} frames stored"
               f"{lost}; store closed ({os.path.abspath(store)})", file=out, flush=True)
     return 0 if not left else 1
-
-
-class _StopSignals:
-    """SIGTERM (systemd, docker, Kubernetes) stops ``up`` as Ctrl-C does: the handler
-    raises KeyboardInterrupt in the main thread, where the dashboard serves.
-
-    Once the stop has begun (``ignore``), both signals stay ignored until the
-    process exits: a second Ctrl-C or SIGTERM neither cuts the drain short nor,
-    arriving after the last line, turns the clean exit (0) into a death by
-    SIGINT with a traceback.
-    """
-
-    def __init__(self) -> None:
-        self.reason = "Ctrl-C"
-        self._final = False
-        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        signal.signal(signal.SIGTERM, self._on_term)
-
-    def _on_term(self, signum: int, frame: object) -> None:
-        self.reason = "SIGTERM"
-        raise KeyboardInterrupt
-
-    def ignore(self) -> None:
-        self._final = True
-        for s in self._saved:
-            signal.signal(s, signal.SIG_IGN)
-
-    def restore(self) -> None:
-        """The handlers from before ``up``, unless the stop has begun (see the class)."""
-        if self._final:
-            return
-        for s, handler in self._saved.items():
-            signal.signal(s, handler)
