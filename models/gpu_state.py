@@ -12,9 +12,10 @@ the order it was handed them, and say what it found in that order.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import is_
+from typing import Any
 
 import numpy as np
 
@@ -50,16 +51,8 @@ class GpuState:
 
     def slots(self, batch: Batch) -> np.ndarray:
         """(F, G) slots of the batch's GPUs, in its row order; -1 where there is no GPU."""
-        width = batch.index.shape[1]
-        nodes = self._nodes
-        out = []
-        for f, ids in zip(batch.frames, batch.gpu_ids):
-            known = nodes.get((f.cluster, f.node))
-            if known is None or known[0] != ids or len(known[1]) != width:
-                slots = [self._slot((f.cluster, f.node, g)) for g in ids]
-                known = nodes[(f.cluster, f.node)] = (ids, slots + [-1] * (width - len(ids)))
-            out.append(known[1])
-        return np.array(out, np.int64).reshape(len(out), width)
+        return node_rows(batch, self._nodes, lambda f, ids: [
+            self._slot((f.cluster, f.node, g)) for g in ids], -1, np.int64)
 
     def _slot(self, key: Key) -> int:
         s = self.slot_of.get(key)
@@ -134,3 +127,19 @@ def row_median(values: np.ndarray, use: np.ndarray) -> tuple[np.ndarray, np.ndar
     hi = np.take_along_axis(block, (n // 2)[:, None], 1)[:, 0]
     with np.errstate(invalid="ignore"):
         return np.where(n > 0, ((0.0 + lo) + hi) / 2.0, math.nan), n
+
+
+def node_rows(batch: Batch, cache: dict[tuple[str, str], tuple[tuple[int, ...], list[Any]]],
+              make: Callable[[Frame, tuple[int, ...]], list[Any]], pad: Any,
+              dtype: Any) -> np.ndarray:
+    """(F, G): one row per frame of per-GPU values that ``make(frame, gpu_ids)`` gives once
+    per node, kept in ``cache`` until the node's GPUs or the batch's width change;
+    padded with ``pad`` where a frame has fewer GPUs than the batch."""
+    width = batch.index.shape[1]
+    out = []
+    for f, ids in zip(batch.frames, batch.gpu_ids):
+        known = cache.get((f.cluster, f.node))
+        if known is None or known[0] != ids or len(known[1]) != width:
+            known = cache[(f.cluster, f.node)] = (ids, make(f, ids) + [pad] * (width - len(ids)))
+        out.append(known[1])
+    return np.array(out, dtype).reshape(len(out), width)

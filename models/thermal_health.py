@@ -30,7 +30,7 @@ import numpy as np
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, columns
-from fleetwatch.models.gpu_state import GpuState, arrival, row_median, waves
+from fleetwatch.models.gpu_state import GpuState, arrival, node_rows, row_median, waves
 
 # Model files pickle ``ThermalModel`` under this module's name: it stays importable here.
 from fleetwatch.models.thermal_model import FEATURES, ThermalModel, fit_thermal, gpu_key
@@ -303,16 +303,8 @@ class ThermalHealth:
         if self._offsets_of is not model:
             self._offsets.clear()
             self._offsets_of = model
-        width = b.x.shape[1]
-        known = self._offsets
-        out = []
-        for f, ids in zip(b.frames, b.gpu_ids):
-            hit = known.get((f.cluster, f.node))
-            if hit is None or hit[0] != ids or len(hit[1]) != width:
-                hit = known[(f.cluster, f.node)] = (
-                    ids, _offsets(model, f.cluster, f.node, ids) + [NAN] * (width - len(ids)))
-            out.append(hit[1])
-        return np.array(out, float).reshape(len(out), width)
+        return node_rows(b, self._offsets,
+                         lambda f, ids: _offsets(model, f.cluster, f.node, ids), NAN, float)
 
 
 def _offsets(model: ThermalModel, cluster: str, node: str, ids: tuple[int, ...]) -> list[float]:
