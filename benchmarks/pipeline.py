@@ -83,7 +83,7 @@ from pipeline_frames import (  # noqa: E402
     make_frames,
 )
 from pipeline_freshness import GROUP_OPTS, percentile, run_freshness  # noqa: E402  (beside this script)
-from pipeline_processor import alone_and_with_models, trained_models  # noqa: E402
+from pipeline_processor import alone_and_with_models, every_over_one_rule, trained_models  # noqa: E402, I001
 from pipeline_store import check_received, rows_received, settle  # noqa: E402
 from pipeline_workers import run_workers  # noqa: E402
 
@@ -237,14 +237,7 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
                                            received, args.models_dir, args.repeats, say)
     rules = [r[0] for r in runs["rules"]]
     models = [r[0] for r in runs["models"]]
-    first = [r[0] for r in runs["one_rule"]]
-    first_cpu = [r[2] for r in runs["one_rule"]]
-    every = median(rules) / median(first)
-    every_cpu = median([r[2] for r in runs["rules"]]) / median(first_cpu)
-    say(f"[{shape}] processor with every detector: {every:.0%} of its throughput with the one "
-        f"first rule (median {median(first):,.0f} GPU samples/s; target >= 80%); per CPU "
-        f"second {every_cpu:.0%}; run by run "
-        f"{', '.join(f'{r / f:.0%}' for f, r in zip(first, rules, strict=True))}")
+    against_one_rule = every_over_one_rule(shape, runs, say)
     single, with_models = median(rules), median(models)
     single_steady = median([r[1] for r in runs["rules"]])
     pairs = [m / r for r, m in zip(rules, models, strict=True)]
@@ -296,11 +289,7 @@ def measure(shape: str, frames: list[Frame], bootstrap: str, url: str,
         "processor_points_per_s": round(processor * points / samples),
         "processor_mode": how,
         "processor_one_process_samples_per_s": round(single),
-        # Every detector against the one rule fleetwatch began with (issue #11: >= 80%).
-        "processor_one_rule_samples_per_s": round(median(first)),
-        "processor_one_rule_runs_samples_per_s": [round(r) for r in first],
-        "every_detector_over_one_rule": round(every, 3),
-        "every_detector_over_one_rule_cpu": round(every_cpu, 3),
+        **against_one_rule,
         "processor_with_models_samples_per_s": round(with_models),
         "models_over_rules_one_process": round(with_models / single, 3),
         # Medians above; each run here, in the order run (interleaved), and each pair's ratio.

@@ -10,6 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from statistics import median
 
 from pipeline_frames import GPUS, NODES
 from pipeline_freshness import GROUP_OPTS  # beside this script
@@ -129,3 +130,21 @@ def alone_and_with_models(shape: str, bootstrap: str, topic: str, url: str, n: i
                 f" = {samples / secs:,.0f} GPU samples/s; {cpu:.1f} CPU s = "
                 f"{samples / cpu:,.0f} GPU samples per CPU second")
     return runs, received
+
+
+def every_over_one_rule(shape: str, runs: dict[str, list[tuple[float, float, float]]],
+                        say: Callable[[str], None]) -> dict[str, object]:
+    """Every detector against the one rule fleetwatch began with (issue #11: >= 80%), said
+    and as the JSON fields of the shape."""
+    first = [r[0] for r in runs["one_rule"]]
+    rules = [r[0] for r in runs["rules"]]
+    every = median(rules) / median(first)
+    every_cpu = median([r[2] for r in runs["rules"]]) / median([r[2] for r in runs["one_rule"]])
+    say(f"[{shape}] processor with every detector: {every:.0%} of its throughput with the one "
+        f"first rule (median {median(first):,.0f} GPU samples/s; target >= 80%); per CPU "
+        f"second {every_cpu:.0%}; run by run "
+        f"{', '.join(f'{r / f:.0%}' for f, r in zip(first, rules, strict=True))}")
+    return {"processor_one_rule_samples_per_s": round(median(first)),
+            "processor_one_rule_runs_samples_per_s": [round(r) for r in first],
+            "every_detector_over_one_rule": round(every, 3),
+            "every_detector_over_one_rule_cpu": round(every_cpu, 3)}
