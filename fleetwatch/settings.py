@@ -138,6 +138,8 @@ class ModelsConfig:
     thermal_min_score: float = ranged(4.0, 1.0, 100.0)
     thermal_half_life_s: float = ranged(900.0, 30.0, 86_400.0)
     thermal_for_s: float = ranged(600.0, 0.0, 86_400.0)
+    # The thermal health score is stored once per this many seconds per GPU (0: every sample).
+    thermal_store_every_s: float = ranged(60.0, 0.0, 3600.0)
     anomaly_consecutive: int = ranged(2, 1, 100)
     lemon_half_life_d: float = ranged(7.0, 0.1, 365.0)
     lemon_threshold: float = ranged(10.0, 0.1, 1e6)

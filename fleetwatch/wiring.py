@@ -73,7 +73,8 @@ def learned_detectors(config: ModelsConfig) -> list[Detector]:
         config.dir,
         thermal=ThermalHealth(half_life_s=config.thermal_half_life_s,
                               min_excess_c=config.thermal_min_excess_c,
-                              min_score=config.thermal_min_score, for_s=config.thermal_for_s),
+                              min_score=config.thermal_min_score, for_s=config.thermal_for_s,
+                              store_every_s=config.thermal_store_every_s),
         anomaly=FleetAnomaly(consecutive=config.anomaly_consecutive),
         lemon=LemonScore(config.lemon_half_life_d, config.lemon_threshold))]
 

@@ -110,11 +110,12 @@ class _Scored:
 
 # Per GPU: the smoothed residual, its last and first time; the time and detail of its
 # last scoring (``at``, ``d_*``: the same frames scored again give what they gave); its
-# latest score, and whether it is flagged now (the hysteresis in ``update``).
+# latest score, whether it is flagged now (the hysteresis in ``update``), and the time
+# of the last score that joined a frame for the store (``enrich``).
 _FIELDS: dict[str, float | bool] = {
     "ewma": NAN, "last": NAN, "first": NAN, "at": NAN, "d_has": False, "d_ewma": NAN,
     "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "scored": False,
-    "score": NAN, "held": False}
+    "score": NAN, "held": False, "stored": NAN}
 _RECENT = 4
 
 
@@ -127,6 +128,13 @@ class ThermalHealth:
     fires when the growth is at least ``min_excess_c`` °C and ``min_score``
     spreads, for ``for_s``. A GPU the model has never seen gets the median
     offset of its node's other GPUs as its own, until a retrain learns it.
+
+    Every sample is scored and judged, but the score joins the stored series
+    once per ``store_every_s`` of a GPU's stream time (its first sample of
+    each period; 0: every sample): it moves with a half-life of minutes, so a
+    point a minute shows all of it, and a fleet sampled every second does not
+    store a thirteenth series per GPU at the rate of the twelve it measures.
+    ``/metrics`` and the findings always have the latest score.
     """
 
     name = "thermal_health"
@@ -134,8 +142,9 @@ class ThermalHealth:
 
     def __init__(self, model: ThermalModel | None = None, half_life_s: float = 900.0,
                  min_excess_c: float = 5.0, min_score: float = 4.0, for_s: float = 600.0,
-                 warmup_s: float = 900.0) -> None:
+                 warmup_s: float = 900.0, store_every_s: float = 60.0) -> None:
         self.model = model
+        self.store_every_s = store_every_s
         self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
         self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
         self._gpus = GpuState(_FIELDS)
@@ -167,14 +176,39 @@ class ThermalHealth:
         sc = self._score(frames)
         if sc is None:
             return
-        shown = sc.has.any(axis=1)
-        for f, row, show in zip(sc.frames, np.where(sc.has, sc.score, NAN).tolist(),
+        stored = self._stored(sc)
+        shown = stored.any(axis=1)
+        for f, row, show in zip(sc.frames, np.where(stored, sc.score, NAN).tolist(),
                                 shown.tolist()):
             if show:
                 gpus = f.gpus
                 for j, v in enumerate(row):
                     if v == v:
                         gpus[j].metrics[SCORE_METRIC] = round(v, 3)
+
+    def _stored(self, sc: _Scored) -> np.ndarray:
+        """Which scores of ``sc`` join their frames: each GPU's first sample of a
+        ``store_every_s`` period, by stream time, so a replay stores the same points.
+        A sample older than the GPU's last stored one adds none (its period has its
+        point); the last stored one, delivered again, is stored again, the same."""
+        every = self.store_every_s
+        if every <= 0:
+            return sc.has
+        out = np.zeros_like(sc.has)
+        ts = np.fromiter((f.ts for f in sc.frames), float, len(sc.frames))
+        last = self._gpus["stored"]
+        for wave in sc.waves:  # each GPU's samples in time order
+            wi, gj = np.nonzero(sc.has[wave])
+            if not len(wi):
+                continue
+            i = wave[wi]
+            s, t = sc.slots[i, gj], ts[i]
+            before = last[s]
+            new = np.isnan(before) | (t == before)
+            new[~new] = np.floor(t[~new] / every) > np.floor(before[~new] / every)
+            out[i[new], gj[new]] = True
+            last[s[new]] = t[new]
+        return out
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         sc = self._score(frames)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleetwatch.frame import Frame
-from fleetwatch.models.thermal_health import ThermalHealth
+from fleetwatch.models.thermal_health import SCORE_METRIC, ThermalHealth
 from fleetwatch.models.thermal_model import ThermalModel
 from tests.models.helpers import busy, node
 
@@ -84,3 +84,42 @@ def test_a_batch_enriched_ahead_of_its_judgement_is_judged_as_in_turn() -> None:
         owned.enrich(frames)
         mine += _found(owned.update([f for f in frames if f.node == "a"]))
     assert mine == [w for w in want if w[0] == "a"]
+
+
+def _stored(frames: list[Frame]) -> dict[tuple[str, int], list[tuple[float, float]]]:
+    out: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for f in frames:
+        for g in f.gpus:
+            if SCORE_METRIC in g.metrics:
+                out.setdefault((f.node, g.index), []).append((f.ts, g.metrics[SCORE_METRIC]))
+    return out
+
+
+def test_the_score_is_judged_every_sample_and_stored_once_a_minute() -> None:
+    batches = _batches()  # 15 s samples from t = 0
+    every = _health()
+    each = ThermalHealth(every.model, half_life_s=60.0, warmup_s=0.0, store_every_s=0.0)
+    copies = _batches()
+    found, found_each = [], []
+    for frames, same in zip(batches, copies):
+        every.enrich(frames)
+        found += _found(every.update(frames))
+        each.enrich(same)
+        found_each += _found(each.update(same))
+    assert found and found == found_each  # judged on every sample either way
+    stored = _stored([f for b in batches for f in b])
+    assert set(stored) == {(n, i) for n in "ab" for i in range(3)}
+    for points in stored.values():
+        # The first score (the second sample: the first starts the average), then the
+        # first sample of each minute: one point a minute.
+        assert [t for t, _ in points] == [15.0, *range(60, 1800, 60)]
+    all_samples = _stored([f for b in copies for f in b])
+    assert all(len(p) == 1800 // 15 - 1 for p in all_samples.values())
+    for key, points in stored.items():  # the same values as every sample's score
+        assert set(points) <= set(all_samples[key])
+    # A batch delivered again adds no point that the first delivery did not store.
+    again = _batches()
+    for k in (-1, 3):
+        every.enrich(again[k])
+        first = _stored(batches[k])
+        assert first and all(set(p) <= set(first[key]) for key, p in _stored(again[k]).items())
