@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import threading
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -114,15 +115,29 @@ def _default_carbon() -> CarbonModel:
 
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           refresh_s: float = 5.0, sock: socket.socket | None = None,
-          temp_limit_c: float | None = None, carbon: CarbonModel | None = None) -> None:
-    """Serve the dashboard until interrupted, on waitress (a production WSGI server).
+          temp_limit_c: float | None = None, carbon: CarbonModel | None = None,
+          until: threading.Event | None = None) -> None:
+    """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
+    set (checked twice a second; a signal handler sets it) or, without one, until
+    Ctrl-C.
 
     ``sock``: a socket already bound (``fleetwatch up`` takes the port before
     it touches any store, so a busy port stops it with nothing written).
     """
-    import waitress
+    from waitress import wasyncore
+    from waitress.server import create_server
 
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon)
-    log.info("dashboard on http://%s:%d/", host, port)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
-    waitress.serve(app.server, threads=8, ident="fleetwatch", _quiet=True, **where)
+    channels: dict = {}  # waitress's socket map: the listening socket and each connection
+    server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)
+    log.info("dashboard on http://%s:%d/", host, port)
+    if until is None:
+        server.run()  # until KeyboardInterrupt, which waitress catches
+        return
+    try:
+        while channels and not until.is_set():
+            wasyncore.loop(timeout=0.5, map=channels, count=1)
+    finally:
+        server.task_dispatcher.shutdown()
+        wasyncore.close_all(channels)

@@ -206,10 +206,12 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
     from fleetwatch.carbon import model_from_config
+    from fleetwatch.service import stop_on_signals
 
+    stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
     serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
           config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c,
-          carbon=model_from_config(config.carbon, config.energy))
+          carbon=model_from_config(config.carbon, config.energy), until=stop)
     return EXIT_OK
 
 

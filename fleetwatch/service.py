@@ -49,33 +49,41 @@ def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
 
 
 class StopSignals:
-    """SIGTERM (systemd, docker, Kubernetes) stops ``up`` as Ctrl-C does: the handler
-    raises KeyboardInterrupt in the main thread, where the dashboard serves.
+    """SIGTERM (systemd, docker, Kubernetes) and Ctrl-C stop ``up``. The handler only
+    records the request (``stop``, an event, and ``reason``); the dashboard's loop
+    checks it twice a second and returns, and ``up`` then stops the rest in order.
 
-    Once the stop has begun (``ignore``), both signals stay ignored until the
-    process exits: a second Ctrl-C or SIGTERM neither cuts the drain short nor,
-    arriving after the last line, turns the clean exit (0) into a death by
-    SIGINT with a traceback.
+    Nothing is raised from the handler. A KeyboardInterrupt raised wherever the main
+    thread happens to be (an import, a dataclass being made as the dashboard loads)
+    can leave a half-started system behind, and CPython ends a process by SIGINT,
+    exit -2, once a KeyboardInterrupt has passed through an ``exec`` of source text
+    (``dataclasses`` makes its methods so), even when it was caught and every frame
+    was stored. A second signal changes nothing (``ignore``).
     """
 
     def __init__(self) -> None:
-        self.reason = "Ctrl-C"
-        self._final = False
-        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-        signal.signal(signal.SIGTERM, self._on_term)
+        self.stop = threading.Event()
+        self.reason = ""
+        self._saved = {s: signal.signal(s, self._on_signal)
+                       for s in (signal.SIGTERM, signal.SIGINT)}
 
-    def _on_term(self, signum: int, frame: object) -> None:
-        self.reason = "SIGTERM"
-        raise KeyboardInterrupt
+    def _on_signal(self, signum: int, frame: object) -> None:
+        if not self.stop.is_set():
+            self.reason = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+            self.stop.set()
 
     def ignore(self) -> None:
-        self._final = True
+        """The stop has begun: from here both signals are ignored, also while the
+        interpreter exits. CPython puts the default action back for a signal that has
+        a Python handler as it exits, so a second, late Ctrl-C would turn a clean exit
+        into a death by SIGINT; an ignored signal stays ignored."""
+        self.stop.set()
         for s in self._saved:
             signal.signal(s, signal.SIG_IGN)
 
     def restore(self) -> None:
-        """The handlers from before ``up``, unless the stop has begun (see the class)."""
-        if self._final:
+        """The handlers from before ``up``, unless the stop has begun (see ``ignore``)."""
+        if self.stop.is_set():
             return
         for s, handler in self._saved.items():
             signal.signal(s, handler)

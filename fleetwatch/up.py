@@ -353,24 +353,25 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
           f"{'   continued from its newest sample' if given.keep else ''}", file=out)
     print(f"  dashboard: http://{config.dashboard.host}:{config.dashboard.port}   "
           "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
-    system.start()
-    system.report_every(30.0, out)
     try:
+        system.start()
+        system.report_every(30.0, out)
         from fleetwatch.carbon import model_from_config
         from fleetwatch.dashboards import serve
 
-        serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
-              config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
-              sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c,
-              carbon=model_from_config(config.carbon, config.energy))
-    except KeyboardInterrupt:
-        pass
+        if not stopping.stop.is_set():  # a signal while starting: stop without serving
+            serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
+                  config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
+                  sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c,
+                  carbon=model_from_config(config.carbon, config.energy),
+                  until=stopping.stop)
     finally:
-        stopping.ignore()  # a second signal must not cut the drain short
+        stopping.ignore()
         sock.close()
         left = system.stop()
         stats = system.processor.stats
         lost = f"; {left:,} frames NOT stored" if left else "; every frame sent was stored"
-        print(f"\nfleetwatch up: stopped ({stopping.reason}): {stats.frames:,} frames stored"
-              f"{lost}; store closed ({os.path.abspath(store)})", file=out, flush=True)
+        print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
+              f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
+              flush=True)
     return 0 if not left else 1

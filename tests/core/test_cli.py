@@ -83,3 +83,31 @@ def test_unusable_spool_dir_names_the_setting(tmp_path: Path) -> None:
         "FLEETWATCH_AGENT_SPOOL_DIR": str(blocker / "spool")})
     assert result.returncode == 2
     assert "agent.spool_dir" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_the_dashboard_serves_until_sigterm_and_exits_cleanly(tmp_path: Path) -> None:
+    import signal
+    import time
+    import urllib.request
+
+    SqliteStore(tmp_path / "x.db").close()
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "dashboard", "--port",
+                             str(port), "--store", str(tmp_path / "x.db")],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+                    assert r.status == 200
+                    break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()
+                time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)  # what systemd sends
+        out, _ = proc.communicate(timeout=15)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out

@@ -100,6 +100,22 @@ def test_second_up_on_the_same_store_and_port_leaves_the_first_intact(tmp_path: 
     assert code == 0, out
 
 
+@pytest.mark.parametrize("delay_s", [0.0, 0.3, 0.8])
+def test_sigterm_while_up_is_starting_stops_it_cleanly(tmp_path: Path, delay_s: float) -> None:
+    # A supervisor's stop while the dashboard is still loading: an interrupt raised in the
+    # middle of an import left threads running (a hang) or ended the process by SIGINT.
+    proc = start_up(tmp_path, "--port", str(free_port()), "--speed", "200")
+    head = wait_for_line(proc, "dashboard:")
+    time.sleep(delay_s)
+    code, out = stop(proc)
+    out = "".join(head) + out
+    assert code == 0, out
+    assert re.search(r"stopped \(SIGTERM\): [\d,]+ frames stored; every frame sent was stored; "
+                     r"store closed", out), out
+    assert "Traceback" not in out
+    assert not (tmp_path / "fleetwatch-sim.db.lock").read_text()  # released
+
+
 def test_a_second_signal_after_the_stop_does_not_change_the_exit(tmp_path: Path) -> None:
     # An impatient Ctrl-C (or a supervisor's second SIGTERM) just as up finishes.
     proc = start_up(tmp_path, "--port", str(free_port()), "--speed", "200")

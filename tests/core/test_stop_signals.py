@@ -1,0 +1,35 @@
+"""How ``fleetwatch up`` hears SIGTERM and Ctrl-C: recorded, never raised into its code."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from fleetwatch.service import StopSignals
+
+
+def test_a_stop_signal_raises_nothing_where_it_lands_and_a_late_one_is_ignored() -> None:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        stopping = StopSignals()
+        # Delivered to this, the main, thread: the handler runs between two bytecodes of
+        # whatever runs then. An exception there could land in an import.
+        os.kill(os.getpid(), signal.SIGTERM)
+        total = sum(range(100_000))
+        assert total and stopping.stop.is_set() and stopping.reason == "SIGTERM"
+        os.kill(os.getpid(), signal.SIGINT)  # a second one changes nothing
+        sum(range(100_000))
+        assert stopping.reason == "SIGTERM"
+        stopping.ignore()
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN
+        stopping.restore()  # the stop began: the process is exiting, the ignore stays
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_IGN
+    finally:
+        for s, handler in saved.items():
+            signal.signal(s, handler)
+
+
+def test_without_a_signal_up_gives_the_handlers_back() -> None:
+    before = signal.getsignal(signal.SIGINT)
+    StopSignals().restore()
+    assert signal.getsignal(signal.SIGINT) is before
