@@ -46,7 +46,8 @@ def trained_models(cluster: str) -> str:
     """A model directory with a model trained on two hours of the simulated fleet
     (the same nodes, another history), as ``fleetwatch train`` would write it."""
     from fleetwatch.collectors.sim import FleetSim, SimParams
-    from fleetwatch.train import FrameDays, train_frames
+    from fleetwatch.history import FrameDays
+    from fleetwatch.train import train_frames
 
     start = time.time() - 10 * 3600
     sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=15.0, cluster=cluster,

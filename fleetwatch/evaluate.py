@@ -23,7 +23,7 @@ curve, lifelong hot offset, its rack's and node's air: all drawn from
 ``seed``), run through *other* jobs, air drift and noise (``SimParams.jobs_seed``),
 with no fault at all. The training never sees a frame of the evaluated runs,
 faulty or healthy, nor any fault. What the frames would carry goes straight
-into per-minute grids (``fleetwatch.train.FrameDays.add_samples``: the same
+into per-minute grids (``fleetwatch.history.FrameDays.add_samples``: the same
 features ``fleetwatch train`` reads from a store's minute rollups), because
 writing a store, or building the frames, would not fit the time budget. It has
 no events, so lemon scores start from nothing, as on a fleet's first day.
@@ -104,7 +104,8 @@ def _history(params: SimParams, start_ts: float, end_ts: float
              ) -> tuple[list[Any], list[Any], set[Any]]:
     """Simulate [start, end) of healthy history; what training keeps of it."""
     from fleetwatch.collectors.sim.frames import gpu_samples
-    from fleetwatch.train import GPU_METRICS, Fit, FrameDays
+    from fleetwatch.history import GPU_METRICS, FrameDays
+    from fleetwatch.train import Fit
 
     sim = FleetSim(params, start_ts)
     history = FrameDays(start_ts, end_ts)

@@ -8,9 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.history import GPU_METRICS, FrameDays, read_day
 from fleetwatch.models.artifact import load
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.train import GPU_METRICS, FrameDays, read_day, thermal_rows, train, train_frames
+from fleetwatch.train import thermal_rows, train, train_frames
 
 START = 1_763_800_000.0  # not on a minute boundary: the first minute is partial
 PARAMS = SimParams(nodes=4, gpus=4, nodes_per_rack=2, seed=3, interval_s=15.0)
