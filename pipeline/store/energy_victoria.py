@@ -33,6 +33,7 @@ from fleetwatch.pipeline.store.ledger import (
     top_from_totals,
 )
 from fleetwatch.pipeline.store.lineproto import tags
+from fleetwatch.pipeline.store.metricsql import quote
 
 ROW_MEASUREMENT = "fleetwatch_energy"
 STATE_MEASUREMENT = "fleetwatch_energystate"
@@ -77,7 +78,7 @@ class VictoriaEnergy:
 
     def energy_state(self, cluster: str, node: str, at_ts: float
                      ) -> tuple[list[DeviceState], list[EnergyRow]]:
-        sel = f'{{cluster="{_quote(cluster)}",node="{_quote(node)}"}}'
+        sel = f'{{cluster="{quote(cluster)}",node="{quote(node)}"}}'
         # A replay after a crash starts before the watermark: look ahead as far as back.
         at_ms = round((at_ts + STATE_LOOKBACK_S) * 1000)
         found: dict[str, dict[str, float]] = {}
@@ -98,7 +99,7 @@ class VictoriaEnergy:
 
     def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
                node: str | None = None) -> list[EnergyRow]:
-        matchers = [f'{k}="{_quote(v)}"' for k, v in (("cluster", cluster), ("node", node))
+        matchers = [f'{k}="{quote(v)}"' for k, v in (("cluster", cluster), ("node", node))
                     if v is not None]
         first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
         return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
@@ -159,7 +160,3 @@ class VictoriaEnergy:
     def energy_top(self, start_ts: float, end_ts: float, by: str,
                    kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
         return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)
-
-
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')

@@ -56,7 +56,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -75,7 +74,6 @@ from fleetwatch.pipeline.store.base import (
     Annotation,
     Event,
     Point,
-    SeriesKey,
     Silence,
     StoreError,
 )
@@ -96,6 +94,13 @@ from fleetwatch.pipeline.store.lpsilences import (
     newest,
     silence_from,
 )
+from fleetwatch.pipeline.store.metricsql import (
+    join_rows,
+    quote,
+    regex_literal,
+    series_key,
+    series_selector,
+)
 from fleetwatch.pipeline.store.window import DAY_MS, AcceptWindow, parse_flags, vm_duration_ms
 
 # One query_range asks for at most this many minutes (the server's default
@@ -107,7 +112,6 @@ _DAY_S = 86_400.0
 # A window that reaches before 1970 selects nothing on VictoriaMetrics, so
 # windows start no earlier than 2000-01-01, before which the codec takes no frame.
 _FLOOR_MS = 946_684_800_000
-_SERIES_LABELS = ("cluster", "rack", "node", "device")
 # VictoriaMetrics drops rows more than 2 days ahead of its clock (lib/storage/table.go).
 _FUTURE_MS = 2 * DAY_MS
 
@@ -220,10 +224,10 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         now_ms = int(time.time() * 1000)
         # Frames may be stamped a little ahead of this clock; look past it.
         at_ms = max(now_ms, since_ms) + 60_000
-        selector = f"{_name(metric)}[{at_ms - since_ms + 1}ms]"
-        values = {_series(metric, r["metric"]): float(r["value"][1])
+        selector = f"{series_selector(metric)}[{at_ms - since_ms + 1}ms]"
+        values = {series_key(metric, r["metric"]): float(r["value"][1])
                   for r in self.query(f"last_over_time({selector})", at_ms)}
-        stamps = {_series(metric, r["metric"]): round(float(r["value"][1]) * 1000)
+        stamps = {series_key(metric, r["metric"]): round(float(r["value"][1]) * 1000)
                   for r in self.query(f"tlast_over_time({selector})", at_ms)}
         points = [(key, stamps[key], v) for key, v in values.items()
                   if key in stamps and stamps[key] >= since_ms]
@@ -234,11 +238,11 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         start_ms = max(start_ms, _FLOOR_MS)
         if end_ms <= start_ms:
             return []
-        selector = _name(metric, node=node, device=device)
+        selector = series_selector(metric, node=node, device=device)
         if end_ms - start_ms <= RAW_SPAN_MS:
             # Samples in (t - w, t] with t = end - 1 ms and w = end - start: [start, end).
             result = self.query(f"{selector}[{end_ms - start_ms}ms]", end_ms - 1)
-            points = [(_series(metric, r["metric"]), round(float(t) * 1000), float(v))
+            points = [(series_key(metric, r["metric"]), round(float(t) * 1000), float(v))
                       for r in result for t, v in r["values"]]
         else:
             points = self._minute_means(metric, selector, start_ms, end_ms)
@@ -259,7 +263,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
                                start=(first + MINUTE_MS) // 1000,
                                end=(chunk_last + MINUTE_MS) // 1000, step="60s", nocache=1)
             for r in result:
-                key = _series(metric, r["metric"])
+                key = series_key(metric, r["metric"])
                 points.extend((key, round(float(t) * 1000) - MINUTE_MS, float(v))
                               for t, v in r["values"])
             first = chunk_last + MINUTE_MS
@@ -276,7 +280,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         result = self.query(
             f'last_over_time({{__name__=~"{ALERT_MEASUREMENT}_.+"}}[{window_ms}ms])', at_ms)
         newest: dict[tuple[str, str], tuple[dict[str, str], dict[str, float]]] = {}
-        for labels, fields in _join(ALERT_MEASUREMENT, result):
+        for labels, fields in join_rows(ALERT_MEASUREMENT, result):
             if "id" not in labels or "updated_ts" not in fields or "state" not in fields:
                 continue
             key = (labels.get("cluster", ""), labels["id"])
@@ -302,7 +306,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         result = self.query(
             f'{{__name__=~"{ANNOTATION_MEASUREMENT}_.+"}}[{window_ms}ms]', end_ms - 1)
         found: dict[tuple[str, float, str, str], Annotation] = {}
-        for labels, fields in _join(ANNOTATION_MEASUREMENT, result):
+        for labels, fields in join_rows(ANNOTATION_MEASUREMENT, result):
             if "start_ts" not in fields:
                 continue
             a = Annotation(labels.get("kind", ""), fields["start_ts"], fields.get("end_ts"),
@@ -323,12 +327,12 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
             return []
         wanted: dict[str, str | None] = {"node": node, "device": device}
         matchers = [f'__name__=~"{EVENT_MEASUREMENT}_.+"']
-        matchers += [f'{k}="{_quote(v)}"' for k, v in wanted.items() if v is not None]
+        matchers += [f'{k}="{quote(v)}"' for k, v in wanted.items() if v is not None]
         if kinds is not None:
-            matchers.append('kind=~"' + "|".join(_quote(_regex(k)) for k in kinds) + '"')
+            matchers.append('kind=~"' + "|".join(quote(regex_literal(k)) for k in kinds) + '"')
         result = self.query("{" + ",".join(matchers) + f"}}[{end_ms - start_ms}ms]", end_ms - 1)
         found = [event_from(labels, fields["ts"])
-                 for labels, fields in _join(EVENT_MEASUREMENT, result) if "ts" in fields]
+                 for labels, fields in join_rows(EVENT_MEASUREMENT, result) if "ts" in fields]
         return select_events(found, start_ts, end_ts, node, kinds, device)
 
     def _last_rows(self, measurement: str, lookback_s: float
@@ -338,7 +342,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         window_ms = min(int(lookback_s * 1000), at_ms - _FLOOR_MS)
         result = self.query(
             f'last_over_time({{__name__=~"{measurement}_.+"}}[{window_ms}ms])', at_ms)
-        return _join(measurement, result)
+        return join_rows(measurement, result)
 
     def silences(self, active_at: float | None = None) -> list[Silence]:
         """Every silence written within ``silence_lookback_s``, or those in force at
@@ -363,41 +367,3 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
     def maintain(self, now_ms: int) -> None:
         """Nothing to do: VictoriaMetrics keeps its own parts merged and drops data past
         its ``-retentionPeriod``; 1-minute means are computed at query time."""
-
-
-
-def _name(metric: str, **labels: str | None) -> str:
-    matchers = [f'__name__="{_quote(metric)}"']
-    matchers += [f'{k}="{_quote(v)}"' for k, v in labels.items() if v is not None]
-    return "{" + ",".join(matchers) + "}"
-
-
-def _quote(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _regex(text: str) -> str:
-    """``text`` matched literally inside a MetricsQL regex."""
-    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
-
-
-def _join(measurement: str, result: list[dict[str, Any]]
-          ) -> list[tuple[dict[str, str], dict[str, float]]]:
-    """Rows of a measurement from per-field series: fields that share tags and a
-    timestamp were written on one line. Takes instant vectors (``value``) or
-    range vectors (``values``)."""
-    rows: dict[tuple[object, ...], tuple[dict[str, str], dict[str, float]]] = {}
-    skip = len(measurement) + 1
-    for r in result:
-        labels = dict(r["metric"])
-        field = labels.pop("__name__", "")[skip:]
-        tag_key = tuple(sorted(labels.items()))
-        samples = r["values"] if "values" in r else [(None, r["value"][1])]
-        for t, v in samples:
-            row = rows.setdefault((tag_key, t), (labels, {}))
-            row[1][field] = float(v)
-    return list(rows.values())
-
-
-def _series(metric: str, labels: dict[str, str]) -> SeriesKey:
-    return SeriesKey(metric, *(labels.get(k, "") for k in _SERIES_LABELS))
