@@ -62,15 +62,14 @@ class StopSignals:
     """
 
     def __init__(self) -> None:
-        self.stop = threading.Event()
-        self.reason = ""
-        self._saved = {s: signal.signal(s, self._on_signal)
-                       for s in (signal.SIGTERM, signal.SIGINT)}
+        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        self.stop = Stop()
+        stop_on_signals(self.stop)
 
-    def _on_signal(self, signum: int, frame: object) -> None:
-        if not self.stop.is_set():
-            self.reason = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
-            self.stop.set()
+    @property
+    def reason(self) -> str:
+        """What asked for the stop, as the last line says it ("" if no signal did)."""
+        return "Ctrl-C" if self.stop.cause == "SIGINT" else self.stop.cause
 
     def ignore(self) -> None:
         """The stop has begun: from here both signals are ignored, also while the
