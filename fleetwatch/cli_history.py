@@ -59,7 +59,8 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     store = open_store(config.store) if args.store else None
     try:
         summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
-                         args.skip_bad, store, args.cluster, args.rack)
+                         args.skip_bad, store, args.cluster, args.rack,
+                         keep_firing_s=config.alerts.keep_firing_s)
     except ReplayError as exc:
         print(f"fleetwatch replay: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -86,7 +87,8 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
         print(f"fleetwatch evaluate: {exc}", file=sys.stderr)
         return EXIT_USAGE
     options = EvalOptions(gpus=args.gpus, hours=args.hours, seed=args.seed,
-                          per_kind=args.per_kind, kinds=kinds)
+                          per_kind=args.per_kind, kinds=kinds,
+                          keep_firing_s=config.alerts.keep_firing_s)
     started = time.monotonic()
     shown = [-1.0]
 

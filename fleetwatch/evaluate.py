@@ -47,6 +47,7 @@ from typing import Any
 
 from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.collectors.sim import faults as sim_faults
+from fleetwatch.config import AlertsConfig
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.recording import RecordingStore
@@ -70,6 +71,7 @@ class EvalOptions:
     start_ts: float = 1_767_225_600.0  # 2026-01-01 00:00 UTC: a fixed day, so runs repeat
     # With models: hours of healthy history, ending at start_ts, that the models train on.
     train_hours: float = 24.0
+    keep_firing_s: float = AlertsConfig().keep_firing_s  # as the processors run
 
 
 def detector_sets(config: Any, models: bool = False) -> dict[str, DetectorSet]:
@@ -235,7 +237,8 @@ def run_fleet(params: SimParams, o: EvalOptions, faults: Sequence[Any],
     ground truth and each set's alert changes."""
     sim = FleetSim(params, o.start_ts, faults)
     stores = {k: RecordingStore() for k in sets}
-    processors = [Processor(stores[k], list(make())) for k, make in sets.items()]
+    processors = [Processor(stores[k], list(make()), keep_firing_s=o.keep_firing_s)
+                  for k, make in sets.items()]
     steps = int(o.hours * 3600.0 / params.interval_s)
     every = max(1, steps // 100)
     for i in range(steps):

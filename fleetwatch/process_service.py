@@ -66,7 +66,8 @@ def _member(config: Config, stop: threading.Event) -> int:
     notifier = open_notifier(config, store)
     rules = [*detectors(config.detectors), *learned_detectors(config.models)]
     processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
-                          notifier=notifier, energy=energy_integrator(config.energy, store))
+                          notifier=notifier, energy=energy_integrator(config.energy, store),
+                          keep_firing_s=config.alerts.keep_firing_s)
     server = None
     if config.processor.metrics_port:
         from prometheus_client import CollectorRegistry, start_http_server

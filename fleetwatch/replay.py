@@ -128,7 +128,8 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
            speed: float | None = None, skip_bad: bool = False, store: Store | None = None,
            cluster: str = "replay", rack: str = "unknown",
            sleep: Callable[[float], None] = time.sleep,
-           clock: Callable[[], float] = time.monotonic) -> ReplaySummary:
+           clock: Callable[[], float] = time.monotonic,
+           keep_firing_s: float = 0.0) -> ReplaySummary:
     """Replay the files; print transitions to ``out``; return what happened.
 
     ``speed``: None or inf for as fast as possible, else that many times real time.
@@ -149,7 +150,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     sink = JsonLinesSink(out)
     notifier = Notifier([sink], background=False)
     processor = Processor(store if store is not None else RecordingStore(), detectors,
-                          notify=notifier.send)
+                          notify=notifier.send, keep_firing_s=keep_firing_s)
     summary.start_ts, summary.end_ts = batches[0][0].ts, batches[-1][0].ts
     wall0 = clock()
     paced = speed is not None and math.isfinite(speed)

@@ -116,6 +116,9 @@ class StoreConfig:
 class AlertsConfig:
     gpu_temp_limit_c: float = ranged(85.0, 0.0, 200.0, above=True)
     for_s: float = ranged(60.0, 0.0, 86_400.0)
+    # A firing alert resolves once its subject has been judged clear this long (0: on the
+    # first clear sample), so a GPU hovering at a limit pages once, not at every crossing.
+    keep_firing_s: float = ranged(300.0, 0.0, 86_400.0)
     # Alert sinks; "" turns one off. The Kafka alert topic is bus.alert_topic (kafka bus only).
     webhook_url: str = ""
     alertmanager_url: str = ""

@@ -68,7 +68,8 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
              faults: Sequence[Fault] = (), detectors: Sequence[Detector] = (),
              progress: Callable[[float, int], None] | None = None,
              stop: threading.Event | None = None,
-             energy: EnergyIntegrator | None = None) -> SimulateResult:
+             energy: EnergyIntegrator | None = None,
+             keep_firing_s: float = 0.0) -> SimulateResult:
     """Simulate ``duration_s`` from ``start_ts`` and write it all to ``store``.
 
     ``progress(fraction_done, points_so_far)`` is called after every batch.
@@ -78,7 +79,7 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
     store.write_annotations(fault_annotations(sim.ground_truth))
-    processor = Processor(store, detectors, energy=energy)
+    processor = Processor(store, detectors, energy=energy, keep_firing_s=keep_firing_s)
     end_ts = start_ts + duration_s
     steps_per_batch = max(1, int(BATCH_S / params.interval_s))
     # Serial on purpose: a writer thread would fight the simulation for the GIL
@@ -152,7 +153,8 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
         try:
             result = simulate(db, params, given.end_ts - duration_s, duration_s, faults,
                               detectors(config.detectors), progress, stop,
-                              energy=energy_integrator(config.energy, db))
+                              energy=energy_integrator(config.energy, db),
+                              keep_firing_s=config.alerts.keep_firing_s)
         finally:
             db.close()
     finally:

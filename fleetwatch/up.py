@@ -130,7 +130,8 @@ class System:
                                       self.bus)
         rules = [*detectors(config.detectors), *learned_detectors(config.models)]
         self.processor = Processor(self.store, rules, notifier=self.notifier,
-                                   energy=energy_integrator(config.energy, self.store))
+                                   energy=energy_integrator(config.energy, self.store),
+                                   keep_firing_s=config.alerts.keep_firing_s)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s

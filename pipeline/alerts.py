@@ -15,6 +15,10 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   (``requirements``: rule -> metrics the rule needs, the detectors' ``rules``)
   and found nothing. A silent node, a lost GPU, or a frame without the metric
   keeps the alert open: a detector that did not evaluate a GPU is not saying OK.
+  A pending alert that clears resolves at once. A firing one resolves once its
+  subject has been judged clear for ``keep_firing_s`` (Prometheus's
+  ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
+  across it, is one alert that stays firing, not a page each time it crosses.
 * Transactions: ``observe`` computes the changes and leaves the book as it was;
   the caller stores them and only then calls ``apply``. A failed write leaves
   the book unchanged and the same batch can be observed again: no transition
@@ -70,12 +74,16 @@ class _Meta:
     last_seen: float
     hold_s: float
     written: float
+    clear_since: float | None = None  # a firing alert judged clear since then
 
 
 class AlertBook:
     def __init__(self, active: Iterable[Alert] = (),
                  requirements: Mapping[str, Sequence[str]] | None = None,
-                 refresh_s: float = REFRESH_S) -> None:
+                 refresh_s: float = REFRESH_S, keep_firing_s: float = 0.0) -> None:
+        if not keep_firing_s >= 0:  # NaN fails too
+            raise ValueError(f"keep_firing_s {keep_firing_s!r}: must be 0 or more seconds")
+        self.keep_firing_s = keep_firing_s
         # rule -> metrics it needs to judge a subject; rules not named here are
         # judged whenever their subject's device is in a frame.
         self.requirements = {r: tuple(m) for r, m in (requirements or {}).items()}
@@ -160,6 +168,8 @@ class AlertBook:
                     continue
                 alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
                 if alert is None:
+                    if m is not None:  # still firing, but clear since m.clear_since
+                        meta[key] = m
                     continue
                 if alert.state == "resolved":
                     opened.pop(key, None)
@@ -203,6 +213,10 @@ class AlertBook:
                 return None, None  # a latched event still counts as holding
             if alert.state == "resolved":
                 return None, None
+            if alert.state == "firing" and self.keep_firing_s > 0 and meta is not None:
+                since = ts if meta.clear_since is None else meta.clear_since
+                if ts - since < self.keep_firing_s:
+                    return None, dataclasses.replace(meta, clear_since=since)
             return dataclasses.replace(alert, state="resolved", updated_ts=ts,
                                        resolved_ts=ts), None
         evidence = dict(finding.evidence) if finding.evidence else {}

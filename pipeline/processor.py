@@ -77,7 +77,7 @@ class Processor(ConsumerLoop):
                  dead_letter_give_up_s: float = 60.0,
                  notify: Callable[[Sequence[Alert]], object] | None = None,
                  energy: EnergyIntegrator | None = None,
-                 notifier: AlertHook | None = None) -> None:
+                 notifier: AlertHook | None = None, keep_firing_s: float = 0.0) -> None:
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
         # by default with default settings whenever the store keeps a ledger.
@@ -88,7 +88,7 @@ class Processor(ConsumerLoop):
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
-        self.alerts = AlertBook(requirements=requirements)
+        self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]

@@ -163,6 +163,7 @@ class Notifier:
             else:
                 self._sent[a.id] = (a.state, n.muted_by)
             notices.append(n)
+        notices += self._uncovered(changes)
         if notices and self.sinks:
             if self._thread is None:
                 self._deliver(notices)
@@ -174,6 +175,25 @@ class Notifier:
                     self._batches += 1
                     self._cv.notify()
         return notices
+
+    def _uncovered(self, changes: Sequence[Alert]) -> list[Notice]:
+        """Open alerts that an alert resolved in this batch was inhibiting: notified now, as
+        Alertmanager does once the source of an inhibition goes, rather than at their own
+        next change (a latched XID has none until it resolves)."""
+        gone = {f"inhibited:{a.id}" for a in changes if a.state == "resolved"}
+        if not gone:
+            return []
+        changed = {a.id for a in changes}
+        out = []
+        for a in list(self._open.values()):
+            seen = self._sent.get(a.id)
+            if a.id in changed or seen is None or seen[1] not in gone:
+                continue
+            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks))
+            if n.muted_by != seen[1]:
+                self._sent[a.id] = (a.state, n.muted_by)
+                out.append(n)
+        return out
 
     def _reload(self) -> None:
         now = time.monotonic()

@@ -200,3 +200,64 @@ def test_alert_identity_includes_the_cluster() -> None:
     assert sorted(a.cluster for a in book.open) == ["c", "c2"]
     (resolved,) = drive(book, rule, [frame(120, [60])])  # only cluster c's n1 cooled
     assert resolved.cluster == "c" and [a.cluster for a in book.open] == ["c2"]
+
+
+def test_keep_firing_makes_a_gpu_crossing_its_limit_every_sample_one_alert() -> None:
+    """A series sampled every 5 minutes that crosses the limit at every other sample (as a
+    recorded machine temperature does): without keep_firing_s each crossing is a new page."""
+    temps = [90, 80, 91, 79, 92, 80, 70, 70, 70]
+    frames = [frame(1000 + 300 * i, [t]) for i, t in enumerate(temps)]
+    flapping = drive(AlertBook(requirements=REQ), GpuTemperatureLimit(85, for_s=0), frames)
+    assert [a.state for a in flapping].count("firing") == 3
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ, keep_firing_s=600)
+    changes = drive(book, rule, frames)
+    assert len({a.id for a in changes}) == 1
+    assert changes[0].state == "firing" and {a.state for a in changes} == {"firing", "resolved"}
+    # Clear from 2500 (80, then 70, 70, ...): resolved once clear for 600 s, at 3100.
+    (resolved,) = [a for a in changes if a.state == "resolved"]
+    assert resolved.resolved_ts == 1000 + 300 * 7 and resolved.fired_ts == 1000
+    assert book.open == []
+
+
+def test_keep_firing_clear_time_restarts_when_the_finding_returns() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ, keep_firing_s=60)
+    temps = [90, 80, 80, 90, 80, 80, 80, 80]          # every 20 s
+    changes = drive(book, rule, [frame(100 + 20 * i, [t]) for i, t in enumerate(temps)])
+    assert len({a.id for a in changes}) == 1
+    # Clear at 120 and 140, hot again at 160, clear from 180: resolved at 240, not 180.
+    assert [(a.state, a.updated_ts) for a in changes if a.state != "firing"] == [
+        ("resolved", 240)]
+
+
+def test_keep_firing_counts_only_samples_that_judged_the_gpu() -> None:
+    """A frame without the GPU's temperature (or the GPU lost) is not a clear sample."""
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ, keep_firing_s=60)
+    drive(book, rule, [frame(100, [90]), frame(120, [80])])
+    assert drive(book, rule, [frame(500, [None]), frame(520, [80], lost=(0,))]) == []
+    assert [a.state for a in book.open] == ["firing"]
+    (resolved,) = drive(book, rule, [frame(540, [80])])
+    assert resolved.resolved_ts == 540  # clear since 120 (judged), 420 s ago
+
+
+def test_keep_firing_does_not_hold_a_pending_alert_or_delay_a_clear_before_firing() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=60), AlertBook(requirements=REQ, keep_firing_s=600)
+    changes = drive(book, rule, [frame(100, [90]), frame(120, [80])])
+    assert [(a.state, a.updated_ts) for a in changes] == [("pending", 100), ("resolved", 120)]
+
+
+def test_keep_firing_survives_a_failed_write_and_a_retried_batch() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=0), AlertBook(requirements=REQ, keep_firing_s=60)
+    drive(book, rule, [frame(100, [90]), frame(120, [80])])       # clear since 120
+    late = [frame(190, [80])]
+    findings = rule.update(late)
+    first = book.observe(late, findings)                           # not applied: write failed
+    assert [a.state for a in first] == ["resolved"]
+    assert book.observe(late, findings) == first                   # the retry: the same
+
+
+def test_keep_firing_must_not_be_negative() -> None:
+    import pytest
+
+    for bad in (-1.0, float("nan")):
+        with pytest.raises(ValueError, match="keep_firing_s"):
+            AlertBook(keep_firing_s=bad)

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from fleetwatch.pipeline.silences import Notice, group, mute, parse_matcher
@@ -78,3 +80,42 @@ def test_silences_and_acks_persist_in_the_sqlite_store(tmp_path) -> None:
     assert again.acks() == [Acknowledgement("a1", 150, "oncall", "on it")]
     store.write_silences([Silence("s1", s.matchers, 100, 120)])  # expired early
     assert again.silences(active_at=150) == []
+
+
+class Recording:
+    name, notify_only = "recording", True
+
+    def __init__(self) -> None:
+        self.sent: list[Notice] = []
+
+    def send(self, changes) -> None:  # noqa: ANN001
+        self.sent.extend(changes)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_alert_inhibited_while_it_fired_is_notified_when_the_inhibition_ends() -> None:
+    """An XID alert is latched: it has no change of its own until it resolves, an hour on.
+    Fired while its node was still reported silent, it must be paged once the node alert
+    resolves, not never."""
+    from fleetwatch.pipeline.sinks import Notifier
+
+    sink = Recording()
+    notifier = Notifier([sink], background=False)
+    silent = alert("node_silent", device="host", ts=1000.0)
+    xid = alert("xid", ts=1010.0)
+    other = alert("gpu_temp_high", node="n2", ts=1010.0)  # another node: never inhibited
+    notifier.send([silent])
+    notifier.send([xid, other])
+    assert [(n.alert.rule, n.muted_by) for n in sink.sent[1:]] == [
+        ("xid", f"inhibited:{silent.id}"), ("gpu_temp_high", "")]
+    back = dataclasses.replace(silent, state="resolved", updated_ts=1300.0, resolved_ts=1300.0)
+    del sink.sent[:]
+    notifier.send([back])
+    assert [(n.alert.rule, n.alert.state, n.muted_by) for n in sink.sent] == [
+        ("node_silent", "resolved", ""), ("xid", "firing", "")]
+    assert all(n.notify for n in sink.sent)
+    del sink.sent[:]
+    notifier.send([xid])  # its own next change: already notified, not again
+    assert sink.sent == []
