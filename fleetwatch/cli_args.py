@@ -191,6 +191,9 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
                     help="faults of each kind (default 10)")
     ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
+    ev.add_argument("--interval", type=_bounded(1, 300), default=15.0, metavar="SECONDS",
+                    help="seconds between a node's samples (default 15; the agent's own "
+                         "default is 5: a shorter interval takes longer to run)")
     ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")

@@ -311,7 +311,8 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
         out["model"] = {k: model[k] for k in ("range", "gpus", "thermal_regressor",
                                               "thermal_heldout_mae_c", "thermal_spread_c",
                                               "anomaly_phases", "train_s")}
-    return {**out, "gpus": gpus, "hours": o.hours, "faults": len(truth),
+    return {**out, "gpus": gpus, "hours": o.hours, "interval_s": o.interval_s,
+            "faults": len(truth),
             "seconds": round(time.perf_counter() - started, 1), "columns": columns,
             "kinds": {k: {m: v[m] for m in ("recall", "precision", "delay_p50_s", "delay_p95_s",
                                               "delay_first_sample_p50_s", "faults",
@@ -344,7 +345,8 @@ def table(result: Mapping[str, Any]) -> str:
     for name in cols:
         head += f" | {name[:26]:<26}"
     sub = " " * 29 + "".join(" | recall prec  p50s  p95s  1st" for _ in cols)
-    lines = [f"{result['gpus']} GPUs, {result['hours']:g} h, {result['faults']} faults, "
+    lines = [f"{result['gpus']} GPUs, {result['hours']:g} h, a sample every "
+             f"{result.get('interval_s', 15.0):g} s, {result['faults']} faults, "
              f"{result['seconds']:.0f} s", head, sub]
     first = next(iter(cols.values()))
     for kind, row in first["kinds"].items():

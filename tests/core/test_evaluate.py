@@ -69,14 +69,16 @@ def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None
                  "--workers", "1"]) == 2  # every kind does not fit on 2 nodes in an hour
     assert "use more nodes" in capsys.readouterr().err
     assert main(["evaluate", "--gpus", "32", "--hours", "2", "--per-kind", "1", "--json",
-                 "--workers", "1", "--kinds", "cooling"]) == 0
+                 "--workers", "1", "--kinds", "cooling", "--interval", "5"]) == 0
     out, err = capsys.readouterr()
     last = json.loads(out.splitlines()[-1])
     assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}
+    assert last["interval_s"] == 5 and "a sample every 5 s" in err
     assert "evaluate: healthy run" in err
     assert main(["evaluate", "--kinds", "meteor"]) == 2
     assert "unknown fault kind" in capsys.readouterr().err
-    for bad in (["--gpus", "0"], ["--hours", "nan"], ["--per-kind", "1e400"]):
+    for bad in (["--gpus", "0"], ["--hours", "nan"], ["--per-kind", "1e400"],
+                ["--interval", "0"], ["--interval", "1e400"]):
         with pytest.raises(SystemExit):
             main(["evaluate", *bad])
 
