@@ -1,0 +1,67 @@
+"""Replay of a real recorded temperature series (NAB's machine temperature, tests/data), read
+as a new user would: one GPU's ``gpu_temp_c`` in the long CSV layout."""
+
+from __future__ import annotations
+
+import csv
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.cli import main
+
+SERIES = "recorded/nab_machine_temperature_system_failure.csv"
+# NAB's labelled anomaly window (labels/combined_windows.json) around the failure in which
+# the reading falls from about 40 to 2 within an hour.
+WINDOW = ("2013-12-15 17:50:00", "2013-12-17 17:00:00")
+
+
+def epoch(text: str) -> float:
+    return datetime.fromisoformat(text).replace(tzinfo=timezone.utc).timestamp()
+
+
+def long_csv(real_data: Path, out: Path, start: str, end: str) -> Path:
+    with (real_data / SERIES).open(newline="") as f, out.open("w") as w:
+        w.write("timestamp,node,gpu,metric,value\n")
+        for row in csv.DictReader(f):
+            if start <= row["timestamp"] < end:
+                w.write(f"{row['timestamp'].replace(' ', 'T')},machine-1,0,gpu_temp_c,"
+                        f"{row['value']}\n")
+    return out
+
+
+def replay(path: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    assert main(["replay", str(path)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
+def fired(changes: list[dict]) -> list[dict]:
+    return [c for c in changes if c["state"] == "firing" and c["fired_ts"] == c["updated_ts"]]
+
+
+def test_a_reading_that_falls_to_2_is_an_alert_inside_the_labelled_window(
+        real_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = long_csv(real_data, tmp_path / "machine.csv", "2013-12-14", "2013-12-18")
+    low = [c for c in fired(replay(data, capsys))
+           if c["rule"] == "gpu_temp_sensor_invalid" and c["value"] < 5]
+    assert low, "the fall to 2 °C raised no alert"
+    assert all(epoch(WINDOW[0]) <= c["fired_ts"] <= epoch(WINDOW[1]) for c in low)
+    assert "reads 4 °C" in low[0]["message"] and low[0]["action"]
+
+
+def test_keep_firing_turns_a_series_crossing_its_limits_into_fewer_pages(
+        real_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampled every 5 minutes, the machine runs at 80 to 104 and crosses the GPU limits at
+    one sample and back at the next; each crossing was a new alert."""
+    data = long_csv(real_data, tmp_path / "machine.csv", "2013-12-14", "2013-12-18")
+    kept = fired(replay(data, capsys))                       # alerts.keep_firing_s = 300
+    monkeypatch.setenv("FLEETWATCH_ALERTS_KEEP_FIRING_S", "0")
+    every = fired(replay(data, capsys))
+    rules = {c["rule"] for c in every}
+    assert rules == {c["rule"] for c in kept}               # the same rules, fewer times
+    assert len(kept) * 3 < len(every) * 2, (len(kept), len(every))
+    for rule in rules:
+        assert sum(c["rule"] == rule for c in kept) < sum(c["rule"] == rule for c in every)
