@@ -84,6 +84,11 @@ class FleetSim:
         self.p_dyn = rng.normal(hw.P_DYN_W, 25.0, shape)
         self.r_th = rng.normal(hw.R_TH, 0.004, shape).clip(0.092, 0.108)
         self.tau = rng.normal(hw.TAU_DIE_S, 5.0, shape).clip(20)
+        # The die's own fluctuation is a process in time (Ornstein-Uhlenbeck through the
+        # lag), not one per sample: its step is scaled so that its spread is the same at
+        # any interval, the spread a 0.25 °C step gives at 15 s (scale 1 there).
+        now, ref = np.exp(-p.interval_s / self.tau), np.exp(-15.0 / self.tau)
+        self.tnoise_scale = np.sqrt((1.0 - now ** 2) / (1.0 - ref ** 2))
         self.mem_off = rng.normal(0.0, 1.5, shape)
         hot = rng.random(shape) < p.hot_share
         self.hot_offset = np.where(hot, rng.uniform(3.0, 5.0, shape), 0.0)
@@ -244,7 +249,7 @@ class FleetSim:
         r = self.r_th * m.r_mult
         t_ss = inlet[:, None] + r * power + self.hot_offset
         decay = np.exp(-dt / self.tau)
-        tnoise = rng.normal(0.0, 0.25, shape)
+        tnoise = rng.normal(0.0, 0.25, shape) * self.tnoise_scale
         if m.any:
             # What this GPU would be at without the fault: cooling_slow stops at its
             # sub-limit peak, and the shadow gives the first sample a fault changed.

@@ -157,3 +157,23 @@ def test_energy_fast_path_is_the_same_fleet_without_frames() -> None:
     assert fast.node_jobs == [f.gpus[0].job for f in frames]
     counters = [[g.metrics["gpu_energy_j"] for g in f.gpus] for f in frames]
     assert fast.energy_counter_j.round(3).tolist() == counters
+
+
+def test_the_die_fluctuates_as_much_at_any_sampling_interval() -> None:
+    """The die's noise is a process in time: sampling every 5 s instead of 15 must not make
+    a GPU's temperature wander further from where its power and air put it."""
+    import numpy as np
+
+    spreads = {}
+    for interval in (1.0, 5.0, 15.0):
+        params = SimParams(nodes=8, gpus=8, seed=4, interval_s=interval, busy_at_start=0.0,
+                           idle_mean_s=10 * 86400.0)  # idle all along: steady power
+        sim = FleetSim(params, 1_700_000_000.0)
+        dev = []
+        for _ in range(int(4 * 3600 / interval)):
+            sim.step()
+            dev.append(sim.temp - (sim.inlet[:, None] + sim.r_th * sim.power
+                                   + sim.hot_offset))
+        spreads[interval] = float(np.std(np.array(dev[len(dev) // 4:])))
+    assert spreads[15.0] == pytest.approx(spreads[5.0], rel=0.15), spreads
+    assert spreads[15.0] == pytest.approx(spreads[1.0], rel=0.15), spreads
