@@ -58,7 +58,7 @@ class RackCooling:
         self.c = config or DetectorsConfig()
         self.table = GpuTable(ts=np.nan, plag=np.nan, pslow=np.nan, a=np.nan, r=0.0, p11=P0,
                               p12=0.0, p22=P0, learned=0.0, resid=0.0, settled=0.0,
-                              rts=np.nan, rack=-1.0)
+                              steady=np.nan, rts=np.nan, rack=-1.0)
         self._racks: dict[tuple[str, str], int] = {}
         self._names: list[tuple[str, str]] = []
         self.inlets = Inlets()
@@ -121,7 +121,14 @@ class RackCooling:
         t["resid"][s] = np.where(warm, resid, 0.0)
         # Settled: power steady for several time constants, so a residual is not a lag
         # mismatch after a job phase change (a whole rack ending a job cools together).
-        t["settled"][s] = np.abs(plag - pslow) * np.maximum(r, 0.0) / P_SCALE < SETTLED_C
+        # The fast and slow averages agree when power is steady, but also for the one
+        # sample in which the fast one falls through the slow one (a busy phase that
+        # ends a minute or two after it began): so they must have agreed for a time
+        # constant, not just now.
+        steady = np.abs(plag - pslow) * np.maximum(r, 0.0) / P_SCALE < SETTLED_C
+        since = np.where(steady, np.fmin(t["steady"][s], ts), np.nan)
+        t["steady"][s] = since
+        t["settled"][s] = steady & (ts - since >= c.thermal_tau_s)
         t["pslow"][s] = pslow
         t["rts"][s] = ts
         t["plag"][s] = plag
