@@ -36,6 +36,7 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
+    peer_count,
     peer_median,
     peer_median_block,
     same_job_peers,
@@ -105,15 +106,17 @@ class ThermalPeers(WaveDetector):
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
         # (never the other way, so one the driver holds down for heat is not excused).
         expected = adj[:, None, :] + c.peer_c_per_w * np.maximum(-more, 0.0)   # [f, i, j]
-        median = peer_median_block(expected, peers)
-        count = peers.sum(axis=2)
-        mad = peer_median_block(np.abs(expected - median[..., None]), peers)
+        count = peer_count(peers)
+        median = peer_median_block(expected, peers, count)
+        mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)
         judged = fresh & (count >= c.min_peers)
         excess = np.where(judged, adj - median, 0.0)
         # While a node heats or cools through a job phase, GPUs with slightly different time
         # constants part by a few degrees: widen the margin by a share of how fast the
         # peers themselves are moving (their distance from their own lagged temperature).
-        motion, _ = peer_median(np.abs(temp - tlag), peers)
+        g = temp.shape[1]
+        motion = peer_median_block(np.broadcast_to(np.abs(temp - tlag)[:, None, :],
+                                                   (len(temp), g, g)), peers, count)
         motion = np.nan_to_num(motion)
         base = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad))
         margin = base + TRANSIENT_SHARE * motion

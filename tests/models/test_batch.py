@@ -36,6 +36,20 @@ def test_a_gpu_missing_a_metric_its_node_neighbours_have_is_read_right() -> None
     assert b.col("gpu_temp_c")[0].tolist() == [60.0, 62.0]
 
 
+def test_one_odd_gpu_among_many_nodes_sharing_a_reader_leaves_the_others_read() -> None:
+    odd = busy(72)
+    del odd["gpu_sm_active_ratio"]
+    odd["gpu_mem_temp_c"] = 75.0  # same count, a different set: its node's getter fails on it
+    frames = [node(7, [busy(60 + k), busy(61 + k)], name=f"n{k}") for k in range(4)]
+    frames.insert(2, node(7, [busy(71), odd], name="odd"))
+    b = columns(frames)
+    for fi, f in enumerate(b.frames):
+        for j, g in enumerate(f.gpus):
+            got = dict(zip(METRICS, b.x[fi, j].tolist(), strict=True))
+            assert {k: v for k, v in got.items() if not math.isnan(v)} == {
+                k: v for k, v in g.metrics.items() if k in got}
+
+
 def test_a_lost_first_gpu_does_not_hide_its_neighbours_readings() -> None:
     b = columns([node(3, [busy(60), busy(61), busy(62)], lost=[0])])
     assert math.isnan(b.col("gpu_temp_c")[0, 0])
