@@ -260,7 +260,8 @@ class GpuTable:
                 known = nodes[f.node] = (gpus, known[1][:len(gpus)]
                                          + [-1] * (width - len(gpus)))
             out.append(known[1])
-        return np.array(out, np.int64).reshape(len(out), width)
+        return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
+            len(out), width)
 
     def _assign(self, node: str, gpus: tuple[int, ...],
                 old: tuple[tuple[int, ...], list[int]] | None) -> list[int]:

@@ -165,7 +165,13 @@ class RackCooling:
         warm = np.bincount(rack[hot], minlength=size)
         inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s)
         out = []
+        # Only the racks this batch speaks for that have many GPUs warm or inlets rising.
+        many_warm = (judged >= c.rack_min_gpus) & (warm >= c.rack_fraction * judged)
+        rising_inlet = {code for code, (rising, nodes, _) in inlets.items()
+                        if rising >= max(2, c.rack_fraction * nodes)}
         for code in np.unique(codes).tolist():
+            if not (many_warm[code] or code in rising_inlet):
+                continue
             said, evidence, value = [], {}, 0.0
             total, many = int(judged[code]), int(warm[code])
             if total >= c.rack_min_gpus and many >= c.rack_fraction * total:
