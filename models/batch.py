@@ -47,6 +47,8 @@ class Batch:
     lost: np.ndarray       # (F, G) bool: state "lost"
     index: np.ndarray      # (F, G) int: the GPU's index, -1 where none
     job: np.ndarray        # (F, G) int: a code per job id in this batch, -1: no job
+    model: np.ndarray      # (F, G) int: the GPU's model name is model_names[code]; -1: none
+    model_names: list[str]
     ts: np.ndarray         # (F,) frame time
     waves: list[np.ndarray]  # frame rows, the k-th frame of each node in wave k
     gpu_ids: list[tuple[int, ...]]  # each frame's GPU indices, in position order
@@ -85,13 +87,18 @@ def _build(frames: Sequence[Frame]) -> Batch:
     width = max((len(f.gpus) for f in ordered), default=0)
     idx_flat: list[int] = []
     job_flat: list[int] = []
+    model_flat: list[int] = []
     lost_at: list[int] = []
     groups: dict[_Reader, tuple[list[int], list[Mapping[str, float]]]] = {}
     slow: list[int] = []
-    if len(_jobs) > _MAX_CACHED or len(_shapes) > _MAX_CACHED:
+    global _model_names
+    if len(_jobs) > _MAX_CACHED or len(_shapes) > _MAX_CACHED or len(_models) > _MAX_CACHED:
         _jobs.clear()
         _jobs[None] = -1
         _shapes.clear()
+        _models.clear()
+        _model_names = []  # a new list: batches built before keep theirs
+    model_names = _model_names
     rank: dict[str, int] = {}
     ranks = []
     gpu_ids = []
@@ -107,10 +114,11 @@ def _build(frames: Sequence[Frame]) -> Batch:
         shape = shapes.get(f.node)
         if shape is None or shape[0] != meta or len(shape[2]) != width:
             shape = shapes[f.node] = (meta, *_shape(meta, width))
-        ids, padded_ids, codes, lost_js = shape[1:]
+        ids, padded_ids, codes, lost_js, model_codes = shape[1:]
         gpu_ids.append(ids)
         idx_flat.extend(padded_ids)
         job_flat.extend(codes)
+        model_flat.extend(model_codes)
         if lost_js:
             lost_at.extend(fi * width + j for j in lost_js)
         if not k:
@@ -165,6 +173,7 @@ def _build(frames: Sequence[Frame]) -> Batch:
     x = flat.reshape(n, width, len(METRICS))
     index = np.array(idx_flat, np.int64).reshape(n, width)
     job = np.array(job_flat, np.int64).reshape(n, width)
+    model = np.array(model_flat, np.int64).reshape(n, width)
     lost = np.zeros(n * width, bool)
     lost[lost_at] = True
     lost = lost.reshape(n, width)
@@ -173,28 +182,41 @@ def _build(frames: Sequence[Frame]) -> Batch:
     last = int(rank_arr.max()) if n else -1
     waves = [np.arange(n)] if last == 0 else [np.flatnonzero(rank_arr == k)
                                               for k in range(last + 1)]
-    return Batch(ordered, x, index >= 0, lost, index, job, ts, waves, gpu_ids)
+    return Batch(ordered, x, index >= 0, lost, index, job, model, model_names, ts, waves,
+                 gpu_ids)
 
 
 def _ts(f: Frame) -> float:
     return f.ts
 
 
-_meta = attrgetter("index", "job", "state")
+_meta = attrgetter("index", "job", "state", "model")
 _MAX_CACHED = 100_000
-# Job id -> code, and per node its GPUs' (index, job, state) and what the batch needs of them.
+# Job id -> code, GPU model name -> code (its name is _model_names[code]), and per node its
+# GPUs' (index, job, state, model) and what the batch needs of them.
 _jobs: dict[str | None, int] = {None: -1}
-_shapes: dict[str, tuple[tuple[tuple[int, str | None, str], ...], tuple[int, ...], list[int],
-                         list[int], list[int]]] = {}
+_models: dict[str, int] = {}
+_model_names: list[str] = []
+_Meta = tuple[int, str | None, str, str]
+_shapes: dict[str, tuple[tuple[_Meta, ...], tuple[int, ...], list[int], list[int], list[int],
+                         list[int]]] = {}
 
 
-def _shape(meta: tuple[tuple[int, str | None, str], ...],
-           width: int) -> tuple[tuple[int, ...], list[int], list[int], list[int]]:
+def _shape(meta: tuple[_Meta, ...], width: int
+           ) -> tuple[tuple[int, ...], list[int], list[int], list[int], list[int]]:
     ids = tuple([m[0] for m in meta])
     pad = [-1] * (width - len(meta))
     codes = [_jobs.setdefault(m[1], len(_jobs) - 1) for m in meta]
     lost = [j for j, m in enumerate(meta) if m[2] != "ok"]
-    return ids, list(ids) + pad, codes + pad, lost
+    return ids, list(ids) + pad, codes + pad, lost, [_model_code(m[3]) for m in meta] + pad
+
+
+def _model_code(name: str) -> int:
+    code = _models.get(name)
+    if code is None:
+        code = _models[name] = len(_model_names)
+        _model_names.append(name)
+    return code
 
 
 # Per node: a C-speed getter of the detectors' metrics that this node's GPUs report, and

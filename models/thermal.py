@@ -64,19 +64,34 @@ class ThermalLimits(WaveDetector):
         self.table = GpuTable(ts=np.nan, smooth=np.nan, crit=0.0, high=0.0, mcrit=0.0,
                               mhigh=0.0)
         self._family: dict[str, tuple[float, float]] = {}
+        self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
-        slow, shut = b.x[rows, :, SLOW].copy(), b.x[rows, :, SHUT].copy()
-        need = np.isnan(slow) | np.isnan(shut)
-        need &= b.present[rows]
-        for i, j in flagged(need):
-            fs, fh = self._family_limits(b.frames[rows[i]].gpus[j].model)
-            if np.isnan(slow[i, j]):
-                slow[i, j] = fs
-            if np.isnan(shut[i, j]):
-                shut[i, j] = max(fh, slow[i, j])
+        slow, shut = b.x[rows, :, SLOW], b.x[rows, :, SHUT]
+        need = (np.isnan(slow) | np.isnan(shut)) & b.present[rows]
+        if not need.any():
+            return slow, shut
+        # Frames without NVML's thresholds (an older driver, a recorded series): every GPU
+        # needs its family's, looked up once per model name, not once per GPU.
+        fam_slow, fam_shut = self._family_table(b.model_names)
+        code = b.model[rows]
+        known = code >= 0
+        at = np.where(known, code, 0)
+        fs = np.where(known, fam_slow[at], self.c.fallback_slowdown_c)
+        fh = np.where(known, fam_shut[at], self.c.fallback_shutdown_c)
+        slow = np.where(need & np.isnan(slow), fs, slow)
+        shut = np.where(need & np.isnan(shut), np.maximum(fh, slow), shut)
         return slow, shut
+
+    def _family_table(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """The family limits of every model name the batches have coded so far."""
+        table = self._table
+        if table is None or table[0] is not names or len(table[1]) != len(names):
+            pairs = [self._family_limits(name) for name in names]
+            table = self._table = (names, np.array([p[0] for p in pairs], float),
+                                   np.array([p[1] for p in pairs], float))
+        return table[1], table[2]
 
     def _family_limits(self, model: str) -> tuple[float, float]:
         known = self._family.get(model)

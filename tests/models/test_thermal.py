@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
+from fleetwatch.models.batch import columns
 from fleetwatch.models.thermal import ThermalLimits, Throttle
 from tests.models.helpers import busy, node, rules
 
@@ -27,6 +29,24 @@ def test_limits_fall_back_to_the_model_family_then_to_config() -> None:
     other = ThermalLimits(DetectorsConfig(fallback_slowdown_c=80.0)).update(
         [node(0, [busy(81.0)], model="Some GPU")])
     assert rules(other)[0] == ("gpu_temp_critical", 0)
+
+
+def test_each_gpu_of_a_batch_gets_its_own_models_limits_or_its_own_thresholds() -> None:
+    d = ThermalLimits(DetectorsConfig(fallback_slowdown_c=80.0, fallback_shutdown_c=95.0))
+    frames = [node(0, [busy(90.0), busy(90.0, gpu_slowdown_temp_c=91.0)], name="a",
+                   model="NVIDIA A100-SXM4-80GB"),
+              node(0, [busy(90.0), busy(81.0)], name="b", model="Tesla T4"),
+              node(0, [busy(81.0), busy(79.0)], name="c", model="Some GPU")]
+    slow, shut = d.limits(columns(frames), np.arange(3))
+    by_node = {f.node: k for k, f in enumerate(columns(frames).frames)}
+    a, b, c = (by_node[n] for n in "abc")
+    assert slow[a].tolist() == [89.0, 91.0] and shut[a].tolist() == [92.0, 92.0]
+    assert slow[b].tolist() == [93.0, 93.0] and shut[b].tolist() == [96.0, 96.0]
+    assert slow[c].tolist() == [80.0, 80.0] and shut[c].tolist() == [95.0, 95.0]
+    found = sorted((f.node, f.gpu, f.rule) for f in d.update(frames))
+    assert ("a", 0, "gpu_temp_critical") in found and ("a", 1, "gpu_temp_critical") not in found
+    assert ("c", 0, "gpu_temp_critical") in found and ("c", 1, "gpu_temp_critical") not in found
+    assert not [f for f in found if f[0] == "b" and f[2] == "gpu_temp_critical"]
 
 
 def test_high_is_a_warning_with_a_for_duration_and_has_hysteresis() -> None:
