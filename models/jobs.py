@@ -30,6 +30,7 @@ SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"]
                                  COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
                                  COL["gpu_power_limit_w"])
 HUNG_UTIL_PCT = 90.0  # utilization at or above this with no SM activity: a hung kernel
+CLOCKED_UTIL_PCT = 90.0  # a kernel resident this much of a sample: the GPU holds its clock up
 BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
 
 
@@ -103,7 +104,14 @@ class JobPeers:
             slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
                                        act_med - 0.1)
             slow_clock = clock < c.straggler_clock_frac * clock_med
-            straggler = injob & busy & ~stuck & (slow_sm | slow_clock)
+            # In a light phase (an exposed all-reduce, an input stall) SM activity says
+            # little, but a GPU with a kernel resident nearly the whole sample runs at its
+            # boost clock like its peers (GPU Boost: there is power to spare): one far
+            # below them there is slow whatever the phase. Not a GPU that itself computes
+            # while its peers wait (a pipeline stage): its clock may sit lower for power.
+            light = (n >= 1) & ~busy & (act < c.busy_activity) \
+                & (x[..., UTIL] >= CLOCKED_UTIL_PCT)
+            straggler = injob & ~stuck & ((busy & (slow_sm | slow_clock)) | (light & slow_clock))
             power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \

@@ -40,3 +40,24 @@ def test_a_power_limit_far_below_the_nodes_other_gpus() -> None:
     found = JobPeers().update([node(0, gpus, job=None)])
     assert rules(found) == [("gpu_power_limit_low", 7)]
     assert found[0].evidence == {"power_limit_w": 230.0, "peer_power_limit_w": 700.0}
+
+
+def comm(**more: float) -> dict[str, float]:
+    """An exposed all-reduce: NCCL kernels resident all the sample, few SMs busy, ~100 W."""
+    return busy(45, 105.0, **{"gpu_util_pct": 100.0, "gpu_sm_active_ratio": 0.1, **more})
+
+
+def test_a_slow_clock_is_a_straggler_in_a_light_phase_too() -> None:
+    gpus = [comm()] * 7 + [comm(gpu_sm_clock_mhz=990.0, gpu_sm_active_ratio=0.05)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_straggler", 7)]
+    assert "SM clock 990 MHz against 1980" in found[0].message
+
+
+def test_light_phases_leave_a_busy_pipeline_stage_and_an_idle_clock_alone() -> None:
+    # The one GPU computing while its peers wait may run a lower clock for power.
+    stage = busy(70, 650.0, gpu_sm_clock_mhz=1600.0)
+    assert JobPeers().update([node(0, [comm()] * 7 + [stage])]) == []
+    # Without a kernel resident most of the sample, the clock falls to idle between bursts.
+    bursty = comm(gpu_util_pct=40.0, gpu_sm_clock_mhz=345.0)
+    assert JobPeers().update([node(0, [comm()] * 7 + [bursty])]) == []
