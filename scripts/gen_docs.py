@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import argparse
 import re
 import sys
 from pathlib import Path
@@ -49,10 +50,16 @@ def render(readme: str) -> str:
 
 
 def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        description="Rewrite README.md's metric and config reference tables from the "
+                    "catalogue and deploy/fleetwatch.toml.")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if README.md is out of date")
+    args = parser.parse_args(argv)
     path = ROOT / "README.md"
     current = path.read_text("utf-8")
     wanted = render(current)
-    if "--check" in argv:
+    if args.check:
         if current != wanted:
             print("README.md is out of date: run `python scripts/gen_docs.py`", file=sys.stderr)
             return 1
