@@ -11,6 +11,7 @@ back). Last line JSON.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import time
@@ -63,4 +64,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     raise SystemExit(main())
