@@ -32,6 +32,7 @@ from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.collectors.sim.source import SimSource
 from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config, options, ranged
+from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -175,7 +176,7 @@ class System:
             when += f" (catching up, {behind / 60:.0f} min behind)"
         firing = [a for a in self.processor.alerts.open if a.state == "firing"]
         pending = len(self.processor.alerts.open) - len(firing)
-        names = ", ".join(f"{a.node} {a.device}" for a in firing[:3])
+        names = summary(firing)
         return (f"data to {when} · {self.processor.stats.frames:,} frames stored · "
                 f"alerts: {len(firing)} firing{f' ({names})' if names else ''}, "
                 f"{pending} pending")

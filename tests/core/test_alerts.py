@@ -3,7 +3,8 @@ from __future__ import annotations
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.rules import GpuTemperatureLimit
-from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.alerts import AlertBook, summary
+from fleetwatch.pipeline.store.base import Alert
 
 REQ = dict(GpuTemperatureLimit.rules)
 
@@ -261,3 +262,27 @@ def test_keep_firing_must_not_be_negative() -> None:
     for bad in (-1.0, float("nan")):
         with pytest.raises(ValueError, match="keep_firing_s"):
             AlertBook(keep_firing_s=bad)
+
+
+def alert(rule: str, node: str, device: str, severity: str = "warning",
+          state: str = "firing", fired: float = 100.0) -> Alert:
+    return Alert(f"{rule}/{node}/{device}", rule, severity, "c", "r1", node, device, state,  # type: ignore[arg-type]
+                 fired - 60, fired, 1.0, "m", fired_ts=fired)
+
+
+def test_the_terminal_summary_names_rules_by_subject_worst_first() -> None:
+    alerts = [alert("gpu_hot_vs_peers", "node-001", "gpu3", fired=10),
+              alert("gpu_thermal_throttle", "node-001", "gpu3", fired=20),
+              alert("gpu_temp_limit", "node-001", "gpu3", "critical", fired=30),
+              alert("gpu_xid", "node-002", "gpu0", "info", fired=5),
+              alert("node_silent", "node-004", "host", "critical", fired=40),
+              alert("node_cooling", "", "rack:r7", "critical", fired=50),
+              alert("gpu_straggler", "node-003", "gpu1", state="pending")]
+    # One subject's three alerts are one entry, its critical rule first; the pending
+    # alert is not firing; what does not fit is counted, not dropped silently.
+    assert summary(alerts) == ("node-001 gpu3: gpu_temp_limit, gpu_hot_vs_peers, "
+                               "gpu_thermal_throttle; node-004 host: node_silent; +2 more")
+    assert summary(alerts, subjects=4).endswith("rack r7: node_cooling; node-002 gpu0: gpu_xid")
+    assert summary([alerts[-1]]) == ""
+    many = [alert(f"gpu_rule_{i}", "node-001", "gpu3") for i in range(5)]
+    assert summary(many) == "node-001 gpu3: gpu_rule_0, gpu_rule_1, gpu_rule_2 +2"
