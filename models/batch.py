@@ -1,4 +1,4 @@
-"""A batch of frames as arrays, per-GPU state tables and peer statistics for the detectors.
+"""A batch of frames as arrays, and per-GPU state tables, for the detectors.
 
 The processor runs every detector on every batch, so the detectors share one
 pass over the frames: ``columns(frames)`` builds a (frame, GPU, metric) array
@@ -6,7 +6,8 @@ of the metrics the detectors read (NaN where a GPU does not report one) and
 caches it for the next detector handed the same batch. Detectors then work on
 whole waves of frames with numpy: wave k holds the k-th frame of each node in
 the batch (in time order), so per-GPU state advances one sample at a time even
-when a replay puts minutes of one node in a single batch.
+when a replay puts minutes of one node in a single batch. Statistics over a GPU's
+peers in its frame are in ``fleetwatch.models.peer_stats``.
 """
 
 from __future__ import annotations
@@ -328,64 +329,6 @@ class GpuTable:
     @property
     def used(self) -> int:
         return self._next
-
-
-def peer_count(peers: np.ndarray) -> np.ndarray:
-    """How many peers each GPU has: ``peers`` (F, G, G) summed over the last axis.
-
-    Summed as bytes by a matrix product: about half the time of ``peers.sum(axis=2)``,
-    which the processor pays several times a batch (a node has at most 64 GPUs: no byte
-    overflows).
-    """
-    g = peers.shape[-1]
-    return (peers.view(np.uint8) @ np.ones(g, np.uint8)).astype(np.intp)
-
-
-def peer_median(values: np.ndarray, peers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Median and count of ``values`` (F, G) over each GPU's ``peers`` (F, G, G) mask.
-
-    Sorting the masked (F, G, G) block once is far cheaper than nanmedian on
-    small groups, and a node has at most a few dozen GPUs.
-    """
-    g = values.shape[1]
-    count = peer_count(peers)
-    return (peer_median_block(np.broadcast_to(values[:, None, :], (len(values), g, g)), peers,
-                              count), count)
-
-
-def peer_mad(values: np.ndarray, peers: np.ndarray, median: np.ndarray) -> np.ndarray:
-    """Median absolute deviation of the peers' ``values`` around ``median`` (F, G)."""
-    dev = np.abs(values[:, None, :] - median[..., None])
-    return peer_median_block(dev, peers)
-
-
-def peer_median_block(block_values: np.ndarray, peers: np.ndarray,
-                      count: np.ndarray | None = None) -> np.ndarray:
-    """Median over the last axis of (F, G, G) values where ``peers`` holds; NaN for none.
-    ``count``: ``peer_count(peers)``, where the caller has it."""
-    block = np.where(peers, block_values, np.inf)
-    block.sort(axis=2)
-    if count is None:
-        count = peer_count(peers)
-    g = block.shape[2]
-    # The middle one or two of each sorted row, gathered from the flat block (cheaper
-    # than take_along_axis on small blocks).
-    flat = block.reshape(-1)
-    row = np.arange(0, flat.size, g)
-    c = count.reshape(-1)
-    lo = flat[row + np.maximum((c - 1) // 2, 0)]
-    hi = flat[row + np.maximum(c // 2, 0)]
-    with np.errstate(invalid="ignore"):
-        return np.where(c > 0, (lo + hi) * 0.5, NAN).reshape(count.shape)
-
-
-def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """(F, G, G): GPU j is a peer of GPU i (same frame, same job or both none, not itself)."""
-    job = batch.job[rows]
-    g = job.shape[1]
-    mask = (job[:, :, None] == job[:, None, :]) & ok[:, None, :] & ok[:, :, None]
-    mask &= ~np.eye(g, dtype=bool)[None]
-    return mask
 
 
 def ewma_weight(dt: np.ndarray, tau: float) -> np.ndarray:

@@ -22,9 +22,8 @@ from fleetwatch.models.batch import (
     columns,
     flagged,
     gpu_finding,
-    peer_median,
-    same_job_peers,
 )
+from fleetwatch.models.peer_stats import peer_median, same_job_peers
 
 SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
                                  COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],

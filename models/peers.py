@@ -36,6 +36,8 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
+)
+from fleetwatch.models.peer_stats import (
     peer_count,
     peer_median,
     peer_median_block,

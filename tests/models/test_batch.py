@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from fleetwatch.models.batch import METRICS, GpuTable, columns, peer_median
+from fleetwatch.models.batch import METRICS, GpuTable, columns
+from fleetwatch.models.peer_stats import peer_median
 from tests.models.helpers import busy, node
 
 
