@@ -28,8 +28,10 @@ from fleetwatch.models.peer_stats import peer_median, same_job_peers
 SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
                                  COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
                                  COL["gpu_power_limit_w"])
-HUNG_UTIL_PCT = 90.0  # utilization at or above this with no SM activity: a hung kernel
-CLOCKED_UTIL_PCT = 90.0  # a kernel resident this much of a sample: the GPU holds its clock up
+# Utilization (the share of the sample with a kernel resident) at or above this: a kernel
+# resident nearly the whole sample. With no SM activity, a hung kernel; in a light phase, a
+# GPU that holds its clock up like its peers.
+RESIDENT_UTIL_PCT = 90.0
 BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
 
 
@@ -96,7 +98,8 @@ class JobPeers:
         with np.errstate(invalid="ignore"):
             # Hung: a kernel resident the whole sample (utilization ~100%) while no SM does
             # any work (GPM's SM activity ~0): the signature of a hang, whatever the peers do.
-            hung = injob & (x[..., UTIL] >= HUNG_UTIL_PCT) & (x[..., SM] <= c.stuck_activity)
+            resident = x[..., UTIL] >= RESIDENT_UTIL_PCT
+            hung = injob & resident & (x[..., SM] <= c.stuck_activity)
             stuck = injob & ((busy & (act <= c.stuck_activity)) | hung)
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
             clock_med, _ = peer_median(clock, clock_peers)
@@ -108,8 +111,7 @@ class JobPeers:
             # boost clock like its peers (GPU Boost: there is power to spare): one far
             # below them there is slow whatever the phase. Not a GPU that itself computes
             # while its peers wait (a pipeline stage): its clock may sit lower for power.
-            light = (n >= 1) & ~busy & (act < c.busy_activity) \
-                & (x[..., UTIL] >= CLOCKED_UTIL_PCT)
+            light = (n >= 1) & ~busy & (act < c.busy_activity) & resident
             straggler = injob & ~stuck & ((busy & (slow_sm | slow_clock)) | (light & slow_clock))
             power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
             power_med, pn = peer_median(power, power_peers)
