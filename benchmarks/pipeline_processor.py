@@ -26,16 +26,20 @@ from fleetwatch.wiring import detectors
 
 
 class TimedConsumer:
-    """A Consumer that notes when the first messages arrive: group join is not throughput."""
+    """A Consumer that notes when the first messages arrive (group join is not throughput)
+    and how many each poll returned."""
 
     def __init__(self, inner: KafkaConsumer) -> None:
         self.inner = inner
         self.first: float | None = None
+        self.sizes: list[int] = []
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         out = self.inner.poll(max_messages, timeout_s)
-        if out and self.first is None:
-            self.first = time.perf_counter()
+        if out:
+            self.sizes.append(len(out))
+            if self.first is None:
+                self.first = time.perf_counter()
         return out
 
     def __getattr__(self, name: str) -> object:

@@ -33,6 +33,8 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for tests.servers: the same server helpers as the tests
 
+from pipeline_processor import TimedConsumer  # noqa: E402  (beside this script)
+
 from fleetwatch.codec import encode  # noqa: E402
 from fleetwatch.collectors.sim import FleetSim, SimParams  # noqa: E402
 from fleetwatch.config import DetectorsConfig  # noqa: E402
@@ -46,23 +48,6 @@ from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 SENDS_PER_S = 10  # the fleet's frames go out in this many bursts a second
 
 
-class CountingConsumer:
-    """The consumer, noting how many messages each poll returned."""
-
-    def __init__(self, inner: KafkaConsumer) -> None:
-        self.inner = inner
-        self.sizes: list[int] = []
-
-    def poll(self, *args: Any, **kwargs: Any) -> list[Any]:
-        got = self.inner.poll(*args, **kwargs)
-        if got:
-            self.sizes.append(len(got))
-        return got
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 def run(kind: str, run_no: int, broker: str, url: str, ticks: list[list[bytes]],
         rate: float) -> dict[str, Any]:
     """One run: the fleet's frames at ``rate`` frames/s; the processor thread's CPU."""
@@ -71,7 +56,7 @@ def run(kind: str, run_no: int, broker: str, url: str, ticks: list[list[bytes]],
     store = VictoriaMetricsStore(url)
     dets = [GpuTemperatureLimit()] if kind == "one_rule" else detectors(DetectorsConfig())
     proc = Processor(store, dets)
-    consumer = CountingConsumer(KafkaConsumer(broker, topic, f"steady-{kind}-{run_no}",
+    consumer = TimedConsumer(KafkaConsumer(broker, topic, f"steady-{kind}-{run_no}",
                                               session_timeout_ms=6000,
                                               heartbeat_interval_ms=2000))
     stop = threading.Event()

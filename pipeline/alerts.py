@@ -279,8 +279,10 @@ def summary(alerts: Iterable[Alert], subjects: int = 2) -> str:
     ranked = sorted(by_subject.items(), key=worst)
     parts = []
     for (where, device), group in ranked[:subjects]:
-        rules = sorted({a.rule for a in group}, key=lambda r: (min(
-            rank.get(a.severity, 3) for a in group if a.rule == r), r))
+        worst_of: dict[str, int] = {}
+        for a in group:
+            worst_of[a.rule] = min(worst_of.get(a.rule, 3), rank.get(a.severity, 3))
+        rules = sorted(worst_of, key=lambda r: (worst_of[r], r))
         name = f"rack {where}" if device.startswith("rack:") else f"{where} {device}"
         more = f" +{len(rules) - RULES_SHOWN}" if len(rules) > RULES_SHOWN else ""
         parts.append(f"{name}: {', '.join(rules[:RULES_SHOWN])}{more}")
