@@ -57,7 +57,7 @@ def sim_month_ledger(store: SqliteStore, days: float, gpus: int, seed: int = 0) 
     reboot_at = {total_steps // 3: 0, (2 * total_steps) // 3: nodes // 2}  # step -> node
     owners: list[tuple[str, str, str]] = [("", "", "")]
     owner_of: dict[int, int] = {}  # the simulator's job number -> index in owners
-    settings = EnergySettings()
+    settings = EnergySettings(tdp_w=400.0)  # the A100 SXM4's TDP (fleetwatch.parts)
 
     def sample() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """What the agents read now, flattened to (G,): power, counter, idle, owner."""

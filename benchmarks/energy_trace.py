@@ -75,7 +75,7 @@ def month_ledger(store: SqliteStore, days: int, gpus: int) -> Ledger:
                  for g in rng.choice(np.flatnonzero(has_counter), 10, replace=False)}
     running = rng.uniform(1e8, 5e9, n_g)        # NVML counter: J since driver load
     truth = 0.0
-    settings = EnergySettings()
+    settings = EnergySettings(tdp_w=400.0)  # the A100 SXM4's TDP (fleetwatch.parts)
     integrate_s = 0.0
     rows_written = 0
     t_gen = time.perf_counter()

@@ -242,8 +242,9 @@ class EnergyConfig:
     max_gap_s: float = ranged(60.0, 0.0, 86_400.0, above=True)
     # A GPU whose SM activity is under this ratio is idle (powered, doing no work).
     idle_sm_ratio: float = ranged(0.05, 0.0, 1.0)
-    # Board power above this counts as time above TDP (A100/H100 SXM: 400 W / 700 W).
-    tdp_w: float = ranged(400.0, 1.0, 100_000.0)
+    # Time with board power more than 2% above TDP counts as time above TDP. 0: each
+    # GPU's part's TDP (A100 SXM 400 W, H100/H200 SXM 700 W, ...), else its power limit.
+    tdp_w: float = ranged(0.0, 0.0, 100_000.0)
     # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
     node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
     price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)

@@ -35,7 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.config import EnergyConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.parts import tdp_w
 from fleetwatch.pipeline.store.base import StoreError, gpu_device
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
@@ -58,7 +59,9 @@ _E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
 class EnergySettings:
     max_gap_s: float = 60.0        # longer intervals are missing time, not integrated
     idle_sm_ratio: float = 0.05    # SM activity under this: idle
-    tdp_w: float = 400.0           # time above this board power is counted
+    # Time above TDP is counted where board power exceeds it by more than TDP_MARGIN.
+    # 0: each GPU's own part's TDP (fleetwatch.parts), else its enforced power limit.
+    tdp_w: float = 0.0
     node_static_w: float = 0.0     # the rest of the node (fans, NICs, DRAM, disks)
     # A counter step implying more than this mean power is not trusted (a reset seen
     # as a jump, a counter from another GPU): the interval uses the power samples.
@@ -67,6 +70,19 @@ class EnergySettings:
     @classmethod
     def from_config(cls, c: EnergyConfig) -> EnergySettings:
         return cls(c.max_gap_s, c.idle_sm_ratio, c.tdp_w, c.node_static_w)
+
+
+# Board power read at the cap scatters around it: a real H100 held at its 700 W cap read
+# 614 to 703 W (tests/data/recorded/h100_gemm_load.jsonl.gz). A GPU runs above its TDP
+# when it draws more than this fraction over it (an A100 at a 500 W limit: 25% over).
+TDP_MARGIN = 0.02
+
+
+def over_tdp_w(g: GpuReading, tdp: float) -> float | None:
+    """The board power above which ``g`` runs over its TDP: ``tdp`` (config) when set,
+    else its part's TDP, else its enforced power limit; None when none is known."""
+    rated = tdp or tdp_w(g.model) or g.metrics.get("gpu_power_limit_w")
+    return rated * (1.0 + TDP_MARGIN) if rated else None
 
 
 Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
@@ -194,8 +210,9 @@ class EnergyIntegrator:
             else:
                 util = m.get("gpu_util_pct")
                 idle = util is not None and util <= 0.0 and not job
+            over = over_tdp_w(g, s.tdp_w)
             self._interval(node, f, dev, power, counter, (job, user, team), idle,
-                           power is not None and power > s.tdp_w, touched)
+                           power is not None and over is not None and power > over, touched)
         owner = (node_job, node_user, node_team)
         cpu = f.host.metrics.get("host_cpu_power_w")
         if cpu is not None or CPU_DEVICE in node.devs:

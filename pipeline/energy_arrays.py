@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fleetwatch.pipeline.energy import EnergySettings
+from fleetwatch.pipeline.energy import TDP_MARGIN, EnergySettings
 from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow
 
 Device = tuple[str, str, str, str]   # cluster, rack, node, device
@@ -25,13 +25,15 @@ Owner = tuple[str, str, str]         # job, user, team
 
 def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | None,
                      idle: np.ndarray, owner: np.ndarray, devices: Sequence[Device],
-                     owners: Sequence[Owner], settings: EnergySettings | None = None
-                     ) -> list[EnergyRow]:
+                     owners: Sequence[Owner], settings: EnergySettings | None = None,
+                     tdp: np.ndarray | None = None) -> list[EnergyRow]:
     """Rows for the intervals between consecutive samples of a block.
 
     ``ts``: (T,) sample times, increasing; ``power``, ``counter``: (T, G) with NaN
     where a GPU did not report (``counter`` None: no GPU has one); ``idle``: (T, G)
-    bool; ``owner``: (T, G) int index into ``owners``. Rows are per (hour, device,
+    bool; ``owner``: (T, G) int index into ``owners``; ``tdp``: (G,) each GPU's TDP in W
+    (``EnergyIntegrator`` takes it from the part's name), else ``settings.tdp_w`` for all
+    (0: time over TDP is not counted). Rows are per (hour, device,
     owner) and are the block's own totals: blocks that share an hour add up.
     """
     s = settings or EnergySettings()
@@ -47,7 +49,9 @@ def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | No
     energy = np.where(measured, energy, 0.0)
     span = np.broadcast_to(dt, energy.shape)
     is_idle = idle[1:] & measured
-    over = (p1 > s.tdp_w) & measured
+    rated = np.asarray(tdp, dtype=float) if tdp is not None else np.full(power.shape[1], s.tdp_w)
+    with np.errstate(invalid="ignore"):
+        over = (rated > 0) & (p1 > rated * (1.0 + TDP_MARGIN)) & measured
     cols = (energy, np.where(is_idle, energy, 0.0), np.where(measured, span, 0.0),
             np.where(is_idle, span, 0.0), np.where(measured, 0.0, span),
             np.where(over, span, 0.0))                              # each (T-1, G)

@@ -57,3 +57,13 @@ def test_array_and_frame_paths_give_the_same_rows(aligned):
         assert a[8:] == pytest.approx(b[8:], rel=1e-9, abs=1e-6)
     # The gap, and samples without power, are missing time.
     assert sum(r.missing_s for r in rows) > (600 if not aligned else 100)
+
+
+def test_each_gpu_is_judged_over_its_own_tdp() -> None:
+    ts = np.arange(5) * 15.0 + 1_651_795_200.0
+    power = np.full((5, 2), 500.0)                       # an A100 and an H100 at 500 W
+    rows = integrate_arrays(ts, power, None, np.zeros((5, 2), bool), np.zeros((5, 2), int),
+                            [("c", "r", "n", "gpu0"), ("c", "r", "n", "gpu1")], [("", "", "")],
+                            tdp=np.array([400.0, 700.0]))
+    over = {r.device: r.over_tdp_s for r in rows}
+    assert over == {"gpu0": 60.0, "gpu1": 0.0}

@@ -105,6 +105,29 @@ def test_idle_and_over_tdp_are_counted_apart(store):
     assert totals(store, job="j1", user="alice")["energy_j"] == pytest.approx(570.0 * 60)
 
 
+@pytest.mark.parametrize(("model", "power", "limit", "over"), [
+    ("NVIDIA H100 80GB HBM3", 703.0, 700.0, False),   # at its cap: read noise, not over
+    ("NVIDIA A100-SXM4-80GB", 500.0, 500.0, True),    # a 500 W limit on a 400 W part
+    ("NVIDIA A100-SXM4-80GB", 405.0, 500.0, False),   # within 2% of 400 W
+    ("NVIDIA H100 PCIe", 360.0, 350.0, True),
+    ("Some GPU", 320.0, 300.0, True),                 # no rated TDP: its power limit
+    ("Some GPU", 320.0, None, False),                 # neither: not judged
+])
+def test_time_over_tdp_is_judged_against_each_parts_own_tdp(store, model, power, limit,
+                                                              over):
+    m = {"gpu_power_w": power, **({"gpu_power_limit_w": limit} if limit else {})}
+    EnergyIntegrator(store).observe([frame(T0 + 15 * i, {0: m}, model=model)
+                                     for i in range(5)])
+    assert totals(store)["over_tdp_s"] == (60.0 if over else 0.0)
+
+
+def test_a_tdp_in_config_is_every_gpus(store):
+    frames = [frame(T0 + 15 * i, {0: {"gpu_power_w": 650.0}}, model="NVIDIA H100 80GB HBM3")
+              for i in range(5)]
+    EnergyIntegrator(store, EnergySettings(tdp_w=600.0)).observe(frames)
+    assert totals(store)["over_tdp_s"] == 60.0
+
+
 def test_a_replayed_batch_adds_nothing_across_a_restart(tmp_path):
     path = tmp_path / "s.db"
     frames = [frame(T0 + 15 * i, {0: {"gpu_power_w": 250.0}}, job="j", user="u",
