@@ -31,8 +31,11 @@ from fleetwatch.models.batch import (
 
 # (slowdown, shutdown) °C by product-name substring, from real nvidia-smi -q -x output
 # (gpu_temp_slow_threshold, gpu_temp_max_threshold); used only where NVML reports none.
+# H100: NVML's own thresholds on a real H100 80GB HBM3 (tests/data/recorded); its driver-580
+# nvidia-smi gives them as T.Limit margins (max operating 87 °C, slowdown at -2, shutdown at -8).
 FAMILY_LIMITS: tuple[tuple[str, float, float], ...] = (
     ("A100", 89.0, 92.0),
+    ("H100", 89.0, 95.0),
     ("A10G", 95.0, 98.0),
     ("T4", 93.0, 96.0),
     ("RTX 3090", 95.0, 98.0),
