@@ -178,6 +178,9 @@ class DetectorsConfig:
     sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
     # Peers: a GPU against the other GPUs of its node in the same job at similar power.
     thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
+    # The die's rise over its heat sink per W: the part of a power change its temperature
+    # shows within a second (a real H100 SXM: 0.024 °C/W; the simulated A100: 0.047).
+    die_c_per_w: float = ranged(0.035, 0.0, 1.0)
     peer_margin_c: float = ranged(5.0, 1.0, 50.0)
     peer_k: float = ranged(4.0, 1.0, 20.0)
     peer_critical_c: float = ranged(12.0, 1.0, 80.0)

@@ -6,12 +6,18 @@ through job phases and the day's inlet swings. A GPU whose cooling fails
 stands out from them long before it reaches a fixed limit (the Acme study saw
 NVLink and ECC errors at or below 80 °C). The comparison:
 
+* the die sits ``die_c_per_w`` x its power above its heat sink, within a second
+  of any power change, and the sink follows power through a lag of tens of
+  seconds (a real H100 took 15 of a 34 °C rise at once, the rest with a 23 s
+  time constant: ``collectors/sim/hardware.py``). Each reading is first taken
+  back to its sink's: the die's jump over the power smoothed with
+  ``thermal_tau_s`` is removed, so a GPU that drew more than its peers in the
+  sampled second is not called hot for it;
 * peers are the node's other GPUs in the same job drawing as much *lagged*
-  power or more (for "too hot"; as little or less, for "reads too low"): die
-  temperature follows power through a first-order lag of tens of seconds, so
-  power smoothed with ``thermal_tau_s`` is what the temperature now reflects,
-  a GPU idling inside a busy job is not compared with the busy ones, and a GPU
-  the driver holds down for heat (drawing less) stays judged;
+  power or more (for "too hot"; as little or less, for "reads too low"): the
+  sink's temperature reflects the lagged power, a GPU idling inside a busy job
+  is not compared with the busy ones, and a GPU the driver holds down for heat
+  (drawing less) stays judged;
 * each GPU carries a learned offset, a constant (air its neighbours warmed)
   plus a part proportional to its power (a slightly worse heat path runs a few
   degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
@@ -88,6 +94,9 @@ class ThermalPeers(WaveDetector):
         w = np.where(known, ewma_weight(dt, c.thermal_tau_s), 1.0)
         prev = t["plag"][s]
         plag = np.where(np.isnan(prev), power, prev + w * (power - prev))
+        # The heat sink's temperature: the reading less the die's jump over it since the
+        # lagged power (0 for a GPU whose power is not reported: power is NOMINAL_W then).
+        read, temp = temp, temp - c.die_c_per_w * (power - plag)
         prev = t["tlag"][s]
         tlag = np.where(np.isnan(prev), temp, prev + w * (temp - prev))
         tol = np.maximum(c.peer_power_tol_w, c.peer_power_tol_frac * plag)
@@ -144,10 +153,15 @@ class ThermalPeers(WaveDetector):
         # judged from RISE_SHARE of the margin so it fires within a sample or two. While
         # the peers themselves move (a job phase starting), a GPU with a shorter time
         # constant than theirs climbs ahead of them for a sample or two: the fast path
-        # then needs the whole of that motion on top.
+        # then needs the whole of that motion on top. A GPU drawing more or less than its
+        # lagged power also needs as much again as die_c_per_w took out: the die's jump
+        # per watt differs by part (a real H100: 0.024 °C/W), and a failed heat path climbs
+        # at steady power, while a power blip's reading jumps with it.
+        unsure = c.die_c_per_w * np.abs(power - plag)
         crit = judged & warm & (
             (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
-            | ((excess > RISE_SHARE * base + motion) & (slope >= c.peer_rise_c_per_min)))
+            | ((excess > RISE_SHARE * base + motion + unsure)
+               & (slope >= c.peer_rise_c_per_min)))
         hot |= crit
         low_median, low_count = peer_median(adj, below)
         low = fresh & warm & (low_count >= c.min_peers) & (
@@ -166,7 +180,7 @@ class ThermalPeers(WaveDetector):
         t["tlag"][s[fresh]] = tlag[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         if hot.any() or low.any():
-            self._emit(b, rows, out, temp, median, offset, excess, margin, slope, plag, count,
+            self._emit(b, rows, out, read, median, offset, excess, margin, slope, plag, count,
                        hot, crit, low)
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
@@ -207,7 +221,7 @@ class ThermalPeers(WaveDetector):
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
             g = f.gpus[j].index
-            ev = {"temp_c": temp[i, j], "peer_median_c": median[i, j] + offset[i, j],
+            ev = {"temp_c": temp[i, j], "peer_median_c": temp[i, j] - excess[i, j],
                   "excess_c": excess[i, j], "margin_c": margin[i, j],
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
                   "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}

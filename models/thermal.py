@@ -64,8 +64,8 @@ class ThermalLimits(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, smooth=np.nan, crit=0.0, high=0.0, mcrit=0.0,
-                              mhigh=0.0)
+        self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
+                              mcrit=0.0, mhigh=0.0)
         self._family: dict[str, tuple[float, float]] = {}
         self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
 
@@ -121,22 +121,36 @@ class ThermalLimits(WaveDetector):
             mok = (slots >= 0) & np.isfinite(mem) & (mem >= c.sensor_min_c)
             mcrit = mok & (mem >= c.mem_max_c - HYSTERESIS_C * t["mcrit"][s])
             mhigh = mok & (mem >= c.mem_max_c - c.mem_margin_c - HYSTERESIS_C * t["mhigh"][s])
-            # Rate of rise from an average with time constant rise_window_s: for a ramp of
-            # slope a, temp - average settles at a * dt * (1 - w) / w, so this undoes it.
+            # Rate of rise of the heat sink under the die: the die sits die_c_per_w x its
+            # power above it within a second of any power change (models/peers.py), a step
+            # that is no trend, so the sink reads as the die less that (at the last power
+            # read, for a sample without one: a missing reading is no 17 °C step).
             dt = ts - t["ts"][s]
-            w = np.where(np.isfinite(dt) & (dt > 0), ewma_weight(dt, c.rise_window_s), 1.0)
-            smooth = np.where(np.isnan(t["smooth"][s]), temp,
-                              t["smooth"][s] + w * (temp - t["smooth"][s]))
-            with np.errstate(divide="ignore"):
-                slope = np.where(w < 1.0, (temp - smooth) * w
-                                 / ((1.0 - w) * np.maximum(dt, 1e-9)), 0.0) * 60.0
-            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (slope >= c.rise_c_per_min)
             power, limit = x[..., POWER], x[..., LIMIT]
+            watts = np.where(np.isfinite(power), power, t["watts"][s])
+            sink = np.where(np.isfinite(watts), temp - c.die_c_per_w * watts, temp)
+            # From an average with time constant rise_window_s: for a ramp of slope a,
+            # sink - average settles at a * dt * (1 - w) / w, so this undoes it.
+            w = np.where(np.isfinite(dt) & (dt > 0), ewma_weight(dt, c.rise_window_s), 1.0)
+            smooth = np.where(np.isnan(t["smooth"][s]), sink,
+                              t["smooth"][s] + w * (sink - t["smooth"][s]))
+            with np.errstate(divide="ignore"):
+                slope = np.where(w < 1.0, (sink - smooth) * w
+                                 / ((1.0 - w) * np.maximum(dt, 1e-9)), 0.0) * 60.0
+            # Heading where? A heat sink approaching its level with time constant tau
+            # climbs at (level - now) / tau, and the die stays its power's jump above it:
+            # a GPU warming through a job start to a normal temperature climbs as fast as
+            # one losing its cooling, but toward a level under its slowdown point (a real
+            # H100: 23 s, collectors/sim/hardware.py).
+            heading = temp + slope / 60.0 * c.thermal_tau_s
+            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (
+                slope >= c.rise_c_per_min) & (heading >= slow)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("mcrit", mcrit), ("mhigh", mhigh)):
             t[name][s[ok | mok]] = mask[ok | mok]
         t["smooth"][s[fresh]] = smooth[fresh]
+        t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         self._emit(b, rows, out, temp, mem, slow, shut, slope, power, limit,
                    invalid, crit, high, mcrit, mhigh, rising & fresh, over)
@@ -182,11 +196,14 @@ class ThermalLimits(WaveDetector):
                         {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
                         COOLING + "; hot HBM raises the ECC error rate"))
             if rising[i, j]:
+                heading = tc + slope[i, j] / 60.0 * c.thermal_tau_s
                 out.append(gpu_finding(
                     f, g, "gpu_temp_rising", slope[i, j],
-                    f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C toward its "
-                    f"slowdown temperature {sl:.0f} °C", "warning", 0.0,
-                    {**lim, "rise_c_per_min": slope[i, j]}, COOLING))
+                    f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C, heading for "
+                    f"{heading:.0f} °C, past its slowdown temperature {sl:.0f} °C",
+                    "warning", 0.0,
+                    {**lim, "rise_c_per_min": slope[i, j], "heading_c": heading},
+                    COOLING))
             if over[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_power_over_limit", power[i, j],

@@ -32,8 +32,8 @@ def ramp_s(f: Fault) -> float:
         return f.duration_s * 0.8
     if f.resolved_mode == "sudden":
         # A fan or pump that stops changes the heat path within seconds: the GPU's
-        # thermal resistance steps, and the die follows through its own time constant
-        # (``TAU_DIE_S``), which is what spreads the fault over the first samples. A
+        # thermal resistance steps, and the die follows through its heat sink's time constant
+        # (``TAU_SINK_S``), which is what spreads the fault over the first samples. A
         # rack's air takes minutes to warm when its cooling unit fails.
         return {"rack_cooling": 120.0}.get(f.kind, 0.0)
     slow = {"ecc_dbe": 3600.0, "sensor": 3600.0, "node_silent": 900.0}
@@ -279,6 +279,8 @@ class Effects:
                 # the nodes' inlet sensors report hundredths of a degree
                 changed = sim.mods.inlet_add[a.rack] >= 0.005
             elif k in ("cooling", "cooling_slow") and sim.shadow is not None:
-                changed = round(sim.temp[i, j]) != round(sim.shadow[i, j])
+                changed = round(sim.temp[i, j]) != round(sim.shadow[i, j]) or (
+                    sim.shadow_mem is not None
+                    and round(sim.mem_temp[i, j]) != round(sim.shadow_mem[i, j]))
             if changed and a.first_ts is None:
                 a.first_ts = ts

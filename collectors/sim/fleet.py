@@ -8,9 +8,10 @@ from). Each step:
   an NCCL wait, while the SMs idle), with a per-GPU spread;
 * power follows activity and clocks (dynamic power ~ f^2.5); over the enforced
   limit the driver lowers the clock (``sw_power_cap``);
-* the die temperature follows power through a first-order lag over the node's
-  inlet air (the rack's air, drifting through the day), with per-GPU thermal
-  resistance; at the slowdown threshold an integrating controller holds the
+* the die sits a step above its heat sink that follows its power within the
+  second, and the heat sink follows power through a lag over the node's inlet
+  air (the rack's air, drifting through the day), with per-GPU thermal
+  resistance (both fit to a real H100's readings); at the slowdown threshold an integrating controller holds the
   clocks down (thermal throttle flags); the HBM follows the die;
 * the energy counter is the exact integral of power (power is linear between
   samples, so the counter's increase is the trapezoid of the two readings);
@@ -83,7 +84,9 @@ class FleetSim:
         self.p_idle = rng.normal(hw.P_IDLE_W, 3.0, shape)
         self.p_dyn = rng.normal(hw.P_DYN_W, 25.0, shape)
         self.r_th = rng.normal(hw.R_TH, 0.004, shape).clip(0.092, 0.108)
-        self.tau = rng.normal(hw.TAU_DIE_S, 5.0, shape).clip(20)
+        self.r_die = self.r_th * hw.R_DIE_SHARE        # die to heat sink
+        self.r_sink = self.r_th - self.r_die           # heat sink to the inlet air
+        self.tau = rng.normal(hw.TAU_SINK_S, 3.0, shape).clip(12.0)
         # The die's own fluctuation is a process in time (Ornstein-Uhlenbeck through the
         # lag), not one per sample: its step is scaled so that its spread is the same at
         # any interval, the spread a 0.25 °C step gives at 15 s (scale 1 there).
@@ -115,11 +118,15 @@ class FleetSim:
         self.unseen_energy_j = 0.0
         inlet = self._inlet(np.zeros(len(self.rack_names)))
         self.power = self.p_idle.copy()
-        self.temp = inlet[:, None] + self.r_th * self.power + self.hot_offset
+        self.sink = inlet[:, None] + self.r_sink * self.power + self.hot_offset
+        self.temp = self.sink + self.r_die * self.power
         self.mem_temp = inlet[:, None] + hw.MEM_BASE_C + self.mem_off + hw.MEM_COUPLING * (
             self.temp - inlet[:, None])
         self.temp_read = self.temp.copy()
+        # The die and its HBM without the fault (while a thermal fault is yet to show).
         self.shadow: np.ndarray | None = None
+        self.shadow_mem: np.ndarray | None = None
+        self._shadow_sink: np.ndarray | None = None
         self.throttle = np.ones(shape)
         self.inlet = inlet
         self.act = {k: np.zeros(shape) for k in ("sm", "tensor", "dram", "occ", "util")}
@@ -205,7 +212,8 @@ class FleetSim:
         self.ts += dt
         m = self.mods = self.effects.begin(self.ts)
         if m.any and self.effects.thermal_pending() and self.shadow is None:
-            self.shadow = self.temp.copy()
+            self.shadow, self._shadow_sink = self.temp.copy(), self.sink.copy()
+            self.shadow_mem = self.mem_temp.copy()
         self.jobs.advance(self.ts)
         j, shape = self.jobs, self.temp.shape
         busy = j.busy[:, None] & ~self.lost
@@ -242,40 +250,52 @@ class FleetSim:
             fr = np.where(capped, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
             demand = base + dyn * fr ** hw.CLOCK_POWER_EXP
         power = (demand + rng.standard_normal(shape) * (1.0 + 0.006 * demand)).clip(30.0, limit)
-        # Heat: first-order lag over the inlet, throttling at the slowdown threshold.
+        # Heat: the die sits r_die * power above its heat sink, which lags toward the
+        # inlet air; throttling at the slowdown threshold.
         self._inlet_walk = (self._inlet_walk + rng.normal(0.0, 0.03, self._inlet_walk.shape)
                             * math.sqrt(dt / 15.0)).clip(-1.0, 1.0)
         self.inlet = inlet = self._inlet(m.inlet_add)
-        r = self.r_th * m.r_mult
-        t_ss = inlet[:, None] + r * power + self.hot_offset
-        decay = np.exp(-dt / self.tau)
+        # A cooling fault (fan, airflow, cold plate, coolant) adds resistance between the
+        # sink and the air: r_mult is what it does to the whole path. The sink's heat
+        # capacity is the same, so its time constant grows with its resistance.
+        r_sink = self.r_sink + (m.r_mult - 1.0) * self.r_th
+        s_ss = inlet[:, None] + r_sink * power + self.hot_offset
+        decay = np.exp(-dt / (self.tau * (r_sink / self.r_sink)))
         tnoise = rng.normal(0.0, 0.25, shape) * self.tnoise_scale
         if m.any:
             # What this GPU would be at without the fault: cooling_slow stops at its
             # sub-limit peak, and the shadow gives the first sample a fault changed.
-            nominal = self._inlet(np.zeros_like(m.inlet_add))[:, None] + self.r_th * power
+            nominal = self._inlet(np.zeros_like(m.inlet_add))[:, None] + self.r_sink * power
             nominal += self.hot_offset
-            t_ss = np.where(t_ss > m.slow_cap, np.maximum(nominal, m.slow_cap), t_ss)
-            if self.shadow is not None:
-                self.shadow = nominal + (self.shadow - nominal) * decay + tnoise
-        self.temp = t_ss + (self.temp - t_ss) * decay + tnoise
-        hw_slow = self.temp > hw.SLOWDOWN_C + 1.0
+            cap = m.slow_cap - self.r_die * power
+            s_ss = np.where(s_ss > cap, np.maximum(nominal, cap), s_ss)
+            if self._shadow_sink is not None:
+                self._shadow_sink = (nominal + (self._shadow_sink - nominal)
+                                     * np.exp(-dt / self.tau) + tnoise)
+                self.shadow = self._shadow_sink + self.r_die * power
+        self.sink = s_ss + (self.sink - s_ss) * decay + tnoise
+        self.temp = self.sink + self.r_die * power
+        hold = hw.SLOWDOWN_C + 1.0
+        hw_slow = self.temp > hold
         if hw_slow.any():
             # HW slowdown acts within milliseconds, far inside one interval: it holds
             # the die at its threshold by cutting clocks (and so power) to what the
-            # GPU's heat path can carry there.
-            hold = hw.SLOWDOWN_C + 1.0
-            p_hold = (hold - inlet[:, None] - self.hot_offset) / r
+            # die-to-sink path carries there; the sink then settles at that power.
+            p_hold = (hold - self.sink) / self.r_die
             power = np.where(hw_slow, np.clip(p_hold, base, power), power)
             room = np.maximum(power - base, 0.0) / np.maximum(dyn, 1.0)
             fr = np.where(hw_slow, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
-            self.temp = np.where(hw_slow, hold + tnoise, self.temp)
+            self.temp = np.where(hw_slow, self.sink + self.r_die * power, self.temp)
             self.throttle = np.where(hw_slow, np.minimum(self.throttle, fr), self.throttle)
         err = self.temp - (hw.SLOWDOWN_C - 1.0)
         self.throttle = np.clip(self.throttle - 0.015 * err * (dt / 15.0), 0.1, 1.0)
-        m_ss = (inlet[:, None] + hw.MEM_BASE_C + self.mem_off
-                + hw.MEM_COUPLING * (self.temp - inlet[:, None]) + hw.MEM_DRAM_C * dram)
-        self.mem_temp = m_ss + (self.mem_temp - m_ss) * math.exp(-dt / hw.TAU_MEM_S)
+        mem_decay = math.exp(-dt / hw.TAU_MEM_S)
+        m_base = inlet[:, None] + hw.MEM_BASE_C + self.mem_off + hw.MEM_DRAM_C * dram
+        m_ss = m_base + hw.MEM_COUPLING * (self.temp - inlet[:, None])
+        self.mem_temp = m_ss + (self.mem_temp - m_ss) * mem_decay
+        if self.shadow is not None and self.shadow_mem is not None:
+            m_ss = m_base + hw.MEM_COUPLING * (self.shadow - inlet[:, None])
+            self.shadow_mem = m_ss + (self.shadow_mem - m_ss) * mem_decay
         # Readings the frames carry.
         self.act = {"sm": sm, "tensor": tensor, "dram": dram, "occ": occ, "util": util}
         self.clock = np.where(clocked, np.floor(fr * hw.SM_CLOCK_MAX / hw.SM_CLOCK_STEP)
@@ -296,7 +316,7 @@ class FleetSim:
             self.temp_read = self.temp.copy()
             self.effects.end(self.ts, dt)
             if self.shadow is not None and not self.effects.thermal_pending():
-                self.shadow = None
+                self.shadow = self.shadow_mem = self._shadow_sink = None
         self._account(power, dt)
 
     def _account(self, power: np.ndarray, dt: float) -> None:

@@ -103,7 +103,11 @@ def test_cooling_slow_stays_under_the_limits_and_peaks_high() -> None:
     sim, ticks = run([parse_fault("cooling_slow:node-000/0@10m+4hx1.6")], 4 * 240 + 40, params)
     temps = [t[0].gpus[0].metrics["gpu_temp_c"] for t in ticks]
     peers = [max(g.metrics["gpu_temp_c"] for g in t[0].gpus[1:]) for t in ticks]
-    assert max(temps) <= 80
+    # The fault holds the heat sink where the die averages 79 °C; the die follows its
+    # power within a second, so a sample at a power peak reads a degree or two above.
+    plateau = temps[3 * 240:]
+    assert sum(plateau) / len(plateau) <= 79.5
+    assert max(temps) <= 82                    # A100: high at 85 °C, slowdown at 89 °C
     assert max(temps) >= 72
     # hotter than its load explains: well above the node's other GPUs late in the ramp
     late = range(3 * 240, 4 * 240)

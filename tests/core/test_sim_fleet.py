@@ -134,3 +134,28 @@ def test_schedule_too_big_for_the_fleet_says_so() -> None:
         random_schedule(SimParams(nodes=2, gpus=8), 4 * 3600.0, per_kind=5)
     with pytest.raises(ValueError, match="unknown kind 'meteor'"):
         random_schedule(SimParams(), 86400.0, kinds=["meteor"])
+
+
+def test_a_power_step_moves_the_die_as_it_moved_the_real_h100() -> None:
+    """The real H100 (tests/data/recorded/h100_gemm_load.jsonl.gz) jumped 15 of its 34 °C
+    within a second of a 72 -> 700 W step and took the rest with a ~23 s time constant.
+    The simulated die, sampled every second, answers a job's power step the same way:
+    about half at once, the rest over the next minute, none of it as a slow 45 s lag."""
+    sim = FleetSim(SimParams(nodes=8, gpus=8, seed=3, interval_s=1.0, steady_load=True),
+                   START)
+    prev = None
+    steps = []
+    for _ in range(3 * 3600):
+        sim.step()
+        now = (sim.power.copy(), sim.temp.copy())
+        if prev is not None:
+            jump = now[0] - prev[0]
+            for i, j in zip(*np.nonzero(jump > 250.0)):
+                steps.append((i, j, jump[i, j], now[1][i, j] - prev[1][i, j], len(steps)))
+        prev = now
+        if len(steps) >= 5:
+            break
+    assert steps, "no job started in three simulated hours"
+    for i, j, dp, dtemp, _ in steps:
+        total = sim.r_th[i, j] * dp
+        assert 0.35 * total <= dtemp <= 0.7 * total, (dp, dtemp, total)

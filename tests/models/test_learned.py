@@ -63,7 +63,7 @@ def test_thermal_health_catches_a_sub_limit_cooling_fault_and_nothing_else(
     health = ThermalHealth(models.thermal)
     # The same fleet, a day later: node-002 GPU 1's cooling degrades by a quarter.
     # It stays far below any fixed limit (85 °C) the whole time.
-    fault = Fault("cooling", "node-002", 1, start_s=2 * 3600, duration_s=8 * 3600, severity=1.3)
+    fault = Fault("cooling", "node-002", 1, start_s=2 * 3600, duration_s=8 * 3600, severity=1.25)
     sim = FleetSim(PARAMS, START + DAY, [fault])
     findings, hottest = run(sim, 12 * 3600, [health])
     assert hottest < 85.0

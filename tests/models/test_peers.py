@@ -108,3 +108,26 @@ def test_temperature_only_series_are_compared_among_themselves() -> None:
     assert {(f.rule, f.gpu) for f in found} <= {("gpu_hot_vs_peers", 7),
                                                 ("gpu_hot_vs_peers_critical", 7)}
     assert found and found[0].ts == 1000.0
+
+
+def test_a_power_blip_that_the_die_answers_at_once_does_not_page() -> None:
+    """A real die sits a step above its heat sink that follows its power within a second
+    (an H100: 0.024 °C/W; the simulated A100: 0.047). One GPU drawing 80 W more than its
+    peers for one sample reads up to 4 °C warmer for that sample, on a part whose step is
+    larger than die_c_per_w: no page."""
+    for r_die in (0.024, 0.047):
+        d = ThermalPeers()
+        assert run(d, base, 900) == []
+        power = lambda t: [400.0 + 80.0 * (t == 905)] + [400.0] * 7              # noqa: E731
+        found = run(d, lambda t, r=r_die: [66.0 + r * 80.0 * (t == 905)] + base(t)[1:], 30,
+                    start=900, power_at=power)
+        assert found == [], (r_die, rules(found))
+
+
+def test_a_heat_path_failing_at_steady_power_pages_at_its_first_climbing_samples() -> None:
+    """The heat sink climbs at steady power (a real H100's sink: 23 s time constant)."""
+    d = ThermalPeers()
+    run(d, base, 900)
+    climb = lambda t: [66.0 + 25.0 * (1 - 2.718 ** (-(t - 900) / 60.0))] + base(t)[1:]  # noqa: E731
+    crit = [f for f in run(d, climb, 60, start=900) if f.rule == "gpu_hot_vs_peers_critical"]
+    assert crit and crit[0].ts <= 900 + 15

@@ -108,3 +108,36 @@ def test_hardware_slowdowns_are_critical_and_sw_thermal_a_warning() -> None:
     assert rules(found) == [("gpu_hw_slowdown", 0), ("gpu_sw_thermal_slowdown", 1)]
     assert found[0].severity == "critical" and found[0].for_s == 10.0   # not a one-sample blip
     assert "power" in found[0].action and "hw_power_brake_slowdown" in found[0].message
+
+
+def test_a_gpu_warming_fast_to_a_level_under_its_limit_is_not_rising_toward_it() -> None:
+    """A heat sink approaching its level with a 23 s time constant (a real H100's) climbs
+    20 °C/min and more inside the band below slowdown, on its way to 82 °C: no warning. The
+    same climb toward 100 °C (its cooling gone) is one, before it reaches 85 °C."""
+    lim = {"gpu_slowdown_temp_c": 89.0, "gpu_shutdown_temp_c": 95.0}
+
+    def run(level: float) -> list:
+        d = ThermalLimits()
+        temps = [60.0 + (level - 60.0) * (1 - 2.718 ** (-t / 23.0)) for t in range(0, 120, 2)]
+        return [(2.0 * k, t, f) for k, t in enumerate(temps)
+                for f in d.update([node(2.0 * k, [busy(round(t), gpu_power_w=500.0, **lim)])])
+                if f.rule == "gpu_temp_rising"]
+
+    assert run(82.0) == []
+    failing = run(100.0)
+    assert failing and failing[0][1] < 85.0
+    assert failing[0][2].evidence["heading_c"] >= 89.0 and "heading for" in failing[0][2].message
+
+
+def test_a_sample_without_power_is_no_step_in_the_rise() -> None:
+    """The rise is judged on the die less its power's jump; a sample whose power reading is
+    missing keeps the last power, so it does not read as a sudden climb."""
+    d = ThermalLimits()
+    lim = {"gpu_slowdown_temp_c": 89.0, "gpu_shutdown_temp_c": 95.0}
+    found = []
+    for k in range(20):
+        m = busy(80.0, gpu_power_w=500.0, **lim)
+        if k == 12:
+            del m["gpu_power_w"]
+        found += [f for f in d.update([node(5.0 * k, [m])]) if f.rule == "gpu_temp_rising"]
+    assert found == []
