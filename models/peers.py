@@ -154,10 +154,11 @@ class ThermalPeers(WaveDetector):
         # the peers themselves move (a job phase starting), a GPU with a shorter time
         # constant than theirs climbs ahead of them for a sample or two: the fast path
         # then needs the whole of that motion on top. A GPU drawing more or less than its
-        # lagged power also needs as much again as die_c_per_w took out: the die's jump
-        # per watt differs by part (a real H100: 0.024 °C/W), and a failed heat path climbs
-        # at steady power, while a power blip's reading jumps with it.
-        unsure = c.die_c_per_w * np.abs(power - plag)
+        # lagged power also needs what that difference could explain (peer_c_per_w, the
+        # whole heat path's °C/W): the die's jump per watt differs by part (a real H100:
+        # 0.024 °C/W) and its heat sink moves within a long sample too. A failed heat path
+        # climbs at steady power; a power blip's reading jumps with it.
+        unsure = c.peer_c_per_w * np.abs(power - plag)
         crit = judged & warm & (
             (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
             | ((excess > RISE_SHARE * base + motion + unsure)
