@@ -11,8 +11,9 @@ from). Each step:
 * the die sits a step above its heat sink that follows its power within the
   second, and the heat sink follows power through a lag over the node's inlet
   air (the rack's air, drifting through the day), with per-GPU thermal
-  resistance (both fit to a real H100's readings); at the slowdown threshold an integrating controller holds the
-  clocks down (thermal throttle flags); the HBM follows the die;
+  resistance (both fit to a real H100's readings); at the slowdown threshold
+  an integrating controller holds the clocks down (thermal throttle flags);
+  the HBM follows the die;
 * the energy counter is the exact integral of power (power is linear between
   samples, so the counter's increase is the trapezoid of the two readings);
 * faults (``faults.py``, ``effects.py``) change what they touch.
