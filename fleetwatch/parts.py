@@ -1,5 +1,8 @@
 """What a GPU part is rated for, by its NVML product name (``nvmlDeviceGetName``).
 
+Thermal limits, for readings without NVML's own thresholds (an older driver, a
+recorded series): the slowdown and shutdown temperatures of real parts.
+
 Thermal design power (TDP), the "Max thermal design power" of NVIDIA's data
 sheets. Where a data sheet gives a configurable range (H100 PCIe 300-350 W,
 H100 NVL 350-400 W, H200 NVL up to 600 W) the table holds its top. A part not
@@ -10,6 +13,18 @@ itself reports (its enforced power limit).
 from __future__ import annotations
 
 import functools
+
+# (lower-case substring of the product name, slowdown °C, shutdown °C), from real
+# nvidia-smi -q -x output (gpu_temp_slow_threshold, gpu_temp_max_threshold). H100: NVML's
+# own thresholds on a real H100 80GB HBM3 (tests/data/recorded); its driver-580 nvidia-smi
+# gives them as T.Limit margins (max operating 87 °C, slowdown at -2, shutdown at -8).
+THERMAL_LIMITS_C: tuple[tuple[str, float, float], ...] = (
+    ("a100", 89.0, 92.0),
+    ("h100", 89.0, 95.0),
+    ("a10g", 95.0, 98.0),
+    ("t4", 93.0, 96.0),
+    ("rtx 3090", 95.0, 98.0),
+)
 
 # (lower-case substring of the product name, TDP in W); the first match wins, so a
 # variant comes before its family ("h100 nvl" before "h100", "l40s" before "l4").
@@ -38,4 +53,14 @@ def tdp_w(model: str) -> float | None:
     for key, watts in TDP_W:
         if key in name:
             return watts
+    return None
+
+
+@functools.lru_cache(maxsize=256)
+def thermal_limits_c(model: str) -> tuple[float, float] | None:
+    """The part's (slowdown, shutdown) in °C, or None for a product name not in the table."""
+    name = model.lower()
+    for key, slow, shut in THERMAL_LIMITS_C:
+        if key in name:
+            return slow, shut
     return None

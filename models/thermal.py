@@ -3,7 +3,7 @@
 Limits come from the GPU itself where NVML reports them (the frame's
 ``gpu_slowdown_temp_c`` and ``gpu_shutdown_temp_c``: the temperatures at which
 the driver slows the clocks and shuts the GPU down), else from the table of
-model families below (values read from real ``nvidia-smi -q`` output), else
+parts (``fleetwatch/parts.py``: values read from real GPUs), else
 from config. HBM has its own limit: NVIDIA documents 95 °C as the memory's
 maximum operating temperature on A100 and H100 (``gpu_temp_max_mem_threshold``).
 """
@@ -28,18 +28,7 @@ from fleetwatch.models.batch import (
     flagged,
     gpu_finding,
 )
-
-# (slowdown, shutdown) °C by product-name substring, from real nvidia-smi -q -x output
-# (gpu_temp_slow_threshold, gpu_temp_max_threshold); used only where NVML reports none.
-# H100: NVML's own thresholds on a real H100 80GB HBM3 (tests/data/recorded); its driver-580
-# nvidia-smi gives them as T.Limit margins (max operating 87 °C, slowdown at -2, shutdown at -8).
-FAMILY_LIMITS: tuple[tuple[str, float, float], ...] = (
-    ("A100", 89.0, 92.0),
-    ("H100", 89.0, 95.0),
-    ("A10G", 95.0, 98.0),
-    ("T4", 93.0, 96.0),
-    ("RTX 3090", 95.0, 98.0),
-)
+from fleetwatch.parts import thermal_limits_c
 
 TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
     COL["gpu_shutdown_temp_c"]
@@ -99,8 +88,8 @@ class ThermalLimits(WaveDetector):
     def _family_limits(self, model: str) -> tuple[float, float]:
         known = self._family.get(model)
         if known is None:
-            known = next(((s, h) for name, s, h in FAMILY_LIMITS if name in model),
-                         (self.c.fallback_slowdown_c, self.c.fallback_shutdown_c))
+            known = thermal_limits_c(model) or (self.c.fallback_slowdown_c,
+                                                self.c.fallback_shutdown_c)
             self._family[model] = known
         return known
 
