@@ -46,21 +46,21 @@ TDP_W: tuple[tuple[str, float], ...] = (
 )
 
 
+def _match(model: str, table: tuple[tuple, ...]) -> tuple | None:
+    """The first row of ``table`` whose key (lower case) is in the product name."""
+    name = model.lower()
+    return next((row for row in table if row[0] in name), None)
+
+
 @functools.lru_cache(maxsize=256)
 def tdp_w(model: str) -> float | None:
     """The part's TDP in W, or None for a product name not in the table."""
-    name = model.lower()
-    for key, watts in TDP_W:
-        if key in name:
-            return watts
-    return None
+    row = _match(model, TDP_W)
+    return row[1] if row else None
 
 
 @functools.lru_cache(maxsize=256)
 def thermal_limits_c(model: str) -> tuple[float, float] | None:
     """The part's (slowdown, shutdown) in °C, or None for a product name not in the table."""
-    name = model.lower()
-    for key, slow, shut in THERMAL_LIMITS_C:
-        if key in name:
-            return slow, shut
-    return None
+    row = _match(model, THERMAL_LIMITS_C)
+    return (row[1], row[2]) if row else None

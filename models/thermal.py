@@ -141,12 +141,13 @@ class ThermalLimits(WaveDetector):
         t["smooth"][s[fresh]] = smooth[fresh]
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
-        self._emit(b, rows, out, temp, mem, slow, shut, slope, power, limit,
+        self._emit(b, rows, out, temp, mem, slow, shut, slope, heading, power, limit,
                    invalid, crit, high, mcrit, mhigh, rising & fresh, over)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               mem: np.ndarray, slow: np.ndarray, shut: np.ndarray, slope: np.ndarray,
-              power: np.ndarray, limit: np.ndarray, *masks: np.ndarray) -> None:
+              heading: np.ndarray, power: np.ndarray, limit: np.ndarray,
+              *masks: np.ndarray) -> None:
         c = self.c
         invalid, crit, high, mcrit, mhigh, rising, over = masks
         for i, j in flagged(invalid | crit | high | mcrit | mhigh | rising | over):
@@ -185,13 +186,12 @@ class ThermalLimits(WaveDetector):
                         {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
                         COOLING + "; hot HBM raises the ECC error rate"))
             if rising[i, j]:
-                heading = tc + slope[i, j] / 60.0 * c.thermal_tau_s
                 out.append(gpu_finding(
                     f, g, "gpu_temp_rising", slope[i, j],
                     f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C, heading for "
-                    f"{heading:.0f} °C, past its slowdown temperature {sl:.0f} °C",
+                    f"{heading[i, j]:.0f} °C, past its slowdown temperature {sl:.0f} °C",
                     "warning", 0.0,
-                    {**lim, "rise_c_per_min": slope[i, j], "heading_c": heading},
+                    {**lim, "rise_c_per_min": slope[i, j], "heading_c": heading[i, j]},
                     COOLING))
             if over[i, j]:
                 out.append(gpu_finding(
