@@ -164,10 +164,11 @@ def parser() -> argparse.ArgumentParser:
 
     rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
                         "each alert transition as a JSON line", description="Replay recorded "
-                        "telemetry (long CSV timestamp,node,gpu,metric,value, or AcmeTrace's "
-                        "one-CSV-per-metric layout) through the processor, detectors and alert "
-                        "lifecycle; alert transitions go to stdout as JSON lines, a summary of "
-                        "what the data held and what the detectors lacked to stderr.")
+                        "telemetry (long CSV timestamp,node,gpu,metric,value, AcmeTrace's "
+                        "one-CSV-per-metric layout, or one series timestamp,value with "
+                        "--metric) through the processor, detectors and alert lifecycle; alert "
+                        "transitions go to stdout as JSON lines, a summary of what the data "
+                        "held and what the detectors lacked to stderr.")
     rp.add_argument("files", nargs="+", metavar="FILE", help="CSV files (layout told by header)")
     rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
                     help="replay at X times real time (default: as fast as possible)")
@@ -177,6 +178,15 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
     rp.add_argument("--store", metavar="PATH",
                     help="also keep the alerts in this embedded store (default: keep nothing)")
+    one = rp.add_argument_group("one-series files (timestamp,value)")
+    one.add_argument("--metric", metavar="NAME",
+                     help="what the value column measures, in that metric's unit: a catalogue "
+                     "name (e.g. gpu_temp_c, °C) or a DCGM field name (e.g. "
+                     "DCGM_FI_DEV_GPU_TEMP); required where the header says only 'value'")
+    one.add_argument("--node", metavar="NODE",
+                     help="the node the series is from (default: the file's name)")
+    one.add_argument("--gpu", type=_bounded(0, 1023, integer=True), default=0, metavar="N",
+                     help="the GPU index, for a GPU metric (default 0)")
 
     ev = sub.add_parser("evaluate", help="score every detector against a labelled simulated "
                         "fleet", description="Simulate a fleet with a labelled schedule of every "

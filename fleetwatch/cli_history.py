@@ -53,14 +53,15 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_replay(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.replay import ReplayError, replay
+    from fleetwatch.replay import ReplayError, Series, replay
     from fleetwatch.wiring import detectors, open_store
 
     store = open_store(config.store) if args.store else None
     try:
         summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
                          args.skip_bad, store, args.cluster, args.rack,
-                         keep_firing_s=config.alerts.keep_firing_s)
+                         keep_firing_s=config.alerts.keep_firing_s,
+                         series=Series(args.metric, args.node, args.gpu))
     except ReplayError as exc:
         print(f"fleetwatch replay: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -26,6 +26,19 @@ after the AcmeTrace notebook's scaling, detected per file) and converted with th
 catalogue's DCGM scale. ``XID_ERRORS`` holds the last XID seen: a change to a
 non-zero code is read as that XID event. Per-node columns of a GPU metric are
 read as GPU 0 of that node (said in the summary).
+
+One series (the layout of NAB's series and of most single-sensor exports): two
+columns, a time (``timestamp``, ``time``, ``ts``, ``date`` or ``datetime``) and the
+value, headed ``value`` or by the metric's name (a catalogue name, or a DCGM
+field name such as ``DCGM_FI_DEV_GPU_TEMP``, in DCGM's unit)::
+
+    timestamp,value
+    2013-12-02 21:15:00,73.97
+
+A ``value`` column measures what ``Series.metric`` (``--metric``) says; nothing
+is guessed, not even the unit. The series belongs to ``Series.node`` (default:
+the file's name without its extension) and, for a GPU metric, GPU
+``Series.gpu`` (default 0).
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ from fleetwatch.catalogue import Metric, catalogue
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
+SERIES_TIME = ("timestamp", "time", "ts", "date", "datetime")
 XID = "xid"
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
@@ -53,6 +67,15 @@ _SPLIT_STEM = re.compile(r"^(?P<metric>[A-Z_]+?)(?:-\d{4}-.*)?$")
 
 class ReplayError(ValueError):
     """A recorded file cannot be read; the message names the file and line."""
+
+
+@dataclass(frozen=True, slots=True)
+class Series:
+    """What a one-series file (``timestamp,value``) measures, and whose it is."""
+
+    metric: str | None = None   # a catalogue or DCGM name; None: the file's header must name it
+    node: str | None = None     # None: the file's name without its extension
+    gpu: int = 0
 
 
 @dataclass
@@ -119,9 +142,14 @@ def _metric(name: str) -> Metric:
 
 
 def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
-               rack: str = "unknown") -> Reading:
-    """Read every file (the layout told by its header) into one ``Reading``."""
+               rack: str = "unknown", series: Series | None = None) -> Reading:
+    """Read every file (the layout told by its header) into one ``Reading``.
+
+    ``series`` says what one-series files measure; given, at least one file must be
+    one (an option that nothing reads is an error, not silence).
+    """
     out = Reading()
+    series_files = 0
     for path in paths:
         p = Path(path)
         try:
@@ -131,19 +159,83 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
                 if header is None:
                     raise ReplayError(f"{p}: empty file; expected a header line")
                 header = [h.strip() for h in header]
-                if header and header[0] == "Time":
+                if _is_series(header):
+                    _read_series(p, header, rows, out, skip_bad, cluster, rack,
+                                 series or Series())
+                    series_files += 1
+                elif header and header[0] == "Time":
                     _read_acme(p, header, rows, out, skip_bad, cluster, rack)
                 elif all(c in header for c in LONG_COLUMNS):
                     _read_long(p, header, rows, out, skip_bad, cluster, rack)
                 else:
                     raise ReplayError(
                         f"{p} line 1: unknown layout {','.join(header[:6])}...; expected the "
-                        f"long CSV header {','.join(LONG_COLUMNS)} or AcmeTrace's Time,NODE,...")
+                        f"long CSV header {','.join(LONG_COLUMNS)}, AcmeTrace's Time,NODE,... "
+                        "or one series timestamp,value")
         except OSError as exc:
             raise ReplayError(f"{p}: cannot read: {exc}") from None
         except UnicodeDecodeError as exc:
             raise ReplayError(f"{p}: not UTF-8 text ({exc}); is it a CSV file?") from None
+    if series is not None and series != Series() and not series_files:
+        raise ReplayError("--metric, --node and --gpu are for one-series files (timestamp,value), "
+                          "and none of the files is one: the long CSV and AcmeTrace layouts "
+                          "name their own metrics and nodes")
     return out
+
+
+def _is_series(header: list[str]) -> bool:
+    if len(header) != 2 or header[0].lower() not in SERIES_TIME:
+        return False
+    return header[1].lower() == "value" or _series_metric(header[1]) is not None
+
+
+def _series_metric(name: str) -> tuple[str, float] | None:
+    """A catalogue name (our unit) or a DCGM field name (DCGM's unit: the factor to ours)."""
+    if name in catalogue():
+        return name, 1.0
+    found = acme_metric(name) if name.upper() == name else None
+    return found if found is not None and found[0] != XID else None
+
+
+def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,
+                 skip: bool, cluster: str, rack: str, series: Series) -> None:
+    named = None if header[1].lower() == "value" else header[1]
+    wanted = series.metric or named
+    if wanted is None:
+        raise ReplayError(
+            f"{p}: one series ({header[0]},{header[1]}) that does not say what it measures; "
+            "name the metric with --metric, e.g. --metric gpu_temp_c for a GPU's die "
+            "temperature in °C (the catalogue's names, or a DCGM field name in DCGM's unit)")
+    found = _series_metric(wanted)
+    if found is None:
+        raise ReplayError(f"{p}: unknown metric {wanted!r}; use the catalogue's names, e.g. "
+                          "gpu_temp_c, or a DCGM field name, e.g. DCGM_FI_DEV_GPU_TEMP")
+    if named is not None and series.metric and _series_metric(named) != found:
+        raise ReplayError(f"{p}: the header says {named!r} and --metric says {series.metric!r}; "
+                          "leave --metric out, or fix the header")
+    metric, factor = found
+    node = series.node or p.stem
+    gpu = None if catalogue()[metric].scope == "host" else series.gpu
+    out.places.setdefault(node, (cluster, rack))
+    times: set[float] = set()
+    for n, row in enumerate(rows, 2):
+        if not row or not "".join(row).strip():
+            continue
+        where = f"{p} line {n}"
+        if len(row) != 2:
+            out.bad(where, f"{len(row)} fields, the header has 2", skip)
+            continue
+        try:
+            ts = parse_time(row[0])
+            value = _value(row[1], metric, factor)
+        except ValueError as exc:
+            out.bad(where, str(exc), skip)
+            continue
+        times.add(ts)
+        out.samples[(ts, node)][gpu][metric] = value
+    where_to = node if gpu is None else f"{node} GPU {gpu}"
+    out.notes.append(f"{p.name}: one series of {metric} ({len(times):,} samples), read as "
+                     f"{where_to}")
 
 
 def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,

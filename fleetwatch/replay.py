@@ -26,10 +26,10 @@ from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.base import change_json
 from fleetwatch.pipeline.store.base import Store
-from fleetwatch.recorded import ReplayError, frames, read_files
+from fleetwatch.recorded import ReplayError, Series, frames, read_files
 from fleetwatch.recording import RecordingStore
 
-__all__ = ["JsonLinesSink", "ReplayError", "ReplaySummary", "replay"]
+__all__ = ["JsonLinesSink", "ReplayError", "ReplaySummary", "Series", "replay"]
 
 
 class JsonLinesSink:
@@ -129,17 +129,18 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
            cluster: str = "replay", rack: str = "unknown",
            sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic,
-           keep_firing_s: float = 0.0) -> ReplaySummary:
+           keep_firing_s: float = 0.0, series: Series | None = None) -> ReplaySummary:
     """Replay the files; print transitions to ``out``; return what happened.
 
     ``speed``: None or inf for as fast as possible, else that many times real time.
+    ``series``: what one-series files (``timestamp,value``) measure, and whose they are.
     Raises ``ReplayError`` for a file that cannot be read or (without ``skip_bad``)
     a bad row, naming the file and line.
     """
     if speed is not None and not (speed > 0):
         raise ReplayError(f"--speed {speed!r}: must be above 0 (e.g. 1 for real time, 60 for "
                           "a minute a second); leave it out to replay as fast as possible")
-    reading = read_files(paths, skip_bad, cluster, rack)
+    reading = read_files(paths, skip_bad, cluster, rack, series)
     batches = frames(reading)
     summary = ReplaySummary(bad_rows=reading.bad_rows, bad_examples=reading.bad_examples,
                             notes=list(reading.notes))

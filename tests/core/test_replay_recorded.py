@@ -65,3 +65,17 @@ def test_keep_firing_turns_a_series_crossing_its_limits_into_fewer_pages(
     assert len(kept) * 3 < len(every) * 2, (len(kept), len(every))
     for rule in rules:
         assert sum(c["rule"] == rule for c in kept) < sum(c["rule"] == rule for c in every)
+
+
+def test_the_series_in_its_published_layout_replays_as_its_long_form(
+        real_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NAB's own layout (timestamp,value), given what it measures, as a new user would try it
+    (the four days around the failure, as above)."""
+    long = replay(long_csv(real_data, tmp_path / "machine.csv", "2013-12-14", "2013-12-18"), capsys)
+    lines = (real_data / SERIES).read_text().splitlines()
+    days = [ln for ln in lines[1:] if "2013-12-14" <= ln < "2013-12-18"]
+    published = tmp_path / "machine_temperature_system_failure.csv"
+    published.write_text("\n".join([lines[0], *days]) + "\n")
+    assert main(["replay", "--metric", "gpu_temp_c", "--node", "machine-1", str(published)]) == 0
+    direct = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert direct == long and fired(direct)
