@@ -106,9 +106,8 @@ def open_dcgm_profiling(interval_s: float) -> ProfilingSource | None:
     try:
         return DcgmProfiling(interval_s)
     except ImportError:
-        log.info("DCGM Python bindings not installed: on GPUs before Hopper the SM, tensor "
-                 "and DRAM activity ratios are absent (install datacenter-gpu-manager and "
-                 "put its bindings on PYTHONPATH to get them)")
+        # Only GPUs before Hopper need DCGM: the node source says so if it finds one.
+        log.debug("DCGM Python bindings not installed")
     except Exception as exc:  # the bindings raise their own error types
         log.warning("DCGM is installed but cannot be used (%s); is nv-hostengine running? "
                     "Profiling ratios come from NVML GPM only", exc)

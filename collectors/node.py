@@ -79,6 +79,7 @@ class NodeSource:
         self.host = HostSource(agent.proc_root, agent.sys_root, clock)
         self.inlet = InletSource(agent.sys_root)
         self.profiling = profiling
+        self._said_no_profiling = False
         self.pods = pods
         # GPU index -> (the reader's info, user, pod) and the info made from them: a new
         # dict only when one of them changes, not every tick.
@@ -175,10 +176,22 @@ class NodeSource:
             out.append(g if mine == g.xids else dataclasses.replace(g, xids=mine))
         return tuple(out)
 
+    def _say_no_profiling(self, gpus: list[GpuReading]) -> None:
+        """Once: a GPU without GPM (before Hopper) and no DCGM lacks its activity ratios."""
+        bare = [g for g in gpus if g.state == "ok" and g.info.get("profiling") == "none"]
+        if bare:
+            self._said_no_profiling = True
+            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper) and DCGM is not available: "
+                     "their SM, tensor and DRAM activity ratios are absent. To get them, install "
+                     "datacenter-gpu-manager, run nv-hostengine and put its Python bindings on "
+                     "PYTHONPATH (agent.dcgm = true)", len(bare), bare[0].model)
+
     def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
                    ) -> list[GpuReading]:
         """DCGM's profiling ratios where GPM has none; the user and the pod of each GPU."""
         prof = self.profiling.read() if self.profiling is not None else {}
+        if self.profiling is None and not self._said_no_profiling:
+            self._say_no_profiling(gpus)
         pods = self.pods.by_uuid() if self.pods is not None else {}
         if not prof and not pods and not self.jobs.has_users:
             return gpus

@@ -174,3 +174,19 @@ def test_dcgm_fills_the_profiling_ratios_nvml_cannot_give_before_hopper(
     assert "absent" in text  # the HELP says which families are missing, and why
     source.close()
     assert dcgm.closed
+
+
+@pytest.mark.parametrize("model, said", [("l4", True), ("h100", False)])
+def test_missing_profiling_is_said_once_and_only_for_gpus_without_gpm(
+        tree: NodeTree, caplog: pytest.LogCaptureFixture, model: str, said: bool) -> None:
+    source = node_source(config(tree), nvml=FakeNvml.of(2, model=model))
+    with caplog.at_level("INFO", logger="fleetwatch"):
+        for tick in range(3):
+            source.frames(time.time() + tick)
+    lines = [r.getMessage() for r in caplog.records if "have no GPM" in r.getMessage()]
+    if said:
+        assert len(lines) == 1
+        assert "2 GPU(s) (NVIDIA L4)" in lines[0] and "nv-hostengine" in lines[0]
+    else:
+        assert not lines                  # Hopper: GPM gives the ratios, DCGM is not needed
+    source.close()
