@@ -225,6 +225,8 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
         if len(row) != 2:
             out.bad(where, f"{len(row)} fields, the header has 2", skip)
             continue
+        if not row[1].strip():
+            continue  # no sample: the metric is absent, never 0
         try:
             ts = parse_time(row[0])
             value = _value(row[1], metric, factor)

@@ -201,8 +201,10 @@ def test_one_series_headed_by_its_metric_needs_no_option(tmp_path: Path) -> None
     g = first[0].gpus[0]
     assert first[0].node == "n9" and g.index == 5
     assert g.metrics == {"gpu_fb_used_bytes": 30000 * 2**20}   # DCGM's MiB in our bytes
-    host = frames(read_files([write(tmp_path / "h.csv", "ts,host_cpu_util_pct\n1700000000,7\n")]))
-    assert host[0][0].host.metrics == {"host_cpu_util_pct": 7} and host[0][0].gpus == ()
+    text = "ts,host_cpu_util_pct\n1700000015,\n1700000000,7\n"    # unsorted; a gap, not a 0
+    host = frames(read_files([write(tmp_path / "h.csv", text)]))
+    assert len(host) == 1 and host[0][0].gpus == ()
+    assert host[0][0].host.metrics == {"host_cpu_util_pct": 7}
 
 
 @pytest.mark.parametrize("text, series, why", [
