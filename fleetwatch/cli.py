@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sim_config(config: Config, args: argparse.Namespace) -> Config:
-    return _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed)
+    return _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed,
+                     part=args.part)
 
 
 def _faults(config: Config, args: argparse.Namespace, default_start_s: float,

@@ -71,6 +71,7 @@ class EvalOptions:
     start_ts: float = 1_767_225_600.0  # 2026-01-01 00:00 UTC: a fixed day, so runs repeat
     # With models: hours of healthy history, ending at start_ts, that the models train on.
     train_hours: float = 24.0
+    part: str = "a100"                 # the simulated GPU (collectors/sim/hardware.py)
     keep_firing_s: float = AlertsConfig().keep_firing_s  # as the processors run
 
 
@@ -185,7 +186,7 @@ def train_models(params: SimParams, o: EvalOptions, out_dir: str, workers: int =
 def sim_params(o: EvalOptions, seed: int) -> SimParams:
     nodes = math.ceil(o.gpus / o.gpus_per_node)
     return SimParams(nodes=nodes, gpus=o.gpus_per_node, nodes_per_rack=o.nodes_per_rack,
-                     seed=seed, interval_s=o.interval_s)
+                     seed=seed, interval_s=o.interval_s, part=o.part)
 
 
 def known_kinds() -> tuple[str, ...]:
@@ -311,7 +312,7 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
         out["model"] = {k: model[k] for k in ("range", "gpus", "thermal_regressor",
                                               "thermal_heldout_mae_c", "thermal_spread_c",
                                               "anomaly_phases", "train_s")}
-    return {**out, "gpus": gpus, "hours": o.hours, "interval_s": o.interval_s,
+    return {**out, "gpus": gpus, "part": o.part, "hours": o.hours, "interval_s": o.interval_s,
             "faults": len(truth),
             "seconds": round(time.perf_counter() - started, 1), "columns": columns,
             "kinds": {k: {m: v[m] for m in ("recall", "precision", "delay_p50_s", "delay_p95_s",
@@ -345,7 +346,8 @@ def table(result: Mapping[str, Any]) -> str:
     for name in cols:
         head += f" | {name[:26]:<26}"
     sub = " " * 29 + "".join(" | recall prec  p50s  p95s  1st" for _ in cols)
-    lines = [f"{result['gpus']} GPUs, {result['hours']:g} h, a sample every "
+    lines = [f"{result['gpus']} GPUs ({result.get('part', 'a100')}), {result['hours']:g} h, "
+             f"a sample every "
              f"{result['interval_s']:g} s, {result['faults']} faults, "
              f"{result['seconds']:.0f} s", head, sub]
     first = next(iter(cols.values()))

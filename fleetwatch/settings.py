@@ -231,6 +231,8 @@ class DashboardConfig:
 
 @dataclass(frozen=True)
 class SimConfig:
+    # The simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W).
+    part: Literal["a100", "h100"] = "a100"
     nodes: int = ranged(4, 1, 100_000)
     gpus: int = ranged(8, 1, 64)
     nodes_per_rack: int = ranged(2, 1, 10_000)

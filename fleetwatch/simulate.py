@@ -138,7 +138,7 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
         s = config.sim
         params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                            seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
-                           idle_mean_s=s.idle_mean_s)
+                           idle_mean_s=s.idle_mean_s, part=s.part)
         db = SqliteStore(path, config.store.raw_retention_h, config.store.rollup_retention_d)
         print(f"simulating {duration_s / 86400:g} days of {s.nodes} nodes x {s.gpus} GPUs every "
               f"{given.interval_s:g} s into {os.path.abspath(path)}", file=out)

@@ -295,7 +295,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                        seed=s.seed, interval_s=options.interval_s,
                        job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
-                       steady_load=options.steady_load)
+                       steady_load=options.steady_load, part=s.part)
     sim = FleetSim(params, start, options.faults)
     pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
                    s.nodes)

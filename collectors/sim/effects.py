@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fleetwatch.collectors.sim.faults import Fault, FaultRecord
-from fleetwatch.collectors.sim.hardware import POWER_LIMIT_W
 
 if TYPE_CHECKING:
     from fleetwatch.collectors.sim.fleet import FleetSim
@@ -84,10 +83,10 @@ class Mods:
     any: bool = False
 
     @classmethod
-    def neutral(cls, n: int, g: int, racks: int) -> Mods:
+    def neutral(cls, n: int, g: int, racks: int, limit_w: float) -> Mods:
         return cls(np.ones((n, g)), np.full((n, g), np.inf), np.zeros(racks),
                    np.zeros((n, g), bool), np.ones((n, g)), np.ones((n, g)),
-                   np.zeros((n, g), bool), np.full((n, g), POWER_LIMIT_W), np.zeros(n, bool))
+                   np.zeros((n, g), bool), np.full((n, g), limit_w), np.zeros(n, bool))
 
 
 class Effects:
@@ -97,7 +96,7 @@ class Effects:
         self.rng = np.random.default_rng([sim.params.seed, 1])
         self.active: list[Active] = []
         n, g = sim.params.nodes, sim.params.gpus
-        self.mods = Mods.neutral(n, g, len(sim.rack_names))
+        self.mods = Mods.neutral(n, g, len(sim.rack_names), sim.part.power_limit_w)
         self._neutral = True
         nodes = {name: i for i, name in enumerate(sim.node_names)}
         racks = {name: i for i, name in enumerate(sim.rack_names)}
@@ -135,7 +134,7 @@ class Effects:
         m = self.mods
         if not self._neutral:
             n, g = m.stuck.shape
-            self.mods = m = Mods.neutral(n, g, len(m.inlet_add))
+            self.mods = m = Mods.neutral(n, g, len(m.inlet_add), self.sim.part.power_limit_w)
             self._neutral = True
         for a in self.active:
             if a.onset <= ts < a.end:
@@ -171,7 +170,8 @@ class Effects:
                 m.brake[i, j] = True
                 m.clock_cap[i, j] *= 1.0 / sev
             else:
-                m.limit[i, j] = round(POWER_LIMIT_W - (POWER_LIMIT_W - POWER_LIMIT_W / sev) * r)
+                top = sim.part.power_limit_w
+                m.limit[i, j] = round(top - (top - top / sev) * r)
         elif k == "node_silent":
             m.drop[i] = r >= 1.0 or self.rng.random() < r
         elif k == "xid79":
@@ -267,7 +267,8 @@ class Effects:
                 # a working GPU's clock and SM activity move with the cap at once
                 changed = sim.act["util"][i, j] > 0 and sim.mods.clock_cap[i, j] < 1.0
             elif k == "power_brake":
-                changed = f.resolved_mode == "sudden" or sim.mods.limit[i, j] < POWER_LIMIT_W
+                changed = (f.resolved_mode == "sudden"
+                           or sim.mods.limit[i, j] < sim.part.power_limit_w)
             elif k == "sensor":
                 true = sim.temp[i, j]
                 read = a.stuck_value if f.resolved_mode == "sudden" else true - sev * r

@@ -1,7 +1,7 @@
 """The simulated fleet: N nodes x G GPUs in racks, running LLM-training jobs.
 
-The part is an A100-SXM4-80GB (``hardware.py`` says where each number comes
-from). Each step:
+The part is an A100-SXM4-80GB or an H100 80GB HBM3 (``SimParams.part``;
+``hardware.py`` says where each number comes from). Each step:
 
 * jobs start, end and change phase (``jobs.py``); the phase sets each GPU's SM,
   tensor and DRAM activity and ``gpu_util_pct`` (a kernel was running: 100 in
@@ -38,10 +38,6 @@ from fleetwatch.collectors.sim.faults import Fault, FaultRecord
 from fleetwatch.collectors.sim.frames import build_frames
 from fleetwatch.collectors.sim.jobs import Jobs
 
-# Re-exported: callers (and older tests) import the part's limits from here.
-MODEL, POWER_LIMIT_W = hw.MODEL, hw.POWER_LIMIT_W
-SLOWDOWN_C, SHUTDOWN_C = hw.SLOWDOWN_C, hw.SHUTDOWN_C
-
 COUNTERS = ("pcie", "crc", "replay", "recovery", "links_down", "sbe_vol", "dbe_vol", "sbe_agg",
             "dbe_agg", "rows_corr", "rows_unc", "remap_pending", "remap_failure")
 
@@ -65,6 +61,7 @@ class SimParams:
     # spread still comes from ``seed``, but jobs, air and noise from this stream, so
     # that the same fleet can be run through another history (a model's training week).
     jobs_seed: int | None = None
+    part: str = "a100"               # hardware.PARTS: a100, h100
 
 
 class FleetSim:
@@ -73,6 +70,7 @@ class FleetSim:
         if p.nodes < 1 or p.gpus < 1 or p.nodes_per_rack < 1 or not p.interval_s > 0:
             raise ValueError(f"simulated fleet: nodes, gpus and nodes_per_rack must be >= 1 and "
                              f"interval_s > 0, got {p}")
+        self.part = pt = hw.part(p.part)
         self.start_ts = self.ts = float(start_ts)
         self.rng = rng = np.random.default_rng(p.seed)
         n, g = p.nodes, p.gpus
@@ -82,12 +80,13 @@ class FleetSim:
         self.rack_names = [f"rack-{r:02d}" for r in range(int(self.rack_of.max()) + 1)]
         self.uuids = [[_uuid(rng) for _ in range(g)] for _ in range(n)]
         # Per-GPU and per-node physical spread, fixed for life.
-        self.p_idle = rng.normal(hw.P_IDLE_W, 3.0, shape)
-        self.p_dyn = rng.normal(hw.P_DYN_W, 25.0, shape)
-        self.r_th = rng.normal(hw.R_TH, 0.004, shape).clip(0.092, 0.108)
-        self.r_die = self.r_th * hw.R_DIE_SHARE        # die to heat sink
-        self.r_sink = self.r_th - self.r_die           # heat sink to the inlet air
-        self.tau = rng.normal(hw.TAU_SINK_S, 3.0, shape).clip(12.0)
+        self.p_idle = rng.normal(pt.p_idle_w, 3.0, shape)
+        self.p_dyn = rng.normal(pt.p_dyn_w, pt.p_dyn_w / 20.8, shape)  # 25 W of 520
+        r_sd = pt.r_th / 25                                           # 4%, clipped at 8%
+        self.r_th = rng.normal(pt.r_th, r_sd, shape).clip(pt.r_th - 2 * r_sd, pt.r_th + 2 * r_sd)
+        self.r_die = self.r_th * pt.r_die_share        # die to heat sink
+        self.r_sink = self.r_th - self.r_die           # heat sink to the GPU's air
+        self.tau = rng.normal(pt.tau_sink_s, 3.0, shape).clip(12.0)
         # The die's own fluctuation is a process in time (Ornstein-Uhlenbeck through the
         # lag), not one per sample: its step is scaled so that its spread is the same at
         # any interval, the spread a 0.25 °C step gives at 15 s (scale 1 there).
@@ -118,11 +117,11 @@ class FleetSim:
         self.idle_energy_j = 0.0
         self.unseen_energy_j = 0.0
         inlet = self._inlet(np.zeros(len(self.rack_names)))
+        air = inlet[:, None] + pt.preheat_c
         self.power = self.p_idle.copy()
-        self.sink = inlet[:, None] + self.r_sink * self.power + self.hot_offset
+        self.sink = air + self.r_sink * self.power + self.hot_offset
         self.temp = self.sink + self.r_die * self.power
-        self.mem_temp = inlet[:, None] + hw.MEM_BASE_C + self.mem_off + hw.MEM_COUPLING * (
-            self.temp - inlet[:, None])
+        self.mem_temp = air + pt.mem_base_c + self.mem_off + pt.mem_coupling * (self.temp - air)
         self.temp_read = self.temp.copy()
         # The die and its HBM without the fault (while a thermal fault is yet to show).
         self.shadow: np.ndarray | None = None
@@ -131,9 +130,9 @@ class FleetSim:
         self.throttle = np.ones(shape)
         self.inlet = inlet
         self.act = {k: np.zeros(shape) for k in ("sm", "tensor", "dram", "occ", "util")}
-        self.clock = np.full(shape, hw.SM_CLOCK_IDLE)
+        self.clock = np.full(shape, pt.sm_clock_idle)
         self.flags = np.full(shape, float(hw.FLAG_IDLE))
-        self.limit = np.full(shape, hw.POWER_LIMIT_W)
+        self.limit = np.full(shape, pt.power_limit_w)
         self.host_cpu = np.full(n, 3.0)
         self._seq = 0
         self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load)
@@ -209,7 +208,7 @@ class FleetSim:
 
     def step(self) -> None:
         """Advance the fleet by one interval (no frames built: the energy fast path)."""
-        p, rng, dt = self.params, self.rng, self.params.interval_s
+        p, rng, dt, pt = self.params, self.rng, self.params.interval_s, self.part
         self.ts += dt
         m = self.mods = self.effects.begin(self.ts)
         if m.any and self.effects.thermal_pending() and self.shadow is None:
@@ -239,9 +238,9 @@ class FleetSim:
         sm[~busy] = tensor[~busy] = occ[~busy] = dram[~busy] = 0.0
         # Power and clocks.
         clocked = busy & (util > 0)
-        fr = np.where(clocked, self.throttle * m.clock_cap, hw.SM_CLOCK_IDLE / hw.SM_CLOCK_MAX)
+        fr = np.where(clocked, self.throttle * m.clock_cap, pt.sm_clock_idle / pt.sm_clock_max)
         act = 0.45 * sm + 0.45 * tensor + 0.2 * dram
-        base = self.p_idle + hw.P_CLOCKED_W * clocked
+        base = self.p_idle + pt.p_clocked_w * clocked
         dyn = self.p_dyn * act
         demand = base + dyn * fr ** hw.CLOCK_POWER_EXP
         limit = m.limit
@@ -256,18 +255,19 @@ class FleetSim:
         self._inlet_walk = (self._inlet_walk + rng.normal(0.0, 0.03, self._inlet_walk.shape)
                             * math.sqrt(dt / 15.0)).clip(-1.0, 1.0)
         self.inlet = inlet = self._inlet(m.inlet_add)
+        air = inlet[:, None] + pt.preheat_c
         # A cooling fault (fan, airflow, cold plate, coolant) adds resistance between the
         # sink and the air: r_mult is what it does to the whole path. The sink's heat
         # capacity is the same, so its time constant grows with its resistance.
         r_sink = self.r_sink + (m.r_mult - 1.0) * self.r_th
-        s_ss = inlet[:, None] + r_sink * power + self.hot_offset
+        s_ss = air + r_sink * power + self.hot_offset
         decay = np.exp(-dt / (self.tau * (r_sink / self.r_sink)))
         tnoise = rng.normal(0.0, 0.25, shape) * self.tnoise_scale
         if m.any:
             # What this GPU would be at without the fault: cooling_slow stops at its
             # sub-limit peak, and the shadow gives the first sample a fault changed.
             nominal = self._inlet(np.zeros_like(m.inlet_add))[:, None] + self.r_sink * power
-            nominal += self.hot_offset
+            nominal += self.hot_offset + pt.preheat_c
             cap = m.slow_cap - self.r_die * power
             s_ss = np.where(s_ss > cap, np.maximum(nominal, cap), s_ss)
             if self._shadow_sink is not None:
@@ -276,7 +276,7 @@ class FleetSim:
                 self.shadow = self._shadow_sink + self.r_die * power
         self.sink = s_ss + (self.sink - s_ss) * decay + tnoise
         self.temp = self.sink + self.r_die * power
-        hold = hw.SLOWDOWN_C + 1.0
+        hold = pt.slowdown_c + 1.0
         hw_slow = self.temp > hold
         if hw_slow.any():
             # HW slowdown acts within milliseconds, far inside one interval: it holds
@@ -288,19 +288,19 @@ class FleetSim:
             fr = np.where(hw_slow, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
             self.temp = np.where(hw_slow, self.sink + self.r_die * power, self.temp)
             self.throttle = np.where(hw_slow, np.minimum(self.throttle, fr), self.throttle)
-        err = self.temp - (hw.SLOWDOWN_C - 1.0)
+        err = self.temp - (pt.slowdown_c - 1.0)
         self.throttle = np.clip(self.throttle - 0.015 * err * (dt / 15.0), 0.1, 1.0)
-        mem_decay = math.exp(-dt / hw.TAU_MEM_S)
-        m_base = inlet[:, None] + hw.MEM_BASE_C + self.mem_off + hw.MEM_DRAM_C * dram
-        m_ss = m_base + hw.MEM_COUPLING * (self.temp - inlet[:, None])
+        mem_decay = math.exp(-dt / pt.tau_mem_s)
+        m_base = air + pt.mem_base_c + self.mem_off + pt.mem_dram_c * dram
+        m_ss = m_base + pt.mem_coupling * (self.temp - air)
         self.mem_temp = m_ss + (self.mem_temp - m_ss) * mem_decay
         if self.shadow is not None and self.shadow_mem is not None:
-            m_ss = m_base + hw.MEM_COUPLING * (self.shadow - inlet[:, None])
+            m_ss = m_base + pt.mem_coupling * (self.shadow - air)
             self.shadow_mem = m_ss + (self.shadow_mem - m_ss) * mem_decay
         # Readings the frames carry.
         self.act = {"sm": sm, "tensor": tensor, "dram": dram, "occ": occ, "util": util}
-        self.clock = np.where(clocked, np.floor(fr * hw.SM_CLOCK_MAX / hw.SM_CLOCK_STEP)
-                              * hw.SM_CLOCK_STEP, hw.SM_CLOCK_IDLE).clip(hw.SM_CLOCK_IDLE)
+        self.clock = np.where(clocked, np.floor(fr * pt.sm_clock_max / pt.sm_clock_step)
+                              * pt.sm_clock_step, pt.sm_clock_idle).clip(pt.sm_clock_idle)
         flags = np.where(clocked, 0, hw.FLAG_IDLE) | np.where(capped, hw.FLAG_POWER_CAP, 0)
         flags |= np.where(self.throttle < 1.0, hw.FLAG_THERMAL, 0)
         if m.any:

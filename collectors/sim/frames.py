@@ -39,10 +39,10 @@ _COUNTER_METRICS = (
 
 def gpu_columns(sim: FleetSim) -> dict[str, np.ndarray]:
     """Every GPU metric as an (nodes, gpus) array, keyed by its catalogue name."""
-    a, shape = sim.act, sim.temp.shape
+    a, shape, pt = sim.act, sim.temp.shape, sim.part
     # A job allocates its share of HBM (PyTorch's caching allocator holds it all
     # job long); an idle GPU holds a few MiB of driver context.
-    fb_used = np.where(sim.jobs.busy, sim.jobs.fb_frac * (hw.FB_TOTAL - hw.FB_RESERVED),
+    fb_used = np.where(sim.jobs.busy, sim.jobs.fb_frac * (pt.fb_total - pt.fb_reserved),
                        4 * hw.MIB).round()[:, None]
     cols: dict[str, np.ndarray] = {
         "gpu_util_pct": a["util"],
@@ -52,17 +52,17 @@ def gpu_columns(sim: FleetSim) -> dict[str, np.ndarray]:
         "gpu_tensor_active_ratio": a["tensor"],
         "gpu_dram_active_ratio": a["dram"],
         "gpu_fb_used_bytes": np.broadcast_to(fb_used, shape),
-        "gpu_fb_free_bytes": np.broadcast_to(hw.FB_TOTAL - hw.FB_RESERVED - fb_used, shape),
-        "gpu_fb_total_bytes": np.full(shape, float(hw.FB_TOTAL)),
+        "gpu_fb_free_bytes": np.broadcast_to(pt.fb_total - pt.fb_reserved - fb_used, shape),
+        "gpu_fb_total_bytes": np.full(shape, float(pt.fb_total)),
         "gpu_power_w": sim.power.round(2),
         "gpu_power_limit_w": sim.limit,
         "gpu_energy_j": (sim.energy_base + sim.energy_j).round(3),
         "gpu_temp_c": np.round(sim.temp_read),
         "gpu_mem_temp_c": sim.mem_temp.round(),
-        "gpu_slowdown_temp_c": np.full(shape, hw.SLOWDOWN_C),
-        "gpu_shutdown_temp_c": np.full(shape, hw.SHUTDOWN_C),
+        "gpu_slowdown_temp_c": np.full(shape, pt.slowdown_c),
+        "gpu_shutdown_temp_c": np.full(shape, pt.shutdown_c),
         "gpu_sm_clock_mhz": sim.clock,
-        "gpu_mem_clock_mhz": np.full(shape, hw.MEM_CLOCK),
+        "gpu_mem_clock_mhz": np.full(shape, pt.mem_clock),
         "gpu_throttle_reasons": sim.flags,
     }
     for name, key in _COUNTER_METRICS:
@@ -87,7 +87,7 @@ def build_frames(sim: FleetSim, seq: int) -> list[Frame]:
     lost_any = sim.lost.any()
     xids = sim.mods.xids
     drop = sim.mods.drop
-    ts, cluster, model = sim.ts, p.cluster, hw.MODEL
+    ts, cluster, model = sim.ts, p.cluster, sim.part.model
     by_num = sim.jobs.by_num
     frames = []
     for i, num in enumerate(sim.jobs.num.tolist()):
@@ -102,7 +102,7 @@ def build_frames(sim: FleetSim, seq: int) -> list[Frame]:
                 for j, uuid, row in zip(range(g), sim.uuids[i], table[i * g:(i + 1) * g])]
         if lost_any and sim.lost[i].any():
             for j in np.flatnonzero(sim.lost[i]).tolist():
-                gpus[j] = GpuReading(j, sim.uuids[i][j], hw.MODEL, {}, None, "lost", (), _NO_INFO)
+                gpus[j] = GpuReading(j, sim.uuids[i][j], model, {}, None, "lost", (), _NO_INFO)
         if xids:
             for (xi, xj), codes in xids.items():
                 if xi == i:

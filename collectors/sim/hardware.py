@@ -1,64 +1,127 @@
-"""The simulated GPU part and its node, with where each number comes from.
+"""The simulated GPU parts and their node, with where each number comes from.
 
-The GPU is an NVIDIA A100-SXM4-80GB. From a real ``nvidia-smi -q -x`` of one
-(``shared/data/gpu_telemetry/nvidia_smi_xml/telegraf_a100-sxm4-v12.xml``):
-500 W default/enforced power limit (100 W minimum), slowdown at 89 °C,
-shutdown at 92 °C, max operating 85 °C, memory max operating 95 °C, SM clock
-up to 1410 MHz in 15 MHz steps, memory clock fixed at 1593 MHz, 81920 MiB of
-HBM of which 871 MiB are reserved (total - used - free), no fan (SXM: the
-chassis cools it), retired pages N/A (Ampere remaps rows instead). At idle
-that GPU drew 67 W with the die at 27 °C and the HBM at 44 °C: HBM reads
-well above the die at idle and only a few degrees above it under load, as the
-HBM stacks share the cold plate with the die but sit further from it.
-The idle SM clock of 210 MHz is what the dcgm-exporter captures of idle
-parts show (``DCGM_FI_DEV_SM_CLOCK 210``).
+Two parts (``PARTS``; ``SimParams.part``):
+
+* ``a100``, an NVIDIA A100-SXM4-80GB. From a real ``nvidia-smi -q -x`` of one
+  (``shared/data/gpu_telemetry/nvidia_smi_xml/telegraf_a100-sxm4-v12.xml``):
+  500 W default/enforced power limit, slowdown at 89 °C, shutdown at 92 °C,
+  SM clock up to 1410 MHz in 15 MHz steps, memory clock fixed at 1593 MHz,
+  81920 MiB of HBM of which 871 MiB are reserved (total - used - free), no fan
+  (SXM: the chassis cools it). At idle that GPU drew 67 W with the die at 27 °C
+  and the HBM at 44 °C: HBM reads well above the die at idle and only a few
+  degrees above it under load, as the HBM stacks share the cold plate with the
+  die but sit further from it. The idle SM clock of 210 MHz is what the
+  dcgm-exporter captures of idle parts show (``DCGM_FI_DEV_SM_CLOCK 210``).
+* ``h100``, an NVIDIA H100 80GB HBM3 (SXM5), from fleetwatch's own agent on a
+  real one (``tests/data/recorded/h100_gemm_load.jsonl.gz``: idle, 120 s of bf16
+  matrix products, idle): NVML's 700 W limit, slowdown 89 °C, shutdown 95 °C,
+  81559 MiB of HBM of which 480 MiB reserved, memory clock 2619 MHz, SM clock
+  345 MHz idle and up to 1980 MHz in 15 MHz steps. Idle it drew 72 W with the
+  die at 36 °C and the HBM at 44 °C; clocked up with no kernel, 142 W; under
+  the matrix products (SM activity 0.96, tensor 0.93, DRAM 0.26) it held its
+  700 W cap at 1350-1410 MHz, the die at 69-70 °C and the HBM a degree or two
+  below it.
+
+Both parts live in the same simulated room: each rack's inlet air is 22 °C
+give or take the day and the rack. The room around the two captures is not
+known; each part's ``preheat_c`` is what the air that reaches the GPU must be
+over a 22 °C inlet for its idle capture (the A100's 27 °C: none; the H100's
+36 °C: 10 °C, what an HGX chassis's GPUs take from the air warmed ahead of
+them), so a simulated part reads what its capture read, at idle and at load.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fleetwatch.catalogue import THROTTLE_FLAGS
 
-MODEL = "NVIDIA A100-SXM4-80GB"
 MIB = 2**20
-FB_TOTAL = 81920 * MIB
-FB_RESERVED = 871 * MIB
-POWER_LIMIT_W = 500.0
-POWER_LIMIT_MIN_W = 100.0
-MAX_OPERATING_C, SLOWDOWN_C, SHUTDOWN_C = 85.0, 89.0, 92.0
-MEM_MAX_OPERATING_C = 95.0
-SM_CLOCK_IDLE, SM_CLOCK_MAX, SM_CLOCK_STEP = 210.0, 1410.0, 15.0
-MEM_CLOCK = 1593.0
-NVLINKS = 12  # third-generation NVLink: 12 links per A100
 
-# Power model (W). Idle from the capture (~67 W; the Acme study: ~60 W per idle
-# GPU); clocking up from idle to the boost clock costs some leakage on its own;
-# the dynamic part at full activity is what takes a heavy training kernel to the
-# 500 W limit, as the Acme study saw (A100s well above their 400 W TDP).
-P_IDLE_W = 62.0
-P_CLOCKED_W = 15.0
-P_DYN_W = 520.0
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One GPU part's numbers (see the module's docstring for where each comes from)."""
+
+    name: str                 # the part's short name: a100, h100
+    model: str                # NVML's product name
+    fb_total: float           # bytes of HBM
+    fb_reserved: float        # bytes the driver reserves
+    power_limit_w: float
+    slowdown_c: float
+    shutdown_c: float
+    sm_clock_idle: float
+    sm_clock_max: float
+    sm_clock_step: float
+    mem_clock: float
+    # Power (W): idle; clocking up from idle with no work (leakage at the boost clock);
+    # the dynamic part at full activity and full clock (~ f * V^2, V rising with f).
+    p_idle_w: float
+    p_clocked_w: float
+    p_dyn_w: float
+    # Heat, two nodes, die over heat sink: steady die = air + r_th * P, r_die_share of
+    # it within a second (die to sink), the rest as the sink warms (tau_sink_s).
+    r_th: float
+    r_die_share: float
+    tau_sink_s: float
+    preheat_c: float          # the GPU's air over the rack's inlet (see above)
+    # HBM: air + mem_base_c + mem_coupling * (die - air) + mem_dram_c * DRAM activity,
+    # following the die within seconds (tau_mem_s).
+    mem_base_c: float
+    mem_coupling: float
+    mem_dram_c: float
+    tau_mem_s: float
+
+
 # Dynamic power ~ f * V^2 and V rises with f over the DVFS range.
 CLOCK_POWER_EXP = 2.5
 
-# Thermal model: two nodes, die and heat sink. In steady state die = inlet + R * P;
-# 0.10 °C/W takes a 400 W GPU in 22 °C air to ~62 °C and the idle GPU to ~28 °C
-# (capture: 27), and a healthy GPU at its 500 W limit in the warmest allowed air
-# (ASHRAE's 27 °C) to just under the 85 °C max operating temperature.
-# How the die gets there, from a real H100 stepping from 72 to 700 W and back
-# (tests/data/recorded/h100_gemm_load.jsonl.gz, fit to its 1 s readings within 1.1 °C):
-# 47% of the rise comes within a second (die to heat sink: the die follows its power),
-# the rest as the heat sink warms, with a 23 s time constant. A single 45 s lag, as
-# this model had before, misses that series by 9 °C.
-R_TH = 0.10
-R_DIE_SHARE = 0.47
-TAU_SINK_S = 23.0
-# HBM follows the die within seconds on the same part (fit: 4 s).
-TAU_MEM_S = 5.0
-# HBM: inlet + MEM_BASE + MEM_COUPLING * (die - inlet) (+ its own DRAM heat):
-# 44 °C at idle (capture), a few degrees above a loaded die.
-MEM_BASE_C = 18.6
-MEM_COUPLING = 0.65
-MEM_DRAM_C = 4.0
+A100 = Part(
+    name="a100", model="NVIDIA A100-SXM4-80GB",
+    fb_total=81920 * MIB, fb_reserved=871 * MIB, power_limit_w=500.0,
+    slowdown_c=89.0, shutdown_c=92.0,
+    sm_clock_idle=210.0, sm_clock_max=1410.0, sm_clock_step=15.0, mem_clock=1593.0,
+    # Idle from the capture (~67 W; the Acme study: ~60 W per idle GPU); the dynamic part
+    # takes a heavy training kernel to the 500 W limit, as the Acme study saw (A100s well
+    # above their 400 W TDP).
+    p_idle_w=62.0, p_clocked_w=15.0, p_dyn_w=520.0,
+    # 0.10 °C/W takes a 400 W GPU in 22 °C air to ~62 °C and the idle GPU to ~28 °C
+    # (capture: 27), and a healthy GPU at its 500 W limit in the warmest allowed air
+    # (ASHRAE's 27 °C) to just under its 85 °C max operating temperature. The die's
+    # share and the sink's time constant are the real H100's (below): a single 45 s lag,
+    # as this model had before, misses that H100's series by 9 °C.
+    r_th=0.10, r_die_share=0.47, tau_sink_s=23.0, preheat_c=0.0,
+    # 44 °C at idle (capture), a few degrees above a loaded die.
+    mem_base_c=18.6, mem_coupling=0.65, mem_dram_c=4.0, tau_mem_s=5.0,
+)
+
+H100 = Part(
+    name="h100", model="NVIDIA H100 80GB HBM3",
+    fb_total=81559 * MIB, fb_reserved=480 * MIB, power_limit_w=700.0,
+    slowdown_c=89.0, shutdown_c=95.0,
+    sm_clock_idle=345.0, sm_clock_max=1980.0, sm_clock_step=15.0, mem_clock=2619.0,
+    # 72 W idle; 142 W clocked up with no kernel (two samples at 1980 MHz just after the
+    # load); at SM 0.96, tensor 0.93, DRAM 0.26 (activity 0.91 below) the 700 W cap held
+    # the clock at 1380 MHz: 72 + 70 + p_dyn * 0.91 * (1380 / 1980) ** 2.5 = 700.
+    p_idle_w=72.0, p_clocked_w=70.0, p_dyn_w=1520.0,
+    # 72 -> 700 W took the die from 36 to 69.5 °C: 0.0535 °C/W, 47% of it within a
+    # second, the rest with a 23 s time constant (fit within 1.1 °C).
+    r_th=0.0535, r_die_share=0.47, tau_sink_s=23.0, preheat_c=10.0,
+    # HBM 44 °C at idle (8 above the die), 68-70 under load (a degree or two below it).
+    mem_base_c=9.2, mem_coupling=0.70, mem_dram_c=4.0, tau_mem_s=5.0,
+)
+
+PARTS: dict[str, Part] = {p.name: p for p in (A100, H100)}
+
+
+def part(name: str) -> Part:
+    """The part by its short name; ValueError naming the ones there are."""
+    try:
+        return PARTS[name]
+    except KeyError:
+        raise ValueError(f"unknown simulated part {name!r}; the simulator has "
+                         f"{', '.join(PARTS)}") from None
+
 
 FLAG_IDLE = THROTTLE_FLAGS["gpu_idle"]
 FLAG_POWER_CAP = THROTTLE_FLAGS["sw_power_cap"]

@@ -129,3 +129,47 @@ def test_without_nvmls_thresholds_the_h100_family_has_the_ones_nvml_reported(
     slow, shut = ThermalLimits().limits(columns([stripped]), [0])
     assert (slow.tolist(), shut.tolist()) == ([[89.0]], [[95.0]])
     assert not math.isnan(g.metrics["gpu_temp_c"])
+
+
+def test_the_simulated_h100_reads_what_the_real_one_read(recorded) -> None:
+    """The simulator's h100 part (collectors/sim/hardware.py) against this recording: the
+    same step from idle to a heavy kernel at the 700 W cap, one sample a second."""
+    import numpy as np
+
+    from fleetwatch.collectors.sim import FleetSim, SimParams
+
+    real = [(f.ts, f.gpus[0].metrics) for _, f in recorded]
+    onset = next(ts for ts, m in real if m["gpu_power_w"] > 400.0)
+    load = [m for ts, m in real if onset <= ts < onset + 118]
+    idle = [m for _, m in real[:10]]
+    sim = FleetSim(SimParams(nodes=8, gpus=8, seed=3, interval_s=1.0, steady_load=True,
+                             part="h100"), 1_795_671_452.0)
+    assert sim.frames()[0].gpus[0].model == MODEL
+    s_idle = np.array([[g.metrics[k] for k in ("gpu_temp_c", "gpu_mem_temp_c", "gpu_power_w")]
+                       for f in sim.frames() for g in f.gpus])
+    s_load = []
+    for _ in range(118):
+        sim.step()
+        s_load.append([[g.metrics for g in f.gpus] for f in sim.frames()])
+
+    def med(rows: list[dict], key: str) -> float:
+        return float(np.median([m[key] for m in rows]))
+
+    # Idle: 72 W, the die at 36 °C and the HBM 8 above it (the fleet's median GPU).
+    assert abs(np.median(s_idle[:, 2]) - med(idle, "gpu_power_w")) < 4.0
+    assert abs(np.median(s_idle[:, 0]) - med(idle, "gpu_temp_c")) <= 2.5
+    assert 5.0 <= np.median(s_idle[:, 1] - s_idle[:, 0]) <= 11.0
+    # The die's climb after the step, second by second, as the real one climbed.
+    real_rise = np.array([m["gpu_temp_c"] for m in load]) - med(idle, "gpu_temp_c")
+    sim_rise = np.array([np.median([g["gpu_temp_c"] for node in tick for g in node])
+                         for tick in s_load]) - np.median(s_idle[:, 0])
+    assert float(np.sqrt(np.mean((sim_rise - real_rise) ** 2))) < 2.0, (sim_rise, real_rise)
+    # At load: held at the cap with the SW power cap reason, the clock cut to what the
+    # cap allows, the HBM within a few degrees of the die.
+    end = [g for node in s_load[-1] for g in node]
+    cap = THROTTLE_FLAGS["sw_power_cap"]
+    assert np.median([g["gpu_power_w"] for g in end]) > 690.0
+    assert np.mean([int(g["gpu_throttle_reasons"]) & cap != 0 for g in end]) > 0.8
+    assert 1300.0 <= np.median([g["gpu_sm_clock_mhz"] for g in end]) <= 1600.0
+    assert abs(np.median([g["gpu_mem_temp_c"] - g["gpu_temp_c"] for g in end])
+               - np.median([m["gpu_mem_temp_c"] - m["gpu_temp_c"] for m in load[-30:]])) <= 3.0

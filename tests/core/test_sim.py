@@ -4,7 +4,7 @@ import pytest
 
 from fleetwatch.codec import decode, encode
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams, parse_fault
-from fleetwatch.collectors.sim.fleet import POWER_LIMIT_W, SHUTDOWN_C
+from fleetwatch.collectors.sim.hardware import PARTS
 
 START = 1_763_800_000.0
 
@@ -25,16 +25,19 @@ def test_same_seed_same_fleet() -> None:
     assert a != c
 
 
-def test_values_stay_physical_for_a_day() -> None:
-    sim = FleetSim(SimParams(nodes=4, gpus=8, seed=3, interval_s=60.0), START)
+@pytest.mark.parametrize("part", sorted(PARTS))
+def test_values_stay_physical_for_a_day(part: str) -> None:
+    sim = FleetSim(SimParams(nodes=4, gpus=8, seed=3, interval_s=60.0, part=part), START)
+    pt = PARTS[part]
     jobs = set()
     for tick in run(sim, 24 * 60):
         for f in tick:
             decode(encode(f))  # every frame passes the decoder's range checks
             for g in f.gpus:
                 m = g.metrics
-                assert 15.0 < m["gpu_temp_c"] < SHUTDOWN_C
-                assert 30.0 <= m["gpu_power_w"] <= POWER_LIMIT_W
+                assert 15.0 < m["gpu_temp_c"] < pt.shutdown_c
+                assert 30.0 <= m["gpu_power_w"] <= pt.power_limit_w
+                assert g.model == pt.model and m["gpu_power_limit_w"] == pt.power_limit_w
                 assert 0.0 <= m["gpu_util_pct"] <= 100.0
                 jobs.add(g.job)
     assert None in jobs, "nodes should sometimes be idle"
@@ -177,3 +180,16 @@ def test_the_die_fluctuates_as_much_at_any_sampling_interval() -> None:
         spreads[interval] = float(np.std(np.array(dev[len(dev) // 4:])))
     assert spreads[15.0] == pytest.approx(spreads[5.0], rel=0.15), spreads
     assert spreads[15.0] == pytest.approx(spreads[1.0], rel=0.15), spreads
+
+
+def test_every_part_can_be_chosen_wherever_a_fleet_is_simulated() -> None:
+    import typing
+
+    from fleetwatch.cli_args import PART_NAMES
+    from fleetwatch.settings import SimConfig
+
+    hint = typing.get_type_hints(SimConfig)["part"]
+    assert PART_NAMES == tuple(PARTS) == typing.get_args(hint)
+    with pytest.raises(ValueError, match="unknown simulated part 'v100'; the simulator has "
+                                         "a100, h100"):
+        FleetSim(SimParams(part="v100"), START)

@@ -7,7 +7,7 @@ import pytest
 
 from fleetwatch.codec import decode, encode
 from fleetwatch.collectors.sim import SPECS, Fault, FleetSim, SimParams, parse_fault
-from fleetwatch.collectors.sim.hardware import POWER_LIMIT_W
+from fleetwatch.collectors.sim.hardware import A100
 from fleetwatch.frame import Frame
 
 START = 1_763_800_000.0
@@ -214,7 +214,7 @@ def test_power_brake_and_power_cap() -> None:
     sim, ticks = run([parse_fault("power_brake:node-001/0@10m+1h~drift")])
     limits = [metric(t, "node-001", 0, "gpu_power_limit_w") for t in ticks]
     powers = [metric(t, "node-001", 0, "gpu_power_w") for t in ticks]
-    assert min(limits) == round(POWER_LIMIT_W / 3)
+    assert min(limits) == round(A100.power_limit_w / 3)
     assert all(p <= lim for p, lim in zip(powers, limits))
 
 
