@@ -164,10 +164,15 @@ class ThermalPeers(WaveDetector):
             | ((excess > RISE_SHARE * base + motion + unsure)
                & (slope >= c.peer_rise_c_per_min)))
         hot |= crit
+        # Reads low: against its peers, with no credit for running warm. A learned warm
+        # offset allows a GPU to run hot; it is no promise that it must (a GPU whose heat
+        # path was fixed, or whose offset was learned while a fault was already there,
+        # reads like its peers again, and its sensor is fine).
+        low_adj = np.where(fresh, temp - np.minimum(offset, 0.0), np.nan)
         low_median, low_count = peer_median(adj, below)
         low = fresh & warm & (low_count >= c.min_peers) & (
-            adj - low_median < -np.maximum(c.sensor_low_c, margin))
-        excess = np.where(low, adj - low_median, excess)
+            low_adj - low_median < -np.maximum(c.sensor_low_c, margin))
+        excess = np.where(low, low_adj - low_median, excess)
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
                     warm[judged], np.abs(excess[judged]) < margin[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)

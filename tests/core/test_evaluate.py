@@ -69,16 +69,17 @@ def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None
                  "--workers", "1"]) == 2  # every kind does not fit on 2 nodes in an hour
     assert "use more nodes" in capsys.readouterr().err
     assert main(["evaluate", "--gpus", "32", "--hours", "2", "--per-kind", "1", "--json",
-                 "--workers", "1", "--kinds", "cooling", "--interval", "5"]) == 0
+                 "--workers", "1", "--kinds", "cooling", "--interval", "5", "--part", "h100"]) == 0
     out, err = capsys.readouterr()
     last = json.loads(out.splitlines()[-1])
     assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}
     assert last["interval_s"] == 5 and "a sample every 5 s" in err
+    assert last["part"] == "h100" and "32 GPUs (h100)" in err
     assert "evaluate: healthy run" in err
     assert main(["evaluate", "--kinds", "meteor"]) == 2
     assert "unknown fault kind" in capsys.readouterr().err
     for bad in (["--gpus", "0"], ["--hours", "nan"], ["--per-kind", "1e400"],
-                ["--interval", "0"], ["--interval", "1e400"]):
+                ["--interval", "0"], ["--interval", "1e400"], ["--part", "v100"]):
         with pytest.raises(SystemExit):
             main(["evaluate", *bad])
 
@@ -93,3 +94,20 @@ def test_cli_evaluate_two_workers_show_progress_of_both_runs() -> None:
     assert "evaluate: faults run 100.0%" in run.stderr
     assert "evaluate: healthy run 100.0%" in run.stderr
     assert json.loads(run.stdout.splitlines()[-1])["kinds"]["cooling"]["recall"] == 1.0
+
+
+def test_the_detectors_as_configured_judge_an_h100_fleet_without_retuning() -> None:
+    """Tuned on neither part in particular: on the H100's physics (a die that jumps 0.025
+    °C/W, 700 W at the cap, slowdown at 89 °C) they catch thermal faults and stay quiet on
+    the healthy fleet, as on the A100's."""
+    from fleetwatch.config import Config
+    from fleetwatch.evaluate import detector_sets
+
+    small = EvalOptions(gpus=256, hours=6.0, per_kind=3, seed=5, part="h100",
+                        kinds=("cooling", "rack_cooling"))
+    result = evaluate(small, detector_sets(Config(), False), workers=2)
+    assert result["part"] == "h100" and result["faults"] == 12   # 3 of each kind and mode
+    for kind in ("cooling", "rack_cooling"):
+        assert result["kinds"][kind]["modes"]["sudden"]["recall"] == 1.0, kind
+    assert result["precision"] == 1.0
+    assert result["false_alarms_per_1000_gpu_days"] == 0.0

@@ -75,6 +75,19 @@ def test_a_sensor_reading_far_below_peers_at_the_same_power_is_a_failing_sensor(
     assert found[0].for_s == DetectorsConfig().sensor_for_s
 
 
+def test_a_gpu_that_learned_it_runs_warm_and_then_runs_cool_is_not_a_failing_sensor() -> None:
+    """Its offset was learned during its first busy minutes while a cooling fault was
+    already there (seen on the simulated H100 fleet); with the fault gone (a new fan) it
+    runs a little cooler than its peers, which is no failing sensor. One reading far below
+    them still is."""
+    d = ThermalPeers()
+    assert run(d, lambda t: [74.0] + base(t)[1:], 1800) == []  # learned: +8 is its usual
+    cool = lambda t: [61.0] + base(t)[1:]                      # noqa: E731
+    assert run(d, cool, 1800, start=1800) == []
+    found = run(d, lambda t: [50.0] + base(t)[1:], 30, start=3600)
+    assert rules(found)[0] == ("gpu_temp_sensor_low", 0)
+
+
 def test_an_idle_gpu_inside_a_busy_job_is_not_compared_with_the_busy_ones() -> None:
     d = ThermalPeers()
     power = lambda t: [60.0] + [400.0] * 7                     # noqa: E731
