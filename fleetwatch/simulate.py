@@ -140,8 +140,9 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
                            seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
                            idle_mean_s=s.idle_mean_s, part=s.part)
         db = SqliteStore(path, config.store.raw_retention_h, config.store.rollup_retention_d)
-        print(f"simulating {duration_s / 86400:g} days of {s.nodes} nodes x {s.gpus} GPUs every "
-              f"{given.interval_s:g} s into {os.path.abspath(path)}", file=out)
+        print(f"simulating {duration_s / 86400:g} days of {s.nodes} nodes x {s.gpus} "
+              f"{s.part.upper()} GPUs every {given.interval_s:g} s into {os.path.abspath(path)}",
+              file=out)
         last = [0.0]
 
         def progress(done: float, points: int) -> None:

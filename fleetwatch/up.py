@@ -302,7 +302,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth))
-    what = (f"simulated fleet: {s.nodes} nodes x {s.gpus} GPUs, seed {s.seed}, "
+    what = (f"simulated fleet: {s.nodes} nodes x {s.gpus} {sim.part.model}, seed {s.seed}, "
             f"{options.interval_s:g} s samples")
     return system, what
 
