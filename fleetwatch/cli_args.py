@@ -77,7 +77,8 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--gpus", type=_positive_int, help="GPUs per node (default 8)")
         g.add_argument("--seed", type=int, help="random seed; same seed, same fleet (default 0)")
         g.add_argument("--part", choices=PART_NAMES, help="the simulated GPU: a100 "
-                       "(A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W) (default a100)")
+                       "(A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W) "
+                       "(default: sim.part, a100)")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
                        help="inject a fault: KIND:NODE/GPU[@START][+DURATION][xSEVERITY], e.g. "
                             "cooling:node-001/3@2m+2h (repeatable)")
