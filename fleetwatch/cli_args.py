@@ -11,6 +11,7 @@ from fleetwatch import __version__
 # The simulated parts (collectors/sim/hardware.PARTS, which --help does not import; a test
 # checks that the two agree, and with the config's sim.part).
 PART_NAMES = ("a100", "h100")
+PART_HELP = "the simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W)"
 
 
 def _duration(text: str) -> float:
@@ -76,9 +77,7 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--nodes", type=_positive_int, help="nodes (default 4)")
         g.add_argument("--gpus", type=_positive_int, help="GPUs per node (default 8)")
         g.add_argument("--seed", type=int, help="random seed; same seed, same fleet (default 0)")
-        g.add_argument("--part", choices=PART_NAMES, help="the simulated GPU: a100 "
-                       "(A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W) "
-                       "(default: sim.part, a100)")
+        g.add_argument("--part", choices=PART_NAMES, help=PART_HELP + " (default: sim.part, a100)")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
                        help="inject a fault: KIND:NODE/GPU[@START][+DURATION][xSEVERITY], e.g. "
                             "cooling:node-001/3@2m+2h (repeatable)")
@@ -213,8 +212,7 @@ def parser() -> argparse.ArgumentParser:
                          "default is 5: a shorter interval takes longer to run)")
     ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
     ev.add_argument("--part", choices=PART_NAMES, default="a100",
-                    help="the simulated GPU: a100 (A100-SXM4-80GB) or h100 (H100 80GB HBM3); "
-                         "default a100")
+                    help=PART_HELP + " (default a100)")
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON line")

@@ -347,8 +347,7 @@ def table(result: Mapping[str, Any]) -> str:
         head += f" | {name[:26]:<26}"
     sub = " " * 29 + "".join(" | recall prec  p50s  p95s  1st" for _ in cols)
     lines = [f"{result['gpus']} GPUs ({result.get('part', 'a100')}), {result['hours']:g} h, "
-             f"a sample every "
-             f"{result['interval_s']:g} s, {result['faults']} faults, "
+             f"a sample every {result['interval_s']:g} s, {result['faults']} faults, "
              f"{result['seconds']:.0f} s", head, sub]
     first = next(iter(cols.values()))
     for kind, row in first["kinds"].items():
