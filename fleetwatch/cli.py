@@ -21,6 +21,7 @@ import errno
 import ipaddress
 import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -66,10 +67,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = load(args.config)
         if getattr(args, "store", None):
             config = _override(config, "store", path=args.store)
-        return _COMMANDS[args.command](config, args)
+        code = _COMMANDS[args.command](config, args)
+        sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
+        return code
     except ConfigError as exc:
         print(f"fleetwatch: configuration error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        # The reader went away (`fleetwatch config | head`): stop without a traceback, and
+        # keep Python's flush at exit from raising it again (the recipe of Python's docs).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_ERROR
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             print(f"fleetwatch: an address is already in use ({exc}): is another fleetwatch or "

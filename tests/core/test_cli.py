@@ -111,3 +111,15 @@ def test_the_dashboard_serves_until_sigterm_and_exits_cleanly(tmp_path: Path) ->
         proc.kill()
     assert proc.returncode == 0, out
     assert "Traceback" not in out
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    # `fleetwatch config | head -3`: the pipe closes while fleetwatch still writes.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
+    proc = subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "config"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0)
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before it writes: the whole output meets a closed pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(30) == 1
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
