@@ -161,7 +161,9 @@ def parser() -> argparse.ArgumentParser:
                             description="Write the month's energy, carbon and cost, per job, "
                             "user, team, node and cluster: an HTML report, a CSV and a JSON "
                             "summary, from the energy ledger in the configured store.")
-    report.add_argument("--month", required=True, metavar="YYYY-MM", help="e.g. 2026-11")
+    report.add_argument("--month", required=True, metavar="YYYY-MM",
+                        help="e.g. 2026-11; or previous (what a monthly timer runs on the 1st) "
+                        "or current (month to date); UTC months")
     report.add_argument("--out", default=".", metavar="DIR",
                         help="where the files go (default: here)")
     report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")

@@ -125,6 +125,18 @@ class Report:
         }
 
 
+def resolve_month(month: str, now: float) -> str:
+    """``previous`` and ``current`` (UTC months, as the ledger's) as ``YYYY-MM``; any other
+    text is returned as it is, for :func:`month_span` to check."""
+    if month not in ("previous", "current"):
+        return month
+    today = datetime.fromtimestamp(now, timezone.utc)
+    year, mon = today.year, today.month
+    if month == "previous":
+        year, mon = (year - 1, 12) if mon == 1 else (year, mon - 1)
+    return f"{year:04d}-{mon:02d}"
+
+
 def month_span(month: str) -> tuple[int, int]:
     """``2026-11`` -> (start, end) in epoch seconds, UTC."""
     try:
@@ -132,7 +144,8 @@ def month_span(month: str) -> tuple[int, int]:
         if not (1 <= mon <= 12 and 2000 <= year <= 2200) or len(month) != 7:
             raise ValueError
     except ValueError:
-        raise ReportError(f"--month {month!r}: expected YYYY-MM, e.g. 2026-11") from None
+        raise ReportError(f"--month {month!r}: expected YYYY-MM (e.g. 2026-11), previous or "
+                          "current") from None
     start = calendar.timegm((year, mon, 1, 0, 0, 0))
     days = calendar.monthrange(year, mon)[1]
     return start, start + days * DAY_S
@@ -255,12 +268,15 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
 
 
 def report_month(config: Config, month: str, out_dir: str | Path) -> str:
-    """``fleetwatch report``: the files for ``month`` from the configured store; returns
-    what to print (the headline and the paths)."""
+    """``fleetwatch report``: the files for ``month`` (``YYYY-MM``, ``previous`` or
+    ``current``) from the configured store; returns what to print (the headline and the
+    paths)."""
     from fleetwatch.carbon import CarbonDataError, model_from_config
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store
 
+    month = resolve_month(month, time.time())
+    month_span(month)  # a wrong month is said before the store is opened
     try:
         model = model_from_config(config.carbon, config.energy)
     except CarbonDataError as exc:

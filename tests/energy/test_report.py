@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import calendar
 import csv
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +16,8 @@ from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import KINDS, ReportError, build, month_span, write_report
+from fleetwatch.report import (KINDS, ReportError, build, month_span, resolve_month,
+                               write_report)
 
 from .helpers import frame
 
@@ -31,6 +34,17 @@ def test_month_span_and_bad_months():
     for bad in ("2022-13", "22-05", "2022/05", "May", "2022-5"):
         with pytest.raises(ReportError, match="YYYY-MM"):
             month_span(bad)
+
+
+def test_previous_and_current_months_are_utc_months():
+    # 2027-01-01 00:30 UTC (still 2026-12-31 in New York): the previous month is December.
+    new_year = calendar.timegm((2027, 1, 1, 0, 30, 0))
+    assert resolve_month("previous", new_year) == "2026-12"
+    assert resolve_month("current", new_year) == "2027-01"
+    assert resolve_month("previous", calendar.timegm((2026, 3, 31, 23, 0, 0))) == "2026-02"
+    assert resolve_month("2022-05", new_year) == "2022-05"
+    with pytest.raises(ReportError, match="previous or current"):
+        month_span(resolve_month("last", new_year))
 
 
 def test_known_profile_gives_exact_kwh_co2e_and_cost(tmp_path):
@@ -129,6 +143,28 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
                  "--out", str(tmp_path / "out")]) == 1
     assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
     assert main(["report", "--month", "2022-06", "--store", str(tmp_path / "none.db")]) == 1
+
+
+def test_cli_report_of_the_previous_month_as_the_monthly_timer_runs_it(tmp_path, capsys):
+    previous = resolve_month("previous", time.time())
+    db = tmp_path / "s.db"
+    store = SqliteStore(db)
+    t0 = month_span(previous)[0] + 2 * 86400
+    EnergyIntegrator(store).observe([
+        frame(t0 + 15 * i, {0: {"gpu_power_w": 400.0, "gpu_sm_active_ratio": 0.9}}, job="j")
+        for i in range(241)])
+    store.close()
+    conf = tmp_path / "c.toml"
+    conf.write_text('[carbon]\nintensity_g_per_kwh = 500.0\npue = 1.0\n')
+    assert main(["--config", str(conf), "report", "--month", "previous", "--store", str(db),
+                 "--out", str(tmp_path / "reports")]) == 0
+    assert capsys.readouterr().out.startswith(f"{previous}: 0.000 t CO2e, 0.4 facility kWh")
+    summary = json.loads((tmp_path / "reports" / f"fleetwatch-energy-{previous}.json")
+                         .read_text())
+    assert summary["co2e_kg"] == pytest.approx(0.2)
+    assert main(["report", "--month", "last", "--store", str(db)]) == 1
+    assert "'last': expected YYYY-MM (e.g. 2026-11), previous or current" in (
+        capsys.readouterr().err)
 
 
 def test_the_ciso_hole_is_filled_and_counted(tmp_path):
