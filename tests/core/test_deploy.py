@@ -1,0 +1,107 @@
+"""What a cluster admin installs: the systemd units and the cluster configuration of
+``deploy/``, checked as systemd and fleetwatch read them (running them: tests/integration/
+test_deploy_cluster.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from fleetwatch.cli_args import parser
+from fleetwatch.config import load
+from tests.units import CLUSTER_CONFIG, INSTALLED_BINARY, INSTALLED_CONFIG, UNITS, units
+
+SERVICES = {u.path.stem: u for u in units(".service")}
+
+
+def systemd_analyze() -> str:
+    binary = shutil.which("systemd-analyze")
+    assert binary, "no systemd-analyze: `apt-get install systemd` (scripts/test does this)"
+    return binary
+
+
+def verify(folder: Path) -> subprocess.CompletedProcess[str]:
+    names = sorted(p.name for p in folder.iterdir())
+    return subprocess.run([systemd_analyze(), "verify", "--man=no", *names], cwd=folder,
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "SYSTEMD_LOG_COLOR": "0"})
+
+
+def installed_copy(tmp_path: Path, edit: dict[str, str] | None = None) -> Path:
+    """The units with the program where this checkout has it (systemd checks that it is
+    executable) and, per file name, one line replaced."""
+    folder = tmp_path / "units"
+    folder.mkdir()
+    fleetwatch = shutil.which("fleetwatch", path=str(Path(sys.executable).parent))
+    assert fleetwatch, "fleetwatch's script is not installed beside this Python"
+    for p in UNITS.iterdir():
+        if p.suffix not in (".service", ".timer"):
+            continue
+        text = p.read_text("utf-8").replace(INSTALLED_BINARY, fleetwatch)
+        for old, new in (edit or {}).items():
+            if old.startswith(p.name + ":"):
+                text = text.replace(old.split(":", 1)[1], new)
+        (folder / p.name).write_text(text, "utf-8")
+    return folder
+
+
+def test_systemd_accepts_every_unit_without_a_warning(tmp_path: Path) -> None:
+    result = verify(installed_copy(tmp_path))
+    assert result.returncode == 0 and not (result.stdout + result.stderr).strip(), (
+        result.stdout + result.stderr)
+
+
+def test_the_check_above_would_see_a_mistake(tmp_path: Path) -> None:
+    # A misspelt key, a timer with an impossible date: systemd says so, and the test above
+    # reads what it says, not only its exit status (0 for the first).
+    result = verify(installed_copy(tmp_path, {
+        "fleetwatch-agent.service:KillSignal=": "KillSignl=",
+        "fleetwatch-report.timer:*-*-01": "*-*-32"}))
+    said = result.stdout + result.stderr
+    assert "Unknown key 'KillSignl'" in said and "calendar" in said, said
+
+
+def test_every_command_line_is_one_fleetwatch_accepts_with_the_cluster_config() -> None:
+    assert set(SERVICES) == {"fleetwatch-agent", "fleetwatch-process", "fleetwatch-dashboard",
+                             "fleetwatch-train", "fleetwatch-report"}
+    for name, unit in SERVICES.items():
+        argv = unit.exec_start
+        assert argv[:3] == [INSTALLED_BINARY, "--config", INSTALLED_CONFIG], name
+        args = parser().parse_args(argv[1:])
+        assert args.command == name.removeprefix("fleetwatch-"), name
+    for timer in units(".timer"):
+        assert timer.path.with_suffix(".service").stem in SERVICES, timer.path.name
+
+
+def test_the_cluster_config_loads_and_only_the_agent_runs_as_root() -> None:
+    config = load(CLUSTER_CONFIG)
+    assert config.bus.kind == "kafka" and config.store.kind == "victoriametrics"
+    # The spool lives in the agent unit's state directory, and the relative models.dir in
+    # the working directory of the units that train and read it.
+    agent = SERVICES["fleetwatch-agent"]
+    state = "/var/lib/" + agent.get("Service", "StateDirectory")
+    assert config.agent.spool_dir.startswith(state + "/")
+    assert not Path(config.models.dir).is_absolute()
+    for name, unit in SERVICES.items():
+        user = unit.get("Service", "User")
+        assert (user == "root") == (name == "fleetwatch-agent"), name
+        assert unit.get("Service", "WorkingDirectory") == state, name
+        assert unit.get("Service", "ProtectSystem") == "strict", name
+    # Long-running services stop as Ctrl-C stops them: SIGTERM, with time to flush.
+    for name in ("fleetwatch-agent", "fleetwatch-process", "fleetwatch-dashboard"):
+        unit = SERVICES[name]
+        assert unit.get("Service", "KillSignal") == "SIGTERM"
+        assert unit.get("Service", "Restart") == "always"
+    # The dashboard has no authentication, so nothing in the deployment moves it off loopback.
+    assert config.dashboard.host == "127.0.0.1"
+    assert "--host" not in SERVICES["fleetwatch-dashboard"].exec_start
+
+
+def test_the_sysusers_file_makes_the_units_user() -> None:
+    lines = [line.split() for line in (UNITS / "fleetwatch.sysusers").read_text("utf-8")
+             .splitlines() if line.strip() and not line.startswith("#")]
+    users = {unit.get("Service", "User") for unit in SERVICES.values()} - {"root"}
+    assert [(kind, name) for kind, name, *_ in lines] == [("u", u) for u in sorted(users)]
