@@ -16,8 +16,7 @@ from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import (KINDS, ReportError, build, month_span, resolve_month,
-                               write_report)
+from fleetwatch.report import KINDS, ReportError, build, month_span, resolve_month, write_report
 
 from .helpers import frame
 
