@@ -114,6 +114,15 @@ class ThermalPeers(WaveDetector):
         offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
                          c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
+        # Judged by its learned offset once that is learned: for a busy GPU, learned while
+        # busy (its offset at idle says little about its offset at full power). Until then
+        # it is judged as the warmest healthy GPU may run, max_offset_c: a heat path that
+        # is already failing when a job starts on it (a node back from repair with a bad
+        # fan) is not learned as the GPU's way, and pages as soon as it is out that far.
+        busy = plag >= BUSY_W
+        warm = (t["warm"][s] >= c.warmup_s) & (~busy | (t["warm_busy"][s] >= c.warmup_s))
+        offset = np.where(warm, offset, c.max_offset_c)
+        own = np.where(fresh, temp - offset, np.nan)
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
         # (never the other way, so one the driver holds down for heat is not excused).
         expected = adj[:, None, :] + c.peer_c_per_w * np.maximum(-more, 0.0)   # [f, i, j]
@@ -121,7 +130,10 @@ class ThermalPeers(WaveDetector):
         median = peer_median_block(expected, peers, count)
         mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)
         judged = fresh & (count >= c.min_peers)
-        excess = np.where(judged, adj - median, 0.0)
+        excess = np.where(judged, own - median, 0.0)
+        # Its rise is measured on the learned offset throughout, so that the step from
+        # max_offset_c to the learned offset at the end of the warm-up is no rise.
+        learned = np.where(judged, adj - median, 0.0)
         # While a node heats or cools through a job phase, GPUs with slightly different time
         # constants part by a few degrees: widen the margin by a share of how fast the
         # peers themselves are moving (their distance from their own lagged temperature).
@@ -135,18 +147,14 @@ class ThermalPeers(WaveDetector):
         sdt = ts - t["sts"][s]
         sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
         old = t["smooth"][s]
-        smooth = np.where(np.isnan(old), excess, old + sw * (excess - old))
+        smooth = np.where(np.isnan(old), learned, old + sw * (learned - old))
         with np.errstate(invalid="ignore", divide="ignore"):
-            slope = np.where(sw < 1.0, (excess - smooth) * sw
+            slope = np.where(sw < 1.0, (learned - smooth) * sw
                              / ((1.0 - sw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
-        # Judged once learned: for a busy GPU, learned while busy (its offset at idle says
-        # little about its offset at full power).
-        busy = plag >= BUSY_W
-        warm = (t["warm"][s] >= c.warmup_s) & (~busy | (t["warm_busy"][s] >= c.warmup_s))
         # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
         # the driver does) keeps one alert instead of raising one a minute.
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
-        hot = judged & warm & (excess > margin - HYSTERESIS_C * was_hot)
+        hot = judged & (excess > margin - HYSTERESIS_C * was_hot)
         critical_c = np.maximum(c.peer_critical_c, margin)
         # Critical: far out, or pulling away from its peers fast (a heat path that just
         # failed: the first samples already climb while the peers' do not), which is
@@ -159,7 +167,7 @@ class ThermalPeers(WaveDetector):
         # 0.024 °C/W) and its heat sink moves within a long sample too. A failed heat path
         # climbs at steady power; a power blip's reading jumps with it.
         unsure = c.peer_c_per_w * np.abs(power - plag)
-        crit = judged & warm & (
+        crit = judged & (
             (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
             | ((excess > RISE_SHARE * base + motion + unsure)
                & (slope >= c.peer_rise_c_per_min)))
@@ -173,8 +181,9 @@ class ThermalPeers(WaveDetector):
         low = fresh & warm & (low_count >= c.min_peers) & (
             low_adj - low_median < -np.maximum(c.sensor_low_c, margin))
         excess = np.where(low, low_adj - low_median, excess)
+        quiet = ~hot & (~warm | (np.abs(excess) < margin))
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
-                    warm[judged], np.abs(excess[judged]) < margin[judged])
+                    warm[judged], quiet[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
         t["warm"][s[judged]] += step[judged]
         t["warm_busy"][s[judged & busy]] += step[judged & busy]
@@ -194,13 +203,13 @@ class ThermalPeers(WaveDetector):
         """Exponentially weighted sums for the offset's least squares, forgetting over time.
 
         Fast while warming up (so a GPU that always runs warmer is learned before it
-        is judged), slow afterwards and only while the GPU is not alarming.
+        is judged by it), slow afterwards; never from a sample in which it alarms.
         """
         c, t = self.c, self.table
         tau = np.where(warm, c.model_forget_s, max(c.warmup_s / 4.0, 1.0))
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
         w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
-        w = np.where(warm & ~quiet, 0.0, w)
+        w = np.where(~quiet, 0.0, w)
         for name, value in (("sd", d), ("sp", p), ("spp", p * p), ("sdp", d * p)):
             t[name][s] += w * (value - t[name][s])
 
