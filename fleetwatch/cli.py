@@ -32,6 +32,7 @@ from fleetwatch.cli_history import (  # the exit codes are defined there, once
     EXIT_OK,
     EXIT_USAGE,
     cmd_ack,
+    cmd_alerts,
     cmd_evaluate,
     cmd_replay,
     cmd_report,
@@ -238,7 +239,7 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
              "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack,
-             "train": cmd_train, "report": cmd_report}
+             "alerts": cmd_alerts, "train": cmd_train, "report": cmd_report}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -25,6 +25,14 @@ def _duration(text: str) -> float:
             f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d") from None
 
 
+def _span(text: str) -> float:
+    """A look-back: a duration above 0 and at most ten years."""
+    seconds = _duration(text)
+    if not 0 < seconds <= 3650 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be above 0 and at most 3650d")
+    return seconds
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
@@ -240,6 +248,18 @@ def parser() -> argparse.ArgumentParser:
     si_list.add_argument("--all", action="store_true")
     si_exp = si_sub.add_parser("expire", help="end a silence now")
     si_exp.add_argument("id")
+
+    al = sub.add_parser("alerts", help="list the open alerts: where, since when, evidence, "
+                        "action, and ids for ack",
+                        description="The alerts the processors keep in the store: firing, then "
+                        "pending; critical first; the oldest first. Each says where, since when, "
+                        "what, the values that raised it, what to do, and why it is not being "
+                        "notified (silenced, inhibited by a node or rack alert, acknowledged).")
+    al.add_argument("--since", type=_span, metavar="DUR",
+                    help="also the alerts resolved in the last DUR, e.g. 24h")
+    al.add_argument("--node", help="only this node's alerts")
+    al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
+    al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
                          "it resolves")

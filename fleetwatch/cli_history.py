@@ -135,6 +135,49 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.alert_view import headline, lines, record
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.wiring import open_store
+
+    c = config.store
+    name = c.path if c.kind == "sqlite" else f"{c.kind} at {c.url}"
+    now = time.time()
+    try:
+        store = open_store(c, read_only=c.kind == "sqlite")
+    except StoreError as exc:
+        print(f"fleetwatch alerts: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        alerts = store.alerts()
+        if args.since is not None:  # those that fired: a pending one that cleared is no news
+            alerts += [a for a in store.alerts(("resolved",), since_ts=now - args.since)
+                       if a.fired_ts is not None]
+        acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
+        silences = store.silences(now) if hasattr(store, "silences") else []
+    except StoreError as exc:
+        print(f"fleetwatch alerts: cannot read {name}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        store.close()
+    open_alerts = [a for a in alerts if a.state != "resolved"]
+    if args.node:
+        alerts = [a for a in alerts if a.node == args.node]
+    if args.json:
+        for a in alerts:
+            print(json.dumps(record(a, open_alerts, silences, acks)))
+        return EXIT_OK
+    scope = f" of {args.node}" if args.node else ""
+    if not alerts:
+        recent = f" and none resolved in the last {args.since:g} s" if args.since else ""
+        print(f"no open alerts{scope}{recent} in {name}")
+        return EXIT_OK
+    print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
+    for line in lines(alerts, silences, acks, now):
+        print(line)
+    return EXIT_OK
+
+
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.silencing import SilenceError, acknowledge
     from fleetwatch.wiring import open_store

@@ -87,8 +87,8 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     if not by:
         raise SilenceError("say who acknowledges it: --by NAME")
     if alert_id not in {a.id for a in store.alerts()}:
-        raise SilenceError(f"no open alert {alert_id!r}; the dashboard's alert table and "
-                           "`fleetwatch replay` show alert ids")
+        raise SilenceError(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the open "
+                           "ones with their ids, as the dashboard's alert table does")
     ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
     _write(store.write_acks, ack)
     return ack

@@ -1,0 +1,96 @@
+"""``fleetwatch alerts``: the alerts of the store as on-call reads them in a terminal.
+
+Pure: alerts, acknowledgements and silences in, lines out. What is open comes first
+(firing, then pending; critical, then warning, then info; the oldest first), each with
+where, since when, what, the evidence, the action, and why it is not being notified.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fleetwatch.pipeline.silences import mute
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+_STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
+_SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
+
+
+def ordered(alerts: Iterable[Alert]) -> list[Alert]:
+    return sorted(alerts, key=lambda a: (_STATE_ORDER.get(a.state, 3),
+                                         _SEVERITY_ORDER.get(a.severity, 3), a.started_ts,
+                                         a.id))
+
+
+def where(a: Alert) -> str:
+    return "/".join(p for p in (a.cluster, a.rack, a.node, a.device) if p)
+
+
+def age(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s} s"
+    if s < 7200:
+        return f"{s // 60} min"
+    if s < 172800:
+        return f"{s // 3600} h {s % 3600 // 60:02d} min"
+    return f"{s // 86400} d {s % 86400 // 3600} h"
+
+
+def utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
+
+
+def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
+           acks: Mapping[str, Acknowledgement]) -> dict[str, Any]:
+    """One alert as a JSON object: its fields, and ``muted`` (``silence:ID``,
+    ``inhibited:ID``, ``ack:BY`` or "") as the processor decides it."""
+    ack = acks.get(a.id)
+    return {"id": a.id, "state": a.state, "severity": a.severity, "rule": a.rule,
+            "cluster": a.cluster, "rack": a.rack, "node": a.node, "device": a.device,
+            "started_ts": a.started_ts, "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts,
+            "updated_ts": a.updated_ts, "value": a.value, "message": a.message,
+            "evidence": dict(a.evidence), "action": a.action,
+            "acked_by": ack.by if ack else None,
+            "muted": mute(a, open_alerts, silences, acks) if a.state != "resolved" else ""}
+
+
+def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
+          acks: Mapping[str, Acknowledgement], now: float) -> list[str]:
+    """The table: a heading line per alert, then what, the evidence, the action and why
+    it is muted, indented."""
+    open_alerts = [a for a in alerts if a.state != "resolved"]
+    out: list[str] = []
+    for a in ordered(alerts):
+        if a.state == "resolved" and a.resolved_ts is not None:
+            when = f"resolved {utc(a.resolved_ts)}, after {age(a.resolved_ts - a.started_ts)}"
+        else:
+            when = f"since {utc(a.started_ts)} ({age(now - a.started_ts)})"
+        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  {when}  "
+                   f"id {a.id}")
+        out.append(f"    {a.message}")
+        if a.evidence:
+            out.append("    evidence: " + ", ".join(f"{k}={v:.4g}" for k, v in
+                                                   sorted(a.evidence.items())))
+        if a.action:
+            out.append(f"    action: {a.action}")
+        muted = mute(a, open_alerts, silences, acks) if a.state != "resolved" else ""
+        if muted:
+            kind, _, who = muted.partition(":")
+            ack = acks.get(a.id)
+            said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
+                    "ack": f"acknowledged by {who}"
+                           + (f": {ack.comment}" if ack and ack.comment else "")}[kind]
+            out.append(f"    notifications: {said}")
+    return out
+
+
+def headline(alerts: Sequence[Alert]) -> str:
+    firing = sum(a.state == "firing" for a in alerts)
+    pending = sum(a.state == "pending" for a in alerts)
+    resolved = sum(a.state == "resolved" for a in alerts)
+    parts = [f"{firing} firing", f"{pending} pending"] + (
+        [f"{resolved} resolved"] if resolved else [])
+    return ", ".join(parts)
