@@ -142,3 +142,14 @@ def http_ok(url: str) -> bool:
             return r.status == 200
     except OSError:
         return False
+
+
+def wait_for(what: str, condition, timeout_s: float, logs=(), every_s: float = 0.5) -> None:
+    """Until ``condition()`` holds; else fail, saying ``what`` and the tails of ``logs``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(every_s)
+    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs if p.exists())
+    raise AssertionError(f"{what} within {timeout_s} s\n{tails}")

@@ -121,16 +121,22 @@ def test_a_simulated_fleet_matches_the_simulators_ground_truth(tmp_path, with_co
     assert ledger == pytest.approx(truth, rel=tolerance)
 
 
-def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
+def one_gpu_hour(tmp_path, start: float, watts: float):
+    """A store whose ledger holds one GPU at ``watts`` for an hour from ``start``, and a
+    config of 500 g CO2e per kWh at PUE 1."""
     db = tmp_path / "s.db"
     store = SqliteStore(db)
-    t0 = MAY[0] + 3 * 86400
     EnergyIntegrator(store).observe([
-        frame(t0 + 15 * i, {0: {"gpu_power_w": 250.0, "gpu_sm_active_ratio": 0.5}}, job="j")
+        frame(start + 15 * i, {0: {"gpu_power_w": watts, "gpu_sm_active_ratio": 0.5}}, job="j")
         for i in range(241)])
     store.close()
     conf = tmp_path / "c.toml"
     conf.write_text('[carbon]\nintensity_g_per_kwh = 500.0\npue = 1.0\n')
+    return db, conf
+
+
+def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
+    db, conf = one_gpu_hour(tmp_path, MAY[0] + 3 * 86400, 250.0)
     assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
@@ -146,15 +152,7 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
 
 def test_cli_report_of_the_previous_month_as_the_monthly_timer_runs_it(tmp_path, capsys):
     previous = resolve_month("previous", time.time())
-    db = tmp_path / "s.db"
-    store = SqliteStore(db)
-    t0 = month_span(previous)[0] + 2 * 86400
-    EnergyIntegrator(store).observe([
-        frame(t0 + 15 * i, {0: {"gpu_power_w": 400.0, "gpu_sm_active_ratio": 0.9}}, job="j")
-        for i in range(241)])
-    store.close()
-    conf = tmp_path / "c.toml"
-    conf.write_text('[carbon]\nintensity_g_per_kwh = 500.0\npue = 1.0\n')
+    db, conf = one_gpu_hour(tmp_path, month_span(previous)[0] + 2 * 86400, 400.0)
     assert main(["--config", str(conf), "report", "--month", "previous", "--store", str(db),
                  "--out", str(tmp_path / "reports")]) == 0
     assert capsys.readouterr().out.startswith(f"{previous}: 0.000 t CO2e, 0.4 facility kWh")

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import time
 import urllib.request
 import uuid
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_victoria_pipeline import count_samples
-from tests.servers import Server, free_port, http_ok
+from tests.servers import Server, free_port, http_ok, wait_for
 from tests.units import UNITS, read_unit
 
 pytestmark = pytest.mark.kafka
@@ -43,16 +42,6 @@ def stop(unit_name: str, proc: subprocess.Popen[bytes], cwd: Path) -> int:
         proc.wait()
         log = (cwd / f"{unit_name}.log").read_text()[-3000:]
         raise AssertionError(f"{unit_name} did not stop within TimeoutStopSec:\n{log}") from None
-
-
-def wait_for(what: str, condition, timeout_s: float, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(1.0)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs if p.exists())
-    raise AssertionError(f"{what} within {timeout_s} s\n{tails}")
 
 
 def test_the_units_run_the_cluster_and_stop_cleanly(

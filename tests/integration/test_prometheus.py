@@ -10,7 +10,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -20,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.pipeline.bus.kafka import KafkaProducer
-from tests.servers import Server, free_port, http_ok, wait_port
+from tests.servers import Server, free_port, http_ok, wait_for, wait_port
 
 pytestmark = pytest.mark.kafka
 
@@ -74,16 +73,6 @@ def own_metric(address: str, name: str) -> float:
     samples = [s.value for f in families for s in f.samples if s.name == name]
     assert samples, f"Prometheus has no {name}"
     return sum(samples)
-
-
-def wait_for(what: str, condition, timeout_s: float, logs: list[Path]) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.5)
-    tails = "\n".join(f"--- {p.name}\n{p.read_text()[-2000:]}" for p in logs if p.exists())
-    raise AssertionError(f"{what} within {timeout_s} s\n{tails}")
 
 
 def fleetwatch(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
