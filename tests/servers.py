@@ -116,10 +116,10 @@ def victoria_metrics(tmp: Path, port: int | None = None, **flags: str | None) ->
         port, log_path=tmp / f"vm-{port}.log")
 
 
-def alertmanager(tmp: Path, port: int | None = None) -> Server:
+def alertmanager(tmp: Path, port: int | None = None, config: Path | None = None) -> Server:
     """Debian's Alertmanager on loopback only; gossip off (``--cluster.listen-address=``,
-    else it listens on 0.0.0.0:9094). One receiver that drops everything: the tests
-    read alerts back from its API."""
+    else it listens on 0.0.0.0:9094). By default one receiver that drops everything: the
+    tests read alerts back from its API."""
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     if binary is None:
         raise RuntimeError("no Alertmanager: `apt-get install prometheus-alertmanager` "
@@ -127,9 +127,10 @@ def alertmanager(tmp: Path, port: int | None = None) -> Server:
     port = port or free_port()
     data = tmp / f"am-{port}"
     data.mkdir(parents=True, exist_ok=True)
-    conf = data / "alertmanager.yml"
-    conf.write_text("route:\n  receiver: blackhole\n  group_wait: 1s\n"
-                    "receivers:\n  - name: blackhole\n")
+    conf = config or data / "alertmanager.yml"
+    if config is None:
+        conf.write_text("route:\n  receiver: blackhole\n  group_wait: 1s\n"
+                        "receivers:\n  - name: blackhole\n")
     return Server("alertmanager", [
         binary, f"--config.file={conf}", f"--storage.path={data}",
         f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address=",
