@@ -70,7 +70,8 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
             when = f"since {utc(a.started_ts)} ({age(now - a.started_ts)})"
         out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  {when}  "
                    f"id {a.id}")
-        out.append(f"    {a.message}")
+        if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
+            out.append(f"    {a.message}")
         if a.evidence:
             out.append("    evidence: " + ", ".join(f"{k}={v:.4g}" for k, v in
                                                    sorted(a.evidence.items())))

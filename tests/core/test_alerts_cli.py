@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -126,3 +127,11 @@ def test_an_empty_or_missing_store_says_so(tmp_path: Path,
     assert capsys.readouterr().out == f"no open alerts in {empty}\n"
     assert main(["alerts", "--store", str(tmp_path / "none.db")]) == 1
     assert "none.db" in capsys.readouterr().err
+
+
+def test_an_alert_without_its_text_prints_no_empty_line() -> None:
+    # VictoriaMetrics keeps the numbers of an alert, not its text.
+    bare = dataclasses.replace(alert("gpu_temp_high", "firing", "warning", NOW - 60,
+                                     fired=NOW - 30), message="", action="")
+    text = lines([bare], [], {}, NOW)
+    assert len(text) == 2 and text[1].startswith("    evidence: ")

@@ -85,6 +85,15 @@ def test_the_units_run_the_cluster_and_stop_cleanly(
             exported = r.read().decode()
         assert f'Hostname="gpu-{run}"' in exported or f'node="gpu-{run}"' in exported, (
             exported[:2000])
+        # On-call's first command on the processor host, against the cluster's store.
+        unit = read_unit(UNITS / "fleetwatch-process.service")
+        argv = unit.local_argv()
+        listed = subprocess.run([*argv[:argv.index("process")], "alerts"], cwd=tmp_path,
+                                env={**{k: v for k, v in os.environ.items()
+                                        if not k.startswith("FLEETWATCH_")}, **env},
+                                capture_output=True, text=True, timeout=60)
+        assert listed.returncode == 0, listed.stderr
+        assert listed.stdout == f"no open alerts in victoriametrics at http://{victoria.address}\n"
     finally:
         codes = {name: stop(name, proc, tmp_path) for name, proc in procs.items()}
     assert codes == {name: 0 for name in procs}, codes
