@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from fleetwatch.cli_args import parser
+from fleetwatch.cli_history import EXIT_USAGE
 from fleetwatch.config import load
 from tests.units import CLUSTER_CONFIG, INSTALLED_BINARY, INSTALLED_CONFIG, UNITS, units
 
@@ -90,11 +91,13 @@ def test_the_cluster_config_loads_and_only_the_agent_runs_as_root() -> None:
         assert (user == "root") == (name == "fleetwatch-agent"), name
         assert unit.get("Service", "WorkingDirectory") == state, name
         assert unit.get("Service", "ProtectSystem") == "strict", name
-    # Long-running services stop as Ctrl-C stops them: SIGTERM, with time to flush.
+    # Long-running services stop as Ctrl-C stops them: SIGTERM, with time to flush; they
+    # come back when they die, but not to repeat a configuration error.
     for name in ("fleetwatch-agent", "fleetwatch-process", "fleetwatch-dashboard"):
         unit = SERVICES[name]
         assert unit.get("Service", "KillSignal") == "SIGTERM"
         assert unit.get("Service", "Restart") == "always"
+        assert unit.get("Service", "RestartPreventExitStatus") == str(EXIT_USAGE)
     # The dashboard has no authentication, so nothing in the deployment moves it off loopback.
     assert config.dashboard.host == "127.0.0.1"
     assert "--host" not in SERVICES["fleetwatch-dashboard"].exec_start
@@ -105,3 +108,18 @@ def test_the_sysusers_file_makes_the_units_user() -> None:
              .splitlines() if line.strip() and not line.startswith("#")]
     users = {unit.get("Service", "User") for unit in SERVICES.values()} - {"root"}
     assert [(kind, name) for kind, name, *_ in lines] == [("u", u) for u in sorted(users)]
+
+
+def test_a_configuration_error_exits_with_the_status_that_stops_the_restarts(
+        tmp_path: Path) -> None:
+    bad = tmp_path / "fleetwatch.toml"
+    bad.write_text(CLUSTER_CONFIG.read_text("utf-8").replace('kind = "kafka"',
+                                                             'kind = "kafkaa"'))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
+    for name in ("fleetwatch-agent", "fleetwatch-process", "fleetwatch-dashboard"):
+        argv = [str(bad) if a == str(CLUSTER_CONFIG) else a
+                for a in SERVICES[name].local_argv()]
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60,
+                                cwd=tmp_path)
+        assert result.returncode == EXIT_USAGE, (name, result.stderr)
+        assert "bus.kind" in result.stderr, (name, result.stderr)
