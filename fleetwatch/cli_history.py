@@ -138,10 +138,10 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.alert_view import headline, lines, record
     from fleetwatch.pipeline.store.base import StoreError
-    from fleetwatch.wiring import open_store
+    from fleetwatch.wiring import open_store, store_name
 
     c = config.store
-    name = c.path if c.kind == "sqlite" else f"{c.kind} at {c.url}"
+    name = store_name(c)
     now = time.time()
     try:
         store = open_store(c, read_only=c.kind == "sqlite")

@@ -273,7 +273,7 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
     paths)."""
     from fleetwatch.carbon import CarbonDataError, model_from_config
     from fleetwatch.pipeline.store.base import StoreError
-    from fleetwatch.wiring import open_store
+    from fleetwatch.wiring import open_store, store_name
 
     month = resolve_month(month, time.time())
     month_span(month)  # a wrong month is said before the store is opened
@@ -282,7 +282,7 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
     except CarbonDataError as exc:
         raise ReportError(str(exc)) from exc
     c = config.store
-    name = c.path if c.kind == "sqlite" else f"{c.kind} at {c.url}"
+    name = store_name(c)
     try:
         store = open_store(c, read_only=c.kind == "sqlite")
     except StoreError as exc:

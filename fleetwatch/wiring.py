@@ -35,6 +35,11 @@ def open_store(config: StoreConfig, read_only: bool = False) -> Store:
     return open_lineproto_store(config)
 
 
+def store_name(config: StoreConfig) -> str:
+    """The store as messages name it: the file, or the server's kind and URL."""
+    return config.path if config.kind == "sqlite" else f"{config.kind} at {config.url}"
+
+
 def open_producer(config: BusConfig, memory: MemoryBus | None = None) -> Producer:
     if config.kind == "memory":
         if memory is None:
