@@ -39,6 +39,7 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
           f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
           f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
           f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
