@@ -9,6 +9,7 @@ while the GPU reports them.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Iterable, Sequence
 
 import numpy as np
@@ -220,6 +221,17 @@ class NodeSilence:
             if i is not None:
                 self._last[i] = np.nan
 
+    def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
+        """Nodes this processor now owns but has no frame from: (cluster, rack, node,
+        their last frame's time, from the store). One that sends nothing more is
+        reported once it has been silent for long enough."""
+        for cluster, rack, node, ts in nodes:
+            i = self._index.get(node)
+            if i is None:
+                i = self._add_node(cluster, rack, node)
+            if not self._last[i] >= ts:
+                self._last[i] = ts
+
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         if not frames:
             return []
@@ -241,8 +253,11 @@ class NodeSilence:
         return self._judge()
 
     def _add(self, f: Frame) -> int:
-        i = self._index[f.node] = len(self._where)
-        self._where.append((f.cluster, f.rack, f.node))
+        return self._add_node(f.cluster, f.rack, f.node)
+
+    def _add_node(self, cluster: str, rack: str, node: str) -> int:
+        i = self._index[node] = len(self._where)
+        self._where.append((cluster, rack, node))
         if i >= len(self._last):
             self._last = np.concatenate([self._last, np.full(len(self._last), np.nan)])
             self._interval = np.concatenate([self._interval, np.full(len(self._interval),
@@ -253,19 +268,29 @@ class NodeSilence:
         n = len(self._where)
         c = self.c
         gap = self.now - self._last[:n]
+        # A node whose interval is not known yet (one frame, or none since this processor
+        # took it over) is given the fleet's usual one: agents share a configuration.
+        known = self._interval[:n][~np.isnan(self._interval[:n])]
+        usual = float(np.median(known)) if len(known) else c.silent_min_s / c.silent_intervals
         limit = np.maximum(c.silent_min_s, c.silent_intervals * np.nan_to_num(
-            self._interval[:n], nan=c.silent_min_s / c.silent_intervals))
+            self._interval[:n], nan=usual))
         with np.errstate(invalid="ignore"):
             silent = (gap > limit) & (gap < FORGET_S)
         out = []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
+            interval = self._interval[i]
+            how = (f"it reports every {interval:.0f} s" if interval == interval else
+                   f"its last frame: {_utc(self._last[i])}")
             out.append(Finding(
                 "node_silent", cluster, rack, node, None, self.now, float(gap[i]),
-                f"{node} has sent nothing for {gap[i]:.0f} s (it reports every "
-                f"{self._interval[i]:.0f} s)", "critical", 0.0, 0.0,
+                f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
                 {"silent_s": round(float(gap[i]), 1), "interval_s":
                  round(float(np.nan_to_num(self._interval[i])), 2)},
                 "Check the node: is it up, is its agent running (systemctl status "
                 "fleetwatch-agent), can it reach the brokers?", "node"))
         return out
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))

@@ -80,6 +80,7 @@ class ConsumerLoop:
         listen = getattr(consumer, "listen", None)
         if callable(listen):
             listen(self.ownership)
+        self.ownership.locate = getattr(consumer, "partition_of", None)
         with _collect_on_a_timer():
             self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s, drain_s)
 

@@ -14,7 +14,15 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   (revoked and not assigned back) are dropped: every ``on_revoked``
   callback is called with their names, the alert book forgets them;
 * frames polled before a rebalance from a partition no longer owned are
-  not evaluated (their new owner replays them from the last commit).
+  not evaluated (their new owner replays them from the last commit);
+* nodes that send nothing are owned too: on an assignment that brings new
+  partitions, the store says which nodes sent frames in the last
+  ``EXPECT_S`` and when they last did; those whose key the producers'
+  partitioner puts in a partition this member now owns (the consumer's
+  ``partition_of``) are built as if they had sent a frame, and every
+  ``on_expected`` callback is told their last frame's time. A node that fell
+  silent while no processor watched it (a restart, a rolling upgrade, its
+  partition moving) is then reported by its new owner, once.
 
 With no bus (``Processor.process``) or before the first assignment, every
 node counts as owned.
@@ -23,6 +31,7 @@ node counts as owned.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import Frame
@@ -36,16 +45,32 @@ log = logging.getLogger(__name__)
 OnRevoked = Callable[[set[str]], None]
 # Called with the open alerts taken from the store for nodes this member now owns.
 OnLoaded = Callable[[list[Alert]], None]
+# Called with (cluster, rack, node, last frame's time) of nodes this member now owns
+# that have sent it nothing yet.
+Expected = tuple[str, str, str, float]
+OnExpected = Callable[[list[Expected]], None]
+# Which partition a key's messages go to (the consumer's ``partition_of``).
+Locate = Callable[[bytes], Partition | None]
+
+# How far back the store is asked which nodes exist: a node silent for longer is
+# taken as gone for good (as ``NodeSilence`` forgets one).
+EXPECT_S = 7 * 86400.0
+# Metrics every node's frames carry: the host's, and its GPUs' where it has no host part.
+SEEN_METRICS = ("host_cpu_util_pct", "gpu_temp_c")
 
 
 class Ownership:
     def __init__(self, store: Store, book: AlertBook,
                  on_revoked: Sequence[OnRevoked] = (),
-                 on_loaded: Sequence[OnLoaded] = ()) -> None:
+                 on_loaded: Sequence[OnLoaded] = (),
+                 on_expected: Sequence[OnExpected] = ()) -> None:
         self._store = store
         self._book = book
         self._on_revoked = list(on_revoked)
         self._on_loaded = list(on_loaded)
+        self._on_expected = list(on_expected)
+        self.locate: Locate | None = None  # set from the consumer; None: expect nobody
+        self._expect = False  # new partitions: ask the store which nodes they hold
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
         self._revoking: set[Partition] = set()
@@ -68,6 +93,7 @@ class Ownership:
             self.forget({n for n, p in self._nodes.items() if p in lost})
         if fresh:
             self._stored = None  # read the store's open alerts again: they may be new to us
+            self._expect = True
         log.info("partitions assigned: %s; moved away: %s", _names(gained), _names(lost))
 
     def forget(self, nodes: set[str]) -> None:
@@ -91,13 +117,19 @@ class Ownership:
                 if (m.topic, m.partition) in owned]
 
     def build(self, frames: Sequence[Frame], sources: Sequence[Message] | None) -> None:
-        """Build the state of nodes seen for the first time: load their open alerts.
+        """Build the state of nodes seen for the first time (load their open alerts),
+        and, after an assignment that brought new partitions, of the nodes they hold
+        that have sent nothing yet (see the module's doc).
 
         Raises ``StoreError`` if the store cannot be read (the batch is retried).
         """
         known = self._nodes
-        new = {f.node for f in frames}.difference(known)
-        if not new:
+        where: dict[str, Partition | None] = {}
+        for i, f in enumerate(frames):
+            if f.node not in known and f.node not in where:
+                where[f.node] = (sources[i].topic, sources[i].partition) if sources else None
+        expected = self._expected(where) if self._expect else []
+        if not where:
             return
         if self._stored is None:
             try:
@@ -110,11 +142,6 @@ class Ownership:
             self._stored = {}
             for a in alerts:
                 self._stored.setdefault(a.node, []).append(a)
-        where: dict[str, Partition | None] = dict.fromkeys(new)
-        if sources is not None:
-            for f, m in zip(frames, sources, strict=True):
-                if f.node in new:
-                    where[f.node] = (m.topic, m.partition)
         loaded: list[Alert] = []
         for node, partition in where.items():
             alerts = self._stored.pop(node, [])
@@ -124,11 +151,59 @@ class Ownership:
         if loaded:
             for hook in self._on_loaded:
                 hook(loaded)
+        if expected:
+            log.info("%d node(s) of the partitions taken over have sent nothing yet: %s",
+                     len(expected), ", ".join(sorted(e[2] for e in expected)[:10])
+                     + (", ..." if len(expected) > 10 else ""))
+            for hook in self._on_expected:
+                hook(expected)
+
+    def _expected(self, where: dict[str, Partition | None]) -> list[Expected]:
+        """Add to ``where`` the stored nodes of owned partitions not yet built; their
+        (cluster, rack, node, last frame's time)."""
+        if self.locate is None or self.owned is None or not self._on_expected:
+            self._expect = False
+            return []
+        try:
+            seen = last_seen(self._store, time.time() - EXPECT_S)
+        except StoreError:
+            raise
+        except Exception:  # a bug here must not stop storing frames
+            log.exception("cannot read which nodes the store knows; silent nodes of the "
+                          "partitions taken over go unreported until they send again")
+            seen = {}
+        self._expect = False
+        out: list[Expected] = []
+        for node, (cluster, rack, ts) in sorted(seen.items()):
+            if node in self._nodes or node in where:
+                continue
+            partition = self.locate(node.encode())
+            if partition is not None and partition in self.owned:
+                where[node] = partition
+                out.append((cluster, rack, node, ts))
+        return out
 
     @property
     def nodes(self) -> Collection[str]:
         return self._nodes.keys()
 
+    def placement(self) -> dict[str, Partition | None]:
+        """Each built node's partition (None: no bus)."""
+        return dict(self._nodes)
+
 
 def _names(partitions: set[Partition]) -> str:
     return ", ".join(f"{t}/{p}" for t, p in sorted(partitions)) or "none"
+
+
+def last_seen(store: Store, since: float) -> dict[str, tuple[str, str, float]]:
+    """node -> (cluster, rack, time of its newest stored sample), for nodes with one
+    after ``since`` (seconds since the epoch)."""
+    out: dict[str, tuple[str, str, float]] = {}
+    for metric in SEEN_METRICS:
+        for key, ts_ms, _ in store.latest(metric, int(since * 1000)):
+            ts = ts_ms / 1000.0
+            old = out.get(key.node)
+            if old is None or ts > old[2]:
+                out[key.node] = (key.cluster, key.rack, ts)
+    return out

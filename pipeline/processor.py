@@ -26,7 +26,9 @@ stored). Alert changes are applied to the book only once the store has them
 (``AlertBook.observe`` / ``apply``). Per-node state follows the consumer's
 partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
-another member. A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
+another member, and every detector's optional ``expect(nodes)`` with the
+nodes of partitions taken over that have not sent a frame yet (``NodeSilence``
+reports the ones that stay silent). A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
 follows them too: it gets each batch's stored alert changes (``send``), the
 open alerts loaded for nodes this member takes over (``adopt``) and the
 nodes it gives up (``forget``).
@@ -102,8 +104,9 @@ class Processor(ConsumerLoop):
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
         if notifier is not None:
             drops.append(notifier.forget)
+        expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops],
-                                   [notifier.adopt] if notifier is not None else [])
+                                   [notifier.adopt] if notifier is not None else [], expects)
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 

@@ -75,4 +75,8 @@ class Consumer(Protocol):
     def lag(self) -> int | None:
         """Messages in the assigned partitions not yet returned, if known."""
 
+    def partition_of(self, key: bytes) -> Partition | None:
+        """The partition of the subscribed topic that a producer's default partitioner
+        puts messages keyed ``key`` in (None while the topic's size is not known)."""
+
     def close(self) -> None: ...

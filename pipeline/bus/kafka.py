@@ -32,10 +32,11 @@ from typing import Any
 import kafka
 import kafka.errors as kerr
 from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.config import BusConfig
-from fleetwatch.pipeline.bus import BusError, Message, Rebalance
+from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "ensure_topic", "kafka_security", "topic_spec"]
@@ -266,6 +267,15 @@ class KafkaConsumer:
     def listen(self, listener: Rebalance) -> None:
         # kafka-python calls the rebalance listener from inside poll(): so is ours.
         self._listener = listener
+
+    def partition_of(self, key: bytes) -> Partition | None:
+        # As kafka-python's DefaultPartitioner (and the Java client's) places a keyed
+        # message: murmur2 of the key over the topic's partitions, in order.
+        partitions = self._consumer.partitions_for_topic(self._topic)
+        if not partitions:
+            return None
+        ordered = sorted(partitions)
+        return (self._topic, ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)])
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
         try:

@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Sequence
 
-from fleetwatch.pipeline.bus import BusError, Message, Rebalance
+from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
 
 
 class MemoryBus:
@@ -116,6 +116,9 @@ class MemoryConsumer:
     def lag(self) -> int | None:
         with self._bus._cond:
             return len(self._bus._topics.get(self._topic, ())) - self._position
+
+    def partition_of(self, key: bytes) -> Partition | None:
+        return (self._topic, 0)
 
     def close(self) -> None:
         if self._assigned and self._listener is not None:

@@ -22,6 +22,7 @@ from kafka.partitioner.default import murmur2
 
 from fleetwatch.codec import encode
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.health import NodeSilence
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
@@ -79,7 +80,7 @@ class Member:
         self.revoked: list[set[str]] = []  # what the per-node state hook was told
         self.sink = Recorder()
         self.notifier = Notifier([self.sink], background=False)
-        self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0)],
+        self.processor = Processor(self.store, [GpuTemperatureLimit(85.0, 0.0), NodeSilence()],
                                    on_revoked=[self.revoked.append], notifier=self.notifier)
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.processor.run,
@@ -113,9 +114,10 @@ def wait_for(what: str, condition: Callable[[], bool], timeout_s: float = 60.0) 
         time.sleep(0.1)
 
 
-def tick(kafka: Server, topic: str, ts: float, temp: float) -> None:
+def tick(kafka: Server, topic: str, ts: float, temp: float,
+         nodes: list[str] = NODES) -> None:
     p = KafkaProducer(kafka.address)
-    for node in NODES:
+    for node in nodes:
         f = Frame("c1", "r1", node, ts, (GpuReading(0, f"GPU-{node}", "H100",
                                                     {"gpu_temp_c": temp}),))
         p.send(topic, encode(f), key=node.encode())
@@ -191,3 +193,48 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
     finally:
         for m in members:
             m.close()
+
+
+def test_a_node_that_died_while_no_member_ran_is_reported_once_by_its_partitions_owner(
+        kafka: Server, tmp_path: Path) -> None:
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"frames-{run}", f"processors-{run}"
+    ensure_topic(kafka.address, topic, 2)
+    db = tmp_path / "store.db"
+    SqliteStore(db).close()
+    a = Member(kafka, topic, group, db)
+    try:
+        wait_for("a owns both partitions", lambda: len(a.owned) == 2)
+        tick(kafka, topic, T0, 50.0)
+        wait_for("the first tick stored", lambda: stored(db) == len(NODES))
+    finally:
+        a.close()
+    # No member runs (a rolling upgrade); node-03 dies, the others go on for 3 minutes.
+    dead, live = "node-03", [n for n in NODES if n != "node-03"]
+    for k in range(1, 19):
+        tick(kafka, topic, T0 + 10 * k, 50.0, live)
+    b, c = Member(kafka, topic, group, db), Member(kafka, topic, group, db)
+    try:
+        wait_for("one partition each", lambda: len(b.owned) == 1 and len(c.owned) == 1)
+        wait_for("every tick stored", lambda: stored(db) == len(NODES) + 18 * len(live))
+
+        def silent() -> list[tuple[str, str]]:
+            return [(x.node, x.state) for x in all_alerts(db) if x.rule == "node_silent"]
+
+        wait_for("node-03 reported silent", lambda: silent() == [(dead, "firing")])
+        owner, other = (b, c) if partition_of(dead) in b.owned else (c, b)
+        wait_for("its partition's owner holds it",
+                 lambda: dead in owner.open_nodes() and dead in owner.sink.nodes())
+        assert dead not in other.open_nodes() and dead not in other.sink.nodes()
+        assert [n for n, _, _ in owner.sink.notified + other.sink.notified] == [dead]
+        # Each member places every node as the producers did: where its frames came from.
+        for m in (b, c):
+            placed = m.processor.ownership.placement()
+            assert set(placed) == {n for n in NODES if partition_of(n) in m.owned}
+            for n, partition in placed.items():
+                assert partition == m.consumer.partition_of(n.encode()) == (
+                    topic, partition_of(n))
+        assert silent() == [(dead, "firing")]
+    finally:
+        b.close()
+        c.close()
