@@ -12,7 +12,11 @@ Conventions (the same as CodeCarbon's, stated in every report):
   takes its own hour's factor), else constants; a missing hour in a series is
   filled by linear interpolation between its neighbours (up to
   ``MAX_INTERPOLATE_H`` hours apart), else by the fallback constant, and the
-  report says how many hours were filled;
+  report says how many hours were filled (and how many took the constant: a
+  series that does not cover the month);
+* a series finer than hourly (a grid's 5, 15 or 30 min figures) gives each
+  hour the mean of its rows; its values are held to the ranges the config
+  holds the constants to (``carbon.pue``, ``carbon.intensity_g_per_kwh``);
 * without a site figure, the country default comes from CodeCarbon's
   ``global_energy_mix.json`` (Our World in Data / Ember, MIT licence), shipped
   in ``fleetwatch/data``.
@@ -24,6 +28,7 @@ model itself is numbers.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -36,6 +41,19 @@ from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig
 J_PER_KWH = 3.6e6
 MAX_INTERPOLATE_H = 6
 HOUR_S = 3600
+
+
+def _config_range(name: str) -> tuple[float, float]:
+    """The range ``CarbonConfig`` allows the constant ``name``: a series of the same
+    quantity is held to it, so that the file and the config cannot disagree on what is
+    plausible (one place states it)."""
+    field = next(f for f in dataclasses.fields(CarbonConfig) if f.name == name)
+    lo, hi, _ = field.metadata["range"]
+    return float(lo), float(hi)
+
+
+PUE_RANGE = _config_range("pue")
+INTENSITY_RANGE = _config_range("intensity_g_per_kwh")
 
 
 class CarbonDataError(ConfigError):
@@ -66,16 +84,30 @@ class HourlySeries:
             break
         return None, True
 
+    def span(self) -> tuple[int, int]:
+        """(first, last) hour start the series holds: what a warning about hours taken from
+        the fallback can quote."""
+        return min(self.values), max(self.values)
 
-def read_hourly_csv(path: str | Path, column: str) -> HourlySeries:
+
+def read_hourly_csv(path: str | Path, column: str,
+                    allowed: tuple[float, float] = (0.0, math.inf)) -> HourlySeries:
     """An hourly series from a CSV with a ``timestamp`` column (ISO 8601; UTC if no
-    offset) and ``column`` (e.g. the EIA files' ``avg_CI``). Empty cells are holes."""
+    offset) and ``column`` (e.g. the EIA files' ``avg_CI``). Empty cells are holes.
+
+    Rows finer than an hour are averaged into their hour (a grid's 30 min series: the
+    last row alone would stand for the whole hour). Two rows at the same instant are
+    refused: the file was concatenated twice or exported wrongly, and which is right
+    cannot be told. Every value must lie in ``allowed`` (inclusive): the caller knows
+    what the column holds, so it passes the range (``PUE_RANGE``, ``INTENSITY_RANGE``)."""
     p = Path(path)
     try:
         f = p.open(newline="", encoding="utf-8-sig")
     except OSError as exc:
         raise CarbonDataError(f"{p}: cannot read ({exc.strerror}); check the path") from exc
-    values: dict[int, float] = {}
+    lo, hi = allowed
+    sums: dict[int, list[float]] = {}  # hour -> [sum, rows]
+    seen: dict[float, int] = {}        # instant -> its line, to name both of a repeat
     with f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
@@ -97,13 +129,40 @@ def read_hourly_csv(path: str | Path, column: str) -> HourlySeries:
                 value = float(text)
             except ValueError as exc:
                 raise CarbonDataError(f"{p}:{line}: {column} {text!r} is not a number") from exc
-            if not math.isfinite(value) or value < 0:
-                raise CarbonDataError(f"{p}:{line}: {column} {text!r} must be finite and >= 0")
-            ts = int(when.timestamp())
-            values[ts - ts % HOUR_S] = value
-    if not values:
+            if not (math.isfinite(value) and lo <= value <= hi):
+                bounds = f">= {lo:g}" if hi == math.inf else f"between {lo:g} and {hi:g}"
+                raise CarbonDataError(f"{p}:{line}: {column} {text!r} must be finite and "
+                                      f"{bounds}; correct the row or the column's unit")
+            instant = when.timestamp()
+            first = seen.setdefault(instant, line)
+            if first != line:
+                raise CarbonDataError(
+                    f"{p}:{line}: timestamp {row['timestamp'].strip()!r} is the same instant "
+                    f"as line {first}: a file concatenated twice or a bad export? keep one row "
+                    "per instant")
+            ts = int(instant)
+            acc = sums.setdefault(ts - ts % HOUR_S, [0.0, 0])
+            acc[0] += value
+            acc[1] += 1
+    if not sums:
         raise CarbonDataError(f"{p}: no values in column {column!r}")
-    return HourlySeries(values, f"{p.name} ({column})")
+    return HourlySeries({h: total / n for h, (total, n) in sums.items()},
+                        f"{p.name} ({column})")
+
+
+def read_intensity_csv(path: str | Path, column: str) -> HourlySeries:
+    """A grid intensity series in gCO2e/kWh, held to ``INTENSITY_RANGE``. A series whose
+    every value is under 1 is refused: no grid averages under 1 g/kWh for a whole file,
+    but kg/kWh (0.2 to 0.9) looks just like that and would give a thousandth of the
+    CO2e."""
+    series = read_hourly_csv(path, column, INTENSITY_RANGE)
+    top = max(series.values.values())
+    if top < 1.0:
+        raise CarbonDataError(
+            f"{path}: every hour's {column} is under 1 (the largest is {top:g}); fleetwatch "
+            "reads grid intensity in gCO2e per kWh: is the column in kg/kWh? multiply it "
+            "by 1000")
+    return series
 
 
 def country_intensity(iso3: str) -> tuple[float, str]:
@@ -123,10 +182,17 @@ def country_intensity(iso3: str) -> tuple[float, str]:
 
 @dataclass(frozen=True)
 class HourFactors:
+    """One hour's factors. ``*_filled``: the series had no row for the hour (interpolated
+    or from the fallback); ``*_from_fallback``: the fallback constant was used because the
+    series has nothing within reach (a file that does not cover the month), which a
+    report must say louder than an interpolated hour."""
+
     intensity_g_per_kwh: float
     pue: float
     intensity_filled: bool
     pue_filled: bool
+    intensity_from_fallback: bool = False
+    pue_from_fallback: bool = False
 
 
 @dataclass(frozen=True)
@@ -143,15 +209,17 @@ class CarbonModel:
     currency: str = "USD"
 
     def hour(self, hour_ts: int) -> HourFactors:
-        ci, ci_filled = (self.intensity_fallback, False)
+        ci, ci_filled, ci_fallback = (self.intensity_fallback, False, False)
         if self.intensity is not None:
             v, ci_filled = self.intensity.at(hour_ts)
+            ci_fallback = v is None
             ci = self.intensity_fallback if v is None else v
-        pue, pue_filled = (self.pue_fallback, False)
+        pue, pue_filled, pue_fallback = (self.pue_fallback, False, False)
         if self.pue is not None:
             v, pue_filled = self.pue.at(hour_ts)
+            pue_fallback = v is None
             pue = self.pue_fallback if v is None else v
-        return HourFactors(ci, pue, ci_filled, pue_filled)
+        return HourFactors(ci, pue, ci_filled, pue_filled, ci_fallback, pue_fallback)
 
     def co2e_g(self, energy_j: float, hour_ts: int) -> float:
         f = self.hour(hour_ts)
@@ -181,10 +249,10 @@ def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
     else:
         fallback, source = country_intensity(country)
         source = f"{fallback:g} gCO2e/kWh, {source}"
-    series = read_hourly_csv(intensity_csv, intensity_column) if intensity_csv else None
+    series = read_intensity_csv(intensity_csv, intensity_column) if intensity_csv else None
     if series is not None:
         source = f"hourly series {series.source}; holes filled with {source}"
-    pue_series = read_hourly_csv(pue_csv, pue_column) if pue_csv else None
+    pue_series = read_hourly_csv(pue_csv, pue_column, PUE_RANGE) if pue_csv else None
     pue_source = f"{pue:g} (constant)" if pue_series is None else (
         f"hourly series {pue_series.source}; holes filled with {pue:g}")
     return CarbonModel(fallback, source, pue, pue_source, series, pue_series,

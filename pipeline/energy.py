@@ -3,10 +3,12 @@
 Per GPU, energy over an interval between two samples is the difference of
 NVML's total energy counter (``gpu_energy_j``, joules since the driver
 loaded) where the GPU has one; a counter that went down (driver reload) or
-jumped by more than the board could draw is not trusted and the interval
-falls back to the trapezoid of ``gpu_power_w``, as does a GPU without the
-counter. An interval longer than ``max_gap_s`` is not filled with invented
-power: it is counted as missing time. The CPU packages (``host_cpu_power_w``,
+jumped by more than the board could draw (``limit_ratio`` times its enforced
+power limit, ``gpu_power_limit_w``, where the frame carries it, else
+``max_plausible_w``) is not trusted and the interval falls back to the
+trapezoid of ``gpu_power_w``, as does a GPU without the counter. An
+interval longer than ``max_gap_s`` is not filled with invented power: it is
+counted as missing time. The CPU packages (``host_cpu_power_w``,
 RAPL) are integrated the same way; the rest of the node is a static model
 (``node_static_w`` for every second the node reports).
 
@@ -66,6 +68,12 @@ class EnergySettings:
     # A counter step implying more than this mean power is not trusted (a reset seen
     # as a jump, a counter from another GPU): the interval uses the power samples.
     max_plausible_w: float = 3000.0
+    # Where the frame carries the GPU's enforced power limit, the bound is this many times
+    # the limit (never above max_plausible_w): the driver holds the board's mean power at
+    # the limit, so a 400 W A100 whose counter says 2,800 W glitched, though 2,800 W is
+    # under the absolute cap. The margin covers excursions above the limit and the
+    # counter's update granularity on short intervals.
+    limit_ratio: float = 1.5
 
     @classmethod
     def from_config(cls, c: EnergyConfig) -> EnergySettings:
@@ -212,7 +220,8 @@ class EnergyIntegrator:
                 idle = util is not None and util <= 0.0 and not job
             over = over_tdp_w(g, s.tdp_w)
             self._interval(node, f, dev, power, counter, (job, user, team), idle,
-                           power is not None and over is not None and power > over, touched)
+                           power is not None and over is not None and power > over, touched,
+                           m.get("gpu_power_limit_w"))
         owner = (node_job, node_user, node_team)
         cpu = f.host.metrics.get("host_cpu_power_w")
         if cpu is not None or CPU_DEVICE in node.devs:
@@ -233,13 +242,13 @@ class EnergyIntegrator:
 
     def _interval(self, node: _Node, f: Frame, dev: str, power: float | None,
                   counter: float | None, owner: tuple[str, str, str], idle: bool,
-                  over: bool, touched: set[Key]) -> None:
+                  over: bool, touched: set[Key], limit_w: float | None = None) -> None:
         prev = node.devs.get(dev)
         if prev is not None:
             dt = f.ts - prev.ts
             if dt <= 0:
                 return  # at or before the watermark: integrated already (a replay)
-            energy = self._energy(prev, dt, power, counter)
+            energy = self._energy(prev, dt, power, counter, limit_w)
             if energy is None or dt > self.s.max_gap_s:
                 vals = (0.0, 0.0, 0.0, 0.0, dt, 0.0)
             else:
@@ -248,11 +257,20 @@ class EnergyIntegrator:
             self._add(node, f, dev, prev.ts, dt, owner, vals, touched)
         node.devs[dev] = _Dev(f.ts, power, counter)
 
+    def _max_w(self, limit_w: float | None) -> float:
+        """The highest mean power a counter step may imply: ``limit_ratio`` x the GPU's
+        enforced power limit when the sample has one, capped by ``max_plausible_w`` (a
+        limit misread, e.g. in mW, must not lift the bound); else that cap alone."""
+        cap = self.s.max_plausible_w
+        if limit_w is None or not limit_w > 0:
+            return cap
+        return min(cap, limit_w * self.s.limit_ratio)
+
     def _energy(self, prev: _Dev, dt: float, power: float | None,
-                counter: float | None) -> float | None:
+                counter: float | None, limit_w: float | None = None) -> float | None:
         if counter is not None and prev.counter is not None:
             step = counter - prev.counter
-            if 0.0 <= step <= dt * self.s.max_plausible_w:
+            if 0.0 <= step <= dt * self._max_w(limit_w):
                 return step
             # Went down (driver reload, counter reset) or jumped: use the power samples.
         if power is None:

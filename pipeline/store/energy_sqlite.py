@@ -64,6 +64,13 @@ class SqliteEnergy:
             except sqlite3.OperationalError as exc:
                 if "readonly" not in str(exc):
                     raise StoreError(f"sqlite {self.path}: {exc}") from exc
+            except sqlite3.DatabaseError as exc:
+                # Not SQLite at all ("file is not a database"): the first statement is the
+                # first read of the file, so it is said here, as a StoreError the commands
+                # turn into one line, not a traceback from the first query.
+                raise StoreError(f"{self.path} is not a fleetwatch SQLite store ({exc}): "
+                                 "point store.path (or --store) at the file the processor "
+                                 "writes") from exc
             self._energy_ready = True
         return conn
 

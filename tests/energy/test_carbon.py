@@ -7,6 +7,8 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.carbon import (
+    INTENSITY_RANGE,
+    PUE_RANGE,
     CarbonDataError,
     CarbonModel,
     HourlySeries,
@@ -71,3 +73,89 @@ def test_bad_series_files_are_refused_with_the_line(tmp_path, text, message):
 def test_a_missing_file_names_the_path(tmp_path):
     with pytest.raises(CarbonDataError, match="cannot read"):
         build_model("USA", 0.0, str(tmp_path / "nope.csv"), "avg_CI", 1.2, "", "pue", 0, "USD")
+
+
+MAY1 = 1651363200  # 2022-05-01 00:00 UTC
+
+
+def csv_file(tmp_path: Path, column: str, rows: list[tuple[str, str]]) -> Path:
+    p = tmp_path / f"{column}.csv"
+    p.write_text(f"timestamp,{column}\n" + "".join(f"{t},{v}\n" for t, v in rows))
+    return p
+
+
+def test_rows_within_an_hour_are_averaged(tmp_path):
+    # A half-hourly grid series: 100 at :00 and 1000 at :30 is a 550 g/kWh hour, not 1000.
+    p = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "100"), ("2022-05-01 00:30", "1000"),
+                                      ("2022-05-01 01:00", "200"), ("2022-05-01 01:15", ""),
+                                      ("2022-05-01 01:30", "400")])
+    series = read_hourly_csv(p, "avg_CI")
+    # An empty row is a hole, not a zero: the second hour is the mean of its two values.
+    assert series.values == {MAY1: pytest.approx(550.0), MAY1 + 3600: pytest.approx(300.0)}
+    model = build_model("USA", 400.0, str(p), "avg_CI", 1.0, "", "pue", 0, "USD")
+    assert model.co2e_g(3.6e6, MAY1) == pytest.approx(550.0)
+
+
+def test_the_same_instant_twice_names_both_lines(tmp_path):
+    # The same instant written two ways (a file concatenated with its re-export).
+    p = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "100"), ("2022-05-01 01:00", "120"),
+                                      ("2022-05-01T00:00:00+00:00", "100")])
+    with pytest.raises(CarbonDataError, match=r"avg_CI\.csv:4: timestamp "
+                       r"'2022-05-01T00:00:00\+00:00' is the same instant as line 2"):
+        read_hourly_csv(p, "avg_CI")
+
+
+def test_series_ranges_are_the_configs():
+    # The ranges come from CarbonConfig, so a file and the constant are held to one rule.
+    assert PUE_RANGE == (1.0, 10.0)
+    assert INTENSITY_RANGE == (0.0, 10_000.0)
+
+
+@pytest.mark.parametrize("series, column, value, line, message", [
+    ("pue", "pue", "0", 3, "between 1 and 10"),
+    ("pue", "pue", "12.5", 3, "between 1 and 10"),
+    ("intensity", "avg_CI", "1e9", 3, "between 0 and 10000"),
+    ("intensity", "avg_CI", "-1", 3, "between 0 and 10000"),
+])
+def test_a_series_value_outside_the_configs_range_is_refused(tmp_path, series, column, value,
+                                                             line, message):
+    good = "1.3" if series == "pue" else "300"
+    p = csv_file(tmp_path, column, [("2022-05-01 00:00", good), ("2022-05-01 01:00", value)])
+    ci_csv, pue_csv = ("", str(p)) if series == "pue" else (str(p), "")
+    with pytest.raises(CarbonDataError) as err:
+        build_model("USA", 400.0, ci_csv, "avg_CI", 1.2, pue_csv, "pue", 0, "USD")
+    text = str(err.value)
+    assert f"{p}:{line}: {column} {value!r} must be finite and {message}" in text
+
+
+def test_an_intensity_series_in_kg_per_kwh_is_refused(tmp_path):
+    p = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "0.4"), ("2022-05-01 01:00", ""),
+                                      ("2022-05-01 02:00", "0.25")])
+    with pytest.raises(CarbonDataError, match=r"largest is 0\.4.*reads grid intensity in "
+                       r"gCO2e per kWh: is the column in kg/kWh\?"):
+        build_model("USA", 400.0, str(p), "avg_CI", 1.2, "", "pue", 0, "USD")
+    # One hour under 1 g/kWh beside real ones (a windy night on a small grid) is kept.
+    q = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "0.4"), ("2022-05-01 01:00", "250")])
+    model = build_model("USA", 400.0, str(q), "avg_CI", 1.2, "", "pue", 0, "USD")
+    assert model.hour(MAY1).intensity_g_per_kwh == pytest.approx(0.4)
+
+
+def test_hours_a_series_does_not_cover_are_marked_as_from_the_fallback(tmp_path):
+    # A January series and a May ledger: every May hour takes the constant, and says so
+    # apart from an interpolated hole (which is filled but still from the series).
+    jan = csv_file(tmp_path, "avg_CI", [("2022-01-01 00:00", "300"), ("2022-01-01 02:00", "500")])
+    pue = csv_file(tmp_path, "pue", [("2022-01-01 00:00", "1.4")])
+    model = build_model("USA", 400.0, str(jan), "avg_CI", 1.2, str(pue), "pue", 0, "USD")
+    may = model.hour(MAY1)
+    assert (may.intensity_g_per_kwh, may.pue) == (400.0, 1.2)
+    assert may.intensity_filled and may.intensity_from_fallback
+    assert may.pue_filled and may.pue_from_fallback
+    hole = model.hour(1640995200 + 3600)  # 2022-01-01 01:00, between 300 and 500
+    assert hole.intensity_g_per_kwh == pytest.approx(400.0)
+    assert hole.intensity_filled and not hole.intensity_from_fallback
+    assert not model.hour(1640995200).intensity_from_fallback
+    assert model.intensity is not None
+    assert model.intensity.span() == (1640995200, 1640995200 + 7200)
+    # A constant is never "from the fallback": there is no series to miss.
+    constant = build_model("USA", 400.0, "", "avg_CI", 1.2, "", "pue", 0, "USD").hour(MAY1)
+    assert not (constant.intensity_from_fallback or constant.pue_from_fallback)

@@ -167,3 +167,44 @@ def test_a_failed_write_leaves_the_state_as_it_was(tmp_path):
     store.fail = False
     ei.observe(frames[5:])  # the same batch again, once the store is back
     assert totals(store)["energy_j"] == pytest.approx(100.0 * 15 * 9)
+
+
+def glitched_counter(limit: float | None, glitch_w: float = 2800.0) -> list:
+    """A 400 W A100 at 300 W for 135 s (10 samples 15 s apart) whose counter steps once by
+    ``glitch_w`` x 15 s: 9 x 4,500 J is right."""
+    frames, counter = [], 1e6
+    for i in range(10):
+        if i:
+            counter += (glitch_w if i == 5 else 300.0) * 15
+        m = {"gpu_power_w": 300.0, "gpu_energy_j": counter,
+             **({"gpu_power_limit_w": limit} if limit else {})}
+        frames.append(frame(T0 + 15 * i, {0: m}, model="NVIDIA A100-SXM4-80GB"))
+    return frames
+
+
+def test_a_counter_step_beyond_the_power_limit_falls_back_to_the_power_samples(store):
+    # 2,800 W is under the absolute cap (3 kW) but 7 x this GPU's enforced 400 W limit:
+    # the interval takes the trapezoid of its power samples (4,500 J), not 42,000 J.
+    EnergyIntegrator(store).observe(glitched_counter(limit=400.0))
+    assert totals(store)["energy_j"] == pytest.approx(40_500.0)
+
+
+def test_without_a_power_limit_the_absolute_cap_still_judges_the_counter():
+    # No limit in the frame: only max_plausible_w is known, and 2,800 W is under it...
+    _, rows, _ = EnergyIntegrator(None).integrate(glitched_counter(limit=None))
+    assert sum(r.energy_j for r in rows) == pytest.approx(8 * 4_500.0 + 42_000.0)
+    # ...while 3,200 W is over it.
+    _, rows, _ = EnergyIntegrator(None).integrate(glitched_counter(None, glitch_w=3200.0))
+    assert sum(r.energy_j for r in rows) == pytest.approx(40_500.0)
+
+
+@pytest.mark.parametrize(("limit", "step_w", "expected_w"), [
+    (400.0, 580.0, 580.0),   # under 1.5 x the limit: the counter is believed
+    (400.0, 620.0, 300.0),   # over it: the power samples
+    (4e5, 2900.0, 2900.0),   # a limit read in mW does not lift the absolute cap...
+    (4e5, 3100.0, 300.0),    # ...which still refuses 3.1 kW
+])
+def test_the_bound_is_relative_to_the_limit_and_never_above_the_cap(limit, step_w,
+                                                                    expected_w):
+    _, rows, _ = EnergyIntegrator(None).integrate(glitched_counter(limit, glitch_w=step_w))
+    assert sum(r.energy_j for r in rows) == pytest.approx(8 * 4_500.0 + expected_w * 15)
