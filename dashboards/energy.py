@@ -9,6 +9,7 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
+from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards import components, energy_figures, timerange
 from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin
@@ -91,15 +92,16 @@ def _fill(page: Any, values: tuple[Any, ...]) -> None:
 def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     idle = v.idle_kwh / v.gpu_kwh if v.gpu_kwh else 0.0
     return [
-        _tile("energy-today", "Today", f"{v.today_kwh:,.0f} kWh",
-              f"{v.today_co2e_kg:,.0f} kg CO2e since 00:00 UTC"),
-        _tile("energy-month", "This month", f"{v.month_co2e_kg / 1000:,.2f} t CO2e",
-              f"{v.month_kwh:,.0f} kWh IT"),
+        _tile("energy-today", "Today", amounts.energy(v.today_kwh),
+              f"{amounts.mass(v.today_co2e_kg)} since 00:00 UTC"),
+        _tile("energy-month", "This month", amounts.mass(v.month_co2e_kg),
+              f"{amounts.energy(v.month_kwh)} IT"),
         _tile("energy-projection", "Month projection",
-              f"{v.month_projection_kg / 1000:,.2f} t CO2e", "at the rate so far"),
-        _tile("energy-inrange", "In range", f"{v.kwh:,.0f} kWh", f"{v.co2e_kg:,.0f} kg CO2e"),
+              amounts.mass(v.month_projection_kg), "at the rate so far"),
+        _tile("energy-inrange", "In range", amounts.energy(v.kwh), amounts.mass(v.co2e_kg)),
         _tile("energy-idle-share", "Idle GPU energy", f"{idle:.1%}",
-              f"{v.idle_kwh:,.0f} kWh on GPUs doing no work", "warn" if idle > 0.1 else ""),
+              f"{amounts.energy(v.idle_kwh)} on GPUs doing no work",
+              "warn" if idle > 0.1 else ""),
         _tile("energy-quality", "Above TDP · missing",
               f"{v.over_tdp_gpu_hours:,.0f} · {v.missing_gpu_hours:,.0f}",
               "GPU-hours above TDP · GPU-hours without data",

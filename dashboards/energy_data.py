@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
 from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
+from fleetwatch.report import month_projection
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -110,7 +111,7 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
     m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
-    covered = max(1.0, now_s - max(start, min((t.bucket_ts for t in month), default=start)))
+    first = min((t.bucket_ts for t in month), default=start)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
@@ -122,7 +123,7 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         today_co2e_kg=sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month
                           if t.bucket_ts >= day0),
         month_kwh=m_kwh, month_co2e_kg=m_co2,
-        month_projection_kg=m_co2 + m_co2 / covered * max(0.0, end - now_s),
+        month_projection_kg=month_projection(m_co2, first, now_s, start, end),
         idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from fleetwatch import amounts
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
 from fleetwatch.config import Config
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow, EnergyStore
@@ -78,7 +79,7 @@ class Report:
     end_ts: int
     generated_ts: float
     covered_from_ts: float         # the oldest ledger hour
-    covered_until_ts: float        # the newest ledger hour (+1 h); < end_ts: month in progress
+    covered_until_ts: float        # the newest ledger hour (+1 h)
     total: Line
     lines: dict[str, list[Line]]   # kind -> lines, largest energy first
     daily: dict[str, dict[int, list[float]]]  # cluster -> day -> [it_kwh, co2e_kg, idle_kwh]
@@ -88,28 +89,79 @@ class Report:
     method: list[str]
     currency: str
     devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
+    hours_with_data: int = 0       # hours of the month with at least one ledger row
+    # Hours with energy whose factor is the fallback constant because the configured
+    # series has nothing near them (a file that does not cover the month), and a warning
+    # that says so; "" when every hour came from its series (or none is configured).
+    intensity_fallback_hours: int = 0
+    pue_fallback_hours: int = 0
+    series_warning: str = ""
 
     @property
-    def projected_co2e_kg(self) -> float:
-        """The month's CO2e if the rest of it goes at the rate of the hours covered."""
-        end = min(self.covered_until_ts, self.end_ts)
-        span = end - self.covered_from_ts
-        if span <= 0:
-            return self.total.co2e_kg
-        return self.total.co2e_kg * (1 + (self.end_ts - end) / span)
+    def ended(self) -> bool:
+        """The month is over (when the report was made)."""
+        return self.generated_ts >= self.end_ts
+
+    @property
+    def hours_so_far(self) -> int:
+        """Hours of the month up to when the report was made (all of them once it ended)."""
+        upto = min(max(self.generated_ts, self.start_ts), self.end_ts)
+        return -(-int(upto - self.start_ts) // 3600)
+
+    @property
+    def status(self) -> str:
+        """``complete``: the month ended and every hour has data; ``month_to_date``: it has
+        not ended; ``partial``: it ended, and some hours have no data at all (the fleet,
+        its agents or the processors were not running, or the store was started late)."""
+        if not self.ended:
+            return "month_to_date"
+        return "complete" if self.hours_with_data >= self.hours_so_far else "partial"
 
     @property
     def complete(self) -> bool:
-        return self.covered_until_ts >= self.end_ts
+        return self.status == "complete"
+
+    @property
+    def projected_co2e_kg(self) -> float | None:
+        """The month's CO2e if the rest of it goes at the rate so far; None once it ended."""
+        if self.ended:
+            return None
+        return month_projection(self.total.co2e_kg, self.covered_from_ts, self.generated_ts,
+                                self.start_ts, self.end_ts)
+
+    def coverage(self) -> str:
+        """Which part of the month the numbers cover, in words."""
+        def at(ts: float) -> str:
+            return datetime.fromtimestamp(ts, timezone.utc).strftime("%d %b %H:%M")
+
+        span = (f"data from {at(self.covered_from_ts)} to "
+                f"{at(min(self.covered_until_ts, self.end_ts))} UTC")
+        if self.status == "complete":
+            return "complete month"
+        share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
+        hours = (f"{self.hours_with_data:,} of the "
+                 + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
+                 f"hours have data ({share:.0%})")
+        if self.status == "month_to_date":
+            return f"month to date: {span}; {hours}"
+        return f"partial month: {span}; only {hours}"
 
     def summary(self) -> dict[str, object]:
         t = self.total
         gpu_time = t.gpu_hours + t.missing_gpu_hours
+
+        def iso(ts: float) -> str:
+            return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+
         return {
-            "month": self.month, "complete": self.complete,
+            "month": self.month, "complete": self.complete, "status": self.status,
+            "coverage": self.coverage(), "covered_from": iso(self.covered_from_ts),
+            "covered_until": iso(min(self.covered_until_ts, self.end_ts)),
+            "hours_with_data": self.hours_with_data, "hours_so_far": self.hours_so_far,
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
             "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
             "projected_co2e_kg": self.projected_co2e_kg,
+            "gpu_kwh": t.gpu_kwh,
             "gpu_hours": t.gpu_hours, "idle_gpu_hours": t.idle_gpu_hours,
             "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_share,
             "idle_time_share": t.idle_gpu_hours / t.gpu_hours if t.gpu_hours else 0.0,
@@ -118,11 +170,22 @@ class Report:
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
             "intensity_filled_hours": self.intensity_filled_hours,
             "pue_filled_hours": self.pue_filled_hours,
+            "intensity_fallback_hours": self.intensity_fallback_hours,
+            "pue_fallback_hours": self.pue_fallback_hours,
+            "series_warning": self.series_warning,
             "energy_by_device_kwh": self.devices,
             "counts": {k: len(v) for k, v in self.lines.items()},
             "method": self.method,
             "generated": datetime.fromtimestamp(self.generated_ts, timezone.utc).isoformat(),
         }
+
+
+def month_projection(so_far: float, first_ts: float, now: float, start_ts: float,
+                     end_ts: float) -> float:
+    """A month's total if the rest of it goes at the rate since its first data (or its
+    start): what the dashboard and the report both show."""
+    covered = max(1.0, now - max(start_ts, first_ts))
+    return so_far + so_far / covered * max(0.0, end_ts - now)
 
 
 def resolve_month(month: str, now: float) -> str:
@@ -217,6 +280,8 @@ def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: 
     filled_ci = {int(h) for h, f in zip(uniq_hours, fs) if f.intensity_filled}
     hourly = [(int(h), f.intensity_g_per_kwh, int(h) in filled_ci)
               for h, f in zip(uniq_hours, fs)]
+    ci_fallback = sum(f.intensity_from_fallback for f in fs)
+    pue_fallback = sum(f.pue_from_fallback for f in fs)
     newest = int(uniq_hours[-1]) + 3600 if n else start_ts
     oldest = int(uniq_hours[0]) if n else start_ts
     return Report(
@@ -225,11 +290,32 @@ def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: 
         covered_until_ts=newest, total=total, lines=lines, daily=daily,
         hourly_intensity=hourly, intensity_filled_hours=len(filled_ci),
         pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
-        currency=model.currency, devices=devices)
+        currency=model.currency, devices=devices,
+        hours_with_data=int(((uniq_hours >= start_ts) & (uniq_hours < end_ts)).sum()),
+        intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
+        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback))
+
+
+def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int) -> str:
+    """What to tell the reader when a configured series did not cover the hours."""
+    def span(series: object) -> str:
+        first, last = series.span()  # type: ignore[attr-defined]
+        return (f"{datetime.fromtimestamp(first, timezone.utc):%Y-%m-%d %H:00} to "
+                f"{datetime.fromtimestamp(last, timezone.utc):%Y-%m-%d %H:00} UTC")
+
+    out = []
+    if ci and model.intensity is not None:
+        out.append(f"{ci:,} of {hours:,} hours use the fallback intensity "
+                   f"{model.intensity_fallback:g} gCO2e/kWh: the hourly series covers "
+                   f"{span(model.intensity)}, not these hours (carbon.intensity_csv)")
+    if pue and model.pue is not None:
+        out.append(f"{pue:,} of {hours:,} hours use the fallback PUE {model.pue_fallback:g}: "
+                   f"the hourly series covers {span(model.pue)} (carbon.pue_csv)")
+    return "; ".join(out)
 
 
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
-              "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
+              "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
               "missing_gpu_hours")
 
 
@@ -258,12 +344,17 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
                           "and the month")
     report = build(rows, model, start, end, month, now)
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     paths = {ext: out / f"fleetwatch-energy-{month}.{ext}" for ext in ("html", "csv", "json")}
-    write_csv(report, paths["csv"])
-    summary = report.summary() | {"store": store_name}
-    paths["json"].write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
-    paths["html"].write_text(render(report, store_name), "utf-8")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        write_csv(report, paths["csv"])
+        summary = report.summary() | {"store": store_name}
+        paths["json"].write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
+        paths["html"].write_text(render(report, store_name), "utf-8")
+    except OSError as exc:
+        where = exc.filename or out
+        raise ReportError(f"--out {str(out_dir)!r}: cannot write {where} ({exc.strerror or exc}); "
+                          "choose a directory you can write to") from exc
     return paths
 
 
@@ -296,9 +387,17 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
     finally:
         store.close()
     s = json.loads(paths["json"].read_text("utf-8"))
-    head = (f"{month}: {s['co2e_kg'] / 1000:,.3f} t CO2e, {s['facility_kwh']:,.1f} facility kWh "
-            f"({s['it_kwh']:,.1f} IT kWh), {s['cost']:,.2f} {s['currency']}, "
+    head = (f"{month}: {amounts.mass(s['co2e_kg'])}, {amounts.energy(s['facility_kwh'])} "
+            f"facility ({amounts.energy(s['it_kwh'])} IT), "
+            f"{amounts.money(s['cost'], s['currency'])}, "
             f"{s['gpu_hours']:,.1f} GPU-hours, {s['idle_energy_share']:.1%} of GPU energy idle, "
-            f"{s['missing_gpu_hours']:,.1f} GPU-hours missing"
-            + ("" if s["complete"] else " (month to date)"))
-    return "\n".join([head, *(f"  {p}" for p in paths.values())])
+            f"{s['missing_gpu_hours']:,.1f} GPU-hours missing")
+    lines = [head]
+    if s["series_warning"]:
+        lines.append(f"  warning: {s['series_warning']}")
+    if not s["complete"]:
+        lines.append(f"  {s['coverage']}")
+    if s["projected_co2e_kg"] is not None:
+        lines.append(f"  projected month: {amounts.mass(s['projected_co2e_kg'])} "
+                     "at the rate so far")
+    return "\n".join([*lines, *(f"  {p}" for p in paths.values())])

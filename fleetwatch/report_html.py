@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 import plotly.graph_objects as go
 import plotly.io as pio
 
+from fleetwatch import amounts
 from fleetwatch.report import Line, Report
 
 _CSS = """
@@ -44,10 +45,6 @@ ul.method li{margin:4px 0}
 
 def _n(x: float, digits: int = 1) -> str:
     return f"{x:,.{digits}f}"
-
-
-def _mass(kg: float) -> str:
-    return f"{kg / 1000:,.2f} t CO2e" if kg >= 10_000 else f"{kg:,.0f} kg CO2e"
 
 
 def _tile(label: str, value: str, detail: str = "", tone: str = "") -> str:
@@ -135,40 +132,51 @@ def render(r: Report, store_name: str = "") -> str:
     s = r.summary()
     t = r.total
     month = _day(r.start_ts).strftime("%B %Y")
-    status = ("complete month" if r.complete else
-              f"month to date, up to {_day(int(r.covered_until_ts)):%d %b %H:%M} UTC")
+    status = r.coverage()
     tiles = [
-        _tile("Carbon emitted", _mass(t.co2e_kg),
+        _tile("Carbon emitted", amounts.mass(t.co2e_kg),
               f"location-based, scope 2 · {status}", "main"),
-        _tile("Facility energy", f"{t.facility_kwh / 1000:,.1f} MWh",
-              f"IT {t.it_kwh / 1000:,.1f} MWh x PUE"),
-        _tile("Cost", f"{t.cost:,.0f} {r.currency}", "facility kWh x price"),
-        _tile("GPU-hours", _n(t.gpu_hours, 0),
+        _tile("Facility energy", amounts.energy(t.facility_kwh),
+              f"IT {amounts.energy(t.it_kwh)} x PUE"),
+        _tile("Cost", amounts.money(t.cost, r.currency), "facility kWh x price"),
+        _tile("GPU-hours", amounts.sig(t.gpu_hours),
               f"{s['idle_time_share']:.0%} of them idle"),
-        _tile("Idle GPU energy", f"{t.idle_kwh:,.0f} kWh",
+        _tile("Idle GPU energy", amounts.energy(t.idle_kwh),
               f"{t.idle_share:.1%} of GPU energy", "warn" if t.idle_share > 0.1 else ""),
     ]
-    if not r.complete:
-        tiles.append(_tile("Projected month", _mass(r.projected_co2e_kg),
+    if r.series_warning:
+        tiles.append(_tile("Carbon factors", "Fallback used", r.series_warning, "warn"))
+    if r.projected_co2e_kg is not None:
+        tiles.append(_tile("Projected month", amounts.mass(r.projected_co2e_kg),
                            "at the rate so far"))
+    elif r.status == "partial":
+        tiles.append(_tile("Hours with data", f"{r.hours_with_data:,} of {r.hours_so_far:,}",
+                           "the rest of the month is not in these numbers", "warn"))
     figs = _figures(r)
     charts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0),
                           config={"displaylogo": False}) for i, f in enumerate(figs)]
     missing_share = float(s["missing_share"])  # type: ignore[arg-type]
     quality = (
-        f"<p class='note'>GPU time with no usable measurement (gaps longer than the configured "
-        f"limit, lost GPUs): <b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
+        f"<p class='note'>Coverage: {html.escape(status)}. Hours with no data at all are "
+        f"in no number here, and nothing is estimated for them. GPU time within the "
+        f"covered hours with no usable measurement (gaps between samples longer than "
+        f"energy.max_gap_s, lost GPUs): <b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
         f"({missing_share:.2%} of GPU time); no energy is invented for it, so the totals are "
         f"low by about that share. Hours whose grid intensity was missing and filled: "
         f"<b>{r.intensity_filled_hours}</b>; PUE filled: <b>{r.pue_filled_hours}</b>. "
         f"GPU-hours above the {html.escape('TDP')} threshold: "
         f"<b>{_n(t.over_tdp_gpu_hours)}</b>.</p>")
-    devices = ", ".join(f"{k} {v:,.0f} kWh" for k, v in r.devices.items() if v)
+    devices = ", ".join(f"{k} {amounts.energy(v)}" for k, v in r.devices.items() if v)
+    rest = ("the rest of the node (fans, NICs, NVSwitches, memory, drives) from the "
+            "configured static model (energy.node_static_w)" if r.devices.get("rest") else
+            "the rest of the node (fans, NICs, NVSwitches, memory, drives) is NOT counted: "
+            "energy.node_static_w is 0, so IT energy here is GPUs and CPU packages only; set "
+            "it to the node's measured draw less its GPUs and CPUs to count it")
     method = "".join(f"<li>{html.escape(m)}</li>" for m in r.method) + (
         "<li>Energy per GPU from NVML's total energy counter where the GPU has one (a counter "
         "that went down, a driver reload, falls back to power), else the trapezoid of board "
-        "power over time; CPU packages from RAPL; the rest of the node from the configured "
-        "static model. Integrated once by the processor into hourly rows; this report adds "
+        f"power over time; CPU packages from RAPL; {html.escape(rest)}. Integrated once by "
+        "the processor into hourly rows; this report adds "
         "them up.</li><li>Idle: a GPU powered but doing no work (SM activity under the "
         "configured ratio; without SM activity, 0% utilization and no job). Each breakdown "
         "(job, user, team, node, cluster) is a partition of the same rows and sums to the "

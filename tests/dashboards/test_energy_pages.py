@@ -47,7 +47,9 @@ def test_energy_page_loads_with_data(dash_duo, energy_db: Path) -> None:
     assert _traces(dash_duo, "#energy-users") == 1
     value = _texts(dash_duo, "#energy-inrange .tile-value")[0]
     assert float(value.split()[0].replace(",", "")) > 0
-    assert "t CO2e" in _texts(dash_duo, "#energy-month .tile-value")[0]
+    month = _texts(dash_duo, "#energy-month .tile-value")[0]  # "412 kg CO2e", "1.27 t CO2e"
+    assert float(month.split()[0].replace(",", "")) > 0 and month.split()[1:] in (
+        ["kg", "CO2e"], ["t", "CO2e"])
     assert "%" in _texts(dash_duo, "#energy-idle-share .tile-value")[0]
     assert "location-based" in _texts(dash_duo, "#energy-method")[0]
     # Arrives drawn; a new range redraws it and goes into the URL.

@@ -10,13 +10,22 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.carbon import build_model, read_hourly_csv
+from fleetwatch.carbon import J_PER_KWH, build_model, read_hourly_csv
 from fleetwatch.cli import main
 from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import KINDS, ReportError, build, month_span, resolve_month, write_report
+from fleetwatch.report import (
+    KINDS,
+    ReportError,
+    build,
+    month_projection,
+    month_span,
+    resolve_month,
+    write_report,
+)
 
 from .helpers import frame
 
@@ -140,14 +149,31 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
     assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 0
     out = capsys.readouterr().out
-    # 250 W for 1 h = 0.25 kWh, at 500 g/kWh = 0.125 kg.
-    assert "2022-05: 0.000 t CO2e, 0.2 facility kWh" in out
+    # 250 W for 1 h = 0.25 kWh, at 500 g/kWh = 0.125 kg: in units that show it.
+    assert "2022-05: 0.125 kg CO2e, 0.250 kWh facility (0.250 kWh IT)" in out
+    # May 2022 has ended, with one hour of data: partial, said so, and no projection.
+    assert ("partial month: data from 04 May 00:00 to 04 May 01:00 UTC; only 1 of the "
+            "month's 744 hours have data (0%)") in out
+    assert "projected" not in out
     summary = json.loads((tmp_path / "out" / "fleetwatch-energy-2022-05.json").read_text())
     assert summary["co2e_kg"] == pytest.approx(0.125)
+    assert (summary["status"], summary["complete"], summary["projected_co2e_kg"]) == (
+        "partial", False, None)
+    assert (summary["hours_with_data"], summary["hours_so_far"]) == (1, 744)
+    assert (summary["covered_from"], summary["covered_until"]) == (
+        "2022-05-04T00:00:00+00:00", "2022-05-04T01:00:00+00:00")
+    page = (tmp_path / "out" / "fleetwatch-energy-2022-05.html").read_text()
+    assert "0.125 kg CO2e" in page and "0.250 kWh" in page and "1 of 744" in page
+    assert "energy.node_static_w is 0" in page  # what IT energy leaves out, said
     assert main(["--config", str(conf), "report", "--month", "2022-06", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 1
     assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
     assert main(["report", "--month", "2022-06", "--store", str(tmp_path / "none.db")]) == 1
+    capsys.readouterr()
+    assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
+                 "--out", "/proc/fleetwatch-reports"]) == 1
+    err = capsys.readouterr().err
+    assert "--out '/proc/fleetwatch-reports': cannot write" in err and "Traceback" not in err
 
 
 def test_cli_report_of_the_previous_month_as_the_monthly_timer_runs_it(tmp_path, capsys):
@@ -155,7 +181,7 @@ def test_cli_report_of_the_previous_month_as_the_monthly_timer_runs_it(tmp_path,
     db, conf = one_gpu_hour(tmp_path, month_span(previous)[0] + 2 * 86400, 400.0)
     assert main(["--config", str(conf), "report", "--month", "previous", "--store", str(db),
                  "--out", str(tmp_path / "reports")]) == 0
-    assert capsys.readouterr().out.startswith(f"{previous}: 0.000 t CO2e, 0.4 facility kWh")
+    assert capsys.readouterr().out.startswith(f"{previous}: 0.200 kg CO2e, 0.400 kWh facility")
     summary = json.loads((tmp_path / "reports" / f"fleetwatch-energy-{previous}.json")
                          .read_text())
     assert summary["co2e_kg"] == pytest.approx(0.2)
@@ -201,3 +227,50 @@ def test_simulate_integrates_with_the_configured_node_model(tmp_path):
         1000.0 * (3600 - 15))
     assert sum(r.seconds for r in rows if r.device.startswith("gpu")) == pytest.approx(
         2 * (3600 - 15))
+
+
+def gpu_hours_rows(hours) -> list[EnergyRow]:
+    """One GPU at 1 kWh in each of these hours."""
+    return [EnergyRow(int(h), "c1", "r1", "n1", "gpu0", "j", "u", "t", J_PER_KWH, 0.0,
+                      3600.0, 0.0, 0.0, 0.0) for h in hours]
+
+
+def test_a_month_is_complete_partial_or_to_date_and_projected_only_while_it_runs():
+    start, end = MAY
+    every = range(start, end, 3600)
+    m = model()
+    done = build(gpu_hours_rows(every), m, start, end, "2022-05", now=end + 7200)
+    assert (done.status, done.complete, done.projected_co2e_kg) == ("complete", True, None)
+    assert done.hours_with_data == done.hours_so_far == 744
+    assert done.coverage() == "complete month"
+    # The processors were down for a day mid-month: the month ended, but is partial.
+    holed = [h for h in every if not start + 10 * 86400 <= h < start + 11 * 86400]
+    partial = build(gpu_hours_rows(holed), m, start, end, "2022-05", now=end + 7200)
+    assert (partial.status, partial.projected_co2e_kg) == ("partial", None)
+    assert partial.coverage().endswith("only 720 of the month's 744 hours have data (97%)")
+    # Ten days in, data from the start: the rest at the same rate, as the dashboard says.
+    now = start + 10 * 86400
+    running = build(gpu_hours_rows(range(start, now, 3600)), m, start, end, "2022-05",
+                    now=now)
+    assert running.status == "month_to_date" and not running.complete
+    assert running.projected_co2e_kg == pytest.approx(running.total.co2e_kg * 31 / 10)
+    assert running.projected_co2e_kg == pytest.approx(
+        month_projection(running.total.co2e_kg, start, now, start, end))
+    assert "month to date: data from 01 May 00:00 to 11 May 00:00 UTC; 240 of the " \
+           "month's first 240 hours have data (100%)" == running.coverage()
+
+
+def test_an_hourly_series_that_misses_the_month_is_a_warning_not_a_silent_constant(
+        tmp_path, capsys):
+    db, _ = one_gpu_hour(tmp_path, month_span("2023-03")[0] + 86400, 400.0)
+    conf = tmp_path / "ciso.toml"
+    conf.write_text(f'[carbon]\nintensity_csv = "{CISO}"\nintensity_g_per_kwh = 300.0\n')
+    assert main(["--config", str(conf), "report", "--month", "2023-03", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert ("warning: 1 of 1 hours use the fallback intensity 300 gCO2e/kWh: the hourly "
+            "series covers 2022-01-01 00:00 to 2022-12-31 23:00 UTC") in out
+    summary = json.loads((tmp_path / "out" / "fleetwatch-energy-2023-03.json").read_text())
+    assert summary["intensity_fallback_hours"] == 1 and summary["pue_fallback_hours"] == 0
+    assert summary["co2e_kg"] == pytest.approx(0.4 * 1.2 * 0.3)   # default PUE 1.2
+    assert "Fallback used" in (tmp_path / "out" / "fleetwatch-energy-2023-03.html").read_text()
