@@ -61,8 +61,9 @@ log = logging.getLogger(__name__)
 class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
 
-    def send(self, changes: Sequence[Alert]) -> object:
-        """One batch's alert changes, once stored."""
+    def send(self, changes: Sequence[Alert], now: float | None = None) -> object:
+        """One batch's alert changes, once stored (none: time passed; ``now`` is the
+        batch's newest frame time, against which silences are judged)."""
 
     def adopt(self, alerts: Iterable[Alert]) -> None:
         """Open alerts of nodes this processor now owns: not new, but still open."""
@@ -96,7 +97,8 @@ class Processor(ConsumerLoop):
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``);
         # a ``notifier`` also adopts and forgets open alerts as partitions move.
-        self._notify = notifier.send if notifier is not None else notify
+        self._notify = notify
+        self._notifier = notifier
         self.stats = Stats()
         self._decoder = Decoder()
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
@@ -248,7 +250,12 @@ class Processor(ConsumerLoop):
                               batch.failures)
                 self._unstored = writes
         self.alerts.apply(changes)
-        if changes and self._notify is not None:
+        if self._notifier is not None and (changes or batch.owned):
+            # Every batch: silences added or ended since are judged on alerts that do
+            # not change (a latched XID), at the stream's time.
+            newest = max((f.ts for f in batch.owned or ()), default=None)
+            self._notifier.send(changes, newest)
+        elif changes and self._notify is not None:
             self._notify(changes)
         self.stats.frames += len(batch.frames or ())
         self.stats.points += points

@@ -4,8 +4,11 @@ Pure functions over alerts. They act on notifications, never on the lifecycle:
 a silenced or inhibited alert still goes pending → firing → resolved in the
 book and the store, as in Alertmanager; only the notifying sinks stay quiet.
 
-* A silence mutes the alerts that match all its matchers while the alert's own
-  time (``updated_ts``, a frame time) is within the silence's range.
+* A silence mutes the alerts that match all its matchers while the stream's
+  time (the newest frame's, or the alert's own ``updated_ts``, whichever is
+  later) is within the silence's range: an alert that stopped changing (a
+  latched XID, a silent node) is muted by a silence added after its last
+  change, and heard again once the silence ends.
 * Inhibition: a firing node-down or silent-node alert mutes the GPU alerts of
   its node; a firing rack-level alert (rack cooling) mutes the GPU alerts of
   its rack. The one cause is paged, not its sixteen symptoms.
@@ -66,10 +69,12 @@ def matches(silence: Silence, alert: Alert) -> bool:
     return True
 
 
-def silenced_by(alert: Alert, silences: Iterable[Silence]) -> str:
-    """The id of a silence in force at the alert's time that matches it, else ""."""
+def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = None) -> str:
+    """The id of a silence in force at ``at`` (never before the alert's own time) that
+    matches it, else ""."""
+    t = alert.updated_ts if at is None else max(at, alert.updated_ts)
     for s in silences:
-        if s.start_ts <= alert.updated_ts < s.end_ts and matches(s, alert):
+        if s.start_ts <= t < s.end_ts and matches(s, alert):
             return s.id
     return ""
 
@@ -108,9 +113,10 @@ class Notice:
 
 
 def mute(alert: Alert, open_alerts: Iterable[Alert], silences: Sequence[Silence],
-         acks: Mapping[str, Acknowledgement]) -> str:
-    """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or ""."""
-    sid = silenced_by(alert, silences)
+         acks: Mapping[str, Acknowledgement], at: float | None = None) -> str:
+    """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or "".
+    ``at``: the stream's time now (silences are judged then; see ``silenced_by``)."""
+    sid = silenced_by(alert, silences, at)
     if sid:
         return f"silence:{sid}"
     iid = inhibited_by(alert, open_alerts)

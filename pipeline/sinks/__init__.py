@@ -84,6 +84,7 @@ class Notifier:
         self._silences: list[Silence] = []
         self._acks: dict[str, Acknowledgement] = {}
         self._reload_s, self._reloaded = reload_s, float("-inf")
+        self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._attempts, self._backoff = attempts, backoff
         self._open: dict[Key, Alert] = {}
         self._sent: dict[str, tuple[str, str]] = {}  # alert id -> (state, muted_by) forwarded
@@ -143,9 +144,19 @@ class Notifier:
                 except Exception:  # noqa: BLE001 - a sink's bug must not stop the others
                     log.exception("alert sink %s: %s failed", sink.name, kind)
 
-    def send(self, changes: Sequence[Alert]) -> list[Notice]:
-        """Take one batch's stored alert changes; returns what is forwarded to sinks."""
-        self._reload()
+    def send(self, changes: Sequence[Alert], now: float | None = None) -> list[Notice]:
+        """Take one batch's stored alert changes (none, to let time pass); returns what is
+        forwarded to sinks. ``now``: the batch's newest frame time.
+
+        Whenever silences and acknowledgements are reloaded, every open alert is judged
+        again: one that does not change (a latched XID, a silent node) is muted by a
+        silence added after its last change, and notified again when the silence ends.
+        """
+        if now is not None:
+            self._now = max(self._now, now)
+        for a in changes:
+            self._now = max(self._now, a.updated_ts)
+        reloaded = self._reload()
         notices = []
         for a in changes:
             key = alert_key(a)
@@ -154,7 +165,7 @@ class Notifier:
             else:
                 self._open[key] = a
         for a in changes:
-            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks))
+            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
             if seen == (a.state, n.muted_by):
                 continue  # dedup: this state was forwarded already
@@ -164,6 +175,8 @@ class Notifier:
                 self._sent[a.id] = (a.state, n.muted_by)
             notices.append(n)
         notices += self._uncovered(changes)
+        if reloaded:
+            notices += self._rejudged(changes, notices)
         if notices and self.sinks:
             if self._thread is None:
                 self._deliver(notices)
@@ -189,22 +202,40 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in changed or seen is None or seen[1] not in gone:
                 continue
-            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks))
+            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by)
                 out.append(n)
         return out
 
-    def _reload(self) -> None:
+    def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice]) -> list[Notice]:
+        """Open alerts not in this batch whose muting changed since they were forwarded (a
+        silence or an acknowledgement added, a silence ended)."""
+        skip = {a.id for a in changes} | {n.alert.id for n in done}
+        out = []
+        for a in list(self._open.values()):
+            seen = self._sent.get(a.id)
+            if a.id in skip or seen is None:
+                continue
+            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
+            if n.muted_by != seen[1]:
+                self._sent[a.id] = (a.state, n.muted_by)
+                out.append(n)
+        return out
+
+    def _reload(self) -> bool:
+        """Read silences and acknowledgements again if ``reload_s`` has passed; whether
+        it did."""
         now = time.monotonic()
         if now - self._reloaded < self._reload_s:
-            return
+            return False
         self._reloaded = now
         try:
             self._silences = list(self._silences_of())
             self._acks = {a.alert_id: a for a in self._acks_of()}
         except Exception as exc:  # a store hiccup keeps the last known silences
             log.warning("could not reload silences and acknowledgements: %s", exc)
+        return True
 
     def _drop_oldest(self) -> None:
         """Drop the oldest batch of changes (never an adopt or forget); with ``_cv`` held."""

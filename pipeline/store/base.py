@@ -107,7 +107,7 @@ class Event:
 @dataclass(frozen=True, slots=True)
 class Silence:
     """Mute notifications of the alerts that match every matcher, from ``start_ts`` to
-    ``end_ts`` (epoch s, compared with the alert's own time). A matcher is
+    ``end_ts`` (epoch s, compared with the stream's time: see ``pipeline.silences``). A matcher is
     ``(label, op, value)`` with op ``=``, ``!=``, ``=~`` or ``!~`` (a full-match regular
     expression), as in Alertmanager; labels: rule, severity, cluster, rack, node, device."""
 
