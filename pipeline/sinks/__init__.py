@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fleetwatch.pipeline.alerts import Key, alert_key
-from fleetwatch.pipeline.silences import Notice, mute
+from fleetwatch.pipeline.alerts import Key, alert_key, scope_of
+from fleetwatch.pipeline.silences import NODE_COVER_RULES, Notice, mute
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.retry import Backoff, retry
@@ -164,8 +164,9 @@ class Notifier:
                 self._open.pop(key, None)
             else:
                 self._open[key] = a
+        covers = self._covers()
         for a in changes:
-            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
+            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
             if seen == (a.state, n.muted_by):
                 continue  # dedup: this state was forwarded already
@@ -174,9 +175,9 @@ class Notifier:
             else:
                 self._sent[a.id] = (a.state, n.muted_by)
             notices.append(n)
-        notices += self._uncovered(changes)
+        notices += self._uncovered(changes, covers)
         if reloaded:
-            notices += self._rejudged(changes, notices)
+            notices += self._rejudged(changes, notices, covers)
         if notices and self.sinks:
             if self._thread is None:
                 self._deliver(notices)
@@ -189,7 +190,13 @@ class Notifier:
                     self._cv.notify()
         return notices
 
-    def _uncovered(self, changes: Sequence[Alert]) -> list[Notice]:
+    def _covers(self) -> list[Alert]:
+        """The open alerts that may inhibit others (firing, of a node or a rack): what
+        ``mute`` needs to see, so that judging every open alert is not quadratic."""
+        return [a for a in self._open.values() if a.state == "firing" and (
+            scope_of(a) == "rack" or scope_of(a) == "node" and a.rule in NODE_COVER_RULES)]
+
+    def _uncovered(self, changes: Sequence[Alert], covers: list[Alert]) -> list[Notice]:
         """Open alerts that an alert resolved in this batch was inhibiting: notified now, as
         Alertmanager does once the source of an inhibition goes, rather than at their own
         next change (a latched XID has none until it resolves)."""
@@ -202,13 +209,14 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in changed or seen is None or seen[1] not in gone:
                 continue
-            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
+            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by)
                 out.append(n)
         return out
 
-    def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice]) -> list[Notice]:
+    def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice],
+                  covers: list[Alert]) -> list[Notice]:
         """Open alerts not in this batch whose muting changed since they were forwarded (a
         silence or an acknowledgement added, a silence ended)."""
         skip = {a.id for a in changes} | {n.alert.id for n in done}
@@ -217,7 +225,7 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in skip or seen is None:
                 continue
-            n = Notice(a, mute(a, self._open.values(), self._silences, self._acks, self._now))
+            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by)
                 out.append(n)
