@@ -166,8 +166,12 @@ class ThermalLimits(WaveDetector):
             if crit[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_critical", tc,
-                    f"{where} at {tc:.0f} °C, at or above its slowdown temperature {sl:.0f} °C "
-                    f"(shutdown {sh:.0f} °C)", "critical", 0.0, lim,
+                    f"{where} at {tc:.0f} °C, "
+                    + ("at or above" if tc >= sl else
+                       (f"{sl - tc:.0f} °C" if sl - tc >= 0.5 else "just") +
+                       f" below (not yet {HYSTERESIS_C:.0f} °C under)")
+                    + f" its slowdown temperature {sl:.0f} °C (shutdown {sh:.0f} °C)",
+                    "critical", 0.0, lim,
                     COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(

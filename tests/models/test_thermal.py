@@ -23,6 +23,19 @@ def test_critical_at_the_gpus_own_slowdown_temperature_at_once() -> None:
     assert "cooling" in f.action
 
 
+def test_a_critical_alert_held_below_the_limit_says_so() -> None:
+    d = ThermalLimits()
+    limits = {"gpu_slowdown_temp_c": 87.0, "gpu_shutdown_temp_c": 90.0}
+    first = d.update([node(0, [busy(87.0, **limits)])])
+    assert "at 87 °C, at or above its slowdown temperature 87 °C (shutdown 90 °C)" in (
+        first[0].message)
+    held = d.update([node(10, [busy(86.0, **limits)])])   # within the 2 °C hysteresis
+    assert rules(held)[0] == ("gpu_temp_critical", 0)
+    assert "at 86 °C, 1 °C below (not yet 2 °C under) its slowdown temperature 87 °C" in (
+        held[0].message)
+    assert "at or above" not in held[0].message
+
+
 def test_limits_fall_back_to_the_model_family_then_to_config() -> None:
     a100 = ThermalLimits().update([node(0, [busy(88.0)], model="NVIDIA A100-SXM4-80GB")])
     assert rules(a100) == [("gpu_temp_high", 0)]               # A100 slows down at 89 °C
