@@ -52,6 +52,7 @@ from fleetwatch.pipeline.store.ledger import (
 )
 
 log = logging.getLogger(__name__)
+LONG_GAPS_TO_WARN = 3  # intervals over max_gap_s in a row: the node's cadence, not an outage
 
 # Accumulator slots, in EnergyRow's order.
 _E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
@@ -127,6 +128,10 @@ class EnergyIntegrator:
         self.s = settings
         self._nodes: dict[tuple[str, str], _Node] = {}
         self._rolled_to = -math.inf  # hours before this are rolled up
+        # Nodes whose frames keep coming further apart than max_gap_s (a slow agent
+        # interval, not an outage): counted per node, and said once each.
+        self._long_gaps: dict[tuple[str, str], int] = {}
+        self.slow_nodes: set[tuple[str, str]] = set()
 
     # -- the processor's entry point ------------------------------------
     def observe(self, frames: Sequence[Frame]) -> int:
@@ -228,6 +233,8 @@ class EnergyIntegrator:
             self._interval(node, f, CPU_DEVICE, cpu, None, owner, False, False, touched)
         # The node's clock: the rest of the node draws node_static_w while it reports.
         host = node.devs.get(HOST_DEVICE)
+        if host is not None and f.ts > host.ts:
+            self._cadence(f, f.ts - host.ts)
         if host is not None and s.node_static_w > 0:
             dt = f.ts - host.ts
             if 0 < dt <= s.max_gap_s:
@@ -239,6 +246,22 @@ class EnergyIntegrator:
         if host is None or f.ts > host.ts:
             node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
         node.last_ts = max(node.last_ts, f.ts)
+
+    def _cadence(self, f: Frame, dt: float) -> None:
+        """Say, once per node, when its frames come further apart than ``max_gap_s`` time
+        after time: every such interval is missing time, so the node's energy would be
+        all "missing" for as long as its agent samples that slowly."""
+        key = (f.cluster, f.node)
+        if dt <= self.s.max_gap_s:
+            self._long_gaps.pop(key, None)
+            return
+        n = self._long_gaps[key] = self._long_gaps.get(key, 0) + 1
+        if n == LONG_GAPS_TO_WARN and key not in self.slow_nodes:
+            self.slow_nodes.add(key)
+            log.warning("%s sends a frame every %.0f s or more, longer than energy.max_gap_s "
+                        "= %.0f s: its energy is counted as missing time, not integrated; set "
+                        "energy.max_gap_s above the agents' agent.interval_s (a few times it)",
+                        f.node, dt, self.s.max_gap_s)
 
     def _interval(self, node: _Node, f: Frame, dev: str, power: float | None,
                   counter: float | None, owner: tuple[str, str, str], idle: bool,

@@ -208,3 +208,24 @@ def test_the_bound_is_relative_to_the_limit_and_never_above_the_cap(limit, step_
                                                                     expected_w):
     _, rows, _ = EnergyIntegrator(None).integrate(glitched_counter(limit, glitch_w=step_w))
     assert sum(r.energy_j for r in rows) == pytest.approx(8 * 4_500.0 + expected_w * 15)
+
+
+def test_an_agent_sampling_slower_than_max_gap_s_is_said_once_not_only_counted_missing(
+        store, caplog):
+    integ = EnergyIntegrator(store)   # max_gap_s 60 s; this node samples every 120 s
+    with caplog.at_level("WARNING", logger="fleetwatch.pipeline.energy"):
+        integ.observe([frame(120.0 * k, {0: {"gpu_power_w": 300.0}}) for k in range(6)])
+        integ.observe([frame(120.0 * k, {0: {"gpu_power_w": 300.0}}) for k in range(6, 9)])
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 1 and "longer than energy.max_gap_s = 60 s" in warned[0]
+    assert "agent.interval_s" in warned[0]
+    assert integ.slow_nodes == {("c1", "n1")}
+    assert totals(store)["missing_s"] == pytest.approx(8 * 120.0)   # and counted as missing
+
+
+def test_one_outage_is_not_taken_for_a_slow_agent(store, caplog):
+    integ = EnergyIntegrator(store)
+    ts = [0, 15, 30, 400, 415, 430, 900, 915]   # two outages, each followed by 15 s samples
+    with caplog.at_level("WARNING", logger="fleetwatch.pipeline.energy"):
+        integ.observe([frame(t, {0: {"gpu_power_w": 300.0}}) for t in ts])
+    assert caplog.records == [] and integ.slow_nodes == set()
