@@ -11,12 +11,14 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import sys
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from fleetwatch.settings import (
     DETECTORS,
@@ -37,7 +39,11 @@ from fleetwatch.settings import (
     SimConfig,
     StoreConfig,
     T,
+    TextRule,
+    http_url,
+    kafka_topic,
     ranged,
+    required,
 )
 
 if sys.version_info >= (3, 11):
@@ -50,6 +56,9 @@ __all__ = [
     "T",
     "ConfigError",
     "ranged",
+    "required",
+    "kafka_topic",
+    "http_url",
     "Secret",
     "NodeConfig",
     "AgentConfig",
@@ -71,6 +80,13 @@ __all__ = [
     "public_view",
 ]
 
+# The text of the sample configurations (deploy/cluster.toml, the Kubernetes ConfigMap)
+# that an administrator must replace: a cluster that starts with it is mislabelled.
+PLACEHOLDER = "CHANGE-ME"
+# Kafka's own rule (clients/.../common/internals/Topic.java); kafka-python checks the same
+# on every send, one ValueError a second, long after start-up.
+_TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
+
 
 def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -> Config:
     """Read the TOML file (if any), apply environment overrides, check every value."""
@@ -79,9 +95,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     if path is not None:
         p = Path(path)
         try:
-            data = tomllib.loads(p.read_text("utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {p} does not exist") from None
+            data = tomllib.loads(_read_text(p))
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{p}: not valid TOML: {exc}") from None
         for section, values in data.items():
@@ -99,6 +113,33 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
                               f"{', '.join(sorted(sections))})")
         raw.setdefault(section, {})[key] = (value, f"environment {name}")
     return _build(raw)
+
+
+def _read_text(p: Path) -> str:
+    """The file's text; every way it can fail to be read is a ``ConfigError`` naming it.
+
+    Anything else would be a traceback and exit status 1, which the systemd units
+    restart every few seconds; a configuration error (exit 2) stops them.
+    """
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist") from None
+    except IsADirectoryError:
+        raise ConfigError(f"config file {p} is a directory; give the path of the TOML "
+                          "file in it") from None
+    except PermissionError:
+        raise ConfigError(f"config file {p} cannot be read by this user (permission "
+                          "denied); make it readable (chmod o+r, or a group of the "
+                          "service's user)") from None
+    except OSError as exc:
+        raise ConfigError(f"config file {p} cannot be read: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(f"{p}: not UTF-8 text (byte 0x{data[exc.start]:02x} on line "
+                          f"{line}); TOML files are UTF-8: save it as UTF-8") from None
 
 
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
@@ -127,7 +168,7 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
             raise ConfigError(f"{origin}: unknown key {section}.{key} (known: "
                               f"{', '.join(sorted(fields))})")
         kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin,
-                              specs[key].metadata.get("range"))
+                              specs[key].metadata.get("range"), specs[key].metadata.get("text"))
     return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
 
 
@@ -173,12 +214,18 @@ def _read_secret_file(path: Any, origin: str) -> str:
         return Path(str(path)).read_text("utf-8").strip()
     except OSError as exc:
         raise ConfigError(f"{origin}: cannot read secret file: {exc}") from None
+    except UnicodeDecodeError:
+        # Its bytes are the secret's: the message names the file, never what is in it.
+        raise ConfigError(f"{origin}: secret file {path} is not UTF-8 text; write the "
+                          "secret as text") from None
 
 
 def _coerce(value: Any, typ: Any, key: str, origin: str,
-            bounds: tuple[float | None, float | None, bool] | None = None) -> Any:
+            bounds: tuple[float | None, float | None, bool] | None = None,
+            rule: TextRule | None = None) -> Any:
     where = f"{origin}: {key}"
     from_env = origin.startswith("environment")
+    _refuse_placeholder(value, typ, where)
     if typing.get_origin(typ) is Literal:
         choices = typing.get_args(typ)
         if value not in choices:
@@ -206,8 +253,47 @@ def _coerce(value: Any, typ: Any, key: str, origin: str,
     if typ is str or isinstance(typ, types.UnionType):
         if not isinstance(value, str):
             raise ConfigError(f"{where} = {value!r}; must be a string (in quotes)")
+        _text(value, rule, where)
         return value
     raise ConfigError(f"{where}: unsupported type {typ}")  # pragma: no cover
+
+
+def _refuse_placeholder(value: Any, typ: Any, where: str) -> None:
+    """A value still holding the sample's CHANGE-ME: refused, whatever its key."""
+    items = value if isinstance(value, list | tuple) else [value]
+    if not any(isinstance(x, str) and PLACEHOLDER in x for x in items):
+        return
+    shown = "" if typ is Secret else f" = {value!r}"
+    raise ConfigError(f"{where}{shown} still holds the sample configuration's "
+                      f"placeholder {PLACEHOLDER}; set it for your cluster")
+
+
+def _text(value: str, rule: TextRule | None, where: str) -> None:
+    """The checks of ``required``, ``kafka_topic`` and ``http_url`` fields (settings.py)."""
+    if rule is None:
+        return
+    if rule in ("name", "topic") and not value.strip():
+        raise ConfigError(f"{where} = {value!r}; must not be empty: set it, or leave it out "
+                          "for the default")
+    if rule == "topic" and (not _TOPIC.fullmatch(value) or value in (".", "..")):
+        raise ConfigError(f"{where} = {value!r}; not a Kafka topic name: 1 to 249 "
+                          "characters of a-z, A-Z, 0-9, '.', '_' and '-' (and not . or ..)")
+    if rule == "url_or_off" and value == "":
+        return
+    if rule in ("url", "url_or_off"):
+        off = ', or "" for none' if rule == "url_or_off" else ""
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018  # raises for a port that is no number or out of range
+        except ValueError as exc:
+            raise ConfigError(f"{where} = {value!r}; not a valid URL ({exc}){off}") from None
+        # urlsplit drops spaces and tabs that urllib's requests then trip over.
+        if (parts.scheme.lower() not in ("http", "https") or not parts.netloc
+                or any(c.isspace() for c in value)):
+            bare = value.strip()
+            example = f"http://{bare}" if "://" not in bare and bare else "http://host:port"
+            raise ConfigError(f"{where} = {value!r}; must be a URL that starts with http:// "
+                              f"or https:// (e.g. {example}){off}")
 
 
 def _number(value: Any, typ: type, where: str, from_env: bool,

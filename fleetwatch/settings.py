@@ -8,7 +8,8 @@ checks them; the rest of fleetwatch imports both from there.
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal, TypeVar
 
 ENV_PREFIX = "FLEETWATCH_"
@@ -30,6 +31,38 @@ def ranged(default: Any, lo: float | None = None, hi: float | None = None, *,
     return field(default=default, metadata={"range": (lo, hi, above)})
 
 
+# How a string field is checked at load (``fleetwatch.config``): ``name`` may not be empty
+# or blank, ``topic`` is a name Kafka accepts, ``url`` is an http(s) URL and ``url_or_off``
+# the same or "" (the feature is off). A string field without one may be empty.
+TextRule = Literal["name", "topic", "url", "url_or_off"]
+
+
+def required(default: Any = MISSING, *, factory: Callable[[], Any] | None = None) -> Any:
+    """A string that names something (a cluster, a path, a consumer group): never empty.
+
+    An empty name is not "none": an empty spool directory is the working directory,
+    an empty store path SQLite's throw-away database, an empty topic a send that
+    fails every second. Leave a key out to keep its default.
+    """
+    if factory is not None:
+        return field(default_factory=factory, metadata={"text": "name"})
+    return field(default=default, metadata={"text": "name"})
+
+
+def kafka_topic(default: str) -> Any:
+    """A Kafka topic name: 1 to 249 of ``a-zA-Z0-9._-``, not ``.`` or ``..`` (Kafka's rule)."""
+    return field(default=default, metadata={"text": "topic"})
+
+
+def http_url(default: str, *, optional: bool = False) -> Any:
+    """An ``http://`` or ``https://`` URL; with ``optional=True``, "" turns the feature off.
+
+    Checked at load, because a URL without its scheme (``127.0.0.1:8428``) is only
+    refused by urllib at the first request, long after start-up said all was well.
+    """
+    return field(default=default, metadata={"text": "url_or_off" if optional else "url"})
+
+
 class Secret(str):
     """A string that does not print itself."""
 
@@ -45,9 +78,9 @@ class Secret(str):
 
 @dataclass(frozen=True)
 class NodeConfig:
-    cluster: str = "default"
-    rack: str = "rack0"
-    node: str = field(default_factory=socket.gethostname)
+    cluster: str = required("default")
+    rack: str = required("rack0")
+    node: str = required(factory=socket.gethostname)
 
 
 @dataclass(frozen=True)
@@ -56,32 +89,34 @@ class AgentConfig:
     # What to do when NVML is missing or fails at start: error (exit 1),
     # ignore (run host-only), retry (host-only, try NVML again each minute).
     nvml_policy: Literal["error", "ignore", "retry"] = "retry"
-    spool_dir: str = "/var/lib/fleetwatch/spool"
+    spool_dir: str = required("/var/lib/fleetwatch/spool")
     spool_max_mb: float = ranged(512.0, 1.0, 1_000_000.0)
-    metrics_host: str = "127.0.0.1"
+    # An address to listen on: 0.0.0.0 for all of them ("" would mean the same, unsaid).
+    metrics_host: str = required("127.0.0.1")
     metrics_port: int = ranged(9400, 1, 65535)
-    kernel_log: str = "/dev/kmsg"
-    proc_root: str = "/proc"
-    sys_root: str = "/sys"
+    kernel_log: str = "/dev/kmsg"   # "": no XIDs from the kernel log
+    proc_root: str = required("/proc")
+    sys_root: str = required("/sys")
     # Read SM/tensor/DRAM activity through DCGM (where installed) on GPUs without GPM.
     dcgm: bool = True
-    # The kubelet's pod-resources socket: pod/namespace/container labels where it exists.
+    # The kubelet's pod-resources socket: pod/namespace/container labels where it exists
+    # ("": none).
     pod_resources_socket: str = "/var/lib/kubelet/pod-resources/kubelet.sock"
 
 
 @dataclass(frozen=True)
 class BusConfig:
     kind: Literal["memory", "kafka"] = "memory"
-    bootstrap: str = "127.0.0.1:9092"
-    topic: str = "fleetwatch.frames"
+    bootstrap: str = required("127.0.0.1:9092")
+    topic: str = kafka_topic("fleetwatch.frames")
     # Partitions of the topics (the most processors that can share them): a topic with fewer
     # (auto-created by a broker that lost its data) gets the rest where nothing is lost.
     partitions: int = ranged(12, 1, 10_000)
     # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
     replication_factor: int = ranged(0, 0, 32)
-    dead_letter_topic: str = "fleetwatch.frames.dead"
-    alert_topic: str = "fleetwatch.alerts"
-    group: str = "fleetwatch-processor"
+    dead_letter_topic: str = kafka_topic("fleetwatch.frames.dead")
+    alert_topic: str = kafka_topic("fleetwatch.alerts")
+    group: str = required("fleetwatch-processor")
     # Seconds a processor may go silent before the group gives its partitions to the others
     # (a killed member's partitions wait this long); heartbeats go every third of it.
     session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
@@ -93,7 +128,7 @@ class BusConfig:
 
 @dataclass(frozen=True)
 class ProcessorConfig:
-    metrics_host: str = "127.0.0.1"
+    metrics_host: str = required("127.0.0.1")
     metrics_port: int = ranged(9401, 0, 65535)   # 0: no /metrics
     max_batch: int = ranged(2000, 1, 100_000)    # messages per poll, and so per store write
     maintain_every_s: float = ranged(30.0, 1.0, 86_400.0)
@@ -103,12 +138,12 @@ class ProcessorConfig:
 @dataclass(frozen=True)
 class StoreConfig:
     kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
-    path: str = "fleetwatch.db"
+    path: str = required("fleetwatch.db")
     raw_retention_h: float = ranged(14 * 24.0, 0.0, 1_000_000.0, above=True)
     rollup_retention_d: float = ranged(400.0, 0.0, 100_000.0, above=True)
-    url: str = "http://127.0.0.1:8428"
-    org: str = "fleetwatch"
-    bucket: str = "fleetwatch"
+    url: str = http_url("http://127.0.0.1:8428")
+    org: str = required("fleetwatch")
+    bucket: str = required("fleetwatch")
     token: Secret = Secret("")
 
 
@@ -120,12 +155,12 @@ class AlertsConfig:
     # first clear sample), so a GPU hovering at a limit pages once, not at every crossing.
     keep_firing_s: float = ranged(300.0, 0.0, 86_400.0)
     # Alert sinks; "" turns one off. The Kafka alert topic is bus.alert_topic (kafka bus only).
-    webhook_url: str = ""
-    alertmanager_url: str = ""
+    webhook_url: str = http_url("", optional=True)
+    alertmanager_url: str = http_url("", optional=True)
     # Firing alerts are re-sent to Alertmanager this often (it expires those not re-sent).
     alertmanager_resend_s: float = ranged(60.0, 1.0, 3600.0)
     # Base URL of the dashboard, for each alert's generatorURL / link; "" for none.
-    dashboard_url: str = ""
+    dashboard_url: str = http_url("", optional=True)
     # Tries per delivery to a sink before the change is counted as not delivered there.
     sink_attempts: int = ranged(4, 1, 100)
     sink_timeout_s: float = ranged(10.0, 0.1, 300.0)
@@ -135,7 +170,7 @@ class AlertsConfig:
 class ModelsConfig:
     # Learned detectors (thermal health, fleet anomaly, lemon nodes): model files
     # from `fleetwatch train` land here; processors load the newest, and reload on change.
-    dir: str = "fleetwatch-models"
+    dir: str = required("fleetwatch-models")
     enabled: bool = True
     thermal_min_excess_c: float = ranged(5.0, 0.5, 50.0)
     thermal_min_score: float = ranged(4.0, 1.0, 100.0)
@@ -224,7 +259,7 @@ class DetectorsConfig:
 
 @dataclass(frozen=True)
 class DashboardConfig:
-    host: str = "127.0.0.1"
+    host: str = required("127.0.0.1")
     port: int = ranged(8050, 1, 65535)
     refresh_s: float = ranged(5.0, 0.5, 3600.0)
 
@@ -253,7 +288,7 @@ class EnergyConfig:
     # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
     node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
     price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
-    currency: str = "USD"
+    currency: str = required("USD")
 
 
 @dataclass(frozen=True)
@@ -263,10 +298,10 @@ class CarbonConfig:
     # A site constant in gCO2e/kWh; 0 uses the country default.
     intensity_g_per_kwh: float = ranged(0.0, 0.0, 10_000.0)
     intensity_csv: str = ""
-    intensity_column: str = "avg_CI"
+    intensity_column: str = required("avg_CI")
     pue: float = ranged(1.2, 1.0, 10.0)
     pue_csv: str = ""
-    pue_column: str = "pue"
+    pue_column: str = required("pue")
 
 
 @dataclass(frozen=True)

@@ -78,7 +78,8 @@ def test_every_command_line_is_one_fleetwatch_accepts_with_the_cluster_config() 
 
 
 def test_the_cluster_config_loads_and_only_the_agent_runs_as_root() -> None:
-    config = load(CLUSTER_CONFIG)
+    # The cluster's name is the sample's CHANGE-ME, which load refuses: set as an admin would.
+    config = load(CLUSTER_CONFIG, env={"FLEETWATCH_NODE_CLUSTER": "dc1"})
     assert config.bus.kind == "kafka" and config.store.kind == "victoriametrics"
     # The spool lives in the agent unit's state directory, and the relative models.dir in
     # the working directory of the units that train and read it.
@@ -113,8 +114,9 @@ def test_the_sysusers_file_makes_the_units_user() -> None:
 def test_a_configuration_error_exits_with_the_status_that_stops_the_restarts(
         tmp_path: Path) -> None:
     bad = tmp_path / "fleetwatch.toml"
-    bad.write_text(CLUSTER_CONFIG.read_text("utf-8").replace('kind = "kafka"',
-                                                             'kind = "kafkaa"'))
+    # The admin's copy (its cluster named), with one mistake.
+    bad.write_text(CLUSTER_CONFIG.read_text("utf-8").replace("CHANGE-ME", "dc1")
+                   .replace('kind = "kafka"', 'kind = "kafkaa"'))
     env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
     for name in ("fleetwatch-agent", "fleetwatch-process", "fleetwatch-dashboard"):
         argv = [str(bad) if a == str(CLUSTER_CONFIG) else a

@@ -48,7 +48,9 @@ def config_of(container: dict, tmp_path: Path) -> Config:
     mounted = env.pop("FLEETWATCH_CONFIG")
     assert mounted == "/etc/fleetwatch/fleetwatch.toml"
     path = tmp_path / "fleetwatch.toml"
-    path.write_text(objects("ConfigMap")["fleetwatch"]["data"]["fleetwatch.toml"], "utf-8")
+    # With its cluster set, as the manifest's header asks (load refuses the CHANGE-ME).
+    path.write_text(objects("ConfigMap")["fleetwatch"]["data"]["fleetwatch.toml"]
+                    .replace("CHANGE-ME", "dc1"), "utf-8")
     return load(path, env={k: v for k, v in env.items() if k.startswith("FLEETWATCH_")})
 
 
