@@ -139,7 +139,8 @@ class AgentHealth:
                  float(self._spool.backlog_bytes)),
                 ("fleetwatch_agent_broker_up",
                  "1 while the broker acknowledges frames, 0 from a failed send until it does",
-                 1.0 if self._spool.reachable else 0.0)]
+                 1.0 if self._spool.reachable and getattr(self._sender, "reachable", True)
+                 else 0.0)]
         if self._sender is not None:
             gauges.append(("fleetwatch_agent_send_queue_frames",
                            "Frames sampled and waiting for the sender thread",
