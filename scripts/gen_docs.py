@@ -33,6 +33,10 @@ def config_reference(sample: Path = SAMPLE_CONFIG) -> str:
         if m := re.fullmatch(r"\[(\w+)\]", stripped):
             out += ["", f"**[{m[1]}]**", "", "| key | default | meaning |", "|---|---|---|"]
             comment = []
+        elif (m := re.fullmatch(r"#\s*(\w+) = <(.+)>", stripped)) and out:
+            # A key whose default is worked out at run time (the host name).
+            out.append(f"| `{m[1]}` | ({m[2]}) | {' '.join(comment)} |")
+            comment = []
         elif stripped.startswith("#") and out:
             comment.append(stripped.lstrip("# "))
         elif "=" in stripped and out:
