@@ -32,6 +32,7 @@ from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
 from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
+from fleetwatch.collectors.kube_node import rack_from_label
 from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
 from fleetwatch.collectors.nvml.reader import (
@@ -72,6 +73,9 @@ class NodeSource:
         self._unknown_pci: set[str] = set()
         self._kernel_log_failing = False
         self.node = config.node
+        if config.node.rack_label:  # a DaemonSet pod: its rack is a label of its node
+            self.node = dataclasses.replace(self.node, rack=rack_from_label(
+                self.node.node, self.node.rack_label, self.node.rack))
         self.policy = agent.nvml_policy
         self._backend = backend
         self._on_error = on_nvml_error

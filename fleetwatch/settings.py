@@ -81,6 +81,8 @@ class NodeConfig:
     cluster: str = required("default")
     rack: str = required("rack0")
     node: str = required(factory=socket.gethostname)
+    # A Kubernetes node label holding the rack (fleetwatch.io/rack): read at agent start.
+    rack_label: str = ""
 
 
 @dataclass(frozen=True)

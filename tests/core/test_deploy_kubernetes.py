@@ -66,7 +66,8 @@ def mount_of(container: dict, path: str) -> dict | None:
 
 @pytest.mark.parametrize("version", VERSIONS)
 def test_every_object_is_valid_kubernetes(version: str) -> None:
-    assert [d["kind"] for d in DOCS] == ["Namespace", "ConfigMap", "DaemonSet",
+    assert [d["kind"] for d in DOCS] == ["Namespace", "ConfigMap", "ServiceAccount",
+                                         "ClusterRole", "ClusterRoleBinding", "DaemonSet",
                                          "PersistentVolumeClaim", "Deployment", "Deployment",
                                          "CronJob", "CronJob"]
     for d in DOCS:
@@ -94,6 +95,22 @@ def test_every_container_runs_a_fleetwatch_command_with_a_config_it_accepts(
     env = pod_spec("fleetwatch-agent")["containers"][0]["env"]
     assert {"name": "FLEETWATCH_NODE_NODE",
             "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
+
+
+def test_the_agent_may_read_its_nodes_rack_label_and_nothing_more(tmp_path: Path) -> None:
+    spec = pod_spec("fleetwatch-agent")
+    account = spec["serviceAccountName"]
+    (sa,) = [d for d in DOCS if d["kind"] == "ServiceAccount"]
+    assert sa["metadata"] == {"name": account, "namespace": "fleetwatch"}
+    (binding,) = [d for d in DOCS if d["kind"] == "ClusterRoleBinding"]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": account,
+                                    "namespace": "fleetwatch"}]
+    (role,) = [d for d in DOCS if d["kind"] == "ClusterRole"
+               and d["metadata"]["name"] == binding["roleRef"]["name"]]
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"]}]
+    assert spec.get("automountServiceAccountToken", True)  # the token it reads them with
+    config = config_of(spec["containers"][0], tmp_path)
+    assert config.node.rack_label == "fleetwatch.io/rack"
 
 
 def test_the_agent_sees_the_host_and_keeps_its_spool(tmp_path: Path) -> None:
