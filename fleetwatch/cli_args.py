@@ -4,6 +4,7 @@ the help text. Parsing only: ``fleetwatch.cli`` runs what was asked."""
 from __future__ import annotations
 
 import argparse
+import math
 import os
 
 from fleetwatch import __version__
@@ -15,14 +16,27 @@ PART_HELP = "the simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB 
 
 
 def _duration(text: str) -> float:
+    """A duration with its unit: 90s, 15m, 2h, 7d (0 needs none).
+
+    A bare number is refused: ``--for 2`` meant two hours to whoever typed it and
+    made a two-second silence, ``--since 24`` meant a day and looked back 24 s.
+    """
     units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip()
     try:
-        if text[-1] in units:
+        if text and text[-1] in units:
             return float(text[:-1]) * units[text[-1]]
-        return float(text)
-    except (ValueError, IndexError):
+        value = float(text)
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d") from None
+    if value == 0:
+        return 0.0
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d")
+    raise argparse.ArgumentTypeError(
+        f"{text!r} has no unit: write {text}s for seconds, or e.g. 30m, 2h, 1d")
 
 
 def _span(text: str) -> float:
@@ -106,7 +120,8 @@ def parser() -> argparse.ArgumentParser:
                     help="how much faster than real time the simulation catches up, 1 to "
                     "100000 (default 30)")
     up.add_argument("--backfill", type=_duration, metavar="DUR",
-                    help="how far in the past the simulation starts, 0 to 7d (default 15m)")
+                    help="how far in the past the simulation starts, 0 to 7d, with its unit "
+                    "(default 15m)")
     up.add_argument("--host", help="dashboard address (default 127.0.0.1)")
     up.add_argument("--port", type=int, help="dashboard port (default 8050)")
     up.add_argument("--phases", action="store_true",
@@ -123,7 +138,8 @@ def parser() -> argparse.ArgumentParser:
     fleet_args(sim)
     span = sim.add_mutually_exclusive_group()
     span.add_argument("--days", type=float, help="days of history, up to 366 (default 1)")
-    span.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 6h")
+    span.add_argument("--duration", type=_duration, metavar="DUR",
+                      help="history span with its unit, e.g. 6h")
     sim.add_argument("--interval", type=_duration, metavar="DUR",
                      help="sample interval, 1s to 1h (default 15s)")
     sim.add_argument("--end", type=float, metavar="EPOCH_S",
@@ -137,7 +153,7 @@ def parser() -> argparse.ArgumentParser:
     agent.add_argument("--fake-gpus", type=_positive_int, metavar="N",
                        help="use N fake GPUs instead of NVML (the test fake)")
     agent.add_argument("--interval", type=_duration, metavar="DUR",
-                       help="sample interval (default agent.interval_s)")
+                       help="sample interval with its unit, e.g. 5s (default agent.interval_s)")
 
     process = sub.add_parser("process", help="run a stream processor (one member of a consumer "
                              "group)", description="Consume frames from Kafka, write them to the "
@@ -159,7 +175,8 @@ def parser() -> argparse.ArgumentParser:
                            "to models.dir, which running processors load without a restart.")
     tspan = train.add_mutually_exclusive_group()
     tspan.add_argument("--days", type=float, help="days of history to train on (default 7)")
-    tspan.add_argument("--duration", type=_duration, metavar="DUR", help="history span, e.g. 36h")
+    tspan.add_argument("--duration", type=_duration, metavar="DUR",
+                       help="history span with its unit, e.g. 36h")
     train.add_argument("--end", type=float, metavar="EPOCH_S",
                        help="when the history ends (default now)")
     train.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
@@ -236,18 +253,25 @@ def parser() -> argparse.ArgumentParser:
                         "raised and stored. Kept in the store; processors read them every 30 s.")
     si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
-    si_add = si_sub.add_parser("add", help="add a silence; prints its id")
+    si_add = si_sub.add_parser("add", help="add a silence; prints its id (its matchers and "
+                               "window on stderr)")
     si_add.add_argument("matchers", nargs="+", metavar="MATCHER",
                         help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
-                             "rule, severity, cluster, rack, node, device, scope")
+                             "rule, severity, cluster, rack, node, device, scope; a value is "
+                             "never empty (LABEL=~^$ matches an empty label)")
     si_add.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="DUR",
-                        help="how long (default 1h)")
+                        help="how long, with its unit: 30m, 2h, 1d (default 1h)")
     si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
     si_add.add_argument("--comment", default="", help="why")
     si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
     si_list.add_argument("--all", action="store_true")
     si_exp = si_sub.add_parser("expire", help="end a silence now")
     si_exp.add_argument("id")
+    for action in (si_add, si_list, si_exp):
+        # Also after the action, as `alerts --store` and `ack --store` take it. SUPPRESS: a
+        # subparser's own default would overwrite a --store given before the action.
+        action.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,
+                            help="embedded store file (store.path)")
 
     al = sub.add_parser("alerts", help="list the open alerts: where, since when, evidence, "
                         "action, and ids for ack",

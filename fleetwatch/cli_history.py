@@ -8,10 +8,40 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 from fleetwatch.config import Config, ConfigError
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
+
+
+def _missing_store(config: Config) -> str | None:
+    """Why the store the commands that read or annotate it (``alerts``, ``ack``,
+    ``silence``) would open is not there, or None.
+
+    Opened for writing, a SQLite store that does not exist is created, empty: an
+    ``ack`` or ``silence`` with a mistyped ``--store`` made one, and ``alerts`` on it
+    then said "no open alerts", an all-clear nobody gave. So those commands refuse a
+    missing file before opening anything, as ``alerts`` does. A server store (kind
+    victoriametrics or influx) answers for itself.
+    """
+    c = config.store
+    if c.kind != "sqlite":
+        return None
+    path = Path(c.path)
+    if path.is_file():
+        return None
+    if path.is_dir():
+        return f"store {path} is a folder; name the store file with --store PATH"
+    from fleetwatch.simulate import SIM_STORE_PATH  # here: it imports the simulator
+
+    hint = ""
+    sim = Path(SIM_STORE_PATH)
+    if sim.is_file() and path.resolve() != sim.resolve():
+        hint = (f"; fleetwatch up writes {SIM_STORE_PATH} here: pass --store "
+                f"{SIM_STORE_PATH}")
+    return (f"no store at {path}: run `fleetwatch up` or `fleetwatch simulate` first, or "
+            f"name the store with --store PATH (store.path){hint}")
 
 
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
@@ -54,23 +84,48 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_replay(config: Config, args: argparse.Namespace) -> int:
+    """Replay the files; with ``--store``, into that store under its lock.
+
+    The lock is the one ``up`` and ``simulate`` take: replayed alerts written into a
+    live store were never resolved by the live stream (the recording's nodes send
+    nothing more) and stayed firing there for good.
+    """
     from fleetwatch.replay import ReplayError, Series, replay
+    from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
     from fleetwatch.wiring import detectors, open_store
 
-    store = open_store(config.store) if args.store else None
+    lock = None
+    if args.store and config.store.kind == "sqlite":
+        try:
+            check_store_path(config.store.path)
+            lock = StoreLock(config.store.path).acquire()
+        except (StoreBusy, StorePathError) as exc:
+            print(f"fleetwatch replay: {exc}", file=sys.stderr)
+            return EXIT_ERROR if isinstance(exc, StoreBusy) else EXIT_USAGE
     try:
-        summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
-                         args.skip_bad, store, args.cluster, args.rack,
-                         keep_firing_s=config.alerts.keep_firing_s,
-                         series=Series(args.metric, args.node, args.gpu))
-    except ReplayError as exc:
-        print(f"fleetwatch replay: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+        store = open_store(config.store) if args.store else None
+        try:
+            summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
+                             args.skip_bad, store, args.cluster, args.rack,
+                             keep_firing_s=config.alerts.keep_firing_s,
+                             series=Series(args.metric, args.node, args.gpu))
+        except ReplayError as exc:
+            print(f"fleetwatch replay: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        finally:
+            if store is not None:
+                store.close()
     finally:
-        if store is not None:
-            store.close()
+        if lock is not None:
+            lock.release()
     for line in summary.lines():
         print(line, file=sys.stderr)
+    if not summary.frames:
+        why = (f"every row was bad ({summary.bad_rows} skipped)" if summary.bad_rows
+               else "the files hold no sample")
+        print(f"fleetwatch replay: nothing replayed: {why}; check the files' layout and "
+              "values (the lines above say what was read)", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 
@@ -113,21 +168,43 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_silence(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, add_silence, describe, expire_silence
+    from fleetwatch.alert_view import age, utc
+    from fleetwatch.silencing import (
+        SilenceError,
+        SilenceNotFound,
+        add_silence,
+        describe,
+        expire_silence,
+    )
     from fleetwatch.wiring import open_store
 
+    missing = _missing_store(config)
+    if missing:
+        print(f"fleetwatch silence: {missing}", file=sys.stderr)
+        return EXIT_ERROR
     store = open_store(config.store)
     try:
         if args.action == "add":
             s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
-            print(s.id)
+            print(s.id)  # alone on stdout: ID=$(fleetwatch silence add ...) for a script
+            matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
+            print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
+                  f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
+                  f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
         elif args.action == "expire":
-            print(describe(expire_silence(store, args.id)))
+            s, ended = expire_silence(store, args.id)
+            print(describe(s))
+            if not ended:
+                print(f"fleetwatch silence: {s.id} had already ended at {utc(s.end_ts)} UTC; "
+                      "nothing changed", file=sys.stderr)
         else:
             if not callable(getattr(store, "silences", None)):
                 raise SilenceError("this store keeps no silences yet")
             for s in store.silences(None if args.all else time.time()):
                 print(describe(s))
+    except SilenceNotFound as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except SilenceError as exc:
         print(f"fleetwatch silence: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -137,13 +214,17 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.alert_view import headline, lines, record
+    from fleetwatch.alert_view import headline, lines, ordered, record
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
 
     c = config.store
     name = store_name(c)
     now = time.time()
+    missing = _missing_store(config)
+    if missing:
+        print(f"fleetwatch alerts: {missing}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         store = open_store(c, read_only=c.kind == "sqlite")
     except StoreError as exc:
@@ -164,8 +245,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     open_alerts = [a for a in alerts if a.state != "resolved"]
     if args.node:
         alerts = [a for a in alerts if a.node == args.node]
-    if args.json:
-        for a in alerts:
+    if args.json:  # in the table's order, so that a script's first line is the table's first
+        for a in ordered(alerts):
             print(json.dumps(record(a, open_alerts, silences, acks)))
         return EXIT_OK
     scope = f" of {args.node}" if args.node else ""
@@ -180,12 +261,19 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, acknowledge
+    from fleetwatch.silencing import SilenceError, SilenceNotFound, acknowledge
     from fleetwatch.wiring import open_store
 
+    missing = _missing_store(config)
+    if missing:
+        print(f"fleetwatch ack: {missing}", file=sys.stderr)
+        return EXIT_ERROR
     store = open_store(config.store)
     try:
         acknowledge(store, args.alert_id, args.by, args.comment)
+    except SilenceNotFound as exc:
+        print(f"fleetwatch ack: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except SilenceError as exc:
         print(f"fleetwatch ack: {exc}", file=sys.stderr)
         return EXIT_USAGE

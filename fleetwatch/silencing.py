@@ -26,6 +26,11 @@ class SilenceError(ValueError):
     """A silence or acknowledgement cannot be made; the message says why and what to do."""
 
 
+class SilenceNotFound(SilenceError):
+    """The silence or open alert named is not in the store: the command was well formed,
+    the store says no (the alert may have resolved since it was listed)."""
+
+
 def _need(store: Store, method: str) -> None:
     if not callable(getattr(store, method, None)):
         raise SilenceError(f"this store ({type(store).__name__}) keeps no silences or "
@@ -43,6 +48,13 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
         parsed = tuple(parse_matcher(m) for m in matchers)
     except ValueError as exc:
         raise SilenceError(str(exc)) from None
+    for text, (name, op, value) in zip(matchers, parsed):
+        # `node=$NODE` with $NODE unset: a silence of nothing (=), or of nearly every alert
+        # (!=, !~), and no error to tell anyone.
+        if not value:
+            raise SilenceError(f"silence matcher {text!r} has an empty value (an unset shell "
+                               f"variable?): name the {name}, e.g. {name}{op}VALUE; "
+                               f"{name}=~^$ matches alerts whose {name} is empty")
     if not 0 < duration_s <= 366 * 86400:
         raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
                            "a year")
@@ -66,18 +78,25 @@ def _write(write: Callable[[list[Any]], None], record: Any) -> None:
         raise SilenceError(f"the store cannot keep this: {exc.reason}") from None
 
 
-def expire_silence(store: Store, silence_id: str, now: float | None = None) -> Silence:
-    """End a silence now (it is kept, with its end moved, for the record)."""
+def expire_silence(store: Store, silence_id: str, now: float | None = None
+                   ) -> tuple[Silence, bool]:
+    """End a silence now (it is kept, with its end moved, for the record).
+
+    Returns the silence and whether this ended it: False for one already over, which
+    is left as it was (expiring it twice is no error, but the caller says so)."""
     _need(store, "silences")
     now = time.time() if now is None else now
     for s in store.silences():
         if s.id == silence_id:
+            if s.end_ts <= now:
+                return s, False
             ended = Silence(s.id, s.matchers, s.start_ts,
                             min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
                             s.comment)
             _write(store.write_silences, ended)
-            return ended
-    raise SilenceError(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows them")
+            return ended, True
+    raise SilenceNotFound(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows "
+                          "them")
 
 
 def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
@@ -87,8 +106,8 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     if not by:
         raise SilenceError("say who acknowledges it: --by NAME")
     if alert_id not in {a.id for a in store.alerts()}:
-        raise SilenceError(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the open "
-                           "ones with their ids, as the dashboard's alert table does")
+        raise SilenceNotFound(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the "
+                              "open ones with their ids, as the dashboard's alert table does")
     ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
     _write(store.write_acks, ack)
     return ack

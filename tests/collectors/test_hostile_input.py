@@ -106,7 +106,7 @@ def test_agent_numbers_out_of_range_are_refused(tmp_path: Path, text: str, key: 
 
 def test_interval_flag_goes_through_the_range_check(tmp_path: Path) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "fleetwatch.cli", "agent", "--interval", "0.001",
+        [sys.executable, "-m", "fleetwatch.cli", "agent", "--interval", "0.001s",
          "--fake-gpus", "1"], capture_output=True, text=True, timeout=60,
         env={**os.environ, "FLEETWATCH_AGENT_SPOOL_DIR": str(tmp_path)})
     assert result.returncode == 2, result.stderr

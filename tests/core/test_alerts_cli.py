@@ -110,7 +110,22 @@ def test_since_adds_what_fired_and_resolved_and_json_is_one_object_a_line(
     assert "gpu_straggler" not in capsys.readouterr().out  # resolved an hour ago
 
 
-@pytest.mark.parametrize("since", ["0", "-1h", "1e400h", "soon"])
+def test_json_lists_the_alerts_in_the_table_order(store: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """Firing before pending, critical first, the oldest first: a script reading the first
+    line reads what the table shows first."""
+    assert main(["alerts", "--since", "1d", "--store", str(store)]) == 0
+    heads = [line for line in capsys.readouterr().out.splitlines()[1:]
+             if not line.startswith("    ")]
+    assert main(["alerts", "--since", "1d", "--json", "--store", str(store)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["id"] for r in records] == [h.rsplit(" id ", 1)[1] for h in heads]
+    assert [(r["state"], r["rule"]) for r in records] == [
+        ("firing", "node_silent"), ("firing", "gpu_temp_high"), ("pending", "gpu_temp_high"),
+        ("resolved", "gpu_straggler")]
+
+
+@pytest.mark.parametrize("since", ["0", "-1h", "1e400h", "soon", "24"])
 def test_a_wrong_look_back_is_a_usage_error(since: str, store: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_:
@@ -126,7 +141,8 @@ def test_an_empty_or_missing_store_says_so(tmp_path: Path,
     assert main(["alerts", "--store", str(empty)]) == 0
     assert capsys.readouterr().out == f"no open alerts in {empty}\n"
     assert main(["alerts", "--store", str(tmp_path / "none.db")]) == 1
-    assert "none.db" in capsys.readouterr().err
+    assert f"no store at {tmp_path / 'none.db'}" in capsys.readouterr().err
+    assert not (tmp_path / "none.db").exists()
 
 
 def test_an_alert_without_its_text_prints_no_empty_line() -> None:

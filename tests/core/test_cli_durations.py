@@ -1,0 +1,74 @@
+"""Every duration flag wants its unit: `--for 2` made a two-second silence to someone who
+meant two hours, and `alerts --since 24` looked back 24 seconds."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from fleetwatch.cli_args import parser
+
+# (the arguments before the flag, the flag, what the parsed value lands in)
+DURATION_FLAGS = [
+    (["up"], "--interval", "interval"),
+    (["up"], "--backfill", "backfill"),
+    (["simulate"], "--duration", "duration"),
+    (["simulate"], "--interval", "interval"),
+    (["agent"], "--interval", "interval"),
+    (["train"], "--duration", "duration"),
+    (["silence", "add", "node=n1"], "--for", "duration"),
+    (["alerts"], "--since", "since"),
+]
+
+
+def test_every_duration_flag_is_listed_here() -> None:
+    """A new flag of the duration type joins the table above, and so these checks."""
+    from fleetwatch.cli_args import _duration, _span
+
+    found = set()
+
+    def walk(p: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
+        for action in p._actions:
+            if action.type in (_duration, _span):
+                found.add((path, action.option_strings[-1]))
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, (*path, name))
+
+    walk(parser(), ())
+    assert found == {(tuple(a for a in argv if "=" not in a), flag)
+                     for argv, flag, _ in DURATION_FLAGS}
+
+
+@pytest.mark.parametrize("argv, flag, dest", DURATION_FLAGS)
+@pytest.mark.parametrize("bare", ["2", "24", "0.5", "-3"])
+def test_a_bare_number_is_refused_with_a_unit_asked_for(
+        argv: list[str], flag: str, dest: str, bare: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        parser().parse_args([*argv, f"{flag}={bare}"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert flag in err and f"{bare!r} has no unit: write {bare}s for seconds, or e.g. 30m" in err
+
+
+@pytest.mark.parametrize("argv, flag, dest", DURATION_FLAGS)
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("30m", 1800), ("2h", 7200),
+                                           ("1d", 86400), ("1.5h", 5400)])
+def test_a_duration_with_its_unit_is_read(argv: list[str], flag: str, dest: str, text: str,
+                                          seconds: float) -> None:
+    assert getattr(parser().parse_args([*argv, flag, text]), dest) == seconds
+
+
+def test_zero_needs_no_unit() -> None:
+    """0 is 0 in every unit: `up --backfill 0` starts the simulation now."""
+    assert parser().parse_args(["up", "--backfill", "0"]).backfill == 0.0
+
+
+@pytest.mark.parametrize("text", ["soon", "", "h", "1e400", "nan"])
+def test_no_duration_at_all_says_how_to_write_one(text: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["silence", "add", "node=n1", "--for", text])
+    assert "is not a duration; write e.g. 90s, 15m, 2h or 7d" in capsys.readouterr().err
