@@ -10,8 +10,11 @@ Long CSV (one sample per row; a header line is required)::
 * ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC);
 * ``gpu``: the GPU index, empty for a host metric;
 * ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
-  metric table) in the catalogue's unit, or ``xid`` (``value`` is the XID code: an
-  event on that GPU at that time);
+  metric table) in the catalogue's unit, or ``xid`` (``value`` is the XID code, a
+  whole number 1..65535 as in ``xids.csv``: an event on that GPU at that time);
+* ``value``: empty is no sample (the metric is absent, never 0), as in the other
+  layouts: the row has nothing to say and is passed over, counted in the summary;
+* the header's names in any case (``Timestamp,Node,GPU,Metric,Value``);
 * rows may come in any order; a sample given twice (same time, node, GPU and
   metric) keeps the last one.
 
@@ -23,9 +26,10 @@ notebook writes, e.g. ``2023-07-01 08:00:00+08:00``) and one column per node
 (the server's IP, e.g. ``10.140.1.10``) or per GPU (``IP-N``, ``IP_N``, ``IP:N``
 or ``IP/gpuN``). Values are in DCGM's units (FB_USED in MiB, ratios 0..1, or 0..100
 after the AcmeTrace notebook's scaling, detected per file) and converted with the
-catalogue's DCGM scale. ``XID_ERRORS`` holds the last XID seen: a change to a
-non-zero code is read as that XID event. Per-node columns of a GPU metric are
-read as GPU 0 of that node (said in the summary).
+catalogue's DCGM scale. ``XID_ERRORS`` holds the last XID seen (0: none yet; a
+whole number 0..65535, else a bad cell): a change to a non-zero code is read as
+that XID event. Per-node columns of a GPU metric are read as GPU 0 of that node
+(said in the summary).
 
 One series (the layout of NAB's series and of most single-sensor exports): two
 columns, a time (``timestamp``, ``time``, ``ts``, ``date`` or ``datetime``) and the
@@ -59,6 +63,7 @@ from fleetwatch.frame import Frame, GpuReading, HostReading
 LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
 SERIES_TIME = ("timestamp", "time", "ts", "date", "datetime")
 XID = "xid"
+XID_MAX = 65535  # the driver's codes, as fleetwatch/xids.csv is checked: 1..65535
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
 _GPU_COLUMN = re.compile(r"^(?P<node>.+?)(?:[-_:]|/(?:gpu)?)(?:gpu)?(?P<gpu>\d{1,2})$")
@@ -91,6 +96,9 @@ class Reading:
     bad_rows: int = 0
     bad_examples: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # The files carry XIDs (an xid row, or an XID_ERRORS file even if all 0): only then can
+    # the XID rules say a GPU had none.
+    xid_channel: bool = False
 
     def bad(self, where: str, why: str, skip: bool) -> None:
         if not skip:
@@ -136,6 +144,23 @@ def _value(text: str, metric: str, factor: float = 1.0) -> float:
     return value
 
 
+def xid_code(text: str, zero: bool = False) -> int:
+    """An XID code: a whole number 1..65535 (``zero``: 0 too, AcmeTrace's "none").
+
+    ``79.0`` is 79 (exports write floats); ``79.9``, ``-5`` or ``0`` is no code the
+    driver sends, and is refused rather than truncated into one.
+    """
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"XID {text!r} is not a number") from None
+    low = 0 if zero else 1
+    if not (math.isfinite(value) and value.is_integer() and low <= value <= XID_MAX):
+        raise ValueError(f"XID {text.strip()!r} is not a whole number {low}..{XID_MAX} "
+                         "(the driver's XID code)")
+    return int(value)
+
+
 @functools.cache
 def _metric(name: str) -> Metric:
     return catalogue()[name]
@@ -165,7 +190,7 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
                     series_files += 1
                 elif header and header[0] == "Time":
                     _read_acme(p, header, rows, out, skip_bad, cluster, rack)
-                elif all(c in header for c in LONG_COLUMNS):
+                elif all(c in [h.lower() for h in header] for c in LONG_COLUMNS):
                     _read_long(p, header, rows, out, skip_bad, cluster, rack)
                 else:
                     raise ReplayError(
@@ -218,6 +243,7 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
     gpu = None if catalogue()[metric].scope == "host" else series.gpu
     out.places.setdefault(node, (cluster, rack))
     times: set[float] = set()
+    empty = 0
     for n, row in enumerate(rows, 2):
         if not row or not "".join(row).strip():
             continue
@@ -226,6 +252,7 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
             out.bad(where, f"{len(row)} fields, the header has 2", skip)
             continue
         if not row[1].strip():
+            empty += 1
             continue  # no sample: the metric is absent, never 0
         try:
             ts = parse_time(row[0])
@@ -238,19 +265,35 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
     where_to = node if gpu is None else f"{node} GPU {gpu}"
     out.notes.append(f"{p.name}: one series of {metric} ({len(times):,} samples), read as "
                      f"{where_to}")
+    _note_empty(out, p, empty)
+
+
+def _note_empty(out: Reading, p: Path, empty: int) -> None:
+    if empty:
+        out.notes.append(f"{p.name}: {empty:,} row{'s' if empty != 1 else ''} with an empty "
+                         "value, read as no sample (absent, not 0)")
 
 
 def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Reading,
                skip: bool, cluster: str, rack: str) -> None:
-    col = {name: header.index(name) for name in header}
+    # The names in any case, as the one-series layout's; the first of a name repeated.
+    col: dict[str, int] = {}
+    for i, name in enumerate(header):
+        col.setdefault(name.lower(), i)
     i_ts, i_node, i_gpu, i_metric, i_value = (col[c] for c in LONG_COLUMNS)
     known = catalogue()
     times: dict[str, float] = {}  # a timestamp's text repeats on every row of its tick
     width = len(header)
+    empty = 0
     for n, row in enumerate(rows, 2):
         if len(row) != width:
             if row and "".join(row).strip():
                 out.bad(f"{p} line {n}", f"{len(row)} fields, the header has {width}", skip)
+            continue
+        if not row[i_value].strip():
+            # No sample (absent, never 0), as in the other layouts: nothing else to check.
+            if "".join(row).strip():
+                empty += 1
             continue
         metric, node = row[i_metric].strip(), row[i_node].strip()
         try:
@@ -262,17 +305,20 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
             if metric != XID and metric not in known:
                 raise ValueError(f"unknown metric {metric!r} (use the catalogue's names, "
                                  "e.g. gpu_temp_c, or xid)")
-            gpu_text = row[i_gpu].strip()
-            gpu = int(gpu_text) if gpu_text else None
-            if gpu is not None and not 0 <= gpu < 1024:
-                raise ValueError(f"gpu {gpu_text!r} is not an index 0..1023")
+            gpu = _gpu_index(row[i_gpu])
             scope = "host" if metric == XID else known[metric].scope
             if (gpu is None) != (scope == "host") and metric != XID:
                 raise ValueError(f"{metric} is a {scope} metric: the gpu column must be "
                                  f"{'empty' if scope == 'host' else 'a GPU index'}")
             if metric == XID and gpu is None:
-                raise ValueError("an xid row needs a GPU index")
-            value = _value(row[i_value], metric)
+                raise ValueError("an xid row needs a GPU index in column gpu")
+            if metric == XID:
+                try:
+                    code = xid_code(row[i_value])
+                except ValueError as exc:
+                    raise ValueError(f"column value: {exc}") from None
+            else:
+                value = _value(row[i_value], metric)
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue
@@ -280,9 +326,26 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
             out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
                                 row[col["rack"]].strip() if "rack" in col else rack)
         if metric == XID:
-            out.xids[(ts, node, gpu)].append(int(value))  # type: ignore[index]
+            out.xid_channel = True
+            out.xids[(ts, node, gpu)].append(code)  # type: ignore[index]
         else:
             out.samples[(ts, node)][gpu][metric] = value
+    _note_empty(out, p, empty)
+
+
+def _gpu_index(text: str) -> int | None:
+    """The ``gpu`` cell: a GPU index 0..1023, or None (empty) for a host metric."""
+    text = text.strip()
+    if not text:
+        return None
+    try:
+        gpu = int(text)
+    except ValueError:
+        raise ValueError(f"column gpu: {text!r} is not a GPU index (a whole number 0..1023, "
+                         "or empty for a host metric)") from None
+    if not 0 <= gpu < 1024:
+        raise ValueError(f"column gpu: {text!r} is not a GPU index 0..1023")
+    return gpu
 
 
 def acme_metric(stem: str) -> tuple[str, float] | None:
@@ -336,13 +399,15 @@ def _read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
         out.notes.append(f"{p.name}: ratios given in percent; divided by 100")
     last_xid: dict[tuple[str, int | None], int] = {}
     table.sort(key=lambda r: r[0])
+    out.xid_channel |= metric == XID
     for ts, n, cells in table:
         for (node, gpu), column, cell in zip(subjects, columns, cells):
             if not cell.strip():
                 continue  # no sample: the metric is absent, never 0
             out.places.setdefault(node, (cluster, rack))
             try:
-                value = _value(cell, metric, factor)
+                value = xid_code(cell, zero=True) if metric == XID else _value(cell, metric,
+                                                                                factor)
             except ValueError as exc:
                 out.bad(f"{p} line {n}, column {column}", str(exc), skip)
                 continue

@@ -4,8 +4,11 @@ The frames read by ``fleetwatch.recorded`` go, one timestamp per batch, through
 the same ``Processor``, detectors and alert lifecycle as live data, as fast
 as they can, or paced at ``speed`` times real time. Every alert transition is
 printed as one JSON line (the ``change_json`` form the sinks use). The
-summary says what the data held, and which detector rules could not judge
-anything for lack of a metric: real recordings carry only some metrics.
+summary says what the data held, and on what share of the GPU samples each
+rule could judge anything, and why not: real recordings carry only some
+metrics, often one GPU of a node, and no jobs, GPU state or error counters.
+A rule the data cannot feed is reported "not judged", never as silence that
+reads like health.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.processor import Processor
@@ -66,9 +70,12 @@ class ReplaySummary:
     bad_rows: int = 0
     bad_examples: list[str] = field(default_factory=list)
     metrics: dict[str, int] = field(default_factory=dict)   # metric -> GPU/host samples
-    # rule -> share of GPU samples on which its detector had every metric it needs
+    # rule -> share of GPU samples it could judge: every metric it needs, and what else it
+    # compares with (peers, a job, a rack) or reads (XIDs, counters), in the data
     coverage: dict[str, float] = field(default_factory=dict)
     missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> metrics absent
+    # rule -> why it judged no GPU sample, or not the others (where coverage < 1)
+    unjudged: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -80,9 +87,12 @@ class ReplaySummary:
         out.append("metrics in the data: " + (", ".join(
             f"{m} ({n:,})" for m, n in sorted(self.metrics.items())) or "none"))
         for rule, share in sorted(self.coverage.items()):
-            lacked = self.missing.get(rule)
-            out.append(f"  {rule}: judged {share:.0%} of GPU samples"
-                       + (f"; lacked {', '.join(lacked)}" if lacked else ""))
+            why = self.unjudged.get(rule, "")
+            if share <= 0:
+                out.append(f"  {rule}: not judged: {why or 'no GPU sample'}")
+            else:
+                out.append(f"  {rule}: judged {share:.0%} of GPU samples"
+                           + (f"; not the others: {why}" if why and share < 1 else ""))
         out += self.notes
         return out
 
@@ -91,15 +101,111 @@ def needs_of(detectors: Sequence[Detector]) -> dict[str, tuple[str, ...]]:
     return {rule: tuple(m) for d in detectors for rule, m in getattr(d, "rules", {}).items()}
 
 
+@dataclass(frozen=True)
+class Reach:
+    """What a rule needs of the data besides the metrics ``Detector.rules`` names.
+
+    Those say on which frames the alert lifecycle may resolve an alert, and are
+    empty for event rules ("any frame will do"): an ECC rule with no ECC counter
+    in the data, or a peer rule with one GPU a node, judged nothing, and the
+    summary said 100%. What the detectors compare with is read from their code
+    (models/peers.py, jobs.py, rack.py, health.py) and kept here, beside its one
+    reader; a test checks that every rule of the registry is placed.
+    """
+
+    any_of: tuple[str, ...] = ()  # an event rule: one of these counters on the GPU
+    peers: int | str = 0          # other GPUs of the node with the rule's metrics (a number,
+    #                               or the name of the DetectorsConfig setting that says it)
+    same_job: bool = False        # ... of the GPU's job (no job: with the others of none)
+    job: bool = False             # compares the GPUs of one job: the GPU must be in one
+    rack: bool = False            # rack_cooling: many GPUs on two or more nodes of a rack
+    xid: bool = False             # reads XID events: the data must carry them
+    never: str = ""               # what no recording carries
+
+
+_THERMAL_PEERS = Reach(peers="min_peers", same_job=True)
+_JOB_PEERS = Reach(peers=1, same_job=True, job=True)
+REACH: dict[str, Reach] = {
+    "gpu_hot_vs_peers": _THERMAL_PEERS, "gpu_hot_vs_peers_critical": _THERMAL_PEERS,
+    "gpu_temp_sensor_low": _THERMAL_PEERS,
+    "gpu_stuck": _JOB_PEERS, "gpu_straggler": _JOB_PEERS, "gpu_power_low_vs_peers": _JOB_PEERS,
+    "gpu_power_limit_low": Reach(peers=1),
+    "node_cooling": Reach(peers=1),   # two or more GPUs of the node, against their models
+    "rack_cooling": Reach(rack=True),
+    "gpu_xid_critical": Reach(xid=True), "gpu_xid_warning": Reach(xid=True),
+    "gpu_xid_info": Reach(xid=True),
+    "gpu_ecc_dbe": Reach(any_of=("gpu_ecc_dbe_volatile_total", "gpu_ecc_dbe_aggregate_total")),
+    "gpu_retired_pages": Reach(any_of=("gpu_retired_pages_dbe", "gpu_retired_pages_pending")),
+    "gpu_pcie_replay": Reach(any_of=("gpu_pcie_replay_total",)),
+    "gpu_nvlink_errors": Reach(any_of=("gpu_nvlink_crc_errors_total",
+                                       "gpu_nvlink_replay_errors_total",
+                                       "gpu_nvlink_recovery_errors_total")),
+    "gpu_lost": Reach(never="recorded files carry no GPU state (lost or not)"),
+}
+# Rules that judge any frame of their subject, and need nothing more: a node that sends
+# no frame for a while is silent in a recording too.
+ANY_FRAME = frozenset({"node_silent"})
+RACK_STALE_S = 120.0  # models/rack.py STALE_S: a GPU counts for its rack this long
+INLET = "host_inlet_temp_c"
+
+
+class _Racks:
+    """Which racks have enough of their GPUs, or of their nodes' inlet air, of late, for
+    rack_cooling: ``rack_min_gpus`` GPUs on two or more nodes, or two or more inlets."""
+
+    def __init__(self, min_gpus: int, metric: str) -> None:
+        self.min_gpus, self.metric = min_gpus, metric
+        self.gpus: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
+        self.inlets: dict[tuple[str, str], dict[str, float]] = {}
+
+    def see(self, batch: Sequence[Frame]) -> set[tuple[str, str]]:
+        """The racks of this batch that can be judged."""
+        for f in batch:
+            key = (f.cluster, f.rack)
+            gpus = self.gpus.setdefault(key, {})
+            for g in f.gpus:
+                if self.metric in g.metrics:
+                    gpus[(f.node, g.index)] = f.ts
+            if INLET in f.host.metrics:
+                self.inlets.setdefault(key, {})[f.node] = f.ts
+        out = set()
+        now = max(f.ts for f in batch)
+        for key in {(f.cluster, f.rack) for f in batch}:
+            fresh = [n for (n, _), ts in self.gpus.get(key, {}).items()
+                     if now - ts <= RACK_STALE_S]
+            inlets = [n for n, ts in self.inlets.get(key, {}).items()
+                      if now - ts <= RACK_STALE_S]
+            if len(fresh) >= self.min_gpus and len(set(fresh)) >= 2 or len(inlets) >= 2:
+                out.add(key)
+        return out
+
+
 def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
-              summary: ReplaySummary) -> None:
-    """What the data held, and for each rule the share of GPU samples it could judge."""
+              summary: ReplaySummary, xid_channel: bool = False) -> None:
+    """What the data held, and for each rule the share of GPU samples it could judge:
+    the GPU had the rule's metrics, and the rule had what it compares with (``REACH``)."""
     seen: dict[str, int] = {}
-    judged = dict.fromkeys(needs_of(detectors), 0)
     needs = needs_of(detectors)
+    reach = {rule: REACH.get(rule, Reach()) for rule in needs}
+    settings: dict[str, DetectorsConfig] = {}  # the detector's own numbers (min_peers...)
+    for d in detectors:
+        c = getattr(d, "c", None)
+        for rule in getattr(d, "rules", {}):
+            settings[rule] = c if isinstance(c, DetectorsConfig) else DetectorsConfig()
+    peers = {rule: r.peers if isinstance(r.peers, int) else getattr(settings[rule], r.peers)
+             for rule, r in reach.items()}
+    rack_rules = [rule for rule, r in reach.items() if r.rack]
+    racks = _Racks(min((settings[r].rack_min_gpus for r in rack_rules), default=1),
+                   needs[rack_rules[0]][0] if rack_rules and needs[rack_rules[0]] else "")
+    judged = dict.fromkeys(needs, 0)
+    failed: dict[str, dict[str, int]] = {rule: {} for rule in needs}  # rule -> why -> samples
+    most = dict.fromkeys(needs, 0)  # rule -> the most GPUs of one node (job) it could compare
+    # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge each once.
+    shapes: dict[object, list[tuple[str, int, dict[str, int], int]]] = {}
     samples = 0
     gpus = set()
     for batch in batches:
+        judged_racks = racks.see(batch) if rack_rules else set()
         for f in batch:
             host = f.host.metrics
             for m in host:
@@ -107,14 +213,23 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
             for g in f.gpus:
                 samples += 1
                 gpus.add((f.node, g.index))
-                metrics = g.metrics
-                for m in metrics:
+                for m in g.metrics:
                     seen[m] = seen.get(m, 0) + 1
                 if g.xids:
                     seen["xid"] = seen.get("xid", 0) + len(g.xids)
-                for rule, wanted in needs.items():
-                    if all(m in metrics or m in host for m in wanted):
-                        judged[rule] += 1
+            rack_ok = (f.cluster, f.rack) in judged_racks
+            shape = (tuple((g.job, frozenset(g.metrics)) for g in f.gpus), frozenset(host),
+                     rack_ok)
+            verdicts = shapes.get(shape)
+            if verdicts is None:
+                verdicts = shapes[shape] = [
+                    (rule, *_judge(f, wanted, reach[rule], peers[rule], xid_channel, rack_ok))
+                    for rule, wanted in needs.items()]
+            for rule, n, fails, largest in verdicts:
+                judged[rule] += n
+                for why, k in fails.items():
+                    failed[rule][why] = failed[rule].get(why, 0) + k
+                most[rule] = max(most[rule], largest)
     summary.gpus = len(gpus)
     summary.metrics = dict(seen)
     for rule, metrics in needs.items():
@@ -122,6 +237,77 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
         lacked = [m for m in metrics if m not in seen]
         if lacked:
             summary.missing[rule] = lacked
+        if failed[rule]:
+            why = max(failed[rule], key=failed[rule].__getitem__)
+            summary.unjudged[rule] = _why(why, metrics, reach[rule], peers[rule], lacked,
+                                          most[rule], racks.min_gpus)
+        elif not samples:
+            summary.unjudged[rule] = "no GPU sample"
+
+
+def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel: bool,
+           rack_ok: bool) -> tuple[int, dict[str, int], int]:
+    """One rule on one frame: the GPUs it judged, why not the others (reason -> GPUs), and
+    the most GPUs of one node (job) that had its metrics."""
+    host = f.host.metrics
+    fed = [all(m in g.metrics or m in host for m in wanted)
+           and (not r.any_of or any(m in g.metrics for m in r.any_of)) for g in f.gpus]
+    group = [g.job if r.same_job else None for g in f.gpus]
+    sizes: dict[str | None, int] = {}
+    for k, ok in zip(group, fed):
+        sizes[k] = sizes.get(k, 0) + ok
+    judged, fails = 0, dict[str, int]()
+    for g, ok, k in zip(f.gpus, fed, group):
+        why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
+        if why:
+            fails[why] = fails.get(why, 0) + 1
+        else:
+            judged += 1
+    return judged, fails, max(sizes.values(), default=0)
+
+
+def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bool,
+          rack_ok: bool) -> str:
+    """The first thing a rule lacked to judge one GPU sample, or "" where it judged it."""
+    if r.never:
+        return "never"
+    if not fed:
+        return "metrics"
+    if r.xid and not xid_channel:
+        return "xid"
+    if r.job and not in_job:
+        return "job"
+    if not enough_peers:
+        return "peers"
+    if r.rack and not rack_ok:
+        return "rack"
+    return ""
+
+
+def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[str],
+         most: int, rack_min_gpus: int) -> str:
+    """The summary's words for the commonest reason a rule did not judge a GPU sample."""
+    what = " and ".join(metrics) or "a sample"
+    if why == "never":
+        return r.never
+    if why == "metrics":
+        if lacked:
+            return f"lacked {', '.join(lacked)}"
+        if r.any_of:
+            return f"lacked {' or '.join(r.any_of)}"
+        return f"the GPU samples lacked {what}"
+    if why == "xid":
+        return "lacked xid (the data has no xid rows or XID_ERRORS file)"
+    if why == "job":
+        return "no jobs in the data (it compares the GPUs of one job)"
+    if why == "peers":
+        of = "its job on its node" if r.job else "its node"
+        has = f"at most {most - 1}" if most > 1 else "none"
+        return (f"no peers (it needs {peers} or more other GPUs of {of} reporting {what}; "
+                f"the data has {has})")
+    return (f"no peers (it needs {rack_min_gpus} or more GPUs on two or more nodes of a rack "
+            f"reporting {what}, or the inlet air ({INLET}) of two or more nodes; the data "
+            "has fewer)")
 
 
 def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: TextIO = sys.stdout,
@@ -147,7 +333,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     if not batches:
         summary.notes.append("no samples in the files")
         return summary
-    _coverage(batches, detectors, summary)
+    _coverage(batches, detectors, summary, reading.xid_channel)
     sink = JsonLinesSink(out)
     notifier = Notifier([sink], background=False)
     processor = Processor(store if store is not None else RecordingStore(), detectors,

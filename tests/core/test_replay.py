@@ -232,3 +232,180 @@ def test_the_cli_takes_a_one_series_file_and_says_what_to_add(
     fired = [json.loads(line) for line in out.splitlines()]
     assert any(c["state"] == "firing" and c["labels"]["node"] == "m1" for c in fired)
     assert "one series of gpu_temp_c (9 samples), read as m1 GPU 0" in err
+
+
+# -- a replay into a store: the lock `up` and `simulate` take ---------------------------------
+
+def test_replay_refuses_a_store_another_fleetwatch_writes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Replayed alerts in a live store are never resolved by the live stream, and stayed
+    firing there; `replay --store` takes the store's lock as `up` and `simulate` do."""
+    import os
+
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+    from fleetwatch.storelock import StoreLock
+
+    db = tmp_path / "live.db"
+    SqliteStore(db).close()
+    data = write(tmp_path / "a.csv", hot_series(cool_s=300))
+    with StoreLock(db):                          # `fleetwatch up` holds it
+        assert main(["replay", "--store", str(db), str(data)]) == 1
+        out, err = capsys.readouterr()
+        assert f"in use by another fleetwatch (pid {os.getpid()})" in err and out == ""
+    assert SqliteStore(db, read_only=True).alerts(("pending", "firing", "resolved")) == []
+    assert main(["replay", "--store", str(db), str(data)]) == 0   # free again
+    assert (tmp_path / "live.db.lock").read_text() == ""         # and released after
+    capsys.readouterr()
+    assert main(["replay", "--store", str(tmp_path / "no" / "x.db"), str(data)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert not (tmp_path / "no").exists()
+
+
+# -- nothing replayed ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, args, why", [
+    (HEADER, [], "the files hold no sample"),
+    (HEADER + "x,n1,0,gpu_temp_c,1\n1700000000,n1,0,gpu_temp_c,hot\n", ["--skip-bad"],
+     "every row was bad (2 skipped)"),
+    ("timestamp,value\n", ["--metric", "gpu_temp_c"], "the files hold no sample"),
+])
+def test_nothing_replayed_is_a_failure(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                       text: str, args: list[str], why: str) -> None:
+    assert main(["replay", *args, str(write(tmp_path / "x.csv", text))]) == 1
+    assert f"fleetwatch replay: nothing replayed: {why}" in capsys.readouterr().err
+
+
+# -- XID codes ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("code", ["-5", "0", "79.9", "65536", "1e9", "nan", "inf"])
+def test_an_impossible_xid_is_a_bad_row(tmp_path: Path, code: str) -> None:
+    text = HEADER + f"1700000000,n1,0,gpu_temp_c,60\n1700000000,n1,0,xid,{code}\n"
+    path = write(tmp_path / "x.csv", text)
+    with pytest.raises(ReplayError, match=rf"x.csv line 3: column value: XID '{code}' is not a "
+                                          r"whole number 1..65535"):
+        read_files([path])
+    reading = read_files([path], skip_bad=True)
+    assert reading.bad_rows == 1 and not reading.xids
+
+
+def test_an_xid_written_as_a_float_is_its_code(tmp_path: Path) -> None:
+    text = HEADER + "1700000000,n1,0,xid,79.0\n1700000000,n1,0,xid,65535\n"
+    (batch,) = frames(read_files([write(tmp_path / "x.csv", text)]))
+    assert batch[0].gpus[0].xids == (79, 65535)
+
+
+@pytest.mark.parametrize("cell", ["-5", "79.9", "65536"])
+def test_an_impossible_xid_in_acmetrace_names_line_and_column(tmp_path: Path, cell: str) -> None:
+    path = write(tmp_path / "XID_ERRORS.csv", "Time,10.0.0.1-0,10.0.0.1-1\n"
+                 f"1700000000,0,0\n1700000015,0,{cell}\n")
+    with pytest.raises(ReplayError, match=rf"line 3, column 10.0.0.1-1: XID '{cell}' is not"):
+        read_files([path])
+    assert read_files([path], skip_bad=True).bad_rows == 1
+
+
+# -- the long layout: its columns named, its header in any case, an empty value absent ----------
+
+@pytest.mark.parametrize("gpu", ["3.0", "x", "-1", "1024"])
+def test_a_bad_gpu_cell_names_its_column(tmp_path: Path, gpu: str) -> None:
+    with pytest.raises(ReplayError, match=rf"line 2: column gpu: '{gpu}' is not a GPU index"):
+        read_files([write(tmp_path / "x.csv", HEADER + f"1700000000,n1,{gpu},gpu_temp_c,60\n")])
+
+
+def test_the_long_header_is_read_in_any_case(tmp_path: Path) -> None:
+    rows = "1700000000,n1,0,gpu_temp_c,60,r7\n"
+    upper = frames(read_files([write(tmp_path / "a.csv", "Timestamp,Node,GPU,Metric,Value,RACK\n"
+                                     + rows)]))
+    lower = frames(read_files([write(tmp_path / "b.csv", HEADER.strip() + ",rack\n" + rows)]))
+    assert upper == lower and upper[0][0].rack == "r7"
+
+
+def test_an_empty_value_is_no_sample_in_every_layout(tmp_path: Path) -> None:
+    """As the one-series and AcmeTrace layouts read an empty cell: absent, never 0, and no
+    error; the summary counts such rows."""
+    text = HEADER + ("1700000000,n1,0,gpu_temp_c,60\n1700000000,n1,0,gpu_power_w,\n"
+                     "1700000015,n1,0,gpu_temp_c, \n1700000015,n1,0,xid,\n")
+    reading = read_files([write(tmp_path / "x.csv", text)])
+    (batch,) = frames(reading)
+    assert batch[0].gpus[0].metrics == {"gpu_temp_c": 60} and reading.bad_rows == 0
+    assert "x.csv: 3 rows with an empty value, read as no sample (absent, not 0)" in reading.notes
+    series = read_files([write(tmp_path / "s.csv", "timestamp,gpu_temp_c\n1700000000,\n")])
+    assert "s.csv: 1 row with an empty value, read as no sample (absent, not 0)" in series.notes
+
+
+# -- what the summary may claim ----------------------------------------------------------------
+
+def fleet_csv(nodes: int, gpus: int, extra: str = "", racks: int = 1) -> str:
+    rows = [f"{1_700_000_000 + 15 * t},n{n},{g},gpu_temp_c,{60 + g},r{n % racks}"
+            for t in range(4) for n in range(nodes) for g in range(gpus)]
+    return HEADER.strip() + ",rack\n" + "\n".join(rows) + "\n" + extra
+
+
+def coverage(tmp_path: Path, text: str) -> object:
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.wiring import detectors
+
+    return replay([write(tmp_path / "f.csv", text)], detectors(DetectorsConfig()),
+                  io.StringIO())
+
+
+def test_one_gpu_judges_no_peer_or_rack_rule_and_no_absent_counter(tmp_path: Path) -> None:
+    """NAB's series as one GPU: the peer and rack rules have nothing to compare it with, and
+    the error-counter and XID rules nothing to read; the summary said 100% of each."""
+    summary = coverage(tmp_path, fleet_csv(1, 1))
+    for rule in ("gpu_hot_vs_peers", "gpu_hot_vs_peers_critical", "gpu_temp_sensor_low",
+                 "node_cooling", "rack_cooling", "gpu_ecc_dbe", "gpu_nvlink_errors",
+                 "gpu_pcie_replay", "gpu_retired_pages", "gpu_xid_critical", "gpu_lost"):
+        assert summary.coverage[rule] == 0.0, rule
+    assert summary.coverage["gpu_temp_high"] == 1.0 == summary.coverage["node_silent"]
+    lines = summary.lines()
+    assert ("  gpu_hot_vs_peers: not judged: no peers (it needs 3 or more other GPUs of its "
+            "node reporting gpu_temp_c; the data has none)") in lines
+    assert any(line.startswith("  rack_cooling: not judged: no peers (") for line in lines)
+    assert ("  gpu_ecc_dbe: not judged: lacked gpu_ecc_dbe_volatile_total or "
+            "gpu_ecc_dbe_aggregate_total") in lines
+    assert not any("judged 100%" in line for line in lines
+                   if line.split(":")[0].strip() in ("gpu_pcie_replay", "gpu_xid_info"))
+
+
+def test_peer_rules_judge_a_node_with_enough_gpus(tmp_path: Path) -> None:
+    three = coverage(tmp_path, fleet_csv(1, 3))        # two others: fewer than min_peers (3)
+    assert three.coverage["gpu_hot_vs_peers"] == 0.0
+    assert "the data has at most 2)" in three.unjudged["gpu_hot_vs_peers"]
+    assert three.coverage["node_cooling"] == 1.0        # two or more GPUs of the node
+    four = coverage(tmp_path, fleet_csv(1, 4))
+    assert four.coverage["gpu_hot_vs_peers"] == 1.0 and four.coverage["rack_cooling"] == 0.0
+    rack = coverage(tmp_path, fleet_csv(2, 4))          # 8 GPUs on 2 nodes of one rack
+    assert rack.coverage["rack_cooling"] == 1.0
+    apart = coverage(tmp_path, fleet_csv(4, 4, racks=2))  # 8 GPUs a rack, on 2 nodes
+    assert apart.coverage["rack_cooling"] == 1.0
+    alone = coverage(tmp_path, fleet_csv(2, 8, racks=2))  # 8 GPUs a rack, on 1 node
+    assert alone.coverage["rack_cooling"] == 0.0
+
+
+def test_counter_and_xid_rules_are_judged_where_the_data_has_them(tmp_path: Path) -> None:
+    extra = ("1700000000,n0,0,gpu_ecc_dbe_volatile_total,0,r0\n"
+             "1700000000,n0,0,xid,13,r0\n")
+    summary = coverage(tmp_path, fleet_csv(1, 1, extra))
+    assert summary.coverage["gpu_ecc_dbe"] == 0.25       # one of its four samples
+    assert ("  gpu_ecc_dbe: judged 25% of GPU samples; not the others: lacked "
+            "gpu_ecc_dbe_volatile_total or gpu_ecc_dbe_aggregate_total") in summary.lines()
+    assert summary.coverage["gpu_xid_warning"] == 1.0    # the data carries XIDs
+    assert summary.coverage["gpu_pcie_replay"] == 0.0
+
+
+def test_every_rule_that_needs_more_than_its_metrics_is_placed() -> None:
+    """A rule that declares no metric, or compares a GPU with others, has an entry in
+    replay.REACH, so a new one is not reported as judging every sample."""
+    from fleetwatch.models.jobs import JobPeers
+    from fleetwatch.models.peers import ThermalPeers
+    from fleetwatch.models.rack import RackCooling
+    from fleetwatch.models.registry import rules
+    from fleetwatch.replay import ANY_FRAME, REACH
+
+    for rule, metrics in rules().items():
+        if not metrics:
+            assert rule in REACH or rule in ANY_FRAME, rule
+    for detector in (ThermalPeers, JobPeers, RackCooling):
+        for rule in detector.rules:
+            r = REACH[rule]
+            assert r.peers or r.rack, rule

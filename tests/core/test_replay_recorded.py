@@ -79,3 +79,23 @@ def test_the_series_in_its_published_layout_replays_as_its_long_form(
     assert main(["replay", "--metric", "gpu_temp_c", "--node", "machine-1", str(published)]) == 0
     direct = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert direct == long and fired(direct)
+
+
+def test_the_summary_of_one_series_claims_no_rule_it_cannot_judge(
+        real_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One machine's temperature, read as one GPU: its limits are judged; the peer and rack
+    rules have no peer, the error-counter and XID rules nothing to read. The summary said
+    "judged 100%" of each."""
+    lines = (real_data / SERIES).read_text().splitlines()
+    day = tmp_path / "machine.csv"
+    day.write_text("\n".join([lines[0], *(ln for ln in lines[1:] if ln.startswith("2013-12-15"))])
+                   + "\n")
+    assert main(["replay", "--metric", "gpu_temp_c", str(day)]) == 0
+    said = {line.split(":")[0].strip(): line for line in capsys.readouterr().err.splitlines()
+            if line.startswith("  ")}
+    assert said["gpu_temp_high"].endswith("judged 100% of GPU samples")
+    for rule in ("gpu_hot_vs_peers", "node_cooling", "rack_cooling"):
+        assert f"{rule}: not judged: no peers (" in said[rule], said[rule]
+    for rule in ("gpu_ecc_dbe", "gpu_nvlink_errors", "gpu_pcie_replay", "gpu_retired_pages",
+                 "gpu_xid_critical"):
+        assert f"{rule}: not judged: lacked " in said[rule], said[rule]
