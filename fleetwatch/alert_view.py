@@ -44,9 +44,9 @@ def utc(ts: float) -> str:
 
 
 def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
-           acks: Mapping[str, Acknowledgement]) -> dict[str, Any]:
+           acks: Mapping[str, Acknowledgement], now: float | None = None) -> dict[str, Any]:
     """One alert as a JSON object: its fields, and ``muted`` (``silence:ID``,
-    ``inhibited:ID``, ``ack:BY`` or "") as the processor decides it."""
+    ``inhibited:ID``, ``ack:BY`` or "") as the processor decides it, at ``now``."""
     ack = acks.get(a.id)
     return {"id": a.id, "state": a.state, "severity": a.severity, "rule": a.rule,
             "cluster": a.cluster, "rack": a.rack, "node": a.node, "device": a.device,
@@ -54,7 +54,7 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
             "updated_ts": a.updated_ts, "value": a.value, "message": a.message,
             "evidence": dict(a.evidence), "action": a.action,
             "acked_by": ack.by if ack else None,
-            "muted": mute(a, open_alerts, silences, acks) if a.state != "resolved" else ""}
+            "muted": mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""}
 
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
@@ -77,7 +77,7 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
                                                    sorted(a.evidence.items())))
         if a.action:
             out.append(f"    action: {a.action}")
-        muted = mute(a, open_alerts, silences, acks) if a.state != "resolved" else ""
+        muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""
         if muted:
             kind, _, who = muted.partition(":")
             ack = acks.get(a.id)

@@ -247,7 +247,7 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         alerts = [a for a in alerts if a.node == args.node]
     if args.json:  # in the table's order, so that a script's first line is the table's first
         for a in ordered(alerts):
-            print(json.dumps(record(a, open_alerts, silences, acks)))
+            print(json.dumps(record(a, open_alerts, silences, acks, now)))
         return EXIT_OK
     scope = f" of {args.node}" if args.node else ""
     if not alerts:

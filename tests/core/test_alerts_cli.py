@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.alert_view import age, lines, ordered
+from fleetwatch.alert_view import age, lines, ordered, record
 from fleetwatch.cli import main
 from fleetwatch.pipeline.silences import parse_matcher
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -51,6 +51,15 @@ def test_each_alert_says_where_since_when_evidence_action_and_why_it_is_quiet() 
     assert "    action: Check the GPU's cooling" in text
     assert "    notifications: acknowledged by alice: swapping the fan" in text
     assert "    notifications: silenced by s-1" in text
+
+
+def test_a_silence_added_after_an_alerts_last_change_shows_as_muting_it() -> None:
+    # A latched XID: last seen 10 minutes ago, silenced 5 minutes ago, still open.
+    xid = dataclasses.replace(alert("gpu_xid_critical", "firing", "critical", NOW - 900,
+                                    fired=NOW - 900), updated_ts=NOW - 600)
+    silence = Silence("s-2", (parse_matcher("node=node-007"),), NOW - 300, NOW + 3600)
+    assert "    notifications: silenced by s-2" in lines([xid], [silence], {}, NOW)
+    assert record(xid, [xid], [silence], {}, NOW)["muted"] == "silence:s-2"
 
 
 def test_ages_read_as_people_say_them() -> None:
