@@ -203,27 +203,23 @@ class Notifier:
         gone = {f"inhibited:{a.id}" for a in changes if a.state == "resolved"}
         if not gone:
             return []
-        changed = {a.id for a in changes}
-        out = []
-        for a in list(self._open.values()):
-            seen = self._sent.get(a.id)
-            if a.id in changed or seen is None or seen[1] not in gone:
-                continue
-            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
-            if n.muted_by != seen[1]:
-                self._sent[a.id] = (a.state, n.muted_by)
-                out.append(n)
-        return out
+        return self._remuted({a.id for a in changes}, covers, lambda muted_by: muted_by in gone)
 
     def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice],
                   covers: list[Alert]) -> list[Notice]:
         """Open alerts not in this batch whose muting changed since they were forwarded (a
         silence or an acknowledgement added, a silence ended)."""
         skip = {a.id for a in changes} | {n.alert.id for n in done}
+        return self._remuted(skip, covers, lambda muted_by: True)
+
+    def _remuted(self, skip: set[str], covers: list[Alert],
+                 was: Callable[[str], bool]) -> list[Notice]:
+        """Open alerts forwarded before (not in ``skip``), muted then as ``was`` accepts,
+        whose muting is different now: their notices, and the new muting recorded."""
         out = []
         for a in list(self._open.values()):
             seen = self._sent.get(a.id)
-            if a.id in skip or seen is None:
+            if a.id in skip or seen is None or not was(seen[1]):
                 continue
             n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:

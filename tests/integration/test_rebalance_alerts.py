@@ -133,13 +133,19 @@ def all_alerts(db: Path) -> list:
         store.close()
 
 
-def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
-        kafka: Server, tmp_path: Path) -> None:
+def fresh_group(kafka: Server, tmp_path: Path) -> tuple[str, str, Path]:
+    """A topic of two partitions, a consumer group and an empty store of this test's own."""
     run = uuid.uuid4().hex[:8]
     topic, group = f"frames-{run}", f"processors-{run}"
     ensure_topic(kafka.address, topic, 2)
     db = tmp_path / "store.db"
     SqliteStore(db).close()
+    return topic, group, db
+
+
+def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
+        kafka: Server, tmp_path: Path) -> None:
+    topic, group, db = fresh_group(kafka, tmp_path)
     a, b = Member(kafka, topic, group, db), Member(kafka, topic, group, db)
     members = [a, b]
     try:
@@ -197,11 +203,7 @@ def test_an_open_alert_moves_with_its_partition_without_a_duplicate(
 
 def test_a_node_that_died_while_no_member_ran_is_reported_once_by_its_partitions_owner(
         kafka: Server, tmp_path: Path) -> None:
-    run = uuid.uuid4().hex[:8]
-    topic, group = f"frames-{run}", f"processors-{run}"
-    ensure_topic(kafka.address, topic, 2)
-    db = tmp_path / "store.db"
-    SqliteStore(db).close()
+    topic, group, db = fresh_group(kafka, tmp_path)
     a = Member(kafka, topic, group, db)
     try:
         wait_for("a owns both partitions", lambda: len(a.owned) == 2)
