@@ -20,7 +20,7 @@ from fleetwatch.collectors.spool import check_writable
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
-from fleetwatch.service import stop_on_signals
+from fleetwatch.service import bound, quiet_kafka_client, stop_on_signals
 from fleetwatch.wiring import open_producer
 
 log = logging.getLogger(__name__)
@@ -41,15 +41,6 @@ def read_once(config: Config, fake_gpus: int | None = None) -> Frame:
         source.close()
 
 
-def quiet_kafka_client() -> None:
-    """Keep kafka-python's own lines (one per reconnect attempt) out of the agent's log.
-
-    While the broker is away it logs several lines a second; the spooling producer
-    says it once when the broker goes and once when it is back.
-    """
-    logging.getLogger("kafka").setLevel(logging.CRITICAL)
-
-
 class AgentService:
     """The running agent: its source, loop, ``/metrics`` and (Kafka only) sender and spool."""
 
@@ -59,6 +50,7 @@ class AgentService:
         self.producer: SpoolingProducer | None = None
         self.sender: Sender | None = None
         if config.bus.kind == "kafka":
+            # The spooling producer says once when the broker goes and once when it is back.
             quiet_kafka_client()
             spool_dir = Path(config.agent.spool_dir)
             try:
@@ -84,8 +76,15 @@ class AgentService:
                 self.producer.close()
             raise
         self.exporter = Exporter(config.node.node, health)
-        self.server = serve_metrics(self.exporter, config.agent.metrics_host,
-                                    config.agent.metrics_port)
+        host, port = config.agent.metrics_host, config.agent.metrics_port
+        try:
+            self.server = bound(host, port, "agent.metrics_port",
+                                lambda: serve_metrics(self.exporter, host, port))
+        except BaseException:
+            self.source.close()
+            if self.producer is not None:
+                self.producer.close()
+            raise
         self.agent = Agent(self.source, None, config.bus.topic, health,
                            on_frames=self._show,
                            sender=self.sender)

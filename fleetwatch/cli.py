@@ -21,10 +21,11 @@ import errno
 import ipaddress
 import json
 import logging
+import math
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from fleetwatch.cli_args import parser
 from fleetwatch.cli_history import (  # the exit codes are defined there, once
@@ -39,14 +40,70 @@ from fleetwatch.cli_history import (  # the exit codes are defined there, once
     cmd_silence,
     cmd_train,
 )
-from fleetwatch.config import Config, ConfigError, load, options, override
+from fleetwatch.config import Config, ConfigError, T, load, options, override
+from fleetwatch.service import PortInUse
 
 log = logging.getLogger("fleetwatch")
 
 
-def _override(config: Config, section: str, **values: object) -> Config:
-    """Command-line flags over the config, range-checked as the file's values are."""
+def _override(config: Config, section: str, flags: Mapping[str, str] | None = None,
+              **values: object) -> Config:
+    """Command-line flags over the config, range-checked as the file's values are.
+
+    ``flags`` names the flag of a key whose name differs (``interval_s`` is
+    ``--interval``): an error names what the user typed, not ``--interval-s``.
+    """
+    if flags:
+        _options(type(getattr(config, section)), section, flags, **values)
     return override(config, section, **values)
+
+
+# Numbers that are durations or times: out of range, they are shown as such ("at most
+# 366 d", "between 2000-01-01 and 2100-01-01"), not as 3.16224e+07 seconds.
+_DURATIONS = {"duration_s", "interval_s", "backfill_s"}
+_TIMES = {"end_ts"}
+
+
+def _options(cls: type[T], section: str, flags: Mapping[str, str], **values: object) -> T:
+    """``config.options`` with durations and times that are out of range refused in words."""
+    from fleetwatch.simulate import span_text
+
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        value = values.get(f.name)
+        if (f.name not in _DURATIONS | _TIMES or "range" not in f.metadata
+                or not isinstance(value, int | float)):
+            continue
+        lo, hi, above = f.metadata["range"]
+        if math.isfinite(value) and (lo is None or (value > lo if above else value >= lo)) and (
+                hi is None or value <= hi):
+            continue
+        where = f"command line {flags.get(f.name, '--' + f.name.replace('_', '-'))}"
+        if f.name in _TIMES:
+            raise ConfigError(f"{where}: {section}.{f.name} = {value:g}{_when(value)}; must be "
+                              f"a time between {_date(lo)} and {_date(hi)} (UTC), in seconds "
+                              f"since 1970{_millis(value, lo, hi)}")
+        low = f"above {span_text(lo)}" if above else f"at least {span_text(lo)}"
+        bounds = (f"{low} and at most {span_text(hi)}" if lo is not None and hi is not None
+                  else low if lo is not None else f"at most {span_text(hi)}")
+        raise ConfigError(f"{where}: {section}.{f.name} = {span_text(value)}; must be {bounds}")
+    return options(cls, section, flags, **values)
+
+
+def _date(ts: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(ts))
+
+
+def _when(ts: float) -> str:
+    try:
+        return f" ({_date(ts)})"
+    except (OverflowError, OSError, ValueError):  # beyond what the C library dates
+        return ""
+
+
+def _millis(value: float, lo: float, hi: float) -> str:
+    if lo <= value / 1000 <= hi:
+        return f": {value:g} looks like milliseconds; {value / 1000:.0f} is {_date(value / 1000)}"
+    return ""
 
 
 def _check_bind(host: str) -> None:
@@ -67,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         config = load(args.config)
         if getattr(args, "store", None):
-            config = _override(config, "store", path=args.store)
+            config = _override(config, "store", {"path": "--store"}, path=args.store)
         code = _COMMANDS[args.command](config, args)
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
@@ -79,8 +136,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # keep Python's flush at exit from raising it again (the recipe of Python's docs).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
+    except PortInUse as exc:  # names the address, the setting that chose it, its holder
+        print(f"fleetwatch: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except OSError as exc:
-        if exc.errno == errno.EADDRINUSE:
+        if exc.errno == errno.EADDRINUSE:  # a port taken by something not wrapped above
             print(f"fleetwatch: an address is already in use ({exc}): is another fleetwatch or "
                   "dcgm-exporter running? Choose another port (--port, or the *_port settings)",
                   file=sys.stderr)
@@ -92,14 +152,32 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _sim_config(config: Config, args: argparse.Namespace) -> Config:
-    return _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed,
-                     part=args.part)
+    """The simulated fleet: the flags over ``[sim]``, at most ``MAX_NODES`` nodes and
+    ``MAX_GPUS`` GPUs in all (what one machine simulates; see ``fleetwatch.simulate``)."""
+    from fleetwatch.simulate import MAX_GPUS, MAX_NODES, counted
+
+    config = _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed,
+                       part=args.part)
+    s = config.sim
+    if s.nodes > MAX_NODES or s.nodes * s.gpus > MAX_GPUS:
+        named = " and ".join(f for f, v in (("--nodes", args.nodes), ("--gpus", args.gpus))
+                             if v is not None) or "sim.nodes and sim.gpus"
+        raise ConfigError(f"command line {named}: a simulated fleet of "
+                          f"{counted(s.nodes, 'node')} x {counted(s.gpus, 'GPU')} is more "
+                          f"than one machine simulates: at most {MAX_NODES:,} nodes and "
+                          f"{MAX_GPUS:,} GPUs in all (e.g. --nodes "
+                          f"{min(MAX_NODES, MAX_GPUS // s.gpus)} --gpus {s.gpus})")
+    return config
 
 
 def _faults(config: Config, args: argparse.Namespace, default_start_s: float,
             default_duration_s: float) -> list:
     from fleetwatch.collectors.sim import Fault
 
+    if args.no_faults and args.fault:
+        raise ConfigError("command line --no-faults with --fault "
+                          f"{' --fault '.join(f'{f.kind}:{f.subject}' for f in args.fault)}: "
+                          "--no-faults injects no fault at all; give one or the other")
     if args.no_faults:
         return []
     if args.fault:
@@ -117,14 +195,15 @@ def cmd_up(config: Config, args: argparse.Namespace) -> int:
 
     config = _override(_sim_config(config, args), "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
-    return run_up(config, _up_options(config, args))
+    return run_up(config, _up_options(config, args),
+                  port_setting="--port" if args.port is not None else "dashboard.port")
 
 
 def _up_options(config: Config, args: argparse.Namespace):  # -> UpOptions
     from fleetwatch.up import UpOptions
 
-    checked = options(UpOptions, "up", _UP_FLAGS, interval_s=args.interval, speed=args.speed,
-                      backfill_s=args.backfill)
+    checked = _options(UpOptions, "up", _UP_FLAGS, interval_s=args.interval, speed=args.speed,
+                       backfill_s=args.backfill)
     faults = _faults(config, args, default_start_s=120.0, default_duration_s=6 * 3600.0)
     return dataclasses.replace(checked, simulate=args.simulate, faults=tuple(faults),
                                keep=args.keep, store=args.store, steady_load=not args.phases)
@@ -143,9 +222,9 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.simulate import SimulateOptions, run_simulate
 
     config = _sim_config(config, args)
-    checked = options(SimulateOptions, "simulate", _SIMULATE_FLAGS, days=args.days,
-                      duration_s=args.duration, interval_s=args.interval,
-                      end_ts=args.end if args.end is not None else time.time())
+    checked = _options(SimulateOptions, "simulate", _SIMULATE_FLAGS, days=args.days,
+                       duration_s=args.duration, interval_s=args.interval,
+                       end_ts=args.end if args.end is not None else time.time())
     duration = args.duration if args.duration is not None else checked.days * 86400
     faults = _faults(config, args, default_start_s=duration / 2, default_duration_s=2 * 3600.0)
     return run_simulate(config, checked, duration, faults, store=args.store)
@@ -156,7 +235,8 @@ def cmd_agent(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.collectors.nvml import NvmlUnavailable
 
     if args.interval is not None:
-        config = _override(config, "agent", interval_s=args.interval)
+        config = _override(config, "agent", {"interval_s": "--interval"},
+                           interval_s=args.interval)
     try:
         if not args.once:
             return run_agent(config, args.fake_gpus)
@@ -183,7 +263,7 @@ def _print_frame(frame) -> None:
 
     print(f"{frame.node} ({frame.cluster}/{frame.rack}) at "
           f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(frame.ts))}: "
-          f"{len(frame.gpus)} GPUs")
+          f"{len(frame.gpus)} GPU{'' if len(frame.gpus) == 1 else 's'}")
     for g in frame.gpus:
         m = g.metrics
         cells = []
@@ -216,12 +296,19 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
     from fleetwatch.carbon import model_from_config
-    from fleetwatch.service import stop_on_signals
+    from fleetwatch.service import listen, stop_on_signals
 
-    stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
-    serve(open_dashboard_store(config), config.dashboard.host, config.dashboard.port,
-          config.dashboard.refresh_s, temp_limit_c=config.alerts.gpu_temp_limit_c,
-          carbon=model_from_config(config.carbon, config.energy), until=stop)
+    c = config.dashboard
+    # The port first, as `up` takes it: a taken one stops here, naming its holder.
+    sock = listen(c.host, c.port, "--port" if args.port is not None else "dashboard.port",
+                  "--port (or dashboard.port)")
+    try:
+        stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
+        serve(open_dashboard_store(config), c.host, c.port, c.refresh_s, sock=sock,
+              temp_limit_c=config.alerts.gpu_temp_limit_c,
+              carbon=model_from_config(config.carbon, config.energy), until=stop)
+    finally:
+        sock.close()
     return EXIT_OK
 
 

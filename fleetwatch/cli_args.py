@@ -13,6 +13,16 @@ from fleetwatch import __version__
 # checks that the two agree, and with the config's sim.part).
 PART_NAMES = ("a100", "h100")
 PART_HELP = "the simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W)"
+# The simulator's fault kinds and spec (collectors/sim/faults.KINDS and SPEC_HELP; a test
+# checks they agree) and its fleet limits (fleetwatch/simulate.MAX_NODES, MAX_GPUS).
+FAULT_KINDS = ("cooling", "cooling_slow", "rack_cooling", "xid79", "ecc_dbe", "nvlink", "stuck",
+               "straggler", "power_brake", "sensor", "node_silent", "pcie_replay")
+FAULT_HELP = ("inject a fault (repeatable): KIND:NODE/GPU[@START][+DURATION][xSEVERITY][~MODE] "
+              "(KIND:NODE for node faults, KIND:RACK for rack faults), e.g. "
+              "cooling:node-001/3@2m+1h~drift, rack_cooling:rack-00@1h+2h, "
+              "node_silent:node-002@30m+10m. KIND: " + ", ".join(FAULT_KINDS)
+              + "; MODE: drift or sudden; START 1m and DURATION 1h by default")
+MAX_NODES, MAX_GPUS = 1024, 8192
 
 
 def _duration(text: str) -> float:
@@ -96,13 +106,15 @@ def parser() -> argparse.ArgumentParser:
 
     def fleet_args(sp: argparse.ArgumentParser) -> None:
         g = sp.add_argument_group("simulated fleet")
-        g.add_argument("--nodes", type=_positive_int, help="nodes (default 4)")
-        g.add_argument("--gpus", type=_positive_int, help="GPUs per node (default 8)")
-        g.add_argument("--seed", type=int, help="random seed; same seed, same fleet (default 0)")
+        g.add_argument("--nodes", type=_positive_int,
+                       help=f"nodes, 1 to {MAX_NODES:,} (default 4)")
+        g.add_argument("--gpus", type=_positive_int,
+                       help=f"GPUs per node, 1 to 64; at most {MAX_GPUS:,} GPUs in all (default 8)")
+        g.add_argument("--seed", type=int,
+                       help="random seed, 0 to 2^63-1; same seed, same fleet (default 0)")
         g.add_argument("--part", choices=PART_NAMES, help=PART_HELP + " (default: sim.part, a100)")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
-                       help="inject a fault: KIND:NODE/GPU[@START][+DURATION][xSEVERITY], e.g. "
-                            "cooling:node-001/3@2m+2h (repeatable)")
+                       help=FAULT_HELP)
         g.add_argument("--no-faults", action="store_true", help="inject no fault")
         sp.add_argument("--store", metavar="PATH", help="embedded store file (default for a "
                         "simulated fleet: fleetwatch-sim.db, never the real store)")
@@ -193,7 +205,10 @@ def parser() -> argparse.ArgumentParser:
                         help="where the files go (default: here)")
     report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
-    sub.add_parser("config", help="print the effective configuration (secrets masked)")
+    sub.add_parser("config", help="print the effective configuration (secrets masked)",
+                   description="Print the effective configuration: built-in defaults, then "
+                   "the TOML file (--config or $FLEETWATCH_CONFIG), then "
+                   "FLEETWATCH_<SECTION>_<KEY> variables; secrets masked.")
 
     rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
                         "each alert transition as a JSON line", description="Replay recorded "
@@ -228,16 +243,18 @@ def parser() -> argparse.ArgumentParser:
                         "1,000 GPU-days. Progress on stderr; with --json the last line of stdout "
                         "is the result.")
     ev.add_argument("--gpus", type=_bounded(8, 200_000, integer=True), default=1000,
-                    help="GPUs in the fleet (default 1000)")
-    ev.add_argument("--hours", type=_bounded(0.25, 24 * 31), default=24.0,
-                    help="simulated hours (default 24)")
+                    help="GPUs in the fleet, 8 to 200000 (default 1000)")
+    ev.add_argument("--hours", type=_bounded(1, 24 * 31), default=24.0,
+                    help="simulated hours, 1 to 744 (default 24)")
     ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
                     help="faults of each kind (default 10)")
     ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
     ev.add_argument("--interval", type=_bounded(1, 300), default=15.0, metavar="SECONDS",
                     help="seconds between a node's samples (default 15; the agent's own "
                          "default is 5: a shorter interval takes longer to run)")
-    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0)
+    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0,
+                    help="random seed, 0 to 2^63-1: the same seed, the same fleet, faults and "
+                         "scores (default 0)")
     ev.add_argument("--part", choices=PART_NAMES, default="a100",
                     help=PART_HELP + " (default a100)")
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
@@ -264,9 +281,11 @@ def parser() -> argparse.ArgumentParser:
     si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
     si_add.add_argument("--comment", default="", help="why")
     si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
-    si_list.add_argument("--all", action="store_true")
+    si_list.add_argument("--all", action="store_true",
+                         help="every silence, expired ones too (default: those in force now)")
     si_exp = si_sub.add_parser("expire", help="end a silence now")
-    si_exp.add_argument("id")
+    si_exp.add_argument("id", help="the silence's id, as silence add printed it and silence "
+                        "list shows it")
     for action in (si_add, si_list, si_exp):
         # Also after the action, as `alerts --store` and `ack --store` take it. SUPPRESS: a
         # subparser's own default would overwrite a --store given before the action.
@@ -286,9 +305,13 @@ def parser() -> argparse.ArgumentParser:
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
-                         "it resolves")
-    ack.add_argument("alert_id", metavar="ALERT_ID")
+                         "it resolves",
+                         description="Acknowledge an open alert: its notifications are not "
+                         "repeated until it resolves; fleetwatch alerts still lists it, marked "
+                         "acknowledged.")
+    ack.add_argument("alert_id", metavar="ALERT_ID",
+                     help="the alert's id, as fleetwatch alerts lists it")
     ack.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
-    ack.add_argument("--comment", default="")
+    ack.add_argument("--comment", default="", help="why, kept with the acknowledgement")
     ack.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     return p

@@ -193,14 +193,37 @@ def known_kinds() -> tuple[str, ...]:
     return tuple(getattr(sim_faults, "KINDS", ("cooling",)))
 
 
+# The shortest evaluation: each run warms up for half an hour before its first fault
+# (``schedule.WARMUP_S``: jobs and temperatures settle), and faults of a few minutes, shorter
+# than the rules' for-durations and a drift's ramp, would score the schedule, not the
+# detectors. ``--hours`` must be at least this.
+MIN_HOURS = 1.0
+
+
+def check(o: EvalOptions) -> None:
+    """A ``ValueError`` naming the flag, for options no schedule can be drawn for."""
+    if not o.hours >= MIN_HOURS:
+        raise ValueError(f"--hours {o.hours:g}: an evaluation needs at least {MIN_HOURS:g} h: "
+                         "each run warms up for 30 min before its first fault, and the faults "
+                         "need the time after it (the default, 24 h, lets slow drifts ripen)")
+
+
 def schedule(params: SimParams, o: EvalOptions) -> list[Any]:
-    """Faults to inject: the simulator's own ``random_schedule`` if it has one."""
+    """Faults to inject: the simulator's own ``random_schedule`` if it has one.
+
+    A schedule that does not fit the fleet and the hours is a ``ValueError`` that
+    names the flags and, where it can find them, values that do fit.
+    """
+    check(o)
     kinds = o.kinds or known_kinds()
     duration = o.hours * 3600.0
     for where in (sim_faults, __import__("fleetwatch.collectors.sim", fromlist=["x"])):
         make = getattr(where, "random_schedule", None)
         if make is not None:
-            return list(make(params, duration, o.seed, kinds, o.per_kind))
+            try:
+                return list(make(params, duration, o.seed, kinds, o.per_kind))
+            except ValueError as exc:
+                raise ValueError(_no_room(o, params, str(exc), make)) from None
     # Today's simulator: faults of the kinds ``Fault`` accepts, on distinct GPUs,
     # starting after a warm-up and ending before the run does.
     rng = random.Random(o.seed)
@@ -214,6 +237,43 @@ def schedule(params: SimParams, o: EvalOptions) -> list[Any]:
         out.append(sim_faults.Fault(kind, f"node-{node:03d}", gpu, start, length,  # type: ignore[arg-type]
                                     rng.uniform(1.6, 2.5)))
     return out
+
+
+def _no_room(o: EvalOptions, params: SimParams, why: str, make: Callable[..., Any]) -> str:
+    """What to change when ``o``'s schedule does not fit: the flags, and the nearest
+    --gpus, --hours and --per-kind that do fit (tried: a schedule is drawn in
+    milliseconds)."""
+    kinds = o.kinds or known_kinds()
+
+    def fits(gpus: int = o.gpus, hours: float = o.hours, per_kind: int = o.per_kind) -> bool:
+        tried = dataclasses.replace(o, gpus=gpus, hours=hours, per_kind=per_kind)
+        try:
+            make(sim_params(tried, tried.seed), hours * 3600.0, o.seed, kinds, per_kind)
+        except ValueError:
+            return False
+        return True
+
+    ways = []
+    gpus = next((g for g in (o.gpus * 2 ** k for k in range(1, 12)) if g <= 200_000
+                 and fits(gpus=g)), None)
+    if gpus is not None:
+        ways.append(f"--gpus {gpus}")
+    hours = next((h for h in (2, 3, 6, 12, 24, 48, 96, 168, 336, 744) if h > o.hours
+                  and fits(hours=h)), None)
+    if hours is not None:
+        ways.append(f"--hours {hours}")
+    per_kind = next((k for k in range(o.per_kind - 1, 0, -1) if fits(per_kind=k)), None)
+    if per_kind is not None:
+        ways.append(f"--per-kind {per_kind}")
+    if not o.kinds:
+        ways.append("fewer kinds with --kinds")
+    what = "each kind and mode" + (f" of {', '.join(o.kinds)}" if o.kinds else "")
+    first = why.split(": ", 1)[-1].split(" without overlaps", 1)[0]  # "no room for 10 x ..."
+    return (f"{o.per_kind} faults of {what} (--per-kind) do not fit on {o.gpus:,} GPUs "
+            f"(--gpus: {params.nodes:,} nodes of {params.gpus}, {params.nodes_per_rack} a rack) "
+            f"in {o.hours:g} h (--hours) without two at once on one GPU, node or rack "
+            f"({first}); this would fit: "
+            f"{', or '.join(ways) if ways else 'a larger fleet and more hours'}")
 
 
 def truths(sim: FleetSim) -> list[Truth]:

@@ -6,6 +6,12 @@ stage import the composition root that imports it): it wires config into a
 finishes the batches in hand (stores, evaluates, commits them, sends their
 dead letters) for up to ``_DRAIN_S`` and logs one line that says so.
 
+A broker that cannot be reached is waited for, as the agent waits for it: at
+start each member says once an attempt that it cannot reach Kafka and tries
+again with backoff (``service.reach_kafka``), and SIGTERM then exits 0 at
+once; while running, the topic watch says when the broker goes and when it
+is back. kafka-python's own lines are silenced (``quiet_kafka_client``).
+
 With ``processor.workers = N`` (``--workers N``) above 1, this process only
 supervises: it starts N members as child processes (multiprocessing
 ``spawn``: a fresh interpreter each, with its own GIL, so each can use a
@@ -20,6 +26,7 @@ Child i serves its own /metrics on ``metrics_port + i``.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import multiprocessing
@@ -28,12 +35,22 @@ import signal
 import threading
 import time
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 from fleetwatch.config import Config
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.service import Stop, needs_kafka, stop_on_signals
+from fleetwatch.service import (
+    PortInUse,
+    Stop,
+    bound,
+    kafka_unreachable,
+    needs_kafka,
+    quiet_kafka_client,
+    reach_kafka,
+    stop_on_signals,
+)
 from fleetwatch.wiring import (
     detectors,
     energy_integrator,
@@ -48,48 +65,88 @@ log = logging.getLogger(__name__)
 
 
 def run_processor(config: Config, stop: threading.Event | None = None) -> int:
+    """``fleetwatch process``: until SIGTERM/SIGINT (or ``stop``); returns the exit status.
+
+    A broker that cannot be reached at start is waited for (``reach_kafka``: one line
+    per attempt, with backoff); a stop request while waiting exits 0 at once.
+    """
     if not needs_kafka(config, "process"):
         return 2
+    quiet_kafka_client()
     stop = stop_on_signals(stop)
+    if config.processor.workers > 1:
+        if not _topics_ready(config, stop):
+            return _stopped_waiting(config, stop)
+        return _supervise(config, stop)
+    return _member(config, stop, topics=True)
+
+
+def _topics_ready(config: Config, stop: threading.Event) -> bool:
+    """Kafka reached and the topics checked (the watch thread started); False if stopped
+    first. Before the consumer: its metadata request would create a missing topic with
+    the broker's default partition count instead of ``bus.partitions``."""
+    if reach_kafka(config.bus.bootstrap, stop) is None:
+        return False
     _ensure_topics(config)
     threading.Thread(target=_watch_topics, args=(config, stop), name="topic-watch",
                      daemon=True).start()
-    if config.processor.workers > 1:
-        return _supervise(config, stop)
-    return _member(config, stop)
+    return True
 
 
-def _member(config: Config, stop: threading.Event) -> int:
-    store = open_store(config.store)
-    consumer = open_consumer(config.bus)
-    dead = open_producer(config.bus)
-    notifier = open_notifier(config, store)
-    rules = [*detectors(config.detectors), *learned_detectors(config.models)]
-    processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
-                          notifier=notifier, energy=energy_integrator(config.energy, store),
-                          keep_firing_s=config.alerts.keep_firing_s)
-    server = None
-    if config.processor.metrics_port:
-        from prometheus_client import CollectorRegistry, start_http_server
+def _stopped_waiting(config: Config, stop: threading.Event) -> int:
+    log.info("stopped%s while waiting for Kafka at %s: nothing was consumed",
+             f" on {stop.cause}" if isinstance(stop, Stop) and stop.cause else "",
+             config.bus.bootstrap)
+    return 0
 
-        registry = CollectorRegistry()
-        registry.register(ProcessorCollector(processor, consumer, notifier))
-        registry.register(ModelCollector(processor.detectors))
-        server, _ = start_http_server(config.processor.metrics_port,
-                                      config.processor.metrics_host, registry)
-    log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
-             config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,
-             config.processor.metrics_host, config.processor.metrics_port or "-")
-    try:
+
+def _metrics(config: Config, index: int | None) -> tuple[Any, Any]:
+    """The /metrics server, started before anything connects (a port that is taken is a
+    start-up error, said at once), and its registry, empty until the processor is built."""
+    if not config.processor.metrics_port:
+        return None, None
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    host, port = config.processor.metrics_host, config.processor.metrics_port
+    setting = ("processor.metrics_port" if index is None else
+               f"processor.metrics_port (+ {index} for worker {index})")
+    server, _ = bound(host, port, setting, lambda: start_http_server(port, host, registry))
+    return server, registry
+
+
+def _member(config: Config, stop: threading.Event, topics: bool = False,
+            index: int | None = None) -> int:
+    """One group member until ``stop``; with ``topics``, it checks the topics first (and
+    watches them) as a lone processor must; ``index`` is a worker's, for messages."""
+    with contextlib.ExitStack() as held:
+        server, registry = _metrics(config, index)
+        if server is not None:
+            held.callback(server.shutdown)
+        store = open_store(config.store)
+        held.callback(store.close)
+        if topics and not _topics_ready(config, stop):
+            return _stopped_waiting(config, stop)
+        consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))
+        if consumer is None:
+            return _stopped_waiting(config, stop)
+        held.callback(consumer.close)
+        dead = open_producer(config.bus)
+        held.callback(dead.close)  # flushes what is still queued
+        notifier = open_notifier(config, store)
+        held.callback(notifier.close)
+        rules = [*detectors(config.detectors), *learned_detectors(config.models)]
+        processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
+                              notifier=notifier, energy=energy_integrator(config.energy, store),
+                              keep_firing_s=config.alerts.keep_firing_s)
+        if registry is not None:
+            registry.register(ProcessorCollector(processor, consumer, notifier))
+            registry.register(ModelCollector(processor.detectors))
+        log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
+                 config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,
+                 config.processor.metrics_host, config.processor.metrics_port or "-")
         processor.run(consumer, stop, config.processor.max_batch,
                       config.processor.maintain_every_s, drain_s=_DRAIN_S)
-    finally:
-        consumer.close()
-        dead.close()  # flushes what is still queued
-        notifier.close()
-        store.close()
-        if server is not None:
-            server.shutdown()
     finished, left = processor.drained
     s = processor.stats
     log.info("stopped%s: finished the %d batches in hand (stored, committed)%s; %d frames, "
@@ -106,7 +163,21 @@ _TOPIC_CHECK_S = 30.0
 
 
 def _watch_topics(config: Config, stop: threading.Event) -> None:
+    """Every ``_TOPIC_CHECK_S``: the topics checked again, or, while Kafka cannot be
+    reached, one line when it goes and one when it is back (kafka-python's own lines
+    are silenced: ``quiet_kafka_client``), without three admin clients timing out."""
+    bootstrap, away = config.bus.bootstrap, False
     while not stop.wait(_TOPIC_CHECK_S):
+        reason = kafka_unreachable(bootstrap)
+        if reason is not None:
+            if not away:
+                log.warning("cannot reach Kafka at %s (%s); consuming resumes when it is back",
+                            bootstrap, reason)
+            away = True
+            continue
+        if away:
+            log.info("Kafka at %s can be reached again", bootstrap)
+            away = False
         _ensure_topics(config, quiet=True)
 
 
@@ -207,6 +278,7 @@ def _child_main(config: Config, index: int, level: int, parent: int) -> None:
     """A worker: one group member, in its own interpreter; exits with the member's code."""
     logging.basicConfig(level=level, format=f"%(asctime)s %(levelname)s %(name)s[w{index}]: "
                         "%(message)s")
+    quiet_kafka_client()  # a fresh interpreter: the parent's logger levels are not inherited
     stop = stop_on_signals(Stop())
 
     def orphaned() -> None:  # the supervisor was killed: do not run on unsupervised
@@ -216,4 +288,9 @@ def _child_main(config: Config, index: int, level: int, parent: int) -> None:
                 stop.set()
 
     threading.Thread(target=orphaned, name="supervisor-watch", daemon=True).start()
-    raise SystemExit(_member(config, stop))
+    try:
+        code = _member(config, stop, index=index)
+    except PortInUse as exc:  # one line, not a traceback; the supervisor restarts it later
+        log.error("worker %d cannot serve /metrics: %s", index, exc)
+        code = 1
+    raise SystemExit(code)

@@ -83,7 +83,8 @@ class ReplaySummary:
         out = [f"replayed {self.frames:,} frames of {self.gpus:,} GPUs over {span / 3600:.2f} h: "
                f"{self.transitions} alert transitions, {self.firing} alerts fired"]
         if self.bad_rows:
-            out.append(f"skipped {self.bad_rows} bad rows, e.g. " + "; ".join(self.bad_examples))
+            rows = "bad row" if self.bad_rows == 1 else "bad rows"
+            out.append(f"skipped {self.bad_rows} {rows}, e.g. " + "; ".join(self.bad_examples))
         out.append("metrics in the data: " + (", ".join(
             f"{m} ({n:,})" for m, n in sorted(self.metrics.items())) or "none"))
         for rule, share in sorted(self.coverage.items()):

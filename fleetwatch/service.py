@@ -1,14 +1,22 @@
-"""What every long-running command shares: its preconditions and how it stops."""
+"""What every long-running command shares: its preconditions, the ports it takes, how it
+waits for its broker, and how it stops."""
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import signal
+import socket
 import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
 
 from fleetwatch.config import Config
 
 log = logging.getLogger("fleetwatch")
+T = TypeVar("T")
 
 
 def needs_kafka(config: Config, command: str) -> bool:
@@ -19,6 +27,174 @@ def needs_kafka(config: Config, command: str) -> bool:
               "(FLEETWATCH_BUS_KIND=kafka) and bus.bootstrap; `fleetwatch up` runs everything "
               "in one process on the in-process bus instead", command)
     return False
+
+
+def quiet_kafka_client() -> None:
+    """Keep kafka-python's own lines out of the log of every command that uses Kafka.
+
+    At INFO it logs every connection it opens (the processor's topic check opens
+    admin clients every 30 s: about 114 lines a minute), and while the broker is
+    away several lines a second at WARNING and ERROR. fleetwatch says itself, once,
+    when the broker goes and when it is back (the agent's spool, the processor's
+    ``reach_kafka`` and topic watch), so only the client's CRITICAL lines are kept.
+    """
+    logging.getLogger("kafka").setLevel(logging.CRITICAL)
+
+
+def _address(entry: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` of a bootstrap list (Kafka's default port 9092)."""
+    host, sep, port = entry.strip().rpartition(":")
+    if not sep or not port.isdigit():
+        return entry.strip().strip("[]"), 9092
+    return host.strip("[]"), int(port)
+
+
+def kafka_unreachable(bootstrap: str, timeout_s: float = 2.0) -> str | None:
+    """None when some broker of ``bootstrap`` takes a TCP connection, else why none does.
+
+    Only the connection, no Kafka request: it answers in milliseconds (refused) or
+    ``timeout_s`` (a dropped packet), where kafka-python's own bootstrap waits 30 s
+    that a stop request cannot cut short.
+    """
+    reasons = []
+    for entry in filter(str.strip, bootstrap.split(",")):
+        try:
+            with socket.create_connection(_address(entry), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            reasons.append(exc.strerror or str(exc) or type(exc).__name__)
+    return "; ".join(dict.fromkeys(reasons)) or "no broker address"
+
+
+def reach_kafka(bootstrap: str, stop: threading.Event,
+                connect: Callable[[], T] | None = None,
+                first_s: float = 1.0, max_s: float = 30.0) -> T | bool | None:
+    """Wait until Kafka at ``bootstrap`` answers, then return ``connect()`` (True without one);
+    None when ``stop`` is set first.
+
+    A processor started before its broker (a reboot, a broker upgrade) waits for it,
+    as the agent does, instead of dying after a minute with a traceback that a service
+    manager turns into a restart loop: one line per attempt, the attempts further apart
+    each time (``Backoff``: 1 s, 2 s, ... 30 s). A stop request (SIGTERM) ends the wait
+    within the probe's 2 s. ``connect`` raising ``BusError`` counts as one more failed
+    attempt (the broker took the connection but did not answer as Kafka).
+    """
+    from fleetwatch.pipeline.bus import BusError
+    from fleetwatch.retry import Backoff
+
+    backoff = Backoff(first_s, max_s)
+    while not stop.is_set():
+        reason = kafka_unreachable(bootstrap)
+        if reason is None:
+            try:
+                result = connect() if connect is not None else True
+            except BusError as exc:
+                reason = str(exc).removeprefix(f"cannot reach Kafka at {bootstrap}: ")
+            else:
+                if backoff.failures:
+                    log.info("reached Kafka at %s after %d failed attempts", bootstrap,
+                             backoff.failures)
+                return result
+        delay = backoff.next()
+        log.warning("cannot reach Kafka at %s (%s); will retry in %.0f s (stop with SIGTERM "
+                    "or Ctrl-C)", bootstrap, reason, delay)
+        stop.wait(delay)
+    return None
+
+
+class PortInUse(OSError):
+    """A port that another process listens on; the message names the address, the
+    setting or flag that chose it, and the process that holds it when that can be seen.
+
+    An ``OSError`` with ``errno.EADDRINUSE``, as the failed ``bind`` was, so code that
+    caught that still does; ``str()`` is the message alone.
+    """
+
+    def __init__(self, host: str, port: int, setting: str, owner: str | None = None,
+                 change: str | None = None) -> None:
+        where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        held = (f"by {owner}: stop that one first, or" if owner else
+                "by another process (another fleetwatch, or dcgm-exporter? `ss -ltnp` names "
+                "it):")
+        super().__init__(errno.EADDRINUSE, f"{where} ({setting}) is already in use {held} "
+                         f"choose another port with {change or setting}")
+        self.host, self.port, self.setting, self.owner = host, port, setting, owner
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def port_owner(port: int, proc: Path = Path("/proc")) -> str | None:
+    """``pid N (command line)`` of the process that listens on TCP ``port``, or None.
+
+    Linux only: the listening socket's inode from ``/proc/net/tcp`` and ``tcp6``, then
+    the process with a descriptor on that socket. Another user's processes are only
+    seen by root; None then, and the message says the port alone.
+    """
+    inodes = set()
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            rows = (proc / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            cells = row.split()
+            # local address "0100007F:1F72", state 0A is LISTEN, inode is the tenth cell
+            if len(cells) > 9 and cells[3] == "0A" and int(cells[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(f"socket:[{cells[9]}]")
+    if not inodes:
+        return None
+    try:
+        pids = [p for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return None
+    for pid in pids:
+        try:
+            if not any(os.readlink(fd) in inodes for fd in (pid / "fd").iterdir()):
+                continue
+            argv = (pid / "cmdline").read_bytes().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        words = [a.decode(errors="replace") for a in argv if a]
+        if words:
+            words[0] = os.path.basename(words[0])
+        command = " ".join(" ".join(words).split())  # `python -c` text holds newlines
+        return f"pid {pid.name}" + (f" ({command[:80]})" if command else "")
+    return None
+
+
+def listen(host: str, port: int, setting: str, change: str | None = None) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening; ``PortInUse`` naming ``setting``
+    (the flag or key that chose the port), the holder, and ``change`` (how to choose
+    another: ``setting`` if None) when the port is taken."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        # As waitress does: a restart binds at once despite connections in TIME_WAIT
+        # (on Linux this never allows two listeners on one port).
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise PortInUse(host, port, setting, port_owner(port), change) from None
+        raise
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def bound(host: str, port: int, setting: str, start: Callable[[], T]) -> T:
+    """``start()`` (a server that binds ``host:port`` itself), its EADDRINUSE turned
+    into ``PortInUse`` naming ``setting`` and the port's holder."""
+    try:
+        return start()
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE and not isinstance(exc, PortInUse):
+            raise PortInUse(host, port, setting, port_owner(port)) from None
+        raise
 
 
 class Stop(threading.Event):

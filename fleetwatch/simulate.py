@@ -8,6 +8,7 @@ truth that later evaluations score detectors against.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from fleetwatch.collectors.sim import Fault, FaultRecord, FleetSim, SimParams
+from fleetwatch.collectors.sim.faults import NoSuchSubject, check_subjects
 from fleetwatch.config import Config, ranged
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.energy import EnergyIntegrator
@@ -28,6 +30,53 @@ BATCH_S = 3600.0  # one hour of simulated time per store transaction
 # Where simulated data goes unless the user names a store: never the real store's file.
 SIM_STORE_PATH = "fleetwatch-sim.db"
 YEAR_S = 366 * 86400.0
+# The largest simulated fleet one machine runs (``up`` and ``simulate``; ``evaluate``
+# stores nothing and has its own). The processor and SQLite take about 21,000 GPU
+# samples a second (measured, 256 nodes x 8): ``up`` keeps up with 8,192 GPUs in real time
+# at 5 s (its catch-up is slower), and ``simulate`` writes a day of them in about 40 min.
+# Larger fleets filled the disk and memory long before they showed anything more.
+MAX_NODES = 1024
+MAX_GPUS = 8192
+
+
+def sig(x: float) -> str:
+    """``x`` to three significant figures, never in exponent form: 0.0833, 5, 1.5, 3,650."""
+    return f"{float(f'{x:.3g}'):,g}" if math.isfinite(x) else f"{x}"
+
+
+def span_text(seconds: float) -> str:
+    """A duration as people say it: 45 s, 5 min, 1.5 h, 24 h, 7 d."""
+    size = abs(seconds) if math.isfinite(seconds) else 0.0
+    for unit, length, least in (("d", 86400.0, 2 * 86400.0), ("h", 3600.0, 3600.0),
+                                ("min", 60.0, 120.0)):
+        if size >= least:
+            return f"{sig(seconds / length)} {unit}"
+    return f"{sig(seconds)} s"
+
+
+def counted(n: int, noun: str) -> str:
+    """``1 node``, ``2 nodes``, ``1,024 GPUs``."""
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def check_faults(faults: Sequence[Fault], params: SimParams, flag: str = "--fault") -> None:
+    """A ``ValueError`` naming ``flag``, the fault and the subjects the fleet has, for a
+    fault on a node, GPU or rack the fleet does not have: before anything is created
+    (the simulator would refuse it only after the store and its lock exist)."""
+    try:
+        check_subjects(faults, params.nodes, params.gpus, params.nodes_per_rack)
+    except NoSuchSubject as exc:
+        made = {"node": f"--nodes {params.nodes}", "gpu": f"--gpus {params.gpus}",
+                "rack": f"--nodes {params.nodes}, sim.nodes_per_rack = {params.nodes_per_rack}"}
+        raise ValueError(f"{flag} {exc} ({made[exc.missing]})") from None
+
+
+def late_faults(faults: Sequence[Fault], duration_s: float) -> list[str]:
+    """A warning for each fault that starts after the history ends: it will never show."""
+    return [f"warning: --fault {f.kind}:{f.subject} starts {span_text(f.start_s)} into a "
+            f"history of {span_text(duration_s)}: it will never start (start it earlier "
+            "with @START, or make --duration longer)"
+            for f in faults if f.start_s >= duration_s]
 
 
 @dataclass(frozen=True)
@@ -117,9 +166,21 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     out = out or sys.stderr
     path = store or SIM_STORE_PATH
     if duration_s < given.interval_s:
-        print(f"fleetwatch simulate: a history of {duration_s:g} s holds no sample of "
-              f"{given.interval_s:g} s: make --duration longer or --interval shorter", file=out)
+        print(f"fleetwatch simulate: a history of {span_text(duration_s)} holds no sample of "
+              f"{span_text(given.interval_s)}: make --duration longer or --interval shorter",
+              file=out)
         return 2
+    s = config.sim
+    params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
+                       seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
+                       idle_mean_s=s.idle_mean_s, part=s.part)
+    try:
+        check_faults(faults, params)
+    except ValueError as exc:
+        print(f"fleetwatch simulate: {exc}", file=out)
+        return 2
+    for line in late_faults(faults, duration_s):
+        print(f"fleetwatch simulate: {line}", file=out)
     try:
         check_store_path(path)
         lock = StoreLock(path).acquire()
@@ -135,14 +196,10 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
 
     saved = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        s = config.sim
-        params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
-                           seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
-                           idle_mean_s=s.idle_mean_s, part=s.part)
         db = SqliteStore(path, config.store.raw_retention_h, config.store.rollup_retention_d)
-        print(f"simulating {duration_s / 86400:g} days of {s.nodes} nodes x {s.gpus} "
-              f"{s.part.upper()} GPUs every {given.interval_s:g} s into {os.path.abspath(path)}",
-              file=out)
+        print(f"simulating {span_text(duration_s)} of {counted(s.nodes, 'node')} x "
+              f"{counted(s.gpus, s.part.upper() + ' GPU')} every {span_text(given.interval_s)} "
+              f"into {os.path.abspath(path)}", file=out)
         last = [0.0]
 
         def progress(done: float, points: int) -> None:
@@ -167,8 +224,8 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
         lock.release()
     print(f"\n{'stopped (' + reason[0] + '): ' if result.stopped else ''}wrote "
           f"{result.points:,} samples ({result.frames:,} frames) in {result.seconds:.1f} s "
-          f"({result.points_per_s:,.0f} samples/s); {result.alerts_changed} alert changes; "
-          "store closed", file=out)
+          f"({result.points_per_s:,.0f} samples/s); "
+          f"{counted(result.alerts_changed, 'alert change')}; store closed", file=out)
     for r in result.ground_truth:
         where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
         print(f"  ground truth: {r.kind} on {where} from "

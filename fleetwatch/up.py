@@ -37,8 +37,9 @@ from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.service import StopSignals
+from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
-from fleetwatch.simulate import SIM_STORE_PATH, fault_annotations
+from fleetwatch.simulate import SIM_STORE_PATH, check_faults, counted, fault_annotations, span_text
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.wiring import (
     detectors,
@@ -83,21 +84,12 @@ class UpOptions:
     steady_load: bool = False         # simulated jobs compute-bound throughout (no phases)
 
 
-def listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int, setting: str = "dashboard.port") -> socket.socket:
     """The dashboard's socket, bound and listening: taken first, so that a second
-    ``up`` on the same port stops before it touches any store (OSError EADDRINUSE)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        # As waitress does: a restart binds at once despite connections in TIME_WAIT
-        # (on Linux this never allows two listeners on one port).
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(1024)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    ``up`` on the same port stops before it touches any store (``PortInUse``, naming
+    ``setting``, what chose the port, and the pid of the process that holds it)."""
+    return service_listen(host, port, setting, "--port" if setting == "--port" else
+                          "--port (or dashboard.port)")
 
 
 def gpu_present() -> bool:
@@ -266,10 +258,16 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
 
     Raises ``StoreBusy`` when another instance holds the store, ``StorePathError``
     for a store in a missing folder, ``UpError`` for a store that already holds
-    data without ``keep``; nothing is created, written or removed before those checks.
+    data without ``keep`` or a fault on a node, GPU or rack the simulated fleet does
+    not have; nothing is created, written or removed before those checks.
     """
     check_options(options)
     simulate = options.simulate if options.simulate is not None else not gpu_present()
+    if simulate:
+        try:
+            check_faults(options.faults, sim_params(config, options))
+        except ValueError as exc:
+            raise UpError(str(exc)) from None
     config = store_config(config, options, simulate)
     lock = None
     if config.store.kind == "sqlite":
@@ -292,19 +290,25 @@ def _build(config: Config, options: UpOptions, simulate: bool,
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time())
     s = config.sim
-    params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
-                       seed=s.seed, interval_s=options.interval_s,
-                       job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
-                       steady_load=options.steady_load, part=s.part)
-    sim = FleetSim(params, start, options.faults)
+    sim = FleetSim(sim_params(config, options), start, options.faults)
     pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
                    s.nodes)
     system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth))
-    what = (f"simulated fleet: {s.nodes} nodes x {s.gpus} {sim.part.model}, seed {s.seed}, "
-            f"{options.interval_s:g} s samples")
+    what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
+            f"seed {s.seed}, {options.interval_s:g} s samples")
     return system, what
+
+
+def sim_params(config: Config, options: UpOptions) -> SimParams:
+    """The simulated fleet ``up`` runs: ``build`` checks the faults against it before it
+    takes the store's lock, ``_build`` then simulates it."""
+    s = config.sim
+    return SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
+                     seed=s.seed, interval_s=options.interval_s,
+                     job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
+                     steady_load=options.steady_load, part=s.part)
 
 
 def check_options(given: UpOptions) -> UpOptions:
@@ -316,17 +320,19 @@ def check_options(given: UpOptions) -> UpOptions:
 
 
 
-def run_up(config: Config, given: UpOptions, out: TextIO | None = None) -> int:
+def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
+           port_setting: str = "dashboard.port") -> int:
     """``fleetwatch up``: take the port, then the store's lock, run until Ctrl-C or
     SIGTERM, then store every frame already sent, close the store and say so.
 
-    Returns the exit status: 0, 1 (port or store taken by someone else), 2 (a
-    store that cannot be used as asked).
+    Returns the exit status: 0, 1 (store taken by someone else), 2 (a store or
+    fault that cannot be used as asked). A port that is taken raises ``PortInUse``
+    naming ``port_setting`` (what chose the port) and the pid that holds it.
     """
     out = out or sys.stderr
     stopping = StopSignals()
     try:
-        sock = listen(config.dashboard.host, config.dashboard.port)  # EADDRINUSE: main's message
+        sock = listen(config.dashboard.host, config.dashboard.port, port_setting)
         try:
             system, what = build(config, given)
         except (StoreBusy, StorePathError, UpError) as exc:
@@ -348,9 +354,10 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     print(f"fleetwatch up: {what}", file=out)
     sim = getattr(system.agent.source, "sim", None)
     for r in sim.ground_truth if sim is not None else ():
-        print(f"  injected fault: {r.kind} on {r.node} GPU {r.gpu}, from "
+        where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
+        print(f"  injected fault: {r.kind} on {where}, from "
               f"{time.strftime('%H:%M:%S', time.localtime(r.onset_ts))} for "
-              f"{(r.end_ts - r.onset_ts) / 3600:g} h", file=out)
+              f"{span_text(r.end_ts - r.onset_ts)}", file=out)
     print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind})"
           f"{'   continued from its newest sample' if given.keep else ''}", file=out)
     print(f"  dashboard: http://{config.dashboard.host}:{config.dashboard.port}   "

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleetwatch.collectors.sim.faults import Fault, FaultRecord
+from fleetwatch.collectors.sim.faults import Fault, FaultRecord, check_subjects
 
 if TYPE_CHECKING:
     from fleetwatch.collectors.sim.fleet import FleetSim
@@ -100,21 +100,17 @@ class Effects:
         self._neutral = True
         nodes = {name: i for i, name in enumerate(sim.node_names)}
         racks = {name: i for i, name in enumerate(sim.rack_names)}
+        try:
+            check_subjects(faults, n, g, sim.params.nodes_per_rack)
+        except ValueError as exc:
+            raise ValueError(f"fault {exc}") from None
         for f in faults:
             if f.rack is not None:
-                if f.rack not in racks:
-                    raise ValueError(f"fault {f.kind} on {f.rack!r}: no such rack (racks are "
-                                     f"{sim.rack_names[0]} .. {sim.rack_names[-1]})")
                 rack, node, gpu = racks[f.rack], -1, -1
             else:
-                if f.node not in nodes:
-                    raise ValueError(f"fault on {f.node!r}: no such node (nodes are "
-                                     f"{sim.node_names[0]} .. {sim.node_names[-1]})")
                 node = nodes[f.node]
                 rack = int(sim.rack_of[node])
                 gpu = -1 if f.gpu is None else f.gpu
-                if f.gpu is not None and not 0 <= f.gpu < g:
-                    raise ValueError(f"fault on {f.node}/{f.gpu}: GPUs are 0..{g - 1}")
             onset = sim.start_ts + f.start_s
             a = Active(f, rack, node, gpu, onset, onset + f.duration_s, ramp_s(f),
                        sim.rack_names[rack], f.node)

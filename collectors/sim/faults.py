@@ -9,6 +9,7 @@ meaning depends on the kind (``SPECS``). The physics of each lives in
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -104,6 +105,14 @@ class Fault:
         return SPECS[self.kind]
 
     @property
+    def subject(self) -> str:
+        """What it happens to, as ``--fault`` writes it: ``node-001/3``, ``node-001``, or
+        ``rack-00``."""
+        if self.rack is not None:
+            return self.rack
+        return f"{self.node}" + ("" if self.gpu is None else f"/{self.gpu}")
+
+    @property
     def resolved_mode(self) -> Mode:
         return self.mode or self.spec.modes[0]
 
@@ -135,6 +144,57 @@ class FaultRecord:
     @property
     def scope(self) -> Scope:
         return SPECS[self.kind].scope
+
+
+def node_name(index: int) -> str:
+    """The simulated fleet's name of its node ``index`` (``FleetSim.node_names``)."""
+    return f"node-{index:03d}"
+
+
+def rack_name(index: int) -> str:
+    """The simulated fleet's name of its rack ``index`` (``FleetSim.rack_names``)."""
+    return f"rack-{index:02d}"
+
+
+def _names(first: str, last: str, count: int, noun: str) -> str:
+    if count == 1:
+        return f"its only {noun} is {first}"
+    return f"its {count:,} {noun}s are {first} .. {last}"
+
+
+class NoSuchSubject(ValueError):
+    """A fault on a node, GPU or rack (``missing``) the fleet does not have."""
+
+    def __init__(self, message: str, missing: Scope) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+def check_subjects(faults: Sequence[Fault], nodes: int, gpus: int, nodes_per_rack: int) -> None:
+    """``NoSuchSubject`` for the first fault whose node, GPU or rack a fleet of ``nodes`` x
+    ``gpus`` (``nodes_per_rack`` a rack) does not have, naming the ones it has.
+
+    Pure and cheap, so that a command checks its faults before it creates or writes
+    anything; ``Effects`` checks the same way. The message starts with the fault as
+    ``--fault`` writes it (``cooling:node-009/1: ...``).
+    """
+    racks = (nodes - 1) // nodes_per_rack + 1
+    known = {node_name(i) for i in range(nodes)}
+    for f in faults:
+        where = f"{f.kind}:{f.subject}"
+        if f.rack is not None:
+            if f.rack not in {rack_name(r) for r in range(racks)}:
+                raise NoSuchSubject(f"{where}: no rack {f.rack} in this fleet: "
+                                    f"{_names(rack_name(0), rack_name(racks - 1), racks, 'rack')}",
+                                    "rack")
+            continue
+        if f.node not in known:
+            raise NoSuchSubject(f"{where}: no node {f.node} in this fleet: "
+                                f"{_names(node_name(0), node_name(nodes - 1), nodes, 'node')}",
+                                "node")
+        if f.gpu is not None and not 0 <= f.gpu < gpus:
+            raise NoSuchSubject(f"{where}: no GPU {f.gpu} on {f.node}: "
+                                f"{_names('0', str(gpus - 1), gpus, 'GPU')}", "gpu")
 
 
 _SPEC = re.compile(

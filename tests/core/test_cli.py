@@ -123,3 +123,159 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(30) == 1
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+# -- a --fault the fleet cannot have: one usage line, before anything is written ------------
+
+@pytest.mark.parametrize("command", ["simulate", "up"])
+@pytest.mark.parametrize(("spec", "said"), [
+    ("cooling:node-009/1", "no node node-009 in this fleet: its 2 nodes are node-000 .. "
+                           "node-001 (--nodes 2)"),
+    ("cooling:node-001/7", "no GPU 7 on node-001: its 2 GPUs are 0 .. 1 (--gpus 2)"),
+    ("rack_cooling:rack-07", "no rack rack-07 in this fleet: its only rack is rack-00"),
+    ("node_silent:node-002", "no node node-002"),
+])
+def test_a_fault_on_a_missing_node_gpu_or_rack_is_a_usage_error_before_anything_is_written(
+        command: str, spec: str, said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    extra = ["--duration", "30m"] if command == "simulate" else [
+        "--simulate", "--port", str(free_port())]
+    code = main([command, "--store", str(tmp_path / "f1.db"), "--nodes", "2", "--gpus", "2",
+                 *extra, "--fault", spec])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert f"--fault {spec}: {said}" in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    assert list(tmp_path.iterdir()) == []  # no store, no .lock
+
+
+def test_no_faults_with_a_fault_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    for command in (["simulate", "--duration", "30m"], ["up", "--simulate"]):
+        code = main([*command, "--no-faults", "--fault", "cooling:node-001/1"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "--no-faults with --fault cooling:node-001/1" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_fault_that_starts_after_the_history_ends_is_warned_of(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--nodes", "1", "--gpus", "1", "--duration", "30m",
+                 "--fault", "cooling:node-000/0@2h", "--fault", "cooling:node-000/0@10m"]) == 0
+    err = capsys.readouterr().err
+    late = [line for line in err.splitlines() if "never start" in line]
+    assert late == ["fleetwatch simulate: warning: --fault cooling:node-000/0 starts 2 h into a "
+                    "history of 30 min: it will never start (start it earlier with @START, or "
+                    "make --duration longer)"], err
+    # and the words of the rest: no "0.0208333 days", no "1 nodes"
+    assert "simulating 30 min of 1 node x 1 A100 GPU every 15 s into" in err, err
+
+
+# -- every flag's error names the flag as typed, and its range in words --------------------
+
+def test_an_agent_interval_out_of_range_names_the_flag(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    assert main(["agent", "--fake-gpus", "1", "--once", "--interval", "0s"]) == 2
+    err = capsys.readouterr().err
+    assert "command line --interval: agent.interval_s = 0 s; must be at least 0.05 s and at " \
+           "most 1 h" in err, err
+    assert "--interval-s" not in err
+
+
+def test_a_store_flag_error_names_store_not_path(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["alerts", "--store", "/tmp/CHANGE-ME.db"]) == 2
+    err = capsys.readouterr().err
+    assert "command line --store: store.path" in err and "--path" not in err, err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["simulate", "--duration", "401d"],
+     "command line --duration: simulate.duration_s = 401 d; must be above 0 s and at most 366 d"),
+    (["simulate", "--end", "1.7e12"],
+     "must be a time between 2000-01-01 and 2100-01-01 (UTC), in seconds since 1970: 1.7e+12 "
+     "looks like milliseconds; 1700000000 is 2023-11-14"),
+    (["simulate", "--end", "5e9"], "simulate.end_ts = 5e+09 (2128-06-11); must be a time "
+                                   "between 2000-01-01 and 2100-01-01"),
+    (["up", "--simulate", "--backfill", "8d"],
+     "command line --backfill: up.backfill_s = 8 d; must be at least 0 s and at most 7 d"),
+    (["up", "--simulate", "--interval", "2h"], "up.interval_s = 2 h; must be at least 1 s and "
+                                               "at most 1 h"),
+])
+def test_durations_and_times_out_of_range_are_said_in_words(
+        args: list[str], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert said in err and "e+07" not in err and "4.10244e+09" not in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["up", "--simulate", "--nodes", "100000"], "command line --nodes: a simulated fleet of "
+                                                "100,000 nodes x 8 GPUs"),
+    (["simulate", "--nodes", "200", "--gpus", "64"], "command line --nodes and --gpus"),
+    (["simulate", "--nodes", "1025", "--gpus", "1"], "1,025 nodes x 1 GPU"),
+])
+def test_a_fleet_larger_than_one_machine_simulates_is_refused(
+        args: list[str], named: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert named in err and "at most 1,024 nodes and 8,192 GPUs in all" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_fake_gpu_is_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "--fake-gpus", "1", "--once"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.endswith(": 1 GPU"), first
+
+
+# -- a port in use: the address, the setting that chose it, and who holds it ---------------
+
+def test_a_busy_dashboard_port_names_the_address_the_flag_and_the_holder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["dashboard", "--port", str(port), "--store", str(tmp_path / "x.db")])
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert f"127.0.0.1:{port} (--port) is already in use by pid {os.getpid()} (" in err, err
+    assert "choose another port with --port" in err
+    assert not (tmp_path / "x.db").exists()  # the port first, the store after
+
+
+def test_a_busy_metrics_port_names_its_setting_for_the_agent_and_the_processor(
+        tmp_path: Path) -> None:
+    import socket
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
+        agent = fleetwatch("agent", "--fake-gpus", "1", env={
+            **clean, "FLEETWATCH_AGENT_METRICS_PORT": str(port)})
+        # The processor says it at once, before it waits for a broker that is not there.
+        process = fleetwatch("process", env={
+            **clean, "FLEETWATCH_BUS_KIND": "kafka",
+            "FLEETWATCH_BUS_BOOTSTRAP": f"127.0.0.1:{free_port()}",
+            "FLEETWATCH_STORE_PATH": str(tmp_path / "p.db"),
+            "FLEETWATCH_PROCESSOR_METRICS_PORT": str(port)})
+    for result, setting in ((agent, "agent.metrics_port"), (process, "processor.metrics_port")):
+        assert result.returncode == 1, result.stderr
+        assert f"127.0.0.1:{port} ({setting}) is already in use by pid {os.getpid()}" \
+            in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert "cannot reach Kafka" not in process.stderr

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import json
 from types import SimpleNamespace
 
@@ -48,8 +49,26 @@ def test_the_schedule_uses_distinct_gpus_inside_the_run() -> None:
 
 def test_a_schedule_that_cannot_fit_says_what_to_change() -> None:
     every_kind = EvalOptions(gpus=16, hours=1.0, per_kind=1)
-    with pytest.raises(ValueError, match="use more nodes, a longer duration"):
+    with pytest.raises(ValueError, match=r"1 faults of each kind and mode \(--per-kind\) do "
+                       r"not fit on 16 GPUs \(--gpus: 2 nodes of 8, 4 a rack\) in 1 h "
+                       r"\(--hours\)") as exc:
         schedule(sim_params(every_kind, 0), every_kind)
+    # What would fit, found by trying: each suggestion is a schedule that can be drawn.
+    fits = str(exc.value).split("this would fit: ", 1)[1]
+    gpus = int(fits.split("--gpus ", 1)[1].split(",")[0])
+    bigger = dataclasses.replace(every_kind, gpus=gpus)
+    assert schedule(sim_params(bigger, 0), bigger)
+    assert "--kinds" in fits
+
+
+def test_an_evaluation_shorter_than_its_warm_up_is_refused_naming_the_flag() -> None:
+    for hours in (0.25, 0.5, 0.99):
+        short = EvalOptions(gpus=4000, hours=hours, per_kind=1, kinds=("cooling",))
+        with pytest.raises(ValueError, match=rf"--hours {hours:g}: an evaluation needs at least "
+                                             "1 h"):
+            schedule(sim_params(short, 0), short)
+    one = EvalOptions(gpus=64, hours=1.0, per_kind=1, kinds=("cooling",))
+    assert len(schedule(sim_params(one, 0), one)) == 2  # the shortest: a drift and a sudden
 
 
 def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> None:
@@ -67,7 +86,15 @@ def test_ground_truth_fields_of_a_richer_simulator_are_read_when_present() -> No
 def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--json",
                  "--workers", "1"]) == 2  # every kind does not fit on 2 nodes in an hour
-    assert "use more nodes" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "(--gpus: 2 nodes of 8" in err and "(--hours)" in err and "this would fit" in err
+    # Shorter than the warm-up: the flag's stated range (1 to 744) refuses it, naming the
+    # flag, not random_schedule's arguments.
+    with pytest.raises(SystemExit) as usage:
+        main(["evaluate", "--hours", "0.5", "--workers", "1"])
+    assert usage.value.code == 2
+    err = capsys.readouterr().err
+    assert "--hours: '0.5' must be between 1 and 744" in err and "random_schedule" not in err
     assert main(["evaluate", "--gpus", "32", "--hours", "2", "--per-kind", "1", "--json",
                  "--workers", "1", "--kinds", "cooling", "--interval", "5", "--part", "h100"]) == 0
     out, err = capsys.readouterr()

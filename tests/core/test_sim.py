@@ -121,9 +121,10 @@ def test_bad_fault_specs(spec: str, message: str) -> None:
 
 
 def test_fault_on_missing_node_or_gpu() -> None:
-    with pytest.raises(ValueError, match="no such node"):
+    with pytest.raises(ValueError, match="no node node-009 in this fleet: its 2 nodes are "
+                                         "node-000 .. node-001"):
         FleetSim(SimParams(nodes=2), START, [parse_fault("cooling:node-009/1")])
-    with pytest.raises(ValueError, match="GPUs are 0..7"):
+    with pytest.raises(ValueError, match="no GPU 8 on node-001: its 8 GPUs are 0 .. 7"):
         FleetSim(SimParams(nodes=2), START, [parse_fault("cooling:node-001/8")])
 
 
@@ -193,3 +194,12 @@ def test_every_part_can_be_chosen_wherever_a_fleet_is_simulated() -> None:
     with pytest.raises(ValueError, match="unknown simulated part 'v100'; the simulator has "
                                          "a100, h100"):
         FleetSim(SimParams(part="v100"), START)
+
+
+def test_the_help_lists_the_simulators_fault_kinds_spec_and_fleet_limits() -> None:
+    from fleetwatch import simulate
+    from fleetwatch.cli_args import FAULT_HELP, FAULT_KINDS, MAX_GPUS, MAX_NODES
+    from fleetwatch.collectors.sim.faults import KINDS, SPEC_HELP
+
+    assert FAULT_KINDS == KINDS and SPEC_HELP in FAULT_HELP
+    assert (MAX_NODES, MAX_GPUS) == (simulate.MAX_NODES, simulate.MAX_GPUS)

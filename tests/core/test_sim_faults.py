@@ -263,8 +263,50 @@ def test_bad_specs_say_what_to_do(spec: str, message: str) -> None:
 
 
 def test_rack_fault_on_missing_rack() -> None:
-    with pytest.raises(ValueError, match="no such rack"):
+    with pytest.raises(ValueError, match="no rack rack-07 in this fleet: its 2 racks are "
+                                         "rack-00 .. rack-01"):
         FleetSim(PARAMS, START, [parse_fault("rack_cooling:rack-07")])
+
+
+@pytest.mark.parametrize(("spec", "missing", "message"), [
+    ("cooling:node-009/1", "node", "cooling:node-009/1: no node node-009 in this fleet: its 4 "
+                                   "nodes are node-000 .. node-003"),
+    ("cooling:node-001/7", "gpu", "cooling:node-001/7: no GPU 7 on node-001: its 4 GPUs are "
+                                  "0 .. 3"),
+    ("node_silent:node-004", "node", "node_silent:node-004: no node node-004"),
+    ("rack_cooling:rack-02", "rack", "rack_cooling:rack-02: no rack rack-02 in this fleet: its "
+                                     "2 racks are rack-00 .. rack-01"),
+])
+def test_a_fault_on_what_the_fleet_lacks_is_named_before_a_simulator_exists(
+        spec: str, missing: str, message: str) -> None:
+    from fleetwatch.collectors.sim.faults import NoSuchSubject, check_subjects
+
+    with pytest.raises(NoSuchSubject) as exc:
+        check_subjects([parse_fault(spec)], PARAMS.nodes, PARAMS.gpus, PARAMS.nodes_per_rack)
+    assert str(exc.value).startswith(message) and exc.value.missing == missing
+    with pytest.raises(ValueError, match=f"fault {message}"):  # the simulator says the same
+        FleetSim(PARAMS, START, [parse_fault(spec)])
+
+
+def test_a_fleet_of_one_says_its_only_node_gpu_and_rack() -> None:
+    from fleetwatch.collectors.sim.faults import check_subjects
+
+    for spec, only in (("cooling:node-001/0", "its only node is node-000"),
+                       ("cooling:node-000/1", "its only GPU is 0"),
+                       ("rack_cooling:rack-01", "its only rack is rack-00")):
+        with pytest.raises(ValueError, match=only):
+            check_subjects([parse_fault(spec)], 1, 1, 2)
+    check_subjects([parse_fault("cooling:node-000/0"), parse_fault("rack_cooling:rack-00"),
+                    parse_fault("node_silent:node-000")], 1, 1, 2)  # what it has: no error
+
+
+@pytest.mark.parametrize(("nodes", "per_rack"), [(1, 1), (4, 2), (5, 2), (130, 4), (1000, 7)])
+def test_the_names_checked_are_the_names_the_simulator_gives(nodes: int, per_rack: int) -> None:
+    from fleetwatch.collectors.sim.faults import node_name, rack_name
+
+    sim = FleetSim(SimParams(nodes=nodes, gpus=1, nodes_per_rack=per_rack), START)
+    assert sim.node_names == [node_name(i) for i in range(nodes)]
+    assert sim.rack_names == [rack_name(r) for r in range((nodes - 1) // per_rack + 1)]
 
 
 def test_hw_slowdown_holds_a_dead_cooler_under_shutdown() -> None:

@@ -85,7 +85,10 @@ def test_second_up_on_the_same_store_and_port_leaves_the_first_intact(tmp_path: 
 
         same_port = run_cli(tmp_path, "up", "--simulate", *FLEET, "--port", port)
         assert same_port.returncode == 1, same_port.stderr
-        assert "already in use" in same_port.stderr and "Traceback" not in same_port.stderr
+        assert "Traceback" not in same_port.stderr
+        # The README's promise: the message names the address, the flag and the first pid.
+        assert f"127.0.0.1:{port} (--port) is already in use by pid {first.pid} (" \
+            in same_port.stderr, same_port.stderr
 
         other_port = run_cli(tmp_path, "up", "--simulate", *FLEET, "--port", str(free_port()))
         assert other_port.returncode == 1, other_port.stderr
@@ -98,6 +101,37 @@ def test_second_up_on_the_same_store_and_port_leaves_the_first_intact(tmp_path: 
     finally:
         code, out = stop(first)
     assert code == 0, out
+
+
+def test_the_banner_names_node_and_rack_faults_and_says_durations_in_words(
+        tmp_path: Path) -> None:
+    proc = start_up(tmp_path, "--port", str(free_port()), "--fault", "node_silent:node-001@1m+5m",
+                    "--fault", "rack_cooling:rack-00@2m+2h", "--fault", "cooling:node-000/1@2m+90m")
+    try:
+        head = "".join(wait_for_line(proc, "dashboard:"))
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    faults = [line.strip() for line in head.splitlines() if "injected fault" in line]
+    assert [re.sub(r"\d\d:\d\d:\d\d", "T", f) for f in faults] == [
+        "injected fault: node_silent on node-001, from T for 5 min",
+        "injected fault: rack_cooling on rack-00, from T for 2 h",
+        "injected fault: cooling on node-000 GPU 1, from T for 1.5 h"], head
+    assert "simulated fleet: 2 nodes x 2 NVIDIA" in head, head
+
+
+def test_one_node_is_said_as_one(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "up", "--simulate",
+                             "--nodes", "1", "--gpus", "1", "--port", str(free_port())],
+                            cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        head = "".join(wait_for_line(proc, "dashboard:"))
+    finally:
+        code, out = stop(proc)
+    assert code == 0, out
+    assert "simulated fleet: 1 node x 1 NVIDIA" in head, head
+    assert "injected fault: cooling on node-000 GPU 0, from" in head and "for 6 h" in head
 
 
 @pytest.mark.parametrize("delay_s", [0.0, 0.3, 0.8])
