@@ -114,8 +114,9 @@ class AgentService:
             self.sender.close()
             self.producer.flush(10.0)
             self.producer.close()
-            log.info("agent stopped: %d frames sent, %d spooled and waiting",
-                     self.producer.sent + self.producer.replayed, self.producer.backlog)
+            log.info("agent stopped: %d frames sent, %d spooled and waiting, %d dropped",
+                     self.producer.sent + self.producer.replayed, self.producer.backlog,
+                     self.producer.dropped + self.sender.dropped)
         self.server.stop()
 
 

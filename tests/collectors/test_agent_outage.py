@@ -121,3 +121,5 @@ def test_every_tick_arrives_through_a_broker_outage(
     went = [r for r in records if "broker unavailable" in r.getMessage()]
     back = [r for r in records if "broker back" in r.getMessage()]
     assert len(went) == 1 and len(back) == 1, [r.getMessage() for r in went + back]
+    (last,) = [r.getMessage() for r in records if r.getMessage().startswith("agent stopped")]
+    assert last == f"agent stopped: {ticks} frames sent, 0 spooled and waiting, 0 dropped"
