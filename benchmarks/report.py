@@ -39,7 +39,7 @@ from energy_trace import month_ledger
 
 from fleetwatch.carbon import build_model
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import write_report
+from fleetwatch.report_files import write_report
 
 CISO = (Path(__file__).resolve().parents[1] / "tests" / "data" / "carbon"
         / "eia_hourly_2022_CISO.csv")

@@ -73,7 +73,8 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.report import ReportError, report_month
+    from fleetwatch.report import ReportError
+    from fleetwatch.report_files import report_month
 
     try:
         print(report_month(config, args.month, args.out))

@@ -24,8 +24,8 @@ from fleetwatch.report import (
     month_projection,
     month_span,
     resolve_month,
-    write_report,
 )
+from fleetwatch.report_files import write_report
 
 from .helpers import frame
 
