@@ -9,6 +9,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from fleetwatch.config import Config, ConfigError
 
@@ -238,6 +239,9 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
                        if a.fired_ts is not None]
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
+        unknown = ""
+        if args.node and not any(a.node == args.node for a in alerts):
+            unknown = _unknown_node(store, args.node, now)
     except StoreError as exc:
         print(f"fleetwatch alerts: cannot read {name}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -253,12 +257,31 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     scope = f" of {args.node}" if args.node else ""
     if not alerts:
         recent = f" and none resolved in the last {args.since:g} s" if args.since else ""
-        print(f"no open alerts{scope}{recent} in {name}")
+        print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
     print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
     for line in lines(alerts, silences, acks, now):
         print(line)
     return EXIT_OK
+
+
+def _unknown_node(store: Any, node: str, now: float) -> str:
+    """A hint when ``node`` sent nothing to the store in the last week (a typo, or a short
+    name for a node the agents call by its full one), else ""."""
+    import difflib
+
+    from fleetwatch.pipeline.ownership import last_seen
+
+    week = 7 * 86400
+    nodes = sorted(last_seen(store, now - week))
+    if node in nodes:
+        return ""
+    near = difflib.get_close_matches(node, nodes, n=3, cutoff=0.6)
+    near += [n for n in nodes if n.startswith(node) and n not in near][:3 - len(near)]
+    hint = f"; did you mean {', '.join(near)}?" if near else (
+        f"; nodes seen: {', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''}"
+        if nodes else "")
+    return f" (no node {node!r} has sent data to it in the last 7 days{hint})"
 
 
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:
@@ -271,7 +294,7 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     store = open_store(config.store)
     try:
-        acknowledge(store, args.alert_id, args.by, args.comment)
+        _ack, previous = acknowledge(store, args.alert_id, args.by, args.comment)
     except SilenceNotFound as exc:
         print(f"fleetwatch ack: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -280,5 +303,10 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         store.close()
-    print(f"acknowledged {args.alert_id} as {args.by}")
+    replaced = ""
+    if previous is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(previous.ts))
+        replaced = (f" (replacing {previous.by}'s acknowledgement of {when} UTC"
+                    + (f": {previous.comment}" if previous.comment else "") + ")")
+    print(f"acknowledged {args.alert_id} as {args.by}{replaced}")
     return EXIT_OK

@@ -100,17 +100,20 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None
 
 
 def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
-                now: float | None = None) -> Acknowledgement:
-    """Acknowledge an open alert."""
+                now: float | None = None) -> tuple[Acknowledgement, Acknowledgement | None]:
+    """Acknowledge an open alert. Returns the acknowledgement and the one it replaces (an
+    alert has one owner: the newest acknowledgement is the one shown), or None."""
     _need(store, "write_acks")
     if not by:
         raise SilenceError("say who acknowledges it: --by NAME")
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceNotFound(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the "
                               "open ones with their ids, as the dashboard's alert table does")
+    before = [a for a in store.acks() if a.alert_id == alert_id]
+    previous = max(before, key=lambda a: a.ts) if before else None
     ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
     _write(store.write_acks, ack)
-    return ack
+    return ack, previous
 
 
 def describe(s: Silence) -> str:

@@ -160,3 +160,24 @@ def test_an_alert_without_its_text_prints_no_empty_line() -> None:
                                      fired=NOW - 30), message="", action="")
     text = lines([bare], [], {}, NOW)
     assert len(text) == 2 and text[1].startswith("    evidence: ")
+
+
+def test_a_node_the_store_never_heard_of_gets_a_hint(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """`--node node-07` when the agents call it node-007: "no open alerts" alone reads as
+    all clear; the store says which nodes it knows."""
+    from tests.core.test_alerts import frame
+
+    db = tmp_path / "f.db"
+    s = SqliteStore(db)
+    now = time.time()
+    s.write([frame(now - 60, [60.0], node=n) for n in ("node-007", "node-008", "gpu-a1")])
+    s.close()
+    assert main(["alerts", "--store", str(db), "--node", "node-07"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"no open alerts of node-07 in {db} (no node 'node-07' has sent "
+                          "data to it in the last 7 days; did you mean node-007")
+    assert main(["alerts", "--store", str(db), "--node", "zz"]) == 0
+    assert "nodes seen: gpu-a1, node-007, node-008)" in capsys.readouterr().out
+    assert main(["alerts", "--store", str(db), "--node", "node-008"]) == 0
+    assert capsys.readouterr().out == f"no open alerts of node-008 in {db}\n"

@@ -52,6 +52,21 @@ def test_cli_ack_needs_an_open_alert_and_a_name(tmp_path: Path,
     assert main(["ack", alert.id, "--by", "", "--store", db]) == 2
 
 
+def test_a_second_ack_says_whose_it_replaces(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "fleet.db")
+    store = SqliteStore(db)
+    Processor(store, [GpuTemperatureLimit(85, for_s=0)]).process([frame(100, [95])])
+    (alert,) = store.alerts()
+    assert main(["ack", alert.id, "--by", "alice", "--comment", "fan swap", "--store", db]) == 0
+    assert capsys.readouterr().out == f"acknowledged {alert.id} as alice\n"
+    assert main(["ack", alert.id, "--by", "bob", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"acknowledged {alert.id} as bob (replacing alice's acknowledgement of ")
+    assert out.rstrip().endswith("UTC: fan swap)")
+    assert [a.by for a in store.acks()] == ["bob"]
+
+
 @pytest.mark.parametrize("argv, code, why", [
     (["add", "colour=red"], 2, "LABEL=VALUE"),
     (["add", "node=n1", "--for", "0s"], 2, "must be above 0"),
