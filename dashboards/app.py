@@ -69,7 +69,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
-    ``temp_limit_c``: the alert threshold, drawn as a line on node charts.
+    ``temp_limit_c``: the site's temperature limit (detectors.site_temp_limit_c), drawn as a
+    line on node charts; without one, the GPUs' slowdown temperature.
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")

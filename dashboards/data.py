@@ -16,6 +16,7 @@ from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, Poi
 
 TEMP, POWER, UTIL = "gpu_temp_c", "gpu_power_w", "gpu_util_pct"
 POWER_LIMIT = "gpu_power_limit_w"  # the limit the driver enforces (NVML), when agents send it
+SLOWDOWN = "gpu_slowdown_temp_c"   # where the driver slows the clocks (NVML), when sent
 NODE_METRICS: tuple[str, ...] = (TEMP, POWER, UTIL)
 # A GPU whose newest sample is older than this is not "reporting": it drops
 # off the heatmap rather than showing a stale temperature as if it were live.
@@ -139,8 +140,9 @@ def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,
               temp_limit_c: float | None = None) -> NodeView:
-    """The node's last ``window_s``; ``temp_limit_c`` (the alert threshold) and the
-    newest power limit its GPUs report become limit lines. Its alerts: active, and
+    """The node's last ``window_s``; ``temp_limit_c`` (the site's limit, 0 or None for
+    none: then the lowest slowdown temperature its GPUs report) and the newest power limit
+    its GPUs report become limit lines. Its alerts: active, and
     resolved in the last day or ``window_s`` if longer."""
     start_s, end_s = now_s - window_s, now_s + FUTURE_SLACK_S
     start_ms, end_ms = int(start_s * 1000), int(end_s * 1000)
@@ -156,7 +158,12 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
     annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
     active, resolved = read_alerts(store, now_s, max(window_s, RESOLVED_WINDOW_S))
     alerts = tuple(a for a in active + resolved if a.node == node)
-    limits = {TEMP: temp_limit_c} if temp_limit_c is not None else {}
+    limits = {TEMP: temp_limit_c} if temp_limit_c else {}
+    if not temp_limit_c:  # no site limit: the lowest slowdown temperature its GPUs report
+        slowdowns = store.range(SLOWDOWN, start_ms, end_ms, node=node)
+        if slowdowns:
+            newest_slow = {key.device: value for key, _, value in slowdowns}
+            limits[TEMP] = min(newest_slow.values())
     power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node)
     if power_limits:  # the highest GPU's newest: one line, the cap the node's GPUs run under
         newest = {key.device: value for key, _, value in power_limits}

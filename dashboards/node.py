@@ -75,7 +75,8 @@ def focus_of(search: str | None) -> int | None:
 
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
              temp_limit_c: float | None = None) -> None:
-    """``temp_limit_c``: the alert threshold, drawn on the temperature panel."""
+    """``temp_limit_c``: the site's temperature limit, drawn on the temperature panel (else
+    the GPUs' slowdown temperature)."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]

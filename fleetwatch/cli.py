@@ -305,7 +305,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
     try:
         stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
         serve(open_dashboard_store(config), c.host, c.port, c.refresh_s, sock=sock,
-              temp_limit_c=config.alerts.gpu_temp_limit_c,
+              temp_limit_c=config.detectors.site_temp_limit_c,
               carbon=model_from_config(config.carbon, config.energy), until=stop)
     finally:
         sock.close()

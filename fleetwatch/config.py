@@ -142,6 +142,12 @@ def _read_text(p: Path) -> str:
                           f"{line}); TOML files are UTF-8: save it as UTF-8") from None
 
 
+# Keys that moved, and where to. alerts.gpu_temp_limit_c and alerts.for_s were read by no
+# detector (only the dashboard drew the line), while the config said they raised an alert.
+MOVED = {("alerts", "gpu_temp_limit_c"): "detectors.site_temp_limit_c (0 for none)",
+         ("alerts", "for_s"): "detectors.site_temp_for_s"}
+
+
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     hints = typing.get_type_hints(Config)
     built = {}
@@ -164,6 +170,9 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     for key, (value, origin) in values.items():
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
+        if (section, key) in MOVED:
+            raise ConfigError(f"{origin}: {section}.{key} is now {MOVED[section, key]}: "
+                              "move it there")
         if key not in fields:
             raise ConfigError(f"{origin}: unknown key {section}.{key} (known: "
                               f"{', '.join(sorted(fields))})")

@@ -151,8 +151,6 @@ class StoreConfig:
 
 @dataclass(frozen=True)
 class AlertsConfig:
-    gpu_temp_limit_c: float = ranged(85.0, 0.0, 200.0, above=True)
-    for_s: float = ranged(60.0, 0.0, 86_400.0)
     # A firing alert resolves once its subject has been judged clear this long (0: on the
     # first clear sample), so a GPU hovering at a limit pages once, not at every crossing.
     keep_firing_s: float = ranged(300.0, 0.0, 86_400.0)
@@ -200,6 +198,10 @@ class DetectorsConfig:
     fallback_shutdown_c: float = ranged(92.0, 30.0, 150.0)
     high_margin_c: float = ranged(4.0, 0.0, 30.0)
     high_for_s: float = ranged(30.0, 0.0, 3600.0)
+    # The site's own die-temperature limit, below NVIDIA's: gpu_temp_high also fires at or
+    # above it for site_temp_for_s. 0: none (NVML's limits only).
+    site_temp_limit_c: float = ranged(0.0, 0.0, 200.0)
+    site_temp_for_s: float = ranged(60.0, 0.0, 86_400.0)
     mem_max_c: float = ranged(95.0, 30.0, 150.0)
     mem_margin_c: float = ranged(5.0, 0.0, 30.0)
     mem_high_for_s: float = ranged(120.0, 0.0, 3600.0)

@@ -100,5 +100,6 @@ def pending_pace(config: Config, speed: float, interval_s: float) -> float:
     for-duration (less the agent's lead over the processor, which has run at full
     speed when the processor sees it start) then lasts two dashboard refreshes of
     wall time, so that one refresh always shows it."""
-    rest = config.alerts.for_s - LEAD_TICKS * interval_s
+    d = config.detectors  # the for-durations of the alerts `up` shows first
+    rest = min(d.peer_for_s, d.high_for_s) - LEAD_TICKS * interval_s
     return max(1.0, min(speed, rest / (2 * config.dashboard.refresh_s)))

@@ -371,7 +371,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         if not stopping.stop.is_set():  # a signal while starting: stop without serving
             serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
                   config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
-                  sock=sock, temp_limit_c=config.alerts.gpu_temp_limit_c,
+                  sock=sock, temp_limit_c=config.detectors.site_temp_limit_c,
                   carbon=model_from_config(config.carbon, config.energy),
                   until=stopping.stop)
     finally:

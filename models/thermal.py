@@ -54,7 +54,7 @@ class ThermalLimits(WaveDetector):
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
         self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              mcrit=0.0, mhigh=0.0)
+                              site=0.0, mcrit=0.0, mhigh=0.0)
         self._family: dict[str, tuple[float, float]] = {}
         self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
 
@@ -107,6 +107,9 @@ class ThermalLimits(WaveDetector):
             crit = valid & (temp >= slow - HYSTERESIS_C * t["crit"][s])
             # high holds under crit too, so its alert does not flap as crit comes and goes.
             high = valid & (temp >= slow - c.high_margin_c - HYSTERESIS_C * t["high"][s])
+            # The site's own limit (0: none), where it is below the one above.
+            site = valid & ~high & (c.site_temp_limit_c > 0) & (
+                temp >= c.site_temp_limit_c - HYSTERESIS_C * t["site"][s])
             mok = (slots >= 0) & np.isfinite(mem) & (mem >= c.sensor_min_c)
             mcrit = mok & (mem >= c.mem_max_c - HYSTERESIS_C * t["mcrit"][s])
             mhigh = mok & (mem >= c.mem_max_c - c.mem_margin_c - HYSTERESIS_C * t["mhigh"][s])
@@ -136,21 +139,22 @@ class ThermalLimits(WaveDetector):
                 slope >= c.rise_c_per_min) & (heading >= slow)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
-        for name, mask in (("crit", crit), ("high", high), ("mcrit", mcrit), ("mhigh", mhigh)):
+        for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
+                           ("mhigh", mhigh)):
             t[name][s[ok | mok]] = mask[ok | mok]
         t["smooth"][s[fresh]] = smooth[fresh]
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         self._emit(b, rows, out, temp, mem, slow, shut, slope, heading, power, limit,
-                   invalid, crit, high, mcrit, mhigh, rising & fresh, over)
+                   invalid, crit, high, site, mcrit, mhigh, rising & fresh, over)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               mem: np.ndarray, slow: np.ndarray, shut: np.ndarray, slope: np.ndarray,
               heading: np.ndarray, power: np.ndarray, limit: np.ndarray,
               *masks: np.ndarray) -> None:
         c = self.c
-        invalid, crit, high, mcrit, mhigh, rising, over = masks
-        for i, j in flagged(invalid | crit | high | mcrit | mhigh | rising | over):
+        invalid, crit, high, site, mcrit, mhigh, rising, over = masks
+        for i, j in flagged(invalid | crit | high | site | mcrit | mhigh | rising | over):
             f = b.frames[rows[i]]
             g = f.gpus[j].index
             tc, sl, sh = temp[i, j], slow[i, j], shut[i, j]
@@ -180,6 +184,16 @@ class ThermalLimits(WaveDetector):
                     + (f"{sl - tc:.0f} °C below" if tc < sl else "at or above")
                     + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s, lim,
                     COOLING))
+            elif site[i, j]:
+                lc = c.site_temp_limit_c
+                out.append(gpu_finding(
+                    f, g, "gpu_temp_high", tc,
+                    f"{where} at {tc:.0f} °C, "
+                    + ("at or above" if tc >= lc else f"{lc - tc:.0f} °C below (not yet "
+                       f"{HYSTERESIS_C:.0f} °C under)")
+                    + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); its "
+                    f"slowdown temperature is {sl:.0f} °C", "warning", c.site_temp_for_s,
+                    {**lim, "site_limit_c": lc}, COOLING))
             for rule, mask, severity, for_s in (
                     ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
                     ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):

@@ -47,18 +47,21 @@ def test_defaults_are_safe() -> None:
 
 def test_file_then_environment(tmp_path: Path) -> None:
     f = tmp_path / "fw.toml"
-    f.write_text('[bus]\nkind = "kafka"\nbootstrap = "k1:9092"\n[alerts]\nfor_s = 30\n')
+    f.write_text('[bus]\nkind = "kafka"\nbootstrap = "k1:9092"\n[alerts]\nkeep_firing_s = 30\n')
     config = load(f, env={"FLEETWATCH_BUS_BOOTSTRAP": "k2:9092",
                           "FLEETWATCH_STORE_RAW_RETENTION_H": "48"})
     assert config.bus.kind == "kafka"
     assert config.bus.bootstrap == "k2:9092"
-    assert config.alerts.for_s == 30.0
+    assert config.alerts.keep_firing_s == 30.0
     assert config.store.raw_retention_h == 48.0
 
 
 @pytest.mark.parametrize("text, env, message", [
     ('[bus]\nkind = "rabbit"\n', {}, r"bus.kind = 'rabbit'; must be one of memory, kafka"),
     ('[bus]\nbootstrp = "x"\n', {}, "unknown key bus.bootstrp"),
+    ('[alerts]\ngpu_temp_limit_c = 80\n', {}, r"alerts.gpu_temp_limit_c is now "
+     r"detectors.site_temp_limit_c \(0 for none\): move it there"),
+    ("", {"FLEETWATCH_ALERTS_FOR_S": "30"}, "alerts.for_s is now detectors.site_temp_for_s"),
     ('[buss]\nkind = "kafka"\n', {}, r"unknown section \[buss\]"),
     ("", {"FLEETWATCH_AGENT_INTERVAL_S": "soon"}, "FLEETWATCH_AGENT_INTERVAL_S: "
      "agent.interval_s = 'soon'; must be a number"),

@@ -305,7 +305,7 @@ def test_a_pending_alert_lasts_two_refreshes_of_wall_time(tmp_path: Path) -> Non
 
     # The thermal limits alone: gpu_temp_high waits out a 30 s for-duration (others fire
     # at once or wait less than the agent's lead over the processor).
-    config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9", "FLEETWATCH_ALERTS_FOR_S": "30",
+    config = load(env={"FLEETWATCH_SIM_JOB_MEAN_S": "1e9", "FLEETWATCH_DETECTORS_PEER_FOR_S": "30",
                        "FLEETWATCH_DETECTORS_ENABLED": "thermal_limits",
                        "FLEETWATCH_DETECTORS_HIGH_FOR_S": "30",
                        "FLEETWATCH_DASHBOARD_REFRESH_S": "1", "FLEETWATCH_SIM_NODES": "2",

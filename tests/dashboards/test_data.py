@@ -155,3 +155,13 @@ def test_node_limits_come_from_the_threshold_and_the_power_limit_gpus_report() -
     view = data.read_node(store, "node-a", NOW, temp_limit_c=85.0)
     assert view.limits == {"gpu_temp_c": 85.0, "gpu_power_w": 500.0}
     assert data.read_node(store, "node-b", NOW).limits == {}
+
+
+def test_without_a_site_limit_the_temperature_line_is_the_lowest_slowdown_gpus_report() -> None:
+    store = FakeStore(points=[point("gpu_temp_c", "node-a", 0, 60.0),
+                              point("gpu_slowdown_temp_c", "node-a", 0, 89.0),
+                              point("gpu_slowdown_temp_c", "node-a", 1, 87.0, age_s=30),
+                              point("gpu_slowdown_temp_c", "node-a", 1, 88.0, age_s=5)])
+    assert data.read_node(store, "node-a", NOW).limits == {"gpu_temp_c": 88.0}
+    assert data.read_node(store, "node-a", NOW, temp_limit_c=0.0).limits == {"gpu_temp_c": 88.0}
+    assert data.read_node(store, "node-a", NOW, temp_limit_c=75.0).limits == {"gpu_temp_c": 75.0}

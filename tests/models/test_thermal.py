@@ -72,6 +72,26 @@ def test_high_is_a_warning_with_a_for_duration_and_has_hysteresis() -> None:
     assert rules(d.update([node(15, [busy(83.0, **lim)])])) == []
 
 
+def test_the_sites_own_limit_raises_gpu_temp_high_below_nvidias() -> None:
+    """detectors.site_temp_limit_c: a site that wants to hear at 70 °C (liquid cooling, a
+    hot aisle) gets gpu_temp_high there, with its own for-duration and hysteresis."""
+    d = ThermalLimits(DetectorsConfig(site_temp_limit_c=70.0, site_temp_for_s=45.0))
+    lim = {"gpu_slowdown_temp_c": 89.0, "gpu_shutdown_temp_c": 92.0}
+    assert rules(d.update([node(0, [busy(69.0, **lim)], name="m")])) == []
+    (hot,) = d.update([node(5, [busy(78.0, **lim)])])
+    assert (hot.rule, hot.severity, hot.for_s) == ("gpu_temp_high", "warning", 45.0)
+    assert hot.message == ("GPU 0 on n1 at 78 °C, at or above the site's limit 70 °C "
+                           "(detectors.site_temp_limit_c); its slowdown temperature is 89 °C")
+    assert hot.evidence["site_limit_c"] == 70.0
+    assert rules(d.update([node(10, [busy(69.0, **lim)])])) == [("gpu_temp_high", 0)]  # held
+    assert rules(d.update([node(15, [busy(67.0, **lim)])])) == []
+    # Near slowdown, the slowdown margin's own alert (and for-duration) is the one raised.
+    (near,) = d.update([node(200, [busy(86.0, **lim)], name="m")])
+    assert near.for_s == 30.0 and "below its slowdown temperature" in near.message
+    # No site limit (the default): 78 °C on an 89 °C part is no alert.
+    assert rules(ThermalLimits().update([node(0, [busy(78.0, **lim)])])) == []
+
+
 def test_hbm_has_its_own_limit() -> None:
     assert rules(limits_at(60.0, gpu_mem_temp_c=96.0)) == [("gpu_mem_temp_high", 0),
                                                             ("gpu_mem_temp_critical", 0)]
