@@ -4,7 +4,10 @@ Wire form: MessagePack of a positional array, metrics keyed by their
 catalogue id (stable, append-only), so a frame of 8 GPUs is ~1.5 KB before
 the bus compresses it. ``decode`` is the only place that judges input: it
 raises ``FrameError`` naming the field for anything malformed, of an unknown
-version, too large, non-finite or physically impossible.
+version or too large. A reading that is well formed but non-finite or outside
+its metric's possible range (a glitching sensor or counter) is no reason to
+lose the node's other readings: it is left out of the frame and named in
+``Decoder.dropped``, and the rest of the frame is decoded as usual.
 
     [v, cluster, rack, node, ts, seq, [gpu...], [host_metrics, [port...]]]
     gpu  = [index, uuid, model, job|nil, state(0 ok, 1 lost), {id: value}, [xid...], {info}]
@@ -93,9 +96,15 @@ class Decoder:
             scope: {m.id: (m.name, m.min, m.max) for m in self._cat.metrics if m.scope == scope}
             for scope in ("gpu", "host", "port")}
         self._good: set[str] = set()  # strings that passed _text
+        # (field, why) of each reading left out of the last frame decoded: non-finite or
+        # outside its metric's possible range. Empty for nearly every frame.
+        self.dropped: list[tuple[str, str]] = []
 
     def decode(self, data: bytes | None) -> Frame:
-        """The frame in ``data``; ``FrameError`` (and only that) for anything malformed."""
+        """The frame in ``data``; ``FrameError`` (and only that) for anything malformed.
+        Impossible readings are left out of it and listed in ``self.dropped``."""
+        if self.dropped:
+            self.dropped = []
         try:
             return self._decode(data)
         except FrameError:
@@ -245,10 +254,19 @@ class Decoder:
             spec = known.get(key) if type(key) is int else None
             t = type(value)
             v = value if t is float else float(value) if t is int else None
-            if spec is None or v is None or not spec[1] <= v <= spec[2]:
+            if spec is None or v is None:
                 self._metric_error(where, scope, key, value)
-            out[spec[0]] = v
+            elif not spec[1] <= v <= spec[2]:  # a reading, not a malformed frame: left out
+                self.dropped.append(self._impossible(where, key, v))
+            else:
+                out[spec[0]] = v
         return out
+
+    def _impossible(self, where: str, key: int, v: float) -> tuple[str, str]:
+        m = self._cat.by_id(key)
+        what = "is not finite" if not math.isfinite(v) else (
+            f"is outside the possible range [{m.min:g}, {m.max:g}]")
+        return f"{where}.{m.name}", f"{v!r} {m.unit} {what}"
 
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
         metric = self._cat.by_id(key) if type(key) is int else None
@@ -258,9 +276,7 @@ class Decoder:
         name = f"{where}.{metric.name}"
         if metric.scope != scope:
             raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")
-        v = _number(value, name)
-        raise FrameError(name, f"{v!r} {metric.unit} is outside the possible range "
-                         f"[{metric.min:g}, {metric.max:g}]")
+        raise FrameError(name, f"must be a number, got {_tname(value)}")
 
 
 def _place(where: str | int) -> str:

@@ -36,6 +36,9 @@ class Stats:
     paused: bool = False
     last_batch_s: float = 0.0
     by_reason: dict[str, int] = field(default_factory=dict)
+    # Readings left out of frames otherwise stored (non-finite, or outside their metric's
+    # possible range), by metric.
+    readings_dropped: dict[str, int] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)  # events stored, by kind
 
 

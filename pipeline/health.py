@@ -48,6 +48,14 @@ class ProcessorCollector(Collector):
         for field, n in sorted(s.by_reason.items()):
             dead.add_metric([field], n)
         yield dead
+        dropped = CounterMetricFamily("fleetwatch_processor_readings_dropped",
+                                      "Readings left out of frames otherwise stored: not "
+                                      "finite, or outside their metric's possible range "
+                                      "(a failing sensor or counter), by metric",
+                                      labels=["metric"])
+        for metric, n in sorted(s.readings_dropped.items()):
+            dropped.add_metric([metric], n)
+        yield dropped
         yield CounterMetricFamily("fleetwatch_processor_dead_letters_lost",
                                   "Dead letters not delivered to the dead-letter topic "
                                   "(unreachable for a minute); each logged with its offset",

@@ -101,6 +101,7 @@ class Processor(ConsumerLoop):
         self._notifier = notifier
         self.stats = Stats()
         self._decoder = Decoder()
+        self._warned: set[tuple[str, str]] = set()  # (node, metric) of readings dropped
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
         drops = [self.events.drop, *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
@@ -125,11 +126,30 @@ class Processor(ConsumerLoop):
                 field = exc.field if isinstance(exc, FrameError) else type(exc).__name__
                 self._dead_letter(m, str(exc), field or "frame")
                 bad.append(i)
+                continue
+            if self._decoder.dropped:
+                self._dropped_readings(frames[-1], m)
         self._enrich(frames)
         if not bad:
             return frames, messages
         skip = set(bad)
         return frames, [m for i, m in enumerate(messages) if i not in skip]
+
+    def _dropped_readings(self, frame: Frame, m: Message) -> None:
+        """Impossible readings the decoder left out of an otherwise good frame: counted by
+        metric, and logged once per node and metric (a failing sensor says it every
+        interval)."""
+        for where, why in self._decoder.dropped:
+            metric = where.rsplit(".", 1)[-1]
+            dropped = self.stats.readings_dropped
+            dropped[metric] = dropped.get(metric, 0) + 1
+            if (frame.node, metric) in self._warned or len(self._warned) >= 100_000:
+                continue
+            self._warned.add((frame.node, metric))
+            log.warning("%s (%s/%d@%d): %s: %s: that reading is left out, the rest of the "
+                        "frame stored (said once per node and metric; "
+                        "fleetwatch_processor_readings_dropped counts them)",
+                        frame.node, m.topic, m.partition, m.offset, where, why)
 
     def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
         self.stats.dead_letters += 1

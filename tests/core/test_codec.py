@@ -82,19 +82,36 @@ def test_wrong_types_name_the_field(index: int, value, field: str, message: str)
     assert exc.value.field == field
 
 
-@pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf])
-def test_non_finite_metric_is_rejected(value: float) -> None:
+@pytest.mark.parametrize("value, why", [
+    (math.nan, "nan C is not finite"), (math.inf, "inf C is not finite"),
+    (-math.inf, "-inf C is not finite"),
+    (1000.0, r"1000.0 C is outside the possible range [-40, 255]")])
+def test_an_impossible_reading_is_left_out_and_the_rest_of_the_frame_kept(
+        value: float, why: str) -> None:
+    """One glitching sensor must not cost the node's other readings (a dead-lettered
+    frame blinds fleetwatch to all eight GPUs, every interval)."""
     body = raw(frame())
     body[6][0][5][13] = value  # gpu_temp_c has catalogue id 13
-    with pytest.raises(FrameError, match="must be finite") as exc:
-        decode(pack(body))
-    assert exc.value.field == "gpus[0].metrics.gpu_temp_c"
+    d = Decoder()
+    got = d.decode(pack(body))
+    assert dict(got.gpus[0].metrics) == {"gpu_power_w": 312.5, "gpu_util_pct": 97.0}
+    assert got.gpus[0].xids == (79,) and got.host.metrics == {"host_cpu_util_pct": 12.5}
+    assert d.dropped == [("gpus[0].metrics.gpu_temp_c", why)]
+    d.decode(encode(frame()))
+    assert d.dropped == []                                   # of the last frame only
 
 
-def test_absurd_value_is_rejected_with_its_range() -> None:
+def test_a_failed_sensors_all_ones_reading_reaches_the_detectors() -> None:
+    """An 8-bit sensor that fails reads 255: within range, so that the sensor rule sees it."""
     body = raw(frame())
-    body[6][0][5][13] = 1000.0
-    with pytest.raises(FrameError, match=r"outside the possible range \[-40, 200\]") as exc:
+    body[6][0][5][13] = 255
+    assert decode(pack(body)).gpus[0].metrics["gpu_temp_c"] == 255.0
+
+
+def test_a_metric_that_is_no_number_is_still_a_malformed_frame() -> None:
+    body = raw(frame())
+    body[6][0][5][13] = "hot"
+    with pytest.raises(FrameError, match="must be a number, got str") as exc:
         decode(pack(body))
     assert exc.value.field == "gpus[0].metrics.gpu_temp_c"
 
