@@ -199,9 +199,16 @@ class GpuErrors(WaveDetector):
 class NodeSilence:
     """A node that sent no frame for several of its own intervals, on the stream's clock.
 
-    "Now" is the batch's median frame time (a node with a skewed clock cannot make
-    the others look silent), never the wall clock, so replays and simulations that
-    run faster than real time are judged as they happened.
+    "Now" is the newest frame time, never the wall clock, so replays and simulations
+    that run faster than real time are judged as they happened. But a node whose clock
+    runs ahead (or one frame stamped a day ahead) must not make the others look silent.
+    A frame moves "now" on if it is at most ``step`` ahead of it (``silent_min_s`` / 2,
+    or two of the fleet's usual intervals), or if it follows its own node's previous
+    frame, which was in step, by at most that: a node's steady stream. A bigger jump
+    is taken only where a second node's frames vouch for it (a gap of the whole fleet,
+    in a replay or after an outage); a node alone is its own witness. A skew under
+    ``step`` moves "now" by less than any node's silence limit, and the pause of the
+    whole fleet that a vouched jump ends counts against no node.
     """
 
     name = "node_silent"
@@ -236,12 +243,25 @@ class NodeSilence:
         if not frames:
             return []
         last, interval, index = self._last, self._interval, self._index
+        now = self.now
+        if now == -math.inf:  # the first batch: its lower median (no frame vouched for yet)
+            now = sorted(f.ts for f in frames)[(len(frames) - 1) // 2]
+        step = self._step()
         for f in frames:
             i = index.get(f.node)
             if i is None:
                 i = self._add(f)
                 last, interval = self._last, self._interval
             prev = last[i]
+            if f.ts > now and (f.ts <= now + step or prev <= now + step and f.ts - prev <= step
+                               or len(self._where) == 1):
+                now = f.ts
+            elif f.ts > now and self._vouched(f.ts, i, step):
+                # The whole fleet paused (a replay's gap, an outage of the brokers): the
+                # pause counts against no one, each node's silence so far is kept.
+                lasts = self._last[:len(self._where)]
+                lasts[lasts <= now] += f.ts - now
+                prev, now = last[i], f.ts
             if prev == prev and f.ts > prev:   # not NaN: learn the node's interval
                 gap = min(f.ts - prev, 3600.0)
                 iv = interval[i]
@@ -249,8 +269,21 @@ class NodeSilence:
             if not prev >= f.ts:
                 last[i] = f.ts
             self._where[i] = (f.cluster, f.rack, f.node)
-        self.now = max(self.now, float(np.median([f.ts for f in frames])))
+        self.now = now
         return self._judge()
+
+    def _step(self) -> float:
+        """How far one node's frame may move "now" on by itself."""
+        known = self._interval[:len(self._where)]
+        known = known[~np.isnan(known)]
+        usual = float(np.median(known)) if len(known) else 0.0
+        return max(self.c.silent_min_s / 2, 2 * usual)
+
+    def _vouched(self, ts: float, i: int, step: float) -> bool:
+        """Has a node other than ``i`` sent a frame within ``step`` of ``ts``?"""
+        lasts = self._last[:len(self._where)]
+        near = lasts >= ts - step
+        return bool(np.count_nonzero(near) - bool(near[i]) > 0)
 
     def _add(self, f: Frame) -> int:
         return self._add_node(f.cluster, f.rack, f.node)

@@ -204,8 +204,10 @@ class AlertBook:
 
     def _step(self, key: Key, ts: float, finding: Finding | None, alert: Alert | None,
               meta: _Meta | None) -> tuple[Alert | None, _Meta | None]:
-        if alert is not None and ts < alert.updated_ts:
-            return None, None  # a late frame: the alert has moved past it
+        if alert is not None and ts <= alert.updated_ts:
+            # A late frame (the alert has moved past it), or an instant already judged (a
+            # frame delivered twice, or a stream clock that stands still): nothing new.
+            return None, None
         if finding is None:
             if alert is None:
                 return None, None
