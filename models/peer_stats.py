@@ -44,6 +44,8 @@ def peer_median_block(block_values: np.ndarray, peers: np.ndarray,
     if count is None:
         count = peer_count(peers)
     g = block.shape[2]
+    if g == 0:  # frames without a GPU (host-only agents): no one has peers
+        return np.full(count.shape, NAN)
     # The middle one or two of each sorted row, gathered from the flat block (cheaper
     # than take_along_axis on small blocks).
     flat = block.reshape(-1)
