@@ -46,6 +46,9 @@ from fleetwatch.service import PortInUse
 log = logging.getLogger("fleetwatch")
 
 
+EXIT_INTERRUPTED = 128 + 2  # a command Ctrl-C ended before its result was whole (as shells)
+
+
 def _override(config: Config, section: str, flags: Mapping[str, str] | None = None,
               **values: object) -> Config:
     """Command-line flags over the config, range-checked as the file's values are.
@@ -123,8 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = load(args.config)
-        if getattr(args, "store", None):
-            config = _override(config, "store", {"path": "--store"}, path=args.store)
+        if getattr(args, "store", None):  # a file: SQLite, whatever store.kind says
+            config = _override(config, "store", {"path": "--store"}, path=args.store,
+                               kind="sqlite")
         code = _COMMANDS[args.command](config, args)
         sys.stdout.flush()  # here, where a closed pipe is caught below, not at exit
         return code
@@ -146,9 +150,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                   file=sys.stderr)
             return EXIT_ERROR
         raise
-    except KeyboardInterrupt:
-        print("\nfleetwatch: stopped", file=sys.stderr)
-        return EXIT_OK
+    except KeyboardInterrupt:  # a command without a stop of its own: its result is not whole
+        print("\nfleetwatch: interrupted (Ctrl-C) before it finished", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _sim_config(config: Config, args: argparse.Namespace) -> Config:

@@ -203,12 +203,19 @@ class Stop(threading.Event):
     cause = ""
 
 
-def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
-    """An event set by SIGTERM or SIGINT (when called from the main thread).
+# What stops a service or `up` in order: a service manager's SIGTERM, Ctrl-C, and the
+# SIGHUP of a closed terminal (whose default is to die at once, frames in flight lost).
+STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP")
+                     if hasattr(signal, n))
 
-    systemd, docker and Kubernetes stop a service with SIGTERM, a terminal
-    with SIGINT: both only ask the loop to stop, so that it finishes the
-    batch in hand, commits what is stored and flushes before it exits. A
+
+def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
+    """An event set by SIGTERM, SIGINT or SIGHUP (when called from the main thread).
+
+    systemd, docker and Kubernetes stop a service with SIGTERM, a terminal with
+    SIGINT, or with SIGHUP when it is closed: each only asks the loop to stop, so
+    that it finishes the batch in hand, commits what is stored and flushes before
+    it exits. A
     ``Stop`` given or made here records which signal it was.
     """
     stop = stop or Stop()
@@ -219,7 +226,7 @@ def stop_on_signals(stop: threading.Event | None = None) -> threading.Event:
         stop.set()
 
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in STOP_SIGNALS:
             signal.signal(sig, handle)
     return stop
 
@@ -238,7 +245,7 @@ class StopSignals:
     """
 
     def __init__(self) -> None:
-        self._saved = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        self._saved = {s: signal.getsignal(s) for s in STOP_SIGNALS}
         self.stop = Stop()
         stop_on_signals(self.stop)
 
