@@ -234,9 +234,10 @@ def newest_sample_s(path: str) -> float | None:
 
 
 def sim_start(path: str, options: UpOptions, now_s: float) -> float:
-    """Where the simulated timeline starts: ``backfill_s`` ago in a new store; with
-    ``keep``, just after the newest stored sample (or ``backfill_s`` ago if that is
-    older, leaving the time nothing ran as a gap), so that no minute is written twice."""
+    """Where the simulated timeline starts (its first sample is one interval later):
+    ``backfill_s`` ago in a new store; with ``keep``, at the newest stored sample (or
+    ``backfill_s`` ago if that is older, leaving the time nothing ran as a gap), so that
+    no sample is written twice and none is missing at the seam."""
     start = now_s - options.backfill_s
     newest = newest_sample_s(path)
     if newest is None:
@@ -250,7 +251,7 @@ def sim_start(path: str, options: UpOptions, now_s: float) -> float:
     if newest > now_s + 60:
         raise UpError(f"the store {path} holds data up to {stamp}, later than now: is this "
                       "machine's clock right? Use another file with --store NEW.db")
-    return max(start, newest + options.interval_s)
+    return max(start, newest)
 
 
 def build(config: Config, options: UpOptions) -> tuple[System, str]:

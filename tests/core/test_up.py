@@ -195,8 +195,9 @@ def test_keep_twice_continues_one_timeline(tmp_path: Path) -> None:
     ts = host_timestamps(db)
     steps = [b - a for a, b in zip(ts, ts[1:])]
     # One timeline: every sample a whole interval after the one before (no second
-    # backfill of the same minutes between them).
+    # backfill of the same minutes between them, and no sample missing at the seam).
     assert min(steps) >= INTERVAL_S * 1000 - 1, sorted(steps)[:5]
+    assert max(steps) <= INTERVAL_S * 1000 + 1, sorted(steps)[-5:]
     store = SqliteStore(db, read_only=True)
     try:
         for a in store.alerts(("pending", "firing", "resolved")):
