@@ -20,7 +20,13 @@ from typing import Any
 import numpy as np
 
 from fleetwatch.history import CHUNK_S, Day, FrameDays, read_day
-from fleetwatch.models.anomaly import INPUTS, WINDOW_MIN, fit_anomaly, window_features
+from fleetwatch.models.anomaly import (
+    INPUTS,
+    PHASE_NAMES,
+    WINDOW_MIN,
+    fit_anomaly,
+    window_features,
+)
 from fleetwatch.models.artifact import ModelSet, save
 from fleetwatch.models.lemon import DEFAULT_XID_POINTS, lost_points
 from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
@@ -177,7 +183,12 @@ class Fit:
             "window_min": WINDOW_MIN, "thermal_regressor": thermal.kind,
             "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
             "thermal_spread_c": round(thermal.spread_c, 3),
-            "anomaly_phases": anomaly.windows if anomaly else {}, "lemon_nodes": len(lemon),
+            "anomaly_phases": anomaly.windows if anomaly else {},
+            # Phases of work (idle, light, medium, heavy) with too little history for a
+            # model: the fleet anomaly model scores no window of theirs. Train on a
+            # longer range that has the fleet doing that kind of work.
+            "anomaly_phases_missing": anomaly.missing() if anomaly else list(PHASE_NAMES),
+            "lemon_nodes": len(lemon),
             "thermal_rows": len(y), "anomaly_windows": len(feats),
             "train_s": round(time.perf_counter() - self.started, 1)}
         from fleetwatch import __version__

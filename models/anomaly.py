@@ -39,6 +39,10 @@ FEATURES: tuple[str, ...] = (
     "temp_mean", "temp_std", "temp_slope", "power_mean", "power_std", "sm_mean", "sm_std",
     "clock_mean", "temp_vs_node", "power_vs_node", "errors_log")
 PHASES: tuple[float, ...] = (0.05, 0.3, 0.6)  # SM activity edges: idle | light | medium | heavy
+PHASE_NAMES: tuple[str, ...] = ("idle", "light", "medium", "heavy")  # phase_of's 0, 1, 2, 3
+# Fewer steady training windows than this in a phase: too little history of it to say
+# what is normal, and no model for it (its windows are not scored).
+MIN_WINDOWS = 50
 # A window whose SM activity swings more than this spans two phases of work (a job
 # starting, a checkpoint): it is compared with nothing, in training or in service.
 MAX_PHASE_SWING = 0.1
@@ -114,6 +118,10 @@ class AnomalyModel:
         z = self.zscores(phase, features)
         return None if z is None else float(np.abs(z).max())
 
+    def missing(self) -> list[str]:
+        """The phases of work with no model (too little history of them), in order."""
+        return [name for p, name in enumerate(PHASE_NAMES) if p not in self.center]
+
 
 def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
                 factor: float = 1.5, floor_score: float = 8.0) -> AnomalyModel:
@@ -140,7 +148,7 @@ def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
     counts: dict[int, int] = {}
     for phase in np.unique(phases):
         rows = features[phases == phase]
-        if len(rows) < 50:
+        if len(rows) < MIN_WINDOWS:
             continue  # too little history of this phase to say what is normal
         med = np.median(rows, axis=0)
         mad = 1.4826 * np.median(np.abs(rows - med), axis=0)

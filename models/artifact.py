@@ -1,4 +1,4 @@
-"""Trained model files: one versioned file per training, newest wins.
+"""Trained model files: one versioned file per training, the newest that loads wins.
 
 A file is one line of JSON metadata (what it was trained on, with which
 versions, how well it did on held-out data) followed by the pickled models.
@@ -96,10 +96,30 @@ def load(path: str | Path) -> ModelSet:
     return ModelSet(thermal, anomaly, lemon, meta)
 
 
-def newest(directory: str | Path) -> Path | None:
-    """The newest model file in ``directory`` (by the timestamp in its name), if any."""
+def _written(path: Path) -> tuple[int, str, int]:
+    """Sort key of a model file name, in the order ``save`` writes them: its timestamp,
+    then its sequence number in that second (``...T000000.fwm``, then ``-1``, ``-2``,
+    ... ``-10``: as strings ``-`` sorts before ``.`` and ``-10`` before ``-9``). A name
+    without that shape sorts before every stamped one: it is tried last."""
+    stem = path.name[len(PREFIX):-len(SUFFIX)]
+    stamp, _, seq = stem.partition("-")
+    if len(stamp) == 15 and stamp[8] == "T" and (stamp[:8] + stamp[9:]).isdigit() \
+            and (seq.isdigit() or not seq):
+        return (1, stamp, int(seq or 0))
+    return (0, stem, 0)
+
+
+def candidates(directory: str | Path) -> list[Path]:
+    """The model files in ``directory``, newest first (by the timestamp and sequence
+    number in their names); none if it is not a directory."""
     d = Path(directory)
     if not d.is_dir():
-        return None
-    files = sorted(p for p in d.iterdir() if p.name.startswith(PREFIX) and p.suffix == SUFFIX)
-    return files[-1] if files else None
+        return []
+    files = [p for p in d.iterdir() if p.name.startswith(PREFIX) and p.suffix == SUFFIX]
+    return sorted(files, key=_written, reverse=True)
+
+
+def newest(directory: str | Path) -> Path | None:
+    """The newest model file in ``directory`` (by the timestamp in its name), if any."""
+    files = candidates(directory)
+    return files[0] if files else None

@@ -12,6 +12,9 @@ warm: a longer cold-plate loop, a worse thermal paste), learned at training
 time, so what is scored is the *growth* of its residual over its own history,
 in units of the fleet's residual spread: a failing fan, a drying cold plate or
 dust show up as a residual that grows for hours, days before any fixed limit.
+A GPU the training never saw (a node added since, another cluster, a replay)
+learns its offset online from its own first hour of samples, the way training
+does (the median of its one-minute mean residuals), and is judged after that.
 
 ``ThermalModel`` (``fleetwatch.models.thermal_model``) is the trained part;
 ``ThermalHealth`` is the detector that scores frames with it in the processor,
@@ -95,6 +98,7 @@ class _Scored:
     excess: np.ndarray
     score: np.ndarray
     warm: np.ndarray
+    source: np.ndarray  # where the offset came from: _TRAINED or _ONLINE
 
     def part(self, frames: Sequence[Frame]) -> _Scored | None:
         """What this batch's scoring found for ``frames``, if they are all among its own."""
@@ -105,18 +109,24 @@ class _Scored:
         i = np.asarray(at, np.int64)
         return _Scored(list(frames), waves(frames), *(a[i] for a in (
             self.slots, self.cached, self.has, self.ewma, self.offset, self.excess,
-            self.score, self.warm)))
+            self.score, self.warm, self.source)))
 
 
 # Per GPU: the smoothed residual, its last and first time; the time and detail of its
 # last scoring (``at``, ``d_*``: the same frames scored again give what they gave); its
 # latest score, whether it is flagged now (the hysteresis in ``update``), and the time
-# of the last score that joined a frame for the store (``enrich``).
+# of the last score that joined a frame for the store (``enrich``). A GPU without a
+# trained offset: the offset learned online (``own``, NaN until learned), and its
+# baseline so far: the open minute (``b_min``, its residuals' sum and count), the means
+# of the minutes closed (``b_means``) and how many.
 _FIELDS: dict[str, float | bool] = {
     "ewma": NAN, "last": NAN, "first": NAN, "at": NAN, "d_has": False, "d_ewma": NAN,
-    "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "scored": False,
-    "score": NAN, "held": False, "stored": NAN}
+    "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "d_source": NAN,
+    "scored": False, "score": NAN, "held": False, "stored": NAN,
+    "own": NAN, "b_min": NAN, "b_sum": 0.0, "b_n": 0.0, "b_means": NAN, "b_count": 0.0}
 _RECENT = 4
+_TRAINED, _ONLINE = 1.0, 2.0
+_SOURCES = {_TRAINED: "trained", _ONLINE: "online"}
 
 
 class ThermalHealth:
@@ -126,8 +136,18 @@ class ThermalHealth:
     ``half_life_s`` of stream time: load swings and thermal lag average out)
     minus the GPU's own offset, divided by the fleet's spread: the score. It
     fires when the growth is at least ``min_excess_c`` °C and ``min_score``
-    spreads, for ``for_s``. A GPU the model has never seen gets the median
-    offset of its node's other GPUs as its own, until a retrain learns it.
+    spreads, for ``for_s``.
+
+    A GPU the model has never seen learns its own offset here, from its first
+    ``baseline_s`` of minutes with samples (the median of their mean residuals,
+    as training computes it), and has no score before that: some GPUs run a few
+    degrees warm all their life, and scoring them against an offset of 0 would
+    call a constant residual growth. Another model (a retrain) expects other
+    temperatures, so such a GPU learns its offset again under it (a retrain that
+    saw it gives it a trained one). What this cannot see: a GPU broken from its
+    first sample here learns its fault as its normal, as it would look to a
+    training that saw it only broken. Comparing it with its node's other GPUs is
+    the peer rules' job (``models/peers.py``), which judge it from the start.
 
     Every sample is scored and judged, but the score joins the stored series
     once per ``store_every_s`` of a GPU's stream time (its first sample of
@@ -142,13 +162,20 @@ class ThermalHealth:
 
     def __init__(self, model: ThermalModel | None = None, half_life_s: float = 900.0,
                  min_excess_c: float = 5.0, min_score: float = 4.0, for_s: float = 600.0,
-                 warmup_s: float = 900.0, store_every_s: float = 60.0) -> None:
+                 warmup_s: float = 900.0, store_every_s: float = 60.0,
+                 baseline_s: float = 3600.0) -> None:
+        if not baseline_s >= 60.0:
+            raise ValueError(f"thermal health baseline_s {baseline_s}: a GPU's own offset is "
+                             "the median of its one-minute residuals; give it at least 60 s "
+                             "(an hour or more is a baseline)")
         self.model = model
         self.store_every_s = store_every_s
         self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
         self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
-        self._gpus = GpuState(_FIELDS)
-        # Per (cluster, node): its GPU indices and their offsets under ``_offsets_of``.
+        self.baseline_min = math.ceil(baseline_s / 60.0)
+        self._gpus = GpuState(_FIELDS, {"b_means": (self.baseline_min,)})
+        # Per (cluster, node): its GPU indices and their trained offsets (NaN: none)
+        # under ``_offsets_of``.
         self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
         self._offsets_of: ThermalModel | None = None
         # The last batches scored and what they gave, newest first, for ``update`` after
@@ -243,12 +270,16 @@ class ThermalHealth:
         gpu = f.gpus[j].index
         ewma, offset, excess, score = (float(a[i, j]) for a in (sc.ewma, sc.offset,
                                                                 sc.excess, sc.score))
+        # "trained": the model's offset for this GPU; "online": learned here from the
+        # GPU's own first hour, as the model never saw it.
+        source = _SOURCES[float(sc.source[i, j])]
         return Finding(
             self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
             f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
             f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
             evidence={"excess_c": round(excess, 2), "score": round(score, 2),
-                      "residual_c": round(ewma, 2), "offset_c": round(offset, 2)},
+                      "residual_c": round(ewma, 2), "offset_c": round(offset, 2),
+                      "offset_source": source},
             action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
                    "next maintenance window; it is degrading before any limit trips.")
 
@@ -282,8 +313,9 @@ class ThermalHealth:
         # Scored earlier at the same time: what the batch started with.
         cached = valid & (g["at"][slots] == ts[:, None])
         sc = _Scored(list(frames), order.waves, slots, cached, np.zeros((n, width), bool),
-                     *(np.full((n, width), NAN) for _ in range(4)), np.zeros((n, width), bool))
-        details = ("has", "ewma", "offset", "excess", "score", "warm")
+                     *(np.full((n, width), NAN) for _ in range(4)), np.zeros((n, width), bool),
+                     np.full((n, width), NAN))
+        details = ("has", "ewma", "offset", "excess", "score", "warm", "source")
         s = slots[cached]
         for name in details:
             getattr(sc, name)[cached] = g["d_" + name][s]
@@ -301,26 +333,65 @@ class ThermalHealth:
         del self._recent[_RECENT:]
         return sc
 
-    def _advance(self, s: np.ndarray, t: np.ndarray, r: np.ndarray, offset: np.ndarray,
+    def _advance(self, s: np.ndarray, t: np.ndarray, r: np.ndarray, trained: np.ndarray,
                  spread: float) -> None:
         """One sample of GPUs in slots ``s`` (each once, none scored at that time before)
-        at times ``t`` with residuals ``r``: each advances its average, or starts it."""
+        at times ``t`` with residuals ``r`` and trained offsets (NaN: none): each advances
+        its average, or starts it, and a GPU without a trained offset its baseline. A GPU
+        is scored once it has an offset."""
         g = self._gpus
         last = g["last"][s]
         new = np.isnan(last)
+        step = t > last  # a later sample; an older or same-time one is not scored
+        learn = (new | step) & np.isnan(trained) & np.isnan(g["own"][s])
+        if learn.any():
+            self._baseline(s[learn], t[learn], r[learn])
+        own = np.isnan(trained)
+        offset = np.where(own, g["own"][s], trained)
+        source = np.where(own, _ONLINE, _TRAINED)
         ns, nt = s[new], t[new]
         g["ewma"][ns], g["last"][ns], g["first"][ns] = r[new], nt, nt
-        step = t > last  # a later sample; an older or same-time one is not scored
         a, at = s[step], t[step]
         ewma = g["ewma"][a]
         ewma = ewma + self._weights(at - last[step]) * (r[step] - ewma)
+        g["ewma"][a], g["last"][a] = ewma, at
+        known = ~np.isnan(offset[step])
         excess = ewma - offset[step]
         score = excess / spread
-        g["ewma"][a], g["last"][a] = ewma, at
-        g["score"][a], g["scored"][a] = score, True
-        g["at"][s], g["d_has"][s] = t, step
-        g["d_ewma"][a], g["d_offset"][a], g["d_excess"][a] = ewma, offset[step], excess
-        g["d_score"][a], g["d_warm"][a] = score, at - g["first"][a] >= self.warmup_s
+        k, kt = a[known], at[known]
+        g["score"][k], g["scored"][k] = score[known], True
+        g["at"][s], g["d_has"][s] = t, False
+        g["d_has"][k] = True
+        g["d_ewma"][k], g["d_offset"][k] = ewma[known], offset[step][known]
+        g["d_excess"][k], g["d_source"][k] = excess[known], source[step][known]
+        g["d_score"][k], g["d_warm"][k] = score[known], kt - g["first"][k] >= self.warmup_s
+
+    def _baseline(self, s: np.ndarray, t: np.ndarray, r: np.ndarray) -> None:
+        """GPUs in slots ``s`` (each once, in time order) without an offset add a later
+        sample to their baseline: a minute's residuals are averaged, as training reads
+        one-minute means; the median of the first ``baseline_min`` minutes with samples
+        becomes the GPU's own offset, as training takes the median of a GPU's minutes."""
+        g = self._gpus
+        minute = np.floor(t / 60.0)
+        same = minute == g["b_min"][s]  # NaN (no open minute) is never the same
+        ss = s[same]
+        g["b_sum"][ss] += r[same]
+        g["b_n"][ss] += 1.0
+        later = s[~same]
+        close = later[g["b_n"][later] > 0]
+        g["b_means"][close, g["b_count"][close].astype(np.int64)] = (
+            g["b_sum"][close] / g["b_n"][close])
+        g["b_count"][close] += 1.0
+        g["b_min"][later], g["b_sum"][later], g["b_n"][later] = minute[~same], r[~same], 1.0
+        done = close[g["b_count"][close] >= self.baseline_min]
+        if len(done):
+            g["own"][done] = np.median(g["b_means"][done], axis=1)
+            self._forget_baseline(done)
+
+    def _forget_baseline(self, s: np.ndarray) -> None:
+        g = self._gpus
+        g["b_min"][s], g["b_sum"][s], g["b_n"][s] = NAN, 0.0, 0.0
+        g["b_means"][s], g["b_count"][s] = NAN, 0.0
 
     def _weights(self, dt: np.ndarray) -> np.ndarray:
         """``1 - 0.5 ** (dt / half-life)``, as Python's pow computes it, per distinct gap
@@ -332,23 +403,26 @@ class ThermalHealth:
         return np.array([1.0 - 0.5 ** (d / hl) for d in gaps.tolist()])[which.reshape(-1)]
 
     def _node_offsets(self, b: Batch, model: ThermalModel) -> np.ndarray:
-        """(F, G): each GPU's lifelong offset. A GPU the model has never seen gets the
-        median offset of its node's other GPUs, until a retrain learns it."""
+        """(F, G): each GPU's trained lifelong offset, NaN for a GPU the model has never
+        seen (it learns its own: ``_baseline``)."""
         if self._offsets_of is not model:
             self._offsets.clear()
+            if self._offsets_of is not None:
+                self._relearn(model)
             self._offsets_of = model
-        return node_rows(b, self._offsets,
-                         lambda f, ids: _offsets(model, f.cluster, f.node, ids), NAN, float)
+        offsets = model.offsets
+        return node_rows(b, self._offsets, lambda f, ids: [
+            offsets.get(gpu_key(f.cluster, f.node, g), NAN) for g in ids], NAN, float)
 
-
-def _offsets(model: ThermalModel, cluster: str, node: str, ids: tuple[int, ...]) -> list[float]:
-    offsets = model.offsets
-    out = []
-    for gpu in ids:
-        own = offsets.get(gpu_key(cluster, node, gpu))
-        if own is None:
-            peers = [offsets[k] for g in ids
-                     if g != gpu and (k := gpu_key(cluster, node, g)) in offsets]
-            own = float(np.median(peers)) if peers else 0.0
-        out.append(own)
-    return out
+    def _relearn(self, model: ThermalModel) -> None:
+        """Another model: an offset learned online is a residual under the one before, so
+        every GPU that this one has not seen learns its offset again under it, with no
+        score (the old model's is not this one's) until it has."""
+        g = self._gpus
+        every = np.fromiter(g.slot_of.values(), np.int64, len(g.slot_of))
+        unseen = np.fromiter((gpu_key(*k) not in model.offsets for k in g.slot_of), bool,
+                             len(g.slot_of))
+        g["own"][every] = NAN
+        self._forget_baseline(every)
+        u = every[unseen]
+        g["scored"][u], g["score"][u], g["held"][u] = False, NAN, False
