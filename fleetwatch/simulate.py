@@ -153,6 +153,29 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
                           tuple(sim.ground_truth), stopped)
 
 
+def held_span(path: str, start_s: float, end_s: float) -> tuple[float, float] | None:
+    """The first and last time of the samples the store at ``path`` already holds in
+    (start, end] (GPU temperatures, which every simulated frame has), or None."""
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    if not os.path.exists(path):
+        return None
+    store = SqliteStore(path, read_only=True)
+    try:
+        # (start, end]: a history's first sample is one interval after its start
+        points = store.range("gpu_temp_c", int(start_s * 1000) + 1, int(end_s * 1000) + 1)
+    finally:
+        store.close()
+    if not points:
+        return None
+    times = [ts for _, ts, _ in points]
+    return min(times) / 1000, max(times) / 1000
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
+
+
 def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
                  faults: Sequence[Fault], store: str | None = None,
                  out: TextIO | None = None) -> int:
@@ -187,6 +210,21 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     except (StoreBusy, StorePathError) as exc:
         print(f"fleetwatch simulate: {exc}", file=out)
         return 1 if isinstance(exc, StoreBusy) else 2
+    start = given.end_ts - duration_s
+    try:
+        held = held_span(path, start, given.end_ts)
+    except Exception:
+        lock.release()
+        raise
+    if held is not None:
+        lock.release()
+        print(f"fleetwatch simulate: {path} already holds samples from {_utc(held[0])} to "
+              f"{_utc(held[1])}, within this run's span ({_utc(start)} to "
+              f"{_utc(given.end_ts)}): a second history over the same hours would interleave "
+              "two fleets sample by sample. Write it to another file (--store NEW.db), choose a "
+              "span clear of that data (--end, --duration), or remove the file yourself (rm "
+              f"{path}*)", file=out)
+        return 1
     stop = threading.Event()
     reason = ["done"]
 
@@ -209,7 +247,7 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
                 print(f"\r  {done:6.1%}  {points:>14,} samples", end="", file=out, flush=True)
 
         try:
-            result = simulate(db, params, given.end_ts - duration_s, duration_s, faults,
+            result = simulate(db, params, start, duration_s, faults,
                               detectors(config.detectors), progress, stop,
                               energy=energy_integrator(config.energy, db),
                               keep_firing_s=config.alerts.keep_firing_s)

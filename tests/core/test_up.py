@@ -218,6 +218,28 @@ def test_up_never_wipes_a_store_that_holds_data(tmp_path: Path) -> None:
     assert host_timestamps(db) == before and before
 
 
+def test_simulate_refuses_to_write_a_second_history_over_hours_the_store_holds(
+        tmp_path: Path) -> None:
+    """Two fleets interleaved sample by sample read as one GPU flipping between them."""
+    db = tmp_path / "w.db"
+    end = "1790000000"
+    made = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "10m", "--end", end,
+                   *FLEET)
+    assert made.returncode == 0, made.stderr
+    before = host_timestamps(db)
+    again = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "10m", "--end",
+                    str(1790000000 + 300), *FLEET)
+    assert again.returncode == 1
+    assert "already holds samples from 2026-09-21 14:08 UTC to 2026-09-21 14:13 UTC" in (
+        again.stderr) and "--store NEW.db" in again.stderr and "Traceback" not in again.stderr
+    assert host_timestamps(db) == before
+    # After the data it holds: a longer history of the same fleet, one timeline.
+    later = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "10m", "--end",
+                    str(1790000000 + 600), *FLEET)
+    assert later.returncode == 0, later.stderr
+    assert len(host_timestamps(db)) == 2 * len(before)
+
+
 def test_simulate_never_writes_the_real_store(tmp_path: Path) -> None:
     env = {**os.environ, "FLEETWATCH_STORE_PATH": str(tmp_path / "real.db")}
     result = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "simulate", "--duration",
