@@ -147,6 +147,10 @@ class StoreConfig:
     org: str = required("fleetwatch")
     bucket: str = required("fleetwatch")
     token: Secret = Secret("")
+    # kind = "influx": which write API. "auto" asks the server's /ping at the first write
+    # (1.x: "v1", else "v2"). On 1.x (v1) bucket is the database, org is not used and
+    # token is "username:password" (empty when its auth is off).
+    influx_api: Literal["auto", "v1", "v2"] = "auto"
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,17 @@ VictoriaMetrics (``/api/v2/write``, tested here), InfluxDB 2.x and 3.x (same
 API, untested here: no such server installs on our CI machines); InfluxDB
 1.x through its v1 ``/write`` (``api="v1"``, tested with 1.6.7).
 
+``api="auto"`` (``store.influx_api``'s default) asks the server once, at the first
+request, which it is: ``GET /ping`` answers with ``X-Influxdb-Version`` (``1.6.7``,
+``v2.7.4``); a 1.x is written through ``/write?db=`` (every 1.x has it;
+``/api/v2/write`` came only with 1.8), anything else (2.x, 3.x, no version:
+VictoriaMetrics, InfluxDB Cloud) through the v2 API. While ``/ping`` cannot be
+reached that first request fails with a ``StoreError`` and the question is asked
+again at the next one, so a processor started before its store still finds it.
+On 1.x the bucket is the database (its default retention policy), the org is
+not used and the token is ``username:password`` (HTTP basic auth, what every 1.x
+takes; 1.8's v2-compatible API reads its token the same way).
+
 Writes are synchronous on purpose: the processor commits Kafka
 offsets only after ``Store.write`` returns, so it must return only once the
 server has answered 2xx for every line. influxdb-client's batching mode
@@ -28,6 +39,7 @@ too far ahead: ``window``) are refused by position.
 
 from __future__ import annotations
 
+import base64
 import logging
 import threading
 import time
@@ -68,6 +80,8 @@ log = logging.getLogger(__name__)
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # The server saying "you are talking to the wrong place, or without the right key".
 _CONFIG_STATUS = frozenset({401, 403, 404})
+# store.influx_api: which write API; "auto" asks the server's /ping (see the docstring).
+API_SETTINGS = ("auto", "v1", "v2")
 _FRAMES_PER_SLICE = 200
 # How long a server's accepted window is trusted before it is read again.
 _WINDOW_TTL_S = 300.0
@@ -80,17 +94,20 @@ class LineProtocolWriter:
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
                  max_retries: int = 3, retry_interval_s: float = 0.25,
                  max_retry_delay_s: float = 4.0, max_retry_time_s: float = 30.0,
-                 gzip: bool = False, in_flight: int = 2, api: str = "v2") -> None:
+                 gzip: bool = False, in_flight: int = 2, api: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        # api="v1": InfluxDB 1.x before 1.8 has only /write?db=; same body, bucket = database.
-        self._v1_url: str | None = None
-        self._v1_headers = {"Authorization": f"Token {token}"} if token else {}
-        if api == "v1":
-            query = urllib.parse.urlencode({"db": bucket, "precision": "ms"})
-            self._v1_url = f"{self.url}/write?{query}"
-        elif api != "v2":
-            raise ValueError(f"api must be 'v1' or 'v2', not {api!r}")
+        # None: the v2 API, the only one of the server's kind (VictoriaMetrics); else
+        # store.influx_api.
+        if api is not None and api not in API_SETTINGS:
+            raise ValueError(f"api must be one of {', '.join(API_SETTINGS)}, not {api!r}")
+        self.api_setting = api
+        # "v1" or "v2" once known; with "auto", once /ping has answered (``api()``).
+        self._api: str | None = "v2" if api is None else None if api == "auto" else api
+        self._version: str | None = None  # what /ping said
+        self._api_lock = threading.Lock()
+        self._token = token
+        self._headers: dict[str, str] | None = None
         self.in_flight = max(1, in_flight)
         self._pool = ThreadPoolExecutor(max_workers=self.in_flight,
                                         thread_name_prefix="fleetwatch-write")
@@ -100,12 +117,98 @@ class LineProtocolWriter:
         self.retry_interval_s = retry_interval_s
         self.max_retry_delay_s = max_retry_delay_s
         self.max_retry_time_s = max_retry_time_s
-        self.v1 = api == "v1"
         # No token: VictoriaMetrics without auth ignores the header, but the
         # client insists on one, so send a placeholder rather than "Token None".
         self._client = InfluxDBClient(url=self.url, token=token or "-", org=org,
                                       timeout=int(timeout_s * 1000), enable_gzip=gzip)
-        self._api = self._client.write_api(write_options=SYNCHRONOUS)
+        self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
+
+    # -- which API
+    def api(self) -> str:
+        """"v1" or "v2"; with ``api="auto"`` asked of ``/ping`` at the first call (a
+        ``StoreError`` while the server cannot be reached: asked again at the next)."""
+        if self._api is None:
+            with self._api_lock:
+                if self._api is None:
+                    self._version = self._ping()
+                    self._api = api_of_version(self._version)
+                    log.info("%s: %s, written through the %s API", self.url,
+                             f"InfluxDB {self._version}" if self._version
+                             else "no InfluxDB version at /ping", self._api)
+        return self._api
+
+    @property
+    def v1(self) -> bool:
+        """Whether writes go through InfluxDB 1.x's /write (its escaping and limits)."""
+        return self.api() == "v1"
+
+    def _ping(self) -> str | None:
+        """``X-Influxdb-Version`` from ``/ping``. 1.x sets it on every answer, a 401 from a
+        server that guards /ping (``ping-auth-enabled``) included."""
+        try:
+            with urllib.request.urlopen(f"{self.url}/ping", timeout=self.timeout_s) as r:
+                return r.headers.get("X-Influxdb-Version")
+        except urllib.error.HTTPError as exc:
+            version = exc.headers.get("X-Influxdb-Version")
+            if version is None and exc.code in _RETRY_STATUS:
+                raise StoreError(f"{self.url}/ping answered {exc.code}: cannot tell which "
+                                 "InfluxDB API it serves yet; asked again at the next write"
+                                 ) from exc
+            return version
+        except OSError as exc:  # URLError, timeouts
+            raise StoreError(f"cannot ask {self.url}/ping which InfluxDB API it serves "
+                             f"({exc}); asked again at the next write (store.influx_api = "
+                             '"v1" or "v2" skips the question)') from exc
+
+    def auth_headers(self) -> dict[str, str]:
+        """The credentials for requests of our own (v1 writes, InfluxQL reads): the token as
+        ``Token ...`` for v2; for v1, ``username:password`` as HTTP basic auth."""
+        if self._headers is None:
+            api = self.api()  # asked first: a server that is away says so, not a 404 later
+            if not self._token:
+                self._headers = {}
+            elif api == "v2":
+                self._headers = {"Authorization": f"Token {self._token}"}
+            elif ":" not in self._token:
+                raise StoreError(f"{self.url} is InfluxDB 1.x ({self._how()}): it takes "
+                                 "store.token as 'username:password', or empty when its auth "
+                                 "is off; for InfluxDB 2.x set store.influx_api = \"v2\"")
+            else:
+                basic = base64.b64encode(self._token.encode()).decode()
+                self._headers = {"Authorization": f"Basic {basic}"}
+        return self._headers
+
+    def _how(self) -> str:
+        """How the API was chosen, for messages."""
+        if self.api_setting is None:
+            return "the only API of this store.kind"
+        if self.api_setting != "auto":
+            return f'store.influx_api = "{self.api_setting}"'
+        if self._version:
+            return f"InfluxDB {self._version} by its /ping"
+        return "/ping gave no InfluxDB version"
+
+    def misconfigured(self, server_version: str | None = None) -> str:
+        """What to check when the server says the URL, database/bucket or credentials are
+        wrong (401, 403, 404): which API was used, why, and what to set."""
+        if self.api() == "v1":
+            other = ('; for InfluxDB 2.x or later set store.influx_api = "v2" or "auto"'
+                     if self.api_setting == "v1" else "")
+            return (f"used InfluxDB 1.x's API (/write, /query) on database {self.bucket!r} "
+                    f"({self._how()}): check store.url, store.bucket (the database: CREATE "
+                    f'DATABASE "{self.bucket}" if it is missing) and store.token '
+                    f"('username:password' when the server's auth is on){other}")
+        said = f"; the server says it is InfluxDB {server_version}" if server_version else ""
+        known = server_version or self._version
+        if self.api_setting is None or (known and api_of_version(known) == "v2"):
+            hint = ""
+        elif known:
+            hint = '; for this InfluxDB 1.x set store.influx_api = "v1" (or "auto")'
+        else:
+            hint = '; if this is InfluxDB 1.x, set store.influx_api = "v1"'
+        return (f"used the InfluxDB v2 API (/api/v2/write, org {self.org!r}, "
+                f"bucket {self.bucket!r}; {self._how()}){said}: check store.url, store.org, "
+                f"store.bucket and store.token{hint}")
 
     def write_lines(self, lines: Iterable[str]) -> int:
         """Send lines (each one line, no ``\\n``); return once every one is accepted."""
@@ -120,6 +223,7 @@ class LineProtocolWriter:
         server's ingestion; at most ``in_flight`` requests wait, bounding memory.
         The first failure is raised after the other requests have finished.
         """
+        self.auth_headers()  # which API, and its credentials: before any request leaves
         sent = 0
         pending: deque[Future[None]] = deque()
         error: BaseException | None = None
@@ -169,8 +273,7 @@ class LineProtocolWriter:
         except _Refused as exc:
             if exc.status in _CONFIG_STATUS:
                 raise StoreError(f"{self.url} refused {n_lines} lines ({exc}); not retried "
-                                 "here: check the store's URL, database/bucket and token"
-                                 ) from exc
+                                 f"here: {self.misconfigured(exc.version)}") from exc
             raise StoreRejected(f"{self.url} refused {n_lines} lines: {exc}") from exc
 
     def _send(self, body: bytes) -> None:
@@ -184,35 +287,43 @@ class LineProtocolWriter:
             raise _Transient(f"{type(exc).__name__}: {exc}", None) from exc
 
     def _request(self, body: bytes) -> None:
-        if self._v1_url is None:
+        if not self.v1:
             try:
-                self._api.write(self.bucket, self.org, body, write_precision=WritePrecision.MS)
+                self._write_api.write(self.bucket, self.org, body,
+                                      write_precision=WritePrecision.MS)
             except InfluxDBError as exc:
+                headers = getattr(exc, "headers", None) or {}
                 raise _Refused(getattr(getattr(exc, "response", None), "status", None),
-                               str(exc.message or exc),
-                               _seconds(getattr(exc, "retry_after", None))) from exc
+                               str(exc.message or exc).strip(),
+                               _seconds(getattr(exc, "retry_after", None)),
+                               headers.get("X-Influxdb-Version")) from exc
             return
-        request = urllib.request.Request(self._v1_url, data=body, method="POST",
-                                         headers=self._v1_headers)
+        # InfluxDB 1.x before 1.8 has only /write?db=: the same body, bucket = database.
+        query = urllib.parse.urlencode({"db": self.bucket, "precision": "ms"})
+        request = urllib.request.Request(f"{self.url}/write?{query}", data=body,
+                                         method="POST", headers=self.auth_headers())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 response.read()
         except urllib.error.HTTPError as exc:
             raise _Refused(exc.code, exc.read()[:300].decode(errors="replace").strip(),
-                           _seconds(exc.headers.get("Retry-After"))) from exc
+                           _seconds(exc.headers.get("Retry-After")),
+                           exc.headers.get("X-Influxdb-Version")) from exc
 
     def close(self) -> None:
         self._pool.shutdown(wait=True)
-        self._api.close()
+        self._write_api.close()
         self._client.close()
 
 
 class _Refused(Exception):
     """The server answered with an error status."""
 
-    def __init__(self, status: int | None, message: str, retry_after: float | None) -> None:
+    def __init__(self, status: int | None, message: str, retry_after: float | None,
+                 version: str | None = None) -> None:
         super().__init__(f"HTTP {status}: {message}")
         self.status, self.message, self.retry_after = status, message, retry_after
+        self.version = version  # the server's X-Influxdb-Version, if it gave one
 
 
 class _Transient(Exception):
@@ -243,6 +354,13 @@ def _drain(pending: deque[Future[None]], keep: int) -> BaseException | None:
     return error
 
 
+def api_of_version(version: str | None) -> str:
+    """The write API for the version ``/ping`` gives: "v1" for InfluxDB 1.x, else "v2"
+    (2.x, 3.x, and servers that give none: VictoriaMetrics, InfluxDB Cloud)."""
+    major = (version or "").strip().lstrip("vV").partition(".")[0]
+    return "v1" if major == "1" else "v2"
+
+
 def _seconds(value: object) -> float | None:
     try:
         return min(float(str(value)), 30.0) if value is not None else None
@@ -251,7 +369,8 @@ def _seconds(value: object) -> float | None:
 
 
 class InfluxStore:
-    """The write half of the Store protocol, for any server of the v2 write API.
+    """The write half of the Store protocol, for any server of the v2 write API, and for
+    InfluxDB 1.x through its ``/write`` (``api``: see ``LineProtocolWriter``).
 
     The reads are the subclasses': ``VictoriaMetricsStore`` (Prometheus API)
     and ``InfluxQLStore`` (InfluxDB). Here ``latest``, ``range``,
@@ -271,18 +390,23 @@ class InfluxStore:
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
-                 max_retries: int = 3, api: str = "v2") -> None:
+                 max_retries: int = 3, api: str | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self._writer = LineProtocolWriter(self.url, org=org, bucket=bucket, token=token,
                                           timeout_s=timeout_s, batch_lines=batch_lines,
                                           max_retries=max_retries, api=api)
-        self.v1 = self._writer.v1
         self._local = threading.local()  # a FrameEncoder per writing thread
         self._window: AcceptWindow | None = None
         self._window_read = -_WINDOW_TTL_S
         self._written_ms = 0
         self._written_lock = threading.Lock()
+
+    @property
+    def v1(self) -> bool:
+        """Whether the server is InfluxDB 1.x, written through its /write; with
+        ``api="auto"`` asked of it at the first use (``LineProtocolWriter.api``)."""
+        return self._writer.v1
 
     # -- what the server keeps
     def accepted_window(self) -> AcceptWindow | None:

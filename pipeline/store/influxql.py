@@ -4,8 +4,9 @@ InfluxQL is the one query language that every InfluxDB answers: 1.x
 natively, 2.x through its v1-compatible ``/query`` (the database name must
 be mapped to the bucket with a DBRP mapping), 3.x through its v1 query API.
 Tested here against InfluxDB 1.6.7 only, writing through its v1 ``/write``
-(``api="v1"``); 2.x and 3.x are untested (no such server installs on our CI
-machines).
+(found by ``api="auto"``, the default, or set with ``api="v1"``: see ``influx``);
+2.x and 3.x are untested (no such server installs on our CI machines). Reads send
+the writes' credentials: ``Token ...`` to 2.x/3.x, HTTP basic auth to 1.x.
 
 The layout is ``lineproto``'s: measurement ``gpu``, field ``temp_c``, tags
 cluster, device, node, rack. InfluxDB replaces a point written again at the
@@ -92,7 +93,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
     """``InfluxStore``'s writes, plus reads through InfluxQL."""
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
-                 token: str = "", database: str | None = None, api: str = "v2",
+                 token: str = "", database: str | None = None, api: str = "auto",
                  timeout_s: float = 10.0, batch_lines: int = 5000, max_retries: int = 3,
                  alert_lookback_s: float = 30 * _DAY_S,
                  annotation_lookback_s: float = 30 * _DAY_S,
@@ -103,23 +104,28 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         self.alert_lookback_s = alert_lookback_s
         self.silence_lookback_s = silence_lookback_s
         self.annotation_lookback_s = annotation_lookback_s
-        self._headers = {"Authorization": f"Token {token}"} if token else {}
 
     def query(self, influxql: str) -> list[dict[str, Any]]:
         """The series of one InfluxQL statement, timestamps in ms."""
         params = urllib.parse.urlencode({"db": self.database, "epoch": "ms", "q": influxql})
-        request = urllib.request.Request(f"{self.url}/query?{params}", headers=self._headers)
+        request = urllib.request.Request(f"{self.url}/query?{params}",
+                                         headers=self._writer.auth_headers())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 body = json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:300].decode(errors="replace")
-            raise StoreError(f"{self.url}/query answered {exc.code}: {detail}") from exc
+            detail = exc.read()[:300].decode(errors="replace").strip()
+            hint = (f"; {self._writer.misconfigured(exc.headers.get('X-Influxdb-Version'))}"
+                    if exc.code in (401, 403, 404) else "")
+            raise StoreError(f"{self.url}/query answered {exc.code}: {detail}{hint}") from exc
         except (OSError, ValueError) as exc:
             raise StoreError(f"cannot query {self.url}/query: {exc}") from exc
         result = (body.get("results") or [{}])[0]
         if "error" in result or "error" in body:
-            raise StoreError(f"{self.url}/query: {result.get('error') or body.get('error')}")
+            error = str(result.get("error") or body.get("error"))
+            hint = (f"; {self._writer.misconfigured()}"
+                    if error.startswith("database not found") else "")
+            raise StoreError(f"{self.url}/query: {error}{hint}")
         return result.get("series", [])
 
     def latest(self, metric: str, since_ms: int) -> list[Point]:

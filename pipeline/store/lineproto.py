@@ -315,9 +315,14 @@ def _numbers(values: list[float]) -> list[str]:
 
 
 def open_lineproto_store(config: StoreConfig) -> Store:
-    """The store for ``store.kind`` ``victoriametrics`` or ``influx`` (InfluxDB 2.x/3.x)."""
+    """The store for ``store.kind`` ``victoriametrics`` or ``influx`` (InfluxDB 1.x, 2.x,
+    3.x: ``store.influx_api`` picks the write API, by default from the server's /ping)."""
     from fleetwatch.pipeline.store.influxql import InfluxQLStore
     from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 
-    cls = VictoriaMetricsStore if config.kind == "victoriametrics" else InfluxQLStore
-    return cls(config.url, org=config.org, bucket=config.bucket, token=config.token.reveal())
+    token = config.token.reveal()
+    if config.kind == "victoriametrics":
+        return VictoriaMetricsStore(config.url, org=config.org, bucket=config.bucket,
+                                    token=token)
+    return InfluxQLStore(config.url, org=config.org, bucket=config.bucket, token=token,
+                         api=config.influx_api)

@@ -13,8 +13,9 @@ from tests.servers import Server, free_port
 DATABASE = "fleetwatch"
 
 
-def influxdb_v1(tmp: Path) -> Server:
-    """InfluxDB 1.x (Debian's 1.6.7 here): v1 API only, every listener on 127.0.0.1."""
+def influxdb_v1(tmp: Path, auth: bool = False) -> Server:
+    """InfluxDB 1.x (Debian's 1.6.7 here): v1 API only, every listener on 127.0.0.1.
+    ``auth``: users and passwords required (create the first admin without credentials)."""
     binary = shutil.which("influxd")
     if binary is None:
         raise RuntimeError("no InfluxDB: `apt-get install influxdb` (scripts/test does this)")
@@ -32,6 +33,7 @@ bind-address = "127.0.0.1:{rpc}"
   store-enabled = false
 [http]
   bind-address = "127.0.0.1:{http}"
+  auth-enabled = {"true" if auth else "false"}
   log-enabled = false
 [ifql]
   enabled = false

@@ -169,7 +169,7 @@ def answers() -> Iterator[tuple[str, type[_Answers]]]:
     ([413], StoreRejected, "HTTP 413", 1),
     ([503, 503, 503], StoreError, "after 3 attempts.*503", 3),
     ([401], StoreError, "401.*token", 1),   # misconfigured: nothing dead-lettered
-    ([404], StoreError, "404.*database/bucket", 1),
+    ([404], StoreError, "404.*store.url.*store.bucket", 1),
     ([429, 500, 204], None, "", 3),          # transient, then taken
 ])
 def test_answers_are_told_apart(answers: tuple[str, type[_Answers]], statuses: list[int],
