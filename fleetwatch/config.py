@@ -345,10 +345,28 @@ def _check(config: Config) -> None:
 
 
 def public_view(config: Config) -> dict[str, dict[str, Any]]:
-    """The config as plain data with secrets masked, for ``fleetwatch config``."""
+    """The config as plain data with secrets masked, for ``fleetwatch config``: secret
+    settings, and the secrets URLs carry (a password in ``user:pw@``, a query string, and
+    the path of a webhook, which is often its own secret: Slack's ``/services/T../B../X..``)."""
     out: dict[str, dict[str, Any]] = {}
     for section in dataclasses.fields(config):
         values = dataclasses.asdict(getattr(config, section.name))
-        out[section.name] = {k: ("***" if isinstance(v, Secret) and v else v)
+        out[section.name] = {k: ("***" if isinstance(v, Secret) and v else
+                                 _masked_url(v, k == "webhook_url") if isinstance(v, str) and
+                                 k.endswith("url") else v)
                              for k, v in values.items()}
     return out
+
+
+def _masked_url(url: str, path_is_secret: bool) -> str:
+    import urllib.parse
+
+    if "://" not in url:
+        return url
+    u = urllib.parse.urlsplit(url)
+    netloc = u.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        netloc = (user.split(":", 1)[0] + ":***" if ":" in user else user) + "@" + host
+    path = "/***" if path_is_secret and u.path not in ("", "/") else u.path
+    return urllib.parse.urlunsplit((u.scheme, netloc, path, "***" if u.query else "", ""))

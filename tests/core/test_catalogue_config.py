@@ -95,6 +95,19 @@ def test_secrets_never_print(tmp_path: Path) -> None:
     assert f"{config.bus.sasl_password}" == "***"
 
 
+def test_secrets_inside_urls_never_print() -> None:
+    config = load(env={
+        "FLEETWATCH_ALERTS_WEBHOOK_URL": "https://hooks.example.com/services/T0/B1/XyZsecret",
+        "FLEETWATCH_ALERTS_ALERTMANAGER_URL": "http://ops:hunter2@127.0.0.1:9093",
+        "FLEETWATCH_STORE_URL": "http://127.0.0.1:8428/?authKey=k3y"})
+    shown = public_view(config)
+    assert shown["alerts"]["webhook_url"] == "https://hooks.example.com/***"
+    assert shown["alerts"]["alertmanager_url"] == "http://ops:***@127.0.0.1:9093"
+    assert shown["store"]["url"] == "http://127.0.0.1:8428/?***"
+    assert not [secret for secret in ("XyZsecret", "hunter2", "k3y") if secret in str(shown)]
+    assert config.alerts.alertmanager_url == "http://ops:hunter2@127.0.0.1:9093"  # kept
+
+
 def test_missing_config_file() -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load("/nonexistent/fleetwatch.toml", env={})
