@@ -238,6 +238,10 @@ def cmd_agent(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.agent_service import read_once, run_agent
     from fleetwatch.collectors.nvml import NvmlUnavailable
 
+    if args.json and not args.once:  # else the long-running agent would start instead
+        print("fleetwatch agent: --json prints the one frame of --once: add --once",
+              file=sys.stderr)
+        return EXIT_USAGE
     if args.interval is not None:
         config = _override(config, "agent", {"interval_s": "--interval"},
                            interval_s=args.interval)

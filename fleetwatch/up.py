@@ -287,7 +287,10 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     if not simulate:
         from fleetwatch.collectors.node import node_source
 
-        system = System(config, node_source(config), WallClock(), options.interval_s, lock)
+        source = node_source(config)
+        system = System(config, source, WallClock(), options.interval_s, lock)
+        if getattr(source, "nvml_problem", None) is not None:  # said in the warning above
+            return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time())
     s = config.sim

@@ -238,6 +238,12 @@ def test_one_fake_gpu_is_one_gpu(capsys: pytest.CaptureFixture[str]) -> None:
     assert first.endswith(": 1 GPU"), first
 
 
+def test_json_without_once_is_refused_not_a_long_running_agent(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["agent", "--fake-gpus", "1", "--json"]) == 2
+    assert "--json prints the one frame of --once: add --once" in capsys.readouterr().err
+
+
 # -- a port in use: the address, the setting that chose it, and who holds it ---------------
 
 def test_a_busy_dashboard_port_names_the_address_the_flag_and_the_holder(
