@@ -16,7 +16,10 @@ lose the node's other readings: it is left out of the frame and named in
 
 from __future__ import annotations
 
+import json
 import math
+import re
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -48,13 +51,51 @@ _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
 
 
+# What a rejection quotes of the message (a value, a key): the log line and the dead
+# letter's reason header of a megabyte of junk stay a line. The whole message is the
+# dead letter's value.
+MAX_QUOTE = 200
+# A bound on FrameError's texts, should a check quote more than ``_quote`` gives.
+_MAX_FIELD, _MAX_REASON = 300, 1000
+
+
 class FrameError(ValueError):
-    """A frame was rejected. ``field`` names where, ``reason`` says what is wrong."""
+    """A frame was rejected. ``field`` names where, ``reason`` says what is wrong.
+
+    Both can hold text of the sender (a metric key, say): bounded here, and
+    ``field_shape(field)`` is the field without it, for a metric's label."""
 
     def __init__(self, field: str, reason: str) -> None:
+        field, reason = _cut(field, _MAX_FIELD), _cut(reason, _MAX_REASON)
         super().__init__(f"{field}: {reason}" if field else reason)
         self.field = field
         self.reason = reason
+
+
+# The fields of a frame (codec's layout above), each with the fields inside it.
+_FIELDS: dict[str, dict] = {
+    "v": {}, "cluster": {}, "rack": {}, "node": {}, "ts": {}, "seq": {},
+    "gpus": {k: {} for k in ("index", "uuid", "model", "job", "state", "metrics", "xids",
+                             "info")},
+    "host": {"metrics": {}, "ports": {"name": {}, "kind": {}, "metrics": {}}},
+}
+_STEP = re.compile(r"\.?([a-z]+)(?:\[\d+\])?")
+
+
+def field_shape(field: str) -> str:
+    """``field`` (a ``FrameError``'s) without positions, keys or names the sender chose:
+    ``gpus[0].metrics[10001]`` is ``gpus.metrics``, ``host.ports[3].kind`` is
+    ``host.ports.kind``, the whole message (``""``) is ``frame``. One of a fixed few,
+    whatever comes: fit for a metric's label."""
+    parts: list[str] = []
+    level, at = _FIELDS, 0
+    while level:
+        m = _STEP.match(field, at)
+        if m is None or m.group(1) not in level:
+            break
+        parts.append(m.group(1))
+        level, at = level[m.group(1)], m.end()
+    return ".".join(parts) or "frame"
 
 
 class Encoder:
@@ -113,7 +154,8 @@ class Decoder:
             # Every shape the checks below do not foresee (an unhashable map
             # value, a nested type where a scalar belongs) is the sender's
             # fault, not the processor's: judged as a bad frame like the rest.
-            raise FrameError("", f"malformed frame ({type(exc).__name__}: {exc})") from None
+            raise FrameError("", f"malformed frame ({type(exc).__name__}: "
+                             f"{_cut(str(exc), MAX_QUOTE)})") from None
 
     def _decode(self, data: bytes | None) -> Frame:
         if data is None:
@@ -128,13 +170,16 @@ class Decoder:
             body = msgpack.unpackb(data, raw=False, strict_map_key=False,
                                    max_array_len=4096, max_map_len=4096)
         except Exception as exc:  # msgpack raises several unrelated types
-            raise FrameError("", f"not a MessagePack frame (truncated or corrupt): {exc}") from None
+            raise FrameError("", _not_messagepack(data) or "not a MessagePack frame (truncated "
+                             f"or corrupt): {_cut(str(exc), MAX_QUOTE)}") from None
         if not isinstance(body, list):
-            raise FrameError("", f"top level must be an array, got {_tname(body)}")
+            raise FrameError("", _not_messagepack(data)
+                             or f"top level must be an array, got {_tname(body)}")
         if len(body) < 1 or body[0] != FRAME_VERSION:
             version = body[0] if body else None
-            raise FrameError("v", f"unknown frame version {version!r} (this reader knows "
-                             f"{FRAME_VERSION}); upgrade the processors before the agents")
+            raise FrameError("v", f"unknown frame version {_quote(version)} (this reader "
+                             f"knows {FRAME_VERSION}); upgrade the processors before the "
+                             "agents")
         if len(body) != 8:
             raise FrameError("", f"a v{FRAME_VERSION} frame has 8 fields, this one has {len(body)}")
         _, cluster, rack, node, ts, seq, gpus, host = body
@@ -144,7 +189,7 @@ class Decoder:
                 raise FrameError("ts", f"{ts!r} is not a time between 2000 and 2100 in "
                                  "epoch seconds")
         if type(seq) is not int or seq < 0:
-            raise FrameError("seq", f"must be a non-negative integer, got {seq!r}")
+            raise FrameError("seq", f"must be a non-negative integer, got {_quote(seq)}")
         text = self._text
         return Frame(
             cluster=text(cluster, "cluster"),
@@ -176,12 +221,13 @@ class Decoder:
             index, uuid, model, job, state, metrics, xids, info = g
             if type(index) is not int or not 0 <= index < MAX_GPUS:
                 raise FrameError(f"gpus[{i}].index", f"must be an integer in 0..{MAX_GPUS - 1}, "
-                                 f"got {index!r}")
+                                 f"got {_quote(index)}")
             if seen >> index & 1:
                 raise FrameError(f"gpus[{i}].index", f"GPU {index} appears twice")
             seen |= 1 << index
             if type(state) is not int or not 0 <= state <= 1:
-                raise FrameError(f"gpus[{i}].state", f"must be 0 (ok) or 1 (lost), got {state!r}")
+                raise FrameError(f"gpus[{i}].state",
+                                 f"must be 0 (ok) or 1 (lost), got {_quote(state)}")
             # Known-good strings are a set lookup; only a new one pays for _text
             # (and for the f-string naming where it is).
             if type(uuid) is not str or uuid not in good:
@@ -222,7 +268,7 @@ class Decoder:
                 raise FrameError(where, "must be an array [name, kind, metrics]")
             name, kind, pm = p
             if type(kind) is not int or not 0 <= kind <= 1:
-                raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {kind!r}")
+                raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {_quote(kind)}")
             out.append(PortReading(self._text(name, f"{where}.name"), _PORT_KINDS[kind],  # type: ignore[arg-type]
                                    self._metrics(pm, f"{where}.metrics", "port")))
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
@@ -271,7 +317,7 @@ class Decoder:
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
         metric = self._cat.by_id(key) if type(key) is int else None
         if metric is None:
-            raise FrameError(f"{where}[{key!r}]", "unknown metric id; upgrade the processors "
+            raise FrameError(f"{where}[{_quote(key)}]", "unknown metric id; upgrade the processors "
                              "before the agents")
         name = f"{where}.{metric.name}"
         if metric.scope != scope:
@@ -306,7 +352,7 @@ def _xids(value: Any, where: str) -> tuple[int, ...]:
     _array(value, where, MAX_XIDS)
     for k, x in enumerate(value):
         if type(x) is not int or not 0 < x < 1 << 16:
-            raise FrameError(f"{where}[{k}]", f"must be an XID code, got {x!r}")
+            raise FrameError(f"{where}[{k}]", f"must be an XID code, got {_quote(x)}")
     return tuple(value)
 
 
@@ -319,6 +365,46 @@ def _array(value: Any, where: str, limit: int) -> None:
 
 def _tname(value: Any) -> str:
     return "nil" if value is None else type(value).__name__
+
+
+_repr = reprlib.Repr()
+_repr.maxstring = _repr.maxother = MAX_QUOTE
+_repr.maxlist = _repr.maxdict = _repr.maxtuple = 4
+_repr.maxlevel = 3
+
+
+def _quote(value: Any) -> str:
+    """``repr(value)``, of at most ``MAX_QUOTE`` characters and their count: the sender's
+    text in a reason, never a megabyte of it."""
+    if isinstance(value, (str, bytes, bytearray)) and len(value) > MAX_QUOTE:
+        unit = "characters" if isinstance(value, str) else "bytes"
+        return f"{value[:MAX_QUOTE]!r}... ({len(value):,} {unit})"
+    return _cut(_repr.repr(value), MAX_QUOTE)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def _not_messagepack(data: bytes | bytearray | memoryview) -> str | None:
+    """What a message that is no frame looks like, when it is text (JSON, a line of
+    Telegraf's, a script's): a producer other than ``fleetwatch agent`` on the topic.
+    None for binary data (a frame cut short or corrupt)."""
+    try:
+        text = bytes(data).decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    if not text.strip() or not text.replace("\n", " ").replace("\t", " ").replace(
+            "\r", " ").isprintable():
+        return None
+    try:
+        json.loads(text)
+        looks = "JSON"
+    except ValueError:
+        looks = "text"
+    return (f"not a fleetwatch frame: this message looks like {looks} "
+            f"({_quote(text[:60])}); fleetwatch frames are MessagePack, as `fleetwatch agent` "
+            "sends them. Is another producer (Telegraf, a script) writing to this topic?")
 
 
 _encoder: Encoder | None = None

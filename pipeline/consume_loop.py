@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,50 @@ if TYPE_CHECKING:
     from fleetwatch.frame import Frame
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
+
+
+class PartitionWatch:
+    """Says when this member has owned no partition for ``after_s`` (once), and again when
+    it owns some.
+
+    A member with no partitions consumes nothing and otherwise looks healthy: it
+    answers, its counters stand still, its lag is 0. Either the group has more
+    members than the topic has partitions, or the member is stuck joining its group
+    (kafka-python's ``poll`` blocks inside the join while the broker's coordinator
+    does not answer): the loop's thread is then blocked too, so the watch runs in a
+    thread of its own (``ConsumerLoop.run``).
+    """
+
+    def __init__(self, after_s: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.after_s = after_s
+        self._clock = clock
+        self._since: float | None = clock()  # owning none since (None: owns some)
+        self._warned = False
+
+    def check(self, owned: int) -> tuple[int, str] | None:
+        """The line to log now (its level and text), if any, for a member that owns
+        ``owned`` partitions."""
+        now = self._clock()
+        if owned:
+            since, warned = self._since, self._warned
+            self._since, self._warned = None, False
+            if not warned or since is None:
+                return None
+            return logging.INFO, (f"this processor owns {owned} partition(s) again after "
+                                  f"{now - since:.0f} s with none; consuming")
+        if self._since is None:
+            self._since = now
+        if self._warned or now - self._since < self.after_s:
+            return None
+        self._warned = True
+        return logging.WARNING, (
+            f"this processor has owned no partition of its topic for {now - self._since:.0f} "
+            "s: it consumes nothing (fleetwatch_processor_partitions_owned is 0). Either the "
+            "group has more members than the topic has partitions (bus.partitions; a spare "
+            "member is fine while another consumes), or it is stuck joining its consumer group "
+            "(the broker's group coordinator does not answer: see the broker's log; another "
+            "bus.group is a way out)")
 
 
 class ConsumerLoop:
@@ -49,10 +94,11 @@ class ConsumerLoop:
                    failed: BaseException | None = None) -> int: ...
         def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
                     exc: BaseException, surprise: bool) -> int: ...
+        def summarise_dead_letters(self, final: bool = False) -> None: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
-            drain_s: float = 30.0) -> None:
+            drain_s: float = 30.0, no_partitions_warn_s: float = 60.0) -> None:
         """Poll → decode → store → evaluate → commit, until ``stop`` is set.
 
         Batches overlap: while writer threads store batch N (and N+1 when the
@@ -75,14 +121,36 @@ class ConsumerLoop:
 
         The cyclic garbage collector runs every ``collect_every_s``, not on
         allocation counts; see ``_collect_on_a_timer``.
+
+        A member that owns no partition for ``no_partitions_warn_s`` says so, once,
+        and again when it gets some (``PartitionWatch``), from a thread of its own:
+        a member stuck joining its group is blocked inside ``poll``.
         """
         self._stop = stop
         listen = getattr(consumer, "listen", None)
         if callable(listen):
             listen(self.ownership)
         self.ownership.locate = getattr(consumer, "partition_of", None)
-        with _collect_on_a_timer():
-            self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s, drain_s)
+        done = threading.Event()
+        watch = threading.Thread(target=self._watch_partitions,
+                                 args=(PartitionWatch(no_partitions_warn_s), done),
+                                 name="partition-watch", daemon=True)
+        watch.start()
+        try:
+            with _collect_on_a_timer():
+                self._run(consumer, stop, max_messages, maintain_every_s, collect_every_s,
+                          drain_s)
+        finally:
+            done.set()
+            watch.join(5)
+
+    def _watch_partitions(self, watch: PartitionWatch, done: threading.Event) -> None:
+        every = min(5.0, max(0.05, watch.after_s / 4))
+        while not done.wait(every):
+            # Only read here: the polling thread changes it (in the consumer's listener).
+            said = watch.check(len(self.ownership.owned or ()))
+            if said is not None:
+                log.log(said[0], "%s", said[1])
 
     def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
              maintain_every_s: float, collect_every_s: float, drain_s: float) -> None:
@@ -122,6 +190,7 @@ class ConsumerLoop:
                         next_collect = time.monotonic() + collect_every_s
                     if self.stats.paused and not held:
                         self._resume(consumer)
+                    self.summarise_dead_letters()  # a burst's count, once its minute is over
                 except Exception as exc:  # noqa: BLE001 - nothing may end the loop; see below
                     # Writes in flight finish (their batches are written again anyway:
                     # writes are idempotent); every batch in hand is kept, in order.
@@ -232,6 +301,7 @@ class ConsumerLoop:
                         "replayed", len(held), type(exc).__name__, exc)
         finally:
             settle(held)
+            self.summarise_dead_letters(final=True)
         self.drained = (done, len(held))
 
     @staticmethod

@@ -19,12 +19,20 @@ dead-letter topic that is gone for good (deleted, no rights) must not wedge
 the frames behind it. The same happens to dead letters in hand when the
 whole broker is away for longer than ``give_up_s``: they are in the log,
 not on the topic.
+
+``DeadLetterLog`` keeps the processor's log readable when a producer sends
+thousands of bad messages: the first of each kind is said at once, the next
+ones are counted and said at most once an interval a kind, with the count,
+the last one's position and reason. Every dead letter still goes to the
+topic and is counted in the metrics.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fleetwatch.pipeline.bus import BusError, Message, Producer
@@ -117,3 +125,71 @@ class DeadLetters:
                         d.where, exc)
             self._producer.send(self._topic, b"", d.key,
                                 headers=(*d.headers, ("truncated", b"1")))
+
+
+# The most of a dead letter's reason a log line quotes.
+_MAX_LOGGED = 600
+
+
+@dataclass(slots=True)
+class _Kind:
+    quiet_until: float  # nothing more is said of this kind before then
+    since: float  # when the first one counted (not yet said) came
+    count: int = 0  # dead letters since the last line, not said one by one
+    last: tuple[str, str] = ("", "")  # (where, reason) of the latest
+
+
+class DeadLetterLog:
+    """The processor's log of dead letters: summarised per kind (the dead-letter counter's
+    ``field``), so that a burst of 20,000 bad messages writes a few lines, not 20,000.
+
+    ``add`` says a dead letter at once when its kind has said nothing for ``every_s``;
+    otherwise it is counted, and ``flush`` says the count (and the latest) once
+    ``every_s`` has passed since the kind's last line, or at once when ``final``.
+    """
+
+    def __init__(self, every_s: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 say: Callable[[str], None] | None = None, logger: logging.Logger = log,
+                 topic: str | None = None) -> None:
+        self._every_s = every_s
+        # Where each one is kept, with its reason: the dead-letter topic, if there is one.
+        self._kept = (f"each goes to {topic} with its reason" if topic is not None else
+                      "each counted in fleetwatch_processor_dead_letters_total")
+        self._clock = clock
+        self._say = say or (lambda text: logger.warning("%s", text))
+        self._kinds: dict[str, _Kind] = {}
+        self._next_flush = float("inf")
+
+    def add(self, kind: str, where: str, reason: str) -> None:
+        if len(reason) > _MAX_LOGGED:  # the header keeps 4 KB of it, the log a line
+            reason = f"{reason[:_MAX_LOGGED]}... ({len(reason):,} characters)"
+        now = self._clock()
+        k = self._kinds.get(kind)
+        if k is None or (k.count == 0 and now >= k.quiet_until):
+            self._kinds[kind] = _Kind(now + self._every_s, now)
+            self._say(f"dead letter from {where}: {reason} (more of field {kind} within "
+                      f"{self._every_s:g} s are counted and said together; {self._kept})")
+            return
+        if k.count == 0:
+            k.since = now
+        k.count += 1
+        k.last = (where, reason)
+        self._next_flush = min(self._next_flush, k.quiet_until)
+
+    def flush(self, final: bool = False) -> None:
+        """Say the counts of the kinds whose interval is over (all of them when ``final``)."""
+        now = self._clock()
+        if now < self._next_flush and not final:
+            return
+        self._next_flush = float("inf")
+        for kind, k in self._kinds.items():
+            if not k.count:
+                continue
+            if now < k.quiet_until and not final:
+                self._next_flush = min(self._next_flush, k.quiet_until)
+                continue
+            where, reason = k.last
+            self._say(f"dead letters: {k.count:,} more of field {kind} in the last "
+                      f"{max(now - k.since, 0.0):.0f} s ({self._kept}); the latest from "
+                      f"{where}: {reason}")
+            k.count, k.quiet_until = 0, now + self._every_s

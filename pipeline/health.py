@@ -1,8 +1,9 @@
 """The processor's own health as Prometheus metrics.
 
 A custom collector reads the processor's counters (events stored by kind
-among them), the consumer's lag and the alert notifier's counters per sink
-at scrape time, so nothing on the hot path touches prometheus-client.
+among them), the partitions it owns, the consumer's lag and the alert
+notifier's counters per sink at scrape time, so nothing on the hot path
+touches prometheus-client.
 """
 
 from __future__ import annotations
@@ -88,7 +89,21 @@ class ProcessorCollector(Collector):
                                 value=len(self.processor.events.nodes()))
         if self.notifier is not None:
             yield from _sink_metrics(self.notifier)
-        lag = self.consumer.lag()
+        # Only read here: the polling thread changes it (in the consumer's listener).
+        # None: no assignment yet (or no listener), so none owned as far as we know.
+        owned = self.processor.ownership.owned
+        yield GaugeMetricFamily("fleetwatch_processor_partitions_owned",
+                                "Partitions of the frames topic this member owns; 0: it "
+                                "consumes nothing (a spare member, or stuck joining its group)",
+                                value=len(owned or ()))
+        # A member that owns nothing has nothing waiting: 0, whatever the consumer last
+        # measured (a join that hangs keeps an old figure), so that the series stays.
+        if owned is not None and not owned:
+            lag: int | None = 0
+        else:
+            lag = self.consumer.lag()
+            if lag is None and owned is None:
+                lag = 0  # nothing assigned yet
         if lag is not None:
             yield GaugeMetricFamily("fleetwatch_processor_consumer_lag",
                                     "Messages in this member's partitions not yet consumed",

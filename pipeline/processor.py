@@ -40,16 +40,17 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime, timezone
 from typing import Protocol
 
-from fleetwatch.codec import Decoder, FrameError
+from fleetwatch.codec import Decoder, FrameError, field_shape
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector, Finding
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
 from fleetwatch.pipeline.bus import BusError, Message, Producer
 from fleetwatch.pipeline.consume_loop import ConsumerLoop
-from fleetwatch.pipeline.dead_letters import DeadLetters
+from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
@@ -80,7 +81,8 @@ class Processor(ConsumerLoop):
                  dead_letter_give_up_s: float = 60.0,
                  notify: Callable[[Sequence[Alert]], object] | None = None,
                  energy: EnergyIntegrator | None = None,
-                 notifier: AlertHook | None = None, keep_firing_s: float = 0.0) -> None:
+                 notifier: AlertHook | None = None, keep_firing_s: float = 0.0,
+                 dead_letter_log_every_s: float = 60.0) -> None:
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
         # by default with default settings whenever the store keeps a ledger.
@@ -103,6 +105,9 @@ class Processor(ConsumerLoop):
         self._decoder = Decoder()
         self._warned: set[tuple[str, str]] = set()  # (node, metric) of readings dropped
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
+        # A burst of bad messages: the first of each field logged, the rest counted.
+        self._dead_log = DeadLetterLog(dead_letter_log_every_s, logger=log, topic=(
+            dead_letter_topic if dead_letters is not None else None))
         drops = [self.events.drop, *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
         if notifier is not None:
@@ -123,8 +128,10 @@ class Processor(ConsumerLoop):
             try:
                 frames.append(decode(m.value))
             except Exception as exc:  # noqa: BLE001 - FrameError; anything else is bad input too
-                field = exc.field if isinstance(exc, FrameError) else type(exc).__name__
-                self._dead_letter(m, str(exc), field or "frame")
+                # The label is the field's shape (gpus.metrics), never the sender's key:
+                # the detail is in the reason, logged and in the dead letter's header.
+                field = field_shape(exc.field) if isinstance(exc, FrameError) else "frame"
+                self._dead_letter(m, str(exc), field)
                 bad.append(i)
                 continue
             if self._decoder.dropped:
@@ -152,14 +159,21 @@ class Processor(ConsumerLoop):
                         frame.node, m.topic, m.partition, m.offset, where, why)
 
     def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
+        """``kind``: one of a fixed few (a field's shape, ``store``), the metric's label."""
         self.stats.dead_letters += 1
         self.stats.by_reason[kind] = self.stats.by_reason.get(kind, 0) + 1
-        log.warning("dead letter from %s/%d@%d: %s", m.topic, m.partition, m.offset, reason)
+        self._dead_log.add(kind, f"{m.topic}/{m.partition}@{m.offset}", reason)
         self._dead.add(m, reason)
 
     def _send_dead_letters(self) -> None:
         self._dead.send(self._stop)
         self.stats.dead_letters_lost = self._dead.lost
+        self._dead_log.flush()
+
+    def summarise_dead_letters(self, final: bool = False) -> None:
+        """Log the dead letters counted and not yet said, per field, once their minute is
+        over (all of them when ``final``: on stop)."""
+        self._dead_log.flush(final)
 
     def handle(self, messages: Sequence[Message]) -> list[Frame]:
         """One batch: decode, store, detect, alert. Raises StoreError if the store is away."""
@@ -168,6 +182,7 @@ class Processor(ConsumerLoop):
         if frames:
             t0 = time.perf_counter()
             points = self._write(frames, sources)
+            self._send_dead_letters()  # the store's refusals, before the batch counts as done
             self._evaluate(Batch(list(messages), frames, sources), points, t0)
         return frames
 
@@ -214,7 +229,10 @@ class Processor(ConsumerLoop):
     def _refused(self, frame: Frame, source: Message | None, reason: str) -> None:
         self.stats.store_rejected += 1
         if source is not None:
-            self._dead_letter(source, reason, "store")
+            # The store's reason is the batch's (it may name another frame of it): each
+            # dead letter names its own.
+            self._dead_letter(source, f"{frame.cluster}/{frame.rack}/{frame.node} at "
+                                      f"{_iso(frame.ts)}: {reason}", "store")
         else:
             log.error("frame of %s at %s refused by the store, not stored: %s", frame.node,
                       frame.ts, reason)
@@ -283,3 +301,10 @@ class Processor(ConsumerLoop):
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
+
+
+def _iso(ts: float) -> str:
+    try:
+        return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.0f} (epoch seconds)"

@@ -376,7 +376,8 @@ class KafkaConsumer:
                 continue
             total += max(0, high - pos)
             known = True
-        return total if known else None
+        # No partition: nothing waits for this member (a spare one, or between assignments).
+        return total if known or not owned else None
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())

@@ -58,13 +58,14 @@ class AcceptWindow:
 
     def reason(self, frames: Sequence[Frame], refused: Sequence[int],
                now_ms: int | None = None) -> str:
+        """Why the frames at ``refused`` are refused: one text for them all, naming none
+        (the processor names each dead letter's own frame and time)."""
         low, high = self.bounds(int(time.time() * 1000) if now_ms is None else now_ms)
-        f = frames[refused[0]]
         span = f"from {_iso(low) if low is not None else 'any time'} to " \
                f"{_iso(high) if high is not None else 'any time'}"
-        return (f"{len(refused)} frame(s) outside the times the store keeps ({self.source}: "
-                f"{span}), e.g. {f.cluster}/{f.node} at {_iso(f.ts * 1000)}; the server would "
-                "drop them silently. Fix the agent's clock, or widen the server's retention")
+        return (f"{len(refused)} frame(s) of {len(frames)} in the batch outside the times "
+                f"the store keeps ({self.source}: {span}); the server would drop them "
+                "silently. Fix the agent's clock, or widen the server's retention")
 
 
 def _iso(ms: float) -> str:

@@ -212,3 +212,100 @@ def test_known_strings_are_still_checked_as_strings_of_their_field() -> None:
     body[6][1][7] = {"GPU-0000": "c1"}
     got = decoder.decode(pack(body))
     assert got.gpus[1].job == "GPU-0000" and got.gpus[1].info == {"GPU-0000": "c1"}
+
+
+# -- what a rejection quotes of the message, and the field's shape (hostile senders) --
+
+@pytest.mark.parametrize("index, value", [
+    (0, "X" * 1_000_000),           # an unknown version of a megabyte
+    (5, "X" * 1_000_000),           # a seq that is a megabyte of text
+    (5, [["X" * 1000] * 1000]),     # a seq that is a nested list of a megabyte
+    (5, b"X" * 1_000_000),          # bytes
+])
+def test_a_rejection_quotes_at_most_a_few_hundred_characters_of_the_message(
+        index: int, value) -> None:
+    body = raw(frame())
+    body[index] = value
+    with pytest.raises(FrameError) as exc:
+        Decoder(max_bytes=4 << 20).decode(pack(body))
+    text = str(exc.value)
+    assert len(text) < 600, len(text)
+    assert "XXXX" in text  # still shows what came
+
+
+def test_an_unknown_metric_key_of_200_kb_is_cut_in_field_and_reason() -> None:
+    body = raw(frame())
+    body[6][0][5]["k" * 200_000] = 1.0
+    with pytest.raises(FrameError, match="unknown metric id") as exc:
+        decode(pack(body))
+    assert len(exc.value.field) < 400 and len(str(exc.value)) < 600
+    assert exc.value.field.startswith("gpus[0].metrics['kkkk")
+
+
+@pytest.mark.parametrize("field, shape", [
+    ("", "frame"),
+    ("v", "v"),
+    ("ts", "ts"),
+    ("seq", "seq"),
+    ("node", "node"),
+    ("gpus", "gpus"),
+    ("gpus[3]", "gpus"),
+    ("gpus[0].metrics[10001]", "gpus.metrics"),
+    ("gpus[0].metrics['" + "k" * 300 + "']", "gpus.metrics"),
+    ("gpus[0].metrics['a.b]c.uuid']", "gpus.metrics"),
+    ("gpus[0].metrics.gpu_temp_c", "gpus.metrics"),
+    ("gpus[7].index", "gpus.index"),
+    ("gpus[0].info key", "gpus.info"),
+    ("gpus[0].info.some key of the sender", "gpus.info"),
+    ("gpus[1].xids[4]", "gpus.xids"),
+    ("host", "host"),
+    ("host.metrics[4242]", "host.metrics"),
+    ("host.ports[12].kind", "host.ports.kind"),
+    ("host.ports[0].metrics['x']", "host.ports.metrics"),
+    ("gpus[0].metrics.gpu_temp_c.extra", "gpus.metrics"),
+    ("something else", "frame"),
+])
+def test_the_shape_of_a_field_is_one_of_a_fixed_few(field: str, shape: str) -> None:
+    from fleetwatch.codec import field_shape
+
+    assert field_shape(field) == shape
+
+
+def test_every_rejection_of_random_keys_has_a_shape_from_the_fixed_set() -> None:
+    """2,000 frames each with a metric id of its own: one label value, not 2,000."""
+    from fleetwatch.codec import field_shape
+
+    shapes = set()
+    for i in range(2000):
+        body = raw(frame())
+        body[6][0][5][10_000 + i] = 1.0
+        with pytest.raises(FrameError) as exc:
+            decode(pack(body))
+        shapes.add(field_shape(exc.value.field))
+    assert shapes == {"gpus.metrics"}
+
+
+@pytest.mark.parametrize("data, looks", [
+    (b'{"node": "x", "ts": 1763800000, "gpus": []}', "JSON"),
+    (b'  [1, 2, 3]\n', "JSON"),
+    (b"hello world", "text"),
+    (b"42", "JSON"),  # MessagePack reads the first byte as a whole message: an integer
+    (b"cpu,host=a usage=1.5 1763800000000000000\n", "text"),  # Telegraf's line protocol
+])
+def test_json_or_text_says_what_it_looks_like_and_what_a_frame_is(
+        data: bytes, looks: str) -> None:
+    with pytest.raises(FrameError) as exc:
+        decode(data)
+    text = str(exc.value)
+    assert f"looks like {looks}" in text, text
+    assert "not a fleetwatch frame" in text
+    assert "MessagePack" in text and "fleetwatch agent" in text
+    assert "truncated or corrupt" not in text
+
+
+def test_binary_garbage_is_still_truncated_or_corrupt_messagepack() -> None:
+    with pytest.raises(FrameError, match="truncated or corrupt") as exc:
+        decode(encode(frame())[:20])
+    assert "looks like" not in str(exc.value)
+    with pytest.raises(FrameError, match="truncated or corrupt"):
+        decode(b"\xc1")
