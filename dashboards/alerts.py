@@ -3,15 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html
+from plotly.utils import PlotlyJSONEncoder
 
 from fleetwatch.dashboards import components, timerange
-from fleetwatch.dashboards.data import read_alerts
-from fleetwatch.pipeline.store.base import Store, StoreError
+from fleetwatch.dashboards.data import read_alerts, read_mutes, sort_alerts
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 PATH = "/alerts"
 DEFAULT_RANGE = "24h"
@@ -21,6 +24,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     q = timerange.parse(search, DEFAULT_RANGE)
     return html.Div(className="page", children=[
         dcc.Interval(id="alerts-tick", interval=int(refresh_s * 1000)),
+        dcc.Store(id="alerts-digest"),
         html.Div(className="page-head", children=[
             html.H1("Alerts"), timerange.picker("alerts", q.range),
             html.Div(id="alerts-updated", className="updated")]),
@@ -40,33 +44,66 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     ])
 
 
+def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
+           muted: Mapping[str, str]) -> tuple[html.Div, html.Div]:
+    """The two tables: every active alert; the newest ``RESOLVED_SHOWN`` resolved ones,
+    and a line that says how many more and where to read them."""
+    # A range the user picked goes with them to a node's page; the default does not
+    # (the node page has its own).
+    carry = rng if rng != DEFAULT_RANGE else None
+    shown = sorted(resolved, key=lambda a: -(a.resolved_ts or a.updated_ts))
+    shown = shown[:components.RESOLVED_SHOWN]
+    left = len(resolved) - len(shown)
+    since = "31d" if rng == "month" else rng  # a duration, as `--since` takes it
+    more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
+            if left else "")
+    return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted),
+            components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
+                                   rng=carry, more=more,
+                                   empty=f"Nothing resolved in the {timerange.label(rng)}"))
+
+
+def digest(*parts: Any) -> str:
+    """A short fingerprint of what a callback would send, to send nothing when it is the
+    same as last time (a table of hundreds of rows re-sent every few seconds is what the
+    browser spends its time on)."""
+    return hashlib.sha1(json.dumps(parts, cls=PlotlyJSONEncoder, sort_keys=True)
+                        .encode()).hexdigest()
+
+
+def unchanged(values: tuple[Any, ...], last: str | None) -> tuple[tuple[Any, ...], str]:
+    """``values``, each replaced by ``dash.no_update`` when all are as ``last`` left them;
+    and their fingerprint, for next time."""
+    now = digest(*values)
+    return (tuple(dash.no_update for _ in values) if now == last else values), now
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(Output("alerts-active", "children"), Output("alerts-resolved", "children"),
                   Output("alerts-notice", "children"), Output("alerts-updated", "children"),
-                  Output("alerts-resolved-hint", "children"),
-                  Input("alerts-tick", "n_intervals"), Input("alerts-range", "value"))
-    def refresh(_n: int | None, rng: str | None) -> tuple[Any, ...]:
+                  Output("alerts-resolved-hint", "children"), Output("alerts-digest", "data"),
+                  Input("alerts-tick", "n_intervals"), Input("alerts-range", "value"),
+                  State("alerts-digest", "data"))
+    def refresh(_n: int | None, rng: str | None, last: str | None) -> tuple[Any, ...]:
         now = clock()
         rng = rng or DEFAULT_RANGE
         start, _ = timerange.window(rng, now)
         try:
             active, resolved = read_alerts(store, now, now - start)
+            muted = components.notes(active, *read_mutes(store, active, now), now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), dash.no_update,
-                    dash.no_update)
-        # A range the user picked goes with them to a node's page; the default does not
-        # (the node page has its own).
-        carry = rng if rng != DEFAULT_RANGE else None
-        return (components.alert_table(active, now, "active-alert-table", rng=carry),
-                components.alert_table(resolved, now, "resolved-alert-table", rng=carry,
-                                       empty=f"Nothing resolved in the {timerange.label(rng)}"),
-                None, components.updated_stamp(now), timerange.label(rng))
+                    dash.no_update, dash.no_update)
+        shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted), last)
+        return (*shown, None, components.updated_stamp(now), timerange.label(rng), fingerprint)
 
     @app.callback(Output("url", "search", allow_duplicate=True),
+                  Output(components.SHOWN, "data", allow_duplicate=True),
                   Input("alerts-range", "value"), State("url", "search"),
-                  prevent_initial_call=True)
-    def link(rng: str, search: str | None) -> str:
+                  State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
         if not timerange.new_search(search, DEFAULT_RANGE, rng):
             raise dash.exceptions.PreventUpdate
-        return timerange.Query(rng).search()
+        search = timerange.Query(rng).search()
+        return search, components.address(path, search)

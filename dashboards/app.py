@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable
 from importlib import resources
+from typing import Any
 from urllib.parse import unquote
 
 import dash
@@ -30,6 +31,7 @@ from fleetwatch.dashboards import (
     timerange,
     utilization,
 )
+from fleetwatch.dashboards.components import SHOWN, address
 from fleetwatch.pipeline.store.base import Store
 
 _INDEX = """<!DOCTYPE html>
@@ -82,6 +84,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
         # callback-nav: a callback that sets the path (a heatmap click) navigates
         # without reloading the page, like a dcc.Link does.
         dcc.Location(id="url", refresh="callback-nav"),
+        dcc.Store(id=SHOWN),
         components.header(title),
         html.Main(id="page"),
     ])
@@ -93,11 +96,17 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
 
     @app.callback(Output("page", "children"),
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
-                  Input("url", "pathname"), State("url", "search"))
-    def route(pathname: str | None, search: str | None) -> tuple[html.Div, ...]:
-        # The query is read, not listened to: the range picker rewrites it in place.
+                  Output(SHOWN, "data"),
+                  Input("url", "pathname"), Input("url", "search"), State(SHOWN, "data"))
+    def route(pathname: str | None, search: str | None, shown: list | None
+              ) -> tuple[Any, ...]:
+        # The query is listened to, so that Back and Forward show what the address says;
+        # a range picker that rewrote the address also wrote SHOWN (``shown``): the page
+        # already shows it, and is not drawn again.
+        if shown == address(pathname, search):
+            raise dash.exceptions.PreventUpdate
         return (_page(pathname, refresh_s, search, render_energy),
-                *components.nav_classes(pathname))
+                *components.nav_classes(pathname), address(pathname, search))
 
     for page in (fleet, alerts):
         page.register(app, store, clock)

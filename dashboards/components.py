@@ -7,15 +7,16 @@ is tested without a browser.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import quote, urlencode
 
 from dash import dcc, html
 
+from fleetwatch import alert_view
 from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import NO_DATA, fmt
-from fleetwatch.pipeline.store.base import Alert, gpu_index
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, gpu_index
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
        ("Energy", "/energy"))
@@ -34,6 +35,17 @@ def ago(ts_s: float, now_s: float) -> str:
     if s < 36 * 3600:
         return f"{s / 3600:.1f} h ago"
     return f"{s / 86400:.1f} d ago"
+
+
+# The store of the address the page on screen was drawn for: the router draws a page
+# only for an address it does not show yet (Back, Forward, a link), not for the query
+# a range picker just wrote (the picker's callback writes it here too).
+SHOWN = "url-shown"
+
+
+def address(pathname: str | None, search: str | None) -> list[str]:
+    """What ``SHOWN`` holds: the path and the query, as the address has them."""
+    return [pathname or "/", search or ""]
 
 
 def nav_id(label: str) -> str:
@@ -76,7 +88,8 @@ def no_data_text(view: FleetView, now_s: float) -> str:
     if view.last_ms is None:
         return NO_DATA
     return (f"No fresh data: no GPU has reported since {clock(view.last_ms / 1000)} UTC "
-            f"({ago(view.last_ms / 1000, now_s)}); collectors or processor stopped. "
+            f"({ago(view.last_ms / 1000, now_s)}): the collectors stopped, or the processor "
+            "is behind (as `fleetwatch up` is while it catches up after a start). "
             "Alerts below are as the last data left them.")
 
 
@@ -126,36 +139,80 @@ def _device(a: Alert) -> str:
     return f"GPU {index}" if index is not None else a.device
 
 
+# The resolved table shows this many (the newest); the rest are one command away.
+RESOLVED_SHOWN = 50
+
+
+def evidence_text(a: Alert) -> str:
+    """What the alert's value means: its evidence with the unit in each name, as
+    ``fleetwatch alerts`` prints it (``temp_c=96, slowdown_c=87``). The bare value only
+    when the rule left no evidence: a throttle bitmask is not a temperature."""
+    if a.evidence:
+        return ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                         for k, v in sorted(a.evidence.items()))
+    return f"value={a.value:.4g}"
+
+
+def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
+          acks: Mapping[str, Acknowledgement], now_s: float) -> dict[str, str]:
+    """Why each open alert is not notified ("acknowledged by ana", "silenced by ID",
+    "inhibited by ID"), decided as ``fleetwatch alerts`` decides it (``alert_view.record``);
+    alerts with nothing to say are left out."""
+    open_alerts = [a for a in alerts if a.state != "resolved"]
+    out = {}
+    for a in open_alerts:
+        r = alert_view.record(a, open_alerts, silences, acks, now_s)
+        kind, _, who = str(r["muted"]).partition(":")
+        said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
+                "ack": f"acknowledged by {who}"}.get(kind, "")
+        if r["acked_by"] and kind != "ack":
+            said = "; ".join(x for x in (said, f"acknowledged by {r['acked_by']}") if x)
+        if said:
+            out[a.id] = said
+    return out
+
+
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
-                rng: str | None = None) -> html.Div:
-    """Alerts as a table; a node's name links to its page (over time range ``rng``)."""
+                rng: str | None = None, muted: Mapping[str, str] | None = None,
+                more: str = "") -> html.Div:
+    """Alerts as a table, in the order given; the message links to the GPU on its node's
+    page (over time range ``rng``). One link per row and plain text elsewhere: a table of
+    hundreds of rows stays light for the browser. ``muted``: alert id -> why it is not
+    notified (``notes``); ``more``: a last line for the alerts left out."""
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     head = html.Tr([html.Th(h) for h in
-                    ("State", "Severity", "Node", "GPU", "Value", "Since", "Message")])
+                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Id")])
     rows = []
+    muted = muted or {}
     for a in alerts:
         since = a.resolved_ts if a.state == "resolved" and a.resolved_ts else a.started_ts
-        href = node_href(a.node, gpu_index(a.device), rng)
-        cells = [
-            (html.Span(a.state, className=f"badge badge-{a.state}"), "state"),
-            (a.severity, f"sev sev-{a.severity}"),
-            (a.node, "node"),
-            (_device(a), "device"),
-            (f"{a.value:.1f}", "num"),
-            (f"{clock(since)} UTC · {ago(since, now_s)}", "since"),
-            (a.message, "message"),  # text, so React escapes whatever an agent put in it
-        ]
-        # The whole row opens that GPU on its node's page: every cell is a link
-        # (a table row itself cannot be one), so a click anywhere on it works.
+        note = muted.get(a.id, "")
+        message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
+        if link_nodes:
+            message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng),
+                                className="row-link node-link")]
+        message.append(html.Div(evidence_text(a), className="evidence panel-hint"))
         rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
-            "data-node": a.node, "data-device": a.device, "data-state": a.state}, children=[
-            html.Td(dcc.Link(content, href=href, className="row-link node-link"
-                             if kind == "node" else "row-link"), className=kind,
-                    title=f"started {clock(a.started_ts)} UTC" if kind == "since" else None)
-            if link_nodes else html.Td(content, className=kind)
-            for content, kind in cells]))
+            "data-node": a.node, "data-device": a.device, "data-state": a.state,
+            "data-id": a.id}, children=[
+            html.Td([html.Span(a.state, className=f"badge badge-{a.state}")]
+                    + ([html.Div(note, className="muted-note panel-hint")] if note else []),
+                    className="state"),
+            html.Td(a.severity, className=f"sev sev-{a.severity}"),
+            html.Td(a.rule, className="rule"),
+            html.Td(a.node, className="node"),
+            html.Td(_device(a), className="device"),
+            html.Td(f"{clock(since)} UTC · {ago(since, now_s)}", className="since",
+                    title=f"started {clock(a.started_ts)} UTC"),
+            html.Td(message, className="message"),
+            # What `fleetwatch ack` takes: shown whole, selectable in one go.
+            html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),
+        ]))
+    if more:
+        rows.append(html.Tr(html.Td(more, colSpan=8, className="panel-hint"),
+                            className="more-row"))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
                     id=table_id)
 

@@ -12,7 +12,17 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, Point, Store, gpu_index
+from fleetwatch.alert_view import ordered
+from fleetwatch.pipeline.store.base import (
+    ACTIVE_STATES,
+    Acknowledgement,
+    Alert,
+    Annotation,
+    Point,
+    Silence,
+    Store,
+    gpu_index,
+)
 
 TEMP, POWER, UTIL = "gpu_temp_c", "gpu_power_w", "gpu_util_pct"
 POWER_LIMIT = "gpu_power_limit_w"  # the limit the driver enforces (NVML), when agents send it
@@ -26,7 +36,6 @@ RESOLVED_WINDOW_S = 24 * 3600.0
 # Readers take a little slack past "now": a simulator or a clock a few
 # seconds ahead of ours still shows its newest points.
 FUTURE_SLACK_S = 120.0
-_STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,14 +84,27 @@ class NodeView:
     end_ms: int  # now, or the newest point if that is later
     series: dict[str, GpuSeries]  # metric -> per-GPU series
     annotations: tuple[Annotation, ...]
-    alerts: tuple[Alert, ...]  # active first, then resolved, newest first within each
+    alerts: tuple[Alert, ...]  # active, then resolved, each in ``sort_alerts``' order
     limits: dict[str, float] = field(default_factory=dict)  # metric -> its limit line
 
 
 def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
-    """Firing, then pending, then resolved; the newest first within each state."""
-    return tuple(sorted(alerts, key=lambda a: (_STATE_ORDER.get(a.state, 3), -a.updated_ts,
-                                               a.node, a.device)))
+    """The order of ``fleetwatch alerts`` (``alert_view.ordered``): firing, pending, then
+    resolved; critical first; the oldest first. Nothing in it changes while an alert
+    stays in its state, so rows keep their place across refreshes."""
+    return tuple(ordered(alerts))
+
+
+def read_mutes(store: Store, alerts: Sequence[Alert], now_s: float
+               ) -> tuple[Sequence[Silence], dict[str, Acknowledgement]]:
+    """The silences in force and the acknowledgements, for ``components.notes``; none from
+    a store that keeps neither."""
+    if not any(a.state != "resolved" for a in alerts):
+        return [], {}
+    silences = store.silences(now_s) if callable(getattr(store, "silences", None)) else []
+    acks = ({a.alert_id: a for a in store.acks()} if callable(getattr(store, "acks", None))
+            else {})
+    return silences, acks
 
 
 def _gpu_points(points: Iterable[Point]) -> dict[tuple[str, int], Point]:

@@ -7,12 +7,12 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards import components, energy_figures, timerange
-from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin
+from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin, series_warning
 from fleetwatch.pipeline.store.base import StoreError
 
 PATH = "/energy"
@@ -91,6 +91,8 @@ def _fill(page: Any, values: tuple[Any, ...]) -> None:
 
 def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     idle = v.idle_kwh / v.gpu_kwh if v.gpu_kwh else 0.0
+    # The ledger keeps hours: a range is read as the whole hours it touches, and says so.
+    hours = f" · {len(v.hours)} whole hour{'s' if len(v.hours) != 1 else ''}" if v.hours else ""
     return [
         _tile("energy-today", "Today", amounts.energy(v.today_kwh),
               f"{amounts.mass(v.today_co2e_kg)} since 00:00 UTC"),
@@ -98,12 +100,13 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
               f"{amounts.energy(v.month_kwh)} IT"),
         _tile("energy-projection", "Month projection",
               amounts.mass(v.month_projection_kg), "at the rate so far"),
-        _tile("energy-inrange", "In range", amounts.energy(v.kwh), amounts.mass(v.co2e_kg)),
+        _tile("energy-inrange", "In range", amounts.energy(v.kwh),
+              f"{amounts.mass(v.co2e_kg)}{hours}"),
         _tile("energy-idle-share", "Idle GPU energy", f"{idle:.1%}",
               f"{amounts.energy(v.idle_kwh)} on GPUs doing no work",
               "warn" if idle > 0.1 else ""),
         _tile("energy-quality", "Above TDP · missing",
-              f"{v.over_tdp_gpu_hours:,.0f} · {v.missing_gpu_hours:,.0f}",
+              f"{amounts.sig(v.over_tdp_gpu_hours)} · {amounts.sig(v.missing_gpu_hours)}",
               "GPU-hours above TDP · GPU-hours without data",
               "warn" if v.missing_gpu_hours > 0 else ""),
     ]
@@ -126,8 +129,10 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
         except StoreError as exc:
             return (*[dash.no_update] * 6, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, dash.no_update)
-        notice = None if v.hours else components.notice(energy_figures.NO_ENERGY,
-                                                        "energy-empty")
+        warning = series_warning(carbon, v.hours)
+        notice = (components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
+                  else components.notice(f"Warning: {warning}", "energy-series-warning")
+                  if warning else None)
         step = 86400 if len(v.hours) > 4 * 24 else 3600  # by the data, not the range
         bins, kwh = rebin(v.hours, v.by_cluster, step)
         _, co2e = rebin(v.hours, v.co2e_by_cluster, step)
@@ -141,8 +146,13 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                 notice, components.updated_stamp(now), " ".join(carbon.method()[:3]))
 
     @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("energy-range", "value"), prevent_initial_call=True)
-    def link(rng: str) -> str:
-        return timerange.Query(rng).search()
+                  Output(components.SHOWN, "data", allow_duplicate=True),
+                  Input("energy-range", "value"), State("url", "search"),
+                  State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+            raise dash.exceptions.PreventUpdate
+        search = timerange.Query(rng).search()
+        return search, components.address(path, search)
 
     return render

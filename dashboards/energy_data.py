@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
 from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
-from fleetwatch.report import month_projection
+from fleetwatch.report import _series_warning, data_began, month_projection
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -90,8 +90,10 @@ def month_end(ts: float) -> int:
 
 def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
                 jobs: Sequence[EnergyTotal], users: Sequence[EnergyTotal],
-                model: CarbonModel, now_s: float) -> EnergyView:
-    """``window``/``month``: totals by cluster over the picked range and over this month."""
+                model: CarbonModel, now_s: float, began_ts: float | None = None) -> EnergyView:
+    """``window``/``month``: totals by cluster over the picked range and over this month;
+    ``began_ts``: when this month's data began (``report.data_began``), inside its oldest
+    hour (None: that hour's start)."""
     hours = tuple(sorted({t.bucket_ts for t in window}))
     index = {h: i for i, h in enumerate(hours)}
     f = _factors(model, {t.bucket_ts for t in (*window, *month, *jobs, *users)})
@@ -111,7 +113,7 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
     m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
-    first = min((t.bucket_ts for t in month), default=start)
+    first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
@@ -128,6 +130,14 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
         over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600)
+
+
+def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
+    """The report's warning when a configured hourly series (carbon.intensity_csv,
+    carbon.pue_csv) misses these hours and the fallback constant priced them; "" if none."""
+    fs = [model.hour(h) for h in hours]
+    return _series_warning(model, len(fs), sum(f.intensity_from_fallback for f in fs),
+                           sum(f.pue_from_fallback for f in fs))
 
 
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
@@ -148,7 +158,11 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     else:
         month = store.energy_totals(m0, end_s, "cluster")
     f = _factors(model, {t.bucket_ts for t in (*window, *month)})
-    view = energy_view(window, month, (), (), model, now_s)
+    # The month's oldest hour may have begun with data at minute 40: its rows say when.
+    oldest = min((t.bucket_ts for t in month), default=None)
+    began = (data_began(store.energy(oldest, oldest + 3600), now_s)
+             if oldest is not None else None)
+    view = energy_view(window, month, (), (), model, now_s, began)
     return dataclasses.replace(
         view, jobs=top_shares(store.energy_top(first, end_s, "job", f, limit), "job"),
         users=top_shares(store.energy_top(first, end_s, "user", f, limit), "user"))

@@ -33,17 +33,31 @@ def _layout(fig: go.Figure, height: int, y_title: str) -> go.Figure:
     return fig
 
 
+def span_label(start: int, step: int) -> str:
+    """A bin as its hover says it: "16:00–17:00 UTC", or the day "26 Nov UTC"."""
+    if step >= 86400:
+        return f"{_utc(start):%d %b} UTC"
+    return f"{_utc(start):%H:%M}–{_utc(start + step):%H:%M} UTC"
+
+
 def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: str,
              height: int = 260, step: int = 3600) -> go.Figure:
-    """Stacked bars per ``step`` (an hour, or a day for long ranges), one colour per cluster."""
+    """Stacked bars per ``step`` (an hour, or a day for long ranges), one colour per cluster.
+
+    Each bar is as wide as its bin and the axis spans the bins: with one hour of data,
+    plotly would otherwise fill the chart with one bar over sub-millisecond ticks."""
     if not hours:
         return empty_figure(NO_ENERGY, height)
     fig = go.Figure()
-    x = [_utc(h + step / 2) for h in hours]  # the middle of each bin
+    x = [_utc(h + step / 2) for h in hours]  # the middle of each bin, the bar over all of it
+    spans = [span_label(h, step) for h in hours]
     for i, (name, ys) in enumerate(sorted(series.items())):
         fig.add_bar(x=x, y=ys, name=name, marker_color=CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)],
-                    hovertemplate=f"{name}: %{{y:.2f}} {y_title}<extra>%{{x}}</extra>")
-    return _layout(fig, height, y_title)
+                    width=step * 1000 * 0.9, customdata=spans,
+                    hovertemplate=f"{name}: %{{y:.2f}} {y_title}<extra>%{{customdata}}</extra>")
+    _layout(fig, height, y_title)
+    fig.update_xaxes(type="date", range=[_utc(min(hours)), _utc(max(hours) + step)])
+    return fig
 
 
 def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],

@@ -13,7 +13,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import alerts, components, figures, timerange
-from fleetwatch.dashboards.data import read_fleet
+from fleetwatch.dashboards.data import read_fleet, read_mutes
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
@@ -78,6 +78,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         now = clock()
         try:
             view = read_fleet(store, now)
+            muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), dash.no_update)
@@ -90,7 +91,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             text = components.no_data_text(view, now)
             fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
         return (components.summary(view, now), fig,
-                components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng)),
+                components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
+                                       muted=muted),
                 notice, components.updated_stamp(now))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
@@ -103,9 +105,11 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output("fleet-alerts-link", "href"),
+                  Output(components.SHOWN, "data", allow_duplicate=True),
                   Input("fleet-range", "value"), State("url", "search"),
-                  prevent_initial_call=True)
-    def link(rng: str, search: str | None) -> tuple[str, str]:
+                  State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, search: str | None, path: str | None) -> tuple[Any, ...]:
         if not timerange.new_search(search, DEFAULT_RANGE, rng):
             raise dash.exceptions.PreventUpdate
-        return timerange.Query(rng).search(), alerts_href(rng)
+        search = timerange.Query(rng).search()
+        return search, alerts_href(rng), components.address(path, search)

@@ -12,7 +12,14 @@ from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import components, figures, timerange
-from fleetwatch.dashboards.data import POWER, RESOLVED_WINDOW_S, TEMP, UTIL, read_node
+from fleetwatch.dashboards.data import (
+    POWER,
+    RESOLVED_WINDOW_S,
+    TEMP,
+    UTIL,
+    read_mutes,
+    read_node,
+)
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PREFIX = "/node/"
@@ -73,6 +80,13 @@ def focus_of(search: str | None) -> int | None:
     return int(values[0]) if values and values[0].isdigit() else None
 
 
+def no_gpu_text(node: str, gpu: int, gpus: list[int]) -> str:
+    """What the page says when the address asks for a GPU the node did not report."""
+    shown = ", ".join(map(str, gpus))
+    return (f"{node} has no GPU {gpu} in the range: it reports GPU{'s' if len(gpus) != 1 else ''}"
+            f" {shown}")
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
              temp_limit_c: float | None = None) -> None:
     """``temp_limit_c``: the site's temperature limit, drawn on the temperature panel (else
@@ -91,6 +105,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         start, _ = timerange.window(rng, now)
         try:
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
+            muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     *[dash.no_update] * (len(outputs) - 2))
@@ -98,6 +113,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         title = f"{node}  ·  {view.rack}" if view.rack else node
         notice = None if has_data else components.notice(
             f"No data from {node} in the {timerange.label(rng)}", "node-empty")
+        gpus = sorted({i for per_gpu in view.series.values() for i in per_gpu})
+        if has_data and gpu is not None and gpu not in gpus:
+            notice = components.notice(no_gpu_text(node, gpu, gpus), "node-no-gpu")
         figs = []
         for i, (metric, label) in enumerate(PANELS):
             fig = figures.node_metric_figure(metric, label, view.series.get(metric, {}),
@@ -109,15 +127,19 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             figs.append(fig)
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
         table = components.alert_table(
-            view.alerts, now, "node-alert-table", rng=rng,
+            view.alerts, now, "node-alert-table", rng=rng, muted=muted,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
         return (title, notice, table, components.updated_stamp(now), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     @app.callback(Output("url", "search", allow_duplicate=True),
+                  Output(components.SHOWN, "data", allow_duplicate=True),
                   Input("node-range", "value"), State("node-gpu", "data"),
-                  State("url", "search"), prevent_initial_call=True)
-    def link(rng: str, gpu: int | None, search: str | None) -> str:
+                  State("url", "search"), State("url", "pathname"),
+                  prevent_initial_call=True)
+    def link(rng: str, gpu: int | None, search: str | None, path: str | None
+             ) -> tuple[str, list[str]]:
         if not timerange.new_search(search, DEFAULT_RANGE, rng):
             raise dash.exceptions.PreventUpdate
-        return timerange.page_search(rng, gpu)
+        search = timerange.page_search(rng, gpu)
+        return search, components.address(path, search)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
@@ -91,6 +91,7 @@ class Report:
     intensity_fallback_hours: int = 0
     pue_fallback_hours: int = 0
     series_warning: str = ""
+    began_ts: float = 0.0          # when the data began, inside the oldest hour (data_began)
 
     @property
     def ended(self) -> bool:
@@ -121,8 +122,8 @@ class Report:
         """The month's CO2e if the rest of it goes at the rate so far; None once it ended."""
         if self.ended:
             return None
-        return month_projection(self.total.co2e_kg, self.covered_from_ts, self.generated_ts,
-                                self.start_ts, self.end_ts)
+        return month_projection(self.total.co2e_kg, max(self.covered_from_ts, self.began_ts),
+                                self.generated_ts, self.start_ts, self.end_ts)
 
     def coverage(self) -> str:
         """Which part of the month the numbers cover, in words."""
@@ -177,10 +178,29 @@ class Report:
 
 def month_projection(so_far: float, first_ts: float, now: float, start_ts: float,
                      end_ts: float) -> float:
-    """A month's total if the rest of it goes at the rate since its first data (or its
-    start): what the dashboard and the report both show."""
+    """A month's total if the rest of it goes at the rate since its data began
+    (``first_ts``, from :func:`data_began`; the month's start if earlier): what the
+    dashboard and the report both show. The oldest ledger hour's start is not when the
+    data began: counting the minutes before the first sample as covered time understates
+    the rate, threefold when the data began at minute 40."""
     covered = max(1.0, now - max(start_ts, first_ts))
     return so_far + so_far / covered * max(0.0, end_ts - now)
+
+
+def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> float | None:
+    """When the data of the oldest hour among ``rows`` began: the end of that hour (now,
+    while it runs) less the longest time one device was followed in it (measured or
+    missing time, over its rows of the hour). None without rows."""
+    by_hour: dict[int, dict[tuple[str, str, str], float]] = {}
+    for r in rows:
+        devices = by_hour.setdefault(r.bucket_ts, {})
+        key = (r.cluster, r.node, r.device)
+        devices[key] = devices.get(key, 0.0) + r.seconds + r.missing_s
+    if not by_hour:
+        return None
+    first = min(by_hour)
+    followed = min(float(bucket_s), max(by_hour[first].values()))
+    return max(float(first), min(first + bucket_s, now) - followed)
 
 
 def resolve_month(month: str, now: float) -> str:
@@ -288,7 +308,8 @@ def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: 
         currency=model.currency, devices=devices,
         hours_with_data=int(((uniq_hours >= start_ts) & (uniq_hours < end_ts)).sum()),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
-        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback))
+        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback),
+        began_ts=data_began(rows, time.time() if now is None else now) or oldest)
 
 
 def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int) -> str:

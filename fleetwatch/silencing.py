@@ -108,7 +108,8 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
         raise SilenceError("say who acknowledges it: --by NAME")
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceNotFound(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the "
-                              "open ones with their ids, as the dashboard's alert table does")
+                              "open ones with their ids, as the dashboard's alert tables do "
+                              "(column Id)")
     before = [a for a in store.acks() if a.alert_id == alert_id]
     previous = max(before, key=lambda a: a.ts) if before else None
     ack = Acknowledgement(alert_id, _ms(time.time() if now is None else now), by, comment)
