@@ -9,6 +9,7 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from typing import Any
 
 import plotly.graph_objects as go
 
@@ -20,6 +21,10 @@ from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, gpu
 # The catalogue writes units as they appear in metric names (``_c``); a screen
 # shows the symbol people read.
 _UNIT_SYMBOLS = {"C": "°C"}
+# Heatmap rows: 52 px each up to about 40 nodes; past that they shrink to fit
+# _HEATMAP_PX, but never below _MIN_ROW_PX (a row stays hoverable and its label legible).
+_ROW_PX, _MIN_ROW_PX, _HEATMAP_PX = 52, 16, 2200
+_TEXT_MIN_ROW_PX = 30  # below this, a cell's value (15 px text) is left to the hover
 NO_DATA = (f"No data yet: no GPU has reported in the last {STALE_S / 60:g} minutes "
            "(collectors starting, or stopped)")
 
@@ -125,44 +130,63 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
         lines.append(f"<b>alert {alert.state}</b>: {esc(alert.message)}" if alert
                      else "no active alert")
         hover[i][j] = "<br>".join(lines)
+    px = row_px(len(rows))
     fig = go.Figure(go.Heatmap(
         z=z, x=[f"GPU {g}" for g in cols], y=[esc(node) for _, node in rows], text=text,
-        customdata=hover, texttemplate="%{text}", textfont={"size": 15},
+        customdata=hover, textfont={"size": 15},
+        # Below _TEXT_MIN_ROW_PX the value would not fit in its cell: the hover has it.
+        texttemplate="%{text}" if px >= _TEXT_MIN_ROW_PX else None,
         hovertemplate="%{customdata}<extra></extra>", xgap=3, ygap=3,
         colorscale=theme.TEMP_SCALE, zmin=theme.TEMP_MIN_C, zmax=theme.TEMP_MAX_C,
         colorbar={"title": {"text": unit(TEMP)}, "thickness": 12, "outlinewidth": 0,
                   "tickfont": {"color": theme.MUTED}},
     ))
-    _base_layout(fig, height=max(260, 70 + 52 * len(rows)))
+    _base_layout(fig, height=max(260, 70 + px * len(rows)))
     fig.update_xaxes(side="top", showgrid=False, zeroline=False, tickfont={"color": theme.MUTED})
     fig.update_yaxes(autorange=True, showgrid=False, zeroline=False,
-                     ticksuffix="  ", tickfont={"size": 14})
-    fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16})
-    _rack_labels(fig, rows)
+                     ticksuffix="  ", tickfont={"size": 14 if px >= _TEXT_MIN_ROW_PX else 10})
+    labels, shapes = _rack_labels(rows)
     for (node, gpu), alert in marks.items():
         if node in row_of and gpu in col_of:
             i, j = row_of[node], col_of[gpu]
             # White, not red: the cell under a firing alert is already red.
             colour = theme.TEXT if alert.state == "firing" else theme.PENDING
-            fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5,
-                          xref="x", yref="y", line={"color": colour, "width": 4},
-                          name=f"alert:{node}/gpu{gpu}:{alert.state}")
+            shapes.append({"type": "rect", "x0": j - 0.5, "x1": j + 0.5, "y0": i - 0.5,
+                           "y1": i + 0.5, "xref": "x", "yref": "y",
+                           "line": {"color": colour, "width": 4 if px >= _TEXT_MIN_ROW_PX else 2},
+                           "name": f"alert:{node}/gpu{gpu}:{alert.state}"})
+    # Set once: each add_annotation/add_shape re-validates every one already there, which
+    # made a 128-rack fleet's figure take tens of seconds (quadratic in the racks).
+    fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16},
+                      annotations=labels, shapes=shapes)
     return fig
 
 
-def _rack_labels(fig: go.Figure, rows: Sequence[tuple[str, str]]) -> None:
-    """Rack names left of their nodes, and a rule between racks."""
+def row_px(rows: int) -> int:
+    """Height of a heatmap row: 52 px while the fleet fits in ``_HEATMAP_PX``, then
+    smaller down to ``_MIN_ROW_PX``, so a 256-node fleet is a page to scroll, not 13,000 px."""
+    return max(_MIN_ROW_PX, min(_ROW_PX, (_HEATMAP_PX - 70) // max(rows, 1)))
+
+
+def _rack_labels(rows: Sequence[tuple[str, str]]
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Rack names left of their nodes, and a rule between racks: (annotations, shapes)."""
+    labels: list[dict[str, Any]] = []
+    rules: list[dict[str, Any]] = []
     start = 0
     for i in range(1, len(rows) + 1):
         if i < len(rows) and rows[i][0] == rows[start][0]:
             continue
-        fig.add_annotation(text=esc(rows[start][0]), xref="paper", yref="y", x=0, xanchor="right",
-                           xshift=-92, y=(start + i - 1) / 2, showarrow=False,
-                           font={"color": theme.MUTED, "size": 12}, textangle=0)
+        labels.append({"text": esc(rows[start][0]), "xref": "paper", "yref": "y", "x": 0,
+                       "xanchor": "right", "xshift": -92, "y": (start + i - 1) / 2,
+                       "showarrow": False, "font": {"color": theme.MUTED, "size": 12},
+                       "textangle": 0})
         if i < len(rows):
-            fig.add_shape(type="line", xref="paper", yref="y", x0=-0.16, x1=1, y0=i - 0.5,
-                          y1=i - 0.5, line={"color": theme.GRID, "width": 1, "dash": "dot"})
+            rules.append({"type": "line", "xref": "paper", "yref": "y", "x0": -0.16, "x1": 1,
+                          "y0": i - 0.5, "y1": i - 0.5,
+                          "line": {"color": theme.GRID, "width": 1, "dash": "dot"}})
         start = i
+    return labels, rules
 
 
 def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,

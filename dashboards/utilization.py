@@ -1,6 +1,14 @@
 """The utilization page (``/utilization?range=1h&node=node-001&gpu=3``): the distributions
 the Acme study drew (CDFs of SM activity, GPU utilization, memory used, power) per
-cluster, the idle-GPU share over time, and GPU-hours and idle share per job."""
+cluster, the idle-GPU share over time, and GPU-hours and idle share per job; all of the
+fleet, or of the node (and GPU) the URL names.
+
+The CDFs are of minute means (one value per GPU per minute, from the store's one-minute
+rollups), whatever the range: the same basis for an hour and a month, and a read that
+costs a fleet's minutes rather than its samples (every sample of 2,048 GPUs over an hour
+took 54 s). A minute is rolled up a few minutes after it closes; where the range has no
+rollup yet (a store minutes old) or the store keeps none, the page reads the samples
+and its panels say so."""
 
 from __future__ import annotations
 
@@ -13,7 +21,8 @@ from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import components, energy_figures, timerange
 from fleetwatch.dashboards.energy_data import NO_NAME
-from fleetwatch.pipeline.store.base import StoreError, gpu_device
+from fleetwatch.pipeline.store.base import RAW_SPAN_MS, StoreError, gpu_device, gpu_index
+from fleetwatch.pipeline.store.ledger import EnergyTotal
 
 PATH = "/utilization"
 DEFAULT_RANGE = "1h"
@@ -23,6 +32,7 @@ CDFS = (("gpu_sm_active_ratio", "SM activity", "SM active ratio", 1.0),
         ("gpu_fb_used_bytes", "Memory used", "GiB", 1 / 2**30),
         ("gpu_power_w", "Power", "W", 1.0))
 _GRAPH = {"displayModeBar": False}
+MINUTE_MEANS, SAMPLES = "minute means", "every sample"
 
 
 def _graph_id(metric: str) -> str:
@@ -33,9 +43,10 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     q = timerange.parse(search, DEFAULT_RANGE)
     scope = "whole fleet" if not q.node else (
         f"{q.node}" + (f" · GPU {q.gpu}" if q.gpu is not None else ""))
+    of = "" if not q.node else f" of {scope}"  # what the ledger panels cover, said plainly
     panels = [html.Section(className="panel", children=[
         html.Div(className="panel-head", children=[
-            html.H2(title), html.Span("CDF · per cluster · minute means past 6 h",
+            html.H2(title), html.Span(cdf_hint(MINUTE_MEANS), id=_hint_id(metric),
                                       className="panel-hint")]),
         dcc.Graph(id=_graph_id(metric), figure=energy_figures.empty_figure("Loading…", 240),
                   config=_GRAPH)]) for metric, title, _, _ in CDFS]
@@ -52,25 +63,79 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
                 html.H2("Idle GPUs over time"),
-                html.Span("share of GPU time idle, per hour, per cluster (from the ledger)",
-                          className="panel-hint")]),
+                html.Span(f"share of GPU time{of} idle, per hour, per cluster (from the ledger)",
+                          className="panel-hint", id="util-idle-hint")]),
             dcc.Graph(id="util-idle", figure=energy_figures.empty_figure("Loading…", 220),
                       config=_GRAPH)]),
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[html.H2("Jobs"), html.Span(
-                "GPU-hours and idle share in range", className="panel-hint")]),
+                f"GPU-hours and idle share{of} in the whole hours the range touches",
+                className="panel-hint", id="util-jobs-hint")]),
             html.Div(id="util-jobs")]),
     ])
 
 
-def _samples(store: Any, metric: str, start_ms: int, end_ms: int, node: str | None,
-             gpu: int | None) -> dict[str, np.ndarray]:
+def _hint_id(metric: str) -> str:
+    return f"util-hint-{metric}"
+
+
+def cdf_hint(basis: str) -> str:
+    return f"CDF · per cluster · {basis}"
+
+
+Groups = dict[str, dict[str, np.ndarray]]  # metric -> cluster -> values
+
+
+def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
+                gpu: int | None) -> tuple[Groups, str]:
+    """Per metric and cluster, the GPU values the CDFs of [start, end) are drawn from, and
+    what they are (``MINUTE_MEANS`` or ``SAMPLES``). ``gpu`` counts only with ``node``."""
     device = gpu_device(gpu) if node and gpu is not None else None
-    groups: dict[str, list[float]] = {}
-    for key, _, value in store.range(metric, start_ms, end_ms, node=node, device=device):
-        if key.device.startswith("gpu"):
-            groups.setdefault(key.cluster, []).append(value)
-    return {k: np.asarray(v) for k, v in groups.items()}
+    metrics = [m for m, _, _, _ in CDFS]
+    parts: dict[str, dict[str, list[float]]] = {m: {} for m in metrics}
+    if node is None and hasattr(store, "minute_means"):  # the whole fleet in one pass
+        for metric, series in store.minute_means(metrics, start_ms, end_ms).items():
+            for key, _, means in series:
+                if gpu_index(key.device) is not None:
+                    parts[metric].setdefault(key.cluster, []).extend(means.tolist())
+    elif hasattr(store, "rollups"):  # one node's minutes: a few hundred rows
+        for metric in metrics:
+            for key, _, n, total, _, _ in store.rollups(metric, start_ms, end_ms, node, device):
+                if gpu_index(key.device) is not None:
+                    parts[metric].setdefault(key.cluster, []).append(total / n)
+    basis = MINUTE_MEANS
+    if not any(parts.values()):
+        # No rollup in range: a young store, or a backend that keeps none. Its range read
+        # answers with samples up to RAW_SPAN_MS and with minute means past it.
+        basis = MINUTE_MEANS if end_ms - start_ms > RAW_SPAN_MS else SAMPLES
+        for metric in metrics:
+            for key, _, value in store.range(metric, start_ms, end_ms, node=node, device=device):
+                if gpu_index(key.device) is not None:
+                    parts[metric].setdefault(key.cluster, []).append(value)
+    return {m: {c: np.asarray(v) for c, v in by.items()} for m, by in parts.items()}, basis
+
+
+def ledger_totals(store: Any, start_s: float, end_s: float, node: str | None,
+                  gpu: int | None) -> tuple[list[EnergyTotal], list[EnergyTotal]]:
+    """The ledger's hours in [start, end), per cluster and per job: the fleet's, or those
+    of ``node``'s GPUs (of GPU ``gpu`` only, if given) summed from its rows."""
+    if not node:
+        return store.energy_totals(start_s, end_s, "cluster"), store.energy_totals(
+            start_s, end_s, "job")
+    wanted = gpu_device(gpu) if gpu is not None else None
+    rows = [r for r in store.energy(start_s, end_s, node=node)
+            if gpu_index(r.device) is not None and wanted in (None, r.device)]
+    return _sum_rows(rows, "cluster"), _sum_rows(rows, "job")
+
+
+def _sum_rows(rows: list[Any], by: str) -> list[EnergyTotal]:
+    acc: dict[tuple[int, str], list[float]] = {}
+    for r in rows:
+        a = acc.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+        for i, v in enumerate((r.energy_j, r.idle_j, r.energy_j, r.seconds, r.idle_s,
+                               r.missing_s, r.over_tdp_s)):
+            a[i] += v
+    return [EnergyTotal(h, name, *a) for (h, name), a in sorted(acc.items())]
 
 
 def job_table(totals: list[Any]) -> html.Div:
@@ -92,7 +157,8 @@ def job_table(totals: list[Any]) -> html.Div:
 
 
 def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
-    outputs = [Output(_graph_id(m), "figure") for m, _, _, _ in CDFS]
+    outputs = [Output(_graph_id(m), "figure") for m, _, _, _ in CDFS] + [
+        Output(_hint_id(m), "children") for m, _, _, _ in CDFS]
 
     @app.callback(*outputs, Output("util-idle", "figure"), Output("util-jobs", "children"),
                   Output("util-notice", "children"), Output("util-updated", "children"),
@@ -103,14 +169,14 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
         start, end = timerange.window(rng, now)
         node, gpu = (scope or {}).get("node"), (scope or {}).get("gpu")
         try:
-            figs = [energy_figures.cdf(
-                _samples(store, m, int(start * 1000), int((end + 120) * 1000), node, gpu),
-                axis, scale=scale) for m, _, axis, scale in CDFS]
+            samples, basis = cdf_samples(store, int(start * 1000), int((end + 120) * 1000),
+                                         node, gpu)
+            figs = [energy_figures.cdf(samples[m], axis, scale=scale)
+                    for m, _, axis, scale in CDFS]
             first = start - start % 3600
-            totals = store.energy_totals(first, end + 3600, "cluster")
-            jobs = store.energy_totals(first, end + 3600, "job")
+            totals, jobs = ledger_totals(store, first, end + 3600, node, gpu)
         except StoreError as exc:
-            return (*[dash.no_update] * (len(CDFS) + 2),
+            return (*[dash.no_update] * (2 * len(CDFS) + 2),
                     components.notice(f"Store unavailable: {exc}"), dash.no_update)
         hours = sorted({t.bucket_ts for t in totals})
         index = {h: i for i, h in enumerate(hours)}
@@ -122,7 +188,8 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
         idle = {k: [i / g if g else 0.0 for i, g in zip(v, gpu_s[k])] for k, v in shares.items()}
         notice = None if any(f.data for f in figs) else components.notice(
             "No samples in this range yet", "util-empty")
-        return (*figs, energy_figures.idle_share(hours, idle), job_table(jobs), notice,
+        return (*figs, *[cdf_hint(basis)] * len(CDFS), energy_figures.idle_share(hours, idle),
+                job_table(jobs), notice,
                 components.updated_stamp(now))
 
     @app.callback(Output("url", "search", allow_duplicate=True),

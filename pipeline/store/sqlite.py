@@ -15,9 +15,11 @@ layout. One-minute rollups (count, sums, minimums, maximums) are keyed
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import struct
 import threading
+import time
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -36,6 +38,9 @@ from fleetwatch.pipeline.store.sqlite_records import SqliteRecords, guarded
 from fleetwatch.pipeline.store.sqlite_rollup import Row, rollup, upkeep
 
 __all__ = ["RAW_SPAN_MS", "SqliteStore"]  # RAW_SPAN_MS: callers take it from here too
+
+# How often (at most) a reader's thread checks that its path still names the file it has open.
+_FILE_CHECK_S = 1.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS devices (
@@ -84,6 +89,7 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         self._layouts: dict[tuple[str, ...], int] = {}
         self._names: dict[int, tuple[str, ...]] = {}
         self._index: dict[int, dict[str, int]] = {}
+        self._file_id: tuple[int, int] | None = None  # (device, inode) the caches describe
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self._open()
@@ -97,13 +103,15 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
     # -- connections: one per thread, since sqlite3 connections are not shareable
     def _conn(self) -> sqlite3.Connection:
         conn = getattr(self._local, "conn", None)
+        if conn is not None and self._read_only:
+            conn = self._still_the_file(conn)
         if conn is None:
             if self._read_only:
-                if not Path(self.path).exists():
-                    raise StoreError(f"no store at {self.path}: run `fleetwatch up` or "
-                                     "`fleetwatch simulate` first, or point store.path at one")
+                file_id = self._file_id_now()
                 conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
                                        check_same_thread=False, timeout=self.busy_timeout_s)
+                self._adopt(file_id)
+                self._local.file_id, self._local.checked = file_id, time.monotonic()
             else:
                 conn = sqlite3.connect(self.path, check_same_thread=False,
                                        timeout=self.busy_timeout_s)
@@ -113,6 +121,48 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             self._local.conn = conn
         return conn
+
+    def _file_id_now(self) -> tuple[int, int]:
+        """(device, inode) of the file at ``path`` now; ``StoreError`` when there is none."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            raise StoreError(f"no store at {self.path}: run `fleetwatch up` or "
+                             "`fleetwatch simulate` first, or point store.path at one") from None
+        return st.st_dev, st.st_ino
+
+    def _still_the_file(self, conn: sqlite3.Connection) -> sqlite3.Connection | None:
+        """This thread's reader, or None (closed) when ``path`` no longer names the file it
+        opened: removed, or replaced by a new store. An open connection keeps reading a
+        deleted file, so without this each server thread would serve the store it happened
+        to open. While this connection holds the old file, its inode cannot be reused, so a
+        new file at the path always has a new (device, inode). The path is looked at once a
+        second per thread at most; a thread whose file is older than the one the shared
+        caches (device ids, layouts) describe reopens at once."""
+        now = time.monotonic()
+        if now - self._local.checked < _FILE_CHECK_S and self._local.file_id == self._file_id:
+            return conn
+        self._local.checked = now
+        try:
+            current = self._file_id_now()
+        except StoreError:
+            self.close()
+            raise
+        if current == self._local.file_id == self._file_id:
+            return conn
+        self.close()
+        return None
+
+    def _adopt(self, file_id: tuple[int, int]) -> None:
+        """Forget the ids and layouts learnt from another file: they are numbered per file."""
+        with self._lock:
+            if file_id != self._file_id:
+                if self._file_id is not None:
+                    for cache in (self._dids, self._node_dids, self._idents, self._layouts,
+                                  self._names, self._index):
+                        cache.clear()
+                    self._energy_ready = False
+                self._file_id = file_id
 
     # -- ids for devices and layouts, cached; new ones are created on first sight
     def _did(self, ident: Ident) -> int:

@@ -15,6 +15,8 @@ from fleetwatch.pipeline.store.base import RAW_SPAN_MS, Point, SeriesKey
 from fleetwatch.pipeline.store.sqlite_records import guarded
 
 Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
+# Devices named in SQL as bound parameters, below SQLite's oldest limit of 999.
+_SQL_IN_MAX = 900
 
 
 class SqliteReads:
@@ -62,14 +64,22 @@ class SqliteReads:
         return list(self._raw(metric, start_ms, end_ms, self._devices(node, device)))
 
     def _raw(self, metric: str, start_ms: int, end_ms: int, dids: list[int]) -> Iterator[Point]:
+        """The samples of ``dids`` in [start, end). The key is (ts, device), so SQLite walks
+        the window's rows either way; the devices are picked there, in C, so that one node's
+        hour decodes that node's rows, not the whole fleet's (8 s for 2,048 GPUs)."""
         if not dids:
             return
-        wanted = set(dids)
         index = self._index
-        for ts, did, lid, vals in self._conn().execute(
-                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts",
-                (start_ms, end_ms)):
-            if did in wanted and (i := index[lid].get(metric)) is not None:
+        sql = "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ?"
+        args: list[int] = [start_ms, end_ms]
+        wanted = None
+        if len(dids) <= _SQL_IN_MAX:
+            sql += f" AND did IN ({','.join('?' * len(dids))})"
+            args += dids
+        elif len(dids) < len(self._idents):  # too many to bind: most rows are wanted anyway
+            wanted = set(dids)
+        for ts, did, lid, vals in self._conn().execute(sql + " ORDER BY ts", args):
+            if (wanted is None or did in wanted) and (i := index[lid].get(metric)) is not None:
                 yield self._key(metric, did), ts, _value(vals, i)
 
     def export(self, start_ms: int = 0, end_ms: int = 1 << 62) -> Iterator[Point]:
