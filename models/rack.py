@@ -3,16 +3,27 @@
 A failing rack cooler (CRAH, rear-door heat exchanger, coolant loop) warms
 every GPU of the rack together, so the node-peer comparison sees nothing and
 a fixed limit sees it late, as sixteen separate GPU alerts. Each GPU carries a
-first-order thermal model, temperature = a + r x lagged power (the die follows
-power through a lag of tens of seconds), fitted by recursive least squares
-that forgets over ``model_forget_s`` (it moves slowly where it has data, so
-a fault at a familiar power is not learned away for hours). When at least
-``rack_fraction`` of a rack's GPUs (and ``rack_min_gpus``, on two or more nodes) run
-``rack_margin_c`` above their models, that is one rack finding. A processor
-judges the racks from the nodes its partitions hold: it needs two or more
-nodes of a rack to say anything about the rack. Most GPUs of one node above
-their models, where the rack's others are not, is that node's cooling (its
-fans, its intake): one node finding (``node_cooling``), not eight GPU alerts.
+first-order thermal model: its die sits ``d`` x power above a heat sink that
+follows power through the time constant ``thermal_tau_s``, so temperature =
+a + r x lagged power + d x power, fitted by recursive least squares that forgets
+over ``model_forget_s`` (it moves slowly where it has data, so a fault at a
+familiar power is not learned away for hours). A GPU is judged on its residual
+(temperature less the model's) where its power has been steady for a few time
+constants, at once, and otherwise on its residual averaged over
+``AVERAGE_TAUS`` time constants: under a load whose power changes every few
+seconds (an LLM's compute, all-reduce and input phases) each sample's residual
+carries the power the samples missed, but a cooling loss raises every sample's,
+whatever the phase. When at least ``rack_fraction`` of a rack's GPUs (and
+``rack_min_gpus``, on two or more nodes) run ``rack_margin_c`` above their
+models, that is one rack finding. A processor judges the racks from the nodes
+its partitions hold: it needs two or more nodes of a rack to say anything about
+the rack. Most GPUs of one node above their models and above the rest of its
+rack is that node's cooling (its fans, its intake): one node finding
+(``node_cooling``), not eight GPU alerts; never while its rack's finding holds.
+
+A GPU whose power is not reported has no model to be judged against (a rising
+load would read as a cooling loss): it is left out, and counted as not judged
+in ``coverage()``. Its rack is still judged by its nodes' inlet air.
 
 Where the nodes report their inlet air (``host_inlet_temp_c``, the BMC's
 sensor), a failing cooler shows there first, before the dies follow through
@@ -23,6 +34,13 @@ finding. The average lags a steady drift by the drift's rate times
 ``INLET_BASE_S``: a room that warms by 6 °C an hour reads 1 °C above it, a
 rack whose cooler stops warms by degrees a minute. A whole room warming
 that fast (a chiller trip) makes every rack's finding, as it should.
+
+A baseline never learns from the anomaly it is judging: while a rack's finding
+holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
+GPUs' models do while its node finding holds), for at most ``model_forget_s``
+(a rack that stays so long is its new normal). A finding holds until its rise
+falls under ``CLEAR`` of the line that raised it, so a rack hovering at the
+line is one alert, not one per crossing.
 """
 
 from __future__ import annotations
@@ -38,16 +56,19 @@ from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
-P_SCALE = 100.0      # watts per unit of the model's power input (keeps its numbers near 1)
+P_SCALE = 100.0      # watts per unit of the model's power inputs (keeps its numbers near 1)
 P0 = 100.0           # initial covariance: the first samples set the model
 STALE_S = 120.0      # a GPU's residual counts for its rack this long after its last frame
-NOMINAL_W = 300.0    # the power assumed for GPUs whose power is not reported
 MAX_STEP_S = 60.0
 NODE_WARMUP = 3.0    # node findings: models learned this many warm-ups (see _nodes)
 SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settled
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
+AVERAGE_TAUS = 10.0  # unsettled GPUs: residuals averaged over this many time constants
+KNOWN_Q = 0.1        # a power the model knows: its prediction weighs 1/KNOWN_Q samples there
+CLEAR = 0.5          # a finding holds until its rise is under this share of its line
 INLET_BASE_S = 600.0  # a node's usual inlet air: its average over this time constant
 INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_temp_c
+RULES = ("rack_cooling", "node_cooling")
 
 
 class RackCooling:
@@ -56,16 +77,39 @@ class RackCooling:
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, plag=np.nan, pslow=np.nan, a=np.nan, r=0.0, p11=P0,
-                              p12=0.0, p22=P0, learned=0.0, resid=0.0, settled=0.0,
-                              steady=np.nan, rts=np.nan, rack=-1.0)
+        # The model's parameters (a, r, d), its covariance (p11 .. p33, symmetric), and
+        # the residual's average (m / norm, over mean_s seconds; NaN: not started).
+        self.table = GpuTable(ts=np.nan, plag=np.nan, pslow=np.nan, a=np.nan, r=0.0, d=0.0,
+                              p11=P0, p12=0.0, p13=0.0, p22=P0, p23=0.0, p33=P0,
+                              learned=0.0, resid=0.0, settled=0.0, steady=np.nan,
+                              m=0.0, norm=0.0, mean_s=np.nan, mts=np.nan, q=np.inf,
+                              rts=np.nan, rack=-1.0, node=-1.0)
         self._racks: dict[tuple[str, str], int] = {}
         self._names: list[tuple[str, str]] = []
+        self._node_codes: dict[tuple[str, str], int] = {}
+        # Rack codes and (cluster, node) whose finding holds -> since when.
+        self._flagged: dict[int, float] = {}
+        self._flagged_nodes: dict[tuple[str, str], float] = {}
+        # Rack codes whose baselines stand still now: flagged, for at most model_forget_s
+        # (a rack that stays so long is its new normal).
+        self._held: set[int] = set()
+        self._judged = dict.fromkeys(RULES, 0)
+        self._given = dict.fromkeys(RULES, 0)
         self.inlets = Inlets()
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
         self.inlets.drop(nodes)
+        gone = set(nodes)
+        for key in [k for k in self._flagged_nodes if k[1] in gone]:
+            del self._flagged_nodes[key]
+
+    def coverage(self) -> dict[str, tuple[int, int]]:
+        """Per rule: (GPU samples judged, GPU samples given) since this detector was built.
+        A sample is judged for ``rack_cooling`` where its GPU's model (or its node's inlet
+        air) counted in a judgement of its rack, for ``node_cooling`` where it counted in
+        one of its node."""
+        return {rule: (self._judged[rule], self._given[rule]) for rule in RULES}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -74,10 +118,18 @@ class RackCooling:
         slots = self.table.slots(b)
         codes = np.fromiter((self._rack_code(f) for f in b.frames), np.int64, len(b.frames))
         have = slots >= 0
+        nodes = np.fromiter((self._node_code(f) for f in b.frames), np.int64, len(b.frames))
         self.table["rack"][slots[have]] = np.broadcast_to(codes[:, None], slots.shape)[have]
+        self.table["node"][slots[have]] = np.broadcast_to(nodes[:, None], slots.shape)[have]
+        now, limit = float(b.ts[-1]), self.c.model_forget_s
+        self._held = {code for code, since in self._flagged.items() if now - since <= limit}
+        racks = np.isin(codes, list(self._held))
+        frozen = racks | self._frozen_nodes(b, now, limit)
         for rows in b.waves:
-            self._wave(b, rows, slots[rows])
-        self.inlets.update(b.frames, codes.tolist())
+            self._wave(b, rows, slots[rows], frozen[rows])
+        self.inlets.update(b.frames, codes.tolist(), racks.tolist())
+        for rule in RULES:
+            self._given[rule] += int(b.present.sum())
         return self._judge(b, codes, slots)
 
     def _rack_code(self, f: Frame) -> int:
@@ -88,44 +140,65 @@ class RackCooling:
             self._names.append(key)
         return code
 
-    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray) -> None:
+    def _node_code(self, f: Frame) -> int:
+        return self._node_codes.setdefault((f.cluster, f.node), len(self._node_codes))
+
+    def _frozen_nodes(self, b: Batch, now: float, limit: float) -> np.ndarray:
+        """Per frame: its node's finding holds (for at most ``limit`` seconds), so its GPUs'
+        models stand still, as a held rack's do (``_held``)."""
+        if not self._flagged_nodes:
+            return np.zeros(len(b.frames), bool)
+        return np.fromiter((now - self._flagged_nodes.get((f.cluster, f.node), -math.inf)
+                            <= limit for f in b.frames), bool, len(b.frames))
+
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, frozen: np.ndarray) -> None:
         c, t = self.c, self.table
         x = b.x[rows]
-        ts = np.broadcast_to(b.ts[rows][:, None], slots.shape)
-        s = slots[slots >= 0]
         sel = slots >= 0
-        temp, power, ts = x[..., TEMP][sel], x[..., POWER][sel], ts[sel]
-        # Temperature-only series: a model of one nominal power is a slow baseline.
-        power = np.where(np.isfinite(power), power, NOMINAL_W)
+        ts = np.broadcast_to(b.ts[rows][:, None], slots.shape)[sel]
+        hold = np.broadcast_to(frozen[:, None], slots.shape)[sel]
+        s = slots[sel]
+        temp, power = x[..., TEMP][sel], x[..., POWER][sel]
         dt = ts - t["ts"][s]
+        # A GPU without a power reading is not judged: no model of its power can tell a
+        # rising load from a cooling loss.
         ok = np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows][sel] \
             & (temp >= c.sensor_min_c) & ~(dt <= 0)
-        s, temp, power, ts, dt = s[ok], temp[ok], power[ok], ts[ok], dt[ok]
+        s, temp, power, ts, dt, hold = s[ok], temp[ok], power[ok], ts[ok], dt[ok], hold[ok]
         known = np.isfinite(dt)
+        step = np.nan_to_num(dt)
         prev = t["plag"][s]
-        w = np.where(known, ewma_weight(np.nan_to_num(dt), c.thermal_tau_s), 1.0)
+        w = np.where(known, ewma_weight(step, c.thermal_tau_s), 1.0)
         plag = np.where(np.isnan(prev), power, prev + w * (power - prev))
         prev = t["pslow"][s]
-        w = np.where(known, ewma_weight(np.nan_to_num(dt), SETTLE_TAUS * c.thermal_tau_s), 1.0)
+        w = np.where(known, ewma_weight(step, SETTLE_TAUS * c.thermal_tau_s), 1.0)
         pslow = np.where(np.isnan(prev), power, prev + w * (power - prev))
-        u = plag / P_SCALE
-        a, r = t["a"][s], t["r"][s]
-        a = np.where(np.isnan(a), temp - r * u, a)
-        resid = temp - a - r * u
-        warm = t["learned"][s] >= c.warmup_s
+        u, v = plag / P_SCALE, power / P_SCALE
+        a, r, d = t["a"][s], t["r"][s], t["d"][s]
+        a = np.where(np.isnan(a), temp - r * u - d * v, a)
+        resid = temp - a - r * u - d * v
+        # The model's own doubt about its prediction at this power (x'Px: 1/the samples'
+        # worth it has there). A power it has not learned (the first busy minutes after an
+        # idle history) is not judged: any temperature there would read as a fault.
+        q = self._doubt(s, u, v)
+        warm = (t["learned"][s] >= c.warmup_s) & (q <= KNOWN_Q)
+        t["q"][s] = q
         t["a"][s] = a
-        # Always learning, but recursive least squares moves slowly in directions it knows
-        # (a fault at a familiar power takes hours to be absorbed) and fast in new ones.
-        self._rls(s, u, resid, np.nan_to_num(dt))
-        t["learned"][s] += np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
+        # Learning all the time but while its rack's or node's finding holds; recursive
+        # least squares moves slowly in directions it knows (a fault at a familiar power
+        # takes hours to be absorbed) and fast in new ones.
+        learn = ~hold
+        self._rls(s[learn], u[learn], v[learn], resid[learn], step[learn])
+        t["learned"][s[learn]] += np.clip(step[learn], 0.0, MAX_STEP_S)
         t["resid"][s] = np.where(warm, resid, 0.0)
+        self._average(s, ts, resid, step, warm)
         # Settled: power steady for several time constants, so a residual is not a lag
         # mismatch after a job phase change (a whole rack ending a job cools together).
         # The fast and slow averages agree when power is steady, but also for the one
         # sample in which the fast one falls through the slow one (a busy phase that
         # ends a minute or two after it began): so they must have agreed for a time
         # constant, not just now.
-        steady = np.abs(plag - pslow) * np.maximum(r, 0.0) / P_SCALE < SETTLED_C
+        steady = np.abs(plag - pslow) * np.maximum(t["r"][s], 0.0) / P_SCALE < SETTLED_C
         since = np.where(steady, np.fmin(t["steady"][s], ts), np.nan)
         t["steady"][s] = since
         t["settled"][s] = steady & (ts - since >= c.thermal_tau_s)
@@ -134,110 +207,211 @@ class RackCooling:
         t["plag"][s] = plag
         t["ts"][s] = ts
 
-    def _rls(self, s: np.ndarray, u: np.ndarray, e: np.ndarray, dt: np.ndarray) -> None:
-        """One recursive-least-squares step per GPU for theta = (a, r), input (1, u)."""
+    def _doubt(self, s: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        """x'Px for x = (1, u, v): the variance of the model's prediction, in samples."""
+        t = self.table
+        return (t["p11"][s] + 2.0 * t["p12"][s] * u + 2.0 * t["p13"][s] * v
+                + t["p22"][s] * u * u + 2.0 * t["p23"][s] * u * v + t["p33"][s] * v * v)
+
+    def _average(self, s: np.ndarray, ts: np.ndarray, resid: np.ndarray, step: np.ndarray,
+                 warm: np.ndarray) -> None:
+        """The residual's average over ``AVERAGE_TAUS`` time constants, each sample weighed
+        by its interval (``m / norm``: no weight on where it started), of the samples at
+        powers the model knows. It starts again once its own time constant has passed
+        without such a sample (a gap, or a job at powers its model does not know: what it
+        held then is not the GPU's state now), and while the model is not warm yet."""
+        t = self.table
+        span = AVERAGE_TAUS * self.c.thermal_tau_s
+        going = np.isfinite(t["mean_s"][s]) & (ts - t["mts"][s] <= span)
+        m, norm = np.where(going, t["m"][s], 0.0), np.where(going, t["norm"][s], 0.0)
+        w = np.where(going & warm, ewma_weight(step, span), 0.0)
+        t["m"][s] = m + w * (resid - m)
+        t["norm"][s] = norm + w * (1.0 - norm)
+        seen = np.where(going, t["mean_s"][s], 0.0) + np.where(
+            going & warm, np.clip(step, 0.0, MAX_STEP_S), 0.0)
+        t["mean_s"][s] = np.where(warm | going, seen, np.nan)
+        t["mts"][s] = np.where(warm, ts, t["mts"][s])
+
+    def _rls(self, s: np.ndarray, u: np.ndarray, v: np.ndarray, e: np.ndarray,
+             dt: np.ndarray) -> None:
+        """One recursive-least-squares step per GPU for theta = (a, r, d), input (1, u, v)."""
         t = self.table
         lam = np.exp(-np.clip(dt, 0.0, MAX_STEP_S) / self.c.model_forget_s)
-        p11, p12, p22 = t["p11"][s], t["p12"][s], t["p22"][s]
-        px1, px2 = p11 + p12 * u, p12 + p22 * u
-        denom = lam + px1 + u * px2
-        k1, k2 = px1 / denom, px2 / denom
+        p11, p12, p13 = t["p11"][s], t["p12"][s], t["p13"][s]
+        p22, p23, p33 = t["p22"][s], t["p23"][s], t["p33"][s]
+        px1, px2, px3 = p11 + p12 * u + p13 * v, p12 + p22 * u + p23 * v, p13 + p23 * u + p33 * v
+        denom = lam + px1 + u * px2 + v * px3
+        k1, k2, k3 = px1 / denom, px2 / denom, px3 / denom
         t["a"][s] = t["a"][s] + k1 * e
         t["r"][s] = t["r"][s] + k2 * e
+        t["d"][s] = t["d"][s] + k3 * e
         # P <- (P - k x'P) / lambda, bounded so a long flat load cannot blow it up: the
         # whole matrix is scaled down (bounding its entries one by one would let it stop
         # being positive definite, and the fit then runs away along the direction that
         # a flat load never excites).
-        p11, p12, p22 = (p11 - k1 * px1) / lam, (p12 - k1 * px2) / lam, (p22 - k2 * px2) / lam
-        shrink = np.minimum(1.0, P0 / np.maximum(np.maximum(p11, p22), 1e-12))
-        t["p11"][s], t["p12"][s], t["p22"][s] = p11 * shrink, p12 * shrink, p22 * shrink
+        p11, p12, p13 = (p11 - k1 * px1) / lam, (p12 - k1 * px2) / lam, (p13 - k1 * px3) / lam
+        p22, p23, p33 = (p22 - k2 * px2) / lam, (p23 - k2 * px3) / lam, (p33 - k3 * px3) / lam
+        shrink = np.minimum(1.0, P0 / np.maximum(np.maximum(np.maximum(p11, p22), p33), 1e-12))
+        t["p11"][s], t["p12"][s], t["p13"][s] = p11 * shrink, p12 * shrink, p13 * shrink
+        t["p22"][s], t["p23"][s], t["p33"][s] = p22 * shrink, p23 * shrink, p33 * shrink
+
+    def _rise(self, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """Each GPU's rise over its model, NaN where it is not judged: its residual where it
+        is settled, else its residual's average once that has a time constant's worth of
+        samples; and that average alone (NaN where it has not)."""
+        c, t = self.c, self.table
+        n = t.used
+        # Judged at its latest sample's power, which its model must know (an average that
+        # stood still while the GPU ran at powers its model does not know is stale).
+        fresh = (t["rack"][:n] >= 0) & (now - t["rts"][:n] <= STALE_S) \
+            & (t["learned"][:n] >= c.warmup_s) & (t["q"][:n] <= KNOWN_Q)
+        settled = np.where(t["settled"][:n] > 0, t["resid"][:n], np.nan)
+        averaged = np.where(t["mean_s"][:n] >= AVERAGE_TAUS * c.thermal_tau_s,
+                            t["m"][:n] / np.maximum(t["norm"][:n], 1e-9), np.nan)
+        averaged = np.where(fresh, averaged, np.nan)
+        return np.where(fresh & np.isfinite(settled), settled, averaged), averaged
 
     def _judge(self, b: Batch, codes: np.ndarray, slots: np.ndarray) -> list[Finding]:
         c, t = self.c, self.table
-        n = t.used
         now = float(b.ts[-1])
-        rack = t["rack"][:n].astype(np.int64)
-        live = (rack >= 0) & (now - t["rts"][:n] <= STALE_S) & (t["learned"][:n] >= c.warmup_s) \
-            & (t["settled"][:n] > 0)
-        hot = live & (t["resid"][:n] > c.rack_margin_c)
+        rise, averaged = self._rise(now)
+        live = np.isfinite(rise)
+        rack = t["rack"][:len(rise)].astype(np.int64)
         size = len(self._names)
+        flagged = np.zeros(size, bool)
+        flagged[list(self._flagged)] = True
+        # A flagged rack holds until it falls under CLEAR of the line that raised it.
+        hot = live & (rise > np.where(flagged[rack], CLEAR, 1.0) * c.rack_margin_c)
         judged = np.bincount(rack[live], minlength=size)
-        warm = np.bincount(rack[hot], minlength=size)
-        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s)
+        pairs = np.unique(rack[live] * (len(self._node_codes) + 1) + t["node"][:len(rise)][live]
+                          .astype(np.int64))
+        nodes_live = np.bincount(pairs // (len(self._node_codes) + 1), minlength=size)
+        gpu_judged = (judged >= c.rack_min_gpus) & (nodes_live >= 2)
+        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged)
         out = []
-        # Only the racks this batch speaks for that have many GPUs warm or inlets rising.
-        many_warm = (judged >= c.rack_min_gpus) & (warm >= c.rack_fraction * judged)
-        rising_inlet = {code for code, (rising, nodes, _) in inlets.items()
-                        if rising >= max(2, c.rack_fraction * nodes)}
         for code in np.unique(codes).tolist():
-            if not (many_warm[code] or code in rising_inlet):
-                continue
-            said, evidence, value = [], {}, 0.0
-            total, many = int(judged[code]), int(warm[code])
-            if total >= c.rack_min_gpus and many >= c.rack_fraction * total:
-                members = np.flatnonzero(live & (rack == code))
-                hot_nodes = {t.node_of[i] for i in members if hot[i]}
-                if len(hot_nodes) >= 2:  # one node's GPUs: its own cooling, not the rack's
-                    value = float(np.median(t["resid"][members[hot[members]]]))
-                    said.append(f"{many} of {total} GPUs on {len(hot_nodes)} nodes run "
-                                f"{value:.0f} °C above their usual temperature at their power")
-                    evidence = {"gpus_hot": many, "gpus_judged": total,
-                                "nodes_hot": len(hot_nodes), "median_rise_c": round(value, 2)}
-            rising, nodes, air = inlets.get(code, (0, 0, 0.0))
-            if rising >= max(2, c.rack_fraction * nodes):
-                said.append(f"the inlet air of {rising} of {nodes} nodes is {air:.1f} °C above "
-                            "its ten-minute average")
-                evidence |= {"nodes_inlet_warm": rising, "nodes_inlet_judged": nodes,
-                             "median_inlet_rise_c": round(air, 2)}
-                value = value or air
-            if not said:
-                continue
-            cluster, name = self._names[code]
-            ts = float(b.ts[np.flatnonzero(codes == code)[-1]])
-            out.append(Finding(
-                "rack_cooling", cluster, name, "", None, ts, value,
-                f"Rack {name}: {'; '.join(said)}", "critical", c.rack_for_s, 0.0, evidence,
-                "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
-                "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
-                "rack"))
-        return out + self._nodes(b, slots, live, hot, {f.rack for f in out})
+            finding = self._rack(b, codes, code, rise, live, hot, bool(gpu_judged[code]),
+                                 inlets.get(code), code in self._held)
+            if finding is not None:
+                out.append(finding)
+                self._flagged.setdefault(code, now)
+            else:
+                self._flagged.pop(code, None)
+        self._count_rack(b, codes, slots, live, gpu_judged, inlets)
+        return out + self._nodes(b, codes, slots, rise, averaged)
 
-    def _nodes(self, b: Batch, slots: np.ndarray, live: np.ndarray, hot: np.ndarray,
-               racks: set[str]) -> list[Finding]:
-        """Node findings: most GPUs of one node above their models (its fans, its air),
-        where its rack as a whole is not (a rack finding covers its nodes)."""
+    def _rack(self, b: Batch, codes: np.ndarray, code: int, rise: np.ndarray,
+              live: np.ndarray, hot: np.ndarray, gpu_judged: bool,
+              inlet: tuple[int, int, float, set[str]] | None, held: bool) -> Finding | None:
+        """The rack's finding from its GPUs' models and its nodes' inlet air, if either
+        says so."""
         c, t = self.c, self.table
-        have = slots >= 0
+        rack = t["rack"][:len(rise)]
+        said: list[str] = []
+        evidence: dict[str, float] = {}
+        value = 0.0
+        members = np.flatnonzero(live & (rack == code))
+        many = int(hot[members].sum())
+        if gpu_judged and many >= c.rack_fraction * len(members):
+            hot_nodes = {t.node_of[i] for i in members[hot[members]]}
+            if len(hot_nodes) >= 2:  # one node's GPUs: its own cooling, not the rack's
+                value = float(np.median(rise[members[hot[members]]]))
+                said.append(f"{many} of {len(members)} GPUs on {len(hot_nodes)} nodes run "
+                            f"{value:.0f} °C above their usual temperature at their power")
+                evidence = {"gpus_hot": many, "gpus_judged": len(members),
+                            "nodes_hot": len(hot_nodes), "median_rise_c": round(value, 2)}
+        rising, nodes, air, _ = inlet or (0, 0, 0.0, set())
+        if rising >= max(2, c.rack_fraction * nodes):
+            usual = "its level before the rack was flagged" if held else \
+                "its ten-minute average"
+            said.append(f"the inlet air of {rising} of {nodes} nodes is {air:.1f} °C above "
+                        f"{usual}")
+            evidence |= {"nodes_inlet_warm": rising, "nodes_inlet_judged": nodes,
+                         "median_inlet_rise_c": round(air, 2)}
+            value = value or air
+        if not said:
+            return None
+        cluster, name = self._names[code]
+        ts = float(b.ts[np.flatnonzero(codes == code)[-1]])
+        return Finding(
+            "rack_cooling", cluster, name, "", None, ts, value,
+            f"Rack {name}: {'; '.join(said)}", "critical", c.rack_for_s, 0.0, evidence,
+            "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
+            "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
+            "rack")
+
+    def _count_rack(self, b: Batch, codes: np.ndarray, slots: np.ndarray, live: np.ndarray,
+                    gpu_judged: np.ndarray,
+                    inlets: dict[int, tuple[int, int, float, set[str]]]) -> None:
+        """GPU samples of this batch that counted in their rack's judgement: their model
+        did, or their node's inlet air did."""
+        have = (slots >= 0) & b.present
+        s = np.where(have, slots, 0)
+        by_model = have & live[s] & gpu_judged[codes][:, None]
+        by_air = np.fromiter(
+            (f.node in inlets[code][3] if code in inlets and inlets[code][1] >= 2 else False
+             for f, code in zip(b.frames, codes.tolist())), bool, len(b.frames))
+        self._judged["rack_cooling"] += int((by_model | (have & by_air[:, None])).sum())
+
+    def _nodes(self, b: Batch, codes: np.ndarray, slots: np.ndarray, rise: np.ndarray,
+               averaged: np.ndarray) -> list[Finding]:
+        """Node findings: most GPUs of one node above their models (its fans, its air)
+        and above the rest of its rack, whose finding does not hold. Above the rest of the
+        rack is judged on the residuals' averages, the same time scale for every GPU (a
+        rack warming reaches its settled GPUs' residuals first)."""
+        c, t = self.c, self.table
+        have = (slots >= 0) & b.present
         s = np.where(have, slots, 0)
         # A node's few GPUs are a smaller sample than a rack's: only models that have
         # learned NODE_WARMUP times as long, over at least half of the node's GPUs (a
         # model fresh from its warm-up can be degrees off at a power it has not seen).
-        ready = live & (t["learned"][:len(live)] >= NODE_WARMUP * c.warmup_s)
-        judged = (ready[s] & have).sum(axis=1)
-        many = (hot[s] & ready[s] & have).sum(axis=1)
-        found = (judged >= 2) & (2 * judged >= have.sum(axis=1)) & (many >= 2) \
-            & (many >= c.rack_fraction * judged)
+        ready = np.isfinite(rise) & (t["learned"][:len(rise)] >= NODE_WARMUP * c.warmup_s)
+        mine = ready[s] & have
+        judged = mine.sum(axis=1)
+        enough = (judged >= 2) & (2 * judged >= have.sum(axis=1))
+        self._judged["node_cooling"] += int(mine[enough].sum())
+        rack = t["rack"][:len(rise)]
+        node = t["node"][:len(rise)]
         out: dict[tuple[str, str], Finding] = {}
-        for row in np.flatnonzero(found).tolist():  # the last frame of a node counts
+        for row in np.flatnonzero(enough).tolist():  # the last frame of a node counts
             f = b.frames[row]
-            if f.rack in racks:
+            key = (f.cluster, f.node)
+            if int(codes[row]) in self._flagged:  # the rack's cooling explains it
                 continue
-            mine = s[row][have[row] & hot[s[row]] & ready[s[row]]]
-            rise = float(np.median(t["resid"][mine]))
-            out[(f.cluster, f.node)] = Finding(
-                "node_cooling", f.cluster, f.rack, f.node, None, f.ts, rise,
-                f"{f.node}: {int(many[row])} of {int(judged[row])} GPUs run {rise:.0f} °C "
-                "above their usual temperature at their power, together", "critical",
-                c.rack_for_s, 0.0, {"gpus_hot": int(many[row]), "gpus_judged": int(judged[row]),
-                                    "median_rise_c": round(rise, 2)},
+            # Above the rest of its rack (a rack's air warming raises all its nodes).
+            own = s[row][mine[row]]
+            others = np.flatnonzero(np.isfinite(averaged) & (rack == codes[row])
+                                    & (node != node[own[0]]))
+            base = max(0.0, float(np.median(averaged[others]))) if len(others) else 0.0
+            above = (rise[own] > c.rack_margin_c) \
+                & (np.nan_to_num(averaged[own], nan=-np.inf) - base > c.rack_margin_c)
+            many = int(above.sum())
+            if many < 2 or many < c.rack_fraction * len(own):
+                continue
+            value = float(np.median(rise[own[above]]))
+            out[key] = Finding(
+                "node_cooling", f.cluster, f.rack, f.node, None, f.ts, value,
+                f"{f.node}: {many} of {len(own)} GPUs run {value:.0f} °C above their "
+                "usual temperature at their power, together", "critical",
+                c.rack_for_s, 0.0, {"gpus_hot": many, "gpus_judged": len(own),
+                                    "median_rise_c": round(value, 2),
+                                    "rack_median_rise_c": round(base, 2)},
                 "Check the node's fans and airflow (fan faults in the BMC log, blanking "
                 "panels, cables blocking the intake) and its inlet air; drain it if it "
                 "keeps rising", "node")
+        now = float(b.ts[-1])
+        for f in b.frames:
+            key = (f.cluster, f.node)
+            if key in out:
+                self._flagged_nodes.setdefault(key, now)
+            else:
+                self._flagged_nodes.pop(key, None)
         return list(out.values())
 
 
 class Inlets:
-    """Each node's inlet air against its own average over ``INLET_BASE_S``."""
+    """Each node's inlet air against its own average over ``INLET_BASE_S``; the average
+    stands still for a node whose rack's finding holds."""
 
     def __init__(self) -> None:
         # (cluster, node) -> [average, ts, rise, seconds seen, rack code]
@@ -248,8 +422,9 @@ class Inlets:
         for key in [k for k in self.state if k[1] in gone]:
             del self.state[key]
 
-    def update(self, frames: Sequence[Frame], codes: Sequence[int]) -> None:
-        for f, code in zip(frames, codes):
+    def update(self, frames: Sequence[Frame], codes: Sequence[int],
+               frozen: Sequence[bool]) -> None:
+        for f, code, still in zip(frames, codes, frozen):
             v = f.host.metrics.get("host_inlet_temp_c")
             if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
                 continue
@@ -258,25 +433,30 @@ class Inlets:
             dt = math.inf if s is None else f.ts - s[1]
             if dt <= 0:
                 continue  # a repeated or older frame
-            if dt > STALE_S:  # first reading, or back after a gap: a new average
+            if s is None or dt > STALE_S and not still:
+                # First reading, or back after a gap: a new average (a flagged rack's
+                # nodes keep theirs, or a gap would learn the rise).
                 self.state[key] = [v, f.ts, 0.0, 0.0, code]
                 continue
-            assert s is not None
             s[2] = v - s[0]
-            s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
+            if not still:
+                s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
             s[1], s[4] = f.ts, code
             s[3] += min(dt, MAX_STEP_S)
 
-    def judge(self, now: float, rise_c: float, warmup_s: float
-              ) -> dict[int, tuple[int, int, float]]:
-        """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, nodes
-        judged, the median rise of the warm ones)."""
-        by_rack: dict[int, list[float]] = {}
-        for s in self.state.values():
+    def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray
+              ) -> dict[int, tuple[int, int, float, set[str]]]:
+        """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, or
+        ``CLEAR`` of it where the rack is flagged; nodes judged; the median rise of the
+        warm ones; the names of the nodes judged)."""
+        by_rack: dict[int, list[tuple[str, float]]] = {}
+        for (_, node), s in self.state.items():
             if now - s[1] <= STALE_S and s[3] >= warmup_s:
-                by_rack.setdefault(int(s[4]), []).append(s[2])
-        out: dict[int, tuple[int, int, float]] = {}
+                by_rack.setdefault(int(s[4]), []).append((node, s[2]))
+        out: dict[int, tuple[int, int, float, set[str]]] = {}
         for code, rises in by_rack.items():
-            warm = [r for r in rises if r >= rise_c]
-            out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0)
+            line = rise_c * (CLEAR if code < len(flagged) and flagged[code] else 1.0)
+            warm = [r for _, r in rises if r >= line]
+            out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
+                         {n for n, _ in rises})
         return out

@@ -10,8 +10,10 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   latched XID, a silent node) is muted by a silence added after its last
   change, and heard again once the silence ends.
 * Inhibition: a firing node-down or silent-node alert mutes the GPU alerts of
-  its node; a firing rack-level alert (rack cooling) mutes the GPU alerts of
-  its rack. The one cause is paged, not its sixteen symptoms.
+  its node, as a firing node-cooling alert does; a firing rack-level alert
+  (rack cooling) mutes the GPU alerts of its rack and the node alerts of its
+  rack that it explains (node cooling; never a silent node). The one cause is
+  paged, not its sixteen symptoms.
 * An acknowledged alert is not notified again until it resolves.
 """
 
@@ -34,6 +36,9 @@ NODE_DOWN_RULES = frozenset({"node_silent", "node_down"})
 # A node alert about the whole node's cooling covers its GPUs' temperature alerts, as a
 # rack's covers the rack's.
 NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
+# Node-scope rules that a firing rack alert of the node's rack explains: a rack cooler
+# failing warms its nodes' GPUs above their models; it does not silence a node.
+RACK_EXPLAINS_RULES = frozenset({"node_cooling"})
 
 
 def labels(alert: Alert) -> dict[str, str]:
@@ -80,9 +85,15 @@ def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = No
 
 
 def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
-    """The id of a firing node-down, node-cooling or rack alert that covers this GPU
-    alert, else ""."""
-    if scope_of(alert) != "gpu":
+    """The id of a firing alert that covers this one, else "": for a GPU alert, a
+    node-down, node-cooling or rack alert; for a node alert of ``RACK_EXPLAINS_RULES``,
+    a rack alert."""
+    own = scope_of(alert)
+    if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
+        return next((a.id for a in open_alerts if a.state == "firing"
+                     and a.cluster == alert.cluster and a.rack == alert.rack
+                     and scope_of(a) == "rack"), "")
+    if own != "gpu":
         return ""
     for a in open_alerts:
         if a.state != "firing" or a.cluster != alert.cluster:

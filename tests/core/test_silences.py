@@ -119,3 +119,37 @@ def test_an_alert_inhibited_while_it_fired_is_notified_when_the_inhibition_ends(
     del sink.sent[:]
     notifier.send([xid])  # its own next change: already notified, not again
     assert sink.sent == []
+
+
+def test_a_rack_alert_inhibits_the_node_cooling_of_its_rack_not_a_silent_node() -> None:
+    """One rack cooler failing is one page: its nodes' node_cooling is what it explains. A
+    silent node is not (the rack's air does not stop a node's agent), nor another rack's."""
+    rack = alert("rack_cooling", node="", device="rack:r1")
+    cooling = alert("node_cooling", node="n3", device="host")
+    assert mute(cooling, [rack], [], {}) == f"inhibited:{rack.id}"
+    assert mute(alert("node_cooling", node="n3", device="host", rack="r2"), [rack], [], {}) == ""
+    assert mute(alert("node_silent", node="n3", device="host"), [rack], [], {}) == ""
+    pending = dataclasses.replace(rack, state="pending")
+    assert mute(cooling, [pending], [], {}) == ""
+    other = dataclasses.replace(rack, cluster="c2")
+    assert mute(cooling, [other], [], {}) == ""
+    # A node_cooling alert muted by its rack still covers its own GPUs' alerts.
+    assert mute(alert(node="n3"), [rack, cooling], [], {}) != ""
+
+
+def test_node_cooling_inhibited_by_its_rack_is_paged_when_the_rack_alert_resolves() -> None:
+    from fleetwatch.pipeline.sinks import Notifier
+
+    sink = Recording()
+    notifier = Notifier([sink], background=False)
+    rack = alert("rack_cooling", node="", device="rack:r1", ts=1000.0)
+    cooling = alert("node_cooling", node="n3", device="host", ts=1010.0)
+    notifier.send([rack])
+    notifier.send([cooling])
+    assert [(n.alert.rule, n.muted_by, n.notify) for n in sink.sent] == [
+        ("rack_cooling", "", True), ("node_cooling", f"inhibited:{rack.id}", False)]
+    del sink.sent[:]
+    notifier.send([dataclasses.replace(rack, state="resolved", updated_ts=1300.0,
+                                       resolved_ts=1300.0)])
+    assert [(n.alert.rule, n.alert.state, n.notify) for n in sink.sent] == [
+        ("rack_cooling", "resolved", True), ("node_cooling", "firing", True)]

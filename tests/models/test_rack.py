@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import HostReading
 from fleetwatch.models.rack import RackCooling
@@ -154,3 +156,43 @@ def test_a_short_busy_phase_ending_is_not_a_cooling_finding() -> None:
         found += [(f.rule, f.node, f.ts) for f in d.update(frames)]
         t += dt
     assert found == []
+
+
+def test_an_inlet_step_that_persists_stays_found_until_the_air_comes_back() -> None:
+    """The inlet's usual level is not learned from the rise it is judging: a rack whose air
+    stays 15 °C up for an hour is found for the whole hour, and clears once it is back."""
+    d = RackCooling()
+    normal = {n: 22.0 + 0.1 * i for i, n in enumerate(NODES)}
+    t = 0.0
+    for _ in range(240):
+        assert d.update(inlet_frames(t, normal)) == []
+        t += 5.0
+    for _ in range(720):  # an hour 15 °C up
+        found = d.update(inlet_frames(t, {n: v + 15.0 for n, v in normal.items()}))
+        assert [f.rule for f in found] == ["rack_cooling"], t
+        t += 5.0
+    assert found[0].evidence["median_inlet_rise_c"] == pytest.approx(15.0, abs=0.2)
+    cleared = []
+    for _ in range(240):  # the cooler is back
+        cleared.append(d.update(inlet_frames(t, normal)))
+        t += 5.0
+    assert cleared[0] == [] and all(f == [] for f in cleared)
+    # ... and the average is learning again: a slow drift of the room is no finding.
+    for k in range(1, 361):
+        assert d.update(inlet_frames(t, {n: v + 3.0 * k / 360 for n, v in normal.items()})) == []
+        t += 5.0
+
+
+def test_a_node_is_not_found_while_its_racks_finding_holds() -> None:
+    """The whole rack runs hot; one node more than the others, and the others' GPUs less
+    than the margin for a while. The rack's cooling explains it: one rack finding, no
+    node finding. A node clearly hotter than its rack once the rack is back is its own."""
+    d = RackCooling()
+    run(d, 1800, 0, inlet_rise={})
+    found = run(d, 120, 1800, inlet_rise={n: 8.0 for n in NODES})
+    assert {f.rule for f in found} == {"rack_cooling"}
+    found = run(d, 300, 1920, inlet_rise={"n1": 10.0, "n2": 3.0, "n3": 3.0, "n4": 3.0})
+    assert {(f.rule, f.node) for f in found} == {("rack_cooling", "")}
+    # A rack whose other nodes are back to normal: n1 alone is hot, its own cooling.
+    found = run(d, 300, 2220, inlet_rise={"n1": 10.0})
+    assert {(f.rule, f.node) for f in found[-4:]} == {("node_cooling", "n1")}
