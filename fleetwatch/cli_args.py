@@ -49,12 +49,24 @@ def _duration(text: str) -> float:
         f"{text!r} has no unit: write {text}s for seconds, or e.g. 30m, 2h, 1d")
 
 
+class Typed(float):
+    """A flag's number that keeps the text typed, so that a message can echo it
+    (``alerts --since 48h`` answered "in the last 172800 s")."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> Typed:
+        self = super().__new__(cls, value)
+        self.text = text
+        return self
+
+
 def _span(text: str) -> float:
     """A look-back: a duration above 0 and at most ten years."""
     seconds = _duration(text)
     if not 0 < seconds <= 3650 * 86400:
         raise argparse.ArgumentTypeError(f"{text!r} must be above 0 and at most 3650d")
-    return seconds
+    return Typed(seconds, text.strip())
 
 
 def _positive_int(text: str) -> int:
@@ -78,6 +90,16 @@ def _bounded(lo: float, hi: float, integer: bool = False):  # -> an argparse typ
         if not lo <= value <= hi:  # also refuses NaN
             raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g} and {hi:g}")
         return value
+    return parse
+
+
+def _duration_within(lo: float, hi: float):  # -> an argparse type
+    """A duration with its unit within [lo, hi] seconds, as every duration flag takes."""
+    def parse(text: str) -> float:
+        seconds = _duration(text)
+        if not lo <= seconds <= hi:
+            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g}s and {hi:g}s")
+        return seconds
     return parse
 
 
@@ -226,6 +248,14 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
     rp.add_argument("--store", metavar="PATH",
                     help="also keep the alerts in this embedded store (default: keep nothing)")
+    rp.add_argument("--gpu-model", metavar="NAME", default="",
+                    help="the GPUs' product name as nvidia-smi prints it, e.g. 'NVIDIA H100 "
+                    "80GB HBM3', where the data has no model column: its slowdown and shutdown "
+                    "temperatures stand in where the data has no NVML thresholds (default: "
+                    "detectors.fallback_slowdown_c and fallback_shutdown_c, said in the summary)")
+    rp.add_argument("--models", action="store_true",
+                    help="also run the learned detectors (thermal health, fleet anomaly, lemon "
+                    "nodes) with the newest model file in models.dir, as process does")
     one = rp.add_argument_group("one-series files (timestamp,value)")
     one.add_argument("--metric", metavar="NAME",
                      help="what the value column measures, in that metric's unit: a catalogue "
@@ -249,9 +279,9 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
                     help="faults of each kind (default 10)")
     ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
-    ev.add_argument("--interval", type=_bounded(1, 300), default=15.0, metavar="SECONDS",
-                    help="seconds between a node's samples (default 15; the agent's own "
-                         "default is 5: a shorter interval takes longer to run)")
+    ev.add_argument("--interval", type=_duration_within(1, 300), default=15.0, metavar="DUR",
+                    help="time between a node's samples, 1s to 300s (default 15s; the agent's "
+                         "own default is 5s: a shorter interval takes longer to run)")
     ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0,
                     help="random seed, 0 to 2^63-1: the same seed, the same fleet, faults and "
                          "scores (default 0)")

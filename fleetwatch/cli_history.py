@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fleetwatch.config import Config, ConfigError
+from fleetwatch.config import Config
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE = 0, 1, 2
 
@@ -45,23 +45,42 @@ def _missing_store(config: Config) -> str | None:
             f"name the store with --store PATH (store.path){hint}")
 
 
+TRAIN_MIN_S, TRAIN_MAX_S = 3600.0, 400 * 86400.0
+
+
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.simulate import span_text
     from fleetwatch.train import train
     from fleetwatch.wiring import open_store
 
-    duration = args.duration or (args.days if args.days is not None else 7.0) * 86400
-    if not 3600 <= duration <= 400 * 86400:
-        raise ConfigError(f"training span of {duration:g} s: choose between 1 hour and 400 days")
+    if args.duration is not None:
+        duration, typed = args.duration, f"--duration {span_text(args.duration)}"
+    else:
+        days = args.days if args.days is not None else 7.0
+        duration, typed = days * 86400, f"--days {days:g}"
+    if not TRAIN_MIN_S <= duration <= TRAIN_MAX_S:
+        print(f"fleetwatch train: {typed}: train on 1 h to 400 d of history, e.g. "
+              "--duration 36h or --days 7", file=sys.stderr)
+        return EXIT_USAGE
     end = args.end if args.end is not None else time.time()
     out = args.out or config.models.dir
-    store = open_store(config.store, read_only=config.store.kind == "sqlite")
-    print(f"training on {duration / 86400:g} days of {config.store.kind} store history "
-          f"ending {time.strftime('%Y-%m-%d %H:%M', time.localtime(end))}", file=sys.stderr)
+    missing = _missing_store(config)
+    if missing:
+        print(f"fleetwatch train: {missing}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        store = open_store(config.store, read_only=config.store.kind == "sqlite")
+    except StoreError as exc:
+        print(f"fleetwatch train: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"training on {span_text(duration)} of {config.store.kind} store history ending "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime(end))} UTC", file=sys.stderr)
     try:
         path, meta = train(store, end - duration, end, out,
                            lemon_half_life_d=config.models.lemon_half_life_d,
                            progress=lambda text: print(f"  {text}", file=sys.stderr))
-    except ValueError as exc:
+    except (ValueError, StoreError) as exc:
         print(f"fleetwatch train: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
@@ -70,7 +89,35 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
           f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
           f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
           f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
+    unfitted = _phases_without_model(meta)
+    if unfitted:
+        from fleetwatch.models.anomaly import MIN_WINDOWS
+
+        print(f"fleetwatch train: warning: the anomaly model has no model of {unfitted}: the "
+              f"history held too few ten-minute windows of that work (fewer than {MIN_WINDOWS} "
+              "a phase), so GPUs doing it are not scored; train on a longer span (e.g. --days "
+              "7)", file=sys.stderr)
     return EXIT_OK
+
+
+def _phases_without_model(meta: dict[str, Any]) -> str:
+    """The phases of work the anomaly model has no model of, with their SM activity
+    (``idle work (SM activity under 5%), light work (5%-30%)``), or ""."""
+    from fleetwatch.models.anomaly import PHASE_NAMES, PHASES
+
+    fitted = {int(k) for k in meta.get("anomaly_phases", {})}
+    missing = meta.get("anomaly_phases_missing",
+                       [n for i, n in enumerate(PHASE_NAMES) if i not in fitted])
+    edges = [0.0, *PHASES, 1.0]
+    named = []
+    for i, name in enumerate(PHASE_NAMES):
+        if name not in missing:
+            continue
+        lo, hi = edges[i], edges[i + 1]
+        span = (f"under {hi:.0%}" if i == 0 else f"{lo:.0%} and over" if i == len(PHASES)
+                else f"{lo:.0%}-{hi:.0%}")
+        named.append(f"{name} work (SM activity {span})")
+    return ", ".join(named)
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
@@ -94,8 +141,16 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     """
     from fleetwatch.replay import ReplayError, Series, replay
     from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
-    from fleetwatch.wiring import detectors, open_store
+    from fleetwatch.wiring import detectors, learned_detectors, open_store
 
+    chosen = detectors(config.detectors)
+    if args.models:
+        if not config.models.enabled:
+            print("fleetwatch replay: --models, but models.enabled is false in the "
+                  "configuration: set it to true (or FLEETWATCH_MODELS_ENABLED=true), or "
+                  "leave --models out", file=sys.stderr)
+            return EXIT_USAGE
+        chosen += learned_detectors(config.models)
     lock = None
     if args.store and config.store.kind == "sqlite":
         try:
@@ -107,10 +162,11 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     try:
         store = open_store(config.store) if args.store else None
         try:
-            summary = replay(args.files, detectors(config.detectors), sys.stdout, args.speed,
+            summary = replay(args.files, chosen, sys.stdout, args.speed,
                              args.skip_bad, store, args.cluster, args.rack,
                              keep_firing_s=config.alerts.keep_firing_s,
-                             series=Series(args.metric, args.node, args.gpu))
+                             series=Series(args.metric, args.node, args.gpu),
+                             gpu_model=args.gpu_model)
         except ReplayError as exc:
             print(f"fleetwatch replay: {exc}", file=sys.stderr)
             return EXIT_ERROR
@@ -256,7 +312,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         return EXIT_OK
     scope = f" of {args.node}" if args.node else ""
     if not alerts:
-        recent = f" and none resolved in the last {args.since:g} s" if args.since else ""
+        since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
+        recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
     print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")

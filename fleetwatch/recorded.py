@@ -3,7 +3,7 @@ reader is ``recorded_acme``) and one series.
 
 Long CSV (one sample per row; a header line is required)::
 
-    timestamp,node,gpu,metric,value[,cluster][,rack]
+    timestamp,node,gpu,metric,value[,cluster][,rack][,job][,model]
     2023-07-01T08:00:00+08:00,10.140.1.10,3,gpu_temp_c,71
     1688169600,10.140.1.10,,host_cpu_util_pct,12.5
     1688169615,10.140.1.10,3,xid,79
@@ -11,23 +11,39 @@ Long CSV (one sample per row; a header line is required)::
 * ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC);
 * ``gpu``: the GPU index, empty for a host metric;
 * ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
-  metric table) in the catalogue's unit, or ``xid`` (``value`` is the XID code, a
-  whole number 1..65535 as in ``xids.csv``: an event on that GPU at that time);
+  metric table) in the catalogue's unit, a DCGM field name (``DCGM_FI_DEV_GPU_TEMP``)
+  in DCGM's unit, as the other layouts take it, or ``xid`` (``value`` is the XID code,
+  a whole number 1..65535 as in ``xids.csv``: an event on that GPU at that time);
 * ``value``: empty is no sample (the metric is absent, never 0), as in the other
   layouts: the row has nothing to say and is passed over, counted in the summary;
+* ``job``: the job that holds the GPU at that time (empty: none), which the job
+  rules (stuck, straggler) compare GPUs within; ``model``: the GPU's product name
+  as NVML gives it (``NVIDIA H100 80GB HBM3``), whose thermal limits
+  (``fleetwatch.parts``) stand in where the data has no NVML thresholds;
 * the header's names in any case (``Timestamp,Node,GPU,Metric,Value``);
 * rows may come in any order; a sample given twice (same time, node, GPU and
-  metric) keeps the last one.
+  metric) keeps the last one; the summary counts such repeats, and those with
+  another value (two sources of one series, or a clock or time-zone fault).
+
+Every layout, once read: where the series of one node carry their own times a
+fraction of its interval apart (DCGM field timestamps, a scrape per series), its
+samples are gathered into ticks of that interval, as the agent's frame gathers a
+node's GPUs (see ``_to_ticks``); and a GPU whose samples stop for several of its
+intervals while other GPUs of its node go on is read as lost, as the agent reports
+a GPU that fell off the bus (see ``_mark_lost``). Both are said in the summary.
 
 AcmeTrace (InternLM/AcmeTrace, the Acme clusters of the NSDI '24 study): one CSV
 per metric, named after it (``GPU_TEMP.csv``, ``DCGM_FI_DEV_GPU_TEMP.csv``,
 split files ``GPU_TEMP-2023-07.csv``; cluster metrics ``NODE_CPU_UTILIZATION.csv``),
 a ``Time`` column (epoch seconds as collected, or the date-time text its
 notebook writes, e.g. ``2023-07-01 08:00:00+08:00``) and one column per node
-(the server's IP, e.g. ``10.140.1.10``) or per GPU (``IP-N``, ``IP_N``, ``IP:N``
-or ``IP/gpuN``). Values are in DCGM's units (FB_USED in MiB, ratios 0..1, or 0..100
-after the AcmeTrace notebook's scaling, detected per file) and converted with the
-catalogue's DCGM scale. ``XID_ERRORS`` holds the last XID seen (0: none yet; a
+(the server's IP, e.g. ``10.140.1.10``, or its name) or per GPU (``IP-N`` or ``IP_N``
+after an IP address; ``NAME:N``, ``NAME/gpuN`` or ``NAME-gpuN`` after any name: a
+hostname's own number, as in ``gpu-node-01``, is no GPU index). Values are in DCGM's
+units (FB_USED in MiB; ratios 0..1 as collected, with epoch times, or in percent as
+the AcmeTrace notebook writes them, with date-time times, or wherever a value is
+above 1; the summary says which scale was read) and converted with the catalogue's
+DCGM scale. ``XID_ERRORS`` holds the last XID seen (0: none yet; a
 whole number 0..65535, else a bad cell): a change to a non-zero code is read as
 that XID event. Per-node columns of a GPU metric are read as GPU 0 of that node
 (said in the summary).
@@ -51,6 +67,8 @@ from __future__ import annotations
 import csv
 import functools
 import math
+import statistics
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -64,6 +82,10 @@ LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
 SERIES_TIME = ("timestamp", "time", "ts", "date", "datetime")
 XID = "xid"
 XID_MAX = 65535  # the driver's codes, as fleetwatch/xids.csv is checked: 1..65535
+# A GPU absent from its node's frames for more than this many of its own intervals, while
+# other GPUs of the node go on, is read as lost. One or two missing samples are a
+# scrape's hiccup; the agent reports a GPU that fell off the bus at its next read.
+LOST_AFTER_INTERVALS = 3
 
 
 class ReplayError(ValueError):
@@ -89,12 +111,20 @@ class Reading:
     xids: dict[tuple[float, str, int], list[int]] = field(
         default_factory=lambda: defaultdict(list))
     places: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (cluster, rack)
+    jobs: dict[tuple[float, str, int], str] = field(default_factory=dict)  # (ts, node, gpu)
+    models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> name
+    # (ts, node) -> the GPUs of that frame read as lost (see _mark_lost)
+    lost: dict[tuple[float, str], set[int]] = field(default_factory=lambda: defaultdict(set))
     bad_rows: int = 0
     bad_examples: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     # The files carry XIDs (an xid row, or an XID_ERRORS file even if all 0): only then can
     # the XID rules say a GPU had none.
     xid_channel: bool = False
+    repeats: int = 0          # samples given again (same time, node, GPU and metric)
+    conflicts: int = 0        # ... with another value
+    conflict_example: str = ""
+    naive_times: int = 0      # distinct times written without a zone (read as UTC)
 
     def bad(self, where: str, why: str, skip: bool) -> None:
         if not skip:
@@ -104,9 +134,32 @@ class Reading:
         if len(self.bad_examples) < 5:
             self.bad_examples.append(f"{where}: {why}")
 
+    def put(self, ts: float, node: str, gpu: int | None, metric: str, value: float) -> None:
+        """One sample; one given again keeps the last, counted (and if its value differs)."""
+        metrics = self.samples[(ts, node)][gpu]
+        old = metrics.get(metric)
+        if old is not None:
+            self.repeats += 1
+            if old != value:
+                self.conflicts += 1
+                if not self.conflict_example:
+                    where = node if gpu is None else f"{node} GPU {gpu}"
+                    self.conflict_example = (f"{where} {metric} at {utc(ts)}: {old:g}, "
+                                             f"then {value:g}")
+        metrics[metric] = value
+
+
+def utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
 
 def parse_time(text: str) -> float:
     """Epoch seconds, or ISO 8601 (no zone: UTC)."""
+    return _parse_time(text)[0]
+
+
+def _parse_time(text: str) -> tuple[float, bool]:
+    """The time, and whether it was written without a zone (ISO 8601 read as UTC)."""
     text = text.strip()
     try:
         value = float(text)
@@ -116,11 +169,11 @@ def parse_time(text: str) -> float:
         except ValueError:
             raise ValueError(f"time {text!r} is neither epoch seconds nor ISO 8601") from None
         if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
+            return dt.replace(tzinfo=timezone.utc).timestamp(), True
+        return dt.timestamp(), False
     if not math.isfinite(value) or not 0 <= value < 1e11:
         raise ValueError(f"time {text!r} is not a plausible epoch time in seconds")
-    return value
+    return value, False
 
 
 def _value(text: str, metric: str, factor: float = 1.0) -> float:
@@ -203,6 +256,9 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
         raise ReplayError("--metric, --node and --gpu are for one-series files (timestamp,value), "
                           "and none of the files is one: the long CSV and AcmeTrace layouts "
                           "name their own metrics and nodes")
+    _note_repeats(out)
+    _to_ticks(out)
+    _mark_lost(out)
     return out
 
 
@@ -255,13 +311,14 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
             empty += 1
             continue  # no sample: the metric is absent, never 0
         try:
-            ts = parse_time(row[0])
+            ts, naive = _parse_time(row[0])
             value = _value(row[1], metric, factor)
         except ValueError as exc:
             out.bad(where, str(exc), skip)
             continue
+        out.naive_times += naive and ts not in times
         times.add(ts)
-        out.samples[(ts, node)][gpu][metric] = value
+        out.put(ts, node, gpu, metric, value)
     where_to = node if gpu is None else f"{node} GPU {gpu}"
     out.notes.append(f"{p.name}: one series of {metric} ({len(times):,} samples), read as "
                      f"{where_to}")
@@ -281,8 +338,9 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
     for i, name in enumerate(header):
         col.setdefault(name.lower(), i)
     i_ts, i_node, i_gpu, i_metric, i_value = (col[c] for c in LONG_COLUMNS)
-    known = catalogue()
+    i_job, i_model = col.get("job"), col.get("model")
     times: dict[str, float] = {}  # a timestamp's text repeats on every row of its tick
+    names: dict[str, tuple[str, float]] = {}  # the metric column's text -> (ours, factor)
     width = len(header)
     empty = 0
     for n, row in enumerate(rows, 2):
@@ -295,18 +353,18 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
             if "".join(row).strip():
                 empty += 1
             continue
-        metric, node = row[i_metric].strip(), row[i_node].strip()
+        node = row[i_node].strip()
         try:
             ts = times.get(row[i_ts])
             if ts is None:
-                ts = times[row[i_ts]] = parse_time(row[i_ts])
+                ts, naive = _parse_time(row[i_ts])
+                times[row[i_ts]] = ts
+                out.naive_times += naive
             if not node:
                 raise ValueError("empty node")
-            if metric != XID and metric not in known:
-                raise ValueError(f"unknown metric {metric!r} (use the catalogue's names, "
-                                 "e.g. gpu_temp_c, or xid)")
+            metric, factor = names.get(row[i_metric]) or _long_metric(row[i_metric], names)
             gpu = _gpu_index(row[i_gpu])
-            scope = "host" if metric == XID else known[metric].scope
+            scope = "host" if metric == XID else catalogue()[metric].scope
             if (gpu is None) != (scope == "host") and metric != XID:
                 raise ValueError(f"{metric} is a {scope} metric: the gpu column must be "
                                  f"{'empty' if scope == 'host' else 'a GPU index'}")
@@ -318,19 +376,42 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
                 except ValueError as exc:
                     raise ValueError(f"column value: {exc}") from None
             else:
-                value = _value(row[i_value], metric)
+                value = _value(row[i_value], metric, factor)
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue
         if node not in out.places:
             out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
                                 row[col["rack"]].strip() if "rack" in col else rack)
+        if gpu is not None:
+            job = row[i_job].strip() if i_job is not None else ""
+            if job:
+                out.jobs[(ts, node, gpu)] = job
+            model = row[i_model].strip() if i_model is not None else ""
+            if model:
+                out.models[(node, gpu)] = model
         if metric == XID:
             out.xid_channel = True
             out.xids[(ts, node, gpu)].append(code)  # type: ignore[index]
         else:
-            out.samples[(ts, node)][gpu][metric] = value
+            out.put(ts, node, gpu, metric, value)
     _note_empty(out, p, empty)
+    dcgm = sorted(f"{text.strip()} as {ours}" for text, (ours, _) in names.items()
+                  if text.strip() != ours)
+    if dcgm:
+        out.notes.append(f"{p.name}: DCGM field names read in DCGM's units: {', '.join(dcgm)}")
+
+
+def _long_metric(text: str, names: dict[str, tuple[str, float]]) -> tuple[str, float]:
+    """The long layout's metric cell: ``xid``, a catalogue name (our unit) or a DCGM field
+    name (DCGM's unit, and the factor to ours), as the other layouts take it."""
+    name = text.strip()
+    found = (XID, 1.0) if name == XID else _series_metric(name)
+    if found is None:
+        raise ValueError(f"unknown metric {name!r} (use the catalogue's names, e.g. "
+                         "gpu_temp_c, a DCGM field name, e.g. DCGM_FI_DEV_GPU_TEMP, or xid)")
+    names[text] = found
+    return found
 
 
 def _gpu_index(text: str) -> int | None:
@@ -348,8 +429,146 @@ def _gpu_index(text: str) -> int | None:
     return gpu
 
 
+def _note_repeats(out: Reading) -> None:
+    if not out.repeats:
+        return
+    note = (f"{out.repeats:,} repeated sample{'s' if out.repeats != 1 else ''} (the same time, "
+            f"node, GPU and metric; the last kept), {out.conflicts:,} with another value")
+    if out.conflicts:
+        note += (f", e.g. {out.conflict_example}: two sources of one series, or a clock or "
+                 "time-zone fault")
+        if out.naive_times:
+            note += (f"; {out.naive_times:,} times have no zone and were read as UTC: local "
+                     "times repeat an hour where daylight saving time ends; give times in "
+                     "UTC or with their offset")
+    out.notes.append(note)
+
+
+def _median_step(times: list[float]) -> float | None:
+    """The median spacing of sorted times (None under two, or where it is 0)."""
+    if len(times) < 2:
+        return None
+    step = statistics.median(b - a for a, b in zip(times, times[1:]))
+    return step if step > 0 else None
+
+
+def _to_ticks(out: Reading) -> None:
+    """Gather each node's samples into ticks of its interval.
+
+    A node's series may carry their own times (DCGM field timestamps, a scrape or an
+    export per series), a fraction of a second apart: read as they are, each time made
+    a frame of its own with one GPU or one metric, and every rule that compares GPUs of
+    a node, or needs two metrics of one GPU, judged nothing. The interval is the
+    shortest of the node's series' median spacings; a time joins the tick begun by an
+    earlier one under half an interval before it, unless a series of it already has a
+    sample in that tick (a sample is never dropped or merged with its own series). The
+    tick takes its first time. Exactly aligned data has one time a tick, and is kept.
+    """
+    stamps: dict[str, dict[float, set[tuple[int | None, str]]]] = defaultdict(dict)
+    for (ts, node), per_gpu in out.samples.items():
+        keys = stamps[node].setdefault(ts, set())
+        for gpu, metrics in per_gpu.items():
+            keys.update((gpu, m) for m in metrics)
+    for ts, node, gpu in out.xids:
+        stamps[node].setdefault(ts, set()).add((gpu, XID))
+    moved: dict[tuple[float, str], float] = {}
+    steps: set[float] = set()
+    before = after = 0
+    for node, at in stamps.items():
+        ordered = sorted(at.items())
+        series: dict[tuple[int | None, str], list[float]] = defaultdict(list)
+        for ts, keys in ordered:
+            for key in keys:
+                series[key].append(ts)
+        found = [s for s in map(_median_step, series.values()) if s is not None]
+        if not found:
+            continue
+        step = min(found)
+        start, held = -math.inf, set[tuple[int | None, str]]()
+        ticks = 0
+        for ts, keys in ordered:
+            if ts - start < step / 2 and held.isdisjoint(keys):
+                held |= keys
+                moved[(ts, node)] = start
+            else:
+                start, held = ts, set(keys)
+                ticks += 1
+        if ticks < len(ordered):
+            steps.add(step)
+            before, after = before + len(ordered), after + ticks
+    if not moved:
+        return
+    for (ts, node), tick in moved.items():
+        for gpu, metrics in out.samples.pop((ts, node), {}).items():
+            out.samples[(tick, node)][gpu].update(metrics)
+    for (ts, node, gpu) in [k for k in out.xids if (k[0], k[1]) in moved]:
+        out.xids[(moved[(ts, node)], node, gpu)].extend(out.xids.pop((ts, node, gpu)))
+    for (ts, node, gpu) in [k for k in out.jobs if (k[0], k[1]) in moved]:
+        out.jobs[(moved[(ts, node)], node, gpu)] = out.jobs.pop((ts, node, gpu))
+    spread = max(ts - tick for (ts, _), tick in moved.items())
+    every = (f"{min(steps):g} s" if len(steps) == 1
+             else f"{min(steps):g} to {max(steps):g} s")
+    out.notes.append(f"the series of a node carry their own times, up to {spread:.3g} s "
+                     f"apart within one interval ({every}, the median spacing of its "
+                     f"series): {before:,} times read as {after:,} ticks, each at its first "
+                     "time, so that a node's GPUs and metrics meet in one frame")
+
+
+def _mark_lost(out: Reading) -> None:
+    """A GPU absent from its node's frames for over ``LOST_AFTER_INTERVALS`` of its own
+    intervals while other GPUs of the node go on is lost in those frames, until it is back.
+
+    That is how a GPU that fell off the bus (XID 79) looks in a recording: its series
+    stop, its node's go on. The agent reports such a GPU as state "lost", which the
+    gpu_lost rule judges; a recording has no GPU state, so it is read from the gaps. A
+    node whose GPUs all stop, or whose recording ends, has no GPU going on: not lost.
+    """
+    present: dict[str, dict[float, set[int]]] = defaultdict(dict)
+    for (ts, node), per_gpu in out.samples.items():
+        gpus = {g for g, metrics in per_gpu.items() if g is not None and metrics}
+        if gpus:
+            present[node].setdefault(ts, set()).update(gpus)
+    for ts, node, gpu in out.xids:
+        present[node].setdefault(ts, set()).add(gpu)
+    episodes: list[str] = []
+    for node, at in sorted(present.items()):
+        times = sorted(at)
+        seen: dict[int, list[float]] = defaultdict(list)
+        for ts in times:
+            for gpu in at[ts]:
+                seen[gpu].append(ts)
+        own = {gpu: _median_step(ts) for gpu, ts in seen.items()}
+        node_step = min((s for s in own.values() if s is not None), default=None)
+        last: dict[int, float] = {}
+        since: dict[int, float] = {}   # GPU -> when it was first read as lost, this time
+        for ts in times:
+            here = at[ts]
+            for gpu, seen_ts in last.items():
+                step = own[gpu] or node_step
+                if gpu not in here and step and ts - seen_ts > LOST_AFTER_INTERVALS * step:
+                    out.lost[(ts, node)].add(gpu)
+                    since.setdefault(gpu, ts)
+            for gpu in here:
+                if gpu in since:
+                    episodes.append(f"{node} GPU {gpu} from {utc(since.pop(gpu))} until it "
+                                    f"came back at {utc(ts)}")
+                last[gpu] = ts
+        episodes += [f"{node} GPU {gpu} from {utc(t)} to the end (last sample "
+                     f"{utc(last[gpu])})" for gpu, t in sorted(since.items())]
+    if episodes:
+        shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
+                                           if len(episodes) > 5 else "")
+        out.notes.append(
+            f"GPUs read as lost (their samples stopped for over {LOST_AFTER_INTERVALS} of "
+            f"their intervals while other GPUs of their node went on, as a GPU that fell "
+            f"off the bus does): {shown}")
+
+
 def frames(reading: Reading, model: str = "") -> list[list[Frame]]:
-    """Frames in time order, one batch per timestamp (as a live processor sees a tick)."""
+    """Frames in time order, one batch per timestamp (as a live processor sees a tick).
+
+    ``model``: the GPUs' product name where the data gives none (its ``model`` column).
+    """
     xids: dict[tuple[float, str], dict[int, tuple[int, ...]]] = defaultdict(dict)
     for (ts, node, gpu), codes in reading.xids.items():
         xids[(ts, node)][gpu] = tuple(codes)
@@ -357,9 +576,13 @@ def frames(reading: Reading, model: str = "") -> list[list[Frame]]:
     for ts, node in sorted(set(reading.samples) | set(xids)):
         per_gpu = reading.samples.get((ts, node), {})
         events = xids.get((ts, node), {})
-        indices = sorted({g for g in per_gpu if g is not None} | set(events))
-        gpus = tuple([GpuReading(i, f"{node}/gpu{i}", model, dict(per_gpu.get(i, {})),
-                                 xids=events.get(i, ())) for i in indices])
+        lost = reading.lost.get((ts, node), set())
+        indices = sorted({g for g in per_gpu if g is not None} | set(events) | lost)
+        gpus = tuple([GpuReading(i, f"{node}/gpu{i}", reading.models.get((node, i), model),
+                                 dict(per_gpu.get(i, {})),
+                                 job=None if i in lost else reading.jobs.get((ts, node, i)),
+                                 state="lost" if i in lost else "ok", xids=events.get(i, ()))
+                      for i in indices])
         cluster, rack = reading.places.get(node, ("replay", "unknown"))
         by_ts[ts].append(Frame(cluster, rack, node, ts, gpus,
                                HostReading(dict(per_gpu.get(None, {})))))

@@ -14,7 +14,13 @@ from fleetwatch.recorded import XID, Reading, _value, parse_time, xid_code
 
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
-_GPU_COLUMN = re.compile(r"^(?P<node>.+?)(?:[-_:]|/(?:gpu)?)(?:gpu)?(?P<gpu>\d{1,2})$")
+# A GPU's column: IP-N or IP_N (AcmeTrace's servers are named by their IP), or any node
+# name with a separator no hostname has (NAME:N, NAME/N, NAME/gpuN) or the word gpu
+# (NAME-gpuN). A hostname's own number, as in gpu-node-01, is no GPU index: read as one,
+# three machines became GPUs of one invented node "gpu-node".
+_GPU_COLUMN = re.compile(r"^(?:(?P<ip>\d{1,3}(?:\.\d{1,3}){3})[-_]"
+                         r"|(?P<node>.+?)(?::|/|/gpu|[-_]gpu))(?P<gpu>\d{1,2})$")
+_NUMBERED_HOST = re.compile(r"^\D.*[-_]\d{1,3}$")
 _SPLIT_STEM = re.compile(r"^(?P<metric>[A-Z_]+?)(?:-\d{4}-.*)?$")
 
 
@@ -40,19 +46,26 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
         return
     metric, factor = found
     columns = header[1:]
-    parsed = [_GPU_COLUMN.match(c) for c in columns]
-    per_gpu = bool(columns) and all(parsed) and len({m["gpu"] for m in parsed if m}) > 1
-    subjects: list[tuple[str, int | None]] = []
     host = metric != XID and catalogue()[metric].scope == "host"
-    for c, m in zip(columns, parsed):
-        if per_gpu and m:
-            subjects.append((m["node"], int(m["gpu"])))
+    subjects: list[tuple[str, int | None]] = []
+    per_node: list[str] = []   # a GPU metric's columns that name a node
+    for c in columns:
+        m = None if host else _GPU_COLUMN.match(c)
+        if m:
+            subjects.append((m["ip"] or m["node"], int(m["gpu"])))
+        elif host:
+            subjects.append((c, None))
         else:
-            subjects.append((c, None if host else 0))
-    if not per_gpu and not host:
-        out.notes.append(f"{p.name}: one column per node; read as GPU 0 of each node")
-    ratio = metric.endswith("_ratio")
+            subjects.append((c, 0))
+            per_node.append(c)
+    if per_node:
+        numbered = [c for c in per_node if _NUMBERED_HOST.match(c)]
+        out.notes.append(
+            f"{p.name}: one column per node; read as GPU 0 of each node" + (
+                f" ({numbered[0]} is a node: a hostname's number is no GPU index; name a "
+                "GPU's column IP-N, NAME:N or NAME-gpuN)" if numbered else ""))
     table: list[tuple[float, int, list[str]]] = []
+    dated = False  # a Time written as date-time text: the AcmeTrace notebook's output
     for n, row in enumerate(rows, 2):
         if not row or not "".join(row).strip():
             continue
@@ -64,9 +77,11 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
             table.append((parse_time(row[0]), n, row[1:]))
         except ValueError as exc:
             out.bad(where, str(exc), skip)
-    if ratio and any(_float(v) > 1.0 for _, _, cells in table for v in cells if v):
-        factor /= 100.0  # the AcmeTrace notebook's percent scaling
-        out.notes.append(f"{p.name}: ratios given in percent; divided by 100")
+            continue
+        dated = dated or _float(row[0]) is None
+    stem = _SPLIT_STEM.match(p.stem)
+    if metric.endswith("_ratio") or (stem["metric"] if stem else p.stem) in ACME_HOST:
+        factor = _scale(p, factor, table, dated, out)
     last_xid: dict[tuple[str, int | None], int] = {}
     table.sort(key=lambda r: r[0])
     out.xid_channel |= metric == XID
@@ -87,11 +102,30 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
                     out.xids[(ts, node, gpu or 0)].append(code)
                 last_xid[(node, gpu)] = code
             else:
-                out.samples[(ts, node)][gpu][metric] = value
+                out.put(ts, node, gpu, metric, value)
 
 
-def _float(text: str) -> float:
+def _scale(p: Path, factor: float, table: list[tuple[float, int, list[str]]], dated: bool,
+           out: Reading) -> float:
+    """The factor for a file of ratios (DCGM's 0..1, CPU's 0..1): AcmeTrace's notebook
+    multiplies them by 100 as it writes its files, which it writes with date-time times
+    (its input, as collected, has epoch seconds). A value above 1 is percent whatever
+    the times; on a mostly idle cluster every value may be under 1 either way, so the
+    times decide. The summary says which scale was read."""
+    above = any((_float(v) or 0.0) > 1.0 for _, _, cells in table for v in cells if v)
+    if above or dated:
+        why = ("values above 1" if above else "no value above 1, but date-time times: the "
+               "AcmeTrace notebook's files, which it scales to percent")
+        out.notes.append(f"{p.name}: ratios read as percent ({why}); divided by 100")
+        return factor / 100.0
+    out.notes.append(f"{p.name}: ratios read as 0..1 (no value above 1, and epoch times: the "
+                     "layout as collected; the AcmeTrace notebook's percent files have "
+                     "date-time times)")
+    return factor
+
+
+def _float(text: str) -> float | None:
     try:
         return float(text)
     except ValueError:
-        return 0.0
+        return None

@@ -8,7 +8,8 @@ summary says what the data held, and on what share of the GPU samples each
 rule could judge anything, and why not: real recordings carry only some
 metrics, often one GPU of a node, and no jobs, GPU state or error counters.
 A rule the data cannot feed is reported "not judged", never as silence that
-reads like health.
+reads like health. It also says which thermal limits were assumed, and
+whether the learned detectors ran.
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector
+from fleetwatch.parts import tdp_w, thermal_limits_c
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
@@ -76,6 +78,7 @@ class ReplaySummary:
     missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> metrics absent
     # rule -> why it judged no GPU sample, or not the others (where coverage < 1)
     unjudged: dict[str, str] = field(default_factory=dict)
+    counted: set[str] = field(default_factory=set)  # rules whose detector counted coverage
     notes: list[str] = field(default_factory=list)
 
     def lines(self) -> list[str]:
@@ -89,13 +92,23 @@ class ReplaySummary:
             f"{m} ({n:,})" for m, n in sorted(self.metrics.items())) or "none"))
         for rule, share in sorted(self.coverage.items()):
             why = self.unjudged.get(rule, "")
+            own = " (its detector's count)" if rule in self.counted else ""
             if share <= 0:
                 out.append(f"  {rule}: not judged: {why or 'no GPU sample'}")
             else:
-                out.append(f"  {rule}: judged {share:.0%} of GPU samples"
+                out.append(f"  {rule}: judged {_share(share)} of GPU samples{own}"
                            + (f"; not the others: {why}" if why and share < 1 else ""))
         out += self.notes
         return out
+
+
+def _share(share: float) -> str:
+    """A share as a percentage that never rounds a few samples to 0% or most to 100%."""
+    if 0 < share < 0.001:
+        return "under 0.1%"
+    if share < 0.01 or 0.99 <= share < 1:
+        return f"{min(share, 0.999):.1%}"
+    return f"{share:.0%}"
 
 
 def needs_of(detectors: Sequence[Detector]) -> dict[str, tuple[str, ...]]:
@@ -141,8 +154,14 @@ REACH: dict[str, Reach] = {
     "gpu_nvlink_errors": Reach(any_of=("gpu_nvlink_crc_errors_total",
                                        "gpu_nvlink_replay_errors_total",
                                        "gpu_nvlink_recovery_errors_total")),
-    "gpu_lost": Reach(never="recorded files carry no GPU state (lost or not)"),
+    # A recording has no GPU state: a GPU is read as lost where its samples stop while
+    # another GPU of its node goes on (fleetwatch.recorded._mark_lost).
+    "gpu_lost": Reach(peers=1),
+    # Two agents under one name show two sets of GPU UUIDs; a recording has none.
+    "node_name_conflict": Reach(never="recorded files carry no GPU identity (UUID)"),
 }
+TEMP, SLOW, SHUT = "gpu_temp_c", "gpu_slowdown_temp_c", "gpu_shutdown_temp_c"
+EXAMPLE_MODEL = "NVIDIA H100 80GB HBM3"
 # Rules that judge any frame of their subject, and need nothing more: a node that sends
 # no frame for a while is silent in a recording too.
 ANY_FRAME = frozenset({"node_silent"})
@@ -205,6 +224,7 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
     shapes: dict[object, list[tuple[str, int, dict[str, int], int]]] = {}
     samples = 0
     gpus = set()
+    limits: dict[tuple[str, int], tuple[bool, str]] = {}  # GPU -> (NVML's limits, model)
     for batch in batches:
         judged_racks = racks.see(batch) if rack_rules else set()
         for f in batch:
@@ -216,6 +236,10 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
                 gpus.add((f.node, g.index))
                 for m in g.metrics:
                     seen[m] = seen.get(m, 0) + 1
+                if TEMP in g.metrics:
+                    nvml = SLOW in g.metrics and SHUT in g.metrics
+                    limits[(f.node, g.index)] = (nvml or limits.get((f.node, g.index),
+                                                                    (False, ""))[0], g.model)
                 if g.xids:
                     seen["xid"] = seen.get("xid", 0) + len(g.xids)
             rack_ok = (f.cluster, f.rack) in judged_racks
@@ -233,6 +257,10 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
                 most[rule] = max(most[rule], largest)
     summary.gpus = len(gpus)
     summary.metrics = dict(seen)
+    thermal = next((settings[r] for r in ("gpu_temp_high", "gpu_temp_critical")
+                    if r in settings), None)
+    if thermal is not None and limits:
+        summary.notes.append(_limits_note(limits, thermal))
     for rule, metrics in needs.items():
         summary.coverage[rule] = judged[rule] / samples if samples else 0.0
         lacked = [m for m in metrics if m not in seen]
@@ -311,24 +339,131 @@ def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[
             "has fewer)")
 
 
+def _limits_note(limits: dict[tuple[str, int], tuple[bool, str]], c: DetectorsConfig) -> str:
+    """Which slowdown and shutdown temperatures the thermal rules judged the GPUs by."""
+    nvml = sum(own for own, _ in limits.values())
+    parts: dict[str, int] = {}
+    assumed = 0
+    for own, model in limits.values():
+        if own:
+            continue
+        if thermal_limits_c(model) is None:
+            assumed += 1
+        else:
+            parts[model] = parts.get(model, 0) + 1
+    said = [f"NVML's own (gpu_slowdown_temp_c, gpu_shutdown_temp_c in the data) for {nvml:,} "
+            "GPUs"] if nvml else []
+    for model, n in sorted(parts.items()):
+        slow, shut = thermal_limits_c(model)  # type: ignore[misc]
+        said.append(f"{model}'s for {n:,} GPUs: slowdown {slow:g} °C, shutdown {shut:g} °C")
+    if assumed:
+        unknown = sorted({m for own, m in limits.values() if m and not own
+                          and thermal_limits_c(m) is None})
+        said.append(
+            f"assumed for {assumed:,} GPUs: slowdown {c.fallback_slowdown_c:g} °C, shutdown "
+            f"{c.fallback_shutdown_c:g} °C (detectors.fallback_slowdown_c and "
+            "fallback_shutdown_c), as the data has neither NVML's thresholds nor a GPU model"
+            + (f" with known limits (not {', '.join(unknown)})" if unknown else "")
+            + f"; name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a model "
+            "column, or give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples")
+    return "thermal limits: " + "; ".join(said)
+
+
+def check_gpu_model(name: str) -> None:
+    """``--gpu-model``: a product name fleetwatch knows (``fleetwatch.parts``), or an error."""
+    if thermal_limits_c(name) is None and tdp_w(name) is None:
+        raise ReplayError(f"--gpu-model {name!r}: no GPU part fleetwatch knows by that name; give "
+                          f"the product name as nvidia-smi prints it, e.g. '{EXAMPLE_MODEL}', "
+                          "'NVIDIA A100-SXM4-80GB' or 'NVIDIA A10G' (fleetwatch/parts.py)")
+
+
+def _learned(detectors: Sequence[Detector], summary: ReplaySummary) -> None:
+    """Whether the learned detectors ran, and if not, why; their rules without a model are
+    reported not judged."""
+    learned = [d for d in detectors if getattr(d, "name", "") == "learned"]
+    if not learned:
+        summary.notes.append("learned detectors (thermal_health, fleet_anomaly, lemon_node): not "
+                             "run, only the rules were given; `fleetwatch replay --models` adds "
+                             "them, with the newest model file in models.dir")
+        return
+    d: Any = learned[0]
+    idle = [rule for part in (d.thermal, d.anomaly) if part.model is None for rule in part.rules]
+    if d.loaded is None:
+        files = sorted(Path(d.directory).glob("*.fwm")) if Path(d.directory).is_dir() else []
+        why = (f"no model file in {d.directory} loads (the warnings above say why)" if files
+               else f"no model file in {d.directory} (`fleetwatch train` writes one)")
+    else:
+        why = f"the model file {d.loaded} holds no model for it (too little history of it)"
+    for rule in idle:
+        if rule in summary.coverage:
+            summary.coverage[rule] = 0.0
+            summary.unjudged[rule] = why
+    if not idle:
+        summary.notes.append(f"learned detectors: ran, with the model file {d.loaded}")
+    else:
+        summary.notes.append(f"learned detectors: {', '.join(idle)} not run: {why}; "
+                             "lemon_node ran")
+
+
+def _counts(detectors: Sequence[Detector]) -> dict[str, tuple[int, int]]:
+    """Every rule's (GPU samples judged, GPU samples given), where its detector counts them
+    (``coverage()``), summed over the detectors that do."""
+    out: dict[str, tuple[int, int]] = {}
+    for d in detectors:
+        count = getattr(d, "coverage", None)
+        if callable(count):
+            for rule, (judged, given) in count().items():
+                j, g = out.get(rule, (0, 0))
+                out[rule] = (j + judged, g + given)
+    return out
+
+
+def _counted(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
+             summary: ReplaySummary) -> None:
+    """A detector's own count of what it judged replaces the estimate from the data's shape
+    (``REACH``), which cannot see its conditions: a rack model that judges only GPUs whose
+    power has settled judged 0.1% of the samples that the estimate put at 100%."""
+    for rule, (judged, given) in after.items():
+        if rule not in summary.coverage:
+            continue
+        j0, g0 = before.get(rule, (0, 0))
+        judged, given = judged - j0, given - g0
+        share = judged / given if given > 0 else 0.0
+        estimate = summary.coverage[rule]
+        summary.coverage[rule] = share
+        summary.counted.add(rule)
+        if given <= 0:
+            summary.unjudged.setdefault(rule, "the detector was given no GPU sample")
+        elif share < 1 and not (rule in summary.unjudged and share <= estimate):
+            # Keep what the data lacked where it explains the count (no more than estimated).
+            summary.unjudged[rule] = ("the detector's own conditions did not hold "
+                                      "(e.g. its warm-up, a load steady for long enough, or "
+                                      "power in the data)")
+
+
 def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: TextIO = sys.stdout,
            speed: float | None = None, skip_bad: bool = False, store: Store | None = None,
            cluster: str = "replay", rack: str = "unknown",
            sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic,
-           keep_firing_s: float = 0.0, series: Series | None = None) -> ReplaySummary:
+           keep_firing_s: float = 0.0, series: Series | None = None,
+           gpu_model: str = "") -> ReplaySummary:
     """Replay the files; print transitions to ``out``; return what happened.
 
     ``speed``: None or inf for as fast as possible, else that many times real time.
     ``series``: what one-series files (``timestamp,value``) measure, and whose they are.
+    ``gpu_model``: the GPUs' product name where the data gives none (its thermal limits
+    stand in where the data has no NVML thresholds).
     Raises ``ReplayError`` for a file that cannot be read or (without ``skip_bad``)
     a bad row, naming the file and line.
     """
     if speed is not None and not (speed > 0):
         raise ReplayError(f"--speed {speed!r}: must be above 0 (e.g. 1 for real time, 60 for "
                           "a minute a second); leave it out to replay as fast as possible")
+    if gpu_model:
+        check_gpu_model(gpu_model)
     reading = read_files(paths, skip_bad, cluster, rack, series)
-    batches = frames(reading)
+    batches = frames(reading, gpu_model)
     summary = ReplaySummary(bad_rows=reading.bad_rows, bad_examples=reading.bad_examples,
                             notes=list(reading.notes))
     if not batches:
@@ -340,6 +475,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     processor = Processor(store if store is not None else RecordingStore(), detectors,
                           notify=notifier.send, keep_firing_s=keep_firing_s)
     summary.start_ts, summary.end_ts = batches[0][0].ts, batches[-1][0].ts
+    before = _counts(detectors)
     wall0 = clock()
     paced = speed is not None and math.isfinite(speed)
     for batch in batches:
@@ -351,4 +487,6 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
         summary.frames += len(batch)
     summary.transitions, summary.firing = sink.written, len(sink.fired)
     notifier.close()
+    _counted(before, _counts(detectors), summary)
+    _learned(detectors, summary)
     return summary

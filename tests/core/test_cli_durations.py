@@ -72,3 +72,13 @@ def test_no_duration_at_all_says_how_to_write_one(text: str,
     with pytest.raises(SystemExit):
         parser().parse_args(["silence", "add", "node=n1", "--for", text])
     assert "is not a duration; write e.g. 90s, 15m, 2h or 7d" in capsys.readouterr().err
+
+
+def test_evaluate_interval_is_a_duration_like_every_other_interval(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """`--interval 5s` copied from `up` or `simulate` works in `evaluate` too."""
+    assert parser().parse_args(["evaluate", "--interval", "5s"]).interval == 5.0
+    for text, said in (("5", "has no unit: write 5s"), ("10m", "must be between 1s and 300s")):
+        with pytest.raises(SystemExit):
+            parser().parse_args(["evaluate", "--interval", text])
+        assert said in capsys.readouterr().err

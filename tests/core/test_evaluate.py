@@ -96,7 +96,7 @@ def test_cli_evaluate_json_last_line(capsys: pytest.CaptureFixture[str]) -> None
     err = capsys.readouterr().err
     assert "--hours: '0.5' must be between 1 and 744" in err and "random_schedule" not in err
     assert main(["evaluate", "--gpus", "32", "--hours", "2", "--per-kind", "1", "--json",
-                 "--workers", "1", "--kinds", "cooling", "--interval", "5", "--part", "h100"]) == 0
+                 "--workers", "1", "--kinds", "cooling", "--interval", "5s", "--part", "h100"]) == 0
     out, err = capsys.readouterr()
     last = json.loads(out.splitlines()[-1])
     assert set(last) >= {"kinds", "precision", "false_alarms_per_1000_gpu_days"}

@@ -367,19 +367,36 @@ def test_one_gpu_judges_no_peer_or_rack_rule_and_no_absent_counter(tmp_path: Pat
                    if line.split(":")[0].strip() in ("gpu_pcie_replay", "gpu_xid_info"))
 
 
+def estimate(tmp_path: Path, text: str) -> object:
+    """The coverage the data's shape allows (``REACH``), before any detector's own count:
+    what a detector without ``coverage()`` is reported by."""
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.replay import ReplaySummary, _coverage
+    from fleetwatch.wiring import detectors
+
+    summary = ReplaySummary()
+    _coverage(frames(read_files([write(tmp_path / "f.csv", text)])),
+              detectors(DetectorsConfig()), summary)
+    return summary
+
+
 def test_peer_rules_judge_a_node_with_enough_gpus(tmp_path: Path) -> None:
-    three = coverage(tmp_path, fleet_csv(1, 3))        # two others: fewer than min_peers (3)
+    three = estimate(tmp_path, fleet_csv(1, 3))        # two others: fewer than min_peers (3)
     assert three.coverage["gpu_hot_vs_peers"] == 0.0
     assert "the data has at most 2)" in three.unjudged["gpu_hot_vs_peers"]
     assert three.coverage["node_cooling"] == 1.0        # two or more GPUs of the node
-    four = coverage(tmp_path, fleet_csv(1, 4))
+    four = estimate(tmp_path, fleet_csv(1, 4))
     assert four.coverage["gpu_hot_vs_peers"] == 1.0 and four.coverage["rack_cooling"] == 0.0
-    rack = coverage(tmp_path, fleet_csv(2, 4))          # 8 GPUs on 2 nodes of one rack
+    rack = estimate(tmp_path, fleet_csv(2, 4))          # 8 GPUs on 2 nodes of one rack
     assert rack.coverage["rack_cooling"] == 1.0
-    apart = coverage(tmp_path, fleet_csv(4, 4, racks=2))  # 8 GPUs a rack, on 2 nodes
+    apart = estimate(tmp_path, fleet_csv(4, 4, racks=2))  # 8 GPUs a rack, on 2 nodes
     assert apart.coverage["rack_cooling"] == 1.0
-    alone = coverage(tmp_path, fleet_csv(2, 8, racks=2))  # 8 GPUs a rack, on 1 node
+    alone = estimate(tmp_path, fleet_csv(2, 8, racks=2))  # 8 GPUs a rack, on 1 node
     assert alone.coverage["rack_cooling"] == 0.0
+    # The rack detector counts what it judged itself: the replay reports its count.
+    replayed = coverage(tmp_path, fleet_csv(2, 4))
+    assert "rack_cooling" in replayed.counted
+    assert replayed.coverage["gpu_hot_vs_peers"] == 1.0   # no count of its own: the estimate
 
 
 def test_counter_and_xid_rules_are_judged_where_the_data_has_them(tmp_path: Path) -> None:
