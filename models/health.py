@@ -23,6 +23,7 @@ from fleetwatch.xids import describe
 RATE_HOLD_S = 600.0     # an error-rate finding holds this long after the rate was seen
 RATE_WINDOW_S = 60.0    # error rates are judged over at least this long
 FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
+CONFLICT_S = 120.0      # a node's GPU set switching twice this close: two agents, one name
 DRAIN = "Drain the node, reset the GPU and run diagnostics (dcgmi diag -r 3)"
 
 
@@ -198,6 +199,28 @@ class GpuErrors(WaveDetector):
                            "then reset the GPUs")
 
 
+class _Identities:
+    """The GPU UUIDs of a node's frames: the current set, and when it last switched. A
+    GPU replaced (or a node rebuilt) switches it once; two agents that report under one
+    name switch it back and forth, frame after frame."""
+
+    __slots__ = ("current", "switches", "recent")
+
+    def __init__(self, ident: tuple[str, ...]) -> None:
+        self.current = ident
+        self.switches: list[float] = []
+        self.recent: dict[tuple[str, ...], float] = {}
+
+    def switch(self, ident: tuple[str, ...], ts: float) -> bool:
+        """The frame at ``ts`` shows another set: do two agents report as the node?"""
+        self.recent[self.current] = ts
+        self.recent[ident] = ts
+        self.current = ident
+        self.switches = [t for t in self.switches if ts - t <= CONFLICT_S] + [ts]
+        self.recent = {k: t for k, t in self.recent.items() if ts - t <= CONFLICT_S}
+        return len(self.switches) >= 2
+
+
 class NodeSilence:
     """A node that sent no frame for several of its own intervals, on the stream's clock.
 
@@ -214,7 +237,7 @@ class NodeSilence:
     """
 
     name = "node_silent"
-    rules: dict[str, tuple[str, ...]] = {"node_silent": ()}
+    rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": ()}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -223,12 +246,16 @@ class NodeSilence:
         self._where: list[tuple[str, str, str]] = []
         self._last = np.full(64, np.nan)
         self._interval = np.full(64, np.nan)
+        # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
+        # seen within CONFLICT_S of each other: two machines share the node's name.
+        self._identities: dict[str, _Identities] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         for node in nodes:
             i = self._index.get(node)
             if i is not None:
                 self._last[i] = np.nan
+            self._identities.pop(node, None)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
@@ -245,6 +272,7 @@ class NodeSilence:
         if not frames:
             return []
         last, interval, index = self._last, self._interval, self._index
+        identities, conflicts = self._identities, {}
         now = self.now
         if now == -math.inf:  # the first batch: its lower median (no frame vouched for yet)
             now = sorted(f.ts for f in frames)[(len(frames) - 1) // 2]
@@ -271,8 +299,26 @@ class NodeSilence:
             if not prev >= f.ts:
                 last[i] = f.ts
             self._where[i] = (f.cluster, f.rack, f.node)
+            ident = tuple([g.uuid for g in f.gpus])
+            seen = identities.get(f.node)
+            if seen is None:
+                identities[f.node] = _Identities(ident)
+            elif ident != seen.current and seen.switch(ident, f.ts):
+                conflicts[f.node] = f
         self.now = now
-        return self._judge()
+        return self._judge() + [self._conflict(f) for f in conflicts.values()]
+
+    def _conflict(self, f: Frame) -> Finding:
+        seen = self._identities[f.node].recent
+        shown = "; ".join(f"{len(k)} GPUs ({', '.join(k[:2])}{', ...' if len(k) > 2 else ''})"
+                          if k else "no GPU" for k in sorted(seen))
+        return Finding(
+            "node_name_conflict", f.cluster, f.rack, f.node, None, f.ts, float(len(seen)),
+            f"{len(seen)} agents report as {f.node}, their frames interleaved: {shown}",
+            "warning", 0.0, 0.0, {"agents": len(seen)},
+            "Give each machine its own name (node.node, FLEETWATCH_NODE_NODE; a cloned image "
+            "or a copied config keeps the first one's): the node's series mix two machines' "
+            "readings until then", "node")
 
     def _step(self) -> float:
         """How far one node's frame may move "now" on by itself."""
