@@ -155,7 +155,7 @@ REACH: dict[str, Reach] = {
                                        "gpu_nvlink_replay_errors_total",
                                        "gpu_nvlink_recovery_errors_total")),
     # A recording has no GPU state: a GPU is read as lost where its samples stop while
-    # another GPU of its node goes on (fleetwatch.recorded._mark_lost).
+    # another GPU of its node goes on (fleetwatch.recorded_ticks.mark_lost).
     "gpu_lost": Reach(peers=1),
     # Two agents under one name show two sets of GPU UUIDs; a recording has none.
     "node_name_conflict": Reach(never="recorded files carry no GPU identity (UUID)"),

@@ -1,0 +1,156 @@
+"""What ``fleetwatch.recorded`` does to a reading once its files are read: repeated samples
+counted, each node's samples gathered into ticks of its interval, and GPUs whose series
+stop while their node goes on read as lost. Each says what it did in the reading's notes.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from fleetwatch.recorded import XID, utc
+
+if TYPE_CHECKING:
+    from fleetwatch.recorded import Reading
+
+# A GPU absent from its node's frames for more than this many of its own intervals, while
+# other GPUs of the node go on, is read as lost. One or two missing samples are a
+# scrape's hiccup; the agent reports a GPU that fell off the bus at its next read.
+LOST_AFTER_INTERVALS = 3
+
+
+def note_repeats(out: Reading) -> None:
+    if not out.repeats:
+        return
+    note = (f"{out.repeats:,} repeated sample{'s' if out.repeats != 1 else ''} (the same time, "
+            f"node, GPU and metric; the last kept), {out.conflicts:,} with another value")
+    if out.conflicts:
+        note += (f", e.g. {out.conflict_example}: two sources of one series, or a clock or "
+                 "time-zone fault")
+        if out.naive_times:
+            note += (f"; {out.naive_times:,} times have no zone and were read as UTC: local "
+                     "times repeat an hour where daylight saving time ends; give times in "
+                     "UTC or with their offset")
+    out.notes.append(note)
+
+
+def _median_step(times: list[float]) -> float | None:
+    """The median spacing of sorted times (None under two, or where it is 0)."""
+    if len(times) < 2:
+        return None
+    step = statistics.median(b - a for a, b in zip(times, times[1:]))
+    return step if step > 0 else None
+
+
+def to_ticks(out: Reading) -> None:
+    """Gather each node's samples into ticks of its interval.
+
+    A node's series may carry their own times (DCGM field timestamps, a scrape or an
+    export per series), a fraction of a second apart: read as they are, each time made
+    a frame of its own with one GPU or one metric, and every rule that compares GPUs of
+    a node, or needs two metrics of one GPU, judged nothing. The interval is the
+    shortest of the node's series' median spacings; a time joins the tick begun by an
+    earlier one under half an interval before it, unless a series of it already has a
+    sample in that tick (a sample is never dropped or merged with its own series). The
+    tick takes its first time. Exactly aligned data has one time a tick, and is kept.
+    """
+    stamps: dict[str, dict[float, set[tuple[int | None, str]]]] = defaultdict(dict)
+    for (ts, node), per_gpu in out.samples.items():
+        keys = stamps[node].setdefault(ts, set())
+        for gpu, metrics in per_gpu.items():
+            keys.update((gpu, m) for m in metrics)
+    for ts, node, gpu in out.xids:
+        stamps[node].setdefault(ts, set()).add((gpu, XID))
+    moved: dict[tuple[float, str], float] = {}
+    steps: set[float] = set()
+    before = after = 0
+    for node, at in stamps.items():
+        ordered = sorted(at.items())
+        series: dict[tuple[int | None, str], list[float]] = defaultdict(list)
+        for ts, keys in ordered:
+            for key in keys:
+                series[key].append(ts)
+        found = [s for s in map(_median_step, series.values()) if s is not None]
+        if not found:
+            continue
+        step = min(found)
+        start, held = -math.inf, set[tuple[int | None, str]]()
+        ticks = 0
+        for ts, keys in ordered:
+            if ts - start < step / 2 and held.isdisjoint(keys):
+                held |= keys
+                moved[(ts, node)] = start
+            else:
+                start, held = ts, set(keys)
+                ticks += 1
+        if ticks < len(ordered):
+            steps.add(step)
+            before, after = before + len(ordered), after + ticks
+    if not moved:
+        return
+    for (ts, node), tick in moved.items():
+        for gpu, metrics in out.samples.pop((ts, node), {}).items():
+            out.samples[(tick, node)][gpu].update(metrics)
+    for (ts, node, gpu) in [k for k in out.xids if (k[0], k[1]) in moved]:
+        out.xids[(moved[(ts, node)], node, gpu)].extend(out.xids.pop((ts, node, gpu)))
+    for (ts, node, gpu) in [k for k in out.jobs if (k[0], k[1]) in moved]:
+        out.jobs[(moved[(ts, node)], node, gpu)] = out.jobs.pop((ts, node, gpu))
+    spread = max(ts - tick for (ts, _), tick in moved.items())
+    every = (f"{min(steps):g} s" if len(steps) == 1
+             else f"{min(steps):g} to {max(steps):g} s")
+    out.notes.append(f"the series of a node carry their own times, up to {spread:.3g} s "
+                     f"apart within one interval ({every}, the median spacing of its "
+                     f"series): {before:,} times read as {after:,} ticks, each at its first "
+                     "time, so that a node's GPUs and metrics meet in one frame")
+
+
+def mark_lost(out: Reading) -> None:
+    """A GPU absent from its node's frames for over ``LOST_AFTER_INTERVALS`` of its own
+    intervals while other GPUs of the node go on is lost in those frames, until it is back.
+
+    That is how a GPU that fell off the bus (XID 79) looks in a recording: its series
+    stop, its node's go on. The agent reports such a GPU as state "lost", which the
+    gpu_lost rule judges; a recording has no GPU state, so it is read from the gaps. A
+    node whose GPUs all stop, or whose recording ends, has no GPU going on: not lost.
+    """
+    present: dict[str, dict[float, set[int]]] = defaultdict(dict)
+    for (ts, node), per_gpu in out.samples.items():
+        gpus = {g for g, metrics in per_gpu.items() if g is not None and metrics}
+        if gpus:
+            present[node].setdefault(ts, set()).update(gpus)
+    for ts, node, gpu in out.xids:
+        present[node].setdefault(ts, set()).add(gpu)
+    episodes: list[str] = []
+    for node, at in sorted(present.items()):
+        times = sorted(at)
+        seen: dict[int, list[float]] = defaultdict(list)
+        for ts in times:
+            for gpu in at[ts]:
+                seen[gpu].append(ts)
+        own = {gpu: _median_step(ts) for gpu, ts in seen.items()}
+        node_step = min((s for s in own.values() if s is not None), default=None)
+        last: dict[int, float] = {}
+        since: dict[int, float] = {}   # GPU -> when it was first read as lost, this time
+        for ts in times:
+            here = at[ts]
+            for gpu, seen_ts in last.items():
+                step = own[gpu] or node_step
+                if gpu not in here and step and ts - seen_ts > LOST_AFTER_INTERVALS * step:
+                    out.lost[(ts, node)].add(gpu)
+                    since.setdefault(gpu, ts)
+            for gpu in here:
+                if gpu in since:
+                    episodes.append(f"{node} GPU {gpu} from {utc(since.pop(gpu))} until it "
+                                    f"came back at {utc(ts)}")
+                last[gpu] = ts
+        episodes += [f"{node} GPU {gpu} from {utc(t)} to the end (last sample "
+                     f"{utc(last[gpu])})" for gpu, t in sorted(since.items())]
+    if episodes:
+        shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
+                                           if len(episodes) > 5 else "")
+        out.notes.append(
+            f"GPUs read as lost (their samples stopped for over {LOST_AFTER_INTERVALS} of "
+            f"their intervals while other GPUs of their node went on, as a GPU that fell "
+            f"off the bus does): {shown}")
