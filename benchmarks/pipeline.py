@@ -92,8 +92,8 @@ from fleetwatch.config import DetectorsConfig  # noqa: E402
 from fleetwatch.frame import Frame  # noqa: E402
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic  # noqa: E402
 from fleetwatch.pipeline.processor import Processor  # noqa: E402
-from fleetwatch.pipeline.store.influx import LineProtocolWriter  # noqa: E402
 from fleetwatch.pipeline.store.lineproto import FrameEncoder  # noqa: E402
+from fleetwatch.pipeline.store.lpwriter import LineProtocolWriter  # noqa: E402
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore  # noqa: E402
 from fleetwatch.wiring import detectors  # noqa: E402
 from tests.servers import kafka_broker, victoria_metrics  # noqa: E402

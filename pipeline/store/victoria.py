@@ -1,6 +1,6 @@
 """The production store on VictoriaMetrics: line protocol in, Prometheus query API out.
 
-Writes go to ``/api/v2/write`` through ``LineProtocolWriter`` (influxdb-client),
+Writes go to ``/api/v2/write`` through ``LineProtocolWriter`` (``lpwriter``, influxdb-client),
 laid out by ``lineproto`` so that a metric keeps its catalogue name as the
 series name: ``gpu_temp_c{cluster,rack,node,device}``.
 

@@ -17,8 +17,8 @@ import pytest
 from fleetwatch.config import Config, load
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import StoreError
-from fleetwatch.pipeline.store.influx import api_of_version
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.lpwriter import api_of_version
 from fleetwatch.wiring import open_store
 from tests.servers import Server, free_port
 from tests.store.conftest import DATABASE, influxdb_v1
