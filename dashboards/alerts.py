@@ -98,12 +98,4 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted), last)
         return (*shown, None, components.updated_stamp(now), timerange.label(rng), fingerprint)
 
-    @app.callback(Output("url", "search", allow_duplicate=True),
-                  Output(components.SHOWN, "data", allow_duplicate=True),
-                  Input("alerts-range", "value"), State("url", "search"),
-                  State("url", "pathname"), prevent_initial_call=True)
-    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
-        if not timerange.new_search(search, DEFAULT_RANGE, rng):
-            raise dash.exceptions.PreventUpdate
-        search = timerange.Query(rng).search()
-        return search, components.address(path, search)
+    components.link_range(app, "alerts-range", DEFAULT_RANGE)

@@ -11,9 +11,11 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from urllib.parse import quote, urlencode
 
-from dash import dcc, html
+import dash
+from dash import Input, Output, State, dcc, html
 
 from fleetwatch import alert_view
+from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import NO_DATA, fmt
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, gpu_index
@@ -46,6 +48,21 @@ SHOWN = "url-shown"
 def address(pathname: str | None, search: str | None) -> list[str]:
     """What ``SHOWN`` holds: the path and the query, as the address has them."""
     return [pathname or "/", search or ""]
+
+
+def link_range(app: dash.Dash, picker: str, default: str) -> None:
+    """The page's range picker ``picker`` writes its range into the address, and into
+    ``SHOWN`` (the view on screen is already that address's: nothing is redrawn), so that
+    a link copied then opens this view."""
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Output(SHOWN, "data", allow_duplicate=True),
+                  Input(picker, "value"), State("url", "search"),
+                  State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
+        if not timerange.new_search(search, default, rng):
+            raise dash.exceptions.PreventUpdate
+        search = timerange.Query(rng).search()
+        return search, address(path, search)
 
 
 def nav_id(label: str) -> str:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, State, dcc, html
+from dash import Input, Output, dcc, html
 
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
@@ -145,14 +145,6 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                 energy_figures.idle_share(v.hours, {"all clusters": v.idle_share}),
                 notice, components.updated_stamp(now), " ".join(carbon.method()[:3]))
 
-    @app.callback(Output("url", "search", allow_duplicate=True),
-                  Output(components.SHOWN, "data", allow_duplicate=True),
-                  Input("energy-range", "value"), State("url", "search"),
-                  State("url", "pathname"), prevent_initial_call=True)
-    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
-        if not timerange.new_search(search, DEFAULT_RANGE, rng):
-            raise dash.exceptions.PreventUpdate
-        search = timerange.Query(rng).search()
-        return search, components.address(path, search)
+    components.link_range(app, "energy-range", DEFAULT_RANGE)
 
     return render
