@@ -102,4 +102,6 @@ def pending_pace(config: Config, speed: float, interval_s: float) -> float:
     wall time, so that one refresh always shows it."""
     d = config.detectors  # the for-durations of the alerts `up` shows first
     rest = min(d.peer_for_s, d.high_for_s) - LEAD_TICKS * interval_s
+    if rest <= 0:  # it fires within the agent's lead: no slower clock can show it pending
+        return speed
     return max(1.0, min(speed, rest / (2 * config.dashboard.refresh_s)))
