@@ -12,10 +12,14 @@ The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
 ``SLURM_JOB_USER`` from the same environ, or on Kubernetes the pod's namespace
 (``podresources.py``).
 
-Several jobs on one GPU (MPS, time slicing) are joined with commas in pid
-order. NVML reports host pids: in a container the agent needs ``hostPID`` and
-the host's /proc as ``proc_root``. Answers are cached per pid while the pid
-stays on a GPU, so a steady job costs no file reads.
+Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
+(NVML's pid order changes from one sample to the next; the key must not), and
+their users likewise in the jobs' order, one per job (empty where a job has
+none), so that job and user stay paired; one user for all the jobs is named
+once. The energy ledger splits such a GPU equally among its jobs
+(``fleetwatch.pipeline.energy``). NVML reports host pids: in a container the
+agent needs ``hostPID`` and the host's /proc as ``proc_root``. Answers are
+cached per pid while the pid stays on a GPU, so a steady job costs no file reads.
 """
 
 from __future__ import annotations
@@ -115,13 +119,26 @@ class JobResolver:
         self._cache[pid] = job
         return job
 
-    def job_of_pids(self, pids: Iterable[int]) -> str | None:
-        jobs: list[str] = []
+    def _jobs(self, pids: Iterable[int]) -> dict[str, str]:
+        """The distinct jobs of these pids, sorted, as many as fit the codec's limit
+        (whole jobs only), each with its Slurm user ("" where none)."""
+        users: dict[str, str] = {}
         for pid in pids:
             job = self.job_of_pid(pid)
-            if job is not None and job not in jobs:
-                jobs.append(job)
-        return ",".join(jobs)[:MAX_JOB_CHARS] or None
+            if job is not None and not users.get(job):
+                users[job] = self._users.get(pid, "")
+        out: dict[str, str] = {}
+        size = -1
+        for job in sorted(users):
+            size += len(job) + 1
+            if size > MAX_JOB_CHARS:
+                break
+            out[job] = users[job]
+        return out
+
+    def job_of_pids(self, pids: Iterable[int]) -> str | None:
+        """The job holding a GPU; several jobs sorted and comma-joined; None if none."""
+        return ",".join(self._jobs(pids)) or None
 
     @property
     def has_users(self) -> bool:
@@ -129,13 +146,24 @@ class JobResolver:
         return bool(self._users)
 
     def user_of_pids(self, pids: Iterable[int]) -> str | None:
-        """The Slurm users of these pids (read with their jobs), comma-joined; None if none."""
-        users: list[str] = []
-        for pid in pids:
-            user = self._users.get(pid)
-            if user is not None and user not in users:
-                users.append(user)
-        return ",".join(users)[:MAX_JOB_CHARS] or None
+        """The Slurm users of these pids' jobs (read with them): one user for all the jobs
+        once, else one per job in ``job_of_pids``' order ("" where a job has none), so
+        they stay paired; None if no job has one."""
+        users = list(self._jobs(pids).values())
+        if not any(users):
+            return None
+        if len(set(users)) == 1:
+            return users[0]
+        paired = ",".join(users)
+        if len(paired) <= MAX_JOB_CHARS:
+            return paired
+        # Too long to pair: the distinct users, whole (the ledger splits among them).
+        out = ""
+        for user in sorted(set(users) - {""}):
+            if len(out) + len(user) + 1 > MAX_JOB_CHARS:
+                break
+            out = f"{out},{user}" if out else user
+        return out or None
 
     def resolve(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> dict[int, str]:
         """GPU index -> job, for every GPU that runs something; forgets pids that are gone."""

@@ -6,15 +6,37 @@ loaded) where the GPU has one; a counter that went down (driver reload) or
 jumped by more than the board could draw (``limit_ratio`` times its enforced
 power limit, ``gpu_power_limit_w``, where the frame carries it, else
 ``max_plausible_w``) is not trusted and the interval falls back to the
-trapezoid of ``gpu_power_w``, as does a GPU without the counter. An
-interval longer than ``max_gap_s`` is not filled with invented power: it is
-counted as missing time. The CPU packages (``host_cpu_power_w``,
-RAPL) are integrated the same way; the rest of the node is a static model
-(``node_static_w`` for every second the node reports).
+trapezoid of ``gpu_power_w``, as does a GPU without the counter. A counter
+that stands still while the board draws power (a step under ``stale_ratio``
+of the smaller power sample times the interval: a stale DCGM field, a hung
+counter) is not trusted either: that interval takes the power samples, and
+what they booked is owed back when the counter moves again, so its catch-up
+step counts only the energy the power samples did not already book (the
+counter's total stands; a counter updated less often than it is read comes
+out exact). Such intervals are counted (``stale_counter_intervals``) and said
+once per node. An interval longer than ``max_gap_s`` is not filled with
+invented power: it is counted as missing time. The CPU packages
+(``host_cpu_power_w``, RAPL) are integrated the same way; the rest of the
+node is a static model (``node_static_w`` for every second the node reports).
+
+A GPU the node's frames stop listing for longer than ``max_gap_s`` while the
+node keeps reporting is absent (a board removed or replaced, one the driver
+no longer enumerates): that time is neither energy nor missing time, and when
+a GPU is listed again at that index it starts anew at that sample, as a new
+GPU does. A GPU the node lists but cannot read (lost) is missing time, and so
+is every GPU's time while the whole node is silent.
 
 An interval is attributed to the job, user and team of the sample that ends
 it (NVML's utilization is "over the last sample period", so that sample
 describes the interval) and split across hour buckets in proportion to time.
+A GPU several jobs share (MPS, time slicing: the agent lists them sorted,
+comma-separated) is split equally among its jobs, energy and seconds alike;
+each job's part goes to its user and team where the frame pairs them (as many
+users as jobs, in the jobs' order), to the one user named, or else equally to
+each user named. The CPU packages and the rest of the node are split among the
+owners of the node's GPUs in proportion to those GPUs' energy over the same
+interval (equally among them when no GPU has a measured interval); the part of the
+GPUs no job holds stays with no job.
 A GPU is idle over an interval when its SM activity is under
 ``idle_sm_ratio``; without SM activity, when ``gpu_util_pct`` is 0 and no job
 holds it. A job's GPU that does nothing counts as idle: that energy is what
@@ -26,7 +48,9 @@ time its frames come (a partition just assigned) and again after it was
 silent longer than ``max_gap_s`` (it may have been another processor's in
 between); samples at or before the watermark are skipped, so a batch
 replayed after a crash adds nothing. The batch is integrated on copies of the
-state, which replace it only once the store has taken the rows.
+state, which replace it only once the store has taken the rows. A counter's
+watermark is stored as its reading plus what power booked while it stood
+still, so a processor that takes over mid-way still owes that energy back.
 """
 
 from __future__ import annotations
@@ -75,6 +99,13 @@ class EnergySettings:
     # under the absolute cap. The margin covers excursions above the limit and the
     # counter's update granularity on short intervals.
     limit_ratio: float = 1.5
+    # A counter step under this fraction of the smaller power sample times the interval:
+    # the counter stood still (a stale DCGM field, a hung counter). A powered GPU never
+    # draws nothing (an idle A100 ~50 W), and a real step under a quarter of both ends'
+    # power needs the board to drop far below both samples for most of the interval; a
+    # counter updated less often than it is read is caught here too, and comes out exact
+    # (its catch-up pays back what power booked).
+    stale_ratio: float = 0.25
 
     @classmethod
     def from_config(cls, c: EnergyConfig) -> EnergySettings:
@@ -96,13 +127,20 @@ def over_tdp_w(g: GpuReading, tdp: float) -> float | None:
 
 Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
 _Acc = dict[Key, list[float]]
+Owner = tuple[str, str, str]                 # job, user, team
+Owners = tuple[tuple[Owner, float], ...]     # owners and their shares, summing to 1
+NO_OWNER: Owner = ("", "", "")
 
 
 class _Dev:
-    __slots__ = ("ts", "power", "counter")
+    """A device's watermark. ``owed``: joules the power samples booked while the counter
+    stood still, that its next real step pays back (0 almost always)."""
 
-    def __init__(self, ts: float, power: float | None, counter: float | None) -> None:
-        self.ts, self.power, self.counter = ts, power, counter
+    __slots__ = ("ts", "power", "counter", "owed")
+
+    def __init__(self, ts: float, power: float | None, counter: float | None,
+                 owed: float = 0.0) -> None:
+        self.ts, self.power, self.counter, self.owed = ts, power, counter, owed
 
 
 class _Node:
@@ -114,7 +152,7 @@ class _Node:
         self.devs, self.acc, self.last_ts = devs, acc, last_ts
 
     def copy(self) -> _Node:
-        return _Node({d: _Dev(s.ts, s.power, s.counter) for d, s in self.devs.items()},
+        return _Node({d: _Dev(s.ts, s.power, s.counter, s.owed) for d, s in self.devs.items()},
                      {k: v.copy() for k, v in self.acc.items()}, self.last_ts)
 
 
@@ -132,6 +170,10 @@ class EnergyIntegrator:
         # interval, not an outage): counted per node, and said once each.
         self._long_gaps: dict[tuple[str, str], int] = {}
         self.slow_nodes: set[tuple[str, str]] = set()
+        # Intervals whose counter stood still while the board drew power; nodes said.
+        self.stale_counter_intervals = 0
+        self._stale_said: set[tuple[str, str]] = set()
+        self._split: dict[Owner, Owners] = {}
 
     # -- the processor's entry point ------------------------------------
     def observe(self, frames: Sequence[Frame]) -> int:
@@ -186,7 +228,10 @@ class EnergyIntegrator:
                 self._frame(node, f, touched)
             out[key] = node
             rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
-            states.extend(DeviceState(key[0], key[1], d, s.ts, s.power, s.counter)
+            # A counter's watermark carries what it owes: a processor that takes over
+            # mid-way reads the reading it would show had it moved with the power booked.
+            states.extend(DeviceState(key[0], key[1], d, s.ts, s.power,
+                                      s.counter + s.owed if s.counter is not None else None)
                           for d, s in node.devs.items())
         return out, rows, states
 
@@ -206,14 +251,16 @@ class EnergyIntegrator:
     # -- integration -----------------------------------------------------------
     def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
         s = self.s
-        node_job = node_user = node_team = ""
+        weights: dict[Owner, float] = {}   # each owner's GPU energy in this frame
         for g in f.gpus:
             m = g.metrics
             user = g.info.get("user", "") if g.info else ""
             team = g.info.get("team", "") if g.info else ""
             job = g.job or ""
-            if job and not node_job:
-                node_job, node_user, node_team = job, user, team
+            if "," in job or "," in user or "," in team:
+                owners = self._shared((job, user, team))
+            else:
+                owners = (((job, user, team), 1.0),)
             dev = gpu_device(g.index)
             power = m.get("gpu_power_w")
             counter = m.get("gpu_energy_j")
@@ -224,13 +271,19 @@ class EnergyIntegrator:
                 util = m.get("gpu_util_pct")
                 idle = util is not None and util <= 0.0 and not job
             over = over_tdp_w(g, s.tdp_w)
-            self._interval(node, f, dev, power, counter, (job, user, team), idle,
-                           power is not None and over is not None and power > over, touched,
-                           m.get("gpu_power_limit_w"))
-        owner = (node_job, node_user, node_team)
+            energy = self._interval(node, f, dev, power, counter, owners, idle,
+                                    power is not None and over is not None and power > over,
+                                    touched, m.get("gpu_power_limit_w"))
+            if len(owners) == 1:
+                o = owners[0][0]
+                weights[o] = weights.get(o, 0.0) + energy
+            else:
+                for o, share in owners:
+                    weights[o] = weights.get(o, 0.0) + energy * share
+        node_owners = _node_owners(weights)
         cpu = f.host.metrics.get("host_cpu_power_w")
         if cpu is not None or CPU_DEVICE in node.devs:
-            self._interval(node, f, CPU_DEVICE, cpu, None, owner, False, False, touched)
+            self._interval(node, f, CPU_DEVICE, cpu, None, node_owners, False, False, touched)
         # The node's clock: the rest of the node draws node_static_w while it reports.
         host = node.devs.get(HOST_DEVICE)
         if host is not None and f.ts > host.ts:
@@ -238,14 +291,24 @@ class EnergyIntegrator:
         if host is not None and s.node_static_w > 0:
             dt = f.ts - host.ts
             if 0 < dt <= s.max_gap_s:
-                self._add(node, f, REST_DEVICE, host.ts, dt, owner,
-                          (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
+                self._add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
+                                 (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
             elif dt > s.max_gap_s:
-                self._add(node, f, REST_DEVICE, host.ts, dt, owner,
-                          (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
+                self._add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
+                                 (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
         if host is None or f.ts > host.ts:
             node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
         node.last_ts = max(node.last_ts, f.ts)
+
+    def _shared(self, owner: Owner) -> Owners:
+        """The owners of a GPU several jobs share (comma-separated): each job's equal part
+        with its user and team (``split_owner``), remembered."""
+        split = self._split.get(owner)
+        if split is None:
+            if len(self._split) > 10_000:  # owners come and go: keep the memo bounded
+                self._split.clear()
+            split = self._split[owner] = split_owner(owner)
+        return split
 
     def _cadence(self, f: Frame, dt: float) -> None:
         """Say, once per node, when its frames come further apart than ``max_gap_s`` time
@@ -264,21 +327,50 @@ class EnergyIntegrator:
                         f.node, dt, self.s.max_gap_s)
 
     def _interval(self, node: _Node, f: Frame, dev: str, power: float | None,
-                  counter: float | None, owner: tuple[str, str, str], idle: bool,
-                  over: bool, touched: set[Key], limit_w: float | None = None) -> None:
+                  counter: float | None, owners: Owners, idle: bool,
+                  over: bool, touched: set[Key], limit_w: float | None = None) -> float:
+        """Integrate ``dev``'s interval ending at ``f``; returns the energy booked (J)."""
         prev = node.devs.get(dev)
+        energy: float | None = 0.0
+        owed = 0.0
         if prev is not None:
             dt = f.ts - prev.ts
             if dt <= 0:
-                return  # at or before the watermark: integrated already (a replay)
-            energy = self._energy(prev, dt, power, counter, limit_w)
-            if energy is None or dt > self.s.max_gap_s:
+                return 0.0  # at or before the watermark: integrated already (a replay)
+            if dt > self.s.max_gap_s:
+                host = node.devs.get(HOST_DEVICE)
+                if host is not None and host.ts - prev.ts > self.s.max_gap_s:
+                    # The node reported without this GPU: it was absent (removed, replaced),
+                    # not unmeasured. It starts anew here, as a new GPU does.
+                    node.devs[dev] = _Dev(f.ts, power, counter)
+                    return 0.0
+                energy = None
+            else:
+                energy, owed, stale = self._energy(prev, dt, power, counter, limit_w)
+                if stale:
+                    self._stale(f, dev, dt, power)
+            if energy is None:
                 vals = (0.0, 0.0, 0.0, 0.0, dt, 0.0)
             else:
                 vals = (energy, energy if idle else 0.0, dt, dt if idle else 0.0, 0.0,
                         dt if over else 0.0)
-            self._add(node, f, dev, prev.ts, dt, owner, vals, touched)
-        node.devs[dev] = _Dev(f.ts, power, counter)
+            if len(owners) == 1:
+                self._add(node, f, dev, prev.ts, dt, owners[0][0], vals, touched)
+            else:
+                self._add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
+        node.devs[dev] = _Dev(f.ts, power, counter, owed)
+        return energy or 0.0
+
+    def _stale(self, f: Frame, dev: str, dt: float, power: float | None) -> None:
+        self.stale_counter_intervals += 1
+        key = (f.cluster, f.node)
+        if key not in self._stale_said:
+            self._stale_said.add(key)
+            log.warning("%s %s: its energy counter (gpu_energy_j) stood still over %.0f s "
+                        "while its board power read %.0f W (a stale DCGM field or a hung "
+                        "counter): such intervals use the power samples, and the counter's "
+                        "catch-up is not counted twice (said once per node)",
+                        f.node, dev, dt, power or 0.0)
 
     def _max_w(self, limit_w: float | None) -> float:
         """The highest mean power a counter step may imply: ``limit_ratio`` x the GPU's
@@ -290,17 +382,32 @@ class EnergyIntegrator:
         return min(cap, limit_w * self.s.limit_ratio)
 
     def _energy(self, prev: _Dev, dt: float, power: float | None,
-                counter: float | None, limit_w: float | None = None) -> float | None:
+                counter: float | None, limit_w: float | None = None
+                ) -> tuple[float | None, float, bool]:
+        """(energy or None, joules the counter owes after it, whether it stood still)."""
         if counter is not None and prev.counter is not None:
             step = counter - prev.counter
-            if 0.0 <= step <= dt * self._max_w(limit_w):
-                return step
+            if step >= 0.0:
+                low = power if power is None or prev.power is None else min(power, prev.power)
+                if power is not None and step < self.s.stale_ratio * (low or 0.0) * dt:
+                    # The counter stood still while the board drew power: the power
+                    # samples book it, and the counter owes them back when it moves.
+                    booked = _trapezoid(prev.power, power, dt)
+                    return booked, prev.owed + booked - step, True
+                net = step - prev.owed
+                if net <= dt * self._max_w(limit_w):
+                    # A catch-up: pay back what the power samples booked, never below 0.
+                    return (net, 0.0, False) if net >= 0.0 else (0.0, -net, False)
             # Went down (driver reload, counter reset) or jumped: use the power samples.
         if power is None:
-            return None
-        if prev.power is None:
-            return power * dt
-        return 0.5 * (power + prev.power) * dt
+            return None, 0.0, False
+        return _trapezoid(prev.power, power, dt), 0.0, False
+
+    def _add_shares(self, node: _Node, f: Frame, dev: str, t0: float, dt: float,
+                    owners: Owners, vals: tuple[float, ...], touched: set[Key]) -> None:
+        for owner, share in owners:
+            self._add(node, f, dev, t0, dt, owner,
+                      vals if share == 1.0 else tuple(v * share for v in vals), touched)
 
     def _add(self, node: _Node, f: Frame, dev: str, t0: float, dt: float,
              owner: tuple[str, str, str], vals: tuple[float, ...], touched: set[Key]) -> None:
@@ -336,6 +443,41 @@ class EnergyIntegrator:
             if t1 <= end:
                 return
             start = end
+
+
+def _trapezoid(p0: float | None, p1: float, dt: float) -> float:
+    return p1 * dt if p0 is None else 0.5 * (p0 + p1) * dt
+
+
+def split_owner(owner: Owner) -> Owners:
+    """A shared GPU's owners: its comma-separated jobs, an equal part each; each part to the
+    user (team) at the job's position when there are as many as jobs, else equally to each
+    one named."""
+    job, user, team = owner
+    jobs = job.split(",")
+    users, teams = user.split(","), team.split(",")
+    out: dict[Owner, float] = {}
+    for i, j in enumerate(jobs):
+        us = [users[i]] if len(users) == len(jobs) else users
+        ts = [teams[i]] if len(teams) == len(jobs) else teams
+        share = 1.0 / (len(jobs) * len(us) * len(ts))
+        for u in us:
+            for t in ts:
+                out[(j, u, t)] = out.get((j, u, t), 0.0) + share
+    return tuple(out.items())
+
+
+def _node_owners(weights: dict[Owner, float]) -> Owners:
+    """The node's CPU and rest, split by the GPU energy of each owner in the interval
+    (equally among them where no GPU has a measured interval); no GPU: no owner."""
+    if len(weights) == 1:
+        return ((next(iter(weights)), 1.0),)
+    if not weights:
+        return ((NO_OWNER, 1.0),)
+    total = sum(weights.values())
+    if not total > 0:
+        return tuple((o, 1.0 / len(weights)) for o in weights)
+    return tuple((o, w / total) for o, w in weights.items() if w > 0)
 
 
 def _prune(node: _Node) -> None:

@@ -2,12 +2,16 @@
 
 For bulk work (a month of history imported at once, the report benchmark),
 where feeding frames one by one through ``EnergyIntegrator`` would take
-minutes. The rules are the processor's, one for one (``tests/energy`` checks
-that both give the same rows): the energy counter's step where it is
+minutes. The rules are the processor's (``tests/energy`` checks that both give
+the same rows): the energy counter's step where it is
 plausible, else the trapezoid of power, else the end sample's power; an
 interval longer than ``max_gap_s`` or without power is missing time; the
 interval belongs to its end sample's owner, idle flag and power; intervals
-that cross an hour are split in proportion to time.
+that cross an hour are split in proportion to time. Four rules of the processor
+are not here, for what a block does not hold: a counter that stands still while
+the board draws power, a GPU the node stops listing, a GPU shared by several
+jobs, and a node's CPU and static energy shared among its jobs (a block's
+owner per sample is its caller's).
 """
 
 from __future__ import annotations
