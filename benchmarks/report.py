@@ -20,15 +20,26 @@ What it measures, exactly:
    simulated days, over a full month of the vectorised power trace of
    ``benchmarks/energy_trace.py`` (``timing_from`` in the JSON says which).
 
+3. ``report_peak_rss_mb``: the report's peak resident memory. The report runs in
+   a fresh interpreter (this script with ``--store``), so the figure is the
+   report's own, not the simulator's.
+
+``--store DB [--month YYYY-MM]`` times only the report over an existing SQLite
+store (opened read-only), e.g. a copy of a production ledger: wall seconds, peak
+RSS and the rows read.
+
 Last line is JSON. Targets (issue 13): report under 60 s, error under 1%.
 
     python benchmarks/report.py [--sim-days 31] [--gpus 1000] [--out DIR]
+    python benchmarks/report.py --store ledger.db [--month 2022-10] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -55,13 +66,53 @@ def _report(store: SqliteStore, out: Path) -> tuple[float, dict]:
     return seconds, json.loads(paths["json"].read_text())
 
 
+def _peak_rss_mb() -> float:
+    """This process's peak resident memory (Linux reports ru_maxrss in KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def report_only(db: Path, month: str, out: Path) -> dict:
+    """Time and peak RSS of ``write_report`` over an existing store, in this process."""
+    store = SqliteStore(db, read_only=True)
+    rows = [0]
+
+    def progress(n: int, done: float) -> None:
+        rows[0] = n
+
+    model = build_model("USA", 0.0, str(CISO), "avg_CI", 1.2, "", "pue", 0.12, "USD")
+    t0 = time.perf_counter()
+    paths = write_report(store, model, month, out, str(db), progress=progress)
+    seconds = time.perf_counter() - t0
+    store.close()
+    summary = json.loads(paths["json"].read_text())
+    return {"report_s": round(seconds, 2), "report_peak_rss_mb": round(_peak_rss_mb(), 1),
+            "ledger_rows": rows[0], "it_kwh": summary["it_kwh"], "month": month}
+
+
+def _report_in_child(db: Path, month: str, out: Path) -> dict:
+    """``report_only`` in a fresh interpreter: its peak RSS is the report's alone."""
+    done = subprocess.run([sys.executable, __file__, "--store", str(db), "--month", month,
+                           "--out", str(out)], check=True, capture_output=True, text=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sim-days", type=float, default=MONTH_DAYS,
                     help="days of the simulator to measure the error on (31: the month)")
     ap.add_argument("--gpus", type=int, default=1000)
     ap.add_argument("--out", help="keep the report files here (default: a temp dir)")
+    ap.add_argument("--store", help="only time the report over this SQLite store")
+    ap.add_argument("--month", default=MONTH, help="with --store: the month (YYYY-MM)")
     args = ap.parse_args()
+    if args.store:
+        with tempfile.TemporaryDirectory() as tmp:
+            got = report_only(Path(args.store), args.month, Path(args.out or tmp))
+        print(f"report {got['month']} over {got['ledger_rows']:,} ledger rows: "
+              f"{got['report_s']:.1f} s, peak RSS {got['report_peak_rss_mb']:,.0f} MB",
+              file=sys.stderr)
+        print(json.dumps(got))
+        return 0
     if not 0 < args.sim_days <= MONTH_DAYS:
         ap.error(f"--sim-days must be in (0, {MONTH_DAYS}], got {args.sim_days}")
     whole = args.sim_days >= MONTH_DAYS
@@ -76,20 +127,23 @@ def main() -> int:
               f"GPU-samples in {led.simulate_s:.1f} s; integrated into {led.rows:,} ledger "
               f"rows in {led.integrate_s:.1f} s; report over it {sim_s:.1f} s", file=sys.stderr)
         if whole:
-            report_s, timing = sim_s, "simulator"
+            timed, timing = Path(tmp) / "sim.db", "simulator"
         else:  # the report's timing still wants a whole month of 1,000 GPUs
             trace = SqliteStore(Path(tmp) / "trace.db")
             month_ledger(trace, MONTH_DAYS, args.gpus)
-            report_s, month = _report(trace, out)
             trace.close()
-            timing = "energy_trace"
-            print(f"report over a month of the power trace: {report_s:.1f} s; "
-                  f"{month['it_kwh']:,.0f} kWh", file=sys.stderr)
+            timed, timing = Path(tmp) / "trace.db", "energy_trace"
+        child = _report_in_child(timed, MONTH, out / "timed")
+        report_s, rss_mb = child["report_s"], child["report_peak_rss_mb"]
+        print(f"report over a month of the {timing} ledger ({child['ledger_rows']:,} rows): "
+              f"{report_s:.1f} s, peak RSS {rss_mb:,.0f} MB; {child['it_kwh']:,.0f} kWh",
+              file=sys.stderr)
     truth = led.truth_j
     error = abs(ledger_j - truth) / truth * 100
     print(f"ledger {ledger_j / 3.6e6:,.3f} kWh vs simulator truth {truth / 3.6e6:,.3f} kWh: "
           f"{error:.5f}%; {summary['co2e_t']:.2f} t CO2e", file=sys.stderr)
     print(json.dumps({"report_month_1000_gpus_s": round(report_s, 2),
+                      "report_peak_rss_mb": rss_mb,
                       "energy_error_pct": round(error, 5), "sim_days": round(led.days, 3),
                       "timing_from": timing, "gpus": led.gpus, "gpu_samples": led.samples,
                       "simulate_s": round(led.simulate_s, 1),

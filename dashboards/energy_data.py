@@ -135,9 +135,10 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
 def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
     """The report's warning when a configured hourly series (carbon.intensity_csv,
     carbon.pue_csv) misses these hours and the fallback constant priced them; "" if none."""
+    hours = list(hours)
     fs = [model.hour(h) for h in hours]
     return _series_warning(model, len(fs), sum(f.intensity_from_fallback for f in fs),
-                           sum(f.pue_from_fallback for f in fs))
+                           sum(f.pue_from_fallback for f in fs), hours)
 
 
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:

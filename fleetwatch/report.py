@@ -6,21 +6,30 @@ hours up per job, user, team, node and cluster. Every breakdown is a
 partition of the same rows, so each one sums to the total ("(no job)" holds
 energy no job was running for, "(no user)" energy of jobs without a user).
 ``report_files`` writes it: an HTML report (``report_html``), a CSV with a row
-per job, user, team, node and cluster, and a JSON summary.
+per job, user, team, node and cluster, and a JSON summary. The rows are read a
+few hours at a time (``ledger_chunks``) and summed as they come (``build_chunks``):
+a month of 1,000 GPUs is 1.6 million rows, which the report never holds at once.
 """
 
 from __future__ import annotations
 
 import calendar
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
 import numpy as np
 
-from fleetwatch.carbon import J_PER_KWH, CarbonModel
-from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow
+from fleetwatch.carbon import (
+    HOUR_S,
+    J_PER_KWH,
+    MAX_INTERPOLATE_H,
+    CarbonModel,
+    HourFactors,
+    HourlySeries,
+)
+from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow, EnergyStore
 
 KINDS = ("job", "user", "team", "node", "cluster")
 NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
@@ -86,8 +95,9 @@ class Report:
     devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
     hours_with_data: int = 0       # hours of the month with at least one ledger row
     # Hours with energy whose factor is the fallback constant because the configured
-    # series has nothing near them (a file that does not cover the month), and a warning
-    # that says so; "" when every hour came from its series (or none is configured).
+    # series has nothing near them (a file that does not cover the month, or a hole in it
+    # too long to interpolate), and a warning that says which; "" when every hour came
+    # from its series (or none is configured).
     intensity_fallback_hours: int = 0
     pue_fallback_hours: int = 0
     series_warning: str = ""
@@ -231,100 +241,215 @@ def month_span(month: str) -> tuple[int, int]:
 
 _LINE_FIELDS = ("it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours", "idle_kwh",
                 "idle_gpu_hours", "gpu_kwh", "over_tdp_gpu_hours", "missing_gpu_hours")
+_DAILY_FIELDS = ("it_kwh", "co2e_kg", "idle_kwh")
+
+# (rows read so far, share of the month's span read): called after each chunk of rows.
+Progress = Callable[[int, float], None]
 
 
-def _codes(names: Sequence[str], empty: str) -> tuple[np.ndarray, list[str]]:
-    """Each row's index into the list of distinct names ("" shown as ``empty``)."""
-    index: dict[str, int] = {}
-    codes = np.fromiter((index.setdefault(n, len(index)) for n in names), np.int64, len(names))
-    return codes, [n or empty for n in index]
+class _Sums:
+    """Per-key sums of the line fields, keys in the order they first appear. Added to in
+    row order with ``np.add.at`` (unbuffered, one row after the other), so chunk after
+    chunk gives exactly the sums one pass over every row would."""
+
+    def __init__(self, fields: Sequence[str]) -> None:
+        self.fields = fields
+        self.index: dict[object, int] = {}
+        self.sums = {k: np.zeros(0) for k in fields}
+
+    def add(self, keys: Sequence[object], n: int, values: dict[str, np.ndarray]) -> None:
+        index = self.index
+        for k in dict.fromkeys(keys):  # the chunk's names, first appearance first
+            index.setdefault(k, len(index))
+        codes = np.fromiter(map(index.__getitem__, keys), np.int64, n)
+        for k in self.fields:
+            acc = self.sums[k]
+            if len(acc) < len(index):
+                acc = self.sums[k] = np.concatenate([acc, np.zeros(len(index) - len(acc))])
+            np.add.at(acc, codes, values[k])
+
+
+@dataclass
+class _Month:
+    """What the report keeps while it reads the ledger: sums per name, never the rows."""
+
+    model: CarbonModel
+    factors: dict[int, HourFactors] = field(default_factory=dict)
+    kinds: dict[str, _Sums] = field(
+        default_factory=lambda: {k: _Sums(_LINE_FIELDS) for k in KINDS})
+    daily: _Sums = field(default_factory=lambda: _Sums(_DAILY_FIELDS))
+    total: dict[str, float] = field(default_factory=lambda: dict.fromkeys(_LINE_FIELDS, 0.0))
+    devices: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(("gpu", CPU_DEVICE, REST_DEVICE), 0.0))
+    oldest_rows: list[EnergyRow] = field(default_factory=list)  # the oldest hour's rows
+
+    def add(self, rows: Sequence[EnergyRow]) -> None:
+        """Columns and bincount-like sums, not a loop over rows in Python."""
+        n = len(rows)
+        if not n:
+            return
+        col = dict(zip(EnergyRow._fields, zip(*rows)))
+        hours = np.fromiter(col["bucket_ts"], np.int64, n)
+        uniq_hours, hour_of = np.unique(hours, return_inverse=True)
+        fs = [self.factors.get(int(h)) or self.factors.setdefault(int(h), self.model.hour(
+            int(h))) for h in uniq_hours]
+        pue = np.array([f.pue for f in fs])[hour_of]
+        kg_per_kwh = np.array([f.pue * f.intensity_g_per_kwh / 1000 for f in fs])[hour_of]
+        device = np.asarray(col["device"], dtype=str)
+        gpu = np.char.startswith(device, "gpu")
+
+        def f64(name: str) -> np.ndarray:
+            return np.fromiter(col[name], np.float64, n)
+
+        it = f64("energy_j") / J_PER_KWH
+        values = {
+            "it_kwh": it, "facility_kwh": it * pue, "co2e_kg": it * kg_per_kwh,
+            "cost": it * pue * self.model.price_per_kwh,
+            "gpu_hours": np.where(gpu, f64("seconds"), 0.0) / 3600,
+            "idle_kwh": f64("idle_j") / J_PER_KWH,
+            "idle_gpu_hours": np.where(gpu, f64("idle_s"), 0.0) / 3600,
+            "gpu_kwh": np.where(gpu, it, 0.0),
+            "over_tdp_gpu_hours": f64("over_tdp_s") / 3600,
+            "missing_gpu_hours": np.where(gpu, f64("missing_s"), 0.0) / 3600}
+        for k, v in values.items():
+            self.total[k] += float(v.sum())
+        for kind in KINDS:
+            self.kinds[kind].add(col[kind], n, values)
+        days = (hours - hours % DAY_S).tolist()
+        self.daily.add(list(zip(col["cluster"], days)), n, values)
+        self.devices["gpu"] += float(values["gpu_kwh"].sum())
+        for name in (CPU_DEVICE, REST_DEVICE):
+            self.devices[name] += float(it[device == name].sum())
+        first = int(uniq_hours[0])
+        if not self.oldest_rows or first <= self.oldest_rows[0].bucket_ts:
+            if self.oldest_rows and first < self.oldest_rows[0].bucket_ts:
+                self.oldest_rows = []
+            self.oldest_rows += [r for r in rows if r.bucket_ts == first]
+
+    def lines(self, kind: str) -> list[Line]:
+        sums = self.kinds[kind]
+        empty = NO_NAME.get(kind, "")
+        return sorted((Line(kind, str(name) or empty,
+                            **{k: float(sums.sums[k][i]) for k in _LINE_FIELDS})
+                       for name, i in sums.index.items()), key=lambda x: -x.it_kwh)
+
+    def daily_lines(self) -> dict[str, dict[int, list[float]]]:
+        daily: dict[str, dict[int, list[float]]] = {}
+        clusters = list(self.kinds["cluster"].index)
+        at = self.daily.index
+        for name in clusters:
+            for day in sorted({d for c, d in at if c == name}):  # type: ignore[misc]
+                i = at[(name, day)]
+                v = [float(self.daily.sums[k][i]) for k in _DAILY_FIELDS]
+                if v[0] or v[1]:
+                    daily.setdefault(str(name), {})[day] = v
+        return daily
 
 
 def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: int,
           month: str = "", now: float | None = None) -> Report:
-    """The report of these ledger rows (pure). Columns and bincounts, not a loop over rows:
-    a month of 1,000 GPUs is about a million rows."""
-    n = len(rows)
-    cols = list(zip(*rows)) if n else [()] * len(EnergyRow._fields)
-    col = dict(zip(EnergyRow._fields, cols))
-    hours = np.fromiter(col["bucket_ts"], np.int64, n)
-    uniq_hours, hour_of = np.unique(hours, return_inverse=True)
-    fs = [model.hour(int(h)) for h in uniq_hours]
-    pue = np.array([f.pue for f in fs])[hour_of]
-    kg_per_kwh = np.array([f.pue * f.intensity_g_per_kwh / 1000 for f in fs])[hour_of]
-    gpu = np.fromiter((d.startswith("gpu") for d in col["device"]), bool, n)
+    """The report of these ledger rows (pure)."""
+    return build_chunks([rows], model, start_ts, end_ts, month, now)
 
-    def f64(name: str) -> np.ndarray:
-        return np.fromiter(col[name], np.float64, n)
 
-    it = f64("energy_j") / J_PER_KWH
-    values = {
-        "it_kwh": it, "facility_kwh": it * pue, "co2e_kg": it * kg_per_kwh,
-        "cost": it * pue * model.price_per_kwh,
-        "gpu_hours": np.where(gpu, f64("seconds"), 0.0) / 3600,
-        "idle_kwh": f64("idle_j") / J_PER_KWH,
-        "idle_gpu_hours": np.where(gpu, f64("idle_s"), 0.0) / 3600,
-        "gpu_kwh": np.where(gpu, it, 0.0),
-        "over_tdp_gpu_hours": f64("over_tdp_s") / 3600,
-        "missing_gpu_hours": np.where(gpu, f64("missing_s"), 0.0) / 3600}
-    total = Line("total", "all", **{k: float(v.sum()) for k, v in values.items()})
-    lines: dict[str, list[Line]] = {}
-    for kind in KINDS:
-        codes, names = _codes(col[kind], NO_NAME.get(kind, ""))
-        sums = {k: np.bincount(codes, weights=v, minlength=len(names))
-                for k, v in values.items()}
-        lines[kind] = sorted((Line(kind, name, **{k: float(sums[k][i]) for k in _LINE_FIELDS})
-                              for i, name in enumerate(names)), key=lambda x: -x.it_kwh)
-    daily: dict[str, dict[int, list[float]]] = {}
-    cluster_codes, clusters = _codes(col["cluster"], "")
-    days = hours - hours % DAY_S
-    uniq_days, day_of = np.unique(days, return_inverse=True)
-    key = cluster_codes * len(uniq_days) + day_of
-    width = len(clusters) * len(uniq_days)
-    per = [np.bincount(key, weights=values[k], minlength=width)
-           for k in ("it_kwh", "co2e_kg", "idle_kwh")]
-    for c, name in enumerate(clusters):
-        for d, day in enumerate(uniq_days.tolist()):
-            i = c * len(uniq_days) + d
-            if per[0][i] or per[1][i]:
-                daily.setdefault(name, {})[day] = [float(p[i]) for p in per]
-    devices = {"gpu": float(values["gpu_kwh"].sum())}
-    for name in (CPU_DEVICE, REST_DEVICE):
-        mask = np.fromiter((d == name for d in col["device"]), bool, n)
-        devices[name] = float(it[mask].sum())
-    filled_ci = {int(h) for h, f in zip(uniq_hours, fs) if f.intensity_filled}
-    hourly = [(int(h), f.intensity_g_per_kwh, int(h) in filled_ci)
-              for h, f in zip(uniq_hours, fs)]
+def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, start_ts: int,
+                 end_ts: int, month: str = "", now: float | None = None,
+                 progress: Progress | None = None) -> Report:
+    """The report of the ledger rows in ``chunks`` (oldest first, e.g. a few hours of the
+    month each, as :func:`ledger_chunks` reads them): each chunk is summed per job, user,
+    team, node, cluster and day and let go, so memory grows with the names, not with the
+    rows (a month of 1,000 GPUs is about 1.6 million rows). ``progress`` hears of each."""
+    acc = _Month(model)
+    n = 0
+    for chunk in chunks:
+        acc.add(chunk)
+        n += len(chunk)
+        if progress is not None and chunk:
+            done = (chunk[-1].bucket_ts + 3600 - start_ts) / max(1, end_ts - start_ts)
+            progress(n, min(1.0, max(0.0, done)))
+    uniq_hours = sorted(acc.factors)
+    fs = [acc.factors[h] for h in uniq_hours]
+    hourly = [(h, f.intensity_g_per_kwh, f.intensity_filled) for h, f in zip(uniq_hours, fs)]
     ci_fallback = sum(f.intensity_from_fallback for f in fs)
     pue_fallback = sum(f.pue_from_fallback for f in fs)
-    newest = int(uniq_hours[-1]) + 3600 if n else start_ts
-    oldest = int(uniq_hours[0]) if n else start_ts
+    newest = uniq_hours[-1] + 3600 if n else start_ts
+    oldest = uniq_hours[0] if n else start_ts
+    when = time.time() if now is None else now
     return Report(
-        month=month, start_ts=start_ts, end_ts=end_ts,
-        generated_ts=time.time() if now is None else now, covered_from_ts=oldest,
-        covered_until_ts=newest, total=total, lines=lines, daily=daily,
-        hourly_intensity=hourly, intensity_filled_hours=len(filled_ci),
+        month=month, start_ts=start_ts, end_ts=end_ts, generated_ts=when,
+        covered_from_ts=oldest, covered_until_ts=newest,
+        total=Line("total", "all", **acc.total),
+        lines={kind: acc.lines(kind) for kind in KINDS}, daily=acc.daily_lines(),
+        hourly_intensity=hourly,
+        intensity_filled_hours=sum(1 for f in fs if f.intensity_filled),
         pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
-        currency=model.currency, devices=devices,
-        hours_with_data=int(((uniq_hours >= start_ts) & (uniq_hours < end_ts)).sum()),
+        currency=model.currency, devices=acc.devices,
+        hours_with_data=sum(1 for h in uniq_hours if start_ts <= h < end_ts),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
-        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback),
-        began_ts=data_began(rows, time.time() if now is None else now) or oldest)
+        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback, uniq_hours),
+        began_ts=data_began(acc.oldest_rows, when) or oldest)
 
 
-def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int) -> str:
-    """What to tell the reader when a configured series did not cover the hours."""
-    def span(series: object) -> str:
-        first, last = series.span()  # type: ignore[attr-defined]
-        return (f"{datetime.fromtimestamp(first, timezone.utc):%Y-%m-%d %H:00} to "
-                f"{datetime.fromtimestamp(last, timezone.utc):%Y-%m-%d %H:00} UTC")
+def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,
+                  window_s: int = 6 * 3600) -> Iterator[list[EnergyRow]]:
+    """The ledger rows of [start, end), a window of hours at a time, oldest first: what
+    :func:`build_chunks` reads, so that no backend holds the month's rows at once."""
+    for t in range(start_ts, end_ts, window_s):
+        yield store.energy(t, min(t + window_s, end_ts))
 
+
+def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int,
+                    priced: Iterable[int] = ()) -> str:
+    """What to tell the reader when a configured series left hours to the fallback: the
+    hours outside the series' span (a file that does not cover them), and the holes
+    inside it too long to interpolate, each named. ``priced``: the hours the report
+    priced (without them, every fallback hour is said to be outside the span)."""
+    priced = list(priced)
     out = []
     if ci and model.intensity is not None:
         out.append(f"{ci:,} of {hours:,} hours use the fallback intensity "
-                   f"{model.intensity_fallback:g} gCO2e/kWh: the hourly series covers "
-                   f"{span(model.intensity)}, not these hours (carbon.intensity_csv)")
+                   f"{model.intensity_fallback:g} gCO2e/kWh: "
+                   + _why_fallback(model.intensity, priced, ", not these hours")
+                   + " (carbon.intensity_csv)")
     if pue and model.pue is not None:
         out.append(f"{pue:,} of {hours:,} hours use the fallback PUE {model.pue_fallback:g}: "
-                   f"the hourly series covers {span(model.pue)} (carbon.pue_csv)")
+                   + _why_fallback(model.pue, priced, "") + " (carbon.pue_csv)")
     return "; ".join(out)
+
+
+def _at(ts: int) -> str:
+    return f"{datetime.fromtimestamp(ts, timezone.utc):%Y-%m-%d %H:00}"
+
+
+def _why_fallback(series: HourlySeries, priced: Sequence[int], not_these: str,
+                  most: int = 3) -> str:
+    """Why ``series`` left hours of ``priced`` to the fallback: outside its span, or in a
+    hole inside it wider than interpolation bridges (the hole's first and last missing
+    hour and its length)."""
+    first, last = series.span()
+    covers = f"the hourly series covers {_at(first)} to {_at(last)} UTC"
+    fallback = [h for h in priced if series.at(h)[0] is None]
+    inside = [h for h in fallback if first <= h <= last]
+    holes: dict[int, int] = {}  # first missing hour -> last missing hour
+    for h in inside:
+        if any(a <= h <= b for a, b in holes.items()):
+            continue
+        a, b = h, h
+        while a - HOUR_S not in series.values:
+            a -= HOUR_S
+        while b + HOUR_S not in series.values:
+            b += HOUR_S
+        holes[a] = b
+    if not holes:
+        return covers + not_these
+    named = [f"{_at(a)} to {_at(b)} UTC ({(b - a) // HOUR_S + 1:,} hours missing)"
+             for a, b in sorted(holes.items())[:most]]
+    if len(holes) > most:
+        named.append(f"{len(holes) - most:,} more")
+    what = "a hole" if len(holes) == 1 else f"{len(holes):,} holes"
+    text = (f"the hourly series has {what} longer than interpolation bridges (neighbours "
+            f"up to {MAX_INTERPOLATE_H} h apart): {'; '.join(named)}")
+    outside = len(fallback) - len(inside)
+    if outside:
+        text += f"; {outside:,} hours are outside it: {covers}"
+    return text

@@ -1,5 +1,5 @@
 """The monthly report's files and the ``fleetwatch report`` command: thin I/O around
-``fleetwatch.report``'s pure ``build``.
+``fleetwatch.report``'s pure ``build_chunks``.
 
 Reads the month's ledger rows from the store, builds the report, and writes an
 HTML report (``report_html``), a CSV with a row per job, user, team, node and
@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import csv
 import json
+import sys
 import time
-from dataclasses import asdict
 from pathlib import Path
 
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.config import Config
 from fleetwatch.pipeline.store.ledger import EnergyStore
-from fleetwatch.report import KINDS, Report, ReportError, build, month_span, resolve_month
+from fleetwatch.report import (
+    KINDS,
+    Progress,
+    Report,
+    ReportError,
+    build_chunks,
+    ledger_chunks,
+    month_span,
+    resolve_month,
+)
 
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
               "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
@@ -31,24 +40,25 @@ def write_csv(report: Report, path: Path) -> None:
         w.writerow(CSV_FIELDS)
         for kind in KINDS:
             for line in report.lines[kind]:
-                d = asdict(line)
-                d["idle_share"] = line.idle_share
-                w.writerow([d[k] if isinstance(d[k], str) else f"{d[k]:.6f}"
-                            for k in CSV_FIELDS])
+                # getattr, not asdict: asdict deep-copies, seconds for 66,000 jobs.
+                values = [getattr(line, k) for k in CSV_FIELDS]
+                w.writerow([v if isinstance(v, str) else f"{v:.6f}" for v in values])
 
 
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
-                 store_name: str = "", now: float | None = None) -> dict[str, Path]:
-    """The month's HTML, CSV and JSON in ``out_dir``; returns their paths."""
+                 store_name: str = "", now: float | None = None,
+                 progress: Progress | None = None) -> dict[str, Path]:
+    """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
+    read a few hours at a time (``ledger_chunks``); ``progress`` hears of each."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month)
-    rows = store.energy(start, end)
-    if not rows:
+    report = build_chunks(ledger_chunks(store, start, end), model, start, end, month, now,
+                          progress)
+    if not report.hourly_intensity:
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
-    report = build(rows, model, start, end, month, now)
     out = Path(out_dir)
     paths = {ext: out / f"fleetwatch-energy-{month}.{ext}" for ext in ("html", "csv", "json")}
     try:
@@ -87,7 +97,12 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
     try:
         if not hasattr(store, "energy"):
             raise ReportError(f"store.kind {c.kind!r} keeps no energy ledger")
-        paths = write_report(store, model, month, out_dir, name)  # type: ignore[arg-type]
+        progress = _Progress(month)
+        try:
+            paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
+                                 progress=progress)
+        finally:
+            progress.done()
     except StoreError as exc:
         raise ReportError(f"cannot read the ledger: {exc}") from exc
     finally:
@@ -107,3 +122,26 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
         lines.append(f"  projected month: {amounts.mass(s['projected_co2e_kg'])} "
                      "at the rate so far")
     return "\n".join([*lines, *(f"  {p}" for p in paths.values())])
+
+
+class _Progress:
+    """Reading the ledger, on stderr (stdout is the headline): a line rewritten at most
+    once a second, from the first second on, so a short report prints nothing."""
+
+    def __init__(self, month: str, every_s: float = 1.0) -> None:
+        self.month = month
+        self.every_s = every_s
+        self.last = time.monotonic()
+        self.shown = False
+
+    def __call__(self, rows: int, done: float) -> None:
+        now = time.monotonic()
+        if now - self.last >= self.every_s:
+            self.last = now
+            self.shown = True
+            print(f"\r  reading the ledger for {self.month}: {done:6.1%} of the month, "
+                  f"{rows:>12,} rows", end="", file=sys.stderr, flush=True)
+
+    def done(self) -> None:
+        if self.shown:
+            print(file=sys.stderr, flush=True)

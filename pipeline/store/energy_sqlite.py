@@ -116,7 +116,7 @@ class SqliteEnergy:
             if "no such table" in str(exc):
                 return []  # a store written before the ledger existed
             raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
-        return [EnergyRow(*r) for r in cur]
+        return list(map(EnergyRow._make, cur))  # _make in C: a month is ~1.6 M rows
 
     # -- totals for the dashboard: hourly aggregates, rolled up once an hour has closed
     def roll_up_energy(self, before_ts: float) -> int:
