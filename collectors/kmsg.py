@@ -11,6 +11,11 @@ Two kinds of input, both parsed by ``parse_xid``:
   (one record per read(); continuation lines start with a space);
 * dmesg text: ``[Sun Feb 23 16:24:18 2025] NVRM: Xid ...`` or
   ``kern  :warn  : 2025-01-21T04:41:44,283302+00:00 NVRM: Xid ...``.
+
+A text log (``agent.kernel_log = /var/log/kern.log``) is followed across logrotate:
+truncated in place (``copytruncate``) it is read again from the top; renamed and
+created anew (the default) the rest of the old file is read, then the new one from
+its start.
 """
 
 from __future__ import annotations
@@ -27,9 +32,19 @@ from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
+# The forms the driver prints, from NVIDIA/open-gpu-kernel-modules (595.45.04,
+# src/nvidia/src/kernel/gpu/rc/kernel_rc.c, krcReportXid's XID_PRINT_WITH_ATTR):
+#   "NVRM: Xid (PCI:%04x:%02x:%02x): %d, pid=%s, name=%s, %s"
+#   "NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u): %d, ..."              an XID of a MIG GPU instance
+#   "NVRM: Xid (PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u): %d, ..."  ... and compute instance
+# (kern_gpu_error_cont_ga100.c documents "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194,
+# Contained: ..."). Older drivers, long before the open modules, printed the address
+# without "PCI:", as their kernel logs show: "NVRM: Xid (0000:01:00): 8, Channel 00000020".
 _XID = re.compile(
-    r"NVRM: Xid \(PCI:(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):(?P<dev>[0-9a-fA-F]{2})"
-    r"(?:\.[0-7])?\): (?P<code>\d+),\s*(?P<msg>.*)$")
+    r"NVRM: Xid \((?:PCI:)?(?P<domain>[0-9a-fA-F]{4,8}):(?P<bus>[0-9a-fA-F]{2}):"
+    r"(?P<dev>[0-9a-fA-F]{2})(?:\.[0-7])?"
+    r"(?: GPU-I:(?P<gi>\d{1,5})(?: GPU-CI:(?P<ci>\d{1,5}))?)?"
+    r"\): (?P<code>\d+),\s*(?P<msg>.*)$")
 READ_SIZE = 8192  # /dev/kmsg records are at most ~1 KiB; a short buffer fails with EINVAL
 MAX_RECORDS_PER_POLL = 4096
 
@@ -39,6 +54,9 @@ class XidLine:
     pci: str    # normalized: ``0000:9b:00``
     xid: int
     message: str
+    # MIG: the GPU instance (and compute instance) the driver charged the XID to.
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 def pci_key(bus_id: str) -> str:
@@ -68,7 +86,9 @@ def parse_xid(line: str) -> XidLine | None:
     if not 0 < code < 1 << 16:
         return None
     pci = f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['dev'].lower()}"
-    return XidLine(pci, code, m["msg"].strip())
+    gi, ci = m["gi"], m["ci"]
+    return XidLine(pci, code, m["msg"].strip(), int(gi) if gi is not None else None,
+                   int(ci) if ci is not None else None)
 
 
 def parse_kmsg_record(record: bytes) -> XidLine | None:
@@ -101,6 +121,10 @@ class KernelLog:
         self._text_pos = 0
         self._char_dev = False
         self._pending = ""
+        # A text log renamed away by logrotate: (fd, position, partial line), read once
+        # more at the next poll for what its writer added before it reopened the log.
+        self._retired: tuple[int, int, str] | None = None
+        self._reopen_failed = False
         self.malformed = 0
         self._open(from_start)
 
@@ -160,24 +184,26 @@ class KernelLog:
 
     def _poll_text(self) -> list[XidLine]:
         assert self._fd is not None
-        size = os.fstat(self._fd).st_size
-        if size < self._text_pos:  # truncated or rotated in place
-            self._text_pos = 0
-        chunks = []
-        while True:
-            data = os.pread(self._fd, 1 << 16, self._text_pos)
-            if not data:
-                break
-            self._text_pos += len(data)
-            chunks.append(data)
-        if not chunks:
-            return []
-        text = self._pending + b"".join(chunks).decode("utf-8", "replace")
-        lines = text.split("\n")
-        self._pending = lines.pop()  # a partly written last line waits for the next poll
-        if len(self._pending) > 1 << 20:  # no newline in a megabyte: not a log line
-            self._malformed(self._pending)
-            self._pending = ""
+        lines: list[str] = []
+        if self._retired is not None:
+            fd, pos, pending = self._retired
+            self._retired = None
+            try:
+                more, _, pending = self._read_text(fd, pos, pending)
+            finally:
+                os.close(fd)
+            lines += more
+            if pending:  # the file is finished: its last line will get no newline now
+                lines.append(pending)
+        more, self._text_pos, self._pending = self._read_text(self._fd, self._text_pos,
+                                                              self._pending)
+        lines += more
+        fd = self._reopened()
+        if fd is not None:
+            self._retired = (self._fd, self._text_pos, self._pending)
+            self._fd, self._text_pos, self._pending = fd, 0, ""
+            more, self._text_pos, self._pending = self._read_text(fd, 0, "")
+            lines += more
         out = []
         for line in lines:
             x = parse_xid(line)
@@ -187,7 +213,54 @@ class KernelLog:
                 self._malformed(line)
         return out
 
+    def _reopened(self) -> int | None:
+        """The new file when the path now names another file than ours (rotated by rename)."""
+        assert self._fd is not None
+        try:
+            now = os.stat(self.path)
+        except FileNotFoundError:
+            return None  # renamed, not created yet: keep reading the old one
+        ours = os.fstat(self._fd)
+        if (now.st_ino, now.st_dev) == (ours.st_ino, ours.st_dev) or not stat.S_ISREG(now.st_mode):
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        except OSError as exc:
+            # Keep what the old file gave this poll; say so once, try again next poll.
+            if not self._reopen_failed:
+                log.warning("kernel log %s was replaced (rotated) and the new file cannot be "
+                            "opened (%s); still reading the old one, trying again every poll",
+                            self.path, exc.strerror or exc)
+            self._reopen_failed = True
+            return None
+        self._reopen_failed = False
+        return fd
+
+    def _read_text(self, fd: int, pos: int, pending: str) -> tuple[list[str], int, str]:
+        """Whole lines from ``pos`` on: (lines, new position, the partial last line)."""
+        if os.fstat(fd).st_size < pos:  # truncated in place (copytruncate)
+            pos = 0
+        chunks = []
+        while True:
+            data = os.pread(fd, 1 << 16, pos)
+            if not data:
+                break
+            pos += len(data)
+            chunks.append(data)
+        if not chunks:
+            return [], pos, pending
+        text = pending + b"".join(chunks).decode("utf-8", "replace")
+        lines = text.split("\n")
+        pending = lines.pop()  # a partly written last line waits for the next poll
+        if len(pending) > 1 << 20:  # no newline in a megabyte: not a log line
+            self._malformed(pending)
+            pending = ""
+        return lines, pos, pending
+
     def close(self) -> None:
+        if self._retired is not None:
+            os.close(self._retired[0])
+            self._retired = None
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None

@@ -99,7 +99,6 @@ class NodeSource:
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
         self._reinit = False  # the driver went away mid-run: retry whatever the policy
-        self._pci_to_gpu: dict[str, int] = {}
         # Frame identity (node, seq) must stay unique across agent restarts: start from the
         # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
         # the count never overtakes the clock, and a restarted agent starts above it.
@@ -110,7 +109,7 @@ class NodeSource:
     def _try_nvml(self, first: bool = False) -> None:
         try:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
-                                        on_state=self._gpu_state)
+                                        on_state=self._gpu_state, on_dropped=self._on_dropped)
         except NvmlUnavailable as exc:
             self._next_try = self._clock() + NVML_RETRY_S
             if first and self.policy == "error":
@@ -127,7 +126,6 @@ class NodeSource:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
         self.nvml_problem = None
         self._reinit = False
-        self._pci_to_gpu = {pci_key(bus): i for i, bus in self.nvml.pci_bus_ids.items()}
 
     def _gpu_state(self, index: int, uuid: str, state: str, why: str) -> None:
         log_gpu_state(index, uuid, state, why)
@@ -164,7 +162,7 @@ class NodeSource:
         self.jobs.prune(read.pids)
         self.mig = read.mig
         gpus = self._attribute(read.gpus, read.pids)
-        kernel = self._kernel_xids()
+        kernel = self._kernel_xids(gpus)
         nvml_xids = {g.index: g.xids for g in gpus if g.xids}
         if not nvml_xids and not kernel:
             return tuple(gpus)  # the usual tick: nothing to merge
@@ -248,7 +246,25 @@ class NodeSource:
         self._reinit = True
         self._next_try = self._clock() + NVML_REINIT_S
 
-    def _kernel_xids(self) -> list[tuple[int, int]]:
+    @staticmethod
+    def _pci_map(gpus: list[GpuReading]) -> dict[str, int]:
+        """PCI bus id -> GPU index as this tick's reading has them.
+
+        Made afresh from each read rather than once at start: the re-probe re-attaches
+        GPUs that could not be opened, attaches GPUs that appeared, and after a reset
+        GPUs can come back at other NVML indices. A lost GPU keeps the address it was
+        last seen at (an XID 79 after GpuIsLost is still its own), unless a GPU that
+        answers now is at that address: that one is the board there.
+        """
+        out: dict[str, int] = {}
+        for lost in (True, False):  # answering GPUs last, so they win an address
+            for g in gpus:
+                bus = g.info.get("pci_bus_id")
+                if bus and (g.state == "lost") == lost:
+                    out[pci_key(bus)] = g.index
+        return out
+
+    def _kernel_xids(self, gpus: list[GpuReading]) -> list[tuple[int, int]]:
         kernel: list[tuple[int, int]] = []
         if self.kernel_log is None:
             return kernel
@@ -269,8 +285,9 @@ class NodeSource:
             self._kernel_log_failing = False
         for _ in range(self.kernel_log.malformed - malformed):
             self._on_dropped("xid_malformed")
+        pci_to_gpu = self._pci_map(gpus) if lines else {}
         for x in lines:
-            gpu = self._pci_to_gpu.get(x.pci)
+            gpu = pci_to_gpu.get(x.pci)
             if gpu is not None:
                 kernel.append((gpu, x.xid))
                 continue
@@ -279,7 +296,7 @@ class NodeSource:
                 self._unknown_pci.add(x.pci)
                 log.warning("XID %d on PCI %s, which is none of this node's GPUs as NVML lists "
                             "them (%s); not attributed: %s", x.xid, x.pci,
-                            ", ".join(sorted(self._pci_to_gpu)) or "none", x.message[:200])
+                            ", ".join(sorted(pci_to_gpu)) or "none", x.message[:200])
         return kernel
 
     def close(self) -> None:
@@ -300,11 +317,13 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
                 on_dropped: Callable[[str], None] | None = None,
                 profiling: ProfilingSource | None = None,
                 pods: PodMapper | None = None,
-                on_gpu_state: Callable[[str], None] | None = None) -> NodeSource:
+                on_gpu_state: Callable[[str], None] | None = None,
+                fake_faults: str | None = None) -> NodeSource:
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
-    read then: its PCI addresses would name real GPUs). ``nvml``: a backend to
+    read then: its PCI addresses would name real GPUs); ``fake_faults``: a JSON file
+    of their faults (``collectors.nvml.fake.FaultFile``). ``nvml``: a backend to
     use instead (tests). ``on_nvml_error``: called with a short error kind for
     every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
     ``on_dropped``: called with a reason for every input read and not used (an XID
@@ -317,7 +336,7 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     if nvml is not None:
         backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
     elif fake_gpus is not None:
-        backend = lambda: FakeNvml.of(fake_gpus)  # noqa: E731
+        backend = lambda: FakeNvml.of(fake_gpus, faults=fake_faults)  # noqa: E731
     else:
         backend = PynvmlBackend
     path = config.agent.kernel_log

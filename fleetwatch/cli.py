@@ -242,13 +242,17 @@ def cmd_agent(config: Config, args: argparse.Namespace) -> int:
         print("fleetwatch agent: --json prints the one frame of --once: add --once",
               file=sys.stderr)
         return EXIT_USAGE
+    if args.fake_faults is not None and args.fake_gpus is None:
+        print("fleetwatch agent: --fake-faults steers the fake GPUs of --fake-gpus N: add "
+              "--fake-gpus", file=sys.stderr)
+        return EXIT_USAGE
     if args.interval is not None:
         config = _override(config, "agent", {"interval_s": "--interval"},
                            interval_s=args.interval)
     try:
         if not args.once:
-            return run_agent(config, args.fake_gpus)
-        frame = read_once(config, args.fake_gpus)
+            return run_agent(config, args.fake_gpus, fake_faults=args.fake_faults)
+        frame = read_once(config, args.fake_gpus, args.fake_faults)
     except NvmlUnavailable as exc:  # agent.nvml_policy = "error"
         print(f"fleetwatch agent: FATAL: {exc}", file=sys.stderr)
         return EXIT_ERROR

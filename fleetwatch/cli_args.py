@@ -186,6 +186,11 @@ def parser() -> argparse.ArgumentParser:
     agent.add_argument("--json", action="store_true", help="with --once: print the frame as JSON")
     agent.add_argument("--fake-gpus", type=_positive_int, metavar="N",
                        help="use N fake GPUs instead of NVML (the test fake)")
+    agent.add_argument("--fake-faults", metavar="FILE",
+                       help="with --fake-gpus: faults of the fake GPUs from a JSON file, read "
+                       "again every tick, e.g. {\"temp\": {\"3\": 95}, \"xid\": [[4, 79]], "
+                       "\"lost\": [2]}: GPU 3 at 95 °C, an XID 79 on GPU 4 (once each time "
+                       "the file is written), GPU 2 fallen off the bus; {} heals them")
     agent.add_argument("--interval", type=_duration, metavar="DUR",
                        help="sample interval with its unit, e.g. 5s (default agent.interval_s)")
 

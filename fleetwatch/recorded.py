@@ -13,7 +13,9 @@ Long CSV (one sample per row; a header line is required)::
 * ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
   metric table) in the catalogue's unit, a DCGM field name (``DCGM_FI_DEV_GPU_TEMP``)
   in DCGM's unit, as the other layouts take it, or ``xid`` (``value`` is the XID code,
-  a whole number 1..65535 as in ``xids.csv``: an event on that GPU at that time);
+  a whole number 1..65535 as in ``xids.csv``: an event on that GPU at that time), or
+  ``DCGM_FI_DEV_XID_ERRORS`` (the last XID seen, 0: none yet, as dcgm-exporter gives
+  it: read as in AcmeTrace's layout, below);
 * ``value``: empty is no sample (the metric is absent, never 0), as in the other
   layouts: the row has nothing to say and is passed over, counted in the summary;
 * ``job``: the job that holds the GPU at that time (empty: none), which the job
@@ -24,6 +26,10 @@ Long CSV (one sample per row; a header line is required)::
 * rows may come in any order; a sample given twice (same time, node, GPU and
   metric) keeps the last one; the summary counts such repeats, and those with
   another value (two sources of one series, or a clock or time-zone fault).
+
+Every layout: a memory temperature of 0 is no sample (GDDR boards, L4 or L40S, have
+no memory sensor and answer 0, which dcgm-exporter passes on), as the agent reads it
+(``collectors.nvml.metrics.ZERO_IS_ABSENT``); the summary counts them.
 
 Every layout, once read: where the series of one node carry their own times a
 fraction of its interval apart (DCGM field timestamps, a scrape per series), its
@@ -44,9 +50,9 @@ units (FB_USED in MiB; ratios 0..1 as collected, with epoch times, or in percent
 the AcmeTrace notebook writes them, with date-time times, or wherever a value is
 above 1; the summary says which scale was read) and converted with the catalogue's
 DCGM scale. ``XID_ERRORS`` holds the last XID seen (0: none yet; a
-whole number 0..65535, else a bad cell): a change to a non-zero code is read as
-that XID event. Per-node columns of a GPU metric are read as GPU 0 of that node
-(said in the summary).
+whole number 0..65535, else a bad cell): a change to a non-zero code, in time order
+across all the files, is read as that XID event. Per-node columns of a GPU metric
+are read as GPU 0 of that node (said in the summary).
 
 One series (the layout of NAB's series and of most single-sensor exports): two
 columns, a time (``timestamp``, ``time``, ``ts``, ``date`` or ``datetime``) and the
@@ -75,11 +81,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from fleetwatch.catalogue import Metric, catalogue
+from fleetwatch.collectors.nvml.metrics import ZERO_IS_ABSENT
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
 SERIES_TIME = ("timestamp", "time", "ts", "date", "datetime")
 XID = "xid"
+# dcgm-exporter's (and AcmeTrace's) XID field: the last XID seen, not an event.
+XID_LAST = "DCGM_FI_DEV_XID_ERRORS"
+XID_FIELDS = ("XID_ERRORS", XID_LAST)
 XID_MAX = 65535  # the driver's codes, as fleetwatch/xids.csv is checked: 1..65535
 
 
@@ -105,6 +115,10 @@ class Reading:
         default_factory=lambda: defaultdict(lambda: defaultdict(dict)))
     xids: dict[tuple[float, str, int], list[int]] = field(
         default_factory=lambda: defaultdict(list))
+    # (node, gpu) -> time -> the last XID seen (XID_ERRORS): events once all are read
+    xid_last: dict[tuple[str, int], dict[float, int]] = field(
+        default_factory=lambda: defaultdict(dict))
+    zero_absent: dict[str, int] = field(default_factory=dict)  # metric -> 0s read as absent
     places: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (cluster, rack)
     jobs: dict[tuple[float, str, int], str] = field(default_factory=dict)  # (ts, node, gpu)
     models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> name
@@ -130,7 +144,13 @@ class Reading:
             self.bad_examples.append(f"{where}: {why}")
 
     def put(self, ts: float, node: str, gpu: int | None, metric: str, value: float) -> None:
-        """One sample; one given again keeps the last, counted (and if its value differs)."""
+        """One sample; one given again keeps the last, counted (and if its value differs).
+
+        A 0 the agent reads as no reading (``ZERO_IS_ABSENT``) is counted and not kept.
+        """
+        if value == 0.0 and metric in ZERO_IS_ABSENT:
+            self.zero_absent[metric] = self.zero_absent.get(metric, 0) + 1
+            return
         metrics = self.samples[(ts, node)][gpu]
         old = metrics.get(metric)
         if old is not None:
@@ -180,7 +200,7 @@ def _value(text: str, metric: str, factor: float = 1.0) -> float:
     if not math.isfinite(value):
         raise ValueError(f"value {text!r} of {metric} is not finite")
     value *= factor
-    if metric != XID:
+    if metric not in (XID, XID_LAST):
         m = _metric(metric)
         if not m.min <= value <= m.max:
             raise ValueError(f"{metric} = {value:g} is outside its possible range "
@@ -253,10 +273,33 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
                           "name their own metrics and nodes")
     from fleetwatch.recorded_ticks import mark_lost, note_repeats, to_ticks
 
+    _xid_events(out)
+    _note_zero_absent(out)
     note_repeats(out)
     to_ticks(out)
     mark_lost(out)
     return out
+
+
+def _xid_events(out: Reading) -> None:
+    """The last-XID samples (XID_ERRORS) as events: a change to a non-zero code, in time
+    order (a first sample that is not 0 is an event: nothing says it was seen before)."""
+    for (node, gpu), codes in out.xid_last.items():
+        last = 0
+        for ts in sorted(codes):
+            code = codes[ts]
+            if code and code != last:
+                out.xids[(ts, node, gpu)].append(code)
+            last = code
+    out.xid_last.clear()
+
+
+def _note_zero_absent(out: Reading) -> None:
+    for metric, n in sorted(out.zero_absent.items()):
+        out.notes.append(f"{n:,} sample{'s' if n != 1 else ''} of {metric} equal to 0 read as "
+                         "absent, as the agent reads them: GDDR boards (L4, L40S) have no "
+                         "memory temperature sensor and answer 0; the rules on it did not "
+                         "judge them")
 
 
 def _is_series(header: list[str]) -> bool:
@@ -361,15 +404,16 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
                 raise ValueError("empty node")
             metric, factor = names.get(row[i_metric]) or _long_metric(row[i_metric], names)
             gpu = _gpu_index(row[i_gpu])
-            scope = "host" if metric == XID else catalogue()[metric].scope
-            if (gpu is None) != (scope == "host") and metric != XID:
+            xid = metric in (XID, XID_LAST)
+            scope = "host" if xid else catalogue()[metric].scope
+            if (gpu is None) != (scope == "host") and not xid:
                 raise ValueError(f"{metric} is a {scope} metric: the gpu column must be "
                                  f"{'empty' if scope == 'host' else 'a GPU index'}")
-            if metric == XID and gpu is None:
+            if xid and gpu is None:
                 raise ValueError("an xid row needs a GPU index in column gpu")
-            if metric == XID:
+            if xid:
                 try:
-                    code = xid_code(row[i_value])
+                    code = xid_code(row[i_value], zero=metric == XID_LAST)
                 except ValueError as exc:
                     raise ValueError(f"column value: {exc}") from None
             else:
@@ -390,11 +434,17 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
         if metric == XID:
             out.xid_channel = True
             out.xids[(ts, node, gpu)].append(code)  # type: ignore[index]
+        elif metric == XID_LAST:
+            out.xid_channel = True
+            out.xid_last[(node, gpu)][ts] = code  # type: ignore[index]
         else:
             out.put(ts, node, gpu, metric, value)
     _note_empty(out, p, empty)
+    if any(ours == XID_LAST for ours, _ in names.values()):
+        out.notes.append(f"{p.name}: DCGM_FI_DEV_XID_ERRORS read as XID events (the last XID "
+                         "seen: a change to a non-zero code is one)")
     dcgm = sorted(f"{text.strip()} as {ours}" for text, (ours, _) in names.items()
-                  if text.strip() != ours)
+                  if text.strip() not in (ours, *XID_FIELDS))
     if dcgm:
         out.notes.append(f"{p.name}: DCGM field names read in DCGM's units: {', '.join(dcgm)}")
 
@@ -403,7 +453,8 @@ def _long_metric(text: str, names: dict[str, tuple[str, float]]) -> tuple[str, f
     """The long layout's metric cell: ``xid``, a catalogue name (our unit) or a DCGM field
     name (DCGM's unit, and the factor to ours), as the other layouts take it."""
     name = text.strip()
-    found = (XID, 1.0) if name == XID else _series_metric(name)
+    found = ((XID, 1.0) if name == XID else (XID_LAST, 1.0) if name in XID_FIELDS
+             else _series_metric(name))
     if found is None:
         raise ValueError(f"unknown metric {name!r} (use the catalogue's names, e.g. "
                          "gpu_temp_c, a DCGM field name, e.g. DCGM_FI_DEV_GPU_TEMP, or xid)")

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.recorded import XID, Reading, _value, parse_time, xid_code
+from fleetwatch.recorded import XID, XID_FIELDS, Reading, _value, parse_time, xid_code
 
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
@@ -30,7 +30,7 @@ def acme_metric(stem: str) -> tuple[str, float] | None:
     name = m["metric"] if m else stem
     if name in ACME_HOST:
         return ACME_HOST[name]
-    if name in ("XID_ERRORS", "DCGM_FI_DEV_XID_ERRORS"):
+    if name in XID_FIELDS:
         return XID, 1.0
     for metric in catalogue().metrics:
         if metric.dcgm and metric.dcgm in (name, f"DCGM_FI_DEV_{name}", f"DCGM_FI_PROF_{name}"):
@@ -82,7 +82,6 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
     stem = _SPLIT_STEM.match(p.stem)
     if metric.endswith("_ratio") or (stem["metric"] if stem else p.stem) in ACME_HOST:
         factor = _scale(p, factor, table, dated, out)
-    last_xid: dict[tuple[str, int | None], int] = {}
     table.sort(key=lambda r: r[0])
     out.xid_channel |= metric == XID
     for ts, n, cells in table:
@@ -96,11 +95,8 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
             except ValueError as exc:
                 out.bad(f"{p} line {n}, column {column}", str(exc), skip)
                 continue
-            if metric == XID:
-                code = int(value)
-                if code and last_xid.get((node, gpu)) != code:
-                    out.xids[(ts, node, gpu or 0)].append(code)
-                last_xid[(node, gpu)] = code
+            if metric == XID:  # the last XID seen: events once every file is read
+                out.xid_last[(node, gpu or 0)][ts] = int(value)
             else:
                 out.put(ts, node, gpu, metric, value)
 

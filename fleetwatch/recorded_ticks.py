@@ -10,15 +10,15 @@ import statistics
 from collections import defaultdict
 from typing import TYPE_CHECKING
 
+# A GPU absent from its node's frames for more than this many of its own intervals, while
+# other GPUs of the node go on, is read as lost. One or two missing samples are a
+# scrape's hiccup. The agent's rule, one definition: a GPU that fell off the bus it
+# reports at its next read, one that answers nothing after as many of its ticks.
+from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS
 from fleetwatch.recorded import XID, utc
 
 if TYPE_CHECKING:
     from fleetwatch.recorded import Reading
-
-# A GPU absent from its node's frames for more than this many of its own intervals, while
-# other GPUs of the node go on, is read as lost. One or two missing samples are a
-# scrape's hiccup; the agent reports a GPU that fell off the bus at its next read.
-LOST_AFTER_INTERVALS = 3
 
 
 def note_repeats(out: Reading) -> None:

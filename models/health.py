@@ -180,8 +180,10 @@ class GpuErrors(WaveDetector):
                                0.0, v, "Check the NVLink fabric (nvidia-smi nvlink -e); drain "
                                "and reset the GPUs if the errors keep rising", RATE_HOLD_S)
         if rule == "gpu_lost":
-            # The agent reports a GPU NVML calls lost; a recording, one whose series stop
-            # while its node's other GPUs go on.
+            # The agent reports a GPU NVML calls lost, or one that answered no call for
+            # several ticks while its node's other GPUs did; a recording, one whose series
+            # stop for as many intervals while its node's other GPUs go on
+            # (collectors/nvml/reader.py LOST_AFTER_INTERVALS).
             return gpu_finding(f, g, rule, 1.0, f"{where} is lost: it no longer answers while "
                                "its node does (fallen off the bus?)", "critical", 0.0, v,
                                "Drain the node and reboot it; check the GPU's PCIe slot and "

@@ -150,10 +150,15 @@ def _field_value(fv: Any) -> float:
     return float(v.ullVal)
 
 
-# Driver 535 renamed "clocks throttle reasons" to "clocks event reasons"; older bindings
-# have only the old name, for the same call and the same bits.
-_clocks_event_reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-    pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+# Driver R535 renamed "clocks throttle reasons" to "clocks event reasons": the same call
+# with the same bits (pynvml's nvmlClocksEventReason* and nvmlClocksThrottleReason* constants
+# are equal, 0x1 GpuIdle .. 0x100 DisplayClockSetting). Bindings >= 12.535 offer both names,
+# but each looks up its own C symbol, and libnvidia-ml.so before R535 exports only the old
+# one (the new name answers FunctionNotFound there). Newest first; older bindings may lack
+# the new name altogether.
+_CLOCK_REASON_CALLS = tuple(
+    f for f in (getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None),
+                pynvml.nvmlDeviceGetCurrentClocksThrottleReasons) if f is not None)
 
 
 def _text(value: str | bytes) -> str:
@@ -169,11 +174,14 @@ class PynvmlBackend:
         self._gpm: dict[int, list[Any]] = {}
         self._events: Any = None
         self._by_address: dict[int | None, int] = {}
+        # The clock-reasons entry points this driver may have, the one that answered first.
+        self._clock_reasons = _CLOCK_REASON_CALLS
 
     def init(self) -> None:
         # pynvml's nvmlInit is nvmlInit_v2: it attaches no GPU, so a GPU in a bad state
         # fails only its own nvmlDeviceGetHandleByIndex (open), not the others.
         pynvml.nvmlInit()
+        self._clock_reasons = _CLOCK_REASON_CALLS  # the driver may have changed meanwhile
 
     def shutdown(self) -> None:
         try:
@@ -199,14 +207,15 @@ class PynvmlBackend:
 
     def open(self, i: int) -> None:
         h = pynvml.nvmlDeviceGetHandleByIndex(i)
-        old = self._h.get(i)
-        if old is not None:
-            self._by_address.pop(ctypes.cast(old, ctypes.c_void_p).value, None)
+        if self._h.pop(i, None) is not None:
             samples = self._gpm.pop(i, None)  # a GPU after a reset: start GPM afresh
             for s in samples or ():
                 pynvml.nvmlGpmSampleFree(s)
-        self._h[i] = h
-        self._by_address[ctypes.cast(h, ctypes.c_void_p).value] = i
+        self._h[i] = h  # last in _h: the most recently opened
+        # XID events name a GPU by its handle. After a reset GPUs can come back at other
+        # indices, so index i's handle may be one another index held before it is opened
+        # again: made afresh from the handles, the most recently opened index wins.
+        self._by_address = {ctypes.cast(v, ctypes.c_void_p).value: k for k, v in self._h.items()}
 
     def uuid(self, i: int) -> str:
         return _text(pynvml.nvmlDeviceGetUUID(self._h[i]))
@@ -251,7 +260,14 @@ class PynvmlBackend:
         return pynvml.nvmlDeviceGetClockInfo(self._h[i], which)
 
     def clocks_event_reasons(self, i: int) -> int:
-        return _clocks_event_reasons(self._h[i])
+        while True:
+            call, *older = self._clock_reasons
+            try:
+                return int(call(self._h[i]))
+            except pynvml.NVMLError_FunctionNotFound:
+                if not older:  # no name this driver has: the reader makes it absent
+                    raise
+                self._clock_reasons = tuple(older)  # remembered for every GPU
 
     def fan_speed_pct(self, i: int) -> int:
         return pynvml.nvmlDeviceGetFanSpeed(self._h[i])

@@ -27,6 +27,11 @@ from fleetwatch.collectors.nvml.state import _ABSENT, T, _Gpu, error_kind
 
 log = logging.getLogger("fleetwatch.collectors.nvml.reader")
 
+# Metrics whose 0 is no reading: GDDR boards (L4, L40S) answer 0 instead of NotSupported
+# for memory temperature, and dcgm-exporter passes that 0 on. The agent and replay
+# (fleetwatch.recorded) both read it as absent, never 0.
+ZERO_IS_ABSENT = frozenset({"gpu_mem_temp_c"})
+
 
 class GpuMetrics:
     """The per-GPU reads of a tick (mixed into ``NvmlReader``)."""
@@ -140,9 +145,9 @@ class GpuMetrics:
         tx, rx = (m.pop(part, None) for part in RAW_PARTS)
         if tx is not None and rx is not None:
             m["gpu_nvlink_raw_bytes_total"] = tx + rx
-        # GDDR boards (L4, L40S) answer 0 instead of NotSupported for memory temperature.
-        if m.get("gpu_mem_temp_c") == 0.0:
-            del m["gpu_mem_temp_c"]
+        for name in ZERO_IS_ABSENT:
+            if m.get(name) == 0.0:
+                del m[name]
         if g.pcie_counters:
             self._pcie_rates(g, m)
 

@@ -12,13 +12,21 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
 * ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
 * ``NVMLError_Uninitialized``: the driver went away; ``read`` raises ``NvmlDriverGone``
   and the caller closes this reader and opens a new one later;
-* anything else: the metric is absent this tick and ``on_error(kind)`` counts it.
+* anything else: the metric is absent this tick and ``on_error(kind)`` counts it. A
+  GPU that answers no call at all (every one Unknown, Timeout: a GSP that no longer
+  answers RPCs) for more than ``LOST_AFTER_INTERVALS`` ticks in a row while another
+  GPU of the node answers is reported lost, as replay reads a GPU whose samples stop
+  for that many of its intervals (``fleetwatch.recorded_ticks``). Its calls are then
+  no longer made every tick (each may block for seconds); the re-probe tries it, and
+  it is ok again once a tick's reads give a value.
 
 Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
 (nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
 report. Every ``slow_every`` ticks the reader looks again: GPUs that appeared are
 opened, lost ones probed (after a reset they answer). An XID 79 marks a GPU lost
-at once. ``close`` calls nvmlShutdown once for the nvmlInit that ``open`` made.
+at once. An NVML XID event that names no GPU of the node is counted
+(``on_dropped("xid_unknown_gpu")``), not attributed. ``close`` calls nvmlShutdown
+once for the nvmlInit that ``open`` made.
 
 What is batched: ECC, retired pages, row remapping, NVLink errors and throughput,
 memory temperature, energy, the PCIe replay counter and (driver R550+) the PCIe
@@ -39,6 +47,7 @@ four in where installed: ``collectors/dcgm.py``).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -77,8 +86,16 @@ from fleetwatch.frame import GpuReading
 
 log = logging.getLogger(__name__)
 
-__all__ = ["MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "NvmlDriverGone", "NvmlRead",
-           "NvmlReader", "NvmlUnavailable", "error_kind", "log_gpu_state"]
+__all__ = ["LOST_AFTER_INTERVALS", "MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "NvmlDriverGone",
+           "NvmlRead", "NvmlReader", "NvmlUnavailable", "error_kind", "log_gpu_state"]
+
+# A GPU that answers nothing for more than this many of its intervals while another GPU
+# of its node answers is lost: the agent counts its ticks, replay (recorded_ticks) the
+# gaps in its samples. One or two bad ticks are a hiccup, not a lost GPU.
+LOST_AFTER_INTERVALS = 3
+UNKNOWN_GPU = "xid_unknown_gpu"  # on_dropped's reason for an XID event of no known GPU
+# Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
+_CARRIED = frozenset({"gpu_nvlink_links_down"})
 
 
 class NvmlReader(GpuMetrics):
@@ -91,11 +108,18 @@ class NvmlReader(GpuMetrics):
 
     def __init__(self, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
                  slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
-                 on_state: StateCallback | None = None) -> None:
+                 on_state: StateCallback | None = None,
+                 on_dropped: Callable[[str], None] | None = None) -> None:
         self.backend = backend
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
         self.on_state = on_state or log_gpu_state
+        self.on_dropped = on_dropped or (lambda reason: None)
+        self._said_unknown_gpu = False
+        # GPU index -> the kind of the last NVML error it answered this tick
+        self._failing: dict[int, str] = {}
+        self._mute: dict[int, int] = {}  # GPU index -> ticks in a row it answered nothing
+        self._muted: set[int] = set()    # lost for answering nothing (not GpuIsLost)
         self.slow_every = max(1, slow_every)
         self.driver = ""
         self._gpus: list[_Gpu] = []
@@ -106,7 +130,8 @@ class NvmlReader(GpuMetrics):
     @classmethod
     def open(cls, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
              slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
-             on_state: StateCallback | None = None) -> NvmlReader:
+             on_state: StateCallback | None = None,
+             on_dropped: Callable[[str], None] | None = None) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -114,7 +139,7 @@ class NvmlReader(GpuMetrics):
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock, on_state)
+        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped)
         reader._open = True
         try:
             reader._discover()
@@ -144,7 +169,8 @@ class NvmlReader(GpuMetrics):
         if exc.value in _ABSENT:
             g.skip.add(key)
             return
-        self.on_error(error_kind(exc))
+        self._failing[g.index] = kind = error_kind(exc)
+        self.on_error(kind)
 
     def _set_lost(self, g: _Gpu, why: str) -> None:
         if not g.lost:
@@ -239,8 +265,10 @@ class NvmlReader(GpuMetrics):
         for k, g in enumerate(self._gpus):
             if not g.lost or k >= count:
                 continue
-            fresh = self._attach_quiet(k)
+            fresh = self._attach_quiet(k, trial=k in self._muted)
             if fresh is not None:
+                self._muted.discard(k)
+                self._mute.pop(k, None)
                 self._gpus[k] = fresh
                 back.append(fresh)
                 self.on_state(k, fresh.uuid, "ok", "answers again (reset or re-attached)")
@@ -252,11 +280,20 @@ class NvmlReader(GpuMetrics):
                 self.on_state(i, g.uuid, "ok", "appeared")
         self._register_events(back)
 
-    def _attach_quiet(self, i: int) -> _Gpu | None:
-        """``_attach`` for a GPU already reported lost: None (and no new report) if still so."""
+    def _attach_quiet(self, i: int, trial: bool = False) -> _Gpu | None:
+        """``_attach`` for a GPU already reported lost: None (and no new report) if still so.
+
+        ``trial``: it was lost for answering nothing, and its handle may still open: it is
+        back only if a tick's reads give a value.
+        """
         report, self.on_state = self.on_state, lambda *a: None
         try:
             g = self._attach(i)
+            if trial and not g.lost:
+                values: dict[str, float] = {}
+                with contextlib.suppress(_GpuLost):  # GpuIsLost: g.lost is set
+                    self._read_fast(g, values)
+                g.lost = g.lost or not values.keys() - _CARRIED
         finally:
             self.on_state = report
         return None if g.lost else g
@@ -298,10 +335,12 @@ class NvmlReader(GpuMetrics):
         if slow and self._tick:
             self._reprobe()
         self._tick += 1
+        self._failing.clear()
         xids = self._drain_xids()
         readings: list[GpuReading] = []
         pids: dict[int, list[int]] = {}
         mig: dict[int, list[MigInstance]] = {}
+        read: list[tuple[_Gpu, dict[str, float], str | None]] = []
         for g in self._gpus:
             if XID_FALLEN_OFF_BUS in xids.get(g.index, ()):
                 self._set_lost(g, "XID 79 (fallen off the bus)")
@@ -322,18 +361,40 @@ class NvmlReader(GpuMetrics):
                             mig[g.index] = instances
                 except _GpuLost:
                     metrics = {}
+            read.append((g, metrics, job))
+        self._judge_mute(read)
+        for g, metrics, job in read:
             x = xids.get(g.index)
             if g.lost:
                 readings.append(GpuReading(g.index, g.uuid, g.model, {}, state="lost",
                                            xids=tuple(x) if x else (), info=g.info))
                 continue
-            if metrics:
-                # Thresholds and limits are read on the slow cadence and carried between
-                # reads; with nothing fresh this tick they would pass for fresh values.
+            # Thresholds, limits and link state are read on the slow cadence and carried
+            # between reads; with nothing fresh this tick they would pass for fresh values.
+            if metrics.keys() - _CARRIED:
                 metrics.update(g.slow)
+            else:
+                metrics = {}
             readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
                                        xids=tuple(x) if x else (), info=g.info))
         return NvmlRead(readings, pids, mig)
+
+    def _judge_mute(self, read: list[tuple[_Gpu, dict[str, float], str | None]]) -> None:
+        """A GPU that answered no call this tick, for more than LOST_AFTER_INTERVALS ticks
+        in a row while another GPU of the node answered, is lost (see the module doc)."""
+        fresh = {g.index: bool(metrics.keys() - _CARRIED) for g, metrics, _ in read}
+        answered = any(fresh.values())
+        for g, _, _ in read:
+            kind = self._failing.get(g.index)
+            if g.lost or fresh[g.index] or kind is None:
+                self._mute.pop(g.index, None)
+                continue
+            n = self._mute[g.index] = self._mute.get(g.index, 0) + 1
+            if n > LOST_AFTER_INTERVALS and answered:
+                self._set_lost(g, f"answered no NVML call for {n} ticks in a row (last error: "
+                               f"{kind.upper()}) while the node's other GPUs did")
+                self._muted.add(g.index)
+                self._mute.pop(g.index, None)
 
     def _drain_xids(self) -> dict[int, list[int]]:
         out: dict[int, list[int]] = {}
@@ -346,9 +407,22 @@ class NvmlReader(GpuMetrics):
                 raise _DriverGone from None
             self.on_error(error_kind(exc))
             return out
+        known = {g.index for g in self._gpus}
         for index, xid in events:
-            if 0 < xid < 1 << 16:
+            if not 0 < xid < 1 << 16:
+                continue
+            if index in known:
                 out.setdefault(index, []).append(xid)
+                continue
+            # The backend could not map the event's handle to an index (-1): no GPU would
+            # ever show it. Counted, and said once.
+            self.on_dropped(UNKNOWN_GPU)
+            if not self._said_unknown_gpu:
+                self._said_unknown_gpu = True
+                log.warning("NVML reported XID %d for a GPU it could not name (not one of this "
+                            "node's %d GPUs as opened); not attributed, counted in "
+                            "fleetwatch_agent_input_dropped{reason=\"%s\"}", xid,
+                            len(self._gpus), UNKNOWN_GPU)
         return out
 
     def close(self) -> None:
