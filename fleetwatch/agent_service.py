@@ -3,6 +3,11 @@
 With ``bus.kind = "kafka"`` it samples on its own clock and publishes through a
 sender thread and the on-disk spool; with the in-process bus (the default) it
 sends nothing and only serves ``/metrics``, as a drop-in for dcgm-exporter.
+
+Agents usually start before any processor (the README's install order), so before its
+producer connects the agent ensures the topics as the processor does
+(``wiring.ensure_topics``, ``bus.partitions``), and its producer never lets the broker
+auto-create one with the broker's default partition count.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
 from fleetwatch.service import bound, quiet_kafka_client, stop_on_signals
-from fleetwatch.wiring import open_producer
+from fleetwatch.wiring import ensure_topics, open_producer
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +34,10 @@ log = logging.getLogger(__name__)
 ONCE_GAP_S = 1.0
 
 
-def read_once(config: Config, fake_gpus: int | None = None) -> Frame:
+def read_once(config: Config, fake_gpus: int | None = None,
+              fake_faults: str | None = None) -> Frame:
     """One frame of this node, with rates over ONCE_GAP_S: for `agent --once`."""
-    source = node_source(config, fake_gpus)
+    source = node_source(config, fake_gpus, fake_faults=fake_faults)
     try:
         source.frames(time.time())
         time.sleep(ONCE_GAP_S)
@@ -44,9 +50,11 @@ def read_once(config: Config, fake_gpus: int | None = None) -> Frame:
 class AgentService:
     """The running agent: its source, loop, ``/metrics`` and (Kafka only) sender and spool."""
 
-    def __init__(self, config: Config, fake_gpus: int | None = None) -> None:
+    def __init__(self, config: Config, fake_gpus: int | None = None,
+                 fake_faults: str | None = None) -> None:
         self.config = config
         self.health = health = AgentHealth()
+        self._topics_failed = False
         self.producer: SpoolingProducer | None = None
         self.sender: Sender | None = None
         if config.bus.kind == "kafka":
@@ -58,8 +66,12 @@ class AgentService:
                 # error, not frames lost later.
                 spool_dir.mkdir(parents=True, exist_ok=True)
                 check_writable(spool_dir)
+                # Topics ensured before each new client, not auto-created by the broker
+                # with its default partition count: agents often start before processors.
+                producer = open_producer(config.bus, prepare=self._ensure_topics,
+                                         auto_create_topics=False)
                 self.producer = SpoolingProducer(
-                    open_producer(config.bus), spool_dir,
+                    producer, spool_dir,
                     int(config.agent.spool_max_mb * 2**20), on_event=health.spool_event)
             except OSError as exc:
                 raise ConfigError(
@@ -70,7 +82,8 @@ class AgentService:
         try:
             self.source = node_source(config, fake_gpus, on_nvml_error=health.nvml_error,
                                       on_dropped=health.input_dropped,
-                                      on_gpu_state=health.gpu_state)
+                                      on_gpu_state=health.gpu_state,
+                                      fake_faults=fake_faults)
         except BaseException:
             if self.producer is not None:
                 self.producer.close()
@@ -89,6 +102,15 @@ class AgentService:
                            on_frames=self._show,
                            sender=self.sender)
         health.agent = self.agent
+
+    def _ensure_topics(self) -> None:
+        """The topics made with ``bus.partitions`` if the broker lacks them (the processor's
+        ``ensure_topics``). A failure is said once until it succeeds: the broker may be
+        away (the spool says so) or forbid this agent to create topics (then they must
+        exist: a send to a missing one fails and is spooled until a processor makes it)."""
+        ok = ensure_topics(self.config.bus, quiet=True, timeout_s=5.0,
+                           failed_level=logging.DEBUG if self._topics_failed else logging.WARNING)
+        self._topics_failed = not ok
 
     def _show(self, frames: list[Frame]) -> None:
         self.exporter.update(frames[-1], getattr(self.source, "mig", None))
@@ -121,7 +143,7 @@ class AgentService:
 
 
 def run_agent(config: Config, fake_gpus: int | None = None,
-              stop: threading.Event | None = None) -> int:
+              stop: threading.Event | None = None, fake_faults: str | None = None) -> int:
     """``fleetwatch agent``: run until SIGTERM/SIGINT (or ``stop``)."""
     stop = stop_on_signals(stop)
-    return AgentService(config, fake_gpus).run(stop)
+    return AgentService(config, fake_gpus, fake_faults).run(stop)

@@ -54,11 +54,13 @@ from fleetwatch.service import (
 from fleetwatch.wiring import (
     detectors,
     energy_integrator,
+    ensure_topics,
     learned_detectors,
     open_consumer,
     open_notifier,
     open_producer,
     open_store,
+    processor_info,
 )
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,10 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
     """
     if not needs_kafka(config, "process"):
         return 2
+    if config.store.kind != "sqlite":  # the URL's credentials against store.token, at once
+        from fleetwatch.pipeline.store.lpwriter import ServerURL
+
+        ServerURL.parse(config.store.url, config.store.token.reveal())
     quiet_kafka_client()
     stop = stop_on_signals(stop)
     if config.processor.workers > 1:
@@ -140,7 +146,8 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
                               keep_firing_s=config.alerts.keep_firing_s)
         if registry is not None:
-            registry.register(ProcessorCollector(processor, consumer, notifier))
+            registry.register(ProcessorCollector(processor, consumer, notifier,
+                                                 processor_info(config)))
             registry.register(ModelCollector(processor.detectors))
         log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
                  config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,
@@ -157,8 +164,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
     return 0
 
 
-# How often the topics are checked while running: a broker that lost its data
-# auto-creates them again with its default partition count when agents send.
+# How often the topics are checked while running: a broker that lost its data may get
+# them again from a client's send (agents ensure them first; an older agent, or
+# another producer, does not) with its default partition count.
 _TOPIC_CHECK_S = 30.0
 
 
@@ -182,22 +190,8 @@ def _watch_topics(config: Config, stop: threading.Event) -> None:
 
 
 def _ensure_topics(config: Config, quiet: bool = False) -> None:
-    """Create the frames and dead-letter topics if missing (a cluster may forbid it: then warn);
-    give one that has fewer partitions than ``bus.partitions`` the rest (see ``ensure_topic``)."""
-    from fleetwatch.pipeline.bus import BusError
-    from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
-
-    for topic in filter(None, (config.bus.topic, config.bus.dead_letter_topic,
-                               config.bus.alert_topic)):
-        try:
-            n = ensure_topic(config.bus.bootstrap, topic, config.bus.partitions,
-                             kafka_security(config.bus),
-                             replication_factor=config.bus.replication_factor)
-            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
-                    topic, n)
-        except (BusError, OSError) as exc:
-            log.warning("could not check or create topic %s (%s); create it with your Kafka "
-                        "tools if it does not exist", topic, exc)
+    """The topics created as configured, or completed (``wiring.ensure_topics``)."""
+    ensure_topics(config.bus, quiet)
 
 
 # On stop, how long the batches in hand may take to be finished.

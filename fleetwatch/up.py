@@ -49,6 +49,7 @@ from fleetwatch.wiring import (
     open_notifier,
     open_producer,
     open_store,
+    store_name,
 )
 
 log = logging.getLogger(__name__)
@@ -354,7 +355,7 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
 def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
            stopping: StopSignals, out: TextIO) -> int:
     config = system.config
-    store = config.store.path if config.store.kind == "sqlite" else config.store.url
+    store = store_name(config.store)
     print(f"fleetwatch up: {what}", file=out)
     sim = getattr(system.agent.source, "sim", None)
     for r in sim.ground_truth if sim is not None else ():

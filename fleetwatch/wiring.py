@@ -7,6 +7,13 @@ Backends with optional dependencies are imported only when chosen.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+from collections.abc import Callable
+
 from fleetwatch.config import (
     BusConfig,
     Config,
@@ -14,6 +21,7 @@ from fleetwatch.config import (
     EnergyConfig,
     ModelsConfig,
     StoreConfig,
+    _masked_url,
 )
 from fleetwatch.models import Detector
 from fleetwatch.models.registry import build
@@ -22,6 +30,8 @@ from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
 from fleetwatch.pipeline.store.base import Store
+
+log = logging.getLogger(__name__)
 
 
 def open_store(config: StoreConfig, read_only: bool = False) -> Store:
@@ -36,11 +46,37 @@ def open_store(config: StoreConfig, read_only: bool = False) -> Store:
 
 
 def store_name(config: StoreConfig) -> str:
-    """The store as messages name it: the file, or the server's kind and URL."""
-    return config.path if config.kind == "sqlite" else f"{config.kind} at {config.url}"
+    """The store as messages name it: the file, or the server's kind and URL (a password
+    in it masked, as ``fleetwatch config`` shows it)."""
+    return (config.path if config.kind == "sqlite" else
+            f"{config.kind} at {_masked_url(config.url, False)}")
 
 
-def open_producer(config: BusConfig, memory: MemoryBus | None = None) -> Producer:
+def store_target(config: StoreConfig) -> str:
+    """Where the store is: the SQLite file (absolute), or the server's URL with a password
+    masked."""
+    if config.kind == "sqlite":
+        return os.path.abspath(config.path)
+    return _masked_url(config.url.rstrip("/"), False)
+
+
+def processor_info(config: Config) -> dict[str, str]:
+    """The labels of ``fleetwatch_processor_info``: what members of one consumer group must
+    share, or the group splits the fleet's data between stores (each member writes the
+    nodes of its partitions) or judges nodes by different rules. ``detectors``: a short
+    hash of the ``[detectors]`` section, equal wherever the settings are."""
+    settings = json.dumps(dataclasses.asdict(config.detectors), sort_keys=True, default=str)
+    return {"group": config.bus.group, "store_kind": config.store.kind,
+            "store_target": store_target(config.store),
+            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12]}
+
+
+def open_producer(config: BusConfig, memory: MemoryBus | None = None, *,
+                  prepare: Callable[[], object] | None = None,
+                  auto_create_topics: bool = True) -> Producer:
+    """``prepare``, on Kafka: called before each new client connects (the agent ensures its
+    topics there, ``ensure_topics``); ``auto_create_topics`` False: a missing topic fails the
+    send instead of being created by the broker with its default partition count."""
     if config.kind == "memory":
         if memory is None:
             raise ValueError("the in-process bus only works inside `fleetwatch up`; "
@@ -48,7 +84,32 @@ def open_producer(config: BusConfig, memory: MemoryBus | None = None) -> Produce
         return memory.producer()
     from fleetwatch.pipeline.bus.kafka import KafkaProducer, kafka_security
 
-    return KafkaProducer(config.bootstrap, security=kafka_security(config))
+    return KafkaProducer(config.bootstrap, security=kafka_security(config), prepare=prepare,
+                         auto_create_topics=auto_create_topics)
+
+
+def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = logging.WARNING,
+                  timeout_s: float = 10.0) -> bool:
+    """Create the frames, dead-letter and alert topics with ``bus.partitions`` if missing,
+    and give one with fewer the rest (``ensure_topic``); True if every one was checked.
+    Agents and processors both call it before they produce or consume, so whichever comes
+    first creates them as configured. A cluster may forbid creating topics: then said at
+    ``failed_level``, and the topics must be made with the cluster's tools."""
+    from fleetwatch.pipeline.bus import BusError
+    from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
+
+    ok = True
+    for topic in filter(None, (config.topic, config.dead_letter_topic, config.alert_topic)):
+        try:
+            n = ensure_topic(config.bootstrap, topic, config.partitions, kafka_security(config),
+                             timeout_s=timeout_s, replication_factor=config.replication_factor)
+            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
+                    topic, n)
+        except (BusError, OSError) as exc:
+            ok = False
+            log.log(failed_level, "could not check or create topic %s (%s); create it with "
+                    "your Kafka tools if it does not exist", topic, exc)
+    return ok
 
 
 def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consumer:
@@ -116,7 +177,7 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
     open alerts of each node as the node's partition is assigned, and forgets them when the
     partition moves away, so that only the node's owner re-sends them."""
     return Notifier(alert_sinks(config, memory), silences=store.silences, acks=store.acks,
-                    attempts=config.alerts.sink_attempts)
+                    attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s)
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:

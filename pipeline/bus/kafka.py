@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import kafka
@@ -60,8 +60,15 @@ class KafkaProducer:
                  acks: str | int = "all", linger_ms: int = 5, max_block_ms: int = 5000,
                  request_timeout_ms: int = 10_000, delivery_timeout_ms: int = 30_000,
                  max_pending: int = 100_000, max_pending_bytes: int = 64 << 20,
-                 auto_create_topics: bool = True, **extra: Any) -> None:
+                 auto_create_topics: bool = True, prepare: Callable[[], object] | None = None,
+                 **extra: Any) -> None:
+        """``prepare``: called before each new client is made (at the first send, and after
+        every failure that abandoned the client): the agent ensures its topics there, so
+        that a topic a fresh (or emptied) broker lacks is created with ``bus.partitions``
+        rather than by the broker's auto-creation; with ``auto_create_topics`` False a send
+        to a topic still missing fails (and is spooled) instead of auto-creating it."""
         self._bootstrap = bootstrap
+        self._prepare = prepare
         self._config: dict[str, Any] = dict(
             bootstrap_servers=bootstrap, client_id=client_id, compression_type=compression,
             acks=acks, linger_ms=linger_ms, max_block_ms=max_block_ms,
@@ -86,6 +93,8 @@ class KafkaProducer:
         if self._closed:
             raise BusError("producer is closed")
         if self._client is None:
+            if self._prepare is not None:
+                self._prepare()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
             except kerr.KafkaError as exc:

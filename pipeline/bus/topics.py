@@ -1,4 +1,11 @@
-"""Topics of the Kafka bus: created as configured, and repaired when a broker lost them."""
+"""Topics of the Kafka bus: created as configured, and repaired when a broker lost them.
+
+Agents and processors both ensure the topics (``ensure_topic``) before they produce or
+consume, so whichever starts first creates them with ``bus.partitions``, never the
+broker's auto-creation with its default count. A topic left with fewer partitions (it
+cannot be grown here) is logged as an error once, then at most once an hour, and kept in
+``topic_partitions`` (every topic checked) for the processor's ``/metrics``.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +22,17 @@ from kafka.admin import NewPartitions
 from fleetwatch.pipeline.bus import BusError
 
 log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
+
+# Every topic this process checked: topic -> (partitions it has, bus.partitions); fewer:
+# found short and not grown. Read by the processor's /metrics.
+topic_partitions: dict[str, tuple[int, int]] = {}
+# How often a topic that stays short is said again at ERROR (else DEBUG).
+REPEAT_S = 3600.0
+_said_at: dict[str, float] = {}
+# Who else makes a topic before fleetwatch does, for the messages.
+_CAUSES = ("created before fleetwatch could create it as configured: by the broker's "
+           "auto-creation (its default partition count) when a client sent to it first, "
+           "such as an agent of an older fleetwatch, or by a broker that lost its data")
 
 
 def topic_spec(partitions: int, replication_factor: int, brokers: int) -> dict[str, Any]:
@@ -38,11 +56,12 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     """Create ``topic`` with ``partitions`` partitions unless it exists; return its partition count.
 
     Idempotent. An existing topic with more partitions is left as it is. One
-    with fewer, as a broker that lost its data auto-creates it when the first
-    agent sends again (with the broker's default count), gets the missing
+    with fewer (made by the broker's auto-creation, with its default count, for a
+    client that sent first: an older agent, or any after the broker lost its data) gets the missing
     partitions (``CreatePartitions``, nothing lost); on a broker without that
     request (Tansu) it is deleted and created again as configured if it holds
-    no message yet, else left as it is with an error that says what to do.
+    no message yet, else left as it is with an error that says what to do (once,
+    then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count).
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
     try:
@@ -62,6 +81,9 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
         count = _partitions(admin, topic)
         if 0 < count < partitions:
             count = _grow(admin, bootstrap, topic, count, spec, security, timeout_s)
+        topic_partitions[topic] = (count, partitions)
+        if count >= partitions:
+            _said_at.pop(topic, None)
         return count
     except kerr.KafkaError as exc:
         hint = (f" (bus.replication_factor is {spec['replication_factor']}; the cluster has "
@@ -83,18 +105,19 @@ def _grow(admin: kafka.KafkaAdminClient, bootstrap: str, topic: str, count: int,
     try:
         admin.create_partitions({topic: NewPartitions(wanted)},
                                 timeout_ms=int(timeout_s * 1000))
-        log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (auto-created "
-                    "by a broker that lost its data?): grown to %d", topic, count, wanted,
-                    wanted)
+        log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (%s): grown "
+                    "to %d", topic, count, wanted, _CAUSES, wanted)
         return _partitions(admin, topic) or wanted
     except (kerr.IncompatibleBrokerVersion, kerr.UnsupportedVersionError):
         pass  # the broker cannot add partitions: recreate, if nothing would be lost
     if not _empty(bootstrap, topic, count, security, timeout_s):
-        log.error("topic %s has %d partitions, fewer than bus.partitions = %d (auto-created by "
-                  "a broker that lost its data?), and holds messages; this broker cannot add "
-                  "partitions, so it is left as it is and at most %d processors share it. "
-                  "Once it is drained, delete it and start `fleetwatch process` again to "
-                  "create it as configured", topic, count, wanted, count)
+        log.log(_level_of_repeat(topic), "topic %s has %d partitions, fewer than "
+                "bus.partitions = %d, and holds messages: it was probably %s. This broker "
+                "cannot add partitions, so it is left as it is and at most %d processors "
+                "share it (said again at most once an hour; "
+                "fleetwatch_processor_topic_partitions_missing shows it). Once it is drained, "
+                "delete it and start `fleetwatch process` again to create it as configured",
+                topic, count, wanted, _CAUSES, count)
         return count
     admin.delete_topics([topic], timeout_ms=int(timeout_s * 1000))
     deadline = time.monotonic() + timeout_s
@@ -107,10 +130,19 @@ def _grow(admin: kafka.KafkaAdminClient, bootstrap: str, topic: str, count: int,
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)
-    log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (auto-created by a "
-                "broker that lost its data?), and no message: created again with %d", topic,
-                count, wanted, wanted)
+    log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (%s), and no "
+                "message: created again with %d", topic, count, wanted, _CAUSES, wanted)
     return _partitions(admin, topic)
+
+
+def _level_of_repeat(topic: str) -> int:
+    """ERROR the first time a topic is found short, then at most once per ``REPEAT_S``."""
+    now = time.monotonic()
+    said = _said_at.get(topic)
+    if said is not None and now - said < REPEAT_S:
+        return logging.DEBUG
+    _said_at[topic] = now
+    return logging.ERROR
 
 
 def _empty(bootstrap: str, topic: str, count: int, security: dict[str, Any] | None,

@@ -13,7 +13,8 @@ reached that first request fails with a ``StoreError`` and the question is asked
 again at the next one, so a processor started before its store still finds it.
 On 1.x the bucket is the database (its default retention policy), the org is
 not used and the token is ``username:password`` (HTTP basic auth, what every 1.x
-takes; 1.8's v2-compatible API reads its token the same way).
+takes; 1.8's v2-compatible API reads its token the same way), or the same in the URL
+(``http://user:password@host:8086``, see ``lpwriter.ServerURL``).
 
 The requests themselves are ``LineProtocolWriter``'s (``lpwriter``): synchronous,
 batched, retried, and their answers told apart.
@@ -75,11 +76,13 @@ class InfluxStore:
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,
                  max_retries: int = 3, api: str | None = None) -> None:
-        self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self._writer = LineProtocolWriter(self.url, org=org, bucket=bucket, token=token,
+        self._writer = LineProtocolWriter(url, org=org, bucket=bucket, token=token,
                                           timeout_s=timeout_s, batch_lines=batch_lines,
                                           max_retries=max_retries, api=api)
+        # Messages name self.url (a password masked); requests go to self.server.base.
+        self.server = self._writer.server
+        self.url = self.server.shown
         self._local = threading.local()  # a FrameEncoder per writing thread
         self._window: AcceptWindow | None = None
         self._window_read = -_WINDOW_TTL_S

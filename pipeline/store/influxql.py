@@ -108,7 +108,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
     def query(self, influxql: str) -> list[dict[str, Any]]:
         """The series of one InfluxQL statement, timestamps in ms."""
         params = urllib.parse.urlencode({"db": self.database, "epoch": "ms", "q": influxql})
-        request = urllib.request.Request(f"{self.url}/query?{params}",
+        request = urllib.request.Request(f"{self.server.base}/query?{params}",
                                          headers=self._writer.auth_headers())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:

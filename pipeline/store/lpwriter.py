@@ -22,6 +22,13 @@ refusal of the data (``StoreRejected`` with the server's reason: the
 processor bisects the batch and dead-letters the culprits). Before sending,
 frames the server would drop without an error (outside its retention, or
 too far ahead: ``window``) are refused by position.
+
+A ``user:password@`` in the URL (VictoriaMetrics behind vmauth or a proxy's basic auth,
+InfluxDB 1.x) is taken out of it (``ServerURL``) and sent as HTTP basic auth on every
+request, writes and reads; messages name the URL with the password masked, as
+``fleetwatch config`` shows it. ``store.token`` may then be empty or the same
+``user:password``; any other token is a configuration error (one ``Authorization``
+header cannot carry both).
 """
 
 from __future__ import annotations
@@ -35,12 +42,16 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 
 from influxdb_client import InfluxDBClient, WritePrecision
 from influxdb_client.client.exceptions import InfluxDBError
 from influxdb_client.client.write_api import SYNCHRONOUS
 from urllib3.exceptions import HTTPError as Urllib3Error
 
+# The masking ``fleetwatch config`` shows: one rule for what of a URL is secret.
+from fleetwatch.config import ConfigError
+from fleetwatch.config import _masked_url as masked_url
 from fleetwatch.pipeline.store.base import StoreError, StoreRejected
 from fleetwatch.pipeline.store.lineproto import EncodedLines
 from fleetwatch.retry import Backoff, retry
@@ -55,6 +66,41 @@ _CONFIG_STATUS = frozenset({401, 403, 404})
 API_SETTINGS = ("auto", "v1", "v2")
 
 
+@dataclass(frozen=True)
+class ServerURL:
+    """A store URL taken apart: where requests go (no ``user:password@``), what messages
+    name (the password masked) and the basic-auth credentials it carried."""
+
+    base: str
+    shown: str
+    basic: str = ""  # "user:password", or empty
+
+    @classmethod
+    def parse(cls, url: str, token: str = "") -> ServerURL:
+        """Raises ``ConfigError`` when the URL carries credentials and ``token`` is another
+        one: one ``Authorization`` header cannot carry both."""
+        url = url.rstrip("/")
+        shown = masked_url(url, False)
+        split = urllib.parse.urlsplit(url)
+        if "@" not in split.netloc:
+            return cls(url, shown)
+        userinfo, _, host = split.netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        basic = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
+        if token and token != basic:
+            raise ConfigError(
+                f"store.url = {shown!r} carries a user and password (sent as HTTP basic "
+                "auth) and store.token is set to another credential: one request carries "
+                "only one; keep the user:password in store.url and empty store.token, or "
+                "take them out of store.url")
+        return cls(urllib.parse.urlunsplit(split._replace(netloc=host)), shown, basic)
+
+    def basic_header(self) -> dict[str, str]:
+        if not self.basic:
+            return {}
+        return {"Authorization": "Basic " + base64.b64encode(self.basic.encode()).decode()}
+
+
 class LineProtocolWriter:
     """Synchronous, chunked, retried line-protocol writes to one server."""
 
@@ -63,7 +109,8 @@ class LineProtocolWriter:
                  max_retries: int = 3, retry_interval_s: float = 0.25,
                  max_retry_delay_s: float = 4.0, max_retry_time_s: float = 30.0,
                  gzip: bool = False, in_flight: int = 2, api: str | None = None) -> None:
-        self.url = url.rstrip("/")
+        self.server = ServerURL.parse(url, token)
+        self.url = self.server.shown  # for messages: requests go to self.server.base
         self.timeout_s = timeout_s
         # None: the v2 API, the only one of the server's kind (VictoriaMetrics); else
         # store.influx_api.
@@ -87,8 +134,11 @@ class LineProtocolWriter:
         self.max_retry_time_s = max_retry_time_s
         # No token: VictoriaMetrics without auth ignores the header, but the
         # client insists on one, so send a placeholder rather than "Token None".
-        self._client = InfluxDBClient(url=self.url, token=token or "-", org=org,
-                                      timeout=int(timeout_s * 1000), enable_gzip=gzip)
+        # Credentials in the URL: influxdb-client's auth_basic sends its token as basic auth.
+        self._client = InfluxDBClient(url=self.server.base,
+                                      token=self.server.basic or token or "-", org=org,
+                                      timeout=int(timeout_s * 1000), enable_gzip=gzip,
+                                      auth_basic=bool(self.server.basic))
         self._write_api = self._client.write_api(write_options=SYNCHRONOUS)
 
     # -- which API
@@ -113,8 +163,11 @@ class LineProtocolWriter:
     def _ping(self) -> str | None:
         """``X-Influxdb-Version`` from ``/ping``. 1.x sets it on every answer, a 401 from a
         server that guards /ping (``ping-auth-enabled``) included."""
+        # A proxy in front (basic auth in the URL) would answer 401 without its credentials.
+        request = urllib.request.Request(f"{self.server.base}/ping",
+                                         headers=self.server.basic_header())
         try:
-            with urllib.request.urlopen(f"{self.url}/ping", timeout=self.timeout_s) as r:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as r:
                 return r.headers.get("X-Influxdb-Version")
         except urllib.error.HTTPError as exc:
             version = exc.headers.get("X-Influxdb-Version")
@@ -130,10 +183,13 @@ class LineProtocolWriter:
 
     def auth_headers(self) -> dict[str, str]:
         """The credentials for requests of our own (v1 writes, InfluxQL reads): the token as
-        ``Token ...`` for v2; for v1, ``username:password`` as HTTP basic auth."""
+        ``Token ...`` for v2; for v1, ``username:password`` as HTTP basic auth; the URL's
+        ``user:password`` as basic auth for both."""
         if self._headers is None:
             api = self.api()  # asked first: a server that is away says so, not a 404 later
-            if not self._token:
+            if self.server.basic:
+                self._headers = self.server.basic_header()
+            elif not self._token:
                 self._headers = {}
             elif api == "v2":
                 self._headers = {"Authorization": f"Token {self._token}"}
@@ -268,7 +324,7 @@ class LineProtocolWriter:
             return
         # InfluxDB 1.x before 1.8 has only /write?db=: the same body, bucket = database.
         query = urllib.parse.urlencode({"db": self.bucket, "precision": "ms"})
-        request = urllib.request.Request(f"{self.url}/write?{query}", data=body,
+        request = urllib.request.Request(f"{self.server.base}/write?{query}", data=body,
                                          method="POST", headers=self.auth_headers())
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:

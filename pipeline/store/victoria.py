@@ -136,8 +136,10 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         # A silence lasts at most a year (fleetwatch.silencing), written at its start or so.
         self.silence_lookback_s = silence_lookback_s
         self.annotation_lookback_s = annotation_lookback_s
-        # Behind vmauth a token is a bearer token; a bare server ignores the header.
-        self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        # Behind vmauth a token is a bearer token, a user:password in the URL basic auth
+        # (ServerURL); a bare server ignores the header.
+        self._headers = (self.server.basic_header() if self.server.basic else
+                         {"Authorization": f"Bearer {token}"} if token else {})
         self._flags: dict[str, str] | None = None
         try:
             self.server_flags()
@@ -155,7 +157,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         flag belongs to vmstorage and vmselect. Then the requirement is logged, not checked.
         """
         if self._flags is None:
-            request = urllib.request.Request(f"{self.url}/flags", headers=self._headers)
+            request = urllib.request.Request(f"{self.server.base}/flags", headers=self._headers)
             try:
                 with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                     flags = parse_flags(response.read().decode(errors="replace"))
@@ -198,7 +200,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
 
     # -- reads ---------------------------------------------------------------
     def _get(self, path: str, **params: object) -> list[dict[str, Any]]:
-        url = f"{self.url}{path}?{urllib.parse.urlencode(params)}"
+        url = f"{self.server.base}{path}?{urllib.parse.urlencode(params)}"
         request = urllib.request.Request(url, headers=self._headers)
         try:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
