@@ -204,7 +204,9 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
     rows = []
     muted = muted or {}
     for a in alerts:
-        since = a.resolved_ts if a.state == "resolved" and a.resolved_ts else a.started_ts
+        # As `fleetwatch alerts` and Alertmanager's startsAt: a firing alert since it fired.
+        since = (a.resolved_ts if a.state == "resolved" and a.resolved_ts else
+                 a.fired_ts if a.state == "firing" and a.fired_ts is not None else a.started_ts)
         note = muted.get(a.id, "")
         message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
         if link_nodes:
@@ -222,7 +224,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             html.Td(a.node, className="node"),
             html.Td(_device(a), className="device"),
             html.Td(f"{clock(since)} UTC · {ago(since, now_s)}", className="since",
-                    title=f"started {clock(a.started_ts)} UTC"),
+                    title=f"pending from {clock(a.started_ts)} UTC" + (
+                        f", fired {clock(a.fired_ts)} UTC" if a.fired_ts is not None else "")),
             html.Td(message, className="message"),
             # What `fleetwatch ack` takes: shown whole, selectable in one go.
             html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),

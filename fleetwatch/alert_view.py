@@ -2,7 +2,8 @@
 
 Pure: alerts, acknowledgements and silences in, lines out. What is open comes first
 (firing, then pending; critical, then warning, then info; the oldest first), each with
-where, since when, what, the evidence, the action, and why it is not being notified.
+where, since when (firing since it fired, as Alertmanager's ``startsAt`` says, and pending
+from when it started), what, the evidence, the action, and why it is not being notified.
 """
 
 from __future__ import annotations
@@ -43,6 +44,30 @@ def utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
 
+def hms(ts: float, day_of: float) -> str:
+    """The time of day, with the date if it is not ``day_of``'s."""
+    same = time.gmtime(ts)[:3] == time.gmtime(day_of)[:3]
+    return time.strftime("%H:%M:%S", time.gmtime(ts)) if same else utc(ts)
+
+
+def when(a: Alert, now: float) -> str:
+    """Since when, in words that cannot be misread: firing since when it fired (the
+    ``startsAt`` Alertmanager and the webhook show, as Prometheus sends it), with when it
+    started pending; pending since when it started; resolved when, after how long firing."""
+    fired = a.fired_ts
+    pend = hms(a.started_ts, a.fired_ts if fired is not None else a.resolved_ts or now)
+    if a.state == "resolved" and a.resolved_ts is not None:
+        if fired is None:
+            return f"resolved {utc(a.resolved_ts)}, never fired (pending from {pend})"
+        return (f"resolved {utc(a.resolved_ts)}, after firing {age(a.resolved_ts - fired)} "
+                f"(firing from {hms(fired, a.resolved_ts)}" + (f", pending from {pend})"
+                                                if fired != a.started_ts else ")"))
+    if a.state == "firing" and fired is not None:
+        return f"firing since {utc(fired)} ({age(now - fired)}" + (
+            f"; pending from {pend})" if fired != a.started_ts else ")")
+    return f"{a.state} since {utc(a.started_ts)} ({age(now - a.started_ts)})"
+
+
 def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
            acks: Mapping[str, Acknowledgement], now: float | None = None) -> dict[str, Any]:
     """One alert as a JSON object: its fields, and ``muted`` (``silence:ID``,
@@ -64,11 +89,7 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
     open_alerts = [a for a in alerts if a.state != "resolved"]
     out: list[str] = []
     for a in ordered(alerts):
-        if a.state == "resolved" and a.resolved_ts is not None:
-            when = f"resolved {utc(a.resolved_ts)}, after {age(a.resolved_ts - a.started_ts)}"
-        else:
-            when = f"since {utc(a.started_ts)} ({age(now - a.started_ts)})"
-        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  {when}  "
+        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  {when(a, now)}  "
                    f"id {a.id}")
         if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
             out.append(f"    {a.message}")

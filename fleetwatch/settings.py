@@ -168,6 +168,11 @@ class AlertsConfig:
     # Tries per delivery to a sink before the change is counted as not delivered there.
     sink_attempts: int = ranged(4, 1, 100)
     sink_timeout_s: float = ranged(10.0, 0.1, 300.0)
+    # Seconds (0 to 86400) the webhook's and Alertmanager's changes are held once
+    # sink_attempts tries failed, and tried again (at most 8 s apart) until it answers:
+    # the latest change of each alert, delivered once. 0: counted as failed at once.
+    # The Kafka topic is not held.
+    sink_retry_s: float = ranged(600.0, 0.0, 86_400.0)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,12 @@ A custom collector reads the processor's counters (events stored by kind
 among them), the partitions it owns, the consumer's lag and the alert
 notifier's counters per sink at scrape time, so nothing on the hot path
 touches prometheus-client.
+
+Two more for the group as a whole: ``fleetwatch_processor_info`` (always 1) labels
+the member with its group, store and a hash of its detectors' settings, so that a rule
+can see members of one group that would split the data between stores (or judge it
+by different rules); ``fleetwatch_processor_topic_partitions_missing`` says how many
+partitions a topic lacks that this member found short and could not grow.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fleetwatch.pipeline.bus import Consumer
+from fleetwatch.pipeline.bus.topics import topic_partitions
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 
@@ -30,10 +37,12 @@ _SINK_COUNTERS = (
 
 class ProcessorCollector(Collector):
     def __init__(self, processor: Processor, consumer: Consumer,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, info: dict[str, str] | None = None) -> None:
+        """``info``: the labels of ``fleetwatch_processor_info`` (``wiring.processor_info``)."""
         self.processor = processor
         self.consumer = consumer
         self.notifier = notifier
+        self.info = dict(info or {})
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.processor.stats
@@ -108,6 +117,26 @@ class ProcessorCollector(Collector):
             yield GaugeMetricFamily("fleetwatch_processor_consumer_lag",
                                     "Messages in this member's partitions not yet consumed",
                                     value=lag)
+        if self.info:
+            info = GaugeMetricFamily("fleetwatch_processor_info",
+                                     "Always 1: this member's group, store and detectors "
+                                     "settings (hash); members of one group must agree",
+                                     labels=list(self.info))
+            info.add_metric(list(self.info.values()), 1)
+            yield info
+        yield from topic_families()
+
+
+def topic_families() -> Iterator[GaugeMetricFamily]:
+    """Per topic this process checked, the partitions it lacks of ``bus.partitions`` (0:
+    as configured), from ``topics.topic_partitions``."""
+    family = GaugeMetricFamily("fleetwatch_processor_topic_partitions_missing",
+                               "Partitions a topic lacks of bus.partitions: it was created "
+                               "with fewer and this broker cannot add them",
+                               labels=["topic"])
+    for topic, (has, wanted) in sorted(topic_partitions.items()):
+        family.add_metric([topic], max(wanted - has, 0))
+    yield family
 
 
 def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily]:
@@ -116,4 +145,16 @@ def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(f"fleetwatch_alert_sink_{suffix}", text, labels=["sink"])
         for name, c in sorted(counts.items()):
             family.add_metric([name], getattr(c, attr))
+        yield family
+    # Mirroring silences and acknowledgements into Alertmanager (its sink's own count).
+    mirrors = [(s.name, s.silence_errors) for s in notifier.sinks
+               if isinstance(getattr(s, "silence_errors", None), int)]
+    if mirrors:
+        family = CounterMetricFamily(
+            "fleetwatch_alert_sink_silence_errors",
+            "Passes that could not mirror fleetwatch's silences and acknowledgements into "
+            "Alertmanager (unreachable or refused); tried again at the next reload",
+            labels=["sink"])
+        for name, n in mirrors:
+            family.add_metric([name], n)
         yield family

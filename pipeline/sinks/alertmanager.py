@@ -13,20 +13,35 @@ The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
 partition moved away (the new owner re-sends them; were they re-sent from
 here too, an alert resolved there would come back to life here).
+
+Muting: an alert muted from its start (silence, inhibition, acknowledgement)
+is never posted. One posted before keeps being re-sent while it fires, muted
+or not (letting it lapse would page "resolved" while it still fires), and
+fleetwatch's silences and acknowledgements are mirrored as Alertmanager
+silences (``am_silences``) whenever the notifier hands over the ones it reloaded
+(``mutes``), so Alertmanager keeps quiet too. The inhibition of GPU alerts under
+a node's or rack's alert is deploy/alertmanager/alertmanager.yml's inhibit rules.
+A failure to reach Alertmanager's silence API is logged once, counted
+(``silence_errors``) and tried again at the next reload; it never holds back the
+alerts.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.silences import Notice, labels
-from fleetwatch.pipeline.sinks.base import iso
+from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
+from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import post_json
-from fleetwatch.pipeline.store.base import Alert
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+log = logging.getLogger(__name__)
 
 # Prometheus: endsAt = now + 4 * max(resend delay, evaluation interval).
 VALID_FOR_RESENDS = 4
@@ -69,6 +84,16 @@ class AlertmanagerSink:
         # adopt and forget may come from another thread than send and tick.
         self._lock = threading.Lock()
         self._last_sent = 0.0
+        # Mirroring: the silences and acks last handed over (None: not yet, mirror nothing),
+        # and the alerts of this processor resolved since the last mirroring (their ack
+        # silences are this processor's to expire).
+        self.silence_api = AlertmanagerSilences(url, timeout_s)
+        self._silences: list[Silence] | None = None
+        self._acks: dict[str, Acknowledgement] = {}
+        self._resolved_ids: set[str] = set()
+        self._mirror_failing = False
+        self.silence_errors = 0   # mirroring passes that failed (Alertmanager unreachable)
+        self._refused: set[str] = set()  # keys whose silence Alertmanager refused (logged)
 
     def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
         firing = alert.state != "resolved"
@@ -85,6 +110,11 @@ class AlertmanagerSink:
     def send(self, changes: Sequence[Notice]) -> None:
         with self._lock:
             resolved = self._take(changes)
+            # An acknowledged alert resolved: expire its silence first, else Alertmanager
+            # mutes the "resolved" too.
+            acked = self._silences is not None and any(a.id in self._acks for a in resolved)
+        if acked:
+            self._mirror()
         if resolved or any(n.notify for n in changes):
             self._post(resolved)
 
@@ -92,25 +122,29 @@ class AlertmanagerSink:
         """Follow the changes in ``_firing``; the resolved alerts to post once."""
         resolved: list[Alert] = []
         for n in changes:
-            if not n.notify:
-                # Silenced or inhibited: no longer re-sent, so Alertmanager lets it expire.
-                # Acknowledged: still re-sent (else Alertmanager would resolve it), not new.
-                if n.muted_by and not n.muted_by.startswith("ack:"):
-                    self._firing.pop(n.alert.id, None)
-                continue
-            if n.alert.state == "resolved":
-                self._firing.pop(n.alert.id, None)
-                resolved.append(n.alert)
-            else:
-                self._firing[n.alert.id] = n.alert
+            a = n.alert
+            if a.state == "resolved":
+                # Posted before (muted since or not): Alertmanager must hear it ended.
+                if self._firing.pop(a.id, None) is not None or n.notify:
+                    resolved.append(a)
+                    if self._silences is not None:  # its ack silence, if any, is ours to end
+                        self._resolved_ids.add(a.id)
+            elif n.notify or a.state == "firing" and a.id in self._firing:
+                # Muted after it was posted (silence, inhibition, ack): still re-sent, else
+                # Alertmanager would expire it and page "resolved"; its mirrored silence (or
+                # an inhibit rule) keeps Alertmanager quiet.
+                self._firing[a.id] = a
         return resolved
 
-    def adopt(self, alerts: Sequence[Alert]) -> None:
+    def adopt(self, alerts: Sequence[Notice | Alert]) -> None:
         """Keep re-sending these firing alerts (open before this process started, or of
-        nodes whose partition this processor took over)."""
+        nodes whose partition this processor took over), muted or not: they may have been
+        posted before, and their muting is mirrored as Alertmanager silences."""
         with self._lock:
-            for a in alerts:
-                self._firing[a.id] = a
+            for item in alerts:
+                a = item.alert if isinstance(item, Notice) else item
+                if a.state == "firing":
+                    self._firing[a.id] = a
             self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
 
     def forget(self, nodes: Iterable[str]) -> None:
@@ -120,10 +154,68 @@ class AlertmanagerSink:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
 
+    def mutes(self, silences: Sequence[Silence], acks: Mapping[str, Acknowledgement]) -> None:
+        """fleetwatch's silences and acknowledgements as just reloaded: mirror them as
+        Alertmanager silences now (before alerts are re-sent)."""
+        with self._lock:
+            self._silences, self._acks = list(silences), dict(acks)
+        self._mirror()
+
     def tick(self) -> None:
-        """Re-send the firing alerts when the resend interval has passed."""
+        """Re-send the firing alerts when the resend interval has passed; renew the ack
+        silences with them."""
         if self._firing and self.clock() - self._last_sent >= self.resend_s:
+            if self._silences is not None and any(i in self._acks for i in self._firing):
+                self._mirror()
             self._post([])
+
+    def _mirror(self) -> None:
+        """One reconciling pass of Alertmanager's silences with fleetwatch's; never raises:
+        a failure is logged once per outage, counted, and tried again at the next call."""
+        now = self.clock()
+        with self._lock:
+            if self._silences is None:
+                return
+            firing = [(a, am_labels(a)) for a in self._firing.values()]
+            wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s)
+            owned = {a.id for a, _ in firing} | self._resolved_ids
+            resolved_ids = set(self._resolved_ids)
+
+        def mine(key: str) -> bool:
+            kind, _, what = key.partition(" ")
+            return kind == "silence" or what in owned
+
+        try:
+            todo = plan(wanted, self.silence_api.list(), mine)
+            for silence_id in todo.expire:
+                self.silence_api.expire(silence_id)
+            for have, w in todo.update:
+                active = (have.get("status") or {}).get("state") == "active"
+                start = ts(have["startsAt"]) if active else None
+                self._put(w.key, w.body(now, have["id"], start))
+            for w in todo.create:
+                self._put(w.key, w.body(now))
+        except SinkError as exc:
+            self.silence_errors += 1
+            if not self._mirror_failing:
+                log.warning("could not mirror fleetwatch's silences and acknowledgements to "
+                            "Alertmanager (tried again at the next reload): %s", exc)
+            self._mirror_failing = True
+            return
+        if self._mirror_failing:
+            log.info("fleetwatch's silences are mirrored to Alertmanager again")
+        self._mirror_failing = False
+        with self._lock:
+            self._resolved_ids -= resolved_ids
+
+    def _put(self, key: str, body: dict[str, Any]) -> None:
+        try:
+            self.silence_api.put(body)
+        except SinkRejected as exc:  # this one can never be made: say so once, go on
+            if key not in self._refused:
+                log.error("Alertmanager refused the silence for fleetwatch %s, so its "
+                          "alerts may still be notified there: %s", key, exc)
+            self._refused.add(key)
 
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()

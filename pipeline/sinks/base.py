@@ -25,6 +25,13 @@ class AlertSink(Protocol):
     sinks (``notify_only`` True) tell people only about ``Notice.notify``
     changes; record sinks keep every change. ``send`` raises ``SinkError`` when
     it may succeed later and ``SinkRejected`` when it never will.
+
+    A sink may also have, each called on the sink's own delivery thread in order
+    with its changes: ``tick()`` (every second or so: Alertmanager's re-sends),
+    ``adopt(notices)`` (firing alerts this processor took over, each ``Notice``
+    with its muting when adopted), ``forget(nodes)`` (nodes now another
+    processor's) and ``mutes(silences, acks)`` (after every reload of silences
+    and acknowledgements, before the changes judged with them).
     """
 
     name: str

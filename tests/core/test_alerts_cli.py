@@ -44,8 +44,9 @@ def test_each_alert_says_where_since_when_evidence_action_and_why_it_is_quiet() 
     acks = {hot.id: Acknowledgement(hot.id, NOW - 100, "alice", "swapping the fan")}
     silence = Silence("s-1", (parse_matcher("node=node-009"),), NOW - 3600, NOW + 3600)
     text = lines([hot, other], [silence], acks, NOW)
-    assert text[0].startswith("FIRING   warning  gpu_temp_high  c1/r2/node-007/gpu3  since ")
-    assert "(10 min)" in text[0] and text[0].endswith(f"id {hot.id}")
+    assert text[0].startswith("FIRING   warning  gpu_temp_high  c1/r2/node-007/gpu3  firing "
+                              "since 2027-01-15 07:50:30 (9 min; pending from 07:50:00)")
+    assert text[0].endswith(f"id {hot.id}")
     assert "    GPU 3 on node-007 at 81 °C" in text
     assert "    evidence: peer_median_c=66.5, temp_c=81" in text
     assert "    action: Check the GPU's cooling" in text

@@ -85,3 +85,25 @@ def test_alert_sink_and_event_counters_are_scraped(tmp_path: Path) -> None:
     assert got[("fleetwatch_processor_events_total", (("kind", "job_start"),))] == 1
     assert got[("fleetwatch_processor_event_nodes", ())] == 1
     assert len(hook.bodies) == 1  # the firing alert, once
+
+
+def test_alertmanager_silence_mirroring_failures_are_scraped(tmp_path: Path) -> None:
+    """An Alertmanager that cannot take fleetwatch's silences leaves pages unmuted: the
+    operator sees it as a counter, not only in a log line."""
+    from fleetwatch.pipeline.sinks import Notifier
+    from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
+    from fleetwatch.pipeline.store.base import Silence
+
+    dead = AlertmanagerSink("http://127.0.0.1:9", timeout_s=0.5)  # port 9: nothing answers
+    notifier = Notifier([dead], background=False)
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store, [], notifier=notifier)
+    registry = CollectorRegistry()
+    registry.register(ProcessorCollector(processor, MemoryBus().consumer("t", "g"), notifier))
+    try:
+        dead.mutes([Silence("s1", (("node", "=", "n1"),), 0.0, 4e9, "ana")], {})
+        got = _scrape(registry)
+    finally:
+        notifier.close()
+        store.close()
+    assert got[("fleetwatch_alert_sink_silence_errors_total", (("sink", "alertmanager"),))] == 1

@@ -115,3 +115,13 @@ def test_an_unchanged_table_is_not_sent_again() -> None:
     acked = alerts_page.tables([a], [], NOW, "24h", {a.id: "acknowledged by bob"})
     changed, other = alerts_page.unchanged(acked, fingerprint)
     assert changed == acked and other != fingerprint
+
+
+def test_a_firing_alert_is_since_it_fired_as_alertmanager_says_not_since_pending() -> None:
+    a = dataclasses.replace(alert("node-a", 3, "firing", rule="gpu_temp_high"),
+                            started_ts=NOW - 600, fired_ts=NOW - 540)
+    (cell,) = [c for c in _walk(components.alert_table([a], NOW, "t"))
+               if getattr(c, "className", "") == "since"]
+    assert cell.children == f"{components.clock(NOW - 540)} UTC · 9 min ago"
+    assert cell.title == (f"pending from {components.clock(NOW - 600)} UTC, "
+                          f"fired {components.clock(NOW - 540)} UTC")

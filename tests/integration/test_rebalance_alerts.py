@@ -59,8 +59,8 @@ class Recorder:
                 else:
                     self.resending[n.alert.id] = n.alert
 
-    def adopt(self, alerts: list[Alert]) -> None:
-        self.resending.update((a.id, a) for a in alerts)
+    def adopt(self, notices: list[Notice]) -> None:
+        self.resending.update((n.alert.id, n.alert) for n in notices)
 
     def forget(self, nodes: set[str]) -> None:
         for alert_id in [i for i, a in self.resending.items() if a.node in nodes]:

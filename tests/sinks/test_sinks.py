@@ -66,7 +66,8 @@ def test_a_webhook_answering_503_is_retried_and_counted(tmp_path: Path) -> None:
 def test_a_sink_that_is_down_does_not_stop_the_processor_or_lose_the_stored_alert(
         tmp_path: Path) -> None:
     down = WebhookSink(f"http://127.0.0.1:{free_port()}/hook", timeout_s=1)
-    notifier = Notifier([down], attempts=3, backoff=fast)  # on its own thread
+    # On its own thread; not held after the last try (retry_s=0: tests/sinks/test_sink_lanes.py)
+    notifier = Notifier([down], attempts=3, backoff=fast, retry_s=0)
     store = tmp_store(tmp_path)
     processor = Processor(store, [GpuTemperatureLimit(85, for_s=30)], notify=notifier.send)
     started = time.monotonic()
@@ -149,7 +150,7 @@ def test_a_full_queue_drops_changes_never_a_hand_over_and_counts_them_per_sink()
             self.calls.append(("send", [n.alert.id for n in changes]))
 
         def adopt(self, alerts) -> None:  # noqa: ANN001
-            self.calls.append(("adopt", [a.id for a in alerts]))
+            self.calls.append(("adopt", [n.alert.id for n in alerts]))
 
         def forget(self, nodes) -> None:  # noqa: ANN001
             self.calls.append(("forget", sorted(nodes)))

@@ -1,0 +1,214 @@
+"""fleetwatch's silences and acknowledgements, mirrored as Alertmanager silences.
+
+fleetwatch keeps re-sending an alert it already posted to Alertmanager while it
+fires, muted or not (else Alertmanager would expire it and page "resolved"), so
+its muting must reach Alertmanager as silences of its own:
+
+* a fleetwatch silence → an Alertmanager silence with the same matchers (``rule`` is
+  ``alertname`` there; the other labels have the same names and values), plus
+  ``scope=~"gpu|node|rack"`` so that it mutes only fleetwatch's alerts (and is never
+  refused for matching everything), from its start to its end;
+* an acknowledgement of a firing alert → a silence of exactly that alert (an equality
+  matcher per label), valid ``ACK_VALID_RESENDS`` resend intervals ahead and renewed by
+  the processor that owns the alert, so one that nobody renews (the owner died, the
+  alert resolved meanwhile) lapses by itself, as the alert does; the owner expires it
+  as soon as the alert resolves, so that its "resolved" is not muted.
+
+Each is made by ``createdBy`` ``fleetwatch``, its comment starting ``fleetwatch
+silence ID`` or ``fleetwatch ack ALERT_ID`` (the key) then who made it and why.
+Reconciling is stateless: list Alertmanager's silences, create the missing ones,
+expire those fleetwatch no longer has, renew or replace those that differ, and of two
+with one key (two processors, a restart mid-way) keep the one with the smallest id, as
+every processor chooses. ``plan`` is that decision, pure; ``AlertmanagerSilences`` the
+three HTTP calls (``GET /api/v2/silences``, ``POST /api/v2/silences``, ``DELETE
+/api/v2/silence/{id}``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fleetwatch.pipeline.sinks.base import SinkError, iso
+from fleetwatch.pipeline.sinks.http import post_json
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+__all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
+           "ack_wanted", "key_of", "plan", "silence_wanted", "wanted_of"]
+
+CREATED_BY = "fleetwatch"
+# An ack's silence is valid this many resend intervals ahead, like a firing alert's endsAt,
+# and renewed at each re-send of the alert (in place: same id).
+ACK_VALID_RESENDS = 4
+# Only fleetwatch's alerts carry this label (see ``alertmanager.am_labels``).
+FLEETWATCH_ONLY = ("scope", "gpu|node|rack", True, True)
+_KEY = re.compile(r"^fleetwatch (silence|ack) (\S+)")
+
+# (name, value, isRegex, isEqual), as in Alertmanager's matcher.
+Matcher = tuple[str, str, bool, bool]
+_OPS = {"=": (False, True), "!=": (False, False), "=~": (True, True), "!~": (True, False)}
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """One Alertmanager silence fleetwatch should have. An existing one with the same key
+    and matchers whose end is within [``min_end_ts``, ``max_end_ts``] is kept as it is."""
+
+    key: str                       # "silence ID" or "ack ALERT_ID"
+    matchers: tuple[Matcher, ...]  # sorted
+    start_ts: float
+    end_ts: float
+    min_end_ts: float
+    max_end_ts: float
+    comment: str
+
+    def body(self, now: float, silence_id: str = "", start_ts: float | None = None
+             ) -> dict[str, Any]:
+        start = max(self.start_ts, now) if start_ts is None else start_ts
+        out: dict[str, Any] = {
+            "matchers": [{"name": n, "value": v, "isRegex": r, "isEqual": e}
+                         for n, v, r, e in self.matchers],
+            "startsAt": iso(start), "endsAt": iso(self.end_ts),
+            "createdBy": CREATED_BY, "comment": self.comment}
+        if silence_id:
+            out["id"] = silence_id
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    create: list[Wanted]
+    update: list[tuple[dict[str, Any], Wanted]]  # (the existing silence, what it should be)
+    expire: list[str]                             # Alertmanager silence ids
+
+
+def _said_by(who: str, why: str) -> str:
+    return f" by {who or 'unknown'}" + (f": {why}" if why else "")
+
+
+def silence_wanted(s: Silence, now: float) -> Wanted | None:
+    """The mirror of a fleetwatch silence; None once it has ended."""
+    if s.end_ts <= now:
+        return None
+    matchers = [("alertname" if name == "rule" else name, value, *_OPS[op])
+                for name, op, value in s.matchers]
+    return Wanted(f"silence {s.id}", tuple(sorted({*matchers, FLEETWATCH_ONLY})),
+                  s.start_ts, s.end_ts, s.end_ts - 1.0, s.end_ts + 1.0,
+                  f"fleetwatch silence {s.id}{_said_by(s.created_by, s.comment)}")
+
+
+def ack_wanted(alert_labels: Mapping[str, str], alert_id: str, ack: Acknowledgement,
+               now: float, resend_s: float) -> Wanted:
+    """The silence of one acknowledged alert (its labels as posted to Alertmanager)."""
+    valid = ACK_VALID_RESENDS * resend_s
+    return Wanted(f"ack {alert_id}",
+                  tuple(sorted((k, v, False, True) for k, v in alert_labels.items())),
+                  now, now + valid, now + valid - resend_s / 2, now + valid + resend_s,
+                  f"fleetwatch ack {alert_id}{_said_by(ack.by, ack.comment)}")
+
+
+def key_of(silence: Mapping[str, Any]) -> str:
+    """The key of a live silence fleetwatch made, else ""."""
+    if silence.get("createdBy") != CREATED_BY:
+        return ""
+    if (silence.get("status") or {}).get("state") == "expired":
+        return ""
+    m = _KEY.match(silence.get("comment") or "")
+    return f"{m[1]} {m[2]}" if m else ""
+
+
+def _matchers(silence: Mapping[str, Any]) -> tuple[Matcher, ...]:
+    return tuple(sorted((m["name"], m["value"], bool(m.get("isRegex")),
+                         bool(m.get("isEqual", True))) for m in silence.get("matchers", ())))
+
+
+def ts(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+def plan(wanted: Iterable[Wanted], have: Iterable[Mapping[str, Any]],
+         mine: Callable[[str], bool]) -> Plan:
+    """What to do so that Alertmanager's fleetwatch silences are ``wanted``. ``have``:
+    Alertmanager's silences (any; those not fleetwatch's or expired are left alone);
+    ``mine(key)``: may this processor change the silences of this key (an ack's are its
+    alert owner's)."""
+    want = {w.key: w for w in wanted}
+    by_key: dict[str, list[Mapping[str, Any]]] = {}
+    for s in have:
+        key = key_of(s)
+        if key and (key in want or mine(key)):
+            by_key.setdefault(key, []).append(s)
+    out = Plan([], [], [])
+    for key, silences in by_key.items():
+        silences = sorted(silences, key=lambda s: s["id"])
+        w = want.get(key)
+        if w is None:
+            out.expire.extend(s["id"] for s in silences)
+            continue
+        keep, *extra = silences
+        out.expire.extend(s["id"] for s in extra)
+        if _matchers(keep) != w.matchers or not w.min_end_ts <= ts(keep["endsAt"]) <= w.max_end_ts:
+            out.update.append((dict(keep), w))
+    out.create.extend(w for key, w in want.items() if key not in by_key)
+    return out
+
+
+class AlertmanagerSilences:
+    """Alertmanager's silence API; every failure is a ``SinkError`` (try again later) or,
+    for a silence it refuses (400: a regular expression it cannot parse), ``SinkRejected``."""
+
+    def __init__(self, base_url: str, timeout_s: float) -> None:
+        self.base = base_url.rstrip("/") + "/api/v2"
+        self.timeout_s = timeout_s
+
+    def _call(self, method: str, path: str) -> Any:
+        url = self.base + path
+        req = urllib.request.Request(url, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                text = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise SinkError(f"Alertmanager {method} {url} answered {exc.code}: "
+                            f"{exc.read(2000).decode('utf-8', 'replace').strip()}") from exc
+        except (urllib.error.URLError, OSError) as exc:
+            raise SinkError(f"Alertmanager {url} unreachable: {exc}") from exc
+        try:
+            return json.loads(text) if text.strip() else None
+        except ValueError as exc:
+            raise SinkError(f"Alertmanager {method} {url}: not JSON: {text[:200]!r}") from exc
+
+    def list(self) -> list[dict[str, Any]]:
+        got = self._call("GET", "/silences")
+        if not isinstance(got, list):
+            raise SinkError(f"Alertmanager GET {self.base}/silences: expected a list")
+        return got
+
+    def put(self, body: dict[str, Any]) -> None:
+        """Create a silence, or (``id`` in ``body``) change one; Alertmanager replaces a
+        silence whose matchers or start change by a new one."""
+        post_json(self.base + "/silences", body, self.timeout_s, "Alertmanager silences")
+
+    def expire(self, silence_id: str) -> None:
+        try:
+            self._call("DELETE", "/silence/" + urllib.parse.quote(silence_id, safe=""))
+        except SinkError as exc:
+            if "already expired" not in str(exc):  # another processor was first
+                raise
+
+
+def wanted_of(silences: Iterable[Silence], acks: Mapping[str, Acknowledgement],
+              firing: Iterable[tuple[Alert, Mapping[str, str]]], now: float,
+              resend_s: float) -> list[Wanted]:
+    """Every silence fleetwatch wants in Alertmanager: one per fleetwatch silence not yet
+    ended, one per acknowledged alert of ``firing`` (this processor's, with its labels)."""
+    out = [w for w in (silence_wanted(s, now) for s in silences) if w is not None]
+    out += [ack_wanted(lab, a.id, acks[a.id], now, resend_s)
+            for a, lab in firing if a.id in acks and a.state == "firing"]
+    return out

@@ -1,0 +1,341 @@
+"""One sink's delivery: its own thread and queue, its ticks, and changes held through an outage.
+
+The ``Notifier`` decides who hears what; a ``Lane`` per sink does the talking,
+so a sink that is slow or down delays only itself: another sink's changes
+and its re-send ticks (Alertmanager's) keep their time.
+
+A delivery is tried ``attempts`` times in place (with backoff). When a
+notifying sink still fails (down, timeout, 5xx) and ``retry_s`` > 0, its
+changes are held, one per alert (the latest change of each: a receiver that
+comes back learns each alert's current state once, an alert that fired and
+resolved meanwhile as resolved), and retried with capped backoff; a change
+held longer than ``retry_s`` is given up and counted. The outage is logged
+when it starts, when changes are first given up and when the sink is back,
+not at each retry. A refusal (``SinkRejected``, a 4xx) is never retried.
+Record sinks (``notify_only`` False: the Kafka topic, a store) keep every
+change in order, so theirs are not merged: they get the bounded attempts only.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fleetwatch.pipeline.silences import Notice
+from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
+from fleetwatch.retry import Backoff, retry
+
+log = logging.getLogger("fleetwatch.pipeline.sinks")
+
+# An item of a lane's queue: ("send", notices), ("adopt", notices), ("forget", nodes) or
+# ("mutes", (silences, acks)).
+Work = tuple[str, Any]
+
+
+@dataclass
+class SinkCounts:
+    """One sink's counters (batches of alert changes)."""
+
+    sent: int = 0           # delivered
+    failed: int = 0         # given up after the last attempt (or the retry window), or refused
+    dropped: int = 0        # never tried: the queue was full
+    retries: int = 0
+
+
+@dataclass
+class SinkStats:
+    delivered: int = 0      # batches delivered
+    retries: int = 0
+    failed: int = 0         # batches given up after the last attempt, or refused
+    dropped: int = 0        # batches dropped because the queue was full
+    last_error: str = ""
+    by_sink: dict[str, int] = field(default_factory=dict)  # failed batches per sink
+    sinks: dict[str, SinkCounts] = field(default_factory=dict)  # every counter, per sink
+
+
+@dataclass
+class _Held:
+    notice: Notice
+    held_at: float      # when this alert's latest change was held
+    batch: int          # the batch it came in
+
+
+class Lane:
+    """Delivers to one sink, on its own thread unless ``background`` is False (then in the
+    caller's, with held changes retried at its later calls and no ticks)."""
+
+    def __init__(self, sink: AlertSink, stats: SinkStats, lock: threading.Lock, *,
+                 attempts: int, backoff: Callable[[], Backoff], retry_s: float,
+                 queue_max: int, tick_s: float, background: bool,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.sink, self._stats, self._lock = sink, stats, lock
+        self._counts = stats.sinks.setdefault(sink.name, SinkCounts())
+        self._attempts, self._backoff = attempts, backoff
+        self._holds = retry_s > 0 and bool(getattr(sink, "notify_only", False))
+        self._retry_s, self._queue_max, self._tick_s, self._clock = (
+            retry_s, queue_max, tick_s, clock)
+        self._queue: deque[Work] = deque()
+        self._batches = 0          # "send" items queued (only they count against queue_max)
+        self._cv = threading.Condition()
+        self._stop = threading.Event()
+        self._tick = getattr(sink, "tick", None) if background else None
+        self._next_tick = float("-inf")
+        # The outage: since when the sink fails, when to try again, what is held for it.
+        self._down_since: float | None = None
+        self._retry_at = float("-inf")
+        self._retry_backoff = backoff()
+        self._held: dict[str, _Held] = {}
+        self._seq = 0              # batches seen
+        self._given_up = 0         # changes given up in this outage
+        self._forgotten: set[str] = set()  # nodes forgotten while changes of theirs were held
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._loop, name=f"alert-sink-{sink.name}",
+                                            daemon=True)
+            self._thread.start()
+
+    # -- the notifier's side --------------------------------------------------
+    def put(self, kind: str, what: Any) -> None:
+        if self._thread is None:
+            self._work(kind, what)
+            self._service(ticks=False)
+            return
+        with self._cv:
+            if kind == "mutes":
+                # Only the newest silences matter: replace one still queued.
+                for i, (k, _) in enumerate(self._queue):
+                    if k == "mutes":
+                        self._queue[i] = (kind, what)
+                        return
+            if kind == "send":
+                if self._batches >= self._queue_max:
+                    self._drop_oldest()
+                self._batches += 1
+            self._queue.append((kind, what))
+            self._cv.notify()
+
+    def service(self) -> None:
+        """Without a thread: retry held changes if it is time (time passing, no changes)."""
+        if self._thread is None:
+            self._service(ticks=False)
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._cv:
+            self._cv.notify()
+
+    def join(self, timeout_s: float) -> None:
+        if self._thread is not None:
+            self._thread.join(max(0.0, timeout_s))
+        elif self._held:
+            self._finish()
+
+    def _drop_oldest(self) -> None:
+        """Drop the oldest batch of changes (never a hand-over); with ``_cv`` held."""
+        for i, (kind, _) in enumerate(self._queue):
+            if kind == "send":
+                del self._queue[i]
+                self._batches -= 1
+                break
+        self._count("dropped")
+        log.error("alert sink %s is %d batches behind; dropping the oldest", self.sink.name,
+                  self._batches)
+
+    # -- the lane's thread ----------------------------------------------------
+    def _loop(self) -> None:
+        while not self._stop.is_set() or self._queue:
+            with self._cv:
+                if not self._queue and not self._stop.is_set():
+                    due = self._due()
+                    self._cv.wait(None if due is None else max(0.0, due - self._clock()))
+                work = self._queue.popleft() if self._queue else None
+                if work is not None and work[0] == "send":
+                    self._batches -= 1
+            if work is not None:
+                self._work(*work)
+            if not self._stop.is_set():
+                self._service(ticks=True)
+        self._finish()
+
+    def _due(self) -> float | None:
+        """When the lane has something to do without new work: a retry, or a tick."""
+        if self._down_since is not None:
+            return self._retry_at
+        return self._next_tick if callable(self._tick) else None
+
+    def _service(self, ticks: bool) -> None:
+        now = self._clock()
+        if self._down_since is not None:
+            if now >= self._retry_at:
+                self._retry(now)
+            return
+        if ticks and callable(self._tick) and now >= self._next_tick:
+            self._next_tick = now + self._tick_s
+            try:
+                self._tick()
+            except SinkError as exc:
+                self._count("retries")
+                self._fail(exc, now)  # the next try re-sends; not a change lost
+            except Exception:  # noqa: BLE001 - a sink's bug must not stop its thread
+                log.exception("alert sink %s: tick failed", self.sink.name)
+
+    def _work(self, kind: str, what: Any) -> None:
+        if kind == "send":
+            self._seq += 1
+            if self._holds and self._down_since is not None:
+                self._hold(what)
+            else:
+                self._deliver(what)
+            return
+        if kind == "forget" and self._held:
+            self._forgotten |= set(what)
+        elif kind == "adopt":
+            self._forgotten -= {n.alert.node for n in what}
+        call = getattr(self.sink, kind, None)
+        if callable(call):
+            try:
+                call(*what) if kind == "mutes" else call(what)
+            except Exception:  # noqa: BLE001 - a sink's bug must not stop its thread
+                log.exception("alert sink %s: %s failed", self.sink.name, kind)
+
+    def _deliver(self, notices: Sequence[Notice]) -> None:
+        def on_retry(exc: BaseException, attempt: int, delay: float) -> None:
+            self._count("retries")  # the first logged; the rest counted
+            log.log(logging.WARNING if attempt == 1 else logging.DEBUG,
+                    "alert sink %s: %s; retry %d in %.1fs", self.sink.name, exc, attempt, delay)
+
+        try:
+            retry(lambda: self.sink.send(notices), retryable=(SinkError,),
+                  attempts=self._attempts, backoff=self._backoff(), on_retry=on_retry,
+                  sleep=lambda s: self._stop.wait(s) and None)
+        except SinkError as exc:
+            if not self._holds or self._stop.is_set():
+                self._failed(1, exc)
+                return
+            self._count("retries")
+            self._hold(notices)
+            self._fail(exc, self._clock())
+            return
+        except SinkRejected as exc:
+            self._failed(1, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
+            log.exception("alert sink %s: send failed", self.sink.name)
+            self._failed(1, exc, logged=True)
+            return
+        self._sent()
+
+    # -- an outage ------------------------------------------------------------
+    def _hold(self, notices: Sequence[Notice]) -> None:
+        now = self._clock()
+        for n in notices:
+            self._held.pop(n.alert.id, None)  # the newest goes last: time order
+            self._held[n.alert.id] = _Held(n, now, self._seq)
+
+    def _fail(self, exc: BaseException, now: float) -> None:
+        """A delivery or a tick failed: the outage starts (logged once) or goes on."""
+        if self._down_since is None:
+            self._down_since, self._given_up = now, 0
+            self._retry_backoff.reset()
+            if self._held:
+                log.warning("alert sink %s: %s; holding %d alert changes and retrying for up "
+                            "to %gs (alerts.sink_retry_s)", self.sink.name, exc,
+                            len(self._held), self._retry_s)
+            else:
+                log.warning("alert sink %s: %s; retrying", self.sink.name, exc)
+        self._retry_at = now + self._retry_backoff.next()
+
+    def _retry(self, now: float) -> None:
+        """One try in an outage: the held changes (else a tick); back up, or later again."""
+        held = [h.notice for h in self._held.values()]
+        if not held and not callable(self._tick):
+            # All given up, nothing to try with: the outage ends at the next delivery.
+            self._retry_at = now + self._retry_backoff.peek()
+            return
+        try:
+            if held:
+                self.sink.send(held)
+            elif callable(self._tick):
+                self._tick()
+        except SinkError as exc:
+            self._count("retries")
+            self._give_up(now, exc)
+            self._retry_at = now + self._retry_backoff.next()
+            log.debug("alert sink %s: still failing: %s", self.sink.name, exc)
+            return
+        except SinkRejected as exc:
+            self._failed(len({h.batch for h in self._held.values()}), exc)
+        except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
+            log.exception("alert sink %s: send failed", self.sink.name)
+            self._failed(len({h.batch for h in self._held.values()}), exc, logged=True)
+        else:
+            if held:
+                self._sent()
+            log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s",
+                        self.sink.name, now - (self._down_since or now), len(held),
+                        f", {self._given_up} given up" if self._given_up else "")
+        self._held.clear()
+        self._down_since = None
+        self._refuse_forgotten()
+
+    def _give_up(self, now: float, exc: BaseException) -> None:
+        """Drop the changes held longer than ``retry_s``: counted, logged the first time."""
+        old = [k for k, h in self._held.items() if now - h.held_at >= self._retry_s]
+        if not old:
+            return
+        batches = len({self._held[k].batch for k in old})
+        for k in old:
+            del self._held[k]
+        first = self._given_up == 0
+        self._given_up += len(old)
+        self._failed(batches, exc, logged=True)
+        if first:
+            log.error("alert sink %s down for %.0fs: %d alert changes held longer than "
+                      "alerts.sink_retry_s (%gs) given up, not delivered there: %s",
+                      self.sink.name, now - (self._down_since or now), len(old),
+                      self._retry_s, exc)
+        if not self._held:
+            self._refuse_forgotten()
+
+    def _refuse_forgotten(self) -> None:
+        """Held changes of nodes forgotten since were tried (a sink may take up their
+        alerts again): forget them again, so this processor does not re-send another's."""
+        if self._forgotten:
+            gone, self._forgotten = self._forgotten, set()
+            self._work("forget", gone)
+
+    def _finish(self) -> None:
+        """Closing: one last try for what is held, then it is given up."""
+        if not self._held:
+            return
+        now = self._clock()
+        self._retry_at = now
+        self._retry(now)
+        if self._held:
+            self._give_up(now + self._retry_s, SinkError("closed while the sink was down"))
+
+    # -- counters -------------------------------------------------------------
+    def _count(self, what: str, n: int = 1) -> None:
+        with self._lock:
+            setattr(self._counts, what, getattr(self._counts, what) + n)
+            setattr(self._stats, what, getattr(self._stats, what) + n)
+
+    def _sent(self) -> None:
+        with self._lock:
+            self._counts.sent += 1
+            self._stats.delivered += 1
+
+    def _failed(self, batches: int, exc: BaseException, logged: bool = False) -> None:
+        name = self.sink.name
+        with self._lock:
+            self._counts.failed += batches
+            self._stats.failed += batches
+            self._stats.by_sink[name] = self._stats.by_sink.get(name, 0) + batches
+            self._stats.last_error = f"{name}: {exc}"
+        if not logged:
+            log.error("alert sink %s failed, changes not delivered there: %s", name, exc)
