@@ -106,7 +106,10 @@ def test_alert_table_rows_link_to_nodes() -> None:
     # The message opens that GPU on its node's page.
     (message,) = [td for td in rows[0].children if td.className == "message"]
     assert message.children[0].href == "/node/node-a?gpu=1"
-    assert "GPU 1" in text_of(rows[0]) and "10 min ago" in text_of(rows[0])
+    # A firing alert is since it fired (as Alertmanager's startsAt), a pending one since
+    # its condition began.
+    assert "GPU 1" in text_of(rows[0]) and "9 min ago" in text_of(rows[0])
+    assert "10 min ago" in text_of(rows[1])
     assert components.alert_table([], NOW, "t").id == "t-empty"
 
 
