@@ -50,7 +50,10 @@ between); samples at or before the watermark are skipped, so a batch
 replayed after a crash adds nothing. The batch is integrated on copies of the
 state, which replace it only once the store has taken the rows. A counter's
 watermark is stored as its reading plus what power booked while it stood
-still, so a processor that takes over mid-way still owes that energy back.
+still, and the reading itself beside it while it owes, so a processor that
+takes over mid-way (a restart, a partition moved) still owes that energy back
+once: its next, still frozen, reading is a counter standing still, not one
+that went down (which would forget the debt and count the catch-up again).
 """
 
 from __future__ import annotations
@@ -228,11 +231,7 @@ class EnergyIntegrator:
                 self._frame(node, f, touched)
             out[key] = node
             rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
-            # A counter's watermark carries what it owes: a processor that takes over
-            # mid-way reads the reading it would show had it moved with the power booked.
-            states.extend(DeviceState(key[0], key[1], d, s.ts, s.power,
-                                      s.counter + s.owed if s.counter is not None else None)
-                          for d, s in node.devs.items())
+            states.extend(_state(key, d, s) for d, s in node.devs.items())
         return out, rows, states
 
     # -- state ---------------------------------------------------------------
@@ -243,7 +242,7 @@ class EnergyIntegrator:
         if self.store is None:
             return node.copy() if node is not None else _Node({}, {}, -math.inf)
         saved, saved_rows = self.store.energy_state(*key, first_ts)
-        devs = {s.device: _Dev(s.ts, s.power_w, s.counter_j) for s in saved}
+        devs = {s.device: _loaded(s) for s in saved}
         acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
         last = max((s.ts for s in saved), default=-math.inf)
         return _Node(devs, acc, last)
@@ -443,6 +442,26 @@ class EnergyIntegrator:
             if t1 <= end:
                 return
             start = end
+
+
+def _state(key: tuple[str, str], device: str, d: _Dev) -> DeviceState:
+    """A device's watermark to store. A counter's carries what it owes (reading plus owed:
+    the reading it would show had it moved with the power booked), and the reading apart
+    while it owes, so that a processor that takes over mid-way pays it back once."""
+    if d.counter is None:
+        return DeviceState(key[0], key[1], device, d.ts, d.power, None)
+    if d.owed > 0.0:
+        return DeviceState(key[0], key[1], device, d.ts, d.power, d.counter + d.owed, d.counter)
+    return DeviceState(key[0], key[1], device, d.ts, d.power, d.counter)
+
+
+def _loaded(s: DeviceState) -> _Dev:
+    """A stored watermark back as the integrator's: the reading and what it owes apart.
+    A store written before the reading was kept (or by such a processor) has the sum
+    only: it resumes from that, as that release did."""
+    if s.counter_j is not None and s.reading_j is not None and s.reading_j <= s.counter_j:
+        return _Dev(s.ts, s.power_w, s.reading_j, s.counter_j - s.reading_j)
+    return _Dev(s.ts, s.power_w, s.counter_j)
 
 
 def _trapezoid(p0: float | None, p1: float, dt: float) -> float:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from fleetwatch.pipeline.store.energy_victoria import (
     ROW_MEASUREMENT,
     STATE_MEASUREMENT,
+    device_state,
     row_line,
     state_line,
 )
@@ -81,7 +82,8 @@ class InfluxQLEnergy:
         lo, hi = at_ts - STATE_LOOKBACK_S, at_ts + STATE_LOOKBACK_S
         series = self.query(
             f'SELECT last("ts") AS ts, last("power_w") AS power_w, last("counter_j") AS '
-            f'counter_j FROM "{STATE_MEASUREMENT}" WHERE {where} AND time >= '
+            f'counter_j, last("reading_j") AS reading_j, last("reading_ts") AS reading_ts '
+            f'FROM "{STATE_MEASUREMENT}" WHERE {where} AND time >= '
             f'{int(lo * 1000)}ms AND time <= {int(hi * 1000)}ms GROUP BY "device"')
         states = []
         for s in series:
@@ -90,11 +92,7 @@ class InfluxQLEnergy:
                 v = dict(zip(s["columns"], values))
                 if v.get("ts") is None:
                     continue
-                power, counter = v.get("power_w"), v.get("counter_j")
-                states.append(DeviceState(
-                    cluster, node, device, float(v["ts"]),
-                    None if power is None or power < 0 else float(power),
-                    None if counter is None or counter < 0 else float(counter)))
+                states.append(device_state(cluster, node, device, v))
         if not states:
             return [], []
         since = bucket_floor(min(s.ts for s in states))

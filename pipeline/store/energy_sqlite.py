@@ -2,8 +2,8 @@
 
 Two tables beside the samples: ``energy`` (one row per hour bucket, device
 and owner, replaced on rewrite) and ``energy_state`` (the integrator's
-watermark per device), written in one transaction so that a crash leaves
-both old or both new.
+watermark per device, with ``energy_reading`` for a counter that owes),
+written in one transaction so that a crash leaves both old or both new.
 """
 
 from __future__ import annotations
@@ -41,6 +41,11 @@ CREATE TABLE IF NOT EXISTS energy_agg (
 CREATE TABLE IF NOT EXISTS energy_state (
     cluster TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, ts REAL NOT NULL,
     power_w REAL, counter_j REAL, PRIMARY KEY (cluster, node, device)) WITHOUT ROWID;
+-- The counter's own reading at watermark ts where counter_j includes owed energy; a
+-- table of its own so that energy_state keeps the columns earlier releases read and write.
+CREATE TABLE IF NOT EXISTS energy_reading (
+    cluster TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, ts REAL NOT NULL,
+    reading_j REAL NOT NULL, PRIMARY KEY (cluster, node, device)) WITHOUT ROWID;
 """
 
 
@@ -81,7 +86,12 @@ class SqliteEnergy:
                 conn.executemany("INSERT OR REPLACE INTO energy VALUES "
                                  "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
                 conn.executemany("INSERT OR REPLACE INTO energy_state VALUES (?,?,?,?,?,?)",
-                                 states)
+                                 [s[:6] for s in states])
+                # Only while a counter owes (rare); a row left from an earlier watermark
+                # is ignored on read, as its ts is not the watermark's.
+                conn.executemany("INSERT OR REPLACE INTO energy_reading VALUES (?,?,?,?,?)",
+                                 [(s.cluster, s.node, s.device, s.ts, s.reading_j)
+                                  for s in states if s.reading_j is not None])
                 conn.executemany("INSERT OR IGNORE INTO energy_dirty VALUES (?)",
                                  [(b,) for b in {r.bucket_ts for r in rows}])
         except sqlite3.OperationalError as exc:
@@ -91,7 +101,9 @@ class SqliteEnergy:
                      ) -> tuple[list[DeviceState], list[EnergyRow]]:
         conn = self._energy_conn()
         states = [DeviceState(*r) for r in conn.execute(
-            "SELECT * FROM energy_state WHERE cluster = ? AND node = ?", (cluster, node))]
+            "SELECT s.*, r.reading_j FROM energy_state AS s LEFT JOIN energy_reading AS r "
+            "ON r.cluster = s.cluster AND r.node = s.node AND r.device = s.device "
+            "AND r.ts = s.ts WHERE s.cluster = ? AND s.node = ?", (cluster, node))]
         if not states:
             return [], []
         since = bucket_floor(min(s.ts for s in states))

@@ -10,7 +10,8 @@ so the row is the hour's largest sample: ``max_over_time(...[1h])``, which
 holds whether or not the server deduplicates. Watermarks are lines of
 ``fleetwatch_energystate`` stamped at the sample they stand for; a node's
 are found with ``last_over_time`` within ``STATE_LOOKBACK_S`` either side
-of the first sample being integrated (a replay starts before the watermark).
+of the first sample being integrated (a replay starts before the watermark);
+a counter that owes energy adds its own reading and the ``ts`` it is for.
 Rows and watermarks go in one request.
 """
 
@@ -53,8 +54,25 @@ def state_line(s: DeviceState) -> str:
     power = -1.0 if s.power_w is None else s.power_w
     counter = -1.0 if s.counter_j is None else s.counter_j
     tag_text = tags((("cluster", s.cluster), ("device", s.device), ("node", s.node)))
+    # A counter that owes: its own reading too, with the ts it belongs to (each field is a
+    # series of its own, and a watermark that owes nothing writes none).
+    reading = ("" if s.reading_j is None else
+               f",reading_j={float(s.reading_j)!r},reading_ts={float(s.ts)!r}")
     return (f"{STATE_MEASUREMENT}{tag_text} ts={float(s.ts)!r},power_w={float(power)!r},"
-            f"counter_j={float(counter)!r} {round(s.ts * 1000)}")
+            f"counter_j={float(counter)!r}{reading} {round(s.ts * 1000)}")
+
+
+def device_state(cluster: str, node: str, device: str, v: dict[str, Any]) -> DeviceState:
+    """A watermark from its fields' newest values (``v``, by field name); the reading only
+    where it was written with this watermark (``reading_ts`` is its ``ts``)."""
+    power, counter, reading = v.get("power_w"), v.get("counter_j"), v.get("reading_j")
+    if reading is not None and v.get("reading_ts") != v["ts"]:
+        reading = None
+    return DeviceState(cluster, node, device, float(v["ts"]),
+                       None if power is None or power < 0 else float(power),
+                       None if counter is None or counter < 0 else float(counter),
+                       None if reading is None or counter is None or counter < 0
+                       else float(reading))
 
 
 class VictoriaEnergy:
@@ -82,14 +100,12 @@ class VictoriaEnergy:
         # A replay after a crash starts before the watermark: look ahead as far as back.
         at_ms = round((at_ts + STATE_LOOKBACK_S) * 1000)
         found: dict[str, dict[str, float]] = {}
-        for field in ("ts", "power_w", "counter_j"):
+        for field in ("ts", "power_w", "counter_j", "reading_j", "reading_ts"):
             for r in self.query(f"last_over_time({STATE_MEASUREMENT}_{field}{sel}"
                                 f"[{2 * STATE_LOOKBACK_S}s])", at_ms):
                 found.setdefault(r["metric"].get("device", ""), {})[field] = float(
                     r["value"][1])
-        states = [DeviceState(cluster, node, device, v["ts"],
-                              None if v.get("power_w", -1.0) < 0 else v["power_w"],
-                              None if v.get("counter_j", -1.0) < 0 else v["counter_j"])
+        states = [device_state(cluster, node, device, v)
                   for device, v in found.items() if "ts" in v]
         if not states:
             return [], []

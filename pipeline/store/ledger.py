@@ -64,7 +64,13 @@ class EnergyRow(NamedTuple):
 
 
 class DeviceState(NamedTuple):
-    """Where the integrator stands on one device: the last sample it integrated up to."""
+    """Where the integrator stands on one device: the last sample it integrated up to.
+
+    ``counter_j`` is the watermark of NVML's energy counter: its reading plus what the
+    power samples booked while it stood still (what a processor of any release resumes
+    from). ``reading_j`` is the reading itself where the two differ (None: they do not),
+    so that a processor taking over keeps the owed part apart and takes the next, still
+    frozen, reading for a counter that stands still rather than one that went down."""
 
     cluster: str
     node: str
@@ -72,6 +78,7 @@ class DeviceState(NamedTuple):
     ts: float
     power_w: float | None      # None: the device reported no power
     counter_j: float | None    # NVML total energy counter; None: not supported
+    reading_j: float | None = None  # the counter's own reading, where it owes energy
 
 
 # What ``energy_totals`` can group by (besides the hour).
