@@ -173,6 +173,10 @@ class AlertsConfig:
     # the latest change of each alert, delivered once. 0: counted as failed at once.
     # The Kafka topic is not held.
     sink_retry_s: float = ranged(600.0, 0.0, 86_400.0)
+    # Processors read silences and acknowledgements from the store this often (one read of
+    # each); a silence added less than this before an alert fires may not mute its first
+    # notification.
+    silence_reload_s: float = ranged(5.0, 1.0, 300.0)
 
 
 @dataclass(frozen=True)

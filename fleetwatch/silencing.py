@@ -4,7 +4,8 @@ Every backend keeps them (SQLite, VictoriaMetrics, InfluxDB); VictoriaMetrics
 keeps no comment (text) and at most 16 matchers a silence (they are labels
 there): one it cannot keep is refused here with what to change.
 
-The processor's notifier reads them back from the store (every 30 s): a silence
+The processor's notifier reads them back from the store (every
+``alerts.silence_reload_s``, 5 s by default): a silence
 mutes the notifications of matching alerts from its start to its end (the
 alerts' own time), an acknowledgement stops repeat notifications of one alert
 until it resolves.

@@ -153,7 +153,7 @@ def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily]:
         family = CounterMetricFamily(
             "fleetwatch_alert_sink_silence_errors",
             "Passes that could not mirror fleetwatch's silences and acknowledgements into "
-            "Alertmanager (unreachable or refused); tried again at the next reload",
+            "Alertmanager (unreachable, or a silence refused); tried again at the next pass",
             labels=["sink"])
         for name, n in mirrors:
             family.add_metric([name], n)

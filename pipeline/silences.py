@@ -60,7 +60,72 @@ def parse_matcher(text: str) -> tuple[str, str, str]:
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"silence matcher {text!r}: bad regular expression: {exc}") from None
+        problem = not_re2(value)
+        if problem:
+            raise ValueError(f"silence matcher {text!r}: {problem}, which Alertmanager's "
+                             "regular expressions (Go's RE2) do not have, so the silence could "
+                             "not mute it there; write it without (a regex matches the whole "
+                             "value, e.g. rule!~gpu_temp.* instead of rule=~(?!gpu_temp).*)")
     return m[1], m[2], value
+
+
+# Python syntax that Go's RE2 (Alertmanager's matchers) lacks, after "(?".
+_NOT_RE2_GROUPS = (("<=", "a lookbehind (?<=...)"), ("<!", "a negative lookbehind (?<!...)"),
+                   ("=", "a lookahead (?=...)"), ("!", "a negative lookahead (?!...)"),
+                   (">", "an atomic group (?>...)"), ("(", "a conditional (?(...)...)"),
+                   ("P=", "a named backreference (?P=...)"), ("#", "a comment (?#...)"))
+_QUANTIFIER_END = re.compile(r"(?:[*+?]|\{\d+(?:,\d*)?\})$")
+
+
+def not_re2(regex: str) -> str:
+    """The first construct of ``regex`` (valid Python) that RE2 refuses, named; "" if none:
+    lookaround, backreferences, atomic groups, possessive quantifiers, conditionals,
+    comments and ``\\Z``."""
+    i, in_class = 0, False
+    while i < len(regex):
+        c = regex[i]
+        if c == "\\":
+            nxt = regex[i + 1:i + 2]
+            if not in_class and nxt.isdigit() and nxt != "0":
+                return f"a backreference (\\{nxt})"
+            if nxt == "Z":
+                return "\\Z (write $ or \\z)"
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class = True
+            i += 1
+            if regex[i:i + 1] == "^":
+                i += 1
+            if regex[i:i + 1] == "]":   # a "]" first in a class is a literal
+                i += 1
+            continue
+        elif c == "(" and regex[i + 1:i + 2] == "?":
+            rest = regex[i + 2:]
+            for start, name in _NOT_RE2_GROUPS:
+                if rest.startswith(start):
+                    return name
+            flags = _FLAGS.match(rest)
+            if flags and set(flags[1]) - set("imsU-"):
+                return f"the inline flag(s) {''.join(sorted(set(flags[1]) - set('imsU-')))} " \
+                       f"(RE2 has i, m, s and U)"
+        elif c == "+" and _QUANTIFIER_END.search(regex[:i]) and not _escaped(regex, i - 1):
+            return f"a possessive quantifier ({regex[i - 1]}+)"
+        i += 1
+    return ""
+
+
+_FLAGS = re.compile(r"([a-zA-Z-]+)[:)]")
+
+
+def _escaped(regex: str, i: int) -> bool:
+    """Is the character at ``i`` escaped (an odd run of backslashes before it)?"""
+    n = 0
+    while i - n - 1 >= 0 and regex[i - n - 1] == "\\":
+        n += 1
+    return n % 2 == 1
 
 
 def matches(silence: Silence, alert: Alert) -> bool:

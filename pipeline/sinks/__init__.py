@@ -55,7 +55,7 @@ class Notifier:
     def __init__(self, sinks: Sequence[AlertSink],
                  silences: Callable[[], Iterable[Silence]] = lambda: (),
                  acks: Callable[[], Iterable[Acknowledgement]] = lambda: (),
-                 reload_s: float = 30.0, attempts: int = 4,
+                 reload_s: float = 5.0, attempts: int = 4,
                  backoff: Callable[[], Backoff] = lambda: Backoff(0.5, 8.0),
                  background: bool = True, queue_max: int = 10_000,
                  tick_s: float = 1.0, retry_s: float = 600.0) -> None:
@@ -215,11 +215,17 @@ class Notifier:
         return True
 
     def close(self, timeout_s: float = 10.0) -> None:
-        """Deliver what is queued (within ``timeout_s`` in all), then close the sinks."""
-        for lane in self._lanes:
-            lane.stop()
+        """Deliver what is queued, with one last try for what a sink that is down holds,
+        within ``timeout_s`` in all (the lanes close side by side; a last try is made only
+        if the sink's timeout fits); what a lane could not deliver by then is logged once
+        (how many alert changes, the first ids) and counted as failed. Then close the
+        sinks. The processor's whole stop must stay within systemd's TimeoutStopSec
+        (60 s): this takes at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         for lane in self._lanes:
-            lane.join(deadline - time.monotonic())
+            lane.stop(deadline)
+        for lane in self._lanes:
+            if not lane.join(deadline - time.monotonic()):
+                lane.abandon(f"still waiting for the sink after {timeout_s:g}s")
         for sink in self.sinks:
             sink.close()

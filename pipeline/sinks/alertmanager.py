@@ -18,12 +18,17 @@ Muting: an alert muted from its start (silence, inhibition, acknowledgement)
 is never posted. One posted before keeps being re-sent while it fires, muted
 or not (letting it lapse would page "resolved" while it still fires), and
 fleetwatch's silences and acknowledgements are mirrored as Alertmanager
-silences (``am_silences``) whenever the notifier hands over the ones it reloaded
-(``mutes``), so Alertmanager keeps quiet too. The inhibition of GPU alerts under
-a node's or rack's alert is deploy/alertmanager/alertmanager.yml's inhibit rules.
-A failure to reach Alertmanager's silence API is logged once, counted
-(``silence_errors``) and tried again at the next reload; it never holds back the
-alerts.
+silences (``am_silences``), so Alertmanager keeps quiet too: when the notifier
+hands over the ones it reloaded (``mutes``) and they changed (or ``resend_s`` has
+passed since the last pass, or it failed), and before every re-send of the firing
+alerts (``tick``) and every post that follows a failed one: an Alertmanager that
+restarted and lost its silences gets them back before the alerts they mute (one
+``GET /api/v2/silences`` a pass, and a POST only for what is missing or differs).
+The inhibition of GPU alerts under a node's or rack's alert is
+deploy/alertmanager/alertmanager.yml's inhibit rules. A pass that fails (silence
+API unreachable) or in which Alertmanager refuses a silence is counted
+(``silence_errors``); the failure is logged once per outage, a refusal once per
+silence; it is tried again at the next pass, and never holds back the alerts.
 """
 
 from __future__ import annotations
@@ -92,7 +97,9 @@ class AlertmanagerSink:
         self._acks: dict[str, Acknowledgement] = {}
         self._resolved_ids: set[str] = set()
         self._mirror_failing = False
-        self.silence_errors = 0   # mirroring passes that failed (Alertmanager unreachable)
+        self._mirrored_at = float("-inf")  # when the last pass went through (``clock``)
+        self._post_failed = False          # the last post failed: mirror before the next
+        self.silence_errors = 0   # mirroring passes that failed or had a silence refused
         self._refused: set[str] = set()  # keys whose silence Alertmanager refused (logged)
 
     def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
@@ -113,7 +120,7 @@ class AlertmanagerSink:
             # An acknowledged alert resolved: expire its silence first, else Alertmanager
             # mutes the "resolved" too.
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
-        if acked:
+        if acked or self._post_failed:  # after a failure, Alertmanager may have restarted
             self._mirror()
         if resolved or any(n.notify for n in changes):
             self._post(resolved)
@@ -158,15 +165,18 @@ class AlertmanagerSink:
         """fleetwatch's silences and acknowledgements as just reloaded: mirror them as
         Alertmanager silences now (before alerts are re-sent)."""
         with self._lock:
+            same = self._silences == list(silences) and self._acks == dict(acks)
             self._silences, self._acks = list(silences), dict(acks)
-        self._mirror()
+        if (not same or self._mirror_failing
+                or self.clock() - self._mirrored_at >= self.resend_s):
+            self._mirror()
 
     def tick(self) -> None:
-        """Re-send the firing alerts when the resend interval has passed; renew the ack
-        silences with them."""
+        """Re-send the firing alerts when the resend interval has passed, the mirrored
+        silences reconciled first (renewing the ack silences; re-creating those an
+        Alertmanager that restarted lost, before the alerts they mute)."""
         if self._firing and self.clock() - self._last_sent >= self.resend_s:
-            if self._silences is not None and any(i in self._acks for i in self._firing):
-                self._mirror()
+            self._mirror()
             self._post([])
 
     def _mirror(self) -> None:
@@ -185,6 +195,7 @@ class AlertmanagerSink:
             kind, _, what = key.partition(" ")
             return kind == "silence" or what in owned
 
+        refused = 0
         try:
             todo = plan(wanted, self.silence_api.list(), mine)
             for silence_id in todo.expire:
@@ -192,9 +203,9 @@ class AlertmanagerSink:
             for have, w in todo.update:
                 active = (have.get("status") or {}).get("state") == "active"
                 start = ts(have["startsAt"]) if active else None
-                self._put(w.key, w.body(now, have["id"], start))
+                refused += not self._put(w.key, w.body(now, have["id"], start))
             for w in todo.create:
-                self._put(w.key, w.body(now))
+                refused += not self._put(w.key, w.body(now))
         except SinkError as exc:
             self.silence_errors += 1
             if not self._mirror_failing:
@@ -202,13 +213,17 @@ class AlertmanagerSink:
                             "Alertmanager (tried again at the next reload): %s", exc)
             self._mirror_failing = True
             return
+        if refused:
+            self.silence_errors += 1  # a silence that does not mute there: counted each pass
         if self._mirror_failing:
             log.info("fleetwatch's silences are mirrored to Alertmanager again")
         self._mirror_failing = False
+        self._mirrored_at = now
         with self._lock:
             self._resolved_ids -= resolved_ids
 
-    def _put(self, key: str, body: dict[str, Any]) -> None:
+    def _put(self, key: str, body: dict[str, Any]) -> bool:
+        """Create or change one silence; False if Alertmanager refused it."""
         try:
             self.silence_api.put(body)
         except SinkRejected as exc:  # this one can never be made: say so once, go on
@@ -216,6 +231,8 @@ class AlertmanagerSink:
                 log.error("Alertmanager refused the silence for fleetwatch %s, so its "
                           "alerts may still be notified there: %s", key, exc)
             self._refused.add(key)
+            return False
+        return True
 
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()
@@ -223,7 +240,12 @@ class AlertmanagerSink:
             firing = list(self._firing.values())
         body = [self._payload(a, now) for a in (*firing, *resolved)]
         if body:
-            post_json(self.url, body, self.timeout_s, "Alertmanager")
+            try:
+                post_json(self.url, body, self.timeout_s, "Alertmanager")
+            except SinkError:
+                self._post_failed = True
+                raise
+            self._post_failed = False
         self._last_sent = now
 
     def close(self) -> None:

@@ -15,7 +15,23 @@ its muting must reach Alertmanager as silences of its own:
   as soon as the alert resolves, so that its "resolved" is not muted.
 
 Each is made by ``createdBy`` ``fleetwatch``, its comment starting ``fleetwatch
-silence ID`` or ``fleetwatch ack ALERT_ID`` (the key) then who made it and why.
+silence ID`` or ``fleetwatch ack ALERT_ID`` (the key) then `` by WHO[: WHY]``.
+
+Ownership (``key_of``): fleetwatch changes or expires only a silence that is exactly of
+the shape it makes, since ``createdBy`` is free text a person may type too (a shared
+"fleetwatch" account in amtool):
+
+* ``createdBy`` is ``fleetwatch`` and the comment is ``fleetwatch silence ID`` or
+  ``fleetwatch ack ALERT_ID``, the key followed by `` by `` or nothing;
+* every matcher names a label fleetwatch posts (``alertname`` and ``LABELS``' others,
+  ``scope``);
+* a silence's has the ``scope=~"gpu|node|rack"`` matcher fleetwatch adds; an ack's are all
+  equality matchers, with ``scope`` one of gpu, node, rack and ``alertname`` the rule
+  that starts ALERT_ID.
+
+Any other silence is a person's and left alone, whatever its comment says. The rule
+reads only the silence itself: every processor decides the same, with no state kept.
+
 Reconciling is stateless: list Alertmanager's silences, create the missing ones,
 expire those fleetwatch no longer has, renew or replace those that differ, and of two
 with one key (two processors, a restart mid-way) keep the one with the smallest id, as
@@ -36,6 +52,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from fleetwatch.pipeline.silences import LABELS
 from fleetwatch.pipeline.sinks.base import SinkError, iso
 from fleetwatch.pipeline.sinks.http import post_json
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -49,7 +66,10 @@ CREATED_BY = "fleetwatch"
 ACK_VALID_RESENDS = 4
 # Only fleetwatch's alerts carry this label (see ``alertmanager.am_labels``).
 FLEETWATCH_ONLY = ("scope", "gpu|node|rack", True, True)
-_KEY = re.compile(r"^fleetwatch (silence|ack) (\S+)")
+_KEY = re.compile(r"^fleetwatch (silence|ack) (\S+)(?: by |$)")
+# The labels fleetwatch posts to Alertmanager (``alertmanager.am_labels``).
+_NAMES = frozenset({"alertname", *(n for n in LABELS if n != "rule"), "scope"})
+_SCOPES = frozenset(FLEETWATCH_ONLY[1].split("|"))
 
 # (name, value, isRegex, isEqual), as in Alertmanager's matcher.
 Matcher = tuple[str, str, bool, bool]
@@ -121,7 +141,24 @@ def key_of(silence: Mapping[str, Any]) -> str:
     if (silence.get("status") or {}).get("state") == "expired":
         return ""
     m = _KEY.match(silence.get("comment") or "")
-    return f"{m[1]} {m[2]}" if m else ""
+    if not m:
+        return ""
+    try:
+        matchers = _matchers(silence)
+    except (KeyError, TypeError):
+        return ""
+    if not matchers or any(name not in _NAMES for name, *_ in matchers):
+        return ""
+    if m[1] == "silence":
+        return f"silence {m[2]}" if FLEETWATCH_ONLY in matchers else ""
+    by_name = {name: (value, regex, equal) for name, value, regex, equal in matchers}
+    if len(by_name) != len(matchers) or any(regex or not equal
+                                            for _, regex, equal in by_name.values()):
+        return ""
+    scope, rule = by_name.get("scope", ("",))[0], by_name.get("alertname", ("",))[0]
+    if scope not in _SCOPES or not rule or not m[2].startswith(rule + "/"):
+        return ""
+    return f"ack {m[2]}"
 
 
 def _matchers(silence: Mapping[str, Any]) -> tuple[Matcher, ...]:

@@ -12,6 +12,12 @@ resolved meanwhile as resolved), and retried with capped backoff; a change
 held longer than ``retry_s`` is given up and counted. The outage is logged
 when it starts, when changes are first given up and when the sink is back,
 not at each retry. A refusal (``SinkRejected``, a 4xx) is never retried.
+Closing (``stop`` with a deadline): no more tries in place; what is held gets one
+last try if the sink's timeout still fits before the deadline, and whatever is
+still held, queued or in flight when the lane ends (or at the deadline, said by
+the notifier for a lane still waiting on its sink) is logged once, with how many
+alert changes and the first alert ids, and counted as failed. Counts of alert
+changes are those the sink would tell (``tells``; the webhook's: notifications).
 Record sinks (``notify_only`` False: the Kafka topic, a store) keep every
 change in order, so theirs are not merged: they get the bounded attempts only.
 """
@@ -35,6 +41,12 @@ log = logging.getLogger("fleetwatch.pipeline.sinks")
 # An item of a lane's queue: ("send", notices), ("adopt", notices), ("forget", nodes) or
 # ("mutes", (silences, acks)).
 Work = tuple[str, Any]
+# At close, the first alert ids named in the log line of those not delivered.
+IDS_SHOWN = 5
+
+
+class _Closing(Exception):
+    """No more tries in place: the lane is closing (the last error is ``args[0]``)."""
 
 
 @dataclass
@@ -93,6 +105,12 @@ class Lane:
         self._seq = 0              # batches seen
         self._given_up = 0         # changes given up in this outage
         self._forgotten: set[str] = set()  # nodes forgotten while changes of theirs were held
+        self._held_lock = threading.Lock()  # ``_held`` is read by ``abandon`` at close
+        self._in_flight: Sequence[Notice] = ()  # the changes being tried now
+        self._last_error: BaseException | None = None
+        self._deadline = float("inf")   # closing: when the notifier stops waiting (monotonic)
+        self._ended = False             # what was left at close is logged and counted
+        self._end_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if background:
             self._thread = threading.Thread(target=self._loop, name=f"alert-sink-{sink.name}",
@@ -124,16 +142,26 @@ class Lane:
         if self._thread is None:
             self._service(ticks=False)
 
-    def stop(self) -> None:
+    def stop(self, deadline: float = float("inf")) -> None:
+        """Close: deliver what is queued, no more tries in place; ``deadline`` (this lane's
+        clock) is when the notifier stops waiting for it."""
+        self._deadline = deadline
         self._stop.set()
         with self._cv:
             self._cv.notify()
 
-    def join(self, timeout_s: float) -> None:
+    def join(self, timeout_s: float) -> bool:
+        """Wait for the lane to end; whether it did."""
         if self._thread is not None:
             self._thread.join(max(0.0, timeout_s))
-        elif self._held:
-            self._finish()
+            return not self._thread.is_alive()
+        self._finish()
+        return True
+
+    def abandon(self, why: str) -> None:
+        """The notifier stops waiting for this lane (closing, its thread still on a try):
+        what it holds, has queued or is trying is logged and counted as not delivered."""
+        self._given_up_at_close(why)
 
     def _drop_oldest(self) -> None:
         """Drop the oldest batch of changes (never a hand-over); with ``_cv`` held."""
@@ -209,17 +237,30 @@ class Lane:
             log.log(logging.WARNING if attempt == 1 else logging.DEBUG,
                     "alert sink %s: %s; retry %d in %.1fs", self.sink.name, exc, attempt, delay)
 
+        tried: list[SinkError] = []
+
+        def once() -> None:
+            if tried and self._holds and self._stop.is_set():
+                raise _Closing(tried[-1])  # closing: held, and tried once more at the end
+            try:
+                self.sink.send(notices)
+            except SinkError as exc:
+                tried.append(exc)
+                raise
+
+        self._in_flight = notices
         try:
-            retry(lambda: self.sink.send(notices), retryable=(SinkError,),
+            retry(once, retryable=(SinkError,),
                   attempts=self._attempts, backoff=self._backoff(), on_retry=on_retry,
                   sleep=lambda s: self._stop.wait(s) and None)
-        except SinkError as exc:
-            if not self._holds or self._stop.is_set():
-                self._failed(1, exc)
+        except (SinkError, _Closing) as exc:
+            err = exc.args[0] if isinstance(exc, _Closing) else exc
+            if not self._holds:
+                self._failed(1, err)
                 return
             self._count("retries")
             self._hold(notices)
-            self._fail(exc, self._clock())
+            self._fail(err, self._clock())
             return
         except SinkRejected as exc:
             self._failed(1, exc)
@@ -228,24 +269,35 @@ class Lane:
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(1, exc, logged=True)
             return
+        finally:
+            self._in_flight = ()
         self._sent()
 
     # -- an outage ------------------------------------------------------------
     def _hold(self, notices: Sequence[Notice]) -> None:
         now = self._clock()
-        for n in notices:
-            self._held.pop(n.alert.id, None)  # the newest goes last: time order
-            self._held[n.alert.id] = _Held(n, now, self._seq)
+        with self._held_lock:
+            for n in notices:
+                self._held.pop(n.alert.id, None)  # the newest goes last: time order
+                self._held[n.alert.id] = _Held(n, now, self._seq)
+
+    def _told(self, notices: Sequence[Notice]) -> list[Notice]:
+        """The changes this sink would tell anyone of (a muted or pending change held for
+        the webhook is not an alert it owes)."""
+        tells = getattr(self.sink, "tells", None)
+        return [n for n in notices if tells(n)] if callable(tells) else list(notices)
 
     def _fail(self, exc: BaseException, now: float) -> None:
         """A delivery or a tick failed: the outage starts (logged once) or goes on."""
+        self._last_error = exc
         if self._down_since is None:
             self._down_since, self._given_up = now, 0
             self._retry_backoff.reset()
             if self._held:
                 log.warning("alert sink %s: %s; holding %d alert changes and retrying for up "
                             "to %gs (alerts.sink_retry_s)", self.sink.name, exc,
-                            len(self._held), self._retry_s)
+                            len(self._told([h.notice for h in self._held.values()])),
+                            self._retry_s)
             else:
                 log.warning("alert sink %s: %s; retrying", self.sink.name, exc)
         self._retry_at = now + self._retry_backoff.next()
@@ -257,12 +309,15 @@ class Lane:
             # All given up, nothing to try with: the outage ends at the next delivery.
             self._retry_at = now + self._retry_backoff.peek()
             return
+        self._in_flight = held
         try:
             if held:
                 self.sink.send(held)
             elif callable(self._tick):
                 self._tick()
         except SinkError as exc:
+            self._in_flight = ()
+            self._last_error = exc
             self._count("retries")
             self._give_up(now, exc)
             self._retry_at = now + self._retry_backoff.next()
@@ -277,9 +332,11 @@ class Lane:
             if held:
                 self._sent()
             log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s",
-                        self.sink.name, now - (self._down_since or now), len(held),
+                        self.sink.name, now - (self._down_since or now), len(self._told(held)),
                         f", {self._given_up} given up" if self._given_up else "")
-        self._held.clear()
+        self._in_flight = ()
+        with self._held_lock:
+            self._held.clear()
         self._down_since = None
         self._refuse_forgotten()
 
@@ -289,15 +346,17 @@ class Lane:
         if not old:
             return
         batches = len({self._held[k].batch for k in old})
-        for k in old:
-            del self._held[k]
+        told = self._told([self._held[k].notice for k in old])
+        with self._held_lock:
+            for k in old:
+                del self._held[k]
         first = self._given_up == 0
-        self._given_up += len(old)
+        self._given_up += len(told)
         self._failed(batches, exc, logged=True)
         if first:
             log.error("alert sink %s down for %.0fs: %d alert changes held longer than "
                       "alerts.sink_retry_s (%gs) given up, not delivered there: %s",
-                      self.sink.name, now - (self._down_since or now), len(old),
+                      self.sink.name, now - (self._down_since or now), len(told),
                       self._retry_s, exc)
         if not self._held:
             self._refuse_forgotten()
@@ -310,14 +369,50 @@ class Lane:
             self._work("forget", gone)
 
     def _finish(self) -> None:
-        """Closing: one last try for what is held, then it is given up."""
+        """Closing: one last try for what is held if the sink's timeout fits before the
+        deadline, then what is left is given up (logged once, counted)."""
         if not self._held:
             return
         now = self._clock()
-        self._retry_at = now
-        self._retry(now)
+        timeout_s = float(getattr(self.sink, "timeout_s", 0.0) or 0.0)
+        if now + timeout_s <= self._deadline:
+            self._retry_at = now
+            self._retry(now)
+            why = "the last try at close failed"
+        else:
+            why = f"no time left at close for a last try (the sink's timeout is {timeout_s:g}s)"
         if self._held:
-            self._give_up(now + self._retry_s, SinkError("closed while the sink was down"))
+            self._given_up_at_close(why)
+
+    def _given_up_at_close(self, why: str) -> None:
+        """Log once which alert changes were not delivered (held, queued, in flight) and
+        count their batches as failed."""
+        with self._end_lock:
+            if self._ended:
+                return
+            self._ended = True
+        with self._held_lock:
+            held = list(self._held.values())
+        with self._cv:
+            queued = [what for kind, what in self._queue if kind == "send"]
+        latest = {h.notice.alert.id: h.notice for h in held}
+        latest.update((n.alert.id, n) for n in self._in_flight)
+        for notices in queued:
+            latest.update((n.alert.id, n) for n in notices)
+        told = self._told(list(latest.values()))
+        if not told:
+            return
+        batches = len({h.batch for h in held}) + len(queued) + (
+            1 if self._in_flight and not held else 0)
+        down = ("" if self._down_since is None
+                else f", down for {self._clock() - self._down_since:.0f}s")
+        last = f"; last error: {self._last_error}" if self._last_error is not None else ""
+        ids = ", ".join(n.alert.id for n in told[:IDS_SHOWN])
+        more = f" and {len(told) - IDS_SHOWN} more" if len(told) > IDS_SHOWN else ""
+        self._failed(max(1, batches), SinkError(f"{len(told)} alert changes not delivered "
+                                                f"at close"), logged=True)
+        log.error("alert sink %s: %d alert changes not delivered there, given up at close "
+                  "(%s%s): %s%s%s", self.sink.name, len(told), why, down, ids, more, last)
 
     # -- counters -------------------------------------------------------------
     def _count(self, what: str, n: int = 1) -> None:

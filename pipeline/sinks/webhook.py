@@ -23,8 +23,13 @@ class WebhookSink:
     def __init__(self, url: str, timeout_s: float = 10.0) -> None:
         self.url, self.timeout_s = url, timeout_s
 
+    def tells(self, notice: Notice) -> bool:
+        """Whether this change is one the webhook is sent (what a count of its changes
+        counts)."""
+        return notice.notify
+
     def send(self, changes: Sequence[Notice]) -> None:
-        notices = {n.alert.id: n for n in changes if n.notify}
+        notices = {n.alert.id: n for n in changes if self.tells(n)}
         if not notices:
             return
         groups = group([n.alert for n in notices.values()])
