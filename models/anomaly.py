@@ -13,6 +13,17 @@ phase's threshold (well beyond what the fleet's own history reached) in
 ``consecutive`` windows in a row makes a finding; ``fit_anomaly`` says why this
 model and not an IsolationForest.
 
+The model knows the fleet's history, not what the fleet does now: a job whose
+phase of work the history never held (a new kernel mix, an all-reduce-heavy
+phase) moves every GPU of the job the same way at the same minute. So a window
+past the threshold is also compared with its job peers on the node (the other
+GPUs of its node with the same job, whose windows closed at the same sample):
+its features minus the median of theirs, in the phase's spreads. Unless that too
+is past the threshold, the window is the job's, not the GPU's, and is not
+anomalous. A node-wide fault that moves all its GPUs alike is therefore not this
+detector's (the node and rack rules see it); a GPU with no such peer is judged
+against the history alone, and its message says so.
+
 The detector feeds one-minute means, as the training reads the store's
 one-minute rollups: the features mean the same thing in both places.
 """
@@ -40,6 +51,20 @@ FEATURES: tuple[str, ...] = (
     "clock_mean", "temp_vs_node", "power_vs_node", "errors_log")
 PHASES: tuple[float, ...] = (0.05, 0.3, 0.6)  # SM activity edges: idle | light | medium | heavy
 PHASE_NAMES: tuple[str, ...] = ("idle", "light", "medium", "heavy")  # phase_of's 0, 1, 2, 3
+# Per feature: what it is, its unit as written in a message, its unit in evidence names,
+# and the format of its values.
+FEATURE_UNITS: dict[str, tuple[str, str, str, str]] = {
+    "temp_mean": ("mean temperature", " °C", "c", ".1f"),
+    "temp_std": ("temperature swing (std)", " °C", "c", ".2f"),
+    "temp_slope": ("temperature slope", " °C/min", "c_per_min", ".2f"),
+    "power_mean": ("mean power", " W", "w", ".0f"),
+    "power_std": ("power swing (std)", " W", "w", ".0f"),
+    "sm_mean": ("mean SM activity", "", "ratio", ".2f"),
+    "sm_std": ("SM activity swing (std)", "", "ratio", ".3f"),
+    "clock_mean": ("mean SM clock", " MHz", "mhz", ".0f"),
+    "temp_vs_node": ("temperature above its node's median", " °C", "c", ".1f"),
+    "power_vs_node": ("power above its node's median", " W", "w", ".0f"),
+    "errors_log": ("error counter growth, log(1 + count)", "", "log1p", ".2f")}
 # Fewer steady training windows than this in a phase: too little history of it to say
 # what is normal, and no model for it (its windows are not scored).
 MIN_WINDOWS = 50
@@ -286,7 +311,7 @@ class FleetAnomaly:
             full.append((int(i[k]), int(gj[k]), g["rows"][s[k]].copy()))
 
     def _top(self, phase: int, features: np.ndarray) -> dict[str, float]:
-        """The three features furthest from the fleet, as robust z-scores."""
+        """The three features furthest from the fleet's history, as robust z-scores."""
         assert self.model is not None
         z = self.model.zscores(phase, features)
         if z is None:
@@ -294,32 +319,82 @@ class FleetAnomaly:
         order = np.argsort(-np.abs(z))[:3]
         return {f"z_{FEATURES[i]}": round(float(z[i]), 1) for i in order}
 
+    def _peers(self, full: list[_Window], feats: np.ndarray, ok: np.ndarray
+               ) -> list[np.ndarray | None]:
+        """Per window: the median features of its job peers' windows closed at the same
+        sample (same frame, same job; steady, complete), None with no such peer."""
+        groups: dict[tuple[int, str | None], list[int]] = {}
+        for k, (f, key, _) in enumerate(full):
+            if ok[k]:
+                job = next((g.job for g in f.gpus if g.index == key[2]), None)
+                groups.setdefault((id(f), job), []).append(k)
+        out: list[np.ndarray | None] = [None] * len(full)
+        for members in groups.values():
+            for k in members:
+                others = [m for m in members if m != k]
+                if others:
+                    out[k] = np.median(feats[others], axis=0)
+        return out
+
     def _score_windows(self, full: list[_Window]) -> list[Finding]:
         """Score every window that closed in this batch at once (one array operation for
         all GPUs: the per-window cost is what the processor pays per GPU)."""
         assert self.model is not None
         model = self.model
         feats = window_features(np.asarray([rows for _, _, rows in full], dtype=float))
-        ok = steady(feats)
+        ok = steady(feats) & ~np.isnan(feats).any(axis=1)
+        peers = self._peers(full, feats, ok)
         out: list[Finding] = []
         sm_col = FEATURES.index("sm_mean")
-        for (f, key, _), features, good in zip(full, feats, ok):
+        for (f, key, _), features, good, peer in zip(full, feats, ok, peers):
             if not good:
                 continue  # a change of phase: not comparable, neither good nor bad
             phase = phase_of(features[sm_col])
             score = model.score(phase, features)
-            if score is None or score <= model.thresholds[phase]:
-                self._streak[key] = 0
+            limit = model.thresholds.get(phase, math.inf)
+            peer_score = (None if peer is None or score is None else
+                          float(np.abs((features - peer) / model.scale[phase]).max()))
+            if score is None or score <= limit or (peer_score is not None
+                                                   and peer_score <= limit):
+                self._streak[key] = 0  # like the history, or moving with its job peers
                 continue
             streak = self._streak[key] = self._streak.get(key, 0) + 1
             if streak < self.consecutive:
                 continue
-            gpu = key[2]
-            out.append(Finding(
-                self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 3),
-                f"GPU {gpu} on {f.node} behaves unlike any GPU of the fleet in the same phase "
-                f"of work for {streak * WINDOW_MIN} min", "warning", 0.0, HOLD_S,
-                evidence={"score": round(score, 2), **self._top(phase, features)},
-                action="Compare it with its node's peers on the node page; look for a "
-                       "failing part the rules do not name yet."))
+            out.append(self._finding(f, key[2], phase, features, peer, score, peer_score,
+                                     streak))
         return out
+
+    def _finding(self, f: Frame, gpu: int, phase: int, features: np.ndarray,
+                 peer: np.ndarray | None, score: float, peer_score: float | None,
+                 streak: int) -> Finding:
+        """The finding, with the furthest feature in its own unit: the GPU's value, the
+        phase's centre and spread in the training history, and its job peers' now."""
+        assert self.model is not None
+        model = self.model
+        k = int(np.argmax(np.abs(model.zscores(phase, features))))  # type: ignore[arg-type]
+        name = FEATURES[k]
+        label, unit, suffix, fmt = FEATURE_UNITS[name]
+        value, centre = float(features[k]), float(model.center[phase][k])
+        spread, limit = float(model.scale[phase][k]), model.thresholds[phase]
+        edges = (0.0, *PHASES, 1.0)
+        where = (f"the {PHASE_NAMES[phase]} phase (SM activity {edges[phase]:.0%}-"
+                 f"{edges[phase + 1]:.0%})")
+        now = ("no job peer on its node to compare with now" if peer is None else
+               f"its job peers on the node now: {peer[k]:{fmt}}{unit}")
+        ev = {"score": round(score, 2), "threshold": round(limit, 2), "phase": phase,
+              f"{name}_{suffix}": round(value, 3),
+              f"normal_{name}_{suffix}": round(centre, 3),
+              f"spread_{name}_{suffix}": round(spread, 3)}
+        if peer is not None and peer_score is not None:
+            ev[f"peers_{name}_{suffix}"] = round(float(peer[k]), 3)
+            ev["peer_score"] = round(peer_score, 2)
+        return Finding(
+            self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 3),
+            f"GPU {gpu} on {f.node}: {label} {value:{fmt}}{unit} for {streak * WINDOW_MIN} "
+            f"min, against {centre:{fmt}}{unit} (spread {spread:{fmt}}{unit}) in the fleet's "
+            f"training history of {where}; {now} (score {score:.1f} spreads, alert above "
+            f"{limit:.1f})", "warning", 0.0, HOLD_S,
+            evidence={**ev, **self._top(phase, features)},
+            action="Compare it with its node's peers on the node page; look for a "
+                   "failing part the rules do not name yet.")

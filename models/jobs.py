@@ -5,6 +5,18 @@ same SM activity, clocks and power through every phase; one that does not is
 holding the whole job back. Only GPUs with a job and at least one job peer on
 the node are judged. SM activity is ``gpu_sm_active_ratio`` where the GPU has
 GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
+
+Stuck: a GPU whose SM activity is at most ``stuck_activity`` while the median of
+its job peers' is at least ``busy_activity`` (0.3 by default): it does not work
+while they do. Below that level the peers are not computing (an exposed
+all-reduce keeps NCCL kernels resident on a few SMs, 5-20% SM activity; a
+checkpoint, an input stall or an idle job less), and a GPU near 0% among them is
+in the same phase, not hung: a kernel resident the whole sample with no SM
+working (utilization ~100%, SM activity ~0) is only the message's wording of why,
+never enough on its own. A GPU found stuck stays stuck while it keeps that hung
+signature, whatever phase its peers move on to (a hang does not end with the
+peers' all-reduce), until it works again. A whole job hung (every rank blocked in a collective)
+looks like a long all-reduce and is not this rule's to see.
 """
 
 from __future__ import annotations
@@ -44,9 +56,14 @@ class JobPeers:
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
+        # GPUs (cluster, node, index, job) found stuck and still showing a hung kernel.
+        self._hung: set[tuple[str, str, int, str | None]] = set()
 
     def drop(self, nodes: Iterable[str]) -> None:
-        """Stateless: every frame is judged on its own; the for-durations do the rest."""
+        """Forget the stuck GPUs of ``nodes``; otherwise every frame is judged on its own
+        and the for-durations do the rest."""
+        gone = set(nodes)
+        self._hung = {k for k in self._hung if k[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -86,6 +103,33 @@ class JobPeers:
                 "restore the default limit"))
         return out
 
+    def _hold(self, b: Batch, rows: np.ndarray, stuck: np.ndarray,
+              hung_idle: np.ndarray) -> np.ndarray:
+        """Which GPUs (rows x positions) with a hung kernel among peers that do not work
+        were found stuck before and have not worked since; frame by frame, in order."""
+        held = np.zeros_like(stuck)
+        judged = stuck | hung_idle
+        for i, j in flagged(judged | self._known(b, rows)):
+            f = b.frames[rows[i]]
+            key = (f.cluster, f.node, f.gpus[j].index, f.gpus[j].job)
+            if hung_idle[i, j] and key in self._hung:
+                held[i, j] = True
+            elif stuck[i, j]:
+                self._hung.add(key)
+            else:
+                self._hung.discard(key)
+        return held
+
+    def _known(self, b: Batch, rows: np.ndarray) -> np.ndarray:
+        """The GPUs of these rows that are in ``_hung`` (to forget those that work)."""
+        out = np.zeros(b.job[rows].shape, bool)
+        if self._hung:
+            for i, r in enumerate(rows.tolist()):
+                f = b.frames[r]
+                for j, g in enumerate(f.gpus):
+                    out[i, j] = (f.cluster, f.node, g.index, g.job) in self._hung
+        return out
+
     def _judge(self, b: Batch, rows: np.ndarray) -> list[Finding]:
         c = self.c
         x = b.x[rows]
@@ -96,11 +140,16 @@ class JobPeers:
         act_med, n = peer_median(np.where(np.isfinite(act), act, np.nan), peers)
         busy = (n >= 1) & (act_med >= c.busy_activity)
         with np.errstate(invalid="ignore"):
-            # Hung: a kernel resident the whole sample (utilization ~100%) while no SM does
-            # any work (GPM's SM activity ~0): the signature of a hang, whatever the peers do.
+            # Stuck only while the peers work: in an all-reduce wait every GPU of the job
+            # has NCCL kernels resident on a few SMs, and one at 1% among peers at 6% is
+            # that phase's spread, not a hang. Hung (a kernel resident the whole sample,
+            # GPM's SM activity ~0) only says why in the message.
             resident = x[..., UTIL] >= RESIDENT_UTIL_PCT
-            hung = injob & resident & (x[..., SM] <= c.stuck_activity)
-            stuck = injob & ((busy & (act <= c.stuck_activity)) | hung)
+            stuck = injob & busy & (act <= c.stuck_activity)
+            signature = injob & resident & (x[..., SM] <= c.stuck_activity)
+            held = self._hold(b, rows, stuck, signature & ~busy)
+            stuck |= held
+            hung = stuck & signature
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
             clock_med, _ = peer_median(clock, clock_peers)
             slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
@@ -130,8 +179,8 @@ class JobPeers:
             if stuck[i, j]:
                 why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) but no SM "
                        f"working ({act[i, j]:.0%} activity)" if hung[i, j] else
-                       f"idle ({act[i, j]:.0%} SM activity) while its {n[i, j]} job peers run "
-                       f"at {act_med[i, j]:.0%}")
+                       f"idle ({act[i, j]:.0%} SM activity)")
+                why += f" while its {n[i, j]} job peers run at {act_med[i, j]:.0%}"
                 out.append(gpu_finding(
                     f, g, "gpu_stuck", act[i, j], f"{where} stuck: {why}", "critical",
                     c.stuck_for_s, ev,

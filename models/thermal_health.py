@@ -99,6 +99,7 @@ class _Scored:
     score: np.ndarray
     warm: np.ndarray
     source: np.ndarray  # where the offset came from: _TRAINED or _ONLINE
+    predicted: np.ndarray  # the model's temperature for the sample (without the offset)
 
     def part(self, frames: Sequence[Frame]) -> _Scored | None:
         """What this batch's scoring found for ``frames``, if they are all among its own."""
@@ -109,7 +110,7 @@ class _Scored:
         i = np.asarray(at, np.int64)
         return _Scored(list(frames), waves(frames), *(a[i] for a in (
             self.slots, self.cached, self.has, self.ewma, self.offset, self.excess,
-            self.score, self.warm, self.source)))
+            self.score, self.warm, self.source, self.predicted)))
 
 
 # Per GPU: the smoothed residual, its last and first time; the time and detail of its
@@ -247,6 +248,7 @@ class ThermalHealth:
         # order handed over: the order the findings and the hysteresis always had.
         for cached in (True, False):
             fired = np.zeros_like(sc.has)
+            needs = np.ones(sc.has.shape)
             for wave in sc.waves:
                 wi, gj = np.nonzero(sc.has[wave] & (sc.cached[wave] == cached))
                 if not len(wi):
@@ -261,25 +263,43 @@ class ThermalHealth:
                 fire = (sc.warm[i, gj] & (sc.excess[i, gj] >= need * self.min_excess_c)
                         & (sc.score[i, gj] >= need * self.min_score))
                 held[s] = fire
+                needs[i, gj] = need
                 fired[i[fire], gj[fire]] = True
-            out.extend(self._finding(sc, i, j) for i, j in zip(*np.nonzero(fired)))
+            out.extend(self._finding(sc, i, j, float(needs[i, j]))
+                       for i, j in zip(*np.nonzero(fired)))
         return out
 
-    def _finding(self, sc: _Scored, i: int, j: int) -> Finding:
+    def _finding(self, sc: _Scored, i: int, j: int, need: float) -> Finding:
+        """The finding: the smoothed excess, the temperature now and the one expected,
+        the fleet's spread that makes the score, and the thresholds it passed (``need``:
+        1, or 0.5 while the alert holds: hysteresis)."""
+        assert self.model is not None
         f = sc.frames[i]
         gpu = f.gpus[j].index
-        ewma, offset, excess, score = (float(a[i, j]) for a in (sc.ewma, sc.offset,
-                                                                sc.excess, sc.score))
-        # "trained": the model's offset for this GPU; "online": learned here from the
-        # GPU's own first hour, as the model never saw it.
+        ewma, offset, excess, score, predicted = (float(a[i, j]) for a in (
+            sc.ewma, sc.offset, sc.excess, sc.score, sc.predicted))
+        # The offset is trained (the model's, for this GPU) or online (learned here from
+        # the GPU's own first hour, as the model never saw it).
         source = _SOURCES[float(sc.source[i, j])]
+        temp = float(f.gpus[j].metrics.get("gpu_temp_c", NAN))
+        expected = predicted + offset
+        spread = self.model.spread_c
         return Finding(
             self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
-            f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and "
-            f"air explain (thermal health score {score:.1f})", "warning", self.for_s,
-            evidence={"excess_c": round(excess, 2), "score": round(score, 2),
+            f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and air "
+            f"explain (smoothed, half-life {self.half_life_s:.0f} s; now {temp:.1f} °C, "
+            f"expected {expected:.1f} °C with its {source} offset {offset:+.1f} °C); "
+            f"score {score:.1f} = that excess over the fleet's residual spread of "
+            f"{spread:.2f} °C; {'holds while' if need < 1 else 'fires at'} "
+            f">= {need * self.min_excess_c:.1f} °C and score >= {need * self.min_score:.1f}",
+            "warning", self.for_s,
+            evidence={"temp_c": round(temp, 2), "expected_c": round(expected, 2),
+                      "excess_c": round(excess, 2), "spread_c": round(spread, 3),
+                      "score": round(score, 2),
+                      "fire_excess_c": need * self.min_excess_c,
+                      "fire_score": need * self.min_score,
                       "residual_c": round(ewma, 2), "offset_c": round(offset, 2),
-                      "offset_source": source},
+                      "offset_online": float(sc.source[i, j] == _ONLINE)},
             action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
                    "next maintenance window; it is degrading before any limit trips.")
 
@@ -303,9 +323,10 @@ class ThermalHealth:
         n, width = len(frames), b.x.shape[1]
         slots = self._gpus.slots(b)[order.rows]
         valid, rows, temps = features(b)
-        residual = np.full(valid.shape, NAN)
+        residual, predicted = np.full(valid.shape, NAN), np.full(valid.shape, NAN)
         if len(temps):
-            residual[valid] = temps - model.expected(rows)
+            predicted[valid] = model.expected(rows)
+            residual[valid] = temps - predicted[valid]
         residual, valid = residual[order.rows], valid[order.rows]
         offsets = self._node_offsets(b, model)[order.rows]
         ts = b.ts[order.rows]
@@ -314,7 +335,7 @@ class ThermalHealth:
         cached = valid & (g["at"][slots] == ts[:, None])
         sc = _Scored(list(frames), order.waves, slots, cached, np.zeros((n, width), bool),
                      *(np.full((n, width), NAN) for _ in range(4)), np.zeros((n, width), bool),
-                     np.full((n, width), NAN))
+                     np.full((n, width), NAN), predicted[order.rows])
         details = ("has", "ewma", "offset", "excess", "score", "warm", "source")
         s = slots[cached]
         for name in details:

@@ -27,12 +27,27 @@ def test_gpus_of_different_jobs_or_no_job_are_not_peers() -> None:
     assert JobPeers().update([node(0, gpus, job=None)]) == []
 
 
-def test_a_hung_kernel_is_stuck_even_while_its_peers_wait() -> None:
+def test_a_hung_kernel_among_working_peers_is_stuck_and_says_so() -> None:
+    gpus = [busy(60)] * 7 + [busy(45, 78.0, gpu_util_pct=100.0, gpu_sm_active_ratio=0.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_stuck", 7)]
+    assert found[0].message == ("GPU 7 on n1 (job job1) stuck: a kernel resident (100% "
+                                "utilization) but no SM working (0% activity) while its 7 "
+                                "job peers run at 80%")
+
+
+def test_a_gpu_near_zero_while_its_peers_wait_too_is_not_stuck() -> None:
+    # The tester's healthy fleet (#10): an exposed all-reduce, NCCL kernels resident on
+    # every GPU (100% utilization); peers at 6% SM activity, this one at 0.7%: the phase.
+    comm_ = {"gpu_util_pct": 100.0, "gpu_sm_active_ratio": 0.06}
+    gpus = [busy(45, 97.0, **comm_)] * 3 + [busy(44, 87.0, **{**comm_,
+                                                             "gpu_sm_active_ratio": 0.007})]
+    assert JobPeers().update([node(0, gpus)]) == []
+    # Peers with no kernel resident at all (an idle or checkpointing job) neither.
     waiting = {"gpu_util_pct": 0.0, "gpu_sm_active_ratio": 0.01}
     gpus = [busy(40, 62.0, **waiting)] * 7 + [busy(45, 78.0, gpu_util_pct=100.0,
                                                   gpu_sm_active_ratio=0.0)]
-    found = JobPeers().update([node(0, gpus)])
-    assert rules(found) == [("gpu_stuck", 7)] and "kernel resident" in found[0].message
+    assert JobPeers().update([node(0, gpus)]) == []
 
 
 def test_a_power_limit_far_below_the_nodes_other_gpus() -> None:
@@ -61,3 +76,18 @@ def test_light_phases_leave_a_busy_pipeline_stage_and_an_idle_clock_alone() -> N
     # Without a kernel resident most of the sample, the clock falls to idle between bursts.
     bursty = comm(gpu_util_pct=40.0, gpu_sm_clock_mhz=345.0)
     assert JobPeers().update([node(0, [comm()] * 7 + [bursty])]) == []
+
+
+def test_a_hung_gpu_stays_stuck_while_its_peers_wait_until_it_works_again() -> None:
+    comm_ = {"gpu_util_pct": 100.0, "gpu_sm_active_ratio": 0.06}
+    hung = busy(45, 78.0, gpu_util_pct=100.0, gpu_sm_active_ratio=0.0)
+    detector = JobPeers()
+
+    def stuck(ts: float, peers: dict[str, float], gpu: dict[str, float]) -> bool:
+        found = detector.update([node(ts, [peers] * 3 + [gpu])])
+        return rules(found) == [("gpu_stuck", 3)]
+
+    assert stuck(0, busy(60), hung)                 # found among working peers
+    assert stuck(15, busy(45, 97.0, **comm_), hung)  # its peers wait: the hang goes on
+    assert not stuck(30, busy(60), busy(60))        # it works again
+    assert not stuck(45, busy(45, 97.0, **comm_), hung)  # a wait alone never makes it stuck

@@ -89,7 +89,7 @@ def test_an_unseen_gpu_that_degrades_after_its_baseline_is_caught_against_it() -
     assert {f.gpu for f in found} == {2}
     first = found[0]
     assert onset < first.ts < onset + 3600
-    assert first.evidence["offset_source"] == "online"
+    assert first.evidence["offset_online"] == 1.0
     assert first.evidence["offset_c"] == pytest.approx(6.0, abs=0.5)
     assert first.evidence["excess_c"] >= 5.0
 
@@ -114,7 +114,7 @@ def test_a_trained_offset_is_used_and_named_as_trained() -> None:
 
     found = run(h, 3 * 3600, 3600.0, degrading)
     assert {f.gpu for f in found} == {2}
-    assert found[0].evidence["offset_source"] == "trained"
+    assert found[0].evidence["offset_online"] == 0.0
     assert found[0].evidence["offset_c"] == 6.0
 
 

@@ -1,0 +1,61 @@
+"""Fleet anomaly: a window is judged against the training history *and* its job peers now.
+
+A whole job moving at the same minute (a phase the history never held) is the job's,
+not a GPU's; one GPU unlike its peers and the history is flagged, in real units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnomaly
+from tests.models.helpers import busy, node
+
+T0 = 1_763_800_020.0
+HEAVY = 3
+# A healthy heavy-phase window of the GPUs below: 60 °C, 400 W, 80% SM, 1980 MHz, steady.
+CENTRE = dict(zip(FEATURES, (60.0, 0.0, 0.0, 400.0, 0.0, 0.8, 0.0, 1980.0, 0.0, 0.0, 0.0)))
+
+
+def model() -> AnomalyModel:
+    centre = np.array([CENTRE[f] for f in FEATURES])
+    return AnomalyModel({HEAVY: centre}, {HEAVY: _FLOORS.copy()}, {HEAVY: 8.0}, {HEAVY: 500})
+
+
+def run(per_gpu: list[dict[str, float]], jobs: list[str | None] | None = None,
+        minutes: int = 31) -> list:
+    """One frame a minute of one node whose GPUs read ``per_gpu`` throughout."""
+    anomaly = FleetAnomaly(model())
+    found: list = []
+    for m in range(minutes):
+        found += anomaly.update([node(T0 + 60.0 * m, per_gpu, jobs=jobs)])
+    return found
+
+
+def test_a_whole_job_moving_together_is_its_phase_not_a_gpu_anomaly() -> None:
+    # Every GPU of the job runs 580 MHz below the history's heavy phase: 11.6 spreads
+    # from the history (past 8), nothing from each other.
+    assert run([busy(60.0, gpu_sm_clock_mhz=1400.0)] * 4) == []
+
+
+def test_one_gpu_unlike_the_history_and_its_peers_says_so_in_watts() -> None:
+    found = run([busy(60.0)] * 3 + [busy(60.0, 700.0)])
+    assert [(f.gpu, f.ts) for f in found] == [(3, T0 + 60.0 * 20), (3, T0 + 60.0 * 30)]
+    f = found[0]
+    assert f.message == (
+        "GPU 3 on n1: mean power 700 W for 20 min, against 400 W (spread 10 W) in the "
+        "fleet's training history of the heavy phase (SM activity 60%-100%); its job "
+        "peers on the node now: 400 W (score 30.0 spreads, alert above 8.0)")
+    assert f.evidence == {
+        "score": 30.0, "threshold": 8.0, "phase": 3, "power_mean_w": 700.0,
+        "normal_power_mean_w": 400.0, "spread_power_mean_w": 10.0,
+        "peers_power_mean_w": 400.0, "peer_score": 30.0,
+        "z_power_mean": 30.0, "z_power_vs_node": 20.0, "z_temp_std": 0.0}
+    assert all(isinstance(v, (int, float)) for v in f.evidence.values())
+
+
+def test_a_gpu_with_no_job_peer_is_judged_against_the_history_and_says_so() -> None:
+    found = run([busy(60.0, 700.0), busy(60.0), busy(60.0)], jobs=["a", "b", "c"])
+    assert [f.gpu for f in found] == [0, 0]
+    assert "no job peer on its node to compare with now" in found[0].message
+    assert "peer_score" not in found[0].evidence
