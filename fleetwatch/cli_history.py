@@ -51,7 +51,7 @@ TRAIN_MIN_S, TRAIN_MAX_S = 3600.0, 400 * 86400.0
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.simulate import span_text
-    from fleetwatch.train import train
+    from fleetwatch.train import check_out_dir, train, written_warnings
     from fleetwatch.wiring import open_store
 
     if args.duration is not None:
@@ -65,6 +65,10 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     end = args.end if args.end is not None else time.time()
     out = args.out or config.models.dir
+    cannot = check_out_dir(out)
+    if cannot:
+        print(f"fleetwatch train: {cannot}", file=sys.stderr)
+        return EXIT_ERROR
     missing = _missing_store(config)
     if missing:
         print(f"fleetwatch train: {missing}", file=sys.stderr)
@@ -83,6 +87,11 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
     except (ValueError, StoreError) as exc:
         print(f"fleetwatch train: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except OSError as exc:  # the directory went or changed while the models were fit
+        print(f"fleetwatch train: cannot write the model file in {Path(out).absolute()} "
+              f"({exc}): give --out (models.dir) a directory this user can write",
+              file=sys.stderr)
+        return EXIT_ERROR
     finally:
         store.close()
     print(f"wrote {path} in {meta['train_s']} s: {meta['gpus']} GPUs; thermal "
@@ -97,6 +106,8 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
               f"history held too few ten-minute windows of that work (fewer than {MIN_WINDOWS} "
               "a phase), so GPUs doing it are not scored; train on a longer span (e.g. --days "
               "7)", file=sys.stderr)
+    for warning in written_warnings(path, meta):
+        print(f"fleetwatch train: WARNING: {warning}", file=sys.stderr)
     return EXIT_OK
 
 

@@ -25,7 +25,7 @@ _FORKED: dict[str, Any] = {}
 
 
 def _history(params: SimParams, start_ts: float, end_ts: float
-             ) -> tuple[list[Any], list[Any], set[Any]]:
+             ) -> tuple[list[Any], list[Any], set[Any], dict[Any, Any]]:
     """Simulate [start, end) of healthy history; what training keeps of it."""
     from fleetwatch.collectors.sim.frames import gpu_samples
     from fleetwatch.history import GPU_METRICS, FrameDays
@@ -41,20 +41,24 @@ def _history(params: SimParams, start_ts: float, end_ts: float
     fit = Fit()
     for day in history.days():
         fit.add(day)
-    return fit.parts, fit.windows, fit.gpus
+    return fit.parts, fit.windows, fit.gpus, fit.limits
 
 
-def _forked_history(part: int) -> tuple[list[Any], list[Any], set[Any]]:
+def _forked_history(part: int) -> tuple[list[Any], list[Any], set[Any], dict[Any, Any]]:
     f = _FORKED
     return _history(dataclasses.replace(f["params"], jobs_seed=1000 + part), *f["spans"][part])
 
 
-def _fit(results: Sequence[tuple[list[Any], list[Any], set[Any]]], start: float, end: float,
+def _fit(results: Sequence[tuple[list[Any], list[Any], set[Any], dict[Any, Any]]],
+         start: float, end: float,
          out_dir: str, seed: int) -> dict[str, Any]:
     from fleetwatch.train import Fit
 
     fit = Fit()
-    for thermal_parts, windows, gpus in results:
+    for thermal_parts, windows, gpus, limits in results:
+        for gpu, (w, samples) in limits.items():  # the spans of one GPU: add its minutes
+            fit.limits[gpu] = (w or fit.limits.get(gpu, (0, 0))[0],
+                               samples + fit.limits.get(gpu, (0, 0))[1])
         fit.parts.extend(thermal_parts)
         fit.windows.extend(windows)
         fit.gpus.update(gpus)

@@ -387,13 +387,23 @@ def _learned(detectors: Sequence[Detector], summary: ReplaySummary) -> None:
                              "them, with the newest model file in models.dir")
         return
     d: Any = learned[0]
-    idle = [rule for part in (d.thermal, d.anomaly) if part.model is None for rule in part.rules]
+    from fleetwatch.models.learned import _has_model
+
+    idle = [rule for part in (d.thermal, d.anomaly) if not _has_model(part.model)
+            for rule in part.rules]
+    for rule, why_not in getattr(d, "not_judged", {}).items():  # GPUs of another kind
+        if rule in summary.coverage and rule not in idle:
+            summary.unjudged[rule] = why_not
     if d.loaded is None:
         files = sorted(Path(d.directory).glob("*.fwm")) if Path(d.directory).is_dir() else []
         why = (f"no model file in {d.directory} loads (the warnings above say why)" if files
                else f"no model file in {d.directory} (`fleetwatch train` writes one)")
     else:
         why = f"the model file {d.loaded} holds no model for it (too little history of it)"
+    gaps = getattr(getattr(d.anomaly, "model", None), "missing", lambda: [])()
+    if "fleet_anomaly" not in idle and gaps and "fleet_anomaly" in summary.coverage:
+        summary.notes.append(f"fleet_anomaly: the model file {d.loaded} holds no model of "
+                             f"{', '.join(gaps)} work: GPUs doing it were not scored")
     for rule in idle:
         if rule in summary.coverage:
             summary.coverage[rule] = 0.0

@@ -27,7 +27,13 @@ from fleetwatch.models.anomaly import (
     fit_anomaly,
     window_features,
 )
-from fleetwatch.models.artifact import ModelSet, save
+from fleetwatch.models.artifact import (
+    ModelFileError,
+    ModelSet,
+    candidates,
+    read_metadata,
+    save,
+)
 from fleetwatch.models.lemon import DEFAULT_XID_POINTS, lost_points
 from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
 from fleetwatch.pipeline.store.base import Store
@@ -148,15 +154,38 @@ class Fit:
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]] = []
         self.windows: list[np.ndarray] = []
         self.gpus: set[tuple[str, str, int]] = set()
+        # GPU -> (its power limit in W, rounded; 0: not in the data, GPU-minutes): what kind
+        # of GPU the models learnt, so that a processor scores only GPUs of that kind.
+        self.limits: dict[tuple[str, str, int], tuple[int, int]] = {}
         self.started = time.perf_counter()
 
     def add(self, day: Day) -> None:
         self.gpus.update((c, n, g) for c, _, n, g in day.gpus)
+        self._limits(day)
         self.parts.append((*_thermal_rows(day, every=2), _gpu_keys(day)))
         self.windows.append(anomaly_windows(day))
         end = int(day.minutes[-1]) // 1000 + 60 if len(day.minutes) else 0
         self.say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(end))} UTC: "
                  f"{len(day.gpus)} GPUs, {sum(len(p[1]) for p in self.parts):,} samples so far")
+
+    def _limits(self, day: Day) -> None:
+        limit = day.values["gpu_power_limit_w"]
+        seen = (~np.isnan(day.values["gpu_temp_c"])).sum(axis=1)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a GPU without the metric
+            medians = np.nanmedian(limit, axis=1) if limit.size else np.zeros(0)
+        for (c, _, n, g), med, k in zip(day.gpus, medians.tolist(), seen.tolist()):
+            w, samples = self.limits.get((c, n, g), (0, 0))
+            self.limits[(c, n, g)] = (round(med) if med == med else w, samples + int(k))
+
+    def power_limits(self) -> dict[str, dict[str, int]]:
+        """Per power limit (W, as text; "0": not in the data): its GPUs and GPU-minutes."""
+        out: dict[str, dict[str, int]] = {}
+        for w, samples in self.limits.values():
+            kind = out.setdefault(str(w), {"gpus": 0, "samples": 0})
+            kind["gpus"] += 1
+            kind["samples"] += samples
+        return dict(sorted(out.items()))
 
     def write(self, start_ts: float, end_ts: float, out_dir: str | Path, seed: int = 0,
               lemon: dict[tuple[str, str], tuple[float, float]] | None = None
@@ -177,8 +206,15 @@ class Fit:
         self.say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
         anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
         lemon = lemon or {}
+        if thermal is None and (anomaly is None or not anomaly.center):
+            raise ValueError("the history gave neither a thermal model nor an anomaly model "
+                             "of any phase of work: no model file written; train on a longer "
+                             "span of the fleet's history (e.g. --days 7)")
         meta = {
             "created": time.time(), "range": [start_ts, end_ts], "gpus": len(self.gpus),
+            # The kinds of GPU trained on, by power limit (the store keeps no product
+            # name): models/learned.py scores only GPUs whose limit is one of these.
+            "gpu_power_limits_w": self.power_limits(),
             "features": {"thermal": list(FEATURES), "anomaly": list(INPUTS)},
             "window_min": WINDOW_MIN, "thermal_regressor": thermal.kind,
             "thermal_heldout_mae_c": {k: round(v, 3) for k, v in thermal.heldout_mae_c.items()},
@@ -196,6 +232,53 @@ class Fit:
         meta["fleetwatch"] = __version__
         path = save(ModelSet(thermal, anomaly, lemon, meta), out_dir)
         return path, meta
+
+
+def check_out_dir(out_dir: str | Path) -> str | None:
+    """Why a model file cannot be written in ``out_dir`` (made if missing), or None: asked
+    before the history is read and the models fit, which takes minutes."""
+    import tempfile
+
+    try:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as exc:
+        return (f"cannot write model files in {Path(out_dir).absolute()} "
+                f"({exc.strerror or exc}): give --out (models.dir) a directory this user "
+                "can write")
+    return None
+
+
+def written_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
+    """What a processor on ``path``'s directory will make of the file just written: files
+    that sort after it (it will not be loaded), or a file it replaces that had a model of
+    more phases of work (fleet anomaly stops scoring them)."""
+    out: list[str] = []
+    files = candidates(path.parent)  # newest first
+    at = files.index(path) if path in files else -1
+    ahead, older = (files[:at], files[at + 1:]) if at >= 0 else ([], files)
+    if ahead:
+        out.append(f"{len(ahead)} model file(s) in {path.parent.absolute()} are named after "
+                   f"this one ({', '.join(p.name for p in ahead[:3])}): a processor loads the "
+                   "newest by name, so it will not load this one; move them away (a file "
+                   "named more than a day ahead of now is skipped, with a warning)")
+    if not older or ahead:
+        return out
+    try:
+        before = read_metadata(older[0])
+    except (OSError, ModelFileError):
+        return out
+    had = set(PHASE_NAMES) - set(before.get("anomaly_phases_missing", PHASE_NAMES))
+    has = set(PHASE_NAMES) - set(meta.get("anomaly_phases_missing", PHASE_NAMES))
+    lost = [n for n in PHASE_NAMES if n in had - has]
+    if lost:
+        out.append(f"this model has no fleet anomaly model of {', '.join(lost)} work, which "
+                   f"{older[0].name} (in use until now) has: processors on "
+                   f"{path.parent.absolute()} load the new file within a minute and stop "
+                   f"scoring GPUs doing that work; delete {path.name} and train on a longer "
+                   "span to keep them")
+    return out
 
 
 def train(store: Store, start_ts: float, end_ts: float, out_dir: str | Path, *,

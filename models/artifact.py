@@ -4,16 +4,22 @@ A file is one line of JSON metadata (what it was trained on, with which
 versions, how well it did on held-out data) followed by the pickled models.
 The metadata is read and checked first: a file written by another model
 format or another scikit-learn version is refused with what to do, before a
-byte of the pickle is touched. Load model files only from a directory you
-trust (pickle runs code): the processor reads ``models.dir``, which only
-``fleetwatch train`` writes.
+byte of the pickle is touched. A pickle runs code as it loads, so a file is
+loaded only from where no one but its reader (or root) can have written it: a
+file or directory writable by group or others, or owned by another user, is
+refused before it is opened (POSIX). After unpickling, the objects are checked
+to be the models this code expects: a file that is not is refused like a
+damaged one. Names are claimed atomically: two trainings that finish in the
+same second each keep their own file.
 """
 
 from __future__ import annotations
 
+import calendar
 import json
 import os
 import pickle
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,24 +50,86 @@ def _sklearn_version() -> str:
 
 
 def save(models: ModelSet, directory: str | Path, now: float | None = None) -> Path:
-    """Write ``models`` as a new file in ``directory``; atomic (rename), returns its path."""
+    """Write ``models`` as a new file in ``directory`` and return its path. The file is
+    written whole under a temporary name of its own, then given the first free name of
+    its second (``...T000000.fwm``, ``-1``, ``-2``, ...) with a link that fails if the
+    name is taken: concurrent writers never share a file, and each returns its own."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now or time.time()))
-    path = directory / f"{PREFIX}{stamp}{SUFFIX}"
-    n = 1
-    while path.exists():
-        path = directory / f"{PREFIX}{stamp}-{n}{SUFFIX}"
-        n += 1
     meta = {**models.metadata, "format": FORMAT, "sklearn": _sklearn_version()}
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(meta, sort_keys=True).encode() + b"\n")
-        pickle.dump((models.thermal, models.anomaly, models.lemon), f, protocol=5)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{PREFIX}", suffix=".tmp", dir=directory)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(json.dumps(meta, sort_keys=True).encode() + b"\n")
+            pickle.dump((models.thermal, models.anomaly, models.lemon), f, protocol=5)
+            f.flush()
+            os.chmod(tmp, 0o644)  # mkstemp's 0600: readable by a processor run as another user
+            os.fsync(f.fileno())
+        n = 0
+        while True:
+            path = directory / f"{PREFIX}{stamp}{f'-{n}' if n else ''}{SUFFIX}"
+            if _claim(tmp, path):
+                break
+            n += 1
+    finally:
+        tmp.unlink(missing_ok=True)
+    _sync_dir(directory)
     return path
+
+
+def _claim(tmp: Path, path: Path) -> bool:
+    """Give the written ``tmp`` the name ``path`` unless it is taken; True if it was free."""
+    try:
+        os.link(tmp, path)
+        return True
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: reserve the name, then fill it
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            return False
+        os.replace(tmp, path)
+        return True
+
+
+def _sync_dir(directory: Path) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def check_trusted(path: str | Path) -> None:
+    """Refuse (``ModelFileError``) a model file that someone other than this process's
+    user or root could have written: the file or its directory writable by group or
+    others, or owned by another user. Loading a pickle runs its code. POSIX only."""
+    if os.name != "posix":
+        return
+    path = Path(path).absolute()
+    me = os.geteuid()
+    for p, what in ((path, "model file"), (path.parent, "model directory")):
+        st = os.stat(p)
+        if st.st_mode & 0o022:
+            raise ModelFileError(
+                f"{path}: the {what} {p} is writable by group or others (mode "
+                f"{st.st_mode & 0o7777:o}); a model file is a pickle and loading it runs "
+                f"its code, so it is refused: make it writable only by its owner "
+                f"(chmod go-w {p})")
+        if st.st_uid not in (me, 0):
+            raise ModelFileError(
+                f"{path}: the {what} {p} is owned by uid {st.st_uid}, not by this user "
+                f"(uid {me}) or root; a model file is a pickle and loading it runs its "
+                f"code, so it is refused: chown it to the user that runs fleetwatch, or "
+                f"point models.dir at a directory of that user's")
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:
@@ -77,6 +145,8 @@ def read_metadata(path: str | Path) -> dict[str, Any]:
 
 
 def load(path: str | Path) -> ModelSet:
+    path = Path(path).absolute()
+    check_trusted(path)
     meta = read_metadata(path)
     if meta.get("format") != FORMAT:
         raise ModelFileError(f"{path} has model format {meta.get('format')!r}; this fleetwatch "
@@ -93,7 +163,29 @@ def load(path: str | Path) -> ModelSet:
         except Exception as exc:  # a truncated or foreign pickle raises many kinds
             raise ModelFileError(f"{path} is damaged ({exc}): run `fleetwatch train` again") \
                 from None
+    wrong = _wrong_objects(thermal, anomaly, lemon)
+    if wrong:
+        raise ModelFileError(f"{path} is damaged ({wrong}): run `fleetwatch train` again")
     return ModelSet(thermal, anomaly, lemon, meta)
+
+
+def _wrong_objects(thermal: object, anomaly: object, lemon: object) -> str:
+    """What in an unpickled file is not what ``save`` writes, or ""."""
+    from fleetwatch.models.anomaly import AnomalyModel
+    from fleetwatch.models.thermal_model import ThermalModel
+
+    if thermal is not None and not isinstance(thermal, ThermalModel):
+        return f"its thermal model is a {type(thermal).__name__}, not a ThermalModel"
+    if anomaly is not None and not isinstance(anomaly, AnomalyModel):
+        return f"its anomaly model is a {type(anomaly).__name__}, not an AnomalyModel"
+    if not isinstance(lemon, dict):
+        return f"its lemon scores are a {type(lemon).__name__}, not a dict"
+    for key, value in lemon.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(k, str) for k in key)
+                and isinstance(value, tuple) and len(value) == 2
+                and all(isinstance(v, (int, float)) for v in value)):
+            return f"a lemon score is {key!r}: {value!r}, not (cluster, node): (score, ts)"
+    return ""
 
 
 def _written(path: Path) -> tuple[int, str, int]:
@@ -107,6 +199,27 @@ def _written(path: Path) -> tuple[int, str, int]:
             and (seq.isdigit() or not seq):
         return (1, stamp, int(seq or 0))
     return (0, stem, 0)
+
+
+FUTURE_S = 86400.0  # a name dated further ahead than this is a clock that ran ahead
+
+
+def named_ts(path: Path) -> float | None:
+    """The UTC time in a model file's name (``save``'s stamp), or None without one."""
+    shape, stamp, _ = _written(path)
+    if not shape:
+        return None
+    try:
+        return float(calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%S")))
+    except ValueError:  # digits that are no date (month 13)
+        return None
+
+
+def in_future(path: Path, now: float | None = None) -> bool:
+    """Whether ``path`` is named for more than ``FUTURE_S`` after ``now``: written by a
+    host whose clock ran ahead, or copied in; it would shadow every later training."""
+    ts = named_ts(path)
+    return ts is not None and ts > (time.time() if now is None else now) + FUTURE_S
 
 
 def candidates(directory: str | Path) -> list[Path]:

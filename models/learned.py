@@ -7,25 +7,37 @@ without a restart (per-GPU smoothing state is kept: a retrain changes what is
 expected, not what was seen). A file that does not load (damaged, cut short,
 written by another model format or scikit-learn) is skipped with the reason,
 once, and the next older one is tried: one bad file does not take the models
-away while a good one sits beside it. With no usable model it runs nothing
-but the lemon scores, and says so once.
+away while a good one sits beside it; so is a file named more than a day in
+the future (it would shadow every later training). Installing a model is all
+or nothing: if it fails, the models in use stay and the file is refused.
+With no usable model it runs nothing but the lemon scores, and says so once.
+
+A model learnt one kind of GPU: a file records the power limits of the GPUs it
+was trained on (``gpu_power_limits_w``), and only GPUs whose limit is one of
+them (within 10%) are given to thermal health and fleet anomaly; the others
+are counted not judged (``coverage``) and said once per kind of GPU. A file
+written before that was recorded scores every GPU, as it did, and says so.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.anomaly import FleetAnomaly
-from fleetwatch.models.artifact import ModelFileError, ModelSet, candidates, load
+from fleetwatch.models.artifact import ModelFileError, ModelSet, candidates, in_future, load
 from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
 
 log = logging.getLogger(__name__)
+
+LIMIT_TOLERANCE = 0.10  # a power limit within 10% of a trained one is that kind of GPU
+SCORED_RULES = ("thermal_health", "fleet_anomaly")
 
 
 class LearnedDetectors:
@@ -35,7 +47,7 @@ class LearnedDetectors:
                  anomaly: FleetAnomaly | None = None, lemon: LemonScore | None = None,
                  check_every_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        self.directory = Path(directory)
+        self.directory = Path(directory).absolute()
         self.thermal = thermal or ThermalHealth()
         self.anomaly = anomaly or FleetAnomaly()
         self.lemon = lemon or LemonScore()
@@ -49,6 +61,13 @@ class LearnedDetectors:
         # (and said) once, tried again only if rewritten (a copy that was still arriving).
         self._refused: dict[Path, tuple[tuple[int, int] | None, str]] = {}
         self._said_none = False
+        # The power limits (W) the file in use was trained on; None: it does not say.
+        self._limits: list[float] | None = None
+        self._kinds: dict[float, bool] = {}     # a GPU's power limit -> scored
+        self._said_kinds: set[str] = set()       # GPU models said not scored
+        self._judged = dict.fromkeys(SCORED_RULES, 0)
+        self._given = dict.fromkeys(SCORED_RULES, 0)
+        self.not_judged: dict[str, str] = {}     # rule -> why GPUs were not judged
         self.reload()
 
     @property
@@ -71,19 +90,29 @@ class LearnedDetectors:
                 skipped.append(path.name)
                 continue
             try:
+                if in_future(path):
+                    raise ModelFileError(
+                        f"{path} is named for a time more than a day after now (a clock "
+                        "that ran ahead, or a copied file): it would shadow every later "
+                        "training; rename it with a time before now, or delete it")
                 models = load(path)
+                self.use(models, path)
             except (ModelFileError, OSError) as exc:
                 log.warning("model file skipped: %s", exc)
                 self._refused[path] = (version, str(exc))
                 skipped.append(path.name)
                 continue
-            self.use(models)
             self.loaded = path
             meta = models.metadata
-            log.info("loaded model %s (trained on %s GPUs, %s; thermal held-out MAE %s)%s",
-                     path.name, meta.get("gpus", "?"), meta.get("range", "?"),
-                     meta.get("thermal_heldout_mae_c", "?"),
+            log.info("loaded model %s from %s (trained on %s GPUs, %s; thermal held-out MAE "
+                     "%s)%s%s", path.name, path.parent, meta.get("gpus", "?"),
+                     meta.get("range", "?"),
+                     meta.get("thermal_heldout_mae_c", "?"), _gaps(models),
                      f"; the newest that loads: skipped {', '.join(skipped)}" if skipped else "")
+            if self._limits is None:
+                log.info("model file %s does not record which GPUs it was trained on "
+                         "(written by an older fleetwatch): it scores every GPU, whatever "
+                         "its kind; `fleetwatch train` again to have that checked", path)
             return True
         if self.loaded is None and not self._said_none:
             what = (f"no model file in {self.directory} loads ({len(files)} skipped)" if files
@@ -93,11 +122,72 @@ class LearnedDetectors:
             self._said_none = True
         return False
 
-    def use(self, models: ModelSet) -> None:
-        self.thermal.model = models.thermal
-        self.anomaly.model = models.anomaly
-        if models.lemon:
-            self.lemon.seed(models.lemon)
+    def use(self, models: ModelSet, path: Path | None = None) -> None:
+        """Install ``models``: all of them, or (``ModelFileError``) none, the ones in use
+        kept."""
+        limits = _trained_limits(models.metadata)
+        before = (self.thermal.model, self.anomaly.model, dict(self.lemon._score))
+        try:
+            self.thermal.model = models.thermal
+            self.anomaly.model = models.anomaly
+            if models.lemon:
+                self.lemon.seed(models.lemon)
+        except Exception as exc:  # what a file holds decides what can fail here
+            self.thermal.model, self.anomaly.model = before[:2]
+            self.lemon._score.clear()
+            self.lemon._score.update(before[2])
+            raise ModelFileError(f"{path or 'the model file'} cannot be "
+                                 f"used ({type(exc).__name__}: {exc}): run `fleetwatch train` "
+                                 "again") from exc
+        self._limits, self._kinds, self._said_kinds = limits, {}, set()
+        self.not_judged = {}
+
+    def coverage(self) -> dict[str, tuple[int, int]]:
+        """Per rule of thermal health and fleet anomaly: (GPU samples given to its model,
+        GPU samples given to this detector) since it was built. A sample is not given to
+        the model where there is none, or where its GPU is not of a kind the model was
+        trained on."""
+        return {rule: (self._judged[rule], self._given[rule]) for rule in SCORED_RULES}
+
+    def _scored(self, frames: Sequence[Frame], count: bool) -> Sequence[Frame]:
+        """``frames`` with only the GPUs of a kind the model in use was trained on."""
+        n = sum(len(f.gpus) for f in frames)
+        if self._limits is None:
+            kept, out = n, frames
+        else:
+            out = []
+            for f in frames:
+                gpus = tuple(g for g in f.gpus if self._of_kind(g))
+                if len(gpus) == len(f.gpus):
+                    out.append(f)
+                elif gpus:
+                    out.append(dataclasses.replace(f, gpus=gpus))
+            kept = sum(len(f.gpus) for f in out)
+        if count:
+            for rule, part in (("thermal_health", self.thermal), ("fleet_anomaly", self.anomaly)):
+                self._given[rule] += n
+                self._judged[rule] += kept if _has_model(part.model) else 0
+        return out
+
+    def _of_kind(self, g: GpuReading) -> bool:
+        limit = g.metrics.get("gpu_power_limit_w")
+        if limit is None or limit != limit:
+            return True  # nothing to tell its kind by: scored, as before
+        scored = self._kinds.get(limit)
+        if scored is None:
+            assert self._limits is not None
+            scored = self._kinds[limit] = any(
+                abs(limit - w) <= LIMIT_TOLERANCE * w for w in self._limits)
+        if not scored and g.model not in self._said_kinds:
+            self._said_kinds.add(g.model)
+            trained = ", ".join(f"{w:g} W" for w in self._limits or [])
+            why = (f"the model file {self.loaded} was trained on GPUs with a power limit of "
+                   f"{trained}; {g.model or 'a GPU'} has {limit:g} W")
+            for rule in SCORED_RULES:
+                self.not_judged[rule] = f"{why}: train on this fleet"
+            log.warning("%s: not scoring %s GPUs with thermal health or fleet anomaly: "
+                        "train on this fleet (`fleetwatch train`)", why, g.model or "these")
+        return scored
 
     def drop(self, nodes: Sequence[str]) -> None:
         for d in (self.thermal, self.anomaly, self.lemon):
@@ -107,13 +197,56 @@ class LearnedDetectors:
         """Add the thermal health score to the frames' GPUs before they are stored."""
         if self._clock() >= self._next_check:
             self.reload()
-        self.thermal.enrich(frames)
+        self.thermal.enrich(self._scored(frames, count=False))
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         if self._clock() >= self._next_check:
             self.reload()
-        return [*self.thermal.update(frames), *self.anomaly.update(frames),
+        scored = self._scored(frames, count=True)
+        return [*self.thermal.update(scored), *self.anomaly.update(scored),
                 *self.lemon.update(frames)]
+
+
+def _has_model(model: object) -> bool:
+    """Whether a part has a model that scores anything (an anomaly model of no phase
+    scores nothing)."""
+    if model is None:
+        return False
+    center = getattr(model, "center", None)
+    return center is None or bool(center)
+
+
+def _trained_limits(meta: Mapping[str, object]) -> list[float] | None:
+    """The power limits (W) a file's models were trained on, or None where the file does
+    not say (older files) or its GPUs had no limit in the data."""
+    kinds = meta.get("gpu_power_limits_w")
+    if not isinstance(kinds, dict):
+        return None
+    limits = []
+    for w in kinds:
+        try:
+            limits.append(float(w))
+        except ValueError:
+            continue
+    limits = [w for w in limits if w > 0]
+    return sorted(limits) or None
+
+
+def _gaps(models: ModelSet) -> str:
+    """What the file cannot score, for its load line ("" when it scores everything)."""
+    from fleetwatch.models.anomaly import PHASE_NAMES
+
+    out = []
+    if models.thermal is None:
+        out.append("thermal health: no model, not scoring")
+    a = models.anomaly
+    missing = a.missing() if a is not None else list(PHASE_NAMES)
+    if len(missing) == len(PHASE_NAMES):
+        out.append("fleet anomaly: no model of any phase of work, not scoring")
+    elif missing:
+        out.append(f"fleet anomaly: no model of {', '.join(missing)} work, GPUs doing it "
+                   "not scored")
+    return "; " + "; ".join(out) if out else ""
 
 
 def _version(path: Path) -> tuple[int, int] | None:

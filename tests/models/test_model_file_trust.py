@@ -1,0 +1,220 @@
+"""Model files the processor must not use as they are: trained on another kind of GPU,
+holding the wrong objects, writable by others, named in the future, written at once."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import threading
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.history import FrameDays
+from fleetwatch.models.anomaly import AnomalyModel
+from fleetwatch.models.artifact import (
+    FORMAT,
+    ModelFileError,
+    ModelSet,
+    _sklearn_version,
+    load,
+    read_metadata,
+    save,
+)
+from fleetwatch.models.learned import LearnedDetectors
+from fleetwatch.models.thermal_model import ThermalModel
+from fleetwatch.train import train_frames
+
+START = 1_763_800_000.0
+HOURS = 8
+PARAMS = SimParams(nodes=2, gpus=4, nodes_per_rack=2, seed=3, interval_s=60.0)
+
+
+def model_set(kind: str, meta: dict | None = None) -> ModelSet:
+    return ModelSet(ThermalModel(None, kind, {}), None, {}, {"gpus": 1, **(meta or {})})
+
+
+@pytest.fixture(scope="module")
+def a100_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A model file trained on 8 h of a simulated A100 fleet."""
+    tmp = tmp_path_factory.mktemp("a100")
+    end = START + HOURS * 3600
+    history, sim = FrameDays(START, end), FleetSim(PARAMS, START)
+    while sim.ts < end - 1:
+        sim.step()
+        history.add(sim.frames())
+    path, meta = train_frames(history, START, end, tmp / "models")
+    assert meta["gpu_power_limits_w"] == {"500": {"gpus": 8, "samples": 8 * HOURS * 60 // 1}}
+    return path
+
+
+def run_h100(directory: Path, hours: float = 2) -> tuple[LearnedDetectors, list, int]:
+    """Learned findings and GPU samples given a thermal health score, over ``hours`` of
+    a healthy H100 fleet."""
+    learned = LearnedDetectors(directory)
+    sim = FleetSim(SimParams(nodes=2, gpus=4, nodes_per_rack=2, seed=4, interval_s=60.0,
+                             part="h100"), START + 86400)
+    found, scored = [], 0
+    for _ in range(int(hours * 60)):
+        sim.step()
+        batch = sim.frames()
+        learned.enrich(batch)
+        found += learned.update(batch)
+        scored += sum("gpu_thermal_health_score" in g.metrics for f in batch for g in f.gpus)
+    return learned, found, scored
+
+
+def test_a_model_of_a100s_does_not_score_h100s_and_says_why(
+        a100_model: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    learned, found, scored = run_h100(a100_model.parent)
+    assert [f for f in found if f.rule in ("thermal_health", "fleet_anomaly")] == []
+    assert scored == 0
+    given = 2 * 60 * 8
+    assert learned.coverage() == {"thermal_health": (0, given), "fleet_anomaly": (0, given)}
+    said = [r.getMessage() for r in caplog.records if "not scoring" in r.getMessage()]
+    assert len(said) == 1  # once per kind of GPU, not per batch
+    assert "trained on GPUs with a power limit of 500 W; NVIDIA H100 80GB HBM3 has 700 W" \
+        in said[0] and "train on this fleet" in said[0]
+    assert "train on this fleet" in learned.not_judged["fleet_anomaly"]
+    # A file from before the kinds were recorded scores them all, as it did, and says so.
+    models = load(a100_model)
+    del models.metadata["gpu_power_limits_w"]
+    save(models, tmp_path / "old", now=START)
+    caplog.clear()
+    learned, _, scored = run_h100(tmp_path / "old")
+    assert scored > 0 and learned.coverage()["thermal_health"] == (given, given)
+    assert "does not record which GPUs it was trained on" in caplog.text
+
+
+def _raw_file(directory: Path, name: str, body: bytes) -> Path:
+    path = directory / name
+    meta = {"format": FORMAT, "sklearn": _sklearn_version(), "gpus": 1}
+    path.write_bytes(json.dumps(meta).encode() + b"\n" + body)
+    return path
+
+
+def test_a_file_of_the_wrong_objects_is_refused_at_start_and_when_dropped_in(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    good = save(model_set("good"), tmp_path, now=START)
+    bad = _raw_file(tmp_path, "fleetwatch-model-20251123T000000.fwm",
+                    pickle.dumps(("a", "b", "c")))
+    with pytest.raises(ModelFileError, match="is damaged .*thermal model is a str"):
+        load(bad)
+    learned = LearnedDetectors(tmp_path)
+    assert learned.loaded == good and learned.thermal.model.kind == "good"
+    assert bad in learned.skipped
+    # Dropped in beside the model in use: skipped once, the model in use kept.
+    bad.unlink()
+    now = [0.0]
+    learned = LearnedDetectors(tmp_path, check_every_s=60, clock=lambda: now[0])
+    _raw_file(tmp_path, bad.name, pickle.dumps((None, None, {"x": 1})))
+    now[0] = 61.0
+    assert learned.update([]) == [] and learned.loaded == good
+    assert "lemon scores" in learned.skipped[bad] or "lemon score" in learned.skipped[bad]
+    assert learned.thermal.model.kind == "good"
+
+
+def test_installing_a_model_that_fails_keeps_the_models_in_use(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    good = save(ModelSet(ThermalModel(None, "good", {}), None, {("c", "n1"): (1.0, 5.0)},
+                         {}), tmp_path, now=START)
+    now = [0.0]
+    learned = LearnedDetectors(tmp_path, check_every_s=60, clock=lambda: now[0])
+    newer = save(ModelSet(ThermalModel(None, "new", {}), AnomalyModel({}, {}, {}),
+                          {("c", "n2"): (2.0, 6.0)}, {}), tmp_path, now=START + 60)
+
+    def broken(scores: object) -> None:
+        learned.lemon._score[("c", "half")] = [9.0, 0.0]  # changed, then fails
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(learned.lemon, "seed", broken)
+    now[0] = 61.0
+    learned.update([])
+    assert learned.loaded == good and learned.thermal.model.kind == "good"
+    assert learned.anomaly.model is None
+    assert learned.lemon._score == {("c", "n1"): [1.0, 5.0]}
+    assert "cannot be used (RuntimeError: boom)" in learned.skipped[newer]
+
+
+@pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
+def test_a_file_or_directory_others_can_write_is_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "models"
+    good = save(model_set("good"), d, now=START)
+    newer = save(model_set("newer"), d, now=START + 60)
+    newer.chmod(0o666)
+    learned = LearnedDetectors(d)
+    assert learned.loaded == good
+    why = learned.skipped[newer]
+    assert "writable by group or others (mode 666)" in why and "pickle" in why \
+        and f"chmod go-w {newer}" in why
+    d.chmod(0o777)
+    with pytest.raises(ModelFileError, match=f"the model directory {d} is writable"):
+        load(good)
+    d.chmod(0o755)
+    os.chown(good, 12345, 12345)
+    assert os.stat(good).st_uid == 12345
+    with pytest.raises(ModelFileError, match="owned by uid 12345, not by this user"):
+        load(good)
+
+
+def test_a_relative_model_dir_is_named_absolute(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    save(model_set("good"), "fleetwatch-models", now=START)
+    learned = LearnedDetectors("fleetwatch-models")
+    assert learned.directory == tmp_path / "fleetwatch-models"
+    assert learned.loaded is not None and learned.loaded.is_absolute()
+
+
+def test_concurrent_writers_in_one_second_each_keep_their_own_file(tmp_path: Path) -> None:
+    paths: dict[int, Path] = {}
+    errors: list[BaseException] = []
+    go = threading.Barrier(6)
+
+    def write(who: int) -> None:
+        go.wait()
+        try:
+            paths[who] = save(model_set(f"w{who}", {"who": who}), tmp_path, now=START)
+        except BaseException as exc:  # noqa: BLE001 - the test reports any
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert len(set(paths.values())) == 6
+    for who, path in paths.items():
+        assert read_metadata(path)["who"] == who and load(path).thermal.kind == f"w{who}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in paths.values())
+
+
+def test_a_file_named_in_the_future_is_skipped_with_a_warning(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import time
+
+    good = save(model_set("good"), tmp_path, now=time.time())
+    ahead = save(model_set("ahead"), tmp_path, now=time.time() + 2 * 86400)
+    near = save(model_set("near"), tmp_path, now=time.time() + 3600)  # a clock a bit ahead
+    learned = LearnedDetectors(tmp_path)
+    assert learned.loaded == near
+    near.unlink()
+    learned = LearnedDetectors(tmp_path)
+    assert learned.loaded == good
+    assert "more than a day after now" in learned.skipped[ahead]
+    assert f"model file skipped: {ahead} is named for a time" in caplog.text
+
+
+def test_the_load_line_says_what_the_file_cannot_score(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    save(ModelSet(ThermalModel(None, "t", {}), AnomalyModel({}, {}, {}), {}, {}), tmp_path,
+         now=START)
+    LearnedDetectors(tmp_path)
+    assert "fleet anomaly: no model of any phase of work, not scoring" in caplog.text
