@@ -103,14 +103,18 @@ class AgentService:
                            sender=self.sender)
         health.agent = self.agent
 
-    def _ensure_topics(self) -> None:
+    def _ensure_topics(self) -> bool:
         """The topics made with ``bus.partitions`` if the broker lacks them (the processor's
-        ``ensure_topics``). A failure is said once until it succeeds: the broker may be
-        away (the spool says so) or forbid this agent to create topics (then they must
-        exist: a send to a missing one fails and is spooled until a processor makes it)."""
+        ``ensure_topics``); true once each was checked. Until then the producer makes no
+        client and the frames stay spooled: a client's first send to an emptied broker
+        would create a topic with the broker's default partition count. A failure is said
+        once until a check succeeds: the broker may be away (the spool says so) or the
+        topics missing where this agent may not create them (a processor, or the
+        cluster's tools, must make them; a check passes where they exist)."""
         ok = ensure_topics(self.config.bus, quiet=True, timeout_s=5.0,
                            failed_level=logging.DEBUG if self._topics_failed else logging.WARNING)
         self._topics_failed = not ok
+        return ok
 
     def _show(self, frames: list[Frame]) -> None:
         self.exporter.update(frames[-1], getattr(self.source, "mig", None))

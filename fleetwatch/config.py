@@ -291,18 +291,45 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
         return
     if rule in ("url", "url_or_off"):
         off = ', or "" for none' if rule == "url_or_off" else ""
+        # Shown as `fleetwatch config` shows it: a password, a query, a webhook's path masked.
+        shown = repr(_masked_url(value, where.endswith("webhook_url")))
+        hint = _encode_hint(value)
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018  # raises for a port that is no number or out of range
         except ValueError as exc:
-            raise ConfigError(f"{where} = {value!r}; not a valid URL ({exc}){off}") from None
+            # The parser's reason may quote part of a password ("port ... 'w'").
+            reason = hint or f" ({exc})"
+            raise ConfigError(f"{where} = {shown}; not a valid URL{reason}{off}") from None
         # urlsplit drops spaces and tabs that urllib's requests then trip over.
         if (parts.scheme.lower() not in ("http", "https") or not parts.netloc
                 or any(c.isspace() for c in value)):
-            bare = value.strip()
+            bare = _masked_url(value.strip(), where.endswith("webhook_url"))
             example = f"http://{bare}" if "://" not in bare and bare else "http://host:port"
-            raise ConfigError(f"{where} = {value!r}; must be a URL that starts with http:// "
-                              f"or https:// (e.g. {example}){off}")
+            raise ConfigError(f"{where} = {shown}; must be a URL that starts with http:// "
+                              f"or https:// (e.g. {example}){hint}{off}")
+        if hint and "@" in parts.path + parts.query + parts.fragment:
+            raise ConfigError(f"{where} = {shown}; not a valid URL{hint}{off}")
+
+
+# ``user:password@`` after ``//`` (or at the start of a URL without a scheme), up to the
+# last ``@``: a password may hold any character, the URL's own ``/`` ``@`` ``:`` included.
+_USERINFO = re.compile(r"(?P<user>//[^\s:/@]*):(?P<password>\S*)@")
+_USERINFO_NO_SCHEME = re.compile(r"^(?P<user>[^\s:/@]*):(?P<password>\S*)@")
+_RESERVED = re.compile(r"[:/?#\[\]@]|%(?![0-9A-Fa-f]{2})")
+
+
+def _userinfo(url: str) -> re.Match[str] | None:
+    return (_USERINFO if "://" in url else _USERINFO_NO_SCHEME).search(url)
+
+
+def _encode_hint(url: str) -> str:
+    """A hint for a password typed with a character a URL reserves, else ""."""
+    m = _userinfo(url)
+    if m is None or not _RESERVED.search(m["password"]):
+        return ""
+    return ("; its password holds a character a URL reserves: percent-encode the password "
+            "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)")
 
 
 def _number(value: Any, typ: type, where: str, from_env: bool,
@@ -359,14 +386,41 @@ def public_view(config: Config) -> dict[str, dict[str, Any]]:
 
 
 def _masked_url(url: str, path_is_secret: bool) -> str:
+    """``url`` with its password (and query, and with ``path_is_secret`` its path) as ***.
+
+    The password is found by text, not by parsing (``_USERINFO``), so that one the parser
+    cannot split off (an unencoded ``/`` or ``@``, a URL that does not parse) is masked
+    too. A URL that parses with a numeric port and no ``@`` in its host part has none.
+    """
+    import urllib.parse
+
+    masked = url
+    m = _userinfo(url)
+    if m is not None and _has_userinfo(url):
+        masked = f"{url[:m.start()]}{m['user']}:***@{url[m.end():]}"
+    if "://" not in masked:
+        return masked
+    try:
+        u = urllib.parse.urlsplit(masked)
+    except ValueError:
+        return masked
+    path = "/***" if path_is_secret and u.path not in ("", "/") else u.path
+    # urlsplit strips the spaces around a URL, which a message about them must show.
+    lead, trail = masked[:len(masked) - len(masked.lstrip())], masked[len(masked.rstrip()):]
+    return lead + urllib.parse.urlunsplit(
+        (u.scheme, u.netloc, path, "***" if u.query else "", "")) + trail
+
+
+def _has_userinfo(url: str) -> bool:
+    """Whether ``url`` may carry a password: an ``@`` in its host part, or a host part
+    the parser rejects (a password's ``/`` ends it early); not ``host:8080/a@b``."""
     import urllib.parse
 
     if "://" not in url:
-        return url
-    u = urllib.parse.urlsplit(url)
-    netloc = u.netloc
-    if "@" in netloc:
-        user, _, host = netloc.rpartition("@")
-        netloc = (user.split(":", 1)[0] + ":***" if ":" in user else user) + "@" + host
-    path = "/***" if path_is_secret and u.path not in ("", "/") else u.path
-    return urllib.parse.urlunsplit((u.scheme, netloc, path, "***" if u.query else "", ""))
+        return True
+    try:
+        u = urllib.parse.urlsplit(url)
+        u.port  # noqa: B018
+    except ValueError:
+        return True
+    return "@" in u.netloc

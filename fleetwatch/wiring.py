@@ -54,18 +54,28 @@ def store_name(config: StoreConfig) -> str:
 
 def store_target(config: StoreConfig) -> str:
     """Where the store is: the SQLite file (absolute), or the server's URL with a password
-    masked."""
+    masked and, for InfluxDB, what selects the data within that server (the database on
+    1.x; org and bucket on 2.x, and with ``influx_api = "auto"``, which may be either):
+    members writing to other databases of one server must differ here.
+    VictoriaMetrics has one data space per URL (a cluster's tenant is in the URL's path)."""
     if config.kind == "sqlite":
         return os.path.abspath(config.path)
-    return _masked_url(config.url.rstrip("/"), False)
+    url = _masked_url(config.url.rstrip("/"), False)
+    if config.kind == "influx":
+        return (f"{url} database={config.bucket}" if config.influx_api == "v1" else
+                f"{url} org={config.org} bucket={config.bucket}")
+    return url
 
 
 def processor_info(config: Config) -> dict[str, str]:
     """The labels of ``fleetwatch_processor_info``: what members of one consumer group must
     share, or the group splits the fleet's data between stores (each member writes the
     nodes of its partitions) or judges nodes by different rules. ``detectors``: a short
-    hash of the ``[detectors]`` section, equal wherever the settings are."""
-    settings = json.dumps(dataclasses.asdict(config.detectors), sort_keys=True, default=str)
+    hash of the ``[detectors]`` section, equal wherever the settings are: ``enabled`` is a
+    set (the order it is written in changes nothing), so it is hashed sorted."""
+    section = dataclasses.asdict(config.detectors)
+    section["enabled"] = sorted(set(section["enabled"]))
+    settings = json.dumps(section, sort_keys=True, default=str)
     return {"group": config.bus.group, "store_kind": config.store.kind,
             "store_target": store_target(config.store),
             "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12]}
@@ -177,7 +187,8 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
     open alerts of each node as the node's partition is assigned, and forgets them when the
     partition moves away, so that only the node's owner re-sends them."""
     return Notifier(alert_sinks(config, memory), silences=store.silences, acks=store.acks,
-                    attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s)
+                    attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s,
+                    reload_s=config.alerts.silence_reload_s)
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:

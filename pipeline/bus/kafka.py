@@ -65,8 +65,12 @@ class KafkaProducer:
         """``prepare``: called before each new client is made (at the first send, and after
         every failure that abandoned the client): the agent ensures its topics there, so
         that a topic a fresh (or emptied) broker lacks is created with ``bus.partitions``
-        rather than by the broker's auto-creation; with ``auto_create_topics`` False a send
-        to a topic still missing fails (and is spooled) instead of auto-creating it."""
+        rather than by the broker's auto-creation. While it returns false (the topics could
+        not be checked) no client is made and the send raises ``BusError`` (the agent
+        spools, and checks again at its next try): a client's first send would let the
+        broker auto-create a missing topic, which Tansu does even with
+        ``auto_create_topics`` False. That flag still keeps Kafka (2.3 and later) from
+        auto-creating a topic removed while a client is alive."""
         self._bootstrap = bootstrap
         self._prepare = prepare
         self._config: dict[str, Any] = dict(
@@ -93,8 +97,12 @@ class KafkaProducer:
         if self._closed:
             raise BusError("producer is closed")
         if self._client is None:
-            if self._prepare is not None:
-                self._prepare()
+            # No client while the topics could not be checked: its first send would let
+            # the broker create a missing topic with its default partition count (Tansu,
+            # and brokers before Kafka 2.3, do so whatever allow_auto_create_topics says).
+            if self._prepare is not None and not self._prepare():
+                raise BusError(f"the topics could not be checked at {self._bootstrap}; "
+                               "nothing is sent until they are")
             try:
                 self._client = kafka.KafkaProducer(**self._config)
             except kerr.KafkaError as exc:

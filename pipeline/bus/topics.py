@@ -9,7 +9,7 @@ cannot be grown here) is logged as an error once, then at most once an hour, and
 
 from __future__ import annotations
 
-import contextlib
+import gc
 import logging
 import time
 from typing import Any
@@ -33,6 +33,11 @@ _said_at: dict[str, float] = {}
 _CAUSES = ("created before fleetwatch could create it as configured: by the broker's "
            "auto-creation (its default partition count) when a client sent to it first, "
            "such as an agent of an older fleetwatch, or by a broker that lost its data")
+
+
+# Refusals of CreateTopics that leave an existing topic usable as it is.
+_FORBIDDEN = (kerr.TopicAuthorizationFailedError, kerr.ClusterAuthorizationFailedError,
+              kerr.PolicyViolationError)
 
 
 def topic_spec(partitions: int, replication_factor: int, brokers: int) -> dict[str, Any]:
@@ -65,21 +70,29 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
     try:
-        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
-                                       request_timeout_ms=int(timeout_s * 1000),
-                                       bootstrap_timeout_ms=int(timeout_s * 1000),
-                                       **(security or {}))
+        admin = _AdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
+                             request_timeout_ms=int(timeout_s * 1000),
+                             bootstrap_timeout_ms=int(timeout_s * 1000), **(security or {}))
     except kerr.KafkaError as exc:
         raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
     spec: dict[str, Any] = {}
     try:
         brokers = 0 if replication_factor else len(admin.describe_cluster()["brokers"])
         spec = topic_spec(partitions, replication_factor, brokers)
-        with contextlib.suppress(kerr.TopicAlreadyExistsError):
+        forbidden = False
+        try:
             admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
                                 wait_for_metadata=True)
+        except kerr.TopicAlreadyExistsError:
+            pass
+        except _FORBIDDEN:
+            forbidden = True  # fine where the topic exists: made with the cluster's tools
         count = _partitions(admin, topic)
-        if 0 < count < partitions:
+        if forbidden and not count:
+            raise BusError(f"topic {topic!r} does not exist on {bootstrap} and this client "
+                           "may not create it: create it with your Kafka tools, or let a "
+                           "processor create it")
+        if 0 < count < partitions and not forbidden:
             count = _grow(admin, bootstrap, topic, count, spec, security, timeout_s)
         topic_partitions[topic] = (count, partitions)
         if count >= partitions:
@@ -91,6 +104,35 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
         raise BusError(f"cannot create topic {topic!r} on {bootstrap}: {exc}{hint}") from exc
     finally:
         admin.close()
+
+
+class _AdminClient(kafka.KafkaAdminClient):  # type: ignore[misc]
+    """A ``KafkaAdminClient`` that gives back its IO thread and sockets when it cannot
+    bootstrap: kafka-python's raises from its constructor with both still open, and its
+    ``close`` does nothing for a client that never finished starting. The agent checks
+    its topics at every spool retry while the broker is away, so each failed check
+    would otherwise keep a thread and a few file descriptors for good."""
+
+    def __init__(self, **configs: Any) -> None:
+        try:
+            super().__init__(**configs)
+        except BaseException:
+            self._give_back()
+            raise
+
+    def _give_back(self) -> None:
+        for part in ("_client", "_net", "_metrics"):  # the order close() uses
+            obj = getattr(self, part, None)
+            if obj is None:
+                continue
+            try:
+                obj.stop() if part == "_net" else obj.close()
+            except Exception:  # noqa: BLE001 - already failing; the first error is raised
+                log.debug("closing the admin client's %s failed", part, exc_info=True)
+        self._closed = True
+        # The sockets of its failed connection attempts are dropped, not closed, inside
+        # reference cycles: collect them now, not whenever the collector next runs.
+        gc.collect()
 
 
 def _partitions(admin: kafka.KafkaAdminClient, topic: str) -> int:

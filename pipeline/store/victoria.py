@@ -63,6 +63,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from fleetwatch.config import ConfigError
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
@@ -116,8 +117,11 @@ _FLOOR_MS = 946_684_800_000
 _FUTURE_MS = 2 * DAY_MS
 
 
-class StoreMisconfigured(RuntimeError):
-    """The server is set up so that the store cannot keep its promises; says how to fix it."""
+class StoreMisconfigured(ConfigError, RuntimeError):
+    """The server is set up so that the store cannot keep its promises; says how to fix it.
+
+    A ``ConfigError``: the commands say it as one line and exit 2, as for a setting of
+    fleetwatch's own, not with a traceback."""
 
 
 class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_victoria.py
