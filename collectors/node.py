@@ -323,7 +323,7 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
     read then: its PCI addresses would name real GPUs); ``fake_faults``: a JSON file
-    of their faults (``collectors.nvml.fake.FaultFile``). ``nvml``: a backend to
+    of their faults (``collectors.nvml.fault_file.FaultFile``). ``nvml``: a backend to
     use instead (tests). ``on_nvml_error``: called with a short error kind for
     every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
     ``on_dropped``: called with a reason for every input read and not used (an XID

@@ -13,7 +13,8 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.collectors.node import node_source
-from fleetwatch.collectors.nvml.fake import FakeNvml, FaultFileError
+from fleetwatch.collectors.nvml.fake import FakeNvml
+from fleetwatch.collectors.nvml.fault_file import FaultFileError
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
