@@ -266,6 +266,7 @@ class DetectorsConfig:
     # Job peers: SM activity (or utilization), clocks and power against the job's other GPUs.
     stuck_activity: float = ranged(0.02, 0.0, 1.0)
     busy_activity: float = ranged(0.3, 0.0, 1.0)
+    stuck_peers_activity: float = ranged(0.1, 0.0, 1.0)
     stuck_for_s: float = ranged(60.0, 0.0, 3600.0)
     straggler_gap: float = ranged(0.4, 0.0, 1.0, above=True)
     straggler_clock_frac: float = ranged(0.85, 0.0, 1.0, above=True)

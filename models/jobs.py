@@ -8,12 +8,14 @@ GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
 
 Stuck: a GPU whose SM activity is at most ``stuck_activity`` while the median of
 its job peers' is at least ``busy_activity`` (0.3 by default): it does not work
-while they do. Below that level the peers are not computing (an exposed
-all-reduce keeps NCCL kernels resident on a few SMs, 5-20% SM activity; a
-checkpoint, an input stall or an idle job less), and a GPU near 0% among them is
-in the same phase, not hung: a kernel resident the whole sample with no SM
-working (utilization ~100%, SM activity ~0) is only the message's wording of why,
-never enough on its own. A GPU found stuck stays stuck while it keeps that hung
+while they do. A GPU with a hung kernel (one resident the whole sample, utilization
+~100%, with no SM working) is stuck at a lower line, while its peers' median is at
+least ``stuck_peers_activity`` (0.1): a job whose compute runs at 20% SM activity (a
+small model, a pipeline stage) has its hung GPU caught too. Below that line the
+peers are not computing (an exposed all-reduce keeps NCCL kernels resident on a few
+SMs; a checkpoint, an input stall or an idle job less), and a GPU near 0% among
+them, hung signature or not, is in the same phase: the signature is never enough
+on its own. A GPU found stuck stays stuck while it keeps that hung
 signature, whatever phase its peers move on to (a hang does not end with the
 peers' all-reduce), until it works again. A whole job hung (every rank blocked in a collective)
 looks like a long all-reduce and is not this rule's to see.
@@ -145,9 +147,13 @@ class JobPeers:
             # that phase's spread, not a hang. Hung (a kernel resident the whole sample,
             # GPM's SM activity ~0) only says why in the message.
             resident = x[..., UTIL] >= RESIDENT_UTIL_PCT
-            stuck = injob & busy & (act <= c.stuck_activity)
             signature = injob & resident & (x[..., SM] <= c.stuck_activity)
-            held = self._hold(b, rows, stuck, signature & ~busy)
+            # A hung kernel is stuck among peers that do some work, if not busy work: a job
+            # whose compute phase runs at 20% SM activity (a small model, a pipeline) has
+            # its hung GPU caught too; peers in an NCCL wait (a few SMs) do not count.
+            working = (n >= 1) & (act_med >= c.stuck_peers_activity)
+            stuck = injob & ((busy & (act <= c.stuck_activity)) | (signature & working))
+            held = self._hold(b, rows, stuck, signature & ~working)
             stuck |= held
             hung = stuck & signature
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))

@@ -91,3 +91,14 @@ def test_a_hung_gpu_stays_stuck_while_its_peers_wait_until_it_works_again() -> N
     assert stuck(15, busy(45, 97.0, **comm_), hung)  # its peers wait: the hang goes on
     assert not stuck(30, busy(60), busy(60))        # it works again
     assert not stuck(45, busy(45, 97.0, **comm_), hung)  # a wait alone never makes it stuck
+
+
+def test_a_hung_kernel_in_a_job_that_computes_lightly_is_stuck() -> None:
+    # A job whose compute phase runs at 20% SM activity (a small model): below
+    # busy_activity, above an NCCL wait; its hung GPU is caught all the same.
+    light = {"gpu_util_pct": 99.0, "gpu_sm_active_ratio": 0.2}
+    gpus = [busy(50, 150.0, **light)] * 7 + [busy(45, 78.0, gpu_util_pct=100.0,
+                                                    gpu_sm_active_ratio=0.0)]
+    found = JobPeers().update([node(0, gpus)])
+    assert rules(found) == [("gpu_stuck", 7)]
+    assert found[0].message.endswith("while its 7 job peers run at 20%")
