@@ -66,6 +66,7 @@ from dataclasses import dataclass
 from fleetwatch.config import EnergyConfig
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.parts import tdp_w
+from fleetwatch.pipeline.energy_owners import Owner, Owners, split_node, split_owner
 from fleetwatch.pipeline.store.base import StoreError, gpu_device
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
@@ -130,9 +131,6 @@ def over_tdp_w(g: GpuReading, tdp: float) -> float | None:
 
 Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
 _Acc = dict[Key, list[float]]
-Owner = tuple[str, str, str]                 # job, user, team
-Owners = tuple[tuple[Owner, float], ...]     # owners and their shares, summing to 1
-NO_OWNER: Owner = ("", "", "")
 
 
 class _Dev:
@@ -279,7 +277,7 @@ class EnergyIntegrator:
             else:
                 for o, share in owners:
                     weights[o] = weights.get(o, 0.0) + energy * share
-        node_owners = _node_owners(weights)
+        node_owners = split_node(weights)
         cpu = f.host.metrics.get("host_cpu_power_w")
         if cpu is not None or CPU_DEVICE in node.devs:
             self._interval(node, f, CPU_DEVICE, cpu, None, node_owners, False, False, touched)
@@ -466,37 +464,6 @@ def _loaded(s: DeviceState) -> _Dev:
 
 def _trapezoid(p0: float | None, p1: float, dt: float) -> float:
     return p1 * dt if p0 is None else 0.5 * (p0 + p1) * dt
-
-
-def split_owner(owner: Owner) -> Owners:
-    """A shared GPU's owners: its comma-separated jobs, an equal part each; each part to the
-    user (team) at the job's position when there are as many as jobs, else equally to each
-    one named."""
-    job, user, team = owner
-    jobs = job.split(",")
-    users, teams = user.split(","), team.split(",")
-    out: dict[Owner, float] = {}
-    for i, j in enumerate(jobs):
-        us = [users[i]] if len(users) == len(jobs) else users
-        ts = [teams[i]] if len(teams) == len(jobs) else teams
-        share = 1.0 / (len(jobs) * len(us) * len(ts))
-        for u in us:
-            for t in ts:
-                out[(j, u, t)] = out.get((j, u, t), 0.0) + share
-    return tuple(out.items())
-
-
-def _node_owners(weights: dict[Owner, float]) -> Owners:
-    """The node's CPU and rest, split by the GPU energy of each owner in the interval
-    (equally among them where no GPU has a measured interval); no GPU: no owner."""
-    if len(weights) == 1:
-        return ((next(iter(weights)), 1.0),)
-    if not weights:
-        return ((NO_OWNER, 1.0),)
-    total = sum(weights.values())
-    if not total > 0:
-        return tuple((o, 1.0 / len(weights)) for o in weights)
-    return tuple((o, w / total) for o, w in weights.items() if w > 0)
 
 
 def _prune(node: _Node) -> None:
