@@ -22,11 +22,14 @@ def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 class Receiver:
     """A real local HTTP server that records the JSON bodies POSTed to it; answers each
-    request with the next of ``answers`` (then 200)."""
+    request with the next of ``answers``, then with ``code`` (200; 0: hang until
+    ``release`` is set, then answer ``code`` or 200)."""
 
     def __init__(self, answers: list[int] | None = None) -> None:
         self.bodies: list[object] = []
         self.answers = list(answers or [])
+        self.code = 200
+        self.release = threading.Event()
         self.requests = 0
         owner = self
 
@@ -34,7 +37,10 @@ class Receiver:
             def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
                 body = self.rfile.read(int(self.headers["Content-Length"]))
                 owner.requests += 1
-                code = owner.answers.pop(0) if owner.answers else 200
+                code = owner.answers.pop(0) if owner.answers else owner.code
+                if code == 0:
+                    owner.release.wait(30)
+                    code = owner.code or 200
                 if code == 200:
                     owner.bodies.append(json.loads(body))
                 self.send_response(code)
@@ -49,6 +55,7 @@ class Receiver:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
+        self.release.set()
         self.server.shutdown()
         self.server.server_close()
 

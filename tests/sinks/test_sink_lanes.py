@@ -11,7 +11,6 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.retry import Backoff
 from tests.servers import Server
-from tests.sinks.conftest import tmp_store
+from tests.sinks.conftest import Receiver, tmp_store
 
 LOGGER = "fleetwatch.pipeline.sinks"
 
@@ -153,43 +152,12 @@ def test_the_queue_bound_and_drops_are_per_sink() -> None:
 
 
 # -- oncall #4: a webhook outage must not lose a page ----------------------------------------
-class Hook:
-    """A real local webhook receiver whose answer is ``code`` (200, 500, 400...)."""
-
-    def __init__(self) -> None:
-        self.code = 200                # 0: hang until ``release``
-        self.release = threading.Event()
-        self.bodies: list[dict] = []
-        self.requests = 0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
-                body = self.rfile.read(int(self.headers["Content-Length"]))
-                owner.requests += 1
-                if owner.code == 0:           # hangs until released
-                    owner.release.wait(30)
-                code = owner.code or 200
-                if code == 200:
-                    owner.bodies.append(json.loads(body))
-                self.send_response(code)
-                self.end_headers()
-                self.wfile.write(b"ok" if code == 200 else b"no")
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+class Hook(Receiver):
+    """A real local webhook receiver whose answer is ``code`` (200, 500, 400...; 0: hang
+    until ``release``)."""
 
     def states(self, body: dict) -> list[tuple[str, str]]:
         return [(a["id"].split("/")[-1], a["state"]) for g in body["groups"] for a in g["alerts"]]
-
-    def close(self) -> None:
-        self.release.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 @pytest.fixture
