@@ -16,7 +16,7 @@ PART_HELP = "the simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB 
 # The simulator's fault kinds and spec (collectors/sim/faults.KINDS and SPEC_HELP; a test
 # checks they agree) and its fleet limits (fleetwatch/simulate.MAX_NODES, MAX_GPUS).
 FAULT_KINDS = ("cooling", "cooling_slow", "rack_cooling", "xid79", "ecc_dbe", "nvlink", "stuck",
-               "straggler", "power_brake", "sensor", "node_silent", "pcie_replay")
+               "straggler", "power_brake", "sensor", "node_silent", "pcie_replay", "job_hang")
 FAULT_HELP = ("inject a fault (repeatable): KIND:NODE/GPU[@START][+DURATION][xSEVERITY][~MODE] "
               "(KIND:NODE for node faults, KIND:RACK for rack faults), e.g. "
               "cooling:node-001/3@2m+1h~drift, rack_cooling:rack-00@1h+2h, "

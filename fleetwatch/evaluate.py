@@ -207,7 +207,8 @@ def truths(sim: FleetSim) -> list[Truth]:
                       if getattr(r, n, None) is not None), None)
         out.append(Truth(r.kind, getattr(r, "mode", None) or "drift", rack, node,
                          getattr(r, "gpu", None), r.onset_ts, r.end_ts,
-                         r.onset_ts if first is None else first, first is not None))
+                         r.onset_ts if first is None else first, first is not None,
+                         tuple(getattr(r, "nodes", ()) or ())))
     return out
 
 

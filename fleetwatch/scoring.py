@@ -7,7 +7,9 @@ The rules, stated once:
 * Subject: an alert matches a fault when the alert's subject is the fault's
   subject or lies inside it. A GPU fault is matched by alerts on that GPU; a
   node fault (``gpu`` None) by alerts on the node or any of its GPUs; a rack
-  fault (``node`` "") by alerts on the rack, or on any node or GPU in it.
+  fault (``node`` "") by alerts on the rack, or on any node or GPU in it. A
+  fault on a job (a hung job) reaches every node of the job (``nodes``): it is
+  matched by alerts on any of them or their GPUs.
 * Time: the alert fired between the fault's onset and its end plus a grace
   (``grace_s``: a detector needs a little time to confirm a fault that ended
   just after it began).
@@ -60,6 +62,9 @@ class Truth:
     # False for a fault no reading ever showed (a GPU stuck while no job ran on it): no
     # detector could see it, so it counts in no recall or delay, only as never visible.
     visible: bool = True
+    # Every node a fault on a job reached (its job's nodes, ``node`` among them); empty:
+    # ``node`` alone.
+    nodes: tuple[str, ...] = ()
 
     @property
     def scope(self) -> str:
@@ -96,6 +101,8 @@ def covers(t: Truth, f: Fired) -> bool:
     """Is the alert's subject the fault's subject, or inside it?"""
     if t.scope == "rack":
         return f.rack == t.rack
+    if t.nodes and t.scope == "node":
+        return f.node in t.nodes
     if f.node != t.node:
         return False
     return t.scope == "node" or f.gpu == t.gpu
@@ -111,7 +118,13 @@ def match(truths: Sequence[Truth], alerts: Sequence[Fired],
         by_rack[f.rack].append(f)
     out: dict[int, list[Fired]] = {}
     for i, t in enumerate(truths):
-        pool = by_rack[t.rack] if t.scope == "rack" else by_node[t.node]
+        if t.scope == "rack":
+            pool = by_rack[t.rack]
+        elif t.nodes:  # first fired first, over all the job's nodes
+            pool = sorted((f for n in dict.fromkeys((t.node, *t.nodes)) for f in by_node[n]),
+                          key=lambda f: (f.fired_ts, f.id))
+        else:
+            pool = by_node[t.node]
         hits = [f for f in pool if t.onset_ts <= f.fired_ts <= t.end_ts + grace_s
                 and covers(t, f)]
         if hits:

@@ -197,7 +197,7 @@ class ModelsConfig:
 
 
 DETECTORS = ("thermal_limits", "throttle", "thermal_peers", "rack_cooling", "xid", "gpu_errors",
-             "node_silent", "job_peers")
+             "node_silent", "job_peers", "job_hang")
 
 
 @dataclass(frozen=True)
@@ -273,6 +273,9 @@ class DetectorsConfig:
     straggler_for_s: float = ranged(120.0, 0.0, 3600.0)
     power_low_frac: float = ranged(0.6, 0.0, 1.0, above=True)
     power_low_for_s: float = ranged(120.0, 0.0, 3600.0)
+    # A whole job hung (every GPU of the job on a node blocked in a collective, moving no
+    # bytes) for this long: job_hung. Under NCCL's default 10-minute timeout, far over a step.
+    job_hang_s: float = ranged(300.0, 30.0, 86_400.0)
 
 
 @dataclass(frozen=True)

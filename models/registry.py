@@ -12,6 +12,7 @@ from collections.abc import Callable
 from fleetwatch.config import ConfigError, DetectorsConfig
 from fleetwatch.models import Detector
 from fleetwatch.models.health import GpuErrors, NodeSilence, XidEvents
+from fleetwatch.models.job_hang import JobHang
 from fleetwatch.models.jobs import JobPeers
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.rack import RackCooling
@@ -26,6 +27,7 @@ REGISTRY: dict[str, Callable[[DetectorsConfig], Detector]] = {
     "gpu_errors": GpuErrors,
     "node_silent": NodeSilence,
     "job_peers": JobPeers,
+    "job_hang": JobHang,
 }
 
 

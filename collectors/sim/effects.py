@@ -4,6 +4,11 @@
 physics reads (``Mods``); ``Effects.end`` runs after it and moves the error
 counters, emits XIDs, fixes what the sensors read, and notes the first sample
 each fault changed (the ground truth's ``first_faulty_ts``).
+
+A ``job_hang`` takes the job on its node (or the first to start there after the
+onset) and hangs it on all its nodes (``Mods.hang``; the physics in ``fleet.py``:
+NCCL kernels resident on a few SMs, no tensor work, no bytes on NVLink or PCIe)
+until the fault ends, when the job is killed, as NCCL's watchdog or its owner would.
 """
 
 from __future__ import annotations
@@ -55,6 +60,9 @@ class Active:
     stage: int = 0                  # progress through a drift's milestones
     stuck_value: float = 0.0        # sensor: the impossible value it sticks at
     ended: bool = False
+    job: int = -1                   # job_hang: the job that hangs (its number), -1: none yet
+    job_nodes: tuple[str, ...] = ()
+    job_id: str | None = None
 
     def r(self, ts: float) -> float:
         return 1.0 if self.ramp <= 0 else min(1.0, max(0.0, (ts - self.onset) / self.ramp))
@@ -63,7 +71,7 @@ class Active:
         f = self.fault
         return FaultRecord(f.kind, self.node_name, None if self.gpu < 0 else self.gpu,
                            self.onset, self.end, f.resolved_severity, f.resolved_mode,
-                           self.rack_name, self.first_ts)
+                           self.rack_name, self.first_ts, self.job_nodes, self.job_id)
 
 
 @dataclass
@@ -79,6 +87,7 @@ class Mods:
     brake: np.ndarray
     limit: np.ndarray
     drop: np.ndarray
+    hang: np.ndarray            # per node: its job is hung in a collective
     xids: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     any: bool = False
 
@@ -86,7 +95,8 @@ class Mods:
     def neutral(cls, n: int, g: int, racks: int, limit_w: float) -> Mods:
         return cls(np.ones((n, g)), np.full((n, g), np.inf), np.zeros(racks),
                    np.zeros((n, g), bool), np.ones((n, g)), np.ones((n, g)),
-                   np.zeros((n, g), bool), np.full((n, g), limit_w), np.zeros(n, bool))
+                   np.zeros((n, g), bool), np.full((n, g), limit_w), np.zeros(n, bool),
+                   np.zeros(n, bool))
 
 
 class Effects:
@@ -170,6 +180,16 @@ class Effects:
                 m.limit[i, j] = round(top - (top - top / sev) * r)
         elif k == "node_silent":
             m.drop[i] = r >= 1.0 or self.rng.random() < r
+        elif k == "job_hang":
+            job = sim.jobs.running.get(a.job)
+            if job is None and a.job < 0 and sim.jobs.num[i] >= 0:
+                job = sim.jobs.running[int(sim.jobs.num[i])]
+                a.job, a.job_id = job.num, job.id
+                a.job_nodes = tuple(sim.node_names[n] for n in job.nodes)
+            if job is not None:
+                m.hang[job.nodes] = True
+                # A hung job never finishes: it runs until it is killed (``_finish``).
+                job.end_ts = max(job.end_ts, a.end + 1.0)
         elif k == "xid79":
             if a.fired_ts is not None and ts > a.fired_ts and not sim.lost[i, j]:
                 sim.lose_gpu(i, j)
@@ -216,6 +236,8 @@ class Effects:
             c["sbe_vol"][i, j] = c["dbe_vol"][i, j] = 0
         elif k == "nvlink":
             c["links_down"][i, j] = 0
+        elif k == "job_hang" and a.job in sim.jobs.running:
+            sim.jobs.end(sim.jobs.running[a.job], sim.ts)
 
     # -- after the physics --------------------------------------------------
     def end(self, ts: float, dt: float) -> None:
@@ -272,6 +294,8 @@ class Effects:
                 changed = round(read) != round(true)
             elif k == "node_silent":
                 changed = bool(sim.mods.drop[i])
+            elif k == "job_hang":
+                changed = a.job in sim.jobs.running and bool(sim.mods.hang[i])
             elif k == "rack_cooling":
                 # the nodes' inlet sensors report hundredths of a degree
                 changed = sim.mods.inlet_add[a.rack] >= 0.005

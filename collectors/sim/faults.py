@@ -3,7 +3,9 @@
 Each kind has a scope (what it happens to: one GPU, a node or a rack), the
 modes it comes in (a slow ``drift`` or a ``sudden`` fault) and a severity whose
 meaning depends on the kind (``SPECS``). The physics of each lives in
-``effects.py``.
+``effects.py``. A ``job_hang`` names a node: the job running there (the first one
+to run there after the onset, if none does) hangs on all its nodes, and its
+record lists them (``FaultRecord.nodes``).
 """
 
 from __future__ import annotations
@@ -52,6 +54,9 @@ SPECS: dict[str, KindSpec] = {
     "node_silent": KindSpec("node", ("sudden", "drift"), 1.0, 0.0,
                             "unused (a drift first drops some frames)"),
     "pcie_replay": KindSpec("gpu", ("drift", "sudden"), 50.0, 0.0, "PCIe replays per minute"),
+    "job_hang": KindSpec("node", ("sudden",), 1.0, 0.0,
+                         "unused (every rank of the node's job blocks in a collective, on all "
+                         "its nodes, until the fault ends and the job is killed)"),
 }
 KINDS: tuple[str, ...] = tuple(SPECS)
 FaultKind = str
@@ -128,7 +133,9 @@ class FaultRecord:
     ``first_faulty_ts`` is the time of the first sample the fault changed (None
     while, or if, the fault has not shown in any reading: a stuck fault on a
     GPU that never got a job). ``gpu`` is None for node and rack faults,
-    ``node`` None for rack faults.
+    ``node`` None for rack faults. ``nodes``: every node a fault on a job reached
+    (a ``job_hang``: its job's nodes, ``node`` among them), ``job`` that job's id;
+    empty and None for the other kinds.
     """
 
     kind: str
@@ -140,6 +147,8 @@ class FaultRecord:
     mode: Mode = "sudden"
     rack: str | None = None
     first_faulty_ts: float | None = None
+    nodes: tuple[str, ...] = ()
+    job: str | None = None
 
     @property
     def scope(self) -> Scope:

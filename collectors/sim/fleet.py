@@ -16,6 +16,11 @@ The part is an A100-SXM4-80GB or an H100 80GB HBM3 (``SimParams.part``;
   the HBM follows the die;
 * the energy counter is the exact integral of power (power is linear between
   samples, so the counter's increase is the trapezoid of the two readings);
+* NVLink and PCIe carry what the phase moves (``jobs.LINKS``, shares of the
+  part's peak): NVLink as byte counters since the driver loaded, PCIe as
+  bytes/s, as NVML reports them; an idle, stuck or hung GPU's links carry
+  nothing but the driver's and the monitoring's few hundred KB/s on PCIe. Their
+  noise has its own random stream, so the rest of the fleet is what it was;
 * faults (``faults.py``, ``effects.py``) change what they touch.
 
 Vectorized over GPUs and deterministic under ``seed``. Time is simulation
@@ -134,6 +139,13 @@ class FleetSim:
         self.flags = np.full(shape, float(hw.FLAG_IDLE))
         self.limit = np.full(shape, pt.power_limit_w)
         self.host_cpu = np.full(n, 3.0)
+        # Links: their own stream (see the docstring), counters since the driver loaded.
+        self._link_rng = np.random.default_rng(
+            [p.seed, 3] if p.jobs_seed is None else [p.seed, 3, p.jobs_seed])
+        self.nvlink_tx = self._link_rng.uniform(1e12, 5e14, shape).round()
+        self.nvlink_rx = self.nvlink_tx.copy()
+        self.pcie_tx = np.zeros(shape)
+        self.pcie_rx = np.zeros(shape)
         self._seq = 0
         self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load)
         self.effects = Effects(self, faults)
@@ -199,6 +211,7 @@ class FleetSim:
         self.energy_base[node] = -self.energy_j[node]
         for name in ("sbe_vol", "dbe_vol"):
             self.counters[name][node] = 0
+        self.nvlink_tx[node] = self.nvlink_rx[node] = 0.0
 
     # -- physics ----------------------------------------------------------
     def _inlet(self, add: np.ndarray) -> np.ndarray:
@@ -234,6 +247,15 @@ class FleetSim:
             st = m.stuck & busy
             sm[st] = tensor[st] = occ[st] = dram[st] = 0.0
             util[st] = 100.0  # the hung kernel still counts as running
+            hung = m.hang[:, None] & busy
+            if hung.any():
+                # Every rank blocked in a collective: NCCL's kernels spin on one SM per
+                # channel (a few of 108-132), touch little memory, and nothing else runs.
+                sm[hung] = (0.06 * j.gpu_mult + 0.004 * noise[0]).clip(0.02, 0.12)[hung]
+                occ[hung] = sm[hung] * 0.25
+                tensor[hung] = 0.0
+                dram[hung] = 0.005
+                util[hung] = 100.0
         util[~busy] = 0.0
         sm[~busy] = tensor[~busy] = occ[~busy] = dram[~busy] = 0.0
         # Power and clocks.
@@ -309,6 +331,7 @@ class FleetSim:
         self.limit = limit
         self.host_cpu = (j.host_cpu + rng.normal(0.0, 2.0, p.nodes)).clip(0.5, 100.0)
         self.temp_read = self.temp
+        self._links(busy, m.stuck | m.hang[:, None] if m.any else None, dt)
         if self.replay_rate.any():
             self.counters["pcie"] += rng.poisson(self.replay_rate * dt)
         if self.crc_rate.any():
@@ -319,6 +342,21 @@ class FleetSim:
             if self.shadow is not None and not self.effects.thermal_pending():
                 self.shadow = self.shadow_mem = self._shadow_sink = None
         self._account(power, dt)
+
+    def _links(self, busy: np.ndarray, quiet: np.ndarray | None, dt: float) -> None:
+        """What NVLink and PCIe move this interval; nothing on ``quiet`` GPUs (a hung kernel)."""
+        j, pt, rng = self.jobs, self.part, self._link_rng
+        shape = busy.shape
+        noise = rng.normal(1.0, 0.1, (3, *shape)).clip(0.5, 1.5)
+        moving = busy if quiet is None else busy & ~quiet
+        nvlink = np.where(moving, j.nvlink[:, None] * pt.nvlink_bytes_per_s, 0.0)
+        pcie = np.where(moving, j.pcie[:, None] * pt.pcie_bytes_per_s, 0.0)
+        # The driver's and the monitoring's own traffic: a few hundred KB/s.
+        background = 2e5 * noise[2]
+        self.nvlink_tx += (nvlink * noise[0] * dt).round()
+        self.nvlink_rx += (nvlink * noise[1] * dt).round()
+        self.pcie_tx = (pcie * noise[1] + background).round()
+        self.pcie_rx = (pcie * noise[0] + background).round()
 
     def _account(self, power: np.ndarray, dt: float) -> None:
         """Integrate power (trapezoid: exact for power linear between samples) and attribute it."""

@@ -64,6 +64,10 @@ def gpu_columns(sim: FleetSim) -> dict[str, np.ndarray]:
         "gpu_sm_clock_mhz": sim.clock,
         "gpu_mem_clock_mhz": np.full(shape, pt.mem_clock),
         "gpu_throttle_reasons": sim.flags,
+        "gpu_nvlink_tx_bytes_total": sim.nvlink_tx,
+        "gpu_nvlink_rx_bytes_total": sim.nvlink_rx,
+        "gpu_pcie_tx_bytes_per_s": sim.pcie_tx,
+        "gpu_pcie_rx_bytes_per_s": sim.pcie_rx,
     }
     for name, key in _COUNTER_METRICS:
         cols[name] = sim.counters[key]

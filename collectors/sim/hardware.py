@@ -71,6 +71,10 @@ class Part:
     mem_coupling: float
     mem_dram_c: float
     tau_mem_s: float
+    # Bytes/s each way at the links' peak: NVLink over all the GPU's links, and its PCIe
+    # slot (what the job phases' link shares in ``jobs.py`` are shares of).
+    nvlink_bytes_per_s: float
+    pcie_bytes_per_s: float
 
 
 # Dynamic power ~ f * V^2 and V rises with f over the DVFS range.
@@ -93,6 +97,9 @@ A100 = Part(
     r_th=0.10, r_die_share=0.47, tau_sink_s=23.0, preheat_c=0.0,
     # 44 °C at idle (capture), a few degrees above a loaded die.
     mem_base_c=18.6, mem_coupling=0.65, mem_dram_c=4.0, tau_mem_s=5.0,
+    # NVLink 3: 12 links x 25 GB/s each way (NVIDIA's A100 datasheet: 600 GB/s both ways);
+    # PCIe 4.0 x16: 31.5 GB/s each way.
+    nvlink_bytes_per_s=300e9, pcie_bytes_per_s=31.5e9,
 )
 
 H100 = Part(
@@ -109,6 +116,9 @@ H100 = Part(
     r_th=0.0535, r_die_share=0.47, tau_sink_s=23.0, preheat_c=10.0,
     # HBM 44 °C at idle (8 above the die), 68-70 under load (a degree or two below it).
     mem_base_c=9.2, mem_coupling=0.70, mem_dram_c=4.0, tau_mem_s=5.0,
+    # NVLink 4: 18 links x 25 GB/s each way (the H100 SXM5 datasheet: 900 GB/s both ways);
+    # PCIe 5.0 x16: 63 GB/s each way.
+    nvlink_bytes_per_s=450e9, pcie_bytes_per_s=63e9,
 )
 
 PARTS: dict[str, Part] = {p.name: p for p in (A100, H100)}

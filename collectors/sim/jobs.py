@@ -7,7 +7,8 @@ A job holds 1..32 nodes (all their GPUs) and moves through phases together:
   range), tensor pipes busy, power high;
 * ``comm``: exposed NCCL all-reduce/all-gather waits; the NCCL kernels keep
   ``gpu_util_pct`` at 100 (a kernel is running) on a few SMs, so SM activity
-  is low and the board draws ~100 W;
+  is low and the board draws ~100 W, while NVLink (and, for a job on several
+  nodes, PCIe to the NICs) moves GB/s: what sets it apart from a hung job;
 * ``input``: the data loader cannot keep up; kernels run in bursts;
 * ``checkpoint``: the state is copied to the host and written out: the GPU
   barely computes, the host CPU and PCIe are busy;
@@ -18,6 +19,19 @@ A job holds 1..32 nodes (all their GPUs) and moves through phases together:
 GPUs of a job share its phase with a small per-GPU spread. The targets are
 per node arrays, updated only when a phase changes, so a step costs nothing
 per job.
+
+Each phase also sets how busy the GPU's links are (``LINKS``: the share of the
+part's NVLink and PCIe peak each way, averaged over a sample). An exposed
+all-reduce keeps NVLink busy: nccl-tests' ring all-reduce reaches a bus bandwidth of
+~70-80% of the links' peak on large messages, and over a 15 s sample of an exposed
+communication phase the links are busy about half the time: 0.35 of peak, 105 GB/s
+each way on an A100 (NVLink 3, 300 GB/s), 158 GB/s on an H100 (NVLink 4, 450 GB/s).
+The gradient traffic a compute phase overlaps with its backward pass averages less
+(0.1). A job on several nodes sends its inter-node share through the GPU's PCIe to its
+NIC (GPUDirect RDMA): 0.25 of PCIe in an exposed phase, about a 200-400 Gb/s NIC's
+worth. A checkpoint copies the state to the host over PCIe; input batches come in over
+it. These shares draw nothing from the jobs' random stream: the fleet's history is the
+same with or without them.
 """
 
 from __future__ import annotations
@@ -36,6 +50,10 @@ MEAN_S = {"compute": 25 * 60.0, "comm": 8 * 60.0, "input": 6 * 60.0, "checkpoint
 INTERACTIVE = 0.25
 SIZES = np.array([1, 2, 4, 8, 16, 32])
 SIZE_P = np.array([0.34, 0.22, 0.17, 0.13, 0.09, 0.05])
+# Per phase: (NVLink share, PCIe share for a one-node job, PCIe share on several nodes).
+LINKS = {"compute": (0.1, 0.01, 0.08), "comm": (0.35, 0.01, 0.25), "input": (0.03, 0.05, 0.05),
+         "checkpoint": (0.0, 0.2, 0.2), "eval": (0.03, 0.02, 0.03), "idle": (0.0, 0.0, 0.0),
+         "init": (0.01, 0.05, 0.05)}
 USERS = 48
 TEAMS = ("llm-pretrain", "llm-posttrain", "multimodal", "inference-research", "speech", "infra")
 
@@ -81,6 +99,8 @@ class Jobs:
         self.occ = np.zeros(nodes)
         self.util = np.zeros(nodes)
         self.host_cpu = np.full(nodes, 3.0)
+        self.nvlink = np.zeros(nodes)           # share of NVLink's peak each way
+        self.pcie = np.zeros(nodes)             # share of PCIe's peak each way
         self.fb_frac = np.zeros(nodes)
         self.gpu_mult = np.ones((nodes, gpus))  # a GPU's spread around its job's level
 
@@ -124,7 +144,8 @@ class Jobs:
         self.num[idx] = -1
         self.next_start[idx] = ts + self.rng.exponential(self.idle_mean_s, len(idx))
         for arr, idle in ((self.sm, 0.0), (self.tensor, 0.0), (self.dram, 0.0), (self.occ, 0.0),
-                          (self.util, 0.0), (self.host_cpu, 3.0), (self.fb_frac, 0.0)):
+                          (self.util, 0.0), (self.host_cpu, 3.0), (self.fb_frac, 0.0),
+                          (self.nvlink, 0.0), (self.pcie, 0.0)):
             arr[idx] = idle
         del self.running[job.num]
 
@@ -158,6 +179,9 @@ class Jobs:
         self.sm[idx], self.tensor[idx], self.dram[idx] = sm, tensor, dram
         self.occ[idx] = sm * job.occupancy
         self.util[idx], self.host_cpu[idx] = util, cpu
+        nvlink, pcie_one, pcie_many = LINKS[phase]
+        self.nvlink[idx] = nvlink
+        self.pcie[idx] = pcie_many if len(job.nodes) > 1 else pcie_one
 
     def advance(self, ts: float) -> None:
         """End due jobs, start queued ones, move running jobs to their next phase."""

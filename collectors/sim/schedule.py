@@ -22,6 +22,9 @@ DURATION_S: dict[str, tuple[float, float]] = {
     "nvlink": (3600, 7200), "stuck": (1800, 3600), "straggler": (3600, 7200),
     "power_brake": (1800, 5400), "sensor": (3600, 3 * 3600), "node_silent": (600, 1800),
     "pcie_replay": (3600, 7200),
+    # Until NCCL's watchdog kills the job: 10 minutes by PyTorch's default, 30-60 where
+    # sites raise it.
+    "job_hang": (600, 3600),
 }
 WARMUP_S = 1800.0   # let jobs and temperatures settle first
 GAP_S = 1800.0      # cool-down after a fault before the same subject gets another

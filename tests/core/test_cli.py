@@ -57,7 +57,7 @@ def test_simulate_writes_history_and_ground_truth(tmp_path: Path) -> None:
     n = sum(1 for _ in store.export())
     alerts = [(a.node, a.device, a.state) for a in store.alerts(("firing", "resolved"))]
     faults = [(a.node, a.device) for a in store.annotations(0, 1e10)]
-    assert n == 3 * 240 * (2 * 4 * 32 + 2 * 5)  # 32 metrics a GPU, 5 a host
+    assert n == 3 * 240 * (2 * 4 * 36 + 2 * 5)  # 36 metrics a GPU, 5 a host
     assert alerts and set(alerts) == {("node-001", "gpu2", "resolved")}  # only the faulty GPU
     assert faults == [("node-001", "gpu2")]
 

@@ -30,7 +30,7 @@ def test_processor_health_metrics(tmp_path: Path) -> None:
                for fam in text_string_to_metric_families(generate_latest(registry).decode())
                for s in fam.samples}
     assert samples[("fleetwatch_processor_frames_total", ())] == 2
-    assert samples[("fleetwatch_processor_samples_total", ())] == 2 * (32 + 5)
+    assert samples[("fleetwatch_processor_samples_total", ())] == 2 * (36 + 5)
     assert samples[("fleetwatch_processor_consumer_lag", ())] == 1
     assert samples[("fleetwatch_processor_paused", ())] == 0
     processor.handle(consumer.poll(10))

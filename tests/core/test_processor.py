@@ -85,7 +85,7 @@ def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, write
         worker.join(10)
     assert not processor.stats.paused
     n = sum(1 for _ in SqliteStore(tmp_path / "s.db", read_only=True).export())
-    assert n == sent * (2 * 32 + 5)  # every metric of every frame, once
+    assert n == sent * (2 * 36 + 5)  # every metric of every frame, once
     assert bus._committed[(TOPIC, "g")] == sent
 
 
@@ -166,4 +166,4 @@ def test_overlapping_writes_are_evaluated_and_committed_in_order(tmp_path: Path)
     assert processor.stats.frames == sent
     assert store.calls == sorted(store.calls)  # submitted oldest first
     n = sum(1 for _ in SqliteStore(tmp_path / "s.db", read_only=True).export())
-    assert n == sent * (2 * 32 + 5)
+    assert n == sent * (2 * 36 + 5)

@@ -45,7 +45,7 @@ def test_writes_are_idempotent(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db")
     frames = frames_for(40)
     n = store.write(frames)
-    assert n == count(store) == 40 * 2 * (2 * 32 + 5)
+    assert n == count(store) == 40 * 2 * (2 * 36 + 5)
     store.write(frames[:17])  # a replay of part of it
     store.write(frames)
     assert count(store) == n
@@ -197,4 +197,4 @@ def test_count_is_every_point_once(tmp_path: Path) -> None:
     frames = frames_for(12)
     store.write(frames)
     store.write(frames[:5])  # a replay adds nothing
-    assert store.count() == count(store) == 12 * 2 * (2 * 32 + 5)
+    assert store.count() == count(store) == 12 * 2 * (2 * 36 + 5)

@@ -49,7 +49,7 @@ def test_series_are_named_as_the_catalogue_with_four_labels(victoria: Server) ->
     assert names == expected and names <= {m.name for m in catalogue().metrics}
     assert {tuple(sorted(s["metric"])) for s in series} == {
         ("__name__", "cluster", "device", "node", "rack")}
-    assert sum(len(s["values"]) for s in series) == n == 2 * (8 * 32 + 5)
+    assert sum(len(s["values"]) for s in series) == n == 2 * (8 * 36 + 5)
 
 
 def test_one_line_per_device_and_instant() -> None:

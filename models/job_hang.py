@@ -1,0 +1,215 @@
+"""A whole job hung: every GPU of a job on a node blocked in a collective, moving no data.
+
+The commonest failure of large training jobs besides the hardware's: a rank dies, two
+ranks deadlock or the network partitions, and every other rank waits in an NCCL
+collective until NCCL's watchdog kills the job (PyTorch's default timeout: 10 minutes;
+many sites set 30 to 60). Meanwhile each GPU of the job shows the same signature: an
+NCCL kernel resident (``gpu_util_pct`` ~100) spinning on a few SMs (SM activity low and
+flat: a few channels of 108 to 132 SMs; no tensor-pipe work), power a little above
+idle, and, what sets it apart from a healthy exposed all-reduce, which looks the same
+on those counters, no bytes moving: NVLink (``gpu_nvlink_tx/rx_bytes_total``, or
+``gpu_nvlink_raw_bytes_total``, counters turned into rates here), PCIe
+(``gpu_pcie_tx/rx_bytes_per_s``: GPUDirect RDMA to the node's NICs crosses it too) and
+the node's InfiniBand ports (``ib_tx/rx_bytes_per_s``) all near 0, where a healthy
+all-reduce moves GB/s. A checkpoint or an input stall has no kernel resident most of
+the time; a compute phase has busy SMs and tensor pipes: neither is a hang.
+
+A node is judged per job: ``job_hung`` when every GPU of the job on it (two or more:
+a collective needs peers) shows the signature, and none moves more than
+``IDLE_BYTES_PER_S``, for ``detectors.job_hang_s`` (5 minutes by default: far over a
+healthy step or all-reduce, which last seconds, and under NCCL's default 10-minute
+timeout). Where a GPU of the job has no byte counter at all (no NVLink counter rate
+and no PCIe throughput), the node's job is not judged: without bytes a hang and a long
+communication-bound phase look the same, and a page on a healthy job is worse than the
+NCCL watchdog's own error. A counter's first reading gives no rate, so the first
+sample of a node is not judged either.
+
+One GPU stuck while its job peers work is ``gpu_stuck``'s (``fleetwatch.models.jobs``):
+here every GPU of the job must show the signature, so the two never judge the same
+sample. Each node of a hung job raises its own alert (a processor sees only the nodes
+of its partitions); Alertmanager groups ``job_hung`` by cluster, so a job hung across
+32 nodes is one page (deploy/alertmanager/alertmanager.yml).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, Batch, columns
+from fleetwatch.models.jobs import RESIDENT_UTIL_PCT
+
+SM, UTIL, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"], COL["gpu_power_w"],
+                          COL["gpu_power_limit_w"])
+# NCCL spins on one SM per channel: at most 32 channels of an A100's 108 SMs (0.30) or an
+# H100's 132 (0.24). A GPU that computes keeps far more of them active.
+HUNG_SM_MAX = 0.35
+HUNG_TENSOR_MAX = 0.05
+# A spinning kernel draws a little over the clocked-idle power (A100 ~100 W of 400-500,
+# H100 ~150 W of 700); a GPU above this share of its limit is doing work.
+HUNG_POWER_FRAC = 0.4
+# Bytes a second (all links, both directions) that count as none: a healthy all-reduce
+# moves tens to hundreds of GB/s over NVLink and GB/s over PCIe and InfiniBand; a blocked
+# rank moves at most the driver's and the monitoring's few MB/s.
+IDLE_BYTES_PER_S = 100e6
+NVLINK_DATA = ("gpu_nvlink_tx_bytes_total", "gpu_nvlink_rx_bytes_total")
+NVLINK_RAW = "gpu_nvlink_raw_bytes_total"
+PCIE = ("gpu_pcie_tx_bytes_per_s", "gpu_pcie_rx_bytes_per_s")
+IB = ("ib_tx_bytes_per_s", "ib_rx_bytes_per_s")
+
+GpuKey = tuple[str, str, int]       # (cluster, node, GPU index)
+JobKey = tuple[str, str, str]       # (cluster, node, job)
+
+
+class JobHang:
+    name = "job_hang"
+    rules = {"job_hung": ("gpu_util_pct",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        # The last NVLink counter reading of each GPU that showed the signature: (ts, bytes).
+        self._links: dict[GpuKey, tuple[float, float]] = {}
+        # When each node's job first showed the hung signature, moving no bytes.
+        self._since: dict[JobKey, float] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        self._links = {k: v for k, v in self._links.items() if k[1] not in gone}
+        self._since = {k: v for k, v in self._since.items() if k[1] not in gone}
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        if not b.frames:
+            return []
+        signature = self._signature(b)
+        # Only frames with a GPU showing the signature, or of a node whose job was hung (to
+        # see it end): most frames are neither, and cost nothing more here.
+        judged = signature.any(axis=1)
+        if self._since:
+            watched = {k[:2] for k in self._since}
+            judged |= np.fromiter(((f.cluster, f.node) in watched for f in b.frames), bool,
+                                  len(b.frames))
+        out: list[Finding] = []
+        for rows in b.waves:
+            for r in rows[judged[rows]].tolist():
+                finding = self._judge(b, r, signature[r])
+                if finding is not None:
+                    out.append(finding)
+        return out
+
+    def _signature(self, b: Batch) -> np.ndarray:
+        """(F, G): a GPU in a job with a kernel resident on few SMs, at low power."""
+        x = b.x
+        with np.errstate(invalid="ignore"):
+            sm = x[..., SM]
+            low_sm = ~(sm > HUNG_SM_MAX)  # absent (no GPM / profiling): bytes decide
+            power, limit = x[..., POWER], x[..., LIMIT]
+            low_power = ~(power > HUNG_POWER_FRAC * limit)
+            return ((b.job >= 0) & ~b.lost & (x[..., UTIL] >= RESIDENT_UTIL_PCT) & low_sm
+                    & low_power)
+
+    def _judge(self, b: Batch, r: int, signature: np.ndarray) -> Finding | None:
+        f = b.frames[r]
+        # A lost GPU (gone with an XID 79: often why the others wait) is not one of them.
+        codes = np.where(b.lost[r], -1, b.job[r])
+        hung: list[tuple[str, float, dict[str, float]]] = []
+        jobs = {f.gpus[j].job for j in np.flatnonzero(codes >= 0).tolist()}
+        for key in [k for k in self._since if k[:2] == (f.cluster, f.node) and k[2] not in jobs]:
+            del self._since[key]  # the job ended or moved: its wait ended with it
+        for code in sorted(set(codes[codes >= 0].tolist())):
+            js = np.flatnonzero(codes == code)
+            job = f.gpus[int(js[0])].job or ""
+            key = (f.cluster, f.node, job)
+            if len(js) < 2 or not signature[js].all():
+                self._since.pop(key, None)
+                continue
+            moved = self._moved(f, [f.gpus[int(j)] for j in js])
+            if moved is None:
+                self._since.pop(key, None)
+                continue
+            since = self._since.setdefault(key, f.ts)
+            x = b.x[r, js]
+            ev = {"gpus": float(len(js)), "util_pct": float(np.nanmedian(x[:, UTIL])),
+                  **moved, "hung_s": f.ts - since}
+            sm = x[:, SM]
+            if np.isfinite(sm).any():
+                ev["sm_active"] = float(np.nanmedian(sm))
+            if np.isfinite(x[:, POWER]).any():
+                ev["power_w"] = float(np.nanmedian(x[:, POWER]))
+            hung.append((job, since, ev))
+        if not hung:
+            return None
+        hung.sort(key=lambda h: h[1])
+        return self._finding(f, hung)
+
+    def _moved(self, f: Frame, gpus: list[GpuReading]) -> dict[str, float] | None:
+        """The most bytes/s any of these GPUs moves (NVLink and PCIe, all directions) and
+        the node's InfiniBand ports; None if one moves data or one has no byte reading."""
+        # Every GPU's NVLink reading is kept first, so that the next sample has rates.
+        rates = [self._nvlink_rate(f, g.index, g.metrics) for g in gpus]
+        most = 0.0
+        for g, rate in zip(gpus, rates):
+            m = g.metrics
+            if m.get("gpu_tensor_active_ratio", 0.0) > HUNG_TENSOR_MAX:
+                return None
+            pcie = [m[k] for k in PCIE if k in m]
+            # A GPU with NVLink counters needs their rate (PCIe does not see NVLink's
+            # traffic); one without (a PCIe card) is judged by PCIe alone.
+            if (rate is None and (not pcie or _has_nvlink(m))):
+                return None
+            moved = (rate or 0.0) + sum(pcie)
+            if moved > IDLE_BYTES_PER_S:
+                return None
+            most = max(most, moved)
+        out = {"moved_bytes_per_s": most}
+        ib = [sum(p.metrics.get(k, 0.0) for k in IB) for p in f.host.ports
+              if p.kind == "ib" and any(k in p.metrics for k in IB)]
+        if ib:
+            if max(ib) > IDLE_BYTES_PER_S:
+                return None
+            out["ib_bytes_per_s"] = max(ib)
+        return out
+
+    def _nvlink_rate(self, f: Frame, index: int, m: Mapping[str, float]) -> float | None:
+        """NVLink bytes/s since this GPU's previous reading (data counters, else raw);
+        None without a counter, on its first reading, or after a counter reset."""
+        if not _has_nvlink(m):
+            return None
+        if all(k in m for k in NVLINK_DATA):
+            total = m[NVLINK_DATA[0]] + m[NVLINK_DATA[1]]
+        else:
+            total = m[NVLINK_RAW]
+        key = (f.cluster, f.node, index)
+        prev = self._links.get(key)
+        if prev is not None and prev[0] >= f.ts:
+            return None  # a late or repeated frame: judged already
+        self._links[key] = (f.ts, total)
+        if prev is None or total < prev[1]:
+            return None
+        return (total - prev[1]) / (f.ts - prev[0])
+
+    def _finding(self, f: Frame, hung: list[tuple[str, float, dict[str, float]]]) -> Finding:
+        job, _, ev = hung[0]
+        jobs = f"job {job}" + (f" (and {', '.join(h[0] for h in hung[1:])})" if hung[1:] else "")
+        sm = f" on few SMs ({ev['sm_active']:.0%} SM activity)" if "sm_active" in ev else ""
+        ib = f", InfiniBand {ev['ib_bytes_per_s'] / 1e6:.1f} MB/s" if "ib_bytes_per_s" in ev else ""
+        message = (f"{jobs} hung on {f.node}: its {ev['gpus']:.0f} GPUs have a kernel resident "
+                   f"({ev['util_pct']:.0f}% utilization){sm} and move no data (at most "
+                   f"{ev['moved_bytes_per_s'] / 1e6:.1f} MB/s over NVLink and PCIe{ib}) "
+                   f"for {ev['hung_s']:.0f} s")
+        return Finding(
+            "job_hung", f.cluster, f.rack, f.node, None, f.ts, ev["hung_s"], message,
+            "critical", self.c.job_hang_s, 0.0,
+            {k: round(v, 3) for k, v in ev.items()},
+            "Every rank is blocked in a collective: dump the stacks of the job's processes "
+            "(py-spy dump --pid PID on each rank), find the rank that died or stalled first "
+            "in the NCCL logs (NCCL_DEBUG=INFO; a lost GPU, an XID, a node gone silent), then "
+            "cancel the job and restart it from its last checkpoint", "node")
+
+
+def _has_nvlink(m: Mapping[str, float]) -> bool:
+    return all(k in m for k in NVLINK_DATA) or NVLINK_RAW in m
