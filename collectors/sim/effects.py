@@ -59,6 +59,7 @@ class Active:
     fired_ts: float | None = None   # one-shot event (XID 79, the DBE, link down) happened
     stage: int = 0                  # progress through a drift's milestones
     stuck_value: float = 0.0        # sensor: the impossible value it sticks at
+    blocks: int = 1                 # stuck: the blocks its hung kernel holds SMs with
     ended: bool = False
     job: int = -1                   # job_hang: the job that hangs (its number), -1: none yet
     job_nodes: tuple[str, ...] = ()
@@ -88,6 +89,7 @@ class Mods:
     limit: np.ndarray
     drop: np.ndarray
     hang: np.ndarray            # per node: its job is hung in a collective
+    stuck_sm: np.ndarray        # a stuck GPU's SM activity: its hung kernel's share of SMs
     xids: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
     any: bool = False
 
@@ -96,7 +98,7 @@ class Mods:
         return cls(np.ones((n, g)), np.full((n, g), np.inf), np.zeros(racks),
                    np.zeros((n, g), bool), np.ones((n, g)), np.ones((n, g)),
                    np.zeros((n, g), bool), np.full((n, g), limit_w), np.zeros(n, bool),
-                   np.zeros(n, bool))
+                   np.zeros(n, bool), np.zeros((n, g)))
 
 
 class Effects:
@@ -104,6 +106,9 @@ class Effects:
         self.sim = sim
         # Its own random stream: a fault never shifts the healthy fleet's draws.
         self.rng = np.random.default_rng([sim.params.seed, 1])
+        # The hung kernels' blocks draw from a stream of their own too, so that the other
+        # faults' draws are what they were.
+        blocks = np.random.default_rng([sim.params.seed, 4])
         self.active: list[Active] = []
         n, g = sim.params.nodes, sim.params.gpus
         self.mods = Mods.neutral(n, g, len(sim.rack_names), sim.part.power_limit_w)
@@ -125,6 +130,9 @@ class Effects:
             a = Active(f, rack, node, gpu, onset, onset + f.duration_s, ramp_s(f),
                        sim.rack_names[rack], f.node)
             a.stuck_value = float(self.rng.choice([0.0, 127.0]))
+            # A kernel hung on a flag holds the SMs of its resident blocks: one block of a
+            # hung reduction, up to NCCL's 32 channels, as a GPU stuck in a collective does.
+            a.blocks = int(blocks.choice([1, 2, 4, 8, 16, 32]))
             self.active.append(a)
 
     @property
@@ -167,6 +175,7 @@ class Effects:
             m.inlet_add[a.rack] += sev * r
         elif k == "stuck":
             m.stuck[i, j] = True
+            m.stuck_sm[i, j] = a.blocks / sim.part.sms
         elif k == "straggler":
             cap = 1.0 - (1.0 - 1.0 / sev) * r
             m.clock_cap[i, j] *= cap

@@ -243,19 +243,21 @@ class FleetSim:
         # Spread where kernels run only part of the time; none with no kernel at all.
         spread = 0.12 * np.minimum(util_t, 100.0 - util_t) + 0.3 * (util_t > 0)
         util = (util_t + noise[2] * spread).clip(0.0, 100.0).round()
+        spin = quiet = None
         if m.any:
-            st = m.stuck & busy
-            sm[st] = tensor[st] = occ[st] = dram[st] = 0.0
-            util[st] = 100.0  # the hung kernel still counts as running
+            # A hung kernel (a GPU stuck; every rank of a hung job blocked in a collective,
+            # NCCL's kernels spinning on one SM per channel) is resident all the time on the
+            # few SMs its blocks hold, computes nothing and touches no memory. A real H100's
+            # (tests/data/recorded/h100_phases.jsonl.gz, 8 blocks): SM activity 0.060, DRAM
+            # 6e-6, 6 W over a GPU holding its clock with no work: its SMs count for no power.
             hung = m.hang[:, None] & busy
+            spin = np.where(m.stuck & busy, m.stuck_sm, -1.0)
             if hung.any():
-                # Every rank blocked in a collective: NCCL's kernels spin on one SM per
-                # channel (a few of 108-132), touch little memory, and nothing else runs.
-                sm[hung] = (0.06 * j.gpu_mult + 0.004 * noise[0]).clip(0.02, 0.12)[hung]
-                occ[hung] = sm[hung] * 0.25
-                tensor[hung] = 0.0
-                dram[hung] = 0.005
-                util[hung] = 100.0
+                spin = np.where(hung, (0.06 * j.gpu_mult + 0.004 * noise[0]).clip(0.02, 0.12),
+                                spin)
+            quiet = spin >= 0.0
+            sm[quiet] = tensor[quiet] = occ[quiet] = dram[quiet] = 0.0
+            util[quiet] = 100.0  # the hung kernel still counts as running
         util[~busy] = 0.0
         sm[~busy] = tensor[~busy] = occ[~busy] = dram[~busy] = 0.0
         # Power and clocks.
@@ -272,6 +274,10 @@ class FleetSim:
             fr = np.where(capped, np.minimum(fr, room ** (1 / hw.CLOCK_POWER_EXP)), fr)
             demand = base + dyn * fr ** hw.CLOCK_POWER_EXP
         power = (demand + rng.standard_normal(shape) * (1.0 + 0.006 * demand)).clip(30.0, limit)
+        if quiet is not None and quiet.any():
+            sm[quiet] = spin[quiet]
+            occ[quiet] = spin[quiet] * 0.25  # 16 warps a block (512 threads) of an SM's 64
+            dram[quiet] = 6e-6
         # Heat: the die sits r_die * power above its heat sink, which lags toward the
         # inlet air; throttling at the slowdown threshold.
         self._inlet_walk = (self._inlet_walk + rng.normal(0.0, 0.03, self._inlet_walk.shape)

@@ -75,6 +75,7 @@ class Part:
     # slot (what the job phases' link shares in ``jobs.py`` are shares of).
     nvlink_bytes_per_s: float
     pcie_bytes_per_s: float
+    sms: int                  # streaming multiprocessors (a hung kernel holds a few)
 
 
 # Dynamic power ~ f * V^2 and V rises with f over the DVFS range.
@@ -100,6 +101,7 @@ A100 = Part(
     # NVLink 3: 12 links x 25 GB/s each way (NVIDIA's A100 datasheet: 600 GB/s both ways);
     # PCIe 4.0 x16: 31.5 GB/s each way.
     nvlink_bytes_per_s=300e9, pcie_bytes_per_s=31.5e9,
+    sms=108,                  # NVIDIA's A100 datasheet
 )
 
 H100 = Part(
@@ -119,6 +121,7 @@ H100 = Part(
     # NVLink 4: 18 links x 25 GB/s each way (the H100 SXM5 datasheet: 900 GB/s both ways);
     # PCIe 5.0 x16: 63 GB/s each way.
     nvlink_bytes_per_s=450e9, pcie_bytes_per_s=63e9,
+    sms=132,                  # as PyTorch reported on the real one
 )
 
 PARTS: dict[str, Part] = {p.name: p for p in (A100, H100)}
