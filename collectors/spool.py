@@ -16,15 +16,23 @@ When ``max_bytes`` would be exceeded the policy is drop-oldest, a whole
 segment at a time (a segment is ``max_bytes / 8`` by default), and each
 frame dropped is counted.
 
+The agent runs as root, so the spool is never a way into another file: the
+directory must be its user's and writable by no one else, and every file in
+it is opened without following a link (``O_NOFOLLOW``) and refused unless it
+is a regular file of that user's (``SpoolError``, naming the path and what
+to do). A link is never truncated, appended to or read through.
+
 ``SpoolingProducer`` (in ``spooling.py``) puts it in front of the broker.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import struct
 import zlib
 from collections.abc import Sequence
@@ -39,6 +47,13 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">II")
 _MAX_RECORD = 64 << 20
 _SUFFIX = ".seg"
+# Where the agent unit keeps its spool (deploy/systemd/fleetwatch-agent.service).
+_AGENT_STATE = "/var/lib/fleetwatch-agent"
+
+
+class SpoolError(OSError):
+    """The spool directory, or a file in it, is one this process must not use: another
+    user's, writable by group or others, or a link. The message says what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +91,8 @@ class Spool:
     def __init__(self, directory: str | Path, max_bytes: int, segment_bytes: int | None = None,
                  fsync: bool = True) -> None:
         self.dir = Path(directory)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        # Its own user's alone, whatever the umask (parents, if any, as the umask says).
+        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         check_writable(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or min(64 << 20, max(max_bytes // 8, 4096))
@@ -114,7 +130,8 @@ class Spool:
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
-            data = json.loads((self.dir / "head").read_text())
+            with os.fdopen(_open_file(self.dir / "head", os.O_RDONLY), "rb") as f:
+                data = json.loads(f.read(1 << 16))
             return int(data["segment"]), int(data["offset"])
         except FileNotFoundError:
             return 0, 0
@@ -126,20 +143,21 @@ class Spool:
     def _scan(self, seg: _Segment, last: bool) -> None:
         """Count the records from ``seg.start``; cut the file at a torn or corrupt record."""
         path = seg.path(self.dir)
-        data = path.read_bytes()
-        seg.start = min(seg.start, len(data))
-        pos, count = seg.start, 0
-        while pos < len(data):
-            end = _record_end(data, pos)
-            if end is None:
-                break
-            pos, count = end, count + 1
-        if pos < len(data):
-            self.torn += 1
-            level = logging.WARNING if last else logging.ERROR
-            log.log(level, "spool segment %s: %d bytes after offset %d are torn or corrupt; "
-                    "dropping them", path, len(data) - pos, pos)
-            with open(path, "r+b") as f:
+        with os.fdopen(_open_file(path, os.O_RDWR), "r+b") as f:
+            data = f.read()
+            seg.start = min(seg.start, len(data))
+            pos, count = seg.start, 0
+            while pos < len(data):
+                end = _record_end(data, pos)
+                if end is None:
+                    break
+                pos, count = end, count + 1
+            if pos < len(data):
+                self.torn += 1
+                level = logging.WARNING if last else logging.ERROR
+                log.log(level, "spool segment %s: %d bytes after offset %d are torn or "
+                        "corrupt; dropping them", path, len(data) - pos, pos)
+                # The file checked above, through its descriptor: never a link's target.
                 f.truncate(pos)
                 os.fsync(f.fileno())
         seg.size, seg.count = pos, count
@@ -172,7 +190,8 @@ class Spool:
             seg = _Segment(self._next_id, 0, 0, 0)
             self._next_id += 1
             self._segments.append(seg)
-            self._writer = open(seg.path(self.dir), "ab")  # noqa: SIM115 (held open across appends)
+            fd = _open_file(seg.path(self.dir), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            self._writer = os.fdopen(fd, "ab")  # held open across appends
             self._sync_dir()
         return seg
 
@@ -212,7 +231,7 @@ class Spool:
             if len(out) >= n:
                 break
             want = min(seg.count, n - len(out))
-            with open(seg.path(self.dir), "rb") as f:
+            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
                 f.seek(seg.start)
                 data = f.read(seg.size - seg.start)
             pos = 0
@@ -236,7 +255,7 @@ class Spool:
                     self._close_writer()
                 gone.append(self._segments.pop(0))
                 continue
-            with open(seg.path(self.dir), "rb") as f:
+            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
                 f.seek(seg.start)
                 data = f.read(seg.size - seg.start)
             pos = 0
@@ -255,7 +274,10 @@ class Spool:
         head = (self._segments[0].id, self._segments[0].start) if self._segments else (
             self._next_id, 0)
         tmp = self.dir / "head.tmp"
-        with open(tmp, "w") as f:
+        # A new file each time (a leftover, or a link, is removed, never written through);
+        # the rename below replaces ``head`` itself, not what a link there points at.
+        tmp.unlink(missing_ok=True)
+        with os.fdopen(_open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
             json.dump({"segment": head[0], "offset": head[1]}, f)
             f.flush()
             if self._fsync:
@@ -276,14 +298,20 @@ class Spool:
 
 
 def check_writable(directory: Path) -> None:
-    """Raise ``OSError`` now if frames could not be written here later.
+    """Raise ``OSError`` now if frames could not be written here later, and
+    ``SpoolError`` if the directory is not this user's alone.
 
     ``os.access`` answers for the real uid and ignores read-only mounts; writing a
     file is the only test that says what an append will meet.
     """
+    check_private(directory)
     probe = directory / f".probe-{os.getpid()}"
     try:
-        with open(probe, "wb") as f:
+        with contextlib.suppress(FileNotFoundError):
+            probe.unlink()
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        with os.fdopen(fd, "wb") as f:
             f.write(b"x")
             f.flush()
             os.fsync(f.fileno())
@@ -293,6 +321,66 @@ def check_writable(directory: Path) -> None:
     finally:
         with contextlib.suppress(OSError):
             probe.unlink()
+
+
+def check_private(directory: Path) -> None:
+    """``SpoolError`` unless ``directory`` is this process's user's and writable by no one
+    else: whoever can write it can plant a link named as a segment. (The configured path
+    itself may be a link an admin made; what it points at is judged.)"""
+    if os.name != "posix":
+        return
+    try:
+        st = os.stat(directory)
+    except FileNotFoundError:
+        return  # the write probe says so
+    problem = unsafe_owner_or_mode(st, os.geteuid(), "spool directory", directory)
+    if problem:
+        raise SpoolError(problem)
+
+
+def unsafe_owner_or_mode(st: os.stat_result, uid: int, what: str,
+                         path: str | Path) -> str | None:
+    """What is wrong with a spool directory or file of this ``stat`` for a process of user
+    ``uid``, or None."""
+    if st.st_uid != uid:
+        return (f"the {what} {path} is owned by uid {st.st_uid}, not by this process's user "
+                f"(uid {uid}): that user could plant a link that the agent would follow; "
+                f"chown it to uid {uid}, or point agent.spool_dir at a directory of this "
+                f"user's (the agent unit's is {_AGENT_STATE})")
+    if st.st_mode & 0o022:
+        return (f"the {what} {path} is writable by group or others (mode "
+                f"{stat.S_IMODE(st.st_mode):o}): anyone who can write it can plant a link "
+                f"that the agent would follow; chmod go-w {path}")
+    return None
+
+
+def _open_file(path: Path, flags: int) -> int:
+    """A descriptor on the spool file ``path``, never through a link (``O_NOFOLLOW``) and
+    only if it is a regular file of this user's that no one else can write: ``SpoolError``
+    otherwise. New files are 0600. ``O_NONBLOCK``: a planted FIFO cannot hang the open."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SpoolError(
+                f"the spool file {path} is a symbolic link: the spool never reads or writes "
+                "through one (it could point at any file); remove it") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            problem: str | None = f"the spool file {path} is not a regular file; remove it"
+        elif os.name == "posix":
+            problem = unsafe_owner_or_mode(st, os.geteuid(), "spool file", path)
+        else:
+            problem = None
+    except BaseException:
+        os.close(fd)
+        raise
+    if problem:
+        os.close(fd)
+        raise SpoolError(problem)
+    return fd
 
 
 def _record_end(data: bytes, pos: int) -> int | None:

@@ -91,7 +91,7 @@ class AgentConfig:
     # What to do when NVML is missing or fails at start: error (exit 1),
     # ignore (run host-only), retry (host-only, try NVML again each minute).
     nvml_policy: Literal["error", "ignore", "retry"] = "retry"
-    spool_dir: str = required("/var/lib/fleetwatch/spool")
+    spool_dir: str = required("/var/lib/fleetwatch-agent/spool")
     spool_max_mb: float = ranged(512.0, 1.0, 1_000_000.0)
     # An address to listen on: 0.0.0.0 for all of them ("" would mean the same, unsaid).
     metrics_host: str = required("127.0.0.1")

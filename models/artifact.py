@@ -19,6 +19,7 @@ import calendar
 import json
 import os
 import pickle
+import stat
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -123,13 +124,24 @@ def check_trusted(path: str | Path) -> None:
                 f"{path}: the {what} {p} is writable by group or others (mode "
                 f"{st.st_mode & 0o7777:o}); a model file is a pickle and loading it runs "
                 f"its code, so it is refused: make it writable only by its owner "
-                f"(chmod go-w {p})")
+                f"(chmod go-w {p}){_fs_group_hint(path.parent)}")
         if st.st_uid not in (me, 0):
             raise ModelFileError(
                 f"{path}: the {what} {p} is owned by uid {st.st_uid}, not by this user "
                 f"(uid {me}) or root; a model file is a pickle and loading it runs its "
                 f"code, so it is refused: chown it to the user that runs fleetwatch, or "
                 f"point models.dir at a directory of that user's")
+
+
+def _fs_group_hint(directory: Path) -> str:
+    """Where the directory looks as a Kubernetes fsGroup leaves a volume (setgid and
+    group-writable), what makes it so: the check stays as strict, the cause is named."""
+    mode = os.stat(directory).st_mode
+    if mode & stat.S_ISGID and mode & 0o020:
+        return (". Its directory is setgid and group-writable, as a Kubernetes fsGroup "
+                "leaves a volume: remove fsGroup from the pods that mount models.dir "
+                "(deploy/kubernetes/fleetwatch.yaml runs them without one)")
+    return ""
 
 
 def read_metadata(path: str | Path) -> dict[str, Any]:

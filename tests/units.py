@@ -41,9 +41,21 @@ class Unit:
         return float(self.get("Service", "TimeoutStopSec", "90"))
 
 
+class _Repeated(dict):  # type: ignore[type-arg]
+    """A section's keys as systemd reads them: a key given twice (SystemCallFilter=, an
+    allow list then a deny list) keeps both values, one a line, in order."""
+
+    def __setitem__(self, key: str, value: object) -> None:
+        old = self.get(key)
+        if isinstance(old, list) and isinstance(value, list):
+            value = old + value
+        super().__setitem__(key, value)
+
+
 def read_unit(path: Path) -> Unit:
-    parser = configparser.ConfigParser(interpolation=None, strict=True, delimiters=("=",),
-                                       comment_prefixes=("#", ";"), empty_lines_in_values=False)
+    parser = configparser.ConfigParser(interpolation=None, strict=False, delimiters=("=",),
+                                       comment_prefixes=("#", ";"), empty_lines_in_values=False,
+                                       dict_type=_Repeated)
     parser.optionxform = str  # type: ignore[assignment,method-assign]  # keys keep their case
     parser.read(path, encoding="utf-8")
     return Unit(path, {s: dict(parser[s]) for s in parser.sections()})

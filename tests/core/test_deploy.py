@@ -13,9 +13,20 @@ from pathlib import Path
 from fleetwatch.cli_args import parser
 from fleetwatch.cli_history import EXIT_USAGE
 from fleetwatch.config import load
-from tests.units import CLUSTER_CONFIG, INSTALLED_BINARY, INSTALLED_CONFIG, UNITS, units
+from tests.units import (
+    CLUSTER_CONFIG,
+    INSTALLED_BINARY,
+    INSTALLED_CONFIG,
+    UNITS,
+    Unit,
+    units,
+)
 
 SERVICES = {u.path.stem: u for u in units(".service")}
+
+
+def state_of(unit: Unit) -> str:
+    return "/var/lib/" + unit.get("Service", "StateDirectory")
 
 
 def systemd_analyze() -> str:
@@ -84,13 +95,12 @@ def test_the_cluster_config_loads_and_only_the_agent_runs_as_root() -> None:
     # The spool lives in the agent unit's state directory, and the relative models.dir in
     # the working directory of the units that train and read it.
     agent = SERVICES["fleetwatch-agent"]
-    state = "/var/lib/" + agent.get("Service", "StateDirectory")
-    assert config.agent.spool_dir.startswith(state + "/")
+    assert config.agent.spool_dir.startswith(state_of(agent) + "/")
     assert not Path(config.models.dir).is_absolute()
     for name, unit in SERVICES.items():
         user = unit.get("Service", "User")
         assert (user == "root") == (name == "fleetwatch-agent"), name
-        assert unit.get("Service", "WorkingDirectory") == state, name
+        assert unit.get("Service", "WorkingDirectory") == state_of(unit), name
         assert unit.get("Service", "ProtectSystem") == "strict", name
     # Long-running services stop as Ctrl-C stops them: SIGTERM, with time to flush; they
     # come back when they die, but not to repeat a configuration error.
@@ -125,3 +135,108 @@ def test_a_configuration_error_exits_with_the_status_that_stops_the_restarts(
                                 cwd=tmp_path)
         assert result.returncode == EXIT_USAGE, (name, result.stderr)
         assert "bus.kind" in result.stderr, (name, result.stderr)
+
+
+# The agent's capabilities, each for a reading it takes (checked with setpriv's bounding set
+# on an H100 node): GPM while the driver restricts profiling to administrators, /dev/kmsg
+# under kernel.dmesg_restrict, and /proc/PID/environ of another user's job (the kernel asks
+# for both of the last two).
+AGENT_CAPABILITIES = {"CAP_SYS_ADMIN", "CAP_SYSLOG", "CAP_DAC_READ_SEARCH", "CAP_SYS_PTRACE"}
+# Every unit: no new privileges, no kernel modules, tunables or cgroups to change, no
+# namespaces, realtime, set-uid files or personality, native system calls of a service.
+EVERY_UNIT = {"NoNewPrivileges": "yes", "ProtectSystem": "strict", "ProtectHome": "yes",
+              "PrivateTmp": "yes", "PrivateMounts": "yes", "ProtectKernelModules": "yes",
+              "ProtectKernelTunables": "yes", "ProtectControlGroups": "yes",
+              "ProtectHostname": "yes", "RestrictAddressFamilies": "AF_UNIX AF_INET AF_INET6",
+              "RestrictNamespaces": "yes", "RestrictRealtime": "yes",
+              "RestrictSUIDSGID": "yes", "LockPersonality": "yes",
+              "SystemCallArchitectures": "native", "SystemCallErrorNumber": "EPERM",
+              "AmbientCapabilities": ""}
+# What would hide the agent's readings: /dev/kmsg, /dev/nvidia*, the jobs' processes, and
+# (ProtectClock, on systemd before 253) every device.
+HIDES_THE_AGENTS_READINGS = ("ProtectKernelLogs", "PrivateDevices", "ProtectProc",
+                             "ProcSubset", "ProtectClock", "DevicePolicy", "DeviceAllow",
+                             "PrivateUsers", "PrivateNetwork")
+
+
+def system_calls(group: str) -> set[str]:
+    """The system calls of a SystemCallFilter group, as this systemd defines it."""
+    said = subprocess.run([systemd_analyze(), "syscall-filter", group], capture_output=True,
+                          text=True, timeout=60, check=True).stdout
+    names = {w for line in said.splitlines()[1:] if not line.lstrip().startswith("#")
+             for w in line.split()}
+    calls = {n for n in names if not n.startswith("@")}
+    for nested in names - calls:
+        calls |= system_calls(nested)
+    return calls
+
+
+def filtered(setting: str) -> set[str]:
+    """The system calls a unit's SystemCallFilter= lines leave: the first line's allow
+    list less each deny list (~) after it."""
+    first, *denied = setting.splitlines()
+    assert first == "@system-service", setting
+    allowed = system_calls(first)
+    for line in denied:
+        assert line.startswith("~"), setting
+        for name in line[1:].split():
+            allowed -= system_calls(name) if name.startswith("@") else {name}
+    return allowed
+
+
+def test_the_agent_keeps_only_the_capabilities_it_reads_with() -> None:
+    service = SERVICES["fleetwatch-agent"].sections["Service"]
+    assert set(service["CapabilityBoundingSet"].split()) == AGENT_CAPABILITIES
+    for key, value in EVERY_UNIT.items():
+        assert service.get(key) == value, key
+    assert not set(HIDES_THE_AGENTS_READINGS) & set(service), service
+    # CAP_SYS_PTRACE opens /proc/PID/environ and nothing more: the filter has no ptrace(2)
+    # and no process_vm_readv(2) to use it with.
+    allowed = filtered(service["SystemCallFilter"])
+    assert {"ioctl", "openat", "read", "connect"} <= allowed  # NVML, /dev/kmsg, Kafka
+    assert not {"ptrace", "process_vm_readv", "process_vm_writev"} & allowed
+
+
+def test_the_other_units_have_no_capability_and_no_device() -> None:
+    for name, unit in SERVICES.items():
+        if name == "fleetwatch-agent":
+            continue
+        service = unit.sections["Service"]
+        assert service.get("CapabilityBoundingSet") == "", name  # present and empty: none
+        assert {"openat", "connect", "accept4"} <= filtered(service["SystemCallFilter"])
+        for key, value in {**EVERY_UNIT, "PrivateDevices": "yes", "ProtectKernelLogs": "yes",
+                           "ProtectClock": "yes", "ProtectProc": "invisible",
+                           "UMask": "0022"}.items():
+            assert service.get(key) == value, (name, key)
+
+
+def test_the_agents_state_directory_is_its_own() -> None:
+    # systemd gives a StateDirectory to the unit's user (recursively): one shared with the
+    # fleetwatch user's units would hand the root agent's spool to that user.
+    agent = SERVICES["fleetwatch-agent"]
+    assert agent.get("Service", "StateDirectory") == "fleetwatch-agent"
+    assert agent.get("Service", "StateDirectoryMode") == "0700"
+    assert agent.get("Service", "UMask") == "0077"
+    for name, unit in SERVICES.items():
+        if name != "fleetwatch-agent":
+            assert unit.get("Service", "StateDirectory") == "fleetwatch", name
+            assert not state_of(agent).startswith(state_of(unit) + "/"), name
+
+
+def exposure(folder: Path, name: str) -> float:
+    result = subprocess.run([systemd_analyze(), "security", "--offline=yes", "--no-pager",
+                             name], cwd=folder, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "SYSTEMD_LOG_COLOR": "0"})
+    said = result.stdout + result.stderr
+    marker = f"Overall exposure level for {name}: "
+    assert marker in said, said
+    return float(said.split(marker, 1)[1].split()[0])
+
+
+def test_systemd_rates_the_units_exposure(tmp_path: Path) -> None:
+    # systemd-analyze's 0-10 exposure score (10: a unit with no sandbox at all). Before the
+    # hardening: agent 8.9, the others 7.9.
+    folder = installed_copy(tmp_path)
+    assert exposure(folder, "fleetwatch-agent.service") <= 3.5
+    for name in ("process", "dashboard", "train", "report"):
+        assert exposure(folder, f"fleetwatch-{name}.service") <= 1.5, name
