@@ -18,7 +18,7 @@ them, hung signature or not, is in the same phase: the signature is never enough
 on its own. A GPU found stuck stays stuck while it keeps that hung
 signature, whatever phase its peers move on to (a hang does not end with the
 peers' all-reduce), until it works again. A whole job hung (every rank blocked in a collective)
-looks like a long all-reduce and is not this rule's to see.
+is ``models/job_hang.py``'s: it moves no bytes, where a long all-reduce does.
 """
 
 from __future__ import annotations
