@@ -8,7 +8,7 @@ Starts its own Tansu broker and VictoriaMetrics on free 127.0.0.1 ports and
 measures two shapes of frame of a 125-node x 8-GPU fleet, each on its own topic
 (encoded with ``fleetwatch.codec``):
 
-- ``sim``: the simulator's frames: 32 metrics a GPU, 5 host metrics, no ports,
+- ``sim``: the simulator's frames: 36 metrics a GPU, 5 host metrics, no ports,
   no XIDs (it had 11 metrics a GPU when docs/scale.md's first figures were taken);
 - ``agent``: frames as the node agent makes them: ``node_source`` over
   ``FakeNvml`` (8 H100s: about 40 metrics a GPU, the GPUs' info) and the host

@@ -1,6 +1,6 @@
 """The frames of ``benchmarks/pipeline.py``: the simulator's, and the agent's.
 
-``sim``: the simulator's frames (32 metrics a GPU, 5 host metrics, no ports).
+``sim``: the simulator's frames (36 metrics a GPU, 5 host metrics, no ports).
 ``agent``: frames as ``fleetwatch agent --fake-gpus 8`` makes them: ``node_source``
 over ``FakeNvml`` and the tests' host fixture (NICs, InfiniBand ports, RAPL).
 """
