@@ -43,7 +43,7 @@ from typing import Any
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
-from fleetwatch.pipeline.sinks.http import post_json
+from fleetwatch.pipeline.sinks.http import ServerURL, post_json
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 
 log = logging.getLogger(__name__)
@@ -82,7 +82,8 @@ class AlertmanagerSink:
 
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
-        self.url = url.rstrip("/") + "/api/v2/alerts"
+        # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
+        self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
@@ -101,6 +102,15 @@ class AlertmanagerSink:
         self._post_failed = False          # the last post failed: mirror before the next
         self.silence_errors = 0   # mirroring passes that failed or had a silence refused
         self._refused: set[str] = set()  # keys whose silence Alertmanager refused (logged)
+
+    @property
+    def url(self) -> str:
+        """Where alerts are posted, as messages show it (a password masked)."""
+        return self.server.shown
+
+    @url.setter
+    def url(self, url: str) -> None:
+        self.server = ServerURL.of(url)
 
     def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
         firing = alert.state != "resolved"
@@ -241,7 +251,7 @@ class AlertmanagerSink:
         body = [self._payload(a, now) for a in (*firing, *resolved)]
         if body:
             try:
-                post_json(self.url, body, self.timeout_s, "Alertmanager")
+                post_json(self.server, body, self.timeout_s, "Alertmanager")
             except SinkError:
                 self._post_failed = True
                 raise

@@ -44,9 +44,7 @@ from __future__ import annotations
 
 import json
 import re
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -54,7 +52,13 @@ from typing import Any
 
 from fleetwatch.pipeline.silences import LABELS
 from fleetwatch.pipeline.sinks.base import SinkError, iso
-from fleetwatch.pipeline.sinks.http import post_json
+from fleetwatch.pipeline.sinks.http import (
+    ANSWER_LIMIT,
+    SILENCES_LIMIT,
+    ServerURL,
+    post_json,
+    request,
+)
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 
 __all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
@@ -199,30 +203,35 @@ def plan(wanted: Iterable[Wanted], have: Iterable[Mapping[str, Any]],
 
 class AlertmanagerSilences:
     """Alertmanager's silence API; every failure is a ``SinkError`` (try again later) or,
-    for a silence it refuses (400: a regular expression it cannot parse), ``SinkRejected``."""
+    for a silence it refuses (400: a regular expression it cannot parse), ``SinkRejected``.
+    Requests as ``http`` makes them (basic auth from the URL, a deadline, bounded answers);
+    the list of silences may be large: up to ``SILENCES_LIMIT``."""
 
     def __init__(self, base_url: str, timeout_s: float) -> None:
-        self.base = base_url.rstrip("/") + "/api/v2"
+        self.server = ServerURL.of(base_url.rstrip("/")).join("/api/v2")
+        self.base = self.server.shown  # for messages: requests go to self.server.base
         self.timeout_s = timeout_s
 
-    def _call(self, method: str, path: str) -> Any:
-        url = self.base + path
-        req = urllib.request.Request(url, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                text = resp.read()
-        except urllib.error.HTTPError as exc:
-            raise SinkError(f"Alertmanager {method} {url} answered {exc.code}: "
-                            f"{exc.read(2000).decode('utf-8', 'replace').strip()}") from exc
-        except (urllib.error.URLError, OSError) as exc:
-            raise SinkError(f"Alertmanager {url} unreachable: {exc}") from exc
+    def _call(self, method: str, path: str, limit: int = ANSWER_LIMIT) -> Any:
+        server = self.server.join(path)
+        what = f"Alertmanager {method} {server.shown}"
+        status, text, whole = request(server, method, None, self.timeout_s,
+                                      f"Alertmanager {method}", limit)
+        if status >= 300:
+            raise SinkError(f"{what} answered {status}: "
+                            f"{text.decode('utf-8', 'replace').strip()}")
+        if not whole:
+            raise SinkError(f"{what} answered more than {limit >> 20} MiB, more than "
+                            "fleetwatch reads: too many silences, the expired ones included "
+                            "(Alertmanager keeps them for its --data.retention, 120h by "
+                            "default); shorten --data.retention, or make fewer silences")
         try:
             return json.loads(text) if text.strip() else None
         except ValueError as exc:
-            raise SinkError(f"Alertmanager {method} {url}: not JSON: {text[:200]!r}") from exc
+            raise SinkError(f"{what}: not JSON: {text[:200]!r}") from exc
 
     def list(self) -> list[dict[str, Any]]:
-        got = self._call("GET", "/silences")
+        got = self._call("GET", "/silences", SILENCES_LIMIT)
         if not isinstance(got, list):
             raise SinkError(f"Alertmanager GET {self.base}/silences: expected a list")
         return got
@@ -230,7 +239,8 @@ class AlertmanagerSilences:
     def put(self, body: dict[str, Any]) -> None:
         """Create a silence, or (``id`` in ``body``) change one; Alertmanager replaces a
         silence whose matchers or start change by a new one."""
-        post_json(self.base + "/silences", body, self.timeout_s, "Alertmanager silences")
+        post_json(self.server.join("/silences"), body, self.timeout_s,
+                  "Alertmanager silences")
 
     def expire(self, silence_id: str) -> None:
         try:

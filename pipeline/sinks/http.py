@@ -1,27 +1,197 @@
-"""One JSON POST with the standard library, its failures told apart."""
+"""The sinks' HTTP requests, with the standard library, their failures told apart.
+
+* A ``user:password@`` in a sink URL is sent as HTTP basic auth (``ServerURL``, as for
+  the store), never to where a redirect leads; every message names the URL as
+  ``fleetwatch config`` shows it (the password masked, a webhook's path too).
+* ``timeout_s`` (``alerts.sink_timeout_s``) bounds the whole request: connect, send, and
+  the answer's status line, headers and body. urllib's own timeout is per socket
+  operation, so a receiver that drips a byte every few seconds would hold the sink for
+  ever; a timer shuts the request's socket down at the deadline.
+* An answer is read up to a bound: ``ANSWER_LIMIT`` (the part of a 2xx answer to a POST
+  past it is left unread: the receiver took the alerts), ``ERROR_TEXT_LIMIT`` of an
+  error's text, and a caller's own (Alertmanager's silence list), past which it is an error.
+* Any failure to get a complete answer (unreachable, reset, an answer that is not HTTP, a
+  body cut short, TLS, the deadline), 5xx and 429 are ``SinkError``: tried again, then
+  held. Any other answer that is not 2xx is ``SinkRejected``: never retried.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import json
+import socket
+import threading
 import urllib.error
 import urllib.request
 from typing import Any
 
+from fleetwatch.pipeline.server_url import ServerURL
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected
 
+__all__ = ["ANSWER_LIMIT", "ERROR_TEXT_LIMIT", "SILENCES_LIMIT", "ServerURL", "post_json",
+           "request"]
 
-def post_json(url: str, body: Any, timeout_s: float, what: str) -> None:
-    """POST ``body``; ``SinkError`` for a connection failure, a timeout or 5xx/429,
-    ``SinkRejected`` for any other 4xx (the receiver's text in the message)."""
-    data = json.dumps(body).encode()
-    req = urllib.request.Request(url, data, {"Content-Type": "application/json"}, method="POST")
+ANSWER_LIMIT = 64 << 10        # bytes of any answer read
+ERROR_TEXT_LIMIT = 2000        # bytes of an error answer's text quoted in a message
+SILENCES_LIMIT = 32 << 20      # Alertmanager's GET /api/v2/silences: every silence it has
+_READ = 64 << 10
+
+
+def post_json(url: ServerURL | str, body: Any, timeout_s: float, what: str) -> None:
+    """POST ``body``; ``SinkError`` for no complete answer within ``timeout_s``, 5xx or
+    429, ``SinkRejected`` for any other answer that is not 2xx (its text in the message)."""
+    server = url if isinstance(url, ServerURL) else ServerURL.of(url)
+    status, text, _ = request(server, "POST", json.dumps(body).encode(), timeout_s, what)
+    if status >= 300:
+        quoted = text[:ERROR_TEXT_LIMIT].decode("utf-8", "replace").strip()
+        if status >= 500 or status == 429:
+            raise SinkError(f"{what} {server.shown} answered {status}: {quoted}")
+        raise SinkRejected(f"{what} {server.shown} refused the alerts ({status}): {quoted}")
+
+
+def request(server: ServerURL, method: str, data: bytes | None, timeout_s: float, what: str,
+            limit: int = ANSWER_LIMIT) -> tuple[int, bytes, bool]:
+    """One request, all of it within ``timeout_s``: (status, the answer's first ``limit``
+    bytes, whether that is all of it; of an answer that is not 2xx, its first
+    ``ERROR_TEXT_LIMIT`` bytes, whatever came of them). ``SinkError`` when no complete
+    answer came."""
+    headers = {"Content-Type": "application/json"} if data is not None else {}
+    req = urllib.request.Request(server.base, data, headers, method=method)
+    for name, value in server.basic_header().items():
+        req.add_unredirected_header(name, value)  # not to where a redirect leads
+    deadline = _Deadline(timeout_s)
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
     try:
-        with urllib.request.urlopen(req, timeout=timeout_s) as resp:
-            resp.read()
-    except urllib.error.HTTPError as exc:
-        text = exc.read(2000).decode("utf-8", "replace").strip()
-        if exc.code >= 500 or exc.code == 429:
-            raise SinkError(f"{what} {url} answered {exc.code}: {text}") from exc
-        raise SinkRejected(f"{what} {url} refused the alerts ({exc.code}): {text}") from exc
-    except (urllib.error.URLError, OSError) as exc:
-        raise SinkError(f"{what} {url} unreachable: {exc}") from exc
+        with deadline:
+            try:
+                resp = opener.open(req, timeout=timeout_s)
+            except urllib.error.HTTPError as exc:
+                with exc:
+                    return exc.code, _error_text(exc), True
+            with resp:
+                text, whole = _read(resp, limit)
+                return resp.status, text, whole
+    except urllib.error.URLError as exc:
+        if deadline.passed:
+            raise SinkError(f"{what} {server.shown} {deadline.said()}") from exc
+        raise SinkError(f"{what} {server.shown} unreachable: {exc.reason}") from exc
+    except http.client.InvalidURL:
+        # Its text quotes the URL, a webhook's secret path included: not repeated here.
+        raise SinkRejected(f"{what} {server.shown}: not a URL that can be requested (a "
+                           "control character or a port that is no number?)") from None
+    except (http.client.HTTPException, OSError) as exc:
+        # Reached, but the answer is no HTTP (BadStatusLine), ends early (IncompleteRead,
+        # RemoteDisconnected, a reset), or TLS failed in it: the receiver may be fine next time.
+        said = deadline.said() if deadline.passed else (
+            f"gave no complete answer: {type(exc).__name__}: {exc}")
+        raise SinkError(f"{what} {server.shown} {said}") from exc
+
+
+def _read(resp: http.client.HTTPResponse, limit: int) -> tuple[bytes, bool]:
+    """Up to ``limit`` bytes of the answer, and whether that was all of it; an answer that
+    ends before its ``Content-Length`` raises ``IncompleteRead`` (``read(n)`` does not)."""
+    chunks: list[bytes] = []
+    got = 0
+    while got <= limit:
+        chunk = resp.read(min(_READ, limit + 1 - got))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    text = b"".join(chunks)
+    if got > limit:
+        return text[:limit], False
+    if resp.length:  # what Content-Length promised and did not come
+        raise http.client.IncompleteRead(text, resp.length)
+    return text, True
+
+
+def _error_text(exc: urllib.error.HTTPError) -> bytes:
+    """What came of an error answer's text: its status says what matters."""
+    try:
+        return _read(exc.fp, ERROR_TEXT_LIMIT)[0] if exc.fp is not None else b""  # type: ignore[arg-type]
+    except (http.client.HTTPException, OSError, ValueError) as read_exc:
+        return f"(its text cut short: {type(read_exc).__name__})".encode()
+
+
+class _Deadline:
+    """Shuts the request's connections down once ``timeout_s`` has passed, which fails
+    whatever read or write is under way on them (a context: the timer runs inside it)."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self.timeout_s = timeout_s
+        self.passed = False
+        self._conns: list[http.client.HTTPConnection] = []
+        # urllib drops the connection's socket once the headers are in (the answer reads
+        # on through its own file of it): kept here to be shut down mid-body.
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._timer = threading.Timer(timeout_s, self._expire)
+        self._timer.daemon = True
+
+    def __enter__(self) -> _Deadline:
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._timer.cancel()
+
+    def said(self) -> str:
+        return f"gave no complete answer within {self.timeout_s:g}s (alerts.sink_timeout_s)"
+
+    def watch(self, conn: http.client.HTTPConnection) -> None:
+        """Watch ``conn``: its socket is shut down at the deadline (a TLS handshake under
+        way included), and one that connects after it is refused."""
+        connect = conn.connect
+
+        def connect_in_time() -> None:
+            connect()
+            with self._lock:
+                if self.passed:
+                    conn.close()
+                    raise TimeoutError("connected after the deadline")
+                if conn.sock is not None:
+                    self._socks.append(conn.sock)
+
+        conn.connect = connect_in_time  # type: ignore[method-assign]
+        with self._lock:
+            self._conns.append(conn)
+
+    def _expire(self) -> None:
+        with self._lock:
+            self.passed = True
+            # Connecting (no socket yet): its own timeout ends it, then connect_in_time.
+            socks = [*self._socks, *(c.sock for c in self._conns if c.sock is not None)]
+            for sock in socks:
+                # socket's own shutdown, a TLS socket's too: no close_notify exchange with
+                # a receiver that is not answering. One closed since: EBADF.
+                with contextlib.suppress(OSError):
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _watched(deadline: _Deadline, cls: type[http.client.HTTPConnection]) -> Any:
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        conn = cls(*args, **kwargs)
+        deadline.watch(conn)
+        return conn
+    return make
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_watched(self._deadline, http.client.HTTPConnection), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline: _Deadline) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_watched(self._deadline, http.client.HTTPSConnection), req,
+                            context=self._context)

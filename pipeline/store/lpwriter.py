@@ -42,16 +42,15 @@ import urllib.request
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 
 from influxdb_client import InfluxDBClient, WritePrecision
 from influxdb_client.client.exceptions import InfluxDBError
 from influxdb_client.client.write_api import SYNCHRONOUS
 from urllib3.exceptions import HTTPError as Urllib3Error
 
-# The masking ``fleetwatch config`` shows: one rule for what of a URL is secret.
-from fleetwatch.config import ConfigError
-from fleetwatch.config import _masked_url as masked_url
+# ServerURL lives in the pipeline's shared module (the sinks use it too); imported here,
+# where callers have always found it.
+from fleetwatch.pipeline.server_url import ServerURL
 from fleetwatch.pipeline.store.base import StoreError, StoreRejected
 from fleetwatch.pipeline.store.lineproto import EncodedLines
 from fleetwatch.retry import Backoff, retry
@@ -64,41 +63,6 @@ _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _CONFIG_STATUS = frozenset({401, 403, 404})
 # store.influx_api: which write API; "auto" asks the server's /ping (see ``influx``).
 API_SETTINGS = ("auto", "v1", "v2")
-
-
-@dataclass(frozen=True)
-class ServerURL:
-    """A store URL taken apart: where requests go (no ``user:password@``), what messages
-    name (the password masked) and the basic-auth credentials it carried."""
-
-    base: str
-    shown: str
-    basic: str = ""  # "user:password", or empty
-
-    @classmethod
-    def parse(cls, url: str, token: str = "") -> ServerURL:
-        """Raises ``ConfigError`` when the URL carries credentials and ``token`` is another
-        one: one ``Authorization`` header cannot carry both."""
-        url = url.rstrip("/")
-        shown = masked_url(url, False)
-        split = urllib.parse.urlsplit(url)
-        if "@" not in split.netloc:
-            return cls(url, shown)
-        userinfo, _, host = split.netloc.rpartition("@")
-        user, _, password = userinfo.partition(":")
-        basic = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-        if token and token != basic:
-            raise ConfigError(
-                f"store.url = {shown!r} carries a user and password (sent as HTTP basic "
-                "auth) and store.token is set to another credential: one request carries "
-                "only one; keep the user:password in store.url and empty store.token, or "
-                "take them out of store.url")
-        return cls(urllib.parse.urlunsplit(split._replace(netloc=host)), shown, basic)
-
-    def basic_header(self) -> dict[str, str]:
-        if not self.basic:
-            return {}
-        return {"Authorization": "Basic " + base64.b64encode(self.basic.encode()).decode()}
 
 
 class LineProtocolWriter:
