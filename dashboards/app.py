@@ -9,11 +9,12 @@ thread or process is writing.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
 from typing import Any
 from urllib.parse import unquote
@@ -67,17 +68,20 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None,
 def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", *,
                clock: Callable[[], float] = time.time,
                temp_limit_c: float | None = None,
-               carbon: CarbonModel | None = None) -> dash.Dash:
+               carbon: CarbonModel | None = None,
+               allowed_hosts: Sequence[str] = ()) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
     ``temp_limit_c``: the site's temperature limit (detectors.site_temp_limit_c), drawn as a
     line on node charts; without one, the GPUs' slowdown temperature.
+    ``allowed_hosts``: the names besides loopback's it answers to (``HostCheck``).
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
     app = dash.Dash(__name__, title=title, update_title=None,
                     suppress_callback_exceptions=True, serve_locally=True)
+    app.server.wsgi_app = HostCheck(app.server.wsgi_app, allowed_hosts)  # type: ignore[method-assign]
     style = resources.files("fleetwatch.dashboards").joinpath("style.css").read_text("utf-8")
     app.index_string = _INDEX.replace("STYLE", style)
     shell = html.Div(className="shell", children=[
@@ -123,21 +127,104 @@ def _default_carbon() -> CarbonModel:
     return model_from_config(CarbonConfig(), EnergyConfig())
 
 
+def _host_and_port(host: str) -> tuple[str, int | None]:
+    """``name``, ``name:port``, ``[v6]`` or ``[v6]:port`` as (lower-case name, port or None)."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        name, sep, port = host.rpartition(":")
+        if not sep or not port.isdigit():
+            name, port = host, ""
+    return name.rstrip("."), int(port) if port.isdigit() else None
+
+
+def host_allowed(host: str | None, allowed: Iterable[str] = ()) -> bool:
+    """Whether a request's ``Host`` header names this dashboard.
+
+    Loopback names (``localhost``, 127.0.0.0/8, ``[::1]``) on any port: an SSH tunnel or a
+    container may map the port, and a page can only send one of these by being served
+    from loopback itself. Else one of ``allowed`` (dashboard.allowed_hosts): ``name`` on
+    any port, ``name:port`` on that one. A page that DNS-rebinds its own name to 127.0.0.1
+    sends that name, and is refused. No Host at all (HTTP/1.0, not a browser) is served.
+    """
+    if not host:
+        return True
+    name, port = _host_and_port(host)
+    if name == "localhost":
+        return True
+    try:
+        if ipaddress.ip_address(name).is_loopback:
+            return True
+    except ValueError:
+        pass
+    for entry in allowed:
+        a_name, a_port = _host_and_port(entry)
+        if name == a_name and a_port in (None, port):
+            return True
+    return False
+
+
+class HostCheck:
+    """WSGI middleware: answers 421 to a request whose Host is not the dashboard's
+    (``host_allowed``). The dashboard has no authentication, so it must not answer a
+    page from another site that reached 127.0.0.1 by DNS rebinding (or through the
+    operator's SSH tunnel) as if it were its own. Each refused Host is logged once."""
+
+    MAX_LOGGED = 32  # distinct refused hosts logged; a flood of names is not logged forever
+
+    def __init__(self, app: Callable[..., Any], allowed: Iterable[str] = ()) -> None:
+        self.app = app
+        self.allowed = tuple(allowed)
+        self._logged: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        host = environ.get("HTTP_HOST")
+        if host_allowed(host, self.allowed):
+            return self.app(environ, start_response)
+        self._say(str(host))
+        body = (f"fleetwatch dashboard: Host {host!r} is not served here. Open it as "
+                "http://localhost:<port>/ (or 127.0.0.1), or, behind a reverse proxy, add "
+                "the name to dashboard.allowed_hosts.\n").encode()
+        start_response("421 Misdirected Request", [("Content-Type", "text/plain; charset=utf-8"),
+                                                   ("X-Content-Type-Options", "nosniff"),
+                                                   ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _say(self, host: str) -> None:
+        with self._lock:
+            if host in self._logged or len(self._logged) >= self.MAX_LOGGED:
+                return
+            self._logged.add(host)
+            last = len(self._logged) == self.MAX_LOGGED
+        log.warning("refused a request for Host %r (answered 421): the dashboard answers "
+                    "only localhost, 127.0.0.1, [::1]%s, so that a web page cannot read it "
+                    "by DNS rebinding. A reverse proxy that forwards this name: add it to "
+                    "dashboard.allowed_hosts%s", host[:200],
+                    f" and dashboard.allowed_hosts ({', '.join(self.allowed)})"
+                    if self.allowed else "",
+                    "; further refused hosts are not logged" if last else "")
+
+
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           refresh_s: float = 5.0, sock: socket.socket | None = None,
           temp_limit_c: float | None = None, carbon: CarbonModel | None = None,
-          until: threading.Event | None = None) -> None:
+          until: threading.Event | None = None, allowed_hosts: Sequence[str] = ()) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
 
     ``sock``: a socket already bound (``fleetwatch up`` takes the port before
     it touches any store, so a busy port stops it with nothing written).
+    ``allowed_hosts``: dashboard.allowed_hosts (``HostCheck``).
     """
     from waitress import wasyncore
     from waitress.server import create_server
 
-    app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon)
+    app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
+                     allowed_hosts=allowed_hosts)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

@@ -318,7 +318,8 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
         stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
         serve(open_dashboard_store(config), c.host, c.port, c.refresh_s, sock=sock,
               temp_limit_c=config.detectors.site_temp_limit_c,
-              carbon=model_from_config(config.carbon, config.energy), until=stop)
+              carbon=model_from_config(config.carbon, config.energy), until=stop,
+              allowed_hosts=c.allowed_hosts)
     finally:
         sock.close()
     return EXIT_OK

@@ -32,6 +32,14 @@ from fleetwatch.report import (
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
               "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
               "missing_gpu_hours")
+# What a spreadsheet reads as the start of a formula (OWASP "CSV injection"): a text cell
+# starting with one gets a leading ' so Excel and LibreOffice show it as text. Job, user
+# and team names come from the scheduler and pods, which the cluster's tenants name.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _text_cell(value: str) -> str:
+    return "'" + value if value.startswith(_FORMULA_START) else value
 
 
 def write_csv(report: Report, path: Path) -> None:
@@ -42,7 +50,9 @@ def write_csv(report: Report, path: Path) -> None:
             for line in report.lines[kind]:
                 # getattr, not asdict: asdict deep-copies, seconds for 66,000 jobs.
                 values = [getattr(line, k) for k in CSV_FIELDS]
-                w.writerow([v if isinstance(v, str) else f"{v:.6f}" for v in values])
+                # Only text is escaped: numbers (negative ones too) are written as numbers.
+                w.writerow([_text_cell(v) if isinstance(v, str) else f"{v:.6f}"
+                            for v in values])
 
 
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,

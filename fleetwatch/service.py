@@ -37,8 +37,19 @@ def quiet_kafka_client() -> None:
     away several lines a second at WARNING and ERROR. fleetwatch says itself, once,
     when the broker goes and when it is back (the agent's spool, the processor's
     ``reach_kafka`` and topic watch), so only the client's CRITICAL lines are kept.
+
+    Except the cause of a refused connection (a SASL mechanism the broker does not
+    offer, a wrong password, a failed TLS handshake): the loggers that say it keep
+    their ERROR lines, for ``pipeline.bus.kafka`` to record (not print) and to name in
+    its errors, where kafka-python itself only raises "Unable to bootstrap".
     """
+    from fleetwatch.pipeline.bus.kafka import REFUSAL_LOGGERS
+
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
+    for name in REFUSAL_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.ERROR)
+        logger.propagate = False  # to the recorder only (it has no CRITICAL lines)
 
 
 def _address(entry: str) -> tuple[str, int]:
@@ -89,6 +100,12 @@ def reach_kafka(bootstrap: str, stop: threading.Event,
             try:
                 result = connect() if connect is not None else True
             except BusError as exc:
+                if not str(exc).startswith("cannot reach"):  # refused: the settings' fault
+                    delay = backoff.next()
+                    log.warning("%s; will retry in %.0f s (stop with SIGTERM or Ctrl-C)",
+                                exc, delay)
+                    stop.wait(delay)
+                    continue
                 reason = str(exc).removeprefix(f"cannot reach Kafka at {bootstrap}: ")
             else:
                 if backoff.failures:

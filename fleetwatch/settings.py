@@ -123,9 +123,40 @@ class BusConfig:
     # (a killed member's partitions wait this long); heartbeats go every third of it.
     session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
     security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
-    sasl_mechanism: str = "PLAIN"
+    # The SASL mechanisms a user name and password configure (kafka-python's OAUTHBEARER,
+    # GSSAPI and AWS_MSK_IAM need settings fleetwatch does not have).
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
     sasl_username: str = ""
     sasl_password: Secret = Secret("")
+    # TLS (security_protocol SSL or SASL_SSL): PEM files, "" for none. The CA that signed
+    # the brokers' certificates ("": the system's trust store); a client certificate and its
+    # key for brokers that require one (mTLS; the key may also sit in ssl_certfile).
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    # Check that a broker's certificate names the host it was reached at.
+    ssl_check_hostname: bool = True
+
+    def __post_init__(self) -> None:
+        # Checked at load, as the key names them: a missing file would otherwise be
+        # reported as "cannot reach Kafka" by every client, at every retry.
+        files = {k: getattr(self, k) for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")}
+        given = [k for k, v in files.items() if v]
+        if given and self.security_protocol not in ("SSL", "SASL_SSL"):
+            raise ConfigError(f"bus.{given[0]} is set but bus.security_protocol is "
+                              f"{self.security_protocol!r}, which does not use TLS: set "
+                              'security_protocol = "SSL" (or "SASL_SSL"), or remove it')
+        if self.ssl_keyfile and not self.ssl_certfile:
+            raise ConfigError("bus.ssl_keyfile is set without bus.ssl_certfile: set the client "
+                              "certificate it belongs to")
+        for key in given:
+            try:
+                with open(files[key], "rb") as f:
+                    f.read(1)
+            except OSError as exc:
+                raise ConfigError(f"bus.{key} = {files[key]!r}: cannot read it "
+                                  f"({exc.strerror or exc}); give a PEM file this user can "
+                                  "read") from None
 
 
 @dataclass(frozen=True)
@@ -283,6 +314,17 @@ class DashboardConfig:
     host: str = required("127.0.0.1")
     port: int = ranged(8050, 1, 65535)
     refresh_s: float = ranged(5.0, 0.5, 3600.0)
+    # Host names (name or name:port) a reverse proxy forwards in the Host header, besides
+    # localhost, 127.0.0.1 and [::1], which are always served: any other Host is refused
+    # (421), so a web page cannot reach the dashboard by DNS rebinding.
+    allowed_hosts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for name in self.allowed_hosts:
+            if "/" in name or "@" in name or any(c.isspace() for c in name):
+                raise ConfigError(f"dashboard.allowed_hosts: {name!r} is not a host name: "
+                                  'give it as the browser\'s address bar shows the host, e.g. '
+                                  '"fleet.example.com" or "fleet.example.com:8443"')
 
 
 @dataclass(frozen=True)

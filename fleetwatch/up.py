@@ -378,7 +378,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
                   sock=sock, temp_limit_c=config.detectors.site_temp_limit_c,
                   carbon=model_from_config(config.carbon, config.energy),
-                  until=stopping.stop)
+                  until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts)
     finally:
         stopping.ignore()
         sock.close()

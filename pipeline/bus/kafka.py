@@ -39,19 +39,84 @@ from fleetwatch.config import BusConfig
 from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
-__all__ = ["KafkaConsumer", "KafkaProducer", "ensure_topic", "kafka_security", "topic_spec"]
+__all__ = ["KafkaConsumer", "KafkaProducer", "cannot_reach", "ensure_topic", "kafka_security",
+           "refusal_of", "topic_spec"]
 
 log = logging.getLogger(__name__)
 
 
 def kafka_security(bus: BusConfig) -> dict[str, Any]:
-    """kafka-python keyword arguments for the configured security protocol."""
+    """kafka-python keyword arguments for the configured security protocol: every client
+    fleetwatch makes (producer, consumer, admin, the topic check's probe) takes these."""
     out: dict[str, Any] = {"security_protocol": bus.security_protocol}
     if bus.security_protocol.startswith("SASL"):
         out["sasl_mechanism"] = bus.sasl_mechanism
         out["sasl_plain_username"] = bus.sasl_username
         out["sasl_plain_password"] = bus.sasl_password.reveal()
+    if bus.security_protocol in ("SSL", "SASL_SSL"):
+        if not bus.ssl_check_hostname:  # kafka-python checks it unless told otherwise
+            out["ssl_check_hostname"] = False
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(bus, key):
+                out[key] = getattr(bus, key)
     return out
+
+
+# Why a broker refused a connection, as fleetwatch says it. kafka-python logs the cause
+# (kafka.net.connection, kafka.net.manager) and then raises only "Unable to bootstrap"
+# once its timeout is over; its log is kept quiet (service.quiet_kafka_client), so the
+# cause is recorded here and named in the BusError instead of "cannot reach".
+def refusal_of(exc: BaseException) -> str | None:
+    """What a connection error says about fleetwatch's settings, or None (a network error)."""
+    if isinstance(exc, kerr.UnsupportedSaslMechanismError):
+        return (f"the broker does not offer this SASL mechanism ({exc}): check "
+                "bus.sasl_mechanism against the broker's sasl.enabled.mechanisms, and "
+                "bus.security_protocol")
+    if isinstance(exc, kerr.SaslAuthenticationFailedError | kerr.IllegalSaslStateError):
+        return (f"SASL authentication failed ({exc}): check bus.sasl_username, "
+                "bus.sasl_password and bus.sasl_mechanism")
+    if isinstance(exc, kerr.AuthorizationError):
+        return f"not authorized ({exc}): check the ACLs of bus.sasl_username"
+    if isinstance(exc, kerr.KafkaConnectionError) and str(exc).startswith(
+            ("Handshake failed", "KafkaConnectionError: Handshake failed")):
+        return (f"the TLS handshake failed ({exc}): check bus.security_protocol, "
+                "bus.ssl_cafile (the CA of the brokers' certificates) and, for a client "
+                "certificate, bus.ssl_certfile and bus.ssl_keyfile")
+    return None
+
+
+class _Refusals(logging.Handler):
+    """Keeps the latest refusal that kafka-python logged (see ``refusal_of``); prints nothing."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.latest: tuple[float, str] | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            why = refusal_of(arg) if isinstance(arg, BaseException) else None
+            if why is not None:
+                self.latest = (time.monotonic(), why)
+
+
+REFUSALS = _Refusals()
+# The loggers that name a failed connection's cause.
+REFUSAL_LOGGERS = ("kafka.net.connection", "kafka.net.manager")
+for _name in REFUSAL_LOGGERS:
+    logging.getLogger(_name).addHandler(REFUSALS)
+
+
+def cannot_reach(bootstrap: str, exc: BaseException, since: float) -> str:
+    """The message for a client that could not start at ``bootstrap``: the broker's refusal
+    when one was logged since ``since`` (``time.monotonic()``), else "cannot reach"."""
+    why = refusal_of(exc)
+    latest = REFUSALS.latest
+    if why is None and latest is not None and latest[0] >= since:
+        why = latest[1]
+    if why is not None:
+        return f"Kafka at {bootstrap} refused fleetwatch's connection: {why}"
+    return f"cannot reach Kafka at {bootstrap}: {exc}"
 
 
 class KafkaProducer:
@@ -103,10 +168,11 @@ class KafkaProducer:
             if self._prepare is not None and not self._prepare():
                 raise BusError(f"the topics could not be checked at {self._bootstrap}; "
                                "nothing is sent until they are")
+            since = time.monotonic()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
             except kerr.KafkaError as exc:
-                raise BusError(f"cannot reach Kafka at {self._bootstrap}: {exc}") from exc
+                raise BusError(cannot_reach(self._bootstrap, exc, since)) from exc
             # Later clients skip the version probe, so one can be made while the
             # broker is away and simply wait for it within max_block_ms.
             self._config["api_version"] = self._client.config["api_version"]
@@ -253,6 +319,7 @@ class KafkaConsumer:
         # while paused, the end offsets are listed every few seconds instead.
         self._listed: dict[TopicPartition, int] = {}
         self._listed_at = 0.0
+        since = time.monotonic()
         try:
             self._consumer = kafka.KafkaConsumer(
                 bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
@@ -262,7 +329,7 @@ class KafkaConsumer:
                 max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
                 bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
         except kerr.KafkaError as exc:
-            raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+            raise BusError(cannot_reach(bootstrap, exc, since)) from exc
         self._consumer.subscribe([topic], listener=_Rebalance(self))
 
     def _revoked(self, revoked: Sequence[TopicPartition]) -> None:

@@ -69,12 +69,15 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count).
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
+    from fleetwatch.pipeline.bus.kafka import cannot_reach  # it imports this module
+
+    since = time.monotonic()
     try:
         admin = _AdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
                              request_timeout_ms=int(timeout_s * 1000),
                              bootstrap_timeout_ms=int(timeout_s * 1000), **(security or {}))
     except kerr.KafkaError as exc:
-        raise BusError(f"cannot reach Kafka at {bootstrap}: {exc}") from exc
+        raise BusError(cannot_reach(bootstrap, exc, since)) from exc
     spec: dict[str, Any] = {}
     try:
         brokers = 0 if replication_factor else len(admin.describe_cluster()["brokers"])

@@ -1,0 +1,283 @@
+"""Kafka security settings: the SASL mechanism checked at load, a broker's refusal named as
+such (not "cannot reach Kafka"), and TLS files checked at load and given to every client."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import kafka
+import kafka.errors as kerr
+import pytest
+
+from fleetwatch.config import BusConfig, ConfigError, Secret, load
+from fleetwatch.pipeline.bus import BusError, topics
+from fleetwatch.pipeline.bus.kafka import (
+    REFUSAL_LOGGERS,
+    KafkaConsumer,
+    KafkaProducer,
+    cannot_reach,
+    ensure_topic,
+    kafka_security,
+)
+from fleetwatch.service import quiet_kafka_client
+from fleetwatch.wiring import ensure_topics, open_consumer, open_producer
+
+
+@pytest.fixture
+def quiet_kafka():
+    """As the agent and the processor run: kafka-python's own lines silenced."""
+    names = ("kafka", *REFUSAL_LOGGERS)
+    saved = {n: (logging.getLogger(n).level, logging.getLogger(n).propagate) for n in names}
+    quiet_kafka_client()
+    yield
+    for n, (level, propagate) in saved.items():
+        logging.getLogger(n).setLevel(level)
+        logging.getLogger(n).propagate = propagate
+
+
+def test_an_unknown_sasl_mechanism_is_refused_at_load_naming_the_usable_ones():
+    with pytest.raises(ConfigError) as err:
+        load(env={"FLEETWATCH_BUS_SASL_MECHANISM": "SCRAM-SHA-999"})
+    assert str(err.value) == ("environment FLEETWATCH_BUS_SASL_MECHANISM: bus.sasl_mechanism = "
+                              "'SCRAM-SHA-999'; must be one of PLAIN, SCRAM-SHA-256, "
+                              "SCRAM-SHA-512")
+    assert load(env={"FLEETWATCH_BUS_SASL_MECHANISM": "SCRAM-SHA-512"}
+                ).bus.sasl_mechanism == "SCRAM-SHA-512"
+
+
+def _sasl(kafka_address: str) -> BusConfig:
+    # The test broker has no SASL: it refuses the handshake as a broker that does not
+    # offer the mechanism does.
+    return BusConfig(kind="kafka", bootstrap=kafka_address, security_protocol="SASL_PLAINTEXT",
+                     sasl_username="fw", sasl_password=Secret("KAFKAPASS123"))
+
+
+def test_a_broker_refusing_sasl_is_named_by_every_client(kafka, quiet_kafka):
+    bus = _sasl(kafka.address)
+    with pytest.raises(BusError) as admin:
+        ensure_topic(bus.bootstrap, "sasl-check", 1, kafka_security(bus), timeout_s=3.0)
+    with pytest.raises(BusError) as consumer:
+        KafkaConsumer(bus.bootstrap, "sasl-check", "g", security=kafka_security(bus),
+                      bootstrap_timeout_ms=3000)
+    producer = KafkaProducer(bus.bootstrap, security=kafka_security(bus), max_block_ms=3000)
+    with pytest.raises(BusError) as producing:
+        producer.send("sasl-check", b"x")
+    producer.close()
+    for err in (admin, consumer, producing):
+        assert str(err.value).startswith(
+            f"Kafka at {kafka.address} refused fleetwatch's connection: the broker does not "
+            "offer this SASL mechanism ([Error 33] UnsupportedSaslMechanismError): check "
+            "bus.sasl_mechanism"), str(err.value)
+        assert "KAFKAPASS123" not in str(err.value)
+
+
+def test_a_wrong_password_and_a_failed_tls_handshake_are_named():
+    since = 0.0
+    wrong = kerr.SaslAuthenticationFailedError("Authentication failed: Invalid credentials")
+    assert cannot_reach("b:9093", wrong, since) == (
+        "Kafka at b:9093 refused fleetwatch's connection: SASL authentication failed "
+        "([Error 58] SaslAuthenticationFailedError: Authentication failed: Invalid "
+        "credentials): check bus.sasl_username, bus.sasl_password and bus.sasl_mechanism")
+    tls = kerr.KafkaConnectionError("Handshake failed: [SSL: CERTIFICATE_VERIFY_FAILED]")
+    assert "the TLS handshake failed" in cannot_reach("b:9093", tls, since)
+    assert "bus.ssl_cafile" in cannot_reach("b:9093", tls, since)
+
+
+def test_a_network_error_is_still_cannot_reach(own_kafka, quiet_kafka):
+    address = own_kafka.address
+    own_kafka.stop()
+    with pytest.raises(BusError) as err:
+        ensure_topic(address, "gone", 1, None, timeout_s=1.0)
+    assert str(err.value).startswith(f"cannot reach Kafka at {address}: ")
+
+
+# --- TLS ---
+
+@pytest.fixture
+def pems(tmp_path: Path) -> dict[str, str]:
+    out = {}
+    for name in ("ca", "cert", "key"):
+        p = tmp_path / f"{name}.pem"
+        p.write_text("-----BEGIN CERTIFICATE-----\n")
+        out[name] = str(p)
+    return out
+
+
+def test_tls_files_are_checked_at_load(tmp_path, pems):
+    env = {"FLEETWATCH_BUS_SECURITY_PROTOCOL": "SSL"}
+    missing = str(tmp_path / "nope.pem")
+    with pytest.raises(ConfigError) as err:
+        load(env={**env, "FLEETWATCH_BUS_SSL_CAFILE": missing})
+    assert str(err.value) == (f"bus.ssl_cafile = {missing!r}: cannot read it (No such file or "
+                              "directory); give a PEM file this user can read")
+    with pytest.raises(ConfigError, match="bus.ssl_cafile is set but bus.security_protocol is "
+                                          "'PLAINTEXT', which does not use TLS"):
+        load(env={"FLEETWATCH_BUS_SSL_CAFILE": pems["ca"]})
+    with pytest.raises(ConfigError, match="bus.ssl_keyfile is set without bus.ssl_certfile"):
+        load(env={**env, "FLEETWATCH_BUS_SSL_KEYFILE": pems["key"]})
+    c = load(env={**env, "FLEETWATCH_BUS_SSL_CAFILE": pems["ca"],
+                  "FLEETWATCH_BUS_SSL_CERTFILE": pems["cert"],
+                  "FLEETWATCH_BUS_SSL_KEYFILE": pems["key"]})
+    assert (c.bus.ssl_cafile, c.bus.ssl_certfile, c.bus.ssl_keyfile) == (
+        pems["ca"], pems["cert"], pems["key"])
+    assert c.bus.ssl_check_hostname is True
+
+
+def test_every_kafka_client_gets_the_tls_settings(monkeypatch, pems):
+    bus = BusConfig(kind="kafka", bootstrap="127.0.0.1:1", security_protocol="SASL_SSL",
+                    sasl_mechanism="SCRAM-SHA-256", sasl_username="fw",
+                    sasl_password=Secret("pw"), ssl_cafile=pems["ca"],
+                    ssl_certfile=pems["cert"], ssl_keyfile=pems["key"],
+                    ssl_check_hostname=False)
+    expected = {"security_protocol": "SASL_SSL", "sasl_mechanism": "SCRAM-SHA-256",
+                "sasl_plain_username": "fw", "sasl_plain_password": "pw",
+                "ssl_cafile": pems["ca"], "ssl_certfile": pems["cert"],
+                "ssl_keyfile": pems["key"], "ssl_check_hostname": False}
+    seen: dict[str, dict] = {}
+
+    def recorder(what: str):
+        def init(self, *args, **configs):
+            seen[what] = configs
+            raise kerr.KafkaTimeoutError("Unable to bootstrap")
+        return init
+
+    monkeypatch.setattr(kafka.KafkaProducer, "__init__", recorder("producer"))
+    monkeypatch.setattr(kafka.KafkaProducer, "__del__", lambda self: None)
+    monkeypatch.setattr(kafka.KafkaConsumer, "__init__", recorder("consumer"))
+    monkeypatch.setattr(kafka.KafkaAdminClient, "__init__", recorder("admin"))
+    monkeypatch.setattr(topics._AdminClient, "_give_back", lambda self: None)
+    with pytest.raises(BusError):
+        open_producer(bus).send("t", b"x")
+    with pytest.raises(BusError):
+        open_consumer(bus)
+    assert ensure_topics(bus, timeout_s=1.0) is False
+    seen_consumer = seen.pop("consumer")
+    with pytest.raises(kerr.KafkaTimeoutError):
+        topics._empty(bus.bootstrap, "t", 1, kafka_security(bus), 1.0)  # the probe consumer
+    for what in ("producer", "consumer", "admin", "probe"):
+        configs = seen_consumer if what == "consumer" else seen.get(
+            "consumer" if what == "probe" else what)
+        assert configs is not None, what
+        assert {k: configs.get(k) for k in expected} == expected, what
+    # The hostname check stays on (kafka-python's default) unless turned off.
+    assert kafka_security(BusConfig(security_protocol="SSL")) == {"security_protocol": "SSL"}
+    assert kafka.KafkaProducer.DEFAULT_CONFIG["ssl_check_hostname"] is True
+    assert "ssl_cafile" not in kafka_security(BusConfig())
+
+
+# --- a real TLS connection ---
+# Tansu (the test broker) speaks no TLS: its --cert and --key refuse to be given together,
+# and with --cert alone its listener stays plain TCP. So the broker is put behind a TLS
+# terminator here, and advertises the terminator's address, as a TLS listener would.
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    import shutil
+    import subprocess
+
+    assert shutil.which("openssl"), "openssl is needed to make the test's certificates"
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+@pytest.fixture
+def tls_kafka(tmp_path: Path):
+    import contextlib
+    import socket
+    import ssl
+    import threading
+
+    from tests.servers import Server, free_port, tansu_binary
+
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out",
+             "ca.pem", "-days", "2", "-subj", "/CN=fleetwatch test CA", cwd=tmp_path)
+    _openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key", "-out", "srv.csr",
+             "-subj", "/CN=localhost", cwd=tmp_path)
+    (tmp_path / "ext.cnf").write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    _openssl("x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+             "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext.cnf",
+             cwd=tmp_path)
+    inner, outer = free_port(), free_port()
+    broker = Server("tansu", [tansu_binary(), "broker", "--listener-url",
+                              f"tcp://127.0.0.1:{inner}", "--advertised-listener-url",
+                              f"tcp://127.0.0.1:{outer}", "--storage-engine", "memory://tansu/"],
+                    inner, log_path=tmp_path / "tansu.log").start()
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(tmp_path / "srv.pem", tmp_path / "srv.key")
+    listener = socket.create_server(("127.0.0.1", outer))
+    stop = threading.Event()
+
+    def pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                raw, _ = listener.accept()
+            except OSError:
+                return
+            try:
+                tls = ctx.wrap_socket(raw, server_side=True)
+            except (OSError, ssl.SSLError):  # a client that does not trust the CA
+                raw.close()
+                continue
+            plain = socket.create_connection(("127.0.0.1", inner))
+            for a, b in ((tls, plain), (plain, tls)):
+                threading.Thread(target=pump, args=(a, b), daemon=True).start()
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    yield f"127.0.0.1:{outer}", str(tmp_path / "ca.pem")
+    stop.set()
+    listener.close()
+    broker.stop()
+
+
+def test_a_real_tls_connection_with_the_configured_ca(tls_kafka, quiet_kafka):
+    address, ca = tls_kafka
+    bus = load(env={"FLEETWATCH_BUS_KIND": "kafka", "FLEETWATCH_BUS_BOOTSTRAP": address,
+                    "FLEETWATCH_BUS_SECURITY_PROTOCOL": "SSL",
+                    "FLEETWATCH_BUS_SSL_CAFILE": ca}).bus
+    assert ensure_topic(address, "tls-frames", 3, kafka_security(bus), timeout_s=10.0) == 3
+    producer = open_producer(bus)
+    producer.send("tls-frames", b"over TLS")
+    producer.flush()
+    producer.close()
+    # Without the CA (the system's trust store does not know it): named as a TLS failure.
+    untrusted = BusConfig(kind="kafka", bootstrap=address, security_protocol="SSL")
+    with pytest.raises(BusError) as err:
+        ensure_topic(address, "tls-frames", 3, kafka_security(untrusted), timeout_s=3.0)
+    assert str(err.value).startswith(f"Kafka at {address} refused fleetwatch's connection: "
+                                     "the TLS handshake failed ("), str(err.value)
+    assert "CERTIFICATE_VERIFY_FAILED" in str(err.value)
+
+
+def test_a_processor_waiting_for_kafka_says_it_was_refused(caplog):
+    import socket
+    import threading
+
+    from fleetwatch.service import reach_kafka
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # takes the TCP connection
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        stop = threading.Event()
+
+        def refused() -> None:
+            stop.set()
+            raise BusError(cannot_reach(address, kerr.SaslAuthenticationFailedError("bad"), 0))
+
+        caplog.set_level(logging.WARNING, "fleetwatch")
+        assert reach_kafka(address, stop, refused) is None
+    said = [r.getMessage() for r in caplog.records if r.name == "fleetwatch"]
+    assert said == [f"Kafka at {address} refused fleetwatch's connection: SASL authentication "
+                    "failed ([Error 58] SaslAuthenticationFailedError: bad): check "
+                    "bus.sasl_username, bus.sasl_password and bus.sasl_mechanism; will retry "
+                    "in 1 s (stop with SIGTERM or Ctrl-C)"]
