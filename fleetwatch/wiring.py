@@ -117,8 +117,11 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
                     topic, n)
         except (BusError, OSError) as exc:
             ok = False
-            log.log(failed_level, "could not check or create topic %s (%s); create it with "
-                    "your Kafka tools if it does not exist", topic, exc)
+            # A broker that refused fleetwatch (SASL, credentials, TLS) says what to fix; the
+            # hint to make the topic by hand is for a broker that could not be asked.
+            refused = "refused fleetwatch's connection" in str(exc)
+            log.log(failed_level, "could not check or create topic %s (%s)%s", topic, exc,
+                    "" if refused else "; create it with your Kafka tools if it does not exist")
     return ok
 
 

@@ -281,3 +281,32 @@ def test_a_processor_waiting_for_kafka_says_it_was_refused(caplog):
                     "failed ([Error 58] SaslAuthenticationFailedError: bad): check "
                     "bus.sasl_username, bus.sasl_password and bus.sasl_mechanism; will retry "
                     "in 1 s (stop with SIGTERM or Ctrl-C)"]
+
+
+def test_a_refused_topic_check_says_what_to_fix_not_to_make_the_topic_by_hand(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The topic check's line after a broker's refusal: the refusal and its setting, without
+    'create it with your Kafka tools' (the topic is not the problem); a broker that could not
+    be asked keeps that hint."""
+    import logging
+
+    from fleetwatch import wiring
+    from fleetwatch.config import BusConfig
+    from fleetwatch.pipeline.bus import BusError
+    from fleetwatch.pipeline.bus import kafka as bus_kafka
+
+    def refused(*_: object, **__: object) -> int:
+        raise BusError("Kafka at 127.0.0.1:1 refused fleetwatch's connection: SASL "
+                       "authentication failed (x): check bus.sasl_username")
+
+    def unreachable(*_: object, **__: object) -> int:
+        raise BusError("cannot reach Kafka at 127.0.0.1:1: timed out")
+
+    config = BusConfig(kind="kafka", bootstrap="127.0.0.1:1")
+    for fake, hint in ((refused, False), (unreachable, True)):
+        monkeypatch.setattr(bus_kafka, "ensure_topic", fake)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="fleetwatch.wiring"):
+            assert wiring.ensure_topics(config) is False
+        lines = [r.getMessage() for r in caplog.records]
+        assert lines and all(("create it with your Kafka tools" in m) is hint for m in lines)
