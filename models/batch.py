@@ -32,7 +32,7 @@ METRICS: tuple[str, ...] = (
     "gpu_row_remap_pending", "gpu_row_remap_failure", "gpu_remapped_rows_uncorrectable",
     "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
     "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down", "gpu_fan_pct",
-    "gpu_ecc_sbe_volatile_total",
+    "gpu_ecc_sbe_volatile_total", "gpu_tensor_active_ratio", "gpu_dram_active_ratio",
 )
 COL = {name: i for i, name in enumerate(METRICS)}
 NAN = float("nan")

@@ -42,11 +42,22 @@ from fleetwatch.models.peer_stats import peer_median, same_job_peers
 SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
                                  COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
                                  COL["gpu_power_limit_w"])
+TENSOR, DRAM = COL["gpu_tensor_active_ratio"], COL["gpu_dram_active_ratio"]
 # Utilization (the share of the sample with a kernel resident) at or above this: a kernel
 # resident nearly the whole sample. With no SM activity, a hung kernel; in a light phase, a
 # GPU that holds its clock up like its peers.
 RESIDENT_UTIL_PCT = 90.0
 BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough to compare
+# A hung kernel as a real H100 read it (tests/data/recorded/h100_phases.jsonl.gz): resident
+# the whole sample, SM activity the share of SMs its blocks sit on (8 blocks: 0.06 of 132;
+# an NCCL collective spins one block per channel, up to 32), no tensor-core work and DRAM
+# as at idle (6e-6). Any kernel that moves data keeps DRAM far above that (copies 0.9,
+# matrix products 0.25, an all-reduce its buffers). Where DRAM and tensor activity are read
+# (GPM, DCGM profiling), a resident kernel on at most HUNG_SM_MAX of the SMs with neither
+# is hung; without them, only SM activity at ``stuck_activity`` or below says so.
+HUNG_SM_MAX = 0.3        # 32 blocks on an A100's 108 SMs
+HUNG_DRAM_MAX = 0.005
+HUNG_TENSOR_MAX = 0.001
 
 
 class JobPeers:
@@ -147,11 +158,16 @@ class JobPeers:
             # that phase's spread, not a hang. Hung (a kernel resident the whole sample,
             # GPM's SM activity ~0) only says why in the message.
             resident = x[..., UTIL] >= RESIDENT_UTIL_PCT
-            signature = injob & resident & (x[..., SM] <= c.stuck_activity)
+            spinning = (x[..., SM] <= HUNG_SM_MAX) & (x[..., TENSOR] <= HUNG_TENSOR_MAX) \
+                & (x[..., DRAM] <= HUNG_DRAM_MAX)
+            signature = injob & resident & ((x[..., SM] <= c.stuck_activity) | spinning)
             # A hung kernel is stuck among peers that do some work, if not busy work: a job
             # whose compute phase runs at 20% SM activity (a small model, a pipeline) has
             # its hung GPU caught too; peers in an NCCL wait (a few SMs) do not count.
-            working = (n >= 1) & (act_med >= c.stuck_peers_activity)
+            # Nor do peers that show the hang themselves: a whole job blocked in a collective
+            # is not one GPU stuck among working peers, whatever SM share its kernels hold.
+            peers_hung, _ = peer_median(signature.astype(float), peers)
+            working = (n >= 1) & (act_med >= c.stuck_peers_activity) & ~(peers_hung >= 0.5)
             stuck = injob & ((busy & (act <= c.stuck_activity)) | (signature & working))
             held = self._hold(b, rows, stuck, signature & ~working)
             stuck |= held

@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import gzip
-import json
 import math
 from pathlib import Path
 
@@ -14,36 +12,22 @@ import pytest
 from fleetwatch.catalogue import THROTTLE_FLAGS, catalogue
 from fleetwatch.codec import decode, encode
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame, GpuReading, HostReading, PortReading
+from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models.batch import columns
 from fleetwatch.models.thermal import ThermalLimits
 from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.wiring import detectors
+from tests.collectors.recorded_frames import read_recording
 
 SERIES = "recorded/h100_gemm_load.jsonl.gz"
 MODEL = "NVIDIA H100 80GB HBM3"
 
 
-def frame_of(d: dict) -> Frame:
-    gpus = tuple(GpuReading(**{**g, "xids": tuple(g["xids"])}) for g in d["gpus"])
-    host = HostReading(d["host"]["metrics"],
-                       tuple(PortReading(**p) for p in d["host"]["ports"]))
-    return Frame(**{**d, "gpus": gpus, "host": host})
-
-
 @pytest.fixture(scope="module")
 def recorded() -> list[tuple[str, Frame]]:
-    from tests.conftest import REAL_DATA
-
-    out = []
-    with gzip.open(REAL_DATA / SERIES, "rt") as f:
-        for line in f:
-            d = json.loads(line)
-            phase = d.pop("_phase")
-            out.append((phase, frame_of(d)))
-    return out
+    return read_recording(SERIES)
 
 
 def test_the_codec_takes_every_real_frame_as_it_was_read(recorded) -> None:
