@@ -48,18 +48,23 @@ class TimedConsumer:
 
 def trained_models(cluster: str) -> str:
     """A model directory with a model trained on two hours of the simulated fleet
-    (the same nodes, another history), as ``fleetwatch train`` would write it."""
+    (the same nodes, another history), as ``fleetwatch train`` would write it: of both
+    simulated parts, so that it scores the A100s of the simulator's frames and the
+    H100s (700 W) of the agent's (a model judges only GPUs of the power limits it was
+    trained on)."""
     from fleetwatch.collectors.sim import FleetSim, SimParams
     from fleetwatch.history import FrameDays
     from fleetwatch.train import train_frames
 
     start = time.time() - 10 * 3600
-    sim = FleetSim(SimParams(nodes=NODES, gpus=GPUS, interval_s=15.0, cluster=cluster,
-                             jobs_seed=1), start)
+    sims = [FleetSim(SimParams(nodes=NODES // 2, gpus=GPUS, interval_s=15.0,
+                               cluster=f"{cluster}-{part}", jobs_seed=1, part=part), start)
+            for part in ("a100", "h100")]
     history = FrameDays(start, start + 7200)
     for _ in range(480):
-        sim.step()
-        history.add(sim.frames())
+        for sim in sims:
+            sim.step()
+            history.add(sim.frames())
     out = tempfile.mkdtemp(prefix="fleetwatch-bench-models-")
     train_frames(history, start, start + 7200, out)
     return out

@@ -12,7 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import mute
+from fleetwatch.pipeline.silences import mute, not_in_alertmanager
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 
 _STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
@@ -106,6 +106,11 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
                     "ack": f"acknowledged by {who}"
                            + (f": {ack.comment}" if ack and ack.comment else "")}[kind]
             out.append(f"    notifications: {said}")
+            problem = next((not_in_alertmanager(s) for s in silences
+                            if kind == "silence" and s.id == who), "")
+            if problem:
+                out.append(f"    but not in Alertmanager, which still pages it: {problem} "
+                           f"(`fleetwatch silence list` says what to do)")
     return out
 
 

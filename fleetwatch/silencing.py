@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.silences import not_in_alertmanager, parse_matcher
 from fleetwatch.pipeline.store.base import Acknowledgement, Silence, Store, StoreRejected
 
 
@@ -121,5 +121,11 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
 def describe(s: Silence) -> str:
     fmt = "%Y-%m-%d %H:%M:%S"
     matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
-    return (f"{s.id}  {matchers}  {time.strftime(fmt, time.gmtime(s.start_ts))} .. "
+    line = (f"{s.id}  {matchers}  {time.strftime(fmt, time.gmtime(s.start_ts))} .. "
             f"{time.strftime(fmt, time.gmtime(s.end_ts))} UTC  {s.created_by}  {s.comment}")
+    problem = not_in_alertmanager(s)
+    if problem:
+        line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "
+                 f"Kafka alerts only. `fleetwatch silence expire {s.id}`, then add it again "
+                 "without that")
+    return line

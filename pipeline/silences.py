@@ -120,6 +120,18 @@ def not_re2(regex: str) -> str:
 _FLAGS = re.compile(r"([a-zA-Z-]+)[:)]")
 
 
+def not_in_alertmanager(silence: Silence) -> str:
+    """Why Alertmanager cannot take this silence, or "": a regex that Go's RE2 lacks, in a
+    silence stored before fleetwatch refused them. It mutes fleetwatch's own sinks, not
+    Alertmanager's notifications."""
+    for name, op, value in silence.matchers:
+        problem = not_re2(value) if op in ("=~", "!~") else ""
+        if problem:
+            return (f"{name}{op}{value} has {problem}, which Alertmanager's regular "
+                    "expressions (Go's RE2) do not have")
+    return ""
+
+
 def _escaped(regex: str, i: int) -> bool:
     """Is the character at ``i`` escaped (an odd run of backslashes before it)?"""
     n = 0

@@ -77,3 +77,29 @@ def test_fleetwatch_matches_a_regex_anchored_at_both_ends_as_alertmanager_does(
         matcher: str, rule: str, hit: bool) -> None:
     s = Silence("s1", (parse_matcher(matcher),), 0.0, 1e12)
     assert matches(s, _alert(rule, "node-a")) is hit
+
+
+def test_a_silence_stored_before_they_were_refused_is_said_to_be_fleetwatchs_only(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The upgrade tester's silence `device=~gpu(?!0)3`, made by a release that took it: it
+    still mutes fleetwatch's own sinks, but Alertmanager cannot take it and keeps paging;
+    `silence list` and `alerts` say so, and what to do."""
+    db = str(tmp_path / "fleet.db")
+    store = SqliteStore(db)
+    now = time.time()
+    old = Silence("9906a5145c7f", (("device", "=~", "gpu(?!0)3"),), now - 60, now + 3600,
+                  "ops", "")
+    store.write_silences([old])
+    store.write_alerts([Alert("gpu_temp_high/c/node-a/gpu3/1", "gpu_temp_high", "critical",
+                              "c", "r1", "node-a", "gpu3", "firing", now, now, 91.0, "hot",
+                              fired_ts=now)])
+    store.close()
+    assert main(["silence", "--store", db, "list"]) == 0
+    out = capsys.readouterr().out
+    assert ("not in Alertmanager: device=~gpu(?!0)3 has a negative lookahead (?!...), which "
+            "Alertmanager's regular expressions (Go's RE2) do not have") in out
+    assert "`fleetwatch silence expire 9906a5145c7f`, then add it again without that" in out
+    assert main(["alerts", "--store", db]) == 0
+    out = capsys.readouterr().out
+    assert "notifications: silenced by 9906a5145c7f" in out
+    assert "but not in Alertmanager, which still pages it: device=~gpu(?!0)3 has" in out
