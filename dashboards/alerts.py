@@ -12,7 +12,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
-from fleetwatch.dashboards import components, timerange
+from fleetwatch.dashboards import components, node, timerange
 from fleetwatch.dashboards.data import read_alerts, read_mutes, sort_alerts
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
@@ -48,9 +48,9 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
            muted: Mapping[str, str]) -> tuple[html.Div, html.Div]:
     """The two tables: every active alert; the newest ``RESOLVED_SHOWN`` resolved ones,
     and a line that says how many more and where to read them."""
-    # A range the user picked goes with them to a node's page; the default does not
-    # (the node page has its own).
-    carry = rng if rng != DEFAULT_RANGE else None
+    # The range goes with a click to a node's page (its alerts are those of this range),
+    # unless it is the node page's own default, which the address then leaves out.
+    carry = rng if rng != node.DEFAULT_RANGE else None
     shown = sorted(resolved, key=lambda a: -(a.resolved_ts or a.updated_ts))
     shown = shown[:components.RESOLVED_SHOWN]
     left = len(resolved) - len(shown)
@@ -83,7 +83,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                   Output("alerts-notice", "children"), Output("alerts-updated", "children"),
                   Output("alerts-resolved-hint", "children"), Output("alerts-digest", "data"),
                   Input("alerts-tick", "n_intervals"), Input("alerts-range", "value"),
-                  State("alerts-digest", "data"))
+                  State("alerts-digest", "data"),
+                  running=[(Output("alerts-tick", "disabled"), True, False)])  # see fleet.py
     def refresh(_n: int | None, rng: str | None, last: str | None) -> tuple[Any, ...]:
         now = clock()
         rng = rng or DEFAULT_RANGE
@@ -93,7 +94,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             muted = components.notes(active, *read_mutes(store, active, now), now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
-                    components.notice(f"Store unavailable: {exc}"), dash.no_update,
+                    components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),
                     dash.no_update, dash.no_update)
         shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted), last)
         return (*shown, None, components.updated_stamp(now), timerange.label(rng), fingerprint)

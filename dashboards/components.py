@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import dash
@@ -17,7 +18,7 @@ from dash import Input, Output, State, dcc, html
 from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView
-from fleetwatch.dashboards.figures import NO_DATA, fmt
+from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, gpu_index
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
@@ -63,6 +64,36 @@ def link_range(app: dash.Dash, picker: str, default: str) -> None:
             raise dash.exceptions.PreventUpdate
         search = timerange.Query(rng).search()
         return search, address(path, search)
+
+
+def zoom_store(page: str) -> str:
+    """The id of the store of ``page``'s zoomed charts (``keep_zoom``)."""
+    return f"{page}-zoom"
+
+
+def keep_zoom(app: dash.Dash, page: str, graphs: Sequence[str], picker: str) -> None:
+    """Remember what the user zoomed on ``page``'s ``graphs``, in the store ``zoom_store(page)``
+    ({"range": the range it was zoomed in, "graphs": {graph id: figures.Zoom}}), for the
+    page's refresh to redraw at that zoom (``zoomed``). A new range starts clean."""
+    @app.callback(Output(zoom_store(page), "data"),
+                  *[Input(g, "relayoutData") for g in graphs],
+                  State(zoom_store(page), "data"), State(picker, "value"),
+                  prevent_initial_call=True)
+    def remember(*args: Any) -> dict[str, Any]:
+        held, rng = args[-2] or {}, args[-1]
+        graph = dash.ctx.triggered_id
+        if graph not in graphs:
+            raise dash.exceptions.PreventUpdate
+        by_graph = dict(held.get("graphs") or {}) if held.get("range") == rng else {}
+        by_graph[graph] = zoom_after(by_graph.get(graph), args[graphs.index(graph)])
+        return {"range": rng, "graphs": by_graph}
+
+
+def zoomed(held: dict[str, Any] | None, rng: str, graph: str) -> dict[str, list[Any]]:
+    """The zoom of ``graph`` that ``keep_zoom`` holds for range ``rng`` (none for another)."""
+    if not held or held.get("range") != rng:
+        return {}
+    return dict((held.get("graphs") or {}).get(graph) or {})
 
 
 def nav_id(label: str) -> str:
@@ -151,6 +182,36 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
     ]
 
 
+def last_read(view: FleetView, now_s: float) -> dict[str, Any]:
+    """What the fleet page keeps of a read that worked (in a ``dcc.Store``), to say how old
+    its data are when the store stops answering."""
+    return {"read_s": now_s, "newest_ms": view.newest_ms or view.last_ms,
+            "firing": view.count("firing"), "pending": view.count("pending")}
+
+
+def unavailable_summary(last: Mapping[str, Any] | None, now_s: float) -> list[html.Div]:
+    """The summary while the store does not answer: nothing counted as if it were now (no
+    "all clear"), the counts of the last read that worked and the data's age, growing."""
+    gone = "store not answering"
+    at = (f"at the last read, {clock(last['read_s'])} UTC" if last else "no read yet")
+    newest = (last or {}).get("newest_ms")
+    return [
+        _tile("summary-reporting", "GPUs reporting", "n/a", f"{gone}: {at}", "warn"),
+        _tile("summary-hottest", "Hottest GPU", "n/a", gone),
+        _tile("summary-firing", "Alerts firing", "n/a",
+              f"{last['firing']} {at}" if last else gone, "warn"),
+        _tile("summary-pending", "Alerts pending", "n/a",
+              f"{last['pending']} {at}" if last else gone, "warn"),
+        _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
+              f"UTC · {ago(newest / 1000, now_s)} · {gone}" if newest else gone, "warn"),
+    ]
+
+
+def failed_stamp(now_s: float) -> str:
+    """The page's stamp when its refresh found the store not answering."""
+    return f"store not answering at {clock(now_s)} UTC"
+
+
 def _device(a: Alert) -> str:
     index = gpu_index(a.device)
     return f"GPU {index}" if index is not None else a.device
@@ -194,9 +255,10 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,
                 more: str = "") -> html.Div:
     """Alerts as a table, in the order given; the message links to the GPU on its node's
-    page (over time range ``rng``). One link per row and plain text elsewhere: a table of
-    hundreds of rows stays light for the browser. ``muted``: alert id -> why it is not
-    notified (``notes``); ``more``: a last line for the alerts left out."""
+    page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
+    row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
+    ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
+    alerts left out."""
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     head = html.Tr([html.Th(h) for h in
@@ -209,7 +271,7 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                  a.fired_ts if a.state == "firing" and a.fired_ts is not None else a.started_ts)
         note = muted.get(a.id, "")
         message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
-        if link_nodes:
+        if link_nodes and a.node:  # a rack's alert has no node page to open
             message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng),
                                 className="row-link node-link")]
         message.append(html.Div(evidence_text(a), className="evidence panel-hint"))
@@ -234,7 +296,7 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
         rows.append(html.Tr(html.Td(more, colSpan=8, className="panel-hint"),
                             className="more-row"))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
-                    id=table_id)
+                    id=table_id, className="alerts-wrap")
 
 
 def notice(text: str, notice_id: str = "notice") -> html.Div:

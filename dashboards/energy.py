@@ -7,11 +7,11 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc, html
+from dash import Input, Output, State, dcc, html
 
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import components, energy_figures, timerange
+from fleetwatch.dashboards import components, energy_figures, figures, timerange
 from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin, series_warning
 from fleetwatch.pipeline.store.base import StoreError
 
@@ -44,6 +44,7 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
     q = timerange.parse(search, DEFAULT_RANGE)
     page = html.Div(className="page", children=[
         dcc.Interval(id="energy-tick", interval=int(max(refresh_s, 30.0) * 1000)),
+        dcc.Store(id=components.zoom_store("energy")),
         html.Div(className="page-head", children=[
             html.H1("Energy & carbon"), timerange.picker("energy", q.range),
             html.Div(id="energy-updated", className="updated")]),
@@ -65,6 +66,7 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
     return page
 
 
+GRAPHS = ["energy-kwh", "energy-co2e", "energy-jobs", "energy-users", "energy-idle"]
 _OUTPUTS = (("energy-summary", "children"), ("energy-kwh", "figure"),
             ("energy-co2e", "figure"), ("energy-jobs", "figure"), ("energy-users", "figure"),
             ("energy-idle", "figure"), ("energy-notice", "children"),
@@ -117,18 +119,19 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
     """The page's callbacks; returns the renderer that ``layout`` takes."""
     @app.callback(*(Output(cid, prop) for cid, prop in _OUTPUTS),
                   Input("energy-tick", "n_intervals"), Input("energy-range", "value"),
-                  prevent_initial_call=True)
-    def refresh(_n: int | None, rng: str) -> tuple[Any, ...]:
-        return render(rng)
+                  State(components.zoom_store("energy"), "data"), prevent_initial_call=True,
+                  running=[(Output("energy-tick", "disabled"), True, False)])  # see fleet.py
+    def refresh(_n: int | None, rng: str, zoom: dict[str, Any] | None) -> tuple[Any, ...]:
+        return render(rng, zoom)
 
-    def render(rng: str) -> tuple[Any, ...]:
+    def render(rng: str, zoom: dict[str, Any] | None = None) -> tuple[Any, ...]:
         now = clock()
         start, end = timerange.window(rng, now)
         try:
             v = read_energy(store, carbon, start, end + 3600, now)
         except StoreError as exc:
             return (*[dash.no_update] * 6, components.notice(f"Store unavailable: {exc}"),
-                    dash.no_update, dash.no_update)
+                    components.failed_stamp(now), dash.no_update)
         warning = series_warning(carbon, v.hours)
         notice = (components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
                   else components.notice(f"Warning: {warning}", "energy-series-warning")
@@ -137,14 +140,18 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
         bins, kwh = rebin(v.hours, v.by_cluster, step)
         _, co2e = rebin(v.hours, v.co2e_by_cluster, step)
         unit = "hour" if step == 3600 else "day"
-        return (summary(v),
-                energy_figures.per_hour(bins, kwh, f"kWh per {unit}", step=step),
+        figs = [energy_figures.per_hour(bins, kwh, f"kWh per {unit}", step=step),
                 energy_figures.per_hour(bins, co2e, f"kg CO2e per {unit}", step=step),
                 energy_figures.top_shares(v.jobs, "job"),
                 energy_figures.top_shares(v.users, "user"),
-                energy_figures.idle_share(v.hours, {"all clusters": v.idle_share}),
+                energy_figures.idle_share(v.hours, {"all clusters": v.idle_share})]
+        for graph, fig in zip(GRAPHS, figs):  # the user's zoom kept; a new range starts clean
+            fig.update_layout(uirevision=rng)
+            figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))
+        return (summary(v), *figs,
                 notice, components.updated_stamp(now), " ".join(carbon.method()[:3]))
 
     components.link_range(app, "energy-range", DEFAULT_RANGE)
+    components.keep_zoom(app, "energy", GRAPHS, "energy-range")
 
     return render

@@ -62,16 +62,21 @@ def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: s
 
 def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],
                height: int = 220) -> go.Figure:
-    """The share of GPU time spent idle, per hour (one line per series)."""
+    """The share of GPU time spent idle, per hour (one line per series), each hour's value at
+    its middle and the axis over the whole hours: one hour is a point over that hour, not an
+    empty chart over sub-millisecond ticks (a line of one point draws nothing)."""
     if not hours:
         return empty_figure(NO_ENERGY, height)
     fig = go.Figure()
     x = [_utc(h + 1800) for h in hours]
     for i, (name, ys) in enumerate(sorted(shares.items())):
-        fig.add_scatter(x=x, y=[100 * y for y in ys], mode="lines", name=name,
-                        line={"color": CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)], "width": 2},
+        colour = CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]
+        fig.add_scatter(x=x, y=[100 * y for y in ys], name=name,
+                        mode="lines+markers" if len(hours) == 1 else "lines",
+                        line={"color": colour, "width": 2}, marker={"size": 8},
                         hovertemplate=f"{name}: %{{y:.1f}}% idle<extra>%{{x}}</extra>")
     _layout(fig, height, "% of GPU time idle")
+    fig.update_xaxes(type="date", range=[_utc(min(hours)), _utc(max(hours) + 3600)])
     fig.update_yaxes(rangemode="tozero")
     return fig
 

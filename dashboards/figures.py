@@ -7,6 +7,7 @@ disagrees with what the collector measured.
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -25,6 +26,7 @@ _UNIT_SYMBOLS = {"C": "°C"}
 # _HEATMAP_PX, but never below _MIN_ROW_PX (a row stays hoverable and its label legible).
 _ROW_PX, _MIN_ROW_PX, _HEATMAP_PX = 52, 16, 2200
 _TEXT_MIN_ROW_PX = 30  # below this, a cell's value (15 px text) is left to the hover
+WRAP_CHARS = 70  # a line of an empty figure's sentence: plotly does not wrap text itself
 NO_DATA = (f"No data yet: no GPU has reported in the last {STALE_S / 60:g} minutes "
            "(collectors starting, or stopped)")
 
@@ -69,13 +71,16 @@ def _base_layout(fig: go.Figure, height: int) -> None:
 
 
 def empty_figure(message: str = NO_DATA, height: int = 320) -> go.Figure:
-    """A figure that says why it is empty instead of showing blank axes."""
+    """A figure that says why it is empty instead of showing blank axes. ``message`` is plain
+    text (a store's error may hold anything): escaped, and wrapped to lines that fit."""
     fig = go.Figure()
     _base_layout(fig, height)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.add_annotation(text=message, showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5,
-                       font={"size": 16, "color": theme.MUTED})
+    lines = textwrap.wrap(message, WRAP_CHARS, break_long_words=False,
+                          break_on_hyphens=False) or [""]
+    fig.add_annotation(text="<br>".join(map(esc, lines)), showarrow=False, xref="paper",
+                       yref="paper", x=0.5, y=0.5, font={"size": 16, "color": theme.MUTED})
     return fig
 
 
@@ -225,8 +230,11 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
         margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified", showlegend=primary,
         legend={"orientation": "v", "font": {"size": 11, "color": theme.MUTED},
                 "bgcolor": "rgba(0,0,0,0)"})
-    fig.update_xaxes(range=[utc(start_ms), utc(end_ms)], gridcolor=theme.GRID,
-                     tickfont={"color": theme.MUTED}, title=None)
+    # The window is what the autorange must include, not a fixed range: a range that slides
+    # with "now" on every refresh would undo the user's zoom (plotly keeps a GUI edit under
+    # an unchanged uirevision only while the figure's own value is unchanged).
+    fig.update_xaxes(autorange=True, autorangeoptions={"include": [utc(start_ms), utc(end_ms)]},
+                     gridcolor=theme.GRID, tickfont={"color": theme.MUTED}, title=None)
     fig.update_yaxes(title={"text": f"{title} ({unit(metric)})", "font": {"size": 12}},
                      gridcolor=theme.GRID, zeroline=False, tickfont={"color": theme.MUTED})
     for a in annotations:
@@ -246,3 +254,34 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
                           line={"color": theme.FIRING, "width": 1, "dash": "dash"},
                           name=f"fired:{a.device}")
     return fig
+
+
+Zoom = dict[str, list[Any]]  # axis ("xaxis", "yaxis") -> the [start, end] the user zoomed to
+
+
+def zoom_after(held: Zoom | None, event: dict[str, Any] | None) -> Zoom:
+    """The axes a user has zoomed, after plotly's relayout ``event`` (a drag: ``xaxis.range[0]``
+    and ``[1]``, or ``xaxis.range``; a double-click: ``xaxis.autorange``). Other events (a
+    resize) leave the zoom as it was."""
+    out = dict(held or {})
+    for axis in ("xaxis", "yaxis"):
+        pair = (event or {}).get(f"{axis}.range")
+        if pair is None and f"{axis}.range[0]" in (event or {}):
+            pair = [event[f"{axis}.range[0]"], event.get(f"{axis}.range[1]")]  # type: ignore[index]
+        if (event or {}).get(f"{axis}.autorange"):
+            out.pop(axis, None)
+        elif isinstance(pair, list) and len(pair) == 2 and None not in pair:
+            out[axis] = pair
+    return out
+
+
+def hold_zoom(fig: go.Figure, zoom: Zoom | None) -> go.Figure:
+    """``fig`` shown at the user's ``zoom``: a refresh redraws the data, not the view.
+
+    plotly's ``uirevision`` alone does not hold it: Dash re-plots the figure it was sent
+    after a zoom, which clears plotly's record of the edit, and the next refresh wins."""
+    if fig.data and zoom:
+        for axis, pair in zoom.items():
+            fig.update_layout({axis: {"range": pair, "autorange": False}})
+    return fig
+

@@ -39,6 +39,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     # page's callback runs at once on arrival instead of waiting a tick.
     return html.Div(className="page", children=[
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
+        dcc.Store(id="fleet-last"),  # components.last_read of the last read that worked
         html.Div(className="page-head", children=[
             html.H1("Fleet"),
             html.Div(className="range-with-note", title=RANGE_NOTE, children=[
@@ -72,16 +73,26 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
-        Output("fleet-updated", "children"), Input("fleet-tick", "n_intervals"),
-        Input("fleet-range", "value"))
-    def refresh(_n: int | None, rng: str | None) -> tuple[Any, ...]:
+        Output("fleet-updated", "children"), Output("fleet-last", "data"),
+        Input("fleet-tick", "n_intervals"), Input("fleet-range", "value"),
+        State("fleet-last", "data"), running=[(Output("fleet-tick", "disabled"), True, False)])
+    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None
+                ) -> tuple[Any, ...]:
+        # ``running``: no tick while a read is out. Dash drops the answer of a request that a
+        # newer one superseded, so a store slower than the refresh (a hung VictoriaMetrics
+        # answers only at its timeout) would never get its error onto the screen.
         now = clock()
         try:
             view = read_fleet(store, now)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
         except StoreError as exc:
-            return (dash.no_update, dash.no_update, dash.no_update,
-                    components.notice(f"Store unavailable: {exc}"), dash.no_update)
+            text = f"Store unavailable: {exc}"
+            # The heatmap and the alerts of the last read stay, under the banner; the tiles
+            # say what is known now. A page that never read says why it is empty.
+            return (components.unavailable_summary(last, now),
+                    dash.no_update if last else figures.empty_figure(text),
+                    dash.no_update, components.notice(text),
+                    components.failed_stamp(now), dash.no_update)
         if view.cells:
             fig = figures.fleet_heatmap(view.cells, view.alerts)
             # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
@@ -93,7 +104,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         return (components.summary(view, now), fig,
                 components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
                                        muted=muted),
-                notice, components.updated_stamp(now))
+                notice, components.updated_stamp(now), components.last_read(view, now))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
                   State("fleet-range", "value"), prevent_initial_call=True)

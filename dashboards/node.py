@@ -58,6 +58,7 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
         dcc.Interval(id="node-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="node-name", data=node),
         dcc.Store(id="node-gpu", data=gpu),
+        dcc.Store(id=components.zoom_store("node")),
         html.Div(className="page-head", children=[
             html.H1([html.Span(id="node-title", children=node),
                      html.Span(f"GPU {gpu}" if gpu is not None else "", id="node-focus",
@@ -97,9 +98,11 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
     @app.callback(*outputs, Input("node-tick", "n_intervals"), Input("node-name", "data"),
-                  Input("node-gpu", "data"), Input("node-range", "value"))
-    def refresh(_n: int | None, node: str, gpu: int | None, rng: str | None
-                ) -> tuple[Any, ...]:
+                  Input("node-gpu", "data"), Input("node-range", "value"),
+                  State(components.zoom_store("node"), "data"),
+                  running=[(Output("node-tick", "disabled"), True, False)])  # see fleet.py
+    def refresh(_n: int | None, node: str, gpu: int | None, rng: str | None,
+                zoom: dict[str, Any] | None) -> tuple[Any, ...]:
         now = clock()
         rng = rng or DEFAULT_RANGE
         start, _ = timerange.window(rng, now)
@@ -108,7 +111,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
-                    *[dash.no_update] * (len(outputs) - 2))
+                    dash.no_update, components.failed_stamp(now),
+                    *[dash.no_update] * (len(outputs) - 4))
         has_data = any(view.series.values())
         title = f"{node}  ·  {view.rack}" if view.rack else node
         notice = None if has_data else components.notice(
@@ -122,15 +126,18 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
                                              view.start_ms, view.end_ms, view.annotations,
                                              view.alerts, primary=i == 0,
                                              limit=view.limits.get(metric), focus=gpu)
-            # Keep the user's zoom across refreshes; a new range starts clean.
+            # Keep the user's zoom (and legend clicks) across refreshes; a new range starts
+            # clean.
             fig.update_layout(uirevision=f"{node}:{rng}")
-            figs.append(fig)
+            figs.append(figures.hold_zoom(fig, components.zoomed(zoom, rng, graph_id(metric))))
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
         table = components.alert_table(
             view.alerts, now, "node-alert-table", rng=rng, muted=muted,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
         return (title, notice, table, components.updated_stamp(now), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
+
+    components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output(components.SHOWN, "data", allow_duplicate=True),

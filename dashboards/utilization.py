@@ -19,7 +19,7 @@ import dash
 import numpy as np
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import components, energy_figures, timerange
+from fleetwatch.dashboards import components, energy_figures, figures, timerange
 from fleetwatch.dashboards.energy_data import NO_NAME
 from fleetwatch.pipeline.store.base import RAW_SPAN_MS, StoreError, gpu_device, gpu_index
 from fleetwatch.pipeline.store.ledger import EnergyTotal
@@ -53,6 +53,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     return html.Div(className="page", children=[
         dcc.Interval(id="util-tick", interval=int(max(refresh_s, 15.0) * 1000)),
         dcc.Store(id="util-scope", data={"node": q.node, "gpu": q.gpu}),
+        dcc.Store(id=components.zoom_store("util")),
         html.Div(className="page-head", children=[
             html.H1(["Utilization ", html.Span(scope, id="util-scope-text",
                                                className="scope")]),
@@ -73,6 +74,9 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                 className="panel-hint", id="util-jobs-hint")]),
             html.Div(id="util-jobs")]),
     ])
+
+
+GRAPHS = [_graph_id(m) for m, _, _, _ in CDFS] + ["util-idle"]
 
 
 def _hint_id(metric: str) -> str:
@@ -163,8 +167,10 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
     @app.callback(*outputs, Output("util-idle", "figure"), Output("util-jobs", "children"),
                   Output("util-notice", "children"), Output("util-updated", "children"),
                   Input("util-tick", "n_intervals"), Input("util-range", "value"),
-                  State("util-scope", "data"))
-    def refresh(_n: int | None, rng: str, scope: dict[str, Any] | None) -> tuple[Any, ...]:
+                  State("util-scope", "data"), State(components.zoom_store("util"), "data"),
+                  running=[(Output("util-tick", "disabled"), True, False)])  # see fleet.py
+    def refresh(_n: int | None, rng: str, scope: dict[str, Any] | None,
+                zoom: dict[str, Any] | None) -> tuple[Any, ...]:
         now = clock()
         start, end = timerange.window(rng, now)
         node, gpu = (scope or {}).get("node"), (scope or {}).get("gpu")
@@ -177,7 +183,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
             totals, jobs = ledger_totals(store, first, end + 3600, node, gpu)
         except StoreError as exc:
             return (*[dash.no_update] * (2 * len(CDFS) + 2),
-                    components.notice(f"Store unavailable: {exc}"), dash.no_update)
+                    components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now))
         hours = sorted({t.bucket_ts for t in totals})
         index = {h: i for i, h in enumerate(hours)}
         shares: dict[str, list[float]] = {}
@@ -188,9 +194,15 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
         idle = {k: [i / g if g else 0.0 for i, g in zip(v, gpu_s[k])] for k, v in shares.items()}
         notice = None if any(f.data for f in figs) else components.notice(
             "No samples in this range yet", "util-empty")
-        return (*figs, *[cdf_hint(basis)] * len(CDFS), energy_figures.idle_share(hours, idle),
+        figs.append(energy_figures.idle_share(hours, idle))
+        for graph, fig in zip(GRAPHS, figs):  # the user's zoom kept; a new range starts clean
+            fig.update_layout(uirevision=rng)
+            figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))
+        return (*figs[:-1], *[cdf_hint(basis)] * len(CDFS), figs[-1],
                 job_table(jobs), notice,
                 components.updated_stamp(now))
+
+    components.keep_zoom(app, "util", GRAPHS, "util-range")
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Input("util-range", "value"), State("util-scope", "data"),
