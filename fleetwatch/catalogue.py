@@ -36,6 +36,26 @@ THROTTLE_FLAGS: dict[str, int] = {
 }
 
 
+# Other DCGM names of a catalogue metric's field, as recordings carry them (the catalogue's
+# ``dcgm`` column holds the name dcgm-exporter's default counters use). dcgm_fields.h:
+# DCGM 3.2 renamed field 112 DCGM_FI_DEV_CLOCKS_EVENT_REASONS and kept
+# DCGM_FI_DEV_CLOCK_THROTTLE_REASONS as a deprecated alias of it; field 160
+# DCGM_FI_DEV_POWER_MGMT_LIMIT is the current power limit in W (nvmlDeviceGetPowerManagement
+# Limit), which the driver enforces unless another limiter holds it lower.
+DCGM_ALIASES: dict[str, str] = {
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": "gpu_throttle_reasons",
+    "DCGM_FI_DEV_POWER_MGMT_LIMIT": "gpu_power_limit_w",
+}
+
+
+@cache
+def dcgm_field_names() -> frozenset[str]:
+    """Every DCGM field name DCGM defines (``dcgm_fields.csv``, from its dcgm_fields.h)."""
+    text = resources.files("fleetwatch").joinpath("dcgm_fields.csv").read_text("utf-8")
+    names = [line.strip() for line in text.splitlines() if line.strip()[:1] not in ("#", "")]
+    return frozenset(names[1:])  # after the header line "name"
+
+
 def throttle_flags(mask: float | int) -> list[str]:
     """Names of the throttle reasons set in an NVML clocks-event bitmask."""
     bits = int(mask)

@@ -23,9 +23,21 @@ Long CSV (one sample per row; a header line is required)::
   as NVML gives it (``NVIDIA H100 80GB HBM3``), whose thermal limits
   (``fleetwatch.parts``) stand in where the data has no NVML thresholds;
 * the header's names in any case (``Timestamp,Node,GPU,Metric,Value``);
-* rows may come in any order; a sample given twice (same time, node, GPU and
-  metric) keeps the last one; the summary counts such repeats, and those with
-  another value (two sources of one series, or a clock or time-zone fault).
+* rows may come in any order within ten minutes of recorded time (a file sorted per
+  node, per metric, or shuffled within a tick); a sample given twice (same time,
+  node, GPU and metric) keeps the last one; the summary counts such repeats, and those
+  with another value (two sources of one series, or a clock or time-zone fault).
+  ``fleetwatch replay`` of one file replays it as it is read, in memory bounded by
+  that window (``recorded_stream``): a row further behind the newest time read comes
+  after its time was replayed, and is counted and passed over (the summary says so:
+  sort such a file by time). A file spanning under twenty minutes is read whole.
+
+Every layout: a gzip-compressed file (its first bytes 1f 8b, whatever its name) is
+read as it is; ``-`` is standard input. A DCGM field name that DCGM defines
+(``dcgm_fields.csv``) but the catalogue has no meaning for (``DCGM_FI_DEV_FB_FREE``,
+``DCGM_FI_PROF_NVLINK_TX_BYTES``) is passed over and counted in the summary, not a bad
+row; DCGM's other names of a catalogue field (``catalogue.DCGM_ALIASES``: DCGM 3.2's
+``DCGM_FI_DEV_CLOCKS_EVENT_REASONS``) are read as it.
 
 Every layout: a memory temperature of 0 is no sample (GDDR boards, L4 or L40S, have
 no memory sensor and answer 0, which dcgm-exporter passes on), as the agent reads it
@@ -72,15 +84,19 @@ from __future__ import annotations
 
 import csv
 import functools
+import gzip
+import io
 import math
+import sys
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import IO, TextIO
 
-from fleetwatch.catalogue import Metric, catalogue
+from fleetwatch.catalogue import Metric, catalogue, dcgm_field_names
 from fleetwatch.collectors.nvml.metrics import ZERO_IS_ABSENT
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
@@ -91,6 +107,8 @@ XID = "xid"
 XID_LAST = "DCGM_FI_DEV_XID_ERRORS"
 XID_FIELDS = ("XID_ERRORS", XID_LAST)
 XID_MAX = 65535  # the driver's codes, as fleetwatch/xids.csv is checked: 1..65535
+# A DCGM field the catalogue has no meaning for (NVLink bytes, FB_FREE...): counted, not bad.
+UNUSED = "unused"
 
 
 class ReplayError(ValueError):
@@ -134,6 +152,27 @@ class Reading:
     conflicts: int = 0        # ... with another value
     conflict_example: str = ""
     naive_times: int = 0      # distinct times written without a zone (read as UTC)
+    unused: dict[str, int] = field(default_factory=dict)  # DCGM field -> rows passed over
+    # Streaming (fleetwatch.recorded_stream): rows before ``horizon`` came after their
+    # time was replayed; ``sealer`` is called with the newest time read, now and then.
+    horizon: float = -math.inf
+    late: int = 0
+    late_example: str = ""
+    sealer: Callable[[float], None] | None = None
+    newest: float = -math.inf
+
+    def too_late(self, ts: float, where: str) -> bool:
+        """A row older than what was already replayed: counted and passed over."""
+        if ts >= self.horizon:
+            if ts > self.newest:
+                self.newest = ts
+                if self.sealer is not None:
+                    self.sealer(ts)
+            return False
+        self.late += 1
+        if not self.late_example:
+            self.late_example = f"{where} at {utc(ts)}"
+        return True
 
     def bad(self, where: str, why: str, skip: bool) -> None:
         if not skip:
@@ -231,18 +270,47 @@ def _metric(name: str) -> Metric:
 
 
 def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
-               rack: str = "unknown", series: Series | None = None) -> Reading:
+               rack: str = "unknown", series: Series | None = None,
+               emit: Callable[[list[list[Frame]]], None] | None = None,
+               model: str = "") -> Reading:
     """Read every file (the layout told by its header) into one ``Reading``.
 
     ``series`` says what one-series files measure; given, at least one file must be
     one (an option that nothing reads is an error, not silence).
+    ``emit``: given, the frames (``frames``, with ``model``) are handed to it as they
+    are read, and the ``Reading`` returned keeps only the counts and notes: one file is
+    read as a stream, in memory bounded by a window of time (``recorded_stream``).
     """
+    paths = list(paths)
     out = Reading()
+    stream = None
+    if emit is not None and len(paths) == 1:
+        from fleetwatch.recorded_stream import Stream
+
+        stream = Stream(out, emit, model)
+    _read_all(paths, out, skip_bad, cluster, rack, series)
+    if stream is not None:
+        stream.finish()
+        return out
+    from fleetwatch.recorded_ticks import mark_lost, note_repeats, to_ticks
+
+    _xid_events(out)
+    _note_zero_absent(out)
+    note_repeats(out)
+    to_ticks(out)
+    mark_lost(out)
+    if emit is not None:
+        emit(frames(out, model))
+    return out
+
+
+def _read_all(paths: list[str | Path], out: Reading, skip_bad: bool, cluster: str, rack: str,
+              series: Series | None) -> None:
     series_files = 0
     for path in paths:
         p = Path(path)
         try:
-            with p.open(newline="", encoding="utf-8-sig") as fh:
+            with open_text(p) as fh:
                 rows = csv.reader(fh)
                 header = next(rows, None)
                 if header is None:
@@ -266,19 +334,40 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
         except OSError as exc:
             raise ReplayError(f"{p}: cannot read: {exc}") from None
         except UnicodeDecodeError as exc:
-            raise ReplayError(f"{p}: not UTF-8 text ({exc}); is it a CSV file?") from None
+            raise ReplayError(f"{p}: not UTF-8 text ({exc}); is it a CSV file? (gzip is read "
+                              "as it is; other formats: decompress or export to CSV)") from None
     if series is not None and series != Series() and not series_files:
         raise ReplayError("--metric, --node and --gpu are for one-series files (timestamp,value), "
                           "and none of the files is one: the long CSV and AcmeTrace layouts "
                           "name their own metrics and nodes")
-    from fleetwatch.recorded_ticks import mark_lost, note_repeats, to_ticks
+    if out.unused:
+        out.notes.append("DCGM fields fleetwatch does not use, passed over: " + ", ".join(
+            f"{name} ({n:,})" for name, n in sorted(out.unused.items())))
 
-    _xid_events(out)
-    _note_zero_absent(out)
-    note_repeats(out)
-    to_ticks(out)
-    mark_lost(out)
-    return out
+
+# The first bytes of compressed or binary files that people pass for a CSV file.
+_BINARY = ((b"BZh", "bzip2", "bzcat"), (b"\xfd7zXZ\x00", "xz", "xzcat"),
+           (b"\x28\xb5\x2f\xfd", "zstd", "zstdcat"), (b"PK\x03\x04", "zip", "unzip -p"),
+           (b"PAR1", "Parquet", ""), (b"SQLite format 3", "SQLite", ""))
+
+
+def open_text(p: Path) -> TextIO:
+    """The file's text (``-``: standard input), gunzipped where its first bytes say gzip
+    (1f 8b), whatever its name; another compressed or binary format is refused by name."""
+    raw: IO[bytes] = sys.stdin.buffer if str(p) == "-" else p.open("rb")
+    if not hasattr(raw, "peek"):
+        raw = io.BufferedReader(raw)  # type: ignore[arg-type]
+    head = raw.peek(16)[:16]  # type: ignore[attr-defined]
+    if head[:2] == b"\x1f\x8b":
+        raw = gzip.GzipFile(fileobj=raw)  # type: ignore[assignment]
+    else:
+        for magic, kind, cat in _BINARY:
+            if head.startswith(magic):
+                raw.close()
+                how = (f": decompress it, e.g. `{cat} {p} | fleetwatch replay -`" if cat
+                       else ": export it as CSV (the long layout, AcmeTrace's, or one series)")
+                raise ReplayError(f"{p}: binary, not CSV text ({kind} data){how}")
+    return io.TextIOWrapper(raw, encoding="utf-8-sig", newline="")
 
 
 def _xid_events(out: Reading) -> None:
@@ -338,7 +427,7 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
     node = series.node or p.stem
     gpu = None if catalogue()[metric].scope == "host" else series.gpu
     out.places.setdefault(node, (cluster, rack))
-    times: set[float] = set()
+    samples, last_ts = 0, math.nan  # a count, not a set: memory stays flat on long files
     empty = 0
     for n, row in enumerate(rows, 2):
         if not row or not "".join(row).strip():
@@ -356,11 +445,13 @@ def _read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Rea
         except ValueError as exc:
             out.bad(where, str(exc), skip)
             continue
-        out.naive_times += naive and ts not in times
-        times.add(ts)
+        if out.too_late(ts, f"{p} line {n}"):
+            continue
+        out.naive_times += naive and ts != last_ts
+        samples, last_ts = samples + 1, ts
         out.put(ts, node, gpu, metric, value)
     where_to = node if gpu is None else f"{node} GPU {gpu}"
-    out.notes.append(f"{p.name}: one series of {metric} ({len(times):,} samples), read as "
+    out.notes.append(f"{p.name}: one series of {metric} ({samples:,} samples), read as "
                      f"{where_to}")
     _note_empty(out, p, empty)
 
@@ -397,12 +488,18 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
         try:
             ts = times.get(row[i_ts])
             if ts is None:
+                if len(times) > 100_000:  # series with times of their own: keep it bounded
+                    times.clear()
                 ts, naive = _parse_time(row[i_ts])
                 times[row[i_ts]] = ts
                 out.naive_times += naive
             if not node:
                 raise ValueError("empty node")
             metric, factor = names.get(row[i_metric]) or _long_metric(row[i_metric], names)
+            if metric == UNUSED:
+                name = row[i_metric].strip()
+                out.unused[name] = out.unused.get(name, 0) + 1
+                continue
             gpu = _gpu_index(row[i_gpu])
             xid = metric in (XID, XID_LAST)
             scope = "host" if xid else catalogue()[metric].scope
@@ -420,6 +517,8 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
                 value = _value(row[i_value], metric, factor)
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
+            continue
+        if out.too_late(ts, f"{p} line {n}"):
             continue
         if node not in out.places:
             out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
@@ -444,7 +543,7 @@ def _read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readi
         out.notes.append(f"{p.name}: DCGM_FI_DEV_XID_ERRORS read as XID events (the last XID "
                          "seen: a change to a non-zero code is one)")
     dcgm = sorted(f"{text.strip()} as {ours}" for text, (ours, _) in names.items()
-                  if text.strip() not in (ours, *XID_FIELDS))
+                  if text.strip() not in (ours, *XID_FIELDS) and ours != UNUSED)
     if dcgm:
         out.notes.append(f"{p.name}: DCGM field names read in DCGM's units: {', '.join(dcgm)}")
 
@@ -455,6 +554,8 @@ def _long_metric(text: str, names: dict[str, tuple[str, float]]) -> tuple[str, f
     name = text.strip()
     found = ((XID, 1.0) if name == XID else (XID_LAST, 1.0) if name in XID_FIELDS
              else _series_metric(name))
+    if found is None and name in dcgm_field_names():
+        found = (UNUSED, 1.0)
     if found is None:
         raise ValueError(f"unknown metric {name!r} (use the catalogue's names, e.g. "
                          "gpu_temp_c, a DCGM field name, e.g. DCGM_FI_DEV_GPU_TEMP, or xid)")
@@ -477,20 +578,31 @@ def _gpu_index(text: str) -> int | None:
     return gpu
 
 
-def frames(reading: Reading, model: str = "") -> list[list[Frame]]:
+def frames(reading: Reading, model: str = "",
+           known: dict[str, set[int]] | None = None) -> list[list[Frame]]:
     """Frames in time order, one batch per timestamp (as a live processor sees a tick).
 
     ``model``: the GPUs' product name where the data gives none (its ``model`` column).
+    ``known``: each node's GPUs seen so far, where the reading is a part of a stream (it
+    is updated with those of this part).
     """
     xids: dict[tuple[float, str], dict[int, tuple[int, ...]]] = defaultdict(dict)
     for (ts, node, gpu), codes in reading.xids.items():
         xids[(ts, node)][gpu] = tuple(codes)
+    # Every frame of a node lists every GPU the node has shown, as the agent's frame does (a
+    # GPU that missed a scrape has no metrics, one that fell off the bus is "lost"): a frame
+    # listing another set of GPUs reads as a second agent under the node's name.
+    node_gpus: dict[str, set[int]] = defaultdict(set) if known is None else known
+    for (_, node), per_gpu in reading.samples.items():
+        node_gpus[node].update(g for g in per_gpu if g is not None)
+    for (_, node), events in xids.items():
+        node_gpus[node].update(events)
     by_ts: dict[float, list[Frame]] = defaultdict(list)
     for ts, node in sorted(set(reading.samples) | set(xids)):
         per_gpu = reading.samples.get((ts, node), {})
         events = xids.get((ts, node), {})
         lost = reading.lost.get((ts, node), set())
-        indices = sorted({g for g in per_gpu if g is not None} | set(events) | lost)
+        indices = sorted(node_gpus[node] | lost)
         gpus = tuple([GpuReading(i, f"{node}/gpu{i}", reading.models.get((node, i), model),
                                  dict(per_gpu.get(i, {})),
                                  job=None if i in lost else reading.jobs.get((ts, node, i)),

@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from fleetwatch.catalogue import catalogue
+from fleetwatch.catalogue import DCGM_ALIASES, catalogue
 from fleetwatch.recorded import XID, XID_FIELDS, Reading, _value, parse_time, xid_code
 
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
@@ -32,8 +32,13 @@ def acme_metric(stem: str) -> tuple[str, float] | None:
         return ACME_HOST[name]
     if name in XID_FIELDS:
         return XID, 1.0
+    names = (name, f"DCGM_FI_DEV_{name}", f"DCGM_FI_PROF_{name}")
     for metric in catalogue().metrics:
-        if metric.dcgm and metric.dcgm in (name, f"DCGM_FI_DEV_{name}", f"DCGM_FI_PROF_{name}"):
+        if metric.dcgm and metric.dcgm in names:
+            return metric.name, 1.0 / metric.dcgm_scale
+    for alias in names:
+        if alias in DCGM_ALIASES:
+            metric = catalogue()[DCGM_ALIASES[alias]]
             return metric.name, 1.0 / metric.dcgm_scale
     return None
 

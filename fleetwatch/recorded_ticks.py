@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import statistics
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 # A GPU absent from its node's frames for more than this many of its own intervals, while
 # other GPUs of the node go on, is read as lost. One or two missing samples are a
 # scrape's hiccup. The agent's rule, one definition: a GPU that fell off the bus it
 # reports at its next read, one that answers nothing after as many of its ticks.
-from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS
+from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_OFF_BUS
 from fleetwatch.recorded import XID, utc
 
 if TYPE_CHECKING:
@@ -44,7 +45,16 @@ def _median_step(times: list[float]) -> float | None:
     return step if step > 0 else None
 
 
-def to_ticks(out: Reading) -> None:
+@dataclass
+class TickStats:
+    """What ``to_ticks`` did over the runs of a streamed reading, for one note at the end."""
+
+    moved: int = 0
+    spread: float = 0.0
+    steps: set[float] = field(default_factory=set)
+
+
+def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     """Gather each node's samples into ticks of its interval.
 
     A node's series may carry their own times (DCGM field timestamps, a scrape or an
@@ -90,6 +100,11 @@ def to_ticks(out: Reading) -> None:
             before, after = before + len(ordered), after + ticks
     if not moved:
         return
+    spread = max(ts - tick for (ts, _), tick in moved.items())
+    if stats is not None:  # a streamed run: counted, said once at the end (note_ticks)
+        stats.moved += len(moved)
+        stats.spread = max(stats.spread, spread)
+        stats.steps |= steps
     for (ts, node), tick in moved.items():
         for gpu, metrics in out.samples.pop((ts, node), {}).items():
             out.samples[(tick, node)][gpu].update(metrics)
@@ -97,60 +112,109 @@ def to_ticks(out: Reading) -> None:
         out.xids[(moved[(ts, node)], node, gpu)].extend(out.xids.pop((ts, node, gpu)))
     for (ts, node, gpu) in [k for k in out.jobs if (k[0], k[1]) in moved]:
         out.jobs[(moved[(ts, node)], node, gpu)] = out.jobs.pop((ts, node, gpu))
-    spread = max(ts - tick for (ts, _), tick in moved.items())
-    every = (f"{min(steps):g} s" if len(steps) == 1
-             else f"{min(steps):g} to {max(steps):g} s")
+    if stats is not None:
+        return
+    every = _every(steps)
     out.notes.append(f"the series of a node carry their own times, up to {spread:.3g} s "
                      f"apart within one interval ({every}, the median spacing of its "
                      f"series): {before:,} times read as {after:,} ticks, each at its first "
                      "time, so that a node's GPUs and metrics meet in one frame")
 
 
-def mark_lost(out: Reading) -> None:
+def _every(steps: set[float]) -> str:
+    return (f"{min(steps):g} s" if len(steps) == 1
+            else f"{min(steps):g} to {max(steps):g} s")
+
+
+def note_ticks(out: Reading, stats: TickStats) -> None:
+    if stats.moved:
+        out.notes.append(f"the series of a node carry their own times, up to "
+                         f"{stats.spread:.3g} s apart within one interval "
+                         f"({_every(stats.steps)}, the median spacing of its series): "
+                         f"{stats.moved:,} times joined the tick of an earlier time, so that "
+                         "a node's GPUs and metrics meet in one frame")
+
+
+@dataclass
+class LostState:
+    """``mark_lost`` across the chunks of a streamed reading: per node, each GPU's last
+    sample, own interval, since when it is read as lost, and whether it reported XID 79."""
+
+    last: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    steps: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    since: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
+    off_bus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    episodes: list[str] = field(default_factory=list)
+
+
+def mark_lost(out: Reading, state: LostState | None = None) -> None:
     """A GPU absent from its node's frames for over ``LOST_AFTER_INTERVALS`` of its own
     intervals while other GPUs of the node go on is lost in those frames, until it is back.
 
     That is how a GPU that fell off the bus (XID 79) looks in a recording: its series
     stop, its node's go on. The agent reports such a GPU as state "lost", which the
     gpu_lost rule judges; a recording has no GPU state, so it is read from the gaps. A
-    node whose GPUs all stop, or whose recording ends, has no GPU going on: not lost.
+    node whose GPUs all stop, or whose recording ends, has no GPU going on: not lost. A
+    GPU that reported XID 79 is lost at its first tick without a sample, as the agent
+    marks it at once.
     """
     present: dict[str, dict[float, set[int]]] = defaultdict(dict)
     for (ts, node), per_gpu in out.samples.items():
         gpus = {g for g, metrics in per_gpu.items() if g is not None and metrics}
         if gpus:
             present[node].setdefault(ts, set()).update(gpus)
-    for ts, node, gpu in out.xids:
+    # A GPU that reported XID 79 (fallen off the bus) is lost from its next tick without a
+    # sample, as the agent reports it at once (collectors.nvml.reader), not 3 intervals on.
+    fallen: dict[str, dict[float, set[int]]] = defaultdict(dict)
+    for (ts, node, gpu), codes in out.xids.items():
         present[node].setdefault(ts, set()).add(gpu)
-    episodes: list[str] = []
+        if XID_FALLEN_OFF_BUS in codes:
+            fallen[node].setdefault(ts, set()).add(gpu)
+    whole = state is None
+    state = state or LostState()
+    episodes = state.episodes
     for node, at in sorted(present.items()):
         times = sorted(at)
+        last = state.last[node]
         seen: dict[int, list[float]] = defaultdict(list)
+        for gpu, ts in last.items():
+            seen[gpu].append(ts)   # the gap to the last chunk's sample counts too
         for ts in times:
             for gpu in at[ts]:
                 seen[gpu].append(ts)
-        own = {gpu: _median_step(ts) for gpu, ts in seen.items()}
-        node_step = min((s for s in own.values() if s is not None), default=None)
-        last: dict[int, float] = {}
-        since: dict[int, float] = {}   # GPU -> when it was first read as lost, this time
+        own = state.steps[node]
+        own.update({gpu: s for gpu, s in ((g, _median_step(t)) for g, t in seen.items())
+                    if s is not None})
+        node_step = min(own.values(), default=None)
+        since = state.since[node]      # GPU -> when it was first read as lost, this time
+        off_bus = state.off_bus[node]  # GPUs whose last XID was 79, until they are back
         for ts in times:
             here = at[ts]
             for gpu, seen_ts in last.items():
-                step = own[gpu] or node_step
-                if gpu not in here and step and ts - seen_ts > LOST_AFTER_INTERVALS * step:
+                step = own.get(gpu) or node_step
+                if gpu not in here and (gpu in off_bus or step and
+                                        ts - seen_ts > LOST_AFTER_INTERVALS * step):
                     out.lost[(ts, node)].add(gpu)
                     since.setdefault(gpu, ts)
+            off_bus -= here
+            off_bus |= fallen[node].get(ts, set())
             for gpu in here:
                 if gpu in since:
                     episodes.append(f"{node} GPU {gpu} from {utc(since.pop(gpu))} until it "
                                     f"came back at {utc(ts)}")
                 last[gpu] = ts
-        episodes += [f"{node} GPU {gpu} from {utc(t)} to the end (last sample "
-                     f"{utc(last[gpu])})" for gpu, t in sorted(since.items())]
+    if whole:
+        note_lost(out, state)
+
+
+def note_lost(out: Reading, state: LostState) -> None:
+    episodes = state.episodes + [
+        f"{node} GPU {gpu} from {utc(t)} to the end (last sample {utc(state.last[node][gpu])})"
+        for node, lost in sorted(state.since.items()) for gpu, t in sorted(lost.items())]
     if episodes:
         shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
                                            if len(episodes) > 5 else "")
         out.notes.append(
             f"GPUs read as lost (their samples stopped for over {LOST_AFTER_INTERVALS} of "
             f"their intervals while other GPUs of their node went on, as a GPU that fell "
-            f"off the bus does): {shown}")
+            f"off the bus does, or at once after its XID 79): {shown}")

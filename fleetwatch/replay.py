@@ -32,7 +32,7 @@ from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.base import change_json
 from fleetwatch.pipeline.store.base import Store
-from fleetwatch.recorded import ReplayError, Series, frames, read_files
+from fleetwatch.recorded import ReplayError, Series, read_files
 from fleetwatch.recording import RecordingStore
 
 __all__ = ["JsonLinesSink", "ReplayError", "ReplaySummary", "Series", "replay"]
@@ -200,40 +200,52 @@ class _Racks:
         return out
 
 
-def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
-              summary: ReplaySummary, xid_channel: bool = False) -> None:
+class _Coverage:
     """What the data held, and for each rule the share of GPU samples it could judge:
-    the GPU had the rule's metrics, and the rule had what it compares with (``REACH``)."""
-    seen: dict[str, int] = {}
-    needs = needs_of(detectors)
-    reach = {rule: REACH.get(rule, Reach()) for rule in needs}
-    settings: dict[str, DetectorsConfig] = {}  # the detector's own numbers (min_peers...)
-    for d in detectors:
-        c = getattr(d, "c", None)
-        for rule in getattr(d, "rules", {}):
-            settings[rule] = c if isinstance(c, DetectorsConfig) else DetectorsConfig()
-    peers = {rule: r.peers if isinstance(r.peers, int) else getattr(settings[rule], r.peers)
-             for rule, r in reach.items()}
-    rack_rules = [rule for rule, r in reach.items() if r.rack]
-    racks = _Racks(min((settings[r].rack_min_gpus for r in rack_rules), default=1),
-                   needs[rack_rules[0]][0] if rack_rules and needs[rack_rules[0]] else "")
-    judged = dict.fromkeys(needs, 0)
-    failed: dict[str, dict[str, int]] = {rule: {} for rule in needs}  # rule -> why -> samples
-    most = dict.fromkeys(needs, 0)  # rule -> the most GPUs of one node (job) it could compare
-    # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge each once.
-    shapes: dict[object, list[tuple[str, int, dict[str, int], int]]] = {}
-    samples = 0
-    gpus = set()
-    limits: dict[tuple[str, int], tuple[bool, str]] = {}  # GPU -> (NVML's limits, model)
-    for batch in batches:
-        judged_racks = racks.see(batch) if rack_rules else set()
+    the GPU had the rule's metrics, and the rule had what it compares with (``REACH``).
+    Fed batch by batch as they are replayed; whether the data carries XIDs is known only
+    at the end, so the XID rules are counted both ways."""
+
+    def __init__(self, detectors: Sequence[Detector]) -> None:
+        self.seen: dict[str, int] = {}
+        self.needs = needs = needs_of(detectors)
+        self.reach = reach = {rule: REACH.get(rule, Reach()) for rule in needs}
+        settings: dict[str, DetectorsConfig] = {}  # the detector's own numbers (min_peers...)
+        for d in detectors:
+            c = getattr(d, "c", None)
+            for rule in getattr(d, "rules", {}):
+                settings[rule] = c if isinstance(c, DetectorsConfig) else DetectorsConfig()
+        self.settings = settings
+        self.peers = {rule: r.peers if isinstance(r.peers, int)
+                      else getattr(settings[rule], r.peers) for rule, r in reach.items()}
+        self.rack_rules = rack_rules = [rule for rule, r in reach.items() if r.rack]
+        self.racks = _Racks(min((settings[r].rack_min_gpus for r in rack_rules), default=1),
+                            needs[rack_rules[0]][0] if rack_rules and needs[rack_rules[0]]
+                            else "")
+        # [without XIDs, with XIDs]: rule -> GPU samples judged; -> why not -> samples
+        self.judged = [dict.fromkeys(needs, 0), dict.fromkeys(needs, 0)]
+        self.failed: list[dict[str, dict[str, int]]] = [{rule: {} for rule in needs}
+                                                        for _ in range(2)]
+        self.most = dict.fromkeys(needs, 0)  # rule -> most GPUs of one node (job) compared
+        # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge
+        # each once.
+        self.shapes: dict[object, list[list[tuple[str, int, dict[str, int], int]]]] = {}
+        self.samples = 0
+        self.gpus: set[tuple[str, int]] = set()
+        self.limits: dict[tuple[str, int], tuple[bool, str]] = {}  # GPU -> (NVML's, model)
+
+    def see(self, batch: Sequence[Frame]) -> None:
+        seen, limits = self.seen, self.limits
+        judged_racks = self.racks.see(batch) if self.rack_rules else set()
         for f in batch:
             host = f.host.metrics
             for m in host:
                 seen[m] = seen.get(m, 0) + 1
             for g in f.gpus:
-                samples += 1
-                gpus.add((f.node, g.index))
+                if not (g.metrics or g.xids or g.state != "ok"):
+                    continue  # listed so that the node's GPU set holds; no sample this tick
+                self.samples += 1
+                self.gpus.add((f.node, g.index))
                 for m in g.metrics:
                     seen[m] = seen.get(m, 0) + 1
                 if TEMP in g.metrics:
@@ -243,35 +255,54 @@ def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
                 if g.xids:
                     seen["xid"] = seen.get("xid", 0) + len(g.xids)
             rack_ok = (f.cluster, f.rack) in judged_racks
-            shape = (tuple((g.job, frozenset(g.metrics)) for g in f.gpus), frozenset(host),
-                     rack_ok)
-            verdicts = shapes.get(shape)
-            if verdicts is None:
-                verdicts = shapes[shape] = [
-                    (rule, *_judge(f, wanted, reach[rule], peers[rule], xid_channel, rack_ok))
-                    for rule, wanted in needs.items()]
-            for rule, n, fails, largest in verdicts:
-                judged[rule] += n
-                for why, k in fails.items():
-                    failed[rule][why] = failed[rule].get(why, 0) + k
-                most[rule] = max(most[rule], largest)
-    summary.gpus = len(gpus)
-    summary.metrics = dict(seen)
-    thermal = next((settings[r] for r in ("gpu_temp_high", "gpu_temp_critical")
-                    if r in settings), None)
-    if thermal is not None and limits:
-        summary.notes.append(_limits_note(limits, thermal))
-    for rule, metrics in needs.items():
-        summary.coverage[rule] = judged[rule] / samples if samples else 0.0
-        lacked = [m for m in metrics if m not in seen]
-        if lacked:
-            summary.missing[rule] = lacked
-        if failed[rule]:
-            why = max(failed[rule], key=failed[rule].__getitem__)
-            summary.unjudged[rule] = _why(why, metrics, reach[rule], peers[rule], lacked,
-                                          most[rule], racks.min_gpus)
-        elif not samples:
-            summary.unjudged[rule] = "no GPU sample"
+            shape = (tuple((g.job, frozenset(g.metrics), g.state, bool(g.xids))
+                           for g in f.gpus), frozenset(host), rack_ok)
+            both = self.shapes.get(shape)
+            if both is None:  # [the XID rules without XIDs, every rule with them]
+                both = self.shapes[shape] = [
+                    [(rule, *_judge(f, wanted, self.reach[rule], self.peers[rule], xid, rack_ok))
+                     for rule, wanted in self.needs.items() if xid or self.reach[rule].xid]
+                    for xid in (False, True)]
+            for verdicts, judged, failed in zip(both, self.judged, self.failed):
+                for rule, n, fails, largest in verdicts:
+                    judged[rule] += n
+                    for why, k in fails.items():
+                        failed[rule][why] = failed[rule].get(why, 0) + k
+                    if largest > self.most[rule]:
+                        self.most[rule] = largest
+
+    def done(self, summary: ReplaySummary, xid_channel: bool) -> None:
+        seen, samples, settings = self.seen, self.samples, self.settings
+        judged, failed = self.judged[1], self.failed[1]
+        if not xid_channel:  # the XID rules judged nothing where the data carries no XIDs
+            judged = {**judged, **{r: n for r, n in self.judged[0].items() if self.reach[r].xid}}
+            failed = {**failed, **{r: w for r, w in self.failed[0].items() if self.reach[r].xid}}
+        summary.gpus = len(self.gpus)
+        summary.metrics = dict(seen)
+        thermal = next((settings[r] for r in ("gpu_temp_high", "gpu_temp_critical")
+                        if r in settings), None)
+        if thermal is not None and self.limits:
+            summary.notes.append(_limits_note(self.limits, thermal))
+        for rule, metrics in self.needs.items():
+            summary.coverage[rule] = judged[rule] / samples if samples else 0.0
+            lacked = [m for m in metrics if m not in seen]
+            if lacked:
+                summary.missing[rule] = lacked
+            if failed[rule]:
+                why = max(failed[rule], key=failed[rule].__getitem__)
+                summary.unjudged[rule] = _why(why, metrics, self.reach[rule], self.peers[rule],
+                                              lacked, self.most[rule], self.racks.min_gpus)
+            elif not samples:
+                summary.unjudged[rule] = "no GPU sample"
+
+
+def _coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
+              summary: ReplaySummary, xid_channel: bool = False) -> None:
+    """``_Coverage`` over batches already read."""
+    cov = _Coverage(detectors)
+    for batch in batches:
+        cov.see(batch)
+    cov.done(summary, xid_channel)
 
 
 def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel: bool,
@@ -287,6 +318,8 @@ def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel:
         sizes[k] = sizes.get(k, 0) + ok
     judged, fails = 0, dict[str, int]()
     for g, ok, k in zip(f.gpus, fed, group):
+        if not (g.metrics or g.xids or g.state != "ok"):
+            continue  # no sample of this GPU in this tick: nothing to judge, nothing lacked
         why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
         if why:
             fails[why] = fails.get(why, 0) + 1
@@ -472,29 +505,37 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
                           "a minute a second); leave it out to replay as fast as possible")
     if gpu_model:
         check_gpu_model(gpu_model)
-    reading = read_files(paths, skip_bad, cluster, rack, series)
-    batches = frames(reading, gpu_model)
-    summary = ReplaySummary(bad_rows=reading.bad_rows, bad_examples=reading.bad_examples,
-                            notes=list(reading.notes))
-    if not batches:
-        summary.notes.append("no samples in the files")
-        return summary
-    _coverage(batches, detectors, summary, reading.xid_channel)
+    summary = ReplaySummary()
+    coverage = _Coverage(detectors)
     sink = JsonLinesSink(out)
     notifier = Notifier([sink], background=False)
     processor = Processor(store if store is not None else RecordingStore(), detectors,
                           notify=notifier.send, keep_firing_s=keep_firing_s)
-    summary.start_ts, summary.end_ts = batches[0][0].ts, batches[-1][0].ts
     before = _counts(detectors)
     wall0 = clock()
     paced = speed is not None and math.isfinite(speed)
-    for batch in batches:
-        if paced:
-            due = wall0 + (batch[0].ts - summary.start_ts) / speed  # type: ignore[operator]
-            if due > clock():
-                sleep(due - clock())
-        processor.process(batch)
-        summary.frames += len(batch)
+
+    def play(batches: list[list[Frame]]) -> None:
+        """Frames as they are read: one file is replayed while the rest is being read."""
+        for batch in batches:
+            if not summary.frames:
+                summary.start_ts = batch[0].ts
+            summary.end_ts = batch[0].ts
+            coverage.see(batch)
+            if paced:
+                due = wall0 + (batch[0].ts - summary.start_ts) / speed  # type: ignore[operator]
+                if due > clock():
+                    sleep(due - clock())
+            processor.process(batch)
+            summary.frames += len(batch)
+
+    reading = read_files(paths, skip_bad, cluster, rack, series, emit=play, model=gpu_model)
+    summary.bad_rows, summary.bad_examples = reading.bad_rows, reading.bad_examples
+    summary.notes = list(reading.notes)
+    if not summary.frames:
+        summary.notes.append("no samples in the files")
+        return summary
+    coverage.done(summary, reading.xid_channel)
     summary.transitions, summary.firing = sink.written, len(sink.fired)
     notifier.close()
     _counted(before, _counts(detectors), summary)

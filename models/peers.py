@@ -62,6 +62,10 @@ RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
+# The rise that alerts state (message, evidence): over about this long, so that at any
+# scrape interval it is the climb, not one sample's step scaled up to a minute (the fast
+# path's own rise, over peer_rise_window_s, is left as tuned).
+RISE_EVIDENCE_S = 120.0
 
 
 class ThermalPeers(WaveDetector):
@@ -75,7 +79,8 @@ class ThermalPeers(WaveDetector):
         self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, sd=0.0, sp=0.0, spp=0.0,
                               sdp=0.0, warm=0.0,
                               warm_busy=0.0,
-                              smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0)
+                              smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
+                              rise_avg=np.nan)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table
@@ -151,6 +156,13 @@ class ThermalPeers(WaveDetector):
         with np.errstate(invalid="ignore", divide="ignore"):
             slope = np.where(sw < 1.0, (learned - smooth) * sw
                              / ((1.0 - sw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
+        # The same over RISE_EVIDENCE_S: a ramp's rate, for people to read.
+        rw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, RISE_EVIDENCE_S), 1.0)
+        old = t["rise_avg"][s]
+        rise_avg = np.where(np.isnan(old), learned, old + rw * (learned - old))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rise = np.where(rw < 1.0, (learned - rise_avg) * rw
+                            / ((1.0 - rw) * np.maximum(sdt, 1e-9)), 0.0) * 60.0
         # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
         # the driver does) keeps one alert instead of raising one a minute.
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
@@ -190,12 +202,13 @@ class ThermalPeers(WaveDetector):
         t["hot"][s[judged]] = hot[judged]
         t["crit"][s[judged]] = crit[judged]
         t["smooth"][s[judged]] = smooth[judged]
+        t["rise_avg"][s[judged]] = rise_avg[judged]
         t["sts"][s[judged]] = ts[judged]
         t["plag"][s[fresh]] = plag[fresh]
         t["tlag"][s[fresh]] = tlag[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         if hot.any() or low.any():
-            self._emit(b, rows, out, read, median, offset, excess, margin, slope, plag, count,
+            self._emit(b, rows, out, read, median, offset, excess, margin, rise, plag, count,
                        hot, crit, low)
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
@@ -252,7 +265,8 @@ class ThermalPeers(WaveDetector):
                 continue
             text = (f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
                     f"{count[i, j]} peers at the same power"
-                    + (f", rising {slope[i, j]:.0f} °C/min" if slope[i, j] > 0 else ""))
+                    + (f", rising {slope[i, j]:.1f} °C/min over the last minutes"
+                       if slope[i, j] >= 0.1 else ""))
             action = COOLING + "; this GPU's heat path is failing while its peers' is not"
             # The warning holds for as long as the GPU runs hot; the critical one rides on
             # top while it is far out or climbing fast, so neither flaps into the other.
