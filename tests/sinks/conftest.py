@@ -2,13 +2,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.retry import Backoff
 from tests.servers import Server, alertmanager
 
 
@@ -76,3 +78,18 @@ def tmp_store(tmp_path: Path):  # noqa: ANN201
     from fleetwatch.pipeline.store.sqlite import SqliteStore
 
     return SqliteStore(tmp_path / "fleet.db")
+
+
+def fast() -> Backoff:
+    """A retry backoff short enough for tests."""
+    return Backoff(0.01, 0.05)
+
+
+def until(check: Callable[[], object], timeout_s: float = 15.0) -> bool:
+    """Wait for a condition another thread makes true (not a timing: a deadline)."""
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

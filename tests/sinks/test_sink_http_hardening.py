@@ -29,25 +29,11 @@ from fleetwatch.pipeline.sinks.base import SinkRejected
 from fleetwatch.pipeline.sinks.http import post_json
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store.base import Alert, Silence
-from fleetwatch.retry import Backoff
 from tests.servers import Server, alertmanager, free_port
+from tests.sinks.conftest import fast, until
 
 TOKEN = "WEBHOOKTOKEN789"
 PASSWORD = "AMPASS000"
-
-
-def fast() -> Backoff:
-    return Backoff(0.01, 0.05)
-
-
-def until(check: Callable[[], object], timeout_s: float = 15.0) -> bool:
-    """Wait for what another thread makes true (a deadline, not a timing)."""
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def alert(name: str, state: str = "firing", node: str = "n1") -> Alert:

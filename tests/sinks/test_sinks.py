@@ -16,9 +16,8 @@ from fleetwatch.pipeline.sinks.kafka import KafkaAlertSink
 from fleetwatch.pipeline.sinks.store import StoreSink
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store.base import Acknowledgement
-from fleetwatch.retry import Backoff
 from tests.servers import Server, free_port
-from tests.sinks.conftest import Receiver, frame, tmp_store
+from tests.sinks.conftest import Receiver, fast, frame, tmp_store
 
 HOT = [70, 90, 91, 92, 60]  # at 15 s: pending at +15, firing at +45 (for_s 30), resolved
 
@@ -27,10 +26,6 @@ def run(processor: Processor, temps: list[float], nodes: tuple[str, ...] = ("n1"
         t0: float = 1_000_000.0) -> None:
     for i, t in enumerate(temps):
         processor.process([frame(t0 + 15 * i, [60, t], node=n) for n in nodes])
-
-
-def fast() -> Backoff:
-    return Backoff(0.01, 0.05)
 
 
 def test_webhook_gets_firing_and_resolved_grouped_by_node(receiver: Receiver,
