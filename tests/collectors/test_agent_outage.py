@@ -74,7 +74,11 @@ def test_every_tick_arrives_through_a_broker_outage(
     stop = threading.Event()
     thread = threading.Thread(target=service.run, args=(stop,), daemon=True)
     thread.start()
-    time.sleep(3)
+    # The agent first checks the topic (made with 4 partitions above, so it is made again
+    # with bus.partitions: seconds on a busy machine), then sends; wait for its first sends.
+    deadline = time.monotonic() + 60
+    while service.producer.sent < 6 and time.monotonic() < deadline:
+        time.sleep(0.1)
 
     with service.producer._lock:  # hold the sender; sampling carries on
         acked = service.producer.sent

@@ -186,13 +186,21 @@ def test_nvlink_errors_climb_then_link_down() -> None:
 
 
 def test_stuck_gpu_idles_while_its_peers_work(healthy: list[list[Frame]]) -> None:
+    """A hung kernel: resident on the SMs its blocks hold (the same share throughout), no
+    tensor or DRAM work, the power of a GPU holding its clock with nothing to do."""
     sim, ticks = run([parse_fault("stuck:node-000/2@10m+1h")])
+    shares = set()
     for k in range(at(START + 700), at(START + 4000)):
         f = node(ticks[k], "node-000")
         g = f.gpus[2].metrics
-        assert g["gpu_sm_active_ratio"] == 0 and f.gpus[2].job is not None
+        shares.add(g["gpu_sm_active_ratio"])
+        assert g["gpu_tensor_active_ratio"] == 0 and g["gpu_dram_active_ratio"] < 1e-4
+        assert g["gpu_util_pct"] == 100 and f.gpus[2].job is not None
         assert g["gpu_power_w"] < 100
         assert f.gpus[0].metrics == node(healthy[k], "node-000").gpus[0].metrics
+    (share,) = shares
+    assert round(share * sim.part.sms) in (1, 2, 4, 8, 16, 32)
+    assert share == pytest.approx(round(share * sim.part.sms) / sim.part.sms)
 
 
 def test_straggler_runs_at_half_clock(healthy: list[list[Frame]]) -> None:
