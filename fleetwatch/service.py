@@ -43,13 +43,14 @@ def quiet_kafka_client() -> None:
     their ERROR lines, for ``pipeline.bus.kafka`` to record (not print) and to name in
     its errors, where kafka-python itself only raises "Unable to bootstrap".
     """
-    from fleetwatch.pipeline.bus.kafka import REFUSAL_LOGGERS
+    from fleetwatch.pipeline.bus.kafka import REFUSAL_LOGGERS, REFUSALS
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     for name in REFUSAL_LOGGERS:
         logger = logging.getLogger(name)
         logger.setLevel(logging.ERROR)
-        logger.propagate = False  # to the recorder only (it has no CRITICAL lines)
+        if REFUSALS not in logger.filters:
+            logger.addFilter(REFUSALS)  # records the cause; lets no record through
 
 
 def _address(entry: str) -> tuple[str, int]:

@@ -85,26 +85,27 @@ def refusal_of(exc: BaseException) -> str | None:
     return None
 
 
-class _Refusals(logging.Handler):
-    """Keeps the latest refusal that kafka-python logged (see ``refusal_of``); prints nothing."""
+class _Refusals(logging.Filter):
+    """Keeps the latest refusal that kafka-python logged (see ``refusal_of``) and lets no
+    record of the loggers it filters through: they print nothing, whatever their
+    ``propagate`` (``service.quiet_kafka_client`` puts it on them)."""
 
     def __init__(self) -> None:
-        super().__init__(logging.ERROR)
+        super().__init__()
         self.latest: tuple[float, str] | None = None
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def filter(self, record: logging.LogRecord) -> bool:
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
             why = refusal_of(arg) if isinstance(arg, BaseException) else None
             if why is not None:
                 self.latest = (time.monotonic(), why)
+        return False
 
 
 REFUSALS = _Refusals()
 # The loggers that name a failed connection's cause.
 REFUSAL_LOGGERS = ("kafka.net.connection", "kafka.net.manager")
-for _name in REFUSAL_LOGGERS:
-    logging.getLogger(_name).addHandler(REFUSALS)
 
 
 def cannot_reach(bootstrap: str, exc: BaseException, since: float) -> str:

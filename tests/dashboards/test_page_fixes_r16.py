@@ -4,6 +4,7 @@ to a node page, zooms remembered; and, in Chromium, a narrow window and a young 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -111,9 +112,26 @@ def test_a_narrow_window_keeps_alert_rows_short_and_the_message_in_view(
 
 
 @pytest.mark.browser
-def test_idle_chart_of_a_young_ledger_shows_its_hour(dash_duo, sim_fleet: SimFleet) -> None:
-    """Half an hour of data: the ledger holds one hour, drawn as a point over that hour."""
-    dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0))
+def test_idle_chart_of_a_young_ledger_shows_its_hour(dash_duo, tmp_path) -> None:
+    """Half an hour of data within one clock hour: the ledger holds that hour, drawn as a
+    point over it. The page's clock is the data's, so the hour does not depend on when
+    the test runs (half an hour back from now straddles an hour half the time)."""
+    import math
+
+    from fleetwatch.collectors.sim import FleetSim, SimParams
+    from fleetwatch.models.rules import GpuTemperatureLimit
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    hour = math.floor(time.time() / 3600) * 3600 - 3 * 3600
+    store = SqliteStore(tmp_path / "young.db")
+    sim = FleetSim(SimParams(nodes=4, gpus=8, interval_s=15.0, job_mean_s=1e9, idle_mean_s=1,
+                             busy_at_start=1.0, steady_load=True), start_ts=hour + 60)
+    fleet = SimFleet(tmp_path / "young.db", store, sim,
+                     Processor(store, [GpuTemperatureLimit(85, for_s=60)]))
+    fleet.advance(120)                       # 30 minutes, all inside that hour
+    dash_duo.start_server(create_app(fleet.reader(), refresh_s=2.0,
+                                     clock=lambda: hour + 60 + 1800 + 30))
     dash_duo.driver.get(dash_duo.server_url + "/utilization?range=1h")
     until(lambda: dash_duo.driver.execute_script(
         "return document.querySelectorAll('#util-idle .scatterlayer .point').length") == 1,
