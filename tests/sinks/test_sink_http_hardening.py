@@ -112,9 +112,10 @@ class RawServer:
                 body += more
             self.requests.append((line, headers, body))
             behaviour = self.behaviours.pop(0) if self.behaviours else ok
-            behaviour(conn)
             if behaviour is ok and body:
+                # Recorded before the answer: the client may look as soon as it has it.
                 self.delivered.append(json.loads(body))
+            behaviour(conn)
 
     def close(self) -> None:
         self.closed.set()
