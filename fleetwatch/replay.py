@@ -143,6 +143,7 @@ REACH: dict[str, Reach] = {
     "gpu_hot_vs_peers": _THERMAL_PEERS, "gpu_hot_vs_peers_critical": _THERMAL_PEERS,
     "gpu_temp_sensor_low": _THERMAL_PEERS,
     "gpu_stuck": _JOB_PEERS, "gpu_straggler": _JOB_PEERS, "gpu_power_low_vs_peers": _JOB_PEERS,
+    "job_hung": _JOB_PEERS, "job_waiting": _JOB_PEERS,
     "gpu_power_limit_low": Reach(peers=1),
     "node_cooling": Reach(peers=1),   # two or more GPUs of the node, against their models
     "rack_cooling": Reach(rack=True),

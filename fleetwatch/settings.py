@@ -307,6 +307,10 @@ class DetectorsConfig:
     # A whole job hung (every GPU of the job on a node blocked in a collective, moving no
     # bytes) for this long: job_hung. Under NCCL's default 10-minute timeout, far over a step.
     job_hang_s: float = ranged(300.0, 30.0, 86_400.0)
+    # The same wait while a rank of the job on another node is not in a collective (a long
+    # checkpoint written from the host, a debugger, an input stall, a host-side deadlock):
+    # job_waiting (warning) after this long.
+    job_wait_s: float = ranged(1800.0, 30.0, 86_400.0)
 
 
 @dataclass(frozen=True)

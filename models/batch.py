@@ -187,6 +187,12 @@ def _build(frames: Sequence[Frame]) -> Batch:
                  gpu_ids)
 
 
+def job_code(job: str) -> int:
+    """The code a job id has in the batches ``columns`` makes now (-1: none seen since the
+    codes were last renewed, so in no batch made since)."""
+    return _jobs.get(job, -1)
+
+
 def _ts(f: Frame) -> float:
     return f.ts
 

@@ -40,7 +40,7 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, columns
+from fleetwatch.models.batch import COL, Batch, columns, job_code
 from fleetwatch.models.jobs import RESIDENT_UTIL_PCT
 
 SM, UTIL, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"], COL["gpu_power_w"],
@@ -60,6 +60,14 @@ NVLINK_DATA = ("gpu_nvlink_tx_bytes_total", "gpu_nvlink_rx_bytes_total")
 NVLINK_RAW = "gpu_nvlink_raw_bytes_total"
 PCIE = ("gpu_pcie_tx_bytes_per_s", "gpu_pcie_rx_bytes_per_s")
 IB = ("ib_tx_bytes_per_s", "ib_rx_bytes_per_s")
+# A rank of the job seen this recently outside the hung signature, on another node, holding
+# GPU memory (a process with its model on it): the waiting ranks wait for it.
+ALIVE_RECENT_S = 120.0
+ALIVE_FB_BYTES = 1 << 30   # a CUDA context alone holds ~0.5 GiB; a training rank tens of GiB
+# A GPU whose SM activity is at most this share of its job peers' median on the node (all of
+# them in the signature) is named in the alert: a real hung H100 kernel spun on 6% of the
+# SMs, NCCL's waiting ranks on 12%.
+OUTLIER_SM_SHARE = 0.75
 
 GpuKey = tuple[str, str, int]       # (cluster, node, GPU index)
 JobKey = tuple[str, str, str]       # (cluster, node, job)
@@ -67,7 +75,7 @@ JobKey = tuple[str, str, str]       # (cluster, node, job)
 
 class JobHang:
     name = "job_hang"
-    rules = {"job_hung": ("gpu_util_pct",)}
+    rules = {"job_hung": ("gpu_util_pct",), "job_waiting": ("gpu_util_pct",)}
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
@@ -75,11 +83,15 @@ class JobHang:
         self._links: dict[GpuKey, tuple[float, float]] = {}
         # When each node's job first showed the hung signature, moving no bytes.
         self._since: dict[JobKey, float] = {}
+        # Per (cluster, job) of a waiting job: when a GPU of it last showed a rank at work or
+        # stalled on its host (outside the signature, memory held), and where: (ts, node, GPU).
+        self._alive: dict[tuple[str, str], tuple[float, str, int]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
         self._links = {k: v for k, v in self._links.items() if k[1] not in gone}
         self._since = {k: v for k, v in self._since.items() if k[1] not in gone}
+        self._alive = {k: v for k, v in self._alive.items() if v[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -89,6 +101,8 @@ class JobHang:
         # Only frames with a GPU showing the signature, or of a node whose job was hung (to
         # see it end): most frames are neither, and cost nothing more here.
         judged = signature.any(axis=1)
+        if self._since or judged.any():
+            self._note_alive(b, signature)
         if self._since:
             watched = {k[:2] for k in self._since}
             judged |= np.fromiter(((f.cluster, f.node) in watched for f in b.frames), bool,
@@ -96,10 +110,33 @@ class JobHang:
         out: list[Finding] = []
         for rows in b.waves:
             for r in rows[judged[rows]].tolist():
-                finding = self._judge(b, r, signature[r])
-                if finding is not None:
-                    out.append(finding)
+                out.extend(self._judge(b, r, signature[r]))
         return out
+
+    def _note_alive(self, b: Batch, signature: np.ndarray) -> None:
+        """Remember, for the jobs that wait here, where a rank last showed outside the
+        signature: computing, copying, or holding its memory with no kernel (a checkpoint
+        written from the host, a debugger, an input stall). A GPU whose memory is freed (its
+        process gone: a rank that died) is not such a rank."""
+        codes = {int(c) for c in np.unique(b.job[signature])}
+        codes |= {job_code(k[2]) for k in self._since}
+        codes.discard(-1)
+        if not codes:
+            return
+        alive = (b.job >= 0) & ~b.lost & ~signature & np.isin(b.job, list(codes))
+        for r, j in zip(*np.nonzero(alive)):
+            f = b.frames[int(r)]
+            g = f.gpus[int(j)]
+            if g.metrics.get("gpu_fb_used_bytes", ALIVE_FB_BYTES) < ALIVE_FB_BYTES:
+                continue
+            key = (f.cluster, g.job or "")
+            seen = self._alive.get(key)
+            if seen is None or f.ts >= seen[0]:
+                self._alive[key] = (f.ts, f.node, g.index)
+        if len(self._alive) > 4096:
+            newest = max(v[0] for v in self._alive.values())
+            self._alive = {k: v for k, v in self._alive.items()
+                           if v[0] >= newest - ALIVE_RECENT_S}
 
     def _signature(self, b: Batch) -> np.ndarray:
         """(F, G): a GPU in a job with a kernel resident on few SMs, at low power."""
@@ -112,11 +149,12 @@ class JobHang:
             return ((b.job >= 0) & ~b.lost & (x[..., UTIL] >= RESIDENT_UTIL_PCT) & low_sm
                     & low_power)
 
-    def _judge(self, b: Batch, r: int, signature: np.ndarray) -> Finding | None:
+    def _judge(self, b: Batch, r: int, signature: np.ndarray) -> list[Finding]:
         f = b.frames[r]
         # A lost GPU (gone with an XID 79: often why the others wait) is not one of them.
         codes = np.where(b.lost[r], -1, b.job[r])
         hung: list[tuple[str, float, dict[str, float]]] = []
+        waiting: list[Finding] = []
         jobs = {f.gpus[j].job for j in np.flatnonzero(codes >= 0).tolist()}
         for key in [k for k in self._since if k[:2] == (f.cluster, f.node) and k[2] not in jobs]:
             del self._since[key]  # the job ended or moved: its wait ended with it
@@ -138,13 +176,43 @@ class JobHang:
             sm = x[:, SM]
             if np.isfinite(sm).any():
                 ev["sm_active"] = float(np.nanmedian(sm))
+                low = int(np.nanargmin(sm))
+                if sm[low] <= OUTLIER_SM_SHARE * ev["sm_active"]:
+                    # One kernel spinning on fewer SMs than the others' NCCL waits: where a
+                    # hang started is often the odd one out.
+                    ev["lowest_sm_gpu"] = float(f.gpus[int(js[low])].index)
+                    ev["lowest_sm_active"] = float(sm[low])
             if np.isfinite(x[:, POWER]).any():
                 ev["power_w"] = float(np.nanmedian(x[:, POWER]))
-            hung.append((job, since, ev))
+            live = self._alive.get((f.cluster, job))
+            if live is not None and live[1] != f.node and live[0] >= f.ts - ALIVE_RECENT_S:
+                waiting.append(self._waiting(f, job, ev, live))
+            else:
+                hung.append((job, since, ev))
         if not hung:
-            return None
+            return waiting
         hung.sort(key=lambda h: h[1])
-        return self._finding(f, hung)
+        return [self._finding(f, hung), *waiting]
+
+    def _waiting(self, f: Frame, job: str, ev: dict[str, float],
+                 live: tuple[float, str, int]) -> Finding:
+        """The job's GPUs here wait in a collective for a rank on another node that is not
+        in one: it computes, copies, or holds its memory with no kernel (a checkpoint
+        written from the host, a debugger, an input stall, or a host-side deadlock). Only
+        how long tells those apart: a warning after ``job_wait_s``."""
+        node, gpu = live[1], live[2]
+        ev = {**ev, "waiting_for_gpu": float(gpu), "waiting_for_seen_s": f.ts - live[0]}
+        message = (f"job {job} on {f.node}: its {ev['gpus']:.0f} GPUs have waited in a "
+                   f"collective for {ev['hung_s']:.0f} s, moving no data, while GPU {gpu} on "
+                   f"{node} of the same job is not in one (it computes, copies, or holds its "
+                   "memory with no kernel running): that rank is stalled on its host")
+        return Finding(
+            "job_waiting", f.cluster, f.rack, f.node, None, f.ts, ev["hung_s"], message,
+            "warning", self.c.job_wait_s, 0.0, {k: round(v, 3) for k, v in ev.items()},
+            f"If no checkpoint or debugging session of job {job} is under way on {node}, "
+            f"dump the stack of the rank on GPU {gpu} there (py-spy dump --pid PID): a "
+            "data-loader or host-side deadlock holds every other rank; then cancel the job "
+            "and restart it from its last checkpoint", "node")
 
     def _moved(self, f: Frame, gpus: list[GpuReading]) -> dict[str, float] | None:
         """The most bytes/s any of these GPUs moves (NVLink and PCIe, all directions) and
@@ -197,10 +265,13 @@ class JobHang:
         jobs = f"job {job}" + (f" (and {', '.join(h[0] for h in hung[1:])})" if hung[1:] else "")
         sm = f" on few SMs ({ev['sm_active']:.0%} SM activity)" if "sm_active" in ev else ""
         ib = f", InfiniBand {ev['ib_bytes_per_s'] / 1e6:.1f} MB/s" if "ib_bytes_per_s" in ev else ""
+        odd = (f"; GPU {ev['lowest_sm_gpu']:.0f} spins on the fewest SMs "
+               f"({ev['lowest_sm_active']:.0%}): look at its rank first"
+               if "lowest_sm_gpu" in ev else "")
         message = (f"{jobs} hung on {f.node}: its {ev['gpus']:.0f} GPUs have a kernel resident "
                    f"({ev['util_pct']:.0f}% utilization){sm} and move no data (at most "
                    f"{ev['moved_bytes_per_s'] / 1e6:.1f} MB/s over NVLink and PCIe{ib}) "
-                   f"for {ev['hung_s']:.0f} s")
+                   f"for {ev['hung_s']:.0f} s{odd}")
         return Finding(
             "job_hung", f.cluster, f.rack, f.node, None, f.ts, ev["hung_s"], message,
             "critical", self.c.job_hang_s, 0.0,

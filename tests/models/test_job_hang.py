@@ -179,3 +179,69 @@ def test_a_lost_gpu_of_the_job_is_not_one_of_the_waiting_ranks() -> None:
     # GPU 7 fell off the bus (an XID 79 took it): the other seven wait for it.
     found = run(series(10, [gpu] * 8, lost=[7]))
     assert found and found[-1].message.startswith("job job1 hung on n1: its 7 GPUs")
+
+
+def _two_nodes(minutes: float, rank0, d: JobHang | None = None, fb: float = 60e9,
+               start: float = 0.0) -> list:
+    """A job on two nodes: rank 0 (GPU 0 on n1) does ``rank0``; every other rank waits in a
+    collective (the hung signature), holding ``fb`` bytes of GPU memory each."""
+    d = d or JobHang()
+    found = []
+    for i in range(int(minutes * 60 / STEP) + 1):
+        t = start + i * STEP
+        waiting = gpu(t, sm=0.12, power=140.0, gpu_fb_used_bytes=fb)
+        n1 = node(t, [rank0(t)] + [waiting] * 7, name="n1", job="llm")
+        n2 = node(t, [waiting] * 8, name="n2", job="llm")
+        found += d.update([n1, n2])
+    return found
+
+
+def test_ranks_waiting_for_a_rank_that_checkpoints_or_debugs_on_another_node_are_not_hung(
+        ) -> None:
+    """Rank 0 writes a 12-minute checkpoint from the host (or sits in pdb, or stalls on its
+    input) with its memory held; the other 15 ranks wait in a barrier. n2's eight GPUs all
+    show the hung signature, but the job is alive on n1: a warning after job_wait_s, not a
+    page after job_hang_s."""
+    def host_stall(t: float) -> dict[str, float]:
+        return gpu(t, util=0.0, sm=0.0, power=116.0, gpu_fb_used_bytes=62e9)
+
+    found = _two_nodes(15, host_stall)
+    assert found and {(f.rule, f.node, f.severity) for f in found} == {
+        ("job_waiting", "n2", "warning")}
+    last = found[-1]
+    assert last.for_s == DetectorsConfig().job_wait_s == 1800.0
+    assert last.evidence["waiting_for_gpu"] == 0.0 and last.evidence["hung_s"] == 885.0
+    assert last.message.startswith(
+        "job llm on n2: its 8 GPUs have waited in a collective for 885 s, moving no data, "
+        "while GPU 0 on n1 of the same job is not in one")
+    assert "py-spy dump" in last.action and "n1" in last.action
+    # A slow node that still computes holds the others the same way.
+    computing = _two_nodes(15, lambda t: gpu(t, sm=0.9, power=650.0,
+                                             gpu_tensor_active_ratio=0.6))
+    assert {f.rule for f in computing} == {"job_waiting"}
+
+
+def test_a_rank_that_died_does_not_hold_the_page_and_its_rank_joining_the_wait_pages() -> None:
+    # Rank 0's process is gone: its GPU is idle with its memory freed. The others wait
+    # forever: job_hung on n2, as before.
+    dead = _two_nodes(10, lambda t: gpu(t, util=0.0, sm=0.0, power=70.0, gpu_fb_used_bytes=0.0))
+    assert dead and {(f.rule, f.node) for f in dead} == {("job_hung", "n2")}
+    # Rank 0 finishes its checkpoint and blocks too: every rank waits, the job is hung.
+    d = JobHang()
+    _two_nodes(5, lambda t: gpu(t, util=0.0, sm=0.0, power=116.0, gpu_fb_used_bytes=62e9), d)
+    later = _two_nodes(10, lambda t: gpu(t, sm=0.12, power=140.0, gpu_fb_used_bytes=62e9), d,
+                       start=5 * 60.0 + STEP)
+    # n1 and n2 both hung; n2's "waiting" ends once the live rank is 2 minutes old.
+    rules_at_end = {(f.rule, f.node) for f in later if f.ts >= later[-1].ts}
+    assert rules_at_end == {("job_hung", "n1"), ("job_hung", "n2")}
+
+
+def test_the_gpu_spinning_on_the_fewest_sms_is_named() -> None:
+    # GPU 3 runs the real hung H100 kernel (6% of the SMs); the other ranks wait in NCCL (12%).
+    per_gpu = [lambda t: gpu(t, sm=0.12)] * 3 + [lambda t: gpu(t, sm=0.06)] + \
+        [lambda t: gpu(t, sm=0.12)] * 4
+    last = run(series(6, per_gpu))[-1]
+    assert last.evidence["lowest_sm_gpu"] == 3.0 and last.evidence["lowest_sm_active"] == 0.06
+    assert last.message.endswith("; GPU 3 spins on the fewest SMs (6%): look at its rank first")
+    # Ranks that all read alike name none.
+    assert "lowest_sm_gpu" not in run(series(6, [gpu] * 8))[-1].evidence
