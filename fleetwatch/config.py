@@ -9,6 +9,7 @@ sections, their defaults and ranges are in ``fleetwatch.settings``.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
 import os
 import re
@@ -45,6 +46,8 @@ from fleetwatch.settings import (
     ranged,
     required,
 )
+
+log = logging.getLogger(__name__)
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -146,6 +149,12 @@ def _read_text(p: Path) -> str:
 # detector (only the dashboard drew the line), while the config said they raised an alert.
 MOVED = {("alerts", "gpu_temp_limit_c"): "detectors.site_temp_limit_c (0 for none)",
          ("alerts", "for_s"): "detectors.site_temp_for_s"}
+# Keys that no longer do anything, and why: a config that has one still starts, with a
+# warning that names it.
+RETIRED = {("detectors", "straggler_gap"):
+           "a GPU with less SM activity than its job peers is the one waiting for them, not "
+           "the one they wait for (a pipeline stage with more bubbles, a rank that finished "
+           "early): stragglers are judged by their SM clock (detectors.straggler_clock_frac)"}
 
 
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
@@ -170,6 +179,10 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     for key, (value, origin) in values.items():
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
+        if (section, key) in RETIRED:
+            log.warning("%s: %s.%s is no longer used and is ignored: %s; remove it", origin,
+                        section, key, RETIRED[section, key])
+            continue
         if (section, key) in MOVED:
             raise ConfigError(f"{origin}: {section}.{key} is now {MOVED[section, key]}: "
                               "move it there")

@@ -299,7 +299,6 @@ class DetectorsConfig:
     busy_activity: float = ranged(0.3, 0.0, 1.0)
     stuck_peers_activity: float = ranged(0.1, 0.0, 1.0)
     stuck_for_s: float = ranged(60.0, 0.0, 3600.0)
-    straggler_gap: float = ranged(0.4, 0.0, 1.0, above=True)
     straggler_clock_frac: float = ranged(0.85, 0.0, 1.0, above=True)
     straggler_for_s: float = ranged(120.0, 0.0, 3600.0)
     power_low_frac: float = ranged(0.6, 0.0, 1.0, above=True)

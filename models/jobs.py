@@ -168,14 +168,17 @@ class JobPeers:
             # is not one GPU stuck among working peers, whatever SM share its kernels hold.
             peers_hung, _ = peer_median(signature.astype(float), peers)
             working = (n >= 1) & (act_med >= c.stuck_peers_activity) & ~(peers_hung >= 0.5)
-            stuck = injob & ((busy & (act <= c.stuck_activity)) | (signature & working))
+            idle = injob & busy & (act <= c.stuck_activity)
+            stuck = idle | (injob & signature & working)
             held = self._hold(b, rows, stuck, signature & ~working)
             stuck |= held
             hung = stuck & signature
+            # A kernel spinning on a few SMs is a hung kernel or a rank waiting in a
+            # collective for its peers (ranks that finish an evaluation early wait in an
+            # all-gather for minutes): only how long tells them apart, as for a whole job.
+            spin = hung & ~idle
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
             clock_med, _ = peer_median(clock, clock_peers)
-            slow_sm = act < np.minimum(act_med - c.straggler_gap * act_med,
-                                       act_med - 0.1)
             slow_clock = clock < c.straggler_clock_frac * clock_med
             # In a light phase (an exposed all-reduce, an input stall) SM activity says
             # little, but a GPU with a kernel resident nearly the whole sample runs at its
@@ -183,7 +186,7 @@ class JobPeers:
             # below them there is slow whatever the phase. Not a GPU that itself computes
             # while its peers wait (a pipeline stage): its clock may sit lower for power.
             light = (n >= 1) & ~busy & (act < c.busy_activity) & resident
-            straggler = injob & ~stuck & ((busy & (slow_sm | slow_clock)) | (light & slow_clock))
+            straggler = injob & ~stuck & (busy | light) & slow_clock
             power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
@@ -199,18 +202,24 @@ class JobPeers:
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
             where = f"GPU {g} on {f.node} (job {job})"
             if stuck[i, j]:
-                why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) but no SM "
-                       f"working ({act[i, j]:.0%} activity)" if hung[i, j] else
-                       f"idle ({act[i, j]:.0%} SM activity)")
+                if not hung[i, j]:
+                    why = f"idle ({act[i, j]:.0%} SM activity)"
+                elif act[i, j] <= c.stuck_activity:
+                    why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) but no SM "
+                           f"working ({act[i, j]:.0%} activity)")
+                else:
+                    why = (f"a kernel resident ({x[i, j, UTIL]:.0f}% utilization) spinning "
+                           f"on a few SMs ({act[i, j]:.0%} activity) with no tensor or "
+                           "memory work")
                 why += f" while its {n[i, j]} job peers run at {act_med[i, j]:.0%}"
                 out.append(gpu_finding(
                     f, g, "gpu_stuck", act[i, j], f"{where} stuck: {why}", "critical",
-                    c.stuck_for_s, ev,
-                    "The job is likely hung on this GPU: check the job's logs, then restart "
-                    "the job without this GPU and reset it"))
+                    c.job_hang_s if spin[i, j] else c.stuck_for_s, ev,
+                    "The job is likely hung on this GPU: dump its rank's stack (py-spy dump "
+                    "--pid PID) to see whether it waits in a collective for its peers or its "
+                    "kernel hangs; if it hangs, restart the job without this GPU and reset it"))
             if straggler[i, j]:
-                what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}"
-                        if slow_clock[i, j] else
+                what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}, "
                         f"{act[i, j]:.0%} SM activity against {act_med[i, j]:.0%}")
                 out.append(gpu_finding(
                     f, g, "gpu_straggler", act[i, j], f"{where} lags its job peers: {what}",

@@ -179,7 +179,15 @@ class Effects:
         elif k == "straggler":
             cap = 1.0 - (1.0 - 1.0 / sev) * r
             m.clock_cap[i, j] *= cap
-            m.act_mult[i, j] *= cap
+            # Its job waits for it. In lockstep every step takes as long as the straggler's
+            # share: it stays as busy as before (at a lower clock), and every other GPU of
+            # the job computes its share in that much less of the step and waits in NCCL
+            # for the rest, its SM activity (and power) down by the same factor.
+            num = int(sim.jobs.num[i])
+            job = sim.jobs.running.get(num) if num >= 0 else None
+            if job is not None and cap < 1.0:
+                m.act_mult[list(job.nodes)] *= cap
+                m.act_mult[i, j] /= cap
         elif k == "power_brake":
             if f.resolved_mode == "sudden":
                 m.brake[i, j] = True

@@ -96,7 +96,10 @@ def test_a_real_hung_kernel_among_computing_job_peers_is_stuck_not_a_straggler(
     for k in range(20):
         found = detector.update([node_of([gemm[k]] * 7 + [spin[k]], 1000.0 + k)])
     assert [(f.rule, f.gpu, f.severity) for f in found] == [("gpu_stuck", 7, "critical")]
-    assert "a kernel resident (100% utilization) but no SM working" in found[0].message
+    assert ("a kernel resident (100% utilization) spinning on a few SMs (6% activity) with "
+            "no tensor or memory work") in found[0].message
+    # A rank waiting in a collective for its peers reads the same: judged after job_hang_s.
+    assert found[0].for_s == DetectorsConfig().job_hang_s
 
 
 def test_real_healthy_phases_and_a_whole_node_hung_are_not_gpu_stuck(recorded) -> None:

@@ -66,8 +66,23 @@ def test_nothing_changes_before_the_first_faulty_sample(kind: str, mode: str,
     assert ticks[first] != healthy[first]
     # ... and the first change is on the subject: its GPU, its node, its rack's nodes
     subject = {"rack": {"node-000", "node-001"}, "node": {"node-001"}, "gpu": {"node-001"}}[scope]
+    if kind == "straggler":
+        # In lockstep its job waits for it: the job's other GPUs, wherever they are, show
+        # less SM activity at the same moment; nothing outside the job changes.
+        job = node(ticks[first], "node-001").gpus[1].job
+        assert job is not None
+        for name in ("node-000", "node-001", "node-002", "node-003"):
+            f, h = node(ticks[first], name), node(healthy[first], name)
+            changed = [a != b for a, b in zip(f.gpus, h.gpus)]
+            assert all(g.job == job for g, c in zip(f.gpus, changed) if c), name
+            if name == "node-001":
+                assert changed[1]
+                assert f.gpus[0].metrics["gpu_sm_active_ratio"] < \
+                    h.gpus[0].metrics["gpu_sm_active_ratio"]
     for name in ("node-000", "node-001", "node-002", "node-003"):
         same = node(ticks[first], name) == node(healthy[first], name)
+        if kind == "straggler":
+            break
         if name not in subject:
             assert same, name
         elif scope == "gpu":

@@ -11,13 +11,25 @@ def test_a_gpu_idle_while_its_job_peers_work_is_stuck() -> None:
     assert found[0].severity == "critical" and found[0].for_s == 60
 
 
-def test_a_straggler_by_activity_or_clocks_and_low_power_against_job_peers() -> None:
+def test_a_straggler_by_its_clock_and_low_power_against_job_peers() -> None:
+    # GPU 5 has half its peers' SM activity: it waits for them (a pipeline stage with more
+    # bubbles, a rank that finished its share early), it does not hold them back.
     gpus = [busy(60)] * 5 + [busy(60, gpu_sm_active_ratio=0.4),
                              busy(60, gpu_sm_clock_mhz=1200.0),
                              busy(60, 150.0)]
     found = JobPeers().update([node(0, gpus)])
-    assert rules(found) == [("gpu_straggler", 5), ("gpu_straggler", 6),
-                            ("gpu_power_low_vs_peers", 7)]
+    assert rules(found) == [("gpu_straggler", 6), ("gpu_power_low_vs_peers", 7)]
+    assert found[0].message == ("GPU 6 on n1 (job job1) lags its job peers: SM clock 1200 MHz "
+                                "against 1980, 80% SM activity against 80%")
+
+
+def test_pipeline_stages_with_more_bubbles_are_not_stragglers() -> None:
+    # Four stages of two GPUs: stages 0-1 at 90% SM activity, 2-3 at 50% (more bubbles), all
+    # at their boost clock: nobody lags.
+    gpus = [busy(70, 650.0, gpu_sm_active_ratio=0.9)] * 4 + \
+        [busy(60, 420.0, gpu_sm_active_ratio=0.5)] * 4
+    d = JobPeers()
+    assert [d.update([node(t * 15.0, gpus)]) for t in range(20)] == [[]] * 20
 
 
 def test_gpus_of_different_jobs_or_no_job_are_not_peers() -> None:
@@ -102,3 +114,31 @@ def test_a_hung_kernel_in_a_job_that_computes_lightly_is_stuck() -> None:
     found = JobPeers().update([node(0, gpus)])
     assert rules(found) == [("gpu_stuck", 7)]
     assert found[0].message.endswith("while its 7 job peers run at 20%")
+
+
+def test_ranks_that_finish_an_evaluation_early_and_wait_in_a_collective_are_not_paged() -> None:
+    """A generation eval: ranks 0-2 finish first and wait in an all-gather (NCCL spinning on
+    a few SMs, no tensor or DRAM work) for 4 minutes while the others decode. A hung kernel
+    reads the same, so only time tells: job_hang_s (300 s), not stuck_for_s (60 s)."""
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.models.registry import build
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.recording import RecordingStore
+
+    decode = busy(60, 380.0, gpu_sm_active_ratio=0.42, gpu_tensor_active_ratio=0.08,
+                  gpu_dram_active_ratio=0.55)
+    wait = busy(45, 140.0, gpu_util_pct=100.0, gpu_sm_active_ratio=0.12,
+                gpu_tensor_active_ratio=0.0, gpu_dram_active_ratio=1e-5)
+
+    def run(wait_s: float) -> list:
+        store = RecordingStore()
+        p = Processor(store, build(DetectorsConfig()))
+        for i in range(int(wait_s / 10) + 1):
+            p.process([node(1.7e9 + i * 10.0, [wait] * 3 + [decode] * 5)])
+        return [a for a in store.changes if a.state == "firing"]
+
+    assert run(240.0) == []
+    fired = run(330.0)
+    assert {(a.rule, a.device) for a in fired} == {("gpu_stuck", "gpu0"), ("gpu_stuck", "gpu1"),
+                                                   ("gpu_stuck", "gpu2")}
+    assert {a.fired_ts - 1.7e9 for a in fired} == {300.0}
