@@ -34,6 +34,7 @@ from fleetwatch.dashboards import (
 )
 from fleetwatch.dashboards.components import SHOWN, address
 from fleetwatch.pipeline.store.base import Store
+from fleetwatch.urls import http_url
 
 _INDEX = """<!DOCTYPE html>
 <html>
@@ -228,7 +229,7 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)
-    log.info("dashboard on http://%s:%d/", host, port)
+    log.info("dashboard on %s", http_url(host, port))
     if until is None:
         server.run()  # until KeyboardInterrupt, which waitress catches
         return

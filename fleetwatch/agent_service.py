@@ -26,6 +26,7 @@ from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
 from fleetwatch.service import bound, quiet_kafka_client, stop_on_signals
+from fleetwatch.urls import http_url
 from fleetwatch.wiring import ensure_topics, open_producer
 
 log = logging.getLogger(__name__)
@@ -124,8 +125,9 @@ class AgentService:
         where = (f"to {config.bus.bootstrap} topic {config.bus.topic}, spool "
                  f"{config.agent.spool_dir}" if self.sender is not None
                  else "sending nothing (bus.kind = \"memory\": /metrics only)")
-        log.info("agent %s: every %gs %s; /metrics on http://%s:%d", config.node.node,
-                 config.agent.interval_s, where, config.agent.metrics_host, self.server.port)
+        log.info("agent %s: every %gs %s; /metrics on %s", config.node.node,
+                 config.agent.interval_s, where,
+                 http_url(config.agent.metrics_host, self.server.port, "/metrics"))
         if self.sender is not None:
             self.sender.start()
         try:

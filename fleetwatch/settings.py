@@ -7,6 +7,7 @@ checks them; the rest of fleetwatch imports both from there.
 
 from __future__ import annotations
 
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field
@@ -312,6 +313,10 @@ class DetectorsConfig:
     job_wait_s: float = ranged(1800.0, 30.0, 86_400.0)
 
 
+# A host as a Host header carries it: a DNS name or an IPv4 address, or an IPv6 one in
+# brackets, and an optional port.
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9.])?)(:[0-9]{1,5})?")
+
 @dataclass(frozen=True)
 class DashboardConfig:
     host: str = required("127.0.0.1")
@@ -324,10 +329,17 @@ class DashboardConfig:
 
     def __post_init__(self) -> None:
         for name in self.allowed_hosts:
-            if "/" in name or "@" in name or any(c.isspace() for c in name):
-                raise ConfigError(f"dashboard.allowed_hosts: {name!r} is not a host name: "
-                                  'give it as the browser\'s address bar shows the host, e.g. '
-                                  '"fleet.example.com" or "fleet.example.com:8443"')
+            if "*" in name:
+                raise ConfigError(
+                    f"dashboard.allowed_hosts: {name!r}: no wildcards (a name that matches any "
+                    "host lets any web page reach the dashboard by DNS rebinding): list each "
+                    "name your proxy forwards, e.g. \"fleet.example.com\"")
+            if not _HOST.fullmatch(name):
+                raise ConfigError(
+                    f"dashboard.allowed_hosts: {name!r} is not a host name: give it as the "
+                    "browser's address bar shows the host, e.g. \"fleet.example.com\" or "
+                    "\"fleet.example.com:8443\" (in FLEETWATCH_DASHBOARD_ALLOWED_HOSTS, names "
+                    "separated by commas, with no brackets or quotes)")
 
 
 @dataclass(frozen=True)

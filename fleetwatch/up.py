@@ -41,6 +41,7 @@ from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import SIM_STORE_PATH, check_faults, counted, fault_annotations, span_text
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
+from fleetwatch.urls import http_url
 from fleetwatch.wiring import (
     detectors,
     energy_integrator,
@@ -365,7 +366,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
               f"{span_text(r.end_ts - r.onset_ts)}", file=out)
     print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind})"
           f"{'   continued from its newest sample' if given.keep else ''}", file=out)
-    print(f"  dashboard: http://{config.dashboard.host}:{config.dashboard.port}   "
+    print(f"  dashboard: {http_url(config.dashboard.host, config.dashboard.port)}   "
           "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
     try:
         system.start()

@@ -89,3 +89,28 @@ def test_allowed_hosts_is_a_setting_checked_at_load():
     assert c.dashboard.allowed_hosts == ("fleet.example.com", "b.example:8443")
     with pytest.raises(ConfigError, match="'https://fleet.example.com/' is not a host name"):
         load(env={"FLEETWATCH_DASHBOARD_ALLOWED_HOSTS": "https://fleet.example.com/"})
+
+
+@pytest.mark.parametrize("value, why", [
+    ("*", "'\\*': no wildcards"),
+    ("*.example.com", "no wildcards"),
+    ('["fleet.example.com"]', "names separated by commas, with no brackets or quotes"),
+    ("'fleet.example.com'", "is not a host name"),
+])
+def test_names_that_could_never_match_a_host_are_refused_at_load(value, why):
+    """A wildcard is compared literally by no browser's Host, and a TOML list written into
+    the environment variable is one bogus name: both refused, saying what to write."""
+    with pytest.raises(ConfigError, match=why):
+        load(env={"FLEETWATCH_DASHBOARD_ALLOWED_HOSTS": value})
+
+
+def test_an_ipv6_host_and_names_with_underscores_are_accepted():
+    c = load(env={"FLEETWATCH_DASHBOARD_ALLOWED_HOSTS": "[fd00::1]:8443,dash_board.lab"})
+    assert c.dashboard.allowed_hosts == ("[fd00::1]:8443", "dash_board.lab")
+
+
+def test_the_address_logged_for_an_ipv6_bind_opens_in_a_browser():
+    from fleetwatch.urls import http_url
+
+    assert http_url("::1", 8050) == "http://[::1]:8050/"
+    assert http_url("127.0.0.1", 9400, "/metrics") == "http://127.0.0.1:9400/metrics"
