@@ -30,6 +30,12 @@ def test_job_hung_goes_to_the_pager() -> None:
     assert receiver_of(labels) == "gpu-ops-pager"
 
 
+def test_ranks_waiting_for_a_live_rank_go_to_chat_not_the_pager() -> None:
+    labels = {"alertname": "job_waiting", "severity": "warning", "cluster": "c1",
+              "rack": "r1", "node": "node-001", "device": "host", "scope": "node"}
+    assert receiver_of(labels) == "gpu-ops-chat"
+
+
 def test_a_job_hung_on_32_nodes_is_one_group_in_a_real_alertmanager(tmp_path: Path) -> None:
     config = tmp_path / "alertmanager.yml"
     shutil.copy(CONFIG, config)
