@@ -64,7 +64,7 @@ class LearnedDetectors:
         # The power limits (W) the file in use was trained on; None: it does not say.
         self._limits: list[float] | None = None
         self._kinds: dict[float, bool] = {}     # a GPU's power limit -> scored
-        self._said_kinds: set[str] = set()       # GPU models said not scored
+        self._said_kinds: set[tuple[str, float]] = set()  # (GPU model, limit) said not scored
         self._judged = dict.fromkeys(SCORED_RULES, 0)
         self._given = dict.fromkeys(SCORED_RULES, 0)
         self.not_judged: dict[str, str] = {}     # rule -> why GPUs were not judged
@@ -178,15 +178,17 @@ class LearnedDetectors:
             assert self._limits is not None
             scored = self._kinds[limit] = any(
                 abs(limit - w) <= LIMIT_TOLERANCE * w for w in self._limits)
-        if not scored and g.model not in self._said_kinds:
-            self._said_kinds.add(g.model)
+        if not scored and (g.model, limit) not in self._said_kinds:
+            self._said_kinds.add((g.model, limit))
             trained = ", ".join(f"{w:g} W" for w in self._limits or [])
             why = (f"the model file {self.loaded} was trained on GPUs with a power limit of "
                    f"{trained}; {g.model or 'a GPU'} has {limit:g} W")
             for rule in SCORED_RULES:
                 self.not_judged[rule] = f"{why}: train on this fleet"
-            log.warning("%s: not scoring %s GPUs with thermal health or fleet anomaly: "
-                        "train on this fleet (`fleetwatch train`)", why, g.model or "these")
+            log.warning("%s: not scoring %s GPUs limited to %g W with thermal health or "
+                        "fleet anomaly (another kind of GPU, or a power limit lowered by a cap "
+                        "or a fault; if it is their usual limit, train on this fleet: "
+                        "`fleetwatch train`)", why, g.model or "these", limit)
         return scored
 
     def drop(self, nodes: Sequence[str]) -> None:
