@@ -243,8 +243,12 @@ def parser() -> argparse.ArgumentParser:
                         "one-CSV-per-metric layout, or one series timestamp,value with "
                         "--metric) through the processor, detectors and alert lifecycle; alert "
                         "transitions go to stdout as JSON lines, a summary of what the data "
-                        "held and what the detectors lacked to stderr.")
-    rp.add_argument("files", nargs="+", metavar="FILE", help="CSV files (layout told by header)")
+                        "held and what the detectors lacked to stderr. Exit status 0, or 1 "
+                        "when no frame was replayed or a row is bad (file, line and column "
+                        "named); the global --config sets the detectors.")
+    rp.add_argument("files", nargs="+", metavar="FILE",
+                    help="CSV files, gzip-compressed or not (told by their first bytes), or - for "
+                         "standard input; the layout is told by the header")
     rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
                     help="replay at X times real time (default: as fast as possible)")
     rp.add_argument("--skip-bad", action="store_true",
