@@ -199,8 +199,13 @@ class Effects:
             m.drop[i] = r >= 1.0 or self.rng.random() < r
         elif k == "job_hang":
             job = sim.jobs.running.get(a.job)
-            if job is None and a.job < 0 and sim.jobs.num[i] >= 0:
-                job = sim.jobs.running[int(sim.jobs.num[i])]
+            # A job that another job_hang fault hangs already cannot hang a second time:
+            # this one waits for the next job to start on the node.
+            num = int(sim.jobs.num[i])
+            if job is None and a.job < 0 and num >= 0 and not any(
+                    b is not a and b.fault.kind == "job_hang" and b.job == num
+                    and b.onset <= ts < b.end for b in self.active):
+                job = sim.jobs.running[num]
                 a.job, a.job_id = job.num, job.id
                 a.job_nodes = tuple(sim.node_names[n] for n in job.nodes)
             if job is not None:

@@ -153,3 +153,17 @@ def test_the_real_h100_recording_is_never_a_hung_job() -> None:
     assert [x for f in frames for x in detector.update([f])] == []
     loaded = [f for f in frames if f.gpus[0].metrics["gpu_util_pct"] >= 90]
     assert len(loaded) > 100                            # the two minutes of matrix products
+
+
+def test_two_hang_faults_on_one_job_hang_two_jobs() -> None:
+    """A second job_hang on a node whose job another fault hangs already waits for the next
+    job there: one job cannot hang twice, and each fault has its own job to be found by."""
+    sim = FleetSim(SimParams(nodes=4, gpus=2, nodes_per_rack=2, seed=3, interval_s=15.0),
+                   START, [Fault("job_hang", "node-000", None, 900.0, 1800.0),
+                           Fault("job_hang", "node-000", None, 1200.0, 7200.0)])
+    for _ in range(int(9000 / 15)):
+        sim.step()
+    first, second = sim.ground_truth
+    assert first.job is not None and second.job is not None
+    assert first.job != second.job
+    assert second.first_faulty_ts > first.end_ts - 1.0
