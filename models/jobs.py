@@ -27,6 +27,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
@@ -43,6 +44,11 @@ SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"]
                                  COL["gpu_sm_clock_mhz"], COL["gpu_power_w"],
                                  COL["gpu_power_limit_w"])
 TENSOR, DRAM = COL["gpu_tensor_active_ratio"], COL["gpu_dram_active_ratio"]
+THROTTLE = COL["gpu_throttle_reasons"]
+SW_POWER_CAP = THROTTLE_FLAGS["sw_power_cap"]
+# Below this share of its power limit, and not capped, a GPU that computes runs at its boost
+# clock (GPU Boost lowers it only to stay under the limit, or for heat).
+UNCAPPED_POWER_FRAC = 0.9
 # Utilization (the share of the sample with a kernel resident) at or above this: a kernel
 # resident nearly the whole sample. With no SM activity, a hung kernel; in a light phase, a
 # GPU that holds its clock up like its peers.
@@ -186,7 +192,17 @@ class JobPeers:
             # below them there is slow whatever the phase. Not a GPU that itself computes
             # while its peers wait (a pipeline stage): its clock may sit lower for power.
             light = (n >= 1) & ~busy & (act < c.busy_activity) & resident
-            straggler = injob & ~stuck & (busy | light) & slow_clock
+            # A straggler in lockstep computes the whole step while its peers wait for it (their
+            # SM activity falls below busy_activity when it is slow enough): a GPU computing
+            # nearly the whole sample under its power limit, with no power cap, should run at
+            # its boost clock like them; one far below is slow. One at its cap is not judged
+            # here (a pipeline stage that computes while the others wait may sit lower for power).
+            reasons = x[..., THROTTLE]
+            capped = np.isfinite(reasons) & (
+                (np.nan_to_num(reasons).astype(np.int64) & SW_POWER_CAP) != 0)
+            computing = (n >= 1) & resident & (act >= c.busy_activity) & ~capped \
+                & (power < UNCAPPED_POWER_FRAC * x[..., LIMIT])
+            straggler = injob & ~stuck & (busy | light | computing) & slow_clock
             power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \

@@ -142,3 +142,22 @@ def test_ranks_that_finish_an_evaluation_early_and_wait_in_a_collective_are_not_
     assert {(a.rule, a.device) for a in fired} == {("gpu_stuck", "gpu0"), ("gpu_stuck", "gpu1"),
                                                    ("gpu_stuck", "gpu2")}
     assert {a.fired_ts - 1.7e9 for a in fired} == {300.0}
+
+
+def test_a_straggler_whose_job_waits_for_it_is_found_by_its_clock() -> None:
+    """In lockstep a straggler computes the whole step while its peers wait (their SM
+    activity below busy_activity): it still runs under its power limit at a clock far below
+    theirs. A pipeline stage that computes at its power cap, clock lowered by the cap, while
+    the others wait, is not a straggler."""
+    limit = {"gpu_power_limit_w": 500.0, "gpu_util_pct": 100.0}
+    waiting = busy(50, 160.0, gpu_sm_active_ratio=0.25, gpu_sm_clock_mhz=1410.0, **limit)
+    slow = busy(55, 300.0, gpu_sm_active_ratio=0.8, gpu_sm_clock_mhz=705.0, **limit)
+    found = JobPeers().update([node(0, [waiting] * 7 + [slow])])
+    assert rules(found) == [("gpu_straggler", 7)]
+    at_cap = busy(70, 498.0, gpu_sm_active_ratio=0.9, gpu_sm_clock_mhz=1100.0,
+                  gpu_throttle_reasons=0x4, **limit)
+    assert JobPeers().update([node(0, [waiting] * 6 + [at_cap] * 2)]) == []
+    # Without throttle reasons, its power at the limit says the same.
+    near = {**at_cap}
+    del near["gpu_throttle_reasons"]
+    assert JobPeers().update([node(0, [waiting] * 6 + [near] * 2)]) == []
