@@ -91,8 +91,7 @@ class Spool:
     def __init__(self, directory: str | Path, max_bytes: int, segment_bytes: int | None = None,
                  fsync: bool = True) -> None:
         self.dir = Path(directory)
-        # Its own user's alone, whatever the umask (parents, if any, as the umask says).
-        self.dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        make_private_dir(self.dir)
         check_writable(self.dir)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or min(64 << 20, max(max_bytes // 8, 4096))
@@ -295,6 +294,25 @@ class Spool:
 
     def close(self) -> None:
         self._close_writer()
+
+
+def make_private_dir(directory: Path) -> None:
+    """Make ``directory`` and each missing parent 0700, whatever the umask: the spool is its
+    user's alone (a DaemonSet's hostPath, an agent run by hand with umask 022). A directory
+    that exists is left as it is, for ``check_private`` to judge."""
+    missing: list[Path] = []
+    d = Path(directory)
+    while not d.is_dir() and d != d.parent:
+        missing.append(d)
+        d = d.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            if not d.is_dir():  # a file, or a link to nowhere, where a directory must be
+                raise
+            continue  # made meanwhile by another: not ours to change
+        os.chmod(d, 0o700)  # the umask may have taken bits of the owner's (0o277)
 
 
 def check_writable(directory: Path) -> None:

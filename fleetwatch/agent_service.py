@@ -15,13 +15,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
 from fleetwatch.collectors.sender import Sender
-from fleetwatch.collectors.spool import check_writable
+from fleetwatch.collectors.spool import check_writable, make_private_dir
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
@@ -33,6 +34,54 @@ log = logging.getLogger(__name__)
 
 # Rates (CPU, NIC, InfiniBand, RAPL power) are differences of two readings.
 ONCE_GAP_S = 1.0
+# How long the sender waits for a topic check before it spools, once a send failed (the
+# check of a broker that is down waits out its 5 s timeout). The first check, at start,
+# is waited for: the broker is not known to be down, and the first frames wait for it.
+TOPIC_WAIT_S = 0.5
+
+
+class BackgroundCheck:
+    """``check()`` run on a thread of its own: ``passed()`` starts one when none runs, waits
+    for it (the first time until it ends, later at most ``wait_s``), and is true only for
+    a check that passed and that no earlier ``passed()`` returned already (each new client
+    of the producer needs its own, recent: a broker may have lost its topics since). A
+    check that finishes after its caller gave up is kept for the next call, if it comes
+    within ``fresh_s``."""
+
+    def __init__(self, check: Callable[[], bool], wait_s: float, fresh_s: float = 5.0) -> None:
+        self._check, self._wait_s, self._fresh_s = check, wait_s, fresh_s
+        self._at = 0.0                     # when the last check ended (monotonic)
+        self._first = True                 # the producer's first client: not after a failure
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._done.set()
+        self._result: bool | None = None   # of the last check, until taken
+
+    def passed(self) -> bool:
+        with self._lock:
+            if self._done.is_set() and time.monotonic() - self._at > self._fresh_s:
+                self._result = None         # too old to vouch for the topics now
+            if self._done.is_set() and self._result is None:
+                self._done.clear()
+                threading.Thread(target=self._run, name="fleetwatch-topic-check",
+                                 daemon=True).start()
+            done = self._done
+            wait_s, self._first = (None if self._first else self._wait_s), False
+        if not done.wait(wait_s):
+            return False            # still checking: the caller spools meanwhile
+        with self._lock:
+            result, self._result = self._result, None
+        return bool(result)
+
+    def _run(self) -> None:
+        try:
+            result = self._check()
+        except Exception:  # noqa: BLE001 - a failed check must not end the agent's sends
+            log.exception("topic check failed")
+            result = False
+        with self._lock:
+            self._result, self._at = result, time.monotonic()
+            self._done.set()
 
 
 def read_once(config: Config, fake_gpus: int | None = None,
@@ -56,6 +105,7 @@ class AgentService:
         self.config = config
         self.health = health = AgentHealth()
         self._topics_failed = False
+        self._topic_check = BackgroundCheck(self._check_topics, TOPIC_WAIT_S)
         self.producer: SpoolingProducer | None = None
         self.sender: Sender | None = None
         if config.bus.kind == "kafka":
@@ -65,7 +115,7 @@ class AgentService:
             try:
                 # Before anything connects: a spool that cannot be written is a start-up
                 # error, not frames lost later.
-                spool_dir.mkdir(parents=True, exist_ok=True)
+                make_private_dir(spool_dir)  # 0700, its parents too, whatever the umask
                 check_writable(spool_dir)
                 # Topics ensured before each new client, not auto-created by the broker
                 # with its default partition count: agents often start before processors.
@@ -111,7 +161,15 @@ class AgentService:
         would create a topic with the broker's default partition count. A failure is said
         once until a check succeeds: the broker may be away (the spool says so) or the
         topics missing where this agent may not create them (a processor, or the
-        cluster's tools, must make them; a check passes where they exist)."""
+        cluster's tools, must make them; a check passes where they exist).
+
+        The check runs on its own thread (``BackgroundCheck``): the sender waits for it
+        at most ``TOPIC_WAIT_S``, then spools. While the broker is down each check waits
+        out its timeout; frames taken meanwhile go to disk, not the sender's memory,
+        where a SIGKILL or a crash of the node would lose them."""
+        return self._topic_check.passed()
+
+    def _check_topics(self) -> bool:
         ok = ensure_topics(self.config.bus, quiet=True, timeout_s=5.0,
                            failed_level=logging.DEBUG if self._topics_failed else logging.WARNING)
         self._topics_failed = not ok

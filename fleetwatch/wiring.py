@@ -109,7 +109,8 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
     from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
 
     ok = True
-    for topic in filter(None, (config.topic, config.dead_letter_topic, config.alert_topic)):
+    topics = [t for t in (config.topic, config.dead_letter_topic, config.alert_topic) if t]
+    for i, topic in enumerate(topics):
         try:
             n = ensure_topic(config.bootstrap, topic, config.partitions, kafka_security(config),
                              timeout_s=timeout_s, replication_factor=config.replication_factor)
@@ -117,12 +118,27 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
                     topic, n)
         except (BusError, OSError) as exc:
             ok = False
+            if unreachable(exc):
+                # The broker is the problem, not the topics: said once for those left, which
+                # are not tried (each would wait out its own timeout, holding the caller).
+                log.log(failed_level, "could not check or create %s %s (%s): the broker is "
+                        "down or cannot be reached from here; %s checked, and created if "
+                        "missing, once it can be reached", "topics" if i < len(topics) - 1
+                        else "topic", ", ".join(topics[i:]), exc,
+                        "they are" if i < len(topics) - 1 else "it is")
+                break
             # A broker that refused fleetwatch (SASL, credentials, TLS) says what to fix; the
-            # hint to make the topic by hand is for a broker that could not be asked.
+            # hint to make the topic by hand is for a broker that answered but did not make it.
             refused = "refused fleetwatch's connection" in str(exc)
             log.log(failed_level, "could not check or create topic %s (%s)%s", topic, exc,
                     "" if refused else "; create it with your Kafka tools if it does not exist")
     return ok
+
+
+def unreachable(exc: BaseException) -> bool:
+    """Whether a topic check failed because no broker could be reached at all (down, a
+    wrong address, a firewall): ``cannot_reach``'s message, not a broker's refusal."""
+    return str(exc).startswith("cannot reach Kafka at ")
 
 
 def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consumer:

@@ -251,7 +251,8 @@ class AlertmanagerSink:
         body = [self._payload(a, now) for a in (*firing, *resolved)]
         if body:
             try:
-                post_json(self.server, body, self.timeout_s, "Alertmanager")
+                post_json(self.server, body, self.timeout_s, "Alertmanager",
+                          setting="alerts.alertmanager_url")
             except SinkError:
                 self._post_failed = True
                 raise

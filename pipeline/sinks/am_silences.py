@@ -54,10 +54,12 @@ from fleetwatch.pipeline.silences import LABELS
 from fleetwatch.pipeline.sinks.base import SinkError, iso
 from fleetwatch.pipeline.sinks.http import (
     ANSWER_LIMIT,
+    AUTH_STATUSES,
     SILENCES_LIMIT,
     ServerURL,
     post_json,
     request,
+    unauthorized,
 )
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 
@@ -217,9 +219,12 @@ class AlertmanagerSilences:
         what = f"Alertmanager {method} {server.shown}"
         status, text, whole = request(server, method, None, self.timeout_s,
                                       f"Alertmanager {method}", limit)
+        if status in AUTH_STATUSES:
+            raise unauthorized(server, status, text, f"Alertmanager {method}",
+                               "alerts.alertmanager_url")
         if status >= 300:
-            raise SinkError(f"{what} answered {status}: "
-                            f"{text.decode('utf-8', 'replace').strip()}")
+            said = text.decode("utf-8", "replace").strip()
+            raise SinkError(f"{what} answered {status}{': ' + said if said else ''}")
         if not whole:
             raise SinkError(f"{what} answered more than {limit >> 20} MiB, more than "
                             "fleetwatch reads: too many silences, the expired ones included "
@@ -240,7 +245,7 @@ class AlertmanagerSilences:
         """Create a silence, or (``id`` in ``body``) change one; Alertmanager replaces a
         silence whose matchers or start change by a new one."""
         post_json(self.server.join("/silences"), body, self.timeout_s,
-                  "Alertmanager silences")
+                  "Alertmanager silences", setting="alerts.alertmanager_url")
 
     def expire(self, silence_id: str) -> None:
         try:

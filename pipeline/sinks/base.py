@@ -13,8 +13,16 @@ class SinkError(RuntimeError):
     """The sink could not take the changes now (down, timeout, 5xx): worth retrying."""
 
 
+class SinkUnauthorized(SinkError):
+    """The sink (or a proxy on the way) refused fleetwatch's credentials: 401, 403, 407. A
+    state of the sink's configuration, not of the changes: held and retried like an outage
+    (not in place: the same credentials fail the same way), said as an error that names
+    what to check, and delivered once the credentials match."""
+
+
 class SinkRejected(ValueError):
-    """The sink refused the changes for good (a 4xx answer): sending them again fails again."""
+    """The sink refused the changes for good (a 4xx answer other than ``SinkUnauthorized``'s:
+    400, 404, 413, 422): sending them again fails again."""
 
 
 class AlertSink(Protocol):
@@ -24,7 +32,8 @@ class AlertSink(Protocol):
     muted (silence, inhibition, acknowledgement; "" if it is not). Notifying
     sinks (``notify_only`` True) tell people only about ``Notice.notify``
     changes; record sinks keep every change. ``send`` raises ``SinkError`` when
-    it may succeed later and ``SinkRejected`` when it never will.
+    it may succeed later (``SinkUnauthorized`` when the credentials are refused) and
+    ``SinkRejected`` when it never will.
 
     A sink may also have, each called on the sink's own delivery thread in order
     with its changes: ``tick()`` (every second or so: Alertmanager's re-sends),

@@ -11,7 +11,12 @@ comes back learns each alert's current state once, an alert that fired and
 resolved meanwhile as resolved), and retried with capped backoff; a change
 held longer than ``retry_s`` is given up and counted. The outage is logged
 when it starts, when changes are first given up and when the sink is back,
-not at each retry. A refusal (``SinkRejected``, a 4xx) is never retried.
+not at each retry. Credentials refused (``SinkUnauthorized``: 401, 403, a proxy's 407)
+are such an outage too, not tried again in place, the first line an error naming the
+setting to check. A refusal of the batch (``SinkRejected``: 400, 404, 413, 422) is never
+retried. A tick (Alertmanager's re-send) that is refused, or fails with a sink's bug, is
+said once, counted as failed each time, tried again with backoff, and said again once one
+goes through.
 Closing (``stop`` with a deadline): no more tries in place; what is held gets one
 last try if the sink's timeout still fits before the deadline, and whatever is
 still held, queued or in flight when the lane ends (or at the deadline, said by
@@ -33,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
+from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected, SinkUnauthorized
 from fleetwatch.retry import Backoff, retry
 
 log = logging.getLogger("fleetwatch.pipeline.sinks")
@@ -45,8 +50,9 @@ Work = tuple[str, Any]
 IDS_SHOWN = 5
 
 
-class _Closing(Exception):
-    """No more tries in place: the lane is closing (the last error is ``args[0]``)."""
+class _StopTrying(Exception):
+    """No more tries in place (the lane is closing, or the sink refused the credentials):
+    held (the last error is ``args[0]``)."""
 
 
 @dataclass
@@ -97,6 +103,8 @@ class Lane:
         self._stop = threading.Event()
         self._tick = getattr(sink, "tick", None) if background else None
         self._next_tick = float("-inf")
+        self._tick_failing = False         # the last tick was refused or failed (said once)
+        self._tick_backoff = backoff()
         # The outage: since when the sink fails, when to try again, what is held for it.
         self._down_since: float | None = None
         self._retry_at = float("-inf")
@@ -209,8 +217,31 @@ class Lane:
             except SinkError as exc:
                 self._count("retries")
                 self._fail(exc, now)  # the next try re-sends; not a change lost
-            except Exception:  # noqa: BLE001 - a sink's bug must not stop its thread
-                log.exception("alert sink %s: tick failed", self.sink.name)
+            except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
+                self._tick_failed(exc, now)
+            else:
+                if self._tick_failing:
+                    self._tick_failing = False
+                    self._tick_backoff.reset()
+                    log.warning("alert sink %s: its re-sends are accepted again",
+                                self.sink.name)
+
+    def _tick_failed(self, exc: Exception, now: float) -> None:
+        """A tick refused (``SinkRejected``: it would be at every tick) or failing with a
+        sink's bug: said the first time, counted each time, tried again with backoff."""
+        self._next_tick = now + max(self._tick_s, self._tick_backoff.next())
+        first = not self._tick_failing
+        self._tick_failing = True
+        self._failed(1, exc, logged=True)
+        if not first:
+            log.debug("alert sink %s: re-send still failing: %s", self.sink.name, exc)
+        elif isinstance(exc, SinkRejected):
+            log.error("alert sink %s: %s; its re-sends are tried again with backoff, each "
+                      "refusal counted (fleetwatch_alert_sink_failed_total), said again once "
+                      "one goes through", self.sink.name, exc)
+        else:
+            log.exception("alert sink %s: tick failed (tried again with backoff, each failure "
+                          "counted, said again once one goes through)", self.sink.name)
 
     def _work(self, kind: str, what: Any) -> None:
         if kind == "send":
@@ -241,9 +272,11 @@ class Lane:
 
         def once() -> None:
             if tried and self._holds and self._stop.is_set():
-                raise _Closing(tried[-1])  # closing: held, and tried once more at the end
+                raise _StopTrying(tried[-1])  # closing: held, and tried once more at the end
             try:
                 self.sink.send(notices)
+            except SinkUnauthorized as exc:  # the same credentials fail the same way
+                raise _StopTrying(exc) from exc
             except SinkError as exc:
                 tried.append(exc)
                 raise
@@ -253,8 +286,8 @@ class Lane:
             retry(once, retryable=(SinkError,),
                   attempts=self._attempts, backoff=self._backoff(), on_retry=on_retry,
                   sleep=lambda s: self._stop.wait(s) and None)
-        except (SinkError, _Closing) as exc:
-            err = exc.args[0] if isinstance(exc, _Closing) else exc
+        except (SinkError, _StopTrying) as exc:
+            err = exc.args[0] if isinstance(exc, _StopTrying) else exc
             if not self._holds:
                 self._failed(1, err)
                 return
@@ -293,13 +326,15 @@ class Lane:
         if self._down_since is None:
             self._down_since, self._given_up = now, 0
             self._retry_backoff.reset()
+            # Refused credentials stay refused until someone fixes them: an error.
+            level = logging.ERROR if isinstance(exc, SinkUnauthorized) else logging.WARNING
             if self._held:
-                log.warning("alert sink %s: %s; holding %d alert changes and retrying for up "
-                            "to %gs (alerts.sink_retry_s)", self.sink.name, exc,
-                            len(self._told([h.notice for h in self._held.values()])),
-                            self._retry_s)
+                log.log(level, "alert sink %s: %s; holding %d alert changes and retrying for "
+                        "up to %gs (alerts.sink_retry_s)", self.sink.name, exc,
+                        len(self._told([h.notice for h in self._held.values()])),
+                        self._retry_s)
             else:
-                log.warning("alert sink %s: %s; retrying", self.sink.name, exc)
+                log.log(level, "alert sink %s: %s; retrying", self.sink.name, exc)
         self._retry_at = now + self._retry_backoff.next()
 
     def _retry(self, now: float) -> None:
@@ -317,11 +352,15 @@ class Lane:
                 self._tick()
         except SinkError as exc:
             self._in_flight = ()
+            # Down, and now refusing the credentials (it came back so configured): said once.
+            newly_refused = isinstance(exc, SinkUnauthorized) and not isinstance(
+                self._last_error, SinkUnauthorized)
             self._last_error = exc
             self._count("retries")
             self._give_up(now, exc)
             self._retry_at = now + self._retry_backoff.next()
-            log.debug("alert sink %s: still failing: %s", self.sink.name, exc)
+            log.log(logging.ERROR if newly_refused else logging.DEBUG,
+                    "alert sink %s: still failing: %s", self.sink.name, exc)
             return
         except SinkRejected as exc:
             self._failed(len({h.batch for h in self._held.values()}), exc)

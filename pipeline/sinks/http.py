@@ -12,7 +12,10 @@
   error's text, and a caller's own (Alertmanager's silence list), past which it is an error.
 * Any failure to get a complete answer (unreachable, reset, an answer that is not HTTP, a
   body cut short, TLS, the deadline), 5xx and 429 are ``SinkError``: tried again, then
-  held. Any other answer that is not 2xx is ``SinkRejected``: never retried.
+  held. 401, 403 and a proxy's 407 are ``SinkUnauthorized`` (a ``SinkError``): the
+  credentials in the sink's setting (or the proxy's) are wrong until someone fixes them,
+  so its changes are held, not dropped; the message names the setting to check. Any other
+  answer that is not 2xx (400, 404, 413, 422) is ``SinkRejected``: never retried.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ import urllib.request
 from typing import Any
 
 from fleetwatch.pipeline.server_url import ServerURL
-from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected
+from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, SinkUnauthorized
 
 __all__ = ["ANSWER_LIMIT", "ERROR_TEXT_LIMIT", "SILENCES_LIMIT", "ServerURL", "post_json",
-           "request"]
+           "request", "unauthorized"]
 
 ANSWER_LIMIT = 64 << 10        # bytes of any answer read
 ERROR_TEXT_LIMIT = 2000        # bytes of an error answer's text quoted in a message
@@ -38,16 +41,47 @@ SILENCES_LIMIT = 32 << 20      # Alertmanager's GET /api/v2/silences: every sile
 _READ = 64 << 10
 
 
-def post_json(url: ServerURL | str, body: Any, timeout_s: float, what: str) -> None:
+def post_json(url: ServerURL | str, body: Any, timeout_s: float, what: str,
+              setting: str = "") -> None:
     """POST ``body``; ``SinkError`` for no complete answer within ``timeout_s``, 5xx or
-    429, ``SinkRejected`` for any other answer that is not 2xx (its text in the message)."""
+    429, ``SinkUnauthorized`` for 401, 403 or 407 (naming ``setting``, the config key of
+    the URL, to check), ``SinkRejected`` for any other answer that is not 2xx (its text in
+    the message)."""
     server = url if isinstance(url, ServerURL) else ServerURL.of(url)
     status, text, _ = request(server, "POST", json.dumps(body).encode(), timeout_s, what)
     if status >= 300:
-        quoted = text[:ERROR_TEXT_LIMIT].decode("utf-8", "replace").strip()
+        said = _quoted(text)
+        if status in AUTH_STATUSES:
+            raise unauthorized(server, status, text, what, setting)
         if status >= 500 or status == 429:
-            raise SinkError(f"{what} {server.shown} answered {status}: {quoted}")
-        raise SinkRejected(f"{what} {server.shown} refused the alerts ({status}): {quoted}")
+            raise SinkError(f"{what} {server.shown} answered {status}{said}")
+        raise SinkRejected(f"{what} {server.shown} refused the alerts ({status}){said}")
+
+
+# The answers that refuse fleetwatch's credentials, not its alerts.
+AUTH_STATUSES = frozenset({401, 403, 407})
+
+
+def unauthorized(server: ServerURL, status: int, text: bytes, what: str,
+                 setting: str = "") -> SinkUnauthorized:
+    """The error for a 401, 403 or 407 answer: what refused whom, and what to check."""
+    said = _quoted(text).removeprefix(": ")
+    code = f"{status}: {said}" if said else str(status)
+    where = setting or "the sink's URL"
+    if status == 407:
+        return SinkUnauthorized(
+            f"{what} {server.shown} a proxy on the way asked for credentials ({code}): check "
+            "the user:password of the proxy in fleetwatch's https_proxy/http_proxy")
+    refused = "refused fleetwatch access" if status == 403 else (
+        "refused fleetwatch's credentials")
+    return SinkUnauthorized(f"{what} {server.shown} {refused} ({code}): check the "
+                            f"user:password in {where}")
+
+
+def _quoted(text: bytes) -> str:
+    """An error answer's text as a message quotes it: ": TEXT", or "" if it has none."""
+    quoted = text[:ERROR_TEXT_LIMIT].decode("utf-8", "replace").strip()
+    return f": {quoted}" if quoted else ""
 
 
 def request(server: ServerURL, method: str, data: bytes | None, timeout_s: float, what: str,

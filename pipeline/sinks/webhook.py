@@ -51,7 +51,7 @@ class WebhookSink:
             {"cluster": k[0], "rack": k[1], "node": k[2],
              "alerts": [change_json(notices[a.id]) for a in alerts]}
             for k, alerts in sorted(groups.items())]}
-        post_json(self.server, body, self.timeout_s, "webhook")
+        post_json(self.server, body, self.timeout_s, "webhook", setting="alerts.webhook_url")
 
     def close(self) -> None:
         pass

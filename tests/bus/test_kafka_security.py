@@ -4,6 +4,7 @@ such (not "cannot reach Kafka"), and TLS files checked at load and given to ever
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import kafka
@@ -286,8 +287,8 @@ def test_a_processor_waiting_for_kafka_says_it_was_refused(caplog):
 def test_a_refused_topic_check_says_what_to_fix_not_to_make_the_topic_by_hand(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """The topic check's line after a broker's refusal: the refusal and its setting, without
-    'create it with your Kafka tools' (the topic is not the problem); a broker that could not
-    be asked keeps that hint."""
+    'create it with your Kafka tools' (the topic is not the problem); nor for a broker that
+    could not be reached (test_a_broker_that_is_down_is_said_once_not_as_a_topic_to_make)."""
     import logging
 
     from fleetwatch import wiring
@@ -303,10 +304,36 @@ def test_a_refused_topic_check_says_what_to_fix_not_to_make_the_topic_by_hand(
         raise BusError("cannot reach Kafka at 127.0.0.1:1: timed out")
 
     config = BusConfig(kind="kafka", bootstrap="127.0.0.1:1")
-    for fake, hint in ((refused, False), (unreachable, True)):
+    for fake, hint in ((refused, False), (unreachable, False)):
         monkeypatch.setattr(bus_kafka, "ensure_topic", fake)
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="fleetwatch.wiring"):
             assert wiring.ensure_topics(config) is False
         lines = [r.getMessage() for r in caplog.records]
         assert lines and all(("create it with your Kafka tools" in m) is hint for m in lines)
+
+
+def test_a_broker_that_is_down_is_said_once_not_as_a_topic_to_make(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The admin's report: with the broker stopped, agent and processor said per topic
+    "could not check or create topic ... (cannot reach Kafka at ...); create it with your
+    Kafka tools if it does not exist". The broker is the problem: one line that says so,
+    and the other topics not tried (each would wait out its timeout)."""
+    from fleetwatch import wiring
+    from tests.servers import free_port
+
+    address = f"127.0.0.1:{free_port()}"        # nothing listens: the broker is down
+    config = BusConfig(kind="kafka", bootstrap=address)
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.wiring"):
+        start = time.monotonic()
+        assert wiring.ensure_topics(config, timeout_s=1.0) is False
+        took = time.monotonic() - start
+    lines = [r.getMessage() for r in caplog.records if r.name == "fleetwatch.wiring"]
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(
+        f"could not check or create topics {config.topic}, {config.dead_letter_topic}, "
+        f"{config.alert_topic} (cannot reach Kafka at {address}: ")
+    assert lines[0].endswith("): the broker is down or cannot be reached from here; they are "
+                             "checked, and created if missing, once it can be reached")
+    assert "Kafka tools" not in lines[0]
+    assert took < 2.5                           # one timeout, not one per topic

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -129,3 +130,29 @@ def test_the_agent_refuses_a_planted_link_at_start_and_leaves_its_target(
     assert f"agent.spool_dir = '{spool}' cannot be used: the spool file " in result.stderr
     assert "is a symbolic link" in result.stderr and "Traceback" not in result.stderr
     assert target.read_bytes() == VICTIM
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o277])
+def test_the_agent_makes_its_missing_spool_directory_and_parents_its_users_alone(
+        tmp_path: Path, umask: int) -> None:
+    # The admin's repro: `fleetwatch agent` by hand (umask 022) or in the DaemonSet's
+    # container, agent.spool_dir missing: it was made 0755, its parents too.
+    spool = tmp_path / "state" / "fleetwatch-agent" / "spool"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fleetwatch.cli", "agent", "--fake-gpus", "1"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: os.umask(umask),  # noqa: PLW1509 - the agent's own umask
+        env={**os.environ, "FLEETWATCH_BUS_KIND": "kafka",
+             "FLEETWATCH_BUS_BOOTSTRAP": "127.0.0.1:1", "FLEETWATCH_AGENT_SPOOL_DIR": str(spool),
+             "FLEETWATCH_AGENT_METRICS_PORT": str(free_port())})
+    try:
+        deadline = time.monotonic() + 30
+        while not spool.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert spool.exists(), proc.stderr.read() if proc.poll() is not None else "no spool"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "Traceback" not in err
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (spool, spool.parent, spool.parent.parent)}
+    assert modes == {"spool": 0o700, "fleetwatch-agent": 0o700, "state": 0o700}
