@@ -315,7 +315,8 @@ class DetectorsConfig:
 
 # A host as a Host header carries it: a DNS name or an IPv4 address, or an IPv6 one in
 # brackets, and an optional port.
-_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9.])?)(:[0-9]{1,5})?")
+_HOST = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9.])?)"
+                   r"(:[0-9]{1,5})?")
 
 @dataclass(frozen=True)
 class DashboardConfig:
