@@ -164,16 +164,20 @@ def test_without_holding_a_401_is_one_clear_error_per_batch(
         "refused fleetwatch's credentials (401): check the user:password in alerts.webhook_url"]
 
 
+def _notifier(am: RotatingAM, attempts: int) -> Notifier:
+    """A notifier with one Alertmanager sink that has the NEW password, re-sending fast."""
+    sink = AlertmanagerSink(f"http://amuser:{NEW}@{am.address}/", resend_s=0.05, timeout_s=5)
+    return Notifier([sink], attempts=attempts, backoff=lambda: Backoff(0.05, 0.2), retry_s=60,
+                    tick_s=0.01)
+
+
 # -- #1: Alertmanager with a wrong password: one line, quiet retries, a line when it works ----
 def test_a_wrong_alertmanager_password_is_one_error_then_quiet_retries_then_delivered(
         am_rotating: RotatingAM, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
     am_rotating.accept(OLD)                     # fleetwatch has the new one already
     node = f"node-rot-{time.time_ns()}"
-    sink = AlertmanagerSink(f"http://amuser:{NEW}@{am_rotating.address}/", resend_s=0.05,
-                            timeout_s=5)
-    notifier = Notifier([sink], attempts=2, backoff=lambda: Backoff(0.05, 0.2), retry_s=60,
-                        tick_s=0.01)
+    notifier = _notifier(am_rotating, attempts=2)
     try:
         notifier.send([alert("crit", node=node)])
         notifier.send([alert("warn", severity="warning", node=node)])
@@ -205,10 +209,7 @@ def test_a_wrong_password_for_the_resends_alone_is_not_a_traceback_a_second(
     caplog.set_level(logging.DEBUG)
     am_rotating.accept(NEW)
     node = f"node-resend-{time.time_ns()}"
-    sink = AlertmanagerSink(f"http://amuser:{NEW}@{am_rotating.address}/", resend_s=0.05,
-                            timeout_s=5)
-    notifier = Notifier([sink], attempts=1, backoff=lambda: Backoff(0.05, 0.2), retry_s=60,
-                        tick_s=0.01)
+    notifier = _notifier(am_rotating, attempts=1)
     try:
         notifier.send([alert("crit", node=node)])
         assert until(lambda: notifier.stats.sinks["alertmanager"].sent == 1)
