@@ -240,15 +240,16 @@ def parser() -> argparse.ArgumentParser:
     rp = sub.add_parser("replay", help="run recorded telemetry through the detectors and print "
                         "each alert transition as a JSON line", description="Replay recorded "
                         "telemetry (long CSV timestamp,node,gpu,metric,value, AcmeTrace's "
-                        "one-CSV-per-metric layout, or one series timestamp,value with "
-                        "--metric) through the processor, detectors and alert lifecycle; alert "
+                        "one-CSV-per-metric layout, one series timestamp,value with "
+                        "--metric, or the agent's frames as JSON lines) through the processor, "
+                        "detectors and alert lifecycle; alert "
                         "transitions go to stdout as JSON lines, a summary of what the data "
                         "held and what the detectors lacked to stderr. Exit status 0, or 1 "
                         "when no frame was replayed or a row is bad (file, line and column "
                         "named); the global --config sets the detectors.")
     rp.add_argument("files", nargs="+", metavar="FILE",
-                    help="CSV files, gzip-compressed or not (told by their first bytes), or - for "
-                         "standard input; the layout is told by the header")
+                    help="CSV or JSON-lines files, gzip-compressed or not (told by their first "
+                         "bytes), or - for standard input; the layout is told by the first line")
     rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
                     help="replay at X times real time (default: as fast as possible)")
     rp.add_argument("--skip-bad", action="store_true",

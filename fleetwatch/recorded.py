@@ -86,6 +86,7 @@ import csv
 import functools
 import gzip
 import io
+import itertools
 import math
 import sys
 import time
@@ -306,6 +307,7 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
 
 def _read_all(paths: list[str | Path], out: Reading, skip_bad: bool, cluster: str, rack: str,
               series: Series | None) -> None:
+    from fleetwatch.recorded_frames import is_frames, read_frames
     from fleetwatch.recorded_layouts import is_series, read_long, read_series
 
     series_files = 0
@@ -313,7 +315,11 @@ def _read_all(paths: list[str | Path], out: Reading, skip_bad: bool, cluster: st
         p = Path(path)
         try:
             with open_text(p) as fh:
-                rows = csv.reader(fh)
+                first = fh.readline()
+                if is_frames(first):
+                    read_frames(p, itertools.chain([first], fh), out, skip_bad, cluster, rack)
+                    continue
+                rows = csv.reader(itertools.chain([first], fh))
                 header = next(rows, None)
                 if header is None:
                     raise ReplayError(f"{p}: empty file; expected a header line")
@@ -331,8 +337,8 @@ def _read_all(paths: list[str | Path], out: Reading, skip_bad: bool, cluster: st
                 else:
                     raise ReplayError(
                         f"{p} line 1: unknown layout {','.join(header[:6])}...; expected the "
-                        f"long CSV header {','.join(LONG_COLUMNS)}, AcmeTrace's Time,NODE,... "
-                        "or one series timestamp,value")
+                        f"long CSV header {','.join(LONG_COLUMNS)}, AcmeTrace's Time,NODE,..., "
+                        "one series timestamp,value, or the agent's frames as JSON lines")
         except OSError as exc:
             raise ReplayError(f"{p}: cannot read: {exc}") from None
         except UnicodeDecodeError as exc:
