@@ -1,5 +1,6 @@
-"""The agent's own frames as JSON lines: ``fleetwatch agent --once --json`` prints one, and a
-recording (``tests/data/recorded/*.jsonl.gz``) holds one per line.
+"""The agent's own frames as JSON: one object per line, as a recording holds them
+(``tests/data/recorded/*.jsonl.gz``), or one after another as ``fleetwatch agent --once
+--json`` prints each (spread over lines).
 
 Each line is a JSON object as the agent prints it: ``ts`` (epoch seconds), ``node``,
 ``cluster`` and ``rack`` (else ``--cluster``/``--rack``), ``gpus`` (each with ``index``,
@@ -15,12 +16,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from fleetwatch.catalogue import catalogue
 from fleetwatch.recorded import Reading, _value, xid_code
+
+MAX_LINES = 100_000  # lines one object may span (a pretty-printed frame of 8 GPUs: ~450)
 
 
 def is_frames(first_line: str) -> bool:
@@ -28,14 +31,34 @@ def is_frames(first_line: str) -> bool:
     return first_line.lstrip().startswith("{")
 
 
+def _objects(lines: Iterable[str]) -> Iterator[tuple[int, str]]:
+    """(first line number, text) of each JSON value: one a line, or spread over lines as
+    ``agent --once --json`` prints one (an object that does not parse at a line's end is
+    read on into the next lines, up to ``MAX_LINES``)."""
+    buf, start = "", 0
+    for n, line in enumerate(lines, 1):
+        if not buf:
+            if not line.strip():
+                continue
+            start = n
+        buf += line
+        try:
+            json.loads(buf)
+        except json.JSONDecodeError as exc:
+            if exc.pos >= len(buf.rstrip()) and n - start < MAX_LINES:
+                continue  # cut off at the line's end: the object goes on
+        yield start, buf
+        buf = ""
+    if buf:
+        yield start, buf
+
+
 def read_frames(p: Path, lines: Iterable[str], out: Reading, skip: bool, cluster: str,
                 rack: str) -> None:
     ports = 0
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for n, text in _objects(lines):
         try:
-            frame = json.loads(line)
+            frame = json.loads(text)
             if not isinstance(frame, dict):
                 raise ValueError(f"a JSON {type(frame).__name__}, not a frame (an object)")
             ts, node = _ts(frame.get("ts")), frame.get("node")
@@ -46,6 +69,10 @@ def read_frames(p: Path, lines: Iterable[str], out: Reading, skip: bool, cluster
             if not isinstance(host, dict):
                 raise ValueError("host: not an object")
             host_metrics = _metrics(host.get("metrics") or {}, "host", None)
+        except json.JSONDecodeError as exc:
+            out.bad(f"{p} line {n + exc.lineno - 1}", f"not JSON: {exc.msg} (column "
+                    f"{exc.colno})", skip)
+            continue
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue

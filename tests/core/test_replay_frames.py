@@ -84,3 +84,24 @@ def test_a_line_that_is_not_a_frame_names_file_line_and_why(
     assert main(["replay", "--skip-bad", str(path)]) == 0
     err = capsys.readouterr().err
     assert "replayed 1 frames" in err and "1 bad" in err
+
+
+def test_frames_as_agent_once_json_prints_them_one_after_another(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`fleetwatch agent --once --json >> node.json`, run now and then: pretty-printed frames
+    one after another replay like one-line ones; a broken one is named by its line."""
+    path = tmp_path / "node.json"
+    with path.open("w") as f:
+        for k in range(3):
+            assert main(["agent", "--fake-gpus", "2", "--once", "--json"]) == 0
+            frame = json.loads(capsys.readouterr().out)
+            frame["ts"] = 1.8e9 + 15 * k
+            f.write(json.dumps(frame, indent=2) + "\n")
+    assert main(["replay", str(path)]) == 0
+    assert "replayed 3 frames of 2 GPUs" in capsys.readouterr().err
+    lines = path.read_text().splitlines()
+    assert lines[4] == '      "index": 0,'
+    lines[4] = '      "index" 0,'  # a key without its colon, on the file's 5th line
+    path.write_text("\n".join(lines) + "\n")
+    assert main(["replay", str(path)]) == 1
+    assert "node.json line 5: not JSON: Expecting ':' delimiter" in capsys.readouterr().err
