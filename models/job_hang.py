@@ -85,7 +85,8 @@ class JobHang:
         self._since: dict[JobKey, float] = {}
         # Per (cluster, job) of a waiting job: when a GPU of it last showed a rank at work or
         # stalled on its host (outside the signature, memory held), and where: (ts, node, GPU).
-        self._alive: dict[tuple[str, str], tuple[float, str, int]] = {}
+        # (ts, node, GPU, its utilization, its memory used or None)
+        self._alive: dict[tuple[str, str], tuple[float, str, int, float, float | None]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -127,12 +128,16 @@ class JobHang:
         for r, j in zip(*np.nonzero(alive)):
             f = b.frames[int(r)]
             g = f.gpus[int(j)]
-            if g.metrics.get("gpu_fb_used_bytes", ALIVE_FB_BYTES) < ALIVE_FB_BYTES:
+            fb = g.metrics.get("gpu_fb_used_bytes")
+            util = g.metrics.get("gpu_util_pct", 0.0)
+            # Memory held says a process is there, kernel or not; without a memory reading,
+            # only a kernel that ran does (an idle GPU might be a rank that died).
+            if not (fb >= ALIVE_FB_BYTES if fb is not None else util > 0):
                 continue
             key = (f.cluster, g.job or "")
             seen = self._alive.get(key)
             if seen is None or f.ts >= seen[0]:
-                self._alive[key] = (f.ts, f.node, g.index)
+                self._alive[key] = (f.ts, f.node, g.index, util, fb)
         if len(self._alive) > 4096:
             newest = max(v[0] for v in self._alive.values())
             self._alive = {k: v for k, v in self._alive.items()
@@ -195,17 +200,23 @@ class JobHang:
         return [self._finding(f, hung), *waiting]
 
     def _waiting(self, f: Frame, job: str, ev: dict[str, float],
-                 live: tuple[float, str, int]) -> Finding:
+                 live: tuple[float, str, int, float, float | None]) -> Finding:
         """The job's GPUs here wait in a collective for a rank on another node that is not
         in one: it computes, copies, or holds its memory with no kernel (a checkpoint
         written from the host, a debugger, an input stall, or a host-side deadlock). Only
         how long tells those apart: a warning after ``job_wait_s``."""
-        node, gpu = live[1], live[2]
-        ev = {**ev, "waiting_for_gpu": float(gpu), "waiting_for_seen_s": f.ts - live[0]}
+        node, gpu, util, fb = live[1], live[2], live[3], live[4]
+        ev = {**ev, "waiting_for_gpu": float(gpu), "waiting_for_seen_s": f.ts - live[0],
+              "waiting_for_util_pct": util}
+        if fb is not None:
+            ev["waiting_for_fb_used_bytes"] = fb
+        doing = (f"a kernel resident {util:.0f}% of the time" if util > 0 else
+                 f"no kernel, {fb / 2**30:.1f} GiB of its memory held" if fb is not None
+                 else "no kernel")
         message = (f"job {job} on {f.node}: its {ev['gpus']:.0f} GPUs have waited in a "
                    f"collective for {ev['hung_s']:.0f} s, moving no data, while GPU {gpu} on "
-                   f"{node} of the same job is not in one (it computes, copies, or holds its "
-                   "memory with no kernel running): that rank is stalled on its host")
+                   f"{node} of the same job is not in one ({doing}): that rank is busy "
+                   "elsewhere or stalled on its host")
         return Finding(
             "job_waiting", f.cluster, f.rack, f.node, None, f.ts, ev["hung_s"], message,
             "warning", self.c.job_wait_s, 0.0, {k: round(v, 3) for k, v in ev.items()},

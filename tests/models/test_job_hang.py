@@ -245,3 +245,30 @@ def test_the_gpu_spinning_on_the_fewest_sms_is_named() -> None:
     assert last.message.endswith("; GPU 3 spins on the fewest SMs (6%): look at its rank first")
     # Ranks that all read alike name none.
     assert "lowest_sm_gpu" not in run(series(6, [gpu] * 8))[-1].evidence
+
+
+def test_without_a_memory_reading_only_a_kernel_that_ran_says_a_rank_lives() -> None:
+    """Data with no gpu_fb_used_bytes (older exports, DCGM without FB_USED): an idle GPU of
+    the job may be a rank that died, so it does not hold the page; one with a kernel
+    resident (a slow node still computing) does."""
+    d = JobHang()
+    found = []
+    for i in range(int(10 * 60 / STEP) + 1):
+        t = i * STEP
+        waiting = gpu(t, sm=0.12, power=140.0)          # no gpu_fb_used_bytes anywhere
+        dead = gpu(t, util=0.0, sm=0.0, power=70.0)
+        found += d.update([node(t, [dead] + [waiting] * 7, name="n1", job="llm"),
+                           node(t, [waiting] * 8, name="n2", job="llm")])
+    assert found and {(f.rule, f.node) for f in found} == {("job_hung", "n2")}
+    computing = _two_nodes(10, lambda t: gpu(t, sm=0.9, power=650.0, util=100.0,
+                                             gpu_tensor_active_ratio=0.6), fb=60e9)
+    assert {f.rule for f in computing} == {"job_waiting"}
+    assert "(a kernel resident 100% of the time)" in computing[-1].message
+
+
+def test_the_waiting_message_says_what_the_live_rank_shows() -> None:
+    found = _two_nodes(3, lambda t: gpu(t, util=0.0, sm=0.0, power=116.0,
+                                        gpu_fb_used_bytes=62e9))
+    assert "GPU 0 on n1 of the same job is not in one (no kernel, 57.7 GiB of its memory " \
+        "held): that rank is busy elsewhere or stalled on its host" in found[-1].message
+    assert found[-1].evidence["waiting_for_fb_used_bytes"] == 62e9
