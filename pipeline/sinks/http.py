@@ -36,7 +36,8 @@ __all__ = ["ANSWER_LIMIT", "ERROR_TEXT_LIMIT", "SILENCES_LIMIT", "ServerURL", "p
            "request", "unauthorized"]
 
 ANSWER_LIMIT = 64 << 10        # bytes of any answer read
-ERROR_TEXT_LIMIT = 2000        # bytes of an error answer's text quoted in a message
+ERROR_TEXT_LIMIT = 2000        # bytes of an error answer's text read
+QUOTE_CHARS = 300              # ... and quoted in a message, on one line
 SILENCES_LIMIT = 32 << 20      # Alertmanager's GET /api/v2/silences: every silence it has
 _READ = 64 << 10
 
@@ -79,8 +80,12 @@ def unauthorized(server: ServerURL, status: int, text: bytes, what: str,
 
 
 def _quoted(text: bytes) -> str:
-    """An error answer's text as a message quotes it: ": TEXT", or "" if it has none."""
-    quoted = text[:ERROR_TEXT_LIMIT].decode("utf-8", "replace").strip()
+    """An error answer's text as a message quotes it: ": TEXT" on one line (an HTML error
+    page's line breaks and indentation collapsed), at most ``QUOTE_CHARS`` of it, or "" if
+    it has none."""
+    quoted = " ".join(text[:ERROR_TEXT_LIMIT].decode("utf-8", "replace").split())
+    if len(quoted) > QUOTE_CHARS:
+        quoted = quoted[:QUOTE_CHARS - 1] + "…"
     return f": {quoted}" if quoted else ""
 
 

@@ -109,6 +109,25 @@ def test_a_credentials_refusal_quotes_the_receivers_text(raw: RawServer) -> None
                               "alerts.alertmanager_url")
 
 
+def test_an_html_error_page_is_quoted_on_one_line_and_cut(raw: RawServer) -> None:
+    """An ingress's 401 page: its lines and indentation collapsed, at most 300 characters,
+    so the hint on what to check stays on the ERROR line."""
+    page = (b"<html>\n  <head><title>401 Authorization Required</title></head>\n  <body>\n"
+            + b"    <center><h1>401 Authorization Required</h1></center>\n" * 40
+            + b"  </body>\n</html>\n")
+    raw.behaviours = [answer(401, page)]
+    with pytest.raises(SinkUnauthorized) as err:
+        post_json(raw.url + "/hook", {"a": 1}, 5, "webhook", setting="alerts.webhook_url")
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"webhook {raw.url}/hook refused fleetwatch's credentials (401: "
+                           "<html> <head><title>401 Authorization Required</title></head> "
+                           "<body> <center>")
+    quote = text[text.index("(401: ") + 6:text.index("): check")]
+    assert len(quote) == 300 and quote.endswith("…")
+    assert text.endswith("): check the user:password in alerts.webhook_url")
+
+
 @pytest.mark.parametrize("status", [400, 413, 422])
 def test_a_refusal_of_the_batch_itself_is_still_final_and_ends_in_no_empty_quote(
         status: int, raw: RawServer) -> None:
