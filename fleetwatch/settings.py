@@ -335,6 +335,11 @@ class DashboardConfig:
                     f"dashboard.allowed_hosts: {name!r}: no wildcards (a name that matches any "
                     "host lets any web page reach the dashboard by DNS rebinding): list each "
                     "name your proxy forwards, e.g. \"fleet.example.com\"")
+            port = _HOST.fullmatch(name)
+            if port is not None and port.group(2) and not 0 < int(port.group(2)[1:]) < 65536:
+                raise ConfigError(
+                    f"dashboard.allowed_hosts: {name!r}: port {port.group(2)[1:]} is not a "
+                    "TCP port (1 to 65535), so no browser's Host can match it")
             if not _HOST.fullmatch(name):
                 raise ConfigError(
                     f"dashboard.allowed_hosts: {name!r} is not a host name: give it as the "

@@ -114,3 +114,8 @@ def test_the_address_logged_for_an_ipv6_bind_opens_in_a_browser():
 
     assert http_url("::1", 8050) == "http://[::1]:8050/"
     assert http_url("127.0.0.1", 9400, "/metrics") == "http://127.0.0.1:9400/metrics"
+
+
+def test_a_port_no_host_header_can_carry_is_refused():
+    with pytest.raises(ConfigError, match="port 99999 is not a TCP port"):
+        load(env={"FLEETWATCH_DASHBOARD_ALLOWED_HOSTS": "a.com:99999"})
