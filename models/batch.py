@@ -337,6 +337,11 @@ class GpuTable:
         return self._next
 
 
+def throttle_bits(reasons: np.ndarray) -> np.ndarray:
+    """NVML's throttle-reason bits as integers (``gpu_throttle_reasons``; not read: none)."""
+    return np.where(np.isfinite(reasons), reasons, 0).astype(np.int64)
+
+
 def ewma_weight(dt: np.ndarray, tau: float) -> np.ndarray:
     """The weight of a new sample after ``dt`` seconds in an average with time constant tau."""
     return -np.expm1(-np.clip(dt, 0.0, None) / tau)

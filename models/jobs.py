@@ -37,6 +37,7 @@ from fleetwatch.models.batch import (
     columns,
     flagged,
     gpu_finding,
+    throttle_bits,
 )
 from fleetwatch.models.peer_stats import peer_median, same_job_peers
 
@@ -198,8 +199,7 @@ class JobPeers:
             # its boost clock like them; one far below is slow. One at its cap is not judged
             # here (a pipeline stage that computes while the others wait may sit lower for power).
             reasons = x[..., THROTTLE]
-            capped = np.isfinite(reasons) & (
-                (np.nan_to_num(reasons).astype(np.int64) & SW_POWER_CAP) != 0)
+            capped = (throttle_bits(reasons) & SW_POWER_CAP) != 0
             computing = (n >= 1) & resident & (act >= c.busy_activity) & ~capped \
                 & (power < UNCAPPED_POWER_FRAC * x[..., LIMIT])
             straggler = injob & ~stuck & (busy | light | computing) & slow_clock

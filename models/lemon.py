@@ -19,7 +19,7 @@ import numpy as np
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, columns
+from fleetwatch.models.batch import COL, columns, throttle_bits
 from fleetwatch.models.gpu_state import GpuState, arrival
 
 # Points per XID when no XID table says otherwise: hardware faults weigh, the
@@ -124,7 +124,7 @@ class LemonScore:
         present = b.present[order.rows]
         lost = b.lost[order.rows]
         reasons = b.x[:, :, _REASONS][order.rows]
-        hot = (np.nan_to_num(reasons).astype(np.int64) & _THERMAL) != 0
+        hot = (throttle_bits(reasons) & _THERMAL) != 0
         out = np.fromiter((any(map(_xids, f.gpus)) for f in frames), bool, len(frames))
         was_lost, was_hot = self._state["lost"], self._state["hot"]
         for wave in order.waves:

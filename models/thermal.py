@@ -27,6 +27,7 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
+    throttle_bits,
 )
 from fleetwatch.parts import thermal_limits_c
 
@@ -245,7 +246,7 @@ class Throttle:
         if not b.frames:
             return out
         raw = b.x[..., THROTTLE]
-        bits = np.where(np.isfinite(raw), raw, 0).astype(np.int64)
+        bits = throttle_bits(raw)
         hw = (bits & _HW) != 0
         sw = (bits & _SW_THERMAL) != 0
         for i, j in flagged(hw | sw):
