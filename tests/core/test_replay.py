@@ -371,11 +371,11 @@ def estimate(tmp_path: Path, text: str) -> object:
     """The coverage the data's shape allows (``REACH``), before any detector's own count:
     what a detector without ``coverage()`` is reported by."""
     from fleetwatch.config import DetectorsConfig
-    from fleetwatch.replay import ReplaySummary, _coverage
+    from fleetwatch.replay_coverage import ReplaySummary, coverage
     from fleetwatch.wiring import detectors
 
     summary = ReplaySummary()
-    _coverage(frames(read_files([write(tmp_path / "f.csv", text)])),
+    coverage(frames(read_files([write(tmp_path / "f.csv", text)])),
               detectors(DetectorsConfig()), summary)
     return summary
 
@@ -418,7 +418,7 @@ def test_every_rule_that_needs_more_than_its_metrics_is_placed() -> None:
     from fleetwatch.models.peers import ThermalPeers
     from fleetwatch.models.rack import RackCooling
     from fleetwatch.models.registry import rules
-    from fleetwatch.replay import ANY_FRAME, REACH
+    from fleetwatch.replay_coverage import ANY_FRAME, REACH
 
     for rule, metrics in rules().items():
         if not metrics:

@@ -368,7 +368,7 @@ def test_a_detectors_own_count_replaces_the_estimate(tmp_path: Path) -> None:
 
 
 def test_a_small_share_is_not_rounded_to_nothing() -> None:
-    from fleetwatch.replay import ReplaySummary
+    from fleetwatch.replay_coverage import ReplaySummary
 
     lines = ReplaySummary(coverage={"a": 18 / 15392, "b": 0.0004, "c": 0.996}).lines()
     assert "  a: judged 0.1% of GPU samples" in lines

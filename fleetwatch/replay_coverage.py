@@ -1,0 +1,364 @@
+"""What a replay held, and what each rule could judge of it.
+
+Real recordings carry only some metrics, often one GPU of a node, and no jobs,
+GPU state or error counters. ``Coverage`` is fed the batches as they are
+replayed and says, for each rule, on what share of the GPU samples it could
+judge anything, and why not (``REACH``: what a rule compares with besides its
+metrics); a rule the data cannot feed is reported "not judged", never as
+silence that reads like health. The summary also says which thermal limits
+were assumed, and whether the learned detectors ran.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Detector
+from fleetwatch.parts import thermal_limits_c
+
+__all__ = ["ANY_FRAME", "EXAMPLE_MODEL", "REACH", "Coverage", "Reach", "ReplaySummary", "coverage"]
+
+
+@dataclass
+class ReplaySummary:
+    frames: int = 0
+    gpus: int = 0
+    start_ts: float = 0.0
+    end_ts: float = 0.0
+    transitions: int = 0
+    firing: int = 0
+    bad_rows: int = 0
+    bad_examples: list[str] = field(default_factory=list)
+    metrics: dict[str, int] = field(default_factory=dict)   # metric -> GPU/host samples
+    # rule -> share of GPU samples it could judge: every metric it needs, and what else it
+    # compares with (peers, a job, a rack) or reads (XIDs, counters), in the data
+    coverage: dict[str, float] = field(default_factory=dict)
+    missing: dict[str, list[str]] = field(default_factory=dict)  # rule -> metrics absent
+    # rule -> why it judged no GPU sample, or not the others (where coverage < 1)
+    unjudged: dict[str, str] = field(default_factory=dict)
+    counted: set[str] = field(default_factory=set)  # rules whose detector counted coverage
+    notes: list[str] = field(default_factory=list)
+
+    def lines(self) -> list[str]:
+        span = self.end_ts - self.start_ts
+        out = [f"replayed {self.frames:,} frames of {self.gpus:,} GPUs over {span / 3600:.2f} h: "
+               f"{self.transitions} alert transitions, {self.firing} alerts fired"]
+        if self.bad_rows:
+            rows = "bad row" if self.bad_rows == 1 else "bad rows"
+            out.append(f"skipped {self.bad_rows} {rows}, e.g. " + "; ".join(self.bad_examples))
+        out.append("metrics in the data: " + (", ".join(
+            f"{m} ({n:,})" for m, n in sorted(self.metrics.items())) or "none"))
+        for rule, share in sorted(self.coverage.items()):
+            why = self.unjudged.get(rule, "")
+            own = " (its detector's count)" if rule in self.counted else ""
+            if share <= 0:
+                out.append(f"  {rule}: not judged: {why or 'no GPU sample'}")
+            else:
+                out.append(f"  {rule}: judged {_share(share)} of GPU samples{own}"
+                           + (f"; not the others: {why}" if why and share < 1 else ""))
+        out += self.notes
+        return out
+
+
+def _share(share: float) -> str:
+    """A share as a percentage that never rounds a few samples to 0% or most to 100%."""
+    if 0 < share < 0.001:
+        return "under 0.1%"
+    if share < 0.01 or 0.99 <= share < 1:
+        return f"{min(share, 0.999):.1%}"
+    return f"{share:.0%}"
+
+
+def needs_of(detectors: Sequence[Detector]) -> dict[str, tuple[str, ...]]:
+    return {rule: tuple(m) for d in detectors for rule, m in getattr(d, "rules", {}).items()}
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a rule needs of the data besides the metrics ``Detector.rules`` names.
+
+    Those say on which frames the alert lifecycle may resolve an alert, and are
+    empty for event rules ("any frame will do"): an ECC rule with no ECC counter
+    in the data, or a peer rule with one GPU a node, judged nothing, and the
+    summary said 100%. What the detectors compare with is read from their code
+    (models/peers.py, jobs.py, rack.py, health.py) and kept here, beside its one
+    reader; a test checks that every rule of the registry is placed.
+    """
+
+    any_of: tuple[str, ...] = ()  # an event rule: one of these counters on the GPU
+    peers: int | str = 0          # other GPUs of the node with the rule's metrics (a number,
+    #                               or the name of the DetectorsConfig setting that says it)
+    same_job: bool = False        # ... of the GPU's job (no job: with the others of none)
+    job: bool = False             # compares the GPUs of one job: the GPU must be in one
+    rack: bool = False            # rack_cooling: many GPUs on two or more nodes of a rack
+    xid: bool = False             # reads XID events: the data must carry them
+    never: str = ""               # what no recording carries
+
+
+_THERMAL_PEERS = Reach(peers="min_peers", same_job=True)
+_JOB_PEERS = Reach(peers=1, same_job=True, job=True)
+REACH: dict[str, Reach] = {
+    "gpu_hot_vs_peers": _THERMAL_PEERS, "gpu_hot_vs_peers_critical": _THERMAL_PEERS,
+    "gpu_temp_sensor_low": _THERMAL_PEERS,
+    "gpu_stuck": _JOB_PEERS, "gpu_straggler": _JOB_PEERS, "gpu_power_low_vs_peers": _JOB_PEERS,
+    "job_hung": _JOB_PEERS, "job_waiting": _JOB_PEERS,
+    "gpu_power_limit_low": Reach(peers=1),
+    "node_cooling": Reach(peers=1),   # two or more GPUs of the node, against their models
+    "rack_cooling": Reach(rack=True),
+    "gpu_xid_critical": Reach(xid=True), "gpu_xid_warning": Reach(xid=True),
+    "gpu_xid_info": Reach(xid=True),
+    "gpu_ecc_dbe": Reach(any_of=("gpu_ecc_dbe_volatile_total", "gpu_ecc_dbe_aggregate_total")),
+    "gpu_retired_pages": Reach(any_of=("gpu_retired_pages_dbe", "gpu_retired_pages_pending")),
+    "gpu_pcie_replay": Reach(any_of=("gpu_pcie_replay_total",)),
+    "gpu_nvlink_errors": Reach(any_of=("gpu_nvlink_crc_errors_total",
+                                       "gpu_nvlink_replay_errors_total",
+                                       "gpu_nvlink_recovery_errors_total")),
+    # A recording has no GPU state: a GPU is read as lost where its samples stop while
+    # another GPU of its node goes on (fleetwatch.recorded_ticks.mark_lost).
+    "gpu_lost": Reach(peers=1),
+    # Two agents under one name show two sets of GPU UUIDs; a recording has none.
+    "node_name_conflict": Reach(never="recorded files carry no GPU identity (UUID)"),
+}
+TEMP, SLOW, SHUT = "gpu_temp_c", "gpu_slowdown_temp_c", "gpu_shutdown_temp_c"
+EXAMPLE_MODEL = "NVIDIA H100 80GB HBM3"
+# Rules that judge any frame of their subject, and need nothing more: a node that sends
+# no frame for a while is silent in a recording too.
+ANY_FRAME = frozenset({"node_silent"})
+RACK_STALE_S = 120.0  # models/rack.py STALE_S: a GPU counts for its rack this long
+INLET = "host_inlet_temp_c"
+
+
+class _Racks:
+    """Which racks have enough of their GPUs, or of their nodes' inlet air, of late, for
+    rack_cooling: ``rack_min_gpus`` GPUs on two or more nodes, or two or more inlets."""
+
+    def __init__(self, min_gpus: int, metric: str) -> None:
+        self.min_gpus, self.metric = min_gpus, metric
+        self.gpus: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
+        self.inlets: dict[tuple[str, str], dict[str, float]] = {}
+
+    def see(self, batch: Sequence[Frame]) -> set[tuple[str, str]]:
+        """The racks of this batch that can be judged."""
+        for f in batch:
+            key = (f.cluster, f.rack)
+            gpus = self.gpus.setdefault(key, {})
+            for g in f.gpus:
+                if self.metric in g.metrics:
+                    gpus[(f.node, g.index)] = f.ts
+            if INLET in f.host.metrics:
+                self.inlets.setdefault(key, {})[f.node] = f.ts
+        out = set()
+        now = max(f.ts for f in batch)
+        for key in {(f.cluster, f.rack) for f in batch}:
+            fresh = [n for (n, _), ts in self.gpus.get(key, {}).items()
+                     if now - ts <= RACK_STALE_S]
+            inlets = [n for n, ts in self.inlets.get(key, {}).items()
+                      if now - ts <= RACK_STALE_S]
+            if len(fresh) >= self.min_gpus and len(set(fresh)) >= 2 or len(inlets) >= 2:
+                out.add(key)
+        return out
+
+
+class Coverage:
+    """What the data held, and for each rule the share of GPU samples it could judge:
+    the GPU had the rule's metrics, and the rule had what it compares with (``REACH``).
+    Fed batch by batch as they are replayed; whether the data carries XIDs is known only
+    at the end, so the XID rules are counted both ways."""
+
+    def __init__(self, detectors: Sequence[Detector]) -> None:
+        self.seen: dict[str, int] = {}
+        self.needs = needs = needs_of(detectors)
+        self.reach = reach = {rule: REACH.get(rule, Reach()) for rule in needs}
+        settings: dict[str, DetectorsConfig] = {}  # the detector's own numbers (min_peers...)
+        for d in detectors:
+            c = getattr(d, "c", None)
+            for rule in getattr(d, "rules", {}):
+                settings[rule] = c if isinstance(c, DetectorsConfig) else DetectorsConfig()
+        self.settings = settings
+        self.peers = {rule: r.peers if isinstance(r.peers, int)
+                      else getattr(settings[rule], r.peers) for rule, r in reach.items()}
+        self.rack_rules = rack_rules = [rule for rule, r in reach.items() if r.rack]
+        self.racks = _Racks(min((settings[r].rack_min_gpus for r in rack_rules), default=1),
+                            needs[rack_rules[0]][0] if rack_rules and needs[rack_rules[0]]
+                            else "")
+        # [without XIDs, with XIDs]: rule -> GPU samples judged; -> why not -> samples
+        self.judged = [dict.fromkeys(needs, 0), dict.fromkeys(needs, 0)]
+        self.failed: list[dict[str, dict[str, int]]] = [{rule: {} for rule in needs}
+                                                        for _ in range(2)]
+        self.most = dict.fromkeys(needs, 0)  # rule -> most GPUs of one node (job) compared
+        # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge
+        # each once.
+        self.shapes: dict[object, list[list[tuple[str, int, dict[str, int], int]]]] = {}
+        self.samples = 0
+        self.gpus: set[tuple[str, int]] = set()
+        self.limits: dict[tuple[str, int], tuple[bool, str]] = {}  # GPU -> (NVML's, model)
+
+    def see(self, batch: Sequence[Frame]) -> None:
+        seen, limits = self.seen, self.limits
+        judged_racks = self.racks.see(batch) if self.rack_rules else set()
+        for f in batch:
+            host = f.host.metrics
+            for m in host:
+                seen[m] = seen.get(m, 0) + 1
+            for g in f.gpus:
+                if not (g.metrics or g.xids or g.state != "ok"):
+                    continue  # listed so that the node's GPU set holds; no sample this tick
+                self.samples += 1
+                self.gpus.add((f.node, g.index))
+                for m in g.metrics:
+                    seen[m] = seen.get(m, 0) + 1
+                if TEMP in g.metrics:
+                    nvml = SLOW in g.metrics and SHUT in g.metrics
+                    limits[(f.node, g.index)] = (nvml or limits.get((f.node, g.index),
+                                                                    (False, ""))[0], g.model)
+                if g.xids:
+                    seen["xid"] = seen.get("xid", 0) + len(g.xids)
+            rack_ok = (f.cluster, f.rack) in judged_racks
+            shape = (tuple((g.job, frozenset(g.metrics), g.state, bool(g.xids))
+                           for g in f.gpus), frozenset(host), rack_ok)
+            both = self.shapes.get(shape)
+            if both is None:  # [the XID rules without XIDs, every rule with them]
+                both = self.shapes[shape] = [
+                    [(rule, *_judge(f, wanted, self.reach[rule], self.peers[rule], xid, rack_ok))
+                     for rule, wanted in self.needs.items() if xid or self.reach[rule].xid]
+                    for xid in (False, True)]
+            for verdicts, judged, failed in zip(both, self.judged, self.failed):
+                for rule, n, fails, largest in verdicts:
+                    judged[rule] += n
+                    for why, k in fails.items():
+                        failed[rule][why] = failed[rule].get(why, 0) + k
+                    if largest > self.most[rule]:
+                        self.most[rule] = largest
+
+    def done(self, summary: ReplaySummary, xid_channel: bool) -> None:
+        seen, samples, settings = self.seen, self.samples, self.settings
+        judged, failed = self.judged[1], self.failed[1]
+        if not xid_channel:  # the XID rules judged nothing where the data carries no XIDs
+            judged = {**judged, **{r: n for r, n in self.judged[0].items() if self.reach[r].xid}}
+            failed = {**failed, **{r: w for r, w in self.failed[0].items() if self.reach[r].xid}}
+        summary.gpus = len(self.gpus)
+        summary.metrics = dict(seen)
+        thermal = next((settings[r] for r in ("gpu_temp_high", "gpu_temp_critical")
+                        if r in settings), None)
+        if thermal is not None and self.limits:
+            summary.notes.append(_limits_note(self.limits, thermal))
+        for rule, metrics in self.needs.items():
+            summary.coverage[rule] = judged[rule] / samples if samples else 0.0
+            lacked = [m for m in metrics if m not in seen]
+            if lacked:
+                summary.missing[rule] = lacked
+            if failed[rule]:
+                why = max(failed[rule], key=failed[rule].__getitem__)
+                summary.unjudged[rule] = _why(why, metrics, self.reach[rule], self.peers[rule],
+                                              lacked, self.most[rule], self.racks.min_gpus)
+            elif not samples:
+                summary.unjudged[rule] = "no GPU sample"
+
+
+def coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
+              summary: ReplaySummary, xid_channel: bool = False) -> None:
+    """``Coverage`` over batches already read."""
+    cov = Coverage(detectors)
+    for batch in batches:
+        cov.see(batch)
+    cov.done(summary, xid_channel)
+
+
+def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel: bool,
+           rack_ok: bool) -> tuple[int, dict[str, int], int]:
+    """One rule on one frame: the GPUs it judged, why not the others (reason -> GPUs), and
+    the most GPUs of one node (job) that had its metrics."""
+    host = f.host.metrics
+    fed = [all(m in g.metrics or m in host for m in wanted)
+           and (not r.any_of or any(m in g.metrics for m in r.any_of)) for g in f.gpus]
+    group = [g.job if r.same_job else None for g in f.gpus]
+    sizes: dict[str | None, int] = {}
+    for k, ok in zip(group, fed):
+        sizes[k] = sizes.get(k, 0) + ok
+    judged, fails = 0, dict[str, int]()
+    for g, ok, k in zip(f.gpus, fed, group):
+        if not (g.metrics or g.xids or g.state != "ok"):
+            continue  # no sample of this GPU in this tick: nothing to judge, nothing lacked
+        why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
+        if why:
+            fails[why] = fails.get(why, 0) + 1
+        else:
+            judged += 1
+    return judged, fails, max(sizes.values(), default=0)
+
+
+def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bool,
+          rack_ok: bool) -> str:
+    """The first thing a rule lacked to judge one GPU sample, or "" where it judged it."""
+    if r.never:
+        return "never"
+    if not fed:
+        return "metrics"
+    if r.xid and not xid_channel:
+        return "xid"
+    if r.job and not in_job:
+        return "job"
+    if not enough_peers:
+        return "peers"
+    if r.rack and not rack_ok:
+        return "rack"
+    return ""
+
+
+def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[str],
+         most: int, rack_min_gpus: int) -> str:
+    """The summary's words for the commonest reason a rule did not judge a GPU sample."""
+    what = " and ".join(metrics) or "a sample"
+    if why == "never":
+        return r.never
+    if why == "metrics":
+        if lacked:
+            return f"lacked {', '.join(lacked)}"
+        if r.any_of:
+            return f"lacked {' or '.join(r.any_of)}"
+        return f"the GPU samples lacked {what}"
+    if why == "xid":
+        return "lacked xid (the data has no xid rows or XID_ERRORS file)"
+    if why == "job":
+        return "no jobs in the data (it compares the GPUs of one job)"
+    if why == "peers":
+        of = "its job on its node" if r.job else "its node"
+        has = f"at most {most - 1}" if most > 1 else "none"
+        return (f"no peers (it needs {peers} or more other GPUs of {of} reporting {what}; "
+                f"the data has {has})")
+    return (f"no peers (it needs {rack_min_gpus} or more GPUs on two or more nodes of a rack "
+            f"reporting {what}, or the inlet air ({INLET}) of two or more nodes; the data "
+            "has fewer)")
+
+
+def _limits_note(limits: dict[tuple[str, int], tuple[bool, str]], c: DetectorsConfig) -> str:
+    """Which slowdown and shutdown temperatures the thermal rules judged the GPUs by."""
+    nvml = sum(own for own, _ in limits.values())
+    parts: dict[str, int] = {}
+    assumed = 0
+    for own, model in limits.values():
+        if own:
+            continue
+        if thermal_limits_c(model) is None:
+            assumed += 1
+        else:
+            parts[model] = parts.get(model, 0) + 1
+    said = [f"NVML's own (gpu_slowdown_temp_c, gpu_shutdown_temp_c in the data) for {nvml:,} "
+            "GPUs"] if nvml else []
+    for model, n in sorted(parts.items()):
+        slow, shut = thermal_limits_c(model)  # type: ignore[misc]
+        said.append(f"{model}'s for {n:,} GPUs: slowdown {slow:g} °C, shutdown {shut:g} °C")
+    if assumed:
+        unknown = sorted({m for own, m in limits.values() if m and not own
+                          and thermal_limits_c(m) is None})
+        said.append(
+            f"assumed for {assumed:,} GPUs: slowdown {c.fallback_slowdown_c:g} °C, shutdown "
+            f"{c.fallback_shutdown_c:g} °C (detectors.fallback_slowdown_c and "
+            "fallback_shutdown_c), as the data has neither NVML's thresholds nor a GPU model"
+            + (f" with known limits (not {', '.join(unknown)})" if unknown else "")
+            + f"; name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a model "
+            "column, or give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples")
+    return "thermal limits: " + "; ".join(said)
