@@ -276,9 +276,11 @@ class GpuErrors(WaveDetector):
         evidence = {**v, **{k: round(r, 1) for k, r in rates.items()}}
         if rule == "gpu_pcie_replay":
             rate = rates["replays_per_min"]
+            rise = e["pcie_rise"]
+            over = rise * 60.0 / rate if rate > 0 else 0.0
             return gpu_finding(f, g, rule, rate, f"{where}: {rate:.0f} PCIe replays/min "
-                               f"({e['pcie_rise']:.0f} since the last reference sample; "
-                               f"limit {c.pcie_replay_per_min:g}/min)", "warning", 0.0,
+                               f"({rise:.0f} in the last {over:.0f} s; limit "
+                               f"{c.pcie_replay_per_min:g}/min)", "warning", 0.0,
                                evidence, "Check the GPU's PCIe link: reseat the GPU or riser, "
                                "check lspci link speed and width", RATE_HOLD_S)
         parts = [f"{rates['crc_errors_per_min']:.0f} NVLink CRC errors/min"
