@@ -44,7 +44,7 @@ from fleetwatch.collectors.nvml.reader import (
 )
 from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
-from fleetwatch.config import Config, ConfigError
+from fleetwatch.config import AgentConfig, Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
 
 log = logging.getLogger(__name__)
@@ -322,10 +322,10 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     """This node's frame source.
 
     ``fake_gpus``: N FakeNvml H100s instead of the driver (the kernel log is not
-    read then: its PCI addresses would name real GPUs); ``fake_faults``: a JSON file
-    of their faults (``collectors.nvml.fault_file.FaultFile``). ``nvml``: a backend to
-    use instead (tests). ``on_nvml_error``: called with a short error kind for
-    every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
+    read then, and a warning says so: its PCI addresses would name real GPUs);
+    ``fake_faults``: a JSON file of their faults (``collectors.nvml.fault_file.FaultFile``).
+    ``nvml``: a backend to use instead (tests). ``on_nvml_error``: called with a short
+    error kind for every NVML failure that is not "not supported" (``AgentHealth.nvml_error``).
     ``on_dropped``: called with a reason for every input read and not used (an XID
     on a PCI address that is no GPU of this node, a malformed XID line).
     Raises ``NvmlUnavailable`` when NVML cannot start and the policy is ``error``,
@@ -336,7 +336,7 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
     if nvml is not None:
         backend: Callable[[], NvmlBackend] = lambda: nvml  # noqa: E731
     elif fake_gpus is not None:
-        backend = lambda: FakeNvml.of(fake_gpus, faults=fake_faults)  # noqa: E731
+        backend = lambda: FakeNvml.of(fake_gpus, faults=fake_faults, clock=clock)  # noqa: E731
     else:
         backend = PynvmlBackend
     path = config.agent.kernel_log
@@ -348,6 +348,13 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
             kernel_log = KernelLog(path)
         except KernelLogError as exc:
             raise ConfigError(str(exc)) from None
+    elif path:
+        # A log the user named is worth a warning; the default one, a note.
+        default = path == AgentConfig().kernel_log
+        log.log(logging.INFO if default else logging.WARNING,
+                "agent.kernel_log %s is not read with --fake-gpus: its XID lines name the PCI "
+                "addresses of real GPUs; raise XIDs on the fake GPUs with --fake-faults "
+                "(\"xid\": [[GPU, code]])", path)
     if nvml is None and fake_gpus is None:
         # The real node: DCGM where installed, the kubelet's socket where there is one.
         if profiling is None and config.agent.dcgm:

@@ -190,7 +190,8 @@ def parser() -> argparse.ArgumentParser:
                        help="with --fake-gpus: faults of the fake GPUs from a JSON file, read "
                        "again every tick, e.g. {\"temp\": {\"3\": 95}, \"xid\": [[4, 79]], "
                        "\"lost\": [2]}: GPU 3 at 95 °C, an XID 79 on GPU 4 (once each time "
-                       "the file is written), GPU 2 fallen off the bus; {} heals them")
+                       "the file is written), GPU 2 fallen off the bus; {} heals them; "
+                       "\"counters\" and \"per_min\" set or climb error counters (README)")
     agent.add_argument("--interval", type=_duration, metavar="DUR",
                        help="sample interval with its unit, e.g. 5s (default agent.interval_s)")
 

@@ -14,7 +14,8 @@ lookup, so benchmarks measure the agent rather than the fake.
     FakeNvml.missing()                         # nvmlInit: library not found
 
 ``fleetwatch agent --fake-gpus N --fake-faults FILE`` steers the fake from a JSON file
-(``fault_file.FaultFile``), so that an on-call can make a GPU hot, lose it or raise an XID
+(``fault_file.FaultFile``), so that an on-call can make a GPU hot, lose it, raise an XID
+or set and climb its ECC, row remap, retired page, PCIe and NVLink error counters
 through the real agent, Kafka and processor.
 """
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -165,12 +166,14 @@ class FakeNvml:
 
     # -- scenarios ---------------------------------------------------------
     @classmethod
-    def of(cls, n: int, model: str = "h100", faults: str | None = None) -> FakeNvml:
-        """``n`` GPUs; ``faults``: a ``FaultFile`` path (raises ``FaultFileError``)."""
+    def of(cls, n: int, model: str = "h100", faults: str | None = None,
+           clock: Callable[[], float] = time.monotonic) -> FakeNvml:
+        """``n`` GPUs; ``faults``: a ``FaultFile`` path (raises ``FaultFileError``), its
+        ``per_min`` counters climbing on ``clock``."""
         make = {"h100": h100, "l4": l4}[model]
         nv = cls([make(i) for i in range(n)])
         if faults is not None:
-            nv.faults = FaultFile(faults, nv)
+            nv.faults = FaultFile(faults, nv, clock)
         return nv
 
     @classmethod
