@@ -153,7 +153,7 @@ class GpuErrors(WaveDetector):
             "ret_dbe", s, v["gpu_retired_pages_dbe"])
         known = np.stack([self.table["ret_sbe"][s], self.table["ret_dbe"][s]])
         total = np.where(np.isnan(known).all(axis=0), np.nan, np.nansum(known, axis=0))
-        return new, total
+        return new, np.concatenate([total[None], known])
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c = self.c
@@ -163,7 +163,7 @@ class GpuErrors(WaveDetector):
         v = {name: x[..., i][have] for name, i in _C.items()}
         ts = np.broadcast_to(b.ts[rows][:, None], slots.shape)[have]
         dbe, reset = self._dbe(s, v, ts)
-        new_pages, pages = self._pages(s, v)
+        new_pages, (pages, pages_sbe, pages_dbe) = self._pages(s, v)
         reported = np.isfinite(v["gpu_retired_pages_sbe"]) | np.isfinite(
             v["gpu_retired_pages_dbe"])
         recovery = self._jump("rec", s, v["gpu_nvlink_recovery_errors_total"])
@@ -190,7 +190,8 @@ class GpuErrors(WaveDetector):
             return
         # What the messages say beyond the readings: per-minute rates of the counters
         # that rose too fast (NaN: not this one), the pages retired, a reset seen.
-        extra = {"reset": reset.astype(float), "pages": pages,
+        extra = {"reset": reset.astype(float), "pages": pages, "pages_sbe": pages_sbe,
+                 "pages_dbe": pages_dbe,
                  "replays_per_min": np.where(pcie, pcie_rate, np.nan),
                  "pcie_rise": np.where(pcie, pcie_rise, np.nan),
                  "crc_errors_per_min": np.where(crc, crc_rate, np.nan),
@@ -223,7 +224,7 @@ class GpuErrors(WaveDetector):
                                f"errors, {n:.0f} since the driver loaded", "critical", 0.0, v,
                                DRAIN + "; the memory is remapped or retired at reset", hold)
         if rule in ("gpu_retired_pages", "gpu_retired_pages_limit"):
-            return self._pages_finding(rule, f, g, v, e["pages"])
+            return self._pages_finding(rule, f, g, v, e)
         if rule in ("gpu_pcie_replay", "gpu_nvlink_errors"):
             return self._rate_finding(rule, f, g, v, e)
         if rule == "gpu_lost":
@@ -248,13 +249,18 @@ class GpuErrors(WaveDetector):
                            "then reset the GPUs")
 
     def _pages_finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
-                       pages: float) -> Finding:
-        where = f"GPU {g} on {f.node}"
-        split = (f"{v.get('gpu_retired_pages_sbe', 0.0):.0f} for single-bit, "
-                 f"{v.get('gpu_retired_pages_dbe', 0.0):.0f} for double-bit errors")
-        total = (f"{pages:.0f} memory pages retired ({split}) of the limit of "
-                 f"{RETIRED_PAGES_MAX}" if pages == pages else "memory pages retired")
+                       e: dict[str, float]) -> Finding:
+        """Pages as last read (a field missing this tick keeps its last reading)."""
+        where, pages = f"GPU {g} on {f.node}", e["pages"]
+        split = (f"{np.nan_to_num(e['pages_sbe']):.0f} for single-bit, "
+                 f"{np.nan_to_num(e['pages_dbe']):.0f} for double-bit errors")
         pending = v.get("gpu_retired_pages_pending", 0.0) >= 1
+        total = (f"{pages:.0f} memory pages retired ({split}) of the limit of "
+                 f"{RETIRED_PAGES_MAX}" if pages == pages else "")
+        if not total:   # a retirement pending on a GPU whose counts are not read
+            return gpu_finding(f, g, rule, 1.0, f"{where}: a page retirement waits for a GPU "
+                               "reset", "warning", 0.0, v, "Reset the GPU when its job ends "
+                               "so the retirement takes effect", self.c.event_hold_s)
         evidence = {**v, "retired_pages": pages, "retired_pages_max": RETIRED_PAGES_MAX}
         if rule == "gpu_retired_pages_limit":
             return gpu_finding(f, g, rule, pages, f"{where}: {total}: at the RMA threshold "

@@ -64,6 +64,13 @@ def test_pages_retired_for_single_bit_errors_count_and_a_new_one_warns() -> None
     assert f.severity == "warning" and f.hold_s > 0
     assert "5 memory pages retired" in f.message and "limit of 64" in f.message
     assert f.value == 5.0
+    # the SBE field unread this tick: its last reading still counts
+    found = d.update([node(20, [busy(60, gpu_retired_pages_dbe=1.0,
+                                    gpu_retired_pages_pending=1.0)])])
+    assert rules(found) == [("gpu_retired_pages", 0)]
+    assert found[0].message == ("GPU 0 on n1: 6 memory pages retired (5 for single-bit, 1 for "
+                                "double-bit errors) of the limit of 64; a retirement waits "
+                                "for a GPU reset")
 
 
 def test_retired_pages_near_the_limit_are_critical_with_an_rma_action() -> None:
