@@ -105,11 +105,12 @@ def anomaly_windows(day: Day) -> np.ndarray:
         for rows in _node_groups(day):
             node_temp[rows] = np.nanmedian(temp[rows], axis=0)
             node_power[rows] = np.nanmedian(power[rows], axis=0)
-        errors = np.nansum([v[m] for m in ("gpu_ecc_sbe_volatile_total",
-                                           "gpu_pcie_replay_total",
-                                           "gpu_nvlink_crc_errors_total")], axis=0)
-    growth = np.zeros(temp.shape)
-    growth[:, 1:] = np.clip(np.diff(errors, axis=1), 0, None)
+        # Each counter on its own, from one minute to the next: a minute without a reading of
+        # one is no drop of the sum (and the next no rise), a counter that went back grew by 0.
+        growth = np.zeros(temp.shape)
+        for m in ("gpu_ecc_sbe_volatile_total", "gpu_pcie_replay_total",
+                  "gpu_nvlink_crc_errors_total"):
+            growth[:, 1:] += np.nan_to_num(np.clip(np.diff(v[m], axis=1), 0, None))
     stack = np.stack([temp, power, sm, v["gpu_sm_clock_mhz"], node_temp, node_power, growth],
                      axis=-1)
     assert stack.shape[-1] == len(INPUTS)

@@ -187,7 +187,7 @@ def fit_anomaly(features: np.ndarray, seed: int = 0, quantile: float = 0.999,
 
 
 # Per GPU: its open minute (which minute, how many samples, the sums of temperature,
-# power, SM activity and clock, its error count at the first and the last sample) and
+# power, SM activity and clock, each error counter's first and last reading in it) and
 # the closed minutes of its open window (``rows``, ``filled`` of them).
 _FIELDS: dict[str, float | bool] = {
     "open": False, "minute": NAN, "n": 0.0, "temp": 0.0, "power": 0.0, "sm": 0.0,
@@ -197,6 +197,7 @@ _SUMS = ("temp", "power", "sm", "clock")
 _T, _P, _SM, _UTIL, _CLK, _SHUT, _E0, _E1, _E2 = (COL[n] for n in (
     "gpu_temp_c", "gpu_power_w", "gpu_sm_active_ratio", "gpu_util_pct", "gpu_sm_clock_mhz",
     "gpu_shutdown_temp_c", *_ERROR_COUNTERS))
+_N_ERR = len(_ERROR_COUNTERS)
 _Window = tuple[Frame, tuple[str, str, int], np.ndarray]
 
 
@@ -209,7 +210,8 @@ class FleetAnomaly:
     def __init__(self, model: AnomalyModel | None = None, consecutive: int = 2) -> None:
         self.model = model
         self.consecutive = consecutive
-        self._gpus = GpuState(_FIELDS, {"rows": (WINDOW_MIN, len(INPUTS))})
+        self._gpus = GpuState(_FIELDS, {"rows": (WINDOW_MIN, len(INPUTS)),
+                                        "err_first": (_N_ERR,), "err_last": (_N_ERR,)})
         self._streak: dict[tuple[str, str, int], int] = {}
 
     def drop(self, nodes: Sequence[str]) -> None:
@@ -236,8 +238,7 @@ class FleetAnomaly:
         inputs = {"temp": x[:, :, _T], "power": x[:, :, _P],
                   "sm": np.where(np.isnan(sm), x[:, :, _UTIL] / 100.0, sm),
                   "clock": x[:, :, _CLK]}
-        errors = np.nan_to_num(x[:, :, [_E0, _E1, _E2]], nan=0.0)
-        errors = (0.0 + errors[:, :, 0]) + errors[:, :, 1] + errors[:, :, 2]
+        errors = x[:, :, [_E0, _E1, _E2]]  # NaN: not read this tick, which is no drop
         minutes = np.floor_divide(b.ts[order.rows], 60.0)
         full: list[tuple[int, int, np.ndarray]] = []
         for wave in order.waves:
@@ -273,7 +274,12 @@ class FleetAnomaly:
         g["n"][s] += 1.0
         for k in _SUMS:
             g[k][s] += values[k]
-        g["err_last"][s] = errors
+        # Each counter from its first reading in the minute to its last: a reading NVML did
+        # not give this tick neither moves nor restarts it.
+        first, last = g["err_first"][s], g["err_last"][s]
+        g["err_first"][s] = np.where(np.isnan(first), errors, first)
+        g["err_last"][s] = np.where(np.isnan(errors), np.where(new[:, None], np.nan, last),
+                                    errors)
 
     def _close(self, i: np.ndarray, gj: np.ndarray, s: np.ndarray,
                full: list[tuple[int, int, np.ndarray]]) -> None:
@@ -282,7 +288,8 @@ class FleetAnomaly:
         frame that closed one, join the GPUs' windows; a whole window goes to ``full``."""
         g = self._gpus
         n = g["n"][s]
-        growth = g["err_last"][s] - g["err_first"][s]
+        # A counter that went back (a driver reload) grew by nothing; one never read, by 0.
+        growth = np.nansum(np.clip(g["err_last"][s] - g["err_first"][s], 0, None), axis=1)
         means = [g[k][s] / n for k in _SUMS]
         # Per frame: the closed minutes' median temperature (NaN if any is NaN) and power
         # (over those that have one, NaN if none).

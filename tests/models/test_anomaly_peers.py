@@ -59,3 +59,57 @@ def test_a_gpu_with_no_job_peer_is_judged_against_the_history_and_says_so() -> N
     assert [f.gpu for f in found] == [0, 0]
     assert "no job peer on its node to compare with now" in found[0].message
     assert "peer_score" not in found[0].evidence
+
+
+def run_sampled(per_gpu, minutes: int = 31, every_s: float = 10.0, drop=None) -> list:
+    """Frames every ``every_s`` of one node; ``drop(k, gpu)`` names metrics a sample lacks."""
+    anomaly = FleetAnomaly(model())
+    found: list = []
+    for k in range(int(minutes * 60 / every_s)):
+        gpus = [{m: v for m, v in g.items() if not drop or m not in drop(k, i)}
+                for i, g in enumerate(per_gpu)]
+        found += anomaly.update([node(T0 + every_s * k, gpus)])
+    return found
+
+
+def test_an_error_counter_not_read_in_a_sample_is_no_error_growth() -> None:
+    # GPU 3's NVLink and PCIe counters stand still; NVML did not give the PCIe one in
+    # every 7th sample. The sum of the counters dipped there and rose back: 500 "errors".
+    flat = busy(60.0, gpu_nvlink_crc_errors_total=1000.0, gpu_pcie_replay_total=500.0)
+    assert run_sampled([busy(60.0)] * 3 + [flat],
+                       drop=lambda k, i: {"gpu_pcie_replay_total"} if i == 3 and k % 7 == 0
+                       else set()) == []
+
+
+def test_error_counters_that_grow_are_still_seen_with_readings_missing() -> None:
+    def climbing(k: int) -> dict[str, float]:
+        return busy(60.0, gpu_nvlink_crc_errors_total=1000.0 + 50.0 * k,
+                    gpu_pcie_replay_total=500.0)
+    anomaly = FleetAnomaly(model())
+    found: list = []
+    for k in range(31 * 6):
+        gpus = [busy(60.0)] * 3 + [{m: v for m, v in climbing(k).items()
+                                    if not (k % 7 == 0 and m == "gpu_pcie_replay_total")}]
+        found += anomaly.update([node(T0 + 10.0 * k, gpus)])
+    assert {f.gpu for f in found} == {3}
+    assert found[0].evidence["z_errors_log"] > 8.0
+
+
+def test_training_windows_see_no_error_growth_where_a_counter_was_not_read() -> None:
+    from fleetwatch.history import GPU_METRICS, Day
+    from fleetwatch.models.anomaly import FEATURES as WINDOW_FEATURES
+    from fleetwatch.train import anomaly_windows
+
+    minutes = 20
+    values = {m: np.full((1, minutes), np.nan) for m in GPU_METRICS}
+    for m, v in busy(60.0, gpu_nvlink_crc_errors_total=1000.0,
+                     gpu_pcie_replay_total=500.0).items():
+        values[m][:] = v
+    values["gpu_pcie_replay_total"][0, 7] = np.nan  # no reading in the whole minute
+    day = Day([("c", "r1", "n1", 0)], np.arange(minutes) * 60_000, values)
+    rows = anomaly_windows(day)
+    assert len(rows) == 2
+    assert rows[:, WINDOW_FEATURES.index("errors_log")].tolist() == [0.0, 0.0]
+    values["gpu_nvlink_crc_errors_total"][0, 12:] += 100.0  # and a real rise is seen
+    assert anomaly_windows(day)[:, WINDOW_FEATURES.index("errors_log")].tolist() == [
+        0.0, float(np.log1p(100.0))]
