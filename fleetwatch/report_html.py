@@ -178,7 +178,8 @@ def render(r: Report, store_name: str = "") -> str:
         f"power over time; CPU packages from RAPL; {html.escape(rest)}. Integrated once by "
         "the processor into hourly rows; this report adds "
         "them up.</li><li>Idle: a GPU powered but doing no work (SM activity under the "
-        "configured ratio; without SM activity, 0% utilization and no job). Each breakdown "
+        "configured ratio; without SM activity, 0% utilization at both ends of the interval, "
+        "job or not). Each breakdown "
         "(job, user, team, node, cluster) is a partition of the same rows and sums to the "
         f"total.</li><li>Energy by device: {html.escape(devices)}.</li>")
     where = f" · store: {html.escape(store_name)}" if store_name else ""
