@@ -49,10 +49,13 @@ nothing counts as idle: that energy is what an operator wants to see (the
 Acme study's ~60 W per idle GPU).
 
 Idempotence: rows are absolute bucket totals, written with the per-device
-watermark in one request. A node's state is loaded from the store the first
-time its frames come (a partition just assigned) and again after it was
-silent longer than ``max_gap_s`` (it may have been another processor's in
-between); samples at or before the watermark are skipped, so a batch
+watermark in one request. A node's state is loaded from the store only when
+the integrator holds none: the first time its frames come (a processor
+started, a partition just assigned; a partition moved away is dropped, see
+``drop``). One it holds is used however long the node was silent, since a
+store may not yet give back what was just written (VictoriaMetrics takes
+seconds), and a silence read as a node starting anew would not count as
+missing time; samples at or before the watermark are skipped, so a batch
 replayed after a crash adds nothing. The batch is integrated on copies of the
 state, which replace it only once the store has taken the rows. A counter's
 watermark is stored as its reading plus what power booked while it stood
@@ -243,11 +246,15 @@ class EnergyIntegrator:
 
     # -- state ---------------------------------------------------------------
     def _node(self, key: tuple[str, str], first_ts: float) -> _Node:
+        """The node's state: the one held in memory, however long the node was silent
+        (a store may not give back for seconds what was just written to it: a processor
+        catching up would find no watermark there, and the silence would vanish instead
+        of counting as missing); read from the store only when none is held."""
         node = self._nodes.get(key)
-        if node is not None and first_ts - node.last_ts <= self.s.max_gap_s:
+        if node is not None:
             return node.copy()
         if self.store is None:
-            return node.copy() if node is not None else _Node({}, {}, -math.inf)
+            return _Node({}, {}, -math.inf)
         saved, saved_rows = self.store.energy_state(*key, first_ts)
         devs = {s.device: _loaded(s) for s in saved}
         acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
