@@ -28,7 +28,8 @@ class Share:
     kwh: float
     co2e_kg: float
     gpu_hours: float
-    idle_share: float   # of its GPU energy
+    idle_time_share: float     # of its GPU time: the "idle share" of capacity figures
+    idle_energy_share: float   # of its GPU energy
 
 
 @dataclass(frozen=True)
@@ -66,14 +67,16 @@ def shares(totals: Sequence[EnergyTotal], kind: str, factors: dict[int, float],
            limit: int = 15) -> tuple[Share, ...]:
     acc: dict[str, list[float]] = {}
     for t in totals:
-        a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 5)
+        a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 6)
         kwh = t.energy_j / J_PER_KWH
         a[0] += kwh
         a[1] += kwh * factors[t.bucket_ts]
         a[2] += t.gpu_s / 3600
         a[3] += t.idle_j
         a[4] += t.gpu_energy_j
-    out = [Share(n, a[0], a[1], a[2], a[3] / a[4] if a[4] else 0.0) for n, a in acc.items()]
+        a[5] += t.idle_s / 3600
+    out = [Share(n, a[0], a[1], a[2], a[5] / a[2] if a[2] else 0.0,
+                 a[3] / a[4] if a[4] else 0.0) for n, a in acc.items()]
     out.sort(key=lambda s: -s.kwh)
     return tuple(out[:limit])
 
@@ -143,7 +146,8 @@ def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
 
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
     return tuple(Share(t.name or NO_NAME.get(kind, ""), t.energy_j / J_PER_KWH, t.co2e_kg,
-                       t.gpu_s / 3600, t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
+                       t.gpu_s / 3600, t.idle_s / t.gpu_s if t.gpu_s else 0.0,
+                       t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
                  for t in lines)
 
 

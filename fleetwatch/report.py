@@ -71,8 +71,14 @@ class Line:
         self.missing_gpu_hours += miss_h
 
     @property
-    def idle_share(self) -> float:
-        """The share of GPU energy spent idle."""
+    def idle_time_share(self) -> float:
+        """The share of GPU time spent idle: the "idle share" of capacity figures."""
+        return self.idle_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
+
+    @property
+    def idle_energy_share(self) -> float:
+        """The share of GPU energy spent idle (smaller than the time share: an idle GPU
+        draws ~60 W, a busy one several hundred)."""
         return self.idle_kwh / self.gpu_kwh if self.gpu_kwh else 0.0
 
 
@@ -169,8 +175,8 @@ class Report:
             "projected_co2e_kg": self.projected_co2e_kg,
             "gpu_kwh": t.gpu_kwh,
             "gpu_hours": t.gpu_hours, "idle_gpu_hours": t.idle_gpu_hours,
-            "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_share,
-            "idle_time_share": t.idle_gpu_hours / t.gpu_hours if t.gpu_hours else 0.0,
+            "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_energy_share,
+            "idle_time_share": t.idle_time_share,
             "over_tdp_gpu_hours": t.over_tdp_gpu_hours,
             "missing_gpu_hours": t.missing_gpu_hours,
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
