@@ -43,15 +43,17 @@ class EnergyView:
     clusters: tuple[Share, ...]
     kwh: float
     co2e_kg: float
-    today_kwh: float
-    today_co2e_kg: float
-    month_kwh: float
-    month_co2e_kg: float
-    month_projection_kg: float
+    # None where no hour of today (of the month) has data: unknown, not zero use.
+    today_kwh: float | None
+    today_co2e_kg: float | None
+    month_kwh: float | None
+    month_co2e_kg: float | None
+    month_projection_kg: float | None
     idle_kwh: float
     gpu_kwh: float
     missing_gpu_hours: float
     over_tdp_gpu_hours: float
+    projection_withheld: str = ""             # why there is no projection
 
 
 def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
@@ -113,10 +115,13 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         idle_s[i] += t.idle_s
         gpu_s[i] += t.gpu_s
     day0 = now_s - now_s % 86400
+    today = [t for t in month if t.bucket_ts >= day0]
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
     m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
+    projection, withheld = month_projection(m_co2, (t.bucket_ts for t in month), first, now_s,
+                                            start, end)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
@@ -124,11 +129,11 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         clusters=shares(window, "cluster", f, limit=50),
         kwh=sum(sum(v) for v in by_cluster.values()),
         co2e_kg=sum(sum(v) for v in co2e.values()),
-        today_kwh=sum(t.energy_j for t in month if t.bucket_ts >= day0) / J_PER_KWH,
-        today_co2e_kg=sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month
-                          if t.bucket_ts >= day0),
-        month_kwh=m_kwh, month_co2e_kg=m_co2,
-        month_projection_kg=month_projection(m_co2, first, now_s, start, end),
+        today_kwh=sum(t.energy_j for t in today) / J_PER_KWH if today else None,
+        today_co2e_kg=(sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in today)
+                       if today else None),
+        month_kwh=m_kwh if month else None, month_co2e_kg=m_co2 if month else None,
+        month_projection_kg=projection, projection_withheld=withheld,
         idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,

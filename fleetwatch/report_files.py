@@ -130,7 +130,9 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
         lines.append(f"  {s['coverage']}")
     if s["projected_co2e_kg"] is not None:
         lines.append(f"  projected month: {amounts.mass(s['projected_co2e_kg'])} "
-                     "at the rate so far")
+                     "at the rate of the hours with data")
+    elif s["projection_withheld"]:
+        lines.append(f"  projected month: withheld, {s['projection_withheld']}")
     return "\n".join([*lines, *(f"  {p}" for p in paths.values())])
 
 

@@ -151,7 +151,9 @@ def render(r: Report, store_name: str = "") -> str:
         tiles.append(_tile("Carbon factors", "Fallback used", r.series_warning, "warn"))
     if r.projected_co2e_kg is not None:
         tiles.append(_tile("Projected month", amounts.mass(r.projected_co2e_kg),
-                           "at the rate so far"))
+                           "at the rate of the hours with data"))
+    elif r.projection[1]:
+        tiles.append(_tile("Projected month", "withheld", r.projection[1], "warn"))
     elif r.status == "partial":
         tiles.append(_tile("Hours with data", f"{r.hours_with_data:,} of {r.hours_so_far:,}",
                            "the rest of the month is not in these numbers", "warn"))

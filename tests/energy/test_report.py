@@ -257,7 +257,8 @@ def test_a_month_is_complete_partial_or_to_date_and_projected_only_while_it_runs
     assert running.status == "month_to_date" and not running.complete
     assert running.projected_co2e_kg == pytest.approx(running.total.co2e_kg * 31 / 10)
     assert running.projected_co2e_kg == pytest.approx(
-        month_projection(running.total.co2e_kg, start, now, start, end))
+        month_projection(running.total.co2e_kg, range(start, now, 3600), start, now, start,
+                         end)[0])
     assert running.coverage() == ("month to date: data from 01 May 00:00 to 11 May 00:00 "
                                   "UTC; 240 of the month's first 240 hours have data (100%)")
 
