@@ -248,8 +248,10 @@ class NodeSource:
         if name is None:
             # A kubelet that failed to answer gave its last answer: perhaps another pod's.
             answered = self.pods is not None and not self.pods.failing
-            whole = answered and pod is not None and not pod.shared and pod.namespace and pod.pod
-            name = self._pod_jobs[job] = f"{pod.namespace}/{pod.pod}" if whole else job
+            name = job
+            if answered and pod is not None and not pod.shared and pod.namespace and pod.pod:
+                name = f"{pod.namespace}/{pod.pod}"
+            self._pod_jobs[job] = name
         return name
 
     def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:

@@ -252,3 +252,16 @@ def test_one_zero_utilization_reading_is_a_stall_not_an_idle_interval(store):
     t = totals(store)
     assert t["seconds"] == pytest.approx(120.0)
     assert t["idle_s"] == pytest.approx(30.0)  # the intervals 0 -> 0 only
+
+
+def test_after_a_restart_the_first_intervals_end_reading_decides(store):
+    # The previous utilization is kept in memory only: a restarted processor has the
+    # watermark from the store but not the reading, and the interval's end decides.
+    def at(i: int, util: float):
+        return frame(T0 + 15 * i, {0: {"gpu_power_w": 60.0, "gpu_util_pct": util}}, job="j")
+
+    EnergyIntegrator(store).observe([at(0, 100.0), at(1, 100.0)])
+    EnergyIntegrator(store).observe([at(2, 0.0), at(3, 0.0), at(4, 100.0)])
+    t = totals(store)
+    assert t["seconds"] == pytest.approx(60.0)
+    assert t["idle_s"] == pytest.approx(30.0)  # (1, 2] by its end alone, then (2, 3]
