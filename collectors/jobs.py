@@ -9,8 +9,10 @@ For each pid, in order:
 3. else the process owner (real uid in /proc/PID/status) -> ``"user:<name>"``.
 
 The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
-``SLURM_JOB_USER`` from the same environ, or on Kubernetes the pod's namespace
-(``podresources.py``).
+``SLURM_JOB_USER`` from the same environ, and its team (``info["team"]``) the job's
+Slurm account, ``SLURM_JOB_ACCOUNT``; on Kubernetes both are the pod's namespace
+(``podresources.py``, in ``node.py``). A job found by its cgroup alone (environ not
+readable) has neither.
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
 (NVML's pid order changes from one sample to the next; the key must not), and
@@ -52,13 +54,23 @@ def slurm_job_from_environ(environ: bytes) -> str | None:
     return None
 
 
+def _environ_text(environ: bytes, key: bytes) -> str | None:
+    prefix = key + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode("utf-8", "replace")[:MAX_JOB_CHARS] or None
+    return None
+
+
 def slurm_user_from_environ(environ: bytes) -> str | None:
     """The job's owner as Slurm sets it (``SLURM_JOB_USER``), for energy per user."""
-    for entry in environ.split(b"\0"):
-        if entry.startswith(b"SLURM_JOB_USER="):
-            value = entry[len(b"SLURM_JOB_USER="):].decode("utf-8", "replace")
-            return value[:MAX_JOB_CHARS] or None
-    return None
+    return _environ_text(environ, b"SLURM_JOB_USER")
+
+
+def slurm_account_from_environ(environ: bytes) -> str | None:
+    """The job's Slurm account (``SLURM_JOB_ACCOUNT``, ``sbatch --account`` or the user's
+    default): the team its energy is charged to."""
+    return _environ_text(environ, b"SLURM_JOB_ACCOUNT")
 
 
 def job_from_cgroup(text: str) -> str | None:
@@ -93,6 +105,7 @@ class JobResolver:
         self.proc = str(proc_root)
         self._cache: dict[int, str | None] = {}
         self._users: dict[int, str] = {}  # pid -> SLURM_JOB_USER, where Slurm set one
+        self._teams: dict[int, str] = {}  # pid -> SLURM_JOB_ACCOUNT, where Slurm set one
 
     def job_of_pid(self, pid: int) -> str | None:
         if pid in self._cache:
@@ -105,6 +118,9 @@ class JobResolver:
             user = slurm_user_from_environ(environ)
             if user:
                 self._users[pid] = user
+            team = slurm_account_from_environ(environ)
+            if team:
+                self._teams[pid] = team
         if job is None:
             cgroup = _read_bytes(os.path.join(base, "cgroup"))
             if cgroup:
@@ -119,21 +135,21 @@ class JobResolver:
         self._cache[pid] = job
         return job
 
-    def _jobs(self, pids: Iterable[int]) -> dict[str, str]:
+    def _jobs(self, pids: Iterable[int]) -> dict[str, tuple[str, str]]:
         """The distinct jobs of these pids, sorted, as many as fit the codec's limit
-        (whole jobs only), each with its Slurm user ("" where none)."""
-        users: dict[str, str] = {}
+        (whole jobs only), each with its Slurm user and account ("" where none)."""
+        owners: dict[str, tuple[str, str]] = {}
         for pid in pids:
             job = self.job_of_pid(pid)
-            if job is not None and not users.get(job):
-                users[job] = self._users.get(pid, "")
-        out: dict[str, str] = {}
+            if job is not None and not any(owners.get(job, ())):
+                owners[job] = (self._users.get(pid, ""), self._teams.get(pid, ""))
+        out: dict[str, tuple[str, str]] = {}
         size = -1
-        for job in sorted(users):
+        for job in sorted(owners):
             size += len(job) + 1
             if size > MAX_JOB_CHARS:
                 break
-            out[job] = users[job]
+            out[job] = owners[job]
         return out
 
     def job_of_pids(self, pids: Iterable[int]) -> str | None:
@@ -142,28 +158,19 @@ class JobResolver:
 
     @property
     def has_users(self) -> bool:
-        """Whether any pid now on a GPU has a Slurm user (the usual tick asks nothing more)."""
-        return bool(self._users)
+        """Whether any pid now on a GPU has a Slurm user or account (the usual tick asks
+        nothing more)."""
+        return bool(self._users or self._teams)
 
     def user_of_pids(self, pids: Iterable[int]) -> str | None:
         """The Slurm users of these pids' jobs (read with them): one user for all the jobs
         once, else one per job in ``job_of_pids``' order ("" where a job has none), so
         they stay paired; None if no job has one."""
-        users = list(self._jobs(pids).values())
-        if not any(users):
-            return None
-        if len(set(users)) == 1:
-            return users[0]
-        paired = ",".join(users)
-        if len(paired) <= MAX_JOB_CHARS:
-            return paired
-        # Too long to pair: the distinct users, whole (the ledger splits among them).
-        out = ""
-        for user in sorted(set(users) - {""}):
-            if len(out) + len(user) + 1 > MAX_JOB_CHARS:
-                break
-            out = f"{out},{user}" if out else user
-        return out or None
+        return _paired([u for u, _ in self._jobs(pids).values()])
+
+    def team_of_pids(self, pids: Iterable[int]) -> str | None:
+        """The Slurm accounts of these pids' jobs, paired with them as ``user_of_pids``'."""
+        return _paired([t for _, t in self._jobs(pids).values()])
 
     def resolve(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> dict[int, str]:
         """GPU index -> job, for every GPU that runs something; forgets pids that are gone."""
@@ -182,3 +189,23 @@ class JobResolver:
             for pid in [p for p in self._cache if p not in live]:
                 del self._cache[pid]
                 self._users.pop(pid, None)
+                self._teams.pop(pid, None)
+
+
+def _paired(users: list[str]) -> str | None:
+    """One name per job, in the jobs' order ("" where a job has none): one name for all
+    the jobs once; None if no job has one."""
+    if not any(users):
+        return None
+    if len(set(users)) == 1:
+        return users[0]
+    paired = ",".join(users)
+    if len(paired) <= MAX_JOB_CHARS:
+        return paired
+    # Too long to pair: the distinct users, whole (the ledger splits among them).
+    out = ""
+    for user in sorted(set(users) - {""}):
+        if len(out) + len(user) + 1 > MAX_JOB_CHARS:
+            break
+        out = f"{out},{user}" if out else user
+    return out or None

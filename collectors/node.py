@@ -10,9 +10,13 @@ that goes away mid-run (every call answers Uninitialized) ends the GPU values un
 NVML initialises again, tried every ``NVML_REINIT_S`` whatever the policy.
 
 Each GPU reading's ``info`` carries, where known: ``user`` (Slurm's
-``SLURM_JOB_USER``, else the pod's namespace: energy per user), ``pod``,
+``SLURM_JOB_USER``, else the pod's namespace: energy per user), ``team`` (the
+job's Slurm account, ``SLURM_JOB_ACCOUNT``, else the pod's namespace), ``pod``,
 ``namespace``, ``container`` (dcgm-exporter's labels) and ``profiling`` (gpm,
-dcgm or none: where the SM/tensor/DRAM ratios come from).
+dcgm or none: where the SM/tensor/DRAM ratios come from). A GPU whose one job is
+a pod (``pod:<uid>``, from its cgroup) that the kubelet names as the GPU's only
+holder is the job ``<namespace>/<pod>``, fixed when the pod is first seen (the
+kubelet is asked again then), so a pod keeps one job name for its life.
 
     source = node_source(config)                # real NVML
     source = node_source(config, fake_gpus=8)   # FakeNvml: no GPU needed
@@ -42,7 +46,7 @@ from fleetwatch.collectors.nvml.reader import (
     NvmlUnavailable,
     log_gpu_state,
 )
-from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
+from fleetwatch.collectors.podresources import PodInfo, PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
 from fleetwatch.config import AgentConfig, Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
@@ -93,6 +97,7 @@ class NodeSource:
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
+        self._pod_jobs: dict[str, str] = {}  # "pod:<uid>" -> "<namespace>/<pod>" (or itself)
         self.kernel_log = kernel_log
         self.xids = XidMerger(clock=clock)
         self.nvml: NvmlReader | None = None
@@ -194,7 +199,10 @@ class NodeSource:
         prof = self.profiling.read() if self.profiling is not None else {}
         if self.profiling is None and not self._said_no_profiling:
             self._say_no_profiling(gpus)
-        pods = self.pods.by_uuid() if self.pods is not None else {}
+        pods: dict[str, PodInfo] = {}
+        if self.pods is not None:
+            new = any(_pod_job(g.job) and g.job not in self._pod_jobs for g in gpus)
+            pods = self.pods.by_uuid(fresh=new)
         if not prof and not pods and not self.jobs.has_users:
             return gpus
         out = []
@@ -208,19 +216,43 @@ class NodeSource:
             pod = pods.get(g.uuid)
             if pod is not None:
                 extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
-            # Energy per user: Slurm's job user, else on Kubernetes the pod's namespace.
-            user = self.jobs.user_of_pids(pids.get(g.index, ())) or (
-                pod.namespace if pod is not None else None)
+            # Energy per user and team: Slurm's job user and account, else on Kubernetes
+            # the pod's namespace for both, where the GPU is that pod's alone (of a GPU
+            # given out in parts the kubelet names one pod: not the one running there).
+            held = pids.get(g.index, ())
+            ns = pod.namespace if pod is not None and not pod.shared else None
+            user = self.jobs.user_of_pids(held) or ns
             if user:
                 extra["user"] = user
+            team = self.jobs.team_of_pids(held) or ns
+            if team:
+                extra["team"] = team
+            job = self._pod_job_name(g.job, pod) if _pod_job(g.job) else g.job
             # The codec takes info values of 1..256 printable characters: keep to that here
             # rather than have the processor dead-letter the whole frame.
             extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
             info = self._merged_info(g, extra)
-            if metrics is not g.metrics or info is not g.info:
-                g = dataclasses.replace(g, metrics=metrics, info=info)
+            if metrics is not g.metrics or info is not g.info or job != g.job:
+                g = dataclasses.replace(g, metrics=metrics, info=info, job=job)
             out.append(g)
+        if len(self._pod_jobs) > 4 * len(gpus) + 16:  # pods come and go: keep those on GPUs
+            self._pod_jobs = {g.job: self._pod_jobs[g.job] for g in gpus
+                              if g.job in self._pod_jobs}
         return out
+
+    def _pod_job_name(self, job: str | None, pod: PodInfo | None) -> str | None:
+        """A pod's job as people name it, ``<namespace>/<pod>``, where the kubelet named
+        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was."""
+        assert job is not None
+        name = self._pod_jobs.get(job)
+        if name is None:
+            # A kubelet that failed to answer gave its last answer: perhaps another pod's.
+            answered = self.pods is not None and not self.pods.failing
+            name = job
+            if answered and pod is not None and not pod.shared and pod.namespace and pod.pod:
+                name = f"{pod.namespace}/{pod.pod}"
+            self._pod_jobs[job] = name
+        return name
 
     def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
         if not extra:
@@ -363,3 +395,8 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
             pods = open_pod_mapper(config.agent.pod_resources_socket)
     return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
                       profiling, pods, on_gpu_state)
+
+
+def _pod_job(job: str | None) -> bool:
+    """A GPU's one job is a Kubernetes pod (``pod:<uid>`` from its cgroup)."""
+    return job is not None and job.startswith("pod:") and "," not in job

@@ -21,7 +21,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,9 @@ class PodInfo:
     pod: str
     namespace: str
     container: str
+    # The GPU is one of several pods' (time slicing, vGPU): this pod may not be the one
+    # whose process runs on it now.
+    shared: bool = field(default=False, compare=False)
 
 
 class PodLister(Protocol):
@@ -130,7 +133,8 @@ def parse_list_response(buf: bytes) -> list[tuple[PodInfo, str, list[str]]]:
 
 
 def gpu_pods(entries: list[tuple[PodInfo, str, list[str]]]) -> dict[str, PodInfo]:
-    """GPU UUID -> the pod holding it, for NVIDIA resources only."""
+    """GPU UUID -> the pod holding it, for NVIDIA resources only; ``shared`` where the
+    GPU is given out in parts (``<uuid>::<n>``, ``<uuid>/vgpu<n>``) or to several pods."""
     out: dict[str, PodInfo] = {}
     for pod, resource, ids in entries:
         if resource != NVIDIA_GPU and not resource.startswith(NVIDIA_MIG_PREFIX):
@@ -138,8 +142,9 @@ def gpu_pods(entries: list[tuple[PodInfo, str, list[str]]]) -> dict[str, PodInfo
         for device in ids:
             if device.startswith("MIG-"):
                 continue
-            device = device.split("/vgpu", 1)[0].split("::", 1)[0]
-            out[device] = pod
+            uuid = device.split("/vgpu", 1)[0].split("::", 1)[0]
+            shared = uuid != device or (uuid in out and out[uuid] != pod)
+            out[uuid] = replace(pod, shared=True) if shared else pod
     return out
 
 
@@ -174,9 +179,11 @@ class PodMapper:
         self._next = 0.0
         self._failing = False
 
-    def by_uuid(self) -> dict[str, PodInfo]:
+    def by_uuid(self, fresh: bool = False) -> dict[str, PodInfo]:
+        """The last answer, asked again when ``refresh_s`` passed or ``fresh`` (a pod new
+        on a GPU: the answer before it may name the GPU's previous pod)."""
         now = self.clock()
-        if now >= self._next:
+        if fresh or now >= self._next:
             self._next = now + self.refresh_s
             try:
                 self.pods = gpu_pods(parse_list_response(self.lister.list()))
@@ -189,6 +196,11 @@ class PodMapper:
                                 "are those of the last answer", exc)
                 self._failing = True
         return self.pods
+
+    @property
+    def failing(self) -> bool:
+        """The kubelet's last answer failed: ``by_uuid`` gives an older one."""
+        return self._failing
 
     def close(self) -> None:
         self.lister.close()

@@ -96,12 +96,20 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     # The ledger keeps hours: a range is read as the whole hours it touches, and says so.
     hours = f" · {len(v.hours)} whole hour{'s' if len(v.hours) != 1 else ''}" if v.hours else ""
     return [
+        _tile("energy-today", "Today", "no data", "no node has reported since 00:00 UTC")
+        if v.today_kwh is None or v.today_co2e_kg is None else
         _tile("energy-today", "Today", amounts.energy(v.today_kwh),
               f"{amounts.mass(v.today_co2e_kg)} since 00:00 UTC"),
+        _tile("energy-month", "This month", "no data", "nothing in the ledger this month")
+        if v.month_kwh is None or v.month_co2e_kg is None else
         _tile("energy-month", "This month", amounts.mass(v.month_co2e_kg),
               f"{amounts.energy(v.month_kwh)} IT"),
         _tile("energy-projection", "Month projection",
-              amounts.mass(v.month_projection_kg), "at the rate so far"),
+              "withheld" if v.month_co2e_kg is not None else "no data",
+              v.projection_withheld, "warn" if v.month_co2e_kg is not None else "")
+        if v.month_projection_kg is None else
+        _tile("energy-projection", "Month projection", amounts.mass(v.month_projection_kg),
+              "at the rate of the hours with data"),
         _tile("energy-inrange", "In range", amounts.energy(v.kwh),
               f"{amounts.mass(v.co2e_kg)}{hours}"),
         _tile("energy-idle-share", "Idle GPU energy", f"{idle:.1%}",

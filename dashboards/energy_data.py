@@ -28,7 +28,8 @@ class Share:
     kwh: float
     co2e_kg: float
     gpu_hours: float
-    idle_share: float   # of its GPU energy
+    idle_time_share: float     # of its GPU time: the "idle share" of capacity figures
+    idle_energy_share: float   # of its GPU energy
 
 
 @dataclass(frozen=True)
@@ -42,15 +43,17 @@ class EnergyView:
     clusters: tuple[Share, ...]
     kwh: float
     co2e_kg: float
-    today_kwh: float
-    today_co2e_kg: float
-    month_kwh: float
-    month_co2e_kg: float
-    month_projection_kg: float
+    # None where no hour of today (of the month) has data: unknown, not zero use.
+    today_kwh: float | None
+    today_co2e_kg: float | None
+    month_kwh: float | None
+    month_co2e_kg: float | None
+    month_projection_kg: float | None
     idle_kwh: float
     gpu_kwh: float
     missing_gpu_hours: float
     over_tdp_gpu_hours: float
+    projection_withheld: str = ""             # why there is no projection
 
 
 def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
@@ -66,14 +69,16 @@ def shares(totals: Sequence[EnergyTotal], kind: str, factors: dict[int, float],
            limit: int = 15) -> tuple[Share, ...]:
     acc: dict[str, list[float]] = {}
     for t in totals:
-        a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 5)
+        a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 6)
         kwh = t.energy_j / J_PER_KWH
         a[0] += kwh
         a[1] += kwh * factors[t.bucket_ts]
         a[2] += t.gpu_s / 3600
         a[3] += t.idle_j
         a[4] += t.gpu_energy_j
-    out = [Share(n, a[0], a[1], a[2], a[3] / a[4] if a[4] else 0.0) for n, a in acc.items()]
+        a[5] += t.idle_s / 3600
+    out = [Share(n, a[0], a[1], a[2], a[5] / a[2] if a[2] else 0.0,
+                 a[3] / a[4] if a[4] else 0.0) for n, a in acc.items()]
     out.sort(key=lambda s: -s.kwh)
     return tuple(out[:limit])
 
@@ -110,10 +115,13 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         idle_s[i] += t.idle_s
         gpu_s[i] += t.gpu_s
     day0 = now_s - now_s % 86400
+    today = [t for t in month if t.bucket_ts >= day0]
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
     m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
+    projection, withheld = month_projection(m_co2, (t.bucket_ts for t in month), first, now_s,
+                                            start, end)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
@@ -121,11 +129,11 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         clusters=shares(window, "cluster", f, limit=50),
         kwh=sum(sum(v) for v in by_cluster.values()),
         co2e_kg=sum(sum(v) for v in co2e.values()),
-        today_kwh=sum(t.energy_j for t in month if t.bucket_ts >= day0) / J_PER_KWH,
-        today_co2e_kg=sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month
-                          if t.bucket_ts >= day0),
-        month_kwh=m_kwh, month_co2e_kg=m_co2,
-        month_projection_kg=month_projection(m_co2, first, now_s, start, end),
+        today_kwh=sum(t.energy_j for t in today) / J_PER_KWH if today else None,
+        today_co2e_kg=(sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in today)
+                       if today else None),
+        month_kwh=m_kwh if month else None, month_co2e_kg=m_co2 if month else None,
+        month_projection_kg=projection, projection_withheld=withheld,
         idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
@@ -143,7 +151,8 @@ def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
 
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
     return tuple(Share(t.name or NO_NAME.get(kind, ""), t.energy_j / J_PER_KWH, t.co2e_kg,
-                       t.gpu_s / 3600, t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
+                       t.gpu_s / 3600, t.idle_s / t.gpu_s if t.gpu_s else 0.0,
+                       t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
                  for t in lines)
 
 

@@ -82,18 +82,21 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],
 
 
 def top_shares(items: Sequence[Share], label: str, height: int = 380) -> go.Figure:
-    """Horizontal bars of kWh (biggest on top), idle share and CO2e in the hover."""
+    """Horizontal bars of kWh (biggest on top), amber where idle over half its GPU time;
+    the idle share of GPU time, the idle energy and CO2e in the hover."""
     if not items:
         return empty_figure(NO_ENERGY, height)
     rows = list(items)[::-1]
     fig = go.Figure(go.Bar(
         y=[s.name for s in rows], x=[s.kwh for s in rows], orientation="h",
-        marker_color=[theme.PENDING if s.idle_share > 0.5 else "#56b4e9" for s in rows],
-        customdata=[[s.co2e_kg, 100 * s.idle_share, s.gpu_hours] for s in rows],
+        marker_color=[theme.PENDING if s.idle_time_share > 0.5 else "#56b4e9" for s in rows],
+        customdata=[[s.co2e_kg, 100 * s.idle_time_share, s.gpu_hours,
+                     100 * s.idle_energy_share] for s in rows],
         hovertemplate=(f"{label} %{{y}}: %{{x:.1f}} kWh, %{{customdata[0]:.1f}} kg CO2e, "
-                       "%{customdata[2]:.0f} GPU-h, %{customdata[1]:.0f}% idle<extra></extra>")))
+                       "%{customdata[2]:.0f} GPU-h, %{customdata[1]:.0f}% of GPU time idle "
+                       "(idle energy %{customdata[3]:.0f}% of GPU kWh)<extra></extra>")))
     _layout(fig, height, "")
-    fig.update_xaxes(title="kWh (amber: mostly idle)")
+    fig.update_xaxes(title="kWh (amber: idle over half its GPU time)")
     fig.update_yaxes(type="category", automargin=True, dtick=1)
     return fig
 

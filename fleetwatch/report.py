@@ -71,8 +71,14 @@ class Line:
         self.missing_gpu_hours += miss_h
 
     @property
-    def idle_share(self) -> float:
-        """The share of GPU energy spent idle."""
+    def idle_time_share(self) -> float:
+        """The share of GPU time spent idle: the "idle share" of capacity figures."""
+        return self.idle_gpu_hours / self.gpu_hours if self.gpu_hours else 0.0
+
+    @property
+    def idle_energy_share(self) -> float:
+        """The share of GPU energy spent idle (smaller than the time share: an idle GPU
+        draws ~60 W, a busy one several hundred)."""
         return self.idle_kwh / self.gpu_kwh if self.gpu_kwh else 0.0
 
 
@@ -128,12 +134,18 @@ class Report:
         return self.status == "complete"
 
     @property
-    def projected_co2e_kg(self) -> float | None:
-        """The month's CO2e if the rest of it goes at the rate so far; None once it ended."""
+    def projection(self) -> tuple[float | None, str]:
+        """(the month's CO2e if the rest of it goes at the rate of its hours with data, why
+        there is none); (None, "") once the month ended."""
         if self.ended:
-            return None
-        return month_projection(self.total.co2e_kg, max(self.covered_from_ts, self.began_ts),
-                                self.generated_ts, self.start_ts, self.end_ts)
+            return None, ""
+        return month_projection(self.total.co2e_kg, [h for h, _, _ in self.hourly_intensity],
+                                max(self.covered_from_ts, self.began_ts), self.generated_ts,
+                                self.start_ts, self.end_ts)
+
+    @property
+    def projected_co2e_kg(self) -> float | None:
+        return self.projection[0]
 
     def coverage(self) -> str:
         """Which part of the month the numbers cover, in words."""
@@ -167,10 +179,11 @@ class Report:
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
             "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
             "projected_co2e_kg": self.projected_co2e_kg,
+            "projection_withheld": self.projection[1],
             "gpu_kwh": t.gpu_kwh,
             "gpu_hours": t.gpu_hours, "idle_gpu_hours": t.idle_gpu_hours,
-            "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_share,
-            "idle_time_share": t.idle_gpu_hours / t.gpu_hours if t.gpu_hours else 0.0,
+            "idle_kwh": t.idle_kwh, "idle_energy_share": t.idle_energy_share,
+            "idle_time_share": t.idle_time_share,
             "over_tdp_gpu_hours": t.over_tdp_gpu_hours,
             "missing_gpu_hours": t.missing_gpu_hours,
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
@@ -186,15 +199,31 @@ class Report:
         }
 
 
-def month_projection(so_far: float, first_ts: float, now: float, start_ts: float,
-                     end_ts: float) -> float:
-    """A month's total if the rest of it goes at the rate since its data began
-    (``first_ts``, from :func:`data_began`; the month's start if earlier): what the
-    dashboard and the report both show. The oldest ledger hour's start is not when the
-    data began: counting the minutes before the first sample as covered time understates
-    the rate, threefold when the data began at minute 40."""
-    covered = max(1.0, now - max(start_ts, first_ts))
-    return so_far + so_far / covered * max(0.0, end_ts - now)
+# A projection needs data for at least this share of the time since the data began: a
+# rate from 3 hours stretched over a week of silence says nothing about the month.
+MIN_PROJECTION_COVERAGE = 0.5
+
+
+def month_projection(so_far: float, hours: Iterable[int], first_ts: float, now: float,
+                     start_ts: float, end_ts: float) -> tuple[float | None, str]:
+    """(a month's total if the rest of it goes at the rate of its hours with data, why
+    there is none): what the dashboard and the report both show. ``hours``: the ledger
+    hours with data; ``first_ts``: when the data began (:func:`data_began`). Hours
+    without data are not time at zero use: a silent fleet is unknown, and spreading the
+    energy over them understates the rate. The oldest hour counts from when the data
+    began (from its start, the rate reads threefold low when the data began at minute
+    40), the current hour up to now. Withheld when under ``MIN_PROJECTION_COVERAGE`` of
+    the time since the data began has data."""
+    hours = sorted(h for h in set(hours) if start_ts <= h < min(now, end_ts))
+    if not hours:
+        return None, "no data this month"
+    began = max(start_ts, first_ts, hours[0])
+    covered = max(1.0, sum(min(h + 3600, now) - max(h, began) for h in hours))
+    since = max(1.0, now - began)
+    if covered < MIN_PROJECTION_COVERAGE * since:
+        return None, (f"only {covered / 3600:,.1f} h of the {since / 3600:,.1f} h since the "
+                      "data began have data")
+    return so_far + so_far / covered * max(0.0, end_ts - now), ""
 
 
 def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> float | None:

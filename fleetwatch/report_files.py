@@ -30,8 +30,8 @@ from fleetwatch.report import (
 )
 
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
-              "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
-              "missing_gpu_hours")
+              "gpu_kwh", "idle_time_share", "idle_energy_share", "idle_kwh", "idle_gpu_hours",
+              "over_tdp_gpu_hours", "missing_gpu_hours")
 # What a spreadsheet reads as the start of a formula (OWASP "CSV injection"): a text cell
 # starting with one gets a leading ' so Excel and LibreOffice show it as text. Job, user
 # and team names come from the scheduler and pods, which the cluster's tenants name.
@@ -130,7 +130,9 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
         lines.append(f"  {s['coverage']}")
     if s["projected_co2e_kg"] is not None:
         lines.append(f"  projected month: {amounts.mass(s['projected_co2e_kg'])} "
-                     "at the rate so far")
+                     "at the rate of the hours with data")
+    elif s["projection_withheld"]:
+        lines.append(f"  projected month: withheld, {s['projection_withheld']}")
     return "\n".join([*lines, *(f"  {p}" for p in paths.values())])
 
 

@@ -55,13 +55,15 @@ def _tile(label: str, value: str, detail: str = "", tone: str = "") -> str:
 
 def _table(lines: Sequence[Line], total: Line, currency: str, limit: int, what: str) -> str:
     head = ("<tr><th>{}</th><th>IT kWh</th><th>facility kWh</th><th>kg CO2e</th>"
-            f"<th>cost ({html.escape(currency)})</th><th>GPU-hours</th><th>idle share</th>"
+            f"<th>cost ({html.escape(currency)})</th><th>GPU-hours</th>"
+            "<th>idle share (of GPU time)</th><th>idle energy (of GPU kWh)</th>"
             "<th>GPU-h above TDP</th><th>GPU-h missing</th></tr>").format(html.escape(what))
 
     def row(x: Line, cls: str = "") -> str:
         return (f'<tr class="{cls}"><td>{html.escape(x.name)}</td><td>{_n(x.it_kwh)}</td>'
                 f"<td>{_n(x.facility_kwh)}</td><td>{_n(x.co2e_kg)}</td><td>{_n(x.cost, 2)}</td>"
-                f"<td>{_n(x.gpu_hours)}</td><td>{x.idle_share:.1%}</td>"
+                f"<td>{_n(x.gpu_hours)}</td><td>{x.idle_time_share:.1%}</td>"
+                f"<td>{x.idle_energy_share:.1%}</td>"
                 f"<td>{_n(x.over_tdp_gpu_hours)}</td><td>{_n(x.missing_gpu_hours)}</td></tr>")
 
     body = [row(x) for x in lines[:limit]]
@@ -121,9 +123,9 @@ def _figures(r: Report) -> list[go.Figure]:
     top = go.Figure(layout=layout | {"height": 420})
     top.add_bar(y=[x.name for x in jobs], x=[x.co2e_kg for x in jobs], orientation="h",
                 marker_color="#2f6690", name="kg CO2e",
-                customdata=[[x.it_kwh, x.idle_share * 100] for x in jobs],
+                customdata=[[x.it_kwh, x.idle_time_share * 100] for x in jobs],
                 hovertemplate="%{y}: %{x:.1f} kg CO2e, %{customdata[0]:.0f} kWh, "
-                              "%{customdata[1]:.0f}% idle<extra></extra>")
+                              "%{customdata[1]:.0f}% of its GPU time idle<extra></extra>")
     top.update_layout(title="The 15 jobs that emitted most (kg CO2e)", xaxis_title="kg CO2e")
     return [daily, energy, ci, top]
 
@@ -142,13 +144,16 @@ def render(r: Report, store_name: str = "") -> str:
         _tile("GPU-hours", amounts.sig(t.gpu_hours),
               f"{s['idle_time_share']:.0%} of them idle"),
         _tile("Idle GPU energy", amounts.energy(t.idle_kwh),
-              f"{t.idle_share:.1%} of GPU energy", "warn" if t.idle_share > 0.1 else ""),
+              f"{t.idle_energy_share:.1%} of GPU energy",
+              "warn" if t.idle_energy_share > 0.1 else ""),
     ]
     if r.series_warning:
         tiles.append(_tile("Carbon factors", "Fallback used", r.series_warning, "warn"))
     if r.projected_co2e_kg is not None:
         tiles.append(_tile("Projected month", amounts.mass(r.projected_co2e_kg),
-                           "at the rate so far"))
+                           "at the rate of the hours with data"))
+    elif r.projection[1]:
+        tiles.append(_tile("Projected month", "withheld", r.projection[1], "warn"))
     elif r.status == "partial":
         tiles.append(_tile("Hours with data", f"{r.hours_with_data:,} of {r.hours_so_far:,}",
                            "the rest of the month is not in these numbers", "warn"))
@@ -178,7 +183,8 @@ def render(r: Report, store_name: str = "") -> str:
         f"power over time; CPU packages from RAPL; {html.escape(rest)}. Integrated once by "
         "the processor into hourly rows; this report adds "
         "them up.</li><li>Idle: a GPU powered but doing no work (SM activity under the "
-        "configured ratio; without SM activity, 0% utilization and no job). Each breakdown "
+        "configured ratio; without SM activity, 0% utilization at both ends of the interval, "
+        "job or not). Each breakdown "
         "(job, user, team, node, cluster) is a partition of the same rows and sums to the "
         f"total.</li><li>Energy by device: {html.escape(devices)}.</li>")
     where = f" · store: {html.escape(store_name)}" if store_name else ""

@@ -38,15 +38,24 @@ owners of the node's GPUs in proportion to those GPUs' energy over the same
 interval (equally among them when no GPU has a measured interval); the part of the
 GPUs no job holds stays with no job.
 A GPU is idle over an interval when its SM activity is under
-``idle_sm_ratio``; without SM activity, when ``gpu_util_pct`` is 0 and no job
-holds it. A job's GPU that does nothing counts as idle: that energy is what
-an operator wants to see (the Acme study's ~60 W per idle GPU).
+``idle_sm_ratio``; without SM activity (every GPU older than Hopper without
+DCGM), when ``gpu_util_pct`` reads 0 at both ends of the interval, whether a
+job holds it or not. NVML's utilization is the share of its own short sample
+period (1/6 s to 1 s) in which a kernel ran, not of the agent's interval: one
+0 between busy readings is a stall of about a second, not an idle interval, so
+it alone counts nothing; where the previous reading is not known (the first
+after a restart) the interval's end reading decides. A job's GPU that does
+nothing counts as idle: that energy is what an operator wants to see (the
+Acme study's ~60 W per idle GPU).
 
 Idempotence: rows are absolute bucket totals, written with the per-device
-watermark in one request. A node's state is loaded from the store the first
-time its frames come (a partition just assigned) and again after it was
-silent longer than ``max_gap_s`` (it may have been another processor's in
-between); samples at or before the watermark are skipped, so a batch
+watermark in one request. A node's state is loaded from the store only when
+the integrator holds none: the first time its frames come (a processor
+started, a partition just assigned; a partition moved away is dropped, see
+``drop``). One it holds is used however long the node was silent, since a
+store may not yet give back what was just written (VictoriaMetrics takes
+seconds), and a silence read as a node starting anew would not count as
+missing time; samples at or before the watermark are skipped, so a batch
 replayed after a crash adds nothing. The batch is integrated on copies of the
 state, which replace it only once the store has taken the rows. A counter's
 watermark is stored as its reading plus what power booked while it stood
@@ -135,13 +144,15 @@ _Acc = dict[Key, list[float]]
 
 class _Dev:
     """A device's watermark. ``owed``: joules the power samples booked while the counter
-    stood still, that its next real step pays back (0 almost always)."""
+    stood still, that its next real step pays back (0 almost always). ``util``: its last
+    ``gpu_util_pct`` reading, kept in memory only (the idle rule without SM activity)."""
 
-    __slots__ = ("ts", "power", "counter", "owed")
+    __slots__ = ("ts", "power", "counter", "owed", "util")
 
     def __init__(self, ts: float, power: float | None, counter: float | None,
-                 owed: float = 0.0) -> None:
+                 owed: float = 0.0, util: float | None = None) -> None:
         self.ts, self.power, self.counter, self.owed = ts, power, counter, owed
+        self.util = util
 
 
 class _Node:
@@ -153,7 +164,8 @@ class _Node:
         self.devs, self.acc, self.last_ts = devs, acc, last_ts
 
     def copy(self) -> _Node:
-        return _Node({d: _Dev(s.ts, s.power, s.counter, s.owed) for d, s in self.devs.items()},
+        return _Node({d: _Dev(s.ts, s.power, s.counter, s.owed, s.util)
+                      for d, s in self.devs.items()},
                      {k: v.copy() for k, v in self.acc.items()}, self.last_ts)
 
 
@@ -234,11 +246,15 @@ class EnergyIntegrator:
 
     # -- state ---------------------------------------------------------------
     def _node(self, key: tuple[str, str], first_ts: float) -> _Node:
+        """The node's state: the one held in memory, however long the node was silent
+        (a store may not give back for seconds what was just written to it: a processor
+        catching up would find no watermark there, and the silence would vanish instead
+        of counting as missing); read from the store only when none is held."""
         node = self._nodes.get(key)
-        if node is not None and first_ts - node.last_ts <= self.s.max_gap_s:
+        if node is not None:
             return node.copy()
         if self.store is None:
-            return node.copy() if node is not None else _Node({}, {}, -math.inf)
+            return _Node({}, {}, -math.inf)
         saved, saved_rows = self.store.energy_state(*key, first_ts)
         devs = {s.device: _loaded(s) for s in saved}
         acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
@@ -262,15 +278,19 @@ class EnergyIntegrator:
             power = m.get("gpu_power_w")
             counter = m.get("gpu_energy_j")
             sm = m.get("gpu_sm_active_ratio")
+            util = m.get("gpu_util_pct")
+            prev = node.devs.get(dev)
             if sm is not None:
                 idle = sm < s.idle_sm_ratio
             else:
-                util = m.get("gpu_util_pct")
-                idle = util is not None and util <= 0.0 and not job
+                idle = _idle_by_util(util, prev.util if prev is not None else None)
             over = over_tdp_w(g, s.tdp_w)
             energy = self._interval(node, f, dev, power, counter, owners, idle,
                                     power is not None and over is not None and power > over,
                                     touched, m.get("gpu_power_limit_w"))
+            now = node.devs.get(dev)
+            if now is not None and now.ts == f.ts:
+                now.util = util
             if len(owners) == 1:
                 o = owners[0][0]
                 weights[o] = weights.get(o, 0.0) + energy
@@ -460,6 +480,16 @@ def _loaded(s: DeviceState) -> _Dev:
     if s.counter_j is not None and s.reading_j is not None and s.reading_j <= s.counter_j:
         return _Dev(s.ts, s.power_w, s.reading_j, s.counter_j - s.reading_j)
     return _Dev(s.ts, s.power_w, s.counter_j)
+
+
+def _idle_by_util(util: float | None, prev: float | None) -> bool:
+    """Idle without SM activity: no kernel at either end of the interval. NVML's
+    ``utilization.gpu`` covers its last sample period (1/6 s to 1 s), so one 0 between
+    busy readings says a second's stall, not an idle interval. Without the previous
+    reading (the first interval after a restart), the end reading decides."""
+    if util is None or util > 0.0:
+        return False
+    return prev is None or prev <= 0.0
 
 
 def _trapezoid(p0: float | None, p1: float, dt: float) -> float:

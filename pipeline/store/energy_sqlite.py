@@ -197,7 +197,8 @@ class SqliteEnergy:
         conn = self._energy_conn()
         try:
             top = conn.execute(
-                f"SELECT name, sum(energy_j), sum(gpu_s), sum(idle_j), sum(gpu_energy_j) "
+                f"SELECT name, sum(energy_j), sum(gpu_s), sum(idle_j), sum(gpu_energy_j), "
+                f"sum(idle_s) "
                 f"FROM ({sql}) GROUP BY name ORDER BY 2 DESC LIMIT ?", [*args, limit]).fetchall()
             if not top:
                 return []
@@ -211,7 +212,7 @@ class SqliteEnergy:
             if "no such table" in str(exc):
                 return []
             raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
-        return [TopLine(name, e, co2e[name], g, i, ge) for name, e, g, i, ge in top]
+        return [TopLine(name, e, co2e[name], g, i, ge, i_s) for name, e, g, i, ge, i_s in top]
 
 
 def _live(by: str, marks: str) -> str:

@@ -108,6 +108,7 @@ class TopLine(NamedTuple):
     gpu_s: float
     idle_j: float
     gpu_energy_j: float
+    idle_s: float = 0.0  # GPU seconds idle: with gpu_s, the idle share of its GPU time
 
 
 def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: dict[int, float],
@@ -115,12 +116,13 @@ def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: dict[int, float],
     """``energy_top`` for a backend without one of its own: from the hourly totals."""
     acc: dict[str, list[float]] = {}
     for t in totals:
-        a = acc.setdefault(t.name, [0.0] * 5)
+        a = acc.setdefault(t.name, [0.0] * 6)
         a[0] += t.energy_j
         a[1] += t.energy_j / 3.6e6 * kg_per_kwh.get(t.bucket_ts, 0.0)
         a[2] += t.gpu_s
         a[3] += t.idle_j
         a[4] += t.gpu_energy_j
+        a[5] += t.idle_s
     lines = sorted((TopLine(n, *a) for n, a in acc.items()), key=lambda x: -x.energy_j)
     return lines[:limit]
 

@@ -100,8 +100,8 @@ def test_idle_and_over_tdp_are_counted_apart(store):
     g0, g1, g2 = (totals(store, device=f"gpu{i}") for i in range(3))
     assert g0["idle_j"] == pytest.approx(60.0 * 60) and g0["idle_s"] == pytest.approx(60)
     assert g1["idle_j"] == 0.0 and g1["over_tdp_s"] == pytest.approx(60.0)
-    # Without SM activity, a GPU that a job holds is not called idle on utilization alone.
-    assert g2["idle_j"] == 0.0
+    # Without SM activity, a job's GPU at 0% utilization throughout is idle all the same.
+    assert g2["idle_j"] == pytest.approx(60.0 * 60) and g2["idle_s"] == pytest.approx(60)
     assert totals(store, job="j1", user="alice")["energy_j"] == pytest.approx(570.0 * 60)
 
 
@@ -229,3 +229,39 @@ def test_one_outage_is_not_taken_for_a_slow_agent(store, caplog):
     with caplog.at_level("WARNING", logger="fleetwatch.pipeline.energy"):
         integ.observe([frame(t, {0: {"gpu_power_w": 300.0}}) for t in ts])
     assert caplog.records == [] and integ.slow_nodes == set()
+
+
+def test_a_jobs_gpu_without_sm_activity_at_zero_utilization_is_idle(store):
+    # An A100 without DCGM (no SM activity) held by a job for an hour, doing nothing.
+    ei = EnergyIntegrator(store)
+    ei.observe([frame(T0 + 15 * i, {3: {"gpu_power_w": 60.0, "gpu_util_pct": 0.0}},
+                      job="1003", user="dave") for i in range(241)])
+    t = totals(store, job="1003")
+    assert t["idle_s"] == pytest.approx(3600.0) == t["seconds"]
+    assert t["idle_j"] == pytest.approx(60.0 * 3600)
+
+
+def test_one_zero_utilization_reading_is_a_stall_not_an_idle_interval(store):
+    # NVML's utilization covers its last sample period (1 s at most), not the agent's 15 s:
+    # a busy job whose GPU reads 0 once stalled for about a second, and counts no idle
+    # interval; two zeros in a row bound an interval with no kernel at either end.
+    utils = [100, 100, 0, 100, 100, 0, 0, 0, 100]
+    ei = EnergyIntegrator(store)
+    ei.observe([frame(T0 + 15 * i, {0: {"gpu_power_w": 300.0, "gpu_util_pct": float(u)}},
+                      job="j") for i, u in enumerate(utils)])
+    t = totals(store)
+    assert t["seconds"] == pytest.approx(120.0)
+    assert t["idle_s"] == pytest.approx(30.0)  # the intervals 0 -> 0 only
+
+
+def test_after_a_restart_the_first_intervals_end_reading_decides(store):
+    # The previous utilization is kept in memory only: a restarted processor has the
+    # watermark from the store but not the reading, and the interval's end decides.
+    def at(i: int, util: float):
+        return frame(T0 + 15 * i, {0: {"gpu_power_w": 60.0, "gpu_util_pct": util}}, job="j")
+
+    EnergyIntegrator(store).observe([at(0, 100.0), at(1, 100.0)])
+    EnergyIntegrator(store).observe([at(2, 0.0), at(3, 0.0), at(4, 100.0)])
+    t = totals(store)
+    assert t["seconds"] == pytest.approx(60.0)
+    assert t["idle_s"] == pytest.approx(30.0)  # (1, 2] by its end alone, then (2, 3]

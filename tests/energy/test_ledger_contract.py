@@ -169,3 +169,24 @@ def test_rolled_up_hours_late_rows_and_the_top_list(ledger):
         assert [t.name for t in top] == ["n2", "n1", "n3"]
         assert mine["n1"].co2e_kg == pytest.approx((100.0 * 0.5 + 80.0 * 1.0) / 3.6e6)
         assert mine["n2"].energy_j == 300.0
+
+
+def test_a_silence_reached_right_after_the_last_write_is_missing_time(ledger):
+    # A processor working through a backlog reaches a node's return at once after writing
+    # its last frames before the silence: no wait, no flush. The integrator holds the
+    # node's watermark; the 40 minutes count as missing on every backend.
+    open_store, flush = ledger
+    c = cluster()
+    ei = EnergyIntegrator(open_store())
+
+    def at(ts: float) -> object:
+        return frame(ts, {i: {"gpu_power_w": 100.0} for i in range(2)}, cluster=c, job="j")
+
+    ei.observe([at(T0 + 15 * i) for i in range(41)])          # 00:00 .. 00:10
+    gap_end = T0 + 600 + 2400                                   # silent until 00:50
+    ei.observe([at(gap_end + 15 * i) for i in range(41)])      # 00:50 .. 01:00
+    flush()
+    rows = [r for r in open_store().energy(T0, T0 + 7200, cluster=c) if r.device == "gpu0"]
+    assert sum(r.missing_s for r in rows) == pytest.approx(2400.0)
+    assert sum(r.seconds for r in rows) == pytest.approx(1200.0)
+    assert sum(r.energy_j for r in rows) == pytest.approx(100.0 * 1200)

@@ -71,10 +71,12 @@ def test_known_profile_gives_exact_kwh_co2e_and_cost(tmp_path):
     assert r.total.co2e_kg == pytest.approx(1.2 * 0.4)
     assert r.total.cost == pytest.approx(0.12)
     assert r.total.gpu_hours == pytest.approx(4.0)
-    assert r.total.idle_kwh == pytest.approx(0.2) and r.total.idle_share == pytest.approx(0.25)
+    assert r.total.idle_kwh == pytest.approx(0.2)
+    assert r.total.idle_energy_share == pytest.approx(0.25)
+    assert r.total.idle_time_share == pytest.approx(0.5)
     jobs = {x.name: x for x in r.lines["job"]}
     assert jobs["a"].co2e_kg == pytest.approx(0.6 * 1.5 * 0.4)
-    assert jobs["(no job)"].idle_share == pytest.approx(1.0)
+    assert jobs["(no job)"].idle_time_share == pytest.approx(1.0)
 
 
 def test_every_breakdown_sums_to_the_total_in_csv_and_json(tmp_path):
@@ -255,7 +257,8 @@ def test_a_month_is_complete_partial_or_to_date_and_projected_only_while_it_runs
     assert running.status == "month_to_date" and not running.complete
     assert running.projected_co2e_kg == pytest.approx(running.total.co2e_kg * 31 / 10)
     assert running.projected_co2e_kg == pytest.approx(
-        month_projection(running.total.co2e_kg, start, now, start, end))
+        month_projection(running.total.co2e_kg, range(start, now, 3600), start, now, start,
+                         end)[0])
     assert running.coverage() == ("month to date: data from 01 May 00:00 to 11 May 00:00 "
                                   "UTC; 240 of the month's first 240 hours have data (100%)")
 

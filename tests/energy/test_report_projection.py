@@ -52,3 +52,55 @@ def test_dashboard_projects_the_same_as_the_report(tmp_path) -> None:
     store.close()
     assert view.month_kwh == pytest.approx(KW * 40 / 60)
     assert view.month_projection_kg == pytest.approx(expected_projection_kg())
+
+
+def hourly_rows(hours) -> list[EnergyRow]:
+    """The node at 6 kW in each of these whole hours."""
+    return [EnergyRow(h, "c1", "r1", "n1", "gpu0", "j", "u", "t", KW * 1000 * 3600, 0.0,
+                      3600.0, 0.0, 0.0, 0.0) for h in hours]
+
+
+def test_silent_hours_are_not_zero_use_in_the_projection(tmp_path) -> None:
+    # 48 h of data, then no node has reported for 5 h: the rate is that of the 48 h.
+    now = H0 + 53 * 3600
+    rows = hourly_rows(range(H0, H0 + 48 * 3600, 3600))
+    so_far = KW * 48 * 1.5 * 0.4
+    expected = so_far + so_far / 48 * (END - now) / 3600
+    report = build(rows, model(), START, END, "2022-05", now=now)
+    assert report.projected_co2e_kg == pytest.approx(expected)
+    store = SqliteStore(tmp_path / "s.db")
+    store.write_energy(rows, [])
+    view = read_energy(store, model(), now - 86400, now, now)
+    store.close()
+    assert view.month_projection_kg == pytest.approx(expected)
+    # Today (since 00:00 of the 12th, 5 h ago) no node has reported: unknown, not 0 kWh.
+    assert view.today_kwh is None and view.today_co2e_kg is None
+
+
+def test_a_projection_from_too_few_hours_is_withheld_with_the_reason(tmp_path) -> None:
+    # 3 h of data, then a week of silence: no rate to project the month with.
+    now = H0 + 3 * 3600 + 7 * 86400
+    rows = hourly_rows(range(H0, H0 + 3 * 3600, 3600))
+    report = build(rows, model(), START, END, "2022-05", now=now)
+    assert report.projected_co2e_kg is None
+    why = report.summary()["projection_withheld"]
+    assert why == "only 3.0 h of the 171.0 h since the data began have data"
+    store = SqliteStore(tmp_path / "s.db")
+    store.write_energy(rows, [])
+    view = read_energy(store, model(), now - 86400, now, now)
+    store.close()
+    assert view.month_projection_kg is None and view.projection_withheld == why
+
+
+def test_an_empty_store_shows_no_data_not_zero(tmp_path) -> None:
+    from fleetwatch.dashboards.energy import summary
+
+    store = SqliteStore(tmp_path / "s.db")
+    view = read_energy(store, model(), NOW - 3600, NOW, NOW)
+    store.close()
+    assert (view.today_kwh, view.month_co2e_kg, view.month_projection_kg) == (None, None, None)
+    tiles = {t.id: t for t in summary(view)}
+    texts = {k: [c.children for c in t.children] for k, t in tiles.items()}
+    assert texts["energy-today"][1:] == ["no data", "no node has reported since 00:00 UTC"]
+    assert texts["energy-month"][1] == "no data"
+    assert texts["energy-projection"][1:] == ["no data", "no data this month"]
