@@ -15,6 +15,13 @@ I/O, no clock; the processor writes the events with the batch.
   in a state other than ok is an event too.
 * ``throttle``: the ``gpu_throttle_reasons`` bitmask changed; ``code`` the
   new mask, ``text`` its flags' names.
+* ``gpu_identity``: the board in a GPU slot as the frame names it (``value`` its
+  UUID, ``text`` its serial, PCI bus id and model), at the first frame with the
+  GPU's UUID (of the tracker: a processor's start, a partition taken over) and
+  whenever any of them changes. A frame without the UUID (NVML could not read it)
+  changes nothing. ``board(...)`` gives the last one, for alerts to name it.
+* ``gpu_replaced``: the UUID in a GPU slot changed: another board is there
+  (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting.
 * ``job_start`` / ``job_end``: the job on a GPU changed (``value``: the job
   id). A job already running when a GPU is first seen (a processor just
   started, or a partition just assigned) starts at that frame: a reader
@@ -28,12 +35,12 @@ revoked, so that a rebalance does not leave a stale baseline behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.pipeline.store.base import Event, gpu_device
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
@@ -42,12 +49,33 @@ GONE = "gone"
 NodeKey = tuple[str, str]  # (cluster, node)
 
 
+class Board(NamedTuple):
+    """The board in a GPU slot: what an RMA asks for ("" where the frame had none)."""
+
+    uuid: str
+    serial: str
+    pci_bus_id: str
+    model: str
+
+    def text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in (("serial", self.serial), (
+            "PCI bus id", self.pci_bus_id), ("model", self.model)) if v)
+
+
+def board_of(uuid: str, info: Mapping[str, str], model: str) -> Board | None:
+    if not is_board_uuid(uuid):
+        return None
+    return Board(uuid, info.get("serial", ""), info.get("pci_bus_id", ""),
+                 "" if model == "unknown" else model)
+
+
 class _Gpu(NamedTuple):
     """A GPU as last seen; replaced, never changed, so that a node's copy is a dict copy."""
 
     state: str
     job: str | None
     throttle: int | None
+    board: Board | None = None
 
 
 @dataclass
@@ -101,6 +129,12 @@ class EventTracker:
     def nodes(self) -> list[NodeKey]:
         return sorted(self._nodes)
 
+    def board(self, cluster: str, node: str, index: int) -> Board | None:
+        """The board last seen in this GPU slot (None: no frame has named it)."""
+        known = self._nodes.get((cluster, node))
+        gpu = known.gpus.get(index) if known is not None else None
+        return gpu.board if gpu is not None else None
+
     @staticmethod
     def _xids(f: Frame, out: list[Event]) -> None:
         for g in f.gpus:
@@ -122,11 +156,14 @@ class EventTracker:
             was = gpus.get(index)
             if was is None:
                 was = _Gpu("ok" if first else GONE, None, mask)
-            state, job, throttle = was
+            state, job, throttle, board = was
+            board = _board_events(f, index, g.uuid, g.info, g.model, board, out)
+            if was.board != board:
+                was = was._replace(board=board)
             if g.state == state and g.job == job and (mask is None or mask == throttle):
-                if index not in gpus:
+                if gpus.get(index) is not was:
                     gpus[index] = was
-                continue  # nothing changed
+                continue  # nothing else changed
             device = gpu_device(index)
             if g.state != state:
                 out.append(_event(f, device, "gpu_state", f.ts, value=g.state))
@@ -138,7 +175,7 @@ class EventTracker:
                     out.append(_event(f, device, "job_end", f.ts, value=job))
                 if g.job:
                     out.append(_event(f, device, "job_start", f.ts, value=g.job))
-            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask)
+            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board)
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
@@ -146,7 +183,32 @@ class EventTracker:
                                   text=f"{device} is no longer in {f.node}'s frames"))
                 if was.job:  # its job cannot be seen running on it any more
                     out.append(_event(f, device, "job_end", f.ts, value=was.job))
-                gpus[index] = _Gpu(GONE, None, was.throttle)
+                gpus[index] = _Gpu(GONE, None, was.throttle, was.board)
+
+
+def _board_events(f: Frame, index: int, uuid: str, info: Mapping[str, str], model: str,
+                  was: Board | None, out: list[Event]) -> Board | None:
+    """The board the frame names in this slot, with ``gpu_identity`` / ``gpu_replaced``
+    events where it is new or changed; ``was`` where the frame names none."""
+    if was is not None and uuid == was.uuid and info.get("serial", was.serial) == was.serial \
+            and info.get("pci_bus_id", was.pci_bus_id) == was.pci_bus_id:
+        return was  # the same board (the usual case, per GPU per frame: kept cheap)
+    now = board_of(uuid, info, model)
+    if now is None or now == was:
+        return was
+    if was is not None and now.uuid == was.uuid:
+        # The same board: keep what this frame could not read (a serial read that failed).
+        now = Board(now.uuid, now.serial or was.serial, now.pci_bus_id or was.pci_bus_id,
+                    now.model or was.model)
+        if now == was:
+            return was
+    device = gpu_device(index)
+    out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
+    if was is not None and was.uuid != now.uuid:
+        out.append(_event(f, device, "gpu_replaced", f.ts, value=now.uuid, text=(
+            f"GPU {index} on {f.node}: board {was.uuid} ({was.text() or 'no serial'}) "
+            f"replaced by {now.uuid} ({now.text() or 'no serial'})")))
+    return now
 
 
 def _copy(node: _Node) -> _Node:

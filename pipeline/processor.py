@@ -36,6 +36,7 @@ nodes it gives up (``forget``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -54,7 +55,7 @@ from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +94,8 @@ class Processor(ConsumerLoop):
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
-        self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s)
+        self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s,
+                                name=self._name_board)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
@@ -301,6 +303,20 @@ class Processor(ConsumerLoop):
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
+
+
+    def _name_board(self, a: Alert) -> Alert:
+        """A GPU alert that names no board yet gets the one its slot holds (serial, UUID,
+        PCI bus id, from the frames: ``EventTracker.board``), here for every rule at once.
+        One that names one keeps it: the alert is about that board, even once replaced."""
+        index = gpu_index(a.device)
+        if a.uuid or index is None:
+            return a
+        board = self.events.board(a.cluster, a.node, index)
+        if board is None:
+            return a
+        return dataclasses.replace(a, uuid=board.uuid, serial=board.serial,
+                                   pci_bus_id=board.pci_bus_id)
 
 
 def _iso(ts: float) -> str:
