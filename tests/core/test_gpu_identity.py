@@ -166,3 +166,21 @@ def test_replayed_agent_frames_keep_the_board_and_name_conflicts_are_judged(
     else:
         assert xid["board"] == {} and replaced == []
         assert "the data names no GPU UUID" in err
+
+
+def test_the_node_page_lists_each_slots_board_and_its_replacements(tmp_path: Path) -> None:
+    from fleetwatch.dashboards import boards
+
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store)
+    processor.process([frame(T0, gpu(0), gpu(1, OLD))])
+    processor.process([frame(T0 + 3600, gpu(0), gpu(1, NEW))])
+    [g0, g1] = boards.slots(store.events(0, 2e9, node="node-0", kinds=list(boards.KINDS)))
+    assert (g0.device, g0.replaced) == ("gpu0", ())
+    assert (g1.uuid, g1.since) == (NEW[0], T0 + 3600) and NEW[1] in g1.details
+    [(when, text)] = g1.replaced
+    assert when == T0 + 3600 and OLD[1] in text
+    shown = str(boards.panel(store, "node-0", T0 + 7200).to_plotly_json())
+    assert NEW[0] in shown and OLD[0] in shown and "00000000:31:00.0" in shown
+    assert "No GPU board" in str(boards.panel(store, "node-9", T0).to_plotly_json())
+    store.close()
