@@ -184,3 +184,15 @@ def test_the_node_page_lists_each_slots_board_and_its_replacements(tmp_path: Pat
     assert NEW[0] in shown and OLD[0] in shown and "00000000:31:00.0" in shown
     assert "No GPU board" in str(boards.panel(store, "node-9", T0).to_plotly_json())
     store.close()
+
+
+def test_a_row_remap_failure_says_how_many_rows_were_remapped() -> None:
+    from fleetwatch.models.health import GpuErrors
+
+    d = GpuErrors(DetectorsConfig())
+    metrics = {"gpu_temp_c": 50.0, "gpu_row_remap_failure": 1.0, "gpu_row_remap_pending": 0.0,
+               "gpu_remapped_rows_uncorrectable": 8.0, "gpu_remapped_rows_correctable": 2.0}
+    g = GpuReading(1, OLD[0], "NVIDIA A100-SXM4-80GB", metrics)
+    [found] = [x for x in d.update([frame(T0, g)]) if x.rule == "gpu_row_remap_failure"]
+    assert found.evidence["gpu_remapped_rows_uncorrectable"] == 8.0
+    assert found.evidence["gpu_remapped_rows_correctable"] == 2.0
