@@ -41,7 +41,7 @@ from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
 from fleetwatch.frame import Frame, is_board_uuid
-from fleetwatch.pipeline.store.base import Event, gpu_device
+from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
 GONE = "gone"
@@ -58,8 +58,24 @@ class Board(NamedTuple):
     model: str
 
     def text(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in (("serial", self.serial), (
-            "PCI bus id", self.pci_bus_id), ("model", self.model)) if v)
+        return ", ".join(f"{k} {v}" for k, v in zip(_WORDS, self[1:]) if v)
+
+    @classmethod
+    def of_event(cls, e: Event) -> Board:
+        """The board a ``gpu_identity`` event names (its text parsed back; a backend that
+        keeps no text, VictoriaMetrics, gives the UUID alone)."""
+        said = dict(_said(part) for part in e.text.split(", ") if part)
+        return cls(e.value, *(said.get(w, "") for w in _WORDS))
+
+
+_WORDS = ("serial", "PCI bus id", "model")
+
+
+def _said(part: str) -> tuple[str, str]:
+    for word in _WORDS:
+        if part.startswith(word + " "):
+            return word, part[len(word) + 1:]
+    return "", ""
 
 
 def board_of(uuid: str, info: Mapping[str, str], model: str) -> Board | None:
@@ -82,6 +98,9 @@ class _Gpu(NamedTuple):
 class _Node:
     ts: float
     gpus: dict[int, _Gpu] = field(default_factory=dict)
+    # The boards the store last named in its slots (``recall``): a board met again after a
+    # restart is not new, another one in its slot is a replacement.
+    stored: dict[int, Board] = field(default_factory=dict)
 
 
 class EventTracker:
@@ -91,6 +110,23 @@ class EventTracker:
         self._nodes: dict[NodeKey, _Node] = {}
         # The nodes as they were before the last update (None: not known then), for undo().
         self._before: dict[NodeKey, _Node | None] = {}
+        self._recalled: dict[NodeKey, dict[int, Board]] = {}  # read back, not yet met
+
+    def unknown(self, frames: Iterable[Frame]) -> list[NodeKey]:
+        """Nodes of these frames this tracker has neither met nor ``recall``-ed."""
+        return sorted({(f.cluster, f.node) for f in frames} - self._nodes.keys()
+                      - self._recalled.keys())
+
+    def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event]) -> None:
+        """The boards stored for these nodes (their ``gpu_identity`` events, any order):
+        what their first frames are compared with."""
+        boards: dict[NodeKey, dict[int, Board]] = {key: {} for key in nodes}
+        for e in sorted(events, key=lambda e: e.ts):
+            index = gpu_index(e.device)
+            known = boards.get((e.cluster, e.node))
+            if e.kind == "gpu_identity" and known is not None and index is not None:
+                known[index] = Board.of_event(e)
+        self._recalled.update(boards)
 
     def update(self, frames: Iterable[Frame]) -> list[Event]:
         """The events these frames make, in frame order; the state moves past them
@@ -106,7 +142,7 @@ class EventTracker:
             if key not in self._before:
                 self._before[key] = None if node is None else _copy(node)
             if node is None:
-                node = self._nodes[key] = _Node(f.ts)
+                node = self._nodes[key] = _Node(f.ts, stored=self._recalled.pop(key, {}))
             self._changes(f, node, out)
             node.ts = f.ts
         return out
@@ -115,7 +151,9 @@ class EventTracker:
         """Forget the last ``update``: the same frames given again make the same events."""
         for key, node in self._before.items():
             if node is None:
-                self._nodes.pop(key, None)
+                gone = self._nodes.pop(key, None)
+                if gone is not None and gone.stored:  # read back again: keep what was
+                    self._recalled[key] = gone.stored
             else:
                 self._nodes[key] = node
         self._before = {}
@@ -125,6 +163,8 @@ class EventTracker:
         wanted = set(nodes)
         for key in [k for k in self._nodes if k in wanted or k[1] in wanted]:
             del self._nodes[key]
+        for key in [k for k in self._recalled if k in wanted or k[1] in wanted]:
+            del self._recalled[key]
 
     def nodes(self) -> list[NodeKey]:
         return sorted(self._nodes)
@@ -155,7 +195,7 @@ class EventTracker:
             mask = None if raw is None else int(raw)
             was = gpus.get(index)
             if was is None:
-                was = _Gpu("ok" if first else GONE, None, mask)
+                was = _Gpu("ok" if first else GONE, None, mask, node.stored.get(index))
             state, job, throttle, board = was
             board = _board_events(f, index, g.uuid, g.info, g.model, board, out)
             if was.board != board:

@@ -59,6 +59,11 @@ from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreReject
 
 log = logging.getLogger(__name__)
 
+# How far back the boards of a node met for the first time are read; fewer nodes than
+# RECALL_PER_NODE are read one by one, more in one read of the whole fleet's.
+BOARD_RECALL_S = 90 * 86400
+RECALL_PER_NODE = 16
+
 
 class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
@@ -261,6 +266,7 @@ class Processor(ConsumerLoop):
                                                  batch.generation)
             self.ownership.build(frames, batch.sources if frames is batch.frames else None)
             batch.owned = frames
+            self._recall_boards(frames)
             batch.events = self.events.update(frames) if frames else []
             batch.findings = self._findings(frames) if frames else []
         if batch.events:  # with the batch, before its commit; written again on a retry
@@ -304,6 +310,32 @@ class Processor(ConsumerLoop):
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
 
+
+    def _recall_boards(self, frames: Sequence[Frame]) -> None:
+        """The boards the store last named in the slots of nodes met for the first time
+        (a start, a partition taken over), so that a board swapped while no processor
+        watched is a ``gpu_replaced`` and a board met again is not named again. Raises
+        ``StoreError`` while the store is away (the batch is tried again)."""
+        nodes = self.events.unknown(frames)
+        if not nodes:
+            return
+        now = max(f.ts for f in frames)
+        start = now - BOARD_RECALL_S
+        kinds = ["gpu_identity"]
+        try:
+            if len(nodes) <= RECALL_PER_NODE:
+                stored = [e for c, n in nodes
+                          for e in self.store.events(start, now + 1, node=n, kinds=kinds)]
+            else:  # a start with many nodes: one read, not one a node
+                stored = self.store.events(start, now + 1, kinds=kinds)
+        except StoreError:
+            raise
+        except Exception:  # a store without events, or a bug there: boards are named anew
+            self.stats.errors += 1
+            log.exception("could not read the GPU boards stored for %d nodes; their boards "
+                          "are named again, a board swapped meanwhile is not seen", len(nodes))
+            stored = []
+        self.events.recall(nodes, stored)
 
     def _name_board(self, a: Alert) -> Alert:
         """A GPU alert that names no board yet gets the one its slot holds (serial, UUID,

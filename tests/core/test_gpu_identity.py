@@ -196,3 +196,24 @@ def test_a_row_remap_failure_says_how_many_rows_were_remapped() -> None:
     [found] = [x for x in d.update([frame(T0, g)]) if x.rule == "gpu_row_remap_failure"]
     assert found.evidence["gpu_remapped_rows_uncorrectable"] == 8.0
     assert found.evidence["gpu_remapped_rows_correctable"] == 2.0
+
+
+def test_a_board_swapped_while_no_processor_ran_is_a_replacement_and_one_met_again_is_not(
+        tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    Processor(store).process([frame(T0, gpu(0), gpu(1, OLD))])
+    store.close()
+    store = SqliteStore(path)  # a processor restarted: the slot's board is read back
+    Processor(store).process([frame(T0 + 600, gpu(0), gpu(1, OLD))])
+    assert [e.ts for e in store.events(0, 2e9, kinds=["gpu_identity"])] == [T0, T0]
+    store.close()
+    store = SqliteStore(path)  # the board was swapped during the restart
+    Processor(store).process([frame(T0 + 1200, gpu(0), gpu(1, NEW))])
+    got = [(e.ts, e.kind, e.device, e.value) for e in store.events(
+        T0 + 1, 2e9, kinds=["gpu_identity", "gpu_replaced"])]
+    assert got == [(T0 + 1200, "gpu_identity", "gpu1", NEW[0]),
+                   (T0 + 1200, "gpu_replaced", "gpu1", NEW[0])]
+    [replaced] = store.events(T0 + 1, 2e9, kinds=["gpu_replaced"])
+    assert OLD[1] in replaced.text  # the old board's serial, read back from the store
+    store.close()
