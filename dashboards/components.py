@@ -19,7 +19,7 @@ from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, gpu_index
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board_text, gpu_index
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
        ("Energy", "/energy"))
@@ -225,10 +225,11 @@ def evidence_text(a: Alert) -> str:
     """What the alert's value means: its evidence with the unit in each name, as
     ``fleetwatch alerts`` prints it (``temp_c=96, slowdown_c=87``). The bare value only
     when the rule left no evidence: a throttle bitmask is not a temperature."""
+    ident = board_text(a)
     if a.evidence:
-        return ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                         for k, v in sorted(a.evidence.items()))
-    return f"value={a.value:.4g}"
+        return ", ".join([f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                          for k, v in sorted(a.evidence.items())] + ([ident] if ident else []))
+    return f"value={a.value:.4g}" + (f", {ident}" if ident else "")
 
 
 def notes(alerts: Sequence[Alert], silences: Sequence[Silence],

@@ -11,7 +11,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import components, figures, timerange
+from fleetwatch.dashboards import boards, components, figures, timerange
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
@@ -72,6 +72,13 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
             html.Div(className="panel-head", children=[html.H2("Alerts on this node")]),
             html.Div(id="node-alerts"),
         ]),
+        html.Section(className="panel", children=[
+            html.Div(className="panel-head", children=[
+                html.H2("GPU boards"),
+                html.Span("serial, UUID and PCI bus id in each slot; replacements",
+                          className="panel-hint")]),
+            html.Div(id="node-boards"),
+        ]),
     ])
 
 
@@ -93,7 +100,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     """``temp_limit_c``: the site's temperature limit, drawn on the temperature panel (else
     the GPUs' slowdown temperature)."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
-               Output("node-alerts", "children"), Output("node-updated", "children")]
+               Output("node-alerts", "children"), Output("node-updated", "children"),
+               Output("node-boards", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
     outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
@@ -109,6 +117,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         try:
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+            board_panel = boards.panel(store, node, now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
@@ -134,7 +143,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         table = components.alert_table(
             view.alerts, now, "node-alert-table", rng=rng, muted=muted,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
-        return (title, notice, table, components.updated_stamp(now), *figs,
+        return (title, notice, table, components.updated_stamp(now), board_panel, *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")

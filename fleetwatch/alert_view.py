@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.silences import mute, not_in_alertmanager
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
 
 _STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
@@ -77,7 +77,7 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
             "cluster": a.cluster, "rack": a.rack, "node": a.node, "device": a.device,
             "started_ts": a.started_ts, "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts,
             "updated_ts": a.updated_ts, "value": a.value, "message": a.message,
-            "evidence": dict(a.evidence), "action": a.action,
+            "evidence": dict(a.evidence), "action": a.action, "board": board(a),
             "acked_by": ack.by if ack else None,
             "muted": mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""}
 
@@ -96,6 +96,8 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
         if a.evidence:
             out.append("    evidence: " + ", ".join(f"{k}={v:.4g}" for k, v in
                                                    sorted(a.evidence.items())))
+        if board_text(a):
+            out.append(f"    board: {board_text(a)}")
         if a.action:
             out.append(f"    action: {a.action}")
         muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""

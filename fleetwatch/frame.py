@@ -66,6 +66,12 @@ class Frame:
         return None
 
 
+def is_board_uuid(uuid: str) -> bool:
+    """A UUID NVML read (``GPU-...``), not a stand-in: the reader's ``GPU-unknown-N`` for a
+    GPU it could not open, a replay's ``node/gpuN`` for files that carry none."""
+    return uuid.startswith(("GPU-", "MIG-")) and not uuid.startswith("GPU-unknown-")
+
+
 _new = object.__new__
 _gpu_slots = tuple(GpuReading.__dict__[name].__set__ for name in (
     "index", "uuid", "model", "metrics", "job", "state", "xids", "info"))

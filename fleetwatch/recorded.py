@@ -82,6 +82,7 @@ the file's name without its extension) and, for a GPU metric, GPU
 
 from __future__ import annotations
 
+import bisect
 import csv
 import functools
 import gzip
@@ -141,6 +142,17 @@ class Reading:
     places: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (cluster, rack)
     jobs: dict[tuple[float, str, int], str] = field(default_factory=dict)  # (ts, node, gpu)
     models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> name
+    # (node, gpu) -> (since, UUID, info: serial, pci_bus_id) at each change of the board,
+    # in time order, where the files name it (the agent's JSON frames); elsewhere a GPU is
+    # "node/gpuN", a stand-in.
+    boards: dict[tuple[str, int], list[tuple[float, str, dict[str, str]]]] = field(
+        default_factory=dict)
+
+    def board(self, ts: float, node: str, gpu: int, uuid: str, info: dict[str, str]) -> None:
+        """The board a frame names in a GPU slot; kept where it changes."""
+        seen = self.boards.setdefault((node, gpu), [])
+        if not seen or seen[-1][1:] != (uuid, info):
+            seen.append((ts, uuid, info))
     # (ts, node) -> the GPUs of that frame read as lost (see _mark_lost)
     lost: dict[tuple[float, str], set[int]] = field(default_factory=lambda: defaultdict(set))
     bad_rows: int = 0
@@ -424,12 +436,24 @@ def frames(reading: Reading, model: str = "",
         events = xids.get((ts, node), {})
         lost = reading.lost.get((ts, node), set())
         indices = sorted(node_gpus[node] | lost)
-        gpus = tuple([GpuReading(i, f"{node}/gpu{i}", reading.models.get((node, i), model),
+        gpus = tuple([GpuReading(i, uuid, reading.models.get((node, i), model),
                                  dict(per_gpu.get(i, {})),
                                  job=None if i in lost else reading.jobs.get((ts, node, i)),
-                                 state="lost" if i in lost else "ok", xids=events.get(i, ()))
-                      for i in indices])
+                                 state="lost" if i in lost else "ok", xids=events.get(i, ()),
+                                 info=info)
+                      for i in indices for uuid, info in [_board(reading, ts, node, i)]])
         cluster, rack = reading.places.get(node, ("replay", "unknown"))
         by_ts[ts].append(Frame(cluster, rack, node, ts, gpus,
                                HostReading(dict(per_gpu.get(None, {})))))
     return [by_ts[ts] for ts in sorted(by_ts)]
+
+
+def _board(reading: Reading, ts: float, node: str, gpu: int) -> tuple[str, dict[str, str]]:
+    """The GPU's UUID and info as the files name them at ``ts`` (the board named last
+    before, else the first named: a frame where the GPU is read as lost names none), else
+    a stand-in UUID and none."""
+    seen = reading.boards.get((node, gpu))
+    if not seen:
+        return f"{node}/gpu{gpu}", {}
+    at = max(bisect.bisect_right(seen, ts, key=lambda s: s[0]) - 1, 0)
+    return seen[at][1], seen[at][2]

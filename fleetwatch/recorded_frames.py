@@ -4,8 +4,9 @@
 
 Each line is a JSON object as the agent prints it: ``ts`` (epoch seconds), ``node``,
 ``cluster`` and ``rack`` (else ``--cluster``/``--rack``), ``gpus`` (each with ``index``,
-``metrics`` by catalogue name in the catalogue's unit, ``job``, ``model``, ``xids``), and
-``host`` (``metrics``). Other keys (``seq``, ``v``, a GPU's ``uuid``, ``info`` and
+``metrics`` by catalogue name in the catalogue's unit, ``job``, ``model``, ``xids``, and the
+board: ``uuid`` and ``info``'s ``serial`` and ``pci_bus_id``), and ``host`` (``metrics``).
+Other keys (``seq``, ``v``, a GPU's other ``info`` and its
 ``state``, the host's NIC and InfiniBand ``ports``) are not replayed: a GPU that fell off
 the bus is read as the other layouts read it, from its samples stopping (the summary says
 how many port readings were passed over). A line that is not such an object, a metric the
@@ -23,6 +24,7 @@ from typing import Any
 from fleetwatch.catalogue import catalogue
 from fleetwatch.recorded import Reading, _value, xid_code
 
+BOARD_INFO = ("serial", "pci_bus_id")  # what of a GPU's ``info`` names its board
 MAX_LINES = 100_000  # lines one object may span (a pretty-printed frame of 8 GPUs: ~450)
 
 
@@ -82,7 +84,9 @@ def read_frames(p: Path, lines: Iterable[str], out: Reading, skip: bool, cluster
         if node not in out.places:
             out.places[node] = (str(frame.get("cluster") or cluster),
                                 str(frame.get("rack") or rack))
-        for index, metrics, job, model, xids in gpus:
+        for index, metrics, job, model, xids, board in gpus:
+            if board is not None:
+                out.board(ts, node, index, *board)
             if job:
                 out.jobs[(ts, node, index)] = job
             if model:
@@ -113,7 +117,8 @@ def _list(value: Any, where: str) -> list[Any]:
     return value
 
 
-def _gpu(g: Any) -> tuple[int, dict[str, float], str, str, list[int]]:
+def _gpu(g: Any) -> tuple[int, dict[str, float], str, str, list[int],
+                         tuple[str, dict[str, str]] | None]:
     if not isinstance(g, dict):
         raise ValueError("gpus: an entry is not an object")
     index = g.get("index")
@@ -123,7 +128,16 @@ def _gpu(g: Any) -> tuple[int, dict[str, float], str, str, list[int]]:
     if not isinstance(job, str) or not isinstance(model, str):
         raise ValueError(f"GPU {index}: job and model must be text")
     xids = [xid_code(str(x)) for x in _list(g.get("xids") or [], f"GPU {index} xids")]
-    return index, _metrics(g.get("metrics") or {}, "gpu", index), job, model, xids
+    return index, _metrics(g.get("metrics") or {}, "gpu", index), job, model, xids, _board(g)
+
+
+def _board(g: dict[str, Any]) -> tuple[str, dict[str, str]] | None:
+    """The board's UUID, serial and PCI bus id as the agent wrote them (None: no UUID)."""
+    uuid, info = g.get("uuid"), g.get("info")
+    if not isinstance(uuid, str) or not uuid.strip():
+        return None
+    info = info if isinstance(info, dict) else {}
+    return uuid.strip(), {k: info[k] for k in BOARD_INFO if isinstance(info.get(k), str)}
 
 
 def _metrics(raw: Any, scope: str, index: int | None) -> dict[str, float]:

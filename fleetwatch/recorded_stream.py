@@ -99,7 +99,7 @@ class Stream:
             part.xids[key] = out.xids.pop(key)
         for key in [k for k in out.jobs if k[0] < upto]:
             part.jobs[key] = out.jobs.pop(key)
-        part.models, part.places = out.models, out.places
+        part.models, part.places, part.boards = out.models, out.places, out.boards
         # Every GPU a node shows within the window ahead is listed from now on.
         for (_, node), per_gpu in out.samples.items():
             self.known[node].update(g for g in per_gpu if g is not None)

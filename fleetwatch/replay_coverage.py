@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.models import Detector
 from fleetwatch.parts import thermal_limits_c
 
@@ -96,6 +96,7 @@ class Reach:
     rack: bool = False            # rack_cooling: many GPUs on two or more nodes of a rack
     xid: bool = False             # reads XID events: the data must carry them
     never: str = ""               # what no recording carries
+    uuid: bool = False            # compares GPU UUIDs: the data must name them
 
 
 _THERMAL_PEERS = Reach(peers="min_peers", same_job=True)
@@ -121,8 +122,9 @@ REACH: dict[str, Reach] = {
     # A recording has no GPU state: a GPU is read as lost where its samples stop while
     # another GPU of its node goes on (fleetwatch.recorded_ticks.mark_lost).
     "gpu_lost": Reach(peers=1),
-    # Two agents under one name show two sets of GPU UUIDs; a recording has none.
-    "node_name_conflict": Reach(never="recorded files carry no GPU identity (UUID)"),
+    # Two agents under one name show two sets of GPU UUIDs: only the agent's JSON frames
+    # name them (fleetwatch.recorded_frames); other files have none.
+    "node_name_conflict": Reach(uuid=True),
 }
 TEMP, SLOW, SHUT = "gpu_temp_c", "gpu_slowdown_temp_c", "gpu_shutdown_temp_c"
 EXAMPLE_MODEL = "NVIDIA H100 80GB HBM3"
@@ -285,6 +287,8 @@ def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel:
         if not (g.metrics or g.xids or g.state != "ok"):
             continue  # no sample of this GPU in this tick: nothing to judge, nothing lacked
         why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
+        if not why and r.uuid and not is_board_uuid(g.uuid):
+            why = "uuid"
         if why:
             fails[why] = fails.get(why, 0) + 1
         else:
@@ -316,6 +320,9 @@ def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[
     what = " and ".join(metrics) or "a sample"
     if why == "never":
         return r.never
+    if why == "uuid":
+        return ("the data names no GPU UUID (only the agent's JSON frames do: "
+                "fleetwatch agent --json)")
     if why == "metrics":
         if lacked:
             return f"lacked {', '.join(lacked)}"

@@ -236,6 +236,8 @@ class GpuErrors(WaveDetector):
                                "its node does (fallen off the bus?)", "critical", 0.0, v,
                                "Drain the node and reboot it; check the GPU's PCIe slot and "
                                "power if it repeats")
+        if rule in ("gpu_row_remap_pending", "gpu_row_remap_failure"):
+            v = {**v, **_remapped_rows(f, g)}  # how many rows: what an RMA ticket asks
         if rule == "gpu_row_remap_pending":
             return gpu_finding(f, g, rule, 1.0, f"{where}: a memory row remap waits for a GPU "
                                "reset", "warning", 0.0, v,
@@ -479,3 +481,14 @@ class NodeSilence:
 
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
+
+
+REMAPPED_ROWS = ("gpu_remapped_rows_uncorrectable", "gpu_remapped_rows_correctable")
+
+
+def _remapped_rows(f: Frame, g: int) -> dict[str, float]:
+    """The GPU's remapped-row counts in this frame (NVML's nvmlDeviceGetRemappedRows), where
+    read."""
+    gpu = f.gpu(g)
+    metrics = gpu.metrics if gpu is not None else {}
+    return {m: metrics[m] for m in REMAPPED_ROWS if m in metrics}

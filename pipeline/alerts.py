@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
@@ -80,7 +80,8 @@ class _Meta:
 class AlertBook:
     def __init__(self, active: Iterable[Alert] = (),
                  requirements: Mapping[str, Sequence[str]] | None = None,
-                 refresh_s: float = REFRESH_S, keep_firing_s: float = 0.0) -> None:
+                 refresh_s: float = REFRESH_S, keep_firing_s: float = 0.0,
+                 name: Callable[[Alert], Alert] | None = None) -> None:
         if not keep_firing_s >= 0:  # NaN fails too
             raise ValueError(f"keep_firing_s {keep_firing_s!r}: must be 0 or more seconds")
         self.keep_firing_s = keep_firing_s
@@ -88,6 +89,9 @@ class AlertBook:
         # judged whenever their subject's device is in a frame.
         self.requirements = {r: tuple(m) for r, m in (requirements or {}).items()}
         self.refresh_s = refresh_s
+        # Fills in what the frames know of an alert's subject (the GPU board: the processor's
+        # ``_name_board``); given each alert a step makes.
+        self.name = name
         self._open: dict[Key, Alert] = {}
         self._meta: dict[Key, _Meta] = {}
         # The state the last ``observe`` computed, taken over by ``apply`` of its changes.
@@ -167,6 +171,8 @@ class AlertBook:
                 if finding is None and not self._judged(key, ts, by_node, frames):
                     continue
                 alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
+                if alert is not None and self.name is not None:
+                    alert = self.name(alert)
                 if alert is None:
                     if m is not None:  # still firing, but clear since m.clear_since
                         meta[key] = m

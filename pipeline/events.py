@@ -15,6 +15,13 @@ I/O, no clock; the processor writes the events with the batch.
   in a state other than ok is an event too.
 * ``throttle``: the ``gpu_throttle_reasons`` bitmask changed; ``code`` the
   new mask, ``text`` its flags' names.
+* ``gpu_identity``: the board in a GPU slot as the frame names it (``value`` its
+  UUID, ``text`` its serial, PCI bus id and model), at the first frame with the
+  GPU's UUID (of the tracker: a processor's start, a partition taken over) and
+  whenever any of them changes. A frame without the UUID (NVML could not read it)
+  changes nothing. ``board(...)`` gives the last one, for alerts to name it.
+* ``gpu_replaced``: the UUID in a GPU slot changed: another board is there
+  (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting.
 * ``job_start`` / ``job_end``: the job on a GPU changed (``value``: the job
   id). A job already running when a GPU is first seen (a processor just
   started, or a partition just assigned) starts at that frame: a reader
@@ -28,18 +35,54 @@ revoked, so that a rebalance does not leave a stale baseline behind.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
-from fleetwatch.frame import Frame
-from fleetwatch.pipeline.store.base import Event, gpu_device
+from fleetwatch.frame import Frame, is_board_uuid
+from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
 GONE = "gone"
 
 NodeKey = tuple[str, str]  # (cluster, node)
+
+
+class Board(NamedTuple):
+    """The board in a GPU slot: what an RMA asks for ("" where the frame had none)."""
+
+    uuid: str
+    serial: str
+    pci_bus_id: str
+    model: str
+
+    def text(self) -> str:
+        return ", ".join(f"{k} {v}" for k, v in zip(_WORDS, self[1:]) if v)
+
+    @classmethod
+    def of_event(cls, e: Event) -> Board:
+        """The board a ``gpu_identity`` event names (its text parsed back; a backend that
+        keeps no text, VictoriaMetrics, gives the UUID alone)."""
+        said = dict(_said(part) for part in e.text.split(", ") if part)
+        return cls(e.value, *(said.get(w, "") for w in _WORDS))
+
+
+_WORDS = ("serial", "PCI bus id", "model")
+
+
+def _said(part: str) -> tuple[str, str]:
+    for word in _WORDS:
+        if part.startswith(word + " "):
+            return word, part[len(word) + 1:]
+    return "", ""
+
+
+def board_of(uuid: str, info: Mapping[str, str], model: str) -> Board | None:
+    if not is_board_uuid(uuid):
+        return None
+    return Board(uuid, info.get("serial", ""), info.get("pci_bus_id", ""),
+                 "" if model == "unknown" else model)
 
 
 class _Gpu(NamedTuple):
@@ -48,12 +91,16 @@ class _Gpu(NamedTuple):
     state: str
     job: str | None
     throttle: int | None
+    board: Board | None = None
 
 
 @dataclass
 class _Node:
     ts: float
     gpus: dict[int, _Gpu] = field(default_factory=dict)
+    # The boards the store last named in its slots (``recall``): a board met again after a
+    # restart is not new, another one in its slot is a replacement.
+    stored: dict[int, Board] = field(default_factory=dict)
 
 
 class EventTracker:
@@ -63,6 +110,23 @@ class EventTracker:
         self._nodes: dict[NodeKey, _Node] = {}
         # The nodes as they were before the last update (None: not known then), for undo().
         self._before: dict[NodeKey, _Node | None] = {}
+        self._recalled: dict[NodeKey, dict[int, Board]] = {}  # read back, not yet met
+
+    def unknown(self, frames: Iterable[Frame]) -> list[NodeKey]:
+        """Nodes of these frames this tracker has neither met nor ``recall``-ed."""
+        return sorted({(f.cluster, f.node) for f in frames} - self._nodes.keys()
+                      - self._recalled.keys())
+
+    def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event]) -> None:
+        """The boards stored for these nodes (their ``gpu_identity`` events, any order):
+        what their first frames are compared with."""
+        boards: dict[NodeKey, dict[int, Board]] = {key: {} for key in nodes}
+        for e in sorted(events, key=lambda e: e.ts):
+            index = gpu_index(e.device)
+            known = boards.get((e.cluster, e.node))
+            if e.kind == "gpu_identity" and known is not None and index is not None:
+                known[index] = Board.of_event(e)
+        self._recalled.update(boards)
 
     def update(self, frames: Iterable[Frame]) -> list[Event]:
         """The events these frames make, in frame order; the state moves past them
@@ -78,7 +142,7 @@ class EventTracker:
             if key not in self._before:
                 self._before[key] = None if node is None else _copy(node)
             if node is None:
-                node = self._nodes[key] = _Node(f.ts)
+                node = self._nodes[key] = _Node(f.ts, stored=self._recalled.pop(key, {}))
             self._changes(f, node, out)
             node.ts = f.ts
         return out
@@ -87,7 +151,9 @@ class EventTracker:
         """Forget the last ``update``: the same frames given again make the same events."""
         for key, node in self._before.items():
             if node is None:
-                self._nodes.pop(key, None)
+                gone = self._nodes.pop(key, None)
+                if gone is not None and gone.stored:  # read back again: keep what was
+                    self._recalled[key] = gone.stored
             else:
                 self._nodes[key] = node
         self._before = {}
@@ -97,9 +163,17 @@ class EventTracker:
         wanted = set(nodes)
         for key in [k for k in self._nodes if k in wanted or k[1] in wanted]:
             del self._nodes[key]
+        for key in [k for k in self._recalled if k in wanted or k[1] in wanted]:
+            del self._recalled[key]
 
     def nodes(self) -> list[NodeKey]:
         return sorted(self._nodes)
+
+    def board(self, cluster: str, node: str, index: int) -> Board | None:
+        """The board last seen in this GPU slot (None: no frame has named it)."""
+        known = self._nodes.get((cluster, node))
+        gpu = known.gpus.get(index) if known is not None else None
+        return gpu.board if gpu is not None else None
 
     @staticmethod
     def _xids(f: Frame, out: list[Event]) -> None:
@@ -121,12 +195,15 @@ class EventTracker:
             mask = None if raw is None else int(raw)
             was = gpus.get(index)
             if was is None:
-                was = _Gpu("ok" if first else GONE, None, mask)
-            state, job, throttle = was
+                was = _Gpu("ok" if first else GONE, None, mask, node.stored.get(index))
+            state, job, throttle, board = was
+            board = _board_events(f, index, g.uuid, g.info, g.model, board, out)
+            if was.board != board:
+                was = was._replace(board=board)
             if g.state == state and g.job == job and (mask is None or mask == throttle):
-                if index not in gpus:
+                if gpus.get(index) is not was:
                     gpus[index] = was
-                continue  # nothing changed
+                continue  # nothing else changed
             device = gpu_device(index)
             if g.state != state:
                 out.append(_event(f, device, "gpu_state", f.ts, value=g.state))
@@ -138,7 +215,7 @@ class EventTracker:
                     out.append(_event(f, device, "job_end", f.ts, value=job))
                 if g.job:
                     out.append(_event(f, device, "job_start", f.ts, value=g.job))
-            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask)
+            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board)
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
@@ -146,7 +223,32 @@ class EventTracker:
                                   text=f"{device} is no longer in {f.node}'s frames"))
                 if was.job:  # its job cannot be seen running on it any more
                     out.append(_event(f, device, "job_end", f.ts, value=was.job))
-                gpus[index] = _Gpu(GONE, None, was.throttle)
+                gpus[index] = _Gpu(GONE, None, was.throttle, was.board)
+
+
+def _board_events(f: Frame, index: int, uuid: str, info: Mapping[str, str], model: str,
+                  was: Board | None, out: list[Event]) -> Board | None:
+    """The board the frame names in this slot, with ``gpu_identity`` / ``gpu_replaced``
+    events where it is new or changed; ``was`` where the frame names none."""
+    if was is not None and uuid == was.uuid and info.get("serial", was.serial) == was.serial \
+            and info.get("pci_bus_id", was.pci_bus_id) == was.pci_bus_id:
+        return was  # the same board (the usual case, per GPU per frame: kept cheap)
+    now = board_of(uuid, info, model)
+    if now is None or now == was:
+        return was
+    if was is not None and now.uuid == was.uuid:
+        # The same board: keep what this frame could not read (a serial read that failed).
+        now = Board(now.uuid, now.serial or was.serial, now.pci_bus_id or was.pci_bus_id,
+                    now.model or was.model)
+        if now == was:
+            return was
+    device = gpu_device(index)
+    out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
+    if was is not None and was.uuid != now.uuid:
+        out.append(_event(f, device, "gpu_replaced", f.ts, value=now.uuid, text=(
+            f"GPU {index} on {f.node}: board {was.uuid} ({was.text() or 'no serial'}) "
+            f"replaced by {now.uuid} ({now.text() or 'no serial'})")))
+    return now
 
 
 def _copy(node: _Node) -> _Node:

@@ -36,6 +36,7 @@ nodes it gives up (``forget``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -54,9 +55,14 @@ from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
 
 log = logging.getLogger(__name__)
+
+# How far back the boards of a node met for the first time are read; fewer nodes than
+# RECALL_PER_NODE are read one by one, more in one read of the whole fleet's.
+BOARD_RECALL_S = 90 * 86400
+RECALL_PER_NODE = 16
 
 
 class AlertHook(Protocol):
@@ -93,7 +99,8 @@ class Processor(ConsumerLoop):
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
-        self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s)
+        self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s,
+                                name=self._name_board)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
@@ -259,6 +266,7 @@ class Processor(ConsumerLoop):
                                                  batch.generation)
             self.ownership.build(frames, batch.sources if frames is batch.frames else None)
             batch.owned = frames
+            self._recall_boards(frames)
             batch.events = self.events.update(frames) if frames else []
             batch.findings = self._findings(frames) if frames else []
         if batch.events:  # with the batch, before its commit; written again on a retry
@@ -301,6 +309,46 @@ class Processor(ConsumerLoop):
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.alerts_changed += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
+
+
+    def _recall_boards(self, frames: Sequence[Frame]) -> None:
+        """The boards the store last named in the slots of nodes met for the first time
+        (a start, a partition taken over), so that a board swapped while no processor
+        watched is a ``gpu_replaced`` and a board met again is not named again. Raises
+        ``StoreError`` while the store is away (the batch is tried again)."""
+        nodes = self.events.unknown(frames)
+        if not nodes:
+            return
+        now = max(f.ts for f in frames)
+        start = now - BOARD_RECALL_S
+        kinds = ["gpu_identity"]
+        try:
+            if len(nodes) <= RECALL_PER_NODE:
+                stored = [e for c, n in nodes
+                          for e in self.store.events(start, now + 1, node=n, kinds=kinds)]
+            else:  # a start with many nodes: one read, not one a node
+                stored = self.store.events(start, now + 1, kinds=kinds)
+        except StoreError:
+            raise
+        except Exception:  # a store without events, or a bug there: boards are named anew
+            self.stats.errors += 1
+            log.exception("could not read the GPU boards stored for %d nodes; their boards "
+                          "are named again, a board swapped meanwhile is not seen", len(nodes))
+            stored = []
+        self.events.recall(nodes, stored)
+
+    def _name_board(self, a: Alert) -> Alert:
+        """A GPU alert that names no board yet gets the one its slot holds (serial, UUID,
+        PCI bus id, from the frames: ``EventTracker.board``), here for every rule at once.
+        One that names one keeps it: the alert is about that board, even once replaced."""
+        index = gpu_index(a.device)
+        if a.uuid or index is None:
+            return a
+        board = self.events.board(a.cluster, a.node, index)
+        if board is None:
+            return a
+        return dataclasses.replace(a, uuid=board.uuid, serial=board.serial,
+                                   pci_bus_id=board.pci_bus_id)
 
 
 def _iso(ts: float) -> str:

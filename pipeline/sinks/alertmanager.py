@@ -44,7 +44,7 @@ from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,11 @@ def am_annotations(alert: Alert) -> dict[str, str]:
         out["evidence"] = evidence
     if alert.action:
         out["action"] = alert.action
+    # The board as annotations, not labels: a label that changes with the board would
+    # split Alertmanager's groups and break silences on a slot.
+    out.update(board(alert))
+    if board_text(alert):
+        out["description"] += f"; board: {board_text(alert)}"
     return out
 
 

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from fleetwatch.pipeline.silences import Notice, labels
+from fleetwatch.pipeline.store.base import board
 
 
 class SinkError(RuntimeError):
@@ -64,6 +65,7 @@ def change_json(notice: Notice) -> dict[str, Any]:
         "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
         "labels": labels(a),
         "message": a.message, "value": a.value, "evidence": dict(a.evidence),
+        "board": board(a),
         "action": a.action,
         "started": iso(a.started_ts), "started_ts": a.started_ts,
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,

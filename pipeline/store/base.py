@@ -66,6 +66,24 @@ class Alert:
     # The values that triggered it (metric or quantity name -> number) and what to do.
     evidence: Mapping[str, float] = field(default_factory=dict)
     action: str = ""
+    # The board a GPU alert is about, as its frames named it when the alert opened (what
+    # an RMA asks for; empty where the agent could not read it, and for node and rack
+    # alerts): a board replaced in the slot later does not rename it.
+    uuid: str = ""
+    serial: str = ""
+    pci_bus_id: str = ""
+
+
+def board(a: Alert) -> dict[str, str]:
+    """The GPU board an alert names, as sinks and views show it: serial, uuid, pci_bus_id
+    (each only where known; empty for node and rack alerts)."""
+    return {k: v for k, v in (("serial", a.serial), ("uuid", a.uuid),
+                              ("pci_bus_id", a.pci_bus_id)) if v}
+
+
+def board_text(a: Alert) -> str:
+    """``serial=1650..., uuid=GPU-..., pci_bus_id=00000000:31:00.0``, or "" if none."""
+    return ", ".join(f"{k}={v}" for k, v in board(a).items())
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +106,10 @@ class Event:
     kind: ``xid`` (``code`` is the XID), ``gpu_state`` (``value`` the new state:
     ok, lost, ...), ``throttle`` (``code`` the new NVML clocks-event bitmask),
     ``job_start`` / ``job_end`` (``value`` the job id), ``node_state``
-    (``value``: silent, back). ``value`` holds only bounded, enumerable text
+    (``value``: silent, back), ``gpu_identity`` (``value`` the board's UUID, ``text`` its
+    serial, PCI bus id and model: the first frame a processor sees of a GPU, and each
+    change) and ``gpu_replaced`` (``value`` the new board's UUID, ``text`` the old and
+    new boards: the UUID in a GPU slot changed). ``value`` holds only bounded, enumerable text
     (a state name, a job id); ``text`` holds free text (a kernel log line) and
     is never made a series label.
     """

@@ -33,8 +33,11 @@ EVENT_MEASUREMENT = "fleetwatch_event"
 # Alert states as numbers: a field must be a number to live in VictoriaMetrics.
 STATE_CODES = {"pending": 0, "firing": 1, "resolved": 2}
 STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
-# The alert's identity and its bounded attributes: one series per alert life.
-ALERT_TAGS = ("id", "rule", "severity", "cluster", "rack", "node", "device")
+# The alert's identity and its bounded attributes: one series per alert life. The GPU board
+# (uuid, serial, pci_bus_id) is named once per life, so as tags it adds no series, and
+# VictoriaMetrics, which keeps no text fields, keeps it too.
+ALERT_TAGS = ("id", "rule", "severity", "cluster", "rack", "node", "device", "uuid", "serial",
+              "pci_bus_id")
 EVENT_TAGS = ("kind", "cluster", "rack", "node", "device", "code", "value")
 # A mapping field's keys become fields named "<field>:<key>" (":" is valid in metric names).
 MAP_SEP = ":"

@@ -27,7 +27,10 @@ Reads, with the SQLite store's semantics:
   ``text`` (a kernel-log line) is not kept: the reader gets it empty.
 * alerts keep their message and action nowhere (text is never a label):
   the reader gets a message rendered from the rule, place, value and
-  evidence (``lprecords.render_message``) and an empty action.
+  evidence (``lprecords.render_message``) and an empty action. The GPU
+  board an alert names (uuid, serial, pci_bus_id) is kept, as labels fixed
+  for the alert's life; a ``gpu_identity`` event keeps the board's UUID
+  (its value) but not its serial (text).
 * ``silences`` and ``acks``: lines of ``fleetwatch_silence`` and
   ``fleetwatch_ack`` at the time they were written (``lpsilences``): a
   silence's matchers are its identity and are kept exactly, as labels

@@ -83,7 +83,9 @@ def test_a_healthy_h100_at_its_power_cap_raises_nothing_and_its_changes_are_even
     first, last = recorded[0][1].ts, recorded[-1][1].ts
     assert store.alerts(("pending", "firing", "resolved")) == []
     events = [(e.kind, e.code, e.value or e.text) for e in store.events(first - 1, last + 1)]
-    assert events == [("job_start", 0, "user:root"),
+    board = recorded[0][1].gpus[0]
+    assert events[0] == ("gpu_identity", 0, board.uuid) and board.uuid.startswith("GPU-")
+    assert events[1:] == [("job_start", 0, "user:root"),
                       ("throttle", THROTTLE_FLAGS["sw_power_cap"], "sw_power_cap"),
                       ("job_end", 0, "user:root"), ("throttle", 0, ""),
                       ("throttle", THROTTLE_FLAGS["gpu_idle"], "gpu_idle")]

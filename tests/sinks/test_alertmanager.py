@@ -177,3 +177,26 @@ def test_an_acknowledged_alert_stays_active_in_alertmanager(am: Server) -> None:
         assert later["endsAt"] > first["endsAt"]
     finally:
         notifier.close()
+
+
+def test_alertmanager_gets_the_board_as_annotations_and_groups_by_the_slot(
+        am: Server, tmp_path: Path) -> None:
+    """An RMA needs the board's serial, UUID and PCI bus id: annotations, so that the
+    labels Alertmanager groups and silences by stay the slot's."""
+    from dataclasses import replace
+
+    node = f"node-am-board-{time.time_ns()}"
+    notifier = Notifier([AlertmanagerSink(f"http://{am.address}", resend_s=60)],
+                        background=False)
+    processor = Processor(tmp_store(tmp_path), [GpuTemperatureLimit(85, for_s=0)],
+                          notify=notifier.send)
+    info = {"serial": "1650123456789", "pci_bus_id": "00000000:31:00.0"}
+    f = frame(time.time() - 60, [60, 95], node=node)
+    board = replace(f.gpus[1], uuid="GPU-1f2e3d4c-0000-1111-2222-333344445555", info=info)
+    processor.process([replace(f, gpus=(f.gpus[0], board))])
+    (got,) = wait_for(lambda: am_alerts(am, node))
+    assert "uuid" not in got["labels"] and got["labels"]["device"] == "gpu1"
+    ann = got["annotations"]
+    assert (ann["serial"], ann["uuid"], ann["pci_bus_id"]) == (
+        "1650123456789", "GPU-1f2e3d4c-0000-1111-2222-333344445555", "00000000:31:00.0")
+    assert "board: serial=1650123456789" in ann["description"]

@@ -137,7 +137,9 @@ def test_alerts_round_trip_through_their_lifecycle(backend: Backend) -> None:
     store = backend.store
     pending = _alert(cluster, "pending", now - 60)
     firing = _alert(cluster, "firing", now - 30, fired_ts=now - 30, value=92.5,
-                    message="GPU 3 on node-0 at 92 °C, limit 85 °C")
+                    message="GPU 3 on node-0 at 92 °C, limit 85 °C",
+                    uuid="GPU-1f2e3d4c-0000-1111-2222-333344445555", serial="1650123456789",
+                    pci_bus_id="00000000:31:00.0")  # the board: kept by every backend
     other = _alert(cluster, "pending", now - 10, id=f"power/{cluster}/host/2", rule="power",
                    severity="warning", device="host", message="a, b=c d")
     store.write_alerts([pending])
@@ -151,7 +153,8 @@ def test_alerts_round_trip_through_their_lifecycle(backend: Backend) -> None:
     assert sorted(active(), key=lambda a: a.id) == sorted([kept(firing), kept(other)],
                                                           key=lambda a: a.id)
     resolved = _alert(cluster, "resolved", now - 5, fired_ts=now - 30, resolved_ts=now - 5,
-                      value=92.5, message=firing.message)
+                      value=92.5, message=firing.message, uuid=firing.uuid,
+                      serial=firing.serial, pci_bus_id=firing.pci_bus_id)
     store.write_alerts([resolved])
     backend.settle()
     assert active() == [kept(other)]

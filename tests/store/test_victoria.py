@@ -123,7 +123,9 @@ def test_alert_and_event_text_is_never_a_label(victoria: Server) -> None:
     store = VictoriaMetricsStore(f"http://{victoria.address}")
     alert = Alert("gpu_temp/node-0/gpu3/1", "gpu_temp", "critical", cluster, "rack-0", "node-0",
                   "gpu3", "firing", now - 60, now - 60, 91.0, "GPU 3 at 91 °C",
-                  evidence={"gpu_temp_c": 91.0}, action="drain the node")
+                  evidence={"gpu_temp_c": 91.0}, action="drain the node",
+                  uuid="GPU-1f2e3d4c-0000-1111-2222-333344445555", serial="1650123456789",
+                  pci_bus_id="00000000:31:00.0")  # the board: a tag, the same all its life
     for k in range(3):
         store.write_alerts([dataclasses.replace(alert, updated_ts=now - 60 + k, value=91.0 + k,
                                                 message=f"GPU 3 at {91 + k} °C")])
