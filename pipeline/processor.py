@@ -28,7 +28,8 @@ partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
 another member, and every detector's optional ``expect(nodes)`` with the
 nodes of partitions taken over that have not sent a frame yet (``NodeSilence``
-reports the ones that stay silent). A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
+reports the ones that stay silent), and its optional ``adopt(alerts)`` with the open
+alerts loaded for the nodes it now owns. A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
 follows them too: it gets each batch's stored alert changes (``send``), the
 open alerts loaded for nodes this member takes over (``adopt``) and the
 nodes it gives up (``forget``).
@@ -113,8 +114,12 @@ class Processor(ConsumerLoop):
         if notifier is not None:
             drops.append(notifier.forget)
         expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
-        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops],
-                                   [notifier.adopt] if notifier is not None else [], expects)
+        # Open alerts loaded from the store go to the notifier and to every detector with
+        # an ``adopt`` (the XID detector carries on an open XID alert after a restart).
+        adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
+        if notifier is not None:
+            adopts.append(notifier.adopt)
+        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects)
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
