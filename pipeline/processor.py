@@ -28,11 +28,12 @@ partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
 another member, and every detector's optional ``expect(nodes)`` with the
 nodes of partitions taken over that have not sent a frame yet (``NodeSilence``
-reports the ones that stay silent), and its optional ``adopt(alerts)`` with the open
-alerts loaded for the nodes it now owns. A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
-follows them too: it gets each batch's stored alert changes (``send``), the
-open alerts loaded for nodes this member takes over (``adopt``) and the
-nodes it gives up (``forget``).
+reports the ones that stay silent), its optional ``adopt(alerts)`` with the open
+alerts loaded for the nodes it now owns, and its optional ``use_events(reader)`` once
+with the store's event reader (lemon scores are rebuilt from it). A ``notifier``
+(``AlertHook``: ``pipeline.sinks.Notifier``) follows them too: it gets each batch's
+stored alert changes (``send``), the open alerts loaded for nodes this member takes
+over (``adopt``) and the nodes it gives up (``forget``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,10 @@ class Processor(ConsumerLoop):
             energy = EnergyIntegrator(store)  # type: ignore[arg-type]
         self.energy = energy
         self.detectors = list(detectors)
+        # Detectors that rebuild state from stored events (lemon scores) get the reader.
+        for d in self.detectors:
+            if callable(getattr(d, "use_events", None)):
+                d.use_events(getattr(store, "events", None))
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
