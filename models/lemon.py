@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter
 from typing import Protocol
 
@@ -243,7 +244,14 @@ class LemonScore:
                        if (e.cluster, e.node) in new]
         for key in new:
             self._rebuilt[key] = -math.inf
-        self._replay(sorted(events, key=lambda e: e.ts))
+        self.load_events(events)
+
+    def load_events(self, events: Iterable[StoredEvent]) -> None:
+        """Count stored events (a report's or a rebuild's): XIDs and GPUs lost."""
+        events = sorted(events, key=lambda e: e.ts)
+        for e in events:
+            self._rebuilt.setdefault((e.cluster, e.node), -math.inf)
+        self._replay(events)
 
     def _replay(self, events: Iterable[StoredEvent]) -> None:
         """Count stored events as ``_events`` counts frames."""
@@ -289,3 +297,30 @@ class LemonScore:
                     self._add(key, f.ts, THERMAL_SLOWDOWN_POINTS)
             else:
                 self._hot.discard(gk)
+
+
+@dataclass(frozen=True, slots=True)
+class Offender:
+    """A node's lemon score at a time, and the XIDs it reported in the period shown."""
+
+    cluster: str
+    node: str
+    score: float
+    xids: dict[int, int]  # code -> how many in the period
+
+
+def offenders(events: Sequence[StoredEvent], start_ts: float, end_ts: float,
+              half_life_d: float = 7.0, top: int = 10) -> list[Offender]:
+    """The worst nodes at ``end_ts`` by lemon score from stored events (read from
+    ``end_ts`` less ``HISTORY_HALF_LIVES`` half-lives), with their XIDs of [start, end)."""
+    lemon = LemonScore(half_life_d)
+    lemon.load_events(e for e in events if e.ts < end_ts)
+    out = []
+    for cluster, node, score in lemon.ranking(end_ts, top):
+        codes: dict[int, int] = {}
+        for e in events:
+            if (e.kind == "xid" and e.cluster == cluster and e.node == node
+                    and start_ts <= e.ts < end_ts):
+                codes[e.code] = codes.get(e.code, 0) + 1
+        out.append(Offender(cluster, node, round(score, 2), dict(sorted(codes.items()))))
+    return out
