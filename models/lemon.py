@@ -22,6 +22,7 @@ restart (up to the node's newest stored event) add nothing twice.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -112,6 +113,7 @@ class StoredEvent(Protocol):
 
 # The store's ``events(start_ts, end_ts, node=None, kinds=None)`` (models do not import it).
 EventReader = Callable[..., Sequence[StoredEvent]]
+log = logging.getLogger(__name__)
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
 _REASONS = COL["gpu_throttle_reasons"]
 _xids = attrgetter("xids")
@@ -238,12 +240,17 @@ class LemonScore:
         # One read for many nodes (a start), one per node for a few (a partition moved).
         reads = [None] if len(nodes) > 8 else sorted(nodes)
         events: list[StoredEvent] = []
-        for node in reads:
-            events += [e for e in self._events_of(start, end, node=node,
-                                                  kinds=["xid", "gpu_state"])
-                       if (e.cluster, e.node) in new]
         for key in new:
-            self._rebuilt[key] = -math.inf
+            self._rebuilt[key] = -math.inf  # tried once: a store that fails is not asked again
+        try:
+            for node in reads:
+                events += [e for e in self._events_of(start, end, node=node,
+                                                      kinds=["xid", "gpu_state"])
+                           if (e.cluster, e.node) in new]
+        except Exception as exc:  # a write-only store, or one that is away: keep scoring
+            log.warning("lemon scores of %d node(s) start from zero: the store's events could "
+                        "not be read (%s); they count what arrives from now on", len(new), exc)
+            return
         self.load_events(events)
 
     def load_events(self, events: Iterable[StoredEvent]) -> None:

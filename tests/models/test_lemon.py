@@ -122,3 +122,16 @@ def test_a_restarted_processor_rebuilds_the_score_from_its_store(tmp_path: Path)
         lemon_of(first).score("c", "n1", T0 + 7500), rel=1e-6)
     (alert,) = again.store.alerts()
     assert alert.rule == "lemon_node" and alert.state == "firing"
+
+
+def test_a_store_whose_events_cannot_be_read_leaves_scores_in_memory(caplog) -> None:  # noqa: ANN001
+    def broken(*args: object, **kw: object) -> list[Event]:
+        raise RuntimeError("InfluxStore writes only")
+
+    lemon = LemonScore()
+    lemon.use_events(broken)
+    lemon.update([frame(T0, {3: (48,)})])
+    lemon.update([frame(T0 + 10, {3: (48,)}, node="n2")])  # a new node: asked (once)
+    assert lemon.score("c", "n1", T0) == 3.0 and lemon.score("c", "n2", T0 + 10) == 3.0
+    said = [r.getMessage() for r in caplog.records if "start from zero" in r.getMessage()]
+    assert len(said) == 2 and "InfluxStore writes only" in said[0]
