@@ -34,7 +34,7 @@ from fleetwatch.models.artifact import (
     read_metadata,
     save,
 )
-from fleetwatch.models.lemon import Incidents, lost_points
+from fleetwatch.models.lemon import Incidents, event_order, lost_points
 from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
 from fleetwatch.pipeline.store.base import Store
 
@@ -132,7 +132,7 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
     scores: dict[tuple[str, str], float] = {}
     fell: dict[tuple[str, str, str], float] = {}  # GPU -> its last XID 79 (lost_points)
     incidents = Incidents()  # XIDs per incident, as the live score counts them
-    for e in sorted(events(start_ts, end_ts, kinds=["xid", "gpu_state"]), key=lambda e: e.ts):
+    for e in sorted(events(start_ts, end_ts, kinds=["xid", "gpu_state"]), key=event_order):
         gpu = (e.cluster, e.node, e.device)
         if e.kind == "xid":
             points = incidents.add(gpu, e.ts, e.code)

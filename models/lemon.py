@@ -111,6 +111,12 @@ class StoredEvent(Protocol):
     def value(self) -> str: ...
 
 
+def event_order(e: StoredEvent) -> tuple[float, bool]:
+    """Stored events in time order, a frame's XIDs before its GPU states (as ``_events``
+    reads a frame): the XID 79 and the loss it causes share a time, one incident."""
+    return (e.ts, e.kind != "xid")
+
+
 # The store's ``events(start_ts, end_ts, node=None, kinds=None)`` (models do not import it).
 EventReader = Callable[..., Sequence[StoredEvent]]
 log = logging.getLogger(__name__)
@@ -255,7 +261,7 @@ class LemonScore:
 
     def load_events(self, events: Iterable[StoredEvent]) -> None:
         """Count stored events (a report's or a rebuild's): XIDs and GPUs lost."""
-        events = sorted(events, key=lambda e: e.ts)
+        events = sorted(events, key=event_order)
         for e in events:
             self._rebuilt.setdefault((e.cluster, e.node), -math.inf)
         self._replay(events)

@@ -135,3 +135,12 @@ def test_a_store_whose_events_cannot_be_read_leaves_scores_in_memory(caplog) -> 
     assert lemon.score("c", "n1", T0) == 3.0 and lemon.score("c", "n2", T0 + 10) == 3.0
     said = [r.getMessage() for r in caplog.records if "start from zero" in r.getMessage()]
     assert len(said) == 2 and "InfluxStore writes only" in said[0]
+
+
+def test_a_loss_stored_at_the_time_of_its_xid_79_is_one_incident() -> None:
+    # The store returns events of one instant in its own order: here the loss first.
+    stored = [Event(T0, "gpu_state", "c", "r", "n1", "gpu5", value="lost"),
+              Event(T0, "xid", "c", "r", "n1", "gpu5", code=79)]
+    lemon = LemonScore()
+    lemon.load_events(stored)
+    assert lemon.score("c", "n1", T0) == 5.0
