@@ -38,6 +38,7 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import REVISION, Finding
@@ -54,6 +55,17 @@ REFRESH_S = 60.0
 def revision(alert: Alert) -> float | None:
     """The alert's ``REVISION`` evidence, None when its detector keeps none."""
     return alert.evidence.get(REVISION) if alert.evidence else None
+
+
+def evidence_value(key: str, value: float, fmt: str = "g") -> str:
+    """One evidence value as a person reads it: a time (a key ending ``_ts``, such as an
+    XID's first and last sighting) in UTC, a number in ``fmt``."""
+    if key.endswith("_ts") and value > 0:
+        try:
+            return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):
+            pass
+    return format(value, fmt)
 
 
 def finding_device(finding: Finding) -> str:

@@ -97,4 +97,6 @@ def test_alertmanager_shows_the_later_worse_xid(am: Server, tmp_path: Path) -> N
     assert len(got) == 1
     assert "64 (" in got[0]["annotations"]["summary"] and "48 (" in got[0]["annotations"][
         "summary"]
+    first = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+    assert f"xid_48_first_ts={first}" in got[0]["annotations"]["evidence"]
     notifier.close()
