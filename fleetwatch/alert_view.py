@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from fleetwatch.pipeline.alerts import evidence_value
 from fleetwatch.pipeline.silences import mute, not_in_alertmanager
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
 
@@ -94,8 +95,8 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
         if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
             out.append(f"    {a.message}")
         if a.evidence:
-            out.append("    evidence: " + ", ".join(f"{k}={v:.4g}" for k, v in
-                                                   sorted(a.evidence.items())))
+            out.append("    evidence: " + ", ".join(f"{k}={evidence_value(k, v, '.4g')}"
+                                                   for k, v in sorted(a.evidence.items())))
         if board_text(a):
             out.append(f"    board: {board_text(a)}")
         if a.action:

@@ -29,6 +29,7 @@ from fleetwatch.carbon import (
     HourFactors,
     HourlySeries,
 )
+from fleetwatch.models.lemon import Offender
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow, EnergyStore
 
 KINDS = ("job", "user", "team", "node", "cluster")
@@ -108,6 +109,9 @@ class Report:
     pue_fallback_hours: int = 0
     series_warning: str = ""
     began_ts: float = 0.0          # when the data began, inside the oldest hour (data_began)
+    # Repeat offenders: the worst nodes by lemon score at the month's end (or now), from
+    # the store's XID and GPU-lost events, with their XIDs of the month (``offenders``).
+    offenders: list[Offender] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -194,6 +198,9 @@ class Report:
             "series_warning": self.series_warning,
             "energy_by_device_kwh": self.devices,
             "counts": {k: len(v) for k, v in self.lines.items()},
+            "repeat_offenders": [
+                {"cluster": o.cluster, "node": o.node, "lemon_score": o.score,
+                 "xids": {str(c): n for c, n in o.xids.items()}} for o in self.offenders],
             "method": self.method,
             "generated": datetime.fromtimestamp(self.generated_ts, timezone.utc).isoformat(),
         }

@@ -17,6 +17,7 @@ from pathlib import Path
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.config import Config
+from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
 from fleetwatch.report import (
     KINDS,
@@ -57,9 +58,11 @@ def write_csv(report: Report, path: Path) -> None:
 
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
                  store_name: str = "", now: float | None = None,
-                 progress: Progress | None = None) -> dict[str, Path]:
+                 progress: Progress | None = None,
+                 lemon_half_life_d: float = 7.0) -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
-    read a few hours at a time (``ledger_chunks``); ``progress`` hears of each."""
+    read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
+    that keeps events adds the month's repeat offenders (lemon scores)."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month)
@@ -69,6 +72,8 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
+    report.offenders = repeat_offenders(store, start, min(end, report.generated_ts),
+                                        lemon_half_life_d)
     out = Path(out_dir)
     paths = {ext: out / f"fleetwatch-energy-{month}.{ext}" for ext in ("html", "csv", "json")}
     try:
@@ -82,6 +87,18 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"--out {str(out_dir)!r}: cannot write {where} ({exc.strerror or exc}); "
                           "choose a directory you can write to") from exc
     return paths
+
+
+def repeat_offenders(store: object, start_ts: float, end_ts: float, half_life_d: float,
+                     top: int = 10) -> list[Offender]:
+    """The worst nodes by lemon score at ``end_ts`` from the store's XID and GPU-lost events
+    of the last ``HISTORY_HALF_LIVES`` half-lives (none if the store keeps no events)."""
+    events = getattr(store, "events", None)
+    if events is None:
+        return []
+    since = end_ts - HISTORY_HALF_LIVES * half_life_d * 86400.0
+    return offenders(events(since, end_ts, kinds=["xid", "gpu_state"]), start_ts, end_ts,
+                     half_life_d, top)
 
 
 def report_month(config: Config, month: str, out_dir: str | Path) -> str:
@@ -110,7 +127,8 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
         progress = _Progress(month)
         try:
             paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
-                                 progress=progress)
+                                 progress=progress,
+                                 lemon_half_life_d=config.models.lemon_half_life_d)
         finally:
             progress.done()
     except StoreError as exc:

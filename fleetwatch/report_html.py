@@ -14,6 +14,7 @@ import plotly.io as pio
 
 from fleetwatch import amounts
 from fleetwatch.report import Line, Report
+from fleetwatch.xids import describe
 
 _CSS = """
 body{font-family:-apple-system,Segoe UI,Roboto,Helvetica,Arial,sans-serif;margin:0;
@@ -130,6 +131,26 @@ def _figures(r: Report) -> list[go.Figure]:
     return [daily, energy, ci, top]
 
 
+def _offenders(r: Report) -> str:
+    """The worst nodes by lemon score, with their XIDs of the month."""
+    if not r.offenders:
+        return ("<p class='note'>No node has a lemon score: no hardware XID or lost GPU in "
+                "the store's events of the last weeks (or the store keeps no events).</p>")
+    rows = "".join(
+        f"<tr><td>{html.escape(o.cluster)}</td><td>{html.escape(o.node)}</td>"
+        f"<td>{o.score:.1f}</td><td>{html.escape(_xid_list(o.xids))}</td></tr>"
+        for o in r.offenders)
+    return ("<p class='note'>Nodes by lemon score at the end of the period: points per "
+            "hardware XID incident and lost GPU, halving every models.lemon_half_life_d days "
+            "(application XIDs score nothing); a node past models.lemon_threshold raises "
+            "lemon_node.</p><table><tr><th>cluster</th><th>node</th><th>lemon score</th>"
+            f"<th>XIDs this month (code x count)</th></tr>{rows}</table>")
+
+
+def _xid_list(xids: dict[int, int]) -> str:
+    return ", ".join(f"{c} ({describe(c).name}) x{n}" for c, n in xids.items()) or "none"
+
+
 def render(r: Report, store_name: str = "") -> str:
     s = r.summary()
     t = r.total
@@ -203,6 +224,7 @@ generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} UTC{where}</
 <h3>By job (top 25)</h3>{_table(r.lines['job'], t, r.currency, 25, 'job')}
 <h3>By user (top 25)</h3>{_table(r.lines['user'], t, r.currency, 25, 'user')}
 <h3>By node (top 25)</h3>{_table(r.lines['node'], t, r.currency, 25, 'node')}
+<h2>Repeat offenders</h2>{_offenders(r)}
 <h2>Data quality</h2>{quality}
 <div class="chart">{charts[2]}</div>
 <h2>Method and sources</h2><ul class="method note">{method}</ul>

@@ -34,7 +34,7 @@ from fleetwatch.models.artifact import (
     read_metadata,
     save,
 )
-from fleetwatch.models.lemon import DEFAULT_XID_POINTS, lost_points
+from fleetwatch.models.lemon import Incidents, event_order, lost_points
 from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
 from fleetwatch.pipeline.store.base import Store
 
@@ -132,10 +132,11 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
     half = half_life_d * 86400.0
     scores: dict[tuple[str, str], float] = {}
     fell: dict[tuple[str, str, str], float] = {}  # GPU -> its last XID 79 (lost_points)
-    for e in sorted(events(start_ts, end_ts, kinds=["xid", "gpu_state"]), key=lambda e: e.ts):
+    incidents = Incidents()  # XIDs per incident, as the live score counts them
+    for e in sorted(events(start_ts, end_ts, kinds=["xid", "gpu_state"]), key=event_order):
         gpu = (e.cluster, e.node, e.device)
         if e.kind == "xid":
-            points = DEFAULT_XID_POINTS.get(e.code, 1.0)
+            points = incidents.add(gpu, e.ts, e.code)
             if e.code == 79:
                 fell[gpu] = e.ts
         else:

@@ -15,7 +15,8 @@ from typing import Literal
 
 Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
-_COLUMNS = ["code", "name", "severity", "action", "meaning"]
+_COLUMNS = ["code", "name", "severity", "rank", "action", "meaning"]
+RANK_RMA = 6  # the top of the rank scale: the GPU needs service (see xids.csv)
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +24,7 @@ class Xid:
     code: int
     name: str
     severity: Severity
+    rank: int  # how drastic the action is, 0 (nothing) .. RANK_RMA; see xids.csv
     action: str
     meaning: str
 
@@ -47,7 +49,7 @@ def parse(text: str, origin: str = "xids.csv") -> dict[int, Xid]:
         if len(row) != len(_COLUMNS):
             raise XidTableError(f"{where}: expected {len(_COLUMNS)} columns, found {len(row)}"
                                 " (quote a field that holds a comma)")
-        code_text, name, severity, action, meaning = (s.strip() for s in row)
+        code_text, name, severity, rank_text, action, meaning = (s.strip() for s in row)
         try:
             code = int(code_text)
         except ValueError:
@@ -59,9 +61,13 @@ def parse(text: str, origin: str = "xids.csv") -> dict[int, Xid]:
         if severity not in SEVERITIES:
             raise XidTableError(f"{where}: severity {severity!r} is not one of "
                                 f"{', '.join(SEVERITIES)}")
+        if not (rank_text.isdigit() and 0 <= int(rank_text) <= RANK_RMA):
+            raise XidTableError(f"{where}: rank {rank_text!r} must be a whole number 0..{RANK_RMA}"
+                                " (how drastic the action is; see the table's comments)")
         if not (name and action and meaning):
             raise XidTableError(f"{where}: name, action and meaning must not be empty")
-        table[code] = Xid(code, name, severity, action, meaning)  # type: ignore[arg-type]
+        table[code] = Xid(code, name, severity, int(rank_text),  # type: ignore[arg-type]
+                          action, meaning)
     return table
 
 
@@ -76,6 +82,6 @@ def describe(code: int) -> Xid:
     known = xid_table().get(code)
     if known is not None:
         return known
-    return Xid(code, f"XID {code}", "warning",
+    return Xid(code, f"XID {code}", "warning", 1,
                "Look it up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)",
                "An XID this table does not describe")

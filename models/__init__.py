@@ -46,6 +46,29 @@ class Finding:
     scope: Scope = "gpu"
 
 
+# Evidence key: a number a detector changes when its open alert must be written and
+# notified again at once (another XID code joined an XID alert); see pipeline/alerts.py.
+REVISION = "revision"
+
+
+class OpenAlert(Protocol):
+    """What a detector may read of an open alert it takes over (``adopt``): the store's
+    ``Alert`` has these, and models do not import the store."""
+
+    @property
+    def rule(self) -> str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def evidence(self) -> Mapping[str, float]: ...
+
+
 class Detector(Protocol):
     """A detector: batches of frames in, findings out. Pure logic plus its own state.
 

@@ -31,7 +31,7 @@ from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.anomaly import FleetAnomaly
 from fleetwatch.models.artifact import ModelFileError, ModelSet, candidates, in_future, load
-from fleetwatch.models.lemon import LemonScore
+from fleetwatch.models.lemon import EventReader, LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
 
 log = logging.getLogger(__name__)
@@ -190,6 +190,10 @@ class LearnedDetectors:
                         "or a fault; if it is their usual limit, train on this fleet: "
                         "`fleetwatch train`)", why, g.model or "these", limit)
         return scored
+
+    def use_events(self, events: EventReader | None) -> None:
+        """The store's event reader: lemon scores are rebuilt from it (``LemonScore``)."""
+        self.lemon.use_events(events)
 
     def drop(self, nodes: Sequence[str]) -> None:
         for d in (self.thermal, self.anomaly, self.lemon):

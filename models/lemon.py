@@ -1,18 +1,34 @@
 """Lemon nodes: the few nodes that cause a large share of the fleet's trouble.
 
-Every node keeps a score: each piece of trouble adds points (an XID by its
-severity, a GPU lost, a thermal slowdown that starts), and the score decays
-exponentially with a half-life of days, so a node that had one bad night
-recovers while a node that keeps failing climbs. Past ``threshold`` the node
-gets a node-level finding ("take it out of the pool and have it serviced"),
-and ``ranking()`` lists the worst first for the dashboard.
+Every node keeps a score: each piece of trouble adds points (a hardware XID
+incident by its worst code, a GPU lost, a thermal slowdown that starts), and the
+score decays exponentially with a half-life of days, so a node that had one bad
+night recovers while a node that keeps failing climbs. Past ``threshold`` the
+node gets a node-level finding ("take it out of the pool and have it serviced"),
+and ``ranking()`` lists the worst first (the monthly report's repeat offenders).
+
+An incident is what one GPU reports within ``INCIDENT_S`` of its first XID: the
+16 XID 13 lines of one exception, the five XID 119 of one GSP hang, a 48 then 63
+then 64 of one ECC fault count once, by the worst code. Application XIDs (the
+``info`` class of the XID table: 13, 31, 43, 45 ...) are the job's fault, not
+the node's, and score nothing.
+
+Scores are kept in memory; ``use_events`` gives the detector the store's event
+reader, from which it rebuilds each node's score (over ``HISTORY_HALF_LIVES``
+half-lives) when it first sees the node, so a restart or a partition moving to
+another processor does not reset days of evidence; frames read again after the
+restart (up to the node's newest stored event) add nothing twice.
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Callable, Mapping, Sequence
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter
+from typing import Protocol
 
 import numpy as np
 
@@ -21,12 +37,17 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, columns, throttle_bits
 from fleetwatch.models.gpu_state import GpuState, arrival
+from fleetwatch.xids import describe
 
-# Points per XID when no XID table says otherwise: hardware faults weigh, the
-# application's own errors (13, 43, 31) barely count.
+# Points per XID incident by its worst code: hardware faults weigh; other codes of the
+# XID table score 1, its application (info) codes nothing (``xid_points``).
 DEFAULT_XID_POINTS: dict[int, float] = {
     79: 5.0, 48: 3.0, 95: 3.0, 94: 2.0, 64: 2.0, 63: 1.0, 74: 2.0, 92: 1.0, 119: 2.0,
-    120: 2.0, 61: 2.0, 62: 2.0, 45: 0.0, 13: 0.2, 43: 0.1, 31: 0.3}
+    120: 2.0, 61: 2.0, 62: 2.0}
+# One GPU's XIDs within this long of the incident's first are one incident.
+INCIDENT_S = 900.0
+# How far back a node's score is rebuilt from stored events, in half-lives (1/16 left).
+HISTORY_HALF_LIVES = 4.0
 LOST_POINTS = 5.0
 THERMAL_SLOWDOWN_POINTS = 0.5
 # A GPU that falls off the bus reports XID 79 and is then lost: one incident, counted
@@ -37,6 +58,68 @@ FELL_OFF_S = 3600.0
 def lost_points(fell_ts: float | None, lost_ts: float) -> float:
     """Points for a GPU lost at ``lost_ts`` whose last XID 79 was at ``fell_ts``."""
     return 0.0 if fell_ts is not None and 0.0 <= lost_ts - fell_ts <= FELL_OFF_S else LOST_POINTS
+
+
+def xid_points(code: int) -> float:
+    """An XID's points toward servicing the node: none for an application XID."""
+    if code in DEFAULT_XID_POINTS:
+        return DEFAULT_XID_POINTS[code]
+    return 0.0 if describe(code).severity == "info" else 1.0
+
+
+class Incidents:
+    """XID points per incident: one GPU's XIDs within ``INCIDENT_S`` of the incident's first
+    count once, by the worst code (a worse code later adds only the difference)."""
+
+    def __init__(self, points: Callable[[int], float] = xid_points) -> None:
+        self._points = points
+        self._open: dict[tuple[str, str, str], tuple[float, float]] = {}  # -> (start, counted)
+
+    def add(self, gpu: tuple[str, str, str], ts: float, code: int) -> float:
+        """The points this XID adds (0 for a repeat within its incident)."""
+        p = self._points(code)
+        start, counted = self._open.get(gpu, (math.nan, 0.0))
+        if not 0.0 <= ts - start < INCIDENT_S:  # a new incident (nan: the GPU's first)
+            self._open[gpu] = (ts, p)
+            return p
+        if p > counted:
+            self._open[gpu] = (start, p)
+            return p - counted
+        return 0.0
+
+    def drop(self, nodes: set[str]) -> None:
+        for gpu in [k for k in self._open if k[1] in nodes]:
+            del self._open[gpu]
+
+
+class StoredEvent(Protocol):
+    """What the rebuild reads of a stored event (the store's ``Event``)."""
+
+    @property
+    def ts(self) -> float: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def node(self) -> str: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def code(self) -> int: ...
+    @property
+    def value(self) -> str: ...
+
+
+def event_order(e: StoredEvent) -> tuple[float, bool]:
+    """Stored events in time order, a frame's XIDs before its GPU states (as ``_events``
+    reads a frame): the XID 79 and the loss it causes share a time, one incident."""
+    return (e.ts, e.kind != "xid")
+
+
+# The store's ``events(start_ts, end_ts, node=None, kinds=None)`` (models do not import it).
+EventReader = Callable[..., Sequence[StoredEvent]]
+log = logging.getLogger(__name__)
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
 _REASONS = COL["gpu_throttle_reasons"]
 _xids = attrgetter("xids")
@@ -52,7 +135,11 @@ class LemonScore:
                  xid_points: Callable[[int], float] | None = None) -> None:
         self.half_life_s = half_life_d * 86400.0
         self.threshold = threshold
-        self._xid_points = xid_points or (lambda code: DEFAULT_XID_POINTS.get(code, 1.0))
+        self._incidents = Incidents(xid_points) if xid_points else Incidents()
+        # The store's event reader (``use_events``), nodes whose score it rebuilt, and per
+        # node the newest stored event then read: frames up to it were counted already.
+        self._events_of: EventReader | None = None
+        self._rebuilt: dict[tuple[str, str], float] = {}
         # (cluster, node) -> [score, ts of score]; rack kept for findings
         self._score: dict[tuple[str, str], list[float]] = {}
         self._rack: dict[tuple[str, str], str] = {}
@@ -63,9 +150,16 @@ class LemonScore:
         self._state = GpuState({"lost": False, "hot": False})
 
     def seed(self, scores: Mapping[tuple[str, str], tuple[float, float]]) -> None:
-        """Start from scores computed over history (``fleetwatch train``): (score, at ts)."""
+        """Start from scores computed over history (``fleetwatch train``): (score, at ts).
+        A node rebuilt from the store's events keeps that: they are newer than a model."""
         for key, (score, ts) in scores.items():
-            self._score[key] = [score, ts]
+            if key not in self._rebuilt:
+                self._score[key] = [score, ts]
+
+    def use_events(self, events: EventReader | None) -> None:
+        """Rebuild each node's score from these stored events when it is first seen (the
+        store's ``events``; None: keep scores in memory only)."""
+        self._events_of = events
 
     def drop(self, nodes: Sequence[str]) -> None:
         gone = set(nodes)
@@ -73,6 +167,9 @@ class LemonScore:
             del self._score[key]
         for gk in [k for k in self._fell if k[1] in gone]:
             del self._fell[gk]
+        for key in [k for k in self._rebuilt if k[1] in gone]:
+            del self._rebuilt[key]  # rebuilt again if its partition comes back
+        self._incidents.drop(gone)
 
     def _add(self, key: tuple[str, str], ts: float, points: float) -> None:
         s = self._score.get(key)
@@ -97,11 +194,13 @@ class LemonScore:
         out: list[Finding] = []
         if not frames:
             return out
+        if self._events_of is not None:
+            self._rebuild(frames)
         for f, eventful in zip(frames, self._eventful(frames).tolist()):
             key = (f.cluster, f.node)
             self._rack[key] = f.rack
             if eventful:
-                self._events(f, key)
+                self._events(f, key, f.ts <= self._rebuilt.get(key, -math.inf))
             score = self.score(f.cluster, f.node, f.ts)
             if score >= self.threshold and not math.isnan(score):
                 out.append(Finding(
@@ -136,14 +235,69 @@ class LemonScore:
             was_lost[s], was_hot[s] = now_lost, now_hot
         return out
 
-    def _events(self, f: Frame, key: tuple[str, str]) -> None:
+    def _rebuild(self, frames: Sequence[Frame]) -> None:
+        """Scores of the nodes seen for the first time, from the store's events."""
+        new = {(f.cluster, f.node) for f in frames} - self._rebuilt.keys()
+        if not new or self._events_of is None:
+            return
+        end = max(max(f.ts for f in frames), time.time()) + 60.0
+        start = end - HISTORY_HALF_LIVES * self.half_life_s
+        nodes = {n for _, n in new}
+        # One read for many nodes (a start), one per node for a few (a partition moved).
+        reads = [None] if len(nodes) > 8 else sorted(nodes)
+        events: list[StoredEvent] = []
+        for key in new:
+            self._rebuilt[key] = -math.inf  # tried once: a store that fails is not asked again
+        try:
+            for node in reads:
+                events += [e for e in self._events_of(start, end, node=node,
+                                                      kinds=["xid", "gpu_state"])
+                           if (e.cluster, e.node) in new]
+        except Exception as exc:  # a write-only store, or one that is away: keep scoring
+            log.warning("lemon scores of %d node(s) start from zero: the store's events could "
+                        "not be read (%s); they count what arrives from now on", len(new), exc)
+            return
+        self.load_events(events)
+
+    def load_events(self, events: Iterable[StoredEvent]) -> None:
+        """Count stored events (a report's or a rebuild's): XIDs and GPUs lost."""
+        events = sorted(events, key=event_order)
+        for e in events:
+            self._rebuilt.setdefault((e.cluster, e.node), -math.inf)
+        self._replay(events)
+
+    def _replay(self, events: Iterable[StoredEvent]) -> None:
+        """Count stored events as ``_events`` counts frames."""
+        for e in events:
+            key, digits = (e.cluster, e.node), e.device.removeprefix("gpu")
+            if not digits.isdigit():
+                continue
+            gk = (e.cluster, e.node, int(digits))
+            self._rebuilt[key] = max(self._rebuilt[key], e.ts)
+            if e.kind == "xid":
+                self._add(key, e.ts, self._incidents.add((e.cluster, e.node, e.device), e.ts,
+                                                         e.code))
+                if e.code == 79:
+                    self._fell[gk] = e.ts
+            elif e.value == "lost" and gk not in self._lost:
+                self._lost.add(gk)
+                self._add(key, e.ts, lost_points(self._fell.get(gk), e.ts))
+            elif e.value == "ok":
+                self._lost.discard(gk)
+
+    def _events(self, f: Frame, key: tuple[str, str], counted: bool = False) -> None:
+        """The points of one frame's trouble; ``counted``: its XIDs were rebuilt from the
+        store already (a frame read again after a restart)."""
         for g in f.gpus:
             gk = (f.cluster, f.node, g.index)
-            for code in g.xids:
-                self._add(key, f.ts, self._xid_points(code))
+            for code in () if counted else g.xids:
+                self._add(key, f.ts, self._incidents.add((f.cluster, f.node, f"gpu{g.index}"),
+                                                         f.ts, code))
                 if code == 79:
                     self._fell[gk] = f.ts
-            if g.state == "lost":
+            if counted:  # the stored events set the lost GPUs as of their newest
+                pass
+            elif g.state == "lost":
                 if gk not in self._lost:
                     self._lost.add(gk)
                     self._add(key, f.ts, lost_points(self._fell.get(gk), f.ts))
@@ -156,3 +310,30 @@ class LemonScore:
                     self._add(key, f.ts, THERMAL_SLOWDOWN_POINTS)
             else:
                 self._hot.discard(gk)
+
+
+@dataclass(frozen=True, slots=True)
+class Offender:
+    """A node's lemon score at a time, and the XIDs it reported in the period shown."""
+
+    cluster: str
+    node: str
+    score: float
+    xids: dict[int, int]  # code -> how many in the period
+
+
+def offenders(events: Sequence[StoredEvent], start_ts: float, end_ts: float,
+              half_life_d: float = 7.0, top: int = 10) -> list[Offender]:
+    """The worst nodes at ``end_ts`` by lemon score from stored events (read from
+    ``end_ts`` less ``HISTORY_HALF_LIVES`` half-lives), with their XIDs of [start, end)."""
+    lemon = LemonScore(half_life_d)
+    lemon.load_events(e for e in events if e.ts < end_ts)
+    out = []
+    for cluster, node, score in lemon.ranking(end_ts, top):
+        codes: dict[int, int] = {}
+        for e in events:
+            if (e.kind == "xid" and e.cluster == cluster and e.node == node
+                    and start_ts <= e.ts < end_ts):
+                codes[e.code] = codes.get(e.code, 0) + 1
+        out.append(Offender(cluster, node, round(score, 2), dict(sorted(codes.items()))))
+    return out

@@ -19,6 +19,10 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   subject has been judged clear for ``keep_firing_s`` (Prometheus's
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
   across it, is one alert that stays firing, not a page each time it crosses.
+* Revisions: a finding whose evidence carries ``revision`` (``REVISION``) asks
+  for its open alert to be written at once, not at the next ``refresh_s``, when
+  that number changes (another XID code joined an XID alert), and the notifier
+  forwards the change again: the sinks hear that the alert got worse.
 * Transactions: ``observe`` computes the changes and leaves the book as it was;
   the caller stores them and only then calls ``apply``. A failed write leaves
   the book unchanged and the same batch can be observed again: no transition
@@ -34,9 +38,10 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding
+from fleetwatch.models import REVISION, Finding
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
@@ -45,6 +50,22 @@ Subject = tuple[str, str, str]   # (cluster, node, device)
 # An open alert whose value changed is written again at most this often (frame
 # time), so the store shows a current value without a write per batch.
 REFRESH_S = 60.0
+
+
+def revision(alert: Alert) -> float | None:
+    """The alert's ``REVISION`` evidence, None when its detector keeps none."""
+    return alert.evidence.get(REVISION) if alert.evidence else None
+
+
+def evidence_value(key: str, value: float, fmt: str = "g") -> str:
+    """One evidence value as a person reads it: a time (a key ending ``_ts``, such as an
+    XID's first and last sighting) in UTC, a number in ``fmt``."""
+    if key.endswith("_ts") and value > 0:
+        try:
+            return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):
+            pass
+    return format(value, fmt)
 
 
 def finding_device(finding: Finding) -> str:
@@ -218,7 +239,12 @@ class AlertBook:
             if alert is None:
                 return None, None
             if meta is not None and ts < meta.last_seen + meta.hold_s:
-                return None, None  # a latched event still counts as holding
+                # A latched event still counts as holding. An update not yet written (a
+                # repeated XID within refresh_s) is written now that refresh_s has passed:
+                # no later finding may come to carry it before the alert resolves.
+                if meta.written < alert.updated_ts and ts - meta.written >= self.refresh_s:
+                    return alert, dataclasses.replace(meta, written=ts)
+                return None, None
             if alert.state == "resolved":
                 return None, None
             if alert.state == "firing" and self.keep_firing_s > 0 and meta is not None:
@@ -240,12 +266,14 @@ class AlertBook:
                 action=finding.action)
             written = ts
         else:
+            before = revision(alert)
             alert = dataclasses.replace(
                 alert, updated_ts=ts, value=finding.value, message=finding.message,
                 severity=finding.severity, evidence=evidence or alert.evidence,
                 action=finding.action or alert.action)
             last = meta.written if meta is not None else alert.started_ts
-            written = ts if ts - last >= self.refresh_s else last
+            revised = revision(alert) != before
+            written = ts if revised or ts - last >= self.refresh_s else last
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
             alert = dataclasses.replace(alert, state="firing", fired_ts=ts)
             written = ts

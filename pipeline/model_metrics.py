@@ -30,7 +30,7 @@ class ModelCollector(Collector):
             labels=["cluster", "node", "gpu"])
         lemon = GaugeMetricFamily(
             "fleetwatch_node_lemon_score",
-            "A node's decayed trouble score (XIDs by severity, lost GPUs, thermal slowdowns)",
+            "A node's decayed trouble score (hardware XID incidents, lost GPUs, thermal slowdowns)",
             labels=["cluster", "node"])
         loaded = GaugeMetricFamily("fleetwatch_model_loaded",
                                    "1 when a trained model file is in use", labels=["file"])

@@ -28,10 +28,12 @@ partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
 another member, and every detector's optional ``expect(nodes)`` with the
 nodes of partitions taken over that have not sent a frame yet (``NodeSilence``
-reports the ones that stay silent). A ``notifier`` (``AlertHook``: ``pipeline.sinks.Notifier``)
-follows them too: it gets each batch's stored alert changes (``send``), the
-open alerts loaded for nodes this member takes over (``adopt``) and the
-nodes it gives up (``forget``).
+reports the ones that stay silent), its optional ``adopt(alerts)`` with the open
+alerts loaded for the nodes it now owns, and its optional ``use_events(reader)`` once
+with the store's event reader (lemon scores are rebuilt from it). A ``notifier``
+(``AlertHook``: ``pipeline.sinks.Notifier``) follows them too: it gets each batch's
+stored alert changes (``send``), the open alerts loaded for nodes this member takes
+over (``adopt``) and the nodes it gives up (``forget``).
 """
 
 from __future__ import annotations
@@ -96,6 +98,10 @@ class Processor(ConsumerLoop):
             energy = EnergyIntegrator(store)  # type: ignore[arg-type]
         self.energy = energy
         self.detectors = list(detectors)
+        # Detectors that rebuild state from stored events (lemon scores) get the reader.
+        for d in self.detectors:
+            if callable(getattr(d, "use_events", None)):
+                d.use_events(getattr(store, "events", None))
         # What each rule needs to judge a subject: an alert resolves only where it could.
         requirements = {rule: needs for d in self.detectors
                         for rule, needs in getattr(d, "rules", {}).items()}
@@ -120,8 +126,12 @@ class Processor(ConsumerLoop):
         if notifier is not None:
             drops.append(notifier.forget)
         expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
-        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops],
-                                   [notifier.adopt] if notifier is not None else [], expects)
+        # Open alerts loaded from the store go to the notifier and to every detector with
+        # an ``adopt`` (the XID detector carries on an open XID alert after a restart).
+        adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
+        if notifier is not None:
+            adopts.append(notifier.adopt)
+        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects)
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 

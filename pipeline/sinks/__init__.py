@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.alerts import Key, alert_key, scope_of
+from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
 from fleetwatch.pipeline.silences import NODE_COVER_RULES, Notice, mute
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
@@ -68,7 +68,9 @@ class Notifier:
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
-        self._sent: dict[str, tuple[str, str]] = {}  # alert id -> (state, muted_by) forwarded
+        # alert id -> (state, muted_by, revision) forwarded: a new revision (another XID
+        # joined an open XID alert) is forwarded again, like a state change.
+        self._sent: dict[str, tuple[str, str, float | None]] = {}
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
@@ -95,7 +97,7 @@ class Notifier:
         firing = []
         for a in alerts:
             n = Notice(a, mute(a, covers, self._silences, self._acks, at))
-            self._sent[a.id] = (a.state, n.muted_by)
+            self._sent[a.id] = (a.state, n.muted_by, revision(a))
             if a.state == "firing":
                 firing.append(n)
         self._rejudge = True
@@ -144,12 +146,12 @@ class Notifier:
         for a in changes:
             n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
-            if seen == (a.state, n.muted_by):
-                continue  # dedup: this state was forwarded already
+            if seen == (a.state, n.muted_by, revision(a)):
+                continue  # dedup: this state (and revision) was forwarded already
             if a.state == "resolved":
                 self._sent.pop(a.id, None)
             else:
-                self._sent[a.id] = (a.state, n.muted_by)
+                self._sent[a.id] = (a.state, n.muted_by, revision(a))
             notices.append(n)
         notices += self._uncovered(changes, covers)
         if reloaded:
@@ -194,7 +196,7 @@ class Notifier:
                 continue
             n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
-                self._sent[a.id] = (a.state, n.muted_by)
+                self._sent[a.id] = (a.state, n.muted_by, revision(a))
                 out.append(n)
         return out
 

@@ -40,6 +40,7 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from fleetwatch.pipeline.alerts import evidence_value
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
@@ -64,7 +65,7 @@ def am_annotations(alert: Alert) -> dict[str, str]:
     if alert.device.startswith("gpu"):
         where = f"{alert.device} on {alert.node} (rack {alert.rack})"
     since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
-    evidence = ", ".join(f"{k}={v:g}" for k, v in alert.evidence.items())
+    evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
     out = {"summary": alert.message,
            "description": f"{alert.message}; {where}, since {since}"
                           + (f"; evidence: {evidence}" if evidence else ""),

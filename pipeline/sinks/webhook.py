@@ -4,7 +4,8 @@ Body: ``{"version": 1, "groups": [{"cluster", "rack", "node", "alerts": [CHANGE,
 where CHANGE is ``change_json`` (id, state, rule, severity, labels, message,
 value, evidence, action, started, fired_ts, resolved_ts, muted_by). A rack
 alert is its own group with node "". Only notifications are sent: firing,
-and resolved ones that had fired, and not muted.
+and resolved ones that had fired, and not muted; a firing alert whose evidence
+``revision`` changed (another XID joined it) is sent again with the same id.
 
 The URL's path is often the webhook's secret (Slack's ``/services/T../B../X..``): messages
 show it as ``***``, as ``fleetwatch config`` does; a ``user:password@`` in it is sent as

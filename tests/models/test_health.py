@@ -9,7 +9,7 @@ from fleetwatch.models.health import GpuErrors, NodeSilence, XidEvents
 from fleetwatch.xids import XidTableError, describe, parse, xid_table
 from tests.models.helpers import busy, node, rules
 
-HEADER = "code,name,severity,action,meaning\n"
+HEADER = "code,name,severity,rank,action,meaning\n"
 
 
 @pytest.mark.parametrize("code, severity", [
@@ -27,11 +27,13 @@ def test_xid_79_says_drain_the_node() -> None:
 
 
 @pytest.mark.parametrize("rows, message", [
-    ("79,a,critical,b,c\n79,a,critical,b,c", "line 3: XID 79 is listed twice"),
-    ("79,a,urgent,b,c", "line 2: severity 'urgent'"),
-    ("x,a,info,b,c", "line 2: code 'x'"),
-    ("79,a,info,b", "line 2: expected 5 columns"),
-    ("79,,info,b,c", "line 2: name, action and meaning"),
+    ("79,a,critical,5,b,c\n79,a,critical,5,b,c", "line 3: XID 79 is listed twice"),
+    ("79,a,urgent,5,b,c", "line 2: severity 'urgent'"),
+    ("x,a,info,0,b,c", "line 2: code 'x'"),
+    ("79,a,info,0,b", "line 2: expected 6 columns"),
+    ("79,,info,0,b,c", "line 2: name, action and meaning"),
+    ("79,a,info,7,b,c", "line 2: rank '7' must be a whole number 0..6"),
+    ("79,a,info,worst,b,c", "line 2: rank 'worst'"),
 ])
 def test_xid_table_errors_name_the_line(rows: str, message: str) -> None:
     with pytest.raises(XidTableError, match=message):
@@ -52,7 +54,8 @@ def test_xids_become_latched_findings_split_by_severity() -> None:
     assert rules(found) == [("gpu_xid_info", 1), ("gpu_xid_critical", 1)]
     info, crit = found
     assert info.hold_s == 600 and crit.hold_s == 3600 and crit.for_s == 0
-    assert crit.evidence == {"xid": 79, "count": 1} and "Drain" in crit.action
+    assert crit.evidence["xid"] == 79 and crit.evidence["count"] == 1 and "Drain" in crit.action
+    assert info.evidence["xid_13_count"] == 2
     assert "79 (GPU has fallen off the bus)" in crit.message
 
 
