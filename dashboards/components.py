@@ -262,7 +262,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     head = html.Tr([html.Th(h) for h in
-                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Id")])
+                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Action",
+                     "Id")])
     rows = []
     muted = muted or {}
     for a in alerts:
@@ -289,11 +290,12 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                     title=f"pending from {clock(a.started_ts)} UTC" + (
                         f", fired {clock(a.fired_ts)} UTC" if a.fired_ts is not None else "")),
             html.Td(message, className="message"),
+            html.Td(a.action, className="action"),  # what the rule suggests doing
             # What `fleetwatch ack` takes: shown whole, selectable in one go.
             html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),
         ]))
     if more:
-        rows.append(html.Tr(html.Td(more, colSpan=8, className="panel-hint"),
+        rows.append(html.Tr(html.Td(more, colSpan=9, className="panel-hint"),
                             className="more-row"))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
                     id=table_id, className="alerts-wrap")

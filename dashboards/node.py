@@ -11,7 +11,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import components, figures, timerange
+from fleetwatch.dashboards import components, figures, node_errors, timerange
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
@@ -72,6 +72,19 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
             html.Div(className="panel-head", children=[html.H2("Alerts on this node")]),
             html.Div(id="node-alerts"),
         ]),
+        html.Div(className="node-grid two", children=[
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("Events"),
+                    html.Span("XIDs, GPUs lost · newest first · from the store's events",
+                              className="panel-hint")]),
+                html.Div(id="node-events")]),
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("Error counters"),
+                    html.Span(f"GPU {gpu} · over the range" if gpu is not None else
+                              "of the GPU brought forward", className="panel-hint")]),
+                html.Div(id="node-counters")])]),
     ])
 
 
@@ -93,7 +106,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     """``temp_limit_c``: the site's temperature limit, drawn on the temperature panel (else
     the GPUs' slowdown temperature)."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
-               Output("node-alerts", "children"), Output("node-updated", "children")]
+               Output("node-alerts", "children"), Output("node-updated", "children"),
+               Output("node-events", "children"), Output("node-counters", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
     outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
@@ -109,6 +123,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         try:
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+            errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
@@ -134,7 +149,10 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         table = components.alert_table(
             view.alerts, now, "node-alert-table", rng=rng, muted=muted,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
-        return (title, notice, table, components.updated_stamp(now), *figs,
+        events = node_errors.events_table(
+            errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}")
+        return (title, notice, table, components.updated_stamp(now), events,
+                node_errors.counters_table(errors, now, node), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")
