@@ -17,6 +17,7 @@ from fleetwatch.dashboards.data import (
     RESOLVED_WINDOW_S,
     TEMP,
     UTIL,
+    read_data_end,
     read_mutes,
     read_node,
 )
@@ -124,6 +125,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
             errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu)
+            ended = read_data_end(store, view.alerts, now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
@@ -147,7 +149,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             figs.append(figures.hold_zoom(fig, components.zoomed(zoom, rng, graph_id(metric))))
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
         table = components.alert_table(
-            view.alerts, now, "node-alert-table", rng=rng, muted=muted,
+            view.alerts, now, "node-alert-table", rng=rng, muted=muted, ended=ended,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
         events = node_errors.events_table(
             errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}")
