@@ -250,11 +250,12 @@ def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
     return out
 
 
-def _since(a: Alert, since: float, now_s: float, ended: float | None) -> str:
+def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
     if ended is None or a.state == "resolved":
         return f"{clock(since)} UTC · {ago(since, now_s)}"
-    return (f"{alert_view.utc(since)} UTC · open when the data ended, {ago(ended, now_s)}; "
-            f"last evidence {alert_view.hms(a.updated_ts, ended)}")
+    return [f"{alert_view.utc(since)} UTC", html.Div(
+        f"open when the data ended, {ago(ended, now_s)}; last evidence "
+        f"{alert_view.hms(a.updated_ts, ended)}", className="ended-note panel-hint")]
 
 
 def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div | None:

@@ -69,7 +69,7 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float | None]
 
     An hour without data (None) is a gap: unknown is not busy. ``missing`` (the share of each
     hour's GPU time without data) and ``missing_h`` (those GPU-hours), where any, are drawn
-    as a dotted "no data" line beside each series and said in its hover."""
+    as a shaded "no data" bar under each series and said in its hover."""
     if not hours:
         return empty_figure(NO_ENERGY, height)
     fig = go.Figure()
@@ -85,14 +85,13 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float | None]
                         hovertemplate=(f"{name}: %{{y:.1f}}% idle · %{{customdata[0]:.0f}}% "
                                        "of GPU time without data (%{customdata[1]:.2g} GPU-h)"
                                        "<extra>%{x}</extra>"))
-        if any(gone):
-            fig.add_scatter(x=x, y=[100 * m for m in gone], name=f"{name}: no data",
-                            mode="lines+markers", line={"color": theme.MUTED, "width": 1.5,
-                                                        "dash": "dot"},
-                            marker={"size": 5}, customdata=gone_h,
-                            hovertemplate=(f"{name}: %{{y:.0f}}% of GPU time without data "
-                                           "(%{customdata:.2g} GPU-h): unknown, not idle or "
-                                           "busy<extra>%{x}</extra>"))
+        if any(gone):  # a shaded bar over each hour with time missing, none elsewhere
+            fig.add_bar(x=x, y=[100 * m for m in gone], name=f"{name}: no data",
+                        marker={"color": theme.MUTED, "opacity": 0.35},
+                        width=3600 * 1000 * 0.9, customdata=gone_h,
+                        hovertemplate=(f"{name}: %{{y:.0f}}% of GPU time without data "
+                                       "(%{customdata:.2g} GPU-h): unknown, not idle or "
+                                       "busy<extra>%{x}</extra>"))
     _layout(fig, height, "% of GPU time")
     fig.update_xaxes(type="date", range=[_utc(min(hours)), _utc(max(hours) + 3600)])
     fig.update_yaxes(rangemode="tozero")

@@ -67,8 +67,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                 html.H2("Idle GPUs over time"),
                 html.Span(f"share of GPU time{of} idle, per hour, per cluster (from the ledger)",
                           className="panel-hint", id="util-idle-hint")]),
-            html.Div("An hour without data is a gap, not 0 % idle; the dotted line is the "
-                     "share of GPU time without data (a silent node, a lost GPU).",
+            html.Div("An hour without data is a gap, not 0 % idle; a shaded bar is the "
+                     "share of the hour's GPU time without data (a silent node, a lost GPU).",
                      className="panel-hint"),
             dcc.Graph(id="util-idle", figure=energy_figures.empty_figure("Loading…", 220),
                       config=_GRAPH)]),
