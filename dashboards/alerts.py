@@ -13,7 +13,7 @@ from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
 from fleetwatch.dashboards import components, node, timerange
-from fleetwatch.dashboards.data import read_alerts, read_mutes, sort_alerts
+from fleetwatch.dashboards.data import read_alerts, read_data_end, read_mutes, sort_alerts
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 PATH = "/alerts"
@@ -45,7 +45,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
 
 
 def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
-           muted: Mapping[str, str]) -> tuple[html.Div, html.Div]:
+           muted: Mapping[str, str], ended: float | None = None) -> tuple[html.Div, html.Div]:
     """The two tables: every active alert; the newest ``RESOLVED_SHOWN`` resolved ones,
     and a line that says how many more and where to read them."""
     # The range goes with a click to a node's page (its alerts are those of this range),
@@ -57,7 +57,8 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
     since = "31d" if rng == "month" else rng  # a duration, as `--since` takes it
     more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
             if left else "")
-    return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted),
+    return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted,
+                                   ended=ended),
             components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
                                    rng=carry, more=more,
                                    empty=f"Nothing resolved in the {timerange.label(rng)}"))
@@ -92,11 +93,13 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         try:
             active, resolved = read_alerts(store, now, now - start)
             muted = components.notes(active, *read_mutes(store, active, now), now)
+            ended = read_data_end(store, active, now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),
                     dash.no_update, dash.no_update)
-        shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted), last)
-        return (*shown, None, components.updated_stamp(now), timerange.label(rng), fingerprint)
+        shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted, ended), last)
+        return (*shown, components.ended_notice(ended, now, "alerts-ended"),
+                components.updated_stamp(now), timerange.label(rng), fingerprint)
 
     components.link_range(app, "alerts-range", DEFAULT_RANGE)

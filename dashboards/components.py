@@ -251,19 +251,38 @@ def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
     return out
 
 
+def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
+    if ended is None or a.state == "resolved":
+        return f"{clock(since)} UTC · {ago(since, now_s)}"
+    return [f"{alert_view.utc(since)} UTC", html.Div(
+        f"open when the data ended, {ago(ended, now_s)}; last evidence "
+        f"{alert_view.hms(a.updated_ts, ended)}", className="ended-note panel-hint")]
+
+
+def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div | None:
+    """The banner over open alerts that the data left open, if the data ended."""
+    if ended is None:
+        return None
+    return notice(f"No data since {alert_view.utc(ended)} UTC ({ago(ended, now_s)}): open "
+                  "alerts are as the data left them (a replay store, or the collectors or "
+                  "processor stopped)", notice_id)
+
+
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,
-                more: str = "") -> html.Div:
+                more: str = "", ended: float | None = None) -> html.Div:
     """Alerts as a table, in the order given; the message links to the GPU on its node's
     page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
     row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
     ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
-    alerts left out."""
+    alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``), if they
+    did: an open alert is then open as they left it, not "now"."""
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     head = html.Tr([html.Th(h) for h in
-                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Id")])
+                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Action",
+                     "Id")])
     rows = []
     muted = muted or {}
     for a in alerts:
@@ -286,15 +305,16 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             html.Td(a.rule, className="rule"),
             html.Td(a.node, className="node"),
             html.Td(_device(a), className="device"),
-            html.Td(f"{clock(since)} UTC · {ago(since, now_s)}", className="since",
+            html.Td(_since(a, since, now_s, ended), className="since",
                     title=f"pending from {clock(a.started_ts)} UTC" + (
                         f", fired {clock(a.fired_ts)} UTC" if a.fired_ts is not None else "")),
             html.Td(message, className="message"),
+            html.Td(a.action, className="action"),  # what the rule suggests doing
             # What `fleetwatch ack` takes: shown whole, selectable in one go.
             html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),
         ]))
     if more:
-        rows.append(html.Tr(html.Td(more, colSpan=8, className="panel-hint"),
+        rows.append(html.Tr(html.Td(more, colSpan=9, className="panel-hint"),
                             className="more-row"))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
                     id=table_id, className="alerts-wrap")

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fleetwatch.alert_view import ordered
+from fleetwatch.alert_view import data_end, ordered
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Acknowledgement,
@@ -158,6 +158,11 @@ def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S
     """(active, resolved in the last ``window_s``), each sorted for display."""
     resolved = store.alerts(("resolved",), since_ts=now_s - window_s)
     return sort_alerts(store.alerts(ACTIVE_STATES)), sort_alerts(resolved)
+
+
+def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float) -> float | None:
+    """When the data ended, if they did and an alert shown is open (``data_end``)."""
+    return data_end(store, now_s) if any(a.state != "resolved" for a in alerts) else None
 
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,

@@ -130,16 +130,25 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                   State(components.zoom_store("energy"), "data"), prevent_initial_call=True,
                   running=[(Output("energy-tick", "disabled"), True, False)])  # see fleet.py
     def refresh(_n: int | None, rng: str, zoom: dict[str, Any] | None) -> tuple[Any, ...]:
-        return render(rng, zoom)
+        return render(rng, zoom, first=False)
 
-    def render(rng: str, zoom: dict[str, Any] | None = None) -> tuple[Any, ...]:
+    def render(rng: str, zoom: dict[str, Any] | None = None, first: bool = True
+               ) -> tuple[Any, ...]:
+        """The page's values; ``first``: the page's first draw (the layout's), which has
+        nothing of a read before to keep when the store does not answer."""
         now = clock()
         start, end = timerange.window(rng, now)
         try:
             v = read_energy(store, carbon, start, end + 3600, now)
         except StoreError as exc:
-            return (*[dash.no_update] * 6, components.notice(f"Store unavailable: {exc}"),
-                    components.failed_stamp(now), dash.no_update)
+            text = f"Store unavailable: {exc}"
+            # The last read's figures stay under the banner; a first draw says why it is
+            # empty instead of "Loading…" for as long as the store is away.
+            kept = [dash.no_update] * 6 if not first else [
+                [_tile("energy-nodata", "Energy", "no data", "the store does not answer")],
+                *[energy_figures.empty_figure(text, h) for h in (260, 260, 380, 380, 220)]]
+            return (*kept, components.notice(text), components.failed_stamp(now),
+                    dash.no_update)
         warning = series_warning(carbon, v.hours)
         notice = (components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
                   else components.notice(f"Warning: {warning}", "energy-series-warning")
@@ -152,7 +161,8 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                 energy_figures.per_hour(bins, co2e, f"kg CO2e per {unit}", step=step),
                 energy_figures.top_shares(v.jobs, "job"),
                 energy_figures.top_shares(v.users, "user"),
-                energy_figures.idle_share(v.hours, {"all clusters": v.idle_share})]
+                energy_figures.idle_share(v.idle.hours, v.idle.idle, missing=v.idle.missing,
+                                          missing_h=v.idle.missing_h)]
         for graph, fig in zip(GRAPHS, figs):  # the user's zoom kept; a new range starts clean
             fig.update_layout(uirevision=rng)
             figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))

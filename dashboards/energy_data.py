@@ -33,11 +33,48 @@ class Share:
 
 
 @dataclass(frozen=True)
+class HourlyIdle:
+    """The idle share of GPU time per hour, per series, with the time no one knows about.
+
+    An hour without GPU time (a silent node: the ledger has only its missing seconds, or no
+    row at all) has no idle share: None, a gap, never 0 % idle (that reads "fully busy")."""
+
+    hours: tuple[int, ...]                  # every hour from the first to the last
+    idle: dict[str, list[float | None]]     # name -> idle seconds / GPU seconds with data
+    missing: dict[str, list[float]]         # name -> share of GPU time without data
+    missing_h: dict[str, list[float]]       # name -> GPU-hours without data
+
+
+def hourly_idle(totals: Iterable[EnergyTotal], name: str | None = None) -> HourlyIdle:
+    """Per series (``t.name``, or all as one ``name``), each hour's idle share of the GPU
+    time with data and the share of the GPU time without data (``missing_s``)."""
+    acc: dict[tuple[str, int], list[float]] = {}
+    for t in totals:
+        a = acc.setdefault((name or t.name or NO_NAME["cluster"], t.bucket_ts), [0.0] * 3)
+        a[0] += t.idle_s
+        a[1] += t.gpu_s
+        a[2] += t.missing_s
+    if not acc:
+        return HourlyIdle((), {}, {}, {})
+    first, last = min(h for _, h in acc), max(h for _, h in acc)
+    hours = tuple(range(first, last + 3600, 3600))
+    idle: dict[str, list[float | None]] = {}
+    missing: dict[str, list[float]] = {}
+    missing_h: dict[str, list[float]] = {}
+    for series in sorted({n for n, _ in acc}):
+        rows = [acc.get((series, h), [0.0, 0.0, 0.0]) for h in hours]
+        idle[series] = [i / g if g else None for i, g, _ in rows]
+        missing[series] = [m / (g + m) if g + m else 0.0 for _, g, m in rows]
+        missing_h[series] = [m / 3600 for _, _, m in rows]
+    return HourlyIdle(hours, idle, missing, missing_h)
+
+
+@dataclass(frozen=True)
 class EnergyView:
     hours: tuple[int, ...]                    # bucket starts, oldest first
     by_cluster: dict[str, list[float]]        # cluster -> kWh per hour (aligned to hours)
     co2e_by_cluster: dict[str, list[float]]   # cluster -> kg CO2e per hour
-    idle_share: list[float]                   # GPU idle time share per hour
+    idle: HourlyIdle                          # GPU idle time share per hour, all clusters
     jobs: tuple[Share, ...]
     users: tuple[Share, ...]
     clusters: tuple[Share, ...]
@@ -104,16 +141,12 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     f = _factors(model, {t.bucket_ts for t in (*window, *month, *jobs, *users)})
     by_cluster: dict[str, list[float]] = {}
     co2e: dict[str, list[float]] = {}
-    idle_s = [0.0] * len(hours)
-    gpu_s = [0.0] * len(hours)
     for t in window:
         name = t.name or NO_NAME["cluster"]
         i = index[t.bucket_ts]
         kwh = t.energy_j / J_PER_KWH
         by_cluster.setdefault(name, [0.0] * len(hours))[i] += kwh
         co2e.setdefault(name, [0.0] * len(hours))[i] += kwh * f[t.bucket_ts]
-        idle_s[i] += t.idle_s
-        gpu_s[i] += t.gpu_s
     day0 = now_s - now_s % 86400
     today = [t for t in month if t.bucket_ts >= day0]
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
@@ -124,7 +157,7 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
                                             start, end)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
-        idle_share=[i / g if g else 0.0 for i, g in zip(idle_s, gpu_s)],
+        idle=hourly_idle(window, "all clusters"),
         jobs=shares(jobs, "job", f), users=shares(users, "user", f),
         clusters=shares(window, "cluster", f, limit=50),
         kwh=sum(sum(v) for v in by_cluster.values()),

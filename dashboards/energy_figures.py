@@ -60,22 +60,39 @@ def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: s
     return fig
 
 
-def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float]],
-               height: int = 220) -> go.Figure:
+def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float | None]],
+               height: int = 220, missing: Mapping[str, Sequence[float]] | None = None,
+               missing_h: Mapping[str, Sequence[float]] | None = None) -> go.Figure:
     """The share of GPU time spent idle, per hour (one line per series), each hour's value at
     its middle and the axis over the whole hours: one hour is a point over that hour, not an
-    empty chart over sub-millisecond ticks (a line of one point draws nothing)."""
+    empty chart over sub-millisecond ticks (a line of one point draws nothing).
+
+    An hour without data (None) is a gap: unknown is not busy. ``missing`` (the share of each
+    hour's GPU time without data) and ``missing_h`` (those GPU-hours), where any, are drawn
+    as a shaded "no data" bar under each series and said in its hover."""
     if not hours:
         return empty_figure(NO_ENERGY, height)
     fig = go.Figure()
     x = [_utc(h + 1800) for h in hours]
     for i, (name, ys) in enumerate(sorted(shares.items())):
         colour = CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)]
-        fig.add_scatter(x=x, y=[100 * y for y in ys], name=name,
+        gone = list((missing or {}).get(name, ())) or [0.0] * len(hours)
+        gone_h = list((missing_h or {}).get(name, ())) or [0.0] * len(hours)
+        fig.add_scatter(x=x, y=[None if y is None else 100 * y for y in ys], name=name,
                         mode="lines+markers" if len(hours) == 1 else "lines",
                         line={"color": colour, "width": 2}, marker={"size": 8},
-                        hovertemplate=f"{name}: %{{y:.1f}}% idle<extra>%{{x}}</extra>")
-    _layout(fig, height, "% of GPU time idle")
+                        customdata=[[100 * m, h] for m, h in zip(gone, gone_h)],
+                        hovertemplate=(f"{name}: %{{y:.1f}}% idle · %{{customdata[0]:.0f}}% "
+                                       "of GPU time without data (%{customdata[1]:.2g} GPU-h)"
+                                       "<extra>%{x}</extra>"))
+        if any(gone):  # a shaded bar over each hour with time missing, none elsewhere
+            fig.add_bar(x=x, y=[100 * m for m in gone], name=f"{name}: no data",
+                        marker={"color": theme.MUTED, "opacity": 0.35},
+                        width=3600 * 1000 * 0.9, customdata=gone_h,
+                        hovertemplate=(f"{name}: %{{y:.0f}}% of GPU time without data "
+                                       "(%{customdata:.2g} GPU-h): unknown, not idle or "
+                                       "busy<extra>%{x}</extra>"))
+    _layout(fig, height, "% of GPU time")
     fig.update_xaxes(type="date", range=[_utc(min(hours)), _utc(max(hours) + 3600)])
     fig.update_yaxes(rangemode="tozero")
     return fig
@@ -102,11 +119,12 @@ def top_shares(items: Sequence[Share], label: str, height: int = 380) -> go.Figu
 
 
 def cdf(samples: Mapping[str, np.ndarray], x_title: str, height: int = 240,
-        scale: float = 1.0) -> go.Figure:
-    """Empirical CDFs, one line per group, as the Acme study drew them."""
+        scale: float = 1.0, empty: str = "No samples in this range") -> go.Figure:
+    """Empirical CDFs, one line per group, as the Acme study drew them; ``empty``: what
+    the figure says when there is nothing to draw."""
     groups = {k: v for k, v in samples.items() if len(v)}
     if not groups:
-        return empty_figure("No samples in this range", height)
+        return empty_figure(empty, height)
     fig = go.Figure()
     for i, (name, values) in enumerate(sorted(groups.items())):
         xs = np.sort(values) * scale

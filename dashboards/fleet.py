@@ -103,7 +103,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
         return (components.summary(view, now), fig,
                 components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
-                                       muted=muted),
+                                       muted=muted, ended=None if view.cells or not view.last_ms
+                                       else view.last_ms / 1000),
                 notice, components.updated_stamp(now), components.last_read(view, now))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),

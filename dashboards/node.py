@@ -11,12 +11,13 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import boards, components, figures, timerange
+from fleetwatch.dashboards import boards, components, figures, node_errors, timerange
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
     TEMP,
     UTIL,
+    read_data_end,
     read_mutes,
     read_node,
 )
@@ -79,6 +80,19 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
                           className="panel-hint")]),
             html.Div(id="node-boards"),
         ]),
+        html.Div(className="node-grid two", children=[
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("Events"),
+                    html.Span("XIDs, GPUs lost · newest first · from the store's events",
+                              className="panel-hint")]),
+                html.Div(id="node-events")]),
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("Error counters"),
+                    html.Span(f"GPU {gpu} · over the range" if gpu is not None else
+                              "of the GPU brought forward", className="panel-hint")]),
+                html.Div(id="node-counters")])]),
     ])
 
 
@@ -101,7 +115,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     the GPUs' slowdown temperature)."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children"),
-               Output("node-boards", "children")]
+               Output("node-boards", "children"), Output("node-events", "children"),
+               Output("node-counters", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
     outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
@@ -118,6 +133,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
             board_panel = boards.panel(store, node, now)
+            errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu)
+            ended = read_data_end(store, view.alerts, now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
@@ -141,9 +158,12 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             figs.append(figures.hold_zoom(fig, components.zoomed(zoom, rng, graph_id(metric))))
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
         table = components.alert_table(
-            view.alerts, now, "node-alert-table", rng=rng, muted=muted,
+            view.alerts, now, "node-alert-table", rng=rng, muted=muted, ended=ended,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
-        return (title, notice, table, components.updated_stamp(now), board_panel, *figs,
+        events = node_errors.events_table(
+            errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}")
+        return (title, notice, table, components.updated_stamp(now), board_panel, events,
+                node_errors.counters_table(errors, now, node), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")

@@ -13,14 +13,14 @@ and its panels say so."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import dash
 import numpy as np
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import components, energy_figures, figures, timerange
-from fleetwatch.dashboards.energy_data import NO_NAME
+from fleetwatch.dashboards.energy_data import NO_NAME, hourly_idle
 from fleetwatch.pipeline.store.base import RAW_SPAN_MS, StoreError, gpu_device, gpu_index
 from fleetwatch.pipeline.store.ledger import EnergyTotal
 
@@ -54,6 +54,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         dcc.Interval(id="util-tick", interval=int(max(refresh_s, 15.0) * 1000)),
         dcc.Store(id="util-scope", data={"node": q.node, "gpu": q.gpu}),
         dcc.Store(id=components.zoom_store("util")),
+        dcc.Store(id="util-drawn"),  # whether a read has drawn the panels yet
         html.Div(className="page-head", children=[
             html.H1(["Utilization ", html.Span(scope, id="util-scope-text",
                                                className="scope")]),
@@ -66,6 +67,9 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                 html.H2("Idle GPUs over time"),
                 html.Span(f"share of GPU time{of} idle, per hour, per cluster (from the ledger)",
                           className="panel-hint", id="util-idle-hint")]),
+            html.Div("An hour without data is a gap, not 0 % idle; a shaded bar is the "
+                     "share of the hour's GPU time without data (a silent node, a lost GPU).",
+                     className="panel-hint"),
             dcc.Graph(id="util-idle", figure=energy_figures.empty_figure("Loading…", 220),
                       config=_GRAPH)]),
         html.Section(className="panel", children=[
@@ -88,25 +92,37 @@ def cdf_hint(basis: str) -> str:
 
 
 Groups = dict[str, dict[str, np.ndarray]]  # metric -> cluster -> values
+Gpus = dict[str, set[tuple[str, str, str]]]  # metric -> the (cluster, node, device) drawn
+SM = "gpu_sm_active_ratio"
+
+
+class CdfRead(NamedTuple):
+    samples: Groups
+    basis: str       # MINUTE_MEANS or SAMPLES
+    gpus: Gpus       # which GPUs each metric's values come from
 
 
 def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
-                gpu: int | None) -> tuple[Groups, str]:
-    """Per metric and cluster, the GPU values the CDFs of [start, end) are drawn from, and
-    what they are (``MINUTE_MEANS`` or ``SAMPLES``). ``gpu`` counts only with ``node``."""
+                gpu: int | None) -> CdfRead:
+    """Per metric and cluster, the GPU values the CDFs of [start, end) are drawn from, what
+    they are (``MINUTE_MEANS`` or ``SAMPLES``) and of which GPUs. ``gpu`` counts only with
+    ``node``."""
     device = gpu_device(gpu) if node and gpu is not None else None
     metrics = [m for m, _, _, _ in CDFS]
     parts: dict[str, dict[str, list[float]]] = {m: {} for m in metrics}
+    gpus: Gpus = {m: set() for m in metrics}
     if node is None and hasattr(store, "minute_means"):  # the whole fleet in one pass
         for metric, series in store.minute_means(metrics, start_ms, end_ms).items():
             for key, _, means in series:
                 if gpu_index(key.device) is not None:
                     parts[metric].setdefault(key.cluster, []).extend(means.tolist())
+                    gpus[metric].add((key.cluster, key.node, key.device))
     elif hasattr(store, "rollups"):  # one node's minutes: a few hundred rows
         for metric in metrics:
             for key, _, n, total, _, _ in store.rollups(metric, start_ms, end_ms, node, device):
                 if gpu_index(key.device) is not None:
                     parts[metric].setdefault(key.cluster, []).append(total / n)
+                    gpus[metric].add((key.cluster, key.node, key.device))
     basis = MINUTE_MEANS
     if not any(parts.values()):
         # No rollup in range: a young store, or a backend that keeps none. Its range read
@@ -116,7 +132,32 @@ def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
             for key, _, value in store.range(metric, start_ms, end_ms, node=node, device=device):
                 if gpu_index(key.device) is not None:
                     parts[metric].setdefault(key.cluster, []).append(value)
-    return {m: {c: np.asarray(v) for c, v in by.items()} for m, by in parts.items()}, basis
+                    gpus[metric].add((key.cluster, key.node, key.device))
+    return CdfRead({m: {c: np.asarray(v) for c, v in by.items()} for m, by in parts.items()},
+                   basis, gpus)
+
+
+NO_SM = ("no DCGM profiling, and NVML gives SM activity only through GPM, on Hopper and "
+         "newer")
+
+
+def sm_coverage(gpus: Gpus, node: str | None, gpu: int | None) -> tuple[str, str]:
+    """What the SM-activity panel says of the GPUs it covers: (a note for its hint, the
+    sentence of an empty panel). Only part of a fleet reports SM activity (GPUs before Hopper
+    without DCGM report none), and a CDF of that part must not pass for the fleet's."""
+    seen = set().union(*gpus.values())
+    sm = gpus.get(SM, set())
+    note = (f" · from {len(sm)} of {len(seen)} GPUs; the others report none "
+            "(no DCGM, no GPM)"
+            if sm and len(sm) < len(seen) else "")
+    if sm or not seen:
+        return note, "No samples in this range"
+    what = (f"GPU {gpu} of {node} reports" if node and gpu is not None else
+            f"No GPU of {node} reports" if node else "No GPU reports")
+    return note, (f"{what} no SM activity ({NO_SM}); its utilization, memory and power are "
+                  f"drawn beside" if node and gpu is not None else
+                  f"{what} SM activity ({NO_SM}); utilization, memory and power are drawn "
+                  "beside")
 
 
 def ledger_totals(store: Any, start_s: float, end_s: float, node: str | None,
@@ -166,41 +207,48 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
 
     @app.callback(*outputs, Output("util-idle", "figure"), Output("util-jobs", "children"),
                   Output("util-notice", "children"), Output("util-updated", "children"),
+                  Output("util-drawn", "data"),
                   Input("util-tick", "n_intervals"), Input("util-range", "value"),
                   State("util-scope", "data"), State(components.zoom_store("util"), "data"),
+                  State("util-drawn", "data"),
                   running=[(Output("util-tick", "disabled"), True, False)])  # see fleet.py
     def refresh(_n: int | None, rng: str, scope: dict[str, Any] | None,
-                zoom: dict[str, Any] | None) -> tuple[Any, ...]:
+                zoom: dict[str, Any] | None, drawn: bool | None) -> tuple[Any, ...]:
         now = clock()
         start, end = timerange.window(rng, now)
         node, gpu = (scope or {}).get("node"), (scope or {}).get("gpu")
         try:
-            samples, basis = cdf_samples(store, int(start * 1000), int((end + 120) * 1000),
-                                         node, gpu)
-            figs = [energy_figures.cdf(samples[m], axis, scale=scale)
+            samples, basis, gpus = cdf_samples(store, int(start * 1000),
+                                               int((end + 120) * 1000), node, gpu)
+            sm_note, no_sm = sm_coverage(gpus, node, gpu)
+            figs = [energy_figures.cdf(samples[m], axis, scale=scale,
+                                       empty=no_sm if m == SM else "No samples in this range")
                     for m, _, axis, scale in CDFS]
             first = start - start % 3600
             totals, jobs = ledger_totals(store, first, end + 3600, node, gpu)
         except StoreError as exc:
-            return (*[dash.no_update] * (2 * len(CDFS) + 2),
-                    components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now))
-        hours = sorted({t.bucket_ts for t in totals})
-        index = {h: i for i, h in enumerate(hours)}
-        shares: dict[str, list[float]] = {}
-        gpu_s: dict[str, list[float]] = {}
-        for t in totals:
-            shares.setdefault(t.name, [0.0] * len(hours))[index[t.bucket_ts]] += t.idle_s
-            gpu_s.setdefault(t.name, [0.0] * len(hours))[index[t.bucket_ts]] += t.gpu_s
-        idle = {k: [i / g if g else 0.0 for i, g in zip(v, gpu_s[k])] for k, v in shares.items()}
+            text = f"Store unavailable: {exc}"
+            # The last read's panels stay under the banner; a page that never read says why
+            # it is empty instead of "Loading…" for as long as the store is away.
+            kept: list[Any] = [dash.no_update] * (2 * len(CDFS) + 2) if drawn else [
+                *[energy_figures.empty_figure(text, 240) for _ in CDFS],
+                *[dash.no_update] * len(CDFS), energy_figures.empty_figure(text, 220),
+                html.Div("No jobs: the store does not answer", className="empty-note",
+                         id="util-jobs-empty")]
+            return (*kept, components.notice(text), components.failed_stamp(now),
+                    dash.no_update)
+        idle = hourly_idle(totals)
         notice = None if any(f.data for f in figs) else components.notice(
             "No samples in this range yet", "util-empty")
-        figs.append(energy_figures.idle_share(hours, idle))
+        figs.append(energy_figures.idle_share(idle.hours, idle.idle, missing=idle.missing,
+                                              missing_h=idle.missing_h))
         for graph, fig in zip(GRAPHS, figs):  # the user's zoom kept; a new range starts clean
             fig.update_layout(uirevision=rng)
             figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))
-        return (*figs[:-1], *[cdf_hint(basis)] * len(CDFS), figs[-1],
+        return (*figs[:-1], *[cdf_hint(basis) + (sm_note if m == SM else "")
+                              for m, _, _, _ in CDFS], figs[-1],
                 job_table(jobs), notice,
-                components.updated_stamp(now))
+                components.updated_stamp(now), True)
 
     components.keep_zoom(app, "util", GRAPHS, "util-range")
 

@@ -16,6 +16,11 @@ from fleetwatch.pipeline.alerts import evidence_value
 from fleetwatch.pipeline.silences import mute, not_in_alertmanager
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
 
+# No temperature sample in this long: the data have ended (a replay store, a stopped
+# pipeline), and an open alert is open as the data left it, not "now". As the dashboard's
+# fleet page, whose GPUs drop off the heatmap after as long.
+STALE_S = 300.0
+
 _STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -51,10 +56,31 @@ def hms(ts: float, day_of: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ts)) if same else utc(ts)
 
 
-def when(a: Alert, now: float) -> str:
+def data_end(store: Any, now: float) -> float | None:
+    """When the store's data ended (its newest GPU temperature sample), if no sample came
+    in the last ``STALE_S``: the one store read of this module. None while data arrive,
+    and for a store without any."""
+    if store.latest("gpu_temp_c", int((now - STALE_S) * 1000)):
+        return None
+    newest = max((ts for _, ts, _ in store.latest("gpu_temp_c", 0)), default=None)
+    return newest / 1000 if newest is not None else None
+
+
+def at_end(a: Alert, ended: float, now: float) -> str:
+    """An open alert of data that ended (``data_end``): open when they ended, its last
+    evidence when; not "firing since" for as long as the store is kept."""
+    began = a.fired_ts if a.state == "firing" and a.fired_ts is not None else a.started_ts
+    return (f"{a.state} at the end of the data ({utc(ended)}, {age(now - ended)} ago; "
+            f"{a.state} from {hms(began, ended)}, last evidence {hms(a.updated_ts, ended)})")
+
+
+def when(a: Alert, now: float, ended: float | None = None) -> str:
     """Since when, in words that cannot be misread: firing since when it fired (the
     ``startsAt`` Alertmanager and the webhook show, as Prometheus sends it), with when it
-    started pending; pending since when it started; resolved when, after how long firing."""
+    started pending; pending since when it started; resolved when, after how long firing.
+    ``ended``: when the data ended (``data_end``), for an open alert left by them."""
+    if ended is not None and a.state != "resolved":
+        return at_end(a, ended, now)
     fired = a.fired_ts
     pend = hms(a.started_ts, a.fired_ts if fired is not None else a.resolved_ts or now)
     if a.state == "resolved" and a.resolved_ts is not None:
@@ -84,14 +110,15 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
 
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
-          acks: Mapping[str, Acknowledgement], now: float) -> list[str]:
+          acks: Mapping[str, Acknowledgement], now: float,
+          ended: float | None = None) -> list[str]:
     """The table: a heading line per alert, then what, the evidence, the action and why
-    it is muted, indented."""
+    it is muted, indented. ``ended``: when the data ended (``data_end``), if they did."""
     open_alerts = [a for a in alerts if a.state != "resolved"]
     out: list[str] = []
     for a in ordered(alerts):
-        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  {when(a, now)}  "
-                   f"id {a.id}")
+        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  "
+                   f"{when(a, now, ended)}  id {a.id}")
         if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
             out.append(f"    {a.message}")
         if a.evidence:

@@ -283,7 +283,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.alert_view import headline, lines, ordered, record
+    from fleetwatch.alert_view import age, data_end, headline, lines, ordered, record, utc
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
 
@@ -306,6 +306,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
                        if a.fired_ts is not None]
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
+        # A replay store's open alerts are open as its data left them, days ago.
+        ended = data_end(store, now) if any(a.state != "resolved" for a in alerts) else None
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
@@ -328,7 +330,10 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
     print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
-    for line in lines(alerts, silences, acks, now):
+    if ended is not None and any(a.state != "resolved" for a in alerts):
+        print(f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
+              "the data left them (a replay store, or the pipeline stopped)")
+    for line in lines(alerts, silences, acks, now, ended):
         print(line)
     return EXIT_OK
 

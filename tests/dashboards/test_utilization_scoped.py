@@ -53,7 +53,7 @@ def as_sorted(groups: dict[str, np.ndarray]) -> dict[str, list[float]]:
 
 
 def test_fleet_cdfs_are_minute_means_of_the_samples(store: SqliteStore) -> None:
-    got, basis = utilization.cdf_samples(store, START_MS, END_MS, None, None)
+    got, basis, _ = utilization.cdf_samples(store, START_MS, END_MS, None, None)
     assert basis == utilization.MINUTE_MEANS
     for metric in METRICS:
         want = minute_means_from_samples(store, metric)
@@ -63,14 +63,14 @@ def test_fleet_cdfs_are_minute_means_of_the_samples(store: SqliteStore) -> None:
 
 
 def test_a_gpus_cdfs_are_that_gpus_minute_means(store: SqliteStore) -> None:
-    got, basis = utilization.cdf_samples(store, START_MS, END_MS, "node-001", 3)
+    got, basis, _ = utilization.cdf_samples(store, START_MS, END_MS, "node-001", 3)
     want = minute_means_from_samples(store, "gpu_power_w", "node-001", "gpu3")
     assert basis == utilization.MINUTE_MEANS
     # Both simulated clusters have a node-001: one GPU 3 each, 60 minutes each.
     assert set(got["gpu_power_w"]) == set(want) == {"train-a", "train-b"}
     for cluster, values in as_sorted(got["gpu_power_w"]).items():
         assert len(values) == 60 and values == pytest.approx(want[cluster], rel=1e-9)
-    nothing, _ = utilization.cdf_samples(store, START_MS, END_MS, "node-999", 3)
+    nothing, _, _ = utilization.cdf_samples(store, START_MS, END_MS, "node-999", 3)
     assert not any(nothing.values())
 
 
@@ -78,7 +78,7 @@ def test_a_store_without_rollups_yet_draws_its_samples(tmp_path: Path) -> None:
     writer = SqliteStore(tmp_path / "young.db")
     t0 = START_MS + 600_000
     writer.write(frames("c", t0, ticks=20, nodes=2, gpus=2))  # 20 s: no minute closed
-    got, basis = utilization.cdf_samples(writer, START_MS, END_MS, None, None)
+    got, basis, _ = utilization.cdf_samples(writer, START_MS, END_MS, None, None)
     assert basis == utilization.SAMPLES
     assert sorted(got["gpu_power_w"]["c"].tolist()) == sorted(
         100.0 + t + 0.25 * g for t in range(20) for g in range(2) for _ in range(2))
