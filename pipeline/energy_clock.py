@@ -29,19 +29,20 @@ log = logging.getLogger(__name__)
 
 
 class NodeClock:
-    """In memory, per node: the newest ``seq`` seen (0: none), the node's last interval
-    within ``max_gap_s`` (its cadence; 0: not known), the time of the frame a step back
-    re-anchors on (None: none pending), and the step's (seq, old newest time) while its
-    overlap lasts."""
+    """In memory, per node: the newest ``seq`` seen (0: none) and that frame's time, the
+    node's last interval within ``max_gap_s`` (its cadence; 0: not known), the time of the
+    frame a step back re-anchors on (None: none pending), and the step's (seq, old newest
+    time) while its overlap lasts."""
 
-    __slots__ = ("seq", "cadence", "anchor", "guard")
+    __slots__ = ("seq", "seq_ts", "cadence", "anchor", "guard")
 
-    def __init__(self, seq: int = 0, cadence: float = 0.0, anchor: float | None = None,
-                 guard: tuple[int, float] | None = None) -> None:
-        self.seq, self.cadence, self.anchor, self.guard = seq, cadence, anchor, guard
+    def __init__(self, seq: int = 0, seq_ts: float = 0.0, cadence: float = 0.0,
+                 anchor: float | None = None, guard: tuple[int, float] | None = None) -> None:
+        self.seq, self.seq_ts, self.cadence = seq, seq_ts, cadence
+        self.anchor, self.guard = anchor, guard
 
     def copy(self) -> NodeClock:
-        return NodeClock(self.seq, self.cadence, self.anchor, self.guard)
+        return NodeClock(self.seq, self.seq_ts, self.cadence, self.anchor, self.guard)
 
 
 class ClockSteps:
@@ -109,7 +110,9 @@ def in_steps(group: Sequence[Frame], clock: NodeClock, newest: float,
                 continue  # sent before the step, arrived after it: its times are booked
             else:
                 steps.overlap(f)
-        if f.seq and clock.seq and f.seq > clock.seq and f.ts < newest:
+        # Stamped before the frame it follows in seq (not merely before the newest: a
+        # batch delivered again after a restart goes forward from its own first frame).
+        if f.seq and clock.seq and f.seq > clock.seq and f.ts < clock.seq_ts:
             steps.back(f, newest)
             if part or stepped:
                 yield part, stepped
@@ -119,7 +122,8 @@ def in_steps(group: Sequence[Frame], clock: NodeClock, newest: float,
             newest = f.ts
         part.append(f)
         newest = max(newest, f.ts)
-        clock.seq = max(clock.seq, f.seq)
+        if f.seq > clock.seq:
+            clock.seq, clock.seq_ts = f.seq, f.ts
     if part:
         yield part, stepped
 

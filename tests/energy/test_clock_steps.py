@@ -135,3 +135,20 @@ def test_the_processor_counts_a_step_back_on_its_metrics(store):
                   if m.name == "fleetwatch_processor_clock_steps")
     assert {s.labels["kind"]: s.value for s in family.samples} == {"back": 1, "overlap": 24}
     assert ledger(store)[0] == pytest.approx(EXACT)
+
+
+def test_a_batch_delivered_again_after_a_restart_is_no_step_back(tmp_path):
+    # A processor that restarts takes the watermark from the store and gets the last
+    # batch again: in seq order and behind the watermark, it is a replay, not a step.
+    path = tmp_path / "s.db"
+    fr = [frame(T0 + 5 * k, k) for k in range(121)]
+    first = SqliteStore(path)
+    run(first, fr[:100])
+    first.close()
+    second = SqliteStore(path)
+    ei = EnergyIntegrator(second)
+    ei.observe(fr[80:100])
+    ei.observe(fr[100:])
+    assert ei.clock.counts == {}
+    assert ledger(second)[0] == pytest.approx(EXACT)
+    second.close()
