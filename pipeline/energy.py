@@ -73,7 +73,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.config import EnergyConfig
@@ -94,6 +94,9 @@ from fleetwatch.pipeline.store.ledger import (
 )
 
 log = logging.getLogger(__name__)
+# A frame this far ahead of the processor's clock after a silence: the silence is a clock
+# error (missing time up to a time that has not come), not booked.
+AHEAD_S = 300.0
 LONG_GAPS_TO_WARN = 3  # intervals over max_gap_s in a row: the node's cadence, not an outage
 
 # Accumulator slots, in EnergyRow's order.
@@ -188,10 +191,14 @@ class EnergyIntegrator:
     """Frames in, ledger rows written to ``store``. One per processor; pure but for the
     store calls in ``observe`` (``integrate`` alone touches nothing)."""
 
-    def __init__(self, store: EnergyStore | None, settings: EnergySettings = EnergySettings()
-                 ) -> None:
+    def __init__(self, store: EnergyStore | None, settings: EnergySettings = EnergySettings(),
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the processor's wall clock; given, a silence that ends ahead of it
+        (by more than ``AHEAD_S``) is a clock error, not missing time."""
         self.store = store
         self.s = settings
+        self._clock = clock
+        self._now = math.inf
         self._nodes: dict[tuple[str, str], _Node] = {}
         self._rolled_to = -math.inf  # hours before this are rolled up
         # Nodes whose frames keep coming further apart than max_gap_s (a slow agent
@@ -244,6 +251,7 @@ class EnergyIntegrator:
     def integrate(self, frames: Sequence[Frame]
                   ) -> tuple[dict[tuple[str, str], _Node], list[EnergyRow], list[DeviceState]]:
         """The batch on copies of the touched nodes' state: (new states, rows, watermarks)."""
+        self._now = self._clock() + AHEAD_S if self._clock is not None else math.inf
         by_node: dict[tuple[str, str], list[Frame]] = {}
         for f in frames:
             by_node.setdefault((f.cluster, f.node), []).append(f)
@@ -287,7 +295,8 @@ class EnergyIntegrator:
     def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
         s = self.s
         clock = node.devs.get(HOST_DEVICE)
-        if clock is not None and abs(f.ts - clock.ts) > s.max_jump_s:
+        if clock is not None and (abs(f.ts - clock.ts) > s.max_jump_s or (
+                f.ts - clock.ts > s.max_gap_s and f.ts > self._now)):
             self._anew(node, f, clock.ts)
         weights: dict[Owner, float] = {}   # each owner's GPU energy in this frame
         for g in f.gpus:

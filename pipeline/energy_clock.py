@@ -76,10 +76,11 @@ class ClockSteps:
 
     def error(self, f: Frame, was: float, bound: float) -> None:
         if self._count("error", f):
-            log.warning("%s's clock jumped from %s to %s, further than %.0f days: a clock "
-                        "error, not an outage; its energy starts anew at the new time and "
-                        "the jump is neither energy nor missing time (said once per node). "
-                        "Fix the node's clock", f.node, _iso(was), _iso(f.ts), bound / 86400)
+            log.warning("%s's clock jumped from %s to %s (further than %.0f days, or ahead "
+                        "of this processor's clock): a clock error, not an outage; its "
+                        "energy starts anew at the new time and the jump is neither energy "
+                        "nor missing time (said once per node). Fix the node's clock",
+                        f.node, _iso(was), _iso(f.ts), bound / 86400)
 
     def forward(self, f: Frame, by: float) -> None:
         if (f.cluster, f.node, f.ts) == self._forward_at:

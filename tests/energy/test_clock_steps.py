@@ -152,3 +152,29 @@ def test_a_batch_delivered_again_after_a_restart_is_no_step_back(tmp_path):
     assert ei.clock.counts == {}
     assert ledger(second)[0] == pytest.approx(EXACT)
     second.close()
+
+
+def test_a_silence_that_ends_ahead_of_the_processors_clock_is_not_missing_time(store, caplog):
+    # One frame a day ahead of the processor's clock (under max_jump_s): without the clock
+    # it is 24 h of missing time, 24 rows per GPU; with it, a clock error, nothing booked.
+    now = T0 + 600
+    fr = [frame(T0 + 5 * k, k) for k in range(61)] + [frame(T0 + 86400, 61, seq=False)]
+    with caplog.at_level(logging.WARNING):
+        ei = EnergyIntegrator(store, clock=lambda: now)
+        for i in range(0, len(fr), 20):
+            ei.observe(fr[i:i + 20])
+    energy, missing, n = ledger(store)
+    assert missing == 0.0 and n < 6
+    assert energy == pytest.approx(2 * W * 300)
+    assert ei.clock.counts["error"] == 1
+    assert any("ahead of this processor's clock" in r.getMessage() for r in caplog.records)
+
+
+def test_the_live_processors_integrator_knows_the_wall_clock(tmp_path):
+    from fleetwatch.config import EnergyConfig
+    from fleetwatch.wiring import energy_integrator
+
+    s = SqliteStore(tmp_path / "w.db")
+    ei = energy_integrator(EnergyConfig(), s)
+    assert ei is not None and ei._clock is not None
+    s.close()
