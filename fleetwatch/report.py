@@ -160,6 +160,9 @@ class Report:
         hours = (f"{self.hours_with_data:,} of the "
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
                  f"hours have data ({share:.0%})")
+        if not self.ended and self.covered_until_ts > self.generated_ts + 3600:
+            hours = (f"data stamped up to {at(self.covered_until_ts)} UTC, after now "
+                     f"({at(self.generated_ts)} UTC): a node's clock runs ahead")
         if self.status == "month_to_date":
             return f"month to date: {span}; {hours}"
         return f"partial month: {span}; only {hours}"

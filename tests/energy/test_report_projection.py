@@ -117,6 +117,8 @@ def test_data_stamped_after_now_is_flagged_and_not_projected(tmp_path) -> None:
         assert report.projected_co2e_kg is None
         why = report.summary()["projection_withheld"]
         assert why.startswith("1 h of data is stamped after now (2022-05-28 00:00 UTC)")
+        assert report.coverage().endswith("data stamped up to 01 Jun 00:00 UTC, after now "
+                                          "(28 May 00:00 UTC): a node's clock runs ahead")
         store = SqliteStore(tmp_path / f"s{len(data)}.db")
         store.write_energy(data, [])
         view = read_energy(store, model(), now - 86400, now, now)
