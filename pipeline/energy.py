@@ -170,7 +170,7 @@ class _Dev:
 
 class _Node:
     """One node's integrator state: per-device watermarks and its open buckets' totals.
-    In memory only (``clock.NodeClock``): the newest ``seq`` seen, the node's cadence, and
+    In memory only (``energy_clock.NodeClock``): the newest ``seq`` seen, the node's cadence, and
     after a step back of its clock, the frames of before the step to pass over."""
 
     __slots__ = ("devs", "acc", "last_ts", "clock")
@@ -209,7 +209,7 @@ class EnergyIntegrator:
         self.stale_counter_intervals = 0
         self._stale_said: set[tuple[str, str]] = set()
         self._split: dict[Owner, Owners] = {}
-        # Clock steps met (back, error) and frames stamped again over earlier times.
+        # The nodes' clock faults met, by kind (``energy_clock.ClockSteps``).
         self.clock = ClockSteps()
 
     # -- the processor's entry point ------------------------------------
@@ -266,7 +266,7 @@ class EnergyIntegrator:
             for part, stepped in in_steps(group, node.clock, node.last_ts, self.clock):
                 part.sort(key=lambda f: f.ts)
                 if stepped:
-                    self._step_back(key, node, part[0], touched)
+                    self._step_back(key, node, part[0])
                 for f in part:
                     self._frame(node, f, touched)
             out[key] = node
@@ -294,10 +294,10 @@ class EnergyIntegrator:
     # -- integration -----------------------------------------------------------
     def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
         s = self.s
-        clock = node.devs.get(HOST_DEVICE)
-        if clock is not None and (abs(f.ts - clock.ts) > s.max_jump_s or (
-                f.ts - clock.ts > s.max_gap_s and f.ts > self._now)):
-            self._anew(node, f, clock.ts)
+        was = node.devs.get(HOST_DEVICE)  # the node's clock at its previous frame
+        if was is not None and (abs(f.ts - was.ts) > s.max_jump_s or (
+                f.ts - was.ts > s.max_gap_s and f.ts > self._now)):
+            self._anew(node, f, was.ts)
         weights: dict[Owner, float] = {}   # each owner's GPU energy in this frame
         for g in f.gpus:
             m = g.metrics
@@ -452,8 +452,7 @@ class EnergyIntegrator:
         node.devs.clear()
         node.last_ts = f.ts
 
-    def _step_back(self, key: tuple[str, str], node: _Node, f: Frame,
-                   touched: set[Key]) -> None:
+    def _step_back(self, key: tuple[str, str], node: _Node, f: Frame) -> None:
         """``f`` is the first frame after the node's clock stepped back: the devices are
         re-anchored there (``_interval``), and the hours it goes back into, which
         ``_prune`` may have let go, are read again so that their totals add up."""
