@@ -195,11 +195,11 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     the store sums (a month holds ~100,000 job-hours)."""
     first = start_s - start_s % 3600
     window = store.energy_totals(first, end_s, "cluster")
-    m0 = month_start(now_s)
-    if first <= m0:
-        month = [t for t in window if t.bucket_ts >= m0]
-    else:
-        month = store.energy_totals(m0, end_s, "cluster")
+    m0, m1 = month_start(now_s), month_end(now_s)
+    if first <= m0 and end_s >= m1:
+        month = [t for t in window if m0 <= t.bucket_ts < m1]
+    else:  # to the month's end: data stamped after now (a clock ahead) is flagged
+        month = store.energy_totals(m0, m1, "cluster")
     f = _factors(model, {t.bucket_ts for t in (*window, *month)})
     # The month's oldest hour may have begun with data at minute 40: its rows say when.
     oldest = min((t.bucket_ts for t in month), default=None)

@@ -254,7 +254,9 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
                     help="replay at X times real time (default: as fast as possible)")
     rp.add_argument("--skip-bad", action="store_true",
-                    help="skip bad rows and count them, instead of stopping at the first")
+                    help="skip bad rows and count them, instead of stopping at the first; "
+                         "and exit 0 although rows out of time order were passed over "
+                         "(without it: exit 1, after the replay)")
     rp.add_argument("--cluster", default="replay", help="cluster label (default replay)")
     rp.add_argument("--rack", default="unknown", help="rack label where the file has none")
     rp.add_argument("--store", metavar="PATH",

@@ -195,6 +195,12 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
         print(f"fleetwatch replay: nothing replayed: {why}; check the files' layout and "
               "values (the lines above say what was read)", file=sys.stderr)
         return EXIT_ERROR
+    if summary.late_rows and not args.skip_bad:
+        # Like a bad row: data not judged is not a clean bill of health for a script.
+        print(f"fleetwatch replay: {summary.late_rows:,} rows were passed over, not replayed "
+              "(the file is not in time order, see above): sort it by time, or pass "
+              "--skip-bad to accept rows passed over and exit 0", file=sys.stderr)
+        return EXIT_ERROR
     return EXIT_OK
 
 

@@ -8,7 +8,8 @@ Long CSV (one sample per row; a header line is required)::
     1688169600,10.140.1.10,,host_cpu_util_pct,12.5
     1688169615,10.140.1.10,3,xid,79
 
-* ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC);
+* ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC, said in the
+  summary, as is a series whose times go back about an hour: a DST change in local times);
 * ``gpu``: the GPU index, empty for a host metric;
 * ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
   metric table) in the catalogue's unit, a DCGM field name (``DCGM_FI_DEV_GPU_TEMP``)
@@ -165,6 +166,12 @@ class Reading:
     conflicts: int = 0        # ... with another value
     conflict_example: str = ""
     naive_times: int = 0      # distinct times written without a zone (read as UTC)
+    naive_example: str = ""
+    # Series whose times went back by about an hour (a daylight-saving change in local
+    # times), the first such row, and each series' newest time (bounded).
+    back_hour: int = 0
+    back_example: str = ""
+    last_ts: dict[tuple[str, ...], float] = field(default_factory=dict)
     unused: dict[str, int] = field(default_factory=dict)  # DCGM field -> rows passed over
     # Streaming (fleetwatch.recorded_stream): rows before ``horizon`` came after their
     # time was replayed; ``sealer`` is called with the newest time read, now and then.
@@ -186,6 +193,20 @@ class Reading:
         if not self.late_example:
             self.late_example = f"{where} at {utc(ts)}"
         return True
+
+    def went_back(self, ts: float, series: tuple[str, ...], where: str) -> None:
+        """Note a series whose time goes back by about an hour (50 to 70 minutes): local
+        times written without a zone across the end of daylight-saving time do."""
+        last = self.last_ts.get(series)
+        if last is not None and BACK_HOUR[0] <= last - ts <= BACK_HOUR[1]:
+            self.back_hour += 1
+            if not self.back_example:
+                self.back_example = f"{where}: {utc(last)} then {utc(ts)}"
+            last = None  # counted once per step: the series goes on from here
+        if last is None or ts > last:
+            if len(self.last_ts) > 100_000:
+                self.last_ts.clear()
+            self.last_ts[series] = ts
 
     def bad(self, where: str, why: str, skip: bool) -> None:
         if not skip:
@@ -214,6 +235,9 @@ class Reading:
                     self.conflict_example = (f"{where} {metric} at {utc(ts)}: {old:g}, "
                                              f"then {value:g}")
         metrics[metric] = value
+
+
+BACK_HOUR = (3000.0, 4200.0)  # a step back of a series' time read as a DST change (s)
 
 
 def utc(ts: float) -> str:

@@ -79,8 +79,11 @@ def read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Read
         except ValueError as exc:
             out.bad(where, str(exc), skip)
             continue
+        out.went_back(ts, (), f"{p} line {n}")
         if out.too_late(ts, f"{p} line {n}"):
             continue
+        if naive and not out.naive_example:
+            out.naive_example = f"{p} line {n}: {row[0].strip()}"
         out.naive_times += naive and ts != last_ts
         samples, last_ts = samples + 1, ts
         out.put(ts, node, gpu, metric, value)
@@ -127,6 +130,8 @@ def read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
                 ts, naive = _parse_time(row[i_ts])
                 times[row[i_ts]] = ts
                 out.naive_times += naive
+                if naive and not out.naive_example:
+                    out.naive_example = f"{p} line {n}: {row[i_ts].strip()}"
             if not node:
                 raise ValueError("empty node")
             metric, factor = names.get(row[i_metric]) or _long_metric(row[i_metric], names)
@@ -152,6 +157,7 @@ def read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue
+        out.went_back(ts, (node, row[i_gpu], row[i_metric]), f"{p} line {n}")
         if out.too_late(ts, f"{p} line {n}"):
             continue
         if node not in out.places:

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 
 def note_repeats(out: Reading) -> None:
+    note_clock(out)
     if not out.repeats:
         return
     note = (f"{out.repeats:,} repeated sample{'s' if out.repeats != 1 else ''} (the same time, "
@@ -35,6 +36,24 @@ def note_repeats(out: Reading) -> None:
                      "times repeat an hour where daylight saving time ends; give times in "
                      "UTC or with their offset")
     out.notes.append(note)
+
+
+def note_clock(out: Reading) -> None:
+    """Say that times without a zone were read as UTC, and where a series' times went back
+    by about an hour: local times across the end of daylight-saving time (replayed as
+    they are, the hour after the change comes before the one it follows)."""
+    if out.naive_times:
+        out.notes.append(f"warning: {out.naive_times:,} times have no zone and were read as "
+                         f"UTC, e.g. {out.naive_example}; if they are local times, give "
+                         "them in UTC or with their offset (2026-11-01T01:30:00-04:00)")
+    if out.back_hour:
+        local = (" (a daylight-saving change in local times written without a zone?)"
+                 if out.naive_times else "")
+        n = out.back_hour
+        out.notes.append(f"warning: the times of {n:,} series went back by about an hour"
+                         f"{local}, e.g. {out.back_example}: those rows are "
+                         "replayed in time order, so the hour after the change comes "
+                         "before the one it follows; give times in UTC or with their offset")
 
 
 def _median_step(times: list[float]) -> float | None:

@@ -186,6 +186,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
 
     reading = read_files(paths, skip_bad, cluster, rack, series, emit=play, model=gpu_model)
     summary.bad_rows, summary.bad_examples = reading.bad_rows, reading.bad_examples
+    summary.late_rows = reading.late
     summary.notes = list(reading.notes)
     if not summary.frames:
         summary.notes.append("no samples in the files")

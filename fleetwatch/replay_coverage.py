@@ -31,6 +31,7 @@ class ReplaySummary:
     transitions: int = 0
     firing: int = 0
     bad_rows: int = 0
+    late_rows: int = 0    # rows passed over: behind what was already replayed
     bad_examples: list[str] = field(default_factory=list)
     metrics: dict[str, int] = field(default_factory=dict)   # metric -> GPU/host samples
     # rule -> share of GPU samples it could judge: every metric it needs, and what else it

@@ -164,6 +164,9 @@ class Report:
         hours = (f"{self.hours_with_data:,} of the "
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
                  f"hours have data ({share:.0%})")
+        if not self.ended and self.covered_until_ts > self.generated_ts + 3600:
+            hours = (f"data stamped up to {at(self.covered_until_ts)} UTC, after now "
+                     f"({at(self.generated_ts)} UTC): a node's clock runs ahead")
         if self.status == "month_to_date":
             return f"month to date: {span}; {hours}"
         return f"partial month: {span}; only {hours}"
@@ -220,17 +223,28 @@ def month_projection(so_far: float, hours: Iterable[int], first_ts: float, now: 
     energy over them understates the rate. The oldest hour counts from when the data
     began (from its start, the rate reads threefold low when the data began at minute
     40), the current hour up to now. Withheld when under ``MIN_PROJECTION_COVERAGE`` of
-    the time since the data began has data."""
-    hours = sorted(h for h in set(hours) if start_ts <= h < min(now, end_ts))
+    the time since the data began has data, and when data is stamped after ``now`` (a
+    node's clock runs ahead, or the report's lags): no rate of time covered holds it."""
+    month = {h for h in hours if start_ts <= h < end_ts}
+    ahead = sum(1 for h in month if h >= now)
+    if ahead or (month and first_ts > now):
+        return None, (f"{max(ahead, 1):,} h of data is stamped after now "
+                      f"({_utc(now)}): a node's clock runs ahead (or this one lags); "
+                      "fix the clock")
+    hours = sorted(month)
     if not hours:
         return None, "no data this month"
     began = max(start_ts, first_ts, hours[0])
-    covered = max(1.0, sum(min(h + 3600, now) - max(h, began) for h in hours))
+    covered = max(1.0, sum(max(0.0, min(h + 3600, now) - max(h, began)) for h in hours))
     since = max(1.0, now - began)
     if covered < MIN_PROJECTION_COVERAGE * since:
         return None, (f"only {covered / 3600:,.1f} h of the {since / 3600:,.1f} h since the "
                       "data began have data")
     return so_far + so_far / covered * max(0.0, end_ts - now), ""
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
 def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> float | None:

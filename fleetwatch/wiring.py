@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Callable
 
 from fleetwatch.config import (
@@ -214,4 +215,5 @@ def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | 
     """The processor's energy integrator, writing to the store's ledger (if it keeps one)."""
     if not hasattr(store, "write_energy"):
         return None
-    return EnergyIntegrator(store, EnergySettings.from_config(config))  # type: ignore[arg-type]
+    return EnergyIntegrator(store, EnergySettings.from_config(config),  # type: ignore[arg-type]
+                            clock=time.time)

@@ -15,7 +15,11 @@ step counts only the energy the power samples did not already book (the
 counter's total stands; a counter updated less often than it is read comes
 out exact). Such intervals are counted (``stale_counter_intervals``) and said
 once per node. An interval longer than ``max_gap_s`` is not filled with
-invented power: it is counted as missing time. The CPU packages
+invented power: it is counted as missing time, unless the counter's step is one the
+board's power draws in ``max_gap_s`` or less (the node's clock stepped forward: that
+much time passed, the rest is neither energy nor missing). A jump of the node's clock
+further than ``max_jump_s`` is a clock error: the node starts anew, nothing is booked
+for it. A step back (``energy_clock``) re-anchors the watermarks. The CPU packages
 (``host_cpu_power_w``, RAPL) are integrated the same way; the rest of the
 node is a static model (``node_static_w`` for every second the node reports).
 
@@ -69,12 +73,13 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.config import EnergyConfig
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.parts import tdp_w
+from fleetwatch.pipeline.energy_clock import ClockSteps, NodeClock, in_steps
 from fleetwatch.pipeline.energy_owners import Owner, Owners, split_node, split_owner
 from fleetwatch.pipeline.store.base import StoreError, gpu_device
 from fleetwatch.pipeline.store.ledger import (
@@ -89,6 +94,9 @@ from fleetwatch.pipeline.store.ledger import (
 )
 
 log = logging.getLogger(__name__)
+# A frame this far ahead of the processor's clock after a silence: the silence is a clock
+# error (missing time up to a time that has not come), not booked.
+AHEAD_S = 300.0
 LONG_GAPS_TO_WARN = 3  # intervals over max_gap_s in a row: the node's cadence, not an outage
 
 # Accumulator slots, in EnergyRow's order.
@@ -119,6 +127,11 @@ class EnergySettings:
     # counter updated less often than it is read is caught here too, and comes out exact
     # (its catch-up pays back what power booked).
     stale_ratio: float = 0.25
+    # A node's clock that moved further than this between two frames (forward or back)
+    # moved by a clock error (a frame stamped in 2099, a clock set years off), not by an
+    # outage: the node starts anew there, nothing is booked for the jump. Missing time is
+    # booked hour by hour, so this also bounds the rows one interval can write.
+    max_jump_s: float = 7 * 86400.0
 
     @classmethod
     def from_config(cls, c: EnergyConfig) -> EnergySettings:
@@ -156,27 +169,36 @@ class _Dev:
 
 
 class _Node:
-    """One node's integrator state: per-device watermarks and its open buckets' totals."""
+    """One node's integrator state: per-device watermarks and its open buckets' totals.
+    In memory only (``energy_clock.NodeClock``): the newest ``seq`` seen, the node's cadence, and
+    after a step back of its clock, the frames of before the step to pass over."""
 
-    __slots__ = ("devs", "acc", "last_ts")
+    __slots__ = ("devs", "acc", "last_ts", "clock")
 
-    def __init__(self, devs: dict[str, _Dev], acc: _Acc, last_ts: float) -> None:
+    def __init__(self, devs: dict[str, _Dev], acc: _Acc, last_ts: float,
+                 clock: NodeClock | None = None) -> None:
         self.devs, self.acc, self.last_ts = devs, acc, last_ts
+        self.clock = clock or NodeClock()
 
     def copy(self) -> _Node:
         return _Node({d: _Dev(s.ts, s.power, s.counter, s.owed, s.util)
                       for d, s in self.devs.items()},
-                     {k: v.copy() for k, v in self.acc.items()}, self.last_ts)
+                     {k: v.copy() for k, v in self.acc.items()}, self.last_ts,
+                     self.clock.copy())
 
 
 class EnergyIntegrator:
     """Frames in, ledger rows written to ``store``. One per processor; pure but for the
     store calls in ``observe`` (``integrate`` alone touches nothing)."""
 
-    def __init__(self, store: EnergyStore | None, settings: EnergySettings = EnergySettings()
-                 ) -> None:
+    def __init__(self, store: EnergyStore | None, settings: EnergySettings = EnergySettings(),
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the processor's wall clock; given, a silence that ends ahead of it
+        (by more than ``AHEAD_S``) is a clock error, not missing time."""
         self.store = store
         self.s = settings
+        self._clock = clock
+        self._now = math.inf
         self._nodes: dict[tuple[str, str], _Node] = {}
         self._rolled_to = -math.inf  # hours before this are rolled up
         # Nodes whose frames keep coming further apart than max_gap_s (a slow agent
@@ -187,6 +209,8 @@ class EnergyIntegrator:
         self.stale_counter_intervals = 0
         self._stale_said: set[tuple[str, str]] = set()
         self._split: dict[Owner, Owners] = {}
+        # The nodes' clock faults met, by kind (``energy_clock.ClockSteps``).
+        self.clock = ClockSteps()
 
     # -- the processor's entry point ------------------------------------
     def observe(self, frames: Sequence[Frame]) -> int:
@@ -227,6 +251,7 @@ class EnergyIntegrator:
     def integrate(self, frames: Sequence[Frame]
                   ) -> tuple[dict[tuple[str, str], _Node], list[EnergyRow], list[DeviceState]]:
         """The batch on copies of the touched nodes' state: (new states, rows, watermarks)."""
+        self._now = self._clock() + AHEAD_S if self._clock is not None else math.inf
         by_node: dict[tuple[str, str], list[Frame]] = {}
         for f in frames:
             by_node.setdefault((f.cluster, f.node), []).append(f)
@@ -234,11 +259,16 @@ class EnergyIntegrator:
         rows: list[EnergyRow] = []
         states: list[DeviceState] = []
         for key, group in by_node.items():
-            group.sort(key=lambda f: f.ts)
-            node = self._node(key, group[0].ts)
+            node = self._node(key, min(f.ts for f in group))
             touched: set[Key] = set()
-            for f in group:
-                self._frame(node, f, touched)
+            # In arrival order, cut where the node's clock stepped back (its seq went on
+            # while its time went back): each part in time order, the step re-anchors.
+            for part, stepped in in_steps(group, node.clock, node.last_ts, self.clock):
+                part.sort(key=lambda f: f.ts)
+                if stepped:
+                    self._step_back(key, node, part[0])
+                for f in part:
+                    self._frame(node, f, touched)
             out[key] = node
             rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
             states.extend(_state(key, d, s) for d, s in node.devs.items())
@@ -264,6 +294,10 @@ class EnergyIntegrator:
     # -- integration -----------------------------------------------------------
     def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
         s = self.s
+        was = node.devs.get(HOST_DEVICE)  # the node's clock at its previous frame
+        if was is not None and (abs(f.ts - was.ts) > s.max_jump_s or (
+                f.ts - was.ts > s.max_gap_s and f.ts > self._now)):
+            self._anew(node, f, was.ts)
         weights: dict[Owner, float] = {}   # each owner's GPU energy in this frame
         for g in f.gpus:
             m = g.metrics
@@ -305,6 +339,8 @@ class EnergyIntegrator:
         host = node.devs.get(HOST_DEVICE)
         if host is not None and f.ts > host.ts:
             self._cadence(f, f.ts - host.ts)
+            if f.ts - host.ts <= s.max_gap_s:
+                node.clock.cadence = f.ts - host.ts
         if host is not None and s.node_static_w > 0:
             dt = f.ts - host.ts
             if 0 < dt <= s.max_gap_s:
@@ -316,6 +352,8 @@ class EnergyIntegrator:
         if host is None or f.ts > host.ts:
             node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
         node.last_ts = max(node.last_ts, f.ts)
+        if node.clock.anchor == f.ts:
+            node.clock.anchor = None
 
     def _shared(self, owner: Owner) -> Owners:
         """The owners of a GPU several jobs share (comma-separated): each job's equal part
@@ -352,7 +390,14 @@ class EnergyIntegrator:
         owed = 0.0
         if prev is not None:
             dt = f.ts - prev.ts
-            if dt <= 0:
+            if dt <= 0 and node.clock.anchor == f.ts and node.clock.cadence > 0:
+                # The frame after a step back of the node's clock: its counter ran on, so
+                # the node's usual interval before it is booked from the counter's step.
+                dt = node.clock.cadence
+                prev = _Dev(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
+            elif dt <= 0:
+                if node.clock.anchor == f.ts:
+                    node.devs[dev] = _Dev(f.ts, power, counter)  # re-anchored, unbooked
                 return 0.0  # at or before the watermark: integrated already (a replay)
             if dt > self.s.max_gap_s:
                 host = node.devs.get(HOST_DEVICE)
@@ -362,7 +407,12 @@ class EnergyIntegrator:
                     node.devs[dev] = _Dev(f.ts, power, counter)
                     return 0.0
                 energy = None
-            else:
+                ran = self._stepped(prev, dt, power, counter)
+                if ran is not None:  # the node's clock stepped forward: ``ran`` s passed
+                    self.clock.forward(f, dt - ran)
+                    dt = ran
+                    prev = _Dev(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
+            if dt <= self.s.max_gap_s:
                 energy, owed, stale = self._energy(prev, dt, power, counter, limit_w)
                 if stale:
                     self._stale(f, dev, dt, power)
@@ -377,6 +427,46 @@ class EnergyIntegrator:
                 self._add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
         node.devs[dev] = _Dev(f.ts, power, counter, owed)
         return energy or 0.0
+
+    def _stepped(self, prev: _Dev, dt: float, power: float | None,
+                 counter: float | None) -> float | None:
+        """Over a gap longer than ``max_gap_s``: the seconds that really passed where the
+        node's clock stepped forward, else None (missing time, as for a silent node). The
+        counter runs on real time: a step of it that the board's power, at both ends,
+        draws in ``max_gap_s`` or less (and more than ``stale_ratio`` of that power would
+        draw over the whole gap) says that this much time passed, not ``dt``."""
+        if counter is None or prev.counter is None or not power or not prev.power:
+            return None
+        net = counter - prev.counter - prev.owed
+        mean = 0.5 * (power + prev.power)
+        if not 0.0 < net < self.s.stale_ratio * min(power, prev.power) * dt:
+            return None
+        ran = net / mean
+        return ran if ran <= self.s.max_gap_s else None
+
+    def _anew(self, node: _Node, f: Frame, was: float) -> None:
+        """The node's clock jumped further than ``max_jump_s``: a clock error, not an
+        outage; every device starts anew at ``f`` (the jump is neither energy nor missing
+        time: booked, it would be years of hourly rows)."""
+        self.clock.error(f, was, self.s.max_jump_s)
+        node.devs.clear()
+        node.last_ts = f.ts
+
+    def _step_back(self, key: tuple[str, str], node: _Node, f: Frame) -> None:
+        """``f`` is the first frame after the node's clock stepped back: the devices are
+        re-anchored there (``_interval``), and the hours it goes back into, which
+        ``_prune`` may have let go, are read again so that their totals add up."""
+        node.clock.anchor = f.ts
+        if node.last_ts - f.ts > self.s.max_jump_s:
+            return  # a clock error: _frame starts the node anew
+        host = node.devs.get(HOST_DEVICE)
+        if host is not None:
+            node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
+        if self.store is not None:
+            start = bucket_floor(f.ts - self.s.max_gap_s)
+            for r in self.store.energy(start, node.last_ts + BUCKET_S, *key):
+                node.acc.setdefault(tuple(r[:8]), list(r[8:]))  # type: ignore[arg-type]
+        node.last_ts = f.ts
 
     def _stale(self, f: Frame, dev: str, dt: float, power: float | None) -> None:
         self.stale_counter_intervals += 1
@@ -497,9 +587,11 @@ def _trapezoid(p0: float | None, p1: float, dt: float) -> float:
 
 
 def _prune(node: _Node) -> None:
-    """Keep the buckets a late sample can still reach: the newest two."""
+    """Keep the buckets a late sample can still reach: from the hour before the node's
+    newest sample on (after a step back of its clock, the hours ahead of it too)."""
     if len(node.acc) < 64:
         return
-    newest = max(k[0] for k in node.acc)
+    newest = bucket_floor(node.last_ts) if math.isfinite(node.last_ts) else max(
+        k[0] for k in node.acc)
     for k in [k for k in node.acc if k[0] < newest - BUCKET_S]:
         del node.acc[k]

@@ -92,6 +92,18 @@ class ProcessorCollector(Collector):
         for kind, n in sorted(s.events.items()):
             events.add_metric([kind], n)
         yield events
+        steps = CounterMetricFamily("fleetwatch_processor_clock_steps",
+                                    "Nodes' clock faults the energy ledger met, by kind "
+                                    "(back: a step back, seen by frame seq; forward: a step "
+                                    "forward, seen by the energy counter; error: a jump of "
+                                    "more than 7 days; overlap: a frame stamped again over "
+                                    "times its node already sent, whose samples replace "
+                                    "those stored); each kind logged once per node",
+                                    labels=["kind"])
+        energy = self.processor.energy
+        for kind, n in sorted((energy.clock.counts if energy is not None else {}).items()):
+            steps.add_metric([kind], n)
+        yield steps
         yield GaugeMetricFamily("fleetwatch_processor_event_nodes",
                                 "Nodes whose last state the event tracker holds (the nodes "
                                 "of this member's partitions that sent a frame)",

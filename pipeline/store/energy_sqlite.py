@@ -23,6 +23,7 @@ from fleetwatch.pipeline.store.ledger import (
 )
 
 J_PER_KWH = 3.6e6
+ROLL_UP_HOURS = 500  # hours rolled up per statement (SQLite's default limit: 32,766)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS energy (
@@ -137,17 +138,20 @@ class SqliteEnergy:
         integrator as hours close; a late row marks its hour changed again."""
         conn = self._energy_conn()
         try:
-            with conn:
-                hours = [h for (h,) in conn.execute(
-                    "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts < ?", (before_ts,))]
-                if not hours:
-                    return 0
-                marks = ",".join("?" * len(hours))
-                conn.execute(f"DELETE FROM energy_agg WHERE bucket_ts IN ({marks})", hours)
-                for by in TOTAL_KEYS:
-                    conn.execute(f"INSERT INTO energy_agg SELECT ?, * FROM ({_live(by, marks)})",
-                                 (by, *hours))
-                conn.execute(f"DELETE FROM energy_dirty WHERE bucket_ts IN ({marks})", hours)
+            hours = [h for (h,) in conn.execute(
+                "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts < ?", (before_ts,))]
+            # In parts of ROLL_UP_HOURS, each its own transaction: one bound parameter per
+            # hour, and a store with years of changed hours must not exceed SQLite's limit.
+            for i in range(0, len(hours), ROLL_UP_HOURS):
+                part = hours[i:i + ROLL_UP_HOURS]
+                marks = ",".join("?" * len(part))
+                with conn:
+                    conn.execute(f"DELETE FROM energy_agg WHERE bucket_ts IN ({marks})", part)
+                    for by in TOTAL_KEYS:
+                        conn.execute(f"INSERT INTO energy_agg SELECT ?, * FROM "
+                                     f"({_live(by, marks)})", (by, *part))
+                    conn.execute(f"DELETE FROM energy_dirty WHERE bucket_ts IN ({marks})",
+                                 part)
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite energy roll-up in {self.path} failed: {exc}") from exc
         return len(hours)

@@ -3,6 +3,7 @@ VictoriaMetrics. Counts what the store gives back, not what was sent."""
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator
 
@@ -190,3 +191,26 @@ def test_a_silence_reached_right_after_the_last_write_is_missing_time(ledger):
     assert sum(r.missing_s for r in rows) == pytest.approx(2400.0)
     assert sum(r.seconds for r in rows) == pytest.approx(1200.0)
     assert sum(r.energy_j for r in rows) == pytest.approx(100.0 * 1200)
+
+
+def test_a_clock_stepped_back_three_hours_loses_no_energy(ledger):
+    # 32 GPUs at 300 W, a frame a minute with its seq; after 4 h the node's clock steps
+    # back 3 h (NTP) and the node runs 30 min more: 4.5 h of energy. The hour it steps
+    # back into had left the integrator's memory: its total is read back from the store.
+    open_store, flush = ledger
+    c = cluster()
+    store = open_store()
+    ei = EnergyIntegrator(store)
+    frames = []
+    for k in range(271):
+        ts = T0 + 60 * k if k <= 240 else T0 + 60 * k - 3 * 3600
+        gpus = {g: {"gpu_power_w": 300.0, "gpu_energy_j": 1e6 + 300.0 * 60 * k}
+                for g in range(32)}
+        frames.append(dataclasses.replace(frame(ts, gpus, cluster=c, job="j"), seq=k + 1))
+    for i in range(0, len(frames), 30):
+        ei.observe(frames[i:i + 30])
+        flush()
+    rows = open_store().energy(T0, T0 + 5 * 3600, cluster=c)
+    assert sum(r.energy_j for r in rows) == pytest.approx(32 * 300.0 * 60 * 270)
+    assert sum(r.missing_s for r in rows) == 0.0
+    assert ei.clock.counts["back"] == 1

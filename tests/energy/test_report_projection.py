@@ -9,7 +9,7 @@ from fleetwatch.carbon import build_model
 from fleetwatch.dashboards.energy_data import read_energy
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import build, data_began, month_span
+from fleetwatch.report import build, data_began, month_projection, month_span
 
 START, END = month_span("2022-05")
 H0 = START + 10 * 86400            # the data began at 10 May 00:40
@@ -104,3 +104,30 @@ def test_an_empty_store_shows_no_data_not_zero(tmp_path) -> None:
     assert texts["energy-today"][1:] == ["no data", "no node has reported since 00:00 UTC"]
     assert texts["energy-month"][1] == "no data"
     assert texts["energy-projection"][1:] == ["no data", "no data this month"]
+
+
+def test_data_stamped_after_now_is_flagged_and_not_projected(tmp_path) -> None:
+    # The tester's month: 10 min of data at the month's very end while the report's clock
+    # reads 4 days earlier (a node whose clock runs ahead wrote it).
+    now = END - 4 * 86400
+    last = [EnergyRow(END - 3600, "c1", "r1", "n1", "gpu0", "j", "u", "t", 600 * 600.0, 0.0,
+                      600.0, 0.0, 0.0, 0.0)]
+    for data in (last, hourly_rows(range(now - 5 * 3600, now, 3600)) + last):
+        report = build(data, model(), START, END, "2022-05", now=now)
+        assert report.projected_co2e_kg is None
+        why = report.summary()["projection_withheld"]
+        assert why.startswith("1 h of data is stamped after now (2022-05-28 00:00 UTC)")
+        assert report.coverage().endswith("data stamped up to 01 Jun 00:00 UTC, after now "
+                                          "(28 May 00:00 UTC): a node's clock runs ahead")
+        store = SqliteStore(tmp_path / f"s{len(data)}.db")
+        store.write_energy(data, [])
+        view = read_energy(store, model(), now - 86400, now, now)
+        store.close()
+        assert view.month_projection_kg is None and view.projection_withheld == why
+
+
+def test_data_that_began_after_now_in_the_current_hour_is_not_projected() -> None:
+    # now 00:10 and the data began at 00:40 of the same hour: 1 s "covered" projected the
+    # month at 3,600 times the hour's rate.
+    p, why = month_projection(1.0, [H0], H0 + 40 * 60, H0 + 10 * 60, START, END)
+    assert p is None and why.startswith("1 h of data is stamped after now")
