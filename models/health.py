@@ -355,6 +355,7 @@ class NodeSilence:
 
     name = "node_silent"
     rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": ()}
+    uses_wall = True  # the processor passes its clock to ``update`` (live frames only)
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
