@@ -17,6 +17,7 @@ from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.health import NodeSilence
 from fleetwatch.pipeline.bus import Message
+from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreRejected
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -33,6 +34,11 @@ def frame(node: str, ts: float, power: float = 300.0) -> Frame:
 def messages(frames: Sequence[Frame], start: int = 0) -> list[Message]:
     return [Message(encode(f), f.node.encode(), "frames", 0, start + i)
             for i, f in enumerate(frames)]
+
+
+class Lagless:
+    def lag(self) -> int:
+        return 0
 
 
 class Seen:
@@ -111,6 +117,14 @@ def test_a_node_a_minute_ahead_is_stored_said_once_and_in_the_metric(
     assert p.stats.dead_letters == 0 and p.stats.frames == 20
     assert p.stats.clock_ahead == 10
     assert p.clocks.offsets == {"fast": pytest.approx(60.0)}
+    families = {m.name: m for m in ProcessorCollector(p, Lagless()).collect()}  # type: ignore
+
+    (offset,) = families["fleetwatch_processor_node_clock_offset_seconds"].samples
+    assert offset.labels == {"node": "fast"} and offset.value == pytest.approx(60.0)
+    skewed = {s.labels["direction"]: s.value
+              for s in families["fleetwatch_processor_clock_skewed_frames"].samples
+              if s.name.endswith("_total")}
+    assert skewed == {"ahead": 10, "behind": 0}
 
 
 def test_a_node_steadily_behind_is_said_but_a_spool_flush_is_not(
