@@ -134,7 +134,8 @@ class Processor(ConsumerLoop):
             drops.append(notifier.forget)
         expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops],
-                                   [notifier.adopt] if notifier is not None else [], expects)
+                                   [notifier.adopt] if notifier is not None else [], expects,
+                                   clock)
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 

@@ -19,7 +19,7 @@ from fleetwatch.models.health import NodeSilence
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import StoreRejected
+from fleetwatch.pipeline.store.base import Alert, StoreRejected
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 
 NOW = 1_795_757_000.0          # the processor's clock in these tests
@@ -184,3 +184,23 @@ def test_live_silent_node_alerts_are_never_stamped_after_the_processors_clock(
     p.store.close()
     assert [a for a in p.alerts.open if a.rule == "node_silent"] == []
     assert all(a.updated_ts <= clock[0] for a in p.alerts.open)
+
+
+def test_a_stored_alert_stamped_in_the_future_resolves_once_its_node_is_heard(
+        tmp_path: Path) -> None:
+    # An older processor, whose "now" two agents 2 h ahead had moved, stored this alert.
+    db = tmp_path / "s.db"
+    store = SqliteStore(db)
+    bogus = NOW + 7200
+    store.write_alerts([Alert(
+        id=f"node_silent/c1/a/host/{int(bogus * 1000)}", rule="node_silent", severity="critical",
+        cluster="c1", rack="r1", node="a", device="host", state="firing", started_ts=bogus,
+        updated_ts=bogus, fired_ts=bogus, value=60.0, message="a has sent nothing for 60 s")])
+    clock = [NOW]
+    p = Processor(store, [NodeSilence()], clock=lambda: clock[0])
+    for k in range(5):
+        clock[0] = NOW + 2.0 * k
+        p.handle(messages([frame("a", clock[0]), frame("b", clock[0])], 2 * k))
+    (alert,) = store.alerts(states=("firing", "resolved"))
+    store.close()
+    assert alert.state == "resolved" and alert.resolved_ts <= clock[0]
