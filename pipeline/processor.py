@@ -157,7 +157,8 @@ class Processor(ConsumerLoop):
                 continue
             if self._decoder.dropped:
                 self._dropped_readings(frames[-1], m)
-        good = [m for i, m in enumerate(messages) if i not in set(bad)] if bad else messages
+        skip = set(bad)
+        good = [m for i, m in enumerate(messages) if i not in skip] if bad else messages
         frames, good = self._check_clocks(frames, good)
         self._enrich(frames)
         return frames, good
