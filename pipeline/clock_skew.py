@@ -18,6 +18,7 @@ argument.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,10 +36,10 @@ MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
 @dataclass
 class Verdict:
     """One batch's: per frame, the reason it is quarantined ("" where kept), lines to
-    log, and how many frames ran ahead (quarantined or not) and behind."""
+    log (level, text), and how many frames ran ahead (quarantined or not) and behind."""
 
     reasons: list[str]
-    lines: list[str] = field(default_factory=list)
+    lines: list[tuple[int, str]] = field(default_factory=list)
     ahead: int = 0
     behind: int = 0
 
@@ -72,8 +73,8 @@ class ClockWatch:
             elif node in self._off and f.ts - median >= -BEHIND_WARN_S:
                 self._off.discard(node)
                 self.offsets.pop(node, None)
-                verdict.lines.append(f"{_where(f)}: its frames are in step with this "
-                                     "processor's clock again")
+                verdict.lines.append((logging.INFO, f"{_where(f)}: its frames are in step "
+                                      "with this processor's clock again"))
         return verdict
 
     def _quarantine(self, f: Frame, wall: float) -> str:
@@ -102,10 +103,10 @@ class ClockWatch:
         if f.node in self._off or len(self._off) >= MAX_REMEMBERED:
             return
         self._off.add(f.node)
-        verdict.lines.append(
+        verdict.lines.append((logging.WARNING, (
             f"{_where(f)}: its clock is {_amount(offset)} {how}: fix its time sync (NTP: "
             "chronyc tracking / timedatectl on the node). Said once per node; "
-            "fleetwatch_processor_node_clock_offset_seconds shows the nodes off now")
+            "fleetwatch_processor_node_clock_offset_seconds shows the nodes off now")))
 
     def _remember(self, node: str, offset: float) -> None:
         self.offsets[node] = offset

@@ -172,8 +172,8 @@ class Processor(ConsumerLoop):
         verdict = self.clocks.check(frames, self._clock())
         self.stats.clock_ahead += verdict.ahead
         self.stats.clock_behind += verdict.behind
-        for line in verdict.lines:
-            log.warning("%s", line)
+        for level, line in verdict.lines:
+            log.log(level, "%s", line)
         if not any(verdict.reasons):
             return frames, sources
         kept: list[Frame] = []
