@@ -12,8 +12,8 @@ flush: a spool that flushes catches up, a clock behind stays as far behind).
 
 Each node is said once when it goes off (``lines``) and once when it is back in
 step; ``offsets`` holds the nodes off now, at most ``MAX_NODES`` of them (the
-furthest off), for the metric that finds them. Pure logic: the wall clock is an
-argument.
+furthest off; one that sent nothing for ``FORGET_S`` leaves), for the metric that
+finds them. Pure logic: the wall clock is an argument.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ STEADY_S = 60.0          # ... for this long of the processor's time,
 STEADY_TOL_S = 10.0      # ... its offset moving less than this (a flush catches up)
 MAX_NODES = 50           # nodes in the offset metric: the furthest off
 MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
+FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
 
 
 @dataclass
@@ -50,6 +51,7 @@ class ClockWatch:
     def __init__(self, max_ahead_s: float = 300.0) -> None:
         self.max_ahead_s = max_ahead_s
         self.offsets: dict[str, float] = {}              # node -> its offset, nodes off now
+        self._seen: dict[str, float] = {}                # node in offsets -> our clock then
         self._behind: dict[str, tuple[float, float]] = {}  # node -> (since, offset then)
         self._off: set[str] = set()                      # nodes said to be off
 
@@ -65,16 +67,20 @@ class ClockWatch:
         for node, f in newest.items():
             ahead = f.ts - wall
             if ahead > AHEAD_WARN_S:
-                self._going_off(f, ahead, "ahead of this processor's clock", verdict)
+                self._going_off(f, ahead, "ahead of this processor's clock", verdict, wall)
             elif self._steadily_behind(node, f.ts - median, wall):
                 verdict.behind += 1
                 self._going_off(f, f.ts - median, "behind the other nodes' (while they "
-                                "arrive with it)", verdict)
+                                "arrive with it)", verdict, wall)
             elif node in self._off and f.ts - median >= -BEHIND_WARN_S:
                 self._off.discard(node)
                 self.offsets.pop(node, None)
+                self._seen.pop(node, None)
                 verdict.lines.append((logging.INFO, f"{_where(f)}: its frames are in step "
                                       "with this processor's clock again"))
+        for node in [n for n, at in self._seen.items() if wall - at > FORGET_S]:
+            self.offsets.pop(node, None)   # gone quiet: no longer "off now"
+            del self._seen[node]
         return verdict
 
     def _quarantine(self, f: Frame, wall: float) -> str:
@@ -98,8 +104,9 @@ class ClockWatch:
             return False
         return wall - since[0] >= STEADY_S
 
-    def _going_off(self, f: Frame, offset: float, how: str, verdict: Verdict) -> None:
-        self._remember(f.node, offset)
+    def _going_off(self, f: Frame, offset: float, how: str, verdict: Verdict,
+                   wall: float) -> None:
+        self._remember(f.node, offset, wall)
         if f.node in self._off or len(self._off) >= MAX_REMEMBERED:
             return
         self._off.add(f.node)
@@ -108,11 +115,13 @@ class ClockWatch:
             "chronyc tracking / timedatectl on the node). Said once per node; "
             "fleetwatch_processor_node_clock_offset_seconds shows the nodes off now")))
 
-    def _remember(self, node: str, offset: float) -> None:
+    def _remember(self, node: str, offset: float, wall: float) -> None:
         self.offsets[node] = offset
+        self._seen[node] = wall
         if len(self.offsets) > MAX_NODES:  # keep the furthest off
             nearest = min(self.offsets, key=lambda n: abs(self.offsets[n]))
             del self.offsets[nearest]
+            self._seen.pop(nearest, None)
 
 
 def _where(f: Frame) -> str:

@@ -204,3 +204,15 @@ def test_a_stored_alert_stamped_in_the_future_resolves_once_its_node_is_heard(
     (alert,) = store.alerts(states=("firing", "resolved"))
     store.close()
     assert alert.state == "resolved" and alert.resolved_ts <= clock[0]
+
+
+def test_a_node_off_that_goes_quiet_leaves_the_offset_metric_after_an_hour(
+        tmp_path: Path) -> None:
+    clock = [NOW]
+    p = Processor(SqliteStore(tmp_path / "s.db"), [], clock=lambda: clock[0])
+    p.handle(messages([frame("ok", NOW), frame("fast", NOW + 60)]))
+    assert set(p.clocks.offsets) == {"fast"}
+    clock[0] = NOW + 3601
+    p.handle(messages([frame("ok", clock[0])], 2))
+    p.store.close()
+    assert p.clocks.offsets == {}
