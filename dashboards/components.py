@@ -153,9 +153,9 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
     critical = sum(1 for a in view.alerts if a.state == "firing" and a.severity == "critical")
     hot_alert = hot is not None and any(
         a.node == hot.node and gpu_index(a.device) == hot.gpu for a in view.alerts)
-    newest = view.newest_ms
+    newest, ahead = view.as_of(now_s)
     if not view.cells:
-        last = view.last_ms
+        last = newest
         stale = f"as of {clock(last / 1000)} UTC, no data since" if last else "no data yet"
         return [
             _tile("summary-reporting", "GPUs reporting", "0",
@@ -178,14 +178,16 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
         _tile("summary-pending", "Alerts pending", str(pending), "waiting out their for-time",
               "warn" if pending else ""),
         _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
-              f"UTC · {ago(newest / 1000, now_s)}" if newest else "no samples"),
+              (f"UTC · {ago(newest / 1000, now_s)}" if newest else "no samples")
+              + (f" · {ahead} GPU{'s' if ahead != 1 else ''} stamped after now: a node's "
+                 "clock runs ahead" if ahead else ""), "warn" if ahead else ""),
     ]
 
 
 def last_read(view: FleetView, now_s: float) -> dict[str, Any]:
     """What the fleet page keeps of a read that worked (in a ``dcc.Store``), to say how old
     its data are when the store stops answering."""
-    return {"read_s": now_s, "newest_ms": view.newest_ms or view.last_ms,
+    return {"read_s": now_s, "newest_ms": view.as_of(now_s)[0],
             "firing": view.count("firing"), "pending": view.count("pending")}
 
 

@@ -36,6 +36,8 @@ RESOLVED_WINDOW_S = 24 * 3600.0
 # Readers take a little slack past "now": a simulator or a clock a few
 # seconds ahead of ours still shows its newest points.
 FUTURE_SLACK_S = 120.0
+# A sample stamped this far past our "now" comes from a node whose clock runs ahead.
+AHEAD_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,20 @@ class FleetView:
     @property
     def newest_ms(self) -> int | None:
         return max((c.ts_ms for c in self.cells), default=None)
+
+    def as_of(self, now_s: float) -> tuple[int | None, int]:
+        """When the data are as of: the newest sample of the GPUs not stamped more than
+        ``AHEAD_S`` after ``now_s``, never later than it (one sample stamped 2099 by a
+        wrong clock, stored before the processor bounded frames to its own clock, must
+        not make the fleet look live); and how many GPUs are stamped further ahead."""
+        now_ms = int(now_s * 1000)
+        limit = now_ms + AHEAD_S * 1000
+        ahead = sum(1 for c in self.cells if c.ts_ms > limit)
+        # The GPUs in time say how fresh the data are; only when every one is ahead is
+        # "now" all that can be said.
+        newest = max((c.ts_ms for c in self.cells if c.ts_ms <= limit),
+                     default=self.newest_ms if self.cells else self.last_ms)
+        return (None if newest is None else min(newest, now_ms)), ahead
 
     def count(self, state: str) -> int:
         return sum(1 for a in self.alerts if a.state == state)

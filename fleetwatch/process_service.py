@@ -144,7 +144,8 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         rules = [*detectors(config.detectors), *learned_detectors(config.models)]
         processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
-                              keep_firing_s=config.alerts.keep_firing_s)
+                              keep_firing_s=config.alerts.keep_firing_s,
+                              max_clock_ahead_s=config.processor.max_clock_ahead_s)
         if registry is not None:
             registry.register(ProcessorCollector(processor, consumer, notifier,
                                                  processor_info(config)))

@@ -167,6 +167,9 @@ class ProcessorConfig:
     max_batch: int = ranged(2000, 1, 100_000)    # messages per poll, and so per store write
     maintain_every_s: float = ranged(30.0, 1.0, 86_400.0)
     workers: int = ranged(1, 1, 256)             # consumer-group members as child processes
+    # Frames stamped further ahead of the processor's clock are dead-lettered (a wrong
+    # clock on the node; NTP fixes it); 0 takes frames of any time.
+    max_clock_ahead_s: float = ranged(300.0, 0.0, 3.2e9)
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ class System:
         rules = [*detectors(config.detectors), *learned_detectors(config.models)]
         self.processor = Processor(self.store, rules, notifier=self.notifier,
                                    energy=energy_integrator(config.energy, self.store),
-                                   keep_firing_s=config.alerts.keep_firing_s)
+                                   keep_firing_s=config.alerts.keep_firing_s,
+                                   max_clock_ahead_s=config.processor.max_clock_ahead_s)
         self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
         self.clock = clock
         self.interval_s = interval_s

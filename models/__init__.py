@@ -78,6 +78,11 @@ class Detector(Protocol):
     with every metric the rule needs) and found nothing: a detector that did not
     evaluate a GPU is not saying "OK". An empty tuple: any frame of the subject
     will do (latched event rules rely on ``hold_s`` instead).
+
+    A detector that judges against "now" (``NodeSilence``) may declare
+    ``uses_wall = True``: the processor then calls ``update(frames, wall=...)`` with
+    its own clock for frames from a bus, and ``wall=None`` in a replay or a
+    simulation, which are judged on stream time alone.
     """
 
     name: str

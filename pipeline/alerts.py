@@ -124,11 +124,17 @@ class AlertBook:
     def open(self) -> list[Alert]:
         return list(self._open.values())
 
-    def load(self, alerts: Iterable[Alert]) -> None:
-        """Take over open alerts (at start, or for partitions this member now owns)."""
+    def load(self, alerts: Iterable[Alert], now: float | None = None) -> None:
+        """Take over open alerts (at start, or for partitions this member now owns).
+
+        ``now``: the processor's clock. An alert updated after it was stamped by a wrong
+        clock (an older processor took "now" from agents 2 h ahead): it is taken as
+        updated ``now``, or no frame before then could ever change it."""
         for a in alerts:
             if a.state == "resolved":
                 continue
+            if now is not None and a.updated_ts > now:
+                a = dataclasses.replace(a, updated_ts=now)
             key = alert_key(a)
             self._open[key] = a
             hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0

@@ -40,6 +40,10 @@ class Stats:
     # possible range), by metric.
     readings_dropped: dict[str, int] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)  # events stored, by kind
+    # Frames stamped ahead of the processor's clock (pipeline.clock_skew.AHEAD_WARN_S),
+    # dead-lettered or not; nodes found steadily far behind the others, once a batch.
+    clock_ahead: int = 0
+    clock_behind: int = 0
 
 
 def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],

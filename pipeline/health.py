@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 
 from fleetwatch.pipeline.bus import Consumer
 from fleetwatch.pipeline.bus.topics import topic_partitions
+from fleetwatch.pipeline.clock_skew import MAX_NODES
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 
@@ -53,7 +54,9 @@ class ProcessorCollector(Collector):
                                   value=s.points)
         dead = CounterMetricFamily("fleetwatch_processor_dead_letters",
                                    "Messages dead-lettered, by the field at fault "
-                                   "(store: refused by the store)",
+                                   "(store: refused by the store; clock: stamped further "
+                                   "ahead of the processor's clock than "
+                                   "processor.max_clock_ahead_s)",
                                    labels=["field"])
         for field, n in sorted(s.by_reason.items()):
             dead.add_metric([field], n)
@@ -66,6 +69,7 @@ class ProcessorCollector(Collector):
         for metric, n in sorted(s.readings_dropped.items()):
             dropped.add_metric([metric], n)
         yield dropped
+        yield from _clock_metrics(self.processor)
         yield CounterMetricFamily("fleetwatch_processor_dead_letters_lost",
                                   "Dead letters not delivered to the dead-letter topic "
                                   "(unreachable for a minute); each logged with its offset",
@@ -137,6 +141,28 @@ class ProcessorCollector(Collector):
             info.add_metric(list(self.info.values()), 1)
             yield info
         yield from topic_families()
+
+
+def _clock_metrics(processor: Processor) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+    """Agents' clocks against the processor's (``pipeline.clock_skew``): frames off, and
+    the nodes off now with their offsets, at most ``MAX_NODES`` (the furthest off)."""
+    s = processor.stats
+    skewed = CounterMetricFamily("fleetwatch_processor_clock_skewed_frames",
+                                 "Frames stamped more than 10 s ahead of the processor's "
+                                 "clock (dead-lettered or not), and batches in which a node's "
+                                 "frames were steadily far behind the others'",
+                                 labels=["direction"])
+    skewed.add_metric(["ahead"], s.clock_ahead)
+    skewed.add_metric(["behind"], s.clock_behind)
+    yield skewed
+    offsets = GaugeMetricFamily("fleetwatch_processor_node_clock_offset_seconds",
+                                "Nodes whose clocks are off now: seconds ahead of the "
+                                "processor's clock (positive) or behind the other nodes' "
+                                f"(negative); at most {MAX_NODES}, the furthest off",
+                                labels=["node"])
+    for node, offset in sorted(dict(processor.clocks.offsets).items()):
+        offsets.add_metric([node], offset)
+    yield offsets
 
 
 def topic_families() -> Iterator[GaugeMetricFamily]:

@@ -63,8 +63,12 @@ class Ownership:
     def __init__(self, store: Store, book: AlertBook,
                  on_revoked: Sequence[OnRevoked] = (),
                  on_loaded: Sequence[OnLoaded] = (),
-                 on_expected: Sequence[OnExpected] = ()) -> None:
+                 on_expected: Sequence[OnExpected] = (),
+                 clock: Callable[[], float] | None = None) -> None:
+        """``clock``: the processor's, against which loaded alerts stamped in the future
+        are put back to now (``AlertBook.load``)."""
         self._store = store
+        self._clock = clock
         self._book = book
         self._on_revoked = list(on_revoked)
         self._on_loaded = list(on_loaded)
@@ -145,7 +149,7 @@ class Ownership:
         loaded: list[Alert] = []
         for node, partition in where.items():
             alerts = self._stored.pop(node, [])
-            self._book.load(alerts)
+            self._book.load(alerts, None if self._clock is None else self._clock())
             loaded.extend(alerts)
             known[node] = partition
         if loaded:

@@ -11,9 +11,13 @@ No input stops the processor. What it cannot use becomes a dead letter
 (``pipeline.dead_letters``) and the frames behind it go on:
 
 * a message that does not decode (``FrameError``, the decoder's only error);
+* a frame stamped further ahead of the processor's clock than ``max_clock_ahead_s``
+  (``pipeline.clock_skew``): only a wrong clock does that, and one such frame would
+  be the newest thing the store, the energy ledger and the detectors know;
 * a frame the store refuses for good (``StoreRejected``): the frames it
   names, or, when it names none, those found by bisecting the batch, are
-  dead-lettered with the store's reason; the rest is stored and committed;
+  dead-lettered with the store's reason; the rest is stored and committed, and only
+  the rest goes on to the energy ledger and the detectors;
 * a batch whose write fails ``MAX_SURPRISES`` times in a row with an error
   that is neither (a bug in a store client, say): bisected the same way, the
   error as the reason, so one odd frame cannot spin the loop for ever while
@@ -52,6 +56,7 @@ from fleetwatch.models import Detector, Finding
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
 from fleetwatch.pipeline.bus import BusError, Message, Producer
+from fleetwatch.pipeline.clock_skew import ClockWatch
 from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
@@ -90,7 +95,10 @@ class Processor(ConsumerLoop):
                  notify: Callable[[Sequence[Alert]], object] | None = None,
                  energy: EnergyIntegrator | None = None,
                  notifier: AlertHook | None = None, keep_firing_s: float = 0.0,
-                 dead_letter_log_every_s: float = 60.0) -> None:
+                 dead_letter_log_every_s: float = 60.0, max_clock_ahead_s: float = 300.0,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``max_clock_ahead_s``: frames from a bus stamped further ahead of ``clock`` are
+        dead-lettered (0: none is); ``clock`` also bounds the silent-node rule's "now"."""
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
         # by default with default settings whenever the store keeps a ledger.
@@ -116,6 +124,11 @@ class Processor(ConsumerLoop):
         self._notifier = notifier
         self.stats = Stats()
         self._decoder = Decoder()
+        self._clock = clock
+        self.clocks = ClockWatch(max_clock_ahead_s)  # agents' clocks against ours
+        # Frames the store refused for good (id -> frame, kept alive so that the id stays
+        # its own) until their batch is evaluated without them.
+        self._refused_frames: dict[int, Frame] = {}
         self._warned: set[tuple[str, str]] = set()  # (node, metric) of readings dropped
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
         # A burst of bad messages: the first of each field logged, the rest counted.
@@ -131,7 +144,8 @@ class Processor(ConsumerLoop):
         adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
         if notifier is not None:
             adopts.append(notifier.adopt)
-        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects)
+        self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects,
+                                   clock)
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
@@ -153,11 +167,34 @@ class Processor(ConsumerLoop):
                 continue
             if self._decoder.dropped:
                 self._dropped_readings(frames[-1], m)
-        self._enrich(frames)
-        if not bad:
-            return frames, messages
         skip = set(bad)
-        return frames, [m for i, m in enumerate(messages) if i not in skip]
+        good = [m for i, m in enumerate(messages) if i not in skip] if bad else messages
+        frames, good = self._check_clocks(frames, good)
+        self._enrich(frames)
+        return frames, good
+
+    def _check_clocks(self, frames: list[Frame], sources: Sequence[Message]
+                      ) -> tuple[list[Frame], Sequence[Message]]:
+        """Frames too far ahead of this processor's clock become dead letters; nodes whose
+        clocks are off are said once each (``pipeline.clock_skew``)."""
+        if not frames:
+            return frames, sources
+        verdict = self.clocks.check(frames, self._clock())
+        self.stats.clock_ahead += verdict.ahead
+        self.stats.clock_behind += verdict.behind
+        for level, line in verdict.lines:
+            log.log(level, "%s", line)
+        if not any(verdict.reasons):
+            return frames, sources
+        kept: list[Frame] = []
+        kept_sources: list[Message] = []
+        for f, m, reason in zip(frames, sources, verdict.reasons, strict=True):
+            if reason:
+                self._dead_letter(m, reason, "clock")
+            else:
+                kept.append(f)
+                kept_sources.append(m)
+        return kept, kept_sources
 
     def _dropped_readings(self, frame: Frame, m: Message) -> None:
         """Impossible readings the decoder left out of an otherwise good frame: counted by
@@ -245,6 +282,7 @@ class Processor(ConsumerLoop):
 
     def _refused(self, frame: Frame, source: Message | None, reason: str) -> None:
         self.stats.store_rejected += 1
+        self._refused_frames[id(frame)] = frame
         if source is not None:
             # The store's reason is the batch's (it may name another frame of it): each
             # dead letter names its own.
@@ -254,11 +292,26 @@ class Processor(ConsumerLoop):
             log.error("frame of %s at %s refused by the store, not stored: %s", frame.node,
                       frame.ts, reason)
 
-    def _findings(self, frames: Sequence[Frame]) -> list[Finding]:
+    def _without_refused(self, batch: Batch) -> None:
+        """The batch less the frames the store refused: not stored, so neither energy nor
+        any detector's state may move on them (a frame VictoriaMetrics refuses as too far
+        ahead would otherwise be the ledger's newest sample until then)."""
+        refused, self._refused_frames = self._refused_frames, {}
+        if not refused or not batch.frames:
+            return
+        keep = [id(f) not in refused for f in batch.frames]
+        batch.frames = [f for f, k in zip(batch.frames, keep, strict=True) if k]
+        if batch.sources is not None:
+            batch.sources = [m for m, k in zip(batch.sources, keep, strict=True) if k]
+
+    def _findings(self, frames: Sequence[Frame], wall: float | None) -> list[Finding]:
         findings: list[Finding] = []
         for d in self.detectors:
             try:
-                findings.extend(d.update(frames))
+                # A detector that judges against "now" (silent nodes) is bounded by this
+                # processor's clock when the frames come live from a bus.
+                findings.extend(d.update(frames, wall=wall)  # type: ignore[call-arg]
+                                if getattr(d, "uses_wall", False) else d.update(frames))
             except Exception:  # a detector's bug must not stop storing
                 self.stats.errors += 1
                 log.exception("detector %s failed on a batch of %d frames; skipped for it",
@@ -272,13 +325,15 @@ class Processor(ConsumerLoop):
         is unchanged and the same findings are observed again on the retry.
         """
         if batch.findings is None:
+            self._without_refused(batch)
             frames = self.ownership.owned_frames(batch.frames or [], batch.sources,
                                                  batch.generation)
             self.ownership.build(frames, batch.sources if frames is batch.frames else None)
             batch.owned = frames
             self._recall_boards(frames)
             batch.events = self.events.update(frames) if frames else []
-            batch.findings = self._findings(frames) if frames else []
+            wall = self._clock() if batch.messages else None  # none in a replay
+            batch.findings = self._findings(frames, wall) if frames else []
         if batch.events:  # with the batch, before its commit; written again on a retry
             self.store.write_events(batch.events)
         if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
@@ -310,6 +365,8 @@ class Processor(ConsumerLoop):
             # Every batch: silences added or ended since are judged on alerts that do
             # not change (a latched XID), at the stream's time.
             newest = max((f.ts for f in batch.owned or ()), default=None)
+            if newest is not None and batch.messages:  # live: never ahead of our clock
+                newest = min(newest, self._clock())
             self._notifier.send(changes, newest)
         elif changes and self._notify is not None:
             self._notify(changes)

@@ -183,7 +183,9 @@ def test_each_store_refused_dead_letter_names_its_own_frame(tmp_path: Path) -> N
     p.send(TOPIC, encode(frame("future2099", far)), b"future2099")
     p.send(TOPIC, encode(frame("ok")), b"ok")
     p.send(TOPIC, encode(frame("future3d", near)), b"future3d")
-    processor = Processor(Windowed(tmp_path / "s.db"), dead_letters=p, dead_letter_topic=DEAD)
+    # The store's refusals: no bound at the intake (its own test: test_clock_intake.py).
+    processor = Processor(Windowed(tmp_path / "s.db"), dead_letters=p, dead_letter_topic=DEAD,
+                          max_clock_ahead_s=0)
     processor.handle(bus.consumer(TOPIC, "g").poll(10, 0))
     reasons = {m.key: dict(m.headers)["reason"].decode() for m in bus.messages(DEAD)}
     assert set(reasons) == {b"future2099", b"future3d"}

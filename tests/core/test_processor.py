@@ -32,7 +32,8 @@ class FlakyStore(SqliteStore):
 
 
 def produce(bus: MemoryBus, steps: int) -> int:
-    sim = FleetSim(SimParams(nodes=2, gpus=2), time.time() - 3600)  # within retention
+    # Within retention, and never ahead of the processor's clock (300 steps of 15 s).
+    sim = FleetSim(SimParams(nodes=2, gpus=2), time.time() - 2 * 3600)
     producer = bus.producer()
     n = 0
     for _ in range(steps):

@@ -169,3 +169,15 @@ def test_without_a_site_limit_the_temperature_line_is_the_lowest_slowdown_gpus_r
     assert data.read_node(store, "node-a", NOW).limits == {"gpu_temp_c": 88.0}
     assert data.read_node(store, "node-a", NOW, temp_limit_c=0.0).limits == {"gpu_temp_c": 88.0}
     assert data.read_node(store, "node-a", NOW, temp_limit_c=75.0).limits == {"gpu_temp_c": 75.0}
+
+
+def test_one_sample_stamped_2099_does_not_move_data_as_of() -> None:
+    # Stored by a processor that did not yet bound frames to its clock: "data as of" stays
+    # at the newest sample up to now, and the tile says a node's clock runs ahead.
+    store = fleet_store()
+    store.points.append(point("gpu_temp_c", "node-z", 0, 50, age_s=NOW - 4_102_444_799.0))
+    view = data.read_fleet(store, NOW)
+    tiles = {t.id: text_of(t) for t in components.summary(view, NOW)}
+    assert "23:59:59" not in tiles["summary-asof"] and "10 s ago" in tiles["summary-asof"]
+    assert "1 GPU stamped after now: a node's clock runs ahead" in tiles["summary-asof"]
+    assert components.last_read(view, NOW)["newest_ms"] == int((NOW - 10) * 1000)

@@ -37,11 +37,13 @@ def test_one_frame_a_day_ahead_neither_pages_nor_stops_the_clock() -> None:
         book.apply(step)
         changes.append(step)
     silent = {f.node for c in changes for f in c}
-    assert silent == {"dies"}                               # the dead node, no healthy one
-    (alert,) = book.open
-    assert alert.node == "dies" and alert.updated_ts == 1000 + 5.0 * 199
+    # The dead node, and the bogus one (it sent once, then nothing), no healthy one.
+    assert silent == {"dies", "bogus"}
+    alerts = {a.node: a for a in book.open}
+    assert alerts["dies"].updated_ts == 1000 + 5.0 * 199
+    assert "its clock was 24.0 h ahead of the fleet's" in alerts["bogus"].message
     # Its alert is written when it changes (and every refresh_s), not on every batch.
-    assert sum(1 for c in changes if c) < 20
+    assert sum(1 for c in changes if any(a.node == "dies" for a in c)) < 20
 
 
 def test_a_gap_of_the_whole_fleet_moves_the_clock_once_a_second_node_vouches() -> None:
@@ -62,3 +64,74 @@ def test_a_node_alone_is_its_own_witness() -> None:
     d.update([node(1000, [busy(60)], name="only")])
     d.update([node(9000, [busy(60)], name="only")])
     assert d.now == 9000.0
+
+
+def _fleet(k: int, names: tuple[str, ...] = HEALTHY, t0: float = 1000.0,
+           every: float = 2.0) -> list:
+    return [node(t0 + every * k, [busy(60)], name=n) for n in names]
+
+
+def test_two_nodes_two_hours_ahead_do_not_vouch_each_other_into_paging_the_fleet() -> None:
+    d = NodeSilence()
+    found = []
+    for k in range(150):                         # 5 min of 2 s frames, a node a batch
+        frames = _fleet(k, (*HEALTHY, "dies") if k < 30 else HEALTHY)
+        if 20 <= k < 23:                         # two skewed agents overlap for 6 s
+            frames += [node(1000 + 2.0 * k + 7200, [busy(60)], name=n) for n in ("x", "y")]
+        for f in frames:
+            found += d.update([f])
+    first = {}
+    for f in found:
+        first.setdefault(f.node, f.ts)
+    assert set(first) == {"dies", "x", "y"}      # no healthy node
+    assert d.now == 1000 + 2.0 * 149            # the clock was never moved by them
+    # The dead node is reported its limit (silent_min_s) after its last frame, as is each
+    # skewed one after its last frame arrived: neither 2 h late nor never.
+    assert first["dies"] == 1000 + 2.0 * 29 + 62
+    assert 1000 + 2.0 * 22 + 60 < first["x"] <= 1000 + 2.0 * 22 + 64
+    assert all(f.ts <= 1000 + 2.0 * 149 for f in found)
+
+
+def test_a_first_batch_of_one_frame_years_ahead_does_not_blind_the_rule() -> None:
+    d = NodeSilence()
+    d.update([node(4084473600.0, [busy(60)], name="bogus")])   # 2099, as the codec accepts
+    found = []
+    for k in range(100):
+        found += d.update(_fleet(k, (*HEALTHY, "dies") if k < 30 else HEALTHY))
+    assert d.now == 1000 + 2.0 * 99
+    assert "dies" in {f.node for f in found}
+    assert not {f.node for f in found} & set(HEALTHY)
+
+
+def test_a_node_whose_clock_is_behind_but_keeps_sending_is_not_silent() -> None:
+    d = NodeSilence()
+    found = []
+    for k in range(200):
+        frames = _fleet(k) + [node(1000 + 2.0 * k - 600, [busy(60)], name="late")]
+        found += d.update(frames)
+    assert found == []
+
+
+def test_most_of_the_fleet_dying_at_once_does_not_stop_the_clock() -> None:
+    names = tuple(f"n{i}" for i in range(10))
+    d = NodeSilence()
+    found = []
+    for k in range(200):
+        found += d.update(_fleet(k, names if k < 30 else names[:3]))
+    silent = {f.node for f in found}
+    assert silent == set(names[3:])
+    assert d.now == 1000 + 2.0 * 199
+
+
+def test_with_a_wall_clock_now_is_never_later_than_it() -> None:
+    # A processor's own clock: two of three nodes 4 min ahead (under the intake's bound)
+    # cannot move "now" past it, so no alert is stamped in the future.
+    d = NodeSilence()
+    found = []
+    for k in range(100):
+        wall = 1000 + 2.0 * k + 0.5
+        frames = [node(1000 + 2.0 * k, [busy(60)], name="a")] + [
+            node(1000 + 2.0 * k + 240, [busy(60)], name=n) for n in ("b", "c")]
+        found += d.update(frames, wall=wall)
+        assert d.now <= wall
+    assert found == []

@@ -1,0 +1,142 @@
+"""Frames against the processor's own clock: agents whose clocks are wrong.
+
+Agents stamp each frame with their node's clock, and the codec takes any time
+between 2000 and 2100. A frame stamped ahead of the processor's clock can only
+come from a wrong clock (delivery makes frames late, never early); one far
+ahead would sit in the store, the energy ledger and the detectors' state as the
+newest thing they know. ``ClockWatch.check`` tells the processor which frames of
+a batch are further ahead than ``max_ahead_s`` (it quarantines them as dead
+letters) and which nodes run ahead by more than ``AHEAD_WARN_S``, or steadily
+far behind the rest of the batch while arriving (a clock behind, not a late
+flush: a spool that flushes catches up, a clock behind stays as far behind).
+
+Each node is said once when it goes off (``lines``) and once when it is back in
+step; ``offsets`` holds the nodes off now, at most ``MAX_NODES`` of them (the
+furthest off; one that sent nothing for ``FORGET_S`` leaves), for the metric that
+finds them. Pure logic: the wall clock is an argument.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from fleetwatch.frame import Frame
+
+AHEAD_WARN_S = 10.0      # a frame this far ahead of the processor: its node's clock is off
+BEHIND_WARN_S = 300.0    # a node this far behind the batch's median, steadily: the same
+STEADY_S = 60.0          # ... for this long of the processor's time,
+STEADY_TOL_S = 10.0      # ... its offset moving less than this (a flush catches up)
+MAX_NODES = 50           # nodes in the offset metric: the furthest off
+MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
+FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
+
+
+@dataclass
+class Verdict:
+    """One batch's: per frame, the reason it is quarantined ("" where kept), lines to
+    log (level, text), and how many frames ran ahead (quarantined or not) and behind."""
+
+    reasons: list[str]
+    lines: list[tuple[int, str]] = field(default_factory=list)
+    ahead: int = 0
+    behind: int = 0
+
+
+class ClockWatch:
+    """See the module. ``max_ahead_s`` 0: no frame is quarantined for its time."""
+
+    def __init__(self, max_ahead_s: float = 300.0) -> None:
+        self.max_ahead_s = max_ahead_s
+        self.offsets: dict[str, float] = {}              # node -> its offset, nodes off now
+        self._seen: dict[str, float] = {}                # node in offsets -> our clock then
+        self._behind: dict[str, tuple[float, float]] = {}  # node -> (since, offset then)
+        self._off: set[str] = set()                      # nodes said to be off
+
+    def check(self, frames: Sequence[Frame], wall: float) -> Verdict:
+        verdict = Verdict([self._quarantine(f, wall) for f in frames])
+        verdict.ahead = sum(1 for f in frames if f.ts - wall > AHEAD_WARN_S)
+        newest: dict[str, Frame] = {}
+        for f in frames:
+            if f.node not in newest or f.ts > newest[f.node].ts:
+                newest[f.node] = f
+        median = sorted(f.ts for f in newest.values())[(len(newest) - 1) // 2] if newest \
+            else wall
+        for node, f in newest.items():
+            ahead = f.ts - wall
+            if ahead > AHEAD_WARN_S:
+                self._going_off(f, ahead, "ahead of this processor's clock", verdict, wall)
+            elif self._steadily_behind(node, f.ts - median, wall):
+                verdict.behind += 1
+                self._going_off(f, f.ts - median, "behind the other nodes' (while they "
+                                "arrive with it)", verdict, wall)
+            elif node in self._off and f.ts - median >= -BEHIND_WARN_S:
+                self._off.discard(node)
+                self.offsets.pop(node, None)
+                self._seen.pop(node, None)
+                verdict.lines.append((logging.INFO, f"{_where(f)}: its frames are in step "
+                                      "with this processor's clock again"))
+        for node in [n for n, at in self._seen.items() if wall - at > FORGET_S]:
+            self.offsets.pop(node, None)   # gone quiet: no longer "off now"
+            del self._seen[node]
+        return verdict
+
+    def _quarantine(self, f: Frame, wall: float) -> str:
+        ahead = f.ts - wall
+        if not self.max_ahead_s or ahead <= self.max_ahead_s:
+            return ""
+        return (f"{_where(f)}: frame stamped {_iso(f.ts)} is {_amount(ahead)} ahead of this "
+                f"processor's clock ({_iso(wall)}), more than processor.max_clock_ahead_s "
+                f"({self.max_ahead_s:g} s): the node's clock is wrong. Fix its time sync "
+                "(chronyc tracking / timedatectl on the node); its frames are taken again "
+                "once its clock is right")
+
+    def _steadily_behind(self, node: str, offset: float, wall: float) -> bool:
+        if offset >= -BEHIND_WARN_S:
+            self._behind.pop(node, None)
+            return False
+        since = self._behind.get(node)
+        if since is None or abs(offset - since[1]) > STEADY_TOL_S:
+            if len(self._behind) < MAX_REMEMBERED:
+                self._behind[node] = (wall, offset)
+            return False
+        return wall - since[0] >= STEADY_S
+
+    def _going_off(self, f: Frame, offset: float, how: str, verdict: Verdict,
+                   wall: float) -> None:
+        self._remember(f.node, offset, wall)
+        if f.node in self._off or len(self._off) >= MAX_REMEMBERED:
+            return
+        self._off.add(f.node)
+        verdict.lines.append((logging.WARNING, (
+            f"{_where(f)}: its clock is {_amount(offset)} {how}: fix its time sync (NTP: "
+            "chronyc tracking / timedatectl on the node). Said once per node; "
+            "fleetwatch_processor_node_clock_offset_seconds shows the nodes off now")))
+
+    def _remember(self, node: str, offset: float, wall: float) -> None:
+        self.offsets[node] = offset
+        self._seen[node] = wall
+        if len(self.offsets) > MAX_NODES:  # keep the furthest off
+            nearest = min(self.offsets, key=lambda n: abs(self.offsets[n]))
+            del self.offsets[nearest]
+            self._seen.pop(nearest, None)
+
+
+def _where(f: Frame) -> str:
+    return f"{f.cluster}/{f.rack}/{f.node}"
+
+
+def _amount(seconds: float) -> str:
+    size = abs(seconds)
+    if size >= 86400:
+        return f"{size / 86400:.1f} days"
+    return f"{size / 3600:.1f} h" if size >= 3600 else f"{size:.0f} s"
+
+
+def _iso(ts: float) -> str:
+    try:
+        return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ts))
+    except (OverflowError, OSError, ValueError):
+        return f"{ts:.0f} (epoch seconds)"
