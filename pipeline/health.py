@@ -97,12 +97,9 @@ class ProcessorCollector(Collector):
             events.add_metric([kind], n)
         yield events
         steps = CounterMetricFamily("fleetwatch_processor_clock_steps",
-                                    "Nodes' clock faults the energy ledger met, by kind "
-                                    "(back: a step back, seen by frame seq; forward: a step "
-                                    "forward, seen by the energy counter; error: a jump of "
-                                    "more than 7 days; overlap: a frame stamped again over "
-                                    "times its node already sent, whose samples replace "
-                                    "those stored); each kind logged once per node",
+                                    "Clock steps of nodes the energy ledger met: back, "
+                                    "forward, error (a jump over 7 days), overlap (samples "
+                                    "stamped again over stored ones); see README",
                                     labels=["kind"])
         energy = self.processor.energy
         for kind, n in sorted((energy.clock.counts if energy is not None else {}).items()):
