@@ -85,7 +85,7 @@ class Reach:
     empty for event rules ("any frame will do"): an ECC rule with no ECC counter
     in the data, or a peer rule with one GPU a node, judged nothing, and the
     summary said 100%. What the detectors compare with is read from their code
-    (models/peers.py, jobs.py, rack.py, health.py) and kept here, beside its one
+    (models/peers.py, jobs.py, rack.py, gpu_errors.py, xid_events.py) and kept here, beside its one
     reader; a test checks that every rule of the registry is placed.
     """
 

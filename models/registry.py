@@ -11,12 +11,14 @@ from collections.abc import Callable
 
 from fleetwatch.config import ConfigError, DetectorsConfig
 from fleetwatch.models import Detector
-from fleetwatch.models.health import GpuErrors, NodeSilence, XidEvents
+from fleetwatch.models.gpu_errors import GpuErrors
 from fleetwatch.models.job_hang import JobHang
 from fleetwatch.models.jobs import JobPeers
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.rack import RackCooling
 from fleetwatch.models.thermal import ThermalLimits, Throttle
+from fleetwatch.models.xid_events import XidEvents
 
 REGISTRY: dict[str, Callable[[DetectorsConfig], Detector]] = {
     "thermal_limits": ThermalLimits,

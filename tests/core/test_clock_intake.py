@@ -15,7 +15,7 @@ import pytest
 from fleetwatch.codec import encode
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor

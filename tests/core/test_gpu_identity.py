@@ -187,7 +187,7 @@ def test_the_node_page_lists_each_slots_board_and_its_replacements(tmp_path: Pat
 
 
 def test_a_row_remap_failure_says_how_many_rows_were_remapped() -> None:
-    from fleetwatch.models.health import GpuErrors
+    from fleetwatch.models.gpu_errors import GpuErrors
 
     d = GpuErrors(DetectorsConfig())
     metrics = {"gpu_temp_c": 50.0, "gpu_row_remap_failure": 1.0, "gpu_row_remap_pending": 0.0,

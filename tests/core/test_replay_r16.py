@@ -14,7 +14,7 @@ import pytest
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.recorded import ReplayError, frames, read_files
 from fleetwatch.replay import replay
 from fleetwatch.wiring import detectors

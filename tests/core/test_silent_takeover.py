@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from fleetwatch.frame import Frame
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.pipeline.bus import Partition
 from fleetwatch.pipeline.bus.memory import MemoryBus, MemoryConsumer
 from fleetwatch.pipeline.processor import Processor

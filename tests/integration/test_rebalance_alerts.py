@@ -22,7 +22,7 @@ from kafka.partitioner.default import murmur2
 
 from fleetwatch.codec import encode
 from fleetwatch.frame import Frame, GpuReading
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor

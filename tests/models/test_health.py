@@ -5,7 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.models.health import GpuErrors, NodeSilence, XidEvents
+from fleetwatch.models.gpu_errors import GpuErrors
+from fleetwatch.models.node_silence import NodeSilence
+from fleetwatch.models.xid_events import XidEvents
 from fleetwatch.xids import XidTableError, describe, parse, xid_table
 from tests.models.helpers import busy, node, rules
 

@@ -4,7 +4,7 @@ zeroes the volatile ECC counters, and error rates that change during an episode.
 
 from __future__ import annotations
 
-from fleetwatch.models.health import GpuErrors
+from fleetwatch.models.gpu_errors import GpuErrors
 from tests.models.helpers import busy, node, rules
 
 

@@ -4,7 +4,7 @@ fleet must not stop it either. Batches are small, as a live processor's polls ar
 
 from __future__ import annotations
 
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.pipeline.alerts import AlertBook
 from tests.models.helpers import busy, node
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from fleetwatch.frame import Frame
-from fleetwatch.models.health import NodeSilence
+from fleetwatch.models.node_silence import NodeSilence
 from tests.models.helpers import busy, node
 
 

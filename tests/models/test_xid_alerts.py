@@ -5,7 +5,7 @@ code joins; the lifecycle writes that at once and the notifier forwards it again
 from __future__ import annotations
 
 from fleetwatch.models import REVISION
-from fleetwatch.models.health import XidEvents
+from fleetwatch.models.xid_events import XidEvents
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier

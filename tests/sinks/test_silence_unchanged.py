@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fleetwatch.models.health import XidEvents
+from fleetwatch.models.xid_events import XidEvents
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier

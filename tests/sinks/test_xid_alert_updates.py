@@ -10,7 +10,7 @@ import uuid
 from pathlib import Path
 
 from fleetwatch.frame import Frame, GpuReading
-from fleetwatch.models.health import XidEvents
+from fleetwatch.models.xid_events import XidEvents
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier

@@ -1,0 +1,265 @@
+"""A silent node (no frame for several of its own intervals) and two agents under one name.
+
+Silence is judged on the stream's clock, which nodes with wrong clocks cannot move,
+never later than the processor's own clock where it passes one.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+
+FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
+CONFLICT_S = 120.0      # a node's GPU set switching twice this close: two agents, one name
+
+
+class _Identities:
+    """The GPU UUIDs of a node's frames: the current set, and when it last switched. A
+    GPU replaced (or a node rebuilt) switches it once; two agents that report under one
+    name switch it back and forth, frame after frame."""
+
+    __slots__ = ("current", "switches", "recent")
+
+    def __init__(self, ident: tuple[str, ...]) -> None:
+        self.current = ident
+        self.switches: list[float] = []
+        self.recent: dict[tuple[str, ...], float] = {}
+
+    def switch(self, ident: tuple[str, ...], ts: float) -> bool:
+        """The frame at ``ts`` shows another set: do two agents report as the node?"""
+        self.recent[self.current] = ts
+        self.recent[ident] = ts
+        self.current = ident
+        self.switches = [t for t in self.switches if ts - t <= CONFLICT_S] + [ts]
+        self.recent = {k: t for k, t in self.recent.items() if ts - t <= CONFLICT_S}
+        return len(self.switches) >= 2
+
+
+class NodeSilence:
+    """A node that sent no frame for several of its own intervals, on the stream's clock.
+
+    "Now" is the stream's own time, never the wall clock alone, so replays and
+    simulations that run faster than real time are judged as they happened. But a few
+    nodes whose clocks are wrong (two agents 2 h ahead, one frame stamped 2099) must
+    not move it: "now" is a consensus of the nodes heard from lately (those among the
+    last ``2 x nodes`` frames to arrive): the newest of their latest times that is at
+    most ``step`` (``silent_min_s`` / 2, or two of the fleet's usual intervals) past
+    their lower median. A minority ahead is above that, one behind below it; a node
+    that died leaves the set once the others have sent that many frames, so that even
+    most of the fleet dying does not stop the clock. Where there is a wall clock (a
+    live processor passes its own as ``wall``), "now" is never later than it: no alert
+    is ever stamped in the future.
+
+    Each node is judged on when it was last heard of: its frame's time when that is
+    within its silence limit of "now" (the exact time, as it reported); "now" itself
+    when the frame was ahead of "now", or further behind than that and behind every
+    frame of the batch's nodes in step (its clock is wrong, or a spool flushes old
+    frames: either way it is arriving, which is a clock problem, not a silent node).
+    A node whose clock runs ahead is therefore reported silent a limit after its last
+    frame arrived, not when "now" reaches its clock. A jump of
+    "now" by more than ``step`` ends a pause of the whole fleet (a replay's gap, an
+    outage of the brokers): it counts against none of the nodes heard from lately.
+    """
+
+    name = "node_silent"
+    rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": ()}
+    uses_wall = True  # the processor passes its clock to ``update`` (live frames only)
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.now = -math.inf
+        self._index: dict[str, int] = {}
+        self._where: list[tuple[str, str, str]] = []
+        self._last = np.full(64, np.nan)      # the newest frame time, on the node's clock
+        self._heard = np.full(64, np.nan)     # when it was last heard of, on "now"'s clock
+        self._seq = np.full(64, -np.inf)      # the arrival count at its newest frame
+        self._skew = np.zeros(64)             # how far off its clock was when last heard of
+        self._interval = np.full(64, np.nan)
+        self._arrived = 0                     # frames seen so far
+        # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
+        # seen within CONFLICT_S of each other: two machines share the node's name.
+        self._identities: dict[str, _Identities] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            i = self._index.get(node)
+            if i is not None:
+                self._last[i] = self._heard[i] = np.nan
+                self._seq[i], self._skew[i] = -np.inf, 0.0
+            self._identities.pop(node, None)
+
+    def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
+        """Nodes this processor now owns but has no frame from: (cluster, rack, node,
+        their last frame's time, from the store). One that sends nothing more is
+        reported once it has been silent for long enough."""
+        for cluster, rack, node, ts in nodes:
+            i = self._index.get(node)
+            if i is None:
+                i = self._add_node(cluster, rack, node)
+            if not self._last[i] >= ts:
+                self._last[i] = ts
+            if not self._heard[i] >= ts:
+                self._heard[i] = ts
+
+    def update(self, frames: Sequence[Frame], wall: float | None = None) -> list[Finding]:
+        """Findings at the time of these frames; ``wall``: the processor's own clock
+        (None in a replay or a simulation, judged on stream time alone)."""
+        if not frames:
+            return []
+        identities, conflicts = self._identities, {}
+        span: dict[int, tuple[float, float]] = {}  # node -> its oldest, newest frame here
+        for f in frames:
+            i = self._index.get(f.node)
+            if i is None:
+                i = self._add(f)
+            self._arrived += 1
+            self._seq[i] = self._arrived
+            prev = self._last[i]
+            if prev == prev and f.ts > prev:   # not NaN: learn the node's interval
+                gap = min(f.ts - prev, 3600.0)
+                iv = self._interval[i]
+                self._interval[i] = gap if iv != iv else iv + 0.1 * (gap - iv)
+            if not prev >= f.ts:
+                self._last[i] = f.ts
+            oldest, newest = span.get(i, (f.ts, f.ts))
+            span[i] = (min(oldest, f.ts), max(newest, f.ts))
+            self._where[i] = (f.cluster, f.rack, f.node)
+            ident = tuple([g.uuid for g in f.gpus])
+            seen = identities.get(f.node)
+            if seen is None:
+                identities[f.node] = _Identities(ident)
+            elif ident != seen.current and seen.switch(ident, f.ts):
+                conflicts[f.node] = f
+        self._advance(wall)
+        self._hear(span)
+        return self._judge() + [self._conflict(f) for f in conflicts.values()]
+
+    def _recent(self) -> np.ndarray:
+        """The nodes among the senders of the last ``2 x nodes`` frames to arrive."""
+        n = len(self._where)
+        return self._seq[:n] > self._arrived - 2 * n
+
+    def _advance(self, wall: float | None) -> None:
+        """Move "now" to the consensus of the nodes heard from lately (see the class)."""
+        n, step, prev = len(self._where), self._step(), self.now
+        recent = self._recent()
+        lasts = self._last[:n][recent]
+        lasts = lasts[~np.isnan(lasts)]
+        if not len(lasts):
+            return
+        median = float(np.sort(lasts)[(len(lasts) - 1) // 2])
+        now = float(lasts[lasts <= median + step].max())
+        if wall is not None:
+            now = min(now, wall)
+        if now > prev + step and prev > -math.inf:
+            # The whole fleet paused: the pause counts against none of the nodes heard
+            # from lately; each one's silence so far is kept.
+            heard = self._heard[:n]
+            shift = recent & (heard <= prev)
+            heard[shift] += now - prev
+        if now >= prev or now < prev - step:
+            # Back by more than a step: the earlier "now" was set by nodes no longer
+            # heard from (a first batch of one frame stamped years ahead).
+            self.now = now
+
+    def _hear(self, span: dict[int, tuple[float, float]]) -> None:
+        """When each node of the batch was heard of, on "now"'s clock (see the class).
+
+        ``span``: each node's oldest and newest frame time in the batch. A node whose
+        newest frame is older than its limit, and older than every frame in the batch of
+        the nodes in step (a batch that spans minutes, a backlog or a replay's, holds the
+        last frames of a node that died in it), is behind: heard of now."""
+        limits, now = self._limits(), self.now
+        in_step = {i: now - limits[i] <= newest <= now for i, (_, newest) in span.items()}
+        floor = min((oldest for i, (oldest, _) in span.items() if in_step[i]),
+                    default=math.inf)
+        for i, (_, ts) in span.items():
+            heard = ts if in_step[i] or now >= ts >= floor else now
+            if not self._heard[i] >= heard:
+                self._heard[i] = heard
+                self._skew[i] = 0.0 if heard == ts else ts - now
+
+    def _conflict(self, f: Frame) -> Finding:
+        seen = self._identities[f.node].recent
+        shown = "; ".join(f"{len(k)} GPUs ({', '.join(k[:2])}{', ...' if len(k) > 2 else ''})"
+                          if k else "no GPU" for k in sorted(seen))
+        return Finding(
+            "node_name_conflict", f.cluster, f.rack, f.node, None, f.ts, float(len(seen)),
+            f"{len(seen)} agents report as {f.node}, their frames interleaved: {shown}",
+            "warning", 0.0, 0.0, {"agents": len(seen)},
+            "Give each machine its own name (node.node, FLEETWATCH_NODE_NODE; a cloned image "
+            "or a copied config keeps the first one's): the node's series mix two machines' "
+            "readings until then", "node")
+
+    def _step(self) -> float:
+        """How far past the nodes' median a node's time may set "now"."""
+        known = self._interval[:len(self._where)]
+        known = known[~np.isnan(known)]
+        usual = float(np.median(known)) if len(known) else 0.0
+        return max(self.c.silent_min_s / 2, 2 * usual)
+
+    def _limits(self) -> np.ndarray:
+        """Each node's silence limit: ``silent_intervals`` of its interval, at least
+        ``silent_min_s``. A node whose interval is not known yet (one frame, or none since
+        this processor took it over) is given the fleet's usual one: agents share a
+        configuration."""
+        n, c = len(self._where), self.c
+        known = self._interval[:n][~np.isnan(self._interval[:n])]
+        usual = float(np.median(known)) if len(known) else c.silent_min_s / c.silent_intervals
+        return np.maximum(c.silent_min_s, c.silent_intervals * np.nan_to_num(
+            self._interval[:n], nan=usual))
+
+    def _add(self, f: Frame) -> int:
+        return self._add_node(f.cluster, f.rack, f.node)
+
+    def _add_node(self, cluster: str, rack: str, node: str) -> int:
+        i = self._index[node] = len(self._where)
+        self._where.append((cluster, rack, node))
+        if i >= len(self._last):
+            grow = len(self._last)
+            self._last = np.concatenate([self._last, np.full(grow, np.nan)])
+            self._heard = np.concatenate([self._heard, np.full(grow, np.nan)])
+            self._seq = np.concatenate([self._seq, np.full(grow, -np.inf)])
+            self._skew = np.concatenate([self._skew, np.zeros(grow)])
+            self._interval = np.concatenate([self._interval, np.full(grow, np.nan)])
+        return i
+
+    def _judge(self) -> list[Finding]:
+        n = len(self._where)
+        gap = self.now - self._heard[:n]
+        with np.errstate(invalid="ignore"):
+            silent = (gap > self._limits()) & (gap < FORGET_S)
+        out = []
+        for i in np.flatnonzero(silent).tolist():
+            cluster, rack, node = self._where[i]
+            interval, skew = self._interval[i], float(self._skew[i])
+            how = (f"it reports every {interval:.0f} s" if interval == interval else
+                   f"its last frame: {_utc(self._last[i])}")
+            if skew:  # its frames were not in step with the fleet's when last heard of
+                how += f"; its clock was {_offset(skew)} of the fleet's"
+            out.append(Finding(
+                "node_silent", cluster, rack, node, None, self.now, float(gap[i]),
+                f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
+                {"silent_s": round(float(gap[i]), 1), "interval_s":
+                 round(float(np.nan_to_num(interval)), 2)},
+                "Check the node: is it up, is its agent running (systemctl status "
+                "fleetwatch-agent), can it reach the brokers?", "node"))
+        return out
+
+
+def _offset(seconds: float) -> str:
+    """A clock's offset in words: "2 h ahead", "90 s behind"."""
+    size = abs(seconds)
+    amount = f"{size / 3600:.1f} h" if size >= 3600 else f"{size:.0f} s"
+    return f"{amount} {'ahead' if seconds > 0 else 'behind'}"
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))
