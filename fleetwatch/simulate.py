@@ -8,6 +8,7 @@ truth that later evaluations score detectors against.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import signal
@@ -110,7 +111,34 @@ def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
     # A rack fault has no node and a node fault no GPU: the annotation names the rack or node.
     return [Annotation("fault", r.onset_ts, r.end_ts, r.node or r.rack or "",
                        "" if r.gpu is None else f"gpu{r.gpu}",
-                       f"injected {r.kind} fault ({r.mode}, x{r.severity:g})") for r in records]
+                       _fault_text(r.kind, r.mode, r.severity)) for r in records]
+
+
+def _fault_text(kind: str, mode: str, severity: float) -> str:
+    return f"injected {kind} fault ({mode}, x{severity:g})"
+
+
+def continued_faults(faults: Sequence[Fault], stored: Sequence[Annotation],
+                     resume_ts: float) -> tuple[list[Fault], list[bool]]:
+    """The faults of a run that continues a stored timeline from ``resume_ts`` (``up
+    --keep``), each with its onset fixed, and whether it continues one the store holds.
+
+    A fault the store's annotations show (same kind, subject, mode, severity and
+    duration) whose window has not ended at ``resume_ts`` keeps that window; any other
+    starts ``start_s`` after ``resume_ts``, as in a new run.
+    """
+    out, continued = [], []
+    for f in faults:
+        where = (f.node or f.rack or "", "" if f.gpu is None else f"gpu{f.gpu}")
+        text = _fault_text(f.kind, f.resolved_mode, f.resolved_severity)
+        onsets = [a.start_ts for a in stored
+                  if a.kind == "fault" and (a.node, a.device) == where and a.text == text
+                  and a.end_ts is not None and abs(a.end_ts - a.start_ts - f.duration_s) < 1e-3
+                  and a.end_ts > resume_ts]
+        onset = min(onsets, default=resume_ts + f.start_s)
+        out.append(dataclasses.replace(f, onset_ts=onset))
+        continued.append(bool(onsets))
+    return out, continued
 
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,

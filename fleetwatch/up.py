@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 import socket
 import sys
@@ -35,11 +36,19 @@ from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.base import Annotation
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.service import StopSignals
 from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
-from fleetwatch.simulate import SIM_STORE_PATH, check_faults, counted, fault_annotations, span_text
+from fleetwatch.simulate import (
+    SIM_STORE_PATH,
+    check_faults,
+    continued_faults,
+    counted,
+    fault_annotations,
+    span_text,
+)
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.urls import http_url
 from fleetwatch.wiring import (
@@ -59,6 +68,10 @@ log = logging.getLogger(__name__)
 _NEWEST_METRIC = "gpu_temp_c"
 # How long stop() waits for the processor to store what the agent already sent.
 DRAIN_S = 20.0
+# A continued simulation runs this long unseen before the store's newest sample: over ten
+# of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
+# are where the fleet's load and faults hold them, not those of a cold start.
+PREROLL_S = 300.0
 
 
 class UpError(RuntimeError):
@@ -136,6 +149,7 @@ class System:
         self.processor_stop = threading.Event()    # the processor, once it has drained the bus
         self._threads: list[threading.Thread] = []
         self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
+        self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
 
     def start(self) -> System:
         self._threads = [
@@ -297,15 +311,50 @@ def _build(config: Config, options: UpOptions, simulate: bool,
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time())
     s = config.sim
-    sim = FleetSim(sim_params(config, options), start, options.faults)
+    sim, notes = continued_sim(sim_params(config, options), start, options.faults,
+                               config.store.path if options.keep else None)
     pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
                    s.nodes)
     system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
+    system.fault_notes = notes
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth))
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
             f"seed {s.seed}, {options.interval_s:g} s samples")
     return system, what
+
+
+def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
+                  kept: str | None) -> tuple[FleetSim, list[str]]:
+    """The simulated fleet from ``start``, and a note per fault for the banner.
+
+    ``kept``: the store a ``--keep`` run continues. A fault it holds that has not ended
+    goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
+    unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
+    """
+    stored = _stored_faults(kept, start) if kept is not None else None
+    if stored is None:  # a new timeline: as it always was
+        return FleetSim(params, start, faults), ["" for _ in faults]
+    fixed, continued = continued_faults(faults, stored, start)
+    steps = max(1, math.ceil(PREROLL_S / params.interval_s))
+    sim = FleetSim(params, start - steps * params.interval_s, fixed)
+    for _ in range(steps):
+        sim.step()
+    return sim, [" (continued from the store)" if c else
+                 " (a new one: the store holds none of it that is still on)"
+                 for c in continued]
+
+
+def _stored_faults(path: str, start: float) -> list[Annotation] | None:
+    """The fault annotations of the store at ``path`` that end after ``start``; None for
+    a store that holds no sample yet (nothing to continue)."""
+    if newest_sample_s(path) is None:
+        return None
+    store = SqliteStore(path, read_only=True)
+    try:
+        return [a for a in store.annotations(start, 1e11) if a.kind == "fault"]
+    finally:
+        store.close()
 
 
 def sim_params(config: Config, options: UpOptions) -> SimParams:
@@ -360,11 +409,12 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     store = store_name(config.store)
     print(f"fleetwatch up: {what}", file=out)
     sim = getattr(system.agent.source, "sim", None)
-    for r in sim.ground_truth if sim is not None else ():
+    for n, r in enumerate(sim.ground_truth if sim is not None else ()):
         where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
+        note = system.fault_notes[n] if n < len(system.fault_notes) else ""
         print(f"  injected fault: {r.kind} on {where}, from "
               f"{time.strftime('%H:%M:%S', time.localtime(r.onset_ts))} for "
-              f"{span_text(r.end_ts - r.onset_ts)}", file=out)
+              f"{span_text(r.end_ts - r.onset_ts)}{note}", file=out)
     print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind})"
           f"{'   continued from its newest sample' if given.keep else ''}", file=out)
     print(f"  dashboard: {http_url(config.dashboard.host, config.dashboard.port)}   "

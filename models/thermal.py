@@ -170,13 +170,8 @@ class ThermalLimits(WaveDetector):
                     "protected by its thermal alerts; reset the GPU or service it"))
             if crit[i, j]:
                 out.append(gpu_finding(
-                    f, g, "gpu_temp_critical", tc,
-                    f"{where} at {tc:.0f} °C, "
-                    + ("at or above" if tc >= sl else
-                       (f"{sl - tc:.0f} °C" if sl - tc >= 0.5 else "just") +
-                       f" below (not yet {HYSTERESIS_C:.0f} °C under)")
-                    + f" its slowdown temperature {sl:.0f} °C (shutdown {sh:.0f} °C)",
-                    "critical", 0.0, lim,
+                    f, g, "gpu_temp_critical", tc, f"{where} at {tc:.0f} °C, "
+                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0, lim,
                     COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(
@@ -271,3 +266,16 @@ class Throttle:
                     f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
                     "warning", self.c.sw_thermal_for_s, ev, COOLING))
         return out
+
+
+def critical_text(temp: float, slow: float, shut: float) -> str:
+    """Where a critical GPU stands against its limits: past its shutdown temperature when
+    it is (it should have shut down), else against its slowdown temperature, also while held
+    just below it by the hysteresis."""
+    if temp >= shut:
+        return (f"{temp - shut:.0f} °C above" if temp - shut >= 0.5 else "at") + (
+            f" its shutdown temperature {shut:.0f} °C (slowdown {slow:.0f} °C)")
+    return ("at or above" if temp >= slow else
+            (f"{slow - temp:.0f} °C" if slow - temp >= 0.5 else "just") +
+            f" below (not yet {HYSTERESIS_C:.0f} °C under)") + (
+        f" its slowdown temperature {slow:.0f} °C (shutdown {shut:.0f} °C)")

@@ -166,6 +166,13 @@ class AlertBook:
             hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
             self._meta[key] = _Meta(a.updated_ts, hold, a.updated_ts)
 
+    def transitions(self, changes: Iterable[Alert]) -> int:
+        """How many of ``changes`` (before ``apply``) move an alert to another state:
+        opened (pending, or firing at once), fired, resolved. The rest re-write an open
+        alert's current value (at most every ``refresh_s``)."""
+        by_id = {a.id: a.state for a in self._open.values()}
+        return sum(by_id.get(a.id) != a.state for a in changes)
+
     # -- one batch ---------------------------------------------------------
     def observe(self, frames: Sequence[Frame], findings: Sequence[Finding]) -> list[Alert]:
         """The alert changes this batch makes, in time order; the book is not changed.

@@ -29,7 +29,8 @@ class Stats:
     points: int = 0
     dead_letters: int = 0
     dead_letters_lost: int = 0
-    alerts_changed: int = 0
+    alerts_changed: int = 0  # transitions: opened, fired, resolved
+    alerts_written: int = 0  # transitions and refreshes of an open alert's value
     store_errors: int = 0
     store_rejected: int = 0
     errors: int = 0  # unexpected errors (bugs): logged with their traceback

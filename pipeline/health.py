@@ -83,7 +83,13 @@ class ProcessorCollector(Collector):
         yield CounterMetricFamily("fleetwatch_processor_store_errors",
                                   "Store writes that failed and were retried", value=s.store_errors)
         yield CounterMetricFamily("fleetwatch_processor_alert_changes",
-                                  "Alert state changes written", value=s.alerts_changed)
+                                  "Alert state changes written: an alert opened (pending, "
+                                  "or firing at once), fired or resolved",
+                                  value=s.alerts_changed)
+        yield CounterMetricFamily("fleetwatch_processor_alert_writes",
+                                  "Alert rows written: state changes, and refreshes of an "
+                                  "open alert's value (at most one a minute each)",
+                                  value=s.alerts_written)
         yield GaugeMetricFamily("fleetwatch_processor_batch_seconds",
                                 "Time to decode, store and evaluate the last batch",
                                 value=s.last_batch_s)

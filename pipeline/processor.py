@@ -360,6 +360,7 @@ class Processor(ConsumerLoop):
                               "and written again with the next batch", len(writes),
                               batch.failures)
                 self._unstored = writes
+        transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
         if self._notifier is not None and (changes or batch.owned):
             # Every batch: silences added or ended since are judged on alerts that do
@@ -374,7 +375,8 @@ class Processor(ConsumerLoop):
         self.stats.points += points
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
-        self.stats.alerts_changed += len(changes)
+        self.stats.alerts_changed += transitions
+        self.stats.alerts_written += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
 
 

@@ -126,7 +126,7 @@ class Effects:
                 node = nodes[f.node]
                 rack = int(sim.rack_of[node])
                 gpu = -1 if f.gpu is None else f.gpu
-            onset = sim.start_ts + f.start_s
+            onset = sim.start_ts + f.start_s if f.onset_ts is None else f.onset_ts
             a = Active(f, rack, node, gpu, onset, onset + f.duration_s, ramp_s(f),
                        sim.rack_names[rack], f.node)
             a.stuck_value = float(self.rng.choice([0.0, 127.0]))

@@ -70,6 +70,8 @@ class Fault:
     node faults, and ``rack`` (``node`` and ``gpu`` None) for rack faults.
     ``severity`` and ``mode`` None mean the kind's default (``SPECS``).
     ``Fault("cooling", node, gpu, start_s, duration_s)`` works as it always has.
+    ``onset_ts`` (epoch s), when set, is the onset whatever the simulation's start: a
+    fault a continued run takes over from the store (``fleetwatch up --keep``).
     """
 
     kind: FaultKind
@@ -80,6 +82,7 @@ class Fault:
     severity: float | None = None
     mode: Mode | None = None
     rack: str | None = None
+    onset_ts: float | None = None
 
     def __post_init__(self) -> None:
         spec = SPECS.get(self.kind)
@@ -101,6 +104,8 @@ class Fault:
         if not (0.0 <= self.start_s < 1e10 and 0.0 < self.duration_s < 1e10):
             raise ValueError(f"{where}: start must be >= 0 and duration > 0 (seconds), got "
                              f"start {self.start_s!r}, duration {self.duration_s!r}")
+        if self.onset_ts is not None and not 0.0 <= self.onset_ts < 1e11:
+            raise ValueError(f"{where}: onset must be a time (epoch s), got {self.onset_ts!r}")
         if self.severity is not None and not spec.severity_min < self.severity < 1e6:
             raise ValueError(f"{where}: severity must be above {spec.severity_min:g} "
                              f"({spec.meaning}), got {self.severity!r}")

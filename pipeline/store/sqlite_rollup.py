@@ -1,6 +1,7 @@
 """The SQLite store's one-minute rollups and upkeep: (count, sums, minimums, maximums) per
 device, minute and layout, computed from its packed rows (a pure function: the store
-writes what it returns), and what ``SqliteStore.maintain`` does to the file."""
+writes what it returns), and what ``SqliteStore.maintain`` does to the file: samples,
+rollups, events and the alert history past their retention."""
 
 from __future__ import annotations
 
@@ -43,6 +44,26 @@ def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
                      (now_ms - rollup_retention_ms,))
         # Events are few and what a month's report reads: kept as long as rollups.
         conn.execute("DELETE FROM events WHERE ts_ms < ?", (now_ms - rollup_retention_ms,))
+        prune_records(conn, now_ms / 1000, raw_retention_ms / 1000, rollup_retention_ms / 1000)
+
+
+def prune_records(conn: sqlite3.Connection, now_s: float, raw_retention_s: float,
+                  rollup_retention_s: float) -> None:
+    """Drop the alert history past retention; an open alert (and its acknowledgement) never.
+
+    An alert that fired is history as events are (kept as long as rollups, from when it
+    resolved); one that resolved while still pending notified no one and is kept as long
+    as the raw samples that showed it. A silence is kept as long as rollups after its
+    end; an acknowledgement as long, once its alert is gone from the store.
+    """
+    history = now_s - rollup_retention_s
+    conn.execute("DELETE FROM alert_states WHERE state = 'resolved' AND updated_ts < ? "
+                 "AND fired_ts IS NOT NULL", (history,))
+    conn.execute("DELETE FROM alert_states WHERE state = 'resolved' AND updated_ts < ? "
+                 "AND fired_ts IS NULL", (now_s - raw_retention_s,))
+    conn.execute("DELETE FROM silences WHERE end_ts < ?", (history,))
+    conn.execute("DELETE FROM acks WHERE ts < ? AND alert_id NOT IN "
+                 "(SELECT id FROM alert_states)", (history,))
 
 
 def rollup(rows: Sequence[Row], whole: bool = False) -> tuple[list[Rollup], set[int]]:

@@ -147,6 +147,18 @@ def test_value_updates_are_written_at_most_once_per_refresh() -> None:
     assert book.open[0].value == 98 and book.open[0].updated_ts == 220
 
 
+def test_transitions_count_state_changes_not_value_refreshes() -> None:
+    rule, book = GpuTemperatureLimit(85, for_s=30), AlertBook(requirements=REQ, refresh_s=60)
+    counted = []
+    for i, t in enumerate([90, 91, 92, 93, 94, 95, 96, 97, 98, 70]):  # 20 s apart
+        f = frame(100 + 20 * i, [t])
+        changes = book.observe([f], rule.update([f]))
+        counted.append((len(changes), book.transitions(changes)))
+        book.apply(changes)
+    # pending at 100; firing at 140; its value re-written at 200 and 260; resolved at 280.
+    assert [c for c in counted if c[0]] == [(1, 1), (1, 1), (1, 0), (1, 0), (1, 1)]
+
+
 def test_hysteresis_keeps_one_alert_for_a_gpu_hovering_at_the_limit() -> None:
     rule, book = GpuTemperatureLimit(85, for_s=0, hysteresis_c=3), AlertBook(requirements=REQ)
     changes = drive(book, rule, [frame(100 + 20 * i, [t]) for i, t in

@@ -107,3 +107,29 @@ def test_alertmanager_silence_mirroring_failures_are_scraped(tmp_path: Path) -> 
         notifier.close()
         store.close()
     assert got[("fleetwatch_alert_sink_silence_errors_total", (("sink", "alertmanager"),))] == 1
+
+
+def test_alert_changes_count_transitions_and_refreshes_are_counted_apart(tmp_path: Path) -> None:
+    """A GPU hot for 10 minutes: its alert goes pending, fires and resolves (3 changes);
+    the once-a-minute re-writes of its value while it fires are alert writes, not changes."""
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.models.rules import GpuTemperatureLimit
+
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=30)])
+    registry = CollectorRegistry()
+    registry.register(ProcessorCollector(processor, MemoryBus().consumer("t", "g")))
+    t0 = 1_763_800_000.0
+    try:
+        for k in range(60):  # one frame each 10 s; its value moves a little all the time
+            temp = 95.0 + k % 3 if k < 60 - 3 else 60.0
+            processor.process([Frame("c", "r", "n1", t0 + 10 * k,
+                                     (GpuReading(0, "GPU-0", "H100", {"gpu_temp_c": temp}),))])
+        got = _scrape(registry)
+        alerts = store.alerts(("pending", "firing", "resolved"))
+    finally:
+        store.close()
+    assert [(a.state, a.fired_ts is not None) for a in alerts] == [("resolved", True)]
+    assert got[("fleetwatch_processor_alert_changes_total", ())] == 3
+    # Firing for ~9 minutes: a refresh a minute on top of the 3 changes.
+    assert 3 + 7 <= got[("fleetwatch_processor_alert_writes_total", ())] <= 3 + 10

@@ -36,6 +36,19 @@ def test_a_critical_alert_held_below_the_limit_says_so() -> None:
     assert "at or above" not in held[0].message
 
 
+def test_a_critical_gpu_past_its_shutdown_temperature_says_so() -> None:
+    limits = {"gpu_slowdown_temp_c": 89.0, "gpu_shutdown_temp_c": 92.0}
+    above = limits_at(95.0, **limits)
+    assert rules(above)[0] == ("gpu_temp_critical", 0)
+    assert above[0].message == ("GPU 0 on n1 at 95 °C, 3 °C above its shutdown temperature "
+                                "92 °C (slowdown 89 °C)")
+    at = limits_at(92.0, **limits)
+    assert "at 92 °C, at its shutdown temperature 92 °C (slowdown 89 °C)" in at[0].message
+    between = limits_at(90.0, **limits)
+    assert "at 90 °C, at or above its slowdown temperature 89 °C (shutdown 92 °C)" in (
+        between[0].message)
+
+
 def test_limits_fall_back_to_the_model_family_then_to_config() -> None:
     a100 = ThermalLimits().update([node(0, [busy(88.0)], model="NVIDIA A100-SXM4-80GB")])
     assert rules(a100) == [("gpu_temp_high", 0)]               # A100 slows down at 89 °C

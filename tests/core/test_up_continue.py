@@ -1,0 +1,86 @@
+"""``fleetwatch up --keep`` continues the simulated fault and the fleet's temperatures at the
+seam, instead of starting the fault again from the restart with a cold fleet."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
+from fleetwatch.pipeline.store.base import Annotation
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.simulate import continued_faults, simulate
+from fleetwatch.up import continued_sim
+from tests.core.test_up import start_up, stop, wait_for_line, wait_for_samples
+from tests.servers import free_port
+
+T0 = 1_763_800_000.0
+COOLING = Fault("cooling", "node-001", 3, 120.0, 6 * 3600.0)
+
+
+def test_a_stored_fault_still_on_keeps_its_window_others_start_from_the_resume() -> None:
+    text = "injected cooling fault (sudden, x2)"
+    stored = [Annotation("fault", T0 + 120, T0 + 120 + 6 * 3600, "node-001", "gpu3", text),
+              Annotation("fault", T0 + 60, T0 + 660, "node-000", "gpu1",
+                         "injected cooling fault (sudden, x2)")]
+    assert COOLING.resolved_severity == 2.0 and COOLING.resolved_mode == "sudden"
+    ended = Fault("cooling", "node-000", 1, 60.0, 600.0)            # its window is over
+    other = Fault("cooling", "node-001", 3, 120.0, 6 * 3600.0, severity=3.0)  # not the same
+    resume = T0 + 1800
+    fixed, continued = continued_faults([COOLING, ended, other], stored, resume)
+    assert [f.onset_ts for f in fixed] == [T0 + 120, resume + 60, resume + 120]
+    assert continued == [True, False, False]
+
+
+def gpu3_temps(path: Path, start: float, end: float) -> list[float]:
+    store = SqliteStore(path, read_only=True)
+    try:
+        return [v for key, ts, v in sorted(store.export(), key=lambda r: r[1])
+                if key.metric == "gpu_temp_c" and key.node == "node-001"
+                and key.device == "gpu3" and start <= ts / 1000 <= end]
+    finally:
+        store.close()
+
+
+def test_a_continued_fleet_goes_on_from_the_stored_temperatures(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    params = SimParams(nodes=2, gpus=4, interval_s=5.0, steady_load=True)
+    store = SqliteStore(path)
+    simulate(store, params, T0, 1800.0, [COOLING])  # 30 min: GPU 3 at its slowdown point
+    store.close()
+    before = gpu3_temps(path, T0 + 1740, T0 + 1800)
+    assert min(before) >= 85.0, before
+    resume = T0 + 1800
+
+    def first_minute(sim: FleetSim) -> list[float]:
+        out = []
+        for _ in range(12):
+            sim.step()
+            out.append(float(sim.temp_read[1, 3]))
+        return out
+
+    sim, notes = continued_sim(params, resume, [COOLING], str(path))
+    assert sim.ground_truth[0].onset_ts == T0 + 120 and notes == [" (continued from the store)"]
+    after = first_minute(sim)
+    assert abs(np.mean(after) - np.mean(before)) < 3.0, (before, after)
+    # What a restart did before: the fault began again, on a cold fleet.
+    cold = first_minute(FleetSim(params, resume, [COOLING]))
+    assert np.mean(before) - np.mean(cold) > 20.0, (before, cold)
+
+
+def test_keep_says_the_fault_is_continued_with_its_first_onset(tmp_path: Path) -> None:
+    db = tmp_path / "fleetwatch-sim.db"
+    said = []
+    for run in range(2):
+        proc = start_up(tmp_path, "--keep", "--port", str(free_port()), "--speed", "300",
+                        "--backfill", "10m")
+        lines = wait_for_line(proc, "dashboard:")
+        said.append([line.strip() for line in lines if "injected fault" in line])
+        wait_for_samples(db, 20 * (run + 1))
+        code, out = stop(proc)
+        assert code == 0, out
+    (first,), (second,) = said
+    assert re.fullmatch(r"injected fault: cooling on node-001 GPU 1, from \S+ for 6 h", first)
+    assert second == first + " (continued from the store)"
