@@ -64,7 +64,9 @@ class LearnedDetectors:
         # The power limits (W) the file in use was trained on; None: it does not say.
         self._limits: list[float] | None = None
         self._kinds: dict[float, bool] = {}     # a GPU's power limit -> scored
-        self._said_kinds: set[tuple[str, float]] = set()  # (GPU model, limit) said not scored
+        # GPU models with a limit the file does not score, said once each: a power brake or a
+        # cap walks a GPU's limit down a watt at a time, which is not one warning a watt.
+        self._said_kinds: set[str] = set()
         self._judged = dict.fromkeys(SCORED_RULES, 0)
         self._given = dict.fromkeys(SCORED_RULES, 0)
         self.not_judged: dict[str, str] = {}     # rule -> why GPUs were not judged
@@ -178,8 +180,8 @@ class LearnedDetectors:
             assert self._limits is not None
             scored = self._kinds[limit] = any(
                 abs(limit - w) <= LIMIT_TOLERANCE * w for w in self._limits)
-        if not scored and (g.model, limit) not in self._said_kinds:
-            self._said_kinds.add((g.model, limit))
+        if not scored and g.model not in self._said_kinds:
+            self._said_kinds.add(g.model)
             trained = ", ".join(f"{w:g} W" for w in self._limits or [])
             why = (f"the model file {self.loaded} was trained on GPUs with a power limit of "
                    f"{trained}; {g.model or 'a GPU'} has {limit:g} W")
@@ -188,7 +190,8 @@ class LearnedDetectors:
             log.warning("%s: not scoring %s GPUs limited to %g W with thermal health or "
                         "fleet anomaly (another kind of GPU, or a power limit lowered by a cap "
                         "or a fault; if it is their usual limit, train on this fleet: "
-                        "`fleetwatch train`)", why, g.model or "these", limit)
+                        "`fleetwatch train`); other limits of %s GPUs it does not score are "
+                        "not said again", why, g.model or "these", limit, g.model or "these")
         return scored
 
     def use_events(self, events: EventReader | None) -> None:

@@ -90,6 +90,24 @@ def test_a_model_of_a100s_does_not_score_h100s_and_says_why(
     assert "does not record which GPUs it was trained on" in caplog.text
 
 
+def test_a_power_limit_walked_down_by_a_brake_is_said_once_not_once_a_watt(
+        a100_model: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from tests.models.helpers import busy, node
+
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    learned = LearnedDetectors(a100_model.parent)
+    for k in range(40):  # a power brake lowers GPU 0's limit 4 W a tick, 500 W to 344 W
+        frame = node(START + 86400 + 15.0 * k,
+                     [busy(60.0, gpu_power_limit_w=500.0 - 4.0 * k)] + [busy(60.0)] * 3,
+                     model="NVIDIA A100-SXM4-80GB")
+        learned.enrich([frame])
+        learned.update([frame])
+    said = [r.getMessage() for r in caplog.records if "not scoring" in r.getMessage()]
+    assert len(said) == 1, said
+    assert "NVIDIA A100-SXM4-80GB has 448 W" in said[0]  # the first outside the tolerance
+    assert "not said again" in said[0]
+
+
 def _raw_file(directory: Path, name: str, body: bytes) -> Path:
     path = directory / name
     meta = {"format": FORMAT, "sklearn": _sklearn_version(), "gpus": 1}
