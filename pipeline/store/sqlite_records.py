@@ -3,7 +3,8 @@
 Alerts: one row per (cluster, id), its columns derived from the ``Alert``
 dataclass (a mapping such as ``evidence`` as JSON text), so that a field
 added to ``Alert`` becomes a column (added to an existing file on open)
-with no edit here. Two clusters whose nodes share names never share a row.
+with no edit here; a read-only reader of a file that lacks such a column
+reads it as the field's default. Two clusters whose nodes share names never share a row.
 
 Events: one row per (ts in ms, kind, cluster, rack, node, device, code,
 value), with their text: SQLite keeps every part of an ``Event``.
@@ -120,15 +121,22 @@ class SqliteRecords:
     @guarded("alert read")
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
+        conn = self._conn()
+        # Only the columns the file has: a read-only reader cannot add those of fields
+        # added since (a file no new writer has opened yet); the rest read as empty.
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
+        columns = [c for c in _ALERT_COLUMNS if c in have]
+        if not columns:  # no alert table yet: nothing was ever written
+            return []
         marks = ",".join("?" * len(states))
-        sql = (f"SELECT {', '.join(_ALERT_COLUMNS)} FROM {ALERT_TABLE} "
+        sql = (f"SELECT {', '.join(columns)} FROM {ALERT_TABLE} "
                f"WHERE state IN ({marks})")
         args: list[object] = list(states)
         if since_ts is not None:
             sql += " AND updated_ts >= ?"
             args.append(since_ts)
-        rows = self._conn().execute(sql + " ORDER BY started_ts DESC", args).fetchall()
-        return [_alert(row) for row in rows]
+        rows = conn.execute(sql + " ORDER BY started_ts DESC", args).fetchall()
+        return [_alert(dict(zip(columns, row, strict=True))) for row in rows]
 
     # -- annotations
     @guarded("annotation write")
@@ -185,8 +193,8 @@ def _to_column(name: str, value: Any) -> Any:
     return value
 
 
-def _alert(row: Sequence[Any]) -> Alert:
-    kw = dict(zip(_ALERT_COLUMNS, row, strict=True))
+def _alert(stored: dict[str, Any]) -> Alert:
+    kw = {name: stored.get(name) for name in _ALERT_COLUMNS}  # a missing column: empty
     fields = {f.name: f for f in dataclasses.fields(Alert)}
     for name, kind in _JSON.items():
         if kw[name] is None:
