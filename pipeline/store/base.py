@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
@@ -177,9 +177,12 @@ class EventStore(Protocol):
         place, code and value) is kept once."""
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
-        """Events in [start, end), oldest first, optionally of one node, device or kinds.
-        A backend that cannot keep ``text`` says so and returns it empty."""
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
+        """Events in [start, end), oldest first, optionally of one node, device or kinds;
+        XID events of the codes in ``except_xids`` are left out in the query (a job's
+        XID storm can be millions). A backend that cannot keep ``text`` says so and
+        returns it empty."""
 
 
 class AlertStore(Protocol):

@@ -21,7 +21,7 @@ import dataclasses
 import functools
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from fleetwatch.pipeline.store.base import (
@@ -166,7 +166,8 @@ class SqliteRecords:
 
     @guarded("event read")
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
         sql = ("SELECT ts, kind, cluster, rack, node, device, code, value, text FROM events "
                "WHERE ts_ms >= ? AND ts_ms < ?")
         args: list[object] = [round(start_ts * 1000), round(end_ts * 1000)]
@@ -179,6 +180,10 @@ class SqliteRecords:
                 return []
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
+        if except_xids:  # in the query: never made into Python objects
+            codes = sorted({int(c) for c in except_xids})
+            sql += f" AND NOT (kind = 'xid' AND code IN ({','.join('?' * len(codes))}))"
+            args.extend(codes)
         rows = self._conn().execute(sql + " ORDER BY ts_ms, node, device, kind, code",
                                     args).fetchall()
         return [Event(*r) for r in rows]
