@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
@@ -123,6 +123,39 @@ class Event:
     code: int = 0
     value: str = ""
     text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class EventGroup:
+    """One device's repeats of one event in a range (a GPU's XID 48 once a second): how
+    many, the first time, and the newest (``last``: its time, and its text where kept)."""
+
+    last: Event
+    count: int
+    first_ts: float
+
+
+def group_key(e: Event) -> tuple[str, str, str, str, str, int, str]:
+    """What repeats share: the place, the kind, the code and the value."""
+    return (e.cluster, e.rack, e.node, e.device, e.kind, e.code, e.value)
+
+
+def group_events(events: Iterable[Event]) -> list[EventGroup]:
+    """Events as repeat groups, the newest last time first (ties by device, kind, code)."""
+    groups: dict[tuple[str, str, str, str, str, int, str], EventGroup] = {}
+    for e in events:
+        key = group_key(e)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = EventGroup(e, 1, e.ts)
+        else:
+            groups[key] = EventGroup(e if e.ts >= g.last.ts else g.last, g.count + 1,
+                                     min(g.first_ts, e.ts))
+    return sorted(groups.values(), key=group_order)
+
+
+def group_order(g: EventGroup) -> tuple[float, str, str, int, str]:
+    return (-g.last.ts, g.last.device, g.last.kind, g.last.code, g.last.value)
 
 
 @dataclass(frozen=True, slots=True)
