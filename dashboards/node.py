@@ -161,7 +161,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             view.alerts, now, "node-alert-table", rng=rng, muted=muted, ended=ended,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
         events = node_errors.events_table(
-            errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}")
+            errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}",
+            errors.counted_from)
         return (title, notice, table, components.updated_stamp(now), board_panel, events,
                 node_errors.counters_table(errors, now, node), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])

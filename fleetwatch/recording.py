@@ -7,7 +7,7 @@ with no disk and no server behind it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
@@ -44,10 +44,12 @@ class RecordingStore:
         self.recorded_events.extend(events)
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
         return [e for e in self.recorded_events if start_ts <= e.ts < end_ts
                 and (node is None or e.node == node) and (kinds is None or e.kind in kinds)
-                and (device is None or e.device == device)]
+                and (device is None or e.device == device)
+                and not (e.kind == "xid" and e.code in except_xids)]
 
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         return []

@@ -37,7 +37,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, columns, throttle_bits
 from fleetwatch.models.gpu_state import GpuState, arrival
-from fleetwatch.xids import describe
+from fleetwatch.xids import describe, xid_table
 
 # Points per XID incident by its worst code: hardware faults weigh; other codes of the
 # XID table score 1, its application (info) codes nothing (``xid_points``).
@@ -67,6 +67,11 @@ def xid_points(code: int) -> float:
     return 0.0 if describe(code).severity == "info" else 1.0
 
 
+# The XIDs of the table that score nothing: the rebuild asks the store to leave them out,
+# since a job's storm stores millions (2M took 13 s and 1.3 GB to read whole).
+UNSCORED_XIDS = tuple(sorted(c for c in xid_table() if xid_points(c) == 0.0))
+
+
 class Incidents:
     """XID points per incident: one GPU's XIDs within ``INCIDENT_S`` of the incident's first
     count once, by the worst code (a worse code later adds only the difference)."""
@@ -76,8 +81,12 @@ class Incidents:
         self._open: dict[tuple[str, str, str], tuple[float, float]] = {}  # -> (start, counted)
 
     def add(self, gpu: tuple[str, str, str], ts: float, code: int) -> float:
-        """The points this XID adds (0 for a repeat within its incident)."""
+        """The points this XID adds (0 for a repeat within its incident). A code that
+        scores nothing (an application XID) opens no incident: a job's storm neither
+        splits a hardware incident nor depends on the rebuild reading it (it does not)."""
         p = self._points(code)
+        if p <= 0.0:
+            return 0.0
         start, counted = self._open.get(gpu, (math.nan, 0.0))
         if not 0.0 <= ts - start < INCIDENT_S:  # a new incident (nan: the GPU's first)
             self._open[gpu] = (ts, p)
@@ -117,7 +126,8 @@ def event_order(e: StoredEvent) -> tuple[float, bool]:
     return (e.ts, e.kind != "xid")
 
 
-# The store's ``events(start_ts, end_ts, node=None, kinds=None)`` (models do not import it).
+# The store's ``events(start_ts, end_ts, node=None, kinds=None, except_xids=())`` (models
+# do not import it).
 EventReader = Callable[..., Sequence[StoredEvent]]
 log = logging.getLogger(__name__)
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
@@ -251,7 +261,8 @@ class LemonScore:
         try:
             for node in reads:
                 events += [e for e in self._events_of(start, end, node=node,
-                                                      kinds=["xid", "gpu_state"])
+                                                      kinds=["xid", "gpu_state"],
+                                                      except_xids=UNSCORED_XIDS)
                            if (e.cluster, e.node) in new]
         except Exception as exc:  # a write-only store, or one that is away: keep scoring
             log.warning("lemon scores of %d node(s) start from zero: the store's events could "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple, Protocol
 
@@ -126,6 +126,39 @@ class Event:
 
 
 @dataclass(frozen=True, slots=True)
+class EventGroup:
+    """One device's repeats of one event in a range (a GPU's XID 48 once a second): how
+    many, the first time, and the newest (``last``: its time, and its text where kept)."""
+
+    last: Event
+    count: int
+    first_ts: float
+
+
+def group_key(e: Event) -> tuple[str, str, str, str, str, int, str]:
+    """What repeats share: the place, the kind, the code and the value."""
+    return (e.cluster, e.rack, e.node, e.device, e.kind, e.code, e.value)
+
+
+def group_events(events: Iterable[Event]) -> list[EventGroup]:
+    """Events as repeat groups, the newest last time first (ties by device, kind, code)."""
+    groups: dict[tuple[str, str, str, str, str, int, str], EventGroup] = {}
+    for e in events:
+        key = group_key(e)
+        g = groups.get(key)
+        if g is None:
+            groups[key] = EventGroup(e, 1, e.ts)
+        else:
+            groups[key] = EventGroup(e if e.ts >= g.last.ts else g.last, g.count + 1,
+                                     min(g.first_ts, e.ts))
+    return sorted(groups.values(), key=group_order)
+
+
+def group_order(g: EventGroup) -> tuple[float, str, str, int, str]:
+    return (-g.last.ts, g.last.device, g.last.kind, g.last.code, g.last.value)
+
+
+@dataclass(frozen=True, slots=True)
 class Silence:
     """Mute notifications of the alerts that match every matcher, from ``start_ts`` to
     ``end_ts`` (epoch s, compared with the stream's time: see ``pipeline.silences``). A matcher is
@@ -177,9 +210,12 @@ class EventStore(Protocol):
         place, code and value) is kept once."""
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
-        """Events in [start, end), oldest first, optionally of one node, device or kinds.
-        A backend that cannot keep ``text`` says so and returns it empty."""
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
+        """Events in [start, end), oldest first, optionally of one node, device or kinds;
+        XID events of the codes in ``except_xids`` are left out in the query (a job's
+        XID storm can be millions). A backend that cannot keep ``text`` says so and
+        returns it empty."""
 
 
 class AlertStore(Protocol):

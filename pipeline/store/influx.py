@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.store.base import (
@@ -198,7 +198,8 @@ class InfluxStore:
         raise self._no_reads()
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
         raise self._no_reads()
 
     def maintain(self, now_ms: int) -> None:

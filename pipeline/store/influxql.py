@@ -47,7 +47,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.store.base import (
@@ -194,19 +194,23 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         return sorted(out, key=lambda a: a.started_ts, reverse=True)
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
         if kinds is not None and not kinds:
             return []
         where = "".join(f" AND {_ident(k)} = {_literal(v)}"
                         for k, v in (("node", node), ("device", device)) if v is not None)
         if kinds is not None:
             where += " AND (" + " OR ".join(f'"kind" = {_literal(k)}' for k in kinds) + ")"
+        if except_xids:  # code is a tag (text); InfluxQL has no NOT or NOT IN
+            where += f' AND ("kind" != {_literal("xid")} OR (' + " AND ".join(
+                f'"code" != {_literal(str(int(c)))}' for c in sorted(set(except_xids))) + "))"
         series = self.query(f"SELECT \"ts\", \"text\" FROM {_ident(EVENT_MEASUREMENT)} "
                             f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
                             f"{round(end_ts * 1000)}ms{where} GROUP BY *")
         found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "")
                  for s in series for row in _rows(s) if row.get("ts") is not None]
-        return select_events(found, start_ts, end_ts, node, kinds, device)
+        return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
 
     def _records(self, measurement: str, key: str, lookback_s: float
                  ) -> list[tuple[str, float, dict[str, str], dict[str, float], dict[str, str]]]:

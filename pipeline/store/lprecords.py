@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from math import isfinite
 from typing import Any
 
@@ -213,13 +213,15 @@ def event_key(e: Event) -> tuple[object, ...]:
 
 
 def select_events(events: list[Event], start_ts: float, end_ts: float, node: str | None,
-                  kinds: list[str] | tuple[str, ...] | None, device: str | None) -> list[Event]:
+                  kinds: Sequence[str] | None, device: str | None,
+                  except_xids: Collection[int] = ()) -> list[Event]:
     """Events in [start, end) matching the filters, one per ``event_key``, oldest first."""
     found: dict[tuple[object, ...], Event] = {}
     for e in events:
         if (start_ts <= e.ts < end_ts and (node is None or e.node == node)
                 and (device is None or e.device == device)
-                and (kinds is None or e.kind in kinds)):
+                and (kinds is None or e.kind in kinds)
+                and not (e.kind == "xid" and e.code in except_xids)):
             key = event_key(e)
             if key not in found or (e.text and not found[key].text):
                 found[key] = e

@@ -3,7 +3,8 @@
 Alerts: one row per (cluster, id), its columns derived from the ``Alert``
 dataclass (a mapping such as ``evidence`` as JSON text), so that a field
 added to ``Alert`` becomes a column (added to an existing file on open)
-with no edit here. Two clusters whose nodes share names never share a row.
+with no edit here; a read-only reader of a file that lacks such a column
+reads it as the field's default. Two clusters whose nodes share names never share a row.
 
 Events: one row per (ts in ms, kind, cluster, rack, node, device, code,
 value), with their text: SQLite keeps every part of an ``Event``.
@@ -20,7 +21,7 @@ import dataclasses
 import functools
 import json
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
 from fleetwatch.pipeline.store.base import (
@@ -29,8 +30,10 @@ from fleetwatch.pipeline.store.base import (
     AlertState,
     Annotation,
     Event,
+    EventGroup,
     StoreError,
     StoreRejected,
+    group_order,
 )
 from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
 
@@ -120,15 +123,22 @@ class SqliteRecords:
     @guarded("alert read")
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
+        conn = self._conn()
+        # Only the columns the file has: a read-only reader cannot add those of fields
+        # added since (a file no new writer has opened yet); the rest read as empty.
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
+        columns = [c for c in _ALERT_COLUMNS if c in have]
+        if not columns:  # no alert table yet: nothing was ever written
+            return []
         marks = ",".join("?" * len(states))
-        sql = (f"SELECT {', '.join(_ALERT_COLUMNS)} FROM {ALERT_TABLE} "
+        sql = (f"SELECT {', '.join(columns)} FROM {ALERT_TABLE} "
                f"WHERE state IN ({marks})")
         args: list[object] = list(states)
         if since_ts is not None:
             sql += " AND updated_ts >= ?"
             args.append(since_ts)
-        rows = self._conn().execute(sql + " ORDER BY started_ts DESC", args).fetchall()
-        return [_alert(row) for row in rows]
+        rows = conn.execute(sql + " ORDER BY started_ts DESC", args).fetchall()
+        return [_alert(dict(zip(columns, row, strict=True))) for row in rows]
 
     # -- annotations
     @guarded("annotation write")
@@ -158,7 +168,8 @@ class SqliteRecords:
 
     @guarded("event read")
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
         sql = ("SELECT ts, kind, cluster, rack, node, device, code, value, text FROM events "
                "WHERE ts_ms >= ? AND ts_ms < ?")
         args: list[object] = [round(start_ts * 1000), round(end_ts * 1000)]
@@ -171,9 +182,39 @@ class SqliteRecords:
                 return []
             sql += f" AND kind IN ({','.join('?' * len(kinds))})"
             args.extend(kinds)
+        if except_xids:  # in the query: never made into Python objects
+            codes = sorted({int(c) for c in except_xids})
+            sql += f" AND NOT (kind = 'xid' AND code IN ({','.join('?' * len(codes))}))"
+            args.extend(codes)
         rows = self._conn().execute(sql + " ORDER BY ts_ms, node, device, kind, code",
                                     args).fetchall()
         return [Event(*r) for r in rows]
+
+
+    @guarded("event read")
+    def event_groups(self, start_ts: float, end_ts: float, node: str,
+                     kinds: Sequence[str], limit: int | None = None) -> list[EventGroup]:
+        """The node's events in [start, end) as repeat groups (``group_events``), counted
+        in the query: one row a device and code, however many repeats (a storm stores
+        one a second). With ``limit``, only the newest ``limit`` events are counted (their
+        counts then add up to it). The index on (node, ts_ms) holds every column read;
+        ``text`` is left empty."""
+        if not kinds or (limit is not None and limit <= 0):
+            return []
+        rows = self._conn().execute(
+            "SELECT kind, cluster, rack, node, device, code, value, COUNT(*), MIN(ts_ms), "
+            "MAX(ts_ms) FROM (SELECT kind, cluster, rack, node, device, code, value, ts_ms "
+            "FROM events WHERE node = ? AND ts_ms >= ? "
+            f"AND ts_ms < ? AND kind IN ({','.join('?' * len(kinds))}) "
+            "ORDER BY ts_ms DESC LIMIT ?) "
+            "GROUP BY kind, cluster, rack, node, device, code, value",
+            [node, round(start_ts * 1000), round(end_ts * 1000), *kinds,
+             -1 if limit is None else limit]).fetchall()
+        groups = [EventGroup(Event(last / 1000, kind, cluster, rack, node_, device, code,
+                                   value), count, first / 1000)
+                  for kind, cluster, rack, node_, device, code, value, count, first, last
+                  in rows]
+        return sorted(groups, key=group_order)
 
 
 def _to_column(name: str, value: Any) -> Any:
@@ -185,8 +226,8 @@ def _to_column(name: str, value: Any) -> Any:
     return value
 
 
-def _alert(row: Sequence[Any]) -> Alert:
-    kw = dict(zip(_ALERT_COLUMNS, row, strict=True))
+def _alert(stored: dict[str, Any]) -> Alert:
+    kw = {name: stored.get(name) for name in _ALERT_COLUMNS}  # a missing column: empty
     fields = {f.name: f for f in dataclasses.fields(Alert)}
     for name, kind in _JSON.items():
         if kw[name] is None:

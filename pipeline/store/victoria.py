@@ -63,7 +63,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from fleetwatch.config import ConfigError
@@ -329,20 +329,36 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         return sorted(found.values(), key=lambda a: a.start_ts)
 
     def events(self, start_ts: float, end_ts: float, node: str | None = None,
-               kinds: Sequence[str] | None = None, device: str | None = None) -> list[Event]:
-        """Raw samples of ``fleetwatch_event`` in [start, end); ``text`` is empty (not kept)."""
+               kinds: Sequence[str] | None = None, device: str | None = None,
+               except_xids: Collection[int] = ()) -> list[Event]:
+        """Raw samples of ``fleetwatch_event`` in [start, end); ``text`` is empty (not kept).
+        With ``except_xids``, XIDs (one selector, those codes left out) and the other kinds
+        (another) are read apart: a label matcher cannot depend on the kind."""
         start_ms, end_ms = max(round(start_ts * 1000), _FLOOR_MS), round(end_ts * 1000)
         if end_ms <= start_ms or (kinds is not None and not kinds):
             return []
         wanted: dict[str, str | None] = {"node": node, "device": device}
-        matchers = [f'__name__=~"{EVENT_MEASUREMENT}_.+"']
-        matchers += [f'{k}="{quote(v)}"' for k, v in wanted.items() if v is not None]
-        if kinds is not None:
-            matchers.append('kind=~"' + "|".join(quote(regex_literal(k)) for k in kinds) + '"')
-        result = self.query("{" + ",".join(matchers) + f"}}[{end_ms - start_ms}ms]", end_ms - 1)
-        found = [event_from(labels, fields["ts"])
-                 for labels, fields in join_rows(EVENT_MEASUREMENT, result) if "ts" in fields]
-        return select_events(found, start_ts, end_ts, node, kinds, device)
+        base = [f'__name__=~"{EVENT_MEASUREMENT}_.+"']
+        base += [f'{k}="{quote(v)}"' for k, v in wanted.items() if v is not None]
+
+        def of_kinds(names: Sequence[str]) -> str:
+            return 'kind=~"' + "|".join(quote(regex_literal(k)) for k in names) + '"'
+
+        selectors = [base + ([of_kinds(kinds)] if kinds is not None else [])]
+        if except_xids and (kinds is None or "xid" in kinds):
+            codes = "|".join(str(int(c)) for c in sorted(set(except_xids)))
+            others = None if kinds is None else [k for k in kinds if k != "xid"]
+            selectors = [base + ['kind="xid"', f'code!~"{codes}"']]
+            if others is None or others:
+                selectors.append(base + (['kind!="xid"'] if others is None
+                                         else [of_kinds(others)]))
+        found = []
+        for matchers in selectors:
+            result = self.query("{" + ",".join(matchers) + f"}}[{end_ms - start_ms}ms]",
+                                end_ms - 1)
+            found += [event_from(labels, fields["ts"]) for labels, fields
+                      in join_rows(EVENT_MEASUREMENT, result) if "ts" in fields]
+        return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
 
     def _last_rows(self, measurement: str, lookback_s: float
                    ) -> list[tuple[dict[str, str], dict[str, float]]]:

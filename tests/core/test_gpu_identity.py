@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.alert_view import lines, record
+from fleetwatch.cli import main as cli_main
 from fleetwatch.config import DetectorsConfig
+from fleetwatch.dashboards.data import read_alerts, read_node
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.processor import Processor
@@ -111,10 +113,8 @@ def test_sinks_carry_the_board_as_annotations_and_json_never_as_labels() -> None
     assert change_json(Notice(_alert()))["board"] == {}  # none known: said as none
 
 
-def test_a_store_file_of_the_old_schema_opens_and_keeps_its_alerts(tmp_path: Path) -> None:
-    """A database written before alerts named boards: its alert table gains the columns
-    in place; its alerts read back with none, new ones keep theirs."""
-    path = tmp_path / "old.db"
+def _old_schema_store(path: Path) -> None:
+    """A store file whose alert table is as the version before boards made it."""
     SqliteStore(path).close()
     with sqlite3.connect(path) as conn:
         conn.execute(f"DROP TABLE {ALERT_TABLE}")
@@ -126,6 +126,13 @@ def test_a_store_file_of_the_old_schema_opens_and_keeps_its_alerts(tmp_path: Pat
         conn.execute(f"INSERT INTO {ALERT_TABLE} VALUES ('x/c/n/gpu1/1', 'gpu_lost', "
                      "'critical', 'c', 'r', 'n', 'gpu1', 'firing', 1.8e9, 1.8e9, 1.0, 'lost',"
                      " 1.8e9, NULL, '{}', 'reboot')")
+
+
+def test_a_store_file_of_the_old_schema_opens_and_keeps_its_alerts(tmp_path: Path) -> None:
+    """A database written before alerts named boards: its alert table gains the columns
+    in place; its alerts read back with none, new ones keep theirs."""
+    path = tmp_path / "old.db"
+    _old_schema_store(path)
     store = SqliteStore(path)
     [old] = store.alerts()
     assert (old.id, old.action, old.uuid, old.serial) == ("x/c/n/gpu1/1", "reboot", "", "")
@@ -133,6 +140,28 @@ def test_a_store_file_of_the_old_schema_opens_and_keeps_its_alerts(tmp_path: Pat
     got = {a.id: a for a in store.alerts()}
     assert (got["gpu_lost/c/n/gpu1/1"].serial, got["x/c/n/gpu1/1"].serial) == (OLD[1], "")
     store.close()
+
+
+def test_read_only_readers_of_an_old_schema_file_read_its_alerts_without_migrating(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The alerts CLI and the dashboard open the store read-only, so nothing adds the
+    board columns to a file no new writer has opened yet: they read what is there."""
+    path = tmp_path / "old.db"
+    _old_schema_store(path)
+    reader = SqliteStore(path, read_only=True)
+    [old] = reader.alerts()
+    assert (old.id, old.action, old.uuid, old.serial, old.pci_bus_id) == (
+        "x/c/n/gpu1/1", "reboot", "", "", "")
+    active, _ = read_alerts(reader, 1.8e9 + 60)          # the alerts page
+    assert [a.id for a in active] == ["x/c/n/gpu1/1"]
+    assert [a.id for a in read_node(reader, "n", 1.8e9 + 60).alerts] == ["x/c/n/gpu1/1"]
+    reader.close()
+    assert cli_main(["alerts", "--store", str(path)]) == 0
+    out = capsys.readouterr()
+    assert "gpu_lost" in out.out and "x/c/n/gpu1/1" in out.out, out
+    with sqlite3.connect(path) as conn:  # still the old file: readers changed nothing
+        have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
+    assert "uuid" not in have
 
 
 @pytest.mark.parametrize("with_uuid", [True, False])

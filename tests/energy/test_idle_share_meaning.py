@@ -1,6 +1,8 @@
 """"Idle share" is the share of GPU time everywhere a capacity figure shows it; the share
 of GPU energy is named "idle energy". A job idle 80% of its GPU time at 60 W, busy the
-rest at 400 W, spends 37.5% of its GPU energy idle: both figures, each under its name."""
+rest at 400 W, spends 37.5% of its GPU energy idle: both figures, each under its name.
+The report CSV's ``idle_share`` column alone keeps its earlier meaning (the energy share)
+for the consumers that read it."""
 
 from __future__ import annotations
 
@@ -37,15 +39,43 @@ def model():
     return build_model("USA", 400.0, "", "avg_CI", 1.5, "", "pue", 0.10, "USD")
 
 
+# The columns of the previous release, in its order: consumers read them by name or place.
+OLD_CSV = ["kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours", "gpu_kwh",
+           "idle_share", "idle_kwh", "idle_gpu_hours", "over_tdp_gpu_hours",
+           "missing_gpu_hours"]
+
+
 def test_the_report_csv_names_the_time_share_and_the_energy_share_apart(store, tmp_path):
     r = build(store.energy(*MAY), model(), *MAY, "2022-05")
     write_csv(r, tmp_path / "r.csv")
     with (tmp_path / "r.csv").open(encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
-    assert "idle_share" not in rows[0]
     job = next(x for x in rows if x["kind"] == "job" and x["name"] == "1003")
     assert float(job["idle_time_share"]) == pytest.approx(0.8)
     assert float(job["idle_energy_share"]) == pytest.approx(0.375)
+
+
+def test_the_report_csv_keeps_the_previous_columns_in_place_and_adds_the_new_at_the_end(
+        store, tmp_path):
+    """``idle_share`` keeps its place and its meaning (the energy share), so a consumer
+    reading by name or by position gets what it got before; the new columns come last."""
+    r = build(store.energy(*MAY), model(), *MAY, "2022-05")
+    write_csv(r, tmp_path / "r.csv")
+    with (tmp_path / "r.csv").open(encoding="utf-8") as f:
+        header, *rows = list(csv.reader(f))
+    assert header == [*OLD_CSV, "idle_time_share", "idle_energy_share"]
+    job = next(x for x in rows if x[:2] == ["job", "1003"])
+    assert float(job[8]) == pytest.approx(0.375)   # idle_share, by position as before
+    line = next(x for x in r.lines["job"] if x.name == "1003")
+    assert float(job[9]) == pytest.approx(line.idle_kwh)  # and the columns after it
+    assert [float(v) for v in job[-2:]] == pytest.approx([0.8, 0.375])
+
+
+def test_the_report_json_keeps_its_idle_keys(store, tmp_path):
+    r = build(store.energy(*MAY), model(), *MAY, "2022-05")
+    summary = r.summary()
+    assert summary["idle_energy_share"] == pytest.approx(0.375)
+    assert summary["idle_time_share"] == pytest.approx(0.8)
 
 
 def test_the_report_tables_show_idle_share_of_time_and_idle_energy_each_named(store):

@@ -70,11 +70,24 @@ def test_incidents_add_only_what_a_worse_code_adds() -> None:
         1.0, 2.0, 0.0, 0.0]
 
 
+def test_an_application_xid_opens_no_incident() -> None:
+    """A job's XID 13 storm does not split a hardware incident in two: the 48 repeated
+    200 s after the first counts once, as it does with no 13 before it (a rebuild reads
+    no application XIDs, so live and rebuilt scores agree)."""
+    inc = Incidents()
+    gpu = ("c", "n1", "gpu3")
+    got = [inc.add(gpu, T0 + ts, code) for ts, code in
+           ((0, 13), (800, 48), (900, 13), (1000, 48))]
+    assert got == [0.0, 3.0, 0.0, 0.0]
+
+
 def events_of(events: list[Event]):  # noqa: ANN201
     def read(start: float, end: float, node: str | None = None,
-             kinds: list[str] | None = None, device: str | None = None) -> list[Event]:
+             kinds: list[str] | None = None, device: str | None = None,
+             except_xids: tuple[int, ...] = ()) -> list[Event]:
         return [e for e in events if start <= e.ts < end and (node is None or e.node == node)
-                and (kinds is None or e.kind in kinds)]
+                and (kinds is None or e.kind in kinds)
+                and not (e.kind == "xid" and e.code in except_xids)]
     return read
 
 
@@ -122,6 +135,33 @@ def test_a_restarted_processor_rebuilds_the_score_from_its_store(tmp_path: Path)
         lemon_of(first).score("c", "n1", T0 + 7500), rel=1e-6)
     (alert,) = again.store.alerts()
     assert alert.rule == "lemon_node" and alert.state == "firing"
+
+
+def test_the_rebuild_reads_no_application_xids_from_the_store(tmp_path: Path) -> None:
+    """A start reads days of events: the store leaves out the application XIDs (a job's
+    storm, which score nothing) and the score is what the frames gave."""
+    store = SqliteStore(tmp_path / "fleet.db")
+    live = LemonScore()
+    frames = [frame(T0 + 60 * k, {1: (13, 13, 43)}, node=f"n{k % 10}") for k in range(2000)]
+    frames += [frame(T0 + 7 * DAY, {2: (79,)}, node="n3"),
+               frame(T0 + 7 * DAY + 5, {2: (13,)}, node="n3", lost=(2,))]
+    Processor(store, [live]).process(frames)
+    assert len(store.events(T0 - 1, T0 + 8 * DAY, kinds=["xid"])) == 6002
+    read: list[int] = []
+
+    def counted(*args: object, **kw: object) -> list[Event]:
+        got = store.events(*args, **kw)  # type: ignore[arg-type]
+        read.append(len(got))
+        return got
+
+    rebuilt = LemonScore()
+    rebuilt.use_events(counted)
+    rebuilt.update([frame(T0 + 7 * DAY + 60, node=f"n{k}") for k in range(10)])
+    assert sum(read) == 2  # the XID 79 and the loss, of 6,003 stored events
+    at = T0 + 7 * DAY + 60
+    assert rebuilt.score("c", "n3", at) == pytest.approx(live.score("c", "n3", at))
+    assert rebuilt.score("c", "n3", at) == pytest.approx(5.0, rel=1e-3)
+    store.close()
 
 
 def test_a_store_whose_events_cannot_be_read_leaves_scores_in_memory(caplog) -> None:  # noqa: ANN001

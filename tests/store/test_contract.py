@@ -251,6 +251,25 @@ def test_events_round_trip_filtered_and_idempotent(backend: Backend) -> None:
     assert mine(store.events(t + 100, t + 200)) == []
 
 
+def test_events_leave_out_the_xid_codes_asked_and_nothing_else(backend: Backend) -> None:
+    """What the lemon score's rebuild asks for: no application XIDs (millions in a storm),
+    but every other XID, and other kinds whose code is the same number (a throttle mask)."""
+    cluster, t = cluster_name(), minute_ago(45) / 1000
+    events = [Event(t + k, "xid", cluster, "r", "node-1", "gpu1", code=13) for k in range(5)]
+    events += [Event(t + 5, "xid", cluster, "r", "node-1", "gpu1", code=79),
+               Event(t + 6, "xid", cluster, "r", "node-1", "gpu2", code=31),
+               Event(t + 7, "gpu_state", cluster, "r", "node-1", "gpu1", value="lost"),
+               Event(t + 8, "throttle", cluster, "r", "node-1", "gpu1", code=13)]
+    backend.store.write_events(events)
+    backend.settle()
+    got = [e for e in backend.store.events(t - 1, t + 100, except_xids=(13, 31, 43))
+           if e.cluster == cluster]
+    assert got == [backend.event_as_kept(e) for e in events[5:6] + events[7:]]
+    got = [e for e in backend.store.events(t - 1, t + 100, kinds=["xid", "gpu_state"],
+                                           except_xids=(13, 31)) if e.cluster == cluster]
+    assert [(e.kind, e.code) for e in got] == [("xid", 79), ("gpu_state", 0)]
+
+
 def test_the_job_on_each_gpu_over_time_reads_back_from_events(backend: Backend) -> None:
     """What per-job energy attribution needs: which job ran on which GPU, from when to when."""
     cluster, t = cluster_name(), minute_ago(50) / 1000
