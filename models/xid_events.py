@@ -6,7 +6,7 @@ first and last time) and suggests the most drastic action among them (the table'
 written and notified again (the lifecycle bounds how often: ``pipeline.alerts``). The
 message and evidence list at most ``XID_LISTED`` codes, the worst first, and count the
 rest. An open alert loaded from the store after a restart is adopted with the codes its
-evidence holds.
+evidence holds (one of an older release with its one code and count).
 """
 
 from __future__ import annotations
@@ -62,6 +62,9 @@ class XidEvents:
                 continue
             evidence = a.evidence or {}
             seen = seen_of(evidence)
+            if not seen and "xid" in evidence:  # an older release's: one code and its count
+                seen = {int(evidence["xid"]): [float(evidence.get("count", 1.0)),
+                                               a.started_ts, a.updated_ts]}
             if seen:
                 key = (a.cluster, a.node, int(digits), severity)
                 self._seen[key] = seen

@@ -25,7 +25,8 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   written at once when its ``rank`` (``RANK``: how drastic the action is) rose or when
   no revision was written for ``refresh_s``; else with the next write, at most
   ``refresh_s`` later: a GPU reporting a new code every second is one notification per
-  ``refresh_s``, a worse action one at once.
+  ``refresh_s``, a worse action one at once. An alert adopted without a revision (one
+  of an older release) taking its first is no news.
 * Transactions: ``observe`` computes the changes and leaves the book as it was;
   the caller stores them and only then calls ``apply``. A failed write leaves
   the book unchanged and the same batch can be observed again: no transition
@@ -298,9 +299,12 @@ class AlertBook:
         return alert, m
 
     def _revised(self, m: _Meta, alert: Alert, ts: float) -> bool:
-        """Is the alert's revision news to write now: changed since last written, and no
-        changed revision written for ``refresh_s``?"""
-        return revision(alert) != m.revision and ts - m.revised >= self.refresh_s
+        """Is the alert's revision news to write now: changed since last written (not from
+        none, as an adopted alert of an older release takes its first), and no changed
+        revision written for ``refresh_s``?"""
+        now = revision(alert)
+        return (m.revision is not None and now is not None and now != m.revision
+                and ts - m.revised >= self.refresh_s)
 
 
 def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:

@@ -1,7 +1,8 @@
 """XID alerts bounded and readable: a GPU reporting a new code every second lists a few
 codes and re-notifies at most once per refresh_s (a worse action at once); the text a
 store without text gives back (VictoriaMetrics) is the detector's, with UTC times and the
-action."""
+action; an alert of an older release is adopted with its code and count, and its first
+revision is no news."""
 
 from __future__ import annotations
 
@@ -91,3 +92,22 @@ def test_evidence_times_are_utc_on_the_dashboard_and_in_rendered_messages() -> N
     assert "xid_48_first_ts=2027-01-15T08:00:00Z" in evidence_text(a)
     assert "1.8e+09" not in evidence_text(a)
     assert "xid_48_first_ts=2027-01-15T08:00:00Z" in render_message(a)
+
+
+def test_an_older_releases_alert_is_adopted_with_its_code_and_count_and_is_no_news() -> None:
+    old = stored({"xid": 48.0, "count": 12.0, "hold_s": 3600.0})
+    assert render_message(old).startswith("GPU 3 on n1: XID 48 (Double-bit ECC error) 12x")
+    d = XidEvents()
+    d.adopt([old])
+    book, notifier = AlertBook([old], refresh_s=60), Notifier([], background=False)
+    notifier.adopt([old])
+    sent = []
+    for ts in (T0 + 40, T0 + 50, T0 + 100):
+        frames = [xid_frame(ts, (48,))]
+        changes = book.observe(frames, d.update(frames))
+        book.apply(changes)
+        sent += notifier.send(changes)
+    assert sent == []
+    (now,) = book.open
+    assert now.evidence["xid_48_count"] == 15 and now.evidence["xid_48_first_ts"] == T0
+    assert now.started_ts == T0
