@@ -170,6 +170,13 @@ class AlertBook:
             self._open[key] = a
             self._meta[key] = _meta_of(a)
 
+    def unwritten(self) -> list[Alert]:
+        """Open alerts updated since last written (a repeated XID counted within
+        ``refresh_s``): what to write when the data end or the processor stops, as no
+        later frame will. Pass them to ``apply`` once stored."""
+        return [a for k, a in self._open.items()
+                if k in self._meta and self._meta[k].written < a.updated_ts]
+
     def transitions(self, changes: Iterable[Alert]) -> int:
         """How many of ``changes`` (before ``apply``) move an alert to another state:
         opened (pending, or firing at once), fired, resolved. The rest re-write an open

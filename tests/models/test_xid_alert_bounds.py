@@ -111,3 +111,14 @@ def test_an_older_releases_alert_is_adopted_with_its_code_and_count_and_is_no_ne
     (now,) = book.open
     assert now.evidence["xid_48_count"] == 15 and now.evidence["xid_48_first_ts"] == T0
     assert now.started_ts == T0
+
+
+def test_updates_not_yet_written_are_handed_out_when_the_data_end() -> None:
+    d, book = XidEvents(), AlertBook(refresh_s=60)
+    for k in range(100):
+        frames = [xid_frame(T0 + k, (48,))]
+        book.apply(book.observe(frames, d.update(frames)))
+    (last,) = book.unwritten()
+    assert last.evidence["xid_48_count"] == 100
+    book.apply([last])
+    assert book.unwritten() == []

@@ -124,3 +124,17 @@ def test_an_older_releases_open_xid_alert_is_taken_over_without_a_new_notificati
     (stored,) = again.store.alerts()
     assert stored.evidence["xid_48_count"] == 15 and stored.evidence["xid_48_first_ts"] == t0
     assert "48 (Double-bit ECC error) 15x" in stored.message
+
+
+def test_the_last_count_of_a_repeated_xid_is_stored_when_the_data_end(tmp_path: Path) -> None:
+    """XID 48 every second for 10 min: updates are written every refresh_s, and the last
+    ones when the processor is flushed (a replay's end, a stop), not left 59 s behind."""
+    store = tmp_store(tmp_path)
+    processor = Processor(store, [XidEvents()])
+    t0 = 1_000_000.0
+    for k in range(600):
+        processor.process([xid_frame(t0 + k, (48,))])
+    assert processor.flush() == 1
+    (stored,) = store.alerts()
+    assert stored.evidence["xid_48_count"] == 600 and stored.updated_ts == t0 + 599
+    assert processor.flush() == 0
