@@ -19,7 +19,14 @@ from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board_text, gpu_index
+from fleetwatch.pipeline.store.base import (
+    Acknowledgement,
+    Alert,
+    Silence,
+    board_text,
+    evidence_value,
+    gpu_index,
+)
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
        ("Energy", "/energy"))
@@ -225,11 +232,13 @@ RESOLVED_SHOWN = 50
 
 def evidence_text(a: Alert) -> str:
     """What the alert's value means: its evidence with the unit in each name, as
-    ``fleetwatch alerts`` prints it (``temp_c=96, slowdown_c=87``). The bare value only
-    when the rule left no evidence: a throttle bitmask is not a temperature."""
+    ``fleetwatch alerts`` prints it (``temp_c=96, slowdown_c=87``; a time, such as an XID's
+    ``xid_48_first_ts``, in UTC). The bare value only when the rule left no evidence: a
+    throttle bitmask is not a temperature."""
     ident = board_text(a)
     if a.evidence:
-        return ", ".join([f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
+        return ", ".join([f"{k}={evidence_value(k, v, '.4g')}" if isinstance(v, (int, float))
+                          else f"{k}={v}"
                           for k, v in sorted(a.evidence.items())] + ([ident] if ident else []))
     return f"value={a.value:.4g}" + (f", {ident}" if ident else "")
 

@@ -12,9 +12,15 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.alerts import evidence_value
 from fleetwatch.pipeline.silences import mute, not_in_alertmanager
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
+from fleetwatch.pipeline.store.base import (
+    Acknowledgement,
+    Alert,
+    Silence,
+    board,
+    board_text,
+    evidence_value,
+)
 
 # No temperature sample in this long: the data have ended (a replay store, a stopped
 # pipeline), and an open alert is open as the data left it, not "now". As the dashboard's

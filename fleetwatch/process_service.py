@@ -155,6 +155,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                  config.processor.metrics_host, config.processor.metrics_port or "-")
         processor.run(consumer, stop, config.processor.max_batch,
                       config.processor.maintain_every_s, drain_s=_DRAIN_S)
+        processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
     log.info("stopped%s: finished the %d batches in hand (stored, committed)%s; %d frames, "

@@ -192,6 +192,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
         summary.notes.append("no samples in the files")
         return summary
     coverage.done(summary, reading.xid_channel)
+    processor.flush()  # the last counts of open alerts, which no later frame writes
     summary.transitions, summary.firing = sink.written, len(sink.fired)
     notifier.close()
     _counted(before, _counts(detectors), summary)

@@ -176,6 +176,7 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
         if progress is not None:
             progress((sim.ts - start_ts) / duration_s, processor.stats.points)
     store.maintain(int(sim.ts * 1000))
+    processor.flush()  # the last counts of open alerts, which no later frame writes
     s = processor.stats
     return SimulateResult(s.frames, s.points, s.alerts_changed, time.perf_counter() - t0,
                           tuple(sim.ground_truth), stopped)

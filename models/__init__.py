@@ -47,8 +47,11 @@ class Finding:
 
 
 # Evidence key: a number a detector changes when its open alert must be written and
-# notified again at once (another XID code joined an XID alert); see pipeline/alerts.py.
+# notified again (another XID code joined an XID alert): at once if ``RANK`` rose, else at
+# most once per refresh_s; see pipeline/alerts.py.
 REVISION = "revision"
+# Evidence key: how drastic the alert's suggested action is (an XID's rank in the table).
+RANK = "rank"
 
 
 class OpenAlert(Protocol):

@@ -3,23 +3,22 @@
 One alert per GPU and severity lists every XID seen while it is open (code, count,
 first and last time) and suggests the most drastic action among them (the table's
 ``rank``). A code new to the open alert raises its ``REVISION``, so the alert is
-written and notified again; an open alert loaded from the store after a restart is
-adopted with the codes its evidence holds.
+written and notified again (the lifecycle bounds how often: ``pipeline.alerts``). The
+message and evidence list at most ``XID_LISTED`` codes, the worst first, and count the
+rest. An open alert loaded from the store after a restart is adopted with the codes its
+evidence holds (one of an older release with its one code and count).
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import REVISION, Finding, OpenAlert
+from fleetwatch.models import RANK, REVISION, Finding, OpenAlert
 from fleetwatch.models.batch import gpu_finding
-from fleetwatch.xids import describe
+from fleetwatch.xids import MORE_CODES, MORE_COUNT, Seen, describe, seen_of, xid_evidence, xid_text
 
-# One XID code on one open XID alert: how often it came, first and last time.
-_Seen = dict[int, list[float]]  # code -> [count, first ts, last ts]
 _XidKey = tuple[str, str, int, str]  # (cluster, node, gpu, severity)
 
 
@@ -40,12 +39,18 @@ class XidEvents:
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self._seen: dict[_XidKey, _Seen] = {}
+        self._seen: dict[_XidKey, Seen] = {}
+        # The alert's revision (codes it took in), and (codes, count) of an adopted alert
+        # that its evidence counts without listing them.
+        self._revision: dict[_XidKey, float] = {}
+        self._more: dict[_XidKey, tuple[float, float]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
         for key in [k for k in self._seen if k[1] in gone]:
             del self._seen[key]
+            self._revision.pop(key, None)
+            self._more.pop(key, None)
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Take over the XIDs of open XID alerts (loaded from the store at start, or for
@@ -55,10 +60,16 @@ class XidEvents:
             digits = a.device.removeprefix("gpu")
             if a.rule not in self.rules or not digits.isdigit() or a.state == "resolved":
                 continue
-            gpu = int(digits)
-            seen = _seen_of(a.evidence or {})
+            evidence = a.evidence or {}
+            seen = seen_of(evidence)
+            if not seen and "xid" in evidence:  # an older release's: one code and its count
+                seen = {int(evidence["xid"]): [float(evidence.get("count", 1.0)),
+                                               a.started_ts, a.updated_ts]}
             if seen:
-                self._seen[(a.cluster, a.node, gpu, severity)] = seen
+                key = (a.cluster, a.node, int(digits), severity)
+                self._seen[key] = seen
+                self._revision[key] = float(evidence.get(REVISION, len(seen)))
+                self._more[key] = (evidence.get(MORE_CODES, 0.0), evidence.get(MORE_COUNT, 0.0))
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         out = []
@@ -79,46 +90,24 @@ class XidEvents:
             seen = self._seen.get(key)
             if seen is None or f.ts >= max(s[2] for s in seen.values()) + hold:
                 seen = self._seen[key] = {}  # the alert before (if any) has ended
+                self._revision[key], self._more[key] = 0.0, (0.0, 0.0)
             for code in now:
+                if code not in seen:
+                    self._revision[key] += 1
                 s = seen.setdefault(code, [0.0, f.ts, f.ts])
                 s[0] += 1
                 s[1], s[2] = min(s[1], f.ts), max(s[2], f.ts)
-            out.append(_xid_finding(f, gpu, severity, seen, hold))
+            evidence = xid_evidence(seen, self._more[key])
+            evidence[REVISION] = self._revision[key]
+            evidence[RANK] = float(describe(int(evidence["xid"])).rank)
+            out.append(_xid_finding(f, gpu, severity, evidence, hold))
         return out
 
 
-def _seen_of(evidence: Mapping[str, float]) -> _Seen:
-    """The codes an XID alert's evidence lists (see ``_xid_finding``)."""
-    seen: _Seen = {}
-    for k, v in evidence.items():
-        parts = k.split("_")
-        if len(parts) == 3 and parts[0] == "xid" and parts[1].isdigit() and parts[2] == "count":
-            code = int(parts[1])
-            first = evidence.get(f"xid_{code}_first_ts")
-            last = evidence.get(f"xid_{code}_last_ts")
-            if first is not None and last is not None:
-                seen[code] = [float(v), float(first), float(last)]
-    return seen
-
-
-def _xid_finding(f: Frame, gpu: int, severity: str, seen: _Seen, hold: float) -> Finding:
-    """One XID alert's finding: every code seen while it holds, the worst first."""
-    # The most drastic action wins; of equal ones, the latest XID.
-    order = sorted(seen, key=lambda c: (-describe(c).rank, -seen[c][2], c))
-    worst = describe(order[0])
-    evidence = {"xid": float(worst.code), "count": sum(s[0] for s in seen.values()),
-                REVISION: float(len(seen))}
-    listed = []
-    for code in order:
-        n, first, last = seen[code]
-        evidence.update({f"xid_{code}_count": n, f"xid_{code}_first_ts": first,
-                         f"xid_{code}_last_ts": last})
-        when = _hms(first) if n == 1 else f"{n:.0f}x, {_hms(first)} to {_hms(last)}"
-        listed.append(f"{code} ({describe(code).name}) {when}")
-    return gpu_finding(f, gpu, f"gpu_xid_{severity}", worst.code,
-                       f"GPU {gpu} on {f.node}: XID {'; '.join(listed)}", severity, 0.0,
-                       evidence, worst.action, hold)
-
-
-def _hms(ts: float) -> str:
-    return time.strftime("%H:%M:%SZ", time.gmtime(ts))
+def _xid_finding(f: Frame, gpu: int, severity: str, evidence: dict[str, float],
+                 hold: float) -> Finding:
+    """One XID alert's finding: the codes seen while it holds, the worst first."""
+    message, action = xid_text(f.node, gpu, evidence)
+    code = int(evidence["xid"])
+    return gpu_finding(f, gpu, f"gpu_xid_{severity}", code, message, severity, 0.0,
+                       evidence, action, hold)

@@ -20,9 +20,13 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
   across it, is one alert that stays firing, not a page each time it crosses.
 * Revisions: a finding whose evidence carries ``revision`` (``REVISION``) asks
-  for its open alert to be written at once, not at the next ``refresh_s``, when
-  that number changes (another XID code joined an XID alert), and the notifier
-  forwards the change again: the sinks hear that the alert got worse.
+  for its open alert to be written again, and the notifier forwards the change: the
+  sinks hear that the alert got worse (another XID code joined an XID alert). It is
+  written at once when its ``rank`` (``RANK``: how drastic the action is) rose or when
+  no revision was written for ``refresh_s``; else with the next write, at most
+  ``refresh_s`` later: a GPU reporting a new code every second is one notification per
+  ``refresh_s``, a worse action one at once. An alert adopted without a revision (one
+  of an older release) taking its first is no news.
 * Transactions: ``observe`` computes the changes and leaves the book as it was;
   the caller stores them and only then calls ``apply``. A failed write leaves
   the book unchanged and the same batch can be observed again: no transition
@@ -38,10 +42,9 @@ import dataclasses
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import REVISION, Finding
+from fleetwatch.models import RANK, REVISION, Finding
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
@@ -55,17 +58,6 @@ REFRESH_S = 60.0
 def revision(alert: Alert) -> float | None:
     """The alert's ``REVISION`` evidence, None when its detector keeps none."""
     return alert.evidence.get(REVISION) if alert.evidence else None
-
-
-def evidence_value(key: str, value: float, fmt: str = "g") -> str:
-    """One evidence value as a person reads it: a time (a key ending ``_ts``, such as an
-    XID's first and last sighting) in UTC, a number in ``fmt``."""
-    if key.endswith("_ts") and value > 0:
-        try:
-            return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        except (OverflowError, OSError, ValueError):
-            pass
-    return format(value, fmt)
 
 
 def finding_device(finding: Finding) -> str:
@@ -96,6 +88,20 @@ class _Meta:
     hold_s: float
     written: float
     clear_since: float | None = None  # a firing alert judged clear since then
+    # The revision last written, and when one that changed it was (see ``revised``).
+    revision: float | None = None
+    revised: float = float("-inf")
+
+
+def _meta_of(a: Alert, hold: float | None = None) -> _Meta:
+    """The meta of an alert as stored (loaded, or a change applied)."""
+    if hold is None:
+        hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
+    return _Meta(a.updated_ts, hold, a.updated_ts, revision=revision(a))
+
+
+def _rank(a: Alert) -> float:
+    return a.evidence.get(RANK, 0.0) if a.evidence else 0.0
 
 
 class AlertBook:
@@ -137,8 +143,7 @@ class AlertBook:
                 a = dataclasses.replace(a, updated_ts=now)
             key = alert_key(a)
             self._open[key] = a
-            hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
-            self._meta[key] = _Meta(a.updated_ts, hold, a.updated_ts)
+            self._meta[key] = _meta_of(a)
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the alerts of these nodes (their partitions went to another member)."""
@@ -163,8 +168,14 @@ class AlertBook:
                     self._meta.pop(key, None)
                 continue
             self._open[key] = a
-            hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
-            self._meta[key] = _Meta(a.updated_ts, hold, a.updated_ts)
+            self._meta[key] = _meta_of(a)
+
+    def unwritten(self) -> list[Alert]:
+        """Open alerts updated since last written (a repeated XID counted within
+        ``refresh_s``): what to write when the data end or the processor stops, as no
+        later frame will. Pass them to ``apply`` once stored."""
+        return [a for k, a in self._open.items()
+                if k in self._meta and self._meta[k].written < a.updated_ts]
 
     def transitions(self, changes: Iterable[Alert]) -> int:
         """How many of ``changes`` (before ``apply``) move an alert to another state:
@@ -256,7 +267,7 @@ class AlertBook:
                 # repeated XID within refresh_s) is written now that refresh_s has passed:
                 # no later finding may come to carry it before the alert resolves.
                 if meta.written < alert.updated_ts and ts - meta.written >= self.refresh_s:
-                    return alert, dataclasses.replace(meta, written=ts)
+                    return alert, _wrote(meta, alert, ts)
                 return None, None
             if alert.state == "resolved":
                 return None, None
@@ -277,21 +288,37 @@ class AlertBook:
                 device=device, state="pending", started_ts=ts, updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action)
-            written = ts
+            m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
         else:
-            before = revision(alert)
+            rank = _rank(alert)
             alert = dataclasses.replace(
                 alert, updated_ts=ts, value=finding.value, message=finding.message,
                 severity=finding.severity, evidence=evidence or alert.evidence,
                 action=finding.action or alert.action)
-            last = meta.written if meta is not None else alert.started_ts
-            revised = revision(alert) != before
-            written = ts if revised or ts - last >= self.refresh_s else last
+            m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
+            m = dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s, clear_since=None)
+            if (self._revised(m, alert, ts) or _rank(alert) > rank
+                    or ts - m.written >= self.refresh_s):
+                m = _wrote(m, alert, ts)
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
             alert = dataclasses.replace(alert, state="firing", fired_ts=ts)
-            written = ts
-        return alert, _Meta(ts, finding.hold_s, written)
+            m = _wrote(m, alert, ts)
+        return alert, m
 
+    def _revised(self, m: _Meta, alert: Alert, ts: float) -> bool:
+        """Is the alert's revision news to write now: changed since last written (not from
+        none, as an adopted alert of an older release takes its first), and no changed
+        revision written for ``refresh_s``?"""
+        now = revision(alert)
+        return (m.revision is not None and now is not None and now != m.revision
+                and ts - m.revised >= self.refresh_s)
+
+
+def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:
+    """The meta once ``alert`` is written at ``ts``."""
+    now = revision(alert)
+    revised = ts if now != m.revision else m.revised
+    return dataclasses.replace(m, written=ts, revision=now, revised=revised)
 
 def _has(frame: Frame, index: int | None, needs: Sequence[str]) -> bool:
     """Does the frame carry every needed metric for this GPU (or, for a node or rack, for

@@ -249,6 +249,28 @@ class Processor(ConsumerLoop):
         batch = Batch([], list(frames), None)
         self._evaluate(batch, self.store.write(frames), t0)
 
+    def flush(self) -> int:
+        """Write the updates of open alerts not written yet (a repeated XID counted within
+        refresh_s): at the end of a replay and when the processor stops, so the store
+        holds their last count. Never raises (it runs on the way out); how many written."""
+        changes = self.alerts.unwritten()
+        if not changes:
+            return 0
+        try:
+            self.store.write_alerts(changes)
+        except Exception:
+            self.stats.errors += 1
+            log.exception("the last updates of %d open alerts could not be stored; the "
+                          "store keeps their value of up to refresh_s before", len(changes))
+            return 0
+        self.alerts.apply(changes)
+        if self._notifier is not None:
+            self._notifier.send(changes)
+        elif self._notify is not None:
+            self._notify(changes)
+        self.stats.alerts_written += len(changes)
+        return len(changes)
+
     def _enrich(self, frames: Sequence[Frame]) -> None:
         """Derived metrics (a detector's ``enrich``: the thermal health score) join the
         frames before they are stored, so that they are series like any other."""

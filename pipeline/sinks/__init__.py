@@ -69,7 +69,8 @@ class Notifier:
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
         # alert id -> (state, muted_by, revision) forwarded: a new revision (another XID
-        # joined an open XID alert) is forwarded again, like a state change.
+        # joined an open XID alert) is forwarded again, like a state change; the first
+        # revision of an alert adopted without one (an older release's) is not.
         self._sent: dict[str, tuple[str, str, float | None]] = {}
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
@@ -146,7 +147,10 @@ class Notifier:
         for a in changes:
             n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
+            if seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by):
+                seen = (*seen[:2], revision(a))  # an older release's alert taking its first
             if seen == (a.state, n.muted_by, revision(a)):
+                self._sent[a.id] = seen
                 continue  # dedup: this state (and revision) was forwarded already
             if a.state == "resolved":
                 self._sent.pop(a.id, None)

@@ -40,12 +40,18 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.alerts import evidence_value
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence, board, board_text
+from fleetwatch.pipeline.store.base import (
+    Acknowledgement,
+    Alert,
+    Silence,
+    board,
+    board_text,
+    evidence_value,
+)
 
 log = logging.getLogger(__name__)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Literal, NamedTuple, Protocol
 
 from fleetwatch.frame import Frame
@@ -79,6 +80,17 @@ def board(a: Alert) -> dict[str, str]:
     (each only where known; empty for node and rack alerts)."""
     return {k: v for k, v in (("serial", a.serial), ("uuid", a.uuid),
                               ("pci_bus_id", a.pci_bus_id)) if v}
+
+
+def evidence_value(key: str, value: float, fmt: str = "g") -> str:
+    """One evidence value as a person reads it: a time (a key ending ``_ts``, such as an
+    XID's first and last sighting) in UTC, a number in ``fmt``."""
+    if key.endswith("_ts") and value > 0:
+        try:
+            return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        except (OverflowError, OSError, ValueError):
+            pass
+    return format(value, fmt)
 
 
 def board_text(a: Alert) -> str:

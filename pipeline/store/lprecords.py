@@ -24,8 +24,9 @@ from collections.abc import Collection, Mapping, Sequence
 from math import isfinite
 from typing import Any
 
-from fleetwatch.pipeline.store.base import Alert, Annotation, Event
+from fleetwatch.pipeline.store.base import Alert, Annotation, Event, evidence_value, gpu_index
 from fleetwatch.pipeline.store.lineproto import escape_tag, tags
+from fleetwatch.xids import xid_text
 
 ALERT_MEASUREMENT = "fleetwatch_alert"
 ANNOTATION_MEASUREMENT = "fleetwatch_annotation"
@@ -146,6 +147,9 @@ def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
     alert = Alert(**kw)
     if not texts.get("message"):
         alert = dataclasses.replace(alert, message=render_message(alert))
+    if not texts.get("action") and _xid_gpu(alert) is not None and "xid" in alert.evidence:
+        # The XID table's action for the worst code, as the detector chose it.
+        alert = dataclasses.replace(alert, action=xid_text("", 0, alert.evidence)[1])
     return alert
 
 
@@ -158,11 +162,21 @@ def sequence_of(annotation: object, items: list[Any]) -> Any:
 
 def render_message(a: Alert) -> str:
     """What a backend without text gives for an alert's message: its rule, place, value
-    and evidence, e.g. ``gpu_temp on node-0 gpu3: 92.5 (gpu_temp_c=92.5, limit_c=85)``."""
+    and evidence, e.g. ``gpu_temp on node-0 gpu3: 92.5 (gpu_temp_c=92.5, limit_c=85)``;
+    a time in the evidence in UTC. An XID alert's is the detector's own, rebuilt from
+    the XID table: ``GPU 3 on node-0: XID 48 (Double-bit ECC error) 3x, ...``."""
+    gpu = _xid_gpu(a)
+    if gpu is not None and "xid" in a.evidence:
+        return xid_text(a.node, gpu, a.evidence)[0]
     where = " ".join(x for x in (a.node, a.device) if x)
-    evidence = ", ".join(f"{k}={v:g}" for k, v in a.evidence.items())
+    evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in a.evidence.items())
     value = "" if math.isnan(a.value) else f": {a.value:g}"
     return f"{a.rule} on {where}{value}" + (f" ({evidence})" if evidence else "")
+
+
+def _xid_gpu(a: Alert) -> int | None:
+    """The GPU of an XID alert (rule ``gpu_xid_*``), None for any other alert."""
+    return gpu_index(a.device) if a.rule.startswith("gpu_xid_") else None
 
 
 def annotation_line(a: Annotation, v1: bool = False) -> str:

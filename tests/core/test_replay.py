@@ -427,3 +427,17 @@ def test_every_rule_that_needs_more_than_its_metrics_is_placed() -> None:
         for rule in detector.rules:
             r = REACH[rule]
             assert r.peers or r.rack, rule
+
+
+def test_a_replays_store_holds_the_last_count_of_a_repeated_xid(tmp_path: Path) -> None:
+    """XID 48 every second for 10 min: the stored alert counts all 600 and ends at the last
+    one, not at the last update written before (every 60 s)."""
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    rows = "".join(f"{1_700_000_000 + k},n1,0,gpu_temp_c,60\n{1_700_000_000 + k},n1,0,xid,48\n"
+                   for k in range(600))
+    db = tmp_path / "replay.db"
+    assert main(["replay", "--store", str(db),
+                 str(write(tmp_path / "x.csv", HEADER + rows))]) == 0
+    (alert,) = SqliteStore(db, read_only=True).alerts()
+    assert alert.evidence["xid_48_count"] == 600 and alert.updated_ts == 1_700_000_599

@@ -100,3 +100,41 @@ def test_alertmanager_shows_the_later_worse_xid(am: Server, tmp_path: Path) -> N
     first = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
     assert f"xid_48_first_ts={first}" in got[0]["annotations"]["evidence"]
     notifier.close()
+
+
+def test_an_older_releases_open_xid_alert_is_taken_over_without_a_new_notification(
+        receiver: Receiver, tmp_path: Path) -> None:
+    """Upgrading with an XID alert open: its evidence of before (one code and its count)
+    carries on, and as nothing got worse the webhook hears nothing."""
+    from fleetwatch.pipeline.store.base import Alert
+
+    store = tmp_store(tmp_path)
+    t0 = 1_000_000.0
+    store.write_alerts([Alert("gpu_xid_critical/c/n1/gpu3/1", "gpu_xid_critical", "critical",
+                              "c", "r1", "n1", "gpu3", "firing", t0, t0 + 100, 48.0,
+                              "XID 48 on GPU 3", evidence={"xid": 48.0, "count": 12.0,
+                                                           "hold_s": 3600.0},
+                              action="drain", fired_ts=t0)])
+    notifier = Notifier([WebhookSink(receiver.url)], background=False)
+    again = Processor(tmp_store(tmp_path), [XidEvents()], notifier=notifier)  # the upgrade
+    for ts in (t0 + 160, t0 + 170, t0 + 240):
+        again.process([xid_frame(ts, (48,))])
+    notifier.close()
+    assert fired(receiver) == []
+    (stored,) = again.store.alerts()
+    assert stored.evidence["xid_48_count"] == 15 and stored.evidence["xid_48_first_ts"] == t0
+    assert "48 (Double-bit ECC error) 15x" in stored.message
+
+
+def test_the_last_count_of_a_repeated_xid_is_stored_when_the_data_end(tmp_path: Path) -> None:
+    """XID 48 every second for 10 min: updates are written every refresh_s, and the last
+    ones when the processor is flushed (a replay's end, a stop), not left 59 s behind."""
+    store = tmp_store(tmp_path)
+    processor = Processor(store, [XidEvents()])
+    t0 = 1_000_000.0
+    for k in range(600):
+        processor.process([xid_frame(t0 + k, (48,))])
+    assert processor.flush() == 1
+    (stored,) = store.alerts()
+    assert stored.evidence["xid_48_count"] == 600 and stored.updated_ts == t0 + 599
+    assert processor.flush() == 0

@@ -257,3 +257,32 @@ def test_fleetwatch_silence_and_ack_work_on_victoriametrics(
     assert main(["silence", "list"]) == 0
     assert silence_id not in capsys.readouterr().out
     store.close()
+
+
+def test_an_xid_alert_read_back_has_the_detectors_message_action_and_utc_times(
+        victoria: Server) -> None:
+    """VictoriaMetrics keeps no text: an XID alert's message and action are rebuilt from its
+    evidence and the XID table, with times in UTC, not ``1.8e+09``."""
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.models.xid_events import XidEvents
+    from fleetwatch.pipeline.alerts import AlertBook
+
+    cluster, now = cluster_name(), minute_ago(0) / 1000
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+
+    def frame(ts: float, codes: tuple[int, ...]) -> Frame:
+        return Frame(cluster, "r1", "n1", ts, (GpuReading(3, "GPU-3", "m", {}, None, "ok",
+                                                          codes),))
+
+    detector, book = XidEvents(), AlertBook()
+    for ts, codes in ((now - 60, (48,)), (now - 50, (48, 64))):
+        changes = book.observe([frame(ts, codes)], detector.update([frame(ts, codes)]))
+        store.write_alerts(changes)
+        book.apply(changes)
+    (written,) = book.open
+    force_flush(victoria.address)
+    [got] = [a for a in store.alerts() if a.cluster == cluster]
+    assert got.message == written.message and got.action == written.action
+    assert "RMA" in got.action and "48 (Double-bit ECC error) 2x" in got.message
+    assert "e+09" not in got.message
+    store.close()
