@@ -99,3 +99,22 @@ def test_a_step_back_to_before_the_nodes_first_frame_overlaps_nothing(store, cap
     assert energy(store) == pytest.approx(2 * W * 600)
     said = " ".join(r.getMessage() for r in caplog.records)
     assert "replace those stored" not in said
+
+
+def test_the_processors_metrics_after_one_frame_in_2099_and_a_restart(store):
+    # What a scrape sees: one error for the 2099 frame, no overlap rising on later frames,
+    # and the restart after a step back counted once.
+    from fleetwatch.pipeline.health import ProcessorCollector
+    from fleetwatch.pipeline.processor import Processor
+
+    p = Processor(store)
+    fr = restarted(200, 300)
+    fr[100] = frame(4070908800.0, T0 + 500, fr[100].seq)
+    for i in range(0, len(fr), 20):
+        p.process(fr[i:i + 20])
+    family = next(m for m in ProcessorCollector(p, None).collect()  # type: ignore[arg-type]
+                  if m.name == "fleetwatch_processor_clock_steps")
+    kinds = {s.labels["kind"]: s.value for s in family.samples}
+    assert kinds.get("error") == 1 and kinds.get("back") == 1
+    assert kinds.get("overlap", 0) == 0  # the new run is stamped before any time sent
+    assert energy(store) == pytest.approx(2 * W * 5 * 499, abs=4 * 2 * W * 5 + 1)
