@@ -166,6 +166,7 @@ class Reading:
     repeats: int = 0          # samples given again (same time, node, GPU and metric)
     conflicts: int = 0        # ... with another value
     conflict_example: str = ""
+    conflict_fall_back: bool = False  # ... at a time clocks fall back (``fall_back``)
     naive_times: int = 0      # distinct times written without a zone (read as UTC)
     naive_example: str = ""
     # Series whose times went back by about an hour (a daylight-saving change in local
@@ -238,6 +239,7 @@ class Reading:
                     where = node if gpu is None else f"{node} GPU {gpu}"
                     self.conflict_example = (f"{where} {metric} at {utc(ts)}: {old:g}, "
                                              f"then {value:g}")
+                    self.conflict_fall_back = fall_back(ts)
         metrics[metric] = value
 
 

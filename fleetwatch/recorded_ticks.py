@@ -31,6 +31,9 @@ def note_repeats(out: Reading) -> None:
     if out.conflicts:
         note += (f", e.g. {out.conflict_example}: two sources of one series, or a clock or "
                  "time-zone fault")
+        if out.naive_times and out.conflict_fall_back:
+            note += ("; times without a zone (read as UTC, see the warning above): local "
+                     "times repeat an hour where daylight saving time ends")
     out.notes.append(note)
 
 
