@@ -9,7 +9,8 @@ Long CSV (one sample per row; a header line is required)::
     1688169615,10.140.1.10,3,xid,79
 
 * ``timestamp``: epoch seconds, or ISO 8601 (a time without a zone is UTC, said in the
-  summary, as is a series whose times go back about an hour: a DST change in local times);
+  summary, as is a series whose times go back about an hour at night in a month where
+  clocks fall back: a DST change in local times, ``fall_back``);
 * ``gpu``: the GPU index, empty for a host metric;
 * ``metric``: a catalogue name (``fleetwatch config`` lists none; see the README's
   metric table) in the catalogue's unit, a DCGM field name (``DCGM_FI_DEV_GPU_TEMP``)
@@ -165,6 +166,7 @@ class Reading:
     repeats: int = 0          # samples given again (same time, node, GPU and metric)
     conflicts: int = 0        # ... with another value
     conflict_example: str = ""
+    conflict_fall_back: bool = False  # ... at a time clocks fall back (``fall_back``)
     naive_times: int = 0      # distinct times written without a zone (read as UTC)
     naive_example: str = ""
     # Series whose times went back by about an hour (a daylight-saving change in local
@@ -195,10 +197,13 @@ class Reading:
         return True
 
     def went_back(self, ts: float, series: tuple[str, ...], where: str) -> None:
-        """Note a series whose time goes back by about an hour (50 to 70 minutes): local
-        times written without a zone across the end of daylight-saving time do."""
+        """Note a series whose time goes back by about an hour (50 to 70 minutes) where
+        clocks fall back (``fall_back``), in a file with times written without a zone:
+        local times across the end of daylight-saving time do. Elsewhere such a step is
+        a fault of the recording, said as rows repeated or passed over."""
         last = self.last_ts.get(series)
-        if last is not None and BACK_HOUR[0] <= last - ts <= BACK_HOUR[1]:
+        if (last is not None and self.naive_times and BACK_HOUR[0] <= last - ts <= BACK_HOUR[1]
+                and fall_back(last)):
             self.back_hour += 1
             if not self.back_example:
                 self.back_example = f"{where}: {utc(last)} then {utc(ts)}"
@@ -234,10 +239,23 @@ class Reading:
                     where = node if gpu is None else f"{node} GPU {gpu}"
                     self.conflict_example = (f"{where} {metric} at {utc(ts)}: {old:g}, "
                                              f"then {value:g}")
+                    self.conflict_fall_back = fall_back(ts)
         metrics[metric] = value
 
 
 BACK_HOUR = (3000.0, 4200.0)  # a step back of a series' time read as a DST change (s)
+# Where clocks fall back, as local times written without a zone show it: in the night
+# (US 02:00 -> 01:00, EU and Australia 03:00 -> 02:00, Chile 24:00 -> 23:00, so the
+# local time before the change is 23:00 to 03:59), in September to November (north) or
+# February to April (south: Australia, New Zealand, Chile, Brazil until 2019).
+FALL_BACK_HOURS = frozenset({23, 0, 1, 2, 3})
+FALL_BACK_MONTHS = frozenset({2, 3, 4, 9, 10, 11})
+
+
+def fall_back(local: float) -> bool:
+    """Whether a zone-less time (read as UTC) is one at which clocks fall back somewhere."""
+    t = time.gmtime(local)
+    return t.tm_hour in FALL_BACK_HOURS and t.tm_mon in FALL_BACK_MONTHS
 
 
 def utc(ts: float) -> str:

@@ -31,29 +31,30 @@ def note_repeats(out: Reading) -> None:
     if out.conflicts:
         note += (f", e.g. {out.conflict_example}: two sources of one series, or a clock or "
                  "time-zone fault")
-        if out.naive_times:
-            note += (f"; {out.naive_times:,} times have no zone and were read as UTC: local "
-                     "times repeat an hour where daylight saving time ends; give times in "
-                     "UTC or with their offset")
+        if out.naive_times and out.conflict_fall_back:
+            note += ("; times without a zone (read as UTC, see the warning above): local "
+                     "times repeat an hour where daylight saving time ends")
     out.notes.append(note)
 
 
 def note_clock(out: Reading) -> None:
     """Say that times without a zone were read as UTC, and where a series' times went back
-    by about an hour: local times across the end of daylight-saving time (replayed as
-    they are, the hour after the change comes before the one it follows)."""
+    by about an hour where clocks fall back: local times across the end of daylight-saving
+    time (replayed as they are, the hour after the change comes before the one it follows,
+    or, streamed, rows behind the window are passed over); the advice is said once."""
     if out.naive_times:
         out.notes.append(f"warning: {out.naive_times:,} times have no zone and were read as "
                          f"UTC, e.g. {out.naive_example}; if they are local times, give "
                          "them in UTC or with their offset (2026-11-01T01:30:00-04:00)")
     if out.back_hour:
-        local = (" (a daylight-saving change in local times written without a zone?)"
-                 if out.naive_times else "")
         n = out.back_hour
-        out.notes.append(f"warning: the times of {n:,} series went back by about an hour"
-                         f"{local}, e.g. {out.back_example}: those rows are "
-                         "replayed in time order, so the hour after the change comes "
-                         "before the one it follows; give times in UTC or with their offset")
+        then = ("rows more than the replay's window behind the newest time are passed over "
+                "(below)" if out.late else "those rows are replayed in time order, so the "
+                "hour after the change comes before the one it follows")
+        out.notes.append(f"warning: the times of {n:,} series went back by about an hour at "
+                         "night in a month where clocks fall back (a daylight-saving change "
+                         f"in local times written without a zone?), e.g. {out.back_example}: "
+                         f"{then} (give such times as the warning above says)")
 
 
 def _median_step(times: list[float]) -> float | None:

@@ -263,7 +263,8 @@ class EnergyIntegrator:
             touched: set[Key] = set()
             # In arrival order, cut where the node's clock stepped back (its seq went on
             # while its time went back): each part in time order, the step re-anchors.
-            for part, stepped in in_steps(group, node.clock, node.last_ts, self.clock):
+            for part, stepped in in_steps(group, node.clock, node.last_ts, self.clock,
+                                          self.s.max_jump_s):
                 part.sort(key=lambda f: f.ts)
                 if stepped:
                     self._step_back(key, node, part[0])
@@ -448,7 +449,12 @@ class EnergyIntegrator:
         """The node's clock jumped further than ``max_jump_s``: a clock error, not an
         outage; every device starts anew at ``f`` (the jump is neither energy nor missing
         time: booked, it would be years of hourly rows)."""
-        self.clock.error(f, was, self.s.max_jump_s)
+        erred = node.clock.erred
+        if erred is not None and abs(f.ts - erred) <= self.s.max_jump_s:
+            node.clock.erred = None  # back from the error: the same error, said and counted
+        else:
+            self.clock.error(f, was, self.s.max_jump_s)
+            node.clock.erred = was
         node.devs.clear()
         node.last_ts = f.ts
 

@@ -11,15 +11,24 @@ its energy counter (which ran on); frames of before the step that arrive later
 (``seq`` below the step's, time not past the old newest) are passed over. A frame
 without ``seq`` (0: a replay of a recording) cannot say so and is judged as before.
 
+An agent that restarts after the step numbers its frames again from the corrected
+clock, so seq goes back with the time: more seq than one run counts in that time
+(``TICKS_PER_S``) says it is a new run, and the GPUs' energy counters, run on, say the
+run is newer, not an earlier one delivered again (those counters are behind). That is
+a step back too. A node without energy counters cannot say: its frames are passed
+over as delivered again until its clock passes the newest time it sent.
+
 Each step back is counted and said once per node; so are clock errors (a jump
 further than ``max_jump_s``: the node starts anew) and frames stamped again over
-times the node already sent (the store keeps one sample per series and time, so
-each such frame replaces one stored before the step).
+times the node already sent here (the store keeps one sample per series and time, so
+each such frame replaces one stored before the step). A clock error sets no overlap,
+and the frame back from it is the same error, counted once.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime, timezone
 
@@ -30,19 +39,43 @@ log = logging.getLogger(__name__)
 
 class NodeClock:
     """In memory, per node: the newest ``seq`` seen (0: none) and that frame's time, the
-    node's last interval within ``max_gap_s`` (its cadence; 0: not known), the time of the
-    frame a step back re-anchors on (None: none pending), and the step's (seq, old newest
-    time) while its overlap lasts."""
+    lowest ``seq`` seen of the agent's current run, the node's earliest time seen, its
+    GPUs' highest energy counters seen (by index), the node's last interval within
+    ``max_gap_s`` (its cadence; 0: not known), the time of the frame a step back
+    re-anchors on (None: none pending), the step's (lowest seq, seq bound, old newest
+    time, earliest time before it) while its overlap lasts, and the node's time before
+    a clock error (None: none)."""
 
-    __slots__ = ("seq", "seq_ts", "cadence", "anchor", "guard")
+    __slots__ = ("seq", "seq_ts", "first", "since", "counters", "cadence", "anchor",
+                 "guard", "erred")
 
     def __init__(self, seq: int = 0, seq_ts: float = 0.0, cadence: float = 0.0,
-                 anchor: float | None = None, guard: tuple[int, float] | None = None) -> None:
+                 anchor: float | None = None,
+                 guard: tuple[int, float, float, float] | None = None) -> None:
         self.seq, self.seq_ts, self.cadence = seq, seq_ts, cadence
         self.anchor, self.guard = anchor, guard
+        self.first = seq
+        self.since = math.inf
+        self.counters: dict[int, float] = {}
+        self.erred: float | None = None
 
     def copy(self) -> NodeClock:
-        return NodeClock(self.seq, self.seq_ts, self.cadence, self.anchor, self.guard)
+        c = NodeClock(self.seq, self.seq_ts, self.cadence, self.anchor, self.guard)
+        c.first, c.since, c.counters, c.erred = (self.first, self.since,
+                                                 dict(self.counters), self.erred)
+        return c
+
+    def saw(self, f: Frame) -> None:
+        """``f`` is the node's: its seq, time and energy counters are the newest known."""
+        if f.seq > self.seq:
+            self.seq, self.seq_ts = f.seq, f.ts
+        if f.seq and (not self.first or f.seq < self.first):
+            self.first = f.seq
+        self.since = min(self.since, f.ts)
+        for g in f.gpus:
+            c = g.metrics.get("gpu_energy_j")
+            if c is not None and c > self.counters.get(g.index, -math.inf):
+                self.counters[g.index] = c
 
 
 class ClockSteps:
@@ -65,14 +98,18 @@ class ClockSteps:
         self._said.add(key)
         return True
 
-    def back(self, f: Frame, newest: float) -> None:
+    def back(self, f: Frame, newest: float, restart: bool, overlaps: bool) -> None:
         if self._count("back", f):
-            log.warning("%s's clock stepped back %.0f s (frame seq %d stamped %s after one "
-                        "stamped %s): its energy goes on from its counter across the step; "
-                        "its samples stamped over times it already sent replace those "
-                        "stored (counted in fleetwatch_processor_clock_steps; said once "
+            how = (" and its agent restarted (its seq started again lower)" if restart
+                   else "")
+            then = ("its samples stamped over times it already sent replace those stored"
+                    if overlaps else "it is stamped before any time it sent here, so "
+                    "nothing it sent is stamped again")
+            log.warning("%s's clock stepped back %.0f s%s (frame seq %d stamped %s after "
+                        "one stamped %s): its energy goes on from its counter across the "
+                        "step; %s (counted in fleetwatch_processor_clock_steps; said once "
                         "per node). Check the node's time sync (chrony/ntpd)",
-                        f.node, newest - f.ts, f.seq, _iso(f.ts), _iso(newest))
+                        f.node, newest - f.ts, how, f.seq, _iso(f.ts), _iso(newest), then)
 
     def error(self, f: Frame, was: float, bound: float) -> None:
         if self._count("error", f):
@@ -96,37 +133,73 @@ class ClockSteps:
         self._count("overlap", f)
 
 
-def in_steps(group: Sequence[Frame], clock: NodeClock, newest: float,
-             steps: ClockSteps) -> Iterator[tuple[list[Frame], bool]]:
+# An agent ticks at most this often (agent.interval_s is at least 0.05 s): within one
+# run its seq goes up by at most this much per second of its clock.
+TICKS_PER_S = 20
+
+
+def in_steps(group: Sequence[Frame], clock: NodeClock, newest: float, steps: ClockSteps,
+             max_jump_s: float = math.inf) -> Iterator[tuple[list[Frame], bool]]:
     """A node's frames in arrival order, cut where its clock stepped back: (part, whether
     it begins with a step). Frames of before a step are left out. Updates ``clock``."""
     part: list[Frame] = []
     stepped = False
     for f in group:
         if clock.guard is not None:
-            seq, old = clock.guard
+            lo, hi, old, since = clock.guard
             if f.ts > old:
                 clock.guard = None  # the clock is past the step: nothing overlaps any more
-            elif f.seq and f.seq < seq:
+            elif f.seq and not lo <= f.seq < hi:
                 continue  # sent before the step, arrived after it: its times are booked
-            else:
-                steps.overlap(f)
-        # Stamped before the frame it follows in seq (not merely before the newest: a
-        # batch delivered again after a restart goes forward from its own first frame).
-        if f.seq and clock.seq and f.seq > clock.seq and f.ts < clock.seq_ts:
-            steps.back(f, newest)
+            elif f.ts >= since:
+                steps.overlap(f)  # stamped again over a time the node sent
+        restart = _restarted(f, clock)
+        if (restart or _stepped(f, clock)) and newest - f.ts <= max_jump_s:
+            overlaps = f.ts >= clock.since
+            steps.back(f, newest, restart, overlaps)
             if part or stepped:
                 yield part, stepped
             part, stepped = [], True
-            clock.guard = (f.seq, newest)
-            steps.overlap(f)
+            # Frames of the run before the step are passed over while the times overlap:
+            # by seq below the step's, or (the agent restarted) at or above that run's.
+            clock.guard = (f.seq, clock.first if restart else math.inf, newest, clock.since)
+            if restart:
+                clock.seq = clock.first = 0  # the new run's seq counts from here
+            if overlaps:
+                steps.overlap(f)
             newest = f.ts
         part.append(f)
         newest = max(newest, f.ts)
-        if f.seq > clock.seq:
-            clock.seq, clock.seq_ts = f.seq, f.ts
+        clock.saw(f)
     if part:
         yield part, stepped
+
+
+def _stepped(f: Frame, clock: NodeClock) -> bool:
+    """Stamped before the frame it follows in seq (not merely before the newest: a batch
+    delivered again after a restart goes forward from its own first frame)."""
+    return bool(f.seq and clock.seq and f.seq > clock.seq and f.ts < clock.seq_ts)
+
+
+def _restarted(f: Frame, clock: NodeClock) -> bool:
+    """Seq and time both went back, by more seq than one agent run counts in that time
+    (a new run: its seq started again from a clock now behind), while the GPUs' energy
+    counters ran on: the agent restarted after its clock was stepped back. Frames of an
+    earlier run delivered again have their counters behind; a node without counters
+    cannot say, and its frames are passed over as delivered again."""
+    if not (f.seq and clock.seq and f.seq < clock.seq and f.ts < clock.seq_ts):
+        return False
+    if clock.seq - f.seq <= TICKS_PER_S * (clock.seq_ts - f.ts) + TICKS_PER_S:
+        return False  # one run's frames: delivered again
+    ran = False
+    for g in f.gpus:
+        c, was = g.metrics.get("gpu_energy_j"), clock.counters.get(g.index)
+        if c is None or was is None:
+            continue
+        if c < was:
+            return False
+        ran = ran or c > was
+    return ran
 
 
 def _iso(ts: float) -> str:

@@ -274,7 +274,8 @@ def test_naive_local_times_across_the_dst_fall_back_are_pointed_at(tmp_path: Pat
     (note,) = [n for n in read_files([write(tmp_path / "d.csv", text)]).notes
                if "repeated" in n]
     assert "1 with another value" in note
-    assert "2 times have no zone and were read as UTC: local times repeat an hour" in note
+    assert ("times without a zone (read as UTC, see the warning above): local times repeat "
+            "an hour where daylight saving time ends") in note
 
 
 # -- 12: a GPU that falls off the bus; jobs ----------------------------------------------------
