@@ -71,6 +71,7 @@ def one(dash_duo, selector: str) -> str:
 @pytest.mark.parametrize(("path", "stamp", "banner"), [
     ("/", "#fleet-updated", "#fleet-offline"),
     ("/alerts", "#alerts-updated", "#alerts-offline"),
+    ("/node/node-001", "#node-updated", "#node-offline"),
 ])
 def test_page_recovers_by_itself_after_the_dashboard_restarts(
         dash_duo, server: Server, path: str, stamp: str, banner: str) -> None:
