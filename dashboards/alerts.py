@@ -12,7 +12,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
-from fleetwatch.dashboards import components, node, timerange
+from fleetwatch.dashboards import components, live, node, timerange
 from fleetwatch.dashboards.data import read_alerts, read_data_end, read_mutes, sort_alerts
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
@@ -28,6 +28,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         html.Div(className="page-head", children=[
             html.H1("Alerts"), timerange.picker("alerts", q.range),
             html.Div(id="alerts-updated", className="updated")]),
+        *live.parts("alerts"),  # the banner while the dashboard is away
         html.Div(id="alerts-notice"),
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[

@@ -28,6 +28,7 @@ from fleetwatch.dashboards import (
     components,
     energy,
     fleet,
+    live,
     node,
     timerange,
     utilization,
@@ -38,7 +39,7 @@ from fleetwatch.urls import http_url
 
 _INDEX = """<!DOCTYPE html>
 <html>
-<head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>STYLE</style></head>
+<head>{%metas%}<title>{%title%}</title>{%favicon%}{%css%}<style>STYLE</style><script>LIVE</script></head>
 <body>{%app_entry%}<footer>{%config%}{%scripts%}{%renderer%}</footer></body>
 </html>"""
 
@@ -84,7 +85,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                     suppress_callback_exceptions=True, serve_locally=True)
     app.server.wsgi_app = HostCheck(app.server.wsgi_app, allowed_hosts)  # type: ignore[method-assign]
     style = resources.files("fleetwatch.dashboards").joinpath("style.css").read_text("utf-8")
-    app.index_string = _INDEX.replace("STYLE", style)
+    app.index_string = _INDEX.replace("STYLE", style).replace("LIVE", live.script())
     shell = html.Div(className="shell", children=[
         # callback-nav: a callback that sets the path (a heatmap click) navigates
         # without reloading the page, like a dcc.Link does.
@@ -118,6 +119,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     node.register(app, store, clock, temp_limit_c)
     utilization.register(app, store, clock)
     render_energy = energy.register(app, store, clock, carbon or _default_carbon())
+    for page in ("fleet", "alerts", "node", "util", "energy"):
+        live.register(app, page)
     return app
 
 

@@ -11,7 +11,7 @@ from dash import Input, Output, State, dcc, html
 
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import components, energy_figures, figures, timerange
+from fleetwatch.dashboards import components, energy_figures, figures, live, timerange
 from fleetwatch.dashboards.energy_data import EnergyView, read_energy, rebin, series_warning
 from fleetwatch.pipeline.store.base import StoreError
 
@@ -48,6 +48,7 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
         html.Div(className="page-head", children=[
             html.H1("Energy & carbon"), timerange.picker("energy", q.range),
             html.Div(id="energy-updated", className="updated")]),
+        *live.parts("energy"),  # the banner while the dashboard is away
         html.Div(id="energy-notice"),
         html.Div(id="energy-summary", className="summary summary-6"),
         _panel("Energy", "IT kWh (GPUs, CPUs, rest of node) · by cluster · per hour "

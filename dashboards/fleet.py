@@ -12,7 +12,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import alerts, components, figures, timerange
+from fleetwatch.dashboards import alerts, components, figures, live, timerange
 from fleetwatch.dashboards.data import read_fleet, read_mutes
 from fleetwatch.pipeline.store.base import Store, StoreError
 
@@ -48,6 +48,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                           id="fleet-range-note",
                           className="panel-hint")]),
             html.Div(id="fleet-updated", className="updated")]),
+        *live.parts("fleet"),  # the banner while the dashboard is away
         html.Div(id="fleet-notice"),
         html.Div(id="fleet-summary", className="summary"),
         html.Section(className="panel", children=[
@@ -81,6 +82,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         # ``running``: no tick while a read is out. Dash drops the answer of a request that a
         # newer one superseded, so a store slower than the refresh (a hung VictoriaMetrics
         # answers only at its timeout) would never get its error onto the screen.
+        # A request that gets no answer at all leaves the tick disabled: live.py re-arms it.
         now = clock()
         try:
             view = read_fleet(store, now)

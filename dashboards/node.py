@@ -11,7 +11,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import boards, components, figures, node_errors, timerange
+from fleetwatch.dashboards import boards, components, figures, live, node_errors, timerange
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
@@ -67,6 +67,7 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
             timerange.picker("node", rng),
             html.Div(id="node-updated", className="updated")]),
         dcc.Link("← fleet", href="/", className="back-link"),
+        *live.parts("node"),  # the banner while the dashboard is away
         html.Div(id="node-notice"),
         html.Div(className="node-grid", children=panels),
         html.Section(className="panel", children=[

@@ -19,7 +19,7 @@ import dash
 import numpy as np
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import components, energy_figures, figures, timerange
+from fleetwatch.dashboards import components, energy_figures, figures, live, timerange
 from fleetwatch.dashboards.energy_data import NO_NAME, hourly_idle
 from fleetwatch.pipeline.store.base import RAW_SPAN_MS, StoreError, gpu_device, gpu_index
 from fleetwatch.pipeline.store.ledger import EnergyTotal
@@ -60,6 +60,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                                                className="scope")]),
             timerange.picker("util", q.range),
             html.Div(id="util-updated", className="updated")]),
+        *live.parts("util"),  # the banner while the dashboard is away
         html.Div(id="util-notice"),
         html.Div(className="node-grid two", children=panels),
         html.Section(className="panel", children=[
