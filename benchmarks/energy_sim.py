@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from fleetwatch.collectors.sim import FleetSim, SimParams
-from fleetwatch.pipeline.energy import EnergySettings
 from fleetwatch.pipeline.energy_arrays import integrate_arrays
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.report import month_span
 

@@ -28,7 +28,8 @@ from fleetwatch.models import Detector
 from fleetwatch.models.registry import build
 from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
 from fleetwatch.pipeline.store.base import Store
 

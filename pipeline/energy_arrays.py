@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from fleetwatch.pipeline.energy import TDP_MARGIN, EnergySettings
+from fleetwatch.pipeline.energy_settings import TDP_MARGIN, EnergySettings
 from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow
 
 Device = tuple[str, str, str, str]   # cluster, rack, node, device

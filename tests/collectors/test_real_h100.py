@@ -15,7 +15,8 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models.batch import columns
 from fleetwatch.models.thermal import ThermalLimits
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.wiring import detectors

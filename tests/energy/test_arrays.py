@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 
 from fleetwatch.frame import Frame, GpuReading
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.energy_arrays import integrate_arrays
+from fleetwatch.pipeline.energy_settings import EnergySettings
 
 T0 = 1_651_795_200.0
 

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable
 import pytest
 
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.ledger import DeviceState
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.store.conftest import influxdb  # noqa: F401 - the server fixture

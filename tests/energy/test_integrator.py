@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 

@@ -10,7 +10,8 @@ import logging
 import pytest
 
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 
 T0 = 1_654_041_600  # 2022-06-01 00:00 UTC

@@ -9,7 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from fleetwatch.pipeline.energy import EnergyIntegrator, EnergySettings
+from fleetwatch.pipeline.energy import EnergyIntegrator
+from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.ledger import DeviceState, EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
