@@ -70,7 +70,7 @@ class Notifier:
         self._open: dict[Key, Alert] = {}
         # alert id -> (state, muted_by, revision) forwarded: a new revision (another XID
         # joined an open XID alert) is forwarded again, like a state change; the first
-        # revision of an alert adopted without one (an older release's) is not.
+        # revision (1) of an alert adopted without one (an older release's) is not.
         self._sent: dict[str, tuple[str, str, float | None]] = {}
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
@@ -147,8 +147,11 @@ class Notifier:
         for a in changes:
             n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
-            if seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by):
-                seen = (*seen[:2], revision(a))  # an older release's alert taking its first
+            if (seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by)
+                    and (revision(a) or 0.0) <= 1.0):
+                # An older release's alert taking its first revision (its own code seen
+                # again) is no news; a higher one means a code joined it since: news.
+                seen = (*seen[:2], revision(a))
             if seen == (a.state, n.muted_by, revision(a)):
                 self._sent[a.id] = seen
                 continue  # dedup: this state (and revision) was forwarded already

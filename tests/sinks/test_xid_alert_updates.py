@@ -126,6 +126,27 @@ def test_an_older_releases_open_xid_alert_is_taken_over_without_a_new_notificati
     assert "48 (Double-bit ECC error) 15x" in stored.message
 
 
+def test_a_worse_xid_on_an_older_releases_alert_is_notified_after_the_upgrade(
+        receiver: Receiver, tmp_path: Path) -> None:
+    """Upgrading with an XID 48 alert open, the GPU's first XID after it is a 64 (RMA): the
+    alert's first revision under the new release is 2, which is news: the webhook hears it."""
+    from fleetwatch.pipeline.store.base import Alert
+
+    store = tmp_store(tmp_path)
+    t0 = 1_000_000.0
+    store.write_alerts([Alert("gpu_xid_critical/c/n1/gpu3/1", "gpu_xid_critical", "critical",
+                              "c", "r1", "n1", "gpu3", "firing", t0, t0 + 100, 48.0,
+                              "XID 48 on GPU 3", evidence={"xid": 48.0, "count": 12.0,
+                                                           "hold_s": 3600.0},
+                              action="drain", fired_ts=t0)])
+    notifier = Notifier([WebhookSink(receiver.url)], background=False)
+    again = Processor(tmp_store(tmp_path), [XidEvents()], notifier=notifier)  # the upgrade
+    again.process([xid_frame(t0 + 160, (64,))])
+    notifier.close()
+    (sent,) = fired(receiver)
+    assert "64" in sent["message"] and "RMA" in sent["action"]
+
+
 def test_the_last_count_of_a_repeated_xid_is_stored_when_the_data_end(tmp_path: Path) -> None:
     """XID 48 every second for 10 min: updates are written every refresh_s, and the last
     ones when the processor is flushed (a replay's end, a stop), not left 59 s behind."""
