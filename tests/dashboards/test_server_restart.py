@@ -11,11 +11,12 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from dash.testing.wait import until
 
-from fleetwatch.dashboards.app import serve
+from fleetwatch.dashboards.app import create_app, serve
 from tests.dashboards.conftest import SimFleet
 from tests.dashboards.test_browser import texts
 
@@ -93,3 +94,40 @@ def test_page_recovers_by_itself_after_the_dashboard_restarts(
     until(lambda: not one(dash_duo, banner), timeout=5)
     later = one(dash_duo, stamp)
     until(lambda: one(dash_duo, stamp) != later, timeout=10)  # and keeps refreshing
+
+
+class FrozenStore:
+    """A store whose reads, once ``frozen`` is set, wait until it is cleared: a dashboard
+    stuck on its store (or stopped with SIGSTOP) answers nothing and fails nothing."""
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+        self.frozen = threading.Event()
+        self.thawed = threading.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self.inner, name)
+        if not callable(value):
+            return value
+
+        def read(*args: Any, **kwargs: Any) -> Any:
+            if self.frozen.is_set():
+                self.thawed.wait(60)
+            return value(*args, **kwargs)
+        return read
+
+
+def test_a_hung_dashboard_is_said_once_a_request_waits_too_long(dash_duo,
+                                                                sim_fleet: SimFleet) -> None:
+    store = FrozenStore(sim_fleet.reader())
+    dash_duo.start_server(create_app(store, refresh_s=REFRESH_S))
+    until(lambda: "refreshed" in one(dash_duo, "#fleet-updated"), timeout=15)
+    store.frozen.set()
+    until(lambda: "not answering" in one(dash_duo, "#fleet-offline"), timeout=20)
+    hung = one(dash_duo, "#fleet-offline")
+    assert "hung or very slow" in hung and "Waiting for that answer" in hung, hung
+    store.frozen.clear()
+    store.thawed.set()
+    until(lambda: not one(dash_duo, "#fleet-offline"), timeout=10)
+    later = one(dash_duo, "#fleet-updated")
+    until(lambda: one(dash_duo, "#fleet-updated") != later, timeout=10)
