@@ -83,6 +83,10 @@ class NodeSilence:
         self._skew = np.zeros(64)             # how far off its clock was when last heard of
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
+        # The clusters this processor has frames from: a node the store names (``expect``)
+        # of another cluster is another cluster's processors' to judge (one store can hold
+        # several clusters, each with its own topic).
+        self._clusters: set[str] = set()
         # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
         # seen within CONFLICT_S of each other: two machines share the node's name.
         self._identities: dict[str, _Identities] = {}
@@ -121,6 +125,7 @@ class NodeSilence:
                 i = self._add(f)
             self._arrived += 1
             self._seq[i] = self._arrived
+            self._clusters.add(f.cluster)
             prev = self._last[i]
             if prev == prev and f.ts > prev:   # not NaN: learn the node's interval
                 gap = min(f.ts - prev, 3600.0)
@@ -239,6 +244,8 @@ class NodeSilence:
         out = []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
+            if cluster not in self._clusters:
+                continue
             interval, skew = self._interval[i], float(self._skew[i])
             how = (f"it reports every {interval:.0f} s" if interval == interval else
                    f"its last frame: {_utc(self._last[i])}")

@@ -134,7 +134,7 @@ def test_an_expected_node_is_judged_by_the_fleets_usual_interval() -> None:
     d = NodeSilence()
     for k in range(4):   # the fleet reports every 30 s: a node is silent after 6 x 30 s
         d.update([node(1000 + 30.0 * k, [busy(60)], name=n) for n in ("a", "c")])
-    d.expect([("c1", "r1", "b", 1090.0)])   # b, from the store: last frame at 1090
+    d.expect([("c", "r1", "b", 1090.0)])    # b, from the store: last frame at 1090
     silent_from = {}
     for k in range(4, 12):                  # only "a" goes on
         for f in d.update([node(1000 + 30.0 * k, [busy(60)], name="a")]):
@@ -144,5 +144,17 @@ def test_an_expected_node_is_judged_by_the_fleets_usual_interval() -> None:
     assert "its last frame: 1970-01-01 00:18:10 UTC" in silent_from["b"][1]
     assert "it reports every 30 s" in silent_from["c"][1]
     # A frame newer than the store's (it came first) is not moved back by the store's.
-    d.expect([("c1", "r1", "a", 0.0)])
+    d.expect([("c", "r1", "a", 0.0)])
     assert "a" not in {f.node for f in d.update([node(1400, [busy(60)], name="a")])}
+
+
+def test_a_node_the_store_names_in_another_cluster_is_left_to_that_clusters_processors(
+        ) -> None:
+    """One store, two clusters, each with its own topic and processors: the nodes the store
+    names at a takeover include the other cluster's, which this processor never hears."""
+    d = NodeSilence()
+    d.expect([("other", "r1", "x", 1000.0), ("c", "r1", "b", 1000.0)])
+    found = set()
+    for k in range(20):
+        found |= {f.node for f in d.update([node(1000 + 30.0 * k, [busy(60)], name="a")])}
+    assert found == {"b"}
