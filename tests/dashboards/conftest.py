@@ -61,8 +61,12 @@ class SimFleet:
 
 
 @pytest.fixture
-def sim_fleet(tmp_path: Path) -> Iterator[SimFleet]:
+def sim_fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SimFleet]:
     """4 nodes x 8 busy GPUs over the last 30 minutes, node-001 GPU 3 losing its cooling.
+
+    A test marked ``headroom(S)`` gets the 30 minutes ending S seconds ago: room to advance
+    the fleet without stamping samples after now (the fleet page names those as a node's
+    clock ahead, and its "data as of" stops at now).
 
     The fault starts a minute in and lasts 40, so the 85 °C alert is firing by
     the end; jobs never end, so no GPU cools for an unrelated reason.
@@ -70,7 +74,10 @@ def sim_fleet(tmp_path: Path) -> Iterator[SimFleet]:
     store = SqliteStore(tmp_path / "fleet.db")
     params = SimParams(nodes=4, gpus=8, interval_s=INTERVAL_S, job_mean_s=1e9, idle_mean_s=1,
                        busy_at_start=1.0, steady_load=True)
-    sim = FleetSim(params, start_ts=time.time() - STEPS * INTERVAL_S, faults=[parse_fault(FAULT)])
+    marker = request.node.get_closest_marker("headroom")
+    headroom = float(marker.args[0]) if marker else 0.0
+    sim = FleetSim(params, start_ts=time.time() - STEPS * INTERVAL_S - headroom,
+                   faults=[parse_fault(FAULT)])
     fleet = SimFleet(tmp_path / "fleet.db", store, sim,
                      Processor(store, [GpuTemperatureLimit(85, for_s=60)]))
     fleet.advance(STEPS)

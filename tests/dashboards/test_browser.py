@@ -97,6 +97,7 @@ def test_alert_and_heatmap_lead_to_the_node_page(dash_duo, sim_fleet: SimFleet) 
     assert dash_duo.get_logs() == []
 
 
+@pytest.mark.headroom(120)  # the minute it adds stays before now
 def test_live_refresh_picks_up_new_data(dash_duo, sim_fleet: SimFleet) -> None:
     dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=0.5))
     dash_duo.wait_for_element("#active-alerts tr.alert-row", timeout=10)
