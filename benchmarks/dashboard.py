@@ -29,7 +29,7 @@ from selenium import webdriver
 
 from fleetwatch.dashboards.app import create_app
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import month_span
+from fleetwatch.report_month import month_span
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

@@ -23,7 +23,7 @@ from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.pipeline.energy_arrays import integrate_arrays
 from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import month_span
+from fleetwatch.report_month import month_span
 
 MONTH = "2022-05"
 INTERVAL_S = 15.0

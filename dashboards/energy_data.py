@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
 from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
-from fleetwatch.report import _series_warning, data_began, month_projection
+from fleetwatch.report import _series_warning
+from fleetwatch.report_month import data_began, month_projection
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -134,7 +135,7 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
                 jobs: Sequence[EnergyTotal], users: Sequence[EnergyTotal],
                 model: CarbonModel, now_s: float, began_ts: float | None = None) -> EnergyView:
     """``window``/``month``: totals by cluster over the picked range and over this month;
-    ``began_ts``: when this month's data began (``report.data_began``), inside its oldest
+    ``began_ts``: when this month's data began (``report_month.data_began``), inside its oldest
     hour (None: that hour's start)."""
     hours = tuple(sorted({t.bucket_ts for t in window}))
     index = {h: i for i, h in enumerate(hours)}

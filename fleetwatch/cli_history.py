@@ -132,8 +132,8 @@ def _phases_without_model(meta: dict[str, Any]) -> str:
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.report import ReportError
     from fleetwatch.report_files import report_month
+    from fleetwatch.report_month import ReportError
 
     try:
         print(report_month(config, args.month, args.out))

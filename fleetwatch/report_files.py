@@ -19,16 +19,8 @@ from fleetwatch.carbon import CarbonModel
 from fleetwatch.config import Config
 from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
-from fleetwatch.report import (
-    KINDS,
-    Progress,
-    Report,
-    ReportError,
-    build_chunks,
-    ledger_chunks,
-    month_span,
-    resolve_month,
-)
+from fleetwatch.report import KINDS, Progress, Report, build_chunks, ledger_chunks
+from fleetwatch.report_month import ReportError, month_span, resolve_month
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for

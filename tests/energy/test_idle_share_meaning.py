@@ -16,9 +16,10 @@ from fleetwatch.dashboards.energy_data import read_energy
 from fleetwatch.dashboards.theme import PENDING
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import build, month_span
+from fleetwatch.report import build
 from fleetwatch.report_files import write_csv
 from fleetwatch.report_html import render
+from fleetwatch.report_month import month_span
 
 MAY = month_span("2022-05")
 HOUR = MAY[0] + 86400

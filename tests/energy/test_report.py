@@ -17,15 +17,9 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import (
-    KINDS,
-    ReportError,
-    build,
-    month_projection,
-    month_span,
-    resolve_month,
-)
+from fleetwatch.report import KINDS, build
 from fleetwatch.report_files import write_report
+from fleetwatch.report_month import ReportError, month_projection, month_span, resolve_month
 
 from .helpers import frame
 

@@ -17,8 +17,9 @@ from fleetwatch.cli import main
 from fleetwatch.dashboards.energy_data import series_warning
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import KINDS, build, build_chunks, ledger_chunks, month_span
+from fleetwatch.report import KINDS, build, build_chunks, ledger_chunks
 from fleetwatch.report_files import _Progress, write_csv, write_report
+from fleetwatch.report_month import month_span
 
 MAY = month_span("2022-05")
 H = 3600

@@ -9,7 +9,8 @@ from fleetwatch.carbon import build_model
 from fleetwatch.dashboards.energy_data import read_energy
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.report import build, data_began, month_projection, month_span
+from fleetwatch.report import build
+from fleetwatch.report_month import data_began, month_projection, month_span
 
 START, END = month_span("2022-05")
 H0 = START + 10 * 86400            # the data began at 10 May 00:40
