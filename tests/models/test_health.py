@@ -28,6 +28,37 @@ def test_xid_79_says_drain_the_node() -> None:
     assert "Drain the node" in xid_table()[79].action
 
 
+# The codes NVIDIA's Xid catalog for Ampere and newer GPUs lists as reported by an A100 or an
+# H100 (docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html; 108 is listed there
+# as unused). A code the table lacks is only "warning, look it up".
+A100_H100_CODES = (
+    8, 11, 13, 14, 25, 31, 32, 37, 38, 39, 40, 41, 43, 44, 45, 46, 48, 54, 60, 62, 63, 64, 66,
+    67, 68, 69, 70, 71, 72, 74, 75, 76, 77, 78, 79, 80, 82, 83, 84, 85, 86, 88, 89, 92, 93, 94,
+    95, 96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 109, 110, 119, 120, 136, 137,
+    140, 141, 143, 151, 154, 156, 157, 158, 167, 168, 169, 171, 172)
+
+
+def test_every_xid_an_a100_or_h100_reports_is_in_the_table() -> None:
+    assert [c for c in A100_H100_CODES if c not in xid_table()] == []
+
+
+@pytest.mark.parametrize("code, severity, says", [
+    (158, "critical", "reset the GPU"),      # GPU fatal timeout: RESET_GPU
+    (171, "critical", "reset the GPU"),      # the DRAM detail of an XID 48
+    (172, "critical", "RMA"),                # SRAM: RMA flow past the SRAM threshold
+    (136, "critical", "reset the GPU"),      # NVLink training failed: RESET_GPU
+    (109, "critical", "reset the GPU"),      # context switch timeout: RESET_GPU
+    (64, "critical", "reset the GPU"),       # reset first; RMA if the failure stays
+    (121, "warning", "service window"),      # corrected C2C errors: no operational impact
+    (44, "warning", "Nothing to do at once"),  # IGNORE, then CONTACT_SUPPORT
+    (157, "warning", "RMA"),                 # no spare resources left
+])
+def test_the_table_follows_the_catalogs_resolution_buckets(code: int, severity: str,
+                                                           says: str) -> None:
+    x = xid_table()[code]
+    assert x.severity == severity and says.lower() in x.action.lower()
+
+
 @pytest.mark.parametrize("rows, message", [
     ("79,a,critical,5,b,c\n79,a,critical,5,b,c", "line 3: XID 79 is listed twice"),
     ("79,a,urgent,5,b,c", "line 2: severity 'urgent'"),
