@@ -77,6 +77,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.energy_clock import ClockSteps, in_steps
+from fleetwatch.pipeline.energy_counter import clock_ran, interval_energy
 from fleetwatch.pipeline.energy_owners import Owner, Owners, split_node, split_owner
 from fleetwatch.pipeline.energy_settings import EnergySettings, over_tdp_w
 from fleetwatch.pipeline.energy_state import (
@@ -108,6 +109,7 @@ log = logging.getLogger(__name__)
 AHEAD_S = 300.0
 DEFAULT_SETTINGS = EnergySettings()
 LONG_GAPS_TO_WARN = 3  # intervals over max_gap_s in a row: the node's cadence, not an outage
+
 
 class EnergyIntegrator:
     """Frames in, ledger rows written to ``store``. One per processor; pure but for the
@@ -330,13 +332,13 @@ class EnergyIntegrator:
                     node.devs[dev] = Watermark(f.ts, power, counter)
                     return 0.0
                 energy = None
-                ran = self._stepped(prev, dt, power, counter)
+                ran = clock_ran(self.s, prev, dt, power, counter)
                 if ran is not None:  # the node's clock stepped forward: ``ran`` s passed
                     self.clock.forward(f, dt - ran)
                     dt = ran
                     prev = Watermark(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
             if dt <= self.s.max_gap_s:
-                energy, owed, stale = self._energy(prev, dt, power, counter, limit_w)
+                energy, owed, stale = interval_energy(self.s, prev, dt, power, counter, limit_w)
                 if stale:
                     self._stale(f, dev, dt, power)
             if energy is None:
@@ -350,22 +352,6 @@ class EnergyIntegrator:
                 add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
         node.devs[dev] = Watermark(f.ts, power, counter, owed)
         return energy or 0.0
-
-    def _stepped(self, prev: Watermark, dt: float, power: float | None,
-                 counter: float | None) -> float | None:
-        """Over a gap longer than ``max_gap_s``: the seconds that really passed where the
-        node's clock stepped forward, else None (missing time, as for a silent node). The
-        counter runs on real time: a step of it that the board's power, at both ends,
-        draws in ``max_gap_s`` or less (and more than ``stale_ratio`` of that power would
-        draw over the whole gap) says that this much time passed, not ``dt``."""
-        if counter is None or prev.counter is None or not power or not prev.power:
-            return None
-        net = counter - prev.counter - prev.owed
-        mean = 0.5 * (power + prev.power)
-        if not 0.0 < net < self.s.stale_ratio * min(power, prev.power) * dt:
-            return None
-        ran = net / mean
-        return ran if ran <= self.s.max_gap_s else None
 
     def _anew(self, node: NodeState, f: Frame, was: float) -> None:
         """The node's clock jumped further than ``max_jump_s``: a clock error, not an
@@ -407,36 +393,6 @@ class EnergyIntegrator:
                         "catch-up is not counted twice (said once per node)",
                         f.node, dev, dt, power or 0.0)
 
-    def _max_w(self, limit_w: float | None) -> float:
-        """The highest mean power a counter step may imply: ``limit_ratio`` x the GPU's
-        enforced power limit when the sample has one, capped by ``max_plausible_w`` (a
-        limit misread, e.g. in mW, must not lift the bound); else that cap alone."""
-        cap = self.s.max_plausible_w
-        if limit_w is None or not limit_w > 0:
-            return cap
-        return min(cap, limit_w * self.s.limit_ratio)
-
-    def _energy(self, prev: Watermark, dt: float, power: float | None,
-                counter: float | None, limit_w: float | None = None
-                ) -> tuple[float | None, float, bool]:
-        """(energy or None, joules the counter owes after it, whether it stood still)."""
-        if counter is not None and prev.counter is not None:
-            step = counter - prev.counter
-            if step >= 0.0:
-                low = power if power is None or prev.power is None else min(power, prev.power)
-                if power is not None and step < self.s.stale_ratio * (low or 0.0) * dt:
-                    # The counter stood still while the board drew power: the power
-                    # samples book it, and the counter owes them back when it moves.
-                    booked = _trapezoid(prev.power, power, dt)
-                    return booked, prev.owed + booked - step, True
-                net = step - prev.owed
-                if net <= dt * self._max_w(limit_w):
-                    # A catch-up: pay back what the power samples booked, never below 0.
-                    return (net, 0.0, False) if net >= 0.0 else (0.0, -net, False)
-            # Went down (driver reload, counter reset) or jumped: use the power samples.
-        if power is None:
-            return None, 0.0, False
-        return _trapezoid(prev.power, power, dt), 0.0, False
 
 def _idle_by_util(util: float | None, prev: float | None) -> bool:
     """Idle without SM activity: no kernel at either end of the interval. NVML's
@@ -446,7 +402,3 @@ def _idle_by_util(util: float | None, prev: float | None) -> bool:
     if util is None or util > 0.0:
         return False
     return prev is None or prev <= 0.0
-
-
-def _trapezoid(p0: float | None, p1: float, dt: float) -> float:
-    return p1 * dt if p0 is None else 0.5 * (p0 + p1) * dt
