@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fleetwatch.catalogue import DCGM_ALIASES, catalogue
-from fleetwatch.recorded import XID, XID_FIELDS, Reading, _value, parse_time, xid_code
+from fleetwatch.recorded import Reading
+from fleetwatch.recorded_values import XID, XID_FIELDS, _value, parse_time, xid_code
 
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}

@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.recorded import Reading, _value, xid_code
+from fleetwatch.recorded import Reading
+from fleetwatch.recorded_values import _value, xid_code
 
 BOARD_INFO = ("serial", "pci_bus_id")  # what of a GPU's ``info`` names its board
 MAX_LINES = 100_000  # lines one object may span (a pretty-printed frame of 8 GPUs: ~450)

@@ -13,16 +13,11 @@ from fleetwatch.recorded import (
     LONG_COLUMNS,
     SERIES_TIME,
     UNUSED,
-    XID,
-    XID_FIELDS,
-    XID_LAST,
     Reading,
     ReplayError,
     Series,
-    _parse_time,
-    _value,
-    xid_code,
 )
+from fleetwatch.recorded_values import XID, XID_FIELDS, XID_LAST, _parse_time, _value, xid_code
 
 
 def is_series(header: list[str]) -> bool:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 # scrape's hiccup. The agent's rule, one definition: a GPU that fell off the bus it
 # reports at its next read, one that answers nothing after as many of its ticks.
 from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_OFF_BUS
-from fleetwatch.recorded import XID, utc
+from fleetwatch.recorded_values import XID, utc
 
 if TYPE_CHECKING:
     from fleetwatch.recorded import Reading

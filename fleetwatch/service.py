@@ -40,10 +40,10 @@ def quiet_kafka_client() -> None:
 
     Except the cause of a refused connection (a SASL mechanism the broker does not
     offer, a wrong password, a failed TLS handshake): the loggers that say it keep
-    their ERROR lines, for ``pipeline.bus.kafka`` to record (not print) and to name in
+    their ERROR lines, for ``pipeline.bus.kafka_access`` to record (not print) and to name in
     its errors, where kafka-python itself only raises "Unable to bootstrap".
     """
-    from fleetwatch.pipeline.bus.kafka import REFUSAL_LOGGERS, REFUSALS
+    from fleetwatch.pipeline.bus.kafka_access import REFUSAL_LOGGERS, REFUSALS
 
     logging.getLogger("kafka").setLevel(logging.CRITICAL)
     for name in REFUSAL_LOGGERS:

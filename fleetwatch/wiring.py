@@ -94,7 +94,8 @@ def open_producer(config: BusConfig, memory: MemoryBus | None = None, *,
             raise ValueError("the in-process bus only works inside `fleetwatch up`; "
                              "set bus.kind = \"kafka\" for separate agents and processors")
         return memory.producer()
-    from fleetwatch.pipeline.bus.kafka import KafkaProducer, kafka_security
+    from fleetwatch.pipeline.bus.kafka import KafkaProducer
+    from fleetwatch.pipeline.bus.kafka_access import kafka_security
 
     return KafkaProducer(config.bootstrap, security=kafka_security(config), prepare=prepare,
                          auto_create_topics=auto_create_topics)
@@ -108,7 +109,8 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
     first creates them as configured. A cluster may forbid creating topics: then said at
     ``failed_level``, and the topics must be made with the cluster's tools."""
     from fleetwatch.pipeline.bus import BusError
-    from fleetwatch.pipeline.bus.kafka import ensure_topic, kafka_security
+    from fleetwatch.pipeline.bus.kafka import ensure_topic
+    from fleetwatch.pipeline.bus.kafka_access import kafka_security
 
     ok = True
     topics = [t for t in (config.topic, config.dead_letter_topic, config.alert_topic) if t]
@@ -149,7 +151,8 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
             raise ValueError("the in-process bus only works inside `fleetwatch up`; "
                              "set bus.kind = \"kafka\" for separate agents and processors")
         return memory.consumer(config.topic, config.group)
-    from fleetwatch.pipeline.bus.kafka import KafkaConsumer, kafka_security
+    from fleetwatch.pipeline.bus.kafka import KafkaConsumer
+    from fleetwatch.pipeline.bus.kafka_access import kafka_security
 
     session_ms = int(config.session_timeout_s * 1000)
     return KafkaConsumer(config.bootstrap, config.topic, config.group,

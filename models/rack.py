@@ -28,7 +28,7 @@ in ``coverage()``. Its rack is still judged by its nodes' inlet air.
 Where the nodes report their inlet air (``host_inlet_temp_c``, the BMC's
 sensor), a failing cooler shows there first, before the dies follow through
 their thermal lag: each node's inlet is compared with its own average over
-``INLET_BASE_S``. When at least ``rack_fraction`` of a rack's nodes (and two or
+``rack_inlets.INLET_BASE_S``. When at least ``rack_fraction`` of a rack's nodes (and two or
 more) read ``rack_inlet_rise_c`` above their average, that too is the rack
 finding. The average lags a steady drift by the drift's rate times
 ``INLET_BASE_S``: a room that warms by 6 °C an hour reads 1 °C above it, a
@@ -54,6 +54,7 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
+from fleetwatch.models.rack_inlets import Inlets
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 P_SCALE = 100.0      # watts per unit of the model's power inputs (keeps its numbers near 1)
@@ -66,8 +67,6 @@ SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
 AVERAGE_TAUS = 10.0  # unsettled GPUs: residuals averaged over this many time constants
 KNOWN_Q = 0.1        # a power the model knows: its prediction weighs 1/KNOWN_Q samples there
 CLEAR = 0.5          # a finding holds until its rise is under this share of its line
-INLET_BASE_S = 600.0  # a node's usual inlet air: its average over this time constant
-INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_temp_c
 RULES = ("rack_cooling", "node_cooling")
 
 
@@ -95,7 +94,7 @@ class RackCooling:
         self._held: set[int] = set()
         self._judged = dict.fromkeys(RULES, 0)
         self._given = dict.fromkeys(RULES, 0)
-        self.inlets = Inlets()
+        self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
@@ -407,56 +406,3 @@ class RackCooling:
             else:
                 self._flagged_nodes.pop(key, None)
         return list(out.values())
-
-
-class Inlets:
-    """Each node's inlet air against its own average over ``INLET_BASE_S``; the average
-    stands still for a node whose rack's finding holds."""
-
-    def __init__(self) -> None:
-        # (cluster, node) -> [average, ts, rise, seconds seen, rack code]
-        self.state: dict[tuple[str, str], list[float]] = {}
-
-    def drop(self, nodes: Iterable[str]) -> None:
-        gone = set(nodes)
-        for key in [k for k in self.state if k[1] in gone]:
-            del self.state[key]
-
-    def update(self, frames: Sequence[Frame], codes: Sequence[int],
-               frozen: Sequence[bool]) -> None:
-        for f, code, still in zip(frames, codes, frozen):
-            v = f.host.metrics.get("host_inlet_temp_c")
-            if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
-                continue
-            key = (f.cluster, f.node)
-            s = self.state.get(key)
-            dt = math.inf if s is None else f.ts - s[1]
-            if dt <= 0:
-                continue  # a repeated or older frame
-            if s is None or dt > STALE_S and not still:
-                # First reading, or back after a gap: a new average (a flagged rack's
-                # nodes keep theirs, or a gap would learn the rise).
-                self.state[key] = [v, f.ts, 0.0, 0.0, code]
-                continue
-            s[2] = v - s[0]
-            if not still:
-                s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
-            s[1], s[4] = f.ts, code
-            s[3] += min(dt, MAX_STEP_S)
-
-    def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray
-              ) -> dict[int, tuple[int, int, float, set[str]]]:
-        """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, or
-        ``CLEAR`` of it where the rack is flagged; nodes judged; the median rise of the
-        warm ones; the names of the nodes judged)."""
-        by_rack: dict[int, list[tuple[str, float]]] = {}
-        for (_, node), s in self.state.items():
-            if now - s[1] <= STALE_S and s[3] >= warmup_s:
-                by_rack.setdefault(int(s[4]), []).append((node, s[2]))
-        out: dict[int, tuple[int, int, float, set[str]]] = {}
-        for code, rises in by_rack.items():
-            line = rise_c * (CLEAR if code < len(flagged) and flagged[code] else 1.0)
-            warm = [r for _, r in rises if r >= line]
-            out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
-                         {n for n, _ in rises})
-        return out

@@ -76,9 +76,21 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.energy_clock import ClockSteps, NodeClock, in_steps
+from fleetwatch.pipeline.energy_clock import ClockSteps, in_steps
+from fleetwatch.pipeline.energy_counter import clock_ran, interval_energy
 from fleetwatch.pipeline.energy_owners import Owner, Owners, split_node, split_owner
 from fleetwatch.pipeline.energy_settings import EnergySettings, over_tdp_w
+from fleetwatch.pipeline.energy_state import (
+    Acc,
+    Key,
+    NodeState,
+    Watermark,
+    add_interval,
+    add_shares,
+    loaded,
+    prune,
+    stored,
+)
 from fleetwatch.pipeline.store.base import StoreError, gpu_device
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
@@ -98,45 +110,6 @@ AHEAD_S = 300.0
 DEFAULT_SETTINGS = EnergySettings()
 LONG_GAPS_TO_WARN = 3  # intervals over max_gap_s in a row: the node's cadence, not an outage
 
-# Accumulator slots, in EnergyRow's order.
-_E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
-
-
-Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
-_Acc = dict[Key, list[float]]
-
-
-class _Dev:
-    """A device's watermark. ``owed``: joules the power samples booked while the counter
-    stood still, that its next real step pays back (0 almost always). ``util``: its last
-    ``gpu_util_pct`` reading, kept in memory only (the idle rule without SM activity)."""
-
-    __slots__ = ("ts", "power", "counter", "owed", "util")
-
-    def __init__(self, ts: float, power: float | None, counter: float | None,
-                 owed: float = 0.0, util: float | None = None) -> None:
-        self.ts, self.power, self.counter, self.owed = ts, power, counter, owed
-        self.util = util
-
-
-class _Node:
-    """One node's integrator state: per-device watermarks and its open buckets' totals.
-    In memory only (``energy_clock.NodeClock``): the newest ``seq`` seen, the node's cadence, and
-    after a step back of its clock, the frames of before the step to pass over."""
-
-    __slots__ = ("devs", "acc", "last_ts", "clock")
-
-    def __init__(self, devs: dict[str, _Dev], acc: _Acc, last_ts: float,
-                 clock: NodeClock | None = None) -> None:
-        self.devs, self.acc, self.last_ts = devs, acc, last_ts
-        self.clock = clock or NodeClock()
-
-    def copy(self) -> _Node:
-        return _Node({d: _Dev(s.ts, s.power, s.counter, s.owed, s.util)
-                      for d, s in self.devs.items()},
-                     {k: v.copy() for k, v in self.acc.items()}, self.last_ts,
-                     self.clock.copy())
-
 
 class EnergyIntegrator:
     """Frames in, ledger rows written to ``store``. One per processor; pure but for the
@@ -150,7 +123,7 @@ class EnergyIntegrator:
         self.s = settings
         self._clock = clock
         self._now = math.inf
-        self._nodes: dict[tuple[str, str], _Node] = {}
+        self._nodes: dict[tuple[str, str], NodeState] = {}
         self._rolled_to = -math.inf  # hours before this are rolled up
         # Nodes whose frames keep coming further apart than max_gap_s (a slow agent
         # interval, not an outage): counted per node, and said once each.
@@ -173,7 +146,7 @@ class EnergyIntegrator:
         self._nodes.update(nodes)  # only now that the store has them
         newest = -math.inf
         for node in nodes.values():
-            _prune(node)
+            prune(node)
             newest = max(newest, node.last_ts)
         self._roll_up(newest)
         return len(rows)
@@ -200,13 +173,13 @@ class EnergyIntegrator:
             self._nodes.pop(key, None)
 
     def integrate(self, frames: Sequence[Frame]
-                  ) -> tuple[dict[tuple[str, str], _Node], list[EnergyRow], list[DeviceState]]:
+                  ) -> tuple[dict[tuple[str, str], NodeState], list[EnergyRow], list[DeviceState]]:
         """The batch on copies of the touched nodes' state: (new states, rows, watermarks)."""
         self._now = self._clock() + AHEAD_S if self._clock is not None else math.inf
         by_node: dict[tuple[str, str], list[Frame]] = {}
         for f in frames:
             by_node.setdefault((f.cluster, f.node), []).append(f)
-        out: dict[tuple[str, str], _Node] = {}
+        out: dict[tuple[str, str], NodeState] = {}
         rows: list[EnergyRow] = []
         states: list[DeviceState] = []
         for key, group in by_node.items():
@@ -223,11 +196,11 @@ class EnergyIntegrator:
                     self._frame(node, f, touched)
             out[key] = node
             rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
-            states.extend(_state(key, d, s) for d, s in node.devs.items())
+            states.extend(stored(key, d, s) for d, s in node.devs.items())
         return out, rows, states
 
     # -- state ---------------------------------------------------------------
-    def _node(self, key: tuple[str, str], first_ts: float) -> _Node:
+    def _node(self, key: tuple[str, str], first_ts: float) -> NodeState:
         """The node's state: the one held in memory, however long the node was silent
         (a store may not give back for seconds what was just written to it: a processor
         catching up would find no watermark there, and the silence would vanish instead
@@ -236,15 +209,15 @@ class EnergyIntegrator:
         if node is not None:
             return node.copy()
         if self.store is None:
-            return _Node({}, {}, -math.inf)
+            return NodeState({}, {}, -math.inf)
         saved, saved_rows = self.store.energy_state(*key, first_ts)
-        devs = {s.device: _loaded(s) for s in saved}
-        acc: _Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
+        devs = {s.device: loaded(s) for s in saved}
+        acc: Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
         last = max((s.ts for s in saved), default=-math.inf)
-        return _Node(devs, acc, last)
+        return NodeState(devs, acc, last)
 
     # -- integration -----------------------------------------------------------
-    def _frame(self, node: _Node, f: Frame, touched: set[Key]) -> None:
+    def _frame(self, node: NodeState, f: Frame, touched: set[Key]) -> None:
         s = self.s
         was = node.devs.get(HOST_DEVICE)  # the node's clock at its previous frame
         if was is not None and (abs(f.ts - was.ts) > s.max_jump_s or (
@@ -296,13 +269,13 @@ class EnergyIntegrator:
         if host is not None and s.node_static_w > 0:
             dt = f.ts - host.ts
             if 0 < dt <= s.max_gap_s:
-                self._add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
-                                 (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
+                add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
+                           (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
             elif dt > s.max_gap_s:
-                self._add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
-                                 (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
+                add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
+                           (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
         if host is None or f.ts > host.ts:
-            node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
+            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None)
         node.last_ts = max(node.last_ts, f.ts)
         if node.clock.anchor == f.ts:
             node.clock.anchor = None
@@ -333,7 +306,7 @@ class EnergyIntegrator:
                         "energy.max_gap_s above the agents' agent.interval_s (a few times it)",
                         f.node, dt, self.s.max_gap_s)
 
-    def _interval(self, node: _Node, f: Frame, dev: str, power: float | None,
+    def _interval(self, node: NodeState, f: Frame, dev: str, power: float | None,
                   counter: float | None, owners: Owners, idle: bool,
                   over: bool, touched: set[Key], limit_w: float | None = None) -> float:
         """Integrate ``dev``'s interval ending at ``f``; returns the energy booked (J)."""
@@ -346,26 +319,26 @@ class EnergyIntegrator:
                 # The frame after a step back of the node's clock: its counter ran on, so
                 # the node's usual interval before it is booked from the counter's step.
                 dt = node.clock.cadence
-                prev = _Dev(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
+                prev = Watermark(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
             elif dt <= 0:
                 if node.clock.anchor == f.ts:
-                    node.devs[dev] = _Dev(f.ts, power, counter)  # re-anchored, unbooked
+                    node.devs[dev] = Watermark(f.ts, power, counter)  # re-anchored, unbooked
                 return 0.0  # at or before the watermark: integrated already (a replay)
             if dt > self.s.max_gap_s:
                 host = node.devs.get(HOST_DEVICE)
                 if host is not None and host.ts - prev.ts > self.s.max_gap_s:
                     # The node reported without this GPU: it was absent (removed, replaced),
                     # not unmeasured. It starts anew here, as a new GPU does.
-                    node.devs[dev] = _Dev(f.ts, power, counter)
+                    node.devs[dev] = Watermark(f.ts, power, counter)
                     return 0.0
                 energy = None
-                ran = self._stepped(prev, dt, power, counter)
+                ran = clock_ran(self.s, prev, dt, power, counter)
                 if ran is not None:  # the node's clock stepped forward: ``ran`` s passed
                     self.clock.forward(f, dt - ran)
                     dt = ran
-                    prev = _Dev(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
+                    prev = Watermark(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
             if dt <= self.s.max_gap_s:
-                energy, owed, stale = self._energy(prev, dt, power, counter, limit_w)
+                energy, owed, stale = interval_energy(self.s, prev, dt, power, counter, limit_w)
                 if stale:
                     self._stale(f, dev, dt, power)
             if energy is None:
@@ -374,29 +347,13 @@ class EnergyIntegrator:
                 vals = (energy, energy if idle else 0.0, dt, dt if idle else 0.0, 0.0,
                         dt if over else 0.0)
             if len(owners) == 1:
-                self._add(node, f, dev, prev.ts, dt, owners[0][0], vals, touched)
+                add_interval(node, f, dev, prev.ts, dt, owners[0][0], vals, touched)
             else:
-                self._add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
-        node.devs[dev] = _Dev(f.ts, power, counter, owed)
+                add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
+        node.devs[dev] = Watermark(f.ts, power, counter, owed)
         return energy or 0.0
 
-    def _stepped(self, prev: _Dev, dt: float, power: float | None,
-                 counter: float | None) -> float | None:
-        """Over a gap longer than ``max_gap_s``: the seconds that really passed where the
-        node's clock stepped forward, else None (missing time, as for a silent node). The
-        counter runs on real time: a step of it that the board's power, at both ends,
-        draws in ``max_gap_s`` or less (and more than ``stale_ratio`` of that power would
-        draw over the whole gap) says that this much time passed, not ``dt``."""
-        if counter is None or prev.counter is None or not power or not prev.power:
-            return None
-        net = counter - prev.counter - prev.owed
-        mean = 0.5 * (power + prev.power)
-        if not 0.0 < net < self.s.stale_ratio * min(power, prev.power) * dt:
-            return None
-        ran = net / mean
-        return ran if ran <= self.s.max_gap_s else None
-
-    def _anew(self, node: _Node, f: Frame, was: float) -> None:
+    def _anew(self, node: NodeState, f: Frame, was: float) -> None:
         """The node's clock jumped further than ``max_jump_s``: a clock error, not an
         outage; every device starts anew at ``f`` (the jump is neither energy nor missing
         time: booked, it would be years of hourly rows)."""
@@ -409,16 +366,16 @@ class EnergyIntegrator:
         node.devs.clear()
         node.last_ts = f.ts
 
-    def _step_back(self, key: tuple[str, str], node: _Node, f: Frame) -> None:
+    def _step_back(self, key: tuple[str, str], node: NodeState, f: Frame) -> None:
         """``f`` is the first frame after the node's clock stepped back: the devices are
         re-anchored there (``_interval``), and the hours it goes back into, which
-        ``_prune`` may have let go, are read again so that their totals add up."""
+        ``energy_state.prune`` may have let go, are read again so that their totals add up."""
         node.clock.anchor = f.ts
         if node.last_ts - f.ts > self.s.max_jump_s:
             return  # a clock error: _frame starts the node anew
         host = node.devs.get(HOST_DEVICE)
         if host is not None:
-            node.devs[HOST_DEVICE] = _Dev(f.ts, None, None)
+            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None)
         if self.store is not None:
             start = bucket_floor(f.ts - self.s.max_gap_s)
             for r in self.store.energy(start, node.last_ts + BUCKET_S, *key):
@@ -436,98 +393,6 @@ class EnergyIntegrator:
                         "catch-up is not counted twice (said once per node)",
                         f.node, dev, dt, power or 0.0)
 
-    def _max_w(self, limit_w: float | None) -> float:
-        """The highest mean power a counter step may imply: ``limit_ratio`` x the GPU's
-        enforced power limit when the sample has one, capped by ``max_plausible_w`` (a
-        limit misread, e.g. in mW, must not lift the bound); else that cap alone."""
-        cap = self.s.max_plausible_w
-        if limit_w is None or not limit_w > 0:
-            return cap
-        return min(cap, limit_w * self.s.limit_ratio)
-
-    def _energy(self, prev: _Dev, dt: float, power: float | None,
-                counter: float | None, limit_w: float | None = None
-                ) -> tuple[float | None, float, bool]:
-        """(energy or None, joules the counter owes after it, whether it stood still)."""
-        if counter is not None and prev.counter is not None:
-            step = counter - prev.counter
-            if step >= 0.0:
-                low = power if power is None or prev.power is None else min(power, prev.power)
-                if power is not None and step < self.s.stale_ratio * (low or 0.0) * dt:
-                    # The counter stood still while the board drew power: the power
-                    # samples book it, and the counter owes them back when it moves.
-                    booked = _trapezoid(prev.power, power, dt)
-                    return booked, prev.owed + booked - step, True
-                net = step - prev.owed
-                if net <= dt * self._max_w(limit_w):
-                    # A catch-up: pay back what the power samples booked, never below 0.
-                    return (net, 0.0, False) if net >= 0.0 else (0.0, -net, False)
-            # Went down (driver reload, counter reset) or jumped: use the power samples.
-        if power is None:
-            return None, 0.0, False
-        return _trapezoid(prev.power, power, dt), 0.0, False
-
-    def _add_shares(self, node: _Node, f: Frame, dev: str, t0: float, dt: float,
-                    owners: Owners, vals: tuple[float, ...], touched: set[Key]) -> None:
-        for owner, share in owners:
-            self._add(node, f, dev, t0, dt, owner,
-                      vals if share == 1.0 else tuple(v * share for v in vals), touched)
-
-    def _add(self, node: _Node, f: Frame, dev: str, t0: float, dt: float,
-             owner: tuple[str, str, str], vals: tuple[float, ...], touched: set[Key]) -> None:
-        """Add an interval (t0, t0 + dt] to its hour buckets, split in proportion to time."""
-        t1 = t0 + dt
-        start = int(t0 // BUCKET_S) * BUCKET_S
-        if t1 <= start + BUCKET_S:  # the common case, inside one hour: no shares
-            key: Key = (start, f.cluster, f.rack, f.node, dev, *owner)
-            acc = node.acc.get(key)
-            if acc is None:
-                node.acc[key] = list(vals)
-            else:
-                acc[0] += vals[0]
-                acc[1] += vals[1]
-                acc[2] += vals[2]
-                acc[3] += vals[3]
-                acc[4] += vals[4]
-                acc[5] += vals[5]
-            touched.add(key)
-            return
-        while True:
-            end = start + BUCKET_S
-            share = (min(t1, end) - max(t0, start)) / dt
-            if share > 0:
-                key = (start, f.cluster, f.rack, f.node, dev, *owner)
-                acc = node.acc.get(key)
-                if acc is None:
-                    acc = node.acc[key] = [0.0] * 6
-                for i, v in enumerate(vals):
-                    if v:
-                        acc[i] += v * share
-                touched.add(key)
-            if t1 <= end:
-                return
-            start = end
-
-
-def _state(key: tuple[str, str], device: str, d: _Dev) -> DeviceState:
-    """A device's watermark to store. A counter's carries what it owes (reading plus owed:
-    the reading it would show had it moved with the power booked), and the reading apart
-    while it owes, so that a processor that takes over mid-way pays it back once."""
-    if d.counter is None:
-        return DeviceState(key[0], key[1], device, d.ts, d.power, None)
-    if d.owed > 0.0:
-        return DeviceState(key[0], key[1], device, d.ts, d.power, d.counter + d.owed, d.counter)
-    return DeviceState(key[0], key[1], device, d.ts, d.power, d.counter)
-
-
-def _loaded(s: DeviceState) -> _Dev:
-    """A stored watermark back as the integrator's: the reading and what it owes apart.
-    A store written before the reading was kept (or by such a processor) has the sum
-    only: it resumes from that, as that release did."""
-    if s.counter_j is not None and s.reading_j is not None and s.reading_j <= s.counter_j:
-        return _Dev(s.ts, s.power_w, s.reading_j, s.counter_j - s.reading_j)
-    return _Dev(s.ts, s.power_w, s.counter_j)
-
 
 def _idle_by_util(util: float | None, prev: float | None) -> bool:
     """Idle without SM activity: no kernel at either end of the interval. NVML's
@@ -537,18 +402,3 @@ def _idle_by_util(util: float | None, prev: float | None) -> bool:
     if util is None or util > 0.0:
         return False
     return prev is None or prev <= 0.0
-
-
-def _trapezoid(p0: float | None, p1: float, dt: float) -> float:
-    return p1 * dt if p0 is None else 0.5 * (p0 + p1) * dt
-
-
-def _prune(node: _Node) -> None:
-    """Keep the buckets a late sample can still reach: from the hour before the node's
-    newest sample on (after a step back of its clock, the hours ahead of it too)."""
-    if len(node.acc) < 64:
-        return
-    newest = bucket_floor(node.last_ts) if math.isfinite(node.last_ts) else max(
-        k[0] for k in node.acc)
-    for k in [k for k in node.acc if k[0] < newest - BUCKET_S]:
-        del node.acc[k]

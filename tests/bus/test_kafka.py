@@ -15,9 +15,9 @@ from fleetwatch.pipeline.bus.kafka import (
     KafkaConsumer,
     KafkaProducer,
     ensure_topic,
-    kafka_security,
     topic_spec,
 )
+from fleetwatch.pipeline.bus.kafka_access import kafka_security
 from tests.servers import Server
 
 pytestmark = pytest.mark.kafka

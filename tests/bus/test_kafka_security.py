@@ -13,14 +13,8 @@ import pytest
 
 from fleetwatch.config import BusConfig, ConfigError, Secret, load
 from fleetwatch.pipeline.bus import BusError, topics
-from fleetwatch.pipeline.bus.kafka import (
-    REFUSAL_LOGGERS,
-    KafkaConsumer,
-    KafkaProducer,
-    cannot_reach,
-    ensure_topic,
-    kafka_security,
-)
+from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
+from fleetwatch.pipeline.bus.kafka_access import REFUSAL_LOGGERS, cannot_reach, kafka_security
 from fleetwatch.service import quiet_kafka_client
 from fleetwatch.wiring import ensure_topics, open_consumer, open_producer
 

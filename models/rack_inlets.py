@@ -1,0 +1,72 @@
+"""A rack's inlet air (``models.rack``): each node's BMC inlet sensor
+(``host_inlet_temp_c``) against its own average over ``INLET_BASE_S``, and per rack, how
+many of its nodes read above theirs. A failing cooler shows in the inlet air before the
+GPUs' dies follow through their thermal lag."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.frame import Frame
+
+INLET_BASE_S = 600.0  # a node's usual inlet air: its average over this time constant
+INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_temp_c
+
+
+class Inlets:
+    """Each node's inlet air against its own average over ``INLET_BASE_S``; the average
+    stands still for a node whose rack's finding holds. ``stale_s``, ``max_step_s`` and
+    ``clear``: the rack detector's own (``rack.STALE_S``, ``MAX_STEP_S``, ``CLEAR``), so
+    that a node's inlet and its GPUs are judged on one clock and one line."""
+
+    def __init__(self, *, stale_s: float, max_step_s: float, clear: float) -> None:
+        self.stale_s, self.max_step_s, self.clear = stale_s, max_step_s, clear
+        # (cluster, node) -> [average, ts, rise, seconds seen, rack code]
+        self.state: dict[tuple[str, str], list[float]] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        for key in [k for k in self.state if k[1] in gone]:
+            del self.state[key]
+
+    def update(self, frames: Sequence[Frame], codes: Sequence[int],
+               frozen: Sequence[bool]) -> None:
+        for f, code, still in zip(frames, codes, frozen):
+            v = f.host.metrics.get("host_inlet_temp_c")
+            if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
+                continue
+            key = (f.cluster, f.node)
+            s = self.state.get(key)
+            dt = math.inf if s is None else f.ts - s[1]
+            if dt <= 0:
+                continue  # a repeated or older frame
+            if s is None or dt > self.stale_s and not still:
+                # First reading, or back after a gap: a new average (a flagged rack's
+                # nodes keep theirs, or a gap would learn the rise).
+                self.state[key] = [v, f.ts, 0.0, 0.0, code]
+                continue
+            s[2] = v - s[0]
+            if not still:
+                s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
+            s[1], s[4] = f.ts, code
+            s[3] += min(dt, self.max_step_s)
+
+    def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray
+              ) -> dict[int, tuple[int, int, float, set[str]]]:
+        """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, or
+        ``clear`` of it where the rack is flagged; nodes judged; the median rise of the
+        warm ones; the names of the nodes judged)."""
+        by_rack: dict[int, list[tuple[str, float]]] = {}
+        for (_, node), s in self.state.items():
+            if now - s[1] <= self.stale_s and s[3] >= warmup_s:
+                by_rack.setdefault(int(s[4]), []).append((node, s[2]))
+        out: dict[int, tuple[int, int, float, set[str]]] = {}
+        for code, rises in by_rack.items():
+            line = rise_c * (self.clear if code < len(flagged) and flagged[code] else 1.0)
+            warm = [r for _, r in rises if r >= line]
+            out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
+                         {n for n, _ in rises})
+        return out

@@ -1,0 +1,89 @@
+"""How fleetwatch's Kafka clients get into a broker (``pipeline.bus.kafka``, ``topics``):
+the configured security protocol as kafka-python's arguments, and, when a broker refuses
+a connection, why (a SASL mechanism it does not offer, a wrong password, missing ACLs, a
+failed TLS handshake), named in the ``BusError`` instead of "cannot reach"."""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import kafka.errors as kerr
+
+from fleetwatch.config import BusConfig
+
+
+def kafka_security(bus: BusConfig) -> dict[str, Any]:
+    """kafka-python keyword arguments for the configured security protocol: every client
+    fleetwatch makes (producer, consumer, admin, the topic check's probe) takes these."""
+    out: dict[str, Any] = {"security_protocol": bus.security_protocol}
+    if bus.security_protocol.startswith("SASL"):
+        out["sasl_mechanism"] = bus.sasl_mechanism
+        out["sasl_plain_username"] = bus.sasl_username
+        out["sasl_plain_password"] = bus.sasl_password.reveal()
+    if bus.security_protocol in ("SSL", "SASL_SSL"):
+        if not bus.ssl_check_hostname:  # kafka-python checks it unless told otherwise
+            out["ssl_check_hostname"] = False
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(bus, key):
+                out[key] = getattr(bus, key)
+    return out
+
+
+# Why a broker refused a connection, as fleetwatch says it. kafka-python logs the cause
+# (kafka.net.connection, kafka.net.manager) and then raises only "Unable to bootstrap"
+# once its timeout is over; its log is kept quiet (service.quiet_kafka_client), so the
+# cause is recorded here and named in the BusError instead of "cannot reach".
+def refusal_of(exc: BaseException) -> str | None:
+    """What a connection error says about fleetwatch's settings, or None (a network error)."""
+    if isinstance(exc, kerr.UnsupportedSaslMechanismError):
+        return (f"the broker does not offer this SASL mechanism ({exc}): check "
+                "bus.sasl_mechanism against the broker's sasl.enabled.mechanisms, and "
+                "bus.security_protocol")
+    if isinstance(exc, kerr.SaslAuthenticationFailedError | kerr.IllegalSaslStateError):
+        return (f"SASL authentication failed ({exc}): check bus.sasl_username, "
+                "bus.sasl_password and bus.sasl_mechanism")
+    if isinstance(exc, kerr.AuthorizationError):
+        return f"not authorized ({exc}): check the ACLs of bus.sasl_username"
+    if isinstance(exc, kerr.KafkaConnectionError) and str(exc).startswith(
+            ("Handshake failed", "KafkaConnectionError: Handshake failed")):
+        return (f"the TLS handshake failed ({exc}): check bus.security_protocol, "
+                "bus.ssl_cafile (the CA of the brokers' certificates) and, for a client "
+                "certificate, bus.ssl_certfile and bus.ssl_keyfile")
+    return None
+
+
+class _Refusals(logging.Filter):
+    """Keeps the latest refusal that kafka-python logged (see ``refusal_of``) and lets no
+    record of the loggers it filters through: they print nothing, whatever their
+    ``propagate`` (``service.quiet_kafka_client`` puts it on them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.latest: tuple[float, str] | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            why = refusal_of(arg) if isinstance(arg, BaseException) else None
+            if why is not None:
+                self.latest = (time.monotonic(), why)
+        return False
+
+
+REFUSALS = _Refusals()
+# The loggers that name a failed connection's cause.
+REFUSAL_LOGGERS = ("kafka.net.connection", "kafka.net.manager")
+
+
+def cannot_reach(bootstrap: str, exc: BaseException, since: float) -> str:
+    """The message for a client that could not start at ``bootstrap``: the broker's refusal
+    when one was logged since ``since`` (``time.monotonic()``), else "cannot reach"."""
+    why = refusal_of(exc)
+    latest = REFUSALS.latest
+    if why is None and latest is not None and latest[0] >= since:
+        why = latest[1]
+    if why is not None:
+        return f"Kafka at {bootstrap} refused fleetwatch's connection: {why}"
+    return f"cannot reach Kafka at {bootstrap}: {exc}"
