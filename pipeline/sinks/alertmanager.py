@@ -9,6 +9,14 @@ intervals ahead: Alertmanager resolves an alert whose ``endsAt`` passes, so
 one that is no longer re-sent (this processor died) resolves by itself. A
 resolved alert is posted once with ``endsAt`` = when it resolved.
 
+An XID alert also has the label ``remedy``: the class of its worst code's action
+(``fleetwatch.xids.REMEDIES``: none, restart, reset, drain, reboot, rma). Alertmanager
+dedups notifications by label set and never notifies changed annotations (only at the
+route's repeat_interval), so an escalation (48 "drain and reset", then 64 "RMA") is a new
+label set: notified within the route's group_interval, as a new alert is, while the label
+set posted before is posted resolved at once (``endsAt`` = now) and nothing of it
+lingers. Codes of the same or a lower rank leave the label set as it is: no new page.
+
 The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
 partition moved away (the new owner re-sends them; were they re-sent from
@@ -18,7 +26,9 @@ Muting: an alert muted from its start (silence, inhibition, acknowledgement)
 is never posted. One posted before keeps being re-sent while it fires, muted
 or not (letting it lapse would page "resolved" while it still fires), and
 fleetwatch's silences and acknowledgements are mirrored as Alertmanager
-silences (``am_silences``), so Alertmanager keeps quiet too: when the notifier
+silences (``am_silences``; an acknowledgement's matches its alert whatever its
+``remedy``: the ack holds through an escalation, as for the webhook), so Alertmanager
+keeps quiet too: when the notifier
 hands over the ones it reloaded (``mutes``) and they changed (or ``resend_s`` has
 passed since the last pass, or it failed), and before every re-send of the firing
 alerts (``tick``) and every post that follows a failed one: an Alertmanager that
@@ -52,17 +62,33 @@ from fleetwatch.pipeline.store.base import (
     board_text,
     evidence_value,
 )
+from fleetwatch.xids import remedy
 
 log = logging.getLogger(__name__)
 
 # Prometheus: endsAt = now + 4 * max(resend delay, evaluation interval).
 VALID_FOR_RESENDS = 4
+# XID alerts (``models.xid_events``) carry the label ``remedy``: their action's class.
+XID_RULES, REMEDY = "gpu_xid_", "remedy"
 
 
 def am_labels(alert: Alert) -> dict[str, str]:
     have = labels(alert)
     out = {"alertname": alert.rule}
     out.update({k: v for k, v in have.items() if v and k != "rule"})
+    if alert.rule.startswith(XID_RULES) and alert.evidence and "xid" in alert.evidence:
+        # The class of its worst code's action: an escalation is a new label set, which
+        # Alertmanager notifies (it does not for changed annotations).
+        out[REMEDY] = remedy(int(alert.evidence["xid"]))
+    return out
+
+
+def ack_labels(alert: Alert) -> dict[str, str]:
+    """The labels an acknowledgement's silence matches: the alert's whatever its
+    ``remedy``, as fleetwatch's own ack holds until the alert resolves, however it
+    escalates (so its superseded label set, posted resolved, stays quiet too)."""
+    out = am_labels(alert)
+    out.pop(REMEDY, None)
     return out
 
 
@@ -99,6 +125,9 @@ class AlertmanagerSink:
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
+        # The payload last posted firing, per alert: its label set is the one Alertmanager
+        # has. An XID alert whose ``remedy`` rose since gets that one posted resolved.
+        self._posted: dict[str, dict[str, Any]] = {}
         # adopt and forget may come from another thread than send and tick.
         self._lock = threading.Lock()
         self._last_sent = 0.0
@@ -124,10 +153,14 @@ class AlertmanagerSink:
     def url(self, url: str) -> None:
         self.server = ServerURL.of(url)
 
-    def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
+    def _payload(self, alert: Alert, now: float,
+                 posted: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``posted``: the alert's last firing payload, whose labels a resolved one keeps
+        (Alertmanager never had the label set of an escalation that resolved unposted)."""
         firing = alert.state != "resolved"
         start = alert.fired_ts if alert.fired_ts is not None else alert.started_ts
-        body = {"labels": am_labels(alert), "annotations": am_annotations(alert),
+        labels = am_labels(alert) if firing or posted is None else dict(posted["labels"])
+        body = {"labels": labels, "annotations": am_annotations(alert),
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
                               else max(alert.resolved_ts or now, start))}
@@ -144,7 +177,9 @@ class AlertmanagerSink:
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
         if acked or self._post_failed:  # after a failure, Alertmanager may have restarted
             self._mirror()
-        if resolved or any(n.notify for n in changes):
+        if resolved or any(n.notify for n in changes) or self._superseded():
+            # A label set superseded (an XID alert's remedy rose, acked or not) is resolved
+            # at once, so that nothing of it lingers until its endsAt.
             self._post(resolved)
 
     def _take(self, changes: Sequence[Notice]) -> list[Alert]:
@@ -182,6 +217,7 @@ class AlertmanagerSink:
         with self._lock:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
+                self._posted.pop(alert_id, None)
 
     def mutes(self, silences: Sequence[Silence], acks: Mapping[str, Acknowledgement]) -> None:
         """fleetwatch's silences and acknowledgements as just reloaded: mirror them as
@@ -208,7 +244,7 @@ class AlertmanagerSink:
         with self._lock:
             if self._silences is None:
                 return
-            firing = [(a, am_labels(a)) for a in self._firing.values()]
+            firing = [(a, ack_labels(a)) for a in self._firing.values()]
             wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s)
             owned = {a.id for a, _ in firing} | self._resolved_ids
             resolved_ids = set(self._resolved_ids)
@@ -256,11 +292,23 @@ class AlertmanagerSink:
             return False
         return True
 
+    def _superseded(self) -> bool:
+        """Is a firing alert's label set other than the one last posted (its remedy rose)?"""
+        with self._lock:
+            return any(p["labels"] != am_labels(self._firing[i])
+                       for i, p in self._posted.items() if i in self._firing)
+
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()
         with self._lock:
-            firing = list(self._firing.values())
-        body = [self._payload(a, now) for a in (*firing, *resolved)]
+            firing = {a.id: self._payload(a, now) for a in self._firing.values()}
+            posted = dict(self._posted)
+        # An escalated XID alert: the label set Alertmanager has is resolved now, the new
+        # one fires; Alertmanager notifies that as a new alert in the group.
+        ended = [{**p, "endsAt": iso(now)} for i, p in posted.items()
+                 if i in firing and p["labels"] != firing[i]["labels"]]
+        body = [*firing.values(), *ended,
+                *(self._payload(a, now, posted.get(a.id)) for a in resolved)]
         if body:
             try:
                 post_json(self.server, body, self.timeout_s, "Alertmanager",
@@ -269,6 +317,10 @@ class AlertmanagerSink:
                 self._post_failed = True
                 raise
             self._post_failed = False
+        with self._lock:
+            self._posted.update((i, p) for i, p in firing.items() if i in self._firing)
+            for a in resolved:
+                self._posted.pop(a.id, None)
         self._last_sent = now
 
     def close(self) -> None:

@@ -9,8 +9,10 @@ its muting must reach Alertmanager as silences of its own:
   ``scope=~"gpu|node|rack"`` so that it mutes only fleetwatch's alerts (and is never
   refused for matching everything), from its start to its end;
 * an acknowledgement of a firing alert → a silence of exactly that alert (an equality
-  matcher per label), valid ``ACK_VALID_RESENDS`` resend intervals ahead and renewed by
-  the processor that owns the alert, so one that nobody renews (the owner died, the
+  matcher per label but an XID alert's ``remedy``, so that the ack holds when the alert
+  escalates, as it does for fleetwatch's own sinks: ``alertmanager.ack_labels``), valid
+  ``ACK_VALID_RESENDS`` resend intervals ahead and renewed by the processor that owns the
+  alert, so one that nobody renews (the owner died, the
   alert resolved meanwhile) lapses by itself, as the alert does; the owner expires it
   as soon as the alert resolves, so that its "resolved" is not muted.
 
