@@ -16,6 +16,10 @@ route's repeat_interval), so an escalation (48 "drain and reset", then 64 "RMA")
 label set: notified within the route's group_interval, as a new alert is, while the label
 set posted before is posted resolved at once (``endsAt`` = now) and nothing of it
 lingers. Codes of the same or a lower rank leave the label set as it is: no new page.
+An XID alert taken over (``adopt``) keeps the label set Alertmanager has it under (one
+``GET /api/v2/alerts``): an older release's, without ``remedy``, until its remedy rises
+(an upgrade pages nobody); a lower remedy's, whose escalation its owner stored but never
+posted, is resolved and the escalation notified.
 
 The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
@@ -50,68 +54,27 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import Notice, labels
+from fleetwatch.pipeline.silences import Notice
+from fleetwatch.pipeline.sinks.am_payload import (
+    REMEDY,
+    XID_RULES,
+    ack_labels,
+    am_annotations,
+    am_labels,
+    posted_sets,
+)
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
-from fleetwatch.pipeline.store.base import (
-    Acknowledgement,
-    Alert,
-    Silence,
-    board,
-    board_text,
-    evidence_value,
-)
-from fleetwatch.xids import remedy
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+__all__ = ["VALID_FOR_RESENDS", "AlertmanagerSink", "ack_labels", "am_annotations",
+           "am_labels"]
 
 log = logging.getLogger(__name__)
 
 # Prometheus: endsAt = now + 4 * max(resend delay, evaluation interval).
 VALID_FOR_RESENDS = 4
-# XID alerts (``models.xid_events``) carry the label ``remedy``: their action's class.
-XID_RULES, REMEDY = "gpu_xid_", "remedy"
-
-
-def am_labels(alert: Alert) -> dict[str, str]:
-    have = labels(alert)
-    out = {"alertname": alert.rule}
-    out.update({k: v for k, v in have.items() if v and k != "rule"})
-    if alert.rule.startswith(XID_RULES) and alert.evidence and "xid" in alert.evidence:
-        # The class of its worst code's action: an escalation is a new label set, which
-        # Alertmanager notifies (it does not for changed annotations).
-        out[REMEDY] = remedy(int(alert.evidence["xid"]))
-    return out
-
-
-def ack_labels(alert: Alert) -> dict[str, str]:
-    """The labels an acknowledgement's silence matches: the alert's whatever its
-    ``remedy``, as fleetwatch's own ack holds until the alert resolves, however it
-    escalates (so its superseded label set, posted resolved, stays quiet too)."""
-    out = am_labels(alert)
-    out.pop(REMEDY, None)
-    return out
-
-
-def am_annotations(alert: Alert) -> dict[str, str]:
-    where = alert.node or f"rack {alert.rack}"
-    if alert.device.startswith("gpu"):
-        where = f"{alert.device} on {alert.node} (rack {alert.rack})"
-    since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
-    evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
-    out = {"summary": alert.message,
-           "description": f"{alert.message}; {where}, since {since}"
-                          + (f"; evidence: {evidence}" if evidence else ""),
-           "value": f"{alert.value:g}"}
-    if evidence:
-        out["evidence"] = evidence
-    if alert.action:
-        out["action"] = alert.action
-    # The board as annotations, not labels: a label that changes with the board would
-    # split Alertmanager's groups and break silences on a slot.
-    out.update(board(alert))
-    if board_text(alert):
-        out["description"] += f"; board: {board_text(alert)}"
-    return out
 
 
 class AlertmanagerSink:
@@ -128,6 +91,10 @@ class AlertmanagerSink:
         # The payload last posted firing, per alert: its label set is the one Alertmanager
         # has. An XID alert whose ``remedy`` rose since gets that one posted resolved.
         self._posted: dict[str, dict[str, Any]] = {}
+        # Adopted XID alerts that Alertmanager has under a label set without ``remedy`` (an
+        # older release posted them): (that label set, the remedy when adopted). Re-sent
+        # under it, so an upgrade pages nobody, until the remedy rises.
+        self._pinned: dict[str, tuple[dict[str, str], str]] = {}
         # adopt and forget may come from another thread than send and tick.
         self._lock = threading.Lock()
         self._last_sent = 0.0
@@ -159,7 +126,7 @@ class AlertmanagerSink:
         (Alertmanager never had the label set of an escalation that resolved unposted)."""
         firing = alert.state != "resolved"
         start = alert.fired_ts if alert.fired_ts is not None else alert.started_ts
-        labels = am_labels(alert) if firing or posted is None else dict(posted["labels"])
+        labels = self._labels(alert) if firing or posted is None else dict(posted["labels"])
         body = {"labels": labels, "annotations": am_annotations(alert),
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
@@ -200,16 +167,57 @@ class AlertmanagerSink:
                 self._firing[a.id] = a
         return resolved
 
+    def _labels(self, alert: Alert) -> dict[str, str]:
+        """The labels to post a firing alert under: ``am_labels``, or the label set it was
+        adopted under while its remedy has not risen since (``_pinned``)."""
+        labels = am_labels(alert)
+        pin = self._pinned.get(alert.id)
+        if pin is None:
+            return labels
+        if labels.get(REMEDY) == pin[1]:
+            return dict(pin[0])
+        del self._pinned[alert.id]  # escalated: posted under the new set, the pinned one ended
+        return labels
+
     def adopt(self, alerts: Sequence[Notice | Alert]) -> None:
         """Keep re-sending these firing alerts (open before this process started, or of
         nodes whose partition this processor took over), muted or not: they may have been
-        posted before, and their muting is mirrored as Alertmanager silences."""
+        posted before, and their muting is mirrored as Alertmanager silences. An XID alert
+        keeps the label set Alertmanager has it under (``_adopt_labels``)."""
+        adopted = [a for a in (i.alert if isinstance(i, Notice) else i for i in alerts)
+                   if a.state == "firing"]
+        had = self._adopt_labels([a for a in adopted if REMEDY in am_labels(a)])
         with self._lock:
-            for item in alerts:
-                a = item.alert if isinstance(item, Notice) else item
-                if a.state == "firing":
-                    self._firing[a.id] = a
+            for a in adopted:
+                self._firing[a.id] = a
+                if a.id in had:
+                    # What Alertmanager has: ended when the posted set differs (at once for
+                    # a lower remedy, whose escalation is yet to be heard).
+                    labels = had[a.id]
+                    self._posted[a.id] = {"labels": labels, "annotations": am_annotations(a),
+                                          "startsAt": iso(a.started_ts if a.fired_ts is None
+                                                          else a.fired_ts)}
+                    if REMEDY not in labels:
+                        self._pinned[a.id] = (labels, am_labels(a)[REMEDY])
             self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
+
+    def _adopt_labels(self, xid_alerts: Sequence[Alert]) -> dict[str, dict[str, str]]:
+        """Of these adopted XID alerts, those Alertmanager has under other labels than
+        ``am_labels``: alert id -> the labels it has. Without ``remedy``: posted by an older
+        release, kept (pinned) until the remedy rises, so an upgrade pages nobody. With a
+        lower one: the escalation was stored but its post never went through (the owner
+        died): that set is posted resolved and the new one notified. One GET; if it fails,
+        none (the alerts are posted under ``am_labels``)."""
+        if not xid_alerts:
+            return {}
+        try:
+            have = self.silence_api.alerts(f'alertname=~"{XID_RULES}.*"')
+        except SinkError as exc:
+            log.warning("could not read Alertmanager's XID alerts to keep the label sets of "
+                        "the adopted ones (an older release's are notified again with the "
+                        "label remedy): %s", exc)
+            return {}
+        return posted_sets(xid_alerts, have)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Stop re-sending the alerts of these nodes: another processor owns them now."""
@@ -218,6 +226,7 @@ class AlertmanagerSink:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
                 self._posted.pop(alert_id, None)
+                self._pinned.pop(alert_id, None)
 
     def mutes(self, silences: Sequence[Silence], acks: Mapping[str, Acknowledgement]) -> None:
         """fleetwatch's silences and acknowledgements as just reloaded: mirror them as
@@ -295,7 +304,7 @@ class AlertmanagerSink:
     def _superseded(self) -> bool:
         """Is a firing alert's label set other than the one last posted (its remedy rose)?"""
         with self._lock:
-            return any(p["labels"] != am_labels(self._firing[i])
+            return any(p["labels"] != self._labels(self._firing[i])
                        for i, p in self._posted.items() if i in self._firing)
 
     def _post(self, resolved: Sequence[Alert]) -> None:
@@ -321,6 +330,7 @@ class AlertmanagerSink:
             self._posted.update((i, p) for i, p in firing.items() if i in self._firing)
             for a in resolved:
                 self._posted.pop(a.id, None)
+                self._pinned.pop(a.id, None)
         self._last_sent = now
 
     def close(self) -> None:

@@ -243,6 +243,16 @@ class AlertmanagerSilences:
             raise SinkError(f"Alertmanager GET {self.base}/silences: expected a list")
         return got
 
+    def alerts(self, matcher: str) -> list[dict[str, Any]]:
+        """The alerts Alertmanager has (active, silenced or inhibited) that ``matcher``
+        (e.g. ``alertname=~"gpu_xid_.*"``) selects: the label sets an adopted alert was
+        posted under (``AlertmanagerSink.adopt``). Read up to ``SILENCES_LIMIT``."""
+        got = self._call("GET", "/alerts?filter=" + urllib.parse.quote(matcher, safe=""),
+                         SILENCES_LIMIT)
+        if not isinstance(got, list):
+            raise SinkError(f"Alertmanager GET {self.base}/alerts: expected a list")
+        return got
+
     def put(self, body: dict[str, Any]) -> None:
         """Create a silence, or (``id`` in ``body``) change one; Alertmanager replaces a
         silence whose matchers or start change by a new one."""

@@ -33,16 +33,16 @@ from tests.sinks.test_xid_alert_updates import xid_frame
 T0 = 1_000_000.0
 
 
-def xid_alert(*codes: int, state: str = "firing", node: str = "n1") -> Alert:
+def xid_alert(*codes: int, state: str = "firing", node: str = "n1", t0: float = T0) -> Alert:
     """The critical XID alert of GPU 3 with these codes seen (one each, a second apart)."""
-    seen = {c: [1.0, T0 + i, T0 + i] for i, c in enumerate(codes)}
+    seen = {c: [1.0, t0 + i, t0 + i] for i, c in enumerate(codes)}
     evidence = xid_evidence(seen)
     evidence[REVISION], evidence[RANK] = float(len(codes)), float(
         describe(int(evidence["xid"])).rank)
     return Alert(f"gpu_xid_critical/c/{node}/gpu3/1", "gpu_xid_critical", "critical", "c",
-                 "r1", node, "gpu3", state, T0, T0 + len(codes), evidence["xid"],
-                 f"XID {codes}", evidence=evidence, fired_ts=T0,
-                 resolved_ts=T0 + 99 if state == "resolved" else None)
+                 "r1", node, "gpu3", state, t0, t0 + len(codes), evidence["xid"],
+                 f"XID {codes}", evidence=evidence, fired_ts=t0,
+                 resolved_ts=t0 + 99 if state == "resolved" else None)
 
 
 class Posts:
@@ -160,9 +160,20 @@ def test_an_acked_alert_that_escalates_is_resolved_and_posted_at_once(posts: Pos
     assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
 
 
+def _has(s: AlertmanagerSink, *label_sets: dict[str, str]) -> None:
+    """Alertmanager, asked by ``adopt``, has these label sets."""
+    s.silence_api.alerts = lambda matcher: [{"labels": lab} for lab in label_sets]  # type: ignore[method-assign]
+
+
+def legacy(alert: Alert) -> dict[str, str]:
+    """The labels an older release posted the alert under: no remedy."""
+    return ack_labels(alert)
+
+
 def test_an_adopted_alert_keeps_its_label_set_and_a_forgotten_one_is_dropped(
         posts: Posts) -> None:
     s = sink()
+    _has(s, am_labels(xid_alert(48, 64)))
     s.adopt([Notice(xid_alert(48, 64))])       # a restart: AM has what the store says
     s.tick()
     assert posts.last() == [("rma", "firing")]
@@ -300,3 +311,111 @@ def test_an_acked_alert_that_escalates_stays_quiet_as_on_the_webhook(
     finally:
         notifier.close()
         hook.close()
+
+
+def test_an_older_releases_alert_keeps_its_label_set_until_it_escalates(
+        posts: Posts) -> None:
+    """Upgrading pages nobody: Alertmanager has the alert without remedy, so it is re-sent
+    so; a worse code later ends that set and fires the new one."""
+    s = sink()
+    _has(s, legacy(xid_alert(48)), am_labels(xid_alert(48, node="other")))
+    s.adopt([Notice(xid_alert(48))])
+    s.tick()
+    assert posts.last() == [("", "firing")]
+    s.send([Notice(xid_alert(48, 46))])       # the same rank: still the older set
+    assert posts.last() == [("", "firing")]
+    s.send([Notice(xid_alert(48, 46, 64))])
+    assert posts.last() == [("rma", "firing"), ("", "resolved")]
+    assert posts.bodies[-1][1]["labels"] == legacy(xid_alert(48))
+    s.send([Notice(xid_alert(48, 46, 64, state="resolved"))])
+    assert posts.last() == [("rma", "resolved")]
+
+
+def test_an_adopted_older_releases_alert_that_resolves_resolves_its_set(posts: Posts) -> None:
+    s = sink()
+    _has(s, legacy(xid_alert(48)))
+    s.adopt([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, state="resolved"))])
+    assert posts.last() == [("", "resolved")]
+
+
+def test_an_escalation_stored_but_never_posted_is_notified_by_the_adopter(
+        posts: Posts) -> None:
+    """The owner stored 64 and died before its post: Alertmanager still has 48's set."""
+    s = sink()
+    _has(s, am_labels(xid_alert(48)))
+    s.adopt([Notice(xid_alert(48, 64))])
+    s.tick()
+    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
+    s._last_sent = float("-inf")
+    s.tick()
+    assert posts.last() == [("rma", "firing")]
+
+
+def test_an_adopted_alert_is_posted_with_its_remedy_when_alertmanager_cannot_say(
+        posts: Posts) -> None:
+    s = sink()                                  # http://127.0.0.1:1: nothing listens
+    s.adopt([Notice(xid_alert(48))])
+    s.tick()
+    assert posts.last() == [("drain", "firing")]
+
+
+def _post_raw(am: Server, labels: dict[str, str], start: float) -> None:
+    """Post an alert as an older release did (its labels, no remedy)."""
+    import json
+    import urllib.request
+
+    body = [{"labels": labels, "annotations": {"summary": "XID 48"}, "startsAt": iso(start),
+             "endsAt": iso(time.time() + 240)}]
+    req = urllib.request.Request(f"http://{am.address}/api/v2/alerts",
+                                 data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    urllib.request.urlopen(req, timeout=5).close()
+
+
+def test_a_partition_move_re_pages_nobody_and_a_stored_escalation_is_heard(
+        hooked: tuple[Server, Receiver]) -> None:
+    """Another processor adopts the alert: the same label set, no notification. One that
+    adopts an escalation its owner stored but never posted notifies it, 48's set resolved."""
+    am, receiver = hooked
+    node = f"node-move-{time.time_ns()}"
+    t0 = time.time() - 60
+    owner = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    owner.send([Notice(xid_alert(48, node=node, t0=t0))])
+    assert until(lambda: notified(receiver, node))
+    owner.forget([node])
+    adopter = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    adopter.adopt([Notice(xid_alert(48, node=node, t0=t0))])
+    adopter.tick()
+    time.sleep(4.5)
+    assert len(notified(receiver, node)) == 1
+    (live,) = active(am, node)
+    assert live["labels"] == am_labels(xid_alert(48, node=node, t0=t0))
+    again = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    again.adopt([Notice(xid_alert(48, 64, node=node, t0=t0))])  # stored, never posted
+    again.tick()
+    assert until(lambda: len(notified(receiver, node)) == 2)
+    got = {(a["labels"]["remedy"], a["status"]) for a in notified(receiver, node)[1]["alerts"]}
+    assert got == {("rma", "firing"), ("drain", "resolved")}
+    assert [a["labels"]["remedy"] for a in active(am, node)] == ["rma"]
+
+
+def test_an_upgrade_keeps_an_older_releases_label_set_until_the_alert_escalates(
+        hooked: tuple[Server, Receiver]) -> None:
+    am, receiver = hooked
+    node = f"node-upgrade-{time.time_ns()}"
+    t0 = time.time() - 60
+    _post_raw(am, legacy(xid_alert(48, node=node, t0=t0)), t0)
+    assert until(lambda: notified(receiver, node))
+    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    sink.adopt([Notice(xid_alert(48, node=node, t0=t0))])
+    sink.tick()
+    time.sleep(4.5)
+    assert len(notified(receiver, node)) == 1
+    (live,) = active(am, node)
+    assert "remedy" not in live["labels"] and live["annotations"]["summary"] != "XID 48"
+    sink.send([Notice(xid_alert(48, 64, node=node, t0=t0))])
+    assert until(lambda: len(notified(receiver, node)) == 2)
+    got = {(a["labels"].get("remedy", ""), a["status"])
+           for a in notified(receiver, node)[1]["alerts"]}
+    assert got == {("rma", "firing"), ("", "resolved")}
