@@ -308,6 +308,8 @@ def test_an_acked_alert_that_escalates_stays_quiet_as_on_the_webhook(
         assert len(notified(receiver, node)) == 1
         assert [a["evidence"]["xid"] for b in hook.bodies for g in b["groups"]  # type: ignore
                 for a in g["alerts"]] == [48]
+        (stored,) = processor.store.alerts()
+        assert "RMA" in stored.action
     finally:
         notifier.close()
         hook.close()
@@ -419,3 +421,54 @@ def test_an_upgrade_keeps_an_older_releases_label_set_until_the_alert_escalates(
     got = {(a["labels"].get("remedy", ""), a["status"])
            for a in notified(receiver, node)[1]["alerts"]}
     assert got == {("rma", "firing"), ("", "resolved")}
+
+
+def test_rmas_can_be_routed_to_the_hardware_team(tmp_path: Path) -> None:
+    """The README's route, added to deploy/alertmanager/alertmanager.yml: an XID 64 goes to
+    the hardware team and the pager, an XID 48 to the pager only."""
+    import yaml
+
+    from tests.sinks.test_alertmanager_routing import CONFIG, amtool
+
+    config = yaml.safe_load(CONFIG.read_text())
+    config["route"]["routes"].insert(0, {"matchers": ['remedy="rma"'],
+                                         "receiver": "gpu-hardware", "continue": True})
+    config["receivers"].append({"name": "gpu-hardware", "webhook_configs": [
+        {"url": "http://127.0.0.1:9099/gpu-hardware"}]})
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(yaml.safe_dump(config))
+    assert "SUCCESS" in amtool("check-config", str(path))
+
+    def receivers(alert: Alert) -> str:
+        return amtool("config", "routes", "test", f"--config.file={path}",
+                      *(f"{k}={v}" for k, v in am_labels(alert).items()))
+
+    assert receivers(xid_alert(48, 64)) == "gpu-hardware,gpu-ops-pager"
+    assert receivers(xid_alert(48)) == "gpu-ops-pager"
+
+
+def test_deploys_inhibit_rules_cover_an_xid_alert_whatever_its_remedy(tmp_path: Path) -> None:
+    """A silent node's alert inhibits its GPUs' XID alerts, before and after 64 joins."""
+    import shutil
+
+    from tests.sinks.test_alertmanager_routing import CONFIG
+
+    config = tmp_path / "alertmanager.yml"
+    shutil.copy(CONFIG, config)
+    server = alertmanager(tmp_path, config=config).start()
+    try:
+        node, t0 = f"node-inhibit-{time.time_ns()}", time.time() - 60
+        silent = Alert(f"node_silent/c/{node}/host/1", "node_silent", "critical", "c", "r1",
+                       node, "host", "firing", t0, t0, 1.0, "silent", fired_ts=t0)
+        sink = AlertmanagerSink(f"http://{server.address}", resend_s=60.0)
+        sink.send([Notice(silent), Notice(xid_alert(48, node=node, t0=t0))])
+        for codes in ((48,), (48, 64)):
+            sink.send([Notice(xid_alert(*codes, node=node, t0=t0))])
+            want = am_labels(xid_alert(*codes, node=node, t0=t0))["remedy"]
+            got = until(lambda w=want: [a for a in active(server, node)
+                                        if a["labels"].get("remedy") == w
+                                        and a["status"]["inhibitedBy"]])
+            assert got, f"{want} not inhibited"
+        assert sorted(a["labels"].get("remedy", "") for a in active(server, node)) == ["", "rma"]
+    finally:
+        server.stop()
