@@ -144,7 +144,8 @@ class AlertmanagerSink:
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
         if acked or self._post_failed:  # after a failure, Alertmanager may have restarted
             self._mirror()
-        if resolved or any(n.notify for n in changes) or self._superseded():
+        if (resolved or any(n.notify for n in changes)
+                or self._superseded({n.alert.id for n in changes})):
             # A label set superseded (an XID alert's remedy rose, acked or not) is resolved
             # at once, so that nothing of it lingers until its endsAt.
             self._post(resolved)
@@ -301,23 +302,23 @@ class AlertmanagerSink:
             return False
         return True
 
-    def _superseded(self) -> bool:
-        """Is a firing alert's label set other than the one last posted (its remedy rose)?"""
+    def _superseded(self, ids: set[str]) -> bool:
+        """Is the label set of one of these firing alerts other than the one last posted
+        (its remedy rose)?"""
         with self._lock:
-            return any(p["labels"] != self._labels(self._firing[i])
-                       for i, p in self._posted.items() if i in self._firing)
+            return any(self._posted[i]["labels"] != self._labels(self._firing[i])
+                       for i in ids if i in self._posted and i in self._firing)
 
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()
         with self._lock:
             firing = {a.id: self._payload(a, now) for a in self._firing.values()}
-            posted = dict(self._posted)
-        # An escalated XID alert: the label set Alertmanager has is resolved now, the new
-        # one fires; Alertmanager notifies that as a new alert in the group.
-        ended = [{**p, "endsAt": iso(now)} for i, p in posted.items()
-                 if i in firing and p["labels"] != firing[i]["labels"]]
-        body = [*firing.values(), *ended,
-                *(self._payload(a, now, posted.get(a.id)) for a in resolved)]
+            # An escalated XID alert: the label set Alertmanager has is resolved now, the
+            # new one fires; Alertmanager notifies that as a new alert in the group.
+            ended = [{**p, "endsAt": iso(now)} for i, p in self._posted.items()
+                     if i in firing and p["labels"] != firing[i]["labels"]]
+            ends = [self._payload(a, now, self._posted.get(a.id)) for a in resolved]
+        body = [*firing.values(), *ended, *ends]
         if body:
             try:
                 post_json(self.server, body, self.timeout_s, "Alertmanager",
