@@ -19,6 +19,11 @@ Severity = Literal["info", "warning", "critical"]
 SEVERITIES: tuple[str, ...] = ("info", "warning", "critical")
 _COLUMNS = ["code", "name", "severity", "rank", "action", "meaning"]
 RANK_RMA = 6  # the top of the rank scale: the GPU needs service (see xids.csv)
+# The class of action of each rank (xids.csv's comments), as the ``remedy`` label that the
+# Alertmanager sink gives an XID alert: a label, so that an escalation is a new alert there
+# (notified at once) and routes may send an RMA to the hardware team. Rank 3 is not used.
+REMEDIES: dict[int, str] = {0: "none", 1: "restart", 2: "reset", 4: "drain", 5: "reboot",
+                            RANK_RMA: "rma"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +92,12 @@ def describe(code: int) -> Xid:
     return Xid(code, f"XID {code}", "warning", 1,
                "Look it up in NVIDIA's Xid catalog (docs.nvidia.com/deploy/xid-errors)",
                "An XID this table does not describe")
+
+
+def remedy(code: int) -> str:
+    """The class of the XID's action (``REMEDIES``), e.g. ``rma`` for XID 64."""
+    rank = describe(code).rank
+    return REMEDIES.get(rank, f"rank{rank}")
 
 
 # -- an XID alert's codes, as its evidence keeps them ------------------------------------

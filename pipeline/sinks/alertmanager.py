@@ -9,6 +9,18 @@ intervals ahead: Alertmanager resolves an alert whose ``endsAt`` passes, so
 one that is no longer re-sent (this processor died) resolves by itself. A
 resolved alert is posted once with ``endsAt`` = when it resolved.
 
+An XID alert also has the label ``remedy``: the class of its worst code's action
+(``fleetwatch.xids.REMEDIES``: none, restart, reset, drain, reboot, rma). Alertmanager
+dedups notifications by label set and never notifies changed annotations (only at the
+route's repeat_interval), so an escalation (48 "drain and reset", then 64 "RMA") is a new
+label set: notified within the route's group_interval, as a new alert is, while the label
+set posted before is posted resolved at once (``endsAt`` = now) and nothing of it
+lingers. Codes of the same or a lower rank leave the label set as it is: no new page.
+An XID alert taken over (``adopt``) keeps the label set Alertmanager has it under (one
+``GET /api/v2/alerts``): an older release's, without ``remedy``, until its remedy rises
+(an upgrade pages nobody); a lower remedy's, whose escalation its owner stored but never
+posted, is resolved and the escalation notified.
+
 The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
 partition moved away (the new owner re-sends them; were they re-sent from
@@ -18,7 +30,9 @@ Muting: an alert muted from its start (silence, inhibition, acknowledgement)
 is never posted. One posted before keeps being re-sent while it fires, muted
 or not (letting it lapse would page "resolved" while it still fires), and
 fleetwatch's silences and acknowledgements are mirrored as Alertmanager
-silences (``am_silences``), so Alertmanager keeps quiet too: when the notifier
+silences (``am_silences``; an acknowledgement's matches its alert whatever its
+``remedy``: the ack holds through an escalation, as for the webhook), so Alertmanager
+keeps quiet too: when the notifier
 hands over the ones it reloaded (``mutes``) and they changed (or ``resend_s`` has
 passed since the last pass, or it failed), and before every re-send of the firing
 alerts (``tick``) and every post that follows a failed one: an Alertmanager that
@@ -40,52 +54,27 @@ import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import Notice, labels
+from fleetwatch.pipeline.silences import Notice
+from fleetwatch.pipeline.sinks.am_payload import (
+    REMEDY,
+    XID_RULES,
+    ack_labels,
+    am_annotations,
+    am_labels,
+    posted_sets,
+)
 from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
-from fleetwatch.pipeline.store.base import (
-    Acknowledgement,
-    Alert,
-    Silence,
-    board,
-    board_text,
-    evidence_value,
-)
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+
+__all__ = ["VALID_FOR_RESENDS", "AlertmanagerSink", "ack_labels", "am_annotations",
+           "am_labels"]
 
 log = logging.getLogger(__name__)
 
 # Prometheus: endsAt = now + 4 * max(resend delay, evaluation interval).
 VALID_FOR_RESENDS = 4
-
-
-def am_labels(alert: Alert) -> dict[str, str]:
-    have = labels(alert)
-    out = {"alertname": alert.rule}
-    out.update({k: v for k, v in have.items() if v and k != "rule"})
-    return out
-
-
-def am_annotations(alert: Alert) -> dict[str, str]:
-    where = alert.node or f"rack {alert.rack}"
-    if alert.device.startswith("gpu"):
-        where = f"{alert.device} on {alert.node} (rack {alert.rack})"
-    since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
-    evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
-    out = {"summary": alert.message,
-           "description": f"{alert.message}; {where}, since {since}"
-                          + (f"; evidence: {evidence}" if evidence else ""),
-           "value": f"{alert.value:g}"}
-    if evidence:
-        out["evidence"] = evidence
-    if alert.action:
-        out["action"] = alert.action
-    # The board as annotations, not labels: a label that changes with the board would
-    # split Alertmanager's groups and break silences on a slot.
-    out.update(board(alert))
-    if board_text(alert):
-        out["description"] += f"; board: {board_text(alert)}"
-    return out
 
 
 class AlertmanagerSink:
@@ -99,6 +88,13 @@ class AlertmanagerSink:
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
+        # The payload last posted firing, per alert: its label set is the one Alertmanager
+        # has. An XID alert whose ``remedy`` rose since gets that one posted resolved.
+        self._posted: dict[str, dict[str, Any]] = {}
+        # Adopted XID alerts that Alertmanager has under a label set without ``remedy`` (an
+        # older release posted them): (that label set, the remedy when adopted). Re-sent
+        # under it, so an upgrade pages nobody, until the remedy rises.
+        self._pinned: dict[str, tuple[dict[str, str], str]] = {}
         # adopt and forget may come from another thread than send and tick.
         self._lock = threading.Lock()
         self._last_sent = 0.0
@@ -124,10 +120,14 @@ class AlertmanagerSink:
     def url(self, url: str) -> None:
         self.server = ServerURL.of(url)
 
-    def _payload(self, alert: Alert, now: float) -> dict[str, Any]:
+    def _payload(self, alert: Alert, now: float,
+                 posted: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """``posted``: the alert's last firing payload, whose labels a resolved one keeps
+        (Alertmanager never had the label set of an escalation that resolved unposted)."""
         firing = alert.state != "resolved"
         start = alert.fired_ts if alert.fired_ts is not None else alert.started_ts
-        body = {"labels": am_labels(alert), "annotations": am_annotations(alert),
+        labels = self._labels(alert) if firing or posted is None else dict(posted["labels"])
+        body = {"labels": labels, "annotations": am_annotations(alert),
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
                               else max(alert.resolved_ts or now, start))}
@@ -144,7 +144,10 @@ class AlertmanagerSink:
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
         if acked or self._post_failed:  # after a failure, Alertmanager may have restarted
             self._mirror()
-        if resolved or any(n.notify for n in changes):
+        if (resolved or any(n.notify for n in changes)
+                or self._superseded({n.alert.id for n in changes})):
+            # A label set superseded (an XID alert's remedy rose, acked or not) is resolved
+            # at once, so that nothing of it lingers until its endsAt.
             self._post(resolved)
 
     def _take(self, changes: Sequence[Notice]) -> list[Alert]:
@@ -165,16 +168,57 @@ class AlertmanagerSink:
                 self._firing[a.id] = a
         return resolved
 
+    def _labels(self, alert: Alert) -> dict[str, str]:
+        """The labels to post a firing alert under: ``am_labels``, or the label set it was
+        adopted under while its remedy has not risen since (``_pinned``)."""
+        labels = am_labels(alert)
+        pin = self._pinned.get(alert.id)
+        if pin is None:
+            return labels
+        if labels.get(REMEDY) == pin[1]:
+            return dict(pin[0])
+        del self._pinned[alert.id]  # escalated: posted under the new set, the pinned one ended
+        return labels
+
     def adopt(self, alerts: Sequence[Notice | Alert]) -> None:
         """Keep re-sending these firing alerts (open before this process started, or of
         nodes whose partition this processor took over), muted or not: they may have been
-        posted before, and their muting is mirrored as Alertmanager silences."""
+        posted before, and their muting is mirrored as Alertmanager silences. An XID alert
+        keeps the label set Alertmanager has it under (``_adopt_labels``)."""
+        adopted = [a for a in (i.alert if isinstance(i, Notice) else i for i in alerts)
+                   if a.state == "firing"]
+        had = self._adopt_labels([a for a in adopted if REMEDY in am_labels(a)])
         with self._lock:
-            for item in alerts:
-                a = item.alert if isinstance(item, Notice) else item
-                if a.state == "firing":
-                    self._firing[a.id] = a
+            for a in adopted:
+                self._firing[a.id] = a
+                if a.id in had:
+                    # What Alertmanager has: ended when the posted set differs (at once for
+                    # a lower remedy, whose escalation is yet to be heard).
+                    labels = had[a.id]
+                    self._posted[a.id] = {"labels": labels, "annotations": am_annotations(a),
+                                          "startsAt": iso(a.started_ts if a.fired_ts is None
+                                                          else a.fired_ts)}
+                    if REMEDY not in labels:
+                        self._pinned[a.id] = (labels, am_labels(a)[REMEDY])
             self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
+
+    def _adopt_labels(self, xid_alerts: Sequence[Alert]) -> dict[str, dict[str, str]]:
+        """Of these adopted XID alerts, those Alertmanager has under other labels than
+        ``am_labels``: alert id -> the labels it has. Without ``remedy``: posted by an older
+        release, kept (pinned) until the remedy rises, so an upgrade pages nobody. With a
+        lower one: the escalation was stored but its post never went through (the owner
+        died): that set is posted resolved and the new one notified. One GET; if it fails,
+        none (the alerts are posted under ``am_labels``)."""
+        if not xid_alerts:
+            return {}
+        try:
+            have = self.silence_api.alerts(f'alertname=~"{XID_RULES}.*"')
+        except SinkError as exc:
+            log.warning("could not read Alertmanager's XID alerts to keep the label sets of "
+                        "the adopted ones (an older release's are notified again with the "
+                        "label remedy): %s", exc)
+            return {}
+        return posted_sets(xid_alerts, have)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Stop re-sending the alerts of these nodes: another processor owns them now."""
@@ -182,6 +226,8 @@ class AlertmanagerSink:
         with self._lock:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
+                self._posted.pop(alert_id, None)
+                self._pinned.pop(alert_id, None)
 
     def mutes(self, silences: Sequence[Silence], acks: Mapping[str, Acknowledgement]) -> None:
         """fleetwatch's silences and acknowledgements as just reloaded: mirror them as
@@ -208,7 +254,7 @@ class AlertmanagerSink:
         with self._lock:
             if self._silences is None:
                 return
-            firing = [(a, am_labels(a)) for a in self._firing.values()]
+            firing = [(a, ack_labels(a)) for a in self._firing.values()]
             wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s)
             owned = {a.id for a, _ in firing} | self._resolved_ids
             resolved_ids = set(self._resolved_ids)
@@ -256,11 +302,23 @@ class AlertmanagerSink:
             return False
         return True
 
+    def _superseded(self, ids: set[str]) -> bool:
+        """Is the label set of one of these firing alerts other than the one last posted
+        (its remedy rose)?"""
+        with self._lock:
+            return any(self._posted[i]["labels"] != self._labels(self._firing[i])
+                       for i in ids if i in self._posted and i in self._firing)
+
     def _post(self, resolved: Sequence[Alert]) -> None:
         now = self.clock()
         with self._lock:
-            firing = list(self._firing.values())
-        body = [self._payload(a, now) for a in (*firing, *resolved)]
+            firing = {a.id: self._payload(a, now) for a in self._firing.values()}
+            # An escalated XID alert: the label set Alertmanager has is resolved now, the
+            # new one fires; Alertmanager notifies that as a new alert in the group.
+            ended = [{**p, "endsAt": iso(now)} for i, p in self._posted.items()
+                     if i in firing and p["labels"] != firing[i]["labels"]]
+            ends = [self._payload(a, now, self._posted.get(a.id)) for a in resolved]
+        body = [*firing.values(), *ended, *ends]
         if body:
             try:
                 post_json(self.server, body, self.timeout_s, "Alertmanager",
@@ -269,6 +327,11 @@ class AlertmanagerSink:
                 self._post_failed = True
                 raise
             self._post_failed = False
+        with self._lock:
+            self._posted.update((i, p) for i, p in firing.items() if i in self._firing)
+            for a in resolved:
+                self._posted.pop(a.id, None)
+                self._pinned.pop(a.id, None)
         self._last_sent = now
 
     def close(self) -> None:

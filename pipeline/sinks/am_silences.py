@@ -9,8 +9,10 @@ its muting must reach Alertmanager as silences of its own:
   ``scope=~"gpu|node|rack"`` so that it mutes only fleetwatch's alerts (and is never
   refused for matching everything), from its start to its end;
 * an acknowledgement of a firing alert → a silence of exactly that alert (an equality
-  matcher per label), valid ``ACK_VALID_RESENDS`` resend intervals ahead and renewed by
-  the processor that owns the alert, so one that nobody renews (the owner died, the
+  matcher per label but an XID alert's ``remedy``, so that the ack holds when the alert
+  escalates, as it does for fleetwatch's own sinks: ``alertmanager.ack_labels``), valid
+  ``ACK_VALID_RESENDS`` resend intervals ahead and renewed by the processor that owns the
+  alert, so one that nobody renews (the owner died, the
   alert resolved meanwhile) lapses by itself, as the alert does; the owner expires it
   as soon as the alert resolves, so that its "resolved" is not muted.
 
@@ -239,6 +241,16 @@ class AlertmanagerSilences:
         got = self._call("GET", "/silences", SILENCES_LIMIT)
         if not isinstance(got, list):
             raise SinkError(f"Alertmanager GET {self.base}/silences: expected a list")
+        return got
+
+    def alerts(self, matcher: str) -> list[dict[str, Any]]:
+        """The alerts Alertmanager has (active, silenced or inhibited) that ``matcher``
+        (e.g. ``alertname=~"gpu_xid_.*"``) selects: the label sets an adopted alert was
+        posted under (``AlertmanagerSink.adopt``). Read up to ``SILENCES_LIMIT``."""
+        got = self._call("GET", "/alerts?filter=" + urllib.parse.quote(matcher, safe=""),
+                         SILENCES_LIMIT)
+        if not isinstance(got, list):
+            raise SinkError(f"Alertmanager GET {self.base}/alerts: expected a list")
         return got
 
     def put(self, body: dict[str, Any]) -> None:

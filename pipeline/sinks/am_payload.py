@@ -1,0 +1,93 @@
+"""What fleetwatch posts to Alertmanager for an alert: its labels and annotations.
+
+Labels: ``alertname`` = the rule, severity, cluster, rack, node, device, scope, and for an
+XID alert ``remedy``, the class of its worst code's action (``fleetwatch.xids.REMEDIES``:
+none, restart, reset, drain, reboot, rma). Alertmanager dedups notifications by label set
+and does not notify changed annotations (only at the route's repeat_interval), so an XID
+alert whose action escalates gets a new label set, which it notifies as a new alert.
+Annotations: summary, description (where and since when), evidence, action, the board.
+
+``posted_sets`` is the pure part of taking an XID alert over (``AlertmanagerSink.adopt``):
+which label set Alertmanager has it under, when not the one fleetwatch would post now.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from fleetwatch.pipeline.silences import labels
+from fleetwatch.pipeline.sinks.base import iso
+from fleetwatch.pipeline.store.base import Alert, board, board_text, evidence_value
+from fleetwatch.xids import REMEDIES, remedy
+
+# XID alerts (``models.xid_events``) carry the label ``remedy``: their action's class.
+XID_RULES, REMEDY = "gpu_xid_", "remedy"
+
+
+def am_labels(alert: Alert) -> dict[str, str]:
+    have = labels(alert)
+    out = {"alertname": alert.rule}
+    out.update({k: v for k, v in have.items() if v and k != "rule"})
+    if alert.rule.startswith(XID_RULES) and alert.evidence and "xid" in alert.evidence:
+        # The class of its worst code's action: an escalation is a new label set, which
+        # Alertmanager notifies (it does not for changed annotations).
+        out[REMEDY] = remedy(int(alert.evidence["xid"]))
+    return out
+
+
+def ack_labels(alert: Alert) -> dict[str, str]:
+    """The labels an acknowledgement's silence matches: the alert's whatever its
+    ``remedy``, as fleetwatch's own ack holds until the alert resolves, however it
+    escalates (so its superseded label set, posted resolved, stays quiet too)."""
+    out = am_labels(alert)
+    out.pop(REMEDY, None)
+    return out
+
+
+def am_annotations(alert: Alert) -> dict[str, str]:
+    where = alert.node or f"rack {alert.rack}"
+    if alert.device.startswith("gpu"):
+        where = f"{alert.device} on {alert.node} (rack {alert.rack})"
+    since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
+    evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
+    out = {"summary": alert.message,
+           "description": f"{alert.message}; {where}, since {since}"
+                          + (f"; evidence: {evidence}" if evidence else ""),
+           "value": f"{alert.value:g}"}
+    if evidence:
+        out["evidence"] = evidence
+    if alert.action:
+        out["action"] = alert.action
+    # The board as annotations, not labels: a label that changes with the board would
+    # split Alertmanager's groups and break silences on a slot.
+    out.update(board(alert))
+    if board_text(alert):
+        out["description"] += f"; board: {board_text(alert)}"
+    return out
+
+
+def _rank(labels: Mapping[str, str]) -> int:
+    """The rank of a posted label set's remedy (-1 if it names none fleetwatch knows)."""
+    names = {name: rank for rank, name in REMEDIES.items()}
+    return names.get(labels.get(REMEDY, ""), -1)
+
+
+def posted_sets(xid_alerts: Sequence[Alert], have: Iterable[Any]
+                ) -> dict[str, dict[str, str]]:
+    """Of these XID alerts, those that Alertmanager (``have``: its ``GET /api/v2/alerts``)
+    has under other labels than ``am_labels``: alert id -> the labels it has. The same
+    alert there has the same labels but ``remedy``. Without ``remedy``: posted by an older
+    release (preferred: it is what its receivers heard); else the highest remedy posted."""
+    by_key: dict[tuple[tuple[str, str], ...], list[dict[str, str]]] = {}
+    for got in have:
+        lab = got.get("labels") if isinstance(got, dict) else None
+        if isinstance(lab, dict):
+            key = tuple(sorted((k, v) for k, v in lab.items() if k != REMEDY))
+            by_key.setdefault(key, []).append(lab)
+    out: dict[str, dict[str, str]] = {}
+    for a in xid_alerts:
+        found = by_key.get(tuple(sorted(ack_labels(a).items())), [])
+        if found and am_labels(a) not in found:
+            out[a.id] = min(found, key=lambda lab: (REMEDY in lab, -_rank(lab)))
+    return out
