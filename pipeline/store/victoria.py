@@ -148,6 +148,7 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         self._headers = (self.server.basic_header() if self.server.basic else
                          {"Authorization": f"Bearer {token}"} if token else {})
         self._flags: dict[str, str] | None = None
+        self._flush_warned = False
         try:
             self.server_flags()
         except StoreError as exc:  # away now: checked again before the first write
@@ -204,6 +205,32 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
     def write(self, frames: Sequence[Frame]) -> int:
         self.server_flags()
         return super().write(frames)
+
+    # Silences and acknowledgements are read back at once by the person who wrote them
+    # (`fleetwatch silence add`, then `silence list` or `expire` with the id it printed), and
+    # by processors that reload them. VictoriaMetrics makes a write searchable only after
+    # it flushes its in-memory parts (about a second, more under load): ask it to now.
+    def write_silences(self, silences: Sequence[Silence]) -> None:
+        super().write_silences(silences)
+        self._make_searchable()
+
+    def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
+        super().write_acks(acks)
+        self._make_searchable()
+
+    def _make_searchable(self) -> None:
+        """``/internal/force_flush``; where it is not served (vmauth, a cluster's vminsert)
+        the write becomes searchable by itself a few seconds later: logged once."""
+        request = urllib.request.Request(f"{self.server.base}/internal/force_flush",
+                                         headers=self._headers)
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+                response.read()
+        except (OSError, ValueError) as exc:
+            if not self._flush_warned:
+                self._flush_warned = True
+                log.warning("%s/internal/force_flush failed (%s): a silence or acknowledgement "
+                            "just written may take a few seconds to be listed", self.url, exc)
 
     # -- reads ---------------------------------------------------------------
     def _get(self, path: str, **params: object) -> list[dict[str, Any]]:

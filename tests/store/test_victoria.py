@@ -286,3 +286,20 @@ def test_an_xid_alert_read_back_has_the_detectors_message_action_and_utc_times(
     assert "RMA" in got.action and "48 (Double-bit ECC error) 2x" in got.message
     assert "e+09" not in got.message
     store.close()
+
+
+def test_a_silence_and_an_ack_are_listed_the_moment_they_are_written(victoria: Server) -> None:
+    """`fleetwatch silence add` prints an id that `silence expire` must find at once: an
+    operator who silenced the wrong node undoes it straight away (no force_flush here)."""
+    from fleetwatch.pipeline.store.base import Acknowledgement, Silence
+
+    tag, now = cluster_name(), time.time()
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    for i in range(3):
+        s = Silence(f"{tag}-{i}", (("node", "=", f"{tag}-n{i}"),), now, now + 3600, "alice")
+        store.write_silences([s])
+        assert s.id in {x.id for x in store.silences()}
+        a = Acknowledgement(f"{tag}-alert-{i}", now + i, "bob")
+        store.write_acks([a])
+        assert a.alert_id in {x.alert_id for x in store.acks()}
+    store.close()
