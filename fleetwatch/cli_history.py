@@ -135,10 +135,15 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.report_files import report_month
     from fleetwatch.report_month import ReportError
 
+    from fleetwatch.pipeline.store.base import StoreError
+
     try:
         print(report_month(config, args.month, args.out))
     except ReportError as exc:
-        print(f"fleetwatch report: {exc}", file=sys.stderr)
+        # A store that is not there says so as `alerts` and `train` do (with the store
+        # `up` left here, if any), not as a failed read of the ledger.
+        missing = _missing_store(config) if isinstance(exc.__cause__, StoreError) else None
+        print(f"fleetwatch report: {missing or exc}", file=sys.stderr)
         return EXIT_ERROR
     return EXIT_OK
 

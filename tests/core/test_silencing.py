@@ -96,7 +96,7 @@ def test_a_store_that_is_not_there_is_refused_not_created(
     assert main(["alerts", "--store", str(typo)]) == 1         # and no all-clear after it
 
 
-@pytest.mark.parametrize("argv", COMMANDS, ids=" ".join)
+@pytest.mark.parametrize("argv", [*COMMANDS, ["report", "--month", "2026-10"]], ids=" ".join)
 def test_the_default_store_missing_points_at_the_one_up_wrote(
         argv: list[str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
