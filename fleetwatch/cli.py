@@ -327,7 +327,11 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.config import public_view
+    from fleetwatch.wiring import detectors
 
+    # What start-up checks beyond the file's keys and values, checked here too: users run
+    # `fleetwatch config` to check a file before they deploy it (a ConfigError: exit 2).
+    detectors(config.detectors)
     for section, values in public_view(config).items():
         print(f"[{section}]")
         for key, value in values.items():

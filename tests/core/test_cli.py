@@ -33,6 +33,17 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path,
     assert "store.kind = 'mongo'" in capsys.readouterr().err
 
 
+def test_config_refuses_an_unknown_detector_as_start_up_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Users check a file with `fleetwatch config` before deploying it: a misspelt detector
+    passed there (exit 0) and stopped `up` and `process` (exit 2)."""
+    bad = tmp_path / "fw.toml"
+    bad.write_text('[detectors]\nenabled = ["xdi"]\n')
+    assert main(["--config", str(bad), "config"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown detector(s) 'xdi'" in err and "xid" in err
+
+
 def test_bad_fault_spec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["simulate", "--fault", "cooling:node-001"])
