@@ -185,8 +185,8 @@ class ThermalLimits(WaveDetector):
                 out.append(gpu_finding(
                     f, g, "gpu_temp_high", tc,
                     f"{where} at {tc:.0f} °C, "
-                    + ("at or above" if tc >= lc else f"{lc - tc:.0f} °C below (not yet "
-                       f"{HYSTERESIS_C:.0f} °C under)")
+                    + ("at or above" if tc >= lc else f"{lc - tc:.0f} °C below (held until "
+                       f"more than {HYSTERESIS_C:.0f} °C under)")
                     + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); its "
                     f"slowdown temperature is {sl:.0f} °C", "warning", c.site_temp_for_s,
                     {**lim, "site_limit_c": lc}, COOLING))
@@ -277,5 +277,5 @@ def critical_text(temp: float, slow: float, shut: float) -> str:
             f" its shutdown temperature {shut:.0f} °C (slowdown {slow:.0f} °C)")
     return ("at or above" if temp >= slow else
             (f"{slow - temp:.0f} °C" if slow - temp >= 0.5 else "just") +
-            f" below (not yet {HYSTERESIS_C:.0f} °C under)") + (
+            f" below (held until more than {HYSTERESIS_C:.0f} °C under)") + (
         f" its slowdown temperature {slow:.0f} °C (shutdown {shut:.0f} °C)")
