@@ -150,6 +150,7 @@ class System:
         self._threads: list[threading.Thread] = []
         self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
         self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
+        self.continued_from: float | None = None  # --keep: the newest sample it continues
 
     def start(self) -> System:
         self._threads = [
@@ -310,6 +311,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
             return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time())
+    continued = newest_sample_s(config.store.path) if options.keep else None
     s = config.sim
     sim, notes = continued_sim(sim_params(config, options), start, options.faults,
                                config.store.path if options.keep else None)
@@ -317,6 +319,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
                    s.nodes)
     system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
     system.fault_notes = notes
+    system.continued_from = continued
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth))
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
@@ -415,8 +418,13 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"  injected fault: {r.kind} on {where}, from "
               f"{time.strftime('%H:%M:%S', time.localtime(r.onset_ts))} for "
               f"{span_text(r.end_ts - r.onset_ts)}{note}", file=out)
-    print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind})"
-          f"{'   continued from its newest sample' if given.keep else ''}", file=out)
+    kept = ""
+    if given.keep:  # said as it is: a --keep that found no store starts one
+        kept = ("   --keep: no data to continue, a new store" if system.continued_from is None
+                else "   continued from its newest sample, "
+                + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(system.continued_from)))
+    print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind}){kept}",
+          file=out)
     print(f"  dashboard: {http_url(config.dashboard.host, config.dashboard.port)}   "
           "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
     try:

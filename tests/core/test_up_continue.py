@@ -72,15 +72,21 @@ def test_a_continued_fleet_goes_on_from_the_stored_temperatures(tmp_path: Path) 
 
 def test_keep_says_the_fault_is_continued_with_its_first_onset(tmp_path: Path) -> None:
     db = tmp_path / "fleetwatch-sim.db"
-    said = []
+    said: list[list[str]] = []
+    banner: list[str] = []
     for run in range(2):
         proc = start_up(tmp_path, "--keep", "--port", str(free_port()), "--speed", "300",
                         "--backfill", "10m")
         lines = wait_for_line(proc, "dashboard:")
         said.append([line.strip() for line in lines if "injected fault" in line])
+        banner.append(next(line for line in lines if "store:" in line))
         wait_for_samples(db, 20 * (run + 1))
         code, out = stop(proc)
         assert code == 0, out
     (first,), (second,) = said
     assert re.fullmatch(r"injected fault: cooling on node-001 GPU 1, from \S+ for 6 h", first)
     assert second == first + " (continued from the store)"
+    # The first --keep found no store: it says so, not "continued" (there was nothing).
+    assert "--keep: no data to continue, a new store" in banner[0], banner
+    assert re.search(r"continued from its newest sample, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$",
+                     banner[1].rstrip()), banner
