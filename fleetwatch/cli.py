@@ -223,12 +223,20 @@ _SIMULATE_FLAGS = {"duration_s": "--duration", "interval_s": "--interval", "end_
 
 
 def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.simulate import SimulateOptions, run_simulate
+    from fleetwatch.simulate import SimulateOptions, run_simulate, span_text
 
     config = _sim_config(config, args)
     checked = _options(SimulateOptions, "simulate", _SIMULATE_FLAGS, days=args.days,
                        duration_s=args.duration, interval_s=args.interval,
                        end_ts=args.end if args.end is not None else time.time())
+    ahead, limit = (args.end or 0.0) - time.time(), config.processor.max_clock_ahead_s
+    if args.end is not None and math.isfinite(args.end) and ahead > limit:
+        # The processor refuses frames this far ahead of its clock; a store holding them shows
+        # alerts "firing since" a time not yet come, and `up --keep` refuses to continue it.
+        raise ConfigError(f"command line --end: {args.end:g}{_when(args.end)} is "
+                          f"{span_text(ahead)} in the future (processor.max_clock_ahead_s is "
+                          f"{span_text(limit)}): a simulated history "
+                          "ends by now; leave --end out to end it now")
     duration = args.duration if args.duration is not None else checked.days * 86400
     faults = _faults(config, args, default_start_s=duration / 2, default_duration_s=2 * 3600.0)
     return run_simulate(config, checked, duration, faults, store=args.store)
