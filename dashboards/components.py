@@ -275,8 +275,8 @@ def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div 
     if ended is None:
         return None
     return notice(f"No data since {alert_view.utc(ended)} UTC ({ago(ended, now_s)}): open "
-                  "alerts are as the data left them (a replay store, or the collectors or "
-                  "processor stopped)", notice_id)
+                  "alerts are as the data left them (a replay store, `fleetwatch up` still "
+                  "catching up, or the collectors or processor stopped)", notice_id)
 
 
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,

@@ -132,10 +132,9 @@ def _phases_without_model(meta: dict[str, Any]) -> str:
 
 
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.report_files import report_month
     from fleetwatch.report_month import ReportError
-
-    from fleetwatch.pipeline.store.base import StoreError
 
     try:
         print(report_month(config, args.month, args.out))
@@ -343,7 +342,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
     if ended is not None and any(a.state != "resolved" for a in alerts):
         print(f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
-              "the data left them (a replay store, or the pipeline stopped)")
+              "the data left them (a replay store, `fleetwatch up` still catching up, or the "
+              "pipeline stopped)")
     for line in lines(alerts, silences, acks, now, ended):
         print(line)
     return EXIT_OK

@@ -31,8 +31,8 @@ def test_a_critical_alert_held_below_the_limit_says_so() -> None:
         first[0].message)
     held = d.update([node(10, [busy(86.0, **limits)])])   # within the 2 °C hysteresis
     assert rules(held)[0] == ("gpu_temp_critical", 0)
-    assert "at 86 °C, 1 °C below (held until more than 2 °C under) its slowdown temperature 87 °C" in (
-        held[0].message)
+    assert ("at 86 °C, 1 °C below (held until more than 2 °C under) its slowdown temperature "
+            "87 °C") in held[0].message
     assert "at or above" not in held[0].message
 
 
