@@ -1,0 +1,142 @@
+"""A GPU board replaced in its slot (the UUID the frames carry for (cluster, node, GPU index)
+changed): every detector forgets what it learned of the old board, from the new board's
+first frame on; a frame without a readable UUID is no new board."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from fleetwatch.frame import Frame
+from fleetwatch.models.batch import GpuTable, columns
+from fleetwatch.models.gpu_errors import GpuErrors
+from fleetwatch.models.gpu_state import GpuState
+from fleetwatch.models.peers import ThermalPeers
+from tests.models.helpers import busy, node, rules
+
+OLD = "GPU-11111111-2222-3333-4444-555555555555"
+NEW = "GPU-99999999-8888-7777-6666-555555555555"
+STEP = 5.0
+
+
+def on(f: Frame, uuid: str, gpu: int = 0) -> Frame:
+    """The frame with ``uuid`` as the board of GPU ``gpu``."""
+    gpus = tuple(dataclasses.replace(g, uuid=uuid) if g.index == gpu else g for g in f.gpus)
+    return dataclasses.replace(f, gpus=gpus)
+
+
+def test_a_new_board_gets_a_fresh_slot_from_its_first_frame_on() -> None:
+    t = GpuTable(v=0.0)
+    first = t.slots(columns([on(node(0, [busy(60)] * 2), OLD)]))
+    t["v"][first[0]] = 7.0  # what the detector learned of both boards
+    frames = [on(node(10, [busy(60)] * 2), OLD), on(node(20, [busy(60)] * 2), NEW)]
+    s = t.slots(columns(frames))
+    assert s[0, 0] == first[0, 0]            # the old board's last frame: its state
+    assert s[1, 0] != first[0, 0] and t["v"][s[1, 0]] == 0.0   # the new board's: none
+    assert s[0, 1] == s[1, 1] == first[0, 1] and t["v"][s[1, 1]] == 7.0  # its neighbour
+    later = t.slots(columns([on(node(30, [busy(60)] * 2), NEW)]))
+    assert later[0, 0] == s[1, 0] and t["v"][first[0, 0]] == 0.0  # the old slot is freed
+
+
+def test_a_frame_without_a_readable_uuid_is_no_new_board() -> None:
+    t = GpuTable(v=0.0)
+    first = t.slots(columns([on(node(0, [busy(60)]), OLD)]))[0, 0]
+    t["v"][first] = 7.0
+    # NVML could not read it (the reader's stand-in), a replay's file names none, none at all
+    for k, uuid in enumerate(["GPU-unknown-0", "n1/gpu0", "", OLD]):
+        assert t.slots(columns([on(node(10 + k, [busy(60)]), uuid)]))[0, 0] == first
+    assert t["v"][first] == 7.0
+    # A slot's first board is no replacement either, whatever came before without one.
+    u = GpuTable(v=0.0)
+    s = u.slots(columns([on(node(0, [busy(60)]), "GPU-unknown-0")]))[0, 0]
+    assert u.slots(columns([on(node(10, [busy(60)]), NEW)]))[0, 0] == s
+
+
+def test_the_learned_detectors_state_starts_afresh_for_a_new_board() -> None:
+    g = GpuState({"v": 0.0})
+    first = g.slots(columns([on(node(0, [busy(60)] * 2), OLD)]))
+    g["v"][first[0]] = 7.0
+    s = g.slots(columns([on(node(10, [busy(60)] * 2), OLD), on(node(20, [busy(60)] * 2), NEW)]))
+    assert s[0, 0] == first[0, 0] and s[1, 0] != s[0, 0] and g["v"][s[1, 0]] == 0.0
+    assert g.replaced == [("c", "n1", 0)]
+    assert g.slot_of[("c", "n1", 0)] == s[1, 0] and s[1, 1] == first[0, 1]
+    again = g.slots(columns([on(node(30, [busy(60)] * 2), "GPU-unknown-0")]))
+    assert again[0, 0] == s[1, 0] and g.replaced == []
+    # Slots are not handed out twice: another node's GPUs get slots of their own.
+    other = g.slots(columns([node(40, [busy(60)] * 3, name="n2")]))
+    assert len({*other[0].tolist(), *again[0].tolist()}) == 5
+
+
+def test_replaced_boards_are_forgotten_with_their_node() -> None:
+    t = GpuTable(v=0.0)
+    t.slots(columns([on(node(0, [busy(60)]), OLD)]))
+    t.drop(["n1"])
+    # Met again after a rebalance: its board is a first sighting, not a replacement.
+    s = t.slots(columns([on(node(10, [busy(60)]), NEW)]))
+    t["v"][s[0, 0]] = 3.0
+    assert t.slots(columns([on(node(20, [busy(60)]), NEW)]))[0, 0] == s[0, 0]
+    assert np.count_nonzero(t["v"][:t.used]) == 1
+
+
+def _peers(d: ThermalPeers, t0: float, seconds: float, hot_c: float, uuid: str) -> list:
+    """One 8-GPU node every STEP s, GPU 0 (board ``uuid``) ``hot_c`` over its peers."""
+    found = []
+    t = t0
+    while t < t0 + seconds:
+        temps = [66.0 + hot_c] + [66.0, 65.0, 67.0, 66.0, 65.0, 66.0, 67.0]
+        found += d.update([on(node(t, [busy(x) for x in temps]), uuid)])
+        t += STEP
+    return found
+
+
+def test_a_new_board_does_not_inherit_a_hot_boards_offset_and_its_overheat_pages() -> None:
+    """The old board ran 6 °C over its peers all its life (learned, no alert). The new
+    board runs like its peers, then 6 °C over them: an overheat by the old board's
+    offset, which that offset would hide."""
+    d = ThermalPeers()
+    assert _peers(d, 0, 4 * 3600, 6.0, OLD) == []
+    t = 4 * 3600
+    assert _peers(d, t, 1200, 0.0, NEW) == []
+    found = _peers(d, t + 1200, 120, 6.0, NEW)
+    assert ("gpu_hot_vs_peers", 0) in rules(found)
+    assert all(f.gpu == 0 for f in found)
+
+
+def test_a_hot_board_seen_without_its_uuid_keeps_its_learned_offset() -> None:
+    """A frame without the UUID now and then changes nothing: the same board keeps its
+    learned offset and raises nothing."""
+    d = ThermalPeers()
+    assert _peers(d, 0, 3600, 6.0, OLD) == []
+    assert _peers(d, 3600, 60, 6.0, "GPU-unknown-0") == []
+    assert _peers(d, 3660, 600, 6.0, OLD) == []
+
+
+WORN = {"gpu_ecc_dbe_volatile_total": 2.0, "gpu_ecc_dbe_aggregate_total": 5.0,
+        "gpu_retired_pages_sbe": 4.0, "gpu_retired_pages_dbe": 3.0,
+        "gpu_pcie_replay_total": 900.0, "gpu_nvlink_crc_errors_total": 40.0,
+        "gpu_nvlink_replay_errors_total": 30.0, "gpu_nvlink_recovery_errors_total": 2.0}
+
+
+def _errors(d: GpuErrors, t0: float, uuid: str, samples: list[dict[str, float]]) -> list:
+    """GPU 0 (board ``uuid``) reads ``samples``, one every 10 s; GPU 1 reads WORN."""
+    found = []
+    for k, m in enumerate(samples):
+        found += d.update([on(node(t0 + 10.0 * k, [busy(60, **m), busy(60, **WORN)]), uuid)])
+    return found
+
+
+def test_a_new_boards_error_counters_from_zero_raise_nothing_and_a_new_error_does() -> None:
+    d = GpuErrors()
+    before = _errors(d, 0, OLD, [{**WORN, "gpu_ecc_dbe_volatile_total": 1.0}, WORN, WORN])
+    assert ("gpu_ecc_dbe", 0) in rules(before)   # the old board's last DBE, in its hold
+    fresh = dict.fromkeys(WORN, 0.0)
+    # Its counters start at 0: no reset of the old board's ECC errors, no drop, nothing.
+    assert _errors(d, 30, NEW, [fresh] * 3) == []
+    # A real first error on it (below the old board's counts) is one.
+    found = _errors(d, 60, NEW, [{**fresh, "gpu_ecc_dbe_volatile_total": 1.0,
+                                  "gpu_ecc_dbe_aggregate_total": 1.0,
+                                  "gpu_retired_pages_dbe": 1.0}])
+    assert set(rules(found)) == {("gpu_ecc_dbe", 0), ("gpu_retired_pages", 0)}
+    dbe = next(f for f in found if f.rule == "gpu_ecc_dbe")
+    assert dbe.evidence.get("reset", 0.0) == 0.0
