@@ -15,6 +15,9 @@ dust show up as a residual that grows for hours, days before any fixed limit.
 A GPU the training never saw (a node added since, another cluster, a replay)
 learns its offset online from its own first hour of samples, the way training
 does (the median of its one-minute mean residuals), and is judged after that.
+So does a board put in a slot in place of another (its UUID changed): the trained
+offset is the old board's, and a new board judged by a hot one's would hide its
+own overheating by that much.
 
 ``ThermalModel`` (``fleetwatch.models.thermal_model``) is the trained part;
 ``ThermalHealth`` is the detector that scores frames with it in the processor,
@@ -179,6 +182,10 @@ class ThermalHealth:
         # under ``_offsets_of``.
         self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
         self._offsets_of: ThermalModel | None = None
+        # GPUs whose board was replaced since this processor met them: their trained offset
+        # is the old board's, so they learn their own (kept across models: training reads
+        # the slot's history, both boards').
+        self._new_boards: set[tuple[str, str, int]] = set()
         # The last batches scored and what they gave, newest first, for ``update`` after
         # ``enrich``: the processor decodes (and enriches) a batch or two ahead of the one
         # it judges, and judges the frames of a batch that it still owns.
@@ -196,6 +203,7 @@ class ThermalHealth:
         gone = set(nodes)
         for key in [k for k in self._offsets if k[1] in gone]:
             del self._offsets[key]
+        self._new_boards = {k for k in self._new_boards if k[1] not in gone}
         self._recent.clear()
 
     def enrich(self, frames: Sequence[Frame]) -> None:
@@ -322,6 +330,7 @@ class ThermalHealth:
         order = arrival(frames, b)
         n, width = len(frames), b.x.shape[1]
         slots = self._gpus.slots(b)[order.rows]
+        self._new_boards.update(self._gpus.replaced)
         valid, rows, temps = features(b)
         residual, predicted = np.full(valid.shape, NAN), np.full(valid.shape, NAN)
         if len(temps):
@@ -329,6 +338,10 @@ class ThermalHealth:
             residual[valid] = temps - predicted[valid]
         residual, valid = residual[order.rows], valid[order.rows]
         offsets = self._node_offsets(b, model)[order.rows]
+        if self._new_boards:  # from each one's first frame on: those before are the old's
+            slot_of = self._gpus.slot_of
+            offsets[np.isin(slots, [slot_of[k] for k in self._new_boards if k in slot_of])] \
+                = NAN
         ts = b.ts[order.rows]
         g = self._gpus
         # Scored earlier at the same time: what the batch started with.
@@ -441,8 +454,8 @@ class ThermalHealth:
         score (the old model's is not this one's) until it has."""
         g = self._gpus
         every = np.fromiter(g.slot_of.values(), np.int64, len(g.slot_of))
-        unseen = np.fromiter((gpu_key(*k) not in model.offsets for k in g.slot_of), bool,
-                             len(g.slot_of))
+        unseen = np.fromiter((gpu_key(*k) not in model.offsets or k in self._new_boards
+                              for k in g.slot_of), bool, len(g.slot_of))
         g["own"][every] = NAN
         self._forget_baseline(every)
         u = every[unseen]

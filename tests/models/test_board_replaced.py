@@ -7,12 +7,16 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnomaly
 from fleetwatch.models.batch import GpuTable, columns
 from fleetwatch.models.gpu_errors import GpuErrors
 from fleetwatch.models.gpu_state import GpuState
+from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.peers import ThermalPeers
+from fleetwatch.models.thermal_health import ThermalHealth, ThermalModel
 from tests.models.helpers import busy, node, rules
 
 OLD = "GPU-11111111-2222-3333-4444-555555555555"
@@ -140,3 +144,76 @@ def test_a_new_boards_error_counters_from_zero_raise_nothing_and_a_new_error_doe
     assert set(rules(found)) == {("gpu_ecc_dbe", 0), ("gpu_retired_pages", 0)}
     dbe = next(f for f in found if f.rule == "gpu_ecc_dbe")
     assert dbe.evidence.get("reset", 0.0) == 0.0
+
+
+class _Expect50:
+    """A thermal model's estimator that expects 50 °C whatever the load."""
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        return np.full(len(rows), 50.0)
+
+
+def _health(h: ThermalHealth, t0: float, seconds: float, temp2: float, uuid: str) -> list:
+    """Four GPUs every 15 s; GPU 2 (board ``uuid``) at ``temp2``, the others at 50 °C."""
+    found = []
+    t = t0
+    while t < t0 + seconds:
+        temps = [50.0, 50.0, temp2, 50.0]
+        gpus = tuple(GpuReading(i, uuid if i == 2 else f"GPU-{i}", "H100",
+                                {"gpu_temp_c": x, "gpu_power_w": 500.0})
+                     for i, x in enumerate(temps))
+        found += h.update([Frame("c", "r", "n", t, gpus)])
+        t += 15.0
+    return found
+
+
+def test_thermal_health_judges_a_new_board_by_its_own_offset_not_the_trained_one() -> None:
+    """Training saw the old board run 6 °C warm all its life; the new board in its slot
+    learns its own offset (its first hour) and its overheating by 6 °C is paged."""
+    model = ThermalModel(_Expect50(), "constant", {}, {f"c/n/gpu{i}": 0.0 for i in range(4)}
+                         | {"c/n/gpu2": 6.0}, 1.0)
+    h = ThermalHealth(model, half_life_s=60.0)
+    assert _health(h, 0, 7200, 56.0, OLD) == []
+    assert _health(h, 7200, 5400, 50.0, NEW) == []
+    found = _health(h, 12600, 3600, 56.0, NEW)
+    assert found and {f.gpu for f in found} == {2}
+    assert found[0].evidence["offset_online"] == 1.0
+    assert abs(found[0].evidence["offset_c"]) < 0.5
+
+
+def test_a_new_board_starts_its_own_anomaly_windows_and_streak() -> None:
+    """GPU 3 draws 700 W against a history of 400 W; its board is replaced at minute
+    ``swap``: the new board is flagged after two whole windows of its own, never on the
+    strength of the old board's."""
+    T0 = 1_763_800_020.0
+    heavy = 3
+    centre = np.array([dict(zip(FEATURES, (60.0, 0.0, 0.0, 400.0, 0.0, 0.8, 0.0, 1980.0,
+                                           0.0, 0.0, 0.0)))[f] for f in FEATURES])
+    model = AnomalyModel({heavy: centre}, {heavy: _FLOORS.copy()}, {heavy: 8.0}, {heavy: 500})
+
+    def flagged_at(swap: int) -> list[float]:
+        anomaly = FleetAnomaly(model)
+        found = []
+        for m in range(41):
+            f = node(T0 + 60.0 * m, [busy(60.0)] * 3 + [busy(60.0, 700.0)])
+            found += anomaly.update([on(f, OLD if m < swap else NEW, gpu=3)])
+        return [(f.ts - T0) / 60.0 for f in found if f.gpu == 3]
+
+    assert flagged_at(99) == [20.0, 30.0, 40.0]     # never replaced
+    assert flagged_at(10) == [30.0, 40.0]           # its windows from minute 10 on
+    assert flagged_at(15) == [35.0]                 # one window of the old board's, then its
+
+
+def test_a_new_board_lost_at_once_is_a_lemon_incident_of_its_own() -> None:
+    """The old board fell off the bus (XID 79, then lost: one incident); the new board in
+    its slot is lost too: the node's second incident, whatever the old board did."""
+    def frame(ts: float, uuid: str, lost: bool, xids: tuple[int, ...] = ()) -> Frame:
+        return on(node(ts, [busy(60)] * 2, lost=(0,) if lost else (), xids={0: xids}), uuid)
+
+    lemon = LemonScore(threshold=100.0)
+    lemon.update([frame(0, OLD, False, (79,))])
+    lemon.update([frame(10, OLD, True)])
+    once = lemon.score("c", "n1", 20)
+    assert once == pytest.approx(5.0, abs=0.01)      # the XID 79; the loss is the same one
+    lemon.update([frame(600, NEW, True)])
+    assert lemon.score("c", "n1", 600) == pytest.approx(once + 5.0, abs=0.01)
