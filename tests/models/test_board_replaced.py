@@ -14,9 +14,11 @@ from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnom
 from fleetwatch.models.batch import GpuTable, columns
 from fleetwatch.models.gpu_errors import GpuErrors
 from fleetwatch.models.gpu_state import GpuState
+from fleetwatch.models.jobs import JobPeers
 from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.thermal_health import ThermalHealth, ThermalModel
+from fleetwatch.models.xid_events import XidEvents
 from tests.models.helpers import busy, node, rules
 
 OLD = "GPU-11111111-2222-3333-4444-555555555555"
@@ -217,3 +219,32 @@ def test_a_new_board_lost_at_once_is_a_lemon_incident_of_its_own() -> None:
     assert once == pytest.approx(5.0, abs=0.01)      # the XID 79; the loss is the same one
     lemon.update([frame(600, NEW, True)])
     assert lemon.score("c", "n1", 600) == pytest.approx(once + 5.0, abs=0.01)
+
+
+def test_an_xid_on_a_new_board_does_not_carry_the_old_boards_codes() -> None:
+    d = XidEvents()
+    old = d.update([on(node(0, [busy(60)], xids={0: (79,)}), OLD)])
+    assert old[0].evidence["xid_79_count"] == 1
+    # A frame that could not read the UUID: the same board, its codes join.
+    same = d.update([on(node(10, [busy(60)], xids={0: (48,)}), "GPU-unknown-0")])
+    assert {"xid_79_count", "xid_48_count"} <= set(same[0].evidence)
+    new = d.update([on(node(20, [busy(60)], xids={0: (48,)}), NEW)])
+    assert len(new) == 1 and new[0].evidence["xid_48_count"] == 1
+    assert "xid_79_count" not in new[0].evidence and new[0].evidence["revision"] == 1
+
+
+def test_a_new_board_in_a_requeued_job_is_not_held_stuck_for_the_old_board() -> None:
+    """The old board hung in job1 and was found stuck; the node was repaired and job1
+    requeued (Slurm keeps its id): the new board waiting in a collective with its peers
+    is the job starting, not the old board's hang going on."""
+    comm = {"gpu_util_pct": 100.0, "gpu_sm_active_ratio": 0.06}
+    hung = busy(45, 78.0, gpu_util_pct=100.0, gpu_sm_active_ratio=0.0)
+    d = JobPeers()
+
+    def stuck(ts: float, uuid: str, peers: dict[str, float]) -> bool:
+        found = d.update([on(node(ts, [hung] + [peers] * 3), uuid)])
+        return rules(found) == [("gpu_stuck", 0)]
+
+    assert stuck(0, OLD, busy(60))
+    assert stuck(15, "GPU-unknown-0", busy(45, 97.0, **comm))  # the same board's hang
+    assert not stuck(3600, NEW, busy(45, 97.0, **comm))
