@@ -19,6 +19,7 @@ from fleetwatch.models.lemon import LemonScore
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.thermal_health import ThermalHealth, ThermalModel
 from fleetwatch.models.xid_events import XidEvents
+from fleetwatch.pipeline.store.base import Alert
 from tests.models.helpers import busy, node, rules
 
 OLD = "GPU-11111111-2222-3333-4444-555555555555"
@@ -248,3 +249,19 @@ def test_a_new_board_in_a_requeued_job_is_not_held_stuck_for_the_old_board() -> 
     assert stuck(0, OLD, busy(60))
     assert stuck(15, "GPU-unknown-0", busy(45, 97.0, **comm))  # the same board's hang
     assert not stuck(3600, NEW, busy(45, 97.0, **comm))
+
+
+def test_an_adopted_xid_alert_keeps_the_board_the_store_names() -> None:
+    """After a restart the open XID alert is taken over with its board (the store names
+    it): an XID of the same board joins it, one of a new board starts afresh."""
+    evidence = {"xid": 79.0, "count": 1.0, "xid_79_count": 1.0, "xid_79_first_ts": 0.0,
+                "xid_79_last_ts": 0.0, "revision": 1.0}
+    alert = Alert(id="gpu_xid_critical/c/n1/gpu0/1", rule="gpu_xid_critical",
+                  severity="critical", cluster="c", rack="r1", node="n1", device="gpu0",
+                  state="firing", started_ts=0.0, updated_ts=0.0, value=79.0,
+                  message="XID 79", evidence=evidence, uuid=OLD)
+    for board, joined in ((OLD, True), (NEW, False)):
+        d = XidEvents()
+        d.adopt([alert])
+        [found] = d.update([on(node(10, [busy(60)], xids={0: (48,)}), board)])
+        assert ("xid_79_count" in found.evidence) is joined, board
