@@ -6,11 +6,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.artifact import ModelSet
+from fleetwatch.models.learned import LearnedDetectors
 from fleetwatch.models.lemon import LemonScore
+from fleetwatch.models.thermal_health import ThermalHealth, ThermalModel
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.wiring import detectors
@@ -93,3 +97,50 @@ def test_a_lemon_score_rebuilt_from_the_store_counts_a_new_boards_loss_as_its_ow
     assert live.score("c", "node-0", T0 + 700) == pytest.approx(10.0, abs=0.01)
     assert rebuilt.score("c", "node-0", T0 + 700) == pytest.approx(10.0, abs=0.01)
     store.close()
+
+
+class _Expect50:
+    """A thermal model's estimator that expects 50 °C whatever the load."""
+
+    def predict(self, rows: np.ndarray) -> np.ndarray:
+        return np.full(len(rows), 50.0)
+
+
+def _health_frames(start: float, seconds: float, temp2: float, board: str) -> list[Frame]:
+    """node-0 every 15 s: four GPUs at 50 °C but GPU 2 (``board``) at ``temp2``."""
+    return [Frame("c", "r", "node-0", T0 + start + k * 15.0, tuple(
+        GpuReading(i, board if i == 2 else f"GPU-0000000{i}-0000-0000-0000-000000000000",
+                   "H100", {"gpu_temp_c": temp2 if i == 2 else 50.0, "gpu_power_w": 500.0})
+        for i in range(4))) for k in range(int(seconds / 15.0))]
+
+
+def _thermal_after_restart(tmp_path: Path, trained_from: float) -> list:
+    """A processor stores the swap of GPU 2's board (at T0 + 2 h); another starts later with
+    a model whose trained offset for GPU 2 is the old board's 6 °C, trained on history from
+    ``trained_from``; the new board runs like its peers for 1.5 h, then 6 °C over."""
+    store = SqliteStore(tmp_path / f"s{trained_from}.db")
+    first = Processor(store, [])
+    for frames in (_health_frames(0, 60, 56.0, OLD), _health_frames(7200, 60, 50.0, NEW)):
+        first.process(frames)
+    model = ThermalModel(_Expect50(), "constant", {}, {f"c/node-0/gpu{i}": 0.0 for i in range(4)}
+                         | {"c/node-0/gpu2": 6.0}, 1.0)
+    learned = LearnedDetectors(tmp_path / "no-models", thermal=ThermalHealth(half_life_s=60.0))
+    learned.use(ModelSet(thermal=model, metadata={"range": [trained_from, T0 + 3 * 86400]}))
+    later = Processor(store, [learned])
+    for start, seconds, temp in ((9000, 5400, 50.0), (14400, 3600, 56.0)):
+        frames = _health_frames(start, seconds, temp, NEW)
+        for k in range(0, len(frames), 40):
+            later.process(frames[k:k + 40])
+    alerts = [a for a in store.alerts(("pending", "firing", "resolved"))
+              if a.rule == "thermal_health"]
+    store.close()
+    return alerts
+
+
+def test_a_processor_started_after_a_swap_does_not_take_the_old_boards_trained_offset(
+        tmp_path: Path) -> None:
+    [alert] = _thermal_after_restart(tmp_path, trained_from=T0 - 86400)
+    assert (alert.device, alert.uuid, alert.state) == ("gpu2", NEW, "firing")
+    assert alert.evidence["offset_online"] == 1.0 and abs(alert.evidence["offset_c"]) < 0.5
+    # A model trained on history since the swap knows the new board: its offset is used.
+    assert _thermal_after_restart(tmp_path, trained_from=T0 + 7300) == []

@@ -12,6 +12,7 @@ import pytest
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnomaly
 from fleetwatch.models.batch import GpuTable, columns
+from fleetwatch.models.board_swaps import BoardSwaps
 from fleetwatch.models.gpu_errors import GpuErrors
 from fleetwatch.models.gpu_state import GpuState
 from fleetwatch.models.jobs import JobPeers
@@ -265,3 +266,23 @@ def test_an_adopted_xid_alert_keeps_the_board_the_store_names() -> None:
         d.adopt([alert])
         [found] = d.update([on(node(10, [busy(60)], xids={0: (48,)}), board)])
         assert ("xid_79_count" in found.evidence) is joined, board
+
+
+def test_boards_replaced_are_read_once_per_node_met_and_a_store_that_fails_is_said(
+        caplog: pytest.LogCaptureFixture) -> None:
+    asked: list[str | None] = []
+
+    def events(start: float, end: float, node: str | None = None,
+               kinds: list[str] | None = None) -> list:
+        asked.append(node)
+        raise OSError("store away")
+
+    swaps = BoardSwaps()
+    swaps.use_events(events)
+    swaps.recall([node(0, [busy(60)])])
+    swaps.recall([node(10, [busy(60)])])
+    assert asked == ["n1"] and swaps.at == {}
+    assert "could not be read from the store (store away)" in caplog.text
+    swaps.drop(["n1"])  # its partition went to another processor, and came back
+    swaps.recall([node(20, [busy(60)])])
+    assert asked == ["n1", "n1"]
