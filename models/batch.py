@@ -304,10 +304,11 @@ class Boards:
         """(row, position) of the batch's GPUs that another board holds than before, in
         the batch's (time) order."""
         out: list[tuple[int, int]] = []
-        changed = self.changed
+        seen, changed = self._seen, self.changed
         for r, (f, ids, boards) in enumerate(zip(batch.frames, batch.gpu_ids, batch.boards)):
-            for j in changed(f, ids, boards):
-                out.append((r, j))
+            last = seen.get((f.cluster, f.node))
+            if last is None or last[0] is not boards:
+                out.extend((r, j) for j in changed(f, ids, boards))
         return out
 
     def drop(self, nodes: Iterable[str]) -> None:
@@ -331,7 +332,9 @@ class GpuTable:
 
     def __init__(self, **fields: float) -> None:
         self._init = fields
-        self._nodes: dict[str, tuple[tuple[int, ...], list[int]]] = {}
+        # Per node: its GPU indices, their slots (padded to the batch's width), the boards
+        # its last frame named (None: not looked at since the slots changed).
+        self._nodes: dict[str, tuple[tuple[int, ...], list[int], tuple[str, ...] | None]] = {}
         self._free: list[int] = []
         self._boards = Boards()
         self._retired: list[int] = []  # slots of replaced boards, freed at the next batch
@@ -355,19 +358,20 @@ class GpuTable:
             known = nodes.get(f.node)
             if known is None or known[0] != gpus:
                 slots = self._assign(f.node, gpus, known)
-                known = nodes[f.node] = (gpus, slots + [-1] * (width - len(slots)))
+                known = (gpus, slots + [-1] * (width - len(slots)), None)
             elif len(known[1]) != width:
-                known = nodes[f.node] = (gpus, known[1][:len(gpus)]
-                                         + [-1] * (width - len(gpus)))
-            replaced = changed(f, gpus, boards)
-            if replaced:
-                known = nodes[f.node] = (gpus, self._renew(f.node, known[1], replaced))
+                known = (gpus, known[1][:len(gpus)] + [-1] * (width - len(gpus)), None)
+            if known[2] is not boards:  # else the boards this node's last frame named
+                replaced = changed(f, gpus, boards)
+                known = nodes[f.node] = (gpus, self._renew(f.node, known[1], replaced)
+                                         if replaced else known[1], boards)
             out.append(known[1])
         return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
             len(out), width)
 
     def _assign(self, node: str, gpus: tuple[int, ...],
-                old: tuple[tuple[int, ...], list[int]] | None) -> list[int]:
+                old: tuple[tuple[int, ...], list[int], tuple[str, ...] | None] | None
+                ) -> list[int]:
         kept = dict(zip(old[0], old[1])) if old else {}
         slots = []
         for g in gpus:
