@@ -229,6 +229,8 @@ class FleetAnomaly:
         order = arrival(frames, b)
         x = b.x[order.rows]
         slots = self._gpus.slots(b)[order.rows]
+        for key in self._gpus.replaced:  # another board: its streak is not the old one's
+            self._streak.pop(key, None)
         temp = x[:, :, _T]
         shutdown = np.where(np.isnan(x[:, :, _SHUT]), _SENSOR.fallback_shutdown_c,
                             x[:, :, _SHUT])

@@ -20,7 +20,7 @@ from operator import attrgetter, is_, itemgetter
 
 import numpy as np
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.models import Finding
 
 # The metrics any detector reads; the column index of each is ``COL[name]``.
@@ -54,6 +54,10 @@ class Batch:
     ts: np.ndarray         # (F,) frame time
     waves: list[np.ndarray]  # frame rows, the k-th frame of each node in wave k
     gpu_ids: list[tuple[int, ...]]  # each frame's GPU indices, in position order
+    # Each frame's GPU boards (UUIDs), in position order; "" where the frame names none
+    # (no UUID, or a stand-in: ``is_board_uuid``). Shared by a node's frames while its
+    # GPUs do not change, so that "the same boards" is an identity test.
+    boards: list[tuple[str, ...]]
 
     def col(self, name: str) -> np.ndarray:
         return self.x[:, :, COL[name]]
@@ -104,6 +108,7 @@ def _build(frames: Sequence[Frame]) -> Batch:
     rank: dict[str, int] = {}
     ranks = []
     gpu_ids = []
+    boards = []
     readers, shapes = _readers, _shapes
     for fi, f in enumerate(ordered):
         r = rank.get(f.node, 0)
@@ -116,8 +121,9 @@ def _build(frames: Sequence[Frame]) -> Batch:
         shape = shapes.get(f.node)
         if shape is None or shape[0] != meta or len(shape[2]) != width:
             shape = shapes[f.node] = (meta, *_shape(meta, width))
-        ids, padded_ids, codes, lost_js, model_codes = shape[1:]
+        ids, padded_ids, codes, lost_js, model_codes, uuids = shape[1:]
         gpu_ids.append(ids)
+        boards.append(uuids)
         idx_flat.extend(padded_ids)
         job_flat.extend(codes)
         model_flat.extend(model_codes)
@@ -185,7 +191,7 @@ def _build(frames: Sequence[Frame]) -> Batch:
     waves = [np.arange(n)] if last == 0 else [np.flatnonzero(rank_arr == k)
                                               for k in range(last + 1)]
     return Batch(ordered, x, index >= 0, lost, index, job, model, model_names, ts, waves,
-                 gpu_ids)
+                 gpu_ids, boards)
 
 
 def job_code(job: str) -> int:
@@ -198,25 +204,27 @@ def _ts(f: Frame) -> float:
     return f.ts
 
 
-_meta = attrgetter("index", "job", "state", "model")
+_meta = attrgetter("index", "job", "state", "model", "uuid")
 _MAX_CACHED = 100_000
 # Job id -> code, GPU model name -> code (its name is _model_names[code]), and per node its
-# GPUs' (index, job, state, model) and what the batch needs of them.
+# GPUs' (index, job, state, model, uuid) and what the batch needs of them.
 _jobs: dict[str | None, int] = {None: -1}
 _models: dict[str, int] = {}
 _model_names: list[str] = []
-_Meta = tuple[int, str | None, str, str]
+_Meta = tuple[int, str | None, str, str, str]
+_Shape = tuple[tuple[int, ...], list[int], list[int], list[int], list[int], tuple[str, ...]]
 _shapes: dict[str, tuple[tuple[_Meta, ...], tuple[int, ...], list[int], list[int], list[int],
-                         list[int]]] = {}
+                         list[int], tuple[str, ...]]] = {}
 
 
-def _shape(meta: tuple[_Meta, ...], width: int
-           ) -> tuple[tuple[int, ...], list[int], list[int], list[int], list[int]]:
+def _shape(meta: tuple[_Meta, ...], width: int) -> _Shape:
     ids = tuple([m[0] for m in meta])
     pad = [-1] * (width - len(meta))
     codes = [_jobs.setdefault(m[1], len(_jobs) - 1) for m in meta]
     lost = [j for j, m in enumerate(meta) if m[2] != "ok"]
-    return ids, list(ids) + pad, codes + pad, lost, [_model_code(m[3]) for m in meta] + pad
+    uuids = tuple([m[4] if is_board_uuid(m[4]) else "" for m in meta])
+    return (ids, list(ids) + pad, codes + pad, lost, [_model_code(m[3]) for m in meta] + pad,
+            uuids)
 
 
 def _model_code(name: str) -> int:
@@ -258,17 +266,78 @@ def _reader(m: Mapping[str, float]) -> _Reader:
     return reader
 
 
+class Boards:
+    """The board (UUID) each GPU slot of a node was last seen with: which frames name
+    another board in a slot, so that a detector forgets what it learned of the old board
+    (its offset, its counters) instead of judging the new one by it.
+
+    A frame that names no board there (no UUID, or a stand-in) changes nothing, and
+    neither does a slot's first board.
+    """
+
+    def __init__(self) -> None:
+        # (cluster, node) -> (the boards tuple last seen, GPU index -> its board)
+        self._seen: dict[tuple[str, str], tuple[tuple[str, ...], dict[int, str]]] = {}
+
+    def changed(self, f: Frame, ids: tuple[int, ...], boards: tuple[str, ...]) -> list[int]:
+        """Positions of the frame's GPUs whose board is another than the one seen before.
+
+        Per frame; the usual case (a node's GPUs unchanged: the batch shares one tuple
+        among its frames) is one identity test."""
+        key = (f.cluster, f.node)
+        seen = self._seen.get(key)
+        if seen is not None and seen[0] is boards:
+            return _NONE
+        known = seen[1] if seen is not None else {}
+        out = []
+        for j, (g, uuid) in enumerate(zip(ids, boards)):
+            if uuid:
+                was = known.get(g)
+                if was != uuid:
+                    if was:
+                        out.append(j)
+                    known[g] = uuid
+        self._seen[key] = (boards, known)
+        return out
+
+    def replaced(self, batch: Batch) -> list[tuple[int, int]]:
+        """(row, position) of the batch's GPUs that another board holds than before, in
+        the batch's (time) order."""
+        out: list[tuple[int, int]] = []
+        seen, changed = self._seen, self.changed
+        for r, (f, ids, boards) in enumerate(zip(batch.frames, batch.gpu_ids, batch.boards)):
+            last = seen.get((f.cluster, f.node))
+            if last is None or last[0] is not boards:
+                out.extend((r, j) for j in changed(f, ids, boards))
+        return out
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        for key in [k for k in self._seen if k[1] in gone]:
+            del self._seen[key]
+
+
+_NONE: list[int] = []
+
+
 class GpuTable:
     """Per-GPU state arrays indexed by slot, and the (node, GPU index) -> slot map.
 
     ``fields`` gives each array's initial value; a slot's arrays are reset to
-    them when a node is dropped (its partition went to another processor).
+    them when a node is dropped (its partition went to another processor). A GPU whose
+    board was replaced (``Boards``) gets a new slot from the frame that names the new
+    board on: nothing learned of the old board carries over. The old slot is freed at
+    the next batch, once the frames before the change have been judged with it.
     """
 
     def __init__(self, **fields: float) -> None:
         self._init = fields
-        self._nodes: dict[str, tuple[tuple[int, ...], list[int]]] = {}
+        # Per node: its GPU indices, their slots (padded to the batch's width), the boards
+        # its last frame named (None: not looked at since the slots changed).
+        self._nodes: dict[str, tuple[tuple[int, ...], list[int], tuple[str, ...] | None]] = {}
         self._free: list[int] = []
+        self._boards = Boards()
+        self._retired: list[int] = []  # slots of replaced boards, freed at the next batch
         self._next = 0
         self.node_of: list[str] = []
         self.arrays: dict[str, np.ndarray] = {k: np.full(64, v) for k, v in fields.items()}
@@ -281,20 +350,28 @@ class GpuTable:
         width = batch.index.shape[1]
         out = []
         nodes = self._nodes
-        for f, gpus in zip(batch.frames, batch.gpu_ids):
+        if self._retired:
+            self._release(self._retired)
+            self._retired = []
+        changed = self._boards.changed
+        for f, gpus, boards in zip(batch.frames, batch.gpu_ids, batch.boards):
             known = nodes.get(f.node)
             if known is None or known[0] != gpus:
                 slots = self._assign(f.node, gpus, known)
-                known = nodes[f.node] = (gpus, slots + [-1] * (width - len(slots)))
+                known = (gpus, slots + [-1] * (width - len(slots)), None)
             elif len(known[1]) != width:
-                known = nodes[f.node] = (gpus, known[1][:len(gpus)]
-                                         + [-1] * (width - len(gpus)))
+                known = (gpus, known[1][:len(gpus)] + [-1] * (width - len(gpus)), None)
+            if known[2] is not boards:  # else the boards this node's last frame named
+                replaced = changed(f, gpus, boards)
+                known = nodes[f.node] = (gpus, self._renew(f.node, known[1], replaced)
+                                         if replaced else known[1], boards)
             out.append(known[1])
         return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
             len(out), width)
 
     def _assign(self, node: str, gpus: tuple[int, ...],
-                old: tuple[tuple[int, ...], list[int]] | None) -> list[int]:
+                old: tuple[tuple[int, ...], list[int], tuple[str, ...] | None] | None
+                ) -> list[int]:
         kept = dict(zip(old[0], old[1])) if old else {}
         slots = []
         for g in gpus:
@@ -303,6 +380,14 @@ class GpuTable:
                 s = self._new_slot(node)
             slots.append(s)
         self._release(kept.values())
+        return slots
+
+    def _renew(self, node: str, slots: list[int], positions: list[int]) -> list[int]:
+        """The node's slots with a fresh one at each position whose board was replaced."""
+        slots = list(slots)  # rows before this frame keep the old one
+        for j in positions:
+            self._retired.append(slots[j])
+            slots[j] = self._new_slot(node)
         return slots
 
     def _new_slot(self, node: str) -> int:
@@ -328,6 +413,8 @@ class GpuTable:
             self._free.append(s)
 
     def drop(self, nodes: Iterable[str]) -> None:
+        nodes = list(nodes)
+        self._boards.drop(nodes)
         for node in nodes:
             known = self._nodes.pop(node, None)
             if known is not None:

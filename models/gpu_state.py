@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from fleetwatch.frame import Frame
-from fleetwatch.models.batch import Batch
+from fleetwatch.models.batch import Batch, Boards
 
 Key = tuple[str, str, int]  # (cluster, node, GPU index)
 
@@ -30,7 +30,10 @@ class GpuState:
 
     ``fields`` gives each array's initial value (a bool, or a float), ``shapes`` the
     shape of a field that holds more than one value per GPU; a dropped node's slots get
-    their initial values back and are reused.
+    their initial values back and are reused. A GPU whose board was replaced (``Boards``)
+    gets a new slot from the frame that names the new board on, its old one freed at the
+    next batch; ``replaced`` lists the GPUs that did in the last ``slots``, for state a
+    detector keeps outside these arrays.
     """
 
     def __init__(self, fields: Mapping[str, float | bool],
@@ -39,9 +42,13 @@ class GpuState:
         self._shapes = dict(shapes or {})
         self.slot_of: dict[Key, int] = {}
         self._free: list[int] = []
+        self._next = 0  # slots ever handed out
         # Per (cluster, node): its GPU indices and their slots, padded to a width.
         self._nodes: dict[tuple[str, str], tuple[tuple[int, ...], list[int]]] = {}
         self.arrays: dict[str, np.ndarray] = {k: self._new(k, 64) for k in fields}
+        self._boards = Boards()
+        self._retired: list[int] = []
+        self.replaced: list[Key] = []
 
     def _new(self, name: str, size: int) -> np.ndarray:
         return np.full((size, *self._shapes.get(name, ())), self._init[name])
@@ -51,8 +58,24 @@ class GpuState:
 
     def slots(self, batch: Batch) -> np.ndarray:
         """(F, G) slots of the batch's GPUs, in its row order; -1 where there is no GPU."""
-        return node_rows(batch, self._nodes, lambda f, ids: [
+        if self._retired:
+            self._reset(self._retired)
+            self._retired = []
+        out = node_rows(batch, self._nodes, lambda f, ids: [
             self._slot((f.cluster, f.node, g)) for g in ids], -1, np.int64)
+        replaced = self._boards.replaced(batch)
+        self.replaced = []
+        for r, j in replaced:
+            f = batch.frames[r]
+            key = (f.cluster, f.node, batch.gpu_ids[r][j])
+            old = self.slot_of.pop(key)
+            new = self._slot(key)
+            self._retired.append(old)
+            self._nodes.pop(key[:2], None)  # its cached slots name the old one
+            later = out[r:]  # this frame and those after it (time order) have the new board
+            later[later == old] = new
+            self.replaced.append(key)
+        return out
 
     def _slot(self, key: Key) -> int:
         s = self.slot_of.get(key)
@@ -61,7 +84,8 @@ class GpuState:
         if self._free:
             s = self._free.pop()
         else:
-            s = len(self.slot_of)
+            s = self._next  # not len(slot_of): a replaced board's old slot is in neither
+            self._next += 1
             size = len(next(iter(self.arrays.values())))
             if s >= size:
                 for k, a in self.arrays.items():
@@ -73,10 +97,15 @@ class GpuState:
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
+        self._boards.drop(gone)
         for key in [k for k in self._nodes if k[1] in gone]:
             del self._nodes[key]
-        for key in [k for k in self.slot_of if k[1] in gone]:
-            s = self.slot_of.pop(key)
+        self._reset([self.slot_of.pop(key) for key in [k for k in self.slot_of
+                                                       if k[1] in gone]])
+
+    def _reset(self, slots: list[int]) -> None:
+        """Free these slots, their fields back to their initial values."""
+        for s in slots:
             for name, a in self.arrays.items():
                 a[s] = self._init[name]
             self._free.append(s)

@@ -34,6 +34,7 @@ from fleetwatch.models import Finding
 from fleetwatch.models.batch import (
     COL,
     Batch,
+    Boards,
     columns,
     flagged,
     gpu_finding,
@@ -78,17 +79,24 @@ class JobPeers:
         self.c = config or DetectorsConfig()
         # GPUs (cluster, node, index, job) found stuck and still showing a hung kernel.
         self._hung: set[tuple[str, str, int, str | None]] = set()
+        self._boards = Boards()
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the stuck GPUs of ``nodes``; otherwise every frame is judged on its own
         and the for-durations do the rest."""
         gone = set(nodes)
+        self._boards.drop(gone)
         self._hung = {k for k in self._hung if k[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
         if not b.frames:
             return []
+        replaced = self._boards.replaced(b)
+        if replaced and self._hung:  # a new board in a slot was not found stuck
+            new = {(f.cluster, f.node, b.gpu_ids[r][j])
+                   for r, j in replaced for f in (b.frames[r],)}
+            self._hung = {k for k in self._hung if k[:3] not in new}
         out = self._limits(b)
         rows = np.flatnonzero((b.job >= 0).any(axis=1))
         if len(rows):

@@ -142,6 +142,7 @@ class LearnedDetectors:
                                  f"used ({type(exc).__name__}: {exc}): run `fleetwatch train` "
                                  "again") from exc
         self._limits, self._kinds, self._said_kinds = limits, {}, set()
+        self.thermal.trained_from = _range_start(models.metadata)
         self.not_judged = {}
 
     def coverage(self) -> dict[str, tuple[int, int]]:
@@ -195,8 +196,10 @@ class LearnedDetectors:
         return scored
 
     def use_events(self, events: EventReader | None) -> None:
-        """The store's event reader: lemon scores are rebuilt from it (``LemonScore``)."""
+        """The store's event reader: lemon scores are rebuilt from it (``LemonScore``), and
+        thermal health reads the boards replaced before it met a node."""
         self.lemon.use_events(events)
+        self.thermal.use_events(events)
 
     def drop(self, nodes: Sequence[str]) -> None:
         for d in (self.thermal, self.anomaly, self.lemon):
@@ -223,6 +226,14 @@ def _has_model(model: object) -> bool:
         return False
     center = getattr(model, "center", None)
     return center is None or bool(center)
+
+
+def _range_start(meta: Mapping[str, object]) -> float | None:
+    """When the history a file was trained on begins (``range``), None where not said."""
+    span = meta.get("range")
+    if isinstance(span, (list, tuple)) and span and isinstance(span[0], (int, float)):
+        return float(span[0])
+    return None
 
 
 def _trained_limits(meta: Mapping[str, object]) -> list[float] | None:

@@ -120,10 +120,11 @@ class StoredEvent(Protocol):
     def value(self) -> str: ...
 
 
-def event_order(e: StoredEvent) -> tuple[float, bool]:
+def event_order(e: StoredEvent) -> tuple[float, int]:
     """Stored events in time order, a frame's XIDs before its GPU states (as ``_events``
-    reads a frame): the XID 79 and the loss it causes share a time, one incident."""
-    return (e.ts, e.kind != "xid")
+    reads a frame): the XID 79 and the loss it causes share a time, one incident. A board
+    replaced comes first: the frame that names the new board is the new board's."""
+    return (e.ts, 0 if e.kind == "gpu_replaced" else 1 if e.kind == "xid" else 2)
 
 
 # The store's ``events(start_ts, end_ts, node=None, kinds=None, except_xids=())`` (models
@@ -133,6 +134,8 @@ log = logging.getLogger(__name__)
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["hw_slowdown"]
 _REASONS = COL["gpu_throttle_reasons"]
 _xids = attrgetter("xids")
+# The stored events a node's score is rebuilt from.
+_KINDS = ("xid", "gpu_state", "gpu_replaced")
 
 
 class LemonScore:
@@ -230,6 +233,9 @@ class LemonScore:
         b = columns(frames)
         order = arrival(frames, b)
         slots = self._state.slots(b)[order.rows]
+        for key in self._state.replaced:  # the old board's XID 79 or loss is not the new's
+            self._fell.pop(key, None)
+            self._lost.discard(key)
         present = b.present[order.rows]
         lost = b.lost[order.rows]
         reasons = b.x[:, :, _REASONS][order.rows]
@@ -261,7 +267,7 @@ class LemonScore:
         try:
             for node in reads:
                 events += [e for e in self._events_of(start, end, node=node,
-                                                      kinds=["xid", "gpu_state"],
+                                                      kinds=list(_KINDS),
                                                       except_xids=UNSCORED_XIDS)
                            if (e.cluster, e.node) in new]
         except Exception as exc:  # a write-only store, or one that is away: keep scoring
@@ -271,7 +277,7 @@ class LemonScore:
         self.load_events(events)
 
     def load_events(self, events: Iterable[StoredEvent]) -> None:
-        """Count stored events (a report's or a rebuild's): XIDs and GPUs lost."""
+        """Count stored events (a report's or a rebuild's): XIDs, GPUs lost, boards replaced."""
         events = sorted(events, key=event_order)
         for e in events:
             self._rebuilt.setdefault((e.cluster, e.node), -math.inf)
@@ -290,6 +296,9 @@ class LemonScore:
                                                          e.code))
                 if e.code == 79:
                     self._fell[gk] = e.ts
+            elif e.kind == "gpu_replaced":  # the old board's XID 79 or loss is not the new's
+                self._fell.pop(gk, None)
+                self._lost.discard(gk)
             elif e.value == "lost" and gk not in self._lost:
                 self._lost.add(gk)
                 self._add(key, e.ts, lost_points(self._fell.get(gk), e.ts))

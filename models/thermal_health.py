@@ -15,6 +15,9 @@ dust show up as a residual that grows for hours, days before any fixed limit.
 A GPU the training never saw (a node added since, another cluster, a replay)
 learns its offset online from its own first hour of samples, the way training
 does (the median of its one-minute mean residuals), and is judged after that.
+So does a board put in a slot in place of another (its UUID changed) since the
+training began: the trained offset is the old board's (or a mix), and a new board
+judged by a hot one's would hide its own overheating by that much.
 
 ``ThermalModel`` (``fleetwatch.models.thermal_model``) is the trained part;
 ``ThermalHealth`` is the detector that scores frames with it in the processor,
@@ -33,7 +36,9 @@ import numpy as np
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, columns
+from fleetwatch.models.board_swaps import BoardSwaps
 from fleetwatch.models.gpu_state import GpuState, arrival, node_rows, row_median, waves
+from fleetwatch.models.lemon import EventReader
 
 # Model files pickle ``ThermalModel`` under this module's name: it stays importable here.
 from fleetwatch.models.thermal_model import FEATURES, ThermalModel, fit_thermal, gpu_key
@@ -179,6 +184,11 @@ class ThermalHealth:
         # under ``_offsets_of``.
         self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
         self._offsets_of: ThermalModel | None = None
+        # Slots whose board was replaced, seen here or stored (``use_events``): one replaced
+        # since ``trained_from`` (the model's training began; None: not known) learns its
+        # own offset, the trained one being the old board's.
+        self.swaps = BoardSwaps()
+        self.trained_from: float | None = None
         # The last batches scored and what they gave, newest first, for ``update`` after
         # ``enrich``: the processor decodes (and enriches) a batch or two ahead of the one
         # it judges, and judges the frames of a batch that it still owns.
@@ -191,11 +201,16 @@ class ThermalHealth:
         return {gpu_key(*key): float(score[s]) for key, s in self._gpus.slot_of.items()
                 if scored[s]}
 
+    def use_events(self, events: EventReader | None) -> None:
+        """The store's event reader: boards replaced before this processor met a node."""
+        self.swaps.use_events(events)
+
     def drop(self, nodes: Sequence[str]) -> None:
         self._gpus.drop(nodes)
         gone = set(nodes)
         for key in [k for k in self._offsets if k[1] in gone]:
             del self._offsets[key]
+        self.swaps.drop(gone)
         self._recent.clear()
 
     def enrich(self, frames: Sequence[Frame]) -> None:
@@ -322,6 +337,8 @@ class ThermalHealth:
         order = arrival(frames, b)
         n, width = len(frames), b.x.shape[1]
         slots = self._gpus.slots(b)[order.rows]
+        self.swaps.recall(frames)
+        self.swaps.saw(self._gpus.replaced, float(b.ts[-1]))
         valid, rows, temps = features(b)
         residual, predicted = np.full(valid.shape, NAN), np.full(valid.shape, NAN)
         if len(temps):
@@ -329,6 +346,10 @@ class ThermalHealth:
             residual[valid] = temps - predicted[valid]
         residual, valid = residual[order.rows], valid[order.rows]
         offsets = self._node_offsets(b, model)[order.rows]
+        swapped = self.swaps.since(self.trained_from) if self.swaps.at else ()
+        if swapped:  # from the new board's first frame on (a new slot): not the old's
+            slot_of = self._gpus.slot_of
+            offsets[np.isin(slots, [slot_of[k] for k in swapped if k in slot_of])] = NAN
         ts = b.ts[order.rows]
         g = self._gpus
         # Scored earlier at the same time: what the batch started with.
@@ -441,8 +462,9 @@ class ThermalHealth:
         score (the old model's is not this one's) until it has."""
         g = self._gpus
         every = np.fromiter(g.slot_of.values(), np.int64, len(g.slot_of))
-        unseen = np.fromiter((gpu_key(*k) not in model.offsets for k in g.slot_of), bool,
-                             len(g.slot_of))
+        swapped = set(self.swaps.since(self.trained_from))
+        unseen = np.fromiter((gpu_key(*k) not in model.offsets or k in swapped
+                              for k in g.slot_of), bool, len(g.slot_of))
         g["own"][every] = NAN
         self._forget_baseline(every)
         u = every[unseen]

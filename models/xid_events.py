@@ -6,7 +6,9 @@ first and last time) and suggests the most drastic action among them (the table'
 written and notified again (the lifecycle bounds how often: ``pipeline.alerts``). The
 message and evidence list at most ``XID_LISTED`` codes, the worst first, and count the
 rest. An open alert loaded from the store after a restart is adopted with the codes its
-evidence holds (one of an older release with its one code and count).
+evidence holds (one of an older release with its one code and count). An XID from
+another board than the one the codes were seen on (the board in the slot was replaced:
+its UUID changed) starts afresh: the old board's codes are not the new one's.
 """
 
 from __future__ import annotations
@@ -14,10 +16,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.models import RANK, REVISION, Finding, OpenAlert
 from fleetwatch.models.batch import gpu_finding
-from fleetwatch.xids import MORE_CODES, MORE_COUNT, Seen, describe, seen_of, xid_evidence, xid_text
+from fleetwatch.xids import (
+    MORE_CODES,
+    MORE_COUNT,
+    SEVERITIES,
+    Seen,
+    describe,
+    seen_of,
+    xid_evidence,
+    xid_text,
+)
 
 _XidKey = tuple[str, str, int, str]  # (cluster, node, gpu, severity)
 
@@ -44,6 +55,8 @@ class XidEvents:
         # that its evidence counts without listing them.
         self._revision: dict[_XidKey, float] = {}
         self._more: dict[_XidKey, tuple[float, float]] = {}
+        # The board (UUID) each GPU's codes were seen on, where a frame or alert named one.
+        self._board: dict[tuple[str, str, int], str] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -51,6 +64,8 @@ class XidEvents:
             del self._seen[key]
             self._revision.pop(key, None)
             self._more.pop(key, None)
+        for gpu in [k for k in self._board if k[1] in gone]:
+            del self._board[gpu]
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Take over the XIDs of open XID alerts (loaded from the store at start, or for
@@ -67,6 +82,10 @@ class XidEvents:
                                                a.started_ts, a.updated_ts]}
             if seen:
                 key = (a.cluster, a.node, int(digits), severity)
+                # The store's alerts name their board (models do not import the store).
+                board = getattr(a, "uuid", "")
+                if is_board_uuid(board):
+                    self._board[key[:3]] = board
                 self._seen[key] = seen
                 self._revision[key] = float(evidence.get(REVISION, len(seen)))
                 self._more[key] = (evidence.get(MORE_CODES, 0.0), evidence.get(MORE_COUNT, 0.0))
@@ -76,8 +95,22 @@ class XidEvents:
         for f in frames:
             for g in f.gpus:
                 if g.xids:
+                    if is_board_uuid(g.uuid):
+                        self._new_board(f, g.index, g.uuid)
                     out.extend(self._classify(f, g.index, g.xids))
         return out
+
+    def _new_board(self, f: Frame, gpu: int, board: str) -> None:
+        """Forget the codes seen on the GPU's board before, if this is another one."""
+        key = (f.cluster, f.node, gpu)
+        was = self._board.get(key)
+        self._board[key] = board
+        if was is None or was == board:
+            return
+        for severity in SEVERITIES:
+            self._seen.pop((*key, severity), None)
+            self._revision.pop((*key, severity), None)
+            self._more.pop((*key, severity), None)
 
     def _classify(self, f: Frame, gpu: int, codes: tuple[int, ...]) -> list[Finding]:
         by_severity: dict[str, list[int]] = {}
