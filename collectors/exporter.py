@@ -12,8 +12,13 @@ The job label is ``hpc_job``, dcgm-exporter's own name for it: a scraped
 label called ``job`` would collide with the ``job`` label Prometheus gives
 every target (and be renamed ``exported_job``). Metrics without a DCGM name are
 ``fleetwatch_<catalogue name>``. XIDs are a counter per code,
-``fleetwatch_gpu_xid_total{...,xid="79"}``, plus ``DCGM_FI_DEV_XID_ERRORS``
-(the last XID, 0 for none) for boards that read that.
+``fleetwatch_gpu_xid_total{...,xid="79"}``, a counter of every code,
+``fleetwatch_gpu_xid_events_total``, there at 0 from a GPU's first scrape (a
+series born at 1 gives Prometheus' ``increase()`` 0: the first XID 79 of a GPU
+would alert nobody), plus ``DCGM_FI_DEV_XID_ERRORS`` (the last XID, 0 for none) for
+boards that read that. The XID counters carry the board's labels, not the job's
+(``hpc_job``, the pod): they count over the agent's life, and a series started
+anew for each job read as a new XID each time.
 
 ``Exporter`` is a custom collector: ``collect()`` builds the families from the
 latest frame at scrape time, so a lost GPU's series simply stop. It is served by
@@ -51,6 +56,8 @@ _DCGM_TYPES = {
     "DCGM_FI_DEV_RETIRED_PENDING": "counter",
 }
 POD_LABELS = ("pod", "namespace", "container")
+# The labels that name who holds a GPU now, left off counters that count over the board's life.
+JOB_LABELS = ("hpc_job", *POD_LABELS)
 # Catalogue name -> the MigInstance field that carries it per instance.
 _MIG_VALUES = {"gpu_fb_total_bytes": "fb_total", "gpu_fb_free_bytes": "fb_free",
                "gpu_fb_used_bytes": "fb_used"}
@@ -229,15 +236,22 @@ class Exporter:
                 yield fam
         xid = Metric("fleetwatch_gpu_xid_total", "XID errors reported by the driver, by code",
                      "counter")
+        xids = Metric("fleetwatch_gpu_xid_events_total",
+                      "XID errors reported by the driver, every code (0 from the start)",
+                      "counter")
         last = Metric("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered.",
                       "gauge")
         # A lost GPU keeps its XID series: its XID 79 is why it is lost.
         for g, labels in every:
+            board = {k: v for k, v in labels.items() if k not in JOB_LABELS}
+            total = 0
             for (uuid, code), n in sorted(xid_counts.items()):
                 if uuid == g.uuid:
-                    xid.add_sample(xid.name, {**labels, "xid": str(code)}, float(n))
+                    xid.add_sample(xid.name, {**board, "xid": str(code)}, float(n))
+                    total += n
+            xids.add_sample(xids.name, board, float(total))
             last.add_sample(last.name, labels, float(last_xid.get(g.uuid, 0)))
-        yield from (f for f in (xid, last) if f.samples)
+        yield from (f for f in (xid, xids, last) if f.samples)
         prof = Metric("fleetwatch_gpu_profiling_info", PROFILING_HELP, "gauge")
         for g, labels in gpus:
             prof.add_sample(prof.name, {**labels, "source": g.info.get("profiling", "none")}, 1.0)

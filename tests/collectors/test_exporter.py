@@ -149,6 +149,37 @@ def test_xids_count_per_code_and_dcgm_keeps_the_last() -> None:
     assert last == {"0": 0.0, "1": 79.0}
 
 
+def test_xid_counters_start_at_0_and_keep_one_series_across_jobs() -> None:
+    """A series born at 1 gives Prometheus' increase() 0 (the first XID 79 of a GPU alerted
+    nobody), and one started anew per job read as a new XID each time (VictoriaMetrics)."""
+    nv = FakeNvml.of(2)
+    reader = NvmlReader.open(nv)
+    e = Exporter()
+
+    def scrape_with(job: str) -> dict[str, object]:
+        gpus = tuple(dataclasses.replace(g, job=job) for g in reader.read().gpus)
+        e.update(Frame("c", "r", "n", time.time(), gpus))
+        return scrape(e)
+
+    first = scrape_with("5001")
+    events = first["fleetwatch_gpu_xid_events"].samples  # type: ignore[attr-defined]
+    assert [(s.labels["gpu"], s.value) for s in events] == [("0", 0.0), ("1", 0.0)]
+    assert "hpc_job" not in events[0].labels
+    nv.inject_xid(1, 79)
+    scrape_with("5001")
+    nv.inject_xid(1, 13)
+    later = scrape_with("5002")  # a new job on the GPU: the counters go on, not anew
+    per_code = later["fleetwatch_gpu_xid"].samples  # type: ignore[attr-defined]
+    assert {(s.labels["xid"], s.value) for s in per_code} == {("79", 1.0), ("13", 1.0)}
+    assert all("hpc_job" not in s.labels for s in per_code)
+    totals = {s.labels["gpu"]: s.value
+              for s in later["fleetwatch_gpu_xid_events"].samples}  # type: ignore[attr-defined]
+    assert totals == {"0": 0.0, "1": 2.0}
+    # The gauge dcgm-exporter serves keeps its labels, the job's included.
+    dcgm = later["DCGM_FI_DEV_XID_ERRORS"].samples  # type: ignore[attr-defined]
+    assert {s.labels["hpc_job"] for s in dcgm} == {"5002"}
+
+
 def test_fleetwatch_named_metrics_for_the_rest() -> None:
     e = Exporter()
     e.update(frame_of(FakeNvml.of(1)))
