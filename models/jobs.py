@@ -4,7 +4,10 @@ In data-parallel training the GPUs of a job step in lockstep, so they show the
 same SM activity, clocks and power through every phase; one that does not is
 holding the whole job back. Only GPUs with a job and at least one job peer on
 the node are judged. SM activity is ``gpu_sm_active_ratio`` where the GPU has
-GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
+GPM (Hopper and newer), else ``gpu_util_pct`` / 100. Activity is a share, alike on
+every part; clocks, power and power limits are not (an A100 tops out at 1410 MHz and a
+400-500 W limit, an H100 at 1980 MHz and 700 W), so on a node that mixes parts in one job
+those are compared only with job peers of the same model (the frame's model name).
 
 Stuck: a GPU whose SM activity is at most ``stuck_activity`` while the median of
 its job peers' is at least ``busy_activity`` (0.3 by default): it does not work
@@ -96,17 +99,21 @@ class JobPeers:
         return out
 
     def _limits(self, b: Batch) -> list[Finding]:
-        """An enforced power limit far below the node's other GPUs': a cap or brake set on it.
+        """An enforced power limit far below the node's other GPUs of its model: a cap or
+        brake set on it.
 
-        GPUs of one node share a model and a power budget, so one held to a much lower
-        limit (a power brake, a mistaken nvidia-smi -pl, a failing supply) will straggle.
+        GPUs of one model on a node share a default limit and a power budget, so one held
+        to a much lower limit (a power brake, a mistaken nvidia-smi -pl, a failing supply)
+        will straggle. A node that mixes parts (a 400 W A100 beside 700 W H100s) compares
+        each with its own part only.
         """
         limit = b.x[..., LIMIT]
         have = np.isfinite(limit) & ~b.lost
         if not have.any():
             return []
         g = limit.shape[1]
-        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None]
+        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None] \
+            & (b.model[:, :, None] == b.model[:, None, :])
         med, n = peer_median(limit, peers)
         with np.errstate(invalid="ignore"):
             low = have & (n >= 1) & (limit < self.c.power_low_frac * med)
@@ -184,7 +191,8 @@ class JobPeers:
             # collective for its peers (ranks that finish an evaluation early wait in an
             # all-gather for minutes): only how long tells them apart, as for a whole job.
             spin = hung & ~idle
-            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
+            # Clocks and power in MHz and watts: against peers of the same part only.
+            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock), same_model=True)
             clock_med, _ = peer_median(clock, clock_peers)
             slow_clock = clock < c.straggler_clock_frac * clock_med
             # In a light phase (an exposed all-reduce, an input stall) SM activity says
@@ -203,7 +211,7 @@ class JobPeers:
             computing = (n >= 1) & resident & (act >= c.busy_activity) & ~capped \
                 & (power < UNCAPPED_POWER_FRAC * x[..., LIMIT])
             straggler = injob & ~stuck & (busy | light | computing) & slow_clock
-            power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
+            power_peers = same_job_peers(b, rows, injob & np.isfinite(power), same_model=True)
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
                 & (power < c.power_low_frac * power_med)
@@ -246,7 +254,7 @@ class JobPeers:
                 out.append(gpu_finding(
                     f, g, "gpu_power_low_vs_peers", power[i, j],
                     f"{where} draws {power[i, j]:.0f} W against {power_med[i, j]:.0f} W for "
-                    "its job peers", "warning", c.power_low_for_s, ev,
+                    "its job peers of its model", "warning", c.power_low_for_s, ev,
                     "Check its power limit and throttle reasons (power brake, power cap) and "
                     "the node's power supplies"))
         return out

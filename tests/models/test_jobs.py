@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 from fleetwatch.models.jobs import JobPeers
-from tests.models.helpers import busy, node, rules
+from tests.models.helpers import MIXED, busy, node, rules
 
 
 def test_a_gpu_idle_while_its_job_peers_work_is_stuck() -> None:
@@ -161,3 +161,37 @@ def test_a_straggler_whose_job_waits_for_it_is_found_by_its_clock() -> None:
     near = {**at_cap}
     del near["gpu_throttle_reasons"]
     assert JobPeers().update([node(0, [waiting] * 6 + [near] * 2)]) == []
+
+
+def _mixed(a100: dict[str, float], h100: dict[str, float]) -> list[dict[str, float]]:
+    return [{**busy(60), **a100}] * 4 + [{**busy(60), **h100}] * 4
+
+
+def test_a_node_mixing_a100s_and_h100s_in_one_job_compares_clocks_and_power_by_part() -> None:
+    # At full load an A100 runs at its 1410 MHz maximum and ~400 W of its 500 W limit, an
+    # H100 at 1980 MHz and ~690 W of 700: healthy, though 0.71 the clock and 0.58 the power.
+    a100 = {"gpu_sm_clock_mhz": 1410.0, "gpu_power_w": 400.0, "gpu_power_limit_w": 500.0}
+    h100 = {"gpu_sm_clock_mhz": 1980.0, "gpu_power_w": 690.0, "gpu_power_limit_w": 700.0}
+    d = JobPeers()
+    found = [f for t in range(0, 300, 15) for f in d.update([node(t, _mixed(a100, h100),
+                                                                  models=MIXED)])]
+    assert found == []
+    # An A100 that really lags its A100 peers is still a straggler and draws little.
+    gpus = _mixed(a100, h100)
+    gpus[2] = {**gpus[2], "gpu_sm_clock_mhz": 900.0, "gpu_power_w": 200.0}
+    found = [f for t in range(300, 330, 15) for f in d.update([node(t, gpus, models=MIXED)])]
+    assert rules(found[-2:]) == [("gpu_straggler", 2), ("gpu_power_low_vs_peers", 2)]
+    assert "SM clock 900 MHz against 1410" in found[-2].message
+    assert found[-1].evidence["peer_power_w"] == 400.0
+
+
+def test_a_power_limit_is_compared_with_the_other_gpus_of_its_part_on_a_mixed_node() -> None:
+    a100 = {"gpu_power_limit_w": 400.0}
+    h100 = {"gpu_power_limit_w": 700.0}
+    assert JobPeers().update([node(0, _mixed(a100, h100), models=MIXED)]) == []
+    gpus = _mixed(a100, h100)
+    gpus[1] = {**gpus[1], "gpu_power_limit_w": 200.0}
+    found = JobPeers().update([node(0, gpus, models=MIXED)])
+    assert rules(found) == [("gpu_power_limit_low", 1)]
+    assert found[0].evidence == {"power_limit_w": 200.0, "peer_power_limit_w": 400.0}
+
