@@ -68,6 +68,15 @@ BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough
 HUNG_SM_MAX = 0.3        # 32 blocks on an A100's 108 SMs
 HUNG_DRAM_MAX = 0.005
 HUNG_TENSOR_MAX = 0.001
+# Pipeline stages of one job run seconds apart: at each change of phase (compute to
+# all-reduce, every 30 s in some jobs) a stage ahead of its peers draws the next phase's
+# power for a sample or so. A GPU is a candidate for gpu_power_low_vs_peers only once its
+# power has stayed low over samples this far apart (its for-duration still counts from
+# the first of them), so a lag of a few seconds raises no pending alert at all.
+POWER_LOW_SETTLE_S = 10.0
+
+
+GpuKey = tuple[str, str, int, str | None]  # (cluster, node, GPU index, job)
 
 
 class JobPeers:
@@ -80,13 +89,17 @@ class JobPeers:
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
         # GPUs (cluster, node, index, job) found stuck and still showing a hung kernel.
-        self._hung: set[tuple[str, str, int, str | None]] = set()
+        self._hung: set[GpuKey] = set()
+        # GPUs drawing little against their job peers: since when, and when that was first
+        # long enough to say so (POWER_LOW_SETTLE_S).
+        self._low: dict[GpuKey, tuple[float, float | None]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the stuck GPUs of ``nodes``; otherwise every frame is judged on its own
         and the for-durations do the rest."""
         gone = set(nodes)
         self._hung = {k for k in self._hung if k[1] not in gone}
+        self._low = {k: v for k, v in self._low.items() if k[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -146,6 +159,46 @@ class JobPeers:
             else:
                 self._hung.discard(key)
         return held
+
+    def _settled(self, b: Batch, rows: np.ndarray, low: np.ndarray
+                 ) -> tuple[np.ndarray, dict[tuple[int, int], tuple[float, float]]]:
+        """Which low-power GPUs (rows x positions) have drawn little for POWER_LOW_SETTLE_S,
+        frame by frame in order; and for each, how long it has, and how long it had when it
+        first had for that long (its alert's for-duration counts from its first low sample).
+        """
+        out = np.zeros_like(low)
+        held: dict[tuple[int, int], tuple[float, float]] = {}
+        # Every GPU of a node with one low now or before: one that is not low clears.
+        nodes = {k[:2] for k in self._low}
+        nodes.update((f.cluster, f.node) for f in
+                     (b.frames[rows[i]] for i in np.flatnonzero(low.any(axis=1)).tolist()))
+        if not nodes:
+            return out, held
+        kept: set[GpuKey] = set()
+        for i, r in enumerate(rows.tolist()):
+            f = b.frames[r]
+            if (f.cluster, f.node) not in nodes:
+                continue
+            for j, gpu in enumerate(f.gpus):
+                key = (f.cluster, f.node, gpu.index, gpu.job)
+                if not low[i, j]:
+                    self._low.pop(key, None)
+                    kept.discard(key)
+                    continue
+                first, settled = self._low.get(key, (f.ts, None))
+                if settled is None and f.ts - first >= POWER_LOW_SETTLE_S:
+                    settled = f.ts
+                self._low[key] = (first, settled)
+                kept.add(key)
+                if settled is not None:
+                    out[i, j] = True
+                    held[i, j] = (f.ts - first, settled - first)
+        # A GPU of a node in this batch that no longer reads in that job (the job ended or
+        # left it) is low no more.
+        here = {(f.cluster, f.node) for f in b.frames}
+        for key in [k for k in self._low if k[:2] in here and k not in kept]:
+            del self._low[key]
+        return out, held
 
     def _known(self, b: Batch, rows: np.ndarray) -> np.ndarray:
         """The GPUs of these rows that are in ``_hung`` (to forget those that work)."""
@@ -215,6 +268,7 @@ class JobPeers:
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
                 & (power < c.power_low_frac * power_med)
+        low_power, low_for = self._settled(b, rows, low_power)
         out: list[Finding] = []
         for i, j in flagged(stuck | straggler | low_power):
             f = b.frames[rows[i]]
@@ -251,10 +305,12 @@ class JobPeers:
                     "The whole job waits for this GPU: check its clocks, throttle reasons and "
                     "PCIe/NVLink errors; move the job off it if it persists"))
             if low_power[i, j]:
+                low_s, settled_s = low_for[i, j]
                 out.append(gpu_finding(
                     f, g, "gpu_power_low_vs_peers", power[i, j],
                     f"{where} draws {power[i, j]:.0f} W against {power_med[i, j]:.0f} W for "
-                    "its job peers of its model", "warning", c.power_low_for_s, ev,
+                    f"its job peers of its model, for {low_s:.0f} s", "warning",
+                    max(c.power_low_for_s - settled_s, 0.0), {**ev, "low_for_s": low_s},
                     "Check its power limit and throttle reasons (power brake, power cap) and "
                     "the node's power supplies"))
         return out

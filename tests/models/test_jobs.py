@@ -17,8 +17,14 @@ def test_a_straggler_by_its_clock_and_low_power_against_job_peers() -> None:
     gpus = [busy(60)] * 5 + [busy(60, gpu_sm_active_ratio=0.4),
                              busy(60, gpu_sm_clock_mhz=1200.0),
                              busy(60, 150.0)]
-    found = JobPeers().update([node(0, gpus)])
+    d = JobPeers()
+    # Low power is said once it has held over POWER_LOW_SETTLE_S (a pipeline stage ahead of
+    # its peers draws the next phase's power for a sample), firing as if from the first.
+    assert rules(d.update([node(0, gpus)])) == [("gpu_straggler", 6)]
+    assert rules(d.update([node(5, gpus)])) == [("gpu_straggler", 6)]
+    found = d.update([node(10, gpus)])
     assert rules(found) == [("gpu_straggler", 6), ("gpu_power_low_vs_peers", 7)]
+    assert found[1].for_s == 110.0 and found[1].evidence["low_for_s"] == 10.0
     assert found[0].message == ("GPU 6 on n1 (job job1) lags its job peers: SM clock 1200 MHz "
                                 "against 1980, 80% SM activity against 80%")
 
@@ -195,3 +201,54 @@ def test_a_power_limit_is_compared_with_the_other_gpus_of_its_part_on_a_mixed_no
     assert rules(found) == [("gpu_power_limit_low", 1)]
     assert found[0].evidence == {"power_limit_w": 200.0, "peer_power_limit_w": 400.0}
 
+def test_pipeline_stages_a_few_seconds_apart_raise_no_low_power_candidate() -> None:
+    """A job swinging between compute (420 W) and an exposed all-reduce (110 W) every 30 s,
+    sampled every 5 s; GPU 0's stage 3 s ahead of its peers: at each change to the all-reduce
+    one sample of it is already low. That is no candidate at all, not a pending alert a
+    minute."""
+    compute = busy(60, 420.0, gpu_sm_active_ratio=0.8)
+    allreduce = busy(55, 110.0, gpu_sm_active_ratio=0.1, gpu_util_pct=100.0)
+
+    def phase(t: float) -> dict[str, float]:
+        return compute if int(t // 30) % 2 == 0 else allreduce
+
+    d = JobPeers()
+    found = []
+    for t in range(3, 3600, 5):  # a sample 2 s before each change of phase
+        found += d.update([node(t, [phase(t + 3)] + [phase(t)] * 7)])
+    assert found == []
+    # A GPU braked for real draws little every sample: found, its alert firing as if timed
+    # from its first low sample (the for-duration less what the candidate waited for).
+    braked = busy(60, 150.0, gpu_sm_active_ratio=0.8)
+    found = [f for t in range(3603, 3623, 5)
+             for f in d.update([node(t, [braked] + [compute] * 7)])]
+    assert [(f.rule, f.ts, f.for_s) for f in found] == [
+        ("gpu_power_low_vs_peers", 3613, 110.0), ("gpu_power_low_vs_peers", 3618, 110.0)]
+
+
+def test_the_stores_alert_history_holds_no_pending_churn_from_pipeline_stages() -> None:
+    """Through the processor: the stage 3 s ahead leaves no pending/resolved pair a minute in
+    the store's alert history; a braked GPU fires power_low_for_s after its first low sample."""
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.models.registry import build
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.recording import RecordingStore
+
+    compute = busy(60, 420.0, gpu_sm_active_ratio=0.8)
+    allreduce = busy(55, 110.0, gpu_sm_active_ratio=0.1, gpu_util_pct=100.0)
+
+    def phase(t: float) -> dict[str, float]:
+        return compute if int(t // 30) % 2 == 0 else allreduce
+
+    store = RecordingStore()
+    p = Processor(store, build(DetectorsConfig()))
+    t0 = 1.7e9
+    for t in range(3, 1800, 5):
+        p.process([node(t0 + t, [phase(t + 3)] + [phase(t)] * 7)])
+    assert [a for a in store.changes if a.rule == "gpu_power_low_vs_peers"] == []
+    braked = busy(60, 150.0, gpu_sm_active_ratio=0.8)
+    for t in range(1803, 2000, 5):
+        p.process([node(t0 + t, [braked] + [compute] * 7)])
+    low = [(a.state, a.started_ts - t0, (a.fired_ts or 0) - t0) for a in store.changes
+           if a.rule == "gpu_power_low_vs_peers"]
+    assert low[0] == ("pending", 1813.0, -t0) and low[-1] == ("firing", 1813.0, 1923.0)
