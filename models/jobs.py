@@ -70,10 +70,11 @@ HUNG_DRAM_MAX = 0.005
 HUNG_TENSOR_MAX = 0.001
 # Pipeline stages of one job run seconds apart: at each change of phase (compute to
 # all-reduce, every 30 s in some jobs) a stage ahead of its peers draws the next phase's
-# power for a sample or so. A GPU is a candidate for gpu_power_low_vs_peers only once its
-# power has stayed low over samples this far apart (its for-duration still counts from
-# the first of them), so a lag of a few seconds raises no pending alert at all.
-POWER_LOW_SETTLE_S = 10.0
+# power for a sample or so; a GPU that touches its power cap for a sample has its clock
+# cut for that sample. A GPU is a candidate for gpu_power_low_vs_peers or gpu_straggler
+# only once it has stayed low or slow over samples this far apart (its for-duration still
+# counts from the first of them), so such moments raise no pending alert at all.
+SETTLE_S = 10.0
 
 
 GpuKey = tuple[str, str, int, str | None]  # (cluster, node, GPU index, job)
@@ -90,16 +91,18 @@ class JobPeers:
         self.c = config or DetectorsConfig()
         # GPUs (cluster, node, index, job) found stuck and still showing a hung kernel.
         self._hung: set[GpuKey] = set()
-        # GPUs drawing little against their job peers: since when, and when that was first
-        # long enough to say so (POWER_LOW_SETTLE_S).
-        self._low: dict[GpuKey, tuple[float, float | None]] = {}
+        # Per rule, GPUs slow or drawing little against their job peers: since when, and
+        # when that was first long enough to say so (SETTLE_S).
+        self._since: dict[str, dict[GpuKey, tuple[float, float | None]]] = {
+            "gpu_straggler": {}, "gpu_power_low_vs_peers": {}}
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the stuck GPUs of ``nodes``; otherwise every frame is judged on its own
         and the for-durations do the rest."""
         gone = set(nodes)
         self._hung = {k for k in self._hung if k[1] not in gone}
-        self._low = {k: v for k, v in self._low.items() if k[1] not in gone}
+        for rule, since in self._since.items():
+            self._since[rule] = {k: v for k, v in since.items() if k[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -160,16 +163,18 @@ class JobPeers:
                 self._hung.discard(key)
         return held
 
-    def _settled(self, b: Batch, rows: np.ndarray, low: np.ndarray
+    def _settled(self, b: Batch, rows: np.ndarray, low: np.ndarray, rule: str
                  ) -> tuple[np.ndarray, dict[tuple[int, int], tuple[float, float]]]:
-        """Which low-power GPUs (rows x positions) have drawn little for POWER_LOW_SETTLE_S,
-        frame by frame in order; and for each, how long it has, and how long it had when it
-        first had for that long (its alert's for-duration counts from its first low sample).
+        """Which GPUs (rows x positions) found by ``rule`` in ``low`` have been so for
+        SETTLE_S, frame by frame in order; and for each, how long it has, and how long it had
+        when it first had for that long (its alert's for-duration counts from its first
+        sample so).
         """
         out = np.zeros_like(low)
         held: dict[tuple[int, int], tuple[float, float]] = {}
+        since = self._since[rule]
         # Every GPU of a node with one low now or before: one that is not low clears.
-        nodes = {k[:2] for k in self._low}
+        nodes = {k[:2] for k in since}
         nodes.update((f.cluster, f.node) for f in
                      (b.frames[rows[i]] for i in np.flatnonzero(low.any(axis=1)).tolist()))
         if not nodes:
@@ -182,13 +187,13 @@ class JobPeers:
             for j, gpu in enumerate(f.gpus):
                 key = (f.cluster, f.node, gpu.index, gpu.job)
                 if not low[i, j]:
-                    self._low.pop(key, None)
+                    since.pop(key, None)
                     kept.discard(key)
                     continue
-                first, settled = self._low.get(key, (f.ts, None))
-                if settled is None and f.ts - first >= POWER_LOW_SETTLE_S:
+                first, settled = since.get(key, (f.ts, None))
+                if settled is None and f.ts - first >= SETTLE_S:
                     settled = f.ts
-                self._low[key] = (first, settled)
+                since[key] = (first, settled)
                 kept.add(key)
                 if settled is not None:
                     out[i, j] = True
@@ -196,8 +201,8 @@ class JobPeers:
         # A GPU of a node in this batch that no longer reads in that job (the job ended or
         # left it) is low no more.
         here = {(f.cluster, f.node) for f in b.frames}
-        for key in [k for k in self._low if k[:2] in here and k not in kept]:
-            del self._low[key]
+        for key in [k for k in since if k[:2] in here and k not in kept]:
+            del since[key]
         return out, held
 
     def _known(self, b: Batch, rows: np.ndarray) -> np.ndarray:
@@ -246,7 +251,7 @@ class JobPeers:
             spin = hung & ~idle
             # Clocks and power in MHz and watts: against peers of the same part only.
             clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock), same_model=True)
-            clock_med, _ = peer_median(clock, clock_peers)
+            clock_med, cn = peer_median(clock, clock_peers)
             slow_clock = clock < c.straggler_clock_frac * clock_med
             # In a light phase (an exposed all-reduce, an input stall) SM activity says
             # little, but a GPU with a kernel resident nearly the whole sample runs at its
@@ -268,7 +273,8 @@ class JobPeers:
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
                 & (power < c.power_low_frac * power_med)
-        low_power, low_for = self._settled(b, rows, low_power)
+        straggler, slow_for = self._settled(b, rows, straggler, "gpu_straggler")
+        low_power, low_for = self._settled(b, rows, low_power, "gpu_power_low_vs_peers")
         out: list[Finding] = []
         for i, j in flagged(stuck | straggler | low_power):
             f = b.frames[rows[i]]
@@ -276,7 +282,9 @@ class JobPeers:
             job = f.gpus[j].job
             ev = {"activity": act[i, j], "peer_activity": act_med[i, j], "peers": n[i, j],
                   "sm_clock_mhz": clock[i, j], "peer_sm_clock_mhz": clock_med[i, j],
-                  "power_w": power[i, j], "peer_power_w": power_med[i, j]}
+                  "power_w": power[i, j], "peer_power_w": power_med[i, j],
+                  # how many of the peers are of its model (clocks and power are theirs)
+                  "clock_peers": cn[i, j], "power_peers": pn[i, j]}
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
             where = f"GPU {g} on {f.node} (job {job})"
             if stuck[i, j]:
@@ -299,9 +307,11 @@ class JobPeers:
             if straggler[i, j]:
                 what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}, "
                         f"{act[i, j]:.0%} SM activity against {act_med[i, j]:.0%}")
+                slow_s, settled_s = slow_for[i, j]
                 out.append(gpu_finding(
                     f, g, "gpu_straggler", act[i, j], f"{where} lags its job peers: {what}",
-                    "warning", c.straggler_for_s, ev,
+                    "warning", max(c.straggler_for_s - settled_s, 0.0),
+                    {**ev, "slow_for_s": slow_s},
                     "The whole job waits for this GPU: check its clocks, throttle reasons and "
                     "PCIe/NVLink errors; move the job off it if it persists"))
             if low_power[i, j]:
