@@ -17,7 +17,7 @@ The model knows the fleet's history, not what the fleet does now: a job whose
 phase of work the history never held (a new kernel mix, an all-reduce-heavy
 phase) moves every GPU of the job the same way at the same minute. So a window
 past the threshold is also compared with its job peers on the node (the other
-GPUs of its node with the same job, whose windows closed at the same sample):
+GPUs of its node with the same job and model, whose windows closed at the same sample):
 its features minus the median of theirs, in the phase's spreads. Unless that too
 is past the threshold, the window is the job's, not the GPU's, and is not
 anomalous. A node-wide fault that moves all its GPUs alike is therefore not this
@@ -331,12 +331,14 @@ class FleetAnomaly:
     def _peers(self, full: list[_Window], feats: np.ndarray, ok: np.ndarray
                ) -> list[np.ndarray | None]:
         """Per window: the median features of its job peers' windows closed at the same
-        sample (same frame, same job; steady, complete), None with no such peer."""
-        groups: dict[tuple[int, str | None], list[int]] = {}
+        sample (same frame, same job, same model: watts and degrees differ by part;
+        steady, complete), None with no such peer."""
+        groups: dict[tuple[int, str | None, str], list[int]] = {}
         for k, (f, key, _) in enumerate(full):
             if ok[k]:
-                job = next((g.job for g in f.gpus if g.index == key[2]), None)
-                groups.setdefault((id(f), job), []).append(k)
+                gpu = next((g for g in f.gpus if g.index == key[2]), None)
+                groups.setdefault((id(f), gpu and gpu.job, gpu.model if gpu else ""),
+                                  []).append(k)
         out: list[np.ndarray | None] = [None] * len(full)
         for members in groups.values():
             for k in members:

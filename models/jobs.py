@@ -4,7 +4,10 @@ In data-parallel training the GPUs of a job step in lockstep, so they show the
 same SM activity, clocks and power through every phase; one that does not is
 holding the whole job back. Only GPUs with a job and at least one job peer on
 the node are judged. SM activity is ``gpu_sm_active_ratio`` where the GPU has
-GPM (Hopper and newer), else ``gpu_util_pct`` / 100.
+GPM (Hopper and newer), else ``gpu_util_pct`` / 100. Activity is a share, alike on
+every part; clocks, power and power limits are not (an A100 tops out at 1410 MHz and a
+400-500 W limit, an H100 at 1980 MHz and 700 W), so on a node that mixes parts in one job
+those are compared only with job peers of the same model (the frame's model name).
 
 Stuck: a GPU whose SM activity is at most ``stuck_activity`` while the median of
 its job peers' is at least ``busy_activity`` (0.3 by default): it does not work
@@ -66,6 +69,16 @@ BUSY_POWER_W = 100.0  # peers drawing less than this are not working hard enough
 HUNG_SM_MAX = 0.3        # 32 blocks on an A100's 108 SMs
 HUNG_DRAM_MAX = 0.005
 HUNG_TENSOR_MAX = 0.001
+# Pipeline stages of one job run seconds apart: at each change of phase (compute to
+# all-reduce, every 30 s in some jobs) a stage ahead of its peers draws the next phase's
+# power for a sample or so; a GPU that touches its power cap for a sample has its clock
+# cut for that sample. A GPU is a candidate for gpu_power_low_vs_peers or gpu_straggler
+# only once it has stayed low or slow over samples this far apart (its for-duration still
+# counts from the first of them), so such moments raise no pending alert at all.
+SETTLE_S = 10.0
+
+
+GpuKey = tuple[str, str, int, str | None]  # (cluster, node, GPU index, job)
 
 
 class JobPeers:
@@ -78,8 +91,12 @@ class JobPeers:
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
         # GPUs (cluster, node, index, job) found stuck and still showing a hung kernel.
-        self._hung: set[tuple[str, str, int, str | None]] = set()
+        self._hung: set[GpuKey] = set()
         self._boards = Boards()
+        # Per rule, GPUs slow or drawing little against their job peers: since when, and
+        # when that was first long enough to say so (SETTLE_S).
+        self._since: dict[str, dict[GpuKey, tuple[float, float | None]]] = {
+            "gpu_straggler": {}, "gpu_power_low_vs_peers": {}}
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the stuck GPUs of ``nodes``; otherwise every frame is judged on its own
@@ -87,16 +104,20 @@ class JobPeers:
         gone = set(nodes)
         self._boards.drop(gone)
         self._hung = {k for k in self._hung if k[1] not in gone}
+        for rule, since in self._since.items():
+            self._since[rule] = {k: v for k, v in since.items() if k[1] not in gone}
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
         if not b.frames:
             return []
         replaced = self._boards.replaced(b)
-        if replaced and self._hung:  # a new board in a slot was not found stuck
+        if replaced:  # a new board in a slot was not found stuck, slow or low
             new = {(f.cluster, f.node, b.gpu_ids[r][j])
                    for r, j in replaced for f in (b.frames[r],)}
             self._hung = {k for k in self._hung if k[:3] not in new}
+            for rule, since in self._since.items():
+                self._since[rule] = {k: v for k, v in since.items() if k[:3] not in new}
         out = self._limits(b)
         rows = np.flatnonzero((b.job >= 0).any(axis=1))
         if len(rows):
@@ -104,17 +125,21 @@ class JobPeers:
         return out
 
     def _limits(self, b: Batch) -> list[Finding]:
-        """An enforced power limit far below the node's other GPUs': a cap or brake set on it.
+        """An enforced power limit far below the node's other GPUs of its model: a cap or
+        brake set on it.
 
-        GPUs of one node share a model and a power budget, so one held to a much lower
-        limit (a power brake, a mistaken nvidia-smi -pl, a failing supply) will straggle.
+        GPUs of one model on a node share a default limit and a power budget, so one held
+        to a much lower limit (a power brake, a mistaken nvidia-smi -pl, a failing supply)
+        will straggle. A node that mixes parts (a 400 W A100 beside 700 W H100s) compares
+        each with its own part only.
         """
         limit = b.x[..., LIMIT]
         have = np.isfinite(limit) & ~b.lost
         if not have.any():
             return []
         g = limit.shape[1]
-        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None]
+        peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None] \
+            & (b.model[:, :, None] == b.model[:, None, :])
         med, n = peer_median(limit, peers)
         with np.errstate(invalid="ignore"):
             low = have & (n >= 1) & (limit < self.c.power_low_frac * med)
@@ -147,6 +172,48 @@ class JobPeers:
             else:
                 self._hung.discard(key)
         return held
+
+    def _settled(self, b: Batch, rows: np.ndarray, low: np.ndarray, rule: str
+                 ) -> tuple[np.ndarray, dict[tuple[int, int], tuple[float, float]]]:
+        """Which GPUs (rows x positions) found by ``rule`` in ``low`` have been so for
+        SETTLE_S, frame by frame in order; and for each, how long it has, and how long it had
+        when it first had for that long (its alert's for-duration counts from its first
+        sample so).
+        """
+        out = np.zeros_like(low)
+        held: dict[tuple[int, int], tuple[float, float]] = {}
+        since = self._since[rule]
+        # Every GPU of a node with one low now or before: one that is not low clears.
+        nodes = {k[:2] for k in since}
+        nodes.update((f.cluster, f.node) for f in
+                     (b.frames[rows[i]] for i in np.flatnonzero(low.any(axis=1)).tolist()))
+        if not nodes:
+            return out, held
+        kept: set[GpuKey] = set()
+        for i, r in enumerate(rows.tolist()):
+            f = b.frames[r]
+            if (f.cluster, f.node) not in nodes:
+                continue
+            for j, gpu in enumerate(f.gpus):
+                key = (f.cluster, f.node, gpu.index, gpu.job)
+                if not low[i, j]:
+                    since.pop(key, None)
+                    kept.discard(key)
+                    continue
+                first, settled = since.get(key, (f.ts, None))
+                if settled is None and f.ts - first >= SETTLE_S:
+                    settled = f.ts
+                since[key] = (first, settled)
+                kept.add(key)
+                if settled is not None:
+                    out[i, j] = True
+                    held[i, j] = (f.ts - first, settled - first)
+        # A GPU of a node in this batch that no longer reads in that job (the job ended or
+        # left it) is low no more.
+        here = {(f.cluster, f.node) for f in b.frames}
+        for key in [k for k in since if k[:2] in here and k not in kept]:
+            del since[key]
+        return out, held
 
     def _known(self, b: Batch, rows: np.ndarray) -> np.ndarray:
         """The GPUs of these rows that are in ``_hung`` (to forget those that work)."""
@@ -192,8 +259,9 @@ class JobPeers:
             # collective for its peers (ranks that finish an evaluation early wait in an
             # all-gather for minutes): only how long tells them apart, as for a whole job.
             spin = hung & ~idle
-            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock))
-            clock_med, _ = peer_median(clock, clock_peers)
+            # Clocks and power in MHz and watts: against peers of the same part only.
+            clock_peers = same_job_peers(b, rows, injob & np.isfinite(clock), same_model=True)
+            clock_med, cn = peer_median(clock, clock_peers)
             slow_clock = clock < c.straggler_clock_frac * clock_med
             # In a light phase (an exposed all-reduce, an input stall) SM activity says
             # little, but a GPU with a kernel resident nearly the whole sample runs at its
@@ -211,10 +279,12 @@ class JobPeers:
             computing = (n >= 1) & resident & (act >= c.busy_activity) & ~capped \
                 & (power < UNCAPPED_POWER_FRAC * x[..., LIMIT])
             straggler = injob & ~stuck & (busy | light | computing) & slow_clock
-            power_peers = same_job_peers(b, rows, injob & np.isfinite(power))
+            power_peers = same_job_peers(b, rows, injob & np.isfinite(power), same_model=True)
             power_med, pn = peer_median(power, power_peers)
             low_power = injob & busy & ~stuck & (pn >= 1) & (power_med >= BUSY_POWER_W) \
                 & (power < c.power_low_frac * power_med)
+        straggler, slow_for = self._settled(b, rows, straggler, "gpu_straggler")
+        low_power, low_for = self._settled(b, rows, low_power, "gpu_power_low_vs_peers")
         out: list[Finding] = []
         for i, j in flagged(stuck | straggler | low_power):
             f = b.frames[rows[i]]
@@ -222,7 +292,9 @@ class JobPeers:
             job = f.gpus[j].job
             ev = {"activity": act[i, j], "peer_activity": act_med[i, j], "peers": n[i, j],
                   "sm_clock_mhz": clock[i, j], "peer_sm_clock_mhz": clock_med[i, j],
-                  "power_w": power[i, j], "peer_power_w": power_med[i, j]}
+                  "power_w": power[i, j], "peer_power_w": power_med[i, j],
+                  # how many of the peers are of its model (clocks and power are theirs)
+                  "clock_peers": cn[i, j], "power_peers": pn[i, j]}
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
             where = f"GPU {g} on {f.node} (job {job})"
             if stuck[i, j]:
@@ -245,16 +317,20 @@ class JobPeers:
             if straggler[i, j]:
                 what = (f"SM clock {clock[i, j]:.0f} MHz against {clock_med[i, j]:.0f}, "
                         f"{act[i, j]:.0%} SM activity against {act_med[i, j]:.0%}")
+                slow_s, settled_s = slow_for[i, j]
                 out.append(gpu_finding(
                     f, g, "gpu_straggler", act[i, j], f"{where} lags its job peers: {what}",
-                    "warning", c.straggler_for_s, ev,
+                    "warning", max(c.straggler_for_s - settled_s, 0.0),
+                    {**ev, "slow_for_s": slow_s},
                     "The whole job waits for this GPU: check its clocks, throttle reasons and "
                     "PCIe/NVLink errors; move the job off it if it persists"))
             if low_power[i, j]:
+                low_s, settled_s = low_for[i, j]
                 out.append(gpu_finding(
                     f, g, "gpu_power_low_vs_peers", power[i, j],
                     f"{where} draws {power[i, j]:.0f} W against {power_med[i, j]:.0f} W for "
-                    "its job peers", "warning", c.power_low_for_s, ev,
+                    f"its job peers of its model, for {low_s:.0f} s", "warning",
+                    max(c.power_low_for_s - settled_s, 0.0), {**ev, "low_for_s": low_s},
                     "Check its power limit and throttle reasons (power brake, power cap) and "
                     "the node's power supplies"))
         return out

@@ -57,10 +57,19 @@ def peer_median_block(block_values: np.ndarray, peers: np.ndarray,
         return np.where(c > 0, (lo + hi) * 0.5, NAN).reshape(count.shape)
 
 
-def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray) -> np.ndarray:
-    """(F, G, G): GPU j is a peer of GPU i (same frame, same job or both none, not itself)."""
+def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray,
+                   same_model: bool = False) -> np.ndarray:
+    """(F, G, G): GPU j is a peer of GPU i (same frame, same job or both none, not itself).
+
+    ``same_model``: and the same model too. Readings in watts, MHz or degrees differ by
+    part whatever the load (an A100 tops out at 1410 MHz and 400-500 W, an H100 at 1980
+    MHz and 700 W), so a node that mixes parts in one job compares those only within a
+    part; shares (SM activity, utilization) compare across parts."""
     job = batch.job[rows]
     g = job.shape[1]
     mask = (job[:, :, None] == job[:, None, :]) & ok[:, None, :] & ok[:, :, None]
+    if same_model:
+        model = batch.model[rows]
+        mask &= model[:, :, None] == model[:, None, :]
     mask &= ~np.eye(g, dtype=bool)[None]
     return mask

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnomaly
-from tests.models.helpers import busy, node
+from tests.models.helpers import A100, MODEL, busy, node
 
 T0 = 1_763_800_020.0
 HEAVY = 3
@@ -23,12 +23,12 @@ def model() -> AnomalyModel:
 
 
 def run(per_gpu: list[dict[str, float]], jobs: list[str | None] | None = None,
-        minutes: int = 31) -> list:
+        minutes: int = 31, models: list[str] | None = None) -> list:
     """One frame a minute of one node whose GPUs read ``per_gpu`` throughout."""
     anomaly = FleetAnomaly(model())
     found: list = []
     for m in range(minutes):
-        found += anomaly.update([node(T0 + 60.0 * m, per_gpu, jobs=jobs)])
+        found += anomaly.update([node(T0 + 60.0 * m, per_gpu, jobs=jobs, models=models)])
     return found
 
 
@@ -36,6 +36,15 @@ def test_a_whole_job_moving_together_is_its_phase_not_a_gpu_anomaly() -> None:
     # Every GPU of the job runs 580 MHz below the history's heavy phase: 11.6 spreads
     # from the history (past 8), nothing from each other.
     assert run([busy(60.0, gpu_sm_clock_mhz=1400.0)] * 4) == []
+
+
+def test_a_job_on_a_node_mixing_parts_is_compared_within_each_part() -> None:
+    # Two GPUs of each part run a phase the history never held (580 MHz below it), each
+    # part at its own power: each moves with its own part. Against the other part's watts
+    # (the median of three peers, two of the other part) every one would be 30 spreads out.
+    gpus = [busy(60.0, gpu_sm_clock_mhz=1400.0)] * 2 + \
+        [busy(60.0, 700.0, gpu_sm_clock_mhz=1400.0)] * 2
+    assert run(gpus, models=[A100] * 2 + [MODEL] * 2) == []
 
 
 def test_one_gpu_unlike_the_history_and_its_peers_says_so_in_watts() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.peers import ThermalPeers
-from tests.models.helpers import busy, node, rules
+from tests.models.helpers import A100, MIXED, MODEL, busy, node, rules
 
 STEP = 5.0
 
@@ -163,3 +163,26 @@ def test_a_heat_path_failing_at_steady_power_pages_at_its_first_climbing_samples
     climb = lambda t: [66.0 + 25.0 * (1 - 2.718 ** (-(t - 900) / 60.0))] + base(t)[1:]  # noqa: E731
     crit = [f for f in run(d, climb, 60, start=900) if f.rule == "gpu_hot_vs_peers_critical"]
     assert crit and crit[0].ts <= 900 + 15
+
+
+
+def test_a_node_mixing_parts_compares_each_gpu_with_its_own_part_only() -> None:
+    """At the same 400 W in 22 °C air an A100 SXM4 (0.10 °C/W) runs at 62 °C, an H100
+    (0.0535 °C/W) at 43 °C: two A100s among six H100s are neither hot (nor critical, once
+    warm) against the other part. A failing A100 heat path is still caught among A100s."""
+    d = ThermalPeers()
+    healthy = [62.0, 61.0, 43.0, 44.0, 43.0, 42.0, 43.0, 44.0]
+    models = [A100] * 2 + [MODEL] * 6
+    found = []
+    for t in range(0, 3600, 5):
+        found += d.update([node(t, [busy(x) for x in healthy], models=models)])
+    assert found == []
+    d = ThermalPeers()
+    healthy = [62.0, 61.0, 63.0, 62.0, 43.0, 44.0, 43.0, 42.0]
+    for t in range(0, 3600, 5):
+        assert d.update([node(t, [busy(x) for x in healthy], models=MIXED)]) == []
+    failing = [75.0] + healthy[1:]
+    found = [f for t in range(3600, 3660, 5)
+             for f in d.update([node(t, [busy(x) for x in failing], models=MIXED)])]
+    assert found and {f.gpu for f in found} == {0}
+    assert found[0].rule == "gpu_hot_vs_peers" and found[0].evidence["peers"] == 3
