@@ -27,7 +27,10 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, Store
 
-BATCH_S = 3600.0  # one hour of simulated time per store transaction
+BATCH_S = 3600.0  # one hour of simulated time per store transaction, at most
+# ... and at most this many frames (about 22 kB each for 8 GPUs while held): an hour of
+# 1,000 nodes at 5 s held 15 GB before anything was written.
+MAX_BATCH_FRAMES = 10_000
 # Where simulated data goes unless the user names a store: never the real store's file.
 SIM_STORE_PATH = "fleetwatch-sim.db"
 YEAR_S = 366 * 86400.0
@@ -158,7 +161,8 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     store.write_annotations(fault_annotations(sim.ground_truth))
     processor = Processor(store, detectors, energy=energy, keep_firing_s=keep_firing_s)
     end_ts = start_ts + duration_s
-    steps_per_batch = max(1, int(BATCH_S / params.interval_s))
+    steps_per_batch = max(1, min(int(BATCH_S / params.interval_s),
+                                 MAX_BATCH_FRAMES // max(1, params.nodes)))
     # Serial on purpose: a writer thread would fight the simulation for the GIL
     # and was measured slower than doing one after the other.
     stopped = False
