@@ -295,6 +295,8 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
     # -- upkeep
     @guarded("upkeep")
     def maintain(self, now_ms: int) -> None:
+        """Rollups and retention; the raw rows past retention go about 2 s' worth a call
+        (``sqlite_rollup.upkeep``): what is left goes at the next."""
         upkeep(self._conn(), now_ms, self.raw_retention_ms, self.rollup_retention_ms)
 
     def close(self) -> None:

@@ -6,6 +6,7 @@ rollups, events and the alert history past their retention."""
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -15,6 +16,9 @@ from fleetwatch.pipeline.store.base import MINUTE_MS
 
 # Minutes younger than this are not rolled up from raw yet: late points may still come.
 ROLLUP_GRACE_MS = 2 * MINUTE_MS
+# Raw rows past retention: deleted this much data per transaction, for about this long a call.
+RAW_SLICE_MS = MINUTE_MS
+UPKEEP_BUDGET_S = 2.0
 
 Row = tuple[int, int, int, bytes]  # (ts, device id, layout id, packed values)
 # (did, minute, layout, n, sums, mins, maxs)
@@ -22,9 +26,14 @@ Rollup = tuple[int, int, int, int, bytes, bytes, bytes]
 
 
 def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
-           rollup_retention_ms: int) -> None:
+           rollup_retention_ms: int, budget_s: float = UPKEEP_BUDGET_S) -> bool:
     """Close the dirty minutes that are old enough (their rollups from the raw rows) and
-    drop what is past retention, in one transaction."""
+    drop what is past retention; True when no raw row past retention is left.
+
+    The raw rows go a minute of data per transaction, for about ``budget_s`` a call (at
+    least one minute): the processor waits for upkeep, and at 8,000 GPUs a quarter of an
+    hour's rows took 35 s to delete in one transaction. What is left goes at the next
+    call; two calls a minute delete faster than data comes."""
     with conn:
         closed = now_ms - ROLLUP_GRACE_MS
         for (minute,) in conn.execute("SELECT minute FROM dirty_minutes WHERE minute < ?",
@@ -37,7 +46,6 @@ def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
                 conn.executemany("INSERT OR REPLACE INTO rollup_1m "
                                  "VALUES (?, ?, ?, ?, ?, ?, ?)", complete)
             conn.execute("DELETE FROM dirty_minutes WHERE minute = ?", (minute,))
-        conn.execute("DELETE FROM samples WHERE ts < ?", (now_ms - raw_retention_ms,))
         # Per device on the (device, minute) key: ``WHERE ts < ?`` alone reads the whole
         # table (a week of 1,000 GPUs: 11 million rows) on every call.
         conn.execute("DELETE FROM rollup_1m WHERE did IN (SELECT id FROM devices) AND ts < ?",
@@ -45,6 +53,22 @@ def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
         # Events are few and what a month's report reads: kept as long as rollups.
         conn.execute("DELETE FROM events WHERE ts_ms < ?", (now_ms - rollup_retention_ms,))
         prune_records(conn, now_ms / 1000, raw_retention_ms / 1000, rollup_retention_ms / 1000)
+    return drop_raw(conn, now_ms - raw_retention_ms, budget_s)
+
+
+def drop_raw(conn: sqlite3.Connection, cutoff_ms: int, budget_s: float) -> bool:
+    """Raw rows before ``cutoff_ms``, a minute of data a transaction (the oldest first,
+    on the table's (ts, device) key), until none is left or ``budget_s`` has passed."""
+    deadline = time.monotonic() + budget_s
+    while True:
+        (oldest,) = conn.execute("SELECT MIN(ts) FROM samples").fetchone()
+        if oldest is None or oldest >= cutoff_ms:
+            return True
+        with conn:
+            conn.execute("DELETE FROM samples WHERE ts < ?",
+                         (min(cutoff_ms, oldest + RAW_SLICE_MS),))
+        if time.monotonic() >= deadline:
+            return False
 
 
 def prune_records(conn: sqlite3.Connection, now_s: float, raw_retention_s: float,

@@ -95,6 +95,26 @@ def test_retention_drops_old_raw_but_keeps_rollups(tmp_path: Path) -> None:
     assert min(r[1] for r in store.rollups("gpu_temp_c", 0, 1 << 62)) < end_ms - 2 * 3600_000
 
 
+def test_retention_past_its_budget_leaves_the_rest_to_the_next_call(tmp_path: Path) -> None:
+    """The processor waits for upkeep: at 8,000 GPUs a quarter of an hour's raw rows took
+    35 s to delete in one transaction. Each call deletes a minute at a time, for its budget."""
+    from fleetwatch.pipeline.store.sqlite_rollup import upkeep
+
+    store = SqliteStore(tmp_path / "s.db", raw_retention_h=1)
+    frames = frames_for(3 * 60 * 4)  # three hours at 15 s
+    store.write(frames)
+    end_ms = int(frames[-1].ts * 1000)
+    conn = store._conn()
+    first = min(ts for _, ts, _ in store.export())
+    assert not upkeep(conn, end_ms, store.raw_retention_ms, store.rollup_retention_ms,
+                      budget_s=0.0)  # one minute of rows, then the budget is spent
+    assert min(ts for _, ts, _ in store.export()) == first + 60_000
+    assert upkeep(conn, end_ms, store.raw_retention_ms, store.rollup_retention_ms)
+    assert min(ts for _, ts, _ in store.export()) >= end_ms - 3600_000
+    assert min(r[1] for r in store.rollups("gpu_temp_c", 0, 1 << 62)) == first - first % 60_000
+    store.close()
+
+
 def test_rollup_retention_drops_old_minutes_of_every_device(tmp_path: Path) -> None:
     store = SqliteStore(tmp_path / "s.db", raw_retention_h=1, rollup_retention_d=1 / 24)
     frames = frames_for(3 * 60 * 4)  # three hours at 15 s, 2 nodes x 2 GPUs
