@@ -40,6 +40,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
 from fleetwatch.catalogue import Catalogue, catalogue
+from fleetwatch.catalogue import Metric as CatalogueMetric
 from fleetwatch.collectors.nvml.backend import MigInstance
 from fleetwatch.frame import Frame, GpuReading
 
@@ -61,6 +62,17 @@ JOB_LABELS = ("hpc_job", *POD_LABELS)
 # Catalogue name -> the MigInstance field that carries it per instance.
 _MIG_VALUES = {"gpu_fb_total_bytes": "fb_total", "gpu_fb_free_bytes": "fb_free",
                "gpu_fb_used_bytes": "fb_used"}
+NVLINK_RAW = "gpu_nvlink_raw_bytes_total"
+NVLINK_BW_HELP = ("NVLink throughput over all links, TX + RX with protocol overhead, between the "
+                  "last two reads: KiB/s divided by 1000, as DCGM's field 449 (about MB/s)")
+# DCGM's unit where fleetwatch's differs (catalogue dcgm_scale): bytes -> MiB, J -> mJ.
+_DCGM_UNITS = {("bytes", 2.0 ** -20): "MiB", ("J", 1000.0): "mJ"}
+
+
+def dcgm_unit(m: CatalogueMetric) -> str:
+    return _DCGM_UNITS.get((m.unit, m.dcgm_scale), m.unit)
+
+
 PROFILING_HELP = (
     "Where this GPU's DCGM_FI_PROF_SM_ACTIVE, DCGM_FI_PROF_SM_OCCUPANCY, "
     "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE and DCGM_FI_PROF_DRAM_ACTIVE come from: source=gpm (NVML "
@@ -175,6 +187,10 @@ class Exporter:
         self._xid_counts: dict[tuple[str, int], int] = {}
         self._last_xid: dict[str, int] = {}
         self._mig: Mapping[int, list[MigInstance]] = {}
+        # Per board: the last NVLink raw byte count and its time, and the rate between the
+        # last two frames (DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is that rate, not a count).
+        self._nvlink_seen: dict[str, tuple[float, float]] = {}
+        self._nvlink_rate: dict[str, float] = {}
 
     def update(self, frame: Frame, mig: Mapping[int, list[MigInstance]] | None = None) -> None:
         """Show this frame (and the MIG instances read with it) from the next scrape on."""
@@ -185,6 +201,22 @@ class Exporter:
                 for x in g.xids:
                     self._xid_counts[g.uuid, x] = self._xid_counts.get((g.uuid, x), 0) + 1
                     self._last_xid[g.uuid] = x
+                self._nvlink(g, frame.ts)
+
+    def _nvlink(self, g: GpuReading, ts: float) -> None:
+        """DCGM's field 449 as DCGM computes it (DcgmCacheManager, ReadAndCacheNvLinkBandwidth):
+        the raw TX + RX KiB counters' step over the seconds between two reads, divided by
+        1000 (DCGM calls it MiB/s); none across a counter reset or a read that failed."""
+        raw = g.metrics.get(NVLINK_RAW)
+        if raw is None:
+            self._nvlink_rate.pop(g.uuid, None)
+            return
+        before = self._nvlink_seen.get(g.uuid)
+        self._nvlink_seen[g.uuid] = (ts, raw)
+        if before is not None and ts > before[0] and raw >= before[1]:
+            self._nvlink_rate[g.uuid] = (raw - before[1]) / 1024 / (ts - before[0]) / 1000
+        else:
+            self._nvlink_rate.pop(g.uuid, None)
 
     def _gpu_labels(self, g: GpuReading, host: str) -> dict[str, str]:
         labels = {"gpu": str(g.index), "UUID": g.uuid,
@@ -220,7 +252,7 @@ class Exporter:
         for m in self._cat.scope("gpu"):
             name = m.dcgm or f"fleetwatch_{m.name}"
             kind = _DCGM_TYPES.get(name, m.kind)
-            fam = Metric(name, m.help + (f" (in {m.unit})" if not m.dcgm else ""), kind)
+            fam = Metric(name, f"{m.help} (in {dcgm_unit(m) if m.dcgm else m.unit})", kind)
             scale = m.dcgm_scale if m.dcgm else 1.0
             for g, labels in gpus:
                 v = g.metrics.get(m.name)
@@ -252,6 +284,15 @@ class Exporter:
             xids.add_sample(xids.name, board, float(total))
             last.add_sample(last.name, labels, float(last_xid.get(g.uuid, 0)))
         yield from (f for f in (xid, xids, last) if f.samples)
+        # Declared a counter as dcgm-exporter's default counters declare it, so boards built on
+        # it keep working; its value is a rate (dcgm-exporter PR #658 makes it a gauge).
+        bw = Metric("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", NVLINK_BW_HELP, "counter")
+        for g, labels in gpus:
+            rate = self._nvlink_rate.get(g.uuid)
+            if rate is not None:
+                bw.add_sample(bw.name, labels, rate)
+        if bw.samples:
+            yield bw
         prof = Metric("fleetwatch_gpu_profiling_info", PROFILING_HELP, "gauge")
         for g, labels in gpus:
             prof.add_sample(prof.name, {**labels, "source": g.info.get("profiling", "none")}, 1.0)

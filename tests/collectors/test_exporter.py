@@ -60,7 +60,9 @@ def default_counters(real_data: Path) -> dict[str, str]:
 
 def test_default_counters_we_can_produce_are_all_exposed(real_data: Path) -> None:
     e = Exporter()
-    e.update(frame_of(FakeNvml.of(2)))
+    first = frame_of(FakeNvml.of(2))
+    e.update(first)
+    e.update(dataclasses.replace(first, ts=first.ts + 5))  # a rate (NVLink) needs two reads
     ours = scrape(e)
     wanted = default_counters(real_data)
     missing = {name for name in wanted if name not in ours}
@@ -225,7 +227,14 @@ def test_a_fake_h100_carries_every_family_of_the_real_scrapes(capture: str) -> N
     """Done-when of issue 10: every family, with the same label keys (plus hpc_job)."""
     real = families((DATA / capture).read_text())
     e = Exporter(hostname="gpu-node-042")
-    e.update(frame_of(FakeNvml.of(2), job="4000123"))
+    nv = FakeNvml.of(2)
+    first = frame_of(nv, job="4000123")
+    e.update(first)
+    later = dataclasses.replace(first, ts=first.ts + 5.0, gpus=tuple(
+        dataclasses.replace(g, metrics={**g.metrics, "gpu_nvlink_raw_bytes_total":
+                                        g.metrics["gpu_nvlink_raw_bytes_total"] + 5 * 2**30})
+        for g in first.gpus))
+    e.update(later)  # DCGM's NVLink bandwidth is a rate: it needs two reads
     ours = scrape(e)
     assert set(real) - set(ours) == set()
     for name, fam in real.items():
@@ -233,7 +242,11 @@ def test_a_fake_h100_carries_every_family_of_the_real_scrapes(capture: str) -> N
         assert ours[name].type == fam.type, name  # type: ignore[attr-defined]
     # Bare metal: NVML says no vGPU licensing; DCGM (and so we) report 0, as the captures do.
     assert {s.value for s in ours["DCGM_FI_DEV_VGPU_LICENSE_STATUS"].samples} == {0.0}  # type: ignore[attr-defined]
-    # NVLink raw TX + RX (9.5M + 8.4M KiB) in bytes; memory temperature where HBM has it.
-    assert ours["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples[0].value == (  # type: ignore[attr-defined]
-        (9_500_000 + 8_400_000) * 1024)
+    # NVLink raw TX + RX (9.5M + 8.4M KiB) in bytes as fleetwatch's counter; DCGM's field 449
+    # is what DCGM computes: KiB/s / 1000 (1 GiB/s here: 1,048.576); memory temperature where
+    # HBM has it.
+    assert ours["fleetwatch_gpu_nvlink_raw_bytes"].samples[0].value == (  # type: ignore[attr-defined]
+        (9_500_000 + 8_400_000) * 1024 + 5 * 2**30)
+    assert ours["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"].samples[0].value == pytest.approx(  # type: ignore[attr-defined]
+        1048.576)
     assert ours["DCGM_FI_DEV_MEMORY_TEMP"].samples[0].value == 70  # type: ignore[attr-defined]
