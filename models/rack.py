@@ -264,9 +264,14 @@ class RackCooling:
         # stood still while the GPU ran at powers its model does not know is stale).
         fresh = (t["rack"][:n] >= 0) & (now - t["rts"][:n] <= STALE_S) \
             & (t["learned"][:n] >= c.warmup_s) & (t["q"][:n] <= KNOWN_Q)
-        settled = np.where(t["settled"][:n] > 0, t["resid"][:n], np.nan)
-        averaged = np.where(t["mean_s"][:n] >= AVERAGE_TAUS * c.thermal_tau_s,
-                            t["m"][:n] / np.maximum(t["norm"][:n], 1e-9), np.nan)
+        # A sample's own residual only once the model has judged its average too: fresh
+        # from its warm-up, a model has not yet learned the lag (the die's part comes
+        # first), so a load swinging faster than its averages (30 s compute, 30 s
+        # all-reduce; power recorded as each sample's mean) reads as settled on a model
+        # that cannot yet tell its phases apart.
+        ready = t["mean_s"][:n] >= AVERAGE_TAUS * c.thermal_tau_s
+        settled = np.where((t["settled"][:n] > 0) & ready, t["resid"][:n], np.nan)
+        averaged = np.where(ready, t["m"][:n] / np.maximum(t["norm"][:n], 1e-9), np.nan)
         averaged = np.where(fresh, averaged, np.nan)
         return np.where(fresh & np.isfinite(settled), settled, averaged), averaged
 
