@@ -32,8 +32,16 @@ their thermal lag: each node's inlet is compared with its own average over
 more) read ``rack_inlet_rise_c`` above their average, that too is the rack
 finding. The average lags a steady drift by the drift's rate times
 ``INLET_BASE_S``: a room that warms by 6 °C an hour reads 1 °C above it, a
-rack whose cooler stops warms by degrees a minute. A whole room warming
-that fast (a chiller trip) makes every rack's finding, as it should.
+rack whose cooler stops warms by degrees a minute.
+
+A rise the other racks share (the room, the facility's water, the weather: every
+rack's GPUs above their models, every node's inlet above its average) is not one
+rack's cooler: where the median rise of the other racks whose finding does not hold
+(``rack_inlets.others_median``; a flagged rack's rise is its own cooler's) is
+more than ``CLEAR`` of the line, a rack is judged on its rise beyond the part of it
+above ``CLEAR`` of the line, on its GPUs' models and on its inlet air alike: a whole
+fleet warming together raises no rack's finding, while the room's daily swing and the
+others' usual spread around their models do not delay one rack's.
 
 A baseline never learns from the anomaly it is judging: while a rack's finding
 holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
@@ -54,7 +62,7 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
-from fleetwatch.models.rack_inlets import Inlets
+from fleetwatch.models.rack_inlets import Inlets, others_median
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 P_SCALE = 100.0      # watts per unit of the model's power inputs (keeps its numbers near 1)
@@ -264,9 +272,14 @@ class RackCooling:
         # stood still while the GPU ran at powers its model does not know is stale).
         fresh = (t["rack"][:n] >= 0) & (now - t["rts"][:n] <= STALE_S) \
             & (t["learned"][:n] >= c.warmup_s) & (t["q"][:n] <= KNOWN_Q)
-        settled = np.where(t["settled"][:n] > 0, t["resid"][:n], np.nan)
-        averaged = np.where(t["mean_s"][:n] >= AVERAGE_TAUS * c.thermal_tau_s,
-                            t["m"][:n] / np.maximum(t["norm"][:n], 1e-9), np.nan)
+        # A sample's own residual only once the model has judged its average too: fresh
+        # from its warm-up, a model has not yet learned the lag (the die's part comes
+        # first), so a load swinging faster than its averages (30 s compute, 30 s
+        # all-reduce; power recorded as each sample's mean) reads as settled on a model
+        # that cannot yet tell its phases apart.
+        ready = t["mean_s"][:n] >= AVERAGE_TAUS * c.thermal_tau_s
+        settled = np.where((t["settled"][:n] > 0) & ready, t["resid"][:n], np.nan)
+        averaged = np.where(ready, t["m"][:n] / np.maximum(t["norm"][:n], 1e-9), np.nan)
         averaged = np.where(fresh, averaged, np.nan)
         return np.where(fresh & np.isfinite(settled), settled, averaged), averaged
 
@@ -279,8 +292,20 @@ class RackCooling:
         size = len(self._names)
         flagged = np.zeros(size, bool)
         flagged[list(self._flagged)] = True
+        # What the other racks' GPUs show too is the room's (its air, the facility's
+        # water: the models have no input for them), not this rack's cooler.
+        codes_live = np.unique(rack[live]).tolist()
+        shared = others_median({code: float(np.median(rise[live & (rack == code)]))
+                                for code in codes_live}, self._flagged)
+        # Only the part of a shared rise beyond CLEAR of the line counts: the room's
+        # daily swing and the other racks' usual spread around their models must not
+        # delay one rack's finding.
+        base = np.zeros(size)
+        for code, value in shared.items():
+            base[code] = max(0.0, value - CLEAR * c.rack_margin_c)
         # A flagged rack holds until it falls under CLEAR of the line that raised it.
-        hot = live & (rise > np.where(flagged[rack], CLEAR, 1.0) * c.rack_margin_c)
+        hot = live & (rise - base[np.maximum(rack, 0)]
+                      > np.where(flagged[rack], CLEAR, 1.0) * c.rack_margin_c)
         judged = np.bincount(rack[live], minlength=size)
         pairs = np.unique(rack[live] * (len(self._node_codes) + 1) + t["node"][:len(rise)][live]
                           .astype(np.int64))

@@ -1,12 +1,15 @@
 """A rack's inlet air (``models.rack``): each node's BMC inlet sensor
 (``host_inlet_temp_c``) against its own average over ``INLET_BASE_S``, and per rack, how
 many of its nodes read above theirs. A failing cooler shows in the inlet air before the
-GPUs' dies follow through their thermal lag."""
+GPUs' dies follow through their thermal lag. A rise that the other racks' nodes share
+(the room, the facility, the weather) is not one rack's: each rack is judged on its
+nodes' rise beyond the part of the other, unflagged racks' median rise
+(``others_median``) above ``clear`` of the line."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 
 import numpy as np
 
@@ -57,16 +60,53 @@ class Inlets:
     def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray
               ) -> dict[int, tuple[int, int, float, set[str]]]:
         """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, or
-        ``clear`` of it where the rack is flagged; nodes judged; the median rise of the
-        warm ones; the names of the nodes judged)."""
+        ``clear`` of it where the rack is flagged, beyond the other racks' median rise;
+        nodes judged; the median rise of the warm ones, beyond the others'; the names of
+        the nodes judged)."""
         by_rack: dict[int, list[tuple[str, float]]] = {}
         for (_, node), s in self.state.items():
             if now - s[1] <= self.stale_s and s[3] >= warmup_s:
                 by_rack.setdefault(int(s[4]), []).append((node, s[2]))
+        shared = others_median({code: float(np.median([r for _, r in rises]))
+                                for code, rises in by_rack.items()},
+                               np.flatnonzero(flagged).tolist())
         out: dict[int, tuple[int, int, float, set[str]]] = {}
         for code, rises in by_rack.items():
             line = rise_c * (self.clear if code < len(flagged) and flagged[code] else 1.0)
-            warm = [r for _, r in rises if r >= line]
+            # What the other racks' air does too is the room's, not this rack's cooler;
+            # only its part beyond ``clear`` of the line counts (the room's usual drift
+            # must not delay one rack's finding).
+            base = max(0.0, shared.get(code, 0.0) - self.clear * rise_c)
+            warm = [r - base for _, r in rises if r - base >= line]
             out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
                          {n for n, _ in rises})
         return out
+
+
+def others_median(values: dict[int, float], flagged: Collection[int] = ()
+                  ) -> dict[int, float]:
+    """Per key: the median of the other keys' values, leaving out the ``flagged`` ones
+    (racks whose finding holds: their rise is their own cooler's, not the room's) while
+    any other is left, else all the others (two racks, one flagged: the other's rise may
+    still be the room's); none for a key alone."""
+    out = _others(values, values.keys()) if flagged else {}
+    return out | _others(values, [k for k in values if k not in flagged])
+
+
+def _others(values: dict[int, float], among: Iterable[int]) -> dict[int, float]:
+    """Per key: the median of the values of ``among`` but its own, where one is left.
+    Sorted once: leaving out the value at sorted place k shifts the places after it."""
+    keys = sorted(among, key=values.__getitem__)
+    ranked = [values[k] for k in keys]
+    out: dict[int, float] = {}
+    if ranked:
+        middle = float(np.median(ranked))
+        chosen = set(keys)
+        out = {k: middle for k in values if k not in chosen}
+    m = len(ranked) - 1
+    for k, key in enumerate(keys):
+        if m < 1:
+            break
+        lo, hi = (m - 1) // 2, m // 2
+        out[key] = 0.5 * (ranked[lo + (lo >= k)] + ranked[hi + (hi >= k)])
+    return out
