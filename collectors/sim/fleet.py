@@ -249,7 +249,8 @@ class FleetSim:
             # NCCL's kernels spinning on one SM per channel) is resident all the time on the
             # few SMs its blocks hold, computes nothing and touches no memory. A real H100's
             # (tests/data/recorded/h100_phases.jsonl.gz, 8 blocks): SM activity 0.060, DRAM
-            # 6e-6, 6 W over a GPU holding its clock with no work: its SMs count for no power.
+            # 6e-6, 130 W: 6 W over a GPU holding its clock with no work. Its SMs count for
+            # no power here: the H100 draws its held clock's 124 W, within 5% of that.
             hung = m.hang[:, None] & busy
             spin = np.where(m.stuck & busy, m.stuck_sm, -1.0)
             if hung.any():
@@ -263,7 +264,7 @@ class FleetSim:
         # Power and clocks.
         clocked = busy & (util > 0)
         fr = np.where(clocked, self.throttle * m.clock_cap, pt.sm_clock_idle / pt.sm_clock_max)
-        act = 0.45 * sm + 0.45 * tensor + 0.2 * dram
+        act = hw.activity(pt, sm, tensor, dram)
         base = self.p_idle + pt.p_clocked_w * clocked
         dyn = self.p_dyn * act
         demand = base + dyn * fr ** hw.CLOCK_POWER_EXP

@@ -64,6 +64,6 @@ def test_the_simulated_h100_hung_kernel_is_the_recorded_one() -> None:
                                                           for r in real])) < 0.002
                for m in sims)
     # Power: the real GPU drew 130 W spinning, 124-128 W holding its clock idle; the simulated
-    # part holds its clock at 142 W (the first recording's), within 15 W of the real one.
+    # part holds its clock at 124 W (this recording's), within 15 W of the real one.
     assert abs(np.median([m["gpu_power_w"] for m in sims])
                - np.median([m["gpu_power_w"] for m in real])) < 15.0
