@@ -36,7 +36,7 @@ from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
-from fleetwatch.pipeline.bus.kafka_access import cannot_reach
+from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_tls
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
@@ -94,6 +94,7 @@ class KafkaProducer:
             if self._prepare is not None and not self._prepare():
                 raise BusError(f"the topics could not be checked at {self._bootstrap}; "
                                "nothing is sent until they are")
+            check_tls(self._bootstrap, self._config)
             since = time.monotonic()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
@@ -247,6 +248,7 @@ class KafkaConsumer:
         self._listed_at = 0.0
         # Offsets of batches passed over because they could not be decoded.
         self.passed_over = 0
+        check_tls(bootstrap, security)
         since = time.monotonic()
         try:
             self._consumer = kafka.KafkaConsumer(

@@ -20,7 +20,7 @@ from kafka import TopicPartition
 from kafka.admin import NewPartitions
 
 from fleetwatch.pipeline.bus import BusError
-from fleetwatch.pipeline.bus.kafka_access import cannot_reach
+from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_tls
 
 log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
 
@@ -70,6 +70,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count).
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
+    check_tls(bootstrap, security)
     since = time.monotonic()
     try:
         admin = _AdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
