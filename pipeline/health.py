@@ -134,7 +134,9 @@ class ProcessorCollector(Collector):
                 lag = 0  # nothing assigned yet
         if lag is not None:
             yield GaugeMetricFamily("fleetwatch_processor_consumer_lag",
-                                    "Messages in this member's partitions not yet consumed",
+                                    "Messages in this member's partitions not yet consumed "
+                                    "(the broker's high watermark less the position); absent "
+                                    "while unknown (a poll stuck for over 60 s)",
                                     value=lag)
         if self.info:
             info = GaugeMetricFamily("fleetwatch_processor_info",

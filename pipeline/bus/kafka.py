@@ -248,6 +248,9 @@ class KafkaConsumer:
         self._listed_at = 0.0
         # Offsets of batches passed over because they could not be decoded.
         self.passed_over = 0
+        # When the poll in progress began (None: none is); see ``lag``.
+        self._polling_since: float | None = None
+        self.stale_after_s = 60.0
         check_tls(bootstrap, security)
         since = time.monotonic()
         try:
@@ -292,6 +295,7 @@ class KafkaConsumer:
         return (self._topic, ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)])
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        self._polling_since = time.monotonic()
         try:
             batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000),
                                           max_records=min(max_messages, self._max_poll_records))
@@ -305,6 +309,8 @@ class KafkaConsumer:
             if isinstance(exc, kerr.KafkaError):
                 raise BusError(f"cannot poll {self._topic!r}: {exc}") from exc
             raise
+        finally:
+            self._polling_since = None
         out: list[Message] = []
         owned = self._consumer.assignment()
         with self._lock:
@@ -371,7 +377,12 @@ class KafkaConsumer:
 
     def lag(self) -> int | None:
         # Computed by poll and cached: lag() is read by the /metrics thread, and
-        # kafka-python's consumer must only be driven from the polling thread.
+        # kafka-python's consumer must only be driven from the polling thread. A poll
+        # that has not returned for long (kafka-python stuck inside it) left the figure
+        # behind the broker: unknown, not a healthy-looking old number.
+        since = self._polling_since
+        if since is not None and time.monotonic() - since > self.stale_after_s:
+            return None
         return self._lag
 
     def _list_end_offsets(self, owned: set[TopicPartition]) -> None:
