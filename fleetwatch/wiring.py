@@ -133,7 +133,8 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
                 break
             # A broker that refused fleetwatch (SASL, credentials, TLS) says what to fix; the
             # hint to make the topic by hand is for a broker that answered but did not make it.
-            refused = "refused fleetwatch's connection" in str(exc)
+            refused = ("refused fleetwatch's connection" in str(exc)
+                       or str(exc).startswith("no Kafka at "))
             log.log(failed_level, "could not check or create %s %s (%s)%s",
                     "topic" if not refused or i == len(topics) - 1 else "topics",
                     ", ".join(topics[i:]) if refused else topic, exc,

@@ -36,7 +36,7 @@ from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
-from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_tls
+from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
@@ -94,7 +94,7 @@ class KafkaProducer:
             if self._prepare is not None and not self._prepare():
                 raise BusError(f"the topics could not be checked at {self._bootstrap}; "
                                "nothing is sent until they are")
-            check_tls(self._bootstrap, self._config)
+            check_listener(self._bootstrap, self._config)
             since = time.monotonic()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
@@ -251,7 +251,7 @@ class KafkaConsumer:
         # When the poll in progress began (None: none is); see ``lag``.
         self._polling_since: float | None = None
         self.stale_after_s = 60.0
-        check_tls(bootstrap, security)
+        check_listener(bootstrap, security)
         since = time.monotonic()
         try:
             self._consumer = kafka.KafkaConsumer(

@@ -155,9 +155,49 @@ def tls_refusal(bootstrap: str, security: dict[str, Any] | None,
         sock.close()
 
 
-def check_tls(bootstrap: str, security: dict[str, Any] | None) -> None:
-    """Raise ``BusError`` (a refusal, as ``cannot_reach`` words it) when a client with the
-    configured TLS could not connect (``tls_refusal``): before any kafka-python client."""
+# ApiVersions v0 (api key 18), correlation id 0x66770001: the first request every Kafka
+# client sends, answered before any SASL step. Its client id ends with a blank line so
+# that a line-based server (HTTP) on that port answers too, instead of waiting for more.
+_CLIENT_ID = b"fleetwatch-probe\r\n\r\n"
+_API_VERSIONS = (b"\x00\x12\x00\x00\x66\x77\x00\x01"
+                 + len(_CLIENT_ID).to_bytes(2, "big") + _CLIENT_ID)
+
+
+def not_kafka(bootstrap: str, security: dict[str, Any] | None,
+              timeout_s: float | None = None) -> str | None:
+    """What the first bootstrap address says when it is not a Kafka listener (an HTTP or
+    other server on that port), or None: Kafka answered, TLS is configured (see
+    ``tls_refusal``), it cannot be reached, or it stays silent (a busy broker may)."""
+    if security and str(security.get("security_protocol", "")).endswith("SSL"):
+        return None
+    timeout_s = timeout_s or TLS_TIMEOUT_S
+    try:
+        with socket.create_connection(_first_address(bootstrap), timeout=timeout_s) as sock:
+            sock.sendall(len(_API_VERSIONS).to_bytes(4, "big") + _API_VERSIONS)
+            head = b""
+            while len(head) < 8:
+                chunk = sock.recv(64 - len(head))
+                if not chunk:
+                    break
+                head += chunk
+    except OSError:
+        return None  # silent, gone or unreachable: kafka-python's own error says it
+    if len(head) >= 8 and head[4:8] == b"\x66\x77\x00\x01":
+        return None
+    said = (f"it said {head.decode('ascii', 'replace').strip().splitlines()[0][:60]!r}"
+            if head.strip() else "it closed the connection")
+    return (f"something answers at {bootstrap} but not as Kafka ({said} to a Kafka "
+            "request): check bus.bootstrap (a Kafka listener, often port 9092) and "
+            "bus.security_protocol")
+
+
+def check_listener(bootstrap: str, security: dict[str, Any] | None) -> None:
+    """Raise ``BusError`` when a kafka-python client would hang or be told only "cannot
+    reach": TLS that fails (``tls_refusal``) or a listener that is not Kafka
+    (``not_kafka``). Called before any kafka-python client is made."""
     why = tls_refusal(bootstrap, security)
     if why is not None:
         raise BusError(f"Kafka at {bootstrap} refused fleetwatch's connection: {why}")
+    why = not_kafka(bootstrap, security)
+    if why is not None:
+        raise BusError(f"no Kafka at {bootstrap}: {why}")
