@@ -8,6 +8,7 @@ import logging
 import threading
 import time
 import uuid
+from pathlib import Path
 
 import kafka.codec as kafka_codec
 import pytest
@@ -15,10 +16,14 @@ from kafka import KafkaProducer as ClientProducer
 from kafka import TopicPartition
 from kafka.consumer.fetcher import Fetcher
 from kafka.record.memory_records import MemoryRecordsBuilder
+from prometheus_client import CollectorRegistry, generate_latest
 
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, ensure_topic
 from fleetwatch.pipeline.bus.kafka_batches import undecodable
+from fleetwatch.pipeline.health import ProcessorCollector
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.servers import Server
 
 FAST = {"session_timeout_ms": 6000, "heartbeat_interval_ms": 2000}
@@ -77,6 +82,12 @@ def test_an_error_not_raised_while_decoding_is_not_taken_for_a_bad_batch() -> No
     assert undecodable(RuntimeError("connection reset")) is None
 
 
+def registry_of(c: KafkaConsumer, db: Path) -> CollectorRegistry:
+    registry = CollectorRegistry()
+    registry.register(ProcessorCollector(Processor(SqliteStore(db)), c))
+    return registry
+
+
 def produce(kafka: Server, topic: str, codec: str | None, values: list[bytes]) -> None:
     p = ClientProducer(bootstrap_servers=kafka.address, compression_type=codec,
                        enable_idempotence=False)
@@ -120,7 +131,7 @@ def test_a_foreign_compressed_batch_is_decoded(kafka: Server, codec: str) -> Non
 @pytest.mark.kafka
 def test_a_batch_of_a_missing_codec_is_passed_over_and_the_next_messages_come(
         kafka: Server, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
-        ) -> None:
+        tmp_path: Path) -> None:
     topic = f"codec-missing-{uuid.uuid4().hex[:8]}"
     ensure_topic(kafka.address, topic, 1)
     produce(kafka, topic, "zstd", [value("z1"), value("z2"), value("z3")])
@@ -133,6 +144,8 @@ def test_a_batch_of_a_missing_codec_is_passed_over_and_the_next_messages_come(
         assert returned, "poll never returned after the batch it could not decode"
         assert [m.value for m in got] == [b"after-1", b"after-2"]
         assert [m.offset for m in got] == [3, 4] and c.passed_over == 3
+        scraped = generate_latest(registry_of(c, tmp_path / "s.db")).decode()
+        assert "fleetwatch_processor_undecodable_messages_total 3.0" in scraped
         line = next(r.getMessage() for r in caplog.records if "passed over" in r.getMessage())
         assert f"topic {topic!r} partition 0: passed over offsets 0 to 2" in line
         assert "zstd compression codec not found" in line and "zstandard" in line
