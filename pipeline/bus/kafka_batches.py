@@ -64,5 +64,8 @@ def undecodable(exc: BaseException) -> Undecodable | None:
         # Never stay in place: a batch whose header cannot be read is passed one offset at
         # a time (each step refetches it and fails again, but moves on).
         target = max(end if end is not None else first + 1, first + 1)
-        return Undecodable(tp, first, target, f"{type(exc).__name__}: {exc}")
+        name = type(exc).__name__
+        text = str(exc)  # kafka-python's errors name their type already
+        return Undecodable(tp, first, target,
+                           text if text.startswith(name) else f"{name}: {text}")
     return None

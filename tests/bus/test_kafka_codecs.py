@@ -65,7 +65,8 @@ def test_a_batch_of_a_missing_codec_is_located_from_its_header(
     bad = undecodable(caught.value)
     assert bad is not None
     assert (bad.tp, bad.first, bad.next_offset) == (TopicPartition("t", 3), 40, 47)
-    assert "zstd compression codec not found" in bad.reason
+    assert bad.reason == ("UnsupportedCodecError: Libraries for zstd compression codec not "
+                          "found")
 
 
 def test_a_corrupt_batch_is_located_and_fetching_from_its_middle_skips_the_rest() -> None:
