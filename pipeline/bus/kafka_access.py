@@ -186,7 +186,7 @@ def not_kafka(bootstrap: str, security: dict[str, Any] | None,
         return None
     said = (f"it said {head.decode('ascii', 'replace').strip().splitlines()[0][:60]!r}"
             if head.strip() else "it closed the connection")
-    return (f"something answers at {bootstrap} but not as Kafka ({said} to a Kafka "
+    return (f"something answers there but not as Kafka ({said} to a Kafka "
             "request): check bus.bootstrap (a Kafka listener, often port 9092) and "
             "bus.security_protocol")
 
