@@ -133,9 +133,14 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
                 break
             # A broker that refused fleetwatch (SASL, credentials, TLS) says what to fix; the
             # hint to make the topic by hand is for a broker that answered but did not make it.
-            refused = "refused fleetwatch's connection" in str(exc)
-            log.log(failed_level, "could not check or create topic %s (%s)%s", topic, exc,
+            refused = ("refused fleetwatch's connection" in str(exc)
+                       or str(exc).startswith("no Kafka at "))
+            log.log(failed_level, "could not check or create %s %s (%s)%s",
+                    "topic" if not refused or i == len(topics) - 1 else "topics",
+                    ", ".join(topics[i:]) if refused else topic, exc,
                     "" if refused else "; create it with your Kafka tools if it does not exist")
+            if refused:
+                break  # the connection itself was refused: each other topic would wait for it
     return ok
 
 

@@ -134,8 +134,18 @@ class ProcessorCollector(Collector):
                 lag = 0  # nothing assigned yet
         if lag is not None:
             yield GaugeMetricFamily("fleetwatch_processor_consumer_lag",
-                                    "Messages in this member's partitions not yet consumed",
+                                    "Messages in this member's partitions not yet consumed "
+                                    "(the broker's high watermark less the position); absent "
+                                    "while unknown (a poll stuck for over 60 s)",
                                     value=lag)
+        # Only a Kafka consumer meets batches it cannot decode (pipeline.bus.kafka_batches).
+        passed = getattr(self.consumer, "passed_over", None)
+        if isinstance(passed, int):
+            yield CounterMetricFamily("fleetwatch_processor_undecodable_messages",
+                                      "Offsets passed over in record batches the Kafka "
+                                      "client could not decode (a codec missing, a corrupt "
+                                      "batch): neither stored nor dead-lettered; the log "
+                                      "names topic, partition and offsets", value=passed)
         if self.info:
             info = GaugeMetricFamily("fleetwatch_processor_info",
                                      "Always 1: this member's group, store and detectors "

@@ -36,7 +36,8 @@ from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
 from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
-from fleetwatch.pipeline.bus.kafka_access import cannot_reach
+from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener
+from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
 __all__ = ["KafkaConsumer", "KafkaProducer", "ensure_topic", "topic_spec"]
@@ -93,6 +94,7 @@ class KafkaProducer:
             if self._prepare is not None and not self._prepare():
                 raise BusError(f"the topics could not be checked at {self._bootstrap}; "
                                "nothing is sent until they are")
+            check_listener(self._bootstrap, self._config)
             since = time.monotonic()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
@@ -244,6 +246,12 @@ class KafkaConsumer:
         # while paused, the end offsets are listed every few seconds instead.
         self._listed: dict[TopicPartition, int] = {}
         self._listed_at = 0.0
+        # Offsets of batches passed over because they could not be decoded.
+        self.passed_over = 0
+        # When the poll in progress began (None: none is); see ``lag``.
+        self._polling_since: float | None = None
+        self.stale_after_s = 60.0
+        check_listener(bootstrap, security)
         since = time.monotonic()
         try:
             self._consumer = kafka.KafkaConsumer(
@@ -287,11 +295,22 @@ class KafkaConsumer:
         return (self._topic, ordered[(murmur2(key) & 0x7FFFFFFF) % len(ordered)])
 
     def poll(self, max_messages: int = 500, timeout_s: float = 1.0) -> list[Message]:
+        self._polling_since = time.monotonic()
         try:
             batches = self._consumer.poll(timeout_ms=int(timeout_s * 1000),
                                           max_records=min(max_messages, self._max_poll_records))
-        except kerr.KafkaError as exc:
-            raise BusError(f"cannot poll {self._topic!r}: {exc}") from exc
+        except Exception as exc:
+            # A batch the client cannot decode (a codec it lacks, a corrupt batch) is not
+            # an outage: pausing and polling again would spin on it forever.
+            bad = undecodable(exc)
+            if bad is not None:
+                self._pass_over(bad)
+                return []
+            if isinstance(exc, kerr.KafkaError):
+                raise BusError(f"cannot poll {self._topic!r}: {exc}") from exc
+            raise
+        finally:
+            self._polling_since = None
         out: list[Message] = []
         owned = self._consumer.assignment()
         with self._lock:
@@ -303,6 +322,25 @@ class KafkaConsumer:
                 self._returned[tp] = records[-1].offset + 1
         self._lag = self._measure_lag()
         return out
+
+    def _pass_over(self, bad: Undecodable) -> None:
+        """Seek past a batch no message of which can be decoded, and say so."""
+        if bad.tp not in self._consumer.assignment():
+            return  # revoked meanwhile: its next owner meets the batch and says so
+        self._consumer.seek(bad.tp, bad.next_offset)
+        with self._lock:
+            self._returned[bad.tp] = max(self._returned.get(bad.tp, 0), bad.next_offset)
+        self.passed_over += bad.next_offset - bad.first
+        hint = ""
+        if "UnsupportedCodec" in bad.reason:
+            hint = (" Install the codec's library where the processor runs (zstandard for"
+                    " zstd, python-snappy for snappy, lz4) or have that producer use another"
+                    " compression.")
+        log.error("topic %r partition %d: passed over offsets %d to %d, a record batch that "
+                  "cannot be decoded (%s); another producer wrote it, and its messages are "
+                  "neither stored nor dead-lettered.%s", bad.tp.topic, bad.tp.partition,
+                  bad.first, bad.next_offset - 1, bad.reason, hint)
+        self._lag = self._measure_lag()
 
     def commit(self, messages: Sequence[Message] | None = None) -> None:
         owned = self._consumer.assignment()
@@ -339,7 +377,12 @@ class KafkaConsumer:
 
     def lag(self) -> int | None:
         # Computed by poll and cached: lag() is read by the /metrics thread, and
-        # kafka-python's consumer must only be driven from the polling thread.
+        # kafka-python's consumer must only be driven from the polling thread. A poll
+        # that has not returned for long (kafka-python stuck inside it) left the figure
+        # behind the broker: unknown, not a healthy-looking old number.
+        since = self._polling_since
+        if since is not None and time.monotonic() - since > self.stale_after_s:
+            return None
         return self._lag
 
     def _list_end_offsets(self, owned: set[TopicPartition]) -> None:

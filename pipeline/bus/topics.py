@@ -20,7 +20,7 @@ from kafka import TopicPartition
 from kafka.admin import NewPartitions
 
 from fleetwatch.pipeline.bus import BusError
-from fleetwatch.pipeline.bus.kafka_access import cannot_reach
+from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener
 
 log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
 
@@ -70,6 +70,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count).
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
+    check_listener(bootstrap, security)
     since = time.monotonic()
     try:
         admin = _AdminClient(bootstrap_servers=bootstrap, client_id="fleetwatch-admin",
@@ -85,6 +86,11 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
         try:
             admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
                                 wait_for_metadata=True)
+            # Said, so that a misspelt bus.topic is seen: agents and processors then run
+            # happily on two topics, neither seeing the other's.
+            log.info("created topic %s with %d partitions on %s: it did not exist. If "
+                     "agents already run, check that they and the processors name the "
+                     "same topics (bus.topic)", topic, partitions, bootstrap)
         except kerr.TopicAlreadyExistsError:
             pass
         except _FORBIDDEN:

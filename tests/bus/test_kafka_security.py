@@ -331,3 +331,77 @@ def test_a_broker_that_is_down_is_said_once_not_as_a_topic_to_make(
                              "checked, and created if missing, once it can be reached")
     assert "Kafka tools" not in lines[0]
     assert took < 2.5                           # one timeout, not one per topic
+
+
+# --- TLS to a listener without TLS ---
+# kafka-python waits for the handshake's answer without a bound: against a plaintext
+# listener (Tansu here) its client never starts, never raises, and SIGTERM went unheard.
+
+
+def test_tls_to_a_listener_that_never_answers_is_named_within_the_timeout():
+    import socket
+
+    from fleetwatch.pipeline.bus.kafka_access import tls_refusal
+
+    with socket.create_server(("127.0.0.1", 0)) as listener:  # takes it, says nothing
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        start = time.monotonic()
+        why = tls_refusal(address, {"security_protocol": "SSL"}, timeout_s=1.0)
+        took = time.monotonic() - start
+    assert why is not None and why.startswith("no answer to a TLS handshake within 1 s: "
+                                              "a plaintext listener? check bus.security_protocol")
+    assert took < 3
+    assert tls_refusal(address, {"security_protocol": "PLAINTEXT"}) is None  # no TLS: no probe
+
+
+@pytest.mark.kafka
+def test_every_client_with_tls_to_a_plaintext_broker_is_refused_in_seconds(
+        kafka, quiet_kafka, monkeypatch):
+    from fleetwatch.pipeline.bus import kafka_access
+
+    monkeypatch.setattr(kafka_access, "TLS_TIMEOUT_S", 2.0)
+    bus = BusConfig(kind="kafka", bootstrap=kafka.address, security_protocol="SSL")
+    expected = (f"Kafka at {kafka.address} refused fleetwatch's connection: "
+                "no answer to a TLS handshake within 2 s: a plaintext listener?")
+    for make in (lambda: ensure_topic(kafka.address, "tls-plain", 1, kafka_security(bus)),
+                 lambda: open_consumer(bus), lambda: open_producer(bus).send("t", b"x")):
+        start = time.monotonic()
+        with pytest.raises(BusError) as err:
+            make()
+        assert time.monotonic() - start < 5
+        assert str(err.value).startswith(expected), str(err.value)
+
+
+@pytest.mark.kafka
+def test_a_processor_with_tls_to_a_plaintext_broker_says_so_and_obeys_sigterm(
+        kafka, tmp_path):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
+    env.update({"FLEETWATCH_BUS_KIND": "kafka", "FLEETWATCH_BUS_BOOTSTRAP": kafka.address,
+                "FLEETWATCH_BUS_SECURITY_PROTOCOL": "SSL",
+                "FLEETWATCH_STORE_PATH": str(tmp_path / "s.db"),
+                "FLEETWATCH_PROCESSOR_METRICS_PORT": "0"})
+    log = tmp_path / "process.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "process"], env=env,
+                                stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 15
+        while "no answer to a TLS handshake" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        code = proc.wait(15)
+        took = time.monotonic() - start
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert code == 0 and "stopped on SIGTERM while waiting for Kafka" in text, text
+    assert took < 7, (took, text)  # at most one bounded handshake (5 s) in hand
