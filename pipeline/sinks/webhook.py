@@ -1,10 +1,13 @@
-"""A JSON webhook: one POST per batch with the changes grouped by cluster, rack and node.
+"""A JSON webhook: one POST per batch with the changes grouped by cluster, rack and node,
+and summed up per cluster and rule.
 
-Body: ``{"version": 1, "groups": [{"cluster", "rack", "node", "alerts": [CHANGE, ...]}]}``
-where CHANGE is ``change_json`` (id, state, rule, severity, labels, message,
-value, evidence, action, started, fired_ts, resolved_ts, muted_by). A rack
-alert is its own group with node "". Only notifications are sent: firing,
-and resolved ones that had fired, and not muted; a firing alert whose evidence
+Body: ``{"version": 1, "summary": [LINE, ...], "groups": [{"cluster", "rack", "node",
+"alerts": [CHANGE, ...]}]}`` where CHANGE is ``change_json`` (id, state, rule, severity,
+labels, message, value, evidence, action, started, fired_ts, resolved_ts, muted_by). A rack
+alert is its own group with node "". LINE is ``summary``'s: what a storm with one cause (a
+switch silencing 200 nodes, a row's power cap slowing 800 GPUs) is in one line, so that a
+receiver can post it once instead of a message per node. Only notifications are sent:
+firing, and resolved ones that had fired, and not muted; a firing alert whose evidence
 ``revision`` changed (another XID joined it) is sent again with the same id.
 
 The URL's path is often the webhook's secret (Slack's ``/services/T../B../X..``): messages
@@ -14,11 +17,33 @@ HTTP basic auth (``http``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from fleetwatch.pipeline.silences import Notice, group
 from fleetwatch.pipeline.sinks.base import change_json
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
+from fleetwatch.pipeline.store.base import Alert
+
+
+def summary(alerts: Iterable[Alert]) -> list[dict[str, Any]]:
+    """One line per cluster, rule, severity and state among these changes, the largest
+    first: how many alerts, the nodes and racks they cover, and a sentence for a chat."""
+    lines: dict[tuple[str, str, str, str], list[Alert]] = defaultdict(list)
+    for a in alerts:
+        lines[(a.cluster, a.rule, a.severity, a.state)].append(a)
+    out = []
+    for (cluster, rule, severity, state), these in lines.items():
+        nodes = sorted({a.node for a in these if a.node})
+        racks = sorted({a.rack for a in these if a.rack})
+        where = (f"{len(nodes)} node{'s' * (len(nodes) != 1)} in " if nodes else "")
+        where += f"{len(racks)} rack{'s' * (len(racks) != 1)}"
+        out.append({"cluster": cluster, "rule": rule, "severity": severity, "state": state,
+                    "alerts": len(these), "nodes": nodes, "racks": racks,
+                    "text": f"{rule} ({severity}) {state}: {len(these)} alert"
+                            f"{'s' * (len(these) != 1)} on {where} of {cluster}"})
+    return sorted(out, key=lambda x: (-x["alerts"], x["cluster"], x["rule"], x["state"]))
 
 
 class WebhookSink:
@@ -47,11 +72,11 @@ class WebhookSink:
         notices = {n.alert.id: n for n in changes if self.tells(n)}
         if not notices:
             return
-        groups = group([n.alert for n in notices.values()])
-        body = {"version": 1, "groups": [
+        alerts = [n.alert for n in notices.values()]
+        body = {"version": 1, "summary": summary(alerts), "groups": [
             {"cluster": k[0], "rack": k[1], "node": k[2],
-             "alerts": [change_json(notices[a.id]) for a in alerts]}
-            for k, alerts in sorted(groups.items())]}
+             "alerts": [change_json(notices[a.id]) for a in these]}
+            for k, these in sorted(group(alerts).items())]}
         post_json(self.server, body, self.timeout_s, "webhook", setting="alerts.webhook_url")
 
     def close(self) -> None:
