@@ -49,7 +49,7 @@ from fleetwatch.models.peer_stats import (
     peer_median_block,
     same_job_peers,
 )
-from fleetwatch.models.thermal import COOLING
+from fleetwatch.models.thermal import COOLING, LimitTable
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
@@ -81,6 +81,7 @@ class ThermalPeers(WaveDetector):
                               warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
                               rise_avg=np.nan)
+        self.limits = LimitTable(self.c)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table
@@ -93,8 +94,10 @@ class ThermalPeers(WaveDetector):
         s = np.where(slots >= 0, slots, 0)
         ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
         dt = ts - t["ts"][s]
+        # A reading no working GPU gives (0, or 255 °C: thermal_limits calls it a failing
+        # sensor) is neither judged, nor a peer, nor learned.
         fresh = (slots >= 0) & np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows] \
-            & (temp >= c.sensor_min_c) & ~(dt <= 0)
+            & self.limits.readable(b, rows, temp) & ~(dt <= 0)
         known = np.isfinite(dt)
         w = np.where(known, ewma_weight(dt, c.thermal_tau_s), 1.0)
         prev = t["plag"][s]

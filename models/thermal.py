@@ -38,24 +38,12 @@ HYSTERESIS_C = 2.0
 COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
 
 
-class ThermalLimits(WaveDetector):
-    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
+class LimitTable:
+    """Each GPU's (slowdown, shutdown) temperatures: NVML's where the frame gives them, else
+    its model family's (``fleetwatch/parts.py``), else config's fallback."""
 
-    name = "thermal_limits"
-    rules = {
-        "gpu_temp_critical": ("gpu_temp_c",),
-        "gpu_temp_high": ("gpu_temp_c",),
-        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
-        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
-        "gpu_temp_rising": ("gpu_temp_c",),
-        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
-        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
-    }
-
-    def __init__(self, config: DetectorsConfig | None = None) -> None:
-        self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              site=0.0, mcrit=0.0, mhigh=0.0)
+    def __init__(self, config: DetectorsConfig) -> None:
+        self.c = config
         self._family: dict[str, tuple[float, float]] = {}
         self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
 
@@ -77,6 +65,14 @@ class ThermalLimits(WaveDetector):
         shut = np.where(need & np.isnan(shut), np.maximum(fh, slow), shut)
         return slow, shut
 
+    def readable(self, b: Batch, rows: np.ndarray, temp: np.ndarray) -> np.ndarray:
+        """Where the die reading is one a working GPU can give: from sensor_min_c up to
+        sensor_over_shutdown_c over its shutdown temperature (a sensor stuck at 0 or at
+        255 °C, 0xFF, is no temperature). NaN is not."""
+        shut = self.limits(b, rows)[1]
+        with np.errstate(invalid="ignore"):
+            return (temp >= self.c.sensor_min_c) & (temp <= shut + self.c.sensor_over_shutdown_c)
+
     def _family_table(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The family limits of every model name the batches have coded so far."""
         table = self._table
@@ -93,6 +89,31 @@ class ThermalLimits(WaveDetector):
                                                 self.c.fallback_shutdown_c)
             self._family[model] = known
         return known
+
+
+class ThermalLimits(WaveDetector):
+    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
+
+    name = "thermal_limits"
+    rules = {
+        "gpu_temp_critical": ("gpu_temp_c",),
+        "gpu_temp_high": ("gpu_temp_c",),
+        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
+        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
+        "gpu_temp_rising": ("gpu_temp_c",),
+        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
+        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
+    }
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
+                              site=0.0, mcrit=0.0, mhigh=0.0)
+        self._limits = LimitTable(self.c)
+
+    def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
+        return self._limits.limits(b, rows)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table
