@@ -7,6 +7,10 @@ its excess by 2 °C in one sample: no climb, and no critical page.
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
+
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.peers import ThermalPeers
 from tests.models.helpers import busy, node
 
@@ -29,6 +33,43 @@ def learned(step: float) -> ThermalPeers:
     return d
 
 
+@pytest.mark.parametrize("step", [1.0, 5.0])
+def test_one_whole_degree_step_on_a_gpu_and_its_peers_is_no_critical_climb(step: float) -> None:
+    """The tester's drift: GPU 0 warms 0.9 °C/min, to 5 °C over its peers; the sample in which
+    its reading steps up a degree, its peers' readings step down one (median 66 -> 65)."""
+    d = learned(step)
+    t0 = 1800.0
+
+    def temps(t: float) -> list[float]:
+        gpu = min(71.0, 69.0 + np.floor((t - t0) * 0.9 / 60.0))   # 70 at 67 s, 71 at 133 s
+        dip = 133.0 <= t - t0 < 133.0 + step                        # one sample, as it steps
+        return [gpu + dip] + [p - dip for p in PEERS]
+
+    found = feed(d, temps, t0, 600.0, step)
+    assert [f for f in found if f.rule == "gpu_hot_vs_peers_critical"] == []
+
+
+@pytest.mark.parametrize("step", [1.0, 5.0, 15.0])
+def test_a_real_fast_climb_is_still_critical_and_its_evidence_shows_the_rise_that_fired(
+        step: float) -> None:
+    """A heat path failing at steady power: the GPU's sink climbs toward 25 °C more with the
+    H100's 23 s time constant (a failing fan), read in whole degrees."""
+    d = learned(step)
+    t0 = 1800.0
+
+    def temps(t: float) -> list[float]:
+        return [69.0 + round(25.0 * (1.0 - np.exp(-(t - t0) / 23.0)))] + PEERS
+
+    found = feed(d, temps, t0, 120.0, step)
+    crit = [f for f in found if f.rule == "gpu_hot_vs_peers_critical"]
+    assert crit and crit[0].ts <= t0 + max(15.0, 2 * step)
+    ev = crit[0].evidence
+    c = DetectorsConfig()
+    # Fired by the excess or by the climb: the evidence shows which figure crossed its limit.
+    assert ev["excess_c"] > c.peer_critical_c or (
+        ev["excess_rise_c_per_min"] >= c.peer_rise_c_per_min and ev["climb_c"] > 2.0)
+
+
 def test_a_sensor_stuck_at_255_c_is_left_out_of_the_peer_rule_and_not_learned() -> None:
     """A reading over shutdown + sensor_over_shutdown_c is no temperature (thermal_limits
     raises gpu_temp_sensor_invalid for it): no cooling page, and nothing learned from it."""
@@ -47,3 +88,18 @@ def test_a_reading_just_under_the_invalid_bound_is_still_a_temperature() -> None
     d = learned(5.0)
     found = feed(d, lambda t: [100.0] + PEERS, 1800.0, 30.0, 5.0)   # shutdown 92 + 10 = 102
     assert {f.rule for f in found} >= {"gpu_hot_vs_peers_critical"}
+
+
+def test_noisy_whole_degree_readings_of_a_slow_drift_raise_no_critical_at_1_s() -> None:
+    """The drift again, with each reading's noise (0.4 °C) rounded to whole degrees, scraped
+    every second: its excess flickers by a degree or two from sample to sample."""
+    rng = np.random.default_rng(1)
+    offsets = rng.normal(0.0, 1.2, 8)
+    d = ThermalPeers()
+    found: list = []
+    for k in range(3600):
+        t = float(k)
+        true = 60.0 + offsets + rng.normal(0.0, 0.4, 8)
+        true[0] += min(6.0, 3.0 + max(0.0, t - 1800.0) * 0.9 / 60.0)   # 0.9 °C/min after 30 min
+        found += d.update([node(t, [busy(float(round(x)), 160.0) for x in true])])
+    assert [f for f in found if f.rule == "gpu_hot_vs_peers_critical"] == []
