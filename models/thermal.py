@@ -155,8 +155,12 @@ class ThermalLimits(WaveDetector):
             # climbs at (level - now) / tau, and the die stays its power's jump above it:
             # a GPU warming through a job start to a normal temperature climbs as fast as
             # one losing its cooling, but toward a level under its slowdown point (a real
-            # H100: 23 s, collectors/sim/hardware.py).
-            heading = temp + slope / 60.0 * c.thermal_tau_s
+            # H100: 23 s, collectors/sim/hardware.py). What is left of the approach comes
+            # from how far the sink is ahead of its average (settling_left), not from the
+            # slope: that is the rise averaged over the window, seconds old, which after a
+            # power step overstates the climb still to come.
+            heading = temp + settling_left(sink - smooth, dt, c.rise_window_s,
+                                           c.thermal_tau_s)
             rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (
                 slope >= c.rise_c_per_min) & (heading >= slow)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
@@ -287,6 +291,27 @@ class Throttle:
                     f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
                     "warning", self.c.sw_thermal_for_s, ev, COOLING))
         return out
+
+
+def settling_left(lead: np.ndarray, dt: np.ndarray, window_s: float,
+                  tau_s: float) -> np.ndarray:
+    """How much further a first-order approach with time constant tau_s still climbs, from
+    ``lead``: how far the reading is ahead of its exponential average over window_s, the
+    samples dt seconds apart.
+
+    For x_k = L - A q^k (q = exp(-dt / tau)) averaged with weight w per sample, the lead
+    settles at A q^k (1 - w)(1 - q) / (q - 1 + w), so what is left, L - x_k = A q^k, is the
+    lead times (q - 1 + w) / ((1 - w)(1 - q)): about tau / window - 1 of it for short
+    samples. A window as long as tau cannot tell an approach from a ramp: there the ramp's
+    rate over tau is taken (what the rule took before).
+    """
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.exp(-np.clip(dt, 0.0, None) / tau_s)
+        w = ewma_weight(dt, window_s)
+        approach = lead * (q - 1.0 + w) / ((1.0 - w) * (1.0 - q))
+        ramp = lead * w / ((1.0 - w) * np.maximum(dt, 1e-9)) * tau_s
+        left = np.where(q - 1.0 + w > 0.0, approach, ramp)
+    return np.where(np.isfinite(left) & (w < 1.0) & (dt > 0), left, 0.0)
 
 
 def critical_text(temp: float, slow: float, shut: float) -> str:
