@@ -70,6 +70,9 @@ RISE_EVIDENCE_S = 120.0
 # NVML reads whole degrees, so one sample can move the excess by a degree of the GPU's own
 # reading plus one of its peers' median with no change in either, and noise adds a degree.
 CLIMB_MIN_C = 3.0
+# ... unless one sample climbs twice that: no reading step fakes it (at a 15 s scrape, a
+# heat path that fails at once shows most of its climb in the first sample).
+ONE_SAMPLE_CLIMB_C = 2.0 * CLIMB_MIN_C
 
 
 class ThermalPeers(WaveDetector):
@@ -228,15 +231,16 @@ class ThermalPeers(WaveDetector):
                slope: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The excess's climb since the sample before its fast rise began, its span (s), and
         where that rise is held: at peer_rise_c_per_min or more on this sample and the one
-        before it. One sample's step is no climb: at 5 s a +2 °C step of whole-degree
-        readings reads 15 °C/min over peer_rise_window_s, and at 1 s, more."""
+        before it (or by more than ONE_SAMPLE_CLIMB_C in this one). One sample's step is no
+        climb: at 5 s a +2 °C step of whole-degree readings reads 15 °C/min over
+        peer_rise_window_s, and at 1 s, more."""
         c, t = self.c, self.table
         fast = judged & (slope >= c.peer_rise_c_per_min)
         began = fast & ~(t["fast"][s] > 0)
         run_from = np.where(began, t["last"][s], t["run_from"][s])
         run_ts = np.where(began, t["sts"][s], t["run_ts"][s])
         climb = np.where(fast, learned - run_from, np.nan)
-        held = fast & ~began & np.isfinite(climb)
+        held = fast & np.isfinite(climb) & (~began | (climb > ONE_SAMPLE_CLIMB_C))
         t["fast"][s[judged]] = fast[judged]
         t["run_from"][s[judged]] = np.where(fast, run_from, np.nan)[judged]
         t["run_ts"][s[judged]] = np.where(fast, run_ts, np.nan)[judged]

@@ -103,3 +103,14 @@ def test_noisy_whole_degree_readings_of_a_slow_drift_raise_no_critical_at_1_s() 
         true[0] += min(6.0, 3.0 + max(0.0, t - 1800.0) * 0.9 / 60.0)   # 0.9 °C/min after 30 min
         found += d.update([node(t, [busy(float(round(x)), 160.0) for x in true])])
     assert [f for f in found if f.rule == "gpu_hot_vs_peers_critical"] == []
+
+
+def test_at_15_s_a_heat_path_that_fails_at_once_is_critical_on_its_first_sample() -> None:
+    """At a 15 s scrape a failed fan shows most of its climb in the first sample after it:
+    8 °C at once, three times what reading steps can fake, is critical without waiting for
+    a second sample (as fast as before the climb had to be held)."""
+    d = learned(15.0)
+    found = feed(d, lambda t: [77.0 + (t > 1800.0)] + PEERS, 1800.0, 45.0, 15.0)
+    crit = [f for f in found if f.rule == "gpu_hot_vs_peers_critical"]
+    assert crit and crit[0].ts == 1800.0
+    assert crit[0].evidence["climb_c"] == 8.0 and crit[0].evidence["climb_s"] == 15.0
