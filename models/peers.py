@@ -189,8 +189,9 @@ class ThermalPeers(WaveDetector):
         # whole heat path's °C/W): the die's jump per watt differs by part (a real H100:
         # 0.024 °C/W) and its heat sink moves within a long sample too. A failed heat path
         # climbs at steady power; a power blip's reading jumps with it. The climb must be
-        # held over two samples or more and total more than CLIMB_MIN_C (_climb): a slow
-        # drift's whole-degree reading steps are no fast climb, at any scrape interval.
+        # held over two samples or more and total more than CLIMB_MIN_C, or be more than
+        # ONE_SAMPLE_CLIMB_C in one (_climb): a slow drift's whole-degree reading steps are
+        # no fast climb, at any scrape interval.
         unsure = c.peer_c_per_w * np.abs(power - plag)
         climb, climb_s, held = self._climb(s, judged, learned, slope, ts)
         far = hot & (excess > critical_c - HYSTERESIS_C * was_crit)
