@@ -49,7 +49,7 @@ from fleetwatch.models.peer_stats import (
     peer_median_block,
     same_job_peers,
 )
-from fleetwatch.models.thermal import COOLING
+from fleetwatch.models.thermal import COOLING, LimitTable
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
@@ -66,6 +66,13 @@ COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
 # scrape interval it is the climb, not one sample's step scaled up to a minute (the fast
 # path's own rise, over peer_rise_window_s, is left as tuned).
 RISE_EVIDENCE_S = 120.0
+# The fast path's climb must be held over two samples or more and total more than this:
+# NVML reads whole degrees, so one sample can move the excess by a degree of the GPU's own
+# reading plus one of its peers' median with no change in either, and noise adds a degree.
+CLIMB_MIN_C = 3.0
+# ... unless one sample climbs twice that: no reading step fakes it (at a 15 s scrape, a
+# heat path that fails at once shows most of its climb in the first sample).
+ONE_SAMPLE_CLIMB_C = 2.0 * CLIMB_MIN_C
 
 
 class ThermalPeers(WaveDetector):
@@ -80,7 +87,9 @@ class ThermalPeers(WaveDetector):
                               sdp=0.0, warm=0.0,
                               warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
-                              rise_avg=np.nan)
+                              rise_avg=np.nan, last=np.nan, fast=0.0, run_from=np.nan,
+                              run_ts=np.nan)
+        self.limits = LimitTable(self.c)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table
@@ -93,8 +102,10 @@ class ThermalPeers(WaveDetector):
         s = np.where(slots >= 0, slots, 0)
         ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
         dt = ts - t["ts"][s]
+        # A reading no working GPU gives (0, or 255 °C: thermal_limits calls it a failing
+        # sensor) is neither judged, nor a peer, nor learned.
         fresh = (slots >= 0) & np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows] \
-            & (temp >= c.sensor_min_c) & ~(dt <= 0)
+            & self.limits.readable(b, rows, temp) & ~(dt <= 0)
         known = np.isfinite(dt)
         w = np.where(known, ewma_weight(dt, c.thermal_tau_s), 1.0)
         prev = t["plag"][s]
@@ -182,12 +193,16 @@ class ThermalPeers(WaveDetector):
         # lagged power also needs what that difference could explain (peer_c_per_w, the
         # whole heat path's °C/W): the die's jump per watt differs by part (a real H100:
         # 0.024 °C/W) and its heat sink moves within a long sample too. A failed heat path
-        # climbs at steady power; a power blip's reading jumps with it.
+        # climbs at steady power; a power blip's reading jumps with it. The climb must be
+        # held over two samples or more and total more than CLIMB_MIN_C, or be more than
+        # ONE_SAMPLE_CLIMB_C in one (_climb): a slow drift's whole-degree reading steps are
+        # no fast climb, at any scrape interval.
         unsure = c.peer_c_per_w * np.abs(power - plag)
-        crit = judged & (
-            (hot & (excess > critical_c - HYSTERESIS_C * was_crit))
-            | ((excess > RISE_SHARE * base + motion + unsure)
-               & (slope >= c.peer_rise_c_per_min)))
+        climb, climb_s, held = self._climb(s, judged, learned, slope, ts)
+        far = hot & (excess > critical_c - HYSTERESIS_C * was_crit)
+        rushing = ~far & held & (climb > CLIMB_MIN_C) \
+            & (excess > RISE_SHARE * base + motion + unsure)
+        crit = far | rushing
         hot |= crit
         # Reads low: against its peers, with no credit for running warm. A learned warm
         # offset allows a GPU to run hot; it is no promise that it must (a GPU whose heat
@@ -213,8 +228,30 @@ class ThermalPeers(WaveDetector):
         t["tlag"][s[fresh]] = tlag[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         if hot.any() or low.any():
-            self._emit(b, rows, out, read, median, offset, excess, margin, rise, plag, count,
-                       hot, crit, low)
+            # The rise shown is the one that fired: the held climb's, for a fast climb.
+            shown = np.where(rushing, slope, rise)
+            self._emit(b, rows, out, read, median, offset, excess, margin, shown, plag, count,
+                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s)
+
+    def _climb(self, s: np.ndarray, judged: np.ndarray, learned: np.ndarray,
+               slope: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The excess's climb since the sample before its fast rise began, its span (s), and
+        where that rise is held: at peer_rise_c_per_min or more on this sample and the one
+        before it (or by more than ONE_SAMPLE_CLIMB_C in this one). One sample's step is no
+        climb: at 5 s a +2 °C step of whole-degree readings reads 15 °C/min over
+        peer_rise_window_s, and at 1 s, more."""
+        c, t = self.c, self.table
+        fast = judged & (slope >= c.peer_rise_c_per_min)
+        began = fast & ~(t["fast"][s] > 0)
+        run_from = np.where(began, t["last"][s], t["run_from"][s])
+        run_ts = np.where(began, t["sts"][s], t["run_ts"][s])
+        climb = np.where(fast, learned - run_from, np.nan)
+        held = fast & np.isfinite(climb) & (~began | (climb > ONE_SAMPLE_CLIMB_C))
+        t["fast"][s[judged]] = fast[judged]
+        t["run_from"][s[judged]] = np.where(fast, run_from, np.nan)[judged]
+        t["run_ts"][s[judged]] = np.where(fast, run_ts, np.nan)[judged]
+        t["last"][s[judged]] = learned[judged]
+        return np.where(held, climb, np.nan), ts - run_ts, held
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
                warm: np.ndarray, quiet: np.ndarray) -> None:
@@ -249,7 +286,10 @@ class ThermalPeers(WaveDetector):
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
               slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
-              crit: np.ndarray, low: np.ndarray) -> None:
+              crit: np.ndarray, low: np.ndarray, climb: np.ndarray,
+              climb_s: np.ndarray) -> None:
+        """``slope`` is the rise that fired: the held climb's where ``climb`` is given (a
+        fast climb made it critical), else the rise over about RISE_EVIDENCE_S."""
         c = self.c
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
@@ -258,6 +298,9 @@ class ThermalPeers(WaveDetector):
                   "excess_c": excess[i, j], "margin_c": margin[i, j],
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
                   "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}
+            rushing = bool(np.isfinite(climb[i, j]))
+            if rushing:
+                ev |= {"climb_c": climb[i, j], "climb_s": climb_s[i, j]}
             where = f"GPU {g} on {f.node}"
             if low[i, j]:
                 out.append(gpu_finding(
@@ -270,7 +313,9 @@ class ThermalPeers(WaveDetector):
                 continue
             text = (f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
                     f"{count[i, j]} peers at the same power"
-                    + (f", rising {slope[i, j]:.1f} °C/min over the last minutes"
+                    + (f", climbing {slope[i, j]:.0f} °C/min ({climb[i, j]:.0f} °C in the "
+                       f"last {climb_s[i, j]:.0f} s)" if rushing else
+                       f", rising {slope[i, j]:.1f} °C/min over the last minutes"
                        if slope[i, j] >= 0.1 else ""))
             action = COOLING + "; this GPU's heat path is failing while its peers' is not"
             # The warning holds for as long as the GPU runs hot; the critical one rides on

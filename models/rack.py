@@ -63,6 +63,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
 from fleetwatch.models.rack_inlets import Inlets, others_median
+from fleetwatch.models.thermal import LimitTable
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 P_SCALE = 100.0      # watts per unit of the model's power inputs (keeps its numbers near 1)
@@ -91,6 +92,7 @@ class RackCooling:
                               learned=0.0, resid=0.0, settled=0.0, steady=np.nan,
                               m=0.0, norm=0.0, mean_s=np.nan, mts=np.nan, q=np.inf,
                               rts=np.nan, rack=-1.0, node=-1.0)
+        self.limits = LimitTable(self.c)
         self._racks: dict[tuple[str, str], int] = {}
         self._names: list[tuple[str, str]] = []
         self._node_codes: dict[tuple[str, str], int] = {}
@@ -168,9 +170,10 @@ class RackCooling:
         temp, power = x[..., TEMP][sel], x[..., POWER][sel]
         dt = ts - t["ts"][s]
         # A GPU without a power reading is not judged: no model of its power can tell a
-        # rising load from a cooling loss.
+        # rising load from a cooling loss. Nor is a reading no working GPU gives (0, or a
+        # sensor stuck at 255 °C): it is neither judged nor learned.
         ok = np.isfinite(temp) & np.isfinite(power) & ~b.lost[rows][sel] \
-            & (temp >= c.sensor_min_c) & ~(dt <= 0)
+            & self.limits.readable(b, rows, x[..., TEMP])[sel] & ~(dt <= 0)
         s, temp, power, ts, dt, hold = s[ok], temp[ok], power[ok], ts[ok], dt[ok], hold[ok]
         known = np.isfinite(dt)
         step = np.nan_to_num(dt)

@@ -38,24 +38,12 @@ HYSTERESIS_C = 2.0
 COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
 
 
-class ThermalLimits(WaveDetector):
-    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
+class LimitTable:
+    """Each GPU's (slowdown, shutdown) temperatures: NVML's where the frame gives them, else
+    its model family's (``fleetwatch/parts.py``), else config's fallback."""
 
-    name = "thermal_limits"
-    rules = {
-        "gpu_temp_critical": ("gpu_temp_c",),
-        "gpu_temp_high": ("gpu_temp_c",),
-        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
-        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
-        "gpu_temp_rising": ("gpu_temp_c",),
-        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
-        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
-    }
-
-    def __init__(self, config: DetectorsConfig | None = None) -> None:
-        self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              site=0.0, mcrit=0.0, mhigh=0.0)
+    def __init__(self, config: DetectorsConfig) -> None:
+        self.c = config
         self._family: dict[str, tuple[float, float]] = {}
         self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
 
@@ -77,6 +65,14 @@ class ThermalLimits(WaveDetector):
         shut = np.where(need & np.isnan(shut), np.maximum(fh, slow), shut)
         return slow, shut
 
+    def readable(self, b: Batch, rows: np.ndarray, temp: np.ndarray) -> np.ndarray:
+        """Where the die reading is one a working GPU can give: from sensor_min_c up to
+        sensor_over_shutdown_c over its shutdown temperature (a sensor stuck at 0 or at
+        255 °C, 0xFF, is no temperature). NaN is not."""
+        shut = self.limits(b, rows)[1]
+        with np.errstate(invalid="ignore"):
+            return (temp >= self.c.sensor_min_c) & (temp <= shut + self.c.sensor_over_shutdown_c)
+
     def _family_table(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """The family limits of every model name the batches have coded so far."""
         table = self._table
@@ -93,6 +89,31 @@ class ThermalLimits(WaveDetector):
                                                 self.c.fallback_shutdown_c)
             self._family[model] = known
         return known
+
+
+class ThermalLimits(WaveDetector):
+    """Die and memory temperature against the GPU's own limits; rate of rise; power limit."""
+
+    name = "thermal_limits"
+    rules = {
+        "gpu_temp_critical": ("gpu_temp_c",),
+        "gpu_temp_high": ("gpu_temp_c",),
+        "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
+        "gpu_mem_temp_high": ("gpu_mem_temp_c",),
+        "gpu_temp_rising": ("gpu_temp_c",),
+        "gpu_temp_sensor_invalid": ("gpu_temp_c",),
+        "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
+    }
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
+                              site=0.0, mcrit=0.0, mhigh=0.0)
+        self._limits = LimitTable(self.c)
+
+    def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
+        return self._limits.limits(b, rows)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c, t = self.c, self.table
@@ -134,8 +155,12 @@ class ThermalLimits(WaveDetector):
             # climbs at (level - now) / tau, and the die stays its power's jump above it:
             # a GPU warming through a job start to a normal temperature climbs as fast as
             # one losing its cooling, but toward a level under its slowdown point (a real
-            # H100: 23 s, collectors/sim/hardware.py).
-            heading = temp + slope / 60.0 * c.thermal_tau_s
+            # H100: 23 s, collectors/sim/hardware.py). What is left of the approach comes
+            # from how far the sink is ahead of its average (settling_left), not from the
+            # slope: that is the rise averaged over the window, seconds old, which after a
+            # power step overstates the climb still to come.
+            heading = temp + settling_left(sink - smooth, dt, c.rise_window_s,
+                                           c.thermal_tau_s)
             rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (
                 slope >= c.rise_c_per_min) & (heading >= slow)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
@@ -266,6 +291,27 @@ class Throttle:
                     f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
                     "warning", self.c.sw_thermal_for_s, ev, COOLING))
         return out
+
+
+def settling_left(lead: np.ndarray, dt: np.ndarray, window_s: float,
+                  tau_s: float) -> np.ndarray:
+    """How much further a first-order approach with time constant tau_s still climbs, from
+    ``lead``: how far the reading is ahead of its exponential average over window_s, the
+    samples dt seconds apart.
+
+    For x_k = L - A q^k (q = exp(-dt / tau)) averaged with weight w per sample, the lead
+    settles at A q^k (1 - w)(1 - q) / (q - 1 + w), so what is left, L - x_k = A q^k, is the
+    lead times (q - 1 + w) / ((1 - w)(1 - q)): about tau / window - 1 of it for short
+    samples. A window as long as tau cannot tell an approach from a ramp: there the ramp's
+    rate over tau is taken (what the rule took before).
+    """
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        q = np.exp(-np.clip(dt, 0.0, None) / tau_s)
+        w = ewma_weight(dt, window_s)
+        approach = lead * (q - 1.0 + w) / ((1.0 - w) * (1.0 - q))
+        ramp = lead * w / ((1.0 - w) * np.maximum(dt, 1e-9)) * tau_s
+        left = np.where(q - 1.0 + w > 0.0, approach, ramp)
+    return np.where(np.isfinite(left) & (w < 1.0) & (dt > 0), left, 0.0)
 
 
 def critical_text(temp: float, slow: float, shut: float) -> str:

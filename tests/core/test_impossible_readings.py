@@ -12,6 +12,7 @@ import pytest
 
 from fleetwatch.codec import encode
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.thermal import ThermalLimits
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.health import ProcessorCollector
@@ -67,3 +68,20 @@ def test_an_out_of_range_reading_is_left_out_counted_and_said_once_per_node_and_
                   if m.name == "fleetwatch_processor_readings_dropped")
     (sample,) = family.samples
     assert sample.labels == {"metric": "gpu_power_w"} and sample.value == 6
+
+
+def test_a_255_reading_is_no_cooling_fault_for_the_peer_rule(tmp_path: Path) -> None:
+    """Eight GPUs after the peer rule's warm-up; GPU 1's sensor then sticks at 255 °C for two
+    minutes. The store holds the sensor alert only: no gpu_hot_vs_peers(_critical) 'check the
+    cooling' page, and the node's other GPUs are judged as ever."""
+    store = SqliteStore(tmp_path / "p.db")
+    p = Processor(store, [ThermalLimits(), ThermalPeers()])
+    start = T0 - 1800
+    normal = [60.0, 61.0, 62.0, 61.0, 60.0, 61.0, 62.0, 61.0]
+    frames = [node_frame(start + 5 * k, [255.0 if k >= 300 and g == 1 else x
+                                         for g, x in enumerate(normal)], [400.0] * 8)
+              for k in range(324)]
+    p.handle(messages(frames))
+    assert p.stats.dead_letters == 0
+    assert {(a.rule, a.device) for a in store.alerts(("pending", "firing", "resolved"))} == {
+        ("gpu_temp_sensor_invalid", "gpu1")}

@@ -196,3 +196,21 @@ def test_a_node_is_not_found_while_its_racks_finding_holds() -> None:
     # A rack whose other nodes are back to normal: n1 alone is hot, its own cooling.
     found = run(d, 300, 2220, inlet_rise={"n1": 10.0})
     assert {(f.rule, f.node) for f in found[-4:]} == {("node_cooling", "n1")}
+
+
+def test_a_node_whose_gpus_all_read_255_c_is_no_cooling_fault_and_is_not_learned() -> None:
+    """A driver fault can read 0xFF for every GPU of a node: no working GPU reads that
+    (thermal_limits raises gpu_temp_sensor_invalid for each), so the node's and the rack's
+    cooling are not paged for it, and the models learn nothing from it."""
+    d = RackCooling()
+    run(d, 1800, 0, inlet_rise={})
+    stuck, t = [], 1800.0
+    while t < 2400.0:
+        frames = rack_frames(t, {})
+        frames[0] = node(t, [busy(255.0)] * 8, name="n1", rack="rack-7")
+        stuck += d.update(frames)
+        t += 5.0
+    assert stuck == []
+    assert run(d, 600, 2400, inlet_rise={}) == []
+    # The models are the ones learned before: a real cooling fault on n1 is still found.
+    assert {f.rule for f in run(d, 300, 3000, inlet_rise={"n1": 10.0})} == {"node_cooling"}
