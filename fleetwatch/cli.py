@@ -230,10 +230,10 @@ def cmd_simulate(config: Config, args: argparse.Namespace) -> int:
                        duration_s=args.duration, interval_s=args.interval,
                        end_ts=args.end if args.end is not None else time.time())
     ahead, limit = (args.end or 0.0) - time.time(), config.processor.max_clock_ahead_s
-    if args.end is not None and math.isfinite(args.end) and ahead > limit:
+    if args.end is not None and math.isfinite(args.end) and 0 < limit < ahead:  # 0: no bound
         # The processor refuses frames this far ahead of its clock; a store holding them shows
         # alerts "firing since" a time not yet come, and `up --keep` refuses to continue it.
-        raise ConfigError(f"command line --end: {args.end:g}{_when(args.end)} is "
+        raise ConfigError(f"command line --end: {args.end:.0f}{_when(args.end)} is "
                           f"{span_text(ahead)} in the future (processor.max_clock_ahead_s is "
                           f"{span_text(limit)}): a simulated history "
                           "ends by now; leave --end out to end it now")

@@ -36,13 +36,12 @@ def _missing_store(config: Config) -> str | None:
         return f"store {path} is a folder; name the store file with --store PATH"
     from fleetwatch.simulate import SIM_STORE_PATH  # here: it imports the simulator
 
-    hint = ""
     sim = Path(SIM_STORE_PATH)
-    if sim.is_file() and path.resolve() != sim.resolve():
-        hint = (f"; fleetwatch up writes {SIM_STORE_PATH} here: pass --store "
-                f"{SIM_STORE_PATH}")
+    if sim.is_file() and path.resolve() != sim.resolve():  # `up` ran here: that is the store
+        return (f"no store at {path}; fleetwatch up writes {SIM_STORE_PATH} here: pass "
+                f"--store {SIM_STORE_PATH}")
     return (f"no store at {path}: run `fleetwatch up` or `fleetwatch simulate` first, or "
-            f"name the store with --store PATH (store.path){hint}")
+            f"name the store with --store PATH (store.path)")
 
 
 TRAIN_MIN_S, TRAIN_MAX_S = 3600.0, 400 * 86400.0

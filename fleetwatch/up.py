@@ -240,8 +240,9 @@ def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
 
 
 def newest_sample_s(path: str) -> float | None:
-    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new)."""
-    if not Path(path).exists():
+    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new,
+    or an empty file, which the store turns into a new one)."""
+    if not Path(path).exists() or Path(path).stat().st_size == 0:
         return None
     store = SqliteStore(path, read_only=True)
     try:

@@ -110,6 +110,7 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
                 file_id = self._file_id_now()
                 conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
                                        check_same_thread=False, timeout=self.busy_timeout_s)
+                self._check_is_store(conn)
                 self._adopt(file_id)
                 self._local.file_id, self._local.checked = file_id, time.monotonic()
             else:
@@ -121,6 +122,23 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             self._local.conn = conn
         return conn
+
+    def _check_is_store(self, conn: sqlite3.Connection) -> None:
+        """A file without fleetwatch's tables (an empty file, another program's database)
+        is refused in words, not met later as 'no such table' in a traceback."""
+        try:
+            found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                 "name = 'samples'").fetchone()
+        except sqlite3.DatabaseError as exc:  # not an SQLite file at all
+            conn.close()
+            raise StoreError(f"{self.path} is not a fleetwatch store ({exc}): name the store "
+                             "fleetwatch wrote with --store (store.path)") from None
+        if found is None:
+            conn.close()
+            empty = " (an empty file)" if os.path.getsize(self.path) == 0 else ""
+            raise StoreError(f"{self.path} is not a fleetwatch store{empty}: it has none of "
+                             "its tables; name the store fleetwatch wrote with --store "
+                             "(store.path), or remove this file")
 
     def _file_id_now(self) -> tuple[int, int]:
         """(device, inode) of the file at ``path`` now; ``StoreError`` when there is none."""

@@ -109,6 +109,7 @@ def test_the_default_store_missing_points_at_the_one_up_wrote(
     err = capsys.readouterr().err
     assert "no store at fleetwatch.db" in err
     assert "fleetwatch up writes fleetwatch-sim.db here: pass --store fleetwatch-sim.db" in err
+    assert "run `fleetwatch up`" not in err  # said to someone who just did
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 

@@ -218,3 +218,20 @@ def test_count_is_every_point_once(tmp_path: Path) -> None:
     store.write(frames)
     store.write(frames[:5])  # a replay adds nothing
     assert store.count() == count(store) == 12 * 2 * (2 * 36 + 5)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a database at all"])
+def test_a_file_that_is_not_a_store_is_refused_in_words(tmp_path: Path, content: bytes) -> None:
+    """An empty file (a `touch`) or another program's file crashed `alerts` and `up --keep`
+    with 'no such table' in a traceback."""
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.up import newest_sample_s
+
+    path = tmp_path / "x.db"
+    path.write_bytes(content)
+    store = SqliteStore(path, read_only=True)
+    with pytest.raises(StoreError, match=r"x\.db is not a fleetwatch store"):
+        store.alerts()
+    store.close()
+    if not content:  # `up --keep` on an empty file starts a new store there
+        assert newest_sample_s(str(path)) is None

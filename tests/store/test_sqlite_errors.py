@@ -81,7 +81,11 @@ def test_alert_columns_follow_the_dataclass_and_old_files_are_carried_over(
 def test_a_read_only_reader_of_an_older_file_sees_no_events_rather_than_an_error(
         tmp_path: Path) -> None:
     db = tmp_path / "older.db"
-    sqlite3.connect(db).close()  # a file no writer of this version has opened yet
+    conn = sqlite3.connect(db)  # a file no writer of this version has opened yet: its first
+    conn.execute("CREATE TABLE samples (ts INTEGER NOT NULL, did INTEGER NOT NULL, "  # tables
+                 "layout INTEGER NOT NULL, vals BLOB NOT NULL, PRIMARY KEY (ts, did))")
+    conn.commit()
+    conn.close()
     reader = SqliteStore(db, read_only=True)
     assert reader.events(0, 2e9) == [] and reader.alerts() == []
     reader.close()
