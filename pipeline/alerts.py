@@ -242,7 +242,9 @@ class AlertBook:
                         or (m is not None and m.written == ts)):
                     changed[alert.id] = alert
         self._staged = (frozenset(changed), opened, meta)
-        return sorted(changed.values(), key=lambda a: (a.updated_ts, a.id))
+        # At one time, an alert that ended before one that opened about its subject.
+        return sorted(changed.values(),
+                      key=lambda a: (a.updated_ts, a.state != "resolved", a.id))
 
     def _judged(self, key: Key, ts: float, by_node: Mapping[tuple[str, str], Mapping[float, Frame]],
                 frames: Sequence[Frame]) -> bool:
