@@ -44,6 +44,10 @@ class Finding:
     evidence: Mapping[str, float] = field(default_factory=dict)
     action: str = ""
     scope: Scope = "gpu"
+    # The GPU board (UUID) the finding is about, where its detector tells boards apart
+    # (XIDs): an open alert that names another board (the slot's board was replaced)
+    # ends, and a new one about this board opens, so that it is notified as new.
+    board: str = ""
 
 
 # Evidence key: a number a detector changes when its open alert must be written and

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter, is_, itemgetter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -266,21 +267,36 @@ def _reader(m: Mapping[str, float]) -> _Reader:
     return reader
 
 
+class Move(NamedTuple):
+    """Another board in a GPU slot: the frame's position of the GPU, the board before and
+    the one now, and whether that one is the slot's board before the old (``back``: two
+    machines under one node name alternating, or a board swapped back), which keeps
+    its own state instead of starting afresh."""
+
+    position: int
+    old: str
+    new: str
+    back: bool
+
+
 class Boards:
     """The board (UUID) each GPU slot of a node was last seen with: which frames name
     another board in a slot, so that a detector forgets what it learned of the old board
-    (its offset, its counters) instead of judging the new one by it.
+    (its offset, its counters) instead of judging the new one by it, and which name the
+    board the slot held before (``Move.back``), whose own state the detector takes back.
 
     A frame that names no board there (no UUID, or a stand-in) changes nothing, and
     neither does a slot's first board.
     """
 
     def __init__(self) -> None:
-        # (cluster, node) -> (the boards tuple last seen, GPU index -> its board)
-        self._seen: dict[tuple[str, str], tuple[tuple[str, ...], dict[int, str]]] = {}
+        # (cluster, node) -> (the boards tuple last seen, GPU index -> its board, GPU
+        # index -> the board it held before that one)
+        self._seen: dict[tuple[str, str],
+                         tuple[tuple[str, ...], dict[int, str], dict[int, str]]] = {}
 
-    def changed(self, f: Frame, ids: tuple[int, ...], boards: tuple[str, ...]) -> list[int]:
-        """Positions of the frame's GPUs whose board is another than the one seen before.
+    def changed(self, f: Frame, ids: tuple[int, ...], boards: tuple[str, ...]) -> list[Move]:
+        """The frame's GPUs whose board is another than the one seen before.
 
         Per frame; the usual case (a node's GPUs unchanged: the batch shares one tuple
         among its frames) is one identity test."""
@@ -288,27 +304,28 @@ class Boards:
         seen = self._seen.get(key)
         if seen is not None and seen[0] is boards:
             return _NONE
-        known = seen[1] if seen is not None else {}
+        known, before = (seen[1], seen[2]) if seen is not None else ({}, {})
         out = []
         for j, (g, uuid) in enumerate(zip(ids, boards)):
             if uuid:
                 was = known.get(g)
                 if was != uuid:
                     if was:
-                        out.append(j)
+                        out.append(Move(j, was, uuid, before.get(g) == uuid))
+                        before[g] = was
                     known[g] = uuid
-        self._seen[key] = (boards, known)
+        self._seen[key] = (boards, known, before)
         return out
 
-    def replaced(self, batch: Batch) -> list[tuple[int, int]]:
-        """(row, position) of the batch's GPUs that another board holds than before, in
-        the batch's (time) order."""
-        out: list[tuple[int, int]] = []
+    def replaced(self, batch: Batch) -> list[tuple[int, Move]]:
+        """(row, move) of the batch's GPUs that another board holds than before, in the
+        batch's (time) order."""
+        out: list[tuple[int, Move]] = []
         seen, changed = self._seen, self.changed
         for r, (f, ids, boards) in enumerate(zip(batch.frames, batch.gpu_ids, batch.boards)):
             last = seen.get((f.cluster, f.node))
             if last is None or last[0] is not boards:
-                out.extend((r, j) for j in changed(f, ids, boards))
+                out.extend((r, m) for m in changed(f, ids, boards))
         return out
 
     def drop(self, nodes: Iterable[str]) -> None:
@@ -317,7 +334,7 @@ class Boards:
             del self._seen[key]
 
 
-_NONE: list[int] = []
+_NONE: list[Move] = []
 
 
 class GpuTable:
@@ -326,15 +343,22 @@ class GpuTable:
     ``fields`` gives each array's initial value; a slot's arrays are reset to
     them when a node is dropped (its partition went to another processor). A GPU whose
     board was replaced (``Boards``) gets a new slot from the frame that names the new
-    board on: nothing learned of the old board carries over. The old slot is freed at
-    the next batch, once the frames before the change have been judged with it.
+    board on: nothing learned of the old board carries over. The old slot is kept for
+    the old board while it is the slot's board before the new one: a board that comes
+    back (two machines under one node name, alternating; a board swapped back) takes its
+    own state back, so each board is judged on its own. A slot of a board left behind
+    twice is freed at the next batch, once the frames before have been judged with it.
+    Nodes are told apart by cluster and name.
     """
 
     def __init__(self, **fields: float) -> None:
         self._init = fields
         # Per node: its GPU indices, their slots (padded to the batch's width), the boards
         # its last frame named (None: not looked at since the slots changed).
-        self._nodes: dict[str, tuple[tuple[int, ...], list[int], tuple[str, ...] | None]] = {}
+        self._nodes: dict[tuple[str, str],
+                          tuple[tuple[int, ...], list[int], tuple[str, ...] | None]] = {}
+        # (cluster, node, GPU index) -> (the board the slot held before, its slot)
+        self._parked: dict[tuple[str, str, int], tuple[str, int]] = {}
         self._free: list[int] = []
         self._boards = Boards()
         self._retired: list[int] = []  # slots of replaced boards, freed at the next batch
@@ -355,7 +379,8 @@ class GpuTable:
             self._retired = []
         changed = self._boards.changed
         for f, gpus, boards in zip(batch.frames, batch.gpu_ids, batch.boards):
-            known = nodes.get(f.node)
+            key = (f.cluster, f.node)
+            known = nodes.get(key)
             if known is None or known[0] != gpus:
                 slots = self._assign(f.node, gpus, known)
                 known = (gpus, slots + [-1] * (width - len(slots)), None)
@@ -363,8 +388,8 @@ class GpuTable:
                 known = (gpus, known[1][:len(gpus)] + [-1] * (width - len(gpus)), None)
             if known[2] is not boards:  # else the boards this node's last frame named
                 replaced = changed(f, gpus, boards)
-                known = nodes[f.node] = (gpus, self._renew(f.node, known[1], replaced)
-                                         if replaced else known[1], boards)
+                known = nodes[key] = (gpus, self._renew(key, gpus, known[1], replaced)
+                                      if replaced else known[1], boards)
             out.append(known[1])
         return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
             len(out), width)
@@ -382,12 +407,22 @@ class GpuTable:
         self._release(kept.values())
         return slots
 
-    def _renew(self, node: str, slots: list[int], positions: list[int]) -> list[int]:
-        """The node's slots with a fresh one at each position whose board was replaced."""
+    def _renew(self, key: tuple[str, str], gpus: tuple[int, ...], slots: list[int],
+               moves: list[Move]) -> list[int]:
+        """The node's slots with, at each position whose board changed, the new board's
+        own (one that comes back) or a fresh one; the old board's kept for it."""
         slots = list(slots)  # rows before this frame keep the old one
-        for j in positions:
-            self._retired.append(slots[j])
-            slots[j] = self._new_slot(node)
+        for m in moves:
+            gpu = (*key, gpus[m.position])
+            parked = self._parked.get(gpu)
+            if m.back and parked is not None and parked[0] == m.new:
+                s = parked[1]
+            else:
+                if parked is not None:  # a board left behind twice: forgotten
+                    self._retired.append(parked[1])
+                s = self._new_slot(key[1])
+            self._parked[gpu] = (m.old, slots[m.position])
+            slots[m.position] = s
         return slots
 
     def _new_slot(self, node: str) -> int:
@@ -413,12 +448,12 @@ class GpuTable:
             self._free.append(s)
 
     def drop(self, nodes: Iterable[str]) -> None:
-        nodes = list(nodes)
-        self._boards.drop(nodes)
-        for node in nodes:
-            known = self._nodes.pop(node, None)
-            if known is not None:
-                self._release(s for s in known[1] if s >= 0)
+        gone = set(nodes)
+        self._boards.drop(gone)
+        for key in [k for k in self._nodes if k[1] in gone]:
+            self._release(s for s in self._nodes.pop(key)[1] if s >= 0)
+        for gpu in [k for k in self._parked if k[1] in gone]:
+            self._release([self._parked.pop(gpu)[1]])
 
     @property
     def used(self) -> int:

@@ -31,9 +31,12 @@ class GpuState:
     ``fields`` gives each array's initial value (a bool, or a float), ``shapes`` the
     shape of a field that holds more than one value per GPU; a dropped node's slots get
     their initial values back and are reused. A GPU whose board was replaced (``Boards``)
-    gets a new slot from the frame that names the new board on, its old one freed at the
-    next batch; ``replaced`` lists the GPUs that did in the last ``slots``, for state a
-    detector keeps outside these arrays.
+    gets a new slot from the frame that names the new board on; the old board's is kept
+    for it while it is the slot's board before the new one, so a board that comes back
+    (two machines under one node name, alternating; a board swapped back) takes its own
+    state back; a board left behind twice has its slot freed at the next batch.
+    ``replaced`` lists the GPUs that got a board new to them in the last ``slots``, for
+    state a detector keeps outside these arrays.
     """
 
     def __init__(self, fields: Mapping[str, float | bool],
@@ -48,6 +51,7 @@ class GpuState:
         self.arrays: dict[str, np.ndarray] = {k: self._new(k, 64) for k in fields}
         self._boards = Boards()
         self._retired: list[int] = []
+        self._parked: dict[Key, tuple[str, int]] = {}  # the board before and its slot
         self.replaced: list[Key] = []
 
     def _new(self, name: str, size: int) -> np.ndarray:
@@ -65,16 +69,22 @@ class GpuState:
             self._slot((f.cluster, f.node, g)) for g in ids], -1, np.int64)
         replaced = self._boards.replaced(batch)
         self.replaced = []
-        for r, j in replaced:
+        for r, m in replaced:
             f = batch.frames[r]
-            key = (f.cluster, f.node, batch.gpu_ids[r][j])
+            key = (f.cluster, f.node, batch.gpu_ids[r][m.position])
             old = self.slot_of.pop(key)
-            new = self._slot(key)
-            self._retired.append(old)
+            parked = self._parked.get(key)
+            if m.back and parked is not None and parked[0] == m.new:
+                new = self.slot_of[key] = parked[1]  # a board met again: its own state
+            else:
+                if parked is not None:  # a board left behind twice: forgotten
+                    self._retired.append(parked[1])
+                new = self._slot(key)
+                self.replaced.append(key)
+            self._parked[key] = (m.old, old)
             self._nodes.pop(key[:2], None)  # its cached slots name the old one
             later = out[r:]  # this frame and those after it (time order) have the new board
             later[later == old] = new
-            self.replaced.append(key)
         return out
 
     def _slot(self, key: Key) -> int:
@@ -102,6 +112,8 @@ class GpuState:
             del self._nodes[key]
         self._reset([self.slot_of.pop(key) for key in [k for k in self.slot_of
                                                        if k[1] in gone]])
+        self._reset([self._parked.pop(key)[1] for key in [k for k in self._parked
+                                                          if k[1] in gone]])
 
     def _reset(self, slots: list[int]) -> None:
         """Free these slots, their fields back to their initial values."""

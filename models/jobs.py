@@ -113,8 +113,8 @@ class JobPeers:
             return []
         replaced = self._boards.replaced(b)
         if replaced:  # a new board in a slot was not found stuck, slow or low
-            new = {(f.cluster, f.node, b.gpu_ids[r][j])
-                   for r, j in replaced for f in (b.frames[r],)}
+            new = {(f.cluster, f.node, b.gpu_ids[r][m.position])
+                   for r, m in replaced if not m.back for f in (b.frames[r],)}
             self._hung = {k for k in self._hung if k[:3] not in new}
             for rule, since in self._since.items():
                 self._since[rule] = {k: v for k, v in since.items() if k[:3] not in new}

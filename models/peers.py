@@ -294,7 +294,10 @@ class ThermalPeers(WaveDetector):
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
             g = f.gpus[j].index
-            ev = {"temp_c": temp[i, j], "peer_median_c": temp[i, j] - excess[i, j],
+            # Its distance from its peers, of which ``offset`` is allowed as its own (the
+            # learned one, or max_offset_c while unlearned): the excess is what is left.
+            raw = excess[i, j] + offset[i, j]
+            ev = {"temp_c": temp[i, j], "peer_median_c": temp[i, j] - raw,
                   "excess_c": excess[i, j], "margin_c": margin[i, j],
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
                   "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}
@@ -311,8 +314,8 @@ class ThermalPeers(WaveDetector):
                     "The GPU's temperature reading cannot be trusted, so its thermal alerts "
                     "are blind: reset the GPU; service it if the reading stays wrong"))
                 continue
-            text = (f"{where} at {temp[i, j]:.0f} °C, {excess[i, j]:.0f} °C above its "
-                    f"{count[i, j]} peers at the same power"
+            text = (f"{where} at {temp[i, j]:.0f} °C, {raw:.0f} °C above its "
+                    f"{count[i, j]} peers at the same power{_allowed(offset[i, j], excess[i, j])}"
                     + (f", climbing {slope[i, j]:.0f} °C/min ({climb[i, j]:.0f} °C in the "
                        f"last {climb_s[i, j]:.0f} s)" if rushing else
                        f", rising {slope[i, j]:.1f} °C/min over the last minutes"
@@ -325,3 +328,12 @@ class ThermalPeers(WaveDetector):
             if crit[i, j]:
                 out.append(gpu_finding(f, g, "gpu_hot_vs_peers_critical", excess[i, j], text,
                                        "critical", 0.0, ev, action))
+
+
+def _allowed(offset: float, excess: float) -> str:
+    """What of a GPU's distance from its peers its own offset accounts for, in words."""
+    if offset >= 0.5:
+        return f" ({offset:.0f} °C allowed as its own offset, {excess:.0f} °C beyond)"
+    if offset <= -0.5:
+        return f" (held to {-offset:.0f} °C below them as its own offset, {excess:.0f} °C beyond)"
+    return ""

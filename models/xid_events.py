@@ -8,11 +8,14 @@ message and evidence list at most ``XID_LISTED`` codes, the worst first, and cou
 rest. An open alert loaded from the store after a restart is adopted with the codes its
 evidence holds (one of an older release with its one code and count). An XID from
 another board than the one the codes were seen on (the board in the slot was replaced:
-its UUID changed) starts afresh: the old board's codes are not the new one's.
+its UUID changed) starts afresh: the old board's codes are not the new one's, and its
+finding names the new board, so the lifecycle ends the alert about the old board and
+opens (and notifies) one about the new board.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 
 from fleetwatch.config import DetectorsConfig
@@ -97,7 +100,10 @@ class XidEvents:
                 if g.xids:
                     if is_board_uuid(g.uuid):
                         self._new_board(f, g.index, g.uuid)
-                    out.extend(self._classify(f, g.index, g.xids))
+                    found = self._classify(f, g.index, g.xids)
+                    if is_board_uuid(g.uuid):  # the alert is about this board
+                        found = [dataclasses.replace(x, board=g.uuid) for x in found]
+                    out.extend(found)
         return out
 
     def _new_board(self, f: Frame, gpu: int, board: str) -> None:

@@ -19,6 +19,9 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   subject has been judged clear for ``keep_firing_s`` (Prometheus's
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
   across it, is one alert that stays firing, not a page each time it crosses.
+* Boards: a finding that names its GPU board (``Finding.board``: an XID) while the
+  open alert names another (the slot's board was replaced) resolves that alert, which
+  stays about the old board, and opens a new one about the new board.
 * Revisions: a finding whose evidence carries ``revision`` (``REVISION``) asks
   for its open alert to be written again, and the notifier forwards the change: the
   sinks hear that the alert got worse (another XID code joined an XID alert). It is
@@ -108,7 +111,7 @@ class AlertBook:
     def __init__(self, active: Iterable[Alert] = (),
                  requirements: Mapping[str, Sequence[str]] | None = None,
                  refresh_s: float = REFRESH_S, keep_firing_s: float = 0.0,
-                 name: Callable[[Alert], Alert] | None = None) -> None:
+                 name: Callable[[Alert, Frame | None], Alert] | None = None) -> None:
         if not keep_firing_s >= 0:  # NaN fails too
             raise ValueError(f"keep_firing_s {keep_firing_s!r}: must be 0 or more seconds")
         self.keep_firing_s = keep_firing_s
@@ -117,7 +120,7 @@ class AlertBook:
         self.requirements = {r: tuple(m) for r, m in (requirements or {}).items()}
         self.refresh_s = refresh_s
         # Fills in what the frames know of an alert's subject (the GPU board: the processor's
-        # ``_name_board``); given each alert a step makes.
+        # ``_name_board``); given each alert a step makes and the frame of that step.
         self.name = name
         self._open: dict[Key, Alert] = {}
         self._meta: dict[Key, _Meta] = {}
@@ -215,9 +218,14 @@ class AlertBook:
                 finding = found.get(ts)
                 if finding is None and not self._judged(key, ts, by_node, frames):
                     continue
+                ended = _other_board(opened.get(key), finding, ts)
+                if ended is not None:  # the slot's board was replaced: a new alert
+                    changed[ended.id] = ended
+                    opened.pop(key)
+                    meta.pop(key, None)
                 alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
                 if alert is not None and self.name is not None:
-                    alert = self.name(alert)
+                    alert = self.name(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is None:
                     if m is not None:  # still firing, but clear since m.clear_since
                         meta[key] = m
@@ -234,7 +242,9 @@ class AlertBook:
                         or (m is not None and m.written == ts)):
                     changed[alert.id] = alert
         self._staged = (frozenset(changed), opened, meta)
-        return sorted(changed.values(), key=lambda a: (a.updated_ts, a.id))
+        # At one time, an alert that ended before one that opened about its subject.
+        return sorted(changed.values(),
+                      key=lambda a: (a.updated_ts, a.state != "resolved", a.id))
 
     def _judged(self, key: Key, ts: float, by_node: Mapping[tuple[str, str], Mapping[float, Frame]],
                 frames: Sequence[Frame]) -> bool:
@@ -312,6 +322,16 @@ class AlertBook:
         now = revision(alert)
         return (m.revision is not None and now is not None and now != m.revision
                 and ts - m.revised >= self.refresh_s)
+
+
+def _other_board(alert: Alert | None, finding: Finding | None, ts: float) -> Alert | None:
+    """The open alert, resolved at ``ts``, where the finding is about another board than
+    the one it names (its slot's board was replaced): it stays about the old board, and
+    the new board's finding opens an alert of its own. None where it goes on."""
+    if (alert is None or finding is None or not finding.board or not alert.uuid
+            or alert.uuid == finding.board or ts <= alert.updated_ts):
+        return None
+    return dataclasses.replace(alert, state="resolved", updated_ts=ts, resolved_ts=ts)
 
 
 def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:

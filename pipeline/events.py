@@ -21,7 +21,9 @@ I/O, no clock; the processor writes the events with the batch.
   whenever any of them changes. A frame without the UUID (NVML could not read it)
   changes nothing. ``board(...)`` gives the last one, for alerts to name it.
 * ``gpu_replaced``: the UUID in a GPU slot changed: another board is there
-  (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting.
+  (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting,
+  nor for a board back less than ``FLAP_S`` after it left (two machines under one node
+  name alternating their frames: ``node_name_conflict``).
 * ``job_start`` / ``job_end``: the job on a GPU changed (``value``: the job
   id). A job already running when a GPU is first seen (a processor just
   started, or a partition just assigned) starts at that frame: a reader
@@ -40,10 +42,13 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
-from fleetwatch.frame import Frame, is_board_uuid
+from fleetwatch.frame import Frame, GpuReading, is_board_uuid
 from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
+# A board back in its GPU slot less than this long after it left it was not swapped
+# back: two machines under one node name alternate (a real swap back takes longer).
+FLAP_S = 600.0
 GONE = "gone"
 
 NodeKey = tuple[str, str]  # (cluster, node)
@@ -92,6 +97,9 @@ class _Gpu(NamedTuple):
     job: str | None
     throttle: int | None
     board: Board | None = None
+    # The board that last left the slot (its UUID) and when: one back within ``FLAP_S``
+    # is no replacement.
+    left: tuple[str, float] | None = None
 
 
 @dataclass
@@ -196,10 +204,10 @@ class EventTracker:
             was = gpus.get(index)
             if was is None:
                 was = _Gpu("ok" if first else GONE, None, mask, node.stored.get(index))
-            state, job, throttle, board = was
-            board = _board_events(f, index, g.uuid, g.info, g.model, board, out)
-            if was.board != board:
-                was = was._replace(board=board)
+            state, job, throttle, board, left = was
+            board, left = _board_events(f, index, g, board, left, out)
+            if was.board != board or was.left != left:
+                was = was._replace(board=board, left=left)
             if g.state == state and g.job == job and (mask is None or mask == throttle):
                 if gpus.get(index) is not was:
                     gpus[index] = was
@@ -215,7 +223,7 @@ class EventTracker:
                     out.append(_event(f, device, "job_end", f.ts, value=job))
                 if g.job:
                     out.append(_event(f, device, "job_start", f.ts, value=g.job))
-            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board)
+            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left)
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
@@ -223,32 +231,40 @@ class EventTracker:
                                   text=f"{device} is no longer in {f.node}'s frames"))
                 if was.job:  # its job cannot be seen running on it any more
                     out.append(_event(f, device, "job_end", f.ts, value=was.job))
-                gpus[index] = _Gpu(GONE, None, was.throttle, was.board)
+                gpus[index] = was._replace(state=GONE, job=None)
 
 
-def _board_events(f: Frame, index: int, uuid: str, info: Mapping[str, str], model: str,
-                  was: Board | None, out: list[Event]) -> Board | None:
+def _board_events(f: Frame, index: int, g: GpuReading, was: Board | None,
+                  left: tuple[str, float] | None, out: list[Event]
+                  ) -> tuple[Board | None, tuple[str, float] | None]:
     """The board the frame names in this slot, with ``gpu_identity`` / ``gpu_replaced``
-    events where it is new or changed; ``was`` where the frame names none."""
+    events where it is new or changed (``was`` where the frame names none), and the
+    board that last left the slot. A board back within ``FLAP_S`` of leaving is no
+    replacement: two machines under one node name alternate their boards frame by frame
+    (``node_name_conflict`` says so), which is not a swap each frame."""
+    uuid, info = g.uuid, g.info
     if was is not None and uuid == was.uuid and info.get("serial", was.serial) == was.serial \
             and info.get("pci_bus_id", was.pci_bus_id) == was.pci_bus_id:
-        return was  # the same board (the usual case, per GPU per frame: kept cheap)
-    now = board_of(uuid, info, model)
+        return was, left  # the same board (the usual case, per GPU per frame: kept cheap)
+    now = board_of(uuid, info, g.model)
     if now is None or now == was:
-        return was
+        return was, left
     if was is not None and now.uuid == was.uuid:
         # The same board: keep what this frame could not read (a serial read that failed).
         now = Board(now.uuid, now.serial or was.serial, now.pci_bus_id or was.pci_bus_id,
                     now.model or was.model)
         if now == was:
-            return was
+            return was, left
     device = gpu_device(index)
     out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
-    if was is not None and was.uuid != now.uuid:
+    if was is None or was.uuid == now.uuid:
+        return now, left
+    back = left is not None and left[0] == now.uuid and f.ts - left[1] < FLAP_S
+    if not back:
         out.append(_event(f, device, "gpu_replaced", f.ts, value=now.uuid, text=(
             f"GPU {index} on {f.node}: board {was.uuid} ({was.text() or 'no serial'}) "
             f"replaced by {now.uuid} ({now.text() or 'no serial'})")))
-    return now
+    return now, (was.uuid, f.ts)
 
 
 def _copy(node: _Node) -> _Node:

@@ -60,7 +60,7 @@ from fleetwatch.pipeline.clock_skew import ClockWatch
 from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
-from fleetwatch.pipeline.events import EventTracker
+from fleetwatch.pipeline.events import EventTracker, board_of
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
 
@@ -428,14 +428,21 @@ class Processor(ConsumerLoop):
             stored = []
         self.events.recall(nodes, stored)
 
-    def _name_board(self, a: Alert) -> Alert:
-        """A GPU alert that names no board yet gets the one its slot holds (serial, UUID,
-        PCI bus id, from the frames: ``EventTracker.board``), here for every rule at once.
-        One that names one keeps it: the alert is about that board, even once replaced."""
+    def _name_board(self, a: Alert, frame: Frame | None) -> Alert:
+        """A GPU alert that names no board yet gets the one its slot held in the frame of
+        its step (serial, UUID, PCI bus id), else the one last seen there
+        (``EventTracker.board``), here for every rule at once. One that names one keeps
+        it: the alert is about that board, even once replaced. The frame's, not the
+        newest: in a batch that holds a swap, an alert opened before it is the old
+        board's, whatever the batch size."""
         index = gpu_index(a.device)
         if a.uuid or index is None:
             return a
-        board = self.events.board(a.cluster, a.node, index)
+        g = frame.gpu(index) if frame is not None else None
+        board = board_of(g.uuid, g.info, g.model) if g is not None else None
+        last = self.events.board(a.cluster, a.node, index)
+        if board is None or last is not None and last.uuid == board.uuid and not board.serial:
+            board = last  # a frame without its board's identity (sent once in a while)
         if board is None:
             return a
         return dataclasses.replace(a, uuid=board.uuid, serial=board.serial,

@@ -164,9 +164,9 @@ class Notifier:
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
         for lane in self._lanes:
-            if notices:
-                lane.put("send", notices)
-            else:
+            for part in _replaced_first(notices):
+                lane.put("send", part)
+            if not notices:
                 lane.service()
         return notices
 
@@ -238,3 +238,16 @@ class Notifier:
                 lane.abandon(f"still waiting for the sink after {timeout_s:g}s")
         for sink in self.sinks:
             sink.close()
+
+
+def _replaced_first(notices: list[Notice]) -> list[list[Notice]]:
+    """The notices in the sends to make: an alert resolved because another about its
+    subject opened in the same batch (a GPU's board replaced: ``pipeline.alerts``) goes
+    in a send before it, so that a sink keyed by the subject (Alertmanager's label set)
+    hears the end before the new alert, not the end last, as the new alert's."""
+    opened = {alert_key(n.alert) for n in notices if n.alert.state != "resolved"}
+    first = [n for n in notices if n.alert.state == "resolved" and alert_key(n.alert) in opened]
+    if not first:
+        return [notices] if notices else []
+    return [first, [n for n in notices if not (n.alert.state == "resolved"
+                                               and alert_key(n.alert) in opened)]]

@@ -246,3 +246,18 @@ def test_a_board_swapped_while_no_processor_ran_is_a_replacement_and_one_met_aga
     [replaced] = store.events(T0 + 1, 2e9, kinds=["gpu_replaced"])
     assert OLD[1] in replaced.text  # the old board's serial, read back from the store
     store.close()
+
+
+def test_boards_alternating_frame_by_frame_are_one_replacement_and_a_swap_back_is_one(
+        ) -> None:
+    """Two machines under one node name: the slot's UUIDs alternate; the second board is
+    recorded replacing the first once, not at every frame. A board swapped back after
+    it stayed out longer than ``FLAP_S`` is a replacement again."""
+    t = EventTracker()
+    events = [e for k in range(40)
+              for e in t.update([frame(T0 + 5 * k, gpu(0), gpu(1, (OLD, NEW)[k % 2]))])]
+    assert [e.value for e in events if e.kind == "gpu_replaced"] == [NEW[0]]
+    assert t.board("c", "node-0", 1).uuid == NEW[0]  # type: ignore[union-attr]
+    later = t.update([frame(T0 + 200 + 700, gpu(0), gpu(1, OLD))])
+    assert [(e.kind, e.value) for e in later] == [("gpu_identity", OLD[0]),
+                                                  ("gpu_replaced", OLD[0])]

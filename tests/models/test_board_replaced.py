@@ -25,6 +25,7 @@ from tests.models.helpers import busy, node, rules
 
 OLD = "GPU-11111111-2222-3333-4444-555555555555"
 NEW = "GPU-99999999-8888-7777-6666-555555555555"
+OTHER = "GPU-77777777-8888-7777-6666-555555555555"
 STEP = 5.0
 
 
@@ -44,7 +45,48 @@ def test_a_new_board_gets_a_fresh_slot_from_its_first_frame_on() -> None:
     assert s[1, 0] != first[0, 0] and t["v"][s[1, 0]] == 0.0   # the new board's: none
     assert s[0, 1] == s[1, 1] == first[0, 1] and t["v"][s[1, 1]] == 7.0  # its neighbour
     later = t.slots(columns([on(node(30, [busy(60)] * 2), NEW)]))
-    assert later[0, 0] == s[1, 0] and t["v"][first[0, 0]] == 0.0  # the old slot is freed
+    assert later[0, 0] == s[1, 0] and t["v"][first[0, 0]] == 7.0  # kept for the old board
+    # A third board: the first one's state is forgotten, its slot freed at the next batch.
+    third = t.slots(columns([on(node(40, [busy(60)] * 2), OTHER)]))
+    t.slots(columns([on(node(50, [busy(60)] * 2), OTHER)]))
+    assert third[0, 0] not in (first[0, 0], s[1, 0]) and t["v"][first[0, 0]] == 0.0
+
+
+def test_boards_alternating_in_a_slot_are_each_judged_by_their_own_state() -> None:
+    """Two machines under one node name (or two clusters' nodes of one name): the UUIDs
+    of a slot alternate frame by frame; each board keeps its own state, and only the
+    first sighting of the second board is a new board."""
+    t, g = GpuTable(v=0.0), GpuState({"v": 0.0})
+    frames = [on(node(k, [busy(60)] * 2), (OLD, NEW)[k % 2]) for k in range(6)]
+    rows = t.slots(columns(frames[:3]))
+    assert rows[0, 0] == rows[2, 0] != rows[1, 0] and rows[0, 1] == rows[1, 1]
+    t["v"][rows[0, 0]], t["v"][rows[1, 0]] = 1.0, 2.0
+    more = t.slots(columns(frames[3:]))
+    assert more[:, 0].tolist() == [rows[1, 0], rows[0, 0], rows[1, 0]]
+    assert t["v"][rows[0, 0]] == 1.0 and t["v"][rows[1, 0]] == 2.0
+    first = g.slots(columns(frames[:3]))
+    assert first[0, 0] == first[2, 0] != first[1, 0] and g.replaced == [("c", "n1", 0)]
+    later = g.slots(columns(frames[3:]))
+    assert later[:, 0].tolist() == [first[1, 0], first[0, 0], first[1, 0]]
+    assert g.replaced == []
+    # Another cluster's node of the same name is another node: no board changes there.
+    other = [dataclasses.replace(f, cluster=("c", "c2")[k % 2]) for k, f in enumerate(frames)]
+    u = GpuTable(v=0.0)
+    s = u.slots(columns(other))
+    assert len({*s[::2, 0].tolist()}) == len({*s[1::2, 0].tolist()}) == 1
+    assert s[0, 0] != s[1, 0] and s[0, 1] != s[1, 1]
+
+
+def test_a_failing_board_alternating_with_another_is_alerted() -> None:
+    """Its double-bit errors climb frame after frame of its own: gpu_ecc_dbe."""
+    d, found = GpuErrors(), []
+    for k in range(40):
+        counters = ({"gpu_ecc_dbe_volatile_total": 0.0, "gpu_ecc_dbe_aggregate_total": 0.0}
+                    if k % 2 == 0 else {"gpu_ecc_dbe_volatile_total": float(k // 2),
+                                        "gpu_ecc_dbe_aggregate_total": float(k // 2)})
+        f = node(k * STEP, [busy(60, **counters), busy(60)])
+        found += d.update([on(f, (OLD, NEW)[k % 2])])
+    assert ("gpu_ecc_dbe", 0) in rules(found)
 
 
 def test_a_frame_without_a_readable_uuid_is_no_new_board() -> None:

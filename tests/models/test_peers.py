@@ -186,3 +186,16 @@ def test_a_node_mixing_parts_compares_each_gpu_with_its_own_part_only() -> None:
              for f in d.update([node(t, [busy(x) for x in failing], models=MIXED)])]
     assert found and {f.gpu for f in found} == {0}
     assert found[0].rule == "gpu_hot_vs_peers" and found[0].evidence["peers"] == 3
+
+
+def test_the_message_says_the_gpus_distance_from_its_peers_and_the_offset_allowed() -> None:
+    """A GPU not yet learned, 16 °C above its peers: it is allowed max_offset_c (8 °C) as
+    its own offset, and the message says both, not only the 8 °C beyond."""
+    found = run(ThermalPeers(), lambda t: [82.0] + base(t)[1:], 60)
+    f = next(f for f in found if f.rule == "gpu_hot_vs_peers")
+    allowed = DetectorsConfig().max_offset_c
+    assert f.message.startswith("GPU 0 on n1 at 82 °C, 16 °C above its 7 peers at the same "
+                                f"power ({allowed:.0f} °C allowed as its own offset, "
+                                f"{16 - allowed:.0f} °C beyond)")
+    assert f.evidence["temp_c"] - f.evidence["peer_median_c"] == 16.0
+    assert f.evidence["excess_c"] == 16.0 - allowed
