@@ -95,6 +95,7 @@ class ConsumerLoop:
         def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
+        def tick(self) -> None: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
@@ -182,6 +183,8 @@ class ConsumerLoop:
                         self._complete(batch, consumer)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
+                    if not fetched and not held and not self.stats.paused:
+                        self.tick()  # nothing came: time passes for the silent-node rule
                     if time.monotonic() >= next_maintain:
                         self._maintain(writers)
                         next_maintain = time.monotonic() + maintain_every_s
