@@ -146,3 +146,11 @@ def test_with_the_fleet_quiet_a_node_taken_over_is_paged_too() -> None:
     d.expect([("c", "r1", "b", 1290.0)])
     found = {f.node for _, f in quiet(d, 1295.1, 200)}
     assert found == {"a", "b", "c"}
+
+
+def test_a_processor_that_starts_while_every_node_is_silent_pages_nobody_yet() -> None:
+    """A known limit: with no frame at all it cannot tell its own cluster's nodes from
+    another cluster's that the store names (one store, several clusters)."""
+    d = NodeSilence()
+    d.expect([("c", "r1", "a", 900.0), ("c", "r1", "b", 900.0)])
+    assert quiet(d, 1000.0, 300) == []
