@@ -38,6 +38,10 @@ with the store's event reader (lemon scores are rebuilt from it). A ``notifier``
 (``AlertHook``: ``pipeline.sinks.Notifier``) follows them too: it gets each batch's
 stored alert changes (``send``), the open alerts loaded for nodes this member takes
 over (``adopt``) and the nodes it gives up (``forget``).
+
+A poll that brings nothing still lets time pass (``tick``): every detector's optional
+``tick(wall)`` is asked on this processor's clock, at most every ``TICK_EVERY_S``, so
+that a fleet that goes quiet at once is reported (``NodeSilence``).
 """
 
 from __future__ import annotations
