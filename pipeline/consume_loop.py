@@ -76,6 +76,13 @@ class PartitionWatch:
             "bus.group is a way out)")
 
 
+def _listening(consumer: Consumer) -> bool:
+    """Does a poll that brought nothing mean that nothing was sent? Not while the brokers
+    are away or the group rebalances (a consumer's optional ``listening``)."""
+    listening = getattr(consumer, "listening", None)
+    return not callable(listening) or bool(listening())
+
+
 class ConsumerLoop:
     """``run``: the steps of ``Processor.handle`` over a consumer, pipelined."""
 
@@ -183,7 +190,8 @@ class ConsumerLoop:
                         self._complete(batch, consumer)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
-                    if not fetched and not held and not self.stats.paused:
+                    if not fetched and not held and not self.stats.paused \
+                            and _listening(consumer):
                         self.tick()  # nothing came: time passes for the silent-node rule
                     if time.monotonic() >= next_maintain:
                         self._maintain(writers)

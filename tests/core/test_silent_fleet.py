@@ -76,3 +76,39 @@ def test_a_fleet_that_keeps_sending_is_not_paged_by_the_ticks(tmp_path: Path) ->
         thread.join(30)
         store.close()
     assert silent_alerts(db) == []
+
+
+class BrokersAway(MemoryConsumer):
+    """Polls that bring nothing because the brokers are away (or the group rebalances)."""
+
+    away = threading.Event()
+
+    def listening(self) -> bool:
+        return not self.away.is_set()
+
+
+def test_time_the_brokers_are_away_counts_against_no_node(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    bus, store = MemoryBus(), SqliteStore(db)
+    processor = Processor(store, [NodeSilence(DetectorsConfig(silent_min_s=SILENT_MIN_S))])
+    stop = threading.Event()
+    consumer = BrokersAway(bus, TOPIC, "g")
+    thread = threading.Thread(target=processor.run, args=(consumer, stop, 50), daemon=True)
+    thread.start()
+    try:
+        for _ in range(8):
+            send(bus, [frame(n, time.time()) for n in NODES])
+            time.sleep(INTERVAL_S)
+        wait_for(lambda: processor.stats.frames == 8 * len(NODES))
+        consumer.away.set()                    # the brokers go away for 2 x silent_min_s
+        time.sleep(2 * SILENT_MIN_S)
+        assert silent_alerts(db) == []
+        consumer.away.clear()                  # back: the agents' spooled frames come
+        send(bus, [frame(n, time.time()) for n in NODES])
+        wait_for(lambda: processor.stats.frames == 9 * len(NODES))
+        time.sleep(1.5)
+    finally:
+        stop.set()
+        thread.join(30)
+        store.close()
+    assert silent_alerts(db) == []
