@@ -15,7 +15,7 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   callback is called with their names, the alert book forgets them;
 * frames polled before a rebalance from a partition no longer owned are
   not evaluated (their new owner replays them from the last commit);
-* a partition assigned back after a revocation may have had another owner
+* a partition assigned back (after a revocation, or none) may have had another owner
   meanwhile (this member was thrown out of its group: the brokers away, a
   long pause), which may have opened alerts for its nodes: the store's open
   alerts of those nodes that the book does not hold are loaded too, so that
@@ -106,9 +106,11 @@ class Ownership:
         if fresh:
             self._stored = None  # read the store's open alerts again: they may be new to us
             self._expect = True
-        back = gained - fresh
+        # Nodes already built in partitions (re)assigned: this member may have been out of
+        # its group meanwhile (with or without a revocation first).
+        back = {n for n, p in self._nodes.items() if p in gained}
         if back:
-            self._recheck |= {n for n, p in self._nodes.items() if p in back}
+            self._recheck |= back
             self._stored = None
         log.info("partitions assigned: %s; moved away: %s", _names(gained), _names(lost))
 

@@ -76,3 +76,20 @@ def test_an_alert_the_book_holds_is_not_loaded_over_it(tmp_path: Path) -> None:
     own.build([frame("n", T + 110)], [msg])
     assert [a.id for a in book.open] == [mine.id] and loaded == []
     store.close()
+
+
+def test_a_member_thrown_out_without_a_revocation_takes_the_alert_over_too(
+        tmp_path: Path) -> None:
+    """kafka-python does not always call the revocation first (seen after a broker came
+    back empty: "partitions assigned: ...; moved away: none")."""
+    store = SqliteStore(tmp_path / "store.db")
+    book, loaded = AlertBook(requirements={"node_silent": ()}), []
+    own = Ownership(store, book, on_loaded=[loaded.append])
+    part, msg = (TOPIC, 2), Message(b"", b"node-2", TOPIC, 2, 0)
+    own.assigned([part])
+    own.build([frame("node-2", T)], [msg])
+    store.write_alerts([silent("node-2", T + 130)])
+    own.assigned([part])
+    own.build([frame("node-2", T + 140)], [msg])
+    assert [a.node for a in book.open] == ["node-2"] and len(loaded) == 1
+    store.close()
