@@ -310,7 +310,9 @@ class KafkaConsumer:
         group rebalances: the silent-node rule must not count that time.)"""
         try:
             coordinator = self._consumer._coordinator
-            return bool(not coordinator.coordinator_unknown() and coordinator.stable())
+            node = coordinator.coordinator()
+            return bool(node is not None and self._consumer._client.connected(node)
+                        and coordinator.stable())
         except AttributeError:  # another kafka-python: its polls are taken at their word
             return True
 
