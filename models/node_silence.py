@@ -18,6 +18,14 @@ from fleetwatch.models import Finding
 
 FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
 CONFLICT_S = 120.0      # a node's GPU set switching twice this close: two agents, one name
+# A gap longer than this many of a node's intervals is an outage, not a sample of its
+# interval (a node that dies again soon after must be paged as soon as the first time);
+# two such gaps in a row are an agent that now reports this slowly.
+OUTAGE_INTERVALS = 3.0
+# Between two ticks of a live processor that hears nothing, at most this much of its
+# clock counts as time the fleet was quiet: longer, the processor itself was stopped
+# (SIGSTOP, a long pause, stuck joining its group), not listening.
+TICK_GAP_S = 5.0
 
 
 class _Identities:
@@ -66,6 +74,15 @@ class NodeSilence:
     frame arrived, not when "now" reaches its clock. A jump of
     "now" by more than ``step`` ends a pause of the whole fleet (a replay's gap, an
     outage of the brokers): it counts against none of the nodes heard from lately.
+
+    When no frame at all arrives (a site's power lost, the agents' path to the brokers
+    cut, the one node of a small deployment dead), the stream's clock stands still: a
+    live processor then calls ``tick`` with its own clock on the polls that bring
+    nothing, and once it has heard nothing for ``step``, silence is judged on "now" plus
+    the time it has been listening to nothing. Only time spent listening counts (a
+    processor stopped itself, then resuming with a backlog, pages nobody for its own
+    pause), and a node this processor has not heard yet (a start, a partition taken
+    over) is given a limit from then to report before it is judged.
     """
 
     name = "node_silent"
@@ -83,6 +100,15 @@ class NodeSilence:
         self._skew = np.zeros(64)             # how far off its clock was when last heard of
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
+        self._long = np.zeros(64, dtype=bool)  # its last gap was an outage (not learned)
+        # Nodes this processor took over and has not heard yet: when first judged ("now");
+        # NaN until then. Their last frame's time came from the store (``expect``).
+        self._taken: dict[int, float] = {}
+        # The live processor's clock at its last tick or frame, how long it has heard no
+        # frame at all while listening, and "now" when that began (``tick``).
+        self._tick_wall: float | None = None
+        self._quiet = 0.0
+        self._quiet_from: float | None = None
         # The clusters this processor has frames from: a node the store names (``expect``)
         # of another cluster is another cluster's processors' to judge (one store can hold
         # several clusters, each with its own topic).
@@ -97,6 +123,7 @@ class NodeSilence:
             if i is not None:
                 self._last[i] = self._heard[i] = np.nan
                 self._seq[i], self._skew[i] = -np.inf, 0.0
+                self._taken.pop(i, None)
             self._identities.pop(node, None)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
@@ -107,6 +134,8 @@ class NodeSilence:
             i = self._index.get(node)
             if i is None:
                 i = self._add_node(cluster, rack, node)
+            if self._seq[i] == -np.inf:  # not heard by this processor yet: from now on
+                self._taken.setdefault(i, self.now if self.now > -math.inf else math.nan)
             if not self._last[i] >= ts:
                 self._last[i] = ts
             if not self._heard[i] >= ts:
@@ -117,6 +146,13 @@ class NodeSilence:
         (None in a replay or a simulation, judged on stream time alone)."""
         if not frames:
             return []
+        if self._quiet_from is not None:
+            # It was judged on this processor's clock while nothing came: the time it
+            # listened to nothing was real time, not a replay's gap to forgive.
+            self.now = max(self.now, self._quiet_from + self._quiet)
+        self._quiet, self._quiet_from = 0.0, None  # frames: the fleet is not quiet
+        if wall is not None:
+            self._tick_wall = wall
         identities, conflicts = self._identities, {}
         span: dict[int, tuple[float, float]] = {}  # node -> its oldest, newest frame here
         for f in frames:
@@ -124,13 +160,12 @@ class NodeSilence:
             if i is None:
                 i = self._add(f)
             self._arrived += 1
+            seeded = self._taken.pop(i, None) is not None  # its last time: the store's
             self._seq[i] = self._arrived
             self._clusters.add(f.cluster)
             prev = self._last[i]
-            if prev == prev and f.ts > prev:   # not NaN: learn the node's interval
-                gap = min(f.ts - prev, 3600.0)
-                iv = self._interval[i]
-                self._interval[i] = gap if iv != iv else iv + 0.1 * (gap - iv)
+            if prev == prev and f.ts > prev and not seeded:   # not NaN
+                self._learn(i, min(f.ts - prev, 3600.0))
             if not prev >= f.ts:
                 self._last[i] = f.ts
             oldest, newest = span.get(i, (f.ts, f.ts))
@@ -144,7 +179,33 @@ class NodeSilence:
                 conflicts[f.node] = f
         self._advance(wall)
         self._hear(span)
-        return self._judge() + [self._conflict(f) for f in conflicts.values()]
+        return self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
+
+    def tick(self, wall: float) -> list[Finding]:
+        """Findings when no frame has arrived since the last call (a live processor's poll
+        that brought nothing); ``wall``: the processor's clock (see the class)."""
+        last, self._tick_wall = self._tick_wall, wall
+        if last is not None:
+            self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
+        if not self._where or self._quiet < self._step():
+            return []
+        if self._quiet_from is None:
+            # Stream time and this clock may differ (a lag, the nodes' clocks): the
+            # stream's "now" goes on at this clock's pace. Nothing heard ever: this clock.
+            self._quiet_from = self.now if self.now > -math.inf else wall - self._quiet
+        return self._judge(min(self._quiet_from + self._quiet, wall))
+
+    def _learn(self, i: int, gap: float) -> None:
+        """Learn node ``i``'s interval from a ``gap`` between two of its frames: a moving
+        average, but an outage (over ``OUTAGE_INTERVALS`` of it) is not learned, unless
+        it is the second in a row (the agent now reports this slowly)."""
+        iv = self._interval[i]
+        long = bool(iv == iv and gap > OUTAGE_INTERVALS * iv)
+        if iv != iv or (long and self._long[i]):
+            self._interval[i] = gap
+        elif not long:
+            self._interval[i] = iv + 0.1 * (gap - iv)
+        self._long[i] = long and not self._long[i]
 
     def _recent(self) -> np.ndarray:
         """The nodes among the senders of the last ``2 x nodes`` frames to arrive."""
@@ -234,17 +295,22 @@ class NodeSilence:
             self._seq = np.concatenate([self._seq, np.full(grow, -np.inf)])
             self._skew = np.concatenate([self._skew, np.zeros(grow)])
             self._interval = np.concatenate([self._interval, np.full(grow, np.nan)])
+            self._long = np.concatenate([self._long, np.zeros(grow, dtype=bool)])
         return i
 
-    def _judge(self) -> list[Finding]:
+    def _judge(self, now: float) -> list[Finding]:
         n = len(self._where)
-        gap = self.now - self._heard[:n]
+        gap = now - self._heard[:n]
+        limits = self._limits()
+        for i, taken in self._taken.items():
+            if taken != taken:  # judged for the first time since it was taken over
+                self._taken[i] = now
         with np.errstate(invalid="ignore"):
-            silent = (gap > self._limits()) & (gap < FORGET_S)
+            silent = (gap > limits) & (gap < FORGET_S)
         out = []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
-            if cluster not in self._clusters:
+            if cluster not in self._clusters or self._grace(i, now, float(limits[i])):
                 continue
             interval, skew = self._interval[i], float(self._skew[i])
             how = (f"it reports every {interval:.0f} s" if interval == interval else
@@ -252,13 +318,20 @@ class NodeSilence:
             if skew:  # its frames were not in step with the fleet's when last heard of
                 how += f"; its clock was {_offset(skew)} of the fleet's"
             out.append(Finding(
-                "node_silent", cluster, rack, node, None, self.now, float(gap[i]),
+                "node_silent", cluster, rack, node, None, now, float(gap[i]),
                 f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
                 {"silent_s": round(float(gap[i]), 1), "interval_s":
                  round(float(np.nan_to_num(interval)), 2)},
                 "Check the node: is it up, is its agent running (systemctl status "
                 "fleetwatch-agent), can it reach the brokers?", "node"))
         return out
+
+    def _grace(self, i: int, now: float, limit: float) -> bool:
+        """Is node ``i`` one taken over and not heard yet, whose limit from when it was
+        first judged has not passed? (Its frames may be on their way: a spool flushed
+        after the brokers were away, a backlog behind a rebalance.)"""
+        taken = self._taken.get(i)
+        return taken is not None and now - taken <= limit
 
 
 def _offset(seconds: float) -> str:

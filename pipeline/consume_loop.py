@@ -76,6 +76,13 @@ class PartitionWatch:
             "bus.group is a way out)")
 
 
+def _listening(consumer: Consumer) -> bool:
+    """Does a poll that brought nothing mean that nothing was sent? Not while the brokers
+    are away or the group rebalances (a consumer's optional ``listening``)."""
+    listening = getattr(consumer, "listening", None)
+    return not callable(listening) or bool(listening())
+
+
 class ConsumerLoop:
     """``run``: the steps of ``Processor.handle`` over a consumer, pipelined."""
 
@@ -95,6 +102,7 @@ class ConsumerLoop:
         def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
+        def tick(self) -> None: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
@@ -182,6 +190,9 @@ class ConsumerLoop:
                         self._complete(batch, consumer)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
+                    if not fetched and not held and not self.stats.paused \
+                            and _listening(consumer):
+                        self.tick()  # nothing came: time passes for the silent-node rule
                     if time.monotonic() >= next_maintain:
                         self._maintain(writers)
                         next_maintain = time.monotonic() + maintain_every_s

@@ -15,6 +15,11 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   callback is called with their names, the alert book forgets them;
 * frames polled before a rebalance from a partition no longer owned are
   not evaluated (their new owner replays them from the last commit);
+* a partition assigned back (after a revocation, or none) may have had another owner
+  meanwhile (this member was thrown out of its group: the brokers away, a
+  long pause), which may have opened alerts for its nodes: the store's open
+  alerts of those nodes that the book does not hold are loaded too, so that
+  this member resolves them when their condition clears;
 * nodes that send nothing are owned too: on an assignment that brings new
   partitions, the store says which nodes sent frames in the last
   ``EXPECT_S`` and when they last did; those whose key the producers'
@@ -35,7 +40,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.alerts import AlertBook, alert_key
 from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
@@ -80,6 +85,9 @@ class Ownership:
         self._revoking: set[Partition] = set()
         self._nodes: dict[str, Partition | None] = {}  # nodes whose state is built
         self._stored: dict[str, list[Alert]] | None = None  # open alerts not yet loaded
+        # Built nodes of partitions assigned back: their open alerts in the store that
+        # the book does not hold (opened by another owner meanwhile) are to be loaded.
+        self._recheck: set[str] = set()
 
     # -- the consumer's Rebalance listener (called inside poll) --
     def revoked(self, partitions: Sequence[Partition]) -> None:
@@ -98,6 +106,12 @@ class Ownership:
         if fresh:
             self._stored = None  # read the store's open alerts again: they may be new to us
             self._expect = True
+        # Nodes already built in partitions (re)assigned: this member may have been out of
+        # its group meanwhile (with or without a revocation first).
+        back = {n for n, p in self._nodes.items() if p in gained}
+        if back:
+            self._recheck |= back
+            self._stored = None
         log.info("partitions assigned: %s; moved away: %s", _names(gained), _names(lost))
 
     def forget(self, nodes: set[str]) -> None:
@@ -133,19 +147,12 @@ class Ownership:
             if f.node not in known and f.node not in where:
                 where[f.node] = (sources[i].topic, sources[i].partition) if sources else None
         expected = self._expected(where) if self._expect else []
+        if self._recheck:
+            self._load_missed()
         if not where:
             return
-        if self._stored is None:
-            try:
-                alerts = self._store.alerts()
-            except StoreError:
-                raise
-            except Exception:  # a bug reading them back must not stop storing frames
-                log.exception("cannot read the open alerts back; nodes start with none")
-                alerts = []
-            self._stored = {}
-            for a in alerts:
-                self._stored.setdefault(a.node, []).append(a)
+        self._read_stored()
+        assert self._stored is not None
         loaded: list[Alert] = []
         for node, partition in where.items():
             alerts = self._stored.pop(node, [])
@@ -161,6 +168,41 @@ class Ownership:
                      + (", ..." if len(expected) > 10 else ""))
             for hook in self._on_expected:
                 hook(expected)
+
+    def _read_stored(self) -> None:
+        """The store's open alerts, by node, unless read since the last assignment."""
+        if self._stored is not None:
+            return
+        try:
+            alerts = self._store.alerts()
+        except StoreError:
+            raise
+        except Exception:  # a bug reading them back must not stop storing frames
+            log.exception("cannot read the open alerts back; nodes start with none")
+            alerts = []
+        self._stored = {}
+        for a in alerts:
+            self._stored.setdefault(a.node, []).append(a)
+
+    def _load_missed(self) -> None:
+        """Load the open alerts of the nodes of partitions assigned back that the book does
+        not hold: another member owned them meanwhile and opened them."""
+        self._read_stored()
+        assert self._stored is not None
+        held = {alert_key(a) for a in self._book.open}
+        missed: list[Alert] = []
+        for node in sorted(self._recheck):
+            if node in self._nodes:
+                missed += [a for a in self._stored.pop(node, []) if alert_key(a) not in held]
+        self._recheck = set()
+        if not missed:
+            return
+        log.info("%d open alert(s) of nodes of partitions assigned back were opened by another "
+                 "member meanwhile; taken over: %s", len(missed),
+                 ", ".join(sorted({f"{a.rule} {a.node}" for a in missed})[:10]))
+        self._book.load(missed, None if self._clock is None else self._clock())
+        for hook in self._on_loaded:
+            hook(missed)
 
     def _expected(self, where: dict[str, Partition | None]) -> list[Expected]:
         """Add to ``where`` the stored nodes of owned partitions not yet built; their

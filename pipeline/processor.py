@@ -38,6 +38,10 @@ with the store's event reader (lemon scores are rebuilt from it). A ``notifier``
 (``AlertHook``: ``pipeline.sinks.Notifier``) follows them too: it gets each batch's
 stored alert changes (``send``), the open alerts loaded for nodes this member takes
 over (``adopt``) and the nodes it gives up (``forget``).
+
+A poll that brings nothing still lets time pass (``tick``): every detector's optional
+``tick(wall)`` is asked on this processor's clock, at most every ``TICK_EVERY_S``, so
+that a fleet that goes quiet at once is reported (``NodeSilence``).
 """
 
 from __future__ import annotations
@@ -70,6 +74,9 @@ log = logging.getLogger(__name__)
 # RECALL_PER_NODE are read one by one, more in one read of the whole fleet's.
 BOARD_RECALL_S = 90 * 86400
 RECALL_PER_NODE = 16
+# How often, at most, the detectors that judge a lack of frames (``tick``) are asked
+# while polls bring nothing.
+TICK_EVERY_S = 1.0
 
 
 class AlertHook(Protocol):
@@ -118,6 +125,8 @@ class Processor(ConsumerLoop):
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
+        self._tickers = [d for d in self.detectors if callable(getattr(d, "tick", None))]
+        self._next_tick = 0.0
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``);
         # a ``notifier`` also adopts and forgets open alerts as partitions move.
         self._notify = notify
@@ -270,6 +279,39 @@ class Processor(ConsumerLoop):
             self._notify(changes)
         self.stats.alerts_written += len(changes)
         return len(changes)
+
+    def tick(self) -> None:
+        """A poll brought nothing: the detectors that judge a lack of frames (``tick``:
+        silent nodes, a whole fleet gone quiet) are asked on this processor's clock, at
+        most every ``TICK_EVERY_S``; their alert changes are stored and sent. Nodes of
+        partitions just taken over are built first (no frame may ever come from them).
+        Raises ``StoreError`` while the store is away (the loop pauses, as for a batch)."""
+        now = time.monotonic()
+        if not self._tickers or now < self._next_tick:
+            return
+        self._next_tick = now + TICK_EVERY_S
+        self.ownership.build([], None)
+        wall = self._clock()
+        findings: list[Finding] = []
+        for d in self._tickers:
+            try:
+                findings.extend(d.tick(wall))
+            except Exception:  # a detector's bug must not stop the loop
+                self.stats.errors += 1
+                log.exception("detector %s failed while no frame came; skipped for now",
+                              getattr(d, "name", type(d).__name__))
+        changes = self.alerts.observe([], findings) if findings else []
+        if not changes:
+            return
+        self.store.write_alerts(changes)
+        transitions = self.alerts.transitions(changes)
+        self.alerts.apply(changes)
+        if self._notifier is not None:
+            self._notifier.send(changes, max(f.ts for f in findings))
+        elif self._notify is not None:
+            self._notify(changes)
+        self.stats.alerts_changed += transitions
+        self.stats.alerts_written += len(changes)
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
         """Derived metrics (a detector's ``enrich``: the thermal health score) join the

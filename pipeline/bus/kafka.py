@@ -434,6 +434,18 @@ class KafkaConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    def listening(self) -> bool:
+        """Is this member in its group with its coordinator reachable, so that a poll that
+        brings nothing means nothing was sent? (Not while the brokers are away or the
+        group rebalances: the silent-node rule must not count that time.)"""
+        try:
+            coordinator = self._consumer._coordinator
+            node = coordinator.coordinator()
+            return bool(node is not None and self._consumer._client.connected(node)
+                        and coordinator.stable())
+        except AttributeError:  # another kafka-python: its polls are taken at their word
+            return True
+
     def close(self) -> None:
         try:
             self._consumer.close(autocommit=False)
