@@ -6,14 +6,15 @@ the window of the node and alert pages opened from here (a heatmap row, an alert
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dash
+import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import alerts, components, figures, live, timerange
-from fleetwatch.dashboards.data import read_fleet, read_mutes
+from fleetwatch.dashboards.data import FleetView, read_fleet, read_mutes
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
@@ -70,6 +71,27 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     ])
 
 
+def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
+          ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
+    """What a refresh that read ``view`` shows: the summary, the heatmap, the active alerts
+    (at most ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's
+    size or a cap, not by how many alerts a storm raised."""
+    if view.cells:
+        fig = figures.fleet_heatmap(view.cells, view.alerts)
+        # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
+        fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
+        notice = None
+    else:  # one sentence, the same in the banner and on the empty heatmap
+        text = components.no_data_text(view, now)
+        fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
+    return (components.summary(view, now), fig,
+            components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
+                                   muted=muted, limit=components.ACTIVE_SHOWN,
+                                   ended=None if view.cells or not view.last_ms
+                                   else view.last_ms / 1000),
+            notice)
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
@@ -95,19 +117,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                     dash.no_update if last else figures.empty_figure(text),
                     dash.no_update, components.notice(text),
                     components.failed_stamp(now), dash.no_update)
-        if view.cells:
-            fig = figures.fleet_heatmap(view.cells, view.alerts)
-            # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
-            fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
-            notice = None
-        else:  # one sentence, the same in the banner and on the empty heatmap
-            text = components.no_data_text(view, now)
-            fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
-        return (components.summary(view, now), fig,
-                components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
-                                       muted=muted, ended=None if view.cells or not view.last_ms
-                                       else view.last_ms / 1000),
-                notice, components.updated_stamp(now), components.last_read(view, now))
+        return (*parts(view, now, rng, muted), components.updated_stamp(now),
+                components.last_read(view, now))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
                   State("fleet-range", "value"), prevent_initial_call=True)
