@@ -41,6 +41,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     return html.Div(className="page", children=[
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="fleet-last"),  # components.last_read of the last read that worked
+        dcc.Store(id="fleet-sent"),  # fingerprints of the heatmap and table on screen (unsent)
         html.Div(className="page-head", children=[
             html.H1("Fleet"),
             html.Div(className="range-with-note", title=RANGE_NOTE, children=[
@@ -92,15 +93,28 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
             notice)
 
 
+def unsent(values: tuple[Any, ...], on_screen: list[str] | None
+           ) -> tuple[tuple[Any, ...], list[str]]:
+    """``values``, each replaced by ``dash.no_update`` where the page already shows it (its
+    fingerprint is in ``on_screen``, as the last refresh left it); and the fingerprints now.
+    An unchanged heatmap or alert table is not sent again: 8,000 cells are half a megabyte."""
+    prints = [alerts.digest(v) for v in values]
+    held = on_screen or []
+    return (tuple(dash.no_update if i < len(held) and held[i] == p else v
+                  for i, (v, p) in enumerate(zip(values, prints, strict=True))), prints)
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
         Output("fleet-updated", "children"), Output("fleet-last", "data"),
+        Output("fleet-sent", "data"),
         Input("fleet-tick", "n_intervals"), Input("fleet-range", "value"),
-        State("fleet-last", "data"), running=[(Output("fleet-tick", "disabled"), True, False)])
-    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None
-                ) -> tuple[Any, ...]:
+        State("fleet-last", "data"), State("fleet-sent", "data"),
+        running=[(Output("fleet-tick", "disabled"), True, False)])
+    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None,
+                on_screen: list[str] | None) -> tuple[Any, ...]:
         # ``running``: no tick while a read is out. Dash drops the answer of a request that a
         # newer one superseded, so a store slower than the refresh (a hung VictoriaMetrics
         # answers only at its timeout) would never get its error onto the screen.
@@ -116,9 +130,11 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             return (components.unavailable_summary(last, now),
                     dash.no_update if last else figures.empty_figure(text),
                     dash.no_update, components.notice(text),
-                    components.failed_stamp(now), dash.no_update)
-        return (*parts(view, now, rng, muted), components.updated_stamp(now),
-                components.last_read(view, now))
+                    components.failed_stamp(now), dash.no_update, dash.no_update)
+        summary, fig, table, notice = parts(view, now, rng, muted)
+        (fig, table), sent = unsent((fig, table), on_screen)
+        return (summary, fig, table, notice, components.updated_stamp(now),
+                components.last_read(view, now), sent)
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
                   State("fleet-range", "value"), prevent_initial_call=True)

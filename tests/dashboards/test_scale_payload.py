@@ -4,9 +4,11 @@ fleet's size and the table caps, not by how many alerts fired (a storm's 1,050 a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
+import dash
 from plotly.utils import PlotlyJSONEncoder
 
 from fleetwatch.dashboards import alerts as alerts_page
@@ -78,3 +80,18 @@ def test_8000_gpus_tooltips_are_compact_and_say_what_they_said() -> None:
         "utilization  89%<br>no active alert")
     assert figures.hover_text(trace, top, 1).endswith(
         "<b>alert firing</b>: GPU 1 on node-000 at 90 °C")
+
+
+def test_a_fleet_refresh_sends_only_the_heatmap_or_table_that_changed() -> None:
+    view = FleetView(gpus(100), tuple(storm(300)))
+    _, fig, table, _ = fleet.parts(view, NOW, None, {})
+    first, on_screen = fleet.unsent((fig, table), None)
+    assert first == (fig, table)  # a page just drawn gets both
+    again, same = fleet.unsent(fleet.parts(view, NOW, None, {})[1:3], on_screen)
+    assert again == (dash.no_update, dash.no_update) and same == on_screen
+    # New readings: the heatmap goes, the unchanged alert table does not.
+    warmer = FleetView(tuple(dataclasses.replace(c, temp_c=c.temp_c + 1) for c in view.cells),
+                       view.alerts)
+    _, fig2, table2, _ = fleet.parts(warmer, NOW, None, {})
+    sent_now, _ = fleet.unsent((fig2, table2), on_screen)
+    assert sent_now[0] is fig2 and sent_now[1] is dash.no_update
