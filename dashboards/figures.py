@@ -167,7 +167,9 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     _base_layout(fig, height=max(260, 70 + px * len(rows)))
     fig.update_xaxes(side="top", showgrid=False, zeroline=False, tickfont={"color": theme.MUTED})
     fig.update_yaxes(autorange=True, showgrid=False, zeroline=False,
-                     ticksuffix="  ", tickfont={"size": 14 if px >= _TEXT_MIN_ROW_PX else 10})
+                     # A gap as a standoff, not a suffix: the tooltip's %{y} would carry it.
+                     ticklabelstandoff=8,
+                     tickfont={"size": 14 if px >= _TEXT_MIN_ROW_PX else 10})
     labels, shapes = _rack_labels(rows)
     for (node, gpu), alert in marks.items():
         if node in row_of and gpu in col_of:

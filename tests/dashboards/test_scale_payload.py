@@ -9,11 +9,14 @@ import json
 from typing import Any
 
 import dash
+import pytest
+from dash.testing.wait import until
 from plotly.utils import PlotlyJSONEncoder
 
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, figures, fleet
+from fleetwatch.dashboards import components, create_app, figures, fleet
 from fleetwatch.dashboards.data import FleetView, GpuCell
+from tests.dashboards.conftest import SimFleet
 from tests.dashboards.fakes import NOW, alert
 from tests.dashboards.test_alert_table import rows
 from tests.dashboards.test_data import text_of
@@ -95,3 +98,26 @@ def test_a_fleet_refresh_sends_only_the_heatmap_or_table_that_changed() -> None:
     _, fig2, table2, _ = fleet.parts(warmer, NOW, None, {})
     sent_now, _ = fleet.unsent((fig2, table2), on_screen)
     assert sent_now[0] is fig2 and sent_now[1] is dash.no_update
+
+
+_HOVER_JS = """
+const gd = document.querySelector('#fleet-heatmap .js-plotly-plot');
+if (!gd || !gd.data || !gd.data.length || !gd.data[0].z) return null;
+const rows = gd.data[0].z.length;
+Plotly.Fx.hover(gd, {xval: 3, yval: rows - 1});
+const box = gd.querySelector('.hoverlayer');
+return box ? box.textContent : null;"""
+
+
+@pytest.mark.browser
+def test_the_heatmaps_tooltip_is_drawn_whole_in_the_browser(dash_duo, sim_fleet: SimFleet
+                                                             ) -> None:
+    dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0))
+    dash_duo.wait_for_element("#fleet-heatmap .hm, #fleet-heatmap .heatmaplayer", timeout=15)
+    # node-000's GPU 3: the top row, once the first refresh has drawn the fleet.
+    shown = until(lambda: dash_duo.driver.execute_script(_HOVER_JS), timeout=15)
+    assert shown and "node-000 · GPU 3" in shown and "(rack-00)" in shown, shown
+    for line in ("temperature  ", "°C", "power  ", " W", "utilization  ", "%"):
+        assert line in shown, (line, shown)
+    assert "customdata" not in shown and "%{" not in shown
+    assert dash_duo.get_logs() == []
