@@ -47,7 +47,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
 
 def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
            muted: Mapping[str, str], ended: float | None = None) -> tuple[html.Div, html.Div]:
-    """The two tables: every active alert; the newest ``RESOLVED_SHOWN`` resolved ones,
+    """The two tables: the first ``ACTIVE_SHOWN`` active alerts (firing and critical first)
+    and a line for the rest; the newest ``RESOLVED_SHOWN`` resolved ones,
     and a line that says how many more and where to read them."""
     # The range goes with a click to a node's page (its alerts are those of this range),
     # unless it is the node page's own default, which the address then leaves out.
@@ -59,7 +60,7 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
     more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
             if left else "")
     return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted,
-                                   ended=ended),
+                                   ended=ended, limit=components.ACTIVE_SHOWN),
             components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
                                    rng=carry, more=more,
                                    empty=f"Nothing resolved in the {timerange.label(rng)}"))

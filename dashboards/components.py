@@ -7,6 +7,7 @@ is tested without a browser.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -228,6 +229,21 @@ def _device(a: Alert) -> str:
 
 # The resolved table shows this many (the newest); the rest are one command away.
 RESOLVED_SHOWN = 50
+# The active tables show this many (firing first, critical first, as they are sorted): in a
+# storm a row per alert was 2 MB a refresh (1,050 alerts) and a browser pinned for minutes.
+ACTIVE_SHOWN = 100
+
+
+def left_out(alerts: Sequence[Alert]) -> str:
+    """The line under a capped active table: how many more, of which rules, and where to
+    read them all."""
+    rules = Counter(a.rule for a in alerts).most_common()
+    named = ", ".join(f"{n:,} {rule}" for rule, n in rules[:4])
+    others = sum(n for _, n in rules[4:])
+    return (f"and {len(alerts):,} more active: {named}"
+            + (f", {others:,} of {len(rules) - 4} other rules" if others else "")
+            + " · `fleetwatch alerts` lists them all, `fleetwatch alerts --node NODE` one "
+            "node's; a node's page shows its own")
 
 
 def evidence_text(a: Alert) -> str:
@@ -282,15 +298,20 @@ def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div 
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,
-                more: str = "", ended: float | None = None) -> html.Div:
+                more: str = "", ended: float | None = None,
+                limit: int | None = None) -> html.Div:
     """Alerts as a table, in the order given; the message links to the GPU on its node's
     page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
     row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
     ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
     alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``), if they
-    did: an open alert is then open as they left it, not "now"."""
+    did: an open alert is then open as they left it, not "now"; ``limit``: at most this many
+    rows, and a line for the rest (``left_out``)."""
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
+    if limit is not None and len(alerts) > limit:
+        more = "; ".join(x for x in (left_out(alerts[limit:]), more) if x)
+        alerts = alerts[:limit]
     head = html.Tr([html.Th(h) for h in
                     ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Action",
                      "Id")])

@@ -6,14 +6,15 @@ the window of the node and alert pages opened from here (a heatmap row, an alert
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import dash
+import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import alerts, components, figures, live, timerange
-from fleetwatch.dashboards.data import read_fleet, read_mutes
+from fleetwatch.dashboards.data import FleetView, read_fleet, read_mutes
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
@@ -40,6 +41,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     return html.Div(className="page", children=[
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="fleet-last"),  # components.last_read of the last read that worked
+        dcc.Store(id="fleet-sent"),  # fingerprints of the heatmap and table on screen (unsent)
         html.Div(className="page-head", children=[
             html.H1("Fleet"),
             html.Div(className="range-with-note", title=RANGE_NOTE, children=[
@@ -70,15 +72,49 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     ])
 
 
+def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
+          ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
+    """What a refresh that read ``view`` shows: the summary, the heatmap, the active alerts
+    (at most ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's
+    size or a cap, not by how many alerts a storm raised."""
+    if view.cells:
+        fig = figures.fleet_heatmap(view.cells, view.alerts)
+        # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
+        fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
+        notice = None
+    else:  # one sentence, the same in the banner and on the empty heatmap
+        text = components.no_data_text(view, now)
+        fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
+    return (components.summary(view, now), fig,
+            components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
+                                   muted=muted, limit=components.ACTIVE_SHOWN,
+                                   ended=None if view.cells or not view.last_ms
+                                   else view.last_ms / 1000),
+            notice)
+
+
+def unsent(values: tuple[Any, ...], on_screen: list[str] | None
+           ) -> tuple[tuple[Any, ...], list[str]]:
+    """``values``, each replaced by ``dash.no_update`` where the page already shows it (its
+    fingerprint is in ``on_screen``, as the last refresh left it); and the fingerprints now.
+    An unchanged heatmap or alert table is not sent again: 8,000 cells are half a megabyte."""
+    prints = [alerts.digest(v) for v in values]
+    held = on_screen or []
+    return (tuple(dash.no_update if i < len(held) and held[i] == p else v
+                  for i, (v, p) in enumerate(zip(values, prints, strict=True))), prints)
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
         Output("fleet-updated", "children"), Output("fleet-last", "data"),
+        Output("fleet-sent", "data"),
         Input("fleet-tick", "n_intervals"), Input("fleet-range", "value"),
-        State("fleet-last", "data"), running=[(Output("fleet-tick", "disabled"), True, False)])
-    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None
-                ) -> tuple[Any, ...]:
+        State("fleet-last", "data"), State("fleet-sent", "data"),
+        running=[(Output("fleet-tick", "disabled"), True, False)])
+    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None,
+                on_screen: list[str] | None) -> tuple[Any, ...]:
         # ``running``: no tick while a read is out. Dash drops the answer of a request that a
         # newer one superseded, so a store slower than the refresh (a hung VictoriaMetrics
         # answers only at its timeout) would never get its error onto the screen.
@@ -94,20 +130,11 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             return (components.unavailable_summary(last, now),
                     dash.no_update if last else figures.empty_figure(text),
                     dash.no_update, components.notice(text),
-                    components.failed_stamp(now), dash.no_update)
-        if view.cells:
-            fig = figures.fleet_heatmap(view.cells, view.alerts)
-            # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
-            fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
-            notice = None
-        else:  # one sentence, the same in the banner and on the empty heatmap
-            text = components.no_data_text(view, now)
-            fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
-        return (components.summary(view, now), fig,
-                components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
-                                       muted=muted, ended=None if view.cells or not view.last_ms
-                                       else view.last_ms / 1000),
-                notice, components.updated_stamp(now), components.last_read(view, now))
+                    components.failed_stamp(now), dash.no_update, dash.no_update)
+        summary, fig, table, notice = parts(view, now, rng, muted)
+        (fig, table), sent = unsent((fig, table), on_screen)
+        return (summary, fig, table, notice, components.updated_stamp(now),
+                components.last_read(view, now), sent)
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
                   State("fleet-range", "value"), prevent_initial_call=True)

@@ -64,6 +64,6 @@ def test_rows_shrink_for_a_big_fleet_but_stay_hoverable() -> None:
     assert figures.row_px(256) >= 16
     # Too small for the value: the cell keeps its colour, the hover keeps the reading.
     assert big.data[0].texttemplate is None
-    assert "node-000 · GPU 0" in big.data[0].customdata[-1][0]
+    assert "node-000 · GPU 0" in figures.hover_text(big.data[0], -1, 0)
     # In between, rows shrink smoothly toward the cap.
     assert figures.row_px(40) == 52 and 16 < figures.row_px(80) < 52

@@ -70,16 +70,16 @@ def test_heatmap_labels_racks() -> None:
 
 def test_heatmap_hover_has_readings_units_and_job() -> None:
     trace = heatmap_trace(figures.fleet_heatmap(CELLS))
-    hot = trace.customdata[row(trace, "node-a")][1]
+    hot = figures.hover_text(trace, row(trace, "node-a"), 1)
     assert "node-a · GPU 1" in hot and "91°C" in hot and "300 W" in hot and "90%" in hot
     assert "job  4000001" in hot
-    blind = trace.customdata[row(trace, "node-b")][0]
+    blind = figures.hover_text(trace, row(trace, "node-b"), 0)
     assert "power  n/a" in blind and "utilization  n/a" in blind and "job" not in blind
 
 
 def test_heatmap_job_override() -> None:
     trace = heatmap_trace(figures.fleet_heatmap(CELLS, jobs={("node-c", 0): "train-7"}))
-    assert "job  train-7" in trace.customdata[row(trace, "node-c")][0]
+    assert "job  train-7" in figures.hover_text(trace, row(trace, "node-c"), 0)
 
 
 def test_active_alerts_mark_their_cells() -> None:
@@ -96,7 +96,7 @@ def test_active_alerts_mark_their_cells() -> None:
     assert shapes["alert:node-c/gpu0:pending"].line.color == theme.PENDING
     text = top_down(trace.text)
     assert text[0][1] == "▲ 91" and text[2][0] == "▲ 61" and text[1][0] == "70"
-    assert "alert firing" in trace.customdata[a][1]
+    assert "alert firing" in figures.hover_text(trace, a, 1)
 
 
 def test_firing_wins_over_pending_on_the_same_gpu() -> None:
@@ -162,7 +162,7 @@ def test_names_and_texts_from_agents_are_escaped_for_plotly() -> None:
     trace = heatmap_trace(fig)
     assert "&lt;img src=x onerror=alert(1)&gt;" in list(trace.y)
     assert all("<img" not in str(y) for y in trace.y)
-    hover = trace.customdata[row(trace, figures.esc(HOSTILE))][0]
+    hover = figures.hover_text(trace, row(trace, figures.esc(HOSTILE)), 0)
     assert "<img" not in hover and "&lt;img src=x onerror=alert(1)&gt; · GPU 0" in hover
     assert "<b>r</b>" not in str(fig.layout.annotations)
     # A click on the row gives the escaped label back: the real name is recovered.
