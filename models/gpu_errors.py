@@ -16,7 +16,8 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, GpuTable, WaveDetector, gpu_finding
+from fleetwatch.models.batch import COL, Batch, gpu_finding
+from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 
 RATE_HOLD_S = 600.0     # an error-rate finding holds this long after the rate was seen
 RATE_WINDOW_S = 60.0    # error rates are judged over at least this long

@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from fleetwatch.frame import Frame
-from fleetwatch.models.batch import Batch, Boards
+from fleetwatch.models.batch import Batch
+from fleetwatch.models.gpu_slots import Boards
 
 Key = tuple[str, str, int]  # (cluster, node, GPU index)
 

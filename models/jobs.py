@@ -34,15 +34,8 @@ from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import (
-    COL,
-    Batch,
-    Boards,
-    columns,
-    flagged,
-    gpu_finding,
-    throttle_bits,
-)
+from fleetwatch.models.batch import COL, Batch, columns, flagged, gpu_finding, throttle_bits
+from fleetwatch.models.gpu_slots import Boards
 from fleetwatch.models.peer_stats import peer_median, same_job_peers
 
 SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],

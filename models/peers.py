@@ -34,15 +34,8 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import (
-    COL,
-    Batch,
-    GpuTable,
-    WaveDetector,
-    ewma_weight,
-    flagged,
-    gpu_finding,
-)
+from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding
+from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.peer_stats import (
     peer_count,
     peer_median,

@@ -61,7 +61,8 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, GpuTable, columns, ewma_weight
+from fleetwatch.models.batch import COL, Batch, columns, ewma_weight
+from fleetwatch.models.gpu_slots import GpuTable
 from fleetwatch.models.rack_inlets import Inlets, others_median
 from fleetwatch.models.thermal import LimitTable
 

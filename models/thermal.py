@@ -21,14 +21,13 @@ from fleetwatch.models import Finding
 from fleetwatch.models.batch import (
     COL,
     Batch,
-    GpuTable,
-    WaveDetector,
     columns,
     ewma_weight,
     flagged,
     gpu_finding,
     throttle_bits,
 )
+from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.parts import thermal_limits_c
 
 TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \

@@ -4,7 +4,8 @@ import math
 
 import numpy as np
 
-from fleetwatch.models.batch import METRICS, GpuTable, columns
+from fleetwatch.models.batch import METRICS, columns
+from fleetwatch.models.gpu_slots import GpuTable
 from fleetwatch.models.peer_stats import peer_median
 from tests.models.helpers import busy, node
 

@@ -11,9 +11,10 @@ import pytest
 
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models.anomaly import _FLOORS, FEATURES, AnomalyModel, FleetAnomaly
-from fleetwatch.models.batch import GpuTable, columns
+from fleetwatch.models.batch import columns
 from fleetwatch.models.board_swaps import BoardSwaps
 from fleetwatch.models.gpu_errors import GpuErrors
+from fleetwatch.models.gpu_slots import GpuTable
 from fleetwatch.models.gpu_state import GpuState
 from fleetwatch.models.jobs import JobPeers
 from fleetwatch.models.lemon import LemonScore
