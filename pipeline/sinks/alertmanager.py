@@ -16,10 +16,12 @@ route's repeat_interval), so an escalation (48 "drain and reset", then 64 "RMA")
 label set: notified within the route's group_interval, as a new alert is, while the label
 set posted before is posted resolved at once (``endsAt`` = now) and nothing of it
 lingers. Codes of the same or a lower rank leave the label set as it is: no new page.
-An XID alert taken over (``adopt``) keeps the label set Alertmanager has it under (one
-``GET /api/v2/alerts``): an older release's, without ``remedy``, until its remedy rises
-(an upgrade pages nobody); a lower remedy's, whose escalation its owner stored but never
-posted, is resolved and the escalation notified.
+An XID alert taken over (``adopt``) is known under every label set Alertmanager has it
+under (one ``GET /api/v2/alerts``; if that fails, the one the store says), so that an
+escalation in the backlog a restarted processor reads first resolves it at once: an
+older release's, without ``remedy``, is re-sent until its remedy rises (an upgrade pages
+nobody); a lower remedy's, whose escalation its owner stored but never posted, is
+resolved and the escalation notified.
 
 The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
@@ -88,9 +90,10 @@ class AlertmanagerSink:
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
-        # The payload last posted firing, per alert: its label set is the one Alertmanager
-        # has. An XID alert whose ``remedy`` rose since gets that one posted resolved.
-        self._posted: dict[str, dict[str, Any]] = {}
+        # The payloads posted firing and not yet resolved, per alert (the current label
+        # set first). An XID alert whose ``remedy`` rose since gets the others posted
+        # resolved.
+        self._posted: dict[str, list[dict[str, Any]]] = {}
         # Adopted XID alerts that Alertmanager has under a label set without ``remedy`` (an
         # older release posted them): (that label set, the remedy when adopted). Re-sent
         # under it, so an upgrade pages nobody, until the remedy rises.
@@ -183,32 +186,34 @@ class AlertmanagerSink:
     def adopt(self, alerts: Sequence[Notice | Alert]) -> None:
         """Keep re-sending these firing alerts (open before this process started, or of
         nodes whose partition this processor took over), muted or not: they may have been
-        posted before, and their muting is mirrored as Alertmanager silences. An XID alert
-        keeps the label set Alertmanager has it under (``_adopt_labels``)."""
-        adopted = [a for a in (i.alert if isinstance(i, Notice) else i for i in alerts)
-                   if a.state == "firing"]
-        had = self._adopt_labels([a for a in adopted if REMEDY in am_labels(a)])
+        posted before, and their muting is mirrored as Alertmanager silences. Each is known
+        under the label sets Alertmanager has it under (``_adopt_labels``), so that an
+        escalation before the first re-send resolves them."""
+        adopted = [n for n in (i if isinstance(i, Notice) else Notice(i) for i in alerts)
+                   if n.alert.state == "firing"]
+        xids = {n.alert.id: n.alert for n in adopted if REMEDY in am_labels(n.alert)}
+        had = self._adopt_labels(list(xids.values()))
         with self._lock:
-            for a in adopted:
+            for n in adopted:
+                a = n.alert
                 self._firing[a.id] = a
-                if a.id in had:
-                    # What Alertmanager has: ended when the posted set differs (at once for
-                    # a lower remedy, whose escalation is yet to be heard).
-                    labels = had[a.id]
-                    self._posted[a.id] = {"labels": labels, "annotations": am_annotations(a),
-                                          "startsAt": iso(a.started_ts if a.fired_ts is None
-                                                          else a.fired_ts)}
-                    if REMEDY not in labels:
-                        self._pinned[a.id] = (labels, am_labels(a)[REMEDY])
+                sets = [am_labels(a)]  # what the store says was posted
+                if a.id in xids and had is not None:
+                    sets = had.get(a.id, [])
+                if not sets:
+                    continue  # Alertmanager does not have it: posted at the next re-send
+                start = iso(a.started_ts if a.fired_ts is None else a.fired_ts)
+                self._posted[a.id] = [{"labels": lab, "annotations": am_annotations(a),
+                                       "startsAt": start} for lab in sets]
+                if a.id in xids and REMEDY not in sets[0]:
+                    # An older release's: re-sent as it is until the remedy rises.
+                    self._pinned[a.id] = (sets[0], am_labels(a)[REMEDY])
             self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
 
-    def _adopt_labels(self, xid_alerts: Sequence[Alert]) -> dict[str, dict[str, str]]:
-        """Of these adopted XID alerts, those Alertmanager has under other labels than
-        ``am_labels``: alert id -> the labels it has. Without ``remedy``: posted by an older
-        release, kept (pinned) until the remedy rises, so an upgrade pages nobody. With a
-        lower one: the escalation was stored but its post never went through (the owner
-        died): that set is posted resolved and the new one notified. One GET; if it fails,
-        none (the alerts are posted under ``am_labels``)."""
+    def _adopt_labels(self, xid_alerts: Sequence[Alert]
+                      ) -> dict[str, list[dict[str, str]]] | None:
+        """Of these adopted XID alerts, the label sets Alertmanager has each under (alert
+        id -> labels, ``posted_sets``); None if it cannot say (the GET failed)."""
         if not xid_alerts:
             return {}
         try:
@@ -217,7 +222,7 @@ class AlertmanagerSink:
             log.warning("could not read Alertmanager's XID alerts to keep the label sets of "
                         "the adopted ones (an older release's are notified again with the "
                         "label remedy): %s", exc)
-            return {}
+            return None
         return posted_sets(xid_alerts, have)
 
     def forget(self, nodes: Iterable[str]) -> None:
@@ -306,18 +311,26 @@ class AlertmanagerSink:
         """Is the label set of one of these firing alerts other than the one last posted
         (its remedy rose)?"""
         with self._lock:
-            return any(self._posted[i]["labels"] != self._labels(self._firing[i])
-                       for i in ids if i in self._posted and i in self._firing)
+            for i in ids:
+                if i not in self._posted or i not in self._firing:
+                    continue
+                sets = [p["labels"] for p in self._posted[i]]
+                if sets[0] != self._labels(self._firing[i]):
+                    return True
+        return False
 
     def _post(self, resolved: Sequence[Alert]) -> None:
+        """Re-send the firing alerts and post ``resolved`` ones resolved, under every label
+        set posted for them. A label set an escalation superseded is resolved."""
         now = self.clock()
         with self._lock:
             firing = {a.id: self._payload(a, now) for a in self._firing.values()}
-            # An escalated XID alert: the label set Alertmanager has is resolved now, the
-            # new one fires; Alertmanager notifies that as a new alert in the group.
-            ended = [{**p, "endsAt": iso(now)} for i, p in self._posted.items()
-                     if i in firing and p["labels"] != firing[i]["labels"]]
-            ends = [self._payload(a, now, self._posted.get(a.id)) for a in resolved]
+            ended = [{**q, "endsAt": iso(now)} for i, p in firing.items()
+                     for q in self._posted.get(i, ()) if q["labels"] != p["labels"]]
+            # A resolved alert ends under each set posted (Alertmanager never had that of an
+            # escalation that resolved unposted), or its own if none was.
+            ends = [self._payload(a, now, q)
+                    for a in resolved for q in self._posted.get(a.id) or [None]]
         body = [*firing.values(), *ended, *ends]
         if body:
             try:
@@ -328,7 +341,7 @@ class AlertmanagerSink:
                 raise
             self._post_failed = False
         with self._lock:
-            self._posted.update((i, p) for i, p in firing.items() if i in self._firing)
+            self._posted.update((i, [p]) for i, p in firing.items() if i in self._firing)
             for a in resolved:
                 self._posted.pop(a.id, None)
                 self._pinned.pop(a.id, None)

@@ -21,6 +21,7 @@ from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks import alertmanager as am_module
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink, ack_labels, am_labels
+from fleetwatch.pipeline.sinks.am_payload import posted_sets
 from fleetwatch.pipeline.sinks.base import SinkError, iso
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert
@@ -170,6 +171,20 @@ def legacy(alert: Alert) -> dict[str, str]:
     return ack_labels(alert)
 
 
+def test_posted_sets_are_every_label_set_alertmanager_has_for_the_alert() -> None:
+    """An older release's first, then by rank; another GPU's and duplicates left out."""
+    alert = xid_alert(48, 64)
+    other = am_labels(xid_alert(48, node="n2"))
+    have = [{"labels": am_labels(xid_alert(48))}, {"labels": other},
+            {"labels": am_labels(alert)}, {"labels": legacy(alert)},
+            {"labels": am_labels(xid_alert(48))}, {"nolabels": 1}, "junk"]
+    assert posted_sets([alert], have) == {alert.id: [
+        legacy(alert), am_labels(alert), am_labels(xid_alert(48))]}
+    assert posted_sets([alert], [{"labels": am_labels(alert)}]) == {
+        alert.id: [am_labels(alert)]}
+    assert posted_sets([alert], [{"labels": other}]) == {}
+
+
 def test_an_adopted_alert_keeps_its_label_set_and_a_forgotten_one_is_dropped(
         posts: Posts) -> None:
     s = sink()
@@ -182,6 +197,25 @@ def test_an_adopted_alert_keeps_its_label_set_and_a_forgotten_one_is_dropped(
     s.tick()
     assert posts.last() == [("drain", "firing")]   # n1's neither re-sent nor resolved
     assert set(s._posted) == {xid_alert(48, node="n2").id}
+
+
+def test_an_adopted_alert_whose_backlog_escalates_resolves_the_set_alertmanager_has(
+        posts: Posts) -> None:
+    """A restart: Alertmanager has the alert under the set the store says; the backlog the
+    new processor reads first escalates it before any re-send."""
+    s = sink()
+    _has(s, am_labels(xid_alert(48)))
+    s.adopt([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, 64))])
+    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
+
+
+def test_an_adopted_alert_escalating_when_alertmanager_cannot_say_resolves_the_stored_set(
+        posts: Posts) -> None:
+    s = sink()                                  # http://127.0.0.1:1: nothing listens
+    s.adopt([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, 64))])
+    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
 
 
 # -- a real Alertmanager and its webhook receiver --------------------------------------------
@@ -313,6 +347,33 @@ def test_an_acked_alert_that_escalates_stays_quiet_as_on_the_webhook(
     finally:
         notifier.close()
         hook.close()
+
+
+def _resolutions(receiver: Receiver, node: str) -> list[tuple[str, str]]:
+    """(remedy, status) of every alert notified for the node after its first notification."""
+    return [(a["labels"]["remedy"], a["status"]) for b in notified(receiver, node)[1:]
+            for a in b["alerts"]]
+
+
+def test_a_restart_whose_backlog_escalates_resolves_the_adopted_set_at_once(
+        hooked: tuple[Server, Receiver]) -> None:
+    """The processor stops after posting 48; 64 arrives while it is down; the restarted one
+    adopts the alert (Alertmanager has 48's set, as the store) and reads 64 first: one
+    notification, 48's set resolved and the RMA one firing, nothing left of 48's."""
+    am, receiver = hooked
+    node = f"node-restart-{time.time_ns()}"
+    t0 = time.time() - 60
+    AlertmanagerSink(f"http://{am.address}", resend_s=60.0).send(
+        [Notice(xid_alert(48, node=node, t0=t0))])
+    assert until(lambda: notified(receiver, node))
+    restarted = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    restarted.adopt([Notice(xid_alert(48, node=node, t0=t0))])
+    restarted.send([Notice(xid_alert(48, 64, node=node, t0=t0))])
+    assert until(lambda: len(notified(receiver, node)) == 2)
+    assert set(_resolutions(receiver, node)) == {("rma", "firing"), ("drain", "resolved")}
+    assert [a["labels"]["remedy"] for a in active(am, node)] == ["rma"]
+    time.sleep(4.5)
+    assert len(notified(receiver, node)) == 2
 
 
 def test_an_older_releases_alert_keeps_its_label_set_until_it_escalates(
