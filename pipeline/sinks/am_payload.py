@@ -39,7 +39,7 @@ def am_labels(alert: Alert) -> dict[str, str]:
 def ack_labels(alert: Alert) -> dict[str, str]:
     """The labels an acknowledgement's silence matches: the alert's whatever its
     ``remedy``, as fleetwatch's own ack holds until the alert resolves, however it
-    escalates (so its superseded label set, posted resolved, stays quiet too)."""
+    escalates (so its superseded label set, kept firing until then, stays quiet too)."""
     out = am_labels(alert)
     out.pop(REMEDY, None)
     return out
@@ -79,8 +79,9 @@ def posted_sets(xid_alerts: Sequence[Alert], have: Iterable[Any]
     firing ones only) has: alert id -> every label set it has the alert under, each to be
     resolved when superseded or when the alert resolves. The same alert there has the same
     labels but ``remedy``: ``am_labels``' own set, a lower remedy's (an escalation stored but
-    never posted), or an older release's without ``remedy``. That one first (it is what its
-    receivers heard), then by rank, highest first."""
+    never posted), a superseded one kept firing while the alert is muted, or an older
+    release's without ``remedy``. That one first (it is what its receivers heard), then by
+    rank, highest first."""
     by_key: dict[tuple[tuple[str, str], ...], list[dict[str, str]]] = {}
     for got in have:
         lab = got.get("labels") if isinstance(got, dict) else None
