@@ -16,10 +16,18 @@ route's repeat_interval), so an escalation (48 "drain and reset", then 64 "RMA")
 label set: notified within the route's group_interval, as a new alert is, while the label
 set posted before is posted resolved at once (``endsAt`` = now) and nothing of it
 lingers. Codes of the same or a lower rank leave the label set as it is: no new page.
-An XID alert taken over (``adopt``) keeps the label set Alertmanager has it under (one
-``GET /api/v2/alerts``): an older release's, without ``remedy``, until its remedy rises
-(an upgrade pages nobody); a lower remedy's, whose escalation its owner stored but never
-posted, is resolved and the escalation notified.
+Every label set posted is resolved in its turn: Alertmanager drops the "resolved" of an
+alert a silence or an inhibition mutes, so while the alert is muted (an ack holds through
+an escalation) the superseded set is kept firing, muted, and resolved once the alert is
+no longer muted or resolves; an acknowledged alert that resolves is posted resolved under
+its ack's silence, the silence expired, then posted resolved again (a flush between the
+two would otherwise page the new set, never heard, as firing).
+An XID alert taken over (``adopt``) is known under every label set Alertmanager has it
+under (one ``GET /api/v2/alerts``; if that fails, the one the store says), so that an
+escalation in the backlog a restarted processor reads first resolves it at once: an
+older release's, without ``remedy``, is re-sent until its remedy rises (an upgrade pages
+nobody); a lower remedy's, whose escalation its owner stored but never posted, is
+resolved and the escalation notified.
 
 The firing alerts re-sent are this processor's: ``adopt`` adds those of
 nodes whose partition it took over, ``forget`` drops those of nodes whose
@@ -88,9 +96,13 @@ class AlertmanagerSink:
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
         self._firing: dict[str, Alert] = {}
-        # The payload last posted firing, per alert: its label set is the one Alertmanager
-        # has. An XID alert whose ``remedy`` rose since gets that one posted resolved.
-        self._posted: dict[str, dict[str, Any]] = {}
+        # Why each of them is muted ("" if not): a superseded label set of a muted alert
+        # is kept firing, since Alertmanager would drop its "resolved" (see ``_post``).
+        self._muted: dict[str, str] = {}
+        # The payloads posted firing and not yet resolved, per alert: the current label
+        # set first, then those an escalation superseded while the alert was muted. An XID
+        # alert whose ``remedy`` rose since gets the others posted resolved.
+        self._posted: dict[str, list[dict[str, Any]]] = {}
         # Adopted XID alerts that Alertmanager has under a label set without ``remedy`` (an
         # older release posted them): (that label set, the remedy when adopted). Re-sent
         # under it, so an upgrade pages nobody, until the remedy rises.
@@ -139,15 +151,20 @@ class AlertmanagerSink:
     def send(self, changes: Sequence[Notice]) -> None:
         with self._lock:
             resolved = self._take(changes)
-            # An acknowledged alert resolved: expire its silence first, else Alertmanager
-            # mutes the "resolved" too.
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
-        if acked or self._post_failed:  # after a failure, Alertmanager may have restarted
+        if self._post_failed:  # after a failure, Alertmanager may have restarted
+            self._mirror()
+        if acked:
+            # An acknowledged alert resolved: its silence must go, else Alertmanager mutes
+            # the "resolved" too. Posted resolved under it first: between the expiry and
+            # the post, a flush would page a set it muted (an escalation's) as firing. A
+            # "resolved" muted at a flush is dropped: posted again after the expiry.
+            self._post(resolved, keep=True)
             self._mirror()
         if (resolved or any(n.notify for n in changes)
                 or self._superseded({n.alert.id for n in changes})):
-            # A label set superseded (an XID alert's remedy rose, acked or not) is resolved
-            # at once, so that nothing of it lingers until its endsAt.
+            # A label set superseded (an XID alert's remedy rose, acked or not) is posted
+            # at once: resolved, or kept firing while the alert is muted (``_post``).
             self._post(resolved)
 
     def _take(self, changes: Sequence[Notice]) -> list[Alert]:
@@ -157,6 +174,7 @@ class AlertmanagerSink:
             a = n.alert
             if a.state == "resolved":
                 # Posted before (muted since or not): Alertmanager must hear it ended.
+                self._muted.pop(a.id, None)
                 if self._firing.pop(a.id, None) is not None or n.notify:
                     resolved.append(a)
                     if self._silences is not None:  # its ack silence, if any, is ours to end
@@ -166,6 +184,7 @@ class AlertmanagerSink:
                 # Alertmanager would expire it and page "resolved"; its mirrored silence (or
                 # an inhibit rule) keeps Alertmanager quiet.
                 self._firing[a.id] = a
+                self._muted[a.id] = n.muted_by
         return resolved
 
     def _labels(self, alert: Alert) -> dict[str, str]:
@@ -183,32 +202,34 @@ class AlertmanagerSink:
     def adopt(self, alerts: Sequence[Notice | Alert]) -> None:
         """Keep re-sending these firing alerts (open before this process started, or of
         nodes whose partition this processor took over), muted or not: they may have been
-        posted before, and their muting is mirrored as Alertmanager silences. An XID alert
-        keeps the label set Alertmanager has it under (``_adopt_labels``)."""
-        adopted = [a for a in (i.alert if isinstance(i, Notice) else i for i in alerts)
-                   if a.state == "firing"]
-        had = self._adopt_labels([a for a in adopted if REMEDY in am_labels(a)])
+        posted before, and their muting is mirrored as Alertmanager silences. Each is known
+        under the label sets Alertmanager has it under (``_adopt_labels``), so that an
+        escalation before the first re-send resolves them."""
+        adopted = [n for n in (i if isinstance(i, Notice) else Notice(i) for i in alerts)
+                   if n.alert.state == "firing"]
+        xids = {n.alert.id: n.alert for n in adopted if REMEDY in am_labels(n.alert)}
+        had = self._adopt_labels(list(xids.values()))
         with self._lock:
-            for a in adopted:
-                self._firing[a.id] = a
-                if a.id in had:
-                    # What Alertmanager has: ended when the posted set differs (at once for
-                    # a lower remedy, whose escalation is yet to be heard).
-                    labels = had[a.id]
-                    self._posted[a.id] = {"labels": labels, "annotations": am_annotations(a),
-                                          "startsAt": iso(a.started_ts if a.fired_ts is None
-                                                          else a.fired_ts)}
-                    if REMEDY not in labels:
-                        self._pinned[a.id] = (labels, am_labels(a)[REMEDY])
+            for n in adopted:
+                a = n.alert
+                self._firing[a.id], self._muted[a.id] = a, n.muted_by
+                sets = [am_labels(a)]  # what the store says was posted
+                if a.id in xids and had is not None:
+                    sets = had.get(a.id, [])
+                if not sets:
+                    continue  # Alertmanager does not have it: posted at the next re-send
+                start = iso(a.started_ts if a.fired_ts is None else a.fired_ts)
+                self._posted[a.id] = [{"labels": lab, "annotations": am_annotations(a),
+                                       "startsAt": start} for lab in sets]
+                if a.id in xids and REMEDY not in sets[0]:
+                    # An older release's: re-sent as it is until the remedy rises.
+                    self._pinned[a.id] = (sets[0], am_labels(a)[REMEDY])
             self._last_sent = 0.0  # re-send on the next tick: Alertmanager may expire them
 
-    def _adopt_labels(self, xid_alerts: Sequence[Alert]) -> dict[str, dict[str, str]]:
-        """Of these adopted XID alerts, those Alertmanager has under other labels than
-        ``am_labels``: alert id -> the labels it has. Without ``remedy``: posted by an older
-        release, kept (pinned) until the remedy rises, so an upgrade pages nobody. With a
-        lower one: the escalation was stored but its post never went through (the owner
-        died): that set is posted resolved and the new one notified. One GET; if it fails,
-        none (the alerts are posted under ``am_labels``)."""
+    def _adopt_labels(self, xid_alerts: Sequence[Alert]
+                      ) -> dict[str, list[dict[str, str]]] | None:
+        """Of these adopted XID alerts, the label sets Alertmanager has each under (alert
+        id -> labels, ``posted_sets``); None if it cannot say (the GET failed)."""
         if not xid_alerts:
             return {}
         try:
@@ -217,7 +238,7 @@ class AlertmanagerSink:
             log.warning("could not read Alertmanager's XID alerts to keep the label sets of "
                         "the adopted ones (an older release's are notified again with the "
                         "label remedy): %s", exc)
-            return {}
+            return None
         return posted_sets(xid_alerts, have)
 
     def forget(self, nodes: Iterable[str]) -> None:
@@ -226,6 +247,7 @@ class AlertmanagerSink:
         with self._lock:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
+                self._muted.pop(alert_id, None)
                 self._posted.pop(alert_id, None)
                 self._pinned.pop(alert_id, None)
 
@@ -303,22 +325,42 @@ class AlertmanagerSink:
         return True
 
     def _superseded(self, ids: set[str]) -> bool:
-        """Is the label set of one of these firing alerts other than the one last posted
-        (its remedy rose)?"""
+        """Has one of these firing alerts a label set to post: other than the one last
+        posted (its remedy rose), or superseded and held while it was muted, which it is no
+        longer?"""
         with self._lock:
-            return any(self._posted[i]["labels"] != self._labels(self._firing[i])
-                       for i in ids if i in self._posted and i in self._firing)
+            for i in ids:
+                if i not in self._posted or i not in self._firing:
+                    continue
+                sets = [p["labels"] for p in self._posted[i]]
+                if sets[0] != self._labels(self._firing[i]) or (
+                        len(sets) > 1 and not self._muted.get(i)):
+                    return True
+        return False
 
-    def _post(self, resolved: Sequence[Alert]) -> None:
+    def _post(self, resolved: Sequence[Alert], keep: bool = False) -> None:
+        """Re-send the firing alerts and post ``resolved`` ones resolved, under every label
+        set posted for them (``keep``: still kept, to post them again). A label set an
+        escalation superseded is resolved, or, while its alert is muted, re-sent firing:
+        Alertmanager drops a "resolved" that a silence or an inhibition mutes at its flush,
+        and the receiver that heard that set (the new one may route elsewhere) would never
+        hear it ended."""
         now = self.clock()
         with self._lock:
             firing = {a.id: self._payload(a, now) for a in self._firing.values()}
-            # An escalated XID alert: the label set Alertmanager has is resolved now, the
-            # new one fires; Alertmanager notifies that as a new alert in the group.
-            ended = [{**p, "endsAt": iso(now)} for i, p in self._posted.items()
-                     if i in firing and p["labels"] != firing[i]["labels"]]
-            ends = [self._payload(a, now, self._posted.get(a.id)) for a in resolved]
-        body = [*firing.values(), *ended, *ends]
+            held: dict[str, list[dict[str, Any]]] = {}
+            ended = []
+            for i, p in firing.items():
+                old = [q for q in self._posted.get(i, ()) if q["labels"] != p["labels"]]
+                if self._muted.get(i):
+                    held[i] = [{**q, "endsAt": p["endsAt"]} for q in old]
+                else:
+                    ended += [{**q, "endsAt": iso(now)} for q in old]
+            # A resolved alert ends under each set posted (Alertmanager never had that of an
+            # escalation that resolved unposted), or its own if none was.
+            ends = [self._payload(a, now, q)
+                    for a in resolved for q in self._posted.get(a.id) or [None]]
+        body = [*firing.values(), *(q for qs in held.values() for q in qs), *ended, *ends]
         if body:
             try:
                 post_json(self.server, body, self.timeout_s, "Alertmanager",
@@ -328,8 +370,9 @@ class AlertmanagerSink:
                 raise
             self._post_failed = False
         with self._lock:
-            self._posted.update((i, p) for i, p in firing.items() if i in self._firing)
-            for a in resolved:
+            self._posted.update((i, [p, *held.get(i, ())]) for i, p in firing.items()
+                                if i in self._firing)
+            for a in () if keep else resolved:
                 self._posted.pop(a.id, None)
                 self._pinned.pop(a.id, None)
         self._last_sent = now

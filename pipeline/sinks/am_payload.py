@@ -8,7 +8,7 @@ alert whose action escalates gets a new label set, which it notifies as a new al
 Annotations: summary, description (where and since when), evidence, action, the board.
 
 ``posted_sets`` is the pure part of taking an XID alert over (``AlertmanagerSink.adopt``):
-which label set Alertmanager has it under, when not the one fleetwatch would post now.
+every label set Alertmanager has it under, so that each is resolved in its turn.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def am_labels(alert: Alert) -> dict[str, str]:
 def ack_labels(alert: Alert) -> dict[str, str]:
     """The labels an acknowledgement's silence matches: the alert's whatever its
     ``remedy``, as fleetwatch's own ack holds until the alert resolves, however it
-    escalates (so its superseded label set, posted resolved, stays quiet too)."""
+    escalates (so its superseded label set, kept firing until then, stays quiet too)."""
     out = am_labels(alert)
     out.pop(REMEDY, None)
     return out
@@ -74,20 +74,24 @@ def _rank(labels: Mapping[str, str]) -> int:
 
 
 def posted_sets(xid_alerts: Sequence[Alert], have: Iterable[Any]
-                ) -> dict[str, dict[str, str]]:
-    """Of these XID alerts, those that Alertmanager (``have``: its ``GET /api/v2/alerts``)
-    has under other labels than ``am_labels``: alert id -> the labels it has. The same
-    alert there has the same labels but ``remedy``. Without ``remedy``: posted by an older
-    release (preferred: it is what its receivers heard); else the highest remedy posted."""
+                ) -> dict[str, list[dict[str, str]]]:
+    """Of these XID alerts, those that Alertmanager (``have``: its ``GET /api/v2/alerts``,
+    firing ones only) has: alert id -> every label set it has the alert under, each to be
+    resolved when superseded or when the alert resolves. The same alert there has the same
+    labels but ``remedy``: ``am_labels``' own set, a lower remedy's (an escalation stored but
+    never posted), a superseded one kept firing while the alert is muted, or an older
+    release's without ``remedy``. That one first (it is what its receivers heard), then by
+    rank, highest first."""
     by_key: dict[tuple[tuple[str, str], ...], list[dict[str, str]]] = {}
     for got in have:
         lab = got.get("labels") if isinstance(got, dict) else None
         if isinstance(lab, dict):
             key = tuple(sorted((k, v) for k, v in lab.items() if k != REMEDY))
-            by_key.setdefault(key, []).append(lab)
-    out: dict[str, dict[str, str]] = {}
+            if lab not in by_key.setdefault(key, []):
+                by_key[key].append(lab)
+    out: dict[str, list[dict[str, str]]] = {}
     for a in xid_alerts:
         found = by_key.get(tuple(sorted(ack_labels(a).items())), [])
-        if found and am_labels(a) not in found:
-            out[a.id] = min(found, key=lambda lab: (REMEDY in lab, -_rank(lab)))
+        if found:
+            out[a.id] = sorted(found, key=lambda lab: (REMEDY in lab, -_rank(lab)))
     return out

@@ -21,6 +21,7 @@ from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks import alertmanager as am_module
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink, ack_labels, am_labels
+from fleetwatch.pipeline.sinks.am_payload import posted_sets
 from fleetwatch.pipeline.sinks.base import SinkError, iso
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert
@@ -151,13 +152,105 @@ def test_an_escalation_that_resolves_before_it_was_posted_resolves_what_was(
     assert posts.last() == [("drain", "resolved")]
 
 
-def test_an_acked_alert_that_escalates_is_resolved_and_posted_at_once(posts: Posts) -> None:
-    """Muted by its ack (the webhook hears nothing): still re-sent with the new label set at
-    once, the old one resolved, both under the ack's silence (it names no remedy)."""
+class Silences:
+    """Alertmanager's silence API as the sink uses it, kept in memory; every call and
+    every post (``Posts``) is logged in ``log`` in order."""
+
+    def __init__(self, posts: Posts, log: list[str]) -> None:
+        self.have: list[dict[str, Any]] = []
+        self.log = log
+        self.have_alerts: list[dict[str, Any]] = []
+        posts_call = posts.__call__
+
+        def logged(*args: Any, **kw: Any) -> None:
+            posts_call(*args, **kw)
+            log.append("post " + " ".join(f"{r}:{st}" for r, st in posts.last()))
+        self.post = logged
+
+    def list(self) -> list[dict[str, Any]]:
+        return [dict(s) for s in self.have]
+
+    def put(self, body: dict[str, Any]) -> None:
+        self.have.append({**body, "id": f"s{len(self.have)}", "status": {"state": "active"}})
+        self.log.append("silence")
+
+    def expire(self, silence_id: str) -> None:
+        for s in self.have:
+            if s["id"] == silence_id:
+                s["status"] = {"state": "expired"}
+        self.log.append("expire")
+
+    def alerts(self, matcher: str) -> list[dict[str, Any]]:
+        return self.have_alerts
+
+
+@pytest.fixture
+def logged(posts: Posts, monkeypatch: pytest.MonkeyPatch) -> tuple[AlertmanagerSink, list[str]]:
+    """A sink whose posts and silence calls are logged in order."""
+    log: list[str] = []
     s = sink()
+    s.silence_api = Silences(posts, log)  # type: ignore[assignment]
+    monkeypatch.setattr(am_module, "post_json", s.silence_api.post)  # type: ignore[attr-defined]
+    return s, log
+
+
+def _ack(alert: Alert) -> dict[str, Acknowledgement]:
+    return {alert.id: Acknowledgement(alert.id, NOW, "oncall")}
+
+
+def test_an_acked_alert_that_escalates_keeps_the_set_notified_until_it_resolves(
+        logged: tuple[AlertmanagerSink, list[str]]) -> None:
+    """Muted by its ack (the webhook hears nothing): still re-sent with the new label set at
+    once, under the ack's silence (it names no remedy). The set notified before stays firing
+    while the ack mutes it: a "resolved" posted under a silence is dropped by Alertmanager,
+    and its receiver (the new set may route elsewhere) would never hear it. When the alert
+    resolves, every set is posted resolved under the silence (so that no flush pages the new
+    set unmuted), the silence expired, then posted resolved again: heard once."""
+    s, log = logged
+    s.mutes([], {})
     s.send([Notice(xid_alert(48))])
+    s.mutes([], _ack(xid_alert(48)))
     s.send([Notice(xid_alert(48, 64), "ack:oncall")])
-    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
+    s._last_sent = float("-inf")
+    s.tick()
+    assert log == ["post drain:firing", "silence", "post rma:firing drain:firing",
+                   "post rma:firing drain:firing"]
+    del log[:]
+    s.send([Notice(xid_alert(48, 64, state="resolved"))])
+    assert log == ["post rma:resolved drain:resolved", "expire",
+                   "post rma:resolved drain:resolved"]
+    assert not s._posted
+
+
+def test_a_held_set_is_resolved_once_the_alert_is_no_longer_muted(
+        logged: tuple[AlertmanagerSink, list[str]]) -> None:
+    s, log = logged
+    s.mutes([], {})
+    s.send([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, 64), "silence:s1")])
+    assert log[-1] == "post rma:firing drain:firing"
+    s.send([Notice(xid_alert(48, 64))])          # the silence ended (the notifier rejudged)
+    assert log[-1] == "post rma:firing drain:resolved"
+    s._last_sent = float("-inf")
+    s.tick()
+    assert log[-1] == "post rma:firing"
+
+
+def test_an_adopted_acked_escalation_resolves_every_set_alertmanager_has(
+        logged: tuple[AlertmanagerSink, list[str]]) -> None:
+    """A restart while an acked alert's superseded set is held: the new processor finds both
+    sets in Alertmanager and resolves both when the alert resolves."""
+    s, log = logged
+    alert = xid_alert(48, 64)
+    s.silence_api.have_alerts = [{"labels": am_labels(alert)},  # type: ignore[attr-defined]
+                                 {"labels": am_labels(xid_alert(48))}]
+    s.mutes([], _ack(alert))
+    s.adopt([Notice(alert, "ack:oncall")])
+    s.tick()
+    assert log[-1] == "post rma:firing drain:firing"
+    s.send([Notice(xid_alert(48, 64, state="resolved"))])
+    assert log[-3:] == ["post rma:resolved drain:resolved", "expire",
+                        "post rma:resolved drain:resolved"]
 
 
 def _has(s: AlertmanagerSink, *label_sets: dict[str, str]) -> None:
@@ -168,6 +261,20 @@ def _has(s: AlertmanagerSink, *label_sets: dict[str, str]) -> None:
 def legacy(alert: Alert) -> dict[str, str]:
     """The labels an older release posted the alert under: no remedy."""
     return ack_labels(alert)
+
+
+def test_posted_sets_are_every_label_set_alertmanager_has_for_the_alert() -> None:
+    """An older release's first, then by rank; another GPU's and duplicates left out."""
+    alert = xid_alert(48, 64)
+    other = am_labels(xid_alert(48, node="n2"))
+    have = [{"labels": am_labels(xid_alert(48))}, {"labels": other},
+            {"labels": am_labels(alert)}, {"labels": legacy(alert)},
+            {"labels": am_labels(xid_alert(48))}, {"nolabels": 1}, "junk"]
+    assert posted_sets([alert], have) == {alert.id: [
+        legacy(alert), am_labels(alert), am_labels(xid_alert(48))]}
+    assert posted_sets([alert], [{"labels": am_labels(alert)}]) == {
+        alert.id: [am_labels(alert)]}
+    assert posted_sets([alert], [{"labels": other}]) == {}
 
 
 def test_an_adopted_alert_keeps_its_label_set_and_a_forgotten_one_is_dropped(
@@ -182,6 +289,25 @@ def test_an_adopted_alert_keeps_its_label_set_and_a_forgotten_one_is_dropped(
     s.tick()
     assert posts.last() == [("drain", "firing")]   # n1's neither re-sent nor resolved
     assert set(s._posted) == {xid_alert(48, node="n2").id}
+
+
+def test_an_adopted_alert_whose_backlog_escalates_resolves_the_set_alertmanager_has(
+        posts: Posts) -> None:
+    """A restart: Alertmanager has the alert under the set the store says; the backlog the
+    new processor reads first escalates it before any re-send."""
+    s = sink()
+    _has(s, am_labels(xid_alert(48)))
+    s.adopt([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, 64))])
+    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
+
+
+def test_an_adopted_alert_escalating_when_alertmanager_cannot_say_resolves_the_stored_set(
+        posts: Posts) -> None:
+    s = sink()                                  # http://127.0.0.1:1: nothing listens
+    s.adopt([Notice(xid_alert(48))])
+    s.send([Notice(xid_alert(48, 64))])
+    assert posts.last() == [("rma", "firing"), ("drain", "resolved")]
 
 
 # -- a real Alertmanager and its webhook receiver --------------------------------------------
@@ -284,14 +410,16 @@ def test_an_acked_alert_that_escalates_stays_quiet_as_on_the_webhook(
         hooked: tuple[Server, Receiver], tmp_path: Path) -> None:
     """fleetwatch's ack holds until the alert resolves, whatever joins it: the webhook hears
     nothing of the 64, and neither do Alertmanager's receivers; the RMA label set is there,
-    silenced by the ack's silence, and 48's is resolved."""
+    silenced by the ack's silence, and so is 48's, kept until the alert resolves (its
+    "resolved" would be muted, and lost). When it resolves (``xid_hold_s`` later), the
+    receiver that heard 48 hears its set resolved."""
     am, receiver = hooked
     hook = Receiver()
     node = f"node-ack-{time.time_ns()}"
     acks: list[Acknowledgement] = []
     processor, notifier = _processor(am, tmp_path, acks=lambda: acks, reload_s=0,
                                      more=[WebhookSink(hook.url)])
-    now = time.time() - 60
+    now = time.time() - 3800
     try:
         processor.process([xid_frame(now, (48,), node=node)])
         assert until(lambda: notified(receiver, node))
@@ -303,16 +431,123 @@ def test_an_acked_alert_that_escalates_stays_quiet_as_on_the_webhook(
         (live,) = until(lambda: [a for a in active(am, node)
                                  if a["labels"]["remedy"] == "rma"])
         assert live["status"]["state"] == "suppressed" and live["status"]["silencedBy"]
-        assert [a["labels"]["remedy"] for a in active(am, node)] == ["rma"]
+        assert sorted((a["labels"]["remedy"], a["status"]["state"])
+                      for a in active(am, node)) == [("drain", "suppressed"),
+                                                     ("rma", "suppressed")]
         time.sleep(4.5)
         assert len(notified(receiver, node)) == 1
         assert [a["evidence"]["xid"] for b in hook.bodies for g in b["groups"]  # type: ignore
                 for a in g["alerts"]] == [48]
         (stored,) = processor.store.alerts()
         assert "RMA" in stored.action
+        processor.process([xid_frame(now + 12 + 3601, node=node)])
+        assert until(lambda: len(notified(receiver, node)) == 2)
+        assert {(a["labels"]["remedy"], a["status"])
+                for a in notified(receiver, node)[1]["alerts"]} >= {("drain", "resolved")}
+        assert not active(am, node) and not fw_silences(am, node)
     finally:
         notifier.close()
         hook.close()
+
+
+def _resolutions(receiver: Receiver, node: str) -> list[tuple[str, str]]:
+    """(remedy, status) of every alert notified for the node after its first notification."""
+    return [(a["labels"]["remedy"], a["status"]) for b in notified(receiver, node)[1:]
+            for a in b["alerts"]]
+
+
+def test_an_acked_alert_that_escalates_is_heard_resolved_under_the_set_notified(
+        hooked: tuple[Server, Receiver]) -> None:
+    """48 notified, acked, 64 joins (quiet), the alert resolves: the receiver that heard 48's
+    set hears it resolved (not only the RMA set, which it never heard), and nothing fires."""
+    am, receiver = hooked
+    node = f"node-ackres-{time.time_ns()}"
+    t0 = time.time() - 200
+    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    first = xid_alert(48, node=node, t0=t0)
+    sink.mutes([], {})
+    sink.send([Notice(first)])
+    assert until(lambda: notified(receiver, node))
+    sink.mutes([], {first.id: Acknowledgement(first.id, time.time(), "oncall")})
+    assert until(lambda: fw_silences(am, node))
+    sink.send([Notice(xid_alert(48, 64, node=node, t0=t0), "ack:oncall")])
+    time.sleep(4.5)
+    assert len(notified(receiver, node)) == 1
+    sink.send([Notice(xid_alert(48, 64, node=node, t0=t0, state="resolved"))])
+    assert until(lambda: ("drain", "resolved") in _resolutions(receiver, node))
+    time.sleep(4.5)
+    assert _resolutions(receiver, node).count(("drain", "resolved")) == 1
+    assert ("rma", "firing") not in _resolutions(receiver, node)
+    assert not active(am, node) and not fw_silences(am, node)
+
+
+def test_an_acked_alert_that_resolves_is_heard_resolved_once(
+        hooked: tuple[Server, Receiver]) -> None:
+    """Without an escalation: posted resolved twice (under the ack's silence, then after
+    its expiry), heard once."""
+    am, receiver = hooked
+    node = f"node-ackplain-{time.time_ns()}"
+    t0 = time.time() - 200
+    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    first = xid_alert(48, node=node, t0=t0)
+    sink.mutes([], {})
+    sink.send([Notice(first)])
+    assert until(lambda: notified(receiver, node))
+    sink.mutes([], {first.id: Acknowledgement(first.id, time.time(), "oncall")})
+    sink.send([Notice(xid_alert(48, node=node, t0=t0, state="resolved"))])
+    assert until(lambda: _resolutions(receiver, node))
+    time.sleep(4.5)
+    assert _resolutions(receiver, node) == [("drain", "resolved")]
+    assert not active(am, node)
+
+
+def test_a_restart_whose_backlog_escalates_resolves_the_adopted_set_at_once(
+        hooked: tuple[Server, Receiver]) -> None:
+    """The processor stops after posting 48; 64 arrives while it is down; the restarted one
+    adopts the alert (Alertmanager has 48's set, as the store) and reads 64 first: one
+    notification, 48's set resolved and the RMA one firing, nothing left of 48's."""
+    am, receiver = hooked
+    node = f"node-restart-{time.time_ns()}"
+    t0 = time.time() - 60
+    AlertmanagerSink(f"http://{am.address}", resend_s=60.0).send(
+        [Notice(xid_alert(48, node=node, t0=t0))])
+    assert until(lambda: notified(receiver, node))
+    restarted = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    restarted.adopt([Notice(xid_alert(48, node=node, t0=t0))])
+    restarted.send([Notice(xid_alert(48, 64, node=node, t0=t0))])
+    assert until(lambda: len(notified(receiver, node)) == 2)
+    assert set(_resolutions(receiver, node)) == {("rma", "firing"), ("drain", "resolved")}
+    assert [a["labels"]["remedy"] for a in active(am, node)] == ["rma"]
+    time.sleep(4.5)
+    assert len(notified(receiver, node)) == 2
+
+
+def test_a_restart_after_an_acked_escalation_still_resolves_the_set_notified(
+        hooked: tuple[Server, Receiver]) -> None:
+    """As the acked escalation above, with a restart between the escalation and the end:
+    the new processor finds both sets in Alertmanager and resolves both."""
+    am, receiver = hooked
+    node = f"node-ackrestart-{time.time_ns()}"
+    t0 = time.time() - 200
+    first = xid_alert(48, node=node, t0=t0)
+    acks = {first.id: Acknowledgement(first.id, time.time(), "oncall")}
+    owner = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    owner.mutes([], {})
+    owner.send([Notice(first)])
+    assert until(lambda: notified(receiver, node))
+    owner.mutes([], acks)
+    owner.send([Notice(xid_alert(48, 64, node=node, t0=t0), "ack:oncall")])
+    restarted = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    restarted.mutes([], acks)
+    restarted.adopt([Notice(xid_alert(48, 64, node=node, t0=t0), "ack:oncall")])
+    restarted.tick()
+    time.sleep(3)
+    assert len(notified(receiver, node)) == 1
+    restarted.send([Notice(xid_alert(48, 64, node=node, t0=t0, state="resolved"))])
+    assert until(lambda: ("drain", "resolved") in _resolutions(receiver, node))
+    time.sleep(3)
+    assert ("rma", "firing") not in _resolutions(receiver, node)
+    assert not active(am, node)
 
 
 def test_an_older_releases_alert_keeps_its_label_set_until_it_escalates(
