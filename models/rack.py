@@ -37,7 +37,8 @@ rack whose cooler stops warms by degrees a minute.
 A rise the other racks share (the room, the facility's water, the weather: every
 rack's GPUs above their models, every node's inlet above its average) is not one
 rack's cooler: where the median rise of the other racks whose finding does not hold
-(``rack_inlets.others_median``; a flagged rack's rise is its own cooler's) is
+(``rack_inlets.others_median``; a flagged rack's rise is its own cooler's; at least three
+such racks, or the room and their coolers cannot be told apart) is
 more than ``CLEAR`` of the line, a rack is judged on its rise beyond the part of it
 above ``CLEAR`` of the line, on its GPUs' models and on its inlet air alike: a whole
 fleet warming together raises no rack's finding, while the room's daily swing and the

@@ -83,14 +83,23 @@ class Inlets:
         return out
 
 
+# A rise is the room's only where at least this many other racks, none of them flagged,
+# share it: with fewer, the room and those racks' own coolers cannot be told apart (two
+# racks of a small fleet failing together, or one failing while the other already is),
+# and a cooling failure missed costs more than a warm room paged.
+MIN_SHARED = 3
+
+
 def others_median(values: dict[int, float], flagged: Collection[int] = ()
                   ) -> dict[int, float]:
     """Per key: the median of the other keys' values, leaving out the ``flagged`` ones
-    (racks whose finding holds: their rise is their own cooler's, not the room's) while
-    any other is left, else all the others (two racks, one flagged: the other's rise may
-    still be the room's); none for a key alone."""
-    out = _others(values, values.keys()) if flagged else {}
-    return out | _others(values, [k for k in values if k not in flagged])
+    (racks whose finding holds: their rise is their own cooler's, not the room's); none
+    where fewer than ``MIN_SHARED`` such others are left."""
+    among = [k for k in values if k not in flagged]
+    n = len(among)
+    kept = set(among)
+    return {k: v for k, v in _others(values, among).items()
+            if n - (k in kept) >= MIN_SHARED}
 
 
 def _others(values: dict[int, float], among: Iterable[int]) -> dict[int, float]:
