@@ -27,7 +27,10 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, Store
 
-BATCH_S = 3600.0  # one hour of simulated time per store transaction, at most
+# A minute of simulated time per batch, at most, as a live processor gets frames: silence
+# and rack rules judge at a batch's end, and with an hour a batch a node silent for 20
+# minutes (back by the hour's end) was never paged.
+BATCH_S = 60.0
 # ... and at most this many frames (about 22 kB each for 8 GPUs while held): an hour of
 # 1,000 nodes at 5 s held 15 GB before anything was written.
 MAX_BATCH_FRAMES = 10_000

@@ -226,3 +226,23 @@ def test_simulate_holds_a_bounded_number_of_frames_however_big_the_fleet(
                                  1_790_000_000.0, 3600.0)
     store.close()
     assert max(sizes) <= 50 and sum(sizes) == result.frames == 8 * 240
+
+
+def test_simulate_pages_a_node_silent_for_twenty_minutes(tmp_path) -> None:
+    """An hour of frames went through the processor in one batch, and silence was judged at
+    its end only: a node silent for 20 minutes in the middle was never paged."""
+    from fleetwatch import simulate as sim_module
+    from fleetwatch.collectors.sim import Fault
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.models.registry import build
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    store = SqliteStore(tmp_path / "s.db")
+    silent = Fault("node_silent", "node-001", None, 1800.0, 1200.0)
+    sim_module.simulate(store, SimParams(nodes=4, gpus=2, interval_s=15.0), 1_790_000_000.0,
+                        2 * 3600.0, [silent], detectors=build(DetectorsConfig()))
+    paged = [a for a in store.alerts(states=("firing", "resolved"))
+             if a.rule == "node_silent" and a.node == "node-001"]
+    store.close()
+    assert paged and paged[0].fired_ts is not None
+    assert 1_790_000_000.0 + 1800.0 < paged[0].fired_ts < 1_790_000_000.0 + 1800.0 + 300.0
