@@ -14,6 +14,7 @@ batches (boards, slots, ``WaveDetector``) in ``fleetwatch.models.gpu_slots``.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -226,6 +227,25 @@ def _shape(meta: tuple[_Meta, ...], width: int) -> _Shape:
     uuids = tuple([m[4] if is_board_uuid(m[4]) else "" for m in meta])
     return (ids, list(ids) + pad, codes + pad, lost, [_model_code(m[3]) for m in meta] + pad,
             uuids)
+
+
+# A GPU's part: its model name without the memory size, so that boards that differ only
+# in memory (an A100-SXM4-40GB beside A100-SXM4-80GBs: the same clocks and heat path) are
+# each other's peers, while an A100 and an H100 are not.
+_MEMORY = re.compile(r"[- ]?\b\d+\s?GB\b", re.IGNORECASE)
+_part_codes: list[int] = []   # model code -> part code
+_parts: dict[str, int] = {}
+
+
+def part_of(name: str) -> str:
+    return " ".join(_MEMORY.sub("", name).split())
+
+
+def parts(model: np.ndarray) -> np.ndarray:
+    """The part codes of an array of model codes (-1 where there is no GPU)."""
+    for name in _model_names[len(_part_codes):]:
+        _part_codes.append(_parts.setdefault(part_of(name), len(_parts)))
+    return np.asarray([*_part_codes, -1], dtype=np.int64)[model]
 
 
 def _model_code(name: str) -> int:

@@ -34,7 +34,15 @@ from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, columns, flagged, gpu_finding, throttle_bits
+from fleetwatch.models.batch import (
+    COL,
+    Batch,
+    columns,
+    flagged,
+    gpu_finding,
+    parts,
+    throttle_bits,
+)
 from fleetwatch.models.gpu_slots import Boards
 from fleetwatch.models.peer_stats import peer_median, same_job_peers
 
@@ -131,8 +139,9 @@ class JobPeers:
         if not have.any():
             return []
         g = limit.shape[1]
+        part = parts(b.model)
         peers = have[:, None, :] & have[:, :, None] & ~np.eye(g, dtype=bool)[None] \
-            & (b.model[:, :, None] == b.model[:, None, :])
+            & (part[:, :, None] == part[:, None, :])
         med, n = peer_median(limit, peers)
         with np.errstate(invalid="ignore"):
             low = have & (n >= 1) & (limit < self.c.power_low_frac * med)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fleetwatch.models.batch import NAN, Batch
+from fleetwatch.models.batch import NAN, Batch, parts
 
 
 def peer_count(peers: np.ndarray) -> np.ndarray:
@@ -68,8 +68,8 @@ def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray,
     job = batch.job[rows]
     g = job.shape[1]
     mask = (job[:, :, None] == job[:, None, :]) & ok[:, None, :] & ok[:, :, None]
-    if same_model:
-        model = batch.model[rows]
-        mask &= model[:, :, None] == model[:, None, :]
+    if same_model:  # the same part: memory size aside (batch.part_of)
+        part = parts(batch.model[rows])
+        mask &= part[:, :, None] == part[:, None, :]
     mask &= ~np.eye(g, dtype=bool)[None]
     return mask

@@ -202,6 +202,18 @@ def test_a_node_mixing_a100s_and_h100s_in_one_job_compares_clocks_and_power_by_p
     assert found[-1].evidence["peer_power_w"] == 400.0
 
 
+def test_a_board_that_differs_only_in_memory_size_is_judged_with_its_peers() -> None:
+    """One A100-SXM4-40GB among seven A100-SXM4-80GB: the same clocks and heat path. Compared
+    by the exact model name it had no peer, and its straggling went unpaged."""
+    models = ["NVIDIA A100-SXM4-40GB"] + ["NVIDIA A100-SXM4-80GB"] * 7
+    a100 = {"gpu_sm_clock_mhz": 1410.0, "gpu_power_w": 400.0, "gpu_power_limit_w": 400.0}
+    gpus = [{**busy(60), **a100} for _ in range(8)]
+    assert settled(gpus, models=models) == []
+    gpus[0] = {**gpus[0], "gpu_sm_clock_mhz": 700.0, "gpu_power_limit_w": 150.0}
+    found = settled(gpus, models=models)
+    assert ("gpu_straggler", 0) in rules(found) and ("gpu_power_limit_low", 0) in rules(found)
+
+
 def test_a_power_limit_is_compared_with_the_other_gpus_of_its_part_on_a_mixed_node() -> None:
     a100 = {"gpu_power_limit_w": 400.0}
     h100 = {"gpu_power_limit_w": 700.0}
