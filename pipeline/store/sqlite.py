@@ -131,12 +131,12 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
                                  "name = 'samples'").fetchone()
         except sqlite3.DatabaseError as exc:  # not an SQLite file at all
             conn.close()
-            raise StoreError(f"{self.path} is not a fleetwatch store ({exc}): name the store "
-                             "fleetwatch wrote with --store (store.path)") from None
+            raise StoreError(f"{self.path} is not a fleetwatch SQLite store ({exc}): name the "
+                             "store fleetwatch wrote with --store (store.path)") from None
         if found is None:
             conn.close()
             empty = " (an empty file)" if os.path.getsize(self.path) == 0 else ""
-            raise StoreError(f"{self.path} is not a fleetwatch store{empty}: it has none of "
+            raise StoreError(f"{self.path} is not a fleetwatch SQLite store{empty}: it has none of "
                              "its tables; name the store fleetwatch wrote with --store "
                              "(store.path), or remove this file")
 

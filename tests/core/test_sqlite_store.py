@@ -230,7 +230,7 @@ def test_a_file_that_is_not_a_store_is_refused_in_words(tmp_path: Path, content:
     path = tmp_path / "x.db"
     path.write_bytes(content)
     store = SqliteStore(path, read_only=True)
-    with pytest.raises(StoreError, match=r"x\.db is not a fleetwatch store"):
+    with pytest.raises(StoreError, match=r"x\.db is not a fleetwatch SQLite store"):
         store.alerts()
     store.close()
     if not content:  # `up --keep` on an empty file starts a new store there
