@@ -25,18 +25,19 @@ from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyTotal
 # processor's clock may differ from the dashboard's. So an hour is read again for this
 # long after its last write, then kept.
 MARGIN_S = 300.0
-# Hour-groups kept at most (an hour of totals by job is a few hundred lines): two months
-# of every grouping the pages ask for, the oldest dropped first.
-MAX_HOURS = 6 * 1500
+# Lines kept at most (~300 bytes each; an hour by job is a few hundred lines, by cluster a
+# few): a month of a fleet running 300 jobs at once, the oldest hours dropped first.
+MAX_LINES = 250_000
 
 
 class HourCache:
     """Per (``by``, hour): that hour's totals, as last read. Thread-safe (the dashboard
     answers callbacks on several threads)."""
 
-    def __init__(self, margin_s: float = MARGIN_S, max_hours: int = MAX_HOURS) -> None:
+    def __init__(self, margin_s: float = MARGIN_S, max_lines: int = MAX_LINES) -> None:
         self.margin_s = margin_s
-        self.max_hours = max_hours
+        self.max_lines = max_lines
+        self._lines = 0
         self._hours: dict[tuple[str, int], list[EnergyTotal]] = {}
         self._lock = threading.Lock()
         self._looked_ts: float | None = None  # when markers were last read
@@ -57,7 +58,7 @@ class HourCache:
         with self._lock:
             dropped = [k for k in self._hours if k[1] in gone]
             for k in dropped:
-                del self._hours[k]
+                self._lines -= len(self._hours.pop(k))
             if dropped:
                 self._epoch += 1
             self._looked_ts = now_ts
@@ -75,12 +76,13 @@ class HourCache:
             if epoch != self._epoch:
                 return
             for bucket, lines in totals.items():
-                self._hours.pop((by, bucket), None)
+                self._lines += len(lines) - len(self._hours.pop((by, bucket), ()))
                 self._hours[(by, bucket)] = lines
-            excess = len(self._hours) - self.max_hours
-            if excess > 0:
-                for k in sorted(self._hours, key=lambda k: k[1])[:excess]:
-                    del self._hours[k]
+            if self._lines > self.max_lines:
+                for k in sorted(self._hours, key=lambda k: k[1]):
+                    self._lines -= len(self._hours.pop(k))
+                    if self._lines <= self.max_lines:
+                        break
 
 
 def runs(buckets: Iterable[int], max_steps: int) -> list[tuple[int, int]]:

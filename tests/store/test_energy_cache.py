@@ -36,10 +36,15 @@ def test_a_read_that_may_predate_a_write_is_not_kept():
 
 
 def test_the_oldest_hours_go_first_past_the_bound():
-    cache = HourCache(max_hours=3)
-    cache.put("cluster", {H + i * 3600: [] for i in range(5)}, cache.changed((), 0.0))
-    assert sorted(cache.get("cluster", [H + i * 3600 for i in range(5)])) == [
-        H + 2 * 3600, H + 3 * 3600, H + 4 * 3600]
+    cache = HourCache(max_lines=6)
+    hours = [H + i * 3600 for i in range(5)]
+    cache.put("cluster", {h: [total(h, 1.0), total(h, 2.0)] for h in hours},
+              cache.changed((), 0.0))
+    assert sorted(cache.get("cluster", hours)) == hours[2:]
+    cache.changed([hours[3]], 1.0)  # a dropped hour frees its lines
+    cache.put("job", {H: [total(H, 1.0)] * 2}, cache.changed((), 2.0))
+    assert sorted(cache.get("cluster", hours)) == [hours[2], hours[4]]
+    assert cache.get("job", [H]) == {H: [total(H, 1.0)] * 2}
 
 
 def test_runs_of_consecutive_hours():
