@@ -17,8 +17,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from typing import Any
 
-from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyTotal
+from fleetwatch.pipeline.store.ledger import BUCKET_S
+
+# An hour's ``EnergyTotal`` lines for one grouping, or its ``EnergyRow`` rows (``ROWS``).
+Lines = list[Any]
+# The grouping under which whole hours of rows are kept (not one of ``TOTAL_KEYS``).
+ROWS = "rows"
 
 # Markers written up to this long before the last look, or after now, still count: a
 # write becomes searchable a second or so after it is taken (more under load), and the
@@ -38,7 +44,7 @@ class HourCache:
         self.margin_s = margin_s
         self.max_lines = max_lines
         self._lines = 0
-        self._hours: dict[tuple[str, int], list[EnergyTotal]] = {}
+        self._hours: dict[tuple[str, int], Lines] = {}
         self._lock = threading.Lock()
         self._looked_ts: float | None = None  # when markers were last read
         self._epoch = 0  # bumped whenever an hour is dropped
@@ -64,12 +70,12 @@ class HourCache:
             self._looked_ts = now_ts
             return self._epoch
 
-    def get(self, by: str, buckets: Iterable[int]) -> dict[int, list[EnergyTotal]]:
+    def get(self, by: str, buckets: Iterable[int]) -> dict[int, Lines]:
         """The kept hours among ``buckets``."""
         with self._lock:
             return {b: self._hours[(by, b)] for b in buckets if (by, b) in self._hours}
 
-    def put(self, by: str, totals: dict[int, list[EnergyTotal]], epoch: int) -> None:
+    def put(self, by: str, totals: dict[int, Lines], epoch: int) -> None:
         """Keep hours read after ``changed`` returned ``epoch``; not if an hour was dropped
         since (the read may predate the write that dropped it)."""
         with self._lock:

@@ -24,7 +24,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from fleetwatch.pipeline.store.energy_cache import HourCache, runs
+from fleetwatch.pipeline.store.energy_cache import ROWS, HourCache, runs
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
@@ -127,7 +127,18 @@ class VictoriaEnergy:
         matchers = [f'{k}="{quote(v)}"' for k, v in (("cluster", cluster), ("node", node))
                     if v is not None]
         first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
-        return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
+        if matchers or int(math.ceil(end_ts)) != first + BUCKET_S:
+            return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
+        # One hour of the whole fleet: the energy page asks for the month's first hour on
+        # every refresh (when its data began); kept like the totals.
+        cache = self._hour_cache()
+        epoch = self._look(cache)
+        kept = cache.get(ROWS, [first])
+        if first in kept:
+            return list(kept[first])
+        rows = self._rows(first, first + BUCKET_S, "{}")
+        cache.put(ROWS, {first: rows}, epoch)
+        return list(rows)
 
     def _rows(self, first: int, end: int, selector: str) -> list[EnergyRow]:
         """Rows of the buckets starting in [first, end): each field's largest sample per hour."""
@@ -164,9 +175,7 @@ class VictoriaEnergy:
         last -= last % BUCKET_S
         wanted = range(first, last + 1, BUCKET_S)
         cache = self._hour_cache()
-        now = time.time()
-        span = cache.lookback(now)
-        epoch = cache.changed(self._hours_written(*span) if span else (), now)
+        epoch = self._look(cache)
         kept = cache.get(by, wanted)
         read: dict[int, list[EnergyTotal]] = {b: [] for b in wanted if b not in kept}
         for run_first, run_last in runs(read, _MAX_STEPS):
@@ -201,6 +210,12 @@ class VictoriaEnergy:
                                    v.get(("seconds", True), 0.0), both("idle_s"),
                                    v.get(("missing_s", True), 0.0), both("over_tdp_s")))
         return out
+
+    def _look(self, cache: HourCache) -> int:
+        """Drop the kept hours written since the last look; the epoch to keep reads under."""
+        now = time.time()
+        span = cache.lookback(now)
+        return cache.changed(self._hours_written(*span) if span else (), now)
 
     def _hours_written(self, since_ts: float, until_ts: float) -> list[int]:
         """The hours whose rows were written with a stamp in [since, until]."""

@@ -1,5 +1,6 @@
 """Hourly totals on a real VictoriaMetrics: summed by the server in one query, equal to the
-rows summed here, and hours already read not read again until a write changes them."""
+rows summed here, and hours already read (totals, a whole hour's rows) not read again until a
+write changes them."""
 
 from __future__ import annotations
 
@@ -84,6 +85,12 @@ def test_totals_equal_the_rows_and_closed_hours_are_read_once(victoria):
     assert [t for t in dashboard.energy_totals(T0, T0 + 3 * 3600, "cluster")
             if t.name == c] == summed(rows, "cluster")
     assert asked == []
+    # The energy page asks for the rows of one whole hour (when the month's data began).
+    whole = dashboard.energy(T0, T0 + 3600)
+    assert sorted(whole) == sorted(r for r in rows if r.bucket_ts == T0)
+    asked.clear()
+    assert dashboard.energy(T0, T0 + 3600) == whole
+    assert asked == []
     late = rows_of(c, T0, 3.0)[:1]
     processor.write_energy(late, states(T0 + 3 * 3600 + 60))
     force_flush(victoria.address)
@@ -93,3 +100,7 @@ def test_totals_equal_the_rows_and_closed_hours_are_read_once(victoria):
     assert got == summed(rows, "cluster")
     assert got[0].energy_j == summed(rows_of(c, T0, 2.0), "cluster")[0].energy_j + 3.5
     assert [(p["start"], p["end"]) for p in asked] == [(T0 + 3600, T0 + 3600)]
+    asked.clear()
+    assert sorted(dashboard.energy(T0, T0 + 3600)) == sorted(r for r in rows
+                                                              if r.bucket_ts == T0)
+    assert len(asked) == 6  # read again: the late row is in it
