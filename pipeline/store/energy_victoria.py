@@ -12,15 +12,19 @@ holds whether or not the server deduplicates. Watermarks are lines of
 are found with ``last_over_time`` within ``STATE_LOOKBACK_S`` either side
 of the first sample being integrated (a replay starts before the watermark);
 a counter that owes energy adds its own reading and the ``ts`` it is for.
-Rows and watermarks go in one request.
+Rows and watermarks go in one request, with one ``fleetwatch_energyhour_written``
+marker per hour the rows are in, stamped with the writer's clock: ``energy_totals``
+keeps hours it has read (``energy_cache``) until a marker says they changed.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from fleetwatch.pipeline.store.energy_cache import ROWS, HourCache, runs
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
@@ -38,6 +42,7 @@ from fleetwatch.pipeline.store.metricsql import quote
 
 ROW_MEASUREMENT = "fleetwatch_energy"
 STATE_MEASUREMENT = "fleetwatch_energystate"
+HOUR_MEASUREMENT = "fleetwatch_energyhour"  # one marker per hour a write touched
 _ROW_TAGS = ("cluster", "rack", "node", "device", "job", "user", "team")
 _MAX_STEPS = 10_000
 
@@ -91,6 +96,10 @@ class VictoriaEnergy:
         lines = [row_line(r, newest.get((r.cluster, r.node), r.bucket_ts + BUCKET_S))
                  for r in rows]
         lines += [state_line(s) for s in states]
+        # Which hours changed, for readers that keep the others (``energy_cache``).
+        wall_ms = round(time.time() * 1000)
+        lines += [f"{HOUR_MEASUREMENT},bucket={b} written=1 {wall_ms}"
+                  for b in sorted({r.bucket_ts for r in rows})]
         if lines:
             self._writer.write_lines(lines)
 
@@ -118,7 +127,18 @@ class VictoriaEnergy:
         matchers = [f'{k}="{quote(v)}"' for k, v in (("cluster", cluster), ("node", node))
                     if v is not None]
         first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
-        return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
+        if matchers or int(math.ceil(end_ts)) != first + BUCKET_S:
+            return self._rows(first, int(math.ceil(end_ts)), "{" + ",".join(matchers) + "}")
+        # One hour of the whole fleet: the energy page asks for the month's first hour on
+        # every refresh (when its data began); kept like the totals.
+        cache = self._hour_cache()
+        epoch = self._look(cache)
+        kept = cache.get(ROWS, [first])
+        if first in kept:
+            return list(kept[first])
+        rows = self._rows(first, first + BUCKET_S, "{}")
+        cache.put(ROWS, {first: rows}, epoch)
+        return list(rows)
 
     def _rows(self, first: int, end: int, selector: str) -> list[EnergyRow]:
         """Rows of the buckets starting in [first, end): each field's largest sample per hour."""
@@ -146,32 +166,73 @@ class VictoriaEnergy:
 
 
     def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+        """Hours kept since an earlier read (``energy_cache``) are not read again; the
+        others in one query per run of hours, every field at once, summed by the server."""
         if by not in TOTAL_KEYS:
             raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
-        gpu = '{device=~"gpu[0-9]+"}'
-        parts = (("energy_j", "{}"), ("idle_j", "{}"), ("energy_j", gpu), ("seconds", gpu),
-                 ("idle_s", "{}"), ("missing_s", gpu), ("over_tdp_s", "{}"))
-        sums: dict[tuple[int, str], list[float]] = {}
         first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
         last = int(math.ceil(end_ts)) - 1
         last -= last % BUCKET_S
-        while first <= last:
-            chunk_last = min(last, first + (_MAX_STEPS - 1) * BUCKET_S)
-            for i, (field, sel) in enumerate(parts):
-                result = self._get(
-                    "/api/v1/query_range",
-                    query=f"sum by ({by}) (max_over_time({ROW_MEASUREMENT}_{field}{sel}"
-                          f"[{BUCKET_S}s] offset 1ms))",
-                    start=first + BUCKET_S, end=chunk_last + BUCKET_S, step=f"{BUCKET_S}s",
-                    nocache=1)
-                for r in result:
-                    name = r["metric"].get(by, "")
-                    for t, v in r["values"]:
-                        key = (round(float(t)) - BUCKET_S, name)
-                        sums.setdefault(key, [0.0] * len(parts))[i] = float(v)
-            first = chunk_last + BUCKET_S
-        return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
+        wanted = range(first, last + 1, BUCKET_S)
+        cache = self._hour_cache()
+        epoch = self._look(cache)
+        kept = cache.get(by, wanted)
+        read: dict[int, list[EnergyTotal]] = {b: [] for b in wanted if b not in kept}
+        for run_first, run_last in runs(read, _MAX_STEPS):
+            for t in self._read_totals(run_first, run_last, by):
+                read[t.bucket_ts].append(t)
+        cache.put(by, read, epoch)
+        return sorted((t for lines in (*kept.values(), *read.values()) for t in lines),
+                      key=lambda t: (t.bucket_ts, t.name))
 
+    def _read_totals(self, first: int, last: int, by: str) -> list[EnergyTotal]:
+        """The hours [first, last] by ``by``: each field summed apart for GPUs and for the
+        other devices (``gpu`` label), as ``EnergyTotal`` splits them."""
+        result = self._get("/api/v1/query_range", query=(
+            f"sum by ({by}, __name__, gpu) (label_replace(max_over_time("
+            f'{{__name__=~"{ROW_MEASUREMENT}_({"|".join(ENERGY_FIELDS)})"}}'
+            f'[{BUCKET_S}s] offset 1ms) keep_metric_names, "gpu", "1", "device", '
+            f'"gpu[0-9]+"))'),
+            start=first + BUCKET_S, end=last + BUCKET_S, step=f"{BUCKET_S}s", nocache=1)
+        sums: dict[tuple[int, str], dict[tuple[str, bool], float]] = {}
+        for r in result:
+            field = r["metric"].get("__name__", "")[len(ROW_MEASUREMENT) + 1:]
+            gpu = r["metric"].get("gpu") == "1"
+            name = r["metric"].get(by, "")
+            for t, v in r["values"]:
+                sums.setdefault((round(float(t)) - BUCKET_S, name), {})[(field, gpu)] = float(v)
+        out = []
+        for (bucket, name), v in sorted(sums.items()):
+            def both(field: str, v: dict[tuple[str, bool], float] = v) -> float:
+                return v.get((field, True), 0.0) + v.get((field, False), 0.0)
+            out.append(EnergyTotal(bucket, name, both("energy_j"), both("idle_j"),
+                                   v.get(("energy_j", True), 0.0),
+                                   v.get(("seconds", True), 0.0), both("idle_s"),
+                                   v.get(("missing_s", True), 0.0), both("over_tdp_s")))
+        return out
+
+    def _look(self, cache: HourCache) -> int:
+        """Drop the kept hours written since the last look; the epoch to keep reads under."""
+        now = time.time()
+        span = cache.lookback(now)
+        return cache.changed(self._hours_written(*span) if span else (), now)
+
+    def _hours_written(self, since_ts: float, until_ts: float) -> list[int]:
+        """The hours whose rows were written with a stamp in [since, until]."""
+        at_ms = round(until_ts * 1000)
+        # nocache: the server keeps instant answers too, and would hide a marker just written.
+        found = self._get("/api/v1/query", query=(
+            f"last_over_time({HOUR_MEASUREMENT}_written"
+            f"[{max(at_ms - round(since_ts * 1000), 1)}ms])"), time=f"{at_ms / 1000:.3f}",
+            nocache=1)
+        return [int(r["metric"]["bucket"]) for r in found
+                if r["metric"].get("bucket", "").isdigit()]
+
+    def _hour_cache(self) -> HourCache:
+        cache = self.__dict__.get("_energy_hours")
+        if cache is None:  # no __init__ of its own: the host class has one
+            cache = self.__dict__.setdefault("_energy_hours", HourCache())
+        return cache
 
     def energy_top(self, start_ts: float, end_ts: float, by: str,
                    kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
