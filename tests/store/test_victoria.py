@@ -303,3 +303,17 @@ def test_a_silence_and_an_ack_are_listed_the_moment_they_are_written(victoria: S
         store.write_acks([a])
         assert a.alert_id in {x.alert_id for x in store.acks()}
     store.close()
+
+
+def test_an_instant_query_asked_again_after_a_write_sees_it(victoria: Server) -> None:
+    """VictoriaMetrics caches instant-query answers: the same query asked before and after a
+    write answered empty both times (a processor taking a node over reads its watermark so)."""
+    tag = cluster_name()
+    store = VictoriaMetricsStore(f"http://{victoria.address}")
+    query = f'last_over_time(gpu_temp_c{{cluster="{tag}"}}[5m])'
+    at = int(time.time() * 1000)
+    assert store.query(query, at) == []
+    store.write(frames(tag, at - 2000, 1, nodes=1, gpus=1))
+    force_flush(victoria.address)
+    assert len(store.query(query, at)) == 1
+    store.close()
