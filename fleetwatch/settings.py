@@ -176,7 +176,9 @@ class ProcessorConfig:
 class StoreConfig:
     kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
     path: str = required("fleetwatch.db")
-    raw_retention_h: float = ranged(14 * 24.0, 0.0, 1_000_000.0, above=True)
+    # At least 0.1 h: a minute's raw rows make its rollup once it is 2 min old (a shorter
+    # retention deleted them first, and every rollup was lost).
+    raw_retention_h: float = ranged(14 * 24.0, 0.1, 1_000_000.0)
     rollup_retention_d: float = ranged(400.0, 0.0, 100_000.0, above=True)
     url: str = http_url("http://127.0.0.1:8428")
     org: str = required("fleetwatch")

@@ -72,7 +72,8 @@ def test_file_then_environment(tmp_path: Path) -> None:
     ("[agent]\ninterval_s = inf\n", {}, "agent.interval_s = inf; must be a finite number"),
     ("[agent]\ninterval_s = 0\n", {}, "agent.interval_s = 0; must be between 0.05 and 3600"),
     ("", {"FLEETWATCH_AGENT_INTERVAL_S": "1e400"}, "must be a finite number"),
-    ("[store]\nraw_retention_h = 0\n", {}, "store.raw_retention_h = 0; must be above 0"),
+    ("[store]\nraw_retention_h = 0\n", {}, "store.raw_retention_h = 0; must be between 0.1 and"),
+    ("[store]\nraw_retention_h = 0.01\n", {}, "store.raw_retention_h = 0.01; must be between 0.1"),
     ("[bus\n", {}, "not valid TOML"),
 ])
 def test_bad_values_stop_start_up_naming_the_key(tmp_path: Path, text: str, env: dict,
