@@ -33,6 +33,11 @@ is every GPU's time while the whole node is silent.
 An interval is attributed to the job, user and team of the sample that ends
 it (NVML's utilization is "over the last sample period", so that sample
 describes the interval) and split across hour buckets in proportion to time.
+The missing time of an interval longer than ``max_gap_s`` goes to that owner only
+where its job also held the device at the interval's start, else to no owner
+(``energy_owners.across_gap``): a job that started after a silence, or ended in it,
+did not hold the GPU for it. Who held it is kept in memory with the watermark: a
+processor that takes a node over in its silence books that time to no owner.
 A GPU several jobs share (MPS, time slicing: the agent lists them sorted,
 comma-separated) is split equally among its jobs, energy and seconds alike;
 each job's part goes to its user and team where the frame pairs them (as many
@@ -78,7 +83,7 @@ from collections.abc import Callable, Iterable, Sequence
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.energy_clock import ClockSteps, in_steps
 from fleetwatch.pipeline.energy_counter import clock_ran, interval_energy
-from fleetwatch.pipeline.energy_owners import Owner, Owners, split_node, split_owner
+from fleetwatch.pipeline.energy_owners import Owner, Owners, across_gap, split_node, split_owner
 from fleetwatch.pipeline.energy_settings import EnergySettings, over_tdp_w
 from fleetwatch.pipeline.energy_state import (
     Acc,
@@ -244,9 +249,10 @@ class EnergyIntegrator:
             else:
                 idle = _idle_by_util(util, prev.util if prev is not None else None)
             over = over_tdp_w(g, s.tdp_w)
-            energy = self._interval(node, f, dev, power, counter, owners, idle,
-                                    power is not None and over is not None and power > over,
-                                    touched, m.get("gpu_power_limit_w"))
+            energy, owners = self._interval(
+                node, f, dev, power, counter, owners, idle,
+                power is not None and over is not None and power > over,
+                touched, m.get("gpu_power_limit_w"))
             now = node.devs.get(dev)
             if now is not None and now.ts == f.ts:
                 now.util = util
@@ -272,10 +278,11 @@ class EnergyIntegrator:
                 add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
                            (s.node_static_w * dt, 0.0, dt, 0.0, 0.0, 0.0), touched)
             elif dt > s.max_gap_s:
-                add_shares(node, f, REST_DEVICE, host.ts, dt, node_owners,
+                add_shares(node, f, REST_DEVICE, host.ts, dt,
+                           across_gap(host.owners, node_owners),
                            (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
         if host is None or f.ts > host.ts:
-            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None)
+            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None, owners=node_owners)
         node.last_ts = max(node.last_ts, f.ts)
         if node.clock.anchor == f.ts:
             node.clock.anchor = None
@@ -308,11 +315,14 @@ class EnergyIntegrator:
 
     def _interval(self, node: NodeState, f: Frame, dev: str, power: float | None,
                   counter: float | None, owners: Owners, idle: bool,
-                  over: bool, touched: set[Key], limit_w: float | None = None) -> float:
-        """Integrate ``dev``'s interval ending at ``f``; returns the energy booked (J)."""
+                  over: bool, touched: set[Key], limit_w: float | None = None
+                  ) -> tuple[float, Owners]:
+        """Integrate ``dev``'s interval ending at ``f``; returns the energy booked (J) and
+        the owners it was booked to (over a gap, only those that held ``dev`` throughout)."""
         prev = node.devs.get(dev)
         energy: float | None = 0.0
         owed = 0.0
+        held = owners  # who holds dev at f: its watermark's owners for the next interval
         if prev is not None:
             dt = f.ts - prev.ts
             if dt <= 0 and node.clock.anchor == f.ts and node.clock.cadence > 0:
@@ -321,16 +331,16 @@ class EnergyIntegrator:
                 dt = node.clock.cadence
                 prev = Watermark(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
             elif dt <= 0:
-                if node.clock.anchor == f.ts:
-                    node.devs[dev] = Watermark(f.ts, power, counter)  # re-anchored, unbooked
-                return 0.0  # at or before the watermark: integrated already (a replay)
+                if node.clock.anchor == f.ts:  # re-anchored, unbooked
+                    node.devs[dev] = Watermark(f.ts, power, counter, owners=held)
+                return 0.0, owners  # at or before the watermark: integrated already (a replay)
             if dt > self.s.max_gap_s:
                 host = node.devs.get(HOST_DEVICE)
                 if host is not None and host.ts - prev.ts > self.s.max_gap_s:
                     # The node reported without this GPU: it was absent (removed, replaced),
                     # not unmeasured. It starts anew here, as a new GPU does.
-                    node.devs[dev] = Watermark(f.ts, power, counter)
-                    return 0.0
+                    node.devs[dev] = Watermark(f.ts, power, counter, owners=held)
+                    return 0.0, owners
                 energy = None
                 ran = clock_ran(self.s, prev, dt, power, counter)
                 if ran is not None:  # the node's clock stepped forward: ``ran`` s passed
@@ -341,6 +351,10 @@ class EnergyIntegrator:
                 energy, owed, stale = interval_energy(self.s, prev, dt, power, counter, limit_w)
                 if stale:
                     self._stale(f, dev, dt, power)
+            if dt > self.s.max_gap_s:
+                # Missing time across a silence: not the end sample's owner's unless it
+                # held the GPU at the start too (a job that began after the silence).
+                owners = across_gap(prev.owners, owners)
             if energy is None:
                 vals = (0.0, 0.0, 0.0, 0.0, dt, 0.0)
             else:
@@ -350,8 +364,8 @@ class EnergyIntegrator:
                 add_interval(node, f, dev, prev.ts, dt, owners[0][0], vals, touched)
             else:
                 add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
-        node.devs[dev] = Watermark(f.ts, power, counter, owed)
-        return energy or 0.0
+        node.devs[dev] = Watermark(f.ts, power, counter, owed, owners=held)
+        return energy or 0.0, owners
 
     def _anew(self, node: NodeState, f: Frame, was: float) -> None:
         """The node's clock jumped further than ``max_jump_s``: a clock error, not an
@@ -375,7 +389,7 @@ class EnergyIntegrator:
             return  # a clock error: _frame starts the node anew
         host = node.devs.get(HOST_DEVICE)
         if host is not None:
-            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None)
+            node.devs[HOST_DEVICE] = Watermark(f.ts, None, None, owners=host.owners)
         if self.store is not None:
             start = bucket_floor(f.ts - self.s.max_gap_s)
             for r in self.store.energy(start, node.last_ts + BUCKET_S, *key):

@@ -6,7 +6,8 @@ minutes. The rules are the processor's (``tests/energy`` checks that both give
 the same rows): the energy counter's step where it is
 plausible, else the trapezoid of power, else the end sample's power; an
 interval longer than ``max_gap_s`` or without power is missing time; the
-interval belongs to its end sample's owner, idle flag and power; intervals
+interval belongs to its end sample's owner, idle flag and power, but for one longer than
+``max_gap_s``, which is no owner's unless the same job holds the GPU at both ends; intervals
 that cross an hour are split in proportion to time. Four rules of the processor
 are not here, for what a block does not hold: a counter that stands still while
 the board draws power, a GPU the node stops listing, a GPU shared by several
@@ -20,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from fleetwatch.pipeline.energy_owners import NO_OWNER
 from fleetwatch.pipeline.energy_settings import TDP_MARGIN, EnergySettings
 from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow
 
@@ -63,8 +65,9 @@ def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | No
     # exactly on the hour stays in the hour it ends.
     b0 = (t0 // BUCKET_S).astype(np.int64)
     b1 = np.ceil(t1 / BUCKET_S).astype(np.int64) - 1
+    owners = list(owners)
+    own = _gap_owner(owner, owners, np.broadcast_to(dt > s.max_gap_s, energy.shape))
     n_g, n_o = power.shape[1], len(owners)
-    own = owner[1:].astype(np.int64)
     sums: dict[tuple[int, int, int], np.ndarray] = {}
 
     def add(bucket: np.ndarray, share: np.ndarray, rows: np.ndarray) -> None:
@@ -91,6 +94,23 @@ def integrate_arrays(ts: np.ndarray, power: np.ndarray, counter: np.ndarray | No
             add(np.array([b]), np.array([(hi - lo) / (t1[i] - t0[i])]), np.array([i]))
     return [EnergyRow(b * BUCKET_S, *devices[g], *owners[o], *map(float, v))
             for (b, g, o), v in sorted(sums.items())]
+
+
+def _gap_owner(owner: np.ndarray, owners: list[Owner], gap: np.ndarray) -> np.ndarray:
+    """Each interval's owner index: its end sample's, but across a gap (``gap``, (T-1, G))
+    that of no owner unless the same job holds the GPU at both ends (a job that started
+    after a silence is not charged for it). Appends no owner to ``owners`` if needed."""
+    own = owner[1:].astype(np.int64)
+    if not gap.any():  # the common block: no silence, no comparison of jobs
+        return own
+    jobs = np.array([o[0] for o in owners], dtype=object)
+    kept = (jobs[own] == jobs[owner[:-1].astype(np.int64)]) & (jobs[own] != "")
+    moved = gap & ~kept
+    if not moved.any():
+        return own
+    if NO_OWNER not in owners:
+        owners.append(NO_OWNER)
+    return np.where(moved, owners.index(NO_OWNER), own)
 
 
 def _add_runs(sums: dict[tuple[int, int, int], np.ndarray], bucket: np.ndarray,

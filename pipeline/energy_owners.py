@@ -42,3 +42,17 @@ def split_node(weights: dict[Owner, float]) -> Owners:
     if not total > 0:
         return tuple((o, 1.0 / len(weights)) for o in weights)
     return tuple((o, w / total) for o, w in weights.items() if w > 0)
+
+
+def across_gap(before: Owners | None, after: Owners) -> Owners:
+    """The owners of an interval longer than ``max_gap_s`` (missing time): of ``after`` (the
+    sample ending it), those whose job also held the device at its start; the rest of the
+    interval, and all of it where the start's owners are not known (a processor that took
+    the node over during the silence), to no owner. A job that started after the silence,
+    or ended during it, did not hold the device for all of it: it is not charged."""
+    held = {o[0] for o, _ in before or () if o[0]}
+    kept = tuple((o, share) for o, share in after if o[0] in held)
+    rest = 1.0 - sum(share for _, share in kept)
+    if rest > 1e-9:
+        kept += ((NO_OWNER, rest),)
+    return kept

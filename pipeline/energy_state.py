@@ -22,14 +22,17 @@ Acc = dict[Key, list[float]]
 class Watermark:
     """A device's watermark. ``owed``: joules the power samples booked while the counter
     stood still, that its next real step pays back (0 almost always). ``util``: its last
-    ``gpu_util_pct`` reading, kept in memory only (the idle rule without SM activity)."""
+    ``gpu_util_pct`` reading, kept in memory only (the idle rule without SM activity).
+    ``owners``: who held the device at that sample, in memory only (a gap's time is charged
+    to a job only where it held the device at both ends; not known: to no owner)."""
 
-    __slots__ = ("ts", "power", "counter", "owed", "util")
+    __slots__ = ("ts", "power", "counter", "owed", "util", "owners")
 
     def __init__(self, ts: float, power: float | None, counter: float | None,
-                 owed: float = 0.0, util: float | None = None) -> None:
+                 owed: float = 0.0, util: float | None = None,
+                 owners: Owners | None = None) -> None:
         self.ts, self.power, self.counter, self.owed = ts, power, counter, owed
-        self.util = util
+        self.util, self.owners = util, owners
 
 
 class NodeState:
@@ -45,7 +48,7 @@ class NodeState:
         self.clock = clock or NodeClock()
 
     def copy(self) -> NodeState:
-        return NodeState({d: Watermark(s.ts, s.power, s.counter, s.owed, s.util)
+        return NodeState({d: Watermark(s.ts, s.power, s.counter, s.owed, s.util, s.owners)
                           for d, s in self.devs.items()},
                          {k: v.copy() for k, v in self.acc.items()}, self.last_ts,
                          self.clock.copy())
