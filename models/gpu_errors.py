@@ -124,8 +124,9 @@ class GpuErrors(WaveDetector):
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c = self.c
-        for r in rows.tolist():  # in time order, before its findings: the job held then
-            self.jobs.see(b.frames[r])
+        lost_in = b.lost[rows].any(axis=1).tolist()
+        for r, lost in zip(rows.tolist(), lost_in, strict=True):  # before its findings
+            self.jobs.see(b.frames[r], lost)
         x = b.x[rows]
         have = slots >= 0
         s = slots[have]

@@ -50,3 +50,15 @@ def test_an_ecc_error_names_the_job() -> None:
     (f,) = d.update([node(T0 + 15, [busy(60, gpu_ecc_dbe_volatile_total=2.0)],
                           job="4000007")])
     assert f.rule == "gpu_ecc_dbe" and f.message.startswith("GPU 0 on n1 (job 4000007): ")
+
+
+def test_a_second_gpu_lost_while_the_first_is_names_its_own_newest_job() -> None:
+    held = HeldJobs()
+    held.see(node(T0, [busy(60)] * 4, job="A"))
+    held.see(node(T0 + 15, [busy(60)] * 4, jobs=["A", "A", None, "B"], lost=[2]))
+    both = node(T0 + 30, [busy(60)] * 4, jobs=["A", "A", None, None], lost=[2, 3])
+    held.see(both)
+    assert (held.of(both, 2), held.of(both, 3), held.of(both, 0)) == ("A", "B", "A")
+    back = node(T0 + 45, [busy(60)] * 4, jobs=["A", "A", None, None])  # back, idle
+    held.see(back)
+    assert held.of(back, 2) == "" and held.of(back, 3) == ""
