@@ -279,6 +279,11 @@ def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
 
 
 def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
+    if a.state == "resolved" and a.resolved_ts:
+        # Since when it fired, and apart when it ended: the end alone read as its start.
+        return [f"{clock(since)} UTC", html.Div(
+            f"ended {clock(a.resolved_ts)} UTC · {ago(a.resolved_ts, now_s)}",
+            className="ended-at panel-hint")]
     if ended is None or a.state == "resolved":
         return f"{clock(since)} UTC · {ago(since, now_s)}"
     return [f"{alert_view.utc(since)} UTC", html.Div(
@@ -319,8 +324,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
     muted = muted or {}
     for a in alerts:
         # As `fleetwatch alerts` and Alertmanager's startsAt: a firing alert since it fired.
-        since = (a.resolved_ts if a.state == "resolved" and a.resolved_ts else
-                 a.fired_ts if a.state == "firing" and a.fired_ts is not None else a.started_ts)
+        # A resolved one since it fired too (pending only: since it started), its end apart.
+        since = a.fired_ts if a.state != "pending" and a.fired_ts is not None else a.started_ts
         note = muted.get(a.id, "")
         message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
         if link_nodes and a.node:  # a rack's alert has no node page to open

@@ -214,6 +214,29 @@ def _rack_labels(rows: Sequence[tuple[str, str]]
     return labels, rules
 
 
+GAP_STEPS = 5  # a pause this many usual sample steps long is a gap, not a slope
+
+
+def with_gaps(values: Sequence[tuple[int, float]]) -> tuple[list[int], list[float | None]]:
+    """(x in ms, y) of a series, with a None wherever it paused for over ``GAP_STEPS`` of its
+    usual (median) step: a GPU lost for 30 minutes is a break in its line, not a straight
+    slope drawn through readings it never gave. A missed sample or two stays joined."""
+    xs, ys = [ts for ts, _ in values], [v for _, v in values]
+    steps = sorted(b - a for a, b in zip(xs, xs[1:], strict=False) if b > a)
+    if not steps:
+        return xs, list(ys)
+    longest = GAP_STEPS * steps[len(steps) // 2]
+    out_x: list[int] = xs[:1]
+    out_y: list[float | None] = ys[:1]
+    for (a, _), (b, v) in zip(values, values[1:], strict=False):
+        if b - a > longest:
+            out_x.append((a + b) // 2)  # plotly breaks a line at a None
+            out_y.append(None)
+        out_x.append(b)
+        out_y.append(v)
+    return out_x, out_y
+
+
 def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,
                        annotations: Sequence[Annotation] = (), alerts: Sequence[Alert] = (),
                        height: int = 220, primary: bool = True, limit: float | None = None,
@@ -234,8 +257,9 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
     for gpu, values in sorted(series.items(), key=lambda item: item[0] == focus):
         hot = gpu in alerting
         dimmed = focus is not None and gpu != focus
+        xs, ys = with_gaps(values)
         fig.add_trace(go.Scatter(
-            x=[utc(ts) for ts, _ in values], y=[v for _, v in values], mode="lines",
+            x=[utc(ts) for ts in xs], y=ys, mode="lines", connectgaps=False,
             name=f"GPU {gpu}", opacity=0.35 if dimmed else 1.0, line={
                 "width": 3 if hot or gpu == focus else 1.5,
                 "color": theme.FIRING if hot else theme.GPU_COLOURS[gpu % len(theme.GPU_COLOURS)]},

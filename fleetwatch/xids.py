@@ -170,9 +170,11 @@ def xid_listing(evidence: Mapping[str, float]) -> str:
     return "; ".join(listed)
 
 
-def xid_text(node: str, gpu: int, evidence: Mapping[str, float]) -> tuple[str, str]:
+def xid_text(node: str, gpu: int, evidence: Mapping[str, float],
+             job: str = "") -> tuple[str, str]:
     """An XID alert's message and action from its evidence: what a store that keeps no
-    text (VictoriaMetrics) gives back, the same words the detector wrote."""
+    text (VictoriaMetrics) gives back, the same words the detector wrote (less the job
+    that held the GPU, ``job``, which the detector names and numbers cannot keep)."""
     listing = xid_listing(evidence)
     if not listing and "xid" in evidence:  # the evidence of an older release: one code
         code = int(evidence["xid"])
@@ -180,7 +182,8 @@ def xid_text(node: str, gpu: int, evidence: Mapping[str, float]) -> tuple[str, s
         if evidence.get("count", 1) > 1:
             listing += f" {evidence['count']:.0f}x"
     action = describe(int(evidence["xid"])).action if "xid" in evidence else ""
-    return f"GPU {gpu} on {node}: XID {listing}", action
+    held = f" (job {job})" if job else ""
+    return f"GPU {gpu} on {node}{held}: XID {listing}", action
 
 
 def _hms(ts: float) -> str:

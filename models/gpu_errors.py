@@ -10,6 +10,7 @@ counter is rated on its own: a reading NVML did not give this tick is no reading
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -18,6 +19,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, gpu_finding
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
+from fleetwatch.models.held_jobs import HeldJobs
 
 RATE_HOLD_S = 600.0     # an error-rate finding holds this long after the rate was seen
 RATE_WINDOW_S = 60.0    # error rates are judged over at least this long
@@ -61,6 +63,11 @@ class GpuErrors(WaveDetector):
         self.table = GpuTable(dbe_v=np.nan, dbe_a=np.nan, dbe_ts=np.nan, ret_sbe=np.nan,
                               ret_dbe=np.nan, rec=np.nan, pcie=np.nan, pcie_ts=np.nan,
                               crc=np.nan, crc_ts=np.nan, nvrep=np.nan, nvrep_ts=np.nan)
+        self.jobs = HeldJobs()  # the job each GPU held: what a lost GPU's alert names
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        super().drop(nodes)
+        self.jobs.drop(nodes)
 
     def _jump(self, name: str, s: np.ndarray, value: np.ndarray) -> np.ndarray:
         """Where a counter rose since the GPU's last sample; remembers the new value."""
@@ -117,6 +124,9 @@ class GpuErrors(WaveDetector):
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
         c = self.c
+        lost_in = b.lost[rows].any(axis=1).tolist()
+        for r, lost in zip(rows.tolist(), lost_in, strict=True):  # before its findings
+            self.jobs.see(b.frames[r], lost)
         x = b.x[rows]
         have = slots >= 0
         s = slots[have]
@@ -170,7 +180,7 @@ class GpuErrors(WaveDetector):
 
     def _finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
                  e: dict[str, float]) -> Finding:
-        c, where = self.c, f"GPU {g} on {f.node}"
+        c, where = self.c, self.jobs.where(f, g)
         hold = c.event_hold_s
         if rule == "gpu_ecc_dbe":
             n = v.get("gpu_ecc_dbe_volatile_total", v.get("gpu_ecc_dbe_aggregate_total", 0.0))
@@ -213,7 +223,7 @@ class GpuErrors(WaveDetector):
     def _pages_finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
                        e: dict[str, float]) -> Finding:
         """Pages as last read (a field missing this tick keeps its last reading)."""
-        where, pages = f"GPU {g} on {f.node}", e["pages"]
+        where, pages = self.jobs.where(f, g), e["pages"]
         split = (f"{np.nan_to_num(e['pages_sbe']):.0f} for single-bit, "
                  f"{np.nan_to_num(e['pages_dbe']):.0f} for double-bit errors")
         pending = v.get("gpu_retired_pages_pending", 0.0) >= 1
@@ -238,7 +248,7 @@ class GpuErrors(WaveDetector):
 
     def _rate_finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
                       e: dict[str, float]) -> Finding:
-        c, where = self.c, f"GPU {g} on {f.node}"
+        c, where = self.c, self.jobs.where(f, g)
         rates = {k: e[k] for k in ("replays_per_min", "crc_errors_per_min",
                                    "replay_errors_per_min") if e[k] == e[k]}
         evidence = {**v, **{k: round(r, 1) for k, r in rates.items()}}

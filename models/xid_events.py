@@ -22,6 +22,7 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.models import RANK, REVISION, Finding, OpenAlert
 from fleetwatch.models.batch import gpu_finding
+from fleetwatch.models.held_jobs import HeldJobs
 from fleetwatch.xids import (
     MORE_CODES,
     MORE_COUNT,
@@ -60,6 +61,7 @@ class XidEvents:
         self._more: dict[_XidKey, tuple[float, float]] = {}
         # The board (UUID) each GPU's codes were seen on, where a frame or alert named one.
         self._board: dict[tuple[str, str, int], str] = {}
+        self._jobs = HeldJobs()  # the job its GPU held: the job an XID 79 crashed
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -69,6 +71,7 @@ class XidEvents:
             self._more.pop(key, None)
         for gpu in [k for k in self._board if k[1] in gone]:
             del self._board[gpu]
+        self._jobs.drop(gone)
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Take over the XIDs of open XID alerts (loaded from the store at start, or for
@@ -96,6 +99,7 @@ class XidEvents:
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         out = []
         for f in frames:
+            self._jobs.see(f)
             for g in f.gpus:
                 if g.xids:
                     if is_board_uuid(g.uuid):
@@ -139,14 +143,15 @@ class XidEvents:
             evidence = xid_evidence(seen, self._more[key])
             evidence[REVISION] = self._revision[key]
             evidence[RANK] = float(describe(int(evidence["xid"])).rank)
-            out.append(_xid_finding(f, gpu, severity, evidence, hold))
+            out.append(_xid_finding(f, gpu, severity, evidence, hold, self._jobs.of(f, gpu)))
         return out
 
 
 def _xid_finding(f: Frame, gpu: int, severity: str, evidence: dict[str, float],
-                 hold: float) -> Finding:
-    """One XID alert's finding: the codes seen while it holds, the worst first."""
-    message, action = xid_text(f.node, gpu, evidence)
+                 hold: float, job: str = "") -> Finding:
+    """One XID alert's finding: the codes seen while it holds, the worst first; the job
+    that held the GPU named as the job detectors name it."""
+    message, action = xid_text(f.node, gpu, evidence, job)
     code = int(evidence["xid"])
     return gpu_finding(f, gpu, f"gpu_xid_{severity}", code, message, severity, 0.0,
                        evidence, action, hold)

@@ -125,3 +125,19 @@ def test_a_firing_alert_is_since_it_fired_as_alertmanager_says_not_since_pending
     assert cell.children == f"{components.clock(NOW - 540)} UTC · 9 min ago"
     assert cell.title == (f"pending from {components.clock(NOW - 600)} UTC, "
                           f"fired {components.clock(NOW - 540)} UTC")
+
+
+def test_a_resolved_alert_shows_when_it_started_and_apart_when_it_ended() -> None:
+    # A straggler pending 01:00:15, fired 01:02, resolved 02:50:30 was listed "02:50:30":
+    # read as when it started.
+    a = dataclasses.replace(alert("node-a", 5, "resolved", rule="gpu_straggler"),
+                            started_ts=NOW - 7000, fired_ts=NOW - 6900, resolved_ts=NOW - 300)
+    (cell,) = [c for c in _walk(components.alert_table([a], NOW, "t"))
+               if getattr(c, "className", "") == "since"]
+    assert text_of(cell).startswith(f"{components.clock(NOW - 6900)} UTC")
+    assert f"ended {components.clock(NOW - 300)} UTC" in text_of(cell)
+    assert "5 min ago" in text_of(cell)
+    pending_only = dataclasses.replace(a, fired_ts=None)
+    (cell,) = [c for c in _walk(components.alert_table([pending_only], NOW, "t"))
+               if getattr(c, "className", "") == "since"]
+    assert text_of(cell).startswith(f"{components.clock(NOW - 7000)} UTC")

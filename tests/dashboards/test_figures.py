@@ -181,3 +181,22 @@ def test_node_figure_draws_the_limit_and_brings_the_focused_gpu_forward() -> Non
     assert all("<script>" not in (a.text or "") for a in fig.layout.annotations)
     assert fig.data[-1].name == "GPU 3" and fig.data[-1].opacity == 1.0
     assert {t.opacity for t in fig.data[:-1]} == {0.35}
+
+
+def test_a_gpu_silent_for_30_minutes_is_a_gap_in_its_line_not_a_straight_slope() -> None:
+    # XID 79 at 03:12: the GPU fell off the bus and reported nothing until 03:42.
+    t0 = int(NOW * 1000) - 3_600_000
+    before = [(t0 + i * 15_000, 49.0) for i in range(20)]
+    after = [(before[-1][0] + 1_800_000 + i * 15_000, 26.0) for i in range(20)]
+    steady = [(t0 + i * 15_000, 40.0) for i in range(160)]
+    fig = figures.node_metric_figure("gpu_temp_c", "Temperature", {2: before + after, 3: steady},
+                                     t0, int(NOW * 1000))
+    lost, = [t for t in fig.data if t.name == "GPU 2"]
+    ys = list(lost.y)
+    assert ys.count(None) == 1 and ys.index(None) == 20 and len(ys) == 41
+    assert lost.connectgaps is False
+    assert ys[19] == 49.0 and ys[21] == 26.0
+    other, = [t for t in fig.data if t.name == "GPU 3"]
+    assert None not in list(other.y)  # a steady series, and a missed sample or two, stay whole
+    assert figures.with_gaps([(0, 1.0), (15_000, 1.0), (45_000, 2.0), (60_000, 2.0)]) == (
+        [0, 15_000, 45_000, 60_000], [1.0, 1.0, 2.0, 2.0])

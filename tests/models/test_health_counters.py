@@ -68,9 +68,9 @@ def test_pages_retired_for_single_bit_errors_count_and_a_new_one_warns() -> None
     found = d.update([node(20, [busy(60, gpu_retired_pages_dbe=1.0,
                                     gpu_retired_pages_pending=1.0)])])
     assert rules(found) == [("gpu_retired_pages", 0)]
-    assert found[0].message == ("GPU 0 on n1: 6 memory pages retired (5 for single-bit, 1 for "
-                                "double-bit errors) of the limit of 64; a retirement waits "
-                                "for a GPU reset")
+    assert found[0].message == ("GPU 0 on n1 (job job1): 6 memory pages retired (5 for "
+                                "single-bit, 1 for double-bit errors) of the limit of 64; "
+                                "a retirement waits for a GPU reset")
 
 
 def test_retired_pages_near_the_limit_are_critical_with_an_rma_action() -> None:

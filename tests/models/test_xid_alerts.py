@@ -33,7 +33,7 @@ def test_a_later_worse_xid_joins_the_open_alert_with_the_rma_action() -> None:
     assert first.evidence[REVISION] == 1 and later.evidence[REVISION] == 2
     assert later.action == describe(64).action and "RMA" in later.action
     assert later.evidence["xid"] == 64 and later.evidence["count"] == 2
-    assert later.message == ("GPU 3 on n1: XID 64 (ECC page retirement or row remapping "
+    assert later.message == ("GPU 3 on n1 (job job1): XID 64 (ECC page retirement or row remapping "
                              "failure) 08:00:12Z; 48 (Double-bit ECC error) 08:00:00Z")
     assert later.evidence["xid_48_first_ts"] == T0 and later.evidence["xid_64_last_ts"] == T0 + 12
 
