@@ -197,7 +197,7 @@ class NodeSilence:
                 identities[f.node] = _Identities(ident)
             elif ident != seen.current and seen.switch(ident, f.ts):
                 conflicts[f.node] = f
-        self._advance(wall)
+        self._advance(wall, list(span))
         self._hear(span)
         return self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
 
@@ -232,14 +232,17 @@ class NodeSilence:
         n = len(self._where)
         return self._seq[:n] > self._arrived - 2 * n
 
-    def _advance(self, wall: float | None) -> None:
+    def _advance(self, wall: float | None, batch: list[int]) -> None:
         """Move "now" to the consensus of the nodes heard from lately (see the class)."""
         n, step, prev = len(self._where), self._step(), self.now
         recent = self._recent()
         if self._lanes:
             # Catching up: the partitions read furthest set it (each by its own nodes'
             # consensus), not a median that the partitions read least would drag back.
+            # A partition read to its end in this batch counts, however many frames
+            # of the others followed its own.
             rest = recent.copy()
+            rest[batch] = True
             reached = []
             for lane, at in self._reached():
                 rest[lane] = False
@@ -258,9 +261,10 @@ class NodeSilence:
             heard = self._heard[:n]
             shift = recent & (heard <= prev)
             heard[shift] += now - prev
-        if now >= prev or now < prev - step:
+        if now >= prev or (now < prev - step and not self._lanes):
             # Back by more than a step: the earlier "now" was set by nodes no longer
-            # heard from (a first batch of one frame stamped years ahead).
+            # heard from (a first batch of one frame stamped years ahead). Not while
+            # catching up: the partitions read to their end set it, then fell quiet.
             self.now = now
 
     def _hear(self, span: dict[int, tuple[float, float]]) -> None:

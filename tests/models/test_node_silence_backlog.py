@@ -77,3 +77,22 @@ def test_a_whole_partition_gone_quiet_is_paged_once_read_to_its_end() -> None:
         d.behind({})
         pages += d.update([node(t, [busy(60)], name=n) for n in LANES["p0"]], wall=t + 0.1)
     assert {f.node for f in pages} == set(LANES["p1"])
+
+
+def test_a_partition_read_to_its_end_in_one_batch_sets_now_for_the_rest() -> None:
+    # p0's whole backlog, then more frames of p1 than the fleet has nodes twice over:
+    # p0's nodes are no longer among the last heard, yet their time is the stream's.
+    d = NodeSilence()
+    a, b = LANES["p0"], LANES["p1"]
+    t, found, theirs = START, [], 0
+    batch = [node(s, [busy(60)], name=n) for s in range(int(START), int(END) + 1, 5)
+             for n in a]
+    while t <= END:
+        batch += [node(t, [busy(60)], name=n) for n in b]
+        t, theirs = t + 5.0, theirs + len(b)
+        if theirs >= 60 or t > END:
+            theirs = 0
+            d.behind({n: "p1" for n in b} if t <= END else {})
+            found += d.update(batch, wall=WALL)
+            batch = []
+    assert found == []
