@@ -89,7 +89,10 @@ class Detector(Protocol):
     A detector that judges against "now" (``NodeSilence``) may declare
     ``uses_wall = True``: the processor then calls ``update(frames, wall=...)`` with
     its own clock for frames from a bus, and ``wall=None`` in a replay or a
-    simulation, which are judged on stream time alone.
+    simulation, which are judged on stream time alone. It may also have
+    ``behind(nodes)``: the processor calls it before each ``update`` and ``tick`` with
+    the nodes (node -> partition) whose partitions still hold frames not read yet
+    (catching up a backlog), empty when every partition has been read to its end.
     """
 
     name: str

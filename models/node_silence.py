@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -83,6 +83,15 @@ class NodeSilence:
     processor stopped itself, then resuming with a backlog, pages nobody for its own
     pause), and a node this processor has not heard yet (a start, a partition taken
     over) is given a limit from then to report before it is judged.
+
+    A processor catching up a backlog (restarted after an outage, a partition taken
+    over) reads its partitions unevenly: one may be minutes ahead of another, and "now"
+    is the leading ones' time. A node whose partition still holds frames not read yet
+    (``behind``: the processor knows it from the brokers) is judged on the time its own
+    partition has reached (the same consensus over that partition's nodes heard from
+    lately), never later than "now": its frames of the meantime are on their way. Once
+    its partition has caught up it is judged on "now" again, so a node that died while
+    the processor was away is paged then.
     """
 
     name = "node_silent"
@@ -116,6 +125,17 @@ class NodeSilence:
         # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
         # seen within CONFLICT_S of each other: two machines share the node's name.
         self._identities: dict[str, _Identities] = {}
+        # Nodes whose partition still holds frames not read yet, by partition (``behind``).
+        self._lanes: dict[Hashable, list[str]] = {}
+
+    def behind(self, nodes: Mapping[str, Hashable]) -> None:
+        """Which nodes' partitions still hold frames not read yet (node -> partition), as
+        of the poll that brought the next batch; an empty mapping: every partition has
+        been read to its end. Judged on their partition's own time until then."""
+        lanes: dict[Hashable, list[str]] = {}
+        for node, lane in nodes.items():
+            lanes.setdefault(lane, []).append(node)
+        self._lanes = lanes
 
     def drop(self, nodes: Iterable[str]) -> None:
         for node in nodes:
@@ -177,7 +197,7 @@ class NodeSilence:
                 identities[f.node] = _Identities(ident)
             elif ident != seen.current and seen.switch(ident, f.ts):
                 conflicts[f.node] = f
-        self._advance(wall)
+        self._advance(wall, list(span))
         self._hear(span)
         return self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
 
@@ -212,16 +232,27 @@ class NodeSilence:
         n = len(self._where)
         return self._seq[:n] > self._arrived - 2 * n
 
-    def _advance(self, wall: float | None) -> None:
+    def _advance(self, wall: float | None, batch: list[int]) -> None:
         """Move "now" to the consensus of the nodes heard from lately (see the class)."""
         n, step, prev = len(self._where), self._step(), self.now
         recent = self._recent()
-        lasts = self._last[:n][recent]
-        lasts = lasts[~np.isnan(lasts)]
-        if not len(lasts):
+        if self._lanes:
+            # Catching up: the partitions read furthest set it (each by its own nodes'
+            # consensus), not a median that the partitions read least would drag back.
+            # A partition read to its end in this batch counts, however many frames
+            # of the others followed its own.
+            rest = recent.copy()
+            rest[batch] = True
+            reached = []
+            for lane, at in self._reached():
+                rest[lane] = False
+                reached.append(at)
+            reached.append(_consensus(self._last[:n][rest], step))
+            now = float(np.nanmax(reached)) if not np.isnan(reached).all() else math.nan
+        else:
+            now = _consensus(self._last[:n][recent], step)
+        if now != now:  # NaN: no node heard from lately
             return
-        median = float(np.sort(lasts)[(len(lasts) - 1) // 2])
-        now = float(lasts[lasts <= median + step].max())
         if wall is not None:
             now = min(now, wall)
         if now > prev + step and prev > -math.inf:
@@ -230,9 +261,10 @@ class NodeSilence:
             heard = self._heard[:n]
             shift = recent & (heard <= prev)
             heard[shift] += now - prev
-        if now >= prev or now < prev - step:
+        if now >= prev or (now < prev - step and not self._lanes):
             # Back by more than a step: the earlier "now" was set by nodes no longer
-            # heard from (a first batch of one frame stamped years ahead).
+            # heard from (a first batch of one frame stamped years ahead). Not while
+            # catching up: the partitions read to their end set it, then fell quiet.
             self.now = now
 
     def _hear(self, span: dict[int, tuple[float, float]]) -> None:
@@ -242,15 +274,40 @@ class NodeSilence:
         newest frame is older than its limit, and older than every frame in the batch of
         the nodes in step (a batch that spans minutes, a backlog or a replay's, holds the
         last frames of a node that died in it), is behind: heard of now."""
-        limits, now = self._limits(), self.now
-        in_step = {i: now - limits[i] <= newest <= now for i, (_, newest) in span.items()}
+        limits, clocks = self._limits(), self._clocks(self.now)
+        in_step = {i: clocks[i] - limits[i] <= newest <= clocks[i]
+                   for i, (_, newest) in span.items()}
         floor = min((oldest for i, (oldest, _) in span.items() if in_step[i]),
                     default=math.inf)
         for i, (_, ts) in span.items():
+            now = float(clocks[i])
             heard = ts if in_step[i] or now >= ts >= floor else now
             if not self._heard[i] >= heard:
                 self._heard[i] = heard
                 self._skew[i] = 0.0 if heard == ts else ts - now
+
+    def _reached(self) -> list[tuple[np.ndarray, float]]:
+        """Each partition that still holds frames not read yet: its nodes' indices and
+        the time it has reached (the consensus of its nodes heard from lately; none heard
+        from lately, nothing read from it for a while: of all of them; NaN: none)."""
+        recent, step, index = self._recent(), self._step(), self._index
+        out = []
+        for nodes in self._lanes.values():
+            lane = np.array([index[node] for node in nodes if node in index], dtype=int)
+            if len(lane):
+                lately = lane[recent[lane]]
+                out.append((lane, _consensus(self._last[lately if len(lately) else lane],
+                                             step)))
+        return out
+
+    def _clocks(self, now: float) -> np.ndarray:
+        """The time each node is judged at: ``now``, or, for a node whose partition still
+        holds frames not read yet, the time that partition has reached (see the class)."""
+        clocks = np.full(len(self._where), now)
+        for lane, reached in self._reached() if self._lanes else ():
+            if reached == reached:
+                clocks[lane] = min(now, reached)
+        return clocks
 
     def _conflict(self, f: Frame) -> Finding:
         seen = self._identities[f.node].recent
@@ -300,17 +357,19 @@ class NodeSilence:
 
     def _judge(self, now: float) -> list[Finding]:
         n = len(self._where)
-        gap = now - self._heard[:n]
+        clocks = self._clocks(now)
+        gap = clocks - self._heard[:n]
         limits = self._limits()
         for i, taken in self._taken.items():
             if taken != taken:  # judged for the first time since it was taken over
-                self._taken[i] = now
+                self._taken[i] = float(clocks[i])
         with np.errstate(invalid="ignore"):
             silent = (gap > limits) & (gap < FORGET_S)
         out = []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
-            if cluster not in self._clusters or self._grace(i, now, float(limits[i])):
+            at = float(clocks[i])
+            if cluster not in self._clusters or self._grace(i, at, float(limits[i])):
                 continue
             interval, skew = self._interval[i], float(self._skew[i])
             how = (f"it reports every {interval:.0f} s" if interval == interval else
@@ -318,7 +377,7 @@ class NodeSilence:
             if skew:  # its frames were not in step with the fleet's when last heard of
                 how += f"; its clock was {_offset(skew)} of the fleet's"
             out.append(Finding(
-                "node_silent", cluster, rack, node, None, now, float(gap[i]),
+                "node_silent", cluster, rack, node, None, at, float(gap[i]),
                 f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
                 {"silent_s": round(float(gap[i]), 1), "interval_s":
                  round(float(np.nan_to_num(interval)), 2)},
@@ -332,6 +391,16 @@ class NodeSilence:
         after the brokers were away, a backlog behind a rebalance.)"""
         taken = self._taken.get(i)
         return taken is not None and now - taken <= limit
+
+
+def _consensus(lasts: np.ndarray, step: float) -> float:
+    """The newest of ``lasts`` at most ``step`` past their lower median (NaN: none), so
+    that a minority of clocks ahead cannot set it (see ``NodeSilence``)."""
+    lasts = lasts[~np.isnan(lasts)]
+    if not len(lasts):
+        return math.nan
+    median = float(np.sort(lasts)[(len(lasts) - 1) // 2])
+    return float(lasts[lasts <= median + step].max())
 
 
 def _offset(seconds: float) -> str:

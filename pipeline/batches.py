@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
-from fleetwatch.pipeline.bus import Message
+from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Event, StoreError, StoreRejected
 
 # Failures in a row of one batch's write with an unexpected error before the
@@ -106,10 +106,11 @@ class Batch:
     """Messages polled together, their good frames once decoded, their write once submitted."""
 
     __slots__ = ("messages", "frames", "sources", "write", "started", "points", "findings",
-                 "events", "owned", "failures", "generation")
+                 "events", "owned", "failures", "generation", "behind")
 
     def __init__(self, messages: list[Message], frames: list[Frame] | None = None,
-                 sources: Sequence[Message] | None = None, generation: int = 0) -> None:
+                 sources: Sequence[Message] | None = None, generation: int = 0,
+                 behind: frozenset[Partition] = frozenset()) -> None:
         self.messages = messages
         self.frames = frames
         self.sources = sources            # the message of each frame
@@ -121,3 +122,5 @@ class Batch:
         self.owned: list[Frame] = []      # the frames evaluated (of partitions still owned)
         self.failures = 0                 # unexpected errors of this batch, in a row
         self.generation = generation      # the ownership generation when polled
+        # The partitions that still held messages not polled yet when it was polled.
+        self.behind = behind

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
-from fleetwatch.pipeline.bus import BusError, Consumer, Message
+from fleetwatch.pipeline.bus import BusError, Consumer, Message, Partition
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
 from fleetwatch.pipeline.ownership import Ownership
@@ -83,6 +83,13 @@ def _listening(consumer: Consumer) -> bool:
     return not callable(listening) or bool(listening())
 
 
+def _behind(consumer: Consumer) -> frozenset[Partition]:
+    """The partitions that still hold messages not polled yet (a consumer's optional
+    ``behind``; none known: none)."""
+    behind = getattr(consumer, "behind", None)
+    return frozenset(behind()) if callable(behind) else frozenset()
+
+
 class ConsumerLoop:
     """``run``: the steps of ``Processor.handle`` over a consumer, pipelined."""
 
@@ -139,6 +146,7 @@ class ConsumerLoop:
         if callable(listen):
             listen(self.ownership)
         self.ownership.locate = getattr(consumer, "partition_of", None)
+        self.ownership.lagging = lambda: _behind(consumer)
         done = threading.Event()
         watch = threading.Thread(target=self._watch_partitions,
                                  args=(PartitionWatch(no_partitions_warn_s), done),
@@ -174,7 +182,8 @@ class ConsumerLoop:
                     if len(held) <= writes and not self.stats.paused:
                         messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
                         if messages:
-                            held.append(Batch(messages, generation=self.ownership.generation))
+                            held.append(Batch(messages, generation=self.ownership.generation,
+                                              behind=_behind(consumer)))
                             fetched = True
                     self._submit(held, writers, writes)
                     # The oldest batch, once stored: evaluate, commit. Wait for it when
@@ -219,7 +228,8 @@ class ConsumerLoop:
                     self._pause(consumer)
                     late = self._idle(consumer, stop, delay)
                     if late:
-                        held.append(Batch(late, generation=self.ownership.generation))
+                        held.append(Batch(late, generation=self.ownership.generation,
+                                          behind=_behind(consumer)))
                     continue
                 if not held:
                     backoff.reset()

@@ -79,6 +79,8 @@ class Ownership:
         self._on_loaded = list(on_loaded)
         self._on_expected = list(on_expected)
         self.locate: Locate | None = None  # set from the consumer; None: expect nobody
+        # The partitions that hold messages not polled yet (the consumer's ``behind``).
+        self.lagging: Callable[[], Collection[Partition]] = frozenset
         self._expect = False  # new partitions: ask the store which nodes they hold
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
@@ -232,6 +234,15 @@ class Ownership:
     @property
     def nodes(self) -> Collection[str]:
         return self._nodes.keys()
+
+    def behind(self, partitions: Collection[Partition] | None = None
+               ) -> dict[str, Partition]:
+        """The built nodes of ``partitions`` (default: those that hold messages not polled
+        yet, now), with their partition."""
+        lagging = self.lagging() if partitions is None else partitions
+        if not lagging:
+            return {}
+        return {n: p for n, p in self._nodes.items() if p is not None and p in lagging}
 
     def placement(self) -> dict[str, Partition | None]:
         """Each built node's partition (None: no bus)."""

@@ -39,6 +39,11 @@ with the store's event reader (lemon scores are rebuilt from it). A ``notifier``
 stored alert changes (``send``), the open alerts loaded for nodes this member takes
 over (``adopt``) and the nodes it gives up (``forget``).
 
+A processor catching up a backlog reads its partitions unevenly: before each batch is
+judged, and on each ``tick``, every detector's optional ``behind(nodes)`` is told the
+nodes of the partitions that still held messages not polled yet (the consumer's
+``behind``), so that no node is judged silent on a time its partition has not reached.
+
 A poll that brings nothing still lets time pass (``tick``): every detector's optional
 ``tick(wall)`` is asked on this processor's clock, at most every ``TICK_EVERY_S``, so
 that a fleet that goes quiet at once is reported (``NodeSilence``).
@@ -126,6 +131,7 @@ class Processor(ConsumerLoop):
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
         self._tickers = [d for d in self.detectors if callable(getattr(d, "tick", None))]
+        self._pacers = [d for d in self.detectors if callable(getattr(d, "behind", None))]
         self._next_tick = 0.0
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``);
         # a ``notifier`` also adopts and forgets open alerts as partitions move.
@@ -291,6 +297,7 @@ class Processor(ConsumerLoop):
             return
         self._next_tick = now + TICK_EVERY_S
         self.ownership.build([], None)
+        self._tell_behind(self.ownership.behind())
         wall = self._clock()
         findings: list[Finding] = []
         for d in self._tickers:
@@ -368,6 +375,17 @@ class Processor(ConsumerLoop):
         if batch.sources is not None:
             batch.sources = [m for m, k in zip(batch.sources, keep, strict=True) if k]
 
+    def _tell_behind(self, nodes: dict[str, tuple[str, int]]) -> None:
+        """Tell the detectors that judge against "now" which nodes' partitions still hold
+        messages not polled yet (catching up a backlog: see ``NodeSilence``)."""
+        for d in self._pacers:
+            try:
+                d.behind(nodes)  # type: ignore[attr-defined]
+            except Exception:  # a detector's bug must not stop the loop
+                self.stats.errors += 1
+                log.exception("detector %s could not be told which partitions are behind",
+                              getattr(d, "name", type(d).__name__))
+
     def _findings(self, frames: Sequence[Frame], wall: float | None) -> list[Finding]:
         findings: list[Finding] = []
         for d in self.detectors:
@@ -397,6 +415,8 @@ class Processor(ConsumerLoop):
             self._recall_boards(frames)
             batch.events = self.events.update(frames) if frames else []
             wall = self._clock() if batch.messages else None  # none in a replay
+            if frames:
+                self._tell_behind(self.ownership.behind(batch.behind))
             batch.findings = self._findings(frames, wall) if frames else []
         if batch.events:  # with the batch, before its commit; written again on a retry
             self.store.write_events(batch.events)

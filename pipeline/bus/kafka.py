@@ -240,6 +240,8 @@ class KafkaConsumer:
         self._returned: dict[TopicPartition, int] = {}
         self._paused = False
         self._lag: int | None = None
+        # Partitions with messages not returned yet, as of the last poll (``behind``).
+        self._behind: frozenset[tuple[str, int]] = frozenset()
         self._max_poll_records = max_poll_records
         self._listener: Rebalance | None = None
         # Paused partitions are not fetched, so their high watermark goes stale:
@@ -406,8 +408,16 @@ class KafkaConsumer:
         with self._lock:
             self._listed = {tp: off for tp, off in listed.items() if off is not None}
 
+    def behind(self) -> frozenset[Partition]:
+        """The partitions of this member that held messages not returned yet, as of the
+        last poll (its fetch responses' high watermark; one not fetched yet counts): a
+        processor catching up a backlog reads them unevenly, and the silent-node rule
+        must not judge their nodes on the time of the partitions read further."""
+        return self._behind
+
     def _measure_lag(self) -> int | None:
         total, known = 0, False
+        behind: set[Partition] = set()
         owned = self._consumer.assignment()
         if self._paused:
             self._list_end_offsets(owned)
@@ -424,10 +434,14 @@ class KafkaConsumer:
                     pos = self._consumer.position(tp, timeout_ms=0)
             except kerr.KafkaError:
                 continue  # revoked meanwhile, or no position yet
+            if high is None or pos is None or high > pos:
+                # Not fetched yet (just assigned): not known to be read to its end.
+                behind.add((tp.topic, tp.partition))
             if high is None or pos is None:
                 continue
             total += max(0, high - pos)
             known = True
+        self._behind = frozenset(behind)
         # No partition: nothing waits for this member (a spare one, or between assignments).
         return total if known or not owned else None
 
