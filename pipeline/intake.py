@@ -1,0 +1,115 @@
+"""What comes into the processor, before anything is stored: messages decoded into
+frames (impossible readings left out and counted), frames too far ahead of the
+processor's clock set aside (``pipeline.clock_skew``), and what cannot be used queued as
+dead letters (``pipeline.dead_letters``) and said once a minute. A mixin of
+``Processor``, whose constructor sets the state it reads."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+
+from fleetwatch.codec import Decoder, FrameError, field_shape
+from fleetwatch.frame import Frame
+from fleetwatch.pipeline.batches import Stats
+from fleetwatch.pipeline.bus import Message
+from fleetwatch.pipeline.clock_skew import ClockWatch
+from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
+
+log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
+
+
+class Intake:
+    """Decoding, clock bounds and dead letters of ``Processor``."""
+
+    stats: Stats
+    clocks: ClockWatch
+    _decoder: Decoder
+    _clock: Callable[[], float]
+    _dead: DeadLetters
+    _dead_log: DeadLetterLog
+    _warned: set[tuple[str, str]]
+    _stop: threading.Event
+
+    def _enrich(self, frames: Sequence[Frame]) -> None:
+        raise NotImplementedError
+
+    def decode(self, messages: Sequence[Message]) -> tuple[list[Frame], Sequence[Message]]:
+        """Good frames out, each with its message; bad ones queued as dead letters."""
+        frames: list[Frame] = []
+        decode = self._decoder.decode
+        bad: list[int] = []
+        for i, m in enumerate(messages):
+            try:
+                frames.append(decode(m.value))
+            except Exception as exc:  # noqa: BLE001 - FrameError; anything else is bad input too
+                # The label is the field's shape (gpus.metrics), never the sender's key:
+                # the detail is in the reason, logged and in the dead letter's header.
+                field = field_shape(exc.field) if isinstance(exc, FrameError) else "frame"
+                self._dead_letter(m, str(exc), field)
+                bad.append(i)
+                continue
+            if self._decoder.dropped:
+                self._dropped_readings(frames[-1], m)
+        skip = set(bad)
+        good = [m for i, m in enumerate(messages) if i not in skip] if bad else messages
+        frames, good = self._check_clocks(frames, good)
+        self._enrich(frames)
+        return frames, good
+
+    def _check_clocks(self, frames: list[Frame], sources: Sequence[Message]
+                      ) -> tuple[list[Frame], Sequence[Message]]:
+        """Frames too far ahead of this processor's clock become dead letters; nodes whose
+        clocks are off are said once each (``pipeline.clock_skew``)."""
+        if not frames:
+            return frames, sources
+        verdict = self.clocks.check(frames, self._clock())
+        self.stats.clock_ahead += verdict.ahead
+        self.stats.clock_behind += verdict.behind
+        for level, line in verdict.lines:
+            log.log(level, "%s", line)
+        if not any(verdict.reasons):
+            return frames, sources
+        kept: list[Frame] = []
+        kept_sources: list[Message] = []
+        for f, m, reason in zip(frames, sources, verdict.reasons, strict=True):
+            if reason:
+                self._dead_letter(m, reason, "clock")
+            else:
+                kept.append(f)
+                kept_sources.append(m)
+        return kept, kept_sources
+
+    def _dropped_readings(self, frame: Frame, m: Message) -> None:
+        """Impossible readings the decoder left out of an otherwise good frame: counted by
+        metric, and logged once per node and metric (a failing sensor says it every
+        interval)."""
+        for where, why in self._decoder.dropped:
+            metric = where.rsplit(".", 1)[-1]
+            dropped = self.stats.readings_dropped
+            dropped[metric] = dropped.get(metric, 0) + 1
+            if (frame.node, metric) in self._warned or len(self._warned) >= 100_000:
+                continue
+            self._warned.add((frame.node, metric))
+            log.warning("%s (%s/%d@%d): %s: %s: that reading is left out, the rest of the "
+                        "frame stored (said once per node and metric; "
+                        "fleetwatch_processor_readings_dropped counts them)",
+                        frame.node, m.topic, m.partition, m.offset, where, why)
+
+    def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
+        """``kind``: one of a fixed few (a field's shape, ``store``), the metric's label."""
+        self.stats.dead_letters += 1
+        self.stats.by_reason[kind] = self.stats.by_reason.get(kind, 0) + 1
+        self._dead_log.add(kind, f"{m.topic}/{m.partition}@{m.offset}", reason)
+        self._dead.add(m, reason)
+
+    def _send_dead_letters(self) -> None:
+        self._dead.send(self._stop)
+        self.stats.dead_letters_lost = self._dead.lost
+        self._dead_log.flush()
+
+    def summarise_dead_letters(self, final: bool = False) -> None:
+        """Log the dead letters counted and not yet said, per field, once their minute is
+        over (all of them when ``final``: on stop)."""
+        self._dead_log.flush(final)
