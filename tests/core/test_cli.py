@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -43,6 +44,16 @@ def test_config_refuses_an_unknown_detector_as_start_up_does(
     assert main(["--config", str(bad), "config"]) == 2
     err = capsys.readouterr().err
     assert "unknown detector(s) 'xdi'" in err and "xid" in err
+
+
+def test_simulate_refuses_an_end_in_the_future(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["simulate", "--end", str(int(time.time()) + 7300)]) == 2
+    err = capsys.readouterr().err
+    assert re.search(r"is 2\.0\d h in the future \(processor\.max_clock_ahead_s is 5 min\): "
+                     r"a simulated history ends by now; leave --end out to end it now", err), err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_fault_spec_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
@@ -213,9 +224,6 @@ def test_a_store_flag_error_names_store_not_path(capsys: pytest.CaptureFixture[s
      "looks like milliseconds; 1700000000 is 2023-11-14"),
     (["simulate", "--end", "5e9"], "simulate.end_ts = 5e+09 (2128-06-11); must be a time "
                                    "between 2000-01-01 and 2100-01-01"),
-    (["simulate", "--end", str(int(time.time()) + 7200)],
-     "is 2 h in the future (processor.max_clock_ahead_s is 5 min): a simulated history ends by "
-     "now; leave --end out to end it now"),
     (["up", "--simulate", "--backfill", "8d"],
      "command line --backfill: up.backfill_s = 8 d; must be at least 0 s and at most 7 d"),
     (["up", "--simulate", "--interval", "2h"], "up.interval_s = 2 h; must be at least 1 s and "
