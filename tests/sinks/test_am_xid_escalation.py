@@ -456,6 +456,18 @@ def _resolutions(receiver: Receiver, node: str) -> list[tuple[str, str]]:
             for a in b["alerts"]]
 
 
+def _notified_then_acked(am: Server, receiver: Receiver, node: str,
+                         t0: float) -> AlertmanagerSink:
+    """An XID 48 alert posted and heard, then acknowledged by the on-call."""
+    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
+    first = xid_alert(48, node=node, t0=t0)
+    sink.mutes([], {})
+    sink.send([Notice(first)])
+    assert until(lambda: notified(receiver, node))
+    sink.mutes([], {first.id: Acknowledgement(first.id, time.time(), "oncall")})
+    return sink
+
+
 def test_an_acked_alert_that_escalates_is_heard_resolved_under_the_set_notified(
         hooked: tuple[Server, Receiver]) -> None:
     """48 notified, acked, 64 joins (quiet), the alert resolves: the receiver that heard 48's
@@ -463,12 +475,7 @@ def test_an_acked_alert_that_escalates_is_heard_resolved_under_the_set_notified(
     am, receiver = hooked
     node = f"node-ackres-{time.time_ns()}"
     t0 = time.time() - 200
-    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
-    first = xid_alert(48, node=node, t0=t0)
-    sink.mutes([], {})
-    sink.send([Notice(first)])
-    assert until(lambda: notified(receiver, node))
-    sink.mutes([], {first.id: Acknowledgement(first.id, time.time(), "oncall")})
+    sink = _notified_then_acked(am, receiver, node, t0)
     assert until(lambda: fw_silences(am, node))
     sink.send([Notice(xid_alert(48, 64, node=node, t0=t0), "ack:oncall")])
     time.sleep(4.5)
@@ -488,12 +495,7 @@ def test_an_acked_alert_that_resolves_is_heard_resolved_once(
     am, receiver = hooked
     node = f"node-ackplain-{time.time_ns()}"
     t0 = time.time() - 200
-    sink = AlertmanagerSink(f"http://{am.address}", resend_s=60.0)
-    first = xid_alert(48, node=node, t0=t0)
-    sink.mutes([], {})
-    sink.send([Notice(first)])
-    assert until(lambda: notified(receiver, node))
-    sink.mutes([], {first.id: Acknowledgement(first.id, time.time(), "oncall")})
+    sink = _notified_then_acked(am, receiver, node, t0)
     sink.send([Notice(xid_alert(48, node=node, t0=t0, state="resolved"))])
     assert until(lambda: _resolutions(receiver, node))
     time.sleep(4.5)
