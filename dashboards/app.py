@@ -28,6 +28,7 @@ from fleetwatch.dashboards import (
     components,
     energy,
     fleet,
+    job,
     live,
     node,
     timerange,
@@ -61,6 +62,9 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None,
         return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s,
                            node.focus_of(search),
                            timerange.parse(search, node.DEFAULT_RANGE).range)
+    if path.startswith(job.PREFIX) and len(path.rstrip("/")) > len(job.PREFIX):
+        cluster, rng = job.query_of(search)
+        return job.layout(unquote(path[len(job.PREFIX):].rstrip("/")), refresh_s, cluster, rng)
     return html.Div(className="page", children=[
         html.H1("Not found"),
         html.P([f"No page at {path}. ", dcc.Link("Back to the fleet", href="/")]),
@@ -98,7 +102,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     # Every page's components, so Dash can check the callbacks of pages not shown yet.
     app.validation_layout = html.Div([shell, fleet.layout(refresh_s), alerts.layout(refresh_s),
                                       node.layout("", refresh_s), energy.layout(refresh_s),
-                                      utilization.layout(refresh_s)])
+                                      utilization.layout(refresh_s), job.layout("", refresh_s)])
 
     @app.callback(Output("page", "children"),
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
@@ -118,8 +122,10 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
         page.register(app, store, clock)
     node.register(app, store, clock, temp_limit_c)
     utilization.register(app, store, clock)
-    render_energy = energy.register(app, store, clock, carbon or _default_carbon())
-    for page in ("fleet", "alerts", "node", "util", "energy"):
+    carbon = carbon or _default_carbon()
+    render_energy = energy.register(app, store, clock, carbon)
+    job.register(app, store, clock, carbon)
+    for page in ("fleet", "alerts", "node", "util", "energy", "job"):
         live.register(app, page)
     return app
 

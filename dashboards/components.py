@@ -6,6 +6,7 @@ is tested without a browser.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -137,6 +138,26 @@ def node_href(node: str, gpu: int | None = None, rng: str | None = None) -> str:
     (a key of ``timerange.RANGES``; None: the node page's default)."""
     params = ([("range", rng)] if rng else []) + ([("gpu", str(gpu))] if gpu is not None else [])
     return f"/node/{quote(node, safe='')}" + ("?" + urlencode(params) if params else "")
+
+
+def job_href(job: str, cluster: str | None = None, rng: str | None = None) -> str:
+    """The job page's address: the id quoted whole, ``cluster`` where the id is in several,
+    ``rng`` a key of ``timerange.RANGES`` (None: the job's own span)."""
+    params = ([("cluster", cluster)] if cluster else []) + ([("range", rng)] if rng else [])
+    return f"/job/{quote(job, safe='')}" + ("?" + urlencode(params) if params else "")
+
+
+_NAMED_JOB = (re.compile(r"\(job ([^\s()]+)\)"), re.compile(r"^job ([^\s()]+) "))
+
+
+def alert_job(a: Alert) -> str | None:
+    """The job an alert's message names, as the job rules write it ("GPU 3 on n1 (job 42)
+    lags ...", "job 42 hung on n1 ..."); None if it names none."""
+    for pattern in _NAMED_JOB:
+        m = pattern.search(a.message)
+        if m:
+            return m.group(1)
+    return None
 
 
 def no_data_text(view: FleetView, now_s: float) -> str:
@@ -331,7 +352,12 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
         if link_nodes and a.node:  # a rack's alert has no node page to open
             message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng),
                                 className="row-link node-link")]
-        message.append(html.Div(evidence_text(a), className="evidence panel-hint"))
+        job = alert_job(a)
+        evidence: list = [evidence_text(a)]
+        if job:  # the job it names, on its job page
+            evidence += [" · ", dcc.Link(f"job {job}", href=job_href(job, a.cluster or None),
+                                         className="job-link")]
+        message.append(html.Div(evidence, className="evidence panel-hint"))
         rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
             "data-node": a.node, "data-device": a.device, "data-state": a.state,
             "data-id": a.id}, children=[

@@ -13,7 +13,7 @@ import dash
 import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import alerts, components, figures, live, timerange
+from fleetwatch.dashboards import alerts, components, figures, job, live, timerange
 from fleetwatch.dashboards.data import FleetView, read_fleet, read_mutes
 from fleetwatch.pipeline.store.base import Store, StoreError
 
@@ -49,6 +49,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                 html.Span("range: for the node and alert pages opened from here",
                           id="fleet-range-note",
                           className="panel-hint")]),
+            job.find_box(),
             html.Div(id="fleet-updated", className="updated")]),
         *live.parts("fleet"),  # the banner while the dashboard is away
         html.Div(id="fleet-notice"),

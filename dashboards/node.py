@@ -11,7 +11,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import boards, components, figures, live, node_errors, timerange
+from fleetwatch.dashboards import boards, components, figures, job, live, node_errors, timerange
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
@@ -21,6 +21,7 @@ from fleetwatch.dashboards.data import (
     read_mutes,
     read_node,
 )
+from fleetwatch.dashboards.job_data import read_current_jobs
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PREFIX = "/node/"
@@ -67,6 +68,7 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
             timerange.picker("node", rng),
             html.Div(id="node-updated", className="updated")]),
         dcc.Link("← fleet", href="/", className="back-link"),
+        html.Div(id="node-jobs", className="node-jobs"),
         *live.parts("node"),  # the banner while the dashboard is away
         html.Div(id="node-notice"),
         html.Div(className="node-grid", children=panels),
@@ -117,7 +119,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children"),
                Output("node-boards", "children"), Output("node-events", "children"),
-               Output("node-counters", "children")]
+               Output("node-counters", "children"), Output("node-jobs", "children")]
     outputs += [Output(graph_id(metric), "figure") for metric, _ in PANELS]
     outputs += [Output(hint_id(metric), "children") for metric, _ in PANELS]
 
@@ -136,6 +138,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             board_panel = boards.panel(store, node, now)
             errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu)
             ended = read_data_end(store, view.alerts, now)
+            jobs = read_current_jobs(store, node, now)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
@@ -165,7 +168,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}",
             errors.counted_from)
         return (title, notice, table, components.updated_stamp(now), board_panel, events,
-                node_errors.counters_table(errors, now, node), *figs,
+                node_errors.counters_table(errors, now, node), job.jobs_line(jobs), *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")

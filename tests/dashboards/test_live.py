@@ -20,7 +20,8 @@ def test_every_tick_disabled_while_running_is_re_armed_by_a_watch(tmp_path: Path
     watched = {_prop(out) for cb in app._callback_list
                if (cb.get("clientside_function") or {}).get("function_name") == "watch"
                for out in cb["output"].strip(".").split("...")}
-    assert held == {f"{p}-tick.disabled" for p in ("fleet", "alerts", "node", "util", "energy")}
+    pages = ("fleet", "alerts", "node", "util", "energy", "job")
+    assert held == {f"{p}-tick.disabled" for p in pages}
     assert held <= watched
     # The watches' own components exist on their pages (Dash checks them against this).
     ids = {c.id for c in app.validation_layout._traverse() if getattr(c, "id", None)}

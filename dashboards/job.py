@@ -1,0 +1,358 @@
+"""The job page (``/job/<id>?cluster=c&range=6h``): where a job ran, whether it still
+runs, its GPUs side by side over its span (a straggler or a hot GPU stands out), each
+GPU's medians against the job's, the alerts on its GPUs during it, and its energy.
+
+A job is found by its ``job_start`` / ``job_end`` events (``job_data``). The range is the
+job's span by default (its last week if longer); a range picked from the usual ones ends
+where the job ended (now while it runs)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+import dash
+import plotly.graph_objects as go
+from dash import Input, Output, State, dcc, html
+
+from fleetwatch.carbon import CarbonModel
+from fleetwatch.catalogue import catalogue
+from fleetwatch.dashboards import components, figures, live, theme, timerange
+from fleetwatch.dashboards.components import ago, clock, job_href, node_href
+from fleetwatch.dashboards.job_data import (
+    CHART_METRICS,
+    LOOKBACKS_S,
+    MAX_NODES,
+    SPAN_CAP_S,
+    STAT_METRICS,
+    GpuKey,
+    GpuStat,
+    Job,
+    JobView,
+    default_window,
+    find_jobs,
+    gpu_stats,
+    read_job,
+)
+from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Store, StoreError
+
+PREFIX = "/job/"
+JOB_RANGE = "job"  # the range key of the job's own span: the default
+TITLES = {"gpu_sm_active_ratio": "SM activity", "gpu_util_pct": "Utilization",
+          "gpu_power_w": "Power", "gpu_temp_c": "Die temperature",
+          "gpu_sm_clock_mhz": "SM clock"}
+SHORT = {"gpu_sm_clock_mhz": "SM clock", "gpu_power_w": "Power", "gpu_temp_c": "Temp"}
+MIN_REFRESH_S = 15.0  # a job's span is days of lines per GPU: not re-read every 5 s
+
+
+def graph_id(metric: str) -> str:
+    return f"job-graph-{metric}"
+
+
+def hint_id(metric: str) -> str:
+    return f"job-hint-{metric}"
+
+
+def query_of(search: str | None) -> tuple[str | None, str]:
+    """(``?cluster=``, ``?range=``; the job's span when absent or unknown)."""
+    q = parse_qs((search or "").lstrip("?"))
+    cluster = (q.get("cluster") or [None])[0] or None
+    return cluster, timerange.parse(search, JOB_RANGE).range
+
+
+def window(job: Job, rng: str, now_s: float) -> tuple[float, float]:
+    """The span drawn: the job's (``default_window``), or range ``rng`` ending where the
+    job ended (now while it runs)."""
+    if rng == JOB_RANGE:
+        return default_window(job, now_s)
+    return timerange.window(rng, job.end_ts if job.end_ts is not None else now_s)
+
+
+def range_label(job: Job, rng: str, now_s: float) -> str:
+    if rng != JOB_RANGE:
+        return timerange.label(rng).replace("last", "the job's last", 1)
+    start, end = default_window(job, now_s)
+    return "the job's span" if start <= job.start_ts else \
+        f"the job's last {SPAN_CAP_S / 86400:.0f} d"
+
+
+def layout(job: str, refresh_s: float, cluster: str | None = None,
+           rng: str = JOB_RANGE) -> html.Div:
+    panels = [html.Section(className="panel", children=[
+        html.Div(className="panel-head", children=[
+            html.H2(TITLES[m], title=catalogue()[m].help),
+            html.Span("", id=hint_id(m), className="panel-hint")]),
+        dcc.Graph(id=graph_id(m), figure=figures.empty_figure("Loading…", 220),
+                  config={"displayModeBar": False})]) for m in CHART_METRICS]
+    options = [{"label": "Job's span", "value": JOB_RANGE}] + [
+        {"label": text, "value": key} for key, text, _ in timerange.RANGES]
+    return html.Div(className="page", children=[
+        dcc.Interval(id="job-tick", interval=int(max(refresh_s, MIN_REFRESH_S) * 1000)),
+        dcc.Store(id="job-id", data=job),
+        dcc.Store(id="job-cluster", data=cluster),
+        html.Div(className="page-head", children=[
+            html.H1(["Job ", html.Span(job, id="job-title")]),
+            html.Div(className="range-picker", children=[dcc.RadioItems(
+                id="job-range", value=rng, inline=True, options=options,
+                className="range-items", inputClassName="range-input",
+                labelClassName="range-label")]),
+            html.Div(id="job-updated", className="updated")]),
+        dcc.Link("← fleet", href="/", className="back-link"),
+        *live.parts("job"),
+        html.Div(id="job-notice"),
+        html.Div(id="job-choices"),
+        html.Div(id="job-body", hidden=True, children=[
+            html.Div(id="job-summary", className="summary summary-6"),
+            html.Div(className="node-grid two job-grid", children=panels),
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("GPUs against the job"),
+                    html.Span("median over the range · furthest off the job's median first",
+                              className="panel-hint")]),
+                html.Div(id="job-gpus")]),
+            html.Section(className="panel", children=[
+                html.Div(className="panel-head", children=[
+                    html.H2("Alerts on the job's GPUs"),
+                    html.Span("while each GPU held the job; node alerts during the job",
+                              className="panel-hint")]),
+                html.Div(id="job-alerts")])]),
+    ])
+
+
+def find_box() -> html.Div:
+    """"Find a job": an id typed here opens its page (Enter or the button)."""
+    return html.Div(className="find-job", children=[
+        dcc.Input(id="find-job-input", type="text", placeholder="job id",
+                  className="find-job-input", debounce=False),
+        html.Button("Find job", id="find-job-go", className="find-job-go")])
+
+
+def jobs_line(jobs: Mapping[int, str], cluster: str | None = None) -> list[Any]:
+    """The node page's line of its GPUs' current jobs, each a link to its job page."""
+    if not jobs:
+        return ["No job on its GPUs now"]
+    by_job: dict[str, list[int]] = {}
+    for gpu, name in sorted(jobs.items()):
+        by_job.setdefault(name, []).append(gpu)
+    out: list[Any] = ["Jobs now: "]
+    for i, (name, gpus) in enumerate(sorted(by_job.items(), key=lambda kv: kv[1][0])):
+        out += [", " if i else "", dcc.Link(f"job {name}", href=job_href(name, cluster),
+                                            className="job-link"),
+                f" (GPU{'s' * (len(gpus) > 1)} {', '.join(map(str, gpus))})"]
+    return out
+
+
+def not_found_text(job: str, cluster: str | None, elsewhere: Sequence[Job]) -> str:
+    days = LOOKBACKS_S[-1] / 86400
+    where = f" in cluster {cluster}" if cluster else ""
+    text = (f"No job {job}{where} in the last {days:.0f} days of job events: check the id "
+            "(as the scheduler gives it, e.g. a Slurm job id)")
+    if elsewhere:
+        text += "; it ran in " + ", ".join(j.cluster for j in elsewhere) + ": "
+    return text
+
+
+def choices(job: str, found: Sequence[Job], rng: str) -> html.Ul:
+    """One link per cluster that ran a job of this id."""
+    carry = None if rng == JOB_RANGE else rng
+    return html.Ul(id="job-choice-list", children=[html.Li(className="job-choice", children=[
+        dcc.Link(f"job {job} in cluster {j.cluster}", href=job_href(job, j.cluster, carry)),
+        f" · {len(j.gpus)} GPUs on {len(j.nodes)} node{'s' * (len(j.nodes) != 1)} · "
+        f"from {clock(j.start_ts)} UTC" + ("" if j.running else
+                                         f" to {clock(j.end_ts or 0)} UTC")])
+        for j in found])
+
+
+def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
+    return html.Div(className="tile", id=tile_id, children=[
+        html.Div(label, className="tile-label"), html.Div(value, className="tile-value"),
+        html.Div(detail, className="tile-detail")])
+
+
+def summary(v: JobView, now_s: float) -> list[html.Div]:
+    """Cluster, where it ran, when, its state, when its GPUs were last seen, its energy."""
+    j = v.job
+    started = f"{clock(j.start_ts)} UTC"
+    first = "" if all(g.start_known for g in j.gpus) else " (or before: its start is older "\
+        "than the events read)"
+    last = v.last_seen_ms
+    tiles = [
+        _tile("job-cluster-tile", "Cluster", j.cluster),
+        _tile("job-gpus-tile", "GPUs", str(len(j.gpus)), ", ".join(j.nodes[:8]) + (
+            f" and {len(j.nodes) - 8} more" if len(j.nodes) > 8 else "")),
+        _tile("job-start-tile", "Started", started, f"{ago(j.start_ts, now_s)}{first}"),
+        _tile("job-state-tile", "State", "running" if j.running else "ended",
+              "" if j.running else f"{clock(j.end_ts or 0)} UTC · {ago(j.end_ts or 0, now_s)}"),
+        _tile("job-seen-tile", "Last seen", f"{clock(last / 1000)} UTC" if last else "—",
+              ago(last / 1000, now_s) if last else "no sample in the range")]
+    if v.energy is not None:
+        tiles.append(_tile("job-energy-tile", "Energy", f"{v.energy.kwh:,.1f} kWh",
+                           f"{v.energy.co2e_kg:,.1f} kg CO2e · {v.energy.gpu_hours:,.1f} "
+                           "GPU-hours · the whole job, from the energy ledger"))
+    return tiles
+
+
+def job_figure(metric: str, title: str, lines: Mapping[GpuKey, list[tuple[int, float]]],
+               start_ms: int, end_ms: int, alerts: Sequence[Alert], primary: bool,
+               height: int = 220) -> go.Figure:
+    """One metric over the range, a line per GPU of the job ("node · GPU n"); GPUs with an
+    active alert in red, as on the node page."""
+    if not lines:
+        return figures.empty_figure(f"No {title.lower()} from the job's GPUs in this range",
+                                    height)
+    hot = {(a.node, a.device) for a in alerts if a.state in ACTIVE_STATES}
+    fig = go.Figure()
+    for i, ((node, gpu), values) in enumerate(sorted(lines.items())):
+        red = (node, f"gpu{gpu}") in hot
+        xs, ys = figures.with_gaps(values)
+        name = f"{node} · GPU {gpu}"
+        fig.add_trace(go.Scatter(
+            x=[figures.utc(ts) for ts in xs], y=ys, mode="lines", connectgaps=False,
+            name=name, line={"width": 3 if red else 1.5, "color": theme.FIRING if red else
+                             theme.GPU_COLOURS[i % len(theme.GPU_COLOURS)]},
+            hovertemplate=f"{figures.esc(name)}  %{{y:.1f}} {figures.unit(metric)}"
+                          "<extra></extra>"))
+    figures._base_layout(fig, height)
+    fig.update_layout(margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified",
+                      showlegend=primary and len(lines) <= 32,
+                      legend={"font": {"size": 11, "color": theme.MUTED},
+                              "bgcolor": "rgba(0,0,0,0)"})
+    fig.update_xaxes(autorange=True, autorangeoptions={
+        "include": [figures.utc(start_ms), figures.utc(end_ms)]},
+        gridcolor=theme.GRID, tickfont={"color": theme.MUTED}, title=None)
+    fig.update_yaxes(title={"text": f"{title} ({figures.unit(metric)})", "font": {"size": 12}},
+                     gridcolor=theme.GRID, zeroline=False, tickfont={"color": theme.MUTED})
+    return fig
+
+
+def _cell(metric: str, stat: GpuStat) -> html.Td:
+    value, off = stat.medians[metric], stat.off[metric]
+    if value is None:
+        return html.Td("—", className="num")
+    text = figures.fmt(metric, value, 1 if catalogue()[metric].unit == "ratio" else 0)
+    diff = f" ({off:+.0%})" if off is not None and round(off * 100) else ""
+    return html.Td(text + diff, className="num")
+
+
+def gpu_table(job: Job, medians: Mapping[str, float | None], stats: Sequence[GpuStat],
+              rng: str | None) -> html.Div:
+    """Each GPU's median against the job's, the GPU furthest off first; a GPU links to
+    its node page."""
+    if not stats:
+        return html.Div("No GPU of the job reported in this range", className="empty-note",
+                        id="job-gpu-table-empty")
+    head = html.Tr([html.Th("GPU")] + [html.Th(SHORT[m]) for m in STAT_METRICS])
+    job_row = html.Tr(className="job-median-row", children=[html.Td("job median")] + [
+        html.Td(figures.fmt(m, medians[m]) if medians[m] is not None else "—", className="num")
+        for m in STAT_METRICS])
+    rows = [html.Tr(className="job-gpu-row", **{"data-node": s.node, "data-gpu": str(s.gpu)},
+                    children=[html.Td(dcc.Link(f"{s.node} · GPU {s.gpu}",
+                                               href=node_href(s.node, s.gpu, rng),
+                                               className="row-link node-link"))]
+                    + [_cell(m, s) for m in STAT_METRICS]) for s in stats]
+    return html.Div(html.Table([html.Thead(head), html.Tbody([job_row, *rows])],
+                               className="alerts"), id="job-gpu-table", className="alerts-wrap")
+
+
+def node_range(start_s: float, now_s: float) -> str | None:
+    """The node page's range for a link from here: its ranges end now, so the smallest
+    that reaches back to ``start_s`` (None: the node page's default)."""
+    back = now_s - start_s
+    for key, _, seconds in timerange.RANGES:
+        if seconds and seconds >= back:
+            return None if key == "1h" else key
+    return "30d"
+
+
+def register(app: dash.Dash, store: Store, clock_: Callable[[], float],
+             carbon: CarbonModel | None = None) -> None:
+    outputs = [Output("job-notice", "children"), Output("job-choices", "children"),
+               Output("job-body", "hidden"), Output("job-summary", "children"),
+               Output("job-gpus", "children"), Output("job-alerts", "children"),
+               Output("job-updated", "children")]
+    outputs += [Output(graph_id(m), "figure") for m in CHART_METRICS]
+    outputs += [Output(hint_id(m), "children") for m in CHART_METRICS]
+
+    @app.callback(*outputs, Input("job-tick", "n_intervals"), Input("job-id", "data"),
+                  Input("job-cluster", "data"), Input("job-range", "value"),
+                  running=[(Output("job-tick", "disabled"), True, False)])  # see fleet.py
+    def refresh(_n: int | None, job_id: str, cluster: str | None, rng: str | None
+                ) -> tuple[Any, ...]:
+        now = clock_()
+        rng = rng or JOB_RANGE
+        rest = [dash.no_update] * (2 * len(CHART_METRICS))
+        try:
+            found = find_jobs(store, job_id, now)
+            mine = [j for j in found if cluster is None or j.cluster == cluster]
+            if len(mine) != 1:
+                if not mine:
+                    notice = components.notice(not_found_text(job_id, cluster, found),
+                                               "job-not-found")
+                    return (notice, choices(job_id, found, rng) if found else None, True,
+                            None, None, None, components.updated_stamp(now), *rest)
+                return (components.notice(f"Job {job_id} ran in {len(mine)} clusters: pick "
+                                          "one", "job-ambiguous"),
+                        choices(job_id, mine, rng), True, None, None, None,
+                        components.updated_stamp(now), *rest)
+            (job,) = mine
+            start, end = window(job, rng, now)
+            view = read_job(store, job, start, end, now, carbon)
+        except StoreError as exc:
+            return (components.notice(f"Store unavailable: {exc}"), dash.no_update,
+                    dash.no_update, dash.no_update, dash.no_update, dash.no_update,
+                    components.failed_stamp(now), *rest)
+        return _drawn(view, rng, now)
+
+    @app.callback(Output("url", "pathname", allow_duplicate=True),
+                  Output("url", "search", allow_duplicate=True),
+                  Input("find-job-go", "n_clicks"), Input("find-job-input", "n_submit"),
+                  State("find-job-input", "value"), prevent_initial_call=True)
+    def find(_clicks: int | None, _enter: int | None, typed: str | None) -> tuple[str, str]:
+        wanted = (typed or "").strip()
+        if not wanted:
+            raise dash.exceptions.PreventUpdate
+        return job_href(wanted), ""
+
+    @app.callback(Output("url", "search", allow_duplicate=True),
+                  Output(components.SHOWN, "data", allow_duplicate=True),
+                  Input("job-range", "value"), State("job-cluster", "data"),
+                  State("url", "search"), State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, cluster: str | None, search: str | None, path: str | None
+             ) -> tuple[str, list[str]]:
+        if query_of(search)[1] == rng:
+            raise dash.exceptions.PreventUpdate
+        params = ([("cluster", cluster)] if cluster else []) + (
+            [("range", rng)] if rng != JOB_RANGE else [])
+        search = "?" + urlencode(params) if params else ""
+        return search, components.address(path, search)
+
+
+def _drawn(view: JobView, rng: str, now: float) -> tuple[Any, ...]:
+    """What one refresh that found the job shows."""
+    job = view.job
+    start_ms, end_ms = int(view.start_s * 1000), int(view.end_s * 1000)
+    read = set(job.nodes[:MAX_NODES])
+    medians, stats = gpu_stats(view.series, [(g.node, g.gpu) for g in job.gpus
+                                             if g.node in read])
+    carry = node_range(view.start_s, now)
+    figs = []
+    for i, m in enumerate(CHART_METRICS):
+        read = view.drawn[m]
+        fig = job_figure(read, TITLES[read], view.series[m], start_ms, end_ms, view.alerts,
+                         primary=i == 0)
+        fig.update_layout(uirevision=f"{job.job}:{job.cluster}:{rng}")
+        figs.append(fig)
+    label = range_label(job, rng, now)
+    hints = [f"{figures.unit(view.drawn[m])} · {label} · UTC" + (
+        " · no SM activity (GPM): utilization" if view.drawn[m] != m else "")
+        for m in CHART_METRICS]
+    notice = None
+    if view.nodes_left:
+        notice = components.notice(
+            f"Drawn: the job's first {len(job.nodes) - view.nodes_left} nodes; "
+            f"{view.nodes_left} more are not read", "job-nodes-left")
+    alerts = components.alert_table(view.alerts, now, "job-alert-table", rng=carry,
+                                    empty="No alert on the job's GPUs during the job")
+    return (notice, None, False, summary(view, now), gpu_table(job, medians, stats, carry),
+            alerts, components.updated_stamp(now), *figs, *hints)
