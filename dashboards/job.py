@@ -62,11 +62,12 @@ def query_of(search: str | None) -> tuple[str | None, str]:
 
 
 def window(job: Job, rng: str, now_s: float) -> tuple[float, float]:
-    """The span drawn: the job's (``default_window``), or range ``rng`` ending where the
-    job ended (now while it runs)."""
+    """The span drawn: the job's (``default_window``), or at most range ``rng`` of it,
+    ending where the job ended (now while it runs)."""
     if rng == JOB_RANGE:
         return default_window(job, now_s)
-    return timerange.window(rng, job.end_ts if job.end_ts is not None else now_s)
+    start, end = timerange.window(rng, job.end_ts if job.end_ts is not None else now_s)
+    return max(start, job.start_ts), end
 
 
 def range_label(job: Job, rng: str, now_s: float) -> str:

@@ -163,6 +163,7 @@ def test_the_range_is_the_jobs_span_capped_or_a_range_ending_where_the_job_ended
     (short,) = job_data.job_spans([ev("job_start", NOW - 600, "2")], "2", NOW - DAY)
     assert job.window(short, job.JOB_RANGE, NOW) == (NOW - 600, NOW)
     assert job.range_label(short, job.JOB_RANGE, NOW) == "the job's span"
+    assert job.window(short, "6h", NOW) == (NOW - 600, NOW)  # nothing before the job
     assert job.query_of("?cluster=b&range=6h") == ("b", "6h")
     assert job.query_of("?range=bogus") == (None, job.JOB_RANGE)
 

@@ -14,6 +14,7 @@ from fleetwatch.dashboards import create_app
 from fleetwatch.dashboards.job_data import read_current_jobs
 from tests.dashboards.conftest import HOT, SimFleet
 from tests.dashboards.test_browser import alert_rows, click, retry_stale, texts
+from tests.dashboards.test_ranges import _pick
 
 pytestmark = pytest.mark.browser
 HOT_NODE, HOT_GPU = HOT
@@ -41,6 +42,12 @@ def test_a_job_id_typed_on_the_fleet_page_opens_its_gpus_alert_and_energy(
     assert texts(dash_duo, "#job-state-tile .tile-value") == ["running"]
     assert texts(dash_duo, "#job-gpus-tile .tile-value") == ["8"]
     assert texts(dash_duo, "#job-energy-tile .tile-value")[0].endswith(" kWh")
+    # A range from the usual ones ends where the job ended (now: it runs), in the address.
+    assert texts(dash_duo, "#job-hint-gpu_power_w") == ["W · the job's span · UTC"]
+    _pick(dash_duo, "job-range", "6h")
+    until(lambda: dash_duo.driver.current_url.endswith(f"/job/{job}?range=6h"), timeout=10)
+    dash_duo.wait_for_text_to_equal("#job-hint-gpu_power_w", "W · the job's last 6 h · UTC",
+                                    timeout=10)
     # The hot GPU's alert, linked to its node page; from there the GPU's job links back.
     assert alert_rows(dash_duo, "#job-alert-table") == [(HOT_NODE, f"gpu{HOT_GPU}", "firing")]
     click(dash_duo, "#job-alert-table a.node-link")
