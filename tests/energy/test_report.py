@@ -19,7 +19,13 @@ from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.report import KINDS, build
 from fleetwatch.report_files import write_report
-from fleetwatch.report_month import ReportError, month_projection, month_span, resolve_month
+from fleetwatch.report_month import (
+    HourData,
+    ReportError,
+    month_projection,
+    month_span,
+    resolve_month,
+)
 
 from .helpers import frame
 
@@ -251,8 +257,9 @@ def test_a_month_is_complete_partial_or_to_date_and_projected_only_while_it_runs
     assert running.status == "month_to_date" and not running.complete
     assert running.projected_co2e_kg == pytest.approx(running.total.co2e_kg * 31 / 10)
     assert running.projected_co2e_kg == pytest.approx(
-        month_projection(running.total.co2e_kg, range(start, now, 3600), start, now, start,
-                         end)[0])
+        month_projection(running.total.co2e_kg,
+                         [HourData(h, 3600.0, 0.0, 1.0) for h in range(start, now, 3600)],
+                         start, now, start, end)[0])
     assert running.coverage() == ("month to date: data from 01 May 00:00 to 11 May 00:00 "
                                   "UTC; 240 of the month's first 240 hours have data (100%)")
 
