@@ -12,6 +12,7 @@ import csv
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from fleetwatch import amounts
@@ -66,6 +67,10 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
     start, end = month_span(month)
     report = build_chunks(ledger_chunks(store, start, end), model, start, end, month, now,
                           progress)
+    if not report.hourly_intensity and start >= report.generated_ts:
+        raise ReportError(f"{month} has not begun: it starts {_utc(start)}, and it is "
+                          f"{_utc(report.generated_ts)} now; choose a month that has begun "
+                          "(--month current, previous or YYYY-MM)")
     if not report.hourly_intensity:
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
@@ -173,3 +178,7 @@ class _Progress:
     def done(self) -> None:
         if self.shown:
             print(file=sys.stderr, flush=True)
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -278,3 +278,21 @@ def test_an_hourly_series_that_misses_the_month_is_a_warning_not_a_silent_consta
     assert summary["intensity_fallback_hours"] == 1 and summary["pue_fallback_hours"] == 0
     assert summary["co2e_kg"] == pytest.approx(0.4 * 1.2 * 0.3)   # default PUE 1.2
     assert "Fallback used" in (tmp_path / "out" / "fleetwatch-energy-2023-03.html").read_text()
+
+
+def test_a_month_that_has_not_begun_is_said_to_be_in_the_future(tmp_path, capsys):
+    db, conf = one_gpu_hour(tmp_path, MAY[0] + 3 * 86400, 250.0)
+    store = SqliteStore(db)
+    with pytest.raises(ReportError) as err:
+        write_report(store, model(), "2022-07", tmp_path / "out", "s.db", now=MAY[0] + 86400)
+    store.close()
+    assert str(err.value).startswith(
+        "2022-07 has not begun: it starts 2022-07-01 00:00 UTC, and it is 2022-05-02 00:00 "
+        "UTC now; choose a month that has begun")
+    assert main(["--config", str(conf), "report", "--month", "2199-01", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "2199-01 has not begun" in capsys.readouterr().err
+    # A past month without data is still an empty ledger, not a future one.
+    assert main(["--config", str(conf), "report", "--month", "2022-06", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
