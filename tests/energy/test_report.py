@@ -167,6 +167,7 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
     page = (tmp_path / "out" / "fleetwatch-energy-2022-05.html").read_text()
     assert "0.125 kg CO2e" in page and "0.250 kWh" in page and "1 of 744" in page
     assert "energy.node_static_w is 0" in page  # what IT energy leaves out, said
+    assert "A node silent for longer than 7 days is not counted as missing" in page
     assert main(["--config", str(conf), "report", "--month", "2022-06", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 1
     assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
