@@ -10,13 +10,13 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
 from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
 from fleetwatch.report import _series_warning
-from fleetwatch.report_month import data_began, month_projection
+from fleetwatch.report_month import HourData, data_began, longest_measured, month_projection
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -133,10 +133,12 @@ def month_end(ts: float) -> int:
 
 def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
                 jobs: Sequence[EnergyTotal], users: Sequence[EnergyTotal],
-                model: CarbonModel, now_s: float, began_ts: float | None = None) -> EnergyView:
+                model: CarbonModel, now_s: float, began_ts: float | None = None,
+                longest: Mapping[int, float] | None = None) -> EnergyView:
     """``window``/``month``: totals by cluster over the picked range and over this month;
     ``began_ts``: when this month's data began (``report_month.data_began``), inside its oldest
-    hour (None: that hour's start)."""
+    hour (None: that hour's start); ``longest``: per hour read, the longest time one device
+    was measured in it (``report_month.longest_measured``)."""
     hours = tuple(sorted({t.bucket_ts for t in window}))
     index = {h: i for i, h in enumerate(hours)}
     f = _factors(model, {t.bucket_ts for t in (*window, *month, *jobs, *users)})
@@ -154,8 +156,10 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
-    projection, withheld = month_projection(m_co2, (t.bucket_ts for t in month), first, now_s,
-                                            start, end)
+    longest = longest or {}
+    hours_data = [HourData(t.bucket_ts, t.gpu_s, t.missing_s, t.energy_j,
+                           longest.get(t.bucket_ts)) for t in month]
+    projection, withheld = month_projection(m_co2, hours_data, first, now_s, start, end)
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle=hourly_idle(window, "all clusters"),
@@ -206,10 +210,28 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     oldest = min((t.bucket_ts for t in month), default=None)
     began = (data_began(store.energy(oldest, oldest + 3600), now_s)
              if oldest is not None else None)
-    view = energy_view(window, month, (), (), model, now_s, began)
+    longest: dict[int, float] = {}
+    for h in span_edges(month):
+        longest.update(longest_measured(store.energy(h, h + 3600)))
+    view = energy_view(window, month, (), (), model, now_s, began, longest)
     return dataclasses.replace(
         view, jobs=top_shares(store.energy_top(first, end_s, "job", f, limit), "job"),
         users=top_shares(store.energy_top(first, end_s, "user", f, limit), "user"))
+
+
+# The most hours at the edges of spans of data ``read_energy`` reads row by row.
+MAX_EDGE_READS = 48
+
+
+def span_edges(month: Sequence[EnergyTotal], most: int = MAX_EDGE_READS) -> list[int]:
+    """The hours with measured data whose hour before or after has none: where data may
+    have begun or stopped mid-hour without the ledger booking the rest as missing (a
+    silence too long to book). The newest ``most`` of them: a flapping fleet's month
+    would otherwise be read row by row."""
+    measured = {t.bucket_ts for t in month if t.gpu_s > 0 or t.energy_j > 0}
+    edges = sorted(h for h in measured
+                   if h - 3600 not in measured or h + 3600 not in measured)
+    return edges[-most:]
 
 
 def rebin(hours: Sequence[int], series: dict[str, list[float]], step: int

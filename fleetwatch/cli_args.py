@@ -8,6 +8,7 @@ import math
 import os
 
 from fleetwatch import __version__
+from fleetwatch.durations import HOW, parse_duration
 
 # The simulated parts (collectors/sim/hardware.PARTS, which --help does not import; a test
 # checks that the two agree, and with the config's sim.part).
@@ -20,31 +21,30 @@ FAULT_KINDS = ("cooling", "cooling_slow", "rack_cooling", "xid79", "ecc_dbe", "n
 FAULT_HELP = ("inject a fault (repeatable): KIND:NODE/GPU[@START][+DURATION][xSEVERITY][~MODE] "
               "(KIND:NODE for node faults, KIND:RACK for rack faults), e.g. "
               "cooling:node-001/3@2m+1h~drift, rack_cooling:rack-00@1h+2h, "
-              "node_silent:node-002@30m+10m. KIND: " + ", ".join(FAULT_KINDS)
+              "node_silent:node-002@3h30m+10m. KIND: " + ", ".join(FAULT_KINDS)
               + "; MODE: drift or sudden; START 1m and DURATION 1h by default")
 MAX_NODES, MAX_GPUS = 1024, 8192
 
 
 def _duration(text: str) -> float:
-    """A duration with its unit: 90s, 15m, 2h, 7d (0 needs none).
+    """A duration with its unit: 90s, 15m, 2h, 7d, 3h30m (0 needs none).
 
     A bare number is refused: ``--for 2`` meant two hours to whoever typed it and
     made a two-second silence, ``--since 24`` meant a day and looked back 24 s.
     """
-    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
     text = text.strip()
     try:
-        if text and text[-1] in units:
-            return float(text[:-1]) * units[text[-1]]
+        return parse_duration(text)
+    except ValueError as exc:
+        wrong = str(exc)
+    try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d") from None
+        raise argparse.ArgumentTypeError(wrong) from None
     if value == 0:
         return 0.0
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration; write e.g. 90s, 15m, 2h or 7d")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; {HOW}")
     raise argparse.ArgumentTypeError(
         f"{text!r} has no unit: write {text}s for seconds, or e.g. 30m, 2h, 1d")
 

@@ -30,7 +30,14 @@ from fleetwatch.carbon import (
 )
 from fleetwatch.models.lemon import Offender
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow, EnergyStore
-from fleetwatch.report_month import DAY_S, data_began, month_projection
+from fleetwatch.report_month import (
+    DAY_S,
+    HourData,
+    data_began,
+    longest_measured,
+    measured_hours,
+    month_projection,
+)
 
 KINDS = ("job", "user", "team", "node", "cluster")
 NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
@@ -97,7 +104,7 @@ class Report:
     method: list[str]
     currency: str
     devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
-    hours_with_data: int = 0       # hours of the month with at least one ledger row
+    hours_with_data: int = 0       # hours of the month with measured data (measured_hours)
     # Hours with energy whose factor is the fallback constant because the configured
     # series has nothing near them (a file that does not cover the month, or a hole in it
     # too long to interpolate), and a warning that says which; "" when every hour came
@@ -109,6 +116,9 @@ class Report:
     # Repeat offenders: the worst nodes by lemon score at the month's end (or now), from
     # the store's XID and GPU-lost events, with their XIDs of the month (``offenders``).
     offenders: list[Offender] = field(default_factory=list)
+    # Per ledger hour, the GPU time measured and missing (what the projection's rate and
+    # the hours with data are counted from, as the dashboard counts them).
+    hour_data: list[HourData] = field(default_factory=list)
 
     @property
     def ended(self) -> bool:
@@ -140,7 +150,7 @@ class Report:
         there is none); (None, "") once the month ended."""
         if self.ended:
             return None, ""
-        return month_projection(self.total.co2e_kg, [h for h, _, _ in self.hourly_intensity],
+        return month_projection(self.total.co2e_kg, self.hour_data,
                                 max(self.covered_from_ts, self.began_ts), self.generated_ts,
                                 self.start_ts, self.end_ts)
 
@@ -249,6 +259,8 @@ class _Month:
     devices: dict[str, float] = field(
         default_factory=lambda: dict.fromkeys(("gpu", CPU_DEVICE, REST_DEVICE), 0.0))
     oldest_rows: list[EnergyRow] = field(default_factory=list)  # the oldest hour's rows
+    # hour -> [GPU seconds measured, GPU seconds missing, energy J, longest device seconds]
+    hours: dict[int, list[float]] = field(default_factory=dict)
 
     def add(self, rows: Sequence[EnergyRow]) -> None:
         """Columns and bincount-like sums, not a loop over rows in Python."""
@@ -287,11 +299,31 @@ class _Month:
         self.devices["gpu"] += float(values["gpu_kwh"].sum())
         for name in (CPU_DEVICE, REST_DEVICE):
             self.devices[name] += float(it[device == name].sum())
+        self._add_hours(rows, col, n, uniq_hours, hour_of, gpu)
         first = int(uniq_hours[0])
         if not self.oldest_rows or first <= self.oldest_rows[0].bucket_ts:
             if self.oldest_rows and first < self.oldest_rows[0].bucket_ts:
                 self.oldest_rows = []
             self.oldest_rows += [r for r in rows if r.bucket_ts == first]
+
+    def _add_hours(self, rows: Sequence[EnergyRow], col: dict[str, tuple], n: int,
+                   uniq_hours: np.ndarray, hour_of: np.ndarray, gpu: np.ndarray) -> None:
+        """Per hour, what ``measured_hours`` needs. The longest time one device was
+        measured sums its rows of the hour (one per job it ran): an hour's rows come in
+        one chunk (``ledger_chunks`` reads whole hours)."""
+        seconds = np.fromiter(col["seconds"], np.float64, n)
+        sums = [np.bincount(hour_of, np.where(gpu, seconds, 0.0), len(uniq_hours)),
+                np.bincount(hour_of, np.where(gpu, np.fromiter(col["missing_s"], np.float64, n),
+                                              0.0), len(uniq_hours)),
+                np.bincount(hour_of, np.fromiter(col["energy_j"], np.float64, n),
+                            len(uniq_hours))]
+        longest = longest_measured(rows)
+        for i, h in enumerate(uniq_hours.tolist()):
+            a = self.hours.setdefault(h, [0.0, 0.0, 0.0, 0.0])
+            a[0] += sums[0][i]
+            a[1] += sums[1][i]
+            a[2] += sums[2][i]
+            a[3] = max(a[3], longest.get(h, 0.0))
 
     def lines(self, kind: str) -> list[Line]:
         sums = self.kinds[kind]
@@ -342,6 +374,9 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
     newest = uniq_hours[-1] + 3600 if n else start_ts
     oldest = uniq_hours[0] if n else start_ts
     when = time.time() if now is None else now
+    began = data_began(acc.oldest_rows, when) or oldest
+    hour_data = [HourData(h, *a) for h, a in sorted(acc.hours.items())
+                 if start_ts <= h < end_ts]
     return Report(
         month=month, start_ts=start_ts, end_ts=end_ts, generated_ts=when,
         covered_from_ts=oldest, covered_until_ts=newest,
@@ -351,10 +386,10 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         intensity_filled_hours=sum(1 for f in fs if f.intensity_filled),
         pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
         currency=model.currency, devices=acc.devices,
-        hours_with_data=sum(1 for h in uniq_hours if start_ts <= h < end_ts),
+        hours_with_data=len(measured_hours(hour_data, max(start_ts, began), when)),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
         series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback, uniq_hours),
-        began_ts=data_began(acc.oldest_rows, when) or oldest)
+        began_ts=began, hour_data=hour_data)
 
 
 def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,

@@ -12,6 +12,7 @@ import csv
 import json
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 from fleetwatch import amounts
@@ -27,10 +28,13 @@ from fleetwatch.report_month import ReportError, month_span, resolve_month
 # them: the share of GPU energy spent idle, the same number as ``idle_energy_share``.
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
               "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours",
-              "over_tdp_gpu_hours", "missing_gpu_hours", "idle_time_share", "idle_energy_share")
+              "over_tdp_gpu_hours", "missing_gpu_hours", "idle_time_share", "idle_energy_share",
+              "currency")
 # A kept column's name -> the ``Line`` attribute that gives it.
 _KEPT = {"idle_share": "idle_energy_share"}
-_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS)
+# Every column but the last is a ``Line`` attribute; ``currency`` (the cost column's, from
+# energy.currency) is the report's, on every row, so that the CSV alone says it.
+_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-1])
 # What a spreadsheet reads as the start of a formula (OWASP "CSV injection"): a text cell
 # starting with one gets a leading ' so Excel and LibreOffice show it as text. Job, user
 # and team names come from the scheduler and pods, which the cluster's tenants name.
@@ -48,7 +52,7 @@ def write_csv(report: Report, path: Path) -> None:
         for kind in KINDS:
             for line in report.lines[kind]:
                 # getattr, not asdict: asdict deep-copies, seconds for 66,000 jobs.
-                values = [getattr(line, k) for k in _ATTRS]
+                values = [*(getattr(line, k) for k in _ATTRS), report.currency]
                 # Only text is escaped: numbers (negative ones too) are written as numbers.
                 w.writerow([_text_cell(v) if isinstance(v, str) else f"{v:.6f}"
                             for v in values])
@@ -66,6 +70,10 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
     start, end = month_span(month)
     report = build_chunks(ledger_chunks(store, start, end), model, start, end, month, now,
                           progress)
+    if not report.hourly_intensity and start >= report.generated_ts:
+        raise ReportError(f"{month} has not begun: it starts {_utc(start)}, and it is "
+                          f"{_utc(report.generated_ts)} now; choose a month that has begun "
+                          "(--month current, previous or YYYY-MM)")
     if not report.hourly_intensity:
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
@@ -173,3 +181,7 @@ class _Progress:
     def done(self) -> None:
         if self.shown:
             print(file=sys.stderr, flush=True)
+
+
+def _utc(ts: float) -> str:
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -188,7 +188,10 @@ def render(r: Report, store_name: str = "") -> str:
         f"covered hours with no usable measurement (gaps between samples longer than "
         f"energy.max_gap_s, lost GPUs): <b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
         f"({missing_share:.2%} of GPU time); no energy is invented for it, so the totals are "
-        f"low by about that share. Hours whose grid intensity was missing and filled: "
+        f"low by about that share. A node silent for longer than 7 days is not counted "
+        f"as missing: that silence is in no number here (the processor logs it once per "
+        f"node, \"sent nothing from ... to ...\"). Hours whose grid intensity was missing "
+        f"and filled: "
         f"<b>{r.intensity_filled_hours}</b>; PUE filled: <b>{r.pue_filled_hours}</b>. "
         f"GPU-hours above the {html.escape('TDP')} threshold: "
         f"<b>{_n(t.over_tdp_gpu_hours)}</b>.</p>")

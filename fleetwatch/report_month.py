@@ -5,6 +5,7 @@ from __future__ import annotations
 import calendar
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from typing import NamedTuple
 
 from fleetwatch.pipeline.store.ledger import EnergyRow
 
@@ -20,28 +21,82 @@ class ReportError(ValueError):
 MIN_PROJECTION_COVERAGE = 0.5
 
 
-def month_projection(so_far: float, hours: Iterable[int], first_ts: float, now: float,
+class HourData(NamedTuple):
+    """What the ledger says of one hour (of the fleet, or of one cluster): the GPU-seconds
+    measured and missing, the energy of every device, and the longest time one device
+    was measured in it (None: not read)."""
+
+    bucket_ts: int
+    gpu_s: float
+    missing_s: float
+    energy_j: float
+    longest_s: float | None = None
+
+
+def measured_hours(hours: Iterable[HourData], began: float, now: float,
+                   bucket_s: int = 3600) -> dict[int, float]:
+    """The hours with measured data -> the seconds of each that were measured: what
+    "hours with data" counts and what the projection's rate divides by (the report and
+    the dashboard both). An hour whose rows hold only missing time (every node silent) is
+    not an hour with data. An hour's time runs from when the data began (``began``, in
+    the oldest hour) up to now; of it counts the share of its GPU time that was measured,
+    and at most the longest time one device was measured in it (data that came back at
+    minute 30 after a silence the ledger did not book as missing)."""
+    acc: dict[int, list[float]] = {}
+    longest: dict[int, float] = {}
+    for h in hours:
+        a = acc.setdefault(h.bucket_ts, [0.0, 0.0, 0.0])
+        a[0] += h.gpu_s
+        a[1] += h.missing_s
+        a[2] += h.energy_j
+        if h.longest_s is not None:
+            longest[h.bucket_ts] = max(longest.get(h.bucket_ts, 0.0), h.longest_s)
+    out: dict[int, float] = {}
+    for h, (gpu, missing, energy) in acc.items():
+        if gpu <= 0 and energy <= 0:
+            continue  # only missing time: unknown, not an hour with data
+        share = gpu / (gpu + missing) if gpu > 0 else 1.0  # a node without GPUs
+        seconds = max(0.0, min(h + bucket_s, now) - max(h, began)) * share
+        out[h] = min(seconds, longest.get(h, seconds))
+    return out
+
+
+def longest_measured(rows: Iterable[EnergyRow]) -> dict[int, float]:
+    """Per hour among ``rows``, the longest time one device was measured in it (its rows
+    of the hour summed: one per job it ran): :attr:`HourData.longest_s`."""
+    device_s: dict[tuple[int, str, str, str], float] = {}
+    for r in rows:
+        key = (r.bucket_ts, r.cluster, r.node, r.device)
+        device_s[key] = device_s.get(key, 0.0) + r.seconds
+    out: dict[int, float] = {}
+    for (h, *_), sec in device_s.items():
+        out[h] = max(out.get(h, 0.0), sec)
+    return out
+
+
+def month_projection(so_far: float, hours: Iterable[HourData], first_ts: float, now: float,
                      start_ts: float, end_ts: float) -> tuple[float | None, str]:
-    """(a month's total if the rest of it goes at the rate of its hours with data, why
-    there is none): what the dashboard and the report both show. ``hours``: the ledger
-    hours with data; ``first_ts``: when the data began (:func:`data_began`). Hours
-    without data are not time at zero use: a silent fleet is unknown, and spreading the
-    energy over them understates the rate. The oldest hour counts from when the data
-    began (from its start, the rate reads threefold low when the data began at minute
-    40), the current hour up to now. Withheld when under ``MIN_PROJECTION_COVERAGE`` of
-    the time since the data began has data, and when data is stamped after ``now`` (a
-    node's clock runs ahead, or the report's lags): no rate of time covered holds it."""
-    month = {h for h in hours if start_ts <= h < end_ts}
-    ahead = sum(1 for h in month if h >= now)
-    if ahead or (month and first_ts > now):
+    """(a month's total if the rest of it goes at the rate of its measured time, why
+    there is none): what the dashboard and the report both show. ``hours``: the ledger's
+    hours; ``first_ts``: when the data began (:func:`data_began`). Time without data is
+    not time at zero use: a silent fleet is unknown, and spreading the energy over it
+    understates the rate. The time covered is :func:`measured_hours`' (the oldest hour
+    from when the data began, the current one up to now, an hour of only missing time
+    none). Withheld when under ``MIN_PROJECTION_COVERAGE`` of the time since the data
+    began has data, and when data is stamped after ``now`` (a node's clock runs ahead,
+    or the report's lags): no rate of time covered holds it."""
+    month = [h for h in hours if start_ts <= h.bucket_ts < end_ts]
+    stamped = {h.bucket_ts for h in month}
+    ahead = sum(1 for h in stamped if h >= now)
+    if ahead or (stamped and first_ts > now):
         return None, (f"{max(ahead, 1):,} h of data is stamped after now "
                       f"({_utc(now)}): a node's clock runs ahead (or this one lags); "
                       "fix the clock")
-    hours = sorted(month)
-    if not hours:
+    measured = measured_hours(month, max(start_ts, first_ts), now)
+    if not measured:
         return None, "no data this month"
-    began = max(start_ts, first_ts, hours[0])
-    covered = max(1.0, sum(max(0.0, min(h + 3600, now) - max(h, began)) for h in hours))
+    began = max(start_ts, first_ts, min(measured))
+    covered = max(1.0, sum(measured.values()))
     since = max(1.0, now - began)
     if covered < MIN_PROJECTION_COVERAGE * since:
         return None, (f"only {covered / 3600:,.1f} h of the {since / 3600:,.1f} h since the "

@@ -377,6 +377,7 @@ class EnergyConfig:
     # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
     node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
     price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
+    # The currency of price_per_kwh: the report's cost, and its CSV's currency column.
     currency: str = required("USD")
 
 

@@ -368,11 +368,17 @@ class EnergyIntegrator:
         return energy or 0.0, owners
 
     def _anew(self, node: NodeState, f: Frame, was: float) -> None:
-        """The node's clock jumped further than ``max_jump_s``: a clock error, not an
-        outage; every device starts anew at ``f`` (the jump is neither energy nor missing
-        time: booked, it would be years of hourly rows)."""
+        """The node's clock jumped further than ``max_jump_s``, or ahead of this processor's
+        clock: every device starts anew at ``f`` (the jump is neither energy nor missing
+        time: booked, a clock error would be years of hourly rows). A jump forward to a
+        time the processor's clock has reached is a silence that long, said as one; any
+        other is a clock error, warned of."""
         erred = node.clock.erred
-        if erred is not None and abs(f.ts - erred) <= self.s.max_jump_s:
+        if f.ts > was and self._clock is not None and f.ts <= self._now and erred is None:
+            # Forward to a time this processor's clock has reached: the node was silent
+            # that long (a repair; simulate appending a later span), its clock is right.
+            self.clock.silence(f, was, self.s.max_jump_s)
+        elif erred is not None and abs(f.ts - erred) <= self.s.max_jump_s:
             node.clock.erred = None  # back from the error: the same error, said and counted
         else:
             self.clock.error(f, was, self.s.max_jump_s)

@@ -119,6 +119,21 @@ class ClockSteps:
                         "nor missing time (said once per node). Fix the node's clock",
                         f.node, _iso(was), _iso(f.ts), bound / 86400)
 
+    def silence(self, f: Frame, was: float, bound: float) -> None:
+        """The node sent nothing for longer than ``bound`` and came back at a time this
+        processor's clock has reached: a long outage (a repair, an RMA, a later span
+        appended by ``simulate``), not a clock error. Said once per node, at INFO: nothing
+        is wrong with the node, but the silence is not in the ledger's missing time."""
+        key = ("silence", f.cluster, f.node, "")
+        if key in self._said or len(self._said) >= 100_000:
+            return
+        self._said.add(key)
+        log.info("%s sent nothing from %s to %s (%.1f days, longer than the %.0f days the "
+                 "ledger books as missing time): its energy starts anew at %s, and that "
+                 "silence is not counted as missing GPU time (said once per node)",
+                 f.node, _iso(was), _iso(f.ts), (f.ts - was) / 86400, bound / 86400,
+                 _iso(f.ts))
+
     def forward(self, f: Frame, by: float) -> None:
         if (f.cluster, f.node, f.ts) == self._forward_at:
             return  # one step, whatever the number of the node's GPUs that saw it

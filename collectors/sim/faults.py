@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from fleetwatch.durations import parse_duration
+
 Mode = Literal["drift", "sudden"]
 Scope = Literal["gpu", "node", "rack"]
 
@@ -213,28 +215,43 @@ def check_subjects(faults: Sequence[Fault], nodes: int, gpus: int, nodes_per_rac
 
 _SPEC = re.compile(
     r"^(?P<kind>[a-z0-9_]+):(?P<subject>[^/@+~]+?)(?:/(?P<gpu>\d+))?"
-    r"(?:@(?P<start>[\d.]+[smhd]?))?(?:\+(?P<dur>[\d.]+[smhd]?))?(?:x(?P<sev>[\d.]+))?"
+    r"(?:@(?P<start>(?:[\d.]+[smhd])+|[\d.]+))?(?:\+(?P<dur>(?:[\d.]+[smhd])+|[\d.]+))?"
+    r"(?:x(?P<sev>[\d.]+))?"
     r"(?:~(?P<mode>[a-z]+))?$")
-_UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 SPEC_HELP = ("KIND:NODE/GPU[@START][+DURATION][xSEVERITY][~MODE] (KIND:NODE for node faults, "
              "KIND:RACK for rack faults), e.g. cooling:node-001/3@2m+1h~drift, "
-             "rack_cooling:rack-00@1h+2h, node_silent:node-002@30m+10m")
+             "rack_cooling:rack-00@1h+2h, node_silent:node-002@3h30m+10m")
 
 
-def _seconds(spec: str, text: str) -> float:
-    unit = text[-1] if text[-1] in _UNIT else "s"
+def _seconds(spec: str, what: str, text: str) -> float:
+    """A fault's START or DURATION: the command line's durations (90s, 5m, 3h30m), or a
+    bare number of seconds."""
     try:
-        return float(text.rstrip("smhd")) * _UNIT[unit]
+        return float(text)
     except ValueError:
-        raise ValueError(f"fault {spec!r}: {text!r} is not a duration (use e.g. 90s, 5m, 2h, 1d)"
-                         ) from None
+        pass
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError(f"fault {spec!r}: {what} {exc}") from None
+
+
+def _which_part(spec: str) -> str:
+    """Why ``spec`` does not parse, naming the part: its START or DURATION when one is not
+    a duration, else the form expected."""
+    m = re.match(r"^[^:@+~]+:[^@+~]*(?:@(?P<start>[^+x~]*))?(?:\+(?P<dur>[^x~]*))?", spec)
+    for what, name in (("START", "start"), ("DURATION", "dur")):
+        text = m[name] if m else None
+        if text is not None:
+            _seconds(spec, what, text)
+    return f"fault {spec!r}: expected {SPEC_HELP}"
 
 
 def parse_fault(spec: str) -> Fault:
     """Parse ``SPEC_HELP``'s form into a ``Fault``; a ``ValueError`` says what is wrong."""
     m = _SPEC.match(spec.strip())
     if not m:
-        raise ValueError(f"fault {spec!r}: expected {SPEC_HELP}")
+        raise ValueError(_which_part(spec.strip()))
     kind = m["kind"]
     if kind not in SPECS:
         raise ValueError(f"fault {spec!r}: unknown kind {kind!r} (known: {', '.join(KINDS)})")
@@ -255,8 +272,8 @@ def parse_fault(spec: str) -> Fault:
         return Fault(kind,
                      subject if scope != "rack" else None,
                      int(m["gpu"]) if m["gpu"] is not None else None,
-                     _seconds(spec, m["start"]) if m["start"] else 60.0,
-                     _seconds(spec, m["dur"]) if m["dur"] else 3600.0,
+                     _seconds(spec, "START", m["start"]) if m["start"] else 60.0,
+                     _seconds(spec, "DURATION", m["dur"]) if m["dur"] else 3600.0,
                      sev, m["mode"],  # type: ignore[arg-type]
                      subject if scope == "rack" else None)
     except ValueError as exc:

@@ -82,3 +82,28 @@ def test_evaluate_interval_is_a_duration_like_every_other_interval(
         with pytest.raises(SystemExit):
             parser().parse_args(["evaluate", "--interval", text])
         assert said in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("3h30m", 12600.0), ("1d12h", 129600.0),
+                                                ("1m30s", 90.0), ("210m", 12600.0)])
+def test_a_duration_of_several_units_is_one_duration(text: str, seconds: float) -> None:
+    assert parser().parse_args(["simulate", "--duration", text]).duration == seconds
+    fault = parser().parse_args(
+        ["simulate", "--fault", f"node_silent:node-002@{text}+{text}"]).fault[0]
+    assert (fault.start_s, fault.duration_s) == (seconds, seconds)
+
+
+@pytest.mark.parametrize(("spec", "said"), [
+    ("node_silent:node-002@3h30+1h",
+     "fault 'node_silent:node-002@3h30+1h': START '3h30' is not a duration; write e.g. 90s, "
+     "15m, 2h or 7d, or 3h30m: '30' is not a number followed by s, m, h or d"),
+    ("node_silent:node-002@1h+2hh",
+     "DURATION '2hh' is not a duration; write e.g. 90s, 15m, 2h or 7d, or 3h30m: 'h' is not"),
+    ("node_silent:node-002@30m3h", "START '30m3h' is not a duration; write e.g. 90s, 15m, 2h "
+     "or 7d, or 3h30m: its units go from the largest down, each once"),
+])
+def test_a_bad_fault_duration_is_named(spec: str, said: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["simulate", "--fault", spec])
+    assert said in capsys.readouterr().err.replace("\n", " ")

