@@ -41,6 +41,10 @@ from fleetwatch.report_month import (
 
 KINDS = ("job", "user", "team", "node", "cluster")
 NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
+# Kinds whose names are a cluster's own: node names (node001) and Slurm job ids restart
+# in every cluster, so their rows are keyed by (cluster, name). Users and teams are
+# people, the same across clusters: one row each.
+PER_CLUSTER = ("job", "node")
 
 
 
@@ -61,6 +65,8 @@ class Line:
     gpu_kwh: float = 0.0
     over_tdp_gpu_hours: float = 0.0
     missing_gpu_hours: float = 0.0
+    # The cluster of a job, node or cluster row; "" for users, teams and totals.
+    cluster: str = ""
 
     def add(self, it: float, fac: float, co2: float, cost: float, gpu_h: float, idle: float,
             idle_h: float, gpu_kwh: float, over_h: float, miss_h: float) -> None:
@@ -293,7 +299,8 @@ class _Month:
         for k, v in values.items():
             self.total[k] += float(v.sum())
         for kind in KINDS:
-            self.kinds[kind].add(col[kind], n, values)
+            keys = list(zip(col["cluster"], col[kind])) if kind in PER_CLUSTER else col[kind]
+            self.kinds[kind].add(keys, n, values)
         days = (hours - hours % DAY_S).tolist()
         self.daily.add(list(zip(col["cluster"], days)), n, values)
         self.devices["gpu"] += float(values["gpu_kwh"].sum())
@@ -328,9 +335,13 @@ class _Month:
     def lines(self, kind: str) -> list[Line]:
         sums = self.kinds[kind]
         empty = NO_NAME.get(kind, "")
-        return sorted((Line(kind, str(name) or empty,
-                            **{k: float(sums.sums[k][i]) for k in _LINE_FIELDS})
-                       for name, i in sums.index.items()), key=lambda x: -x.it_kwh)
+        out = []
+        for key, i in sums.index.items():
+            cluster, name = key if kind in PER_CLUSTER else (
+                key if kind == "cluster" else "", key)  # type: ignore[misc]
+            out.append(Line(kind, str(name) or empty, cluster=str(cluster),
+                            **{k: float(sums.sums[k][i]) for k in _LINE_FIELDS}))
+        return sorted(out, key=lambda x: -x.it_kwh)
 
     def daily_lines(self) -> dict[str, dict[int, list[float]]]:
         daily: dict[str, dict[int, list[float]]] = {}

@@ -29,12 +29,14 @@ from fleetwatch.report_month import ReportError, month_span, resolve_month
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
               "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours",
               "over_tdp_gpu_hours", "missing_gpu_hours", "idle_time_share", "idle_energy_share",
-              "currency")
+              "currency", "cluster")
 # A kept column's name -> the ``Line`` attribute that gives it.
 _KEPT = {"idle_share": "idle_energy_share"}
-# Every column but the last is a ``Line`` attribute; ``currency`` (the cost column's, from
-# energy.currency) is the report's, on every row, so that the CSV alone says it.
-_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-1])
+# Every column but ``currency`` is a ``Line`` attribute; ``currency`` (the cost column's,
+# from energy.currency) is the report's, on every row, so that the CSV alone says it.
+# ``cluster``: the cluster of a job, node or cluster row (job ids and node names repeat
+# across clusters); empty for users and teams, who span clusters.
+_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-2])
 # What a spreadsheet reads as the start of a formula (OWASP "CSV injection"): a text cell
 # starting with one gets a leading ' so Excel and LibreOffice show it as text. Job, user
 # and team names come from the scheduler and pods, which the cluster's tenants name.
@@ -52,7 +54,7 @@ def write_csv(report: Report, path: Path) -> None:
         for kind in KINDS:
             for line in report.lines[kind]:
                 # getattr, not asdict: asdict deep-copies, seconds for 66,000 jobs.
-                values = [*(getattr(line, k) for k in _ATTRS), report.currency]
+                values = [*(getattr(line, k) for k in _ATTRS), report.currency, line.cluster]
                 # Only text is escaped: numbers (negative ones too) are written as numbers.
                 w.writerow([_text_cell(v) if isinstance(v, str) else f"{v:.6f}"
                             for v in values])

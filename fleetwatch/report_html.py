@@ -54,18 +54,23 @@ def _tile(label: str, value: str, detail: str = "", tone: str = "") -> str:
             f'<div class="detail">{html.escape(detail)}</div></div>')
 
 
-def _table(lines: Sequence[Line], total: Line, currency: str, limit: int, what: str) -> str:
+def _table(lines: Sequence[Line], total: Line, currency: str, limit: int, what: str,
+           per_cluster: bool = False) -> str:
+    """``per_cluster``: a last column names each row's cluster (jobs and nodes, whose
+    names repeat across clusters)."""
     head = ("<tr><th>{}</th><th>IT kWh</th><th>facility kWh</th><th>kg CO2e</th>"
             f"<th>cost ({html.escape(currency)})</th><th>GPU-hours</th>"
             "<th>idle share (of GPU time)</th><th>idle energy (of GPU kWh)</th>"
-            "<th>GPU-h above TDP</th><th>GPU-h missing</th></tr>").format(html.escape(what))
+            "<th>GPU-h above TDP</th><th>GPU-h missing</th>"
+            + ("<th>cluster</th>" if per_cluster else "") + "</tr>").format(html.escape(what))
 
     def row(x: Line, cls: str = "") -> str:
         return (f'<tr class="{cls}"><td>{html.escape(x.name)}</td><td>{_n(x.it_kwh)}</td>'
                 f"<td>{_n(x.facility_kwh)}</td><td>{_n(x.co2e_kg)}</td><td>{_n(x.cost, 2)}</td>"
                 f"<td>{_n(x.gpu_hours)}</td><td>{x.idle_time_share:.1%}</td>"
                 f"<td>{x.idle_energy_share:.1%}</td>"
-                f"<td>{_n(x.over_tdp_gpu_hours)}</td><td>{_n(x.missing_gpu_hours)}</td></tr>")
+                f"<td>{_n(x.over_tdp_gpu_hours)}</td><td>{_n(x.missing_gpu_hours)}</td>"
+                + (f"<td>{html.escape(x.cluster)}</td>" if per_cluster else "") + "</tr>")
 
     body = [row(x) for x in lines[:limit]]
     if len(lines) > limit:
@@ -122,7 +127,7 @@ def _figures(r: Report) -> list[go.Figure]:
     jobs = sorted((x for x in r.lines["job"] if x.name != "(no job)"),
                   key=lambda x: -x.co2e_kg)[:15][::-1]
     top = go.Figure(layout=layout | {"height": 420})
-    top.add_bar(y=[x.name for x in jobs], x=[x.co2e_kg for x in jobs], orientation="h",
+    top.add_bar(y=[f"{x.cluster}/{x.name}" for x in jobs], x=[x.co2e_kg for x in jobs], orientation="h",
                 marker_color="#2f6690", name="kg CO2e",
                 customdata=[[x.it_kwh, x.idle_time_share * 100] for x in jobs],
                 hovertemplate="%{y}: %{x:.1f} kg CO2e, %{customdata[0]:.0f} kWh, "
@@ -224,9 +229,9 @@ generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} UTC{where}</
 <h3>By cluster</h3>{_table(r.lines['cluster'], t, r.currency, 20, 'cluster')}
 <h3>By team</h3>{_table(r.lines['team'], t, r.currency, 20, 'team')}
 <div class="chart">{charts[3]}</div>
-<h3>By job (top 25)</h3>{_table(r.lines['job'], t, r.currency, 25, 'job')}
+<h3>By job (top 25)</h3>{_table(r.lines['job'], t, r.currency, 25, 'job', True)}
 <h3>By user (top 25)</h3>{_table(r.lines['user'], t, r.currency, 25, 'user')}
-<h3>By node (top 25)</h3>{_table(r.lines['node'], t, r.currency, 25, 'node')}
+<h3>By node (top 25)</h3>{_table(r.lines['node'], t, r.currency, 25, 'node', True)}
 <h2>Repeat offenders</h2>{_offenders(r)}
 <h2>Data quality</h2>{quality}
 <div class="chart">{charts[2]}</div>

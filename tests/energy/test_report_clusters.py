@@ -1,0 +1,63 @@
+"""Several clusters in one store: same-named nodes and job ids stay apart in the report."""
+
+from __future__ import annotations
+
+import csv
+import re
+
+import pytest
+
+from fleetwatch.carbon import J_PER_KWH, build_model
+from fleetwatch.pipeline.store.ledger import EnergyRow
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.report import build
+from fleetwatch.report_files import CSV_FIELDS, write_report
+from fleetwatch.report_month import month_span
+
+MAY = month_span("2022-05")
+H = MAY[0] + 86400
+
+
+def row(cluster: str, node: str, job: str, kwh: float = 1.0) -> EnergyRow:
+    return EnergyRow(H, cluster, "r1", node, "gpu0", job, "u", "t", kwh * J_PER_KWH, 0.0,
+                     3600.0, 0.0, 0.0, 0.0)
+
+
+def model():
+    return build_model("USA", 400.0, "", "avg_CI", 1.5, "", "pue", 0.10, "USD")
+
+
+ROWS = [row("c-east", "node001", "777", 1.0), row("c-west", "node001", "777", 2.0),
+        row("c-east", "node002", "", 4.0)]
+
+
+def test_same_named_nodes_and_jobs_of_two_clusters_are_two_rows():
+    r = build(ROWS, model(), *MAY, "2022-05")
+    nodes = {(x.cluster, x.name): x.it_kwh for x in r.lines["node"]}
+    assert nodes == {("c-east", "node001"): pytest.approx(1.0),
+                     ("c-west", "node001"): pytest.approx(2.0),
+                     ("c-east", "node002"): pytest.approx(4.0)}
+    jobs = {(x.cluster, x.name): x.it_kwh for x in r.lines["job"]}
+    assert jobs == {("c-east", "777"): pytest.approx(1.0), ("c-west", "777"): pytest.approx(2.0),
+                    ("c-east", "(no job)"): pytest.approx(4.0)}
+    # A user is one person across clusters: one row, no cluster.
+    assert [(x.cluster, x.name) for x in r.lines["user"]] == [("", "u")]
+    assert {x.name: x.cluster for x in r.lines["cluster"]} == {"c-east": "c-east",
+                                                               "c-west": "c-west"}
+
+
+def test_the_csv_and_html_name_the_cluster_in_a_column_added_last(tmp_path):
+    store = SqliteStore(tmp_path / "s.db")
+    store.write_energy(ROWS, [])
+    paths = write_report(store, model(), "2022-05", tmp_path / "out", now=MAY[1] + 10)
+    assert CSV_FIELDS[:2] == ("kind", "name") and CSV_FIELDS[-2:] == ("currency", "cluster")
+    with paths["csv"].open() as f:
+        rows = list(csv.DictReader(f))
+    nodes = sorted((r["cluster"], r["name"], float(r["it_kwh"])) for r in rows
+                   if r["kind"] == "node")
+    assert nodes == [("c-east", "node001", 1.0), ("c-east", "node002", 4.0),
+                     ("c-west", "node001", 2.0)]
+    page = paths["html"].read_text()
+    node_table = page.split("By node")[1].split("</table>")[0]
+    assert node_table.count("<th>cluster</th>") == 1
+    assert re.search(r"<td>node001</td>(<td>[^<]*</td>){9}<td>c-west</td></tr>", node_table)
