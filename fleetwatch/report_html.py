@@ -127,7 +127,8 @@ def _figures(r: Report) -> list[go.Figure]:
     jobs = sorted((x for x in r.lines["job"] if x.name != "(no job)"),
                   key=lambda x: -x.co2e_kg)[:15][::-1]
     top = go.Figure(layout=layout | {"height": 420})
-    top.add_bar(y=[f"{x.cluster}/{x.name}" for x in jobs], x=[x.co2e_kg for x in jobs], orientation="h",
+    top.add_bar(y=[f"{x.cluster}/{x.name}" for x in jobs], x=[x.co2e_kg for x in jobs],
+                orientation="h",
                 marker_color="#2f6690", name="kg CO2e",
                 customdata=[[x.it_kwh, x.idle_time_share * 100] for x in jobs],
                 hovertemplate="%{y}: %{x:.1f} kg CO2e, %{customdata[0]:.0f} kWh, "
