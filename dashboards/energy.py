@@ -123,6 +123,17 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     ]
 
 
+def method_note(carbon: CarbonModel) -> str:
+    """The method under the charts: the formula, the grid and PUE, and each cluster's own
+    (carbon.clusters). The top jobs and users are summed by the store across clusters
+    and priced at the global grid's hours: said when clusters have their own."""
+    lines = carbon.method()[:3 + len(carbon.clusters)]
+    if carbon.clusters:
+        lines.append("Top jobs and users are priced with the global grid and PUE; the "
+                     "per-cluster charts and tiles with each cluster's own.")
+    return " ".join(lines)
+
+
 def register(app: dash.Dash, store: Any, clock: Callable[[], float],
              carbon: CarbonModel) -> Render:
     """The page's callbacks; returns the renderer that ``layout`` takes."""
@@ -168,7 +179,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
             fig.update_layout(uirevision=rng)
             figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))
         return (summary(v), *figs,
-                notice, components.updated_stamp(now), " ".join(carbon.method()[:3]))
+                notice, components.updated_stamp(now), method_note(carbon))
 
     components.link_range(app, "energy-range", DEFAULT_RANGE)
     components.keep_zoom(app, "energy", GRAPHS, "energy-range")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
@@ -103,14 +103,34 @@ def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
     return out
 
 
+def _cluster_factors(model: CarbonModel, totals: Iterable[EnergyTotal]
+                     ) -> dict[tuple[str, int], float]:
+    """kg CO2e per IT kWh for each (cluster, hour) of totals by cluster: a cluster of
+    carbon.clusters takes its own grid and PUE."""
+    out = {}
+    for t in totals:
+        if (t.name, t.bucket_ts) not in out:
+            f = model.for_cluster(t.name).hour(t.bucket_ts)
+            out[t.name, t.bucket_ts] = f.pue * f.intensity_g_per_kwh / 1000
+    return out
+
+
+def _cluster_shares(totals: Sequence[EnergyTotal], fc: dict[tuple[str, int], float]
+                    ) -> tuple[Share, ...]:
+    """``shares`` by cluster, each cluster's hours priced with its own factors."""
+    return shares(totals, "cluster", {}, limit=50, factor=lambda t: fc[t.name, t.bucket_ts])
+
+
 def shares(totals: Sequence[EnergyTotal], kind: str, factors: dict[int, float],
-           limit: int = 15) -> tuple[Share, ...]:
+           limit: int = 15, factor: Callable[[EnergyTotal], float] | None = None
+           ) -> tuple[Share, ...]:
+    """``factor``: a total's kg CO2e per kWh, when not ``factors`` of its hour."""
     acc: dict[str, list[float]] = {}
     for t in totals:
         a = acc.setdefault(t.name or NO_NAME.get(kind, ""), [0.0] * 6)
         kwh = t.energy_j / J_PER_KWH
         a[0] += kwh
-        a[1] += kwh * factors[t.bucket_ts]
+        a[1] += kwh * (factors[t.bucket_ts] if factor is None else factor(t))
         a[2] += t.gpu_s / 3600
         a[3] += t.idle_j
         a[4] += t.gpu_energy_j
@@ -141,7 +161,9 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     was measured in it (``report_month.longest_measured``)."""
     hours = tuple(sorted({t.bucket_ts for t in window}))
     index = {h: i for i, h in enumerate(hours)}
-    f = _factors(model, {t.bucket_ts for t in (*window, *month, *jobs, *users)})
+    f = _factors(model, {t.bucket_ts for t in (*jobs, *users)})
+    # window and month are totals by cluster: each priced with its cluster's grid and PUE.
+    fc = _cluster_factors(model, (*window, *month))
     by_cluster: dict[str, list[float]] = {}
     co2e: dict[str, list[float]] = {}
     for t in window:
@@ -149,11 +171,11 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         i = index[t.bucket_ts]
         kwh = t.energy_j / J_PER_KWH
         by_cluster.setdefault(name, [0.0] * len(hours))[i] += kwh
-        co2e.setdefault(name, [0.0] * len(hours))[i] += kwh * f[t.bucket_ts]
+        co2e.setdefault(name, [0.0] * len(hours))[i] += kwh * fc[t.name, t.bucket_ts]
     day0 = now_s - now_s % 86400
     today = [t for t in month if t.bucket_ts >= day0]
     m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
-    m_co2 = sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in month)
+    m_co2 = sum(t.energy_j / J_PER_KWH * fc[t.name, t.bucket_ts] for t in month)
     start, end = month_start(now_s), month_end(now_s)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
     longest = longest or {}
@@ -164,11 +186,11 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle=hourly_idle(window, "all clusters"),
         jobs=shares(jobs, "job", f), users=shares(users, "user", f),
-        clusters=shares(window, "cluster", f, limit=50),
+        clusters=_cluster_shares(window, fc),
         kwh=sum(sum(v) for v in by_cluster.values()),
         co2e_kg=sum(sum(v) for v in co2e.values()),
         today_kwh=sum(t.energy_j for t in today) / J_PER_KWH if today else None,
-        today_co2e_kg=(sum(t.energy_j / J_PER_KWH * f[t.bucket_ts] for t in today)
+        today_co2e_kg=(sum(t.energy_j / J_PER_KWH * fc[t.name, t.bucket_ts] for t in today)
                        if today else None),
         month_kwh=m_kwh if month else None, month_co2e_kg=m_co2 if month else None,
         month_projection_kg=projection, projection_withheld=withheld,

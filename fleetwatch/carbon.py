@@ -31,7 +31,7 @@ import csv
 import dataclasses
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
@@ -207,6 +207,13 @@ class CarbonModel:
     pue: HourlySeries | None = None
     price_per_kwh: float = 0.0
     currency: str = "USD"
+    # Clusters on other grids (carbon.clusters): their own models; any other cluster's
+    # energy is priced with this one.
+    clusters: dict[str, CarbonModel] = field(default_factory=dict)
+
+    def for_cluster(self, cluster: str) -> CarbonModel:
+        """The model that prices ``cluster``'s energy: its own, else this one."""
+        return self.clusters.get(cluster, self)
 
     def hour(self, hour_ts: int) -> HourFactors:
         ci, ci_filled, ci_fallback = (self.intensity_fallback, False, False)
@@ -227,11 +234,14 @@ class CarbonModel:
 
     def method(self) -> list[str]:
         """The method, in sentences for a report."""
+        others = " (clusters without their own, below)" if self.clusters else ""
         return [
             "CO2e = IT energy x PUE x grid carbon intensity, location-based "
             "(GHG Protocol Scope 2 guidance, location-based method).",
-            f"Grid intensity: {self.intensity_source}.",
-            f"PUE: {self.pue_source}.",
+            f"Grid intensity{others}: {self.intensity_source}.",
+            f"PUE{others}: {self.pue_source}.",
+            *(f"Cluster {name}: grid intensity {m.intensity_source}; PUE {m.pue_source} "
+              "(carbon.clusters)." for name, m in sorted(self.clusters.items())),
             "Each hour of the ledger takes its own hour's intensity and PUE; a missing hour "
             f"of a series is interpolated between neighbours up to {MAX_INTERPOLATE_H} h "
             "apart, else the fallback is used, and such hours are counted below.",
@@ -260,7 +270,15 @@ def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
 
 
 def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel:
-    """The configured model; a wrong file or country raises ``CarbonDataError`` naming it."""
-    return build_model(carbon.country, carbon.intensity_g_per_kwh, carbon.intensity_csv,
-                       carbon.intensity_column, carbon.pue, carbon.pue_csv, carbon.pue_column,
-                       energy.price_per_kwh, energy.currency)
+    """The configured model, with a model of its own for each of ``carbon.clusters``; a
+    wrong file or country raises ``CarbonDataError`` naming it (and the cluster)."""
+    clusters = {}
+    for name, c in carbon.clusters.items():
+        try:
+            clusters[name] = model_from_config(c, energy)
+        except CarbonDataError as exc:
+            raise CarbonDataError(f"[carbon.clusters.{name}]: {exc}") from exc
+    model = build_model(carbon.country, carbon.intensity_g_per_kwh, carbon.intensity_csv,
+                        carbon.intensity_column, carbon.pue, carbon.pue_csv,
+                        carbon.pue_column, energy.price_per_kwh, energy.currency)
+    return dataclasses.replace(model, clusters=clusters)

@@ -22,6 +22,8 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from fleetwatch.settings import (
+    CARBON_GRID_KEYS,
+    CARBON_PUE_KEYS,
     DETECTORS,
     ENV_PREFIX,
     AgentConfig,
@@ -176,7 +178,11 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     fields = typing.get_type_hints(cls)
     specs = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
+    tables = None
     for key, (value, origin) in values.items():
+        if cls is CarbonConfig and key == "clusters":
+            tables = (value, origin)  # resolved on the section's other values, below
+            continue
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
         if (section, key) in RETIRED:
@@ -191,7 +197,36 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
                               f"{', '.join(sorted(fields))})")
         kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin,
                               specs[key].metadata.get("range"), specs[key].metadata.get("text"))
-    return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
+    built = cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
+    if tables is not None:
+        built = dataclasses.replace(built, clusters=_carbon_clusters(built, *tables))
+    return built
+
+
+def _carbon_clusters(carbon: CarbonConfig, tables: Any, origin: str
+                     ) -> dict[str, CarbonConfig]:
+    """``[carbon.clusters.NAME]`` tables, each resolved to a whole ``CarbonConfig``: the
+    grid keys and the PUE keys (``CARBON_GRID_KEYS``, ``CARBON_PUE_KEYS``) come as a group
+    from the table when it sets any of the group, else from ``carbon``."""
+    if not isinstance(tables, dict) or not all(isinstance(t, dict) for t in tables.values()):
+        raise ConfigError(f"{origin}: carbon.clusters is a table per cluster, set in the "
+                          "TOML file: [carbon.clusters.NAME] with country, "
+                          "intensity_g_per_kwh, intensity_csv, pue, ... (not from the "
+                          "environment)")
+    defaults = CarbonConfig()
+    out = {}
+    for name, table in tables.items():
+        where = origin.replace("[carbon] clusters", f"[carbon.clusters.{name}]")
+        if "clusters" in table:
+            raise ConfigError(f"{where}: carbon.clusters.{name} cannot hold clusters")
+        start = {}
+        for group in (CARBON_GRID_KEYS, CARBON_PUE_KEYS):
+            source = defaults if any(k in table for k in group) else carbon
+            start |= {k: getattr(source, k) for k in group}
+        out[name] = _section(CarbonConfig, f"carbon.clusters.{name}",
+                             {k: (v, f"{where} {k}") for k, v in table.items()},
+                             base=CarbonConfig(**start))
+    return out
 
 
 def override(config: Config, section: str, origin: str = "command line",

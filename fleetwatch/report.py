@@ -118,6 +118,9 @@ class Report:
     intensity_fallback_hours: int = 0
     pue_fallback_hours: int = 0
     series_warning: str = ""
+    # The clusters priced with a grid of their own (carbon.clusters): cluster -> (hour,
+    # gCO2e/kWh, filled), as ``hourly_intensity`` is for the global grid.
+    cluster_intensity: dict[str, list[tuple[int, float, bool]]] = field(default_factory=dict)
     began_ts: float = 0.0          # when the data began, inside the oldest hour (data_began)
     # Repeat offenders: the worst nodes by lemon score at the month's end (or now), from
     # the store's XID and GPU-lost events, with their XIDs of the month (``offenders``).
@@ -257,7 +260,8 @@ class _Month:
     """What the report keeps while it reads the ledger: sums per name, never the rows."""
 
     model: CarbonModel
-    factors: dict[int, HourFactors] = field(default_factory=dict)
+    # (grid, hour) -> the hour's factors; grid: a cluster of carbon.clusters, "" the global
+    factors: dict[tuple[str, int], HourFactors] = field(default_factory=dict)
     kinds: dict[str, _Sums] = field(
         default_factory=lambda: {k: _Sums(_LINE_FIELDS) for k in KINDS})
     daily: _Sums = field(default_factory=lambda: _Sums(_DAILY_FIELDS))
@@ -276,10 +280,13 @@ class _Month:
         col = dict(zip(EnergyRow._fields, zip(*rows)))
         hours = np.fromiter(col["bucket_ts"], np.int64, n)
         uniq_hours, hour_of = np.unique(hours, return_inverse=True)
-        fs = [self.factors.get(int(h)) or self.factors.setdefault(int(h), self.model.hour(
-            int(h))) for h in uniq_hours]
-        pue = np.array([f.pue for f in fs])[hour_of]
-        kg_per_kwh = np.array([f.pue * f.intensity_g_per_kwh / 1000 for f in fs])[hour_of]
+        # Each row takes its cluster's grid and PUE (carbon.clusters), else the global.
+        uniq_c, c_of = np.unique(np.asarray(col["cluster"], dtype=str), return_inverse=True)
+        grids = [c if c in self.model.clusters else "" for c in uniq_c.tolist()]
+        fs = [[self._factors(g, int(h)) for h in uniq_hours] for g in grids]
+        pue = np.array([[f.pue for f in r] for r in fs])[c_of, hour_of]
+        kg_per_kwh = np.array([[f.pue * f.intensity_g_per_kwh / 1000 for f in r]
+                               for r in fs])[c_of, hour_of]
         device = np.asarray(col["device"], dtype=str)
         gpu = np.char.startswith(device, "gpu")
 
@@ -312,6 +319,12 @@ class _Month:
             if self.oldest_rows and first < self.oldest_rows[0].bucket_ts:
                 self.oldest_rows = []
             self.oldest_rows += [r for r in rows if r.bucket_ts == first]
+
+    def _factors(self, grid: str, hour: int) -> HourFactors:
+        f = self.factors.get((grid, hour))
+        if f is None:
+            f = self.factors[grid, hour] = self.model.for_cluster(grid).hour(hour)
+        return f
 
     def _add_hours(self, rows: Sequence[EnergyRow], col: dict[str, tuple], n: int,
                    uniq_hours: np.ndarray, hour_of: np.ndarray, gpu: np.ndarray) -> None:
@@ -377,9 +390,12 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         if progress is not None and chunk:
             done = (chunk[-1].bucket_ts + 3600 - start_ts) / max(1, end_ts - start_ts)
             progress(n, min(1.0, max(0.0, done)))
-    uniq_hours = sorted(acc.factors)
-    fs = [acc.factors[h] for h in uniq_hours]
-    hourly = [(h, f.intensity_g_per_kwh, f.intensity_filled) for h, f in zip(uniq_hours, fs)]
+    # Counts are of grid-hours: an hour priced on two grids counts on each.
+    fs = list(acc.factors.values())
+    grids = _grid_hours(acc.factors)
+    uniq_hours = sorted({h for _, h in acc.factors})
+    # The chart's line: the global grid's hours, else (every cluster has its own) the first.
+    hourly = grids.get("") or next(iter(grids.values()), [])
     ci_fallback = sum(f.intensity_from_fallback for f in fs)
     pue_fallback = sum(f.pue_from_fallback for f in fs)
     newest = uniq_hours[-1] + 3600 if n else start_ts
@@ -393,14 +409,37 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         covered_from_ts=oldest, covered_until_ts=newest,
         total=Line("total", "all", **acc.total),
         lines={kind: acc.lines(kind) for kind in KINDS}, daily=acc.daily_lines(),
-        hourly_intensity=hourly,
+        hourly_intensity=hourly, cluster_intensity={g: v for g, v in grids.items() if g},
         intensity_filled_hours=sum(1 for f in fs if f.intensity_filled),
         pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
         currency=model.currency, devices=acc.devices,
         hours_with_data=len(measured_hours(hour_data, max(start_ts, began), when)),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
-        series_warning=_series_warning(model, len(fs), ci_fallback, pue_fallback, uniq_hours),
+        series_warning=_grid_warnings(model, acc.factors),
         began_ts=began, hour_data=hour_data)
+
+
+def _grid_hours(factors: dict[tuple[str, int], HourFactors]
+                ) -> dict[str, list[tuple[int, float, bool]]]:
+    """Per grid ("" the global one), its (hour, gCO2e/kWh, filled) in hour order."""
+    out: dict[str, list[tuple[int, float, bool]]] = {}
+    for (grid, h), f in sorted(factors.items(), key=lambda kv: kv[0][1]):
+        out.setdefault(grid, []).append((h, f.intensity_g_per_kwh, f.intensity_filled))
+    return out
+
+
+def _grid_warnings(model: CarbonModel, factors: dict[tuple[str, int], HourFactors]) -> str:
+    """``_series_warning`` for each grid that priced hours, naming a cluster's own."""
+    out = []
+    for grid in sorted({g for g, _ in factors}):
+        hours = sorted(h for g, h in factors if g == grid)
+        fs = [factors[grid, h] for h in hours]
+        text = _series_warning(model.for_cluster(grid), len(fs),
+                               sum(f.intensity_from_fallback for f in fs),
+                               sum(f.pue_from_fallback for f in fs), hours)
+        if text:
+            out.append(f"cluster {grid}: {text}" if grid else text)
+    return "; ".join(out)
 
 
 def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,

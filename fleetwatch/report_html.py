@@ -114,9 +114,19 @@ def _figures(r: Report) -> list[go.Figure]:
     energy.update_layout(title="IT energy per day (kWh): idle GPUs apart", barmode="stack",
                          yaxis_title="kWh", xaxis_type="category")
     ci = go.Figure(layout=layout)
+    # The cluster whose grid the first line is when every cluster has its own (else None).
+    all_own = next((c for c, v in r.cluster_intensity.items() if v is r.hourly_intensity),
+                   None)
+    whose = ("" if not r.cluster_intensity else " (other clusters)" if all_own is None
+             else f" ({all_own})")
     ci.add_scatter(x=[_day(h) for h, _, _ in r.hourly_intensity],
-                   y=[v for _, v, _ in r.hourly_intensity], mode="lines", name="grid intensity",
+                   y=[v for _, v, _ in r.hourly_intensity], mode="lines",
+                   name=f"grid intensity{whose}",
                    line=dict(color="#3a7d44", width=1))
+    for cluster, series in sorted(r.cluster_intensity.items()):  # carbon.clusters' grids
+        if series is not r.hourly_intensity:
+            ci.add_scatter(x=[_day(h) for h, _, _ in series], y=[v for _, v, _ in series],
+                           mode="lines", name=f"grid intensity ({cluster})", line=dict(width=1))
     filled = [(h, v) for h, v, f in r.hourly_intensity if f]
     if filled:
         ci.add_scatter(x=[_day(h) for h, _ in filled], y=[v for _, v in filled],

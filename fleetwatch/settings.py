@@ -392,6 +392,18 @@ class CarbonConfig:
     pue: float = ranged(1.2, 1.0, 10.0)
     pue_csv: str = ""
     pue_column: str = required("pue")
+    # Per cluster, by name ([carbon.clusters.NAME] tables in the file): each cluster's
+    # grid and PUE. A cluster not listed, and a group of keys a table does not touch,
+    # take the settings above (resolved at load: each value is a whole CarbonConfig).
+    clusters: dict[str, CarbonConfig] = field(default_factory=dict)
+
+
+# The keys of a [carbon.clusters.NAME] table, in two groups taken whole: a table that sets
+# any key of a group takes that group from itself (keys it leaves out at their defaults),
+# never mixed with the global ones: a cluster that names its own country must not keep
+# the global intensity_csv, which would outrank it.
+CARBON_GRID_KEYS = ("country", "intensity_g_per_kwh", "intensity_csv", "intensity_column")
+CARBON_PUE_KEYS = ("pue", "pue_csv", "pue_column")
 
 
 @dataclass(frozen=True)

@@ -55,3 +55,18 @@ def test_a_carbon_series_that_misses_the_hours_is_a_warning() -> None:
     assert "carbon.intensity_csv" in warning
     plain = build_model("USA", 400.0, "", "avg_CI", 1.2, "", "pue", 0.10, "USD")
     assert series_warning(plain, [H]) == ""
+
+
+def test_the_energy_page_prices_each_cluster_with_its_own_grid() -> None:
+    import dataclasses as dc
+
+    eu = build_model("FRA", 50.0, "", "avg_CI", 1.1, "", "pue", 0.10, "USD")
+    model = dc.replace(build_model("USA", 400.0, "", "avg_CI", 1.2, "", "pue", 0.10, "USD"),
+                       clusters={"c-eu": eu})
+    ts = [EnergyTotal(H, c, 3.6e6, 0.0, 3.0e6, 3600.0, 0.0, 0.0, 0.0) for c in ("c-us", "c-eu")]
+    v = energy_view(ts, ts, (), (), model, H + 1800)
+    assert v.co2e_by_cluster == {"c-us": [1.2 * 0.4], "c-eu": [1.1 * 0.05]}
+    assert v.month_co2e_kg == 1.2 * 0.4 + 1.1 * 0.05
+    assert {s.name: s.co2e_kg for s in v.clusters} == {"c-us": 1.2 * 0.4, "c-eu": 1.1 * 0.05}
+    note = energy.method_note(model)
+    assert "Cluster c-eu: grid intensity 50 gCO2e/kWh" in note and "global grid" in note
