@@ -161,7 +161,7 @@ def _sim_config(config: Config, args: argparse.Namespace) -> Config:
     from fleetwatch.simulate import MAX_GPUS, MAX_NODES, counted
 
     config = _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed,
-                       part=args.part)
+                       part=args.part, cluster=args.cluster)
     s = config.sim
     if s.nodes > MAX_NODES or s.nodes * s.gpus > MAX_GPUS:
         named = " and ".join(f for f, v in (("--nodes", args.nodes), ("--gpus", args.gpus))

@@ -135,6 +135,8 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--seed", type=int,
                        help="random seed, 0 to 2^63-1; same seed, same fleet (default 0)")
         g.add_argument("--part", choices=PART_NAMES, help=PART_HELP + " (default: sim.part, a100)")
+        g.add_argument("--cluster", help="the cluster the simulated fleet reports as "
+                       "(default: sim.cluster, sim)")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
                        help=FAULT_HELP)
         g.add_argument("--no-faults", action="store_true", help="inject no fault")

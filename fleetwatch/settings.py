@@ -357,6 +357,9 @@ class DashboardConfig:
 class SimConfig:
     # The simulated GPU: a100 (A100-SXM4-80GB, 500 W) or h100 (H100 80GB HBM3, 700 W).
     part: Literal["a100", "h100"] = "a100"
+    # The cluster the simulated fleet reports as (not node.cluster, which is the agent's):
+    # two clusters' histories of the same hours can share one store.
+    cluster: str = required("sim")
     nodes: int = ranged(4, 1, 100_000)
     gpus: int = ranged(8, 1, 64)
     nodes_per_rack: int = ranged(2, 1, 10_000)

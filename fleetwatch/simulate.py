@@ -21,7 +21,7 @@ from typing import TextIO
 
 from fleetwatch.collectors.sim import Fault, FaultRecord, FleetSim, SimParams
 from fleetwatch.collectors.sim.faults import NoSuchSubject, check_subjects
-from fleetwatch.config import Config, ranged
+from fleetwatch.config import Config, NodeConfig, SimConfig, ranged
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.processor import Processor
@@ -189,9 +189,11 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
                           tuple(sim.ground_truth), stopped)
 
 
-def held_span(path: str, start_s: float, end_s: float) -> tuple[float, float] | None:
-    """The first and last time of the samples the store at ``path`` already holds in
-    (start, end] (GPU temperatures, which every simulated frame has), or None."""
+def held_span(path: str, start_s: float, end_s: float, cluster: str
+              ) -> tuple[float, float] | None:
+    """The first and last time of the samples of ``cluster`` the store at ``path`` already
+    holds in (start, end] (GPU temperatures, which every simulated frame has), or None.
+    Another cluster's samples are no obstacle: its series are its own."""
     from fleetwatch.pipeline.store.sqlite import SqliteStore
 
     if not os.path.exists(path):
@@ -204,7 +206,9 @@ def held_span(path: str, start_s: float, end_s: float) -> tuple[float, float] | 
         store.close()
     if not points:
         return None
-    times = [ts for _, ts, _ in points]
+    times = [ts for key, ts, _ in points if key.cluster == cluster]
+    if not times:
+        return None
     return min(times) / 1000, max(times) / 1000
 
 
@@ -232,7 +236,11 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     s = config.sim
     params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                        seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
-                       idle_mean_s=s.idle_mean_s, part=s.part)
+                       idle_mean_s=s.idle_mean_s, part=s.part, cluster=s.cluster)
+    if config.node.cluster != NodeConfig().cluster and s.cluster == SimConfig().cluster:
+        print(f"fleetwatch simulate: the fleet reports as cluster {s.cluster}: node.cluster "
+              f"({config.node.cluster}) is an agent's; name the simulated cluster with "
+              "--cluster or sim.cluster", file=out)
     try:
         check_faults(faults, params)
     except ValueError as exc:
@@ -248,18 +256,19 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
         return 1 if isinstance(exc, StoreBusy) else 2
     start = given.end_ts - duration_s
     try:
-        held = held_span(path, start, given.end_ts)
+        held = held_span(path, start, given.end_ts, s.cluster)
     except Exception:
         lock.release()
         raise
     if held is not None:
         lock.release()
-        print(f"fleetwatch simulate: {path} already holds samples from {_utc(held[0])} to "
-              f"{_utc(held[1])}, within this run's span ({_utc(start)} to "
-              f"{_utc(given.end_ts)}): a second history over the same hours would interleave "
-              "two fleets sample by sample. Write it to another file (--store NEW.db), choose a "
-              "span clear of that data (--end, --duration), or remove the file yourself (rm "
-              f"{path}*)", file=out)
+        print(f"fleetwatch simulate: {path} already holds samples of cluster {s.cluster} from "
+              f"{_utc(held[0])} to {_utc(held[1])}, within this run's span ({_utc(start)} to "
+              f"{_utc(given.end_ts)}): a second history of the cluster over the same hours "
+              "would interleave two fleets sample by sample. Name another cluster (--cluster, "
+              "sim.cluster), write it to another file (--store NEW.db), choose a span clear of "
+              f"that data (--end, --duration), or remove the file yourself (rm {path}*)",
+              file=out)
         return 1
     stop = threading.Event()
     reason = ["done"]

@@ -368,7 +368,7 @@ def sim_params(config: Config, options: UpOptions) -> SimParams:
     return SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                      seed=s.seed, interval_s=options.interval_s,
                      job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
-                     steady_load=options.steady_load, part=s.part)
+                     steady_load=options.steady_load, part=s.part, cluster=s.cluster)
 
 
 def check_options(given: UpOptions) -> UpOptions:

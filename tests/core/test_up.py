@@ -230,7 +230,8 @@ def test_simulate_refuses_to_write_a_second_history_over_hours_the_store_holds(
     again = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "10m", "--end",
                     str(1790000000 + 300), *FLEET)
     assert again.returncode == 1
-    assert "already holds samples from 2026-09-21 14:08 UTC to 2026-09-21 14:13 UTC" in (
+    assert ("already holds samples of cluster sim from 2026-09-21 14:08 UTC to 2026-09-21 "
+            "14:13 UTC") in (
         again.stderr) and "--store NEW.db" in again.stderr and "Traceback" not in again.stderr
     assert host_timestamps(db) == before
     # After the data it holds: a longer history of the same fleet, one timeline.
@@ -238,6 +239,33 @@ def test_simulate_refuses_to_write_a_second_history_over_hours_the_store_holds(
                     str(1790000000 + 600), *FLEET)
     assert later.returncode == 0, later.stderr
     assert len(host_timestamps(db)) == 2 * len(before)
+
+
+def test_simulate_writes_two_clusters_histories_of_the_same_hours_into_one_store(
+        tmp_path: Path) -> None:
+    db = tmp_path / "two.db"
+    span = ["--store", str(db), "--duration", "10m", "--end", "1790000000", *FLEET]
+    west = run_cli(tmp_path, "simulate", "--cluster", "west-a100", *span)
+    assert west.returncode == 0, west.stderr
+    east = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "simulate", "--part", "h100",
+                           *span], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FLEETWATCH_SIM_CLUSTER": "east-h100"})
+    assert east.returncode == 0, east.stderr
+    store = SqliteStore(db, read_only=True)
+    try:
+        temps = [key for key, _, _ in store.export() if key.metric == "gpu_temp_c"]
+        ledger = {r.cluster for r in store.energy(1790000000 - 3600, 1790000000 + 3600)}
+    finally:
+        store.close()
+    # Two fleets, each its own series: 2 nodes x 2 GPUs x 40 samples each.
+    assert {k.cluster for k in temps} == {"west-a100", "east-h100"} == ledger
+    assert len([k for k in temps if k.cluster == "west-a100"]) == len(temps) // 2 == 160
+    # The agent's cluster setting is not the simulator's: said, not silently ignored.
+    again = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "simulate", "--store",
+                            str(tmp_path / "n.db"), "--duration", "1m", *FLEET], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "FLEETWATCH_NODE_CLUSTER": "c-eu"})
+    assert again.returncode == 0 and "node.cluster (c-eu) is an agent's" in again.stderr
 
 
 def test_simulate_never_writes_the_real_store(tmp_path: Path) -> None:
