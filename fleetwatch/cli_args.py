@@ -234,6 +234,8 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--out", default=".", metavar="DIR",
                         help="where the files go (default: here)")
     report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    report.add_argument("--cluster", help="only this cluster's energy, in files named after "
+                        "it (default: every cluster)")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "
@@ -345,7 +347,9 @@ def parser() -> argparse.ArgumentParser:
                         "notified (silenced, inhibited by a node or rack alert, acknowledged).")
     al.add_argument("--since", type=_span, metavar="DUR",
                     help="also the alerts resolved in the last DUR, e.g. 24h")
-    al.add_argument("--node", help="only this node's alerts")
+    al.add_argument("--node", help="only this node's alerts (of every cluster, without "
+                    "--cluster)")
+    al.add_argument("--cluster", help="only this cluster's alerts")
     al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 

@@ -136,7 +136,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.report_month import ReportError
 
     try:
-        print(report_month(config, args.month, args.out))
+        print(report_month(config, args.month, args.out, args.cluster))
     except ReportError as exc:
         # A store that is not there says so as `alerts` and `train` do (with the store
         # `up` left here, if any), not as a failed read of the ledger.
@@ -251,6 +251,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         SilenceError,
         SilenceNotFound,
         add_silence,
+        cluster_scope_warning,
         describe,
         expire_silence,
     )
@@ -269,6 +270,10 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
             print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
+            warning = cluster_scope_warning(s.matchers, _clusters_of_node(store, s.matchers))
+            if warning:
+                print(warning.replace("expire it", f"`fleetwatch silence expire {s.id}`"),
+                      file=sys.stderr)
         elif args.action == "expire":
             s, ended = expire_silence(store, args.id)
             print(describe(s))
@@ -320,6 +325,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
+        if args.cluster and not any(a.cluster == args.cluster for a in alerts):
+            unknown += _unknown_cluster(store, args.cluster, now)
     except StoreError as exc:
         print(f"fleetwatch alerts: cannot read {name}: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -328,11 +335,14 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     open_alerts = [a for a in alerts if a.state != "resolved"]
     if args.node:
         alerts = [a for a in alerts if a.node == args.node]
+    if args.cluster:
+        alerts = [a for a in alerts if a.cluster == args.cluster]
     if args.json:  # in the table's order, so that a script's first line is the table's first
         for a in ordered(alerts):
             print(json.dumps(record(a, open_alerts, silences, acks, now)))
         return EXIT_OK
-    scope = f" of {args.node}" if args.node else ""
+    scope = (f" of {args.cluster + '/' if args.cluster else ''}{args.node}" if args.node else
+             f" of cluster {args.cluster}" if args.cluster else "")
     if not alerts:
         since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
         recent = f" and none resolved in the last {since}" if since else ""
@@ -346,6 +356,29 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     for line in lines(alerts, silences, acks, now, ended):
         print(line)
     return EXIT_OK
+
+
+def _unknown_cluster(store: Any, cluster: str, now: float) -> str:
+    """A hint when ``cluster`` sent nothing to the store in the last week, else ""."""
+    from fleetwatch.pipeline.ownership import SEEN_METRICS
+
+    seen = sorted({key.cluster for metric in SEEN_METRICS
+                   for key, _, _ in store.latest(metric, int((now - 7 * 86400) * 1000))})
+    if cluster in seen:
+        return ""
+    return (f" (no cluster {cluster!r} has sent data to it in the last 7 days; clusters "
+            f"seen: {', '.join(seen) or 'none'})")
+
+
+def _clusters_of_node(store: Any, matchers: Any) -> list[str]:
+    """The clusters the silence's ``node=X`` reports in (the last week), for the warning of
+    a silence that would mute X in several; [] when it names no single node."""
+    from fleetwatch.silencing import node_clusters
+
+    node = next((v for name, op, v in matchers if name == "node" and op == "="), None)
+    if node is None or any(name == "cluster" for name, _, _ in matchers):
+        return []
+    return node_clusters(store, node, time.time() - 7 * 86400)
 
 
 def _unknown_node(store: Any, node: str, now: float) -> str:

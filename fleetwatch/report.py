@@ -443,11 +443,13 @@ def _grid_warnings(model: CarbonModel, factors: dict[tuple[str, int], HourFactor
 
 
 def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,
-                  window_s: int = 6 * 3600) -> Iterator[list[EnergyRow]]:
-    """The ledger rows of [start, end), a window of hours at a time, oldest first: what
-    :func:`build_chunks` reads, so that no backend holds the month's rows at once."""
+                  window_s: int = 6 * 3600, cluster: str | None = None
+                  ) -> Iterator[list[EnergyRow]]:
+    """The ledger rows of [start, end) (of one cluster, or all), a window of hours at a
+    time, oldest first: what :func:`build_chunks` reads, so that no backend holds the
+    month's rows at once."""
     for t in range(start_ts, end_ts, window_s):
-        yield store.energy(t, min(t + window_s, end_ts))
+        yield store.energy(t, min(t + window_s, end_ts), cluster=cluster)
 
 
 def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int,

@@ -63,15 +63,20 @@ def write_csv(report: Report, path: Path) -> None:
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
-                 lemon_half_life_d: float = 7.0) -> dict[str, Path]:
+                 lemon_half_life_d: float = 7.0, cluster: str | None = None
+                 ) -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
     read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
-    that keeps events adds the month's repeat offenders (lemon scores)."""
+    that keeps events adds the month's repeat offenders (lemon scores). ``cluster``: that
+    cluster's rows only, in files named after it (another cluster's report beside them
+    is kept)."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month)
-    report = build_chunks(ledger_chunks(store, start, end), model, start, end, month, now,
-                          progress)
+    report = build_chunks(ledger_chunks(store, start, end, cluster=cluster), model, start,
+                          end, month, now, progress)
+    if cluster is not None:
+        store_name = f"{store_name or 'the store'}, cluster {cluster}"
     if not report.hourly_intensity and start >= report.generated_ts:
         raise ReportError(f"{month} has not begun: it starts {_utc(start)}, and it is "
                           f"{_utc(report.generated_ts)} now; choose a month that has begun "
@@ -80,14 +85,16 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
-    report.offenders = repeat_offenders(store, start, min(end, report.generated_ts),
-                                        lemon_half_life_d)
+    report.offenders = [o for o in repeat_offenders(store, start, min(end, report.generated_ts),
+                                                    lemon_half_life_d)
+                        if cluster is None or o.cluster == cluster]
     out = Path(out_dir)
-    paths = {ext: out / f"fleetwatch-energy-{month}.{ext}" for ext in ("html", "csv", "json")}
+    stem = f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
+    paths = {ext: out / f"{stem}.{ext}" for ext in ("html", "csv", "json")}
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_csv(report, paths["csv"])
-        summary = report.summary() | {"store": store_name}
+        summary = report.summary() | {"store": store_name, "cluster": cluster or ""}
         paths["json"].write_text(json.dumps(summary, indent=2) + "\n", "utf-8")
         paths["html"].write_text(render(report, store_name), "utf-8")
     except OSError as exc:
@@ -109,10 +116,11 @@ def repeat_offenders(store: object, start_ts: float, end_ts: float, half_life_d:
                      half_life_d, top)
 
 
-def report_month(config: Config, month: str, out_dir: str | Path) -> str:
+def report_month(config: Config, month: str, out_dir: str | Path,
+                 cluster: str | None = None) -> str:
     """``fleetwatch report``: the files for ``month`` (``YYYY-MM``, ``previous`` or
-    ``current``) from the configured store; returns what to print (the headline and the
-    paths)."""
+    ``current``) from the configured store, of one cluster or all; returns what to print
+    (the headline and the paths)."""
     from fleetwatch.carbon import CarbonDataError, model_from_config
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
@@ -136,7 +144,8 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
         try:
             paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
                                  progress=progress,
-                                 lemon_half_life_d=config.models.lemon_half_life_d)
+                                 lemon_half_life_d=config.models.lemon_half_life_d,
+                                 cluster=cluster)
         finally:
             progress.done()
     except StoreError as exc:
@@ -144,7 +153,8 @@ def report_month(config: Config, month: str, out_dir: str | Path) -> str:
     finally:
         store.close()
     s = json.loads(paths["json"].read_text("utf-8"))
-    head = (f"{month}: {amounts.mass(s['co2e_kg'])}, {amounts.energy(s['facility_kwh'])} "
+    which = f"{month} cluster {cluster}" if cluster else month
+    head = (f"{which}: {amounts.mass(s['co2e_kg'])}, {amounts.energy(s['facility_kwh'])} "
             f"facility ({amounts.energy(s['it_kwh'])} IT), "
             f"{amounts.money(s['cost'], s['currency'])}, "
             f"{s['gpu_hours']:,.1f} GPU-hours, {s['idle_energy_share']:.1%} of GPU energy idle, "

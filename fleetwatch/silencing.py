@@ -66,6 +66,33 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
     return silence
 
 
+def cluster_scope_warning(matchers: Sequence[tuple[str, str, str]],
+                          clusters: Sequence[str]) -> str:
+    """A warning when a silence names a node (``node=X``) but no cluster, and X is a node
+    of several clusters (``clusters``, the clusters X reports in): node names like node001
+    exist in every cluster, and the silence mutes X in each. "" otherwise."""
+    names = {name for name, _, _ in matchers}
+    node = next((v for name, op, v in matchers if name == "node" and op == "="), None)
+    if node is None or "cluster" in names or len(set(clusters)) < 2:
+        return ""
+    shown = sorted(set(clusters))
+    return (f"warning: {node} is a node of {len(shown)} clusters ({', '.join(shown)}): "
+            f"this silence mutes {node} in every one of them. To mute one cluster's only, "
+            f"expire it and add cluster=NAME, e.g. fleetwatch silence add cluster={shown[0]} "
+            f"node={node} ...")
+
+
+def node_clusters(store: Store, node: str, since_ts: float) -> list[str]:
+    """The clusters in which ``node`` sent data after ``since_ts`` or has an open alert."""
+    from fleetwatch.pipeline.ownership import SEEN_METRICS
+
+    found = {a.cluster for a in store.alerts() if a.node == node}
+    for metric in SEEN_METRICS:
+        found |= {key.cluster for key, _, _ in store.latest(metric, int(since_ts * 1000))
+                  if key.node == node}
+    return sorted(found)
+
+
 def _ms(ts: float) -> float:
     """A time to the ms below: what every backend keeps exactly (VictoriaMetrics rounds a
     float's 17th digit). Down, so that a silence made now is in force now."""

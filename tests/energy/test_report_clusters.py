@@ -61,3 +61,27 @@ def test_the_csv_and_html_name_the_cluster_in_a_column_added_last(tmp_path):
     node_table = page.split("By node")[1].split("</table>")[0]
     assert node_table.count("<th>cluster</th>") == 1
     assert re.search(r"<td>node001</td>(<td>[^<]*</td>){9}<td>c-west</td></tr>", node_table)
+
+
+def test_cli_report_of_one_cluster_reads_its_rows_into_files_named_after_it(tmp_path, capsys):
+    import json
+
+    from fleetwatch.cli import main
+
+    db = tmp_path / "s.db"
+    SqliteStore(db).write_energy(ROWS, [])
+    out = tmp_path / "out"
+    assert main(["report", "--month", "2022-05", "--store", str(db), "--out", str(out),
+                 "--cluster", "c-west"]) == 0
+    assert "2022-05 cluster c-west: " in capsys.readouterr().out
+    with (out / "fleetwatch-energy-2022-05-c-west.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert {(r["kind"], r["name"], r["cluster"]) for r in rows if r["kind"] in ("node", "job",
+            "cluster")} == {("node", "node001", "c-west"), ("job", "777", "c-west"),
+                            ("cluster", "c-west", "c-west")}
+    summary = json.loads((out / "fleetwatch-energy-2022-05-c-west.json").read_text())
+    assert summary["it_kwh"] == pytest.approx(2.0) and summary["cluster"] == "c-west"
+    assert "cluster c-west" in (out / "fleetwatch-energy-2022-05-c-west.html").read_text()
+    assert main(["report", "--month", "2022-05", "--store", str(db), "--out", str(out),
+                 "--cluster", "c-nowhere"]) == 1
+    assert "cluster c-nowhere" in capsys.readouterr().err
