@@ -7,6 +7,8 @@ timeline into it. ``flock`` locks belong to the open file: the kernel drops
 them when the process ends, however it ends, so a crashed run never leaves
 the store locked. The lock file itself stays (removing it would race with a
 second instance that has just opened it); it holds the owner's pid as text.
+The agent's spool directory is locked the same way (``lock_fd``, in
+``collectors/spool.py``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,35 @@ def check_store_path(store_path: str | Path) -> Path:
     return path
 
 
+def lock_fd(fd: int) -> str | None:
+    """Take the exclusive ``flock`` on the open lock file ``fd`` and write this pid in it.
+
+    Returns None once held (``fd`` then belongs to the lock: closing it releases), or,
+    when another process holds it, that process's pid as the file says it ("unknown" if
+    empty), having closed ``fd``. Shared by the store lock and the agent's spool lock.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        return owner
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return None
+
+
+def unlock_fd(fd: int) -> None:
+    """Release a lock ``lock_fd`` took: no pid left behind for a process that is gone."""
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing drops the flock
+
+
 class StoreLock:
     """``with StoreLock(path):`` or ``acquire()`` / ``release()``; not re-entrant."""
 
@@ -54,21 +85,13 @@ class StoreLock:
 
     def acquire(self) -> StoreLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
+        owner = lock_fd(fd)
+        if owner is not None:
             raise StoreBusy(
                 f"the store {self.store_path} is in use by another fleetwatch (pid {owner}): "
                 "stop that one first (Ctrl-C, or kill "
                 f"{owner if owner.isdigit() else 'PID'}), or use another store with "
-                "--store PATH") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+                "--store PATH")
         self._fd = fd
         return self
 
@@ -76,10 +99,7 @@ class StoreLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)  # no pid left behind for a process that is gone
-        finally:
-            os.close(fd)  # closing drops the flock
+        unlock_fd(fd)
 
     def __enter__(self) -> StoreLock:
         return self.acquire()
