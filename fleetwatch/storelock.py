@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -30,19 +31,33 @@ def lock_path(store_path: str | Path) -> Path:
     return Path(str(store_path) + ".lock")
 
 
-def check_store_path(store_path: str | Path) -> Path:
-    """The store path, refused when its folder is missing: never create folders silently.
+def check_store_path(store_path: str | Path, setting: str = "--store") -> Path:
+    """The store path, refused when its folder is missing or cannot be written: never
+    create folders silently, and never end in a traceback.
 
     A typo in ``--store /var/lib/fleetwach/x.db`` (run as root) would otherwise
-    make a new tree somewhere nobody looks.
+    make a new tree somewhere nobody looks. The default store is relative: started
+    where its user cannot write (``/`` in a container with a ``USER`` and no
+    ``WORKDIR``, a read-only mount), the lock file and SQLite's journal cannot be made.
+    ``setting`` is what the user changes to choose another path.
     """
     path = Path(store_path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise StorePathError(f"store {path}: the folder {parent} does not exist; create it "
-                             "first (mkdir -p), or choose another path with --store")
+                             f"first (mkdir -p), or choose another path with {setting}")
     if path.is_dir():
         raise StorePathError(f"store {path} is a folder; name a file, e.g. {path / 'fleet.db'}")
+    try:
+        # Writing a file is the only test that sees read-only mounts and /proc alike.
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise StorePathError(
+            f"store {path}: cannot write in the folder {parent.absolute()} "
+            f"({exc.strerror or exc}); the store, its lock and SQLite's journal go there: "
+            f"run from a folder this user can write, or give {setting} a path in one"
+        ) from None
     return path
 
 

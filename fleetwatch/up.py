@@ -291,7 +291,8 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
     config = store_config(config, options, simulate)
     lock = None
     if config.store.kind == "sqlite":
-        check_store_path(config.store.path)
+        # A simulated fleet's store is its own file, never store.path's.
+        check_store_path(config.store.path, "--store" if simulate else "--store (or store.path)")
         lock = StoreLock(config.store.path).acquire()
     try:
         return _build(config, options, simulate, lock)
