@@ -49,7 +49,8 @@ def test_up_and_simulate_in_an_unwritable_folder(command: list[str]) -> None:
     result = fleetwatch(*(str(free_port()) if a == "PORT" else a for a in command))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
-    assert "fleetwatch-sim.db" in result.stderr and "cannot write in the folder /proc" in result.stderr
+    assert "fleetwatch-sim.db" in result.stderr
+    assert "cannot write in the folder /proc" in result.stderr
     assert "--store" in result.stderr
 
 
