@@ -440,7 +440,11 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
                   sock=sock, temp_limit_c=config.detectors.site_temp_limit_c,
                   carbon=model_from_config(config.carbon, config.energy),
-                  until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts)
+                  until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts,
+                  # While the simulation catches up, the page's "now" is the simulated
+                  # one: on the wall clock its data is minutes old and the fleet page
+                  # would hide every GPU as not reporting until the catch-up ended.
+                  clock=system.clock.now)
     finally:
         stopping.ignore()
         sock.close()
