@@ -22,6 +22,13 @@ it is opened without following a link (``O_NOFOLLOW``) and refused unless it
 is a regular file of that user's (``SpoolError``, naming the path and what
 to do). A link is never truncated, appended to or read through.
 
+One process per spool: ``Spool`` holds an exclusive ``flock`` on ``lock`` in the
+directory (as ``fleetwatch/storelock.py`` does for the store; it holds the pid), and a
+second one on the same directory gets ``SpoolBusy`` naming the first one's pid. Two
+agents appending to one segment, each deleting it once it had sent "its" records,
+lost frames. A segment file that vanishes anyway (an admin's ``rm``) costs its frames,
+counted in ``dropped``, never the sender.
+
 ``SpoolingProducer`` (in ``spooling.py``) puts it in front of the broker.
 """
 
@@ -42,6 +49,8 @@ from typing import BinaryIO
 
 import msgpack
 
+from fleetwatch.storelock import lock_fd, unlock_fd
+
 log = logging.getLogger(__name__)
 
 _HEADER = struct.Struct(">II")
@@ -54,6 +63,10 @@ _AGENT_STATE = "/var/lib/fleetwatch-agent"
 class SpoolError(OSError):
     """The spool directory, or a file in it, is one this process must not use: another
     user's, writable by group or others, or a link. The message says what to do."""
+
+
+class SpoolBusy(SpoolError):
+    """Another process holds the spool directory's lock; the message names its pid."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +106,7 @@ class Spool:
         self.dir = Path(directory)
         make_private_dir(self.dir)
         check_writable(self.dir)
+        self._lock_fd: int | None = self._lock()
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes or min(64 << 20, max(max_bytes // 8, 4096))
         self._fsync = fsync
@@ -101,7 +115,28 @@ class Spool:
         self._segments: list[_Segment] = []
         self._writer: BinaryIO | None = None
         self._next_id = 1
-        self._open()
+        try:
+            self._open()
+        except BaseException:
+            self._unlock()
+            raise
+
+    def _lock(self) -> int:
+        """The held lock's descriptor; ``SpoolBusy`` if another process holds it."""
+        fd = _open_file(self.dir / "lock", os.O_RDWR | os.O_CREAT)
+        owner = lock_fd(fd)
+        if owner is not None:
+            raise SpoolBusy(
+                f"the spool directory {self.dir} is in use by another fleetwatch agent (pid "
+                f"{owner}): two agents on one spool lose each other's frames; stop that one "
+                f"first (kill {owner if owner.isdigit() else 'PID'}), or give this agent a "
+                "spool directory of its own (agent.spool_dir, FLEETWATCH_AGENT_SPOOL_DIR)")
+        return fd
+
+    def _unlock(self) -> None:
+        fd, self._lock_fd = self._lock_fd, None
+        if fd is not None:
+            unlock_fd(fd)
 
     # -- state ------------------------------------------------------------------
 
@@ -230,9 +265,9 @@ class Spool:
             if len(out) >= n:
                 break
             want = min(seg.count, n - len(out))
-            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
-                f.seek(seg.start)
-                data = f.read(seg.size - seg.start)
+            data = self._read(seg)
+            if data is None:
+                continue
             pos = 0
             for _ in range(want):
                 end = _record_end(data, pos)
@@ -242,6 +277,27 @@ class Spool:
                 out.append(SpoolRecord.unpack(data[pos + _HEADER.size:end]))
                 pos = end
         return out
+
+    def _read(self, seg: _Segment, delivered: int = 0) -> bytes | None:
+        """``seg``'s undelivered bytes; None if its file vanished. Its frames (less the
+        ``delivered`` ones) are then lost: counted in ``dropped`` and the segment forgotten,
+        so that the spool goes on with the next one instead of failing on every try."""
+        try:
+            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
+                f.seek(seg.start)
+                return f.read(seg.size - seg.start)
+        except FileNotFoundError:
+            pass
+        lost = seg.count - delivered
+        self.dropped += lost
+        log.error("spool segment %s vanished (removed by another process?): its %d frames "
+                  "are lost; agent.spool_dir must be this agent's alone", seg.path(self.dir),
+                  lost)
+        if seg is self._segments[-1]:
+            self._close_writer()  # its file is gone: appends go to a new segment
+        self._segments.remove(seg)
+        self._checkpoint()
+        return None
 
     def remove(self, n: int) -> None:
         """Forget the ``n`` oldest records (delivered); checkpoint before unlinking."""
@@ -254,9 +310,9 @@ class Spool:
                     self._close_writer()
                 gone.append(self._segments.pop(0))
                 continue
-            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
-                f.seek(seg.start)
-                data = f.read(seg.size - seg.start)
+            data = self._read(seg, delivered=n)
+            if data is None:
+                break
             pos = 0
             for _ in range(n):
                 end = _record_end(data, pos)
@@ -293,7 +349,10 @@ class Spool:
                 os.close(fd)
 
     def close(self) -> None:
-        self._close_writer()
+        try:
+            self._close_writer()
+        finally:
+            self._unlock()
 
 
 def make_private_dir(directory: Path) -> None:

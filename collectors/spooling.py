@@ -44,7 +44,11 @@ class SpoolingProducer:
                  retry_max_s: float = 10.0, segment_bytes: int | None = None,
                  fsync: bool = True) -> None:
         self.inner = inner
-        self.spool = Spool(spool_dir, max_bytes, segment_bytes, fsync)
+        try:
+            self.spool = Spool(spool_dir, max_bytes, segment_bytes, fsync)
+        except BaseException:
+            inner.close()  # e.g. another agent holds the spool: this one does not start
+            raise
         self.sent = self.spooled = self.dropped = self.replayed = 0
         self.write_errors = 0
         self._on_event = on_event
@@ -156,7 +160,12 @@ class SpoolingProducer:
     def _drain(self, max_n: int) -> int:
         done = 0
         while done < max_n and len(self.spool) and time.monotonic() >= self._retry_at:
+            lost_before = self.spool.dropped
             batch = self.spool.peek(min(self._drain_batch, max_n - done))
+            # Frames of a segment file that vanished under us (see ``Spool._read``).
+            self._count("dropped", self.spool.dropped - lost_before)
+            if not batch:
+                continue
             n, bad = 0, 0
             try:
                 for rec in batch:
@@ -172,9 +181,10 @@ class SpoolingProducer:
             except BusError as exc:
                 self._failed(exc)
                 return done
+            lost_before = self.spool.dropped
             self.spool.remove(n)
             self._count("replayed", n - bad)
-            self._count("dropped", bad)
+            self._count("dropped", bad + self.spool.dropped - lost_before)
             done += n
             self._back(done)
         return done

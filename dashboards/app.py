@@ -221,7 +221,8 @@ class HostCheck:
 def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           refresh_s: float = 5.0, sock: socket.socket | None = None,
           temp_limit_c: float | None = None, carbon: CarbonModel | None = None,
-          until: threading.Event | None = None, allowed_hosts: Sequence[str] = ()) -> None:
+          until: threading.Event | None = None, allowed_hosts: Sequence[str] = (),
+          clock: Callable[[], float] = time.time) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
@@ -229,12 +230,13 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
     ``sock``: a socket already bound (``fleetwatch up`` takes the port before
     it touches any store, so a busy port stops it with nothing written).
     ``allowed_hosts``: dashboard.allowed_hosts (``HostCheck``).
+    ``clock``: "now" (``create_app``); ``fleetwatch up`` passes its simulated clock.
     """
     from waitress import wasyncore
     from waitress.server import create_server
 
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
-                     allowed_hosts=allowed_hosts)
+                     allowed_hosts=allowed_hosts, clock=clock)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

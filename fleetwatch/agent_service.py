@@ -22,7 +22,7 @@ from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
 from fleetwatch.collectors.sender import Sender
-from fleetwatch.collectors.spool import check_writable, make_private_dir
+from fleetwatch.collectors.spool import SpoolBusy, check_writable, make_private_dir
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame
@@ -124,6 +124,8 @@ class AgentService:
                 self.producer = SpoolingProducer(
                     producer, spool_dir,
                     int(config.agent.spool_max_mb * 2**20), on_event=health.spool_event)
+            except SpoolBusy as exc:
+                raise ConfigError(f"agent.spool_dir = {config.agent.spool_dir!r}: {exc}") from None
             except OSError as exc:
                 raise ConfigError(
                     f"agent.spool_dir = {config.agent.spool_dir!r} cannot be used: {exc}; "

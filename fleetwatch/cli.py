@@ -334,13 +334,17 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.config import public_view
+    from fleetwatch.config import MASK, public_view
     from fleetwatch.wiring import detectors
 
     # What start-up checks beyond the file's keys and values, checked here too: users run
     # `fleetwatch config` to check a file before they deploy it (a ConfigError: exit 2).
     detectors(config.detectors)
-    for section, values in public_view(config).items():
+    view = public_view(config)
+    if any(MASK in str(v) for values in view.values() for v in values.values()):
+        print(f"# Secrets are shown as {MASK}: fleetwatch refuses to load this as it is; put "
+              "the real ones back, or in fleetwatch.env (FLEETWATCH_ variables).\n")
+    for section, values in view.items():
         print(f"[{section}]")
         for key, value in values.items():
             print(f"{key} = {json.dumps(value)}")

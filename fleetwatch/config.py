@@ -88,6 +88,8 @@ __all__ = [
 # The text of the sample configurations (deploy/cluster.toml, the Kubernetes ConfigMap)
 # that an administrator must replace: a cluster that starts with it is mislabelled.
 PLACEHOLDER = "CHANGE-ME"
+# How ``fleetwatch config`` shows a secret; refused where a secret is read (``_refuse_masked``).
+MASK = "***"
 # Kafka's own rule (clients/.../common/internals/Topic.java); kafka-python checks the same
 # on every send, one ValueError a second, long after start-up.
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -283,6 +285,7 @@ def _coerce(value: Any, typ: Any, key: str, origin: str,
     where = f"{origin}: {key}"
     from_env = origin.startswith("environment")
     _refuse_placeholder(value, typ, where)
+    _refuse_masked(value, typ, key, where)
     if typing.get_origin(typ) is Literal:
         choices = typing.get_args(typ)
         if value not in choices:
@@ -323,6 +326,36 @@ def _refuse_placeholder(value: Any, typ: Any, where: str) -> None:
     shown = "" if typ is Secret else f" = {value!r}"
     raise ConfigError(f"{where}{shown} still holds the sample configuration's "
                       f"placeholder {PLACEHOLDER}; set it for your cluster")
+
+
+def _refuse_masked(value: Any, typ: Any, key: str, where: str) -> None:
+    """A secret still as ``fleetwatch config`` printed it (``public_view``): refused, not
+    deployed as the password. Only the mask's own forms: a secret that is exactly ``***``,
+    a URL's ``user:***@``, ``?***`` or (a webhook's) ``/***``; a real ``a***b`` is kept."""
+    if not isinstance(value, str):
+        return
+    if typ is Secret:
+        masked = value == MASK
+    elif key.endswith("url"):
+        masked = _is_masked_url(value)
+    else:
+        return
+    if masked:
+        raise ConfigError(f"{where} is the masked value printed by fleetwatch config ({MASK}); "
+                          "put the real secret here, or in fleetwatch.env (its FLEETWATCH_ "
+                          "variable), which overrides the file")
+
+
+def _is_masked_url(url: str) -> bool:
+    import urllib.parse
+
+    if f":{MASK}@" in url:
+        return True
+    try:
+        u = urllib.parse.urlsplit(url.strip())
+    except ValueError:
+        return False
+    return u.query == MASK or u.path == f"/{MASK}"
 
 
 def _text(value: str, rule: TextRule | None, where: str) -> None:
@@ -426,7 +459,7 @@ def public_view(config: Config) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for section in dataclasses.fields(config):
         values = dataclasses.asdict(getattr(config, section.name))
-        out[section.name] = {k: ("***" if isinstance(v, Secret) and v else
+        out[section.name] = {k: (MASK if isinstance(v, Secret) and v else
                                  _masked_url(v, k == "webhook_url") if isinstance(v, str) and
                                  k.endswith("url") else v)
                              for k, v in values.items()}
@@ -445,18 +478,18 @@ def _masked_url(url: str, path_is_secret: bool) -> str:
     masked = url
     m = _userinfo(url)
     if m is not None and _has_userinfo(url):
-        masked = f"{url[:m.start()]}{m['user']}:***@{url[m.end():]}"
+        masked = f"{url[:m.start()]}{m['user']}:{MASK}@{url[m.end():]}"
     if "://" not in masked:
         return masked
     try:
         u = urllib.parse.urlsplit(masked)
     except ValueError:
         return masked
-    path = "/***" if path_is_secret and u.path not in ("", "/") else u.path
+    path = f"/{MASK}" if path_is_secret and u.path not in ("", "/") else u.path
     # urlsplit strips the spaces around a URL, which a message about them must show.
     lead, trail = masked[:len(masked) - len(masked.lstrip())], masked[len(masked.rstrip()):]
     return lead + urllib.parse.urlunsplit(
-        (u.scheme, u.netloc, path, "***" if u.query else "", "")) + trail
+        (u.scheme, u.netloc, path, MASK if u.query else "", "")) + trail
 
 
 def _has_userinfo(url: str) -> bool:

@@ -37,7 +37,7 @@ import time
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from fleetwatch.config import Config
+from fleetwatch.config import Config, ConfigError
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
@@ -51,6 +51,7 @@ from fleetwatch.service import (
     reach_kafka,
     stop_on_signals,
 )
+from fleetwatch.storelock import StorePathError, check_store_path
 from fleetwatch.wiring import (
     detectors,
     energy_integrator,
@@ -78,6 +79,11 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
         from fleetwatch.pipeline.store.lpwriter import ServerURL
 
         ServerURL.parse(config.store.url, config.store.token.reveal())
+    else:  # at once, before Kafka is waited for: not a traceback from SQLite later
+        try:
+            check_store_path(config.store.path, "store.path (FLEETWATCH_STORE_PATH)")
+        except StorePathError as exc:
+            raise ConfigError(str(exc)) from None
     quiet_kafka_client()
     stop = stop_on_signals(stop)
     if config.processor.workers > 1:

@@ -7,12 +7,15 @@ timeline into it. ``flock`` locks belong to the open file: the kernel drops
 them when the process ends, however it ends, so a crashed run never leaves
 the store locked. The lock file itself stays (removing it would race with a
 second instance that has just opened it); it holds the owner's pid as text.
+The agent's spool directory is locked the same way (``lock_fd``, in
+``collectors/spool.py``).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -28,20 +31,63 @@ def lock_path(store_path: str | Path) -> Path:
     return Path(str(store_path) + ".lock")
 
 
-def check_store_path(store_path: str | Path) -> Path:
-    """The store path, refused when its folder is missing: never create folders silently.
+def check_store_path(store_path: str | Path, setting: str = "--store") -> Path:
+    """The store path, refused when its folder is missing or cannot be written: never
+    create folders silently, and never end in a traceback.
 
     A typo in ``--store /var/lib/fleetwach/x.db`` (run as root) would otherwise
-    make a new tree somewhere nobody looks.
+    make a new tree somewhere nobody looks. The default store is relative: started
+    where its user cannot write (``/`` in a container with a ``USER`` and no
+    ``WORKDIR``, a read-only mount), the lock file and SQLite's journal cannot be made.
+    ``setting`` is what the user changes to choose another path.
     """
     path = Path(store_path)
     parent = path.parent if str(path.parent) else Path(".")
     if not parent.is_dir():
         raise StorePathError(f"store {path}: the folder {parent} does not exist; create it "
-                             "first (mkdir -p), or choose another path with --store")
+                             f"first (mkdir -p), or choose another path with {setting}")
     if path.is_dir():
         raise StorePathError(f"store {path} is a folder; name a file, e.g. {path / 'fleet.db'}")
+    try:
+        # Writing a file is the only test that sees read-only mounts and /proc alike.
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as exc:
+        raise StorePathError(
+            f"store {path}: cannot write in the folder {parent.absolute()} "
+            f"({exc.strerror or exc}); the store, its lock and SQLite's journal go there: "
+            f"run from a folder this user can write, or give {setting} a path in one"
+        ) from None
     return path
+
+
+def lock_fd(fd: int) -> str | None:
+    """Take the exclusive ``flock`` on the open lock file ``fd`` and write this pid in it.
+
+    Returns None once held (``fd`` then belongs to the lock: closing it releases), or,
+    when another process holds it, that process's pid as the file says it ("unknown" if
+    empty), having closed ``fd``. Shared by the store lock and the agent's spool lock.
+    """
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+        os.close(fd)
+        return owner
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return None
+
+
+def unlock_fd(fd: int) -> None:
+    """Release a lock ``lock_fd`` took: no pid left behind for a process that is gone."""
+    try:
+        os.ftruncate(fd, 0)
+    finally:
+        os.close(fd)  # closing drops the flock
 
 
 class StoreLock:
@@ -54,21 +100,13 @@ class StoreLock:
 
     def acquire(self) -> StoreLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
-            os.close(fd)
+        owner = lock_fd(fd)
+        if owner is not None:
             raise StoreBusy(
                 f"the store {self.store_path} is in use by another fleetwatch (pid {owner}): "
                 "stop that one first (Ctrl-C, or kill "
                 f"{owner if owner.isdigit() else 'PID'}), or use another store with "
-                "--store PATH") from None
-        except BaseException:
-            os.close(fd)
-            raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+                "--store PATH")
         self._fd = fd
         return self
 
@@ -76,10 +114,7 @@ class StoreLock:
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
-        try:
-            os.ftruncate(fd, 0)  # no pid left behind for a process that is gone
-        finally:
-            os.close(fd)  # closing drops the flock
+        unlock_fd(fd)
 
     def __enter__(self) -> StoreLock:
         return self.acquire()

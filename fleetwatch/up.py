@@ -291,7 +291,8 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
     config = store_config(config, options, simulate)
     lock = None
     if config.store.kind == "sqlite":
-        check_store_path(config.store.path)
+        # A simulated fleet's store is its own file, never store.path's.
+        check_store_path(config.store.path, "--store" if simulate else "--store (or store.path)")
         lock = StoreLock(config.store.path).acquire()
     try:
         return _build(config, options, simulate, lock)
@@ -439,7 +440,11 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
                   sock=sock, temp_limit_c=config.detectors.site_temp_limit_c,
                   carbon=model_from_config(config.carbon, config.energy),
-                  until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts)
+                  until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts,
+                  # While the simulation catches up, the page's "now" is the simulated
+                  # one: on the wall clock its data is minutes old and the fleet page
+                  # would hide every GPU as not reporting until the catch-up ended.
+                  clock=system.clock.now)
     finally:
         stopping.ignore()
         sock.close()

@@ -308,3 +308,13 @@ def test_a_busy_metrics_port_names_its_setting_for_the_agent_and_the_processor(
             in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
     assert "cannot reach Kafka" not in process.stderr
+
+
+def test_python_dash_m_fleetwatch_runs_the_cli() -> None:
+    # The fallback where the console script is not on PATH (sudo, cron, a container).
+    from fleetwatch import __version__
+
+    result = subprocess.run([sys.executable, "-m", "fleetwatch", "--version"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"fleetwatch {__version__}"

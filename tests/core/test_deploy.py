@@ -240,3 +240,10 @@ def test_systemd_rates_the_units_exposure(tmp_path: Path) -> None:
     assert exposure(folder, "fleetwatch-agent.service") <= 3.5
     for name in ("process", "dashboard", "train", "report"):
         assert exposure(folder, f"fleetwatch-{name}.service") <= 1.5, name
+
+
+def test_every_unit_works_in_its_own_state_directory() -> None:
+    # The relative defaults (store.path, models.dir) land in a folder the unit's user owns:
+    # without WorkingDirectory= they would be tried in / and the unit refused at start.
+    for name, unit in SERVICES.items():
+        assert unit.get("Service", "WorkingDirectory") == state_of(unit), name

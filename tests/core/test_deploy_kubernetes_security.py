@@ -156,6 +156,11 @@ def test_the_image_runs_as_a_user_that_is_not_root() -> None:
              if line and not line.startswith("#")]
     users = [line.split()[1] for line in lines if line.startswith("USER ")]
     assert users == ["65532:65532"]
+    # `docker run IMAGE up` (or simulate) writes its relative store where it starts: a
+    # folder that user owns, not / (which it cannot write: a refusal at start).
+    workdirs = [line.split()[1] for line in lines if line.startswith("WORKDIR ")]
+    assert workdirs == ["/var/lib/fleetwatch"]
+    assert "chown 65532:65532 /var/lib/fleetwatch" in "\n".join(lines)
     assert lines.index("USER 65532:65532") > max(i for i, line in enumerate(lines)
                                                   if line.startswith("RUN "))
     # The manifest's non-root pods name the same user; the agent's names root itself.
