@@ -6,13 +6,27 @@ filter by cluster. Pure functions over ``FakeStore``; the browser test is in
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
+import pytest
 from dash import dcc
 
+from fleetwatch.carbon import model_from_config
+from fleetwatch.config import CarbonConfig, EnergyConfig
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, data, energy_data, figures, fleet, node, timerange
+from fleetwatch.dashboards import (
+    components,
+    data,
+    energy_data,
+    figures,
+    fleet,
+    node,
+    timerange,
+    utilization,
+)
 from fleetwatch.pipeline.store.base import Alert, Point, SeriesKey
 from fleetwatch.pipeline.store.ledger import EnergyRow
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.dashboards.fakes import NOW, FakeStore, alert
 
 
@@ -164,3 +178,25 @@ def test_ledger_rows_sum_as_the_store_sums_them() -> None:
     assert totals["777"].energy_j == 5.4e6 and totals["777"].gpu_energy_j == 3.6e6
     assert totals["777"].gpu_s == 3600.0 and totals["777"].missing_s == 5.0
     assert totals["777"].idle_s == 120.0 and totals["778"].gpu_s == 3600.0
+
+
+def test_one_clusters_energy_and_jobs_from_a_store(tmp_path: Path) -> None:
+    """Job 777 ran in two clusters (Slurm ids restart per cluster): c-east's page has its
+    own 777 and its own kWh, the fleet's page both clusters."""
+    hour = int(NOW) - int(NOW) % 3600 - 3600
+    store = SqliteStore(tmp_path / "store.db")
+    rows = [EnergyRow(hour, c, "r1", node_name, "gpu0", "777", "u", "t", kj * 1000.0, 0.0,
+                      3600.0, 0.0, 0.0, 0.0)
+            for c, node_name, kj in (("c-east", "node102", 3600.0), ("c-north", "node101", 7200.0))]
+    store.write_energy(rows, [])
+    model = model_from_config(CarbonConfig(), EnergyConfig())
+    east = energy_data.read_energy(store, model, hour, hour + 3600, NOW, cluster="c-east")
+    assert east.seen == ("c-east", "c-north")
+    assert list(east.by_cluster) == ["c-east"] and east.kwh == pytest.approx(1.0)
+    assert [(j.name, j.kwh) for j in east.jobs] == [("777", pytest.approx(1.0))]
+    both = energy_data.read_energy(store, model, hour, hour + 3600, NOW)
+    assert both.kwh == pytest.approx(3.0)
+    totals, jobs = utilization.ledger_totals(store, hour, hour + 3600, None, None, "c-north")
+    assert [t.name for t in totals] == ["c-north"]
+    assert [(t.name, t.gpu_s) for t in jobs] == [("777", 3600.0)]
+    store.close()

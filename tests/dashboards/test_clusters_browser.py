@@ -65,6 +65,13 @@ def test_same_named_nodes_of_two_clusters_in_the_browser(dash_duo, tmp_path: Pat
     # The alert table names the cluster, and its link opens that cluster's node001.
     assert "Cluster" in texts(dash_duo, "#active-alerts th")
     assert texts(dash_duo, "#active-alerts td.cluster") == ["c-east"]
+    # Picking a cluster filters the fleet and writes it into the address.
+    dash_duo.select_dcc_dropdown("#fleet-cluster", value="c-east")
+    until(lambda: dash_duo.driver.current_url.endswith("/?range=1h&cluster=c-east"),
+          timeout=10)
+    until(lambda: texts(dash_duo, "#summary-reporting .tile-value") == ["4"], timeout=10)
+    assert dash_duo.driver.execute_script(_Y_JS) == ["node001"]
+    assert tile_value(dash_duo, "summary-hottest") == "95°C"
 
     # A bare /node/node001 lists both clusters instead of drawing them as one.
     dash_duo.driver.get(dash_duo.server_url + "/node/node001")
