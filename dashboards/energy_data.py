@@ -248,6 +248,7 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
         users = top_from_totals(totals_from_rows(rows, "user"), f, limit)
     return dataclasses.replace(view, jobs=top_shares(jobs, "job"),
                                users=top_shares(users, "user"),
+                               idle=hourly_idle(window, cluster) if cluster else view.idle,
                                seen=tuple(sorted({t.name for t in everywhere})))
 
 

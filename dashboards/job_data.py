@@ -239,7 +239,9 @@ def _read_metric(store: Store, metric: str, job: Job, nodes: Sequence[str], star
                  end_ms: int) -> dict[GpuKey, list[tuple[int, float]]]:
     out: dict[GpuKey, list[tuple[int, float]]] = {}
     for node in nodes:
-        out.update(clip(store.range(metric, start_ms, end_ms, node=node), job, node))
+        # Of the job's cluster: a node of the same name elsewhere is another machine.
+        out.update(clip(store.range(metric, start_ms, end_ms, node=node, cluster=job.cluster),
+                        job, node))
     return out
 
 

@@ -20,6 +20,7 @@ from fleetwatch.dashboards import (
     energy_data,
     figures,
     fleet,
+    job_data,
     node,
     timerange,
     utilization,
@@ -200,3 +201,11 @@ def test_one_clusters_energy_and_jobs_from_a_store(tmp_path: Path) -> None:
     assert [t.name for t in totals] == ["c-north"]
     assert [(t.name, t.gpu_s) for t in jobs] == [("777", 3600.0)]
     store.close()
+
+
+def test_a_jobs_charts_are_of_its_clusters_node() -> None:
+    """Job 42 on c-east/node001 GPU 3: c-west's node001 GPU 3 is not drawn in its line."""
+    gpu = job_data.JobGpu("r1", "node001", 3, NOW - 600, None)
+    view = job_data.read_job(two_clusters(), job_data.Job("42", "c-east", (gpu,)),
+                             NOW - 600, NOW, NOW)
+    assert [v for _, v in view.series["gpu_temp_c"][("node001", 3)]] == [95.0, 95.0, 95.0]
