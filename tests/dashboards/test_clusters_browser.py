@@ -101,4 +101,13 @@ def test_same_named_nodes_of_two_clusters_in_the_browser(dash_duo, tmp_path: Pat
     until(lambda: dash_duo.driver.current_url.endswith("/alerts?range=24h&cluster=c-west"),
           timeout=10)
     dash_duo.wait_for_element("#active-alert-table-empty", timeout=10)
+    # The utilization and energy pages take the cluster from the address too.
+    dash_duo.driver.get(dash_duo.server_url + "/utilization?range=1h&cluster=c-west")
+    dash_duo.wait_for_text_to_equal("#util-scope-text", "cluster c-west", timeout=10)
+    until(lambda: "c-west" in dash_duo.find_element("#util-cluster").text, timeout=10)
+    dash_duo.wait_for_element("#util-cdf-gpu_power_w .scatterlayer .trace", timeout=15)
+    assert texts(dash_duo, "#util-cdf-gpu_power_w .legendtext") in ([], ["c-west"])
+    dash_duo.driver.get(dash_duo.server_url + "/energy?range=7d&cluster=c-east")
+    until(lambda: "c-east" in dash_duo.find_element("#energy-cluster").text, timeout=10)
+    dash_duo.wait_for_element("#energy-updated", timeout=10)
     assert dash_duo.get_logs() == []
