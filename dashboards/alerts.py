@@ -1,5 +1,5 @@
-"""The alerts page (``/alerts?range=7d``): active alerts, then those resolved in the range
-(the last day by default)."""
+"""The alerts page (``/alerts?range=7d&cluster=c1``): active alerts, then those resolved in
+the range (the last day by default); of every cluster, or of the one picked."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
 from fleetwatch.dashboards import components, live, node, timerange
-from fleetwatch.dashboards.data import read_alerts, read_data_end, read_mutes, sort_alerts
+from fleetwatch.dashboards.data import (
+    in_cluster,
+    read_alerts,
+    read_data_end,
+    read_mutes,
+    sort_alerts,
+)
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 PATH = "/alerts"
@@ -26,7 +32,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         dcc.Interval(id="alerts-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="alerts-digest"),
         html.Div(className="page-head", children=[
-            html.H1("Alerts"), timerange.picker("alerts", q.range),
+            html.H1("Alerts"), components.cluster_picker("alerts", q.cluster),
+            timerange.picker("alerts", q.range),
             html.Div(id="alerts-updated", className="updated")]),
         *live.parts("alerts"),  # the banner while the dashboard is away
         html.Div(id="alerts-notice"),
@@ -45,11 +52,24 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     ])
 
 
+def of_cluster(active: Sequence[Alert], resolved: Sequence[Alert], cluster: str | None
+               ) -> tuple[tuple[str, ...], Sequence[Alert], Sequence[Alert]]:
+    """(every cluster the alerts are of, the active and the resolved of ``cluster``; None:
+    of all)."""
+    clusters = tuple(sorted({a.cluster for a in (*active, *resolved)}))
+    if cluster is None:
+        return clusters, active, resolved
+    return (clusters, [a for a in active if in_cluster(cluster, a.cluster)],
+            [a for a in resolved if in_cluster(cluster, a.cluster)])
+
+
 def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
-           muted: Mapping[str, str], ended: float | None = None) -> tuple[html.Div, html.Div]:
+           muted: Mapping[str, str], ended: float | None = None,
+           clusters: bool | None = None) -> tuple[html.Div, html.Div]:
     """The two tables: the first ``ACTIVE_SHOWN`` active alerts (firing and critical first)
     and a line for the rest; the newest ``RESOLVED_SHOWN`` resolved ones,
-    and a line that says how many more and where to read them."""
+    and a line that says how many more and where to read them. ``clusters``: whether they
+    have a Cluster column (None: where their alerts are of several clusters)."""
     # The range goes with a click to a node's page (its alerts are those of this range),
     # unless it is the node page's own default, which the address then leaves out.
     carry = rng if rng != node.DEFAULT_RANGE else None
@@ -60,9 +80,10 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
     more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
             if left else "")
     return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted,
-                                   ended=ended, limit=components.ACTIVE_SHOWN),
+                                   ended=ended, limit=components.ACTIVE_SHOWN,
+                                   clusters=clusters),
             components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
-                                   rng=carry, more=more,
+                                   rng=carry, more=more, clusters=clusters,
                                    empty=f"Nothing resolved in the {timerange.label(rng)}"))
 
 
@@ -85,23 +106,31 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
     @app.callback(Output("alerts-active", "children"), Output("alerts-resolved", "children"),
                   Output("alerts-notice", "children"), Output("alerts-updated", "children"),
                   Output("alerts-resolved-hint", "children"), Output("alerts-digest", "data"),
+                  Output(components.cluster_picker_id("alerts"), "options"),
                   Input("alerts-tick", "n_intervals"), Input("alerts-range", "value"),
+                  Input(components.cluster_picker_id("alerts"), "value"),
                   State("alerts-digest", "data"),
                   running=[(Output("alerts-tick", "disabled"), True, False)])  # see fleet.py
-    def refresh(_n: int | None, rng: str | None, last: str | None) -> tuple[Any, ...]:
+    def refresh(_n: int | None, rng: str | None, cluster: str | None, last: str | None
+                ) -> tuple[Any, ...]:
         now = clock()
         rng = rng or DEFAULT_RANGE
         start, _ = timerange.window(rng, now)
         try:
-            active, resolved = read_alerts(store, now, now - start)
+            seen, active, resolved = of_cluster(*read_alerts(store, now, now - start),
+                                                cluster or None)
             muted = components.notes(active, *read_mutes(store, active, now), now)
             ended = read_data_end(store, active, now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),
-                    dash.no_update, dash.no_update)
-        shown, fingerprint = unchanged(tables(active, resolved, now, rng, muted, ended), last)
+                    dash.no_update, dash.no_update, dash.no_update)
+        many = not cluster and len(seen) > 1
+        shown, fingerprint = unchanged(
+            tables(active, resolved, now, rng, muted, ended, clusters=many), last)
         return (*shown, components.ended_notice(ended, now, "alerts-ended"),
-                components.updated_stamp(now), timerange.label(rng), fingerprint)
+                components.updated_stamp(now), timerange.label(rng), fingerprint,
+                components.cluster_options(seen, cluster))
 
-    components.link_range(app, "alerts-range", DEFAULT_RANGE)
+    components.link_range(app, "alerts-range", DEFAULT_RANGE,
+                          components.cluster_picker_id("alerts"))

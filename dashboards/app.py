@@ -61,7 +61,8 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None,
     if path.startswith(node.PREFIX) and len(path) > len(node.PREFIX):
         return node.layout(unquote(path[len(node.PREFIX):].strip("/")), refresh_s,
                            node.focus_of(search),
-                           timerange.parse(search, node.DEFAULT_RANGE).range)
+                           timerange.parse(search, node.DEFAULT_RANGE).range,
+                           node.cluster_of(search))
     if path.startswith(job.PREFIX) and len(path.rstrip("/")) > len(job.PREFIX):
         cluster, rng = job.query_of(search)
         return job.layout(unquote(path[len(job.PREFIX):].rstrip("/")), refresh_s, cluster, rng)

@@ -46,9 +46,12 @@ def slots(events: Sequence[Event]) -> list[Slot]:
     return sorted(now.values(), key=lambda s: (gpu_index(s.device) or 0, s.device))
 
 
-def panel(store: EventStore, node: str, now: float) -> html.Div:
-    """The boards of ``node`` as a table (the store's events of ``BOARD_WINDOW_S``)."""
-    rows = slots(store.events(now - BOARD_WINDOW_S, now + 1, node=node, kinds=list(KINDS)))
+def panel(store: EventStore, node: str, now: float, cluster: str | None = None) -> html.Div:
+    """The boards of ``node`` (of ``cluster`` where given) as a table (the store's events
+    of ``BOARD_WINDOW_S``)."""
+    rows = slots([e for e in store.events(now - BOARD_WINDOW_S, now + 1, node=node,
+                                          kinds=list(KINDS))
+                  if cluster is None or e.cluster == cluster])
     if not rows:
         return html.Div("No GPU board named by this node's frames in 90 days (the agent "
                         "reads each GPU's UUID, serial and PCI bus id from NVML)",

@@ -19,7 +19,7 @@ from dash import Input, Output, State, dcc, html
 
 from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
-from fleetwatch.dashboards.data import TEMP, FleetView
+from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
@@ -60,19 +60,40 @@ def address(pathname: str | None, search: str | None) -> list[str]:
     return [pathname or "/", search or ""]
 
 
-def link_range(app: dash.Dash, picker: str, default: str) -> None:
-    """The page's range picker ``picker`` writes its range into the address, and into
-    ``SHOWN`` (the view on screen is already that address's: nothing is redrawn), so that
-    a link copied then opens this view."""
+def link_range(app: dash.Dash, picker: str, default: str, clusters: str) -> None:
+    """The page's range picker ``picker`` and cluster picker ``clusters`` write the range
+    and the cluster into the address, and into ``SHOWN`` (the view on screen is already that
+    address's: nothing is redrawn), so that a link copied then opens this view."""
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output(SHOWN, "data", allow_duplicate=True),
-                  Input(picker, "value"), State("url", "search"),
+                  Input(picker, "value"), Input(clusters, "value"), State("url", "search"),
                   State("url", "pathname"), prevent_initial_call=True)
-    def link(rng: str, search: str | None, path: str | None) -> tuple[str, list[str]]:
-        if not timerange.new_search(search, default, rng):
+    def link(rng: str, cluster: str | None, search: str | None, path: str | None
+             ) -> tuple[str, list[str]]:
+        if not timerange.new_search(search, default, rng, cluster):
             raise dash.exceptions.PreventUpdate
-        search = timerange.Query(rng).search()
+        search = timerange.Query(rng, cluster=cluster or None).search()
         return search, address(path, search)
+
+
+def cluster_picker_id(page: str) -> str:
+    return f"{page}-cluster"
+
+
+def cluster_picker(page: str, value: str | None) -> html.Div:
+    """The cluster picker of ``page`` (``?cluster=``): empty for every cluster. Its options
+    come with each refresh (``cluster_options``): the clusters the store has now."""
+    return html.Div(className="cluster-picker", children=[dcc.Dropdown(
+        id=cluster_picker_id(page), value=value, options=cluster_options((), value),
+        placeholder="all clusters", clearable=True, searchable=True,
+        className="cluster-dropdown", style={"minWidth": "11rem"})])
+
+
+def cluster_options(clusters: Sequence[str], value: str | None) -> list[dict[str, str]]:
+    """The picker's options: the clusters seen, and the one picked even if it has gone
+    quiet (the address still names it)."""
+    names = sorted(set(clusters) | ({value} if value else set()))
+    return [{"label": c, "value": c} for c in names]
 
 
 def zoom_store(page: str) -> str:
@@ -132,11 +153,15 @@ def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = ""
     ])
 
 
-def node_href(node: str, gpu: int | None = None, rng: str | None = None) -> str:
+def node_href(node: str, gpu: int | None = None, rng: str | None = None,
+              cluster: str | None = None) -> str:
     """The node page's address; the name quoted whole (a ``/``, ``?`` or ``#`` in it
-    stays part of the name), ``gpu`` the GPU to bring forward, ``rng`` the time range
-    (a key of ``timerange.RANGES``; None: the node page's default)."""
-    params = ([("range", rng)] if rng else []) + ([("gpu", str(gpu))] if gpu is not None else [])
+    stays part of the name), ``cluster`` its cluster (node names repeat across clusters:
+    without one, a name in several opens a page that lists them), ``gpu`` the GPU to bring
+    forward, ``rng`` the time range (a key of ``timerange.RANGES``; None: the node page's
+    default)."""
+    params = (([("cluster", cluster)] if cluster else []) + ([("range", rng)] if rng else [])
+              + ([("gpu", str(gpu))] if gpu is not None else []))
     return f"/node/{quote(node, safe='')}" + ("?" + urlencode(params) if params else "")
 
 
@@ -177,11 +202,12 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
     "all clear" or a bare count: one truth per screen.
     """
     hot = view.hottest
-    nodes = len({c.node for c in view.cells})
+    nodes = view.nodes  # (cluster, node): node001 of two clusters is two nodes
     firing, pending = view.count("firing"), view.count("pending")
     critical = sum(1 for a in view.alerts if a.state == "firing" and a.severity == "critical")
     hot_alert = hot is not None and any(
-        a.node == hot.node and gpu_index(a.device) == hot.gpu for a in view.alerts)
+        (a.cluster, a.node) == hot.place and gpu_index(a.device) == hot.gpu
+        for a in view.alerts)
     newest, ahead = view.as_of(now_s)
     if not view.cells:
         last = newest
@@ -201,7 +227,8 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
         _tile("summary-reporting", "GPUs reporting", str(len(view.cells)),
               f"on {nodes} node{'s' if nodes != 1 else ''}"),
         _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
-              f"{hot.node} · GPU {hot.gpu}" if hot else "", "bad" if hot_alert else ""),
+              f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU {hot.gpu}"
+              if hot else "", "bad" if hot_alert else ""),
         _tile("summary-firing", "Alerts firing", str(firing),
               f"{critical} critical" if firing else "all clear", "bad" if firing else "good"),
         _tile("summary-pending", "Alerts pending", str(pending), "waiting out their for-time",
@@ -325,22 +352,26 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,
                 more: str = "", ended: float | None = None,
-                limit: int | None = None) -> html.Div:
+                limit: int | None = None, clusters: bool | None = None) -> html.Div:
     """Alerts as a table, in the order given; the message links to the GPU on its node's
     page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
     row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
     ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
     alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``), if they
     did: an open alert is then open as they left it, not "now"; ``limit``: at most this many
-    rows, and a line for the rest (``left_out``)."""
+    rows, and a line for the rest (``left_out``); ``clusters``: whether a Cluster column
+    is shown (None: where the alerts are of more than one cluster: node001 GPU 3 of two
+    clusters are two rows that only the cluster tells apart)."""
+    if clusters is None:
+        clusters = len({a.cluster for a in alerts}) > 1
     if not alerts:
         return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
     if limit is not None and len(alerts) > limit:
         more = "; ".join(x for x in (left_out(alerts[limit:]), more) if x)
         alerts = alerts[:limit]
     head = html.Tr([html.Th(h) for h in
-                    ("State", "Severity", "Rule", "Node", "GPU", "Since", "Message", "Action",
-                     "Id")])
+                    ("State", "Severity", "Rule", *(("Cluster",) if clusters else ()), "Node",
+                     "GPU", "Since", "Message", "Action", "Id")])
     rows = []
     muted = muted or {}
     for a in alerts:
@@ -350,7 +381,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
         note = muted.get(a.id, "")
         message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
         if link_nodes and a.node:  # a rack's alert has no node page to open
-            message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng),
+            message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng,
+                                                           a.cluster or None),
                                 className="row-link node-link")]
         job = alert_job(a)
         evidence: list = [evidence_text(a)]
@@ -359,13 +391,15 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                                          className="job-link")]
         message.append(html.Div(evidence, className="evidence panel-hint"))
         rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
-            "data-node": a.node, "data-device": a.device, "data-state": a.state,
+            "data-node": a.node, "data-cluster": a.cluster, "data-device": a.device,
+            "data-state": a.state,
             "data-id": a.id}, children=[
             html.Td([html.Span(a.state, className=f"badge badge-{a.state}")]
                     + ([html.Div(note, className="muted-note panel-hint")] if note else []),
                     className="state"),
             html.Td(a.severity, className=f"sev sev-{a.severity}"),
             html.Td(a.rule, className="rule"),
+            *([html.Td(a.cluster, className="cluster")] if clusters else []),
             html.Td(a.node, className="node"),
             html.Td(_device(a), className="device"),
             html.Td(_since(a, since, now_s, ended), className="since",
@@ -377,7 +411,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),
         ]))
     if more:
-        rows.append(html.Tr(html.Td(more, colSpan=9, className="panel-hint"),
+        rows.append(html.Tr(html.Td(more, colSpan=10 if clusters else 9,
+                                    className="panel-hint"),
                             className="more-row"))
     return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
                     id=table_id, className="alerts-wrap")

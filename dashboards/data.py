@@ -52,6 +52,13 @@ class GpuCell:
     power_w: float | None = None
     util_pct: float | None = None
     job: str | None = None
+    # Node names repeat across clusters (node001 in each): a GPU is (cluster, node, gpu).
+    cluster: str = ""
+
+    @property
+    def place(self) -> tuple[str, str]:
+        """(cluster, node): the machine, whatever its name is elsewhere."""
+        return self.cluster, self.node
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +68,19 @@ class FleetView:
     # When no GPU is fresh: the newest temperature sample ever stored (None: never
     # any), so that the page can tell "no data yet" from "no data since 10:21".
     last_ms: int | None = None
+    # Every cluster seen (reporting GPUs or open alerts), whatever the page's filter: what
+    # its cluster picker offers, and whether names need their cluster to be told apart.
+    clusters: tuple[str, ...] = ()
+    cluster: str | None = None  # the one cluster shown (``?cluster=``), None: all
+
+    @property
+    def many_clusters(self) -> bool:
+        """Whether more than one cluster is shown: then a node is named with its cluster."""
+        return self.cluster is None and len(self.clusters) > 1
+
+    @property
+    def nodes(self) -> int:
+        return len({c.place for c in self.cells})
 
     @property
     def hottest(self) -> GpuCell | None:
@@ -102,6 +122,24 @@ class NodeView:
     annotations: tuple[Annotation, ...]
     alerts: tuple[Alert, ...]  # active, then resolved, each in ``sort_alerts``' order
     limits: dict[str, float] = field(default_factory=dict)  # metric -> its limit line
+    # The node's cluster: the one asked (``?cluster=``), or the only one the name is in.
+    cluster: str | None = None
+    # A name asked without a cluster that is in several: those clusters, and nothing else
+    # read (their series drawn as one would be two machines as one line).
+    ambiguous: tuple[str, ...] = ()
+
+
+def clusters_of(node: str, points: Iterable[Point], alerts: Iterable[Alert]) -> tuple[str, ...]:
+    """The clusters that have a node of this name, by its points and its alerts."""
+    seen = {p[0].cluster for p in points if p[0].node == node}
+    seen |= {a.cluster for a in alerts if a.node == node}
+    return tuple(sorted(seen))
+
+
+def node_label(cluster: str, node: str, many: bool) -> str:
+    """How a node is named on screen: ``cluster/node`` where more than one cluster is
+    shown, else its name alone."""
+    return f"{cluster}/{node}" if many and cluster else node
 
 
 def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
@@ -123,29 +161,33 @@ def read_mutes(store: Store, alerts: Sequence[Alert], now_s: float
     return silences, acks
 
 
-def _gpu_points(points: Iterable[Point]) -> dict[tuple[str, int], Point]:
-    out: dict[tuple[str, int], Point] = {}
+GpuKey = tuple[str, str, int]  # (cluster, node, gpu index)
+
+
+def _gpu_points(points: Iterable[Point]) -> dict[GpuKey, Point]:
+    out: dict[GpuKey, Point] = {}
     for p in points:
         index = gpu_index(p[0].device)
         if index is not None:
-            out[(p[0].node, index)] = p
+            out[(p[0].cluster, p[0].node, index)] = p
     return out
 
 
 def fleet_cells(temp: Sequence[Point], power: Sequence[Point] = (),
                 util: Sequence[Point] = ()) -> tuple[GpuCell, ...]:
-    """One cell per GPU that reports a temperature, ordered by rack, node, GPU.
+    """One cell per GPU that reports a temperature, ordered by cluster, rack, node, GPU.
+    Same-named nodes of two clusters are two machines: each keeps its own cells.
 
     Power and utilization are optional extras: a GPU that does not report
     them keeps its cell with the value unknown (None), never 0.
     """
     by_power, by_util = _gpu_points(power), _gpu_points(util)
     cells = []
-    for (node, index), (key, ts, value) in _gpu_points(temp).items():
-        p, u = by_power.get((node, index)), by_util.get((node, index))
-        cells.append(GpuCell(key.rack, node, index, value, ts,
-                             p[2] if p else None, u[2] if u else None))
-    return tuple(sorted(cells, key=lambda c: (c.rack, c.node, c.gpu)))
+    for gpu, (key, ts, value) in _gpu_points(temp).items():
+        p, u = by_power.get(gpu), by_util.get(gpu)
+        cells.append(GpuCell(key.rack, key.node, gpu[2], value, ts,
+                             p[2] if p else None, u[2] if u else None, cluster=key.cluster))
+    return tuple(sorted(cells, key=lambda c: (c.cluster, c.rack, c.node, c.gpu)))
 
 
 def node_series(points: Iterable[Point]) -> GpuSeries:
@@ -159,21 +201,39 @@ def node_series(points: Iterable[Point]) -> GpuSeries:
     return dict(sorted(out.items()))
 
 
-def read_fleet(store: Store, now_s: float) -> FleetView:
+def in_cluster(cluster: str | None, of: str) -> bool:
+    return cluster is None or of == cluster
+
+
+def fleet_view(cells: Sequence[GpuCell], alerts: Sequence[Alert], cluster: str | None = None,
+               last_ms: int | None = None) -> FleetView:
+    """The fleet of ``cluster`` (None: every cluster) from every cell and active alert."""
+    clusters = tuple(sorted({c.cluster for c in cells} | {a.cluster for a in alerts}))
+    return FleetView(tuple(c for c in cells if in_cluster(cluster, c.cluster)),
+                     sort_alerts(a for a in alerts if in_cluster(cluster, a.cluster)),
+                     last_ms, clusters, cluster)
+
+
+def read_fleet(store: Store, now_s: float, cluster: str | None = None) -> FleetView:
     since = int((now_s - STALE_S) * 1000)
     cells = fleet_cells(store.latest(TEMP, since), store.latest(POWER, since),
                         store.latest(UTIL, since))
     last_ms = None
-    if not cells:  # the rare, cheap-enough case: how old is the newest sample at all?
-        last_ms = max((ts for _, ts, _ in store.latest(TEMP, 0)), default=None)
-    return FleetView(cells, sort_alerts(store.alerts(ACTIVE_STATES)), last_ms)
+    if not any(in_cluster(cluster, c.cluster) for c in cells):
+        # the rare, cheap-enough case: how old is the newest sample at all?
+        last_ms = max((ts for k, ts, _ in store.latest(TEMP, 0)
+                       if in_cluster(cluster, k.cluster)), default=None)
+    return fleet_view(cells, store.alerts(ACTIVE_STATES), cluster, last_ms)
 
 
-def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S
-                ) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
-    """(active, resolved in the last ``window_s``), each sorted for display."""
+def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S,
+                cluster: str | None = None) -> tuple[tuple[Alert, ...], tuple[Alert, ...]]:
+    """(active, resolved in the last ``window_s``), each sorted for display; of one
+    cluster where given."""
     resolved = store.alerts(("resolved",), since_ts=now_s - window_s)
-    return sort_alerts(store.alerts(ACTIVE_STATES)), sort_alerts(resolved)
+    active = store.alerts(ACTIVE_STATES)
+    return (sort_alerts(a for a in active if in_cluster(cluster, a.cluster)),
+            sort_alerts(a for a in resolved if in_cluster(cluster, a.cluster)))
 
 
 def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float) -> float | None:
@@ -182,33 +242,47 @@ def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float) -> float 
 
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,
-              temp_limit_c: float | None = None) -> NodeView:
+              temp_limit_c: float | None = None, cluster: str | None = None) -> NodeView:
     """The node's last ``window_s``; ``temp_limit_c`` (the site's limit, 0 or None for
     none: then the lowest slowdown temperature its GPUs report) and the newest power limit
     its GPUs report become limit lines. Its alerts: active, and
-    resolved in the last day or ``window_s`` if longer."""
+    resolved in the last day or ``window_s`` if longer.
+
+    ``cluster``: the node of that cluster. Without one, the node of the one cluster that
+    has a node of this name; a name in several gives a view with ``ambiguous`` set to
+    them and nothing else, not their machines drawn as one."""
     start_s, end_s = now_s - window_s, now_s + FUTURE_SLACK_S
     start_ms, end_ms = int(start_s * 1000), int(end_s * 1000)
+    active, resolved = read_alerts(store, now_s, max(window_s, RESOLVED_WINDOW_S), cluster)
+    alerts = tuple(a for a in active + resolved if a.node == node)
+    first = store.range(NODE_METRICS[0], start_ms, end_ms, node=node, cluster=cluster)
+    if cluster is None:
+        clusters = clusters_of(node, first, alerts)
+        if len(clusters) > 1:
+            return NodeView(node, None, start_ms, int(now_s * 1000), {}, (), (),
+                            ambiguous=clusters)
+        cluster = clusters[0] if clusters else None
     rack = None
     newest_ms = int(now_s * 1000)
     series: dict[str, GpuSeries] = {}
     for metric in NODE_METRICS:
-        points = store.range(metric, start_ms, end_ms, node=node)
+        points = first if metric == NODE_METRICS[0] else store.range(
+            metric, start_ms, end_ms, node=node, cluster=cluster)
         if points:
             rack = points[-1][0].rack
             newest_ms = max(newest_ms, points[-1][1])
         series[metric] = node_series(points)
+    # Annotations name no cluster (the simulator's faults): those of the node's name.
     annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
-    active, resolved = read_alerts(store, now_s, max(window_s, RESOLVED_WINDOW_S))
-    alerts = tuple(a for a in active + resolved if a.node == node)
     limits = {TEMP: temp_limit_c} if temp_limit_c else {}
     if not temp_limit_c:  # no site limit: the lowest slowdown temperature its GPUs report
-        slowdowns = store.range(SLOWDOWN, start_ms, end_ms, node=node)
+        slowdowns = store.range(SLOWDOWN, start_ms, end_ms, node=node, cluster=cluster)
         if slowdowns:
             newest_slow = {key.device: value for key, _, value in slowdowns}
             limits[TEMP] = min(newest_slow.values())
-    power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node)
+    power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node, cluster=cluster)
     if power_limits:  # the highest GPU's newest: one line, the cap the node's GPUs run under
         newest = {key.device: value for key, _, value in power_limits}
         limits[POWER] = max(newest.values())
-    return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts, limits)
+    return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts, limits,
+                    cluster)

@@ -1,5 +1,6 @@
-"""The energy and carbon page (``/energy?range=7d``): kWh and CO2e over time by cluster,
-the top jobs and users, today, this month and the month's projection, the idle share."""
+"""The energy and carbon page (``/energy?range=7d&cluster=c1``): kWh and CO2e over time by
+cluster, the top jobs and users, today, this month and the month's projection, the idle
+share; of every cluster, or of the one picked."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def _panel(title: str, hint: str, graph_id: str) -> html.Section:
                   config=_GRAPH)])
 
 
-Render = Callable[[str], tuple[Any, ...]]
+Render = Callable[..., tuple[Any, ...]]
 
 
 def layout(refresh_s: float, search: str | None = None, render: Render | None = None
@@ -46,7 +47,8 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
         dcc.Interval(id="energy-tick", interval=int(max(refresh_s, 30.0) * 1000)),
         dcc.Store(id=components.zoom_store("energy")),
         html.Div(className="page-head", children=[
-            html.H1("Energy & carbon"), timerange.picker("energy", q.range),
+            html.H1("Energy & carbon"), components.cluster_picker("energy", q.cluster),
+            timerange.picker("energy", q.range),
             html.Div(id="energy-updated", className="updated")]),
         *live.parts("energy"),  # the banner while the dashboard is away
         html.Div(id="energy-notice"),
@@ -63,7 +65,7 @@ def layout(refresh_s: float, search: str | None = None, render: Render | None = 
         html.Div(id="energy-method", className="panel-hint method-note"),
     ])
     if render is not None:
-        _fill(page, render(q.range))
+        _fill(page, render(q.range, cluster=q.cluster))
     return page
 
 
@@ -71,7 +73,8 @@ GRAPHS = ["energy-kwh", "energy-co2e", "energy-jobs", "energy-users", "energy-id
 _OUTPUTS = (("energy-summary", "children"), ("energy-kwh", "figure"),
             ("energy-co2e", "figure"), ("energy-jobs", "figure"), ("energy-users", "figure"),
             ("energy-idle", "figure"), ("energy-notice", "children"),
-            ("energy-updated", "children"), ("energy-method", "children"))
+            ("energy-updated", "children"), ("energy-method", "children"),
+            (components.cluster_picker_id("energy"), "options"))
 
 
 def _fill(page: Any, values: tuple[Any, ...]) -> None:
@@ -139,19 +142,22 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
     """The page's callbacks; returns the renderer that ``layout`` takes."""
     @app.callback(*(Output(cid, prop) for cid, prop in _OUTPUTS),
                   Input("energy-tick", "n_intervals"), Input("energy-range", "value"),
+                  Input(components.cluster_picker_id("energy"), "value"),
                   State(components.zoom_store("energy"), "data"), prevent_initial_call=True,
                   running=[(Output("energy-tick", "disabled"), True, False)])  # see fleet.py
-    def refresh(_n: int | None, rng: str, zoom: dict[str, Any] | None) -> tuple[Any, ...]:
-        return render(rng, zoom, first=False)
+    def refresh(_n: int | None, rng: str, cluster: str | None, zoom: dict[str, Any] | None
+                ) -> tuple[Any, ...]:
+        return render(rng, zoom, first=False, cluster=cluster or None)
 
-    def render(rng: str, zoom: dict[str, Any] | None = None, first: bool = True
-               ) -> tuple[Any, ...]:
+    def render(rng: str, zoom: dict[str, Any] | None = None, first: bool = True,
+               cluster: str | None = None) -> tuple[Any, ...]:
         """The page's values; ``first``: the page's first draw (the layout's), which has
-        nothing of a read before to keep when the store does not answer."""
+        nothing of a read before to keep when the store does not answer; ``cluster``: of
+        that cluster only."""
         now = clock()
         start, end = timerange.window(rng, now)
         try:
-            v = read_energy(store, carbon, start, end + 3600, now)
+            v = read_energy(store, carbon, start, end + 3600, now, cluster=cluster)
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The last read's figures stay under the banner; a first draw says why it is
@@ -160,7 +166,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                 [_tile("energy-nodata", "Energy", "no data", "the store does not answer")],
                 *[energy_figures.empty_figure(text, h) for h in (260, 260, 380, 380, 220)]]
             return (*kept, components.notice(text), components.failed_stamp(now),
-                    dash.no_update)
+                    dash.no_update, dash.no_update)
         warning = series_warning(carbon, v.hours)
         notice = (components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
                   else components.notice(f"Warning: {warning}", "energy-series-warning")
@@ -179,9 +185,11 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
             fig.update_layout(uirevision=rng)
             figures.hold_zoom(fig, components.zoomed(zoom, rng, graph))
         return (summary(v), *figs,
-                notice, components.updated_stamp(now), method_note(carbon))
+                notice, components.updated_stamp(now), method_note(carbon),
+                components.cluster_options(v.seen, cluster))
 
-    components.link_range(app, "energy-range", DEFAULT_RANGE)
+    components.link_range(app, "energy-range", DEFAULT_RANGE,
+                          components.cluster_picker_id("energy"))
     components.keep_zoom(app, "energy", GRAPHS, "energy-range")
 
     return render

@@ -14,7 +14,14 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
-from fleetwatch.pipeline.store.ledger import EnergyStore, EnergyTotal, TopLine
+from fleetwatch.pipeline.store.base import gpu_index
+from fleetwatch.pipeline.store.ledger import (
+    EnergyRow,
+    EnergyStore,
+    EnergyTotal,
+    TopLine,
+    top_from_totals,
+)
 from fleetwatch.report import _series_warning
 from fleetwatch.report_month import HourData, data_began, longest_measured, month_projection
 
@@ -92,6 +99,7 @@ class EnergyView:
     missing_gpu_hours: float
     over_tdp_gpu_hours: float
     projection_withheld: str = ""             # why there is no projection
+    seen: tuple[str, ...] = ()                # every cluster in the range, whatever shown
 
 
 def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
@@ -216,29 +224,54 @@ def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
                  for t in lines)
 
 
+def totals_from_rows(rows: Iterable[EnergyRow], by: str) -> list[EnergyTotal]:
+    """Per hour and value of ``by``, the sums ``energy_totals`` gives (GPU energy, GPU
+    seconds and missing time of GPU devices only), from ledger rows."""
+    acc: dict[tuple[int, str], list[float]] = {}
+    for r in rows:
+        gpu = gpu_index(r.device) is not None
+        a = acc.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+        for i, v in enumerate((r.energy_j, r.idle_j, r.energy_j if gpu else 0.0,
+                               r.seconds if gpu else 0.0, r.idle_s,
+                               r.missing_s if gpu else 0.0, r.over_tdp_s)):
+            a[i] += v
+    return [EnergyTotal(h, name, *a) for (h, name), a in sorted(acc.items())]
+
+
 def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: float,
-                now_s: float, limit: int = 15) -> EnergyView:
+                now_s: float, limit: int = 15, cluster: str | None = None) -> EnergyView:
     """The window and the month by cluster per hour; the window's top jobs and users, which
-    the store sums (a month holds ~100,000 job-hours)."""
+    the store sums (a month holds ~100,000 job-hours). ``cluster``: of that cluster only
+    (its top jobs and users then summed from its rows: job ids repeat across clusters)."""
     first = start_s - start_s % 3600
-    window = store.energy_totals(first, end_s, "cluster")
+    everywhere = store.energy_totals(first, end_s, "cluster")
+    window = [t for t in everywhere if cluster is None or t.name == cluster]
     m0, m1 = month_start(now_s), month_end(now_s)
     if first <= m0 and end_s >= m1:
         month = [t for t in window if m0 <= t.bucket_ts < m1]
     else:  # to the month's end: data stamped after now (a clock ahead) is flagged
-        month = store.energy_totals(m0, m1, "cluster")
+        month = [t for t in store.energy_totals(m0, m1, "cluster")
+                 if cluster is None or t.name == cluster]
     f = _factors(model, {t.bucket_ts for t in (*window, *month)})
     # The month's oldest hour may have begun with data at minute 40: its rows say when.
     oldest = min((t.bucket_ts for t in month), default=None)
-    began = (data_began(store.energy(oldest, oldest + 3600), now_s)
+    began = (data_began(store.energy(oldest, oldest + 3600, cluster=cluster), now_s)
              if oldest is not None else None)
     longest: dict[int, float] = {}
     for h in span_edges(month):
-        longest.update(longest_measured(store.energy(h, h + 3600)))
+        longest.update(longest_measured(store.energy(h, h + 3600, cluster=cluster)))
     view = energy_view(window, month, (), (), model, now_s, began, longest)
-    return dataclasses.replace(
-        view, jobs=top_shares(store.energy_top(first, end_s, "job", f, limit), "job"),
-        users=top_shares(store.energy_top(first, end_s, "user", f, limit), "user"))
+    if cluster is None:
+        jobs = store.energy_top(first, end_s, "job", f, limit)
+        users = store.energy_top(first, end_s, "user", f, limit)
+    else:
+        rows = store.energy(first, end_s, cluster=cluster)
+        jobs = top_from_totals(totals_from_rows(rows, "job"), f, limit)
+        users = top_from_totals(totals_from_rows(rows, "user"), f, limit)
+    return dataclasses.replace(view, jobs=top_shares(jobs, "job"),
+                               users=top_shares(users, "user"),
+                               idle=hourly_idle(window, cluster) if cluster else view.idle,
+                               seen=tuple(sorted({t.name for t in everywhere})))
 
 
 # The most hours at the edges of spans of data ``read_energy`` reads row by row.

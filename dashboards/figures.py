@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import theme
-from fleetwatch.dashboards.data import STALE_S, TEMP, GpuCell, GpuSeries
+from fleetwatch.dashboards.data import STALE_S, TEMP, GpuCell, GpuKey, GpuSeries, node_label
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Annotation, gpu_index
 
 # The catalogue writes units as they appear in metric names (``_c``); a screen
@@ -40,6 +40,19 @@ def esc(text: str) -> str:
 def node_from_label(label: str) -> str:
     """The node name behind a heatmap row label (``esc`` undone)."""
     return html.unescape(label)
+
+
+def place_from_label(label: str, clusters: Sequence[str], many: bool
+                     ) -> tuple[str | None, str]:
+    """(cluster, node) behind a heatmap row label: ``cluster/node`` where the heatmap showed
+    ``many`` clusters (the longest cluster that prefixes it, so a ``/`` in a name is kept),
+    else the node alone, in the one cluster shown (None if not known)."""
+    text = node_from_label(label)
+    if many:
+        for c in sorted(clusters, key=len, reverse=True):
+            if text.startswith(f"{c}/"):
+                return c, text[len(c) + 1:]
+    return (clusters[0] if len(clusters) == 1 else None), text
 
 
 def unit(metric: str) -> str:
@@ -84,16 +97,16 @@ def empty_figure(message: str = NO_DATA, height: int = 320) -> go.Figure:
     return fig
 
 
-def active_marks(alerts: Sequence[Alert]) -> dict[tuple[str, int], Alert]:
-    """(node, gpu) -> the alert that marks that GPU; firing wins over pending."""
-    marks: dict[tuple[str, int], Alert] = {}
+def active_marks(alerts: Sequence[Alert]) -> dict[GpuKey, Alert]:
+    """(cluster, node, gpu) -> the alert that marks that GPU; firing wins over pending."""
+    marks: dict[GpuKey, Alert] = {}
     for a in alerts:
         index = gpu_index(a.device)
         if a.state not in ACTIVE_STATES or index is None:
             continue
-        held = marks.get((a.node, index))
+        held = marks.get((a.cluster, a.node, index))
         if held is None or (held.state != "firing" and a.state == "firing"):
-            marks[(a.node, index)] = a
+            marks[(a.cluster, a.node, index)] = a
     return marks
 
 
@@ -118,8 +131,10 @@ def hover_text(trace: Any, i: int, j: int) -> str:
 
 
 def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
-                  jobs: Mapping[tuple[str, int], str] | None = None) -> go.Figure:
-    """GPU temperature: a row per node (grouped by rack), a column per GPU index.
+                  jobs: Mapping[GpuKey, str] | None = None) -> go.Figure:
+    """GPU temperature: a row per node (grouped by cluster and rack), a column per GPU
+    index. Rows are labelled ``cluster/node`` where the cells are of several clusters:
+    node001 of two clusters is two machines, two rows.
 
     GPUs with an active alert get an outline in the alert's colour and a
     marker before their value. ``jobs`` overrides the cells' own job, for
@@ -130,9 +145,10 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     # Bottom to top: plotly draws a heatmap's first row at the bottom, so the list is
     # reversed to put the first node on top. The order is in the data itself, not in
     # an axis setting (``autorange="reversed"``) that a kept uirevision could drop.
-    rows = sorted({(c.rack, c.node) for c in cells}, reverse=True)
+    rows = sorted({(c.cluster, c.rack, c.node) for c in cells}, reverse=True)
+    many = len({c.cluster for c in cells}) > 1
     cols = sorted({c.gpu for c in cells})
-    row_of = {node: i for i, (_, node) in enumerate(rows)}
+    row_of = {(cluster, node): i for i, (cluster, _, node) in enumerate(rows)}
     col_of = {gpu: j for j, gpu in enumerate(cols)}
     marks = active_marks(alerts)
     px = row_px(len(rows))
@@ -141,9 +157,9 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     text = [[""] * len(cols) for _ in rows]
     hover: list[list[list[str] | None]] = [[None] * len(cols) for _ in rows]
     for c in cells:
-        i, j = row_of[c.node], col_of[c.gpu]
-        alert = marks.get((c.node, c.gpu))
-        job = (jobs or {}).get((c.node, c.gpu), c.job)
+        i, j = row_of[c.place], col_of[c.gpu]
+        alert = marks.get((c.cluster, c.node, c.gpu))
+        job = (jobs or {}).get((c.cluster, c.node, c.gpu), c.job)
         z[i][j] = c.temp_c
         text[i][j] = f"{'▲ ' if alert else ''}{c.temp_c:.0f}"
         # Only what differs from cell to cell travels per cell (HOVER_FIELDS); the rest is
@@ -156,7 +172,8 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
         hover[i][j] = [esc(c.rack), fmt(TEMP, c.temp_c), fmt('gpu_power_w', c.power_w),
                        fmt('gpu_util_pct', c.util_pct), tail]
     fig = go.Figure(go.Heatmap(
-        z=z, x=[f"GPU {g}" for g in cols], y=[esc(node) for _, node in rows],
+        z=z, x=[f"GPU {g}" for g in cols],
+        y=[esc(node_label(cluster, node, many)) for cluster, _, node in rows],
         text=text if shows_text else None, customdata=hover, textfont={"size": 15},
         texttemplate="%{text}" if shows_text else None,
         hovertemplate=HEATMAP_HOVER, xgap=3, ygap=3,
@@ -171,9 +188,9 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
                      ticklabelstandoff=8,
                      tickfont={"size": 14 if px >= _TEXT_MIN_ROW_PX else 10})
     labels, shapes = _rack_labels(rows)
-    for (node, gpu), alert in marks.items():
-        if node in row_of and gpu in col_of:
-            i, j = row_of[node], col_of[gpu]
+    for (cluster, node, gpu), alert in marks.items():
+        if (cluster, node) in row_of and gpu in col_of:
+            i, j = row_of[(cluster, node)], col_of[gpu]
             # White, not red: the cell under a firing alert is already red.
             colour = theme.TEXT if alert.state == "firing" else theme.PENDING
             shapes.append({"type": "rect", "x0": j - 0.5, "x1": j + 0.5, "y0": i - 0.5,
@@ -193,16 +210,17 @@ def row_px(rows: int) -> int:
     return max(_MIN_ROW_PX, min(_ROW_PX, (_HEATMAP_PX - 70) // max(rows, 1)))
 
 
-def _rack_labels(rows: Sequence[tuple[str, str]]
+def _rack_labels(rows: Sequence[tuple[str, str, str]]
                  ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Rack names left of their nodes, and a rule between racks: (annotations, shapes)."""
+    """Rack names left of their nodes, and a rule between racks: (annotations, shapes).
+    ``rows``: (cluster, rack, node); rack r1 of two clusters is two racks."""
     labels: list[dict[str, Any]] = []
     rules: list[dict[str, Any]] = []
     start = 0
     for i in range(1, len(rows) + 1):
-        if i < len(rows) and rows[i][0] == rows[start][0]:
+        if i < len(rows) and rows[i][:2] == rows[start][:2]:
             continue
-        labels.append({"text": esc(rows[start][0]), "xref": "paper", "yref": "y", "x": 0,
+        labels.append({"text": esc(rows[start][1]), "xref": "paper", "yref": "y", "x": 0,
                        "xanchor": "right", "xshift": -92, "y": (start + i - 1) / 2,
                        "showarrow": False, "font": {"color": theme.MUTED, "size": 12},
                        "textangle": 0})

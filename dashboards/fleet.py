@@ -1,4 +1,5 @@
-"""The fleet page (``/?range=6h``): a temperature heatmap, the summary strip, active alerts.
+"""The fleet page (``/?range=6h&cluster=c1``): a temperature heatmap, the summary strip,
+active alerts; of every cluster, or of the one the cluster picker (``?cluster=``) names.
 
 The heatmap and the summary are the fleet now, whatever the range: the range is
 the window of the node and alert pages opened from here (a heatmap row, an alert,
@@ -29,9 +30,12 @@ def _carry(rng: str | None) -> str | None:
     return rng if rng and rng != DEFAULT_RANGE else None
 
 
-def alerts_href(rng: str | None) -> str:
+def alerts_href(rng: str | None, cluster: str | None = None) -> str:
     carry = _carry(rng)
-    return alerts.PATH + (timerange.Query(carry).search() if carry else "")
+    if not carry and not cluster:
+        return alerts.PATH
+    return alerts.PATH + timerange.Query(carry or alerts.DEFAULT_RANGE,
+                                         cluster=cluster or None).search()
 
 
 def layout(refresh_s: float, search: str | None = None) -> html.Div:
@@ -42,8 +46,10 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="fleet-last"),  # components.last_read of the last read that worked
         dcc.Store(id="fleet-sent"),  # fingerprints of the heatmap and table on screen (unsent)
+        dcc.Store(id="fleet-places"),  # how heatmap rows name nodes: ``places``
         html.Div(className="page-head", children=[
             html.H1("Fleet"),
+            components.cluster_picker("fleet", q.cluster),
             html.Div(className="range-with-note", title=RANGE_NOTE, children=[
                 timerange.picker("fleet", q.range),
                 html.Span("range: for the node and alert pages opened from here",
@@ -65,7 +71,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         ]),
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
-                html.H2("Active alerts"), dcc.Link("all alerts →", href=alerts_href(q.range),
+                html.H2("Active alerts"), dcc.Link("all alerts →",
+                                                   href=alerts_href(q.range, q.cluster),
                                                    id="fleet-alerts-link",
                                                    className="panel-hint")]),
             html.Div(id="fleet-alerts"),
@@ -81,7 +88,7 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
     if view.cells:
         fig = figures.fleet_heatmap(view.cells, view.alerts)
         # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
-        fig.update_layout(uirevision=f"fleet:{len(view.cells)}")
+        fig.update_layout(uirevision=f"fleet:{view.cluster or ''}:{len(view.cells)}")
         notice = None
     else:  # one sentence, the same in the banner and on the empty heatmap
         text = components.no_data_text(view, now)
@@ -89,9 +96,25 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
     return (components.summary(view, now), fig,
             components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
                                    muted=muted, limit=components.ACTIVE_SHOWN,
+                                   clusters=view.many_clusters,
                                    ended=None if view.cells or not view.last_ms
                                    else view.last_ms / 1000),
             notice)
+
+
+def places(view: FleetView) -> dict[str, Any]:
+    """What a heatmap click needs to open the right node: whether rows are named
+    ``cluster/node``, the clusters seen, the one shown."""
+    return {"many": view.many_clusters, "clusters": list(view.clusters),
+            "cluster": view.cluster}
+
+
+def clicked_href(label: str, held: dict[str, Any] | None, rng: str | None) -> str:
+    """The node page of a heatmap row ``label``, in its cluster."""
+    held = held or {}
+    clusters = [held["cluster"]] if held.get("cluster") else list(held.get("clusters") or [])
+    cluster, name = figures.place_from_label(label, clusters, bool(held.get("many")))
+    return components.node_href(name, rng=_carry(rng), cluster=cluster)
 
 
 def unsent(values: tuple[Any, ...], on_screen: list[str] | None
@@ -110,19 +133,21 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
         Output("fleet-updated", "children"), Output("fleet-last", "data"),
-        Output("fleet-sent", "data"),
+        Output("fleet-sent", "data"), Output("fleet-places", "data"),
+        Output(components.cluster_picker_id("fleet"), "options"),
         Input("fleet-tick", "n_intervals"), Input("fleet-range", "value"),
+        Input(components.cluster_picker_id("fleet"), "value"),
         State("fleet-last", "data"), State("fleet-sent", "data"),
         running=[(Output("fleet-tick", "disabled"), True, False)])
-    def refresh(_n: int | None, rng: str | None, last: dict[str, Any] | None,
-                on_screen: list[str] | None) -> tuple[Any, ...]:
+    def refresh(_n: int | None, rng: str | None, cluster: str | None,
+                last: dict[str, Any] | None, on_screen: list[str] | None) -> tuple[Any, ...]:
         # ``running``: no tick while a read is out. Dash drops the answer of a request that a
         # newer one superseded, so a store slower than the refresh (a hung VictoriaMetrics
         # answers only at its timeout) would never get its error onto the screen.
         # A request that gets no answer at all leaves the tick disabled: live.py re-arms it.
         now = clock()
         try:
-            view = read_fleet(store, now)
+            view = read_fleet(store, now, cluster or None)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
@@ -131,27 +156,33 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             return (components.unavailable_summary(last, now),
                     dash.no_update if last else figures.empty_figure(text),
                     dash.no_update, components.notice(text),
-                    components.failed_stamp(now), dash.no_update, dash.no_update)
+                    components.failed_stamp(now), dash.no_update, dash.no_update,
+                    dash.no_update, dash.no_update)
         summary, fig, table, notice = parts(view, now, rng, muted)
         (fig, table), sent = unsent((fig, table), on_screen)
         return (summary, fig, table, notice, components.updated_stamp(now),
-                components.last_read(view, now), sent)
+                components.last_read(view, now), sent, places(view),
+                components.cluster_options(view.clusters, cluster))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),
-                  State("fleet-range", "value"), prevent_initial_call=True)
-    def open_node(click: dict[str, Any] | None, rng: str | None) -> str:
+                  State("fleet-range", "value"), State("fleet-places", "data"),
+                  prevent_initial_call=True)
+    def open_node(click: dict[str, Any] | None, rng: str | None,
+                  held: dict[str, Any] | None) -> str:
         points = (click or {}).get("points") or []
         if not points or not points[0].get("y"):
             raise dash.exceptions.PreventUpdate
-        return components.node_href(figures.node_from_label(points[0]["y"]), rng=_carry(rng))
+        return clicked_href(points[0]["y"], held, rng)
 
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output("fleet-alerts-link", "href"),
                   Output(components.SHOWN, "data", allow_duplicate=True),
-                  Input("fleet-range", "value"), State("url", "search"),
-                  State("url", "pathname"), prevent_initial_call=True)
-    def link(rng: str, search: str | None, path: str | None) -> tuple[Any, ...]:
-        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+                  Input("fleet-range", "value"),
+                  Input(components.cluster_picker_id("fleet"), "value"),
+                  State("url", "search"), State("url", "pathname"), prevent_initial_call=True)
+    def link(rng: str, cluster: str | None, search: str | None, path: str | None
+             ) -> tuple[Any, ...]:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng, cluster):
             raise dash.exceptions.PreventUpdate
-        search = timerange.Query(rng).search()
-        return search, alerts_href(rng), components.address(path, search)
+        search = timerange.Query(rng, cluster=cluster or None).search()
+        return search, alerts_href(rng, cluster), components.address(path, search)

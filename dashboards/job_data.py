@@ -239,7 +239,9 @@ def _read_metric(store: Store, metric: str, job: Job, nodes: Sequence[str], star
                  end_ms: int) -> dict[GpuKey, list[tuple[int, float]]]:
     out: dict[GpuKey, list[tuple[int, float]]] = {}
     for node in nodes:
-        out.update(clip(store.range(metric, start_ms, end_ms, node=node), job, node))
+        # Of the job's cluster: a node of the same name elsewhere is another machine.
+        out.update(clip(store.range(metric, start_ms, end_ms, node=node, cluster=job.cluster),
+                        job, node))
     return out
 
 
@@ -286,10 +288,14 @@ def current_jobs(events: Iterable[Event]) -> dict[int, str]:
     return dict(sorted(now.items()))
 
 
-def read_current_jobs(store: Store, node: str, now_s: float) -> dict[int, str]:
+def read_current_jobs(store: Store, node: str, now_s: float,
+                      cluster: str | None = None) -> dict[int, str]:
     """The node's GPUs' jobs now (``current_jobs``), from its job events of the last
-    ``LOOKBACKS_S[-1]`` (a processor that starts sees running jobs start again)."""
+    ``LOOKBACKS_S[-1]`` (a processor that starts sees running jobs start again); of the
+    node of ``cluster`` where given."""
     if not callable(getattr(store, "events", None)):
         return {}  # a store that keeps no events knows no jobs
-    return current_jobs(store.events(now_s - LOOKBACKS_S[-1], now_s + FUTURE_SLACK_S,
-                                     node=node, kinds=JOB_EVENTS))
+    return current_jobs([e for e in store.events(now_s - LOOKBACKS_S[-1],
+                                                 now_s + FUTURE_SLACK_S, node=node,
+                                                 kinds=JOB_EVENTS)
+                         if cluster is None or e.cluster == cluster])

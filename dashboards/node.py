@@ -1,5 +1,7 @@
-"""The node page (``/node/<name>?range=6h&gpu=3``): each GPU over the range (the last
-hour by default), faults and alerts; ``gpu`` brings one GPU forward."""
+"""The node page (``/node/<name>?cluster=c1&range=6h&gpu=3``): each GPU over the range (the
+last hour by default), faults and alerts; ``gpu`` brings one GPU forward. Node names repeat
+across clusters: ``cluster`` names the machine; a bare name that is in several clusters
+lists them, one link each, rather than draw two machines as one."""
 
 from __future__ import annotations
 
@@ -45,9 +47,9 @@ def _hint(metric: str, rng: str) -> str:
 
 
 def layout(node: str, refresh_s: float, gpu: int | None = None,
-           rng: str = DEFAULT_RANGE) -> html.Div:
-    """The page of ``node`` over range ``rng``; ``gpu`` (from an alert row's ``?gpu=N``)
-    is brought forward."""
+           rng: str = DEFAULT_RANGE, cluster: str | None = None) -> html.Div:
+    """The page of ``node`` (of ``cluster``) over range ``rng``; ``gpu`` (from an alert
+    row's ``?gpu=N``) is brought forward."""
     panels = [
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
@@ -59,6 +61,7 @@ def layout(node: str, refresh_s: float, gpu: int | None = None,
     return html.Div(className="page", children=[
         dcc.Interval(id="node-tick", interval=int(refresh_s * 1000)),
         dcc.Store(id="node-name", data=node),
+        dcc.Store(id="node-cluster", data=cluster),
         dcc.Store(id="node-gpu", data=gpu),
         dcc.Store(id=components.zoom_store("node")),
         html.Div(className="page-head", children=[
@@ -105,6 +108,29 @@ def focus_of(search: str | None) -> int | None:
     return int(values[0]) if values and values[0].isdigit() else None
 
 
+def cluster_of(search: str | None) -> str | None:
+    """The cluster of ``?cluster=`` in the address; None when absent."""
+    values = parse_qs((search or "").lstrip("?")).get("cluster", [])
+    return values[0] if values and values[0] else None
+
+
+def title_text(node: str, cluster: str | None, rack: str | None) -> str:
+    return "  ·  ".join(x for x in (node, cluster, rack) if x)
+
+
+def choose_cluster(node: str, clusters: tuple[str, ...], gpu: int | None,
+                   rng: str | None) -> html.Div:
+    """What a bare ``/node/<name>`` in several clusters shows: one link per cluster (as the
+    job page does for a job id that ran in several)."""
+    carry = rng if rng and rng != DEFAULT_RANGE else None
+    return html.Div(id="node-clusters", className="notice", children=[
+        f"{node} is a node name in {len(clusters)} clusters: pick one: ",
+        *[part for i, c in enumerate(clusters) for part in (
+            ", " if i else "",
+            dcc.Link(f"{node} in cluster {c}", href=components.node_href(node, gpu, carry, c),
+                     className="cluster-link"))]])
+
+
 def no_gpu_text(node: str, gpu: int, gpus: list[int]) -> str:
     """What the page says when the address asks for a GPU the node did not report."""
     shown = ", ".join(map(str, gpus))
@@ -125,28 +151,39 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
 
     @app.callback(*outputs, Input("node-tick", "n_intervals"), Input("node-name", "data"),
                   Input("node-gpu", "data"), Input("node-range", "value"),
+                  Input("node-cluster", "data"),
                   State(components.zoom_store("node"), "data"),
                   running=[(Output("node-tick", "disabled"), True, False)])  # see fleet.py
     def refresh(_n: int | None, node: str, gpu: int | None, rng: str | None,
-                zoom: dict[str, Any] | None) -> tuple[Any, ...]:
+                asked: str | None, zoom: dict[str, Any] | None) -> tuple[Any, ...]:
         now = clock()
         rng = rng or DEFAULT_RANGE
         start, _ = timerange.window(rng, now)
         try:
-            view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c)
+            view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c,
+                             cluster=asked)
+            if view.ambiguous:
+                return (title_text(node, None, None), choose_cluster(
+                            node, view.ambiguous, gpu, rng), None,
+                        components.updated_stamp(now), None, None, None, None,
+                        *[figures.empty_figure("Pick a cluster above", 220) for _ in PANELS],
+                        *[_hint(metric, rng) for metric, _ in PANELS])
+            cluster = view.cluster
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
-            board_panel = boards.panel(store, node, now)
-            errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu)
+            board_panel = boards.panel(store, node, now, cluster)
+            errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu,
+                                             cluster)
             ended = read_data_end(store, view.alerts, now)
-            jobs = read_current_jobs(store, node, now)
+            jobs = read_current_jobs(store, node, now, cluster)
         except StoreError as exc:
             return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
                     dash.no_update, components.failed_stamp(now),
                     *[dash.no_update] * (len(outputs) - 4))
         has_data = any(view.series.values())
-        title = f"{node}  ·  {view.rack}" if view.rack else node
+        title = title_text(node, cluster, view.rack)
+        where = f"{cluster}/{node}" if asked else node
         notice = None if has_data else components.notice(
-            f"No data from {node} in the {timerange.label(rng)}", "node-empty")
+            f"No data from {where} in the {timerange.label(rng)}", "node-empty")
         gpus = sorted({i for per_gpu in view.series.values() for i in per_gpu})
         if has_data and gpu is not None and gpu not in gpus:
             notice = components.notice(no_gpu_text(node, gpu, gpus), "node-no-gpu")
@@ -158,7 +195,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
                                              limit=view.limits.get(metric), focus=gpu)
             # Keep the user's zoom (and legend clicks) across refreshes; a new range starts
             # clean.
-            fig.update_layout(uirevision=f"{node}:{rng}")
+            fig.update_layout(uirevision=f"{cluster}:{node}:{rng}")
             figs.append(figures.hold_zoom(fig, components.zoomed(zoom, rng, graph_id(metric))))
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
         table = components.alert_table(
@@ -168,7 +205,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}",
             errors.counted_from)
         return (title, notice, table, components.updated_stamp(now), board_panel, events,
-                node_errors.counters_table(errors, now, node), job.jobs_line(jobs), *figs,
+                node_errors.counters_table(errors, now, node), job.jobs_line(jobs, cluster),
+                *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 
     components.keep_zoom(app, "node", [graph_id(metric) for metric, _ in PANELS], "node-range")
@@ -176,11 +214,12 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     @app.callback(Output("url", "search", allow_duplicate=True),
                   Output(components.SHOWN, "data", allow_duplicate=True),
                   Input("node-range", "value"), State("node-gpu", "data"),
+                  State("node-cluster", "data"),
                   State("url", "search"), State("url", "pathname"),
                   prevent_initial_call=True)
-    def link(rng: str, gpu: int | None, search: str | None, path: str | None
-             ) -> tuple[str, list[str]]:
-        if not timerange.new_search(search, DEFAULT_RANGE, rng):
+    def link(rng: str, gpu: int | None, cluster: str | None, search: str | None,
+             path: str | None) -> tuple[str, list[str]]:
+        if not timerange.new_search(search, DEFAULT_RANGE, rng, cluster):
             raise dash.exceptions.PreventUpdate
-        search = timerange.page_search(rng, gpu)
+        search = timerange.page_search(rng, gpu, cluster)
         return search, components.address(path, search)

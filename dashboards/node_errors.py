@@ -67,26 +67,30 @@ def counter(metric: str, points: Sequence[Point]) -> Counter | None:
 
 
 def read_errors(store: Any, node: str, start_s: float, end_s: float,
-                gpu: int | None) -> NodeErrors:
+                gpu: int | None, cluster: str | None = None) -> NodeErrors:
     """The node's events in [start, end) as repeat groups and, with ``gpu``, that GPU's
-    error counters; no events from a store that keeps none. A store that counts repeats
-    in its query (SQLite) is asked for the groups: a GPU's XID once a second stores
-    2.6 million in 30 days, read one by one at each refresh otherwise."""
+    error counters; no events from a store that keeps none. ``cluster``: the node of that
+    cluster only (events are read by node name and kept of that cluster). A store that
+    counts repeats in its query (SQLite) is asked for the groups: a GPU's XID once a second
+    stores 2.6 million in 30 days, read one by one at each refresh otherwise."""
     counted_from = None
     if callable(getattr(store, "event_groups", None)):
-        events = tuple(store.event_groups(start_s, end_s, node, EVENT_KINDS, EVENTS_READ))
+        events = tuple(g for g in store.event_groups(start_s, end_s, node, EVENT_KINDS,
+                                                     EVENTS_READ)
+                       if cluster is None or g.last.cluster == cluster)
         if sum(g.count for g in events) >= EVENTS_READ:
             counted_from = min(g.first_ts for g in events)
     elif callable(getattr(store, "events", None)):
-        events = tuple(group_events(store.events(start_s, end_s, node=node,
-                                                 kinds=EVENT_KINDS)))
+        events = tuple(group_events(e for e in store.events(start_s, end_s, node=node,
+                                                            kinds=EVENT_KINDS)
+                                    if cluster is None or e.cluster == cluster))
     else:
         events = ()
     counters: list[Counter] = []
     if gpu is not None:
         for metric in COUNTERS:
             points = store.range(metric, int(start_s * 1000), int(end_s * 1000), node=node,
-                                 device=gpu_device(gpu))
+                                 device=gpu_device(gpu), cluster=cluster)
             found = counter(metric, points)
             if found is not None:
                 counters.append(found)

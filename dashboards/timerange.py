@@ -1,6 +1,6 @@
 """The time-range picker and deep links: the URL carries the page, node, GPU and range.
 
-``/energy?range=7d``, ``/utilization?range=24h&node=node-001&gpu=3``: a link
+``/energy?range=7d``, ``/utilization?range=24h&cluster=c1&node=node-001&gpu=3``: a link
 opens the same view for anyone. Ranges end now (a rolling window), except
 ``month``: the calendar month so far (UTC). Pure functions of strings and
 clocks, so links are tested without a browser.
@@ -29,9 +29,12 @@ class Query:
     range: str
     node: str | None = None
     gpu: int | None = None
+    cluster: str | None = None  # one cluster's view (node names repeat across clusters)
 
     def search(self) -> str:
         params: dict[str, str] = {"range": self.range}
+        if self.cluster:
+            params["cluster"] = self.cluster
         if self.node:
             params["node"] = self.node
         if self.node and self.gpu is not None:
@@ -39,18 +42,22 @@ class Query:
         return "?" + urlencode(params)
 
 
-def page_search(rng: str, gpu: int | None = None) -> str:
-    """The query of a page whose node is in its path: ``/node/NAME?range=6h&gpu=3``."""
-    params = {"range": rng} | ({"gpu": str(gpu)} if gpu is not None else {})
+def page_search(rng: str, gpu: int | None = None, cluster: str | None = None) -> str:
+    """The query of a page whose node is in its path: ``/node/NAME?cluster=c&range=6h&gpu=3``."""
+    params = (({"cluster": cluster} if cluster else {}) | {"range": rng}
+              | ({"gpu": str(gpu)} if gpu is not None else {}))
     return "?" + urlencode(params)
 
 
-def new_search(search: str | None, default: str, rng: str) -> bool:
-    """Whether range ``rng`` differs from what the address ``search`` already says.
+def new_search(search: str | None, default: str, rng: str,
+               cluster: str | None = None) -> bool:
+    """Whether range ``rng`` or ``cluster`` differs from what the address ``search``
+    already says.
 
     A page's picker callback also runs when the page is drawn: without this, every
     page opened would rewrite its own address (and add a step to the history)."""
-    return parse(search, default).range != rng
+    q = parse(search, default)
+    return q.range != rng or q.cluster != (cluster or None)
 
 
 def label(key: str) -> str:
@@ -67,7 +74,8 @@ def parse(search: str | None, default: str) -> Query:
     node = (q.get("node") or [None])[0] or None
     gpu_text = (q.get("gpu") or [""])[0]
     gpu = int(gpu_text) if gpu_text.isdigit() and len(gpu_text) < 4 else None
-    return Query(rng if rng in _SECONDS else default, node, gpu)
+    cluster = (q.get("cluster") or [None])[0] or None
+    return Query(rng if rng in _SECONDS else default, node, gpu, cluster)
 
 
 def window(key: str, now_s: float) -> tuple[float, float]:

@@ -1,7 +1,7 @@
-"""The utilization page (``/utilization?range=1h&node=node-001&gpu=3``): the distributions
-the Acme study drew (CDFs of SM activity, GPU utilization, memory used, power) per
-cluster, the idle-GPU share over time, and GPU-hours and idle share per job; all of the
-fleet, or of the node (and GPU) the URL names.
+"""The utilization page (``/utilization?range=1h&cluster=c1&node=node-001&gpu=3``): the
+distributions the Acme study drew (CDFs of SM activity, GPU utilization, memory used, power)
+per cluster, the idle-GPU share over time, and GPU-hours and idle share per job; all of the
+fleet, or of the cluster, node (and GPU) the URL names.
 
 The CDFs are of minute means (one value per GPU per minute, from the store's one-minute
 rollups), whatever the range: the same basis for an hour and a month, and a read that
@@ -41,9 +41,11 @@ def _graph_id(metric: str) -> str:
 
 def layout(refresh_s: float, search: str | None = None) -> html.Div:
     q = timerange.parse(search, DEFAULT_RANGE)
-    scope = "whole fleet" if not q.node else (
-        f"{q.node}" + (f" · GPU {q.gpu}" if q.gpu is not None else ""))
-    of = "" if not q.node else f" of {scope}"  # what the ledger panels cover, said plainly
+    scope = ("whole fleet" if not q.cluster else f"cluster {q.cluster}") if not q.node else (
+        (f"{q.cluster}/" if q.cluster else "") + f"{q.node}"
+        + (f" · GPU {q.gpu}" if q.gpu is not None else ""))
+    # what the ledger panels cover, said plainly
+    of = "" if not q.node and not q.cluster else f" of {scope}"
     panels = [html.Section(className="panel", children=[
         html.Div(className="panel-head", children=[
             html.H2(title), html.Span(cdf_hint(MINUTE_MEANS), id=_hint_id(metric),
@@ -58,6 +60,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         html.Div(className="page-head", children=[
             html.H1(["Utilization ", html.Span(scope, id="util-scope-text",
                                                className="scope")]),
+            components.cluster_picker("util", q.cluster),
             timerange.picker("util", q.range),
             html.Div(id="util-updated", className="updated")]),
         *live.parts("util"),  # the banner while the dashboard is away
@@ -104,10 +107,10 @@ class CdfRead(NamedTuple):
 
 
 def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
-                gpu: int | None) -> CdfRead:
+                gpu: int | None, cluster: str | None = None) -> CdfRead:
     """Per metric and cluster, the GPU values the CDFs of [start, end) are drawn from, what
     they are (``MINUTE_MEANS`` or ``SAMPLES``) and of which GPUs. ``gpu`` counts only with
-    ``node``."""
+    ``node``; ``cluster``: of that cluster only (a node name may be in several)."""
     device = gpu_device(gpu) if node and gpu is not None else None
     metrics = [m for m, _, _, _ in CDFS]
     parts: dict[str, dict[str, list[float]]] = {m: {} for m in metrics}
@@ -115,12 +118,13 @@ def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
     if node is None and hasattr(store, "minute_means"):  # the whole fleet in one pass
         for metric, series in store.minute_means(metrics, start_ms, end_ms).items():
             for key, _, means in series:
-                if gpu_index(key.device) is not None:
+                if gpu_index(key.device) is not None and cluster in (None, key.cluster):
                     parts[metric].setdefault(key.cluster, []).extend(means.tolist())
                     gpus[metric].add((key.cluster, key.node, key.device))
     elif hasattr(store, "rollups"):  # one node's minutes: a few hundred rows
         for metric in metrics:
-            for key, _, n, total, _, _ in store.rollups(metric, start_ms, end_ms, node, device):
+            for key, _, n, total, _, _ in store.rollups(metric, start_ms, end_ms, node, device,
+                                                        cluster):
                 if gpu_index(key.device) is not None:
                     parts[metric].setdefault(key.cluster, []).append(total / n)
                     gpus[metric].add((key.cluster, key.node, key.device))
@@ -130,7 +134,8 @@ def cdf_samples(store: Any, start_ms: int, end_ms: int, node: str | None,
         # answers with samples up to RAW_SPAN_MS and with minute means past it.
         basis = MINUTE_MEANS if end_ms - start_ms > RAW_SPAN_MS else SAMPLES
         for metric in metrics:
-            for key, _, value in store.range(metric, start_ms, end_ms, node=node, device=device):
+            for key, _, value in store.range(metric, start_ms, end_ms, node=node, device=device,
+                                             cluster=cluster):
                 if gpu_index(key.device) is not None:
                     parts[metric].setdefault(key.cluster, []).append(value)
                     gpus[metric].add((key.cluster, key.node, key.device))
@@ -162,14 +167,16 @@ def sm_coverage(gpus: Gpus, node: str | None, gpu: int | None) -> tuple[str, str
 
 
 def ledger_totals(store: Any, start_s: float, end_s: float, node: str | None,
-                  gpu: int | None) -> tuple[list[EnergyTotal], list[EnergyTotal]]:
+                  gpu: int | None, cluster: str | None = None
+                  ) -> tuple[list[EnergyTotal], list[EnergyTotal]]:
     """The ledger's hours in [start, end), per cluster and per job: the fleet's, or those
-    of ``node``'s GPUs (of GPU ``gpu`` only, if given) summed from its rows."""
-    if not node:
+    of ``cluster`` and ``node``'s GPUs (of GPU ``gpu`` only, if given) summed from its
+    rows (job ids repeat across clusters: a cluster's jobs are its own rows')."""
+    if not node and not cluster:
         return store.energy_totals(start_s, end_s, "cluster"), store.energy_totals(
             start_s, end_s, "job")
-    wanted = gpu_device(gpu) if gpu is not None else None
-    rows = [r for r in store.energy(start_s, end_s, node=node)
+    wanted = gpu_device(gpu) if node and gpu is not None else None
+    rows = [r for r in store.energy(start_s, end_s, cluster=cluster, node=node or None)
             if gpu_index(r.device) is not None and wanted in (None, r.device)]
     return _sum_rows(rows, "cluster"), _sum_rows(rows, "job")
 
@@ -209,24 +216,29 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
     @app.callback(*outputs, Output("util-idle", "figure"), Output("util-jobs", "children"),
                   Output("util-notice", "children"), Output("util-updated", "children"),
                   Output("util-drawn", "data"),
+                  Output(components.cluster_picker_id("util"), "options"),
                   Input("util-tick", "n_intervals"), Input("util-range", "value"),
+                  Input(components.cluster_picker_id("util"), "value"),
                   State("util-scope", "data"), State(components.zoom_store("util"), "data"),
                   State("util-drawn", "data"),
                   running=[(Output("util-tick", "disabled"), True, False)])  # see fleet.py
-    def refresh(_n: int | None, rng: str, scope: dict[str, Any] | None,
+    def refresh(_n: int | None, rng: str, cluster: str | None, scope: dict[str, Any] | None,
                 zoom: dict[str, Any] | None, drawn: bool | None) -> tuple[Any, ...]:
         now = clock()
         start, end = timerange.window(rng, now)
         node, gpu = (scope or {}).get("node"), (scope or {}).get("gpu")
+        cluster = cluster or None
         try:
             samples, basis, gpus = cdf_samples(store, int(start * 1000),
-                                               int((end + 120) * 1000), node, gpu)
+                                               int((end + 120) * 1000), node, gpu, cluster)
             sm_note, no_sm = sm_coverage(gpus, node, gpu)
             figs = [energy_figures.cdf(samples[m], axis, scale=scale,
                                        empty=no_sm if m == SM else "No samples in this range")
                     for m, _, axis, scale in CDFS]
             first = start - start % 3600
-            totals, jobs = ledger_totals(store, first, end + 3600, node, gpu)
+            totals, jobs = ledger_totals(store, first, end + 3600, node, gpu, cluster)
+            seen = ({t.name for t in totals} if not node and not cluster else
+                    {t.name for t in store.energy_totals(first, end + 3600, "cluster")})
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The last read's panels stay under the banner; a page that never read says why
@@ -237,7 +249,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
                 html.Div("No jobs: the store does not answer", className="empty-note",
                          id="util-jobs-empty")]
             return (*kept, components.notice(text), components.failed_stamp(now),
-                    dash.no_update)
+                    dash.no_update, dash.no_update)
         idle = hourly_idle(totals)
         notice = None if any(f.data for f in figs) else components.notice(
             "No samples in this range yet", "util-empty")
@@ -249,12 +261,16 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float]) -> None:
         return (*figs[:-1], *[cdf_hint(basis) + (sm_note if m == SM else "")
                               for m, _, _, _ in CDFS], figs[-1],
                 job_table(jobs), notice,
-                components.updated_stamp(now), True)
+                components.updated_stamp(now), True,
+                components.cluster_options(sorted(seen | {k for by in samples.values()
+                                                          for k in by}), cluster))
 
     components.keep_zoom(app, "util", GRAPHS, "util-range")
 
     @app.callback(Output("url", "search", allow_duplicate=True),
-                  Input("util-range", "value"), State("util-scope", "data"),
-                  prevent_initial_call=True)
-    def link(rng: str, scope: dict[str, Any] | None) -> str:
-        return timerange.Query(rng, (scope or {}).get("node"), (scope or {}).get("gpu")).search()
+                  Input("util-range", "value"),
+                  Input(components.cluster_picker_id("util"), "value"),
+                  State("util-scope", "data"), prevent_initial_call=True)
+    def link(rng: str, cluster: str | None, scope: dict[str, Any] | None) -> str:
+        return timerange.Query(rng, (scope or {}).get("node"), (scope or {}).get("gpu"),
+                               cluster or None).search()

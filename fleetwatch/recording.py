@@ -55,7 +55,7 @@ class RecordingStore:
         return []
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         return []
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,

@@ -260,8 +260,10 @@ class Store(EventStore, AlertStore, Protocol):
         """The newest point of every series of ``metric`` newer than ``since_ms``."""
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
-        """Points in [start, end), raw for short spans and 1-minute means for long ones."""
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
+        """Points in [start, end), raw for short spans and 1-minute means for long ones;
+        of one node, device or cluster where given (node names repeat across clusters:
+        a node is only one machine within its cluster)."""
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]: ...
 

@@ -185,7 +185,7 @@ class InfluxStore:
         raise self._no_reads()
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         raise self._no_reads()
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,

@@ -136,10 +136,11 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         return sorted(points, key=lambda p: (p[0].node, p[0].device))
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         measurement, field = split_metric(metric)
         where = "".join(f" AND {_ident(k)} = {_literal(v)}"
-                        for k, v in (("node", node), ("device", device)) if v is not None)
+                        for k, v in (("cluster", cluster), ("node", node), ("device", device))
+                        if v is not None)
         if end_ms - start_ms <= RAW_SPAN_MS:
             q = (f"SELECT {_ident(field)} FROM {_ident(measurement)} WHERE time >= {start_ms}ms "
                  f"AND time < {end_ms}ms{where} {_GROUP}")

@@ -32,10 +32,12 @@ class SqliteReads:
         def _conn(self) -> sqlite3.Connection: ...
         def _refresh(self) -> None: ...
 
-    def _devices(self, node: str | None, device: str | None) -> list[int]:
+    def _devices(self, node: str | None, device: str | None,
+                 cluster: str | None = None) -> list[int]:
         self._refresh()
-        return [did for did, (_, _, n, d) in self._idents.items()
-                if (node is None or n == node) and (device is None or d == device)]
+        return [did for did, (c, _, n, d) in self._idents.items()
+                if (node is None or n == node) and (device is None or d == device)
+                and (cluster is None or c == cluster)]
 
     def _key(self, metric: str, did: int) -> SeriesKey:
         return SeriesKey(metric, *self._idents[did])
@@ -57,11 +59,11 @@ class SqliteReads:
 
     @guarded("read")
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         if end_ms - start_ms > RAW_SPAN_MS:
             return [(key, ts, total / n) for key, ts, n, total, _, _ in
-                    self.rollups(metric, start_ms, end_ms, node, device)]
-        return list(self._raw(metric, start_ms, end_ms, self._devices(node, device)))
+                    self.rollups(metric, start_ms, end_ms, node, device, cluster)]
+        return list(self._raw(metric, start_ms, end_ms, self._devices(node, device, cluster)))
 
     def _raw(self, metric: str, start_ms: int, end_ms: int, dids: list[int]) -> Iterator[Point]:
         """The samples of ``dids`` in [start, end). The key is (ts, device), so SQLite walks
@@ -100,10 +102,10 @@ class SqliteReads:
 
     @guarded("read")
     def rollups(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-                device: str | None = None
+                device: str | None = None, cluster: str | None = None
                 ) -> list[tuple[SeriesKey, int, int, float, float, float]]:
         """(series, minute, count, sum, min, max) of ``metric``, oldest first."""
-        dids = self._devices(node, device)
+        dids = self._devices(node, device, cluster)
         if not dids:
             return []
         merged: dict[tuple[int, int], list[float]] = {}

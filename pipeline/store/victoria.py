@@ -272,11 +272,11 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         return sorted(points, key=lambda p: (p[0].node, p[0].device))
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         start_ms = max(start_ms, _FLOOR_MS)
         if end_ms <= start_ms:
             return []
-        selector = series_selector(metric, node=node, device=device)
+        selector = series_selector(metric, cluster=cluster, node=node, device=device)
         if end_ms - start_ms <= RAW_SPAN_MS:
             # Samples in (t - w, t] with t = end - 1 ms and w = end - start: [start, end).
             result = self.query(f"{selector}[{end_ms - start_ms}ms]", end_ms - 1)

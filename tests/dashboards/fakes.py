@@ -62,11 +62,12 @@ class FakeStore:
         return list(newest.values())
 
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
-              device: str | None = None) -> list[Point]:
+              device: str | None = None, cluster: str | None = None) -> list[Point]:
         self._check()
         return sorted((p for p in self.points if p[0].metric == metric
                        and start_ms <= p[1] < end_ms and node in (None, p[0].node)
-                       and device in (None, p[0].device)), key=lambda p: p[1])
+                       and device in (None, p[0].device)
+                       and cluster in (None, p[0].cluster)), key=lambda p: p[1])
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:

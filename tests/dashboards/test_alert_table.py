@@ -34,7 +34,7 @@ def test_each_row_has_one_link_the_rule_and_the_id_ack_takes() -> None:
     a = alert("node-a", 3, "firing", rule="gpu_temp_critical")
     (row,) = rows(components.alert_table([a], NOW, "t"))
     links = [c for c in _walk(row) if isinstance(c, dcc.Link)]
-    assert [link.href for link in links] == ["/node/node-a?gpu=3"]
+    assert [link.href for link in links] == ["/node/node-a?cluster=sim&gpu=3"]
     assert "gpu_temp_critical" in text_of(row) and a.id in text_of(row)
 
 

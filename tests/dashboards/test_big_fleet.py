@@ -15,7 +15,7 @@ from tests.dashboards.fakes import NOW, alert
 
 def fleet(nodes: int, gpus: int = 8, per_rack: int = 2) -> list[GpuCell]:
     return [GpuCell(f"rack-{n // per_rack:03d}", f"node-{n:03d}", g, 40.0 + (n + g) % 50,
-                    int(NOW * 1000), 300.0, 90.0, None)
+                    int(NOW * 1000), 300.0, 90.0, None, cluster="sim")
             for n in range(nodes) for g in range(gpus)]
 
 

@@ -78,7 +78,7 @@ def test_alert_and_heatmap_lead_to_the_node_page(dash_duo, sim_fleet: SimFleet) 
     dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0))
     click(dash_duo, "#active-alerts a.node-link")
     dash_duo.wait_for_contains_text("#node-title", HOT_NODE, timeout=10)
-    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?gpu={HOT_GPU}")
+    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?cluster=sim&gpu={HOT_GPU}")
     for metric in ("gpu_temp_c", "gpu_power_w", "gpu_util_pct"):
         dash_duo.wait_for_element(f"#node-graph-{metric} .scatterlayer .trace")
         assert len(texts(dash_duo, f"#node-graph-{metric} .scatterlayer .trace")) == 8, metric
@@ -93,7 +93,7 @@ def test_alert_and_heatmap_lead_to_the_node_page(dash_duo, sim_fleet: SimFleet) 
     retry_stale(lambda: dash_duo.click_at_coord_fractions(
         dash_duo.find_element("#fleet-heatmap .nsewdrag"), 0.3, 0.625))
     dash_duo.wait_for_contains_text("#node-title", "node-002", timeout=10)
-    assert dash_duo.driver.current_url.endswith("/node/node-002")
+    assert dash_duo.driver.current_url.endswith("/node/node-002?cluster=sim")
     assert dash_duo.get_logs() == []
 
 
@@ -171,7 +171,7 @@ def test_a_click_anywhere_on_an_alert_row_opens_that_gpu(dash_duo, sim_fleet: Si
     dash_duo.start_server(create_app(sim_fleet.reader(), refresh_s=2.0, temp_limit_c=85.0))
     click(dash_duo, "#active-alerts tr.alert-row td.message a")
     dash_duo.wait_for_contains_text("#node-title", HOT_NODE, timeout=10)
-    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?gpu={HOT_GPU}")
+    assert dash_duo.driver.current_url.endswith(f"/node/{HOT_NODE}?cluster=sim&gpu={HOT_GPU}")
     dash_duo.wait_for_text_to_equal("#node-focus", f"GPU {HOT_GPU}", timeout=10)
     # The temperature chart draws the alert threshold, labelled.
     until(lambda: any("limit 85 °C" in t for t in texts(

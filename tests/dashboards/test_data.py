@@ -105,7 +105,8 @@ def test_alert_table_rows_link_to_nodes() -> None:
     assert [r.className for r in rows] == ["alert-row state-firing", "alert-row state-pending"]
     # The message opens that GPU on its node's page.
     (message,) = [td for td in rows[0].children if td.className == "message"]
-    assert message.children[0].href == "/node/node-a?gpu=1"
+    # With its cluster: node names repeat across clusters.
+    assert message.children[0].href == "/node/node-a?cluster=sim&gpu=1"
     # A firing alert is since it fired (as Alertmanager's startsAt), a pending one since
     # its condition began.
     assert "GPU 1" in text_of(rows[0]) and "9 min ago" in text_of(rows[0])

@@ -10,7 +10,7 @@ from tests.dashboards.fakes import NOW, alert
 
 def cell(node: str, gpu: int, temp: float, rack: str = "rack-00", power: float | None = 300.0,
          util: float | None = 90.0, job: str | None = None) -> GpuCell:
-    return GpuCell(rack, node, gpu, temp, int(NOW * 1000), power, util, job)
+    return GpuCell(rack, node, gpu, temp, int(NOW * 1000), power, util, job, cluster="sim")
 
 
 # rack-01 is listed first and GPU 1 of node-b is missing: the builder must sort and leave a gap.
@@ -78,7 +78,7 @@ def test_heatmap_hover_has_readings_units_and_job() -> None:
 
 
 def test_heatmap_job_override() -> None:
-    trace = heatmap_trace(figures.fleet_heatmap(CELLS, jobs={("node-c", 0): "train-7"}))
+    trace = heatmap_trace(figures.fleet_heatmap(CELLS, jobs={("sim", "node-c", 0): "train-7"}))
     assert "job  train-7" in figures.hover_text(trace, row(trace, "node-c"), 0)
 
 
@@ -101,7 +101,7 @@ def test_active_alerts_mark_their_cells() -> None:
 
 def test_firing_wins_over_pending_on_the_same_gpu() -> None:
     marks = figures.active_marks([alert("n", 1, "pending"), alert("n", 1, "firing", rule="x")])
-    assert marks[("n", 1)].state == "firing"
+    assert marks[("sim", "n", 1)].state == "firing"
 
 
 def test_alert_on_a_quiet_gpu_marks_its_empty_cell_and_off_grid_alerts_draw_nothing() -> None:

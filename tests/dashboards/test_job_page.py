@@ -52,7 +52,7 @@ def test_a_job_id_typed_on_the_fleet_page_opens_its_gpus_alert_and_energy(
     assert alert_rows(dash_duo, "#job-alert-table") == [(HOT_NODE, f"gpu{HOT_GPU}", "firing")]
     click(dash_duo, "#job-alert-table a.node-link")
     dash_duo.wait_for_contains_text("#node-title", HOT_NODE, timeout=10)
-    assert f"/node/{HOT_NODE}?gpu={HOT_GPU}" in dash_duo.driver.current_url
+    assert f"/node/{HOT_NODE}?cluster=sim&gpu={HOT_GPU}" in dash_duo.driver.current_url
     dash_duo.wait_for_element("#node-jobs a.job-link", timeout=10)
     assert texts(dash_duo, "#node-jobs a.job-link") == [f"job {job}"]
     click(dash_duo, "#node-jobs a.job-link")

@@ -37,7 +37,7 @@ def test_a_rack_alert_has_no_link_to_a_node_page_that_does_not_exist() -> None:
     assert [c for c in _walk(by_node[""]) if isinstance(c, dcc.Link)] == []
     assert rack.message in str(by_node[""].to_plotly_json())
     assert [c.href for c in _walk(by_node["node-a"]) if isinstance(c, dcc.Link)] == [
-        "/node/node-a?gpu=3"]
+        "/node/node-a?cluster=sim&gpu=3"]
 
 
 def test_the_empty_figures_sentence_is_wrapped_and_escaped() -> None:
@@ -51,9 +51,9 @@ def test_the_empty_figures_sentence_is_wrapped_and_escaped() -> None:
 
 
 @pytest.mark.parametrize(("rng", "href"), [
-    ("24h", "/node/node-a?range=24h&gpu=3"),  # the Alerts page's default, not the node's
-    ("7d", "/node/node-a?range=7d&gpu=3"),
-    ("1h", "/node/node-a?gpu=3")])  # the node page's own default: the address stays short
+    ("24h", "/node/node-a?cluster=sim&range=24h&gpu=3"),  # the Alerts page's, not the node's
+    ("7d", "/node/node-a?cluster=sim&range=7d&gpu=3"),
+    ("1h", "/node/node-a?cluster=sim&gpu=3")])  # the node page's own default: left out
 def test_the_alerts_pages_range_goes_to_the_node_page(rng: str, href: str) -> None:
     active, _ = alerts_page.tables([alert("node-a", 3)], [], NOW, rng, {})
     assert [c.href for c in _walk(active) if isinstance(c, dcc.Link)] == [href]

@@ -140,7 +140,7 @@ def test_alerts_deep_link_shows_the_resolved_of_that_range(dash_duo, history: Pa
     hrefs = dash_duo.driver.execute_script(
         "return Array.from(document.querySelectorAll('#resolved-alert-table a.node-link'))"
         ".map(a => a.getAttribute('href'));")
-    assert "/node/node-003?range=7d&gpu=0" in hrefs
+    assert "/node/node-003?cluster=sim&range=7d&gpu=0" in hrefs
     # Back to the default day: the alert of three days ago goes.
     _pick(dash_duo, "alerts-range", "24h")
     until(lambda: "range=24h" in dash_duo.driver.current_url, timeout=10)
@@ -180,7 +180,7 @@ def test_fleet_deep_link_keeps_its_range_for_the_pages_it_opens(dash_duo,
     retry_stale(lambda: dash_duo.click_at_coord_fractions(
         dash_duo.find_element("#fleet-heatmap .nsewdrag"), 0.3, 0.625))
     dash_duo.wait_for_contains_text("#node-title", "node-002", timeout=10)
-    assert dash_duo.driver.current_url.endswith("/node/node-002?range=7d")
+    assert dash_duo.driver.current_url.endswith("/node/node-002?cluster=sim&range=7d")
     until(lambda: _checked(dash_duo, "node-range") == "7d", timeout=10)
     until(lambda: 7 * 24 <= _span_h(dash_duo) < 7 * 24 + 0.1, timeout=10)
     assert dash_duo.get_logs() == []

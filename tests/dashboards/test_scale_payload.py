@@ -29,7 +29,8 @@ def sent(*values: Any) -> int:
 
 def gpus(nodes: int = 1000, per_rack: int = 16) -> tuple[GpuCell, ...]:
     return tuple(GpuCell(f"rack-{n // per_rack:02d}", f"node-{n:03d}", g,
-                         40.123456 + (n + g) % 50, int(NOW * 1000), 301.23456, 88.7654321)
+                         40.123456 + (n + g) % 50, int(NOW * 1000), 301.23456, 88.7654321,
+                         cluster="sim")
                  for n in range(nodes) for g in range(8))
 
 

@@ -111,6 +111,23 @@ def test_short_range_is_raw_and_long_range_is_minute_means(backend: Backend) -> 
         assert [v for _, v in got] == pytest.approx([v for _, v in expected], abs=1e-9)
 
 
+def test_range_of_a_node_keeps_to_the_cluster_asked(backend: Backend) -> None:
+    """node-0 in two clusters is two machines: a range of one cluster's node-0 (short: raw,
+    long: minute means) holds only that cluster's points."""
+    a, b, t0 = cluster_name(), cluster_name(), minute_ago(30)
+    backend.store.write(frames(a, t0, TICKS) + frames(b, t0, TICKS, nodes=1))
+    backend.settle()
+    short = backend.store.range("gpu_temp_c", t0, t0 + 60_000, node="node-0", cluster=a)
+    assert {p[0].cluster for p in short} == {a}
+    assert len(short) == 60 * 2
+    long = backend.store.range("gpu_temp_c", t0 - RAW_SPAN_MS, t0 + TICKS * 1000,
+                               node="node-0", device="gpu1", cluster=b)
+    assert {(p[0].cluster, p[0].device) for p in long} == {(b, "gpu1")}
+    assert len(long) == 3
+    both = backend.store.range("gpu_temp_c", t0, t0 + 60_000, node="node-0")
+    assert {a, b} <= {p[0].cluster for p in both}  # no cluster asked: every cluster's node-0
+
+
 def test_rewriting_the_same_frames_keeps_one_point_per_timestamp(backend: Backend) -> None:
     cluster, t0 = cluster_name(), minute_ago(20)
     batch = frames(cluster, t0, 30)
