@@ -24,6 +24,7 @@ from urllib.parse import urlsplit
 from fleetwatch.settings import (
     DETECTORS,
     ENV_PREFIX,
+    INSTANCE_NAME,
     AgentConfig,
     AlertsConfig,
     BusConfig,
@@ -378,7 +379,13 @@ def _describe(lo: float | None, hi: float | None, above: bool) -> str:
 
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say."""
-    rules: list[tuple[bool, str]] = []
+    a = config.alerts
+    rules: list[tuple[bool, str]] = [
+        (not a.instance or bool(INSTANCE_NAME.match(a.instance)),
+         f"alerts.instance = {a.instance!r}; must be 1 to 64 letters, digits, '.', '_' or "
+         "'-', starting with a letter or digit (e.g. the deployment's name, \"prod-east\"), "
+         "or \"\" to derive it from the store"),
+    ]
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)

@@ -69,6 +69,17 @@ def store_target(config: StoreConfig) -> str:
     return url
 
 
+def alerts_instance(config: Config) -> str:
+    """This deployment's name in Alertmanager (``alerts.instance``), else one derived from
+    its store: every processor of one store gets the same, on every start, while the store
+    stays where it is (``store_target``: a password in a URL masked, so changing it keeps
+    the name); another store, another name."""
+    if config.alerts.instance:
+        return config.alerts.instance
+    digest = hashlib.sha256(store_target(config.store).encode()).hexdigest()[:10]
+    return f"{config.store.kind}-{digest}"
+
+
 def processor_info(config: Config) -> dict[str, str]:
     """The labels of ``fleetwatch_processor_info``: what members of one consumer group must
     share, or the group splits the fleet's data between stores (each member writes the
@@ -197,7 +208,8 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
         from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 
         sinks.append(AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s,
-                                      a.dashboard_url, a.sink_timeout_s))
+                                      a.dashboard_url, a.sink_timeout_s,
+                                      instance=alerts_instance(config), clusters=a.clusters))
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 

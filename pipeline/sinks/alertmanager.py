@@ -71,7 +71,13 @@ from fleetwatch.pipeline.sinks.am_payload import (
     am_labels,
     posted_sets,
 )
-from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
+from fleetwatch.pipeline.sinks.am_silences import (
+    AlertmanagerSilences,
+    owner_tag,
+    plan,
+    ts,
+    wanted_of,
+)
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -90,7 +96,8 @@ class AlertmanagerSink:
     notify_only = True
 
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
-                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time,
+                 instance: str = "default", clusters: Sequence[str] = ()) -> None:
         # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
         self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
@@ -114,6 +121,10 @@ class AlertmanagerSink:
         # and the alerts of this processor resolved since the last mirroring (their ack
         # silences are this processor's to expire).
         self.silence_api = AlertmanagerSilences(url, timeout_s)
+        # Whose silences are ours (createdBy), and the clusters a silence without one mutes:
+        # other deployments may share this Alertmanager (``am_silences``).
+        self.owner = owner_tag(instance)
+        self.clusters = tuple(clusters)
         self._silences: list[Silence] | None = None
         self._acks: dict[str, Acknowledgement] = {}
         self._resolved_ids: set[str] = set()
@@ -277,7 +288,8 @@ class AlertmanagerSink:
             if self._silences is None:
                 return
             firing = [(a, ack_labels(a)) for a in self._firing.values()]
-            wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s)
+            wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s,
+                               self.clusters)
             owned = {a.id for a, _ in firing} | self._resolved_ids
             resolved_ids = set(self._resolved_ids)
 
@@ -287,15 +299,15 @@ class AlertmanagerSink:
 
         refused = 0
         try:
-            todo = plan(wanted, self.silence_api.list(), mine)
+            todo = plan(wanted, self.silence_api.list(), mine, self.owner)
             for silence_id in todo.expire:
                 self.silence_api.expire(silence_id)
             for have, w in todo.update:
                 active = (have.get("status") or {}).get("state") == "active"
                 start = ts(have["startsAt"]) if active else None
-                refused += not self._put(w.key, w.body(now, have["id"], start))
+                refused += not self._put(w.key, w.body(now, have["id"], start, self.owner))
             for w in todo.create:
-                refused += not self._put(w.key, w.body(now))
+                refused += not self._put(w.key, w.body(now, created_by=self.owner))
         except SinkError as exc:
             self.silence_errors += 1
             if not self._mirror_failing:
