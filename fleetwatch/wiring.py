@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
+from fleetwatch import __version__, commit
 from fleetwatch.config import (
     BusConfig,
     Config,
@@ -81,7 +82,8 @@ def alerts_instance(config: Config) -> str:
 
 
 def processor_info(config: Config) -> dict[str, str]:
-    """The labels of ``fleetwatch_processor_info``: what members of one consumer group must
+    """The labels of ``fleetwatch_processor_info``: the release it runs (``version``, and
+    ``commit`` from a git checkout, else ""), and what members of one consumer group must
     share, or the group splits the fleet's data between stores (each member writes the
     nodes of its partitions) or judges nodes by different rules. ``detectors``: a short
     hash of the ``[detectors]`` section, equal wherever the settings are: ``enabled`` is a
@@ -91,7 +93,8 @@ def processor_info(config: Config) -> dict[str, str]:
     settings = json.dumps(section, sort_keys=True, default=str)
     return {"group": config.bus.group, "store_kind": config.store.kind,
             "store_target": store_target(config.store),
-            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12]}
+            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12],
+            "version": __version__, "commit": commit()}
 
 
 def open_producer(config: BusConfig, memory: MemoryBus | None = None, *,
