@@ -210,6 +210,10 @@ class AlertsConfig:
     # The clusters whose alerts this deployment posts: a silence naming no cluster mutes
     # only these there. Empty: any cluster (set it when other clusters share Alertmanager).
     clusters: tuple[str, ...] = ()
+    # XID alerts carry the label remedy (their action's class) in Alertmanager. false: posted
+    # without it, as releases before it did, so a rollback or a consumer group mixing old
+    # and new processors notifies no XID alert twice; set it before the first new processor.
+    xid_remedy_label: bool = True
     # Base URL of the dashboard, for each alert's generatorURL / link; "" for none.
     dashboard_url: str = http_url("", optional=True)
     # Tries per delivery to a sink before the change is counted as not delivered there.

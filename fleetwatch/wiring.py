@@ -212,7 +212,8 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
 
         sinks.append(AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s,
                                       a.dashboard_url, a.sink_timeout_s,
-                                      instance=alerts_instance(config), clusters=a.clusters))
+                                      instance=alerts_instance(config), clusters=a.clusters,
+                                      remedy_label=a.xid_remedy_label))
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 

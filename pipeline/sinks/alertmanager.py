@@ -97,11 +97,15 @@ class AlertmanagerSink:
 
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.time,
-                 instance: str = "default", clusters: Sequence[str] = ()) -> None:
+                 instance: str = "default", clusters: Sequence[str] = (),
+                 remedy_label: bool = True) -> None:
         # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
         self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
+        # False: XID alerts are posted without ``remedy``, as a release before it posted
+        # them, so that a rollback or a consumer group mixing releases pages nobody.
+        self.remedy_label = remedy_label
         self._firing: dict[str, Alert] = {}
         # Why each of them is muted ("" if not): a superseded label set of a muted alert
         # is kept firing, since Alertmanager would drop its "resolved" (see ``_post``).
@@ -201,6 +205,8 @@ class AlertmanagerSink:
     def _labels(self, alert: Alert) -> dict[str, str]:
         """The labels to post a firing alert under: ``am_labels``, or the label set it was
         adopted under while its remedy has not risen since (``_pinned``)."""
+        if not self.remedy_label:
+            return ack_labels(alert)  # am_labels without remedy
         labels = am_labels(alert)
         pin = self._pinned.get(alert.id)
         if pin is None:
@@ -218,13 +224,14 @@ class AlertmanagerSink:
         escalation before the first re-send resolves them."""
         adopted = [n for n in (i if isinstance(i, Notice) else Notice(i) for i in alerts)
                    if n.alert.state == "firing"]
-        xids = {n.alert.id: n.alert for n in adopted if REMEDY in am_labels(n.alert)}
+        xids = {n.alert.id: n.alert for n in adopted
+                if self.remedy_label and REMEDY in am_labels(n.alert)}
         had = self._adopt_labels(list(xids.values()))
         with self._lock:
             for n in adopted:
                 a = n.alert
                 self._firing[a.id], self._muted[a.id] = a, n.muted_by
-                sets = [am_labels(a)]  # what the store says was posted
+                sets = [self._labels(a)]  # what the store says was posted
                 if a.id in xids and had is not None:
                     sets = had.get(a.id, [])
                 if not sets:
