@@ -169,3 +169,36 @@ def test_two_deployments_on_one_alertmanager_keep_both_silences_and_page_nothing
     finally:
         server.stop()
         hook.close()
+
+
+def test_a_previous_release_silence_is_taken_over_in_a_real_alertmanager(am) -> None:  # noqa: ANN001
+    """Its store has it: re-tagged as this deployment's (still muting, with the clusters'
+    matcher: a name with '-' and '.' that Alertmanager's RE2 takes); one its store lacks
+    (another deployment's, or removed) is left as it is."""
+    node = f"node-legacy-{time.time_ns()}"
+    url = f"http://{am.address}"
+    api = AlertmanagerSilences(url, 5)
+    now = time.time()
+    ours, theirs = (Silence(f"{k}-{node}", (("node", "=", node),), now - 1, now + 600, "ops")
+                    for k in ("ours", "theirs"))
+    for s in (ours, theirs):
+        w = silence_wanted(s, now)
+        assert w is not None
+        api.put(w.body(now))                              # as the previous release made them
+    from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
+
+    sink = AlertmanagerSink(url, resend_s=60.0, instance="site-a",
+                            clusters=("prod-east", "lab.2"))
+    sink.mutes([ours], {})
+    live = {s["comment"].split(" by ")[0]: s for s in api.list()
+            if node in s["comment"] and s["status"]["state"] != "expired"}
+    assert set(live) == {f"fleetwatch silence ours-{node}", f"fleetwatch silence theirs-{node}"}
+    taken, left = live[f"fleetwatch silence ours-{node}"], live[f"fleetwatch silence theirs-{node}"]
+    assert taken["createdBy"] == A and left["createdBy"] == CREATED_BY
+    assert {"name": "cluster", "value": r"lab\.2|prod\-east", "isRegex": True,
+            "isEqual": True} in taken["matchers"]
+    sink.mutes([], {})                                    # removed from its store
+    states = {s["comment"].split(" by ")[0]: s["status"]["state"] for s in api.list()
+              if node in s["comment"]}
+    assert states[f"fleetwatch silence ours-{node}"] == "expired"
+    assert states[f"fleetwatch silence theirs-{node}"] == "active"
