@@ -210,10 +210,12 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
     if a.alertmanager_url:
         from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 
-        sinks.append(AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s,
-                                      a.dashboard_url, a.sink_timeout_s,
-                                      instance=alerts_instance(config), clusters=a.clusters,
-                                      remedy_label=a.xid_remedy_label))
+        am = AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s, a.dashboard_url,
+                              a.sink_timeout_s, instance=alerts_instance(config),
+                              clusters=a.clusters, remedy_label=a.xid_remedy_label)
+        sinks.append(am)
+        log.info("Alertmanager: this deployment's silences there are made by %s "
+                 "(alerts.instance%s)", am.owner, "" if a.instance else ", derived from the store")
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 

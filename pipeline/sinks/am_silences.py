@@ -20,8 +20,8 @@ Each is made by ``createdBy`` ``fleetwatch/INSTANCE`` (``owner_tag``: the deploy
 ``alerts.instance`` or derived from its store, so that setups sharing one Alertmanager tell
 their silences apart), its comment starting ``fleetwatch silence ID`` or ``fleetwatch ack
 ALERT_ID`` (the key) then `` by WHO[: WHY]``. With ``alerts.clusters`` set, a silence that
-names no cluster gets a ``cluster`` matcher for those clusters, so that it mutes the same
-nodes of another cluster posting to that Alertmanager no more than fleetwatch does.
+names no cluster gets a ``cluster`` matcher for those clusters, so that it does not mute a
+node of the same name in another cluster posting to that Alertmanager.
 
 Ownership (``key_of``): fleetwatch changes or expires only a silence that is exactly of
 the shape it makes, since ``createdBy`` is free text a person may type too (a shared
