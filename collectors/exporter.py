@@ -39,6 +39,7 @@ from prometheus_client import Counter, Histogram
 from prometheus_client.metrics_core import Metric
 from prometheus_client.utils import floatToGoString
 
+from fleetwatch import __version__, commit
 from fleetwatch.catalogue import Catalogue, catalogue
 from fleetwatch.catalogue import Metric as CatalogueMetric
 from fleetwatch.collectors.nvml.backend import MigInstance
@@ -146,6 +147,11 @@ class AgentHealth:
         self._tick.observe(seconds)
 
     def collect(self) -> Iterator[Metric]:
+        info = Metric("fleetwatch_agent_info", "Always 1: the release this agent runs "
+                      "(version, and the git commit of a checkout, else \"\")", "gauge")
+        info.add_sample("fleetwatch_agent_info", {"version": __version__, "commit": commit()},
+                        1.0)
+        yield info
         for m in (self._sent, self._spooled, self._dropped, self._nvml, self._input_dropped,
                   self._gpu_state, self._tick):
             yield from m.collect()

@@ -7,7 +7,7 @@ import argparse
 import math
 import os
 
-from fleetwatch import __version__
+from fleetwatch import version_text
 from fleetwatch.durations import HOW, parse_duration
 
 # The simulated parts (collectors/sim/hardware.PARTS, which --help does not import; a test
@@ -112,6 +112,15 @@ def _fault(text: str):  # -> Fault, imported lazily to keep --help fast
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+class _Version(argparse.Action):
+    """``--version``: asks git for the commit only when it is given, not on every run."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(f"fleetwatch {version_text()}")
+        parser.exit()
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="fleetwatch",
@@ -119,7 +128,8 @@ def parser() -> argparse.ArgumentParser:
         epilog="Configuration: --config FILE (TOML) and FLEETWATCH_<SECTION>_<KEY> environment "
                "variables, e.g. FLEETWATCH_BUS_KIND=kafka. `fleetwatch config` shows the result.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--version", action="version", version=f"fleetwatch {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="show the version (and the commit of a git checkout) and exit")
     p.add_argument("-c", "--config", metavar="FILE", default=os.environ.get("FLEETWATCH_CONFIG"),
                    help="TOML config file (default: $FLEETWATCH_CONFIG, else built-in defaults)")
     p.add_argument("--log-level", default="INFO",

@@ -16,7 +16,7 @@ import re
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -26,6 +26,7 @@ from fleetwatch.settings import (
     CARBON_PUE_KEYS,
     DETECTORS,
     ENV_PREFIX,
+    INSTANCE_NAME,
     AgentConfig,
     AlertsConfig,
     BusConfig,
@@ -111,14 +112,21 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
             for key, value in values.items():
                 raw.setdefault(section, {})[key] = (value, f"{p} [{section}] {key}")
     sections = {f.name for f in dataclasses.fields(Config)}
+    problems = _key_problems(raw)            # the file's and the environment's, all named
+    from_env: dict[str, dict[str, tuple[Any, str]]] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
             continue
         section, _, key = name[len(ENV_PREFIX):].lower().partition("_")
         if section not in sections or not key:
-            raise ConfigError(f"environment {name}: no such setting (sections: "
-                              f"{', '.join(sorted(sections))})")
-        raw.setdefault(section, {})[key] = (value, f"environment {name}")
+            problems.append(f"environment {name}: no such setting (sections: "
+                            f"{', '.join(sorted(sections))})")
+            continue
+        from_env.setdefault(section, {})[key] = (value, f"environment {name}")
+    problems += _key_problems(from_env)
+    _refuse_keys(problems, [raw, from_env])
+    for section, values in from_env.items():
+        raw.setdefault(section, {}).update(values)
     return _build(raw)
 
 
@@ -159,6 +167,44 @@ RETIRED = {("detectors", "straggler_gap"):
            "a GPU with less SM activity than its job peers is the one waiting for them, not "
            "the one they wait for (a pipeline stage with more bubbles, a rank that finished "
            "early): stragglers are judged by their SM clock (detectors.straggler_clock_frac)"}
+
+
+def _key_problems(raw: Mapping[str, Mapping[str, tuple[Any, str]]]) -> list[str]:
+    """Every unknown section, moved key and unknown key of ``raw``, each with its fix, so
+    that an old config is corrected in one edit rather than one key per run."""
+    hints = typing.get_type_hints(Config)
+    out: list[str] = []
+    for section, values in raw.items():
+        if section not in hints:
+            out.append(f"{next(iter(values.values()))[1]}: unknown section [{section}]")
+            continue
+        fields = typing.get_type_hints(hints[section])
+        for key, (_, origin) in values.items():
+            if key.endswith("_file") and key[:-5] in fields or (section, key) in RETIRED:
+                continue
+            if (section, key) in MOVED:
+                out.append(f"{origin}: {section}.{key} is now {MOVED[section, key]}: "
+                           "move it there")
+            elif key not in fields:
+                out.append(f"{origin}: unknown key {section}.{key} (known: "
+                           f"{', '.join(sorted(fields))})")
+    return out
+
+
+def _refuse_keys(problems: list[str],
+                 raws: Iterable[Mapping[str, Mapping[str, tuple[Any, str]]]]) -> None:
+    """One ``ConfigError`` naming every problem (and the retired keys to remove while the
+    file is open), or nothing when there is none."""
+    if not problems:
+        return
+    if len(problems) == 1:
+        raise ConfigError(problems[0])
+    retired = [f"{values[key][1]}: {section}.{key} is no longer used: remove it"
+               for raw in raws for (section, key) in RETIRED
+               for values in [raw.get(section, {})] if key in values]
+    lines = [*problems, *retired]
+    raise ConfigError(f"{len(problems)} settings to change (all of them, in one edit):\n  "
+                      + "\n  ".join(lines))
 
 
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
@@ -446,7 +492,13 @@ def _describe(lo: float | None, hi: float | None, above: bool) -> str:
 
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say."""
-    rules: list[tuple[bool, str]] = []
+    a = config.alerts
+    rules: list[tuple[bool, str]] = [
+        (not a.instance or bool(INSTANCE_NAME.match(a.instance)),
+         f"alerts.instance = {a.instance!r}; must be 1 to 64 letters, digits, '.', '_' or "
+         "'-', starting with a letter or digit (e.g. the deployment's name, \"prod-east\"), "
+         "or \"\" to derive it from the store"),
+    ]
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)

@@ -14,6 +14,8 @@ from dataclasses import MISSING, dataclass, field
 from typing import Any, Literal, TypeVar
 
 ENV_PREFIX = "FLEETWATCH_"
+# alerts.instance: it names a deployment in Alertmanager's createdBy of its silences.
+INSTANCE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 T = TypeVar("T")
 
 
@@ -200,6 +202,18 @@ class AlertsConfig:
     alertmanager_url: str = http_url("", optional=True)
     # Firing alerts are re-sent to Alertmanager this often (it expires those not re-sent).
     alertmanager_resend_s: float = ranged(60.0, 1.0, 3600.0)
+    # This deployment's name in Alertmanager: its silences there are made by
+    # "fleetwatch/<instance>" and it changes or expires only those, so deployments sharing
+    # one Alertmanager leave each other's alone. "": derived from the store (its kind and
+    # location), stable while the store stays where it is. Up to 64 of A-Z a-z 0-9 . _ -.
+    instance: str = ""
+    # The clusters whose alerts this deployment posts: a silence naming no cluster mutes
+    # only these there. Empty: any cluster (set it when other clusters share Alertmanager).
+    clusters: tuple[str, ...] = ()
+    # XID alerts carry the label remedy (their action's class) in Alertmanager. false: posted
+    # without it, as releases before it did, so a rollback or a consumer group mixing old
+    # and new processors notifies no XID alert twice; set it before the first new processor.
+    xid_remedy_label: bool = True
     # Base URL of the dashboard, for each alert's generatorURL / link; "" for none.
     dashboard_url: str = http_url("", optional=True)
     # Tries per delivery to a sink before the change is counted as not delivered there.

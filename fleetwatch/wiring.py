@@ -15,6 +15,7 @@ import os
 import time
 from collections.abc import Callable
 
+from fleetwatch import __version__, commit
 from fleetwatch.config import (
     BusConfig,
     Config,
@@ -69,8 +70,20 @@ def store_target(config: StoreConfig) -> str:
     return url
 
 
+def alerts_instance(config: Config) -> str:
+    """This deployment's name in Alertmanager (``alerts.instance``), else one derived from
+    its store: every processor of one store gets the same, on every start, while the store
+    stays where it is (``store_target``: a password in a URL masked, so changing it keeps
+    the name); another store, another name."""
+    if config.alerts.instance:
+        return config.alerts.instance
+    digest = hashlib.sha256(store_target(config.store).encode()).hexdigest()[:10]
+    return f"{config.store.kind}-{digest}"
+
+
 def processor_info(config: Config) -> dict[str, str]:
-    """The labels of ``fleetwatch_processor_info``: what members of one consumer group must
+    """The labels of ``fleetwatch_processor_info``: the release it runs (``version``, and
+    ``commit`` from a git checkout, else ""), and what members of one consumer group must
     share, or the group splits the fleet's data between stores (each member writes the
     nodes of its partitions) or judges nodes by different rules. ``detectors``: a short
     hash of the ``[detectors]`` section, equal wherever the settings are: ``enabled`` is a
@@ -80,7 +93,8 @@ def processor_info(config: Config) -> dict[str, str]:
     settings = json.dumps(section, sort_keys=True, default=str)
     return {"group": config.bus.group, "store_kind": config.store.kind,
             "store_target": store_target(config.store),
-            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12]}
+            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12],
+            "version": __version__, "commit": commit()}
 
 
 def open_producer(config: BusConfig, memory: MemoryBus | None = None, *,
@@ -196,8 +210,12 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
     if a.alertmanager_url:
         from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 
-        sinks.append(AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s,
-                                      a.dashboard_url, a.sink_timeout_s))
+        am = AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s, a.dashboard_url,
+                              a.sink_timeout_s, instance=alerts_instance(config),
+                              clusters=a.clusters, remedy_label=a.xid_remedy_label)
+        sinks.append(am)
+        log.info("Alertmanager: this deployment's silences there are made by %s "
+                 "(alerts.instance%s)", am.owner, "" if a.instance else ", derived from the store")
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
-from fleetwatch.pipeline.bus import BusError, Consumer, Message, Partition
+from fleetwatch.pipeline.bus import BusError, BusRebalancing, Consumer, Message, Partition
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
 from fleetwatch.pipeline.ownership import Ownership
@@ -98,6 +98,7 @@ class ConsumerLoop:
     ownership: Ownership
     drained: tuple[int, int]
     _stop: threading.Event
+    _rebalancing = False  # the last pause was the group rebalancing, not an outage
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
         def decode(self, messages: Sequence[Message]
@@ -216,7 +217,11 @@ class ConsumerLoop:
                     # writes are idempotent); every batch in hand is kept, in order.
                     settle(held)
                     delay = backoff.next()
-                    if isinstance(exc, (StoreError, BusError)):
+                    self._rebalancing = isinstance(exc, BusRebalancing)
+                    if self._rebalancing:   # routine (a member joined or left): not an outage
+                        log.info("consumer group rebalancing (a member joined or left); "
+                                 "committing after it, in %.1fs (%s)", delay, exc)
+                    elif isinstance(exc, (StoreError, BusError)):
                         self.stats.store_errors += isinstance(exc, StoreError)
                         log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
                                     "store" if isinstance(exc, StoreError) else "bus", exc,
@@ -295,7 +300,9 @@ class ConsumerLoop:
     def _resume(self, consumer: Consumer) -> None:
         consumer.resume()
         self.stats.paused = False
-        log.info("store and bus are back; consuming again")
+        log.info("consuming again" if self._rebalancing else
+                 "store and bus are back; consuming again")
+        self._rebalancing = False
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
                drain_s: float) -> None:

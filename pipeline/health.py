@@ -149,7 +149,8 @@ class ProcessorCollector(Collector):
         if self.info:
             info = GaugeMetricFamily("fleetwatch_processor_info",
                                      "Always 1: this member's group, store and detectors "
-                                     "settings (hash); members of one group must agree",
+                                     "settings (hash), which members of one group must "
+                                     "agree on, and its release (version, git commit)",
                                      labels=list(self.info))
             info.add_metric(list(self.info.values()), 1)
             yield info

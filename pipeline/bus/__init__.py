@@ -31,6 +31,11 @@ class BusError(RuntimeError):
     """The bus cannot take or give messages right now (broker away, timeout)."""
 
 
+class BusRebalancing(BusError):
+    """The consumer group is rebalancing (a member joined or left): what was read is
+    committed after it. Routine (every rolling upgrade step), not an outage."""
+
+
 class Producer(Protocol):
     def send(self, topic: str, value: bytes, key: bytes | None = None,
              headers: Sequence[tuple[str, bytes]] = ()) -> None:

@@ -35,7 +35,7 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
-from fleetwatch.pipeline.bus import BusError, Message, Partition, Rebalance
+from fleetwatch.pipeline.bus import BusError, BusRebalancing, Message, Partition, Rebalance
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
@@ -365,6 +365,10 @@ class KafkaConsumer:
             # from the previous commit, and the store's idempotent writes make
             # that harmless. Not an outage, so not a BusError.
             log.warning("commit rejected after a rebalance, messages will be replayed: %s", exc)
+        except kerr.RebalanceInProgressError as exc:
+            # A member joined or left and the group is being rebalanced: commit after it.
+            raise BusRebalancing(f"the consumer group is rebalancing; offsets of "
+                                 f"{self._topic!r} not committed yet: {exc}") from exc
         except kerr.KafkaError as exc:
             raise BusError(f"cannot commit offsets of {self._topic!r}: {exc}") from exc
 

@@ -71,7 +71,13 @@ from fleetwatch.pipeline.sinks.am_payload import (
     am_labels,
     posted_sets,
 )
-from fleetwatch.pipeline.sinks.am_silences import AlertmanagerSilences, plan, ts, wanted_of
+from fleetwatch.pipeline.sinks.am_silences import (
+    AlertmanagerSilences,
+    owner_tag,
+    plan,
+    ts,
+    wanted_of,
+)
 from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, iso
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -90,11 +96,16 @@ class AlertmanagerSink:
     notify_only = True
 
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
-                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time) -> None:
+                 timeout_s: float = 10.0, clock: Callable[[], float] = time.time,
+                 instance: str = "default", clusters: Sequence[str] = (),
+                 remedy_label: bool = True) -> None:
         # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
         self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
         self.dashboard_url = dashboard_url.rstrip("/")
+        # False: XID alerts are posted without ``remedy``, as a release before it posted
+        # them, so that a rollback or a consumer group mixing releases pages nobody.
+        self.remedy_label = remedy_label
         self._firing: dict[str, Alert] = {}
         # Why each of them is muted ("" if not): a superseded label set of a muted alert
         # is kept firing, since Alertmanager would drop its "resolved" (see ``_post``).
@@ -114,6 +125,10 @@ class AlertmanagerSink:
         # and the alerts of this processor resolved since the last mirroring (their ack
         # silences are this processor's to expire).
         self.silence_api = AlertmanagerSilences(url, timeout_s)
+        # Whose silences are ours (createdBy), and the clusters a silence without one mutes:
+        # other deployments may share this Alertmanager (``am_silences``).
+        self.owner = owner_tag(instance)
+        self.clusters = tuple(clusters)
         self._silences: list[Silence] | None = None
         self._acks: dict[str, Acknowledgement] = {}
         self._resolved_ids: set[str] = set()
@@ -190,6 +205,8 @@ class AlertmanagerSink:
     def _labels(self, alert: Alert) -> dict[str, str]:
         """The labels to post a firing alert under: ``am_labels``, or the label set it was
         adopted under while its remedy has not risen since (``_pinned``)."""
+        if not self.remedy_label:
+            return ack_labels(alert)  # am_labels without remedy
         labels = am_labels(alert)
         pin = self._pinned.get(alert.id)
         if pin is None:
@@ -207,13 +224,14 @@ class AlertmanagerSink:
         escalation before the first re-send resolves them."""
         adopted = [n for n in (i if isinstance(i, Notice) else Notice(i) for i in alerts)
                    if n.alert.state == "firing"]
-        xids = {n.alert.id: n.alert for n in adopted if REMEDY in am_labels(n.alert)}
+        xids = {n.alert.id: n.alert for n in adopted
+                if self.remedy_label and REMEDY in am_labels(n.alert)}
         had = self._adopt_labels(list(xids.values()))
         with self._lock:
             for n in adopted:
                 a = n.alert
                 self._firing[a.id], self._muted[a.id] = a, n.muted_by
-                sets = [am_labels(a)]  # what the store says was posted
+                sets = [self._labels(a)]  # what the store says was posted
                 if a.id in xids and had is not None:
                     sets = had.get(a.id, [])
                 if not sets:
@@ -277,7 +295,8 @@ class AlertmanagerSink:
             if self._silences is None:
                 return
             firing = [(a, ack_labels(a)) for a in self._firing.values()]
-            wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s)
+            wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s,
+                               self.clusters)
             owned = {a.id for a, _ in firing} | self._resolved_ids
             resolved_ids = set(self._resolved_ids)
 
@@ -287,15 +306,15 @@ class AlertmanagerSink:
 
         refused = 0
         try:
-            todo = plan(wanted, self.silence_api.list(), mine)
+            todo = plan(wanted, self.silence_api.list(), mine, self.owner)
             for silence_id in todo.expire:
                 self.silence_api.expire(silence_id)
             for have, w in todo.update:
                 active = (have.get("status") or {}).get("state") == "active"
                 start = ts(have["startsAt"]) if active else None
-                refused += not self._put(w.key, w.body(now, have["id"], start))
+                refused += not self._put(w.key, w.body(now, have["id"], start, self.owner))
             for w in todo.create:
-                refused += not self._put(w.key, w.body(now))
+                refused += not self._put(w.key, w.body(now, created_by=self.owner))
         except SinkError as exc:
             self.silence_errors += 1
             if not self._mirror_failing:

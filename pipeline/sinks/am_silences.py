@@ -16,20 +16,30 @@ its muting must reach Alertmanager as silences of its own:
   alert resolved meanwhile) lapses by itself, as the alert does; the owner expires it
   as soon as the alert resolves, so that its "resolved" is not muted.
 
-Each is made by ``createdBy`` ``fleetwatch``, its comment starting ``fleetwatch
-silence ID`` or ``fleetwatch ack ALERT_ID`` (the key) then `` by WHO[: WHY]``.
+Each is made by ``createdBy`` ``fleetwatch/INSTANCE`` (``owner_tag``: the deployment,
+``alerts.instance`` or derived from its store, so that setups sharing one Alertmanager tell
+their silences apart), its comment starting ``fleetwatch silence ID`` or ``fleetwatch ack
+ALERT_ID`` (the key) then `` by WHO[: WHY]``. With ``alerts.clusters`` set, a silence that
+names no cluster gets a ``cluster`` matcher for those clusters, so that it does not mute a
+node of the same name in another cluster posting to that Alertmanager.
 
 Ownership (``key_of``): fleetwatch changes or expires only a silence that is exactly of
 the shape it makes, since ``createdBy`` is free text a person may type too (a shared
 "fleetwatch" account in amtool):
 
-* ``createdBy`` is ``fleetwatch`` and the comment is ``fleetwatch silence ID`` or
+* ``createdBy`` is this deployment's ``fleetwatch/INSTANCE``, or ``fleetwatch`` (made by a
+  release before the tag: see below), and the comment is ``fleetwatch silence ID`` or
   ``fleetwatch ack ALERT_ID``, the key followed by `` by `` or nothing;
 * every matcher names a label fleetwatch posts (``alertname`` and ``LABELS``' others,
   ``scope``);
 * a silence's has the ``scope=~"gpu|node|rack"`` matcher fleetwatch adds; an ack's are all
   equality matchers, with ``scope`` one of gpu, node, rack and ``alertname`` the rule
   that starts ALERT_ID.
+
+A silence of the previous release (``createdBy`` ``fleetwatch``, no deployment named) is
+taken over, re-tagged as this deployment's, by the one whose store has that silence (or,
+for an ack, that owns its alert); no deployment expires one it does not have, which may be
+another's: so one a store no longer has stays in Alertmanager until its end.
 
 Any other silence is a person's and left alone, whatever its comment says. The rule
 reads only the silence itself: every processor decides the same, with no state kept.
@@ -64,10 +74,13 @@ from fleetwatch.pipeline.sinks.http import (
     unauthorized,
 )
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.settings import INSTANCE_NAME
 
 __all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
-           "ack_wanted", "key_of", "plan", "silence_wanted", "wanted_of"]
+           "ack_wanted", "check_instance", "key_of", "owner_tag", "plan", "silence_wanted",
+           "wanted_of"]
 
+# The createdBy of the silences of releases before the deployment's tag, and its prefix.
 CREATED_BY = "fleetwatch"
 # An ack's silence is valid this many resend intervals ahead, like a firing alert's endsAt,
 # and renewed at each re-send of the alert (in place: same id).
@@ -97,14 +110,14 @@ class Wanted:
     max_end_ts: float
     comment: str
 
-    def body(self, now: float, silence_id: str = "", start_ts: float | None = None
-             ) -> dict[str, Any]:
+    def body(self, now: float, silence_id: str = "", start_ts: float | None = None,
+             created_by: str = CREATED_BY) -> dict[str, Any]:
         start = max(self.start_ts, now) if start_ts is None else start_ts
         out: dict[str, Any] = {
             "matchers": [{"name": n, "value": v, "isRegex": r, "isEqual": e}
                          for n, v, r, e in self.matchers],
             "startsAt": iso(start), "endsAt": iso(self.end_ts),
-            "createdBy": CREATED_BY, "comment": self.comment}
+            "createdBy": created_by, "comment": self.comment}
         if silence_id:
             out["id"] = silence_id
         return out
@@ -117,16 +130,41 @@ class Plan:
     expire: list[str]                             # Alertmanager silence ids
 
 
+def check_instance(instance: str) -> str:
+    """``instance`` if it can name a deployment in ``createdBy``, else ValueError."""
+    if not INSTANCE_NAME.match(instance):
+        raise ValueError(f"alerts.instance = {instance!r}; must be 1 to 64 letters, digits, "
+                         "'.', '_' or '-', starting with a letter or digit (e.g. the "
+                         "deployment's name, \"prod-east\")")
+    return instance
+
+
+def owner_tag(instance: str) -> str:
+    """The ``createdBy`` of the silences of the deployment named ``instance``."""
+    return f"{CREATED_BY}/{check_instance(instance)}"
+
+
+def _cluster_matcher(clusters: Iterable[str]) -> Matcher:
+    names = sorted(set(clusters))
+    if len(names) == 1:
+        return ("cluster", names[0], False, True)
+    return ("cluster", "|".join(re.escape(n) for n in names), True, True)
+
+
 def _said_by(who: str, why: str) -> str:
     return f" by {who or 'unknown'}" + (f": {why}" if why else "")
 
 
-def silence_wanted(s: Silence, now: float) -> Wanted | None:
-    """The mirror of a fleetwatch silence; None once it has ended."""
+def silence_wanted(s: Silence, now: float, clusters: Iterable[str] = ()) -> Wanted | None:
+    """The mirror of a fleetwatch silence; None once it has ended. ``clusters``: those of
+    this deployment (``alerts.clusters``), matched when the silence names no cluster."""
     if s.end_ts <= now:
         return None
     matchers = [("alertname" if name == "rule" else name, value, *_OPS[op])
                 for name, op, value in s.matchers]
+    clusters = tuple(clusters)
+    if clusters and not any(name == "cluster" for name, _, _ in s.matchers):
+        matchers.append(_cluster_matcher(clusters))
     return Wanted(f"silence {s.id}", tuple(sorted({*matchers, FLEETWATCH_ONLY})),
                   s.start_ts, s.end_ts, s.end_ts - 1.0, s.end_ts + 1.0,
                   f"fleetwatch silence {s.id}{_said_by(s.created_by, s.comment)}")
@@ -142,9 +180,10 @@ def ack_wanted(alert_labels: Mapping[str, str], alert_id: str, ack: Acknowledgem
                   f"fleetwatch ack {alert_id}{_said_by(ack.by, ack.comment)}")
 
 
-def key_of(silence: Mapping[str, Any]) -> str:
-    """The key of a live silence fleetwatch made, else ""."""
-    if silence.get("createdBy") != CREATED_BY:
+def key_of(silence: Mapping[str, Any], owner: str = CREATED_BY) -> str:
+    """The key of a live silence this deployment (``createdBy`` ``owner``) or the previous
+    release (``createdBy`` ``fleetwatch``) made, else ""."""
+    if silence.get("createdBy") not in (owner, CREATED_BY):
         return ""
     if (silence.get("status") or {}).get("state") == "expired":
         return ""
@@ -179,27 +218,35 @@ def ts(text: str) -> float:
 
 
 def plan(wanted: Iterable[Wanted], have: Iterable[Mapping[str, Any]],
-         mine: Callable[[str], bool]) -> Plan:
-    """What to do so that Alertmanager's fleetwatch silences are ``wanted``. ``have``:
-    Alertmanager's silences (any; those not fleetwatch's or expired are left alone);
-    ``mine(key)``: may this processor change the silences of this key (an ack's are its
-    alert owner's)."""
+         mine: Callable[[str], bool], owner: str = CREATED_BY) -> Plan:
+    """What to do so that Alertmanager's silences of this deployment (``createdBy``
+    ``owner``) are ``wanted``. ``have``: Alertmanager's silences (any; those not this
+    deployment's or expired are left alone); ``mine(key)``: may this processor change the
+    silences of this key (an ack's are its alert owner's). One of the previous release
+    (``createdBy`` ``fleetwatch``) is taken over when its key is wanted, or is an ack that
+    ``mine`` says is this processor's; never expired otherwise (it may be another
+    deployment's)."""
     want = {w.key: w for w in wanted}
     by_key: dict[str, list[Mapping[str, Any]]] = {}
     for s in have:
-        key = key_of(s)
-        if key and (key in want or mine(key)):
+        key = key_of(s, owner)
+        if not key:
+            continue
+        legacy = s.get("createdBy") != owner
+        if key in want or (mine(key) and not (legacy and key.startswith("silence "))):
             by_key.setdefault(key, []).append(s)
     out = Plan([], [], [])
     for key, silences in by_key.items():
-        silences = sorted(silences, key=lambda s: s["id"])
+        # This deployment's first (the smallest id), then the previous release's.
+        silences = sorted(silences, key=lambda s: (s.get("createdBy") != owner, s["id"]))
         w = want.get(key)
         if w is None:
             out.expire.extend(s["id"] for s in silences)
             continue
         keep, *extra = silences
         out.expire.extend(s["id"] for s in extra)
-        if _matchers(keep) != w.matchers or not w.min_end_ts <= ts(keep["endsAt"]) <= w.max_end_ts:
+        if (_matchers(keep) != w.matchers or keep.get("createdBy") != owner
+                or not w.min_end_ts <= ts(keep["endsAt"]) <= w.max_end_ts):
             out.update.append((dict(keep), w))
     out.create.extend(w for key, w in want.items() if key not in by_key)
     return out
@@ -269,10 +316,11 @@ class AlertmanagerSilences:
 
 def wanted_of(silences: Iterable[Silence], acks: Mapping[str, Acknowledgement],
               firing: Iterable[tuple[Alert, Mapping[str, str]]], now: float,
-              resend_s: float) -> list[Wanted]:
+              resend_s: float, clusters: Iterable[str] = ()) -> list[Wanted]:
     """Every silence fleetwatch wants in Alertmanager: one per fleetwatch silence not yet
     ended, one per acknowledged alert of ``firing`` (this processor's, with its labels)."""
-    out = [w for w in (silence_wanted(s, now) for s in silences) if w is not None]
+    clusters = tuple(clusters)
+    out = [w for w in (silence_wanted(s, now, clusters) for s in silences) if w is not None]
     out += [ack_wanted(lab, a.id, acks[a.id], now, resend_s)
             for a, lab in firing if a.id in acks and a.state == "firing"]
     return out

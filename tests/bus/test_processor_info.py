@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from fleetwatch import __version__, commit
 from fleetwatch.config import BusConfig, Config, ProcessorConfig, StoreConfig, load
 from fleetwatch.process_service import run_processor
 from fleetwatch.wiring import processor_info
@@ -56,7 +57,8 @@ def test_a_processor_exports_its_group_store_and_detectors(kafka: Server,
     assert info.value == 1
     assert info.labels == {"group": f"g-{run}", "store_kind": "sqlite",
                            "store_target": str(tmp_path / "fw.db"),
-                           "detectors": processor_info(config)["detectors"]}
+                           "detectors": processor_info(config)["detectors"],
+                           "version": __version__, "commit": commit()}
     missing = {s.labels["topic"]: s.value
                for s in families["fleetwatch_processor_topic_partitions_missing"]}
     assert missing[f"f-{run}"] == 0 and missing[f"f-{run}.dead"] == 0
