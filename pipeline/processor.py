@@ -297,7 +297,7 @@ class Processor(Intake, ConsumerLoop):
         if batch.sources is not None:
             batch.sources = [m for m, k in zip(batch.sources, keep, strict=True) if k]
 
-    def _tell_behind(self, nodes: dict[str, tuple[str, int]]) -> None:
+    def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
         messages not polled yet (catching up a backlog: see ``NodeSilence``)."""
         for d in self._pacers:
