@@ -1,12 +1,15 @@
 """One processor for several clusters: node names (node001) repeat in every cluster, and a
-node is a (cluster, node), never a name alone."""
+node is a (cluster, node), never a name alone: silence, name conflicts, a batch's waves,
+the temperature rule's hysteresis."""
 
 from __future__ import annotations
 
 import dataclasses
 
 from fleetwatch.frame import Frame
+from fleetwatch.models.batch import columns
 from fleetwatch.models.node_silence import NodeSilence
+from fleetwatch.models.rules import GpuTemperatureLimit
 from tests.models.helpers import busy, node
 from tests.models.test_node_name_conflict import as_machine
 
@@ -72,3 +75,15 @@ def test_expected_nodes_and_partitions_behind_are_per_cluster() -> None:
     d.behind({("c-eu", "node001"): ("t", 0)})
     d.drop([("c-eu", "node001")])
     assert silent(d.update([at("c-east", node(1200, [busy(60)], name="node001"))])) == []
+
+
+def test_same_named_nodes_of_two_clusters_share_a_wave_of_the_batch() -> None:
+    frames = [at(c, node(1000.0, [busy(60)], name="node001")) for c in ("c-east", "c-west")]
+    assert [w.tolist() for w in columns(frames).waves] == [[0, 1]]
+
+
+def test_a_hot_gpu_in_one_cluster_keeps_no_namesake_hot_in_another() -> None:
+    d = GpuTemperatureLimit(limit_c=85.0, hysteresis_c=3.0)
+    assert d.update([at("c-east", node(1000, [busy(90)], name="node001"))])
+    # c-west's node001 GPU 0 at 83 °C: under the limit, never hot: no hysteresis of c-east's.
+    assert d.update([at("c-west", node(1005, [busy(83)], name="node001"))]) == []
