@@ -208,7 +208,7 @@ class Ownership:
             return
         log.info("%d open alert(s) of nodes of partitions assigned back were opened by another "
                  "member meanwhile; taken over: %s", len(missed),
-                 ", ".join(sorted({f"{a.rule} {a.node}" for a in missed})[:10]))
+                 ", ".join(sorted({f"{a.rule} {a.cluster}/{a.node}" for a in missed})[:10]))
         self._book.load(missed, None if self._clock is None else self._clock())
         for hook in self._on_loaded:
             hook(missed)
