@@ -185,7 +185,8 @@ class AgentService:
         where = (f"to {config.bus.bootstrap} topic {config.bus.topic}, spool "
                  f"{config.agent.spool_dir}" if self.sender is not None
                  else "sending nothing (bus.kind = \"memory\": /metrics only)")
-        log.info("agent %s: every %gs %s; /metrics on %s", config.node.node,
+        log.info("agent %s/%s: every %gs %s; /metrics on %s", config.node.cluster,
+                 config.node.node,
                  config.agent.interval_s, where,
                  http_url(config.agent.metrics_host, self.server.port, "/metrics"))
         if self.sender is not None:

@@ -389,7 +389,7 @@ def _unknown_node(store: Any, node: str, now: float) -> str:
     from fleetwatch.pipeline.ownership import last_seen
 
     week = 7 * 86400
-    nodes = sorted(last_seen(store, now - week))
+    nodes = sorted({name for _, name in last_seen(store, now - week)})
     if node in nodes:
         return ""
     near = difflib.get_close_matches(node, nodes, n=3, cutoff=0.6)

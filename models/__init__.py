@@ -91,8 +91,8 @@ class Detector(Protocol):
     its own clock for frames from a bus, and ``wall=None`` in a replay or a
     simulation, which are judged on stream time alone. It may also have
     ``behind(nodes)``: the processor calls it before each ``update`` and ``tick`` with
-    the nodes (node -> partition) whose partitions still hold frames not read yet
-    (catching up a backlog), empty when every partition has been read to its end.
+    the nodes ((cluster, node) -> partition) whose partitions still hold frames not read
+    yet (catching up a backlog), empty when every partition has been read to its end.
     """
 
     name: str

@@ -107,14 +107,14 @@ def _build(frames: Sequence[Frame]) -> Batch:
         _models.clear()
         _model_names = []  # a new list: batches built before keep theirs
     model_names = _model_names
-    rank: dict[str, int] = {}
+    rank: dict[tuple[str, str], int] = {}  # (cluster, node) -> its frames so far
     ranks = []
     gpu_ids = []
     boards = []
     readers, shapes = _readers, _shapes
     for fi, f in enumerate(ordered):
-        r = rank.get(f.node, 0)
-        rank[f.node] = r + 1
+        r = rank.get((f.cluster, f.node), 0)
+        rank[(f.cluster, f.node)] = r + 1
         ranks.append(r)
         gpus = f.gpus
         k = len(gpus)

@@ -27,6 +27,9 @@ OUTAGE_INTERVALS = 3.0
 # (SIGSTOP, a long pause, stuck joining its group), not listening.
 TICK_GAP_S = 5.0
 
+# A node is its cluster and its name: names (node001) repeat from cluster to cluster.
+NodeKey = tuple[str, str]
+
 
 class _Identities:
     """The GPU UUIDs of a node's frames: the current set, and when it last switched. A
@@ -101,7 +104,7 @@ class NodeSilence:
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
         self.now = -math.inf
-        self._index: dict[str, int] = {}
+        self._index: dict[NodeKey, int] = {}
         self._where: list[tuple[str, str, str]] = []
         self._last = np.full(64, np.nan)      # the newest frame time, on the node's clock
         self._heard = np.full(64, np.nan)     # when it was last heard of, on "now"'s clock
@@ -124,34 +127,36 @@ class NodeSilence:
         self._clusters: set[str] = set()
         # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
         # seen within CONFLICT_S of each other: two machines share the node's name.
-        self._identities: dict[str, _Identities] = {}
+        self._identities: dict[NodeKey, _Identities] = {}
         # Nodes whose partition still holds frames not read yet, by partition (``behind``).
-        self._lanes: dict[Hashable, list[str]] = {}
+        self._lanes: dict[Hashable, list[NodeKey]] = {}
 
-    def behind(self, nodes: Mapping[str, Hashable]) -> None:
-        """Which nodes' partitions still hold frames not read yet (node -> partition), as
-        of the poll that brought the next batch; an empty mapping: every partition has
-        been read to its end. Judged on their partition's own time until then."""
-        lanes: dict[Hashable, list[str]] = {}
+    def behind(self, nodes: Mapping[NodeKey, Hashable]) -> None:
+        """Which nodes' partitions still hold frames not read yet ((cluster, node) ->
+        partition), as of the poll that brought the next batch; an empty mapping: every
+        partition has been read to its end. Judged on their partition's own time until then."""
+        lanes: dict[Hashable, list[NodeKey]] = {}
         for node, lane in nodes.items():
             lanes.setdefault(lane, []).append(node)
         self._lanes = lanes
 
-    def drop(self, nodes: Iterable[str]) -> None:
-        for node in nodes:
-            i = self._index.get(node)
-            if i is not None:
-                self._last[i] = self._heard[i] = np.nan
-                self._seq[i], self._skew[i] = -np.inf, 0.0
-                self._taken.pop(i, None)
-            self._identities.pop(node, None)
+    def drop(self, nodes: Iterable[str | NodeKey]) -> None:
+        """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
+        bus keys frames by name, so same-named nodes move between processors together)."""
+        gone = set(nodes)
+        for key in [k for k in self._index if k in gone or k[1] in gone]:
+            i = self._index[key]
+            self._last[i] = self._heard[i] = np.nan
+            self._seq[i], self._skew[i] = -np.inf, 0.0
+            self._taken.pop(i, None)
+            self._identities.pop(key, None)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
         their last frame's time, from the store). One that sends nothing more is
         reported once it has been silent for long enough."""
         for cluster, rack, node, ts in nodes:
-            i = self._index.get(node)
+            i = self._index.get((cluster, node))
             if i is None:
                 i = self._add_node(cluster, rack, node)
             if self._seq[i] == -np.inf:  # not heard by this processor yet: from now on
@@ -176,7 +181,8 @@ class NodeSilence:
         identities, conflicts = self._identities, {}
         span: dict[int, tuple[float, float]] = {}  # node -> its oldest, newest frame here
         for f in frames:
-            i = self._index.get(f.node)
+            key = (f.cluster, f.node)
+            i = self._index.get(key)
             if i is None:
                 i = self._add(f)
             self._arrived += 1
@@ -192,11 +198,11 @@ class NodeSilence:
             span[i] = (min(oldest, f.ts), max(newest, f.ts))
             self._where[i] = (f.cluster, f.rack, f.node)
             ident = tuple([g.uuid for g in f.gpus])
-            seen = identities.get(f.node)
+            seen = identities.get(key)
             if seen is None:
-                identities[f.node] = _Identities(ident)
+                identities[key] = _Identities(ident)
             elif ident != seen.current and seen.switch(ident, f.ts):
-                conflicts[f.node] = f
+                conflicts[key] = f
         self._advance(wall, list(span))
         self._hear(span)
         return self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
@@ -310,7 +316,7 @@ class NodeSilence:
         return clocks
 
     def _conflict(self, f: Frame) -> Finding:
-        seen = self._identities[f.node].recent
+        seen = self._identities[(f.cluster, f.node)].recent
         shown = "; ".join(f"{len(k)} GPUs ({', '.join(k[:2])}{', ...' if len(k) > 2 else ''})"
                           if k else "no GPU" for k in sorted(seen))
         return Finding(
@@ -343,7 +349,7 @@ class NodeSilence:
         return self._add_node(f.cluster, f.rack, f.node)
 
     def _add_node(self, cluster: str, rack: str, node: str) -> int:
-        i = self._index[node] = len(self._where)
+        i = self._index[(cluster, node)] = len(self._where)
         self._where.append((cluster, rack, node))
         if i >= len(self._last):
             grow = len(self._last)

@@ -25,7 +25,7 @@ class GpuTemperatureLimit:
         self.for_s = for_s
         self.severity = severity
         self.hysteresis_c = hysteresis_c
-        self._hot: set[tuple[str, int]] = set()
+        self._hot: set[tuple[str, str, int]] = set()  # (cluster, node, GPU index)
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         out = []
@@ -35,7 +35,7 @@ class GpuTemperatureLimit:
                 temp = g.metrics.get("gpu_temp_c")
                 if temp is None:
                     continue
-                key = (f.node, g.index)
+                key = (f.cluster, f.node, g.index)
                 floor = self.limit_c - self.hysteresis_c if key in hot else self.limit_c
                 if temp < floor:
                     hot.discard(key)

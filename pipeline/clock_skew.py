@@ -29,6 +29,8 @@ AHEAD_WARN_S = 10.0      # a frame this far ahead of the processor: its node's c
 BEHIND_WARN_S = 300.0    # a node this far behind the batch's median, steadily: the same
 STEADY_S = 60.0          # ... for this long of the processor's time,
 STEADY_TOL_S = 10.0      # ... its offset moving less than this (a flush catches up)
+# A node: its cluster and its name (node001 is a name in every cluster).
+NodeKey = tuple[str, str]
 MAX_NODES = 50           # nodes in the offset metric: the furthest off
 MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
 FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
@@ -50,18 +52,19 @@ class ClockWatch:
 
     def __init__(self, max_ahead_s: float = 300.0) -> None:
         self.max_ahead_s = max_ahead_s
-        self.offsets: dict[str, float] = {}              # node -> its offset, nodes off now
-        self._seen: dict[str, float] = {}                # node in offsets -> our clock then
-        self._behind: dict[str, tuple[float, float]] = {}  # node -> (since, offset then)
-        self._off: set[str] = set()                      # nodes said to be off
+        self.offsets: dict[NodeKey, float] = {}          # node -> its offset, nodes off now
+        self._seen: dict[NodeKey, float] = {}            # node in offsets -> our clock then
+        self._behind: dict[NodeKey, tuple[float, float]] = {}  # node -> (since, offset then)
+        self._off: set[NodeKey] = set()                  # nodes said to be off
 
     def check(self, frames: Sequence[Frame], wall: float) -> Verdict:
         verdict = Verdict([self._quarantine(f, wall) for f in frames])
         verdict.ahead = sum(1 for f in frames if f.ts - wall > AHEAD_WARN_S)
-        newest: dict[str, Frame] = {}
+        newest: dict[NodeKey, Frame] = {}
         for f in frames:
-            if f.node not in newest or f.ts > newest[f.node].ts:
-                newest[f.node] = f
+            key = (f.cluster, f.node)
+            if key not in newest or f.ts > newest[key].ts:
+                newest[key] = f
         median = sorted(f.ts for f in newest.values())[(len(newest) - 1) // 2] if newest \
             else wall
         for node, f in newest.items():
@@ -93,7 +96,7 @@ class ClockWatch:
                 "(chronyc tracking / timedatectl on the node); its frames are taken again "
                 "once its clock is right")
 
-    def _steadily_behind(self, node: str, offset: float, wall: float) -> bool:
+    def _steadily_behind(self, node: NodeKey, offset: float, wall: float) -> bool:
         if offset >= -BEHIND_WARN_S:
             self._behind.pop(node, None)
             return False
@@ -106,16 +109,17 @@ class ClockWatch:
 
     def _going_off(self, f: Frame, offset: float, how: str, verdict: Verdict,
                    wall: float) -> None:
-        self._remember(f.node, offset, wall)
-        if f.node in self._off or len(self._off) >= MAX_REMEMBERED:
+        key = (f.cluster, f.node)
+        self._remember(key, offset, wall)
+        if key in self._off or len(self._off) >= MAX_REMEMBERED:
             return
-        self._off.add(f.node)
+        self._off.add(key)
         verdict.lines.append((logging.WARNING, (
             f"{_where(f)}: its clock is {_amount(offset)} {how}: fix its time sync (NTP: "
             "chronyc tracking / timedatectl on the node). Said once per node; "
             "fleetwatch_processor_node_clock_offset_seconds shows the nodes off now")))
 
-    def _remember(self, node: str, offset: float, wall: float) -> None:
+    def _remember(self, node: NodeKey, offset: float, wall: float) -> None:
         self.offsets[node] = offset
         self._seen[node] = wall
         if len(self.offsets) > MAX_NODES:  # keep the furthest off

@@ -173,9 +173,9 @@ def _clock_metrics(processor: Processor) -> Iterator[CounterMetricFamily | Gauge
                                 "Nodes whose clocks are off now: seconds ahead of the "
                                 "processor's clock (positive) or behind the other nodes' "
                                 f"(negative); at most {MAX_NODES}, the furthest off",
-                                labels=["node"])
-    for node, offset in sorted(dict(processor.clocks.offsets).items()):
-        offsets.add_metric([node], offset)
+                                labels=["cluster", "node"])
+    for (cluster, node), offset in sorted(dict(processor.clocks.offsets).items()):
+        offsets.add_metric([cluster, node], offset)
     yield offsets
 
 

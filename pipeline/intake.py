@@ -29,7 +29,7 @@ class Intake:
     _clock: Callable[[], float]
     _dead: DeadLetters
     _dead_log: DeadLetterLog
-    _warned: set[tuple[str, str]]
+    _warned: set[tuple[str, str, str]]  # (cluster, node, metric) said
     _stop: threading.Event
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
@@ -89,13 +89,14 @@ class Intake:
             metric = where.rsplit(".", 1)[-1]
             dropped = self.stats.readings_dropped
             dropped[metric] = dropped.get(metric, 0) + 1
-            if (frame.node, metric) in self._warned or len(self._warned) >= 100_000:
+            said = (frame.cluster, frame.node, metric)
+            if said in self._warned or len(self._warned) >= 100_000:
                 continue
-            self._warned.add((frame.node, metric))
-            log.warning("%s (%s/%d@%d): %s: %s: that reading is left out, the rest of the "
+            self._warned.add(said)
+            log.warning("%s/%s (%s/%d@%d): %s: %s: that reading is left out, the rest of the "
                         "frame stored (said once per node and metric; "
                         "fleetwatch_processor_readings_dropped counts them)",
-                        frame.node, m.topic, m.partition, m.offset, where, why)
+                        frame.cluster, frame.node, m.topic, m.partition, m.offset, where, why)
 
     def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
         """``kind``: one of a fixed few (a field's shape, ``store``), the metric's label."""

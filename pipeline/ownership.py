@@ -46,7 +46,11 @@ from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 log = logging.getLogger(__name__)
 
-# Called with the names of the nodes whose partitions went to another member.
+# A node: its cluster and its name (names such as node001 repeat from cluster to cluster).
+NodeKey = tuple[str, str]
+# Called with the names of the nodes whose partitions went to another member: a name
+# stands for that node in every cluster, as the bus keys frames by name alone (so all
+# same-named nodes share a partition, and move together).
 OnRevoked = Callable[[set[str]], None]
 # Called with the open alerts taken from the store for nodes this member now owns.
 OnLoaded = Callable[[list[Alert]], None]
@@ -85,11 +89,14 @@ class Ownership:
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
         self._revoking: set[Partition] = set()
-        self._nodes: dict[str, Partition | None] = {}  # nodes whose state is built
-        self._stored: dict[str, list[Alert]] | None = None  # open alerts not yet loaded
+        self._nodes: dict[NodeKey, Partition | None] = {}  # nodes whose state is built
+        self._stored: dict[NodeKey, list[Alert]] | None = None  # open alerts not yet loaded
         # Built nodes of partitions assigned back: their open alerts in the store that
         # the book does not hold (opened by another owner meanwhile) are to be loaded.
-        self._recheck: set[str] = set()
+        self._recheck: set[NodeKey] = set()
+        # The clusters this member has had frames from: one store may hold several
+        # clusters, each consumed from its own topic by its own processors.
+        self._clusters: set[str] = set()
 
     # -- the consumer's Rebalance listener (called inside poll) --
     def revoked(self, partitions: Sequence[Partition]) -> None:
@@ -104,7 +111,7 @@ class Ownership:
         self._revoking = set()
         self.owned = (self.owned or set()) | gained
         if lost:
-            self.forget({n for n, p in self._nodes.items() if p in lost})
+            self.forget({n for (_, n), p in self._nodes.items() if p in lost})
         if fresh:
             self._stored = None  # read the store's open alerts again: they may be new to us
             self._expect = True
@@ -117,11 +124,11 @@ class Ownership:
         log.info("partitions assigned: %s; moved away: %s", _names(gained), _names(lost))
 
     def forget(self, nodes: set[str]) -> None:
-        """Drop every per-node state of ``nodes``."""
+        """Drop every per-node state of the nodes named ``nodes`` (in every cluster)."""
         if not nodes:
             return
-        for n in nodes:
-            self._nodes.pop(n, None)
+        for key in [k for k in self._nodes if k[1] in nodes]:
+            del self._nodes[key]
         self._book.drop(nodes)
         for hook in self._on_revoked:
             hook(nodes)
@@ -144,10 +151,12 @@ class Ownership:
         Raises ``StoreError`` if the store cannot be read (the batch is retried).
         """
         known = self._nodes
-        where: dict[str, Partition | None] = {}
+        where: dict[NodeKey, Partition | None] = {}
         for i, f in enumerate(frames):
-            if f.node not in known and f.node not in where:
-                where[f.node] = (sources[i].topic, sources[i].partition) if sources else None
+            key = (f.cluster, f.node)
+            self._clusters.add(f.cluster)
+            if key not in known and key not in where:
+                where[key] = (sources[i].topic, sources[i].partition) if sources else None
         expected = self._expected(where) if self._expect else []
         if self._recheck:
             self._load_missed()
@@ -165,9 +174,7 @@ class Ownership:
             for hook in self._on_loaded:
                 hook(loaded)
         if expected:
-            log.info("%d node(s) of the partitions taken over have sent nothing yet: %s",
-                     len(expected), ", ".join(sorted(e[2] for e in expected)[:10])
-                     + (", ..." if len(expected) > 10 else ""))
+            log.info("%s", expected_line(expected, self._clusters))
             for hook in self._on_expected:
                 hook(expected)
 
@@ -184,7 +191,7 @@ class Ownership:
             alerts = []
         self._stored = {}
         for a in alerts:
-            self._stored.setdefault(a.node, []).append(a)
+            self._stored.setdefault((a.cluster, a.node), []).append(a)
 
     def _load_missed(self) -> None:
         """Load the open alerts of the nodes of partitions assigned back that the book does
@@ -201,12 +208,12 @@ class Ownership:
             return
         log.info("%d open alert(s) of nodes of partitions assigned back were opened by another "
                  "member meanwhile; taken over: %s", len(missed),
-                 ", ".join(sorted({f"{a.rule} {a.node}" for a in missed})[:10]))
+                 ", ".join(sorted({f"{a.rule} {a.cluster}/{a.node}" for a in missed})[:10]))
         self._book.load(missed, None if self._clock is None else self._clock())
         for hook in self._on_loaded:
             hook(missed)
 
-    def _expected(self, where: dict[str, Partition | None]) -> list[Expected]:
+    def _expected(self, where: dict[NodeKey, Partition | None]) -> list[Expected]:
         """Add to ``where`` the stored nodes of owned partitions not yet built; their
         (cluster, rack, node, last frame's time)."""
         if self.locate is None or self.owned is None or not self._on_expected:
@@ -222,45 +229,67 @@ class Ownership:
             seen = {}
         self._expect = False
         out: list[Expected] = []
-        for node, (cluster, rack, ts) in sorted(seen.items()):
-            if node in self._nodes or node in where:
+        for key, (rack, ts) in sorted(seen.items()):
+            if key in self._nodes or key in where:
                 continue
-            partition = self.locate(node.encode())
+            partition = self.locate(key[1].encode())  # agents key frames by node name
             if partition is not None and partition in self.owned:
-                where[node] = partition
-                out.append((cluster, rack, node, ts))
+                where[key] = partition
+                out.append((key[0], rack, key[1], ts))
         return out
 
     @property
-    def nodes(self) -> Collection[str]:
+    def nodes(self) -> Collection[NodeKey]:
+        """The built nodes, as (cluster, node)."""
         return self._nodes.keys()
 
     def behind(self, partitions: Collection[Partition] | None = None
-               ) -> dict[str, Partition]:
-        """The built nodes of ``partitions`` (default: those that hold messages not polled
-        yet, now), with their partition."""
+               ) -> dict[NodeKey, Partition]:
+        """The built nodes ((cluster, node)) of ``partitions`` (default: those that hold
+        messages not polled yet, now), with their partition."""
         lagging = self.lagging() if partitions is None else partitions
         if not lagging:
             return {}
         return {n: p for n, p in self._nodes.items() if p is not None and p in lagging}
 
-    def placement(self) -> dict[str, Partition | None]:
-        """Each built node's partition (None: no bus)."""
+    def placement(self) -> dict[NodeKey, Partition | None]:
+        """Each built node's ((cluster, node)) partition (None: no bus)."""
         return dict(self._nodes)
+
+
+def expected_line(expected: Sequence[Expected], clusters: Collection[str]) -> str:
+    """The log line for nodes of partitions taken over that have sent nothing yet, named
+    cluster/node. Those of clusters this member has no frame from are told apart: with a
+    topic per cluster, their names land in its partitions by chance, and their own
+    cluster's processors judge them (``NodeSilence`` pages only nodes of its clusters)."""
+    ours = sorted(f"{c}/{n}" for c, _, n, _ in expected if c in clusters)
+    others = sorted({c for c, _, _, _ in expected if c not in clusters})
+    line = ""
+    if ours:
+        line = (f"{len(ours)} node(s) of the partitions taken over have sent nothing yet: "
+                + ", ".join(ours[:10]) + (", ..." if len(ours) > 10 else ""))
+    if others:
+        rest = len(expected) - len(ours)
+        line += ("; " if line else "") + (
+            f"{rest} node(s) the store holds of cluster(s) {', '.join(others[:10])}"
+            f"{', ...' if len(others) > 10 else ''} map to the partitions taken over but "
+            "no frame of those clusters has come here yet: each is judged silent only once "
+            "a frame of its cluster comes (else its cluster's own processors judge it)")
+    return line
 
 
 def _names(partitions: set[Partition]) -> str:
     return ", ".join(f"{t}/{p}" for t, p in sorted(partitions)) or "none"
 
 
-def last_seen(store: Store, since: float) -> dict[str, tuple[str, str, float]]:
-    """node -> (cluster, rack, time of its newest stored sample), for nodes with one
+def last_seen(store: Store, since: float) -> dict[NodeKey, tuple[str, float]]:
+    """(cluster, node) -> (rack, time of its newest stored sample), for nodes with one
     after ``since`` (seconds since the epoch)."""
-    out: dict[str, tuple[str, str, float]] = {}
+    out: dict[NodeKey, tuple[str, float]] = {}
     for metric in SEEN_METRICS:
         for key, ts_ms, _ in store.latest(metric, int(since * 1000)):
             ts = ts_ms / 1000.0
-            old = out.get(key.node)
-            if old is None or ts > old[2]:
-                out[key.node] = (key.cluster, key.rack, ts)
+            old = out.get((key.cluster, key.node))
+            if old is None or ts > old[1]:
+                out[(key.cluster, key.node)] = (key.rack, ts)
     return out

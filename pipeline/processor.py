@@ -145,7 +145,7 @@ class Processor(Intake, ConsumerLoop):
         # Frames the store refused for good (id -> frame, kept alive so that the id stays
         # its own) until their batch is evaluated without them.
         self._refused_frames: dict[int, Frame] = {}
-        self._warned: set[tuple[str, str]] = set()  # (node, metric) of readings dropped
+        self._warned: set[tuple[str, str, str]] = set()  # (cluster, node, metric) said
         self._dead = DeadLetters(dead_letters, dead_letter_topic, dead_letter_give_up_s)
         # A burst of bad messages: the first of each field logged, the rest counted.
         self._dead_log = DeadLetterLog(dead_letter_log_every_s, logger=log, topic=(
@@ -282,8 +282,8 @@ class Processor(Intake, ConsumerLoop):
             self._dead_letter(source, f"{frame.cluster}/{frame.rack}/{frame.node} at "
                                       f"{_iso(frame.ts)}: {reason}", "store")
         else:
-            log.error("frame of %s at %s refused by the store, not stored: %s", frame.node,
-                      frame.ts, reason)
+            log.error("frame of %s/%s at %s refused by the store, not stored: %s",
+                      frame.cluster, frame.node, frame.ts, reason)
 
     def _without_refused(self, batch: Batch) -> None:
         """The batch less the frames the store refused: not stored, so neither energy nor
@@ -297,7 +297,7 @@ class Processor(Intake, ConsumerLoop):
         if batch.sources is not None:
             batch.sources = [m for m, k in zip(batch.sources, keep, strict=True) if k]
 
-    def _tell_behind(self, nodes: dict[str, tuple[str, int]]) -> None:
+    def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
         messages not polled yet (catching up a backlog: see ``NodeSilence``)."""
         for d in self._pacers:

@@ -6,6 +6,7 @@ the store refuses moves neither the ledger nor any detector; the silent-node rul
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Sequence
 from pathlib import Path
@@ -77,7 +78,7 @@ def test_a_frame_far_ahead_is_dead_lettered_before_store_ledger_and_detectors(
     with caplog.at_level(logging.INFO):
         p.handle(messages(good[:30]))
         p.handle(messages([frame("n1", FAR)], 30))
-        offset = p.clocks.offsets["n1"]         # the metric shows the node, while off
+        offset = p.clocks.offsets[("c1", "n1")]         # the metric shows the node, while off
         p.handle(messages(good[30:], 31))
     assert offset == pytest.approx(FAR - NOW - 600) and p.clocks.offsets == {}
     assert p.stats.by_reason == {"clock": 1} and p.stats.dead_letters == 1
@@ -116,11 +117,12 @@ def test_a_node_a_minute_ahead_is_stored_said_once_and_in_the_metric(
     assert said == [said[0]] and "c1/r1/fast: its clock is 60 s ahead" in said[0]
     assert p.stats.dead_letters == 0 and p.stats.frames == 20
     assert p.stats.clock_ahead == 10
-    assert p.clocks.offsets == {"fast": pytest.approx(60.0)}
+    assert p.clocks.offsets == {("c1", "fast"): pytest.approx(60.0)}
     families = {m.name: m for m in ProcessorCollector(p, Lagless()).collect()}  # type: ignore
 
     (offset,) = families["fleetwatch_processor_node_clock_offset_seconds"].samples
-    assert offset.labels == {"node": "fast"} and offset.value == pytest.approx(60.0)
+    assert offset.labels == {"cluster": "c1", "node": "fast"}
+    assert offset.value == pytest.approx(60.0)
     skewed = {s.labels["direction"]: s.value
               for s in families["fleetwatch_processor_clock_skewed_frames"].samples
               if s.name.endswith("_total")}
@@ -142,7 +144,7 @@ def test_a_node_steadily_behind_is_said_but_a_spool_flush_is_not(
     p.store.close()
     said = [r.getMessage() for r in caplog.records if "Said once" in r.getMessage()]
     assert len(said) == 1 and "c1/r1/slow: its clock is 900 s behind" in said[0]
-    assert p.clocks.offsets == {"slow": pytest.approx(-900.0)}
+    assert p.clocks.offsets == {("c1", "slow"): pytest.approx(-900.0)}
 
 
 class Refusing(SqliteStore):
@@ -211,8 +213,30 @@ def test_a_node_off_that_goes_quiet_leaves_the_offset_metric_after_an_hour(
     clock = [NOW]
     p = Processor(SqliteStore(tmp_path / "s.db"), [], clock=lambda: clock[0])
     p.handle(messages([frame("ok", NOW), frame("fast", NOW + 60)]))
-    assert set(p.clocks.offsets) == {"fast"}
+    assert set(p.clocks.offsets) == {("c1", "fast")}
     clock[0] = NOW + 3601
     p.handle(messages([frame("ok", clock[0])], 2))
     p.store.close()
     assert p.clocks.offsets == {}
+
+
+def test_same_named_nodes_of_two_clusters_have_their_own_clocks(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    clock = [NOW]
+    p = Processor(SqliteStore(tmp_path / "s.db"), [], clock=lambda: clock[0])
+
+    def at(cluster: str, ts: float) -> Frame:
+        return dataclasses.replace(frame("node001", ts), cluster=cluster)
+
+    with caplog.at_level(logging.INFO, logger="fleetwatch.pipeline.intake"):
+        for k in range(10):
+            clock[0] = NOW + 5.0 * k
+            p.handle(messages([at("c-east", clock[0] + 60), at("c-west", clock[0])], 2 * k))
+    p.store.close()
+    lines = [r.getMessage() for r in caplog.records if "node001" in r.getMessage()]
+    # c-east's node001 is off, once; c-west's in step never makes it "back in step".
+    assert len(lines) == 1 and "c-east/r1/node001: its clock is 60 s ahead" in lines[0]
+    assert p.clocks.offsets == {("c-east", "node001"): pytest.approx(60.0)}
+    families = {m.name: m for m in ProcessorCollector(p, Lagless()).collect()}  # type: ignore
+    (offset,) = families["fleetwatch_processor_node_clock_offset_seconds"].samples
+    assert offset.labels == {"cluster": "c-east", "node": "node001"}

@@ -4,6 +4,7 @@ stored and judged as ever. A dead-lettered frame would blind fleetwatch to all i
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -62,12 +63,26 @@ def test_an_out_of_range_reading_is_left_out_counted_and_said_once_per_node_and_
     assert {(k.node, k.device) for k, _, _ in power} == {("n1", "gpu0"), ("n2", "gpu0")}
     assert len(store.range("gpu_temp_c", *SPAN)) == 12
     said = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
-    assert len(said) == 2 and said[0].startswith("n1 (frames/0@0): gpus[1].metrics.gpu_power_w:"
-                                                 " 1000000000.0 W is outside the possible range")
+    assert len(said) == 2 and said[0].startswith(
+        "c1/n1 (frames/0@0): gpus[1].metrics.gpu_power_w: 1000000000.0 W is outside the "
+        "possible range")
     family = next(m for m in ProcessorCollector(p, None).collect()  # type: ignore[arg-type]
                   if m.name == "fleetwatch_processor_readings_dropped")
     (sample,) = family.samples
     assert sample.labels == {"metric": "gpu_power_w"} and sample.value == 6
+
+
+def test_a_failing_sensor_is_said_for_each_clusters_node_of_one_name(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    p = Processor(SqliteStore(tmp_path / "f.db"), [])
+    frames = [dataclasses.replace(node_frame(T0 + 5 * k, [60.0], [1e9], node="node001"),
+                                  cluster=c) for k in range(2) for c in ("c-east", "c-west")]
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.pipeline.processor"):
+        p.handle(messages(frames))
+    p.store.close()
+    said = sorted(r.getMessage().split(" ")[0] for r in caplog.records
+                  if "left out" in r.getMessage())
+    assert said == ["c-east/node001", "c-west/node001"]
 
 
 def test_a_255_reading_is_no_cooling_fault_for_the_peer_rule(tmp_path: Path) -> None:

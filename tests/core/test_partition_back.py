@@ -6,8 +6,12 @@ for ever, through every later rebalance)."""
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 import time
 from pathlib import Path
+
+import pytest
 
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import Message
@@ -92,4 +96,27 @@ def test_a_member_thrown_out_without_a_revocation_takes_the_alert_over_too(
     own.assigned([part])
     own.build([frame("node-2", T + 140)], [msg])
     assert [a.node for a in book.open] == ["node-2"] and len(loaded) == 1
+    store.close()
+
+
+def test_only_the_clusters_own_alert_is_taken_over_and_the_log_names_its_cluster(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """node-2 of c1 and of c2 share a partition (frames are keyed by name); another member
+    opened an alert for c2's only: the log names c2/node-2."""
+    store = SqliteStore(tmp_path / "store.db")
+    book = AlertBook(requirements={"node_silent": ()})
+    own = Ownership(store, book)
+    part, msg = (TOPIC, 2), Message(b"", b"node-2", TOPIC, 2, 0)
+    other = dataclasses.replace(frame("node-2", T), cluster="c2")
+    own.assigned([part])
+    own.build([frame("node-2", T), other], [msg, msg])
+    own.revoked([part])
+    theirs = dataclasses.replace(silent("node-2", T + 130), cluster="c2",
+                                 id=f"node_silent/c2/node-2/host/{int((T + 130) * 1000)}")
+    store.write_alerts([theirs])
+    own.assigned([part])
+    with caplog.at_level(logging.INFO, logger="fleetwatch.pipeline.ownership"):
+        own.build([frame("node-2", T + 140)], [msg])
+    assert [(a.cluster, a.node) for a in book.open] == [("c2", "node-2")]
+    assert "taken over: node_silent c2/node-2" in caplog.text
     store.close()

@@ -232,8 +232,8 @@ def test_a_node_that_died_while_no_member_ran_is_reported_once_by_its_partitions
         # Each member places every node as the producers did: where its frames came from.
         for m in (b, c):
             placed = m.processor.ownership.placement()
-            assert set(placed) == {n for n in NODES if partition_of(n) in m.owned}
-            for n, partition in placed.items():
+            assert {n for _, n in placed} == {n for n in NODES if partition_of(n) in m.owned}
+            for (_, n), partition in placed.items():
                 assert partition == m.consumer.partition_of(n.encode()) == (
                     topic, partition_of(n))
         assert silent() == [(dead, "firing")]

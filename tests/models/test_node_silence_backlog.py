@@ -34,7 +34,7 @@ def catch_up(dead: str | None = None, died: float = 1030.0) -> list[Finding]:
                     batch += [node(t, [busy(60)], name=n) for n in names
                               if not (n == dead and t > died)]
                     reached[lane] = t + 5.0
-        d.behind({n: lane for lane, names in LANES.items() if reached[lane] < END
+        d.behind({("c", n): lane for lane, names in LANES.items() if reached[lane] < END
                   for n in names})
         found += d.update(batch, wall=WALL)
     d.behind({})
@@ -92,7 +92,7 @@ def test_a_partition_read_to_its_end_in_one_batch_sets_now_for_the_rest() -> Non
         t, theirs = t + 5.0, theirs + len(b)
         if theirs >= 60 or t > END:
             theirs = 0
-            d.behind({n: "p1" for n in b} if t <= END else {})
+            d.behind({("c", n): "p1" for n in b} if t <= END else {})
             found += d.update(batch, wall=WALL)
             batch = []
     assert found == []

@@ -11,6 +11,7 @@ from statistics import fmean
 import pytest
 
 from fleetwatch.pipeline.events import jobs_of
+from fleetwatch.pipeline.ownership import last_seen
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -354,3 +355,17 @@ def test_acknowledgements_round_trip_and_are_replaced_by_alert_id(backend: Backe
     store.write_acks([again])
     backend.settle()
     assert mine() == [kept(other), kept(again)]
+
+
+def test_the_nodes_a_processor_expects_are_told_apart_by_cluster(backend: Backend) -> None:
+    """``last_seen`` (the nodes of partitions taken over): node-0 of two clusters is two
+    nodes, each with its own last time, on every backend."""
+    east, west, t0 = cluster_name(), cluster_name(), minute_ago(30)
+    backend.store.write(frames(east, t0, 5) + frames(west, t0, 3))
+    backend.settle()
+    seen = {k: v for k, v in last_seen(backend.store, t0 / 1000 - 1).items()
+            if k[0] in (east, west)}
+    assert seen == {(east, "node-0"): ("rack-0", t0 / 1000 + 4),
+                    (east, "node-1"): ("rack-0", t0 / 1000 + 4),
+                    (west, "node-0"): ("rack-0", t0 / 1000 + 2),
+                    (west, "node-1"): ("rack-0", t0 / 1000 + 2)}
