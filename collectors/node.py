@@ -104,6 +104,7 @@ class NodeSource:
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
         self._reinit = False  # the driver went away mid-run: retry whatever the policy
+        self._gone_at: float | None = None  # when it went away (this clock)
         # Frame identity (node, seq) must stay unique across agent restarts: start from the
         # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
         # the count never overtakes the clock, and a restarted agent starts above it.
@@ -116,7 +117,9 @@ class NodeSource:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
                                         on_state=self._gpu_state, on_dropped=self._on_dropped)
         except NvmlUnavailable as exc:
-            self._next_try = self._clock() + NVML_RETRY_S
+            # After a driver reload the log said "trying every NVML_REINIT_S": keep to it
+            # (a reload often takes longer than one interval), whatever the policy.
+            self._next_try = self._clock() + (NVML_REINIT_S if self._reinit else NVML_RETRY_S)
             if first and self.policy == "error":
                 self.close()
                 raise
@@ -127,8 +130,12 @@ class NodeSource:
                             exc.reason, then, exc.hint)
             self.nvml_problem = exc
             return
-        if not first:
+        if self._gone_at is not None:
+            log.info("NVML is available again after %.0f s: %d GPUs",
+                     self._clock() - self._gone_at, self.nvml.gpu_count)
+        elif not first:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
+        self._gone_at = None
         self.nvml_problem = None
         self._reinit = False
 
@@ -276,7 +283,8 @@ class NodeSource:
         self.nvml = None
         self.nvml_problem = NvmlUnavailable(str(exc), "check the driver with nvidia-smi")
         self._reinit = True
-        self._next_try = self._clock() + NVML_REINIT_S
+        self._gone_at = self._clock()
+        self._next_try = self._gone_at + NVML_REINIT_S
 
     @staticmethod
     def _pci_map(gpus: list[GpuReading]) -> dict[str, int]:

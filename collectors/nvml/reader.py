@@ -162,7 +162,7 @@ class NvmlReader(GpuMetrics):
     def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
             self._set_lost(g, "NVML answers GpuIsLost")
-            self.on_error("gpu_is_lost")
+            self.on_error(error_kind(exc))
             raise _GpuLost from None
         if isinstance(exc, pynvml.NVMLError_Uninitialized):
             raise _DriverGone from None
