@@ -154,9 +154,14 @@ class NodeSource:
                 and self._clock() >= self._next_try):
             self._try_nvml()
         gpus: tuple[GpuReading, ...] = ()
+        watched = self.nvml is not None or self.policy == "retry" or self._reinit
         if self.nvml is not None:
             gpus = self._gpus()
         metrics, nics = self.host.read()
+        if watched:
+            # Says why the frame lists no GPU: NVML away (0), not GPUs gone. A node the
+            # operator runs host-only (agent.nvml_policy = ignore) does not carry it.
+            metrics["host_nvml_up"] = 0.0 if self.nvml is None else 1.0
         metrics.update(self.rapl.read())
         metrics.update(self.inlet.read())
         ports = nics + self.ib.read()

@@ -53,3 +53,41 @@ def test_a_lost_gpu_is_counted_under_one_kind_by_the_read_and_the_reprobe() -> N
         reader.read()
     assert errors and set(errors) == {"gpu_is_lost"}
     assert len(errors) >= 2  # the read's and the re-probes'
+
+
+def test_driver_away_frames_say_so_and_one_agent_is_not_two_machines(
+        tree: NodeTree, clock: Clock) -> None:
+    """The agent's own frames, through the codec, to the processor's node detector: a
+    reload is no name conflict, and a driver away for a while is node_nvml_down."""
+    from fleetwatch.codec import Decoder, Encoder
+    from fleetwatch.models.node_silence import NodeSilence
+
+    nv = FakeNvml.of(8)
+    source = NodeSource(config(tree), lambda: nv, None, clock=clock)
+    enc, dec, detector = Encoder(), Decoder(), NodeSilence()
+    found, ups, t = [], [], 1_790_000_000.0
+    for k in range(50):
+        if k in (5, 20):
+            nv.unload_driver()
+        if k in (7, 38):
+            nv.load_driver()
+        [frame] = source.frames(t)
+        frame = dec.decode(enc.encode(frame))
+        ups.append(frame.host.metrics["host_nvml_up"])
+        found += detector.update([frame])
+        clock.advance(2.0)
+        t += 2.0
+    source.close()
+    assert ups[:5] == [1.0] * 5 and ups[5] == 0.0 and ups[-1] == 1.0
+    assert "node_name_conflict" not in {f.rule for f in found}
+    away = [f for f in found if f.rule == "node_nvml_down"]
+    assert [f.ts - 1_790_000_000.0 for f in away] == [70.0, 72.0, 74.0, 76.0, 78.0]
+    assert "its 8 GPUs are unwatched" in away[0].message
+
+
+def test_a_host_only_node_by_choice_does_not_say_nvml_is_away(
+        tree: NodeTree, clock: Clock) -> None:
+    source = NodeSource(config(tree, policy="ignore"), FakeNvml.missing, None, clock=clock)
+    [frame] = source.frames(time.time())
+    assert frame.gpus == () and "host_nvml_up" not in frame.host.metrics
+    source.close()
