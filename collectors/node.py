@@ -57,6 +57,7 @@ NVML_RETRY_S = 60.0
 # After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
 # as a reload takes seconds.
 NVML_REINIT_S = 10.0
+GPU_BUDGET_SHARE = 0.5  # of agent.interval_s: how long a tick waits for its GPUs' reads
 
 
 class NodeSource:
@@ -81,6 +82,9 @@ class NodeSource:
             self.node = dataclasses.replace(self.node, rack=rack_from_label(
                 self.node.node, self.node.rack_label, self.node.rack))
         self.policy = agent.nvml_policy
+        # Each GPU is read in its own worker, within half the interval: one GPU whose NVML
+        # calls hang neither delays the others nor makes the frame late (nvml/pool.py).
+        self._gpu_budget_s = GPU_BUDGET_SHARE * agent.interval_s
         self._backend = backend
         self._on_error = on_nvml_error
         self._clock = clock
@@ -115,7 +119,8 @@ class NodeSource:
     def _try_nvml(self, first: bool = False) -> None:
         try:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
-                                        on_state=self._gpu_state, on_dropped=self._on_dropped)
+                                        on_state=self._gpu_state, on_dropped=self._on_dropped,
+                                        budget_s=self._gpu_budget_s)
         except NvmlUnavailable as exc:
             # After a driver reload the log said "trying every NVML_REINIT_S": keep to it
             # (a reload often takes longer than one interval), whatever the policy.

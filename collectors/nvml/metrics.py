@@ -10,6 +10,7 @@ module for how failures are classified.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -39,11 +40,14 @@ class GpuMetrics:
     backend: NvmlBackend
     on_error: Callable[[str], None]
     clock: Callable[[], float]
+    call_budget_s: float
+    _tick: int
 
     if TYPE_CHECKING:  # in NvmlReader
         def _q(self, g: _Gpu, key: str, fn: Callable[..., T], *args: Any) -> T | None: ...
         def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None: ...
         def _setup(self, g: _Gpu) -> None: ...
+        def _timed(self, g: _Gpu, key: str, took: float) -> None: ...
         @staticmethod
         def _batch(g: _Gpu, fields: list[tuple[int, int, str, float]]) -> None: ...
 
@@ -99,13 +103,21 @@ class GpuMetrics:
 
     def _read_fast(self, g: _Gpu, m: dict[str, float]) -> None:
         # The hot loop: failures go to the same _failed as _q's, without _q's per-call cost.
-        i, skipped = g.index, len(g.skip)
+        i, skipped, slowed, budget = g.index, len(g.skip), g.slowed, self.call_budget_s
+        clock = time.perf_counter
         for key, names, fn, args, scale in g.probes:
+            if slowed and slowed.get(key, 0) > self._tick:
+                continue  # it took too long: asked again on the slow cadence
+            t0 = clock()
             try:
                 v = fn(i, *args)
             except pynvml.NVMLError as exc:
+                self._timed(g, key, clock() - t0)
                 self._failed(g, key, exc)
                 continue
+            took = clock() - t0
+            if took > budget or key in slowed:
+                self._timed(g, key, took)
             if scale:
                 m[names[0]] = v * scale
             else:  # a tuple answer: one metric per element

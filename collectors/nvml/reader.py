@@ -20,6 +20,14 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
   no longer made every tick (each may block for seconds); the re-probe tries it, and
   it is ok again once a tick's reads give a value.
 
+Slow calls: a call that takes longer than ``call_budget_s`` (0.5 s; NVML answers in
+milliseconds) is left out on that GPU, said once naming the GPU and the call, and asked
+again every ``slow_every`` ticks until it answers in time (said once too). With
+``budget_s`` (the agent: half its interval) each GPU is read in its own worker and the
+tick waits at most that long: a GPU not done by then reports no values that tick (never
+values read after its frame's time), and one that stays so is judged as answering
+nothing (below); the other GPUs keep their cadence.
+
 Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
 (nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
 report. Every ``slow_every`` ticks the reader looks again: GPUs that appeared are
@@ -51,6 +59,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pynvml
@@ -66,6 +75,7 @@ from fleetwatch.collectors.nvml.fields import (
     PROBES,
 )
 from fleetwatch.collectors.nvml.metrics import GpuMetrics
+from fleetwatch.collectors.nvml.pool import GpuPool
 from fleetwatch.collectors.nvml.state import (
     _ABSENT,
     _INIT_HINTS,
@@ -93,9 +103,13 @@ __all__ = ["LOST_AFTER_INTERVALS", "MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "N
 # of its node answers is lost: the agent counts its ticks, replay (recorded_ticks) the
 # gaps in its samples. One or two bad ticks are a hiccup, not a lost GPU.
 LOST_AFTER_INTERVALS = 3
+CALL_BUDGET_S = 0.5  # see NvmlReader.call_budget_s
 UNKNOWN_GPU = "xid_unknown_gpu"  # on_dropped's reason for an XID event of no known GPU
 # Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
 _CARRIED = frozenset({"gpu_nvlink_links_down"})
+# One GPU's reads of a tick: its metrics, the pids of its compute processes, its MIG devices.
+_GpuRead = tuple[dict[str, float], "list[int] | None", "list[MigInstance] | None"]
+_NOTHING: _GpuRead = ({}, None, None)
 
 
 class NvmlReader(GpuMetrics):
@@ -109,8 +123,16 @@ class NvmlReader(GpuMetrics):
     def __init__(self, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
                  slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
                  on_state: StateCallback | None = None,
-                 on_dropped: Callable[[str], None] | None = None) -> None:
+                 on_dropped: Callable[[str], None] | None = None,
+                 budget_s: float | None = None) -> None:
         self.backend = backend
+        # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
+        self._pool: GpuPool[_GpuRead] | None = GpuPool(budget_s) if budget_s else None
+        self._said_late: set[int] = set()
+        # A single NVML call longer than this is left out (see _timed); every call the
+        # agent makes normally answers in milliseconds (PCIe throughput: 20 ms).
+        self.call_budget_s = CALL_BUDGET_S
+        self._said_slow: set[tuple[int, str]] = set()  # (GPU, call) said to be slow
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
         self.on_state = on_state or log_gpu_state
@@ -131,7 +153,8 @@ class NvmlReader(GpuMetrics):
     def open(cls, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
              slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
              on_state: StateCallback | None = None,
-             on_dropped: Callable[[str], None] | None = None) -> NvmlReader:
+             on_dropped: Callable[[str], None] | None = None,
+             budget_s: float | None = None) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -139,7 +162,7 @@ class NvmlReader(GpuMetrics):
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped)
+        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s)
         reader._open = True
         try:
             reader._discover()
@@ -151,13 +174,34 @@ class NvmlReader(GpuMetrics):
 
     # -- the one call wrapper ------------------------------------------------
     def _q(self, g: _Gpu, key: str, fn: Callable[..., T], *args: Any) -> T | None:
-        if key in g.skip:
+        if key in g.skip or (g.slowed and g.slowed.get(key, 0) > self._tick):
             return None
+        t0 = time.perf_counter()
         try:
             return fn(g.index, *args)
         except pynvml.NVMLError as exc:
             self._failed(g, key, exc)
             return None
+        finally:
+            took = time.perf_counter() - t0
+            if took > self.call_budget_s or key in g.slowed:
+                self._timed(g, key, took)
+
+    def _timed(self, g: _Gpu, key: str, took: float) -> None:
+        """A call over its budget is left out, and asked again every ``slow_every`` ticks
+        (each time it may block the GPU's reads that long); said once each way."""
+        if took > self.call_budget_s:
+            g.slowed[key] = self._tick + self.slow_every
+            if (g.index, key) not in self._said_slow:
+                self._said_slow.add((g.index, key))
+                log.warning("GPU %d (%s): NVML call %s took %.1f s, over its %.2f s budget: "
+                            "left out (its values absent) and asked again every %d ticks "
+                            "until it answers in time", g.index, g.uuid, key, took,
+                            self.call_budget_s, self.slow_every)
+        elif g.slowed.pop(key, None) is not None:
+            self._said_slow.discard((g.index, key))
+            log.info("GPU %d (%s): NVML call %s answers in time again (%.2f s)", g.index,
+                     g.uuid, key, took)
 
     def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
@@ -263,8 +307,8 @@ class NvmlReader(GpuMetrics):
             return
         back: list[_Gpu] = []
         for k, g in enumerate(self._gpus):
-            if not g.lost or k >= count:
-                continue
+            if not g.lost or k >= count or (self._pool is not None and self._pool.busy(k)):
+                continue  # (busy: its worker is still inside NVML; asking again would block)
             fresh = self._attach_quiet(k, trial=k in self._muted)
             if fresh is not None:
                 self._muted.discard(k)
@@ -344,23 +388,15 @@ class NvmlReader(GpuMetrics):
         for g in self._gpus:
             if XID_FALLEN_OFF_BUS in xids.get(g.index, ()):
                 self._set_lost(g, "XID 79 (fallen off the bus)")
-            metrics: dict[str, float] = {}
+        done = self._read_each([g for g in self._gpus if not g.lost], slow)
+        for g in self._gpus:
+            metrics, p, instances = done.get(g.index, _NOTHING)
             job = None
-            if not g.lost:
-                try:
-                    if slow:
-                        self._read_slow(g)
-                    self._read_fast(g, metrics)
-                    p = self._q(g, "pids", self.backend.compute_pids)
-                    if p:
-                        pids[g.index] = p
-                        job = job_of(p) if job_of is not None else None
-                    if g.info.get("mig_mode") == "enabled":
-                        instances = self._q(g, "mig_instances", self.backend.mig_instances)
-                        if instances:
-                            mig[g.index] = instances
-                except _GpuLost:
-                    metrics = {}
+            if p:
+                pids[g.index] = p
+                job = job_of(p) if job_of is not None else None
+            if instances:
+                mig[g.index] = instances
             read.append((g, metrics, job))
         self._judge_mute(read)
         for g, metrics, job in read:
@@ -378,6 +414,42 @@ class NvmlReader(GpuMetrics):
             readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
                                        xids=tuple(x) if x else (), info=g.info))
         return NvmlRead(readings, pids, mig)
+
+    def _read_each(self, gpus: list[_Gpu], slow: bool) -> dict[int, _GpuRead]:
+        """Each GPU's reads of this tick: in turn, or with a pool each in its own worker,
+        waited for at most the pool's budget (a GPU not done by then answered nothing)."""
+        if self._pool is None:
+            return {g.index: self._read_gpu(g, slow) for g in gpus}
+        done, late = self._pool.run({g.index: partial(self._read_gpu, g, slow) for g in gpus})
+        for i in late:
+            self._failing[i] = "timeout"  # no answer within the tick: as NVML's Timeout
+            g = self._gpus[i]
+            if i not in self._said_late:
+                self._said_late.add(i)
+                log.warning("GPU %d (%s): its NVML calls did not return within %.2f s of the "
+                            "tick; reported without values until they do (the other GPUs "
+                            "keep their cadence)", i, g.uuid, self._pool.budget_s)
+        for i in done:
+            if i in self._said_late:
+                self._said_late.discard(i)
+                log.info("GPU %d (%s): its NVML calls return in time again", i,
+                         self._gpus[i].uuid)
+        return done
+
+    def _read_gpu(self, g: _Gpu, slow: bool) -> _GpuRead:
+        """One GPU's reads of a tick (in a worker of the pool, where there is one)."""
+        metrics: dict[str, float] = {}
+        try:
+            if slow:
+                self._read_slow(g)
+            self._read_fast(g, metrics)
+            pids = self._q(g, "pids", self.backend.compute_pids)
+            instances = None
+            if g.info.get("mig_mode") == "enabled":
+                instances = self._q(g, "mig_instances", self.backend.mig_instances)
+        except _GpuLost:
+            return _NOTHING
+        return metrics, pids, instances
 
     def _judge_mute(self, read: list[tuple[_Gpu, dict[str, float], str | None]]) -> None:
         """A GPU that answered no call this tick, for more than LOST_AFTER_INTERVALS ticks
@@ -426,6 +498,8 @@ class NvmlReader(GpuMetrics):
         return out
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         try:
             self.backend.shutdown()
         except pynvml.NVMLError as exc:
