@@ -12,7 +12,8 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
 * ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
 * ``NVMLError_Uninitialized``: the driver went away; ``read`` raises ``NvmlDriverGone``
   and the caller closes this reader and opens a new one later;
-* anything else: the metric is absent this tick and ``on_error(kind)`` counts it. A
+* anything else: the metric is absent this tick and ``on_error(kind)`` counts it; the
+  log says so once per GPU and call when it starts, and with its count when it answers. A
   GPU that answers no call at all (every one Unknown, Timeout: a GSP that no longer
   answers RPCs) for more than ``LOST_AFTER_INTERVALS`` ticks in a row while another
   GPU of the node answers is reported lost, as replay reads a GPU whose samples stop
@@ -178,10 +179,14 @@ class NvmlReader(GpuMetrics):
             return None
         t0 = time.perf_counter()
         try:
-            return fn(g.index, *args)
+            answer = fn(g.index, *args)
         except pynvml.NVMLError as exc:
             self._failed(g, key, exc)
             return None
+        else:
+            if key in g.failing:
+                self._note_answer(g, key)
+            return answer
         finally:
             took = time.perf_counter() - t0
             if took > self.call_budget_s or key in g.slowed:
@@ -215,6 +220,7 @@ class NvmlReader(GpuMetrics):
             return
         self._failing[g.index] = kind = error_kind(exc)
         self.on_error(kind)
+        self._note_failure(g, key, kind)
 
     def _set_lost(self, g: _Gpu, why: str) -> None:
         if not g.lost:

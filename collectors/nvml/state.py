@@ -105,6 +105,8 @@ class _Gpu:
     pcie_counters: bool = False
     pcie_prev: dict[str, tuple[float, float]] = field(default_factory=dict)
     events: bool = False  # registered for NVML XID events
+    # Calls (or fields) failing now, other than "not supported": key -> (kind, how often).
+    failing: dict[str, tuple[str, int]] = field(default_factory=dict)
     # Calls that took longer than the reader's call budget: key -> the tick to ask again.
     slowed: dict[str, int] = field(default_factory=dict)
 

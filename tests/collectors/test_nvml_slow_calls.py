@@ -77,3 +77,33 @@ def test_the_node_reads_its_gpus_within_half_its_interval(
     assert time.perf_counter() - t0 < 0.6
     assert frame.gpus[0].metrics == {} and frame.gpus[1].metrics["gpu_temp_c"] == 61
     source.close()
+
+
+def test_a_call_and_a_field_failing_every_tick_are_said_once_per_gpu_with_counts(
+        caplog: pytest.LogCaptureFixture) -> None:
+    import pynvml
+
+    from fleetwatch.collectors.nvml import backend as b
+    from fleetwatch.collectors.nvml.fake import FieldError
+
+    caplog.set_level(logging.INFO)
+    nv = FakeNvml.of(4)
+    nv.fail(3, "power_usage_mw", pynvml.NVMLError_Unknown())
+    nv.gpus[3].fields[b.FI_ECC_DBE_VOL_TOTAL] = FieldError(pynvml.NVML_ERROR_UNKNOWN)
+    errors: list[str] = []
+    reader = NvmlReader.open(nv, errors.append)
+    for _ in range(5):
+        gpus = reader.read().gpus
+    assert "gpu_power_w" not in gpus[3].metrics and gpus[2].metrics["gpu_power_w"] > 0
+    lines = [r.getMessage() for r in caplog.records]
+    power = [x for x in lines if x.startswith("GPU 3 (") and " power: NVML Unknown" in x]
+    ecc = [x for x in lines if x.startswith("GPU 3 (") and "gpu_ecc_dbe_volatile_total: NVML "
+           "Unknown" in x]
+    assert len(power) == 1 and len(ecc) == 1
+    assert 'fleetwatch_agent_nvml_errors_total{kind="unknown"}' in power[0]
+    assert errors.count("unknown") == 10
+    nv.set(3, "power_usage_mw", 300_000)
+    gpus = reader.read().gpus
+    assert gpus[3].metrics["gpu_power_w"] == 300.0
+    assert any(x.startswith("GPU 3 (") and "power answers again after 5 failed reads "
+               "(NVML Unknown)" in x for x in (r.getMessage() for r in caplog.records))
