@@ -205,10 +205,13 @@ class NodeSource:
         bare = [g for g in gpus if g.state == "ok" and g.info.get("profiling") == "none"]
         if bare:
             self._said_no_profiling = True
-            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper) and DCGM is not available: "
-                     "their SM, tensor and DRAM activity ratios are absent. To get them, install "
+            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper, or GPM sampling "
+                     "answering NotSupported) and DCGM is not available: their SM, tensor and "
+                     "DRAM activity ratios are absent. To get them, install "
                      "datacenter-gpu-manager, run nv-hostengine and put its Python bindings on "
-                     "PYTHONPATH (agent.dcgm = true)", len(bare), bare[0].model)
+                     "PYTHONPATH (agent.dcgm = true)", len(bare),
+                     f"GPU {', '.join(str(g.index) for g in bare)}: "
+                     f"{', '.join(sorted({g.model for g in bare}))}")
 
     def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
                    ) -> list[GpuReading]:

@@ -372,6 +372,9 @@ class FakeNvml:
         gpu = self._gpu(i)
         if gpu.gpm is None:
             raise pynvml.NVMLError_NotSupported()
+        refused = gpu.answers.get("gpm_metrics")  # fail(i, "gpm_metrics", ...): sampling fails
+        if isinstance(refused, BaseException):
+            raise refused
         if i not in self._gpm_started:  # GPM needs two samples, as on a real GPU
             self._gpm_started.add(i)
             return []

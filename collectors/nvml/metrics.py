@@ -210,6 +210,9 @@ class GpuMetrics:
 
     def _read_gpm(self, g: _Gpu, m: dict[str, float]) -> None:
         res = self._q(g, "gpm", self.backend.gpm_metrics, GPM_IDS)
+        if res is None and "gpm" in g.skip:  # NotSupported now: no longer the ratios' source
+            g.gpm = False
+            g.info = {**g.info, "profiling": "none"}
         if not res:
             return
         for (_mid, name), (code, value) in zip(GPM, res, strict=True):

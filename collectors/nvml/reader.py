@@ -269,8 +269,6 @@ class NvmlReader(GpuMetrics):
         links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
         g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
         g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
-        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
-        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
         pcie = self._q(g, "pcie_counters", be.field_values,
                        [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
         g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
@@ -281,6 +279,10 @@ class NvmlReader(GpuMetrics):
                     if not (g.pcie_counters and key in PCIE_PROBES)]
         if g.gpm:
             self._q(g, "gpm", be.gpm_metrics, GPM_IDS)  # first sample
+            # The query says GPM, but sampling may answer NotSupported (a MIG-enabled parent)
+            g.gpm = "gpm" not in g.skip
+        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
+        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
 
     def _register_events(self, gpus: list[_Gpu]) -> None:
         if not self._events or not gpus:
