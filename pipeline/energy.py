@@ -24,12 +24,13 @@ for it. A step back (``energy_clock``) re-anchors the watermarks. The CPU packag
 node is a static model (``node_static_w`` for every second the node reports).
 
 A GPU the node's frames stop listing for longer than ``max_gap_s`` while the
-node keeps reporting (frames that say its NVML does not answer, ``host_nvml_up`` 0, list
-no GPU for that reason: that time is missing, as for a silent node) is absent (a board removed or replaced, one the driver
-no longer enumerates): that time is neither energy nor missing time, and when
-a GPU is listed again at that index it starts anew at that sample, as a new
-GPU does. A GPU the node lists but cannot read (lost) is missing time, and so
-is every GPU's time while the whole node is silent.
+node keeps reporting (frames that say its NVML does not answer, ``host_nvml_up``
+0, list no GPU for that reason: that time is missing, as for a silent node) is
+absent (a board removed or replaced, one the driver no longer enumerates): that
+time is neither energy nor missing time, and when a GPU is listed again at that
+index it starts anew at that sample, as a new GPU does. A GPU the node lists but
+cannot read (lost) is missing time, and so is every GPU's time while the whole
+node is silent.
 
 An interval is attributed to the job, user and team of the sample that ends
 it (NVML's utilization is "over the last sample period", so that sample

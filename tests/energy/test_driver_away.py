@@ -8,7 +8,7 @@ import pytest
 
 from fleetwatch.frame import Frame, HostReading
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from tests.energy.test_integrator_owners_gaps import H, P, T0, feed, gpu, kwh, total
+from tests.energy.test_integrator_owners_gaps import T0, H, P, feed, gpu, kwh, total
 
 
 def fr(ts: float, gpus: list, nvml_up: bool = True) -> Frame:
