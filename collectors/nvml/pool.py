@@ -11,6 +11,7 @@ multiple threads").
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Generic, TypeVar
@@ -25,11 +26,16 @@ class GpuPool(Generic[R]):
         self.budget_s = budget_s
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="nvml-gpu")
         self._busy: dict[int, Future[R]] = {}
+        self._since: dict[int, float] = {}  # GPU index -> when its busy read began
 
     def busy(self, index: int) -> bool:
         """Is a worker still inside NVML for this GPU (from this tick or an earlier one)?"""
         f = self._busy.get(index)
         return f is not None and not f.done()
+
+    def busy_for(self, index: int) -> float:
+        """How long this GPU's worker has been inside its read (0: none is)."""
+        return time.monotonic() - self._since[index] if self.busy(index) else 0.0
 
     def run(self, reads: Mapping[int, Callable[[], R]]) -> tuple[dict[int, R], list[int]]:
         """(results by GPU index, the GPUs not done within the budget). A read's exception
@@ -39,6 +45,8 @@ class GpuPool(Generic[R]):
                 del self._busy[i]  # late: read under an earlier frame's time, not used
         fresh = {i: self._pool.submit(read) for i, read in reads.items() if i not in self._busy}
         self._busy.update(fresh)
+        now = time.monotonic()
+        self._since.update(dict.fromkeys(fresh, now))
         if fresh:
             wait(list(fresh.values()), timeout=self.budget_s)
         out: dict[int, R] = {}

@@ -26,8 +26,8 @@ milliseconds) is left out on that GPU, said once naming the GPU and the call, an
 again every ``slow_every`` ticks until it answers in time (said once too). With
 ``budget_s`` (the agent: half its interval) each GPU is read in its own worker and the
 tick waits at most that long: a GPU not done by then reports no values that tick (never
-values read after its frame's time), and one that stays so is judged as answering
-nothing (below); the other GPUs keep their cadence.
+values read after its frame's time), and one whose reads have not returned for
+``HUNG_S`` (30 s) is lost; the other GPUs keep their cadence.
 
 Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
 (nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
@@ -105,6 +105,7 @@ __all__ = ["LOST_AFTER_INTERVALS", "MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "N
 # gaps in its samples. One or two bad ticks are a hiccup, not a lost GPU.
 LOST_AFTER_INTERVALS = 3
 CALL_BUDGET_S = 0.5  # see NvmlReader.call_budget_s
+HUNG_S = 30.0  # a GPU whose reads have not returned for this long is lost (with a pool)
 UNKNOWN_GPU = "xid_unknown_gpu"  # on_dropped's reason for an XID event of no known GPU
 # Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
 _CARRIED = frozenset({"gpu_nvlink_links_down"})
@@ -128,7 +129,7 @@ class NvmlReader(GpuMetrics):
                  budget_s: float | None = None) -> None:
         self.backend = backend
         # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
-        self._pool: GpuPool[_GpuRead] | None = GpuPool(budget_s) if budget_s else None
+        self._pool: GpuPool[Any] | None = GpuPool(budget_s) if budget_s else None
         self._said_late: set[int] = set()
         # A single NVML call longer than this is left out (see _timed); every call the
         # agent makes normally answers in milliseconds (PCIe throughput: 20 ms).
@@ -317,7 +318,7 @@ class NvmlReader(GpuMetrics):
         for k, g in enumerate(self._gpus):
             if not g.lost or k >= count or (self._pool is not None and self._pool.busy(k)):
                 continue  # (busy: its worker is still inside NVML; asking again would block)
-            fresh = self._attach_quiet(k, trial=k in self._muted)
+            fresh = self._reattach(k, trial=k in self._muted)
             if fresh is not None:
                 self._muted.discard(k)
                 self._mute.pop(k, None)
@@ -331,6 +332,15 @@ class NvmlReader(GpuMetrics):
                 back.append(g)
                 self.on_state(i, g.uuid, "ok", "appeared")
         self._register_events(back)
+
+    def _reattach(self, i: int, trial: bool) -> _Gpu | None:
+        """``_attach_quiet``; a GPU lost for answering nothing is tried in its worker,
+        within the pool's budget, as its calls may still block for seconds."""
+        if self._pool is None or not trial:
+            return self._attach_quiet(i, trial)
+        done, _ = self._pool.run({i: partial(self._attach_quiet, i, True)})
+        got: _Gpu | None = done.get(i)
+        return got
 
     def _attach_quiet(self, i: int, trial: bool = False) -> _Gpu | None:
         """``_attach`` for a GPU already reported lost: None (and no new report) if still so.
@@ -430,15 +440,22 @@ class NvmlReader(GpuMetrics):
             return {g.index: self._read_gpu(g, slow) for g in gpus}
         done, late = self._pool.run({g.index: partial(self._read_gpu, g, slow) for g in gpus})
         for i in late:
-            self._failing[i] = "timeout"  # no answer within the tick: as NVML's Timeout
             g = self._gpus[i]
+            # Slow is not lost (its calls come back, and are then left out: _timed); calls
+            # that do not come back at all for HUNG_S are.
+            hung = self._pool.busy_for(i)
+            if hung > HUNG_S:
+                self._set_lost(g, f"its NVML calls have not returned for {hung:.0f} s")
+                self._muted.add(i)
             if i not in self._said_late:
                 self._said_late.add(i)
                 log.warning("GPU %d (%s): its NVML calls did not return within %.2f s of the "
                             "tick; reported without values until they do (the other GPUs "
                             "keep their cadence)", i, g.uuid, self._pool.budget_s)
         for i in done:
-            if i in self._said_late:
+            # Back in time, and no call of it left out for being slow (re-asking that one
+            # makes it late again every slow_every ticks: one episode, said once).
+            if i in self._said_late and not self._gpus[i].slowed:
                 self._said_late.discard(i)
                 log.info("GPU %d (%s): its NVML calls return in time again", i,
                          self._gpus[i].uuid)

@@ -107,3 +107,28 @@ def test_a_call_and_a_field_failing_every_tick_are_said_once_per_gpu_with_counts
     assert gpus[3].metrics["gpu_power_w"] == 300.0
     assert any(x.startswith("GPU 3 (") and "power answers again after 5 failed reads "
                "(NVML Unknown)" in x for x in (r.getMessage() for r in caplog.records))
+
+
+def test_a_gpu_whose_reads_never_return_is_lost_and_tried_again_in_its_worker(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetwatch.collectors.nvml import reader as r
+
+    monkeypatch.setattr(r, "HUNG_S", 0.3)
+    nv = FakeNvml.of(3)
+    reader = NvmlReader.open(nv, slow_every=2, budget_s=0.1)
+    reader.read()
+    nv.gpus[2].delays["memory"] = 2.0  # GPU 2's read does not come back for 2 s
+    states = []
+    for _ in range(8):
+        took, gpus = timed_read(reader)
+        assert took < 0.35  # a re-probe of GPU 2 is in its worker too, within the budget
+        assert all(g.metrics for g in gpus[:2])
+        states.append(gpus[2].state)
+        time.sleep(0.1)  # the agent's interval
+    assert states[0] == "ok" and "lost" in states  # lost only once not back for 0.3 s
+    del nv.gpus[2].delays["memory"]
+    time.sleep(2.0)
+    for _ in range(4):
+        gpus = reader.read().gpus
+    assert gpus[2].state == "ok" and gpus[2].metrics["gpu_temp_c"] == 61
+    reader.close()
