@@ -136,8 +136,8 @@ class NodeSource:
             self.nvml_problem = exc
             return
         if self._gone_at is not None:
-            log.info("NVML is available again after %.0f s: %d GPUs",
-                     self._clock() - self._gone_at, self.nvml.gpu_count)
+            log.info("NVML is available now: %d GPUs (NVML was away %.0f s)",
+                     self.nvml.gpu_count, self._clock() - self._gone_at)
         elif not first:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
         self._gone_at = None

@@ -29,7 +29,7 @@ def test_a_slow_driver_reload_is_retried_every_reinit_interval_as_logged(
     nv.load_driver()  # back 4 s after that retry
     clock.advance(NVML_REINIT_S)  # the next retry, as the log says: not a minute later
     assert [g.state for g in source.frames(time.time())[0].gpus] == ["ok", "ok"]
-    assert "NVML is available again after 20 s: 2 GPUs" in caplog.text
+    assert "NVML is available now: 2 GPUs (NVML was away 20 s)" in caplog.text
     source.close()
 
 
