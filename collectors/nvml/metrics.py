@@ -32,15 +32,6 @@ log = logging.getLogger("fleetwatch.collectors.nvml.reader")
 # for memory temperature, and dcgm-exporter passes that 0 on. The agent and replay
 # (fleetwatch.recorded) both read it as absent, never 0.
 ZERO_IS_ABSENT = frozenset({"gpu_mem_temp_c"})
-# Calls of one GPU said to fail, each on its own line; more are said in one line.
-MAX_SAID_FAILING = 4
-
-
-def _nvml_word(kind: str) -> str:
-    """``gpu_is_lost`` -> ``GpuIsLost``: NVML's own name for the error, as its docs spell it."""
-    return "".join(part.capitalize() for part in kind.split("_"))
-
-
 class GpuMetrics:
     """The per-GPU reads of a tick (mixed into ``NvmlReader``)."""
 
@@ -55,28 +46,10 @@ class GpuMetrics:
         def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None: ...
         def _setup(self, g: _Gpu) -> None: ...
         def _timed(self, g: _Gpu, key: str, took: float) -> None: ...
+        def _note_failure(self, g: _Gpu, key: str, kind: str) -> None: ...
+        def _note_answer(self, g: _Gpu, key: str) -> None: ...
         @staticmethod
         def _batch(g: _Gpu, fields: list[tuple[int, int, str, float]]) -> None: ...
-
-    def _note_failure(self, g: _Gpu, key: str, kind: str) -> None:
-        """A call or field that fails (not "not supported"): said once per GPU and call
-        when it starts failing, with the count when it answers again."""
-        was = g.failing.get(key)
-        g.failing[key] = (kind, (was[1] if was else 0) + 1)
-        if was is not None:
-            return
-        if len(g.failing) <= MAX_SAID_FAILING:
-            log.warning("GPU %d (%s) %s: NVML %s; reported absent until it answers (counted "
-                        "in fleetwatch_agent_nvml_errors_total{kind=\"%s\"})", g.index, g.uuid,
-                        key, _nvml_word(kind), kind)
-        elif len(g.failing) == MAX_SAID_FAILING + 1:
-            log.warning("GPU %d (%s): more NVML calls fail (%s, ...): not each said; all "
-                        "reported absent", g.index, g.uuid, key)
-
-    def _note_answer(self, g: _Gpu, key: str) -> None:
-        kind, n = g.failing.pop(key)
-        log.info("GPU %d (%s) %s answers again after %d failed read%s (NVML %s)", g.index,
-                 g.uuid, key, n, "" if n == 1 else "s", _nvml_word(kind))
 
     def _read_slow(self, g: _Gpu) -> None:
         be, q, s = self.backend, self._q, g.slow

@@ -67,6 +67,7 @@ import pynvml
 
 from fleetwatch.collectors.nvml import backend as b
 from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
+from fleetwatch.collectors.nvml.calls import CallWatch
 from fleetwatch.collectors.nvml.fields import (
     FIELDS,
     GPM_IDS,
@@ -104,7 +105,6 @@ __all__ = ["LOST_AFTER_INTERVALS", "MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "N
 # of its node answers is lost: the agent counts its ticks, replay (recorded_ticks) the
 # gaps in its samples. One or two bad ticks are a hiccup, not a lost GPU.
 LOST_AFTER_INTERVALS = 3
-CALL_BUDGET_S = 0.5  # see NvmlReader.call_budget_s
 HUNG_S = 30.0  # a GPU whose reads have not returned for this long is lost (with a pool)
 UNKNOWN_GPU = "xid_unknown_gpu"  # on_dropped's reason for an XID event of no known GPU
 # Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
@@ -114,7 +114,7 @@ _GpuRead = tuple[dict[str, float], "list[int] | None", "list[MigInstance] | None
 _NOTHING: _GpuRead = ({}, None, None)
 
 
-class NvmlReader(GpuMetrics):
+class NvmlReader(GpuMetrics, CallWatch):
     """Attaches each GPU on its own, then ``read()`` gives one reading per GPU per tick.
 
     Every ``slow_every`` ticks it also looks again: a GPU that appeared (the count
@@ -131,10 +131,7 @@ class NvmlReader(GpuMetrics):
         # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
         self._pool: GpuPool[Any] | None = GpuPool(budget_s) if budget_s else None
         self._said_late: set[int] = set()
-        # A single NVML call longer than this is left out (see _timed); every call the
-        # agent makes normally answers in milliseconds (PCIe throughput: 20 ms).
-        self.call_budget_s = CALL_BUDGET_S
-        self._said_slow: set[tuple[int, str]] = set()  # (GPU, call) said to be slow
+        CallWatch.__init__(self)
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
         self.on_state = on_state or log_gpu_state
@@ -192,22 +189,6 @@ class NvmlReader(GpuMetrics):
             took = time.perf_counter() - t0
             if took > self.call_budget_s or key in g.slowed:
                 self._timed(g, key, took)
-
-    def _timed(self, g: _Gpu, key: str, took: float) -> None:
-        """A call over its budget is left out, and asked again every ``slow_every`` ticks
-        (each time it may block the GPU's reads that long); said once each way."""
-        if took > self.call_budget_s:
-            g.slowed[key] = self._tick + self.slow_every
-            if (g.index, key) not in self._said_slow:
-                self._said_slow.add((g.index, key))
-                log.warning("GPU %d (%s): NVML call %s took %.1f s, over its %.2f s budget: "
-                            "left out (its values absent) and asked again every %d ticks "
-                            "until it answers in time", g.index, g.uuid, key, took,
-                            self.call_budget_s, self.slow_every)
-        elif g.slowed.pop(key, None) is not None:
-            self._said_slow.discard((g.index, key))
-            log.info("GPU %d (%s): NVML call %s answers in time again (%.2f s)", g.index,
-                     g.uuid, key, took)
 
     def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
