@@ -91,3 +91,17 @@ def test_a_host_only_node_by_choice_does_not_say_nvml_is_away(
     [frame] = source.frames(time.time())
     assert frame.gpus == () and "host_nvml_up" not in frame.host.metrics
     source.close()
+
+
+def test_metrics_say_nvml_is_away_while_the_driver_is(tree: NodeTree, clock: Clock) -> None:
+    from fleetwatch.collectors.exporter import Exporter, render
+
+    nv = FakeNvml.of(2)
+    source = NodeSource(config(tree), lambda: nv, None, clock=clock)
+    e = Exporter(hostname="n")
+    nv.unload_driver()
+    [frame] = source.frames(time.time())
+    e.update(frame, source.mig)
+    text = render(e.collect()).decode()
+    assert 'fleetwatch_host_nvml_up{Hostname="n"} 0.0' in text
+    source.close()
