@@ -416,7 +416,7 @@ class NvmlReader(GpuMetrics, CallWatch):
 
     def _read_each(self, gpus: list[_Gpu], slow: bool) -> dict[int, _GpuRead]:
         """Each GPU's reads of this tick: in turn, or with a pool each in its own worker,
-        waited for at most the pool's budget (a GPU not done by then answered nothing)."""
+        waited for at most the pool's budget (a GPU not done by then has no values)."""
         if self._pool is None:
             return {g.index: self._read_gpu(g, slow) for g in gpus}
         done, late = self._pool.run({g.index: partial(self._read_gpu, g, slow) for g in gpus})
