@@ -37,10 +37,10 @@ def test_a_gpu_whose_call_hangs_does_not_hold_up_the_others(
     assert "GPU 3 (GPU-" in caplog.text and "did not return within 0.15 s" in caplog.text
     time.sleep(0.6)  # its worker comes back; its late values are dropped
     took, gpus = timed_read(reader)
-    assert took < 0.1
+    assert took < 0.3  # not GPU 3's 0.6 s
     assert "NVML call temperature took 0.6 s, over its 0.10 s budget" in caplog.text
     took, gpus = timed_read(reader)  # the slow call is left out: GPU 3 reports the rest
-    assert took < 0.1 and gpus[3].state == "ok"
+    assert took < 0.3 and gpus[3].state == "ok"
     assert "gpu_temp_c" not in gpus[3].metrics and gpus[3].metrics["gpu_power_w"] > 0
     said = [r for r in caplog.records if "NVML call temperature took" in r.getMessage()]
     assert len(said) == 1
@@ -59,7 +59,7 @@ def test_a_slow_call_without_a_pool_is_left_out_after_its_first_time() -> None:
     nv.gpus[1].delays["power_usage_mw"] = 0.2
     reader.read()
     took, gpus = timed_read(reader)
-    assert took < 0.1
+    assert took < 0.15  # not GPU 1's 0.2 s
     assert "gpu_power_w" not in gpus[1].metrics and gpus[1].metrics["gpu_temp_c"] == 61
     assert gpus[0].metrics["gpu_power_w"] > 0
 
