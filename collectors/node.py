@@ -57,6 +57,7 @@ NVML_RETRY_S = 60.0
 # After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
 # as a reload takes seconds.
 NVML_REINIT_S = 10.0
+GPU_BUDGET_SHARE = 0.5  # of agent.interval_s: how long a tick waits for its GPUs' reads
 
 
 class NodeSource:
@@ -81,6 +82,9 @@ class NodeSource:
             self.node = dataclasses.replace(self.node, rack=rack_from_label(
                 self.node.node, self.node.rack_label, self.node.rack))
         self.policy = agent.nvml_policy
+        # Each GPU is read in its own worker, within half the interval: one GPU whose NVML
+        # calls hang neither delays the others nor makes the frame late (nvml/pool.py).
+        self._gpu_budget_s = GPU_BUDGET_SHARE * agent.interval_s
         self._backend = backend
         self._on_error = on_nvml_error
         self._clock = clock
@@ -104,6 +108,7 @@ class NodeSource:
         self.nvml_problem: NvmlUnavailable | None = None
         self._next_try = 0.0
         self._reinit = False  # the driver went away mid-run: retry whatever the policy
+        self._gone_at: float | None = None  # when it went away (this clock)
         # Frame identity (node, seq) must stay unique across agent restarts: start from the
         # wall clock in milliseconds. A tick takes at least 50 ms (agent.interval_s), so
         # the count never overtakes the clock, and a restarted agent starts above it.
@@ -114,9 +119,12 @@ class NodeSource:
     def _try_nvml(self, first: bool = False) -> None:
         try:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
-                                        on_state=self._gpu_state, on_dropped=self._on_dropped)
+                                        on_state=self._gpu_state, on_dropped=self._on_dropped,
+                                        budget_s=self._gpu_budget_s)
         except NvmlUnavailable as exc:
-            self._next_try = self._clock() + NVML_RETRY_S
+            # After a driver reload the log said "trying every NVML_REINIT_S": keep to it
+            # (a reload often takes longer than one interval), whatever the policy.
+            self._next_try = self._clock() + (NVML_REINIT_S if self._reinit else NVML_RETRY_S)
             if first and self.policy == "error":
                 self.close()
                 raise
@@ -127,8 +135,12 @@ class NodeSource:
                             exc.reason, then, exc.hint)
             self.nvml_problem = exc
             return
-        if not first:
+        if self._gone_at is not None:
+            log.info("NVML is available now: %d GPUs (NVML was away %.0f s)",
+                     self.nvml.gpu_count, self._clock() - self._gone_at)
+        elif not first:
             log.info("NVML is available now: %d GPUs", self.nvml.gpu_count)
+        self._gone_at = None
         self.nvml_problem = None
         self._reinit = False
 
@@ -147,9 +159,14 @@ class NodeSource:
                 and self._clock() >= self._next_try):
             self._try_nvml()
         gpus: tuple[GpuReading, ...] = ()
+        watched = self.nvml is not None or self.policy == "retry" or self._reinit
         if self.nvml is not None:
             gpus = self._gpus()
         metrics, nics = self.host.read()
+        if watched:
+            # Says why the frame lists no GPU: NVML away (0), not GPUs gone. A node the
+            # operator runs host-only (agent.nvml_policy = ignore) does not carry it.
+            metrics["host_nvml_up"] = 0.0 if self.nvml is None else 1.0
         metrics.update(self.rapl.read())
         metrics.update(self.inlet.read())
         ports = nics + self.ib.read()
@@ -188,10 +205,13 @@ class NodeSource:
         bare = [g for g in gpus if g.state == "ok" and g.info.get("profiling") == "none"]
         if bare:
             self._said_no_profiling = True
-            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper) and DCGM is not available: "
-                     "their SM, tensor and DRAM activity ratios are absent. To get them, install "
+            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper, or GPM sampling "
+                     "answering NotSupported) and DCGM is not available: their SM, tensor and "
+                     "DRAM activity ratios are absent. To get them, install "
                      "datacenter-gpu-manager, run nv-hostengine and put its Python bindings on "
-                     "PYTHONPATH (agent.dcgm = true)", len(bare), bare[0].model)
+                     "PYTHONPATH (agent.dcgm = true)", len(bare),
+                     f"GPU {', '.join(str(g.index) for g in bare)}: "
+                     f"{', '.join(sorted({g.model for g in bare}))}")
 
     def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
                    ) -> list[GpuReading]:
@@ -276,7 +296,8 @@ class NodeSource:
         self.nvml = None
         self.nvml_problem = NvmlUnavailable(str(exc), "check the driver with nvidia-smi")
         self._reinit = True
-        self._next_try = self._clock() + NVML_REINIT_S
+        self._gone_at = self._clock()
+        self._next_try = self._gone_at + NVML_REINIT_S
 
     @staticmethod
     def _pci_map(gpus: list[GpuReading]) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""A silent node (no frame for several of its own intervals) and two agents under one name.
+"""A silent node (no frame for several of its own intervals), two agents under one name,
+and a node whose NVIDIA driver is away (its frames say NVML does not answer).
 
 Silence is judged on the stream's clock, which nodes with wrong clocks cannot move,
 never later than the processor's own clock where it passes one.
@@ -26,6 +27,11 @@ OUTAGE_INTERVALS = 3.0
 # clock counts as time the fleet was quiet: longer, the processor itself was stopped
 # (SIGSTOP, a long pause, stuck joining its group), not listening.
 TICK_GAP_S = 5.0
+# A node's NVML not answering (host_nvml_up 0) in this many frames in a row, over at least
+# NVML_DOWN_S, is an alert: less is a driver reload (nvidia-smi -r, a module reload; the
+# agent tries NVML again every 10 s), more leaves the node's GPUs unwatched.
+NVML_DOWN_FRAMES = 3
+NVML_DOWN_S = 30.0
 
 # A node is its cluster and its name: names (node001) repeat from cluster to cluster.
 NodeKey = tuple[str, str]
@@ -36,15 +42,24 @@ class _Identities:
     GPU replaced (or a node rebuilt) switches it once; two agents that report under one
     name switch it back and forth, frame after frame."""
 
-    __slots__ = ("current", "switches", "recent")
+    __slots__ = ("current", "switches", "recent", "seq")
 
-    def __init__(self, ident: tuple[str, ...]) -> None:
+    def __init__(self, ident: tuple[str, ...], seq: int = 0) -> None:
         self.current = ident
         self.switches: list[float] = []
         self.recent: dict[tuple[str, ...], float] = {}
+        self.seq = seq  # the agent's sequence number in the node's latest frame
 
-    def switch(self, ident: tuple[str, ...], ts: float) -> bool:
-        """The frame at ``ts`` shows another set: do two agents report as the node?"""
+    def switch(self, ident: tuple[str, ...], ts: float, seq: int = 0) -> bool:
+        """The frame at ``ts`` shows another set: do two agents report as the node?
+
+        A frame whose ``seq`` follows on from the node's previous one is the same agent's
+        next frame (each agent counts from its own start, in ms): its GPU set changed
+        on that machine (a driver away and back, a GPU lost), which is no second agent."""
+        follows, self.seq = self.seq > 0 and seq == self.seq + 1, seq
+        if follows:
+            self.current = ident
+            return False
         self.recent[self.current] = ts
         self.recent[ident] = ts
         self.current = ident
@@ -98,7 +113,8 @@ class NodeSilence:
     """
 
     name = "node_silent"
-    rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": ()}
+    rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": (),
+                                         "node_nvml_down": ()}
     uses_wall = True  # the processor passes its clock to ``update`` (live frames only)
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
@@ -128,6 +144,10 @@ class NodeSilence:
         # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
         # seen within CONFLICT_S of each other: two machines share the node's name.
         self._identities: dict[NodeKey, _Identities] = {}
+        # Per node whose frames say NVML is away: (its first such frame's time, how many
+        # in a row, how many GPUs it listed before).
+        self._nvml_down: dict[NodeKey, tuple[float, int, int]] = {}
+        self._gpus_listed: dict[NodeKey, int] = {}  # GPUs in each node's latest NVML frame
         # Nodes whose partition still holds frames not read yet, by partition (``behind``).
         self._lanes: dict[Hashable, list[NodeKey]] = {}
 
@@ -150,6 +170,8 @@ class NodeSilence:
             self._seq[i], self._skew[i] = -np.inf, 0.0
             self._taken.pop(i, None)
             self._identities.pop(key, None)
+            self._nvml_down.pop(key, None)
+            self._gpus_listed.pop(key, None)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
@@ -200,12 +222,17 @@ class NodeSilence:
             ident = tuple([g.uuid for g in f.gpus])
             seen = identities.get(key)
             if seen is None:
-                identities[key] = _Identities(ident)
-            elif ident != seen.current and seen.switch(ident, f.ts):
-                conflicts[key] = f
+                identities[key] = _Identities(ident, f.seq)
+            elif ident != seen.current:
+                if seen.switch(ident, f.ts, f.seq):
+                    conflicts[key] = f
+            else:
+                seen.seq = f.seq
+            self._nvml_state(f)
         self._advance(wall, list(span))
         self._hear(span)
-        return self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
+        return (self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
+                + self._nvml_findings(frames))
 
     def tick(self, wall: float) -> list[Finding]:
         """Findings when no frame has arrived since the last call (a live processor's poll
@@ -326,6 +353,43 @@ class NodeSilence:
             "Give each machine its own name (node.node, FLEETWATCH_NODE_NODE; a cloned image "
             "or a copied config keeps the first one's): the node's series mix two machines' "
             "readings until then", "node")
+
+    def _nvml_state(self, f: Frame) -> None:
+        """Count the node's frames in a row that say NVML does not answer."""
+        key = (f.cluster, f.node)
+        if f.host.metrics.get("host_nvml_up") != 0.0:
+            self._nvml_down.pop(key, None)
+            if "host_nvml_up" in f.host.metrics:
+                self._gpus_listed[key] = len(f.gpus)
+            return
+        since, n, had = self._nvml_down.get(key, (f.ts, 0, self._gpus_listed.get(key, 0)))
+        self._nvml_down[key] = (min(since, f.ts), n + 1, had)
+
+    def _nvml_findings(self, frames: Sequence[Frame]) -> list[Finding]:
+        """A node of this batch whose NVML has not answered for ``NVML_DOWN_FRAMES`` frames
+        in a row and ``NVML_DOWN_S`` or more, at its newest frame."""
+        newest: dict[NodeKey, Frame] = {}
+        for f in frames:
+            key = (f.cluster, f.node)
+            if key in self._nvml_down and not f.ts < newest.get(key, f).ts:
+                newest[key] = f
+        out = []
+        for key, f in newest.items():
+            since, n, had = self._nvml_down[key]
+            name = f.node
+            away = f.ts - since
+            if n < NVML_DOWN_FRAMES or away < NVML_DOWN_S:
+                continue
+            gpus = f"its {had} GPUs" if had else "its GPUs"
+            out.append(Finding(
+                "node_nvml_down", f.cluster, f.rack, name, None, f.ts, away,
+                f"{name}: NVML has not answered for {away:.0f} s ({n} frames): the NVIDIA "
+                f"driver is unloaded, reset or reloading, or fails to start; {gpus} are "
+                "unwatched (no temperature, power or XID from NVML) until it answers again",
+                "warning", 0.0, 0.0, {"away_s": round(away, 1), "frames": float(n)},
+                "Check the node's driver: nvidia-smi, the kernel log (dmesg) for a reset or "
+                "an Xid, and the agent's log, which says what NVML answered", "node"))
+        return out
 
     def _step(self) -> float:
         """How far past the nodes' median a node's time may set "now"."""

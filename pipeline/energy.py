@@ -24,11 +24,13 @@ for it. A step back (``energy_clock``) re-anchors the watermarks. The CPU packag
 node is a static model (``node_static_w`` for every second the node reports).
 
 A GPU the node's frames stop listing for longer than ``max_gap_s`` while the
-node keeps reporting is absent (a board removed or replaced, one the driver
-no longer enumerates): that time is neither energy nor missing time, and when
-a GPU is listed again at that index it starts anew at that sample, as a new
-GPU does. A GPU the node lists but cannot read (lost) is missing time, and so
-is every GPU's time while the whole node is silent.
+node keeps reporting (frames that say its NVML does not answer, ``host_nvml_up``
+0, list no GPU for that reason: that time is missing, as for a silent node) is
+absent (a board removed or replaced, one the driver no longer enumerates): that
+time is neither energy nor missing time, and when a GPU is listed again at that
+index it starts anew at that sample, as a new GPU does. A GPU the node lists but
+cannot read (lost) is missing time, and so is every GPU's time while the whole
+node is silent.
 
 An interval is attributed to the job, user and team of the sample that ends
 it (NVML's utilization is "over the last sample period", so that sample
@@ -101,6 +103,7 @@ from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     CPU_DEVICE,
     HOST_DEVICE,
+    LISTED_DEVICE,
     REST_DEVICE,
     DeviceState,
     EnergyRow,
@@ -283,6 +286,9 @@ class EnergyIntegrator:
                            (0.0, 0.0, 0.0, 0.0, dt, 0.0), touched)
         if host is None or f.ts > host.ts:
             node.devs[HOST_DEVICE] = Watermark(f.ts, None, None, owners=node_owners)
+        listed = node.devs.get(LISTED_DEVICE)
+        if f.host.metrics.get("host_nvml_up") != 0.0 and (listed is None or f.ts > listed.ts):
+            node.devs[LISTED_DEVICE] = Watermark(f.ts, None, None)
         node.last_ts = max(node.last_ts, f.ts)
         if node.clock.anchor == f.ts:
             node.clock.anchor = None
@@ -335,7 +341,9 @@ class EnergyIntegrator:
                     node.devs[dev] = Watermark(f.ts, power, counter, owners=held)
                 return 0.0, owners  # at or before the watermark: integrated already (a replay)
             if dt > self.s.max_gap_s:
-                host = node.devs.get(HOST_DEVICE)
+                # Absent: the node's GPU list left it out for longer than max_gap_s. Frames
+                # sent while NVML was away list no GPU without saying anything of them.
+                host = node.devs.get(LISTED_DEVICE) or node.devs.get(HOST_DEVICE)
                 if host is not None and host.ts - prev.ts > self.s.max_gap_s:
                     # The node reported without this GPU: it was absent (removed, replaced),
                     # not unmeasured. It starts anew here, as a new GPU does.
@@ -396,6 +404,8 @@ class EnergyIntegrator:
         host = node.devs.get(HOST_DEVICE)
         if host is not None:
             node.devs[HOST_DEVICE] = Watermark(f.ts, None, None, owners=host.owners)
+        if LISTED_DEVICE in node.devs:
+            node.devs[LISTED_DEVICE] = Watermark(f.ts, None, None)
         if self.store is not None:
             start = bucket_floor(f.ts - self.s.max_gap_s)
             for r in self.store.energy(start, node.last_ts + BUCKET_S, *key):

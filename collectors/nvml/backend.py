@@ -9,11 +9,14 @@ keeps the handles. Units are NVML's: the reader converts them.
 from __future__ import annotations
 
 import ctypes
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pynvml
+
+log = logging.getLogger("fleetwatch.collectors.nvml.reader")
 
 # Field ids from nvml.h (nvmlFieldValue_t.fieldId), batched by nvmlDeviceGetFieldValues.
 FI_ECC_SBE_VOL_TOTAL = 3
@@ -63,6 +66,7 @@ PCIE_RX = 1
 EVENT_XID_CRITICAL = 0x8
 
 NVML_SUCCESS = 0
+UNKNOWN_PROFILE = "unknown"  # a MIG instance's profile where NVML refuses to name it
 
 FieldResult = tuple[int, float]  # (NVML return code, value when the code is 0)
 
@@ -176,6 +180,7 @@ class PynvmlBackend:
         self._by_address: dict[int | None, int] = {}
         # The clock-reasons entry points this driver may have, the one that answered first.
         self._clock_reasons = _CLOCK_REASON_CALLS
+        self._said_profile = False  # a refused MIG profile lookup, said once
 
     def init(self) -> None:
         # pynvml's nvmlInit is nvmlInit_v2: it attaches no GPU, so a GPU in a bad state
@@ -297,8 +302,15 @@ class PynvmlBackend:
     def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
         samples = self._gpm.get(i)
         if samples is None:
-            samples = self._gpm[i] = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
-            pynvml.nvmlGpmSampleGet(self._h[i], samples[0])
+            samples = [pynvml.nvmlGpmSampleAlloc(), pynvml.nvmlGpmSampleAlloc()]
+            try:
+                pynvml.nvmlGpmSampleGet(self._h[i], samples[0])
+            except pynvml.NVMLError:
+                # Kept, a sample never filled would be the next call's "before".
+                for s in samples:
+                    pynvml.nvmlGpmSampleFree(s)
+                raise
+            self._gpm[i] = samples
             return []
         before, after = samples
         pynvml.nvmlGpmSampleGet(self._h[i], after)
@@ -327,10 +339,28 @@ class PynvmlBackend:
             gi = pynvml.nvmlDeviceGetGpuInstanceId(mig)
             ci = pynvml.nvmlDeviceGetComputeInstanceId(mig)
             mem = pynvml.nvmlDeviceGetMemoryInfo(mig)
-            out.append(MigInstance(gi, ci, self._profile(h, gi),
+            out.append(MigInstance(gi, ci, self._profile_or_unknown(h, gi),
                                    _text(pynvml.nvmlDeviceGetUUID(mig)),
                                    mem.total, mem.free, mem.used))
         return out
+
+    def _profile_or_unknown(self, h: Any, gpu_instance: int) -> str:
+        """The instance's profile name; ``UNKNOWN_PROFILE`` where NVML refuses the lookup
+        (nvmlDeviceGetGpuInstanceById: "Requires privileged user"), said once: its memory,
+        which the MIG device's own handle gives without privilege, is still reported."""
+        try:
+            return self._profile(h, gpu_instance)
+        except (pynvml.NVMLError_Uninitialized, pynvml.NVMLError_GpuIsLost):
+            raise
+        except pynvml.NVMLError as exc:
+            if not self._said_profile:
+                self._said_profile = True
+                log.warning("MIG profile names unavailable (NVML answers %s to "
+                            "nvmlDeviceGetGpuInstanceById, which requires root): MIG instances' "
+                            "memory is reported with GPU_I_PROFILE=\"%s\"; run the agent as "
+                            "root to name their profiles", type(exc).__name__.removeprefix(
+                                "NVMLError_"), UNKNOWN_PROFILE)
+            return UNKNOWN_PROFILE
 
     @staticmethod
     def _profile(h: Any, gpu_instance: int) -> str:

@@ -61,6 +61,8 @@ class FakeGpu:
     error: Exception | None = None
     # nvmlDeviceGetHandleByIndex raises this for the GPU (one bad GPU at start).
     open_error: Exception | None = None
+    # Method name -> seconds the call blocks before it answers (a GSP slow to answer RPCs).
+    delays: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -230,7 +232,10 @@ class FakeNvml:
         return gpu
 
     def _answer(self, i: int, method: str, arg: int | None = None) -> Any:
-        a = self._gpu(i).answers[method]
+        gpu = self._gpu(i)
+        if method in gpu.delays:
+            time.sleep(gpu.delays[method])
+        a = gpu.answers[method]
         if isinstance(a, dict):
             a = a[arg]
         if isinstance(a, BaseException):
@@ -367,6 +372,9 @@ class FakeNvml:
         gpu = self._gpu(i)
         if gpu.gpm is None:
             raise pynvml.NVMLError_NotSupported()
+        refused = gpu.answers.get("gpm_metrics")  # fail(i, "gpm_metrics", ...): sampling fails
+        if isinstance(refused, BaseException):
+            raise refused
         if i not in self._gpm_started:  # GPM needs two samples, as on a real GPU
             self._gpm_started.add(i)
             return []

@@ -10,6 +10,7 @@ module for how failures are classified.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -31,19 +32,22 @@ log = logging.getLogger("fleetwatch.collectors.nvml.reader")
 # for memory temperature, and dcgm-exporter passes that 0 on. The agent and replay
 # (fleetwatch.recorded) both read it as absent, never 0.
 ZERO_IS_ABSENT = frozenset({"gpu_mem_temp_c"})
-
-
 class GpuMetrics:
     """The per-GPU reads of a tick (mixed into ``NvmlReader``)."""
 
     backend: NvmlBackend
     on_error: Callable[[str], None]
     clock: Callable[[], float]
+    call_budget_s: float
+    _tick: int
 
     if TYPE_CHECKING:  # in NvmlReader
         def _q(self, g: _Gpu, key: str, fn: Callable[..., T], *args: Any) -> T | None: ...
         def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None: ...
         def _setup(self, g: _Gpu) -> None: ...
+        def _timed(self, g: _Gpu, key: str, took: float) -> None: ...
+        def _note_failure(self, g: _Gpu, key: str, kind: str) -> None: ...
+        def _note_answer(self, g: _Gpu, key: str) -> None: ...
         @staticmethod
         def _batch(g: _Gpu, fields: list[tuple[int, int, str, float]]) -> None: ...
 
@@ -99,13 +103,23 @@ class GpuMetrics:
 
     def _read_fast(self, g: _Gpu, m: dict[str, float]) -> None:
         # The hot loop: failures go to the same _failed as _q's, without _q's per-call cost.
-        i, skipped = g.index, len(g.skip)
+        i, skipped, slowed, budget = g.index, len(g.skip), g.slowed, self.call_budget_s
+        clock = time.perf_counter
         for key, names, fn, args, scale in g.probes:
+            if slowed and slowed.get(key, 0) > self._tick:
+                continue  # it took too long: asked again on the slow cadence
+            t0 = clock()
             try:
                 v = fn(i, *args)
             except pynvml.NVMLError as exc:
+                self._timed(g, key, clock() - t0)
                 self._failed(g, key, exc)
                 continue
+            took = clock() - t0
+            if took > budget or key in slowed:
+                self._timed(g, key, took)
+            if g.failing and key in g.failing:
+                self._note_answer(g, key)
             if scale:
                 m[names[0]] = v * scale
             else:  # a tuple answer: one metric per element
@@ -132,12 +146,16 @@ class GpuMetrics:
         for (name, scale), (code, value) in zip(g.outputs, res, strict=True):
             if code == 0:
                 m[name] = value * scale
+                if g.failing and name in g.failing:
+                    self._note_answer(g, name)
             elif code == pynvml.NVML_ERROR_GPU_IS_LOST:
                 self._failed(g, name, pynvml.NVMLError_GpuIsLost())
             elif code in _ABSENT:
                 dropped = True
             else:
-                self.on_error(error_kind(pynvml.NVMLError(code)))
+                kind = error_kind(pynvml.NVMLError(code))
+                self.on_error(kind)
+                self._note_failure(g, name, kind)
         if dropped:
             # Ask next time only for what this GPU answers.
             keep = {f for f, (code, _) in zip(g.fields, res, strict=True) if code not in _ABSENT}
@@ -165,6 +183,9 @@ class GpuMetrics:
 
     def _read_gpm(self, g: _Gpu, m: dict[str, float]) -> None:
         res = self._q(g, "gpm", self.backend.gpm_metrics, GPM_IDS)
+        if res is None and "gpm" in g.skip:  # NotSupported now: no longer the ratios' source
+            g.gpm = False
+            g.info = {**g.info, "profiling": "none"}
         if not res:
             return
         for (_mid, name), (code, value) in zip(GPM, res, strict=True):

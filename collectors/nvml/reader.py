@@ -12,13 +12,22 @@ Failure is data. Every NVML failure is classified in one place, ``NvmlReader._fa
 * ``NVMLError_GpuIsLost``: that GPU becomes state "lost" and the others keep flowing;
 * ``NVMLError_Uninitialized``: the driver went away; ``read`` raises ``NvmlDriverGone``
   and the caller closes this reader and opens a new one later;
-* anything else: the metric is absent this tick and ``on_error(kind)`` counts it. A
+* anything else: the metric is absent this tick and ``on_error(kind)`` counts it; the
+  log says so once per GPU and call when it starts, and with its count when it answers. A
   GPU that answers no call at all (every one Unknown, Timeout: a GSP that no longer
   answers RPCs) for more than ``LOST_AFTER_INTERVALS`` ticks in a row while another
   GPU of the node answers is reported lost, as replay reads a GPU whose samples stop
   for that many of its intervals (``fleetwatch.recorded_ticks``). Its calls are then
   no longer made every tick (each may block for seconds); the re-probe tries it, and
   it is ok again once a tick's reads give a value.
+
+Slow calls: a call that takes longer than ``call_budget_s`` (0.5 s; NVML answers in
+milliseconds) is left out on that GPU, said once naming the GPU and the call, and asked
+again every ``slow_every`` ticks until it answers in time (said once too). With
+``budget_s`` (the agent: half its interval) each GPU is read in its own worker and the
+tick waits at most that long: a GPU not done by then reports no values that tick (never
+values read after its frame's time), and one whose reads have not returned for
+``HUNG_S`` (30 s) is lost; the other GPUs keep their cadence.
 
 Lifecycle: nvmlInit_v2 touches no GPU; each GPU is then opened on its own
 (nvmlDeviceGetHandleByIndex), so one bad GPU is reported lost and the others
@@ -51,12 +60,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pynvml
 
 from fleetwatch.collectors.nvml import backend as b
 from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
+from fleetwatch.collectors.nvml.calls import CallWatch
 from fleetwatch.collectors.nvml.fields import (
     FIELDS,
     GPM_IDS,
@@ -66,6 +77,7 @@ from fleetwatch.collectors.nvml.fields import (
     PROBES,
 )
 from fleetwatch.collectors.nvml.metrics import GpuMetrics
+from fleetwatch.collectors.nvml.pool import GpuPool
 from fleetwatch.collectors.nvml.state import (
     _ABSENT,
     _INIT_HINTS,
@@ -93,12 +105,16 @@ __all__ = ["LOST_AFTER_INTERVALS", "MAX_XIDS_PER_TICK", "XID_FALLEN_OFF_BUS", "N
 # of its node answers is lost: the agent counts its ticks, replay (recorded_ticks) the
 # gaps in its samples. One or two bad ticks are a hiccup, not a lost GPU.
 LOST_AFTER_INTERVALS = 3
+HUNG_S = 30.0  # a GPU whose reads have not returned for this long is lost (with a pool)
 UNKNOWN_GPU = "xid_unknown_gpu"  # on_dropped's reason for an XID event of no known GPU
 # Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
 _CARRIED = frozenset({"gpu_nvlink_links_down"})
+# One GPU's reads of a tick: its metrics, the pids of its compute processes, its MIG devices.
+_GpuRead = tuple[dict[str, float], "list[int] | None", "list[MigInstance] | None"]
+_NOTHING: _GpuRead = ({}, None, None)
 
 
-class NvmlReader(GpuMetrics):
+class NvmlReader(GpuMetrics, CallWatch):
     """Attaches each GPU on its own, then ``read()`` gives one reading per GPU per tick.
 
     Every ``slow_every`` ticks it also looks again: a GPU that appeared (the count
@@ -109,8 +125,13 @@ class NvmlReader(GpuMetrics):
     def __init__(self, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
                  slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
                  on_state: StateCallback | None = None,
-                 on_dropped: Callable[[str], None] | None = None) -> None:
+                 on_dropped: Callable[[str], None] | None = None,
+                 budget_s: float | None = None) -> None:
         self.backend = backend
+        # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
+        self._pool: GpuPool[Any] | None = GpuPool(budget_s) if budget_s else None
+        self._said_late: set[int] = set()
+        CallWatch.__init__(self)
         self.clock = clock
         self.on_error = on_error or (lambda kind: None)
         self.on_state = on_state or log_gpu_state
@@ -131,7 +152,8 @@ class NvmlReader(GpuMetrics):
     def open(cls, backend: NvmlBackend, on_error: Callable[[str], None] | None = None,
              slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
              on_state: StateCallback | None = None,
-             on_dropped: Callable[[str], None] | None = None) -> NvmlReader:
+             on_dropped: Callable[[str], None] | None = None,
+             budget_s: float | None = None) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -139,7 +161,7 @@ class NvmlReader(GpuMetrics):
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped)
+        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s)
         reader._open = True
         try:
             reader._discover()
@@ -151,18 +173,27 @@ class NvmlReader(GpuMetrics):
 
     # -- the one call wrapper ------------------------------------------------
     def _q(self, g: _Gpu, key: str, fn: Callable[..., T], *args: Any) -> T | None:
-        if key in g.skip:
+        if key in g.skip or (g.slowed and g.slowed.get(key, 0) > self._tick):
             return None
+        t0 = time.perf_counter()
         try:
-            return fn(g.index, *args)
+            answer = fn(g.index, *args)
         except pynvml.NVMLError as exc:
             self._failed(g, key, exc)
             return None
+        else:
+            if key in g.failing:
+                self._note_answer(g, key)
+            return answer
+        finally:
+            took = time.perf_counter() - t0
+            if took > self.call_budget_s or key in g.slowed:
+                self._timed(g, key, took)
 
     def _failed(self, g: _Gpu, key: str, exc: pynvml.NVMLError) -> None:
         if isinstance(exc, pynvml.NVMLError_GpuIsLost):
             self._set_lost(g, "NVML answers GpuIsLost")
-            self.on_error("gpu_is_lost")
+            self.on_error(error_kind(exc))
             raise _GpuLost from None
         if isinstance(exc, pynvml.NVMLError_Uninitialized):
             raise _DriverGone from None
@@ -171,6 +202,7 @@ class NvmlReader(GpuMetrics):
             return
         self._failing[g.index] = kind = error_kind(exc)
         self.on_error(kind)
+        self._note_failure(g, key, kind)
 
     def _set_lost(self, g: _Gpu, why: str) -> None:
         if not g.lost:
@@ -219,8 +251,6 @@ class NvmlReader(GpuMetrics):
         links = self._q(g, "nvlink_count", be.field_values, [(b.FI_NVLINK_LINK_COUNT, 0)])
         g.nvlinks = int(links[0][1]) if links and links[0][0] == 0 else 0
         g.gpm = bool(self._q(g, "gpm_supported", be.gpm_supported))
-        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
-        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
         pcie = self._q(g, "pcie_counters", be.field_values,
                        [(fid, scope) for fid, scope, _, _ in PCIE_COUNTERS])
         g.pcie_counters = bool(pcie) and all(code == 0 for code, _ in pcie or ())
@@ -231,6 +261,10 @@ class NvmlReader(GpuMetrics):
                     if not (g.pcie_counters and key in PCIE_PROBES)]
         if g.gpm:
             self._q(g, "gpm", be.gpm_metrics, GPM_IDS)  # first sample
+            # The query says GPM, but sampling may answer NotSupported (a MIG-enabled parent)
+            g.gpm = "gpm" not in g.skip
+        # Where SM, tensor and DRAM activity come from (DCGM may fill them in: node.py).
+        g.info = {**g.info, "profiling": "gpm" if g.gpm else "none"}
 
     def _register_events(self, gpus: list[_Gpu]) -> None:
         if not self._events or not gpus:
@@ -263,9 +297,9 @@ class NvmlReader(GpuMetrics):
             return
         back: list[_Gpu] = []
         for k, g in enumerate(self._gpus):
-            if not g.lost or k >= count:
-                continue
-            fresh = self._attach_quiet(k, trial=k in self._muted)
+            if not g.lost or k >= count or (self._pool is not None and self._pool.busy(k)):
+                continue  # (busy: its worker is still inside NVML; asking again would block)
+            fresh = self._reattach(k, trial=k in self._muted)
             if fresh is not None:
                 self._muted.discard(k)
                 self._mute.pop(k, None)
@@ -279,6 +313,15 @@ class NvmlReader(GpuMetrics):
                 back.append(g)
                 self.on_state(i, g.uuid, "ok", "appeared")
         self._register_events(back)
+
+    def _reattach(self, i: int, trial: bool) -> _Gpu | None:
+        """``_attach_quiet``; a GPU lost for answering nothing is tried in its worker,
+        within the pool's budget, as its calls may still block for seconds."""
+        if self._pool is None or not trial:
+            return self._attach_quiet(i, trial)
+        done, _ = self._pool.run({i: partial(self._attach_quiet, i, True)})
+        got: _Gpu | None = done.get(i)
+        return got
 
     def _attach_quiet(self, i: int, trial: bool = False) -> _Gpu | None:
         """``_attach`` for a GPU already reported lost: None (and no new report) if still so.
@@ -344,23 +387,15 @@ class NvmlReader(GpuMetrics):
         for g in self._gpus:
             if XID_FALLEN_OFF_BUS in xids.get(g.index, ()):
                 self._set_lost(g, "XID 79 (fallen off the bus)")
-            metrics: dict[str, float] = {}
+        done = self._read_each([g for g in self._gpus if not g.lost], slow)
+        for g in self._gpus:
+            metrics, p, instances = done.get(g.index, _NOTHING)
             job = None
-            if not g.lost:
-                try:
-                    if slow:
-                        self._read_slow(g)
-                    self._read_fast(g, metrics)
-                    p = self._q(g, "pids", self.backend.compute_pids)
-                    if p:
-                        pids[g.index] = p
-                        job = job_of(p) if job_of is not None else None
-                    if g.info.get("mig_mode") == "enabled":
-                        instances = self._q(g, "mig_instances", self.backend.mig_instances)
-                        if instances:
-                            mig[g.index] = instances
-                except _GpuLost:
-                    metrics = {}
+            if p:
+                pids[g.index] = p
+                job = job_of(p) if job_of is not None else None
+            if instances:
+                mig[g.index] = instances
             read.append((g, metrics, job))
         self._judge_mute(read)
         for g, metrics, job in read:
@@ -378,6 +413,49 @@ class NvmlReader(GpuMetrics):
             readings.append(GpuReading(g.index, g.uuid, g.model, metrics, job,
                                        xids=tuple(x) if x else (), info=g.info))
         return NvmlRead(readings, pids, mig)
+
+    def _read_each(self, gpus: list[_Gpu], slow: bool) -> dict[int, _GpuRead]:
+        """Each GPU's reads of this tick: in turn, or with a pool each in its own worker,
+        waited for at most the pool's budget (a GPU not done by then has no values)."""
+        if self._pool is None:
+            return {g.index: self._read_gpu(g, slow) for g in gpus}
+        done, late = self._pool.run({g.index: partial(self._read_gpu, g, slow) for g in gpus})
+        for i in late:
+            g = self._gpus[i]
+            # Slow is not lost (its calls come back, and are then left out: _timed); calls
+            # that do not come back at all for HUNG_S are.
+            hung = self._pool.busy_for(i)
+            if hung > HUNG_S:
+                self._set_lost(g, f"its NVML calls have not returned for {hung:.0f} s")
+                self._muted.add(i)
+            if i not in self._said_late:
+                self._said_late.add(i)
+                log.warning("GPU %d (%s): its NVML calls did not return within %.2f s of the "
+                            "tick; reported without values until they do (the other GPUs "
+                            "keep their cadence)", i, g.uuid, self._pool.budget_s)
+        for i in done:
+            # Back in time, and no call of it left out for being slow (re-asking that one
+            # makes it late again every slow_every ticks: one episode, said once).
+            if i in self._said_late and not self._gpus[i].slowed:
+                self._said_late.discard(i)
+                log.info("GPU %d (%s): its NVML calls return in time again", i,
+                         self._gpus[i].uuid)
+        return done
+
+    def _read_gpu(self, g: _Gpu, slow: bool) -> _GpuRead:
+        """One GPU's reads of a tick (in a worker of the pool, where there is one)."""
+        metrics: dict[str, float] = {}
+        try:
+            if slow:
+                self._read_slow(g)
+            self._read_fast(g, metrics)
+            pids = self._q(g, "pids", self.backend.compute_pids)
+            instances = None
+            if g.info.get("mig_mode") == "enabled":
+                instances = self._q(g, "mig_instances", self.backend.mig_instances)
+        except _GpuLost:
+            return _NOTHING
+        return metrics, pids, instances
 
     def _judge_mute(self, read: list[tuple[_Gpu, dict[str, float], str | None]]) -> None:
         """A GPU that answered no call this tick, for more than LOST_AFTER_INTERVALS ticks
@@ -426,6 +504,8 @@ class NvmlReader(GpuMetrics):
         return out
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         try:
             self.backend.shutdown()
         except pynvml.NVMLError as exc:

@@ -7,6 +7,7 @@ public names.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -70,9 +71,13 @@ class _DriverGone(Exception):
 
 
 def error_kind(exc: BaseException) -> str:
-    """A short label for an NVML error: ``NVMLError_Unknown`` -> ``unknown``."""
+    """A short label for an NVML error, in snake case: ``NVMLError_Unknown`` -> ``unknown``,
+    ``NVMLError_GpuIsLost`` -> ``gpu_is_lost`` (one label value per error, whichever path
+    counted it)."""
     name = type(exc).__name__
-    return name.removeprefix("NVMLError_").lower() if name.startswith("NVMLError_") else name
+    if not name.startswith("NVMLError_"):
+        return name
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.removeprefix("NVMLError_")).lower()
 
 
 # XID 79: "GPU has fallen off the bus". The GPU is gone the moment the driver says so,
@@ -100,6 +105,10 @@ class _Gpu:
     pcie_counters: bool = False
     pcie_prev: dict[str, tuple[float, float]] = field(default_factory=dict)
     events: bool = False  # registered for NVML XID events
+    # Calls (or fields) failing now, other than "not supported": key -> (kind, how often).
+    failing: dict[str, tuple[str, int]] = field(default_factory=dict)
+    # Calls that took longer than the reader's call budget: key -> the tick to ask again.
+    slowed: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

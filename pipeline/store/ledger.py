@@ -20,6 +20,9 @@ CPU_DEVICE = "cpu"
 REST_DEVICE = "rest"
 # The watermark of a node's host readings (CPU power, the node's own clock).
 HOST_DEVICE = "host"
+# The watermark of the node's latest frame whose GPU list is NVML's answer (not a frame
+# sent while its driver was away, host_nvml_up 0): a GPU missing from such a list is absent.
+LISTED_DEVICE = "gpus_listed"
 
 # Ledger buckets: hourly, the resolution of grid-intensity series (EIA, electricityMaps).
 BUCKET_S = 3600

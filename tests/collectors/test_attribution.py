@@ -186,7 +186,7 @@ def test_missing_profiling_is_said_once_and_only_for_gpus_without_gpm(
     lines = [r.getMessage() for r in caplog.records if "have no GPM" in r.getMessage()]
     if said:
         assert len(lines) == 1
-        assert "2 GPU(s) (NVIDIA L4)" in lines[0] and "nv-hostengine" in lines[0]
+        assert "2 GPU(s) (GPU 0, 1: NVIDIA L4)" in lines[0] and "nv-hostengine" in lines[0]
     else:
         assert not lines                  # Hopper: GPM gives the ratios, DCGM is not needed
     source.close()
