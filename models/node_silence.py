@@ -1,5 +1,5 @@
-"""A silent node (no frame for several of its own intervals), two agents under one name,
-and a node whose NVIDIA driver is away (its frames say NVML does not answer).
+"""A silent node (no frame for several of its own intervals); with ``NodeAgents``
+(node_agents.py), two agents under one name and a node whose NVIDIA driver is away.
 
 Silence is judged on the stream's clock, which nodes with wrong clocks cannot move,
 never later than the processor's own clock where it passes one.
@@ -16,9 +16,9 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
+from fleetwatch.models.node_agents import NodeAgents, NodeKey
 
 FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
-CONFLICT_S = 120.0      # a node's GPU set switching twice this close: two agents, one name
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
 # two such gaps in a row are an agent that now reports this slowly.
@@ -27,45 +27,6 @@ OUTAGE_INTERVALS = 3.0
 # clock counts as time the fleet was quiet: longer, the processor itself was stopped
 # (SIGSTOP, a long pause, stuck joining its group), not listening.
 TICK_GAP_S = 5.0
-# A node's NVML not answering (host_nvml_up 0) in this many frames in a row, over at least
-# NVML_DOWN_S, is an alert: less is a driver reload (nvidia-smi -r, a module reload; the
-# agent tries NVML again every 10 s), more leaves the node's GPUs unwatched.
-NVML_DOWN_FRAMES = 3
-NVML_DOWN_S = 30.0
-
-# A node is its cluster and its name: names (node001) repeat from cluster to cluster.
-NodeKey = tuple[str, str]
-
-
-class _Identities:
-    """The GPU UUIDs of a node's frames: the current set, and when it last switched. A
-    GPU replaced (or a node rebuilt) switches it once; two agents that report under one
-    name switch it back and forth, frame after frame."""
-
-    __slots__ = ("current", "switches", "recent", "seq")
-
-    def __init__(self, ident: tuple[str, ...], seq: int = 0) -> None:
-        self.current = ident
-        self.switches: list[float] = []
-        self.recent: dict[tuple[str, ...], float] = {}
-        self.seq = seq  # the agent's sequence number in the node's latest frame
-
-    def switch(self, ident: tuple[str, ...], ts: float, seq: int = 0) -> bool:
-        """The frame at ``ts`` shows another set: do two agents report as the node?
-
-        A frame whose ``seq`` follows on from the node's previous one is the same agent's
-        next frame (each agent counts from its own start, in ms): its GPU set changed
-        on that machine (a driver away and back, a GPU lost), which is no second agent."""
-        follows, self.seq = self.seq > 0 and seq == self.seq + 1, seq
-        if follows:
-            self.current = ident
-            return False
-        self.recent[self.current] = ts
-        self.recent[ident] = ts
-        self.current = ident
-        self.switches = [t for t in self.switches if ts - t <= CONFLICT_S] + [ts]
-        self.recent = {k: t for k, t in self.recent.items() if ts - t <= CONFLICT_S}
-        return len(self.switches) >= 2
 
 
 class NodeSilence:
@@ -141,13 +102,8 @@ class NodeSilence:
         # of another cluster is another cluster's processors' to judge (one store can hold
         # several clusters, each with its own topic).
         self._clusters: set[str] = set()
-        # Per node: the GPU UUIDs each agent reporting as it showed, and when last. Two
-        # seen within CONFLICT_S of each other: two machines share the node's name.
-        self._identities: dict[NodeKey, _Identities] = {}
-        # Per node whose frames say NVML is away: (its first such frame's time, how many
-        # in a row, how many GPUs it listed before).
-        self._nvml_down: dict[NodeKey, tuple[float, int, int]] = {}
-        self._gpus_listed: dict[NodeKey, int] = {}  # GPUs in each node's latest NVML frame
+        # Who reports as each node: two machines under one name, a driver away.
+        self._agents = NodeAgents()
         # Nodes whose partition still holds frames not read yet, by partition (``behind``).
         self._lanes: dict[Hashable, list[NodeKey]] = {}
 
@@ -169,9 +125,7 @@ class NodeSilence:
             self._last[i] = self._heard[i] = np.nan
             self._seq[i], self._skew[i] = -np.inf, 0.0
             self._taken.pop(i, None)
-            self._identities.pop(key, None)
-            self._nvml_down.pop(key, None)
-            self._gpus_listed.pop(key, None)
+            self._agents.drop(key)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
@@ -200,7 +154,6 @@ class NodeSilence:
         self._quiet, self._quiet_from = 0.0, None  # frames: the fleet is not quiet
         if wall is not None:
             self._tick_wall = wall
-        identities, conflicts = self._identities, {}
         span: dict[int, tuple[float, float]] = {}  # node -> its oldest, newest frame here
         for f in frames:
             key = (f.cluster, f.node)
@@ -219,20 +172,10 @@ class NodeSilence:
             oldest, newest = span.get(i, (f.ts, f.ts))
             span[i] = (min(oldest, f.ts), max(newest, f.ts))
             self._where[i] = (f.cluster, f.rack, f.node)
-            ident = tuple([g.uuid for g in f.gpus])
-            seen = identities.get(key)
-            if seen is None:
-                identities[key] = _Identities(ident, f.seq)
-            elif ident != seen.current:
-                if seen.switch(ident, f.ts, f.seq):
-                    conflicts[key] = f
-            else:
-                seen.seq = f.seq
-            self._nvml_state(f)
+            self._agents.see(f)
         self._advance(wall, list(span))
         self._hear(span)
-        return (self._judge(self.now) + [self._conflict(f) for f in conflicts.values()]
-                + self._nvml_findings(frames))
+        return self._judge(self.now) + self._agents.findings(frames)
 
     def tick(self, wall: float) -> list[Finding]:
         """Findings when no frame has arrived since the last call (a live processor's poll
@@ -341,55 +284,6 @@ class NodeSilence:
             if reached == reached:
                 clocks[lane] = min(now, reached)
         return clocks
-
-    def _conflict(self, f: Frame) -> Finding:
-        seen = self._identities[(f.cluster, f.node)].recent
-        shown = "; ".join(f"{len(k)} GPUs ({', '.join(k[:2])}{', ...' if len(k) > 2 else ''})"
-                          if k else "no GPU" for k in sorted(seen))
-        return Finding(
-            "node_name_conflict", f.cluster, f.rack, f.node, None, f.ts, float(len(seen)),
-            f"{len(seen)} agents report as {f.node}, their frames interleaved: {shown}",
-            "warning", 0.0, 0.0, {"agents": len(seen)},
-            "Give each machine its own name (node.node, FLEETWATCH_NODE_NODE; a cloned image "
-            "or a copied config keeps the first one's): the node's series mix two machines' "
-            "readings until then", "node")
-
-    def _nvml_state(self, f: Frame) -> None:
-        """Count the node's frames in a row that say NVML does not answer."""
-        key = (f.cluster, f.node)
-        if f.host.metrics.get("host_nvml_up") != 0.0:
-            self._nvml_down.pop(key, None)
-            if "host_nvml_up" in f.host.metrics:
-                self._gpus_listed[key] = len(f.gpus)
-            return
-        since, n, had = self._nvml_down.get(key, (f.ts, 0, self._gpus_listed.get(key, 0)))
-        self._nvml_down[key] = (min(since, f.ts), n + 1, had)
-
-    def _nvml_findings(self, frames: Sequence[Frame]) -> list[Finding]:
-        """A node of this batch whose NVML has not answered for ``NVML_DOWN_FRAMES`` frames
-        in a row and ``NVML_DOWN_S`` or more, at its newest frame."""
-        newest: dict[NodeKey, Frame] = {}
-        for f in frames:
-            key = (f.cluster, f.node)
-            if key in self._nvml_down and not f.ts < newest.get(key, f).ts:
-                newest[key] = f
-        out = []
-        for key, f in newest.items():
-            since, n, had = self._nvml_down[key]
-            name = f.node
-            away = f.ts - since
-            if n < NVML_DOWN_FRAMES or away < NVML_DOWN_S:
-                continue
-            gpus = f"its {had} GPUs" if had else "its GPUs"
-            out.append(Finding(
-                "node_nvml_down", f.cluster, f.rack, name, None, f.ts, away,
-                f"{name}: NVML has not answered for {away:.0f} s ({n} frames): the NVIDIA "
-                f"driver is unloaded, reset or reloading, or fails to start; {gpus} are "
-                "unwatched (no temperature, power or XID from NVML) until it answers again",
-                "warning", 0.0, 0.0, {"away_s": round(away, 1), "frames": float(n)},
-                "Check the node's driver: nvidia-smi, the kernel log (dmesg) for a reset or "
-                "an Xid, and the agent's log, which says what NVML answered", "node"))
-        return out
 
     def _step(self) -> float:
         """How far past the nodes' median a node's time may set "now"."""
