@@ -31,6 +31,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
+# While the store is away, batches go on being polled and judged (alerts sent) until
+# this many messages are held unstored; beyond, consumption pauses (memory stays bounded).
+JUDGE_AHEAD_MESSAGES = 20_000
+
+
+def _frames(held: deque[Batch]) -> int:
+    return sum(len(b.frames or ()) for b in held)
+
 
 class PartitionWatch:
     """Says when this member has owned no partition for ``after_s`` (once), and again when
@@ -98,6 +106,7 @@ class ConsumerLoop:
     ownership: Ownership
     drained: tuple[int, int]
     _stop: threading.Event
+    _fetching = True  # the consumer is not paused
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
         def decode(self, messages: Sequence[Message]
@@ -110,6 +119,7 @@ class ConsumerLoop:
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
         def tick(self) -> None: ...
+        def judge(self, batch: Batch) -> bool: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
@@ -216,20 +226,23 @@ class ConsumerLoop:
                     # writes are idempotent); every batch in hand is kept, in order.
                     settle(held)
                     delay = backoff.next()
-                    if isinstance(exc, (StoreError, BusError)):
-                        self.stats.store_errors += isinstance(exc, StoreError)
-                        log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
-                                    "store" if isinstance(exc, StoreError) else "bus", exc,
-                                    delay)
+                    judging = isinstance(exc, StoreError)
+                    if judging:
+                        self.stats.store_errors += 1
+                        self._judge_held(held)
+                        log.warning("store unavailable (%s); frames held, not committed, "
+                                    "written again in %.1fs; alerts are still judged and "
+                                    "sent from %d frames in hand (up to %d messages)",
+                                    exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
+                    elif isinstance(exc, BusError):
+                        log.warning("bus unavailable (%s); pausing consumption, retry in "
+                                    "%.1fs", exc, delay)
                     else:
                         self.stats.errors += 1
                         log.exception("unexpected error; pausing consumption, retry in %.1fs",
                                       delay)
-                    self._pause(consumer)
-                    late = self._idle(consumer, stop, delay)
-                    if late:
-                        held.append(Batch(late, generation=self.ownership.generation,
-                                          behind=_behind(consumer)))
+                    self.stats.paused = True
+                    self._idle(consumer, stop, delay, held, max_messages, judging)
                     continue
                 if not held:
                     backoff.reset()
@@ -285,17 +298,33 @@ class ConsumerLoop:
             log.warning("store maintenance failed (%s: %s); tried again next turn",
                         type(exc).__name__, exc)
 
-    def _pause(self, consumer: Consumer) -> None:
+    def _pause(self, consumer: Consumer, paused: bool = True) -> None:
+        """Pause (or resume) fetching; the loop is in its waiting turn either way."""
         try:
-            consumer.pause()
+            consumer.pause() if paused else consumer.resume()
         except Exception:  # noqa: BLE001 - paused or not, the loop waits its turn
-            log.debug("pause failed", exc_info=True)
+            log.debug("pause/resume failed", exc_info=True)
+        self._fetching = not paused
         self.stats.paused = True
 
     def _resume(self, consumer: Consumer) -> None:
         consumer.resume()
+        self._fetching = True
         self.stats.paused = False
         log.info("store and bus are back; consuming again")
+
+    def _judge_held(self, held: deque[Batch]) -> None:
+        """The store is away: decode and judge the batches in hand, oldest first, so that
+        their alerts are sent now (``Processor.judge``); one that cannot be judged yet
+        holds back those behind it (batches are judged in order)."""
+        for batch in held:
+            if batch.frames is None:
+                batch.frames, batch.sources = self.decode(batch.messages)
+                self._send_dead_letters()
+            if not self.judge(batch):
+                if batch.frames:
+                    return
+                batch.judged = True  # nothing to judge (all dead letters)
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
                drain_s: float) -> None:
@@ -325,15 +354,26 @@ class ConsumerLoop:
             self.summarise_dead_letters(final=True)
         self.drained = (done, len(held))
 
-    @staticmethod
-    def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
-        """Wait, polling the paused consumer so that the group keeps this member."""
+    def _idle(self, consumer: Consumer, stop: threading.Event, seconds: float,
+              held: deque[Batch], max_messages: int, judging: bool) -> None:
+        """Wait ``seconds`` before the batches in hand are written again, polling so that
+        the group keeps this member. While the store is away (``judging``) and fewer
+        than ``JUDGE_AHEAD_MESSAGES`` messages are held, new batches are polled and
+        judged at once (their alerts are sent; they are stored later); else the consumer
+        is paused and what a paused poll still brings is kept, in order."""
         deadline = time.monotonic() + seconds
-        late: list[Message] = []
-        while not stop.is_set() and time.monotonic() < deadline:
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            room = judging and sum(len(b.messages) for b in held) < JUDGE_AHEAD_MESSAGES \
+                and all(b.judged for b in held)
             try:
-                # Paused: returns nothing. Kept, not dropped, if it ever does.
-                late.extend(consumer.poll(1, timeout_s=min(1.0, deadline - time.monotonic())))
+                if room != getattr(self, "_fetching", True):
+                    self._pause(consumer, paused=not room)
+                messages = consumer.poll(max_messages if room else 1,
+                                         timeout_s=min(1.0, left))
+                if messages:
+                    held.append(Batch(messages, generation=self.ownership.generation,
+                                      behind=_behind(consumer)))
+                    if room:
+                        self._judge_held(held)
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-        return late
