@@ -92,6 +92,20 @@ class SqliteReads:
                 yield self._key(name, did), ts, value
 
     @guarded("read")
+    def raw_span(self, start_ms: int, end_ms: int) -> tuple[int, int] | None:
+        """The first and last time of the raw samples in [start, end), any metric, or
+        None: two walks of the (ts, did) key, cheap however many rows lie between (the
+        minute rollups miss the minutes not rolled up yet, e.g. after a kill -9)."""
+        conn = self._conn()
+        first = conn.execute("SELECT ts FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts "
+                             "LIMIT 1", (start_ms, end_ms)).fetchone()
+        if first is None:
+            return None
+        (last,) = conn.execute("SELECT ts FROM samples WHERE ts >= ? AND ts < ? ORDER BY ts "
+                               "DESC LIMIT 1", (start_ms, end_ms)).fetchone()
+        return int(first[0]), int(last)
+
+    @guarded("read")
     def count(self) -> int:
         """How many points (one metric of one device at one instant) the store holds."""
         (n,) = self._conn().execute(
