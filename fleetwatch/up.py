@@ -36,8 +36,9 @@ from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import Annotation
+from fleetwatch.pipeline.store.base import Annotation, StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.sqlite_errors import describe
 from fleetwatch.service import StopSignals
 from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
@@ -292,7 +293,11 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
     lock = None
     if config.store.kind == "sqlite":
         check_store_path(config.store.path)
-        lock = StoreLock(config.store.path).acquire()
+        try:
+            lock = StoreLock(config.store.path).acquire()
+        except OSError as exc:  # a read-only directory, a full disk
+            raise UpError(f"cannot lock {config.store.path}: "
+                          f"{describe(config.store.path, exc)}") from None
     try:
         return _build(config, options, simulate, lock)
     except BaseException:
@@ -395,7 +400,8 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
         sock = listen(config.dashboard.host, config.dashboard.port, port_setting)
         try:
             system, what = build(config, given)
-        except (StoreBusy, StorePathError, UpError) as exc:
+        except (StoreBusy, StorePathError, UpError, StoreError) as exc:
+            # StoreError: a store that cannot be read (damaged, read-only, full disk)
             sock.close()
             print(f"fleetwatch up: {exc}", file=out)
             return 1 if isinstance(exc, StoreBusy) else 2
