@@ -199,6 +199,10 @@ class Processor(Intake, ConsumerLoop):
             return 0
         try:
             self.store.write_alerts(changes)
+        except StoreError as exc:  # the store is away: expected, said in one line
+            log.error("the last updates of %d open alerts could not be stored (%s); the "
+                      "store keeps their value of up to refresh_s before", len(changes), exc)
+            return 0
         except Exception:
             self.stats.errors += 1
             log.exception("the last updates of %d open alerts could not be stored; the "
