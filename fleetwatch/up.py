@@ -38,7 +38,7 @@ from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.pipeline.store.sqlite_errors import describe
+from fleetwatch.pipeline.store.sqlite_errors import describe, free_space, kind
 from fleetwatch.service import StopSignals
 from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
@@ -455,4 +455,19 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
               f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
               flush=True)
+        if left:
+            print(f"fleetwatch up: {unstored_advice(store, system.processor.drain_error)}",
+                  file=out, flush=True)
     return 0 if not left else 1
+
+
+def unstored_advice(store: str, error: BaseException | None) -> str:
+    """What to do about frames ``up`` could not store before it stopped (its bus is in
+    the process: nothing replays them)."""
+    cause = error.__cause__ if error is not None and error.__cause__ is not None else error
+    then = (f"`fleetwatch up --keep --store {store}` continues from the newest sample "
+            "stored (the time between is a gap)")
+    if cause is not None and kind(cause) == "full":
+        return (f"the frames not stored are lost: no space left on the device holding "
+                f"{store} ({free_space(store)}); free space there, then {then}")
+    return f"the frames not stored are lost; {then}"

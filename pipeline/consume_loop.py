@@ -107,6 +107,7 @@ class ConsumerLoop:
     drained: tuple[int, int]
     _stop: threading.Event
     _fetching = True  # the consumer is not paused
+    drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
         def decode(self, messages: Sequence[Message]
@@ -347,8 +348,14 @@ class ConsumerLoop:
                 held.popleft()
                 done += 1
         except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
-            log.warning("stopping with %d batches not finished (%s: %s); they will be "
-                        "replayed", len(held), type(exc).__name__, exc)
+            self.drain_error = exc
+            if getattr(consumer, "replays", True):
+                log.warning("stopping with %d batches not finished (%s: %s); they will be "
+                            "replayed", len(held), type(exc).__name__, exc)
+            else:  # an in-process bus (`fleetwatch up`): nothing outlives this process
+                log.warning("stopping with %d batches not finished (%s: %s); their frames "
+                            "were NOT stored, and nothing replays them", len(held),
+                            type(exc).__name__, exc)
         finally:
             settle(held)
             self.summarise_dead_letters(final=True)
