@@ -8,6 +8,7 @@ the state named below; this module only orders those steps over a bus.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -34,6 +35,24 @@ log = logging.getLogger("fleetwatch.pipeline.processor")
 # While the store is away, batches go on being polled and judged (alerts sent) until
 # this many messages are held unstored; beyond, consumption pauses (memory stays bounded).
 JUDGE_AHEAD_MESSAGES = 20_000
+
+
+# Memory errors (``MemoryError``, "can't start new thread") in a row, with no batch
+# finished between, before the loop gives up (``OutOfMemory``): a process at its memory
+# limit does not recover by waiting, and only its supervisor can restart it.
+MEMORY_ERRORS_MAX = 3
+
+
+class OutOfMemory(RuntimeError):
+    """The processor cannot go on for lack of memory: exit non-zero, to be restarted."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process ran out of memory (or of the address space that
+    a new thread's stack needs: ``ulimit -v``, a cgroup limit)."""
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)) or (
+        isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
 
 
 def _frames(held: deque[Batch]) -> int:
@@ -186,6 +205,7 @@ class ConsumerLoop:
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
         held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
+        memory_errors = 0  # in a row (see MEMORY_ERRORS_MAX)
         with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
             while not stop.is_set():
                 try:
@@ -238,6 +258,19 @@ class ConsumerLoop:
                     elif isinstance(exc, BusError):
                         log.warning("bus unavailable (%s); pausing consumption, retry in "
                                     "%.1fs", exc, delay)
+                    elif out_of_memory(exc):
+                        self.stats.errors += 1
+                        memory_errors += 1
+                        if memory_errors >= MEMORY_ERRORS_MAX:
+                            raise OutOfMemory(
+                                f"out of memory ({type(exc).__name__}: {exc}) {memory_errors} "
+                                "times in a row: the process has reached its memory limit "
+                                "(ulimit -v, or its cgroup's / container's memory limit); "
+                                "stopping so that its supervisor (systemd, Kubernetes) "
+                                "restarts it: the batches in hand are replayed. Give it more "
+                                "memory if this repeats") from exc
+                        log.error("out of memory (%s: %s); pausing consumption, retry in "
+                                  "%.1fs", type(exc).__name__, exc, delay)
                     else:
                         self.stats.errors += 1
                         log.exception("unexpected error; pausing consumption, retry in %.1fs",
@@ -247,6 +280,7 @@ class ConsumerLoop:
                     continue
                 if not held:
                     backoff.reset()
+                    memory_errors = 0
             self._drain(held, consumer, writers, drain_s)
 
     def _submit(self, held: deque[Batch], writers: ThreadPoolExecutor, writes: int) -> None:
@@ -270,8 +304,8 @@ class ConsumerLoop:
         if exc is None:
             batch.points = write.result()
             return
-        if isinstance(exc, (StoreError, BusError)):
-            raise exc
+        if isinstance(exc, (StoreError, BusError)) or out_of_memory(exc):
+            raise exc  # the frames are fine: never bisected into dead letters for it
         if not isinstance(exc, StoreRejected):
             batch.failures += 1
             if batch.failures < MAX_SURPRISES:

@@ -70,7 +70,7 @@ from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
 from fleetwatch.pipeline.bus import BusError, Message, Producer
 from fleetwatch.pipeline.clock_skew import ClockWatch
-from fleetwatch.pipeline.consume_loop import ConsumerLoop
+from fleetwatch.pipeline.consume_loop import ConsumerLoop, out_of_memory
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, board_of
@@ -441,9 +441,9 @@ class Processor(Intake, ConsumerLoop):
             self.stats.errors += 1
             log.error("the store refused %d alert changes for good (%s); applied anyway",
                       len(changes), exc.reason)
-        except Exception:
+        except Exception as exc:
             batch.failures += 1
-            if batch.failures < MAX_SURPRISES:
+            if batch.failures < MAX_SURPRISES or out_of_memory(exc):
                 raise
             self.stats.errors += 1
             log.exception("%d alert changes not stored after %d tries; applied anyway, "
