@@ -110,5 +110,7 @@ def quick_check(conn: sqlite3.Connection, table: str | None = None) -> str | Non
         rows = conn.execute(f"PRAGMA quick_check({table or 1})").fetchall()
     except sqlite3.DatabaseError as exc:
         return str(exc)
-    verdict = rows[0][0] if rows else "ok"
-    return None if verdict == "ok" else str(verdict)
+    verdict = str(rows[0][0]) if rows else "ok"
+    # Its first line is a heading ("*** in database main ***"): one line, for a log.
+    return None if verdict == "ok" else " ".join(verdict.replace("*** in database main ***",
+                                                                 "").split())
