@@ -407,7 +407,7 @@ class ConsumerLoop:
             room = judging and sum(len(b.messages) for b in held) < JUDGE_AHEAD_MESSAGES \
                 and all(b.judged for b in held)
             try:
-                if room != getattr(self, "_fetching", True):
+                if room != self._fetching:
                     self._pause(consumer, paused=not room)
                 messages = consumer.poll(max_messages if room else 1,
                                          timeout_s=min(1.0, left))
