@@ -402,12 +402,8 @@ class Processor(Intake, ConsumerLoop):
         """
         self._without_refused(batch)
         self._detect(batch)
-        if batch.judged:
-            if self._unstored:  # judged while the store was away: its record now
-                writes = self._unstored
-                self.store.write_alerts(writes)
-                self._unstored = []
-                self.stats.alerts_written += len(writes)
+        if batch.judged:  # judged while the store was away: its alerts' record now
+            self._store_alerts(batch, [])
         else:
             changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
             self._store_alerts(batch, changes)
@@ -435,7 +431,8 @@ class Processor(Intake, ConsumerLoop):
             self.stats.alerts_written += len(writes)
         except (StoreError, BusError):
             self._unstored = writes
-            self._deliver(batch, changes)
+            if not batch.judged:
+                self._deliver(batch, changes)
             raise
         except StoreRejected as exc:  # never taken: the book goes on without them
             self.stats.errors += 1
