@@ -247,6 +247,7 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_silence(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.alert_view import age, utc
+    from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.silencing import (
         SilenceError,
         SilenceNotFound,
@@ -261,7 +262,12 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
     if missing:
         print(f"fleetwatch silence: {missing}", file=sys.stderr)
         return EXIT_ERROR
-    store = open_store(config.store)
+    try:  # listing only reads: a store on a read-only mount can be listed
+        store = open_store(config.store,
+                           read_only=config.store.kind == "sqlite" and args.action == "list")
+    except StoreError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     try:
         if args.action == "add":
             s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
@@ -285,7 +291,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
                 raise SilenceError("this store keeps no silences yet")
             for s in store.silences(None if args.all else time.time()):
                 print(describe(s))
-    except SilenceNotFound as exc:
+    except (SilenceNotFound, StoreError) as exc:
         print(f"fleetwatch silence: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except SilenceError as exc:
@@ -327,11 +333,18 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
             unknown = _unknown_node(store, args.node, now)
         if args.cluster and not any(a.cluster == args.cluster for a in alerts):
             unknown += _unknown_cluster(store, args.cluster, now)
+        damage = store.damage() if callable(getattr(store, "damage", None)) else None
     except StoreError as exc:
         print(f"fleetwatch alerts: cannot read {name}: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:
         store.close()
+    if damage is not None:  # read, yet damaged: what is listed may not be all there is
+        from fleetwatch.pipeline.store.sqlite_errors import recovery
+
+        print(f"fleetwatch alerts: WARNING: the store {name} is damaged (quick_check: "
+              f"{damage}); the alerts below may be incomplete: {recovery(c.path)}",
+              file=sys.stderr)
     open_alerts = [a for a in alerts if a.state != "resolved"]
     if args.node:
         alerts = [a for a in alerts if a.node == args.node]

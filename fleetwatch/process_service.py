@@ -38,6 +38,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from fleetwatch.config import Config, ConfigError
+from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
@@ -159,8 +160,12 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
                  config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,
                  config.processor.metrics_host, config.processor.metrics_port or "-")
-        processor.run(consumer, stop, config.processor.max_batch,
-                      config.processor.maintain_every_s, drain_s=_DRAIN_S)
+        try:
+            processor.run(consumer, stop, config.processor.max_batch,
+                          config.processor.maintain_every_s, drain_s=_DRAIN_S)
+        except OutOfMemory as exc:  # one line; the supervisor restarts it
+            log.critical("%s", exc)
+            return EXIT_OUT_OF_MEMORY
         processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
@@ -204,6 +209,9 @@ def _ensure_topics(config: Config, quiet: bool = False) -> None:
 
 # On stop, how long the batches in hand may take to be finished.
 _DRAIN_S = 20.0
+# The processor ran out of memory (``consume_loop.OutOfMemory``): non-zero, so that
+# systemd (Restart=on-failure) or Kubernetes restarts it.
+EXIT_OUT_OF_MEMORY = 1
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.

@@ -199,14 +199,17 @@ def held_span(path: str, start_s: float, end_s: float, cluster: str
     if not os.path.exists(path):
         return None
     store = SqliteStore(path, read_only=True)
+    start_ms, end_ms = int(start_s * 1000) + 1, int(end_s * 1000) + 1
     try:
-        # (start, end]: a history's first sample is one interval after its start
-        points = store.range("gpu_temp_c", int(start_s * 1000) + 1, int(end_s * 1000) + 1)
+        # (start, end]: a history's first sample is one interval after its start. Raw
+        # samples (a run killed before its rollups were built) and minute rollups
+        # (raw samples past their retention) both count.
+        times = [ts for _, ts, _ in store.range("gpu_temp_c", start_ms, end_ms,
+                                                cluster=cluster)]
+        raw = store.raw_span(start_ms, end_ms, cluster)
     finally:
         store.close()
-    if not points:
-        return None
-    times = [ts for key, ts, _ in points if key.cluster == cluster]
+    times += raw or ()
     if not times:
         return None
     return min(times) / 1000, max(times) / 1000

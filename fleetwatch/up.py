@@ -36,8 +36,9 @@ from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import Annotation
+from fleetwatch.pipeline.store.base import Annotation, StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.sqlite_errors import describe, free_space, kind
 from fleetwatch.service import StopSignals
 from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
@@ -293,7 +294,11 @@ def build(config: Config, options: UpOptions) -> tuple[System, str]:
     if config.store.kind == "sqlite":
         # A simulated fleet's store is its own file, never store.path's.
         check_store_path(config.store.path, "--store" if simulate else "--store (or store.path)")
-        lock = StoreLock(config.store.path).acquire()
+        try:
+            lock = StoreLock(config.store.path).acquire()
+        except OSError as exc:  # a read-only directory, a full disk
+            raise UpError(f"cannot lock {config.store.path}: "
+                          f"{describe(config.store.path, exc)}") from None
     try:
         return _build(config, options, simulate, lock)
     except BaseException:
@@ -396,7 +401,8 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
         sock = listen(config.dashboard.host, config.dashboard.port, port_setting)
         try:
             system, what = build(config, given)
-        except (StoreBusy, StorePathError, UpError) as exc:
+        except (StoreBusy, StorePathError, UpError, StoreError) as exc:
+            # StoreError: a store that cannot be read (damaged, read-only, full disk)
             sock.close()
             print(f"fleetwatch up: {exc}", file=out)
             return 1 if isinstance(exc, StoreBusy) else 2
@@ -454,4 +460,19 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
               f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
               flush=True)
+        if left:
+            print(f"fleetwatch up: {unstored_advice(store, system.processor.drain_error)}",
+                  file=out, flush=True)
     return 0 if not left else 1
+
+
+def unstored_advice(store: str, error: BaseException | None) -> str:
+    """What to do about frames ``up`` could not store before it stopped (its bus is in
+    the process: nothing replays them)."""
+    cause = error.__cause__ if error is not None and error.__cause__ is not None else error
+    then = (f"`fleetwatch up --keep --store {store}` continues from the newest sample "
+            "stored (the time between is a gap)")
+    if cause is not None and kind(cause) == "full":
+        return (f"the frames not stored are lost: no space left on the device holding "
+                f"{store} ({free_space(store)}); free space there, then {then}")
+    return f"the frames not stored are lost; {then}"

@@ -106,7 +106,7 @@ class Batch:
     """Messages polled together, their good frames once decoded, their write once submitted."""
 
     __slots__ = ("messages", "frames", "sources", "write", "started", "points", "findings",
-                 "events", "owned", "failures", "generation", "behind")
+                 "events", "owned", "failures", "generation", "behind", "judged")
 
     def __init__(self, messages: list[Message], frames: list[Frame] | None = None,
                  sources: Sequence[Message] | None = None, generation: int = 0,
@@ -124,3 +124,6 @@ class Batch:
         self.generation = generation      # the ownership generation when polled
         # The partitions that still held messages not polled yet when it was polled.
         self.behind = behind
+        # Its alert changes applied and sent (at most once a batch, even when the store
+        # was away and its write is retried: ``Processor.judge``).
+        self.judged = False

@@ -8,6 +8,7 @@ the state named below; this module only orders those steps over a bus.
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -30,6 +31,32 @@ if TYPE_CHECKING:
     from fleetwatch.frame import Frame
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
+
+# While the store is away, batches go on being polled and judged (alerts sent) until
+# this many messages are held unstored; beyond, consumption pauses (memory stays bounded).
+JUDGE_AHEAD_MESSAGES = 20_000
+
+
+# Memory errors (``MemoryError``, "can't start new thread") in a row, with no batch
+# finished between, before the loop gives up (``OutOfMemory``): a process at its memory
+# limit does not recover by waiting, and only its supervisor can restart it.
+MEMORY_ERRORS_MAX = 3
+
+
+class OutOfMemory(RuntimeError):
+    """The processor cannot go on for lack of memory: exit non-zero, to be restarted."""
+
+
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the process ran out of memory (or of the address space that
+    a new thread's stack needs: ``ulimit -v``, a cgroup limit)."""
+    return isinstance(exc, MemoryError) or (
+        isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)) or (
+        isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
+
+
+def _frames(held: deque[Batch]) -> int:
+    return sum(len(b.frames or ()) for b in held)
 
 
 class PartitionWatch:
@@ -99,6 +126,8 @@ class ConsumerLoop:
     drained: tuple[int, int]
     _stop: threading.Event
     _rebalancing = False  # the last pause was the group rebalancing, not an outage
+    _fetching = True  # the consumer is not paused
+    drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
         def decode(self, messages: Sequence[Message]
@@ -111,6 +140,7 @@ class ConsumerLoop:
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
         def tick(self) -> None: ...
+        def judge(self, batch: Batch) -> bool: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
@@ -176,6 +206,7 @@ class ConsumerLoop:
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
         held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
+        memory_errors = 0  # in a row (see MEMORY_ERRORS_MAX)
         with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
             while not stop.is_set():
                 try:
@@ -218,26 +249,43 @@ class ConsumerLoop:
                     settle(held)
                     delay = backoff.next()
                     self._rebalancing = isinstance(exc, BusRebalancing)
+                    judging = isinstance(exc, StoreError)
                     if self._rebalancing:   # routine (a member joined or left): not an outage
                         log.info("consumer group rebalancing (a member joined or left); "
                                  "committing after it, in %.1fs (%s)", delay, exc)
-                    elif isinstance(exc, (StoreError, BusError)):
-                        self.stats.store_errors += isinstance(exc, StoreError)
-                        log.warning("%s unavailable (%s); pausing consumption, retry in %.1fs",
-                                    "store" if isinstance(exc, StoreError) else "bus", exc,
-                                    delay)
+                    elif judging:
+                        self.stats.store_errors += 1
+                        self._judge_held(held)
+                        log.warning("store unavailable (%s); frames held, not committed, "
+                                    "written again in %.1fs; alerts are still judged and "
+                                    "sent from %d frames in hand (up to %d messages)",
+                                    exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
+                    elif isinstance(exc, BusError):
+                        log.warning("bus unavailable (%s); pausing consumption, retry in "
+                                    "%.1fs", exc, delay)
+                    elif out_of_memory(exc):
+                        self.stats.errors += 1
+                        memory_errors += 1
+                        if memory_errors >= MEMORY_ERRORS_MAX:
+                            raise OutOfMemory(
+                                f"out of memory ({type(exc).__name__}: {exc}) {memory_errors} "
+                                "times in a row: the process has reached its memory limit "
+                                "(ulimit -v, or its cgroup's / container's memory limit); "
+                                "stopping so that its supervisor (systemd, Kubernetes) "
+                                "restarts it: the batches in hand are replayed. Give it more "
+                                "memory if this repeats") from exc
+                        log.error("out of memory (%s: %s); pausing consumption, retry in "
+                                  "%.1fs", type(exc).__name__, exc, delay)
                     else:
                         self.stats.errors += 1
                         log.exception("unexpected error; pausing consumption, retry in %.1fs",
                                       delay)
-                    self._pause(consumer)
-                    late = self._idle(consumer, stop, delay)
-                    if late:
-                        held.append(Batch(late, generation=self.ownership.generation,
-                                          behind=_behind(consumer)))
+                    self.stats.paused = True
+                    self._idle(consumer, stop, delay, held, max_messages, judging)
                     continue
                 if not held:
                     backoff.reset()
+                    memory_errors = 0
             self._drain(held, consumer, writers, drain_s)
 
     def _submit(self, held: deque[Batch], writers: ThreadPoolExecutor, writes: int) -> None:
@@ -261,8 +309,8 @@ class ConsumerLoop:
         if exc is None:
             batch.points = write.result()
             return
-        if isinstance(exc, (StoreError, BusError)):
-            raise exc
+        if isinstance(exc, (StoreError, BusError)) or out_of_memory(exc):
+            raise exc  # the frames are fine: never bisected into dead letters for it
         if not isinstance(exc, StoreRejected):
             batch.failures += 1
             if batch.failures < MAX_SURPRISES:
@@ -290,19 +338,35 @@ class ConsumerLoop:
             log.warning("store maintenance failed (%s: %s); tried again next turn",
                         type(exc).__name__, exc)
 
-    def _pause(self, consumer: Consumer) -> None:
+    def _pause(self, consumer: Consumer, paused: bool = True) -> None:
+        """Pause (or resume) fetching; the loop is in its waiting turn either way."""
         try:
-            consumer.pause()
+            consumer.pause() if paused else consumer.resume()
         except Exception:  # noqa: BLE001 - paused or not, the loop waits its turn
-            log.debug("pause failed", exc_info=True)
+            log.debug("pause/resume failed", exc_info=True)
+        self._fetching = not paused
         self.stats.paused = True
 
     def _resume(self, consumer: Consumer) -> None:
         consumer.resume()
+        self._fetching = True
         self.stats.paused = False
         log.info("consuming again" if self._rebalancing else
                  "store and bus are back; consuming again")
         self._rebalancing = False
+
+    def _judge_held(self, held: deque[Batch]) -> None:
+        """The store is away: decode and judge the batches in hand, oldest first, so that
+        their alerts are sent now (``Processor.judge``); one that cannot be judged yet
+        holds back those behind it (batches are judged in order)."""
+        for batch in held:
+            if batch.frames is None:
+                batch.frames, batch.sources = self.decode(batch.messages)
+                self._send_dead_letters()
+            if not self.judge(batch):
+                if batch.frames:
+                    return
+                batch.judged = True  # nothing to judge (all dead letters)
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
                drain_s: float) -> None:
@@ -325,22 +389,39 @@ class ConsumerLoop:
                 held.popleft()
                 done += 1
         except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
-            log.warning("stopping with %d batches not finished (%s: %s); they will be "
-                        "replayed", len(held), type(exc).__name__, exc)
+            self.drain_error = exc
+            if getattr(consumer, "replays", True):
+                log.warning("stopping with %d batches not finished (%s: %s); they will be "
+                            "replayed", len(held), type(exc).__name__, exc)
+            else:  # an in-process bus (`fleetwatch up`): nothing outlives this process
+                log.warning("stopping with %d batches not finished (%s: %s); their frames "
+                            "were NOT stored, and nothing replays them", len(held),
+                            type(exc).__name__, exc)
         finally:
             settle(held)
             self.summarise_dead_letters(final=True)
         self.drained = (done, len(held))
 
-    @staticmethod
-    def _idle(consumer: Consumer, stop: threading.Event, seconds: float) -> list[Message]:
-        """Wait, polling the paused consumer so that the group keeps this member."""
+    def _idle(self, consumer: Consumer, stop: threading.Event, seconds: float,
+              held: deque[Batch], max_messages: int, judging: bool) -> None:
+        """Wait ``seconds`` before the batches in hand are written again, polling so that
+        the group keeps this member. While the store is away (``judging``) and fewer
+        than ``JUDGE_AHEAD_MESSAGES`` messages are held, new batches are polled and
+        judged at once (their alerts are sent; they are stored later); else the consumer
+        is paused and what a paused poll still brings is kept, in order."""
         deadline = time.monotonic() + seconds
-        late: list[Message] = []
-        while not stop.is_set() and time.monotonic() < deadline:
+        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
+            room = judging and sum(len(b.messages) for b in held) < JUDGE_AHEAD_MESSAGES \
+                and all(b.judged for b in held)
             try:
-                # Paused: returns nothing. Kept, not dropped, if it ever does.
-                late.extend(consumer.poll(1, timeout_s=min(1.0, deadline - time.monotonic())))
+                if room != self._fetching:
+                    self._pause(consumer, paused=not room)
+                messages = consumer.poll(max_messages if room else 1,
+                                         timeout_s=min(1.0, left))
+                if messages:
+                    held.append(Batch(messages, generation=self.ownership.generation,
+                                      behind=_behind(consumer)))
+                    if room:
+                        self._judge_held(held)
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-        return late

@@ -24,10 +24,14 @@ No input stops the processor. What it cannot use becomes a dead letter
   the frames the store does take are stored.
 
 A store or bus that is away (``StoreError``, ``BusError``) is waited for:
-consumption pauses and the batches in hand are retried with backoff. A
-detector that raises is logged and skipped for that batch (its frames are
-stored). Alert changes are applied to the book only once the store has them
-(``AlertBook.observe`` / ``apply``). Per-node state follows the consumer's
+the batches in hand are retried with backoff, and committed only once stored.
+Alerts do not wait for the store: while it is away, the batches in hand, and
+those polled meanwhile up to ``consume_loop.JUDGE_AHEAD_MESSAGES`` messages, are
+judged (``judge``) and their alert changes applied and sent at once; they are
+written to the store with the next alert write that succeeds, and a batch is
+judged once only. Consumption pauses beyond that bound, and while the bus is
+away. A detector that raises is logged and skipped for that batch (its frames
+are stored). Per-node state follows the consumer's
 partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
 another member, and every detector's optional ``expect(nodes)`` with the
@@ -66,7 +70,7 @@ from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
 from fleetwatch.pipeline.bus import BusError, Message, Producer
 from fleetwatch.pipeline.clock_skew import ClockWatch
-from fleetwatch.pipeline.consume_loop import ConsumerLoop
+from fleetwatch.pipeline.consume_loop import ConsumerLoop, out_of_memory
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, board_of
@@ -89,7 +93,7 @@ class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
 
     def send(self, changes: Sequence[Alert], now: float | None = None) -> object:
-        """One batch's alert changes, once stored (none: time passed; ``now`` is the
+        """One batch's alert changes, once judged (none: time passed; ``now`` is the
         batch's newest frame time, against which silences are judged)."""
 
     def adopt(self, alerts: Iterable[Alert]) -> None:
@@ -195,6 +199,10 @@ class Processor(Intake, ConsumerLoop):
             return 0
         try:
             self.store.write_alerts(changes)
+        except StoreError as exc:  # the store is away: expected, said in one line
+            log.error("the last updates of %d open alerts could not be stored (%s); the "
+                      "store keeps their value of up to refresh_s before", len(changes), exc)
+            return 0
         except Exception:
             self.stats.errors += 1
             log.exception("the last updates of %d open alerts could not be stored; the "
@@ -232,7 +240,18 @@ class Processor(Intake, ConsumerLoop):
         changes = self.alerts.observe([], findings) if findings else []
         if not changes:
             return
-        self.store.write_alerts(changes)
+        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
+        try:
+            self.store.write_alerts(writes)
+            self._unstored = []
+            self.stats.alerts_written += len(writes)
+        except StoreError:  # sent all the same; written with the next write that succeeds
+            self._unstored = writes
+            self._send_ticked(changes, findings)
+            raise
+        self._send_ticked(changes, findings)
+
+    def _send_ticked(self, changes: list[Alert], findings: list[Finding]) -> None:
         transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
         if self._notifier is not None:
@@ -240,7 +259,6 @@ class Processor(Intake, ConsumerLoop):
         elif self._notify is not None:
             self._notify(changes)
         self.stats.alerts_changed += transitions
-        self.stats.alerts_written += len(changes)
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
         """Derived metrics (a detector's ``enrich``: the thermal health score) join the
@@ -296,6 +314,8 @@ class Processor(Intake, ConsumerLoop):
         batch.frames = [f for f, k in zip(batch.frames, keep, strict=True) if k]
         if batch.sources is not None:
             batch.sources = [m for m, k in zip(batch.sources, keep, strict=True) if k]
+        # Judged while the store was away (``judge``): energy at least leaves them out.
+        batch.owned = [f for f in batch.owned if id(f) not in refused]
 
     def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
@@ -322,52 +342,46 @@ class Processor(Intake, ConsumerLoop):
                               getattr(d, "name", type(d).__name__), len(frames))
         return findings
 
-    def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
-        """Detect and drive alerts on a stored batch; count it.
+    def _detect(self, batch: Batch) -> None:
+        """The batch's findings and events, once (kept for a retry). Raises ``StoreError``
+        while the store is away and boards must be recalled from it."""
+        if batch.findings is not None:
+            return
+        self._without_refused(batch)
+        frames = self.ownership.owned_frames(batch.frames or [], batch.sources,
+                                             batch.generation)
+        self.ownership.build(frames, batch.sources if frames is batch.frames else None)
+        self._recall_boards(frames)
+        batch.owned = frames
+        batch.events = self.events.update(frames) if frames else []
+        wall = self._clock() if batch.messages else None  # none in a replay
+        if frames:
+            self._tell_behind(self.ownership.behind(batch.behind))
+        batch.findings = self._findings(frames, wall) if frames else []
 
-        Raises ``StoreError`` when the alert changes cannot be stored: the book
-        is unchanged and the same findings are observed again on the retry.
-        """
-        if batch.findings is None:
-            self._without_refused(batch)
-            frames = self.ownership.owned_frames(batch.frames or [], batch.sources,
-                                                 batch.generation)
-            self.ownership.build(frames, batch.sources if frames is batch.frames else None)
-            batch.owned = frames
-            self._recall_boards(frames)
-            batch.events = self.events.update(frames) if frames else []
-            wall = self._clock() if batch.messages else None  # none in a replay
-            if frames:
-                self._tell_behind(self.ownership.behind(batch.behind))
-            batch.findings = self._findings(frames, wall) if frames else []
-        if batch.events:  # with the batch, before its commit; written again on a retry
-            self.store.write_events(batch.events)
-        if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
-            self.energy.observe(batch.owned)
+    def judge(self, batch: Batch) -> bool:
+        """The store is away: judge a batch whose write waits, and send its alert changes
+        now. They are applied to the book and kept (``_unstored``) to be written with the
+        next alert write that succeeds; the batch is not judged again once stored. False
+        when it cannot be judged yet (boards of nodes met for the first time must be read
+        from the store): judged once stored, as usual."""
+        if batch.judged or not batch.frames:
+            return batch.judged
+        try:
+            self._detect(batch)
+        except StoreError:
+            return False
         changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
-        # Changes applied earlier without being stored go out again with these, newest wins.
-        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
-        if writes:
-            try:
-                self.store.write_alerts(writes)
-                self._unstored = []
-            except (StoreError, BusError):
-                raise
-            except StoreRejected as exc:  # never taken: the book goes on without them
-                self.stats.errors += 1
-                log.error("the store refused %d alert changes for good (%s); applied anyway",
-                          len(changes), exc.reason)
-            except Exception:
-                batch.failures += 1
-                if batch.failures < MAX_SURPRISES:
-                    raise
-                self.stats.errors += 1
-                log.exception("%d alert changes not stored after %d tries; applied anyway, "
-                              "and written again with the next batch", len(writes),
-                              batch.failures)
-                self._unstored = writes
+        self._unstored = list({a.id: a for a in [*self._unstored, *changes]}.values())
+        self._deliver(batch, changes)
+        return True
+
+    def _deliver(self, batch: Batch, changes: list[Alert]) -> None:
+        """Apply a batch's alert changes to the book and send them; the batch is judged."""
         transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
+        batch.judged = True
+        self.stats.alerts_changed += transitions
         if self._notifier is not None and (changes or batch.owned):
             # Every batch: silences added or ended since are judged on alerts that do
             # not change (a latched XID), at the stream's time.
@@ -377,14 +391,62 @@ class Processor(Intake, ConsumerLoop):
             self._notifier.send(changes, newest)
         elif changes and self._notify is not None:
             self._notify(changes)
+
+    def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
+        """Detect and drive alerts on a stored batch (unless judged while the store was
+        away: then only what it left unwritten is written); count it.
+
+        Raises ``StoreError`` when the alert changes cannot be stored: they are applied
+        and sent all the same (alerts do not wait for the store), kept to be written on
+        the retry, and the batch is not judged again.
+        """
+        self._without_refused(batch)
+        self._detect(batch)
+        if batch.judged:  # judged while the store was away: its alerts' record now
+            self._store_alerts(batch, [])
+        else:
+            changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+            self._store_alerts(batch, changes)
+            self._deliver(batch, changes)
+        if batch.events:  # with the batch, before its commit; written again on a retry
+            self.store.write_events(batch.events)
+        if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
+            self.energy.observe(batch.owned)
         self.stats.frames += len(batch.frames or ())
         self.stats.points += points
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
-        self.stats.alerts_changed += transitions
-        self.stats.alerts_written += len(changes)
         self.stats.last_batch_s = time.perf_counter() - t0
 
+    def _store_alerts(self, batch: Batch, changes: list[Alert]) -> None:
+        """Write a batch's alert changes, with any applied earlier and not stored yet
+        (newest wins). A store that is away: they are sent anyway and kept to be written
+        on the retry (``StoreError`` raised after ``_deliver``)."""
+        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
+        if not writes:
+            return
+        try:
+            self.store.write_alerts(writes)
+            self._unstored = []
+            self.stats.alerts_written += len(writes)
+        except (StoreError, BusError):
+            self._unstored = writes
+            if not batch.judged:
+                self._deliver(batch, changes)
+            raise
+        except StoreRejected as exc:  # never taken: the book goes on without them
+            self.stats.errors += 1
+            log.error("the store refused %d alert changes for good (%s); applied anyway",
+                      len(changes), exc.reason)
+        except Exception as exc:
+            batch.failures += 1
+            if batch.failures < MAX_SURPRISES or out_of_memory(exc):
+                raise
+            self.stats.errors += 1
+            log.exception("%d alert changes not stored after %d tries; applied anyway, "
+                          "and written again with the next batch", len(writes),
+                          batch.failures)
+            self._unstored = writes
 
     def _recall_boards(self, frames: Sequence[Frame]) -> None:
         """The boards the store last named in the slots of nodes met for the first time

@@ -96,6 +96,9 @@ class MemoryProducer:
 
 
 class MemoryConsumer:
+    # What it did not commit is gone with the process: nobody replays it.
+    replays = False
+
     def __init__(self, bus: MemoryBus, topic: str, group: str) -> None:
         self._bus = bus
         self._topic = topic

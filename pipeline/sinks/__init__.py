@@ -1,7 +1,8 @@
 """Alert sinks behind one ``AlertSink`` protocol, and the ``Notifier`` that feeds them.
 
 The processor hands every batch's alert changes to ``Notifier.send`` once
-they are in the store. The notifier works out who should hear about each
+they are judged: after they are stored, or at once while the store is away
+(they are stored once it is back). The notifier works out who should hear about each
 change (silences, inhibition, acknowledgements: ``fleetwatch.pipeline.silences``),
 forwards each alert's state changes once (dedup), and delivers them to each
 sink on that sink's own thread (``delivery.Lane``): a sink that is slow or
@@ -9,7 +10,7 @@ down delays only itself, never the processor or another sink. A failing
 sink is retried with the shared ``Backoff`` a bounded number of times; a
 notifying sink's undelivered changes are then held (the latest per alert)
 and retried for ``retry_s``, then counted as failed and logged; the store's
-record of the alert was written before, by the processor.
+record of the alert is the processor's to write.
 """
 
 from __future__ import annotations

@@ -21,6 +21,7 @@ from fleetwatch.pipeline.store.ledger import (
     TopLine,
     bucket_floor,
 )
+from fleetwatch.pipeline.store.sqlite_errors import describe
 
 J_PER_KWH = 3.6e6
 ROLL_UP_HOURS = 500  # hours rolled up per statement (SQLite's default limit: 32,766)
@@ -74,9 +75,7 @@ class SqliteEnergy:
                 # Not SQLite at all ("file is not a database"): the first statement is the
                 # first read of the file, so it is said here, as a StoreError the commands
                 # turn into one line, not a traceback from the first query.
-                raise StoreError(f"{self.path} is not a fleetwatch SQLite store ({exc}): "
-                                 "point store.path (or --store) at the file the processor "
-                                 "writes") from exc
+                raise StoreError(describe(self.path, exc)) from exc
             self._energy_ready = True
         return conn
 

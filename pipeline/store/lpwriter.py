@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -241,7 +242,10 @@ class LineProtocolWriter:
 
     def _post(self, body: bytes, n_lines: int) -> None:
         def failed(exc: BaseException, attempt: int, delay: float) -> None:
-            log.info("write to %s failed (%s); retry %d in %.2fs", self.url, exc, attempt, delay)
+            # One WARNING per round (the processor's) says the server is away; these
+            # attempts within it are detail.
+            log.debug("write to %s failed (%s); retry %d in %.2fs", self.url, exc, attempt,
+                      delay)
 
         attempts = 0
 
@@ -272,7 +276,7 @@ class LineProtocolWriter:
                 raise _Transient(str(exc), exc.retry_after) from exc
             raise
         except (Urllib3Error, OSError) as exc:  # URLError and timeouts are OSErrors
-            raise _Transient(f"{type(exc).__name__}: {exc}", None) from exc
+            raise _Transient(plain(exc), None) from exc
 
     def _request(self, body: bytes) -> None:
         if not self.v1:
@@ -320,6 +324,18 @@ class _Transient(Exception):
     def __init__(self, message: str, retry_after: float | None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+_ADDRESS = re.compile(r"<[^<>]+ object at 0x[0-9a-fA-F]+>:?\s*")
+
+
+def plain(exc: BaseException) -> str:
+    """A connection error in words: no object address (urllib3 puts its connection's
+    repr in the message), and a refused connection called what it means."""
+    text = _ADDRESS.sub("", str(exc)).strip()
+    if isinstance(exc, ConnectionRefusedError) or "Connection refused" in text:
+        return "connection refused: is the server running?"
+    return f"{type(exc).__name__}: {text}"
 
 
 def _blocks(lines: Iterable[str], size: int) -> Iterator[EncodedLines]:

@@ -33,8 +33,9 @@ from fleetwatch.pipeline.store.base import (
     gpu_device,
 )
 from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
+from fleetwatch.pipeline.store.sqlite_errors import describe, quick_check, read_only_mount
 from fleetwatch.pipeline.store.sqlite_reads import Ident, SqliteReads
-from fleetwatch.pipeline.store.sqlite_records import SqliteRecords, guarded
+from fleetwatch.pipeline.store.sqlite_records import ALERT_TABLE, SqliteRecords, guarded
 from fleetwatch.pipeline.store.sqlite_rollup import Row, rollup, upkeep
 
 __all__ = ["RAW_SPAN_MS", "SqliteStore"]  # RAW_SPAN_MS: callers take it from here too
@@ -108,7 +109,7 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         if conn is None:
             if self._read_only:
                 file_id = self._file_id_now()
-                conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True,
+                conn = sqlite3.connect(self._reader_uri(), uri=True,
                                        check_same_thread=False, timeout=self.busy_timeout_s)
                 self._check_is_store(conn)
                 self._adopt(file_id)
@@ -129,16 +130,44 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         try:
             found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
                                  "name = 'samples'").fetchone()
-        except sqlite3.DatabaseError as exc:  # not an SQLite file at all
+        except sqlite3.DatabaseError as exc:  # not SQLite, damaged, or cannot be opened
             conn.close()
-            raise StoreError(f"{self.path} is not a fleetwatch SQLite store ({exc}): name the "
-                             "store fleetwatch wrote with --store (store.path)") from None
+            raise StoreError(describe(self.path, exc)) from None
         if found is None:
             conn.close()
             empty = " (an empty file)" if os.path.getsize(self.path) == 0 else ""
             raise StoreError(f"{self.path} is not a fleetwatch SQLite store{empty}: it has none of "
                              "its tables; name the store fleetwatch wrote with --store "
                              "(store.path), or remove this file")
+
+    def damage(self, full_below_bytes: int = 256 * 2**20) -> str | None:
+        """SQLite's complaint about this file's structure, or None when sound: the whole
+        file for a store of up to ``full_below_bytes`` (a 1 GB store takes 1.2-1.6 s),
+        else the alert, silence and acknowledgement tables only (what ``alerts`` lists;
+        under a millisecond). Never raises: a file that cannot even be checked is damaged."""
+        try:
+            conn = self._conn()
+            if os.path.getsize(self.path) <= full_below_bytes:
+                return quick_check(conn)
+            have = {n for (n,) in conn.execute("SELECT name FROM sqlite_master")}
+            for table in (t for t in (ALERT_TABLE, "silences", "acks") if t in have):
+                found = quick_check(conn, table)
+                if found is not None:
+                    return found
+        except (sqlite3.Error, StoreError, OSError) as exc:
+            return str(exc)
+        return None
+
+    def _reader_uri(self) -> str:
+        """A store on a read-only mount (a snapshot, a backup) without its ``-shm``: SQLite
+        cannot create it there, and nobody can change the file, so it is read as immutable
+        (unless its ``-wal`` holds writes not merged yet, which that would skip)."""
+        uri = f"file:{self.path}?mode=ro"
+        wal = Path(self.path + "-wal")
+        if read_only_mount(self.path) and not Path(self.path + "-shm").exists() and (
+                not wal.exists() or wal.stat().st_size == 0):
+            uri += "&immutable=1"
+        return uri
 
     def _file_id_now(self) -> tuple[int, int]:
         """(device, inode) of the file at ``path`` now; ``StoreError`` when there is none."""

@@ -94,6 +94,29 @@ class SqliteReads:
                 yield self._key(name, did), ts, value
 
     @guarded("read")
+    def raw_span(self, start_ms: int, end_ms: int, cluster: str | None = None
+                 ) -> tuple[int, int] | None:
+        """The first and last time of the raw samples in [start, end), any metric, of
+        ``cluster`` (None: any), or None: two walks of the (ts, did) key, cheap however many
+        rows lie between when no cluster is named (the minute rollups miss the minutes not
+        rolled up yet, e.g. after a kill -9)."""
+        where, args = "ts >= ? AND ts < ?", [start_ms, end_ms]
+        if cluster is not None:
+            dids = self._devices(None, None, cluster)
+            if not dids:
+                return None
+            where += f" AND did IN ({','.join('?' * len(dids))})"
+            args += dids
+        conn = self._conn()
+        first = conn.execute(f"SELECT ts FROM samples WHERE {where} ORDER BY ts LIMIT 1",
+                             args).fetchone()
+        if first is None:
+            return None
+        (last,) = conn.execute(f"SELECT ts FROM samples WHERE {where} ORDER BY ts DESC "
+                               "LIMIT 1", args).fetchone()
+        return int(first[0]), int(last)
+
+    @guarded("read")
     def count(self) -> int:
         """How many points (one metric of one device at one instant) the store holds."""
         (n,) = self._conn().execute(

@@ -36,6 +36,7 @@ from fleetwatch.pipeline.store.base import (
     group_order,
 )
 from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
+from fleetwatch.pipeline.store.sqlite_errors import describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,9 +82,11 @@ def guarded(what: str) -> Callable[[F], F]:
                 # A read-only reader of a file no writer has opened since an upgrade.
                 if "no such table" in str(exc) and what.endswith(" read"):  # records only
                     return []
-                raise StoreError(f"sqlite {what} in {self.path} failed: {exc}") from exc
+                raise StoreError(f"sqlite {what} in {self.path} failed: "
+                                 f"{describe(self.path, exc)}") from exc
             except sqlite3.Error as exc:  # locked, busy, disk full, I/O: may pass
-                raise StoreError(f"sqlite {what} in {self.path} failed: {exc}") from exc
+                raise StoreError(f"sqlite {what} in {self.path} failed: "
+                                 f"{describe(self.path, exc)}") from exc
         return call  # type: ignore[return-value]
     return wrap
 

@@ -10,6 +10,7 @@ import pytest
 
 from fleetwatch.codec import encode
 from fleetwatch.collectors.sim import FleetSim, SimParams
+from fleetwatch.pipeline import consume_loop
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store import StoreError
@@ -52,9 +53,12 @@ def wait_for(condition, timeout_s: float = 30.0) -> None:
 
 
 @pytest.mark.parametrize("writes", [1, 2])
-def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, writes: int) -> None:
+def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, writes: int,
+                                                           monkeypatch: pytest.MonkeyPatch
+                                                           ) -> None:
     """``writes``: how many store writes may be in flight (SQLite: 1; line-protocol
     servers: 2, here played by SQLite, whose writes are safe in two threads)."""
+    monkeypatch.setattr(consume_loop, "JUDGE_AHEAD_MESSAGES", 150)
 
     class Store(FlakyStore):
         concurrent_writes = writes
@@ -72,10 +76,11 @@ def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, write
     try:
         wait_for(lambda: FlakyStore.refused >= 2)
         assert processor.stats.paused
-        # While the store is away, at most writes + 1 batches are held (those being
-        # written and the next, decoded) and nothing more is fetched or committed.
+        # While the store is away, batches are polled (and judged) until the bound of
+        # JUDGE_AHEAD_MESSAGES is reached, then nothing more is fetched or committed.
+        wait_for(lambda: consumer.lag() <= sent - 150)
         lag = consumer.lag()
-        assert sent - (writes + 1) * 50 <= lag < sent and (sent - lag) % 50 == 0
+        assert sent - 150 - 49 <= lag < sent and (sent - lag) % 50 == 0
         time.sleep(0.5)
         assert consumer.lag() == lag
         assert bus._committed[(TOPIC, "g")] == 0

@@ -235,3 +235,21 @@ def test_a_file_that_is_not_a_store_is_refused_in_words(tmp_path: Path, content:
     store.close()
     if not content:  # `up --keep` on an empty file starts a new store there
         assert newest_sample_s(str(path)) is None
+
+
+def test_raw_span_finds_samples_not_rolled_up_yet_over_any_span(tmp_path: Path) -> None:
+    """What ``simulate`` checks before writing a history: raw samples count even where
+    no minute is rolled up (a run killed before ``maintain``), over 12 h as over 1 min."""
+    from fleetwatch.simulate import held_span
+
+    frames = frames_for(20)
+    store = SqliteStore(tmp_path / "s.db")
+    store.write(frames)  # no maintain: no rollup
+    first, last = min(f.ts for f in frames), max(f.ts for f in frames)
+    assert store.raw_span(int(first * 1000), int(last * 1000) + 1) == (
+        int(first * 1000), int(last * 1000))
+    assert store.raw_span(int(last * 1000) + 1, int(last * 1000) + 12 * 3600_000) is None
+    store.close()
+    assert held_span(str(tmp_path / "s.db"), first - 6 * 3600, first + 6 * 3600) == (
+        first, last)
+    assert held_span(str(tmp_path / "s.db"), last, last + 12 * 3600) is None

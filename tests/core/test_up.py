@@ -268,6 +268,28 @@ def test_simulate_writes_two_clusters_histories_of_the_same_hours_into_one_store
     assert again.returncode == 0 and "node.cluster (c-eu) is an agent's" in again.stderr
 
 
+def test_simulate_refuses_hours_a_killed_run_left_without_rollups(tmp_path: Path) -> None:
+    """A run killed (kill -9, OOM) before its rollups were built leaves raw samples only;
+    a span longer than the raw reads' 6 h used to read rollups only, find none, and write
+    a second fleet between the first one's samples."""
+    import sqlite3
+
+    db = tmp_path / "k.db"
+    end = 1790000000
+    made = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "10m", "--end",
+                   str(end), *FLEET)
+    assert made.returncode == 0, made.stderr
+    with sqlite3.connect(db) as conn:  # what a kill -9 leaves: no minute rolled up yet
+        conn.execute("DELETE FROM rollup_1m")
+    before = host_timestamps(db)
+    again = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "12h", "--end",
+                    str(end + 300), *FLEET)
+    assert again.returncode == 1, again.stderr
+    assert "already holds samples from 2026-09-21 14:03 UTC to 2026-09-21 14:13 UTC" in (
+        again.stderr)
+    assert host_timestamps(db) == before
+
+
 def test_simulate_never_writes_the_real_store(tmp_path: Path) -> None:
     env = {**os.environ, "FLEETWATCH_STORE_PATH": str(tmp_path / "real.db")}
     result = subprocess.run([sys.executable, "-m", "fleetwatch.cli", "simulate", "--duration",
