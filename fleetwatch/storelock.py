@@ -13,6 +13,7 @@ The agent's spool directory is locked the same way (``lock_fd``, in
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import tempfile
@@ -53,6 +54,12 @@ def check_store_path(store_path: str | Path, setting: str = "--store") -> Path:
         with tempfile.TemporaryFile(dir=parent):
             pass
     except OSError as exc:
+        if exc.errno == errno.EROFS:
+            raise StorePathError(
+                f"store {path}: the folder {parent.absolute()} is on a read-only file system; "
+                "the store, its lock and SQLite's journal are written there: copy the store to "
+                f"a writable folder and give {setting} the copy, or remount it read-write"
+            ) from None
         raise StorePathError(
             f"store {path}: cannot write in the folder {parent.absolute()} "
             f"({exc.strerror or exc}); the store, its lock and SQLite's journal go there: "

@@ -285,8 +285,8 @@ def test_simulate_refuses_hours_a_killed_run_left_without_rollups(tmp_path: Path
     again = run_cli(tmp_path, "simulate", "--store", str(db), "--duration", "12h", "--end",
                     str(end + 300), *FLEET)
     assert again.returncode == 1, again.stderr
-    assert "already holds samples from 2026-09-21 14:03 UTC to 2026-09-21 14:13 UTC" in (
-        again.stderr)
+    assert ("already holds samples of cluster sim from 2026-09-21 14:03 UTC to "
+            "2026-09-21 14:13 UTC") in again.stderr
     assert host_timestamps(db) == before
 
 

@@ -122,7 +122,7 @@ def test_a_store_on_a_read_only_mount_is_listed_and_up_says_read_only(
     assert silences.returncode == 0, silences.stderr
     kept = cli("up", "--keep", "--store", str(db), "--port", str(free_port()), cwd=tmp_path)
     assert kept.returncode == 2
-    assert f"cannot lock {db}" in kept.stderr and "read-only" in kept.stderr
+    assert f"store {db}" in kept.stderr and "read-only file system" in kept.stderr
     assert "Traceback" not in kept.stderr
 
 
