@@ -133,7 +133,10 @@ class Reading:
     xid_last: dict[tuple[str, int], dict[float, int]] = field(
         default_factory=lambda: defaultdict(dict))
     zero_absent: dict[str, int] = field(default_factory=dict)  # metric -> 0s read as absent
-    places: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> (cluster, rack)
+    # The readings below key a node by ``place``'s key: its name, unless a node of that name
+    # in another cluster was read first (then "cluster/name", its name kept in ``names``).
+    places: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (cluster, rack)
+    names: dict[str, str] = field(default_factory=dict)  # key -> node name, where not the key
     jobs: dict[tuple[float, str, int], str] = field(default_factory=dict)  # (ts, node, gpu)
     models: dict[tuple[str, int], str] = field(default_factory=dict)  # (node, gpu) -> name
     # (node, gpu) -> (since, UUID, info: serial, pci_bus_id) at each change of the board,
@@ -141,6 +144,20 @@ class Reading:
     # "node/gpuN", a stand-in.
     boards: dict[tuple[str, int], list[tuple[float, str, dict[str, str]]]] = field(
         default_factory=dict)
+
+    def place(self, node: str, cluster: str, rack: str) -> str:
+        """The key of ``node`` of ``cluster``: a name is a node within its cluster, so a
+        same-named node of another cluster is a second node, not the first one's second
+        agent (which would mix their series and raise a false node_name_conflict)."""
+        key = node
+        while key in self.places and (self.places[key][0], self.names.get(key, key)) \
+                != (cluster, node):
+            key = f"{cluster}/{key}"  # prefixed again in the unlikely case it is taken
+        if key not in self.places:
+            self.places[key] = (cluster, rack)
+            if key != node:
+                self.names[key] = node
+        return key
 
     def board(self, ts: float, node: str, gpu: int, uuid: str, info: dict[str, str]) -> None:
         """The board a frame names in a GPU slot; kept where it changes."""
@@ -396,7 +413,7 @@ def frames(reading: Reading, model: str = "",
                                  info=info)
                       for i in indices for uuid, info in [_board(reading, ts, node, i)]])
         cluster, rack = reading.places.get(node, ("replay", "unknown"))
-        by_ts[ts].append(Frame(cluster, rack, node, ts, gpus,
+        by_ts[ts].append(Frame(cluster, rack, reading.names.get(node, node), ts, gpus,
                                HostReading(dict(per_gpu.get(None, {})))))
     return [by_ts[ts] for ts in sorted(by_ts)]
 

@@ -81,10 +81,8 @@ def read_frames(p: Path, lines: Iterable[str], out: Reading, skip: bool, cluster
             continue
         if out.too_late(ts, f"{p} line {n}"):
             continue
-        node = node.strip()
-        if node not in out.places:
-            out.places[node] = (str(frame.get("cluster") or cluster),
-                                str(frame.get("rack") or rack))
+        node = out.place(node.strip(), str(frame.get("cluster") or cluster),
+                         str(frame.get("rack") or rack))
         for index, metrics, job, model, xids, board in gpus:
             if board is not None:
                 out.board(ts, node, index, *board)

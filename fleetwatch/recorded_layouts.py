@@ -152,12 +152,12 @@ def read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue
+        # A cluster column names each row's cluster: a node is named within it.
+        node = out.place(node, ("cluster" in col and row[col["cluster"]].strip()) or cluster,
+                         ("rack" in col and row[col["rack"]].strip()) or rack)
         out.went_back(ts, (node, row[i_gpu], row[i_metric]), f"{p} line {n}")
         if out.too_late(ts, f"{p} line {n}"):
             continue
-        if node not in out.places:
-            out.places[node] = (row[col["cluster"]].strip() if "cluster" in col else cluster,
-                                row[col["rack"]].strip() if "rack" in col else rack)
         if gpu is not None:
             job = row[i_job].strip() if i_job is not None else ""
             if job:

@@ -100,6 +100,7 @@ class Stream:
         for key in [k for k in out.jobs if k[0] < upto]:
             part.jobs[key] = out.jobs.pop(key)
         part.models, part.places, part.boards = out.models, out.places, out.boards
+        part.names = out.names
         # Every GPU a node shows within the window ahead is listed from now on.
         for (_, node), per_gpu in out.samples.items():
             self.known[node].update(g for g in per_gpu if g is not None)
