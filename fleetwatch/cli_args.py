@@ -245,7 +245,7 @@ def parser() -> argparse.ArgumentParser:
                         help="where the files go (default: here)")
     report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     report.add_argument("--cluster", help="only this cluster's energy, in files named after "
-                        "it (default: every cluster)")
+                        "it (default, or empty: every cluster)")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "
@@ -359,7 +359,7 @@ def parser() -> argparse.ArgumentParser:
                     help="also the alerts resolved in the last DUR, e.g. 24h")
     al.add_argument("--node", help="only this node's alerts (of every cluster, without "
                     "--cluster)")
-    al.add_argument("--cluster", help="only this cluster's alerts")
+    al.add_argument("--cluster", help="only this cluster's alerts (empty: every cluster)")
     al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 

@@ -60,6 +60,18 @@ def write_csv(report: Report, path: Path) -> None:
                             for v in values])
 
 
+def _no_such_cluster(store: EnergyStore, cluster: str, month: str, start: int, end: int,
+                     store_name: str) -> None:
+    """Raise naming the clusters the month's ledger has, where ``cluster`` is not one of
+    them (a misspelt or unknown name, as ``alerts --cluster`` says); nothing if the
+    ledger has none (then the store or the month is what is wrong)."""
+    have = sorted({r.cluster for rows in ledger_chunks(store, start, end) for r in rows})
+    if have and cluster not in have:
+        raise ReportError(f"no cluster {cluster!r} in the ledger for {month} in {store_name}; "
+                          f"clusters it has for {month}: {', '.join(have)} (name one of them, "
+                          "or leave --cluster out for every cluster)")
+
+
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
@@ -75,6 +87,8 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
     start, end = month_span(month)
     report = build_chunks(ledger_chunks(store, start, end, cluster=cluster), model, start,
                           end, month, now, progress)
+    if not report.hourly_intensity and cluster is not None:
+        _no_such_cluster(store, cluster, month, start, end, store_name or "the store")
     if cluster is not None:
         store_name = f"{store_name or 'the store'}, cluster {cluster}"
     if not report.hourly_intensity and start >= report.generated_ts:

@@ -84,4 +84,35 @@ def test_cli_report_of_one_cluster_reads_its_rows_into_files_named_after_it(tmp_
     assert "cluster c-west" in (out / "fleetwatch-energy-2022-05-c-west.html").read_text()
     assert main(["report", "--month", "2022-05", "--store", str(db), "--out", str(out),
                  "--cluster", "c-nowhere"]) == 1
-    assert "cluster c-nowhere" in capsys.readouterr().err
+    assert "no cluster 'c-nowhere' in the ledger" in capsys.readouterr().err
+
+
+def test_an_unknown_cluster_is_named_with_the_clusters_the_ledger_has_that_month(
+        tmp_path, capsys):
+    from fleetwatch.cli import main
+
+    db = tmp_path / "s.db"
+    SqliteStore(db).write_energy(ROWS, [])
+    out = tmp_path / "out"
+    assert main(["report", "--month", "2022-05", "--store", str(db), "--out", str(out),
+                 "--cluster", "prod"]) == 1
+    err = capsys.readouterr().err
+    assert "no cluster 'prod' in the ledger for 2022-05" in err
+    assert "clusters it has for 2022-05: c-east, c-west" in err
+    assert not out.exists()
+
+
+def test_an_empty_cluster_means_every_cluster_in_report_as_in_alerts(tmp_path, capsys):
+    from fleetwatch.cli import main
+
+    db = tmp_path / "s.db"
+    SqliteStore(db).write_energy(ROWS, [])
+    out = tmp_path / "out"
+    assert main(["report", "--month", "2022-05", "--store", str(db), "--out", str(out),
+                 "--cluster", ""]) == 0
+    with (out / "fleetwatch-energy-2022-05.csv").open() as f:
+        clusters = {r["cluster"] for r in csv.DictReader(f) if r["kind"] == "node"}
+    assert clusters == {"c-east", "c-west"}
+    capsys.readouterr()
+    assert main(["alerts", "--store", str(db), "--cluster", ""]) == 0
+    assert "of cluster" not in capsys.readouterr().out
