@@ -272,8 +272,10 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
             rack = points[-1][0].rack
             newest_ms = max(newest_ms, points[-1][1])
         series[metric] = node_series(points)
-    # Annotations name no cluster (the simulator's faults): those of the node's name.
-    annotations = tuple(a for a in store.annotations(start_s, end_s) if a.node == node)
+    # Those of the node's cluster, and those that name none (written before annotations
+    # had a cluster: stores of one cluster).
+    annotations = tuple(a for a in store.annotations(start_s, end_s)
+                        if a.node == node and (not a.cluster or cluster in (None, a.cluster)))
     limits = {TEMP: temp_limit_c} if temp_limit_c else {}
     if not temp_limit_c:  # no site limit: the lowest slowdown temperature its GPUs report
         slowdowns = store.range(SLOWDOWN, start_ms, end_ms, node=node, cluster=cluster)

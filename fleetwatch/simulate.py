@@ -113,11 +113,13 @@ class SimulateResult:
         return self.points / self.seconds if self.seconds else 0.0
 
 
-def fault_annotations(records: Sequence[FaultRecord]) -> list[Annotation]:
+def fault_annotations(records: Sequence[FaultRecord], cluster: str) -> list[Annotation]:
+    """The injected faults as annotations of the simulated ``cluster``: a store may hold
+    several clusters with nodes of the same names."""
     # A rack fault has no node and a node fault no GPU: the annotation names the rack or node.
     return [Annotation("fault", r.onset_ts, r.end_ts, r.node or r.rack or "",
                        "" if r.gpu is None else f"gpu{r.gpu}",
-                       _fault_text(r.kind, r.mode, r.severity)) for r in records]
+                       _fault_text(r.kind, r.mode, r.severity), cluster) for r in records]
 
 
 def _fault_text(kind: str, mode: str, severity: float) -> str:
@@ -161,7 +163,7 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     """
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
-    store.write_annotations(fault_annotations(sim.ground_truth))
+    store.write_annotations(fault_annotations(sim.ground_truth, params.cluster))
     processor = Processor(store, detectors, energy=energy, keep_firing_s=keep_firing_s)
     end_ts = start_ts + duration_s
     steps_per_batch = max(1, min(int(BATCH_S / params.interval_s),

@@ -328,7 +328,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     system.fault_notes = notes
     system.continued_from = continued
     pace.system = system
-    system.store.write_annotations(fault_annotations(sim.ground_truth))
+    system.store.write_annotations(fault_annotations(sim.ground_truth, sim.params.cluster))
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
             f"seed {s.seed}, {options.interval_s:g} s samples")
     return system, what
@@ -342,7 +342,7 @@ def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
     goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
     unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
     """
-    stored = _stored_faults(kept, start) if kept is not None else None
+    stored = _stored_faults(kept, start, params.cluster) if kept is not None else None
     if stored is None:  # a new timeline: as it always was
         return FleetSim(params, start, faults), ["" for _ in faults]
     fixed, continued = continued_faults(faults, stored, start)
@@ -355,14 +355,16 @@ def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
                  for c in continued]
 
 
-def _stored_faults(path: str, start: float) -> list[Annotation] | None:
-    """The fault annotations of the store at ``path`` that end after ``start``; None for
-    a store that holds no sample yet (nothing to continue)."""
+def _stored_faults(path: str, start: float, cluster: str) -> list[Annotation] | None:
+    """The fault annotations of ``cluster`` (or of none: older stores) in the store at
+    ``path`` that end after ``start``; None for a store that holds no sample yet (nothing
+    to continue)."""
     if newest_sample_s(path) is None:
         return None
     store = SqliteStore(path, read_only=True)
     try:
-        return [a for a in store.annotations(start, 1e11) if a.kind == "fault"]
+        return [a for a in store.annotations(start, 1e11)
+                if a.kind == "fault" and a.cluster in ("", cluster)]
     finally:
         store.close()
 

@@ -100,7 +100,11 @@ def board_text(a: Alert) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Annotation:
-    """A span of time worth showing beside the data, e.g. a fault the simulator injected."""
+    """A span of time worth showing beside the data, e.g. a fault the simulator injected.
+
+    ``cluster``: the node's cluster ("": any, as annotations written before they had one
+    read back: those stores held one cluster, and hiding them would lose what they showed).
+    """
 
     kind: str
     start_ts: float
@@ -108,6 +112,7 @@ class Annotation:
     node: str
     device: str
     text: str
+    cluster: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -252,7 +252,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         series = self.query(f"SELECT \"start_ts\", \"end_ts\" FROM "
                             f"{_ident(ANNOTATION_MEASUREMENT)} WHERE time >= {since_ms}ms "
                             f"AND time < {round(end_ts * 1000)}ms GROUP BY *")
-        found: dict[tuple[str, float, str, str], Annotation] = {}
+        found: dict[tuple[str, float, str, str, str], Annotation] = {}
         for s in series:
             tags = s.get("tags", {})
             for row in _rows(s):
@@ -260,9 +260,9 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
                     continue
                 a = Annotation(tags.get("kind", ""), row["start_ts"], row.get("end_ts"),
                                tags.get("node", ""), tags.get("device", ""),
-                               tags.get("text", ""))
+                               tags.get("text", ""), tags.get("cluster", ""))
                 if a.start_ts < end_ts and (a.end_ts is None or a.end_ts >= start_ts):
-                    key = (a.kind, a.start_ts, a.node, a.device)
+                    key = (a.kind, a.start_ts, a.cluster, a.node, a.device)
                     if key not in found or found[key].end_ts is None:
                         found[key] = a
         return sorted(found.values(), key=lambda a: a.start_ts)

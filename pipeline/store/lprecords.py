@@ -180,17 +180,18 @@ def _xid_gpu(a: Alert) -> int | None:
 
 
 def annotation_line(a: Annotation, v1: bool = False) -> str:
-    """One annotation as a line at ``start_ts``; tags kind, node, device, text.
+    """One annotation as a line at ``start_ts``; tags kind, cluster (none where ""),
+    node, device, text.
 
     Annotations are few (a fault the simulator injected, a maintenance
     window) and their text is their label on a dashboard, so it stays a
-    tag. Their identity (kind, start, node, device) maps to one series and
+    tag. Their identity (kind, start, cluster, node, device) maps to one series and
     one timestamp, so writing one again lands on the same sample.
     """
     fields = [(k, _number(v)) for k, v in (("start_ts", a.start_ts), ("end_ts", a.end_ts))
               if v is not None and isfinite(v)]
-    tag_text = tags((("kind", a.kind), ("node", a.node), ("device", a.device),
-                     ("text", a.text)), v1)
+    tag_text = tags((("cluster", a.cluster), ("kind", a.kind), ("node", a.node),
+                     ("device", a.device), ("text", a.text)), v1)
     return f"{ANNOTATION_MEASUREMENT}{tag_text} {_join_fields(fields, v1)} " \
            f"{round(a.start_ts * 1000)}"
 

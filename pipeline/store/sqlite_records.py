@@ -41,6 +41,11 @@ from fleetwatch.pipeline.store.sqlite_errors import describe
 F = TypeVar("F", bound=Callable[..., Any])
 
 ALERT_TABLE = "alert_states"
+# Annotations by cluster; ``annotations`` (no cluster, a key without one) is the table of
+# earlier versions: a writer moves its rows over as cluster "" (any), a reader reads both.
+ANNOTATION_TABLE = "cluster_annotations"
+_OLD_ANNOTATIONS = "annotations"
+_ANNOTATION_COLUMNS = "kind, start_ts, end_ts, node, device, text"
 _COLUMN_TYPES = {"float": "REAL", "int": "INTEGER", "bool": "INTEGER", "mapping": "TEXT",
                  "json": "TEXT", "text": "TEXT", "state": "TEXT"}
 _ALERT_COLUMNS = [name for name, _ in ALERT_FIELDS]
@@ -52,9 +57,9 @@ CREATE TABLE IF NOT EXISTS {ALERT_TABLE} (
     {", ".join(f"{name} {_COLUMN_TYPES[kind]}" for name, kind in ALERT_FIELDS)},
     PRIMARY KEY (cluster, id));
 CREATE INDEX IF NOT EXISTS alert_states_by_state ON {ALERT_TABLE} (state, updated_ts);
-CREATE TABLE IF NOT EXISTS annotations (
-    kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT,
-    UNIQUE (kind, start_ts, node, device));
+CREATE TABLE IF NOT EXISTS {ANNOTATION_TABLE} (
+    kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT, cluster TEXT,
+    UNIQUE (kind, start_ts, cluster, node, device));
 CREATE TABLE IF NOT EXISTS events (
     ts_ms INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, cluster TEXT NOT NULL,
     rack TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, code INTEGER NOT NULL,
@@ -111,6 +116,11 @@ class SqliteRecords:
                 conn.execute(f"INSERT OR IGNORE INTO {ALERT_TABLE} ({', '.join(shared)}) "
                              f"SELECT {', '.join(shared)} FROM alerts")
                 conn.execute("DROP TABLE alerts")
+        if conn.execute("PRAGMA table_info(annotations)").fetchall():
+            with conn:
+                conn.execute(f"INSERT OR IGNORE INTO {ANNOTATION_TABLE} SELECT "
+                             f"{_ANNOTATION_COLUMNS}, '' FROM {_OLD_ANNOTATIONS}")
+                conn.execute(f"DROP TABLE {_OLD_ANNOTATIONS}")
 
     # -- alerts
     @guarded("alert write")
@@ -147,16 +157,29 @@ class SqliteRecords:
     @guarded("annotation write")
     def write_annotations(self, annotations: Sequence[Annotation]) -> None:
         with self._conn() as conn:
-            conn.executemany("INSERT OR REPLACE INTO annotations VALUES (?,?,?,?,?,?)",
-                             [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text)
-                              for a in annotations])
+            conn.executemany(f"INSERT OR REPLACE INTO {ANNOTATION_TABLE} "
+                             f"({_ANNOTATION_COLUMNS}, cluster) VALUES (?,?,?,?,?,?,?)",
+                             [(a.kind, a.start_ts, a.end_ts, a.node, a.device, a.text,
+                               a.cluster) for a in annotations])
 
     @guarded("annotation read")
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
-        rows = self._conn().execute(
-            "SELECT * FROM annotations WHERE start_ts < ? AND (end_ts IS NULL OR end_ts >= ?) "
-            "ORDER BY start_ts", (end_ts, start_ts)).fetchall()
-        return [Annotation(*r) for r in rows]
+        conn = self._conn()
+        # A read-only reader of a file no writer has opened since annotations had a
+        # cluster finds the old table alone (or, after a rollback's writes, both).
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?)",
+            (ANNOTATION_TABLE, _OLD_ANNOTATIONS))}
+        parts = [f"SELECT {_ANNOTATION_COLUMNS}, cluster FROM {ANNOTATION_TABLE}"
+                 ] if ANNOTATION_TABLE in tables else []
+        if _OLD_ANNOTATIONS in tables:
+            parts.append(f"SELECT {_ANNOTATION_COLUMNS}, '' FROM {_OLD_ANNOTATIONS}")
+        if not parts:
+            return []
+        rows = conn.execute(
+            f"SELECT * FROM ({' UNION ALL '.join(parts)}) WHERE start_ts < ? "
+            "AND (end_ts IS NULL OR end_ts >= ?) ORDER BY start_ts", (end_ts, start_ts))
+        return [Annotation(*r) for r in rows.fetchall()]
 
     # -- events
     @guarded("event write")

@@ -343,15 +343,15 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
         window_ms = min(window_ms, end_ms - _FLOOR_MS)
         result = self.query(
             f'{{__name__=~"{ANNOTATION_MEASUREMENT}_.+"}}[{window_ms}ms]', end_ms - 1)
-        found: dict[tuple[str, float, str, str], Annotation] = {}
+        found: dict[tuple[str, float, str, str, str], Annotation] = {}
         for labels, fields in join_rows(ANNOTATION_MEASUREMENT, result):
             if "start_ts" not in fields:
                 continue
             a = Annotation(labels.get("kind", ""), fields["start_ts"], fields.get("end_ts"),
                            labels.get("node", ""), labels.get("device", ""),
-                           labels.get("text", ""))
+                           labels.get("text", ""), labels.get("cluster", ""))
             if a.start_ts < end_ts and (a.end_ts is None or a.end_ts >= start_ts):
-                key = (a.kind, a.start_ts, a.node, a.device)
+                key = (a.kind, a.start_ts, a.cluster, a.node, a.device)
                 # Rewritten with another text: two series; keep the one that has an end.
                 if key not in found or found[key].end_ts is None:
                     found[key] = a

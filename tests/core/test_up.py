@@ -268,6 +268,23 @@ def test_simulate_writes_two_clusters_histories_of_the_same_hours_into_one_store
     assert again.returncode == 0 and "node.cluster (c-eu) is an agent's" in again.stderr
 
 
+def test_simulate_files_its_faults_under_its_own_cluster(tmp_path: Path) -> None:
+    """Two clusters with the same node names in one store: a fault injected in one is
+    annotated for that cluster only, so the other's same-named node does not show it."""
+    db = tmp_path / "two.db"
+    span = ["--store", str(db), "--duration", "10m", "--end", "1790000000", *FLEET]
+    for extra in (["--cluster", "east", "--no-faults"],
+                  ["--cluster", "west", "--fault", "cooling:node-001/1@1m+5m"]):
+        made = run_cli(tmp_path, "simulate", *extra, *span)
+        assert made.returncode == 0, made.stderr
+    store = SqliteStore(db, read_only=True)
+    try:
+        rows = [(a.cluster, a.node, a.device) for a in store.annotations(0, 2e9)]
+    finally:
+        store.close()
+    assert rows == [("west", "node-001", "gpu1")]
+
+
 def test_simulate_refuses_hours_a_killed_run_left_without_rollups(tmp_path: Path) -> None:
     """A run killed (kill -9, OOM) before its rollups were built leaves raw samples only;
     a span longer than the raw reads' 6 h used to read rollups only, find none, and write

@@ -82,6 +82,6 @@ def sim_fleet(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[SimFle
                      Processor(store, [GpuTemperatureLimit(85, for_s=60)]))
     fleet.advance(STEPS)
     # The simulator's ground truth, as `fleetwatch simulate` records it beside the data.
-    store.write_annotations(fault_annotations(sim.ground_truth))
+    store.write_annotations(fault_annotations(sim.ground_truth, params.cluster))
     yield fleet
     store.close()

@@ -43,7 +43,7 @@ def fill(path: Path) -> None:
     for _ in range(STEPS):
         sim.step()
         processor.process(sim.frames())
-    store.write_annotations(fault_annotations(sim.ground_truth))
+    store.write_annotations(fault_annotations(sim.ground_truth, params.cluster))
     store.close()
 
 

@@ -71,6 +71,16 @@ def test_read_node_keeps_its_own_series_annotations_and_alerts() -> None:
     assert view.end_ms == int(NOW * 1000)
 
 
+def test_read_node_shows_annotations_of_its_cluster_or_of_none() -> None:
+    store = fleet_store()
+    store.annotation_rows = [
+        Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu1", "west's", cluster="west"),
+        Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu2", "sim's", cluster="sim"),
+        Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu3", "old", cluster="")]
+    view = data.read_node(store, "node-a", NOW, cluster="sim")
+    assert [a.text for a in view.annotations] == ["sim's", "old"]
+
+
 def test_read_node_unknown_node_is_empty_not_an_error() -> None:
     view = data.read_node(fleet_store(), "nope", NOW)
     assert view.rack is None and not any(view.series.values()) and view.alerts == ()

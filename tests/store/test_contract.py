@@ -202,6 +202,17 @@ def test_annotations_round_trip_by_overlap(backend: Backend) -> None:
     assert within(t - 600, t - 60) == []
 
 
+def test_annotations_of_two_clusters_same_node_and_start_stay_two(backend: Backend) -> None:
+    node = cluster_name()
+    t = minute_ago(30) / 1000
+    east = Annotation("fault", t, t + 600, node, "gpu3", "injected cooling fault", "east")
+    west = Annotation("fault", t, t + 600, node, "gpu3", "injected cooling fault", "west")
+    backend.store.write_annotations([east, west])
+    backend.settle()
+    got = [a for a in backend.store.annotations(t - 60, t + 60) if a.node == node]
+    assert sorted(got, key=lambda a: a.cluster) == [east, west]
+
+
 def test_alert_text_is_not_a_series_and_clusters_never_collide(backend: Backend) -> None:
     """The same rule on the same node name and device in two clusters: two alerts. A message
     that changes through an alert's life changes nothing of its identity."""
