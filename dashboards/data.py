@@ -127,6 +127,9 @@ class NodeView:
     # A name asked without a cluster that is in several: those clusters, and nothing else
     # read (their series drawn as one would be two machines as one line).
     ambiguous: tuple[str, ...] = ()
+    # A name asked with a cluster that has no data of it: the clusters that do (an old
+    # link, e.g. the agents' default cluster, or a typo), for the page to point to.
+    elsewhere: tuple[str, ...] = ()
 
 
 def clusters_of(node: str, points: Iterable[Point], alerts: Iterable[Alert]) -> tuple[str, ...]:
@@ -286,5 +289,10 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
     if power_limits:  # the highest GPU's newest: one line, the cap the node's GPUs run under
         newest = {key.device: value for key, _, value in power_limits}
         limits[POWER] = max(newest.values())
+    elsewhere: tuple[str, ...] = ()
+    if cluster is not None and not any(series.values()) and not alerts:
+        # Read only when the page would be empty: the name's series in any cluster.
+        anywhere = store.range(NODE_METRICS[0], start_ms, end_ms, node=node)
+        elsewhere = tuple(c for c in clusters_of(node, anywhere, ()) if c != cluster)
     return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts, limits,
-                    cluster)
+                    cluster, elsewhere=elsewhere)

@@ -131,6 +131,20 @@ def choose_cluster(node: str, clusters: tuple[str, ...], gpu: int | None,
                      className="cluster-link"))]])
 
 
+def elsewhere_notice(node: str, asked: str, clusters: tuple[str, ...], gpu: int | None,
+                     rng: str | None) -> html.Div:
+    """What ``/node/<name>?cluster=X`` says when X has no such node but other clusters do:
+    where it reports, with a link to each (not "no data" alone)."""
+    carry = rng if rng and rng != DEFAULT_RANGE else None
+    return html.Div(id="node-elsewhere", className="notice", children=[
+        f"No data from {asked}/{node} in the {timerange.label(rng or DEFAULT_RANGE)}; "
+        f"{node} reports in cluster{'s' if len(clusters) > 1 else ''} ",
+        *[part for i, c in enumerate(clusters) for part in (
+            ", " if i else "",
+            dcc.Link(f"{node} in cluster {c}", href=components.node_href(node, gpu, carry, c),
+                     className="cluster-link"))]])
+
+
 def no_gpu_text(node: str, gpu: int, gpus: list[int]) -> str:
     """What the page says when the address asks for a GPU the node did not report."""
     shown = ", ".join(map(str, gpus))
@@ -184,6 +198,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         where = f"{cluster}/{node}" if asked else node
         notice = None if has_data else components.notice(
             f"No data from {where} in the {timerange.label(rng)}", "node-empty")
+        if not has_data and asked and view.elsewhere:
+            notice = elsewhere_notice(node, asked, view.elsewhere, gpu, rng)
         gpus = sorted({i for per_gpu in view.series.values() for i in per_gpu})
         if has_data and gpu is not None and gpu not in gpus:
             notice = components.notice(no_gpu_text(node, gpu, gpus), "node-no-gpu")

@@ -121,6 +121,25 @@ def test_a_bare_node_name_in_two_clusters_lists_them_and_draws_nothing() -> None
         ("node001 in cluster c-west", "/node/node001?cluster=c-west&range=6h&gpu=3")]
 
 
+def test_a_node_asked_in_a_cluster_without_it_names_the_clusters_it_reports_in() -> None:
+    """An old link (``?cluster=default``, the agents' default) or a typo: the page says
+    where the node is, with a link, rather than "no data" alone."""
+    store = two_clusters()
+    store.points.append(pt("gpu_temp_c", "c-west", "node002", 0, 44.0))
+    view = data.read_node(store, "node002", NOW, cluster="default")
+    assert not any(view.series.values()) and view.elsewhere == ("c-west",)
+    shown = node.elsewhere_notice("node002", "default", view.elsewhere, None, "1h")
+    assert shown.id == "node-elsewhere"
+    links = [c for c in shown.children if isinstance(c, dcc.Link)]
+    assert [(link.children, link.href) for link in links] == [
+        ("node002 in cluster c-west", "/node/node002?cluster=c-west")]
+    assert "No data from default/node002" in " ".join(
+        c for c in shown.children if isinstance(c, str))
+    # The node of the cluster asked is not "elsewhere"; nor is a name no cluster has.
+    assert data.read_node(store, "node002", NOW, cluster="c-west").elsewhere == ()
+    assert data.read_node(store, "node999", NOW, cluster="default").elsewhere == ()
+
+
 def test_a_bare_node_name_in_one_cluster_is_that_clusters_node() -> None:
     store = two_clusters()
     store.points.append(pt("gpu_temp_c", "c-west", "node002", 0, 44.0))

@@ -89,6 +89,13 @@ def test_same_named_nodes_of_two_clusters_in_the_browser(dash_duo, tmp_path: Pat
     assert len(line) == 30 and set(line) == {COOL_C}
     assert texts(dash_duo, "#node-alerts #node-alert-table-empty") != []
 
+    # A cluster that has no node001 (an old link): the page says where it reports.
+    dash_duo.driver.get(dash_duo.server_url + "/node/node001?cluster=c-north")
+    dash_duo.wait_for_element("#node-elsewhere a.cluster-link", timeout=15)
+    assert "No data from c-north/node001" in dash_duo.find_element("#node-elsewhere").text
+    assert texts(dash_duo, "#node-elsewhere a.cluster-link") == [
+        "node001 in cluster c-east", "node001 in cluster c-west"]
+
     # The cluster picker on the fleet page: c-west only, kept in the address.
     dash_duo.driver.get(dash_duo.server_url + "/?cluster=c-west")
     until(lambda: texts(dash_duo, "#summary-reporting .tile-value") == ["4"], timeout=15)
