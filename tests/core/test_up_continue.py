@@ -3,6 +3,7 @@ seam, instead of starting the fault again from the restart with a cold fleet."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -68,6 +69,21 @@ def test_a_continued_fleet_goes_on_from_the_stored_temperatures(tmp_path: Path) 
     # What a restart did before: the fault began again, on a cold fleet.
     cold = first_minute(FleetSim(params, resume, [COOLING]))
     assert np.mean(before) - np.mean(cold) > 20.0, (before, cold)
+
+
+def test_keep_continues_only_its_own_clusters_fault(tmp_path: Path) -> None:
+    """The same fault stored for another cluster's same-named node is not this fleet's."""
+    path = tmp_path / "s.db"
+    params = SimParams(nodes=2, gpus=4, interval_s=5.0, steady_load=True, cluster="east")
+    store = SqliteStore(path)
+    simulate(store, SimParams(nodes=2, gpus=4, interval_s=5.0, steady_load=True,
+                              cluster="west"), T0, 600.0, [COOLING])
+    store.close()
+    _, notes = continued_sim(params, T0 + 600, [COOLING], str(path))
+    assert notes == [" (a new one: the store holds none of it that is still on)"]
+    _, notes = continued_sim(dataclasses.replace(params, cluster="west"), T0 + 600,
+                             [COOLING], str(path))
+    assert notes == [" (continued from the store)"]
 
 
 def test_keep_says_the_fault_is_continued_with_its_first_onset(tmp_path: Path) -> None:
