@@ -249,7 +249,14 @@ def test_raw_span_finds_samples_not_rolled_up_yet_over_any_span(tmp_path: Path) 
     assert store.raw_span(int(first * 1000), int(last * 1000) + 1) == (
         int(first * 1000), int(last * 1000))
     assert store.raw_span(int(last * 1000) + 1, int(last * 1000) + 12 * 3600_000) is None
+    cluster = frames[0].cluster
+    assert store.raw_span(int(first * 1000), int(last * 1000) + 1, cluster) == (
+        int(first * 1000), int(last * 1000))
+    assert store.raw_span(int(first * 1000), int(last * 1000) + 1, "another") is None
     store.close()
-    assert held_span(str(tmp_path / "s.db"), first - 6 * 3600, first + 6 * 3600) == (
-        first, last)
-    assert held_span(str(tmp_path / "s.db"), last, last + 12 * 3600) is None
+    assert held_span(str(tmp_path / "s.db"), first - 6 * 3600, first + 6 * 3600,
+                     cluster) == (first, last)
+    assert held_span(str(tmp_path / "s.db"), last, last + 12 * 3600, cluster) is None
+    # Another cluster's samples are no obstacle to a history of this one.
+    assert held_span(str(tmp_path / "s.db"), first - 6 * 3600, first + 6 * 3600,
+                     "another") is None
