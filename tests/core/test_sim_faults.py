@@ -277,7 +277,7 @@ def test_pcie_replay_rate_climbs() -> None:
     ("stuck:node-001/1~drift", "mode 'drift' not available"),
     ("cooling:node-001/1~slowly", "mode must be ~drift or ~sudden"),
     ("node_silent:node-001/0", "whole node"),
-    ("cooling:node-001/1@5q", "expected KIND"),
+    ("cooling:node-001/1@5q", "START '5q' is not a duration"),
     ("pcie_replay:node-001/1x0", "severity must be above 0"),
 ])
 def test_bad_specs_say_what_to_do(spec: str, message: str) -> None:

@@ -98,8 +98,9 @@ def _store(path: Path) -> SqliteStore:
     store.write(frames)
     store.write_events([xid(NOW - 1200, 48), xid(NOW - 600, 64),
                         Event(NOW - 300, "gpu_state", "c", "r", "n1", "gpu5", 0, "lost")])
+    # The alert of the frames' own cluster: the node page shows one cluster's node.
     store.write_alerts([dataclasses.replace(alert("n1", 3, rule="gpu_xid_critical",
-                                                  rack="r"), action=RMA)])
+                                                  rack="r"), action=RMA, cluster="c")])
     return store
 
 
