@@ -27,10 +27,10 @@ A store or bus that is away (``StoreError``, ``BusError``) is waited for:
 the batches in hand are retried with backoff, and committed only once stored.
 Alerts do not wait for the store: while it is away, the batches in hand, and
 those polled meanwhile up to ``consume_loop.JUDGE_AHEAD_MESSAGES`` messages, are
-judged (``judge``) and their alert changes applied and sent at once; they are
-written to the store with the next alert write that succeeds, and a batch is
-judged once only. Consumption pauses beyond that bound, and while the bus is
-away. A detector that raises is logged and skipped for that batch (its frames
+judged (``judge``, in ``pipeline.alert_flow``) and their alert changes applied and
+sent at once; they are written to the store with the next alert write that
+succeeds, and a batch is judged once only. Consumption pauses beyond that bound,
+and while the bus is away. A detector that raises is logged and skipped for that batch (its frames
 are stored). Per-node state follows the consumer's
 partitions (``pipeline.ownership``): ``on_revoked`` callbacks, and every
 detector's optional ``drop(nodes)``, are called with the nodes that moved to
@@ -66,11 +66,12 @@ from typing import Protocol
 from fleetwatch.codec import Decoder
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector, Finding
+from fleetwatch.pipeline.alert_flow import AlertFlow
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, bisect
-from fleetwatch.pipeline.bus import BusError, Message, Producer
+from fleetwatch.pipeline.batches import Batch, Stats, bisect
+from fleetwatch.pipeline.bus import Message, Producer
 from fleetwatch.pipeline.clock_skew import ClockWatch
-from fleetwatch.pipeline.consume_loop import ConsumerLoop, out_of_memory
+from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, board_of
@@ -84,9 +85,6 @@ log = logging.getLogger(__name__)
 # RECALL_PER_NODE are read one by one, more in one read of the whole fleet's.
 BOARD_RECALL_S = 90 * 86400
 RECALL_PER_NODE = 16
-# How often, at most, the detectors that judge a lack of frames (``tick``) are asked
-# while polls bring nothing.
-TICK_EVERY_S = 1.0
 
 
 class AlertHook(Protocol):
@@ -103,7 +101,7 @@ class AlertHook(Protocol):
         """Nodes whose partition moved to another processor."""
 
 
-class Processor(Intake, ConsumerLoop):
+class Processor(Intake, AlertFlow, ConsumerLoop):
     def __init__(self, store: Store, detectors: Sequence[Detector] = (),
                  dead_letters: Producer | None = None,
                  dead_letter_topic: str = "fleetwatch.frames.dead",
@@ -189,76 +187,6 @@ class Processor(Intake, ConsumerLoop):
         self._enrich(frames)
         batch = Batch([], list(frames), None)
         self._evaluate(batch, self.store.write(frames), t0)
-
-    def flush(self) -> int:
-        """Write the updates of open alerts not written yet (a repeated XID counted within
-        refresh_s): at the end of a replay and when the processor stops, so the store
-        holds their last count. Never raises (it runs on the way out); how many written."""
-        changes = self.alerts.unwritten()
-        if not changes:
-            return 0
-        try:
-            self.store.write_alerts(changes)
-        except StoreError as exc:  # the store is away: expected, said in one line
-            log.error("the last updates of %d open alerts could not be stored (%s); the "
-                      "store keeps their value of up to refresh_s before", len(changes), exc)
-            return 0
-        except Exception:
-            self.stats.errors += 1
-            log.exception("the last updates of %d open alerts could not be stored; the "
-                          "store keeps their value of up to refresh_s before", len(changes))
-            return 0
-        self.alerts.apply(changes)
-        if self._notifier is not None:
-            self._notifier.send(changes)
-        elif self._notify is not None:
-            self._notify(changes)
-        self.stats.alerts_written += len(changes)
-        return len(changes)
-
-    def tick(self) -> None:
-        """A poll brought nothing: the detectors that judge a lack of frames (``tick``:
-        silent nodes, a whole fleet gone quiet) are asked on this processor's clock, at
-        most every ``TICK_EVERY_S``; their alert changes are stored and sent. Nodes of
-        partitions just taken over are built first (no frame may ever come from them).
-        Raises ``StoreError`` while the store is away (the loop pauses, as for a batch)."""
-        now = time.monotonic()
-        if not self._tickers or now < self._next_tick:
-            return
-        self._next_tick = now + TICK_EVERY_S
-        self.ownership.build([], None)
-        self._tell_behind(self.ownership.behind())
-        wall = self._clock()
-        findings: list[Finding] = []
-        for d in self._tickers:
-            try:
-                findings.extend(d.tick(wall))
-            except Exception:  # a detector's bug must not stop the loop
-                self.stats.errors += 1
-                log.exception("detector %s failed while no frame came; skipped for now",
-                              getattr(d, "name", type(d).__name__))
-        changes = self.alerts.observe([], findings) if findings else []
-        if not changes:
-            return
-        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
-        try:
-            self.store.write_alerts(writes)
-            self._unstored = []
-            self.stats.alerts_written += len(writes)
-        except StoreError:  # sent all the same; written with the next write that succeeds
-            self._unstored = writes
-            self._send_ticked(changes, findings)
-            raise
-        self._send_ticked(changes, findings)
-
-    def _send_ticked(self, changes: list[Alert], findings: list[Finding]) -> None:
-        transitions = self.alerts.transitions(changes)
-        self.alerts.apply(changes)
-        if self._notifier is not None:
-            self._notifier.send(changes, max(f.ts for f in findings))
-        elif self._notify is not None:
-            self._notify(changes)
-        self.stats.alerts_changed += transitions
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
         """Derived metrics (a detector's ``enrich``: the thermal health score) join the
@@ -359,39 +287,6 @@ class Processor(Intake, ConsumerLoop):
             self._tell_behind(self.ownership.behind(batch.behind))
         batch.findings = self._findings(frames, wall) if frames else []
 
-    def judge(self, batch: Batch) -> bool:
-        """The store is away: judge a batch whose write waits, and send its alert changes
-        now. They are applied to the book and kept (``_unstored``) to be written with the
-        next alert write that succeeds; the batch is not judged again once stored. False
-        when it cannot be judged yet (boards of nodes met for the first time must be read
-        from the store): judged once stored, as usual."""
-        if batch.judged or not batch.frames:
-            return batch.judged
-        try:
-            self._detect(batch)
-        except StoreError:
-            return False
-        changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
-        self._unstored = list({a.id: a for a in [*self._unstored, *changes]}.values())
-        self._deliver(batch, changes)
-        return True
-
-    def _deliver(self, batch: Batch, changes: list[Alert]) -> None:
-        """Apply a batch's alert changes to the book and send them; the batch is judged."""
-        transitions = self.alerts.transitions(changes)
-        self.alerts.apply(changes)
-        batch.judged = True
-        self.stats.alerts_changed += transitions
-        if self._notifier is not None and (changes or batch.owned):
-            # Every batch: silences added or ended since are judged on alerts that do
-            # not change (a latched XID), at the stream's time.
-            newest = max((f.ts for f in batch.owned or ()), default=None)
-            if newest is not None and batch.messages:  # live: never ahead of our clock
-                newest = min(newest, self._clock())
-            self._notifier.send(changes, newest)
-        elif changes and self._notify is not None:
-            self._notify(changes)
-
     def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
         """Detect and drive alerts on a stored batch (unless judged while the store was
         away: then only what it left unwritten is written); count it.
@@ -417,36 +312,6 @@ class Processor(Intake, ConsumerLoop):
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.last_batch_s = time.perf_counter() - t0
-
-    def _store_alerts(self, batch: Batch, changes: list[Alert]) -> None:
-        """Write a batch's alert changes, with any applied earlier and not stored yet
-        (newest wins). A store that is away: they are sent anyway and kept to be written
-        on the retry (``StoreError`` raised after ``_deliver``)."""
-        writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
-        if not writes:
-            return
-        try:
-            self.store.write_alerts(writes)
-            self._unstored = []
-            self.stats.alerts_written += len(writes)
-        except (StoreError, BusError):
-            self._unstored = writes
-            if not batch.judged:
-                self._deliver(batch, changes)
-            raise
-        except StoreRejected as exc:  # never taken: the book goes on without them
-            self.stats.errors += 1
-            log.error("the store refused %d alert changes for good (%s); applied anyway",
-                      len(changes), exc.reason)
-        except Exception as exc:
-            batch.failures += 1
-            if batch.failures < MAX_SURPRISES or out_of_memory(exc):
-                raise
-            self.stats.errors += 1
-            log.exception("%d alert changes not stored after %d tries; applied anyway, "
-                          "and written again with the next batch", len(writes),
-                          batch.failures)
-            self._unstored = writes
 
     def _recall_boards(self, frames: Sequence[Frame]) -> None:
         """The boards the store last named in the slots of nodes met for the first time
