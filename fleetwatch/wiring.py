@@ -132,8 +132,14 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
         try:
             n = ensure_topic(config.bootstrap, topic, config.partitions, kafka_security(config),
                              timeout_s=timeout_s, replication_factor=config.replication_factor)
-            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
-                    topic, n)
+            if n > config.partitions:
+                # Made by a member with a larger bus.partitions, or by hand: fine as it is.
+                log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions, "
+                        "more than bus.partitions = %d here: used as it is", topic, n,
+                        config.partitions)
+            else:
+                log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
+                        topic, n)
         except (BusError, OSError) as exc:
             ok = False
             if unreachable(exc):
