@@ -73,6 +73,7 @@ from fleetwatch.pipeline.sinks.am_payload import (
 )
 from fleetwatch.pipeline.sinks.am_silences import (
     AlertmanagerSilences,
+    clusters_warning,
     owner_tag,
     plan,
     ts,
@@ -98,7 +99,8 @@ class AlertmanagerSink:
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.time,
                  instance: str = "default", clusters: Sequence[str] = (),
-                 remedy_label: bool = True) -> None:
+                 remedy_label: bool = True,
+                 clusters_seen: Callable[[], Iterable[str]] = lambda: ()) -> None:
         # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
         self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
@@ -129,6 +131,11 @@ class AlertmanagerSink:
         # other deployments may share this Alertmanager (``am_silences``).
         self.owner = owner_tag(instance)
         self.clusters = tuple(clusters)
+        # The clusters the store has seen (read only when a silence is mirrored) and those
+        # of the alerts handed here: an alerts.clusters entry in neither is said, since a
+        # silence mirrored with it mutes nothing (``check_clusters``).
+        self._clusters_seen = clusters_seen
+        self._alert_clusters: set[str] = set()
         self._silences: list[Silence] | None = None
         self._acks: dict[str, Acknowledgement] = {}
         self._resolved_ids: set[str] = set()
@@ -187,6 +194,7 @@ class AlertmanagerSink:
         resolved: list[Alert] = []
         for n in changes:
             a = n.alert
+            self._alert_clusters.add(a.cluster)
             if a.state == "resolved":
                 # Posted before (muted since or not): Alertmanager must hear it ended.
                 self._muted.pop(a.id, None)
@@ -230,6 +238,7 @@ class AlertmanagerSink:
         with self._lock:
             for n in adopted:
                 a = n.alert
+                self._alert_clusters.add(a.cluster)
                 self._firing[a.id], self._muted[a.id] = a, n.muted_by
                 sets = [self._labels(a)]  # what the store says was posted
                 if a.id in xids and had is not None:
@@ -287,6 +296,23 @@ class AlertmanagerSink:
             self._mirror()
             self._post([])
 
+    def check_clusters(self) -> str:
+        """Warn when an ``alerts.clusters`` entry was never seen (at start, and whenever a
+        silence is mirrored); returns the warning, "" if none."""
+        if not self.clusters:
+            return ""
+        with self._lock:
+            seen = set(self._alert_clusters)
+        try:
+            seen.update(self._clusters_seen())
+        except Exception as exc:  # noqa: BLE001 - a check, never a reason to stop mirroring
+            log.debug("could not read the clusters seen from the store: %s", exc)
+            return ""  # nothing to judge by: no warning that may be false
+        said = clusters_warning(self.clusters, seen)
+        if said:
+            log.warning("%s", said)
+        return said
+
     def _mirror(self) -> None:
         """One reconciling pass of Alertmanager's silences with fleetwatch's; never raises:
         a failure is logged once per outage, counted, and tried again at the next call."""
@@ -307,6 +333,9 @@ class AlertmanagerSink:
         refused = 0
         try:
             todo = plan(wanted, self.silence_api.list(), mine, self.owner)
+            if any(w.key.startswith("silence ")
+                   for w in (*todo.create, *(w for _, w in todo.update))):
+                self.check_clusters()
             for silence_id in todo.expire:
                 self.silence_api.expire(silence_id)
             for have, w in todo.update:

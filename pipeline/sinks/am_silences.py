@@ -78,7 +78,7 @@ from fleetwatch.settings import INSTANCE_NAME
 
 __all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
            "ack_wanted", "check_instance", "key_of", "owner_tag", "plan", "silence_wanted",
-           "wanted_of"]
+           "wanted_of", "unseen_clusters", "clusters_warning"]
 
 # The createdBy of the silences of releases before the deployment's tag, and its prefix.
 CREATED_BY = "fleetwatch"
@@ -149,6 +149,28 @@ def _cluster_matcher(clusters: Iterable[str]) -> Matcher:
     if len(names) == 1:
         return ("cluster", names[0], False, True)
     return ("cluster", "|".join(re.escape(n) for n in names), True, True)
+
+
+def unseen_clusters(configured: Iterable[str], seen: Iterable[str]) -> tuple[str, ...]:
+    """The ``alerts.clusters`` entries no frame or alert has carried: compared exactly, case
+    included, as Alertmanager compares the ``cluster`` matcher with the label."""
+    known = set(seen)
+    return tuple(sorted({c for c in configured if c not in known}))
+
+
+def clusters_warning(configured: Iterable[str], seen: Iterable[str]) -> str:
+    """The warning for ``unseen_clusters`` ("" when every one was seen)."""
+    missing = unseen_clusters(configured, seen)
+    if not missing:
+        return ""
+    known = sorted(set(seen))
+    return (f"alerts.clusters names {', '.join(map(repr, missing))}, which no frame or alert "
+            f"in the store carries (clusters seen: "
+            f"{', '.join(map(repr, known)) if known else 'none yet'}). Mirrored silences "
+            "match the cluster label exactly, case included, as Alertmanager does: they "
+            f"mute nothing in {', '.join(map(repr, missing))} there while `fleetwatch "
+            "alerts` shows them silenced. Correct alerts.clusters (or the agents' "
+            "node.cluster) if that is not a cluster still to come")
 
 
 def _said_by(who: str, why: str) -> str:
