@@ -324,6 +324,7 @@ class AlertmanagerSink:
             wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s,
                                self.clusters)
             owned = {a.id for a, _ in firing} | self._resolved_ids
+            ended = {f"silence {s.id}" for s in self._silences if s.end_ts <= now}
             resolved_ids = set(self._resolved_ids)
 
         def mine(key: str) -> bool:
@@ -332,7 +333,7 @@ class AlertmanagerSink:
 
         refused = 0
         try:
-            todo = plan(wanted, self.silence_api.list(), mine, self.owner)
+            todo = plan(wanted, self.silence_api.list(), mine, self.owner, ended)
             if any(w.key.startswith("silence ")
                    for w in (*todo.create, *(w for _, w in todo.update))):
                 self.check_clusters()

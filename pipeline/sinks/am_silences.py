@@ -240,24 +240,33 @@ def ts(text: str) -> float:
 
 
 def plan(wanted: Iterable[Wanted], have: Iterable[Mapping[str, Any]],
-         mine: Callable[[str], bool], owner: str = CREATED_BY) -> Plan:
+         mine: Callable[[str], bool], owner: str = CREATED_BY,
+         ended: Iterable[str] = ()) -> Plan:
     """What to do so that Alertmanager's silences of this deployment (``createdBy``
     ``owner``) are ``wanted``. ``have``: Alertmanager's silences (any; those not this
     deployment's or expired are left alone); ``mine(key)``: may this processor change the
     silences of this key (an ack's are its alert owner's). One of the previous release
     (``createdBy`` ``fleetwatch``) is taken over when its key is wanted, or is an ack that
     ``mine`` says is this processor's; never expired otherwise (it may be another
-    deployment's)."""
+    deployment's). ``ended``: keys of silences this store has ended (``silence expire``):
+    their copies under any ``fleetwatch/*`` instance are expired too, since silence ids are
+    unique and a moved store derives a new instance name (its old name's copy would
+    otherwise keep muting)."""
     want = {w.key: w for w in wanted}
+    gone = set(ended) - set(want)
     by_key: dict[str, list[Mapping[str, Any]]] = {}
+    orphans: list[str] = []
     for s in have:
         key = key_of(s, owner)
         if not key:
+            by = str(s.get("createdBy") or "")
+            if gone and by.startswith(f"{CREATED_BY}/") and key_of(s, by) in gone:
+                orphans.append(s["id"])
             continue
         legacy = s.get("createdBy") != owner
         if key in want or (mine(key) and not (legacy and key.startswith("silence "))):
             by_key.setdefault(key, []).append(s)
-    out = Plan([], [], [])
+    out = Plan([], [], sorted(orphans))
     for key, silences in by_key.items():
         # This deployment's first (the smallest id), then the previous release's.
         silences = sorted(silences, key=lambda s: (s.get("createdBy") != owner, s["id"]))
