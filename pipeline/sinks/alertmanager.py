@@ -73,7 +73,9 @@ from fleetwatch.pipeline.sinks.am_payload import (
 )
 from fleetwatch.pipeline.sinks.am_silences import (
     AlertmanagerSilences,
+    Wanted,
     clusters_warning,
+    edit_said,
     owner_tag,
     plan,
     ts,
@@ -144,6 +146,9 @@ class AlertmanagerSink:
         self._post_failed = False          # the last post failed: mirror before the next
         self.silence_errors = 0   # mirroring passes that failed or had a silence refused
         self._refused: set[str] = set()  # keys whose silence Alertmanager refused (logged)
+        # What this processor last put per key (matchers, end): a difference there while
+        # fleetwatch's is the same is a person's edit in Alertmanager (``_say_edit``).
+        self._put_last: dict[str, tuple[tuple[Any, ...], float]] = {}
 
     @property
     def url(self) -> str:
@@ -340,11 +345,12 @@ class AlertmanagerSink:
             for silence_id in todo.expire:
                 self.silence_api.expire(silence_id)
             for have, w in todo.update:
+                self._say_edit(have, w)
                 active = (have.get("status") or {}).get("state") == "active"
                 start = ts(have["startsAt"]) if active else None
-                refused += not self._put(w.key, w.body(now, have["id"], start, self.owner))
+                refused += not self._put(w, w.body(now, have["id"], start, self.owner))
             for w in todo.create:
-                refused += not self._put(w.key, w.body(now, created_by=self.owner))
+                refused += not self._put(w, w.body(now, created_by=self.owner))
         except SinkError as exc:
             self.silence_errors += 1
             if not self._mirror_failing:
@@ -361,8 +367,25 @@ class AlertmanagerSink:
         with self._lock:
             self._resolved_ids -= resolved_ids
 
-    def _put(self, key: str, body: dict[str, Any]) -> bool:
+    def _say_edit(self, have: dict[str, Any], w: Wanted) -> None:
+        """A silence of ours that differs from what this processor last put there, while
+        fleetwatch's is unchanged: a person edited it in Alertmanager (its edit form keeps
+        our createdBy and comment). Set back (the store is the source: other processors
+        and restarts mirror it), so said, with how to change it."""
+        if (not w.key.startswith("silence ") or have.get("createdBy") != self.owner
+                or self._put_last.get(w.key) != (w.matchers, w.end_ts)):
+            return
+        sid = w.key.partition(" ")[2]
+        log.warning("Alertmanager silence %s (fleetwatch silence %s) was changed there "
+                    "(%s): fleetwatch's copy is the source and wins, so it is set back now. "
+                    "Change it with fleetwatch instead: `fleetwatch silence expire %s`, then "
+                    "`fleetwatch silence add MATCHER... --for DUR`", have.get("id"), sid,
+                    edit_said(have, w) or "changed", sid)
+
+    def _put(self, w: Wanted, body: dict[str, Any]) -> bool:
         """Create or change one silence; False if Alertmanager refused it."""
+        key = w.key
+        self._put_last[key] = (w.matchers, w.end_ts)
         try:
             self.silence_api.put(body)
         except SinkRejected as exc:  # this one can never be made: say so once, go on

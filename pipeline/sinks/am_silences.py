@@ -78,7 +78,7 @@ from fleetwatch.settings import INSTANCE_NAME
 
 __all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
            "ack_wanted", "check_instance", "key_of", "owner_tag", "plan", "silence_wanted",
-           "wanted_of", "unseen_clusters", "clusters_warning"]
+           "wanted_of", "unseen_clusters", "clusters_warning", "edit_said"]
 
 # The createdBy of the silences of releases before the deployment's tag, and its prefix.
 CREATED_BY = "fleetwatch"
@@ -233,6 +233,29 @@ def key_of(silence: Mapping[str, Any], owner: str = CREATED_BY) -> str:
 def _matchers(silence: Mapping[str, Any]) -> tuple[Matcher, ...]:
     return tuple(sorted((m["name"], m["value"], bool(m.get("isRegex")),
                          bool(m.get("isEqual", True))) for m in silence.get("matchers", ())))
+
+
+_OP_OF = {flags: op for op, flags in _OPS.items()}
+
+
+def _shown(m: Matcher) -> str:
+    name, value, regex, equal = m
+    return f"{name}{_OP_OF[(regex, equal)]}{value}"
+
+
+def edit_said(have: Mapping[str, Any], w: Wanted) -> str:
+    """What differs in Alertmanager's copy ``have`` from fleetwatch's ``w`` (a person's
+    edit there keeps fleetwatch's createdBy and comment), in words; "" if nothing."""
+    said = []
+    end = ts(have["endsAt"])
+    if not w.min_end_ts <= end <= w.max_end_ts:
+        said.append(f"ends {iso(end)} instead of {iso(w.end_ts)}")
+    got, want = set(_matchers(have)), set(w.matchers)
+    if got - want:
+        said.append("matchers added: " + ", ".join(map(_shown, sorted(got - want))))
+    if want - got:
+        said.append("matchers removed: " + ", ".join(map(_shown, sorted(want - got))))
+    return "; ".join(said)
 
 
 def ts(text: str) -> float:
