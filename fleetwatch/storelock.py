@@ -64,10 +64,21 @@ def check_store_path(store_path: str | Path, setting: str = "--store") -> Path:
             ) from None
         raise StorePathError(
             f"store {path}: cannot write in the folder {parent.absolute()} "
-            f"({exc.strerror or exc}); the store, its lock and SQLite's journal go there: "
+            f"({_why_unwritable(exc)}); the store, its lock and SQLite's journal go there: "
             f"run from a folder this user can write, or give {setting} a path in one"
         ) from None
     return path
+
+
+def _why_unwritable(exc: OSError) -> str:
+    """Why no file could be made in an existing folder, in words: a kernel's virtual file
+    system (/proc, /sys) answers "No such file or directory", which reads as a typo."""
+    if exc.errno == errno.ENOENT:
+        return ("no file can be created there: a virtual file system such as /proc or /sys, "
+                "not a disk")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "this user may not create files there"
+    return exc.strerror or str(exc)
 
 
 def pid_namespace() -> str:
@@ -152,6 +163,10 @@ class StoreLock:
         return self
 
     def release(self) -> None:
+        """Unlock; the lock file stays, emptied. Removing it is not safe with ``flock``: a
+        second instance that opened the file just before the unlink would lock a file no
+        longer in the folder, and a third would make a new one and lock that too: two
+        writers on one store. An empty ``.lock`` beside the store is the price."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None
