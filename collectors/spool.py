@@ -49,7 +49,7 @@ from typing import BinaryIO
 
 import msgpack
 
-from fleetwatch.storelock import lock_fd, unlock_fd
+from fleetwatch.storelock import holder_here, lock_fd, unlock_fd
 
 log = logging.getLogger(__name__)
 
@@ -126,11 +126,12 @@ class Spool:
         fd = _open_file(self.dir / "lock", os.O_RDWR | os.O_CREAT)
         owner = lock_fd(fd)
         if owner is not None:
+            who, stop = holder_here(owner)
             raise SpoolBusy(
-                f"the spool directory {self.dir} is in use by another fleetwatch agent (pid "
-                f"{owner}): two agents on one spool lose each other's frames; stop that one "
-                f"first (kill {owner if owner.isdigit() else 'PID'}), or give this agent a "
-                "spool directory of its own (agent.spool_dir, FLEETWATCH_AGENT_SPOOL_DIR)")
+                f"the spool directory {self.dir} is in use by another fleetwatch agent "
+                f"({who}): two agents on one spool lose each other's frames; {stop}, or give "
+                "this agent a spool directory of its own (agent.spool_dir, "
+                "FLEETWATCH_AGENT_SPOOL_DIR)")
         return fd
 
     def _unlock(self) -> None:

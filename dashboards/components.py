@@ -423,5 +423,23 @@ def notice(text: str, notice_id: str = "notice") -> html.Div:
     return html.Div(text, id=notice_id, className="notice")
 
 
-def updated_stamp(now_s: float | None = None) -> str:
-    return f"refreshed {clock(time.time() if now_s is None else now_s)} UTC"
+# A page "now" this far behind the wall clock is `up`'s simulated clock catching up (it is
+# never ahead, and keeps wall time once caught up): said beside the stamp.
+SIMULATED_LAG_S = 10.0
+
+
+def updated_stamp(now_s: float | None = None, wall_s: float | None = None) -> str:
+    """The page's refresh time; marked while it is simulated and behind the wall clock,
+    since the alert ages on the page count from it too."""
+    wall = time.time() if wall_s is None else wall_s
+    now = wall if now_s is None else now_s
+    stamp = f"refreshed {clock(now)} UTC"
+    behind = wall - now
+    if behind > SIMULATED_LAG_S:
+        stamp += (f" · simulated time, catching up ({_behind(behind)} behind the wall clock; "
+                  "ages count from it)")
+    return stamp
+
+
+def _behind(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"

@@ -124,8 +124,8 @@ class AgentService:
                 self.producer = SpoolingProducer(
                     producer, spool_dir,
                     int(config.agent.spool_max_mb * 2**20), on_event=health.spool_event)
-            except SpoolBusy as exc:
-                raise ConfigError(f"agent.spool_dir = {config.agent.spool_dir!r}: {exc}") from None
+            except SpoolBusy as exc:  # not a configuration error: another agent runs
+                raise SpoolBusy(f"agent.spool_dir = {config.agent.spool_dir!r}: {exc}") from None
             except OSError as exc:
                 raise ConfigError(
                     f"agent.spool_dir = {config.agent.spool_dir!r} cannot be used: {exc}; "

@@ -40,6 +40,7 @@ from fleetwatch.cli_history import (  # the exit codes are defined there, once
     cmd_silence,
     cmd_train,
 )
+from fleetwatch.collectors.spool import SpoolBusy
 from fleetwatch.config import Config, ConfigError, T, load, options, override
 from fleetwatch.service import PortInUse
 
@@ -140,6 +141,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         # keep Python's flush at exit from raising it again (the recipe of Python's docs).
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_ERROR
+    except SpoolBusy as exc:  # another agent holds the spool: said as it is, exit 2
+        print(f"fleetwatch: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     except PortInUse as exc:  # names the address, the setting that chose it, its holder
         print(f"fleetwatch: {exc}", file=sys.stderr)
         return EXIT_ERROR

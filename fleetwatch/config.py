@@ -208,25 +208,35 @@ def _refuse_keys(problems: list[str],
 
 
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
+    """The config of ``raw``; one ``ConfigError`` naming every bad value and masked secret
+    (a file printed by ``fleetwatch config`` masks several at once), as unknown keys are."""
     hints = typing.get_type_hints(Config)
     built = {}
+    problems: list[str] = []
     for section, values in raw.items():
         if section not in hints:
             origin = next(iter(values.values()))[1]
             raise ConfigError(f"{origin}: unknown section [{section}]")
-        built[section] = _section(hints[section], section, values)
-    config = Config(**built)
-    _check(config)
-    return config
+        built[section] = _section(hints[section], section, values, problems=problems)
+    origins = {f"{section}.{key}": origin for section, values in raw.items()
+               for key, (_, origin) in values.items()}
+    alerts = built.get("alerts", AlertsConfig())
+    if alerts is not None:  # its rules too, in the same error as the bad values
+        problems += _rule_problems(alerts, origins)
+    _refuse_keys(problems, [raw])
+    return Config(**built)
 
 
 def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
-             base: Any = None) -> Any:
-    """``cls`` (or ``base`` with these values replaced), every value coerced and range-checked."""
+             base: Any = None, problems: list[str] | None = None) -> Any:
+    """``cls`` (or ``base`` with these values replaced), every value coerced and range-checked.
+    With ``problems``, a bad value is added there and the others still checked (None is
+    returned if any was bad); without, the first one raises."""
     fields = typing.get_type_hints(cls)
     specs = {f.name: f for f in dataclasses.fields(cls)}
     kwargs = {}
     tables = None
+    had = len(problems) if problems is not None else 0
     for key, (value, origin) in values.items():
         if cls is CarbonConfig and key == "clusters":
             tables = (value, origin)  # resolved on the section's other values, below
@@ -243,8 +253,16 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
         if key not in fields:
             raise ConfigError(f"{origin}: unknown key {section}.{key} (known: "
                               f"{', '.join(sorted(fields))})")
-        kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin,
-                              specs[key].metadata.get("range"), specs[key].metadata.get("text"))
+        try:
+            kwargs[key] = _coerce(value, fields[key], f"{section}.{key}", origin,
+                                  specs[key].metadata.get("range"),
+                                  specs[key].metadata.get("text"))
+        except ConfigError as exc:
+            if problems is None:
+                raise
+            problems.append(str(exc))
+    if problems is not None and len(problems) > had:
+        return None
     built = cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
     if tables is not None:
         built = dataclasses.replace(built, clusters=_carbon_clusters(built, *tables))
@@ -491,17 +509,22 @@ def _describe(lo: float | None, hi: float | None, above: bool) -> str:
 
 
 def _check(config: Config) -> None:
-    """Cross-field rules that a single field's range cannot say."""
-    a = config.alerts
-    rules: list[tuple[bool, str]] = [
-        (not a.instance or bool(INSTANCE_NAME.match(a.instance)),
+    """Cross-field rules that a single field's range cannot say; every one broken, in one
+    error."""
+    _refuse_keys(_rule_problems(config.alerts, {}), [])
+
+
+def _rule_problems(a: AlertsConfig, origins: Mapping[str, str]) -> list[str]:
+    """The rules ``_check`` applies, broken, each said with where its value came from
+    (``origins``: "section.key" -> the file line or the environment variable)."""
+    rules: list[tuple[bool, str, str]] = [
+        (not a.instance or bool(INSTANCE_NAME.match(a.instance)), "alerts.instance",
          f"alerts.instance = {a.instance!r}; must be 1 to 64 letters, digits, '.', '_' or "
          "'-', starting with a letter or digit (e.g. the deployment's name, \"prod-east\"), "
          "or \"\" to derive it from the store"),
     ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    return [f"{origins[key]}: {message}" if key in origins else message
+            for ok, key, message in rules if not ok]
 
 
 def public_view(config: Config) -> dict[str, dict[str, Any]]:

@@ -115,7 +115,8 @@ class BusConfig:
     bootstrap: str = required("127.0.0.1:9092")
     topic: str = kafka_topic("fleetwatch.frames")
     # Partitions of the topics (the most processors that can share them): a topic with fewer
-    # (auto-created by a broker that lost its data) gets the rest where nothing is lost.
+    # gets the rest by CreatePartitions where the broker can, else is used as it is; never
+    # deleted (agents and processors with different settings share it).
     partitions: int = ranged(12, 1, 10_000)
     # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
     replication_factor: int = ranged(0, 0, 32)

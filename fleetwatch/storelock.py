@@ -6,7 +6,8 @@ with a message naming the first one's pid instead of writing a second
 timeline into it. ``flock`` locks belong to the open file: the kernel drops
 them when the process ends, however it ends, so a crashed run never leaves
 the store locked. The lock file itself stays (removing it would race with a
-second instance that has just opened it); it holds the owner's pid as text.
+second instance that has just opened it); it holds the owner's pid, hostname and PID
+namespace as text, so that a message names a pid only where it can be killed.
 The agent's spool directory is locked the same way (``lock_fd``, in
 ``collectors/spool.py``).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import socket
 import tempfile
 from pathlib import Path
 
@@ -62,31 +64,75 @@ def check_store_path(store_path: str | Path, setting: str = "--store") -> Path:
             ) from None
         raise StorePathError(
             f"store {path}: cannot write in the folder {parent.absolute()} "
-            f"({exc.strerror or exc}); the store, its lock and SQLite's journal go there: "
+            f"({_why_unwritable(exc)}); the store, its lock and SQLite's journal go there: "
             f"run from a folder this user can write, or give {setting} a path in one"
         ) from None
     return path
 
 
+def _why_unwritable(exc: OSError) -> str:
+    """Why no file could be made in an existing folder, in words: a kernel's virtual file
+    system (/proc, /sys) answers "No such file or directory", which reads as a typo."""
+    if exc.errno == errno.ENOENT:
+        return ("no file can be created there: a virtual file system such as /proc or /sys, "
+                "not a disk")
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "this user may not create files there"
+    return exc.strerror or str(exc)
+
+
+def pid_namespace() -> str:
+    """This process's PID namespace ("pid:[4026531836]"), "" where it cannot be read."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+
+
+def holder(text: str, host: str, namespace: str) -> tuple[str, str]:
+    """Who holds a lock, from its file's text ("PID HOST NAMESPACE"; an older release wrote
+    the pid alone), and how to stop it, seen from ``host`` and ``namespace``. A pid is only
+    worth killing in the reader's own PID namespace: a container's agent is pid 1 there, and
+    ``kill 1`` on the host would signal init."""
+    pid, their_host, their_ns = ([*text.split(), "", "", ""])[:3]
+    if not pid.isdigit():
+        return "pid unknown", "stop it first"
+    if their_host and their_ns and their_host == host and their_ns == namespace:
+        return f"pid {pid}", f"stop it first (Ctrl-C, or kill {pid})"
+    where = f" on host {their_host}" if their_host else ""
+    if their_ns and their_ns != namespace or their_host and their_host != host:
+        return (f"pid {pid} in its own PID namespace{where}: a container, or another "
+                "machine sharing this folder", "stop it first (its container or service), "
+                "not by that pid here")
+    return f"pid {pid}{where}", "stop it first (its service, or kill the pid if it is this " \
+        "machine's and this PID namespace's)"
+
+
 def lock_fd(fd: int) -> str | None:
-    """Take the exclusive ``flock`` on the open lock file ``fd`` and write this pid in it.
+    """Take the exclusive ``flock`` on the open lock file ``fd`` and write who holds it:
+    "PID HOSTNAME PID-NAMESPACE" (``holder`` reads it back).
 
     Returns None once held (``fd`` then belongs to the lock: closing it releases), or,
-    when another process holds it, that process's pid as the file says it ("unknown" if
-    empty), having closed ``fd``. Shared by the store lock and the agent's spool lock.
+    when another process holds it, the file's text ("" if empty), having closed ``fd``.
+    Shared by the store lock and the agent's spool lock.
     """
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
-        owner = os.read(fd, 64).decode("ascii", "replace").strip() or "unknown"
+        owner = os.read(fd, 256).decode("ascii", "replace").strip()
         os.close(fd)
         return owner
     except BaseException:
         os.close(fd)
         raise
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.write(fd, f"{os.getpid()} {socket.gethostname()} {pid_namespace()}\n".encode())
     return None
+
+
+def holder_here(text: str) -> tuple[str, str]:
+    """``holder`` seen from this process."""
+    return holder(text, socket.gethostname(), pid_namespace())
 
 
 def unlock_fd(fd: int) -> None:
@@ -109,15 +155,18 @@ class StoreLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         owner = lock_fd(fd)
         if owner is not None:
+            who, stop = holder_here(owner)
             raise StoreBusy(
-                f"the store {self.store_path} is in use by another fleetwatch (pid {owner}): "
-                "stop that one first (Ctrl-C, or kill "
-                f"{owner if owner.isdigit() else 'PID'}), or use another store with "
-                "--store PATH")
+                f"the store {self.store_path} is in use by another fleetwatch ({who}): "
+                f"{stop}, or use another store with --store PATH")
         self._fd = fd
         return self
 
     def release(self) -> None:
+        """Unlock; the lock file stays, emptied. Removing it is not safe with ``flock``: a
+        second instance that opened the file just before the unlink would lock a file no
+        longer in the folder, and a third would make a new one and lock that too: two
+        writers on one store. An empty ``.lock`` beside the store is the price."""
         if self._fd is None:
             return
         fd, self._fd = self._fd, None

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from fleetwatch import __version__, commit
 from fleetwatch.config import (
@@ -132,8 +132,14 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
         try:
             n = ensure_topic(config.bootstrap, topic, config.partitions, kafka_security(config),
                              timeout_s=timeout_s, replication_factor=config.replication_factor)
-            log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
-                    topic, n)
+            if n > config.partitions:
+                # Made by a member with a larger bus.partitions, or by hand: fine as it is.
+                log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions, "
+                        "more than bus.partitions = %d here: used as it is", topic, n,
+                        config.partitions)
+            else:
+                log.log(logging.DEBUG if quiet else logging.INFO, "topic %s has %d partitions",
+                        topic, n)
         except (BusError, OSError) as exc:
             ok = False
             if unreachable(exc):
@@ -203,8 +209,19 @@ def detectors(config: DetectorsConfig) -> list[Detector]:
     return build(config)
 
 
-def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSink]:
-    """The sinks the config turns on: Alertmanager, webhook, the Kafka alert topic."""
+def clusters_in(store: Store) -> Callable[[], set[str]]:
+    """The clusters the store saw in the last day: of its GPU readings and its alerts."""
+    def seen() -> set[str]:
+        since = time.time() - 86_400.0
+        return ({key.cluster for key, _, _ in store.latest("gpu_temp_c", int(since * 1000))}
+                | {a.cluster for a in store.alerts(since_ts=since)})
+    return seen
+
+
+def alert_sinks(config: Config, memory: MemoryBus | None = None,
+                clusters_seen: Callable[[], Iterable[str]] = lambda: ()) -> list[AlertSink]:
+    """The sinks the config turns on: Alertmanager, webhook, the Kafka alert topic.
+    ``clusters_seen``: those the store saw, to warn of an ``alerts.clusters`` entry in none."""
     sinks: list[AlertSink] = []
     a = config.alerts
     if a.alertmanager_url:
@@ -212,7 +229,9 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None) -> list[AlertSi
 
         am = AlertmanagerSink(a.alertmanager_url, a.alertmanager_resend_s, a.dashboard_url,
                               a.sink_timeout_s, instance=alerts_instance(config),
-                              clusters=a.clusters, remedy_label=a.xid_remedy_label)
+                              clusters=a.clusters, remedy_label=a.xid_remedy_label,
+                              clusters_seen=clusters_seen)
+        am.check_clusters()
         sinks.append(am)
         log.info("Alertmanager: this deployment's silences there are made by %s "
                  "(alerts.instance%s)", am.owner, "" if a.instance else ", derived from the store")
@@ -233,7 +252,8 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
     (every backend keeps them). Give it to the ``Processor`` as ``notifier``: it adopts the
     open alerts of each node as the node's partition is assigned, and forgets them when the
     partition moves away, so that only the node's owner re-sends them."""
-    return Notifier(alert_sinks(config, memory), silences=store.silences, acks=store.acks,
+    return Notifier(alert_sinks(config, memory, clusters_in(store)), silences=store.silences,
+                    acks=store.acks,
                     attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s,
                     reload_s=config.alerts.silence_reload_s)
 

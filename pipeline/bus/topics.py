@@ -3,8 +3,9 @@
 Agents and processors both ensure the topics (``ensure_topic``) before they produce or
 consume, so whichever starts first creates them with ``bus.partitions``, never the
 broker's auto-creation with its default count. A topic left with fewer partitions (it
-cannot be grown here) is logged as an error once, then at most once an hour, and kept in
-``topic_partitions`` (every topic checked) for the processor's ``/metrics``.
+cannot be grown here) is used as it is, never deleted: logged as a warning once, then at
+most once an hour, and kept in ``topic_partitions`` (every topic checked) for the
+processor's ``/metrics``.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any
 
 import kafka
 import kafka.errors as kerr
-from kafka import TopicPartition
 from kafka.admin import NewPartitions
 
 from fleetwatch.pipeline.bus import BusError
@@ -65,9 +65,9 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int,
     with fewer (made by the broker's auto-creation, with its default count, for a
     client that sent first: an older agent, or any after the broker lost its data) gets the missing
     partitions (``CreatePartitions``, nothing lost); on a broker without that
-    request (Tansu) it is deleted and created again as configured if it holds
-    no message yet, else left as it is with an error that says what to do (once,
-    then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count).
+    request (Tansu) it is used as it is, with a warning that says what to do (once,
+    then at most once per ``REPEAT_S``; ``topic_partitions`` keeps the count). An
+    existing topic is never deleted.
     ``replication_factor`` 0 is min(3, the cluster's brokers); see ``topic_spec``.
     """
     check_listener(bootstrap, security)
@@ -150,7 +150,13 @@ def _partitions(admin: kafka.KafkaAdminClient, topic: str) -> int:
 
 def _grow(admin: kafka.KafkaAdminClient, bootstrap: str, topic: str, count: int,
           spec: dict[str, Any], security: dict[str, Any] | None, timeout_s: float) -> int:
-    """Bring ``topic`` from ``count`` partitions to the configured number, losing nothing."""
+    """Bring ``topic`` from ``count`` partitions to the configured number, losing nothing.
+
+    Only ``CreatePartitions`` (adds partitions, keeps every message). A topic that exists is
+    never deleted: processors of a running group hold its partitions, and an agent or a
+    processor whose ``bus.partitions`` differs from the others' is ordinary (per-node
+    config files), so a recreation would leave the group consuming a topic that is gone.
+    """
     wanted = spec["num_partitions"]
     try:
         admin.create_partitions({topic: NewPartitions(wanted)},
@@ -159,58 +165,23 @@ def _grow(admin: kafka.KafkaAdminClient, bootstrap: str, topic: str, count: int,
                     "to %d", topic, count, wanted, _CAUSES, wanted)
         return _partitions(admin, topic) or wanted
     except (kerr.IncompatibleBrokerVersion, kerr.UnsupportedVersionError):
-        pass  # the broker cannot add partitions: recreate, if nothing would be lost
-    if not _empty(bootstrap, topic, count, security, timeout_s):
-        log.log(_level_of_repeat(topic), "topic %s has %d partitions, fewer than "
-                "bus.partitions = %d, and holds messages: it was probably %s. This broker "
-                "cannot add partitions, so it is left as it is and at most %d processors "
-                "share it (said again at most once an hour; "
-                "fleetwatch_processor_topic_partitions_missing shows it). Once it is drained, "
-                "delete it and start `fleetwatch process` again to create it as configured",
-                topic, count, wanted, _CAUSES, count)
-        return count
-    admin.delete_topics([topic], timeout_ms=int(timeout_s * 1000))
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            admin.create_topics({topic: spec}, timeout_ms=int(timeout_s * 1000),
-                                wait_for_metadata=True)
-            break
-        except kerr.TopicAlreadyExistsError:  # the deletion is still under way
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    log.warning("topic %s had %d partitions, fewer than bus.partitions = %d (%s), and no "
-                "message: created again with %d", topic, count, wanted, _CAUSES, wanted)
-    return _partitions(admin, topic)
+        pass  # the broker cannot add partitions: the topic is used as it is
+    log.log(_level_of_repeat(topic), "topic %s has %d partitions, fewer than "
+            "bus.partitions = %d here, and this broker cannot add partitions: it is used as "
+            "it is, so at most %d processors share it (said again at most once an hour; "
+            "fleetwatch_processor_topic_partitions_missing shows it). It was %s, or by an "
+            "agent or processor whose bus.partitions is %d. fleetwatch never deletes a "
+            "topic: set the same bus.partitions on every agent and processor, or, once it is "
+            "drained and everything is stopped, recreate it with your Kafka tools",
+            topic, count, wanted, count, _CAUSES, count)
+    return count
 
 
 def _level_of_repeat(topic: str) -> int:
-    """ERROR the first time a topic is found short, then at most once per ``REPEAT_S``."""
+    """WARNING the first time a topic is found short, then at most once per ``REPEAT_S``."""
     now = time.monotonic()
     said = _said_at.get(topic)
     if said is not None and now - said < REPEAT_S:
         return logging.DEBUG
     _said_at[topic] = now
-    return logging.ERROR
-
-
-def _empty(bootstrap: str, topic: str, count: int, security: dict[str, Any] | None,
-           timeout_s: float) -> bool:
-    """True when no partition of ``topic`` returns a message within a few seconds.
-
-    Read, not listed: Tansu lists a partition's end as the first offset of its
-    last batch, 0 for a partition of one batch.
-    """
-    consumer = kafka.KafkaConsumer(bootstrap_servers=bootstrap, group_id=None,
-                                   enable_auto_commit=False, auto_offset_reset="earliest",
-                                   **(security or {}))
-    try:
-        consumer.assign([TopicPartition(topic, p) for p in range(count)])
-        deadline = time.monotonic() + min(timeout_s, 5.0)
-        while time.monotonic() < deadline:
-            if any(consumer.poll(timeout_ms=500, max_records=1).values()):
-                return False
-        return True
-    finally:
-        consumer.close()
+    return logging.WARNING

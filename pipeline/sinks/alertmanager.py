@@ -73,6 +73,9 @@ from fleetwatch.pipeline.sinks.am_payload import (
 )
 from fleetwatch.pipeline.sinks.am_silences import (
     AlertmanagerSilences,
+    Wanted,
+    clusters_warning,
+    edit_said,
     owner_tag,
     plan,
     ts,
@@ -98,7 +101,8 @@ class AlertmanagerSink:
     def __init__(self, url: str, resend_s: float = 60.0, dashboard_url: str = "",
                  timeout_s: float = 10.0, clock: Callable[[], float] = time.time,
                  instance: str = "default", clusters: Sequence[str] = (),
-                 remedy_label: bool = True) -> None:
+                 remedy_label: bool = True,
+                 clusters_seen: Callable[[], Iterable[str]] = lambda: ()) -> None:
         # A user:password@ in the URL is sent as basic auth, masked in messages (``http``).
         self.server = ServerURL.of(url.rstrip("/")).join("/api/v2/alerts")
         self.resend_s, self.timeout_s, self.clock = resend_s, timeout_s, clock
@@ -129,6 +133,11 @@ class AlertmanagerSink:
         # other deployments may share this Alertmanager (``am_silences``).
         self.owner = owner_tag(instance)
         self.clusters = tuple(clusters)
+        # The clusters the store has seen (read only when a silence is mirrored) and those
+        # of the alerts handed here: an alerts.clusters entry in neither is said, since a
+        # silence mirrored with it mutes nothing (``check_clusters``).
+        self._clusters_seen = clusters_seen
+        self._alert_clusters: set[str] = set()
         self._silences: list[Silence] | None = None
         self._acks: dict[str, Acknowledgement] = {}
         self._resolved_ids: set[str] = set()
@@ -137,6 +146,9 @@ class AlertmanagerSink:
         self._post_failed = False          # the last post failed: mirror before the next
         self.silence_errors = 0   # mirroring passes that failed or had a silence refused
         self._refused: set[str] = set()  # keys whose silence Alertmanager refused (logged)
+        # What this processor last put per key (matchers, end): a difference there while
+        # fleetwatch's is the same is a person's edit in Alertmanager (``_say_edit``).
+        self._put_last: dict[str, tuple[tuple[Any, ...], float]] = {}
 
     @property
     def url(self) -> str:
@@ -187,6 +199,7 @@ class AlertmanagerSink:
         resolved: list[Alert] = []
         for n in changes:
             a = n.alert
+            self._alert_clusters.add(a.cluster)
             if a.state == "resolved":
                 # Posted before (muted since or not): Alertmanager must hear it ended.
                 self._muted.pop(a.id, None)
@@ -230,6 +243,7 @@ class AlertmanagerSink:
         with self._lock:
             for n in adopted:
                 a = n.alert
+                self._alert_clusters.add(a.cluster)
                 self._firing[a.id], self._muted[a.id] = a, n.muted_by
                 sets = [self._labels(a)]  # what the store says was posted
                 if a.id in xids and had is not None:
@@ -287,6 +301,23 @@ class AlertmanagerSink:
             self._mirror()
             self._post([])
 
+    def check_clusters(self) -> str:
+        """Warn when an ``alerts.clusters`` entry was never seen (at start, and whenever a
+        silence is mirrored); returns the warning, "" if none."""
+        if not self.clusters:
+            return ""
+        with self._lock:
+            seen = set(self._alert_clusters)
+        try:
+            seen.update(self._clusters_seen())
+        except Exception as exc:  # noqa: BLE001 - a check, never a reason to stop mirroring
+            log.debug("could not read the clusters seen from the store: %s", exc)
+            return ""  # nothing to judge by: no warning that may be false
+        said = clusters_warning(self.clusters, seen)
+        if said:
+            log.warning("%s", said)
+        return said
+
     def _mirror(self) -> None:
         """One reconciling pass of Alertmanager's silences with fleetwatch's; never raises:
         a failure is logged once per outage, counted, and tried again at the next call."""
@@ -298,6 +329,7 @@ class AlertmanagerSink:
             wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s,
                                self.clusters)
             owned = {a.id for a, _ in firing} | self._resolved_ids
+            ended = {f"silence {s.id}" for s in self._silences if s.end_ts <= now}
             resolved_ids = set(self._resolved_ids)
 
         def mine(key: str) -> bool:
@@ -306,15 +338,19 @@ class AlertmanagerSink:
 
         refused = 0
         try:
-            todo = plan(wanted, self.silence_api.list(), mine, self.owner)
+            todo = plan(wanted, self.silence_api.list(), mine, self.owner, ended)
+            if any(w.key.startswith("silence ")
+                   for w in (*todo.create, *(w for _, w in todo.update))):
+                self.check_clusters()
             for silence_id in todo.expire:
                 self.silence_api.expire(silence_id)
             for have, w in todo.update:
+                self._say_edit(have, w)
                 active = (have.get("status") or {}).get("state") == "active"
                 start = ts(have["startsAt"]) if active else None
-                refused += not self._put(w.key, w.body(now, have["id"], start, self.owner))
+                refused += not self._put(w, w.body(now, have["id"], start, self.owner))
             for w in todo.create:
-                refused += not self._put(w.key, w.body(now, created_by=self.owner))
+                refused += not self._put(w, w.body(now, created_by=self.owner))
         except SinkError as exc:
             self.silence_errors += 1
             if not self._mirror_failing:
@@ -331,8 +367,25 @@ class AlertmanagerSink:
         with self._lock:
             self._resolved_ids -= resolved_ids
 
-    def _put(self, key: str, body: dict[str, Any]) -> bool:
+    def _say_edit(self, have: dict[str, Any], w: Wanted) -> None:
+        """A silence of ours that differs from what this processor last put there, while
+        fleetwatch's is unchanged: a person edited it in Alertmanager (its edit form keeps
+        our createdBy and comment). Set back (the store is the source: other processors
+        and restarts mirror it), so said, with how to change it."""
+        if (not w.key.startswith("silence ") or have.get("createdBy") != self.owner
+                or self._put_last.get(w.key) != (w.matchers, w.end_ts)):
+            return
+        sid = w.key.partition(" ")[2]
+        log.warning("Alertmanager silence %s (fleetwatch silence %s) was changed there "
+                    "(%s): fleetwatch's copy is the source and wins, so it is set back now. "
+                    "Change it with fleetwatch instead: `fleetwatch silence expire %s`, then "
+                    "`fleetwatch silence add MATCHER... --for DUR`", have.get("id"), sid,
+                    edit_said(have, w) or "changed", sid)
+
+    def _put(self, w: Wanted, body: dict[str, Any]) -> bool:
         """Create or change one silence; False if Alertmanager refused it."""
+        key = w.key
+        self._put_last[key] = (w.matchers, w.end_ts)
         try:
             self.silence_api.put(body)
         except SinkRejected as exc:  # this one can never be made: say so once, go on

@@ -78,7 +78,7 @@ from fleetwatch.settings import INSTANCE_NAME
 
 __all__ = ["ACK_VALID_RESENDS", "CREATED_BY", "AlertmanagerSilences", "Plan", "Wanted",
            "ack_wanted", "check_instance", "key_of", "owner_tag", "plan", "silence_wanted",
-           "wanted_of"]
+           "wanted_of", "unseen_clusters", "clusters_warning", "edit_said"]
 
 # The createdBy of the silences of releases before the deployment's tag, and its prefix.
 CREATED_BY = "fleetwatch"
@@ -151,6 +151,28 @@ def _cluster_matcher(clusters: Iterable[str]) -> Matcher:
     return ("cluster", "|".join(re.escape(n) for n in names), True, True)
 
 
+def unseen_clusters(configured: Iterable[str], seen: Iterable[str]) -> tuple[str, ...]:
+    """The ``alerts.clusters`` entries no frame or alert has carried: compared exactly, case
+    included, as Alertmanager compares the ``cluster`` matcher with the label."""
+    known = set(seen)
+    return tuple(sorted({c for c in configured if c not in known}))
+
+
+def clusters_warning(configured: Iterable[str], seen: Iterable[str]) -> str:
+    """The warning for ``unseen_clusters`` ("" when every one was seen)."""
+    missing = unseen_clusters(configured, seen)
+    if not missing:
+        return ""
+    known = sorted(set(seen))
+    return (f"alerts.clusters names {', '.join(map(repr, missing))}, which no frame or alert "
+            f"in the store carries (clusters seen: "
+            f"{', '.join(map(repr, known)) if known else 'none yet'}). Mirrored silences "
+            "match the cluster label exactly, case included, as Alertmanager does: they "
+            f"mute nothing in {', '.join(map(repr, missing))} there while `fleetwatch "
+            "alerts` shows them silenced. Correct alerts.clusters (or the agents' "
+            "node.cluster) if that is not a cluster still to come")
+
+
 def _said_by(who: str, why: str) -> str:
     return f" by {who or 'unknown'}" + (f": {why}" if why else "")
 
@@ -213,29 +235,61 @@ def _matchers(silence: Mapping[str, Any]) -> tuple[Matcher, ...]:
                          bool(m.get("isEqual", True))) for m in silence.get("matchers", ())))
 
 
+_OP_OF = {flags: op for op, flags in _OPS.items()}
+
+
+def _shown(m: Matcher) -> str:
+    name, value, regex, equal = m
+    return f"{name}{_OP_OF[(regex, equal)]}{value}"
+
+
+def edit_said(have: Mapping[str, Any], w: Wanted) -> str:
+    """What differs in Alertmanager's copy ``have`` from fleetwatch's ``w`` (a person's
+    edit there keeps fleetwatch's createdBy and comment), in words; "" if nothing."""
+    said = []
+    end = ts(have["endsAt"])
+    if not w.min_end_ts <= end <= w.max_end_ts:
+        said.append(f"ends {iso(end)} instead of {iso(w.end_ts)}")
+    got, want = set(_matchers(have)), set(w.matchers)
+    if got - want:
+        said.append("matchers added: " + ", ".join(map(_shown, sorted(got - want))))
+    if want - got:
+        said.append("matchers removed: " + ", ".join(map(_shown, sorted(want - got))))
+    return "; ".join(said)
+
+
 def ts(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
 def plan(wanted: Iterable[Wanted], have: Iterable[Mapping[str, Any]],
-         mine: Callable[[str], bool], owner: str = CREATED_BY) -> Plan:
+         mine: Callable[[str], bool], owner: str = CREATED_BY,
+         ended: Iterable[str] = ()) -> Plan:
     """What to do so that Alertmanager's silences of this deployment (``createdBy``
     ``owner``) are ``wanted``. ``have``: Alertmanager's silences (any; those not this
     deployment's or expired are left alone); ``mine(key)``: may this processor change the
     silences of this key (an ack's are its alert owner's). One of the previous release
     (``createdBy`` ``fleetwatch``) is taken over when its key is wanted, or is an ack that
     ``mine`` says is this processor's; never expired otherwise (it may be another
-    deployment's)."""
+    deployment's). ``ended``: keys of silences this store has ended (``silence expire``):
+    their copies under any ``fleetwatch/*`` instance are expired too, since silence ids are
+    unique and a moved store derives a new instance name (its old name's copy would
+    otherwise keep muting)."""
     want = {w.key: w for w in wanted}
+    gone = set(ended) - set(want)
     by_key: dict[str, list[Mapping[str, Any]]] = {}
+    orphans: list[str] = []
     for s in have:
         key = key_of(s, owner)
         if not key:
+            by = str(s.get("createdBy") or "")
+            if gone and by.startswith(f"{CREATED_BY}/") and key_of(s, by) in gone:
+                orphans.append(s["id"])
             continue
         legacy = s.get("createdBy") != owner
         if key in want or (mine(key) and not (legacy and key.startswith("silence "))):
             by_key.setdefault(key, []).append(s)
-    out = Plan([], [], [])
+    out = Plan([], [], sorted(orphans))
     for key, silences in by_key.items():
         # This deployment's first (the smallest id), then the previous release's.
         silences = sorted(silences, key=lambda s: (s.get("createdBy") != owner, s["id"]))

@@ -8,6 +8,7 @@ deleted each other's files when the broker came back: frames were lost, uncounte
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -126,3 +127,52 @@ def test_a_second_agent_on_the_same_spool_stops_naming_the_first(tmp_path: Path)
     finally:
         first.terminate()
         first.communicate(timeout=30)
+
+
+def test_the_holder_is_named_as_this_pid_namespace_sees_it() -> None:
+    from fleetwatch.storelock import holder
+
+    ns = "pid:[4026531836]"
+    assert holder(f"4242 node-7 {ns}", "node-7", ns) == (
+        "pid 4242", "stop it first (Ctrl-C, or kill 4242)")
+    who, stop = holder("1 pod-abc pid:[4026532999]", "node-7", ns)   # a container's agent
+    assert who.startswith("pid 1 in its own PID namespace on host pod-abc")
+    assert "kill" not in stop and "not by that pid here" in stop
+    who, stop = holder("4242", "node-7", ns)                           # an older release's
+    assert who == "pid 4242" and "kill 4242" not in stop
+    assert holder("", "node-7", ns) == ("pid unknown", "stop it first")
+
+
+@pytest.mark.skipif(subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", "true"],
+                                   capture_output=True).returncode != 0,
+                    reason="cannot make a PID namespace here (unshare --pid needs root)")
+def test_an_agent_in_a_container_is_not_named_by_its_pid_one(tmp_path: Path) -> None:
+    """The DaemonSet's agent is pid 1 of its PID namespace; a host agent on the same spool
+    must not be told to `kill 1` (init, on the host), nor that it is a configuration error."""
+    spool = tmp_path / "spool"
+    env = {**os.environ, "FLEETWATCH_BUS_KIND": "kafka",
+           "FLEETWATCH_BUS_BOOTSTRAP": f"127.0.0.1:{free_port()}",  # nothing listens
+           "FLEETWATCH_AGENT_SPOOL_DIR": str(spool)}
+    cmd = [sys.executable, "-m", "fleetwatch.cli", "agent", "--fake-gpus", "1"]
+    pod = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--mount-proc", *cmd],
+                           env={**env, "FLEETWATCH_AGENT_METRICS_PORT": str(free_port())},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (spool / "lock").exists() or not (spool / "lock").read_text().strip():
+            assert pod.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        assert (spool / "lock").read_text().split()[0] == "1"
+        host = subprocess.run(cmd, env={**env,
+                                        "FLEETWATCH_AGENT_METRICS_PORT": str(free_port())},
+                              capture_output=True, text=True, timeout=60)
+        assert host.returncode == 2, host.stderr
+        assert "pid 1 in its own PID namespace" in host.stderr
+        assert "kill" not in host.stderr and "configuration error" not in host.stderr
+        assert "agent.spool_dir" in host.stderr
+    finally:
+        # unshare waits for its child and does not pass SIGTERM on: the agent is stopped.
+        children = Path(f"/proc/{pod.pid}/task/{pod.pid}/children")
+        for child in (children.read_text().split() if children.exists() else []):
+            os.kill(int(child), signal.SIGTERM)
+        pod.wait(30)

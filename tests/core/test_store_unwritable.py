@@ -34,6 +34,19 @@ def test_an_unwritable_folder_is_refused_naming_the_path_and_the_setting() -> No
     message = str(refused.value)
     assert "/proc/x.db" in message and "cannot write in the folder /proc" in message
     assert "store.path" in message
+    # /proc answers ENOENT, which read as a typo: the reason is said instead.
+    assert "No such file or directory" not in message
+    assert "(no file can be created there: a virtual file system such as /proc" in message
+
+
+def test_the_lock_file_stays_empty_after_a_clean_stop(tmp_path: Path) -> None:
+    """Not removed, on purpose (``StoreLock.release``: unlinking a flock'd file lets two
+    writers in); emptied, so no stale pid is left to read."""
+    from fleetwatch.storelock import StoreLock, lock_path
+
+    with StoreLock(tmp_path / "x.db"):
+        assert lock_path(tmp_path / "x.db").read_text().split()[0] == str(os.getpid())
+    assert lock_path(tmp_path / "x.db").read_text() == ""
 
 
 def test_a_writable_folder_passes(tmp_path: Path) -> None:
