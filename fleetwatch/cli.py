@@ -338,7 +338,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_config(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.config import MASK, public_view
+    from fleetwatch.config_secrets import MASK, public_view
     from fleetwatch.wiring import detectors
 
     # What start-up checks beyond the file's keys and values, checked here too: users run

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from fleetwatch.config_secrets import encode_hint, public_view, refuse_masked
+from fleetwatch.config_secrets import masked_url as _masked_url
 from fleetwatch.settings import (
     CARBON_GRID_KEYS,
     CARBON_PUE_KEYS,
@@ -89,8 +91,7 @@ __all__ = [
 # The text of the sample configurations (deploy/cluster.toml, the Kubernetes ConfigMap)
 # that an administrator must replace: a cluster that starts with it is mislabelled.
 PLACEHOLDER = "CHANGE-ME"
-# How ``fleetwatch config`` shows a secret; refused where a secret is read (``_refuse_masked``).
-MASK = "***"
+
 # Kafka's own rule (clients/.../common/internals/Topic.java); kafka-python checks the same
 # on every send, one ValueError a second, long after start-up.
 _TOPIC = re.compile(r"[a-zA-Z0-9._-]{1,249}")
@@ -349,7 +350,7 @@ def _coerce(value: Any, typ: Any, key: str, origin: str,
     where = f"{origin}: {key}"
     from_env = origin.startswith("environment")
     _refuse_placeholder(value, typ, where)
-    _refuse_masked(value, typ, key, where)
+    refuse_masked(value, typ, key, where)
     if typing.get_origin(typ) is Literal:
         choices = typing.get_args(typ)
         if value not in choices:
@@ -392,36 +393,6 @@ def _refuse_placeholder(value: Any, typ: Any, where: str) -> None:
                       f"placeholder {PLACEHOLDER}; set it for your cluster")
 
 
-def _refuse_masked(value: Any, typ: Any, key: str, where: str) -> None:
-    """A secret still as ``fleetwatch config`` printed it (``public_view``): refused, not
-    deployed as the password. Only the mask's own forms: a secret that is exactly ``***``,
-    a URL's ``user:***@``, ``?***`` or (a webhook's) ``/***``; a real ``a***b`` is kept."""
-    if not isinstance(value, str):
-        return
-    if typ is Secret:
-        masked = value == MASK
-    elif key.endswith("url"):
-        masked = _is_masked_url(value)
-    else:
-        return
-    if masked:
-        raise ConfigError(f"{where} is the masked value printed by fleetwatch config ({MASK}); "
-                          "put the real secret here, or in fleetwatch.env (its FLEETWATCH_ "
-                          "variable), which overrides the file")
-
-
-def _is_masked_url(url: str) -> bool:
-    import urllib.parse
-
-    if f":{MASK}@" in url:
-        return True
-    try:
-        u = urllib.parse.urlsplit(url.strip())
-    except ValueError:
-        return False
-    return u.query == MASK or u.path == f"/{MASK}"
-
-
 def _text(value: str, rule: TextRule | None, where: str) -> None:
     """The checks of ``required``, ``kafka_topic`` and ``http_url`` fields (settings.py)."""
     if rule is None:
@@ -438,7 +409,7 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
         off = ', or "" for none' if rule == "url_or_off" else ""
         # Shown as `fleetwatch config` shows it: a password, a query, a webhook's path masked.
         shown = repr(_masked_url(value, where.endswith("webhook_url")))
-        hint = _encode_hint(value)
+        hint = encode_hint(value)
         try:
             parts = urlsplit(value)
             parts.port  # noqa: B018  # raises for a port that is no number or out of range
@@ -455,26 +426,6 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
                               f"or https:// (e.g. {example}){hint}{off}")
         if hint and "@" in parts.path + parts.query + parts.fragment:
             raise ConfigError(f"{where} = {shown}; not a valid URL{hint}{off}")
-
-
-# ``user:password@`` after ``//`` (or at the start of a URL without a scheme), up to the
-# last ``@``: a password may hold any character, the URL's own ``/`` ``@`` ``:`` included.
-_USERINFO = re.compile(r"(?P<user>//[^\s:/@]*):(?P<password>\S*)@")
-_USERINFO_NO_SCHEME = re.compile(r"^(?P<user>[^\s:/@]*):(?P<password>\S*)@")
-_RESERVED = re.compile(r"[:/?#\[\]@]|%(?![0-9A-Fa-f]{2})")
-
-
-def _userinfo(url: str) -> re.Match[str] | None:
-    return (_USERINFO if "://" in url else _USERINFO_NO_SCHEME).search(url)
-
-
-def _encode_hint(url: str) -> str:
-    """A hint for a password typed with a character a URL reserves, else ""."""
-    m = _userinfo(url)
-    if m is None or not _RESERVED.search(m["password"]):
-        return ""
-    return ("; its password holds a character a URL reserves: percent-encode the password "
-            "(@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)")
 
 
 def _number(value: Any, typ: type, where: str, from_env: bool,
@@ -525,58 +476,3 @@ def _rule_problems(a: AlertsConfig, origins: Mapping[str, str]) -> list[str]:
     ]
     return [f"{origins[key]}: {message}" if key in origins else message
             for ok, key, message in rules if not ok]
-
-
-def public_view(config: Config) -> dict[str, dict[str, Any]]:
-    """The config as plain data with secrets masked, for ``fleetwatch config``: secret
-    settings, and the secrets URLs carry (a password in ``user:pw@``, a query string, and
-    the path of a webhook, which is often its own secret: Slack's ``/services/T../B../X..``)."""
-    out: dict[str, dict[str, Any]] = {}
-    for section in dataclasses.fields(config):
-        values = dataclasses.asdict(getattr(config, section.name))
-        out[section.name] = {k: (MASK if isinstance(v, Secret) and v else
-                                 _masked_url(v, k == "webhook_url") if isinstance(v, str) and
-                                 k.endswith("url") else v)
-                             for k, v in values.items()}
-    return out
-
-
-def _masked_url(url: str, path_is_secret: bool) -> str:
-    """``url`` with its password (and query, and with ``path_is_secret`` its path) as ***.
-
-    The password is found by text, not by parsing (``_USERINFO``), so that one the parser
-    cannot split off (an unencoded ``/`` or ``@``, a URL that does not parse) is masked
-    too. A URL that parses with a numeric port and no ``@`` in its host part has none.
-    """
-    import urllib.parse
-
-    masked = url
-    m = _userinfo(url)
-    if m is not None and _has_userinfo(url):
-        masked = f"{url[:m.start()]}{m['user']}:{MASK}@{url[m.end():]}"
-    if "://" not in masked:
-        return masked
-    try:
-        u = urllib.parse.urlsplit(masked)
-    except ValueError:
-        return masked
-    path = f"/{MASK}" if path_is_secret and u.path not in ("", "/") else u.path
-    # urlsplit strips the spaces around a URL, which a message about them must show.
-    lead, trail = masked[:len(masked) - len(masked.lstrip())], masked[len(masked.rstrip()):]
-    return lead + urllib.parse.urlunsplit(
-        (u.scheme, u.netloc, path, MASK if u.query else "", "")) + trail
-
-
-def _has_userinfo(url: str) -> bool:
-    """Whether ``url`` may carry a password: an ``@`` in its host part, or a host part
-    the parser rejects (a password's ``/`` ends it early); not ``host:8080/a@b``."""
-    import urllib.parse
-
-    if "://" not in url:
-        return True
-    try:
-        u = urllib.parse.urlsplit(url)
-        u.port  # noqa: B018
-    except ValueError:
-        return True
-    return "@" in u.netloc
