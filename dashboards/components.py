@@ -443,3 +443,11 @@ def updated_stamp(now_s: float | None = None, wall_s: float | None = None) -> st
 
 def _behind(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.0f} min"
+
+
+def panel(title: str, hint: str, *body: Any) -> html.Section:
+    """A page's panel: a title, a grey hint beside it, then its body."""
+    return html.Section(className="panel", children=[
+        html.Div(className="panel-head", children=[
+            html.H2(title), html.Span(hint, className="panel-hint")]),
+        *body])

@@ -106,18 +106,12 @@ def layout(job: str, refresh_s: float, cluster: str | None = None,
         html.Div(id="job-body", hidden=True, children=[
             html.Div(id="job-summary", className="summary summary-6"),
             html.Div(className="node-grid two job-grid", children=panels),
-            html.Section(className="panel", children=[
-                html.Div(className="panel-head", children=[
-                    html.H2("GPUs against the job"),
-                    html.Span("median over the range · furthest off the job's median first",
-                              className="panel-hint")]),
-                html.Div(id="job-gpus")]),
-            html.Section(className="panel", children=[
-                html.Div(className="panel-head", children=[
-                    html.H2("Alerts on the job's GPUs"),
-                    html.Span("while each GPU held the job; node alerts during the job",
-                              className="panel-hint")]),
-                html.Div(id="job-alerts")])]),
+            components.panel("GPUs against the job",
+                             "median over the range · furthest off the job's median first",
+                             html.Div(id="job-gpus")),
+            components.panel("Alerts on the job's GPUs",
+                             "while each GPU held the job; node alerts during the job",
+                             html.Div(id="job-alerts"))]),
     ])
 
 
