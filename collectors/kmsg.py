@@ -3,7 +3,9 @@
 NVML's XID events are the primary source; the kernel log catches what they
 miss (NVML not running yet when it happened, events that NVML does not
 deliver in some VMs, an event set that failed to open). ``XidMerger`` counts an
-XID once when both report it.
+XID once when both report it. The driver prints one fault as a burst of lines
+(an XID 13 line per faulting SM): ``KernelLog.poll`` returns one event per burst,
+with the number of lines it was printed as in ``XidLine.lines`` (see ``BURST_S``).
 
 Two kinds of input, both parsed by ``parse_xid``:
 
@@ -20,6 +22,7 @@ its start.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import logging
 import os
@@ -45,6 +48,19 @@ _XID = re.compile(
     r"(?P<dev>[0-9a-fA-F]{2})(?:\.[0-7])?"
     r"(?: GPU-I:(?P<gi>\d{1,5})(?: GPU-CI:(?P<ci>\d{1,5}))?)?"
     r"\): (?P<code>\d+),\s*(?P<msg>.*)$")
+# When the driver printed the line, from the prefix a log gives it: a /dev/kmsg header's
+# microseconds, dmesg's ``[  79.497354]``, an ISO stamp with a fraction, or a whole-second
+# stamp (``dmesg -T``, syslog), which only folds lines printed in the same second.
+_KMSG_USEC = re.compile(r"^\s*\d+,\d+,(\d+),")
+_RAW_STAMP = re.compile(r"\[\s*(\d+\.\d+)\]")
+_ISO_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)(?:[,.](\d{1,9}))?")
+_CLOCK_STAMP = re.compile(r"(\d\d):(\d\d):(\d\d)")
+# One fault is printed as a burst of lines: an SM exception as an XID 13 line per faulting
+# SM and exception (16 lines within 2 ms in tests/data/failure_logs), each its own XID line.
+# Lines of the same GPU, code and MIG instance less than BURST_S apart are one event;
+# separate faults of the same code come seconds apart (XID 119 every 6 s, XID 69 every 1-2 s
+# in real logs), so they stay separate events.
+BURST_S = 0.1
 READ_SIZE = 8192  # /dev/kmsg records are at most ~1 KiB; a short buffer fails with EINVAL
 MAX_RECORDS_PER_POLL = 4096
 
@@ -57,6 +73,10 @@ class XidLine:
     # MIG: the GPU instance (and compute instance) the driver charged the XID to.
     gpu_instance: int | None = None
     compute_instance: int | None = None
+    # Seconds on the log's own clock (None: the line carries no stamp we read).
+    at: float | None = None
+    # Kernel-log lines this event was printed as (see BURST_S); the first line's message.
+    lines: int = 1
 
 
 def pci_key(bus_id: str) -> str:
@@ -68,6 +88,22 @@ def pci_key(bus_id: str) -> str:
         return s
     domain, bus, dev = parts
     return f"{int(domain, 16):04x}:{int(bus, 16):02x}:{int(dev, 16):02x}"
+
+
+def line_time(prefix: str) -> float | None:
+    """Seconds (on that log's clock) that a line's prefix stamps it with; None without one."""
+    if m := _KMSG_USEC.match(prefix):
+        return int(m[1]) / 1e6
+    if m := _RAW_STAMP.search(prefix):
+        return float(m[1])
+    if m := _ISO_STAMP.search(prefix):
+        y, mo, d, h, mi, sec = (int(v) for v in m.groups()[:6])
+        days = (y * 12 + mo) * 31 + d  # monotonic in the date; bursts never span days anyway
+        frac = float(f"0.{m[7]}") if m[7] else 0.0
+        return ((days * 24 + h) * 60 + mi) * 60 + sec + frac
+    if m := _CLOCK_STAMP.search(prefix):
+        return (int(m[1]) * 60 + int(m[2])) * 60 + int(m[3])
+    return None
 
 
 def parse_xid(line: str) -> XidLine | None:
@@ -88,17 +124,50 @@ def parse_xid(line: str) -> XidLine | None:
     pci = f"{int(m['domain'], 16):04x}:{m['bus'].lower()}:{m['dev'].lower()}"
     gi, ci = m["gi"], m["ci"]
     return XidLine(pci, code, m["msg"].strip(), int(gi) if gi is not None else None,
-                   int(ci) if ci is not None else None)
+                   int(ci) if ci is not None else None, line_time(line[:m.start()]))
 
 
 def parse_kmsg_record(record: bytes) -> XidLine | None:
     """The XID in one /dev/kmsg record: ``prio,seq,usec,flags;message``, then `` KEY=v`` lines."""
-    _header, _, body = record.decode("utf-8", "replace").partition(";")
-    return parse_xid(body.split("\n", 1)[0])
+    header, _, body = record.decode("utf-8", "replace").partition(";")
+    x = parse_xid(body.split("\n", 1)[0])
+    if x is None:
+        return None
+    return dataclasses.replace(x, at=line_time(header + ","))
 
 
 def parse_lines(lines: Iterable[str]) -> list[XidLine]:
     return [x for x in map(parse_xid, lines) if x is not None]
+
+
+def _burst_key(x: XidLine) -> tuple[str, int, int | None, int | None]:
+    return x.pci, x.xid, x.gpu_instance, x.compute_instance
+
+
+def fold_bursts(lines: Iterable[XidLine],
+                last: dict[tuple[str, int, int | None, int | None], float] | None = None
+                ) -> tuple[list[XidLine], int]:
+    """One XidLine per burst (see BURST_S) with its line count; and how many lines
+    continued a burst already returned (``last``: each key's latest stamp, kept across
+    polls by the caller and updated here). A line with no stamp is an event of its own."""
+    last = {} if last is None else last
+    out: list[XidLine] = []
+    open_: dict[tuple[str, int, int | None, int | None], int] = {}  # key -> index in out
+    late = 0
+    for x in lines:
+        key = _burst_key(x)
+        before = last.get(key)
+        if x.at is not None:
+            last[key] = x.at
+        if x.at is None or before is None or not 0 <= x.at - before <= BURST_S:
+            open_[key] = len(out)
+            out.append(x)
+        elif key in open_:
+            k = open_[key]
+            out[k] = dataclasses.replace(out[k], lines=out[k].lines + 1)
+        else:
+            late += 1  # its burst's first lines came in the previous poll
+    return out, late
 
 
 class KernelLogError(ValueError):
@@ -126,6 +195,9 @@ class KernelLog:
         self._retired: tuple[int, int, str] | None = None
         self._reopen_failed = False
         self.malformed = 0
+        # Lines that continued a burst already returned by the previous poll (BURST_S).
+        self.late_burst_lines = 0
+        self._burst_last: dict[tuple[str, int, int | None, int | None], float] = {}
         self._open(from_start)
 
     def _open(self, from_start: bool) -> None:
@@ -151,9 +223,15 @@ class KernelLog:
             self._text_pos = os.lseek(self._fd, 0, os.SEEK_END)
 
     def poll(self) -> list[XidLine]:
+        """The XID events since the last poll: one per burst of lines (``XidLine.lines``)."""
         if self._fd is None:
             return []
-        return self._poll_kmsg() if self._char_dev else self._poll_text()
+        lines = self._poll_kmsg() if self._char_dev else self._poll_text()
+        if len(self._burst_last) > 4096:  # a key per GPU, code and MIG instance: stays small
+            self._burst_last.clear()
+        events, late = fold_bursts(lines, self._burst_last)
+        self.late_burst_lines += late
+        return events
 
     def _poll_kmsg(self) -> list[XidLine]:
         assert self._fd is not None

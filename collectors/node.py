@@ -35,7 +35,7 @@ from fleetwatch.collectors.host import HostSource
 from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
-from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, XidMerger, pci_key
+from fleetwatch.collectors.kmsg import BURST_S, KernelLog, KernelLogError, XidMerger, pci_key
 from fleetwatch.collectors.kube_node import rack_from_label
 from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
@@ -343,6 +343,10 @@ class NodeSource:
             gpu = pci_to_gpu.get(x.pci)
             if gpu is not None:
                 kernel.append((gpu, x.xid))
+                if x.lines > 1:  # the count the one event stands for, so nothing is hidden
+                    log.info("XID %d on GPU %d: one event, printed as %d kernel-log lines "
+                             "within %.0f ms of each other; the first: %s", x.xid, gpu,
+                             x.lines, BURST_S * 1000, x.message[:200])
                 continue
             self._on_dropped("xid_unknown_pci")
             if x.pci not in self._unknown_pci:

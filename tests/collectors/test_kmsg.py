@@ -9,6 +9,7 @@ import pytest
 from fleetwatch.collectors.kmsg import (
     KernelLog,
     XidMerger,
+    fold_bursts,
     parse_kmsg_record,
     parse_lines,
     parse_xid,
@@ -101,3 +102,48 @@ def test_merger_counts_an_event_seen_twice_once() -> None:
     # Past the window the same code is a new event.
     clock.advance(31)
     assert m.merge({}, [(0, 79)]) == {0: [79]}
+
+
+def test_real_sm_fault_burst_is_one_xid_13_event(real_data: Path, tmp_path: Path) -> None:
+    # One SM exception: the driver prints 16 XID 13 lines within 2 ms, then an XID 43.
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
+    log_file = tmp_path / "kern.log"
+    log_file.write_text("")
+    log = KernelLog(str(log_file))
+    log_file.write_text(text)
+    events = log.poll()
+    assert [(x.xid, x.lines) for x in events] == [(13, 16), (43, 1)]
+    assert events[0].message.startswith("pid='<unknown>', name=<unknown>, Graphics SM Global")
+    log.close()
+
+
+def test_separate_faults_of_one_code_stay_separate(real_data: Path, tmp_path: Path) -> None:
+    # XID 119 every 6 s (whole-second dmesg -T stamps): five events, not one.
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid119_gsp_timeout_XE9680.log").read_text()
+    events, late = fold_bursts(parse_lines(text.splitlines()))
+    assert [(x.xid, x.lines) for x in events] == [(119, 1)] * 5 and late == 0
+
+
+def test_burst_across_two_polls_and_kmsg_stamps() -> None:
+    line = "{seq},{usec},-;NVRM: Xid (PCI:0000:18:00): 13, pid=1, name=x, Graphics SM Warp"
+    recs = [parse_kmsg_record(("4," + line.format(seq=s, usec=u)).encode())
+            for s, u in ((1, 6_000_000), (2, 6_000_090), (3, 6_000_180), (4, 9_000_000))]
+    assert all(r is not None for r in recs)
+    last: dict[tuple[str, int, int | None, int | None], float] = {}
+    first, late = fold_bursts([r for r in recs[:2] if r], last)
+    assert [x.lines for x in first] == [2] and late == 0
+    # The burst's third line came with the next poll: not a new event, but counted.
+    second, late = fold_bursts([r for r in recs[2:] if r], last)
+    assert [(x.xid, x.lines) for x in second] == [(13, 1)] and late == 1
+    # Another GPU's or another code's lines never fold in.
+    other = parse_xid("[  79.497354] NVRM: Xid (PCI:0000:19:00): 13, Graphics SM Warp")
+    other43 = parse_xid("[  79.497360] NVRM: Xid (PCI:0000:19:00): 43, Ch 00000008")
+    assert other is not None and other.at == pytest.approx(79.497354)
+    assert len(fold_bursts([other, other43])[0]) == 2
+
+
+def test_merger_cancels_nvml_event_against_the_folded_burst(real_data: Path) -> None:
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
+    events, _ = fold_bursts(x for x in parse_lines(text.splitlines()) if x.xid == 13)
+    m = XidMerger(window_s=30.0, clock=Clock())
+    assert m.merge({2: [13]}, [(2, x.xid) for x in events]) == {2: [13]}

@@ -143,3 +143,33 @@ def test_frame_identity_is_unique_across_agent_restarts(tree: NodeTree) -> None:
         source.close()
         time.sleep(0.01)  # the restart itself takes longer than this
     assert seen == sorted(seen) and len(set(seen)) == len(seen), seen
+
+
+def test_one_sm_fault_of_16_kernel_lines_is_one_xid_with_its_nvml_twin(
+        tree: NodeTree, clock: Clock, real_data, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from fleetwatch.collectors.exporter import Exporter
+    from tests.collectors.test_exporter import scrape
+
+    nv = FakeNvml.of(4)
+    nv.gpus[2].pci_bus_id = "00000000:38:00.0"  # the real log's GPU
+    kern = tmp_path / "kern.log"
+    kern.write_text("")
+    source = NodeSource(config(tree), lambda: nv, KernelLog(str(kern)), clock=clock)
+    exporter = Exporter()
+    text = (real_data / "failure_logs" / "gpud_dmesg_xid13_xid43_plus_oom.log").read_text()
+    nv.inject_xid(2, 13)  # NVML's one event for the fault
+    kern.write_text("".join(line + "\n" for line in text.splitlines() if ": 13," in line))
+    caplog.set_level(logging.INFO)
+    [frame] = source.frames(time.time())
+    exporter.update(frame)
+    assert frame.gpus[2].xids == (13,)
+    assert any("printed as 16 kernel-log lines" in r.getMessage() for r in caplog.records)
+    clock.advance(5)
+    [frame] = source.frames(time.time())
+    exporter.update(frame)
+    assert all(not g.xids for g in frame.gpus)
+    counts = {(s.labels["gpu"], s.labels["xid"]): s.value
+              for s in scrape(exporter)["fleetwatch_gpu_xid"].samples}  # type: ignore[attr-defined]
+    assert counts == {("2", "13"): 1.0}
+    source.close()
