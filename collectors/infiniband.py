@@ -4,22 +4,35 @@
 PortXmitData/PortRcvData "divided by 4"), so bytes are words x 4. Error
 counters are passed on as totals; the processor takes their rates. A port is
 named ``<hca>/<port>`` (``mlx5_0/1``).
+
+The kernel shows the 64-bit PortCountersExtended values in the same files where
+the HCA supports them (mlx5 does), else the 32-bit PortCounters. A 32-bit data
+counter saturates at 0xFFFFFFFF (IBA) rather than wrapping: after 16 GiB, seconds
+at 100 Gb/s. A data counter at that value is unknown: its rate is left out (never
+0 B/s) and the port is named once in the log. A 64-bit counter wraps at 2^64: the
+rate across the wrap is the modular one (``counters.counter_delta``).
+
+The HCA list is looked at every read (one directory listing): a hot-added HCA is
+read from the next tick on, a removed one is said once in the log and dropped.
 """
 
 from __future__ import annotations
 
-import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from fleetwatch.collectors.counters import counter_delta
 from fleetwatch.collectors.host import KernelFile
 from fleetwatch.frame import PortReading
 
+log = logging.getLogger(__name__)
+
 WORD_BYTES = 4
-REDISCOVER_EVERY = 60  # ticks: HCAs are hot-plugged rarely
+SATURATED_32 = (1 << 32) - 1  # a 32-bit PortCounters data counter that stopped counting
 _TOTALS = (("symbol_error", "ib_symbol_errors_total"), ("link_downed", "ib_link_downed_total"),
            ("port_rcv_errors", "ib_rcv_errors_total"))
 _RATES = (("port_rcv_data", "ib_rx_bytes_per_s"), ("port_xmit_data", "ib_tx_bytes_per_s"))
@@ -38,6 +51,8 @@ class _Port:
     totals: list[tuple[KernelFile, str]]
     rates: list[tuple[KernelFile, str]]
     state: KernelFile
+    saturated: set[str] = field(default_factory=set)  # counters said saturated in the log
+    state_failing: bool = False
 
     def close(self) -> None:
         for f, _ in self.totals + self.rates:
@@ -50,21 +65,45 @@ def parse_state(text: str) -> bool:
     return text.strip().upper().endswith("ACTIVE")
 
 
+def word_rate(before: float, after: float, seconds: float) -> float | None:
+    """Bytes/s between two readings of a data counter in words; None when unknown
+    (a saturated 32-bit counter, a reset)."""
+    if after == SATURATED_32 or seconds <= 0:
+        return None
+    # A counter above 32 bits is a 64-bit one, which wraps; below, a smaller value is a reset.
+    delta = counter_delta(before, after, 64) if before > SATURATED_32 else (
+        after - before if after >= before else None)
+    return None if delta is None else delta * WORD_BYTES / seconds
+
+
 class InfinibandSource:
     def __init__(self, sys_root: str | Path = "/sys",
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.root = os.path.join(str(sys_root), "class", "infiniband")
         self.clock = clock
+        self._hcas: list[str] | None = None
         self._ports: list[_Port] = []
         self._prev: dict[str, tuple[float, dict[str, float]]] = {}
-        self._reads = 0
 
-    def _discover(self) -> None:
-        ports = []
+    def _list_hcas(self) -> list[str]:
         try:
-            hcas = sorted(os.listdir(self.root))
+            return sorted(os.listdir(self.root))
         except OSError:
-            hcas = []
+            return []
+
+    def _discover(self, hcas: list[str]) -> None:
+        if self._hcas is not None:
+            gone = sorted(set(self._hcas) - set(hcas))
+            new = sorted(set(hcas) - set(self._hcas))
+            if gone:
+                log.warning("InfiniBand HCA %s is gone from %s (removed or its driver "
+                            "unloaded): its ports are no longer reported", ", ".join(gone),
+                            self.root)
+            if new:
+                log.info("InfiniBand HCA %s found: its ports are reported from now on",
+                         ", ".join(new))
+        kept = {p.name: p for p in self._ports}
+        ports = []
         for hca in hcas:
             pdir = os.path.join(self.root, hca, "ports")
             try:
@@ -72,47 +111,73 @@ class InfinibandSource:
             except OSError:
                 continue
             for n in numbers:
+                name = f"{hca}/{n}"
+                if name in kept:  # a port seen before keeps its open files and log state
+                    ports.append(kept.pop(name))
+                    continue
                 path = os.path.join(pdir, n)
                 c = os.path.join(path, "counters")
                 ports.append(_Port(
-                    f"{hca}/{n}",
+                    name,
                     [(KernelFile(os.path.join(c, file)), metric) for file, metric in _TOTALS],
                     [(KernelFile(os.path.join(c, file)), metric) for file, metric in _RATES],
                     KernelFile(os.path.join(path, "state"))))
-        for port in self._ports:
+        for port in kept.values():
             port.close()
-        self._ports = ports
+            self._prev.pop(port.name, None)
+        self._hcas, self._ports = hcas, ports
 
     def read(self) -> tuple[PortReading, ...]:
-        if self._reads % REDISCOVER_EVERY == 0:
-            self._discover()
-        self._reads += 1
+        hcas = self._list_hcas()
+        if hcas != self._hcas:
+            self._discover(hcas)
         now = self.clock()
-        out = []
-        for port in self._ports:
-            name = port.name
-            m: dict[str, float] = {}
-            for f, metric in port.totals:
-                v = _read_int(f)
-                if v is not None:
-                    m[metric] = v
-            raw = {}
-            for f, metric in port.rates:
-                v = _read_int(f)
-                if v is not None:
-                    raw[metric] = v * WORD_BYTES
-            prev = self._prev.get(name)
-            self._prev[name] = (now, raw)
-            if prev is not None and now > prev[0]:
-                for metric, value in raw.items():
-                    before = prev[1].get(metric)
-                    # A smaller value is a reset (or a saturated 32-bit counter cleared).
-                    if before is not None and value >= before:
-                        m[metric] = (value - before) / (now - prev[0])
-            with contextlib.suppress(OSError):
-                m["ib_port_active"] = 1.0 if parse_state(port.state.text()) else 0.0
-            out.append(PortReading(name, "ib", m))
-        return tuple(out)
+        return tuple(PortReading(port.name, "ib", self._read_port(port, now))
+                     for port in self._ports)
+
+    def _read_port(self, port: _Port, now: float) -> dict[str, float]:
+        m: dict[str, float] = {}
+        for f, metric in port.totals:
+            v = _read_int(f)
+            if v is not None:
+                m[metric] = v
+        raw = {}
+        for f, metric in port.rates:
+            v = _read_int(f)
+            if v is not None:
+                raw[metric] = v
+                self._say_saturated(port, f, v)
+        prev = self._prev.get(port.name)
+        self._prev[port.name] = (now, raw)
+        if prev is not None:
+            for metric, value in raw.items():
+                before = prev[1].get(metric)
+                rate = None if before is None else word_rate(before, value, now - prev[0])
+                if rate is not None:
+                    m[metric] = rate
+        try:
+            m["ib_port_active"] = 1.0 if parse_state(port.state.text()) else 0.0
+            if port.state_failing:
+                log.info("InfiniBand %s: its state reads again", port.name)
+            port.state_failing = False
+        except OSError as exc:
+            if not port.state_failing:
+                log.warning("InfiniBand %s: state unreadable (%s); ib_port_active is left "
+                            "out until it reads", port.name, exc.strerror or exc)
+            port.state_failing = True
+        return m
+
+    def _say_saturated(self, port: _Port, f: KernelFile, words: float) -> None:
+        counter = os.path.basename(f.path)
+        if words == SATURATED_32 and counter not in port.saturated:
+            port.saturated.add(counter)
+            log.warning("InfiniBand %s: %s is stuck at 0xFFFFFFFF, a saturated 32-bit "
+                        "PortCounters counter (this HCA or kernel shows no 64-bit extended "
+                        "counters): its bytes/s are unknown and left out, not 0, until the "
+                        "counter is cleared (perfquery -R)", port.name, counter)
+        elif words != SATURATED_32 and counter in port.saturated:
+            port.saturated.discard(counter)
+            log.info("InfiniBand %s: %s counts again", port.name, counter)
 
     def close(self) -> None:
         for port in self._ports:

@@ -1,0 +1,98 @@
+"""Host and InfiniBand sources on the edges a host engineer meets: saturated and wrapping
+counters, hot-removed and hot-added HCAs, failing sensors, many NICs, IPoIB."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.collectors.counters import counter_delta
+from fleetwatch.collectors.infiniband import SATURATED_32, InfinibandSource, word_rate
+from tests.collectors.conftest import Clock
+
+
+def ib_port(sys: Path, hca: str, rcv: int = 0, xmit: int = 0, state: str = "4: ACTIVE") -> None:
+    base = sys / "class" / "infiniband" / hca / "ports" / "1"
+    (base / "counters").mkdir(parents=True, exist_ok=True)
+    (base / "state").write_text(state + "\n")
+    for name, value in (("symbol_error", 0), ("link_downed", 0), ("port_rcv_errors", 0),
+                        ("port_rcv_data", rcv), ("port_xmit_data", xmit)):
+        (base / "counters" / name).write_text(f"{value}\n")
+
+
+def test_a_saturated_32_bit_data_counter_is_unknown_not_idle(
+        tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    sys = tmp_path / "sys"
+    ib_port(sys, "mlx5_1", rcv=1000, xmit=SATURATED_32 - 250_000_000)
+    src = InfinibandSource(sys, clock)
+    src.read()
+    for _ in range(3):  # climbs into 0xFFFFFFFF, then stays there while the link is busy
+        clock.advance(2)
+        ib_port(sys, "mlx5_1", rcv=1000, xmit=SATURATED_32)
+        [port] = src.read()
+        assert "ib_tx_bytes_per_s" not in port.metrics
+        assert port.metrics["ib_rx_bytes_per_s"] == 0.0  # the other direction still reads
+    said = [r for r in caplog.records if "0xFFFFFFFF" in r.getMessage()]
+    assert len(said) == 1 and "mlx5_1/1" in said[0].getMessage()
+    assert "port_xmit_data" in said[0].getMessage()
+
+
+def test_counter_wrap_gives_the_modular_rate_and_a_reset_gives_none() -> None:
+    # IB 64-bit PortCountersExtended wraps at 2^64 (words): the right rate across it.
+    before = (1 << 64) - 3_125_000_000
+    assert word_rate(before, 3_125_000_000, 2.0) == pytest.approx(12.5e9)
+    # 32-bit IB counters saturate, they never wrap: a smaller value is a reset.
+    assert word_rate(3_000_000_000, 5, 2.0) is None
+    # NIC driver 32-bit counter wrapping, and a reset far from the top.
+    assert counter_delta((1 << 32) - 1_000_000, 1_000_000, 32) == 2_000_000
+    assert counter_delta(1_000_000, 500, 32) is None
+    assert counter_delta(float(1 << 40), 500, 32) is None
+
+
+def test_a_64_bit_ib_counter_wrap_reads_right_through_the_source(tmp_path: Path,
+                                                                 clock: Clock) -> None:
+    sys = tmp_path / "sys"
+    ib_port(sys, "mlx5_0", rcv=(1 << 64) - 6_250_000_000)
+    src = InfinibandSource(sys, clock)
+    src.read()
+    clock.advance(4)
+    ib_port(sys, "mlx5_0", rcv=6_250_000_000)
+    [port] = src.read()
+    assert port.metrics["ib_rx_bytes_per_s"] == pytest.approx(12.5e9)
+
+
+def test_a_removed_hca_is_said_once_and_dropped_and_a_new_one_is_read_next_tick(
+        tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    sys = tmp_path / "sys"
+    ib_port(sys, "mlx5_0")
+    ib_port(sys, "mlx5_1")
+    src = InfinibandSource(sys, clock)
+    assert [p.name for p in src.read()] == ["mlx5_0/1", "mlx5_1/1"]
+    shutil.rmtree(sys / "class" / "infiniband" / "mlx5_1")
+    ib_port(sys, "mlx5_4")
+    for _ in range(3):
+        clock.advance(5)
+        ports = src.read()
+        assert [p.name for p in ports] == ["mlx5_0/1", "mlx5_4/1"]
+        assert all(p.metrics["ib_port_active"] == 1.0 for p in ports)
+    gone = [r for r in caplog.records if "mlx5_1" in r.getMessage()]
+    assert len(gone) == 1 and "gone" in gone[0].getMessage()
+    assert "mlx5_1/1" not in src._prev
+
+
+def test_an_unreadable_port_state_is_said_once(tmp_path: Path, clock: Clock,
+                                              caplog: pytest.LogCaptureFixture) -> None:
+    sys = tmp_path / "sys"
+    ib_port(sys, "mlx5_0")
+    state = sys / "class" / "infiniband" / "mlx5_0" / "ports" / "1" / "state"
+    state.unlink()
+    state.mkdir()  # reading it fails (EISDIR), as a failing sysfs attribute does
+    src = InfinibandSource(sys, clock)
+    for _ in range(3):
+        [port] = src.read()
+        assert "ib_port_active" not in port.metrics
+    assert sum("state unreadable" in r.getMessage() for r in caplog.records
+               if r.levelno == logging.WARNING) == 1
