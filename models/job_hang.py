@@ -245,11 +245,18 @@ class JobHang:
                 return None
             most = max(most, moved)
         out = {"moved_bytes_per_s": most}
-        ib = [sum(p.metrics.get(k, 0.0) for k in IB) for p in f.host.ports
-              if p.kind == "ib" and any(k in p.metrics for k in IB)]
-        if ib:
-            if max(ib) > IDLE_BYTES_PER_S:
+        ib = []
+        for p in f.host.ports:
+            if p.kind != "ib" or not any(k in p.metrics for k in IB):
+                continue
+            moved = sum(p.metrics.get(k, 0.0) for k in IB)
+            if moved > IDLE_BYTES_PER_S:
                 return None
+            # A direction with no rate (a saturated 32-bit counter) is unknown, not idle.
+            if p.metrics.get("ib_port_active", 1.0) and not all(k in p.metrics for k in IB):
+                return None
+            ib.append(moved)
+        if ib:
             out["ib_bytes_per_s"] = max(ib)
         return out
 

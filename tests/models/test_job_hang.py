@@ -272,3 +272,20 @@ def test_the_waiting_message_says_what_the_live_rank_shows() -> None:
     assert "GPU 0 on n1 of the same job is not in one (no kernel, 57.7 GiB of its memory " \
         "held): that rank is busy elsewhere or stalled on its host" in found[-1].message
     assert found[-1].evidence["waiting_for_fb_used_bytes"] == 62e9
+
+
+def test_an_ib_port_whose_byte_rate_is_unknown_is_not_taken_as_idle() -> None:
+    # A saturated 32-bit port_xmit_data gives no tx rate: the port may be busy.
+    def with_port(metrics: dict[str, float]) -> list[list[Frame]]:
+        out = []
+        for frames in series(10, [gpu] * 8):
+            f = frames[0]
+            port = PortReading("mlx5_1/1", "ib", metrics)
+            out.append([Frame(f.cluster, f.rack, f.node, f.ts, f.gpus,
+                              HostReading({}, (port,)))])
+        return out
+
+    assert run(with_port({"ib_rx_bytes_per_s": 0.0, "ib_port_active": 1.0})) == []
+    # Both rates known and quiet: judged as before.
+    assert run(with_port({"ib_rx_bytes_per_s": 0.0, "ib_tx_bytes_per_s": 0.0,
+                          "ib_port_active": 1.0}))
