@@ -61,6 +61,11 @@ _CLOCK_STAMP = re.compile(r"(\d\d):(\d\d):(\d\d)")
 # separate faults of the same code come seconds apart (XID 119 every 6 s, XID 69 every 1-2 s
 # in real logs), so they stay separate events.
 BURST_S = 0.1
+# printk's rate limit: "<function>: N callbacks suppressed" names the function whose lines
+# it dropped. The NVIDIA driver's (krcReportXid, NVRM, nvidia*, nv_*) may have been XIDs;
+# another driver's (nvme_*, ext4_*, net_ratelimit) are not ours to count.
+_SUPPRESSED = re.compile(r"(?:^|[\]\s;])(krc\w*|NVRM|nvidia\w*|nv_\w*):? (\d{1,9}) "
+                         r"callbacks suppressed")
 READ_SIZE = 8192  # /dev/kmsg records are at most ~1 KiB; a short buffer fails with EINVAL
 MAX_RECORDS_PER_POLL = 4096
 
@@ -195,6 +200,13 @@ class KernelLog:
         self._retired: tuple[int, int, str] | None = None
         self._reopen_failed = False
         self.malformed = 0
+        # Records the kernel overwrote before we read them (/dev/kmsg EPIPE: the gap in
+        # sequence numbers), and XID lines the kernel's printk rate limit suppressed:
+        # XIDs may have been missed in both. Counted here; the node reports them.
+        self.overrun = 0
+        self.suppressed = 0
+        self._seq: int | None = None
+        self._after_overrun = False
         # Lines that continued a burst already returned by the previous poll (BURST_S).
         self.late_burst_lines = 0
         self._burst_last: dict[tuple[str, int, int | None, int | None], float] = {}
@@ -243,16 +255,47 @@ class KernelLog:
                 break
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # the ring overwrote records we had not read
+                    self._after_overrun = True
                     continue
                 raise
             if not record:
                 break
+            self._count_gap(record)
+            self._count_suppressed(record.decode("utf-8", "replace").partition(";")[2])
             x = parse_kmsg_record(record)
             if x is not None:
                 out.append(x)
             elif b"NVRM: Xid" in record:
                 self._malformed(record.decode("utf-8", "replace"))
         return out
+
+    def _count_gap(self, record: bytes) -> None:
+        """After an EPIPE, the records lost: the gap in the ``prio,seq,...`` sequence."""
+        try:
+            seq = int(record.split(b",", 2)[1])
+        except (IndexError, ValueError):
+            return
+        if self._after_overrun:
+            lost = seq - self._seq - 1 if self._seq is not None else 0
+            if lost > 0:
+                self.overrun += lost
+                if self.overrun == lost:  # the first overrun; later ones are counted only
+                    log.warning("kernel log %s: %d records were overwritten before the agent "
+                                "read them (ring buffer overrun); XIDs among them are missed "
+                                "(counted in input_dropped, kernel_log_overrun)", self.path, lost)
+        self._after_overrun = False
+        self._seq = seq
+
+    def _count_suppressed(self, line: str) -> None:
+        """``krcReportXid: 12 callbacks suppressed``: printk's rate limit dropped XID lines."""
+        m = _SUPPRESSED.search(line)
+        if m is None:
+            return
+        self.suppressed += int(m[2])
+        if self.suppressed == int(m[2]):
+            log.warning("kernel log %s: the kernel suppressed %s NVIDIA driver lines (%s), "
+                        "XIDs among them are missed; counted in input_dropped, "
+                        "xid_suppressed", self.path, m[2], m[1])
 
     def _malformed(self, line: str) -> None:
         self.malformed += 1
@@ -284,6 +327,7 @@ class KernelLog:
             lines += more
         out = []
         for line in lines:
+            self._count_suppressed(line)
             x = parse_xid(line)
             if x is not None:
                 out.append(x)

@@ -322,6 +322,7 @@ class NodeSource:
         if self.kernel_log is None:
             return kernel
         malformed = self.kernel_log.malformed
+        overrun, suppressed = self.kernel_log.overrun, self.kernel_log.suppressed
         try:
             lines = self.kernel_log.poll()
         except OSError as exc:
@@ -338,6 +339,10 @@ class NodeSource:
             self._kernel_log_failing = False
         for _ in range(self.kernel_log.malformed - malformed):
             self._on_dropped("xid_malformed")
+        for reason, n in (("kernel_log_overrun", self.kernel_log.overrun - overrun),
+                          ("xid_suppressed", self.kernel_log.suppressed - suppressed)):
+            for _ in range(min(n, 100_000)):  # one per record lost; bounded for a huge gap
+                self._on_dropped(reason)
         pci_to_gpu = self._pci_map(gpus) if lines else {}
         for x in lines:
             gpu = pci_to_gpu.get(x.pci)

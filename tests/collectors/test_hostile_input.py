@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, parse_xid
-from fleetwatch.collectors.node import node_source
+from fleetwatch.collectors.node import NodeSource, node_source
 from fleetwatch.collectors.nvml import FakeNvml
 from fleetwatch.collectors.spool import Spool
 from fleetwatch.collectors.spooling import SpoolingProducer
@@ -180,3 +180,18 @@ def test_without_a_bus_the_agent_serves_metrics_and_sends_nothing(tmp_path: Path
         stop.set()
         thread.join(10)
     assert not (tmp_path / "spool").exists()  # nothing spooled, nothing sent
+
+
+def test_suppressed_driver_lines_are_counted_as_input_dropped(tree: NodeTree,
+                                                            tmp_path: Path) -> None:
+    path = tmp_path / "kern.log"
+    path.write_text("")
+    dropped: list[str] = []
+    source = NodeSource(config(tree, str(path)), lambda: FakeNvml.of(1), KernelLog(str(path)),
+                        on_dropped=dropped.append)
+    with path.open("a") as f:
+        f.write("[Sun Feb 23 16:25:00 2025] krcReportXid: 12 callbacks suppressed\n")
+    source.frames(time.time())
+    source.frames(time.time())
+    assert dropped == ["xid_suppressed"] * 12
+    source.close()

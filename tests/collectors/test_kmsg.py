@@ -147,3 +147,46 @@ def test_merger_cancels_nvml_event_against_the_folded_burst(real_data: Path) -> 
     events, _ = fold_bursts(x for x in parse_lines(text.splitlines()) if x.xid == 13)
     m = XidMerger(window_s=30.0, clock=Clock())
     assert m.merge({2: [13]}, [(2, x.xid) for x in events]) == {2: [13]}
+
+
+def test_kmsg_overrun_counts_the_records_lost_and_says_it_once(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    import errno
+
+    from fleetwatch.collectors import kmsg
+
+    def records() -> list[object]:
+        return [b"6,100,1000,-;NVRM: Xid (PCI:0000:9b:00): 48, pid=1, name=x, DBE\n",
+                OSError(errno.EPIPE, "Broken pipe"),
+                b"4,350,2000,-;NVRM: Xid (PCI:0000:9b:00): 79, pid=1, name=x, fallen\n",
+                BlockingIOError()]
+
+    log = KernelLog("/dev/null")  # a character device: the /dev/kmsg path
+    queue = records()
+
+    def fake_read(fd: int, n: int) -> bytes:
+        r = queue.pop(0)
+        if isinstance(r, BaseException):
+            raise r
+        return r  # type: ignore[return-value]
+
+    monkeypatch.setattr(kmsg.os, "read", fake_read)
+    assert [x.xid for x in log.poll()] == [48, 79]
+    assert log.overrun == 249
+    queue.extend([b"6,351,3000,-;hello\n", OSError(errno.EPIPE, "Broken pipe"),
+                  b"6,400,4000,-;again\n", BlockingIOError()])
+    log.poll()
+    assert log.overrun == 249 + 48
+    assert sum("overwritten" in r.getMessage() for r in caplog.records) == 1
+    log.close()
+
+
+def test_callbacks_suppressed_counts_nvidia_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "kern.log"
+    path.write_text("")
+    log = KernelLog(str(path))
+    path.write_text("[Sun Feb 23 16:25:00 2025] krcReportXid: 12 callbacks suppressed\n"
+                    "[Sun Feb 23 16:25:01 2025] nvme_timeout: 3 callbacks suppressed\n"
+                    "[Sun Feb 23 16:25:02 2025] net_ratelimit: 5 callbacks suppressed\n")
+    assert log.poll() == [] and log.suppressed == 12
+    log.close()
