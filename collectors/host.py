@@ -1,30 +1,41 @@
 """Host readings: CPU utilization, load, memory, and NIC rates, read from /proc.
 
-The numbers are psutil's (``cpu_percent``, ``getloadavg``, ``virtual_memory``,
-``net_io_counters``) computed from the same kernel files; reading them here
-rather than through psutil lets tests point ``proc_root``/``sys_root`` at a
+The numbers are psutil's (``cpu_percent``, ``getloadavg``, ``net_io_counters``)
+computed from the same kernel files; memory used is total minus available. Reading
+them here rather than through psutil lets tests point ``proc_root``/``sys_root`` at a
 checked-in fake tree, and costs a few file reads per tick instead of psutil's
 per-call object churn.
 
-Rates need two reads: the first tick after start has none (absent, not 0).
+Rates need two reads: the first tick after start has none (absent, not 0). A
+driver's 32-bit counter that wraps gives the modular rate (``counters``). NICs are
+the interfaces with a device; IPoIB ones (``ib0``) are left out, as the HCA port's
+``ib_*_bytes_per_s`` already count their bytes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fleetwatch.collectors.counters import counter_bits, counter_delta
 from fleetwatch.frame import PortReading
+
+log = logging.getLogger(__name__)
 
 # /proc/net/dev column -> our metric, per direction (receive columns first, then transmit).
 _NIC_COLUMNS = (
     (0, "nic_rx_bytes_per_s"), (1, "nic_rx_packets_per_s"), (2, "nic_rx_errors_per_s"),
     (8, "nic_tx_bytes_per_s"), (9, "nic_tx_packets_per_s"), (10, "nic_tx_errors_per_s"),
 )
+# Interfaces reported at most: each is a port in every frame. Beyond it the physical
+# functions are kept before SR-IOV virtual functions (those have ``device/physfn``), and
+# what is left out is said once in the log.
 MAX_NICS = 64
+ARPHRD_INFINIBAND = "32"  # /sys/class/net/<if>/type of an IPoIB interface (if_arp.h)
 
 
 class KernelFile:
@@ -62,6 +73,14 @@ class KernelFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def _read_small(path: str) -> str:
+    try:
+        with open(path, encoding="ascii", errors="replace") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def parse_stat_cpu(text: str) -> tuple[float, float]:
@@ -111,6 +130,8 @@ class HostSource:
         self._nics: dict[str, list[float]] = {}
         self._nic_t = 0.0
         self._physical: dict[str, bool] = {}
+        self._vf: dict[str, bool] = {}
+        self._said_capped = False
         self._has_sys_net = os.path.isdir(os.path.join(self.sys, "class", "net"))
         self._stat = KernelFile(f"{self.proc}/stat")
         self._loadavg = KernelFile(f"{self.proc}/loadavg")
@@ -152,7 +173,11 @@ class HostSource:
             if name == "lo":
                 known = False
             elif self._has_sys_net:
-                known = os.path.exists(os.path.join(self.sys, "class", "net", name, "device"))
+                base = os.path.join(self.sys, "class", "net", name)
+                # IPoIB (ib0): its bytes are in the HCA port's ib_*_bytes_per_s already.
+                known = (os.path.exists(os.path.join(base, "device"))
+                         and _read_small(os.path.join(base, "type")) != ARPHRD_INFINIBAND)
+                self._vf[name] = os.path.exists(os.path.join(base, "device", "physfn"))
             else:
                 known = True
             self._physical[name] = known
@@ -167,20 +192,37 @@ class HostSource:
         dt = now - self._nic_t
         prev, self._nics, self._nic_t = self._nics, {}, now
         ports = []
-        for name, values in counters.items():
-            if len(values) < 11 or len(self._nics) >= MAX_NICS:
-                continue
+        names = [n for n, values in counters.items() if len(values) >= 11]
+        if len(names) > MAX_NICS:
+            names = self._cap(names)
+        for name in names:
+            values = counters[name]
             self._nics[name] = values
             before = prev.get(name)
             if before is None or dt <= 0:
                 continue
             m = {}
             for col, metric in _NIC_COLUMNS:
-                delta = values[col] - before[col]
-                if delta >= 0:  # a negative delta is a counter reset: skip one tick
+                # A driver's 32-bit counter wraps: the modular delta. A reset: skip one tick.
+                delta = counter_delta(before[col], values[col],
+                                      counter_bits(before[col], values[col]))
+                if delta is not None:
                     m[metric] = delta / dt
             ports.append(PortReading(name, "nic", m))
         return tuple(ports)
+
+    def _cap(self, names: list[str]) -> list[str]:
+        """MAX_NICS of ``names``, physical functions first; what is left out said once."""
+        ordered = sorted(names, key=lambda n: self._vf.get(n, False))  # stable: PFs first
+        kept, left = ordered[:MAX_NICS], ordered[MAX_NICS:]
+        if not self._said_capped:
+            self._said_capped = True
+            vfs = sum(self._vf.get(n, False) for n in left)
+            log.warning("%d network interfaces with a device; the first %d are reported "
+                        "(MAX_NICS), physical functions before SR-IOV virtual functions; "
+                        "left out: %d (%d of them VFs), e.g. %s", len(names), MAX_NICS,
+                        len(left), vfs, ", ".join(left[:5]))
+        return kept
 
     def close(self) -> None:
         for f in (self._stat, self._loadavg, self._meminfo, self._netdev):

@@ -96,3 +96,48 @@ def test_an_unreadable_port_state_is_said_once(tmp_path: Path, clock: Clock,
         assert "ib_port_active" not in port.metrics
     assert sum("state unreadable" in r.getMessage() for r in caplog.records
                if r.levelno == logging.WARNING) == 1
+
+
+def host_tree(root: Path, nics: dict[str, tuple[int, int]], vfs: tuple[str, ...] = (),
+              ipoib: tuple[str, ...] = ()) -> tuple[Path, Path]:
+    proc, sys = root / "proc", root / "sys"
+    (proc / "net").mkdir(parents=True, exist_ok=True)
+    for name in nics:
+        dev = sys / "class" / "net" / name / "device"
+        dev.mkdir(parents=True, exist_ok=True)
+        if name in vfs:
+            (dev / "physfn").mkdir(exist_ok=True)
+        (sys / "class" / "net" / name / "type").write_text("32\n" if name in ipoib else "1\n")
+    rows = "".join(f"{n}: {rx} 1 0 0 0 0 0 0 {tx} 1 0 0 0 0 0 0\n" for n, (rx, tx) in nics.items())
+    (proc / "net" / "dev").write_text("h1\nh2\n" + rows)
+    return proc, sys
+
+
+def test_a_32_bit_nic_counter_wrap_gives_the_right_rate(tmp_path: Path, clock: Clock) -> None:
+    from fleetwatch.collectors.host import HostSource
+
+    proc, sys = host_tree(tmp_path, {"eth0": ((1 << 32) - 2_000_000, 0)})
+    src = HostSource(proc, sys, clock)
+    src.read()
+    clock.advance(2)
+    host_tree(tmp_path, {"eth0": (2_000_000, 4_000_000)})
+    _, [eth0] = src.read()
+    assert eth0.metrics["nic_rx_bytes_per_s"] == pytest.approx(2e6)
+    assert eth0.metrics["nic_tx_bytes_per_s"] == pytest.approx(2e6)
+
+
+def test_ipoib_is_left_to_the_ib_port_and_the_nic_cap_keeps_pfs_and_says_so(
+        tmp_path: Path, clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    from fleetwatch.collectors.host import MAX_NICS, HostSource
+
+    vfs = tuple(f"ens1f0v{i}" for i in range(200))
+    nics = {**{v: (0, 0) for v in vfs}, "ens1f0np0": (0, 0), "ib0": (0, 0)}
+    proc, sys = host_tree(tmp_path, nics, vfs=vfs, ipoib=("ib0",))
+    src = HostSource(proc, sys, clock)
+    for _ in range(3):
+        clock.advance(5)
+        _, ports = src.read()
+    names = [p.name for p in ports]
+    assert len(names) == MAX_NICS and names[0] == "ens1f0np0" and "ib0" not in names
+    said = [r.getMessage() for r in caplog.records if "MAX_NICS" in r.getMessage()]
+    assert len(said) == 1 and "left out: 137 (137 of them VFs)" in said[0]
