@@ -5,21 +5,29 @@ Thermal detection compares a GPU with the air it breathes, so the agent reports
 ``/sys/class/hwmon/hwmon*/temp<N>_input`` (millidegrees Celsius, the hwmon ABI)
 whose ``temp<N>_label`` names an inlet, ambient or intake sensor (BMC-backed
 drivers and some platform drivers label them so). Several such sensors: their
-mean. None: the metric is absent, never invented. IPMI sensors that the kernel
+mean of those that read a plausible value (``INLET_FLOOR_C`` up; a failing or
+implausible sensor is said once in the log). None: the metric is absent, never invented. IPMI sensors that the kernel
 does not publish in hwmon (read by ipmitool through /dev/ipmi0) are not read.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from pathlib import Path
 
 from fleetwatch.collectors.host import KernelFile
 
+log = logging.getLogger(__name__)
+
 _INLET = re.compile(r"inlet|ambient|intake|front panel", re.IGNORECASE)
 REDISCOVER_EVERY = 60  # reads
 MIN_C, MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_temp_c
+# The air a running server breathes is not colder than this: ASHRAE's allowable inlet
+# range starts at 5 C (classes A3/A4). A reading below, 0 C above all, is a lost sensor
+# (a BMC reports 0 when it cannot read one): left out of the mean, said once.
+INLET_FLOOR_C = 5.0
 
 
 def _read(path: str) -> str:
@@ -32,6 +40,7 @@ class InletSource:
         self.root = os.path.join(str(sys_root), "class", "hwmon")
         self._sensors: list[KernelFile] = []
         self._reads = 0
+        self._said: set[str] = set()  # sensors said failing or implausible in the log
 
     def _discover(self) -> None:
         found = []
@@ -66,11 +75,22 @@ class InletSource:
         for f in self._sensors:
             try:
                 c = int(f.read()) / 1000.0  # millidegrees
-            except (OSError, ValueError):
+            except (OSError, ValueError) as exc:
+                self._say(f.path, f"unreadable ({getattr(exc, 'strerror', None) or exc})")
                 continue
-            if MIN_C <= c <= MAX_C:
+            if INLET_FLOOR_C <= c <= MAX_C:
                 values.append(c)
+                self._said.discard(f.path)
+            else:
+                self._say(f.path, f"reads {c:g} C, outside {INLET_FLOOR_C:g}..{MAX_C:g} C "
+                                  "(a lost sensor)")
         return {"host_inlet_temp_c": sum(values) / len(values)} if values else {}
+
+    def _say(self, path: str, why: str) -> None:
+        if path not in self._said:
+            self._said.add(path)
+            log.warning("inlet temperature sensor %s %s: left out of host_inlet_temp_c "
+                        "until it reads right", path, why)
 
     def close(self) -> None:
         for f in self._sensors:

@@ -4,7 +4,9 @@ Power is the rate of the energy counter, summed over packages (AMD CPUs expose
 the same ``intel-rapl`` zones). The counter wraps at ``max_energy_range_uj``:
 a smaller reading than the last one means it went round once. Since the
 PLATYPUS side channel (CVE-2020-8694) ``energy_uj`` is readable by root only:
-the agent then logs one line and reports no CPU power.
+the agent then logs one line and reports no CPU power. A package whose counter
+fails to read (EIO) is named once in the log, and there is no CPU power until it
+reads again: a sum without it would understate the CPU's power.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class RaplSource:
         self._prev: list[int] | None = None
         self._t = 0.0
         self._disabled = False
+        self._failing: str | None = None  # the zone said unreadable in the log
         self._discover()
 
     def _discover(self) -> None:
@@ -62,15 +65,26 @@ class RaplSource:
     def read(self) -> dict[str, float]:
         if self._disabled or not self._zones:
             return {}
-        try:
-            now_e = [int(f.read()) for f, _ in self._zones]
-        except PermissionError:
-            log.warning("RAPL energy_uj is readable by root only: no CPU power "
-                        "(run the agent as root to get host_cpu_power_w)")
-            self._disabled = True
-            return {}
-        except (OSError, ValueError):
-            return {}
+        now_e = []
+        for f, _ in self._zones:
+            try:
+                now_e.append(int(f.read()))
+            except PermissionError:
+                log.warning("RAPL energy_uj is readable by root only: no CPU power "
+                            "(run the agent as root to get host_cpu_power_w)")
+                self._disabled = True
+                return {}
+            except (OSError, ValueError) as exc:
+                # A sum without one package would understate the CPU's power: none instead.
+                if self._failing != f.path:
+                    log.warning("RAPL %s unreadable (%s): host_cpu_power_w is left out "
+                                "until it reads", f.path, getattr(exc, "strerror", None) or exc)
+                self._failing = f.path
+                self._prev = None  # the next good read starts the rate afresh
+                return {}
+        if self._failing is not None:
+            log.info("RAPL %s reads again", self._failing)
+            self._failing = None
         now = self.clock()
         prev, t0 = self._prev, self._t
         self._prev, self._t = now_e, now

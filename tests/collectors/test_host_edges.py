@@ -141,3 +141,51 @@ def test_ipoib_is_left_to_the_ib_port_and_the_nic_cap_keeps_pfs_and_says_so(
     assert len(names) == MAX_NICS and names[0] == "ens1f0np0" and "ib0" not in names
     said = [r.getMessage() for r in caplog.records if "MAX_NICS" in r.getMessage()]
     assert len(said) == 1 and "left out: 137 (137 of them VFs)" in said[0]
+
+
+def test_an_inlet_sensor_reading_0_is_left_out_and_a_failing_one_said_once(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from fleetwatch.collectors.hwmon import InletSource
+
+    hw = tmp_path / "sys" / "class" / "hwmon"
+    for chip, label, value in (("hwmon0", "Inlet Temp", "0"), ("hwmon1", "Ambient", "24000"),
+                               ("hwmon2", "Front Panel Temp", None)):
+        (hw / chip).mkdir(parents=True)
+        (hw / chip / "temp1_label").write_text(label + "\n")
+        if value is None:
+            (hw / chip / "temp1_input").mkdir()  # reading it fails, as an EIO would
+        else:
+            (hw / chip / "temp1_input").write_text(value + "\n")
+    src = InletSource(tmp_path / "sys")
+    assert [src.read() for _ in range(3)] == [{"host_inlet_temp_c": 24.0}] * 3
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 2
+    assert any("hwmon0" in m and "reads 0 C" in m for m in said)
+    assert any("hwmon2" in m and "unreadable" in m for m in said)
+
+
+def test_a_failing_rapl_package_is_named_once(tmp_path: Path, clock: Clock,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    from fleetwatch.collectors.rapl import RaplSource
+
+    pc = tmp_path / "sys" / "class" / "powercap"
+    for zone, name in (("intel-rapl:0", "package-0"), ("intel-rapl:1", "package-1")):
+        (pc / zone).mkdir(parents=True)
+        (pc / zone / "name").write_text(name + "\n")
+        (pc / zone / "max_energy_range_uj").write_text("262143328850\n")
+    (pc / "intel-rapl:0" / "energy_uj").write_text("0\n")
+    (pc / "intel-rapl:1" / "energy_uj").mkdir()  # unreadable
+    src = RaplSource(tmp_path / "sys", clock)
+    for k in range(3):
+        clock.advance(5)
+        (pc / "intel-rapl:0" / "energy_uj").write_text(f"{150_000_000 * 5 * (k + 1)}\n")
+        assert src.read() == {}  # not 150 W for a two-package CPU
+    said = [r.getMessage() for r in caplog.records if "intel-rapl:1" in r.getMessage()]
+    assert len(said) == 1 and "unreadable" in said[0]
+    (pc / "intel-rapl:1" / "energy_uj").rmdir()
+    (pc / "intel-rapl:1" / "energy_uj").write_text("0\n")
+    src.read()
+    clock.advance(5)
+    (pc / "intel-rapl:0" / "energy_uj").write_text(f"{150_000_000 * 20}\n")
+    (pc / "intel-rapl:1" / "energy_uj").write_text(f"{100_000_000 * 5}\n")
+    assert src.read()["host_cpu_power_w"] == pytest.approx(250.0)
