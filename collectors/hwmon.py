@@ -6,8 +6,9 @@ Thermal detection compares a GPU with the air it breathes, so the agent reports
 whose ``temp<N>_label`` names an inlet, ambient or intake sensor (BMC-backed
 drivers and some platform drivers label them so). Several such sensors: their
 mean of those that read a plausible value (``INLET_FLOOR_C`` up; a failing or
-implausible sensor is said once in the log). None: the metric is absent, never invented. IPMI sensors that the kernel
-does not publish in hwmon (read by ipmitool through /dev/ipmi0) are not read.
+implausible sensor is said once in the log). None: the metric is absent, never
+invented. IPMI sensors that the kernel does not publish in hwmon (read by ipmitool
+through /dev/ipmi0) are not read.
 """
 
 from __future__ import annotations
