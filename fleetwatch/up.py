@@ -35,11 +35,12 @@ from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config, options, ranged
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Annotation, StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.sqlite_errors import describe, free_space, kind
-from fleetwatch.service import StopSignals
+from fleetwatch.service import Stop, StopSignals
 from fleetwatch.service import listen as service_listen
 from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import (
@@ -73,6 +74,9 @@ DRAIN_S = 20.0
 # of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
 # are where the fleet's load and faults hold them, not those of a cold start.
 PREROLL_S = 300.0
+# The processor ran out of memory (``consume_loop.OutOfMemory``): ``up`` stops with this
+# status, as ``fleetwatch process`` does, so that a supervisor restarts it.
+EXIT_OUT_OF_MEMORY = 1
 
 
 class UpError(RuntimeError):
@@ -152,11 +156,13 @@ class System:
         self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
         self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
         self.continued_from: float | None = None  # --keep: the newest sample it continues
+        # Why the processor ended before it was asked to (out of memory); None: it did not.
+        self.failure: OutOfMemory | None = None
+        self.halt: Stop | None = None  # set, with its cause, when the processor fails
 
     def start(self) -> System:
         self._threads = [
-            threading.Thread(target=self.processor.run, args=(self.consumer, self.processor_stop),
-                             kwargs={"maintain_every_s": 10.0}, name="processor", daemon=True),
+            threading.Thread(target=self._process, name="processor", daemon=True),
             threading.Thread(target=self.agent.run,
                              args=(self.interval_s, self.stop_event, self.clock),
                              name="agent", daemon=True),
@@ -164,6 +170,18 @@ class System:
         for t in self._threads:
             t.start()
         return self
+
+    def _process(self) -> None:
+        """The processor's thread. Out of memory, it ends (``consume_loop.OutOfMemory``):
+        then the whole of ``up`` stops (``halt``), not only this thread, which would leave
+        the agent sending and the dashboard showing data that is no longer stored."""
+        try:
+            self.processor.run(self.consumer, self.processor_stop, maintain_every_s=10.0)
+        except OutOfMemory as exc:
+            self.failure = exc  # said by _serve as it stops, with what became of the frames
+            if self.halt is not None and not self.halt.is_set():
+                self.halt.cause = "out of memory"
+                self.halt.set()
 
     def pending(self) -> bool:
         """True while an alert that went pending lately waits out its for-duration (the
@@ -215,7 +233,9 @@ class System:
         for t in agent:
             t.join(10)
         deadline = time.monotonic() + drain_s
-        while self._threads and self.unstored() and time.monotonic() < deadline:
+        processor = [t for t in self._threads if t.name == "processor"]
+        while any(t.is_alive() for t in processor) and self.unstored() \
+                and time.monotonic() < deadline:  # a processor out of memory stores no more
             time.sleep(0.05)
         self.processor_stop.set()
         for t in self._threads:
@@ -393,9 +413,10 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
     """``fleetwatch up``: take the port, then the store's lock, run until Ctrl-C or
     SIGTERM, then store every frame already sent, close the store and say so.
 
-    Returns the exit status: 0, 1 (store taken by someone else), 2 (a store or
-    fault that cannot be used as asked). A port that is taken raises ``PortInUse``
-    naming ``port_setting`` (what chose the port) and the pid that holds it.
+    Returns the exit status: 0, 1 (store taken by someone else; frames sent but not
+    stored; out of memory), 2 (a store or fault that cannot be used as asked). A port
+    that is taken raises ``PortInUse`` naming ``port_setting`` (what chose the port) and
+    the pid that holds it.
     """
     out = out or sys.stderr
     stopping = StopSignals()
@@ -437,6 +458,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
           file=out)
     print(f"  dashboard: {http_url(config.dashboard.host, config.dashboard.port)}   "
           "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
+    system.halt = stopping.stop
     try:
         system.start()
         system.report_every(30.0, out)
@@ -462,9 +484,13 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
               f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
               flush=True)
+        if system.failure is not None:
+            print(f"fleetwatch up: {system.failure}", file=out, flush=True)
         if left:
             print(f"fleetwatch up: {unstored_advice(store, system.processor.drain_error)}",
                   file=out, flush=True)
+    if system.failure is not None:
+        return EXIT_OUT_OF_MEMORY
     return 0 if not left else 1
 
 
