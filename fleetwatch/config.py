@@ -242,6 +242,14 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
         if cls is CarbonConfig and key == "clusters":
             tables = (value, origin)  # resolved on the section's other values, below
             continue
+        if cls is BusConfig and key in ("kafka_producer", "kafka_consumer"):
+            try:
+                kwargs[key] = _kafka_options(key, value, origin)
+            except ConfigError as exc:
+                if problems is None:
+                    raise
+                problems.append(str(exc))
+            continue
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
         if (section, key) in RETIRED:
@@ -268,6 +276,19 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     if tables is not None:
         built = dataclasses.replace(built, clusters=_carbon_clusters(built, *tables))
     return built
+
+
+def _kafka_options(key: str, value: Any, origin: str) -> dict[str, Any]:
+    """A ``[bus.kafka_producer]`` / ``[bus.kafka_consumer]`` table, checked against the
+    installed kafka-python (imported only when the table sets something)."""
+    from fleetwatch import kafka_options
+
+    role: kafka_options.Role = "producer" if key == "kafka_producer" else "consumer"
+    if not value:
+        return kafka_options.check(value, role, {}, origin)
+    defaults, choices = (kafka_options.producer_defaults() if role == "producer" else
+                         kafka_options.consumer_defaults())
+    return kafka_options.check(value, role, defaults, origin, choices)
 
 
 def _carbon_clusters(carbon: CarbonConfig, tables: Any, origin: str

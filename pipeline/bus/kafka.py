@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kafka
@@ -52,7 +52,7 @@ class KafkaProducer:
                  request_timeout_ms: int = 10_000, delivery_timeout_ms: int = 30_000,
                  max_pending: int = 100_000, max_pending_bytes: int = 64 << 20,
                  auto_create_topics: bool = True, prepare: Callable[[], object] | None = None,
-                 **extra: Any) -> None:
+                 options: Mapping[str, Any] | None = None, **extra: Any) -> None:
         """``prepare``: called before each new client is made (at the first send, and after
         every failure that abandoned the client): the agent ensures its topics there, so
         that a topic a fresh (or emptied) broker lacks is created with ``bus.partitions``
@@ -61,7 +61,10 @@ class KafkaProducer:
         spools, and checks again at its next try): a client's first send would let the
         broker auto-create a missing topic, which Tansu does even with
         ``auto_create_topics`` False. That flag still keeps Kafka (2.3 and later) from
-        auto-creating a topic removed while a client is alive."""
+        auto-creating a topic removed while a client is alive.
+
+        ``options``: the user's kafka-python options (``bus.kafka_producer``, checked at
+        load), over the values above; ``bootstrap_timeout_ms`` follows ``max_block_ms``."""
         self._bootstrap = bootstrap
         self._prepare = prepare
         self._config: dict[str, Any] = dict(
@@ -71,7 +74,11 @@ class KafkaProducer:
             delivery_timeout_ms=delivery_timeout_ms, enable_idempotence=False,
             max_in_flight_requests_per_connection=1,
             allow_auto_create_topics=auto_create_topics, **(security or {}), **extra)
-        self._delivery_timeout_s = delivery_timeout_ms / 1000
+        chosen = dict(options or {})
+        if "max_block_ms" in chosen:
+            chosen.setdefault("bootstrap_timeout_ms", chosen["max_block_ms"])
+        self._config.update(chosen)
+        self._delivery_timeout_s = self._config["delivery_timeout_ms"] / 1000
         self._max_pending = max_pending
         self._max_pending_bytes = max_pending_bytes
         self._client: kafka.KafkaProducer | None = None
@@ -98,6 +105,8 @@ class KafkaProducer:
             since = time.monotonic()
             try:
                 self._client = kafka.KafkaProducer(**self._config)
+            except (kerr.KafkaConfigurationError, ValueError) as exc:
+                raise BusError(_refused_options("producer", exc)) from exc
             except kerr.KafkaError as exc:
                 raise BusError(cannot_reach(self._bootstrap, exc, since)) from exc
             # Later clients skip the version probe, so one can be made while the
@@ -191,6 +200,11 @@ class KafkaProducer:
                 _force_close(client)
 
 
+def _refused_options(role: str, exc: BaseException) -> str:
+    return (f"kafka-python refused the {role}'s settings ({type(exc).__name__}: {exc}): "
+            f"check the [bus.kafka_{role}] options")
+
+
 def _force_close(client: kafka.KafkaProducer) -> None:
     # kafka-python's close(timeout=0) flushes first and raises when batches
     # are pending, before it would abort them; abort them ourselves.
@@ -232,7 +246,10 @@ class KafkaConsumer:
                  heartbeat_interval_ms: int = 3000, max_poll_records: int = 2000,
                  client_id: str = "fleetwatch", auto_offset_reset: str = "earliest",
                  max_poll_interval_ms: int = 300_000, bootstrap_timeout_ms: int = 30_000,
-                 commit_timeout_s: float = 30.0, **extra: Any) -> None:
+                 commit_timeout_s: float = 30.0, options: Mapping[str, Any] | None = None,
+                 **extra: Any) -> None:
+        """``options``: the user's kafka-python options (``bus.kafka_consumer``, checked at
+        load), over the values above."""
         self._topic = topic
         self._commit_timeout_ms = int(commit_timeout_s * 1000)
         self._lock = threading.Lock()
@@ -242,7 +259,14 @@ class KafkaConsumer:
         self._lag: int | None = None
         # Partitions with messages not returned yet, as of the last poll (``behind``).
         self._behind: frozenset[tuple[str, int]] = frozenset()
-        self._max_poll_records = max_poll_records
+        settings = dict(
+            bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
+            enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
+            session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
+            max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
+            bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
+        settings.update(options or {})
+        self._max_poll_records = settings["max_poll_records"]
         self._listener: Rebalance | None = None
         # Paused partitions are not fetched, so their high watermark goes stale:
         # while paused, the end offsets are listed every few seconds instead.
@@ -256,13 +280,9 @@ class KafkaConsumer:
         check_listener(bootstrap, security)
         since = time.monotonic()
         try:
-            self._consumer = kafka.KafkaConsumer(
-                bootstrap_servers=bootstrap, group_id=group, client_id=client_id,
-                enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
-                session_timeout_ms=session_timeout_ms,
-                heartbeat_interval_ms=heartbeat_interval_ms,
-                max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
-                bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
+            self._consumer = kafka.KafkaConsumer(**settings)
+        except (kerr.KafkaConfigurationError, ValueError) as exc:
+            raise BusError(_refused_options("consumer", exc)) from exc
         except kerr.KafkaError as exc:
             raise BusError(cannot_reach(bootstrap, exc, since)) from exc
         self._consumer.subscribe([topic], listener=_Rebalance(self))
