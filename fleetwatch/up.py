@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import socket
 import sys
@@ -24,12 +23,11 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.clock import Clock, WallClock
-from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
+from fleetwatch.collectors.sim import Fault, SimParams
 from fleetwatch.collectors.sim.source import SimSource
 from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config, options, ranged
@@ -37,8 +35,7 @@ from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import Annotation, StoreError
-from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.sqlite_errors import describe, free_space, kind
 from fleetwatch.service import Stop, StopSignals
 from fleetwatch.service import listen as service_listen
@@ -46,12 +43,12 @@ from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import (
     SIM_STORE_PATH,
     check_faults,
-    continued_faults,
     counted,
     fault_annotations,
     span_text,
 )
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
+from fleetwatch.up_timeline import continued_sim, newest_sample_s
 from fleetwatch.urls import http_url
 from fleetwatch.wiring import (
     detectors,
@@ -66,14 +63,8 @@ from fleetwatch.wiring import (
 
 log = logging.getLogger(__name__)
 
-# The metric every simulated GPU reports: its newest sample is where a kept store ends.
-_NEWEST_METRIC = "gpu_temp_c"
 # How long stop() waits for the processor to store what the agent already sent.
 DRAIN_S = 20.0
-# A continued simulation runs this long unseen before the store's newest sample: over ten
-# of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
-# are where the fleet's load and faults hold them, not those of a cold start.
-PREROLL_S = 300.0
 # The processor ran out of memory (``consume_loop.OutOfMemory``): ``up`` stops with this
 # status, as ``fleetwatch process`` does, so that a supervisor restarts it.
 EXIT_OUT_OF_MEMORY = 1
@@ -260,19 +251,6 @@ def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
     return dataclasses.replace(config, store=store)
 
 
-def newest_sample_s(path: str) -> float | None:
-    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new,
-    or an empty file, which the store turns into a new one)."""
-    if not Path(path).exists() or Path(path).stat().st_size == 0:
-        return None
-    store = SqliteStore(path, read_only=True)
-    try:
-        newest = max((ts for _, ts, _ in store.latest(_NEWEST_METRIC, 0)), default=None)
-    finally:
-        store.close()
-    return None if newest is None else newest / 1000
-
-
 def sim_start(path: str, options: UpOptions, now_s: float) -> float:
     """Where the simulated timeline starts (its first sample is one interval later):
     ``backfill_s`` ago in a new store; with ``keep``, at the newest stored sample (or
@@ -352,41 +330,6 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
             f"seed {s.seed}, {options.interval_s:g} s samples")
     return system, what
-
-
-def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
-                  kept: str | None) -> tuple[FleetSim, list[str]]:
-    """The simulated fleet from ``start``, and a note per fault for the banner.
-
-    ``kept``: the store a ``--keep`` run continues. A fault it holds that has not ended
-    goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
-    unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
-    """
-    stored = _stored_faults(kept, start, params.cluster) if kept is not None else None
-    if stored is None:  # a new timeline: as it always was
-        return FleetSim(params, start, faults), ["" for _ in faults]
-    fixed, continued = continued_faults(faults, stored, start)
-    steps = max(1, math.ceil(PREROLL_S / params.interval_s))
-    sim = FleetSim(params, start - steps * params.interval_s, fixed)
-    for _ in range(steps):
-        sim.step()
-    return sim, [" (continued from the store)" if c else
-                 " (a new one: the store holds none of it that is still on)"
-                 for c in continued]
-
-
-def _stored_faults(path: str, start: float, cluster: str) -> list[Annotation] | None:
-    """The fault annotations of ``cluster`` (or of none: older stores) in the store at
-    ``path`` that end after ``start``; None for a store that holds no sample yet (nothing
-    to continue)."""
-    if newest_sample_s(path) is None:
-        return None
-    store = SqliteStore(path, read_only=True)
-    try:
-        return [a for a in store.annotations(start, 1e11)
-                if a.kind == "fault" and a.cluster in ("", cluster)]
-    finally:
-        store.close()
 
 
 def sim_params(config: Config, options: UpOptions) -> SimParams:
