@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from fleetwatch import kafka_options
 from fleetwatch.config_secrets import encode_hint, public_view, refuse_masked
 from fleetwatch.config_secrets import masked_url as _masked_url
 from fleetwatch.settings import (
@@ -244,7 +245,7 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
             continue
         if cls is BusConfig and key in ("kafka_producer", "kafka_consumer"):
             try:
-                kwargs[key] = _kafka_options(key, value, origin)
+                kwargs[key] = kafka_options.from_config(key, value, origin)
             except ConfigError as exc:
                 if problems is None:
                     raise
@@ -276,19 +277,6 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     if tables is not None:
         built = dataclasses.replace(built, clusters=_carbon_clusters(built, *tables))
     return built
-
-
-def _kafka_options(key: str, value: Any, origin: str) -> dict[str, Any]:
-    """A ``[bus.kafka_producer]`` / ``[bus.kafka_consumer]`` table, checked against the
-    installed kafka-python (imported only when the table sets something)."""
-    from fleetwatch import kafka_options
-
-    role: kafka_options.Role = "producer" if key == "kafka_producer" else "consumer"
-    if not value:
-        return kafka_options.check(value, role, {}, origin)
-    defaults, choices = (kafka_options.producer_defaults() if role == "producer" else
-                         kafka_options.consumer_defaults())
-    return kafka_options.check(value, role, defaults, origin, choices)
 
 
 def _carbon_clusters(carbon: CarbonConfig, tables: Any, origin: str

@@ -157,3 +157,13 @@ def consumer_defaults() -> tuple[dict[str, Any], dict[str, tuple[str, ...]]]:
     from kafka import KafkaConsumer
 
     return dict(KafkaConsumer.DEFAULT_CONFIG), {}
+
+
+def from_config(key: str, value: Any, origin: str) -> dict[str, Any]:
+    """The config's ``bus.kafka_producer`` / ``bus.kafka_consumer`` (``key``) table,
+    checked against the installed kafka-python (imported only when it sets something)."""
+    role: Role = "producer" if key == "kafka_producer" else "consumer"
+    if not value:
+        return check(value, role, {}, origin)
+    defaults, choices = producer_defaults() if role == "producer" else consumer_defaults()
+    return check(value, role, defaults, origin, choices)
