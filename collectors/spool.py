@@ -16,11 +16,8 @@ When ``max_bytes`` would be exceeded the policy is drop-oldest, a whole
 segment at a time (a segment is ``max_bytes / 8`` by default), and each
 frame dropped is counted.
 
-The agent runs as root, so the spool is never a way into another file: the
-directory must be its user's and writable by no one else, and every file in
-it is opened without following a link (``O_NOFOLLOW``) and refused unless it
-is a regular file of that user's (``SpoolError``, naming the path and what
-to do). A link is never truncated, appended to or read through.
+The agent runs as root, so the spool is never a way into another file: its
+directory and every file in it are checked as ``spool_files`` says.
 
 One process per spool: ``Spool`` holds an exclusive ``flock`` on ``lock`` in the
 directory (as ``fleetwatch/storelock.py`` does for the store; it holds the pid), and a
@@ -34,12 +31,9 @@ counted in ``dropped``, never the sender.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import logging
 import os
-import stat
 import struct
 import zlib
 from collections.abc import Sequence
@@ -49,6 +43,12 @@ from typing import BinaryIO
 
 import msgpack
 
+from fleetwatch.collectors.spool_files import (
+    SpoolError,
+    check_writable,
+    make_private_dir,
+    open_file,
+)
 from fleetwatch.storelock import holder_here, lock_fd, unlock_fd
 
 log = logging.getLogger(__name__)
@@ -56,13 +56,6 @@ log = logging.getLogger(__name__)
 _HEADER = struct.Struct(">II")
 _MAX_RECORD = 64 << 20
 _SUFFIX = ".seg"
-# Where the agent unit keeps its spool (deploy/systemd/fleetwatch-agent.service).
-_AGENT_STATE = "/var/lib/fleetwatch-agent"
-
-
-class SpoolError(OSError):
-    """The spool directory, or a file in it, is one this process must not use: another
-    user's, writable by group or others, or a link. The message says what to do."""
 
 
 class SpoolBusy(SpoolError):
@@ -123,7 +116,7 @@ class Spool:
 
     def _lock(self) -> int:
         """The held lock's descriptor; ``SpoolBusy`` if another process holds it."""
-        fd = _open_file(self.dir / "lock", os.O_RDWR | os.O_CREAT)
+        fd = open_file(self.dir / "lock", os.O_RDWR | os.O_CREAT)
         owner = lock_fd(fd)
         if owner is not None:
             who, stop = holder_here(owner)
@@ -165,7 +158,7 @@ class Spool:
 
     def _read_checkpoint(self) -> tuple[int, int]:
         try:
-            with os.fdopen(_open_file(self.dir / "head", os.O_RDONLY), "rb") as f:
+            with os.fdopen(open_file(self.dir / "head", os.O_RDONLY), "rb") as f:
                 data = json.loads(f.read(1 << 16))
             return int(data["segment"]), int(data["offset"])
         except FileNotFoundError:
@@ -178,7 +171,7 @@ class Spool:
     def _scan(self, seg: _Segment, last: bool) -> None:
         """Count the records from ``seg.start``; cut the file at a torn or corrupt record."""
         path = seg.path(self.dir)
-        with os.fdopen(_open_file(path, os.O_RDWR), "r+b") as f:
+        with os.fdopen(open_file(path, os.O_RDWR), "r+b") as f:
             data = f.read()
             seg.start = min(seg.start, len(data))
             pos, count = seg.start, 0
@@ -225,7 +218,7 @@ class Spool:
             seg = _Segment(self._next_id, 0, 0, 0)
             self._next_id += 1
             self._segments.append(seg)
-            fd = _open_file(seg.path(self.dir), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            fd = open_file(seg.path(self.dir), os.O_WRONLY | os.O_APPEND | os.O_CREAT)
             self._writer = os.fdopen(fd, "ab")  # held open across appends
             self._sync_dir()
         return seg
@@ -284,7 +277,7 @@ class Spool:
         ``delivered`` ones) are then lost: counted in ``dropped`` and the segment forgotten,
         so that the spool goes on with the next one instead of failing on every try."""
         try:
-            with os.fdopen(_open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
+            with os.fdopen(open_file(seg.path(self.dir), os.O_RDONLY), "rb") as f:
                 f.seek(seg.start)
                 return f.read(seg.size - seg.start)
         except FileNotFoundError:
@@ -333,7 +326,7 @@ class Spool:
         # A new file each time (a leftover, or a link, is removed, never written through);
         # the rename below replaces ``head`` itself, not what a link there points at.
         tmp.unlink(missing_ok=True)
-        with os.fdopen(_open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
+        with os.fdopen(open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
             json.dump({"segment": head[0], "offset": head[1]}, f)
             f.flush()
             if self._fsync:
@@ -354,111 +347,6 @@ class Spool:
             self._close_writer()
         finally:
             self._unlock()
-
-
-def make_private_dir(directory: Path) -> None:
-    """Make ``directory`` and each missing parent 0700, whatever the umask: the spool is its
-    user's alone (a DaemonSet's hostPath, an agent run by hand with umask 022). A directory
-    that exists is left as it is, for ``check_private`` to judge."""
-    missing: list[Path] = []
-    d = Path(directory)
-    while not d.is_dir() and d != d.parent:
-        missing.append(d)
-        d = d.parent
-    for d in reversed(missing):
-        try:
-            os.mkdir(d, 0o700)
-        except FileExistsError:
-            if not d.is_dir():  # a file, or a link to nowhere, where a directory must be
-                raise
-            continue  # made meanwhile by another: not ours to change
-        os.chmod(d, 0o700)  # the umask may have taken bits of the owner's (0o277)
-
-
-def check_writable(directory: Path) -> None:
-    """Raise ``OSError`` now if frames could not be written here later, and
-    ``SpoolError`` if the directory is not this user's alone.
-
-    ``os.access`` answers for the real uid and ignores read-only mounts; writing a
-    file is the only test that says what an append will meet.
-    """
-    check_private(directory)
-    probe = directory / f".probe-{os.getpid()}"
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            probe.unlink()
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        with os.fdopen(fd, "wb") as f:
-            f.write(b"x")
-            f.flush()
-            os.fsync(f.fileno())
-    except OSError as exc:
-        raise OSError(exc.errno, f"cannot write a file in {directory} "
-                      f"({exc.strerror or exc})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            probe.unlink()
-
-
-def check_private(directory: Path) -> None:
-    """``SpoolError`` unless ``directory`` is this process's user's and writable by no one
-    else: whoever can write it can plant a link named as a segment. (The configured path
-    itself may be a link an admin made; what it points at is judged.)"""
-    if os.name != "posix":
-        return
-    try:
-        st = os.stat(directory)
-    except FileNotFoundError:
-        return  # the write probe says so
-    problem = unsafe_owner_or_mode(st, os.geteuid(), "spool directory", directory)
-    if problem:
-        raise SpoolError(problem)
-
-
-def unsafe_owner_or_mode(st: os.stat_result, uid: int, what: str,
-                         path: str | Path) -> str | None:
-    """What is wrong with a spool directory or file of this ``stat`` for a process of user
-    ``uid``, or None."""
-    if st.st_uid != uid:
-        return (f"the {what} {path} is owned by uid {st.st_uid}, not by this process's user "
-                f"(uid {uid}): that user could plant a link that the agent would follow; "
-                f"chown it to uid {uid}, or point agent.spool_dir at a directory of this "
-                f"user's (the agent unit's is {_AGENT_STATE})")
-    if st.st_mode & 0o022:
-        return (f"the {what} {path} is writable by group or others (mode "
-                f"{stat.S_IMODE(st.st_mode):o}): anyone who can write it can plant a link "
-                f"that the agent would follow; chmod go-w {path}")
-    return None
-
-
-def _open_file(path: Path, flags: int) -> int:
-    """A descriptor on the spool file ``path``, never through a link (``O_NOFOLLOW``) and
-    only if it is a regular file of this user's that no one else can write: ``SpoolError``
-    otherwise. New files are 0600. ``O_NONBLOCK``: a planted FIFO cannot hang the open."""
-    try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:
-            raise SpoolError(
-                f"the spool file {path} is a symbolic link: the spool never reads or writes "
-                "through one (it could point at any file); remove it") from None
-        raise
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            problem: str | None = f"the spool file {path} is not a regular file; remove it"
-        elif os.name == "posix":
-            problem = unsafe_owner_or_mode(st, os.geteuid(), "spool file", path)
-        else:
-            problem = None
-    except BaseException:
-        os.close(fd)
-        raise
-    if problem:
-        os.close(fd)
-        raise SpoolError(problem)
-    return fd
 
 
 def _record_end(data: bytes, pos: int) -> int | None:

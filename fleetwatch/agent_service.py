@@ -22,7 +22,8 @@ from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
 from fleetwatch.collectors.sender import Sender
-from fleetwatch.collectors.spool import SpoolBusy, check_writable, make_private_dir
+from fleetwatch.collectors.spool import SpoolBusy
+from fleetwatch.collectors.spool_files import check_writable, make_private_dir
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.frame import Frame

@@ -351,9 +351,19 @@ def cmd_config(config: Config, args: argparse.Namespace) -> int:
     for section, values in view.items():
         print(f"[{section}]")
         for key, value in values.items():
-            print(f"{key} = {json.dumps(value)}")
+            print(f"{key} = {_toml_value(value)}")
         print()
     return EXIT_OK
+
+
+def _toml_value(value: object) -> str:
+    """``value`` as TOML: a table inline (``{ k = v }``: JSON's ``{"k": v}`` is not TOML,
+    and `fleetwatch config`'s output is meant to be loaded back); the rest as JSON, whose
+    strings, numbers, booleans and lists TOML reads alike."""
+    if isinstance(value, dict):
+        items = ", ".join(f"{json.dumps(str(k))} = {_toml_value(v)}" for k, v in value.items())
+        return f"{{ {items} }}" if items else "{}"
+    return json.dumps(value)
 
 
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,

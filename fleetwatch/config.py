@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from fleetwatch import kafka_options
 from fleetwatch.config_secrets import encode_hint, public_view, refuse_masked
 from fleetwatch.config_secrets import masked_url as _masked_url
 from fleetwatch.settings import (
@@ -241,6 +242,14 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
     for key, (value, origin) in values.items():
         if cls is CarbonConfig and key == "clusters":
             tables = (value, origin)  # resolved on the section's other values, below
+            continue
+        if cls is BusConfig and key in ("kafka_producer", "kafka_consumer"):
+            try:
+                kwargs[key] = kafka_options.from_config(key, value, origin)
+            except ConfigError as exc:
+                if problems is None:
+                    raise
+                problems.append(str(exc))
             continue
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)

@@ -140,6 +140,11 @@ class BusConfig:
     ssl_keyfile: str = ""
     # Check that a broker's certificate names the host it was reached at.
     ssl_check_hostname: bool = True
+    # kafka-python options for every Kafka producer / consumer fleetwatch makes, from the
+    # [bus.kafka_producer] / [bus.kafka_consumer] tables: checked at load against the
+    # installed kafka-python (fleetwatch.kafka_options), over fleetwatch's own values.
+    kafka_producer: dict[str, Any] = field(default_factory=dict)
+    kafka_consumer: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Checked at load, as the key names them: a missing file would otherwise be

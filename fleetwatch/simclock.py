@@ -18,7 +18,7 @@ from fleetwatch.config import Config
 
 
 class Pipeline(Protocol):
-    """What the pace looks at: the running agent and processor (``up.System``)."""
+    """What the pace looks at: the running agent and processor (``up_system.System``)."""
 
     def unstored(self) -> int:
         """Frames sent by the agent and not yet stored by the processor."""

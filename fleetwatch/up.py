@@ -2,7 +2,8 @@
 
 Real NVML when an NVIDIA GPU is present, else a simulated fleet; the
 in-process bus; the embedded store; the dashboard on localhost. The agent and
-the processor run in threads; the dashboard serves in the foreground.
+the processor run in threads (``up_system.System``); the dashboard serves in the
+foreground.
 
 Never losing data comes first: the store is locked before it is read, written
 or created (a second instance stops, naming the first one's pid); a file this
@@ -16,28 +17,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import os
 import socket
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TextIO
 
-from fleetwatch.collectors.agent import Agent
-from fleetwatch.collectors.clock import Clock, WallClock
-from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
+from fleetwatch.collectors.clock import WallClock
+from fleetwatch.collectors.sim import Fault, SimParams
 from fleetwatch.collectors.sim.source import SimSource
-from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config, options, ranged
-from fleetwatch.pipeline.alerts import summary
-from fleetwatch.pipeline.bus.memory import MemoryBus
-from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import Annotation, StoreError
-from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.sqlite_errors import describe, free_space, kind
 from fleetwatch.service import StopSignals
 from fleetwatch.service import listen as service_listen
@@ -45,34 +37,24 @@ from fleetwatch.simclock import CatchUp, PacedClock, pending_pace
 from fleetwatch.simulate import (
     SIM_STORE_PATH,
     check_faults,
-    continued_faults,
     counted,
     fault_annotations,
     span_text,
 )
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
+from fleetwatch.up_system import System
+from fleetwatch.up_timeline import continued_sim, newest_sample_s
 from fleetwatch.urls import http_url
 from fleetwatch.wiring import (
-    detectors,
-    energy_integrator,
-    learned_detectors,
-    open_consumer,
-    open_notifier,
-    open_producer,
     open_store,
     store_name,
 )
 
 log = logging.getLogger(__name__)
 
-# The metric every simulated GPU reports: its newest sample is where a kept store ends.
-_NEWEST_METRIC = "gpu_temp_c"
-# How long stop() waits for the processor to store what the agent already sent.
-DRAIN_S = 20.0
-# A continued simulation runs this long unseen before the store's newest sample: over ten
-# of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
-# are where the fleet's load and faults hold them, not those of a cold start.
-PREROLL_S = 300.0
+# The processor ran out of memory (``consume_loop.OutOfMemory``): ``up`` stops with this
+# status, as ``fleetwatch process`` does, so that a supervisor restarts it.
+EXIT_OUT_OF_MEMORY = 1
 
 
 class UpError(RuntimeError):
@@ -122,113 +104,6 @@ def gpu_present() -> bool:
         return False
 
 
-class System:
-    """Agent + processor threads over the in-process bus; start() then stop().
-
-    ``lock`` (the store's, held by the caller's build) is released by stop().
-    """
-
-    def __init__(self, config: Config, source: FrameSource, clock: Clock,
-                 interval_s: float, lock: StoreLock | None = None) -> None:
-        self.config = config
-        self.bus = MemoryBus()
-        self.store = open_store(config.store)
-        bus_config = dataclasses.replace(config.bus, kind="memory")
-        self.consumer = open_consumer(bus_config, self.bus)
-        self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
-                                      self.bus)
-        rules = [*detectors(config.detectors), *learned_detectors(config.models)]
-        self.processor = Processor(self.store, rules, notifier=self.notifier,
-                                   energy=energy_integrator(config.energy, self.store),
-                                   keep_firing_s=config.alerts.keep_firing_s,
-                                   max_clock_ahead_s=config.processor.max_clock_ahead_s)
-        self.agent = Agent(source, open_producer(bus_config, self.bus), config.bus.topic)
-        self.clock = clock
-        self.interval_s = interval_s
-        self.lock = lock
-        self.stop_event = threading.Event()        # the agent, the status line
-        self.processor_stop = threading.Event()    # the processor, once it has drained the bus
-        self._threads: list[threading.Thread] = []
-        self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
-        self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
-        self.continued_from: float | None = None  # --keep: the newest sample it continues
-
-    def start(self) -> System:
-        self._threads = [
-            threading.Thread(target=self.processor.run, args=(self.consumer, self.processor_stop),
-                             kwargs={"maintain_every_s": 10.0}, name="processor", daemon=True),
-            threading.Thread(target=self.agent.run,
-                             args=(self.interval_s, self.stop_event, self.clock),
-                             name="agent", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
-        return self
-
-    def pending(self) -> bool:
-        """True while an alert that went pending lately waits out its for-duration (the
-        simulated clock then slows): each pending alert slows it for at most two refreshes
-        of the page, so that it is seen once, and the catch-up then goes on at full speed
-        even while warnings with long for-durations stay pending."""
-        now = time.monotonic()
-        seen = self._pending_since
-        ids = {a.id for a in self.processor.alerts.open if a.state == "pending"}
-        for gone in set(seen) - ids:
-            del seen[gone]
-        window = 2 * self.config.dashboard.refresh_s
-        return any(now - seen.setdefault(i, now) < window for i in ids)
-
-    def status(self) -> str:
-        """One line for the terminal: how far along, what is stored, what is alerting."""
-        now = self.clock.now()
-        behind = time.time() - now
-        when = time.strftime("%H:%M:%S", time.localtime(now))
-        if behind > 2 * self.interval_s:
-            when += f" (catching up, {behind / 60:.0f} min behind)"
-        firing = [a for a in self.processor.alerts.open if a.state == "firing"]
-        pending = len(self.processor.alerts.open) - len(firing)
-        names = summary(firing)
-        return (f"data to {when} · {self.processor.stats.frames:,} frames stored · "
-                f"alerts: {len(firing)} firing{f' ({names})' if names else ''}, "
-                f"{pending} pending")
-
-    def report_every(self, seconds: float, out=None) -> None:
-        """Print ``status()`` every ``seconds`` until stopped (a daemon thread)."""
-        import sys
-
-        def loop() -> None:
-            while not self.stop_event.wait(seconds):
-                print(f"  {self.status()}", file=out or sys.stderr, flush=True)
-
-        threading.Thread(target=loop, name="status", daemon=True).start()
-
-    def unstored(self) -> int:
-        """Frames the agent sent that the processor has not yet stored (or dead-lettered)."""
-        s = self.processor.stats
-        return max(0, self.agent.frames_sent - s.frames - s.dead_letters)
-
-    def stop(self, drain_s: float = DRAIN_S) -> int:
-        """Stop the agent, let the processor store and commit every frame already sent,
-        then stop it and close the store. Returns the frames left unstored (0 normally)."""
-        self.stop_event.set()
-        agent = [t for t in self._threads if t.name == "agent"]
-        for t in agent:
-            t.join(10)
-        deadline = time.monotonic() + drain_s
-        while self._threads and self.unstored() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        self.processor_stop.set()
-        for t in self._threads:
-            t.join(10)
-        left = self.unstored()
-        self.agent.source.close()
-        self.notifier.close()
-        self.store.close()
-        if self.lock is not None:
-            self.lock.release()
-        return left
-
-
 def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
     """The store this run writes: the user's ``--store``, else for a simulated fleet a file
     of its own (never the configured store, where real data lives), else the configured one."""
@@ -238,19 +113,6 @@ def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
     elif simulate:
         store = dataclasses.replace(store, kind="sqlite", path=SIM_STORE_PATH)
     return dataclasses.replace(config, store=store)
-
-
-def newest_sample_s(path: str) -> float | None:
-    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new,
-    or an empty file, which the store turns into a new one)."""
-    if not Path(path).exists() or Path(path).stat().st_size == 0:
-        return None
-    store = SqliteStore(path, read_only=True)
-    try:
-        newest = max((ts for _, ts, _ in store.latest(_NEWEST_METRIC, 0)), default=None)
-    finally:
-        store.close()
-    return None if newest is None else newest / 1000
 
 
 def sim_start(path: str, options: UpOptions, now_s: float) -> float:
@@ -334,41 +196,6 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     return system, what
 
 
-def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
-                  kept: str | None) -> tuple[FleetSim, list[str]]:
-    """The simulated fleet from ``start``, and a note per fault for the banner.
-
-    ``kept``: the store a ``--keep`` run continues. A fault it holds that has not ended
-    goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
-    unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
-    """
-    stored = _stored_faults(kept, start, params.cluster) if kept is not None else None
-    if stored is None:  # a new timeline: as it always was
-        return FleetSim(params, start, faults), ["" for _ in faults]
-    fixed, continued = continued_faults(faults, stored, start)
-    steps = max(1, math.ceil(PREROLL_S / params.interval_s))
-    sim = FleetSim(params, start - steps * params.interval_s, fixed)
-    for _ in range(steps):
-        sim.step()
-    return sim, [" (continued from the store)" if c else
-                 " (a new one: the store holds none of it that is still on)"
-                 for c in continued]
-
-
-def _stored_faults(path: str, start: float, cluster: str) -> list[Annotation] | None:
-    """The fault annotations of ``cluster`` (or of none: older stores) in the store at
-    ``path`` that end after ``start``; None for a store that holds no sample yet (nothing
-    to continue)."""
-    if newest_sample_s(path) is None:
-        return None
-    store = SqliteStore(path, read_only=True)
-    try:
-        return [a for a in store.annotations(start, 1e11)
-                if a.kind == "fault" and a.cluster in ("", cluster)]
-    finally:
-        store.close()
-
-
 def sim_params(config: Config, options: UpOptions) -> SimParams:
     """The simulated fleet ``up`` runs: ``build`` checks the faults against it before it
     takes the store's lock, ``_build`` then simulates it."""
@@ -393,9 +220,10 @@ def run_up(config: Config, given: UpOptions, out: TextIO | None = None,
     """``fleetwatch up``: take the port, then the store's lock, run until Ctrl-C or
     SIGTERM, then store every frame already sent, close the store and say so.
 
-    Returns the exit status: 0, 1 (store taken by someone else), 2 (a store or
-    fault that cannot be used as asked). A port that is taken raises ``PortInUse``
-    naming ``port_setting`` (what chose the port) and the pid that holds it.
+    Returns the exit status: 0, 1 (store taken by someone else; frames sent but not
+    stored; out of memory), 2 (a store or fault that cannot be used as asked). A port
+    that is taken raises ``PortInUse`` naming ``port_setting`` (what chose the port) and
+    the pid that holds it.
     """
     out = out or sys.stderr
     stopping = StopSignals()
@@ -437,6 +265,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
           file=out)
     print(f"  dashboard: {http_url(config.dashboard.host, config.dashboard.port)}   "
           "(Ctrl-C or SIGTERM to stop)", file=out, flush=True)
+    system.halt = stopping.stop
     try:
         system.start()
         system.report_every(30.0, out)
@@ -462,9 +291,13 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
               f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
               flush=True)
+        if system.failure is not None:
+            print(f"fleetwatch up: {system.failure}", file=out, flush=True)
         if left:
             print(f"fleetwatch up: {unstored_advice(store, system.processor.drain_error)}",
                   file=out, flush=True)
+    if system.failure is not None:
+        return EXIT_OUT_OF_MEMORY
     return 0 if not left else 1
 
 

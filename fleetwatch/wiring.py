@@ -112,7 +112,7 @@ def open_producer(config: BusConfig, memory: MemoryBus | None = None, *,
     from fleetwatch.pipeline.bus.kafka_access import kafka_security
 
     return KafkaProducer(config.bootstrap, security=kafka_security(config), prepare=prepare,
-                         auto_create_topics=auto_create_topics)
+                         auto_create_topics=auto_create_topics, options=config.kafka_producer)
 
 
 def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = logging.WARNING,
@@ -182,7 +182,8 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
     session_ms = int(config.session_timeout_s * 1000)
     return KafkaConsumer(config.bootstrap, config.topic, config.group,
                          security=kafka_security(config), session_timeout_ms=session_ms,
-                         heartbeat_interval_ms=max(1000, session_ms // 3))
+                         heartbeat_interval_ms=max(1000, session_ms // 3),
+                         options=config.kafka_consumer)
 
 
 def learned_detectors(config: ModelsConfig) -> list[Detector]:

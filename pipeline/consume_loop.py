@@ -55,6 +55,18 @@ def out_of_memory(exc: BaseException) -> bool:
         isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
 
 
+def out_of_memory_said(exc: BaseException, times: int, replays: bool = True) -> str:
+    """Why the loop stops for lack of memory, and what becomes of the batches in hand:
+    replayed by the next owner, or, over a bus that lives in the process (``fleetwatch
+    up``: ``replays`` false), lost with it."""
+    then = ("stopping so that its supervisor (systemd, Kubernetes) restarts it: the batches "
+            "in hand are replayed" if replays else
+            "stopping: the frames in hand were not stored, and nothing replays them")
+    return (f"out of memory ({type(exc).__name__}: {exc}) {times} times in a row: the process "
+            "has reached its memory limit (ulimit -v, or its cgroup's / container's memory "
+            f"limit); {then}. Give it more memory if this repeats")
+
+
 def _frames(held: deque[Batch]) -> int:
     return sum(len(b.frames or ()) for b in held)
 
@@ -267,13 +279,8 @@ class ConsumerLoop:
                         self.stats.errors += 1
                         memory_errors += 1
                         if memory_errors >= MEMORY_ERRORS_MAX:
-                            raise OutOfMemory(
-                                f"out of memory ({type(exc).__name__}: {exc}) {memory_errors} "
-                                "times in a row: the process has reached its memory limit "
-                                "(ulimit -v, or its cgroup's / container's memory limit); "
-                                "stopping so that its supervisor (systemd, Kubernetes) "
-                                "restarts it: the batches in hand are replayed. Give it more "
-                                "memory if this repeats") from exc
+                            raise OutOfMemory(out_of_memory_said(
+                                exc, memory_errors, getattr(consumer, "replays", True))) from exc
                         log.error("out of memory (%s: %s); pausing consumption, retry in "
                                   "%.1fs", type(exc).__name__, exc, delay)
                     else:

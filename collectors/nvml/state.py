@@ -122,3 +122,7 @@ class NvmlRead:
 def log_gpu_state(index: int, uuid: str, state: str, why: str) -> None:
     level = logging.INFO if state == "ok" else logging.WARNING
     log.log(level, "GPU %d (%s) is %s: %s", index, uuid, state, why)
+
+
+# Read on the slow cadence and carried into every tick's metrics: no answer of this tick.
+_CARRIED = frozenset({"gpu_nvlink_links_down"})

@@ -201,3 +201,11 @@ def check_listener(bootstrap: str, security: dict[str, Any] | None) -> None:
     why = not_kafka(bootstrap, security)
     if why is not None:
         raise BusError(f"no Kafka at {bootstrap}: {why}")
+
+
+def refused_options(role: str, exc: BaseException) -> str:
+    """kafka-python refused a client's settings as it was made: the user's options
+    (``[bus.kafka_producer]`` / ``[bus.kafka_consumer]``) are named, not an unreachable
+    broker."""
+    return (f"kafka-python refused the {role}'s settings ({type(exc).__name__}: {exc}): "
+            f"check the [bus.kafka_{role}] options")

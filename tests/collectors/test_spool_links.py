@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.spool import Spool, SpoolError, SpoolRecord, unsafe_owner_or_mode
+from fleetwatch.collectors.spool import Spool, SpoolError, SpoolRecord
+from fleetwatch.collectors.spool_files import unsafe_owner_or_mode
 from tests.servers import free_port
 
 VICTIM = b"IMPORTANT ROOT-OWNED DATA line1\n"

@@ -1,0 +1,71 @@
+"""Where a simulated ``fleetwatch up`` picks up the timeline a kept store holds
+(``--keep``): the store's newest sample, and the fleet run on, unseen, to that moment
+with the faults the store holds that are still on, so that the seam shows neither a gap
+of samples written twice nor a cold start. Read-only on the store; ``up`` decides.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from pathlib import Path
+
+from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
+from fleetwatch.pipeline.store.base import Annotation
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.simulate import continued_faults
+
+# The metric every simulated GPU reports: its newest sample is where a kept store ends.
+_NEWEST_METRIC = "gpu_temp_c"
+# A continued simulation runs this long unseen before the store's newest sample: over ten
+# of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
+# are where the fleet's load and faults hold them, not those of a cold start.
+PREROLL_S = 300.0
+
+
+def newest_sample_s(path: str) -> float | None:
+    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new,
+    or an empty file, which the store turns into a new one)."""
+    if not Path(path).exists() or Path(path).stat().st_size == 0:
+        return None
+    store = SqliteStore(path, read_only=True)
+    try:
+        newest = max((ts for _, ts, _ in store.latest(_NEWEST_METRIC, 0)), default=None)
+    finally:
+        store.close()
+    return None if newest is None else newest / 1000
+
+
+def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
+                  kept: str | None) -> tuple[FleetSim, list[str]]:
+    """The simulated fleet from ``start``, and a note per fault for the banner.
+
+    ``kept``: the store a ``--keep`` run continues. A fault it holds that has not ended
+    goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
+    unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
+    """
+    stored = _stored_faults(kept, start, params.cluster) if kept is not None else None
+    if stored is None:  # a new timeline: as it always was
+        return FleetSim(params, start, faults), ["" for _ in faults]
+    fixed, continued = continued_faults(faults, stored, start)
+    steps = max(1, math.ceil(PREROLL_S / params.interval_s))
+    sim = FleetSim(params, start - steps * params.interval_s, fixed)
+    for _ in range(steps):
+        sim.step()
+    return sim, [" (continued from the store)" if c else
+                 " (a new one: the store holds none of it that is still on)"
+                 for c in continued]
+
+
+def _stored_faults(path: str, start: float, cluster: str) -> list[Annotation] | None:
+    """The fault annotations of ``cluster`` (or of none: older stores) in the store at
+    ``path`` that end after ``start``; None for a store that holds no sample yet (nothing
+    to continue)."""
+    if newest_sample_s(path) is None:
+        return None
+    store = SqliteStore(path, read_only=True)
+    try:
+        return [a for a in store.annotations(start, 1e11)
+                if a.kind == "fault" and a.cluster in ("", cluster)]
+    finally:
+        store.close()
