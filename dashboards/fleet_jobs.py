@@ -14,6 +14,7 @@ others' jobs (the events do not carry them).
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from fleetwatch.dashboards.data import FUTURE_SLACK_S, GpuKey
@@ -50,6 +51,7 @@ class FleetJobs:
     """One per dashboard: the job events folded so far, and the ledger last read."""
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()  # the server's threads refresh several tabs at once
         self._reset(None)
 
     def _reset(self, since: float | None) -> None:
@@ -63,6 +65,10 @@ class FleetJobs:
         """(cluster, node, gpu) -> its job now, with its user where known (``label``)."""
         if not callable(getattr(store, "events", None)):
             return {}  # a store that keeps no events knows no jobs
+        with self._lock:
+            return self._read(store, now_s)
+
+    def _read(self, store: Any, now_s: float) -> dict[GpuKey, str]:
         edge = now_s - RECENT_S
         if self.folded_to is None or edge < self.folded_to - RECENT_S:
             # First read, or a clock gone back (a simulation started again): from scratch.
