@@ -42,7 +42,7 @@ const drawn = id => { const g = document.querySelector('#' + id + ' .js-plotly-p
   return g && g.data && g.data.length > 0 && g.querySelector('.bars, .scatterlayer .trace'); };
 const tile = document.querySelector('#energy-inrange .tile-value');
 return ['energy-kwh', 'energy-co2e', 'energy-jobs', 'energy-users'].every(drawn)
-  && tile && /kWh/.test(tile.textContent);"""
+  && tile && /Wh/.test(tile.textContent);  // kWh, or MWh for a month"""
 
 
 def main() -> int:

@@ -128,13 +128,8 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
 
 def method_note(carbon: CarbonModel) -> str:
     """The method under the charts: the formula, the grid and PUE, and each cluster's own
-    (carbon.clusters). The top jobs and users are summed by the store across clusters
-    and priced at the global grid's hours: said when clusters have their own."""
-    lines = carbon.method()[:3 + len(carbon.clusters)]
-    if carbon.clusters:
-        lines.append("Top jobs and users are priced with the global grid and PUE; the "
-                     "per-cluster charts and tiles with each cluster's own.")
-    return " ".join(lines)
+    (carbon.clusters), which prices every figure of that cluster's energy."""
+    return " ".join(carbon.method()[:3 + len(carbon.clusters)])
 
 
 def register(app: dash.Dash, store: Any, clock: Callable[[], float],
@@ -177,7 +172,8 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
         unit = "hour" if step == 3600 else "day"
         figs = [energy_figures.per_hour(bins, kwh, f"kWh per {unit}", step=step),
                 energy_figures.per_hour(bins, co2e, f"kg CO2e per {unit}", step=step),
-                energy_figures.top_shares(v.jobs, "job"),
+                energy_figures.top_shares(v.jobs, "job",
+                                          with_cluster=cluster is None and len(v.seen) > 1),
                 energy_figures.top_shares(v.users, "user"),
                 energy_figures.idle_share(v.idle.hours, v.idle.idle, missing=v.idle.missing,
                                           missing_h=v.idle.missing_h)]

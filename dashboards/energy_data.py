@@ -24,6 +24,7 @@ from fleetwatch.pipeline.store.ledger import (
 )
 from fleetwatch.report import _series_warning
 from fleetwatch.report_month import HourData, data_began, longest_measured, month_projection
+from fleetwatch.report_sums import PER_CLUSTER
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
 
@@ -38,6 +39,7 @@ class Share:
     gpu_hours: float
     idle_time_share: float     # of its GPU time: the "idle share" of capacity figures
     idle_energy_share: float   # of its GPU energy
+    cluster: str = ""          # a job's (ids restart per cluster); "" for a user or cluster
 
 
 @dataclass(frozen=True)
@@ -111,15 +113,17 @@ def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
     return out
 
 
-def _cluster_factors(model: CarbonModel, totals: Iterable[EnergyTotal]
+def _cluster_factors(model: CarbonModel, totals: Iterable[EnergyTotal], by_cluster: bool = True
                      ) -> dict[tuple[str, int], float]:
-    """kg CO2e per IT kWh for each (cluster, hour) of totals by cluster: a cluster of
-    carbon.clusters takes its own grid and PUE."""
+    """kg CO2e per IT kWh for each (cluster, hour) of totals by cluster (else of totals
+    per cluster: their ``cluster``): a cluster of carbon.clusters takes its own grid and
+    PUE, as in the report."""
     out = {}
     for t in totals:
-        if (t.name, t.bucket_ts) not in out:
-            f = model.for_cluster(t.name).hour(t.bucket_ts)
-            out[t.name, t.bucket_ts] = f.pue * f.intensity_g_per_kwh / 1000
+        c = t.name if by_cluster else t.cluster
+        if (c, t.bucket_ts) not in out:
+            f = model.for_cluster(c).hour(t.bucket_ts)
+            out[c, t.bucket_ts] = f.pue * f.intensity_g_per_kwh / 1000
     return out
 
 
@@ -169,7 +173,8 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     was measured in it (``report_month.longest_measured``)."""
     hours = tuple(sorted({t.bucket_ts for t in window}))
     index = {h: i for i, h in enumerate(hours)}
-    f = _factors(model, {t.bucket_ts for t in (*jobs, *users)})
+    # jobs and users: totals per cluster, or with no cluster (the global grid prices them).
+    fj = _cluster_factors(model, (*jobs, *users), by_cluster=False)
     # window and month are totals by cluster: each priced with its cluster's grid and PUE.
     fc = _cluster_factors(model, (*window, *month))
     by_cluster: dict[str, list[float]] = {}
@@ -193,7 +198,8 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
     return EnergyView(
         hours=hours, by_cluster=by_cluster, co2e_by_cluster=co2e,
         idle=hourly_idle(window, "all clusters"),
-        jobs=shares(jobs, "job", f), users=shares(users, "user", f),
+        jobs=shares(jobs, "job", {}, factor=lambda t: fj[t.cluster, t.bucket_ts]),
+        users=shares(users, "user", {}, factor=lambda t: fj[t.cluster, t.bucket_ts]),
         clusters=_cluster_shares(window, fc),
         kwh=sum(sum(v) for v in by_cluster.values()),
         co2e_kg=sum(sum(v) for v in co2e.values()),
@@ -220,22 +226,25 @@ def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
     return tuple(Share(t.name or NO_NAME.get(kind, ""), t.energy_j / J_PER_KWH, t.co2e_kg,
                        t.gpu_s / 3600, t.idle_s / t.gpu_s if t.gpu_s else 0.0,
-                       t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0)
+                       t.idle_j / t.gpu_energy_j if t.gpu_energy_j else 0.0, t.cluster)
                  for t in lines)
 
 
-def totals_from_rows(rows: Iterable[EnergyRow], by: str) -> list[EnergyTotal]:
-    """Per hour and value of ``by``, the sums ``energy_totals`` gives (GPU energy, GPU
-    seconds and missing time of GPU devices only), from ledger rows."""
-    acc: dict[tuple[int, str], list[float]] = {}
+def totals_from_rows(rows: Iterable[EnergyRow], by: str, per_cluster: bool = False
+                     ) -> list[EnergyTotal]:
+    """Per hour and value of ``by`` (and cluster, ``per_cluster``), the sums
+    ``energy_totals`` gives (GPU energy, GPU seconds and missing time of GPU devices
+    only), from ledger rows."""
+    acc: dict[tuple[int, str, str], list[float]] = {}
     for r in rows:
         gpu = gpu_index(r.device) is not None
-        a = acc.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+        key = (r.bucket_ts, getattr(r, by), r.cluster if per_cluster else "")
+        a = acc.setdefault(key, [0.0] * 7)
         for i, v in enumerate((r.energy_j, r.idle_j, r.energy_j if gpu else 0.0,
                                r.seconds if gpu else 0.0, r.idle_s,
                                r.missing_s if gpu else 0.0, r.over_tdp_s)):
             a[i] += v
-    return [EnergyTotal(h, name, *a) for (h, name), a in sorted(acc.items())]
+    return [EnergyTotal(h, name, *a, cluster=c) for (h, name, c), a in sorted(acc.items())]
 
 
 def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: float,
@@ -252,7 +261,8 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     else:  # to the month's end: data stamped after now (a clock ahead) is flagged
         month = [t for t in store.energy_totals(m0, m1, "cluster")
                  if cluster is None or t.name == cluster]
-    f = _factors(model, {t.bucket_ts for t in (*window, *month)})
+    # Each (cluster, hour) of the window: what its jobs' and users' energy is priced at.
+    fc = _cluster_factors(model, window)
     # The month's oldest hour may have begun with data at minute 40: its rows say when.
     oldest = min((t.bucket_ts for t in month), default=None)
     began = (data_began(store.energy(oldest, oldest + 3600, cluster=cluster), now_s)
@@ -261,13 +271,15 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     for h in span_edges(month):
         longest.update(longest_measured(store.energy(h, h + 3600, cluster=cluster)))
     view = energy_view(window, month, (), (), model, now_s, began, longest)
+    # As the report keys them (report_sums.PER_CLUSTER): a job per cluster (its ids restart
+    # in each), a user across clusters; each cluster's part priced with its grid and PUE.
     if cluster is None:
-        jobs = store.energy_top(first, end_s, "job", f, limit)
-        users = store.energy_top(first, end_s, "user", f, limit)
+        jobs = store.energy_top(first, end_s, "job", fc, limit, "job" in PER_CLUSTER)
+        users = store.energy_top(first, end_s, "user", fc, limit, "user" in PER_CLUSTER)
     else:
         rows = store.energy(first, end_s, cluster=cluster)
-        jobs = top_from_totals(totals_from_rows(rows, "job"), f, limit)
-        users = top_from_totals(totals_from_rows(rows, "user"), f, limit)
+        jobs = top_from_totals(totals_from_rows(rows, "job", True), fc, limit, True)
+        users = top_from_totals(totals_from_rows(rows, "user", True), fc, limit)
     return dataclasses.replace(view, jobs=top_shares(jobs, "job"),
                                users=top_shares(users, "user"),
                                idle=hourly_idle(window, cluster) if cluster else view.idle,

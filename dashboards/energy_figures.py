@@ -98,14 +98,22 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float | None]
     return fig
 
 
-def top_shares(items: Sequence[Share], label: str, height: int = 380) -> go.Figure:
+def share_label(s: Share, with_cluster: bool) -> str:
+    """A bar's name: a job's with its cluster where several show (job 777 of c-east and of
+    c-west are two jobs, and a category axis would draw them as one bar)."""
+    return f"{s.name} ({s.cluster})" if with_cluster and s.cluster else s.name
+
+
+def top_shares(items: Sequence[Share], label: str, height: int = 380,
+               with_cluster: bool = False) -> go.Figure:
     """Horizontal bars of kWh (biggest on top), amber where idle over half its GPU time;
     the idle share of GPU time, the idle energy and CO2e in the hover."""
     if not items:
         return empty_figure(NO_ENERGY, height)
     rows = list(items)[::-1]
     fig = go.Figure(go.Bar(
-        y=[s.name for s in rows], x=[s.kwh for s in rows], orientation="h",
+        y=[share_label(s, with_cluster) for s in rows], x=[s.kwh for s in rows],
+        orientation="h",
         marker_color=[theme.PENDING if s.idle_time_share > 0.5 else "#56b4e9" for s in rows],
         customdata=[[s.co2e_kg, 100 * s.idle_time_share, s.gpu_hours,
                      100 * s.idle_energy_share] for s in rows],

@@ -15,7 +15,8 @@ import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.dashboards import alerts, components, figures, job, live, timerange
-from fleetwatch.dashboards.data import FleetView, read_fleet, read_mutes
+from fleetwatch.dashboards.data import FleetView, GpuKey, read_fleet, read_mutes
+from fleetwatch.dashboards.fleet_jobs import FleetJobs
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
@@ -80,13 +81,15 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     ])
 
 
-def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
+def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str],
+          jobs: Mapping[GpuKey, str] | None = None
           ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
-    """What a refresh that read ``view`` shows: the summary, the heatmap, the active alerts
-    (at most ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's
-    size or a cap, not by how many alerts a storm raised."""
+    """What a refresh that read ``view`` shows: the summary, the heatmap (each GPU's job
+    and user from ``jobs`` in its hover), the active alerts (at most
+    ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
+    or a cap, not by how many alerts a storm raised."""
     if view.cells:
-        fig = figures.fleet_heatmap(view.cells, view.alerts)
+        fig = figures.fleet_heatmap(view.cells, view.alerts, jobs)
         # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
         fig.update_layout(uirevision=f"fleet:{view.cluster or ''}:{len(view.cells)}")
         notice = None
@@ -129,6 +132,7 @@ def unsent(values: tuple[Any, ...], on_screen: list[str] | None
 
 
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
+    jobs_now = FleetJobs()  # the fleet's job events, read once and then the recent ones
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
@@ -149,6 +153,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         try:
             view = read_fleet(store, now, cluster or None)
             muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+            jobs = jobs_now.read(store, now) if view.cells else {}
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The heatmap and the alerts of the last read stay, under the banner; the tiles
@@ -158,7 +163,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                     dash.no_update, components.notice(text),
                     components.failed_stamp(now), dash.no_update, dash.no_update,
                     dash.no_update, dash.no_update)
-        summary, fig, table, notice = parts(view, now, rng, muted)
+        summary, fig, table, notice = parts(view, now, rng, muted, jobs)
         (fig, table), sent = unsent((fig, table), on_screen)
         return (summary, fig, table, notice, components.updated_stamp(now),
                 components.last_read(view, now), sent, places(view),

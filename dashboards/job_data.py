@@ -11,9 +11,9 @@ job's span. Turning records into what is drawn (``job_spans``, ``clip``, ``gpu_s
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards.data import FUTURE_SLACK_S, POWER, TEMP, UTIL, read_alerts
@@ -38,6 +38,7 @@ FALLBACK = {SM: UTIL}
 STAT_METRICS = (CLOCK, POWER, TEMP)
 
 GpuKey = tuple[str, int]  # (node, GPU index)
+K = TypeVar("K")
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,19 +274,26 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
                    energy, max(len(job.nodes) - MAX_NODES, 0))
 
 
-def current_jobs(events: Iterable[Event]) -> dict[int, str]:
-    """Each GPU's job now, from one node's job events: that of its last ``job_start``
-    with no ``job_end`` after it."""
-    now: dict[int, str] = {}
+def fold_jobs(held: Mapping[K, str], events: Iterable[Event],
+              key: Callable[[Event, int], K]) -> dict[K, str]:
+    """``held`` (each GPU's job, by ``key`` of an event and its GPU index) after these job
+    events: a GPU holds the job of its last ``job_start`` with no ``job_end`` after it."""
+    now = dict(held)
     for e in sorted(events, key=lambda e: (e.ts, e.kind == "job_start")):
         index = gpu_index(e.device)
         if index is None:
             continue
+        k = key(e, index)
         if e.kind == "job_start":
-            now[index] = e.value
-        elif e.kind == "job_end" and now.get(index) == e.value:
-            del now[index]
-    return dict(sorted(now.items()))
+            now[k] = e.value
+        elif e.kind == "job_end" and now.get(k) == e.value:
+            del now[k]
+    return now
+
+
+def current_jobs(events: Iterable[Event]) -> dict[int, str]:
+    """Each GPU's job now, from one node's job events (``fold_jobs``)."""
+    return dict(sorted(fold_jobs({}, events, lambda _, index: index).items()))
 
 
 def read_current_jobs(store: Store, node: str, now_s: float,

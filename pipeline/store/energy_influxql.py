@@ -11,7 +11,7 @@ per hour in one statement that 1.x, 2.x and 3.x all answer the same).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.pipeline.store.energy_victoria import (
@@ -25,12 +25,12 @@ from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
     STATE_LOOKBACK_S,
-    TOTAL_KEYS,
     DeviceState,
     EnergyRow,
     EnergyTotal,
     TopLine,
     bucket_floor,
+    check_keys,
     top_from_totals,
 )
 
@@ -99,12 +99,13 @@ class InfluxQLEnergy:
         until = bucket_floor(max(s.ts for s in states)) + BUCKET_S
         return states, self._select_rows(since, until, f" AND {where}")
 
-    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
-        if by not in TOTAL_KEYS:
-            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
-        sums: dict[tuple[int, str], list[float]] = {}
+    def energy_totals(self, start_ts: float, end_ts: float, by: str,
+                      per_cluster: bool = False) -> list[EnergyTotal]:
+        check_keys(by, per_cluster)
+        sums: dict[tuple[int, str, str], list[float]] = {}
         for r in self.energy(start_ts, end_ts):
-            a = sums.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+            key = (r.bucket_ts, r.cluster if per_cluster else "", getattr(r, by))
+            a = sums.setdefault(key, [0.0] * 7)
             gpu = r.device.startswith("gpu")
             a[0] += r.energy_j
             a[1] += r.idle_j
@@ -113,8 +114,13 @@ class InfluxQLEnergy:
             a[4] += r.idle_s
             a[5] += r.missing_s if gpu else 0.0
             a[6] += r.over_tdp_s
-        return [EnergyTotal(b, n, *v) for (b, n), v in sorted(sums.items())]
+        return [EnergyTotal(b, n, *v, cluster=c)
+                for (b, c, n), v in sorted(sums.items(), key=lambda kv: (kv[0][0], kv[0][2],
+                                                                         kv[0][1]))]
 
     def energy_top(self, start_ts: float, end_ts: float, by: str,
-                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
-        return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)
+                   kg_per_kwh: Mapping[tuple[str, int], float], limit: int,
+                   per_cluster: bool = False) -> list[TopLine]:
+        check_keys(by, True)
+        return top_from_totals(self.energy_totals(start_ts, end_ts, by, per_cluster=True),
+                               kg_per_kwh, limit, per_cluster)

@@ -9,22 +9,28 @@ written in one transaction so that a crash leaves both old or both new.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.ledger import (
+    CLUSTER_KEYS,
     TOTAL_KEYS,
     DeviceState,
     EnergyRow,
     EnergyTotal,
     TopLine,
     bucket_floor,
+    check_keys,
 )
 from fleetwatch.pipeline.store.sqlite_errors import describe
 
 J_PER_KWH = 3.6e6
 ROLL_UP_HOURS = 500  # hours rolled up per statement (SQLite's default limit: 32,766)
+# Totals per cluster (``per_cluster``) are rolled up as their own kinds ("job per cluster")
+# in energy_agg, named "<cluster>\x1f<job>": one table, one key, and no cluster name holds
+# a control character (agents take it from a config file or a hostname).
+SEP = "\x1f"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS energy (
@@ -68,6 +74,11 @@ class SqliteEnergy:
                 with conn:  # rows from before the roll-ups existed: every hour to do
                     conn.execute("INSERT OR IGNORE INTO energy_dirty SELECT DISTINCT bucket_ts "
                                  "FROM energy WHERE NOT EXISTS (SELECT 1 FROM energy_agg)")
+                    # hours rolled up before the kinds per cluster: to do again
+                    conn.execute("INSERT OR IGNORE INTO energy_dirty SELECT DISTINCT bucket_ts "
+                                 "FROM energy_agg WHERE kind = 'cluster' EXCEPT SELECT "
+                                 "bucket_ts FROM energy_agg WHERE kind = ?",
+                                 (_kind(CLUSTER_KEYS[0], True),))
             except sqlite3.OperationalError as exc:
                 if "readonly" not in str(exc):
                     raise StoreError(f"sqlite {self.path}: {exc}") from exc
@@ -141,89 +152,122 @@ class SqliteEnergy:
                 "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts < ?", (before_ts,))]
             # In parts of ROLL_UP_HOURS, each its own transaction: one bound parameter per
             # hour, and a store with years of changed hours must not exceed SQLite's limit.
+            kinds = [(by, False) for by in TOTAL_KEYS] + [(by, True) for by in CLUSTER_KEYS]
             for i in range(0, len(hours), ROLL_UP_HOURS):
                 part = hours[i:i + ROLL_UP_HOURS]
                 marks = ",".join("?" * len(part))
                 with conn:
                     conn.execute(f"DELETE FROM energy_agg WHERE bucket_ts IN ({marks})", part)
-                    for by in TOTAL_KEYS:
+                    for by, per_cluster in kinds:
                         conn.execute(f"INSERT INTO energy_agg SELECT ?, * FROM "
-                                     f"({_live(by, marks)})", (by, *part))
+                                     f"({_live(by, marks, per_cluster)})",
+                                     (_kind(by, per_cluster), *part))
                     conn.execute(f"DELETE FROM energy_dirty WHERE bucket_ts IN ({marks})",
                                  part)
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite energy roll-up in {self.path} failed: {exc}") from exc
         return len(hours)
 
-    def _totals_sql(self, start_ts: float, end_ts: float, by: str
+    def _totals_sql(self, start_ts: float, end_ts: float, by: str, per_cluster: bool = False
                     ) -> tuple[str, list[object]]:
         """A query of (bucket, name, sums...): rolled-up hours from ``energy_agg``, hours
-        changed since from the rows themselves."""
-        if by not in TOTAL_KEYS:
-            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        changed since from the rows themselves. ``per_cluster``: names "<cluster>SEP<by>"."""
+        check_keys(by, per_cluster)
+        kind = _kind(by, per_cluster)
         conn = self._energy_conn()
         try:
             dirty = [h for (h,) in conn.execute(
                 "SELECT bucket_ts FROM energy_dirty WHERE bucket_ts >= ? AND bucket_ts < ?",
                 (start_ts, end_ts))]
+            if per_cluster:  # hours rolled up by a release without these kinds
+                dirty += [h for (h,) in conn.execute(
+                    "SELECT DISTINCT bucket_ts FROM energy_agg WHERE kind = 'cluster' AND "
+                    "bucket_ts >= ? AND bucket_ts < ? EXCEPT SELECT DISTINCT bucket_ts FROM "
+                    "energy_agg WHERE kind = ? AND bucket_ts >= ? AND bucket_ts < ?",
+                    (start_ts, end_ts, kind, start_ts, end_ts))]
+                dirty = sorted(set(dirty))
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc):
                 raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
             # A store from before the roll-ups: every hour from the rows.
-            sql = _live(by, "").replace("bucket_ts IN ()", "bucket_ts >= ? AND bucket_ts < ?")
+            sql = _live(by, "", per_cluster).replace("bucket_ts IN ()",
+                                                     "bucket_ts >= ? AND bucket_ts < ?")
             return sql, [start_ts, end_ts]
         marks = ",".join("?" * len(dirty))
         sql = (f"SELECT bucket_ts, name, energy_j, idle_j, gpu_energy_j, gpu_s, idle_s, "
                f"missing_s, over_tdp_s FROM energy_agg WHERE kind = ? AND bucket_ts >= ? "
                f"AND bucket_ts < ? AND bucket_ts NOT IN ({marks})")
-        args: list[object] = [by, start_ts, end_ts, *dirty]
+        args: list[object] = [kind, start_ts, end_ts, *dirty]
         if dirty:
-            sql += f" UNION ALL {_live(by, marks)}"
+            sql += f" UNION ALL {_live(by, marks, per_cluster)}"
             args += dirty
         return sql, args
 
-    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
-        sql, args = self._totals_sql(start_ts, end_ts, by)
+    def energy_totals(self, start_ts: float, end_ts: float, by: str,
+                      per_cluster: bool = False) -> list[EnergyTotal]:
+        sql, args = self._totals_sql(start_ts, end_ts, by, per_cluster)
         try:
             cur = self._energy_conn().execute(f"SELECT * FROM ({sql}) ORDER BY bucket_ts", args)
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
-        return [EnergyTotal(*r) for r in cur]
+        if not per_cluster:
+            return [EnergyTotal(*r) for r in cur]
+        out = []
+        for r in cur:
+            cluster, name = r[1].split(SEP, 1)
+            out.append(EnergyTotal(r[0], name, *r[2:], cluster=cluster))
+        return out
 
     def energy_top(self, start_ts: float, end_ts: float, by: str,
-                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
+                   kg_per_kwh: Mapping[tuple[str, int], float], limit: int,
+                   per_cluster: bool = False) -> list[TopLine]:
         """The ``limit`` largest of ``by`` by energy, summed in SQL (a month has ~100,000
-        job-hours), then their hours priced with ``kg_per_kwh``."""
-        sql, args = self._totals_sql(start_ts, end_ts, by)
+        job-hours) from the totals per cluster, then their hours priced with ``kg_per_kwh``
+        of each (cluster, hour)."""
+        sql, args = self._totals_sql(start_ts, end_ts, by, per_cluster=True)
+        # The line's key: the cluster's and the name (a job), or the name alone (a user).
+        key = "name" if per_cluster else f"substr(name, instr(name, '{SEP}') + 1)"
         conn = self._energy_conn()
         try:
             top = conn.execute(
-                f"SELECT name, sum(energy_j), sum(gpu_s), sum(idle_j), sum(gpu_energy_j), "
-                f"sum(idle_s) "
-                f"FROM ({sql}) GROUP BY name ORDER BY 2 DESC LIMIT ?", [*args, limit]).fetchall()
+                f"SELECT {key} AS k, sum(energy_j), sum(gpu_s), sum(idle_j), "
+                f"sum(gpu_energy_j), sum(idle_s) "
+                f"FROM ({sql}) GROUP BY k ORDER BY 2 DESC LIMIT ?", [*args, limit]).fetchall()
             if not top:
                 return []
             marks = ",".join("?" * len(top))
             co2e = dict.fromkeys((t[0] for t in top), 0.0)
-            for name, hour, energy in conn.execute(
-                    f"SELECT name, bucket_ts, energy_j FROM ({sql}) WHERE name IN ({marks})",
-                    [*args, *co2e]):
-                co2e[name] += energy / J_PER_KWH * kg_per_kwh.get(hour, 0.0)
+            for k, name, hour, energy in conn.execute(
+                    f"SELECT {key} AS k, name, bucket_ts, energy_j FROM ({sql}) "
+                    f"WHERE k IN ({marks})", [*args, *co2e]):
+                cluster = name.split(SEP, 1)[0]
+                co2e[k] += energy / J_PER_KWH * kg_per_kwh.get((cluster, hour), 0.0)
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []
             raise StoreError(f"sqlite energy read from {self.path} failed: {exc}") from exc
-        return [TopLine(name, e, co2e[name], g, i, ge, i_s) for name, e, g, i, ge, i_s in top]
+        out = []
+        for k, e, g, i, ge, i_s in top:
+            cluster, name = k.split(SEP, 1) if per_cluster else ("", k)
+            out.append(TopLine(name, e, co2e[k], g, i, ge, i_s, cluster))
+        return out
 
 
-def _live(by: str, marks: str) -> str:
-    """Totals per hour and ``by`` of the rows of the hours in ``(marks)``."""
+def _kind(by: str, per_cluster: bool) -> str:
+    return f"{by} per cluster" if per_cluster else by
+
+
+def _live(by: str, marks: str, per_cluster: bool = False) -> str:
+    """Totals per hour and ``by`` (per cluster: "<cluster>SEP<by>") of the rows of the
+    hours in ``(marks)``."""
     gpu = "device GLOB 'gpu[0-9]*'"
-    return (f"SELECT bucket_ts, {by} AS name, sum(energy_j) AS energy_j, sum(idle_j) AS idle_j, "
+    name = f"cluster || '{SEP}' || {by}" if per_cluster else by
+    return (f"SELECT bucket_ts, {name} AS name, sum(energy_j) AS energy_j, "
+            f"sum(idle_j) AS idle_j, "
             f"sum(CASE WHEN {gpu} THEN energy_j ELSE 0 END) AS gpu_energy_j, "
             f"sum(CASE WHEN {gpu} THEN seconds ELSE 0 END) AS gpu_s, sum(idle_s) AS idle_s, "
             f"sum(CASE WHEN {gpu} THEN missing_s ELSE 0 END) AS missing_s, "
             f"sum(over_tdp_s) AS over_tdp_s FROM energy WHERE bucket_ts IN ({marks}) "
-            f"GROUP BY bucket_ts, {by}")
+            f"GROUP BY bucket_ts, {name}")

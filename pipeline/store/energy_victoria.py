@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.pipeline.store.energy_cache import ROWS, HourCache, runs
@@ -29,12 +29,12 @@ from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
     STATE_LOOKBACK_S,
-    TOTAL_KEYS,
     DeviceState,
     EnergyRow,
     EnergyTotal,
     TopLine,
     bucket_floor,
+    check_keys,
     top_from_totals,
 )
 from fleetwatch.pipeline.store.lineproto import tags
@@ -165,50 +165,56 @@ class VictoriaEnergy:
         return out
 
 
-    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+    def energy_totals(self, start_ts: float, end_ts: float, by: str,
+                      per_cluster: bool = False) -> list[EnergyTotal]:
         """Hours kept since an earlier read (``energy_cache``) are not read again; the
         others in one query per run of hours, every field at once, summed by the server."""
-        if by not in TOTAL_KEYS:
-            raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+        check_keys(by, per_cluster)
         first = -(-int(start_ts) // BUCKET_S) * BUCKET_S
         last = int(math.ceil(end_ts)) - 1
         last -= last % BUCKET_S
         wanted = range(first, last + 1, BUCKET_S)
         cache = self._hour_cache()
         epoch = self._look(cache)
-        kept = cache.get(by, wanted)
+        kind = f"{by} per cluster" if per_cluster else by
+        kept = cache.get(kind, wanted)
         read: dict[int, list[EnergyTotal]] = {b: [] for b in wanted if b not in kept}
         for run_first, run_last in runs(read, _MAX_STEPS):
-            for t in self._read_totals(run_first, run_last, by):
+            for t in self._read_totals(run_first, run_last, by, per_cluster):
                 read[t.bucket_ts].append(t)
-        cache.put(by, read, epoch)
+        cache.put(kind, read, epoch)
         return sorted((t for lines in (*kept.values(), *read.values()) for t in lines),
-                      key=lambda t: (t.bucket_ts, t.name))
+                      key=lambda t: (t.bucket_ts, t.name, t.cluster))
 
-    def _read_totals(self, first: int, last: int, by: str) -> list[EnergyTotal]:
-        """The hours [first, last] by ``by``: each field summed apart for GPUs and for the
-        other devices (``gpu`` label), as ``EnergyTotal`` splits them."""
+    def _read_totals(self, first: int, last: int, by: str, per_cluster: bool = False
+                     ) -> list[EnergyTotal]:
+        """The hours [first, last] by ``by`` (and cluster): each field summed apart for GPUs
+        and for the other devices (``gpu`` label), as ``EnergyTotal`` splits them."""
+        group = f"{by}, cluster" if per_cluster else by
         result = self._get("/api/v1/query_range", query=(
-            f"sum by ({by}, __name__, gpu) (label_replace(max_over_time("
+            f"sum by ({group}, __name__, gpu) (label_replace(max_over_time("
             f'{{__name__=~"{ROW_MEASUREMENT}_({"|".join(ENERGY_FIELDS)})"}}'
             f'[{BUCKET_S}s] offset 1ms) keep_metric_names, "gpu", "1", "device", '
             f'"gpu[0-9]+"))'),
             start=first + BUCKET_S, end=last + BUCKET_S, step=f"{BUCKET_S}s", nocache=1)
-        sums: dict[tuple[int, str], dict[tuple[str, bool], float]] = {}
+        sums: dict[tuple[int, str, str], dict[tuple[str, bool], float]] = {}
         for r in result:
             field = r["metric"].get("__name__", "")[len(ROW_MEASUREMENT) + 1:]
             gpu = r["metric"].get("gpu") == "1"
             name = r["metric"].get(by, "")
+            cluster = r["metric"].get("cluster", "") if per_cluster else ""
             for t, v in r["values"]:
-                sums.setdefault((round(float(t)) - BUCKET_S, name), {})[(field, gpu)] = float(v)
+                sums.setdefault((round(float(t)) - BUCKET_S, name, cluster), {})[
+                    (field, gpu)] = float(v)
         out = []
-        for (bucket, name), v in sorted(sums.items()):
+        for (bucket, name, cluster), v in sorted(sums.items()):
             def both(field: str, v: dict[tuple[str, bool], float] = v) -> float:
                 return v.get((field, True), 0.0) + v.get((field, False), 0.0)
             out.append(EnergyTotal(bucket, name, both("energy_j"), both("idle_j"),
                                    v.get(("energy_j", True), 0.0),
                                    v.get(("seconds", True), 0.0), both("idle_s"),
-                                   v.get(("missing_s", True), 0.0), both("over_tdp_s")))
+                                   v.get(("missing_s", True), 0.0), both("over_tdp_s"),
+                                   cluster))
         return out
 
     def _look(self, cache: HourCache) -> int:
@@ -235,5 +241,8 @@ class VictoriaEnergy:
         return cache
 
     def energy_top(self, start_ts: float, end_ts: float, by: str,
-                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
-        return top_from_totals(self.energy_totals(start_ts, end_ts, by), kg_per_kwh, limit)
+                   kg_per_kwh: Mapping[tuple[str, int], float], limit: int,
+                   per_cluster: bool = False) -> list[TopLine]:
+        check_keys(by, True)
+        return top_from_totals(self.energy_totals(start_ts, end_ts, by, per_cluster=True),
+                               kg_per_kwh, limit, per_cluster)

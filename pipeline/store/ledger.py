@@ -11,7 +11,7 @@ a processor that takes over a node resumes exactly where the last one stopped.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 # Device names of the node-level rows: the CPU packages (RAPL) and the rest of the
@@ -86,6 +86,9 @@ class DeviceState(NamedTuple):
 
 # What ``energy_totals`` can group by (besides the hour).
 TOTAL_KEYS = ("cluster", "rack", "node", "job", "user", "team")
+# What it can also group by within each cluster (``per_cluster``): what a top list needs
+# to price each cluster's part with its own grid and PUE (carbon.clusters).
+CLUSTER_KEYS = ("job", "user")
 
 
 class EnergyTotal(NamedTuple):
@@ -100,6 +103,7 @@ class EnergyTotal(NamedTuple):
     idle_s: float
     missing_s: float       # GPU time without a usable measurement
     over_tdp_s: float
+    cluster: str = ""      # totals per cluster (``per_cluster``): their cluster; else ""
 
 
 class TopLine(NamedTuple):
@@ -112,22 +116,34 @@ class TopLine(NamedTuple):
     idle_j: float
     gpu_energy_j: float
     idle_s: float = 0.0  # GPU seconds idle: with gpu_s, the idle share of its GPU time
+    cluster: str = ""    # of a line per cluster (a job: ids restart per cluster); else ""
 
 
-def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: dict[int, float],
-                    limit: int) -> list[TopLine]:
-    """``energy_top`` for a backend without one of its own: from the hourly totals."""
-    acc: dict[str, list[float]] = {}
+def top_from_totals(totals: Sequence[EnergyTotal], kg_per_kwh: Mapping[tuple[str, int], float],
+                    limit: int, per_cluster: bool = False) -> list[TopLine]:
+    """``energy_top`` for a backend without one of its own: from the hourly totals per
+    cluster (``energy_totals(..., per_cluster=True)``), each priced at its (cluster, hour)."""
+    acc: dict[tuple[str, str], list[float]] = {}
     for t in totals:
-        a = acc.setdefault(t.name, [0.0] * 6)
+        a = acc.setdefault((t.cluster if per_cluster else "", t.name), [0.0] * 6)
         a[0] += t.energy_j
-        a[1] += t.energy_j / 3.6e6 * kg_per_kwh.get(t.bucket_ts, 0.0)
+        a[1] += t.energy_j / 3.6e6 * kg_per_kwh.get((t.cluster, t.bucket_ts), 0.0)
         a[2] += t.gpu_s
         a[3] += t.idle_j
         a[4] += t.gpu_energy_j
         a[5] += t.idle_s
-    lines = sorted((TopLine(n, *a) for n, a in acc.items()), key=lambda x: -x.energy_j)
+    lines = sorted((TopLine(n, *a, cluster=c) for (c, n), a in acc.items()),
+                   key=lambda x: -x.energy_j)
     return lines[:limit]
+
+
+def check_keys(by: str, per_cluster: bool) -> None:
+    """Refuse a ``by`` a backend cannot group by (it is put into a query)."""
+    if by not in TOTAL_KEYS:
+        raise ValueError(f"energy_totals by {by!r}: one of {', '.join(TOTAL_KEYS)}")
+    if per_cluster and by not in CLUSTER_KEYS:
+        raise ValueError(f"energy totals per cluster by {by!r}: one of "
+                         f"{', '.join(CLUSTER_KEYS)}")
 
 
 class EnergyStore(Protocol):
@@ -148,11 +164,16 @@ class EnergyStore(Protocol):
                node: str | None = None) -> list[EnergyRow]:
         """Rows whose bucket starts in [start, end), oldest first."""
 
-    def energy_totals(self, start_ts: float, end_ts: float, by: str) -> list[EnergyTotal]:
+    def energy_totals(self, start_ts: float, end_ts: float, by: str,
+                      per_cluster: bool = False) -> list[EnergyTotal]:
         """Per hour in [start, end) and value of ``by`` (one of ``TOTAL_KEYS``): what the
-        dashboard draws, summed by the store rather than row by row in Python."""
+        dashboard draws, summed by the store rather than row by row in Python.
+        ``per_cluster`` (``by`` one of ``CLUSTER_KEYS``): per hour, cluster and value."""
 
     def energy_top(self, start_ts: float, end_ts: float, by: str,
-                   kg_per_kwh: dict[int, float], limit: int) -> list[TopLine]:
-        """The ``limit`` largest values of ``by`` over [start, end) by energy, each with its
-        CO2e at ``kg_per_kwh`` of each hour."""
+                   kg_per_kwh: Mapping[tuple[str, int], float], limit: int,
+                   per_cluster: bool = False) -> list[TopLine]:
+        """The ``limit`` largest values of ``by`` (one of ``CLUSTER_KEYS``) over [start, end)
+        by energy, each with its CO2e: each cluster's part of it at ``kg_per_kwh`` of that
+        (cluster, hour). ``per_cluster``: a line per cluster and value (job ids restart in
+        each cluster), else one per value summed over clusters (a user is the same person)."""

@@ -69,4 +69,4 @@ def test_the_energy_page_prices_each_cluster_with_its_own_grid() -> None:
     assert v.month_co2e_kg == 1.2 * 0.4 + 1.1 * 0.05
     assert {s.name: s.co2e_kg for s in v.clusters} == {"c-us": 1.2 * 0.4, "c-eu": 1.1 * 0.05}
     note = energy.method_note(model)
-    assert "Cluster c-eu: grid intensity 50 gCO2e/kWh" in note and "global grid" in note
+    assert "Cluster c-eu: grid intensity 50 gCO2e/kWh" in note

@@ -125,8 +125,8 @@ def test_totals_per_hour_and_key_add_up_the_rows(ledger):
     flush()
     got = [t for t in store.energy_totals(T0, T0 + 7200, "cluster") if t.name == c]
     assert [tuple(t) for t in got] == [
-        (T0, c, 170.0, 10.0, 150.0, 120.0, 6.0, 5.0, 1.0),
-        (T0 + 3600, c, 30.0, 30.0, 30.0, 60.0, 60.0, 0.0, 0.0)]
+        (T0, c, 170.0, 10.0, 150.0, 120.0, 6.0, 5.0, 1.0, ""),
+        (T0 + 3600, c, 30.0, 30.0, 30.0, 60.0, 60.0, 0.0, 0.0, "")]
     by_job = {(t.bucket_ts, t.name): t.energy_j
               for t in store.energy_totals(T0, T0 + 7200, "job") if t.bucket_ts >= T0}
     assert by_job[(T0, "j1")] >= 170.0  # other tests' rows share the hour on a shared server
@@ -165,12 +165,54 @@ def test_rolled_up_hours_late_rows_and_the_top_list(ledger):
         nodes[t.name] = nodes.get(t.name, 0.0) + t.energy_j
     assert nodes["n1"] >= 180.0 and nodes["n3"] >= 30.0
     # kg CO2e per kWh: 0.5 in the first hour, 1.0 in the second.
-    top = store.energy_top(T0, T0 + 7200, "node", {T0: 0.5, T0 + 3600: 1.0}, 50)
-    mine = {t.name: t for t in top if t.name in ("n1", "n2", "n3")}
+    top = store.energy_top(T0, T0 + 7200, "job", {(c, T0): 0.5, (c, T0 + 3600): 1.0}, 50,
+                           per_cluster=True)
+    mine = {t.name: t for t in top if t.cluster == c}
+    assert mine["j1"].co2e_kg == pytest.approx((100.0 * 0.5 + 80.0 * 1.0) / 3.6e6)
+    assert mine["j2"].energy_j == 300.0
     if store.__class__.__name__ == "SqliteStore":  # a shared server holds other tests' rows
-        assert [t.name for t in top] == ["n2", "n1", "n3"]
-        assert mine["n1"].co2e_kg == pytest.approx((100.0 * 0.5 + 80.0 * 1.0) / 3.6e6)
-        assert mine["n2"].energy_j == 300.0
+        assert [t.name for t in top] == ["j2", "j1", "j3"]
+
+
+def test_top_jobs_are_per_cluster_and_users_across_clusters(ledger):
+    """Job 777 ran in two clusters (Slurm ids restart per cluster): two lines, each priced
+    at its cluster's factors; user alice ran in both: one line, each part at its own."""
+    open_store, flush = ledger
+    store = open_store()
+    east, west = cluster(), cluster()
+
+    def row(c: str, bucket: int, job: str, user: str, energy: float) -> EnergyRow:
+        return EnergyRow(bucket, c, "r", "n1", "gpu0", job, user, "", energy, 0.0, 60.0,
+                         0.0, 0.0, 0.0)
+
+    store.write_energy([row(east, T0, "777", "alice", 3.6e9), row(west, T0, "777", "alice",
+                                                                   7.2e9),
+                        row(west, T0 + 3600, "778", "bob", 1.8e9)],
+                       [DeviceState(c, "n1", "gpu0", T0 + 3650.0, 1.0, None)
+                        for c in (east, west)])
+    flush()
+    if hasattr(store, "roll_up_energy"):  # rolled-up hours answer as the rows do
+        store.roll_up_energy(T0 + 3600)
+    kg = {(east, T0): 0.1, (west, T0): 0.5, (west, T0 + 3600): 0.4}
+    totals = {(t.bucket_ts, t.cluster, t.name): t.energy_j
+              for t in store.energy_totals(T0, T0 + 7200, "job", per_cluster=True)
+              if t.cluster in (east, west)}
+    assert totals == {(T0, east, "777"): 3.6e9, (T0, west, "777"): 7.2e9,
+                      (T0 + 3600, west, "778"): 1.8e9}
+    jobs = {(t.cluster, t.name): t
+            for t in store.energy_top(T0, T0 + 7200, "job", kg, 50, per_cluster=True)}
+    assert jobs[east, "777"].energy_j == 3.6e9
+    assert jobs[east, "777"].co2e_kg == pytest.approx(1000 * 0.1)
+    assert jobs[west, "777"].co2e_kg == pytest.approx(2000 * 0.5)
+    assert jobs[west, "778"].co2e_kg == pytest.approx(500 * 0.4)
+    users = {t.name: t for t in store.energy_top(T0, T0 + 7200, "user", kg, 50)}
+    assert users["alice"].cluster == ""
+    if store.__class__.__name__ == "SqliteStore":  # a shared server holds other tests' rows
+        assert users["alice"].energy_j == 10.8e9
+        assert users["alice"].co2e_kg == pytest.approx(1000 * 0.1 + 2000 * 0.5)
+        assert users["bob"].co2e_kg == pytest.approx(500 * 0.4)
+    with pytest.raises(ValueError, match="per cluster"):
+        store.energy_totals(T0, T0 + 7200, "node", per_cluster=True)
 
 
 def test_a_silence_reached_right_after_the_last_write_is_missing_time(ledger):
