@@ -75,6 +75,8 @@ def public_view(config: Config) -> dict[str, dict[str, Any]]:
                                  masked_url(v, k == "webhook_url") if isinstance(v, str) and
                                  k.endswith("url") else v)
                              for k, v in values.items()}
+    for cluster in out["carbon"].get("clusters", {}).values():
+        cluster.pop("clusters", None)  # a cluster's table holds no clusters: loading refuses one
     return out
 
 

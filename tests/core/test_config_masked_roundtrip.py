@@ -75,3 +75,17 @@ def test_a_real_secret_with_stars_in_it_is_kept(tmp_path: Path) -> None:
     loaded = load(config, env={})
     assert loaded.bus.sasl_password == "a***b"
     assert loaded.store.url == "http://fw:a***b@127.0.0.1:8428"
+
+
+def test_config_with_per_cluster_carbon_and_kafka_options_loads_back(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nested tables ([carbon.clusters.NAME], [bus.kafka_consumer]) print as TOML that
+    loads back to the same configuration (a cluster's table printed its own empty
+    ``clusters`` key, which loading refuses)."""
+    src = tmp_path / "in.toml"
+    src.write_text('[carbon.clusters.east]\npue = 1.3\ncountry = "FRA"\n'
+                   "[bus.kafka_consumer]\nmax_poll_records = 50\n")
+    assert main(["--config", str(src), "config"]) == 0
+    saved = tmp_path / "saved.toml"
+    saved.write_text(capsys.readouterr().out)
+    assert load(saved, env={}) == load(src, env={})
