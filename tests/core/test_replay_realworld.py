@@ -184,10 +184,11 @@ def test_acmetrace_gpu_columns(tmp_path: Path, column: str, node: str, gpu: int)
 
 
 @pytest.mark.parametrize("time, cells, read, scale", [
-    (str(T0), "0.8,0.5", 0.8, "ratios read as 0..1 (no value above 1, and epoch times"),
+    (str(T0), "0.8,0.5", 0.8, "ratios read as 0..1 (0 of 2 values above 1.05, at most 1%, and epoch times"),
     ("2026-05-29 04:26:40+08:00", "0.8,0.5", 0.008,
-     "ratios read as percent (no value above 1, but date-time times: the AcmeTrace notebook"),
-    (str(T0), "80,50", 0.8, "ratios read as percent (values above 1)"),
+     "ratios read as percent (0 of 2 values above 1.05, but date-time times: the AcmeTrace "
+     "notebook"),
+    (str(T0), "80,50", 0.8, "ratios read as percent (2 of 2 values above 1.05, over 1%)"),
 ])
 def test_acmetrace_ratio_scale_is_told_by_the_files_form_and_said(
         tmp_path: Path, time: str, cells: str, read: float, scale: str) -> None:
