@@ -134,6 +134,9 @@ class Reading:
         default_factory=lambda: defaultdict(dict))
     zero_absent: dict[str, int] = field(default_factory=dict)  # metric -> 0s read as absent
     overshoot: dict[str, int] = field(default_factory=dict)  # metric -> ratios read as 1
+    # How long a GPU's samples must stop (its node's going on) to read it as lost, absent
+    # an XID 79 (recorded_ticks.mark_lost; detectors.gpu_lost_silent_s).
+    lost_silent_s: float = 300.0
     # The readings below key a node by ``place``'s key: its name, unless a node of that name
     # in another cluster was read first (then "cluster/name", its name kept in ``names``).
     places: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (cluster, rack)
@@ -256,7 +259,7 @@ class Reading:
 def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
                rack: str = "unknown", series: Series | None = None,
                emit: Callable[[list[list[Frame]]], None] | None = None,
-               model: str = "") -> Reading:
+               model: str = "", lost_silent_s: float = 300.0) -> Reading:
     """Read every file (the layout told by its header) into one ``Reading``.
 
     ``series`` says what one-series files measure; given, at least one file must be
@@ -266,7 +269,7 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
     read as a stream, in memory bounded by a window of time (``recorded_stream``).
     """
     paths = list(paths)
-    out = Reading()
+    out = Reading(lost_silent_s=lost_silent_s)
     stream = None
     if emit is not None and len(paths) == 1:
         from fleetwatch.recorded_stream import Stream

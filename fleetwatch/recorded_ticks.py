@@ -11,12 +11,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-# A GPU absent from its node's frames for more than this many of its own intervals, while
-# other GPUs of the node go on, is read as lost. One or two missing samples are a
-# scrape's hiccup. The agent's rule, one definition: a GPU that fell off the bus it
-# reports at its next read, one that answers nothing after as many of its ticks.
+# A GPU absent from its node's frames for more than this many of its own intervals, and
+# for over ``LOST_SILENT_S``, while other GPUs of the node go on, is read as lost. A GPU
+# that fell off the bus does not come back by itself (it needs a reset or a reboot), while
+# a series that stops for less is a scrape's or an exporter's gap, routine in collected
+# data: 5 minutes is Prometheus's own staleness window, after which it too deems a series
+# gone. XID 79 says it at once (the agent marks such a GPU lost at its next read).
 from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_OFF_BUS
 from fleetwatch.recorded_values import XID, utc
+
+LOST_SILENT_S = 300.0  # the default of detectors.gpu_lost_silent_s
 
 if TYPE_CHECKING:
     from fleetwatch.recorded import Reading
@@ -165,11 +169,13 @@ class LostState:
     since: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     off_bus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     episodes: list[str] = field(default_factory=list)
+    silent_s: float = LOST_SILENT_S
 
 
 def mark_lost(out: Reading, state: LostState | None = None) -> None:
     """A GPU absent from its node's frames for over ``LOST_AFTER_INTERVALS`` of its own
-    intervals while other GPUs of the node go on is lost in those frames, until it is back.
+    intervals and over ``state.silent_s``, while other GPUs of the node go on, is lost in
+    those frames, until it is back (its alert then ends at once: gpu_errors).
 
     That is how a GPU that fell off the bus (XID 79) looks in a recording: its series
     stop, its node's go on. The agent reports such a GPU as state "lost", which the
@@ -191,7 +197,7 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
         if XID_FALLEN_OFF_BUS in codes:
             fallen[node].setdefault(ts, set()).add(gpu)
     whole = state is None
-    state = state or LostState()
+    state = state or LostState(silent_s=out.lost_silent_s)
     episodes = state.episodes
     for node, at in sorted(present.items()):
         times = sorted(at)
@@ -212,8 +218,8 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
             here = at[ts]
             for gpu, seen_ts in last.items():
                 step = own.get(gpu) or node_step
-                if gpu not in here and (gpu in off_bus or step and
-                                        ts - seen_ts > LOST_AFTER_INTERVALS * step):
+                if gpu not in here and (gpu in off_bus or step and ts - seen_ts > max(
+                        LOST_AFTER_INTERVALS * step, state.silent_s)):
                     out.lost[(ts, node)].add(gpu)
                     since.setdefault(gpu, ts)
             off_bus -= here
@@ -235,6 +241,6 @@ def note_lost(out: Reading, state: LostState) -> None:
         shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
                                            if len(episodes) > 5 else "")
         out.notes.append(
-            f"GPUs read as lost (their samples stopped for over {LOST_AFTER_INTERVALS} of "
-            f"their intervals while other GPUs of their node went on, as a GPU that fell "
-            f"off the bus does, or at once after its XID 79): {shown}")
+            f"GPUs read as lost (their samples stopped for over {state.silent_s:g} s and "
+            f"{LOST_AFTER_INTERVALS} of their intervals while other GPUs of their node went "
+            f"on, as a GPU that fell off the bus does, or at once after its XID 79): {shown}")

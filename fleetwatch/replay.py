@@ -145,7 +145,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
            sleep: Callable[[float], None] = time.sleep,
            clock: Callable[[], float] = time.monotonic,
            keep_firing_s: float = 0.0, series: Series | None = None,
-           gpu_model: str = "") -> ReplaySummary:
+           gpu_model: str = "", lost_silent_s: float = 300.0) -> ReplaySummary:
     """Replay the files; print transitions to ``out``; return what happened.
 
     ``speed``: None or inf for as fast as possible, else that many times real time.
@@ -184,7 +184,8 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
             processor.process(batch)
             summary.frames += len(batch)
 
-    reading = read_files(paths, skip_bad, cluster, rack, series, emit=play, model=gpu_model)
+    reading = read_files(paths, skip_bad, cluster, rack, series, emit=play, model=gpu_model,
+                         lost_silent_s=lost_silent_s)
     summary.bad_rows, summary.bad_examples = reading.bad_rows, reading.bad_examples
     summary.late_rows = reading.late
     summary.notes = list(reading.notes)
