@@ -26,7 +26,7 @@ from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.base import change_json
-from fleetwatch.pipeline.store.base import Store
+from fleetwatch.pipeline.store.base import Alert, Store
 from fleetwatch.recorded import ReplayError, Series, read_files
 from fleetwatch.recording import RecordingStore
 from fleetwatch.replay_coverage import EXAMPLE_MODEL, Coverage, ReplaySummary
@@ -44,13 +44,28 @@ class JsonLinesSink:
         self.out = out
         self.written = 0
         self.fired: set[str] = set()
+        self.last: dict[str, Notice] = {}  # alert id -> its last line, while open
 
     def send(self, changes: Sequence[Notice]) -> None:
         for n in changes:
             self.written += 1
             if n.alert.fired_ts is not None:
                 self.fired.add(n.alert.id)
+            if n.alert.state == "resolved":
+                self.last.pop(n.alert.id, None)
+            else:
+                self.last[n.alert.id] = n
             self.out.write(json.dumps(change_json(n), sort_keys=True) + "\n")
+        self.out.flush()
+
+    def final(self, open_: Sequence[Alert]) -> None:
+        """The alerts still open when the data ends, once more where they changed since
+        their last line (an XID alert's count, which the notifier does not forward while
+        its state stays the same): stdout ends with what the store holds."""
+        for a in open_:
+            if a.id in self.last and self.last[a.id].alert != a:
+                notice = Notice(a, self.last[a.id].muted_by)
+                self.out.write(json.dumps(change_json(notice), sort_keys=True) + "\n")
         self.out.flush()
 
     def close(self) -> None:
@@ -194,6 +209,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
         return summary
     coverage.done(summary, reading.xid_channel)
     processor.flush()  # the last counts of open alerts, which no later frame writes
+    sink.final(processor.alerts.open)
     summary.transitions, summary.firing = sink.written, len(sink.fired)
     notifier.close()
     _counted(before, _counts(detectors), summary)
