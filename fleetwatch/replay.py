@@ -64,8 +64,9 @@ class JsonLinesSink:
         its state stays the same): stdout ends with what the store holds."""
         for a in open_:
             if a.id in self.last and self.last[a.id].alert != a:
-                notice = Notice(a, self.last[a.id].muted_by)
-                self.out.write(json.dumps(change_json(notice), sort_keys=True) + "\n")
+                line = {**change_json(Notice(a, self.last[a.id].muted_by)),
+                        "open_at_end": True}  # no transition: a scorer can tell it apart
+                self.out.write(json.dumps(line, sort_keys=True) + "\n")
         self.out.flush()
 
     def close(self) -> None:

@@ -29,6 +29,7 @@ def test_an_open_xid_alerts_final_count_is_printed(tmp_path: Path) -> None:
     xid = [p for p in printed if p["rule"] == "gpu_xid_critical"]
     assert xid[0]["state"] == "firing" and "5x" not in xid[0]["message"]
     assert xid[-1]["state"] == "firing" and "5x" in xid[-1]["message"]
+    assert xid[-1]["open_at_end"] and "open_at_end" not in xid[0]
     [stored] = [a for a in store.alerts() if a.rule == "gpu_xid_critical"]
     assert stored.message == xid[-1]["message"]
     assert len(xid) == 2   # once when it fired, once with its final count
