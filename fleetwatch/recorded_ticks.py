@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 # data: 5 minutes is Prometheus's own staleness window, after which it too deems a series
 # gone. XID 79 says it at once (the agent marks such a GPU lost at its next read).
 from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_OFF_BUS
-from fleetwatch.recorded_values import XID, utc
+from fleetwatch.recorded_values import utc
 
 LOST_SILENT_S = 300.0  # the default of detectors.gpu_lost_silent_s
 
@@ -89,14 +89,14 @@ def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     earlier one under half an interval before it, unless a series of it already has a
     sample in that tick (a sample is never dropped or merged with its own series). The
     tick takes its first time. Exactly aligned data has one time a tick, and is kept.
+    An XID is an event, not a sample: it keeps its own time (the kernel's), in a frame of
+    its own where no sample shares it, so its stored event and alert say when it happened.
     """
     stamps: dict[str, dict[float, set[tuple[int | None, str]]]] = defaultdict(dict)
     for (ts, node), per_gpu in out.samples.items():
         keys = stamps[node].setdefault(ts, set())
         for gpu, metrics in per_gpu.items():
             keys.update((gpu, m) for m in metrics)
-    for ts, node, gpu in out.xids:
-        stamps[node].setdefault(ts, set()).add((gpu, XID))
     moved: dict[tuple[float, str], float] = {}
     steps: set[float] = set()
     before = after = 0
@@ -132,8 +132,6 @@ def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     for (ts, node), tick in moved.items():
         for gpu, metrics in out.samples.pop((ts, node), {}).items():
             out.samples[(tick, node)][gpu].update(metrics)
-    for (ts, node, gpu) in [k for k in out.xids if (k[0], k[1]) in moved]:
-        out.xids[(moved[(ts, node)], node, gpu)].extend(out.xids.pop((ts, node, gpu)))
     for (ts, node, gpu) in [k for k in out.jobs if (k[0], k[1]) in moved]:
         out.jobs[(moved[(ts, node)], node, gpu)] = out.jobs.pop((ts, node, gpu))
     if stats is not None:
