@@ -37,3 +37,21 @@ def test_an_xid_keeps_its_own_time_in_the_frames_the_store_and_the_alert(
     [alert] = [a for a in store.alerts() if a.rule == "gpu_xid_critical"]
     assert alert.started_ts == T0 + 33 and "20:27:13Z to 20:27:43Z" in alert.message
     store.close()
+
+
+def test_a_replayed_burst_of_sixteen_xids_within_two_ms_is_sixteen_stored_events(
+        tmp_path: Path) -> None:
+    """The kernel log's 16 x XID 13 at .283302 ... .285147 s: the alert counts 16, and so
+    does the store (it kept 3, one per millisecond)."""
+    lines = ["timestamp,node,gpu,metric,value"]
+    for t in range(0, 120, 10):
+        lines += [f"{T0 + t},n38,{g},gpu_temp_c,50" for g in range(8)]
+    lines += [f"{T0 + 40.283302 + k * 0.000123:.6f},n38,0,xid,13" for k in range(16)]
+    path = tmp_path / "burst.csv"
+    path.write_text("\n".join(lines) + "\n")
+    store = SqliteStore(tmp_path / "s.db")
+    replay([path], detectors(DetectorsConfig()), io.StringIO(), store=store)
+    assert len(store.events(T0, T0 + 120, kinds=["xid"])) == 16
+    [alert] = [a for a in store.alerts() if a.rule == "gpu_xid_info"]
+    assert "16x" in alert.message
+    store.close()
