@@ -181,7 +181,8 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
                              args.skip_bad, store, args.cluster, args.rack,
                              keep_firing_s=config.alerts.keep_firing_s,
                              series=Series(args.metric, args.node, args.gpu),
-                             gpu_model=args.gpu_model)
+                             gpu_model=args.gpu_model,
+                             lost_silent_s=config.detectors.gpu_lost_silent_s)
         except ReplayError as exc:
             print(f"fleetwatch replay: {exc}", file=sys.stderr)
             return EXIT_ERROR

@@ -99,7 +99,7 @@ from typing import IO, TextIO
 
 from fleetwatch.collectors.nvml.metrics import ZERO_IS_ABSENT
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.recorded_values import BACK_HOUR, fall_back, utc
+from fleetwatch.recorded_values import BACK_HOUR, RATIO_OVERSHOOT, fall_back, utc
 
 LONG_COLUMNS = ("timestamp", "node", "gpu", "metric", "value")
 SERIES_TIME = ("timestamp", "time", "ts", "date", "datetime")
@@ -133,6 +133,10 @@ class Reading:
     xid_last: dict[tuple[str, int], dict[float, int]] = field(
         default_factory=lambda: defaultdict(dict))
     zero_absent: dict[str, int] = field(default_factory=dict)  # metric -> 0s read as absent
+    overshoot: dict[str, int] = field(default_factory=dict)  # metric -> ratios read as 1
+    # How long a GPU's samples must stop (its node's going on) to read it as lost, absent
+    # an XID 79 (recorded_ticks.mark_lost; detectors.gpu_lost_silent_s).
+    lost_silent_s: float = 300.0
     # The readings below key a node by ``place``'s key: its name, unless a node of that name
     # in another cluster was read first (then "cluster/name", its name kept in ``names``).
     places: dict[str, tuple[str, str]] = field(default_factory=dict)  # key -> (cluster, rack)
@@ -255,7 +259,7 @@ class Reading:
 def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str = "replay",
                rack: str = "unknown", series: Series | None = None,
                emit: Callable[[list[list[Frame]]], None] | None = None,
-               model: str = "") -> Reading:
+               model: str = "", lost_silent_s: float = 300.0) -> Reading:
     """Read every file (the layout told by its header) into one ``Reading``.
 
     ``series`` says what one-series files measure; given, at least one file must be
@@ -265,7 +269,7 @@ def read_files(paths: Iterable[str | Path], skip_bad: bool = False, cluster: str
     read as a stream, in memory bounded by a window of time (``recorded_stream``).
     """
     paths = list(paths)
-    out = Reading()
+    out = Reading(lost_silent_s=lost_silent_s)
     stream = None
     if emit is not None and len(paths) == 1:
         from fleetwatch.recorded_stream import Stream
@@ -374,6 +378,10 @@ def _xid_events(out: Reading) -> None:
 
 
 def _note_zero_absent(out: Reading) -> None:
+    for metric, n in sorted(out.overshoot.items()):
+        out.notes.append(f"{n:,} sample{'s' if n != 1 else ''} of {metric} a little above 1 "
+                         f"(up to {1 + RATIO_OVERSHOOT:g}) read as 1: DCGM's ratios overshoot "
+                         "now and then (NVIDIA/DCGM#152); further above is a bad row")
     for metric, n in sorted(out.zero_absent.items()):
         out.notes.append(f"{n:,} sample{'s' if n != 1 else ''} of {metric} equal to 0 read as "
                          "absent, as the agent reads them: GDDR boards (L4, L40S) have no "

@@ -11,10 +11,22 @@ from pathlib import Path
 
 from fleetwatch.catalogue import DCGM_ALIASES, catalogue
 from fleetwatch.recorded import Reading
-from fleetwatch.recorded_values import XID, XID_FIELDS, _value, parse_time, xid_code
+from fleetwatch.recorded_values import (
+    RATIO_OVERSHOOT,
+    XID,
+    XID_FIELDS,
+    _value,
+    parse_time,
+    xid_code,
+)
 
 # AcmeTrace's cluster (Prometheus) files: their metric, and the scale to our unit.
 ACME_HOST = {"NODE_CPU_UTILIZATION": ("host_cpu_util_pct", 100.0)}
+# A file of ratios is in percent when more than this share of its values is above 1 (and
+# DCGM's overshoot): a busy GPU's percent is above 1 most of the time, while a ratio is
+# above it only by a glitch (one cell of 1.0001 once divided a whole file by 100). A file
+# with fewer, and epoch times, is read as 0..1; its values far above 1 are bad rows.
+PERCENT_SHARE = 0.01
 # A GPU's column: IP-N or IP_N (AcmeTrace's servers are named by their IP), or any node
 # name with a separator no hostname has (NAME:N, NAME/N, NAME/gpuN) or the word gpu
 # (NAME-gpuN). A hostname's own number, as in gpu-node-01, is no GPU index: read as one,
@@ -96,8 +108,8 @@ def read_acme(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
                 continue  # no sample: the metric is absent, never 0
             out.places.setdefault(node, (cluster, rack))
             try:
-                value = xid_code(cell, zero=True) if metric == XID else _value(cell, metric,
-                                                                                factor)
+                value = xid_code(cell, zero=True) if metric == XID else _value(
+                    cell, metric, factor, out.overshoot)
             except ValueError as exc:
                 out.bad(f"{p} line {n}, column {column}", str(exc), skip)
                 continue
@@ -111,18 +123,26 @@ def _scale(p: Path, factor: float, table: list[tuple[float, int, list[str]]], da
            out: Reading) -> float:
     """The factor for a file of ratios (DCGM's 0..1, CPU's 0..1): AcmeTrace's notebook
     multiplies them by 100 as it writes its files, which it writes with date-time times
-    (its input, as collected, has epoch seconds). A value above 1 is percent whatever
-    the times; on a mostly idle cluster every value may be under 1 either way, so the
-    times decide. The summary says which scale was read."""
-    above = any((_float(v) or 0.0) > 1.0 for _, _, cells in table for v in cells if v)
-    if above or dated:
-        why = ("values above 1" if above else "no value above 1, but date-time times: the "
-               "AcmeTrace notebook's files, which it scales to percent")
-        out.notes.append(f"{p.name}: ratios read as percent ({why}); divided by 100")
+    (its input, as collected, has epoch seconds). The bulk of the values decides: over
+    ``PERCENT_SHARE`` of them above 1 (and DCGM's overshoot) is percent whatever the times;
+    on a mostly idle cluster every value may be under 1 either way, so the times decide.
+    The summary says which scale was read and how many values led to it."""
+    limit = 1.0 + RATIO_OVERSHOOT
+    values = [x for _, _, cells in table for v in cells if v and (x := _float(v)) is not None]
+    above = sum(x > limit for x in values)
+    counted = f"{above:,} of {len(values):,} values above {limit:g}"
+    if above > PERCENT_SHARE * len(values):
+        out.notes.append(f"{p.name}: ratios read as percent ({counted}, over "
+                         f"{PERCENT_SHARE:.0%}); divided by 100")
         return factor / 100.0
-    out.notes.append(f"{p.name}: ratios read as 0..1 (no value above 1, and epoch times: the "
-                     "layout as collected; the AcmeTrace notebook's percent files have "
-                     "date-time times)")
+    if dated:
+        out.notes.append(f"{p.name}: ratios read as percent ({counted}, but date-time times: "
+                         "the AcmeTrace notebook's files, which it scales to percent); "
+                         "divided by 100")
+        return factor / 100.0
+    out.notes.append(f"{p.name}: ratios read as 0..1 ({counted}, at most {PERCENT_SHARE:.0%}, "
+                     "and epoch times: the layout as collected; the AcmeTrace notebook's "
+                     "percent files have date-time times)")
     return factor
 
 

@@ -70,7 +70,7 @@ def read_series(p: Path, header: list[str], rows: Iterator[list[str]], out: Read
             continue  # no sample: the metric is absent, never 0
         try:
             ts, naive = _parse_time(row[0])
-            value = _value(row[1], metric, factor)
+            value = _value(row[1], metric, factor, out.overshoot)
         except ValueError as exc:
             out.bad(where, str(exc), skip)
             continue
@@ -148,7 +148,7 @@ def read_long(p: Path, header: list[str], rows: Iterator[list[str]], out: Readin
                 except ValueError as exc:
                     raise ValueError(f"column value: {exc}") from None
             else:
-                value = _value(row[i_value], metric, factor)
+                value = _value(row[i_value], metric, factor, out.overshoot)
         except ValueError as exc:
             out.bad(f"{p} line {n}", str(exc), skip)
             continue

@@ -47,7 +47,7 @@ class Stream:
         self.out, self.emit, self.model, self.window_s = out, emit, model, window_s
         self.next_seal = math.inf
         self.parts = 0
-        self.lost = LostState()
+        self.lost = LostState(silent_s=out.lost_silent_s)
         self.ticks = TickStats()
         self.xid_last: dict[tuple[str, int], int] = {}
         self.known: dict[str, set[int]] = defaultdict(set)

@@ -11,12 +11,16 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-# A GPU absent from its node's frames for more than this many of its own intervals, while
-# other GPUs of the node go on, is read as lost. One or two missing samples are a
-# scrape's hiccup. The agent's rule, one definition: a GPU that fell off the bus it
-# reports at its next read, one that answers nothing after as many of its ticks.
+# A GPU absent from its node's frames for more than this many of its own intervals, and
+# for over ``LOST_SILENT_S``, while other GPUs of the node go on, is read as lost. A GPU
+# that fell off the bus does not come back by itself (it needs a reset or a reboot), while
+# a series that stops for less is a scrape's or an exporter's gap, routine in collected
+# data: 5 minutes is Prometheus's own staleness window, after which it too deems a series
+# gone. XID 79 says it at once (the agent marks such a GPU lost at its next read).
 from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_OFF_BUS
-from fleetwatch.recorded_values import XID, utc
+from fleetwatch.recorded_values import utc
+
+LOST_SILENT_S = 300.0  # the default of detectors.gpu_lost_silent_s
 
 if TYPE_CHECKING:
     from fleetwatch.recorded import Reading
@@ -85,14 +89,14 @@ def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     earlier one under half an interval before it, unless a series of it already has a
     sample in that tick (a sample is never dropped or merged with its own series). The
     tick takes its first time. Exactly aligned data has one time a tick, and is kept.
+    An XID is an event, not a sample: it keeps its own time (the kernel's), in a frame of
+    its own where no sample shares it, so its stored event and alert say when it happened.
     """
     stamps: dict[str, dict[float, set[tuple[int | None, str]]]] = defaultdict(dict)
     for (ts, node), per_gpu in out.samples.items():
         keys = stamps[node].setdefault(ts, set())
         for gpu, metrics in per_gpu.items():
             keys.update((gpu, m) for m in metrics)
-    for ts, node, gpu in out.xids:
-        stamps[node].setdefault(ts, set()).add((gpu, XID))
     moved: dict[tuple[float, str], float] = {}
     steps: set[float] = set()
     before = after = 0
@@ -128,8 +132,6 @@ def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     for (ts, node), tick in moved.items():
         for gpu, metrics in out.samples.pop((ts, node), {}).items():
             out.samples[(tick, node)][gpu].update(metrics)
-    for (ts, node, gpu) in [k for k in out.xids if (k[0], k[1]) in moved]:
-        out.xids[(moved[(ts, node)], node, gpu)].extend(out.xids.pop((ts, node, gpu)))
     for (ts, node, gpu) in [k for k in out.jobs if (k[0], k[1]) in moved]:
         out.jobs[(moved[(ts, node)], node, gpu)] = out.jobs.pop((ts, node, gpu))
     if stats is not None:
@@ -165,11 +167,13 @@ class LostState:
     since: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     off_bus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
     episodes: list[str] = field(default_factory=list)
+    silent_s: float = LOST_SILENT_S
 
 
 def mark_lost(out: Reading, state: LostState | None = None) -> None:
     """A GPU absent from its node's frames for over ``LOST_AFTER_INTERVALS`` of its own
-    intervals while other GPUs of the node go on is lost in those frames, until it is back.
+    intervals and over ``state.silent_s``, while other GPUs of the node go on, is lost in
+    those frames, until it is back (its alert then ends at once: gpu_errors).
 
     That is how a GPU that fell off the bus (XID 79) looks in a recording: its series
     stop, its node's go on. The agent reports such a GPU as state "lost", which the
@@ -191,7 +195,7 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
         if XID_FALLEN_OFF_BUS in codes:
             fallen[node].setdefault(ts, set()).add(gpu)
     whole = state is None
-    state = state or LostState()
+    state = state or LostState(silent_s=out.lost_silent_s)
     episodes = state.episodes
     for node, at in sorted(present.items()):
         times = sorted(at)
@@ -212,8 +216,8 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
             here = at[ts]
             for gpu, seen_ts in last.items():
                 step = own.get(gpu) or node_step
-                if gpu not in here and (gpu in off_bus or step and
-                                        ts - seen_ts > LOST_AFTER_INTERVALS * step):
+                if gpu not in here and (gpu in off_bus or step and ts - seen_ts > max(
+                        LOST_AFTER_INTERVALS * step, state.silent_s)):
                     out.lost[(ts, node)].add(gpu)
                     since.setdefault(gpu, ts)
             off_bus -= here
@@ -235,6 +239,6 @@ def note_lost(out: Reading, state: LostState) -> None:
         shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
                                            if len(episodes) > 5 else "")
         out.notes.append(
-            f"GPUs read as lost (their samples stopped for over {LOST_AFTER_INTERVALS} of "
-            f"their intervals while other GPUs of their node went on, as a GPU that fell "
-            f"off the bus does, or at once after its XID 79): {shown}")
+            f"GPUs read as lost (their samples stopped for over {state.silent_s:g} s and "
+            f"{LOST_AFTER_INTERVALS} of their intervals while other GPUs of their node went "
+            f"on, as a GPU that fell off the bus does, or at once after its XID 79): {shown}")

@@ -17,6 +17,12 @@ XID_LAST = "DCGM_FI_DEV_XID_ERRORS"
 XID_FIELDS = ("XID_ERRORS", XID_LAST)
 XID_MAX = 65535  # the driver's codes, as fleetwatch/xids.csv is checked: 1..65535
 
+# DCGM's ratios (SM, tensor, DRAM activity) are quotients of counters read a moment apart
+# and come out a little above 1 now and then (NVIDIA/DCGM#152): up to this much above
+# their maximum is read as the maximum, counted and said; more is no reading (a bad row),
+# in every layout alike. The same amount tells an AcmeTrace file in percent (_scale).
+RATIO_OVERSHOOT = 0.05
+
 BACK_HOUR = (3000.0, 4200.0)  # a step back of a series' time read as a DST change (s)
 # Where clocks fall back, as local times written without a zone show it: in the night
 # (US 02:00 -> 01:00, EU and Australia 03:00 -> 02:00, Chile 24:00 -> 23:00, so the
@@ -59,8 +65,12 @@ def _parse_time(text: str) -> tuple[float, bool]:
     return value, False
 
 
-def _value(text: str, metric: str, factor: float = 1.0) -> float:
-    """The value in our unit (``factor`` times the text's), checked against the catalogue."""
+def _value(text: str, metric: str, factor: float = 1.0,
+           seen: dict[str, int] | None = None) -> float:
+    """The value in our unit (``factor`` times the text's), checked against the catalogue.
+
+    A ratio up to ``RATIO_OVERSHOOT`` above its maximum is read as the maximum, and
+    counted in ``seen`` (metric -> samples) for the summary."""
     try:
         value = float(text)
     except ValueError:
@@ -70,6 +80,10 @@ def _value(text: str, metric: str, factor: float = 1.0) -> float:
     value *= factor
     if metric not in (XID, XID_LAST):
         m = _metric(metric)
+        if m.unit == "ratio" and m.max < value <= m.max + RATIO_OVERSHOOT:
+            if seen is not None:
+                seen[metric] = seen.get(metric, 0) + 1
+            return m.max
         if not m.min <= value <= m.max:
             raise ValueError(f"{metric} = {value:g} is outside its possible range "
                              f"{m.min:g}..{m.max:g} {m.unit}")

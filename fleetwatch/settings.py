@@ -320,6 +320,8 @@ class DetectorsConfig:
     # A node with no frame for silent_intervals of its own interval (and silent_min_s).
     silent_intervals: float = ranged(6.0, 2.0, 1000.0)
     silent_min_s: float = ranged(60.0, 1.0, 86_400.0)
+    # Replay: a GPU whose samples stop while its node's go on is lost after this long.
+    gpu_lost_silent_s: float = ranged(300.0, 0.0, 86_400.0)
     # Job peers: SM activity (or utilization), clocks and power against the job's other GPUs.
     stuck_activity: float = ranged(0.02, 0.0, 1.0)
     busy_activity: float = ranged(0.3, 0.0, 1.0)

@@ -56,6 +56,9 @@ class Finding:
 REVISION = "revision"
 # Evidence key: how drastic the alert's suggested action is (an XID's rank in the table).
 RANK = "rank"
+# Evidence key: how long the alert stays firing once judged clear, where its rule knows
+# better than ``alerts.keep_firing_s`` (a lost GPU that answers again is back: 0).
+KEEP_FIRING = "keep_firing_s"
 
 
 class OpenAlert(Protocol):

@@ -16,7 +16,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding
+from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.batch import COL, Batch, gpu_finding
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.held_jobs import HeldJobs
@@ -201,9 +201,11 @@ class GpuErrors(WaveDetector):
             # The agent reports a GPU NVML calls lost, or one that answered no call for
             # several ticks while its node's other GPUs did; a recording, one whose series
             # stop for as many intervals while its node's other GPUs go on
-            # (collectors/nvml/reader.py LOST_AFTER_INTERVALS).
+            # (collectors/nvml/reader.py LOST_AFTER_INTERVALS), for over gpu_lost_silent_s.
+            # A GPU that answers again is back: its alert ends at once (no keep-firing).
             return gpu_finding(f, g, rule, 1.0, f"{where} is lost: it no longer answers while "
-                               "its node does (fallen off the bus?)", "critical", 0.0, v,
+                               "its node does (fallen off the bus?)", "critical", 0.0,
+                               {**v, KEEP_FIRING: 0.0},
                                "Drain the node and reboot it; check the GPU's PCIe slot and "
                                "power if it repeats")
         if rule in ("gpu_row_remap_pending", "gpu_row_remap_failure"):

@@ -18,7 +18,9 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   A pending alert that clears resolves at once. A firing one resolves once its
   subject has been judged clear for ``keep_firing_s`` (Prometheus's
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
-  across it, is one alert that stays firing, not a page each time it crosses.
+  across it, is one alert that stays firing, not a page each time it crosses. A
+  finding whose evidence carries ``keep_firing_s`` (``KEEP_FIRING``) sets its own (a
+  lost GPU that answers again is back: 0, resolved at once).
 * Boards: a finding that names its GPU board (``Finding.board``: an XID) while the
   open alert names another (the slot's board was replaced) resolves that alert, which
   stays about the old board, and opens a new one about the new board.
@@ -47,7 +49,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import RANK, REVISION, Finding
+from fleetwatch.models import KEEP_FIRING, RANK, REVISION, Finding
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
@@ -281,9 +283,10 @@ class AlertBook:
                 return None, None
             if alert.state == "resolved":
                 return None, None
-            if alert.state == "firing" and self.keep_firing_s > 0 and meta is not None:
+            keep = (alert.evidence or {}).get(KEEP_FIRING, self.keep_firing_s)
+            if alert.state == "firing" and keep > 0 and meta is not None:
                 since = ts if meta.clear_since is None else meta.clear_since
-                if ts - since < self.keep_firing_s:
+                if ts - since < keep:
                     return None, dataclasses.replace(meta, clear_since=since)
             return dataclasses.replace(alert, state="resolved", updated_ts=ts,
                                        resolved_ts=ts), None

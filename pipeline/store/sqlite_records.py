@@ -7,7 +7,10 @@ with no edit here; a read-only reader of a file that lacks such a column
 reads it as the field's default. Two clusters whose nodes share names never share a row.
 
 Events: one row per (ts in ms, kind, cluster, rack, node, device, code,
-value), with their text: SQLite keeps every part of an ``Event``.
+value, exact ts), with their text: SQLite keeps every part of an ``Event``. The exact
+time is part of the key, so that events microseconds apart (a kernel's burst of one
+XID) are each kept, while one written again (a batch retried) is still one row; a file
+of earlier versions, keyed by the millisecond, is migrated on open (``_key_events``).
 
 Every ``sqlite3`` error becomes a ``StoreError`` (transient: a locked
 database, a full disk, I/O) or a ``StoreRejected`` (the data itself: a
@@ -52,6 +55,14 @@ _ALERT_COLUMNS = [name for name, _ in ALERT_FIELDS]
 # Fields kept as JSON text: mappings (evidence) and sequences.
 _JSON = {name: kind for name, kind in ALERT_FIELDS if kind in ("mapping", "json")}
 
+_EVENTS_TABLE = """CREATE TABLE IF NOT EXISTS {name} (
+    ts_ms INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, cluster TEXT NOT NULL,
+    rack TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, code INTEGER NOT NULL,
+    value TEXT NOT NULL, text TEXT NOT NULL,
+    PRIMARY KEY (ts_ms, kind, cluster, rack, node, device, code, value, ts)) WITHOUT ROWID"""
+# The events key of earlier versions ended at value: events in one ms were one row.
+_OLD_EVENTS_KEY = "code, value))"
+
 RECORDS_SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS {ALERT_TABLE} (
     {", ".join(f"{name} {_COLUMN_TYPES[kind]}" for name, kind in ALERT_FIELDS)},
@@ -60,11 +71,7 @@ CREATE INDEX IF NOT EXISTS alert_states_by_state ON {ALERT_TABLE} (state, update
 CREATE TABLE IF NOT EXISTS {ANNOTATION_TABLE} (
     kind TEXT, start_ts REAL, end_ts REAL, node TEXT, device TEXT, text TEXT, cluster TEXT,
     UNIQUE (kind, start_ts, cluster, node, device));
-CREATE TABLE IF NOT EXISTS events (
-    ts_ms INTEGER NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL, cluster TEXT NOT NULL,
-    rack TEXT NOT NULL, node TEXT NOT NULL, device TEXT NOT NULL, code INTEGER NOT NULL,
-    value TEXT NOT NULL, text TEXT NOT NULL,
-    PRIMARY KEY (ts_ms, kind, cluster, rack, node, device, code, value)) WITHOUT ROWID;
+{_EVENTS_TABLE.format(name="events")};
 CREATE INDEX IF NOT EXISTS events_by_node ON events (node, ts_ms);
 """
 
@@ -104,6 +111,7 @@ class SqliteRecords:
 
     def _create_records(self, conn: sqlite3.Connection) -> None:
         conn.executescript(RECORDS_SCHEMA)
+        _key_events(conn)
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
         for name, kind in ALERT_FIELDS:  # a field added to Alert since the file was made
             if name not in have:
@@ -241,6 +249,22 @@ class SqliteRecords:
                   for kind, cluster, rack, node_, device, code, value, count, first, last
                   in rows]
         return sorted(groups, key=group_order)
+
+
+def _key_events(conn: sqlite3.Connection) -> None:
+    """Move the events of a file keyed by the millisecond into a table keyed by the exact
+    time too (their rows are kept as they are; what was merged before is gone)."""
+    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND "
+                       "name = 'events'").fetchone()
+    if row is None or not row[0].replace(" ", "").endswith(_OLD_EVENTS_KEY.replace(" ", "")
+                                                            + "WITHOUTROWID"):
+        return
+    with conn:
+        conn.execute(_EVENTS_TABLE.format(name="events_keyed"))
+        conn.execute("INSERT OR IGNORE INTO events_keyed SELECT * FROM events")
+        conn.execute("DROP TABLE events")
+        conn.execute("ALTER TABLE events_keyed RENAME TO events")
+        conn.execute("CREATE INDEX IF NOT EXISTS events_by_node ON events (node, ts_ms)")
 
 
 def _to_column(name: str, value: Any) -> Any:

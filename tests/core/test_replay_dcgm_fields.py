@@ -98,3 +98,17 @@ def test_a_real_memory_temperature_is_kept(tmp_path: Path) -> None:
     reading = read_files([long_csv(tmp_path / "h100.csv", [0] * 3, mem_temp=44)])
     assert frames(reading)[0][0].gpus[0].metrics["gpu_mem_temp_c"] == 44
     assert not any("read as absent" in n for n in reading.notes)
+
+
+def test_the_readmes_examples_of_dcgm_fields_passed_over_are_not_read() -> None:
+    """The README names DCGM fields replay passes over: none may be one it reads."""
+    import re
+
+    from fleetwatch.catalogue import DCGM_ALIASES, catalogue
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    said = re.search(r"defines but fleetwatch does not use \(([^:]*):", readme)
+    assert said is not None
+    named = re.findall(r"`(DCGM_FI_\w+)`", said[1])
+    read = {m.dcgm for m in catalogue().metrics if m.dcgm} | set(DCGM_ALIASES)
+    assert named and not set(named) & read

@@ -184,10 +184,12 @@ def test_acmetrace_gpu_columns(tmp_path: Path, column: str, node: str, gpu: int)
 
 
 @pytest.mark.parametrize("time, cells, read, scale", [
-    (str(T0), "0.8,0.5", 0.8, "ratios read as 0..1 (no value above 1, and epoch times"),
+    (str(T0), "0.8,0.5", 0.8,
+     "ratios read as 0..1 (0 of 2 values above 1.05, at most 1%, and epoch times"),
     ("2026-05-29 04:26:40+08:00", "0.8,0.5", 0.008,
-     "ratios read as percent (no value above 1, but date-time times: the AcmeTrace notebook"),
-    (str(T0), "80,50", 0.8, "ratios read as percent (values above 1)"),
+     "ratios read as percent (0 of 2 values above 1.05, but date-time times: the AcmeTrace "
+     "notebook"),
+    (str(T0), "80,50", 0.8, "ratios read as percent (2 of 2 values above 1.05, over 1%)"),
 ])
 def test_acmetrace_ratio_scale_is_told_by_the_files_form_and_said(
         tmp_path: Path, time: str, cells: str, read: float, scale: str) -> None:
@@ -281,19 +283,19 @@ def test_naive_local_times_across_the_dst_fall_back_are_pointed_at(tmp_path: Pat
 # -- 12: a GPU that falls off the bus; jobs ----------------------------------------------------
 
 def test_a_gpu_whose_series_stop_while_its_node_goes_on_is_lost(tmp_path: Path) -> None:
-    # GPU 2's rows stop after tick 9 of 30; the node's other GPUs go on.
-    text = "\n".join(line for line in fleet(30).splitlines()
+    # GPU 2's rows stop after tick 9 of 40; the node's other GPUs go on.
+    text = "\n".join(line for line in fleet(40).splitlines()
                      if not (",n1,2," in line and int(line.split(",")[0]) >= T0 + 150)) + "\n"
     reading = read_files([write(tmp_path / "x.csv", text)])
     batches = frames(reading)
     states = [{g.index: g.state for g in b[0].gpus}.get(2) for b in batches]
-    # Last seen at 135 s; lost once over three intervals (45 s) have passed: from 195 s.
+    # Last seen at 135 s; lost once over gpu_lost_silent_s (300 s) have passed: from 450 s.
     # In between it is listed with no metrics, as the agent lists a GPU that missed a read
     # (a frame without it would read as another agent's, node_name_conflict).
-    assert states[:10] == ["ok"] * 10 and states[10:13] == ["ok"] * 3
-    assert [{g.index: g.metrics for g in b[0].gpus}[2] for b in batches[10:13]] == [{}] * 3
-    assert states[13:] == ["lost"] * 17
-    assert any("GPUs read as lost" in n and "n1 GPU 2 from 2026-05-28 20:29:55 UTC to the end "
+    assert states[:30] == ["ok"] * 30
+    assert [{g.index: g.metrics for g in b[0].gpus}[2] for b in batches[10:30]] == [{}] * 20
+    assert states[30:] == ["lost"] * 10
+    assert any("GPUs read as lost" in n and "n1 GPU 2 from 2026-05-28 20:34:10 UTC to the end "
                "(last sample 2026-05-28 20:28:55 UTC)" in n for n in reading.notes)
     changes, summary = run(tmp_path, text)
     assert "gpu_lost" in fired(changes)
@@ -310,14 +312,11 @@ def test_a_short_gap_a_returning_gpu_and_a_whole_node_stopping_are_not_lost(
     text = "\n".join(filter(keep, fleet(30).splitlines())) + "\n"
     reading = read_files([write(tmp_path / "g.csv", text)])
     assert not reading.lost and not any("lost" in n for n in reading.notes)
-    # A GPU gone for 5 ticks and back: lost in between, then ok again, and both said.
+    # A GPU gone for 5 ticks (75 s) and back: a scrape's gap, not a GPU off the bus.
     text = "\n".join(line for line in fleet(30).splitlines()
                      if not (",n1,3," in line and 10 <= (int(line[:10]) - T0) // 15 < 15))
     reading = read_files([write(tmp_path / "b.csv", text + "\n")])
-    lost = sorted(int(ts - T0) // 15 for (ts, _), gpus in reading.lost.items() if 3 in gpus)
-    assert lost == [13, 14]
-    assert any("n1 GPU 3 from 2026-05-28 20:29:55 UTC until it came back at "
-               "2026-05-28 20:30:25 UTC" in n for n in reading.notes)
+    assert not reading.lost and not any("lost" in n for n in reading.notes)
 
 
 def test_the_job_column_lets_the_job_rules_judge_a_stuck_gpu(tmp_path: Path) -> None:

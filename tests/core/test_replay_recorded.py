@@ -99,3 +99,30 @@ def test_the_summary_of_one_series_claims_no_rule_it_cannot_judge(
     for rule in ("gpu_ecc_dbe", "gpu_nvlink_errors", "gpu_pcie_replay", "gpu_retired_pages",
                  "gpu_xid_critical"):
         assert f"{rule}: not judged: lacked " in said[rule], said[rule]
+
+
+# NAB's four labelled windows of this series (labels/combined_windows.json).
+WINDOWS = [("2013-12-10 06:25:00", "2013-12-12 05:35:00"), WINDOW,
+           ("2014-01-27 14:20:00", "2014-01-29 13:30:00"),
+           ("2014-02-07 14:55:00", "2014-02-09 14:05:00")]
+
+
+def test_the_series_converted_from_fahrenheit_as_the_readme_says(
+        real_data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """NAB gives no unit; the values (2 to 108) say °F. Converted as the README shows, the
+    79 days raise no alert outside NAB's failure windows, and the README says what they do
+    raise: 4 alerts, gpu_temp_sensor_invalid, 2 in the second window and 2 in the fourth."""
+    converted = tmp_path / "machine_c.csv"
+    with (real_data / SERIES).open(newline="") as f, converted.open("w") as w:
+        w.write("timestamp,gpu_temp_c\n")
+        for row in csv.DictReader(f):
+            w.write(f"{row['timestamp']},{(float(row['value']) - 32) * 5 / 9:.2f}\n")
+    assert main(["replay", "--skip-bad", str(converted)]) == 0
+    changes = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    got = [(c["rule"], [i for i, (a, b) in enumerate(WINDOWS, 1)
+                        if epoch(a) <= c["fired_ts"] <= epoch(b)]) for c in fired(changes)]
+    assert got == [("gpu_temp_sensor_invalid", [2])] * 2 + [("gpu_temp_sensor_invalid", [4])] * 2
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    assert "($2-32)*5/9" in readme
+    assert ("4 alerts, all `gpu_temp_sensor_invalid` (a reading under 5 °C), 2 in NAB's second "
+            "labelled window and 2 in its fourth") in " ".join(readme.split())
