@@ -101,7 +101,9 @@ class NodeSource:
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
-        self._pod_jobs: dict[str, str] = {}  # "pod:<uid>" -> "<namespace>/<pod>" (or itself)
+        # "pod:<uid>" -> "<namespace>/<pod>" (or itself) and the kubelet's answer that named
+        # it: the pod labels of its GPU come from that same answer, never a later pod's.
+        self._pod_jobs: dict[str, tuple[str, PodInfo | None]] = {}
         self.kernel_log = kernel_log
         self.xids = XidMerger(clock=clock)
         self.nvml: NvmlReader | None = None
@@ -181,7 +183,7 @@ class NodeSource:
         except NvmlDriverGone as exc:
             self._driver_gone(exc)
             return ()
-        self.jobs.prune(read.pids)
+        self.jobs.check(read.pids)
         self.mig = read.mig
         gpus = self._attribute(read.gpus, read.pids)
         kernel = self._kernel_xids(gpus)
@@ -234,6 +236,9 @@ class NodeSource:
                 metrics = {**metrics, **got}
                 extra["profiling"] = "dcgm"
             pod = pods.get(g.uuid)
+            job = g.job
+            if _pod_job(g.job):
+                job, pod = self._pod_job_name(g.job, pod)
             if pod is not None:
                 extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
             # Energy per user and team: Slurm's job user and account, else on Kubernetes
@@ -247,7 +252,6 @@ class NodeSource:
             team = self.jobs.team_of_pids(held) or ns
             if team:
                 extra["team"] = team
-            job = self._pod_job_name(g.job, pod) if _pod_job(g.job) else g.job
             # The codec takes info values of 1..256 printable characters: keep to that here
             # rather than have the processor dead-letter the whole frame.
             extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
@@ -260,19 +264,21 @@ class NodeSource:
                               if g.job in self._pod_jobs}
         return out
 
-    def _pod_job_name(self, job: str | None, pod: PodInfo | None) -> str | None:
+    def _pod_job_name(self, job: str | None, pod: PodInfo | None
+                      ) -> tuple[str | None, PodInfo | None]:
         """A pod's job as people name it, ``<namespace>/<pod>``, where the kubelet named
-        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was."""
+        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was;
+        with the pod of that answer (None where it named none), for the GPU's labels."""
         assert job is not None
-        name = self._pod_jobs.get(job)
-        if name is None:
+        named = self._pod_jobs.get(job)
+        if named is None:
             # A kubelet that failed to answer gave its last answer: perhaps another pod's.
             answered = self.pods is not None and not self.pods.failing
-            name = job
+            named = (job, None)
             if answered and pod is not None and not pod.shared and pod.namespace and pod.pod:
-                name = f"{pod.namespace}/{pod.pod}"
-            self._pod_jobs[job] = name
-        return name
+                named = (f"{pod.namespace}/{pod.pod}", pod)
+            self._pod_jobs[job] = named
+        return named
 
     def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
         if not extra:

@@ -90,3 +90,21 @@ def test_a_new_pod_is_named_from_a_fresh_kubelet_answer_and_keeps_its_name(
     answer[0] = list_response([])       # the pod stays, whatever the kubelet says later
     assert source.frames(time.time())[0].gpus[0].job == "ns/new-0"
     source.close()
+
+
+def test_a_pods_labels_come_from_the_answer_that_named_its_job(
+        kubelet, tree: NodeTree) -> None:  # noqa: F811 - the fixture
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003]
+    answer[0] = list_response([("job-x", "batch", "c", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    source = node_source(config(tree), nvml=nv,
+                         pods=PodMapper(GrpcPodLister(socket), refresh_s=0))
+    source.frames(time.time())
+    # The kubelet already names the next pod while job-x's process still runs there.
+    answer[0] = list_response([("job-y", "other", "d", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert g.job == "batch/job-x"
+    assert (g.info["pod"], g.info["namespace"], g.info["container"]) == ("job-x", "batch", "c")
+    assert (g.info["user"], g.info["team"]) == ("batch", "batch")
