@@ -35,6 +35,7 @@ from fleetwatch.dashboards.job_data import (
     gpu_stats,
     read_job,
 )
+from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Store, StoreError
 
 PREFIX = "/job/"
@@ -124,12 +125,14 @@ def find_box() -> html.Div:
 
 
 def jobs_line(jobs: Mapping[int, str], cluster: str | None = None) -> list[Any]:
-    """The node page's line of its GPUs' current jobs, each a link to its job page."""
+    """The node page's line of its GPUs' current jobs, each a link to its job page (each
+    job of a shared GPU, comma-joined in ``jobs``, its own)."""
     if not jobs:
         return ["No job on its GPUs now"]
     by_job: dict[str, list[int]] = {}
-    for gpu, name in sorted(jobs.items()):
-        by_job.setdefault(name, []).append(gpu)
+    for gpu, names in sorted(jobs.items()):
+        for name in sorted(split_jobs(names)):
+            by_job.setdefault(name, []).append(gpu)
     out: list[Any] = ["Jobs now: "]
     for i, (name, gpus) in enumerate(sorted(by_job.items(), key=lambda kv: kv[1][0])):
         out += [", " if i else "", dcc.Link(f"job {name}", href=job_href(name, cluster),

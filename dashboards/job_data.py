@@ -18,6 +18,7 @@ from typing import Any
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards.data import FUTURE_SLACK_S, POWER, TEMP, UTIL, read_alerts
 from fleetwatch.dashboards.energy_data import Share, _factors, shares
+from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import Alert, Event, Store, gpu_index
 from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow, EnergyTotal, bucket_floor
 
@@ -89,7 +90,10 @@ def job_spans(events: Iterable[Event], job: str, since_ts: float) -> list[Job]:
     per_gpu: dict[tuple[str, str, int], list[Event]] = {}
     for e in events:
         index = gpu_index(e.device)
-        if e.value == job and e.kind in JOB_EVENTS and index is not None:
+        # A GPU's value of several jobs is comma-joined (events stored before they were
+        # one per job): the job is one of them.
+        if (e.kind in JOB_EVENTS and index is not None
+                and (e.value == job or job in split_jobs(e.value))):
             per_gpu.setdefault((e.cluster, e.node, index), []).append(e)
     by_cluster: dict[str, list[JobGpu]] = {}
     for (cluster, node, index), evs in per_gpu.items():
@@ -274,18 +278,18 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
 
 
 def current_jobs(events: Iterable[Event]) -> dict[int, str]:
-    """Each GPU's job now, from one node's job events: that of its last ``job_start``
-    with no ``job_end`` after it."""
-    now: dict[int, str] = {}
+    """Each GPU's jobs now, from one node's job events: those with a ``job_start`` and
+    no ``job_end`` after it; several sorted and comma-joined (a shared GPU)."""
+    now: dict[int, set[str]] = {}
     for e in sorted(events, key=lambda e: (e.ts, e.kind == "job_start")):
         index = gpu_index(e.device)
         if index is None:
             continue
         if e.kind == "job_start":
-            now[index] = e.value
-        elif e.kind == "job_end" and now.get(index) == e.value:
-            del now[index]
-    return dict(sorted(now.items()))
+            now.setdefault(index, set()).update(split_jobs(e.value))
+        elif e.kind == "job_end":
+            now.get(index, set()).difference_update(split_jobs(e.value))
+    return {i: ",".join(sorted(jobs)) for i, jobs in sorted(now.items()) if jobs}
 
 
 def read_current_jobs(store: Store, node: str, now_s: float,
