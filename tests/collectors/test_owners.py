@@ -108,3 +108,29 @@ def test_a_pods_labels_come_from_the_answer_that_named_its_job(
     assert g.job == "batch/job-x"
     assert (g.info["pod"], g.info["namespace"], g.info["container"]) == ("job-x", "batch", "c")
     assert (g.info["user"], g.info["team"]) == ("batch", "batch")
+
+
+def test_a_kubelet_socket_that_appears_later_is_found_and_said(
+        kubelet, tree: NodeTree, tmp_path: Path, caplog) -> None:  # noqa: F811 - the fixture
+    from fleetwatch.collectors.node import POD_SOCKET_S, NodeSource
+
+    caplog.set_level("INFO")
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003]  # a pod by its cgroup
+    answer[0] = list_response([("serve-0", "prod", "c", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    later = tmp_path / "later.sock"
+    now = [0.0]
+    source = NodeSource(config(tree), lambda: nv, None, clock=lambda: now[0],
+                        pod_socket=str(later))
+    assert source.frames(time.time())[0].gpus[0].job.startswith("pod:")
+    assert sum("is not there" in m for m in caplog.messages) == 1
+    later.symlink_to(socket)  # the kubelet made its socket
+    now[0] += POD_SOCKET_S / 2
+    assert source.frames(time.time())[0].gpus[0].job.startswith("pod:")  # not looked yet
+    now[0] += POD_SOCKET_S
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert (g.job, g.info["user"], g.info["team"]) == ("prod/serve-0", "prod", "prod")
+    assert sum("is not there" in m for m in caplog.messages) == 1
+    assert sum(f"{later} found" in m for m in caplog.messages) == 1
