@@ -11,8 +11,9 @@ For each pid, in order:
 The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
 ``SLURM_JOB_USER`` from the same environ, and its team (``info["team"]``) the job's
 Slurm account, ``SLURM_JOB_ACCOUNT``; on Kubernetes both are the pod's namespace
-(``podresources.py``, in ``node.py``). A job found by its cgroup alone (environ not
-readable) has neither.
+(``podresources.py``, in ``node.py``). A Slurm job found by its cgroup alone (environ
+not readable) has its process owner as user and no team. A job array's task is
+``<array job>_<task>``, as squeue names it.
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
 (NVML's pid order changes from one sample to the next; the key must not), and
@@ -56,11 +57,19 @@ def _read_bytes(path: str) -> bytes | None:
 
 
 def slurm_job_from_environ(environ: bytes) -> str | None:
+    """``SLURM_JOB_ID``; a job array's task as squeue names it, ``<array job>_<task>``
+    (``SLURM_ARRAY_JOB_ID``, ``SLURM_ARRAY_TASK_ID``; sacct takes either id)."""
+    want = (b"SLURM_JOB_ID=", b"SLURM_ARRAY_JOB_ID=", b"SLURM_ARRAY_TASK_ID=")
+    got: dict[bytes, str] = {}
     for entry in environ.split(b"\0"):
-        if entry.startswith(b"SLURM_JOB_ID="):
-            value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-            return value if value.isdigit() else None
-    return None
+        for key in want:
+            if entry.startswith(key):
+                got[key] = entry[len(key):].decode("ascii", "replace")
+    job = got.get(want[0], "")
+    if not job.isdigit():
+        return None
+    array, task = got.get(want[1], ""), got.get(want[2], "")
+    return f"{array}_{task}" if array.isdigit() and task.isdigit() else job
 
 
 def _environ_text(environ: bytes, key: bytes) -> str | None:
@@ -219,6 +228,14 @@ class JobResolver:
             if cgroup:
                 job = job_from_cgroup(cgroup.decode("utf-8", "replace"))
         daemon = False
+        if job is not None and job.isdigit() and not user:
+            # A Slurm job found by its cgroup (environ unreadable): its processes run as
+            # the job's user, the login name SLURM_JOB_USER would give. Its account stays
+            # unknown.
+            raw = _read_bytes(os.path.join(base, "status"))
+            uid = owner_uid(raw.decode("utf-8", "replace")) if raw else None
+            if uid is not None:
+                user = user_name(uid)
         if job is None:
             raw = _read_bytes(os.path.join(base, "status"))
             status = raw.decode("utf-8", "replace") if raw else ""

@@ -126,3 +126,13 @@ def test_the_agents_own_real_proc_entry_is_read(tmp_path: Path) -> None:
     assert r.owner(os.getpid()) is not None
     got = r._cache[os.getpid()]
     assert got.stamp is not None and got.foreign and got.job is None
+
+
+def test_a_slurm_job_found_by_its_cgroup_has_its_process_owner_as_user(tmp_path: Path) -> None:
+    d = tmp_path / "30"
+    d.mkdir()  # no environ: unreadable
+    (d / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_3001/step_0/user/task_0\n")
+    (d / "status").write_text("Name:\tpython\nUid:\t0\t0\t0\t0\n")
+    r = JobResolver(tmp_path)
+    assert (r.job_of_pids([30]), r.user_of_pids([30]), r.team_of_pids([30])) == (
+        "3001", "root", None)
