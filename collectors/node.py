@@ -129,7 +129,8 @@ class NodeSource:
         try:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
                                         on_state=self._gpu_state, on_dropped=self._on_dropped,
-                                        budget_s=self._gpu_budget_s)
+                                        budget_s=self._gpu_budget_s,
+                                        kernel_log=self.kernel_log is not None)
         except NvmlUnavailable as exc:
             # After a driver reload the log said "trying every NVML_REINIT_S": keep to it
             # (a reload often takes longer than one interval), whatever the policy.

@@ -16,6 +16,8 @@ import dash
 import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
+from fleetwatch import amounts
+from fleetwatch.amounts import sig
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import components, figures, live, theme, timerange
@@ -162,6 +164,12 @@ def choices(job: str, found: Sequence[Job], rng: str) -> html.Ul:
         for j in found])
 
 
+def job_energy(kwh: float) -> str:
+    """A job's energy in three figures: Wh below 1 kWh (a short job's 0.03 kWh is not
+    "0.0 kWh"), else as everywhere (``amounts.energy``)."""
+    return f"{sig(kwh * 1000)} Wh" if abs(kwh) < 0.9995 else amounts.energy(kwh)
+
+
 def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
     return html.Div(className="tile", id=tile_id, children=[
         html.Div(label, className="tile-label"), html.Div(value, className="tile-value"),
@@ -185,8 +193,8 @@ def summary(v: JobView, now_s: float) -> list[html.Div]:
         _tile("job-seen-tile", "Last seen", f"{clock(last / 1000)} UTC" if last else "—",
               ago(last / 1000, now_s) if last else "no sample in the range")]
     if v.energy is not None:
-        tiles.append(_tile("job-energy-tile", "Energy", f"{v.energy.kwh:,.1f} kWh",
-                           f"{v.energy.co2e_kg:,.1f} kg CO2e · {v.energy.gpu_hours:,.1f} "
+        tiles.append(_tile("job-energy-tile", "Energy", job_energy(v.energy.kwh),
+                           f"{amounts.mass(v.energy.co2e_kg)} · {sig(v.energy.gpu_hours)} "
                            "GPU-hours · the whole job, from the energy ledger"))
     return tiles
 

@@ -126,8 +126,11 @@ class NvmlReader(GpuMetrics, CallWatch):
                  slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
                  on_state: StateCallback | None = None,
                  on_dropped: Callable[[str], None] | None = None,
-                 budget_s: float | None = None) -> None:
+                 budget_s: float | None = None, kernel_log: bool = True) -> None:
         self.backend = backend
+        # Whether the agent reads the kernel log: where NVML gives no XID events, the only
+        # other place XIDs are seen (the log line says which holds).
+        self.kernel_log = kernel_log
         # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
         self._pool: GpuPool[Any] | None = GpuPool(budget_s) if budget_s else None
         self._said_late: set[int] = set()
@@ -153,7 +156,7 @@ class NvmlReader(GpuMetrics, CallWatch):
              slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
              on_state: StateCallback | None = None,
              on_dropped: Callable[[str], None] | None = None,
-             budget_s: float | None = None) -> NvmlReader:
+             budget_s: float | None = None, kernel_log: bool = True) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -161,7 +164,8 @@ class NvmlReader(GpuMetrics, CallWatch):
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s)
+        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s,
+                     kernel_log)
         reader._open = True
         try:
             reader._discover()
@@ -281,9 +285,13 @@ class NvmlReader(GpuMetrics, CallWatch):
             return
         for g in gpus:
             g.events = g.index in accepted
-            if not g.events:
-                log.info("GPU %d (%s) does not deliver XID events through NVML; its XIDs come "
-                         "from the kernel log only", g.index, g.uuid)
+        none = [g for g in gpus if not g.events]
+        if none:
+            then = ("their XIDs come from the kernel log only" if self.kernel_log else
+                    "no XID of theirs is seen: agent.kernel_log is off (set it to /dev/kmsg "
+                    "to read them from the kernel log)")
+            log.info("GPU %s does not deliver XID events through NVML; %s",
+                     ", ".join(f"{g.index} ({g.uuid})" for g in none), then)
 
     def _reprobe(self) -> None:
         """The slow look: GPUs that appeared, lost GPUs that answer again."""

@@ -230,3 +230,10 @@ def test_a_job_on_a_shared_gpu_is_found_in_the_store(tmp_path: Path) -> None:
         ("n1", 3, NOW - 900, NOW - 600)]
     assert job_data.read_current_jobs(store, "n1", NOW) == {}
     store.close()
+
+
+def test_a_short_jobs_energy_is_shown_in_wh() -> None:
+    assert job.job_energy(0.03) == "30.0 Wh"
+    assert job.job_energy(0.0004) == "0.400 Wh"
+    assert job.job_energy(2.5) == "2.50 kWh"
+    assert job.job_energy(1500) == "1.50 MWh"
