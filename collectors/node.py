@@ -248,14 +248,18 @@ class NodeSource:
             pod = pods.get(g.uuid)
             job = g.job
             if _pod_job(g.job):
-                job, pod = self._pod_job_name(g.job, pod)
+                job, named = self._pod_job_name(g.job, pod)
+                # Not named (a GPU given out in parts, no kubelet answer): no pod label,
+                # which could be another pod's; the namespace of a shared GPU's pods.
+                pod = named or (PodInfo("", pod.namespace, "", shared=True)
+                                if pod is not None and pod.shared else None)
             if pod is not None:
                 extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
             # Energy per user and team: Slurm's job user and account, else on Kubernetes
-            # the pod's namespace for both, where the GPU is that pod's alone (of a GPU
-            # given out in parts the kubelet names one pod: not the one running there).
+            # the pod's namespace for both (of a GPU several pods share, their one
+            # namespace: whichever runs there, the energy is that namespace's).
             held = pids.get(g.index, ())
-            ns = pod.namespace if pod is not None and not pod.shared else None
+            ns = pod.namespace if pod is not None else None
             user = self.jobs.user_of_pids(held) or ns
             if user:
                 extra["user"] = user

@@ -134,7 +134,9 @@ def parse_list_response(buf: bytes) -> list[tuple[PodInfo, str, list[str]]]:
 
 def gpu_pods(entries: list[tuple[PodInfo, str, list[str]]]) -> dict[str, PodInfo]:
     """GPU UUID -> the pod holding it, for NVIDIA resources only; ``shared`` where the
-    GPU is given out in parts (``<uuid>::<n>``, ``<uuid>/vgpu<n>``) or to several pods."""
+    GPU is given out in parts (``<uuid>::<n>``, ``<uuid>/vgpu<n>``) or to several pods.
+    A GPU of several pods names none of them (which one runs there is not said), only
+    their namespace where they have one."""
     out: dict[str, PodInfo] = {}
     for pod, resource, ids in entries:
         if resource != NVIDIA_GPU and not resource.startswith(NVIDIA_MIG_PREFIX):
@@ -143,8 +145,12 @@ def gpu_pods(entries: list[tuple[PodInfo, str, list[str]]]) -> dict[str, PodInfo
             if device.startswith("MIG-"):
                 continue
             uuid = device.split("/vgpu", 1)[0].split("::", 1)[0]
-            shared = uuid != device or (uuid in out and out[uuid] != pod)
-            out[uuid] = replace(pod, shared=True) if shared else pod
+            was = out.get(uuid)
+            if was is not None and was != pod:
+                ns = pod.namespace if pod.namespace == was.namespace else ""
+                out[uuid] = PodInfo("", ns, "", shared=True)
+            else:
+                out[uuid] = replace(pod, shared=True) if uuid != device else pod
     return out
 
 

@@ -190,3 +190,16 @@ def test_missing_profiling_is_said_once_and_only_for_gpus_without_gpm(
     else:
         assert not lines                  # Hopper: GPM gives the ratios, DCGM is not needed
     source.close()
+
+
+def test_a_gpu_time_sliced_among_pods_names_none_of_them_but_their_one_namespace() -> None:
+    got = gpu_pods(parse_list_response(list_response([
+        ("llm-a", "inference", "srv", "nvidia.com/gpu", ["GPU-a::0"]),
+        ("llm-b", "inference", "srv", "nvidia.com/gpu", ["GPU-a::1"]),
+        ("x", "one", "c", "nvidia.com/gpu", ["GPU-b::0"]),
+        ("y", "two", "c", "nvidia.com/gpu", ["GPU-b::1"]),
+        ("solo", "ml", "c", "nvidia.com/gpu", ["GPU-c"])])))
+    assert (got["GPU-a"].pod, got["GPU-a"].namespace, got["GPU-a"].shared) == (
+        "", "inference", True)
+    assert (got["GPU-b"].pod, got["GPU-b"].namespace) == ("", "")
+    assert got["GPU-c"] == PodInfo("solo", "ml", "c") and not got["GPU-c"].shared

@@ -71,7 +71,8 @@ def test_a_pod_holding_a_whole_gpu_is_named_and_its_namespace_is_the_team(
     assert (g0.job, g0.info["user"], g0.info["team"]) == ("team-a/trainer-0", "team-a",
                                                           "team-a")
     assert g1.job == POD_B  # which of the sharing pods runs there: not known, uid kept
-    assert "team" not in g1.info and "user" not in g1.info  # nor whose namespace
+    assert "pod" not in g1.info  # nor named as a pod
+    assert (g1.info["user"], g1.info["team"]) == ("team-b", "team-b")  # its pods' namespace
     source.close()
 
 
@@ -134,3 +135,20 @@ def test_a_kubelet_socket_that_appears_later_is_found_and_said(
     assert (g.job, g.info["user"], g.info["team"]) == ("prod/serve-0", "prod", "prod")
     assert sum("is not there" in m for m in caplog.messages) == 1
     assert sum(f"{later} found" in m for m in caplog.messages) == 1
+
+
+def test_a_gpu_time_sliced_by_pods_of_one_namespace_is_that_namespaces(
+        kubelet, tree: NodeTree) -> None:  # noqa: F811 - the fixture
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003, 1004]  # two pods by their cgroups
+    uuid = nv.gpus[0].uuid
+    answer[0] = list_response([("llm-a", "inference", "srv", "nvidia.com/gpu", [f"{uuid}::0"]),
+                               ("llm-b", "inference", "srv", "nvidia.com/gpu", [f"{uuid}::1"])])
+    source = node_source(config(tree), nvml=nv, pods=PodMapper(GrpcPodLister(socket)))
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert g.job is not None and g.job.count("pod:") == 2
+    assert "pod" not in g.info and "container" not in g.info  # neither is named as the one
+    assert (g.info["namespace"], g.info["user"], g.info["team"]) == (
+        "inference", "inference", "inference")
