@@ -245,7 +245,7 @@ class NodeSource:
             if got and g.state == "ok" and not any(k in metrics for k in PROFILED):
                 metrics = {**metrics, **got}
                 extra["profiling"] = "dcgm"
-            pod = pods.get(g.uuid)
+            pod = pods.get(g.uuid) or pods.get(str(g.index))  # by UUID, or by NVML index
             job = g.job
             if _pod_job(g.job):
                 job, named = self._pod_job_name(g.job, pod)

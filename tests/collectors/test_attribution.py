@@ -203,3 +203,20 @@ def test_a_gpu_time_sliced_among_pods_names_none_of_them_but_their_one_namespace
         "", "inference", True)
     assert (got["GPU-b"].pod, got["GPU-b"].namespace) == ("", "")
     assert got["GPU-c"] == PodInfo("solo", "ml", "c") and not got["GPU-c"].shared
+
+
+def test_the_device_plugins_index_strategy_names_gpus_by_nvml_index(
+        kubelet: tuple[str, list[bytes]], tree: NodeTree) -> None:
+    # --device-id-strategy=index: device ids are NVML indices (as nvidia-smi -i takes them)
+    socket, answer = kubelet
+    nv = FakeNvml.of(3)
+    answer[0] = list_response([
+        ("train-idx", "ml", "main", "nvidia.com/gpu", ["0"]),
+        ("train-uuid", "ml", "main", "nvidia.com/gpu", [nv.gpus[1].uuid]),
+        ("mig-idx", "ml", "main", "nvidia.com/mig-1g.10gb", ["2:0"])])  # a MIG instance
+    source = node_source(config(tree), nvml=nv, pods=PodMapper(GrpcPodLister(socket)))
+    g0, g1, g2 = source.frames(time.time())[0].gpus
+    source.close()
+    assert (g0.info["pod"], g0.info["user"]) == ("train-idx", "ml")
+    assert g1.info["pod"] == "train-uuid"
+    assert "pod" not in g2.info
