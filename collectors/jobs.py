@@ -11,8 +11,9 @@ For each pid, in order:
 The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
 ``SLURM_JOB_USER`` from the same environ, and its team (``info["team"]``) the job's
 Slurm account, ``SLURM_JOB_ACCOUNT``; on Kubernetes both are the pod's namespace
-(``podresources.py``, in ``node.py``). A job found by its cgroup alone (environ not
-readable) has neither.
+(``podresources.py``, in ``node.py``). A Slurm job found by its cgroup alone (environ
+not readable) has its process owner as user and no team. A job array's task is
+``<array job>_<task>``, as squeue names it.
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
 (NVML's pid order changes from one sample to the next; the key must not), and
@@ -20,17 +21,26 @@ their users likewise in the jobs' order, one per job (empty where a job has
 none), so that job and user stay paired; one user for all the jobs is named
 once. The energy ledger splits such a GPU equally among its jobs
 (``fleetwatch.pipeline.energy``). NVML reports host pids: in a container the
-agent needs ``hostPID`` and the host's /proc as ``proc_root``. Answers are
-cached per pid while the pid stays on a GPU, so a steady job costs no file reads.
+agent needs ``hostPID`` and the host's /proc as ``proc_root``: where NVML's pids are
+not processes there it says so once, and a process that has no NVIDIA device open,
+or a /proc whose pid 2 is not kthreadd (another pid namespace's), is no job.
+Answers are cached per process, pid and start time (field 22 of /proc/PID/stat,
+as ps tells processes apart), so a steady job costs one small read per pid and tick
+and a pid number reused by another process is read again. The MPS server
+(``DAEMONS``) is never a job: its clients' jobs are (NVML lists them apart).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import pwd
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 _SLURM_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
 _POD_CGROUP = re.compile(
@@ -47,11 +57,19 @@ def _read_bytes(path: str) -> bytes | None:
 
 
 def slurm_job_from_environ(environ: bytes) -> str | None:
+    """``SLURM_JOB_ID``; a job array's task as squeue names it, ``<array job>_<task>``
+    (``SLURM_ARRAY_JOB_ID``, ``SLURM_ARRAY_TASK_ID``; sacct takes either id)."""
+    want = (b"SLURM_JOB_ID=", b"SLURM_ARRAY_JOB_ID=", b"SLURM_ARRAY_TASK_ID=")
+    got: dict[bytes, str] = {}
     for entry in environ.split(b"\0"):
-        if entry.startswith(b"SLURM_JOB_ID="):
-            value = entry[len(b"SLURM_JOB_ID="):].decode("ascii", "replace")
-            return value if value.isdigit() else None
-    return None
+        for key in want:
+            if entry.startswith(key):
+                got[key] = entry[len(key):].decode("ascii", "replace")
+    job = got.get(want[0], "")
+    if not job.isdigit():
+        return None
+    array, task = got.get(want[1], ""), got.get(want[2], "")
+    return f"{array}_{task}" if array.isdigit() and task.isdigit() else job
 
 
 def _environ_text(environ: bytes, key: bytes) -> str | None:
@@ -100,49 +118,150 @@ def user_name(uid: int) -> str:
         return str(uid)  # a uid from a container's own passwd
 
 
+# GPU daemons that hold a GPU on behalf of other processes, never a job of their own:
+# the MPS server (nvidia-cuda-mps-server; its comm, /proc/PID/comm and status' Name, is
+# cut to 15 characters, "nvidia-cuda-mps", as is the control daemon's) runs under its
+# first client's uid and is what NVML's plain list shows in place of the clients.
+DAEMONS = ("nvidia-cuda-mps",)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What one process is: its job, Slurm user and account ("" where none), and
+    ``stamp``, which tells this process from a later one given the same pid number."""
+
+    job: str | None
+    user: str = ""
+    team: str = ""
+    stamp: bytes | None = None
+    daemon: bool = False
+    # Not NVML's process: another one with its number (see ``JobResolver._read``).
+    foreign: bool = False
+
+
+def start_time(stat: bytes) -> bytes | None:
+    """Field 22 of /proc/PID/stat, the process' start time in clock ticks since boot: with
+    the pid it names one process (as ps and psutil tell processes apart)."""
+    # Field 2 (comm) is in parentheses and may hold spaces or ")": split after the last.
+    rest = stat.rpartition(b")")[2].split()
+    return rest[19] if len(rest) > 19 else None
+
+
+def status_name(status: str) -> str:
+    for line in status.splitlines():
+        if line.startswith("Name:"):
+            return line[5:].strip()
+    return ""
+
+
+def holds_nvidia_device(fd_dir: str) -> bool | None:
+    """Whether a process has an NVIDIA device open (/proc/PID/fd -> /dev/nvidia*), as
+    every process NVML lists on a GPU does; None where its fds cannot be read."""
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(os.path.join(fd_dir, fd)).startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue  # closed meanwhile
+    return False
+
+
 class JobResolver:
     def __init__(self, proc_root: str | Path = "/proc") -> None:
         self.proc = str(proc_root)
-        self._cache: dict[int, str | None] = {}
-        self._users: dict[int, str] = {}  # pid -> SLURM_JOB_USER, where Slurm set one
-        self._teams: dict[int, str] = {}  # pid -> SLURM_JOB_ACCOUNT, where Slurm set one
+        self._cache: dict[int, Owner] = {}
+        self._said_mps = self._said_foreign = False
+        self._foreign_ns: bool | None = None  # proc_root is another pid namespace's
 
-    def job_of_pid(self, pid: int) -> str | None:
-        if pid in self._cache:
-            return self._cache[pid]
+    def foreign_namespace(self) -> bool:
+        """proc_root is a /proc of a pid namespace below the host's (an agent in a
+        container without hostPID): there pid 2 is not the kernel's kthreadd. Only a
+        real procfs (it has ``self``) is judged."""
+        if self._foreign_ns is None:
+            status = _read_bytes(os.path.join(self.proc, "2", "status"))
+            self._foreign_ns = (os.path.exists(os.path.join(self.proc, "self"))
+                                and status is not None
+                                and status_name(status.decode("utf-8", "replace"))
+                                != "kthreadd")
+        return self._foreign_ns
+
+    def _stamp(self, base: str) -> bytes | None:
+        """One small read per pid and tick: the start time, else (a /proc without stat,
+        as in test trees) the cgroup, which differs for a pid reused by another job."""
+        stat = _read_bytes(os.path.join(base, "stat"))
+        if stat:
+            return start_time(stat)
+        return _read_bytes(os.path.join(base, "cgroup"))
+
+    def owner(self, pid: int) -> Owner | None:
+        """The process with this pid now: read again when the pid names another process
+        than the one cached (a pid number reused); None when there is no such process."""
         base = os.path.join(self.proc, str(pid))
-        job: str | None = None
+        stamp = self._stamp(base)
+        cached = self._cache.get(pid)
+        if cached is not None and cached.stamp == stamp:
+            return cached
+        got = self._read(base, stamp)
+        if got is None:
+            self._cache.pop(pid, None)
+        else:
+            self._cache[pid] = got
+        return got
+
+    def _read(self, base: str, stamp: bytes | None) -> Owner | None:
+        if self.foreign_namespace() or holds_nvidia_device(os.path.join(base, "fd")) is False:
+            # Another process than NVML's that has its number (NVML's pids are the host's):
+            # charging it would name a wrong job. Read once per process, not per tick.
+            return Owner(None, stamp=stamp, foreign=True)
         environ = _read_bytes(os.path.join(base, "environ"))
+        job = user = team = None
         if environ:
             job = slurm_job_from_environ(environ)
             user = slurm_user_from_environ(environ)
-            if user:
-                self._users[pid] = user
             team = slurm_account_from_environ(environ)
-            if team:
-                self._teams[pid] = team
         if job is None:
             cgroup = _read_bytes(os.path.join(base, "cgroup"))
             if cgroup:
                 job = job_from_cgroup(cgroup.decode("utf-8", "replace"))
+        daemon = False
+        if job is not None and job.isdigit() and not user:
+            # A Slurm job found by its cgroup (environ unreadable): its processes run as
+            # the job's user, the login name SLURM_JOB_USER would give. Its account stays
+            # unknown.
+            raw = _read_bytes(os.path.join(base, "status"))
+            uid = owner_uid(raw.decode("utf-8", "replace")) if raw else None
+            if uid is not None:
+                user = user_name(uid)
         if job is None:
-            status = _read_bytes(os.path.join(base, "status"))
-            uid = owner_uid(status.decode("utf-8", "replace")) if status else None
+            raw = _read_bytes(os.path.join(base, "status"))
+            status = raw.decode("utf-8", "replace") if raw else ""
+            daemon = status_name(status).startswith(DAEMONS)
+            uid = owner_uid(status)
             if uid is not None:
                 job = "user:" + user_name(uid)
         if job is None and not os.path.isdir(base):
             return None  # the process ended between NVML's answer and now: do not cache
-        self._cache[pid] = job
-        return job
+        return Owner(job, user or "", team or "", stamp, daemon)
+
+    def job_of_pid(self, pid: int) -> str | None:
+        got = self.owner(pid)
+        return got.job if got is not None else None
 
     def _jobs(self, pids: Iterable[int]) -> dict[str, tuple[str, str]]:
         """The distinct jobs of these pids, sorted, as many as fit the codec's limit
-        (whole jobs only), each with its Slurm user and account ("" where none)."""
+        (whole jobs only), each with its Slurm user and account ("" where none). GPU
+        daemons (``DAEMONS``) are no job."""
         owners: dict[str, tuple[str, str]] = {}
         for pid in pids:
-            job = self.job_of_pid(pid)
-            if job is not None and not any(owners.get(job, ())):
-                owners[job] = (self._users.get(pid, ""), self._teams.get(pid, ""))
+            got = self.owner(pid)
+            if got is None or got.job is None or got.daemon:
+                continue
+            if not any(owners.get(got.job, ())):
+                owners[got.job] = (got.user, got.team)
         out: dict[str, tuple[str, str]] = {}
         size = -1
         for job in sorted(owners):
@@ -160,7 +279,7 @@ class JobResolver:
     def has_users(self) -> bool:
         """Whether any pid now on a GPU has a Slurm user or account (the usual tick asks
         nothing more)."""
-        return bool(self._users or self._teams)
+        return any(o.user or o.team for o in self._cache.values())
 
     def user_of_pids(self, pids: Iterable[int]) -> str | None:
         """The Slurm users of these pids' jobs (read with them): one user for all the jobs
@@ -172,6 +291,13 @@ class JobResolver:
         """The Slurm accounts of these pids' jobs, paired with them as ``user_of_pids``'."""
         return _paired([t for _, t in self._jobs(pids).values()])
 
+    def daemons_only(self, pids: Iterable[int]) -> list[int]:
+        """The pids, where every one of them is a GPU daemon (the MPS server alone: its
+        clients unknown); else []."""
+        pids = list(pids)
+        got = [self._cache.get(p) for p in pids]
+        return pids if pids and all(o is not None and o.daemon for o in got) else []
+
     def resolve(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> dict[int, str]:
         """GPU index -> job, for every GPU that runs something; forgets pids that are gone."""
         out: dict[int, str] = {}
@@ -182,14 +308,37 @@ class JobResolver:
         self.prune(pids_by_gpu)
         return out
 
+    def check(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> None:
+        """After a tick's reads: say once where the MPS server alone holds a GPU, and
+        where NVML's pids are not processes under proc_root; then ``prune``."""
+        lists = {gpu: list(pids) for gpu, pids in pids_by_gpu.items()}
+        alone = {gpu: pids for gpu, pids in lists.items() if self.daemons_only(pids)}
+        if alone and not self._said_mps:
+            self._said_mps = True
+            log.warning("GPU %s: NVML lists only the MPS server (pid %s), not its clients "
+                        "(this driver does not answer nvmlDeviceGetMPSComputeRunningProcesses): "
+                        "the jobs using it cannot be known and it is booked to no job",
+                        ", ".join(map(str, alone)),
+                        ", ".join(str(p) for pids in alone.values() for p in pids))
+        listed = [p for pids in lists.values() for p in pids]
+        missing = [p for p in listed if p not in self._cache or self._cache[p].foreign]
+        if listed and 2 * len(missing) >= len(listed) and not self._said_foreign:
+            self._said_foreign = True
+            why = ("is the /proc of another pid namespace (its pid 2 is not kthreadd)"
+                   if self.foreign_namespace() else "does not have them")
+            log.warning("NVML lists pids %s on the GPUs, and %s %s: NVML gives the host's "
+                        "pids, so their GPUs get no job. Run the agent in the host's pid "
+                        "namespace (Kubernetes hostPID: true, docker --pid=host) with "
+                        "agent.proc_root the host's /proc", ", ".join(map(str, missing[:10])),
+                        self.proc, why)
+        self.prune(lists)
+
     def prune(self, pids_by_gpu: Mapping[int, Iterable[int]]) -> None:
-        """Forget pids no GPU holds now: a pid number is reused by a later process."""
+        """Forget pids no GPU holds now (the cache stays the size of the GPUs' lists)."""
         live = {pid for pids in pids_by_gpu.values() for pid in pids}
         if len(self._cache) > len(live):
             for pid in [p for p in self._cache if p not in live]:
                 del self._cache[pid]
-                self._users.pop(pid, None)
-                self._teams.pop(pid, None)
 
 
 def _paired(users: list[str]) -> str | None:

@@ -57,6 +57,7 @@ NVML_RETRY_S = 60.0
 # After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
 # as a reload takes seconds.
 NVML_REINIT_S = 10.0
+POD_SOCKET_S = 10.0  # how often a missing kubelet socket is looked for (one stat)
 GPU_BUDGET_SHARE = 0.5  # of agent.interval_s: how long a tick waits for its GPUs' reads
 
 
@@ -70,7 +71,8 @@ class NodeSource:
                  on_dropped: Callable[[str], None] | None = None,
                  profiling: ProfilingSource | None = None,
                  pods: PodMapper | None = None,
-                 on_gpu_state: Callable[[str], None] | None = None) -> None:
+                 on_gpu_state: Callable[[str], None] | None = None,
+                 pod_socket: str = "") -> None:
         agent = config.agent
         self._on_gpu_state = on_gpu_state
         # Input the agent read and could not use: counted by reason (AgentHealth.input_dropped).
@@ -93,6 +95,11 @@ class NodeSource:
         self.profiling = profiling
         self._said_no_profiling = False
         self.pods = pods
+        # The kubelet's socket where it was not there at start (the agent started before
+        # the kubelet at boot, a node turned to Kubernetes): looked for every POD_SOCKET_S.
+        self._pod_socket = pod_socket if pods is None else ""
+        self._next_pod_look = 0.0
+        self._said_no_socket = False
         # GPU index -> (the reader's info, user, pod) and the info made from them: a new
         # dict only when one of them changes, not every tick.
         self._info: dict[int, tuple[tuple[object, ...], dict[str, str]]] = {}
@@ -101,7 +108,9 @@ class NodeSource:
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
-        self._pod_jobs: dict[str, str] = {}  # "pod:<uid>" -> "<namespace>/<pod>" (or itself)
+        # "pod:<uid>" -> "<namespace>/<pod>" (or itself) and the kubelet's answer that named
+        # it: the pod labels of its GPU come from that same answer, never a later pod's.
+        self._pod_jobs: dict[str, tuple[str, PodInfo | None]] = {}
         self.kernel_log = kernel_log
         self.xids = XidMerger(clock=clock)
         self.nvml: NvmlReader | None = None
@@ -120,7 +129,8 @@ class NodeSource:
         try:
             self.nvml = NvmlReader.open(self._backend(), self._on_error, clock=self._clock,
                                         on_state=self._gpu_state, on_dropped=self._on_dropped,
-                                        budget_s=self._gpu_budget_s)
+                                        budget_s=self._gpu_budget_s,
+                                        kernel_log=self.kernel_log is not None)
         except NvmlUnavailable as exc:
             # After a driver reload the log said "trying every NVML_REINIT_S": keep to it
             # (a reload often takes longer than one interval), whatever the policy.
@@ -181,7 +191,7 @@ class NodeSource:
         except NvmlDriverGone as exc:
             self._driver_gone(exc)
             return ()
-        self.jobs.prune(read.pids)
+        self.jobs.check(read.pids)
         self.mig = read.mig
         gpus = self._attribute(read.gpus, read.pids)
         kernel = self._kernel_xids(gpus)
@@ -220,6 +230,8 @@ class NodeSource:
         if self.profiling is None and not self._said_no_profiling:
             self._say_no_profiling(gpus)
         pods: dict[str, PodInfo] = {}
+        if self.pods is None and self._pod_socket:
+            self._look_for_pod_socket(gpus)
         if self.pods is not None:
             new = any(_pod_job(g.job) and g.job not in self._pod_jobs for g in gpus)
             pods = self.pods.by_uuid(fresh=new)
@@ -233,21 +245,27 @@ class NodeSource:
             if got and g.state == "ok" and not any(k in metrics for k in PROFILED):
                 metrics = {**metrics, **got}
                 extra["profiling"] = "dcgm"
-            pod = pods.get(g.uuid)
+            pod = pods.get(g.uuid) or pods.get(str(g.index))  # by UUID, or by NVML index
+            job = g.job
+            if _pod_job(g.job):
+                job, named = self._pod_job_name(g.job, pod)
+                # Not named (a GPU given out in parts, no kubelet answer): no pod label,
+                # which could be another pod's; the namespace of a shared GPU's pods.
+                pod = named or (PodInfo("", pod.namespace, "", shared=True)
+                                if pod is not None and pod.shared else None)
             if pod is not None:
                 extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
             # Energy per user and team: Slurm's job user and account, else on Kubernetes
-            # the pod's namespace for both, where the GPU is that pod's alone (of a GPU
-            # given out in parts the kubelet names one pod: not the one running there).
+            # the pod's namespace for both (of a GPU several pods share, their one
+            # namespace: whichever runs there, the energy is that namespace's).
             held = pids.get(g.index, ())
-            ns = pod.namespace if pod is not None and not pod.shared else None
+            ns = pod.namespace if pod is not None else None
             user = self.jobs.user_of_pids(held) or ns
             if user:
                 extra["user"] = user
             team = self.jobs.team_of_pids(held) or ns
             if team:
                 extra["team"] = team
-            job = self._pod_job_name(g.job, pod) if _pod_job(g.job) else g.job
             # The codec takes info values of 1..256 printable characters: keep to that here
             # rather than have the processor dead-letter the whole frame.
             extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
@@ -260,19 +278,43 @@ class NodeSource:
                               if g.job in self._pod_jobs}
         return out
 
-    def _pod_job_name(self, job: str | None, pod: PodInfo | None) -> str | None:
+    def _look_for_pod_socket(self, gpus: list[GpuReading]) -> None:
+        """Open the kubelet's socket once it exists (one stat every ``POD_SOCKET_S``);
+        say once where GPUs run pods and there is none yet."""
+        now = self._clock()
+        if now < self._next_pod_look:
+            return
+        self._next_pod_look = now + POD_SOCKET_S
+        self.pods = open_pod_mapper(self._pod_socket)
+        if self.pods is not None:
+            log.info("kubelet pod-resources socket %s found: GPUs' pods are named from now on",
+                     self._pod_socket)
+            self._pod_socket = ""
+        elif not self._said_no_socket and any(_pod_job(g.job) for g in gpus):
+            self._said_no_socket = True
+            log.warning("GPUs run Kubernetes pods (pod:<uid> cgroups) but the kubelet's "
+                        "pod-resources socket %s is not there: pods keep pod:<uid> with no "
+                        "user or team until it appears (looked for every %.0f s); set "
+                        "agent.pod_resources_socket if the kubelet keeps it elsewhere",
+                        self._pod_socket, POD_SOCKET_S)
+
+    def _pod_job_name(self, job: str | None, pod: PodInfo | None
+                      ) -> tuple[str | None, PodInfo | None]:
         """A pod's job as people name it, ``<namespace>/<pod>``, where the kubelet named
-        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was."""
+        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was;
+        with the pod of that answer (None where it named none), for the GPU's labels."""
         assert job is not None
-        name = self._pod_jobs.get(job)
-        if name is None:
+        if self.pods is None:
+            return job, None  # no kubelet yet: named once its socket is found
+        named = self._pod_jobs.get(job)
+        if named is None:
             # A kubelet that failed to answer gave its last answer: perhaps another pod's.
             answered = self.pods is not None and not self.pods.failing
-            name = job
+            named = (job, None)
             if answered and pod is not None and not pod.shared and pod.namespace and pod.pod:
-                name = f"{pod.namespace}/{pod.pod}"
-            self._pod_jobs[job] = name
-        return name
+                named = (f"{pod.namespace}/{pod.pod}", pod)
+            self._pod_jobs[job] = named
+        return named
 
     def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
         if not extra:
@@ -403,6 +445,7 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
         backend = PynvmlBackend
     path = config.agent.kernel_log
     kernel_log = None
+    pod_socket = ""
     # Fake GPUs: the real kernel log's PCI addresses would name real GPUs. A test's own
     # backend (nvml=) reads whatever log its config names.
     if path and fake_gpus is None:
@@ -423,8 +466,9 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
             profiling = open_dcgm_profiling(config.agent.interval_s)
         if pods is None:
             pods = open_pod_mapper(config.agent.pod_resources_socket)
+            pod_socket = config.agent.pod_resources_socket  # looked for again while absent
     return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
-                      profiling, pods, on_gpu_state)
+                      profiling, pods, on_gpu_state, pod_socket)
 
 
 def _pod_job(job: str | None) -> bool:

@@ -3,7 +3,8 @@
 The kubelet serves ``v1.PodResourcesLister/List`` over gRPC on a unix socket
 (``/var/lib/kubelet/pod-resources/kubelet.sock``). Its answer lists, per pod
 and container, the devices the device plugin gave it: ``resource_name``
-``nvidia.com/gpu`` (or ``nvidia.com/mig-*``) with device ids that are GPU UUIDs.
+``nvidia.com/gpu`` (or ``nvidia.com/mig-*``) with device ids that are GPU UUIDs, or
+NVML indices with the plugin's ``--device-id-strategy=index`` (Bottlerocket's default).
 dcgm-exporter (internal/pkg/transformation/kubernetes.go) labels a GPU's
 metrics ``pod``, ``namespace``, ``container`` from that; so do we, through
 ``GpuReading.info``. Device ids of the GPU-sharing forms are cut as it cuts them:
@@ -133,18 +134,26 @@ def parse_list_response(buf: bytes) -> list[tuple[PodInfo, str, list[str]]]:
 
 
 def gpu_pods(entries: list[tuple[PodInfo, str, list[str]]]) -> dict[str, PodInfo]:
-    """GPU UUID -> the pod holding it, for NVIDIA resources only; ``shared`` where the
-    GPU is given out in parts (``<uuid>::<n>``, ``<uuid>/vgpu<n>``) or to several pods."""
+    """GPU UUID -> the pod holding it, for NVIDIA resources only (a device plugin run
+    with ``--device-id-strategy=index`` names GPUs by NVML index, ``"0"``: those keys are
+    the index, which ``node.py`` looks up too); ``shared`` where the
+    GPU is given out in parts (``<uuid>::<n>``, ``<uuid>/vgpu<n>``) or to several pods.
+    A GPU of several pods names none of them (which one runs there is not said), only
+    their namespace where they have one."""
     out: dict[str, PodInfo] = {}
     for pod, resource, ids in entries:
         if resource != NVIDIA_GPU and not resource.startswith(NVIDIA_MIG_PREFIX):
             continue
         for device in ids:
-            if device.startswith("MIG-"):
-                continue
+            if device.startswith("MIG-") or ":" in device.split("::", 1)[0]:
+                continue  # a MIG instance: by UUID, or "<gpu>:<mig>" by index
             uuid = device.split("/vgpu", 1)[0].split("::", 1)[0]
-            shared = uuid != device or (uuid in out and out[uuid] != pod)
-            out[uuid] = replace(pod, shared=True) if shared else pod
+            was = out.get(uuid)
+            if was is not None and was != pod:
+                ns = pod.namespace if pod.namespace == was.namespace else ""
+                out[uuid] = PodInfo("", ns, "", shared=True)
+            else:
+                out[uuid] = replace(pod, shared=True) if uuid != device else pod
     return out
 
 

@@ -16,6 +16,8 @@ import dash
 import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
+from fleetwatch import amounts
+from fleetwatch.amounts import sig
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import components, figures, live, theme, timerange
@@ -35,6 +37,7 @@ from fleetwatch.dashboards.job_data import (
     gpu_stats,
     read_job,
 )
+from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Store, StoreError
 
 PREFIX = "/job/"
@@ -124,12 +127,14 @@ def find_box() -> html.Div:
 
 
 def jobs_line(jobs: Mapping[int, str], cluster: str | None = None) -> list[Any]:
-    """The node page's line of its GPUs' current jobs, each a link to its job page."""
+    """The node page's line of its GPUs' current jobs, each a link to its job page (each
+    job of a shared GPU, comma-joined in ``jobs``, its own)."""
     if not jobs:
         return ["No job on its GPUs now"]
     by_job: dict[str, list[int]] = {}
-    for gpu, name in sorted(jobs.items()):
-        by_job.setdefault(name, []).append(gpu)
+    for gpu, names in sorted(jobs.items()):
+        for name in sorted(split_jobs(names)):
+            by_job.setdefault(name, []).append(gpu)
     out: list[Any] = ["Jobs now: "]
     for i, (name, gpus) in enumerate(sorted(by_job.items(), key=lambda kv: kv[1][0])):
         out += [", " if i else "", dcc.Link(f"job {name}", href=job_href(name, cluster),
@@ -159,6 +164,12 @@ def choices(job: str, found: Sequence[Job], rng: str) -> html.Ul:
         for j in found])
 
 
+def job_energy(kwh: float) -> str:
+    """A job's energy in three figures: Wh below 1 kWh (a short job's 0.03 kWh is not
+    "0.0 kWh"), else as everywhere (``amounts.energy``)."""
+    return f"{sig(kwh * 1000)} Wh" if abs(kwh) < 0.9995 else amounts.energy(kwh)
+
+
 def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
     return html.Div(className="tile", id=tile_id, children=[
         html.Div(label, className="tile-label"), html.Div(value, className="tile-value"),
@@ -182,8 +193,8 @@ def summary(v: JobView, now_s: float) -> list[html.Div]:
         _tile("job-seen-tile", "Last seen", f"{clock(last / 1000)} UTC" if last else "—",
               ago(last / 1000, now_s) if last else "no sample in the range")]
     if v.energy is not None:
-        tiles.append(_tile("job-energy-tile", "Energy", f"{v.energy.kwh:,.1f} kWh",
-                           f"{v.energy.co2e_kg:,.1f} kg CO2e · {v.energy.gpu_hours:,.1f} "
+        tiles.append(_tile("job-energy-tile", "Energy", job_energy(v.energy.kwh),
+                           f"{amounts.mass(v.energy.co2e_kg)} · {sig(v.energy.gpu_hours)} "
                            "GPU-hours · the whole job, from the energy ledger"))
     return tiles
 

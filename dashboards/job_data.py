@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards.data import FUTURE_SLACK_S, POWER, TEMP, UTIL, read_alerts
 from fleetwatch.dashboards.energy_data import Share, _factors, shares
+from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import Alert, Event, Store, gpu_index
 from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow, EnergyTotal, bucket_floor
 
@@ -90,7 +91,10 @@ def job_spans(events: Iterable[Event], job: str, since_ts: float) -> list[Job]:
     per_gpu: dict[tuple[str, str, int], list[Event]] = {}
     for e in events:
         index = gpu_index(e.device)
-        if e.value == job and e.kind in JOB_EVENTS and index is not None:
+        # A GPU's value of several jobs is comma-joined (events stored before they were
+        # one per job): the job is one of them.
+        if (e.kind in JOB_EVENTS and index is not None
+                and (e.value == job or job in split_jobs(e.value))):
             per_gpu.setdefault((e.cluster, e.node, index), []).append(e)
     by_cluster: dict[str, list[JobGpu]] = {}
     for (cluster, node, index), evs in per_gpu.items():
@@ -276,23 +280,25 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
 
 def fold_jobs(held: Mapping[K, str], events: Iterable[Event],
               key: Callable[[Event, int], K]) -> dict[K, str]:
-    """``held`` (each GPU's job, by ``key`` of an event and its GPU index) after these job
-    events: a GPU holds the job of its last ``job_start`` with no ``job_end`` after it."""
-    now = dict(held)
+    """``held`` (each GPU's jobs, comma-joined, by ``key`` of an event and its GPU index)
+    after these job events: a GPU holds each job of a ``job_start`` with no ``job_end`` of
+    that job after it; several sorted and comma-joined (a shared GPU). Events of older
+    releases carry a shared GPU's jobs comma-joined in one: split alike."""
+    now = {k: set(split_jobs(v)) for k, v in held.items()}
     for e in sorted(events, key=lambda e: (e.ts, e.kind == "job_start")):
         index = gpu_index(e.device)
         if index is None:
             continue
         k = key(e, index)
         if e.kind == "job_start":
-            now[k] = e.value
-        elif e.kind == "job_end" and now.get(k) == e.value:
-            del now[k]
-    return now
+            now.setdefault(k, set()).update(split_jobs(e.value))
+        elif e.kind == "job_end":
+            now.get(k, set()).difference_update(split_jobs(e.value))
+    return {k: ",".join(sorted(jobs)) for k, jobs in now.items() if jobs}
 
 
 def current_jobs(events: Iterable[Event]) -> dict[int, str]:
-    """Each GPU's job now, from one node's job events (``fold_jobs``)."""
+    """Each GPU's jobs now, from one node's job events (``fold_jobs``)."""
     return dict(sorted(fold_jobs({}, events, lambda _, index: index).items()))
 
 

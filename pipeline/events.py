@@ -24,10 +24,11 @@ I/O, no clock; the processor writes the events with the batch.
   (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting,
   nor for a board back less than ``FLAP_S`` after it left (two machines under one node
   name alternating their frames: ``node_name_conflict``).
-* ``job_start`` / ``job_end``: the job on a GPU changed (``value``: the job
-  id). A job already running when a GPU is first seen (a processor just
-  started, or a partition just assigned) starts at that frame: a reader
-  that wants a job's true start takes its earliest ``job_start``.
+* ``job_start`` / ``job_end``: a job started or ended on a GPU (``value``: the job
+  id, one per event: each job of a shared GPU has its own). A job already
+  running when a GPU is first seen (a processor just started, or a partition
+  just assigned) starts at that frame: a reader that wants a job's true start
+  takes its earliest ``job_start``.
 
 Frames of one node must come in time order (they do: one partition per
 node); a frame older than the node's last one is ignored for changes (its
@@ -219,18 +220,21 @@ class EventTracker:
                 out.append(_event(f, device, "throttle", f.ts, code=mask,
                                   text=",".join(throttle_flags(mask))))
             if g.job != job:
-                if job:
-                    out.append(_event(f, device, "job_end", f.ts, value=job))
-                if g.job:
-                    out.append(_event(f, device, "job_start", f.ts, value=g.job))
+                # One event per job: a job that shares the GPU (MPS, time slicing) starts
+                # and ends on its own, not when a partner comes or goes.
+                was_jobs, now_jobs = split_jobs(job), split_jobs(g.job)
+                for ended in sorted(was_jobs - now_jobs):
+                    out.append(_event(f, device, "job_end", f.ts, value=ended))
+                for started in sorted(now_jobs - was_jobs):
+                    out.append(_event(f, device, "job_start", f.ts, value=started))
             gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left)
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
                 out.append(_event(f, device, "gpu_state", f.ts, value=GONE,
                                   text=f"{device} is no longer in {f.node}'s frames"))
-                if was.job:  # its job cannot be seen running on it any more
-                    out.append(_event(f, device, "job_end", f.ts, value=was.job))
+                for ended in sorted(split_jobs(was.job)):  # cannot be seen running any more
+                    out.append(_event(f, device, "job_end", f.ts, value=ended))
                 gpus[index] = was._replace(state=GONE, job=None)
 
 
@@ -275,6 +279,12 @@ def _event(f: Frame, device: str, kind: str, ts: float, code: int = 0, value: st
            text: str = "") -> Event:
     return Event(ts=ts, kind=kind, cluster=f.cluster, rack=f.rack, node=f.node, device=device,
                  code=code, value=value, text=text)
+
+
+def split_jobs(value: str | None) -> set[str]:
+    """The jobs of a GPU's job value: several jobs on one GPU are comma-joined (frames,
+    and events stored before events were per job)."""
+    return set(value.split(",")) - {""} if value else set()
 
 
 def jobs_of(events: Sequence[Event]) -> list[tuple[str, str, str, float, float | None]]:

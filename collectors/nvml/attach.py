@@ -51,6 +51,7 @@ class GpuAttach:
     driver: str
     _gpus: list[_Gpu]
     _events: bool
+    kernel_log: bool
     _pool: GpuPool[Any] | None
     _mute: dict[int, int]
     _muted: set[int]
@@ -128,9 +129,13 @@ class GpuAttach:
             return
         for g in gpus:
             g.events = g.index in accepted
-            if not g.events:
-                log.info("GPU %d (%s) does not deliver XID events through NVML; its XIDs come "
-                         "from the kernel log only", g.index, g.uuid)
+        none = [g for g in gpus if not g.events]
+        if none:
+            then = ("their XIDs come from the kernel log only" if self.kernel_log else
+                    "no XID of theirs is seen: agent.kernel_log is off (set it to /dev/kmsg "
+                    "to read them from the kernel log)")
+            log.info("GPU %s does not deliver XID events through NVML; %s",
+                     ", ".join(f"{g.index} ({g.uuid})" for g in none), then)
 
     def _reprobe(self) -> None:
         """The slow look: GPUs that appeared, lost GPUs that answer again."""

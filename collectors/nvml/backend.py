@@ -121,7 +121,9 @@ class NvmlBackend(Protocol):
     def gpm_supported(self, i: int) -> bool: ...
     def gpm_metrics(self, i: int, metric_ids: Sequence[int]) -> list[FieldResult]:
         """GPM metrics between the previous call and now; [] on the first call."""
-    def compute_pids(self, i: int) -> list[int]: ...
+    def compute_pids(self, i: int) -> list[int]:
+        """The pids of the GPU's compute processes and, where the driver lists them, its
+        MPS clients (the plain list shows the MPS server in their place)."""
     def mig_instances(self, i: int) -> list[MigInstance]:
         """The MIG devices of GPU ``i`` (MIG mode enabled), with their memory."""
     def grid_license(self, i: int) -> tuple[bool, bool]:
@@ -181,6 +183,7 @@ class PynvmlBackend:
         # The clock-reasons entry points this driver may have, the one that answered first.
         self._clock_reasons = _CLOCK_REASON_CALLS
         self._said_profile = False  # a refused MIG profile lookup, said once
+        self._mps_list = True  # nvmlDeviceGetMPSComputeRunningProcesses answers here
 
     def init(self) -> None:
         # pynvml's nvmlInit is nvmlInit_v2: it attaches no GPU, so a GPU in a bad state
@@ -326,7 +329,19 @@ class PynvmlBackend:
         return [(req.metrics[k].nvmlReturn, req.metrics[k].value) for k in range(len(metric_ids))]
 
     def compute_pids(self, i: int) -> list[int]:
-        return [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
+        pids = [p.pid for p in pynvml.nvmlDeviceGetComputeRunningProcesses(self._h[i])]
+        if self._mps_list:
+            # Under MPS the list above names the MPS server; this one its clients, whose
+            # jobs hold the GPU (jobs.py leaves the server out).
+            try:
+                mps = pynvml.nvmlDeviceGetMPSComputeRunningProcesses(self._h[i])
+                pids += [p.pid for p in mps if p.pid not in pids]
+            except (pynvml.NVMLError_FunctionNotFound, pynvml.NVMLError_NotSupported,
+                    AttributeError):  # an older driver or older bindings: not asked again
+                self._mps_list = False
+            except pynvml.NVMLError:
+                pass  # this GPU, this tick: the plain list still names its processes
+        return pids
 
     def mig_instances(self, i: int) -> list[MigInstance]:
         h = self._h[i]

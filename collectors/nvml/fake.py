@@ -52,6 +52,9 @@ class FakeGpu:
     # GPM metric id -> percent; None: the GPU has no GPM (before Hopper).
     gpm: dict[int, float] | None = None
     pids: list[int] = field(default_factory=list)
+    # MPS clients, as nvmlDeviceGetMPSComputeRunningProcesses lists them (``pids`` then
+    # holds the MPS server, as the plain list does).
+    mps_pids: list[int] = field(default_factory=list)
     nvlinks: int = 0
     # Field id -> units per second: cumulative counters that advance with time.
     field_rates: dict[int, float] = field(default_factory=dict)
@@ -381,7 +384,8 @@ class FakeNvml:
         return [(0, gpu.gpm[m]) if m in gpu.gpm else (NOT_SUPPORTED, 0.0) for m in metric_ids]
 
     def compute_pids(self, i: int) -> list[int]:
-        return list(self._gpu(i).pids)
+        gpu = self._gpu(i)
+        return gpu.pids + [p for p in gpu.mps_pids if p not in gpu.pids]
 
     def grid_license(self, i: int) -> tuple[bool, bool]:
         return self._answer(i, "grid_license")  # type: ignore[no-any-return]

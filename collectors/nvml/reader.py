@@ -117,8 +117,11 @@ class NvmlReader(GpuAttach, GpuMetrics, CallWatch):
                  slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
                  on_state: StateCallback | None = None,
                  on_dropped: Callable[[str], None] | None = None,
-                 budget_s: float | None = None) -> None:
+                 budget_s: float | None = None, kernel_log: bool = True) -> None:
         self.backend = backend
+        # Whether the agent reads the kernel log: where NVML gives no XID events, the only
+        # other place XIDs are seen (the log line says which holds).
+        self.kernel_log = kernel_log
         # budget_s: read each GPU in its own worker, waiting at most this long (pool.py).
         self._pool: GpuPool[Any] | None = GpuPool(budget_s) if budget_s else None
         self._said_late: set[int] = set()
@@ -144,7 +147,7 @@ class NvmlReader(GpuAttach, GpuMetrics, CallWatch):
              slow_every: int = 12, clock: Callable[[], float] = time.monotonic,
              on_state: StateCallback | None = None,
              on_dropped: Callable[[str], None] | None = None,
-             budget_s: float | None = None) -> NvmlReader:
+             budget_s: float | None = None, kernel_log: bool = True) -> NvmlReader:
         """Initialize NVML and discover the GPUs; raise ``NvmlUnavailable`` with a hint."""
         try:
             backend.init()
@@ -152,7 +155,8 @@ class NvmlReader(GpuAttach, GpuMetrics, CallWatch):
             reason, hint = _INIT_HINTS.get(type(exc), (f"nvmlInit failed: {exc}",
                                                        "check that nvidia-smi works on this node"))
             raise NvmlUnavailable(reason, hint) from exc
-        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s)
+        reader = cls(backend, on_error, slow_every, clock, on_state, on_dropped, budget_s,
+                     kernel_log)
         reader._open = True
         try:
             reader._discover()

@@ -190,3 +190,33 @@ def test_missing_profiling_is_said_once_and_only_for_gpus_without_gpm(
     else:
         assert not lines                  # Hopper: GPM gives the ratios, DCGM is not needed
     source.close()
+
+
+def test_a_gpu_time_sliced_among_pods_names_none_of_them_but_their_one_namespace() -> None:
+    got = gpu_pods(parse_list_response(list_response([
+        ("llm-a", "inference", "srv", "nvidia.com/gpu", ["GPU-a::0"]),
+        ("llm-b", "inference", "srv", "nvidia.com/gpu", ["GPU-a::1"]),
+        ("x", "one", "c", "nvidia.com/gpu", ["GPU-b::0"]),
+        ("y", "two", "c", "nvidia.com/gpu", ["GPU-b::1"]),
+        ("solo", "ml", "c", "nvidia.com/gpu", ["GPU-c"])])))
+    assert (got["GPU-a"].pod, got["GPU-a"].namespace, got["GPU-a"].shared) == (
+        "", "inference", True)
+    assert (got["GPU-b"].pod, got["GPU-b"].namespace) == ("", "")
+    assert got["GPU-c"] == PodInfo("solo", "ml", "c") and not got["GPU-c"].shared
+
+
+def test_the_device_plugins_index_strategy_names_gpus_by_nvml_index(
+        kubelet: tuple[str, list[bytes]], tree: NodeTree) -> None:
+    # --device-id-strategy=index: device ids are NVML indices (as nvidia-smi -i takes them)
+    socket, answer = kubelet
+    nv = FakeNvml.of(3)
+    answer[0] = list_response([
+        ("train-idx", "ml", "main", "nvidia.com/gpu", ["0"]),
+        ("train-uuid", "ml", "main", "nvidia.com/gpu", [nv.gpus[1].uuid]),
+        ("mig-idx", "ml", "main", "nvidia.com/mig-1g.10gb", ["2:0"])])  # a MIG instance
+    source = node_source(config(tree), nvml=nv, pods=PodMapper(GrpcPodLister(socket)))
+    g0, g1, g2 = source.frames(time.time())[0].gpus
+    source.close()
+    assert (g0.info["pod"], g0.info["user"]) == ("train-idx", "ml")
+    assert g1.info["pod"] == "train-uuid"
+    assert "pod" not in g2.info

@@ -154,3 +154,24 @@ def test_mig_instances_name_their_profile_as_dcgm_exporter_does(monkeypatch) -> 
     [inst] = be.mig_instances(0)
     assert (inst.gpu_instance, inst.profile, inst.uuid, inst.fb_used) == (7, "1g.10gb",
                                                                          "MIG-abc", 2**30)
+
+
+def test_compute_pids_add_the_mps_clients_where_the_driver_lists_them(monkeypatch) -> None:
+    def procs(*pids: int) -> list[object]:
+        return [type("P", (), {"pid": p})() for p in pids]
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetComputeRunningProcesses", lambda h: procs(10))
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMPSComputeRunningProcesses",
+                        lambda h: procs(11, 12))
+    be = PynvmlBackend()
+    be._h = [object()]
+    assert be.compute_pids(0) == [10, 11, 12]
+
+    def missing(h: object) -> list[object]:
+        raise pynvml.NVMLError_FunctionNotFound()
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMPSComputeRunningProcesses", missing)
+    be = PynvmlBackend()
+    be._h = [object()]
+    assert be.compute_pids(0) == [10]  # an older driver: the plain list alone
+    assert be._mps_list is False

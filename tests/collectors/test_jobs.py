@@ -42,3 +42,10 @@ def test_parsers() -> None:
     assert slurm_job_from_environ(b"SLURM_JOB_ID=\0") is None
     assert job_from_cgroup("0::/user.slice/user-1000.slice") is None
     assert job_from_cgroup("0::/slurm/job_7") == "7"
+
+
+def test_a_job_array_task_is_named_as_squeue_names_it() -> None:
+    env = b"SLURM_JOB_ID=2007\0SLURM_ARRAY_JOB_ID=2000\0SLURM_ARRAY_TASK_ID=7\0"
+    assert slurm_job_from_environ(env) == "2000_7"
+    assert slurm_job_from_environ(b"SLURM_JOB_ID=2007\0SLURM_ARRAY_JOB_ID=2000\0") == "2007"
+    assert slurm_job_from_environ(b"SLURM_ARRAY_JOB_ID=2000\0SLURM_ARRAY_TASK_ID=7\0") is None

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.jobs import JobResolver
+from fleetwatch.collectors.jobs import JobResolver, Owner
 
 
 @pytest.fixture
@@ -56,7 +56,7 @@ def test_a_job_without_a_user_keeps_its_place_empty(proc):
 
 def test_a_long_list_keeps_whole_jobs(proc):
     r = JobResolver(proc)
-    r._cache.update({1000 + i: f"{10_000_000 + i}" for i in range(40)})
+    r._cache.update({1000 + i: Owner(f"{10_000_000 + i}") for i in range(40)})
     job = r.job_of_pids(range(1000, 1040))
     assert job is not None and len(job) <= 256
     assert all(len(j) == 8 for j in job.split(","))
@@ -65,7 +65,6 @@ def test_a_long_list_keeps_whole_jobs(proc):
 def test_users_too_long_to_pair_are_named_whole_and_distinct(proc):
     r = JobResolver(proc)
     for i in range(6):
-        r._cache[2000 + i] = f"{500 + i}"
-        r._users[2000 + i] = f"u{i % 2}" + "x" * 60
+        r._cache[2000 + i] = Owner(f"{500 + i}", f"u{i % 2}" + "x" * 60)
     users = r.user_of_pids(range(2000, 2006))
     assert users == "u0" + "x" * 60 + ",u1" + "x" * 60

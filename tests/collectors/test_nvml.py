@@ -224,3 +224,19 @@ def test_fake_energy_counter_advances_with_power(monkeypatch) -> None:
     now[0] += 10.0
     e1 = reader.read().gpus[0].metrics["gpu_energy_j"]
     assert e1 - e0 == pytest.approx(612.345 * 10.0)  # W x s = J
+
+
+def test_gpus_without_nvml_xid_events_are_one_line_saying_where_xids_come_from(caplog) -> None:
+    from fleetwatch.collectors.nvml import FakeNvml
+    from fleetwatch.collectors.nvml.reader import NvmlReader
+
+    caplog.set_level("INFO")
+    for kernel_log, said in ((False, "agent.kernel_log is off"),
+                             (True, "from the kernel log only")):
+        caplog.clear()
+        nv = FakeNvml.of(3)
+        for i in range(3):
+            nv.set(i, "register_events", False)
+        NvmlReader.open(nv, kernel_log=kernel_log).close()
+        lines = [m for m in caplog.messages if "XID events through NVML" in m]
+        assert len(lines) == 1 and said in lines[0] and lines[0].startswith("GPU 0 (")

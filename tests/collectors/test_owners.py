@@ -71,7 +71,8 @@ def test_a_pod_holding_a_whole_gpu_is_named_and_its_namespace_is_the_team(
     assert (g0.job, g0.info["user"], g0.info["team"]) == ("team-a/trainer-0", "team-a",
                                                           "team-a")
     assert g1.job == POD_B  # which of the sharing pods runs there: not known, uid kept
-    assert "team" not in g1.info and "user" not in g1.info  # nor whose namespace
+    assert "pod" not in g1.info  # nor named as a pod
+    assert (g1.info["user"], g1.info["team"]) == ("team-b", "team-b")  # its pods' namespace
     source.close()
 
 
@@ -90,3 +91,64 @@ def test_a_new_pod_is_named_from_a_fresh_kubelet_answer_and_keeps_its_name(
     answer[0] = list_response([])       # the pod stays, whatever the kubelet says later
     assert source.frames(time.time())[0].gpus[0].job == "ns/new-0"
     source.close()
+
+
+def test_a_pods_labels_come_from_the_answer_that_named_its_job(
+        kubelet, tree: NodeTree) -> None:  # noqa: F811 - the fixture
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003]
+    answer[0] = list_response([("job-x", "batch", "c", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    source = node_source(config(tree), nvml=nv,
+                         pods=PodMapper(GrpcPodLister(socket), refresh_s=0))
+    source.frames(time.time())
+    # The kubelet already names the next pod while job-x's process still runs there.
+    answer[0] = list_response([("job-y", "other", "d", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert g.job == "batch/job-x"
+    assert (g.info["pod"], g.info["namespace"], g.info["container"]) == ("job-x", "batch", "c")
+    assert (g.info["user"], g.info["team"]) == ("batch", "batch")
+
+
+def test_a_kubelet_socket_that_appears_later_is_found_and_said(
+        kubelet, tree: NodeTree, tmp_path: Path, caplog) -> None:  # noqa: F811 - the fixture
+    from fleetwatch.collectors.node import POD_SOCKET_S, NodeSource
+
+    caplog.set_level("INFO")
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003]  # a pod by its cgroup
+    answer[0] = list_response([("serve-0", "prod", "c", "nvidia.com/gpu", [nv.gpus[0].uuid])])
+    later = tmp_path / "later.sock"
+    now = [0.0]
+    source = NodeSource(config(tree), lambda: nv, None, clock=lambda: now[0],
+                        pod_socket=str(later))
+    assert source.frames(time.time())[0].gpus[0].job.startswith("pod:")
+    assert sum("is not there" in m for m in caplog.messages) == 1
+    later.symlink_to(socket)  # the kubelet made its socket
+    now[0] += POD_SOCKET_S / 2
+    assert source.frames(time.time())[0].gpus[0].job.startswith("pod:")  # not looked yet
+    now[0] += POD_SOCKET_S
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert (g.job, g.info["user"], g.info["team"]) == ("prod/serve-0", "prod", "prod")
+    assert sum("is not there" in m for m in caplog.messages) == 1
+    assert sum(f"{later} found" in m for m in caplog.messages) == 1
+
+
+def test_a_gpu_time_sliced_by_pods_of_one_namespace_is_that_namespaces(
+        kubelet, tree: NodeTree) -> None:  # noqa: F811 - the fixture
+    socket, answer = kubelet
+    nv = FakeNvml.of(1)
+    nv.gpus[0].pids = [1003, 1004]  # two pods by their cgroups
+    uuid = nv.gpus[0].uuid
+    answer[0] = list_response([("llm-a", "inference", "srv", "nvidia.com/gpu", [f"{uuid}::0"]),
+                               ("llm-b", "inference", "srv", "nvidia.com/gpu", [f"{uuid}::1"])])
+    source = node_source(config(tree), nvml=nv, pods=PodMapper(GrpcPodLister(socket)))
+    [g] = source.frames(time.time())[0].gpus
+    source.close()
+    assert g.job is not None and g.job.count("pod:") == 2
+    assert "pod" not in g.info and "container" not in g.info  # neither is named as the one
+    assert (g.info["namespace"], g.info["user"], g.info["team"]) == (
+        "inference", "inference", "inference")

@@ -247,3 +247,12 @@ def test_every_unit_works_in_its_own_state_directory() -> None:
     # without WorkingDirectory= they would be tried in / and the unit refused at start.
     for name, unit in SERVICES.items():
         assert unit.get("Service", "WorkingDirectory") == state_of(unit), name
+
+
+def test_the_agent_starts_after_the_kubelet_where_there_is_one_without_needing_it() -> None:
+    # After= orders against a unit only if it is started anyway: a Slurm node without a
+    # kubelet starts the agent all the same; a Kubernetes node has its socket sooner.
+    agent = SERVICES["fleetwatch-agent"]
+    assert "kubelet.service" in agent.get("Unit", "After").split()
+    for key in ("Wants", "Requires", "BindsTo", "Requisite"):
+        assert "kubelet" not in agent.get("Unit", key), key

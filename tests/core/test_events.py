@@ -124,3 +124,13 @@ def test_the_processor_stores_events_with_the_batch_before_committing(tmp_path: 
                           (t0 + 103, "xid", "gpu0", 79, ""),
                           (t0 + 105, "gpu_state", "gpu1", 0, "lost")]
     store.close()
+
+
+def test_each_job_of_a_shared_gpu_starts_and_ends_on_its_own() -> None:
+    t = EventTracker()
+    got = []
+    for ts, job in ((0, "4001"), (1, "4001,4002"), (2, "4002"), (3, None)):
+        got += t.update([frame(ts, gpu(0, job=job))])
+    assert [(e.ts, e.kind, e.value) for e in got if e.kind.startswith("job")] == [
+        (0, "job_start", "4001"), (1, "job_start", "4002"), (2, "job_end", "4001"),
+        (3, "job_end", "4002")]

@@ -194,3 +194,46 @@ def test_gpus_without_sm_activity_draw_utilization_and_say_so() -> None:
     assert view.series["gpu_sm_clock_mhz"] == {} and view.energy is None
     hints = job._drawn(view, job.JOB_RANGE, NOW)[-4:]
     assert hints[0] == "% · the job's span · UTC · no SM activity (GPM): utilization"
+
+
+def test_a_job_sharing_a_gpu_is_found_and_linked_on_its_own() -> None:
+    events = [ev("job_start", NOW - 900, "4001"), ev("job_start", NOW - 600, "4002"),
+              ev("job_end", NOW - 300, "4001"),
+              # as stored before events were per job: the comma-joined value of the GPU
+              ev("job_start", NOW - 900, "4001,4002,user:root", gpu=3),
+              ev("job_end", NOW - 100, "4001,4002,user:root", gpu=3)]
+    (found,) = job_data.job_spans(events, "4001", NOW - DAY)
+    assert [(g.gpu, g.start_ts, g.end_ts) for g in found.gpus] == [
+        (0, NOW - 900, NOW - 300), (3, NOW - 900, NOW - 100)]
+    assert job_data.job_spans(events, "400", NOW - DAY) == []
+    now = job_data.current_jobs(events[:3] + [ev("job_start", NOW, "7,8", gpu=1)])
+    assert now == {0: "4002", 1: "7,8"}
+    line = job.jobs_line(now)
+    assert [c.href for c in line if hasattr(c, "href")] == ["/job/4002", "/job/7", "/job/8"]
+
+
+def test_a_job_on_a_shared_gpu_is_found_in_the_store(tmp_path: Path) -> None:
+    from fleetwatch.frame import Frame, GpuReading
+    from fleetwatch.pipeline.events import EventTracker
+
+    def frame(ts: float, job: str | None) -> Frame:
+        return Frame("sim", "r0", "n1", ts, (GpuReading(3, "GPU-x", "H100", {}, job=job),))
+
+    tracker = EventTracker()
+    store = SqliteStore(tmp_path / "s.db")
+    store.write_events(tracker.update([frame(NOW - 900, "4001,4002")]))
+    assert job_data.read_current_jobs(store, "n1", NOW - 800) == {3: "4001,4002"}
+    for ts, held in ((NOW - 600, "4002"), (NOW - 300, None)):
+        store.write_events(tracker.update([frame(ts, held)]))
+    (found,) = job_data.find_jobs(store, "4001", NOW)
+    assert [(g.node, g.gpu, g.start_ts, g.end_ts) for g in found.gpus] == [
+        ("n1", 3, NOW - 900, NOW - 600)]
+    assert job_data.read_current_jobs(store, "n1", NOW) == {}
+    store.close()
+
+
+def test_a_short_jobs_energy_is_shown_in_wh() -> None:
+    assert job.job_energy(0.03) == "30.0 Wh"
+    assert job.job_energy(0.0004) == "0.400 Wh"
+    assert job.job_energy(2.5) == "2.50 kWh"
+    assert job.job_energy(1500) == "1.50 MWh"

@@ -41,7 +41,7 @@ def test_a_job_id_typed_on_the_fleet_page_opens_its_gpus_alert_and_energy(
         assert len(texts(dash_duo, f"#job-graph-{metric} .scatterlayer .trace")) == 8, metric
     assert texts(dash_duo, "#job-state-tile .tile-value") == ["running"]
     assert texts(dash_duo, "#job-gpus-tile .tile-value") == ["8"]
-    assert texts(dash_duo, "#job-energy-tile .tile-value")[0].endswith(" kWh")
+    assert texts(dash_duo, "#job-energy-tile .tile-value")[0].endswith("Wh")  # kWh, Wh: short
     # A range from the usual ones ends where the job ended (now: it runs), in the address.
     assert texts(dash_duo, "#job-hint-gpu_power_w") == ["W · the job's span · UTC"]
     _pick(dash_duo, "job-range", "6h")
