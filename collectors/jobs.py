@@ -22,8 +22,8 @@ none), so that job and user stay paired; one user for all the jobs is named
 once. The energy ledger splits such a GPU equally among its jobs
 (``fleetwatch.pipeline.energy``). NVML reports host pids: in a container the
 agent needs ``hostPID`` and the host's /proc as ``proc_root``: where NVML's pids are
-not processes there it says so once, and a process that has no NVIDIA device open,
-or a /proc whose pid 2 is not kthreadd (another pid namespace's), is no job.
+not processes there it says so once, and a process of a /proc whose pid 2 is not
+kthreadd (another pid namespace's) is no job.
 Answers are cached per process, pid and start time (field 22 of /proc/PID/stat,
 as ps tells processes apart), so a steady job costs one small read per pid and tick
 and a pid number reused by another process is read again. The MPS server
@@ -154,22 +154,6 @@ def status_name(status: str) -> str:
     return ""
 
 
-def holds_nvidia_device(fd_dir: str) -> bool | None:
-    """Whether a process has an NVIDIA device open (/proc/PID/fd -> /dev/nvidia*), as
-    every process NVML lists on a GPU does; None where its fds cannot be read."""
-    try:
-        fds = os.listdir(fd_dir)
-    except OSError:
-        return None
-    for fd in fds:
-        try:
-            if os.readlink(os.path.join(fd_dir, fd)).startswith("/dev/nvidia"):
-                return True
-        except OSError:
-            continue  # closed meanwhile
-    return False
-
-
 class JobResolver:
     def __init__(self, proc_root: str | Path = "/proc") -> None:
         self.proc = str(proc_root)
@@ -213,9 +197,11 @@ class JobResolver:
         return got
 
     def _read(self, base: str, stamp: bytes | None) -> Owner | None:
-        if self.foreign_namespace() or holds_nvidia_device(os.path.join(base, "fd")) is False:
+        if self.foreign_namespace():
             # Another process than NVML's that has its number (NVML's pids are the host's):
-            # charging it would name a wrong job. Read once per process, not per tick.
+            # charging it would name a wrong job. Read once per process, not per tick. (Not
+            # judged by the devices a process holds open: whether an MPS client holds one
+            # of its own is not documented, and on the host's /proc the pid is NVML's.)
             return Owner(None, stamp=stamp, foreign=True)
         environ = _read_bytes(os.path.join(base, "environ"))
         job = user = team = None
