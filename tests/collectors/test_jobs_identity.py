@@ -108,12 +108,15 @@ def test_the_hosts_proc_is_trusted(tmp_path: Path) -> None:
 
 
 def test_the_agents_own_real_proc_entry_is_read(tmp_path: Path) -> None:
-    """Against the real /proc: this process runs no Slurm job; its start time is read."""
+    """Against the real /proc: this process runs no Slurm job, so it is its owner's
+    (none where this /proc is a pid namespace below the host's); its start time is read."""
     import os
+    import pwd
     r = JobResolver("/proc")
     assert r.owner(os.getpid()) is not None
     got = r._cache[os.getpid()]
-    assert got.stamp is not None and got.job is None
+    owner = None if r.foreign_namespace() else f"user:{pwd.getpwuid(os.getuid()).pw_name}"
+    assert got.stamp is not None and got.job == owner
 
 
 def test_a_slurm_job_found_by_its_cgroup_has_its_process_owner_as_user(tmp_path: Path) -> None:
