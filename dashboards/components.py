@@ -6,7 +6,6 @@ is tested without a browser.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
+from fleetwatch.pipeline.links import alert_job
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -170,19 +170,6 @@ def job_href(job: str, cluster: str | None = None, rng: str | None = None) -> st
     ``rng`` a key of ``timerange.RANGES`` (None: the job's own span)."""
     params = ([("cluster", cluster)] if cluster else []) + ([("range", rng)] if rng else [])
     return f"/job/{quote(job, safe='')}" + ("?" + urlencode(params) if params else "")
-
-
-_NAMED_JOB = (re.compile(r"\(job ([^\s()]+)\)"), re.compile(r"^job ([^\s()]+) "))
-
-
-def alert_job(a: Alert) -> str | None:
-    """The job an alert's message names, as the job rules write it ("GPU 3 on n1 (job 42)
-    lags ...", "job 42 hung on n1 ..."); None if it names none."""
-    for pattern in _NAMED_JOB:
-        m = pattern.search(a.message)
-        if m:
-            return m.group(1)
-    return None
 
 
 def no_data_text(view: FleetView, now_s: float) -> str:

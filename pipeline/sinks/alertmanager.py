@@ -3,7 +3,8 @@
 Each firing alert is posted with its labels (alertname = the rule, severity,
 cluster, rack, node, device, scope), annotations (summary, description with
 where and since when, evidence, action), ``startsAt`` (when it fired),
-``endsAt`` and a ``generatorURL`` to the dashboard. As Prometheus does,
+``endsAt`` and a ``generatorURL``: the dashboard page of the alert's GPU, node, job or
+rack's cluster (``links.alert_url``). As Prometheus does,
 firing alerts are re-sent every ``resend_s`` with ``endsAt`` four resend
 intervals ahead: Alertmanager resolves an alert whose ``endsAt`` passes, so
 one that is no longer re-sent (this processor died) resolves by itself. A
@@ -58,10 +59,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from fleetwatch.pipeline.links import alert_url
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.am_payload import (
     REMEDY,
@@ -170,9 +171,8 @@ class AlertmanagerSink:
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
                               else max(alert.resolved_ts or now, start))}
-        if self.dashboard_url:
-            query = urllib.parse.urlencode({"node": alert.node, "device": alert.device})
-            body["generatorURL"] = f"{self.dashboard_url}/?{query}"
+        if self.dashboard_url:  # the page about the alert's subject (``links``)
+            body["generatorURL"] = alert_url(self.dashboard_url, alert)
         return body
 
     def send(self, changes: Sequence[Notice]) -> None:
