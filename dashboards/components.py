@@ -211,8 +211,10 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
                   f"UTC · {ago(last / 1000, now_s)}" if last else "no samples", "warn"),
         ]
     return [
-        _tile("summary-reporting", "GPUs reporting", str(len(view.cells)),
-              f"on {nodes} node{'s' if nodes != 1 else ''}"),
+        _tile("summary-reporting", "GPUs reporting", str(len(view.reporting)),
+              f"on {nodes} node{'s' if nodes != 1 else ''}"
+              + (f" · {len(view.silent)} node{'s' * (len(view.silent) != 1)} silent"
+                 if view.silent else ""), "warn" if view.silent else ""),
         _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
               f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU {hot.gpu}"
               if hot else "", "bad" if hot_alert else ""),
