@@ -80,10 +80,12 @@ def cluster_picker_id(page: str) -> str:
     return f"{page}-cluster"
 
 
-def cluster_picker(page: str, value: str | None) -> html.Div:
+def cluster_picker(page: str, value: str | None) -> html.Label:
     """The cluster picker of ``page`` (``?cluster=``): empty for every cluster. Its options
     come with each refresh (``cluster_options``): the clusters the store has now."""
-    return html.Div(className="cluster-picker", children=[dcc.Dropdown(
+    # A label around it names its input for a screen reader ("Cluster"), not shown.
+    return html.Label(className="cluster-picker", children=[
+        html.Span("Cluster", className="visually-hidden"), dcc.Dropdown(
         id=cluster_picker_id(page), value=value, options=cluster_options((), value),
         placeholder="all clusters", clearable=True, searchable=True,
         className="cluster-dropdown", style={"minWidth": "11rem"})])
