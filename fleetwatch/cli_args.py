@@ -365,6 +365,8 @@ def parser() -> argparse.ArgumentParser:
                     "--cluster)")
     al.add_argument("--cluster", help="only this cluster's alerts (empty: every cluster)")
     al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
+    al.add_argument("--short", action="store_true",
+                    help="a line per rule, then each alert's heading and id only")
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -310,7 +311,17 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.alert_view import age, data_end, headline, lines, ordered, record, utc
+    from fleetwatch.alert_view import (
+        age,
+        data_end,
+        fit,
+        headline,
+        lines,
+        ordered,
+        record,
+        rule_summary,
+        utc,
+    )
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
 
@@ -368,12 +379,19 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
-    print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
+    # The terminal's width (COLUMNS, else the tty's); 0 when piped: lines kept whole for grep.
+    width = shutil.get_terminal_size((0, 0)).columns
+    print("\n".join(fit(f"{headline(alerts)} alerts{scope} in {name} (times UTC)", width)))
+    summed = rule_summary(alerts)
+    if len(summed) < len(alerts):  # a storm: its rules first, a line each
+        for line in summed:
+            print("\n".join(fit(line, width)))
     if ended is not None and any(a.state != "resolved" for a in alerts):
-        print(f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
-              "the data left them (a replay store, `fleetwatch up` still catching up, or the "
-              "pipeline stopped)")
-    for line in lines(alerts, silences, acks, now, ended):
+        print("\n".join(fit(
+            f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
+            "the data left them (a replay store, `fleetwatch up` still catching up, or the "
+            "pipeline stopped)", width)))
+    for line in lines(alerts, silences, acks, now, ended, width, args.short):
         print(line)
     return EXIT_OK
 
