@@ -167,13 +167,18 @@ class AlertmanagerSink:
         firing = alert.state != "resolved"
         start = alert.fired_ts if alert.fired_ts is not None else alert.started_ts
         labels = self._labels(alert) if firing or posted is None else dict(posted["labels"])
-        body = {"labels": labels, "annotations": am_annotations(alert),
+        body = {"labels": labels, "annotations": am_annotations(alert, self._several()),
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
                               else max(alert.resolved_ts or now, start))}
         if self.dashboard_url:  # the page about the alert's subject (``links``)
             body["generatorURL"] = alert_url(self.dashboard_url, alert)
         return body
+
+    def _several(self) -> bool:
+        """Does this Alertmanager get several clusters' alerts (``alerts.clusters``, or the
+        alerts handed here)? Then each summary names its cluster."""
+        return len(self.clusters) > 1 or len(self._alert_clusters) > 1
 
     def send(self, changes: Sequence[Notice]) -> None:
         with self._lock:
@@ -251,7 +256,8 @@ class AlertmanagerSink:
                 if not sets:
                     continue  # Alertmanager does not have it: posted at the next re-send
                 start = iso(a.started_ts if a.fired_ts is None else a.fired_ts)
-                self._posted[a.id] = [{"labels": lab, "annotations": am_annotations(a),
+                self._posted[a.id] = [{"labels": lab,
+                                       "annotations": am_annotations(a, self._several()),
                                        "startsAt": start} for lab in sets]
                 if a.id in xids and REMEDY not in sets[0]:
                     # An older release's: re-sent as it is until the remedy rises.

@@ -56,3 +56,17 @@ def test_alertmanager_and_webhook_payloads_carry_the_same_link() -> None:
     assert sink._payload(a, 1000.0)["generatorURL"] == alert_url(BASE, a)
     assert change_json(Notice(a), BASE)["link"] == alert_url(BASE, a)
     assert "link" not in change_json(Notice(a))
+
+
+def test_annotations_name_the_cluster_where_several_share_alertmanager() -> None:
+    from fleetwatch.pipeline.sinks.am_payload import am_annotations
+
+    gpu, node = alert(), alert("host", rule="node_silent", message="gpu-a01 has sent nothing")
+    assert "gpu3 on gpu-a01 (rack rack-1, cluster prod-a)" in am_annotations(gpu)["description"]
+    assert "gpu-a01 (rack rack-1, cluster prod-a), since" in am_annotations(node)["description"]
+    assert am_annotations(gpu)["summary"] == "GPU 3 hot"
+    assert am_annotations(gpu, several_clusters=True)["summary"] == "prod-a: GPU 3 hot"
+    sink = AlertmanagerSink("http://127.0.0.1:9", clusters=("prod-a", "prod-b"))
+    assert sink._payload(gpu, 1000.0)["annotations"]["summary"] == "prod-a: GPU 3 hot"
+    one = AlertmanagerSink("http://127.0.0.1:9")
+    assert one._payload(gpu, 1000.0)["annotations"]["summary"] == "GPU 3 hot"
