@@ -70,3 +70,18 @@ def test_annotations_name_the_cluster_where_several_share_alertmanager() -> None
     assert sink._payload(gpu, 1000.0)["annotations"]["summary"] == "prod-a: GPU 3 hot"
     one = AlertmanagerSink("http://127.0.0.1:9")
     assert one._payload(gpu, 1000.0)["annotations"]["summary"] == "GPU 3 hot"
+
+
+def test_the_webhook_posts_each_alerts_link() -> None:
+    from fleetwatch.pipeline.sinks.webhook import WebhookSink
+    from tests.sinks.conftest import Receiver
+
+    receiver = Receiver()
+    try:
+        a = alert()
+        WebhookSink(receiver.url, dashboard_url=BASE).send([Notice(a)])
+        (body,) = receiver.bodies
+        (change,) = body["groups"][0]["alerts"]
+        assert change["link"] == "https://fleet.example.com/dash/node/gpu-a01?cluster=prod-a&gpu=3"
+    finally:
+        receiver.close()
