@@ -6,7 +6,6 @@ is tested without a browser.
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
+from fleetwatch.pipeline.links import alert_job
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -80,10 +80,12 @@ def cluster_picker_id(page: str) -> str:
     return f"{page}-cluster"
 
 
-def cluster_picker(page: str, value: str | None) -> html.Div:
+def cluster_picker(page: str, value: str | None) -> html.Label:
     """The cluster picker of ``page`` (``?cluster=``): empty for every cluster. Its options
     come with each refresh (``cluster_options``): the clusters the store has now."""
-    return html.Div(className="cluster-picker", children=[dcc.Dropdown(
+    # A label around it names its input for a screen reader ("Cluster"), not shown.
+    return html.Label(className="cluster-picker", children=[
+        html.Span("Cluster", className="visually-hidden"), dcc.Dropdown(
         id=cluster_picker_id(page), value=value, options=cluster_options((), value),
         placeholder="all clusters", clearable=True, searchable=True,
         className="cluster-dropdown", style={"minWidth": "11rem"})])
@@ -172,19 +174,6 @@ def job_href(job: str, cluster: str | None = None, rng: str | None = None) -> st
     return f"/job/{quote(job, safe='')}" + ("?" + urlencode(params) if params else "")
 
 
-_NAMED_JOB = (re.compile(r"\(job ([^\s()]+)\)"), re.compile(r"^job ([^\s()]+) "))
-
-
-def alert_job(a: Alert) -> str | None:
-    """The job an alert's message names, as the job rules write it ("GPU 3 on n1 (job 42)
-    lags ...", "job 42 hung on n1 ..."); None if it names none."""
-    for pattern in _NAMED_JOB:
-        m = pattern.search(a.message)
-        if m:
-            return m.group(1)
-    return None
-
-
 def no_data_text(view: FleetView, now_s: float) -> str:
     """The one sentence a fleet page with no fresh GPU shows, everywhere on it."""
     if view.last_ms is None:
@@ -224,8 +213,10 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
                   f"UTC · {ago(last / 1000, now_s)}" if last else "no samples", "warn"),
         ]
     return [
-        _tile("summary-reporting", "GPUs reporting", str(len(view.cells)),
-              f"on {nodes} node{'s' if nodes != 1 else ''}"),
+        _tile("summary-reporting", "GPUs reporting", str(len(view.reporting)),
+              f"on {nodes} node{'s' if nodes != 1 else ''}"
+              + (f" · {len(view.silent)} node{'s' * (len(view.silent) != 1)} silent"
+                 if view.silent else ""), "warn" if view.silent else ""),
         _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
               f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU {hot.gpu}"
               if hot else "", "bad" if hot_alert else ""),

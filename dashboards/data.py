@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.alert_view import data_end, ordered
+from fleetwatch.pipeline.silences import NODE_DOWN_RULES
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Acknowledgement,
@@ -72,6 +73,16 @@ class FleetView:
     # its cluster picker offers, and whether names need their cluster to be told apart.
     clusters: tuple[str, ...] = ()
     cluster: str | None = None  # the one cluster shown (``?cluster=``), None: all
+    # Nodes fleetwatch has declared silent (their node_silent or node_down alert fires):
+    # (cluster, node) -> since when. Their cells are their last readings, not live ones.
+    silent: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    @property
+    def reporting(self) -> tuple[GpuCell, ...]:
+        """The cells of nodes not declared silent: the GPUs reporting. One notion of "not
+        reporting" with the pager's: the node_silent rule's verdict, per node at its own
+        threshold (``detectors.silent_intervals`` of its interval, ``silent_min_s``)."""
+        return tuple(c for c in self.cells if c.place not in self.silent)
 
     @property
     def many_clusters(self) -> bool:
@@ -80,11 +91,12 @@ class FleetView:
 
     @property
     def nodes(self) -> int:
-        return len({c.place for c in self.cells})
+        """The nodes reporting."""
+        return len({c.place for c in self.reporting})
 
     @property
     def hottest(self) -> GpuCell | None:
-        return max(self.cells, key=lambda c: c.temp_c, default=None)
+        return max(self.reporting, key=lambda c: c.temp_c, default=None)
 
     @property
     def newest_ms(self) -> int | None:
@@ -212,9 +224,20 @@ def fleet_view(cells: Sequence[GpuCell], alerts: Sequence[Alert], cluster: str |
                last_ms: int | None = None) -> FleetView:
     """The fleet of ``cluster`` (None: every cluster) from every cell and active alert."""
     clusters = tuple(sorted({c.cluster for c in cells} | {a.cluster for a in alerts}))
-    return FleetView(tuple(c for c in cells if in_cluster(cluster, c.cluster)),
-                     sort_alerts(a for a in alerts if in_cluster(cluster, a.cluster)),
-                     last_ms, clusters, cluster)
+    shown = sort_alerts(a for a in alerts if in_cluster(cluster, a.cluster))
+    return FleetView(tuple(c for c in cells if in_cluster(cluster, c.cluster)), shown,
+                     last_ms, clusters, cluster, silent_nodes(shown))
+
+
+def silent_nodes(alerts: Iterable[Alert]) -> dict[tuple[str, str], float]:
+    """(cluster, node) -> since when, of the nodes whose node_silent or node_down alert
+    fires: what the pager said of them is what the page says (a pending one is no verdict)."""
+    out: dict[tuple[str, str], float] = {}
+    for a in alerts:
+        if a.rule in NODE_DOWN_RULES and a.state == "firing" and a.node:
+            since = a.fired_ts if a.fired_ts is not None else a.started_ts
+            out[(a.cluster, a.node)] = min(since, out.get((a.cluster, a.node), since))
+    return out
 
 
 def read_fleet(store: Store, now_s: float, cluster: str | None = None) -> FleetView:

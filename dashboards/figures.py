@@ -131,14 +131,16 @@ def hover_text(trace: Any, i: int, j: int) -> str:
 
 
 def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
-                  jobs: Mapping[GpuKey, str] | None = None) -> go.Figure:
+                  jobs: Mapping[GpuKey, str] | None = None,
+                  silent: Mapping[tuple[str, str], float] | None = None) -> go.Figure:
     """GPU temperature: a row per node (grouped by cluster and rack), a column per GPU
     index. Rows are labelled ``cluster/node`` where the cells are of several clusters:
     node001 of two clusters is two machines, two rows.
 
     GPUs with an active alert get an outline in the alert's colour and a
     marker before their value. ``jobs`` overrides the cells' own job, for
-    callers that know it from elsewhere.
+    callers that know it from elsewhere. ``silent``: nodes declared silent ((cluster,
+    node) -> since when): their row is covered and says so, its values being old.
     """
     if not cells:
         return empty_figure()
@@ -197,11 +199,26 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
                            "y1": i + 0.5, "xref": "x", "yref": "y",
                            "line": {"color": colour, "width": 4 if px >= _TEXT_MIN_ROW_PX else 2},
                            "name": f"alert:{node}/gpu{gpu}:{alert.state}"})
+    for (cluster, node), since in (silent or {}).items():
+        if (cluster, node) in row_of:
+            labels.append(_silent_row(row_of[(cluster, node)], since, len(cols)))
+            shapes.append({"type": "rect", "x0": -0.5, "x1": len(cols) - 0.5,
+                           "y0": row_of[(cluster, node)] - 0.5,
+                           "y1": row_of[(cluster, node)] + 0.5, "xref": "x", "yref": "y",
+                           "fillcolor": theme.PANEL, "opacity": 0.85, "line": {"width": 0},
+                           "name": f"silent:{cluster}/{node}"})
     # Set once: each add_annotation/add_shape re-validates every one already there, which
     # made a 128-rack fleet's figure take tens of seconds (quadratic in the racks).
     fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16},
                       annotations=labels, shapes=shapes)
     return fig
+
+
+def _silent_row(i: int, since: float, cols: int) -> dict[str, Any]:
+    """The words over a silent node's covered row."""
+    return {"text": f"silent since {utc(since * 1000).strftime('%H:%M:%S')} UTC",
+            "xref": "x", "yref": "y", "x": (cols - 1) / 2, "y": i, "showarrow": False,
+            "font": {"color": theme.PENDING, "size": 12}}
 
 
 def row_px(rows: int) -> int:

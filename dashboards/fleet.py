@@ -89,7 +89,7 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
     ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
     or a cap, not by how many alerts a storm raised."""
     if view.cells:
-        fig = figures.fleet_heatmap(view.cells, view.alerts, jobs)
+        fig = figures.fleet_heatmap(view.cells, view.alerts, jobs, silent=view.silent)
         # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
         fig.update_layout(uirevision=f"fleet:{view.cluster or ''}:{len(view.cells)}")
         notice = None

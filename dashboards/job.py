@@ -121,8 +121,9 @@ def layout(job: str, refresh_s: float, cluster: str | None = None,
 def find_box() -> html.Div:
     """"Find a job": an id typed here opens its page (Enter or the button)."""
     return html.Div(className="find-job", children=[
-        dcc.Input(id="find-job-input", type="text", placeholder="job id",
-                  className="find-job-input", debounce=False),
+        html.Label([html.Span("Job id", className="visually-hidden"),  # for screen readers
+                    dcc.Input(id="find-job-input", type="text", placeholder="job id",
+                              className="find-job-input", debounce=False)]),
         html.Button("Find job", id="find-job-go", className="find-job-go")])
 
 

@@ -8,6 +8,7 @@ from when it started), what, the evidence, the action, and why it is not being n
 
 from __future__ import annotations
 
+import textwrap
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -117,36 +118,77 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
           acks: Mapping[str, Acknowledgement], now: float,
-          ended: float | None = None) -> list[str]:
-    """The table: a heading line per alert, then what, the evidence, the action and why
-    it is muted, indented. ``ended``: when the data ended (``data_end``), if they did."""
+          ended: float | None = None, width: int = 0, short: bool = False) -> list[str]:
+    """The table: a heading line per alert and its id on a line of its own (what ``ack``
+    takes, copied whole), then what, the evidence, the action and why it is muted,
+    indented (``short``: the heading and id only). ``ended``: when the data ended
+    (``data_end``), if they did. ``width``: the terminal's, lines wrapped to it (0: none,
+    one line per field for grep)."""
     open_alerts = [a for a in alerts if a.state != "resolved"]
     out: list[str] = []
     for a in ordered(alerts):
-        out.append(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  "
-                   f"{when(a, now, ended)}  id {a.id}")
-        if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
-            out.append(f"    {a.message}")
-        if a.evidence:
-            out.append("    evidence: " + ", ".join(f"{k}={evidence_value(k, v, '.4g')}"
-                                                   for k, v in sorted(a.evidence.items())))
-        if board_text(a):
-            out.append(f"    board: {board_text(a)}")
-        if a.action:
-            out.append(f"    action: {a.action}")
-        muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""
-        if muted:
-            kind, _, who = muted.partition(":")
-            ack = acks.get(a.id)
-            said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
-                    "ack": f"acknowledged by {who}"
-                           + (f": {ack.comment}" if ack and ack.comment else "")}[kind]
-            out.append(f"    notifications: {said}")
-            problem = next((not_in_alertmanager(s) for s in silences
-                            if kind == "silence" and s.id == who), "")
-            if problem:
-                out.append(f"    but not in Alertmanager, which still pages it: {problem} "
-                           f"(`fleetwatch silence list` says what to do)")
+        out += fit(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  "
+                    f"{when(a, now, ended)}", width)
+        out.append(f"    id {a.id}")  # never wrapped: a broken id cannot be pasted
+        if not short:
+            out += [w for line in _details(a, open_alerts, silences, acks, now)
+                    for w in fit(line, width)]
+    return out
+
+
+def _details(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
+             acks: Mapping[str, Acknowledgement], now: float) -> list[str]:
+    """An alert's indented lines: its message, evidence, board, action, muting."""
+    out: list[str] = []
+    if a.message:  # VictoriaMetrics keeps no alert text: the rule and evidence say it
+        out.append(f"    {a.message}")
+    if a.evidence:
+        out.append("    evidence: " + ", ".join(f"{k}={evidence_value(k, v, '.4g')}"
+                                               for k, v in sorted(a.evidence.items())))
+    if board_text(a):
+        out.append(f"    board: {board_text(a)}")
+    if a.action:
+        out.append(f"    action: {a.action}")
+    muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""
+    if muted:
+        kind, _, who = muted.partition(":")
+        ack = acks.get(a.id)
+        said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
+                "ack": f"acknowledged by {who}"
+                       + (f": {ack.comment}" if ack and ack.comment else "")}[kind]
+        out.append(f"    notifications: {said}")
+        problem = next((not_in_alertmanager(s) for s in silences
+                        if kind == "silence" and s.id == who), "")
+        if problem:
+            out.append(f"    but not in Alertmanager, which still pages it: {problem} "
+                       f"(`fleetwatch silence list` says what to do)")
+    return out
+
+
+def fit(line: str, width: int) -> list[str]:
+    """``line`` wrapped to ``width`` (0: as it is), continued lines indented past its own
+    indent, long words (a UUID) broken rather than overflowing."""
+    if width <= 0 or len(line) <= width:
+        return [line]
+    indent = " " * (len(line) - len(line.lstrip()) + 2)
+    return textwrap.wrap(line, max(width, 20), subsequent_indent=indent,
+                         break_on_hyphens=False) or [line]
+
+
+def rule_summary(alerts: Sequence[Alert]) -> list[str]:
+    """A line per rule, severity, state and cluster, the largest first: a storm (a switch
+    silencing 16 nodes) in one line before its 16 alerts (``webhook.summary``'s count)."""
+    from fleetwatch.pipeline.sinks.webhook import summary
+
+    out = []
+    for s in summary(alerts):
+        nodes, racks = s["nodes"], s["racks"]
+        where = (f"{len(nodes)} nodes in {len(racks)} rack{'s' * (len(racks) != 1)}"
+                 if len(nodes) > 1 else ", ".join(nodes) or ", ".join(racks))
+        names = f": {nodes[0]} … {nodes[-1]}" if len(nodes) > 2 else (
+            f": {', '.join(nodes)}" if len(nodes) == 2 else "")
+        out.append(f"{s['alerts']} {s['rule']} ({s['severity']}) {s['state']} on {where}"
+                   f" of {s['cluster']}{names}")
     return out
 
 

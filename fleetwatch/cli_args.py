@@ -337,6 +337,10 @@ def parser() -> argparse.ArgumentParser:
                         help="how long, with its unit: 30m, 2h, 1d (default 1h)")
     si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
     si_add.add_argument("--comment", default="", help="why")
+    si_add.add_argument("--force", action="store_true",
+                        help="silence node=X although X has sent no data in the last 7 days "
+                             "(a node not reporting yet); without it such a silence is refused "
+                             "with the names it may have meant")
     si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
     si_list.add_argument("--all", action="store_true",
                          help="every silence, expired ones too (default: those in force now)")
@@ -361,6 +365,8 @@ def parser() -> argparse.ArgumentParser:
                     "--cluster)")
     al.add_argument("--cluster", help="only this cluster's alerts (empty: every cluster)")
     al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
+    al.add_argument("--short", action="store_true",
+                    help="a line per rule, then each alert's heading and id only")
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
     ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -249,7 +250,7 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
 
 def cmd_silence(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.alert_view import age, utc
-    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.pipeline.store.base import ACTIVE_STATES, StoreError
     from fleetwatch.silencing import (
         SilenceError,
         SilenceNotFound,
@@ -257,6 +258,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         cluster_scope_warning,
         describe,
         expire_silence,
+        mutes_now,
     )
     from fleetwatch.wiring import open_store
 
@@ -272,12 +274,17 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         if args.action == "add":
+            refused = _check_node(store, args.matchers, args.force)
+            if refused:
+                print(f"fleetwatch silence: {refused}", file=sys.stderr)
+                return EXIT_USAGE
             s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
             print(s.id)  # alone on stdout: ID=$(fleetwatch silence add ...) for a script
             matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
             print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
+            print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
             warning = cluster_scope_warning(s.matchers, _clusters_of_node(store, s.matchers))
             if warning:
                 print(warning.replace("expire it", f"`fleetwatch silence expire {s.id}`"),
@@ -305,7 +312,17 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.alert_view import age, data_end, headline, lines, ordered, record, utc
+    from fleetwatch.alert_view import (
+        age,
+        data_end,
+        fit,
+        headline,
+        lines,
+        ordered,
+        record,
+        rule_summary,
+        utc,
+    )
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
 
@@ -363,14 +380,43 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
-    print(f"{headline(alerts)} alerts{scope} in {name} (times UTC)")
+    # The terminal's width (COLUMNS, else the tty's); 0 when piped: lines kept whole for grep.
+    width = shutil.get_terminal_size((0, 0)).columns
+    print("\n".join(fit(f"{headline(alerts)} alerts{scope} in {name} (times UTC)", width)))
+    summed = rule_summary(alerts)
+    if len(summed) < len(alerts):  # a storm: its rules first, a line each
+        for line in summed:
+            print("\n".join(fit(line, width)))
     if ended is not None and any(a.state != "resolved" for a in alerts):
-        print(f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
-              "the data left them (a replay store, `fleetwatch up` still catching up, or the "
-              "pipeline stopped)")
-    for line in lines(alerts, silences, acks, now, ended):
+        print("\n".join(fit(
+            f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
+            "the data left them (a replay store, `fleetwatch up` still catching up, or the "
+            "pipeline stopped)", width)))
+    for line in lines(alerts, silences, acks, now, ended, width, args.short):
         print(line)
     return EXIT_OK
+
+
+def _check_node(store: Any, matchers: Any, force: bool) -> str:
+    """Why a silence of ``node=X`` is refused: X sent no data in the last week and has no
+    open alert (a typo mutes nothing while the real node keeps paging); "" to go on. With
+    ``force`` (a node not reporting yet) or a store that knows no node yet, said as a
+    warning instead."""
+    from fleetwatch.silencing import named_node, unknown_node
+
+    node = named_node(matchers)
+    if node is None or any(a.node == node for a in store.alerts()):
+        return ""
+    nodes = _nodes_seen(store, time.time())
+    said = unknown_node(node, nodes)
+    if not said:
+        return ""
+    said += "" if said.endswith("?") else "."
+    if force or not nodes:
+        print(f"warning: {said} Silenced anyway.", file=sys.stderr)
+        return ""
+    return (f"{said} Nothing silenced: name a node that reports, or add --force to "
+            f"silence {node} before it reports.")
 
 
 def _unknown_cluster(store: Any, cluster: str, now: float) -> str:
@@ -398,21 +444,18 @@ def _clusters_of_node(store: Any, matchers: Any) -> list[str]:
 
 def _unknown_node(store: Any, node: str, now: float) -> str:
     """A hint when ``node`` sent nothing to the store in the last week (a typo, or a short
-    name for a node the agents call by its full one), else ""."""
-    import difflib
+    name for a node the agents call by its full one), else "" (``unknown_node``)."""
+    from fleetwatch.silencing import unknown_node
 
+    said = unknown_node(node, _nodes_seen(store, now))
+    return f" ({said})" if said else ""
+
+
+def _nodes_seen(store: Any, now: float) -> list[str]:
+    """The nodes that sent data to the store in the last week."""
     from fleetwatch.pipeline.ownership import last_seen
 
-    week = 7 * 86400
-    nodes = sorted({name for _, name in last_seen(store, now - week)})
-    if node in nodes:
-        return ""
-    near = difflib.get_close_matches(node, nodes, n=3, cutoff=0.6)
-    near += [n for n in nodes if n.startswith(node) and n not in near][:3 - len(near)]
-    hint = f"; did you mean {', '.join(near)}?" if near else (
-        f"; nodes seen: {', '.join(nodes[:5])}{', ...' if len(nodes) > 5 else ''}"
-        if nodes else "")
-    return f" (no node {node!r} has sent data to it in the last 7 days{hint})"
+    return sorted({name for _, name in last_seen(store, now - 7 * 86400)})
 
 
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:

@@ -19,8 +19,14 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import not_in_alertmanager, parse_matcher
-from fleetwatch.pipeline.store.base import Acknowledgement, Silence, Store, StoreRejected
+from fleetwatch.pipeline.silences import matches, not_in_alertmanager, parse_matcher
+from fleetwatch.pipeline.store.base import (
+    Acknowledgement,
+    Alert,
+    Silence,
+    Store,
+    StoreRejected,
+)
 
 
 class SilenceError(ValueError):
@@ -80,6 +86,44 @@ def cluster_scope_warning(matchers: Sequence[tuple[str, str, str]],
             f"this silence mutes {node} in every one of them. To mute one cluster's only, "
             f"expire it and add cluster=NAME, e.g. fleetwatch silence add cluster={shown[0]} "
             f"node={node} ...")
+
+
+def unknown_node(node: str, nodes: Sequence[str]) -> str:
+    """A hint when ``node`` is not among ``nodes`` (those that sent data lately): the
+    names it may have meant (a typo, or a short name for a node the agents call by its full
+    one), else some of those seen; "" when it is one of them."""
+    import difflib
+
+    if node in nodes:
+        return ""
+    ordered = sorted(nodes)
+    near = difflib.get_close_matches(node, ordered, n=3, cutoff=0.6)
+    near += [n for n in ordered if n.startswith(node) and n not in near][:3 - len(near)]
+    hint = f"; did you mean {', '.join(near)}?" if near else (
+        f"; nodes seen: {', '.join(ordered[:5])}{', ...' if len(ordered) > 5 else ''}"
+        if ordered else "")
+    return f"no node {node!r} has sent data to it in the last 7 days{hint}"
+
+
+def named_node(matchers: Sequence[str]) -> str | None:
+    """The node a silence's ``node=X`` names exactly, if one does (a matcher that does not
+    parse is left to ``add_silence`` to refuse)."""
+    for text in matchers:
+        try:
+            name, op, value = parse_matcher(text)
+        except ValueError:
+            continue
+        if name == "node" and op == "=" and value:
+            return value
+    return None
+
+
+def mutes_now(silence: Silence, open_alerts: Sequence[Alert]) -> str:
+    """How many of the open alerts this silence mutes now, as a sentence."""
+    n = sum(matches(silence, a) for a in open_alerts)
+    if not n:
+        return "it matches no open alert now (it mutes those that match it until it ends)"
+    return f"it mutes {n} open alert{'s' * (n != 1)} now"
 
 
 def node_clusters(store: Store, node: str, since_ts: float) -> list[str]:

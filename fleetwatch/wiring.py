@@ -239,12 +239,12 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None,
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 
-        sinks.append(WebhookSink(a.webhook_url, a.sink_timeout_s))
+        sinks.append(WebhookSink(a.webhook_url, a.sink_timeout_s, a.dashboard_url))
     if config.bus.alert_topic and config.bus.kind == "kafka":
         from fleetwatch.pipeline.sinks.kafka import KafkaAlertSink
 
         sinks.append(KafkaAlertSink(open_producer(config.bus, memory), config.bus.alert_topic,
-                                    a.sink_timeout_s))
+                                    a.sink_timeout_s, a.dashboard_url))
     return sinks
 
 

@@ -3,7 +3,8 @@
 Each firing alert is posted with its labels (alertname = the rule, severity,
 cluster, rack, node, device, scope), annotations (summary, description with
 where and since when, evidence, action), ``startsAt`` (when it fired),
-``endsAt`` and a ``generatorURL`` to the dashboard. As Prometheus does,
+``endsAt`` and a ``generatorURL``: the dashboard page of the alert's GPU, node, job or
+rack's cluster (``links.alert_url``). As Prometheus does,
 firing alerts are re-sent every ``resend_s`` with ``endsAt`` four resend
 intervals ahead: Alertmanager resolves an alert whose ``endsAt`` passes, so
 one that is no longer re-sent (this processor died) resolves by itself. A
@@ -58,10 +59,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from fleetwatch.pipeline.links import alert_url
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.am_payload import (
     REMEDY,
@@ -166,14 +167,18 @@ class AlertmanagerSink:
         firing = alert.state != "resolved"
         start = alert.fired_ts if alert.fired_ts is not None else alert.started_ts
         labels = self._labels(alert) if firing or posted is None else dict(posted["labels"])
-        body = {"labels": labels, "annotations": am_annotations(alert),
+        body = {"labels": labels, "annotations": am_annotations(alert, self._several()),
                 "startsAt": iso(start),
                 "endsAt": iso(now + VALID_FOR_RESENDS * self.resend_s if firing
                               else max(alert.resolved_ts or now, start))}
-        if self.dashboard_url:
-            query = urllib.parse.urlencode({"node": alert.node, "device": alert.device})
-            body["generatorURL"] = f"{self.dashboard_url}/?{query}"
+        if self.dashboard_url:  # the page about the alert's subject (``links``)
+            body["generatorURL"] = alert_url(self.dashboard_url, alert)
         return body
+
+    def _several(self) -> bool:
+        """Does this Alertmanager get several clusters' alerts (``alerts.clusters``, or the
+        alerts handed here)? Then each summary names its cluster."""
+        return len(self.clusters) > 1 or len(self._alert_clusters) > 1
 
     def send(self, changes: Sequence[Notice]) -> None:
         with self._lock:
@@ -251,7 +256,8 @@ class AlertmanagerSink:
                 if not sets:
                     continue  # Alertmanager does not have it: posted at the next re-send
                 start = iso(a.started_ts if a.fired_ts is None else a.fired_ts)
-                self._posted[a.id] = [{"labels": lab, "annotations": am_annotations(a),
+                self._posted[a.id] = [{"labels": lab,
+                                       "annotations": am_annotations(a, self._several()),
                                        "startsAt": start} for lab in sets]
                 if a.id in xids and REMEDY not in sets[0]:
                     # An older release's: re-sent as it is until the remedy rises.

@@ -45,13 +45,22 @@ def ack_labels(alert: Alert) -> dict[str, str]:
     return out
 
 
-def am_annotations(alert: Alert) -> dict[str, str]:
-    where = alert.node or f"rack {alert.rack}"
+def am_annotations(alert: Alert, several_clusters: bool = False) -> dict[str, str]:
+    """``several_clusters``: the Alertmanager has several clusters' alerts, so the summary
+    (what a Slack or PagerDuty template often shows alone) starts with the cluster. The
+    description always names the rack and cluster."""
+    place = ", ".join(x for x in (f"rack {alert.rack}" if alert.rack else "",
+                                  f"cluster {alert.cluster}" if alert.cluster else "") if x)
+    where = f"{alert.node} ({place})" if alert.node and place else (
+        alert.node or f"rack {alert.rack}" + (f" of cluster {alert.cluster}"
+                                              if alert.cluster else ""))
     if alert.device.startswith("gpu"):
-        where = f"{alert.device} on {alert.node} (rack {alert.rack})"
+        where = f"{alert.device} on {where}"
     since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
     evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
-    out = {"summary": alert.message,
+    summary = f"{alert.cluster}: {alert.message}" if several_clusters and alert.cluster else (
+        alert.message)
+    out = {"summary": summary,
            "description": f"{alert.message}; {where}, since {since}"
                           + (f"; evidence: {evidence}" if evidence else ""),
            "value": f"{alert.value:g}"}

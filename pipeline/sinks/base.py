@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from fleetwatch.pipeline.links import alert_url
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.store.base import board
 
@@ -58,10 +59,11 @@ def iso(ts: float) -> str:
         "+00:00", "Z")
 
 
-def change_json(notice: Notice) -> dict[str, Any]:
-    """What, where, since when, the evidence and the action, as plain JSON."""
+def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
+    """What, where, since when, the evidence and the action, as plain JSON; with
+    ``dashboard_url``, ``link``: the dashboard page about its subject (``links``)."""
     a = notice.alert
-    return {
+    out = {
         "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
         "labels": labels(a),
         "message": a.message, "value": a.value, "evidence": dict(a.evidence),
@@ -71,3 +73,6 @@ def change_json(notice: Notice) -> dict[str, Any]:
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
         "muted_by": notice.muted_by,
     }
+    if dashboard_url:
+        out["link"] = alert_url(dashboard_url, a)
+    return out

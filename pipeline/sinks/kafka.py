@@ -1,4 +1,5 @@
-"""The Kafka alert topic: every alert change as one JSON message, keyed by node."""
+"""The Kafka alert topic: every alert change as one JSON message, keyed by node (with
+``link``, the dashboard page about it, where ``alerts.dashboard_url`` is set)."""
 
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ class KafkaAlertSink:
     name = "kafka"
     notify_only = False
 
-    def __init__(self, producer: Producer, topic: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, producer: Producer, topic: str, timeout_s: float = 10.0,
+                 dashboard_url: str = "") -> None:
         self.producer, self.topic, self.timeout_s = producer, topic, timeout_s
+        self.dashboard_url = dashboard_url  # each change's ``link`` (``links``); "": none
 
     def send(self, changes: Sequence[Notice]) -> None:
         try:
             for n in changes:
                 key = (n.alert.node or n.alert.rack).encode()
-                self.producer.send(self.topic, json.dumps(change_json(n)).encode(), key,
+                body = json.dumps(change_json(n, self.dashboard_url)).encode()
+                self.producer.send(self.topic, body, key,
                                    headers=[("state", n.alert.state.encode())])
             self.producer.flush(self.timeout_s)
         except BusError as exc:

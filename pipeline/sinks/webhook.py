@@ -3,7 +3,8 @@ and summed up per cluster and rule.
 
 Body: ``{"version": 1, "summary": [LINE, ...], "groups": [{"cluster", "rack", "node",
 "alerts": [CHANGE, ...]}]}`` where CHANGE is ``change_json`` (id, state, rule, severity,
-labels, message, value, evidence, action, started, fired_ts, resolved_ts, muted_by). A rack
+labels, message, value, evidence, action, started, fired_ts, resolved_ts, muted_by, and
+``link``, the dashboard page about the alert, where ``alerts.dashboard_url`` is set). A rack
 alert is its own group with node "". LINE is ``summary``'s: what a storm with one cause (a
 switch silencing 200 nodes, a row's power cap slowing 800 GPUs) is in one line, so that a
 receiver can post it once instead of a message per node. Only notifications are sent:
@@ -50,9 +51,10 @@ class WebhookSink:
     name = "webhook"
     notify_only = True
 
-    def __init__(self, url: str, timeout_s: float = 10.0) -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, dashboard_url: str = "") -> None:
         self.url = url
         self.timeout_s = timeout_s
+        self.dashboard_url = dashboard_url  # each change's ``link`` (``links``); "": none
 
     @property
     def url(self) -> str:
@@ -75,7 +77,7 @@ class WebhookSink:
         alerts = [n.alert for n in notices.values()]
         body = {"version": 1, "summary": summary(alerts), "groups": [
             {"cluster": k[0], "rack": k[1], "node": k[2],
-             "alerts": [change_json(notices[a.id]) for a in these]}
+             "alerts": [change_json(notices[a.id], self.dashboard_url) for a in these]}
             for k, these in sorted(group(alerts).items())]}
         post_json(self.server, body, self.timeout_s, "webhook", setting="alerts.webhook_url")
 

@@ -107,3 +107,14 @@ def test_a_bad_fault_duration_is_named(spec: str, said: str,
     with pytest.raises(SystemExit):
         parser().parse_args(["simulate", "--fault", spec])
     assert said in capsys.readouterr().err.replace("\n", " ")
+
+
+@pytest.mark.parametrize(("text", "meant"), [("2hours", "2h"), ("30 min", "30m"),
+                                             ("1day", "1d"), ("90secs", "90s"),
+                                             ("2hrs30mins", "2h30m")])
+def test_a_unit_spelt_out_is_answered_with_its_letter(text: str, meant: str,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["silence", "add", "node=n1", "--for", text])
+    err = capsys.readouterr().err
+    assert f"write {meant}" in err and "'ours'" not in err

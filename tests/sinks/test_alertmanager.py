@@ -53,7 +53,7 @@ def test_a_firing_alert_reaches_alertmanager_and_its_resolution_ends_it(
                              "scope": "gpu"}
     assert got["status"]["state"] == "active"
     assert "92" in got["annotations"]["summary"] and node in got["annotations"]["description"]
-    assert got["generatorURL"].startswith("http://127.0.0.1:8050/?node=")
+    assert got["generatorURL"] == f"http://127.0.0.1:8050/node/{node}?cluster=c&gpu=1"
     starts = datetime.fromisoformat(got["startsAt"].replace("Z", "+00:00")).timestamp()
     assert abs(starts - (now + 45)) < 0.01   # when it fired, in the frames' time
     processor.process([frame(now + 60, [60, 60], node=node)])
