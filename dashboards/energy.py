@@ -100,10 +100,10 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     # The ledger keeps hours: a range is read as the whole hours it touches, and says so.
     hours = f" · {len(v.hours)} whole hour{'s' if len(v.hours) != 1 else ''}" if v.hours else ""
     return [
-        _tile("energy-today", "Today", "no data", "no node has reported since 00:00 UTC")
+        _tile("energy-today", "Today", "no data", f"no node has reported since 00:00 {v.tz}")
         if v.today_kwh is None or v.today_co2e_kg is None else
         _tile("energy-today", "Today", amounts.energy(v.today_kwh),
-              f"{amounts.mass(v.today_co2e_kg)} since 00:00 UTC"),
+              f"{amounts.mass(v.today_co2e_kg)} since 00:00 {v.tz}"),
         _tile("energy-month", "This month", "no data", "nothing in the ledger this month")
         if v.month_kwh is None or v.month_co2e_kg is None else
         _tile("energy-month", "This month", amounts.mass(v.month_co2e_kg),
@@ -150,7 +150,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
         nothing of a read before to keep when the store does not answer; ``cluster``: of
         that cluster only."""
         now = clock()
-        start, end = timerange.window(rng, now)
+        start, end = timerange.window(rng, now, carbon.timezone)
         try:
             v = read_energy(store, carbon, start, end + 3600, now, cluster=cluster)
         except StoreError as exc:

@@ -7,9 +7,7 @@ model. Pure, but for ``read_energy``, which makes the store calls.
 
 from __future__ import annotations
 
-import calendar
 import dataclasses
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -23,7 +21,16 @@ from fleetwatch.pipeline.store.ledger import (
     top_from_totals,
 )
 from fleetwatch.report import _series_warning
-from fleetwatch.report_month import HourData, data_began, longest_measured, month_projection
+from fleetwatch.report_month import (
+    HourData,
+    data_began,
+    day_start,
+    hour_share,
+    ledger_span,
+    longest_measured,
+    month_of,
+    month_projection,
+)
 from fleetwatch.report_sums import PER_CLUSTER
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
@@ -102,6 +109,7 @@ class EnergyView:
     over_tdp_gpu_hours: float
     projection_withheld: str = ""             # why there is no projection
     seen: tuple[str, ...] = ()                # every cluster in the range, whatever shown
+    tz: str = "UTC"                           # whose days and month today and month are
 
 
 def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
@@ -153,16 +161,6 @@ def shares(totals: Sequence[EnergyTotal], kind: str, factors: dict[int, float],
     return tuple(out[:limit])
 
 
-def month_start(ts: float) -> int:
-    t = time.gmtime(ts)
-    return calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0))
-
-
-def month_end(ts: float) -> int:
-    t = time.gmtime(ts)
-    return month_start(ts) + calendar.monthrange(t.tm_year, t.tm_mon)[1] * 86400
-
-
 def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
                 jobs: Sequence[EnergyTotal], users: Sequence[EnergyTotal],
                 model: CarbonModel, now_s: float, began_ts: float | None = None,
@@ -185,11 +183,16 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         kwh = t.energy_j / J_PER_KWH
         by_cluster.setdefault(name, [0.0] * len(hours))[i] += kwh
         co2e.setdefault(name, [0.0] * len(hours))[i] += kwh * fc[t.name, t.bucket_ts]
-    day0 = now_s - now_s % 86400
-    today = [t for t in month if t.bucket_ts >= day0]
-    m_kwh = sum(t.energy_j for t in month) / J_PER_KWH
-    m_co2 = sum(t.energy_j / J_PER_KWH * fc[t.name, t.bucket_ts] for t in month)
-    start, end = month_start(now_s), month_end(now_s)
+    # Today and this month of model.timezone (energy.timezone): an hour a half-hour
+    # offset cuts at local midnight counts for its share (report_month.hour_share).
+    tz = model.timezone
+    start, end = month_of(now_s, tz)
+    day0 = day_start(now_s, tz)
+    today = [(t, hour_share(t.bucket_ts, day0, end)) for t in month
+             if hour_share(t.bucket_ts, day0, end) > 0]
+    in_month = [(t, hour_share(t.bucket_ts, start, end)) for t in month]
+    m_kwh = sum(t.energy_j * w for t, w in in_month) / J_PER_KWH
+    m_co2 = sum(t.energy_j * w / J_PER_KWH * fc[t.name, t.bucket_ts] for t, w in in_month)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
     longest = longest or {}
     hours_data = [HourData(t.bucket_ts, t.gpu_s, t.missing_s, t.energy_j,
@@ -203,15 +206,15 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         clusters=_cluster_shares(window, fc),
         kwh=sum(sum(v) for v in by_cluster.values()),
         co2e_kg=sum(sum(v) for v in co2e.values()),
-        today_kwh=sum(t.energy_j for t in today) / J_PER_KWH if today else None,
-        today_co2e_kg=(sum(t.energy_j / J_PER_KWH * fc[t.name, t.bucket_ts] for t in today)
-                       if today else None),
+        today_kwh=sum(t.energy_j * w for t, w in today) / J_PER_KWH if today else None,
+        today_co2e_kg=(sum(t.energy_j * w / J_PER_KWH * fc[t.name, t.bucket_ts]
+                           for t, w in today) if today else None),
         month_kwh=m_kwh if month else None, month_co2e_kg=m_co2 if month else None,
         month_projection_kg=projection, projection_withheld=withheld,
         idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
-        over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600)
+        over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600, tz=tz)
 
 
 def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
@@ -255,7 +258,8 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
     first = start_s - start_s % 3600
     everywhere = store.energy_totals(first, end_s, "cluster")
     window = [t for t in everywhere if cluster is None or t.name == cluster]
-    m0, m1 = month_start(now_s), month_end(now_s)
+    # The ledger hours that overlap this month of model.timezone (whole UTC hours).
+    m0, m1 = ledger_span(*month_of(now_s, model.timezone))
     if first <= m0 and end_s >= m1:
         month = [t for t in window if m0 <= t.bucket_ts < m1]
     else:  # to the month's end: data stamped after now (a clock ahead) is flagged

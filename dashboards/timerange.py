@@ -2,18 +2,18 @@
 
 ``/energy?range=7d``, ``/utilization?range=24h&cluster=c1&node=node-001&gpu=3``: a link
 opens the same view for anyone. Ranges end now (a rolling window), except
-``month``: the calendar month so far (UTC). Pure functions of strings and
-clocks, so links are tested without a browser.
+``month``: the calendar month so far (UTC; the energy page's in energy.timezone). Pure
+functions of strings and clocks, so links are tested without a browser.
 """
 
 from __future__ import annotations
 
-import calendar
-import time
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlencode
 
 from dash import dcc, html
+
+from fleetwatch.report_month import month_of
 
 # (key, label, seconds; 0: the calendar month so far)
 RANGES: tuple[tuple[str, str, int], ...] = (
@@ -78,17 +78,13 @@ def parse(search: str | None, default: str) -> Query:
     return Query(rng if rng in _SECONDS else default, node, gpu, cluster)
 
 
-def window(key: str, now_s: float) -> tuple[float, float]:
-    """(start, end) in epoch seconds of range ``key`` ending at ``now_s``."""
+def window(key: str, now_s: float, tz: str = "UTC") -> tuple[float, float]:
+    """(start, end) in epoch seconds of range ``key`` ending at ``now_s``; ``month``: from
+    the start of the month of ``tz``'s calendar (the energy page's energy.timezone)."""
     seconds = _SECONDS.get(key, 86400)
     if seconds:
         return now_s - seconds, now_s
-    return month_start(now_s), now_s
-
-
-def month_start(now_s: float) -> float:
-    t = time.gmtime(now_s)
-    return float(calendar.timegm((t.tm_year, t.tm_mon, 1, 0, 0, 0)))
+    return float(month_of(now_s, tz)[0]), now_s
 
 
 def picker(page: str, value: str) -> html.Div:

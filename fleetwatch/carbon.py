@@ -207,6 +207,9 @@ class CarbonModel:
     pue: HourlySeries | None = None
     price_per_kwh: float = 0.0
     currency: str = "USD"
+    # energy.timezone: the calendar whose days and months the energy page's today and this
+    # month follow. The series above are hourly in UTC, as the ledger: it changes no factor.
+    timezone: str = "UTC"
     # Clusters on other grids (carbon.clusters): their own models; any other cluster's
     # energy is priced with this one.
     clusters: dict[str, CarbonModel] = field(default_factory=dict)
@@ -281,4 +284,4 @@ def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel
     model = build_model(carbon.country, carbon.intensity_g_per_kwh, carbon.intensity_csv,
                         carbon.intensity_column, carbon.pue, carbon.pue_csv,
                         carbon.pue_column, energy.price_per_kwh, energy.currency)
-    return dataclasses.replace(model, clusters=clusters)
+    return dataclasses.replace(model, clusters=clusters, timezone=energy.timezone)

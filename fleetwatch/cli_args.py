@@ -240,12 +240,14 @@ def parser() -> argparse.ArgumentParser:
                             "summary, from the energy ledger in the configured store.")
     report.add_argument("--month", required=True, metavar="YYYY-MM",
                         help="e.g. 2026-11; or previous (what a monthly timer runs on the 1st) "
-                        "or current (month to date); UTC months")
+                        "or current (month to date); months of --tz")
     report.add_argument("--out", default=".", metavar="DIR",
                         help="where the files go (default: here)")
     report.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     report.add_argument("--cluster", help="only this cluster's energy, in files named after "
                         "it (default, or empty: every cluster)")
+    report.add_argument("--tz", metavar="NAME", help="IANA time zone whose calendar month "
+                        "it is, e.g. Europe/Berlin (default: energy.timezone, UTC unless set)")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "

@@ -138,7 +138,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
 
     try:
         # An empty --cluster (an unset variable) means every cluster, as in `alerts`.
-        print(report_month(config, args.month, args.out, args.cluster or None))
+        print(report_month(config, args.month, args.out, args.cluster or None, args.tz))
     except ReportError as exc:
         # A store that is not there says so as `alerts` and `train` do (with the store
         # `up` left here, if any), not as a failed read of the ledger.

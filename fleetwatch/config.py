@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fleetwatch import kafka_options
 from fleetwatch.config_secrets import encode_hint, public_view, refuse_masked
@@ -406,6 +407,9 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
     """The checks of ``required``, ``kafka_topic`` and ``http_url`` fields (settings.py)."""
     if rule is None:
         return
+    if rule == "timezone":
+        _time_zone(value, where)
+        return
     if rule in ("name", "topic") and not value.strip():
         raise ConfigError(f"{where} = {value!r}; must not be empty: set it, or leave it out "
                           "for the default")
@@ -435,6 +439,18 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
                               f"or https:// (e.g. {example}){hint}{off}")
         if hint and "@" in parts.path + parts.query + parts.fragment:
             raise ConfigError(f"{where} = {shown}; not a valid URL{hint}{off}")
+
+
+def _time_zone(value: str, where: str) -> None:
+    """An IANA name zoneinfo knows; a fixed offset such as "+01:00" is refused: it has no
+    summer time, so its months would be an hour off half the year."""
+    try:
+        ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"{where} = {value!r}; not an IANA time zone name: give one such as "
+                          "\"UTC\", \"Europe/Berlin\" or \"Asia/Tokyo\" (`timedatectl "
+                          "list-timezones` lists them; install tzdata where it lists none)"
+                          ) from None
 
 
 def _number(value: Any, typ: type, where: str, from_env: bool,

@@ -30,8 +30,11 @@ from fleetwatch.pipeline.store.ledger import EnergyRow, EnergyStore
 from fleetwatch.report_month import (
     HourData,
     data_began,
+    hours_with_data,
+    ledger_span,
     measured_hours,
     month_projection,
+    zone,
 )
 from fleetwatch.report_sums import KINDS, Line, Month
 
@@ -71,6 +74,13 @@ class Report:
     # Per ledger hour, the GPU time measured and missing (what the projection's rate and
     # the hours with data are counted from, as the dashboard counts them).
     hour_data: list[HourData] = field(default_factory=list)
+    # The IANA time zone whose calendar the month, its days and the times shown follow
+    # (energy.timezone, report --tz); the ledger's hours are UTC whatever it is.
+    tz: str = "UTC"
+
+    def local(self, ts: float) -> datetime:
+        """``ts`` in the report's time zone."""
+        return datetime.fromtimestamp(ts, zone(self.tz))
 
     @property
     def ended(self) -> bool:
@@ -112,11 +122,13 @@ class Report:
 
     def coverage(self) -> str:
         """Which part of the month the numbers cover, in words."""
-        def at(ts: float) -> str:
-            return datetime.fromtimestamp(ts, timezone.utc).strftime("%d %b %H:%M")
+        tz = self.tz
 
-        span = (f"data from {at(self.covered_from_ts)} to "
-                f"{at(min(self.covered_until_ts, self.end_ts))} UTC")
+        def at(ts: float) -> str:
+            return self.local(ts).strftime("%d %b %H:%M")
+
+        span = (f"data from {at(max(self.covered_from_ts, self.start_ts))} to "
+                f"{at(min(self.covered_until_ts, self.end_ts))} {tz}")
         if self.status == "complete":
             return "complete month"
         share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
@@ -124,8 +136,8 @@ class Report:
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
                  f"hours have data ({share:.0%})")
         if not self.ended and self.covered_until_ts > self.generated_ts + 3600:
-            hours = (f"data stamped up to {at(self.covered_until_ts)} UTC, after now "
-                     f"({at(self.generated_ts)} UTC): a node's clock runs ahead")
+            hours = (f"data stamped up to {at(self.covered_until_ts)} {tz}, after now "
+                     f"({at(self.generated_ts)} {tz}): a node's clock runs ahead")
         if self.status == "month_to_date":
             return f"month to date: {span}; {hours}"
         return f"partial month: {span}; only {hours}"
@@ -134,12 +146,15 @@ class Report:
         t = self.total
         gpu_time = t.gpu_hours + t.missing_gpu_hours
 
-        def iso(ts: float) -> str:
-            return datetime.fromtimestamp(ts, timezone.utc).isoformat()
+        def iso(ts: float) -> str:  # with the zone's offset: 2026-03-01T00:00:00+01:00
+            return self.local(ts).isoformat()
 
         return {
-            "month": self.month, "complete": self.complete, "status": self.status,
-            "coverage": self.coverage(), "covered_from": iso(self.covered_from_ts),
+            "month": self.month, "timezone": self.tz,
+            "month_start": iso(self.start_ts), "month_end": iso(self.end_ts),
+            "complete": self.complete, "status": self.status,
+            "coverage": self.coverage(),
+            "covered_from": iso(max(self.covered_from_ts, self.start_ts)),
             "covered_until": iso(min(self.covered_until_ts, self.end_ts)),
             "hours_with_data": self.hours_with_data, "hours_so_far": self.hours_so_far,
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
@@ -164,7 +179,7 @@ class Report:
                 {"cluster": o.cluster, "node": o.node, "lemon_score": o.score,
                  "xids": {str(c): n for c, n in o.xids.items()}} for o in self.offenders],
             "method": self.method,
-            "generated": datetime.fromtimestamp(self.generated_ts, timezone.utc).isoformat(),
+            "generated": iso(self.generated_ts),
         }
 
 
@@ -173,19 +188,21 @@ Progress = Callable[[int, float], None]
 
 
 def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: int,
-          month: str = "", now: float | None = None) -> Report:
+          month: str = "", now: float | None = None, tz: str = "UTC") -> Report:
     """The report of these ledger rows (pure)."""
-    return build_chunks([rows], model, start_ts, end_ts, month, now)
+    return build_chunks([rows], model, start_ts, end_ts, month, now, tz=tz)
 
 
 def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, start_ts: int,
                  end_ts: int, month: str = "", now: float | None = None,
-                 progress: Progress | None = None) -> Report:
+                 progress: Progress | None = None, tz: str = "UTC") -> Report:
     """The report of the ledger rows in ``chunks`` (oldest first, e.g. a few hours of the
     month each, as :func:`ledger_chunks` reads them): each chunk is summed per job, user,
     team, node, cluster and day and let go, so memory grows with the names, not with the
-    rows (a month of 1,000 GPUs is about 1.6 million rows). ``progress`` hears of each."""
-    acc = Month(model)
+    rows (a month of 1,000 GPUs is about 1.6 million rows). ``progress`` hears of each.
+    ``tz``: the time zone of the month [start, end) (``report_month.month_span``); an hour
+    the month's edge cuts counts for its share."""
+    acc = Month(model, start_ts, end_ts, tz)
     n = 0
     for chunk in chunks:
         acc.add(chunk)
@@ -206,7 +223,9 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
     when = time.time() if now is None else now
     began = data_began(acc.oldest_rows, when) or oldest
     hour_data = [HourData(h, *a) for h, a in sorted(acc.hours.items())
-                 if start_ts <= h < end_ts]
+                 if start_ts - 3600 < h < end_ts]  # the hours that overlap the month
+    upto = min(max(when, start_ts), end_ts)
+    with_data = measured_hours(hour_data, max(start_ts, began), upto)
     return Report(
         month=month, start_ts=start_ts, end_ts=end_ts, generated_ts=when,
         covered_from_ts=oldest, covered_until_ts=newest,
@@ -216,10 +235,10 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         intensity_filled_hours=sum(1 for f in fs if f.intensity_filled),
         pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
         currency=model.currency, devices=acc.devices,
-        hours_with_data=len(measured_hours(hour_data, max(start_ts, began), when)),
+        hours_with_data=hours_with_data(with_data, start_ts, upto),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
         series_warning=_grid_warnings(model, acc.factors),
-        began_ts=began, hour_data=hour_data)
+        began_ts=began, hour_data=hour_data, tz=tz)
 
 
 def _grid_hours(factors: dict[tuple[str, int], HourFactors]
@@ -248,11 +267,13 @@ def _grid_warnings(model: CarbonModel, factors: dict[tuple[str, int], HourFactor
 def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,
                   window_s: int = 6 * 3600, cluster: str | None = None
                   ) -> Iterator[list[EnergyRow]]:
-    """The ledger rows of [start, end) (of one cluster, or all), a window of hours at a
-    time, oldest first: what :func:`build_chunks` reads, so that no backend holds the
-    month's rows at once."""
-    for t in range(start_ts, end_ts, window_s):
-        yield store.energy(t, min(t + window_s, end_ts), cluster=cluster)
+    """The ledger rows of the hours that overlap [start, end) (of one cluster, or all), a
+    window of hours at a time, oldest first: what :func:`build_chunks` reads, so that no
+    backend holds the month's rows at once. A month of Asia/Kolkata begins at 18:30 UTC:
+    its first ledger hour is 18:00."""
+    first, last = ledger_span(start_ts, end_ts)
+    for t in range(first, last, window_s):
+        yield store.energy(t, min(t + window_s, last), cluster=cluster)
 
 
 def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int,

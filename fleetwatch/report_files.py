@@ -12,7 +12,7 @@ import csv
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
 
 from fleetwatch import amounts
@@ -21,7 +21,7 @@ from fleetwatch.config import Config
 from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
 from fleetwatch.report import KINDS, Progress, Report, build_chunks, ledger_chunks
-from fleetwatch.report_month import ReportError, month_span, resolve_month
+from fleetwatch.report_month import ReportError, month_span, resolve_month, zone
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for
@@ -29,14 +29,16 @@ from fleetwatch.report_month import ReportError, month_span, resolve_month
 CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_hours",
               "gpu_kwh", "idle_share", "idle_kwh", "idle_gpu_hours",
               "over_tdp_gpu_hours", "missing_gpu_hours", "idle_time_share", "idle_energy_share",
-              "currency", "cluster")
+              "currency", "cluster", "timezone", "month_start", "month_end")
 # A kept column's name -> the ``Line`` attribute that gives it.
 _KEPT = {"idle_share": "idle_energy_share"}
 # Every column but ``currency`` is a ``Line`` attribute; ``currency`` (the cost column's,
 # from energy.currency) is the report's, on every row, so that the CSV alone says it.
 # ``cluster``: the cluster of a job, node or cluster row (job ids and node names repeat
-# across clusters); empty for users and teams, who span clusters.
-_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-2])
+# across clusters); empty for users and teams, who span clusters. ``timezone``,
+# ``month_start`` and ``month_end``: the month the rows cover, its ends local midnights in
+# ISO 8601 with their offset (2026-03-01T00:00:00+01:00), on every row as ``currency``.
+_ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-5])
 # What a spreadsheet reads as the start of a formula (OWASP "CSV injection"): a text cell
 # starting with one gets a leading ' so Excel and LibreOffice show it as text. Job, user
 # and team names come from the scheduler and pods, which the cluster's tenants name.
@@ -48,13 +50,16 @@ def _text_cell(value: str) -> str:
 
 
 def write_csv(report: Report, path: Path) -> None:
+    month = [report.tz, report.local(report.start_ts).isoformat(),
+             report.local(report.end_ts).isoformat()]
     with path.open("w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(CSV_FIELDS)
         for kind in KINDS:
             for line in report.lines[kind]:
                 # getattr, not asdict: asdict deep-copies, seconds for 66,000 jobs.
-                values = [*(getattr(line, k) for k in _ATTRS), report.currency, line.cluster]
+                values = [*(getattr(line, k) for k in _ATTRS), report.currency, line.cluster,
+                          *month]
                 # Only text is escaped: numbers (negative ones too) are written as numbers.
                 w.writerow([_text_cell(v) if isinstance(v, str) else f"{v:.6f}"
                             for v in values])
@@ -75,25 +80,25 @@ def _no_such_cluster(store: EnergyStore, cluster: str, month: str, start: int, e
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
-                 lemon_half_life_d: float = 7.0, cluster: str | None = None
-                 ) -> dict[str, Path]:
+                 lemon_half_life_d: float = 7.0, cluster: str | None = None,
+                 tz: str = "UTC") -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
     read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
     that keeps events adds the month's repeat offenders (lemon scores). ``cluster``: that
     cluster's rows only, in files named after it (another cluster's report beside them
-    is kept)."""
+    is kept). ``tz``: the time zone whose calendar month it is (its local midnights)."""
     from fleetwatch.report_html import render
 
-    start, end = month_span(month)
+    start, end = month_span(month, tz)
     report = build_chunks(ledger_chunks(store, start, end, cluster=cluster), model, start,
-                          end, month, now, progress)
+                          end, month, now, progress, tz)
     if not report.hourly_intensity and cluster is not None:
         _no_such_cluster(store, cluster, month, start, end, store_name or "the store")
     if cluster is not None:
         store_name = f"{store_name or 'the store'}, cluster {cluster}"
     if not report.hourly_intensity and start >= report.generated_ts:
-        raise ReportError(f"{month} has not begun: it starts {_utc(start)}, and it is "
-                          f"{_utc(report.generated_ts)} now; choose a month that has begun "
+        raise ReportError(f"{month} has not begun: it starts {_at(start, tz)}, and it is "
+                          f"{_at(report.generated_ts, tz)} now; choose a month that has begun "
                           "(--month current, previous or YYYY-MM)")
     if not report.hourly_intensity:
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
@@ -131,16 +136,22 @@ def repeat_offenders(store: object, start_ts: float, end_ts: float, half_life_d:
 
 
 def report_month(config: Config, month: str, out_dir: str | Path,
-                 cluster: str | None = None) -> str:
+                 cluster: str | None = None, tz: str | None = None) -> str:
     """``fleetwatch report``: the files for ``month`` (``YYYY-MM``, ``previous`` or
-    ``current``) from the configured store, of one cluster or all; returns what to print
-    (the headline and the paths)."""
+    ``current``) from the configured store, of one cluster or all, in the calendar of
+    ``tz`` (``--tz``; None: energy.timezone); returns what to print (the headline and
+    the paths)."""
     from fleetwatch.carbon import CarbonDataError, model_from_config
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
 
-    month = resolve_month(month, time.time())
-    month_span(month)  # a wrong month is said before the store is opened
+    tz = config.energy.timezone if tz is None else tz
+    try:
+        zone(tz)
+    except ReportError as exc:
+        raise ReportError(f"--tz: {exc}") from None
+    month = resolve_month(month, time.time(), tz)
+    month_span(month, tz)  # a wrong month is said before the store is opened
     try:
         model = model_from_config(config.carbon, config.energy)
     except CarbonDataError as exc:
@@ -159,7 +170,7 @@ def report_month(config: Config, month: str, out_dir: str | Path,
             paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
                                  progress=progress,
                                  lemon_half_life_d=config.models.lemon_half_life_d,
-                                 cluster=cluster)
+                                 cluster=cluster, tz=tz)
         finally:
             progress.done()
     except StoreError as exc:
@@ -168,6 +179,7 @@ def report_month(config: Config, month: str, out_dir: str | Path,
         store.close()
     s = json.loads(paths["json"].read_text("utf-8"))
     which = f"{month} cluster {cluster}" if cluster else month
+    which += "" if tz == "UTC" else f" ({tz})"
     head = (f"{which}: {amounts.mass(s['co2e_kg'])}, {amounts.energy(s['facility_kwh'])} "
             f"facility ({amounts.energy(s['it_kwh'])} IT), "
             f"{amounts.money(s['cost'], s['currency'])}, "
@@ -209,5 +221,5 @@ class _Progress:
             print(file=sys.stderr, flush=True)
 
 
-def _utc(ts: float) -> str:
-    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+def _at(ts: float, tz: str) -> str:
+    return datetime.fromtimestamp(ts, zone(tz)).strftime(f"%Y-%m-%d %H:%M {tz}")

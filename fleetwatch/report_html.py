@@ -89,9 +89,10 @@ def _day(ts: int) -> datetime:
     return datetime.fromtimestamp(ts, timezone.utc)
 
 
-def _date(ts: int) -> str:
-    """A day as a category label: plotly would centre a date's bar on its midnight."""
-    return _day(ts).strftime("%d %b")
+def _date(r: Report, ts: int) -> str:
+    """A day (its local midnight) as a category label: plotly would centre a date's bar on
+    its midnight."""
+    return r.local(ts).strftime("%d %b")
 
 
 def _figures(r: Report) -> list[go.Figure]:
@@ -100,18 +101,19 @@ def _figures(r: Report) -> list[go.Figure]:
     daily = go.Figure(layout=layout)
     for cluster, days in sorted(r.daily.items()):
         xs = sorted(days)
-        daily.add_bar(x=[_date(d) for d in xs], y=[days[d][1] for d in xs], name=cluster)
-    daily.update_layout(title="kg CO2e per day, by cluster", barmode="stack",
+        daily.add_bar(x=[_date(r, d) for d in xs], y=[days[d][1] for d in xs], name=cluster)
+    daily.update_layout(title=f"kg CO2e per day ({r.tz} days), by cluster", barmode="stack",
                         yaxis_title="kg CO2e", xaxis_type="category")
     energy = go.Figure(layout=layout)
     days = sorted({d for v in r.daily.values() for d in v})
     it = [sum(v.get(d, [0, 0, 0])[0] for v in r.daily.values()) for d in days]
     idle = [sum(v.get(d, [0, 0, 0])[2] for v in r.daily.values()) for d in days]
-    energy.add_bar(x=[_date(d) for d in days], y=[a - b for a, b in zip(it, idle)],
+    energy.add_bar(x=[_date(r, d) for d in days], y=[a - b for a, b in zip(it, idle)],
                    name="GPUs at work, CPUs, rest of node", marker_color="#2f6690")
-    energy.add_bar(x=[_date(d) for d in days], y=idle, name="idle GPUs",
+    energy.add_bar(x=[_date(r, d) for d in days], y=idle, name="idle GPUs",
                    marker_color="#e0a100")
-    energy.update_layout(title="IT energy per day (kWh): idle GPUs apart", barmode="stack",
+    energy.update_layout(title=f"IT energy per day ({r.tz} days, kWh): idle GPUs apart",
+                         barmode="stack",
                          yaxis_title="kWh", xaxis_type="category")
     ci = go.Figure(layout=layout)
     # The cluster whose grid the first line is when every cluster has its own (else None).
@@ -132,8 +134,9 @@ def _figures(r: Report) -> list[go.Figure]:
         ci.add_scatter(x=[_day(h) for h, _ in filled], y=[v for _, v in filled],
                        mode="markers", name="filled hour (no data)",
                        marker=dict(color="#c0392b", size=8, symbol="x"))
+    # The grid's series are hourly in UTC, as the ledger's hours: drawn as they are.
     ci.update_layout(title="Grid carbon intensity used, per hour (gCO2e/kWh)",
-                     yaxis_title="gCO2e/kWh")
+                     yaxis_title="gCO2e/kWh", xaxis_title="UTC")
     jobs = sorted((x for x in r.lines["job"] if x.name != "(no job)"),
                   key=lambda x: -x.co2e_kg)[:15][::-1]
     top = go.Figure(layout=layout | {"height": 420})
@@ -170,7 +173,9 @@ def _xid_list(xids: dict[int, int]) -> str:
 def render(r: Report, store_name: str = "") -> str:
     s = r.summary()
     t = r.total
-    month = _day(r.start_ts).strftime("%B %Y")
+    month = r.local(r.start_ts).strftime("%B %Y")
+    span = (f"{r.local(r.start_ts):%d %b %H:%M} to {r.local(r.end_ts):%d %b %H:%M} {r.tz} "
+            f"({(r.end_ts - r.start_ts) / 3600:,.0f} hours)")
     status = r.coverage()
     tiles = [
         _tile("Carbon emitted", amounts.mass(t.co2e_kg),
@@ -232,7 +237,8 @@ def render(r: Report, store_name: str = "") -> str:
 <main>
 <h1>GPU fleet energy and carbon — {html.escape(month)}</h1>
 <p class="sub">{html.escape(status[:1].upper() + status[1:])} ·
-generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} UTC{where}</p>
+generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} {html.escape(r.tz)}{where}
+· month: {html.escape(span)}</p>
 <div class="hero">{''.join(tiles)}</div>
 <div class="chart">{charts[0]}</div>
 <div class="chart">{charts[1]}</div>

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import calendar
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from fleetwatch.pipeline.store.ledger import EnergyRow
 
@@ -85,7 +85,9 @@ def month_projection(so_far: float, hours: Iterable[HourData], first_ts: float, 
     none). Withheld when under ``MIN_PROJECTION_COVERAGE`` of the time since the data
     began has data, and when data is stamped after ``now`` (a node's clock runs ahead,
     or the report's lags): no rate of time covered holds it."""
-    month = [h for h in hours if start_ts <= h.bucket_ts < end_ts]
+    # Hours that overlap the month: in a zone with a half-hour offset (Asia/Kolkata) the
+    # month begins and ends inside a UTC hour, whose time measured_hours clips to it.
+    month = [h for h in hours if start_ts - 3600 < h.bucket_ts < end_ts]
     stamped = {h.bucket_ts for h in month}
     ahead = sum(1 for h in stamped if h >= now)
     if ahead or (stamped and first_ts > now):
@@ -124,20 +126,33 @@ def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> f
     return max(float(first), min(first + bucket_s, now) - followed)
 
 
-def resolve_month(month: str, now: float) -> str:
-    """``previous`` and ``current`` (UTC months, as the ledger's) as ``YYYY-MM``; any other
-    text is returned as it is, for :func:`month_span` to check."""
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name`` (``Europe/Berlin``, ``UTC``); a name the system's time
+    zone database does not have raises ``ReportError`` saying so."""
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ReportError(f"time zone {name!r} is not an IANA time zone name (e.g. UTC, "
+                          "Europe/Berlin, Asia/Tokyo, America/New_York); see `timedatectl "
+                          "list-timezones`, or install tzdata") from None
+
+
+def resolve_month(month: str, now: float, tz: str = "UTC") -> str:
+    """``previous`` and ``current`` (the months of ``tz``'s calendar) as ``YYYY-MM``; any
+    other text is returned as it is, for :func:`month_span` to check."""
     if month not in ("previous", "current"):
         return month
-    today = datetime.fromtimestamp(now, timezone.utc)
+    today = datetime.fromtimestamp(now, zone(tz))
     year, mon = today.year, today.month
     if month == "previous":
         year, mon = (year - 1, 12) if mon == 1 else (year, mon - 1)
     return f"{year:04d}-{mon:02d}"
 
 
-def month_span(month: str) -> tuple[int, int]:
-    """``2026-11`` -> (start, end) in epoch seconds, UTC."""
+def month_span(month: str, tz: str = "UTC") -> tuple[int, int]:
+    """``2026-11`` -> (start, end) in epoch seconds: the local midnights of ``tz`` that
+    begin the month and the next one (Europe/Berlin's March starts at 23:00 UTC on the
+    28th of February and has 743 hours; Asia/Kolkata's months begin at 18:30 UTC)."""
     try:
         year, mon = (int(x) for x in month.split("-"))
         if not (1 <= mon <= 12 and 2000 <= year <= 2200) or len(month) != 7:
@@ -145,6 +160,54 @@ def month_span(month: str) -> tuple[int, int]:
     except ValueError:
         raise ReportError(f"--month {month!r}: expected YYYY-MM (e.g. 2026-11), previous or "
                           "current") from None
-    start = calendar.timegm((year, mon, 1, 0, 0, 0))
-    days = calendar.monthrange(year, mon)[1]
-    return start, start + days * DAY_S
+    z = zone(tz)
+    nyear, nmon = (year + 1, 1) if mon == 12 else (year, mon + 1)
+    return (int(datetime(year, mon, 1, tzinfo=z).timestamp()),
+            int(datetime(nyear, nmon, 1, tzinfo=z).timestamp()))
+
+
+def month_of(now: float, tz: str = "UTC") -> tuple[int, int]:
+    """(start, end) of the month of ``tz``'s calendar that ``now`` is in."""
+    return month_span(resolve_month("current", now, tz), tz)
+
+
+def day_start(ts: float, tz: str = "UTC") -> int:
+    """The local midnight of ``tz`` that begins the day ``ts`` is in."""
+    z = zone(tz)
+    d = datetime.fromtimestamp(ts, z)
+    return int(datetime(d.year, d.month, d.day, tzinfo=z).timestamp())
+
+
+def hour_share(bucket_ts: int, start_ts: float, end_ts: float, bucket_s: int = 3600) -> float:
+    """The share of the ledger hour ``bucket_ts`` (UTC) inside [start, end): 1 for an hour
+    inside, 0.5 for the UTC hour a month of Asia/Kolkata begins or ends in. The ledger
+    keeps no finer time than its hour, so that hour's energy is split by its time."""
+    inside = min(bucket_ts + bucket_s, end_ts) - max(bucket_ts, start_ts)
+    return max(0.0, min(1.0, inside / bucket_s))
+
+
+def ledger_span(start_ts: float, end_ts: float, bucket_s: int = 3600) -> tuple[int, int]:
+    """The ledger hours to read for [start, end): from the hour ``start`` is in to the
+    end of the hour ``end`` falls in (whole hours, as the ledger keeps them)."""
+    first = int(start_ts - start_ts % bucket_s)
+    last = int(-(-end_ts // bucket_s) * bucket_s)
+    return first, last
+
+
+def hours_with_data(measured: Iterable[int], start_ts: float, upto_ts: float,
+                    bucket_s: int = 3600) -> int:
+    """How many of the month's hours up to ``upto_ts`` (counted from its start, as
+    ``Report.hours_so_far`` counts them: 743 in a month that springs forward) have data:
+    an hour has data when every ledger hour it overlaps does (``measured``, the UTC hours
+    with data). With a whole-hour offset each of them is one ledger hour; in a zone with a
+    half-hour one it is two halves, and a half without data makes it an hour without."""
+    have = set(measured)
+    n = 0
+    t = float(start_ts)
+    while t < upto_ts:
+        end = min(t + bucket_s, upto_ts)
+        first, last = ledger_span(t, end, bucket_s)
+        if all(h in have for h in range(first, last, bucket_s)):
+            n += 1
+        t += bucket_s
+    return n

@@ -1,6 +1,8 @@
 """The monthly report's sums: one ``Line`` per job, user, team, node and cluster, and the
 month's totals, per day and per hour, added up as the ledger's rows are read (``Month``),
-each hour priced with its cluster's grid and PUE. Pure: no store, no files."""
+each hour priced with its cluster's grid and PUE, and counted for its share of the month
+(``hour_share``: half of it where a month of a half-hour-offset zone begins or ends inside a
+UTC hour). Pure: no store, no files."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel, HourFactors
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow
-from fleetwatch.report_month import DAY_S, longest_measured
+from fleetwatch.report_month import day_start, hour_share, longest_measured
 
 KINDS = ("job", "user", "team", "node", "cluster")
 NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
@@ -97,6 +99,11 @@ class Month:
     """What the report keeps while it reads the ledger: sums per name, never the rows."""
 
     model: CarbonModel
+    # The month, [start, end) in epoch seconds, and the time zone whose days the daily
+    # sums follow; the default takes every row whole, in UTC days.
+    start_ts: float = float("-inf")
+    end_ts: float = float("inf")
+    tz: str = "UTC"
     # (grid, hour) -> the hour's factors; grid: a cluster of carbon.clusters, "" the global
     factors: dict[tuple[str, int], HourFactors] = field(default_factory=dict)
     kinds: dict[str, _Sums] = field(
@@ -110,7 +117,11 @@ class Month:
     hours: dict[int, list[float]] = field(default_factory=dict)
 
     def add(self, rows: Sequence[EnergyRow]) -> None:
-        """Columns and bincount-like sums, not a loop over rows in Python."""
+        """Columns and bincount-like sums, not a loop over rows in Python. Rows of hours
+        outside the month (none of it in [start, end)) are left out."""
+        lo, hi = self.start_ts - 3600, self.end_ts
+        if any(not lo < r.bucket_ts < hi for r in rows):
+            rows = [r for r in rows if lo < r.bucket_ts < hi]
         n = len(rows)
         if not n:
             return
@@ -127,8 +138,12 @@ class Month:
         device = np.asarray(col["device"], dtype=str)
         gpu = np.char.startswith(device, "gpu")
 
+        # Each row counts for its hour's share of the month (1 but at a half-hour edge).
+        share = np.array([hour_share(h, self.start_ts, self.end_ts)
+                          for h in uniq_hours.tolist()])[hour_of]
+
         def f64(name: str) -> np.ndarray:
-            return np.fromiter(col[name], np.float64, n)
+            return np.fromiter(col[name], np.float64, n) * share
 
         it = f64("energy_j") / J_PER_KWH
         values = {
@@ -145,7 +160,9 @@ class Month:
         for kind in KINDS:
             keys = list(zip(col["cluster"], col[kind])) if kind in PER_CLUSTER else col[kind]
             self.kinds[kind].add(keys, n, values)
-        days = (hours - hours % DAY_S).tolist()
+        # The local day of each hour (of the month's part of an hour it begins in).
+        day_of = [day_start(max(h, self.start_ts), self.tz) for h in uniq_hours.tolist()]
+        days = [day_of[i] for i in hour_of.tolist()]
         self.daily.add(list(zip(col["cluster"], days)), n, values)
         self.devices["gpu"] += float(values["gpu_kwh"].sum())
         for name in (CPU_DEVICE, REST_DEVICE):

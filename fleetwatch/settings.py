@@ -37,7 +37,8 @@ def ranged(default: Any, lo: float | None = None, hi: float | None = None, *,
 # How a string field is checked at load (``fleetwatch.config``): ``name`` may not be empty
 # or blank, ``topic`` is a name Kafka accepts, ``url`` is an http(s) URL and ``url_or_off``
 # the same or "" (the feature is off). A string field without one may be empty.
-TextRule = Literal["name", "topic", "url", "url_or_off"]
+# ``timezone`` an IANA time zone name that the system's zoneinfo database has.
+TextRule = Literal["name", "topic", "url", "url_or_off", "timezone"]
 
 
 def required(default: Any = MISSING, *, factory: Callable[[], Any] | None = None) -> Any:
@@ -64,6 +65,12 @@ def http_url(default: str, *, optional: bool = False) -> Any:
     refused by urllib at the first request, long after start-up said all was well.
     """
     return field(default=default, metadata={"text": "url_or_off" if optional else "url"})
+
+
+def time_zone(default: str) -> Any:
+    """An IANA time zone name (``Europe/Berlin``), checked at load against zoneinfo: a
+    misspelt zone would otherwise only fail when the first report is made."""
+    return field(default=default, metadata={"text": "timezone"})
 
 
 class Secret(str):
@@ -404,6 +411,10 @@ class EnergyConfig:
     price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
     # The currency of price_per_kwh: the report's cost, and its CSV's currency column.
     currency: str = required("USD")
+    # IANA time zone (Europe/Berlin, Asia/Tokyo) whose calendar the monthly report's
+    # month and days and the energy page's today and this month follow; UTC by default.
+    # The ledger's hours stay UTC: an hour a half-hour offset cuts counts for its share.
+    timezone: str = time_zone("UTC")
 
 
 @dataclass(frozen=True)

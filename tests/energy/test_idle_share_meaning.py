@@ -64,13 +64,15 @@ def test_the_report_csv_keeps_the_previous_columns_in_place_and_adds_the_new_at_
     write_csv(r, tmp_path / "r.csv")
     with (tmp_path / "r.csv").open(encoding="utf-8") as f:
         header, *rows = list(csv.reader(f))
-    assert header == [*OLD_CSV, "idle_time_share", "idle_energy_share", "currency", "cluster"]
+    assert header == [*OLD_CSV, "idle_time_share", "idle_energy_share", "currency", "cluster",
+                      "timezone", "month_start", "month_end"]
     job = next(x for x in rows if x[:2] == ["job", "1003"])
     assert float(job[8]) == pytest.approx(0.375)   # idle_share, by position as before
     line = next(x for x in r.lines["job"] if x.name == "1003")
     assert float(job[9]) == pytest.approx(line.idle_kwh)  # and the columns after it
-    assert [float(v) for v in job[-4:-2]] == pytest.approx([0.8, 0.375])
-    assert job[-2] == r.currency == "USD" and job[-1] == line.cluster
+    assert [float(v) for v in job[13:15]] == pytest.approx([0.8, 0.375])
+    assert job[15] == r.currency == "USD" and job[16] == line.cluster
+    assert job[17:] == ["UTC", "2022-05-01T00:00:00+00:00", "2022-06-01T00:00:00+00:00"]
 
 
 def test_the_report_json_keeps_its_idle_keys(store, tmp_path):

