@@ -57,9 +57,10 @@ class LearnedDetectors:
         self._clock = clock
         self._next_check = 0.0
         self.loaded: Path | None = None  # the file whose models are in use
-        # Files that did not load, with the size and time they had then and why: skipped
-        # (and said) once, tried again only if rewritten (a copy that was still arriving).
-        self._refused: dict[Path, tuple[tuple[int, int] | None, str]] = {}
+        # Files that did not load, with their ``_version`` then and why: skipped (and said)
+        # once, tried again only if rewritten (a copy that was still arriving), or their
+        # mode or owner changed (the refusal's advice followed).
+        self._refused: dict[Path, tuple[tuple[int, ...] | None, str]] = {}
         self._said_none = False
         # The power limits (W) the file in use was trained on; None: it does not say.
         self._limits: list[float] | None = None
@@ -105,6 +106,10 @@ class LearnedDetectors:
                 skipped.append(path.name)
                 continue
             self.loaded = path
+            fixed = self._refused.pop(path, None)
+            if fixed is not None:
+                log.info("model file %s, skipped before, loads now (rewritten, or its mode "
+                         "or owner fixed)", path.name)
             meta = models.metadata
             log.info("loaded model %s from %s (trained on %s GPUs, %s; thermal held-out MAE "
                      "%s)%s%s", path.name, path.parent, meta.get("gpus", "?"),
@@ -269,10 +274,13 @@ def _gaps(models: ModelSet) -> str:
     return "; " + "; ".join(out) if out else ""
 
 
-def _version(path: Path) -> tuple[int, int] | None:
-    """A file's size and modification time (None: it cannot be read)."""
+def _version(path: Path) -> tuple[int, ...] | None:
+    """What a refused file is tried again on a change of (None: it cannot be read): its
+    size and modification time (rewritten), and its and its directory's mode, owner and
+    change time (``chmod go-w`` or ``chown``, as the refusal said, change only those)."""
     try:
-        st = path.stat()
+        st, up = path.stat(), path.parent.stat()
     except OSError:
         return None
-    return (st.st_size, st.st_mtime_ns)
+    return (st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_ctime_ns,
+            up.st_mode, up.st_uid)

@@ -180,6 +180,30 @@ def test_a_file_or_directory_others_can_write_is_refused(
         load(good)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
+def test_a_refused_file_fixed_as_the_warning_says_is_loaded_at_the_next_check(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "models"
+    good = save(model_set("good"), d, now=START)
+    newer = save(model_set("newer"), d, now=START + 60)
+    newer.chmod(0o664)
+    learned = LearnedDetectors(d)
+    assert learned.loaded == good and newer in learned.skipped
+    assert not learned.reload()  # unchanged: not tried (nor said) again
+    newer.chmod(0o644)  # `chmod go-w`: neither its size nor its mtime changes
+    with caplog.at_level(logging.INFO, logger="fleetwatch.models.learned"):
+        assert learned.reload()
+    assert learned.loaded == newer and learned.thermal.model.kind == "newer"
+    assert newer not in learned.skipped
+    assert f"loaded model {newer.name}" in caplog.text
+    # The directory others could write: every file refused; fixed, the newest loads.
+    d.chmod(0o775)
+    later = save(model_set("later"), d, now=START + 120)
+    assert not learned.reload() and later in learned.skipped
+    d.chmod(0o755)
+    assert learned.reload() and learned.loaded == later
+
+
 def test_a_relative_model_dir_is_named_absolute(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
