@@ -30,7 +30,14 @@ from pathlib import Path
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.anomaly import FleetAnomaly
-from fleetwatch.models.artifact import ModelFileError, ModelSet, candidates, in_future, load
+from fleetwatch.models.artifact import (
+    ModelFileError,
+    ModelSet,
+    candidates,
+    in_future,
+    load,
+    named_ts,
+)
 from fleetwatch.models.lemon import EventReader, LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
 
@@ -38,6 +45,8 @@ log = logging.getLogger(__name__)
 
 LIMIT_TOLERANCE = 0.10  # a power limit within 10% of a trained one is that kind of GPU
 SCORED_RULES = ("thermal_health", "fleet_anomaly")
+MODEL_TS = "model_ts"  # evidence key: the version (name time) of the model file in use
+JUDGED_WINDOW_S = 300.0  # judged_now: nodes whose latest frame is this recent
 
 
 class LearnedDetectors:
@@ -71,6 +80,8 @@ class LearnedDetectors:
         self._judged = dict.fromkeys(SCORED_RULES, 0)
         self._given = dict.fromkeys(SCORED_RULES, 0)
         self.not_judged: dict[str, str] = {}     # rule -> why GPUs were not judged
+        # (cluster, node) -> its latest frame's (ts, GPUs, GPUs of a kind scored): judged_now
+        self._nodes: dict[tuple[str, str], tuple[float, int, int]] = {}
         self.reload()
 
     @property
@@ -161,20 +172,44 @@ class LearnedDetectors:
         """``frames`` with only the GPUs of a kind the model in use was trained on."""
         n = sum(len(f.gpus) for f in frames)
         if self._limits is None:
-            kept, out = n, frames
+            out, each = frames, [len(f.gpus) for f in frames]
         else:
-            out = []
+            out, each = [], []
             for f in frames:
                 gpus = tuple(g for g in f.gpus if self._of_kind(g))
+                each.append(len(gpus))
                 if len(gpus) == len(f.gpus):
                     out.append(f)
                 elif gpus:
                     out.append(dataclasses.replace(f, gpus=gpus))
-            kept = sum(len(f.gpus) for f in out)
+        kept = sum(each)
         if count:
-            for rule, part in (("thermal_health", self.thermal), ("fleet_anomaly", self.anomaly)):
+            for rule, part in self._parts():
                 self._given[rule] += n
                 self._judged[rule] += kept if _has_model(part.model) else 0
+            for f, k in zip(frames, each):
+                if f.gpus:
+                    self._nodes[(f.cluster, f.node)] = (f.ts, len(f.gpus), k)
+        return out
+
+    def _parts(self) -> tuple[tuple[str, ThermalHealth | FleetAnomaly], ...]:
+        return (("thermal_health", self.thermal), ("fleet_anomaly", self.anomaly))
+
+    def judged_now(self, window_s: float = JUDGED_WINDOW_S) -> dict[str, tuple[int, int, str]]:
+        """Per rule of thermal health and fleet anomaly, over each node's latest frame of
+        the last ``window_s`` of frame time: (GPUs its model judges, GPUs given, and when
+        it judges none of them, why: ``no_model``, or ``other_gpu_kind`` where their power
+        limits are not the ones the model was trained on). What /metrics shows: a loaded
+        model that judges no GPU stops learned detection silently otherwise."""
+        newest = max((v[0] for v in self._nodes.values()), default=0.0)
+        recent = [v for v in self._nodes.values() if v[0] >= newest - window_s]
+        given, kept = sum(v[1] for v in recent), sum(v[2] for v in recent)
+        out = {}
+        for rule, part in self._parts():
+            has = _has_model(part.model)
+            judged = kept if has else 0
+            why = "" if judged or not given else ("other_gpu_kind" if has else "no_model")
+            out[rule] = (judged, given, why)
         return out
 
     def _of_kind(self, g: GpuReading) -> bool:
@@ -207,6 +242,8 @@ class LearnedDetectors:
         self.thermal.use_events(events)
 
     def drop(self, nodes: Sequence[str]) -> None:
+        gone = set(nodes)
+        self._nodes = {k: v for k, v in self._nodes.items() if k[1] not in gone}
         for d in (self.thermal, self.anomaly, self.lemon):
             d.drop(nodes)
 
@@ -220,8 +257,18 @@ class LearnedDetectors:
         if self._clock() >= self._next_check:
             self.reload()
         scored = self._scored(frames, count=True)
-        return [*self.thermal.update(scored), *self.anomaly.update(scored),
+        return [*self._versioned([*self.thermal.update(scored), *self.anomaly.update(scored)]),
                 *self.lemon.update(frames)]
+
+    def _versioned(self, findings: list[Finding]) -> list[Finding]:
+        """Findings of a model with the model file's version in their evidence
+        (``model_ts``: the UTC time in its name, ``fleetwatch-model-YYYYmmddTHHMMSS``), so
+        that an alert says which training raised it (two versions run side by side in a
+        group while a new file is copied to each host, or after a rollback)."""
+        ts = named_ts(self.loaded) if self.loaded is not None else None
+        if ts is None or not findings:
+            return findings
+        return [dataclasses.replace(f, evidence={**f.evidence, MODEL_TS: ts}) for f in findings]
 
 
 def _has_model(model: object) -> bool:

@@ -90,6 +90,61 @@ def test_a_model_of_a100s_does_not_score_h100s_and_says_why(
     assert "does not record which GPUs it was trained on" in caplog.text
 
 
+def test_metrics_say_a_loaded_model_judges_no_gpu_and_why(a100_model: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+
+    def scraped(learned: LearnedDetectors) -> str:
+        registry = CollectorRegistry()
+        registry.register(ModelCollector([learned]))
+        return generate_latest(registry).decode()
+
+    learned, _, _ = run_h100(a100_model.parent, hours=0.5)
+    text = scraped(learned)
+    assert f'fleetwatch_model_loaded{{file="{a100_model.name}"}} 1.0' in text
+    for rule in ("thermal_health", "fleet_anomaly"):
+        assert f'fleetwatch_model_gpus_judged{{reason="other_gpu_kind",rule="{rule}"}} 0.0' \
+            in text
+        assert f'fleetwatch_model_gpus_given{{rule="{rule}"}} 8.0' in text
+    # The fleet it was trained on: every GPU judged, no reason.
+    judged = LearnedDetectors(a100_model.parent)
+    sim = FleetSim(PARAMS, START + 86400)
+    for _ in range(3):
+        sim.step()
+        judged.update(sim.frames())
+    assert 'fleetwatch_model_gpus_judged{reason="",rule="thermal_health"} 8.0' in scraped(judged)
+    judged.drop(["node-000"])
+    assert 'fleetwatch_model_gpus_given{rule="thermal_health"} 4.0' in scraped(judged)
+
+
+def test_a_learned_alert_names_the_model_file_that_raised_it(
+        a100_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetwatch.models import Finding
+    from fleetwatch.models.artifact import named_ts
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    learned = LearnedDetectors(a100_model.parent)
+    sim = FleetSim(PARAMS, START + 86400)
+
+    def hot(frames: list) -> list[Finding]:
+        f = frames[0]
+        return [Finding("thermal_health", f.cluster, f.rack, f.node, 0, f.ts, 6.0, "hot",
+                        evidence={"excess_c": 6.0})]
+
+    monkeypatch.setattr(learned.thermal, "update", hot)
+    store = SqliteStore(tmp_path / "live.db")
+    processor = Processor(store, [learned])
+    for _ in range(3):
+        sim.step()
+        processor.process(sim.frames())
+    [alert] = [a for a in store.alerts() if a.rule == "thermal_health"]
+    store.close()
+    assert alert.evidence["model_ts"] == named_ts(a100_model)
+    assert alert.evidence["excess_c"] == 6.0
+
+
 def test_a_power_limit_walked_down_by_a_brake_is_said_once_not_once_a_watt(
         a100_model: Path, caplog: pytest.LogCaptureFixture) -> None:
     from tests.models.helpers import busy, node
