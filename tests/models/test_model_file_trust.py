@@ -315,3 +315,50 @@ def test_the_load_line_says_what_the_file_cannot_score(
          now=START)
     LearnedDetectors(tmp_path)
     assert "fleet anomaly: no model of any phase of work, not scoring" in caplog.text
+
+
+def _rewritten(source: Path, directory: Path, name: str, **changes: object) -> Path:
+    """``source`` with its metadata line changed as by hand (the pickle left as it was)."""
+    head, body = source.read_bytes().split(b"\n", 1)
+    meta = {**json.loads(head), **changes}
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_bytes(json.dumps(meta, sort_keys=True).encode() + b"\n" + body)
+    return path
+
+
+def test_a_file_from_a_newer_fleetwatch_is_refused_with_upgrade_advice(
+        a100_model: Path, tmp_path: Path) -> None:
+    newer = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000000.fwm",
+                       fleetwatch="0.2.0")
+    with pytest.raises(ModelFileError, match=r"written by fleetwatch 0\.2\.0 .*newer than "
+                       r"this one \(0\.1\.0, format 2\): upgrade fleetwatch on this host"):
+        load(newer)
+    later = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000001.fwm", format=3)
+    with pytest.raises(ModelFileError, match="upgrade fleetwatch"):
+        load(later)
+    older = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000002.fwm", format=1)
+    with pytest.raises(ModelFileError, match=r"format 1; .*run `fleetwatch train` again"):
+        load(older)
+
+
+def test_hand_edited_metadata_is_refused_and_the_models_in_use_stay(
+        a100_model: Path, tmp_path: Path) -> None:
+    d = tmp_path / "models"
+    d.mkdir()
+    good = d / a100_model.name
+    good.write_bytes(a100_model.read_bytes())
+    edited = _rewritten(a100_model, d, "fleetwatch-model-20991231T000000.fwm",
+                        gpu_power_limits_w={"700": {"gpus": 8, "samples": 1}})
+    assert load(good).metadata["gpu_power_limits_w"] == {"500": {"gpus": 8, "samples": 3840}}
+    with pytest.raises(ModelFileError, match="metadata line is not the one written with its "
+                                             "models"):
+        load(edited)
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() + 60))
+    later = d / f"fleetwatch-model-{stamp}.fwm"
+    edited.rename(later)  # newer than the good one, not in the future
+    learned = LearnedDetectors(d)
+    assert learned.loaded == good
+    assert "not the one written with its models" in learned.skipped[later]
