@@ -330,11 +330,14 @@ def written_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     files = candidates(path.parent)  # newest first
     at = files.index(path) if path in files else -1
     ahead, older = (files[:at], files[at + 1:]) if at >= 0 else ([], files)
+    # Only a newer-named file a processor would load shadows this one: it skips one named
+    # more than a day ahead, or that does not load (damaged, another version).
+    ahead = [p for p in ahead if _loads(p)]
     if ahead:
         out.append(f"{len(ahead)} model file(s) in {path.parent.absolute()} are named after "
-                   f"this one ({', '.join(p.name for p in ahead[:3])}): a processor loads the "
-                   "newest by name, so it will not load this one; move them away (a file "
-                   "named more than a day ahead of now is skipped, with a warning)")
+                   f"this one and load ({', '.join(p.name for p in ahead[:3])}): a processor "
+                   "loads the newest that loads, so it will not load this one; move them "
+                   "away")
     if not older or ahead:
         return out
     try:
@@ -351,6 +354,18 @@ def written_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
                    f"scoring GPUs doing that work; delete {path.name} and train on a longer "
                    "span to keep them")
     return out
+
+
+def _loads(path: Path) -> bool:
+    """Whether a processor would load ``path`` (named no more than a day ahead, and it
+    loads)."""
+    if in_future(path):
+        return False
+    try:
+        load(path)
+    except (ModelFileError, OSError):
+        return False
+    return True
 
 
 def train(store: Store, start_ts: float, end_ts: float, out_dir: str | Path, *,
