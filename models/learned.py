@@ -96,6 +96,9 @@ class LearnedDetectors:
         files = candidates(self.directory)
         self._refused = {p: v for p, v in self._refused.items() if p in files}
         skipped: list[str] = []
+        # The file in use was deleted (or moved away): fall back to what a restart would
+        # load now, the newest other file that loads, or no model.
+        gone = self.loaded if self.loaded is not None and self.loaded not in files else None
         for path in files:
             if path == self.loaded:
                 return False  # the newest that loads is in use already
@@ -127,11 +130,21 @@ class LearnedDetectors:
                      meta.get("range", "?"),
                      meta.get("thermal_heldout_mae_c", "?"), _gaps(models),
                      f"; the newest that loads: skipped {', '.join(skipped)}" if skipped else "")
+            if gone is not None:
+                log.warning("model file %s, in use, is gone from %s: using %s instead, as a "
+                            "restart would", gone.name, self.directory, path.name)
             if self._limits is None:
                 log.info("model file %s does not record which GPUs it was trained on "
                          "(written by an older fleetwatch): it scores every GPU, whatever "
                          "its kind; `fleetwatch train` again to have that checked", path)
             return True
+        if gone is not None:
+            self._unload()
+            log.warning("model file %s, in use, is gone from %s and no other file there "
+                        "loads (%d skipped): running the rules alone (and lemon scores), as "
+                        "a restart would; `fleetwatch train` makes a model", gone.name,
+                        self.directory, len(files))
+            self._said_none = True
         if self.loaded is None and not self._said_none:
             what = (f"no model file in {self.directory} loads ({len(files)} skipped)" if files
                     else f"no trained model in {self.directory}")
@@ -159,6 +172,13 @@ class LearnedDetectors:
                                  "again") from exc
         self._limits, self._kinds, self._said_kinds = limits, {}, set()
         self.thermal.trained_from = _range_start(models.metadata)
+        self.not_judged = {}
+
+    def _unload(self) -> None:
+        """No model in use (lemon scores go on, rebuilt from the store's events)."""
+        self.thermal.model = self.anomaly.model = None
+        self.loaded, self._limits, self._kinds, self._said_kinds = None, None, {}, set()
+        self.thermal.trained_from = None
         self.not_judged = {}
 
     def coverage(self) -> dict[str, tuple[int, int]]:

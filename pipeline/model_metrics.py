@@ -50,7 +50,9 @@ class ModelCollector(Collector):
             for rule, (n, of, why) in d.judged_now().items():  # type: ignore[attr-defined]
                 judged.add_metric([rule, why], n)
                 given.add_metric([rule], of)
-            for key, score in list(d.thermal.scores.items()):  # type: ignore[attr-defined]
+            # No model (its file deleted): no score, rather than the last ones, frozen.
+            scores = d.thermal.scores if d.thermal.model is not None else {}  # type: ignore[attr-defined]
+            for key, score in list(scores.items()):
                 cluster, node, gpu = key.rsplit("/", 2)
                 health.add_metric([cluster, node, gpu.removeprefix("gpu")], score)
             for cluster, node, score in d.lemon.ranking(self._clock(), top=1000):  # type: ignore[attr-defined]

@@ -362,3 +362,33 @@ def test_hand_edited_metadata_is_refused_and_the_models_in_use_stay(
     learned = LearnedDetectors(d)
     assert learned.loaded == good
     assert "not the one written with its models" in learned.skipped[later]
+
+
+def test_a_deleted_model_file_falls_back_as_a_restart_would_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+
+    d = tmp_path / "models"
+    old = save(model_set("old"), d, now=START)
+    new = save(model_set("new"), d, now=START + 60)
+    learned = LearnedDetectors(d)
+    assert learned.loaded == new
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    new.unlink()
+    assert learned.reload() and learned.loaded == old
+    assert learned.thermal.model.kind == "old"
+    assert f"model file {new.name}, in use, is gone from {d}: using {old.name} instead" \
+        in caplog.text
+    caplog.clear()
+    old.unlink()
+    assert not learned.reload()
+    assert learned.loaded is None and learned.thermal.model is None
+    assert f"model file {old.name}, in use, is gone from {d} and no other file there loads " \
+        "(0 skipped): running the rules alone" in caplog.text
+    registry = CollectorRegistry()
+    registry.register(ModelCollector([learned]))
+    assert 'fleetwatch_model_loaded{file=""} 0.0' in generate_latest(registry).decode()
+    caplog.clear()
+    assert not learned.reload() and caplog.text == ""  # said once
