@@ -127,7 +127,7 @@ class LearnedDetectors:
             meta = models.metadata
             log.info("loaded model %s from %s (trained on %s GPUs, %s; thermal held-out MAE "
                      "%s)%s%s", path.name, path.parent, meta.get("gpus", "?"),
-                     meta.get("range", "?"),
+                     _range_text(meta.get("range")),
                      meta.get("thermal_heldout_mae_c", "?"), _gaps(models),
                      f"; the newest that loads: skipped {', '.join(skipped)}" if skipped else "")
             if gone is not None:
@@ -298,6 +298,14 @@ def _has_model(model: object) -> bool:
         return False
     center = getattr(model, "center", None)
     return center is None or bool(center)
+
+
+def _range_text(span: object) -> str:
+    """A file's training range as UTC times (``2026-11-25T14:00Z to 2026-11-27T14:00Z``)."""
+    if isinstance(span, (list, tuple)) and len(span) == 2 \
+            and all(isinstance(t, (int, float)) for t in span):
+        return " to ".join(time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t)) for t in span)
+    return "range not recorded"
 
 
 def _range_start(meta: Mapping[str, object]) -> float | None:

@@ -392,3 +392,11 @@ def test_a_deleted_model_file_falls_back_as_a_restart_would_and_says_so(
     assert 'fleetwatch_model_loaded{file=""} 0.0' in generate_latest(registry).decode()
     caplog.clear()
     assert not learned.reload() and caplog.text == ""  # said once
+
+
+def test_the_load_line_gives_the_training_range_as_utc_times(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    save(model_set("m", {"range": [1795615200.0, 1795788000.0]}), tmp_path, now=START)
+    LearnedDetectors(tmp_path)
+    assert "trained on 1 GPUs, 2026-11-25T14:00Z to 2026-11-27T14:00Z;" in caplog.text

@@ -72,6 +72,10 @@ def test_a_fault_annotation_keeps_the_fault_out_of_training(
     assert meta["left_out_h"] == {key: pytest.approx(TRAIN_H - HEALTHY_H, abs=0.1)}
     said = capsys.readouterr().out
     assert f"left out (known not normal): {key}: 9.0 h (fault annotation" in said
+    # Every GPU-minute read is counted; the thermal fit takes every other one of those kept.
+    assert "8 GPUs, 5,760 GPU-minutes so far" in said
+    assert "fitting thermal health on 2,610 GPU-minutes (every other minute of the 5,219 " \
+        "kept)" in said
     assert FAULTY in _flagged(tmp_path / "models", ticks)
 
 
