@@ -25,12 +25,14 @@ H = 3600.0
 PARAMS = SimParams(nodes=2, gpus=4, seed=9, interval_s=30.0, job_mean_s=1e9,
                    steady_load=True)
 FAULTY = ("node-000", 0)
-HEALTHY_H, TRAIN_H, JUDGE_H = 3, 12, 3  # healthy, then the fault builds up to the end
+HEALTHY_H, TRAIN_H, JUDGE_H = 3, 12, 3  # healthy, then the fault to the end
 
 
 @pytest.fixture(scope="module")
 def history() -> tuple[list[list[Frame]], FleetSim]:
-    fault = parse_fault(f"cooling_slow:node-000/0@{HEALTHY_H}h+30hx1.6~drift")
+    # Strong enough to hold the die at the slow fault's plateau (79 °C) within the hour:
+    # most of the training range is the fault, steady, as a nightly retrain would see it.
+    fault = parse_fault(f"cooling_slow:node-000/0@{HEALTHY_H}h+30hx20~drift")
     sim = FleetSim(PARAMS, START, [fault])
     ticks = []
     while sim.ts < START + (TRAIN_H + JUDGE_H) * H - 1:
