@@ -92,8 +92,11 @@ def mask(day: Day, keys: Sequence[str], left: Sequence[Span], out: LeftOut) -> n
     if not left or not len(day.minutes):
         return m
     seen = ~np.isnan(day.values["gpu_temp_c"])
+    by_place: dict[str, list[Span]] = {}  # a fleet's week can hold thousands of alerts
+    for s in left:
+        by_place.setdefault(s.place, []).append(s)
     for i, (c, rack, node, g) in enumerate(day.gpus):
-        for s in left:
+        for s in (*by_place.get(node, ()), *by_place.get(rack, ())):
             if (s.cluster and s.cluster != c) or s.place not in (node, rack) \
                     or (s.device and s.device != f"gpu{g}"):
                 continue
