@@ -10,10 +10,11 @@ restart. Training is a command, never part of the processor's hot path.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +32,21 @@ from fleetwatch.models.artifact import (
     ModelFileError,
     ModelSet,
     candidates,
+    in_future,
+    load,
     read_metadata,
     save,
 )
 from fleetwatch.models.lemon import Incidents, event_order, lost_points
-from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key
+from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key, step_offsets
 from fleetwatch.pipeline.store.base import Store
+from fleetwatch.train_exclusions import LeftOut, Span, mask, spans
+
+# How far a GPU's thermal offset may move from the previous model's in one retrain: this
+# many fleet spreads, and at least MIN_STEP_C (a fleet with a tiny spread still lets a
+# GPU's offset follow a real change within a few nights).
+MAX_STEP_SPREADS = 2.0
+MIN_STEP_C = 0.5
 
 
 def _node_groups(day: Day) -> list[np.ndarray]:
@@ -149,8 +159,17 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
 class Fit:
     """What training keeps of each ``Day``, then the fit: one object, two sources."""
 
-    def __init__(self, progress: Callable[[str], None] | None = None) -> None:
+    def __init__(self, progress: Callable[[str], None] | None = None,
+                 left: Sequence[Span] = (), previous: Mapping[str, float] | None = None
+                 ) -> None:
         self.say = progress or (lambda text: None)
+        # GPU-time known not to be normal (fired thermal and failing-GPU alerts, fault
+        # annotations): left out of every model, and said (``train_exclusions``).
+        self.left, self.left_out = list(left), LeftOut()
+        # The per-GPU thermal offsets of the model in use before this one: each may move
+        # at most MAX_STEP_SPREADS fleet spreads from it in one retrain.
+        self.previous = dict(previous or {})
+        self.read = 0  # GPU-minutes with a temperature read, before any is left out
         # Per day: X, temperatures, each row's GPU (its row in the day), minutes, the
         # day's GPU keys (the parts of several processes are merged: evaluate.py).
         self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, list[str]]] = []
@@ -164,11 +183,17 @@ class Fit:
     def add(self, day: Day) -> None:
         self.gpus.update((c, n, g) for c, _, n, g in day.gpus)
         self._limits(day)
-        self.parts.append((*_thermal_rows(day, every=2), _gpu_keys(day)))
+        self.read += int((~np.isnan(day.values["gpu_temp_c"])).sum())
+        keys = _gpu_keys(day)
+        out = mask(day, keys, self.left, self.left_out)
+        if out.any():  # a left-out minute reads as one without a temperature
+            temp = np.where(out, math.nan, day.values["gpu_temp_c"])
+            day = dataclasses.replace(day, values={**day.values, "gpu_temp_c": temp})
+        self.parts.append((*_thermal_rows(day, every=2), keys))
         self.windows.append(anomaly_windows(day))
         end = int(day.minutes[-1]) // 1000 + 60 if len(day.minutes) else 0
         self.say(f"read {time.strftime('%Y-%m-%d %H:%M', time.gmtime(end))} UTC: "
-                 f"{len(day.gpus)} GPUs, {sum(len(p[1]) for p in self.parts):,} samples so far")
+                 f"{len(day.gpus)} GPUs, {self.read:,} GPU-minutes so far")
 
     def _limits(self, day: Day) -> None:
         limit = day.values["gpu_power_limit_w"]
@@ -202,8 +227,12 @@ class Fit:
         keys = np.concatenate([np.asarray([codes.setdefault(k, len(codes)) for k in p[4]]
                                           or [0], dtype=np.int32)[p[2]] for p in parts])
         order = np.concatenate([p[3] for p in parts])
-        self.say(f"fitting thermal health on {len(y):,} GPU-minutes")
+        for line in self.left_out.lines():
+            self.say(f"left out (known not normal): {line}")
+        self.say(f"fitting thermal health on {len(y):,} GPU-minutes (every other minute "
+                 f"of the {self.read - sum(self.left_out.minutes.values()):,} kept)")
         thermal = fit_thermal(X, y, keys, order, seed=seed, names=list(codes))
+        held = self._step(thermal)
         feats = np.concatenate(self.windows) if self.windows else np.zeros((0, 11))
         self.say(f"fitting the anomaly model on {len(feats):,} ten-minute windows")
         anomaly = fit_anomaly(feats, seed=seed) if len(feats) else None
@@ -227,6 +256,9 @@ class Fit:
             # longer range that has the fleet doing that kind of work.
             "anomaly_phases_missing": anomaly.missing() if anomaly else list(PHASE_NAMES),
             "lemon_nodes": len(lemon),
+            # GPU -> hours left out as known not normal; GPU -> [offset learnt, kept].
+            "left_out_h": {k: round(v / 60, 2) for k, v in self.left_out.minutes.items()},
+            "offsets_held_c": {k: [round(a, 2), round(b, 2)] for k, (a, b) in held.items()},
             "thermal_rows": len(y), "anomaly_windows": len(feats),
             "train_s": round(time.perf_counter() - self.started, 1)}
         from fleetwatch import __version__
@@ -234,6 +266,44 @@ class Fit:
         meta["fleetwatch"] = __version__
         path = save(ModelSet(thermal, anomaly, lemon, meta), out_dir)
         return path, meta
+
+
+    def _step(self, thermal: Any) -> dict[str, tuple[float, float]]:
+        """Cap each GPU's offset move from the previous model's, and give a GPU whose
+        every minute was left out its previous (or its peers') offset; say what was held."""
+        names = [gpu_key(c, n, g) for c, n, g in sorted(self.gpus)]
+        step = max(MAX_STEP_SPREADS * thermal.spread_c, MIN_STEP_C)
+        thermal.offsets, held = step_offsets(thermal.offsets, self.previous, names, step)
+        for key, (learnt, kept) in sorted(held.items()):
+            self.say(f"offset of {key} held at {kept:+.2f} °C: it learnt {learnt:+.2f} °C, "
+                     f"{learnt - self.previous[key]:+.2f} °C from the previous model's "
+                     f"(at most {step:.2f} °C a retrain; a GPU drifting hot is not learnt "
+                     "as its normal in one night)")
+        return held
+
+
+def previous_offsets(out_dir: str | Path) -> dict[str, float]:
+    """The thermal offsets of the model a processor on ``out_dir`` would use now (the
+    newest file that loads and is not named in the future), {} with none."""
+    for path in candidates(out_dir):
+        if in_future(path):
+            continue
+        try:
+            models = load(path)
+        except (ModelFileError, OSError):
+            continue
+        return dict(getattr(models.thermal, "offsets", None) or {})
+    return {}
+
+
+def left_spans(store: Store, start_ts: float, end_ts: float) -> list[Span]:
+    """What the store knows was not normal in [start, end): fired alerts of thermal and
+    failing-GPU rules, fault annotations (none where the store keeps neither)."""
+    alerts = getattr(store, "alerts", None)
+    notes = getattr(store, "annotations", None)
+    fired = [a for a in (alerts(("pending", "firing", "resolved"), since_ts=start_ts)
+                         if alerts else []) if a.started_ts < end_ts]
+    return spans(fired, notes(start_ts, end_ts) if notes else [], end_ts)
 
 
 def check_out_dir(out_dir: str | Path) -> str | None:
@@ -260,11 +330,14 @@ def written_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     files = candidates(path.parent)  # newest first
     at = files.index(path) if path in files else -1
     ahead, older = (files[:at], files[at + 1:]) if at >= 0 else ([], files)
+    # Only a newer-named file a processor would load shadows this one: it skips one named
+    # more than a day ahead, or that does not load (damaged, another version).
+    ahead = [p for p in ahead if _loads(p)]
     if ahead:
         out.append(f"{len(ahead)} model file(s) in {path.parent.absolute()} are named after "
-                   f"this one ({', '.join(p.name for p in ahead[:3])}): a processor loads the "
-                   "newest by name, so it will not load this one; move them away (a file "
-                   "named more than a day ahead of now is skipped, with a warning)")
+                   f"this one and load ({', '.join(p.name for p in ahead[:3])}): a processor "
+                   "loads the newest that loads, so it will not load this one; move them "
+                   "away")
     if not older or ahead:
         return out
     try:
@@ -283,11 +356,23 @@ def written_warnings(path: Path, meta: dict[str, Any]) -> list[str]:
     return out
 
 
+def _loads(path: Path) -> bool:
+    """Whether a processor would load ``path`` (named no more than a day ahead, and it
+    loads)."""
+    if in_future(path):
+        return False
+    try:
+        load(path)
+    except (ModelFileError, OSError):
+        return False
+    return True
+
+
 def train(store: Store, start_ts: float, end_ts: float, out_dir: str | Path, *,
           seed: int = 0, lemon_half_life_d: float = 7.0,
           progress: Callable[[str], None] | None = None) -> tuple[Path, dict[str, Any]]:
     """Fit every learned model on [start, end) of ``store`` and write a model file."""
-    fit = Fit(progress)
+    fit = Fit(progress, left_spans(store, start_ts, end_ts), previous_offsets(out_dir))
     chunk = start_ts
     while chunk < end_ts:
         stop = min(end_ts, chunk + CHUNK_S)
@@ -302,7 +387,7 @@ def train_frames(history: FrameDays, start_ts: float, end_ts: float, out_dir: st
                  ) -> tuple[Path, dict[str, Any]]:
     """Fit every learned model on frames held in memory (``FrameDays``): the same features
     as ``train`` reads from a store written those frames. No events: no lemon history."""
-    fit = Fit(progress)
+    fit = Fit(progress, previous=previous_offsets(out_dir))
     for day in history.days():
         fit.add(day)
     return fit.write(start_ts, end_ts, out_dir, seed)

@@ -3,19 +3,22 @@
 A file is one line of JSON metadata (what it was trained on, with which
 versions, how well it did on held-out data) followed by the pickled models.
 The metadata is read and checked first: a file written by another model
-format or another scikit-learn version is refused with what to do, before a
-byte of the pickle is touched. A pickle runs code as it loads, so a file is
+format or another scikit-learn version, or by a newer fleetwatch, is refused
+with what to do (retrain, or upgrade this fleetwatch), before a byte of the
+pickle is touched. A pickle runs code as it loads, so a file is
 loaded only from where no one but its reader (or root) can have written it: a
 file or directory writable by group or others, or owned by another user, is
 refused before it is opened (POSIX). After unpickling, the objects are checked
-to be the models this code expects: a file that is not is refused like a
-damaged one. Names are claimed atomically: two trainings that finish in the
+to be the models this code expects, and to be the ones its metadata line was
+written with (the pickle holds that line's SHA-256): a file that is not is
+refused like a damaged one. Names are claimed atomically: two trainings that finish in the
 same second each keep their own file.
 """
 
 from __future__ import annotations
 
 import calendar
+import hashlib
 import json
 import os
 import pickle
@@ -59,11 +62,15 @@ def save(models: ModelSet, directory: str | Path, now: float | None = None) -> P
     directory.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now or time.time()))
     meta = {**models.metadata, "format": FORMAT, "sklearn": _sklearn_version()}
+    line = json.dumps(meta, sort_keys=True).encode()
+    for model in (models.thermal, models.anomaly):
+        if model is not None:  # the pickle vouches for its metadata line (``load``)
+            model.metadata_sha256 = hashlib.sha256(line).hexdigest()
     fd, tmp_name = tempfile.mkstemp(prefix=f".{PREFIX}", suffix=".tmp", dir=directory)
     tmp = Path(tmp_name)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(json.dumps(meta, sort_keys=True).encode() + b"\n")
+            f.write(line + b"\n")
             pickle.dump((models.thermal, models.anomaly, models.lemon), f, protocol=5)
             f.flush()
             os.chmod(tmp, 0o644)  # mkstemp's 0600: readable by a processor run as another user
@@ -160,8 +167,14 @@ def load(path: str | Path) -> ModelSet:
     path = Path(path).absolute()
     check_trusted(path)
     meta = read_metadata(path)
-    if meta.get("format") != FORMAT:
-        raise ModelFileError(f"{path} has model format {meta.get('format')!r}; this fleetwatch "
+    fmt, by = meta.get("format"), meta.get("fleetwatch")
+    mine = _fleetwatch_version()
+    if isinstance(fmt, int) and fmt > FORMAT or _release(by) > _release(mine):
+        raise ModelFileError(f"{path} was written by fleetwatch {by or '?'} (model format "
+                             f"{fmt!r}), newer than this one ({mine}, format {FORMAT}): "
+                             "upgrade fleetwatch on this host, or train with this version")
+    if fmt != FORMAT:
+        raise ModelFileError(f"{path} has model format {fmt!r}; this fleetwatch "
                              f"reads format {FORMAT}: run `fleetwatch train` again")
     if meta.get("sklearn") != _sklearn_version():
         raise ModelFileError(f"{path} was trained with scikit-learn {meta.get('sklearn')}, this "
@@ -169,7 +182,7 @@ def load(path: str | Path) -> ModelSet:
                              "with this installation (a model pickled by another version may "
                              "load and predict wrongly)")
     with open(path, "rb") as f:
-        f.readline(1 << 20)
+        line = f.readline(1 << 20).rstrip(b"\n")
         try:
             thermal, anomaly, lemon = pickle.load(f)  # noqa: S301 - our own trusted directory
         except Exception as exc:  # a truncated or foreign pickle raises many kinds
@@ -178,7 +191,36 @@ def load(path: str | Path) -> ModelSet:
     wrong = _wrong_objects(thermal, anomaly, lemon)
     if wrong:
         raise ModelFileError(f"{path} is damaged ({wrong}): run `fleetwatch train` again")
+    for model in (thermal, anomaly):
+        vouched = getattr(model, "metadata_sha256", None)  # None: written before it was kept
+        if model is not None and vouched and vouched != hashlib.sha256(line).hexdigest():
+            raise ModelFileError(
+                f"{path}: its metadata line is not the one written with its models (edited, "
+                "or joined to another file's models): the GPUs, range and versions it "
+                "states cannot be trusted, so it is refused; run `fleetwatch train` again "
+                "rather than editing a model file")
     return ModelSet(thermal, anomaly, lemon, meta)
+
+
+def _fleetwatch_version() -> str:
+    from fleetwatch import __version__
+
+    return str(__version__)
+
+
+def _release(version: object) -> tuple[int, ...]:
+    """A version's leading numbers (``0.2.0rc1`` -> (0, 2, 0)); () when it has none."""
+    out = []
+    for part in str(version or "").split(".")[:3]:
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+    return tuple(out)
 
 
 def _wrong_objects(thermal: object, anomaly: object, lemon: object) -> str:

@@ -30,7 +30,14 @@ from pathlib import Path
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.anomaly import FleetAnomaly
-from fleetwatch.models.artifact import ModelFileError, ModelSet, candidates, in_future, load
+from fleetwatch.models.artifact import (
+    ModelFileError,
+    ModelSet,
+    candidates,
+    in_future,
+    load,
+    named_ts,
+)
 from fleetwatch.models.lemon import EventReader, LemonScore
 from fleetwatch.models.thermal_health import ThermalHealth
 
@@ -38,6 +45,8 @@ log = logging.getLogger(__name__)
 
 LIMIT_TOLERANCE = 0.10  # a power limit within 10% of a trained one is that kind of GPU
 SCORED_RULES = ("thermal_health", "fleet_anomaly")
+MODEL_TS = "model_ts"  # evidence key: the version (name time) of the model file in use
+JUDGED_WINDOW_S = 300.0  # judged_now: nodes whose latest frame is this recent
 
 
 class LearnedDetectors:
@@ -57,9 +66,10 @@ class LearnedDetectors:
         self._clock = clock
         self._next_check = 0.0
         self.loaded: Path | None = None  # the file whose models are in use
-        # Files that did not load, with the size and time they had then and why: skipped
-        # (and said) once, tried again only if rewritten (a copy that was still arriving).
-        self._refused: dict[Path, tuple[tuple[int, int] | None, str]] = {}
+        # Files that did not load, with their ``_version`` then and why: skipped (and said)
+        # once, tried again only if rewritten (a copy that was still arriving), or their
+        # mode or owner changed (the refusal's advice followed).
+        self._refused: dict[Path, tuple[tuple[int, ...] | None, str]] = {}
         self._said_none = False
         # The power limits (W) the file in use was trained on; None: it does not say.
         self._limits: list[float] | None = None
@@ -70,6 +80,8 @@ class LearnedDetectors:
         self._judged = dict.fromkeys(SCORED_RULES, 0)
         self._given = dict.fromkeys(SCORED_RULES, 0)
         self.not_judged: dict[str, str] = {}     # rule -> why GPUs were not judged
+        # (cluster, node) -> its latest frame's (ts, GPUs, GPUs of a kind scored): judged_now
+        self._nodes: dict[tuple[str, str], tuple[float, int, int]] = {}
         self.reload()
 
     @property
@@ -84,6 +96,9 @@ class LearnedDetectors:
         files = candidates(self.directory)
         self._refused = {p: v for p, v in self._refused.items() if p in files}
         skipped: list[str] = []
+        # The file in use was deleted (or moved away): fall back to what a restart would
+        # load now, the newest other file that loads, or no model.
+        gone = self.loaded if self.loaded is not None and self.loaded not in files else None
         for path in files:
             if path == self.loaded:
                 return False  # the newest that loads is in use already
@@ -105,17 +120,31 @@ class LearnedDetectors:
                 skipped.append(path.name)
                 continue
             self.loaded = path
+            fixed = self._refused.pop(path, None)
+            if fixed is not None:
+                log.info("model file %s, skipped before, loads now (rewritten, or its mode "
+                         "or owner fixed)", path.name)
             meta = models.metadata
             log.info("loaded model %s from %s (trained on %s GPUs, %s; thermal held-out MAE "
                      "%s)%s%s", path.name, path.parent, meta.get("gpus", "?"),
-                     meta.get("range", "?"),
+                     _range_text(meta.get("range")),
                      meta.get("thermal_heldout_mae_c", "?"), _gaps(models),
                      f"; the newest that loads: skipped {', '.join(skipped)}" if skipped else "")
+            if gone is not None:
+                log.warning("model file %s, in use, is gone from %s: using %s instead, as a "
+                            "restart would", gone.name, self.directory, path.name)
             if self._limits is None:
                 log.info("model file %s does not record which GPUs it was trained on "
                          "(written by an older fleetwatch): it scores every GPU, whatever "
                          "its kind; `fleetwatch train` again to have that checked", path)
             return True
+        if gone is not None:
+            self._unload()
+            log.warning("model file %s, in use, is gone from %s and no other file there "
+                        "loads (%d skipped): running the rules alone (and lemon scores), as "
+                        "a restart would; `fleetwatch train` makes a model", gone.name,
+                        self.directory, len(files))
+            self._said_none = True
         if self.loaded is None and not self._said_none:
             what = (f"no model file in {self.directory} loads ({len(files)} skipped)" if files
                     else f"no trained model in {self.directory}")
@@ -145,6 +174,13 @@ class LearnedDetectors:
         self.thermal.trained_from = _range_start(models.metadata)
         self.not_judged = {}
 
+    def _unload(self) -> None:
+        """No model in use (lemon scores go on, rebuilt from the store's events)."""
+        self.thermal.model = self.anomaly.model = None
+        self.loaded, self._limits, self._kinds, self._said_kinds = None, None, {}, set()
+        self.thermal.trained_from = None
+        self.not_judged = {}
+
     def coverage(self) -> dict[str, tuple[int, int]]:
         """Per rule of thermal health and fleet anomaly: (GPU samples given to its model,
         GPU samples given to this detector) since it was built. A sample is not given to
@@ -156,20 +192,44 @@ class LearnedDetectors:
         """``frames`` with only the GPUs of a kind the model in use was trained on."""
         n = sum(len(f.gpus) for f in frames)
         if self._limits is None:
-            kept, out = n, frames
+            out, each = frames, [len(f.gpus) for f in frames]
         else:
-            out = []
+            out, each = [], []
             for f in frames:
                 gpus = tuple(g for g in f.gpus if self._of_kind(g))
+                each.append(len(gpus))
                 if len(gpus) == len(f.gpus):
                     out.append(f)
                 elif gpus:
                     out.append(dataclasses.replace(f, gpus=gpus))
-            kept = sum(len(f.gpus) for f in out)
+        kept = sum(each)
         if count:
-            for rule, part in (("thermal_health", self.thermal), ("fleet_anomaly", self.anomaly)):
+            for rule, part in self._parts():
                 self._given[rule] += n
                 self._judged[rule] += kept if _has_model(part.model) else 0
+            for f, k in zip(frames, each):
+                if f.gpus:
+                    self._nodes[(f.cluster, f.node)] = (f.ts, len(f.gpus), k)
+        return out
+
+    def _parts(self) -> tuple[tuple[str, ThermalHealth | FleetAnomaly], ...]:
+        return (("thermal_health", self.thermal), ("fleet_anomaly", self.anomaly))
+
+    def judged_now(self, window_s: float = JUDGED_WINDOW_S) -> dict[str, tuple[int, int, str]]:
+        """Per rule of thermal health and fleet anomaly, over each node's latest frame of
+        the last ``window_s`` of frame time: (GPUs its model judges, GPUs given, and when
+        it judges none of them, why: ``no_model``, or ``other_gpu_kind`` where their power
+        limits are not the ones the model was trained on). What /metrics shows: a loaded
+        model that judges no GPU stops learned detection silently otherwise."""
+        newest = max((v[0] for v in self._nodes.values()), default=0.0)
+        recent = [v for v in self._nodes.values() if v[0] >= newest - window_s]
+        given, kept = sum(v[1] for v in recent), sum(v[2] for v in recent)
+        out = {}
+        for rule, part in self._parts():
+            has = _has_model(part.model)
+            judged = kept if has else 0
+            why = "" if judged or not given else ("other_gpu_kind" if has else "no_model")
+            out[rule] = (judged, given, why)
         return out
 
     def _of_kind(self, g: GpuReading) -> bool:
@@ -202,6 +262,8 @@ class LearnedDetectors:
         self.thermal.use_events(events)
 
     def drop(self, nodes: Sequence[str]) -> None:
+        gone = set(nodes)
+        self._nodes = {k: v for k, v in self._nodes.items() if k[1] not in gone}
         for d in (self.thermal, self.anomaly, self.lemon):
             d.drop(nodes)
 
@@ -215,8 +277,18 @@ class LearnedDetectors:
         if self._clock() >= self._next_check:
             self.reload()
         scored = self._scored(frames, count=True)
-        return [*self.thermal.update(scored), *self.anomaly.update(scored),
+        return [*self._versioned([*self.thermal.update(scored), *self.anomaly.update(scored)]),
                 *self.lemon.update(frames)]
+
+    def _versioned(self, findings: list[Finding]) -> list[Finding]:
+        """Findings of a model with the model file's version in their evidence
+        (``model_ts``: the UTC time in its name, ``fleetwatch-model-YYYYmmddTHHMMSS``), so
+        that an alert says which training raised it (two versions run side by side in a
+        group while a new file is copied to each host, or after a rollback)."""
+        ts = named_ts(self.loaded) if self.loaded is not None else None
+        if ts is None or not findings:
+            return findings
+        return [dataclasses.replace(f, evidence={**f.evidence, MODEL_TS: ts}) for f in findings]
 
 
 def _has_model(model: object) -> bool:
@@ -226,6 +298,14 @@ def _has_model(model: object) -> bool:
         return False
     center = getattr(model, "center", None)
     return center is None or bool(center)
+
+
+def _range_text(span: object) -> str:
+    """A file's training range as UTC times (``2026-11-25T14:00Z to 2026-11-27T14:00Z``)."""
+    if isinstance(span, (list, tuple)) and len(span) == 2 \
+            and all(isinstance(t, (int, float)) for t in span):
+        return " to ".join(time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t)) for t in span)
+    return "range not recorded"
 
 
 def _range_start(meta: Mapping[str, object]) -> float | None:
@@ -269,10 +349,13 @@ def _gaps(models: ModelSet) -> str:
     return "; " + "; ".join(out) if out else ""
 
 
-def _version(path: Path) -> tuple[int, int] | None:
-    """A file's size and modification time (None: it cannot be read)."""
+def _version(path: Path) -> tuple[int, ...] | None:
+    """What a refused file is tried again on a change of (None: it cannot be read): its
+    size and modification time (rewritten), and its and its directory's mode, owner and
+    change time (``chmod go-w`` or ``chown``, as the refusal said, change only those)."""
     try:
-        st = path.stat()
+        st, up = path.stat(), path.parent.stat()
     except OSError:
         return None
-    return (st.st_size, st.st_mtime_ns)
+    return (st.st_size, st.st_mtime_ns, st.st_mode, st.st_uid, st.st_ctime_ns,
+            up.st_mode, up.st_uid)

@@ -302,8 +302,9 @@ class ThermalHealth:
         return Finding(
             self.name, f.cluster, f.rack, f.node, gpu, f.ts, round(score, 2),
             f"GPU {gpu} on {f.node} runs {excess:.1f} °C hotter than its load and air "
-            f"explain (smoothed, half-life {self.half_life_s:.0f} s; now {temp:.1f} °C, "
-            f"expected {expected:.1f} °C with its {source} offset {offset:+.1f} °C); "
+            f"explain, averaged over minutes (half-life {self.half_life_s:.0f} s): its "
+            f"smoothed residual {ewma:+.1f} °C less its {source} offset {offset:+.1f} °C "
+            f"(the latest sample alone: {temp:.1f} °C against {expected:.1f} °C expected); "
             f"score {score:.1f} = that excess over the fleet's residual spread of "
             f"{spread:.2f} °C; {'holds while' if need < 1 else 'fires at'} "
             f">= {need * self.min_excess_c:.1f} °C and score >= {need * self.min_score:.1f}",

@@ -11,7 +11,7 @@ and power of the node's GPUs, and the BMC inlet sensor where there is one).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
@@ -156,6 +156,7 @@ def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.nda
     model = ThermalModel(estimator, best, scores, used=used)
     residual = y - model.expected(full)
     offsets: dict[str, float] = {}
+    errors: dict[str, float] = {}
     deviations: list[np.ndarray] = []
     # Each GPU's rows in time order, all GPUs at once (one sort, not a scan per GPU).
     ids, which = np.unique(gpu_ids, return_inverse=True)
@@ -163,15 +164,72 @@ def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.nda
     for gid, mine in zip(ids.tolist(), np.split(by, np.flatnonzero(np.diff(which[by])) + 1)):
         r = residual[mine]
         offset = float(np.median(r))
-        offsets[str(gid) if names is None else names[gid]] = offset
+        key = str(gid) if names is None else names[gid]
+        offsets[key] = offset
+        # The median's standard error: 1.25 * sigma / sqrt(n), sigma from the MAD, and n
+        # counted in independent stretches (a residual wanders over ~20 samples).
+        sigma = 1.4826 * float(np.median(np.abs(r - offset)))
+        errors[key] = 1.2533 * sigma / np.sqrt(max(1.0, len(r) / 20))
         k = min(len(r), 20)  # a rolling mean over ~20 samples, as the detector smooths
         if k >= 2:
             smooth = np.convolve(r - offset, np.ones(k) / k, mode="valid")
             deviations.append(smooth)
     dev = np.concatenate(deviations) if deviations else np.zeros(1)
-    model.offsets = offsets
+    model.offsets = shrink_offsets(offsets, errors)
     model.spread_c = max(0.25, float(1.4826 * np.median(np.abs(dev - np.median(dev)))))
     return model
+
+
+def _node_of(key: str) -> str:
+    return key.rsplit("/", 1)[0]
+
+
+def peer_offset(offsets: Mapping[str, float], key: str) -> float:
+    """What ``key``'s offset would be were it like its peers: the median offset of the
+    other GPUs of its node (two or more), else of the fleet; 0 with none."""
+    node = _node_of(key)
+    peers = [v for k, v in offsets.items() if k != key and _node_of(k) == node]
+    if len(peers) < 2:
+        peers = [v for k, v in offsets.items() if k != key]
+    return float(np.median(peers)) if peers else 0.0
+
+
+def shrink_offsets(offsets: Mapping[str, float], errors: Mapping[str, float]
+                   ) -> dict[str, float]:
+    """Each GPU's offset pulled toward its peers' (``peer_offset``) by how uncertain it is
+    (``errors``: its standard error, °C) against how much offsets differ from GPU to GPU
+    (robust variance over the fleet): a GPU seen for an hour, or whose residual wandered
+    (a fault building up), keeps less of its own; one seen steadily for days keeps it."""
+    if len(offsets) < 3:
+        return dict(offsets)
+    values = np.asarray(list(offsets.values()))
+    tau2 = max((1.4826 * float(np.median(np.abs(values - np.median(values))))) ** 2, 1e-4)
+    out = {}
+    for key, own in offsets.items():
+        se2 = errors.get(key, 0.0) ** 2
+        w = tau2 / (tau2 + se2)
+        out[key] = float(w * own + (1 - w) * peer_offset(offsets, key))
+    return out
+
+
+def step_offsets(offsets: Mapping[str, float], previous: Mapping[str, float],
+                 gpus: Sequence[str], max_step_c: float
+                 ) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+    """The offsets a retrain keeps: each GPU's moved at most ``max_step_c`` from the
+    previous model's (a slow drift cannot be learnt away in one night); a GPU of ``gpus``
+    with no rows left (all of its time left out) keeps its previous offset, else its
+    peers'. Returns them, and per GPU held back: (the offset learnt, the one kept)."""
+    out = dict(offsets)
+    held: dict[str, tuple[float, float]] = {}
+    for key, new in offsets.items():
+        old = previous.get(key)
+        if old is not None and abs(new - old) > max_step_c:
+            out[key] = old + max_step_c * float(np.sign(new - old))
+            held[key] = (new, out[key])
+    for key in gpus:
+        if key not in out:
+            out[key] = previous[key] if key in previous else peer_offset(offsets, key)
+    return out, held
 
 
 def gpu_key(cluster: str, node: str, gpu: int) -> str:

@@ -2,7 +2,8 @@
 
 Read at scrape time from the detectors' own state: each GPU's thermal health
 score (how far it runs hotter than its load and air explain, in fleet
-spreads) and each troubled node's lemon score, worst first.
+spreads), each troubled node's lemon score, worst first, the model file in use, and
+how many GPUs each learned rule judges (none: a model judging another kind of GPU).
 """
 
 from __future__ import annotations
@@ -34,8 +35,24 @@ class ModelCollector(Collector):
             labels=["cluster", "node"])
         loaded = GaugeMetricFamily("fleetwatch_model_loaded",
                                    "1 when a trained model file is in use", labels=["file"])
+        judged = GaugeMetricFamily(
+            "fleetwatch_model_gpus_judged",
+            "GPUs a learned rule's model judges, of those in this processor's frames of the "
+            "last 5 minutes; reason says why where it judges none of them (no_model: the "
+            "file has no model for the rule; other_gpu_kind: their power limits are not "
+            "the ones it was trained on: a power cap, or another fleet)",
+            labels=["rule", "reason"])
+        given = GaugeMetricFamily(
+            "fleetwatch_model_gpus_given",
+            "GPUs in this processor's frames of the last 5 minutes, each given to the "
+            "learned rules", labels=["rule"])
         for d in self._learned:
-            for key, score in list(d.thermal.scores.items()):  # type: ignore[attr-defined]
+            for rule, (n, of, why) in d.judged_now().items():  # type: ignore[attr-defined]
+                judged.add_metric([rule, why], n)
+                given.add_metric([rule], of)
+            # No model (its file deleted): no score, rather than the last ones, frozen.
+            scores = d.thermal.scores if d.thermal.model is not None else {}  # type: ignore[attr-defined]
+            for key, score in list(scores.items()):
                 cluster, node, gpu = key.rsplit("/", 2)
                 health.add_metric([cluster, node, gpu.removeprefix("gpu")], score)
             for cluster, node, score in d.lemon.ranking(self._clock(), top=1000):  # type: ignore[attr-defined]
@@ -46,3 +63,5 @@ class ModelCollector(Collector):
         yield health
         yield lemon
         yield loaded
+        yield judged
+        yield given

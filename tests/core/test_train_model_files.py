@@ -47,4 +47,16 @@ def test_a_file_named_after_the_new_one_is_warned_of(tmp_path: Path) -> None:
     ahead = save(ModelSet(None, None, {}, meta([])), tmp_path, now=START + 365 * 86400)
     new = save(ModelSet(None, None, {}, meta([])), tmp_path, now=START)
     [warning] = written_warnings(new, meta([]))
-    assert f"are named after this one ({ahead.name})" in warning and "will not load" in warning
+    assert f"are named after this one and load ({ahead.name})" in warning \
+        and "will not load this one" in warning
+
+
+def test_a_newer_named_file_a_processor_would_skip_is_not_said_to_shadow(
+        tmp_path: Path) -> None:
+    import time
+
+    new = save(ModelSet(None, None, {}, meta([])), tmp_path, now=time.time() - 3600)
+    future = save(ModelSet(None, None, {}, meta([])), tmp_path, now=time.time() + 365 * 86400)
+    cut = save(ModelSet(None, None, {}, meta([])), tmp_path, now=time.time() - 60)
+    cut.write_bytes(cut.read_bytes()[:-20])  # damaged: skipped
+    assert future.exists() and written_warnings(new, meta([])) == []

@@ -90,6 +90,61 @@ def test_a_model_of_a100s_does_not_score_h100s_and_says_why(
     assert "does not record which GPUs it was trained on" in caplog.text
 
 
+def test_metrics_say_a_loaded_model_judges_no_gpu_and_why(a100_model: Path) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+
+    def scraped(learned: LearnedDetectors) -> str:
+        registry = CollectorRegistry()
+        registry.register(ModelCollector([learned]))
+        return generate_latest(registry).decode()
+
+    learned, _, _ = run_h100(a100_model.parent, hours=0.5)
+    text = scraped(learned)
+    assert f'fleetwatch_model_loaded{{file="{a100_model.name}"}} 1.0' in text
+    for rule in ("thermal_health", "fleet_anomaly"):
+        assert f'fleetwatch_model_gpus_judged{{reason="other_gpu_kind",rule="{rule}"}} 0.0' \
+            in text
+        assert f'fleetwatch_model_gpus_given{{rule="{rule}"}} 8.0' in text
+    # The fleet it was trained on: every GPU judged, no reason.
+    judged = LearnedDetectors(a100_model.parent)
+    sim = FleetSim(PARAMS, START + 86400)
+    for _ in range(3):
+        sim.step()
+        judged.update(sim.frames())
+    assert 'fleetwatch_model_gpus_judged{reason="",rule="thermal_health"} 8.0' in scraped(judged)
+    judged.drop(["node-000"])
+    assert 'fleetwatch_model_gpus_given{rule="thermal_health"} 4.0' in scraped(judged)
+
+
+def test_a_learned_alert_names_the_model_file_that_raised_it(
+        a100_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from fleetwatch.models import Finding
+    from fleetwatch.models.artifact import named_ts
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    learned = LearnedDetectors(a100_model.parent)
+    sim = FleetSim(PARAMS, START + 86400)
+
+    def hot(frames: list) -> list[Finding]:
+        f = frames[0]
+        return [Finding("thermal_health", f.cluster, f.rack, f.node, 0, f.ts, 6.0, "hot",
+                        evidence={"excess_c": 6.0})]
+
+    monkeypatch.setattr(learned.thermal, "update", hot)
+    store = SqliteStore(tmp_path / "live.db")
+    processor = Processor(store, [learned])
+    for _ in range(3):
+        sim.step()
+        processor.process(sim.frames())
+    [alert] = [a for a in store.alerts() if a.rule == "thermal_health"]
+    store.close()
+    assert alert.evidence["model_ts"] == named_ts(a100_model)
+    assert alert.evidence["excess_c"] == 6.0
+
+
 def test_a_power_limit_walked_down_by_a_brake_is_said_once_not_once_a_watt(
         a100_model: Path, caplog: pytest.LogCaptureFixture) -> None:
     from tests.models.helpers import busy, node
@@ -180,6 +235,30 @@ def test_a_file_or_directory_others_can_write_is_refused(
         load(good)
 
 
+@pytest.mark.skipif(os.name != "posix", reason="file modes and owners are POSIX")
+def test_a_refused_file_fixed_as_the_warning_says_is_loaded_at_the_next_check(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    d = tmp_path / "models"
+    good = save(model_set("good"), d, now=START)
+    newer = save(model_set("newer"), d, now=START + 60)
+    newer.chmod(0o664)
+    learned = LearnedDetectors(d)
+    assert learned.loaded == good and newer in learned.skipped
+    assert not learned.reload()  # unchanged: not tried (nor said) again
+    newer.chmod(0o644)  # `chmod go-w`: neither its size nor its mtime changes
+    with caplog.at_level(logging.INFO, logger="fleetwatch.models.learned"):
+        assert learned.reload()
+    assert learned.loaded == newer and learned.thermal.model.kind == "newer"
+    assert newer not in learned.skipped
+    assert f"loaded model {newer.name}" in caplog.text
+    # The directory others could write: every file refused; fixed, the newest loads.
+    d.chmod(0o775)
+    later = save(model_set("later"), d, now=START + 120)
+    assert not learned.reload() and later in learned.skipped
+    d.chmod(0o755)
+    assert learned.reload() and learned.loaded == later
+
+
 def test_a_relative_model_dir_is_named_absolute(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -236,3 +315,88 @@ def test_the_load_line_says_what_the_file_cannot_score(
          now=START)
     LearnedDetectors(tmp_path)
     assert "fleet anomaly: no model of any phase of work, not scoring" in caplog.text
+
+
+def _rewritten(source: Path, directory: Path, name: str, **changes: object) -> Path:
+    """``source`` with its metadata line changed as by hand (the pickle left as it was)."""
+    head, body = source.read_bytes().split(b"\n", 1)
+    meta = {**json.loads(head), **changes}
+    directory.mkdir(exist_ok=True)
+    path = directory / name
+    path.write_bytes(json.dumps(meta, sort_keys=True).encode() + b"\n" + body)
+    return path
+
+
+def test_a_file_from_a_newer_fleetwatch_is_refused_with_upgrade_advice(
+        a100_model: Path, tmp_path: Path) -> None:
+    newer = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000000.fwm",
+                       fleetwatch="0.2.0")
+    with pytest.raises(ModelFileError, match=r"written by fleetwatch 0\.2\.0 .*newer than "
+                       r"this one \(0\.1\.0, format 2\): upgrade fleetwatch on this host"):
+        load(newer)
+    later = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000001.fwm", format=3)
+    with pytest.raises(ModelFileError, match="upgrade fleetwatch"):
+        load(later)
+    older = _rewritten(a100_model, tmp_path, "fleetwatch-model-20251123T000002.fwm", format=1)
+    with pytest.raises(ModelFileError, match=r"format 1; .*run `fleetwatch train` again"):
+        load(older)
+
+
+def test_hand_edited_metadata_is_refused_and_the_models_in_use_stay(
+        a100_model: Path, tmp_path: Path) -> None:
+    d = tmp_path / "models"
+    d.mkdir()
+    good = d / a100_model.name
+    good.write_bytes(a100_model.read_bytes())
+    edited = _rewritten(a100_model, d, "fleetwatch-model-20991231T000000.fwm",
+                        gpu_power_limits_w={"700": {"gpus": 8, "samples": 1}})
+    assert load(good).metadata["gpu_power_limits_w"] == {"500": {"gpus": 8, "samples": 3840}}
+    with pytest.raises(ModelFileError, match="metadata line is not the one written with its "
+                                             "models"):
+        load(edited)
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(time.time() + 60))
+    later = d / f"fleetwatch-model-{stamp}.fwm"
+    edited.rename(later)  # newer than the good one, not in the future
+    learned = LearnedDetectors(d)
+    assert learned.loaded == good
+    assert "not the one written with its models" in learned.skipped[later]
+
+
+def test_a_deleted_model_file_falls_back_as_a_restart_would_and_says_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+
+    d = tmp_path / "models"
+    old = save(model_set("old"), d, now=START)
+    new = save(model_set("new"), d, now=START + 60)
+    learned = LearnedDetectors(d)
+    assert learned.loaded == new
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    new.unlink()
+    assert learned.reload() and learned.loaded == old
+    assert learned.thermal.model.kind == "old"
+    assert f"model file {new.name}, in use, is gone from {d}: using {old.name} instead" \
+        in caplog.text
+    caplog.clear()
+    old.unlink()
+    assert not learned.reload()
+    assert learned.loaded is None and learned.thermal.model is None
+    assert f"model file {old.name}, in use, is gone from {d} and no other file there loads " \
+        "(0 skipped): running the rules alone" in caplog.text
+    registry = CollectorRegistry()
+    registry.register(ModelCollector([learned]))
+    assert 'fleetwatch_model_loaded{file=""} 0.0' in generate_latest(registry).decode()
+    caplog.clear()
+    assert not learned.reload() and caplog.text == ""  # said once
+
+
+def test_the_load_line_gives_the_training_range_as_utc_times(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "fleetwatch.models.learned")
+    save(model_set("m", {"range": [1795615200.0, 1795788000.0]}), tmp_path, now=START)
+    LearnedDetectors(tmp_path)
+    assert "trained on 1 GPUs, 2026-11-25T14:00Z to 2026-11-27T14:00Z;" in caplog.text

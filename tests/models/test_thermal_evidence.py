@@ -20,8 +20,9 @@ def findings(temps: list[float]) -> list:
 def test_a_finding_carries_observed_expected_spread_and_thresholds() -> None:
     f = findings([59.0] * 20)[0]
     assert f.message == (
-        "GPU 0 on n runs 8.0 °C hotter than its load and air explain (smoothed, half-life "
-        "1 s; now 59.0 °C, expected 51.0 °C with its trained offset +1.0 °C); score 32.0 "
+        "GPU 0 on n runs 8.0 °C hotter than its load and air explain, averaged over "
+        "minutes (half-life 1 s): its smoothed residual +9.0 °C less its trained offset "
+        "+1.0 °C (the latest sample alone: 59.0 °C against 51.0 °C expected); score 32.0 "
         "= that excess over the fleet's residual spread of 0.25 °C; fires at >= 5.0 °C and "
         "score >= 4.0")
     assert f.evidence == {"temp_c": 59.0, "expected_c": 51.0, "excess_c": 8.0,
