@@ -42,6 +42,7 @@ lifecycle: see ``fleetwatch.pipeline.silences``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -295,7 +296,7 @@ class AlertBook:
             alert = Alert(
                 id=f"{rule}/{cluster}/{node}/{device}/{int(ts * 1000)}", rule=rule,
                 severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
-                device=device, state="pending", started_ts=ts, updated_ts=ts,
+                device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
@@ -332,6 +333,13 @@ def _other_board(alert: Alert | None, finding: Finding | None, ts: float) -> Ale
             or alert.uuid == finding.board or ts <= alert.updated_ts):
         return None
     return dataclasses.replace(alert, state="resolved", updated_ts=ts, resolved_ts=ts)
+
+
+def _began(finding: Finding, ts: float) -> float:
+    """When a new alert started: where its detector says the condition began before this
+    first finding (``Finding.since``), then."""
+    since = finding.since
+    return min(ts, since) if since is not None and math.isfinite(since) else ts
 
 
 def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:

@@ -50,6 +50,10 @@ def am_annotations(alert: Alert) -> dict[str, str]:
     if alert.device.startswith("gpu"):
         where = f"{alert.device} on {alert.node} (rack {alert.rack})"
     since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
+    if alert.fired_ts is not None and alert.started_ts < alert.fired_ts:
+        # Its condition began before it fired (a for_s, or a rack's air found above its
+        # peers' from samples that began to warm earlier): the on-call needs both.
+        since += f" (began {iso(alert.started_ts)})"
     evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
     out = {"summary": alert.message,
            "description": f"{alert.message}; {where}, since {since}"
