@@ -225,6 +225,8 @@ class AlertBook:
                     opened.pop(key)
                     meta.pop(key, None)
                 alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
+                if alert is not None and alert.state == "resolved" and alert.resolved_ts == ts:
+                    alert = self._last_values(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is not None and self.name is not None:
                     alert = self.name(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is None:
@@ -246,6 +248,19 @@ class AlertBook:
         # At one time, an alert that ended before one that opened about its subject.
         return sorted(changed.values(),
                       key=lambda a: (a.updated_ts, a.state != "resolved", a.id))
+
+    def _last_values(self, alert: Alert, frame: Frame | None) -> Alert:
+        """A resolved alert with the readings that resolved it (``resolved_<metric>`` in
+        its evidence, of the metrics its rule needs): its notification says what the
+        subject reads now, not the firing text alone."""
+        index = gpu_index(alert.device)
+        if frame is None or index is None:
+            return alert
+        g = frame.gpu(index)
+        now = {f"resolved_{m}": float(g.metrics[m])
+               for m in self.requirements.get(alert.rule) or ()
+               if g is not None and m in g.metrics and m != "gpu_throttle_reasons"}
+        return dataclasses.replace(alert, evidence={**alert.evidence, **now}) if now else alert
 
     def _judged(self, key: Key, ts: float, by_node: Mapping[tuple[str, str], Mapping[float, Frame]],
                 frames: Sequence[Frame]) -> bool:
