@@ -157,7 +157,7 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
     """
     from fleetwatch.replay import ReplayError, Series, replay
     from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
-    from fleetwatch.wiring import detectors, learned_detectors, open_store
+    from fleetwatch.wiring import detectors, learned_detectors, linked, open_store
 
     chosen = detectors(config.detectors)
     if args.models:
@@ -166,7 +166,7 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
                   "configuration: set it to true (or FLEETWATCH_MODELS_ENABLED=true), or "
                   "leave --models out", file=sys.stderr)
             return EXIT_USAGE
-        chosen += learned_detectors(config.models)
+        chosen = linked([*chosen, *learned_detectors(config.models)])
     lock = None
     if args.store and config.store.kind == "sqlite":
         try:

@@ -95,12 +95,12 @@ class WithModels:
     model_dir: str | None = None
 
     def __call__(self) -> Sequence[Detector]:
-        from fleetwatch.wiring import detectors, learned_detectors
+        from fleetwatch.wiring import detectors, learned_detectors, linked
 
         if self.model_dir is None:
             raise RuntimeError("rules+models: evaluate() trains the model before the runs")
         models = dataclasses.replace(self.config.models, dir=self.model_dir, enabled=True)
-        return [*detectors(self.config.detectors), *learned_detectors(models)]
+        return linked([*detectors(self.config.detectors), *learned_detectors(models)])
 
 
 def sim_params(o: EvalOptions, seed: int) -> SimParams:

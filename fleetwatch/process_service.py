@@ -58,6 +58,7 @@ from fleetwatch.wiring import (
     energy_integrator,
     ensure_topics,
     learned_detectors,
+    linked,
     open_consumer,
     open_notifier,
     open_producer,
@@ -148,7 +149,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         held.callback(dead.close)  # flushes what is still queued
         notifier = open_notifier(config, store)
         held.callback(notifier.close)
-        rules = [*detectors(config.detectors), *learned_detectors(config.models)]
+        rules = linked([*detectors(config.detectors), *learned_detectors(config.models)])
         processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
                               keep_firing_s=config.alerts.keep_firing_s,

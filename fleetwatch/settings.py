@@ -317,6 +317,7 @@ class DetectorsConfig:
     rack_min_gpus: int = ranged(8, 1, 100_000)
     rack_for_s: float = ranged(0.0, 0.0, 3600.0)
     rack_inlet_rise_c: float = ranged(1.5, 0.1, 50.0)
+    rack_inlet_peer_c: float = ranged(8.0, 1.0, 50.0)
     model_forget_s: float = ranged(4 * 3600.0, 600.0, 30 * 86_400.0)
     # Events: how long an XID or an error-counter jump keeps its alert open.
     xid_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)

@@ -205,6 +205,19 @@ def learned_detectors(config: ModelsConfig) -> list[Detector]:
         lemon=LemonScore(config.lemon_half_life_d, config.lemon_threshold))]
 
 
+def linked(chosen: list[Detector]) -> list[Detector]:
+    """The detectors, the lemon score told when the rack detector's cooling finding
+    explains a node's thermal slowdowns (they are the air's, not the board's)."""
+    from fleetwatch.models.learned import LearnedDetectors
+    from fleetwatch.models.rack import RackCooling
+
+    racks = [d for d in chosen if isinstance(d, RackCooling)]
+    for d in chosen:
+        if racks and isinstance(d, LearnedDetectors):
+            d.lemon.explained = racks[0].explains
+    return chosen
+
+
 def detectors(config: DetectorsConfig) -> list[Detector]:
     """The detectors ``[detectors] enabled`` names, tuned by that section (see models.registry)."""
     return build(config)

@@ -48,6 +48,10 @@ class Finding:
     # (XIDs): an open alert that names another board (the slot's board was replaced)
     # ends, and a new one about this board opens, so that it is notified as new.
     board: str = ""
+    # When the condition began as far as the detector's data shows, where that is before
+    # ``ts`` (a rack found warmer than its peers from samples that began to warm earlier):
+    # the alert opens as started then.
+    since: float | None = None
 
 
 # Evidence key: a number a detector changes when its open alert must be written and

@@ -13,6 +13,15 @@ then 64 of one ECC fault count once, by the worst code. Application XIDs (the
 ``info`` class of the XID table: 13, 31, 43, 45 ...) are the job's fault, not
 the node's, and score nothing.
 
+A thermal slowdown is trouble of the board's only where its air is not to blame: the
+slowdowns of one node within ``INCIDENT_S`` of the first are one incident (a GPU flapping
+at its slowdown temperature, or its neighbours following it), and none counts while a
+cooling finding holds for its rack or node (``explained``: a failed cooler is the room's
+fault, not the board's). A repeat offender is a node whose trouble recurs: the score must
+have built up over at least ``MIN_SPAN_S`` (one bad night is not a lemon, however many
+points it scored), as in the lemon-node practice of large training clusters, where a
+node is retired for failing again and again over days and weeks, not for one event.
+
 Scores are kept in memory; ``use_events`` gives the detector the store's event
 reader, from which it rebuilds each node's score (over ``HISTORY_HALF_LIVES``
 half-lives) when it first sees the node, so a restart or a partition moving to
@@ -50,6 +59,10 @@ INCIDENT_S = 900.0
 HISTORY_HALF_LIVES = 4.0
 LOST_POINTS = 5.0
 THERMAL_SLOWDOWN_POINTS = 0.5
+# A node is a repeat offender only where its standing trouble began at least this long ago.
+MIN_SPAN_S = 86400.0
+# Trouble that began under this share of the threshold starts a new span.
+FRESH_SHARE = 0.1
 # A GPU that falls off the bus reports XID 79 and is then lost: one incident, counted
 # once (by its XID) when the loss follows the XID within this time.
 FELL_OFF_S = 3600.0
@@ -145,9 +158,15 @@ class LemonScore:
     rules: Mapping[str, tuple[str, ...]] = {"lemon_node": ()}
 
     def __init__(self, half_life_d: float = 7.0, threshold: float = 10.0,
-                 xid_points: Callable[[int], float] | None = None) -> None:
+                 xid_points: Callable[[int], float] | None = None,
+                 explained: Callable[[str, str, str], bool] | None = None) -> None:
         self.half_life_s = half_life_d * 86400.0
         self.threshold = threshold
+        # (cluster, rack, node) -> whether a cooling finding holds for it now (the rack
+        # detector's ``explains``; wired by ``wiring.linked``).
+        self.explained = explained
+        self._thermal: dict[tuple[str, str], float] = {}  # node -> its thermal incident's start
+        self._since: dict[tuple[str, str], float] = {}  # node -> when its standing trouble began
         self._incidents = Incidents(xid_points) if xid_points else Incidents()
         # The store's event reader (``use_events``), nodes whose score it rebuilt, and per
         # node the newest stored event then read: frames up to it were counted already.
@@ -180,17 +199,27 @@ class LemonScore:
             del self._score[key]
         for gk in [k for k in self._fell if k[1] in gone]:
             del self._fell[gk]
+        for key in [k for k in (*self._thermal, *self._since) if k[1] in gone]:
+            self._thermal.pop(key, None)
+            self._since.pop(key, None)
         for key in [k for k in self._rebuilt if k[1] in gone]:
             del self._rebuilt[key]  # rebuilt again if its partition comes back
         self._incidents.drop(gone)
 
     def _add(self, key: tuple[str, str], ts: float, points: float) -> None:
+        if points > 0.0 and self.score(*key, ts) < FRESH_SHARE * self.threshold:
+            self._since[key] = ts
         s = self._score.get(key)
         if s is None:
             self._score[key] = [points, ts]
             return
         s[0] = s[0] * 0.5 ** (max(0.0, ts - s[1]) / self.half_life_s) + points
         s[1] = max(s[1], ts)
+
+    def repeat(self, cluster: str, node: str, ts: float) -> bool:
+        """Has the node's standing trouble lasted ``MIN_SPAN_S`` (a seeded score, whose
+        start is unknown, counts as having)?"""
+        return ts - self._since.get((cluster, node), -math.inf) >= MIN_SPAN_S
 
     def score(self, cluster: str, node: str, ts: float) -> float:
         s = self._score.get((cluster, node))
@@ -215,15 +244,31 @@ class LemonScore:
             if eventful:
                 self._events(f, key, f.ts <= self._rebuilt.get(key, -math.inf))
             score = self.score(f.cluster, f.node, f.ts)
-            if score >= self.threshold and not math.isnan(score):
+            if score >= self.threshold and self.repeat(f.cluster, f.node, f.ts):
                 out.append(Finding(
                     self.name, f.cluster, f.rack, f.node, None, f.ts, round(score, 2),
                     f"{f.node} keeps failing: trouble score {score:.1f} (half-life "
-                    f"{self.half_life_s / 86400:g} d, threshold {self.threshold:g})",
-                    "warning", 0.0, evidence={"score": round(score, 2)},
+                    f"{self.half_life_s / 86400:g} d, threshold {self.threshold:g}) over "
+                    f"{self._span_d(key, f.ts)}", "warning", 0.0,
+                    evidence={"score": round(score, 2)},
                     action="Drain the node from the scheduler pool and have it serviced; "
                            "it is a repeat offender.", scope="node"))
         return out
+
+    def _span_d(self, key: tuple[str, str], ts: float) -> str:
+        since = self._since.get(key)
+        return "more than the history read" if since is None else \
+            f"{(ts - since) / 86400:.1f} days"
+
+    def _slowdown(self, f: Frame, key: tuple[str, str]) -> float:
+        """The points of a thermal slowdown starting now: none within its node's thermal
+        incident, none where a cooling finding explains it (the air, not the board)."""
+        if self.explained is not None and self.explained(f.cluster, f.rack, f.node):
+            return 0.0
+        if 0.0 <= f.ts - self._thermal.get(key, -math.inf) < INCIDENT_S:
+            return 0.0
+        self._thermal[key] = f.ts
+        return THERMAL_SLOWDOWN_POINTS
 
     def _eventful(self, frames: Sequence[Frame]) -> np.ndarray:
         """Per frame as handed over: whether it has an XID, or a GPU that is lost or in a
@@ -327,7 +372,7 @@ class LemonScore:
             if reasons is not None and int(reasons) & _THERMAL:
                 if gk not in self._hot:
                     self._hot.add(gk)
-                    self._add(key, f.ts, THERMAL_SLOWDOWN_POINTS)
+                    self._add(key, f.ts, self._slowdown(f, key))
             else:
                 self._hot.discard(gk)
 

@@ -115,6 +115,13 @@ class RackCooling:
         for key in [k for k in self._flagged_nodes if k[1] in gone]:
             del self._flagged_nodes[key]
 
+    def explains(self, cluster: str, rack: str, node: str) -> bool:
+        """Does a cooling finding hold now for this node's rack or the node itself (its
+        GPUs' heat is the air's fault, not theirs: ``LemonScore.explained``)?"""
+        code = self._racks.get((cluster, rack))
+        return (code is not None and code in self._flagged) \
+            or (cluster, node) in self._flagged_nodes
+
     def coverage(self) -> dict[str, tuple[int, int]]:
         """Per rule: (GPU samples judged, GPU samples given) since this detector was built.
         A sample is judged for ``rack_cooling`` where its GPU's model (or its node's inlet
@@ -317,10 +324,12 @@ class RackCooling:
         nodes_live = np.bincount(pairs // (len(self._node_codes) + 1), minlength=size)
         gpu_judged = (judged >= c.rack_min_gpus) & (nodes_live >= 2)
         inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged)
+        peers = self.inlets.peers(now, c.rack_inlet_peer_c, c.rack_inlet_rise_c, flagged,
+                                  [cluster for cluster, _ in self._names])
         out = []
         for code in np.unique(codes).tolist():
             finding = self._rack(b, codes, code, rise, live, hot, bool(gpu_judged[code]),
-                                 inlets.get(code), code in self._held)
+                                 inlets.get(code), code in self._held, peers.get(code))
             if finding is not None:
                 out.append(finding)
                 self._flagged.setdefault(code, now)
@@ -331,24 +340,34 @@ class RackCooling:
 
     def _rack(self, b: Batch, codes: np.ndarray, code: int, rise: np.ndarray,
               live: np.ndarray, hot: np.ndarray, gpu_judged: bool,
-              inlet: tuple[int, int, float, set[str]] | None, held: bool) -> Finding | None:
-        """The rack's finding from its GPUs' models and its nodes' inlet air, if either
-        says so."""
+              inlet: tuple[int, int, float, set[str]] | None, held: bool,
+              peer: tuple[int, int, float, float] | None) -> Finding | None:
+        """The rack's finding from its nodes' inlet air against the other racks' now, its
+        GPUs' models and its nodes' inlet air against its own average, if any says so."""
         c, t = self.c, self.table
         rack = t["rack"][:len(rise)]
         said: list[str] = []
         evidence: dict[str, float] = {}
-        value = 0.0
+        value, since = 0.0, None
+        above, peered, over, began = peer or (0, 0, 0.0, math.nan)
+        if above >= max(2, c.rack_fraction * peered):
+            # The strongest evidence, and it needs no history: first, and the value.
+            said.append(f"the inlet air of {above} of {peered} nodes is {over:.1f} °C above "
+                        "the other racks' of its cluster")
+            evidence = {"nodes_inlet_above_peers": above, "nodes_inlet_peers_judged": peered,
+                        "inlet_over_peers_c": round(over, 2)}
+            value, since = over, began if math.isfinite(began) else None
         members = np.flatnonzero(live & (rack == code))
         many = int(hot[members].sum())
         if gpu_judged and many >= c.rack_fraction * len(members):
             hot_nodes = {t.node_of[i] for i in members[hot[members]]}
             if len(hot_nodes) >= 2:  # one node's GPUs: its own cooling, not the rack's
-                value = float(np.median(rise[members[hot[members]]]))
+                gpus = float(np.median(rise[members[hot[members]]]))
+                value = value or gpus
                 said.append(f"{many} of {len(members)} GPUs on {len(hot_nodes)} nodes run "
-                            f"{value:.0f} °C above their usual temperature at their power")
-                evidence = {"gpus_hot": many, "gpus_judged": len(members),
-                            "nodes_hot": len(hot_nodes), "median_rise_c": round(value, 2)}
+                            f"{gpus:.0f} °C above their usual temperature at their power")
+                evidence |= {"gpus_hot": many, "gpus_judged": len(members),
+                             "nodes_hot": len(hot_nodes), "median_rise_c": round(gpus, 2)}
         rising, nodes, air, _ = inlet or (0, 0, 0.0, set())
         if rising >= max(2, c.rack_fraction * nodes):
             usual = "its level before the rack was flagged" if held else \
@@ -367,7 +386,7 @@ class RackCooling:
             f"Rack {name}: {'; '.join(said)}", "critical", c.rack_for_s, 0.0, evidence,
             "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
             "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
-            "rack")
+            "rack", since=since)
 
     def _count_rack(self, b: Batch, codes: np.ndarray, slots: np.ndarray, live: np.ndarray,
                     gpu_judged: np.ndarray,

@@ -4,7 +4,11 @@ many of its nodes read above theirs. A failing cooler shows in the inlet air bef
 GPUs' dies follow through their thermal lag. A rise that the other racks' nodes share
 (the room, the facility, the weather) is not one rack's: each rack is judged on its
 nodes' rise beyond the part of the other, unflagged racks' median rise
-(``others_median``) above ``clear`` of the line."""
+(``others_median``) above ``clear`` of the line.
+
+A rack's air far above its peers' now (``peers``: the other racks of its cluster, same
+samples) needs no history of its own: it is judged from the first samples, while a
+node's own average is still warming up (a processor just started, restarted, rebalanced)."""
 
 from __future__ import annotations
 
@@ -27,8 +31,11 @@ class Inlets:
 
     def __init__(self, *, stale_s: float, max_step_s: float, clear: float) -> None:
         self.stale_s, self.max_step_s, self.clear = stale_s, max_step_s, clear
-        # (cluster, node) -> [average, ts, rise, seconds seen, rack code]
+        # (cluster, node) -> [average, ts, rise, seconds seen, rack code, last reading]
         self.state: dict[tuple[str, str], list[float]] = {}
+        # Rack code -> [the lowest excess of its air over its peers' seen, since when it
+        # has been ``rise_c`` above that (NaN: it is not)]: where its excess began.
+        self.excess: dict[int, list[float]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -49,9 +56,9 @@ class Inlets:
             if s is None or dt > self.stale_s and not still:
                 # First reading, or back after a gap: a new average (a flagged rack's
                 # nodes keep theirs, or a gap would learn the rise).
-                self.state[key] = [v, f.ts, 0.0, 0.0, code]
+                self.state[key] = [v, f.ts, 0.0, 0.0, code, v]
                 continue
-            s[2] = v - s[0]
+            s[2], s[5] = v - s[0], v
             if not still:
                 s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
             s[1], s[4] = f.ts, code
@@ -81,6 +88,50 @@ class Inlets:
             out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
                          {n for n, _ in rises})
         return out
+
+    def peers(self, now: float, line_c: float, rise_c: float, flagged: np.ndarray,
+              cluster_of: Sequence[str]) -> dict[int, tuple[int, int, float, float]]:
+        """Per rack code whose cluster has ``MIN_SHARED`` other racks, none flagged, with
+        fresh inlet readings: (its nodes reading ``line_c`` above the median of those
+        racks' medians, or ``clear`` of it where the rack is flagged; nodes judged; their
+        median excess over it; since when the rack's median excess has been ``rise_c``
+        above the lowest it was seen at, NaN where it is not or was never seen lower).
+        No warm-up: the comparison is between readings of the same time."""
+        level: dict[int, list[float]] = {}
+        for s in self.state.values():
+            if now - s[1] <= self.stale_s:
+                level.setdefault(int(s[4]), []).append(s[5])
+        by_cluster: dict[str, dict[int, float]] = {}
+        for code, values in level.items():
+            by_cluster.setdefault(cluster_of[code], {})[code] = float(np.median(values))
+        out: dict[int, tuple[int, int, float, float]] = {}
+        for racks in by_cluster.values():
+            for code, room in others_median(racks, np.flatnonzero(flagged).tolist()).items():
+                held = code < len(flagged) and flagged[code]
+                excess = [v - room for v in level[code]]
+                out[code] = self._excess(code, now, excess, rise_c,
+                                         line_c * (self.clear if held else 1.0))
+        for code in [k for k in self.excess if k not in out]:
+            del self.excess[code]
+        return out
+
+    def _excess(self, code: int, now: float, excess: list[float], rise_c: float,
+                line_c: float) -> tuple[int, int, float, float]:
+        """One rack's peer judgement, and where its excess began: after the last sample
+        within ``rise_c`` of the lowest excess seen, or of its peers' level (its usual place
+        among the racks)."""
+        median = float(np.median(excess))
+        # Its usual place is taken as no higher than its peers' until seen lower: a rack
+        # far above them from its first sample has been so since then or before.
+        low, since = self.excess.get(code, [0.0, math.nan])
+        low = min(low, median)
+        if median < low + rise_c:
+            since = math.nan
+        elif math.isnan(since):
+            since = now
+        self.excess[code] = [low, since]
+        over = [e for e in excess if e >= line_c]
+        return len(over), len(excess), float(np.median(over)) if over else 0.0, since
 
 
 # A rise is the room's only where at least this many other racks, none of them flagged,

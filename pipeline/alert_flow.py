@@ -147,7 +147,7 @@ class AlertFlow:
             newest = max((f.ts for f in batch.owned or ()), default=None)
             if newest is not None and batch.messages:  # live: never ahead of our clock
                 newest = min(newest, self._clock())
-            self._notifier.send(changes, newest)
+            self._notifier.send(changes, newest, self.alerts.open)
         elif changes and self._notify is not None:
             self._notify(changes)
 

@@ -44,6 +44,7 @@ lifecycle: see ``fleetwatch.pipeline.silences``.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -226,6 +227,8 @@ class AlertBook:
                     opened.pop(key)
                     meta.pop(key, None)
                 alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
+                if alert is not None and alert.state == "resolved" and alert.resolved_ts == ts:
+                    alert = self._last_values(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is not None and self.name is not None:
                     alert = self.name(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is None:
@@ -247,6 +250,19 @@ class AlertBook:
         # At one time, an alert that ended before one that opened about its subject.
         return sorted(changed.values(),
                       key=lambda a: (a.updated_ts, a.state != "resolved", a.id))
+
+    def _last_values(self, alert: Alert, frame: Frame | None) -> Alert:
+        """A resolved alert with the readings that resolved it (``resolved_<metric>`` in
+        its evidence, of the metrics its rule needs): its notification says what the
+        subject reads now, not the firing text alone."""
+        index = gpu_index(alert.device)
+        if frame is None or index is None:
+            return alert
+        g = frame.gpu(index)
+        now = {f"resolved_{m}": float(g.metrics[m])
+               for m in self.requirements.get(alert.rule) or ()
+               if g is not None and m in g.metrics and m != "gpu_throttle_reasons"}
+        return dataclasses.replace(alert, evidence={**alert.evidence, **now}) if now else alert
 
     def _judged(self, key: Key, ts: float, by_node: Mapping[tuple[str, str], Mapping[float, Frame]],
                 frames: Sequence[Frame]) -> bool:
@@ -298,7 +314,7 @@ class AlertBook:
             alert = Alert(
                 id=f"{rule}/{cluster}/{node}/{device}/{int(ts * 1000)}", rule=rule,
                 severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
-                device=device, state="pending", started_ts=ts, updated_ts=ts,
+                device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
@@ -335,6 +351,13 @@ def _other_board(alert: Alert | None, finding: Finding | None, ts: float) -> Ale
             or alert.uuid == finding.board or ts <= alert.updated_ts):
         return None
     return dataclasses.replace(alert, state="resolved", updated_ts=ts, resolved_ts=ts)
+
+
+def _began(finding: Finding, ts: float) -> float:
+    """When a new alert started: where its detector says the condition began before this
+    first finding (``Finding.since``), then."""
+    since = finding.since
+    return min(ts, since) if since is not None and math.isfinite(since) else ts
 
 
 def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:

@@ -123,14 +123,22 @@ class Notifier:
             if callable(getattr(lane.sink, kind, None)):
                 lane.put(kind, what)
 
-    def send(self, changes: Sequence[Alert], now: float | None = None) -> list[Notice]:
+    def send(self, changes: Sequence[Alert], now: float | None = None,
+             current: Iterable[Alert] = ()) -> list[Notice]:
         """Take one batch's stored alert changes (none, to let time pass); returns what is
         forwarded to sinks. ``now``: the batch's newest frame time.
 
         Whenever silences and acknowledgements are reloaded, every open alert is judged
         again: one that does not change (a latched XID, a silent node) is muted by a
         silence added after its last change, and notified again when the silence ends.
+        ``current``: the open alerts as the lifecycle has them now, newer than their last
+        write (at most its ``refresh_s``): one notified again is notified as it is now.
         """
+        for a in current:
+            key = alert_key(a)
+            held = self._open.get(key)
+            if held is not None and held.id == a.id and a.updated_ts > held.updated_ts:
+                self._open[key] = a
         if now is not None:
             self._now = max(self._now, now)
         for a in changes:

@@ -57,6 +57,10 @@ def am_annotations(alert: Alert, several_clusters: bool = False) -> dict[str, st
     if alert.device.startswith("gpu"):
         where = f"{alert.device} on {where}"
     since = iso(alert.fired_ts if alert.fired_ts is not None else alert.started_ts)
+    if alert.fired_ts is not None and alert.started_ts < alert.fired_ts:
+        # Its condition began before it fired (a for_s, or a rack's air found above its
+        # peers' from samples that began to warm earlier): the on-call needs both.
+        since += f" (began {iso(alert.started_ts)})"
     evidence = ", ".join(f"{k}={evidence_value(k, v)}" for k, v in alert.evidence.items())
     summary = f"{alert.cluster}: {alert.message}" if several_clusters and alert.cluster else (
         alert.message)
@@ -64,6 +68,8 @@ def am_annotations(alert: Alert, several_clusters: bool = False) -> dict[str, st
            "description": f"{alert.message}; {where}, since {since}"
                           + (f"; evidence: {evidence}" if evidence else ""),
            "value": f"{alert.value:g}"}
+    if alert.state == "resolved":
+        out |= resolved_text(alert, where, since)
     if evidence:
         out["evidence"] = evidence
     if alert.action:
@@ -74,6 +80,19 @@ def am_annotations(alert: Alert, several_clusters: bool = False) -> dict[str, st
     if board_text(alert):
         out["description"] += f"; board: {board_text(alert)}"
     return out
+
+
+def resolved_text(alert: Alert, where: str, since: str) -> dict[str, str]:
+    """A resolved alert's summary and description: that it resolved and when, what its
+    subject reads now where the resolving sample said (``resolved_<metric>``), and the
+    firing text as what it was (read on a phone, the firing text alone says "broken")."""
+    end = iso(alert.resolved_ts if alert.resolved_ts is not None else alert.updated_ts)
+    now = ", ".join(f"{k.removeprefix('resolved_')}={evidence_value(k, v)}"
+                    for k, v in alert.evidence.items() if k.startswith("resolved_"))
+    subject = where if alert.device.startswith(("gpu", "rack:")) else alert.node or where
+    head = f"Resolved: {subject} back to normal since {end}" + (f" ({now})" if now else "")
+    return {"summary": head,
+            "description": f"{head}; it had fired {since}: {alert.message}"}
 
 
 def _rank(labels: Mapping[str, str]) -> int:

@@ -120,19 +120,21 @@ def test_a_restarted_processor_rebuilds_the_score_from_its_store(tmp_path: Path)
 
     store = SqliteStore(tmp_path / "fleet.db")
     first = Processor(store, [LemonScore(threshold=10.0)])
-    batches = [[frame(T0, {3: (48,)})], [frame(T0 + 3600, {5: (79,)})],
-               [frame(T0 + 3610, lost=(5,))], [frame(T0 + 7200, {3: (48,)}, lost=(5,))]]
+    # Trouble over more than a day (lemon.MIN_SPAN_S): a repeat offender.
+    later = T0 + DAY
+    batches = [[frame(T0, {3: (48,)})], [frame(later, {5: (79,)})],
+               [frame(later + 10, lost=(5,))], [frame(later + 3600, {3: (48,)}, lost=(5,))]]
     for b in batches:
         first.process(b)
-    before = lemon_of(first).score("c", "n1", T0 + 7200)
-    assert before == pytest.approx(11, rel=0.01) and before > 10.0  # threshold crossed
+    before = lemon_of(first).score("c", "n1", later + 3600)
+    assert before == pytest.approx(10.7, rel=0.01) and before > 10.0  # threshold crossed
     assert store.alerts()[0].rule == "lemon_node"
     again = Processor(SqliteStore(tmp_path / "fleet.db"), [LemonScore(threshold=10.0)])
     for b in batches[-2:]:  # read again from the bus: not counted twice
         again.process(b)
-    again.process([frame(T0 + 7500, lost=(5,))])
-    assert lemon_of(again).score("c", "n1", T0 + 7500) == pytest.approx(
-        lemon_of(first).score("c", "n1", T0 + 7500), rel=1e-6)
+    again.process([frame(later + 3900, lost=(5,))])
+    assert lemon_of(again).score("c", "n1", later + 3900) == pytest.approx(
+        lemon_of(first).score("c", "n1", later + 3900), rel=1e-6)
     (alert,) = again.store.alerts()
     assert alert.rule == "lemon_node" and alert.state == "firing"
 
