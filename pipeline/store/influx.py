@@ -112,7 +112,7 @@ class InfluxStore:
         if window is not None:
             out = window.refused(frames)
             if out:
-                return StoreRejected(window.reason(frames, out), out)
+                return StoreRejected(window.reason(frames, out), out, about_frames=True)
         if self.v1:
             out = [i for i, f in enumerate(frames) if any(v1_unwritable(name) for name in (
                 f.cluster, f.rack, f.node, *(p.name for p in f.host.ports)))]
@@ -121,7 +121,8 @@ class InfluxStore:
                 return StoreRejected(
                     f"{len(out)} frame(s) name a place InfluxDB 1.x line protocol cannot "
                     f"carry (a name ending in a backslash, or one before ',', '=' or ' '), "
-                    f"e.g. {f.cluster!r}/{f.rack!r}/{f.node!r}: rename it at the agent", out)
+                    f"e.g. {f.cluster!r}/{f.rack!r}/{f.node!r}: rename it at the agent", out,
+                    about_frames=True)
         return None
 
     # -- writes
