@@ -41,7 +41,12 @@ from fleetwatch.pipeline.store.base import (
     StoreRejected,
 )
 from fleetwatch.pipeline.store.lineproto import EncodedLines, FrameEncoder, v1_unwritable
-from fleetwatch.pipeline.store.lprecords import alert_line, annotation_line, event_line
+from fleetwatch.pipeline.store.lprecords import (
+    alert_line,
+    annotation_line,
+    event_line,
+    event_precision,
+)
 from fleetwatch.pipeline.store.lpsilences import ack_line, silence_line
 from fleetwatch.pipeline.store.lpwriter import LineProtocolWriter
 from fleetwatch.pipeline.store.window import AcceptWindow
@@ -153,7 +158,8 @@ class InfluxStore:
         self._writer.write_lines(annotation_line(a, self.v1) for a in annotations)
 
     def write_events(self, events: Sequence[Event]) -> None:
-        self._writer.write_lines(event_line(e, self.keeps_text, self.v1) for e in events)
+        self._writer.write_lines((event_line(e, self.keeps_text, self.v1) for e in events),
+                                 event_precision(self.keeps_text))
 
     def _record_ms(self) -> int:
         """The time a silence or acknowledgement is written at: now, in ms, and after the

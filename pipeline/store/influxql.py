@@ -230,11 +230,14 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         if except_xids:  # code is a tag (text); InfluxQL has no NOT or NOT IN
             where += f' AND ("kind" != {_literal("xid")} OR (' + " AND ".join(
                 f'"code" != {_literal(str(int(c)))}' for c in sorted(set(except_xids))) + "))"
-        series = self.query(f"SELECT \"ts\", \"text\" FROM {_ident(EVENT_MEASUREMENT)} "
-                            f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
+        # The value is a field (a tag in rows written before: both are read).
+        series = self.query(f"SELECT \"ts\", \"text\", \"value\"::field AS \"value\" FROM "
+                            f"{_ident(EVENT_MEASUREMENT)} WHERE time >= "
+                            f"{round(start_ts * 1000)}ms AND time < "
                             f"{round(end_ts * 1000)}ms{where} GROUP BY *")
-        found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "")
-                 for s in series for row in _rows(s) if row.get("ts") is not None]
+        found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "",
+                            row.get("value")) for s in series for row in _rows(s)
+                 if row.get("ts") is not None]
         return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
 
     def _records(self, measurement: str, key: str, lookback_s: float

@@ -43,7 +43,7 @@ def influxql(address: str, q: str, database: str | None = None) -> dict:
 
 def write_raw(address: str, database: str, body: str) -> None:
     request = urllib.request.Request(
-        f"http://{address}/write?{urllib.parse.urlencode({'db': database})}",
+        f"http://{address}/write?{urllib.parse.urlencode({'db': database, 'precision': 'ms'})}",
         data=body.encode(), method="POST")
     # A write over the series limit is refused: the test fills the limit that way.
     with contextlib.suppress(urllib.error.HTTPError):
