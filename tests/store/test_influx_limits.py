@@ -171,3 +171,27 @@ def test_the_series_limit_refusing_events_does_not_wedge_the_processor(
         store.close()
     finally:
         server.stop()
+
+
+def test_the_processor_checks_the_server_at_start(caplog: pytest.LogCaptureFixture) -> None:
+    """``_check_server`` (``fleetwatch process``): a retention too short stops the start
+    with its reason; a server away now is a warning (frames wait for it)."""
+    from fleetwatch.config import ConfigError
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.pipeline.store.victoria import StoreMisconfigured
+    from fleetwatch.process_service import _check_server
+
+    class Short:
+        def check_server(self) -> None:
+            raise StoreMisconfigured(AcceptWindow(300_000, None, "policy 'p'").too_short() or "")
+
+    class Away:
+        def check_server(self) -> None:
+            raise StoreError("connection refused")
+
+    with pytest.raises(ConfigError, match="keeps only 300 s.*policy 'p'"):
+        _check_server(Short())
+    caplog.set_level(logging.WARNING)
+    _check_server(Away())
+    _check_server(object())  # a store without the check (SQLite)
+    assert "cannot check the store server's set-up yet (connection refused)" in caplog.text
