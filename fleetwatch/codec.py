@@ -41,6 +41,8 @@ MAX_PORTS = 256
 MAX_XIDS = 1024
 MAX_INFO = 16
 MAX_STR = 256
+# Ends a job name the decoder cut to MAX_STR (only another producer sends a longer one).
+JOB_CUT = "…"
 # 2000-01-01 .. 2100-01-01: a timestamp outside this is a clock or unit bug.
 MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
@@ -235,7 +237,7 @@ class Decoder:
             if type(model) is not str or model not in good:
                 model = text(model, f"gpus[{i}].model")
             if job is not None and (type(job) is not str or job not in good):
-                job = text(job, f"gpus[{i}].job")
+                job = text(_shortened(job), f"gpus[{i}].job")
             try:  # a list or map among the values is unhashable: the careful path names it
                 known = type(info) is dict and (not info or len(info) <= MAX_INFO and (
                     good.issuperset(info) and good.issuperset(info.values())))
@@ -336,6 +338,15 @@ def _number(value: Any, where: str) -> float:
     if not math.isfinite(v):
         raise FrameError(where, f"must be finite, got {v!r}")
     return v
+
+
+def _shortened(job: Any) -> Any:
+    """A job name longer than ``MAX_STR`` cut to it, ending in ``JOB_CUT`` (as
+    fleetwatch's agent cuts it, ``collectors.jobs.MAX_JOB_CHARS``): another producer's long
+    job id must not cost the node's whole frame."""
+    if type(job) is str and len(job) > MAX_STR:
+        return job[:MAX_STR - len(JOB_CUT)] + JOB_CUT
+    return job
 
 
 def _text(value: Any, where: str) -> str:

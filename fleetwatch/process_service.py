@@ -42,6 +42,7 @@ from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -129,6 +130,20 @@ def _metrics(config: Config, index: int | None) -> tuple[Any, Any]:
     return server, registry
 
 
+def _check_server(store: object) -> None:
+    """The store server's own set-up, once at start (``InfluxQLStore.check_server``): a
+    retention too short refuses to start (``StoreMisconfigured``); a server away now is
+    not an error (the processor waits for it)."""
+    check = getattr(store, "check_server", None)
+    if not callable(check):
+        return
+    try:
+        check()
+    except StoreError as exc:
+        log.warning("cannot check the store server's set-up yet (%s); frames are held "
+                    "until it answers", exc)
+
+
 def _member(config: Config, stop: threading.Event, topics: bool = False,
             index: int | None = None) -> int:
     """One group member until ``stop``; with ``topics``, it checks the topics first (and
@@ -139,6 +154,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
             held.callback(server.shutdown)
         store = open_store(config.store)
         held.callback(store.close)
+        _check_server(store)
         if topics and not _topics_ready(config, stop):
             return _stopped_waiting(config, stop)
         consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))

@@ -5,7 +5,8 @@ while the store is away (``judge``), the detectors asked when polls bring nothin
 
 Alerts do not wait for the store: changes are applied to the book and sent whatever
 the store says, and kept (``_unstored``) to be written with the next alert write that
-succeeds.
+succeeds. Changes the store refuses for good (``StoreRejected``) are counted and said
+(``pipeline.refusals``), the others stored; they are applied and sent all the same.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats
 from fleetwatch.pipeline.bus import BusError
 from fleetwatch.pipeline.consume_loop import out_of_memory
 from fleetwatch.pipeline.ownership import Ownership
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected
+from fleetwatch.pipeline.refusals import Refusals
+from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
@@ -37,6 +39,7 @@ class AlertFlow:
     alerts: AlertBook
     stats: Stats
     ownership: Ownership
+    refusals: Refusals
     _unstored: list[Alert]
     _tickers: list[Any]
     _next_tick: float
@@ -56,7 +59,7 @@ class AlertFlow:
         if not changes:
             return 0
         try:
-            self.store.write_alerts(changes)
+            self._write_alerts(changes)
         except StoreError as exc:  # the store is away: expected, said in one line
             log.error("the last updates of %d open alerts could not be stored (%s); the "
                       "store keeps their value of up to refresh_s before", len(changes), exc)
@@ -100,7 +103,7 @@ class AlertFlow:
             return
         writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
         try:
-            self.store.write_alerts(writes)
+            self._write_alerts(writes)
             self._unstored = []
             self.stats.alerts_written += len(writes)
         except StoreError:  # sent all the same; written with the next write that succeeds
@@ -151,6 +154,11 @@ class AlertFlow:
         elif changes and self._notify is not None:
             self._notify(changes)
 
+    def _write_alerts(self, alerts: Sequence[Alert]) -> None:
+        """Write alert changes; those the store refuses for good are counted and said
+        (the others stored), never raised: the book goes on with them all."""
+        self.refusals.write("alert changes", self.store.write_alerts, alerts)
+
     def _store_alerts(self, batch: Batch, changes: list[Alert]) -> None:
         """Write a batch's alert changes, with any applied earlier and not stored yet
         (newest wins). A store that is away: they are sent anyway and kept to be written
@@ -159,7 +167,7 @@ class AlertFlow:
         if not writes:
             return
         try:
-            self.store.write_alerts(writes)
+            self._write_alerts(writes)
             self._unstored = []
             self.stats.alerts_written += len(writes)
         except (StoreError, BusError):
@@ -167,10 +175,6 @@ class AlertFlow:
             if not batch.judged:
                 self._deliver(batch, changes)
             raise
-        except StoreRejected as exc:  # never taken: the book goes on without them
-            self.stats.errors += 1
-            log.error("the store refused %d alert changes for good (%s); applied anyway",
-                      len(changes), exc.reason)
         except Exception as exc:
             batch.failures += 1
             if batch.failures < MAX_SURPRISES or out_of_memory(exc):

@@ -33,6 +33,8 @@ class Stats:
     alerts_written: int = 0  # transitions and refreshes of an open alert's value
     store_errors: int = 0
     store_rejected: int = 0
+    # Events, alert changes, energy ledger rows the store refused for good, by kind.
+    records_refused: dict[str, int] = field(default_factory=dict)
     errors: int = 0  # unexpected errors (bugs): logged with their traceback
     paused: bool = False
     last_batch_s: float = 0.0
@@ -49,13 +51,15 @@ class Stats:
 
 def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],
            sources: Sequence[Message] | None, exc: BaseException,
-           refused: Callable[[Frame, Message | None, str], None], surprise: bool) -> int:
+           refused: Callable[[Frame, Message | None, str, bool], None], surprise: bool) -> int:
     """Write what the store takes of ``frames``; ``refused`` each frame it will not take.
 
     A ``StoreRejected`` naming frames refuses those and writes the others; one
     naming none (or any error, when ``surprise``: the batch has failed too
     often with an unexpected error) splits the batch in halves, down to
     single frames. ``StoreError`` (the store is away) is raised as it is.
+    ``refused`` is told whether the frame itself is at fault (``about_frames``;
+    an unexpected error counts as such), or only the store's own reason.
     Returns the points written.
     """
     points = 0
@@ -66,6 +70,7 @@ def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],
         reason = (f"store rejected: {err.reason}" if isinstance(err, StoreRejected)
                   else f"store write failed {MAX_SURPRISES} times: {type(err).__name__}: {err}")
         indices = err.indices if isinstance(err, StoreRejected) else None
+        at_fault = err.about_frames if isinstance(err, StoreRejected) else True
         if indices and all(0 <= i < len(fs) for i in indices):
             bad = set(indices)
             parts = [[i for i in range(len(fs)) if i not in bad]]
@@ -75,7 +80,7 @@ def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],
         else:
             bad, parts = {0}, []
         for i in sorted(bad):
-            refused(fs[i], None if ms is None else ms[i], reason)
+            refused(fs[i], None if ms is None else ms[i], reason, at_fault)
         for part in parts:
             if not part:
                 continue

@@ -139,6 +139,9 @@ class ConsumerLoop:
     _stop: threading.Event
     _rebalancing = False  # the last pause was the group rebalancing, not an outage
     _fetching = True  # the consumer is not paused
+    # The store failed (``StoreError``) and nothing has been stored since: the loop does
+    # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
+    _store_away = False
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
@@ -266,6 +269,7 @@ class ConsumerLoop:
                         log.info("consumer group rebalancing (a member joined or left); "
                                  "committing after it, in %.1fs (%s)", delay, exc)
                     elif judging:
+                        self._store_away = True
                         self.stats.store_errors += 1
                         self._judge_held(held)
                         log.warning("store unavailable (%s); frames held, not committed, "
@@ -290,7 +294,7 @@ class ConsumerLoop:
                     self.stats.paused = True
                     self._idle(consumer, stop, delay, held, max_messages, judging)
                     continue
-                if not held:
+                if not held and not self._store_away:
                     backoff.reset()
                     memory_errors = 0
             self._drain(held, consumer, writers, drain_s)
@@ -335,6 +339,10 @@ class ConsumerLoop:
         if batch.frames:
             self._evaluate(batch, batch.points or 0, batch.started)
         consumer.commit(batch.messages)
+        if batch.frames and self._store_away:  # stored and committed: it is back
+            self._store_away = False
+            log.info("store is back: a batch of %d frames was stored and committed",
+                     len(batch.frames))
 
     def _maintain(self, writers: ThreadPoolExecutor) -> None:
         """Rollups and retention, in a writer thread as writes are; a failure waits a turn."""
@@ -355,11 +363,18 @@ class ConsumerLoop:
         self.stats.paused = True
 
     def _resume(self, consumer: Consumer) -> None:
+        """Fetch again, the batches in hand being done. Whether the store is back is
+        said only once a batch is stored (``_complete``): what failed may have been a
+        read (open alerts of a node taken over) that nothing has tried again yet."""
         consumer.resume()
         self._fetching = True
         self.stats.paused = False
-        log.info("consuming again" if self._rebalancing else
-                 "store and bus are back; consuming again")
+        if self._rebalancing:
+            log.info("consuming again")
+        elif self._store_away:
+            log.debug("consuming again; the store is not known to be back yet")
+        else:
+            log.info("bus is back; consuming again")
         self._rebalancing = False
 
     def _judge_held(self, held: deque[Batch]) -> None:

@@ -98,7 +98,7 @@ from fleetwatch.pipeline.energy_state import (
     prune,
     stored,
 )
-from fleetwatch.pipeline.store.base import StoreError, gpu_device
+from fleetwatch.pipeline.store.base import StoreError, StoreRejected, gpu_device
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     CPU_DEVICE,
@@ -145,12 +145,23 @@ class EnergyIntegrator:
         self.clock = ClockSteps()
 
     # -- the processor's entry point ------------------------------------
-    def observe(self, frames: Sequence[Frame]) -> int:
-        """Integrate a stored batch and write its rows; returns the rows written."""
+    def observe(self, frames: Sequence[Frame],
+                refused: Callable[[int, str], None] | None = None) -> int:
+        """Integrate a stored batch and write its rows; returns the rows written.
+
+        ``refused``: told (rows, the store's reason) when the store refuses them for
+        good (``StoreRejected``); the ledger goes on past them rather than integrate the
+        same span again on every batch. Without it, the refusal is raised."""
         nodes, rows, states = self.integrate(frames)
         if rows or states:
             assert self.store is not None
-            self.store.write_energy(rows, states)
+            try:
+                self.store.write_energy(rows, states)
+            except StoreRejected as exc:
+                if refused is None:
+                    raise
+                refused(len(rows) + len(states), exc.reason)
+                rows = []
         self._nodes.update(nodes)  # only now that the store has them
         newest = -math.inf
         for node in nodes.values():

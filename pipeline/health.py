@@ -77,6 +77,14 @@ class ProcessorCollector(Collector):
         yield CounterMetricFamily("fleetwatch_processor_store_rejected",
                                   "Frames the store refused for good, dead-lettered",
                                   value=s.store_rejected)
+        refused = CounterMetricFamily("fleetwatch_processor_records_refused",
+                                      "Events, alert changes and energy ledger rows the "
+                                      "store refused for good (a series limit, another "
+                                      "writer's field type): counted, logged, not retried",
+                                      labels=["record"])
+        for record, n in sorted(s.records_refused.items()):
+            refused.add_metric([record], n)
+        yield refused
         yield CounterMetricFamily("fleetwatch_processor_errors",
                                   "Unexpected errors (bugs), each logged with its traceback",
                                   value=s.errors)

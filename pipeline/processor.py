@@ -16,8 +16,15 @@ No input stops the processor. What it cannot use becomes a dead letter
   be the newest thing the store, the energy ledger and the detectors know;
 * a frame the store refuses for good (``StoreRejected``): the frames it
   names, or, when it names none, those found by bisecting the batch, are
-  dead-lettered with the store's reason; the rest is stored and committed, and only
-  the rest goes on to the energy ledger and the detectors;
+  dead-lettered with the store's reason; the rest is stored and committed. A frame
+  refused for what it is (its time outside what the store keeps, a name it cannot
+  carry: ``about_frames``) goes no further; one refused for the store's own reason
+  (another writer's field type, a series limit) is still judged by the detectors and
+  integrated into the energy ledger, so that alerts never depend on the store
+  accepting the samples;
+* an event, alert change or energy ledger row the store refuses for good: what it
+  takes is stored, the rest counted and logged with the server's reason
+  (``pipeline.refusals``), and the batch goes on (committed, its alerts sent);
 * a batch whose write fails ``MAX_SURPRISES`` times in a row with an error
   that is neither (a bug in a store client, say): bisected the same way, the
   error as the reason, so one odd frame cannot spin the loop for ever while
@@ -77,6 +84,7 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, board_of
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
+from fleetwatch.pipeline.refusals import Refusals, partial_dropped
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
 
 log = logging.getLogger(__name__)
@@ -143,6 +151,8 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self._notify = notify
         self._notifier = notifier
         self.stats = Stats()
+        # Events, alert changes and ledger rows the store refuses for good: counted, said.
+        self.refusals = Refusals(self.stats.records_refused, getattr(store, "database", None))
         self._decoder = Decoder()
         self._clock = clock
         self.clocks = ClockWatch(max_clock_ahead_s)  # agents' clocks against ours
@@ -221,9 +231,15 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         return bisect(self.store.write, frames, sources, exc, self._refused,
                       surprise=surprise)
 
-    def _refused(self, frame: Frame, source: Message | None, reason: str) -> None:
+    def _refused(self, frame: Frame, source: Message | None, reason: str,
+                 about_frame: bool = True) -> None:
+        """A frame the store refused for good: dead-lettered; left out of the detectors
+        and the ledger only when the frame itself is at fault (``about_frame``)."""
         self.stats.store_rejected += 1
-        self._refused_frames[id(frame)] = frame
+        if about_frame:
+            self._refused_frames[id(frame)] = frame
+        else:
+            reason = f"{reason}{self.refusals.advice(reason)}; still judged for alerts"
         if source is not None:
             # The store's reason is the batch's (it may name another frame of it): each
             # dead letter names its own.
@@ -306,14 +322,18 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
         if batch.events:  # with the batch, before its commit; written again on a retry
-            self.store.write_events(batch.events)
+            self.refusals.write("events", self.store.write_events, batch.events)
         if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
-            self.energy.observe(batch.owned)
+            self.energy.observe(batch.owned, refused=self._ledger_refused)
         self.stats.frames += len(batch.frames or ())
         self.stats.points += points
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         self.stats.last_batch_s = time.perf_counter() - t0
+
+    def _ledger_refused(self, rows: int, reason: str) -> None:
+        """Energy ledger rows the store refused for good: the ledger goes on without them."""
+        self.refusals.said("energy ledger rows", partial_dropped(reason) or rows, reason)
 
     def _recall_boards(self, frames: Sequence[Frame]) -> None:
         """The boards the store last named in the slots of nodes met for the first time

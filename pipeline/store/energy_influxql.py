@@ -1,8 +1,15 @@
 """The energy ledger on InfluxDB through InfluxQL (mixed into ``InfluxQLStore``).
 
-The lines are ``energy_victoria``'s, but rows are stamped at their hour's start:
-InfluxDB replaces a point written again at the same series and time, so a
-rewritten hour is one point holding the new totals. Watermarks are stamped at
+A row's series is its device (tags cluster, rack, node, device); its job, user and
+team are string fields, not tags: one more series every job would reach InfluxDB
+1.x's ``max-series-per-database`` (1,000,000 by default) within days on a large
+fleet. A row is stamped within its hour at an offset drawn from its (job, user,
+team) (``owner_offset_ms``), so that the owners of one device's hour are points of
+their own; InfluxDB replaces a point written again at the same series and time,
+so a rewritten hour is one point holding the new totals. Rows written before
+(job, user and team as tags, stamped at the hour's start) are read as well; where
+both forms hold one row, the newer form wins. Watermarks are ``energy_victoria``'s
+lines. Watermarks are stamped at
 the sample they stand for; a node's are the newest within ``STATE_LOOKBACK_S``
 either side of the first sample being integrated. Totals are summed here from
 the rows (InfluxQL cannot group by a tag across the row's identity and sum it
@@ -11,6 +18,7 @@ per hour in one statement that 1.x, 2.x and 3.x all answer the same).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +26,6 @@ from fleetwatch.pipeline.store.energy_victoria import (
     ROW_MEASUREMENT,
     STATE_MEASUREMENT,
     device_state,
-    row_line,
     state_line,
 )
 from fleetwatch.pipeline.store.ledger import (
@@ -33,8 +40,29 @@ from fleetwatch.pipeline.store.ledger import (
     check_keys,
     top_from_totals,
 )
+from fleetwatch.pipeline.store.lineproto import tags
+from fleetwatch.pipeline.store.lprecords import quote
 
-_ROW_TAGS = ("cluster", "rack", "node", "device", "job", "user", "team")
+_ROW_TAGS = ("cluster", "rack", "node", "device")
+_OWNER_FIELDS = ("job", "user", "team")
+
+
+def owner_offset_ms(job: str, user: str, team: str) -> int:
+    """Where within its hour a row of this owner is stamped (0 for none): the same on
+    every processor, so a rewrite lands on the same point. Two owners of one device's
+    hour share a point only if their offsets meet (about one chance in 3.6 million)."""
+    if not (job or user or team):
+        return 0
+    return zlib.crc32("\x1f".join((job, user, team)).encode()) % (BUCKET_S * 1000)
+
+
+def row_line(r: EnergyRow) -> str:
+    """One ledger row: tags the device's place, fields its sums and owner."""
+    fields = ",".join([*(f"{k}={float(getattr(r, k))!r}" for k in ENERGY_FIELDS),
+                       *(f"{k}={quote(getattr(r, k))}" for k in _OWNER_FIELDS)])
+    tag_text = tags(sorted(zip(_ROW_TAGS, r[1:5])))
+    stamp = r.bucket_ts * 1000 + owner_offset_ms(r.job, r.user, r.team)
+    return f"{ROW_MEASUREMENT}{tag_text} {fields} {stamp}"
 
 
 def _literal(text: str) -> str:
@@ -49,25 +77,37 @@ class InfluxQLEnergy:
         def query(self, influxql: str) -> list[dict[str, Any]]: ...
 
     def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
-        lines = [row_line(r, r.bucket_ts) for r in rows] + [state_line(s) for s in states]
+        lines = [row_line(r) for r in rows] + [state_line(s) for s in states]
         if lines:
             self._writer.write_lines(lines)
 
     def _select_rows(self, start_ts: float, end_ts: float, where: str = "") -> list[EnergyRow]:
+        """The rows of the hours that start in [start, end) (stamped within their hour)."""
         fields = ", ".join(f'"{f}"' for f in ENERGY_FIELDS)
-        tags = ", ".join(f'"{t}"' for t in _ROW_TAGS)
+        place = ", ".join(f'"{t}"' for t in _ROW_TAGS)
+        # The owner as a field, and as the tag of rows written before it became a field.
+        owner = ", ".join(f'"{k}"::field AS "{k}", "{k}"::tag AS "{k}_tag"'
+                          for k in _OWNER_FIELDS)
+        stop = -(-int(end_ts) // BUCKET_S) * BUCKET_S
         series = self.query(
-            f'SELECT {fields}, {tags} FROM "{ROW_MEASUREMENT}" WHERE time >= '
-            f"{int(start_ts * 1000)}ms AND time < {int(end_ts * 1000)}ms{where}")
-        out = []
+            f'SELECT {fields}, {place}, {owner} FROM "{ROW_MEASUREMENT}" WHERE time >= '
+            f"{int(start_ts * 1000)}ms AND time < {stop * 1000}ms{where}")
+        found: dict[tuple[object, ...], tuple[tuple[int, bool], EnergyRow]] = {}
         for s in series:
             cols = s["columns"]
             for values in s.get("values", []):
                 v = dict(zip(cols, values))
-                out.append(EnergyRow(int(v["time"]) // 1000, *((v.get(t) or "") for t in _ROW_TAGS),
-                                     *(float(v.get(f) or 0.0) for f in ENERGY_FIELDS)))
-        out.sort(key=lambda r: r.bucket_ts)
-        return out
+                bucket = bucket_floor(int(v["time"]) / 1000)
+                if bucket >= end_ts:
+                    continue
+                new = v.get("job") is not None  # written with its owner as fields
+                owner = [(v.get(k) if new else v.get(f"{k}_tag")) or "" for k in _OWNER_FIELDS]
+                row = EnergyRow(bucket, *((v.get(t) or "") for t in _ROW_TAGS), *owner,
+                                *(float(v.get(f) or 0.0) for f in ENERGY_FIELDS))
+                key, rank = row[:8], (int(v["time"]), new)
+                if key not in found or rank > found[key][0]:
+                    found[key] = (rank, row)
+        return sorted((row for _, row in found.values()), key=lambda r: r.bucket_ts)
 
     def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
                node: str | None = None) -> list[EnergyRow]:

@@ -41,7 +41,12 @@ from fleetwatch.pipeline.store.base import (
     StoreRejected,
 )
 from fleetwatch.pipeline.store.lineproto import EncodedLines, FrameEncoder, v1_unwritable
-from fleetwatch.pipeline.store.lprecords import alert_line, annotation_line, event_line
+from fleetwatch.pipeline.store.lprecords import (
+    alert_line,
+    annotation_line,
+    event_line,
+    event_precision,
+)
 from fleetwatch.pipeline.store.lpsilences import ack_line, silence_line
 from fleetwatch.pipeline.store.lpwriter import LineProtocolWriter
 from fleetwatch.pipeline.store.window import AcceptWindow
@@ -112,7 +117,7 @@ class InfluxStore:
         if window is not None:
             out = window.refused(frames)
             if out:
-                return StoreRejected(window.reason(frames, out), out)
+                return StoreRejected(window.reason(frames, out), out, about_frames=True)
         if self.v1:
             out = [i for i, f in enumerate(frames) if any(v1_unwritable(name) for name in (
                 f.cluster, f.rack, f.node, *(p.name for p in f.host.ports)))]
@@ -121,7 +126,8 @@ class InfluxStore:
                 return StoreRejected(
                     f"{len(out)} frame(s) name a place InfluxDB 1.x line protocol cannot "
                     f"carry (a name ending in a backslash, or one before ',', '=' or ' '), "
-                    f"e.g. {f.cluster!r}/{f.rack!r}/{f.node!r}: rename it at the agent", out)
+                    f"e.g. {f.cluster!r}/{f.rack!r}/{f.node!r}: rename it at the agent", out,
+                    about_frames=True)
         return None
 
     # -- writes
@@ -152,7 +158,8 @@ class InfluxStore:
         self._writer.write_lines(annotation_line(a, self.v1) for a in annotations)
 
     def write_events(self, events: Sequence[Event]) -> None:
-        self._writer.write_lines(event_line(e, self.keeps_text, self.v1) for e in events)
+        self._writer.write_lines((event_line(e, self.keeps_text, self.v1) for e in events),
+                                 event_precision(self.keeps_text))
 
     def _record_ms(self) -> int:
         """The time a silence or acknowledgement is written at: now, in ms, and after the

@@ -34,6 +34,9 @@ same series and time, so writes are idempotent without any server flag.
 Writes are checked against the database's default retention policy
 (``SHOW RETENTION POLICIES``): a point older than its duration would be
 dropped ("partial write"), so such frames are refused before they are sent.
+``check_server`` (the processor, at start) refuses a retention policy too short to
+hold live frames and warns of fields another writer gave another type
+(``influx_schema``).
 
 ``maintain`` does nothing: retention is the database's (or bucket's)
 retention policy, and downsampling is the server's job (a continuous query
@@ -43,6 +46,7 @@ or a task) if it is wanted at all.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.parse
@@ -66,6 +70,7 @@ from fleetwatch.pipeline.store.base import (
 )
 from fleetwatch.pipeline.store.energy_influxql import InfluxQLEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
+from fleetwatch.pipeline.store.influx_schema import conflict_said, conflicts
 from fleetwatch.pipeline.store.lineproto import split_metric
 from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
@@ -84,6 +89,8 @@ from fleetwatch.pipeline.store.lpsilences import (
     silence_from,
 )
 from fleetwatch.pipeline.store.window import AcceptWindow, go_duration_ms
+
+log = logging.getLogger(__name__)
 
 _DAY_S = 86_400.0
 _GROUP = 'GROUP BY "cluster", "rack", "node", "device"'
@@ -165,6 +172,23 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
                                         f"{self.database!r}: {row.get('duration')}")
         return AcceptWindow(None, None, "InfluxDB")
 
+    def check_server(self) -> list[tuple[str, str, str]]:
+        """At a processor's start: raises ``StoreMisconfigured`` for a retention policy
+        too short to hold live frames; warns of the fields another writer gave a type
+        fleetwatch does not write (returned: measurement, field, type). Raises
+        ``StoreError`` while the server cannot be asked."""
+        from fleetwatch.pipeline.store.victoria import StoreMisconfigured
+
+        short = self.accepted_window().too_short()
+        if short is not None:
+            raise StoreMisconfigured(f"InfluxDB at {self.url}: {short}")
+        rows = [(str(s.get("name", "")), str(r.get("fieldKey", "")), str(r.get("fieldType", "")))
+                for s in self.query("SHOW FIELD KEYS") for r in _rows(s)]
+        found = conflicts(rows)
+        if found:
+            log.warning("%s", conflict_said(self.database, found))
+        return found
+
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:
         """Per series, its newest row; per (cluster, id), the newest ``updated_ts``."""
@@ -206,11 +230,14 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         if except_xids:  # code is a tag (text); InfluxQL has no NOT or NOT IN
             where += f' AND ("kind" != {_literal("xid")} OR (' + " AND ".join(
                 f'"code" != {_literal(str(int(c)))}' for c in sorted(set(except_xids))) + "))"
-        series = self.query(f"SELECT \"ts\", \"text\" FROM {_ident(EVENT_MEASUREMENT)} "
-                            f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
+        # The value is a field (a tag in rows written before: both are read).
+        series = self.query(f"SELECT \"ts\", \"text\", \"value\"::field AS \"value\" FROM "
+                            f"{_ident(EVENT_MEASUREMENT)} WHERE time >= "
+                            f"{round(start_ts * 1000)}ms AND time < "
                             f"{round(end_ts * 1000)}ms{where} GROUP BY *")
-        found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "")
-                 for s in series for row in _rows(s) if row.get("ts") is not None]
+        found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "",
+                            row.get("value")) for s in series for row in _rows(s)
+                 if row.get("ts") is not None]
         return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
 
     def _records(self, measurement: str, key: str, lookback_s: float

@@ -1,8 +1,11 @@
 """Alerts, annotations and events as line protocol, and back from what a server returns.
 
 Text is never a series label. Identity that is bounded and enumerable
-(a rule, a cluster, a node, a device, an event's kind, code, state name or
-job id) goes into tags; numbers go into fields; free text (an alert's
+(a rule, a cluster, a node, a device, an event's kind, code) goes into tags;
+numbers go into fields; an event's value (a state name or a job id: one more
+every job, unbounded) is a string field where the server keeps strings
+(InfluxDB: a tag would add series for every job, and InfluxDB 1.x refuses
+writes past ``max-series-per-database``), else a tag; free text (an alert's
 message and action, an event's kernel-log line) goes into string fields
 when the server keeps them (``text=True``: InfluxDB) and is left out
 otherwise (VictoriaMetrics keeps numbers only: its parser reads a string
@@ -20,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import zlib
 from collections.abc import Collection, Mapping, Sequence
 from math import isfinite
 from typing import Any
@@ -197,29 +201,50 @@ def annotation_line(a: Annotation, v1: bool = False) -> str:
 
 
 def event_line(e: Event, text: bool = False, v1: bool = False) -> str:
-    """One event as a line at its time (ms).
+    """One event as a line at its time: in ms, or with ``text`` in ns (``EVENT_PRECISION``).
 
-    Tags: kind, cluster, rack, node, device, code (left out when 0) and
-    value (a state name or a job id; left out when empty). Field ``ts``:
-    the time in seconds, as given. With ``text``, the free text as a string
-    field. The identity (tags and ms timestamp) is one sample, so a rewrite
-    is idempotent wherever writes of the same sample are.
+    Tags: kind, cluster, rack, node, device, code (left out when 0). Field
+    ``ts``: the time in seconds, as given. The value (a state name or a job
+    id; left out when empty): with ``text`` (InfluxDB), a string field, and
+    the point stamped within its millisecond at a nanosecond offset drawn
+    from the value, so that two values at one ms (two jobs starting on a
+    GPU) stay two points; without (VictoriaMetrics), a tag. With ``text``
+    the free text as a string field too. The identity (tags and timestamp)
+    is one sample, so a rewrite is idempotent wherever writes of the same
+    sample are.
     """
     fields = [("ts", _number(e.ts))]
     if text and e.text:
         fields.append(("text", quote(e.text)))
+    if text and e.value:
+        fields.append(("value", quote(e.value)))
     tag_pairs = (("cluster", e.cluster), ("code", str(e.code) if e.code else ""),
                  ("device", e.device), ("kind", e.kind), ("node", e.node), ("rack", e.rack),
-                 ("value", e.value))
-    return f"{EVENT_MEASUREMENT}{tags(tag_pairs, v1)} {_join_fields(fields, v1)} " \
-           f"{round(e.ts * 1000)}"
+                 ("value", "" if text else e.value))
+    ms = round(e.ts * 1000)
+    stamp = ms * 1_000_000 + value_offset_ns(e.value) if text else ms
+    return f"{EVENT_MEASUREMENT}{tags(tag_pairs, v1)} {_join_fields(fields, v1)} {stamp}"
 
 
-def event_from(labels: Mapping[str, str], ts: float, text: str = "") -> Event:
+def event_precision(text: bool) -> str:
+    """The precision of ``event_line``'s timestamps."""
+    return "ns" if text else "ms"
+
+
+def value_offset_ns(value: str) -> int:
+    """Where within its millisecond an event of this value is stamped (0 for none): the
+    same on every processor and release, so a rewrite lands on the same point."""
+    return zlib.crc32(value.encode()) % 1_000_000 if value else 0
+
+
+def event_from(labels: Mapping[str, str], ts: float, text: str = "",
+               value: str | None = None) -> Event:
+    """An event back from its tags; ``value``: its value field (InfluxDB), else the tag
+    (VictoriaMetrics, and InfluxDB rows written before the value became a field)."""
     return Event(ts=ts, kind=labels.get("kind", ""), cluster=labels.get("cluster", ""),
                  rack=labels.get("rack", ""), node=labels.get("node", ""),
                  device=labels.get("device", ""), code=int(labels.get("code") or 0),
-                 value=labels.get("value", ""), text=text)
+                 value=value or labels.get("value", ""), text=text)
 
 
 def event_key(e: Event) -> tuple[object, ...]:
@@ -240,4 +265,5 @@ def select_events(events: list[Event], start_ts: float, end_ts: float, node: str
             key = event_key(e)
             if key not in found or (e.text and not found[key].text):
                 found[key] = e
-    return sorted(found.values(), key=lambda e: (e.ts, e.node, e.device, e.kind, e.code))
+    return sorted(found.values(),
+                  key=lambda e: (e.ts, e.node, e.device, e.kind, e.code, e.value))

@@ -199,11 +199,12 @@ class LineProtocolWriter:
                 f"bucket {self.bucket!r}; {self._how()}){said}: check store.url, store.org, "
                 f"store.bucket and store.token{hint}")
 
-    def write_lines(self, lines: Iterable[str]) -> int:
-        """Send lines (each one line, no ``\\n``); return once every one is accepted."""
-        return self.write_blocks(_blocks(lines, self.batch_lines))
+    def write_lines(self, lines: Iterable[str], precision: str = "ms") -> int:
+        """Send lines (each one line, no ``\\n``); return once every one is accepted.
+        ``precision``: of their timestamps, "ms" or "ns"."""
+        return self.write_blocks(_blocks(lines, self.batch_lines), precision)
 
-    def write_blocks(self, blocks: Iterable[EncodedLines]) -> int:
+    def write_blocks(self, blocks: Iterable[EncodedLines], precision: str = "ms") -> int:
         """Send blocks of complete lines in requests of about ``batch_lines``; return
         the number of lines, once every one is accepted.
 
@@ -228,11 +229,12 @@ class LineProtocolWriter:
                     error = _drain(pending, self.in_flight - 1) or error
                     if error is not None:  # the store is away: stop, do not queue more
                         break
-                    pending.append(self._pool.submit(self._post, b"\n".join(chunk), n_chunk))
+                    pending.append(self._pool.submit(self._post, b"\n".join(chunk), n_chunk,
+                                                     precision))
                     sent += n_chunk
                     chunk, n_chunk = [], 0
             if chunk and error is None:
-                self._post(b"\n".join(chunk), n_chunk)
+                self._post(b"\n".join(chunk), n_chunk, precision)
                 sent += n_chunk
         finally:
             error = _drain(pending, 0) or error
@@ -240,7 +242,7 @@ class LineProtocolWriter:
             raise error
         return sent
 
-    def _post(self, body: bytes, n_lines: int) -> None:
+    def _post(self, body: bytes, n_lines: int, precision: str = "ms") -> None:
         def failed(exc: BaseException, attempt: int, delay: float) -> None:
             # One WARNING per round (the processor's) says the server is away; these
             # attempts within it are detail.
@@ -252,7 +254,7 @@ class LineProtocolWriter:
         def send() -> None:
             nonlocal attempts
             attempts += 1
-            self._send(body)
+            self._send(body, precision)
 
         try:
             retry(send, retryable=(_Transient,), attempts=self.max_retries + 1,
@@ -268,9 +270,9 @@ class LineProtocolWriter:
                                  f"here: {self.misconfigured(exc.version)}") from exc
             raise StoreRejected(f"{self.url} refused {n_lines} lines: {exc}") from exc
 
-    def _send(self, body: bytes) -> None:
+    def _send(self, body: bytes, precision: str = "ms") -> None:
         try:
-            self._request(body)
+            self._request(body, precision)
         except _Refused as exc:
             if exc.status in _RETRY_STATUS or exc.status is None:
                 raise _Transient(str(exc), exc.retry_after) from exc
@@ -278,11 +280,11 @@ class LineProtocolWriter:
         except (Urllib3Error, OSError) as exc:  # URLError and timeouts are OSErrors
             raise _Transient(plain(exc), None) from exc
 
-    def _request(self, body: bytes) -> None:
+    def _request(self, body: bytes, precision: str = "ms") -> None:
         if not self.v1:
             try:
-                self._write_api.write(self.bucket, self.org, body,
-                                      write_precision=WritePrecision.MS)
+                self._write_api.write(self.bucket, self.org, body, write_precision=(
+                    WritePrecision.NS if precision == "ns" else WritePrecision.MS))
             except InfluxDBError as exc:
                 headers = getattr(exc, "headers", None) or {}
                 raise _Refused(getattr(getattr(exc, "response", None), "status", None),
@@ -291,7 +293,8 @@ class LineProtocolWriter:
                                headers.get("X-Influxdb-Version")) from exc
             return
         # InfluxDB 1.x before 1.8 has only /write?db=: the same body, bucket = database.
-        query = urllib.parse.urlencode({"db": self.bucket, "precision": "ms"})
+        query = urllib.parse.urlencode({"db": self.bucket,
+                                        "precision": "n" if precision == "ns" else "ms"})
         request = urllib.request.Request(f"{self.server.base}/write?{query}", data=body,
                                          method="POST", headers=self.auth_headers())
         try:

@@ -7,9 +7,13 @@ or newer than ``now + 2 days`` (``lib/storage/table.go``,
 drops points older than its retention policy's duration with a "partial
 write" answer. The codec admits frames from 2000 to 2100, so both happen.
 A frame is checked against the window before anything is sent, with a
-margin (``MARGIN_MS``) for the two clocks and for the boundary moving on
-while the batch travels; the frames outside are refused by name
-(``StoreRejected(indices=...)``) and the processor dead-letters them.
+margin for the two clocks and for the boundary moving on while the batch
+travels: ``MARGIN_MS``, or a tenth of the span on that side when that is less
+(``margin_ms``), so that a short retention (InfluxDB's shortest is 1 h) keeps
+nine tenths of what the server keeps rather than nothing. The frames outside are
+refused by name (``StoreRejected(indices=...)``) and the processor dead-letters
+them. A window too short to hold live frames (``MIN_RETENTION_MS``) is a
+configuration error, said at start (``too_short``).
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from datetime import datetime, timezone
 from fleetwatch.frame import Frame
 
 MARGIN_MS = 3_600_000
+# The margin is at most this fraction of the span it narrows (see ``margin_ms``).
+MARGIN_FRACTION = 0.1
+# A retention shorter than this cannot hold a processor's batches through a short store
+# outage: refused at start (``AcceptWindow.too_short``).
+MIN_RETENTION_MS = 600_000
 DAY_MS = 86_400_000
 # VictoriaMetrics' flag units (lib/flagutil/duration.go): a bare number is months of 31 days.
 _VM_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": DAY_MS,
@@ -42,9 +51,21 @@ class AcceptWindow:
     source: str  # where the bounds come from, for the refusal's reason
 
     def bounds(self, now_ms: int) -> tuple[int | None, int | None]:
-        low = None if self.retention_ms is None else now_ms - self.retention_ms + MARGIN_MS
-        high = None if self.future_ms is None else now_ms + self.future_ms - MARGIN_MS
+        low = (None if self.retention_ms is None else
+               now_ms - self.retention_ms + margin_ms(self.retention_ms))
+        high = (None if self.future_ms is None else
+                now_ms + self.future_ms - margin_ms(self.future_ms))
         return low, high
+
+    def too_short(self) -> str | None:
+        """Why this window cannot hold live frames, if it cannot: a retention shorter than
+        ``MIN_RETENTION_MS`` (what the processor refuses to start with)."""
+        if self.retention_ms is None or self.retention_ms >= MIN_RETENTION_MS:
+            return None
+        return (f"the store keeps only {self.retention_ms / 1000:.0f} s of data "
+                f"({self.source}); fleetwatch needs at least {MIN_RETENTION_MS // 60_000} min "
+                "to store live frames through a short outage. Lengthen the retention policy "
+                "(ALTER RETENTION POLICY ... DURATION 1d) or use another database")
 
     def refused(self, frames: Sequence[Frame], now_ms: int | None = None) -> list[int]:
         """Positions of the frames whose time the server would drop."""
@@ -66,6 +87,12 @@ class AcceptWindow:
         return (f"{len(refused)} frame(s) of {len(frames)} in the batch outside the times "
                 f"the store keeps ({self.source}: {span}); the server would drop them "
                 "silently. Fix the agent's clock, or widen the server's retention")
+
+
+def margin_ms(span_ms: int) -> int:
+    """The safety margin inside a bound ``span_ms`` from now: ``MARGIN_MS``, or a tenth of
+    the span when that is less, so that the window is never empty."""
+    return min(MARGIN_MS, int(span_ms * MARGIN_FRACTION))
 
 
 def _iso(ms: float) -> str:

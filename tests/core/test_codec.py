@@ -309,3 +309,17 @@ def test_binary_garbage_is_still_truncated_or_corrupt_messagepack() -> None:
     assert "looks like" not in str(exc.value)
     with pytest.raises(FrameError, match="truncated or corrupt"):
         decode(b"\xc1")
+
+
+def test_a_job_name_longer_than_the_codec_takes_is_cut_with_a_marker() -> None:
+    """Another producer's 304-character job id: the node's readings are kept, the job
+    cut to 256 characters ending in "…" (it used to cost the whole frame)."""
+    long_job = "slurm-" + "x" * 298
+    f = frame()
+    body = raw(f)
+    body[6][0][3] = long_job
+    got = Decoder().decode(pack(body))
+    job = got.gpus[0].job
+    assert job is not None and len(job) == 256 and job.endswith("…")
+    assert job[:-1] == long_job[:255]
+    assert got.gpus[0].metrics == f.gpus[0].metrics

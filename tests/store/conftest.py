@@ -13,9 +13,10 @@ from tests.servers import Server, free_port
 DATABASE = "fleetwatch"
 
 
-def influxdb_v1(tmp: Path, auth: bool = False) -> Server:
+def influxdb_v1(tmp: Path, auth: bool = False, max_series: int = 0) -> Server:
     """InfluxDB 1.x (Debian's 1.6.7 here): v1 API only, every listener on 127.0.0.1.
-    ``auth``: users and passwords required (create the first admin without credentials)."""
+    ``auth``: users and passwords required (create the first admin without credentials);
+    ``max_series``: ``max-series-per-database`` (0: the server's default, 1,000,000)."""
     binary = shutil.which("influxd")
     if binary is None:
         raise RuntimeError("no InfluxDB: `apt-get install influxdb` (scripts/test does this)")
@@ -29,6 +30,7 @@ bind-address = "127.0.0.1:{rpc}"
   dir = "{tmp}/data"
   wal-dir = "{tmp}/wal"
   query-log-enabled = false
+{f"  max-series-per-database = {max_series}" if max_series else ""}
 [monitor]
   store-enabled = false
 [http]
