@@ -71,6 +71,9 @@ class Report:
     # Repeat offenders: the worst nodes by lemon score at the month's end (or now), from
     # the store's XID and GPU-lost events, with their XIDs of the month (``offenders``).
     offenders: list[Offender] = field(default_factory=list)
+    # When retention (store.rollup_retention_d) deleted events the offenders are judged
+    # from: the instant before which none is left; None when the whole span is there.
+    events_kept_since_ts: float | None = None
     # Per ledger hour, the GPU time measured and missing (what the projection's rate and
     # the hours with data are counted from, as the dashboard counts them).
     hour_data: list[HourData] = field(default_factory=list)
@@ -178,6 +181,8 @@ class Report:
             "repeat_offenders": [
                 {"cluster": o.cluster, "node": o.node, "lemon_score": o.score,
                  "xids": {str(c): n for c, n in o.xids.items()}} for o in self.offenders],
+            "events_kept_since": (None if self.events_kept_since_ts is None
+                                  else iso(self.events_kept_since_ts)),
             "method": self.method,
             "generated": iso(self.generated_ts),
         }

@@ -62,6 +62,8 @@ CREATE TABLE IF NOT EXISTS silences (
     created_by TEXT NOT NULL, comment TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS acks (
     alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
+-- What retention deleted: a table's rows before this instant are gone (reports say so).
+CREATE TABLE IF NOT EXISTS pruned (what TEXT PRIMARY KEY, before_ms INTEGER NOT NULL);
 """
 
 
@@ -338,6 +340,16 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
     def acks(self) -> list[Acknowledgement]:
         return [Acknowledgement(*r) for r in
                 self._conn().execute("SELECT * FROM acks ORDER BY ts").fetchall()]
+
+    def events_pruned_before(self) -> float | None:
+        """The instant before which retention deleted events (epoch s), None if it never did
+        (or the file predates this record)."""
+        try:
+            row = self._conn().execute(
+                "SELECT before_ms FROM pruned WHERE what = 'events'").fetchone()
+        except sqlite3.OperationalError:  # a store written before the table existed
+            return None
+        return None if row is None else row[0] / 1000
 
     # -- upkeep
     @guarded("upkeep")
