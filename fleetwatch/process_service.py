@@ -42,6 +42,7 @@ from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.base import StoreLost
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -166,6 +167,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except OutOfMemory as exc:  # one line; the supervisor restarts it
             log.critical("%s", exc)
             return EXIT_OUT_OF_MEMORY
+        except StoreLost as exc:  # its batches are not committed: replayed once fixed
+            log.critical("%s; the batches in hand were not committed and are replayed", exc)
+            return EXIT_STORE_LOST
         processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
@@ -212,6 +216,8 @@ _DRAIN_S = 20.0
 # The processor ran out of memory (``consume_loop.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
+# The SQLite store's file left its path while the processor wrote it (``StoreLost``).
+EXIT_STORE_LOST = 1
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.
