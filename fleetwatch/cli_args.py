@@ -249,6 +249,14 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--tz", metavar="NAME", help="IANA time zone whose calendar month "
                         "it is, e.g. Europe/Berlin (default: energy.timezone, UTC unless set)")
 
+    bk = sub.add_parser("backup", help="copy the embedded store, whole, while it runs",
+                        description="Copy the SQLite store to DEST through SQLite's online "
+                        "backup API: the store as it is when the copy starts, every committed "
+                        "write included (cp of a live store misses what its -wal holds); "
+                        "safe while up or process writes it. DEST must not exist.")
+    bk.add_argument("dest", metavar="DEST", help="the copy's path (a new file)")
+    bk.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "
                    "the TOML file (--config or $FLEETWATCH_CONFIG), then "

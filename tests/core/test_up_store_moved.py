@@ -8,7 +8,8 @@ import os
 import sqlite3
 from pathlib import Path
 
-from tests.core.test_up import start_up, stop, wait_for_samples
+from tests.core.test_backup import settled
+from tests.core.test_up import start_up, stop
 from tests.servers import free_port
 
 
@@ -16,7 +17,7 @@ def test_renaming_the_store_under_up_stops_it_and_says_so(tmp_path: Path) -> Non
     db, moved = tmp_path / "live.db", tmp_path / "moved.db"
     proc = start_up(tmp_path, "--port", str(free_port()), "--speed", "200", "--store", str(db))
     try:
-        wait_for_samples(db, 10)
+        settled(db)
         os.rename(db, moved)
         out, _ = proc.communicate(timeout=60)  # stops by itself, within a second or so
         code = proc.returncode

@@ -1,0 +1,39 @@
+"""Commands that look after the embedded store itself: ``backup`` (a consistent copy of a
+live SQLite store) and ``silence import`` (a store's silences carried to another)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from fleetwatch.cli_history import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from fleetwatch.config import Config
+
+
+def cmd_backup(config: Config, args: argparse.Namespace) -> int:
+    """``fleetwatch backup DEST``: the store as it is now, whole, while it is written."""
+    from fleetwatch.backup import BackupError, backup, said
+
+    if config.store.kind != "sqlite":
+        print(f"fleetwatch backup: store.kind is {config.store.kind!r}: this copies the "
+              "embedded SQLite store only (name one with --store); back a server store up "
+              "with its own tools (vmbackup for VictoriaMetrics, influxd backup for InfluxDB)",
+              file=sys.stderr)
+        return EXIT_USAGE
+    store = config.store.path
+    shown = [-1]
+
+    def progress(done: int, total: int) -> None:
+        tenth = done * 10 // max(1, total)
+        if total >= 4 * 4096 and tenth > shown[0]:  # a big store: a line a tenth
+            shown[0] = tenth
+            print(f"  {tenth * 10:3d}% ({done:,} of {total:,} pages)", file=sys.stderr,
+                  flush=True)
+
+    try:
+        result = backup(store, args.dest, progress)
+    except BackupError as exc:
+        print(f"fleetwatch backup: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    print(said(store, result), file=sys.stderr)
+    return EXIT_OK
