@@ -357,7 +357,12 @@ def parser() -> argparse.ArgumentParser:
     si_exp = si_sub.add_parser("expire", help="end a silence now")
     si_exp.add_argument("id", help="the silence's id, as silence add printed it and silence "
                         "list shows it")
-    for action in (si_add, si_list, si_exp):
+    si_imp = si_sub.add_parser("import", help="carry the silences in force and the "
+                               "acknowledgements of open alerts from another store (the SQLite "
+                               "file used before store.kind changed)")
+    si_imp.add_argument("--from", dest="source", required=True, metavar="OLD.db",
+                        help="the SQLite store to read them from")
+    for action in (si_add, si_list, si_exp, si_imp):
         # Also after the action, as `alerts --store` and `ack --store` take it. SUPPRESS: a
         # subparser's own default would overwrite a --store given before the action.
         action.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,

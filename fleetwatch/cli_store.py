@@ -37,3 +37,36 @@ def cmd_backup(config: Config, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     print(said(store, result), file=sys.stderr)
     return EXIT_OK
+
+
+def import_silences(store: object, source: str, target: str) -> int:
+    """``fleetwatch silence import --from OLD.db``: the silences in force and the
+    acknowledgements of open alerts of ``source`` that ``store`` lacks, written there."""
+    import time
+    from pathlib import Path
+
+    from fleetwatch.alert_view import utc
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+    from fleetwatch.store_switch import carry
+
+    if not Path(source).is_file():
+        print(f"fleetwatch silence: no store at {source} (--from): name the SQLite file the "
+              "silences were made in", file=sys.stderr)
+        return EXIT_ERROR
+    old = SqliteStore(source, read_only=True)
+    try:
+        done = carry(old, store, time.time())
+    except StoreError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        old.close()
+    for s in done.silences:
+        matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
+        print(f"{s.id} {matchers} until {utc(s.end_ts)} UTC"
+              + (f" ({s.comment})" if s.comment else ""))
+    print(f"imported {len(done.silences)} silence(s) and {len(done.acks)} acknowledgement(s) "
+          f"from {source} into {target} (those already there, and silences that ended, are "
+          "left out)", file=sys.stderr)
+    return EXIT_OK

@@ -53,6 +53,7 @@ from fleetwatch.service import (
     reach_kafka,
     stop_on_signals,
 )
+from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StorePathError, check_store_path
 from fleetwatch.wiring import (
     detectors,
@@ -139,6 +140,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
             held.callback(server.shutdown)
         store = open_store(config.store)
         held.callback(store.close)
+        behind = left_behind(config, store, time.time())
+        if behind:
+            log.warning("%s", behind)
         if topics and not _topics_ready(config, stop):
             return _stopped_waiting(config, stop)
         consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))

@@ -10,6 +10,7 @@ whole system (``halt``), not only its own thread.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 
@@ -23,6 +24,7 @@ from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreLost
 from fleetwatch.service import Stop
+from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StoreLock
 from fleetwatch.wiring import (
     detectors,
@@ -33,6 +35,8 @@ from fleetwatch.wiring import (
     open_producer,
     open_store,
 )
+
+log = logging.getLogger(__name__)
 
 # How long stop() waits for the processor to store what the agent already sent.
 DRAIN_S = 20.0
@@ -49,6 +53,9 @@ class System:
         self.config = config
         self.bus = MemoryBus()
         self.store = open_store(config.store)
+        behind = left_behind(config, self.store, time.time())
+        if behind:  # a server store, the old SQLite file's silences not carried over
+            log.warning("%s", behind)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
