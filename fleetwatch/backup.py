@@ -56,33 +56,25 @@ def check_paths(store: str, dest: str) -> None:
 
 
 def backup(store: str, dest: str, progress: Progress | None = None,
-           step_pages: int = STEP_PAGES) -> BackupResult:
+           step_pages: int = STEP_PAGES, compact: bool = False) -> BackupResult:
     """Copy the store at ``store`` to ``dest`` (which must not exist) as it is at the
-    start; safe while a processor writes it. Raises ``BackupError``."""
+    start; safe while a processor writes it. ``compact``: without the free pages that
+    retention left inside the file (SQLite's ``VACUUM INTO``: smaller, no progress on the
+    way). Raises ``BackupError``."""
     check_paths(store, dest)
     partial = f"{dest}.partial-{os.getpid()}"
     t0 = time.monotonic()
     source = _open_source(store)
     try:
-        # One read transaction for the whole copy: every step reads the same snapshot,
-        # so the writer's commits neither restart the copy nor tear it.
-        source.execute("BEGIN")
         if source.execute("SELECT 1 FROM sqlite_master WHERE name = 'samples'").fetchone() \
                 is None:
             raise BackupError(f"{store} is not a fleetwatch SQLite store: name the store "
                               "fleetwatch wrote with --store (store.path)")
         as_of = time.time()
-        target = sqlite3.connect(partial)
-        try:
-            source.backup(target, pages=step_pages,
-                          progress=(lambda _s, left, total: progress(total - left, total))
-                          if progress is not None else None)
-            # One self-contained file (the store's WAL mode would come along): reading the
-            # copy creates no -wal or -shm beside it; a writer that opens it turns WAL on.
-            target.execute("PRAGMA journal_mode=DELETE")
-        finally:
-            target.close()
-        source.rollback()
+        if compact:  # one statement, one read transaction: a snapshot too
+            source.execute("VACUUM INTO ?", (partial,))
+        else:
+            _copy_pages(source, partial, progress, step_pages)
         os.rename(partial, dest)
     except sqlite3.Error as exc:
         raise BackupError(f"backup of {store} to {dest} failed: {describe(dest, exc)}") from exc
@@ -94,6 +86,26 @@ def backup(store: str, dest: str, progress: Progress | None = None,
             if os.path.exists(leftover):
                 os.unlink(leftover)
     return BackupResult(dest, os.path.getsize(dest), time.monotonic() - t0, as_of)
+
+
+def _copy_pages(source: sqlite3.Connection, partial: str, progress: Progress | None,
+                step_pages: int) -> None:
+    """Every page of ``source`` into a new file ``partial``, a step at a time."""
+    # One read transaction for the whole copy: every step reads the same snapshot, so the
+    # writer's commits neither restart the copy nor tear it.
+    source.execute("BEGIN")
+    source.execute("SELECT 1 FROM sqlite_master").fetchall()  # the snapshot starts here
+    target = sqlite3.connect(partial)
+    try:
+        source.backup(target, pages=step_pages,
+                      progress=(lambda _s, left, total: progress(total - left, total))
+                      if progress is not None else None)
+        # One self-contained file (the store's WAL mode would come along): reading the
+        # copy creates no -wal or -shm beside it; a writer that opens it turns WAL on.
+        target.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        target.close()
+        source.rollback()
 
 
 def _open_source(store: str) -> sqlite3.Connection:

@@ -256,6 +256,10 @@ def parser() -> argparse.ArgumentParser:
                         "safe while up or process writes it. DEST must not exist.")
     bk.add_argument("dest", metavar="DEST", help="the copy's path (a new file)")
     bk.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    bk.add_argument("--compact", action="store_true",
+                    help="leave out the free pages retention left in the file (VACUUM INTO): "
+                    "a smaller copy, e.g. on another disk, to put back with the writers "
+                    "stopped; no progress is shown")
 
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "

@@ -31,7 +31,7 @@ def cmd_backup(config: Config, args: argparse.Namespace) -> int:
                   flush=True)
 
     try:
-        result = backup(store, args.dest, progress)
+        result = backup(store, args.dest, progress, compact=args.compact)
     except BackupError as exc:
         print(f"fleetwatch backup: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -110,3 +110,20 @@ def test_backup_of_a_running_up_holds_the_silence_just_added(tmp_path: Path) -> 
     assert count(copy) >= before
     again = run_cli(tmp_path, "backup", str(copy), "--store", str(db))
     assert again.returncode == 1 and "already exists" in again.stderr
+
+
+def test_a_compact_backup_leaves_out_what_retention_freed(tmp_path: Path) -> None:
+    db, copy, whole = tmp_path / "s.db", tmp_path / "compact.db", tmp_path / "whole.db"
+    store = SqliteStore(db, raw_retention_h=1, rollup_retention_d=1 / 24)
+    for k in range(20):
+        store.write(frames("c", T0 + k * 100_000, ticks=100, nodes=4, gpus=8))
+    store.maintain(T0 + 20 * 100_000 + 3_300_000)  # the oldest 1,700 s of 2,000 go
+    kept = count(db)
+    assert 0 < kept < 20 * 100 * 4 * 10
+    backup(str(db), str(whole))
+    result = backup(str(db), str(copy), compact=True)
+    assert count(copy) == count(whole) == kept
+    assert result.bytes < whole.stat().st_size * 0.5  # the freed pages are not copied
+    conn = sqlite3.connect(copy)
+    assert conn.execute("PRAGMA freelist_count").fetchone() == (0,)
+    conn.close()
