@@ -42,6 +42,7 @@ def cmd_backup(config: Config, args: argparse.Namespace) -> int:
 def import_silences(store: object, source: str, target: str) -> int:
     """``fleetwatch silence import --from OLD.db``: the silences in force and the
     acknowledgements of open alerts of ``source`` that ``store`` lacks, written there."""
+    import sqlite3
     import time
     from pathlib import Path
 
@@ -57,7 +58,7 @@ def import_silences(store: object, source: str, target: str) -> int:
     old = SqliteStore(source, read_only=True)
     try:
         done = carry(old, store, time.time())
-    except StoreError as exc:
+    except (StoreError, sqlite3.Error) as exc:
         print(f"fleetwatch silence: {exc}", file=sys.stderr)
         return EXIT_ERROR
     finally:

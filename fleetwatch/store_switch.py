@@ -9,6 +9,7 @@ old file keeps it, and ``report --month M --store OLD.db`` still reads its month
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -70,7 +71,7 @@ def left_behind(config: Config, new: object, now: float) -> str | None:
     old = SqliteStore(path, read_only=True)
     try:
         todo = missing_from(new, to_carry(old, now))
-    except StoreError as exc:  # not a store, damaged, the server away: said no more here
+    except (StoreError, sqlite3.Error) as exc:  # not a store, damaged, the server away
         log.debug("silences of %s not compared with the store's: %s", path, exc)
         return None
     finally:

@@ -84,3 +84,11 @@ def test_a_processor_on_victoria_warns_until_they_are_imported(
         assert left_behind(config, vm, time.time()) is None
     finally:
         vm.close()
+
+
+def test_a_file_at_store_path_that_is_no_store_is_passed_over(tmp_path: Path) -> None:
+    (tmp_path / "fleetwatch.db").write_text("not a database, " * 100)
+    config = load(None, env={"FLEETWATCH_STORE_KIND": "victoriametrics",
+                             "FLEETWATCH_STORE_PATH": str(tmp_path / "fleetwatch.db")})
+    new = SqliteStore(tmp_path / "new.db")
+    assert left_behind(config, new, time.time()) is None
