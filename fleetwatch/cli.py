@@ -40,6 +40,7 @@ from fleetwatch.cli_history import (  # the exit codes are defined there, once
     cmd_silence,
     cmd_train,
 )
+from fleetwatch.cli_store import cmd_backup
 from fleetwatch.collectors.spool import SpoolBusy
 from fleetwatch.config import Config, ConfigError, T, load, options, override
 from fleetwatch.service import PortInUse
@@ -369,7 +370,8 @@ def _toml_value(value: object) -> str:
 _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "process": cmd_process,
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
              "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack,
-             "alerts": cmd_alerts, "train": cmd_train, "report": cmd_report}
+             "alerts": cmd_alerts, "train": cmd_train, "report": cmd_report,
+             "backup": cmd_backup}
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -249,6 +249,18 @@ def parser() -> argparse.ArgumentParser:
     report.add_argument("--tz", metavar="NAME", help="IANA time zone whose calendar month "
                         "it is, e.g. Europe/Berlin (default: energy.timezone, UTC unless set)")
 
+    bk = sub.add_parser("backup", help="copy the embedded store, whole, while it runs",
+                        description="Copy the SQLite store to DEST through SQLite's online "
+                        "backup API: the store as it is when the copy starts, every committed "
+                        "write included (cp of a live store misses what its -wal holds); "
+                        "safe while up or process writes it. DEST must not exist.")
+    bk.add_argument("dest", metavar="DEST", help="the copy's path (a new file)")
+    bk.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    bk.add_argument("--compact", action="store_true",
+                    help="leave out the free pages retention left in the file (VACUUM INTO): "
+                    "a smaller copy, e.g. on another disk, to put back with the writers "
+                    "stopped; no progress is shown")
+
     sub.add_parser("config", help="print the effective configuration (secrets masked)",
                    description="Print the effective configuration: built-in defaults, then "
                    "the TOML file (--config or $FLEETWATCH_CONFIG), then "
@@ -349,7 +361,12 @@ def parser() -> argparse.ArgumentParser:
     si_exp = si_sub.add_parser("expire", help="end a silence now")
     si_exp.add_argument("id", help="the silence's id, as silence add printed it and silence "
                         "list shows it")
-    for action in (si_add, si_list, si_exp):
+    si_imp = si_sub.add_parser("import", help="carry the silences in force and the "
+                               "acknowledgements of open alerts from another store (the SQLite "
+                               "file used before store.kind changed)")
+    si_imp.add_argument("--from", dest="source", required=True, metavar="OLD.db",
+                        help="the SQLite store to read them from")
+    for action in (si_add, si_list, si_exp, si_imp):
         # Also after the action, as `alerts --store` and `ack --store` take it. SUPPRESS: a
         # subparser's own default would overwrite a --store given before the action.
         action.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,

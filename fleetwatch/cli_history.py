@@ -260,7 +260,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         expire_silence,
         mutes_now,
     )
-    from fleetwatch.wiring import open_store
+    from fleetwatch.wiring import open_store, store_name
 
     missing = _missing_store(config)
     if missing:
@@ -289,6 +289,10 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
             if warning:
                 print(warning.replace("expire it", f"`fleetwatch silence expire {s.id}`"),
                       file=sys.stderr)
+        elif args.action == "import":
+            from fleetwatch.cli_store import import_silences
+
+            return import_silences(store, args.source, store_name(config.store))
         elif args.action == "expire":
             s, ended = expire_silence(store, args.id)
             print(describe(s))

@@ -226,6 +226,9 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     alerts = built.get("alerts", AlertsConfig())
     if alerts is not None:  # its rules too, in the same error as the bad values
         problems += _rule_problems(alerts, origins)
+    store = built.get("store", StoreConfig())
+    if store is not None:
+        problems += _store_problems(store, origins)
     _refuse_keys(problems, [raw])
     return Config(**built)
 
@@ -487,7 +490,23 @@ def _describe(lo: float | None, hi: float | None, above: bool) -> str:
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say; every one broken, in one
     error."""
-    _refuse_keys(_rule_problems(config.alerts, {}), [])
+    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {}), [])
+
+
+def _store_problems(s: StoreConfig, origins: Mapping[str, str]) -> list[str]:
+    """Roll-ups shorter-lived than raw samples: upkeep would delete the roll-ups, events and
+    alert history of days whose raw samples are still kept, and a month's report would lose
+    its repeat offenders while the samples that showed them are still in the store."""
+    if s.rollup_retention_d * 24 >= s.raw_retention_h:
+        return []
+    where = origins.get("store.rollup_retention_d") or origins.get("store.raw_retention_h")
+    days = s.rollup_retention_d
+    message = (f"store.rollup_retention_d = {days:g} ({days * 24:g} h) is shorter than "
+               f"store.raw_retention_h = {s.raw_retention_h:g}: roll-ups, events "
+               "and the alert history would be deleted before the raw samples they summarise "
+               "(month reports would lose their repeat offenders); set store.rollup_retention_d "
+               f"to at least {s.raw_retention_h / 24:g} (days), or lower store.raw_retention_h")
+    return [f"{where}: {message}" if where else message]
 
 
 def _rule_problems(a: AlertsConfig, origins: Mapping[str, str]) -> list[str]:

@@ -42,7 +42,7 @@ from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import StoreError
+from fleetwatch.pipeline.store.base import StoreError, StoreLost
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -53,6 +53,7 @@ from fleetwatch.service import (
     reach_kafka,
     stop_on_signals,
 )
+from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StorePathError, check_store_path
 from fleetwatch.wiring import (
     detectors,
@@ -155,6 +156,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         store = open_store(config.store)
         held.callback(store.close)
         _check_server(store)
+        behind = left_behind(config, store, time.time())
+        if behind:
+            log.warning("%s", behind)
         if topics and not _topics_ready(config, stop):
             return _stopped_waiting(config, stop)
         consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))
@@ -183,6 +187,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except OutOfMemory as exc:  # one line; the supervisor restarts it
             log.critical("%s", exc)
             return EXIT_OUT_OF_MEMORY
+        except StoreLost as exc:  # its batches are not committed: replayed once fixed
+            log.critical("%s; the batches in hand were not committed and are replayed", exc)
+            return EXIT_STORE_LOST
         processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
@@ -229,6 +236,8 @@ _DRAIN_S = 20.0
 # The processor ran out of memory (``consume_loop.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
+# The SQLite store's file left its path while the processor wrote it (``StoreLost``).
+EXIT_STORE_LOST = 1
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.

@@ -71,6 +71,9 @@ class Report:
     # Repeat offenders: the worst nodes by lemon score at the month's end (or now), from
     # the store's XID and GPU-lost events, with their XIDs of the month (``offenders``).
     offenders: list[Offender] = field(default_factory=list)
+    # When retention (store.rollup_retention_d) deleted events the offenders are judged
+    # from: the instant before which none is left; None when the whole span is there.
+    events_kept_since_ts: float | None = None
     # Per ledger hour, the GPU time measured and missing (what the projection's rate and
     # the hours with data are counted from, as the dashboard counts them).
     hour_data: list[HourData] = field(default_factory=list)
@@ -86,6 +89,16 @@ class Report:
     def ended(self) -> bool:
         """The month is over (when the report was made)."""
         return self.generated_ts >= self.end_ts
+
+    @property
+    def covered_until(self) -> float:
+        """Where the data ends, as a reader is told: the newest ledger hour's end, but never
+        past the month's end nor, for a month to date, past when the report was made (the
+        open hour is in progress). Data stamped after now (a clock ahead) is said apart."""
+        until = min(self.covered_until_ts, self.end_ts)
+        if self.generated_ts < until and self.covered_until_ts <= self.generated_ts + 3600:
+            until = max(self.generated_ts, self.start_ts)
+        return until
 
     @property
     def hours_so_far(self) -> int:
@@ -128,7 +141,7 @@ class Report:
             return self.local(ts).strftime("%d %b %H:%M")
 
         span = (f"data from {at(max(self.covered_from_ts, self.start_ts))} to "
-                f"{at(min(self.covered_until_ts, self.end_ts))} {tz}")
+                f"{at(self.covered_until)} {tz}")
         if self.status == "complete":
             return "complete month"
         share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
@@ -155,7 +168,7 @@ class Report:
             "complete": self.complete, "status": self.status,
             "coverage": self.coverage(),
             "covered_from": iso(max(self.covered_from_ts, self.start_ts)),
-            "covered_until": iso(min(self.covered_until_ts, self.end_ts)),
+            "covered_until": iso(self.covered_until),
             "hours_with_data": self.hours_with_data, "hours_so_far": self.hours_so_far,
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
             "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
@@ -178,6 +191,8 @@ class Report:
             "repeat_offenders": [
                 {"cluster": o.cluster, "node": o.node, "lemon_score": o.score,
                  "xids": {str(c): n for c, n in o.xids.items()}} for o in self.offenders],
+            "events_kept_since": (None if self.events_kept_since_ts is None
+                                  else iso(self.events_kept_since_ts)),
             "method": self.method,
             "generated": iso(self.generated_ts),
         }

@@ -107,6 +107,8 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
     report.offenders = [o for o in repeat_offenders(store, start, min(end, report.generated_ts),
                                                     lemon_half_life_d)
                         if cluster is None or o.cluster == cluster]
+    report.events_kept_since_ts = events_horizon(store, min(end, report.generated_ts),
+                                                 lemon_half_life_d)
     out = Path(out_dir)
     stem = f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
     paths = {ext: out / f"{stem}.{ext}" for ext in ("html", "csv", "json")}
@@ -133,6 +135,15 @@ def repeat_offenders(store: object, start_ts: float, end_ts: float, half_life_d:
     since = end_ts - HISTORY_HALF_LIVES * half_life_d * 86400.0
     return offenders(events(since, end_ts, kinds=["xid", "gpu_state"]), start_ts, end_ts,
                      half_life_d, top)
+
+
+def events_horizon(store: object, end_ts: float, half_life_d: float) -> float | None:
+    """The instant before which retention deleted the events that the repeat offenders at
+    ``end_ts`` are judged from (``repeat_offenders``), or None when none of them is gone."""
+    pruned = getattr(store, "events_pruned_before", None)
+    before = pruned() if callable(pruned) else None
+    since = end_ts - HISTORY_HALF_LIVES * half_life_d * 86400.0
+    return before if before is not None and before > since else None
 
 
 def report_month(config: Config, month: str, out_dir: str | Path,

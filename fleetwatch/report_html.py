@@ -152,6 +152,14 @@ def _figures(r: Report) -> list[go.Figure]:
 
 def _offenders(r: Report) -> str:
     """The worst nodes by lemon score, with their XIDs of the month."""
+    pruned = ""
+    if r.events_kept_since_ts is not None:
+        pruned = (f"Events before {r.local(r.events_kept_since_ts):%d %b %Y %H:%M} {r.tz} are "
+                  "past store.rollup_retention_d (deleted from the store): ")
+    if not r.offenders and pruned:
+        return (f"<p class='note'>{html.escape(pruned)}this period's repeat offenders are "
+                "unknown, not absent. A copy of the store made before then (fleetwatch backup) "
+                "still holds them: report --store COPY.</p>")
     if not r.offenders:
         return ("<p class='note'>No node has a lemon score: no hardware XID or lost GPU in "
                 "the store's events of the last weeks (or the store keeps no events).</p>")
@@ -159,7 +167,10 @@ def _offenders(r: Report) -> str:
         f"<tr><td>{html.escape(o.cluster)}</td><td>{html.escape(o.node)}</td>"
         f"<td>{o.score:.1f}</td><td>{html.escape(_xid_list(o.xids))}</td></tr>"
         for o in r.offenders)
-    return ("<p class='note'>Nodes by lemon score at the end of the period: points per "
+    if pruned:
+        pruned = f"{pruned}the scores count only the events kept since. "
+    return (f"<p class='note'>{html.escape(pruned)}Nodes by lemon score at the end of the "
+            "period: points per "
             "hardware XID incident and lost GPU, halving every models.lemon_half_life_d days "
             "(application XIDs score nothing); a node past models.lemon_threshold raises "
             "lemon_node.</p><table><tr><th>cluster</th><th>node</th><th>lemon score</th>"

@@ -287,17 +287,25 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         sock.close()
         left = system.stop()
         stats = system.processor.stats
+        moved = getattr(system.store, "lost", None)  # its file left its path (StoreLost)
         lost = f"; {left:,} frames NOT stored" if left else "; every frame sent was stored"
+        closed, verb = f"store closed ({os.path.abspath(store)})", "stored"
+        if moved is not None:
+            verb = "written"
+            lost = f"; {left:,} frames NOT stored" if left else ""
+            closed = (f"the store's file is no longer at {os.path.abspath(store)}: the last "
+                      "frames written may be lost (below)")
         print(f"\nfleetwatch up: stopped ({stopping.reason or 'error'}): {stats.frames:,} "
-              f"frames stored{lost}; store closed ({os.path.abspath(store)})", file=out,
-              flush=True)
+              f"frames {verb}{lost}; {closed}", file=out, flush=True)
+        if moved is not None and system.failure is None:
+            print(f"fleetwatch up: {moved}", file=out, flush=True)
         if system.failure is not None:
             print(f"fleetwatch up: {system.failure}", file=out, flush=True)
         if left:
             print(f"fleetwatch up: {unstored_advice(store, system.processor.drain_error)}",
                   file=out, flush=True)
-    if system.failure is not None:
-        return EXIT_OUT_OF_MEMORY
+    if system.failure is not None or getattr(system.store, "lost", None) is not None:
+        return EXIT_OUT_OF_MEMORY  # 1, as for a store that moved
     return 0 if not left else 1
 
 

@@ -10,6 +10,7 @@ whole system (``halt``), not only its own thread.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 
@@ -21,7 +22,9 @@ from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.base import StoreLost
 from fleetwatch.service import Stop
+from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StoreLock
 from fleetwatch.wiring import (
     detectors,
@@ -32,6 +35,8 @@ from fleetwatch.wiring import (
     open_producer,
     open_store,
 )
+
+log = logging.getLogger(__name__)
 
 # How long stop() waits for the processor to store what the agent already sent.
 DRAIN_S = 20.0
@@ -48,6 +53,9 @@ class System:
         self.config = config
         self.bus = MemoryBus()
         self.store = open_store(config.store)
+        behind = left_behind(config, self.store, time.time())
+        if behind:  # a server store, the old SQLite file's silences not carried over
+            log.warning("%s", behind)
         bus_config = dataclasses.replace(config.bus, kind="memory")
         self.consumer = open_consumer(bus_config, self.bus)
         self.notifier = open_notifier(dataclasses.replace(config, bus=bus_config), self.store,
@@ -68,7 +76,7 @@ class System:
         self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
         self.continued_from: float | None = None  # --keep: the newest sample it continues
         # Why the processor ended before it was asked to (out of memory); None: it did not.
-        self.failure: OutOfMemory | None = None
+        self.failure: OutOfMemory | StoreLost | None = None
         self.halt: Stop | None = None  # set, with its cause, when the processor fails
 
     def start(self) -> System:
@@ -88,10 +96,11 @@ class System:
         the agent sending and the dashboard showing data that is no longer stored."""
         try:
             self.processor.run(self.consumer, self.processor_stop, maintain_every_s=10.0)
-        except OutOfMemory as exc:
+        except (OutOfMemory, StoreLost) as exc:
             self.failure = exc  # said by _serve as it stops, with what became of the frames
             if self.halt is not None and not self.halt.is_set():
-                self.halt.cause = "out of memory"
+                self.halt.cause = ("out of memory" if isinstance(exc, OutOfMemory)
+                                   else "store file moved")
                 self.halt.set()
 
     def pending(self) -> bool:

@@ -22,7 +22,7 @@ from fleetwatch.pipeline.bus import BusError, BusRebalancing, Consumer, Message,
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
 from fleetwatch.pipeline.ownership import Ownership
-from fleetwatch.pipeline.store.base import Store, StoreError, StoreRejected
+from fleetwatch.pipeline.store.base import Store, StoreError, StoreLost, StoreRejected
 from fleetwatch.retry import Backoff
 
 if TYPE_CHECKING:
@@ -262,6 +262,8 @@ class ConsumerLoop:
                     # Writes in flight finish (their batches are written again anyway:
                     # writes are idempotent); every batch in hand is kept, in order.
                     settle(held)
+                    if isinstance(exc, StoreLost):  # retrying would write where nobody reads
+                        raise
                     delay = backoff.next()
                     self._rebalancing = isinstance(exc, BusRebalancing)
                     judging = isinstance(exc, StoreError)
@@ -320,7 +322,7 @@ class ConsumerLoop:
         if exc is None:
             batch.points = write.result()
             return
-        if isinstance(exc, (StoreError, BusError)) or out_of_memory(exc):
+        if isinstance(exc, (StoreError, StoreLost, BusError)) or out_of_memory(exc):
             raise exc  # the frames are fine: never bisected into dead letters for it
         if not isinstance(exc, StoreRejected):
             batch.failures += 1
@@ -348,6 +350,8 @@ class ConsumerLoop:
         """Rollups and retention, in a writer thread as writes are; a failure waits a turn."""
         try:
             writers.submit(self.store.maintain, int(time.time() * 1000)).result()
+        except StoreLost:
+            raise
         except Exception as exc:  # noqa: BLE001 - maintenance is retried on the next turn
             self.stats.errors += not isinstance(exc, StoreError)
             log.warning("store maintenance failed (%s: %s); tried again next turn",

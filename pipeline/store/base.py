@@ -205,6 +205,12 @@ class StoreError(RuntimeError):
     """The store could not take or give data now; the caller may retry."""
 
 
+class StoreLost(RuntimeError):
+    """The store's file is no longer at its path (moved, renamed, deleted or replaced while
+    this process wrote it): writing on would send data where nobody reads it. Not retried:
+    the processor stops, non-zero, with this message."""
+
+
 class StoreRejected(ValueError):
     """The store refused data for good (a 4xx answer, a timestamp outside what it
     accepts): sending the same again will fail again. ``reason`` says why in the

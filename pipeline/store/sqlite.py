@@ -14,6 +14,7 @@ layout. One-minute rollups (count, sums, minimums, maximums) are keyed
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -30,6 +31,7 @@ from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Silence,
     StoreError,
+    StoreLost,
     gpu_device,
 )
 from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
@@ -62,6 +64,8 @@ CREATE TABLE IF NOT EXISTS silences (
     created_by TEXT NOT NULL, comment TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS acks (
     alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
+-- What retention deleted: a table's rows before this instant are gone (reports say so).
+CREATE TABLE IF NOT EXISTS pruned (what TEXT PRIMARY KEY, before_ms INTEGER NOT NULL);
 """
 
 
@@ -91,9 +95,13 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         self._names: dict[int, tuple[str, ...]] = {}
         self._index: dict[int, dict[str, int]] = {}
         self._file_id: tuple[int, int] | None = None  # (device, inode) the caches describe
+        self._checked_at = (0.0, 0.0)  # the writer's last file check: (monotonic, wall)
+        self.lost: str | None = None  # why the writer stopped: its file left its path
         if not read_only:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             self._open()
+            self._file_id = self._file_id_now()
+            self._checked_at = (time.monotonic(), time.time())
 
     @guarded("schema setup")
     def _open(self) -> None:
@@ -200,6 +208,29 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         self.close()
         return None
 
+    def _check_writer_file(self, every_s: float = _FILE_CHECK_S) -> None:
+        """``StoreLost`` once ``path`` no longer names the file this writer opened (moved to
+        a bigger disk, renamed, deleted, a copy put in its place): its writes would go on
+        into a file nobody reads, or into nothing, while the processor counts them stored.
+        The path is looked at once every ``every_s`` at most (a stat: microseconds)."""
+        if self.lost is not None:
+            raise StoreLost(self.lost)
+        if self._read_only or self._file_id is None:
+            return
+        now = time.monotonic()
+        if now - self._checked_at[0] < every_s:
+            return
+        try:
+            st = os.stat(self.path)
+            current: tuple[int, int] | None = (st.st_dev, st.st_ino)
+        except FileNotFoundError:
+            current = None
+        if current == self._file_id:
+            self._checked_at = (now, time.time())
+            return
+        self.lost = lost_said(self.path, current is None, self._checked_at[1])
+        raise StoreLost(self.lost)
+
     def _adopt(self, file_id: tuple[int, int]) -> None:
         """Forget the ids and layouts learnt from another file: they are numbered per file."""
         with self._lock:
@@ -295,6 +326,7 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
 
     @guarded("write")
     def write(self, frames: Sequence[Frame]) -> int:
+        self._check_writer_file()
         rows, points = self._rows(frames)
         if not rows:
             return 0
@@ -339,15 +371,49 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
         return [Acknowledgement(*r) for r in
                 self._conn().execute("SELECT * FROM acks ORDER BY ts").fetchall()]
 
+    def events_pruned_before(self) -> float | None:
+        """The instant before which retention deleted events (epoch s), None if it never did
+        (or the file predates this record)."""
+        try:
+            row = self._conn().execute(
+                "SELECT before_ms FROM pruned WHERE what = 'events'").fetchone()
+        except sqlite3.OperationalError:  # a store written before the table existed
+            return None
+        return None if row is None else row[0] / 1000
+
     # -- upkeep
     @guarded("upkeep")
     def maintain(self, now_ms: int) -> None:
         """Rollups and retention; the raw rows past retention go about 2 s' worth a call
-        (``sqlite_rollup.upkeep``): what is left goes at the next."""
+        (``sqlite_rollup.upkeep``): what is left goes at the next. ``StoreLost`` when the
+        file is no longer at its path."""
+        self._check_writer_file(every_s=0.0)
         upkeep(self._conn(), now_ms, self.raw_retention_ms, self.rollup_retention_ms)
 
     def close(self) -> None:
+        """Close this thread's connection; a writer looks once more whether its file is
+        still at its path (``lost`` says why not)."""
+        with contextlib.suppress(StoreLost):  # said through ``lost``: closing goes on
+            self._check_writer_file(every_s=0.0)
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+def lost_said(path: str, gone: bool, ok_at: float) -> str:
+    """Why a writer stopped when its file left ``path`` (``gone``: nothing is there now, else
+    another file is), what became of its writes, and how to move a store."""
+    name = os.path.basename(path)
+    now = ("no longer exists" if gone else
+           "now names another file than the one this process opened")
+    since = time.strftime("%H:%M:%S", time.localtime(ok_at))
+    return (f"the store {path} was moved, renamed, deleted or replaced while this process "
+            f"wrote it ({path} {now}); writing stopped. What was written up to {since} (when "
+            "the file was last seen in place) is in the file this process had open; writes "
+            "after that went to that file too: kept if it was renamed on the same file system "
+            f"(its newest writes may be in {name}-wal, left under the old name: put it beside "
+            "the renamed file as NEWNAME-wal before opening it), lost if it was moved to "
+            "another file system or deleted. To move a store, stop fleetwatch first and move "
+            f"{name}, {name}-wal and {name}-shm together, or copy it while it runs with "
+            "`fleetwatch backup DEST`; then name the new place with --store (store.path)")

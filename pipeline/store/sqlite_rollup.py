@@ -51,7 +51,10 @@ def upkeep(conn: sqlite3.Connection, now_ms: int, raw_retention_ms: int,
         conn.execute("DELETE FROM rollup_1m WHERE did IN (SELECT id FROM devices) AND ts < ?",
                      (now_ms - rollup_retention_ms,))
         # Events are few and what a month's report reads: kept as long as rollups.
-        conn.execute("DELETE FROM events WHERE ts_ms < ?", (now_ms - rollup_retention_ms,))
+        horizon = now_ms - rollup_retention_ms
+        if conn.execute("DELETE FROM events WHERE ts_ms < ?", (horizon,)).rowcount > 0:
+            # Remembered, so that a report of those days says why it names no offender.
+            conn.execute("INSERT OR REPLACE INTO pruned VALUES ('events', ?)", (horizon,))
         prune_records(conn, now_ms / 1000, raw_retention_ms / 1000, rollup_retention_ms / 1000)
     return drop_raw(conn, now_ms - raw_retention_ms, budget_s)
 
