@@ -288,8 +288,8 @@ def _key_events(conn: sqlite3.Connection, path: str) -> None:
             conn.rollback()
             return
         count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
-        log.warning("converting the events table of %s to the new layout (%d events); "
-                    "other writers of this store wait until it is done", path, count)
+        log.warning("converting the events table of %s to the new layout (%s events); "
+                    "other writers of this store wait until it is done", path, f"{count:,}")
         started = time.monotonic()
         conn.execute(_EVENTS_TABLE.format(name="events_keyed"))
         conn.execute("INSERT OR IGNORE INTO events_keyed SELECT * FROM events")
@@ -300,7 +300,7 @@ def _key_events(conn: sqlite3.Connection, path: str) -> None:
     except BaseException:
         conn.rollback()
         raise
-    log.warning("converted the events table of %s (%d events) in %.1f s", path, count,
+    log.warning("converted the events table of %s (%s events) in %.1f s", path, f"{count:,}",
                 time.monotonic() - started)
 
 
