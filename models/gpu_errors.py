@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import replace
 
 import numpy as np
 
@@ -59,10 +60,12 @@ class GpuErrors(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        # dbe_ts: when the GPU's last DBE finding was made (a reset ends its hold).
+        # dbe_ts: when the GPU's last DBE finding was made (a reset ends its hold);
+        # quiet: the first frame of the GPU's current run of frames without a sample.
         self.table = GpuTable(dbe_v=np.nan, dbe_a=np.nan, dbe_ts=np.nan, ret_sbe=np.nan,
                               ret_dbe=np.nan, rec=np.nan, pcie=np.nan, pcie_ts=np.nan,
-                              crc=np.nan, crc_ts=np.nan, nvrep=np.nan, nvrep_ts=np.nan)
+                              crc=np.nan, crc_ts=np.nan, nvrep=np.nan, nvrep_ts=np.nan,
+                              quiet=np.nan)
         self.jobs = HeldJobs()  # the job each GPU held: what a lost GPU's alert names
 
     def drop(self, nodes: Iterable[str]) -> None:
@@ -95,6 +98,17 @@ class GpuErrors(WaveDetector):
         t[name][s[reset]] = value[reset]
         t[name + "_ts"][s[reset]] = ts[reset]
         return fast, np.nan_to_num(rise), np.nan_to_num(rate)
+
+    def _quiet(self, s: np.ndarray, sampled: np.ndarray, ts: np.ndarray) -> np.ndarray:
+        """Since when each GPU has had no sample (NaN: it has one now). A GPU judged lost
+        after its samples stopped (a recording: 5 minutes on; the agent: a few ticks on)
+        was lost since then: its alert starts there (``Finding.since``), as other alerts
+        start where their condition began, while it fires when it is judged."""
+        quiet = self.table["quiet"]
+        quiet[s[sampled]] = np.nan
+        fresh = ~sampled & np.isnan(quiet[s])
+        quiet[s[fresh]] = ts[fresh]
+        return quiet[s]
 
     def _dbe(self, s: np.ndarray, v: dict[str, np.ndarray],
              ts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -132,6 +146,7 @@ class GpuErrors(WaveDetector):
         s = slots[have]
         v = {name: x[..., i][have] for name, i in _C.items()}
         ts = np.broadcast_to(b.ts[rows][:, None], slots.shape)[have]
+        quiet = self._quiet(s, np.isfinite(x).any(axis=-1)[have], ts)
         dbe, reset = self._dbe(s, v, ts)
         new_pages, (pages, pages_sbe, pages_dbe) = self._pages(s, v)
         reported = np.isfinite(v["gpu_retired_pages_sbe"]) | np.isfinite(
@@ -166,7 +181,7 @@ class GpuErrors(WaveDetector):
                  "pcie_rise": np.where(pcie, pcie_rise, np.nan),
                  "crc_errors_per_min": np.where(crc, crc_rate, np.nan),
                  "replay_errors_per_min": np.where(nvrep, nvrep_rate, np.nan),
-                 "recovery": recovery.astype(float)}
+                 "recovery": recovery.astype(float), "quiet": quiet}
         where = np.argwhere(have)
         for k in np.flatnonzero(any_flag).tolist():
             i, j = where[k]
@@ -203,11 +218,14 @@ class GpuErrors(WaveDetector):
             # stop for as many intervals while its node's other GPUs go on
             # (collectors/nvml/reader.py LOST_AFTER_INTERVALS), for over gpu_lost_silent_s.
             # A GPU that answers again is back: its alert ends at once (no keep-firing).
-            return gpu_finding(f, g, rule, 1.0, f"{where} is lost: it no longer answers while "
+            # It began at the first frame without a sample (``_quiet``).
+            lost = gpu_finding(f, g, rule, 1.0, f"{where} is lost: it no longer answers while "
                                "its node does (fallen off the bus?)", "critical", 0.0,
                                {**v, KEEP_FIRING: 0.0},
                                "Drain the node and reboot it; check the GPU's PCIe slot and "
                                "power if it repeats")
+            quiet = e["quiet"]
+            return replace(lost, since=quiet) if math.isfinite(quiet) else lost
         if rule in ("gpu_row_remap_pending", "gpu_row_remap_failure"):
             v = {**v, **_remapped_rows(f, g)}  # how many rows: what an RMA ticket asks
         if rule == "gpu_row_remap_pending":

@@ -12,7 +12,9 @@ I/O, no clock; the processor writes the events with the batch.
   per identity and millisecond).
 * ``gpu_state``: the GPU's state changed (``value``: ok, lost), or the GPU
   left the node's frames (``value``: gone) or came back. A GPU first seen
-  in a state other than ok is an event too.
+  in a state other than ok is an event too. A GPU lost after its samples
+  stopped (judged minutes later in a recording) is lost from the first frame
+  without one: its event is stamped then, as its gpu_lost alert starts then.
 * ``throttle``: the ``gpu_throttle_reasons`` bitmask changed; ``code`` the
   new mask, ``text`` its flags' names.
 * ``gpu_identity``: the board in a GPU slot as the frame names it (``value`` its
@@ -101,6 +103,8 @@ class _Gpu(NamedTuple):
     # The board that last left the slot (its UUID) and when: one back within ``FLAP_S``
     # is no replacement.
     left: tuple[str, float] | None = None
+    # The first frame of its current run of frames without a metric (None: it has some).
+    quiet: float | None = None
 
 
 @dataclass
@@ -205,17 +209,19 @@ class EventTracker:
             was = gpus.get(index)
             if was is None:
                 was = _Gpu("ok" if first else GONE, None, mask, node.stored.get(index))
-            state, job, throttle, board, left = was
+            state, job, throttle, board, left, _ = was
             board, left = _board_events(f, index, g, board, left, out)
-            if was.board != board or was.left != left:
-                was = was._replace(board=board, left=left)
+            quiet = None if g.metrics else f.ts if was.quiet is None else was.quiet
+            if was.board != board or was.left != left or was.quiet != quiet:
+                was = was._replace(board=board, left=left, quiet=quiet)
             if g.state == state and g.job == job and (mask is None or mask == throttle):
                 if gpus.get(index) is not was:
                     gpus[index] = was
                 continue  # nothing else changed
             device = gpu_device(index)
             if g.state != state:
-                out.append(_event(f, device, "gpu_state", f.ts, value=g.state))
+                since = quiet if g.state == "lost" and quiet is not None else f.ts
+                out.append(_event(f, device, "gpu_state", since, value=g.state))
             if mask is not None and throttle is not None and mask != throttle:
                 out.append(_event(f, device, "throttle", f.ts, code=mask,
                                   text=",".join(throttle_flags(mask))))
@@ -227,7 +233,8 @@ class EventTracker:
                     out.append(_event(f, device, "job_end", f.ts, value=ended))
                 for started in sorted(now_jobs - was_jobs):
                     out.append(_event(f, device, "job_start", f.ts, value=started))
-            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left)
+            gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left,
+                               quiet)
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)

@@ -23,7 +23,9 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import logging
 import sqlite3
+import time
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, TypeVar
 
@@ -42,6 +44,13 @@ from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
 from fleetwatch.pipeline.store.sqlite_errors import describe
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+log = logging.getLogger(__name__)
+
+# How long an opener waits for another process converting the events table of an
+# earlier version's file (2M events took 9 s on a loaded machine): far longer than the
+# busy timeout of a write, so that a second worker waits rather than exits.
+_CONVERT_WAIT_S = 600
 
 ALERT_TABLE = "alert_states"
 # Annotations by cluster; ``annotations`` (no cluster, a key without one) is the table of
@@ -111,7 +120,7 @@ class SqliteRecords:
 
     def _create_records(self, conn: sqlite3.Connection) -> None:
         conn.executescript(RECORDS_SCHEMA)
-        _key_events(conn)
+        _key_events(conn, self.path)
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
         for name, kind in ALERT_FIELDS:  # a field added to Alert since the file was made
             if name not in have:
@@ -251,20 +260,48 @@ class SqliteRecords:
         return sorted(groups, key=group_order)
 
 
-def _key_events(conn: sqlite3.Connection) -> None:
+def _old_events_key(conn: sqlite3.Connection) -> bool:
+    """Whether the file's events table is keyed by the millisecond (earlier versions)."""
+    rows = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND "
+                        "name = 'events'").fetchall()  # all: no statement left open
+    return bool(rows) and rows[0][0].replace(" ", "").endswith(
+        _OLD_EVENTS_KEY.replace(" ", "") + "WITHOUTROWID")
+
+
+def _key_events(conn: sqlite3.Connection, path: str) -> None:
     """Move the events of a file keyed by the millisecond into a table keyed by the exact
-    time too (their rows are kept as they are; what was merged before is gone)."""
-    row = conn.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND "
-                       "name = 'events'").fetchone()
-    if row is None or not row[0].replace(" ", "").endswith(_OLD_EVENTS_KEY.replace(" ", "")
-                                                            + "WITHOUTROWID"):
-        return
-    with conn:
+    time too (their rows are kept as they are; what was merged before is gone).
+
+    Check and conversion are one write transaction (DDL included), so that a second
+    process opening the file at once (``process --workers N``) waits for the first and
+    then finds it done, rather than acting on what it saw before."""
+    if not _old_events_key(conn):
+        return  # the usual case: no lock taken
+    before = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    conn.execute(f"PRAGMA busy_timeout={_CONVERT_WAIT_S * 1000}")
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # waits while another opener converts
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={before}")
+    try:
+        if not _old_events_key(conn):  # converted meanwhile by another process
+            conn.rollback()
+            return
+        count = conn.execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        log.warning("converting the events table of %s to the new layout (%s events); "
+                    "other writers of this store wait until it is done", path, f"{count:,}")
+        started = time.monotonic()
         conn.execute(_EVENTS_TABLE.format(name="events_keyed"))
         conn.execute("INSERT OR IGNORE INTO events_keyed SELECT * FROM events")
         conn.execute("DROP TABLE events")
         conn.execute("ALTER TABLE events_keyed RENAME TO events")
         conn.execute("CREATE INDEX IF NOT EXISTS events_by_node ON events (node, ts_ms)")
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+    log.warning("converted the events table of %s (%s events) in %.1f s", path, f"{count:,}",
+                time.monotonic() - started)
 
 
 def _to_column(name: str, value: Any) -> Any:

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from fleetwatch.config import DetectorsConfig
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.recorded import read_files
 from fleetwatch.replay import replay
 from fleetwatch.wiring import detectors
@@ -67,3 +68,20 @@ def test_xid_79_still_makes_a_gpu_lost_at_its_next_tick(tmp_path: Path) -> None:
 def test_the_silence_that_reads_as_lost_is_configurable(tmp_path: Path) -> None:
     path = node8(tmp_path / "gap.csv", 120, range(30, 34))
     assert lost(run(path, lost_silent_s=30.0)) == [("firing", 330.0), ("resolved", 340.0)]
+
+
+def test_a_lost_gpu_alert_and_its_stored_event_start_when_its_samples_stopped(
+        tmp_path: Path) -> None:
+    """Judged lost 5 minutes into the silence, the alert fires then, but it and the stored
+    ``lost`` event start at the first tick without a sample (the last sample's tick + one
+    interval), as an operator reading "lost since" expects."""
+    path = node8(tmp_path / "long.csv", 120, range(30, 120))  # last sample at 290 s
+    store = SqliteStore(tmp_path / "s.db")
+    changes = [c for c in run(path, store=store) if c["rule"] == "gpu_lost"]
+    assert [(c["state"], c["started_ts"] - T0, c["updated_ts"] - T0)
+            for c in changes][:1] == [("firing", 300.0, 600.0)]
+    [alert] = [a for a in store.alerts(states=("firing",)) if a.rule == "gpu_lost"]
+    assert alert.started_ts - T0 == 300.0 and alert.fired_ts - T0 == 600.0
+    states = store.events(T0, T0 + 1200, kinds=["gpu_state"], device="gpu5")
+    assert [(e.ts - T0, e.value) for e in states] == [(300.0, "lost")]
+    store.close()

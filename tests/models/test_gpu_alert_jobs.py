@@ -62,3 +62,22 @@ def test_a_second_gpu_lost_while_the_first_is_names_its_own_newest_job() -> None
     back = node(T0 + 45, [busy(60)] * 4, jobs=["A", "A", None, None])  # back, idle
     held.see(back)
     assert held.of(back, 2) == "" and held.of(back, 3) == ""
+
+
+def test_a_gpu_lost_after_its_samples_stopped_began_when_they_stopped() -> None:
+    """Judged lost at the frame that says so (a recording: 5 minutes of silence on), its
+    finding says the condition began at the first frame without a sample; one lost at
+    once (XID 79, NVML) began at the frame that says so; one back and lost again began
+    at its new silence."""
+    d = GpuErrors()
+    with_sample = [busy(60)] * 3
+    silent = [busy(60), {}, busy(60)]   # GPU 1 listed with no metric: it missed the tick
+    d.update([node(T0, with_sample), node(T0 + 15, silent), node(T0 + 30, silent)])
+    (f,) = d.update([node(T0 + 315, with_sample, lost=[1])])
+    assert (f.rule, f.ts, f.since) == ("gpu_lost", T0 + 315, T0 + 15)
+    d.update([node(T0 + 330, with_sample), node(T0 + 345, silent)])
+    (f,) = d.update([node(T0 + 360, with_sample, lost=[1])])
+    assert f.since == T0 + 345
+    d.update([node(T0 + 375, with_sample)])
+    (f,) = d.update([node(T0 + 390, with_sample, lost=[1])])   # lost at once
+    assert f.since == T0 + 390
