@@ -245,6 +245,8 @@ class Decoder:
                 known = False
             if not known:
                 info = self._info(info, f"gpus[{i}].info")
+            if info and ("," in info.get("user", "") or "," in info.get("team", "")):
+                _owners(info, job, f"gpus[{i}].info")
             out.append(gpu_reading(
                 index, uuid, model, metrics_of(metrics, i, "gpu"), job,
                 _STATES[state],  # type: ignore[arg-type]
@@ -347,6 +349,17 @@ def _shortened(job: Any) -> Any:
     if type(job) is str and len(job) > MAX_STR:
         return job[:MAX_STR - len(JOB_CUT)] + JOB_CUT
     return job
+
+
+def _owners(info: Mapping[str, str], job: str | None, where: str) -> None:
+    """A shared GPU's users (teams) are comma-separated, at most one per job (the agent
+    pairs them, ``collectors.jobs``): more would split its energy among made-up owners."""
+    jobs = job.count(",") + 1 if job else 1
+    for key in ("user", "team"):
+        names = info.get(key, "").count(",") + 1
+        if names > jobs:
+            raise FrameError(f"{where}.{key}", f"names {names} comma-separated owners for "
+                             f"{jobs} job(s): at most one per job; a name holds no comma")
 
 
 def _text(value: Any, where: str) -> str:
