@@ -38,6 +38,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from fleetwatch.config import Config, ConfigError
+from fleetwatch.pipeline.bus import BusBroken
 from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
@@ -183,6 +184,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except OutOfMemory as exc:  # one line; the supervisor restarts it
             log.critical("%s", exc)
             return EXIT_OUT_OF_MEMORY
+        except BusBroken as exc:  # what to correct; a restart alone does not mend it
+            log.critical("%s", exc)
+            return EXIT_BUS_BROKEN
         processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
@@ -229,6 +233,8 @@ _DRAIN_S = 20.0
 # The processor ran out of memory (``consume_loop.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
+# The bus client cannot fetch (``pipeline.bus.BusBroken``): non-zero, the cause logged.
+EXIT_BUS_BROKEN = 1
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.
