@@ -1,6 +1,9 @@
-"""A frame cannot split one job's energy among users made up by commas."""
+"""A frame cannot split one job's energy among users made up by commas, nor name a node
+or job no dashboard page can be addressed by."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -38,3 +41,18 @@ def test_split_owner_never_invents_owners_by_splitting_a_name() -> None:
     assert split_owner(("777", "alice,bob", "physics,chem")) == ((("777", "", ""), 1.0),)
     assert split_owner(("111,222", "alice,bob", "x")) == (
         (("111", "alice", "x"), 0.5), (("222", "bob", "x"), 0.5))
+
+
+@pytest.mark.parametrize("node,job,field", [
+    ("..", "42", "node"), (".", None, "node"), ("n1", "..", "gpus[0].job"),
+    ("n1", "111,.", "gpus[0].job")])
+def test_dot_names_no_page_can_address_are_refused(node, job, field) -> None:
+    f = dataclasses.replace(frame(job), node=node)
+    with pytest.raises(FrameError) as e:
+        Decoder().decode(encode(f))
+    assert e.value.field == field and "must not be '.' or '..'" in e.value.reason
+
+
+def test_names_with_dots_inside_pass() -> None:
+    f = dataclasses.replace(frame("1.2,..x"), node="n1.example.com")
+    assert Decoder().decode(encode(f)) == f
