@@ -15,7 +15,7 @@ For each pid, in order:
 
 The user a Slurm GPU's energy is charged to (``GpuReading.info["user"]``) is the
 process owner's login name (the kernel's uid, /proc/PID/status): ``SLURM_JOB_USER``
-is used only where it names that same user. Its team (``info["team"]``) is the
+naming another user is ignored (said at debug level). Its team (``info["team"]``) is the
 job's Slurm account, ``SLURM_JOB_ACCOUNT``, from an environ trusted as above: a
 user can still name another account of their own in it (Slurm's accounting is the
 only source of truth, and is not read here). On Kubernetes both are the pod's
@@ -239,11 +239,11 @@ class JobResolver:
         user = None
         daemon = False
         if job is not None and job[0].isdigit():
-            # The kernel's word on who runs the job; environ's only where it agrees.
-            user = login if environ_user in (None, login) else None
-            if environ_user is not None and user is None:
-                log.debug("pid %s: SLURM_JOB_USER %r is not its owner %r; no user charged",
-                          base, environ_user, login)
+            # The kernel's word on who runs the job: SLURM_JOB_USER naming another is not.
+            user = login
+            if environ_user not in (None, login):
+                log.debug("pid %s: SLURM_JOB_USER %r is not its owner %r; the owner is "
+                          "charged", base, environ_user, login)
         if job is None:
             daemon = status_name(status).startswith(DAEMONS)
             if uid is not None:

@@ -39,7 +39,7 @@ def test_an_environ_agreeing_with_the_cgroup_gives_account_and_array_task(tmp_pa
 
 def test_slurm_job_user_naming_another_user_is_not_charged(tmp_path: Path) -> None:
     proc(tmp_path, 42, {"SLURM_JOB_ID": "500", "SLURM_JOB_USER": "bob"}, SLURM_500)
-    assert owner(tmp_path, 42) == ("500", None, None)
+    assert owner(tmp_path, 42) == ("500", "alice", None)  # its process owner, uid 1000
 
 
 def test_without_a_slurm_cgroup_the_environ_is_taken_with_the_owners_login(tmp_path: Path) -> None:
