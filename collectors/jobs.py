@@ -2,18 +2,25 @@
 
 For each pid, in order:
 
-1. Slurm: ``SLURM_JOB_ID`` in /proc/PID/environ, else a ``/job_<id>/`` cgroup
-   (slurmd's cgroup plugin, v1 and v2) -> ``"<id>"`` (bare, as Slurm prints it);
+1. Slurm: a ``/job_<id>/`` cgroup (slurmd's cgroup plugin, v1 and v2; written by
+   slurmd as root, so the job cannot change it) -> ``"<id>"`` (bare, as Slurm prints
+   it). /proc/PID/environ is the job's own, which its user can set to anything: its
+   ``SLURM_*`` values are taken only where its ``SLURM_JOB_ID`` is the cgroup's
+   (then a job array's task is ``<array job>_<task>``, as squeue names it). Where
+   no Slurm cgroup exists (no cgroup plugin), environ's ``SLURM_JOB_ID`` is taken
+   as the job's: the user's word;
 2. Kubernetes: a ``pod<uid>`` cgroup (cgroupfs ``kubepods/burstable/pod<uid>/``
    or systemd ``kubepods-burstable-pod<uid with _>.slice``) -> ``"pod:<uid>"``;
 3. else the process owner (real uid in /proc/PID/status) -> ``"user:<name>"``.
 
-The user a GPU's energy is charged to (``GpuReading.info["user"]``) is Slurm's
-``SLURM_JOB_USER`` from the same environ, and its team (``info["team"]``) the job's
-Slurm account, ``SLURM_JOB_ACCOUNT``; on Kubernetes both are the pod's namespace
-(``podresources.py``, in ``node.py``). A Slurm job found by its cgroup alone (environ
-not readable) has its process owner as user and no team. A job array's task is
-``<array job>_<task>``, as squeue names it.
+The user a Slurm GPU's energy is charged to (``GpuReading.info["user"]``) is the
+process owner's login name (the kernel's uid, /proc/PID/status): ``SLURM_JOB_USER``
+naming another user is ignored (said at debug level). Its team (``info["team"]``) is the
+job's Slurm account, ``SLURM_JOB_ACCOUNT``, from an environ trusted as above: a
+user can still name another account of their own in it (Slurm's accounting is the
+only source of truth, and is not read here). On Kubernetes both are the pod's
+namespace (``podresources.py``, in ``node.py``). Names are refused unless they are
+printable, without spaces or commas (a comma separates a shared GPU's users).
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
 (NVML's pid order changes from one sample to the next; the key must not), and
@@ -46,6 +53,9 @@ _SLURM_CGROUP = re.compile(r"/job_(\d+)(?:/|$)")
 _POD_CGROUP = re.compile(
     r"pod([0-9a-f]{8}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{4}[-_][0-9a-f]{12})")
 MAX_JOB_CHARS = 256  # the codec's limit on a string
+# What a login name or Slurm account may hold: no comma (it separates a shared GPU's
+# users), no space or control character (a report's, a terminal's lines).
+_NAME = re.compile(rf"[^\s,]{{1,{MAX_JOB_CHARS}}}")
 
 
 def _read_bytes(path: str) -> bytes | None:
@@ -72,11 +82,29 @@ def slurm_job_from_environ(environ: bytes) -> str | None:
     return f"{array}_{task}" if array.isdigit() and task.isdigit() else job
 
 
+def clean_name(text: str | None) -> str | None:
+    """A user or account name as it may be charged: printable, without spaces or
+    commas, at most ``MAX_JOB_CHARS``; anything else is None (refused, not cut)."""
+    if text and _NAME.fullmatch(text) and text.isprintable():
+        return text
+    return None
+
+
 def _environ_text(environ: bytes, key: bytes) -> str | None:
     prefix = key + b"="
     for entry in environ.split(b"\0"):
         if entry.startswith(prefix):
-            return entry[len(prefix):].decode("utf-8", "replace")[:MAX_JOB_CHARS] or None
+            return clean_name(entry[len(prefix):].decode("utf-8", "replace"))
+    return None
+
+
+def slurm_job_id(environ: bytes) -> str | None:
+    """``SLURM_JOB_ID`` alone (a job array's task has its own), to compare with the
+    cgroup's."""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(b"SLURM_JOB_ID="):
+            job = entry[13:].decode("ascii", "replace")
+            return job if job.isdigit() else None
     return None
 
 
@@ -203,35 +231,43 @@ class JobResolver:
             # judged by the devices a process holds open: whether an MPS client holds one
             # of its own is not documented, and on the host's /proc the pid is NVML's.)
             return Owner(None, stamp=stamp, foreign=True)
-        environ = _read_bytes(os.path.join(base, "environ"))
-        job = user = team = None
-        if environ:
-            job = slurm_job_from_environ(environ)
-            user = slurm_user_from_environ(environ)
-            team = slurm_account_from_environ(environ)
-        if job is None:
-            cgroup = _read_bytes(os.path.join(base, "cgroup"))
-            if cgroup:
-                job = job_from_cgroup(cgroup.decode("utf-8", "replace"))
+        job, team, environ_user = self._slurm(base)
+        raw = _read_bytes(os.path.join(base, "status"))
+        status = raw.decode("utf-8", "replace") if raw else ""
+        uid = owner_uid(status)
+        login = clean_name(user_name(uid)) if uid is not None else None
+        user = None
         daemon = False
-        if job is not None and job.isdigit() and not user:
-            # A Slurm job found by its cgroup (environ unreadable): its processes run as
-            # the job's user, the login name SLURM_JOB_USER would give. Its account stays
-            # unknown.
-            raw = _read_bytes(os.path.join(base, "status"))
-            uid = owner_uid(raw.decode("utf-8", "replace")) if raw else None
-            if uid is not None:
-                user = user_name(uid)
+        if job is not None and job[0].isdigit():
+            # The kernel's word on who runs the job: SLURM_JOB_USER naming another is not.
+            user = login
+            if environ_user not in (None, login):
+                log.debug("pid %s: SLURM_JOB_USER %r is not its owner %r; the owner is "
+                          "charged", base, environ_user, login)
         if job is None:
-            raw = _read_bytes(os.path.join(base, "status"))
-            status = raw.decode("utf-8", "replace") if raw else ""
             daemon = status_name(status).startswith(DAEMONS)
-            uid = owner_uid(status)
             if uid is not None:
-                job = "user:" + user_name(uid)
+                job = "user:" + (login or str(uid))
         if job is None and not os.path.isdir(base):
             return None  # the process ended between NVML's answer and now: do not cache
         return Owner(job, user or "", team or "", stamp, daemon)
+
+    def _slurm(self, base: str) -> tuple[str | None, str | None, str | None]:
+        """The job of a process (Slurm or pod, from its cgroup; environ's where trusted),
+        its Slurm account and environ's ``SLURM_JOB_USER`` (both None where environ is
+        not trusted): see the module's doc."""
+        cgroup = _read_bytes(os.path.join(base, "cgroup"))
+        job = job_from_cgroup(cgroup.decode("utf-8", "replace")) if cgroup else None
+        environ = _read_bytes(os.path.join(base, "environ")) or b""
+        said = slurm_job_id(environ)
+        if said is None or (job is not None and said != job):
+            if said is not None and job is not None and job.isdigit():
+                log.debug("pid %s: SLURM_JOB_ID %s is not its cgroup's job %s; "
+                          "the cgroup's is charged", base, said, job)
+            return job, None, None
+        # Environ agrees with slurmd's cgroup, or there is no cgroup to ask.
+        return (slurm_job_from_environ(environ), slurm_account_from_environ(environ),
+                slurm_user_from_environ(environ))
 
     def job_of_pid(self, pid: int) -> str | None:
         got = self.owner(pid)

@@ -20,7 +20,7 @@ from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
-from fleetwatch.pipeline.links import alert_job
+from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -375,9 +375,8 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng,
                                                            a.cluster or None),
                                 className="row-link node-link")]
-        job = alert_job(a)
         evidence: list = [evidence_text(a)]
-        if job:  # the job it names, on its job page
+        for job in alert_jobs(a):  # each job it names (a shared GPU's), on its job page
             evidence += [" · ", dcc.Link(f"job {job}", href=job_href(job, a.cluster or None),
                                          className="job-link")]
         message.append(html.Div(evidence, className="evidence panel-hint"))

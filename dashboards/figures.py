@@ -33,8 +33,9 @@ NO_DATA = (f"No data yet: no GPU has reported in the last {STALE_S / 60:g} minut
 
 def esc(text: str) -> str:
     """Text from agents (node, rack, job names, alert messages) for plotly's labels,
-    which read ``<b>``, ``<br>``, ``<a href>`` and entities as markup."""
-    return html.escape(text, quote=True)
+    which read ``<b>``, ``<br>``, ``<a href>`` and entities as markup. Quotes stay: with
+    ``<`` escaped no tag (nor attribute) can open, and plotly would show ``&quot;``."""
+    return html.escape(text, quote=False)
 
 
 def node_from_label(label: str) -> str:

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import mute, not_in_alertmanager
+from fleetwatch.pipeline.silences import mute, not_in_alertmanager, visible
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -153,9 +153,10 @@ def _details(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence]
     if muted:
         kind, _, who = muted.partition(":")
         ack = acks.get(a.id)
+        who = visible(who)  # an acknowledgement's author as typed (older stores: raw)
         said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
                 "ack": f"acknowledged by {who}"
-                       + (f": {ack.comment}" if ack and ack.comment else "")}[kind]
+                       + (f": {visible(ack.comment)}" if ack and ack.comment else "")}[kind]
         out.append(f"    notifications: {said}")
         problem = next((not_in_alertmanager(s) for s in silences
                         if kind == "silence" and s.id == who), "")

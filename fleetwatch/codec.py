@@ -49,6 +49,12 @@ MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 # A bound on the decoder's known-good strings, should names churn without end.
 _MAX_GOOD = 100_000
 
+# Names that are a path's "this" or "parent" segment: a node or job page's address cannot
+# hold them (a browser resolves /node/.. to /, even written %2E%2E), so no page opens.
+_DOTS = frozenset((".", ".."))
+_DOTS_SAID = ("must not be '.' or '..' (no dashboard page can be addressed by it); "
+              "name it otherwise on the agent")
+
 _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
 
@@ -193,10 +199,13 @@ class Decoder:
         if type(seq) is not int or seq < 0:
             raise FrameError("seq", f"must be a non-negative integer, got {_quote(seq)}")
         text = self._text
+        node = text(node, "node")
+        if node in _DOTS:
+            raise FrameError("node", _DOTS_SAID)
         return Frame(
             cluster=text(cluster, "cluster"),
             rack=text(rack, "rack"),
-            node=text(node, "node"),
+            node=node,
             ts=ts,
             gpus=self._gpus(gpus),
             host=self._host(host),
@@ -238,6 +247,8 @@ class Decoder:
                 model = text(model, f"gpus[{i}].model")
             if job is not None and (type(job) is not str or job not in good):
                 job = text(_shortened(job), f"gpus[{i}].job")
+            if job and "." in job and not _DOTS.isdisjoint(job.split(",")):
+                raise FrameError(f"gpus[{i}].job", _DOTS_SAID)
             try:  # a list or map among the values is unhashable: the careful path names it
                 known = type(info) is dict and (not info or len(info) <= MAX_INFO and (
                     good.issuperset(info) and good.issuperset(info.values())))
@@ -245,6 +256,8 @@ class Decoder:
                 known = False
             if not known:
                 info = self._info(info, f"gpus[{i}].info")
+            if info and ("," in info.get("user", "") or "," in info.get("team", "")):
+                _owners(info, job, f"gpus[{i}].info")
             out.append(gpu_reading(
                 index, uuid, model, metrics_of(metrics, i, "gpu"), job,
                 _STATES[state],  # type: ignore[arg-type]
@@ -347,6 +360,17 @@ def _shortened(job: Any) -> Any:
     if type(job) is str and len(job) > MAX_STR:
         return job[:MAX_STR - len(JOB_CUT)] + JOB_CUT
     return job
+
+
+def _owners(info: Mapping[str, str], job: str | None, where: str) -> None:
+    """A shared GPU's users (teams) are comma-separated, at most one per job (the agent
+    pairs them, ``collectors.jobs``): more would split its energy among made-up owners."""
+    jobs = job.count(",") + 1 if job else 1
+    for key in ("user", "team"):
+        names = info.get(key, "").count(",") + 1
+        if names > jobs:
+            raise FrameError(f"{where}.{key}", f"names {names} comma-separated owners for "
+                             f"{jobs} job(s): at most one per job; a name holds no comma")
 
 
 def _text(value: Any, where: str) -> str:

@@ -12,10 +12,13 @@ are passed in, so that loading a config that sets no option never imports kafka-
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
 from fleetwatch.settings import ConfigError
+
+log = logging.getLogger(__name__)
 
 Role = Literal["producer", "consumer"]
 
@@ -55,6 +58,9 @@ _OWNED_BY: dict[str, dict[str, str]] = {
                              "already sent is skipped",
         "session_timeout_ms": "set bus.session_timeout_s instead",
         "heartbeat_interval_ms": "it is a third of bus.session_timeout_s",
+        "check_crcs": "fleetwatch keeps it on: a record corrupted on a disk or a link "
+                      "would otherwise be stored, a flipped bit in a reading passing the "
+                      "codec's checks",
     },
 }
 
@@ -63,6 +69,21 @@ _NONE_DEFAULT_TYPES: dict[str, type] = {
     "client_id": str, "compression_type": str, "receive_buffer_bytes": int,
     "send_buffer_bytes": int, "proxy_url": str, "socks5_proxy": str,
 }
+# kafka-python writes its integer options into the Kafka protocol's INT32 fields (a
+# FetchRequest's max_bytes, say): a larger value fails every request it is in, with a
+# struct.error, long after start-up.
+INT32_MAX = 2**31 - 1
+# Options that must be above 0: a zero timeout fails every request at once (said as a
+# broker that cannot be reached), a zero size or count fetches or sends nothing.
+_POSITIVE = ("request_timeout_ms", "delivery_timeout_ms", "max_block_ms",
+             "connections_max_idle_ms", "max_poll_interval_ms", "metadata_max_age_ms",
+             "bootstrap_timeout_ms", "transaction_timeout_ms", "max_request_size",
+             "max_partition_fetch_bytes", "fetch_max_bytes", "max_poll_records",
+             "receive_message_max_bytes", "buffer_memory", "consumer_timeout_ms")
+# Options that send all Kafka traffic, SASL's credentials included, through another host:
+# accepted (a network may only reach its brokers so), but said at every load.
+PROXIES = ("socks5_proxy", "proxy_url")
+
 # Text values kafka-python accepts; compression_type's are the installed codecs
 # (``choices``).
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -123,6 +144,14 @@ def _problem(key: str, value: Any, role: Role, defaults: Mapping[str, Any],
         return f"{key} = {value!r}: must be {kind}"
     if typ in (int, float) and value < 0:
         return f"{key} = {value!r}: must be at least 0"
+    if typ in (int, float) and value <= 0 and key in _POSITIVE:
+        return f"{key} = {value!r}: must be above 0 (0 fails or empties every request)"
+    if typ is int and value > INT32_MAX:
+        return (f"{key} = {value!r}: must be at most {INT32_MAX} (the Kafka protocol's "
+                "32-bit field; kafka-python would fail every request with it)")
+    if typ is str and not value.isprintable():
+        return (f"{key} = {value!r}: must hold printable characters only (it is sent to "
+                "the brokers and written in their logs)")
     if key in choices and value not in choices[key]:
         return f"{key} = {value!r}: must be one of {', '.join(map(str, choices[key]))}"
     return None
@@ -166,4 +195,10 @@ def from_config(key: str, value: Any, origin: str) -> dict[str, Any]:
     if not value:
         return check(value, role, {}, origin)
     defaults, choices = producer_defaults() if role == "producer" else consumer_defaults()
-    return check(value, role, defaults, origin, choices)
+    got = check(value, role, defaults, origin, choices)
+    for proxy in (k for k in PROXIES if got.get(k)):
+        log.warning("[bus.kafka_%s] %s = %r: all of this client's Kafka traffic, SASL "
+                    "credentials included, goes through that host; use bus.security_protocol "
+                    "SSL or SASL_SSL so that it cannot read or change it", role, proxy,
+                    got[proxy])
+    return got

@@ -38,6 +38,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any
 
 from fleetwatch.config import Config, ConfigError
+from fleetwatch.pipeline.bus import BusBroken
 from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
@@ -190,6 +191,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except StoreLost as exc:  # its batches are not committed: replayed once fixed
             log.critical("%s; the batches in hand were not committed and are replayed", exc)
             return EXIT_STORE_LOST
+        except BusBroken as exc:  # what to correct; a restart alone does not mend it
+            log.critical("%s", exc)
+            return EXIT_BUS_BROKEN
         processor.flush()  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
@@ -238,6 +242,8 @@ _DRAIN_S = 20.0
 EXIT_OUT_OF_MEMORY = 1
 # The SQLite store's file left its path while the processor wrote it (``StoreLost``).
 EXIT_STORE_LOST = 1
+# The bus client cannot fetch (``pipeline.bus.BusBroken``): non-zero, the cause logged.
+EXIT_BUS_BROKEN = 1
 
 # A child that dies sooner than this after its start is restarted after a
 # growing delay, so that a member that cannot start does not spin.

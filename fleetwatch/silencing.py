@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import matches, not_in_alertmanager, parse_matcher
+from fleetwatch.pipeline.silences import matches, not_in_alertmanager, parse_matcher, visible
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -45,12 +45,25 @@ def _need(store: Store, method: str) -> None:
                            "influx")
 
 
+def _typed(text: str, what: str) -> None:
+    """Refuse text with characters a terminal acts on (ESC, BEL, CR, a bidi override):
+    it is printed in other operators' terminals (`fleetwatch alerts`, `silence list`)."""
+    if not text.isprintable():
+        bad = next(c for c in text if not c.isprintable())
+        raise SilenceError(f"{what} {visible(text)!r} holds the control character "
+                           f"{visible(bad)!r}: other operators' terminals would act on it; "
+                           "write it without")
+
+
 def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
                 start_ts: float | None = None, by: str = "", comment: str = "") -> Silence:
     """Store a silence of ``duration_s`` from ``start_ts`` (default now)."""
     _need(store, "write_silences")
     if not matchers:
         raise SilenceError("a silence needs at least one matcher, e.g. node=node-007")
+    for text, what in [*((m, "matcher") for m in matchers), (by, "--by"),
+                       (comment, "--comment")]:
+        _typed(text, what)
     try:
         parsed = tuple(parse_matcher(m) for m in matchers)
     except ValueError as exc:
@@ -178,6 +191,8 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     _need(store, "write_acks")
     if not by:
         raise SilenceError("say who acknowledges it: --by NAME")
+    _typed(by, "--by")
+    _typed(comment, "--comment")
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceNotFound(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the "
                               "open ones with their ids, as the dashboard's alert tables do "
@@ -191,9 +206,10 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
 
 def describe(s: Silence) -> str:
     fmt = "%Y-%m-%d %H:%M:%S"
-    matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
+    matchers = visible(",".join(f"{n}{op}{v}" for n, op, v in s.matchers))
     line = (f"{s.id}  {matchers}  {time.strftime(fmt, time.gmtime(s.start_ts))} .. "
-            f"{time.strftime(fmt, time.gmtime(s.end_ts))} UTC  {s.created_by}  {s.comment}")
+            f"{time.strftime(fmt, time.gmtime(s.end_ts))} UTC  {visible(s.created_by)}  "
+            f"{visible(s.comment)}")
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "

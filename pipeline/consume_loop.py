@@ -18,7 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
-from fleetwatch.pipeline.bus import BusError, BusRebalancing, Consumer, Message, Partition
+from fleetwatch.pipeline.bus import (
+    BusBroken,
+    BusError,
+    BusRebalancing,
+    Consumer,
+    Message,
+    Partition,
+)
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
 from fleetwatch.pipeline.ownership import Ownership
@@ -264,6 +271,8 @@ class ConsumerLoop:
                     settle(held)
                     if isinstance(exc, StoreLost):  # retrying would write where nobody reads
                         raise
+                    if isinstance(exc, BusBroken):
+                        raise  # fetching has stopped for good: said, not waited out
                     delay = backoff.next()
                     self._rebalancing = isinstance(exc, BusRebalancing)
                     judging = isinstance(exc, StoreError)

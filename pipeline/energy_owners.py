@@ -16,10 +16,14 @@ NO_OWNER: Owner = ("", "", "")
 def split_owner(owner: Owner) -> Owners:
     """A shared GPU's owners: its comma-separated jobs, an equal part each; each part to the
     user (team) at the job's position when there are as many as jobs, else equally to each
-    one named."""
+    one named. More names than jobs (not a frame of fleetwatch's agent, which the codec
+    refuses) are no owners of this GPU: its energy goes to no user (team), never to
+    names made up by splitting one at its commas."""
     job, user, team = owner
     jobs = job.split(",")
     users, teams = user.split(","), team.split(",")
+    users = [""] if len(users) > len(jobs) else users
+    teams = [""] if len(teams) > len(jobs) else teams
     out: dict[Owner, float] = {}
     for i, j in enumerate(jobs):
         us = [users[i]] if len(users) == len(jobs) else users

@@ -7,6 +7,8 @@ topic's ``link``), so a notification tapped at 3 a.m. lands on the GPU, not the 
   (``/node/NODE?cluster=C&gpu=N``; node names repeat across clusters);
 * a node alert: the node's page (``/node/NODE?cluster=C``);
 * a job alert (its message names the job, as the job rules write it): ``/job/ID?cluster=C``;
+  where it names several (a shared GPU's jobs), the node's page, whose "Jobs now" links
+  each (a single link cannot, and a comma-joined id is no job);
 * a rack alert: the fleet page of its cluster (``/?cluster=C``), the dashboard having
   no page of its own for a rack.
 
@@ -20,18 +22,34 @@ from urllib.parse import quote, urlencode
 
 from fleetwatch.pipeline.store.base import Alert, gpu_index
 
-# How the job rules name the job in a message: "GPU 3 on n1 (job 42) lags ...",
-# "job 42 on n1: ...".
-_NAMED_JOB = (re.compile(r"\(job ([^\s()]+)\)"), re.compile(r"^job ([^\s()]+) "))
+
+def _named_jobs(message: str, node: str) -> str | None:
+    """The job text right after the node, as the job rules write it: "GPU 3 on n1 (job 42)
+    lags ...", "job 42 on n1: ...", "job 42 (and 43, 44) hung on n1: ...". Anchored on
+    the alert's own node, so a node named "evil (job 999)" names no job of its own."""
+    after = re.escape(f" on {node}")
+    m = re.search(after + r" \(job (.+?)\)(?::|\s|$)", message)
+    if m:
+        return m.group(1)
+    m = re.match(r"job (.+?)(?: \(and (.+?)\))?(?: hung)?" + after + ":", message)
+    if m:
+        return m.group(1) + ("," + m.group(2).replace(", ", ",") if m.group(2) else "")
+    return None
+
+
+def alert_jobs(a: Alert) -> tuple[str, ...]:
+    """The jobs an alert's message names after its node, as the job rules and GPU alerts
+    write them (a shared GPU's jobs comma-joined, each apart here); () if none."""
+    if not a.node:
+        return ()
+    named = _named_jobs(a.message, a.node)
+    return tuple(j for j in named.split(",") if j) if named else ()
 
 
 def alert_job(a: Alert) -> str | None:
-    """The job an alert's message names, as the job rules write it; None if it names none."""
-    for pattern in _NAMED_JOB:
-        m = pattern.search(a.message)
-        if m:
-            return m.group(1)
-    return None
+    """The one job an alert names; None where it names none or several (``alert_jobs``)."""
+    jobs = alert_jobs(a)
+    return jobs[0] if len(jobs) == 1 else None
 
 
 def alert_path(a: Alert) -> str:

@@ -41,6 +41,16 @@ NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
 RACK_EXPLAINS_RULES = frozenset({"node_cooling"})
 
 
+def visible(text: str) -> str:
+    """Text people typed (an acknowledgement's or silence's author and comment), each
+    character a terminal would act on (ESC, BEL, CR, a bidi override) written as its escape
+    (``\\x1b``): a store of an older release may hold such text, refused now at input."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 def labels(alert: Alert) -> dict[str, str]:
     out = {name: str(getattr(alert, name)) for name in LABELS}
     out["scope"] = scope_of(alert)

@@ -31,6 +31,12 @@ class BusError(RuntimeError):
     """The bus cannot take or give messages right now (broker away, timeout)."""
 
 
+class BusBroken(RuntimeError):
+    """The bus client cannot go on: a request it cannot even encode (a value outside the
+    Kafka protocol's range) fails its fetch, after which kafka-python fetches nothing and
+    says nothing. Waiting would store nothing for ever: the processor stops, naming it."""
+
+
 class BusRebalancing(BusError):
     """The consumer group is rebalancing (a member joined or left): what was read is
     committed after it. Routine (every rolling upgrade step), not an outage."""

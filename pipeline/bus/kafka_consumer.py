@@ -12,6 +12,7 @@ every 2 s. ``listen`` hands assignments and revocations to the processor
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -23,7 +24,14 @@ from kafka import ConsumerRebalanceListener, TopicPartition
 from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
-from fleetwatch.pipeline.bus import BusError, BusRebalancing, Message, Partition, Rebalance
+from fleetwatch.pipeline.bus import (
+    BusBroken,
+    BusError,
+    BusRebalancing,
+    Message,
+    Partition,
+    Rebalance,
+)
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener, refused_options
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 
@@ -138,6 +146,12 @@ class KafkaConsumer:
                 return []
             if isinstance(exc, kerr.KafkaError):
                 raise BusError(f"cannot poll {self._topic!r}: {exc}") from exc
+            if isinstance(exc, struct.error):
+                raise BusBroken(
+                    f"kafka-python cannot encode its fetch request for {self._topic!r} "
+                    f"(struct.error: {exc}): an integer option of [bus.kafka_consumer] is "
+                    "outside the Kafka protocol's 32-bit range; correct it and start the "
+                    "processor again") from exc
             raise
         finally:
             self._polling_since = None

@@ -12,6 +12,18 @@ from fleetwatch.collectors.nvml import FakeNvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
+# The login names of the test trees' uids (a Slurm job's user is its process owner's).
+LOGINS = {0: "root", 1000: "alice", 1001: "bob", 1002: "carol", 1003: "erin", 1004: "frank"}
+UIDS = {name: uid for uid, name in LOGINS.items()}
+
+
+@pytest.fixture(autouse=True)
+def logins(monkeypatch: pytest.MonkeyPatch) -> dict[int, str]:
+    """This machine's passwd does not hold the test trees' users: ``LOGINS`` stands in."""
+    from fleetwatch.collectors import jobs
+    monkeypatch.setattr(jobs, "user_name", lambda uid: LOGINS.get(uid, str(uid)))
+    return LOGINS
+
 
 class Clock:
     """A monotonic clock that only moves when the test says so."""

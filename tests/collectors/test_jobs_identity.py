@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fleetwatch.collectors.jobs import JobResolver, start_time
+from tests.collectors.conftest import UIDS
 
 
 def put(proc: Path, pid: int, job: str | None, user: str = "", start: int | None = None,
@@ -13,6 +14,7 @@ def put(proc: Path, pid: int, job: str | None, user: str = "", start: int | None
     d.mkdir(exist_ok=True)
     env = f"SLURM_JOB_ID={job}\0SLURM_JOB_USER={user}\0" if job else "PATH=/bin\0"
     (d / "environ").write_bytes(env.encode())
+    uid = UIDS.get(user, uid)
     (d / "status").write_text(f"Name:\t{name}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
     (d / "cgroup").write_text(cgroup or "0::/user.slice\n")
     if start is not None:

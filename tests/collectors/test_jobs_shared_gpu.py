@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.collectors.jobs import JobResolver, Owner
+from tests.collectors.conftest import UIDS
 
 
 @pytest.fixture
@@ -19,6 +20,8 @@ def proc(tmp_path: Path) -> Path:
         (tmp_path / str(pid)).mkdir()
         (tmp_path / str(pid) / "environ").write_bytes(
             b"PATH=/usr/bin\0SLURM_JOB_ID=" + job + b"\0SLURM_JOB_USER=" + user + b"\0")
+        uid = UIDS[user.decode()]  # the job's user is its process owner
+        (tmp_path / str(pid) / "status").write_text(f"Name:\tx\nUid:\t{uid}\t{uid}\t0\t0\n")
     (tmp_path / "31").mkdir()
     (tmp_path / "31" / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_444/step_0\n")
     (tmp_path / "41").mkdir()

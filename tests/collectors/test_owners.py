@@ -1,5 +1,6 @@
-"""Who a GPU's energy is charged to on a real cluster: the Slurm job's user and account
-(team), read from the GPU's processes' environ; on Kubernetes, the pod's namespace as
+"""Who a GPU's energy is charged to on a real cluster: the Slurm job (slurmd's cgroup), its
+user (the process owner) and account (team, from an environ that agrees with the cgroup);
+on Kubernetes, the pod's namespace as
 user and team and ``<namespace>/<pod>`` as the job, from the kubelet."""
 
 from __future__ import annotations
@@ -152,3 +153,25 @@ def test_a_gpu_time_sliced_by_pods_of_one_namespace_is_that_namespaces(
     assert "pod" not in g.info and "container" not in g.info  # neither is named as the one
     assert (g.info["namespace"], g.info["user"], g.info["team"]) == (
         "inference", "inference", "inference")
+
+
+def test_a_job_that_rewrites_its_environ_is_still_billed_to_its_cgroup_and_owner(
+        tree: NodeTree, tmp_path: Path) -> None:
+    """r21 security review: pid 1001 (cgroup job_12345, uid 1000 = alice) exports another
+    job, a list of users and accounts; the frame and the ledger keep to what slurmd and the
+    kernel say."""
+    (tree.proc / "1001" / "environ").write_bytes(
+        b"SLURM_JOB_ID=777\0SLURM_JOB_USER=alice,bob\0SLURM_JOB_ACCOUNT=physics,chem\0")
+    nv = FakeNvml.of(2)
+    nv.gpus[0].pids = [1001]
+    source = node_source(config(tree), nvml=nv)
+    t0 = time.time()
+    frames = [source.frames(t0)[0], source.frames(t0 + 15)[0]]
+    source.close()
+    g0 = frames[0].gpus[0]
+    assert (g0.job, g0.info.get("user"), g0.info.get("team")) == ("12345", "alice", None)
+    store = SqliteStore(tmp_path / "s.db")
+    EnergyIntegrator(store).observe(frames)
+    rows = [r for r in store.energy(0, 1e12) if r.device == "gpu0"]
+    store.close()
+    assert {(r.job, r.user, r.team) for r in rows} == {("12345", "alice", "")}

@@ -195,3 +195,25 @@ def test_each_store_refused_dead_letter_names_its_own_frame(tmp_path: Path) -> N
     assert "future2099" not in reasons[b"future3d"] and iso(far) not in reasons[b"future3d"]
     assert all("outside the times the store keeps" in r for r in reasons.values())
     assert processor.stats.store_rejected == 2 and processor.stats.by_reason == {"store": 2}
+
+
+def test_frames_naming_a_dot_node_or_a_shared_gpus_made_up_users_are_dead_letters(
+        tmp_path: Path) -> None:
+    """r21 security review: a node ".." (its page cannot be addressed) and a job's user
+    "alice,bob" (one job's energy split among made-up users) are refused, saying why."""
+    import dataclasses
+
+    bus = MemoryBus()
+    p = bus.producer()
+    p.send(TOPIC, encode(frame("..")), b"dots")
+    split = frame("n1")
+    gpu = dataclasses.replace(split.gpus[0], job="500", info={"user": "alice,bob"})
+    p.send(TOPIC, encode(dataclasses.replace(split, gpus=(gpu,))), b"n1")
+    p.send(TOPIC, encode(frame("good")), b"good")
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store, dead_letters=p, dead_letter_topic=DEAD)
+    processor.handle(bus.consumer(TOPIC, "g").poll(10, 0))
+    reasons = [dict(m.headers)["reason"].decode() for m in bus.messages(DEAD)]
+    assert reasons[0].startswith("node: must not be '.' or '..'")
+    assert reasons[1].startswith("gpus[0].info.user: names 2 comma-separated owners for 1")
+    assert processor.stats.frames == 1

@@ -28,13 +28,11 @@ retries = 5
 max_poll_records = 7
 fetch_max_bytes = 1048576
 isolation_level = "read_committed"
-check_crcs = false
 """), env={})
     assert config.bus.kafka_producer == {"compression_type": "zstd", "linger_ms": 20,
                                          "retries": 5}
     assert config.bus.kafka_consumer == {"max_poll_records": 7, "fetch_max_bytes": 1048576,
-                                         "isolation_level": "read_committed",
-                                         "check_crcs": False}
+                                         "isolation_level": "read_committed"}
     assert load(None, env={}).bus.kafka_producer == {}
 
 
@@ -60,6 +58,19 @@ check_crcs = false
     ("[bus.kafka_producer]\nsasl_plain_password = \"pw\"", "bus.sasl_*"),
     ("[bus.kafka_consumer]\nsession_timeout_ms = 6000", "set bus.session_timeout_s instead"),
     ("[bus.kafka_producer]\npartitioner = \"x\"", "its value is a Python object"),
+    ("[bus.kafka_consumer]\nmax_partition_fetch_bytes = 2147483648",
+     "max_partition_fetch_bytes = 2147483648: must be at most 2147483647 (the Kafka "
+     "protocol's 32-bit field"),
+    ("[bus.kafka_consumer]\nfetch_max_bytes = 1099511627776", "must be at most 2147483647"),
+    ("[bus.kafka_consumer]\nfetch_min_bytes = 1099511627776", "must be at most 2147483647"),
+    ("[bus.kafka_producer]\nmax_request_size = 1099511627776", "must be at most 2147483647"),
+    ("[bus.kafka_producer]\nrequest_timeout_ms = 0", "request_timeout_ms = 0: must be above 0"),
+    ("[bus.kafka_producer]\ndelivery_timeout_ms = 0", "delivery_timeout_ms = 0: must be above"),
+    ("[bus.kafka_producer]\nmax_block_ms = 0", "max_block_ms = 0: must be above 0"),
+    ("[bus.kafka_producer]\nconnections_max_idle_ms = 0", "connections_max_idle_ms = 0: must"),
+    ("[bus.kafka_consumer]\ncheck_crcs = false", "check_crcs: fleetwatch sets this"),
+    ("[bus.kafka_producer]\nclient_id = \"x\\n\\u001b[31m\"",
+     "client_id = 'x\\n\\x1b[31m': must hold printable characters only"),
     ("[bus.kafka_consumer]\nrequest_timeout_ms = 400",
      "fetch_max_wait_ms (500) < request_timeout_ms (400) < connections_max_idle_ms"),
 ])
@@ -69,6 +80,13 @@ def test_a_wrong_option_is_named_with_what_to_do(tmp_path: Path, table: str,
         load(write(tmp_path, table), env={})
     assert said in str(caught.value)
     assert str(tmp_path / "f.toml") in str(caught.value)
+
+
+def test_a_proxy_is_accepted_and_said(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    config = load(write(tmp_path, '[bus.kafka_producer]\nsocks5_proxy = "socks5://p:1080"'),
+                  env={})
+    assert config.bus.kafka_producer == {"socks5_proxy": "socks5://p:1080"}
+    assert "SASL credentials included, goes through that host" in caplog.text
 
 
 def test_the_tables_come_from_the_file_not_the_environment() -> None:

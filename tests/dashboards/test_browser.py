@@ -191,7 +191,7 @@ def test_stale_store_says_since_when_and_never_no_data_yet(dash_duo, sim_fleet: 
 
 
 HOSTILE = "<img src=x onerror=alert(1)>"
-SLASHED = "a/b?c#d"
+SLASHED = 'a/b?c#d "q"'  # a quote shows as written, not as &quot;
 
 
 def test_hostile_node_names_are_shown_as_written_and_link_right(dash_duo, tmp_path: Path) -> None:

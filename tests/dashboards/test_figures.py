@@ -169,6 +169,15 @@ def test_names_and_texts_from_agents_are_escaped_for_plotly() -> None:
     assert figures.node_from_label(figures.esc(HOSTILE)) == HOSTILE
 
 
+def test_quotes_in_names_are_shown_as_written() -> None:
+    name = '<a href="javascript:alert(2)">n1</a>'
+    assert figures.esc(name) == '&lt;a href="javascript:alert(2)"&gt;n1&lt;/a&gt;'
+    assert figures.esc("o'neil") == "o'neil"
+    fig = figures.fleet_heatmap([cell(name, 0, 60)], [])
+    assert '&lt;a href="javascript:alert(2)"&gt;n1&lt;/a&gt;' in list(heatmap_trace(fig).y)
+    assert figures.node_from_label(figures.esc(name)) == name
+
+
 def test_node_figure_draws_the_limit_and_brings_the_focused_gpu_forward() -> None:
     start, end = int((NOW - 3600) * 1000), int(NOW * 1000)
     series = {0: [(start + 1000, 60.0)], 3: [(start + 1000, 80.0)], 5: [(start + 1000, 70.0)]}

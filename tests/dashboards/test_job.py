@@ -8,6 +8,7 @@ from pathlib import Path
 
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.dashboards import components, job, job_data
+from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -112,10 +113,27 @@ def test_an_alert_table_links_the_job_its_message_names() -> None:
     hung = dataclasses.replace(alert("n1", None, rule="job_hung"), id="h",
                                message="job 17/a hung on n1: its 8 GPUs have a kernel ...")
     plain = alert("n2", 1)
-    assert [components.alert_job(a) for a in (lagging, hung, plain)] == ["42", "17/a", None]
+    assert [alert_jobs(a) for a in (lagging, hung, plain)] == [("42",), ("17/a",), ()]
     table = components.alert_table([lagging, hung, plain], NOW, "t")
     hrefs = [c.href for c in _walk(table) if getattr(c, "className", "") == "job-link"]
     assert hrefs == ["/job/42?cluster=sim", "/job/17%2Fa?cluster=sim"]
+
+
+def test_an_alert_on_a_shared_gpu_links_each_of_its_jobs() -> None:
+    xid = dataclasses.replace(alert("n1", 2, rule="gpu_xid_critical"),
+                              message="GPU 2 on n1 (job 111,222): XID 79 (fallen off the bus)")
+    table = components.alert_table([xid], NOW, "t")
+    links = [(c.children, c.href) for c in _walk(table)
+             if getattr(c, "className", "") == "job-link"]
+    assert links == [("job 111", "/job/111?cluster=sim"), ("job 222", "/job/222?cluster=sim")]
+
+
+def test_a_node_named_like_a_job_names_no_job() -> None:
+    a = dataclasses.replace(alert("evil (job 999)", 3, rule="gpu_straggler"),
+                            message="GPU 3 on evil (job 999) (job 42) lags its job peers")
+    assert alert_jobs(a) == ("42",)
+    b = dataclasses.replace(a, message="GPU 3 on evil (job 999) lags its job peers")
+    assert alert_jobs(b) == ()
 
 
 def _walk(c: object) -> list:

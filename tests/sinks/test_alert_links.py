@@ -5,7 +5,7 @@ alert, the fleet page of the rack's cluster for a rack alert."""
 from __future__ import annotations
 
 from fleetwatch.dashboards.components import job_href, node_href
-from fleetwatch.pipeline.links import alert_url
+from fleetwatch.pipeline.links import alert_jobs, alert_url
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 from fleetwatch.pipeline.sinks.base import change_json
@@ -42,6 +42,24 @@ def test_a_job_alert_links_to_the_job_page() -> None:
     a = alert("host", rule="job_hung", message="job 42/b on gpu-a01: its 8 GPUs ...")
     assert alert_url(BASE, a) == "https://fleet.example.com/dash" + job_href(
         "42/b", cluster="prod-a")
+
+
+def test_a_job_alert_on_a_shared_gpu_links_the_gpu_on_its_node_page() -> None:
+    a = alert(rule="job_straggler", message="GPU 3 on gpu-a01 (job 111,222) lags its peers")
+    assert alert_url(BASE, a) == "https://fleet.example.com/dash/node/gpu-a01?cluster=prod-a&gpu=3"
+    assert alert_jobs(a) == ("111", "222")
+
+
+def test_the_job_link_never_comes_from_the_node_name() -> None:
+    a = alert(node="evil (job 999)", rule="job_straggler",
+              message="GPU 3 on evil (job 999) (job 42) lags")
+    assert alert_url(BASE, a) == "https://fleet.example.com/dash/job/42?cluster=prod-a"
+
+
+def test_a_hung_alert_names_each_of_its_jobs() -> None:
+    a = alert("host", rule="job_hung", message="job 7 (and 8, 9) hung on gpu-a01: its 8 GPUs")
+    assert alert_jobs(a) == ("7", "8", "9")
+    assert alert_url(BASE, a) == "https://fleet.example.com/dash/node/gpu-a01?cluster=prod-a"
 
 
 def test_odd_names_are_quoted_and_no_base_gives_no_link() -> None:
