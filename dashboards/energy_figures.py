@@ -10,7 +10,7 @@ import plotly.graph_objects as go
 
 from fleetwatch.dashboards import theme
 from fleetwatch.dashboards.energy_data import Share
-from fleetwatch.dashboards.figures import empty_figure
+from fleetwatch.dashboards.figures import empty_figure, esc
 
 CLUSTER_COLOURS = ("#56b4e9", "#009e73", "#cc79a7", "#7aa2f7", "#9ece6a", "#bb9af7",
                    "#2ac3de", "#80b1d3")
@@ -53,8 +53,8 @@ def per_hour(hours: Sequence[int], series: Mapping[str, list[float]], y_title: s
     spans = [span_label(h, step) for h in hours]
     for i, (name, ys) in enumerate(sorted(series.items())):
         fig.add_bar(x=x, y=ys, name=name, marker_color=CLUSTER_COLOURS[i % len(CLUSTER_COLOURS)],
-                    width=step * 1000 * 0.9, customdata=spans,
-                    hovertemplate=f"{name}: %{{y:.2f}} {y_title}<extra>%{{customdata}}</extra>")
+                    width=step * 1000 * 0.9, customdata=spans, meta=esc(name),  # data, not template
+                    hovertemplate=f"%{{meta}}: %{{y:.2f}} {y_title}<extra>%{{customdata}}</extra>")
     _layout(fig, height, y_title)
     fig.update_xaxes(type="date", range=[_utc(min(hours)), _utc(max(hours) + step)])
     return fig
@@ -81,15 +81,15 @@ def idle_share(hours: Sequence[int], shares: Mapping[str, Sequence[float | None]
         fig.add_scatter(x=x, y=[None if y is None else 100 * y for y in ys], name=name,
                         mode="lines+markers" if len(hours) == 1 else "lines",
                         line={"color": colour, "width": 2}, marker={"size": 8},
-                        customdata=[[100 * m, h] for m, h in zip(gone, gone_h)],
-                        hovertemplate=(f"{name}: %{{y:.1f}}% idle · %{{customdata[0]:.0f}}% "
+                        customdata=[[100 * m, h] for m, h in zip(gone, gone_h)], meta=esc(name),
+                        hovertemplate=("%{meta}: %{y:.1f}% idle · %{customdata[0]:.0f}% "
                                        "of GPU time without data (%{customdata[1]:.2g} GPU-h)"
                                        "<extra>%{x}</extra>"))
         if any(gone):  # a shaded bar over each hour with time missing, none elsewhere
             fig.add_bar(x=x, y=[100 * m for m in gone], name=f"{name}: no data",
                         marker={"color": theme.MUTED, "opacity": 0.35},
-                        width=3600 * 1000 * 0.9, customdata=gone_h,
-                        hovertemplate=(f"{name}: %{{y:.0f}}% of GPU time without data "
+                        width=3600 * 1000 * 0.9, customdata=gone_h, meta=esc(name),
+                        hovertemplate=("%{meta}: %{y:.0f}% of GPU time without data "
                                        "(%{customdata:.2g} GPU-h): unknown, not idle or "
                                        "busy<extra>%{x}</extra>"))
     _layout(fig, height, "% of GPU time")

@@ -218,8 +218,10 @@ def job_figure(metric: str, title: str, lines: Mapping[GpuKey, list[tuple[int, f
             x=[figures.utc(ts) for ts in xs], y=ys, mode="lines", connectgaps=False,
             name=name, line={"width": 3 if red else 1.5, "color": theme.FIRING if red else
                              theme.GPU_COLOURS[i % len(theme.GPU_COLOURS)]},
-            hovertemplate=f"{figures.esc(name)}  %{{y:.1f}} {figures.unit(metric)}"
-                          "<extra></extra>"))
+            # The node's name as data (meta), never in the template: plotly would read a
+            # "%{...}" in it as a field of its own.
+            meta=figures.esc(name),
+            hovertemplate=f"%{{meta}}  %{{y:.1f}} {figures.unit(metric)}<extra></extra>"))
     figures._base_layout(fig, height)
     fig.update_layout(margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified",
                       showlegend=primary and len(lines) <= 32,

@@ -63,7 +63,7 @@ def test_fleetwatch_alerts_go_to_the_gpu_on_call(rule: str, severity: str,
 
 def test_every_alert_about_fleetwatch_itself_goes_to_whoever_runs_it() -> None:
     rules = [r for g in yaml.safe_load(RULES.read_text())["groups"] for r in g["rules"]]
-    assert len(rules) == 14
+    assert len(rules) == 16  # with the learned models' two (no GPU judged; versions differ)
     for r in rules:
         severity = r["labels"]["severity"]
         expected = "platform-pager" if severity == "critical" else "platform-chat"
