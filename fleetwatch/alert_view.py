@@ -118,21 +118,27 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
           acks: Mapping[str, Acknowledgement], now: float,
-          ended: float | None = None, width: int = 0, short: bool = False) -> list[str]:
+          ended: float | None = None, width: int = 0, short: bool = False,
+          piped: bool = False) -> list[str]:
     """The table: a heading line per alert and its id on a line of its own (what ``ack``
     takes, copied whole), then what, the evidence, the action and why it is muted,
     indented (``short``: the heading and id only). ``ended``: when the data ended
-    (``data_end``), if they did. ``width``: the terminal's, lines wrapped to it (0: none,
-    one line per field for grep)."""
+    (``data_end``), if they did. ``width``: the terminal's, lines wrapped to it (0: none).
+    ``piped``: the previous release's layout, which scripts parse (``grep ^FIRING | awk
+    '{print $NF}'``): the id ends the heading line, nothing wrapped."""
     open_alerts = [a for a in alerts if a.state != "resolved"]
     out: list[str] = []
     for a in ordered(alerts):
-        out += fit(f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  "
-                    f"{when(a, now, ended)}", width)
-        out.append(f"    id {a.id}")  # never wrapped: a broken id cannot be pasted
+        heading = (f"{a.state.upper():8} {a.severity:8} {a.rule}  {where(a)}  "
+                   f"{when(a, now, ended)}")
+        if piped:
+            out.append(f"{heading}  id {a.id}")
+        else:
+            out += fit(heading, width)
+            out.append(f"    id {a.id}")  # never wrapped: a broken id cannot be pasted
         if not short:
             out += [w for line in _details(a, open_alerts, silences, acks, now)
-                    for w in fit(line, width)]
+                    for w in fit(line, 0 if piped else width)]
     return out
 
 

@@ -384,10 +384,13 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
         return EXIT_OK
-    # The terminal's width (COLUMNS, else the tty's); 0 when piped: lines kept whole for grep.
-    width = shutil.get_terminal_size((0, 0)).columns
+    # A pipe gets the previous release's lines, whole, which scripts grep and awk (`--json`
+    # is the stable form); a terminal its width ($COLUMNS, else the tty's) and a storm's
+    # per-rule summary. isatty first: COLUMNS is exported into many pipes.
+    piped = not sys.stdout.isatty()
+    width = 0 if piped else shutil.get_terminal_size((0, 0)).columns
     print("\n".join(fit(f"{headline(alerts)} alerts{scope} in {name} (times UTC)", width)))
-    summed = rule_summary(alerts)
+    summed = [] if piped else rule_summary(alerts)
     if len(summed) < len(alerts):  # a storm: its rules first, a line each
         for line in summed:
             print("\n".join(fit(line, width)))
@@ -396,7 +399,7 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
             f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
             "the data left them (a replay store, `fleetwatch up` still catching up, or the "
             "pipeline stopped)", width)))
-    for line in lines(alerts, silences, acks, now, ended, width, args.short):
+    for line in lines(alerts, silences, acks, now, ended, width, args.short, piped):
         print(line)
     return EXIT_OK
 

@@ -21,7 +21,7 @@ CLEAR = "fixed\x1b[2J\x1b[H\x1b[32mALL CLEAR\x1b[0m\rX"
 def alert_id(store: Path, capsys: pytest.CaptureFixture[str]) -> str:  # noqa: F811
     assert main(["alerts", "--store", str(store)]) == 0
     out = capsys.readouterr().out.splitlines()
-    return [line[len("    id "):] for line in out if line.startswith("    id ")][0]
+    return [line.split()[-1] for line in out[1:] if not line.startswith("    ")][0]
 
 
 @pytest.mark.parametrize("args", [["--by", "mallory\x1b]0;pwned\x07"], ["--by", "bob",
