@@ -351,10 +351,6 @@ def parser() -> argparse.ArgumentParser:
                         help="how long, with its unit: 30m, 2h, 1d (default 1h)")
     si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
     si_add.add_argument("--comment", default="", help="why")
-    si_add.add_argument("--force", action="store_true",
-                        help="silence node=X although X has sent no data in the last 7 days "
-                             "(a node not reporting yet); without it such a silence is refused "
-                             "with the names it may have meant")
     si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
     si_list.add_argument("--all", action="store_true",
                          help="every silence, expired ones too (default: those in force now)")

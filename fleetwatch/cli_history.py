@@ -274,10 +274,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         if args.action == "add":
-            refused = _check_node(store, args.matchers, args.force)
-            if refused:
-                print(f"fleetwatch silence: {refused}", file=sys.stderr)
-                return EXIT_USAGE
+            unknown = _unknown_silenced_node(store, args.matchers)
             s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
             print(s.id)  # alone on stdout: ID=$(fleetwatch silence add ...) for a script
             matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
@@ -285,6 +282,10 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
             print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            if unknown:
+                print(f"fleetwatch silence: WARNING: {unknown} Silenced anyway (a node not "
+                      f"reporting yet); if it is a typo, `fleetwatch silence expire {s.id}` "
+                      "and silence the right name.", file=sys.stderr)
             warning = cluster_scope_warning(s.matchers, _clusters_of_node(store, s.matchers))
             if warning:
                 print(warning.replace("expire it", f"`fleetwatch silence expire {s.id}`"),
@@ -404,26 +405,18 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _check_node(store: Any, matchers: Any, force: bool) -> str:
-    """Why a silence of ``node=X`` is refused: X sent no data in the last week and has no
-    open alert (a typo mutes nothing while the real node keeps paging); "" to go on. With
-    ``force`` (a node not reporting yet) or a store that knows no node yet, said as a
-    warning instead."""
+def _unknown_silenced_node(store: Any, matchers: Any) -> str:
+    """The warning for a silence of ``node=X`` where X sent no data in the last week and
+    has no open alert: a typo (it names the near ones) mutes nothing while the real node
+    keeps pages coming; "" otherwise. Only a warning: a node not reporting yet (a new rack,
+    back from RMA) is silenced before it joins, as automation does."""
     from fleetwatch.silencing import named_node, unknown_node
 
     node = named_node(matchers)
     if node is None or any(a.node == node for a in store.alerts()):
         return ""
-    nodes = _nodes_seen(store, time.time())
-    said = unknown_node(node, nodes)
-    if not said:
-        return ""
-    said += "" if said.endswith("?") else "."
-    if force or not nodes:
-        print(f"warning: {said} Silenced anyway.", file=sys.stderr)
-        return ""
-    return (f"{said} Nothing silenced: name a node that reports, or add --force to "
-            f"silence {node} before it reports.")
+    said = unknown_node(node, _nodes_seen(store, time.time()))
+    return said + ("" if not said or said.endswith("?") else ".")
 
 
 def _unknown_cluster(store: Any, cluster: str, now: float) -> str:

@@ -1,6 +1,6 @@
-"""``silence add node=X`` for a node the store does not know (a typo at 3 a.m.) is refused
-with the names it may have meant, as ``alerts --node`` suggests them, unless forced for a
-node that is not reporting yet; and every silence says how many open alerts it mutes now."""
+"""``silence add node=X`` for a node the store does not know (a typo at 3 a.m., or a node
+not reporting yet) is silenced with a warning naming the nodes it may have meant, as
+``alerts --node`` suggests them; and every silence says how many open alerts it mutes now."""
 
 from __future__ import annotations
 
@@ -36,24 +36,29 @@ def _store(path: Path) -> str:
     return str(path)
 
 
-def test_a_typo_is_refused_with_did_you_mean_and_nothing_is_stored(
+def test_a_typo_is_silenced_with_a_warning_that_says_did_you_mean(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = _store(tmp_path / "f.db")
-    assert main(["silence", "add", "node=gpu-a9", "--for", "2h", "--store", db]) == 2
-    out, err = capsys.readouterr()
-    assert out == "" and "did you mean " in err and "gpu-a01" in err and "--force" in err
-    assert SqliteStore(db, read_only=True).silences() == []
-
-
-def test_force_silences_a_node_not_reporting_yet_and_says_it_mutes_nothing_now(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    db = _store(tmp_path / "f.db")
-    assert main(["silence", "add", "node=gpu-c01", "--for", "2h", "--force",
-                 "--store", db]) == 0
+    assert main(["silence", "add", "node=gpu-a9", "--for", "2h", "--store", db]) == 0
     out, err = capsys.readouterr()
     (s,) = SqliteStore(db, read_only=True).silences()
-    assert out.strip() == s.id
-    assert "no node 'gpu-c01'" in err and "matches no open alert now" in err
+    assert out.strip() == s.id  # ID=$(fleetwatch silence add ...) still gets it
+    assert "WARNING: no node 'gpu-a9'" in err and "did you mean " in err and "gpu-a01" in err
+    assert "matches no open alert now" in err and f"fleetwatch silence expire {s.id}" in err
+
+
+def test_a_node_not_reporting_yet_is_silenced_with_a_warning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's example: node-007 silenced before it joins a fleet of node-000..003."""
+    db = _store(tmp_path / "f.db")
+    assert main(["silence", "add", "node=node-007", "--for", "2h", "--store", db]) == 0
+    out, err = capsys.readouterr()
+    (s,) = SqliteStore(db, read_only=True).silences()
+    assert out.strip() == s.id and s.matchers == (("node", "=", "node-007"),)
+    assert "no node 'node-007'" in err and "matches no open alert now" in err
+    with pytest.raises(SystemExit) as exit_:  # --force is gone: it meant nothing more
+        main(["silence", "add", "node=gpu-c01", "--force", "--store", db])
+    assert exit_.value.code == 2
 
 
 def test_a_known_node_says_how_many_open_alerts_it_mutes(
