@@ -134,7 +134,7 @@ def _phases_without_model(meta: dict[str, Any]) -> str:
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.report_files import report_month
-    from fleetwatch.report_month import ReportError
+    from fleetwatch.report_month import ReportError, ZoneError
 
     try:
         # An empty --cluster (an unset variable) means every cluster, as in `alerts`.
@@ -144,7 +144,7 @@ def cmd_report(config: Config, args: argparse.Namespace) -> int:
         # `up` left here, if any), not as a failed read of the ledger.
         missing = _missing_store(config) if isinstance(exc.__cause__, StoreError) else None
         print(f"fleetwatch report: {missing or exc}", file=sys.stderr)
-        return EXIT_ERROR
+        return EXIT_USAGE if isinstance(exc, ZoneError) else EXIT_ERROR
     return EXIT_OK
 
 

@@ -21,7 +21,14 @@ from fleetwatch.config import Config
 from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
 from fleetwatch.report import KINDS, Progress, Report, build_chunks, ledger_chunks
-from fleetwatch.report_month import ReportError, month_span, resolve_month, zone
+from fleetwatch.report_month import (
+    ReportError,
+    ZoneError,
+    month_span,
+    resolve_month,
+    zone,
+    zone_name,
+)
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for
@@ -158,9 +165,9 @@ def report_month(config: Config, month: str, out_dir: str | Path,
 
     tz = config.energy.timezone if tz is None else tz
     try:
-        zone(tz)
-    except ReportError as exc:
-        raise ReportError(f"--tz: {exc}") from None
+        tz = zone_name(tz)  # as the database spells it: "utc" is reported as "UTC"
+    except ZoneError as exc:
+        raise ZoneError(f"--tz: {exc}") from None
     month = resolve_month(month, time.time(), tz)
     month_span(month, tz)  # a wrong month is said before the store is opened
     try:

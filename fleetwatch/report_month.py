@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import NamedTuple
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from fleetwatch.pipeline.store.ledger import EnergyRow
 
@@ -14,6 +14,10 @@ DAY_S = 86_400
 
 class ReportError(ValueError):
     """The report cannot be made as asked (a bad month, an empty store)."""
+
+
+class ZoneError(ReportError):
+    """A time zone name zoneinfo does not know: a usage error (exit 2)."""
 
 
 # A projection needs data for at least this share of the time since the data began: a
@@ -126,15 +130,28 @@ def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> f
     return max(float(first), min(first + bucket_s, now) - followed)
 
 
-def zone(name: str) -> ZoneInfo:
-    """The IANA time zone ``name`` (``Europe/Berlin``, ``UTC``); a name the system's time
-    zone database does not have raises ``ReportError`` saying so."""
+def zone_name(name: str) -> str:
+    """``name`` as the time zone database spells it: as given where it has it, else the
+    one name it has that differs only in case (``utc`` -> ``UTC``, ``europe/berlin``); a
+    name it does not have, or two it has in different cases, raises ``ZoneError``."""
     try:
-        return ZoneInfo(name)
+        ZoneInfo(name)
+        return name
     except (ZoneInfoNotFoundError, ValueError):
-        raise ReportError(f"time zone {name!r} is not an IANA time zone name (e.g. UTC, "
-                          "Europe/Berlin, Asia/Tokyo, America/New_York); see `timedatectl "
-                          "list-timezones`, or install tzdata") from None
+        pass
+    same = [z for z in available_timezones() if z.casefold() == name.casefold()]
+    if len(same) == 1:
+        return same[0]
+    raise ZoneError(f"time zone {name!r} is not an IANA time zone name (e.g. UTC, "
+                    "Europe/Berlin, Asia/Tokyo, America/New_York); see `timedatectl "
+                    "list-timezones`, or install tzdata")
+
+
+def zone(name: str) -> ZoneInfo:
+    """The IANA time zone ``name`` (``Europe/Berlin``, ``UTC``, in any case where only
+    one name matches: ``zone_name``); a name the system's time zone database does not have
+    raises ``ZoneError`` saying so."""
+    return ZoneInfo(zone_name(name))
 
 
 def resolve_month(month: str, now: float, tz: str = "UTC") -> str:

@@ -23,6 +23,7 @@ from fleetwatch.report_month import (
     ledger_span,
     month_span,
     resolve_month,
+    zone_name,
 )
 
 
@@ -73,6 +74,14 @@ def test_a_half_hour_offset_splits_the_edge_hours_by_their_share():
     assert hours_with_data(every, start, end) == 720
     # Without the month's first UTC hour, its first local hour (half in it) has no data.
     assert hours_with_data(every[1:], start, end) == 719
+
+
+def test_a_zone_named_in_another_case_is_taken_where_only_one_matches():
+    assert zone_name("utc") == zone_name("UTC") == "UTC"
+    assert zone_name("europe/berlin") == "Europe/Berlin"
+    assert month_span("2026-03", "utc") == month_span("2026-03", "UTC")
+    with pytest.raises(ReportError, match="'Europe/Berln' is not an IANA time zone"):
+        zone_name("Europe/Berln")
 
 
 def test_an_unknown_zone_is_refused_naming_it():
@@ -203,6 +212,11 @@ def test_cli_report_tz_names_the_zone_and_refuses_an_unknown_one(tmp_path, capsy
     # holds the same two hours.
     assert main(args) == 0
     assert "2026-03 (Asia/Tokyo): 4.40 kg CO2e" in capsys.readouterr().out
-    assert main([*args, "--tz", "Berlin"]) == 1
+    # A usage error, as other flags' (exit 2), not a failed run (1).
+    assert main([*args, "--tz", "Berlin"]) == 2
     assert ("fleetwatch report: --tz: time zone 'Berlin' is not an IANA time zone name"
             in capsys.readouterr().err)
+    assert main([*args, "--tz", "europe/berlin"]) == 0
+    assert "2026-03 (Europe/Berlin): 4.40 kg CO2e" in capsys.readouterr().out
+    with (tmp_path / "out" / "fleetwatch-energy-2026-03.csv").open() as f:
+        assert {row["timezone"] for row in csv.DictReader(f)} == {"Europe/Berlin"}
