@@ -171,6 +171,16 @@ def job_energy(kwh: float) -> str:
     return f"{sig(kwh * 1000)} Wh" if abs(kwh) < 0.9995 else amounts.energy(kwh)
 
 
+def job_gpu_hours(hours: float) -> str:
+    """A job's GPU-hours as the report's tables, its CSV (to the tenth) and the utilization
+    page show them: one decimal below 1,000 (180.5, not sig's 181), so that the numbers a
+    user compares agree; a short job's GPU-minutes in three figures (0.0333, not 0.0);
+    thousands whole (``sig``)."""
+    if abs(hours) >= 999.95 or abs(hours) < 0.05:
+        return sig(hours)
+    return f"{hours:.1f}"
+
+
 def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
     return html.Div(className="tile", id=tile_id, children=[
         html.Div(label, className="tile-label"), html.Div(value, className="tile-value"),
@@ -194,8 +204,9 @@ def summary(v: JobView, now_s: float) -> list[html.Div]:
         _tile("job-seen-tile", "Last seen", f"{clock(last / 1000)} UTC" if last else "—",
               ago(last / 1000, now_s) if last else "no sample in the range")]
     if v.energy is not None:
-        tiles.append(_tile("job-energy-tile", "Energy", job_energy(v.energy.kwh),
-                           f"{amounts.mass(v.energy.co2e_kg)} · {sig(v.energy.gpu_hours)} "
+        e = v.energy
+        tiles.append(_tile("job-energy-tile", "Energy", job_energy(e.kwh),
+                           f"{amounts.mass(e.co2e_kg)} · {job_gpu_hours(e.gpu_hours)} "
                            "GPU-hours · the whole job, from the energy ledger"))
     return tiles
 

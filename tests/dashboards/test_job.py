@@ -255,3 +255,22 @@ def test_a_short_jobs_energy_is_shown_in_wh() -> None:
     assert job.job_energy(0.0004) == "0.400 Wh"
     assert job.job_energy(2.5) == "2.50 kWh"
     assert job.job_energy(1500) == "1.50 MWh"
+
+
+def test_a_jobs_gpu_hours_read_as_the_report_csv_says_them() -> None:
+    """One decimal, as the report's tables and the utilization page (the CSV's 180.533 is
+    180.5, not 181); a short job's few GPU-minutes are not "0.0"; thousands as whole."""
+    assert job.job_gpu_hours(180.533333) == "180.5"
+    assert job.job_gpu_hours(999.94) == "999.9"
+    assert job.job_gpu_hours(0.0333) == "0.0333"
+    assert job.job_gpu_hours(0) == "0"
+    assert job.job_gpu_hours(12345.6) == "12,346"
+
+
+def test_the_energy_tile_shows_gpu_hours_with_one_decimal() -> None:
+    share = job_data.Share("4000028", 50.0, 28.9, 180.533333, 0.1, 0.05, "sim")
+    gpu = job_data.JobGpu("rack-00", "node-001", 0, NOW - 3600, None)
+    view = job_data.JobView(job_data.Job("4000028", "sim", (gpu,)), NOW - 3600, NOW, {}, {},
+                            (), share)
+    (tile,) = [t for t in job.summary(view, NOW) if t.id == "job-energy-tile"]
+    assert "180.5 GPU-hours" in text_of(tile)
