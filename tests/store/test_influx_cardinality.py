@@ -92,7 +92,7 @@ def test_rows_written_with_tags_by_an_earlier_release_are_still_read(
     ms = bucket * 1000
     write_raw(influxdb.address, DATABASE, "\n".join([
         f"fleetwatch_energy,cluster={cluster},device=gpu0,job=old-job,node=n1,rack=r1,"
-        f"team=t,user=u energy_j=7.0,idle_j=0.0,seconds=60.0,idle_s=0.0,missing_s=0.0,"
+        f"team=ml,user=alice energy_j=7.0,idle_j=0.0,seconds=60.0,idle_s=0.0,missing_s=0.0,"
         f"over_tdp_s=0.0 {ms}",
         f"fleetwatch_energy,cluster={cluster},device=gpu0,job=both,node=n1,rack=r1,"
         f"team=t,user=u energy_j=1.0,idle_j=0.0,seconds=60.0,idle_s=0.0,missing_s=0.0,"
@@ -102,9 +102,10 @@ def test_rows_written_with_tags_by_an_earlier_release_are_still_read(
     # The same hour of job "both" rewritten by this release: its newer total wins.
     store.write_energy([EnergyRow(bucket, cluster, "r1", "n1", "gpu0", "both", "u", "t",
                                   2.0, 0.0, 120.0, 0.0, 0.0, 0.0)], [])
-    rows = sorted((r.job, r.energy_j) for r in store.energy(bucket, bucket + BUCKET_S)
-                  if r.cluster == cluster)
-    assert rows == [("both", 2.0), ("old-job", 7.0)]
+    rows = sorted((r.job, r.user, r.team, r.energy_j)
+                  for r in store.energy(bucket, bucket + BUCKET_S) if r.cluster == cluster)
+    # Old tags and new fields side by side: each row keeps its job, user and team.
+    assert rows == [("both", "u", "t", 2.0), ("old-job", "alice", "ml", 7.0)]
     (old,) = [e for e in store.events(bucket, bucket + 10) if e.cluster == cluster]
     assert (old.kind, old.value) == ("job_start", "old-job")
     store.close()
