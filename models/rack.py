@@ -350,13 +350,23 @@ class RackCooling:
         evidence: dict[str, float] = {}
         value, since = 0.0, None
         above, peered, over, began = peer or (0, 0, 0.0, math.nan)
+        # A page needs a change seen: the rack's excess over its peers growing, or its air or
+        # GPUs above their own usual. Above its peers from fleetwatch's first sample of it
+        # and no warmer since is a hot aisle or a failure older than the data: a warning,
+        # which mutes none of its GPUs' alerts (silences.inhibited_by).
+        changed = False
         if above >= max(2, c.rack_fraction * peered):
             # The strongest evidence, and it needs no history: first, and the value.
+            steady = not math.isfinite(began)
             said.append(f"the inlet air of {above} of {peered} nodes is {over:.1f} °C above "
-                        "the other racks' of its cluster")
+                        "the other racks' of its cluster" + (
+                            " (so since fleetwatch's first sample of it: a hot aisle, or a "
+                            "failure older than the data; it pages if it warms further)"
+                            if steady else ""))
             evidence = {"nodes_inlet_above_peers": above, "nodes_inlet_peers_judged": peered,
                         "inlet_over_peers_c": round(over, 2)}
-            value, since = over, began if math.isfinite(began) else None
+            value, since = over, None if steady else began
+            changed = not steady
         members = np.flatnonzero(live & (rack == code))
         many = int(hot[members].sum())
         if gpu_judged and many >= c.rack_fraction * len(members):
@@ -366,6 +376,7 @@ class RackCooling:
                 value = value or gpus
                 said.append(f"{many} of {len(members)} GPUs on {len(hot_nodes)} nodes run "
                             f"{gpus:.0f} °C above their usual temperature at their power")
+                changed = True
                 evidence |= {"gpus_hot": many, "gpus_judged": len(members),
                              "nodes_hot": len(hot_nodes), "median_rise_c": round(gpus, 2)}
         rising, nodes, air, _ = inlet or (0, 0, 0.0, set())
@@ -377,13 +388,15 @@ class RackCooling:
             evidence |= {"nodes_inlet_warm": rising, "nodes_inlet_judged": nodes,
                          "median_inlet_rise_c": round(air, 2)}
             value = value or air
+            changed = True
         if not said:
             return None
         cluster, name = self._names[code]
         ts = float(b.ts[np.flatnonzero(codes == code)[-1]])
         return Finding(
             "rack_cooling", cluster, name, "", None, ts, value,
-            f"Rack {name}: {'; '.join(said)}", "critical", c.rack_for_s, 0.0, evidence,
+            f"Rack {name}: {'; '.join(said)}", "critical" if changed else "warning",
+            c.rack_for_s, 0.0, evidence,
             "Check the rack's cooling (CRAH or in-row unit, rear-door heat exchanger, "
             "coolant flow and inlet temperature); move jobs off the rack if it keeps rising",
             "rack", since=since)

@@ -118,12 +118,13 @@ class Inlets:
     def _excess(self, code: int, now: float, excess: list[float], rise_c: float,
                 line_c: float) -> tuple[int, int, float, float]:
         """One rack's peer judgement, and where its excess began: after the last sample
-        within ``rise_c`` of the lowest excess seen, or of its peers' level (its usual place
-        among the racks)."""
+        within ``rise_c`` of the lowest excess seen (its usual place among the racks); NaN
+        while it has stayed there, however high that is."""
         median = float(np.median(excess))
-        # Its usual place is taken as no higher than its peers' until seen lower: a rack
-        # far above them from its first sample has been so since then or before.
-        low, since = self.excess.get(code, [0.0, math.nan])
+        # Its usual place is the lowest excess seen: a rack far above its peers from its
+        # first sample has no "began" (NaN) — a hot aisle, or a failure older than the
+        # data, which cannot be told apart — until its excess grows beyond that.
+        low, since = self.excess.get(code, [math.inf, math.nan])
         low = min(low, median)
         if median < low + rise_c:
             since = math.nan

@@ -173,13 +173,15 @@ def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = No
 
 def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
-    node-down, node-cooling or rack alert; for a node alert of ``RACK_EXPLAINS_RULES``,
-    a rack alert."""
+    node-down, node-cooling or critical rack alert; for a node alert of
+    ``RACK_EXPLAINS_RULES``, a critical rack alert. (A rack's warning — above its peers
+    since fleetwatch first saw it, with no change seen — explains nothing for certain: a
+    hot aisle must not mute its GPUs' alerts for as long as it stays hot.)"""
     own = scope_of(alert)
     if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
         return next((a.id for a in open_alerts if a.state == "firing"
                      and a.cluster == alert.cluster and a.rack == alert.rack
-                     and scope_of(a) == "rack"), "")
+                     and scope_of(a) == "rack" and a.severity == "critical"), "")
     if own != "gpu":
         return ""
     for a in open_alerts:
@@ -188,7 +190,7 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
         scope = scope_of(a)
         if scope == "node" and a.rule in NODE_COVER_RULES and a.node == alert.node:
             return a.id
-        if scope == "rack" and a.rack == alert.rack:
+        if scope == "rack" and a.rack == alert.rack and a.severity == "critical":
             return a.id
     return ""
 

@@ -77,11 +77,46 @@ def test_the_peer_comparison_needs_three_other_racks_of_the_same_cluster() -> No
         assert d.update(frames) == []
 
 
-def test_a_rack_hot_from_the_start_is_found_and_its_since_is_the_first_sample() -> None:
+def test_a_rack_hot_from_the_start_is_a_warning_that_names_it_not_a_page() -> None:
+    """A rack above its peers from the first sample fleetwatch has of it is a hot aisle or a
+    failure older than the data: the two cannot be told apart, so it is said (warning, the
+    rack named) without paging, and without muting its GPUs' alerts (only a critical rack
+    alert inhibits them), however long it stays so."""
     d = RackCooling(DetectorsConfig())
-    hot = {n: v + (15.0 if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
-    found = d.update(fleet(100.0, hot))
-    assert [f.rack for f in found] == ["rack-02"] and found[0].since == 100.0
+    hot = {n: v + (9.0 if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
+    t, found = 100.0, []
+    for _ in range(3 * 720):  # three hours, steady
+        found = d.update(fleet(t, hot))
+        assert [(f.rack, f.severity) for f in found] == [("rack-02", "warning")], t
+        t += 5.0
+    assert "since fleetwatch's first sample" in found[0].message
+
+
+def test_a_steady_hot_rack_that_then_warms_further_pages() -> None:
+    d = RackCooling(DetectorsConfig())
+    t = 0.0
+    for k in range(400):  # 9 °C above from the start, then its cooler fails at t=1000
+        add = 9.0 + min(8.0, max(0.0, t - 1000.0) * 7.5 / 60.0)
+        air = {n: v + (add if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
+        found = d.update(fleet(t, air))
+        if t < 1000.0:
+            assert [f.severity for f in found] == ["warning"]
+        t += 5.0
+    assert [(f.rack, f.severity) for f in found] == [("rack-02", "critical")]
+
+
+def test_only_a_critical_rack_alert_inhibits_the_gpu_alerts_of_its_rack() -> None:
+    from fleetwatch.pipeline.silences import inhibited_by
+    from fleetwatch.pipeline.store.base import Alert
+
+    def alert(rule: str, severity: str, node: str, device: str) -> Alert:
+        return Alert(f"{rule}/c/{node}/{device}/1", rule, severity, "c1", "rack-02", node,
+                     device, "firing", 1.0, 1.0, 1.0, "", fired_ts=1.0)
+    gpu = alert("gpu_temp_critical", "critical", "r2n0", "gpu0")
+    warm = alert("rack_cooling", "warning", "", "rack:rack-02")
+    failing_rack = alert("rack_cooling", "critical", "", "rack:rack-02")
+    assert inhibited_by(gpu, [warm]) == ""
+    assert inhibited_by(gpu, [failing_rack]) == failing_rack.id
 
 
 def test_the_rack_alert_starts_where_the_excess_began_and_says_so() -> None:
