@@ -95,7 +95,7 @@ def test_a_rack_hot_from_the_start_is_a_warning_that_names_it_not_a_page() -> No
 def test_a_steady_hot_rack_that_then_warms_further_pages() -> None:
     d = RackCooling(DetectorsConfig())
     t = 0.0
-    for k in range(400):  # 9 °C above from the start, then its cooler fails at t=1000
+    for _ in range(400):  # 9 °C above from the start, then its cooler fails at t=1000
         add = 9.0 + min(8.0, max(0.0, t - 1000.0) * 7.5 / 60.0)
         air = {n: v + (add if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
         found = d.update(fleet(t, air))
