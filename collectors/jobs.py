@@ -19,7 +19,7 @@ naming another user is ignored (said at debug level). Its team (``info["team"]``
 job's Slurm account, ``SLURM_JOB_ACCOUNT``, from an environ trusted as above: a
 user can still name another account of their own in it (Slurm's accounting is the
 only source of truth, and is not read here). On Kubernetes both are the pod's
-namespace (``podresources.py``, in ``node.py``). Names are refused unless they are
+namespace (``podresources.py``, in ``attribution.py``). Names are refused unless they are
 printable, without spaces or commas (a comma separates a shared GPU's users).
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted

@@ -16,7 +16,8 @@ job's Slurm account, ``SLURM_JOB_ACCOUNT``, else the pod's namespace), ``pod``,
 dcgm or none: where the SM/tensor/DRAM ratios come from). A GPU whose one job is
 a pod (``pod:<uid>``, from its cgroup) that the kubelet names as the GPU's only
 holder is the job ``<namespace>/<pod>``, fixed when the pod is first seen (the
-kubelet is asked again then), so a pod keeps one job name for its life.
+kubelet is asked again then), so a pod keeps one job name for its life
+(``collectors.attribution``).
 
     source = node_source(config)                # real NVML
     source = node_source(config, fake_gpus=8)   # FakeNvml: no GPU needed
@@ -28,9 +29,10 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
-from fleetwatch.collectors.dcgm import PROFILED, ProfilingSource, open_dcgm_profiling
+from fleetwatch.collectors.attribution import POD_SOCKET_S, GpuAttribution  # noqa: F401
+from fleetwatch.collectors.dcgm import ProfilingSource, open_dcgm_profiling
 from fleetwatch.collectors.host import HostSource
 from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
@@ -46,7 +48,7 @@ from fleetwatch.collectors.nvml.reader import (
     NvmlUnavailable,
     log_gpu_state,
 )
-from fleetwatch.collectors.podresources import PodInfo, PodMapper, open_pod_mapper
+from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
 from fleetwatch.config import AgentConfig, Config, ConfigError
 from fleetwatch.frame import Frame, GpuReading, HostReading
@@ -57,7 +59,6 @@ NVML_RETRY_S = 60.0
 # After the driver went away mid-run (unloaded, upgraded, GPU reset): try again sooner,
 # as a reload takes seconds.
 NVML_REINIT_S = 10.0
-POD_SOCKET_S = 10.0  # how often a missing kubelet socket is looked for (one stat)
 GPU_BUDGET_SHARE = 0.5  # of agent.interval_s: how long a tick waits for its GPUs' reads
 
 
@@ -92,25 +93,12 @@ class NodeSource:
         self._clock = clock
         self.host = HostSource(agent.proc_root, agent.sys_root, clock)
         self.inlet = InletSource(agent.sys_root)
-        self.profiling = profiling
-        self._said_no_profiling = False
-        self.pods = pods
-        # The kubelet's socket where it was not there at start (the agent started before
-        # the kubelet at boot, a node turned to Kubernetes): looked for every POD_SOCKET_S.
-        self._pod_socket = pod_socket if pods is None else ""
-        self._next_pod_look = 0.0
-        self._said_no_socket = False
-        # GPU index -> (the reader's info, user, pod) and the info made from them: a new
-        # dict only when one of them changes, not every tick.
-        self._info: dict[int, tuple[tuple[object, ...], dict[str, str]]] = {}
         # The last read's MIG instances by GPU index: /metrics shows them, frames do not.
         self.mig: dict[int, list[MigInstance]] = {}
         self.ib = InfinibandSource(agent.sys_root, clock)
         self.rapl = RaplSource(agent.sys_root, clock)
         self.jobs = JobResolver(agent.proc_root)
-        # "pod:<uid>" -> "<namespace>/<pod>" (or itself) and the kubelet's answer that named
-        # it: the pod labels of its GPU come from that same answer, never a later pod's.
-        self._pod_jobs: dict[str, tuple[str, PodInfo | None]] = {}
+        self.attribution = GpuAttribution(self.jobs, profiling, pods, pod_socket, clock)
         self.kernel_log = kernel_log
         self.xids = XidMerger(clock=clock)
         self.nvml: NvmlReader | None = None
@@ -193,7 +181,7 @@ class NodeSource:
             return ()
         self.jobs.check(read.pids)
         self.mig = read.mig
-        gpus = self._attribute(read.gpus, read.pids)
+        gpus = self.attribution.attribute(read.gpus, read.pids)
         kernel = self._kernel_xids(gpus)
         nvml_xids = {g.index: g.xids for g in gpus if g.xids}
         if not nvml_xids and not kernel:
@@ -209,123 +197,6 @@ class NodeSource:
                 g = dataclasses.replace(g, metrics={}, state="lost", job=None)
             out.append(g if mine == g.xids else dataclasses.replace(g, xids=mine))
         return tuple(out)
-
-    def _say_no_profiling(self, gpus: list[GpuReading]) -> None:
-        """Once: a GPU without GPM (before Hopper) and no DCGM lacks its activity ratios."""
-        bare = [g for g in gpus if g.state == "ok" and g.info.get("profiling") == "none"]
-        if bare:
-            self._said_no_profiling = True
-            log.info("%d GPU(s) (%s) have no GPM (GPUs before Hopper, or GPM sampling "
-                     "answering NotSupported) and DCGM is not available: their SM, tensor and "
-                     "DRAM activity ratios are absent. To get them, install "
-                     "datacenter-gpu-manager, run nv-hostengine and put its Python bindings on "
-                     "PYTHONPATH (agent.dcgm = true)", len(bare),
-                     f"GPU {', '.join(str(g.index) for g in bare)}: "
-                     f"{', '.join(sorted({g.model for g in bare}))}")
-
-    def _attribute(self, gpus: list[GpuReading], pids: dict[int, list[int]]
-                   ) -> list[GpuReading]:
-        """DCGM's profiling ratios where GPM has none; the user and the pod of each GPU."""
-        prof = self.profiling.read() if self.profiling is not None else {}
-        if self.profiling is None and not self._said_no_profiling:
-            self._say_no_profiling(gpus)
-        pods: dict[str, PodInfo] = {}
-        if self.pods is None and self._pod_socket:
-            self._look_for_pod_socket(gpus)
-        if self.pods is not None:
-            new = any(_pod_job(g.job) and g.job not in self._pod_jobs for g in gpus)
-            pods = self.pods.by_uuid(fresh=new)
-        if not prof and not pods and not self.jobs.has_users:
-            return gpus
-        out = []
-        for g in gpus:
-            metrics = g.metrics
-            extra: dict[str, str] = {}
-            got = prof.get(g.uuid)
-            if got and g.state == "ok" and not any(k in metrics for k in PROFILED):
-                metrics = {**metrics, **got}
-                extra["profiling"] = "dcgm"
-            pod = pods.get(g.uuid) or pods.get(str(g.index))  # by UUID, or by NVML index
-            job = g.job
-            if _pod_job(g.job):
-                job, named = self._pod_job_name(g.job, pod)
-                # Not named (a GPU given out in parts, no kubelet answer): no pod label,
-                # which could be another pod's; the namespace of a shared GPU's pods.
-                pod = named or (PodInfo("", pod.namespace, "", shared=True)
-                                if pod is not None and pod.shared else None)
-            if pod is not None:
-                extra.update(pod=pod.pod, namespace=pod.namespace, container=pod.container)
-            # Energy per user and team: Slurm's job user and account, else on Kubernetes
-            # the pod's namespace for both (of a GPU several pods share, their one
-            # namespace: whichever runs there, the energy is that namespace's).
-            held = pids.get(g.index, ())
-            ns = pod.namespace if pod is not None else None
-            user = self.jobs.user_of_pids(held) or ns
-            if user:
-                extra["user"] = user
-            team = self.jobs.team_of_pids(held) or ns
-            if team:
-                extra["team"] = team
-            # The codec takes info values of 1..256 printable characters: keep to that here
-            # rather than have the processor dead-letter the whole frame.
-            extra = {k: v[:256] for k, v in extra.items() if v and v.isprintable()}
-            info = self._merged_info(g, extra)
-            if metrics is not g.metrics or info is not g.info or job != g.job:
-                g = dataclasses.replace(g, metrics=metrics, info=info, job=job)
-            out.append(g)
-        if len(self._pod_jobs) > 4 * len(gpus) + 16:  # pods come and go: keep those on GPUs
-            self._pod_jobs = {g.job: self._pod_jobs[g.job] for g in gpus
-                              if g.job in self._pod_jobs}
-        return out
-
-    def _look_for_pod_socket(self, gpus: list[GpuReading]) -> None:
-        """Open the kubelet's socket once it exists (one stat every ``POD_SOCKET_S``);
-        say once where GPUs run pods and there is none yet."""
-        now = self._clock()
-        if now < self._next_pod_look:
-            return
-        self._next_pod_look = now + POD_SOCKET_S
-        self.pods = open_pod_mapper(self._pod_socket)
-        if self.pods is not None:
-            log.info("kubelet pod-resources socket %s found: GPUs' pods are named from now on",
-                     self._pod_socket)
-            self._pod_socket = ""
-        elif not self._said_no_socket and any(_pod_job(g.job) for g in gpus):
-            self._said_no_socket = True
-            log.warning("GPUs run Kubernetes pods (pod:<uid> cgroups) but the kubelet's "
-                        "pod-resources socket %s is not there: pods keep pod:<uid> with no "
-                        "user or team until it appears (looked for every %.0f s); set "
-                        "agent.pod_resources_socket if the kubelet keeps it elsewhere",
-                        self._pod_socket, POD_SOCKET_S)
-
-    def _pod_job_name(self, job: str | None, pod: PodInfo | None
-                      ) -> tuple[str | None, PodInfo | None]:
-        """A pod's job as people name it, ``<namespace>/<pod>``, where the kubelet named
-        the GPU's only pod when this one was first seen; else ``pod:<uid>`` as it was;
-        with the pod of that answer (None where it named none), for the GPU's labels."""
-        assert job is not None
-        if self.pods is None:
-            return job, None  # no kubelet yet: named once its socket is found
-        named = self._pod_jobs.get(job)
-        if named is None:
-            # A kubelet that failed to answer gave its last answer: perhaps another pod's.
-            answered = self.pods is not None and not self.pods.failing
-            named = (job, None)
-            if answered and pod is not None and not pod.shared and pod.namespace and pod.pod:
-                named = (f"{pod.namespace}/{pod.pod}", pod)
-            self._pod_jobs[job] = named
-        return named
-
-    def _merged_info(self, g: GpuReading, extra: dict[str, str]) -> Mapping[str, str]:
-        if not extra:
-            return g.info
-        key = (id(g.info), *sorted(extra.items()))
-        cached = self._info.get(g.index)
-        if cached is not None and cached[0] == key:
-            return cached[1]
-        info = {**g.info, **extra}
-        self._info[g.index] = (key, info)
-        return info
 
     def _driver_gone(self, exc: NvmlDriverGone) -> None:
         """Stop reporting GPUs, release NVML (its one nvmlShutdown), try again soon."""
@@ -404,11 +275,8 @@ class NodeSource:
         return kernel
 
     def close(self) -> None:
-        for source in (self.host, self.ib, self.rapl, self.inlet):
+        for source in (self.host, self.ib, self.rapl, self.inlet, self.attribution):
             source.close()
-        for edge in (self.profiling, self.pods):
-            if edge is not None:
-                edge.close()
         if self.nvml is not None:
             self.nvml.close()
         if self.kernel_log is not None:
@@ -469,8 +337,3 @@ def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend 
             pod_socket = config.agent.pod_resources_socket  # looked for again while absent
     return NodeSource(config, backend, kernel_log, on_nvml_error, clock, on_dropped,
                       profiling, pods, on_gpu_state, pod_socket)
-
-
-def _pod_job(job: str | None) -> bool:
-    """A GPU's one job is a Kubernetes pod (``pod:<uid>`` from its cgroup)."""
-    return job is not None and job.startswith("pod:") and "," not in job

@@ -27,17 +27,15 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 
+from fleetwatch.cli_alerts import cmd_ack, cmd_alerts, cmd_silence
 from fleetwatch.cli_args import parser
 from fleetwatch.cli_history import (  # the exit codes are defined there, once
     EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
-    cmd_ack,
-    cmd_alerts,
     cmd_evaluate,
     cmd_replay,
     cmd_report,
-    cmd_silence,
     cmd_train,
 )
 from fleetwatch.cli_store import cmd_backup

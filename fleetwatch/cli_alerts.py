@@ -1,0 +1,253 @@
+"""The alert board's commands: ``alerts`` (the open and recent alerts), ``silence`` (add,
+expire, list, import) and ``ack``. Each parses nothing (``fleetwatch.cli`` does), loads
+nothing, opens the store, calls one library function and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import time
+from typing import Any
+
+from fleetwatch.cli_history import EXIT_ERROR, EXIT_OK, EXIT_USAGE, missing_store
+from fleetwatch.config import Config
+
+
+def cmd_silence(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.alert_view import age, utc
+    from fleetwatch.pipeline.store.base import ACTIVE_STATES, StoreError
+    from fleetwatch.silencing import (
+        SilenceError,
+        SilenceNotFound,
+        add_silence,
+        cluster_scope_warning,
+        describe,
+        expire_silence,
+        mutes_now,
+    )
+    from fleetwatch.wiring import open_store, store_name
+
+    missing = missing_store(config)
+    if missing:
+        print(f"fleetwatch silence: {missing}", file=sys.stderr)
+        return EXIT_ERROR
+    try:  # listing only reads: a store on a read-only mount can be listed
+        store = open_store(config.store,
+                           read_only=config.store.kind == "sqlite" and args.action == "list")
+    except StoreError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        if args.action == "add":
+            unknown = _unknown_silenced_node(store, args.matchers)
+            s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
+            print(s.id)  # alone on stdout: ID=$(fleetwatch silence add ...) for a script
+            matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
+            print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
+                  f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
+                  f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
+            print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            if unknown:
+                print(f"fleetwatch silence: WARNING: {unknown} Silenced anyway (a node not "
+                      f"reporting yet); if it is a typo, `fleetwatch silence expire {s.id}` "
+                      "and silence the right name.", file=sys.stderr)
+            warning = cluster_scope_warning(s.matchers, _clusters_of_node(store, s.matchers))
+            if warning:
+                print(warning.replace("expire it", f"`fleetwatch silence expire {s.id}`"),
+                      file=sys.stderr)
+        elif args.action == "import":
+            from fleetwatch.cli_store import import_silences
+
+            return import_silences(store, args.source, store_name(config.store))
+        elif args.action == "expire":
+            s, ended = expire_silence(store, args.id)
+            print(describe(s))
+            if not ended:
+                print(f"fleetwatch silence: {s.id} had already ended at {utc(s.end_ts)} UTC; "
+                      "nothing changed", file=sys.stderr)
+        else:
+            if not callable(getattr(store, "silences", None)):
+                raise SilenceError("this store keeps no silences yet")
+            for s in store.silences(None if args.all else time.time()):
+                print(describe(s))
+    except (SilenceNotFound, StoreError) as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except SilenceError as exc:
+        print(f"fleetwatch silence: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    return EXIT_OK
+
+
+def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.alert_view import (
+        age,
+        data_end,
+        fit,
+        headline,
+        lines,
+        ordered,
+        record,
+        rule_summary,
+        utc,
+    )
+    from fleetwatch.pipeline.store.base import StoreError
+    from fleetwatch.wiring import open_store, store_name
+
+    c = config.store
+    name = store_name(c)
+    now = time.time()
+    missing = missing_store(config)
+    if missing:
+        print(f"fleetwatch alerts: {missing}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        store = open_store(c, read_only=c.kind == "sqlite")
+    except StoreError as exc:
+        print(f"fleetwatch alerts: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    try:
+        alerts = store.alerts()
+        if args.since is not None:  # those that fired: a pending one that cleared is no news
+            alerts += [a for a in store.alerts(("resolved",), since_ts=now - args.since)
+                       if a.fired_ts is not None]
+        acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
+        silences = store.silences(now) if hasattr(store, "silences") else []
+        # A replay store's open alerts are open as its data left them, days ago.
+        ended = data_end(store, now) if any(a.state != "resolved" for a in alerts) else None
+        unknown = ""
+        if args.node and not any(a.node == args.node for a in alerts):
+            unknown = _unknown_node(store, args.node, now)
+        if args.cluster and not any(a.cluster == args.cluster for a in alerts):
+            unknown += _unknown_cluster(store, args.cluster, now)
+        damage = store.damage() if callable(getattr(store, "damage", None)) else None
+    except StoreError as exc:
+        print(f"fleetwatch alerts: cannot read {name}: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    finally:
+        store.close()
+    if damage is not None:  # read, yet damaged: what is listed may not be all there is
+        from fleetwatch.pipeline.store.sqlite_errors import recovery
+
+        print(f"fleetwatch alerts: WARNING: the store {name} is damaged (quick_check: "
+              f"{damage}); the alerts below may be incomplete: {recovery(c.path)}",
+              file=sys.stderr)
+    open_alerts = [a for a in alerts if a.state != "resolved"]
+    if args.node:
+        alerts = [a for a in alerts if a.node == args.node]
+    if args.cluster:
+        alerts = [a for a in alerts if a.cluster == args.cluster]
+    if args.json:  # in the table's order, so that a script's first line is the table's first
+        for a in ordered(alerts):
+            print(json.dumps(record(a, open_alerts, silences, acks, now)))
+        return EXIT_OK
+    scope = (f" of {args.cluster + '/' if args.cluster else ''}{args.node}" if args.node else
+             f" of cluster {args.cluster}" if args.cluster else "")
+    if not alerts:
+        since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
+        recent = f" and none resolved in the last {since}" if since else ""
+        print(f"no open alerts{scope}{recent} in {name}{unknown}")
+        return EXIT_OK
+    # A pipe gets the previous release's lines, whole, which scripts grep and awk (`--json`
+    # is the stable form); a terminal its width ($COLUMNS, else the tty's) and a storm's
+    # per-rule summary. isatty first: COLUMNS is exported into many pipes.
+    piped = not sys.stdout.isatty()
+    width = 0 if piped else shutil.get_terminal_size((0, 0)).columns
+    print("\n".join(fit(f"{headline(alerts)} alerts{scope} in {name} (times UTC)", width)))
+    summed = [] if piped else rule_summary(alerts)
+    if len(summed) < len(alerts):  # a storm: its rules first, a line each
+        for line in summed:
+            print("\n".join(fit(line, width)))
+    if ended is not None and any(a.state != "resolved" for a in alerts):
+        print("\n".join(fit(
+            f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
+            "the data left them (a replay store, `fleetwatch up` still catching up, or the "
+            "pipeline stopped)", width)))
+    for line in lines(alerts, silences, acks, now, ended, width, args.short, piped):
+        print(line)
+    return EXIT_OK
+
+
+def _unknown_silenced_node(store: Any, matchers: Any) -> str:
+    """The warning for a silence of ``node=X`` where X sent no data in the last week and
+    has no open alert: a typo (it names the near ones) mutes nothing while the real node
+    keeps pages coming; "" otherwise. Only a warning: a node not reporting yet (a new rack,
+    back from RMA) is silenced before it joins, as automation does."""
+    from fleetwatch.silencing import named_node, unknown_node
+
+    node = named_node(matchers)
+    if node is None or any(a.node == node for a in store.alerts()):
+        return ""
+    said = unknown_node(node, _nodes_seen(store, time.time()))
+    return said + ("" if not said or said.endswith("?") else ".")
+
+
+def _unknown_cluster(store: Any, cluster: str, now: float) -> str:
+    """A hint when ``cluster`` sent nothing to the store in the last week, else ""."""
+    from fleetwatch.pipeline.ownership import SEEN_METRICS
+
+    seen = sorted({key.cluster for metric in SEEN_METRICS
+                   for key, _, _ in store.latest(metric, int((now - 7 * 86400) * 1000))})
+    if cluster in seen:
+        return ""
+    return (f" (no cluster {cluster!r} has sent data to it in the last 7 days; clusters "
+            f"seen: {', '.join(seen) or 'none'})")
+
+
+def _clusters_of_node(store: Any, matchers: Any) -> list[str]:
+    """The clusters the silence's ``node=X`` reports in (the last week), for the warning of
+    a silence that would mute X in several; [] when it names no single node."""
+    from fleetwatch.silencing import node_clusters
+
+    node = next((v for name, op, v in matchers if name == "node" and op == "="), None)
+    if node is None or any(name == "cluster" for name, _, _ in matchers):
+        return []
+    return node_clusters(store, node, time.time() - 7 * 86400)
+
+
+def _unknown_node(store: Any, node: str, now: float) -> str:
+    """A hint when ``node`` sent nothing to the store in the last week (a typo, or a short
+    name for a node the agents call by its full one), else "" (``unknown_node``)."""
+    from fleetwatch.silencing import unknown_node
+
+    said = unknown_node(node, _nodes_seen(store, now))
+    return f" ({said})" if said else ""
+
+
+def _nodes_seen(store: Any, now: float) -> list[str]:
+    """The nodes that sent data to the store in the last week."""
+    from fleetwatch.pipeline.ownership import last_seen
+
+    return sorted({name for _, name in last_seen(store, now - 7 * 86400)})
+
+
+def cmd_ack(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.silencing import SilenceError, SilenceNotFound, acknowledge
+    from fleetwatch.wiring import open_store
+
+    missing = missing_store(config)
+    if missing:
+        print(f"fleetwatch ack: {missing}", file=sys.stderr)
+        return EXIT_ERROR
+    store = open_store(config.store)
+    try:
+        _ack, previous = acknowledge(store, args.alert_id, args.by, args.comment)
+    except SilenceNotFound as exc:
+        print(f"fleetwatch ack: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except SilenceError as exc:
+        print(f"fleetwatch ack: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    finally:
+        store.close()
+    replaced = ""
+    if previous is not None:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(previous.ts))
+        replaced = (f" (replacing {previous.by}'s acknowledgement of {when} UTC"
+                    + (f": {previous.comment}" if previous.comment else "") + ")")
+    print(f"acknowledged {args.alert_id} as {args.by}{replaced}")
+    return EXIT_OK
