@@ -113,6 +113,12 @@ def slurm_user_from_environ(environ: bytes) -> str | None:
     return _environ_text(environ, b"SLURM_JOB_USER")
 
 
+def slurm_uid_from_environ(environ: bytes) -> int | None:
+    """The job's owner's uid as Slurm sets it (``SLURM_JOB_UID``)."""
+    text = _environ_text(environ, b"SLURM_JOB_UID")
+    return int(text) if text is not None and text.isdigit() else None
+
+
 def slurm_account_from_environ(environ: bytes) -> str | None:
     """The job's Slurm account (``SLURM_JOB_ACCOUNT``, ``sbatch --account`` or the user's
     default): the team its energy is charged to."""
@@ -231,11 +237,15 @@ class JobResolver:
             # judged by the devices a process holds open: whether an MPS client holds one
             # of its own is not documented, and on the host's /proc the pid is NVML's.)
             return Owner(None, stamp=stamp, foreign=True)
-        job, team, environ_user = self._slurm(base)
+        job, team, (environ_user, environ_uid) = self._slurm(base)
         raw = _read_bytes(os.path.join(base, "status"))
         status = raw.decode("utf-8", "replace") if raw else ""
         uid = owner_uid(status)
         login = clean_name(user_name(uid)) if uid is not None else None
+        if (login is None or login.isdigit()) and uid is not None and environ_uid == uid:
+            # A uid this host's name service lacks (no LDAP/SSSD where the agent runs):
+            # Slurm's name for it, where Slurm's uid is the kernel's.
+            login = environ_user or login
         user = None
         daemon = False
         if job is not None and job[0].isdigit():
@@ -252,10 +262,11 @@ class JobResolver:
             return None  # the process ended between NVML's answer and now: do not cache
         return Owner(job, user or "", team or "", stamp, daemon)
 
-    def _slurm(self, base: str) -> tuple[str | None, str | None, str | None]:
+    def _slurm(self, base: str
+               ) -> tuple[str | None, str | None, tuple[str | None, int | None]]:
         """The job of a process (Slurm or pod, from its cgroup; environ's where trusted),
-        its Slurm account and environ's ``SLURM_JOB_USER`` (both None where environ is
-        not trusted): see the module's doc."""
+        its Slurm account and environ's ``SLURM_JOB_USER`` and ``SLURM_JOB_UID`` (None
+        where environ is not trusted): see the module's doc."""
         cgroup = _read_bytes(os.path.join(base, "cgroup"))
         job = job_from_cgroup(cgroup.decode("utf-8", "replace")) if cgroup else None
         environ = _read_bytes(os.path.join(base, "environ")) or b""
@@ -264,10 +275,10 @@ class JobResolver:
             if said is not None and job is not None and job.isdigit():
                 log.debug("pid %s: SLURM_JOB_ID %s is not its cgroup's job %s; "
                           "the cgroup's is charged", base, said, job)
-            return job, None, None
+            return job, None, (None, None)
         # Environ agrees with slurmd's cgroup, or there is no cgroup to ask.
         return (slurm_job_from_environ(environ), slurm_account_from_environ(environ),
-                slurm_user_from_environ(environ))
+                (slurm_user_from_environ(environ), slurm_uid_from_environ(environ)))
 
     def job_of_pid(self, pid: int) -> str | None:
         got = self.owner(pid)

@@ -60,3 +60,16 @@ def test_clean_name_keeps_real_names() -> None:
     assert clean_name("ml-research") == "ml-research"
     assert clean_name("jdoe@corp.example") == "jdoe@corp.example"
     assert clean_name("alice,bob") is None and clean_name("x" * 257) is None
+
+
+def test_a_uid_the_agents_passwd_lacks_takes_slurm_job_user_where_slurm_job_uid_agrees(
+        tmp_path: Path) -> None:
+    """An agent whose host or container resolves no login for the uid (no LDAP/SSSD in its
+    name service) still charges the job's user by name: Slurm's SLURM_JOB_USER, trusted
+    where Slurm's SLURM_JOB_UID is the kernel's uid of the process."""
+    proc(tmp_path, 42, {"SLURM_JOB_ID": "500", "SLURM_JOB_USER": "carol",
+                        "SLURM_JOB_UID": "4242"}, SLURM_500, uid=4242)
+    assert owner(tmp_path, 42) == ("500", "carol", None)
+    proc(tmp_path, 43, {"SLURM_JOB_ID": "500", "SLURM_JOB_USER": "carol",
+                        "SLURM_JOB_UID": "4243"}, SLURM_500, uid=4242)
+    assert owner(tmp_path, 43) == ("500", "4242", None)  # the uid said otherwise
