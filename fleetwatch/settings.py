@@ -292,6 +292,10 @@ class DetectorsConfig:
     # Throttle reasons.
     hw_slowdown_for_s: float = ranged(10.0, 0.0, 3600.0)
     sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # The thermal rules' alerts (limits, peers, throttle) keep firing this long once judged
+    # clear, instead of alerts.keep_firing_s: a job's phases cool a hot GPU for minutes and
+    # heat it again, one alert while that goes on. 0: alerts.keep_firing_s.
+    thermal_keep_firing_s: float = ranged(1800.0, 0.0, 86_400.0)
     # Peers: a GPU against the other GPUs of its node in the same job at similar power.
     thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
     # The die's rise over its heat sink per W: the part of a power change its temperature

@@ -25,6 +25,7 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
+    thermal_keep,
     throttle_bits,
 )
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
@@ -178,6 +179,7 @@ class ThermalLimits(WaveDetector):
               heading: np.ndarray, power: np.ndarray, limit: np.ndarray,
               *masks: np.ndarray) -> None:
         c = self.c
+        keep = thermal_keep(c.thermal_keep_firing_s)
         invalid, crit, high, site, mcrit, mhigh, rising, over = masks
         for i, j in flagged(invalid | crit | high | site | mcrit | mhigh | rising | over):
             f = b.frames[rows[i]]
@@ -195,15 +197,15 @@ class ThermalLimits(WaveDetector):
             if crit[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_critical", tc, f"{where} at {tc:.0f} °C, "
-                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0, lim,
-                    COOLING + "; drain the node if it does not cool down"))
+                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0,
+                    {**lim, **keep}, COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_high", tc,
                     f"{where} at {tc:.0f} °C, "
                     + (f"{sl - tc:.0f} °C below" if tc < sl else "at or above")
-                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s, lim,
-                    COOLING))
+                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s,
+                    {**lim, **keep}, COOLING))
             elif site[i, j]:
                 lc = c.site_temp_limit_c
                 out.append(gpu_finding(
@@ -213,7 +215,7 @@ class ThermalLimits(WaveDetector):
                        f"more than {HYSTERESIS_C:.0f} °C under)")
                     + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); its "
                     f"slowdown temperature is {sl:.0f} °C", "warning", c.site_temp_for_s,
-                    {**lim, "site_limit_c": lc}, COOLING))
+                    {**lim, "site_limit_c": lc, **keep}, COOLING))
             for rule, mask, severity, for_s in (
                     ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
                     ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):
@@ -221,7 +223,7 @@ class ThermalLimits(WaveDetector):
                     out.append(gpu_finding(
                         f, g, rule, mem[i, j], f"{where}: memory (HBM) at {mem[i, j]:.0f} °C, "
                         f"limit {c.mem_max_c:.0f} °C", severity, for_s,
-                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
+                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c, **keep},
                         COOLING + "; hot HBM raises the ECC error rate"))
             if rising[i, j]:
                 out.append(gpu_finding(
@@ -275,6 +277,7 @@ class Throttle:
             ev = {"throttle_reasons": float(bits[i, j]), "temp_c": b.x[i, j, TEMP],
                   "power_w": b.x[i, j, POWER]}
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            ev.update(thermal_keep(self.c.thermal_keep_firing_s))
             where = f"GPU {g} on {f.node}"
             if hw[i, j]:
                 brake = bits[i, j] & THROTTLE_FLAGS["hw_power_brake_slowdown"]
