@@ -107,8 +107,9 @@ class ThermalLimits(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
+        # step: when the power last stepped up (gpu_temp_rising waits after it).
         self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              site=0.0, mcrit=0.0, mhigh=0.0)
+                              site=0.0, mcrit=0.0, mhigh=0.0, step=np.nan)
         self._limits = LimitTable(self.c)
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -161,13 +162,24 @@ class ThermalLimits(WaveDetector):
             # power step overstates the climb still to come.
             heading = temp + settling_left(sink - smooth, dt, c.rise_window_s,
                                            c.thermal_tau_s)
-            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (
+            climbing = valid & ~crit & (temp >= slow - c.rise_band_c) & (
                 slope >= c.rise_c_per_min) & (heading >= slow)
+            # Credible only at a power held for two time constants: after a power step up
+            # (one that lifts the die by HYSTERESIS_C or more at once) the projection
+            # overshoots (a die that rises more per W than die_c_per_w, a sink still
+            # settling): the climb of every compute phase's start, toward a level under
+            # slowdown in a hot room. No hold on the climb itself: a cooler that stops
+            # under full load takes a die from 68 to 90 °C in 20 s.
+            stepped = np.isfinite(t["watts"][s]) & np.isfinite(power) & (
+                c.die_c_per_w * (power - t["watts"][s]) >= HYSTERESIS_C)
+            step = np.where(stepped, ts, t["step"][s])
+            rising = climbing & ~(ts - step < 2.0 * c.thermal_tau_s)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
                            ("mhigh", mhigh)):
             t[name][s[ok | mok]] = mask[ok | mok]
+        t["step"][s[fresh]] = step[fresh]
         t["smooth"][s[fresh]] = smooth[fresh]
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
