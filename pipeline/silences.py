@@ -18,7 +18,8 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   explains (``SAME_GPU_COVERS``): a family's critical its warning (one hot GPU: the
   warning is heard first, the critical pages when it comes, the warning stays muted
   while the critical fires: a severity change is heard, twice the same is not), a
-  hardware throttle the software thermal throttle and the straggling it causes, an
+  hardware throttle the software thermal throttle and the straggling it causes, the
+  critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
   and XIDs 63/94; a link down the XID 74 that reports it).
 * An acknowledged alert is not notified again until it resolves.
@@ -31,6 +32,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.pipeline.alerts import scope_of
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.xids import seen_of
@@ -59,6 +61,8 @@ class Cover:
     effect: str
     cause_xids: frozenset[int] = frozenset()
     effect_xids: frozenset[int] = frozenset()
+    # The effect must be a thermal throttle: its reasons say thermal, and no power brake.
+    thermal_only: bool = False
 
 
 _DBE = frozenset({48})
@@ -71,6 +75,9 @@ SAME_GPU_COVERS = (
     Cover("gpu_temp_high", "gpu_temp_rising"),
     Cover("gpu_mem_temp_critical", "gpu_mem_temp_high"),
     Cover("gpu_hw_slowdown", "gpu_sw_thermal_slowdown"),
+    # The driver slowing a GPU at its slowdown temperature: that temperature's doing.
+    Cover("gpu_temp_critical", "gpu_hw_slowdown", thermal_only=True),
+    Cover("gpu_temp_critical", "gpu_sw_thermal_slowdown"),
     Cover("gpu_hw_slowdown", "gpu_straggler"),
     Cover("gpu_hw_slowdown", "gpu_power_low_vs_peers"),
     Cover("gpu_xid_critical", "gpu_lost", frozenset({79})),
@@ -89,11 +96,22 @@ def _codes(alert: Alert) -> set[int]:
     return set(seen_of(alert.evidence)) if alert.evidence else set()
 
 
+_THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["sw_thermal_slowdown"]
+_BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
+
+
+def _thermal_throttle(alert: Alert) -> bool:
+    bits = int(alert.evidence.get("throttle_reasons", 0.0)) if alert.evidence else 0
+    return bool(bits & _THERMAL) and not bits & _BRAKE
+
+
 def _covers(cover: Cover, cause: Alert, effect: Alert) -> bool:
     if cause.rule != cover.cause or (cause.cluster, cause.node, cause.device) != (
             effect.cluster, effect.node, effect.device):
         return False
     if cover.cause_xids and not cover.cause_xids & _codes(cause):
+        return False
+    if cover.thermal_only and not _thermal_throttle(effect):
         return False
     return not cover.effect_xids or _codes(effect) <= cover.effect_xids
 

@@ -195,3 +195,20 @@ def test_an_event_and_its_consequence_on_one_gpu_are_one_notification() -> None:
     down = alert("gpu_nvlink_down")
     assert mute(_xid("gpu_xid_critical", 74), [down], [], {}) == f"inhibited:{down.id}"
     assert mute(_xid("gpu_xid_critical", 74, 79), [down], [], {}) == ""
+
+
+def test_a_thermal_throttle_is_muted_under_the_critical_temperature_not_a_power_brake() -> None:
+    """The driver slowing a GPU at its slowdown temperature is that temperature's doing: one
+    page (gpu_temp_critical). A power brake is another cause, and is heard."""
+    crit = alert("gpu_temp_critical")
+
+    def throttle(rule: str, *reasons: int) -> Alert:
+        return dataclasses.replace(alert(rule), evidence={"throttle_reasons": float(sum(reasons))})
+
+    thermal = throttle("gpu_hw_slowdown", 0x8, 0x40, 0x20)
+    assert mute(thermal, [crit], [], {}) == f"inhibited:{crit.id}"
+    assert mute(throttle("gpu_sw_thermal_slowdown", 0x20), [crit], [], {}) == (
+        f"inhibited:{crit.id}")
+    assert mute(throttle("gpu_hw_slowdown", 0x8, 0x80), [crit], [], {}) == ""
+    assert mute(throttle("gpu_hw_slowdown", 0x8, 0x40, 0x80), [crit], [], {}) == ""
+    assert mute(thermal, [alert("gpu_temp_critical", state="pending")], [], {}) == ""
