@@ -285,6 +285,7 @@ class DetectorsConfig:
     rise_band_c: float = ranged(15.0, 0.0, 60.0)
     rise_c_per_min: float = ranged(20.0, 1.0, 600.0)
     rise_window_s: float = ranged(10.0, 1.0, 600.0)
+    rise_margin_c: float = ranged(3.0, 0.0, 30.0)
     sensor_min_c: float = ranged(5.0, -40.0, 40.0)
     sensor_over_shutdown_c: float = ranged(10.0, 0.0, 100.0)
     power_over_limit_frac: float = ranged(1.1, 1.0, 2.0)

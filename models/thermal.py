@@ -162,18 +162,20 @@ class ThermalLimits(WaveDetector):
             # power step overstates the climb still to come.
             heading = temp + settling_left(sink - smooth, dt, c.rise_window_s,
                                            c.thermal_tau_s)
+            # Credible only when heading rise_margin_c past slowdown, and not within half a
+            # time constant of a power step up (one that lifts the die by HYSTERESIS_C or
+            # more at once): there a die that rises more per W than die_c_per_w reads as a
+            # sink running ahead, and the projection overshoots by a few degrees (the climb
+            # of every compute phase's start in a hot room, toward a level under slowdown).
+            # No hold on the climb itself, and no longer wait: a cooler that stops under
+            # full load takes a die from 68 to 90 °C in 20 s, and in a GPU idle when its
+            # cooling failed the failure shows with the next compute phase's step.
             climbing = valid & ~crit & (temp >= slow - c.rise_band_c) & (
-                slope >= c.rise_c_per_min) & (heading >= slow)
-            # Credible only at a power held for two time constants: after a power step up
-            # (one that lifts the die by HYSTERESIS_C or more at once) the projection
-            # overshoots (a die that rises more per W than die_c_per_w, a sink still
-            # settling): the climb of every compute phase's start, toward a level under
-            # slowdown in a hot room. No hold on the climb itself: a cooler that stops
-            # under full load takes a die from 68 to 90 °C in 20 s.
+                slope >= c.rise_c_per_min) & (heading >= slow + c.rise_margin_c)
             stepped = np.isfinite(t["watts"][s]) & np.isfinite(power) & (
                 c.die_c_per_w * (power - t["watts"][s]) >= HYSTERESIS_C)
             step = np.where(stepped, ts, t["step"][s])
-            rising = climbing & ~(ts - step < 2.0 * c.thermal_tau_s)
+            rising = climbing & ~(ts - step < 0.5 * c.thermal_tau_s)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
