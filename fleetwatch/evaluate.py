@@ -53,6 +53,7 @@ from fleetwatch.models import Detector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.recording import RecordingStore
 from fleetwatch.scoring import GRACE_S, Truth, false_alarms_per_1000_gpu_days, score
+from fleetwatch.scoring_noise import noise
 
 DetectorSet = Callable[[], Sequence[Detector]]
 
@@ -287,6 +288,7 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
         s["false_alarms_per_1000_gpu_days"] = false_alarms_per_1000_gpu_days(
             healthy[k], gpus, seconds)
         s["healthy_alarms"] = _alarm_rules(healthy[k])
+        s["noise"] = noise(truth, faulty[k], healthy[k], o.grace_s)
         columns[k] = s
     last = columns[list(sets)[-1]]
     out: dict[str, Any] = {}
@@ -301,7 +303,7 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
                                               "delay_first_sample_p50_s", "faults",
                                               "never_visible", "modes")}
                       for k, v in last["kinds"].items()},
-            "precision": last["precision"],
+            "precision": last["precision"], "noise": last["noise"],
             "false_alarms_per_1000_gpu_days": last["false_alarms_per_1000_gpu_days"]}
 
 
@@ -353,4 +355,21 @@ def table(result: Mapping[str, Any]) -> str:
                      f"{c['false_alarms']} false); false alarms on a healthy fleet: "
                      f"{c['false_alarms_per_1000_gpu_days']:.2f} per 1,000 GPU-days "
                      f"{c['healthy_alarms'] or ''}")
+        lines.extend(_noise_lines(name, c["noise"]))
     return "\n".join(lines)
+
+
+def _noise_lines(name: str, n: Mapping[str, Any]) -> list[str]:
+    """Alerts per detected incident (all fired / notified: median, max) and re-fires of
+    one rule on one subject within an hour, per kind and on the healthy fleet."""
+    def one(r: Mapping[str, Any]) -> str:
+        return (f"{_fmt(r['alerts_per_incident_p50'], True)}/"
+                f"{_fmt(r['alerts_per_incident_max'])} "
+                f"({_fmt(r['notified_per_incident_p50'], True)}/"
+                f"{_fmt(r['notified_per_incident_max'])} notified), "
+                f"{r['refires']} re-fires")
+    h = n["healthy"]
+    return [f"{name}: alerts per incident, median/max (notified), re-fires within 1 h: "
+            + "; ".join(f"{k} {one(r)}" for k, r in n["kinds"].items()),
+            f"{name}: healthy fleet: {h['alerts']} alerts, {h['notified']} notified, "
+            f"{h['refires']} re-fires"]

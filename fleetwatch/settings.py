@@ -285,6 +285,7 @@ class DetectorsConfig:
     rise_band_c: float = ranged(15.0, 0.0, 60.0)
     rise_c_per_min: float = ranged(20.0, 1.0, 600.0)
     rise_window_s: float = ranged(10.0, 1.0, 600.0)
+    rise_margin_c: float = ranged(3.0, 0.0, 30.0)
     sensor_min_c: float = ranged(5.0, -40.0, 40.0)
     sensor_over_shutdown_c: float = ranged(10.0, 0.0, 100.0)
     power_over_limit_frac: float = ranged(1.1, 1.0, 2.0)
@@ -292,6 +293,10 @@ class DetectorsConfig:
     # Throttle reasons.
     hw_slowdown_for_s: float = ranged(10.0, 0.0, 3600.0)
     sw_thermal_for_s: float = ranged(60.0, 0.0, 3600.0)
+    # The thermal rules' alerts (limits, peers, throttle) keep firing this long once judged
+    # clear, instead of alerts.keep_firing_s: a job's phases cool a hot GPU for minutes and
+    # heat it again, one alert while that goes on. 0: alerts.keep_firing_s.
+    thermal_keep_firing_s: float = ranged(1800.0, 0.0, 86_400.0)
     # Peers: a GPU against the other GPUs of its node in the same job at similar power.
     thermal_tau_s: float = ranged(30.0, 1.0, 600.0)
     # The die's rise over its heat sink per W: the part of a power change its temperature

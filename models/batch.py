@@ -23,7 +23,7 @@ from operator import attrgetter, is_, itemgetter
 import numpy as np
 
 from fleetwatch.frame import Frame, is_board_uuid
-from fleetwatch.models import Finding
+from fleetwatch.models import KEEP_FIRING, Finding
 
 # The metrics any detector reads; the column index of each is ``COL[name]``.
 METRICS: tuple[str, ...] = (
@@ -308,6 +308,12 @@ def gpu_finding(frame: Frame, gpu: int, rule: str, value: float, message: str, s
                    message, severity, for_s, hold_s,
                    {k: round(float(v), 3) for k, v in evidence.items() if math.isfinite(v)},
                    action, "gpu")
+
+
+def thermal_keep(keep_firing_s: float) -> dict[str, float]:
+    """The evidence that makes a thermal alert keep firing ``keep_firing_s`` once clear
+    (``detectors.thermal_keep_firing_s``); none for 0, which leaves alerts.keep_firing_s."""
+    return {KEEP_FIRING: keep_firing_s} if keep_firing_s > 0 else {}
 
 
 def flagged(mask: np.ndarray) -> list[tuple[int, int]]:

@@ -26,9 +26,11 @@ sample of a node is not judged either.
 
 One GPU stuck while its job peers work is ``gpu_stuck``'s (``fleetwatch.models.jobs``):
 here every GPU of the job must show the signature, so the two never judge the same
-sample. Each node of a hung job raises its own alert (a processor sees only the nodes
-of its partitions); Alertmanager groups ``job_hung`` by cluster, so a job hung across
-32 nodes is one page (deploy/alertmanager/alertmanager.yml).
+sample. A job hung on several nodes is one ``job_hung`` finding, on the node where it
+was found hung first (the first by name among equals), naming the job's other hung
+nodes: one alert per job, whose message grows as its nodes are found. A processor sees
+only the nodes of its partitions, so with several processors a job is one alert per
+processor; Alertmanager groups ``job_hung`` by cluster (deploy/alertmanager/alertmanager.yml).
 """
 
 from __future__ import annotations
@@ -87,12 +89,17 @@ class JobHang:
         # stalled on its host (outside the signature, memory held), and where: (ts, node, GPU).
         # (ts, node, GPU, its utilization, its memory used or None)
         self._alive: dict[tuple[str, str], tuple[float, str, int, float, float | None]] = {}
+        # Per (cluster, job): the nodes on which it was last judged hung, and since when.
+        self._hung: dict[tuple[str, str], dict[str, float]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
         self._links = {k: v for k, v in self._links.items() if k[1] not in gone}
         self._since = {k: v for k, v in self._since.items() if k[1] not in gone}
         self._alive = {k: v for k, v in self._alive.items() if v[1] not in gone}
+        for nodes in self._hung.values():
+            for n in gone & nodes.keys():
+                del nodes[n]
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -194,10 +201,22 @@ class JobHang:
                 waiting.append(self._waiting(f, job, ev, live))
             else:
                 hung.append((job, since, ev))
+        for nodes in self._hung.values():
+            nodes.pop(f.node, None)
+        for job, since, _ in hung:
+            self._hung.setdefault((f.cluster, job), {})[f.node] = since
+        self._hung = {k: v for k, v in self._hung.items() if v}
+        # A job hung on several nodes is told by its first node only.
+        hung = [h for h in hung if self._lead(f.cluster, h[0]) == f.node]
         if not hung:
             return waiting
         hung.sort(key=lambda h: h[1])
         return [self._finding(f, hung), *waiting]
+
+    def _lead(self, cluster: str, job: str) -> str:
+        """The node that tells of a hung job: hung first, the first by name among equals."""
+        nodes = self._hung[(cluster, job)]
+        return min(nodes, key=lambda n: (nodes[n], n))
 
     def _waiting(self, f: Frame, job: str, ev: dict[str, float],
                  live: tuple[float, str, int, float, float | None]) -> Finding:
@@ -286,10 +305,15 @@ class JobHang:
         odd = (f"; GPU {ev['lowest_sm_gpu']:.0f} spins on the fewest SMs "
                f"({ev['lowest_sm_active']:.0%}): look at its rank first"
                if "lowest_sm_gpu" in ev else "")
+        others = sorted(n for n in self._hung.get((f.cluster, job), {}) if n != f.node)
+        also = (f"; also hung on {', '.join(others)} ({len(others) + 1} nodes)"
+                if others else "")
+        if others:
+            ev = {**ev, "job_nodes": float(len(others) + 1)}
         message = (f"{jobs} hung on {f.node}: its {ev['gpus']:.0f} GPUs have a kernel resident "
                    f"({ev['util_pct']:.0f}% utilization){sm} and move no data (at most "
                    f"{ev['moved_bytes_per_s'] / 1e6:.1f} MB/s over NVLink and PCIe{ib}) "
-                   f"for {ev['hung_s']:.0f} s{odd}")
+                   f"for {ev['hung_s']:.0f} s{odd}{also}")
         return Finding(
             "job_hung", f.cluster, f.rack, f.node, None, f.ts, ev["hung_s"], message,
             "critical", self.c.job_hang_s, 0.0,

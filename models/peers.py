@@ -34,7 +34,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding
-from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding
+from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.peer_stats import (
     peer_count,
@@ -316,6 +316,7 @@ class ThermalPeers(WaveDetector):
             action = COOLING + "; this GPU's heat path is failing while its peers' is not"
             # The warning holds for as long as the GPU runs hot; the critical one rides on
             # top while it is far out or climbing fast, so neither flaps into the other.
+            ev = {**ev, **thermal_keep(c.thermal_keep_firing_s)}
             out.append(gpu_finding(f, g, "gpu_hot_vs_peers", excess[i, j], text, "warning",
                                    c.peer_for_s, ev, action))
             if crit[i, j]:

@@ -25,6 +25,7 @@ from fleetwatch.models.batch import (
     ewma_weight,
     flagged,
     gpu_finding,
+    thermal_keep,
     throttle_bits,
 )
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
@@ -106,8 +107,9 @@ class ThermalLimits(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
+        # step: when the power last stepped up (gpu_temp_rising waits after it).
         self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              site=0.0, mcrit=0.0, mhigh=0.0)
+                              site=0.0, mcrit=0.0, mhigh=0.0, step=np.nan)
         self._limits = LimitTable(self.c)
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -160,13 +162,26 @@ class ThermalLimits(WaveDetector):
             # power step overstates the climb still to come.
             heading = temp + settling_left(sink - smooth, dt, c.rise_window_s,
                                            c.thermal_tau_s)
-            rising = valid & ~crit & (temp >= slow - c.rise_band_c) & (
-                slope >= c.rise_c_per_min) & (heading >= slow)
+            # Credible only when heading rise_margin_c past slowdown, and not within half a
+            # time constant of a power step up (one that lifts the die by HYSTERESIS_C or
+            # more at once): there a die that rises more per W than die_c_per_w reads as a
+            # sink running ahead, and the projection overshoots by a few degrees (the climb
+            # of every compute phase's start in a hot room, toward a level under slowdown).
+            # No hold on the climb itself, and no longer wait: a cooler that stops under
+            # full load takes a die from 68 to 90 °C in 20 s, and in a GPU idle when its
+            # cooling failed the failure shows with the next compute phase's step.
+            climbing = valid & ~crit & (temp >= slow - c.rise_band_c) & (
+                slope >= c.rise_c_per_min) & (heading >= slow + c.rise_margin_c)
+            stepped = np.isfinite(t["watts"][s]) & np.isfinite(power) & (
+                c.die_c_per_w * (power - t["watts"][s]) >= HYSTERESIS_C)
+            step = np.where(stepped, ts, t["step"][s])
+            rising = climbing & ~(ts - step < 0.5 * c.thermal_tau_s)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
                            ("mhigh", mhigh)):
             t[name][s[ok | mok]] = mask[ok | mok]
+        t["step"][s[fresh]] = step[fresh]
         t["smooth"][s[fresh]] = smooth[fresh]
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
@@ -178,6 +193,7 @@ class ThermalLimits(WaveDetector):
               heading: np.ndarray, power: np.ndarray, limit: np.ndarray,
               *masks: np.ndarray) -> None:
         c = self.c
+        keep = thermal_keep(c.thermal_keep_firing_s)
         invalid, crit, high, site, mcrit, mhigh, rising, over = masks
         for i, j in flagged(invalid | crit | high | site | mcrit | mhigh | rising | over):
             f = b.frames[rows[i]]
@@ -195,15 +211,15 @@ class ThermalLimits(WaveDetector):
             if crit[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_critical", tc, f"{where} at {tc:.0f} °C, "
-                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0, lim,
-                    COOLING + "; drain the node if it does not cool down"))
+                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0,
+                    {**lim, **keep}, COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_high", tc,
                     f"{where} at {tc:.0f} °C, "
                     + (f"{sl - tc:.0f} °C below" if tc < sl else "at or above")
-                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s, lim,
-                    COOLING))
+                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s,
+                    {**lim, **keep}, COOLING))
             elif site[i, j]:
                 lc = c.site_temp_limit_c
                 out.append(gpu_finding(
@@ -213,7 +229,7 @@ class ThermalLimits(WaveDetector):
                        f"more than {HYSTERESIS_C:.0f} °C under)")
                     + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); its "
                     f"slowdown temperature is {sl:.0f} °C", "warning", c.site_temp_for_s,
-                    {**lim, "site_limit_c": lc}, COOLING))
+                    {**lim, "site_limit_c": lc, **keep}, COOLING))
             for rule, mask, severity, for_s in (
                     ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
                     ("gpu_mem_temp_critical", mcrit, "critical", 0.0)):
@@ -221,7 +237,7 @@ class ThermalLimits(WaveDetector):
                     out.append(gpu_finding(
                         f, g, rule, mem[i, j], f"{where}: memory (HBM) at {mem[i, j]:.0f} °C, "
                         f"limit {c.mem_max_c:.0f} °C", severity, for_s,
-                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c},
+                        {"mem_temp_c": mem[i, j], "mem_max_c": c.mem_max_c, **keep},
                         COOLING + "; hot HBM raises the ECC error rate"))
             if rising[i, j]:
                 out.append(gpu_finding(
@@ -275,6 +291,7 @@ class Throttle:
             ev = {"throttle_reasons": float(bits[i, j]), "temp_c": b.x[i, j, TEMP],
                   "power_w": b.x[i, j, POWER]}
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
+            ev.update(thermal_keep(self.c.thermal_keep_firing_s))
             where = f"GPU {g} on {f.node}"
             if hw[i, j]:
                 brake = bits[i, j] & THROTTLE_FLAGS["hw_power_brake_slowdown"]

@@ -14,6 +14,14 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   (rack cooling) mutes the GPU alerts of its rack and the node alerts of its
   rack that it explains (node cooling; never a silent node). The one cause is
   paged, not its sixteen symptoms.
+* On one GPU (same cluster, node and device), a firing alert mutes the alerts it
+  explains (``SAME_GPU_COVERS``): a family's critical its warning (one hot GPU: the
+  warning is heard first, the critical pages when it comes, the warning stays muted
+  while the critical fires: a severity change is heard, twice the same is not), a
+  hardware throttle the software thermal throttle and the straggling it causes, the
+  critical temperature the thermal throttles (not a power brake), an
+  event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
+  and XIDs 63/94; a link down the XID 74 that reports it).
 * An acknowledged alert is not notified again until it resolves.
 """
 
@@ -24,8 +32,10 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.pipeline.alerts import scope_of
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.xids import seen_of
 
 LABELS = ("rule", "severity", "cluster", "rack", "node", "device")
 OPS = ("=~", "!~", "!=", "=")
@@ -49,6 +59,71 @@ def visible(text: str) -> str:
         return text
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
                    for c in text)
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """On one GPU, a firing ``cause`` mutes ``effect``. ``cause_xids``: the XID codes of
+    which the cause must hold one (none: any); ``effect_xids``: the codes the effect may
+    hold (none: any), so an XID alert that also says something new is still heard."""
+
+    cause: str
+    effect: str
+    cause_xids: frozenset[int] = frozenset()
+    effect_xids: frozenset[int] = frozenset()
+    # The effect must be a thermal throttle: its reasons say thermal, and no power brake.
+    thermal_only: bool = False
+
+
+_DBE = frozenset({48})
+# The action of the cause covers the effect's: XID 48's "drain, reset, replace if it
+# repeats" says more than the DBE counter's; the link down counts the links.
+SAME_GPU_COVERS = (
+    Cover("gpu_hot_vs_peers_critical", "gpu_hot_vs_peers"),
+    Cover("gpu_temp_critical", "gpu_temp_high"),
+    Cover("gpu_temp_critical", "gpu_temp_rising"),
+    Cover("gpu_temp_high", "gpu_temp_rising"),
+    Cover("gpu_mem_temp_critical", "gpu_mem_temp_high"),
+    Cover("gpu_hw_slowdown", "gpu_sw_thermal_slowdown"),
+    # The driver slowing a GPU at its slowdown temperature: that temperature's doing.
+    Cover("gpu_temp_critical", "gpu_hw_slowdown", thermal_only=True),
+    Cover("gpu_temp_critical", "gpu_sw_thermal_slowdown"),
+    Cover("gpu_hw_slowdown", "gpu_straggler"),
+    Cover("gpu_hw_slowdown", "gpu_power_low_vs_peers"),
+    Cover("gpu_xid_critical", "gpu_lost", frozenset({79})),
+    Cover("gpu_xid_critical", "gpu_ecc_dbe", _DBE),
+    Cover("gpu_xid_critical", "gpu_row_remap_pending", _DBE),
+    Cover("gpu_xid_critical", "gpu_xid_warning", _DBE, frozenset({63, 94})),
+    Cover("gpu_nvlink_down", "gpu_nvlink_errors"),
+    Cover("gpu_nvlink_down", "gpu_xid_critical", effect_xids=frozenset({74})),
+)
+_COVERED_BY: dict[str, tuple[Cover, ...]] = {
+    e: tuple(c for c in SAME_GPU_COVERS if c.effect == e)
+    for e in {c.effect for c in SAME_GPU_COVERS}}
+
+
+def _codes(alert: Alert) -> set[int]:
+    return set(seen_of(alert.evidence)) if alert.evidence else set()
+
+
+_THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["sw_thermal_slowdown"]
+_BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
+
+
+def _thermal_throttle(alert: Alert) -> bool:
+    bits = int(alert.evidence.get("throttle_reasons", 0.0)) if alert.evidence else 0
+    return bool(bits & _THERMAL) and not bits & _BRAKE
+
+
+def _covers(cover: Cover, cause: Alert, effect: Alert) -> bool:
+    if cause.rule != cover.cause or (cause.cluster, cause.node, cause.device) != (
+            effect.cluster, effect.node, effect.device):
+        return False
+    if cover.cause_xids and not cover.cause_xids & _codes(cause):
+        return False
+    if cover.thermal_only and not _thermal_throttle(effect):
+        return False
+    return not cover.effect_xids or _codes(effect) <= cover.effect_xids
 
 
 def labels(alert: Alert) -> dict[str, str]:
@@ -173,10 +248,11 @@ def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = No
 
 def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
-    node-down, node-cooling or critical rack alert; for a node alert of
-    ``RACK_EXPLAINS_RULES``, a critical rack alert. (A rack's warning — above its peers
-    since fleetwatch first saw it, with no change seen — explains nothing for certain: a
-    hot aisle must not mute its GPUs' alerts for as long as it stays hot.)"""
+    node-down, node-cooling or critical rack alert, or one of its GPU's
+    (``SAME_GPU_COVERS``); for a node alert of ``RACK_EXPLAINS_RULES``, a critical rack
+    alert. (A rack's warning — above its peers since fleetwatch first saw it, with no
+    change seen — explains nothing for certain: a hot aisle must not mute its GPUs' alerts
+    for as long as it stays hot.)"""
     own = scope_of(alert)
     if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
         return next((a.id for a in open_alerts if a.state == "firing"
@@ -184,9 +260,12 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
                      and scope_of(a) == "rack" and a.severity == "critical"), "")
     if own != "gpu":
         return ""
+    covers = _COVERED_BY.get(alert.rule, ())
     for a in open_alerts:
         if a.state != "firing" or a.cluster != alert.cluster:
             continue
+        if any(_covers(c, a, alert) for c in covers):
+            return a.id
         scope = scope_of(a)
         if scope == "node" and a.rule in NODE_COVER_RULES and a.node == alert.node:
             return a.id

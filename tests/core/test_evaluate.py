@@ -27,6 +27,14 @@ def test_a_small_evaluation_scores_every_kind_in_the_documented_shape() -> None:
     assert result["false_alarms_per_1000_gpu_days"] >= 0
     assert list(result["columns"]) == ["rules"]
     assert ("faults", 1.0) in seen and ("healthy", 1.0) in seen   # progress of both runs
+    # Noise: alerts and notified alerts per detected incident, re-fires, in the JSON too.
+    noise = result["noise"]
+    assert noise["kinds"]["cooling"]["alerts_per_incident_max"] >= 1
+    assert 1 <= noise["kinds"]["cooling"]["notified_per_incident_p50"] <= (
+        noise["kinds"]["cooling"]["alerts_per_incident_p50"])
+    assert noise["kinds"]["cooling"]["refires"] >= 0
+    assert set(noise["healthy"]) == {"alerts", "notified", "refires"}
+    assert result["columns"]["rules"]["noise"] == noise
 
 
 def test_two_detector_sets_are_two_columns_of_the_same_run() -> None:

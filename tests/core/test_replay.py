@@ -144,8 +144,8 @@ def test_speed_paces_by_the_frames_own_time(tmp_path: Path) -> None:
 
 def test_cli_replay_prints_json_lines_and_exits_1_on_a_bad_file(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    # Cool for 300 s after +105 s: the default alerts.keep_firing_s, so both alerts resolve.
-    assert main(["replay", str(write(tmp_path / "a.csv", hot_series(cool_s=300)))]) == 0
+    # Cool for 1800 s after +105 s: detectors.thermal_keep_firing_s, so both alerts resolve.
+    assert main(["replay", str(write(tmp_path / "a.csv", hot_series(cool_s=1800)))]) == 0
     out, err = capsys.readouterr()
     states: dict[str, list[str]] = {}
     for line in out.splitlines():  # the default detectors: a warning and a critical rule
@@ -166,13 +166,13 @@ def test_cli_replay_can_keep_the_alerts_in_a_store(tmp_path: Path,
 
     db = tmp_path / "replay.db"
     assert main(["replay", "--store", str(db), "--cluster", "acme",
-                 str(write(tmp_path / "a.csv", hot_series(cool_s=300)))]) == 0
+                 str(write(tmp_path / "a.csv", hot_series(cool_s=1800)))]) == 0
     alerts = {a.rule: a for a in SqliteStore(db, read_only=True).alerts(("resolved",))}
     assert set(alerts) == {"gpu_temp_high", "gpu_temp_critical"}
     high = alerts["gpu_temp_high"]  # 88 °C at +15 s, past its 30 s for-duration at +45 s
-    # Cool from +105 s; resolved once cool for alerts.keep_firing_s (300 s).
+    # Cool from +105 s; resolved once cool for detectors.thermal_keep_firing_s (1800 s).
     assert (high.cluster, high.fired_ts, high.resolved_ts) == (
-        "acme", 1_700_000_045, 1_700_000_405)
+        "acme", 1_700_000_045, 1_700_001_905)
 
 
 # -- one series (timestamp,value) ---------------------------------------------------------

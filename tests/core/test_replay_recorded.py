@@ -59,6 +59,7 @@ def test_keep_firing_turns_a_series_crossing_its_limits_into_fewer_pages(
     data = long_csv(real_data, tmp_path / "machine.csv", "2013-12-14", "2013-12-18")
     kept = fired(replay(data, capsys))                       # alerts.keep_firing_s = 300
     monkeypatch.setenv("FLEETWATCH_ALERTS_KEEP_FIRING_S", "0")
+    monkeypatch.setenv("FLEETWATCH_DETECTORS_THERMAL_KEEP_FIRING_S", "0")
     every = fired(replay(data, capsys))
     rules = {c["rule"] for c in every}
     assert rules == {c["rule"] for c in kept}               # the same rules, fewer times

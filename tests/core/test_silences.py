@@ -153,3 +153,62 @@ def test_node_cooling_inhibited_by_its_rack_is_paged_when_the_rack_alert_resolve
                                        resolved_ts=1300.0)])
     assert [(n.alert.rule, n.alert.state, n.notify) for n in sink.sent] == [
         ("rack_cooling", "resolved", True), ("node_cooling", "firing", True)]
+
+
+def _xid(rule: str, *codes: int, state: str = "firing") -> Alert:
+    ev = {"xid": float(codes[0]), "count": float(len(codes))}
+    for c in codes:
+        ev.update({f"xid_{c}_count": 1.0, f"xid_{c}_first_ts": 900.0, f"xid_{c}_last_ts": 900.0})
+    return dataclasses.replace(alert(rule, state=state), evidence=ev)
+
+
+def test_on_one_gpu_the_critical_of_a_family_inhibits_its_warning() -> None:
+    """One hot GPU: the critical pages, the same GPU's warning of the same family is muted
+    while the critical fires (another GPU's is not, a pending critical mutes nothing)."""
+    for cause, effect in (("gpu_hot_vs_peers_critical", "gpu_hot_vs_peers"),
+                          ("gpu_temp_critical", "gpu_temp_high"),
+                          ("gpu_temp_critical", "gpu_temp_rising"),
+                          ("gpu_temp_high", "gpu_temp_rising"),
+                          ("gpu_mem_temp_critical", "gpu_mem_temp_high"),
+                          ("gpu_hw_slowdown", "gpu_sw_thermal_slowdown"),
+                          ("gpu_hw_slowdown", "gpu_straggler"),
+                          ("gpu_hw_slowdown", "gpu_power_low_vs_peers"),
+                          ("gpu_nvlink_down", "gpu_nvlink_errors")):
+        c = alert(cause)
+        assert mute(alert(effect), [c], [], {}) == f"inhibited:{c.id}", (cause, effect)
+        assert mute(alert(effect, device="gpu1"), [c], [], {}) == ""
+        assert mute(alert(effect), [alert(cause, state="pending")], [], {}) == ""
+        assert mute(c, [alert(effect)], [], {}) == ""  # never the other way
+
+
+def test_an_event_and_its_consequence_on_one_gpu_are_one_notification() -> None:
+    """XID 79 covers the lost GPU; XID 48 covers its DBE counter, the XIDs 63/94 and the
+    row remap it causes; a link down covers the XID 74 that reports it: by codes."""
+    x79, x48 = _xid("gpu_xid_critical", 79), _xid("gpu_xid_critical", 48)
+    assert mute(alert("gpu_lost"), [x79], [], {}) == f"inhibited:{x79.id}"
+    assert mute(alert("gpu_lost"), [x48], [], {}) == ""
+    for effect in (alert("gpu_ecc_dbe"), alert("gpu_row_remap_pending"),
+                   _xid("gpu_xid_warning", 63, 94)):
+        assert mute(effect, [x48], [], {}) == f"inhibited:{x48.id}", effect.rule
+        assert mute(effect, [x79], [], {}) == ""
+    assert mute(_xid("gpu_xid_warning", 63, 31), [x48], [], {}) == ""  # 31 is news
+    down = alert("gpu_nvlink_down")
+    assert mute(_xid("gpu_xid_critical", 74), [down], [], {}) == f"inhibited:{down.id}"
+    assert mute(_xid("gpu_xid_critical", 74, 79), [down], [], {}) == ""
+
+
+def test_a_thermal_throttle_is_muted_under_the_critical_temperature_not_a_power_brake() -> None:
+    """The driver slowing a GPU at its slowdown temperature is that temperature's doing: one
+    page (gpu_temp_critical). A power brake is another cause, and is heard."""
+    crit = alert("gpu_temp_critical")
+
+    def throttle(rule: str, *reasons: int) -> Alert:
+        return dataclasses.replace(alert(rule), evidence={"throttle_reasons": float(sum(reasons))})
+
+    thermal = throttle("gpu_hw_slowdown", 0x8, 0x40, 0x20)
+    assert mute(thermal, [crit], [], {}) == f"inhibited:{crit.id}"
+    assert mute(throttle("gpu_sw_thermal_slowdown", 0x20), [crit], [], {}) == (
+        f"inhibited:{crit.id}")
+    assert mute(throttle("gpu_hw_slowdown", 0x8, 0x80), [crit], [], {}) == ""
+    assert mute(throttle("gpu_hw_slowdown", 0x8, 0x40, 0x80), [crit], [], {}) == ""
+    assert mute(thermal, [alert("gpu_temp_critical", state="pending")], [], {}) == ""

@@ -101,14 +101,18 @@ def test_the_bytes_moved_on_infiniband_count_and_no_byte_counter_is_not_judged()
     assert found[0].ts == 0.0 and found[-1].evidence["hung_s"] == 600.0
 
 
-def test_a_job_over_many_nodes_is_found_on_each_and_a_one_gpu_job_is_not_judged() -> None:
+def test_a_job_over_many_nodes_is_one_finding_naming_its_nodes_and_a_one_gpu_job_is_not_judged(
+        ) -> None:
     d = JobHang()
     found = []
     for i in range(41):
         t = i * STEP
         found += d.update([node(t, [gpu(t)] * 8, name=n, job="big") for n in ("n1", "n2", "n3")])
-    assert {f.node for f in found} == {"n1", "n2", "n3"}
-    assert all(f.message.startswith("job big hung on") for f in found)
+    # One per job: on the node hung first (the first by name among equals), naming the others.
+    assert {f.node for f in found} == {"n1"}
+    assert all(f.message.startswith("job big hung on n1") for f in found)
+    assert "also hung on n2, n3 (3 nodes)" in found[-1].message
+    assert found[-1].evidence["job_nodes"] == 3.0
     # Two jobs on one node: the hung one is judged on its own GPUs.
     jobs = ["a"] * 4 + ["b"] * 4
     mixed = [gpu] * 4 + [lambda t: gpu(t, NVLINK_GB_S)] * 4
@@ -154,7 +158,7 @@ def test_one_gpu_stuck_while_its_peers_work_is_gpu_stuck_not_job_hung() -> None:
     assert set(rules(found)) == {("gpu_stuck", 7)}
 
 
-def test_through_the_processor_a_hung_job_fires_once_per_node_after_job_hang_s() -> None:
+def test_through_the_processor_a_hung_job_fires_once_after_job_hang_s() -> None:
     store = RecordingStore()
     processor = Processor(store, build(DetectorsConfig()))
     for i in range(41):
@@ -162,7 +166,7 @@ def test_through_the_processor_a_hung_job_fires_once_per_node_after_job_hang_s()
         processor.process([node(t, [gpu(t)] * 8, name=n, rack=r, job="big")
                            for n, r in (("n1", "r1"), ("n2", "r2"))])
     firing = {(a.rule, a.node, a.device): a for a in store.changes if a.state == "firing"}
-    assert set(firing) == {("job_hung", "n1", "host"), ("job_hung", "n2", "host")}
+    assert set(firing) == {("job_hung", "n1", "host")}   # one page for the job, not per node
     # Judged from the second sample (the first NVLink rate), firing job_hang_s later.
     assert {a.fired_ts - 1.7e9 for a in firing.values()} == {STEP + 300.0}
     # Nothing else: no GPU of the hung job is called stuck or a straggler.
@@ -232,8 +236,10 @@ def test_a_rank_that_died_does_not_hold_the_page_and_its_rank_joining_the_wait_p
     later = _two_nodes(10, lambda t: gpu(t, sm=0.12, power=140.0, gpu_fb_used_bytes=62e9), d,
                        start=5 * 60.0 + STEP)
     # n1 and n2 both hung; n2's "waiting" ends once the live rank is 2 minutes old.
-    rules_at_end = {(f.rule, f.node) for f in later if f.ts >= later[-1].ts}
-    assert rules_at_end == {("job_hung", "n1"), ("job_hung", "n2")}
+    at_end = [f for f in later if f.ts >= later[-1].ts]
+    # One finding for the job, on n2 (hung first), naming n1.
+    assert {(f.rule, f.node) for f in at_end} == {("job_hung", "n2")}
+    assert "also hung on n1" in at_end[0].message
 
 
 def test_the_gpu_spinning_on_the_fewest_sms_is_named() -> None:

@@ -19,7 +19,9 @@ def test_critical_at_the_gpus_own_slowdown_temperature_at_once() -> None:
     assert rules(found) == [("gpu_temp_critical", 0), ("gpu_temp_high", 0)]
     f = found[0]
     assert f.severity == "critical" and f.for_s == 0
-    assert f.evidence == {"temp_c": 87.0, "slowdown_c": 87.0, "shutdown_c": 90.0}
+    # It keeps firing detectors.thermal_keep_firing_s once clear (a job phase is no cure).
+    assert f.evidence == {"temp_c": 87.0, "slowdown_c": 87.0, "shutdown_c": 90.0,
+                          "keep_firing_s": 1800.0}
     assert "cooling" in f.action
 
 

@@ -22,7 +22,8 @@ R_SINK, DIE_C_PER_W, TAU_S = 0.075, 0.030, 23.0
 
 
 def series(step: int, inlet: float, power: Callable[[int], float], r_mult: Callable[[int], float],
-           seconds: int, offset: float, seed: int) -> list[tuple[float, float, float]]:
+           seconds: int, offset: float, seed: int, die_c_per_w: float = DIE_C_PER_W
+           ) -> list[tuple[float, float, float]]:
     """(time, whole-degree die reading, power) every ``step`` s, the physics run each second."""
     rng = np.random.default_rng(seed)
     sink = inlet + R_SINK * r_mult(0) * power(0)
@@ -31,7 +32,7 @@ def series(step: int, inlet: float, power: Callable[[int], float], r_mult: Calla
         p = power(t)
         sink += (inlet + R_SINK * r_mult(t) * p - sink) / TAU_S
         if t % step == step - 1:
-            die = sink + DIE_C_PER_W * p + offset + rng.normal(0.0, 0.4)
+            die = sink + die_c_per_w * p + offset + rng.normal(0.0, 0.4)
             out.append((float(t), float(round(die)), p))
     return out
 
@@ -85,3 +86,33 @@ def test_what_is_left_of_a_first_order_approach_comes_from_the_readings_lead(dt:
             break
     left = settling_left(np.array(x - m), np.array(dt), 10.0, 23.0)
     assert left == pytest.approx(80.0 - x, rel=0.02)
+
+
+@pytest.mark.parametrize(("step", "offset"), [(5, 0.0), (15, 0.0), (15, 1.5)])
+def test_a_healthy_gpu_in_a_hot_room_climbing_after_each_communication_phase_is_no_warning(
+        step: int, offset: float) -> None:
+    """32 °C inlet (ASHRAE A1's top), 2 min of communication at 150 W every 10 min, on a die
+    that rises 0.047 °C/W over its sink (the simulated A100's; config says 0.035): after
+    each phase the die jumps and climbs 26 °C/min toward 87-88 °C, never reaching its 89 °C
+    slowdown; the projection overshoots to 89-91 °C just after the step: no warning."""
+    jitter = np.random.default_rng(1).normal(1.0, 0.03, 7200 // 5 + 1)
+
+    def power(t: int) -> float:
+        return (150.0 if t % 600 < 120 else 420.0) * jitter[t // 5]
+
+    samples = series(step, 32.0, power, lambda t: 1.0, 7200, offset, 1, die_c_per_w=0.047)
+    assert max(temp for _, temp, _ in samples) < LIMITS["gpu_slowdown_temp_c"]
+    found = rising(samples)
+    assert found == [], [(f.ts, f.message) for f in found]
+
+
+@pytest.mark.parametrize("step", [5, 15])
+def test_a_failed_cooler_found_when_the_next_compute_phase_starts_still_warns(step: int) -> None:
+    """The cooler failed while the GPU idled (95 W in 24 °C air: no sign); the next compute
+    phase (420 W) sends the die toward 100 °C. The climb right after that power step is
+    the failure's first sign: the warning comes before slowdown."""
+    samples = series(step, 24.0, lambda t: 95.0 if t < 600 else 420.0, lambda t: 2.0, 900,
+                     0.0, 1)
+    reached = next(t for t, temp, _ in samples if temp >= LIMITS["gpu_slowdown_temp_c"])
+    found = rising(samples)
+    assert found and found[0].ts < reached

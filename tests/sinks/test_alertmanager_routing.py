@@ -90,3 +90,36 @@ def test_a_real_alertmanager_files_a_posted_alert_under_its_receiver(tmp_path: P
         assert [r["name"] for r in got["receivers"]] == ["gpu-ops-pager"]
     finally:
         server.stop()
+
+
+def test_a_real_alertmanager_inhibits_a_gpus_warning_under_its_critical(tmp_path: Path) -> None:
+    """Both posted (the warning fired first, the critical later): Alertmanager, with the
+    shipped inhibit rules, mutes the warning of the same GPU and family only."""
+    config = tmp_path / "alertmanager.yml"
+    shutil.copy(CONFIG, config)
+    server = alertmanager(tmp_path, config=config).start()
+    try:
+        node = f"node-family-{time.time_ns()}"
+        sink = AlertmanagerSink(f"http://{server.address}")
+        sink.send([Notice(alert("gpu_temp_high", "warning", node=node), ""),
+                   Notice(alert("gpu_temp_high", "warning", node=node, device="gpu4"), ""),
+                   Notice(alert("gpu_sw_thermal_slowdown", "warning", node=node), "")])
+        sink.send([Notice(alert("gpu_temp_critical", "critical", node=node), ""),
+                   Notice(alert("gpu_hw_slowdown", "critical", node=node), "")])
+        url = (f"http://{server.address}/api/v2/alerts?filter="
+               + urllib.parse.quote(f'node="{node}"'))
+
+        def muted() -> dict[tuple[str, str], bool]:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                got = json.load(r)
+            out = {(a["labels"]["alertname"], a["labels"]["device"]):
+                   bool(a["status"]["inhibitedBy"]) for a in got}
+            return out if len(out) == 5 and sum(out.values()) == 2 else {}
+
+        wait_for("Alertmanager did not inhibit the warnings", muted, 30, [server.log_path])
+        assert muted() == {("gpu_temp_high", "gpu3"): True, ("gpu_temp_high", "gpu4"): False,
+                           ("gpu_sw_thermal_slowdown", "gpu3"): True,
+                           ("gpu_temp_critical", "gpu3"): False,
+                           ("gpu_hw_slowdown", "gpu3"): False}
+    finally:
+        server.stop()
