@@ -355,8 +355,9 @@ def _check(config: Config) -> None:
 def _store_problems(s: StoreConfig, origins: Mapping[str, str]) -> list[str]:
     """Roll-ups shorter-lived than raw samples: upkeep would delete the roll-ups, events and
     alert history of days whose raw samples are still kept, and a month's report would lose
-    its repeat offenders while the samples that showed them are still in the store."""
-    if s.rollup_retention_d * 24 >= s.raw_retention_h:
+    its repeat offenders while the samples that showed them are still in the store. Both
+    keys are the SQLite store's own: other stores keep what their server keeps."""
+    if s.kind != "sqlite" or s.rollup_retention_d * 24 >= s.raw_retention_h:
         return []
     where = origins.get("store.rollup_retention_d") or origins.get("store.raw_retention_h")
     days = s.rollup_retention_d

@@ -34,3 +34,13 @@ def test_equal_or_longer_rollups_load(tmp_path: Path) -> None:
     assert load(None, env={"FLEETWATCH_STORE_ROLLUP_RETENTION_D": "14"}).store \
         .rollup_retention_d == 14
     assert load(None, env={}).store.rollup_retention_d == 400
+
+
+def test_a_store_that_keeps_no_rollups_of_its_own_is_not_judged(tmp_path: Path) -> None:
+    """Both keys are the SQLite store's: a VictoriaMetrics or InfluxDB config that carries
+    them (as the previous release loaded it) still loads."""
+    for kind in ("victoriametrics", "influx"):
+        path = tmp_path / f"{kind}.toml"
+        path.write_text(f'[store]\nkind = "{kind}"\nraw_retention_h = 336\n'
+                        "rollup_retention_d = 1\n")
+        assert load(path, env={}).store.kind == kind
