@@ -45,14 +45,18 @@ def _need(store: Store, method: str) -> None:
                            "influx")
 
 
-def _typed(text: str, what: str) -> None:
-    """Refuse text with characters a terminal acts on (ESC, BEL, CR, a bidi override):
-    it is printed in other operators' terminals (`fleetwatch alerts`, `silence list`)."""
+def _typed(text: str, what: str) -> str:
+    """``text`` as it may be stored: a TAB (pasted from a ticket) as a space; text with other
+    characters a terminal acts on (ESC, BEL, CR, a bidi override) refused: it is printed in
+    other operators' terminals (`fleetwatch alerts`, `silence list`)."""
+    text = text.replace("\t", " ")
     if not text.isprintable():
         bad = next(c for c in text if not c.isprintable())
-        raise SilenceError(f"{what} {visible(text)!r} holds the control character "
-                           f"{visible(bad)!r}: other operators' terminals would act on it; "
+        # visible() writes each as its escape once (a repr of it would double the \).
+        raise SilenceError(f"{what} '{visible(text)}' holds the control character "
+                           f"'{visible(bad)}': other operators' terminals would act on it; "
                            "write it without")
+    return text
 
 
 def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
@@ -61,9 +65,8 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
     _need(store, "write_silences")
     if not matchers:
         raise SilenceError("a silence needs at least one matcher, e.g. node=node-007")
-    for text, what in [*((m, "matcher") for m in matchers), (by, "--by"),
-                       (comment, "--comment")]:
-        _typed(text, what)
+    matchers = [_typed(m, "matcher") for m in matchers]
+    by, comment = _typed(by, "--by"), _typed(comment, "--comment")
     try:
         parsed = tuple(parse_matcher(m) for m in matchers)
     except ValueError as exc:
@@ -191,8 +194,7 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     _need(store, "write_acks")
     if not by:
         raise SilenceError("say who acknowledges it: --by NAME")
-    _typed(by, "--by")
-    _typed(comment, "--comment")
+    by, comment = _typed(by, "--by"), _typed(comment, "--comment")
     if alert_id not in {a.id for a in store.alerts()}:
         raise SilenceNotFound(f"no open alert {alert_id!r}: `fleetwatch alerts` lists the "
                               "open ones with their ids, as the dashboard's alert tables do "

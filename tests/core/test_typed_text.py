@@ -65,3 +65,17 @@ def test_an_older_stores_raw_text_is_printed_escaped(store: Path,  # noqa: F811
     assert main(["silence", "list", "--store", str(store)]) == 0
     out = capsys.readouterr().out
     assert "\x1b" not in out and "ops\\x1b[8m  maint\\x1b[2J" in out
+
+
+def test_a_tab_is_kept_as_a_space_and_a_refusal_escapes_once(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    assert main(["silence", "add", "node=n1", "--comment", "maint\tnight", "--for", "1h",
+                 "--store", str(store)]) == 0
+    s = SqliteStore(store)
+    assert [x.comment for x in s.silences()] == ["maint night"]
+    s.close()
+    capsys.readouterr()
+    assert main(["silence", "add", "node=n1", "--by", "bob\x1b[31m", "--for", "1h",
+                 "--store", str(store)]) != 0
+    err = capsys.readouterr().err
+    assert "'bob\\x1b[31m' holds the control character '\\x1b'" in err, err
