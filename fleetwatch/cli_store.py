@@ -4,9 +4,10 @@ live SQLite store) and ``silence import`` (a store's silences carried to another
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from fleetwatch.cli_history import EXIT_ERROR, EXIT_OK, EXIT_USAGE
+from fleetwatch.cli_history import EXIT_ERROR, EXIT_OK, EXIT_USAGE, missing_store
 from fleetwatch.config import Config
 
 
@@ -21,6 +22,13 @@ def cmd_backup(config: Config, args: argparse.Namespace) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     store = config.store.path
+    missing = missing_store(config)  # names `up`'s fleetwatch-sim.db where that is here
+    if missing:
+        print(f"fleetwatch backup: {missing}", file=sys.stderr)
+        return EXIT_ERROR
+    dest = args.dest
+    if os.path.isdir(dest):  # into a folder, under the store's own name, as cp does
+        dest = os.path.join(dest, os.path.basename(store))
     shown = [-1]
 
     def progress(done: int, total: int) -> None:
@@ -31,7 +39,7 @@ def cmd_backup(config: Config, args: argparse.Namespace) -> int:
                   flush=True)
 
     try:
-        result = backup(store, args.dest, progress, compact=args.compact)
+        result = backup(store, dest, progress, compact=args.compact)
     except BackupError as exc:
         print(f"fleetwatch backup: {exc}", file=sys.stderr)
         return EXIT_ERROR

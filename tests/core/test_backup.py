@@ -127,3 +127,17 @@ def test_a_compact_backup_leaves_out_what_retention_freed(tmp_path: Path) -> Non
     conn = sqlite3.connect(copy)
     assert conn.execute("PRAGMA freelist_count").fetchone() == (0,)
     conn.close()
+
+
+def test_a_folder_dest_takes_the_store_under_its_own_name_and_up_s_store_is_named(
+        tmp_path: Path) -> None:
+    """As cp does: DEST a folder is the copy's folder. Without --store, next to `up`'s
+    fleetwatch-sim.db and no fleetwatch.db, the refusal names the file `up` keeps."""
+    SqliteStore(tmp_path / "fleetwatch-sim.db").close()
+    (tmp_path / "backups").mkdir()
+    done = run_cli(tmp_path, "backup", "backups", "--store", "fleetwatch-sim.db")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "backups" / "fleetwatch-sim.db").is_file()
+    missing = run_cli(tmp_path, "backup", "copy.db")
+    assert missing.returncode == 1
+    assert "fleetwatch-sim.db" in missing.stderr and not (tmp_path / "copy.db").exists()
