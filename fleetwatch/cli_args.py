@@ -147,6 +147,9 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--part", choices=PART_NAMES, help=PART_HELP + " (default: sim.part, a100)")
         g.add_argument("--cluster", help="the cluster the simulated fleet reports as "
                        "(default: sim.cluster, sim)")
+        g.add_argument("--inlet-c", type=float, metavar="C",
+                       help="the room's mean inlet air in °C, 5 to 45 (default: sim.inlet_c, "
+                       "22); sim.warm_spell_c and sim.warm_spell_h ramp it")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
                        help=FAULT_HELP)
         g.add_argument("--no-faults", action="store_true", help="inject no fault")
