@@ -57,20 +57,31 @@ class RoomInlet:
         if not b.frames:
             return []
         hot = (throttle_bits(b.x[..., THROTTLE]) & _THERMAL) != 0
-        last: dict[str, tuple[float, str]] = {}
-        for i, f in enumerate(b.frames):
+        # Judged at every sample time of the batch: the alert's lifecycle reads a time
+        # with frames and no finding as the room cleared.
+        at: dict[float, set[str]] = {}
+        for f in b.frames:
             v = f.host.metrics.get("host_inlet_temp_c")
             if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
                 continue
-            key = (f.cluster, f.node)
-            if key in self.nodes and self.nodes[key][0] >= f.ts:
-                continue  # a repeated or older frame
-            self.nodes[key] = (f.ts, float(v), int((hot[i] & b.present[i]).sum()),
-                               int(b.present[i].sum()))
-            if f.ts >= last.get(f.cluster, (-np.inf, ""))[0]:
-                last[f.cluster] = (f.ts, f.rack)
-        return [f for cluster, (ts, _) in sorted(last.items())
-                if (f := self._judge(cluster, ts)) is not None]
+            at.setdefault(f.ts, set()).add(f.cluster)
+        out: list[Finding] = []
+        for ts in sorted(at):
+            for i, f in enumerate(b.frames):
+                if f.ts == ts:
+                    self._read(f, hot[i] & b.present[i], int(b.present[i].sum()))
+            out += [f for c in sorted(at[ts]) if (f := self._judge(c, ts)) is not None]
+        return out
+
+    def _read(self, f: Frame, hot: np.ndarray, gpus: int) -> None:
+        """One node's inlet reading, and how many of its GPUs throttle for heat."""
+        v = f.host.metrics.get("host_inlet_temp_c")
+        if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:
+            return
+        key = (f.cluster, f.node)
+        if key in self.nodes and self.nodes[key][0] >= f.ts:
+            return  # a repeated or older frame
+        self.nodes[key] = (f.ts, float(v), int(hot.sum()), gpus)
 
     def _judge(self, cluster: str, now: float) -> Finding | None:
         """The cluster's finding at ``now`` from its nodes' fresh inlet readings."""
