@@ -115,6 +115,19 @@ class Inlets:
             del self.excess[code]
         return out
 
+    def room(self, now: float, cluster_of: Sequence[str]) -> dict[str, float]:
+        """Per cluster with fresh inlet readings from more than ``MIN_SHARED`` racks: its
+        room's air, the median of its racks' median readings (one rack's cooler, or a
+        few, cannot move it far: the median of four or more racks' air)."""
+        level: dict[int, list[float]] = {}
+        for s in self.state.values():
+            if now - s[1] <= self.stale_s:
+                level.setdefault(int(s[4]), []).append(s[5])
+        racks: dict[str, list[float]] = {}
+        for code, values in level.items():
+            racks.setdefault(cluster_of[code], []).append(float(np.median(values)))
+        return {c: float(np.median(v)) for c, v in racks.items() if len(v) > MIN_SHARED}
+
     def _excess(self, code: int, now: float, excess: list[float], rise_c: float,
                 line_c: float) -> tuple[int, int, float, float]:
         """One rack's peer judgement, and where its excess began: after the last sample
