@@ -324,7 +324,7 @@ class DetectorsConfig:
     # critical, once it has held room_inlet_for_s.
     room_inlet_warn_c: float = ranged(27.0, 10.0, 60.0)
     room_inlet_critical_c: float = ranged(32.0, 10.0, 60.0)
-    room_inlet_for_s: float = ranged(600.0, 0.0, 86_400.0)
+    room_inlet_for_s: float = ranged(300.0, 0.0, 86_400.0)
     # Events: how long an XID or an error-counter jump keeps its alert open.
     xid_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
     xid_info_hold_s: float = ranged(600.0, 0.0, 30 * 86_400.0)

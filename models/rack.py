@@ -108,8 +108,8 @@ class RackCooling:
         self._judged = dict.fromkeys(RULES, 0)
         self._given = dict.fromkeys(RULES, 0)
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
-        # Cluster -> [its room's air when first read, its room's air now, when read].
-        self._room: dict[str, list[float]] = {}
+        # Rack code -> [the room's air around it when first read, now, when read].
+        self._room: dict[int, list[float]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
@@ -147,30 +147,33 @@ class RackCooling:
         racks = np.isin(codes, list(self._held))
         frozen = racks | self._frozen_nodes(b, now, limit)
         self.inlets.update(b.frames, codes.tolist(), racks.tolist())
-        room = self._room_shift(b.frames, now)
+        room = self._room_shift(codes, now)
         for rows in b.waves:
             self._wave(b, rows, slots[rows], frozen[rows], room[rows])
         for rule in RULES:
             self._given[rule] += int(b.present.sum())
         return self._judge(b, codes, slots)
 
-    def _room_shift(self, frames: Sequence[Frame], now: float) -> np.ndarray:
-        """Per frame: how far its cluster's room air has moved since this detector first
-        read it (0 where its inlet sensors never told: as before). The dies follow the air
-        degree for degree at the same power, and the models have no input for it: a room
-        warming over hours would stand in every residual, each rack's models learning it
-        at their own speed, so the racks that learned it sooner make the slowest one look
-        like its own cooler. Taken out before the models, it is no rack's rise; one rack's
-        air rising is still its own, as the room is the median across four or more racks."""
+    def _room_shift(self, codes: np.ndarray, now: float) -> np.ndarray:
+        """Per frame: how far the room's air around its rack (the other racks' median
+        inlet: ``Inlets.room``) has moved since this detector first read it (0 where it
+        never could: no inlet sensors, fewer than four racks; as before). The dies follow
+        the air degree for degree at the same power, and the models have no input for it:
+        a room warming over hours would stand in every residual, each rack's models
+        learning it at their own speed, so the racks that learned it sooner made the
+        slowest one look like its own cooler. Taken out before the models, it is no
+        rack's rise; a rack's own air is never part of its room."""
         clusters = [cluster for cluster, _ in self._names]
-        for cluster, level in self.inlets.room(now, clusters).items():
-            room = self._room.setdefault(cluster, [level, level, now])
+        for code, level in self.inlets.room(now, clusters, self._flagged).items():
+            room = self._room.setdefault(code, [level, level, now])
             # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
             # a tenth of a degree from one batch to the next, stay out of the residuals.
             room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
             room[2] = now
-        shift = {c: now_c - first for c, (first, now_c, _) in self._room.items()}
-        return np.fromiter((shift.get(f.cluster, 0.0) for f in frames), float, len(frames))
+        shift = np.zeros(len(self._names))
+        for code, (first, level, _) in self._room.items():
+            shift[code] = level - first
+        return shift[codes]
 
     def _rack_code(self, f: Frame) -> int:
         key = (f.cluster, f.rack)
