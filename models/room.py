@@ -45,7 +45,9 @@ class RoomInlet:
         self.c = config or DetectorsConfig()
         # (cluster, node) -> (ts, inlet °C, GPUs throttling for heat, GPUs reporting).
         self.nodes: dict[tuple[str, str], tuple[float, float, int, int]] = {}
-        self.flagged: set[str] = set()
+        # Clusters whose finding holds -> its severity: it never drops within one finding
+        # (a label: each change a new alert, a new page, in Alertmanager).
+        self.flagged: dict[str, str] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -88,20 +90,21 @@ class RoomInlet:
         fresh = [s for (c, _), s in self.nodes.items()
                  if c == cluster and now - s[0] <= STALE_S]
         if len(fresh) < MIN_NODES:
-            self.flagged.discard(cluster)
+            self.flagged.pop(cluster, None)
             return None
         median = float(np.median([s[1] for s in fresh]))
         warn, crit = self.c.room_inlet_warn_c, self.c.room_inlet_critical_c
         # Held until clearly under its line: a room hovering at 27 °C is one alert.
         line = warn - CLEAR_C if cluster in self.flagged else warn
         if median <= line:
-            self.flagged.discard(cluster)
+            self.flagged.pop(cluster, None)
             return None
-        self.flagged.add(cluster)
         throttling, gpus = sum(s[2] for s in fresh), sum(s[3] for s in fresh)
-        severity = "critical" if median > crit else "warning"
-        limit = (f"above the {crit:g} °C allowable limit" if severity == "critical"
-                 else f"above the {warn:g} °C recommended limit")
+        severity = "critical" if median > crit else self.flagged.get(cluster, "warning")
+        self.flagged[cluster] = severity
+        limit = (f"above the {crit:g} °C allowable limit" if median > crit
+                 else f"above the {warn:g} °C recommended limit" if median > warn
+                 else f"held until {CLEAR_C:g} °C under the {warn:g} °C recommended limit")
         return Finding(
             "room_inlet_hot", cluster, ROOM, "", None, now, median,
             f"Cluster {cluster}: the room's air is {median:.1f} °C at the nodes' inlets "

@@ -71,3 +71,17 @@ def replace_for(for_s: float):  # noqa: ANN201 - a config with the room's hold c
     from fleetwatch.config import DetectorsConfig
 
     return replace(DetectorsConfig(), room_inlet_for_s=for_s)
+
+
+def test_a_room_alert_once_critical_stays_critical_until_it_clears() -> None:
+    """Severity is a label: a room swinging about 32 °C must not flip its alert between
+    warning and critical (each flip a new label set, a new page, in Alertmanager)."""
+    d = RoomInlet()
+    severities = [f.severity for k, v in enumerate([30.0, 33.0, 31.0, 32.5, 28.0])
+                  for f in d.update(fleet(100.0 + 15 * k, [v] * 4))]
+    assert severities == ["warning", "critical", "critical", "critical", "critical"]
+    [f] = d.update(fleet(200.0, [28.0] * 4))
+    assert "28.0 °C" in f.message and "above the 27 °C recommended limit" in f.message
+    assert d.update(fleet(215.0, [25.0] * 4)) == []
+    [f] = d.update(fleet(230.0, [28.0] * 4))
+    assert f.severity == "warning"  # a new alert
