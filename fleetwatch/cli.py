@@ -164,7 +164,8 @@ def _sim_config(config: Config, args: argparse.Namespace) -> Config:
     from fleetwatch.simulate import MAX_GPUS, MAX_NODES, counted
 
     config = _override(config, "sim", nodes=args.nodes, gpus=args.gpus, seed=args.seed,
-                       part=args.part, cluster=args.cluster)
+                       part=args.part, cluster=args.cluster,
+                       inlet_c=getattr(args, "inlet_c", None))
     s = config.sim
     if s.nodes > MAX_NODES or s.nodes * s.gpus > MAX_GPUS:
         named = " and ".join(f for f, v in (("--nodes", args.nodes), ("--gpus", args.gpus))

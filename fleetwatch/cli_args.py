@@ -147,6 +147,9 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--part", choices=PART_NAMES, help=PART_HELP + " (default: sim.part, a100)")
         g.add_argument("--cluster", help="the cluster the simulated fleet reports as "
                        "(default: sim.cluster, sim)")
+        g.add_argument("--inlet-c", type=float, metavar="C",
+                       help="the room's mean inlet air in °C, 5 to 45 (default: sim.inlet_c, "
+                       "22); sim.warm_spell_c and sim.warm_spell_h ramp it")
         g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
                        help=FAULT_HELP)
         g.add_argument("--no-faults", action="store_true", help="inject no fault")
@@ -328,6 +331,15 @@ def parser() -> argparse.ArgumentParser:
                          "scores (default 0)")
     ev.add_argument("--part", choices=PART_NAMES, default="a100",
                     help=PART_HELP + " (default a100)")
+    ev.add_argument("--inlet-c", type=_bounded(5, 45), default=22.0, metavar="C",
+                    help="the room's inlet air of the faulty and the healthy run, 5 to 45 °C "
+                         "(default 22)")
+    ev.add_argument("--hot-inlet-c", type=_bounded(5, 45), default=32.0, metavar="C",
+                    help="a third run, the healthy fleet in a room this warm: its false alarms "
+                         "and how many are notified (default 32 °C, the top of ASHRAE class "
+                         "A1's allowable range)")
+    ev.add_argument("--no-hot-room", action="store_true",
+                    help="skip the hot-room run (a third of the time on two workers)")
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON line")

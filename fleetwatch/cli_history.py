@@ -226,7 +226,8 @@ def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     options = EvalOptions(gpus=args.gpus, hours=args.hours, seed=args.seed,
                           per_kind=args.per_kind, kinds=kinds, interval_s=args.interval,
-                          part=args.part,
+                          part=args.part, inlet_c=args.inlet_c,
+                          hot_inlet_c=None if args.no_hot_room else args.hot_inlet_c,
                           keep_firing_s=config.alerts.keep_firing_s)
     started = time.monotonic()
     shown = [-1.0]

@@ -52,7 +52,13 @@ from fleetwatch.evaluate_training import Progress, train_models
 from fleetwatch.models import Detector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.recording import RecordingStore
-from fleetwatch.scoring import GRACE_S, Truth, false_alarms_per_1000_gpu_days, score
+from fleetwatch.scoring import (
+    GRACE_S,
+    Truth,
+    false_alarms_per_1000_gpu_days,
+    notified,
+    score,
+)
 from fleetwatch.scoring_noise import noise
 
 DetectorSet = Callable[[], Sequence[Detector]]
@@ -74,6 +80,10 @@ class EvalOptions:
     train_hours: float = 24.0
     part: str = "a100"                 # the simulated GPU (collectors/sim/hardware.py)
     keep_firing_s: float = AlertsConfig().keep_firing_s  # as the processors run
+    # The room's inlet air (°C) of both runs, and of a third, healthy run in a hot room
+    # (None: none): false alarms in summer, not only in a room held at 22 °C.
+    inlet_c: float = 22.0
+    hot_inlet_c: float | None = 32.0
 
 
 def detector_sets(config: Any, models: bool = False) -> dict[str, DetectorSet]:
@@ -107,7 +117,7 @@ class WithModels:
 def sim_params(o: EvalOptions, seed: int) -> SimParams:
     nodes = math.ceil(o.gpus / o.gpus_per_node)
     return SimParams(nodes=nodes, gpus=o.gpus_per_node, nodes_per_rack=o.nodes_per_rack,
-                     seed=seed, interval_s=o.interval_s, part=o.part)
+                     seed=seed, interval_s=o.interval_s, part=o.part, inlet_c=o.inlet_c)
 
 
 def known_kinds() -> tuple[str, ...]:
@@ -241,27 +251,29 @@ _FORKED: dict[str, Any] = {}
 
 def _forked_run(name: str) -> tuple[list[Truth], dict[str, list[Any]]]:
     f = _FORKED
-    return run_fleet(f["params"], f["options"], f["faults"] if name == "faults" else [],
+    params = f["params"] if name != "hot" else dataclasses.replace(
+        f["params"], inlet_c=f["options"].hot_inlet_c)
+    return run_fleet(params, f["options"], f["faults"] if name == "faults" else [],
                      f["sets"], name, f["progress"])
 
 
-def _both_runs(params: SimParams, o: EvalOptions, faults: Sequence[Any],
-               sets: Mapping[str, DetectorSet], progress: Progress | None, workers: int
-               ) -> tuple[tuple[list[Truth], dict[str, list[Any]]],
-                          tuple[list[Truth], dict[str, list[Any]]]]:
-    """The faulty and the healthy run, side by side in two forked processes when
-    ``workers`` >= 2 (each is single-threaded Python), else one after the other."""
-    if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
-        _FORKED.update(params=params, options=o, faults=faults, sets=sets, progress=progress)
-        try:
+def _runs(params: SimParams, o: EvalOptions, faults: Sequence[Any],
+          sets: Mapping[str, DetectorSet], progress: Progress | None, workers: int
+          ) -> dict[str, tuple[list[Truth], dict[str, list[Any]]]]:
+    """The faulty and the healthy run, and the healthy one in a hot room where
+    ``hot_inlet_c`` is set: two at a time in forked processes when ``workers`` >= 2 (each
+    is single-threaded Python; the hot run takes the healthy one's place once it is
+    done, as the faulty run takes longer), else one after the other."""
+    names = ["faults", "healthy"] + (["hot"] if o.hot_inlet_c is not None else [])
+    _FORKED.update(params=params, options=o, faults=faults, sets=sets, progress=progress)
+    try:
+        if workers >= 2 and "fork" in multiprocessing.get_all_start_methods():
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(2, mp_context=ctx) as pool:
-                faulty, healthy = pool.map(_forked_run, ["faults", "healthy"])
-            return faulty, healthy
-        finally:
-            _FORKED.clear()
-    return (run_fleet(params, o, faults, sets, "faults", progress),
-            run_fleet(params, o, [], sets, "healthy", progress))
+                return dict(zip(names, pool.map(_forked_run, names)))
+        return {name: _forked_run(name) for name in names}
+    finally:
+        _FORKED.clear()
 
 
 def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
@@ -279,7 +291,9 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
                                  tmp, workers, progress)
             for s in learned:
                 s.model_dir = tmp
-        (truth, faulty), (_, healthy) = _both_runs(params, o, faults, sets, progress, workers)
+        runs = _runs(params, o, faults, sets, progress, workers)
+    (truth, faulty), (_, healthy) = runs["faults"], runs["healthy"]
+    hot = runs["hot"][1] if "hot" in runs else None
     gpus = params.nodes * params.gpus
     seconds = o.hours * 3600.0
     columns: dict[str, Any] = {}
@@ -289,6 +303,15 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
             healthy[k], gpus, seconds)
         s["healthy_alarms"] = _alarm_rules(healthy[k])
         s["noise"] = noise(truth, faulty[k], healthy[k], o.grace_s)
+        s["healthy_notified"] = _alarm_rules(notified(healthy[k]))
+        if hot is not None:
+            s["hot_room"] = {
+                "inlet_c": o.hot_inlet_c,
+                "false_alarms_per_1000_gpu_days": false_alarms_per_1000_gpu_days(
+                    hot[k], gpus, seconds),
+                "notified_per_1000_gpu_days": false_alarms_per_1000_gpu_days(
+                    notified(hot[k]), gpus, seconds),
+                "alarms": _alarm_rules(hot[k]), "notified": _alarm_rules(notified(hot[k]))}
         columns[k] = s
     last = columns[list(sets)[-1]]
     out: dict[str, Any] = {}
@@ -304,7 +327,8 @@ def evaluate(o: EvalOptions, sets: Mapping[str, DetectorSet],
                                               "never_visible", "modes")}
                       for k, v in last["kinds"].items()},
             "precision": last["precision"], "noise": last["noise"],
-            "false_alarms_per_1000_gpu_days": last["false_alarms_per_1000_gpu_days"]}
+            "false_alarms_per_1000_gpu_days": last["false_alarms_per_1000_gpu_days"],
+            "inlet_c": o.inlet_c, **({"hot_room": last["hot_room"]} if "hot_room" in last else {})}
 
 
 def _alarm_rules(changes: Sequence[Any]) -> dict[str, int]:
@@ -356,6 +380,13 @@ def table(result: Mapping[str, Any]) -> str:
                      f"{c['false_alarms_per_1000_gpu_days']:.2f} per 1,000 GPU-days "
                      f"{c['healthy_alarms'] or ''}")
         lines.extend(_noise_lines(name, c["noise"]))
+        hot = c.get("hot_room")
+        if hot:
+            lines.append(f"{name}: healthy fleet in a {hot['inlet_c']:g} °C room: "
+                         f"{hot['false_alarms_per_1000_gpu_days']:.2f} false alarms per 1,000 "
+                         f"GPU-days {hot['alarms'] or ''}, of them notified (not inhibited by "
+                         f"a node, rack or room alert) {hot['notified_per_1000_gpu_days']:.2f} "
+                         f"{hot['notified'] or ''}")
     return "\n".join(lines)
 
 

@@ -208,6 +208,28 @@ def score(truths: Sequence[Truth], alerts: Iterable[Alert], grace_s: float = GRA
             "alerts": len(fs), "false_alarms": len(false)}
 
 
+def notified(alerts: Iterable[Alert]) -> list[Alert]:
+    """The alerts that fired and that a notifier would have paged: not inhibited
+    (``pipeline.silences.inhibited_by``: a node, rack or room alert covering them) by the
+    alerts open when each first fired, the changes read in their order."""
+    from fleetwatch.pipeline.silences import inhibited_by
+
+    open_now: dict[str, Alert] = {}
+    seen: set[str] = set()
+    out = []
+    for a in alerts:
+        if a.state == "resolved":
+            open_now.pop(a.id, None)
+        else:
+            open_now[a.id] = a
+        if a.state != "firing" or a.id in seen:
+            continue
+        seen.add(a.id)
+        if not inhibited_by(a, [o for o in open_now.values() if o.id != a.id]):
+            out.append(a)
+    return out
+
+
 def false_alarms_per_1000_gpu_days(alerts: Iterable[Alert], gpus: int, seconds: float) -> float:
     """On a fault-free run every fired alert is a false alarm."""
     gpu_days = gpus * seconds / 86400.0

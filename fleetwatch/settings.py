@@ -260,8 +260,8 @@ class ModelsConfig:
     lemon_threshold: float = ranged(10.0, 0.1, 1e6)
 
 
-DETECTORS = ("thermal_limits", "throttle", "thermal_peers", "rack_cooling", "xid", "gpu_errors",
-             "node_silent", "job_peers", "job_hang")
+DETECTORS = ("thermal_limits", "throttle", "thermal_peers", "rack_cooling", "room_inlet", "xid",
+             "gpu_errors", "node_silent", "job_peers", "job_hang")
 
 
 @dataclass(frozen=True)
@@ -324,6 +324,12 @@ class DetectorsConfig:
     rack_inlet_rise_c: float = ranged(1.5, 0.1, 50.0)
     rack_inlet_peer_c: float = ranged(8.0, 1.0, 50.0)
     model_forget_s: float = ranged(4 * 3600.0, 600.0, 30 * 86_400.0)
+    # The room: the median of a cluster's nodes' inlet air (°C) above ASHRAE TC 9.9's
+    # recommended envelope (27 °C) warns, above class A1's allowable limit (32 °C) is
+    # critical, once it has held room_inlet_for_s.
+    room_inlet_warn_c: float = ranged(27.0, 10.0, 60.0)
+    room_inlet_critical_c: float = ranged(32.0, 10.0, 60.0)
+    room_inlet_for_s: float = ranged(300.0, 0.0, 86_400.0)
     # Events: how long an XID or an error-counter jump keeps its alert open.
     xid_hold_s: float = ranged(3600.0, 0.0, 30 * 86_400.0)
     xid_info_hold_s: float = ranged(600.0, 0.0, 30 * 86_400.0)
@@ -401,6 +407,13 @@ class SimConfig:
     seed: int = ranged(0, 0, 2**63 - 1)
     job_mean_s: float = ranged(3 * 3600.0, 60.0, 1e10)
     idle_mean_s: float = ranged(20 * 60.0, 0.0, 1e10)
+    # The room's mean inlet air, °C (ASHRAE's recommended envelope is 18-27 °C, class A1
+    # allows 15-32 °C): the dies follow it degree for degree at the same power. A warm
+    # spell: warm_spell_c °C more, every rack alike, reached over warm_spell_h hours from
+    # the start (0: at once).
+    inlet_c: float = ranged(22.0, 5.0, 45.0)
+    warm_spell_c: float = ranged(0.0, -20.0, 20.0)
+    warm_spell_h: float = ranged(0.0, 0.0, 1000.0)
 
 
 @dataclass(frozen=True)

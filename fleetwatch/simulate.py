@@ -241,7 +241,9 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     s = config.sim
     params = SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                        seed=s.seed, interval_s=given.interval_s, job_mean_s=s.job_mean_s,
-                       idle_mean_s=s.idle_mean_s, part=s.part, cluster=s.cluster)
+                       idle_mean_s=s.idle_mean_s, part=s.part, cluster=s.cluster,
+                       inlet_c=s.inlet_c, warm_spell_c=s.warm_spell_c,
+                       warm_spell_h=s.warm_spell_h)
     if config.node.cluster != NodeConfig().cluster and s.cluster == SimConfig().cluster:
         print(f"fleetwatch simulate: the fleet reports as cluster {s.cluster}: node.cluster "
               f"({config.node.cluster}) is an agent's; name the simulated cluster with "

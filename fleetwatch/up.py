@@ -203,7 +203,9 @@ def sim_params(config: Config, options: UpOptions) -> SimParams:
     return SimParams(nodes=s.nodes, gpus=s.gpus, nodes_per_rack=s.nodes_per_rack,
                      seed=s.seed, interval_s=options.interval_s,
                      job_mean_s=s.job_mean_s, idle_mean_s=s.idle_mean_s,
-                     steady_load=options.steady_load, part=s.part, cluster=s.cluster)
+                     steady_load=options.steady_load, part=s.part, cluster=s.cluster,
+                     inlet_c=s.inlet_c, warm_spell_c=s.warm_spell_c,
+                     warm_spell_h=s.warm_spell_h)
 
 
 def check_options(given: UpOptions) -> UpOptions:

@@ -77,6 +77,7 @@ SETTLE_TAUS = 3.0    # power steady over this many thermal time constants: settl
 SETTLED_C = 1.0      # ... to within this many degrees of the model's prediction
 AVERAGE_TAUS = 10.0  # unsettled GPUs: residuals averaged over this many time constants
 KNOWN_Q = 0.1        # a power the model knows: its prediction weighs 1/KNOWN_Q samples there
+ROOM_S = 300.0       # the room's air (``_room_shift``): averaged over this time constant
 CLEAR = 0.5          # a finding holds until its rise is under this share of its line
 RULES = ("rack_cooling", "node_cooling")
 
@@ -107,6 +108,8 @@ class RackCooling:
         self._judged = dict.fromkeys(RULES, 0)
         self._given = dict.fromkeys(RULES, 0)
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
+        # Rack code -> [the room's air around it when first read, now, when read].
+        self._room: dict[int, list[float]] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
@@ -143,12 +146,34 @@ class RackCooling:
         self._held = {code for code, since in self._flagged.items() if now - since <= limit}
         racks = np.isin(codes, list(self._held))
         frozen = racks | self._frozen_nodes(b, now, limit)
-        for rows in b.waves:
-            self._wave(b, rows, slots[rows], frozen[rows])
         self.inlets.update(b.frames, codes.tolist(), racks.tolist())
+        room = self._room_shift(codes, now)
+        for rows in b.waves:
+            self._wave(b, rows, slots[rows], frozen[rows], room[rows])
         for rule in RULES:
             self._given[rule] += int(b.present.sum())
         return self._judge(b, codes, slots)
+
+    def _room_shift(self, codes: np.ndarray, now: float) -> np.ndarray:
+        """Per frame: how far the room's air around its rack (the other racks' median
+        inlet: ``Inlets.room``) has moved since this detector first read it (0 where it
+        never could: no inlet sensors, fewer than four racks; as before). The dies follow
+        the air degree for degree at the same power, and the models have no input for it:
+        a room warming over hours would stand in every residual, each rack's models
+        learning it at their own speed, so the racks that learned it sooner made the
+        slowest one look like its own cooler. Taken out before the models, it is no
+        rack's rise; a rack's own air is never part of its room."""
+        clusters = [cluster for cluster, _ in self._names]
+        for code, level in self.inlets.room(now, clusters, self._flagged).items():
+            room = self._room.setdefault(code, [level, level, now])
+            # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
+            # a tenth of a degree from one batch to the next, stay out of the residuals.
+            room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
+            room[2] = now
+        shift = np.zeros(len(self._names))
+        for code, (first, level, _) in self._room.items():
+            shift[code] = level - first
+        return shift[codes]
 
     def _rack_code(self, f: Frame) -> int:
         key = (f.cluster, f.rack)
@@ -169,7 +194,8 @@ class RackCooling:
         return np.fromiter((now - self._flagged_nodes.get((f.cluster, f.node), -math.inf)
                             <= limit for f in b.frames), bool, len(b.frames))
 
-    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, frozen: np.ndarray) -> None:
+    def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, frozen: np.ndarray,
+              room: np.ndarray) -> None:
         c, t = self.c, self.table
         x = b.x[rows]
         sel = slots >= 0
@@ -177,6 +203,8 @@ class RackCooling:
         hold = np.broadcast_to(frozen[:, None], slots.shape)[sel]
         s = slots[sel]
         temp, power = x[..., TEMP][sel], x[..., POWER][sel]
+        # The room's share taken out (``_room_shift``); readable is judged on the raw one.
+        temp = temp - np.broadcast_to(room[:, None], slots.shape)[sel]
         dt = ts - t["ts"][s]
         # A GPU without a power reading is not judged: no model of its power can tell a
         # rising load from a cooling loss. Nor is a reading no working GPU gives (0, or a

@@ -115,6 +115,23 @@ class Inlets:
             del self.excess[code]
         return out
 
+    def room(self, now: float, cluster_of: Sequence[str], flagged: Collection[int]
+             ) -> dict[int, float]:
+        """Per rack code: the room's air around it, the median of the other racks' median
+        readings of its cluster, leaving out the ``flagged`` ones (``others_median``: three
+        or more such racks), so that neither its own cooler nor a failing one counts."""
+        level: dict[int, list[float]] = {}
+        for s in self.state.values():
+            if now - s[1] <= self.stale_s:
+                level.setdefault(int(s[4]), []).append(s[5])
+        by_cluster: dict[str, dict[int, float]] = {}
+        for code, values in level.items():
+            by_cluster.setdefault(cluster_of[code], {})[code] = float(np.median(values))
+        out: dict[int, float] = {}
+        for racks in by_cluster.values():
+            out |= others_median(racks, flagged)
+        return out
+
     def _excess(self, code: int, now: float, excess: list[float], rise_c: float,
                 line_c: float) -> tuple[int, int, float, float]:
         """One rack's peer judgement, and where its excess began: after the last sample

@@ -17,6 +17,7 @@ from fleetwatch.models.jobs import JobPeers
 from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.rack import RackCooling
+from fleetwatch.models.room import RoomInlet
 from fleetwatch.models.thermal import ThermalLimits, Throttle
 from fleetwatch.models.xid_events import XidEvents
 
@@ -25,6 +26,7 @@ REGISTRY: dict[str, Callable[[DetectorsConfig], Detector]] = {
     "throttle": Throttle,
     "thermal_peers": ThermalPeers,
     "rack_cooling": RackCooling,
+    "room_inlet": RoomInlet,
     "xid": XidEvents,
     "gpu_errors": GpuErrors,
     "node_silent": NodeSilence,

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
 from fleetwatch.models import KEEP_FIRING, RANK, REVISION, Finding
+from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
@@ -77,6 +78,11 @@ def finding_device(finding: Finding) -> str:
 
 def alert_key(alert: Alert) -> Key:
     return (alert.rule, alert.cluster, alert.node, alert.device)
+
+
+# A finding about a cluster's whole room (``models.room``): a rack alert whose rack is
+# every rack of its cluster.
+ROOM_DEVICE = f"rack:{ROOM}"
 
 
 def scope_of(alert: Alert) -> str:
@@ -213,7 +219,9 @@ class AlertBook:
             found = hits.get(key, {})
             times = set(found)
             rule, cluster, node, device = key
-            if device.startswith("rack:"):
+            if device == ROOM_DEVICE:  # the whole room: every rack of its cluster
+                times |= {t for (c, _), ts in racks.items() if c == cluster for t in ts}
+            elif device.startswith("rack:"):
                 times |= racks.get((cluster, device[5:]), set())
             else:
                 times |= by_node.get((cluster, node), {}).keys()
@@ -271,7 +279,7 @@ class AlertBook:
         needs = self.requirements.get(rule)
         if device.startswith("rack:"):
             rack = device[5:]
-            return any(f.ts == ts and f.cluster == cluster and f.rack == rack
+            return any(f.ts == ts and f.cluster == cluster and (f.rack == rack or rack == "*")
                        and _has(f, None, needs or ()) for f in frames)
         frame = by_node.get((cluster, node), {}).get(ts)
         if frame is None:

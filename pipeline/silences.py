@@ -22,6 +22,10 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
   and XIDs 63/94; a link down the XID 74 that reports it).
+* A firing room alert (``room_inlet_hot``: the cluster's inlet air above ASHRAE's
+  envelope) mutes its cluster's GPU thermal alerts that the room explains: those of a
+  GPU with no open alert of being hotter than its peers at similar power (a GPU hotter
+  than its peers is its own cooling, and still pages), and no hardware power brake.
 * An acknowledged alert is not notified again until it resolves.
 """
 
@@ -49,6 +53,14 @@ NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
 # Node-scope rules that a firing rack alert of the node's rack explains: a rack cooler
 # failing warms its nodes' GPUs above their models; it does not silence a node.
 RACK_EXPLAINS_RULES = frozenset({"node_cooling"})
+# GPU rules a warm room explains (every die follows the inlet air at the same power),
+# unless the GPU is also hotter than its peers (``PEER_RULES`` open for it).
+ROOM_RULE = "room_inlet_hot"
+ROOM_EXPLAINS_RULES = frozenset({"gpu_temp_high", "gpu_temp_critical", "gpu_temp_rising",
+                                 "gpu_mem_temp_high", "gpu_hw_slowdown",
+                                 "gpu_sw_thermal_slowdown"})
+PEER_RULES = frozenset({"gpu_hot_vs_peers", "gpu_hot_vs_peers_critical"})
+_BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
 
 
 def visible(text: str) -> str:
@@ -107,7 +119,6 @@ def _codes(alert: Alert) -> set[int]:
 
 
 _THERMAL = THROTTLE_FLAGS["hw_thermal_slowdown"] | THROTTLE_FLAGS["sw_thermal_slowdown"]
-_BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
 
 
 def _thermal_throttle(alert: Alert) -> bool:
@@ -261,8 +272,13 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
     if own != "gpu":
         return ""
     covers = _COVERED_BY.get(alert.rule, ())
+    room = ""
     for a in open_alerts:
-        if a.state != "firing" or a.cluster != alert.cluster:
+        if a.cluster != alert.cluster:
+            continue
+        if a.rule in PEER_RULES and a.node == alert.node and a.device == alert.device:
+            room = "-"  # hotter than its peers: the room does not explain it
+        if a.state != "firing":
             continue
         if any(_covers(c, a, alert) for c in covers):
             return a.id
@@ -271,7 +287,17 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
             return a.id
         if scope == "rack" and a.rack == alert.rack and a.severity == "critical":
             return a.id
-    return ""
+        if a.rule == ROOM_RULE and not room and room_explains(alert):
+            room = a.id
+    return room if room != "-" else ""
+
+
+def room_explains(alert: Alert) -> bool:
+    """Could a warm room be this GPU alert's cause (a thermal rule, no power brake)?"""
+    if alert.rule not in ROOM_EXPLAINS_RULES:
+        return False
+    reasons = (alert.evidence or {}).get("throttle_reasons", 0.0)
+    return not (int(reasons) & _BRAKE if reasons == reasons else False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -67,6 +67,12 @@ class SimParams:
     # that the same fleet can be run through another history (a model's training week).
     jobs_seed: int | None = None
     part: str = "a100"               # hardware.PARTS: a100, h100
+    # The room: the racks' mean inlet air (°C; each rack swings 1.5 °C a day around it and
+    # has its own offset), and a warm spell: ``warm_spell_c`` more, every rack alike,
+    # reached linearly over ``warm_spell_h`` hours from the start (0: at once).
+    inlet_c: float = 22.0
+    warm_spell_c: float = 0.0
+    warm_spell_h: float = 0.0
 
 
 class FleetSim:
@@ -216,8 +222,17 @@ class FleetSim:
     # -- physics ----------------------------------------------------------
     def _inlet(self, add: np.ndarray) -> np.ndarray:
         day = 2 * math.pi * ((self.ts % 86400) / 86400)
-        rack = 22.0 + 1.5 * math.sin(day - 2.0) + self.rack_offset + self._inlet_walk
-        return (rack + add)[self.rack_of] + self.node_offset
+        p = self.params
+        rack = p.inlet_c + 1.5 * math.sin(day - 2.0) + self.rack_offset + self._inlet_walk
+        return (rack + add + self._warm_spell())[self.rack_of] + self.node_offset
+
+    def _warm_spell(self) -> float:
+        """The warm spell's share now: the whole room's air, so every rack alike."""
+        p = self.params
+        if p.warm_spell_h <= 0.0:
+            return p.warm_spell_c
+        share = (self.ts - self.start_ts) / (p.warm_spell_h * 3600.0)
+        return p.warm_spell_c * min(1.0, max(0.0, share))
 
     def step(self) -> None:
         """Advance the fleet by one interval (no frames built: the energy fast path)."""

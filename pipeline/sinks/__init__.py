@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
-from fleetwatch.pipeline.silences import NODE_COVER_RULES, Notice, mute
+from fleetwatch.pipeline.silences import NODE_COVER_RULES, PEER_RULES, Notice, mute
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -170,6 +170,7 @@ class Notifier:
                 self._sent[a.id] = (a.state, n.muted_by, revision(a))
             notices.append(n)
         notices += self._uncovered(changes, covers)
+        notices += self._unexplained(changes, covers, notices)
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
         for lane in self._lanes:
@@ -182,8 +183,8 @@ class Notifier:
     def _covers(self) -> list[Alert]:
         """The open alerts that may inhibit others (firing, of a node or a rack): what
         ``mute`` needs to see, so that judging every open alert is not quadratic."""
-        return [a for a in self._open.values() if a.state == "firing" and (
-            scope_of(a) == "rack" or scope_of(a) == "node" and a.rule in NODE_COVER_RULES)]
+        return [a for a in self._open.values() if a.rule in PEER_RULES or a.state == "firing"
+                and (scope_of(a) == "rack" or scope_of(a) == "node" and a.rule in NODE_COVER_RULES)]
 
     def _uncovered(self, changes: Sequence[Alert], covers: list[Alert]) -> list[Notice]:
         """Open alerts that an alert resolved in this batch was inhibiting: notified now, as
@@ -193,6 +194,19 @@ class Notifier:
         if not gone:
             return []
         return self._remuted({a.id for a in changes}, covers, lambda muted_by: muted_by in gone)
+
+    def _unexplained(self, changes: Sequence[Alert], covers: list[Alert],
+                     done: Sequence[Notice]) -> list[Notice]:
+        """Open alerts of a GPU that a warm room was inhibiting, now that it reads hotter
+        than its peers (a peer alert opened): notified now, as their room no longer
+        explains them."""
+        hot = {(a.cluster, a.node, a.device) for a in changes
+               if a.rule in PEER_RULES and a.state != "resolved"}
+        if not hot:
+            return []
+        skip = {a.id for a in changes} | {n.alert.id for n in done}
+        skip |= {a.id for a in self._open.values() if (a.cluster, a.node, a.device) not in hot}
+        return self._remuted(skip, covers, lambda muted_by: muted_by.startswith("inhibited:"))
 
     def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice],
                   covers: list[Alert]) -> list[Notice]:

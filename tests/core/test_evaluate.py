@@ -152,3 +152,58 @@ def test_the_detectors_as_configured_judge_an_h100_fleet_without_retuning() -> N
     assert result["kinds"]["cooling"]["modes"]["sudden"]["detected"] >= 2
     assert result["precision"] == 1.0
     assert result["false_alarms_per_1000_gpu_days"] == 0.0
+
+
+def test_the_healthy_fleet_is_also_run_in_a_hot_room_with_its_notified_alarms() -> None:
+    """A summer room: the thermal rules' alarms counted, and how many the room alert (or a
+    node or rack alert) inhibits. The default run judged only a room held at 22 °C."""
+    from fleetwatch.config import DetectorsConfig
+    from fleetwatch.wiring import detectors
+
+    small = EvalOptions(gpus=128, hours=6.0, per_kind=1, seed=0, kinds=("cooling",),
+                        part="h100")
+    result = evaluate(small, {"rules": lambda: detectors(DetectorsConfig())}, workers=2)
+    hot = result["hot_room"]
+    assert hot["inlet_c"] == 32.0 and result["inlet_c"] == 22.0
+    assert hot["alarms"].get("room_inlet_hot") == 1      # one finding for the room
+    assert hot["false_alarms_per_1000_gpu_days"] > hot["notified_per_1000_gpu_days"]
+    # What pages: the room, and no GPU thermal alert the room explains after it fired.
+    assert set(hot["notified"]) <= {"room_inlet_hot", "gpu_temp_high", "gpu_hot_vs_peers",
+                                    "gpu_hot_vs_peers_critical"}
+    assert result["columns"]["rules"]["hot_room"] == hot
+    none = evaluate(dataclasses.replace(small, hot_inlet_c=None, hours=1.0),
+                    {"rules": lambda: []}, workers=1)
+    assert "hot_room" not in none
+
+
+def test_notified_leaves_out_what_a_firing_room_alert_inhibits() -> None:
+    from fleetwatch.pipeline.store.base import Alert
+    from fleetwatch.scoring import notified
+
+    def alert(rule: str, node: str, device: str, state: str, ts: float) -> Alert:
+        return Alert(f"{rule}/{node}/{device}", rule, "critical", "c", "r1" if node else "*",
+                     node, device, state, 0.0, ts, 1.0, "", fired_ts=ts if state != "pending"
+                     else None)  # type: ignore[arg-type]
+
+    changes = [alert("room_inlet_hot", "", "rack:*", "firing", 10.0),
+               alert("gpu_temp_critical", "n1", "gpu0", "firing", 20.0),
+               alert("gpu_hot_vs_peers", "n2", "gpu1", "pending", 25.0),
+               alert("gpu_temp_critical", "n2", "gpu1", "firing", 30.0),
+               alert("room_inlet_hot", "", "rack:*", "resolved", 40.0),
+               alert("gpu_temp_high", "n3", "gpu0", "firing", 50.0)]
+    assert [(a.rule, a.node) for a in notified(changes)] == [
+        ("room_inlet_hot", ""), ("gpu_temp_critical", "n2"), ("gpu_temp_high", "n3")]
+
+
+def test_cli_evaluate_room_flags(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--kinds",
+                 "cooling", "--json", "--workers", "1", "--inlet-c", "30",
+                 "--no-hot-room"]) == 0
+    last = json.loads(capsys.readouterr().out.splitlines()[-1])
+    assert last["inlet_c"] == 30 and "hot_room" not in last
+    assert main(["evaluate", "--gpus", "16", "--hours", "1", "--per-kind", "1", "--kinds",
+                 "cooling", "--workers", "1", "--hot-inlet-c", "33"]) == 0
+    assert "healthy fleet in a 33 °C room" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--inlet-c", "50"])
+    assert "--inlet-c: '50' must be between 5 and 45" in capsys.readouterr().err

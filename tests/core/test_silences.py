@@ -212,3 +212,43 @@ def test_a_thermal_throttle_is_muted_under_the_critical_temperature_not_a_power_
     assert mute(throttle("gpu_hw_slowdown", 0x8, 0x80), [crit], [], {}) == ""
     assert mute(throttle("gpu_hw_slowdown", 0x8, 0x40, 0x80), [crit], [], {}) == ""
     assert mute(thermal, [alert("gpu_temp_critical", state="pending")], [], {}) == ""
+
+
+def test_a_warm_room_mutes_the_gpu_thermal_alerts_it_explains_not_a_gpu_hotter_than_peers(
+        ) -> None:
+    """A room above ASHRAE's envelope is one alert for the cluster: a GPU at its slowdown
+    temperature because the air is warm is not paged, one hotter than its peers is."""
+    room = alert("room_inlet_hot", node="", device="rack:*", rack="*")
+    hot = alert("gpu_temp_critical", node="n7", rack="r2")
+    assert mute(hot, [room], [], {}) == f"inhibited:{room.id}"
+    assert mute(alert("gpu_hw_slowdown", node="n7"), [room], [], {}) == f"inhibited:{room.id}"
+    # Hotter than its peers at similar power (the peer rule's alert open, even pending).
+    peer = alert("gpu_hot_vs_peers", node="n7", rack="r2", state="pending")
+    assert mute(hot, [room, peer], [], {}) == ""
+    assert mute(hot, [peer, room], [], {}) == ""
+    assert mute(peer, [room], [], {}) == ""  # the peer rule itself always pages
+    assert mute(alert("gpu_temp_critical", node="n8"), [room, peer], [], {}) \
+        == f"inhibited:{room.id}"  # another GPU's peer alert says nothing of this one
+    # A power brake is the node's power, not the room.
+    brake = dataclasses.replace(alert("gpu_hw_slowdown"), evidence={"throttle_reasons": 128.0})
+    assert mute(brake, [room], [], {}) == ""
+    assert mute(alert("gpu_xid_critical"), [room], [], {}) == ""  # not thermal
+    assert mute(hot, [dataclasses.replace(room, state="pending")], [], {}) == ""
+    assert mute(hot, [dataclasses.replace(room, cluster="other")], [], {}) == ""
+
+
+def test_a_gpu_muted_by_the_room_is_paged_once_it_reads_hotter_than_its_peers() -> None:
+    from fleetwatch.pipeline.sinks import Notifier
+
+    sink = Recording()
+    notifier = Notifier([sink], background=False)
+    room = alert("room_inlet_hot", node="", device="rack:*", rack="*", ts=1000.0)
+    hot = alert("gpu_temp_critical", ts=1010.0)
+    notifier.send([room])
+    notifier.send([hot])
+    assert [(n.alert.rule, n.muted_by) for n in sink.sent] == [
+        ("room_inlet_hot", ""), ("gpu_temp_critical", f"inhibited:{room.id}")]
+    del sink.sent[:]
+    notifier.send([alert("gpu_hot_vs_peers", state="pending", ts=1040.0)])
+    assert [(n.alert.rule, n.alert.state, n.muted_by) for n in sink.sent] == [
+        ("gpu_hot_vs_peers", "pending", ""), ("gpu_temp_critical", "firing", "")]

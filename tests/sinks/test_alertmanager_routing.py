@@ -123,3 +123,42 @@ def test_a_real_alertmanager_inhibits_a_gpus_warning_under_its_critical(tmp_path
                            ("gpu_hw_slowdown", "gpu3"): False}
     finally:
         server.stop()
+
+
+def test_a_real_alertmanager_mutes_gpu_thermal_alerts_under_a_warm_room_not_peer_alerts(
+        tmp_path: Path) -> None:
+    """A GPU thermal alert posted before the room's alert fired is re-sent while it fires:
+    the shipped inhibit rule mutes it once the room's alert is there; the GPU's own
+    peer alert (hotter than its peers) still pages."""
+    config = tmp_path / "alertmanager.yml"
+    shutil.copy(CONFIG, config)
+    server = alertmanager(tmp_path, config=config).start()
+    try:
+        cluster = f"c-room-{time.time_ns()}"
+        now = time.time()
+
+        def of(a: Alert) -> Alert:
+            return Alert(a.id.replace("/c1/", f"/{cluster}/"), a.rule, a.severity, cluster,
+                         a.rack, a.node, a.device, "firing", now - 60, now, 1.0, a.message,
+                         fired_ts=now - 30)
+
+        room = of(Alert("room_inlet_hot/c1//rack:*/1", "room_inlet_hot", "warning", "c1", "*",
+                        "", "rack:*", "firing", 0, 0, 30.0, "room"))
+        hot = of(alert("gpu_temp_critical", "critical"))
+        peer = of(alert("gpu_hot_vs_peers_critical", "critical"))
+        AlertmanagerSink(f"http://{server.address}").send(
+            [Notice(a, "") for a in (hot, peer, room)])
+        url = (f"http://{server.address}/api/v2/alerts?filter="
+               + urllib.parse.quote(f'cluster="{cluster}"'))
+
+        def states() -> dict[str, str] | None:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                got = {a["labels"]["alertname"]: a["status"]["state"] for a in json.load(r)}
+            return got if len(got) == 3 and got["gpu_temp_critical"] == "suppressed" else None
+
+        wait_for("Alertmanager did not inhibit the GPU's thermal alert", states, 30,
+                 [server.log_path])
+        assert states() == {"gpu_temp_critical": "suppressed", "room_inlet_hot": "active",
+                            "gpu_hot_vs_peers_critical": "active"}
+    finally:
+        server.stop()

@@ -1,0 +1,119 @@
+"""A warm room: the cluster's air, not one GPU's cooling (``room_inlet_hot``).
+
+When the facility's supply air warms (summer free cooling, a CRAH down for the whole
+hall), every die warms with it degree for degree at the same power, and the GPUs that
+run hot all their life reach their slowdown temperature and throttle: per GPU, that is
+a stream of thermal pages about a fault no GPU has. One finding for the cluster says
+what it is: the median of its nodes' inlet sensors (``host_inlet_temp_c``, the BMC's),
+above ASHRAE TC 9.9's recommended envelope (18-27 °C, ``room_inlet_warn_c``) a warning,
+above the allowable limit of class A1 (15-32 °C, ``room_inlet_critical_c``) critical.
+The median, so that one node's sensor or one rack's cooler (``rack_cooling``'s) does not
+make a room. While it fires, the GPU thermal alerts it explains are held back
+(``pipeline.silences.inhibited_by``); a GPU hotter than its peers at similar power still
+pages. Without inlet sensors it says nothing.
+
+The finding is rack-scoped, named ``ROOM`` (``rack:*``: every rack of the cluster), so
+that it travels as a rack alert does and no rack's name can be taken for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from fleetwatch.catalogue import THROTTLE_FLAGS
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
+from fleetwatch.models.batch import COL, columns, throttle_bits
+from fleetwatch.models.rack_inlets import INLET_MAX_C, INLET_MIN_C
+
+ROOM = "*"             # the finding's rack: the whole cluster's room
+STALE_S = 120.0        # a node's inlet reading counts this long after its frame
+MIN_NODES = 3          # fewer sensors cannot tell the room from one rack's air
+CLEAR_C = 1.0          # a finding holds until the median is this far under its line
+_THERMAL = THROTTLE_FLAGS["sw_thermal_slowdown"] | THROTTLE_FLAGS["hw_thermal_slowdown"]
+THROTTLE = COL["gpu_throttle_reasons"]
+
+
+class RoomInlet:
+    name = "room_inlet"
+    rules = {"room_inlet_hot": ("host_inlet_temp_c",)}
+
+    def __init__(self, config: DetectorsConfig | None = None) -> None:
+        self.c = config or DetectorsConfig()
+        # (cluster, node) -> (ts, inlet °C, GPUs throttling for heat, GPUs reporting).
+        self.nodes: dict[tuple[str, str], tuple[float, float, int, int]] = {}
+        # Clusters whose finding holds -> its severity: it never drops within one finding
+        # (a label: each change a new alert, a new page, in Alertmanager).
+        self.flagged: dict[str, str] = {}
+
+    def drop(self, nodes: Iterable[str]) -> None:
+        gone = set(nodes)
+        for key in [k for k in self.nodes if k[1] in gone]:
+            del self.nodes[key]
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        b = columns(frames)
+        if not b.frames:
+            return []
+        hot = (throttle_bits(b.x[..., THROTTLE]) & _THERMAL) != 0
+        # Judged at every sample time of the batch: the alert's lifecycle reads a time
+        # with frames and no finding as the room cleared.
+        at: dict[float, set[str]] = {}
+        for f in b.frames:
+            v = f.host.metrics.get("host_inlet_temp_c")
+            if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
+                continue
+            at.setdefault(f.ts, set()).add(f.cluster)
+        out: list[Finding] = []
+        for ts in sorted(at):
+            for i, f in enumerate(b.frames):
+                if f.ts == ts:
+                    self._read(f, hot[i] & b.present[i], int(b.present[i].sum()))
+            out += [f for c in sorted(at[ts]) if (f := self._judge(c, ts)) is not None]
+        return out
+
+    def _read(self, f: Frame, hot: np.ndarray, gpus: int) -> None:
+        """One node's inlet reading, and how many of its GPUs throttle for heat."""
+        v = f.host.metrics.get("host_inlet_temp_c")
+        if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:
+            return
+        key = (f.cluster, f.node)
+        if key in self.nodes and self.nodes[key][0] >= f.ts:
+            return  # a repeated or older frame
+        self.nodes[key] = (f.ts, float(v), int(hot.sum()), gpus)
+
+    def _judge(self, cluster: str, now: float) -> Finding | None:
+        """The cluster's finding at ``now`` from its nodes' fresh inlet readings."""
+        fresh = [s for (c, _), s in self.nodes.items()
+                 if c == cluster and now - s[0] <= STALE_S]
+        if len(fresh) < MIN_NODES:
+            self.flagged.pop(cluster, None)
+            return None
+        median = float(np.median([s[1] for s in fresh]))
+        warn, crit = self.c.room_inlet_warn_c, self.c.room_inlet_critical_c
+        # Held until clearly under its line: a room hovering at 27 °C is one alert.
+        line = warn - CLEAR_C if cluster in self.flagged else warn
+        if median <= line:
+            self.flagged.pop(cluster, None)
+            return None
+        throttling, gpus = sum(s[2] for s in fresh), sum(s[3] for s in fresh)
+        severity = "critical" if median > crit else self.flagged.get(cluster, "warning")
+        self.flagged[cluster] = severity
+        limit = (f"above the {crit:g} °C allowable limit" if median > crit
+                 else f"above the {warn:g} °C recommended limit" if median > warn
+                 else f"held until {CLEAR_C:g} °C under the {warn:g} °C recommended limit")
+        return Finding(
+            "room_inlet_hot", cluster, ROOM, "", None, now, median,
+            f"Cluster {cluster}: the room's air is {median:.1f} °C at the nodes' inlets "
+            f"(median of {len(fresh)} nodes), {limit}; {throttling} of {gpus} GPUs "
+            "throttle for heat", severity, self.c.room_inlet_for_s, 0.0,
+            {"inlet_median_c": round(median, 2), "nodes_judged": len(fresh),
+             "gpus_thermal_throttling": throttling, "gpus_reporting": gpus,
+             "inlet_warn_c": warn, "inlet_critical_c": crit},
+            "Facility cooling: check the CRAH/CRAC units' supply air and the chilled water "
+            "or economiser setpoints; GPU thermal alerts the room explains are held back "
+            "while this fires (a GPU hotter than its peers still pages); cap or move load "
+            "if the room keeps warming", "rack")
