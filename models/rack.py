@@ -61,7 +61,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding
+from fleetwatch.models import Finding, OpenAlert
 from fleetwatch.models.batch import COL, Batch, columns, ewma_weight
 from fleetwatch.models.gpu_slots import GpuTable
 from fleetwatch.models.rack_inlets import Inlets, others_median
@@ -110,6 +110,16 @@ class RackCooling:
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
         # Rack code -> [the room's air around it when first read, now, when read].
         self._room: dict[int, list[float]] = {}
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open rack alerts of a store this detector takes over (a restart): a critical one
+        paged a change its rack's air made, so the excess over its peers seen from the
+        first sample now is that change, begun when the alert began (not a hot aisle)."""
+        for a in alerts:
+            if a.rule == "rack_cooling" and a.device.startswith("rack:") \
+                    and a.state == "firing" and a.severity == "critical":
+                code = self._rack_code_of((a.cluster, a.device[5:]))
+                self.inlets.excess[code] = [0.0, a.started_ts]
 
     def drop(self, nodes: Iterable[str]) -> None:
         self.table.drop(nodes)
@@ -176,7 +186,9 @@ class RackCooling:
         return shift[codes]
 
     def _rack_code(self, f: Frame) -> int:
-        key = (f.cluster, f.rack)
+        return self._rack_code_of((f.cluster, f.rack))
+
+    def _rack_code_of(self, key: tuple[str, str]) -> int:
         code = self._racks.get(key)
         if code is None:
             code = self._racks[key] = len(self._names)

@@ -152,6 +152,7 @@ class Ownership:
         """
         known = self._nodes
         where: dict[NodeKey, Partition | None] = {}
+        new_clusters = {f.cluster for f in frames} - self._clusters
         for i, f in enumerate(frames):
             key = (f.cluster, f.node)
             self._clusters.add(f.cluster)
@@ -170,6 +171,12 @@ class Ownership:
             self._book.load(alerts, None if self._clock is None else self._clock())
             loaded.extend(alerts)
             known[node] = partition
+        for cluster in sorted(new_clusters):
+            # A cluster's rack and room alerts have no node: taken over with its first
+            # frames here, or they stayed open in the store for ever beside new ones.
+            alerts = self._stored.pop((cluster, ""), [])
+            self._book.load(alerts, None if self._clock is None else self._clock())
+            loaded.extend(alerts)
         if loaded:
             for hook in self._on_loaded:
                 hook(loaded)

@@ -1,0 +1,49 @@
+"""An open rack (or room) alert is taken over by a restarted processor as node alerts are:
+it has no node, so it was never read back, stayed FIRING in the store for ever while the
+new processor opened a second alert for the same rack, and a restarted rack detector,
+having seen no change itself, called a failure already paged "a hot aisle" (r21 hunt 3)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from fleetwatch.models.rack import RackCooling
+from fleetwatch.pipeline.alerts import AlertBook
+from fleetwatch.pipeline.bus import Message
+from fleetwatch.pipeline.ownership import Ownership
+from fleetwatch.pipeline.store.base import Alert
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from tests.core.test_processor_hardening import frame
+from tests.models.test_rack_peers import ROOM, fleet
+
+T = time.time() - 600
+
+
+def rack_alert(ts: float) -> Alert:
+    return Alert(id=f"rack_cooling/c1//rack:rack-02/{int(ts * 1000)}", rule="rack_cooling",
+                 severity="critical", cluster="c1", rack="rack-02", node="",
+                 device="rack:rack-02", state="firing", started_ts=ts, updated_ts=ts + 60,
+                 value=15.0, message="Rack rack-02: its inlet air is 15 °C above", fired_ts=ts)
+
+
+def test_a_restarted_processor_takes_over_the_open_rack_alert_of_a_cluster_it_sees(
+        tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "store.db")
+    store.write_alerts([rack_alert(T)])
+    book, loaded = AlertBook(requirements={"rack_cooling": ()}), []
+    own = Ownership(store, book, on_loaded=[loaded.append])
+    own.assigned([("frames", 0)])
+    own.build([frame("node-2", T + 100)], [Message(b"", b"node-2", "frames", 0, 0)])
+    assert [(a.id, a.state) for a in book.open] == [(rack_alert(T).id, "firing")]
+    assert [a.id for batch in loaded for a in batch] == [rack_alert(T).id]
+
+
+def test_a_restarted_rack_detector_keeps_an_adopted_critical_rack_critical() -> None:
+    """The failure was paged before the restart: the excess it sees from its first sample
+    is that failure's, not a hot aisle's."""
+    d = RackCooling()
+    d.adopt([rack_alert(50.0)])
+    hot = {n: v + (15.0 if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
+    found = d.update(fleet(100.0, hot))
+    assert [(f.rack, f.severity, f.since) for f in found] == [("rack-02", "critical", 50.0)]
