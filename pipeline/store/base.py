@@ -217,16 +217,17 @@ class StoreRejected(ValueError):
     store's words; the processor bisects the batch and dead-letters the culprits."""
 
     def __init__(self, reason: str, indices: Sequence[int] | None = None,
-                 about_frames: bool = False) -> None:
+                 about_frames: bool = True) -> None:
         super().__init__(reason)
         self.reason = reason
         # Positions (in the batch given to the call) of the frames that were refused,
         # when the store can tell; None: somewhere in the batch (bisect to find them).
         self.indices = None if indices is None else tuple(indices)
-        # True: the frames themselves are wrong for any store (a time outside what it
-        # keeps, a name it cannot carry), so the processor does not judge them either.
-        # False: the store's own reason (another writer's field type, its series
-        # limit): the frames are sound and still judged, so alerts do not depend on it.
+        # True (unless the store knows better): the frames themselves are wrong for any
+        # store (a time outside what it keeps, a name it cannot carry), so the processor
+        # does not judge them either. False, said by the store where it can tell: its own
+        # reason (another writer's field type, its series limit): the frames are sound and
+        # still judged, so alerts do not depend on it.
         self.about_frames = about_frames
 
 

@@ -268,7 +268,8 @@ class LineProtocolWriter:
             if exc.status in _CONFIG_STATUS:
                 raise StoreError(f"{self.url} refused {n_lines} lines ({exc}); not retried "
                                  f"here: {self.misconfigured(exc.version)}") from exc
-            raise StoreRejected(f"{self.url} refused {n_lines} lines: {exc}") from exc
+            raise StoreRejected(f"{self.url} refused {n_lines} lines: {exc}",
+                                about_frames=not store_own_reason(str(exc))) from exc
 
     def _send(self, body: bytes, precision: str = "ms") -> None:
         try:
@@ -373,3 +374,15 @@ def _seconds(value: object) -> float | None:
         return min(float(str(value)), 30.0) if value is not None else None
     except ValueError:
         return None
+
+
+# A server's refusals that are its own state, not the frames': another writer's field type,
+# a series or tag-values limit (InfluxDB's max-series-per-database, max-values-per-tag).
+_OWN_REASON = re.compile(r"field type conflict|max-series|max-values-per-tag|series limit",
+                         re.IGNORECASE)
+
+
+def store_own_reason(message: str) -> bool:
+    """Is a refusal the server's own state (frames sound, still judged) rather than the
+    frames' (a time outside its retention, a value it cannot take)?"""
+    return _OWN_REASON.search(message) is not None

@@ -142,3 +142,15 @@ def test_frames_the_store_refuses_for_its_own_reason_are_still_judged(
         assert [(a.node, a.rule) for a in processor.alerts.open] == [
             ("bad", "gpu_temp_high")]
         assert "DROP SHARD" in reason and "still judged" in reason
+
+
+def test_a_servers_refusal_is_the_frames_unless_it_names_the_servers_own_state() -> None:
+    """A 4xx the line-protocol writer cannot place: the frames' fault (not judged), as a
+    time past VictoriaMetrics' retention; a field type conflict or a series limit: the
+    server's own state (the frames still judged)."""
+    from fleetwatch.pipeline.store.lpwriter import store_own_reason
+    assert not store_own_reason("cannot insert row with too big timestamp 4084473600000")
+    assert not store_own_reason("partial write: points beyond retention policy dropped=3")
+    assert store_own_reason('partial write: field type conflict: input field "temp_c" on '
+                            'measurement "gpu" is type float, already exists as type integer')
+    assert store_own_reason("partial write: max-series-per-database limit exceeded: (2000)")
