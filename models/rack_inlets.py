@@ -97,13 +97,7 @@ class Inlets:
         median excess over it; since when the rack's median excess has been ``rise_c``
         above the lowest it was seen at, NaN where it is not or was never seen lower).
         No warm-up: the comparison is between readings of the same time."""
-        level: dict[int, list[float]] = {}
-        for s in self.state.values():
-            if now - s[1] <= self.stale_s:
-                level.setdefault(int(s[4]), []).append(s[5])
-        by_cluster: dict[str, dict[int, float]] = {}
-        for code, values in level.items():
-            by_cluster.setdefault(cluster_of[code], {})[code] = float(np.median(values))
+        level, by_cluster = self._levels(now, cluster_of)
         out: dict[int, tuple[int, int, float, float]] = {}
         for racks in by_cluster.values():
             for code, room in others_median(racks, np.flatnonzero(flagged).tolist()).items():
@@ -115,11 +109,9 @@ class Inlets:
             del self.excess[code]
         return out
 
-    def room(self, now: float, cluster_of: Sequence[str], flagged: Collection[int]
-             ) -> dict[int, float]:
-        """Per rack code: the room's air around it, the median of the other racks' median
-        readings of its cluster, leaving out the ``flagged`` ones (``others_median``: three
-        or more such racks), so that neither its own cooler nor a failing one counts."""
+    def _levels(self, now: float, cluster_of: Sequence[str]
+                ) -> tuple[dict[int, list[float]], dict[str, dict[int, float]]]:
+        """Per rack code, its nodes' fresh inlet readings; per cluster, each rack's median."""
         level: dict[int, list[float]] = {}
         for s in self.state.values():
             if now - s[1] <= self.stale_s:
@@ -127,6 +119,14 @@ class Inlets:
         by_cluster: dict[str, dict[int, float]] = {}
         for code, values in level.items():
             by_cluster.setdefault(cluster_of[code], {})[code] = float(np.median(values))
+        return level, by_cluster
+
+    def room(self, now: float, cluster_of: Sequence[str], flagged: Collection[int]
+             ) -> dict[int, float]:
+        """Per rack code: the room's air around it, the median of the other racks' median
+        readings of its cluster, leaving out the ``flagged`` ones (``others_median``: three
+        or more such racks), so that neither its own cooler nor a failing one counts."""
+        level, by_cluster = self._levels(now, cluster_of)
         out: dict[int, float] = {}
         for racks in by_cluster.values():
             out |= others_median(racks, flagged)
