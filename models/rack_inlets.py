@@ -26,7 +26,7 @@ INLET_MIN_C, INLET_MAX_C = -40.0, 100.0  # the catalogue's range for host_inlet_
 class Inlets:
     """Each node's inlet air against its own average over ``INLET_BASE_S``; the average
     stands still for a node whose rack's finding holds. ``stale_s``, ``max_step_s`` and
-    ``clear``: the rack detector's own (``rack.STALE_S``, ``MAX_STEP_S``, ``CLEAR``), so
+    ``clear``: the rack detector's own (``rack_models.STALE_S``, ``MAX_STEP_S``, ``rack.CLEAR``), so
     that a node's inlet and its GPUs are judged on one clock and one line."""
 
     def __init__(self, *, stale_s: float, max_step_s: float, clear: float) -> None:
