@@ -19,6 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch import kafka_options
+from fleetwatch.config_fields import (
+    ConfigError,
+    Secret,
+    http_url,
+    kafka_topic,
+    ranged,
+    required,
+)
 from fleetwatch.config_secrets import masked_url as _masked_url  # noqa: F401  (server_url)
 from fleetwatch.config_secrets import public_view
 from fleetwatch.config_values import PLACEHOLDER, coerce  # noqa: F401  (PLACEHOLDER, as before)
@@ -33,21 +41,15 @@ from fleetwatch.settings import (
     BusConfig,
     CarbonConfig,
     Config,
-    ConfigError,
     DashboardConfig,
     DetectorsConfig,
     EnergyConfig,
     ModelsConfig,
     NodeConfig,
     ProcessorConfig,
-    Secret,
     SimConfig,
     StoreConfig,
     T,
-    http_url,
-    kafka_topic,
-    ranged,
-    required,
 )
 
 log = logging.getLogger(__name__)

@@ -8,7 +8,8 @@ import dataclasses
 import re
 from typing import Any
 
-from fleetwatch.settings import Config, ConfigError, Secret
+from fleetwatch.config_fields import ConfigError, Secret
+from fleetwatch.settings import Config
 
 # How ``fleetwatch config`` shows a secret; refused where a secret is read (``refuse_masked``).
 MASK = "***"

@@ -18,9 +18,9 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from fleetwatch.config_fields import ConfigError, Secret, TextRule
 from fleetwatch.config_secrets import encode_hint, refuse_masked
 from fleetwatch.config_secrets import masked_url as _masked_url
-from fleetwatch.settings import ConfigError, Secret, TextRule
 
 # The text of the sample configurations (deploy/cluster.toml, the Kubernetes ConfigMap)
 # that an administrator must replace: a cluster that starts with it is mislabelled.

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from fleetwatch.settings import ConfigError
+from fleetwatch.config_fields import ConfigError
 
 log = logging.getLogger(__name__)
 
