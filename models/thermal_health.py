@@ -37,11 +37,12 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, columns
 from fleetwatch.models.board_swaps import BoardSwaps
-from fleetwatch.models.gpu_state import GpuState, arrival, node_rows, row_median, waves
+from fleetwatch.models.gpu_state import arrival, node_rows, row_median, waves
 from fleetwatch.models.lemon import EventReader
 
 # Model files pickle ``ThermalModel`` under this module's name: it stays importable here.
 from fleetwatch.models.thermal_model import FEATURES, ThermalModel, fit_thermal, gpu_key
+from fleetwatch.models.thermal_residuals import ONLINE, TRAINED, Residuals
 
 __all__ = ["FEATURES", "SCORE_METRIC", "ThermalHealth", "ThermalModel", "features",
            "fit_thermal", "gpu_key", "node_median"]
@@ -103,7 +104,7 @@ class _Scored:
     excess: np.ndarray
     score: np.ndarray
     warm: np.ndarray
-    source: np.ndarray  # where the offset came from: _TRAINED or _ONLINE
+    source: np.ndarray  # where the offset came from: TRAINED or ONLINE
     predicted: np.ndarray  # the model's temperature for the sample (without the offset)
 
     def part(self, frames: Sequence[Frame]) -> _Scored | None:
@@ -118,21 +119,8 @@ class _Scored:
             self.score, self.warm, self.source, self.predicted)))
 
 
-# Per GPU: the smoothed residual, its last and first time; the time and detail of its
-# last scoring (``at``, ``d_*``: the same frames scored again give what they gave); its
-# latest score, whether it is flagged now (the hysteresis in ``update``), and the time
-# of the last score that joined a frame for the store (``enrich``). A GPU without a
-# trained offset: the offset learned online (``own``, NaN until learned), and its
-# baseline so far: the open minute (``b_min``, its residuals' sum and count), the means
-# of the minutes closed (``b_means``) and how many.
-_FIELDS: dict[str, float | bool] = {
-    "ewma": NAN, "last": NAN, "first": NAN, "at": NAN, "d_has": False, "d_ewma": NAN,
-    "d_offset": NAN, "d_excess": NAN, "d_score": NAN, "d_warm": False, "d_source": NAN,
-    "scored": False, "score": NAN, "held": False, "stored": NAN,
-    "own": NAN, "b_min": NAN, "b_sum": 0.0, "b_n": 0.0, "b_means": NAN, "b_count": 0.0}
 _RECENT = 4
-_TRAINED, _ONLINE = 1.0, 2.0
-_SOURCES = {_TRAINED: "trained", _ONLINE: "online"}
+_SOURCES = {TRAINED: "trained", ONLINE: "online"}
 
 
 class ThermalHealth:
@@ -179,7 +167,8 @@ class ThermalHealth:
         self.half_life_s, self.min_excess_c = half_life_s, min_excess_c
         self.min_score, self.for_s, self.warmup_s = min_score, for_s, warmup_s
         self.baseline_min = math.ceil(baseline_s / 60.0)
-        self._gpus = GpuState(_FIELDS, {"b_means": (self.baseline_min,)})
+        self.residuals = Residuals(half_life_s, warmup_s, self.baseline_min)
+        self._gpus = self.residuals.gpus
         # Per (cluster, node): its GPU indices and their trained offsets (NaN: none)
         # under ``_offsets_of``.
         self._offsets: dict[tuple[str, str], tuple[tuple[int, ...], list[float]]] = {}
@@ -315,7 +304,7 @@ class ThermalHealth:
                       "fire_excess_c": need * self.min_excess_c,
                       "fire_score": need * self.min_score,
                       "residual_c": round(ewma, 2), "offset_c": round(offset, 2),
-                      "offset_online": float(sc.source[i, j] == _ONLINE)},
+                      "offset_online": float(sc.source[i, j] == ONLINE)},
             action="Check the GPU's cooling (fan, cold plate, airflow, dust) at the "
                    "next maintenance window; it is degrading before any limit trips.")
 
@@ -368,7 +357,7 @@ class ThermalHealth:
             if len(wi):
                 i = wave[wi]
                 s = slots[i, gj]
-                self._advance(s, ts[i], residual[i, gj], offsets[i, gj], model.spread_c)
+                self.residuals.advance(s, ts[i], residual[i, gj], offsets[i, gj], model.spread_c)
                 for name in details:
                     getattr(sc, name)[i, gj] = g["d_" + name][s]
         # Holding the frames keeps their ids from being reused by the next batches'.
@@ -376,78 +365,9 @@ class ThermalHealth:
         del self._recent[_RECENT:]
         return sc
 
-    def _advance(self, s: np.ndarray, t: np.ndarray, r: np.ndarray, trained: np.ndarray,
-                 spread: float) -> None:
-        """One sample of GPUs in slots ``s`` (each once, none scored at that time before)
-        at times ``t`` with residuals ``r`` and trained offsets (NaN: none): each advances
-        its average, or starts it, and a GPU without a trained offset its baseline. A GPU
-        is scored once it has an offset."""
-        g = self._gpus
-        last = g["last"][s]
-        new = np.isnan(last)
-        step = t > last  # a later sample; an older or same-time one is not scored
-        learn = (new | step) & np.isnan(trained) & np.isnan(g["own"][s])
-        if learn.any():
-            self._baseline(s[learn], t[learn], r[learn])
-        own = np.isnan(trained)
-        offset = np.where(own, g["own"][s], trained)
-        source = np.where(own, _ONLINE, _TRAINED)
-        ns, nt = s[new], t[new]
-        g["ewma"][ns], g["last"][ns], g["first"][ns] = r[new], nt, nt
-        a, at = s[step], t[step]
-        ewma = g["ewma"][a]
-        ewma = ewma + self._weights(at - last[step]) * (r[step] - ewma)
-        g["ewma"][a], g["last"][a] = ewma, at
-        known = ~np.isnan(offset[step])
-        excess = ewma - offset[step]
-        score = excess / spread
-        k, kt = a[known], at[known]
-        g["score"][k], g["scored"][k] = score[known], True
-        g["at"][s], g["d_has"][s] = t, False
-        g["d_has"][k] = True
-        g["d_ewma"][k], g["d_offset"][k] = ewma[known], offset[step][known]
-        g["d_excess"][k], g["d_source"][k] = excess[known], source[step][known]
-        g["d_score"][k], g["d_warm"][k] = score[known], kt - g["first"][k] >= self.warmup_s
-
-    def _baseline(self, s: np.ndarray, t: np.ndarray, r: np.ndarray) -> None:
-        """GPUs in slots ``s`` (each once, in time order) without an offset add a later
-        sample to their baseline: a minute's residuals are averaged, as training reads
-        one-minute means; the median of the first ``baseline_min`` minutes with samples
-        becomes the GPU's own offset, as training takes the median of a GPU's minutes."""
-        g = self._gpus
-        minute = np.floor(t / 60.0)
-        same = minute == g["b_min"][s]  # NaN (no open minute) is never the same
-        ss = s[same]
-        g["b_sum"][ss] += r[same]
-        g["b_n"][ss] += 1.0
-        later = s[~same]
-        close = later[g["b_n"][later] > 0]
-        g["b_means"][close, g["b_count"][close].astype(np.int64)] = (
-            g["b_sum"][close] / g["b_n"][close])
-        g["b_count"][close] += 1.0
-        g["b_min"][later], g["b_sum"][later], g["b_n"][later] = minute[~same], r[~same], 1.0
-        done = close[g["b_count"][close] >= self.baseline_min]
-        if len(done):
-            g["own"][done] = np.median(g["b_means"][done], axis=1)
-            self._forget_baseline(done)
-
-    def _forget_baseline(self, s: np.ndarray) -> None:
-        g = self._gpus
-        g["b_min"][s], g["b_sum"][s], g["b_n"][s] = NAN, 0.0, 0.0
-        g["b_means"][s], g["b_count"][s] = NAN, 0.0
-
-    def _weights(self, dt: np.ndarray) -> np.ndarray:
-        """``1 - 0.5 ** (dt / half-life)``, as Python's pow computes it, per distinct gap
-        (a fleet samples at one interval: a handful of values per batch)."""
-        if not len(dt):
-            return dt
-        gaps, which = np.unique(dt, return_inverse=True)
-        hl = self.half_life_s
-        return np.array([1.0 - 0.5 ** (d / hl) for d in gaps.tolist()])[which.reshape(-1)]
-
     def _node_offsets(self, b: Batch, model: ThermalModel) -> np.ndarray:
         """(F, G): each GPU's trained lifelong offset, NaN for a GPU the model has never
-        seen (it learns its own: ``_baseline``)."""
+        seen (it learns its own: ``Residuals._baseline``)."""
         if self._offsets_of is not model:
             self._offsets.clear()
             if self._offsets_of is not None:
@@ -467,6 +387,6 @@ class ThermalHealth:
         unseen = np.fromiter((gpu_key(*k) not in model.offsets or k in swapped
                               for k in g.slot_of), bool, len(g.slot_of))
         g["own"][every] = NAN
-        self._forget_baseline(every)
+        self.residuals.forget_baseline(every)
         u = every[unseen]
         g["scored"][u], g["score"][u], g["held"][u] = False, NAN, False
