@@ -16,10 +16,7 @@ lose the node's other readings: it is left out of the frame and named in
 
 from __future__ import annotations
 
-import json
 import math
-import re
-import reprlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,15 +31,26 @@ from fleetwatch.frame import (
     PortReading,
     gpu_reading,
 )
+from fleetwatch.frame_checks import (
+    MAX_QUOTE,
+    FrameError,
+    check_array,
+    check_number,
+    check_owners,
+    check_text,
+    check_xids,
+    cut,
+    not_messagepack,
+    place,
+    quote,
+    shortened,
+    tname,
+)
 
 MAX_FRAME_BYTES = 1 << 20
 MAX_GPUS = 64
 MAX_PORTS = 256
-MAX_XIDS = 1024
 MAX_INFO = 16
-MAX_STR = 256
-# Ends a job name the decoder cut to MAX_STR (only another producer sends a longer one).
-JOB_CUT = "…"
 # 2000-01-01 .. 2100-01-01: a timestamp outside this is a clock or unit bug.
 MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
@@ -57,53 +65,6 @@ _DOTS_SAID = ("must not be '.' or '..' (no dashboard page can be addressed by it
 
 _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
-
-
-# What a rejection quotes of the message (a value, a key): the log line and the dead
-# letter's reason header of a megabyte of junk stay a line. The whole message is the
-# dead letter's value.
-MAX_QUOTE = 200
-# A bound on FrameError's texts, should a check quote more than ``_quote`` gives.
-_MAX_FIELD, _MAX_REASON = 300, 1000
-
-
-class FrameError(ValueError):
-    """A frame was rejected. ``field`` names where, ``reason`` says what is wrong.
-
-    Both can hold text of the sender (a metric key, say): bounded here, and
-    ``field_shape(field)`` is the field without it, for a metric's label."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        field, reason = _cut(field, _MAX_FIELD), _cut(reason, _MAX_REASON)
-        super().__init__(f"{field}: {reason}" if field else reason)
-        self.field = field
-        self.reason = reason
-
-
-# The fields of a frame (codec's layout above), each with the fields inside it.
-_FIELDS: dict[str, dict] = {
-    "v": {}, "cluster": {}, "rack": {}, "node": {}, "ts": {}, "seq": {},
-    "gpus": {k: {} for k in ("index", "uuid", "model", "job", "state", "metrics", "xids",
-                             "info")},
-    "host": {"metrics": {}, "ports": {"name": {}, "kind": {}, "metrics": {}}},
-}
-_STEP = re.compile(r"\.?([a-z]+)(?:\[\d+\])?")
-
-
-def field_shape(field: str) -> str:
-    """``field`` (a ``FrameError``'s) without positions, keys or names the sender chose:
-    ``gpus[0].metrics[10001]`` is ``gpus.metrics``, ``host.ports[3].kind`` is
-    ``host.ports.kind``, the whole message (``""``) is ``frame``. One of a fixed few,
-    whatever comes: fit for a metric's label."""
-    parts: list[str] = []
-    level, at = _FIELDS, 0
-    while level:
-        m = _STEP.match(field, at)
-        if m is None or m.group(1) not in level:
-            break
-        parts.append(m.group(1))
-        level, at = level[m.group(1)], m.end()
-    return ".".join(parts) or "frame"
 
 
 class Encoder:
@@ -163,7 +124,7 @@ class Decoder:
             # value, a nested type where a scalar belongs) is the sender's
             # fault, not the processor's: judged as a bad frame like the rest.
             raise FrameError("", f"malformed frame ({type(exc).__name__}: "
-                             f"{_cut(str(exc), MAX_QUOTE)})") from None
+                             f"{cut(str(exc), MAX_QUOTE)})") from None
 
     def _decode(self, data: bytes | None) -> Frame:
         if data is None:
@@ -178,26 +139,26 @@ class Decoder:
             body = msgpack.unpackb(data, raw=False, strict_map_key=False,
                                    max_array_len=4096, max_map_len=4096)
         except Exception as exc:  # msgpack raises several unrelated types
-            raise FrameError("", _not_messagepack(data) or "not a MessagePack frame (truncated "
-                             f"or corrupt): {_cut(str(exc), MAX_QUOTE)}") from None
+            raise FrameError("", not_messagepack(data) or "not a MessagePack frame (truncated "
+                             f"or corrupt): {cut(str(exc), MAX_QUOTE)}") from None
         if not isinstance(body, list):
-            raise FrameError("", _not_messagepack(data)
-                             or f"top level must be an array, got {_tname(body)}")
+            raise FrameError("", not_messagepack(data)
+                             or f"top level must be an array, got {tname(body)}")
         if len(body) < 1 or body[0] != FRAME_VERSION:
             version = body[0] if body else None
-            raise FrameError("v", f"unknown frame version {_quote(version)} (this reader "
+            raise FrameError("v", f"unknown frame version {quote(version)} (this reader "
                              f"knows {FRAME_VERSION}); upgrade the processors before the "
                              "agents")
         if len(body) != 8:
             raise FrameError("", f"a v{FRAME_VERSION} frame has 8 fields, this one has {len(body)}")
         _, cluster, rack, node, ts, seq, gpus, host = body
         if type(ts) is not float or not MIN_TS <= ts < MAX_TS:
-            ts = _number(ts, "ts")
+            ts = check_number(ts, "ts")
             if not MIN_TS <= ts < MAX_TS:
                 raise FrameError("ts", f"{ts!r} is not a time between 2000 and 2100 in "
                                  "epoch seconds")
         if type(seq) is not int or seq < 0:
-            raise FrameError("seq", f"must be a non-negative integer, got {_quote(seq)}")
+            raise FrameError("seq", f"must be a non-negative integer, got {quote(seq)}")
         text = self._text
         node = text(node, "node")
         if node in _DOTS:
@@ -215,14 +176,14 @@ class Decoder:
     def _text(self, value: Any, where: str) -> str:
         if type(value) is str and value in self._good:
             return value
-        value = _text(value, where)
+        value = check_text(value, where)
         if len(self._good) >= _MAX_GOOD:
             self._good.clear()
         self._good.add(value)
         return value
 
     def _gpus(self, raw: Any) -> tuple[GpuReading, ...]:
-        _array(raw, "gpus", MAX_GPUS)
+        check_array(raw, "gpus", MAX_GPUS)
         seen = 0  # bit i: GPU index i was seen
         out = []
         text, metrics_of, good = self._text, self._metrics, self._good
@@ -232,13 +193,13 @@ class Decoder:
             index, uuid, model, job, state, metrics, xids, info = g
             if type(index) is not int or not 0 <= index < MAX_GPUS:
                 raise FrameError(f"gpus[{i}].index", f"must be an integer in 0..{MAX_GPUS - 1}, "
-                                 f"got {_quote(index)}")
+                                 f"got {quote(index)}")
             if seen >> index & 1:
                 raise FrameError(f"gpus[{i}].index", f"GPU {index} appears twice")
             seen |= 1 << index
             if type(state) is not int or not 0 <= state <= 1:
                 raise FrameError(f"gpus[{i}].state",
-                                 f"must be 0 (ok) or 1 (lost), got {_quote(state)}")
+                                 f"must be 0 (ok) or 1 (lost), got {quote(state)}")
             # Known-good strings are a set lookup; only a new one pays for _text
             # (and for the f-string naming where it is).
             if type(uuid) is not str or uuid not in good:
@@ -246,7 +207,7 @@ class Decoder:
             if type(model) is not str or model not in good:
                 model = text(model, f"gpus[{i}].model")
             if job is not None and (type(job) is not str or job not in good):
-                job = text(_shortened(job), f"gpus[{i}].job")
+                job = text(shortened(job), f"gpus[{i}].job")
             if job and "." in job and not _DOTS.isdisjoint(job.split(",")):
                 raise FrameError(f"gpus[{i}].job", _DOTS_SAID)
             try:  # a list or map among the values is unhashable: the careful path names it
@@ -257,11 +218,11 @@ class Decoder:
             if not known:
                 info = self._info(info, f"gpus[{i}].info")
             if info and ("," in info.get("user", "") or "," in info.get("team", "")):
-                _owners(info, job, f"gpus[{i}].info")
+                check_owners(info, job, f"gpus[{i}].info")
             out.append(gpu_reading(
                 index, uuid, model, metrics_of(metrics, i, "gpu"), job,
                 _STATES[state],  # type: ignore[arg-type]
-                () if type(xids) is list and not xids else _xids(xids, f"gpus[{i}].xids"),
+                () if type(xids) is list and not xids else check_xids(xids, f"gpus[{i}].xids"),
                 info))
         return tuple(out)
 
@@ -275,7 +236,7 @@ class Decoder:
         if not isinstance(raw, list) or len(raw) != 2:
             raise FrameError("host", "must be an array [metrics, ports]")
         metrics, ports = raw
-        _array(ports, "host.ports", MAX_PORTS)
+        check_array(ports, "host.ports", MAX_PORTS)
         out = []
         for i, p in enumerate(ports):
             where = f"host.ports[{i}]"
@@ -283,7 +244,7 @@ class Decoder:
                 raise FrameError(where, "must be an array [name, kind, metrics]")
             name, kind, pm = p
             if type(kind) is not int or not 0 <= kind <= 1:
-                raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {_quote(kind)}")
+                raise FrameError(f"{where}.kind", f"must be 0 (nic) or 1 (ib), got {quote(kind)}")
             out.append(PortReading(self._text(name, f"{where}.name"), _PORT_KINDS[kind],  # type: ignore[arg-type]
                                    self._metrics(pm, f"{where}.metrics", "port")))
         return HostReading(self._metrics(metrics, "host.metrics", "host"), tuple(out))
@@ -294,17 +255,17 @@ class Decoder:
         # or an error to name) goes to the careful loop. ``where`` is a GPU's
         # position (its text is made only for an error) or the place's name.
         if type(raw) is not dict:
-            raise FrameError(_place(where),
-                             f"must be a map of metric id to number, got {_tname(raw)}")
+            raise FrameError(place(where),
+                             f"must be a map of metric id to number, got {tname(raw)}")
         get = self._by_scope[scope].get
         out: dict[str, float] = {}
         for key, value in raw.items():
             spec = get(key)
             if spec is None or type(value) is not float or type(key) is not int:
-                return self._metrics_checked(raw, _place(where), scope)
+                return self._metrics_checked(raw, place(where), scope)
             name, lo, hi = spec
             if not lo <= value <= hi:
-                return self._metrics_checked(raw, _place(where), scope)
+                return self._metrics_checked(raw, place(where), scope)
             out[name] = value
         return out
 
@@ -332,114 +293,12 @@ class Decoder:
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
         metric = self._cat.by_id(key) if type(key) is int else None
         if metric is None:
-            raise FrameError(f"{where}[{_quote(key)}]", "unknown metric id; upgrade the processors "
+            raise FrameError(f"{where}[{quote(key)}]", "unknown metric id; upgrade the processors "
                              "before the agents")
         name = f"{where}.{metric.name}"
         if metric.scope != scope:
             raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")
-        raise FrameError(name, f"must be a number, got {_tname(value)}")
-
-
-def _place(where: str | int) -> str:
-    return f"gpus[{where}].metrics" if type(where) is int else str(where)
-
-
-def _number(value: Any, where: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise FrameError(where, f"must be a number, got {_tname(value)}")
-    v = float(value)
-    if not math.isfinite(v):
-        raise FrameError(where, f"must be finite, got {v!r}")
-    return v
-
-
-def _shortened(job: Any) -> Any:
-    """A job name longer than ``MAX_STR`` cut to it, ending in ``JOB_CUT`` (as
-    fleetwatch's agent cuts it, ``collectors.jobs.MAX_JOB_CHARS``): another producer's long
-    job id must not cost the node's whole frame."""
-    if type(job) is str and len(job) > MAX_STR:
-        return job[:MAX_STR - len(JOB_CUT)] + JOB_CUT
-    return job
-
-
-def _owners(info: Mapping[str, str], job: str | None, where: str) -> None:
-    """A shared GPU's users (teams) are comma-separated, at most one per job (the agent
-    pairs them, ``collectors.jobs``): more would split its energy among made-up owners."""
-    jobs = job.count(",") + 1 if job else 1
-    for key in ("user", "team"):
-        names = info.get(key, "").count(",") + 1
-        if names > jobs:
-            raise FrameError(f"{where}.{key}", f"names {names} comma-separated owners for "
-                             f"{jobs} job(s): at most one per job; a name holds no comma")
-
-
-def _text(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise FrameError(where, f"must be a string, got {_tname(value)}")
-    if not value or len(value) > MAX_STR:
-        raise FrameError(where, f"must be 1..{MAX_STR} characters, got {len(value)}")
-    if not value.isprintable():
-        raise FrameError(where, "must hold printable characters only")
-    return value
-
-
-def _xids(value: Any, where: str) -> tuple[int, ...]:
-    _array(value, where, MAX_XIDS)
-    for k, x in enumerate(value):
-        if type(x) is not int or not 0 < x < 1 << 16:
-            raise FrameError(f"{where}[{k}]", f"must be an XID code, got {_quote(x)}")
-    return tuple(value)
-
-
-def _array(value: Any, where: str, limit: int) -> None:
-    if not isinstance(value, list):
-        raise FrameError(where, f"must be an array, got {_tname(value)}")
-    if len(value) > limit:
-        raise FrameError(where, f"has {len(value)} entries, over the limit of {limit}")
-
-
-def _tname(value: Any) -> str:
-    return "nil" if value is None else type(value).__name__
-
-
-_repr = reprlib.Repr()
-_repr.maxstring = _repr.maxother = MAX_QUOTE
-_repr.maxlist = _repr.maxdict = _repr.maxtuple = 4
-_repr.maxlevel = 3
-
-
-def _quote(value: Any) -> str:
-    """``repr(value)``, of at most ``MAX_QUOTE`` characters and their count: the sender's
-    text in a reason, never a megabyte of it."""
-    if isinstance(value, (str, bytes, bytearray)) and len(value) > MAX_QUOTE:
-        unit = "characters" if isinstance(value, str) else "bytes"
-        return f"{value[:MAX_QUOTE]!r}... ({len(value):,} {unit})"
-    return _cut(_repr.repr(value), MAX_QUOTE)
-
-
-def _cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
-
-
-def _not_messagepack(data: bytes | bytearray | memoryview) -> str | None:
-    """What a message that is no frame looks like, when it is text (JSON, a line of
-    Telegraf's, a script's): a producer other than ``fleetwatch agent`` on the topic.
-    None for binary data (a frame cut short or corrupt)."""
-    try:
-        text = bytes(data).decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    if not text.strip() or not text.replace("\n", " ").replace("\t", " ").replace(
-            "\r", " ").isprintable():
-        return None
-    try:
-        json.loads(text)
-        looks = "JSON"
-    except ValueError:
-        looks = "text"
-    return (f"not a fleetwatch frame: this message looks like {looks} "
-            f"({_quote(text[:60])}); fleetwatch frames are MessagePack, as `fleetwatch agent` "
-            "sends them. Is another producer (Telegraf, a script) writing to this topic?")
+        raise FrameError(name, f"must be a number, got {tname(value)}")
 
 
 _encoder: Encoder | None = None

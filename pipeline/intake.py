@@ -10,8 +10,9 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 
-from fleetwatch.codec import Decoder, FrameError, field_shape
+from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
+from fleetwatch.frame_checks import field_shape
 from fleetwatch.pipeline.batches import Stats
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.clock_skew import ClockWatch

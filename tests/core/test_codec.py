@@ -266,14 +266,14 @@ def test_an_unknown_metric_key_of_200_kb_is_cut_in_field_and_reason() -> None:
     ("something else", "frame"),
 ])
 def test_the_shape_of_a_field_is_one_of_a_fixed_few(field: str, shape: str) -> None:
-    from fleetwatch.codec import field_shape
+    from fleetwatch.frame_checks import field_shape
 
     assert field_shape(field) == shape
 
 
 def test_every_rejection_of_random_keys_has_a_shape_from_the_fixed_set() -> None:
     """2,000 frames each with a metric id of its own: one label value, not 2,000."""
-    from fleetwatch.codec import field_shape
+    from fleetwatch.frame_checks import field_shape
 
     shapes = set()
     for i in range(2000):
