@@ -39,9 +39,9 @@ from typing import Any
 
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.pipeline.bus import BusBroken
-from fleetwatch.pipeline.consume_loop import OutOfMemory
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
+from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
 from fleetwatch.service import (
@@ -237,7 +237,7 @@ def _ensure_topics(config: Config, quiet: bool = False) -> None:
 
 # On stop, how long the batches in hand may take to be finished.
 _DRAIN_S = 20.0
-# The processor ran out of memory (``consume_loop.OutOfMemory``): non-zero, so that
+# The processor ran out of memory (``out_of_memory.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
 # The SQLite store's file left its path while the processor wrote it (``StoreLost``).

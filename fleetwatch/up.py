@@ -52,7 +52,7 @@ from fleetwatch.wiring import (
 
 log = logging.getLogger(__name__)
 
-# The processor ran out of memory (``consume_loop.OutOfMemory``): ``up`` stops with this
+# The processor ran out of memory (``out_of_memory.OutOfMemory``): ``up`` stops with this
 # status, as ``fleetwatch process`` does, so that a supervisor restarts it.
 EXIT_OUT_OF_MEMORY = 1
 

@@ -20,7 +20,7 @@ from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
-from fleetwatch.pipeline.consume_loop import OutOfMemory
+from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreLost
 from fleetwatch.service import Stop
@@ -91,7 +91,7 @@ class System:
         return self
 
     def _process(self) -> None:
-        """The processor's thread. Out of memory, it ends (``consume_loop.OutOfMemory``):
+        """The processor's thread. Out of memory, it ends (``out_of_memory.OutOfMemory``):
         then the whole of ``up`` stops (``halt``), not only this thread, which would leave
         the agent sending and the dashboard showing data that is no longer stored."""
         try:

@@ -20,7 +20,7 @@ from fleetwatch.models import Finding
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats
 from fleetwatch.pipeline.bus import BusError
-from fleetwatch.pipeline.consume_loop import out_of_memory
+from fleetwatch.pipeline.out_of_memory import out_of_memory
 from fleetwatch.pipeline.ownership import Ownership
 from fleetwatch.pipeline.refusals import Refusals
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError

@@ -8,12 +8,10 @@ the state named below; this module only orders those steps over a bus.
 
 from __future__ import annotations
 
-import errno
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
@@ -28,7 +26,14 @@ from fleetwatch.pipeline.bus import (
 )
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
+from fleetwatch.pipeline.out_of_memory import (
+    MEMORY_ERRORS_MAX,
+    OutOfMemory,
+    out_of_memory,
+    out_of_memory_said,
+)
 from fleetwatch.pipeline.ownership import Ownership
+from fleetwatch.pipeline.partition_watch import PartitionWatch
 from fleetwatch.pipeline.store.base import Store, StoreError, StoreLost, StoreRejected
 from fleetwatch.retry import Backoff
 
@@ -44,82 +49,8 @@ log = logging.getLogger("fleetwatch.pipeline.processor")
 JUDGE_AHEAD_MESSAGES = 20_000
 
 
-# Memory errors (``MemoryError``, "can't start new thread") in a row, with no batch
-# finished between, before the loop gives up (``OutOfMemory``): a process at its memory
-# limit does not recover by waiting, and only its supervisor can restart it.
-MEMORY_ERRORS_MAX = 3
-
-
-class OutOfMemory(RuntimeError):
-    """The processor cannot go on for lack of memory: exit non-zero, to be restarted."""
-
-
-def out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` says the process ran out of memory (or of the address space that
-    a new thread's stack needs: ``ulimit -v``, a cgroup limit)."""
-    return isinstance(exc, MemoryError) or (
-        isinstance(exc, RuntimeError) and "can't start new thread" in str(exc)) or (
-        isinstance(exc, OSError) and exc.errno == errno.ENOMEM)
-
-
-def out_of_memory_said(exc: BaseException, times: int, replays: bool = True) -> str:
-    """Why the loop stops for lack of memory, and what becomes of the batches in hand:
-    replayed by the next owner, or, over a bus that lives in the process (``fleetwatch
-    up``: ``replays`` false), lost with it."""
-    then = ("stopping so that its supervisor (systemd, Kubernetes) restarts it: the batches "
-            "in hand are replayed" if replays else
-            "stopping: the frames in hand were not stored, and nothing replays them")
-    return (f"out of memory ({type(exc).__name__}: {exc}) {times} times in a row: the process "
-            "has reached its memory limit (ulimit -v, or its cgroup's / container's memory "
-            f"limit); {then}. Give it more memory if this repeats")
-
-
 def _frames(held: deque[Batch]) -> int:
     return sum(len(b.frames or ()) for b in held)
-
-
-class PartitionWatch:
-    """Says when this member has owned no partition for ``after_s`` (once), and again when
-    it owns some.
-
-    A member with no partitions consumes nothing and otherwise looks healthy: it
-    answers, its counters stand still, its lag is 0. Either the group has more
-    members than the topic has partitions, or the member is stuck joining its group
-    (kafka-python's ``poll`` blocks inside the join while the broker's coordinator
-    does not answer): the loop's thread is then blocked too, so the watch runs in a
-    thread of its own (``ConsumerLoop.run``).
-    """
-
-    def __init__(self, after_s: float = 60.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self.after_s = after_s
-        self._clock = clock
-        self._since: float | None = clock()  # owning none since (None: owns some)
-        self._warned = False
-
-    def check(self, owned: int) -> tuple[int, str] | None:
-        """The line to log now (its level and text), if any, for a member that owns
-        ``owned`` partitions."""
-        now = self._clock()
-        if owned:
-            since, warned = self._since, self._warned
-            self._since, self._warned = None, False
-            if not warned or since is None:
-                return None
-            return logging.INFO, (f"this processor owns {owned} partition(s) again after "
-                                  f"{now - since:.0f} s with none; consuming")
-        if self._since is None:
-            self._since = now
-        if self._warned or now - self._since < self.after_s:
-            return None
-        self._warned = True
-        return logging.WARNING, (
-            f"this processor has owned no partition of its topic for {now - self._since:.0f} "
-            "s: it consumes nothing (fleetwatch_processor_partitions_owned is 0). Either the "
-            "group has more members than the topic has partitions (bus.partitions; a spare "
-            "member is fine while another consumes), or it is stuck joining its consumer group "
-            "(the broker's group coordinator does not answer: see the broker's log; another "
-            "bus.group is a way out)")
 
 
 def _listening(consumer: Consumer) -> bool:

@@ -16,7 +16,7 @@ import pytest
 from fleetwatch.codec import encode
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.bus.memory import MemoryBus
-from fleetwatch.pipeline.consume_loop import MEMORY_ERRORS_MAX, OutOfMemory, out_of_memory
+from fleetwatch.pipeline.out_of_memory import MEMORY_ERRORS_MAX, OutOfMemory, out_of_memory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 

@@ -20,8 +20,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.bus.memory import MemoryBus
-from fleetwatch.pipeline.consume_loop import PartitionWatch
 from fleetwatch.pipeline.health import ProcessorCollector
+from fleetwatch.pipeline.partition_watch import PartitionWatch
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from fleetwatch.config import Config
-from fleetwatch.pipeline.consume_loop import OutOfMemory, out_of_memory_said
+from fleetwatch.pipeline.out_of_memory import OutOfMemory, out_of_memory_said
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.service import Stop
 from fleetwatch.storelock import StoreLock
