@@ -37,7 +37,12 @@ from fleetwatch.pipeline.store.base import (
 from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
 from fleetwatch.pipeline.store.sqlite_errors import describe, quick_check, read_only_mount
 from fleetwatch.pipeline.store.sqlite_reads import Ident, SqliteReads
-from fleetwatch.pipeline.store.sqlite_records import ALERT_TABLE, SqliteRecords, guarded
+from fleetwatch.pipeline.store.sqlite_records import (
+    ALERT_TABLE,
+    SqliteRecords,
+    guarded,
+    key_events,
+)
 from fleetwatch.pipeline.store.sqlite_rollup import Row, rollup, upkeep
 
 __all__ = ["RAW_SPAN_MS", "SqliteStore"]  # RAW_SPAN_MS: callers take it from here too
@@ -106,6 +111,10 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
     @guarded("schema setup")
     def _open(self) -> None:
         conn = self._conn()
+        # First, before any write of the setup: an opener meeting another process converting
+        # an earlier version's events table waits for it there (as long as a conversion may
+        # take, and says so), not in a CREATE below, which waits only the busy timeout.
+        key_events(conn, self.path)
         conn.executescript(_SCHEMA)
         self._create_records(conn)
 
