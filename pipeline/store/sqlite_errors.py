@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 # sqlite3's primary result codes (https://www.sqlite.org/rescode.html).
+_BUSY, _LOCKED = 5, 6
 _READONLY, _IOERR, _CORRUPT, _CANTOPEN, _FULL, _NOTADB = 8, 10, 11, 14, 13, 26
 
 
@@ -49,6 +50,15 @@ def free_space(path: str) -> str:
         return "free space unknown"
     mib = st.f_bavail * st.f_frsize / 2**20
     return f"{mib:.1f} MiB free"
+
+
+def busy(exc: BaseException) -> bool:
+    """Whether SQLite gave up on another connection's lock ("database is locked"): an
+    error that passes once that lock is let go."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in (_BUSY, _LOCKED)
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
 def kind(exc: BaseException) -> str:

@@ -41,7 +41,7 @@ from fleetwatch.pipeline.store.base import (
     group_order,
 )
 from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
-from fleetwatch.pipeline.store.sqlite_errors import describe
+from fleetwatch.pipeline.store.sqlite_errors import busy, describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -332,8 +332,7 @@ def _begin_immediate(conn: sqlite3.Connection, wait_ms: int) -> bool:
     try:
         conn.execute("BEGIN IMMEDIATE")
     except sqlite3.OperationalError as exc:
-        code = getattr(exc, "sqlite_errorcode", None)  # SQLITE_BUSY or SQLITE_LOCKED
-        if (code & 0xFF) in (5, 6) if isinstance(code, int) else "locked" in str(exc):
+        if busy(exc):
             return False
         raise
     return True

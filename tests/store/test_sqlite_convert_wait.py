@@ -1,10 +1,12 @@
-"""An open of an earlier version's store that meets another process converting its events
-table waits for the conversion (as long as one may take), says so, and then finds it done;
-a lock that never ends ends in words; an open of a current store takes no lock at all.
+"""Opens that meet another process's lock on the store. An open of an earlier version's
+store that meets another process converting its events table waits for the conversion (as
+long as one may take), says so, and then finds it done; a lock that never ends ends in
+words; an open of a current store takes no lock at all; the switch of a file not yet in
+WAL mode waits for another's lock rather than failing at once.
 
 The other process is a connection holding the file's write lock (``BEGIN IMMEDIATE``, as
-the converter does) until the test lets it go: no race with the clock decides the outcome.
-"""
+the converter does) until the opener says it waits: no race with the clock decides the
+outcome."""
 
 from __future__ import annotations
 
@@ -23,27 +25,30 @@ from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.store.test_sqlite_events_distinct import _old_file
 
 WAITING = "waiting for another process converting the events table of {}"
+RETRYING = "switching {} to WAL mode met another connection's lock"
 
 
 class _Said(logging.Handler):
     """The store's log lines, and an event set once the opener says it waits."""
 
     def __init__(self, db: Path) -> None:
-        super().__init__(logging.INFO)
+        super().__init__(logging.DEBUG)
         self.lines: list[str] = []
         self.waiting = threading.Event()
         self._db = db
 
     def emit(self, record: logging.LogRecord) -> None:
         self.lines.append(record.getMessage())
-        if record.getMessage().startswith(WAITING.format(self._db)):
+        if record.getMessage().startswith((WAITING.format(self._db),
+                                           RETRYING.format(self._db))):
             self.waiting.set()
 
 
 @pytest.fixture
 def old_store(tmp_path: Path) -> Iterator[tuple[Path, _Said]]:
     """A store of an earlier version in WAL mode (as fleetwatch left it), and what the
-    store's modules log meanwhile."""
+    store's modules log meanwhile (``_open_with_the_lock_held`` turns the file back to a
+    rollback journal, as ``_old_file`` makes it, for the WAL switch)."""
     db = tmp_path / "old.db"
     _old_file(db, extra=1000)
     conn = sqlite3.connect(db)
@@ -53,7 +58,7 @@ def old_store(tmp_path: Path) -> Iterator[tuple[Path, _Said]]:
     logger = logging.getLogger("fleetwatch.pipeline.store")
     level = logger.level
     logger.addHandler(said)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(logging.DEBUG)
     yield db, said
     logger.removeHandler(said)
     logger.setLevel(level)
@@ -75,31 +80,37 @@ def _layout_and_count(db: Path) -> tuple[str, int]:
         conn.close()
 
 
-def test_an_open_meeting_a_conversion_waits_past_its_busy_timeout_and_says_so(
-        old_store: tuple[Path, _Said]) -> None:
-    """The second worker of ``process --workers 2`` opening while the first converts: its
-    busy timeout (here 0.2 s, 30 s by default) is shorter than the conversion; it died
-    in its schema setup with 'database is locked'."""
-    db, said = old_store
+def _open_with_the_lock_held(db: Path, said: _Said, busy_timeout_s: float) -> None:
+    """Open the store while another connection holds its write lock, let go only once the
+    opener says it waits (or has given up); the opener's error, if any, is raised."""
     holder = _holding_the_write_lock(db)
     failed: list[BaseException] = []
 
     def open_store() -> None:
         try:
-            SqliteStore(db, busy_timeout_s=0.2).close()
+            SqliteStore(db, busy_timeout_s=busy_timeout_s).close()
         except BaseException as exc:  # noqa: BLE001 - what the worker would die of
             failed.append(exc)
 
     opener = threading.Thread(target=open_store)
     opener.start()
-    # The lock is let go only once the opener says it waits, or has given up.
     while opener.is_alive() and not said.waiting.wait(0.05):
         pass
     holder.execute("ROLLBACK")
     holder.close()
     opener.join(timeout=60)
     assert not opener.is_alive()
-    assert failed == []
+    if failed:
+        raise failed[0]
+
+
+def test_an_open_meeting_a_conversion_waits_past_its_busy_timeout_and_says_so(
+        old_store: tuple[Path, _Said]) -> None:
+    """The second worker of ``process --workers 2`` opening while the first converts: its
+    busy timeout (here 0.2 s, 30 s by default) is shorter than the conversion; it died
+    in its schema setup with 'database is locked'."""
+    db, said = old_store
+    _open_with_the_lock_held(db, said, busy_timeout_s=0.2)
     waits = [line for line in said.lines if line.startswith(WAITING.format(db))]
     assert len(waits) == 1
     assert said.lines.index(waits[0]) < next(
@@ -152,3 +163,26 @@ def test_an_open_of_a_current_store_takes_no_lock_and_says_nothing(
         holder.close()
     assert opened_in < 5  # not the 30 s busy timeout
     assert caplog.records == []
+
+
+def test_the_switch_to_wal_mode_waits_for_another_connections_lock(
+        old_store: tuple[Path, _Said]) -> None:
+    """A file not in WAL mode (a new store two workers create at once, an old file in
+    rollback-journal mode): switching it needs the file to itself, and SQLite answered
+    'database is locked' at once, not after the busy timeout, while another connection
+    held its write lock or switched it too (``process --workers 2`` on such a file: one
+    worker died in its schema setup)."""
+    db, said = old_store
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=DELETE")
+    conn.close()
+    _open_with_the_lock_held(db, said, busy_timeout_s=30)
+    assert [line for line in said.lines if line.startswith("switching")] == [
+        RETRYING.format(db) + "; trying again for up to 30 s"]
+    conn = sqlite3.connect(db)
+    try:
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    finally:
+        conn.close()
+    layout, count = _layout_and_count(db)
+    assert layout.endswith("code, value, ts)) WITHOUT ROWID") and count == 1001
