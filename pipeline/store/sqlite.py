@@ -39,6 +39,7 @@ from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
 from fleetwatch.pipeline.store.sqlite_errors import (
     busy,
     describe,
+    held_by_another,
     quick_check,
     read_only_mount,
 )
@@ -118,13 +119,19 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
 
     @guarded("schema setup")
     def _open(self) -> None:
-        conn = self._conn()
-        # First, before any write of the setup: an opener meeting another process converting
-        # an earlier version's events table waits for it there (as long as a conversion may
-        # take, and says so), not in a CREATE below, which waits only the busy timeout.
-        key_events(conn, self.path)
-        conn.executescript(_SCHEMA)
-        self._create_records(conn)
+        try:
+            conn = self._conn()
+            # First, before any write of the setup: an opener meeting another process
+            # converting an earlier version's events table waits for it there (as long as a
+            # conversion may take, and says so), not in a CREATE below (the busy timeout).
+            key_events(conn, self.path)
+            conn.executescript(_SCHEMA)
+            self._create_records(conn)
+        except sqlite3.OperationalError as exc:
+            if not busy(exc):
+                raise
+            raise StoreError(held_by_another(self.path, self.busy_timeout_s,
+                                             "open it")) from exc
 
     # -- connections: one per thread, since sqlite3 connections are not shareable
     def _conn(self) -> sqlite3.Connection:

@@ -61,6 +61,16 @@ def busy(exc: BaseException) -> bool:
     return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
 
 
+def held_by_another(path: str, waited_s: float, doing: str) -> str:
+    """A lock on the store at ``path`` another process held for all ``waited_s`` this one
+    waited (to do ``doing``), and how to find that process."""
+    return (f"the store {path} stayed locked by another process for {waited_s:g} s while "
+            f"this one waited to {doing}: that process is stuck or holds a write open. "
+            f"`fuser -v {path}` lists the processes that have it open: stop the one holding "
+            "it (an older fleetwatch, an sqlite3 shell with a transaction open), then start "
+            "this one again")
+
+
 def kind(exc: BaseException) -> str:
     """``damaged``, ``not-sqlite``, ``read-only``, ``full``, ``io`` or ``other``."""
     if isinstance(exc, OSError):

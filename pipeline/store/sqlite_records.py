@@ -41,7 +41,7 @@ from fleetwatch.pipeline.store.base import (
     group_order,
 )
 from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
-from fleetwatch.pipeline.store.sqlite_errors import busy, describe
+from fleetwatch.pipeline.store.sqlite_errors import busy, describe, held_by_another
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -316,13 +316,9 @@ def _lock_to_convert(conn: sqlite3.Connection, path: str) -> None:
             return
     finally:
         conn.execute(f"PRAGMA busy_timeout={before}")
-    raise StoreError(
-        f"the store {path} stayed locked by another process for {_CONVERT_WAIT_S:g} s while "
-        "this one waited to convert its events table (a store of an earlier version, whose "
-        "2M events convert in 8 to 15 s): that process is stuck or holds a write open. "
-        f"`fuser -v {path}` lists the processes that have it open: stop the one holding it "
-        "(an older fleetwatch, an sqlite3 shell with a transaction open), then start this "
-        "one again")
+    raise StoreError(held_by_another(
+        path, _CONVERT_WAIT_S, "convert its events table (a store of an earlier version, "
+        "whose 2M events convert in 8 to 15 s)"))
 
 
 def _begin_immediate(conn: sqlite3.Connection, wait_ms: int) -> bool:

@@ -186,3 +186,28 @@ def test_the_switch_to_wal_mode_waits_for_another_connections_lock(
         conn.close()
     layout, count = _layout_and_count(db)
     assert layout.endswith("code, value, ts)) WITHOUT ROWID") and count == 1001
+
+
+@pytest.mark.parametrize("journal", ["DELETE", "WAL"])
+def test_a_lock_held_past_the_busy_timeout_of_an_open_ends_in_words(
+        tmp_path: Path, journal: str) -> None:
+    """Another process holding the write lock of a store being opened (a new store being
+    created: its switch to WAL mode, or its tables) past the busy timeout: the open stops
+    with what holds it and what to do, not 'sqlite schema setup ... database is locked'."""
+    db = tmp_path / "s.db"
+    conn = sqlite3.connect(db)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.execute("CREATE TABLE other (x)")  # a store being created: none of its tables yet
+    conn.commit()
+    conn.close()
+    holder = _holding_the_write_lock(db)
+    try:
+        with pytest.raises(StoreError) as raised:
+            SqliteStore(db, busy_timeout_s=0.3)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    text = str(raised.value)
+    assert text.startswith(f"the store {db} stayed locked by another process for 0.3 s "
+                           "while this one waited to open it")
+    assert f"fuser -v {db}" in text and "start this one again" in text
