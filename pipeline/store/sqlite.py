@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import struct
@@ -35,12 +36,25 @@ from fleetwatch.pipeline.store.base import (
     gpu_device,
 )
 from fleetwatch.pipeline.store.energy_sqlite import SqliteEnergy
-from fleetwatch.pipeline.store.sqlite_errors import describe, quick_check, read_only_mount
+from fleetwatch.pipeline.store.sqlite_errors import (
+    busy,
+    describe,
+    held_by_another,
+    quick_check,
+    read_only_mount,
+)
 from fleetwatch.pipeline.store.sqlite_reads import Ident, SqliteReads
-from fleetwatch.pipeline.store.sqlite_records import ALERT_TABLE, SqliteRecords, guarded
+from fleetwatch.pipeline.store.sqlite_records import (
+    ALERT_TABLE,
+    SqliteRecords,
+    guarded,
+    key_events,
+)
 from fleetwatch.pipeline.store.sqlite_rollup import Row, rollup, upkeep
 
 __all__ = ["RAW_SPAN_MS", "SqliteStore"]  # RAW_SPAN_MS: callers take it from here too
+
+log = logging.getLogger(__name__)
 
 # How often (at most) a reader's thread checks that its path still names the file it has open.
 _FILE_CHECK_S = 1.0
@@ -105,9 +119,19 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
 
     @guarded("schema setup")
     def _open(self) -> None:
-        conn = self._conn()
-        conn.executescript(_SCHEMA)
-        self._create_records(conn)
+        try:
+            conn = self._conn()
+            # First, before any write of the setup: an opener meeting another process
+            # converting an earlier version's events table waits for it there (as long as a
+            # conversion may take, and says so), not in a CREATE below (the busy timeout).
+            key_events(conn, self.path)
+            conn.executescript(_SCHEMA)
+            self._create_records(conn)
+        except sqlite3.OperationalError as exc:
+            if not busy(exc):
+                raise
+            raise StoreError(held_by_another(self.path, self.busy_timeout_s,
+                                             "open it")) from exc
 
     # -- connections: one per thread, since sqlite3 connections are not shareable
     def _conn(self) -> sqlite3.Connection:
@@ -126,11 +150,32 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
                 conn = sqlite3.connect(self.path, check_same_thread=False,
                                        timeout=self.busy_timeout_s)
                 conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
-                conn.execute("PRAGMA journal_mode=WAL")
+                self._into_wal(conn)
                 conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.busy_timeout_s * 1000)}")
             self._local.conn = conn
         return conn
+
+    def _into_wal(self, conn: sqlite3.Connection) -> None:
+        """WAL mode, kept in the file (a no-op for a store fleetwatch made). A new file, or
+        one in rollback-journal mode, is switched under an exclusive lock, and SQLite answers
+        at once "database is locked" (no busy wait: it would deadlock) when another
+        connection holds its write lock or switches it too (two workers opening a new store
+        at once): tried again until the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout_s
+        said = False
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL").fetchall()
+                return
+            except sqlite3.OperationalError as exc:
+                if not busy(exc) or time.monotonic() >= deadline:
+                    raise
+            if not said:
+                log.debug("switching %s to WAL mode met another connection's lock; "
+                          "trying again for up to %g s", self.path, self.busy_timeout_s)
+                said = True
+            time.sleep(0.01)
 
     def _check_is_store(self, conn: sqlite3.Connection) -> None:
         """A file without fleetwatch's tables (an empty file, another program's database)

@@ -15,6 +15,7 @@ import sqlite3
 from pathlib import Path
 
 # sqlite3's primary result codes (https://www.sqlite.org/rescode.html).
+_BUSY, _LOCKED = 5, 6
 _READONLY, _IOERR, _CORRUPT, _CANTOPEN, _FULL, _NOTADB = 8, 10, 11, 14, 13, 26
 
 
@@ -49,6 +50,25 @@ def free_space(path: str) -> str:
         return "free space unknown"
     mib = st.f_bavail * st.f_frsize / 2**20
     return f"{mib:.1f} MiB free"
+
+
+def busy(exc: BaseException) -> bool:
+    """Whether SQLite gave up on another connection's lock ("database is locked"): an
+    error that passes once that lock is let go."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return (code & 0xFF) in (_BUSY, _LOCKED)
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def held_by_another(path: str, waited_s: float, doing: str) -> str:
+    """A lock on the store at ``path`` another process held for all ``waited_s`` this one
+    waited (to do ``doing``), and how to find that process."""
+    return (f"the store {path} stayed locked by another process for {waited_s:g} s while "
+            f"this one waited to {doing}: that process is stuck or holds a write open. "
+            f"`fuser -v {path}` lists the processes that have it open: stop the one holding "
+            "it (an older fleetwatch, an sqlite3 shell with a transaction open), then start "
+            "this one again")
 
 
 def kind(exc: BaseException) -> str:

@@ -10,7 +10,7 @@ Events: one row per (ts in ms, kind, cluster, rack, node, device, code,
 value, exact ts), with their text: SQLite keeps every part of an ``Event``. The exact
 time is part of the key, so that events microseconds apart (a kernel's burst of one
 XID) are each kept, while one written again (a batch retried) is still one row; a file
-of earlier versions, keyed by the millisecond, is migrated on open (``_key_events``).
+of earlier versions, keyed by the millisecond, is migrated on open (``key_events``).
 
 Every ``sqlite3`` error becomes a ``StoreError`` (transient: a locked
 database, a full disk, I/O) or a ``StoreRejected`` (the data itself: a
@@ -41,7 +41,7 @@ from fleetwatch.pipeline.store.base import (
     group_order,
 )
 from fleetwatch.pipeline.store.lprecords import ALERT_FIELDS, sequence_of
-from fleetwatch.pipeline.store.sqlite_errors import describe
+from fleetwatch.pipeline.store.sqlite_errors import busy, describe, held_by_another
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -50,7 +50,10 @@ log = logging.getLogger(__name__)
 # How long an opener waits for another process converting the events table of an
 # earlier version's file (2M events took 9 s on a loaded machine): far longer than the
 # busy timeout of a write, so that a second worker waits rather than exits.
-_CONVERT_WAIT_S = 600
+_CONVERT_WAIT_S: float = 600
+# How long an opener waits for that lock before it says that it waits (at most its busy
+# timeout): an ordinary write holds it for milliseconds, a conversion for seconds.
+_SAY_WAIT_AFTER_MS = 1000
 
 ALERT_TABLE = "alert_states"
 # Annotations by cluster; ``annotations`` (no cluster, a key without one) is the table of
@@ -120,7 +123,6 @@ class SqliteRecords:
 
     def _create_records(self, conn: sqlite3.Connection) -> None:
         conn.executescript(RECORDS_SCHEMA)
-        _key_events(conn, self.path)
         have = {row[1] for row in conn.execute(f"PRAGMA table_info({ALERT_TABLE})")}
         for name, kind in ALERT_FIELDS:  # a field added to Alert since the file was made
             if name not in have:
@@ -268,21 +270,17 @@ def _old_events_key(conn: sqlite3.Connection) -> bool:
         _OLD_EVENTS_KEY.replace(" ", "") + "WITHOUTROWID")
 
 
-def _key_events(conn: sqlite3.Connection, path: str) -> None:
+def key_events(conn: sqlite3.Connection, path: str) -> None:
     """Move the events of a file keyed by the millisecond into a table keyed by the exact
     time too (their rows are kept as they are; what was merged before is gone).
 
     Check and conversion are one write transaction (DDL included), so that a second
     process opening the file at once (``process --workers N``) waits for the first and
-    then finds it done, rather than acting on what it saw before."""
+    then finds it done, rather than acting on what it saw before. The opener calls this
+    before any other write of its schema setup: those wait only the busy timeout."""
     if not _old_events_key(conn):
         return  # the usual case: no lock taken
-    before = conn.execute("PRAGMA busy_timeout").fetchone()[0]
-    conn.execute(f"PRAGMA busy_timeout={_CONVERT_WAIT_S * 1000}")
-    try:
-        conn.execute("BEGIN IMMEDIATE")  # waits while another opener converts
-    finally:
-        conn.execute(f"PRAGMA busy_timeout={before}")
+    _lock_to_convert(conn, path)
     try:
         if not _old_events_key(conn):  # converted meanwhile by another process
             conn.rollback()
@@ -302,6 +300,38 @@ def _key_events(conn: sqlite3.Connection, path: str) -> None:
         raise
     log.warning("converted the events table of %s (%s events) in %.1f s", path, f"{count:,}",
                 time.monotonic() - started)
+
+
+def _lock_to_convert(conn: sqlite3.Connection, path: str) -> None:
+    """Begin the conversion's write transaction: waiting as long as a conversion may take
+    (``_CONVERT_WAIT_S``) for another process converting the file, and saying so once the
+    lock has not come within a second (another writer's usual lock is milliseconds)."""
+    before = conn.execute("PRAGMA busy_timeout").fetchone()[0]
+    try:
+        if _begin_immediate(conn, min(before, _SAY_WAIT_AFTER_MS)):
+            return
+        log.warning("waiting for another process converting the events table of %s "
+                    "(up to %g s)", path, _CONVERT_WAIT_S)
+        if _begin_immediate(conn, round(_CONVERT_WAIT_S * 1000)):
+            return
+    finally:
+        conn.execute(f"PRAGMA busy_timeout={before}")
+    raise StoreError(held_by_another(
+        path, _CONVERT_WAIT_S, "convert its events table (a store of an earlier version, "
+        "whose 2M events convert in 8 to 15 s)"))
+
+
+def _begin_immediate(conn: sqlite3.Connection, wait_ms: int) -> bool:
+    """Take the file's write lock (``BEGIN IMMEDIATE``), waiting up to ``wait_ms`` for
+    another connection's; False when it did not come."""
+    conn.execute(f"PRAGMA busy_timeout={wait_ms}")
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except sqlite3.OperationalError as exc:
+        if busy(exc):
+            return False
+        raise
+    return True
 
 
 def _to_column(name: str, value: Any) -> Any:
