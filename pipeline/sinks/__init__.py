@@ -109,7 +109,7 @@ class Notifier:
             n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, at))
             self._sent[a.id] = (a.state, n.muted_by, revision(a))
             if a.state == "firing":
-                firing.append(n)
+                firing.append(Notice(self._join(a, covers), n.muted_by))
         self._rejudge = True
         if firing:
             self._hand_over("adopt", firing)
@@ -213,7 +213,7 @@ class Notifier:
             if a.state == "firing":
                 n = Notice(self._join(a, covers), n.muted_by)
                 page = n.muted_by.removeprefix("inhibited:")
-                again.update((p.id, p) for p in covers.of(a)
+                again.update((p.id, p) for p in covers.of_gpu(a)
                              if p.id == page and same_incident(p, a))
             out.append(n)
         shown = {n.alert.id for n in out}
@@ -225,7 +225,7 @@ class Notifier:
 
     @staticmethod
     def _join(a: Alert, covers: Covers) -> Alert:
-        for later in covers.of(a):
+        for later in covers.of_gpu(a):
             if later.id != a.id and later.state == "firing" and same_incident(a, later):
                 a = incident_joined(a, later)
         return a
@@ -317,7 +317,11 @@ class Covers:
 
     def of(self, a: Alert) -> list[Alert]:
         """What may mute ``a``: the wide ones and its own GPU's."""
-        return [*self.wide, *self.gpu.get((a.cluster, a.node, a.device), ())]
+        return [*self.wide, *self.of_gpu(a)]
+
+    def of_gpu(self, a: Alert) -> list[Alert]:
+        """Its own GPU's."""
+        return self.gpu.get((a.cluster, a.node, a.device), [])
 
 
 def _replaced_first(notices: list[Notice]) -> list[list[Notice]]:

@@ -144,3 +144,24 @@ def test_the_notifier_applies_every_same_gpu_cover() -> None:
     notifier.send([high])
     assert [(n.alert.rule, n.muted_by) for n in sink.sent] == [
         (LIMIT, ""), ("gpu_temp_high", f"inhibited:{limit.id}")]
+
+
+class Adopting(Recording):
+    def __init__(self) -> None:
+        super().__init__()
+        self.adopted: list[Notice] = []
+
+    def adopt(self, notices: list[Notice]) -> None:
+        self.adopted.extend(notices)
+
+
+def test_a_restart_keeps_one_page_with_both_in_it() -> None:
+    """A processor that takes both open alerts over re-sends the page as it was shown, and
+    knows the later one is muted."""
+    sink = Adopting()
+    notifier = Notifier([sink], background=False)
+    peer, limit = firing(PEER, 1000.0), firing(LIMIT, 1300.0)
+    notifier.adopt([limit, peer])
+    assert [(n.alert.rule, n.muted_by) for n in sink.adopted] == [
+        (LIMIT, f"inhibited:{peer.id}"), (PEER, "")]
+    assert MESSAGE[LIMIT] in sink.adopted[1].alert.message
