@@ -80,3 +80,12 @@ def test_the_stores_keep_the_jobs_and_read_an_older_release_s_alert(tmp_path: Pa
     (old,) = SqliteStore(str(path), read_only=True).alerts(states=("firing",))
     assert old.jobs == () and alert_url(BASE, old) == f"{BASE}/job/42?cluster=c"
 
+
+
+def test_the_webhook_and_kafka_payload_name_the_jobs() -> None:
+    from fleetwatch.pipeline.silences import Notice
+    from fleetwatch.pipeline.sinks.base import change_json
+
+    body = change_json(Notice(hung_alert(TRICKY)), BASE)
+    assert body["jobs"] == [TRICKY]
+    assert body["link"] == f"{BASE}/job/llm-eval%20%28and%2043%29?cluster=c"
