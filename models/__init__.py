@@ -52,6 +52,14 @@ class Finding:
     # ``ts`` (a rack found warmer than its peers from samples that began to warm earlier):
     # the alert opens as started then.
     since: float | None = None
+    # The jobs it is about (``job_ids``): carried by the alert (``Alert.jobs``).
+    jobs: tuple[str, ...] = ()
+
+
+def job_ids(job: str | None) -> tuple[str, ...]:
+    """A GPU reading's job as job ids: a shared GPU's jobs come comma-joined
+    (``collectors.jobs``), each apart here; () for none."""
+    return tuple(j for j in job.split(",") if j) if job else ()
 
 
 # Evidence key: a number a detector changes when its open alert must be written and

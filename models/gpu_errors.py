@@ -17,7 +17,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import KEEP_FIRING, Finding
+from fleetwatch.models import KEEP_FIRING, Finding, job_ids
 from fleetwatch.models.batch import COL, Batch, gpu_finding
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.held_jobs import HeldJobs
@@ -189,9 +189,10 @@ class GpuErrors(WaveDetector):
             g = f.gpus[j].index
             vals = {n: float(a[k]) for n, a in v.items() if math.isfinite(a[k])}
             e = {n: float(a[k]) for n, a in extra.items()}
+            jobs = job_ids(self.jobs.of(f, g))
             for rule, mask in masks.items():
                 if mask[k]:
-                    out.append(self._finding(rule, f, g, vals, e))
+                    out.append(replace(self._finding(rule, f, g, vals, e), jobs=jobs))
 
     def _finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
                  e: dict[str, float]) -> Finding:

@@ -41,7 +41,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading
-from fleetwatch.models import Finding
+from fleetwatch.models import Finding, job_ids
 from fleetwatch.models.batch import COL, Batch, columns, job_code
 from fleetwatch.models.jobs import RESIDENT_UTIL_PCT
 
@@ -242,7 +242,7 @@ class JobHang:
             f"If no checkpoint or debugging session of job {job} is under way on {node}, "
             f"dump the stack of the rank on GPU {gpu} there (py-spy dump --pid PID): a "
             "data-loader or host-side deadlock holds every other rank; then cancel the job "
-            "and restart it from its last checkpoint", "node")
+            "and restart it from its last checkpoint", "node", jobs=job_ids(job))
 
     def _moved(self, f: Frame, gpus: list[GpuReading]) -> dict[str, float] | None:
         """The most bytes/s any of these GPUs moves (NVLink and PCIe, all directions) and
@@ -321,7 +321,8 @@ class JobHang:
             "Every rank is blocked in a collective: dump the stacks of the job's processes "
             "(py-spy dump --pid PID on each rank), find the rank that died or stalled first "
             "in the NCCL logs (NCCL_DEBUG=INFO; a lost GPU, an XID, a node gone silent), then "
-            "cancel the job and restart it from its last checkpoint", "node")
+            "cancel the job and restart it from its last checkpoint", "node",
+            jobs=tuple(j for h in hung for j in job_ids(h[0])))
 
 
 def _has_nvlink(m: Mapping[str, float]) -> bool:

@@ -27,13 +27,14 @@ is ``models/job_hang.py``'s: it moves no bytes, where a long all-reduce does.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding
+from fleetwatch.models import Finding, job_ids
 from fleetwatch.models.batch import (
     COL,
     Batch,
@@ -292,6 +293,7 @@ class JobPeers:
             f = b.frames[rows[i]]
             g = f.gpus[j].index
             job = f.gpus[j].job
+            first = len(out)
             ev = {"activity": act[i, j], "peer_activity": act_med[i, j], "peers": n[i, j],
                   "sm_clock_mhz": clock[i, j], "peer_sm_clock_mhz": clock_med[i, j],
                   "power_w": power[i, j], "peer_power_w": power_med[i, j],
@@ -335,4 +337,5 @@ class JobPeers:
                     max(c.power_low_for_s - settled_s, 0.0), {**ev, "low_for_s": low_s},
                     "Check its power limit and throttle reasons (power brake, power cap) and "
                     "the node's power supplies"))
+            out[first:] = [replace(x, jobs=job_ids(job)) for x in out[first:]]
         return out

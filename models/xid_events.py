@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, is_board_uuid
-from fleetwatch.models import RANK, REVISION, Finding, OpenAlert
+from fleetwatch.models import RANK, REVISION, Finding, OpenAlert, job_ids
 from fleetwatch.models.batch import gpu_finding
 from fleetwatch.models.held_jobs import HeldJobs
 from fleetwatch.xids import (
@@ -153,5 +153,6 @@ def _xid_finding(f: Frame, gpu: int, severity: str, evidence: dict[str, float],
     that held the GPU named as the job detectors name it."""
     message, action = xid_text(f.node, gpu, evidence, job)
     code = int(evidence["xid"])
-    return gpu_finding(f, gpu, f"gpu_xid_{severity}", code, message, severity, 0.0,
-                       evidence, action, hold)
+    return dataclasses.replace(
+        gpu_finding(f, gpu, f"gpu_xid_{severity}", code, message, severity, 0.0, evidence,
+                    action, hold), jobs=job_ids(job))

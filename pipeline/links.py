@@ -6,9 +6,12 @@ topic's ``link``), so a notification tapped at 3 a.m. lands on the GPU, not the 
 * a GPU alert: its node's page in its cluster, the GPU brought forward
   (``/node/NODE?cluster=C&gpu=N``; node names repeat across clusters);
 * a node alert: the node's page (``/node/NODE?cluster=C``);
-* a job alert (its message names the job, as the job rules write it): ``/job/ID?cluster=C``;
-  where it names several (a shared GPU's jobs), the node's page, whose "Jobs now" links
-  each (a single link cannot, and a comma-joined id is no job);
+* a job alert: ``/job/ID?cluster=C``, the job its detector named (``Alert.jobs``), never
+  read from the message, whose words a job's name or a rewording could fool; where it is
+  about several (a shared GPU's jobs), the node's page, whose "Jobs now" links each (a
+  single link cannot, and a comma-joined id is no job). An alert stored by a release
+  before ``jobs`` has its jobs read from its message as those releases wrote it (one read
+  back from VictoriaMetrics, which keeps no text, names none: its node's page);
 * a rack alert: the fleet page of its cluster (``/?cluster=C``), the dashboard having
   no page of its own for a rack.
 
@@ -38,8 +41,11 @@ def _named_jobs(message: str, node: str) -> str | None:
 
 
 def alert_jobs(a: Alert) -> tuple[str, ...]:
-    """The jobs an alert's message names after its node, as the job rules and GPU alerts
-    write them (a shared GPU's jobs comma-joined, each apart here); () if none."""
+    """The jobs an alert is about (``Alert.jobs``); for an alert without them (an older
+    release's), those its message names after its node, as the job rules and GPU alerts
+    wrote them (a shared GPU's jobs comma-joined, each apart here); () if none."""
+    if a.jobs:
+        return a.jobs
     if not a.node:
         return ()
     named = _named_jobs(a.message, a.node)

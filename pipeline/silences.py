@@ -22,6 +22,13 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
   and XIDs 63/94; a link down the XID 74 that reports it).
+* One hot GPU is one incident: far hotter than its peers (``gpu_hot_vs_peers_critical``)
+  and at its slowdown temperature (``gpu_temp_critical``) are two findings of it, each
+  critical. Whichever fires first is the page and mutes the other (both stay in the
+  book and the store); a notifier shows the later one in the page (``incident_joined``:
+  its message and evidence), so the on-call's one notification is updated, and if the
+  page resolves first the other is notified then. The order is no label, so Alertmanager
+  has no rule for this pair: fleetwatch does not post the muted one.
 * A firing room alert (``room_inlet_hot``: the cluster's inlet air above ASHRAE's
   envelope) mutes its cluster's GPU thermal alerts that the room explains: those of a
   GPU with no open alert of being hotter than its peers at similar power (a GPU hotter
@@ -34,7 +41,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.pipeline.alerts import scope_of
@@ -85,6 +92,10 @@ class Cover:
     effect_xids: frozenset[int] = frozenset()
     # The effect must be a thermal throttle: its reasons say thermal, and no power brake.
     thermal_only: bool = False
+    # Two findings of one incident, each paged on its own: the cause covers the effect only
+    # if it fired first (``fired_first``), so whichever pages first stays the one page and
+    # the later is shown in it (``incident_joined``), in either order.
+    first: bool = False
 
 
 _DBE = frozenset({48})
@@ -92,6 +103,11 @@ _DBE = frozenset({48})
 # repeats" says more than the DBE counter's; the link down counts the links.
 SAME_GPU_COVERS = (
     Cover("gpu_hot_vs_peers_critical", "gpu_hot_vs_peers"),
+    # One hot GPU far above its peers and at its slowdown temperature: one incident, one
+    # page, whichever finding came first; the other is shown in it.
+    Cover("gpu_hot_vs_peers_critical", "gpu_temp_critical", first=True),
+    Cover("gpu_temp_critical", "gpu_hot_vs_peers_critical", first=True),
+    Cover("gpu_temp_critical", "gpu_hot_vs_peers"),
     Cover("gpu_temp_critical", "gpu_temp_high"),
     Cover("gpu_temp_critical", "gpu_temp_rising"),
     Cover("gpu_temp_high", "gpu_temp_rising"),
@@ -112,6 +128,8 @@ SAME_GPU_COVERS = (
 _COVERED_BY: dict[str, tuple[Cover, ...]] = {
     e: tuple(c for c in SAME_GPU_COVERS if c.effect == e)
     for e in {c.effect for c in SAME_GPU_COVERS}}
+# The rules whose firing alert may cover another of its GPU's (what a notifier must see).
+GPU_COVER_RULES = frozenset(c.cause for c in SAME_GPU_COVERS)
 
 
 def _codes(alert: Alert) -> set[int]:
@@ -126,15 +144,47 @@ def _thermal_throttle(alert: Alert) -> bool:
     return bool(bits & _THERMAL) and not bits & _BRAKE
 
 
+def fired_first(a: Alert, b: Alert) -> bool:
+    """Did ``a`` fire before ``b`` (one not fired yet fires last; a tie goes by id)?"""
+    inf = float("inf")
+    ta = inf if a.fired_ts is None else a.fired_ts
+    tb = inf if b.fired_ts is None else b.fired_ts
+    return (ta, a.id) < (tb, b.id)
+
+
 def _covers(cover: Cover, cause: Alert, effect: Alert) -> bool:
     if cause.rule != cover.cause or (cause.cluster, cause.node, cause.device) != (
             effect.cluster, effect.node, effect.device):
+        return False
+    if cover.first and not fired_first(cause, effect):
         return False
     if cover.cause_xids and not cover.cause_xids & _codes(cause):
         return False
     if cover.thermal_only and not _thermal_throttle(effect):
         return False
     return not cover.effect_xids or _codes(effect) <= cover.effect_xids
+
+
+def same_incident(page: Alert, later: Alert) -> bool:
+    """Is firing ``page`` the one page of an incident that ``later`` (another finding of it,
+    fired after) belongs to (a ``first`` cover of ``SAME_GPU_COVERS``)?"""
+    return page.state == "firing" and any(
+        c.first and _covers(c, page, later) for c in _COVERED_BY.get(later.rule, ()))
+
+
+def incident_joined(page: Alert, later: Alert) -> Alert:
+    """The page as the on-call sees it once ``later`` (``same_incident``) fired: its message
+    adds the later finding's, its evidence the later's values (one it shares with another
+    value as ``<later rule>.<key>``), so the page says both without a second one. The
+    store keeps each alert as its detector wrote it."""
+    evidence = dict(page.evidence)
+    for k, v in later.evidence.items():
+        if k not in evidence:
+            evidence[k] = v
+        elif evidence[k] != v:
+            evidence[f"{later.rule}.{k}"] = v
+    return replace(page, message=f"{page.message}; now also {later.rule}: {later.message}",
+                   evidence=evidence)
 
 
 def labels(alert: Alert) -> dict[str, str]:

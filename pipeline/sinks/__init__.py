@@ -22,7 +22,15 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
-from fleetwatch.pipeline.silences import NODE_COVER_RULES, PEER_RULES, Notice, mute
+from fleetwatch.pipeline.silences import (
+    GPU_COVER_RULES,
+    NODE_COVER_RULES,
+    PEER_RULES,
+    Notice,
+    incident_joined,
+    mute,
+    same_incident,
+)
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
@@ -98,10 +106,10 @@ class Notifier:
         at = self._now if self._now > float("-inf") else time.time()
         firing = []
         for a in alerts:
-            n = Notice(a, mute(a, covers, self._silences, self._acks, at))
+            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, at))
             self._sent[a.id] = (a.state, n.muted_by, revision(a))
             if a.state == "firing":
-                firing.append(n)
+                firing.append(Notice(self._join(a, covers), n.muted_by))
         self._rejudge = True
         if firing:
             self._hand_over("adopt", firing)
@@ -154,7 +162,7 @@ class Notifier:
                 self._open[key] = a
         covers = self._covers()
         for a in changes:
-            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
+            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
             if (seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by)
                     and (revision(a) or 0.0) <= 1.0):
@@ -173,6 +181,7 @@ class Notifier:
         notices += self._unexplained(changes, covers, notices)
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
+        notices = self._joined(notices, covers)
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
@@ -180,13 +189,48 @@ class Notifier:
                 lane.service()
         return notices
 
-    def _covers(self) -> list[Alert]:
-        """The open alerts that may inhibit others (firing, of a node or a rack): what
-        ``mute`` needs to see, so that judging every open alert is not quadratic."""
-        return [a for a in self._open.values() if a.rule in PEER_RULES or a.state == "firing"
-                and (scope_of(a) == "rack" or scope_of(a) == "node" and a.rule in NODE_COVER_RULES)]
+    def _covers(self) -> Covers:
+        """The open alerts that may inhibit others (firing, of a node or a rack, or of a
+        GPU and a rule of ``SAME_GPU_COVERS``): what ``mute`` needs to see, so that judging
+        every open alert is not quadratic."""
+        covers = Covers()
+        for a in self._open.values():
+            if a.rule in PEER_RULES or a.state == "firing" and a.rule in GPU_COVER_RULES:
+                covers.gpu.setdefault((a.cluster, a.node, a.device), []).append(a)
+            elif a.state == "firing" and (scope_of(a) == "rack" or scope_of(a) == "node"
+                                          and a.rule in NODE_COVER_RULES):
+                covers.wide.append(a)
+        return covers
 
-    def _uncovered(self, changes: Sequence[Alert], covers: list[Alert]) -> list[Notice]:
+    def _joined(self, notices: list[Notice], covers: Covers) -> list[Notice]:
+        """One GPU incident, one page (``silences.same_incident``): a page is notified with
+        the later findings of its incident in it (``incident_joined``), and when such a
+        finding fires, muted by the page, the page is notified again with it: the one
+        notification the on-call has is updated, no second one opens."""
+        out, again = [], {}
+        for n in notices:
+            a = n.alert
+            if a.state == "firing":
+                n = Notice(self._join(a, covers), n.muted_by)
+                page = n.muted_by.removeprefix("inhibited:")
+                again.update((p.id, p) for p in covers.of_gpu(a)
+                             if p.id == page and same_incident(p, a))
+            out.append(n)
+        shown = {n.alert.id for n in out}
+        for p in again.values():
+            seen = self._sent.get(p.id)
+            if p.id not in shown and seen is not None:
+                out.append(Notice(self._join(p, covers), seen[1]))
+        return out
+
+    @staticmethod
+    def _join(a: Alert, covers: Covers) -> Alert:
+        for later in covers.of_gpu(a):
+            if later.id != a.id and later.state == "firing" and same_incident(a, later):
+                a = incident_joined(a, later)
+        return a
+
+    def _uncovered(self, changes: Sequence[Alert], covers: Covers) -> list[Notice]:
         """Open alerts that an alert resolved in this batch was inhibiting: notified now, as
         Alertmanager does once the source of an inhibition goes, rather than at their own
         next change (a latched XID has none until it resolves)."""
@@ -195,7 +239,7 @@ class Notifier:
             return []
         return self._remuted({a.id for a in changes}, covers, lambda muted_by: muted_by in gone)
 
-    def _unexplained(self, changes: Sequence[Alert], covers: list[Alert],
+    def _unexplained(self, changes: Sequence[Alert], covers: Covers,
                      done: Sequence[Notice]) -> list[Notice]:
         """Open alerts of a GPU that a warm room was inhibiting, now that it reads hotter
         than its peers (a peer alert opened): notified now, as their room no longer
@@ -209,13 +253,13 @@ class Notifier:
         return self._remuted(skip, covers, lambda muted_by: muted_by.startswith("inhibited:"))
 
     def _rejudged(self, changes: Sequence[Alert], done: Sequence[Notice],
-                  covers: list[Alert]) -> list[Notice]:
+                  covers: Covers) -> list[Notice]:
         """Open alerts not in this batch whose muting changed since they were forwarded (a
         silence or an acknowledgement added, a silence ended)."""
         skip = {a.id for a in changes} | {n.alert.id for n in done}
         return self._remuted(skip, covers, lambda muted_by: True)
 
-    def _remuted(self, skip: set[str], covers: list[Alert],
+    def _remuted(self, skip: set[str], covers: Covers,
                  was: Callable[[str], bool]) -> list[Notice]:
         """Open alerts forwarded before (not in ``skip``), muted then as ``was`` accepts,
         whose muting is different now: their notices, and the new muting recorded."""
@@ -224,7 +268,7 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in skip or seen is None or not was(seen[1]):
                 continue
-            n = Notice(a, mute(a, covers, self._silences, self._acks, self._now))
+            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by, revision(a))
                 out.append(n)
@@ -261,6 +305,23 @@ class Notifier:
                 lane.abandon(f"still waiting for the sink after {timeout_s:g}s")
         for sink in self.sinks:
             sink.close()
+
+
+class Covers:
+    """The open alerts that may mute others: node and rack ones (``wide``), and by GPU
+    (cluster, node, device) those that may mute an alert of the same GPU."""
+
+    def __init__(self) -> None:
+        self.wide: list[Alert] = []
+        self.gpu: dict[tuple[str, str, str], list[Alert]] = {}
+
+    def of(self, a: Alert) -> list[Alert]:
+        """What may mute ``a``: the wide ones and its own GPU's."""
+        return [*self.wide, *self.of_gpu(a)]
+
+    def of_gpu(self, a: Alert) -> list[Alert]:
+        """Its own GPU's."""
+        return self.gpu.get((a.cluster, a.node, a.device), [])
 
 
 def _replaced_first(notices: list[Notice]) -> list[list[Notice]]:

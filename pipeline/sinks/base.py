@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from fleetwatch.pipeline.links import alert_url
+from fleetwatch.pipeline.links import alert_jobs, alert_url
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.store.base import board
 
@@ -60,8 +60,9 @@ def iso(ts: float) -> str:
 
 
 def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
-    """What, where, since when, the evidence and the action, as plain JSON; with
-    ``dashboard_url``, ``link``: the dashboard page about its subject (``links``)."""
+    """What, where, since when, the evidence and the action, as plain JSON; ``jobs``, the
+    jobs it is about, where it is about any (``links.alert_jobs``); with ``dashboard_url``,
+    ``link``: the dashboard page about its subject (``links``)."""
     a = notice.alert
     out = {
         "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
@@ -73,6 +74,9 @@ def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
         "muted_by": notice.muted_by,
     }
+    jobs = alert_jobs(a)
+    if jobs:
+        out["jobs"] = list(jobs)
     if dashboard_url:
         out["link"] = alert_url(dashboard_url, a)
     return out

@@ -3,11 +3,12 @@ and summed up per cluster and rule.
 
 Body: ``{"version": 1, "summary": [LINE, ...], "groups": [{"cluster", "rack", "node",
 "alerts": [CHANGE, ...]}]}`` where CHANGE is ``change_json`` (id, state, rule, severity,
-labels, message, value, evidence, action, started, fired_ts, resolved_ts, muted_by, and
-``link``, the dashboard page about the alert, where ``alerts.dashboard_url`` is set). A rack
-alert is its own group with node "". LINE is ``summary``'s: what a storm with one cause (a
-switch silencing 200 nodes, a row's power cap slowing 800 GPUs) is in one line, so that a
-receiver can post it once instead of a message per node. Only notifications are sent:
+labels, message, value, evidence, action, started, fired_ts, resolved_ts, muted_by, ``jobs``
+where it is about jobs, and ``link``, the dashboard page about the alert, where
+``alerts.dashboard_url`` is set). A rack alert is its own group with node "". LINE is
+``summary``'s: what a storm with one cause (a switch silencing 200 nodes, a row's power
+cap slowing 800 GPUs) is in one line, so that a receiver can post it once instead of a
+message per node. Only notifications are sent:
 firing, and resolved ones that had fired, and not muted; a firing alert whose evidence
 ``revision`` changed (another XID joined it) is sent again with the same id.
 

@@ -73,6 +73,11 @@ class Alert:
     uuid: str = ""
     serial: str = ""
     pci_bus_id: str = ""
+    # The jobs it is about (job id as the frames name it; a shared GPU's each apart), as
+    # its detector knew them: links and job pages read them here, never from the message.
+    # Empty for an alert about no job, and for one an older release stored (see
+    # ``pipeline.links``).
+    jobs: tuple[str, ...] = ()
 
 
 def board(a: Alert) -> dict[str, str]:

@@ -42,7 +42,7 @@ class Backend:
         """The alert as this backend gives it back."""
         if self.keeps_text:
             return a
-        return dataclasses.replace(a, message=render_message(a), action="")
+        return dataclasses.replace(a, message=render_message(a), action="", jobs=())
 
     def event_as_kept(self, e: Event) -> Event:
         return e if self.keeps_text else dataclasses.replace(e, text="")
@@ -211,6 +211,21 @@ def test_annotations_of_two_clusters_same_node_and_start_stay_two(backend: Backe
     backend.settle()
     got = [a for a in backend.store.annotations(t - 60, t + 60) if a.node == node]
     assert sorted(got, key=lambda a: a.cluster) == [east, west]
+
+
+def test_a_job_alert_keeps_its_jobs(backend: Backend) -> None:
+    """The jobs an alert is about (its dashboard link's): kept where text is (SQLite,
+    InfluxDB), with a name that has the words the job rules write around a job."""
+    cluster, now = cluster_name(), minute_ago(0) / 1000
+    hung = _alert(cluster, "firing", now - 20, id=f"job_hung/{cluster}/n1/host/1",
+                  rule="job_hung", device="host", fired_ts=now - 20,
+                  message="job llm-eval (and 43) hung on node-0: its 8 GPUs",
+                  jobs=("llm-eval (and 43)", "7"))
+    backend.store.write_alerts([hung])
+    backend.settle()
+    (got,) = [a for a in backend.store.alerts() if a.cluster == cluster]
+    assert got == backend.as_kept(hung)
+    assert got.jobs == (("llm-eval (and 43)", "7") if backend.keeps_text else ())
 
 
 def test_alert_text_is_not_a_series_and_clusters_never_collide(backend: Backend) -> None:
