@@ -177,10 +177,18 @@ class NodeSilence:
         self._hear(span)
         return self._judge(self.now) + self._agents.findings(frames)
 
+    def deaf(self) -> None:
+        """The processor cannot hear (its brokers are away, hang, or its group rebalances):
+        the time from its last tick or frame until its next tick is not time it listened
+        to nothing, however short (a gap of up to ``TICK_GAP_S`` would otherwise count)."""
+        self._tick_wall = None
+
     def tick(self, wall: float) -> list[Finding]:
         """Findings when no frame has arrived since the last call (a live processor's poll
-        that brought nothing); ``wall``: the processor's clock (see the class)."""
-        last, self._tick_wall = self._tick_wall, wall
+        that brought nothing); ``wall``: the processor's clock (see the class), as of
+        the brokers' last answer (it may be behind the last frame's: never counted twice)."""
+        last = self._tick_wall
+        self._tick_wall = wall if last is None else max(last, wall)
         if last is not None:
             self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
         if not self._where or self._quiet < self._step():

@@ -77,11 +77,21 @@ class AlertFlow:
         self.stats.alerts_written += len(changes)
         return len(changes)
 
-    def tick(self) -> None:
+    def deaf(self) -> None:
+        """Polls bring nothing because the brokers are away, hang or the group rebalances:
+        the time until the next ``tick`` counts for no detector (nothing was heard)."""
+        for d in self._tickers:
+            deaf = getattr(d, "deaf", None)
+            if callable(deaf):
+                deaf()
+
+    def tick(self, unheard_s: float = 0.0) -> None:
         """A poll brought nothing: the detectors that judge a lack of frames (``tick``:
         silent nodes, a whole fleet gone quiet) are asked on this processor's clock, at
         most every ``TICK_EVERY_S``; their alert changes are stored and sent. Nodes of
         partitions just taken over are built first (no frame may ever come from them).
+        ``unheard_s``: how long since the brokers last answered; that time is not known
+        to be quiet yet, so the detectors are asked as of the last answer.
         Raises ``StoreError`` while the store is away (the loop pauses, as for a batch)."""
         now = time.monotonic()
         if not self._tickers or now < self._next_tick:
@@ -89,7 +99,7 @@ class AlertFlow:
         self._next_tick = now + TICK_EVERY_S
         self.ownership.build([], None)
         self._tell_behind(self.ownership.behind())
-        wall = self._clock()
+        wall = self._clock() - max(0.0, unheard_s)
         findings: list[Finding] = []
         for d in self._tickers:
             try:

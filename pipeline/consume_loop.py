@@ -53,11 +53,15 @@ def _frames(held: deque[Batch]) -> int:
     return sum(len(b.frames or ()) for b in held)
 
 
-def _listening(consumer: Consumer) -> bool:
-    """Does a poll that brought nothing mean that nothing was sent? Not while the brokers
-    are away or the group rebalances (a consumer's optional ``listening``)."""
+def _unheard(consumer: Consumer) -> float | None:
+    """How long ago the brokers last answered (0: not known), or None when a poll that
+    brought nothing does not mean that nothing was sent: the brokers are away, hang, or
+    the group rebalances (a consumer's optional ``listening`` and ``unheard_s``)."""
     listening = getattr(consumer, "listening", None)
-    return not callable(listening) or bool(listening())
+    if callable(listening) and not listening():
+        return None
+    unheard = getattr(consumer, "unheard_s", None)
+    return float(unheard()) if callable(unheard) else 0.0
 
 
 def _behind(consumer: Consumer) -> frozenset[Partition]:
@@ -92,7 +96,8 @@ class ConsumerLoop:
         def _bisect(self, frames: list[Frame], sources: Sequence[Message] | None,
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
-        def tick(self) -> None: ...
+        def tick(self, unheard_s: float = 0.0) -> None: ...
+        def deaf(self) -> None: ...
         def judge(self, batch: Batch) -> bool: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
@@ -184,9 +189,11 @@ class ConsumerLoop:
                         self._complete(batch, consumer)
                         held.popleft()
                         fetched = True  # waited once: poll again before waiting more
-                    if not fetched and not held and not self.stats.paused \
-                            and _listening(consumer):
-                        self.tick()  # nothing came: time passes for the silent-node rule
+                    if not fetched and not held and not self.stats.paused:
+                        # Nothing came: time passes for the silent-node rule, up to the
+                        # brokers' last answer; while they are not heard, none does.
+                        unheard = _unheard(consumer)
+                        self.deaf() if unheard is None else self.tick(unheard)
                     if time.monotonic() >= next_maintain:
                         self._maintain(writers)
                         next_maintain = time.monotonic() + maintain_every_s
@@ -205,6 +212,8 @@ class ConsumerLoop:
                     if isinstance(exc, BusBroken):
                         raise  # fetching has stopped for good: said, not waited out
                     delay = backoff.next()
+                    if isinstance(exc, BusError):
+                        self.deaf()  # the brokers did not answer: no time heard as quiet
                     self._rebalancing = isinstance(exc, BusRebalancing)
                     judging = isinstance(exc, StoreError)
                     if self._rebalancing:   # routine (a member joined or left): not an outage

@@ -12,6 +12,7 @@ every 2 s. ``listen`` hands assignments and revocations to the processor
 from __future__ import annotations
 
 import logging
+import math
 import struct
 import threading
 import time
@@ -41,6 +42,11 @@ log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
 
 # How often a paused consumer lists its partitions' end offsets (for the lag).
 _LIST_EVERY_S = 2.0
+
+# Beyond the longest a healthy member waits between two answers of the brokers (a fetch
+# response, due every fetch_max_wait_ms, or a heartbeat's), how long before its polls
+# that bring nothing stop meaning that nothing was sent (``listening``).
+_ANSWER_SLACK_S = 1.0
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -93,6 +99,11 @@ class KafkaConsumer:
         # When the poll in progress began (None: none is); see ``lag``.
         self._polling_since: float | None = None
         self.stale_after_s = 60.0
+        # When the brokers last answered this member (``unheard_s``), on ``_clock``.
+        self._clock = time.monotonic
+        self._answered = -math.inf
+        self.answer_window_s = _ANSWER_SLACK_S + max(
+            2 * settings.get("fetch_max_wait_ms", 500), settings["heartbeat_interval_ms"]) / 1000
         check_listener(bootstrap, security)
         since = time.monotonic()
         try:
@@ -102,6 +113,21 @@ class KafkaConsumer:
         except kerr.KafkaError as exc:
             raise BusError(cannot_reach(bootstrap, exc, since)) from exc
         self._consumer.subscribe([topic], listener=_Rebalance(self))
+        self._watch_answers()
+
+    def _watch_answers(self) -> None:
+        """Note when a fetch response comes (kafka-python's fetcher reads its callback
+        when it sends each request). Another kafka-python: not noted (``unheard_s``)."""
+        fetcher = getattr(self._consumer, "_fetcher", None)
+        handle = getattr(fetcher, "_handle_fetch_response", None)
+        if not callable(handle):
+            return
+
+        def answered(*args: Any, **kwargs: Any) -> Any:
+            self._answered = self._clock()
+            return handle(*args, **kwargs)
+
+        fetcher._handle_fetch_response = answered
 
     def _revoked(self, revoked: Sequence[TopicPartition]) -> None:
         # Their next owner starts from the last commit; committing what this
@@ -294,17 +320,34 @@ class KafkaConsumer:
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())
 
+    def unheard_s(self) -> float:
+        """How long since the brokers last answered this member: a fetch response or a
+        heartbeat's (0: not known, another kafka-python).
+
+        kafka-python keeps a connection, and its group coordinator, until a request on it
+        fails: a broker that hangs or is cut off (no reset comes) looks connected for as
+        long as a request's timeout, and one that shuts down cleanly serves meanwhile.
+        Only an answer says that the polls that brought nothing meant nothing was sent."""
+        try:
+            heartbeat = self._consumer._coordinator.heartbeat.last_receive
+        except AttributeError:
+            return 0.0
+        return max(0.0, self._clock() - max(self._answered, heartbeat))
+
     def listening(self) -> bool:
-        """Is this member in its group with its coordinator reachable, so that a poll that
-        brings nothing means nothing was sent? (Not while the brokers are away or the
+        """Is this member in its group with its coordinator reachable, and have the brokers
+        answered it lately (``unheard_s``), so that a poll that brings nothing means
+        nothing was sent? (Not while the brokers are away, hang or are cut off, or the
         group rebalances: the silent-node rule must not count that time.)"""
         try:
             coordinator = self._consumer._coordinator
             node = coordinator.coordinator()
-            return bool(node is not None and self._consumer._client.connected(node)
-                        and coordinator.stable())
+            if node is None or not self._consumer._client.connected(node) \
+                    or not coordinator.stable():
+                return False
         except AttributeError:  # another kafka-python: its polls are taken at their word
             return True
+        return self.unheard_s() <= self.answer_window_s
 
     def close(self) -> None:
         try:

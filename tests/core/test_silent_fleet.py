@@ -112,3 +112,45 @@ def test_time_the_brokers_are_away_counts_against_no_node(tmp_path: Path) -> Non
         thread.join(30)
         store.close()
     assert silent_alerts(db) == []
+
+
+class BrokersHung(MemoryConsumer):
+    """A broker that hangs: kafka-python still holds its connection and its coordinator
+    (``listening``'s first checks hold) until its next answer; ``unheard_s`` grows."""
+
+    hung_at: float | None = None
+
+    def listening(self) -> bool:
+        return True
+
+    def unheard_s(self) -> float:
+        return 0.0 if self.hung_at is None else time.monotonic() - self.hung_at
+
+
+def test_time_since_the_brokers_last_answered_counts_against_no_node(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    bus, store = MemoryBus(), SqliteStore(db)
+    processor = Processor(store, [NodeSilence(DetectorsConfig(silent_min_s=SILENT_MIN_S))])
+    stop = threading.Event()
+    consumer = BrokersHung(bus, TOPIC, "g")
+    thread = threading.Thread(target=processor.run, args=(consumer, stop, 50), daemon=True)
+    thread.start()
+    try:
+        for _ in range(8):
+            send(bus, [frame(n, time.time()) for n in NODES])
+            time.sleep(INTERVAL_S)
+        wait_for(lambda: processor.stats.frames == 8 * len(NODES))
+        consumer.hung_at = time.monotonic()    # the broker hangs for 2 x silent_min_s
+        time.sleep(2 * SILENT_MIN_S)
+        assert silent_alerts(db) == []
+        consumer.hung_at = None                # it answers: the spooled frames come
+        send(bus, [frame(n, time.time()) for n in NODES])
+        wait_for(lambda: processor.stats.frames == 9 * len(NODES))
+        time.sleep(1.5)
+        assert silent_alerts(db) == []
+        # The agents really stop now: that silence is heard, and paged.
+        wait_for(lambda: len(silent_alerts(db)) == len(NODES), timeout_s=SILENT_MIN_S + 10)
+    finally:
+        stop.set()
+        thread.join(30)
+        store.close()

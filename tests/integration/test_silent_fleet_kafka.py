@@ -1,9 +1,10 @@
 """Every agent stops at once, over a real broker: the processor pages each node
-``node_silent`` on its own clock; while the broker itself is away it pages nobody
-(the consumer is not listening: that silence is the broker's, not the nodes')."""
+``node_silent`` on its own clock; while the broker itself is away, or hangs, it pages
+nobody (the consumer is not listening: that silence is the broker's, not the nodes')."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import uuid
@@ -14,6 +15,7 @@ import pytest
 from fleetwatch.codec import encode
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.node_silence import NodeSilence
+from fleetwatch.pipeline.bus import BusError
 from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -77,14 +79,67 @@ def test_every_agent_stopping_pages_each_node_over_kafka(kafka: Server, tmp_path
     assert paged - last <= SILENT_MIN_S + 6
 
 
+def agents_until(producer: KafkaProducer, topic: str, until: threading.Event
+                 ) -> threading.Thread:
+    """Every node goes on sending a live frame every 0.25 s until ``until`` is set: the
+    fleet is fine (once the broker is gone, its frames do not get through)."""
+    def send() -> None:
+        while not until.is_set():
+            try:
+                for n in NODES:
+                    producer.send(topic, encode(frame(n, time.time())), n.encode())
+                producer.flush(2)
+            except BusError:
+                pass
+            until.wait(0.25)
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    return thread
+
+
 def test_a_broker_away_pages_no_node(own_kafka: Server, tmp_path: Path) -> None:
+    """Tansu goes on serving for some seconds after SIGTERM; the agents go on sending
+    meanwhile (a fleet that is fine does). From its exit, for 3 x silent_min_s, no node
+    is paged. (Agents stopped before the broker would be silent, and rightly paged,
+    while it still serves.)"""
     processor, producer, topic, db, stop, thread = start(own_kafka, tmp_path)
     try:
         wait_for(lambda: processor.ownership.owned, timeout_s=30)
         sent = agents(producer, topic, 3.0)
         wait_for(lambda: processor.stats.frames == sent, timeout_s=30)
-        own_kafka.stop()
-        time.sleep(3 * SILENT_MIN_S)
+        until = threading.Event()
+        sender = agents_until(producer, topic, until)
+        own_kafka.stop()                  # returns once the broker process has exited
+        gone = time.monotonic()
+        until.set()
+        sender.join(30)
+        time.sleep(max(0.0, 3 * SILENT_MIN_S - (time.monotonic() - gone)))
+        assert silent_alerts(db) == []
+    finally:
+        stop.set()
+        thread.join(30)
+        producer.close()
+        processor.store.close()
+
+
+def test_a_broker_that_hangs_pages_no_node(own_kafka: Server, tmp_path: Path) -> None:
+    """A broker that hangs (SIGSTOP: its sockets stay open, nothing answers) looks
+    connected to kafka-python, its coordinator kept, until a request times out: for
+    3 x silent_min_s no node is paged, nor once it answers again and frames come."""
+    processor, producer, topic, db, stop, thread = start(own_kafka, tmp_path)
+    assert own_kafka.proc is not None
+    try:
+        wait_for(lambda: processor.ownership.owned, timeout_s=30)
+        sent = agents(producer, topic, 3.0)
+        wait_for(lambda: processor.stats.frames == sent, timeout_s=30)
+        own_kafka.proc.send_signal(signal.SIGSTOP)
+        try:
+            time.sleep(3 * SILENT_MIN_S)
+            assert silent_alerts(db) == []
+        finally:
+            own_kafka.proc.send_signal(signal.SIGCONT)
+        sent += agents(producer, topic, 3.0)  # it answers again: the fleet's frames come
+        wait_for(lambda: processor.stats.frames == sent, timeout_s=60)
         assert silent_alerts(db) == []
     finally:
         stop.set()

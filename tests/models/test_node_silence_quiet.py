@@ -154,3 +154,26 @@ def test_a_processor_that_starts_while_every_node_is_silent_pages_nobody_yet() -
     d = NodeSilence()
     d.expect([("c", "r1", "a", 900.0), ("c", "r1", "b", 900.0)])
     assert quiet(d, 1000.0, 300) == []
+
+
+def test_time_the_processor_could_not_hear_counts_for_nothing_once_it_hears_again() -> None:
+    """The brokers are away for a minute (``deaf`` on the polls meanwhile), then answer
+    again: the first poll after that, empty, adds none of the minute (it used to add up
+    to ``TICK_GAP_S``), so the quiet before and after never reach the limit (60 s)."""
+    d = NodeSilence()
+    first_page(d, 1000, 1300, NODES, "nobody")       # last frames at 1295
+    assert quiet(d, 1295.1, 57) == []                # 57 s quiet while listening
+    d.deaf()                                         # the brokers away: nothing heard
+    assert quiet(d, 1295.1 + 60, 2) == []            # 2 s more once they answer: 59 s
+    found = quiet(d, 1295.1 + 62, 3)                 # and then truly quiet: paged
+    assert {f.node for _, f in found} == set(NODES)
+    assert all(wall >= 1295.1 + 63 for wall, _ in found)
+
+
+def test_a_tick_as_of_the_brokers_last_answer_counts_no_time_twice() -> None:
+    """The processor asks as of the brokers' last answer (``wall`` behind its clock): a
+    frame's time is never counted again from an earlier tick."""
+    d = NodeSilence()
+    first_page(d, 1000, 1300, NODES, "nobody")
+    assert d.tick(1295.1 - 3) == []                  # an answer before the last frame
+    assert quiet(d, 1295.1, 58) == []                # 58 s: not 61
