@@ -49,7 +49,11 @@ holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
 GPUs' models do while its node finding holds), for at most ``model_forget_s``
 (a rack that stays so long is its new normal). A finding holds until its rise
 falls under ``CLEAR`` of the line that raised it, so a rack hovering at the
-line is one alert, not one per crossing.
+line is one alert, not one per crossing. A held rack's inlet air is judged against the
+other, unflagged racks' air now and its usual place among them (``Inlets.judge``), not
+against its own average that stood still: the room's drift while the rack was flagged
+(its daily swing, a warm spell) is not the rack's, and a rack whose cooler is fixed clears
+within minutes rather than hours, while it would mute new GPU alerts in the rack.
 """
 
 from __future__ import annotations
@@ -140,7 +144,8 @@ class RackCooling:
         self._held = {code for code, since in self._flagged.items() if now - since <= limit}
         racks = np.isin(codes, list(self._held))
         frozen = racks | self._frozen_nodes(b, now, limit)
-        self.inlets.update(b.frames, codes.tolist(), racks.tolist())
+        self.inlets.update(b.frames, codes.tolist(), racks.tolist(),
+                           [cluster for cluster, _ in self._names])
         room = self._room_shift(codes, now)
         for rows in b.waves:
             self.models.wave(b, rows, slots[rows], frozen[rows], room[rows])
@@ -218,7 +223,8 @@ class RackCooling:
                           .astype(np.int64))
         nodes_live = np.bincount(pairs // (len(self._node_codes) + 1), minlength=size)
         gpu_judged = (judged >= c.rack_min_gpus) & (nodes_live >= 2)
-        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged)
+        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged,
+                                   [cluster for cluster, _ in self._names])
         peers = self.inlets.peers(now, c.rack_inlet_peer_c, c.rack_inlet_rise_c, flagged,
                                   [cluster for cluster, _ in self._names])
         out = []
@@ -276,7 +282,7 @@ class RackCooling:
                              "nodes_hot": len(hot_nodes), "median_rise_c": round(gpus, 2)}
         rising, nodes, air, _ = inlet or (0, 0, 0.0, set())
         if rising >= max(2, c.rack_fraction * nodes):
-            usual = "its level before the rack was flagged" if held else \
+            usual = "its usual level against the other racks' air" if held else \
                 "its ten-minute average"
             said.append(f"the inlet air of {rising} of {nodes} nodes is {air:.1f} °C above "
                         f"{usual}")
