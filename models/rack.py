@@ -98,6 +98,10 @@ class RackCooling:
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
         # Rack code -> [the room's air around it when first read, now, when read].
         self._room: dict[int, list[float]] = {}
+        # Held rack code -> [its unflagged peers' air (``Inlets.peer_room``), averaged as
+        # the room's, when read], and the flagged racks it was read with.
+        self._loose: dict[int, list[float]] = {}
+        self._loose_with: frozenset[int] = frozenset()
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open rack alerts of a store this detector takes over (a restart): a critical one
@@ -163,16 +167,42 @@ class RackCooling:
         slowest one look like its own cooler. Taken out before the models, it is no
         rack's rise; a rack's own air is never part of its room."""
         clusters = [cluster for cluster, _ in self._names]
-        for code, level in self.inlets.room(now, clusters, self._flagged).items():
+        rooms = self.inlets.room(now, clusters, self._flagged)
+        for code, level in rooms.items():
             room = self._room.setdefault(code, [level, level, now])
             # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
             # a tenth of a degree from one batch to the next, stay out of the residuals.
             room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
             room[2] = now
+        self._follow_loose(now, clusters, rooms)
         shift = np.zeros(len(self._names))
         for code, (first, level, _) in self._room.items():
             shift[code] = level - first
         return shift[codes]
+
+    def _follow_loose(self, now: float, clusters: list[str], rooms: dict[int, float]) -> None:
+        """A held rack whose room has too few unflagged racks to be read (two racks of four
+        flagged) follows the moves of its unflagged peers' air instead: its room shift
+        stood still for the hours of the fault while the room warmed, and its GPUs read
+        that warming as their own once the rack cleared (a node alert in a fixed rack).
+        Only the moves count, from the racks read last time: a median of other racks has
+        another level."""
+        flagged = frozenset(self._flagged)
+        if flagged != self._loose_with:
+            self._loose, self._loose_with = {}, flagged
+        for code, level in self.inlets.peer_room(now, clusters, flagged).items():
+            if code in rooms or code not in self._room or code not in self._held:
+                self._loose.pop(code, None)
+                continue
+            loose = self._loose.get(code)
+            if loose is None:
+                self._loose[code] = [level, now]
+                continue
+            moved = float(ewma_weight(np.array(now - loose[1]), ROOM_S)) * (level - loose[0])
+            loose[0] += moved
+            loose[1] = now
+            self._room[code][1] += moved
+            self._room[code][2] = now
 
     def _rack_code(self, f: Frame) -> int:
         return self._rack_code_of((f.cluster, f.rack))

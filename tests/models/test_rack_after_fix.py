@@ -28,8 +28,8 @@ def run(nodes: int, warm_c: float, hours: float) -> tuple[dict[str, list[float]]
             sim.step()
             frames += sim.frames()
         for f in d.update(frames):
-            if f.rule == "rack_cooling":
-                found.setdefault(f.rack, []).append((f.ts - START) / 3600)
+            found.setdefault(f.rack if f.rule == "rack_cooling" else f.node, []).append(
+                (f.ts - START) / 3600)
     return found, d
 
 
@@ -42,4 +42,6 @@ def test_a_rack_clears_within_minutes_of_its_air_back_with_its_peers(nodes: int,
         assert times and min(times) < 3.05, (rack, times[:3])  # caught at once
         assert max(times) < 6.25, (rack, max(times))  # fixed at 6 h: clear by 6 h 15
         assert not d.explains("sim", rack, f"node-00{0 if rack == 'rack-00' else 2}")
-    assert set(found) == {"rack-00", "rack-01"}, sorted(found)
+    # Nor does a node of the rack take over once it clears: its GPUs' models stood still
+    # while the room warmed, with fewer than three other racks to read the room from.
+    assert set(found) == {"rack-00", "rack-01"}, {k: v[:2] for k, v in found.items()}
