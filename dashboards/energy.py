@@ -102,20 +102,21 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
     return [
         _tile("energy-today", "Today", "no data", f"no node has reported since 00:00 {v.tz}")
         if v.today_kwh is None or v.today_co2e_kg is None else
-        _tile("energy-today", "Today", amounts.energy(v.today_kwh),
-              f"{amounts.mass(v.today_co2e_kg)} since 00:00 {v.tz}"),
+        _tile("energy-today", "Today", f"{amounts.energy(v.today_kwh)} IT",
+              f"{_facility(v.today_facility_kwh)} · {amounts.mass(v.today_co2e_kg)} since "
+              f"00:00 {v.tz}"),
         _tile("energy-month", "This month", "no data", "nothing in the ledger this month")
         if v.month_kwh is None or v.month_co2e_kg is None else
         _tile("energy-month", "This month", amounts.mass(v.month_co2e_kg),
-              f"{amounts.energy(v.month_kwh)} IT"),
+              f"{amounts.energy(v.month_kwh)} IT · {_facility(v.month_facility_kwh)}"),
         _tile("energy-projection", "Month projection",
               "withheld" if v.month_co2e_kg is not None else "no data",
               v.projection_withheld, "warn" if v.month_co2e_kg is not None else "")
         if v.month_projection_kg is None else
         _tile("energy-projection", "Month projection", amounts.mass(v.month_projection_kg),
               "at the rate of the hours with data"),
-        _tile("energy-inrange", "In range", amounts.energy(v.kwh),
-              f"{amounts.mass(v.co2e_kg)}{hours}"),
+        _tile("energy-inrange", "In range", f"{amounts.energy(v.kwh)} IT",
+              f"{_facility(v.facility_kwh)} · {amounts.mass(v.co2e_kg)}{hours}"),
         _tile("energy-idle-share", "Idle GPU energy", f"{idle:.1%}",
               f"{amounts.energy(v.idle_kwh)} on GPUs doing no work",
               "warn" if idle > 0.1 else ""),
@@ -124,6 +125,11 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
               "GPU-hours above TDP · GPU-hours without data",
               "warn" if v.missing_gpu_hours > 0 else ""),
     ]
+
+
+def _facility(kwh: float | None) -> str:
+    """Facility kWh (IT x PUE), the figure a facility meter compares with."""
+    return "facility n/a" if kwh is None else f"{amounts.energy(kwh)} facility (x PUE)"
 
 
 def method_note(carbon: CarbonModel) -> str:

@@ -110,6 +110,11 @@ class EnergyView:
     projection_withheld: str = ""             # why there is no projection
     seen: tuple[str, ...] = ()                # every cluster in the range, whatever shown
     tz: str = "UTC"                           # whose days and month today and month are
+    # Facility kWh (IT kWh x each cluster's hour's PUE), beside the IT kWh above: the
+    # figure a facility meter compares with, and the report leads with.
+    facility_kwh: float = 0.0
+    today_facility_kwh: float | None = None
+    month_facility_kwh: float | None = None
 
 
 def _factors(model: CarbonModel, hours: Iterable[int]) -> dict[int, float]:
@@ -192,6 +197,11 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
              if hour_share(t.bucket_ts, day0, end) > 0]
     in_month = [(t, hour_share(t.bucket_ts, start, end)) for t in month]
     m_kwh = sum(t.energy_j * w for t, w in in_month) / J_PER_KWH
+    pue = {(t.name, t.bucket_ts): model.for_cluster(t.name).hour(t.bucket_ts).pue
+           for t in (*window, *month)}
+
+    def facility(rows: Iterable[tuple[EnergyTotal, float]]) -> float:
+        return sum(t.energy_j * w * pue[t.name, t.bucket_ts] for t, w in rows) / J_PER_KWH
     m_co2 = sum(t.energy_j * w / J_PER_KWH * fc[t.name, t.bucket_ts] for t, w in in_month)
     first = max(min((t.bucket_ts for t in month), default=start), began_ts or 0.0)
     longest = longest or {}
@@ -214,7 +224,10 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         idle_kwh=sum(t.idle_j for t in window) / J_PER_KWH,
         gpu_kwh=sum(t.gpu_energy_j for t in window) / J_PER_KWH,
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
-        over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600, tz=tz)
+        over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600, tz=tz,
+        facility_kwh=facility((t, 1.0) for t in window),
+        today_facility_kwh=facility(today) if today else None,
+        month_facility_kwh=facility(in_month) if month else None)
 
 
 def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:

@@ -191,7 +191,7 @@ def rule_summary(alerts: Sequence[Alert]) -> list[str]:
     for s in summary(alerts):
         nodes, racks = s["nodes"], s["racks"]
         where = (f"{len(nodes)} nodes in {len(racks)} rack{'s' * (len(racks) != 1)}"
-                 if len(nodes) > 1 else ", ".join(nodes) or ", ".join(racks))
+                 if len(nodes) > 1 else ", ".join(nodes) or ", ".join(racks) or "the room")
         names = f": {nodes[0]} … {nodes[-1]}" if len(nodes) > 2 else (
             f": {', '.join(nodes)}" if len(nodes) == 2 else "")
         out.append(f"{s['alerts']} {s['rule']} ({s['severity']}) {s['state']} on {where}"

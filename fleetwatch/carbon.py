@@ -6,7 +6,8 @@ Conventions (the same as CodeCarbon's, stated in every report):
   in kWh; the facility's overhead (cooling, power distribution) is added by
   the PUE: facility kWh = IT kWh x PUE;
 * the grid intensity is location-based: the average emission factor of the
-  grid the site draws from, in gCO2e per kWh, never a market-based figure
+  grid the site draws from, in gCO2e per kWh (a file in another unit is converted,
+  ``carbon_units``), never a market-based figure
   (certificates, PPAs); market-based reporting needs the supplier's factors;
 * intensity and PUE are hourly when a series is configured (each ledger hour
   takes its own hour's factor), else constants; a missing hour in a series is
@@ -35,7 +36,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
+from fleetwatch.carbon_units import G_PER_KWH, implausible, time_column, unit_in_name
 from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig
 
 J_PER_KWH = 3.6e6
@@ -91,9 +94,15 @@ class HourlySeries:
 
 
 def read_hourly_csv(path: str | Path, column: str,
-                    allowed: tuple[float, float] = (0.0, math.inf)) -> HourlySeries:
-    """An hourly series from a CSV with a ``timestamp`` column (ISO 8601; UTC if no
-    offset) and ``column`` (e.g. the EIA files' ``avg_CI``). Empty cells are holes.
+                    allowed: tuple[float, float] = (0.0, math.inf), *, zone: str = "",
+                    zone_key: str = "carbon.intensity_csv_timezone",
+                    scale: float = 1.0) -> HourlySeries:
+    """An hourly series from a CSV with a time column (``carbon_units.time_column``:
+    ``timestamp``, or one whose name says UTC such as ``Datetime (UTC)``; ISO 8601) and
+    ``column`` (e.g. the EIA files' ``avg_CI``) times ``scale`` (its unit's). Empty cells
+    are holes. A time without a UTC offset is in ``zone`` (an IANA name: the config's
+    ``zone_key``), or UTC where the column's name says so, else refused: a grid's local
+    hours read as UTC shift a solar grid's day by hours, without a sign.
 
     Rows finer than an hour are averaged into their hour (a grid's 30 min series: the
     last row alone would stand for the whole hour). Two rows at the same instant are
@@ -108,39 +117,39 @@ def read_hourly_csv(path: str | Path, column: str,
     lo, hi = allowed
     sums: dict[int, list[float]] = {}  # hour -> [sum, rows]
     seen: dict[float, int] = {}        # instant -> its line, to name both of a repeat
+    local = ZoneInfo(zone) if zone else None
     with f:
         reader = csv.DictReader(f)
         fields = reader.fieldnames or []
-        if "timestamp" not in fields or column not in fields:
-            raise CarbonDataError(f"{p}: needs columns 'timestamp' and {column!r}; it has "
-                                  f"{', '.join(fields) or 'none'}")
+        found = time_column(list(fields))
+        if found is None or column not in fields:
+            raise CarbonDataError(
+                f"{p}: needs a time column ('timestamp', or one whose name says UTC such as "
+                f"'Datetime (UTC)') and {column!r}; it has {', '.join(fields) or 'none'}")
+        name, utc, shift = found
+        naive: set[datetime] = set()
         for line, row in enumerate(reader, start=2):
             text = (row[column] or "").strip()
             if not text:
                 continue
+            when = _instant(p, line, name, row[name].strip(), utc, local, zone_key, naive)
             try:
-                when = datetime.fromisoformat(row["timestamp"].strip())
-            except ValueError as exc:
-                raise CarbonDataError(f"{p}:{line}: timestamp {row['timestamp']!r} is not "
-                                      "ISO 8601 (e.g. 2022-01-01 00:00:00+00:00)") from exc
-            if when.tzinfo is None:
-                when = when.replace(tzinfo=timezone.utc)
-            try:
-                value = float(text)
+                value = float(text) * scale
             except ValueError as exc:
                 raise CarbonDataError(f"{p}:{line}: {column} {text!r} is not a number") from exc
             if not (math.isfinite(value) and lo <= value <= hi):
                 bounds = f">= {lo:g}" if hi == math.inf else f"between {lo:g} and {hi:g}"
-                raise CarbonDataError(f"{p}:{line}: {column} {text!r} must be finite and "
-                                      f"{bounds}; correct the row or the column's unit")
+                unit = "" if scale == 1.0 else f" ({value:g} once converted)"
+                raise CarbonDataError(f"{p}:{line}: {column} {text!r}{unit} must be finite "
+                                      f"and {bounds}; correct the row or the column's unit")
             instant = when.timestamp()
             first = seen.setdefault(instant, line)
             if first != line:
                 raise CarbonDataError(
-                    f"{p}:{line}: timestamp {row['timestamp'].strip()!r} is the same instant "
+                    f"{p}:{line}: {name} {row[name].strip()!r} is the same instant "
                     f"as line {first}: a file concatenated twice or a bad export? keep one row "
                     "per instant")
-            ts = int(instant)
+            ts = int(instant) + shift
             acc = sums.setdefault(ts - ts % HOUR_S, [0.0, 0])
             acc[0] += value
             acc[1] += 1
@@ -150,19 +159,57 @@ def read_hourly_csv(path: str | Path, column: str,
                         f"{p.name} ({column})")
 
 
-def read_intensity_csv(path: str | Path, column: str) -> HourlySeries:
-    """A grid intensity series in gCO2e/kWh, held to ``INTENSITY_RANGE``. A series whose
-    every value is under 1 is refused: no grid averages under 1 g/kWh for a whole file,
-    but kg/kWh (0.2 to 0.9) looks just like that and would give a thousandth of the
-    CO2e."""
-    series = read_hourly_csv(path, column, INTENSITY_RANGE)
-    top = max(series.values.values())
-    if top < 1.0:
+def _instant(p: Path, line: int, name: str, raw: str, utc: bool, local: ZoneInfo | None,
+             zone_key: str, naive: set[datetime]) -> datetime:
+    """A row's time as an aware datetime: its own offset, else UTC where the column's name
+    says so, else the declared zone (the second of a repeated local hour, when clocks go
+    back, is the later instant), else refused."""
+    try:
+        when = datetime.fromisoformat(raw)
+    except ValueError as exc:
+        raise CarbonDataError(f"{p}:{line}: {name} {raw!r} is not ISO 8601 (e.g. "
+                              "2022-01-01 00:00:00+00:00)") from exc
+    if when.tzinfo is not None:
+        return when
+    if utc:
+        return when.replace(tzinfo=timezone.utc)
+    if local is None:
         raise CarbonDataError(
-            f"{path}: every hour's {column} is under 1 (the largest is {top:g}); fleetwatch "
-            "reads grid intensity in gCO2e per kWh: is the column in kg/kWh? multiply it "
-            "by 1000")
-    return series
+            f"{p}:{line}: {name} {raw!r} has no UTC offset and nothing says which zone the "
+            f"file's times are in; write them with their offset (2022-05-01 00:00:00+00:00), "
+            f"name the column after UTC ('Datetime (UTC)'), or set {zone_key} = \"UTC\" "
+            "(or the file's IANA zone, e.g. \"America/Los_Angeles\")")
+    repeat = when in naive
+    naive.add(when)
+    return when.replace(tzinfo=local, fold=int(repeat))
+
+
+def read_intensity_csv(path: str | Path, column: str, unit: str = "",
+                       zone: str = "") -> HourlySeries:
+    """A grid intensity series, converted to gCO2e/kWh and held to ``INTENSITY_RANGE``.
+    Its unit is ``unit`` (``carbon.intensity_csv_unit``), else the one the column's name
+    spells; one the column's name contradicts is refused. A file that declares none is
+    read as g/kWh only where its values can be (``carbon_units.implausible``: kg/kWh, 0.2
+    to 0.9, would give a thousandth of the CO2e; lb/MWh of a coal grid twice it)."""
+    named = unit_in_name(column)
+    if unit and named and G_PER_KWH[unit] != G_PER_KWH[named]:
+        raise CarbonDataError(
+            f"{path}: carbon.intensity_csv_unit = {unit!r} but the column's name "
+            f"{column!r} says {named}; correct the one that is wrong")
+    chosen = unit or named
+    scale = G_PER_KWH[chosen] if chosen else 1.0
+    series = read_hourly_csv(path, column, INTENSITY_RANGE, zone=zone, scale=scale)
+    values = list(series.values.values())
+    if not chosen:
+        why = implausible(sum(values) / len(values), max(values))
+        if why is not None:
+            raise CarbonDataError(
+                f"{path}: column {column!r} names no unit, and read as gCO2e/kWh {why}")
+    said = ("read as gCO2e/kWh: neither its name nor carbon.intensity_csv_unit names a "
+            "unit" if not chosen else f"{chosen}" + ("" if scale == 1.0 else
+                                                      f", x {scale:g} to gCO2e/kWh")
+            + (" (carbon.intensity_csv_unit)" if unit else " (from its name)"))
+    return dataclasses.replace(series, source=f"{Path(path).name} ({column}; {said})")
 
 
 def country_intensity(iso3: str) -> tuple[float, str]:
@@ -254,7 +301,8 @@ class CarbonModel:
 
 def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
                 intensity_column: str, pue: float, pue_csv: str, pue_column: str,
-                price_per_kwh: float, currency: str) -> CarbonModel:
+                price_per_kwh: float, currency: str, *, intensity_unit: str = "",
+                intensity_zone: str = "", pue_zone: str = "") -> CarbonModel:
     """The model the config describes: a site constant, else the country default;
     an hourly CSV on top when given (the constant fills its holes)."""
     if intensity_g_per_kwh > 0:
@@ -262,10 +310,12 @@ def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
     else:
         fallback, source = country_intensity(country)
         source = f"{fallback:g} gCO2e/kWh, {source}"
-    series = read_intensity_csv(intensity_csv, intensity_column) if intensity_csv else None
+    series = read_intensity_csv(intensity_csv, intensity_column, intensity_unit,
+                                intensity_zone) if intensity_csv else None
     if series is not None:
         source = f"hourly series {series.source}; holes filled with {source}"
-    pue_series = read_hourly_csv(pue_csv, pue_column, PUE_RANGE) if pue_csv else None
+    pue_series = read_hourly_csv(pue_csv, pue_column, PUE_RANGE, zone=pue_zone,
+                                 zone_key="carbon.pue_csv_timezone") if pue_csv else None
     pue_source = f"{pue:g} (constant)" if pue_series is None else (
         f"hourly series {pue_series.source}; holes filled with {pue:g}")
     return CarbonModel(fallback, source, pue, pue_source, series, pue_series,
@@ -283,5 +333,8 @@ def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel
             raise CarbonDataError(f"[carbon.clusters.{name}]: {exc}") from exc
     model = build_model(carbon.country, carbon.intensity_g_per_kwh, carbon.intensity_csv,
                         carbon.intensity_column, carbon.pue, carbon.pue_csv,
-                        carbon.pue_column, energy.price_per_kwh, energy.currency)
+                        carbon.pue_column, energy.price_per_kwh, energy.currency,
+                        intensity_unit=carbon.intensity_csv_unit,
+                        intensity_zone=carbon.intensity_csv_timezone,
+                        pue_zone=carbon.pue_csv_timezone)
     return dataclasses.replace(model, clusters=clusters, timezone=energy.timezone)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch import kafka_options
+from fleetwatch.carbon_units import LB_KG
 from fleetwatch.config_fields import (
     ConfigError,
     Secret,
@@ -36,6 +37,7 @@ from fleetwatch.settings import (
     DETECTORS,
     ENV_PREFIX,
     INSTANCE_NAME,
+    PLAUSIBLE_G_PER_KWH,
     AgentConfig,
     AlertsConfig,
     BusConfig,
@@ -219,6 +221,9 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     store = built.get("store", StoreConfig())
     if store is not None:
         problems += _store_problems(store, origins)
+    carbon = built.get("carbon", CarbonConfig())
+    if carbon is not None:
+        problems += _carbon_problems(carbon, origins)
     _refuse_keys(problems, [raw])
     return Config(**built)
 
@@ -351,7 +356,27 @@ def _read_secret_file(path: Any, origin: str) -> str:
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say; every one broken, in one
     error."""
-    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {}), [])
+    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {})
+                 + _carbon_problems(config.carbon, {}), [])
+
+
+def _carbon_problems(c: CarbonConfig, origins: Mapping[str, str], key: str = "carbon"
+                     ) -> list[str]:
+    """A site intensity no grid has is another unit typed into the g/kWh key: a kg/kWh
+    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it."""
+    lo, hi = PLAUSIBLE_G_PER_KWH
+    v = c.intensity_g_per_kwh
+    out = []
+    if 0 < v < lo or v > hi:
+        hint = ("did you mean kg/kWh? multiply by 1000" if v < lo else
+                f"did you mean lb/MWh? multiply by {LB_KG:g} (t/MWh: by 1000)")
+        where = origins.get(f"{key}.intensity_g_per_kwh")
+        message = (f"{key}.intensity_g_per_kwh = {v:g} is no grid's gCO2e/kWh (they "
+                   f"average {lo:g} to {hi:g}, most 10 to 1000): {hint}")
+        out.append(f"{where}: {message}" if where else message)
+    for name, cluster in c.clusters.items():
+        out += _carbon_problems(cluster, origins, f"carbon.clusters.{name}")
+    return out
 
 
 def _store_problems(s: StoreConfig, origins: Mapping[str, str]) -> list[str]:

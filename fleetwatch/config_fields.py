@@ -31,8 +31,9 @@ def ranged(default: Any, lo: float | None = None, hi: float | None = None, *,
 # How a string field is checked at load (``fleetwatch.config``): ``name`` may not be empty
 # or blank, ``topic`` is a name Kafka accepts, ``url`` is an http(s) URL and ``url_or_off``
 # the same or "" (the feature is off). A string field without one may be empty.
-# ``timezone`` an IANA time zone name that the system's zoneinfo database has.
-TextRule = Literal["name", "topic", "url", "url_or_off", "timezone"]
+# ``timezone`` an IANA time zone name that the system's zoneinfo database has,
+# ``timezone_or_off`` the same or "" (none).
+TextRule = Literal["name", "topic", "url", "url_or_off", "timezone", "timezone_or_off"]
 
 
 def required(default: Any = MISSING, *, factory: Callable[[], Any] | None = None) -> Any:
@@ -65,6 +66,11 @@ def time_zone(default: str) -> Any:
     """An IANA time zone name (``Europe/Berlin``), checked at load against zoneinfo: a
     misspelt zone would otherwise only fail when the first report is made."""
     return field(default=default, metadata={"text": "timezone"})
+
+
+def time_zone_or_off(default: str) -> Any:
+    """As ``time_zone``, or "" for none."""
+    return field(default=default, metadata={"text": "timezone_or_off"})
 
 
 class Secret(str):

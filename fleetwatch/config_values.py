@@ -87,8 +87,10 @@ def _text(value: str, rule: TextRule | None, where: str) -> None:
     """The checks of ``required``, ``kafka_topic`` and ``http_url`` fields (settings.py)."""
     if rule is None:
         return
-    if rule == "timezone":
+    if rule == "timezone" or rule == "timezone_or_off" and value != "":
         _time_zone(value, where)
+        return
+    if rule == "timezone_or_off":
         return
     if rule in ("name", "topic") and not value.strip():
         raise ConfigError(f"{where} = {value!r}; must not be empty: set it, or leave it out "

@@ -204,6 +204,12 @@ def report_month(config: Config, month: str, out_dir: str | Path,
             f"{s['gpu_hours']:,.1f} GPU-hours, {s['idle_energy_share']:.1%} of GPU energy idle, "
             f"{s['missing_gpu_hours']:,.1f} GPU-hours missing")
     lines = [head]
+    if not s["energy_by_device_kwh"].get("rest"):
+        # Facility kWh is IT x PUE: without the rest of the node it is well under the meter.
+        lines.append("  IT energy is GPUs and CPU packages only: the rest of the node (fans, "
+                     "NICs, NVSwitches, memory, PSU losses) is not counted while "
+                     "energy.node_static_w is 0; set it to the node's draw less its GPUs and "
+                     "CPUs to count it")
     if s["series_warning"]:
         lines.append(f"  warning: {s['series_warning']}")
     if not s["complete"]:

@@ -49,7 +49,11 @@ holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
 GPUs' models do while its node finding holds), for at most ``model_forget_s``
 (a rack that stays so long is its new normal). A finding holds until its rise
 falls under ``CLEAR`` of the line that raised it, so a rack hovering at the
-line is one alert, not one per crossing.
+line is one alert, not one per crossing. A held rack's inlet air is judged against the
+other, unflagged racks' air now and its usual place among them (``Inlets.judge``), not
+against its own average that stood still: the room's drift while the rack was flagged
+(its daily swing, a warm spell) is not the rack's, and a rack whose cooler is fixed clears
+within minutes rather than hours, while it would mute new GPU alerts in the rack.
 """
 
 from __future__ import annotations
@@ -94,6 +98,10 @@ class RackCooling:
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
         # Rack code -> [the room's air around it when first read, now, when read].
         self._room: dict[int, list[float]] = {}
+        # Held rack code -> [its unflagged peers' air (``Inlets.peer_room``), averaged as
+        # the room's, when read], and the flagged racks it was read with.
+        self._loose: dict[int, list[float]] = {}
+        self._loose_with: frozenset[int] = frozenset()
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open rack alerts of a store this detector takes over (a restart): a critical one
@@ -140,7 +148,8 @@ class RackCooling:
         self._held = {code for code, since in self._flagged.items() if now - since <= limit}
         racks = np.isin(codes, list(self._held))
         frozen = racks | self._frozen_nodes(b, now, limit)
-        self.inlets.update(b.frames, codes.tolist(), racks.tolist())
+        self.inlets.update(b.frames, codes.tolist(), racks.tolist(),
+                           [cluster for cluster, _ in self._names])
         room = self._room_shift(codes, now)
         for rows in b.waves:
             self.models.wave(b, rows, slots[rows], frozen[rows], room[rows])
@@ -158,16 +167,42 @@ class RackCooling:
         slowest one look like its own cooler. Taken out before the models, it is no
         rack's rise; a rack's own air is never part of its room."""
         clusters = [cluster for cluster, _ in self._names]
-        for code, level in self.inlets.room(now, clusters, self._flagged).items():
+        rooms = self.inlets.room(now, clusters, self._flagged)
+        for code, level in rooms.items():
             room = self._room.setdefault(code, [level, level, now])
             # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
             # a tenth of a degree from one batch to the next, stay out of the residuals.
             room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
             room[2] = now
+        self._follow_loose(now, clusters, rooms)
         shift = np.zeros(len(self._names))
         for code, (first, level, _) in self._room.items():
             shift[code] = level - first
         return shift[codes]
+
+    def _follow_loose(self, now: float, clusters: list[str], rooms: dict[int, float]) -> None:
+        """A held rack whose room has too few unflagged racks to be read (two racks of four
+        flagged) follows the moves of its unflagged peers' air instead: its room shift
+        stood still for the hours of the fault while the room warmed, and its GPUs read
+        that warming as their own once the rack cleared (a node alert in a fixed rack).
+        Only the moves count, from the racks read last time: a median of other racks has
+        another level."""
+        flagged = frozenset(self._flagged)
+        if flagged != self._loose_with:
+            self._loose, self._loose_with = {}, flagged
+        for code, level in self.inlets.peer_room(now, clusters, flagged).items():
+            if code in rooms or code not in self._room or code not in self._held:
+                self._loose.pop(code, None)
+                continue
+            loose = self._loose.get(code)
+            if loose is None:
+                self._loose[code] = [level, now]
+                continue
+            moved = float(ewma_weight(np.array(now - loose[1]), ROOM_S)) * (level - loose[0])
+            loose[0] += moved
+            loose[1] = now
+            self._room[code][1] += moved
+            self._room[code][2] = now
 
     def _rack_code(self, f: Frame) -> int:
         return self._rack_code_of((f.cluster, f.rack))
@@ -218,7 +253,8 @@ class RackCooling:
                           .astype(np.int64))
         nodes_live = np.bincount(pairs // (len(self._node_codes) + 1), minlength=size)
         gpu_judged = (judged >= c.rack_min_gpus) & (nodes_live >= 2)
-        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged)
+        inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged,
+                                   [cluster for cluster, _ in self._names])
         peers = self.inlets.peers(now, c.rack_inlet_peer_c, c.rack_inlet_rise_c, flagged,
                                   [cluster for cluster, _ in self._names])
         out = []
@@ -276,7 +312,7 @@ class RackCooling:
                              "nodes_hot": len(hot_nodes), "median_rise_c": round(gpus, 2)}
         rising, nodes, air, _ = inlet or (0, 0, 0.0, set())
         if rising >= max(2, c.rack_fraction * nodes):
-            usual = "its level before the rack was flagged" if held else \
+            usual = "its usual level against the other racks' air" if held else \
                 "its ten-minute average"
             said.append(f"the inlet air of {rising} of {nodes} nodes is {air:.1f} °C above "
                         f"{usual}")

@@ -31,7 +31,9 @@ class Inlets:
 
     def __init__(self, *, stale_s: float, max_step_s: float, clear: float) -> None:
         self.stale_s, self.max_step_s, self.clear = stale_s, max_step_s, clear
-        # (cluster, node) -> [average, ts, rise, seconds seen, rack code, last reading]
+        # (cluster, node) -> [average, ts, rise, seconds seen, rack code, last reading,
+        # average of its reading less its room's (``peer_room``; NaN: none yet), 1 where
+        # its rack was held at its last reading]
         self.state: dict[tuple[str, str], list[float]] = {}
         # Rack code -> [the lowest excess of its air over its peers' seen, since when it
         # has been ``rise_c`` above that (NaN: it is not)]: where its excess began.
@@ -42,8 +44,9 @@ class Inlets:
         for key in [k for k in self.state if k[1] in gone]:
             del self.state[key]
 
-    def update(self, frames: Sequence[Frame], codes: Sequence[int],
-               frozen: Sequence[bool]) -> None:
+    def update(self, frames: Sequence[Frame], codes: Sequence[int], frozen: Sequence[bool],
+               cluster_of: Sequence[str]) -> None:
+        seen: dict[tuple[str, str], tuple[float, bool]] = {}
         for f, code, still in zip(frames, codes, frozen):
             v = f.host.metrics.get("host_inlet_temp_c")
             if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
@@ -56,24 +59,61 @@ class Inlets:
             if s is None or dt > self.stale_s and not still:
                 # First reading, or back after a gap: a new average (a flagged rack's
                 # nodes keep theirs, or a gap would learn the rise).
-                self.state[key] = [v, f.ts, 0.0, 0.0, code, v]
+                self.state[key] = [v, f.ts, 0.0, 0.0, code, v, math.nan, float(still)]
                 continue
+            if s[7] and not still:
+                # Its rack's finding just ended: its air is back with the room's now
+                # (``judge``), which is its usual from here; the level it stood at
+                # before would count the room's drift since as this rack's.
+                s[0] = v
             s[2], s[5] = v - s[0], v
             if not still:
                 s[0] += -math.expm1(-dt / INLET_BASE_S) * (v - s[0])
-            s[1], s[4] = f.ts, code
+            s[1], s[4], s[7] = f.ts, code, float(still)
             s[3] += min(dt, self.max_step_s)
+            seen[key] = (dt, still)
+        self._learn_place(seen, cluster_of)
 
-    def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray
-              ) -> dict[int, tuple[int, int, float, set[str]]]:
+    def _learn_place(self, seen: dict[tuple[str, str], tuple[float, bool]],
+                     cluster_of: Sequence[str]) -> None:
+        """Each node's usual place against its room (its reading less ``peer_room``),
+        averaged over ``INLET_BASE_S`` and standing still while its rack is held."""
+        if not seen:
+            return
+        now = max(s[1] for s in self.state.values())
+        held = {int(s[4]) for s in self.state.values() if s[7]}
+        room = self.peer_room(now, cluster_of, held)
+        for key, (dt, still) in seen.items():
+            s = self.state[key]
+            level = room.get(int(s[4]))
+            if level is None:
+                continue
+            place = s[5] - level
+            if math.isnan(s[6]):
+                s[6] = place
+            elif not still:
+                s[6] += -math.expm1(-dt / INLET_BASE_S) * (place - s[6])
+
+    def judge(self, now: float, rise_c: float, warmup_s: float, flagged: np.ndarray,
+              cluster_of: Sequence[str]) -> dict[int, tuple[int, int, float, set[str]]]:
         """Per rack code: (nodes whose inlet reads ``rise_c`` above its average, or
         ``clear`` of it where the rack is flagged, beyond the other racks' median rise;
         nodes judged; the median rise of the warm ones, beyond the others'; the names of
-        the nodes judged)."""
+        the nodes judged). A flagged rack's nodes are judged against the other racks'
+        air now (``peer_room``), where there is one, and their usual place against it:
+        their own average stood still while the room went on drifting."""
         by_rack: dict[int, list[tuple[str, float]]] = {}
+        held = np.flatnonzero(flagged).tolist()
+        room = self.peer_room(now, cluster_of, held)
+        against_room: set[int] = set()
         for (_, node), s in self.state.items():
             if now - s[1] <= self.stale_s and s[3] >= warmup_s:
-                by_rack.setdefault(int(s[4]), []).append((node, s[2]))
+                code = int(s[4])
+                rise = s[2]
+                if code in held and code in room and math.isfinite(s[6]):
+                    rise = s[5] - room[code] - s[6]
+                    against_room.add(code)
+                by_rack.setdefault(code, []).append((node, rise))
         shared = others_median({code: float(np.median([r for _, r in rises]))
                                 for code, rises in by_rack.items()},
                                np.flatnonzero(flagged).tolist())
@@ -83,7 +123,8 @@ class Inlets:
             # What the other racks' air does too is the room's, not this rack's cooler;
             # only its part beyond ``clear`` of the line counts (the room's usual drift
             # must not delay one rack's finding).
-            base = max(0.0, shared.get(code, 0.0) - self.clear * rise_c)
+            base = 0.0 if code in against_room else \
+                max(0.0, shared.get(code, 0.0) - self.clear * rise_c)
             warm = [r - base for _, r in rises if r - base >= line]
             out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
                          {n for n, _ in rises})
@@ -130,6 +171,22 @@ class Inlets:
         out: dict[int, float] = {}
         for racks in by_cluster.values():
             out |= others_median(racks, flagged)
+        return out
+
+    def peer_room(self, now: float, cluster_of: Sequence[str], flagged: Collection[int]
+                  ) -> dict[int, float]:
+        """Per rack code: the median of the other racks' median readings of its cluster
+        that are not ``flagged``, where one or more is left. Looser than ``room``: it
+        only says whether a flagged rack's air is back with the rest (a rack that is
+        not cannot pass for the room)."""
+        level, by_cluster = self._levels(now, cluster_of)
+        out: dict[int, float] = {}
+        for racks in by_cluster.values():
+            among = [k for k in racks if k not in flagged]
+            for code in racks:
+                others = [racks[k] for k in among if k != code]
+                if others:
+                    out[code] = float(np.median(others))
         return out
 
     def _excess(self, code: int, now: float, excess: list[float], rise_c: float,

@@ -6,7 +6,9 @@ run hot all their life reach their slowdown temperature and throttle: per GPU, t
 a stream of thermal pages about a fault no GPU has. One finding for the cluster says
 what it is: the median of its nodes' inlet sensors (``host_inlet_temp_c``, the BMC's),
 above ASHRAE TC 9.9's recommended envelope (18-27 °C, ``room_inlet_warn_c``) a warning,
-above the allowable limit of class A1 (15-32 °C, ``room_inlet_critical_c``) critical.
+above the allowable limit of class A1 (15-32 °C, ``room_inlet_critical_c``) critical,
+back to a warning once the air has stayed ``CLEAR_C`` under that line for
+``room_inlet_for_s``.
 The median, so that one node's sensor or one rack's cooler (``rack_cooling``'s) does not
 make a room. While it fires, the GPU thermal alerts it explains are held back
 (``pipeline.silences.inhibited_by``); a GPU hotter than its peers at similar power still
@@ -45,9 +47,12 @@ class RoomInlet:
         self.c = config or DetectorsConfig()
         # (cluster, node) -> (ts, inlet °C, GPUs throttling for heat, GPUs reporting).
         self.nodes: dict[tuple[str, str], tuple[float, float, int, int]] = {}
-        # Clusters whose finding holds -> its severity: it never drops within one finding
-        # (a label: each change a new alert, a new page, in Alertmanager).
+        # Clusters whose finding holds -> its severity: critical drops to warning only once
+        # the air has stayed CLEAR_C under the critical line for room_inlet_for_s (a room
+        # swinging about 32 °C must not flip it: each flip a new page in Alertmanager).
         self.flagged: dict[str, str] = {}
+        # Clusters whose critical finding's air is CLEAR_C under its line -> since when.
+        self.calm: dict[str, float] = {}
 
     def drop(self, nodes: Iterable[str]) -> None:
         gone = set(nodes)
@@ -91,6 +96,7 @@ class RoomInlet:
                  if c == cluster and now - s[0] <= STALE_S]
         if len(fresh) < MIN_NODES:
             self.flagged.pop(cluster, None)
+            self.calm.pop(cluster, None)
             return None
         median = float(np.median([s[1] for s in fresh]))
         warn, crit = self.c.room_inlet_warn_c, self.c.room_inlet_critical_c
@@ -98,11 +104,14 @@ class RoomInlet:
         line = warn - CLEAR_C if cluster in self.flagged else warn
         if median <= line:
             self.flagged.pop(cluster, None)
+            self.calm.pop(cluster, None)
             return None
         throttling, gpus = sum(s[2] for s in fresh), sum(s[3] for s in fresh)
-        severity = "critical" if median > crit else self.flagged.get(cluster, "warning")
-        self.flagged[cluster] = severity
+        severity = self._severity(cluster, now, median)
+        hold = f"{self.c.room_inlet_for_s:g} s"
         limit = (f"above the {crit:g} °C allowable limit" if median > crit
+                 else f"back under the {crit:g} °C allowable limit, critical until it stays "
+                 f"{CLEAR_C:g} °C under it for {hold}" if severity == "critical"
                  else f"above the {warn:g} °C recommended limit" if median > warn
                  else f"held until {CLEAR_C:g} °C under the {warn:g} °C recommended limit")
         return Finding(
@@ -117,3 +126,20 @@ class RoomInlet:
             "or economiser setpoints; GPU thermal alerts the room explains are held back "
             "while this fires (a GPU hotter than its peers still pages); cap or move load "
             "if the room keeps warming", "rack")
+
+    def _severity(self, cluster: str, now: float, median: float) -> str:
+        """Critical above the allowable line; once critical, until the air has stayed
+        ``CLEAR_C`` under it for ``room_inlet_for_s`` (a room back in the warning band for
+        hours is a warning, not a critical alert muting every GPU's for as long)."""
+        crit = self.c.room_inlet_critical_c
+        severity = "critical" if median > crit else self.flagged.get(cluster, "warning")
+        if severity == "critical" and median <= crit - CLEAR_C:
+            since = self.calm.setdefault(cluster, now)
+            if now - since >= self.c.room_inlet_for_s:
+                severity = "warning"
+        if severity == "critical" and median > crit - CLEAR_C:
+            self.calm.pop(cluster, None)
+        if severity == "warning":
+            self.calm.pop(cluster, None)
+        self.flagged[cluster] = severity
+        return severity

@@ -23,6 +23,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.silences import Notice, group
 from fleetwatch.pipeline.sinks.base import change_json
 from fleetwatch.pipeline.sinks.http import ServerURL, post_json
@@ -38,9 +39,11 @@ def summary(alerts: Iterable[Alert]) -> list[dict[str, Any]]:
     out = []
     for (cluster, rule, severity, state), these in lines.items():
         nodes = sorted({a.node for a in these if a.node})
-        racks = sorted({a.rack for a in these if a.rack})
+        # The room's alert (rack ``*``: every rack of its cluster) is no one rack.
+        racks = sorted({a.rack for a in these if a.rack and a.rack != ROOM})
         where = (f"{len(nodes)} node{'s' * (len(nodes) != 1)} in " if nodes else "")
-        where += f"{len(racks)} rack{'s' * (len(racks) != 1)}"
+        where += f"{len(racks)} rack{'s' * (len(racks) != 1)}" if racks or nodes else \
+            "the room"
         out.append({"cluster": cluster, "rule": rule, "severity": severity, "state": state,
                     "alerts": len(these), "nodes": nodes, "racks": racks,
                     "text": f"{rule} ({severity}) {state}: {len(these)} alert"

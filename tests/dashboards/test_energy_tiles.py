@@ -70,3 +70,13 @@ def test_the_energy_page_prices_each_cluster_with_its_own_grid() -> None:
     assert {s.name: s.co2e_kg for s in v.clusters} == {"c-us": 1.2 * 0.4, "c-eu": 1.1 * 0.05}
     note = energy.method_note(model)
     assert "Cluster c-eu: grid intensity 50 gCO2e/kWh" in note
+
+
+def test_the_tiles_say_it_energy_and_show_facility_energy_beside_it() -> None:
+    """The Today and In range kWh were IT energy without saying so, and facility energy
+    (what the report leads with, and a facility meter reads) was nowhere on the page."""
+    tiles = {t.id: text_of(t) for t in energy.summary(_view(0.0))}
+    # 1 kWh of IT energy at PUE 1.2.
+    for tile in ("energy-today", "energy-month", "energy-inrange"):
+        assert "1.00 kWh IT" in tiles[tile], tiles[tile]
+        assert "1.20 kWh facility (x PUE)" in tiles[tile], tiles[tile]

@@ -57,11 +57,11 @@ def test_a_long_hole_takes_the_fallback_and_says_so():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("when,avg_CI\n2022-01-01,1\n", "needs columns 'timestamp'"),
+    ("when,avg_CI\n2022-01-01,1\n", "needs a time column \\('timestamp', or one whose name"),
     ("timestamp,avg_CI\nyesterday,1\n", ":2: timestamp 'yesterday'"),
-    ("timestamp,avg_CI\n2022-01-01 00:00,abc\n", ":2: avg_CI 'abc' is not a number"),
-    ("timestamp,avg_CI\n2022-01-01 00:00,-5\n", "must be finite and >= 0"),
-    ("timestamp,avg_CI\n2022-01-01 00:00,nan\n", "must be finite"),
+    ("timestamp,avg_CI\n2022-01-01 00:00Z,abc\n", ":2: avg_CI 'abc' is not a number"),
+    ("timestamp,avg_CI\n2022-01-01 00:00Z,-5\n", "must be finite and >= 0"),
+    ("timestamp,avg_CI\n2022-01-01 00:00Z,nan\n", "must be finite"),
 ])
 def test_bad_series_files_are_refused_with_the_line(tmp_path, text, message):
     p = tmp_path / "ci.csv"
@@ -80,7 +80,10 @@ MAY1 = 1651363200  # 2022-05-01 00:00 UTC
 
 def csv_file(tmp_path: Path, column: str, rows: list[tuple[str, str]]) -> Path:
     p = tmp_path / f"{column}.csv"
-    p.write_text(f"timestamp,{column}\n" + "".join(f"{t},{v}\n" for t, v in rows))
+    # Times in UTC, with their offset: a time without one is refused unless its zone is
+    # declared (test_carbon_units.py).
+    p.write_text(f"timestamp,{column}\n" + "".join(
+        f"{t}{'' if '+' in t else '+00:00'},{v}\n" for t, v in rows))
     return p
 
 
@@ -131,8 +134,9 @@ def test_a_series_value_outside_the_configs_range_is_refused(tmp_path, series, c
 def test_an_intensity_series_in_kg_per_kwh_is_refused(tmp_path):
     p = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "0.4"), ("2022-05-01 01:00", ""),
                                       ("2022-05-01 02:00", "0.25")])
-    with pytest.raises(CarbonDataError, match=r"largest is 0\.4.*reads grid intensity in "
-                       r"gCO2e per kWh: is the column in kg/kWh\?"):
+    with pytest.raises(CarbonDataError, match=r"names no unit, and read as gCO2e/kWh every "
+                       r"hour is under 1 \(the largest is 0\.4\): is the column in kg/kWh\? "
+                       r"multiply it by 1000"):
         build_model("USA", 400.0, str(p), "avg_CI", 1.2, "", "pue", 0, "USD")
     # One hour under 1 g/kWh beside real ones (a windy night on a small grid) is kept.
     q = csv_file(tmp_path, "avg_CI", [("2022-05-01 00:00", "0.4"), ("2022-05-01 01:00", "250")])

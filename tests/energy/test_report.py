@@ -153,6 +153,10 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
     out = capsys.readouterr().out
     # 250 W for 1 h = 0.25 kWh, at 500 g/kWh = 0.125 kg: in units that show it.
     assert "2022-05: 0.125 kg CO2e, 0.250 kWh facility (0.250 kWh IT)" in out
+    # What facility kWh leaves out, and the key that counts it, under the headline.
+    assert ("\n  IT energy is GPUs and CPU packages only: the rest of the node (fans, NICs, "
+            "NVSwitches, memory, PSU losses) is not counted while energy.node_static_w is 0"
+            ) in out
     # May 2022 has ended, with one hour of data: partial, said so, and no projection.
     assert ("partial month: data from 04 May 00:00 to 04 May 01:00 UTC; only 1 of the "
             "month's 744 hours have data (0%)") in out
@@ -217,7 +221,7 @@ def test_a_wrong_carbon_file_is_named(tmp_path, capsys):
     assert "carbon.country 'ATLANTIS'" in capsys.readouterr().err
 
 
-def test_simulate_integrates_with_the_configured_node_model(tmp_path):
+def test_simulate_integrates_with_the_configured_node_model(tmp_path, capsys):
     conf = tmp_path / "c.toml"
     conf.write_text("[energy]\nnode_static_w = 1000.0\n")
     db = tmp_path / "s.db"
@@ -230,6 +234,10 @@ def test_simulate_integrates_with_the_configured_node_model(tmp_path):
         1000.0 * (3600 - 15))
     assert sum(r.seconds for r in rows if r.device.startswith("gpu")) == pytest.approx(
         2 * (3600 - 15))
+    capsys.readouterr()
+    assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 0
+    assert "is not counted" not in capsys.readouterr().out  # the rest of the node is
 
 
 def gpu_hours_rows(hours) -> list[EnergyRow]:

@@ -81,7 +81,47 @@ def test_a_room_alert_once_critical_stays_critical_until_it_clears() -> None:
                   for f in d.update(fleet(100.0 + 15 * k, [v] * 4))]
     assert severities == ["warning", "critical", "critical", "critical", "critical"]
     [f] = d.update(fleet(200.0, [28.0] * 4))
-    assert "28.0 °C" in f.message and "above the 27 °C recommended limit" in f.message
+    # The message names the line its severity refers to.
+    assert f.severity == "critical" and "28.0 °C" in f.message
+    assert ("back under the 32 °C allowable limit, critical until it stays 1 °C under it "
+            "for 300 s") in f.message
     assert d.update(fleet(215.0, [25.0] * 4)) == []
     [f] = d.update(fleet(230.0, [28.0] * 4))
     assert f.severity == "warning"  # a new alert
+
+
+def test_a_room_back_in_the_warning_band_drops_to_a_warning_after_its_hold() -> None:
+    """A critical room alert stayed critical for 18 h after the air fell back to 29 to
+    31 °C, muting GPU thermal alerts as a critical room does: it drops to a warning once
+    the air has stayed 1 °C under the critical line for room_inlet_for_s (300 s)."""
+    d = RoomInlet()
+    [f] = d.update(fleet(0.0, [38.0] * 4))
+    assert f.severity == "critical"
+    seen = [(t, f.severity) for t in range(15, 1200, 15)
+            for f in d.update(fleet(float(t), [31.5 if t < 300 else 30.0] * 4))]
+    # 31.5 °C is within 1 °C of the line: critical; 30 °C from 300 s: warning at 600 s.
+    assert {s for t, s in seen if t < 600} == {"critical"}
+    assert {s for t, s in seen if t >= 600} == {"warning"}
+    [f] = d.update(fleet(1215.0, [30.0] * 4))
+    assert "above the 27 °C recommended limit" in f.message and f.severity == "warning"
+    # A swing back over 32 °C is critical again at once.
+    [f] = d.update(fleet(1230.0, [32.5] * 4))
+    assert f.severity == "critical"
+    # A dip under the line shorter than the hold keeps it critical.
+    assert [f.severity for t in (1245.0, 1260.0) for f in d.update(fleet(t, [30.0] * 4))] \
+        == ["critical", "critical"]
+    [f] = d.update(fleet(1275.0, [31.2] * 4))
+    assert f.severity == "critical"
+    assert [f.severity for f in d.update(fleet(1290.0 + 300, [30.0] * 4))] == ["critical"]
+    assert [f.severity for f in d.update(fleet(1290.0 + 600, [30.0] * 4))] == ["warning"]
+
+
+def test_the_room_alert_itself_turns_warning_and_stays_one_alert() -> None:
+    d = RoomInlet(replace_for(60.0))
+    book = AlertBook(requirements=d.rules)
+    for k, v in enumerate([38.0] * 8 + [30.0] * 12):
+        frames = fleet(15.0 * k, [v] * 4)
+        book.apply(book.observe(frames, d.update(frames)))
+    [alert] = [a for a in book.open if a.rule == "room_inlet_hot"]
+    assert (alert.state, alert.severity) == ("firing", "warning")
+    assert "above the 27 °C recommended limit" in alert.message

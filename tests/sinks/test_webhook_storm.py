@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 
+from fleetwatch.alert_view import rule_summary
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.webhook import WebhookSink, summary
 from fleetwatch.pipeline.store.base import Alert
@@ -55,3 +56,13 @@ def test_the_webhook_posts_a_storm_once_with_its_summary(receiver: Receiver) -> 
     # The per-node groups are still there, for receivers that read them.
     assert len(body["groups"]) == 200  # type: ignore[index]
     assert sum(len(g["alerts"]) for g in body["groups"]) == 900  # type: ignore[index]
+
+
+def test_the_room_alert_is_the_room_not_one_rack() -> None:
+    now = time.time()
+    room = Alert("room_inlet_hot/sim//rack:*/1", "room_inlet_hot", "warning", "sim", "*", "",
+                 "rack:*", "firing", now - 60, now, 29.0, "the room's air", fired_ts=now - 5)
+    [line] = summary([room])
+    assert line["text"] == "room_inlet_hot (warning) firing: 1 alert on the room of sim"
+    assert line["racks"] == []
+    assert rule_summary([room]) == ["1 room_inlet_hot (warning) firing on the room of sim"]
