@@ -15,7 +15,21 @@ class SinkError(RuntimeError):
     """The sink could not take the changes now (down, timeout, 5xx): worth retrying."""
 
 
-class SinkUnauthorized(SinkError):
+class SinkMisconfigured(SinkError):
+    """The sink's setting is wrong until someone changes it (``SinkUnauthorized``,
+    ``SinkRedirected``): held and retried like an outage, not tried again in place (the
+    same request fails the same way), said as an error that names what to change."""
+
+
+class SinkRedirected(SinkMisconfigured):
+    """The sink's URL answered a redirect (3xx). It is never followed: urllib turns a
+    redirected POST into a GET without the alerts (301, 302, 303), and a 200 from the page
+    it leads to would count them as delivered. The message names the ``Location`` and the
+    setting to change to it; counted as a failure at once (``_fail``), held like an
+    outage."""
+
+
+class SinkUnauthorized(SinkMisconfigured):
     """The sink (or a proxy on the way) refused fleetwatch's credentials: 401, 403, 407. A
     state of the sink's configuration, not of the changes: held and retried like an outage
     (not in place: the same credentials fail the same way), said as an error that names

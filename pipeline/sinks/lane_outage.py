@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected, SinkUnauthorized
+from fleetwatch.pipeline.sinks.base import (
+    AlertSink,
+    SinkError,
+    SinkMisconfigured,
+    SinkRedirected,
+    SinkRejected,
+)
 from fleetwatch.retry import Backoff
 
 if TYPE_CHECKING:
@@ -82,8 +88,12 @@ class LaneOutage:
         if self._down_since is None:
             self._down_since, self._given_up = now, 0
             self._retry_backoff.reset()
-            # Refused credentials stay refused until someone fixes them: an error.
-            level = logging.ERROR if isinstance(exc, SinkUnauthorized) else logging.WARNING
+            # Refused credentials, a redirect: wrong until someone fixes them, an error.
+            level = logging.ERROR if isinstance(exc, SinkMisconfigured) else logging.WARNING
+            if isinstance(exc, SinkRedirected):
+                # Counted at once (fleetwatch_alert_sink_failed_total): it will not pass by
+                # itself, and sink_retry_s may be long.
+                self._failed(1, exc, logged=True)
             if self._held:
                 log.log(level, "alert sink %s: %s; holding %d alert changes and retrying for "
                         "up to %gs (alerts.sink_retry_s)", self.sink.name, exc,
@@ -109,8 +119,8 @@ class LaneOutage:
         except SinkError as exc:
             self._in_flight = ()
             # Down, and now refusing the credentials (it came back so configured): said once.
-            newly_refused = isinstance(exc, SinkUnauthorized) and not isinstance(
-                self._last_error, SinkUnauthorized)
+            newly_refused = isinstance(exc, SinkMisconfigured) and type(exc) is not type(
+                self._last_error)
             self._last_error = exc
             self._count("retries")
             self._give_up(now, exc)
