@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from fleetwatch.pipeline.alerts import revision
 from fleetwatch.pipeline.links import alert_jobs, alert_url
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.store.base import board
@@ -62,7 +65,7 @@ class AlertSink(Protocol):
     name: str
     notify_only: bool
 
-    def send(self, changes: Sequence[Notice]) -> None: ...
+    def send(self, changes: Sequence[Notice]) -> bool | None: ...
 
     def close(self) -> None: ...
 
@@ -73,10 +76,23 @@ def iso(ts: float) -> str:
         "+00:00", "Z")
 
 
+def notification_id(notice: Notice) -> str:
+    """The key a receiver dedupes on: ``ALERT_ID/STATE/DIGEST``, the digest over what makes
+    this change news (when it entered its state, the evidence ``revision``, the message,
+    which says a joined finding, and the muting). The same on every retry and re-send of
+    one change (and from another processor); another for a new change: the alert's next
+    state, another XID code joined, a later finding joined to its page, a new muting."""
+    a = notice.alert
+    since = {"firing": a.fired_ts, "resolved": a.resolved_ts}.get(a.state) or a.started_ts
+    what = json.dumps([a.state, since, revision(a), a.message, notice.muted_by])
+    return f"{a.id}/{a.state}/{hashlib.sha256(what.encode()).hexdigest()[:16]}"
+
+
 def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
     """What, where, since when, the evidence and the action, as plain JSON; ``jobs``, the
     jobs it is about, where it is about any (``links.alert_jobs``); with ``dashboard_url``,
-    ``link``: the dashboard page about its subject (``links``)."""
+    ``link``: the dashboard page about its subject (``links``); ``notification_id``, the
+    change's dedupe key (``notification_id``)."""
     a = notice.alert
     out = {
         "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
@@ -87,6 +103,7 @@ def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
         "started": iso(a.started_ts), "started_ts": a.started_ts,
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
         "muted_by": notice.muted_by,
+        "notification_id": notification_id(notice),
     }
     jobs = alert_jobs(a)
     if jobs:

@@ -35,6 +35,7 @@ import threading
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
 from fleetwatch.pipeline.server_url import ServerURL, masked_url
@@ -56,14 +57,14 @@ _READ = 64 << 10
 
 
 def post_json(url: ServerURL | str, body: Any, timeout_s: float, what: str,
-              setting: str = "") -> None:
+              setting: str = "", headers: Mapping[str, str] | None = None) -> None:
     """POST ``body``; ``SinkError`` for no complete answer within ``timeout_s``, 5xx or
     429, ``SinkUnauthorized`` for 401, 403 or 407 (naming ``setting``, the config key of
     the URL, to check), ``SinkRejected`` for any other answer that is not 2xx (its text in
     the message)."""
     server = url if isinstance(url, ServerURL) else ServerURL.of(url)
     status, text, _ = request(server, "POST", json.dumps(body).encode(), timeout_s, what,
-                              setting=setting)
+                              setting=setting, headers=headers)
     if status >= 300:
         said = _quoted(text)
         if status in AUTH_STATUSES:
@@ -118,13 +119,15 @@ def _quoted(text: bytes) -> str:
 
 
 def request(server: ServerURL, method: str, data: bytes | None, timeout_s: float, what: str,
-            limit: int = ANSWER_LIMIT, setting: str = "") -> tuple[int, bytes, bool]:
+            limit: int = ANSWER_LIMIT, setting: str = "",
+            headers: Mapping[str, str] | None = None) -> tuple[int, bytes, bool]:
     """One request, all of it within ``timeout_s``: (status, the answer's first ``limit``
     bytes, whether that is all of it; of an answer that is not 2xx, its first
     ``ERROR_TEXT_LIMIT`` bytes, whatever came of them). ``SinkError`` when no complete
     answer came; ``SinkRedirected`` for a 3xx (not followed; ``setting`` named)."""
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    req = urllib.request.Request(server.base, data, headers, method=method)
+    sent = {"Content-Type": "application/json"} if data is not None else {}
+    sent.update(headers or {})
+    req = urllib.request.Request(server.base, data, sent, method=method)
     for name, value in server.basic_header().items():
         req.add_unredirected_header(name, value)  # not to where a redirect leads
     deadline = _Deadline(timeout_s)

@@ -111,11 +111,11 @@ class LaneOutage:
             self._retry_at = now + self._retry_backoff.peek()
             return
         self._in_flight = held
+        told = len(self._told(held))
         try:
-            if held:
-                self.sink.send(held)
-            elif callable(self._tick):
-                self._tick()
+            # False: nothing reached the sink (only muted changes held, nothing to re-send):
+            # no sign that it is back.
+            went = self.sink.send(held) if held else self._tick()  # type: ignore[misc]
         except SinkError as exc:
             self._in_flight = ()
             # Down, and now refusing the credentials (it came back so configured): said once.
@@ -134,11 +134,20 @@ class LaneOutage:
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(len({h.batch for h in self._held.values()}), exc, logged=True)
         else:
+            if went is False:
+                self._in_flight = ()
+                with self._held_lock:
+                    self._held.clear()
+                self._retry_at = now + self._retry_backoff.next()
+                self._refuse_forgotten()
+                return
             if held:
                 self._sent()
-            log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s",
-                        self.sink.name, now - (self._down_since or now), len(self._told(held)),
-                        f", {self._given_up} given up" if self._given_up else "")
+            resent = int(getattr(self.sink, "resent", 0) or 0)
+            log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s%s",
+                        self.sink.name, now - (self._down_since or now), told,
+                        f", {self._given_up} given up" if self._given_up else "",
+                        f", {resent} still firing that it missed re-sent" if resent else "")
         self._in_flight = ()
         with self._held_lock:
             self._held.clear()
