@@ -77,14 +77,15 @@ def _am_alerts(am: Server, node: str) -> list[dict[str, object]]:
         return json.load(r)  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("status", [301, 308])
 def test_alertmanager_behind_a_redirect_gets_nothing_and_the_failure_is_counted(
-        am: Server, raw: RawServer, caplog: pytest.LogCaptureFixture) -> None:
-    """A proxy in front of the real Alertmanager answers 308 (as for http -> https): the
+        status: int, am: Server, raw: RawServer, caplog: pytest.LogCaptureFixture) -> None:
+    """A proxy in front of the real Alertmanager answers 301 or 308 (http -> https): the
     real sink path (``Notifier``, its lane, ``AlertmanagerSink``) does not deliver, says
     so, counts it, and holds the alert; pointed at Alertmanager itself, it arrives."""
     caplog.set_level(logging.DEBUG)
     node = f"node-moved-{time.time_ns()}"
-    raw.behaviours = [moved(308, f"http://{am.address}/api/v2/alerts")] * 50
+    raw.behaviours = [moved(status, f"http://{am.address}/api/v2/alerts")] * 50
     sink = AlertmanagerSink(raw.url, resend_s=60, timeout_s=5)
     notifier = Notifier([sink], attempts=2, backoff=fast)
     try:
