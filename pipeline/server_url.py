@@ -27,6 +27,7 @@ class ServerURL:
     base: str
     shown: str
     basic: str = ""  # "user:password", or empty
+    secret_path: bool = False  # messages show its path as ``***`` (a webhook's)
 
     @classmethod
     def of(cls, url: str, path_is_secret: bool = False) -> ServerURL:
@@ -35,11 +36,12 @@ class ServerURL:
         shown = masked_url(url, path_is_secret)
         split = urllib.parse.urlsplit(url)
         if "@" not in split.netloc:
-            return cls(url, shown)
+            return cls(url, shown, secret_path=path_is_secret)
         userinfo, _, host = split.netloc.rpartition("@")
         user, _, password = userinfo.partition(":")
         basic = f"{urllib.parse.unquote(user)}:{urllib.parse.unquote(password)}"
-        return cls(urllib.parse.urlunsplit(split._replace(netloc=host)), shown, basic)
+        return cls(urllib.parse.urlunsplit(split._replace(netloc=host)), shown, basic,
+                   path_is_secret)
 
     @classmethod
     def parse(cls, url: str, token: str = "") -> ServerURL:

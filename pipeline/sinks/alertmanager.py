@@ -175,7 +175,8 @@ class AlertmanagerSink(SilenceMirroring):
         alerts handed here)? Then each summary names its cluster."""
         return len(self.clusters) > 1 or len(self._alert_clusters) > 1
 
-    def send(self, changes: Sequence[Notice]) -> None:
+    def send(self, changes: Sequence[Notice]) -> bool:
+        """Post what changed; whether anything was posted (not: only muted changes)."""
         with self._lock:
             resolved = self._take(changes)
             acked = self._silences is not None and any(a.id in self._acks for a in resolved)
@@ -186,13 +187,16 @@ class AlertmanagerSink(SilenceMirroring):
             # the "resolved" too. Posted resolved under it first: between the expiry and
             # the post, a flush would page a set it muted (an escalation's) as firing. A
             # "resolved" muted at a flush is dropped: posted again after the expiry.
-            self._post(resolved, keep=True)
+            posted = self._post(resolved, keep=True)
             self._mirror()
+        else:
+            posted = False
         if (resolved or any(n.notify for n in changes)
                 or self._superseded({n.alert.id for n in changes})):
             # A label set superseded (an XID alert's remedy rose, acked or not) is posted
             # at once: resolved, or kept firing while the alert is muted (``_post``).
-            self._post(resolved)
+            posted = self._post(resolved) or posted
+        return posted
 
     def _take(self, changes: Sequence[Notice]) -> list[Alert]:
         """Follow the changes in ``_firing``; the resolved alerts to post once."""
@@ -294,13 +298,14 @@ class AlertmanagerSink(SilenceMirroring):
                 or self.clock() - self._mirrored_at >= self.resend_s):
             self._mirror()
 
-    def tick(self) -> None:
+    def tick(self) -> bool:
         """Re-send the firing alerts when the resend interval has passed, the mirrored
         silences reconciled first (renewing the ack silences; re-creating those an
-        Alertmanager that restarted lost, before the alerts they mute)."""
+        Alertmanager that restarted lost, before the alerts they mute); whether it posted."""
         if self._firing and self.clock() - self._last_sent >= self.resend_s:
             self._mirror()
-            self._post([])
+            return self._post([])
+        return False
 
     def _superseded(self, ids: set[str]) -> bool:
         """Has one of these firing alerts a label set to post: other than the one last
@@ -316,7 +321,7 @@ class AlertmanagerSink(SilenceMirroring):
                     return True
         return False
 
-    def _post(self, resolved: Sequence[Alert], keep: bool = False) -> None:
+    def _post(self, resolved: Sequence[Alert], keep: bool = False) -> bool:
         """Re-send the firing alerts and post ``resolved`` ones resolved, under every label
         set posted for them (``keep``: still kept, to post them again). A label set an
         escalation superseded is resolved, or, while its alert is muted, re-sent firing:
@@ -354,6 +359,7 @@ class AlertmanagerSink(SilenceMirroring):
                 self._posted.pop(a.id, None)
                 self._pinned.pop(a.id, None)
         self._last_sent = now
+        return bool(body)
 
     def close(self) -> None:
         pass

@@ -321,7 +321,8 @@ class AlertmanagerSilences:
         server = self.server.join(path)
         what = f"Alertmanager {method} {server.shown}"
         status, text, whole = request(server, method, None, self.timeout_s,
-                                      f"Alertmanager {method}", limit)
+                                      f"Alertmanager {method}", limit,
+                                      setting="alerts.alertmanager_url")
         if status in AUTH_STATUSES:
             raise unauthorized(server, status, text, f"Alertmanager {method}",
                                "alerts.alertmanager_url")

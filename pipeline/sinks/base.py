@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from fleetwatch.pipeline.alerts import revision
 from fleetwatch.pipeline.links import alert_jobs, alert_url
 from fleetwatch.pipeline.silences import Notice, labels
 from fleetwatch.pipeline.store.base import board
@@ -15,7 +18,21 @@ class SinkError(RuntimeError):
     """The sink could not take the changes now (down, timeout, 5xx): worth retrying."""
 
 
-class SinkUnauthorized(SinkError):
+class SinkMisconfigured(SinkError):
+    """The sink's setting is wrong until someone changes it (``SinkUnauthorized``,
+    ``SinkRedirected``): held and retried like an outage, not tried again in place (the
+    same request fails the same way), said as an error that names what to change."""
+
+
+class SinkRedirected(SinkMisconfigured):
+    """The sink's URL answered a redirect (3xx). It is never followed: urllib turns a
+    redirected POST into a GET without the alerts (301, 302, 303), and a 200 from the page
+    it leads to would count them as delivered. The message names the ``Location`` and the
+    setting to change to it; counted as a failure at once (``_fail``), held like an
+    outage."""
+
+
+class SinkUnauthorized(SinkMisconfigured):
     """The sink (or a proxy on the way) refused fleetwatch's credentials: 401, 403, 407. A
     state of the sink's configuration, not of the changes: held and retried like an outage
     (not in place: the same credentials fail the same way), said as an error that names
@@ -48,7 +65,7 @@ class AlertSink(Protocol):
     name: str
     notify_only: bool
 
-    def send(self, changes: Sequence[Notice]) -> None: ...
+    def send(self, changes: Sequence[Notice]) -> bool | None: ...
 
     def close(self) -> None: ...
 
@@ -59,10 +76,23 @@ def iso(ts: float) -> str:
         "+00:00", "Z")
 
 
+def notification_id(notice: Notice) -> str:
+    """The key a receiver dedupes on: ``ALERT_ID/STATE/DIGEST``, the digest over what makes
+    this change news (when it entered its state, the evidence ``revision``, the message,
+    which says a joined finding, and the muting). The same on every retry and re-send of
+    one change (and from another processor); another for a new change: the alert's next
+    state, another XID code joined, a later finding joined to its page, a new muting."""
+    a = notice.alert
+    since = {"firing": a.fired_ts, "resolved": a.resolved_ts}.get(a.state) or a.started_ts
+    what = json.dumps([a.state, since, revision(a), a.message, notice.muted_by])
+    return f"{a.id}/{a.state}/{hashlib.sha256(what.encode()).hexdigest()[:16]}"
+
+
 def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
     """What, where, since when, the evidence and the action, as plain JSON; ``jobs``, the
     jobs it is about, where it is about any (``links.alert_jobs``); with ``dashboard_url``,
-    ``link``: the dashboard page about its subject (``links``)."""
+    ``link``: the dashboard page about its subject (``links``); ``notification_id``, the
+    change's dedupe key (``notification_id``)."""
     a = notice.alert
     out = {
         "id": a.id, "state": a.state, "rule": a.rule, "severity": a.severity,
@@ -73,6 +103,7 @@ def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
         "started": iso(a.started_ts), "started_ts": a.started_ts,
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
         "muted_by": notice.muted_by,
+        "notification_id": notification_id(notice),
     }
     jobs = alert_jobs(a)
     if jobs:

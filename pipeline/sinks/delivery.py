@@ -12,8 +12,10 @@ resolved meanwhile as resolved), and retried with capped backoff; a change
 held longer than ``retry_s`` is given up and counted. The outage is logged
 when it starts, when changes are first given up and when the sink is back,
 not at each retry. Credentials refused (``SinkUnauthorized``: 401, 403, a proxy's 407)
-are such an outage too, not tried again in place, the first line an error naming the
-setting to check. A refusal of the batch (``SinkRejected``: 400, 404, 413, 422) is never
+and a redirect (``SinkRedirected``: 3xx, never followed) are such an outage too, not
+tried again in place, the first line an error naming the setting to check; a redirect is
+also counted as failed when the outage starts (it lasts until the URL is changed). A
+refusal of the batch (``SinkRejected``: 400, 404, 413, 422) is never
 retried. A tick (Alertmanager's re-send) that is refused, or fails with a sink's bug, is
 said once, counted as failed each time, tried again with backoff, and said again once one
 goes through.
@@ -38,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected, SinkUnauthorized
+from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkMisconfigured, SinkRejected
 from fleetwatch.pipeline.sinks.lane_outage import LaneOutage
 from fleetwatch.retry import Backoff, retry
 
@@ -267,7 +269,7 @@ class Lane(LaneOutage):
                 raise _StopTrying(tried[-1])  # closing: held, and tried once more at the end
             try:
                 self.sink.send(notices)
-            except SinkUnauthorized as exc:  # the same credentials fail the same way
+            except SinkMisconfigured as exc:  # the same setting fails the same way
                 raise _StopTrying(exc) from exc
             except SinkError as exc:
                 tried.append(exc)

@@ -16,6 +16,13 @@
   credentials in the sink's setting (or the proxy's) are wrong until someone fixes them,
   so its changes are held, not dropped; the message names the setting to check. Any other
   answer that is not 2xx (400, 404, 413, 422) is ``SinkRejected``: never retried.
+* A redirect (any 3xx) is never followed, for any method: urllib would turn a POST that
+  meets a 301, 302 or 303 into a GET without its body, and the 200 of the page it leads
+  to would count the alerts as delivered. Following only 307 and 308 (which keep the
+  method and body) would still send the alerts, and the basic auth that must not follow,
+  to wherever the answer says, at every request. ``SinkRedirected`` (a ``SinkError``)
+  names the ``Location`` and the setting to set to it: held like an outage, and counted
+  as a failure at once, until the URL is the final one.
 """
 
 from __future__ import annotations
@@ -26,14 +33,21 @@ import json
 import socket
 import threading
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from typing import Any
 
-from fleetwatch.pipeline.server_url import ServerURL
-from fleetwatch.pipeline.sinks.base import SinkError, SinkRejected, SinkUnauthorized
+from fleetwatch.pipeline.server_url import ServerURL, masked_url
+from fleetwatch.pipeline.sinks.base import (
+    SinkError,
+    SinkRedirected,
+    SinkRejected,
+    SinkUnauthorized,
+)
 
 __all__ = ["ANSWER_LIMIT", "ERROR_TEXT_LIMIT", "SILENCES_LIMIT", "ServerURL", "post_json",
-           "request", "unauthorized"]
+           "redirected", "request", "unauthorized"]
 
 ANSWER_LIMIT = 64 << 10        # bytes of any answer read
 ERROR_TEXT_LIMIT = 2000        # bytes of an error answer's text read
@@ -43,13 +57,14 @@ _READ = 64 << 10
 
 
 def post_json(url: ServerURL | str, body: Any, timeout_s: float, what: str,
-              setting: str = "") -> None:
+              setting: str = "", headers: Mapping[str, str] | None = None) -> None:
     """POST ``body``; ``SinkError`` for no complete answer within ``timeout_s``, 5xx or
     429, ``SinkUnauthorized`` for 401, 403 or 407 (naming ``setting``, the config key of
     the URL, to check), ``SinkRejected`` for any other answer that is not 2xx (its text in
     the message)."""
     server = url if isinstance(url, ServerURL) else ServerURL.of(url)
-    status, text, _ = request(server, "POST", json.dumps(body).encode(), timeout_s, what)
+    status, text, _ = request(server, "POST", json.dumps(body).encode(), timeout_s, what,
+                              setting=setting, headers=headers)
     if status >= 300:
         said = _quoted(text)
         if status in AUTH_STATUSES:
@@ -79,6 +94,20 @@ def unauthorized(server: ServerURL, status: int, text: bytes, what: str,
                             f"user:password in {where}")
 
 
+def redirected(server: ServerURL, status: int, location: str | None, what: str,
+               setting: str = "") -> SinkRedirected:
+    """The error for a 3xx answer: where it points (masked as the URL is), and what to set."""
+    where = setting or "the sink's URL"
+    if not location:
+        return SinkRedirected(f"{what} {server.shown} answered {status} (a redirect, with no "
+                              f"Location): not followed, alerts not delivered; check {where}")
+    target = masked_url(urllib.parse.urljoin(server.base, location), server.secret_path)
+    return SinkRedirected(
+        f"{what} {server.shown} answered {status}, a redirect to {target}: not followed "
+        f"(a redirected POST loses its alerts), alerts not delivered; set {where} to the "
+        "final URL")
+
+
 def _quoted(text: bytes) -> str:
     """An error answer's text as a message quotes it: ": TEXT" on one line (an HTML error
     page's line breaks and indentation collapsed), at most ``QUOTE_CHARS`` of it, or "" if
@@ -90,23 +119,29 @@ def _quoted(text: bytes) -> str:
 
 
 def request(server: ServerURL, method: str, data: bytes | None, timeout_s: float, what: str,
-            limit: int = ANSWER_LIMIT) -> tuple[int, bytes, bool]:
+            limit: int = ANSWER_LIMIT, setting: str = "",
+            headers: Mapping[str, str] | None = None) -> tuple[int, bytes, bool]:
     """One request, all of it within ``timeout_s``: (status, the answer's first ``limit``
     bytes, whether that is all of it; of an answer that is not 2xx, its first
     ``ERROR_TEXT_LIMIT`` bytes, whatever came of them). ``SinkError`` when no complete
-    answer came."""
-    headers = {"Content-Type": "application/json"} if data is not None else {}
-    req = urllib.request.Request(server.base, data, headers, method=method)
+    answer came; ``SinkRedirected`` for a 3xx (not followed; ``setting`` named)."""
+    sent = {"Content-Type": "application/json"} if data is not None else {}
+    sent.update(headers or {})
+    req = urllib.request.Request(server.base, data, sent, method=method)
     for name, value in server.basic_header().items():
         req.add_unredirected_header(name, value)  # not to where a redirect leads
     deadline = _Deadline(timeout_s)
-    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline))
+    opener = urllib.request.build_opener(_HTTPHandler(deadline), _HTTPSHandler(deadline),
+                                         _NoRedirect())
     try:
         with deadline:
             try:
                 resp = opener.open(req, timeout=timeout_s)
             except urllib.error.HTTPError as exc:
                 with exc:
+                    if 300 <= exc.code < 400:
+                        raise redirected(server, exc.code, exc.headers.get("Location"),
+                                         what, setting) from None
                     return exc.code, _error_text(exc), True
             with resp:
                 text, whole = _read(resp, limit)
@@ -215,6 +250,13 @@ def _watched(deadline: _Deadline, cls: type[http.client.HTTPConnection]) -> Any:
         deadline.watch(conn)
         return conn
     return make
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """Redirects are not followed (see the module's doc): a 3xx is an ``HTTPError``."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):

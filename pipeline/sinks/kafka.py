@@ -1,5 +1,8 @@
-"""The Kafka alert topic: every alert change as one JSON message, keyed by node (with
-``link``, the dashboard page about it, where ``alerts.dashboard_url`` is set)."""
+"""The Kafka alert topic: every alert change as one JSON message (``change_json``), keyed by
+node (a rack alert by its rack, a room alert by ``*``), with the headers ``state``,
+``version`` (``SCHEMA_VERSION``: the message's layout, raised only for a change a consumer
+must know of; fields are added, never renamed) and ``notification_id`` (the change's dedupe
+key). The README's "Webhook and Kafka payloads" lists every field."""
 
 from __future__ import annotations
 
@@ -8,7 +11,9 @@ from collections.abc import Sequence
 
 from fleetwatch.pipeline.bus import BusError, Producer
 from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks.base import SinkError, change_json
+from fleetwatch.pipeline.sinks.base import SinkError, change_json, notification_id
+
+SCHEMA_VERSION = 1
 
 
 class KafkaAlertSink:
@@ -28,8 +33,10 @@ class KafkaAlertSink:
             for n in changes:
                 key = (n.alert.node or n.alert.rack).encode()
                 body = json.dumps(change_json(n, self.dashboard_url)).encode()
-                self.producer.send(self.topic, body, key,
-                                   headers=[("state", n.alert.state.encode())])
+                self.producer.send(self.topic, body, key, headers=[
+                    ("state", n.alert.state.encode()),
+                    ("version", str(SCHEMA_VERSION).encode()),
+                    ("notification_id", notification_id(n).encode())])
             self.producer.flush(self.timeout_s)
         except BusError as exc:
             raise SinkError(f"alert topic {self.topic}: {exc}") from exc

@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected, SinkUnauthorized
+from fleetwatch.pipeline.sinks.base import (
+    AlertSink,
+    SinkError,
+    SinkMisconfigured,
+    SinkRedirected,
+    SinkRejected,
+)
 from fleetwatch.retry import Backoff
 
 if TYPE_CHECKING:
@@ -82,8 +88,12 @@ class LaneOutage:
         if self._down_since is None:
             self._down_since, self._given_up = now, 0
             self._retry_backoff.reset()
-            # Refused credentials stay refused until someone fixes them: an error.
-            level = logging.ERROR if isinstance(exc, SinkUnauthorized) else logging.WARNING
+            # Refused credentials, a redirect: wrong until someone fixes them, an error.
+            level = logging.ERROR if isinstance(exc, SinkMisconfigured) else logging.WARNING
+            if isinstance(exc, SinkRedirected):
+                # Counted at once (fleetwatch_alert_sink_failed_total): it will not pass by
+                # itself, and sink_retry_s may be long.
+                self._failed(1, exc, logged=True)
             if self._held:
                 log.log(level, "alert sink %s: %s; holding %d alert changes and retrying for "
                         "up to %gs (alerts.sink_retry_s)", self.sink.name, exc,
@@ -101,16 +111,16 @@ class LaneOutage:
             self._retry_at = now + self._retry_backoff.peek()
             return
         self._in_flight = held
+        told = len(self._told(held))
         try:
-            if held:
-                self.sink.send(held)
-            elif callable(self._tick):
-                self._tick()
+            # False: nothing reached the sink (only muted changes held, nothing to re-send):
+            # no sign that it is back.
+            went = self.sink.send(held) if held else self._tick()  # type: ignore[misc]
         except SinkError as exc:
             self._in_flight = ()
             # Down, and now refusing the credentials (it came back so configured): said once.
-            newly_refused = isinstance(exc, SinkUnauthorized) and not isinstance(
-                self._last_error, SinkUnauthorized)
+            newly_refused = isinstance(exc, SinkMisconfigured) and type(exc) is not type(
+                self._last_error)
             self._last_error = exc
             self._count("retries")
             self._give_up(now, exc)
@@ -124,11 +134,20 @@ class LaneOutage:
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(len({h.batch for h in self._held.values()}), exc, logged=True)
         else:
+            if went is False:
+                self._in_flight = ()
+                with self._held_lock:
+                    self._held.clear()
+                self._retry_at = now + self._retry_backoff.next()
+                self._refuse_forgotten()
+                return
             if held:
                 self._sent()
-            log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s",
-                        self.sink.name, now - (self._down_since or now), len(self._told(held)),
-                        f", {self._given_up} given up" if self._given_up else "")
+            resent = int(getattr(self.sink, "resent", 0) or 0)
+            log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s%s",
+                        self.sink.name, now - (self._down_since or now), told,
+                        f", {self._given_up} given up" if self._given_up else "",
+                        f", {resent} still firing that it missed re-sent" if resent else "")
         self._in_flight = ()
         with self._held_lock:
             self._held.clear()
