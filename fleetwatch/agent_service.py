@@ -144,9 +144,9 @@ class AgentService:
             raise
         self.exporter = Exporter(config.node.node, health)
         host, port = config.agent.metrics_host, config.agent.metrics_port
-        try:
-            self.server = bound(host, port, "agent.metrics_port",
-                                lambda: serve_metrics(self.exporter, host, port))
+        try:  # port 0: no /metrics (as processor.metrics_port = 0)
+            self.server = None if not port else bound(
+                host, port, "agent.metrics_port", lambda: serve_metrics(self.exporter, host, port))
         except BaseException:
             self.source.close()
             if self.producer is not None:
@@ -186,10 +186,11 @@ class AgentService:
         where = (f"to {config.bus.bootstrap} topic {config.bus.topic}, spool "
                  f"{config.agent.spool_dir}" if self.sender is not None
                  else "sending nothing (bus.kind = \"memory\": /metrics only)")
-        log.info("agent %s/%s: every %gs %s; /metrics on %s", config.node.cluster,
+        log.info("agent %s/%s: every %gs %s; /metrics %s", config.node.cluster,
                  config.node.node,
                  config.agent.interval_s, where,
-                 http_url(config.agent.metrics_host, self.server.port, "/metrics"))
+                 "off (agent.metrics_port = 0)" if self.server is None else
+                 "on " + http_url(config.agent.metrics_host, self.server.port, "/metrics"))
         if self.sender is not None:
             self.sender.start()
         try:
@@ -207,7 +208,8 @@ class AgentService:
             log.info("agent stopped: %d frames sent, %d spooled and waiting, %d dropped",
                      self.producer.sent + self.producer.replayed, self.producer.backlog,
                      self.producer.dropped + self.sender.dropped)
-        self.server.stop()
+        if self.server is not None:
+            self.server.stop()
 
 
 def run_agent(config: Config, fake_gpus: int | None = None,

@@ -214,7 +214,8 @@ def _up_options(config: Config, args: argparse.Namespace):  # -> UpOptions
                        backfill_s=args.backfill)
     faults = _faults(config, args, default_start_s=120.0, default_duration_s=6 * 3600.0)
     return dataclasses.replace(checked, simulate=args.simulate, faults=tuple(faults),
-                               keep=args.keep, store=args.store, steady_load=not args.phases)
+                               keep=args.keep, store=args.store, steady_load=not args.phases,
+                               into_live_store=args.into_live_store)
 
 
 def open_dashboard_store(config: Config):

@@ -180,6 +180,10 @@ def parser() -> argparse.ArgumentParser:
     up.add_argument("--keep", action="store_true",
                     help="continue the simulated store from its newest sample (without it, "
                     "the store must be new: fleetwatch never deletes one)")
+    up.add_argument("--into-live-store", action="store_true",
+                    help="with --keep: write the simulated fleet even into a store that "
+                    "another cluster's samples reached in the last 15 minutes (processors "
+                    "of a real fleet write it); refused without it")
 
     sim = sub.add_parser("simulate", help="write hours or days of a simulated fleet's history "
                          "into the store", description="Write a simulated fleet's history, with "

@@ -39,6 +39,7 @@ from typing import Any
 
 from fleetwatch.config import Config, ConfigError
 from fleetwatch.pipeline.bus import BusBroken
+from fleetwatch.pipeline.group_check import GroupCheck
 from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
@@ -62,6 +63,7 @@ from fleetwatch.wiring import (
     ensure_topics,
     learned_detectors,
     linked,
+    member_settings,
     open_consumer,
     open_notifier,
     open_producer,
@@ -162,7 +164,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
             log.warning("%s", behind)
         if topics and not _topics_ready(config, stop):
             return _stopped_waiting(config, stop)
-        consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))
+        check = GroupCheck(config.bus.group, member_settings(config))
+        consumer = reach_kafka(config.bus.bootstrap, stop,
+                               lambda: open_consumer(config.bus, check=check))
         if consumer is None:
             return _stopped_waiting(config, stop)
         held.callback(consumer.close)
@@ -177,7 +181,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                               max_clock_ahead_s=config.processor.max_clock_ahead_s)
         if registry is not None:
             registry.register(ProcessorCollector(processor, consumer, notifier,
-                                                 processor_info(config)))
+                                                 processor_info(config), check))
             registry.register(ModelCollector(processor.detectors))
         log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
                  config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,

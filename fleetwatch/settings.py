@@ -48,7 +48,8 @@ class AgentConfig:
     spool_max_mb: float = ranged(512.0, 1.0, 1_000_000.0)
     # An address to listen on: 0.0.0.0 for all of them ("" would mean the same, unsaid).
     metrics_host: str = required("127.0.0.1")
-    metrics_port: int = ranged(9400, 1, 65535)
+    # 0: no /metrics (as processor.metrics_port = 0), e.g. where nothing scrapes agents.
+    metrics_port: int = ranged(9400, 0, 65535)
     kernel_log: str = "/dev/kmsg"   # "": no XIDs from the kernel log
     proc_root: str = required("/proc")
     sys_root: str = required("/sys")

@@ -43,7 +43,7 @@ from fleetwatch.simulate import (
 )
 from fleetwatch.storelock import StoreBusy, StoreLock, StorePathError, check_store_path
 from fleetwatch.up_system import System
-from fleetwatch.up_timeline import continued_sim, newest_sample_s
+from fleetwatch.up_timeline import continued_sim, live_clusters, newest_sample_s
 from fleetwatch.urls import http_url
 from fleetwatch.wiring import (
     open_store,
@@ -78,6 +78,9 @@ class UpOptions:
     speed: float = ranged(30.0, 1.0, 100_000.0)
     faults: Sequence[Fault] = ()
     keep: bool = False                # continue the store's data (else it must be new or empty)
+    # With keep: write into a store that clusters other than the simulated one wrote to
+    # within LIVE_S (live processors, as a rule); refused without it.
+    into_live_store: bool = False
     store: str | None = None          # the file the user named (--store); None: the default
     steady_load: bool = False         # simulated jobs compute-bound throughout (no phases)
 
@@ -115,7 +118,7 @@ def store_config(config: Config, options: UpOptions, simulate: bool) -> Config:
     return dataclasses.replace(config, store=store)
 
 
-def sim_start(path: str, options: UpOptions, now_s: float) -> float:
+def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim") -> float:
     """Where the simulated timeline starts (its first sample is one interval later):
     ``backfill_s`` ago in a new store; with ``keep``, at the newest stored sample (or
     ``backfill_s`` ago if that is older, leaving the time nothing ran as a gap), so that
@@ -130,10 +133,35 @@ def sim_start(path: str, options: UpOptions, now_s: float) -> float:
                       f"Continue it with --keep; or start afresh with another file "
                       f"(--store NEW.db) or after removing this one yourself (rm {path}*): "
                       "fleetwatch never deletes a store it did not create in this run")
+    _refuse_live_store(path, options, now_s, cluster)
     if newest > now_s + 60:
         raise UpError(f"the store {path} holds data up to {stamp}, later than now: is this "
                       "machine's clock right? Use another file with --store NEW.db")
     return max(start, newest)
+
+
+# A cluster other than the simulated one with a sample this recent makes a kept store
+# live: processors of a real fleet write it.
+LIVE_S = 900.0
+
+
+def _refuse_live_store(path: str, options: UpOptions, now_s: float, cluster: str) -> None:
+    """A ``--keep`` onto a store that other clusters' samples reached within ``LIVE_S``
+    (processors writing a real fleet) is refused unless ``into_live_store``: the simulated
+    cluster, its jobs and its faults would land among the real data and its dashboard."""
+    if options.into_live_store:
+        return
+    live = live_clusters(path, cluster, now_s - LIVE_S)
+    if not live:
+        return
+    said = ", ".join(f"{c} (newest sample {time.strftime('%H:%M:%S', time.localtime(ts))})"
+                     for c, ts in sorted(live.items())[:5])
+    raise UpError(f"the store {path} is written by something else: cluster(s) {said} have "
+                  f"samples from the last {LIVE_S / 60:.0f} minutes and this run simulates "
+                  f"cluster {cluster!r}. `fleetwatch up` would write a simulated "
+                  "fleet into it (beside the data that `fleetwatch process` stores there): "
+                  "give the simulation a store of its own (--store NEW.db), or, if that is "
+                  "really meant, add --into-live-store")
 
 
 def build(config: Config, options: UpOptions) -> tuple[System, str]:
@@ -179,7 +207,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
         if getattr(source, "nvml_problem", None) is not None:  # said in the warning above
             return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
-    start = sim_start(config.store.path, options, time.time())
+    start = sim_start(config.store.path, options, time.time(), config.sim.cluster)
     continued = newest_sample_s(config.store.path) if options.keep else None
     s = config.sim
     sim, notes = continued_sim(sim_params(config, options), start, options.faults,

@@ -36,6 +36,24 @@ def newest_sample_s(path: str) -> float | None:
     return None if newest is None else newest / 1000
 
 
+def live_clusters(path: str, sim_cluster: str, since_s: float) -> dict[str, float]:
+    """Clusters other than ``sim_cluster`` with a sample in the SQLite store at ``path``
+    after ``since_s``, with their newest sample's time: a store that processors of a real
+    fleet write now (or another ``up``'s cluster), never one to write a simulation into."""
+    if not Path(path).exists() or Path(path).stat().st_size == 0:
+        return {}
+    store = SqliteStore(path, read_only=True)
+    try:
+        out: dict[str, float] = {}
+        for metric in ("host_cpu_util_pct", _NEWEST_METRIC):
+            for key, ts_ms, _ in store.latest(metric, int(since_s * 1000)):
+                if key.cluster != sim_cluster:
+                    out[key.cluster] = max(out.get(key.cluster, 0.0), ts_ms / 1000)
+        return out
+    finally:
+        store.close()
+
+
 def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
                   kept: str | None) -> tuple[FleetSim, list[str]]:
     """The simulated fleet from ``start``, and a note per fault for the banner.

@@ -12,6 +12,7 @@ import hashlib
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Callable, Iterable
 
@@ -31,6 +32,7 @@ from fleetwatch.pipeline.bus import Consumer, Producer
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.energy_settings import EnergySettings
+from fleetwatch.pipeline.group_check import GroupCheck, MemberSettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
 from fleetwatch.pipeline.store.base import Store
 
@@ -81,19 +83,48 @@ def alerts_instance(config: Config) -> str:
     return f"{config.store.kind}-{digest}"
 
 
+def _hash(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode()
+                          ).hexdigest()[:12]
+
+
+def settings_parts(config: Config) -> dict[str, str]:
+    """Short hashes of what members of one consumer group must share, one per part
+    (``pipeline.group_check.PARTS``): equal wherever the settings are, and never the
+    settings themselves (a webhook URL may hold a token). ``detectors``: the
+    ``[detectors]`` section (``enabled`` is a set: hashed sorted). ``alert_sinks``: where
+    alerts go and what decides when they fire and resolve there (the sinks, the alert
+    topic, keep-firing, the Alertmanager instance and clusters, the remedy label): a
+    member without the webhook would take over pages it can neither resolve nor send.
+    ``store``: its kind and where it is."""
+    section = dataclasses.asdict(config.detectors)
+    section["enabled"] = sorted(set(section["enabled"]))
+    a = config.alerts
+    sinks = {"webhook_url": a.webhook_url, "alertmanager_url": a.alertmanager_url.rstrip("/"),
+             "alert_topic": config.bus.alert_topic if config.bus.kind == "kafka" else "",
+             "keep_firing_s": a.keep_firing_s, "instance": alerts_instance(config),
+             "clusters": sorted(set(a.clusters)), "xid_remedy_label": a.xid_remedy_label}
+    return {"detectors": _hash(section), "alert_sinks": _hash(sinks),
+            "store": _hash([config.store.kind, store_target(config.store)])}
+
+
+def member_settings(config: Config) -> MemberSettings:
+    """This member's fingerprint for its group (``pipeline.group_check``), named by host
+    and pid."""
+    return MemberSettings(f"{socket.gethostname()} pid {os.getpid()}", settings_parts(config))
+
+
 def processor_info(config: Config) -> dict[str, str]:
     """The labels of ``fleetwatch_processor_info``: the release it runs (``version``, and
     ``commit`` from a git checkout, else ""), and what members of one consumer group must
     share, or the group splits the fleet's data between stores (each member writes the
-    nodes of its partitions) or judges nodes by different rules. ``detectors``: a short
-    hash of the ``[detectors]`` section, equal wherever the settings are: ``enabled`` is a
-    set (the order it is written in changes nothing), so it is hashed sorted."""
-    section = dataclasses.asdict(config.detectors)
-    section["enabled"] = sorted(set(section["enabled"]))
-    settings = json.dumps(section, sort_keys=True, default=str)
+    nodes of its partitions), judges nodes by different rules, or notifies them
+    elsewhere or not at all: ``detectors`` and ``alert_sinks``, short hashes of those
+    settings (``settings_parts``)."""
+    parts = settings_parts(config)
     return {"group": config.bus.group, "store_kind": config.store.kind,
             "store_target": store_target(config.store),
-            "detectors": hashlib.sha256(settings.encode()).hexdigest()[:12],
+            "detectors": parts["detectors"], "alert_sinks": parts["alert_sinks"],
             "version": __version__, "commit": commit()}
 
 
@@ -170,7 +201,10 @@ def unreachable(exc: BaseException) -> bool:
     return str(exc).startswith("cannot reach Kafka at ")
 
 
-def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consumer:
+def open_consumer(config: BusConfig, memory: MemoryBus | None = None,
+                  check: GroupCheck | None = None) -> Consumer:
+    """``check``: this member's settings handed to its group, and the group's compared with
+    them on each assignment (Kafka only: the in-process bus has one member)."""
     if config.kind == "memory":
         if memory is None:
             raise ValueError("the in-process bus only works inside `fleetwatch up`; "
@@ -183,7 +217,9 @@ def open_consumer(config: BusConfig, memory: MemoryBus | None = None) -> Consume
     return KafkaConsumer(config.bootstrap, config.topic, config.group,
                          security=kafka_security(config), session_timeout_ms=session_ms,
                          heartbeat_interval_ms=max(1000, session_ms // 3),
-                         options=config.kafka_consumer)
+                         options=config.kafka_consumer,
+                         member_data=check.mine.encode() if check is not None else b"",
+                         on_group=check.assigned if check is not None else None)
 
 
 def learned_detectors(config: ModelsConfig) -> list[Detector]:

@@ -15,6 +15,8 @@ I/O, no clock; the processor writes the events with the batch.
   in a state other than ok is an event too. A GPU lost after its samples
   stopped (judged minutes later in a recording) is lost from the first frame
   without one: its event is stamped then, as its gpu_lost alert starts then.
+  A node met for the first time (a start, a partition taken over) starts from
+  each GPU's newest stored state (``recall``): a GPU still lost is not lost again.
 * ``throttle``: the ``gpu_throttle_reasons`` bitmask changed; ``code`` the
   new mask, ``text`` its flags' names.
 * ``gpu_identity``: the board in a GPU slot as the frame names it (``value`` its
@@ -114,6 +116,10 @@ class _Node:
     # The boards the store last named in its slots (``recall``): a board met again after a
     # restart is not new, another one in its slot is a replacement.
     stored: dict[int, Board] = field(default_factory=dict)
+    # The state (ok, lost, gone) of the newest ``gpu_state`` event the store holds for each
+    # slot (``recall``): the state a GPU first seen here starts from, so that a partition
+    # taken over (or a restart) stores no second "lost" for a GPU still lost.
+    states: dict[int, str] = field(default_factory=dict)
 
 
 class EventTracker:
@@ -123,7 +129,8 @@ class EventTracker:
         self._nodes: dict[NodeKey, _Node] = {}
         # The nodes as they were before the last update (None: not known then), for undo().
         self._before: dict[NodeKey, _Node | None] = {}
-        self._recalled: dict[NodeKey, dict[int, Board]] = {}  # read back, not yet met
+        # Read back, not yet met: the boards and GPU states stored for each node.
+        self._recalled: dict[NodeKey, tuple[dict[int, Board], dict[int, str]]] = {}
 
     def unknown(self, frames: Iterable[Frame]) -> list[NodeKey]:
         """Nodes of these frames this tracker has neither met nor ``recall``-ed."""
@@ -131,15 +138,20 @@ class EventTracker:
                       - self._recalled.keys())
 
     def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event]) -> None:
-        """The boards stored for these nodes (their ``gpu_identity`` events, any order):
-        what their first frames are compared with."""
-        boards: dict[NodeKey, dict[int, Board]] = {key: {} for key in nodes}
+        """The boards and GPU states stored for these nodes (their ``gpu_identity`` and
+        ``gpu_state`` events, any order): what their first frames are compared with."""
+        recalled: dict[NodeKey, tuple[dict[int, Board], dict[int, str]]] = {
+            key: ({}, {}) for key in nodes}
         for e in sorted(events, key=lambda e: e.ts):
             index = gpu_index(e.device)
-            known = boards.get((e.cluster, e.node))
-            if e.kind == "gpu_identity" and known is not None and index is not None:
-                known[index] = Board.of_event(e)
-        self._recalled.update(boards)
+            known = recalled.get((e.cluster, e.node))
+            if known is None or index is None:
+                continue
+            if e.kind == "gpu_identity":
+                known[0][index] = Board.of_event(e)
+            elif e.kind == "gpu_state" and e.value:
+                known[1][index] = e.value
+        self._recalled.update(recalled)
 
     def update(self, frames: Iterable[Frame]) -> list[Event]:
         """The events these frames make, in frame order; the state moves past them
@@ -155,7 +167,8 @@ class EventTracker:
             if key not in self._before:
                 self._before[key] = None if node is None else _copy(node)
             if node is None:
-                node = self._nodes[key] = _Node(f.ts, stored=self._recalled.pop(key, {}))
+                boards, states = self._recalled.pop(key, ({}, {}))
+                node = self._nodes[key] = _Node(f.ts, stored=boards, states=states)
             self._changes(f, node, out)
             node.ts = f.ts
         return out
@@ -165,8 +178,8 @@ class EventTracker:
         for key, node in self._before.items():
             if node is None:
                 gone = self._nodes.pop(key, None)
-                if gone is not None and gone.stored:  # read back again: keep what was
-                    self._recalled[key] = gone.stored
+                if gone is not None and (gone.stored or gone.states):  # keep what was read
+                    self._recalled[key] = (gone.stored, gone.states)
             else:
                 self._nodes[key] = node
         self._before = {}
@@ -207,8 +220,9 @@ class EventTracker:
             raw = g.metrics.get(THROTTLE_METRIC)
             mask = None if raw is None else int(raw)
             was = gpus.get(index)
-            if was is None:
-                was = _Gpu("ok" if first else GONE, None, mask, node.stored.get(index))
+            if was is None:  # first seen: as the store last said it was (else ok)
+                was = _Gpu(node.states.get(index, "ok") if first else GONE, None, mask,
+                           node.stored.get(index))
             state, job, throttle, board, left, _ = was
             board, left = _board_events(f, index, g, board, left, out)
             quiet = None if g.metrics else f.ts if was.quiet is None else was.quiet

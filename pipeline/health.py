@@ -6,9 +6,12 @@ notifier's counters per sink at scrape time, so nothing on the hot path
 touches prometheus-client.
 
 Two more for the group as a whole: ``fleetwatch_processor_info`` (always 1) labels
-the member with its group, store and a hash of its detectors' settings, so that a rule
-can see members of one group that would split the data between stores (or judge it
-by different rules); ``fleetwatch_processor_topic_partitions_missing`` says how many
+the member with its group, store and hashes of its detectors' and alert sinks'
+settings, so that a rule can see members of one group that would split the data
+between stores, judge it by different rules or notify it elsewhere;
+``fleetwatch_processor_group_members_differing{part}`` says how many other members
+this one found differing at the last rebalance (``pipeline.group_check``);
+``fleetwatch_processor_topic_partitions_missing`` says how many
 partitions a topic lacks that this member found short and could not grow.
 """
 
@@ -22,6 +25,7 @@ from prometheus_client.registry import Collector
 from fleetwatch.pipeline.bus import Consumer
 from fleetwatch.pipeline.bus.topics import topic_partitions
 from fleetwatch.pipeline.clock_skew import MAX_NODES
+from fleetwatch.pipeline.group_check import GroupCheck
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 
@@ -38,8 +42,11 @@ _SINK_COUNTERS = (
 
 class ProcessorCollector(Collector):
     def __init__(self, processor: Processor, consumer: Consumer,
-                 notifier: Notifier | None = None, info: dict[str, str] | None = None) -> None:
-        """``info``: the labels of ``fleetwatch_processor_info`` (``wiring.processor_info``)."""
+                 notifier: Notifier | None = None, info: dict[str, str] | None = None,
+                 check: GroupCheck | None = None) -> None:
+        """``info``: the labels of ``fleetwatch_processor_info`` (``wiring.processor_info``);
+        ``check``: the comparison of this member's settings with its group's."""
+        self.check = check
         self.processor = processor
         self.consumer = consumer
         self.notifier = notifier
@@ -162,6 +169,16 @@ class ProcessorCollector(Collector):
                                      labels=list(self.info))
             info.add_metric(list(self.info.values()), 1)
             yield info
+        if self.check is not None:
+            differ = GaugeMetricFamily(
+                "fleetwatch_processor_group_members_differing",
+                "Other members of this processor's consumer group that run with different "
+                "settings of a part that must agree (detectors, alert_sinks, store), as of "
+                "the last rebalance; each difference is logged as a WARNING naming them",
+                labels=["part"])
+            for part, count in self.check.differing.items():
+                differ.add_metric([part], count)
+            yield differ
         yield from topic_families()
 
 

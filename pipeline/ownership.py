@@ -27,7 +27,11 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   ``partition_of``) are built as if they had sent a frame, and every
   ``on_expected`` callback is told their last frame's time. A node that fell
   silent while no processor watched it (a restart, a rolling upgrade, its
-  partition moving) is then reported by its new owner, once.
+  partition moving) is then reported by its new owner, once. The log line that
+  names those that have sent nothing yet waits ``grace_s`` (two of the fleet's
+  usual intervals, at least ``MIN_GRACE_S``) on the processor's clock or the
+  frames': right after an assignment nothing has been polled yet, and naming
+  every node then reads as "these nodes are silent".
 
 With no bus (``Processor.process``) or before the first assignment, every
 node counts as owned.
@@ -66,6 +70,11 @@ Locate = Callable[[bytes], Partition | None]
 EXPECT_S = 7 * 86400.0
 # Metrics every node's frames carry: the host's, and its GPUs' where it has no host part.
 SEEN_METRICS = ("host_cpu_util_pct", "gpu_temp_c")
+# The wait before nodes of partitions taken over that have sent nothing are named in the
+# log: two of the fleet's usual intervals (learned from its frames), at least this, and
+# this many seconds while no interval is known yet.
+MIN_GRACE_S = 5.0
+UNKNOWN_GRACE_S = 30.0
 
 
 class Ownership:
@@ -97,6 +106,14 @@ class Ownership:
         # The clusters this member has had frames from: one store may hold several
         # clusters, each consumed from its own topic by its own processors.
         self._clusters: set[str] = set()
+        # Nodes taken over that have sent nothing yet, named in the log once the grace is
+        # over (``_say_expected``): when, on the processor's clock and on the frames'.
+        self._quiet: dict[NodeKey, Expected] = {}
+        self._quiet_due: tuple[float, float] = (0.0, 0.0)
+        self._newest_ts = 0.0        # the newest frame's time seen
+        self._last_ts: dict[NodeKey, float] = {}
+        self._usual_s: float | None = None  # the fleet's usual interval (moving average)
+        self.monotonic: Callable[[], float] = time.monotonic
 
     # -- the consumer's Rebalance listener (called inside poll) --
     def revoked(self, partitions: Sequence[Partition]) -> None:
@@ -129,6 +146,8 @@ class Ownership:
             return
         for key in [k for k in self._nodes if k[1] in nodes]:
             del self._nodes[key]
+            self._quiet.pop(key, None)
+            self._last_ts.pop(key, None)
         self._book.drop(nodes)
         for hook in self._on_revoked:
             hook(nodes)
@@ -156,11 +175,13 @@ class Ownership:
         for i, f in enumerate(frames):
             key = (f.cluster, f.node)
             self._clusters.add(f.cluster)
+            self._learn_interval(key, f.ts)
             if key not in known and key not in where:
                 where[key] = (sources[i].topic, sources[i].partition) if sources else None
         expected = self._expected(where) if self._expect else []
         if self._recheck:
             self._load_missed()
+        self._say_expected(frames, expected)
         if not where:
             return
         self._read_stored()
@@ -181,9 +202,42 @@ class Ownership:
             for hook in self._on_loaded:
                 hook(loaded)
         if expected:
-            log.info("%s", expected_line(expected, self._clusters))
             for hook in self._on_expected:
                 hook(expected)
+
+    def _learn_interval(self, key: NodeKey, ts: float) -> None:
+        last = self._last_ts.get(key)
+        self._last_ts[key] = ts if last is None else max(last, ts)
+        self._newest_ts = max(self._newest_ts, ts)
+        if last is not None and 0.0 < ts - last < 3600.0:
+            gap = ts - last
+            self._usual_s = gap if self._usual_s is None else \
+                self._usual_s + 0.05 * (gap - self._usual_s)
+
+    @property
+    def grace_s(self) -> float:
+        """How long nodes taken over may send nothing before the log names them."""
+        if self._usual_s is None:
+            return UNKNOWN_GRACE_S
+        return max(MIN_GRACE_S, 2.0 * self._usual_s)
+
+    def _say_expected(self, frames: Sequence[Frame], expected: list[Expected]) -> None:
+        """Keep the newly ``expected`` nodes; forget those that sent a frame since; name
+        the rest once the grace is over on either clock."""
+        if expected:
+            if not self._quiet:
+                grace = self.grace_s
+                self._quiet_due = (self.monotonic() + grace, self._newest_ts + grace)
+            self._quiet.update({(c, n): e for e in expected for c, _, n, _ in [e]})
+        if not self._quiet:
+            return
+        for f in frames:
+            self._quiet.pop((f.cluster, f.node), None)
+        due_wall, due_ts = self._quiet_due
+        if self._quiet and (self.monotonic() >= due_wall or self._newest_ts >= due_ts):
+            log.info("%s", expected_line(sorted(self._quiet.values(), key=lambda e: e[:3]),
+                                         self._clusters))
+            self._quiet = {}
 
     def _read_stored(self) -> None:
         """The store's open alerts, by node, unless read since the last assignment."""

@@ -345,7 +345,7 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
             return
         now = max(f.ts for f in frames)
         start = now - BOARD_RECALL_S
-        kinds = ["gpu_identity"]
+        kinds = ["gpu_identity", "gpu_state"]  # the boards, and the states to start from
         try:
             if len(nodes) <= RECALL_PER_NODE:
                 stored = [e for c, n in nodes

@@ -22,6 +22,7 @@ from typing import Any
 import kafka
 import kafka.errors as kerr
 from kafka import ConsumerRebalanceListener, TopicPartition
+from kafka.coordinator.assignors.roundrobin import RoundRobinPartitionAssignor
 from kafka.partitioner.default import murmur2
 from kafka.structs import OffsetAndMetadata
 
@@ -34,6 +35,7 @@ from fleetwatch.pipeline.bus import (
     Rebalance,
 )
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener, refused_options
+from fleetwatch.pipeline.bus.kafka_assignor import OnGroup, SettingsRange
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
 
 # The bus's logger, as before the consumer had a module of its own.
@@ -69,9 +71,12 @@ class KafkaConsumer:
                  client_id: str = "fleetwatch", auto_offset_reset: str = "earliest",
                  max_poll_interval_ms: int = 300_000, bootstrap_timeout_ms: int = 30_000,
                  commit_timeout_s: float = 30.0, options: Mapping[str, Any] | None = None,
+                 member_data: bytes = b"", on_group: OnGroup | None = None,
                  **extra: Any) -> None:
         """``options``: the user's kafka-python options (``bus.kafka_consumer``, checked at
-        load), over the values above."""
+        load), over the values above. ``member_data`` and ``on_group``: this member's
+        settings fingerprint, handed to the group, and what to call with the group's
+        (``kafka_assignor``; not with a user's own ``partition_assignment_strategy``)."""
         self._topic = topic
         self._commit_timeout_ms = int(commit_timeout_s * 1000)
         self._lock = threading.Lock()
@@ -87,6 +92,9 @@ class KafkaConsumer:
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
             bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
+        if member_data or on_group is not None:
+            settings["partition_assignment_strategy"] = (
+                SettingsRange(member_data, on_group), RoundRobinPartitionAssignor)
         settings.update(options or {})
         self._max_poll_records = settings["max_poll_records"]
         self._listener: Rebalance | None = None

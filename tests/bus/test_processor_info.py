@@ -1,8 +1,8 @@
 """Each processor says on /metrics what its group's members must share.
 
-``fleetwatch_processor_info{group, store_kind, store_target, detectors}``: a real
+``fleetwatch_processor_info{group, store_kind, store_target, detectors, alert_sinks}``: a real
 ``fleetwatch process`` against the real Tansu broker, scraped. Members of one group
-with another store or other detectors settings differ in these labels, which the
+with another store, other detectors or alert sinks settings differ in these labels, which the
 rule FleetwatchGroupConfigMismatch (deploy/prometheus) watches.
 """
 
@@ -58,6 +58,7 @@ def test_a_processor_exports_its_group_store_and_detectors(kafka: Server,
     assert info.labels == {"group": f"g-{run}", "store_kind": "sqlite",
                            "store_target": str(tmp_path / "fw.db"),
                            "detectors": processor_info(config)["detectors"],
+                           "alert_sinks": processor_info(config)["alert_sinks"],
                            "version": __version__, "commit": commit()}
     missing = {s.labels["topic"]: s.value
                for s in families["fleetwatch_processor_topic_partitions_missing"]}
@@ -84,3 +85,9 @@ def test_the_labels_tell_members_apart_and_never_show_a_password() -> None:
     sqlite = load(None, {"FLEETWATCH_STORE_KIND": "sqlite"})
     assert processor_info(sqlite)["store_target"].startswith("/")
     assert processor_info(sqlite)["detectors"] == info["detectors"]
+    hooked = load(None, {"FLEETWATCH_STORE_KIND": "victoriametrics",
+                         "FLEETWATCH_STORE_URL": "http://admin:s3cretPW@vm:8428",
+                         "FLEETWATCH_ALERTS_WEBHOOK_URL": "http://hook:9000/x?token=T0KEN"})
+    assert processor_info(hooked)["alert_sinks"] != info["alert_sinks"]
+    assert processor_info(hooked)["detectors"] == info["detectors"]
+    assert "T0KEN" not in str(processor_info(hooked))

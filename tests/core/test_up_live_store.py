@@ -1,0 +1,57 @@
+"""``fleetwatch up --keep --store PATH`` onto a store that processors of a real fleet write
+is refused (unless --into-live-store): it wrote a simulated cluster among the real one."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.up import LIVE_S, UpError, UpOptions, sim_start
+from tests.core.test_up import run_cli
+from tests.servers import free_port
+
+
+def real_store(path: Path, age_s: float) -> int:
+    """A store a processor of cluster "so" wrote, its newest sample ``age_s`` old; its rows."""
+    store = SqliteStore(path)
+    now = time.time() - age_s
+    store.write([Frame("so", "r1", f"node-{n:02d}", now - 5 * k,
+                       (GpuReading(0, f"GPU-{n}", "H100", {"gpu_temp_c": 50.0}),))
+                 for n in range(3) for k in range(4)])
+    count = store._conn().execute("SELECT count(*) FROM samples").fetchone()[0]
+    store.close()
+    return int(count)
+
+
+def test_up_keep_refuses_a_store_live_processors_write(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    rows = real_store(db, 20.0)
+    result = run_cli(tmp_path, "up", "--simulate", "--keep", "--store", str(db), "--port",
+                     str(free_port()))
+    assert result.returncode == 2, result.stderr
+    assert f"the store {db} is written by something else: cluster(s) so (newest sample " \
+        in result.stderr
+    assert "--store NEW.db" in result.stderr and "--into-live-store" in result.stderr
+    store = SqliteStore(db, read_only=True)
+    try:  # nothing written: no sample of the simulated cluster
+        assert store._conn().execute("SELECT count(*) FROM samples").fetchone()[0] == rows
+    finally:
+        store.close()
+
+
+def test_an_old_store_or_the_explicit_flag_is_continued(tmp_path: Path) -> None:
+    now = time.time()
+    old = tmp_path / "old.db"
+    real_store(old, LIVE_S + 60)  # nothing written for 16 minutes: not live
+    assert sim_start(str(old), UpOptions(keep=True), now, "sim") <= now
+    live = tmp_path / "live.db"
+    real_store(live, 20.0)
+    with pytest.raises(UpError, match="cluster.s. so"):
+        sim_start(str(live), UpOptions(keep=True), now, "sim")
+    assert sim_start(str(live), UpOptions(keep=True, into_live_store=True), now, "sim") <= now
+    # Its own cluster's samples are no other writer's: a kept simulation continues.
+    assert sim_start(str(live), UpOptions(keep=True), now, "so") <= now
