@@ -23,6 +23,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         SilenceNotFound,
         add_silence,
         cluster_scope_warning,
+        comment_dropped,
         describe,
         expire_silence,
         mutes_now,
@@ -49,6 +50,9 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
             print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            dropped = comment_dropped(store, [args.comment], "silence")
+            if dropped:
+                print(f"fleetwatch silence: {dropped}", file=sys.stderr)
             if unknown:
                 print(f"fleetwatch silence: WARNING: {unknown} Silenced anyway (a node not "
                       f"reporting yet); if it is a typo, `fleetwatch silence expire {s.id}` "
@@ -241,7 +245,12 @@ def _nodes_seen(store: Any, now: float) -> list[str]:
 
 
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, SilenceNotFound, acknowledge
+    from fleetwatch.silencing import (
+        SilenceError,
+        SilenceNotFound,
+        acknowledge,
+        comment_dropped,
+    )
     from fleetwatch.wiring import open_store
 
     missing = missing_store(config)
@@ -265,4 +274,7 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
         replaced = (f" (replacing {previous.by}'s acknowledgement of {when} UTC"
                     + (f": {previous.comment}" if previous.comment else "") + ")")
     print(f"acknowledged {args.alert_id} as {args.by}{replaced}")
+    dropped = comment_dropped(store, [args.comment], "acknowledgement")
+    if dropped:
+        print(f"fleetwatch ack: {dropped}", file=sys.stderr)
     return EXIT_OK
