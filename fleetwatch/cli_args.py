@@ -416,6 +416,10 @@ def parser() -> argparse.ArgumentParser:
     tl.add_argument("--tz", default="UTC", metavar="ZONE",
                     help="IANA time zone the times are written in, e.g. Europe/Berlin "
                     "(default UTC)")
+    tl.add_argument("--fault-hours", action="store_true",
+                    help="instead: the GPU-hours each job (and user) spent under firing fault "
+                    "alerts (warning, critical), per rule and in all, from the store's job "
+                    "events and energy ledger")
     fmt = tl.add_mutually_exclusive_group()
     fmt.add_argument("--json", dest="format", action="store_const", const="json",
                      help="one JSON object per entry and line")

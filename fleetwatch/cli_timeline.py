@@ -55,7 +55,7 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     scope = Scope(start, end, args.cluster or "", args.rack or "", args.node or "",
                   args.job or "")
-    got = _read(config, scope)
+    got = _read(config, scope, args.fault_hours)
     if isinstance(got, str):
         print(f"fleetwatch timeline: {got}", file=sys.stderr)
         return EXIT_ERROR
@@ -68,6 +68,8 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
                   f"{name} between {args.since} and {args.until or 'now'} (job_start events"
                   f" from {JOB_LOOKBACK_S / 86400:g} days before)", file=sys.stderr)
             return EXIT_ERROR
+    if args.fault_hours:
+        return _print_hours(records, job_events, scope, slots, args.format)
     entries = build(records, scope, slots)
     for note in notes:
         print(f"fleetwatch timeline: note: {note}", file=sys.stderr)
@@ -84,13 +86,61 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _print_hours(records: Any, job_events: list[Any], scope: Any, slots: Any,
+                 fmt: str) -> int:
+    """``--fault-hours``: GPU-hours under fault alerts by job and by user, per rule."""
+    import csv
+    import json
+
+    from fleetwatch.fault_hours import by_user, fault_hours
+    from fleetwatch.pipeline.events import jobs_of
+    from fleetwatch.pipeline.store.base import Event
+    from fleetwatch.timeline import in_place
+
+    events = [e for e in job_events if isinstance(e, Event)
+              and in_place(scope, e.cluster, e.rack, e.node, e.device, slots)]
+    owners = {job: (user, team) for job, user, team in
+              (x for x in job_events if isinstance(x, tuple))}
+    rack_of = {e.node: e.rack for e in events}
+    lines = fault_hours(records.alerts, [j for j in jobs_of(events)
+                                         if not scope.job or scope.job in j[2].split(",")],
+                        owners, rack_of, scope.start, scope.end)
+    users = by_user(lines)
+    if fmt == "json":
+        for f in lines:
+            print(json.dumps({"by": "job", "job": f.job, "user": f.user, "team": f.team,
+                              "rule": f.rule, "gpu_hours": round(f.gpu_hours, 6),
+                              "gpus": f.gpus}))
+        for user, rule, hours in users:
+            print(json.dumps({"by": "user", "user": user, "rule": rule,
+                              "gpu_hours": round(hours, 6)}))
+    elif fmt == "csv":
+        w = csv.writer(sys.stdout, lineterminator="\n")
+        w.writerow(("by", "job", "user", "team", "rule", "gpu_hours", "gpus"))
+        w.writerows(("job", f.job, f.user, f.team, f.rule, f"{f.gpu_hours:.6f}", f.gpus)
+                    for f in lines)
+        w.writerows(("user", "", u, "", r, f"{h:.6f}", "") for u, r, h in users)
+    else:
+        print("GPU-hours under firing fault alerts (warning, critical) by job; (any): each "
+              "GPU-second once")
+        for f in lines:
+            print(f"  job {f.job:<12} {f.user or '(no user)':<12} {f.rule:<28} "
+                  f"{f.gpu_hours:8.2f} GPU-h on {f.gpus} GPU(s)")
+        print("by user")
+        for user, rule, hours in users:
+            print(f"  {user or '(no user)':<12} {rule:<28} {hours:8.2f} GPU-h")
+    return EXIT_OK
+
+
 def _at(ts: float, tz: ZoneInfo) -> str:
     return datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _read(config: Config, scope: Any) -> tuple[Any, list[Any], list[str], str] | str:
-    """The records of the window, the job events (``--job``), notes on what the store does
-    not keep, and the store's name; or why they could not be read."""
+def _read(config: Config, scope: Any, hours: bool = False
+          ) -> tuple[Any, list[Any], list[str], str] | str:
+    """The records of the window, the job events (``--job``, ``--fault-hours``; with the
+    latter, the ledger's (job, user, team) rows last), notes on what the store does not
+    keep, and the store's name; or why they could not be read."""
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.timeline import EVENT_KINDS, Records
     from fleetwatch.wiring import open_store, store_name
@@ -115,7 +165,11 @@ def _read(config: Config, scope: Any) -> tuple[Any, list[Any], list[str], str] |
                               kinds=EVENT_KINDS)
         job_events = (store.events(scope.start - JOB_LOOKBACK_S, scope.end,
                                    node=scope.node or None, kinds=("job_start", "job_end"))
-                      if scope.job else [])
+                      if scope.job or hours else [])
+        if hours and callable(getattr(store, "energy", None)):
+            job_events = [*job_events, *{(r.job, r.user, r.team) for r in store.energy(
+                scope.start - 3600, scope.end, cluster=scope.cluster or None,
+                node=scope.node or None) if r.job}]
         faults = store.annotations(scope.start, scope.end)
         records = Records(alerts, notified, store.acks(), store.silences(), events, faults)
     except StoreError as exc:

@@ -102,7 +102,7 @@ def job_scope(scope: Scope, job_events: Sequence[Event]) -> tuple[Scope, set[tup
             {(s[0], s[1]) for s in spans})
 
 
-def _in_place(scope: Scope, cluster: str, rack: str, node: str, device: str = "",
+def in_place(scope: Scope, cluster: str, rack: str, node: str, device: str = "",
               slots: set[tuple[str, str]] | None = None) -> bool:
     if scope.cluster and cluster != scope.cluster or scope.node and node != scope.node:
         return False
@@ -118,7 +118,7 @@ def build(records: Records, scope: Scope,
           slots: set[tuple[str, str]] | None = None) -> list[Entry]:
     """The entries of ``scope``, oldest first. ``slots``: a job's (``job_scope``)."""
     def here(cluster: str, rack: str, node: str, device: str = "") -> bool:
-        return _in_place(scope, cluster, rack, node, device, slots)
+        return in_place(scope, cluster, rack, node, device, slots)
 
     def within(ts: float | None) -> bool:
         return ts is not None and scope.start <= ts < scope.end
