@@ -306,6 +306,7 @@ class Notifier:
         sinks. The processor's whole stop must stay within systemd's TimeoutStopSec
         (60 s): this takes at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
+        self._recorder.record([], self._now)  # what the store refused before: a last try
         for lane in self._lanes:
             lane.stop(deadline)
         for lane in self._lanes:

@@ -71,3 +71,22 @@ def test_a_store_refusing_the_record_keeps_it_for_the_next_write() -> None:
     assert [(n.sink, n.outcome, n.muted_by) for n in written[0]] == [
         ("webhook", "sent", ""), ("am", "sent", ""),
         ("webhook", "muted", "silence:s1"), ("am", "muted", "silence:s1")]
+
+
+def test_what_the_store_refused_gets_a_last_try_at_close(receiver: Receiver,
+                                                         tmp_path: Path) -> None:
+    store = tmp_store(tmp_path)
+    refuse = [True]
+
+    def write(notes: object) -> None:
+        if refuse[0]:
+            raise OSError("database is locked")
+        store.write_notifications(notes)  # type: ignore[arg-type]
+
+    notifier = Notifier([WebhookSink(receiver.url)], background=False, record=write)
+    processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notify=notifier.send)
+    processor.process([frame(100, [95])])
+    assert store.notifications(0, 1e9) == []
+    refuse[0] = False
+    notifier.close()
+    assert [(n.state, n.outcome) for n in store.notifications(0, 1e9)] == [("firing", "sent")]
