@@ -18,6 +18,7 @@ from fleetwatch.dashboards.data import (
     read_alerts,
     read_data_end,
     read_mutes,
+    read_record,
     sort_alerts,
 )
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
@@ -65,16 +66,17 @@ def of_cluster(active: Sequence[Alert], resolved: Sequence[Alert], cluster: str 
 
 def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
            muted: Mapping[str, str], ended: float | None = None,
-           clusters: bool | None = None) -> tuple[html.Div, html.Div]:
+           clusters: bool | None = None,
+           recorded: Mapping[str, str] | None = None) -> tuple[html.Div, html.Div]:
     """The two tables: the first ``ACTIVE_SHOWN`` active alerts (firing and critical first)
     and a line for the rest; the newest ``RESOLVED_SHOWN`` resolved ones,
     and a line that says how many more and where to read them. ``clusters``: whether they
-    have a Cluster column (None: where their alerts are of several clusters)."""
+    have a Cluster column (None: where their alerts are of several clusters). ``recorded``:
+    per resolved alert, its acknowledgement and notifications (``record_notes``)."""
     # The range goes with a click to a node's page (its alerts are those of this range),
     # unless it is the node page's own default, which the address then leaves out.
     carry = rng if rng != node.DEFAULT_RANGE else None
-    shown = sorted(resolved, key=lambda a: -(a.resolved_ts or a.updated_ts))
-    shown = shown[:components.RESOLVED_SHOWN]
+    shown = resolved_shown(resolved)
     left = len(resolved) - len(shown)
     since = "31d" if rng == "month" else rng  # a duration, as `--since` takes it
     more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
@@ -83,8 +85,14 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
                                    ended=ended, limit=components.ACTIVE_SHOWN,
                                    clusters=clusters),
             components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
-                                   rng=carry, more=more, clusters=clusters,
+                                   rng=carry, more=more, clusters=clusters, muted=recorded,
                                    empty=f"Nothing resolved in the {timerange.label(rng)}"))
+
+
+def resolved_shown(resolved: Sequence[Alert]) -> list[Alert]:
+    """The newest ``RESOLVED_SHOWN`` resolved alerts: those the table shows."""
+    newest = sorted(resolved, key=lambda a: -(a.resolved_ts or a.updated_ts))
+    return newest[:components.RESOLVED_SHOWN]
 
 
 def digest(*parts: Any) -> str:
@@ -120,6 +128,10 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             seen, active, resolved = of_cluster(*read_alerts(store, now, now - start),
                                                 cluster or None)
             muted = components.notes(active, *read_mutes(store, active, now), now)
+            shown = resolved_shown(resolved)
+            acks, notified = read_record(store, [*active[:components.ACTIVE_SHOWN], *shown])
+            muted = components.record_notes(active, acks, notified, now, muted)
+            recorded = components.record_notes(shown, acks, notified, now)
             ended = read_data_end(store, active, now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
@@ -127,7 +139,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                     dash.no_update, dash.no_update, dash.no_update)
         many = not cluster and len(seen) > 1
         shown, fingerprint = unchanged(
-            tables(active, resolved, now, rng, muted, ended, clusters=many), last)
+            tables(active, resolved, now, rng, muted, ended, clusters=many,
+                   recorded=recorded), last)
         return (*shown, components.ended_notice(ended, now, "alerts-ended"),
                 components.updated_stamp(now), timerange.label(rng), fingerprint,
                 components.cluster_options(seen, cluster))

@@ -24,6 +24,7 @@ from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
+    Notification,
     Silence,
     board_text,
     evidence_value,
@@ -36,6 +37,15 @@ NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
 
 def clock(ts_s: float) -> str:
     return datetime.fromtimestamp(ts_s, tz=timezone.utc).strftime("%H:%M:%S")
+
+
+def stamp(ts_s: float, now_s: float) -> str:
+    """The time of day, with the date where it is not ``now_s``'s day (UTC): a 7- or
+    30-day range's alert is not read as today's."""
+    same = datetime.fromtimestamp(ts_s, timezone.utc).date() == datetime.fromtimestamp(
+        now_s, timezone.utc).date()
+    return clock(ts_s) if same else datetime.fromtimestamp(ts_s, timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S")
 
 
 def ago(ts_s: float, now_s: float) -> str:
@@ -317,14 +327,41 @@ def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
     return out
 
 
+def record_notes(alerts: Sequence[Alert], acks: Mapping[str, Acknowledgement],
+                 notified: Mapping[str, Sequence[Notification]], now_s: float,
+                 muted: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Per alert, what the store recorded: its acknowledgement (who, when, why) where
+    ``muted`` (``notes``) does not already say it, and what was notified at each sink (the
+    last three), joined to ``muted``'s note."""
+    out = dict(muted or {})
+    for a in alerts:
+        said = [out[a.id]] if a.id in out else []
+        ack = acks.get(a.id)
+        if ack is not None and not any("acknowledged" in x for x in said):
+            said.append(f"acknowledged by {ack.by} at {stamp(ack.ts, now_s)} UTC"
+                        + (f": {ack.comment}" if ack.comment else ""))
+        elif ack is not None:
+            said = [x.replace(f"acknowledged by {ack.by}", f"acknowledged by {ack.by} at "
+                              f"{stamp(ack.ts, now_s)} UTC" + (f": {ack.comment}"
+                                                              if ack.comment else ""))
+                    for x in said]
+        sent = [f"{n.state} {'sent to ' + n.sink if n.outcome == 'sent' else 'muted at ' + n.sink}"
+                f" {stamp(n.ts, now_s)}" for n in notified.get(a.id, ())[-3:]]
+        if sent:
+            said.append("notified: " + "; ".join(sent))
+        if said:
+            out[a.id] = "; ".join(said)
+    return out
+
+
 def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
     if a.state == "resolved" and a.resolved_ts:
         # Since when it fired, and apart when it ended: the end alone read as its start.
-        return [f"{clock(since)} UTC", html.Div(
-            f"ended {clock(a.resolved_ts)} UTC · {ago(a.resolved_ts, now_s)}",
+        return [f"{stamp(since, now_s)} UTC", html.Div(
+            f"ended {stamp(a.resolved_ts, now_s)} UTC · {ago(a.resolved_ts, now_s)}",
             className="ended-at panel-hint")]
     if ended is None or a.state == "resolved":
-        return f"{clock(since)} UTC · {ago(since, now_s)}"
+        return f"{stamp(since, now_s)} UTC · {ago(since, now_s)}"
     return [f"{alert_view.utc(since)} UTC", html.Div(
         f"open when the data ended, {ago(ended, now_s)}; last evidence "
         f"{alert_view.hms(a.updated_ts, ended)}", className="ended-note panel-hint")]
@@ -393,8 +430,9 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             html.Td(a.node, className="node"),
             html.Td(_device(a), className="device"),
             html.Td(_since(a, since, now_s, ended), className="since",
-                    title=f"pending from {clock(a.started_ts)} UTC" + (
-                        f", fired {clock(a.fired_ts)} UTC" if a.fired_ts is not None else "")),
+                    title=f"pending from {stamp(a.started_ts, now_s)} UTC" + (
+                        f", fired {stamp(a.fired_ts, now_s)} UTC"
+                        if a.fired_ts is not None else "")),
             html.Td(message, className="message"),
             html.Td(a.action, className="action"),  # what the rule suggests doing
             # What `fleetwatch ack` takes: shown whole, selectable in one go.

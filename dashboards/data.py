@@ -19,6 +19,7 @@ from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
     Annotation,
+    Notification,
     Point,
     Silence,
     Store,
@@ -162,6 +163,25 @@ def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
     resolved; critical first; the oldest first. Nothing in it changes while an alert
     stays in its state, so rows keep their place across refreshes."""
     return tuple(ordered(alerts))
+
+
+def read_record(store: Store, alerts: Sequence[Alert]
+                ) -> tuple[dict[str, Acknowledgement], dict[str, list[Notification]]]:
+    """The acknowledgements and the notifications recorded (``Notification``) of these
+    alerts, resolved ones' too, for ``components.record_notes``; none from a store that
+    keeps neither."""
+    if not alerts:
+        return {}, {}
+    ids = {a.id for a in alerts}
+    acks = ({a.alert_id: a for a in store.acks() if a.alert_id in ids}
+            if callable(getattr(store, "acks", None)) else {})
+    read = getattr(store, "notifications", None)
+    notified: dict[str, list[Notification]] = {}
+    if callable(read):
+        start = min(a.started_ts for a in alerts)
+        for n in read(start, 1e18, alert_ids=sorted(ids)):
+            notified.setdefault(n.alert_id, []).append(n)
+    return acks, notified
 
 
 def read_mutes(store: Store, alerts: Sequence[Alert], now_s: float

@@ -17,6 +17,7 @@ from fleetwatch.pipeline.silences import mute, not_in_alertmanager, visible
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
+    Notification,
     Silence,
     board,
     board_text,
@@ -103,9 +104,12 @@ def when(a: Alert, now: float, ended: float | None = None) -> str:
 
 
 def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
-           acks: Mapping[str, Acknowledgement], now: float | None = None) -> dict[str, Any]:
-    """One alert as a JSON object: its fields, and ``muted`` (``silence:ID``,
-    ``inhibited:ID``, ``ack:BY`` or "") as the processor decides it, at ``now``."""
+           acks: Mapping[str, Acknowledgement], now: float | None = None,
+           notified: Sequence[Notification] = ()) -> dict[str, Any]:
+    """One alert as a JSON object: its fields, ``muted`` (``silence:ID``,
+    ``inhibited:ID``, ``ack:BY`` or "") as the processor would decide it at ``now``, its
+    acknowledgement (who, when, why), and ``notifications``: what the processor recorded
+    at the time for each notifying sink (``Notification``, oldest first)."""
     ack = acks.get(a.id)
     return {"id": a.id, "state": a.state, "severity": a.severity, "rule": a.rule,
             "cluster": a.cluster, "rack": a.rack, "node": a.node, "device": a.device,
@@ -113,19 +117,39 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
             "updated_ts": a.updated_ts, "value": a.value, "message": a.message,
             "evidence": dict(a.evidence), "action": a.action, "board": board(a),
             "acked_by": ack.by if ack else None,
-            "muted": mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""}
+            "acked_ts": ack.ts if ack else None,
+            "ack_comment": ack.comment if ack else None,
+            "muted": mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else "",
+            "notifications": [{"ts": n.ts, "sent_ts": n.sent_ts, "sink": n.sink,
+                               "state": n.state, "outcome": n.outcome,
+                               "muted_by": n.muted_by} for n in notified]}
+
+
+def notified_line(notes: Sequence[Notification]) -> str:
+    """``    notified: 16:43:47 firing sent to webhook; 16:50:02 resolved muted at webhook
+    (ack:bob)``: what was recorded at the time, or "" if nothing was."""
+    if not notes:
+        return ""
+    day = notes[0].ts  # the first with its date, the rest with theirs where it differs
+    parts = [f"{utc(n.ts) if i == 0 else hms(n.ts, day)} {n.state} "
+             + (f"sent to {n.sink}" if n.outcome == "sent"
+                else f"muted at {n.sink} ({n.muted_by})")
+             for i, n in enumerate(notes)]
+    return "    notified: " + "; ".join(parts)
 
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
           acks: Mapping[str, Acknowledgement], now: float,
           ended: float | None = None, width: int = 0, short: bool = False,
-          piped: bool = False) -> list[str]:
+          piped: bool = False,
+          notified: Mapping[str, Sequence[Notification]] | None = None) -> list[str]:
     """The table: a heading line per alert and its id on a line of its own (what ``ack``
     takes, copied whole), then what, the evidence, the action and why it is muted,
     indented (``short``: the heading and id only). ``ended``: when the data ended
     (``data_end``), if they did. ``width``: the terminal's, lines wrapped to it (0: none).
     ``piped``: the previous release's layout, which scripts parse (``grep ^FIRING | awk
-    '{print $NF}'``): the id ends the heading line, nothing wrapped."""
+    '{print $NF}'``): the id ends the heading line, nothing wrapped. ``notified``: per
+    alert id, what was recorded as notified (``notified_line``)."""
     open_alerts = [a for a in alerts if a.state != "resolved"]
     out: list[str] = []
     for a in ordered(alerts):
@@ -137,8 +161,9 @@ def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
             out += fit(heading, width)
             out.append(f"    id {a.id}")  # never wrapped: a broken id cannot be pasted
         if not short:
-            out += [w for line in _details(a, open_alerts, silences, acks, now)
-                    for w in fit(line, 0 if piped else width)]
+            more = [notified_line((notified or {}).get(a.id, ()))]
+            out += [w for line in _details(a, open_alerts, silences, acks, now) + more
+                    if line for w in fit(line, 0 if piped else width)]
     return out
 
 
@@ -156,6 +181,10 @@ def _details(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence]
     if a.action:
         out.append(f"    action: {a.action}")
     muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""
+    ack = acks.get(a.id)
+    if ack is not None and not muted.startswith("ack:"):  # resolved, or muted otherwise too
+        out.append(f"    acknowledged by {visible(ack.by)} at {utc(ack.ts)} UTC"
+                   + (f": {visible(ack.comment)}" if ack.comment else ""))
     if muted:
         kind, _, who = muted.partition(":")
         ack = acks.get(a.id)

@@ -39,6 +39,7 @@ from fleetwatch.cli_history import (  # the exit codes are defined there, once
     cmd_train,
 )
 from fleetwatch.cli_store import cmd_backup
+from fleetwatch.cli_timeline import cmd_timeline
 from fleetwatch.collectors.spool import SpoolBusy
 from fleetwatch.config import Config, ConfigError, T, load, options, override
 from fleetwatch.service import PortInUse
@@ -371,7 +372,7 @@ _COMMANDS = {"up": cmd_up, "simulate": cmd_simulate, "agent": cmd_agent, "proces
              "dashboard": cmd_dashboard, "config": cmd_config, "replay": cmd_replay,
              "evaluate": cmd_evaluate, "silence": cmd_silence, "ack": cmd_ack,
              "alerts": cmd_alerts, "train": cmd_train, "report": cmd_report,
-             "backup": cmd_backup}
+             "backup": cmd_backup, "timeline": cmd_timeline}
 
 if __name__ == "__main__":
     raise SystemExit(main())

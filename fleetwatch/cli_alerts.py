@@ -23,6 +23,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         SilenceNotFound,
         add_silence,
         cluster_scope_warning,
+        comment_dropped,
         describe,
         expire_silence,
         mutes_now,
@@ -49,6 +50,9 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
             print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            dropped = comment_dropped(store, [args.comment], "silence")
+            if dropped:
+                print(f"fleetwatch silence: {dropped}", file=sys.stderr)
             if unknown:
                 print(f"fleetwatch silence: WARNING: {unknown} Silenced anyway (a node not "
                       f"reporting yet); if it is a typo, `fleetwatch silence expire {s.id}` "
@@ -117,6 +121,7 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
                        if a.fired_ts is not None]
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
+        notified = _notified(store, alerts)
         # A replay store's open alerts are open as its data left them, days ago.
         ended = data_end(store, now) if any(a.state != "resolved" for a in alerts) else None
         unknown = ""
@@ -143,7 +148,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         alerts = [a for a in alerts if a.cluster == args.cluster]
     if args.json:  # in the table's order, so that a script's first line is the table's first
         for a in ordered(alerts):
-            print(json.dumps(record(a, open_alerts, silences, acks, now)))
+            print(json.dumps(record(a, open_alerts, silences, acks, now,
+                                    notified.get(a.id, ()))))
         return EXIT_OK
     scope = (f" of {args.cluster + '/' if args.cluster else ''}{args.node}" if args.node else
              f" of cluster {args.cluster}" if args.cluster else "")
@@ -167,9 +173,22 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
             f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
             "the data left them (a replay store, `fleetwatch up` still catching up, or the "
             "pipeline stopped)", width)))
-    for line in lines(alerts, silences, acks, now, ended, width, args.short, piped):
+    for line in lines(alerts, silences, acks, now, ended, width, args.short, piped, notified):
         print(line)
     return EXIT_OK
+
+
+def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
+    """Per alert id, what the processor recorded as notified (stores that keep it)."""
+    read = getattr(store, "notifications", None)
+    if not callable(read) or not alerts:
+        return {}
+    out: dict[str, list[Any]] = {}
+    start, ids = min(a.started_ts for a in alerts), [a.id for a in alerts]
+    for i in range(0, len(ids), 500):  # within SQLite's bound variables
+        for n in read(start, 1e18, alert_ids=ids[i:i + 500]):
+            out.setdefault(n.alert_id, []).append(n)
+    return out
 
 
 def _unknown_silenced_node(store: Any, matchers: Any) -> str:
@@ -226,7 +245,12 @@ def _nodes_seen(store: Any, now: float) -> list[str]:
 
 
 def cmd_ack(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.silencing import SilenceError, SilenceNotFound, acknowledge
+    from fleetwatch.silencing import (
+        SilenceError,
+        SilenceNotFound,
+        acknowledge,
+        comment_dropped,
+    )
     from fleetwatch.wiring import open_store
 
     missing = missing_store(config)
@@ -250,4 +274,7 @@ def cmd_ack(config: Config, args: argparse.Namespace) -> int:
         replaced = (f" (replacing {previous.by}'s acknowledgement of {when} UTC"
                     + (f": {previous.comment}" if previous.comment else "") + ")")
     print(f"acknowledged {args.alert_id} as {args.by}{replaced}")
+    dropped = comment_dropped(store, [args.comment], "acknowledgement")
+    if dropped:
+        print(f"fleetwatch ack: {dropped}", file=sys.stderr)
     return EXIT_OK

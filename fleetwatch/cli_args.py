@@ -400,6 +400,38 @@ def parser() -> argparse.ArgumentParser:
                     help="a line per rule, then each alert's heading and id only")
     al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
 
+    tl = sub.add_parser("timeline", help="what happened, in time order, for a postmortem: "
+                        "alerts, notifications, acks, silences, events",
+                        description="One time-ordered list over a window: each alert's "
+                        "transitions (pending, firing, resolved), what was notified at each "
+                        "sink (sent, or muted and by what, as recorded at the time), "
+                        "acknowledgements and silences (who, when, why), the devices' events "
+                        "(XIDs, a GPU lost or back, a node silent or back, jobs starting and "
+                        "ending) and the faults a simulator injected.")
+    tl.add_argument("--since", default="24h", metavar="WHEN",
+                    help="from: a duration before now (2h, 7d) or a date and time "
+                    "(2026-11-27 16:30, in --tz; or ISO 8601 with an offset); default 24h")
+    tl.add_argument("--until", metavar="WHEN", help="to, as --since (default: now)")
+    tl.add_argument("--cluster", help="only this cluster")
+    tl.add_argument("--rack", help="only this rack")
+    tl.add_argument("--node", help="only this node")
+    tl.add_argument("--job", help="only this job: its GPUs and nodes while it ran (from the "
+                    "store's job_start/job_end events)")
+    tl.add_argument("--tz", default="UTC", metavar="ZONE",
+                    help="IANA time zone the times are written in, e.g. Europe/Berlin "
+                    "(default UTC)")
+    tl.add_argument("--fault-hours", action="store_true",
+                    help="instead: the GPU-hours each job (and user) spent under firing fault "
+                    "alerts (warning, critical), per rule and in all, from the store's job "
+                    "events and energy ledger")
+    fmt = tl.add_mutually_exclusive_group()
+    fmt.add_argument("--json", dest="format", action="store_const", const="json",
+                     help="one JSON object per entry and line")
+    fmt.add_argument("--csv", dest="format", action="store_const", const="csv",
+                     help="CSV with a header row")
+    tl.set_defaults(format="text")
+    tl.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+
     ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
                          "it resolves",
                          description="Acknowledge an open alert: its notifications are not "

@@ -57,6 +57,7 @@ def import_silences(store: object, source: str, target: str) -> int:
     from fleetwatch.alert_view import utc
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.pipeline.store.sqlite import SqliteStore
+    from fleetwatch.silencing import comment_dropped
     from fleetwatch.store_switch import carry
 
     if not Path(source).is_file():
@@ -78,4 +79,9 @@ def import_silences(store: object, source: str, target: str) -> int:
     print(f"imported {len(done.silences)} silence(s) and {len(done.acks)} acknowledgement(s) "
           f"from {source} into {target} (those already there, and silences that ended, are "
           "left out)", file=sys.stderr)
+    dropped = comment_dropped(store, [*(s.comment for s in done.silences),
+                                      *(a.comment for a in done.acks)],
+                              "silences and acknowledgements imported")
+    if dropped:
+        print(f"fleetwatch silence: {dropped}", file=sys.stderr)
     return EXIT_OK

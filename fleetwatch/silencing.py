@@ -218,3 +218,16 @@ def describe(s: Silence) -> str:
                  f"Kafka alerts only. `fleetwatch silence expire {s.id}`, then add it again "
                  "without that")
     return line
+
+
+def comment_dropped(store: object, comments: Sequence[str], what: str) -> str:
+    """A warning for comments the store does not keep (VictoriaMetrics: numbers and names
+    only), said when they are written, not found missing in a postmortem; "" if kept."""
+    lost = [c for c in comments if c]
+    if not lost or getattr(store, "keeps_text", True):
+        return ""
+    said = f"'{visible(lost[0])}'" if len(lost) == 1 else f"{len(lost)} comments"
+    return (f"WARNING: {type(store).__name__} keeps no comments: {said} of the {what} was "
+            "not stored (who and when were); keep the reason in your ticket or chat, or use "
+            "a store that keeps text (sqlite, influx)")
+

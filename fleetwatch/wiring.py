@@ -305,7 +305,8 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
     return Notifier(alert_sinks(config, memory, clusters_in(store)), silences=store.silences,
                     acks=store.acks,
                     attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s,
-                    reload_s=config.alerts.silence_reload_s)
+                    reload_s=config.alerts.silence_reload_s,
+                    record=getattr(store, "write_notifications", None))
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:

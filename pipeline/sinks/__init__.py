@@ -33,7 +33,8 @@ from fleetwatch.pipeline.silences import (
 )
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
-from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from fleetwatch.pipeline.sinks.notified import Recorder
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Notification, Silence
 from fleetwatch.retry import Backoff
 
 __all__ = ["AlertSink", "Notifier", "SinkCounts", "SinkError", "SinkRejected",
@@ -59,6 +60,9 @@ class Notifier:
     alerts of nodes it now owns, ``forget`` lets go of those of nodes that
     moved to another processor (which adopts them). Both reach each sink
     through the same queue as the changes, so a sink sees them in order.
+
+    ``record`` (the store's ``write_notifications``) gets, at each ``send``, what was
+    handed to each notifying sink or muted there (``sinks.notified``).
     """
 
     def __init__(self, sinks: Sequence[AlertSink],
@@ -67,8 +71,11 @@ class Notifier:
                  reload_s: float = 5.0, attempts: int = 4,
                  backoff: Callable[[], Backoff] = lambda: Backoff(0.5, 8.0),
                  background: bool = True, queue_max: int = 10_000,
-                 tick_s: float = 1.0, retry_s: float = 600.0) -> None:
+                 tick_s: float = 1.0, retry_s: float = 600.0,
+                 record: Callable[[Sequence[Notification]], None] | None = None) -> None:
         self.sinks = list(sinks)
+        self._recorder = Recorder(record, [s.name for s in self.sinks
+                                           if getattr(s, "notify_only", False)])
         self.stats = SinkStats(sinks={sink.name: SinkCounts() for sink in self.sinks})
         self._silences_of, self._acks_of = silences, acks
         self._silences: list[Silence] = []
@@ -182,6 +189,7 @@ class Notifier:
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
         notices = self._joined(notices, covers)
+        self._recorder.record(notices, self._now)
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
@@ -298,6 +306,7 @@ class Notifier:
         sinks. The processor's whole stop must stay within systemd's TimeoutStopSec
         (60 s): this takes at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
+        self._recorder.record([], self._now)  # what the store refused before: a last try
         for lane in self._lanes:
             lane.stop(deadline)
         for lane in self._lanes:

@@ -206,6 +206,30 @@ class Acknowledgement:
     comment: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """What the notifier decided for one alert change at one notifying sink, recorded at
+    the time (a postmortem's "who was told what, when"): ``outcome`` ``sent`` (handed to
+    the sink to deliver; a delivery that then failed is logged and counted as the sink's
+    failure) or ``muted`` (``muted_by``: ``silence:ID``, ``inhibited:ALERT_ID``,
+    ``ack:BY``). ``ts``: the stream's time (the alert's clock), ``sent_ts``: the wall
+    clock when it was decided."""
+
+    ts: float
+    sent_ts: float
+    sink: str
+    alert_id: str
+    rule: str
+    severity: str
+    cluster: str
+    rack: str
+    node: str
+    device: str
+    state: str
+    outcome: str
+    muted_by: str = ""
+
+
 class StoreError(RuntimeError):
     """The store could not take or give data now; the caller may retry."""
 

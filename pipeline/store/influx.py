@@ -35,12 +35,14 @@ from fleetwatch.pipeline.store.base import (
     AlertState,
     Annotation,
     Event,
+    Notification,
     Point,
     Silence,
     StoreError,
     StoreRejected,
 )
 from fleetwatch.pipeline.store.lineproto import EncodedLines, FrameEncoder, v1_unwritable
+from fleetwatch.pipeline.store.lpnotify import notification_line
 from fleetwatch.pipeline.store.lprecords import (
     alert_line,
     annotation_line,
@@ -160,6 +162,10 @@ class InfluxStore:
     def write_events(self, events: Sequence[Event]) -> None:
         self._writer.write_lines((event_line(e, self.keeps_text, self.v1) for e in events),
                                  event_precision(self.keeps_text))
+
+    def write_notifications(self, notes: Sequence[Notification]) -> None:
+        """What was notified (``lpnotify``), at the stream's time of each."""
+        self._writer.write_lines(notification_line(n, self.v1) for n in notes)
 
     def _record_ms(self) -> int:
         """The time a silence or acknowledgement is written at: now, in ms, and after the

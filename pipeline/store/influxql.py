@@ -63,6 +63,7 @@ from fleetwatch.pipeline.store.base import (
     AlertState,
     Annotation,
     Event,
+    Notification,
     Point,
     SeriesKey,
     Silence,
@@ -72,6 +73,11 @@ from fleetwatch.pipeline.store.energy_influxql import InfluxQLEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
 from fleetwatch.pipeline.store.influx_schema import conflict_said, conflicts
 from fleetwatch.pipeline.store.lineproto import split_metric
+from fleetwatch.pipeline.store.lpnotify import (
+    NOTIFY_MEASUREMENT,
+    notification_from,
+    select_notes,
+)
 from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
     ALERT_TAGS,
@@ -239,6 +245,18 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
                             row.get("value")) for s in series for row in _rows(s)
                  if row.get("ts") is not None]
         return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
+
+    def notifications(self, start_ts: float, end_ts: float,
+                      alert_ids: Sequence[str] | None = None) -> list[Notification]:
+        """What was notified in [start, end) (``lpnotify``), of these alerts where given."""
+        if alert_ids is not None and not alert_ids:
+            return []
+        series = self.query(f"SELECT \"ts\", \"sent_ts\" FROM {_ident(NOTIFY_MEASUREMENT)} "
+                            f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
+                            f"{round(end_ts * 1000)}ms GROUP BY *")
+        return select_notes([notification_from(s.get("tags", {}), {
+            k: float(v) for k, v in row.items() if k in ("ts", "sent_ts") and v is not None})
+            for s in series for row in _rows(s)], start_ts, end_ts, alert_ids)
 
     def _records(self, measurement: str, key: str, lookback_s: float
                  ) -> list[tuple[str, float, dict[str, str], dict[str, float], dict[str, str]]]:

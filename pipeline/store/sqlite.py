@@ -43,6 +43,7 @@ from fleetwatch.pipeline.store.sqlite_errors import (
     quick_check,
     read_only_mount,
 )
+from fleetwatch.pipeline.store.sqlite_notify import NOTIFY_SCHEMA, SqliteNotifications
 from fleetwatch.pipeline.store.sqlite_reads import Ident, SqliteReads
 from fleetwatch.pipeline.store.sqlite_records import (
     ALERT_TABLE,
@@ -83,12 +84,12 @@ CREATE TABLE IF NOT EXISTS pruned (what TEXT PRIMARY KEY, before_ms INTEGER NOT 
 """
 
 
-class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
+class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy, SqliteNotifications):
     """Frames, alerts, annotations and events in one SQLite file (reads of frames:
     ``SqliteReads``; alerts, annotations and events: ``SqliteRecords``; the energy ledger:
-    ``SqliteEnergy``; rollups and upkeep: ``sqlite_rollup``). ``busy_timeout_s``: how
-    long a write waits for another writer's lock before it fails with ``StoreError`` (the
-    processor retries later)."""
+    ``SqliteEnergy``; what was notified: ``SqliteNotifications``; rollups and upkeep:
+    ``sqlite_rollup``). ``busy_timeout_s``: how long a write waits for another writer's
+    lock before it fails with ``StoreError`` (the processor retries later)."""
 
     def __init__(self, path: str | Path, raw_retention_h: float = 14 * 24,
                  rollup_retention_d: float = 400, read_only: bool = False,
@@ -127,6 +128,7 @@ class SqliteStore(SqliteReads, SqliteRecords, SqliteEnergy):
             key_events(conn, self.path)
             conn.executescript(_SCHEMA)
             self._create_records(conn)
+            conn.executescript(NOTIFY_SCHEMA)
         except sqlite3.OperationalError as exc:
             if not busy(exc):
                 raise

@@ -77,12 +77,18 @@ from fleetwatch.pipeline.store.base import (
     AlertState,
     Annotation,
     Event,
+    Notification,
     Point,
     Silence,
     StoreError,
 )
 from fleetwatch.pipeline.store.energy_victoria import VictoriaEnergy
 from fleetwatch.pipeline.store.influx import InfluxStore
+from fleetwatch.pipeline.store.lpnotify import (
+    NOTIFY_MEASUREMENT,
+    notification_from,
+    select_notes,
+)
 from fleetwatch.pipeline.store.lprecords import (
     ALERT_MEASUREMENT,
     ANNOTATION_MEASUREMENT,
@@ -388,6 +394,19 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
             found += [event_from(labels, fields["ts"]) for labels, fields
                       in join_rows(EVENT_MEASUREMENT, result) if "ts" in fields]
         return select_events(found, start_ts, end_ts, node, kinds, device, except_xids)
+
+    def notifications(self, start_ts: float, end_ts: float,
+                      alert_ids: Sequence[str] | None = None) -> list[Notification]:
+        """What was notified in [start, end) (``lpnotify``), of these alerts where given."""
+        start_ms = max(round(start_ts * 1000), _FLOOR_MS)
+        end_ms = min(round(end_ts * 1000), int(time.time() * 1000) + 86_400_000)
+        if end_ms <= start_ms or alert_ids is not None and not alert_ids:
+            return []
+        result = self.query(f'{{__name__=~"{NOTIFY_MEASUREMENT}_.+"}}'
+                            f"[{end_ms - start_ms}ms]", end_ms - 1)
+        return select_notes([notification_from(labels, fields) for labels, fields
+                             in join_rows(NOTIFY_MEASUREMENT, result)],
+                            start_ts, end_ts, alert_ids)
 
     def _last_rows(self, measurement: str, lookback_s: float
                    ) -> list[tuple[dict[str, str], dict[str, float]]]:

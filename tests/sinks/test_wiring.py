@@ -50,3 +50,6 @@ def test_the_configured_webhook_hears_the_processor(receiver: Receiver, tmp_path
     notifier.close()
     assert [a["state"] for b in receiver.bodies for g in b["groups"] for a in g["alerts"]] == [
         "firing"]
+    # and the store keeps the record of it: what a postmortem reads (`alerts`, `timeline`)
+    assert [(n.sink, n.state, n.outcome) for n in store.notifications(0, 1e9)] == [
+        ("webhook", "firing", "sent")]

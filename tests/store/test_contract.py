@@ -17,6 +17,7 @@ from fleetwatch.pipeline.store.base import (
     Alert,
     Annotation,
     Event,
+    Notification,
     Silence,
     Store,
 )
@@ -381,6 +382,30 @@ def test_acknowledgements_round_trip_and_are_replaced_by_alert_id(backend: Backe
     store.write_acks([again])
     backend.settle()
     assert mine() == [kept(other), kept(again)]
+
+
+def test_notifications_round_trip_in_their_window_and_once_each(backend: Backend) -> None:
+    """What the notifier recorded (``Notification``) reads back whole on every backend."""
+    store, now = backend.store, round(time.time(), 3)
+    tag = cluster_name()
+    aid = f"gpu_xid_critical/{tag}/node-2/gpu4/1"
+
+    def note(ts: float, state: str, outcome: str, muted_by: str = "",
+             sink: str = "webhook") -> Notification:
+        return Notification(ts, ts + 0.5, sink, aid, "gpu_xid_critical", "critical", tag,
+                            "rack-01", "node-2", "gpu4", state, outcome, muted_by)
+
+    sent = note(now - 120, "firing", "sent")
+    am = note(now - 120, "firing", "sent", sink="alertmanager")
+    muted = note(now - 60, "resolved", "muted", f"inhibited:rack_cooling/{tag}//rack:r/9")
+    store.write_notifications([sent, am, muted])  # type: ignore[attr-defined]
+    store.write_notifications([sent])  # type: ignore[attr-defined]  (a retried write)
+    backend.settle()
+    read = store.notifications  # type: ignore[attr-defined]
+    assert read(now - 600, now + 1, alert_ids=[aid]) == [am, sent, muted]
+    assert read(now - 90, now + 1, alert_ids=[aid]) == [muted]
+    assert read(now - 600, now + 1, alert_ids=["other"]) == []
+    assert [n for n in read(now - 600, now + 1) if n.cluster == tag] == [am, sent, muted]
 
 
 def test_the_nodes_a_processor_expects_are_told_apart_by_cluster(backend: Backend) -> None:
