@@ -44,6 +44,7 @@ from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
+from fleetwatch.process_health import BusCollector, BusState, WaitingCollector
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -92,22 +93,42 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
     quiet_kafka_client()
     stop = stop_on_signals(stop)
     if config.processor.workers > 1:
-        if not _topics_ready(config, stop):
+        if not _parent_topics_ready(config, stop):
             return _stopped_waiting(config, stop)
         return _supervise(config, stop)
     return _member(config, stop, topics=True)
 
 
-def _topics_ready(config: Config, stop: threading.Event) -> bool:
+def _parent_topics_ready(config: Config, stop: threading.Event) -> bool:
+    """The supervisor's wait for Kafka, with /metrics on ``metrics_port`` meanwhile (the
+    bus down, the counters at 0: ``process_health``), handed to worker 0 once it is over."""
+    bus = BusState(config.bus.bootstrap)
+    server, registry = _metrics(config, None)
+    if registry is not None:
+        registry.register(BusCollector(bus))
+        registry.register(WaitingCollector(processor_info(config)))
+    try:
+        return _topics_ready(config, stop, bus)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()  # the port is worker 0's
+
+
+def _topics_ready(config: Config, stop: threading.Event, bus: BusState) -> bool:
     """Kafka reached and the topics checked (the watch thread started); False if stopped
     first. Before the consumer: its metadata request would create a missing topic with
     the broker's default partition count instead of ``bus.partitions``."""
     if reach_kafka(config.bus.bootstrap, stop) is None:
         return False
     _ensure_topics(config)
-    threading.Thread(target=_watch_topics, args=(config, stop), name="topic-watch",
-                     daemon=True).start()
+    _start_watch(config, stop, bus, ensure=True)
     return True
+
+
+def _start_watch(config: Config, stop: threading.Event, bus: BusState, ensure: bool) -> None:
+    threading.Thread(target=_watch_topics, args=(config, stop, bus, ensure),
+                     name="topic-watch", daemon=True).start()
 
 
 def _stopped_waiting(config: Config, stop: threading.Event) -> int:
@@ -154,18 +175,26 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         server, registry = _metrics(config, index)
         if server is not None:
             held.callback(server.shutdown)
+        bus = BusState(config.bus.bootstrap)
+        waiting = WaitingCollector(processor_info(config))
+        if registry is not None:  # from the start: a member waiting for Kafka is seen
+            registry.register(BusCollector(bus))
+            registry.register(waiting)
         store = open_store(config.store)
         held.callback(store.close)
         _check_server(store)
         behind = left_behind(config, store, time.time())
         if behind:
             log.warning("%s", behind)
-        if topics and not _topics_ready(config, stop):
+        if topics and not _topics_ready(config, stop, bus):
             return _stopped_waiting(config, stop)
         consumer = reach_kafka(config.bus.bootstrap, stop, lambda: open_consumer(config.bus))
         if consumer is None:
             return _stopped_waiting(config, stop)
         held.callback(consumer.close)
+        bus.set(True)
+        if not topics:  # a worker: the supervisor checks the topics; it watches the bus
+            _start_watch(config, stop, bus, ensure=False)
         dead = open_producer(config.bus)
         held.callback(dead.close)  # flushes what is still queued
         notifier = open_notifier(config, store)
@@ -176,6 +205,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                               keep_firing_s=config.alerts.keep_firing_s,
                               max_clock_ahead_s=config.processor.max_clock_ahead_s)
         if registry is not None:
+            registry.unregister(waiting)  # the same names, now counted
             registry.register(ProcessorCollector(processor, consumer, notifier,
                                                  processor_info(config)))
             registry.register(ModelCollector(processor.detectors))
@@ -211,10 +241,12 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
 _TOPIC_CHECK_S = 30.0
 
 
-def _watch_topics(config: Config, stop: threading.Event) -> None:
-    """Every ``_TOPIC_CHECK_S``: the topics checked again, or, while Kafka cannot be
-    reached, one line when it goes and one when it is back (kafka-python's own lines
-    are silenced: ``quiet_kafka_client``), without three admin clients timing out."""
+def _watch_topics(config: Config, stop: threading.Event, bus: BusState,
+                  ensure: bool = True) -> None:
+    """Every ``_TOPIC_CHECK_S``: the topics checked again (with ``ensure``), or, while
+    Kafka cannot be reached, one line when it goes and one when it is back (kafka-python's
+    own lines are silenced: ``quiet_kafka_client``), without three admin clients timing
+    out; ``bus`` follows it (``fleetwatch_processor_bus_up``)."""
     bootstrap, away = config.bus.bootstrap, False
     while not stop.wait(_TOPIC_CHECK_S):
         reason = kafka_unreachable(bootstrap)
@@ -223,11 +255,14 @@ def _watch_topics(config: Config, stop: threading.Event) -> None:
                 log.warning("cannot reach Kafka at %s (%s); consuming resumes when it is back",
                             bootstrap, reason)
             away = True
+            bus.set(False, f"cannot reach Kafka at {bootstrap} ({reason})")
             continue
         if away:
             log.info("Kafka at %s can be reached again", bootstrap)
             away = False
-        _ensure_topics(config, quiet=True)
+        bus.set(True)
+        if ensure:
+            _ensure_topics(config, quiet=True)
 
 
 def _ensure_topics(config: Config, quiet: bool = False) -> None:
