@@ -195,3 +195,10 @@ def test_the_image_installs_the_kubernetes_extra_and_runs_fleetwatch() -> None:
     # What the build copies leaves out the checkout's virtualenv and tests.
     ignored = (ROOT / ".dockerignore").read_text("utf-8").split()
     assert {".venv", ".git", "tests"} <= set(ignored)
+
+
+def test_no_pod_gets_the_namespaces_service_links() -> None:
+    """Deploy finding 3 (r22): kubelet's FLEETWATCH_* variables for a Service named
+    fleetwatch-processor stopped every pod at its next start."""
+    for name in WORKLOADS:
+        assert pod_spec(name).get("enableServiceLinks") is False, name
