@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
@@ -88,3 +89,25 @@ class WaitingCollector(Collector):
                                      labels=list(self.info))
             info.add_metric(list(self.info.values()), 1)
             yield info
+
+
+class Readiness:
+    """``/readyz``'s answer: "" when this member can do its work now, else why not (the
+    bus away or not reached yet, no consumer yet, still joining its group, the store away
+    so consumption is paused). A spare member that owns no partition is ready: idle."""
+
+    def __init__(self, bus: BusState) -> None:
+        self.bus = bus
+        self.processor: Any = None  # the member's Processor, once built
+
+    def __call__(self) -> str:
+        if not self.bus.up:
+            return self.bus.reason
+        p = self.processor
+        if p is None:
+            return "starting: the processor is not built yet"
+        if p.stats.paused:
+            return "the store does not answer: consuming is paused until it does"
+        if p.ownership.owned is None:
+            return "joining the consumer group"
+        return ""

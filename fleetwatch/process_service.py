@@ -34,6 +34,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -44,7 +45,7 @@ from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
-from fleetwatch.process_health import BusCollector, BusState, WaitingCollector
+from fleetwatch.process_health import BusCollector, BusState, Readiness, WaitingCollector
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -103,7 +104,7 @@ def _parent_topics_ready(config: Config, stop: threading.Event) -> bool:
     """The supervisor's wait for Kafka, with /metrics on ``metrics_port`` meanwhile (the
     bus down, the counters at 0: ``process_health``), handed to worker 0 once it is over."""
     bus = BusState(config.bus.bootstrap)
-    server, registry = _metrics(config, None)
+    server, registry = _metrics(config, None, Readiness(bus))
     if registry is not None:
         registry.register(BusCollector(bus))
         registry.register(WaitingCollector(processor_info(config)))
@@ -138,18 +139,21 @@ def _stopped_waiting(config: Config, stop: threading.Event) -> int:
     return 0
 
 
-def _metrics(config: Config, index: int | None) -> tuple[Any, Any]:
-    """The /metrics server, started before anything connects (a port that is taken is a
-    start-up error, said at once), and its registry, empty until the processor is built."""
+def _metrics(config: Config, index: int | None, ready: Callable[[], str]) -> tuple[Any, Any]:
+    """The metrics port (/metrics, /healthz, /readyz: ``health_http``), started before
+    anything connects (a port that is taken is a start-up error, said at once), and its
+    registry, empty until the processor is built."""
     if not config.processor.metrics_port:
         return None, None
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
+
+    from fleetwatch.health_http import serve
 
     registry = CollectorRegistry()
     host, port = config.processor.metrics_host, config.processor.metrics_port
     setting = ("processor.metrics_port" if index is None else
                f"processor.metrics_port (+ {index} for worker {index})")
-    server, _ = bound(host, port, setting, lambda: start_http_server(port, host, registry))
+    server = bound(host, port, setting, lambda: serve(host, port, registry, ready))
     return server, registry
 
 
@@ -172,10 +176,12 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
     """One group member until ``stop``; with ``topics``, it checks the topics first (and
     watches them) as a lone processor must; ``index`` is a worker's, for messages."""
     with contextlib.ExitStack() as held:
-        server, registry = _metrics(config, index)
-        if server is not None:
-            held.callback(server.shutdown)
         bus = BusState(config.bus.bootstrap)
+        ready = Readiness(bus)
+        server, registry = _metrics(config, index, ready)
+        if server is not None:
+            held.callback(server.server_close)
+            held.callback(server.shutdown)
         waiting = WaitingCollector(processor_info(config))
         if registry is not None:  # from the start: a member waiting for Kafka is seen
             registry.register(BusCollector(bus))
@@ -204,6 +210,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
                               keep_firing_s=config.alerts.keep_firing_s,
                               max_clock_ahead_s=config.processor.max_clock_ahead_s)
+        ready.processor = processor
         if registry is not None:
             registry.unregister(waiting)  # the same names, now counted
             registry.register(ProcessorCollector(processor, consumer, notifier,

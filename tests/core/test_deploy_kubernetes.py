@@ -202,3 +202,18 @@ def test_no_pod_gets_the_namespaces_service_links() -> None:
     fleetwatch-processor stopped every pod at its next start."""
     for name in WORKLOADS:
         assert pod_spec(name).get("enableServiceLinks") is False, name
+
+
+def test_the_probes_ask_the_health_endpoints_fleetwatch_serves(tmp_path: Path) -> None:
+    """Deploy finding 4 (r22): no readiness probe, and the processor's port answered 200 on
+    every path. The probes' paths and ports are the ones the configuration serves."""
+    (processor,) = pod_spec("fleetwatch-processor")["containers"]
+    port = config_of(processor, tmp_path).processor.metrics_port
+    assert processor["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert processor["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    (dashboard,) = pod_spec("fleetwatch-dashboard")["containers"]
+    config = config_of(dashboard, tmp_path).dashboard
+    command = dashboard["livenessProbe"]["exec"]["command"]
+    assert command[:2] == ["python", "-c"]
+    assert f"'http://127.0.0.1:{config.port}/healthz'" in command[2]
+    assert config.host in ("127.0.0.1", "localhost")

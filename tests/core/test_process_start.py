@@ -122,6 +122,9 @@ def test_waiting_for_its_broker_it_exports_its_series_at_zero_and_bus_down(
     try:
         read_until(proc, "cannot reach Kafka at", lines, 30)
         seen = scrape(port)
+        from tests.core.test_processor_probes import get
+
+        readyz, healthz = get(port, "/readyz"), get(port, "/healthz")
         stop(proc, lines)
     finally:
         proc.kill()
@@ -131,6 +134,8 @@ def test_waiting_for_its_broker_it_exports_its_series_at_zero_and_bus_down(
     assert seen["fleetwatch_processor_samples_total"] == 0, seen
     assert seen["fleetwatch_processor_paused"] == 0, seen
     assert [k for k in seen if k.startswith("fleetwatch_processor_info")], seen
+    assert readyz == (503, f"not ready: waiting for Kafka at {address}\n"), readyz
+    assert healthz == (200, "ok\n")
 
 
 @pytest.mark.kafka
