@@ -4,7 +4,8 @@ The app side of the processor (it lived in ``pipeline/run.py``, which made a
 stage import the composition root that imports it): it wires config into a
 ``Processor`` and runs it until SIGTERM or SIGINT. On either, the member
 finishes the batches in hand (stores, evaluates, commits them, sends their
-dead letters) for up to ``_DRAIN_S`` and logs one line that says so.
+dead letters) within ``processor.stop_timeout_s`` in all (``process_stop``) and logs
+one line that says so, naming what it had to abandon.
 
 A broker that cannot be reached is waited for, as the agent waits for it: at
 start each member says once an attempt that it cannot reach Kafka and tries
@@ -46,6 +47,7 @@ from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
 from fleetwatch.process_health import BusCollector, BusState, Readiness, WaitingCollector
+from fleetwatch.process_stop import StopBudget
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -204,7 +206,8 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         dead = open_producer(config.bus)
         held.callback(dead.close)  # flushes what is still queued
         notifier = open_notifier(config, store)
-        held.callback(notifier.close)
+        budget = StopBudget(stop, config.processor.stop_timeout_s)
+        held.callback(budget.close_sinks, notifier)
         rules = linked([*detectors(config.detectors), *learned_detectors(config.models)])
         processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
@@ -221,7 +224,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                  config.processor.metrics_host, config.processor.metrics_port or "-")
         try:
             processor.run(consumer, stop, config.processor.max_batch,
-                          config.processor.maintain_every_s, drain_s=_DRAIN_S)
+                          config.processor.maintain_every_s, drain_s=budget.drain_s)
         except OutOfMemory as exc:  # one line; the supervisor restarts it
             log.critical("%s", exc)
             return EXIT_OUT_OF_MEMORY
@@ -231,14 +234,17 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except BusBroken as exc:  # what to correct; a restart alone does not mend it
             log.critical("%s", exc)
             return EXIT_BUS_BROKEN
-        processor.flush()  # the last counts of open alerts, before the store closes
+        budget.flush(processor)  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
     log.info("stopped%s: finished the %d batches in hand (stored, committed)%s; %d frames, "
-             "%d samples, %d dead letters in all",
+             "%d samples, %d dead letters in all%s",
              f" on {stop.cause}" if isinstance(stop, Stop) and stop.cause else "", finished,
              f", {left} not finished, replayed by the next owner" if left else "",
-             s.frames, s.points, s.dead_letters)
+             s.frames, s.points, s.dead_letters,
+             f"; abandoned to stop within processor.stop_timeout_s = "
+             f"{config.processor.stop_timeout_s:g} s: {'; '.join(budget.abandoned)}"
+             if budget.abandoned else "")
     return 0
 
 
@@ -277,8 +283,6 @@ def _ensure_topics(config: Config, quiet: bool = False) -> None:
     ensure_topics(config.bus, quiet)
 
 
-# On stop, how long the batches in hand may take to be finished.
-_DRAIN_S = 20.0
 # The processor ran out of memory (``out_of_memory.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
@@ -291,7 +295,8 @@ EXIT_BUS_BROKEN = 1
 # growing delay, so that a member that cannot start does not spin.
 _HEALTHY_S = 30.0
 _MAX_RESTART_DELAY_S = 30.0
-_STOP_WAIT_S = 30.0
+# A worker stops within processor.stop_timeout_s; it is killed this much later.
+_STOP_MARGIN_S = 3.0
 
 
 @dataclasses.dataclass
@@ -331,7 +336,8 @@ def _supervise(config: Config, stop: threading.Event) -> int:
                 c.process.start()
                 c.started = now
         stop.wait(0.5)
-    return _stop_children([c.process for c in children if c.process is not None])
+    return _stop_children([c.process for c in children if c.process is not None],
+                          config.processor.stop_timeout_s + _STOP_MARGIN_S)
 
 
 def _worker_config(config: Config, index: int) -> Config:
@@ -340,16 +346,16 @@ def _worker_config(config: Config, index: int) -> Config:
         config.processor, workers=1, metrics_port=port + index if port else 0))
 
 
-def _stop_children(procs: list[BaseProcess]) -> int:
+def _stop_children(procs: list[BaseProcess], wait_s: float) -> int:
     for p in procs:
         if p.is_alive():
             p.terminate()  # SIGTERM: the member finishes its batch and leaves the group
-    deadline = time.monotonic() + _STOP_WAIT_S
+    deadline = time.monotonic() + wait_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             log.warning("worker pid %s did not stop within %.0fs; killing it", p.pid,
-                        _STOP_WAIT_S)
+                        wait_s)
             p.kill()
             p.join(5)
     codes = [p.exitcode for p in procs]

@@ -12,7 +12,9 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as _wait
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
@@ -97,7 +99,8 @@ class ConsumerLoop:
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
-            drain_s: float = 30.0, no_partitions_warn_s: float = 60.0) -> None:
+            drain_s: float | Callable[[], float] = 30.0,
+            no_partitions_warn_s: float = 60.0) -> None:
         """Poll → decode → store → evaluate → commit, until ``stop`` is set.
 
         Batches overlap: while writer threads store batch N (and N+1 when the
@@ -153,7 +156,8 @@ class ConsumerLoop:
                 log.log(said[0], "%s", said[1])
 
     def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
-             maintain_every_s: float, collect_every_s: float, drain_s: float) -> None:
+             maintain_every_s: float, collect_every_s: float,
+             drain_s: float | Callable[[], float]) -> None:
         writes = max(1, int(getattr(self.store, "concurrent_writes", 1)))
         backoff = Backoff(0.5, 30.0)
         next_maintain = 0.0
@@ -180,6 +184,8 @@ class ConsumerLoop:
                                 break  # a writer was busy: submitted on the next turn
                             if not (batch.write.done() or len(held) > writes or not fetched):
                                 break  # being written, and there is other work to do
+                            if not _written(batch, WRITE_WAIT_S):
+                                break  # a slow store: the loop turns, and sees a stop request
                             self._finish_write(batch)
                         self._complete(batch, consumer)
                         held.popleft()
@@ -335,8 +341,10 @@ class ConsumerLoop:
                 batch.judged = True  # nothing to judge (all dead letters)
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
-               drain_s: float) -> None:
-        """On stop: finish the batches in hand, in order, for up to ``drain_s``."""
+               drain_s: float | Callable[[], float]) -> None:
+        """On stop: finish the batches in hand, in order, for up to ``drain_s`` (or what it
+        gives when called now: what is left of the stop's budget)."""
+        drain_s = drain_s() if callable(drain_s) else drain_s
         deadline = time.monotonic() + drain_s
         done = 0
         try:
@@ -356,13 +364,16 @@ class ConsumerLoop:
                 done += 1
         except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
             self.drain_error = exc
+            # A write still waiting at the deadline is a TimeoutError without a message.
+            why = (f"{type(exc).__name__}: {exc}" if str(exc) else
+                   f"the store did not answer within {drain_s:g} s"
+                   if isinstance(exc, TimeoutError) else type(exc).__name__)
             if getattr(consumer, "replays", True):
-                log.warning("stopping with %d batches not finished (%s: %s); they will be "
-                            "replayed", len(held), type(exc).__name__, exc)
+                log.warning("stopping with %d batches not finished (%s); they will be "
+                            "replayed", len(held), why)
             else:  # an in-process bus (`fleetwatch up`): nothing outlives this process
-                log.warning("stopping with %d batches not finished (%s: %s); their frames "
-                            "were NOT stored, and nothing replays them", len(held),
-                            type(exc).__name__, exc)
+                log.warning("stopping with %d batches not finished (%s); their frames "
+                            "were NOT stored, and nothing replays them", len(held), why)
         finally:
             settle(held)
             self.summarise_dead_letters(final=True)
@@ -391,3 +402,13 @@ class ConsumerLoop:
                         self._judge_held(held)
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+# How long the loop waits on one write before it turns again (a stop request is seen within it).
+WRITE_WAIT_S = 0.5
+
+
+def _written(batch: Batch, seconds: float) -> bool:
+    """Whether ``batch``'s write is done, waiting for it up to ``seconds``."""
+    assert batch.write is not None
+    return bool(_wait([batch.write], timeout=seconds).done)
