@@ -82,6 +82,7 @@ class ConsumerLoop:
     # The store failed (``StoreError``) and nothing has been stored since: the loop does
     # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
     _store_away = False
+    _paused_for = ""  # what paused consumption last: a key of _RESUMED
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
@@ -213,10 +214,12 @@ class ConsumerLoop:
                     delay = backoff.next()
                     self._rebalancing = isinstance(exc, BusRebalancing)
                     judging = isinstance(exc, StoreError)
+                    self._paused_for = "rebalance"
                     if self._rebalancing:   # routine (a member joined or left): not an outage
                         log.info("consumer group rebalancing (a member joined or left); "
                                  "committing after it, in %.1fs (%s)", delay, exc)
                     elif judging:
+                        self._paused_for = "store"
                         self._store_away = True
                         self.stats.store_errors += 1
                         self._judge_held(held)
@@ -225,9 +228,11 @@ class ConsumerLoop:
                                     "sent from %d frames in hand (up to %d messages)",
                                     exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
                     elif isinstance(exc, BusError):
+                        self._paused_for = "bus"
                         log.warning("bus unavailable (%s); pausing consumption, retry in "
                                     "%.1fs", exc, delay)
                     elif out_of_memory(exc):
+                        self._paused_for = "memory"
                         self.stats.errors += 1
                         memory_errors += 1
                         if memory_errors >= MEMORY_ERRORS_MAX:
@@ -236,6 +241,7 @@ class ConsumerLoop:
                         log.error("out of memory (%s: %s); pausing consumption, retry in "
                                   "%.1fs", type(exc).__name__, exc, delay)
                     else:
+                        self._paused_for = "error"
                         self.stats.errors += 1
                         log.exception("unexpected error; pausing consumption, retry in %.1fs",
                                       delay)
@@ -319,12 +325,14 @@ class ConsumerLoop:
         consumer.resume()
         self._fetching = True
         self.stats.paused = False
+        # Said for what paused it: only a bus error is followed by "bus is back".
+        paused_for, self._paused_for = self._paused_for, ""
         if self._rebalancing:
             log.info("consuming again")
         elif self._store_away:
             log.debug("consuming again; the store is not known to be back yet")
         else:
-            log.info("bus is back; consuming again")
+            log.info("%s", _RESUMED.get(paused_for, "consuming again"))
         self._rebalancing = False
 
     def _judge_held(self, held: deque[Batch]) -> None:
@@ -403,6 +411,14 @@ class ConsumerLoop:
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
 
+
+# What ``_resume`` says, by what paused consumption.
+_RESUMED = {
+    "bus": "bus is back; consuming again",
+    "store": "consuming again",  # after "store is back: ..."
+    "memory": "consuming again after running out of memory",
+    "error": "consuming again after the unexpected error above",
+}
 
 # How long the loop waits on one write before it turns again (a stop request is seen within it).
 WRITE_WAIT_S = 0.5
