@@ -47,7 +47,7 @@ from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
 from fleetwatch.process_health import BusCollector, BusState, Readiness, WaitingCollector
-from fleetwatch.process_stop import StopBudget
+from fleetwatch.process_stop import StopBudget, leave
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -383,4 +383,4 @@ def _child_main(config: Config, index: int, level: int, parent: int) -> None:
     except PortInUse as exc:  # one line, not a traceback; the supervisor restarts it later
         log.error("worker %d cannot serve /metrics: %s", index, exc)
         code = 1
-    raise SystemExit(code)
+    raise SystemExit(leave(code))

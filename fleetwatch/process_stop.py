@@ -11,6 +11,8 @@ stop request; a step cut short is logged, and named in the last line.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -88,3 +90,30 @@ def _failed(notifier: Any) -> int:
     stats = getattr(notifier, "stats", None)
     sinks = getattr(stats, "sinks", {}) or {}
     return sum(getattr(c, "failed", 0) for c in dict(sinks).values())
+
+
+def leave(code: int, wait_s: float = 1.0) -> int:
+    """``code``, once the process may exit: a thread still inside a store or sink call
+    that does not return (a write to a hung server, abandoned at the stop's deadline) would
+    hold the interpreter's exit until its own timeout, so after ``wait_s`` the process
+    exits at once (``os._exit``), saying which. What it held was not committed: replayed.
+    Returns only when no such thread is left."""
+    deadline = time.monotonic() + wait_s
+    for t in _held_by():
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = _held_by()
+    if not hung:
+        return code
+    log.warning("exiting without waiting for %s (stuck in a call to a server that does not "
+                "answer); what it held was not committed and is replayed",
+                ", ".join(sorted({t.name for t in hung})))
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _held_by() -> list[threading.Thread]:
+    """The threads an interpreter's exit waits for."""
+    return [t for t in threading.enumerate()
+            if t is not threading.current_thread() and not t.daemon and t.is_alive()]

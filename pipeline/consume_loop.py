@@ -8,11 +8,12 @@ the state named below; this module only orders those steps over a bus.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as _wait
 from typing import TYPE_CHECKING
@@ -165,7 +166,7 @@ class ConsumerLoop:
         next_collect = time.monotonic() + collect_every_s
         held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
         memory_errors = 0  # in a row (see MEMORY_ERRORS_MAX)
-        with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
+        with _writers(writes, self) as writers:
             while not stop.is_set():
                 try:
                     fetched = False
@@ -374,7 +375,7 @@ class ConsumerLoop:
             self.drain_error = exc
             # A write still waiting at the deadline is a TimeoutError without a message.
             why = (f"{type(exc).__name__}: {exc}" if str(exc) else
-                   f"the store did not answer within {drain_s:g} s"
+                   f"the store did not answer within {drain_s:.1f} s"
                    if isinstance(exc, TimeoutError) else type(exc).__name__)
             if getattr(consumer, "replays", True):
                 log.warning("stopping with %d batches not finished (%s); they will be "
@@ -410,6 +411,19 @@ class ConsumerLoop:
                         self._judge_held(held)
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+@contextlib.contextmanager
+def _writers(writes: int, loop: ConsumerLoop) -> Iterator[ThreadPoolExecutor]:
+    """The store writers; on the way out they are waited for, unless the drain left a
+    batch unfinished: its write is hung on the store, and the stop's deadline does not
+    wait for it (the process leaves it behind: ``process_service.leave``)."""
+    writers = ThreadPoolExecutor(writes, thread_name_prefix="store-writer")
+    try:
+        yield writers
+    finally:
+        left = getattr(loop, "drained", (0, 0))[1]
+        writers.shutdown(wait=not left, cancel_futures=True)
 
 
 # What ``_resume`` says, by what paused consumption.

@@ -88,3 +88,22 @@ def test_the_units_and_the_pods_wait_longer_than_the_stop_takes() -> None:
     docs = yaml.safe_load_all((root / "kubernetes" / "fleetwatch.yaml").read_text("utf-8"))
     (processor,) = [d for d in docs if d["metadata"]["name"] == "fleetwatch-processor"]
     assert processor["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] > budget
+
+
+def test_a_thread_hung_on_a_server_does_not_hold_the_exit() -> None:
+    """A store write abandoned at the deadline kept the interpreter from exiting until the
+    write's own timeout; ``leave`` exits after a second, saying which thread it left."""
+    import subprocess
+    import sys
+
+    code = ("import threading, time, logging\n"
+            "logging.basicConfig()\n"
+            "from fleetwatch.process_stop import leave\n"
+            "threading.Thread(target=time.sleep, args=(60,), name='store-writer_0').start()\n"
+            "raise SystemExit(leave(0))\n")
+    t0 = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=30)
+    assert time.monotonic() - t0 < 10
+    assert result.returncode == 0
+    assert "exiting without waiting for store-writer_0" in result.stderr

@@ -3,7 +3,8 @@ each had a timeout of their own and their sum, 72 s, passed systemd's TimeoutSto
 60 s. Now the whole stop stays within ``processor.stop_timeout_s`` and says what it left.
 
 A real ``fleetwatch process`` on a real Tansu broker, its store and Alertmanager a port
-that takes connections and never answers; one frame in hand when SIGTERM comes."""
+that takes connections and never answers; one frame in hand when SIGTERM comes (before,
+that batch alone took 20 s, and the hung write held the exit until its own timeout)."""
 
 from __future__ import annotations
 
@@ -41,15 +42,16 @@ def test_sigterm_with_the_store_and_alertmanager_hung_stops_within_the_budget(
                 "FLEETWATCH_STORE_URL": f"http://{black_hole}",
                 "FLEETWATCH_ALERTS_ALERTMANAGER_URL": f"http://{black_hole}",
                 "FLEETWATCH_PROCESSOR_METRICS_PORT": "0",
-                "FLEETWATCH_PROCESSOR_STOP_TIMEOUT_S": "8", "PYTHONUNBUFFERED": "1"})
+                "FLEETWATCH_PROCESSOR_STOP_TIMEOUT_S": "15", "PYTHONUNBUFFERED": "1"})
     log = tmp_path / "process.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "process"], env=env,
                                 stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path)
     try:
+        # Once assigned, it asks the store which nodes its partition holds: that read
+        # times out first, then frames are held while the store is away.
         deadline = time.monotonic() + 60
-        while "partitions assigned" not in log.read_text() and "processing" not in \
-                log.read_text():
+        while "store unavailable" not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
         p = KafkaProducer(kafka.address)
@@ -58,7 +60,7 @@ def test_sigterm_with_the_store_and_alertmanager_hung_stops_within_the_budget(
         p.send(topic, encode(f), key=b"n1")
         p.flush(30)
         p.close()
-        threading.Event().wait(5)  # polled, its write to the hung store under way
+        threading.Event().wait(3)  # polled and held, the store still away
         t0 = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
@@ -67,7 +69,7 @@ def test_sigterm_with_the_store_and_alertmanager_hung_stops_within_the_budget(
         proc.kill()
     out = log.read_text()
     assert code == 0, out[-3000:]
-    assert took < 8 + 3, (took, out[-3000:])
+    assert took < 15 + 3, (took, out[-3000:])
     assert re.search(r"stopping with 1 batches not finished \(the store did not answer "
                      r"within [\d.]+ s\); they will be replayed", out), out[-3000:]
     assert "Traceback" not in out, out[-3000:]
