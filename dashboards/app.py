@@ -88,7 +88,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
     app = dash.Dash(__name__, title=title, update_title=None,
                     suppress_callback_exceptions=True, serve_locally=True)
-    app.server.wsgi_app = HostCheck(app.server.wsgi_app, allowed_hosts)  # type: ignore[method-assign]
+    app.server.wsgi_app = Healthz(HostCheck(app.server.wsgi_app,  # type: ignore[method-assign]
+                                           allowed_hosts))
     style = resources.files("fleetwatch.dashboards").joinpath("style.css").read_text("utf-8")
     app.index_string = _INDEX.replace("STYLE", style).replace("LIVE", live.script())
     shell = html.Div(className="shell", children=[
@@ -175,6 +176,22 @@ def host_allowed(host: str | None, allowed: Iterable[str] = ()) -> bool:
         if name == a_name and a_port in (None, port):
             return True
     return False
+
+
+class Healthz:
+    """WSGI middleware: ``/healthz`` answers 200 "ok" from any Host (a probe's Host is the
+    pod's address; it reveals nothing), without touching the store: the server's threads
+    answer. Everything else goes to ``app``."""
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        if environ.get("PATH_INFO") != "/healthz":
+            return self.app(environ, start_response)
+        start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"),
+                                  ("Content-Length", "3")])
+        return [b"ok\n"]
 
 
 class HostCheck:

@@ -312,8 +312,9 @@ def _print_frame(frame) -> None:
 
 def cmd_process(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.process_service import run_processor
+    from fleetwatch.process_stop import leave
 
-    return run_processor(_override(config, "processor", workers=args.workers))
+    return leave(run_processor(_override(config, "processor", workers=args.workers)))
 
 
 def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:

@@ -51,7 +51,7 @@ TRAIN_MIN_S, TRAIN_MAX_S = 3600.0, 400 * 86400.0
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.simulate import span_text
-    from fleetwatch.train import check_out_dir, train, written_warnings
+    from fleetwatch.train import NotEnoughHistory, check_out_dir, train, written_warnings
     from fleetwatch.wiring import open_store
 
     if args.duration is not None:
@@ -84,6 +84,9 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
         path, meta = train(store, end - duration, end, out,
                            lemon_half_life_d=config.models.lemon_half_life_d,
                            progress=lambda text: print(f"  {text}", file=sys.stderr))
+    except NotEnoughHistory as exc:  # a new install: the timer's or Job's run is no failure
+        print(f"fleetwatch train: {exc}", file=sys.stderr)
+        return EXIT_OK
     except (ValueError, StoreError) as exc:
         print(f"fleetwatch train: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -134,11 +137,14 @@ def _phases_without_model(meta: dict[str, Any]) -> str:
 def cmd_report(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.report_files import report_month
-    from fleetwatch.report_month import ReportError, ZoneError
+    from fleetwatch.report_month import NothingToReport, ReportError, ZoneError
 
     try:
         # An empty --cluster (an unset variable) means every cluster, as in `alerts`.
         print(report_month(config, args.month, args.out, args.cluster or None, args.tz))
+    except NothingToReport as exc:  # a new install: the timer's or Job's run is no failure
+        print(f"fleetwatch report: {exc}", file=sys.stderr)
+        return EXIT_OK
     except ReportError as exc:
         # A store that is not there says so as `alerts` and `train` do (with the store
         # `up` left here, if any), not as a failed read of the ledger.

@@ -7,7 +7,11 @@ raises ``FrameError`` naming the field for anything malformed, of an unknown
 version or too large. A reading that is well formed but non-finite or outside
 its metric's possible range (a glitching sensor or counter) is no reason to
 lose the node's other readings: it is left out of the frame and named in
-``Decoder.dropped``, and the rest of the frame is decoded as usual.
+``Decoder.dropped``, and the rest of the frame is decoded as usual. So is a number
+keyed by a metric id this catalogue does not have (an agent of a later release that
+measures more, ``Decoder.unknown``): forward compatibility, so that agents upgraded
+before the processors keep their frames; a value of such an id that is no number, or
+a key that is no id, is still malformed.
 
     [v, cluster, rack, node, ts, seq, [gpu...], [host_metrics, [port...]]]
     gpu  = [index, uuid, model, job|nil, state(0 ok, 1 lost), {id: value}, [xid...], {info}]
@@ -56,6 +60,9 @@ MIN_TS, MAX_TS = 946_684_800.0, 4_102_444_800.0
 
 # A bound on the decoder's known-good strings, should names churn without end.
 _MAX_GOOD = 100_000
+# Metric ids a later release may have added: wire ids are small non-negative integers;
+# a key outside this is no id at all, and the frame malformed.
+_MAX_ID = 1 << 31
 
 # Names that are a path's "this" or "parent" segment: a node or job page's address cannot
 # hold them (a browser resolves /node/.. to /, even written %2E%2E), so no page opens.
@@ -109,12 +116,17 @@ class Decoder:
         # (field, why) of each reading left out of the last frame decoded: non-finite or
         # outside its metric's possible range. Empty for nearly every frame.
         self.dropped: list[tuple[str, str]] = []
+        # (scope, id) of each metric of the last frame decoded whose id this catalogue
+        # lacks (a later agent's), left out. Empty unless agents are newer.
+        self.unknown: list[tuple[str, int]] = []
 
     def decode(self, data: bytes | None) -> Frame:
         """The frame in ``data``; ``FrameError`` (and only that) for anything malformed.
         Impossible readings are left out of it and listed in ``self.dropped``."""
         if self.dropped:
             self.dropped = []
+        if self.unknown:
+            self.unknown = []
         try:
             return self._decode(data)
         except FrameError:
@@ -276,13 +288,19 @@ class Decoder:
             spec = known.get(key) if type(key) is int else None
             t = type(value)
             v = value if t is float else float(value) if t is int else None
-            if spec is None or v is None:
+            if spec is None and v is not None and self._later_id(key):
+                self.unknown.append((scope, key))  # a later release's metric: left out
+            elif spec is None or v is None:
                 self._metric_error(where, scope, key, value)
             elif not spec[1] <= v <= spec[2]:  # a reading, not a malformed frame: left out
                 self.dropped.append(self._impossible(where, key, v))
             else:
                 out[spec[0]] = v
         return out
+
+    def _later_id(self, key: Any) -> bool:
+        """An id a later catalogue may have (of no scope this one knows)."""
+        return type(key) is int and 0 <= key < _MAX_ID and self._cat.by_id(key) is None
 
     def _impossible(self, where: str, key: int, v: float) -> tuple[str, str]:
         m = self._cat.by_id(key)
@@ -293,8 +311,9 @@ class Decoder:
     def _metric_error(self, where: str, scope: str, key: Any, value: Any) -> None:
         metric = self._cat.by_id(key) if type(key) is int else None
         if metric is None:
-            raise FrameError(f"{where}[{quote(key)}]", "unknown metric id; upgrade the processors "
-                             "before the agents")
+            raise FrameError(f"{where}[{quote(key)}]", "unknown metric id" + (
+                f" with a value that is no number ({tname(value)})" if self._later_id(key)
+                else " (an id is a non-negative integer)"))
         name = f"{where}.{metric.name}"
         if metric.scope != scope:
             raise FrameError(name, f"is a {metric.scope} metric, not a {scope} one")

@@ -20,6 +20,7 @@ from typing import Any
 
 from fleetwatch import kafka_options
 from fleetwatch.carbon_units import LB_KG
+from fleetwatch.config_env import service_link
 from fleetwatch.config_fields import (
     ConfigError,
     Secret,
@@ -111,6 +112,10 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     from_env: dict[str, dict[str, tuple[Any, str]]] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
+            continue
+        if service_link(name, value, ENV_PREFIX):  # kubelet's, for a Service: no setting
+            log.debug("environment %s=%s is a Kubernetes service link; not a setting, "
+                      "ignored", name, value)
             continue
         section, _, key = name[len(ENV_PREFIX):].lower().partition("_")
         if section not in sections or not key:

@@ -4,7 +4,8 @@ The app side of the processor (it lived in ``pipeline/run.py``, which made a
 stage import the composition root that imports it): it wires config into a
 ``Processor`` and runs it until SIGTERM or SIGINT. On either, the member
 finishes the batches in hand (stores, evaluates, commits them, sends their
-dead letters) for up to ``_DRAIN_S`` and logs one line that says so.
+dead letters) within ``processor.stop_timeout_s`` in all (``process_stop``) and logs
+one line that says so, naming what it had to abandon.
 
 A broker that cannot be reached is waited for, as the agent waits for it: at
 start each member says once an attempt that it cannot reach Kafka and tries
@@ -34,6 +35,7 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Callable
 from multiprocessing.process import BaseProcess
 from typing import Any
 
@@ -45,6 +47,8 @@ from fleetwatch.pipeline.model_metrics import ModelCollector
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import StoreError, StoreLost
+from fleetwatch.process_health import BusCollector, BusState, Readiness, WaitingCollector
+from fleetwatch.process_stop import StopBudget, leave
 from fleetwatch.service import (
     PortInUse,
     Stop,
@@ -94,22 +98,42 @@ def run_processor(config: Config, stop: threading.Event | None = None) -> int:
     quiet_kafka_client()
     stop = stop_on_signals(stop)
     if config.processor.workers > 1:
-        if not _topics_ready(config, stop):
+        if not _parent_topics_ready(config, stop):
             return _stopped_waiting(config, stop)
         return _supervise(config, stop)
     return _member(config, stop, topics=True)
 
 
-def _topics_ready(config: Config, stop: threading.Event) -> bool:
+def _parent_topics_ready(config: Config, stop: threading.Event) -> bool:
+    """The supervisor's wait for Kafka, with /metrics on ``metrics_port`` meanwhile (the
+    bus down, the counters at 0: ``process_health``), handed to worker 0 once it is over."""
+    bus = BusState(config.bus.bootstrap)
+    server, registry = _metrics(config, None, Readiness(bus))
+    if registry is not None:
+        registry.register(BusCollector(bus))
+        registry.register(WaitingCollector(processor_info(config)))
+    try:
+        return _topics_ready(config, stop, bus)
+    finally:
+        if server is not None:
+            server.shutdown()
+            server.server_close()  # the port is worker 0's
+
+
+def _topics_ready(config: Config, stop: threading.Event, bus: BusState) -> bool:
     """Kafka reached and the topics checked (the watch thread started); False if stopped
     first. Before the consumer: its metadata request would create a missing topic with
     the broker's default partition count instead of ``bus.partitions``."""
     if reach_kafka(config.bus.bootstrap, stop) is None:
         return False
     _ensure_topics(config)
-    threading.Thread(target=_watch_topics, args=(config, stop), name="topic-watch",
-                     daemon=True).start()
+    _start_watch(config, stop, bus, ensure=True)
     return True
+
+
+def _start_watch(config: Config, stop: threading.Event, bus: BusState, ensure: bool) -> None:
+    threading.Thread(target=_watch_topics, args=(config, stop, bus, ensure),
+                     name="topic-watch", daemon=True).start()
 
 
 def _stopped_waiting(config: Config, stop: threading.Event) -> int:
@@ -119,18 +143,21 @@ def _stopped_waiting(config: Config, stop: threading.Event) -> int:
     return 0
 
 
-def _metrics(config: Config, index: int | None) -> tuple[Any, Any]:
-    """The /metrics server, started before anything connects (a port that is taken is a
-    start-up error, said at once), and its registry, empty until the processor is built."""
+def _metrics(config: Config, index: int | None, ready: Callable[[], str]) -> tuple[Any, Any]:
+    """The metrics port (/metrics, /healthz, /readyz: ``health_http``), started before
+    anything connects (a port that is taken is a start-up error, said at once), and its
+    registry, empty until the processor is built."""
     if not config.processor.metrics_port:
         return None, None
-    from prometheus_client import CollectorRegistry, start_http_server
+    from prometheus_client import CollectorRegistry
+
+    from fleetwatch.health_http import serve
 
     registry = CollectorRegistry()
     host, port = config.processor.metrics_host, config.processor.metrics_port
     setting = ("processor.metrics_port" if index is None else
                f"processor.metrics_port (+ {index} for worker {index})")
-    server, _ = bound(host, port, setting, lambda: start_http_server(port, host, registry))
+    server = bound(host, port, setting, lambda: serve(host, port, registry, ready))
     return server, registry
 
 
@@ -153,16 +180,23 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
     """One group member until ``stop``; with ``topics``, it checks the topics first (and
     watches them) as a lone processor must; ``index`` is a worker's, for messages."""
     with contextlib.ExitStack() as held:
-        server, registry = _metrics(config, index)
+        bus = BusState(config.bus.bootstrap)
+        ready = Readiness(bus)
+        server, registry = _metrics(config, index, ready)
         if server is not None:
+            held.callback(server.server_close)
             held.callback(server.shutdown)
+        waiting = WaitingCollector(processor_info(config))
+        if registry is not None:  # from the start: a member waiting for Kafka is seen
+            registry.register(BusCollector(bus))
+            registry.register(waiting)
         store = open_store(config.store)
         held.callback(store.close)
         _check_server(store)
         behind = left_behind(config, store, time.time())
         if behind:
             log.warning("%s", behind)
-        if topics and not _topics_ready(config, stop):
+        if topics and not _topics_ready(config, stop, bus):
             return _stopped_waiting(config, stop)
         check = GroupCheck(config.bus.group, member_settings(config))
         consumer = reach_kafka(config.bus.bootstrap, stop,
@@ -170,16 +204,22 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         if consumer is None:
             return _stopped_waiting(config, stop)
         held.callback(consumer.close)
+        bus.set(True)
+        if not topics:  # a worker: the supervisor checks the topics; it watches the bus
+            _start_watch(config, stop, bus, ensure=False)
         dead = open_producer(config.bus)
         held.callback(dead.close)  # flushes what is still queued
         notifier = open_notifier(config, store)
-        held.callback(notifier.close)
+        budget = StopBudget(stop, config.processor.stop_timeout_s)
+        held.callback(budget.close_sinks, notifier)
         rules = linked([*detectors(config.detectors), *learned_detectors(config.models)])
         processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
                               keep_firing_s=config.alerts.keep_firing_s,
                               max_clock_ahead_s=config.processor.max_clock_ahead_s)
+        ready.processor = processor
         if registry is not None:
+            registry.unregister(waiting)  # the same names, now counted
             registry.register(ProcessorCollector(processor, consumer, notifier,
                                                  processor_info(config), check))
             registry.register(ModelCollector(processor.detectors))
@@ -188,7 +228,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
                  config.processor.metrics_host, config.processor.metrics_port or "-")
         try:
             processor.run(consumer, stop, config.processor.max_batch,
-                          config.processor.maintain_every_s, drain_s=_DRAIN_S)
+                          config.processor.maintain_every_s, drain_s=budget.drain_s)
         except OutOfMemory as exc:  # one line; the supervisor restarts it
             log.critical("%s", exc)
             return EXIT_OUT_OF_MEMORY
@@ -198,14 +238,17 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         except BusBroken as exc:  # what to correct; a restart alone does not mend it
             log.critical("%s", exc)
             return EXIT_BUS_BROKEN
-        processor.flush()  # the last counts of open alerts, before the store closes
+        budget.flush(processor)  # the last counts of open alerts, before the store closes
     finished, left = processor.drained
     s = processor.stats
     log.info("stopped%s: finished the %d batches in hand (stored, committed)%s; %d frames, "
-             "%d samples, %d dead letters in all",
+             "%d samples, %d dead letters in all%s",
              f" on {stop.cause}" if isinstance(stop, Stop) and stop.cause else "", finished,
              f", {left} not finished, replayed by the next owner" if left else "",
-             s.frames, s.points, s.dead_letters)
+             s.frames, s.points, s.dead_letters,
+             f"; abandoned to stop within processor.stop_timeout_s = "
+             f"{config.processor.stop_timeout_s:g} s: {'; '.join(budget.abandoned)}"
+             if budget.abandoned else "")
     return 0
 
 
@@ -215,10 +258,12 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
 _TOPIC_CHECK_S = 30.0
 
 
-def _watch_topics(config: Config, stop: threading.Event) -> None:
-    """Every ``_TOPIC_CHECK_S``: the topics checked again, or, while Kafka cannot be
-    reached, one line when it goes and one when it is back (kafka-python's own lines
-    are silenced: ``quiet_kafka_client``), without three admin clients timing out."""
+def _watch_topics(config: Config, stop: threading.Event, bus: BusState,
+                  ensure: bool = True) -> None:
+    """Every ``_TOPIC_CHECK_S``: the topics checked again (with ``ensure``), or, while
+    Kafka cannot be reached, one line when it goes and one when it is back (kafka-python's
+    own lines are silenced: ``quiet_kafka_client``), without three admin clients timing
+    out; ``bus`` follows it (``fleetwatch_processor_bus_up``)."""
     bootstrap, away = config.bus.bootstrap, False
     while not stop.wait(_TOPIC_CHECK_S):
         reason = kafka_unreachable(bootstrap)
@@ -227,11 +272,14 @@ def _watch_topics(config: Config, stop: threading.Event) -> None:
                 log.warning("cannot reach Kafka at %s (%s); consuming resumes when it is back",
                             bootstrap, reason)
             away = True
+            bus.set(False, f"cannot reach Kafka at {bootstrap} ({reason})")
             continue
         if away:
             log.info("Kafka at %s can be reached again", bootstrap)
             away = False
-        _ensure_topics(config, quiet=True)
+        bus.set(True)
+        if ensure:
+            _ensure_topics(config, quiet=True)
 
 
 def _ensure_topics(config: Config, quiet: bool = False) -> None:
@@ -239,8 +287,6 @@ def _ensure_topics(config: Config, quiet: bool = False) -> None:
     ensure_topics(config.bus, quiet)
 
 
-# On stop, how long the batches in hand may take to be finished.
-_DRAIN_S = 20.0
 # The processor ran out of memory (``out_of_memory.OutOfMemory``): non-zero, so that
 # systemd (Restart=on-failure) or Kubernetes restarts it.
 EXIT_OUT_OF_MEMORY = 1
@@ -253,7 +299,8 @@ EXIT_BUS_BROKEN = 1
 # growing delay, so that a member that cannot start does not spin.
 _HEALTHY_S = 30.0
 _MAX_RESTART_DELAY_S = 30.0
-_STOP_WAIT_S = 30.0
+# A worker stops within processor.stop_timeout_s; it is killed this much later.
+_STOP_MARGIN_S = 3.0
 
 
 @dataclasses.dataclass
@@ -293,7 +340,8 @@ def _supervise(config: Config, stop: threading.Event) -> int:
                 c.process.start()
                 c.started = now
         stop.wait(0.5)
-    return _stop_children([c.process for c in children if c.process is not None])
+    return _stop_children([c.process for c in children if c.process is not None],
+                          config.processor.stop_timeout_s + _STOP_MARGIN_S)
 
 
 def _worker_config(config: Config, index: int) -> Config:
@@ -302,16 +350,16 @@ def _worker_config(config: Config, index: int) -> Config:
         config.processor, workers=1, metrics_port=port + index if port else 0))
 
 
-def _stop_children(procs: list[BaseProcess]) -> int:
+def _stop_children(procs: list[BaseProcess], wait_s: float) -> int:
     for p in procs:
         if p.is_alive():
             p.terminate()  # SIGTERM: the member finishes its batch and leaves the group
-    deadline = time.monotonic() + _STOP_WAIT_S
+    deadline = time.monotonic() + wait_s
     for p in procs:
         p.join(max(0.0, deadline - time.monotonic()))
         if p.is_alive():
             log.warning("worker pid %s did not stop within %.0fs; killing it", p.pid,
-                        _STOP_WAIT_S)
+                        wait_s)
             p.kill()
             p.join(5)
     codes = [p.exitcode for p in procs]
@@ -339,4 +387,4 @@ def _child_main(config: Config, index: int, level: int, parent: int) -> None:
     except PortInUse as exc:  # one line, not a traceback; the supervisor restarts it later
         log.error("worker %d cannot serve /metrics: %s", index, exc)
         code = 1
-    raise SystemExit(code)
+    raise SystemExit(leave(code))

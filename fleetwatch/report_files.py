@@ -22,6 +22,7 @@ from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
 from fleetwatch.report import KINDS, Progress, Report, build_chunks, ledger_chunks
 from fleetwatch.report_month import (
+    NothingToReport,
     ReportError,
     ZoneError,
     month_span,
@@ -84,6 +85,13 @@ def _no_such_cluster(store: EnergyStore, cluster: str, month: str, start: int, e
                           "or leave --cluster out for every cluster)")
 
 
+def _ledger_after(store: EnergyStore, end: int, now: float, cluster: str | None) -> bool:
+    """Whether the ledger holds energy between ``end`` (a month's) and ``now``: a month
+    before the first row is one before fleetwatch ran, not a store misconfigured."""
+    return int(now) > end and any(rows for rows in ledger_chunks(
+        store, end, int(now), window_s=7 * 86400, cluster=cluster))
+
+
 def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: str | Path,
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
@@ -107,6 +115,11 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"{month} has not begun: it starts {_at(start, tz)}, and it is "
                           f"{_at(report.generated_ts, tz)} now; choose a month that has begun "
                           "(--month current, previous or YYYY-MM)")
+    if not report.hourly_intensity and _ledger_after(store, end, report.generated_ts, cluster):
+        raise NothingToReport(f"not enough history yet: the ledger of {store_name or 'the store'}"
+                              f" begins after {month} (fleetwatch was installed since, or "
+                              f"that month's rows were deleted), so there is nothing to "
+                              f"report for {month}; nothing written")
     if not report.hourly_intensity:
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "

@@ -16,6 +16,11 @@ class ReportError(ValueError):
     """The report cannot be made as asked (a bad month, an empty store)."""
 
 
+class NothingToReport(ReportError):
+    """The ledger begins after the month asked for (fleetwatch was installed since): no
+    failure, nothing to do; ``fleetwatch report`` exits 0 saying so."""
+
+
 class ZoneError(ReportError):
     """A time zone name zoneinfo does not know: a usage error (exit 2)."""
 

@@ -129,6 +129,9 @@ class ProcessorConfig:
     # Frames stamped further ahead of the processor's clock are dead-lettered (a wrong
     # clock on the node; NTP fixes it); 0 takes frames of any time.
     max_clock_ahead_s: float = ranged(300.0, 0.0, 3.2e9)
+    # On SIGTERM, the whole stop (batches in hand, open alerts' last updates, alert sinks)
+    # within this; below systemd's TimeoutStopSec and the pod's grace period (60 s).
+    stop_timeout_s: float = ranged(45.0, 5.0, 3600.0)
 
 
 @dataclass(frozen=True)

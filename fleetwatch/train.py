@@ -38,7 +38,13 @@ from fleetwatch.models.artifact import (
     save,
 )
 from fleetwatch.models.lemon import Incidents, event_order, lost_points
-from fleetwatch.models.thermal_model import FEATURES, fit_thermal, gpu_key, step_offsets
+from fleetwatch.models.thermal_model import (
+    FEATURES,
+    MIN_SAMPLES,
+    fit_thermal,
+    gpu_key,
+    step_offsets,
+)
 from fleetwatch.pipeline.store.base import Store
 from fleetwatch.train_exclusions import LeftOut, Span, mask, spans
 
@@ -156,6 +162,20 @@ def lemon_scores(store: Store, start_ts: float, end_ts: float, half_life_d: floa
     return {k: (v, end_ts) for k, v in scores.items() if v > 0.01}
 
 
+class NotEnoughHistory(ValueError):
+    """Too few GPU samples for any model (a new install): nothing is trained, and the
+    nightly run is no failure (``fleetwatch train`` exits 0 saying so)."""
+
+    def __init__(self, samples: int, minutes: np.ndarray, start_ts: float,
+                 end_ts: float) -> None:
+        span_h = (float(minutes.max() - minutes.min()) / 3.6e6 + 1 / 60) if len(minutes) else 0
+        super().__init__(
+            f"not enough history yet ({span_h:.1f} h of GPU samples in the "
+            f"{(end_ts - start_ts) / 3600:.0f} h asked for: {samples} samples with "
+            f"temperature and power, {MIN_SAMPLES} needed, a few hours of a fleet); nothing "
+            "trained, the model file in use (if any) is kept")
+
+
 class Fit:
     """What training keeps of each ``Day``, then the fit: one object, two sources."""
 
@@ -231,6 +251,8 @@ class Fit:
             self.say(f"left out (known not normal): {line}")
         self.say(f"fitting thermal health on {len(y):,} GPU-minutes (every other minute "
                  f"of the {self.read - sum(self.left_out.minutes.values()):,} kept)")
+        if len(y) < MIN_SAMPLES:
+            raise NotEnoughHistory(len(y), order, start_ts, end_ts)
         thermal = fit_thermal(X, y, keys, order, seed=seed, names=list(codes))
         held = self._step(thermal)
         feats = np.concatenate(self.windows) if self.windows else np.zeros((0, 11))

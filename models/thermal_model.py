@@ -17,6 +17,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# Fewer samples (every other GPU-minute with temperature and power) than this: too little
+# history to fit on (``fit_thermal`` refuses; ``fleetwatch train`` says so and exits 0).
+MIN_SAMPLES = 200
+
 # The regressor's inputs, in this order. A missing one is NaN (the gradient-
 # boosted model handles NaN natively; the linear one imputes the median).
 FEATURES: tuple[str, ...] = ("power_w", "sm_active", "sm_clock_mhz", "fan_pct", "node_temp_c",
@@ -126,7 +130,7 @@ def fit_thermal(X: np.ndarray, y: np.ndarray, gpu_ids: np.ndarray, order: np.nda
     it and the better one is refitted on everything. Offsets and spread come from
     the residuals of that final model.
     """
-    if len(y) < 200:
+    if len(y) < MIN_SAMPLES:
         raise ValueError(f"only {len(y)} samples with temperature and power: train on a "
                          "longer range (at least a few hours of a fleet)")
     rng = np.random.default_rng(seed)

@@ -42,6 +42,9 @@ class Stats:
     # Readings left out of frames otherwise stored (non-finite, or outside their metric's
     # possible range), by metric.
     readings_dropped: dict[str, int] = field(default_factory=dict)
+    # Metrics left out because this processor's catalogue lacks their id (an agent of a
+    # later release), by "scope:id" (at most UNKNOWN_KEYS of them, the rest "other").
+    unknown_metrics: dict[str, int] = field(default_factory=dict)
     events: dict[str, int] = field(default_factory=dict)  # events stored, by kind
     # Frames stamped ahead of the processor's clock (pipeline.clock_skew.AHEAD_WARN_S),
     # dead-lettered or not; nodes found steadily far behind the others, once a batch.

@@ -8,11 +8,14 @@ the state named below; this module only orders those steps over a bus.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as _wait
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
@@ -84,6 +87,7 @@ class ConsumerLoop:
     # The store failed (``StoreError``) and nothing has been stored since: the loop does
     # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
     _store_away = False
+    _paused_for = ""  # what paused consumption last: a key of _RESUMED
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
@@ -102,7 +106,8 @@ class ConsumerLoop:
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
-            drain_s: float = 30.0, no_partitions_warn_s: float = 60.0) -> None:
+            drain_s: float | Callable[[], float] = 30.0,
+            no_partitions_warn_s: float = 60.0) -> None:
         """Poll → decode → store → evaluate → commit, until ``stop`` is set.
 
         Batches overlap: while writer threads store batch N (and N+1 when the
@@ -158,14 +163,15 @@ class ConsumerLoop:
                 log.log(said[0], "%s", said[1])
 
     def _run(self, consumer: Consumer, stop: threading.Event, max_messages: int,
-             maintain_every_s: float, collect_every_s: float, drain_s: float) -> None:
+             maintain_every_s: float, collect_every_s: float,
+             drain_s: float | Callable[[], float]) -> None:
         writes = max(1, int(getattr(self.store, "concurrent_writes", 1)))
         backoff = Backoff(0.5, 30.0)
         next_maintain = 0.0
         next_collect = time.monotonic() + collect_every_s
         held: deque[Batch] = deque()  # oldest first: at most `writes` stored, one more decoded
         memory_errors = 0  # in a row (see MEMORY_ERRORS_MAX)
-        with ThreadPoolExecutor(writes, thread_name_prefix="store-writer") as writers:
+        with _writers(writes, self) as writers:
             while not stop.is_set():
                 try:
                     fetched = False
@@ -185,6 +191,8 @@ class ConsumerLoop:
                                 break  # a writer was busy: submitted on the next turn
                             if not (batch.write.done() or len(held) > writes or not fetched):
                                 break  # being written, and there is other work to do
+                            if not _written(batch, WRITE_WAIT_S):
+                                break  # a slow store: the loop turns, and sees a stop request
                             self._finish_write(batch)
                         self._complete(batch, consumer)
                         held.popleft()
@@ -216,10 +224,12 @@ class ConsumerLoop:
                         self.deaf()  # the brokers did not answer: no time heard as quiet
                     self._rebalancing = isinstance(exc, BusRebalancing)
                     judging = isinstance(exc, StoreError)
+                    self._paused_for = "rebalance"
                     if self._rebalancing:   # routine (a member joined or left): not an outage
                         log.info("consumer group rebalancing (a member joined or left); "
                                  "committing after it, in %.1fs (%s)", delay, exc)
                     elif judging:
+                        self._paused_for = "store"
                         self._store_away = True
                         self.stats.store_errors += 1
                         self._judge_held(held)
@@ -228,9 +238,11 @@ class ConsumerLoop:
                                     "sent from %d frames in hand (up to %d messages)",
                                     exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
                     elif isinstance(exc, BusError):
+                        self._paused_for = "bus"
                         log.warning("bus unavailable (%s); pausing consumption, retry in "
                                     "%.1fs", exc, delay)
                     elif out_of_memory(exc):
+                        self._paused_for = "memory"
                         self.stats.errors += 1
                         memory_errors += 1
                         if memory_errors >= MEMORY_ERRORS_MAX:
@@ -239,6 +251,7 @@ class ConsumerLoop:
                         log.error("out of memory (%s: %s); pausing consumption, retry in "
                                   "%.1fs", type(exc).__name__, exc, delay)
                     else:
+                        self._paused_for = "error"
                         self.stats.errors += 1
                         log.exception("unexpected error; pausing consumption, retry in %.1fs",
                                       delay)
@@ -322,12 +335,14 @@ class ConsumerLoop:
         consumer.resume()
         self._fetching = True
         self.stats.paused = False
+        # Said for what paused it: only a bus error is followed by "bus is back".
+        paused_for, self._paused_for = self._paused_for, ""
         if self._rebalancing:
             log.info("consuming again")
         elif self._store_away:
             log.debug("consuming again; the store is not known to be back yet")
         else:
-            log.info("bus is back; consuming again")
+            log.info("%s", _RESUMED.get(paused_for, "consuming again"))
         self._rebalancing = False
 
     def _judge_held(self, held: deque[Batch]) -> None:
@@ -344,8 +359,10 @@ class ConsumerLoop:
                 batch.judged = True  # nothing to judge (all dead letters)
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
-               drain_s: float) -> None:
-        """On stop: finish the batches in hand, in order, for up to ``drain_s``."""
+               drain_s: float | Callable[[], float]) -> None:
+        """On stop: finish the batches in hand, in order, for up to ``drain_s`` (or what it
+        gives when called now: what is left of the stop's budget)."""
+        drain_s = drain_s() if callable(drain_s) else drain_s
         deadline = time.monotonic() + drain_s
         done = 0
         try:
@@ -365,13 +382,16 @@ class ConsumerLoop:
                 done += 1
         except Exception as exc:  # noqa: BLE001 - stopping: what is left is replayed
             self.drain_error = exc
+            # A write still waiting at the deadline is a TimeoutError without a message.
+            why = (f"{type(exc).__name__}: {exc}" if str(exc) else
+                   f"the store did not answer within {drain_s:.1f} s"
+                   if isinstance(exc, TimeoutError) else type(exc).__name__)
             if getattr(consumer, "replays", True):
-                log.warning("stopping with %d batches not finished (%s: %s); they will be "
-                            "replayed", len(held), type(exc).__name__, exc)
+                log.warning("stopping with %d batches not finished (%s); they will be "
+                            "replayed", len(held), why)
             else:  # an in-process bus (`fleetwatch up`): nothing outlives this process
-                log.warning("stopping with %d batches not finished (%s: %s); their frames "
-                            "were NOT stored, and nothing replays them", len(held),
-                            type(exc).__name__, exc)
+                log.warning("stopping with %d batches not finished (%s); their frames "
+                            "were NOT stored, and nothing replays them", len(held), why)
         finally:
             settle(held)
             self.summarise_dead_letters(final=True)
@@ -400,3 +420,34 @@ class ConsumerLoop:
                         self._judge_held(held)
             except Exception:  # noqa: BLE001 - the bus is away: wait and try again
                 stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+@contextlib.contextmanager
+def _writers(writes: int, loop: ConsumerLoop) -> Iterator[ThreadPoolExecutor]:
+    """The store writers; on the way out they are waited for, unless the drain left a
+    batch unfinished: its write is hung on the store, and the stop's deadline does not
+    wait for it (the process leaves it behind: ``process_service.leave``)."""
+    writers = ThreadPoolExecutor(writes, thread_name_prefix="store-writer")
+    try:
+        yield writers
+    finally:
+        left = getattr(loop, "drained", (0, 0))[1]
+        writers.shutdown(wait=not left, cancel_futures=True)
+
+
+# What ``_resume`` says, by what paused consumption.
+_RESUMED = {
+    "bus": "bus is back; consuming again",
+    "store": "consuming again",  # after "store is back: ..."
+    "memory": "consuming again after running out of memory",
+    "error": "consuming again after the unexpected error above",
+}
+
+# How long the loop waits on one write before it turns again (a stop request is seen within it).
+WRITE_WAIT_S = 0.5
+
+
+def _written(batch: Batch, seconds: float) -> bool:
+    """Whether ``batch``'s write is done, waiting for it up to ``seconds``."""
+    assert batch.write is not None
+    return bool(_wait([batch.write], timeout=seconds).done)

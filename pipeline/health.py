@@ -76,6 +76,16 @@ class ProcessorCollector(Collector):
         for metric, n in sorted(s.readings_dropped.items()):
             dropped.add_metric([metric], n)
         yield dropped
+        unknown = CounterMetricFamily("fleetwatch_processor_unknown_metrics",
+                                      "Readings left out of frames otherwise stored because "
+                                      "this processor does not know their metric id (an "
+                                      "agent of a later release: upgrade the processors), by "
+                                      "scope and id (at most 32 ids, the rest id=\"other\")",
+                                      labels=["scope", "id"])
+        for name, n in sorted(s.unknown_metrics.items()):
+            scope, _, key = name.rpartition(":")
+            unknown.add_metric([scope, key], n)
+        yield unknown
         yield from _clock_metrics(self.processor)
         yield CounterMetricFamily("fleetwatch_processor_dead_letters_lost",
                                   "Dead letters not delivered to the dead-letter topic "

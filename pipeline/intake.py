@@ -20,6 +20,9 @@ from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 
 log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
 
+# Distinct unknown metric ids counted (and said) each on its own; more are "other".
+UNKNOWN_KEYS = 32
+
 
 class Intake:
     """Decoding, clock bounds and dead letters of ``Processor``."""
@@ -53,6 +56,8 @@ class Intake:
                 continue
             if self._decoder.dropped:
                 self._dropped_readings(frames[-1], m)
+            if self._decoder.unknown:
+                self._unknown_metrics(frames[-1], m)
         skip = set(bad)
         good = [m for i, m in enumerate(messages) if i not in skip] if bad else messages
         frames, good = self._check_clocks(frames, good)
@@ -98,6 +103,27 @@ class Intake:
                         "frame stored (said once per node and metric; "
                         "fleetwatch_processor_readings_dropped counts them)",
                         frame.cluster, frame.node, m.topic, m.partition, m.offset, where, why)
+
+    def _unknown_metrics(self, frame: Frame, m: Message) -> None:
+        """Metrics of a later release left out of an otherwise good frame: counted by
+        scope and id, and said once per id (a crafted frame's thousands of ids: at most
+        ``UNKNOWN_KEYS`` series and lines, the rest counted as "other")."""
+        counts = self.stats.unknown_metrics
+        for scope, key in self._decoder.unknown:
+            name = f"{scope}:{key}"
+            if name not in counts and len(counts) >= UNKNOWN_KEYS:
+                name = "other"
+            n = counts.get(name, 0)
+            counts[name] = n + 1
+            if n:
+                continue
+            log.warning("%s/%s (%s/%d@%d): %s metric id %s is not in this processor's "
+                        "catalogue: this processor is older than the agent: upgrade the "
+                        "processors. That metric is left out, the rest of the frame stored "
+                        "and judged (said once per id; "
+                        "fleetwatch_processor_unknown_metrics_total counts them)",
+                        frame.cluster, frame.node, m.topic, m.partition, m.offset, scope,
+                        key if name != "other" else f"{key} (and more ids, counted as other)")
 
     def _dead_letter(self, m: Message, reason: str, kind: str) -> None:
         """``kind``: one of a fixed few (a field's shape, ``store``), the metric's label."""

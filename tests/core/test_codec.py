@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import msgpack
 import pytest
@@ -117,10 +118,26 @@ def test_a_metric_that_is_no_number_is_still_a_malformed_frame() -> None:
 
 
 def test_unknown_metric_id_and_wrong_scope() -> None:
+    """A number under an id this catalogue lacks (a later agent's metric) is left out and
+    named in ``unknown``, the rest of the frame decoded (deploy finding 2, r22); a value
+    that is no number, or a key that is no id, still rejects the frame."""
     body = raw(frame())
     body[6][0][5][9999] = 1.0
-    with pytest.raises(FrameError, match="unknown metric id"):
-        decode(pack(body))
+    body[7][0][106_000] = 7  # a host metric of a later release, an integer
+    decoder = Decoder()
+    got = decoder.decode(pack(body))
+    assert got == frame() and decoder.unknown == [("gpu", 9999), ("host", 106_000)]
+    assert decoder.decode(encode(frame())) == frame() and decoder.unknown == []
+    for key, value, said in [(9999, "hot", "unknown metric id with a value that is no number"),
+                             (9999, None, "unknown metric id with a value"),
+                             (9999, True, "unknown metric id with a value"),
+                             (-1, 1.0, "unknown metric id (an id is a non-negative"),
+                             (1 << 40, 1.0, "unknown metric id (an id is a non-negative"),
+                             ("gpu_temp_c", 1.0, "unknown metric id")]:
+        body = raw(frame())
+        body[6][0][5][key] = value
+        with pytest.raises(FrameError, match=re.escape(said)):
+            decode(pack(body))
     body = raw(frame())
     body[6][0][5][100] = 5.0  # host_cpu_util_pct inside a GPU
     with pytest.raises(FrameError, match="is a host metric, not a gpu one"):
@@ -278,7 +295,7 @@ def test_every_rejection_of_random_keys_has_a_shape_from_the_fixed_set() -> None
     shapes = set()
     for i in range(2000):
         body = raw(frame())
-        body[6][0][5][10_000 + i] = 1.0
+        body[6][0][5][10_000 + i] = "x"  # a later id, but no number: malformed
         with pytest.raises(FrameError) as exc:
             decode(pack(body))
         shapes.add(field_shape(exc.value.field))

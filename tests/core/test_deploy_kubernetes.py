@@ -195,3 +195,74 @@ def test_the_image_installs_the_kubernetes_extra_and_runs_fleetwatch() -> None:
     # What the build copies leaves out the checkout's virtualenv and tests.
     ignored = (ROOT / ".dockerignore").read_text("utf-8").split()
     assert {".venv", ".git", "tests"} <= set(ignored)
+
+
+def test_no_pod_gets_the_namespaces_service_links() -> None:
+    """Deploy finding 3 (r22): kubelet's FLEETWATCH_* variables for a Service named
+    fleetwatch-processor stopped every pod at its next start."""
+    for name in WORKLOADS:
+        assert pod_spec(name).get("enableServiceLinks") is False, name
+
+
+def test_the_probes_ask_the_health_endpoints_fleetwatch_serves(tmp_path: Path) -> None:
+    """Deploy finding 4 (r22): no readiness probe, and the processor's port answered 200 on
+    every path. The probes' paths and ports are the ones the configuration serves."""
+    (processor,) = pod_spec("fleetwatch-processor")["containers"]
+    port = config_of(processor, tmp_path).processor.metrics_port
+    assert processor["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": port}
+    assert processor["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": port}
+    (dashboard,) = pod_spec("fleetwatch-dashboard")["containers"]
+    config = config_of(dashboard, tmp_path).dashboard
+    command = dashboard["livenessProbe"]["exec"]["command"]
+    assert command[:2] == ["python", "-c"]
+    assert f"'http://127.0.0.1:{config.port}/healthz'" in command[2]
+    assert config.host in ("127.0.0.1", "localhost")
+
+
+# Pod Security Standards (Kubernetes' documentation, "Pod Security Standards"): what
+# "baseline" forbids, checked on each pod spec.
+BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD",
+                 "NET_BIND_SERVICE", "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
+
+
+def baseline_breaches(spec: dict) -> list[str]:
+    said = [f"host namespace {k}" for k in ("hostNetwork", "hostPID", "hostIPC") if spec.get(k)]
+    said += [f"hostPath volume {v['name']}" for v in spec.get("volumes", []) if "hostPath" in v]
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        sc = c.get("securityContext", {})
+        if sc.get("privileged"):
+            said.append(f"{c['name']} privileged")
+        added = set(sc.get("capabilities", {}).get("add", [])) - BASELINE_CAPS
+        if added:
+            said.append(f"{c['name']} adds {sorted(added)}")
+    return said
+
+
+def restricted_breaches(spec: dict) -> list[str]:
+    said = baseline_breaches(spec)
+    pod = spec.get("securityContext", {})
+    for c in spec.get("initContainers", []) + spec["containers"]:
+        sc = {**pod, **c.get("securityContext", {})}
+        if not sc.get("runAsNonRoot") or sc.get("runAsUser") == 0:
+            said.append(f"{c['name']} may run as root")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            said.append(f"{c['name']} allows privilege escalation")
+        if "ALL" not in sc.get("capabilities", {}).get("drop", []):
+            said.append(f"{c['name']} keeps capabilities")
+        if sc.get("seccompProfile", {}).get("type") not in ("RuntimeDefault", "Localhost"):
+            said.append(f"{c['name']} has no seccomp profile")
+    return said
+
+
+def test_the_namespace_lets_the_agent_run_and_says_what_the_others_meet() -> None:
+    """Deploy finding 7 (r22): no Pod Security labels, so a cluster defaulting to baseline
+    would create no agent pod. The agent needs privileged; the others meet baseline, the
+    processors and the dashboard restricted, as the namespace's comment says."""
+    labels = objects("Namespace")["fleetwatch"]["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/audit"] == "baseline"
+    assert baseline_breaches(pod_spec("fleetwatch-agent"))  # why it needs privileged
+    for name in ("fleetwatch-train", "fleetwatch-report"):
+        assert baseline_breaches(pod_spec(name)) == [], name
+    for name in ("fleetwatch-processor", "fleetwatch-dashboard"):
+        assert restricted_breaches(pod_spec(name)) == [], name

@@ -25,12 +25,13 @@ from fleetwatch.service import kafka_unreachable, reach_kafka
 from tests.servers import free_port, kafka_broker
 
 
-def start_process(tmp_path: Path, bootstrap: str, *args: str) -> subprocess.Popen[str]:
+def start_process(tmp_path: Path, bootstrap: str, *args: str,
+                  env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
     env = {**clean, "FLEETWATCH_BUS_KIND": "kafka", "FLEETWATCH_BUS_BOOTSTRAP": bootstrap,
            "FLEETWATCH_STORE_PATH": str(tmp_path / "store.db"),
            "FLEETWATCH_PROCESSOR_METRICS_PORT": str(free_port()),
-           "FLEETWATCH_BUS_SESSION_TIMEOUT_S": "6", "PYTHONUNBUFFERED": "1"}
+           "FLEETWATCH_BUS_SESSION_TIMEOUT_S": "6", "PYTHONUNBUFFERED": "1", **(env or {})}
     return subprocess.Popen([sys.executable, "-m", "fleetwatch.cli", "process", *args],
                             cwd=tmp_path, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -91,6 +92,50 @@ def test_without_a_broker_it_waits_saying_so_and_sigterm_ends_it_at_once(
     assert not kafka_client_lines(lines), out
     waits = [int(w) for w in re.findall(r"will retry in (\d+) s", out)]
     assert waits == sorted(waits) and waits[-1] > waits[0], waits  # backoff
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The processor's /metrics: each fleetwatch sample's name (with labels) and value."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    return {s.name + (str(sorted(s.labels.items())) if s.labels else ""): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples
+            if s.name.startswith("fleetwatch_processor")}
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_waiting_for_its_broker_it_exports_its_series_at_zero_and_bus_down(
+        tmp_path: Path, workers: str) -> None:
+    """Deploy finding 1 (r22): a processor waiting for an unreachable broker answered
+    /metrics with no fleetwatch series, so no shipped rule (NothingConsumed: sums of
+    partitions_owned and frames_total) could fire. Now they are there, at 0, and
+    fleetwatch_processor_bus_up is 0."""
+    address = f"127.0.0.1:{free_port()}"  # nothing listens there
+    port = free_port()
+    proc = start_process(tmp_path, address, "--workers", workers,
+                         env={"FLEETWATCH_PROCESSOR_METRICS_PORT": str(port)})
+    lines: list[str] = []
+    try:
+        read_until(proc, "cannot reach Kafka at", lines, 30)
+        seen = scrape(port)
+        from tests.core.test_processor_probes import get
+
+        readyz, healthz = get(port, "/readyz"), get(port, "/healthz")
+        stop(proc, lines)
+    finally:
+        proc.kill()
+    assert seen["fleetwatch_processor_bus_up"] == 0, seen
+    assert seen["fleetwatch_processor_partitions_owned"] == 0, seen
+    assert seen["fleetwatch_processor_frames_total"] == 0, seen
+    assert seen["fleetwatch_processor_samples_total"] == 0, seen
+    assert seen["fleetwatch_processor_paused"] == 0, seen
+    assert [k for k in seen if k.startswith("fleetwatch_processor_info")], seen
+    assert readyz == (503, f"not ready: waiting for Kafka at {address}\n"), readyz
+    assert healthz == (200, "ok\n")
 
 
 @pytest.mark.kafka
@@ -174,8 +219,12 @@ def test_the_topic_watch_says_once_when_kafka_goes_and_once_when_it_is_back(
                         lambda config, quiet=False: checked.append(quiet))
     config = load(None, {"FLEETWATCH_BUS_KIND": "kafka",
                          "FLEETWATCH_BUS_BOOTSTRAP": "127.0.0.1:9"})
+    from fleetwatch.process_health import BusState
+
+    bus = BusState("127.0.0.1:9")
     with caplog.at_level(logging.INFO, "fleetwatch"):
-        process_service._watch_topics(config, stop)
+        process_service._watch_topics(config, stop, bus)
+    assert bus.up and not bus.reason  # followed: back at the end
     said = [r.getMessage() for r in caplog.records]
     assert said == ["cannot reach Kafka at 127.0.0.1:9 (Connection refused); consuming resumes "
                     "when it is back", "Kafka at 127.0.0.1:9 can be reached again"], said

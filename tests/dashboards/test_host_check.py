@@ -119,3 +119,11 @@ def test_the_address_logged_for_an_ipv6_bind_opens_in_a_browser():
 def test_a_port_no_host_header_can_carry_is_refused():
     with pytest.raises(ConfigError, match="port 99999 is not a TCP port"):
         load(env={"FLEETWATCH_DASHBOARD_ALLOWED_HOSTS": "a.com:99999"})
+
+
+def test_healthz_answers_a_probe_from_any_host_and_nothing_else_does(dashboard):
+    """Deploy finding 4 (r22): the dashboard had no health endpoint for a liveness probe."""
+    port = dashboard
+    assert _get(port, "10.244.3.7:8050", path="/healthz") == (200, b"ok\n")
+    assert _get(port, "localhost", path="/healthz") == (200, b"ok\n")
+    assert _get(port, "10.244.3.7:8050", path="/")[0] == 421  # the pages still refuse it

@@ -183,9 +183,19 @@ def test_progress_goes_to_stderr_and_ends_its_line(capsys):
 
 
 def test_cli_report_still_refuses_an_empty_month(tmp_path, capsys):
+    """A month after the ledger's data with none of its own is refused (a store that
+    stopped being written, a wrong store.path). One before the ledger begins (fleetwatch
+    was installed since: deploy finding 8, r22) writes nothing and exits 0 saying so, so
+    that the first month's timer or Job is no failed unit."""
     db = SqliteStore(tmp_path / "s.db")
     db.write_energy(_two_days(), [])
     db.close()
-    assert main(["report", "--month", "2022-04", "--store", str(tmp_path / "s.db"),
+    assert main(["report", "--month", "2022-06", "--store", str(tmp_path / "s.db"),
                  "--out", str(tmp_path / "out")]) == 1
-    assert "no energy in the ledger for 2022-04" in capsys.readouterr().err
+    assert "no energy in the ledger for 2022-06" in capsys.readouterr().err
+    assert main(["report", "--month", "2022-04", "--store", str(tmp_path / "s.db"),
+                 "--out", str(tmp_path / "out")]) == 0
+    said = capsys.readouterr()
+    assert said.err.startswith("fleetwatch report: not enough history yet: the ledger of ")
+    assert "begins after 2022-04" in said.err and "nothing written" in said.err
+    assert said.out == "" and not (tmp_path / "out").exists()

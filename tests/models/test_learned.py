@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 from pathlib import Path
 
 import numpy as np
@@ -247,3 +248,29 @@ def test_the_thermal_health_score_is_stored_and_on_metrics(trained: Path, tmp_pa
     assert 'fleetwatch_gpu_thermal_health_score{cluster="sim",gpu="1",node="node-002"}' in text
     assert f'fleetwatch_model_loaded{{file="{trained.name}"}} 1.0' in text
     store.close()
+
+
+def test_train_on_a_new_install_says_so_and_exits_0(tmp_path: Path, capsys) -> None:
+    """Deploy finding 8 (r22): the nightly training of a new install failed (exit 1, a
+    failed unit, a Job retried and Failed) for want of history. Now: 0, and why nothing
+    was trained; the model file in use is kept."""
+    from fleetwatch.cli import main
+    from fleetwatch.frame import Frame, GpuReading
+
+    db = tmp_path / "new.db"
+    store = SqliteStore(db)
+    store.write([Frame("c1", "r1", "n1", START + 60 * m, (GpuReading(
+        0, "GPU-1", "H100", {"gpu_temp_c": 50.0, "gpu_power_w": 300.0}),))
+        for m in range(40)])
+    store.close()
+    out = tmp_path / "models"
+    out.mkdir()
+    (out / "keep.txt").write_text("the model in use")
+    code = main(["train", "--store", str(db), "--duration", "24h", "--end",
+                 str(START + DAY), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert re.search(r"fleetwatch train: not enough history yet \(0\.\d h of GPU samples in "
+                     r"the 24 h asked for: \d\d samples with temperature and power, 200 "
+                     r"needed", err), err
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]

@@ -70,3 +70,48 @@ def test_stopping_while_the_store_is_away_logs_no_traceback(
     processor.flush()
     for r in caplog.records:
         assert r.exc_info is None, r.getMessage()
+
+
+def test_after_a_store_outage_the_log_says_the_store_came_back_not_the_bus(
+        tmp_path, caplog: pytest.LogCaptureFixture) -> None:
+    """Deploy finding 9 (r22): after a store outage (no bus error at all) the processor
+    logged "bus is back; consuming again". Over the in-process bus and a SQLite store whose
+    writes fail for a while."""
+    import threading
+
+    from fleetwatch.codec import encode
+    from fleetwatch.pipeline.bus.memory import MemoryBus
+
+    class Flaky(SqliteStore):
+        fails = 2
+
+        def write(self, frames):  # type: ignore[override]
+            if self.fails:
+                self.fails -= 1
+                raise StoreError("cannot write to http://127.0.0.1:9: connection refused")
+            return super().write(frames)
+
+    bus = MemoryBus()
+    p = bus.producer()
+    t0 = time.time() - 600
+    for k in range(3):
+        p.send("frames", encode(Frame("c1", "r1", "n1", t0 + 5 * k, (GpuReading(
+            0, "GPU-1", "H100", {"gpu_temp_c": 50.0}),))), b"n1")
+    store = Flaky(tmp_path / "s.db")
+    processor = Processor(store, [])
+    stop = threading.Event()
+    caplog.set_level(logging.DEBUG, "fleetwatch")
+    runner = threading.Thread(target=processor.run, args=(bus.consumer("frames", "g"), stop),
+                              kwargs={"maintain_every_s": 3600.0, "drain_s": 5.0})
+    runner.start()
+    deadline = time.monotonic() + 30
+    while processor.stats.frames < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    stop.set()
+    runner.join(30)
+    said = [r.getMessage() for r in caplog.records]
+    assert processor.stats.frames == 3, said
+    assert any(m.startswith("store unavailable") for m in said), said
+    assert any(m.startswith("store is back") for m in said), said
+    assert not any("bus is back" in m for m in said), said
