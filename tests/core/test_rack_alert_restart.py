@@ -47,3 +47,23 @@ def test_a_restarted_rack_detector_keeps_an_adopted_critical_rack_critical() -> 
     hot = {n: v + (15.0 if n.startswith("r2") else 0.0) for n, v in ROOM.items()}
     found = d.update(fleet(100.0, hot))
     assert [(f.rack, f.severity, f.since) for f in found] == [("rack-02", "critical", 50.0)]
+
+
+def test_the_rack_alert_is_taken_over_when_the_nodes_were_built_before_any_frame(
+        tmp_path: Path) -> None:
+    """``up --keep`` (a bus, nodes the store knows): the assignment builds every stored node
+    as "expected" before a frame comes, so the cluster's first frames bring no new node.
+    Its rack alert was then never loaded: it stayed FIRING for ever beside a new one, and
+    muted the rack's later GPU alerts (postmortem D1)."""
+    store = SqliteStore(tmp_path / "store.db")
+    store.write([frame("node-2", T + 50)])
+    store.write_alerts([rack_alert(T)])
+    book, loaded, expected = AlertBook(requirements={"rack_cooling": ()}), [], []
+    own = Ownership(store, book, on_loaded=[loaded.append], on_expected=[expected.append])
+    own.locate = lambda key: ("frames", 0)
+    own.assigned([("frames", 0)])
+    own.build([], None)  # an idle poll: the stored node is built, expected
+    assert [n for batch in expected for _, _, n, _ in batch] == ["node-2"]
+    own.build([frame("node-2", T + 100)], [Message(b"", b"node-2", "frames", 0, 0)])
+    assert [(a.id, a.state) for a in book.open] == [(rack_alert(T).id, "firing")]
+    assert [a.id for batch in loaded for a in batch] == [rack_alert(T).id]
