@@ -326,6 +326,14 @@ class AlertBook:
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action, jobs=finding.jobs)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
+        elif finding.ends:  # how it ended: the firing message and action stay
+            alert = dataclasses.replace(
+                alert, updated_ts=ts, value=finding.value, evidence=evidence or alert.evidence,
+                resolution=". ".join(t.rstrip(".") for t in (finding.message, finding.action)
+                                     if t))
+            m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
+            m = _wrote(dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s,
+                                           clear_since=None), alert, ts)
         else:
             rank = _rank(alert)
             alert = dataclasses.replace(
