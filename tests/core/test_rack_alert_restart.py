@@ -67,3 +67,44 @@ def test_the_rack_alert_is_taken_over_when_the_nodes_were_built_before_any_frame
     own.build([frame("node-2", T + 100)], [Message(b"", b"node-2", "frames", 0, 0)])
     assert [(a.id, a.state) for a in book.open] == [(rack_alert(T).id, "firing")]
     assert [a.id for batch in loaded for a in batch] == [rack_alert(T).id]
+
+
+def test_a_processor_restarted_on_a_bus_resolves_the_rack_alert_it_takes_over(
+        tmp_path: Path) -> None:
+    """Over the in-process bus and a real SQLite store, as ``up --keep`` runs: the restarted
+    processor polls nothing first (its nodes are built as expected), then the rack's frames
+    come, clear: the open rack alert is taken over and resolved, no second one opens."""
+    import threading
+
+    from fleetwatch.models.node_silence import NodeSilence
+    from fleetwatch.pipeline.bus.memory import MemoryBus, MemoryConsumer
+    from fleetwatch.pipeline.processor import Processor
+    from tests.core.test_processor_hardening import TOPIC, send, wait_for
+
+    db = tmp_path / "store.db"
+    store = SqliteStore(db)
+    t0 = time.time() - 600
+    store.write([frame(n, t0 + 10 * k) for k in range(6) for n in ("a", "b")])
+    ghost = Alert(id=f"rack_cooling/c1//rack:r1/{int(t0 * 1000)}", rule="rack_cooling",
+                  severity="critical", cluster="c1", rack="r1", node="", device="rack:r1",
+                  state="firing", started_ts=t0, updated_ts=t0 + 50, value=9.0,
+                  message="Rack r1: hot", fired_ts=t0)
+    store.write_alerts([ghost])
+    bus = MemoryBus()
+    processor = Processor(store, [RackCooling(), NodeSilence()])
+    stop = threading.Event()
+    thread = threading.Thread(target=processor.run,
+                              args=(MemoryConsumer(bus, TOPIC, "g"), stop, 10), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(processor.ownership.nodes) == 2)  # built before any frame
+        send(bus, [frame(n, t0 + 10 * k) for k in range(6, 12) for n in ("a", "b")])
+        wait_for(lambda: processor.stats.frames == 12)
+        wait_for(lambda: not any(a.rule == "rack_cooling" for a in processor.alerts.open))
+    finally:
+        stop.set()
+        thread.join(30)
+    racks = [a for a in store.alerts(states=("pending", "firing", "resolved"))
+             if a.rule == "rack_cooling"]
+    store.close()
+    assert [(a.id, a.state) for a in racks] == [(ghost.id, "resolved")]
