@@ -78,3 +78,18 @@ def test_the_dbe_reset_finding_says_it_ends_the_alert() -> None:
     (reset,) = d.update([node(30, [busy(60, gpu_ecc_dbe_volatile_total=0.0,
                                         gpu_ecc_dbe_aggregate_total=4.0)])])
     assert (fired.ends, reset.ends) == (False, True)
+
+
+def test_the_dashboards_alert_table_shows_the_resolution_beside_the_firing_text() -> None:
+    from fleetwatch.dashboards import components
+    from tests.dashboards.test_alert_table import rows
+    from tests.dashboards.test_data import text_of
+
+    book = AlertBook(requirements={"gpu_ecc_dbe": ()})
+    step(book, 100.0, dbe(100.0))
+    step(book, 110.0, dbe(110.0, ends=True))
+    (resolved,) = step(book, 120.0)
+    (row,) = rows(components.alert_table([resolved], 200.0, "t"))
+    shown = text_of(row)
+    assert FIRING in shown and DRAIN in shown
+    assert f"resolution: {resolved.resolution}" in shown
