@@ -386,9 +386,9 @@ class Notice:
 
     alert: Alert
     muted_by: str = ""
-    # Notified before in this state and revision, muted since, and no longer (its cover
-    # resolved, a silence ended): the record sinks hear it, the receivers that heard it
-    # are not paged twice for one unchanged alert.
+    # Notified before in this state and revision, inhibited since, and no longer (its
+    # cover resolved): the record sinks hear it, the receivers that heard it are not paged
+    # twice for one unchanged alert (``Notifier``).
     heard: bool = False
 
     @property
