@@ -104,8 +104,8 @@ class Notifier:
         if not alerts:
             return
         self._reload(force=True)
-        for a in alerts:
-            self._open[alert_key(a)] = a
+        for a in sorted(alerts, key=lambda x: (x.started_ts, x.id)):
+            self._open[alert_key(a)] = a  # of a duplicate (an older store's), the newer
         covers = self._covers()
         at = self._now if self._now > float("-inf") else time.time()
         firing = []
@@ -165,7 +165,9 @@ class Notifier:
         for a in changes:
             key = alert_key(a)
             if a.state == "resolved":
-                self._open.pop(key, None)
+                held = self._open.get(key)
+                if held is None or held.id == a.id:  # not the newer one of a duplicate
+                    self._open.pop(key, None)
             else:
                 self._open[key] = a
         covers = self._covers()

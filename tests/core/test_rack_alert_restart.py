@@ -5,9 +5,11 @@ having seen no change itself, called a failure already paged "a hot aisle" (r21 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
+from fleetwatch.models import Finding
 from fleetwatch.models.rack import RackCooling
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.bus import Message
@@ -108,3 +110,28 @@ def test_a_processor_restarted_on_a_bus_resolves_the_rack_alert_it_takes_over(
              if a.rule == "rack_cooling"]
     store.close()
     assert [(a.id, a.state) for a in racks] == [(ghost.id, "resolved")]
+
+
+def test_of_two_open_alerts_of_one_rack_the_older_is_resolved_at_the_first_frame(
+        tmp_path: Path) -> None:
+    """A store an older release left with the rack's alert open twice (the ghost and the
+    one opened beside it after a restart): the newer goes on, the older is resolved."""
+    store = SqliteStore(tmp_path / "store.db")
+    ghost, newer = rack_alert(T), rack_alert(T + 500)
+    store.write_alerts([newer, ghost])
+    book, loaded = AlertBook(requirements={"rack_cooling": ("gpu_temp_c",)}), []
+    own = Ownership(store, book, on_loaded=[loaded.append])
+    own.assigned([("frames", 0)])
+    frames = [frame("node-2", T + 700, 80.0)]
+    own.build(frames, [Message(b"", b"node-2", "frames", 0, 0)])
+    assert [a.id for a in book.open] == [newer.id]
+    found = [Finding("rack_cooling", "c1", "rack-02", "", None, T + 700, 15.0, "hot",
+                     "critical", scope="rack")]
+    changes = book.observe([dataclasses.replace(frames[0], rack="rack-02")], found)
+    assert [(a.id, a.state, a.resolved_ts) for a in changes if a.state == "resolved"] == [
+        (ghost.id, "resolved", T + 700)]
+    store.write_alerts(changes)
+    book.apply(changes)
+    assert [a.id for a in book.open] == [newer.id]
+    assert [a.id for a in store.alerts()] == [newer.id]
+    assert [a.id for a in book.observe([], [])] == []  # resolved once
