@@ -417,6 +417,9 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             evidence += [" · ", dcc.Link(f"job {job}", href=job_href(job, a.cluster or None),
                                          className="job-link")]
         message.append(html.Div(evidence, className="evidence panel-hint"))
+        if a.resolution:  # how it ended, apart from what it fired with
+            message.append(html.Div(f"resolution: {a.resolution}",
+                                    className="resolution panel-hint"))
         rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
             "data-node": a.node, "data-cluster": a.cluster, "data-device": a.device,
             "data-state": a.state,

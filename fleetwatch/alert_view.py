@@ -115,7 +115,8 @@ def record(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence],
             "cluster": a.cluster, "rack": a.rack, "node": a.node, "device": a.device,
             "started_ts": a.started_ts, "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts,
             "updated_ts": a.updated_ts, "value": a.value, "message": a.message,
-            "evidence": dict(a.evidence), "action": a.action, "board": board(a),
+            "evidence": dict(a.evidence), "action": a.action, "resolution": a.resolution,
+            "board": board(a),
             "acked_by": ack.by if ack else None,
             "acked_ts": ack.ts if ack else None,
             "ack_comment": ack.comment if ack else None,
@@ -180,6 +181,8 @@ def _details(a: Alert, open_alerts: Sequence[Alert], silences: Sequence[Silence]
         out.append(f"    board: {board_text(a)}")
     if a.action:
         out.append(f"    action: {a.action}")
+    if a.resolution:
+        out.append(f"    resolution: {a.resolution}")
     muted = mute(a, open_alerts, silences, acks, now) if a.state != "resolved" else ""
     ack = acks.get(a.id)
     if ack is not None and not muted.startswith("ack:"):  # resolved, or muted otherwise too

@@ -54,6 +54,10 @@ class Finding:
     since: float | None = None
     # The jobs it is about (``job_ids``): carried by the alert (``Alert.jobs``).
     jobs: tuple[str, ...] = ()
+    # The finding says how its condition ended (an ECC count back down at a reset): its
+    # message and action become the open alert's ``resolution``; the firing message and
+    # action (the job, what the on-call was told to do) stay.
+    ends: bool = False
 
 
 def job_ids(job: str | None) -> tuple[str, ...]:

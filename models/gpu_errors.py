@@ -201,11 +201,13 @@ class GpuErrors(WaveDetector):
         if rule == "gpu_ecc_dbe":
             n = v.get("gpu_ecc_dbe_volatile_total", v.get("gpu_ecc_dbe_aggregate_total", 0.0))
             if e["reset"]:
-                # Hold 0: the alert resolves on the next sample judged clear.
-                return gpu_finding(f, g, rule, n, f"{where} was reset: its volatile "
-                                   "double-bit ECC count went back down with no new error",
-                                   "critical", 0.0, v, "Nothing more for these errors; a "
-                                   "pending row remap or page retirement has its own alert")
+                # Hold 0: the alert resolves on the next sample judged clear. How it ended
+                # (``ends``): the alert keeps the job and the action it fired with.
+                return replace(gpu_finding(f, g, rule, n, f"{where} was reset: its volatile "
+                                           "double-bit ECC count went back down with no new "
+                                           "error", "critical", 0.0, v, "Nothing more for "
+                                           "these errors; a pending row remap or page "
+                                           "retirement has its own alert"), ends=True)
             return gpu_finding(f, g, rule, n, f"{where}: new double-bit (uncorrectable) ECC "
                                f"errors, {n:.0f} since the driver loaded", "critical", 0.0, v,
                                DRAIN + "; the memory is remapped or retired at reset", hold)

@@ -132,20 +132,31 @@ class Inlets:
 
     def peers(self, now: float, line_c: float, rise_c: float, flagged: np.ndarray,
               cluster_of: Sequence[str]) -> dict[int, tuple[int, int, float, float]]:
-        """Per rack code whose cluster has ``MIN_SHARED`` other racks, none flagged, with
-        fresh inlet readings: (its nodes reading ``line_c`` above the median of those
-        racks' medians, or ``clear`` of it where the rack is flagged; nodes judged; their
-        median excess over it; since when the rack's median excess has been ``rise_c``
-        above the lowest it was seen at, NaN where it is not or was never seen lower).
-        No warm-up: the comparison is between readings of the same time."""
+        """Per rack code whose cluster has other racks, not flagged, with fresh inlet
+        readings: (its nodes reading ``line_c`` above the median of those racks' medians,
+        or ``clear`` of it where the rack is flagged; nodes judged; their median excess
+        over it; since when the rack's median excess has been ``rise_c`` above the lowest
+        it was seen at, NaN where it is not or was never seen lower). No warm-up: the
+        comparison is between readings of the same time.
+
+        With ``MIN_SHARED`` such racks or more, a rack above them is judged from the first
+        sample. With fewer (a small fleet: one or two other racks), the others cannot
+        stand for the room, and a rack above them since the first sample may be any
+        rack's doing: only a rack whose excess over them grew (it rose from its own place
+        among them while they did not: ``since`` set) counts as above them."""
         level, by_cluster = self._levels(now, cluster_of)
         out: dict[int, tuple[int, int, float, float]] = {}
+        held_codes = np.flatnonzero(flagged).tolist()
         for racks in by_cluster.values():
-            for code, room in others_median(racks, np.flatnonzero(flagged).tolist()).items():
+            shared = others_median(racks, held_codes)
+            for code, room in self._loose_peers(racks, held_codes).items():
                 held = code < len(flagged) and flagged[code]
                 excess = [v - room for v in level[code]]
-                out[code] = self._excess(code, now, excess, rise_c,
-                                         line_c * (self.clear if held else 1.0))
+                judged = self._excess(code, now, excess, rise_c,
+                                      line_c * (self.clear if held else 1.0))
+                if code not in shared and math.isnan(judged[3]):
+                    judged = (0, judged[1], 0.0, math.nan)  # no rise of its own seen
+                out[code] = judged
         for code in [k for k in self.excess if k not in out]:
             del self.excess[code]
         return out
@@ -179,14 +190,22 @@ class Inlets:
         that are not ``flagged``, where one or more is left. Looser than ``room``: it
         only says whether a flagged rack's air is back with the rest (a rack that is
         not cannot pass for the room)."""
-        level, by_cluster = self._levels(now, cluster_of)
+        _, by_cluster = self._levels(now, cluster_of)
         out: dict[int, float] = {}
         for racks in by_cluster.values():
-            among = [k for k in racks if k not in flagged]
-            for code in racks:
-                others = [racks[k] for k in among if k != code]
-                if others:
-                    out[code] = float(np.median(others))
+            out |= self._loose_peers(racks, flagged)
+        return out
+
+    @staticmethod
+    def _loose_peers(racks: dict[int, float], flagged: Collection[int]) -> dict[int, float]:
+        """Per rack: the median of the other racks' medians that are not ``flagged``, where
+        one or more is left (``others_median`` where ``MIN_SHARED`` are)."""
+        among = [k for k in racks if k not in flagged]
+        out: dict[int, float] = {}
+        for code in racks:
+            others = [racks[k] for k in among if k != code]
+            if others:
+                out[code] = float(np.median(others))
         return out
 
     def _excess(self, code: int, now: float, excess: list[float], rise_c: float,

@@ -9,8 +9,11 @@ above ASHRAE TC 9.9's recommended envelope (18-27 °C, ``room_inlet_warn_c``) a 
 above the allowable limit of class A1 (15-32 °C, ``room_inlet_critical_c``) critical,
 back to a warning once the air has stayed ``CLEAR_C`` under that line for
 ``room_inlet_for_s``.
-The median, so that one node's sensor or one rack's cooler (``rack_cooling``'s) does not
-make a room. While it fires, the GPU thermal alerts it explains are held back
+The median, so that one node's sensor does not make a room; and most racks of the cluster
+above the line (each rack's median inlet), so that one rack's cooler (``rack_cooling``'s)
+does not either: in a small fleet, the two nodes of one hot rack of four nodes pulled the
+median over the line, and a rack's failure read as a hot room.
+While it fires, the GPU thermal alerts it explains are held back
 (``pipeline.silences.inhibited_by``); a GPU hotter than its peers at similar power still
 pages. Without inlet sensors it says nothing.
 
@@ -47,6 +50,8 @@ class RoomInlet:
         self.c = config or DetectorsConfig()
         # (cluster, node) -> (ts, inlet °C, GPUs throttling for heat, GPUs reporting).
         self.nodes: dict[tuple[str, str], tuple[float, float, int, int]] = {}
+        # (cluster, node) -> its rack, as its last frame named it.
+        self.racks: dict[tuple[str, str], str] = {}
         # Clusters whose finding holds -> its severity: critical drops to warning only once
         # the air has stayed CLEAR_C under the critical line for room_inlet_for_s (a room
         # swinging about 32 °C must not flip it: each flip a new page in Alertmanager).
@@ -58,6 +63,7 @@ class RoomInlet:
         gone = set(nodes)
         for key in [k for k in self.nodes if k[1] in gone]:
             del self.nodes[key]
+            self.racks.pop(key, None)
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         b = columns(frames)
@@ -89,6 +95,7 @@ class RoomInlet:
         if key in self.nodes and self.nodes[key][0] >= f.ts:
             return  # a repeated or older frame
         self.nodes[key] = (f.ts, float(v), int(hot.sum()), gpus)
+        self.racks[key] = f.rack
 
     def _judge(self, cluster: str, now: float) -> Finding | None:
         """The cluster's finding at ``now`` from its nodes' fresh inlet readings."""
@@ -102,7 +109,10 @@ class RoomInlet:
         warn, crit = self.c.room_inlet_warn_c, self.c.room_inlet_critical_c
         # Held until clearly under its line: a room hovering at 27 °C is one alert.
         line = warn - CLEAR_C if cluster in self.flagged else warn
-        if median <= line:
+        racks_above, racks = self._racks_above(cluster, now, line)
+        if median <= line or 2 * racks_above <= racks:
+            # Under the line, or a minority of racks above it: their own coolers
+            # (``rack_cooling``), not the room.
             self.flagged.pop(cluster, None)
             self.calm.pop(cluster, None)
             return None
@@ -120,12 +130,23 @@ class RoomInlet:
             f"(median of {len(fresh)} nodes), {limit}; {throttling} of {gpus} GPUs "
             "throttle for heat", severity, self.c.room_inlet_for_s, 0.0,
             {"inlet_median_c": round(median, 2), "nodes_judged": len(fresh),
+             "racks_above": racks_above, "racks_judged": racks,
              "gpus_thermal_throttling": throttling, "gpus_reporting": gpus,
              "inlet_warn_c": warn, "inlet_critical_c": crit},
             "Facility cooling: check the CRAH/CRAC units' supply air and the chilled water "
             "or economiser setpoints; GPU thermal alerts the room explains are held back "
             "while this fires (a GPU hotter than its peers still pages); cap or move load "
             "if the room keeps warming", "rack")
+
+    def _racks_above(self, cluster: str, now: float, line: float) -> tuple[int, int]:
+        """(racks of the cluster whose nodes' median fresh inlet is above ``line``, racks
+        with a fresh reading)."""
+        by_rack: dict[str, list[float]] = {}
+        for key, s in self.nodes.items():
+            if key[0] == cluster and now - s[0] <= STALE_S:
+                by_rack.setdefault(self.racks.get(key, ""), []).append(s[1])
+        above = sum(float(np.median(v)) > line for v in by_rack.values())
+        return above, len(by_rack)
 
     def _severity(self, cluster: str, now: float, median: float) -> str:
         """Critical above the allowable line; once critical, until the air has stayed

@@ -135,6 +135,9 @@ class AlertBook:
         self._meta: dict[Key, _Meta] = {}
         # The state the last ``observe`` computed, taken over by ``apply`` of its changes.
         self._staged: tuple[frozenset[str], dict[Key, Alert], dict[Key, _Meta]] | None = None
+        # Open alerts loaded beside a newer one of the same key (a store an older release
+        # left with a duplicate): resolved by the next ``observe``, once applied.
+        self._superseded: dict[str, Alert] = {}
         self.load(active)
 
     # -- state kept across batches ---------------------------------------
@@ -154,6 +157,12 @@ class AlertBook:
             if now is not None and a.updated_ts > now:
                 a = dataclasses.replace(a, updated_ts=now)
             key = alert_key(a)
+            held = self._open.get(key)
+            if held is not None and held.id != a.id:
+                # Two open alerts of one subject: the newer goes on, the older (no
+                # processor judged it since the newer opened) is resolved.
+                older, a = sorted((held, a), key=lambda x: (x.started_ts, x.id))
+                self._superseded[older.id] = older
             self._open[key] = a
             self._meta[key] = _meta_of(a)
 
@@ -167,6 +176,9 @@ class AlertBook:
     def apply(self, changes: Iterable[Alert]) -> None:
         """Make changes returned by ``observe`` (and now stored) the book's state."""
         changes = list(changes)
+        for a in changes:
+            if a.state == "resolved":
+                self._superseded.pop(a.id, None)
         staged, self._staged = self._staged, None
         if staged is not None and staged[0] == frozenset(a.id for a in changes):
             self._open, self._meta = staged[1], staged[2]
@@ -215,6 +227,12 @@ class AlertBook:
         opened = dict(self._open)
         meta = dict(self._meta)
         changed: dict[str, Alert] = {}
+        if self._superseded and frames:
+            first = min(f.ts for f in frames)
+            for old in self._superseded.values():
+                at = max(first, old.updated_ts)
+                changed[old.id] = dataclasses.replace(old, state="resolved", updated_ts=at,
+                                                      resolved_ts=at)
         for key in set(hits) | set(opened):
             found = hits.get(key, {})
             times = set(found)
@@ -326,6 +344,14 @@ class AlertBook:
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action, jobs=finding.jobs)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
+        elif finding.ends:  # how it ended: the firing message and action stay
+            alert = dataclasses.replace(
+                alert, updated_ts=ts, value=finding.value, evidence=evidence or alert.evidence,
+                resolution=". ".join(t.rstrip(".") for t in (finding.message, finding.action)
+                                     if t))
+            m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
+            m = _wrote(dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s,
+                                           clear_since=None), alert, ts)
         else:
             rank = _rank(alert)
             alert = dataclasses.replace(

@@ -182,7 +182,10 @@ class Ownership:
         if self._recheck:
             self._load_missed()
         self._say_expected(frames, expected)
-        if not where:
+        # A cluster's first frames may bring no node to build (the assignment built every
+        # node the store knows, as expected, before any frame came): its rack and room
+        # alerts are taken over all the same.
+        if not where and not new_clusters:
             return
         self._read_stored()
         assert self._stored is not None

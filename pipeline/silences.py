@@ -10,10 +10,17 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   latched XID, a silent node) is muted by a silence added after its last
   change, and heard again once the silence ends.
 * Inhibition: a firing node-down or silent-node alert mutes the GPU alerts of
-  its node, as a firing node-cooling alert does; a firing rack-level alert
-  (rack cooling) mutes the GPU alerts of its rack and the node alerts of its
-  rack that it explains (node cooling; never a silent node). The one cause is
-  paged, not its sixteen symptoms.
+  its node (they cannot be judged). A cooling failure explains thermal symptoms only
+  (``COOLING_EXPLAINS_RULES``: temperatures, thermal throttles; not a GPU hotter than
+  its own node's peers, not a power brake): a firing node-cooling alert mutes those of
+  its node's GPUs, a firing critical rack alert (rack cooling) those of its rack's GPUs
+  and the node-cooling alerts of its rack. The one cause is paged, not its sixteen
+  symptoms; a hardware error (XID 79, a DBE, a row remap, a link down) needs its own
+  action and still pages.
+* A node or rack alert that no processor re-judges any more (its updated time
+  ``STALE_COVER_S`` before the alert it would mute: a processor gone, an alert an older
+  release left open in the store) mutes nothing: a cover is re-written at least every
+  minute while its finding holds.
 * On one GPU (same cluster, node and device), a firing alert mutes the alerts it
   explains (``SAME_GPU_COVERS``): a family's critical its warning (one hot GPU: the
   warning is heard first, the critical pages when it comes, the warning stays muted
@@ -60,12 +67,20 @@ NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
 # Node-scope rules that a firing rack alert of the node's rack explains: a rack cooler
 # failing warms its nodes' GPUs above their models; it does not silence a node.
 RACK_EXPLAINS_RULES = frozenset({"node_cooling"})
-# GPU rules a warm room explains (every die follows the inlet air at the same power),
-# unless the GPU is also hotter than its peers (``PEER_RULES`` open for it).
+# GPU rules a cooling failure (a warm room, a rack's cooler, a node's fans) explains:
+# every die follows its air at the same power. Not where the GPU is also hotter than its
+# node's peers (``PEER_RULES`` open for it: its own cooling), nor a power brake, nor any
+# hardware error (XID, ECC, row remap, NVLink, a lost GPU), which needs its own action.
+COOLING_EXPLAINS_RULES = frozenset({"gpu_temp_high", "gpu_temp_critical", "gpu_temp_rising",
+                                    "gpu_mem_temp_high", "gpu_hw_slowdown",
+                                    "gpu_sw_thermal_slowdown"})
 ROOM_RULE = "room_inlet_hot"
-ROOM_EXPLAINS_RULES = frozenset({"gpu_temp_high", "gpu_temp_critical", "gpu_temp_rising",
-                                 "gpu_mem_temp_high", "gpu_hw_slowdown",
-                                 "gpu_sw_thermal_slowdown"})
+ROOM_EXPLAINS_RULES = COOLING_EXPLAINS_RULES
+# A node or rack alert written last this long (stream time) before the alert it would
+# mute is no longer judged by anyone: it mutes nothing. A firing one is written at least
+# every ``alerts.REFRESH_S`` while its finding holds, and resolves ``keep_firing_s`` (5 min
+# by default) after it clears.
+STALE_COVER_S = 1800.0
 PEER_RULES = frozenset({"gpu_hot_vs_peers", "gpu_hot_vs_peers_critical"})
 _BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
 
@@ -309,42 +324,57 @@ def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = No
 
 def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
-    node-down, node-cooling or critical rack alert, or one of its GPU's
-    (``SAME_GPU_COVERS``); for a node alert of ``RACK_EXPLAINS_RULES``, a critical rack
-    alert. (A rack's warning — above its peers since fleetwatch first saw it, with no
-    change seen — explains nothing for certain: a hot aisle must not mute its GPUs' alerts
-    for as long as it stays hot.)"""
+    node-down alert of its node, one of its GPU's (``SAME_GPU_COVERS``), or for a thermal
+    symptom (``cooling_explains``) of a GPU not hotter than its peers a node-cooling alert
+    of its node, a critical rack alert of its rack or a room alert of its cluster; for a
+    node alert of ``RACK_EXPLAINS_RULES``, a critical rack alert. (A rack's warning — above
+    its peers since fleetwatch first saw it, with no change seen — explains nothing for
+    certain: a hot aisle must not mute its GPUs' alerts for as long as it stays hot.) A
+    node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing."""
     own = scope_of(alert)
     if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
         return next((a.id for a in open_alerts if a.state == "firing"
                      and a.cluster == alert.cluster and a.rack == alert.rack
-                     and scope_of(a) == "rack" and a.severity == "critical"), "")
+                     and scope_of(a) == "rack" and a.severity == "critical"
+                     and judged(a, alert)), "")
     if own != "gpu":
         return ""
     covers = _COVERED_BY.get(alert.rule, ())
-    room = ""
+    thermal = cooling_explains(alert)
+    cooled, hotter = "", False
     for a in open_alerts:
         if a.cluster != alert.cluster:
             continue
         if a.rule in PEER_RULES and a.node == alert.node and a.device == alert.device:
-            room = "-"  # hotter than its peers: the room does not explain it
+            hotter = True  # hotter than its peers: no room, rack or node air explains it
         if a.state != "firing":
             continue
         if any(_covers(c, a, alert) for c in covers):
             return a.id
         scope = scope_of(a)
-        if scope == "node" and a.rule in NODE_COVER_RULES and a.node == alert.node:
+        if scope == "gpu" or not judged(a, alert):
+            continue
+        if scope == "node" and a.node == alert.node and a.rule in NODE_DOWN_RULES:
             return a.id
-        if scope == "rack" and a.rack == alert.rack and a.severity == "critical":
-            return a.id
-        if a.rule == ROOM_RULE and not room and room_explains(alert):
-            room = a.id
-    return room if room != "-" else ""
+        if cooled or not thermal:
+            continue
+        if (scope == "node" and a.node == alert.node and a.rule in NODE_COVER_RULES
+                or scope == "rack" and a.rack == alert.rack and a.severity == "critical"
+                or a.rule == ROOM_RULE):
+            cooled = a.id
+    return "" if hotter else cooled
 
 
-def room_explains(alert: Alert) -> bool:
-    """Could a warm room be this GPU alert's cause (a thermal rule, no power brake)?"""
-    if alert.rule not in ROOM_EXPLAINS_RULES:
+def judged(cover: Alert, alert: Alert) -> bool:
+    """Is the node or rack alert ``cover`` still judged by a processor, as of ``alert``'s
+    time: written less than ``STALE_COVER_S`` before it?"""
+    return alert.updated_ts - cover.updated_ts < STALE_COVER_S
+
+
+def cooling_explains(alert: Alert) -> bool:
+    """Could a cooling failure (room, rack, node) be this GPU alert's cause: a thermal rule
+    (``COOLING_EXPLAINS_RULES``), and no power brake among its throttle reasons?"""
+    if alert.rule not in COOLING_EXPLAINS_RULES:
         return False
     reasons = (alert.evidence or {}).get("throttle_reasons", 0.0)
     return not (int(reasons) & _BRAKE if reasons == reasons else False)
@@ -356,12 +386,17 @@ class Notice:
 
     alert: Alert
     muted_by: str = ""
+    # Notified before in this state and revision, inhibited since, and no longer (its
+    # cover resolved): the record sinks hear it, the receivers that heard it are not paged
+    # twice for one unchanged alert (``Notifier``).
+    heard: bool = False
 
     @property
     def notify(self) -> bool:
         """Does a notifying sink (Alertmanager, webhook) tell anyone? Firing, and resolved
-        ones that had fired; pending and never-fired ones stay in the record."""
-        if self.muted_by:
+        ones that had fired, unless ``heard``; pending and never-fired ones stay in the
+        record."""
+        if self.muted_by or self.heard:
             return False
         a = self.alert
         return a.state == "firing" or (a.state == "resolved" and a.fired_ts is not None)

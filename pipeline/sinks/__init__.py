@@ -19,6 +19,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
@@ -88,6 +89,9 @@ class Notifier:
         # joined an open XID alert) is forwarded again, like a state change; the first
         # revision (1) of an alert adopted without one (an older release's) is not.
         self._sent: dict[str, tuple[str, str, float | None]] = {}
+        # alert id -> (state, revision) a receiver was told (notified unmuted, or adopted
+        # unmuted): un-muted again unchanged (its cover ended), it is not paged again.
+        self._heard: dict[str, tuple[str, float | None]] = {}
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
@@ -107,8 +111,8 @@ class Notifier:
         if not alerts:
             return
         self._reload(force=True)
-        for a in alerts:
-            self._open[alert_key(a)] = a
+        for a in sorted(alerts, key=lambda x: (x.started_ts, x.id)):
+            self._open[alert_key(a)] = a  # of a duplicate (an older store's), the newer
         covers = self._covers()
         at = self._now if self._now > float("-inf") else time.time()
         firing = []
@@ -117,6 +121,8 @@ class Notifier:
             self._sent[a.id] = (a.state, n.muted_by, revision(a))
             if a.state == "firing":
                 firing.append(Notice(self._join(a, covers), n.muted_by))
+                if not n.muted_by:
+                    self._heard[a.id] = (a.state, revision(a))
         self._rejudge = True
         if firing:
             self._hand_over("adopt", firing)
@@ -127,7 +133,9 @@ class Notifier:
         one is new to this notifier. A ``Processor``'s ``on_revoked`` hook."""
         gone = set(nodes)
         for key in [k for k, a in self._open.items() if a.node in gone]:
-            self._sent.pop(self._open.pop(key).id, None)
+            gone_id = self._open.pop(key).id
+            self._sent.pop(gone_id, None)
+            self._heard.pop(gone_id, None)
         if gone:
             self._hand_over("forget", gone)
 
@@ -164,13 +172,16 @@ class Notifier:
         for a in changes:
             key = alert_key(a)
             if a.state == "resolved":
-                self._open.pop(key, None)
+                held = self._open.get(key)
+                if held is None or held.id == a.id:  # not the newer one of a duplicate
+                    self._open.pop(key, None)
             else:
                 self._open[key] = a
         covers = self._covers()
         for a in changes:
-            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now))
             seen = self._sent.get(a.id)
+            n = self._notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now),
+                             seen)
             if (seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by)
                     and (revision(a) or 0.0) <= 1.0):
                 # An older release's alert taking its first revision (its own code seen
@@ -190,6 +201,11 @@ class Notifier:
             notices += self._rejudged(changes, notices, covers)
         notices = self._joined(notices, covers)
         self._recorder.record(notices, self._now)
+        for n in notices:
+            if n.alert.state == "resolved":
+                self._heard.pop(n.alert.id, None)
+            elif n.notify:
+                self._heard[n.alert.id] = (n.alert.state, revision(n.alert))
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
@@ -219,7 +235,7 @@ class Notifier:
         for n in notices:
             a = n.alert
             if a.state == "firing":
-                n = Notice(self._join(a, covers), n.muted_by)
+                n = replace(n, alert=self._join(a, covers))
                 page = n.muted_by.removeprefix("inhibited:")
                 again.update((p.id, p) for p in covers.of_gpu(a)
                              if p.id == page and same_incident(p, a))
@@ -276,11 +292,22 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in skip or seen is None or not was(seen[1]):
                 continue
-            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now))
+            n = self._notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now),
+                             seen)
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by, revision(a))
                 out.append(n)
         return out
+
+    def _notice(self, a: Alert, muted_by: str,
+                seen: tuple[str, str, float | None] | None) -> Notice:
+        """The notice of ``a`` muted so; ``heard`` where an inhibition ended (``seen``: what
+        was forwarded last) and a receiver was told it in this state and revision before it
+        was inhibited: one unchanged alert is one page. (A silence that ends is heard again,
+        as documented for silences.)"""
+        heard = (not muted_by and seen is not None and seen[1].startswith("inhibited:")
+                 and self._heard.get(a.id) == (a.state, revision(a)))
+        return Notice(a, muted_by, heard=heard)
 
     def _reload(self, force: bool = False) -> bool:
         """Read silences and acknowledgements again if ``reload_s`` has passed (or

@@ -100,6 +100,7 @@ def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
         "message": a.message, "value": a.value, "evidence": dict(a.evidence),
         "board": board(a),
         "action": a.action,
+        **({"resolution": a.resolution} if a.resolution else {}),
         "started": iso(a.started_ts), "started_ts": a.started_ts,
         "fired_ts": a.fired_ts, "resolved_ts": a.resolved_ts, "updated_ts": a.updated_ts,
         "muted_by": notice.muted_by,

@@ -78,6 +78,10 @@ class Alert:
     # Empty for an alert about no job, and for one an older release stored (see
     # ``pipeline.links``).
     jobs: tuple[str, ...] = ()
+    # How it ended, where its detector said (``Finding.ends``: an ECC count back down at a
+    # reset), apart from the message and action it fired with; "" for the rest, and in a
+    # store of an older release (whose resolved alerts hold the ending in their message).
+    resolution: str = ""
 
 
 def board(a: Alert) -> dict[str, str]:
