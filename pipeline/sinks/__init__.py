@@ -274,6 +274,10 @@ class Notifier:
                 out.append(n)
         return out
 
+    def outages(self) -> dict[str, tuple[bool, int, float]]:
+        """Per sink: (down, alert changes held for it, seconds the oldest has waited)."""
+        return {lane.sink.name: lane.outage() for lane in self._lanes}
+
     def _reload(self, force: bool = False) -> bool:
         """Read silences and acknowledgements again if ``reload_s`` has passed (or
         ``force``), and hand them to the sinks that mirror them; whether it did."""
