@@ -165,7 +165,11 @@ class AgentHealth:
                 ("fleetwatch_agent_broker_up",
                  "1 while the broker acknowledges frames, 0 from a failed send until it does",
                  1.0 if self._spool.reachable and getattr(self._sender, "reachable", True)
-                 else 0.0)]
+                 else 0.0),
+                ("fleetwatch_agent_spool_write_errors",
+                 "Writes to the spool that failed (disk full, read-only, a file size limit): "
+                 "the frames of each are lost, and frames pile up in the send queue",
+                 float(getattr(self._spool, "write_errors", 0)))]
         if self._sender is not None:
             gauges.append(("fleetwatch_agent_send_queue_frames",
                            "Frames sampled and waiting for the sender thread",
@@ -175,8 +179,9 @@ class AgentHealth:
                            "Sampling ticks skipped because a tick took longer than the interval",
                            float(self.agent.missed_ticks)))
         for name, doc, value in gauges:
-            fam = Metric(name, doc, "counter" if name.endswith("_missed") else "gauge")
-            fam.add_sample(name + ("_total" if name.endswith("_missed") else ""), {}, value)
+            counter = name.endswith(("_missed", "_errors"))
+            fam = Metric(name, doc, "counter" if counter else "gauge")
+            fam.add_sample(name + ("_total" if counter else ""), {}, value)
             yield fam
 
 

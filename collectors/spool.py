@@ -31,6 +31,7 @@ counted in ``dropped``, never the sender.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -193,7 +194,40 @@ class Spool:
     # -- writing ----------------------------------------------------------------
 
     def append(self, records: Sequence[SpoolRecord]) -> int:
-        """Append in order and fsync; return how many old records were dropped to make room."""
+        """Append in order and fsync; return how many old records were dropped to make room.
+        ``OSError`` (a full disk, a file size limit): none of ``records`` is kept, and the
+        spool is as before, so that it can still be read and replayed."""
+        last = self._segments[-1] if self._segments else None
+        mark = (last, last.size if last else 0, last.count if last else 0, self._next_id)
+        try:
+            return self._append(records)
+        except OSError:
+            self._undo(*mark)
+            raise
+
+    def _undo(self, last: _Segment | None, size: int, count: int, next_id: int) -> None:
+        """A failed append: its bytes were never all written, so the writer (whose buffer
+        holds what cannot be flushed) is closed, the segments it made are removed and the
+        one it extended cut back; the next append starts a segment of its own."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            with contextlib.suppress(OSError):
+                writer.close()  # closes the file even when the flush fails
+        for seg in [s for s in self._segments if s.id >= next_id]:
+            self._segments.remove(seg)
+            seg.path(self.dir).unlink(missing_ok=True)
+        if last is not None and any(s is last for s in self._segments):
+            last.size, last.count = size, count
+            try:  # through a descriptor opened as every spool file is: never a link's target
+                fd = open_file(last.path(self.dir), os.O_WRONLY)
+                try:
+                    os.ftruncate(fd, size)
+                finally:
+                    os.close(fd)
+            except OSError:
+                pass  # left as it is: reads stop at ``size``; a restart cuts the torn tail
+
+    def _append(self, records: Sequence[SpoolRecord]) -> int:
         dropped_before = self.dropped
         for rec in records:
             blob = rec.pack()

@@ -119,7 +119,9 @@ class ProcessorCollector(Collector):
                                 "Time to decode, store and evaluate the last batch",
                                 value=s.last_batch_s)
         yield GaugeMetricFamily("fleetwatch_processor_paused",
-                                "1 while consumption is paused because the store is away",
+                                "1 while the store is away: frames wait unstored (those "
+                                "in hand still judged, alert changes sent); consuming "
+                                "stops beyond 20,000 messages held",
                                 value=1.0 if s.paused else 0.0)
         events = CounterMetricFamily("fleetwatch_processor_events",
                                      "Events (XIDs, GPU state, throttle and job changes, node "
@@ -226,13 +228,27 @@ def topic_families() -> Iterator[GaugeMetricFamily]:
     yield family
 
 
-def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily]:
+def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
     counts = dict(notifier.stats.sinks)  # a copy: the delivery thread may add a sink's entry
     for attr, suffix, text in _SINK_COUNTERS:
         family = CounterMetricFamily(f"fleetwatch_alert_sink_{suffix}", text, labels=["sink"])
         for name, c in sorted(counts.items()):
             family.add_metric([name], getattr(c, attr))
         yield family
+    # An outage as it goes on: the counters above move only when held changes are given
+    # up (alerts.sink_retry_s, 10 min), too late to learn that pages reach nobody.
+    outages = notifier.outages()
+    gauges = (("up", "1 while the sink takes deliveries; 0 from a delivery or re-send that "
+                     "failed every attempt until one goes through"),
+              ("held_changes", "Alert changes held for the sink while it is down (the latest "
+                               "per alert), retried until alerts.sink_retry_s"),
+              ("oldest_held_seconds", "How long the oldest alert change held for the sink "
+                                      "has waited (0: none held)"))
+    for i, (suffix, text) in enumerate(gauges):
+        gauge = GaugeMetricFamily(f"fleetwatch_alert_sink_{suffix}", text, labels=["sink"])
+        for name, (down, held, oldest) in sorted(outages.items()):
+            gauge.add_metric([name], (0.0 if down else 1.0, float(held), oldest)[i])
+        yield gauge
     # Mirroring silences and acknowledgements into Alertmanager (its sink's own count).
     mirrors = [(s.name, s.silence_errors) for s in notifier.sinks
                if isinstance(getattr(s, "silence_errors", None), int)]

@@ -15,6 +15,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from fleetwatch.models import Detector
+from fleetwatch.models.artifact import named_ts
 
 
 class ModelCollector(Collector):
@@ -42,6 +43,15 @@ class ModelCollector(Collector):
             "file has no model for the rule; other_gpu_kind: their power limits are not "
             "the ones it was trained on: a power cap, or another fleet)",
             labels=["rule", "reason"])
+        skipped = GaugeMetricFamily(
+            "fleetwatch_model_files_skipped",
+            "Model files in models.dir newer than the one in use (any, with none in use) "
+            "that do not load (damaged, cut short, refused): each said once in the log; the "
+            "older model goes on judging")
+        trained = GaugeMetricFamily(
+            "fleetwatch_model_file_timestamp_seconds",
+            "The time in the name of the model file in use (when `fleetwatch train` wrote "
+            "it), Unix seconds; absent with none in use")
         given = GaugeMetricFamily(
             "fleetwatch_model_gpus_given",
             "GPUs in this processor's frames of the last 5 minutes, each given to the "
@@ -58,6 +68,10 @@ class ModelCollector(Collector):
             for cluster, node, score in d.lemon.ranking(self._clock(), top=1000):  # type: ignore[attr-defined]
                 lemon.add_metric([cluster, node], score)
             path = d.loaded  # type: ignore[attr-defined]
+            skipped.add_metric([], float(len(d.skipped)))  # type: ignore[attr-defined]
+            stamp = named_ts(path) if path is not None else None
+            if stamp is not None and d.thermal.model is not None:  # type: ignore[attr-defined]
+                trained.add_metric([], stamp)
             loaded.add_metric([path.name if path is not None else ""],
                               1.0 if d.thermal.model is not None else 0.0)  # type: ignore[attr-defined]
         yield health
@@ -65,3 +79,5 @@ class ModelCollector(Collector):
         yield loaded
         yield judged
         yield given
+        yield skipped
+        yield trained

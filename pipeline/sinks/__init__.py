@@ -82,6 +82,7 @@ class Notifier:
         self._silences: list[Silence] = []
         self._acks: dict[str, Acknowledgement] = {}
         self._reload_s, self._reloaded = reload_s, float("-inf")
+        self._reload_failing: float | None = None  # since when reloads fail (monotonic)
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
@@ -309,6 +310,10 @@ class Notifier:
                  and self._heard.get(a.id) == (a.state, revision(a)))
         return Notice(a, muted_by, heard=heard)
 
+    def outages(self) -> dict[str, tuple[bool, int, float]]:
+        """Per sink: (down, alert changes held for it, seconds the oldest has waited)."""
+        return {lane.sink.name: lane.outage() for lane in self._lanes}
+
     def _reload(self, force: bool = False) -> bool:
         """Read silences and acknowledgements again if ``reload_s`` has passed (or
         ``force``), and hand them to the sinks that mirror them; whether it did."""
@@ -320,8 +325,20 @@ class Notifier:
             self._silences = list(self._silences_of())
             self._acks = {a.alert_id: a for a in self._acks_of()}
         except Exception as exc:  # a store hiccup keeps the last known silences
-            log.warning("could not reload silences and acknowledgements: %s", exc)
+            # Said once per outage (the store away is said by the processor already), not
+            # at every reload_s through it.
+            if self._reload_failing is None:
+                self._reload_failing = now
+                log.warning("could not reload silences and acknowledgements: %s; the last "
+                            "ones read stay in force until the store answers (said when it "
+                            "does)", exc)
+            else:
+                log.debug("could not reload silences and acknowledgements: %s", exc)
             return True
+        if self._reload_failing is not None:
+            log.warning("silences and acknowledgements read again after %.0fs",
+                        now - self._reload_failing)
+            self._reload_failing = None
         self._hand_over("mutes", (list(self._silences), dict(self._acks)))
         return True
 

@@ -69,6 +69,17 @@ class LaneOutage:
     def _work(self, kind: str, what: Any) -> None:
         raise NotImplementedError  # the lane's: a queue item handled now
 
+    def outage(self) -> tuple[bool, int, float]:
+        """(down, alert changes held, seconds the oldest of them has waited) now: what
+        ``/metrics`` shows, so that a sink that is down pages within minutes, long before
+        its held changes are given up after ``retry_s``."""
+        with self._held_lock:
+            held = list(self._held.values())
+        told = {id(n) for n in self._told([h.notice for h in held])}
+        waiting = [h.held_at for h in held if id(h.notice) in told]
+        oldest = self._clock() - min(waiting) if waiting else 0.0
+        return self._down_since is not None, len(waiting), max(oldest, 0.0)
+
     def _hold(self, notices: Sequence[Notice]) -> None:
         now = self._clock()
         with self._held_lock:

@@ -202,3 +202,44 @@ def test_unacknowledged_frames_are_spooled_not_lost(tmp_path: Path) -> None:
     broker.down = False
     p.flush()
     assert ids(broker.delivered) == [0, 1, 2]
+
+
+FILE_LIMIT_RUN = """
+import resource, sys
+from pathlib import Path
+from fleetwatch.collectors.spooling import SpoolingProducer
+from tests.bus.test_spool import FakeBroker, ids, recs
+
+broker = FakeBroker()
+broker.down = True
+p = SpoolingProducer(broker, Path(sys.argv[1]), 1 << 20, retry_min_s=0.0, retry_max_s=0.0,
+                     segment_bytes=1 << 20)
+# As `ulimit -f` (or systemd's LimitFSIZE) does: no file of this process past 3000 bytes.
+resource.setrlimit(resource.RLIMIT_FSIZE, (3000, 3000))
+for r in recs(0, 200):
+    p.send(r.topic, r.value, r.key, r.headers)
+assert p.write_errors > 0, "the file size limit was never met"
+broker.down = False
+p.flush()
+got = ids(broker.delivered)
+print(len(got), p.dropped, p.write_errors, p.backlog)
+assert got == sorted(got) and len(set(got)) == len(got), got
+assert len(got) + p.dropped == 200 and p.dropped == p.write_errors and p.backlog == 0
+"""
+
+
+def test_a_spool_that_meets_a_file_size_limit_loses_only_the_frames_it_could_not_write(
+        tmp_path: Path) -> None:
+    """A write refused half way (EFBIG under `ulimit -f`; ENOSPC alike) left bytes in the
+    writer that no flush could write and counted the frame as spooled: every later read of
+    the spool failed, and the agent never sent again, even once the broker was back. Now
+    the frames of a failed write are lost (counted), the rest are replayed in order."""
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run([sys.executable, "-c", FILE_LIMIT_RUN, str(tmp_path / "spool")],
+                            capture_output=True, text=True, timeout=60, cwd=root)
+    assert result.returncode == 0, result.stdout + result.stderr
+    delivered, dropped, errors, backlog = map(int, result.stdout.split())
+    assert delivered > 100 and 0 < dropped == errors < 20 and backlog == 0

@@ -195,3 +195,47 @@ def test_every_frame_is_accounted_for_while_failures_come_and_go(tmp_path: Path)
     assert not {0, 97, 194, 291} & set(delivered)  # the frames with no topic
     assert counts.by_name.get("sent", 0) == len(delivered)
     assert len(delivered) + counts.by_name.get("dropped", 0) == 300
+
+
+def test_a_spool_that_cannot_be_written_is_counted_on_the_agents_metrics(
+        tmp_path: Path) -> None:
+    """The broker is away and the spool's disk refuses writes (full, a file size limit):
+    each failed write is counted (``FleetwatchAgentSpoolUnwritable`` reads it), not only
+    logged, while the spool's own gauges stay flat."""
+    import errno
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from fleetwatch.collectors.exporter import AgentHealth
+    from fleetwatch.pipeline.bus import BusError
+
+    class Away(Broker):
+        def send(self, topic: str, value: bytes, key: bytes | None = None,
+                 headers: Sequence[tuple[str, bytes]] = ()) -> None:
+            raise BusError("broker 127.0.0.1:1 unreachable")
+
+    counts = Counts()
+    producer = SpoolingProducer(Away(), tmp_path / "spool", 1 << 20, on_event=counts.event,
+                                retry_min_s=0.0, retry_max_s=0.0, linger_s=0.0)
+    health = AgentHealth()
+    health.watch(producer, None)
+    registry = CollectorRegistry()
+    registry.register(health)
+
+    def sample(name: str) -> str:
+        lines = generate_latest(registry).decode().splitlines()
+        return next(x for x in lines if x.startswith(name + " "))
+
+    assert sample("fleetwatch_agent_spool_write_errors_total").endswith(" 0.0")
+
+    def refuse(records: object) -> int:
+        raise OSError(errno.EFBIG, "File too large")
+
+    producer.spool.append = refuse  # type: ignore[method-assign]
+    producer.send("fleetwatch.frames", b"frame-0", b"node")
+    producer.send("fleetwatch.frames", b"frame-1", b"node")
+    assert sample("fleetwatch_agent_spool_write_errors_total") == (
+        "fleetwatch_agent_spool_write_errors_total 2.0")
+    assert counts.by_name == {"dropped": 2}
+    assert sample("fleetwatch_agent_spool_bytes") == "fleetwatch_agent_spool_bytes 0.0"
+    producer.close()

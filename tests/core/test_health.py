@@ -133,3 +133,49 @@ def test_alert_changes_count_transitions_and_refreshes_are_counted_apart(tmp_pat
     assert got[("fleetwatch_processor_alert_changes_total", ())] == 3
     # Firing for ~9 minutes: a refresh a minute on top of the 3 changes.
     assert 3 + 7 <= got[("fleetwatch_processor_alert_writes_total", ())] <= 3 + 10
+
+
+def test_a_sink_that_is_down_shows_its_held_changes_at_once_not_after_the_retry_window(
+        tmp_path: Path) -> None:
+    """An Alertmanager or webhook outage is visible to Prometheus while the changes are held
+    (``FleetwatchAlertSinkDown`` reads these), not only when they are given up after
+    alerts.sink_retry_s (10 min by default), which is all the counters say."""
+    from fleetwatch.pipeline.sinks import Notifier
+    from fleetwatch.pipeline.sinks.webhook import WebhookSink
+    from tests.sinks.conftest import Receiver, fast, until
+    from tests.sinks.test_sink_lanes import alert
+
+    hook = Receiver()
+    notifier = Notifier([WebhookSink(hook.url, timeout_s=5)], attempts=1, backoff=fast)
+    store = SqliteStore(tmp_path / "s.db")
+    registry = CollectorRegistry()
+    registry.register(ProcessorCollector(Processor(store), MemoryBus().consumer("t", "g"),
+                                         notifier))
+    key = (("sink", "webhook"),)
+    try:
+        got = _scrape(registry)
+        assert got[("fleetwatch_alert_sink_up", key)] == 1.0
+        assert got[("fleetwatch_alert_sink_held_changes", key)] == 0.0
+        assert got[("fleetwatch_alert_sink_oldest_held_seconds", key)] == 0.0
+        hook.code = 500                                  # the receiver fails
+        notifier.send([alert("x")])
+        notifier.send([alert("y")])
+        assert until(lambda: _scrape(registry)[
+            ("fleetwatch_alert_sink_held_changes", key)] == 2.0)
+        first = _scrape(registry)
+        assert until(lambda: _scrape(registry)[
+            ("fleetwatch_alert_sink_oldest_held_seconds", key)] > first[
+            ("fleetwatch_alert_sink_oldest_held_seconds", key)] > 0.0)
+        got = _scrape(registry)
+        assert got[("fleetwatch_alert_sink_up", key)] == 0.0
+        assert got[("fleetwatch_alert_sink_failed_total", key)] == 0  # nothing given up yet
+        hook.code = 200                                  # back: both delivered
+        assert until(lambda: len(hook.bodies) == 1)
+        assert until(lambda: _scrape(registry)[("fleetwatch_alert_sink_up", key)] == 1.0)
+        got = _scrape(registry)
+        assert got[("fleetwatch_alert_sink_held_changes", key)] == 0.0
+        assert got[("fleetwatch_alert_sink_oldest_held_seconds", key)] == 0.0
+    finally:
+        notifier.close()
+        hook.close()
+        store.close()

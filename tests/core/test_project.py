@@ -54,3 +54,19 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text()
     assert "```sh\nscripts/test\n```" in readme
     assert "exec scripts/test" in ci
+
+
+def test_readme_lists_every_shipped_prometheus_rule_and_no_other() -> None:
+    """"Watching fleetwatch itself" is written by hand: each alert of
+    deploy/prometheus/fleetwatch-rules.yml has its row, with its severity."""
+    import re
+
+    import yaml
+
+    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "fleetwatch-rules.yml").read_text())
+    shipped = {r["alert"]: r["labels"]["severity"] for g in rules["groups"] for r in g["rules"]}
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("### Watching fleetwatch itself", 1)[1].split("\n#", 1)[0]
+    listed = {m[0]: m[1] for m in re.findall(r"^\| `(Fleetwatch\w+)` \|.*\| (\w+) \|$",
+                                              section, re.M)}
+    assert listed == shipped

@@ -400,3 +400,31 @@ def test_the_load_line_gives_the_training_range_as_utc_times(
     save(model_set("m", {"range": [1795615200.0, 1795788000.0]}), tmp_path, now=START)
     LearnedDetectors(tmp_path)
     assert "trained on 1 GPUs, 2026-11-25T14:00Z to 2026-11-27T14:00Z;" in caplog.text
+
+
+def test_a_newer_model_file_that_does_not_load_is_on_the_metrics_with_the_ones_age(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A nightly training that keeps writing unusable files leaves the processor on an
+    ever older model: the skipped files and the time of the one in use are scraped
+    (``FleetwatchModelFileSkipped`` and ``FleetwatchModelStale`` read them), not only
+    logged."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from fleetwatch.pipeline.model_metrics import ModelCollector
+
+    good = save(model_set("good"), tmp_path, now=START)
+    cut = save(model_set("cut"), tmp_path, now=START + 86400)
+    cut.write_bytes(good.read_bytes()[:200])       # a copy cut short
+    learned = LearnedDetectors(tmp_path)
+    assert learned.loaded == good and f"model file skipped: {cut} is damaged" in caplog.text
+    registry = CollectorRegistry()
+    registry.register(ModelCollector([learned]))
+    text = generate_latest(registry).decode()
+    assert "fleetwatch_model_files_skipped 1.0" in text
+    stamps = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+              if s.name == "fleetwatch_model_file_timestamp_seconds"]
+    assert stamps == [START]                        # the good file's, the one in use
+    cut.unlink()                                    # the bad file removed: none skipped
+    learned.reload()
+    assert "fleetwatch_model_files_skipped 0.0" in generate_latest(registry).decode()

@@ -386,3 +386,38 @@ def test_sink_retry_s_is_range_checked_and_reaches_the_notifier(hook: Hook,
     assert until(lambda: notifier.stats.failed == 1)   # not held: given up after 1 try
     notifier.close()
     assert hook.requests == 1
+
+
+def test_silences_that_cannot_be_read_are_said_once_per_outage_and_once_when_read_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Through a store outage the silences are read every reload_s (5 s): one warning when
+    reading starts failing, one when it works again, not one every 5 s."""
+    from fleetwatch.pipeline.store.base import StoreError
+
+    caplog.set_level(logging.INFO, LOGGER)
+    away = [False]
+
+    def silences() -> list[Silence]:
+        if away[0]:
+            raise StoreError("cannot query http://127.0.0.1:1 (Connection refused)")
+        return []
+
+    notifier = Notifier([Recording()], silences=silences, reload_s=0.0, background=False)
+    try:
+        notifier.send([])
+        away[0] = True
+        for _ in range(5):
+            notifier.send([])
+        away[0] = False
+        notifier.send([])
+        notifier.send([])
+        away[0] = True
+        notifier.send([])                            # a second outage: said again
+    finally:
+        notifier.close()
+    said = [m for m in _logged(caplog, logging.WARNING) if "silences" in m]
+    assert len(said) == 3, said
+    assert said[0].startswith("could not reload silences and acknowledgements: cannot query")
+    assert "the last ones read stay in force until the store answers" in said[0]
+    assert said[1].startswith("silences and acknowledgements read again after ")
+    assert said[2].startswith("could not reload silences and acknowledgements")
