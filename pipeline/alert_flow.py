@@ -48,7 +48,7 @@ class AlertFlow:
     _clock: Callable[[], float]
 
     if TYPE_CHECKING:  # in Processor
-        def _detect(self, batch: Batch) -> None: ...
+        def _detect(self, batch: Batch, judging: bool = False) -> None: ...
         def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None: ...
 
     def flush(self) -> int:
@@ -135,12 +135,13 @@ class AlertFlow:
         """The store is away: judge a batch whose write waits, and send its alert changes
         now. They are applied to the book and kept (``_unstored``) to be written with the
         next alert write that succeeds; the batch is not judged again once stored. False
-        when it cannot be judged yet (boards of nodes met for the first time must be read
-        from the store): judged once stored, as usual."""
+        when it cannot be judged yet (the open alerts of partitions just taken over must be
+        read from the store): judged once stored, as usual. Nodes met for the first time do
+        not hold it back: they are judged without their stored boards (``_recall_boards``)."""
         if batch.judged or not batch.frames:
             return batch.judged
         try:
-            self._detect(batch)
+            self._detect(batch, judging=True)
         except StoreError:
             return False
         changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
