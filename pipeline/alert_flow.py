@@ -144,7 +144,8 @@ class AlertFlow:
             self._detect(batch, judging=True)
         except StoreError:
             return False
-        changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+        changes = self.alerts.observe(batch.owned, batch.findings) \
+            if batch.owned or batch.findings else []
         self._unstored = list({a.id: a for a in [*self._unstored, *changes]}.values())
         self._deliver(batch, changes)
         return True

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fleetwatch.frame import Frame
+    from fleetwatch.models import Finding
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
@@ -84,6 +85,7 @@ class ConsumerLoop:
     # The store failed (``StoreError``) and nothing has been stored since: the loop does
     # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
     _store_away = False
+    _clock_findings: list[Finding]  # node_clock_skew findings not judged yet (Processor)
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
@@ -287,7 +289,7 @@ class ConsumerLoop:
         self._send_dead_letters()
 
     def _complete(self, batch: Batch, consumer: Consumer) -> None:
-        if batch.frames:
+        if batch.frames or self._clock_findings:  # a node whose frames are all refused
             self._evaluate(batch, batch.points or 0, batch.started)
         consumer.commit(batch.messages)
         if batch.frames and self._store_away:  # stored and committed: it is back

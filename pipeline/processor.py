@@ -159,6 +159,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self._decoder = Decoder()
         self._clock = clock
         self.clocks = ClockWatch(max_clock_ahead_s)  # agents' clocks against ours
+        # Nodes whose clocks are off (``node_clock_skew``): judged with the next batch
+        # detected, as the frames of a node whose frames are refused reach no detector.
+        self._clock_findings: list[Finding] = []
         # Frames the store refused for good (id -> frame, kept alive so that the id stays
         # its own) until their batch is evaluated without them.
         self._refused_frames: dict[int, Frame] = {}
@@ -187,9 +190,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         """One batch: decode, store, detect, alert. Raises StoreError if the store is away."""
         frames, sources = self.decode(messages)
         self._send_dead_letters()
-        if frames:
+        if frames or self._clock_findings:  # a node whose frames are all refused: alerted
             t0 = time.perf_counter()
-            points = self._write(frames, sources)
+            points = self._write(frames, sources) if frames else 0
             self._send_dead_letters()  # the store's refusals, before the batch counts as done
             self._evaluate(Batch(list(messages), frames, sources), points, t0)
         return frames
@@ -308,6 +311,8 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         if frames:
             self._tell_behind(self.ownership.behind(batch.behind))
         batch.findings = self._findings(frames, wall) if frames else []
+        batch.findings += self._clock_findings
+        self._clock_findings = []
 
     def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
         """Detect and drive alerts on a stored batch (unless judged while the store was
@@ -323,7 +328,8 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
             self._store_alerts(batch, [])
             self._recall_late()
         else:
-            changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+            changes = self.alerts.observe(batch.owned, batch.findings) \
+                if batch.owned or batch.findings else []
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
         if batch.events:  # with the batch, before its commit; written again on a retry
@@ -334,7 +340,8 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self.stats.points += points
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
-        self.stats.last_batch_s = time.perf_counter() - t0
+        if batch.frames:
+            self.stats.last_batch_s = time.perf_counter() - t0
 
     def _ledger_refused(self, rows: int, reason: str) -> None:
         """Energy ledger rows the store refused for good: the ledger goes on without them."""
