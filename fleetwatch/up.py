@@ -317,7 +317,11 @@ def unstored_advice(store: str, error: BaseException | None) -> str:
     cause = error.__cause__ if error is not None and error.__cause__ is not None else error
     then = (f"`fleetwatch up --keep --store {store}` continues from the newest sample "
             "stored (the time between is a gap)")
-    if cause is not None and kind(cause) == "full":
-        return (f"the frames not stored are lost: no space left on the device holding "
-                f"{store} ({free_space(store)}); free space there, then {then}")
+    what = kind(cause, store) if cause is not None else ""
+    if what == "full":
+        return (f"the frames not stored are lost: the disk holding {store} is full "
+                f"({free_space(store)}); free space there, then {then}")
+    if what == "limit":
+        return (f"the frames not stored are lost: {store} reached the file size limit "
+                f"(ulimit -f, systemd LimitFSIZE=); raise it, then {then}")
     return f"the frames not stored are lost; {then}"
