@@ -283,7 +283,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   # While the simulation catches up, the page's "now" is the simulated
                   # one: on the wall clock its data is minutes old and the fleet page
                   # would hide every GPU as not reporting until the catch-up ended.
-                  clock=system.clock.now)
+                  clock=system.clock.now, store_problem=system.store_problem)
     finally:
         stopping.ignore()
         sock.close()

@@ -224,6 +224,9 @@ class ConsumerLoop:
                     elif judging:
                         self._store_away = True
                         self.stats.store_errors += 1
+                        failing = self.stats.store_failing
+                        self.stats.store_failing = (time.time() if failing is None
+                                                    else failing[0], str(exc))
                         self._judge_held(held)
                         log.warning("store unavailable (%s); frames held, not committed, "
                                     "written again in %.1fs; alerts are still judged and "
@@ -294,6 +297,7 @@ class ConsumerLoop:
         consumer.commit(batch.messages)
         if batch.frames and self._store_away:  # stored and committed: it is back
             self._store_away = False
+            self.stats.store_failing = None
             log.info("store is back: a batch of %d frames was stored and committed",
                      len(batch.frames))
 
