@@ -156,6 +156,8 @@ class AlertFlow:
         self.alerts.apply(changes)
         batch.judged = True
         self.stats.alerts_changed += transitions
+        if changes and batch.messages and batch.owned:  # live: how late they go out
+            self.stats.alert_delay_s = max(0.0, self._clock() - max(f.ts for f in batch.owned))
         if self._notifier is not None and (changes or batch.owned):
             # Every batch: silences added or ended since are judged on alerts that do
             # not change (a latched XID), at the stream's time.

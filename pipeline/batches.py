@@ -50,6 +50,9 @@ class Stats:
     # Since when (epoch seconds) the store has failed every write, and its latest reason;
     # None while it takes them (``fleetwatch up`` shows it on the page).
     store_failing: tuple[float, str] | None = None
+    # Seconds from the newest frame of the last live batch with alert changes to their
+    # sending: a batch that waited (for the store, a backlog) shows here, not in startsAt.
+    alert_delay_s: float = 0.0
 
 
 def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],

@@ -10,9 +10,12 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from fleetwatch.codec import encode
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.health import ProcessorCollector
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
@@ -82,6 +85,11 @@ def test_a_new_node_during_a_store_outage_holds_back_no_alert(tmp_path: Path,
         assert time.monotonic() - sent < 5  # on time, not after the outage
         (alert,) = firing(receiver)
         assert alert["labels"]["node"] == "n1" and alert["labels"]["device"] == "gpu1"
+        # How late it went out is measured from its frame (stamped 40 s ago here): what
+        # Alertmanager's startsAt (the frame's time) cannot show.
+        families = {m.name: m for m in ProcessorCollector(processor, consumer).collect()}
+        (delay,) = families["fleetwatch_processor_alert_delay_seconds"].samples
+        assert delay.value == pytest.approx(time.time() - (t0 + 20), abs=5)
         assert store.alerts() == [] and bus._committed[(TOPIC, "g")] == 1
         store.down.clear()
         wait_for(lambda: bus._committed.get((TOPIC, "g")) == 4)
