@@ -43,6 +43,7 @@ NodeKey = tuple[str, str]
 MAX_NODES = 50           # nodes in the offset metric: the furthest off
 MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
 FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
+REFUSED_FOR_S = 60.0     # a node's frames refused this long: its node_clock_skew fires
 
 
 @dataclass
@@ -104,6 +105,10 @@ class ClockWatch:
             del self._seen[node]
         return verdict
 
+    def now(self, wall: float) -> float:
+        """The stream's time: the newest frame time of a node in step, at most ``wall``."""
+        return min(self._front, wall) if self._front > -math.inf else wall
+
     def _quarantine(self, f: Frame, wall: float) -> str:
         ahead = f.ts - wall
         if not self.max_ahead_s or ahead <= self.max_ahead_s:
@@ -148,19 +153,22 @@ class ClockWatch:
             self._seen.pop(nearest, None)
 
 
-def skew_findings(skewed: Sequence[tuple[Frame, float, bool]], wall: float) -> list[Finding]:
+def skew_findings(skewed: Sequence[tuple[Frame, float, bool]], now: float) -> list[Finding]:
     """``node_clock_skew`` findings, one a frame: critical for a node whose frames are
-    refused (none of its GPUs is watched; judged at this processor's clock, as nothing
-    of it is stored), warning for one steadily behind (judged at its frames' times)."""
+    refused (none of its GPUs is watched), judged at ``now`` (the stream's time, as nothing
+    of it is stored: its first frame in step resolves it) once that has lasted
+    ``REFUSED_FOR_S`` (one stray frame pages nobody); warning for one steadily behind,
+    judged at its frames' times."""
     out = []
     for f, offset, refused in skewed:
         how = "ahead of this processor's clock" if offset > 0 else "behind the other nodes'"
         what = ("its frames are refused (dead letters, field clock): none of its GPUs is "
                 "watched" if refused else "its frames are stored and judged at its wrong time")
         out.append(Finding(
-            "node_clock_skew", f.cluster, f.rack, f.node, None, wall if refused else f.ts,
+            "node_clock_skew", f.cluster, f.rack, f.node, None, now if refused else f.ts,
             round(offset, 1), f"{f.node}: its clock is {_amount(offset)} {how}; {what}",
-            "critical" if refused else "warning", evidence={"offset_s": round(offset, 1)},
+            "critical" if refused else "warning", REFUSED_FOR_S if refused else 0.0,
+            evidence={"offset_s": round(offset, 1)},
             action="Fix NTP/chrony on the node (chronyc tracking, timedatectl); its frames "
                    "are in step again once its clock is right", scope="node"))
     return out

@@ -69,7 +69,7 @@ class Intake:
             return frames, sources
         wall = self._clock()
         verdict = self.clocks.check(frames, wall)
-        self._clock_findings += skew_findings(verdict.skewed, wall)
+        self._clock_findings += skew_findings(verdict.skewed, self.clocks.now(wall))
         self.stats.clock_ahead += verdict.ahead
         self.stats.clock_behind += verdict.behind
         for level, line in verdict.lines:

@@ -14,7 +14,7 @@ import pytest
 from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from tests.core.test_clock_intake import NOW, frame, messages
+from tests.core.test_clock_intake import FAR, NOW, frame, messages
 
 
 def skew_alerts(p: Processor) -> list:
@@ -68,3 +68,17 @@ def test_a_node_ten_minutes_behind_is_said_once_alerted_and_not_silent(
     assert "600 s behind" in alert.message
     assert [a for a in p.store.alerts(states=("firing", "resolved"))
             if a.rule == "node_silent"] == []
+
+
+def test_one_stray_frame_far_ahead_pages_nobody(tmp_path: Path) -> None:
+    # A backlog 10 min old, one frame of it stamped 2099: dead-lettered, and its alert
+    # (pending) ends with the node's next frame, older than the processor's clock.
+    p = Processor(SqliteStore(tmp_path / "s.db"), [], clock=lambda: NOW)
+    sent = [frame("n1", NOW - 600 + 5.0 * k) for k in range(60)]
+    sent.insert(30, frame("n1", FAR))
+    for i in range(0, 61, 10):
+        p.handle(messages(sent[i:i + 10], i))
+    p.store.close()
+    assert p.stats.by_reason == {"clock": 1}
+    assert [a.state for a in skew_alerts(p)] in ([], ["resolved"])
+    assert not any(a.fired_ts for a in skew_alerts(p)) and p.alerts.open == []
