@@ -76,13 +76,16 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                clock: Callable[[], float] = time.time,
                temp_limit_c: float | None = None,
                carbon: CarbonModel | None = None,
-               allowed_hosts: Sequence[str] = ()) -> dash.Dash:
+               allowed_hosts: Sequence[str] = (),
+               store_problem: Callable[[], str | None] | None = None) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
     ``temp_limit_c``: the site's temperature limit (detectors.site_temp_limit_c), drawn as a
     line on node charts; without one, the GPUs' slowdown temperature.
     ``allowed_hosts``: the names besides loopback's it answers to (``HostCheck``).
+    ``store_problem``: what the store's writer says is wrong with it (``fleetwatch up``'s
+    processor: a full disk), shown over the fleet page (None: nothing known).
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
@@ -120,8 +123,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
         return (_page(pathname, refresh_s, search, render_energy),
                 *components.nav_classes(pathname), address(pathname, search))
 
-    for page in (fleet, alerts):
-        page.register(app, store, clock)
+    fleet.register(app, store, clock, store_problem)
+    alerts.register(app, store, clock)
     node.register(app, store, clock, temp_limit_c)
     utilization.register(app, store, clock)
     carbon = carbon or _default_carbon()
@@ -240,7 +243,8 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           refresh_s: float = 5.0, sock: socket.socket | None = None,
           temp_limit_c: float | None = None, carbon: CarbonModel | None = None,
           until: threading.Event | None = None, allowed_hosts: Sequence[str] = (),
-          clock: Callable[[], float] = time.time) -> None:
+          clock: Callable[[], float] = time.time,
+          store_problem: Callable[[], str | None] | None = None) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
@@ -254,7 +258,8 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
     from waitress.server import create_server
 
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
-                     allowed_hosts=allowed_hosts, clock=clock)
+                     allowed_hosts=allowed_hosts, clock=clock,
+                     store_problem=store_problem)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

@@ -131,7 +131,11 @@ def unsent(values: tuple[Any, ...], on_screen: list[str] | None
                   for i, (v, p) in enumerate(zip(values, prints, strict=True))), prints)
 
 
-def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
+def register(app: dash.Dash, store: Store, clock: Callable[[], float],
+             store_problem: Callable[[], str | None] | None = None) -> None:
+    """``store_problem``: what the writer of the store says is wrong with it (None: nothing,
+    or not known here), shown over a page whose reads still work (``fleetwatch up``: its
+    processor's writes fail on a full disk while the page reads what is there)."""
     jobs_now = FleetJobs()  # the fleet's job events, read once and then the recent ones
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
@@ -165,7 +169,13 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                     dash.no_update, dash.no_update)
         summary, fig, table, notice = parts(view, now, rng, muted, jobs)
         (fig, table), sent = unsent((fig, table), on_screen)
-        return (summary, fig, table, notice, components.updated_stamp(now),
+        stamp = components.updated_stamp(now)
+        problem = store_problem() if store_problem is not None else None
+        if problem:  # the data stop at the last write that worked: said over them
+            notice = [components.notice(problem, "fleet-store-problem"),
+                      *([notice] if notice else [])]
+            stamp += " · store not writable"
+        return (summary, fig, table, notice, stamp,
                 components.last_read(view, now), sent, places(view),
                 components.cluster_options(view.clusters, cluster))
 

@@ -311,7 +311,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   # While the simulation catches up, the page's "now" is the simulated
                   # one: on the wall clock its data is minutes old and the fleet page
                   # would hide every GPU as not reporting until the catch-up ended.
-                  clock=system.clock.now)
+                  clock=system.clock.now, store_problem=system.store_problem)
     finally:
         stopping.ignore()
         sock.close()
@@ -345,7 +345,11 @@ def unstored_advice(store: str, error: BaseException | None) -> str:
     cause = error.__cause__ if error is not None and error.__cause__ is not None else error
     then = (f"`fleetwatch up --keep --store {store}` continues from the newest sample "
             "stored (the time between is a gap)")
-    if cause is not None and kind(cause) == "full":
-        return (f"the frames not stored are lost: no space left on the device holding "
-                f"{store} ({free_space(store)}); free space there, then {then}")
+    what = kind(cause, store) if cause is not None else ""
+    if what == "full":
+        return (f"the frames not stored are lost: the disk holding {store} is full "
+                f"({free_space(store)}); free space there, then {then}")
+    if what == "limit":
+        return (f"the frames not stored are lost: {store} reached the file size limit "
+                f"(ulimit -f, systemd LimitFSIZE=); raise it, then {then}")
     return f"the frames not stored are lost; {then}"

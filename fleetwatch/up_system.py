@@ -116,8 +116,21 @@ class System:
         window = 2 * self.config.dashboard.refresh_s
         return any(now - seen.setdefault(i, now) < window for i in ids)
 
+    def store_problem(self) -> str | None:
+        """While the processor's store writes fail: since when, and why (the page and the
+        status line say it, as the data otherwise look merely slow)."""
+        failing = self.processor.stats.store_failing
+        if failing is None:
+            return None
+        since = time.strftime("%H:%M:%S", time.gmtime(failing[0]))
+        return f"store not writable since {since} UTC: {failing[1]}"
+
     def status(self) -> str:
         """One line for the terminal: how far along, what is stored, what is alerting."""
+        problem = self.store_problem()
+        if problem:
+            return (f"{problem} · {self.processor.stats.frames:,} frames stored; nothing "
+                    "more is until it is fixed")
         now = self.clock.now()
         behind = time.time() - now
         when = time.strftime("%H:%M:%S", time.localtime(now))

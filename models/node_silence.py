@@ -279,7 +279,12 @@ class NodeSilence:
         for nodes in self._lanes.values():
             lane = np.array([index[node] for node in nodes if node in index], dtype=int)
             if len(lane):
-                lately = lane[recent[lane]]
+                # A node whose clock was off when last heard of sets no lane's time: one
+                # 10 min behind would hold its partition's other nodes 10 min back, their
+                # frames then "ahead" of it and never heard, each paged once caught up.
+                lately = lane[recent[lane] & (self._skew[lane] == 0)]
+                if not len(lately):
+                    lately = lane[recent[lane]]
                 out.append((lane, _consensus(self._last[lately if len(lately) else lane],
                                              step)))
         return out

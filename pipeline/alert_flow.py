@@ -48,7 +48,7 @@ class AlertFlow:
     _clock: Callable[[], float]
 
     if TYPE_CHECKING:  # in Processor
-        def _detect(self, batch: Batch) -> None: ...
+        def _detect(self, batch: Batch, judging: bool = False) -> None: ...
         def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None: ...
 
     def flush(self) -> int:
@@ -135,15 +135,17 @@ class AlertFlow:
         """The store is away: judge a batch whose write waits, and send its alert changes
         now. They are applied to the book and kept (``_unstored``) to be written with the
         next alert write that succeeds; the batch is not judged again once stored. False
-        when it cannot be judged yet (boards of nodes met for the first time must be read
-        from the store): judged once stored, as usual."""
+        when it cannot be judged yet (the open alerts of partitions just taken over must be
+        read from the store): judged once stored, as usual. Nodes met for the first time do
+        not hold it back: they are judged without their stored boards (``_recall_boards``)."""
         if batch.judged or not batch.frames:
             return batch.judged
         try:
-            self._detect(batch)
+            self._detect(batch, judging=True)
         except StoreError:
             return False
-        changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+        changes = self.alerts.observe(batch.owned, batch.findings) \
+            if batch.owned or batch.findings else []
         self._unstored = list({a.id: a for a in [*self._unstored, *changes]}.values())
         self._deliver(batch, changes)
         return True
@@ -154,6 +156,8 @@ class AlertFlow:
         self.alerts.apply(changes)
         batch.judged = True
         self.stats.alerts_changed += transitions
+        if changes and batch.messages and batch.owned:  # live: how late they go out
+            self.stats.alert_delay_s = max(0.0, self._clock() - max(f.ts for f in batch.owned))
         if self._notifier is not None and (changes or batch.owned):
             # Every batch: silences added or ended since are judged on alerts that do
             # not change (a latched XID), at the stream's time.

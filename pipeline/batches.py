@@ -50,6 +50,12 @@ class Stats:
     # dead-lettered or not; nodes found steadily far behind the others, once a batch.
     clock_ahead: int = 0
     clock_behind: int = 0
+    # Since when (epoch seconds) the store has failed every write, and its latest reason;
+    # None while it takes them (``fleetwatch up`` shows it on the page).
+    store_failing: tuple[float, str] | None = None
+    # Seconds from the newest frame of the last live batch with alert changes to their
+    # sending: a batch that waited (for the store, a backlog) shows here, not in startsAt.
+    alert_delay_s: float = 0.0
 
 
 def bisect(write: Callable[[list[Frame]], int], frames: list[Frame],

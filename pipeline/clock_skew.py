@@ -7,8 +7,15 @@ ahead would sit in the store, the energy ledger and the detectors' state as the
 newest thing they know. ``ClockWatch.check`` tells the processor which frames of
 a batch are further ahead than ``max_ahead_s`` (it quarantines them as dead
 letters) and which nodes run ahead by more than ``AHEAD_WARN_S``, or steadily
-far behind the rest of the batch while arriving (a clock behind, not a late
-flush: a spool that flushes catches up, a clock behind stays as far behind).
+far behind the fleet while arriving (a clock behind, not a late flush: a spool
+that flushes catches up, a clock behind stays as far behind). "The fleet" is the
+newest frame time seen of any node in step, never past the processor's clock: a
+batch of one node's frames (a live processor's usual poll) is no reference.
+
+A node whose frames are refused (further ahead than ``max_ahead_s``) or steadily
+further behind than ``BEHIND_WARN_S`` is also a ``node_clock_skew`` alert
+(``Verdict.skewed``, made findings by ``skew_findings``): the first sends nothing
+any detector sees, the second is stored at the wrong time, and neither may be silent.
 
 Each node is said once when it goes off (``lines``) and once when it is back in
 step; ``offsets`` holds the nodes off now, at most ``MAX_NODES`` of them (the
@@ -19,11 +26,13 @@ finds them. Pure logic: the wall clock is an argument.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.frame import Frame
+from fleetwatch.models import Finding
 
 AHEAD_WARN_S = 10.0      # a frame this far ahead of the processor: its node's clock is off
 BEHIND_WARN_S = 300.0    # a node this far behind the batch's median, steadily: the same
@@ -34,6 +43,7 @@ NodeKey = tuple[str, str]
 MAX_NODES = 50           # nodes in the offset metric: the furthest off
 MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
 FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
+REFUSED_FOR_S = 60.0     # a node's frames refused this long: its node_clock_skew fires
 
 
 @dataclass
@@ -45,6 +55,9 @@ class Verdict:
     lines: list[tuple[int, str]] = field(default_factory=list)
     ahead: int = 0
     behind: int = 0
+    # Frames of nodes whose clock is off enough to page: (frame, offset, refused); every
+    # frame of a node behind (its alert is judged at each), the newest of one refused.
+    skewed: list[tuple[Frame, float, bool]] = field(default_factory=list)
 
 
 class ClockWatch:
@@ -56,6 +69,7 @@ class ClockWatch:
         self._seen: dict[NodeKey, float] = {}            # node in offsets -> our clock then
         self._behind: dict[NodeKey, tuple[float, float]] = {}  # node -> (since, offset then)
         self._off: set[NodeKey] = set()                  # nodes said to be off
+        self._front = -math.inf  # the newest frame time of a node in step (<= our clock)
 
     def check(self, frames: Sequence[Frame], wall: float) -> Verdict:
         verdict = Verdict([self._quarantine(f, wall) for f in frames])
@@ -65,17 +79,22 @@ class ClockWatch:
             key = (f.cluster, f.node)
             if key not in newest or f.ts > newest[key].ts:
                 newest[key] = f
-        median = sorted(f.ts for f in newest.values())[(len(newest) - 1) // 2] if newest \
-            else wall
+            if f.ts - wall <= AHEAD_WARN_S:
+                self._front = max(self._front, min(f.ts, wall))
+        front = self._front if self._front > -math.inf else wall
         for node, f in newest.items():
             ahead = f.ts - wall
             if ahead > AHEAD_WARN_S:
                 self._going_off(f, ahead, "ahead of this processor's clock", verdict, wall)
-            elif self._steadily_behind(node, f.ts - median, wall):
+                if self.max_ahead_s and ahead > self.max_ahead_s:
+                    verdict.skewed.append((f, ahead, True))
+            elif self._steadily_behind(node, f.ts - front, wall):
                 verdict.behind += 1
-                self._going_off(f, f.ts - median, "behind the other nodes' (while they "
+                self._going_off(f, f.ts - front, "behind the other nodes' (while they "
                                 "arrive with it)", verdict, wall)
-            elif node in self._off and f.ts - median >= -BEHIND_WARN_S:
+                verdict.skewed += [(g, f.ts - front, False) for g in frames
+                                   if (g.cluster, g.node) == node]
+            elif node in self._off and f.ts - front >= -BEHIND_WARN_S:
                 self._off.discard(node)
                 self.offsets.pop(node, None)
                 self._seen.pop(node, None)
@@ -85,6 +104,10 @@ class ClockWatch:
             self.offsets.pop(node, None)   # gone quiet: no longer "off now"
             del self._seen[node]
         return verdict
+
+    def now(self, wall: float) -> float:
+        """The stream's time: the newest frame time of a node in step, at most ``wall``."""
+        return min(self._front, wall) if self._front > -math.inf else wall
 
     def _quarantine(self, f: Frame, wall: float) -> str:
         ahead = f.ts - wall
@@ -100,6 +123,8 @@ class ClockWatch:
         if offset >= -BEHIND_WARN_S:
             self._behind.pop(node, None)
             return False
+        if node in self._off and node in self._behind:
+            return True  # said behind, still behind: until in step again, however it moves
         since = self._behind.get(node)
         if since is None or abs(offset - since[1]) > STEADY_TOL_S:
             if len(self._behind) < MAX_REMEMBERED:
@@ -126,6 +151,27 @@ class ClockWatch:
             nearest = min(self.offsets, key=lambda n: abs(self.offsets[n]))
             del self.offsets[nearest]
             self._seen.pop(nearest, None)
+
+
+def skew_findings(skewed: Sequence[tuple[Frame, float, bool]], now: float) -> list[Finding]:
+    """``node_clock_skew`` findings, one a frame: critical for a node whose frames are
+    refused (none of its GPUs is watched), judged at ``now`` (the stream's time, as nothing
+    of it is stored: its first frame in step resolves it) once that has lasted
+    ``REFUSED_FOR_S`` (one stray frame pages nobody); warning for one steadily behind,
+    judged at its frames' times."""
+    out = []
+    for f, offset, refused in skewed:
+        how = "ahead of this processor's clock" if offset > 0 else "behind the other nodes'"
+        what = ("its frames are refused (dead letters, field clock): none of its GPUs is "
+                "watched" if refused else "its frames are stored and judged at its wrong time")
+        out.append(Finding(
+            "node_clock_skew", f.cluster, f.rack, f.node, None, now if refused else f.ts,
+            round(offset, 1), f"{f.node}: its clock is {_amount(offset)} {how}; {what}",
+            "critical" if refused else "warning", REFUSED_FOR_S if refused else 0.0,
+            evidence={"offset_s": round(offset, 1)},
+            action="Fix NTP/chrony on the node (chronyc tracking, timedatectl); its frames "
+                   "are in step again once its clock is right", scope="node"))
+    return out
 
 
 def _where(f: Frame) -> str:

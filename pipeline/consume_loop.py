@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
 
     from fleetwatch.frame import Frame
+    from fleetwatch.models import Finding
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
@@ -88,6 +89,7 @@ class ConsumerLoop:
     # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
     _store_away = False
     _paused_for = ""  # what paused consumption last: a key of _RESUMED
+    _clock_findings: list[Finding]  # node_clock_skew findings not judged yet (Processor)
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
     if TYPE_CHECKING:  # the per-batch work, in Processor
@@ -232,6 +234,9 @@ class ConsumerLoop:
                         self._paused_for = "store"
                         self._store_away = True
                         self.stats.store_errors += 1
+                        failing = self.stats.store_failing
+                        self.stats.store_failing = (time.time() if failing is None
+                                                    else failing[0], str(exc))
                         self._judge_held(held)
                         log.warning("store unavailable (%s); frames held, not committed, "
                                     "written again in %.1fs; alerts are still judged and "
@@ -300,11 +305,12 @@ class ConsumerLoop:
         self._send_dead_letters()
 
     def _complete(self, batch: Batch, consumer: Consumer) -> None:
-        if batch.frames:
+        if batch.frames or self._clock_findings:  # a node whose frames are all refused
             self._evaluate(batch, batch.points or 0, batch.started)
         consumer.commit(batch.messages)
         if batch.frames and self._store_away:  # stored and committed: it is back
             self._store_away = False
+            self.stats.store_failing = None
             log.info("store is back: a batch of %d frames was stored and committed",
                      len(batch.frames))
 

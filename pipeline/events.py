@@ -292,6 +292,24 @@ def _board_events(f: Frame, index: int, g: GpuReading, was: Board | None,
     return now, (was.uuid, f.ts)
 
 
+def replaced_before(first: Frame, stored: Iterable[Event]) -> list[Event]:
+    """The ``gpu_replaced`` events of a node met before its boards could be recalled (the
+    store was away): its ``first`` frame's boards against the boards the store last named
+    in those slots (their ``gpu_identity`` events before that frame), stamped at it."""
+    boards: dict[int, Board] = {}
+    for e in sorted(stored, key=lambda e: e.ts):
+        index = gpu_index(e.device)
+        if e.kind == "gpu_identity" and index is not None and e.ts < first.ts \
+                and (e.cluster, e.node) == (first.cluster, first.node):
+            boards[index] = Board.of_event(e)
+    out: list[Event] = []
+    for g in first.gpus:
+        was = boards.get(g.index)
+        if was is not None:
+            _board_events(first, g.index, g, was, None, out)
+    return [e for e in out if e.kind == "gpu_replaced"]
+
+
 def _copy(node: _Node) -> _Node:
     return _Node(node.ts, dict(node.gpus))
 

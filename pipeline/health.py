@@ -118,6 +118,11 @@ class ProcessorCollector(Collector):
         yield GaugeMetricFamily("fleetwatch_processor_batch_seconds",
                                 "Time to decode, store and evaluate the last batch",
                                 value=s.last_batch_s)
+        yield GaugeMetricFamily("fleetwatch_processor_alert_delay_seconds",
+                                "Seconds from the newest frame of the last batch whose alert "
+                                "changes were sent to their sending (a batch held while the "
+                                "store was away, or a backlog, shows here)",
+                                value=s.alert_delay_s)
         yield GaugeMetricFamily("fleetwatch_processor_paused",
                                 "1 while the store is away: frames wait unstored (those "
                                 "in hand still judged, alert changes sent); consuming "

@@ -13,9 +13,10 @@ from collections.abc import Callable, Sequence
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
 from fleetwatch.frame_checks import field_shape
+from fleetwatch.models import Finding
 from fleetwatch.pipeline.batches import Stats
 from fleetwatch.pipeline.bus import Message
-from fleetwatch.pipeline.clock_skew import ClockWatch
+from fleetwatch.pipeline.clock_skew import ClockWatch, skew_findings
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 
 log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
@@ -34,6 +35,7 @@ class Intake:
     _dead: DeadLetters
     _dead_log: DeadLetterLog
     _warned: set[tuple[str, str, str]]  # (cluster, node, metric) said
+    _clock_findings: list[Finding]  # node_clock_skew, judged with the next batch
     _stop: threading.Event
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
@@ -70,7 +72,9 @@ class Intake:
         clocks are off are said once each (``pipeline.clock_skew``)."""
         if not frames:
             return frames, sources
-        verdict = self.clocks.check(frames, self._clock())
+        wall = self._clock()
+        verdict = self.clocks.check(frames, wall)
+        self._clock_findings += skew_findings(verdict.skewed, self.clocks.now(wall))
         self.stats.clock_ahead += verdict.ahead
         self.stats.clock_behind += verdict.behind
         for level, line in verdict.lines:

@@ -81,7 +81,7 @@ from fleetwatch.pipeline.clock_skew import ClockWatch
 from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
-from fleetwatch.pipeline.events import EventTracker, board_of
+from fleetwatch.pipeline.events import EventTracker, NodeKey, board_of, replaced_before
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
 from fleetwatch.pipeline.refusals import Refusals, partial_dropped
@@ -142,6 +142,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
                                 name=self._name_board)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
+        # Nodes met while the store was away, their boards not recalled: their first frame,
+        # compared with the stored boards once the store answers (``_recall_late``).
+        self._unrecalled: dict[NodeKey, Frame] = {}
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
         self._tickers = [d for d in self.detectors if callable(getattr(d, "tick", None))]
         self._pacers = [d for d in self.detectors if callable(getattr(d, "behind", None))]
@@ -156,6 +159,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self._decoder = Decoder()
         self._clock = clock
         self.clocks = ClockWatch(max_clock_ahead_s)  # agents' clocks against ours
+        # Nodes whose clocks are off (``node_clock_skew``): judged with the next batch
+        # detected, as the frames of a node whose frames are refused reach no detector.
+        self._clock_findings: list[Finding] = []
         # Frames the store refused for good (id -> frame, kept alive so that the id stays
         # its own) until their batch is evaluated without them.
         self._refused_frames: dict[int, Frame] = {}
@@ -184,9 +190,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         """One batch: decode, store, detect, alert. Raises StoreError if the store is away."""
         frames, sources = self.decode(messages)
         self._send_dead_letters()
-        if frames:
+        if frames or self._clock_findings:  # a node whose frames are all refused: alerted
             t0 = time.perf_counter()
-            points = self._write(frames, sources)
+            points = self._write(frames, sources) if frames else 0
             self._send_dead_letters()  # the store's refusals, before the batch counts as done
             self._evaluate(Batch(list(messages), frames, sources), points, t0)
         return frames
@@ -288,22 +294,25 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
                               getattr(d, "name", type(d).__name__), len(frames))
         return findings
 
-    def _detect(self, batch: Batch) -> None:
+    def _detect(self, batch: Batch, judging: bool = False) -> None:
         """The batch's findings and events, once (kept for a retry). Raises ``StoreError``
-        while the store is away and boards must be recalled from it."""
+        while the store is away and boards must be recalled from it, unless ``judging``
+        (the store is known away: judged without them, compared once it is back)."""
         if batch.findings is not None:
             return
         self._without_refused(batch)
         frames = self.ownership.owned_frames(batch.frames or [], batch.sources,
                                              batch.generation)
         self.ownership.build(frames, batch.sources if frames is batch.frames else None)
-        self._recall_boards(frames)
+        self._recall_boards(frames, judging)
         batch.owned = frames
         batch.events = self.events.update(frames) if frames else []
         wall = self._clock() if batch.messages else None  # none in a replay
         if frames:
             self._tell_behind(self.ownership.behind(batch.behind))
         batch.findings = self._findings(frames, wall) if frames else []
+        batch.findings += self._clock_findings
+        self._clock_findings = []
 
     def _evaluate(self, batch: Batch, points: int, t0: float) -> None:
         """Detect and drive alerts on a stored batch (unless judged while the store was
@@ -317,8 +326,10 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self._detect(batch)
         if batch.judged:  # judged while the store was away: its alerts' record now
             self._store_alerts(batch, [])
+            self._recall_late()
         else:
-            changes = self.alerts.observe(batch.owned, batch.findings) if batch.owned else []
+            changes = self.alerts.observe(batch.owned, batch.findings) \
+                if batch.owned or batch.findings else []
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
         if batch.events:  # with the batch, before its commit; written again on a retry
@@ -329,17 +340,21 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self.stats.points += points
         for e in batch.events or ():  # here, once per batch: a retry comes back above
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
-        self.stats.last_batch_s = time.perf_counter() - t0
+        if batch.frames:
+            self.stats.last_batch_s = time.perf_counter() - t0
 
     def _ledger_refused(self, rows: int, reason: str) -> None:
         """Energy ledger rows the store refused for good: the ledger goes on without them."""
         self.refusals.said("energy ledger rows", partial_dropped(reason) or rows, reason)
 
-    def _recall_boards(self, frames: Sequence[Frame]) -> None:
+    def _recall_boards(self, frames: Sequence[Frame], judging: bool = False) -> None:
         """The boards the store last named in the slots of nodes met for the first time
         (a start, a partition taken over), so that a board swapped while no processor
         watched is a ``gpu_replaced`` and a board met again is not named again. Raises
-        ``StoreError`` while the store is away (the batch is tried again)."""
+        ``StoreError`` while the store is away (the batch is tried again), unless
+        ``judging``: a node met while the store is away must not hold back the alerts of
+        the whole fleet, so it is met without them (its boards named again) and its first
+        frame compared with them once the store answers (``_recall_late``)."""
         nodes = self.events.unknown(frames)
         if not nodes:
             return
@@ -352,14 +367,43 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
                           for e in self.store.events(start, now + 1, node=n, kinds=kinds)]
             else:  # a start with many nodes: one read, not one a node
                 stored = self.store.events(start, now + 1, kinds=kinds)
-        except StoreError:
-            raise
+        except StoreError as exc:
+            if not judging:
+                raise
+            for f in frames:
+                key = (f.cluster, f.node)
+                if key in nodes:
+                    self._unrecalled.setdefault(key, f)
+            log.info("the store is away (%s): %d node(s) met for the first time (%s) are "
+                     "judged without their stored GPU boards; a board swapped meanwhile is "
+                     "told once the store is back", exc, len(nodes),
+                     ", ".join(f"{c}/{n}" for c, n in nodes[:5]))
+            stored = []
         except Exception:  # a store without events, or a bug there: boards are named anew
             self.stats.errors += 1
             log.exception("could not read the GPU boards stored for %d nodes; their boards "
                           "are named again, a board swapped meanwhile is not seen", len(nodes))
             stored = []
         self.events.recall(nodes, stored)
+
+    def _recall_late(self) -> None:
+        """The store answers again: nodes met while it was away get their boards compared
+        with those it last named (``gpu_replaced`` where another board is there); a read
+        that fails waits for the next stored batch."""
+        for key, first in list(self._unrecalled.items()):
+            try:
+                stored = self.store.events(first.ts - BOARD_RECALL_S, first.ts,
+                                           node=key[1], kinds=["gpu_identity"])
+            except StoreError:
+                return
+            except Exception:  # a bug there: the swap, if any, goes untold
+                self.stats.errors += 1
+                log.exception("could not read the GPU boards stored for %s/%s", *key)
+                stored = []
+            replaced = replaced_before(first, stored)
+            if replaced:
+                self.refusals.write("events", self.store.write_events, replaced)
+            del self._unrecalled[key]
 
     def _name_board(self, a: Alert, frame: Frame | None) -> Alert:
         """A GPU alert that names no board yet gets the one its slot held in the frame of

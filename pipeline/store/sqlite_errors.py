@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import sqlite3
 from pathlib import Path
 
 # sqlite3's primary result codes (https://www.sqlite.org/rescode.html).
 _BUSY, _LOCKED = 5, 6
 _READONLY, _IOERR, _CORRUPT, _CANTOPEN, _FULL, _NOTADB = 8, 10, 11, 14, 13, 26
+# Extended I/O codes of a write that failed (SQLITE_IOERR_WRITE, _FSYNC, _TRUNCATE): SQLite
+# reports a write refused for a file size limit (EFBIG) or a quota (EDQUOT) so, not as FULL.
+_WRITE_IOERRS = frozenset({778, 1034, 1546})
+# A file system with less free space than this cannot take SQLite's next pages.
+NEARLY_FULL_BYTES = 1 << 20
 
 
 def recovery(path: str) -> str:
@@ -71,12 +77,39 @@ def held_by_another(path: str, waited_s: float, doing: str) -> str:
             "this one again")
 
 
-def kind(exc: BaseException) -> str:
-    """``damaged``, ``not-sqlite``, ``read-only``, ``full``, ``io`` or ``other``."""
+def size_limit(path: str) -> int | None:
+    """This process's file size limit (``ulimit -f``, systemd ``LimitFSIZE=``) in bytes,
+    where the store's file or its WAL or journal has reached it (within a few pages)."""
+    soft = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+    if soft == resource.RLIM_INFINITY:
+        return None
+    for name in (path, f"{path}-wal", f"{path}-journal"):
+        try:
+            if os.path.getsize(name) + 16 * 4096 >= soft:
+                return soft
+        except OSError:
+            continue
+    return None
+
+
+def nearly_full(path: str) -> bool:
+    """Whether the file system holding ``path`` has (almost) no space left."""
+    try:
+        st = os.statvfs(str(Path(path).parent) or ".")
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < NEARLY_FULL_BYTES
+
+
+def kind(exc: BaseException, path: str | None = None) -> str:
+    """``damaged``, ``not-sqlite``, ``read-only``, ``full``, ``limit`` (the file size
+    limit), ``write`` (a write failed, the disk not full), ``io`` or ``other``. With
+    ``path``, an I/O error of a write is told apart: the file size limit reached, a full
+    file system (SQLite says neither as such)."""
     if isinstance(exc, OSError):
         return {errno.EROFS: "read-only", errno.EACCES: "read-only", errno.EPERM: "read-only",
-                errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EIO: "io"}.get(
-                    exc.errno or 0, "other")
+                errno.ENOSPC: "full", errno.EDQUOT: "full", errno.EFBIG: "limit",
+                errno.EIO: "io"}.get(exc.errno or 0, "other")
     code = getattr(exc, "sqlite_errorcode", None)
     primary = code & 0xFF if isinstance(code, int) else None
     text = str(exc)
@@ -91,13 +124,17 @@ def kind(exc: BaseException) -> str:
     if primary == _CANTOPEN or "unable to open" in text:
         return "cantopen"
     if primary == _IOERR or "disk I/O error" in text:
-        return "io"
+        if path is not None and size_limit(path) is not None:
+            return "limit"
+        if path is not None and nearly_full(path):
+            return "full"
+        return "write" if code in _WRITE_IOERRS else "io"
     return "other"
 
 
 def describe(path: str, exc: BaseException) -> str:
     """The error on the store at ``path``, named for what it is, with what to do."""
-    what = kind(exc)
+    what = kind(exc, path)
     detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
     if what == "cantopen":
         what = "read-only" if read_only_dir(path) else "other"
@@ -114,8 +151,18 @@ def describe(path: str, exc: BaseException) -> str:
                 "a writable directory and name the copy with --store, or remount it "
                 "read-write")
     if what == "full":
-        return (f"no space left on the device holding {path} ({detail}; {free_space(path)}): "
-                "free space there, or move the store (--store) to a larger file system")
+        return (f"the disk holding {path} is full ({detail}; {free_space(path)}): free space "
+                "there, or move the store (--store) to a larger file system")
+    if what == "limit":
+        limit = size_limit(path)
+        size = f"{limit / 2**20:.1f} MiB" if limit is not None else "its limit"
+        return (f"the store {path} cannot grow: it reached this process's file size limit "
+                f"({size}: ulimit -f, systemd LimitFSIZE=) ({detail}): raise the limit, or "
+                "move the store (--store); the file itself is sound")
+    if what == "write":
+        return (f"a write to {path} failed ({detail}; {free_space(path)}): check the free "
+                "space and quota of its file system (df, quota), its file size limit "
+                "(ulimit -f) and the device (dmesg); the file itself is not known damaged")
     if what == "io":
         return (f"the disk holding {path} fails to read or write ({detail}): check the "
                 f"device (dmesg), then {recovery(path)}")

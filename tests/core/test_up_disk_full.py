@@ -28,7 +28,7 @@ def test_the_advice_names_the_full_disk_and_keep(tmp_path: Path) -> None:
     full = StoreError("sqlite write failed")
     full.__cause__ = sqlite3.OperationalError("database or disk is full")
     said = unstored_advice(store, full)
-    assert f"no space left on the device holding {store}" in said and "MiB free" in said
+    assert f"the disk holding {store} is full" in said and "MiB free" in said
     assert f"fleetwatch up --keep --store {store}" in said and "lost" in said
     assert "replayed" not in unstored_advice(store, None)
 
@@ -70,5 +70,5 @@ def test_up_stopped_on_a_full_disk_says_what_to_do(tmp_path: Path) -> None:
         subprocess.run(["umount", "-l", str(where)], check=True)
     assert code == 1
     assert "frames NOT stored" in out and "will be replayed" not in out
-    assert f"no space left on the device holding {where / 'sim.db'}" in out
+    assert f"the disk holding {where / 'sim.db'} is full" in out
     assert "fleetwatch up --keep" in out and "Traceback" not in out

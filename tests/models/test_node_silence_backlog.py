@@ -96,3 +96,34 @@ def test_a_partition_read_to_its_end_in_one_batch_sets_now_for_the_rest() -> Non
             found += d.update(batch, wall=WALL)
             batch = []
     assert found == []
+
+
+def test_a_node_whose_clock_is_behind_does_not_hold_its_partition_back() -> None:
+    """After a store outage the processor catches up, its partitions read unevenly. nodeB
+    shares its partition with nodeD, whose clock is 10 min behind: nodeD must not set the
+    partition's time, or nodeB's frames read meanwhile count as "ahead" of it and are not
+    heard, and both are paged once the partition has caught up (seen live: a false
+    critical node_silent on a node that never stopped, for 5 min)."""
+    d = NodeSilence()
+    lanes = {("c", "nodeA"): "p0", ("c", "nodeB"): "p1", ("c", "nodeD"): "p1"}
+
+    def update(frames: list, wall: float, behind: set[str]) -> list[Finding]:
+        d.behind({n: lane for n, lane in lanes.items() if lane in behind})
+        return [f for f in d.update(frames, wall=wall) if f.rule == "node_silent"]
+
+    found: list[Finding] = []
+    for k in range(30):  # live, in step
+        t = START + 5.0 * k
+        found += update([node(t, [busy(60)], name="nodeA"), node(t + 1, [busy(60)], name="nodeB"),
+                         node(t + 2 - 600, [busy(60)], name="nodeD")], t + 3, set())
+    out = START + 150.0
+    wall = out + 130.0  # the store was away 130 s; then the backlog is read
+    found += update([node(out + 5.0 * j, [busy(60)], name="nodeA") for j in range(27)], wall,
+                    {"p1"})
+    for j in range(27):  # p1 read after p0, frame by frame, behind until its end
+        found += update([node(out + 5.0 * j + 1, [busy(60)], name="nodeB"),
+                         node(out + 5.0 * j + 2 - 600, [busy(60)], name="nodeD")], wall,
+                        {"p1"} if j < 26 else set())
+    found += update([node(wall, [busy(60)], name="nodeA")], wall + 1, set())
+    found += d.tick(wall + 2)
+    assert [f.node for f in found if f.rule == "node_silent"] == []

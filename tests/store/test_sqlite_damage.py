@@ -75,7 +75,7 @@ def test_each_error_is_named_for_what_it_is(tmp_path: Path) -> None:
     assert "is damaged" in said and ".recover" in said and "not a fleetwatch" not in said
     assert kind(OSError(errno.EROFS, "Read-only file system")) == "read-only"
     full = describe(str(db), OSError(errno.ENOSPC, "No space left on device"))
-    assert f"no space left on the device holding {db}" in full and "MiB free" in full
+    assert f"the disk holding {db} is full" in full and "MiB free" in full
 
 
 def test_alerts_and_up_keep_on_a_truncated_store_say_it_is_damaged(tmp_path: Path) -> None:
@@ -138,5 +138,5 @@ def test_up_on_a_full_disk_names_the_path_and_the_free_space(tmp_path: Path,
     db = tmpfs / "full.db"
     started = cli("up", "--store", str(db), "--port", str(free_port()), cwd=tmp_path)
     assert started.returncode == 2
-    assert f"no space left on the device holding {db}" in started.stderr
+    assert f"the disk holding {db} is full" in started.stderr
     assert "MiB free" in started.stderr and "Traceback" not in started.stderr
