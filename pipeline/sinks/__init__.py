@@ -231,10 +231,14 @@ class Notifier:
                 out.append(Notice(self._join(p, covers), seen[1]))
         return out
 
-    @staticmethod
-    def _join(a: Alert, covers: Covers) -> Alert:
+    def _join(self, a: Alert, covers: Covers) -> Alert:
+        """``a`` with the later findings of its incident that it mutes joined in (one
+        notified on its own, as the page is not heard, is not repeated in it)."""
+        page = f"inhibited:{a.id}"
         for later in covers.of_gpu(a):
-            if later.id != a.id and later.state == "firing" and same_incident(a, later):
+            if (later.id != a.id and later.state == "firing" and same_incident(a, later)
+                    and mute(later, covers.of(later), self._silences, self._acks,
+                             self._now) == page):
                 a = incident_joined(a, later)
         return a
 
