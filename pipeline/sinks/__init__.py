@@ -84,10 +84,11 @@ class Notifier:
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
-        # alert id -> (state, muted_by, revision) forwarded: a new revision (another XID
-        # joined an open XID alert) is forwarded again, like a state change; the first
-        # revision (1) of an alert adopted without one (an older release's) is not.
-        self._sent: dict[str, tuple[str, str, float | None]] = {}
+        # alert id -> (state, muted_by, revision, severity) forwarded: a new revision
+        # (another XID joined an open XID alert) or severity (a room back under its
+        # critical line: a warning again) is forwarded again, like a state change; the
+        # first revision (1) of an alert adopted without one (an older release's) is not.
+        self._sent: dict[str, tuple[str, str, float | None, str]] = {}
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
@@ -114,7 +115,7 @@ class Notifier:
         firing = []
         for a in alerts:
             n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, at))
-            self._sent[a.id] = (a.state, n.muted_by, revision(a))
+            self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
             if a.state == "firing":
                 firing.append(Notice(self._join(a, covers), n.muted_by))
         self._rejudge = True
@@ -175,14 +176,14 @@ class Notifier:
                     and (revision(a) or 0.0) <= 1.0):
                 # An older release's alert taking its first revision (its own code seen
                 # again) is no news; a higher one means a code joined it since: news.
-                seen = (*seen[:2], revision(a))
-            if seen == (a.state, n.muted_by, revision(a)):
+                seen = (*seen[:2], revision(a), seen[3])
+            if seen == (a.state, n.muted_by, revision(a), a.severity):
                 self._sent[a.id] = seen
-                continue  # dedup: this state (and revision) was forwarded already
+                continue  # dedup: this state (revision, severity) was forwarded already
             if a.state == "resolved":
                 self._sent.pop(a.id, None)
             else:
-                self._sent[a.id] = (a.state, n.muted_by, revision(a))
+                self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
             notices.append(n)
         notices += self._uncovered(changes, covers)
         notices += self._unexplained(changes, covers, notices)
@@ -282,7 +283,7 @@ class Notifier:
                 continue
             n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now))
             if n.muted_by != seen[1]:
-                self._sent[a.id] = (a.state, n.muted_by, revision(a))
+                self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
                 out.append(n)
         return out
 
