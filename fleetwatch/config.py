@@ -221,11 +221,14 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     store = built.get("store", StoreConfig())
     if store is not None:
         problems += _store_problems(store, origins)
-    carbon = built.get("carbon", CarbonConfig())
-    if carbon is not None:
-        problems += _carbon_problems(carbon, origins)
     _refuse_keys(problems, [raw])
-    return Config(**built)
+    config = Config(**built)
+    for problem in carbon_problems(config.carbon, origins):
+        # An energy-report figure must not stop alerting: said at start, refused where
+        # carbon is computed (``carbon.model_from_config``: the report, the energy page).
+        log.error("%s; alerting is not affected, but CO2e is unknown until it is fixed "
+                  "(fleetwatch report refuses, the energy page shows no CO2e)", problem)
+    return config
 
 
 def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
@@ -356,14 +359,16 @@ def _read_secret_file(path: Any, origin: str) -> str:
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say; every one broken, in one
     error."""
-    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {})
-                 + _carbon_problems(config.carbon, {}), [])
+    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {}), [])
 
 
-def _carbon_problems(c: CarbonConfig, origins: Mapping[str, str], key: str = "carbon"
-                     ) -> list[str]:
+def carbon_problems(c: CarbonConfig, origins: Mapping[str, str] | None = None,
+                    key: str = "carbon") -> list[str]:
     """A site intensity no grid has is another unit typed into the g/kWh key: a kg/kWh
-    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it."""
+    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it. Not a load
+    error (alerting must not stop for it): logged at load, refused by
+    ``carbon.model_from_config``."""
+    origins = origins or {}
     lo, hi = PLAUSIBLE_G_PER_KWH
     v = c.intensity_g_per_kwh
     out = []
@@ -375,7 +380,7 @@ def _carbon_problems(c: CarbonConfig, origins: Mapping[str, str], key: str = "ca
                    f"average {lo:g} to {hi:g}, most 10 to 1000): {hint}")
         out.append(f"{where}: {message}" if where else message)
     for name, cluster in c.clusters.items():
-        out += _carbon_problems(cluster, origins, f"carbon.clusters.{name}")
+        out += carbon_problems(cluster, origins, f"carbon.clusters.{name}")
     return out
 
 

@@ -4,6 +4,7 @@ file of local hours was read as UTC without a word."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from fleetwatch.carbon import CarbonDataError, build_model, model_from_config
 from fleetwatch.carbon_units import LB_KG
 from fleetwatch.cli import main
-from fleetwatch.config import ConfigError, EnergyConfig, load
+from fleetwatch.config import EnergyConfig, load
 
 from .test_report import one_gpu_hour
 
@@ -72,22 +73,62 @@ def test_an_undeclared_unit_is_g_per_kwh_only_where_the_values_can_be(tmp_path):
         "in lb/MWh? set carbon.intensity_csv_unit = \"lb/MWh\" (or the unit it is in)")
 
 
-def test_a_constant_in_kg_per_kwh_or_lb_per_mwh_is_refused_at_load(tmp_path):
+def test_a_constant_in_kg_per_kwh_or_lb_per_mwh_is_an_error_at_load_and_refused_by_carbon(
+        tmp_path, caplog):
+    """Logged as an error when the config loads (alerting runs on), refused where CO2e is
+    computed (the report, the energy page)."""
     path = tmp_path / "fw.toml"
-    path.write_text("[carbon]\nintensity_g_per_kwh = 0.42\n")
-    with pytest.raises(ConfigError, match=r"fw.toml.*carbon.intensity_g_per_kwh = 0.42 is no "
-                       r"grid's gCO2e/kWh .*did you mean kg/kWh\? multiply by 1000"):
-        load(path, env={})
-    path.write_text("[carbon]\nintensity_g_per_kwh = 2000\n")
-    with pytest.raises(ConfigError, match=r"did you mean lb/MWh\? multiply by 0.453592"):
-        load(path, env={})
-    path.write_text("[carbon.clusters.eu]\nintensity_g_per_kwh = 0.05\n")
-    with pytest.raises(ConfigError, match=r"carbon.clusters.eu.intensity_g_per_kwh = 0.05"):
-        load(path, env={})
-    with pytest.raises(ConfigError, match="did you mean kg/kWh"):
-        load(None, env={"FLEETWATCH_CARBON_INTENSITY_G_PER_KWH": "0.42"})
+    cases = [("[carbon]\nintensity_g_per_kwh = 0.42\n",
+              r"fw.toml.*carbon.intensity_g_per_kwh = 0.42 is no grid's gCO2e/kWh .*did you "
+              r"mean kg/kWh\? multiply by 1000"),
+             ("[carbon]\nintensity_g_per_kwh = 2000\n",
+              r"did you mean lb/MWh\? multiply by 0.453592"),
+             ("[carbon.clusters.eu]\nintensity_g_per_kwh = 0.05\n",
+              r"carbon.clusters.eu.intensity_g_per_kwh = 0.05")]
+    for text, said in cases:
+        path.write_text(text)
+        caplog.clear()
+        config = load(path, env={})
+        assert any(r.levelname == "ERROR" and re.search(said, r.getMessage())
+                   for r in caplog.records), text
+        with pytest.raises(CarbonDataError, match=said.removeprefix("fw.toml.*")):
+            model_from_config(config.carbon, EnergyConfig())
+    caplog.clear()
+    config = load(None, env={"FLEETWATCH_CARBON_INTENSITY_G_PER_KWH": "0.42"})
+    assert "did you mean kg/kWh" in caplog.text
+    with pytest.raises(CarbonDataError, match="did you mean kg/kWh"):
+        model_from_config(config.carbon, EnergyConfig())
     path.write_text("[carbon]\nintensity_g_per_kwh = 420\n")
+    caplog.clear()
     assert load(path, env={}).carbon.intensity_g_per_kwh == 420.0
+    assert not caplog.records
+
+
+def test_a_refused_carbon_setting_stops_the_report_not_the_alerting_commands(tmp_path, capsys,
+                                                                             caplog):
+    db, conf = one_gpu_hour(tmp_path, MAY1 + 3 * 86400, 1000.0)
+    conf.write_text("[carbon]\nintensity_g_per_kwh = 0.42\n")
+    base = ["--config", str(conf)]
+    assert main([*base, "alerts", "--store", str(db)]) == 0
+    assert main([*base, "silence", "list", "--store", str(db)]) == 0
+    assert "did you mean kg/kWh" in caplog.text  # an error logged, alerting goes on
+    assert main([*base, "report", "--month", "2022-05", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "did you mean kg/kWh" in capsys.readouterr().err
+
+
+def test_the_dashboard_model_of_refused_settings_says_co2e_is_unknown(tmp_path):
+    from fleetwatch import amounts
+    from fleetwatch.carbon import model_or_unknown
+    from fleetwatch.config import CarbonConfig
+
+    naive = grid(tmp_path, "timestamp,avg_CI", [("2022-05-04 00:00", "300")])
+    for carbon in (CarbonConfig(intensity_g_per_kwh=0.42), CarbonConfig(intensity_csv=str(naive))):
+        model = model_or_unknown(carbon, EnergyConfig())
+        assert model.problem and model.co2e_g(3.6e6, MAY1) != model.co2e_g(3.6e6, MAY1)
+        assert amounts.mass(model.co2e_g(3.6e6, MAY1) / 1000) == "CO2e unknown"
+    good = model_or_unknown(CarbonConfig(intensity_g_per_kwh=420.0, pue=1.0), EnergyConfig())
+    assert not good.problem and good.co2e_g(3.6e6, MAY1) == 420.0
 
 
 def test_a_time_column_named_after_utc_is_utc_and_one_without_zone_is_refused(tmp_path):
