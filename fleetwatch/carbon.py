@@ -184,7 +184,14 @@ def _instant(p: Path, line: int, name: str, raw: str, utc: bool, local: ZoneInfo
             "(or the file's IANA zone, e.g. \"America/Los_Angeles\")")
     repeat = when in naive
     naive.add(when)
-    return when.replace(tzinfo=local, fold=int(repeat))
+    aware = when.replace(tzinfo=local, fold=int(repeat))
+    there = aware.astimezone(timezone.utc).astimezone(local).replace(tzinfo=None)
+    if there != when:  # no such local time: the hour the clocks skip when they go forward
+        raise CarbonDataError(
+            f"{p}:{line}: {name} {raw!r} does not exist in {local.key}: the clocks skip "
+            "that hour when they go forward (daylight saving time); drop the row, or merge "
+            "it into the hour before or after")
+    return aware
 
 
 def read_intensity_csv(path: str | Path, column: str, unit: str = "",

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch import kafka_options
-from fleetwatch.carbon_units import LB_KG
+from fleetwatch.carbon_units import G_PER_KWH, LB_KG, unit_in_name
 from fleetwatch.config_fields import (
     ConfigError,
     Secret,
@@ -253,6 +253,9 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
                     raise
                 problems.append(str(exc))
             continue
+        if cls is CarbonConfig and key == "intensity_csv_unit" and isinstance(value, str):
+            # As a column's name spells it (gCO2/kWh, gCO2e/kWh, gCO₂eq/kWh): that unit.
+            value = value if value in G_PER_KWH else unit_in_name(value) or value
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
         if (section, key) in RETIRED:
@@ -373,8 +376,8 @@ def carbon_problems(c: CarbonConfig, origins: Mapping[str, str] | None = None,
     v = c.intensity_g_per_kwh
     out = []
     if 0 < v < lo or v > hi:
-        hint = ("did you mean kg/kWh? multiply by 1000" if v < lo else
-                f"did you mean lb/MWh? multiply by {LB_KG:g} (t/MWh: by 1000)")
+        hint = ("did you mean kg/kWh (or t/MWh)? multiply by 1000" if v < lo else
+                f"did you mean lb/MWh? multiply by {LB_KG:g}")
         where = origins.get(f"{key}.intensity_g_per_kwh")
         message = (f"{key}.intensity_g_per_kwh = {v:g} is no grid's gCO2e/kWh (they "
                    f"average {lo:g} to {hi:g}, most 10 to 1000): {hint}")

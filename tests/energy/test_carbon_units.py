@@ -12,7 +12,7 @@ import pytest
 from fleetwatch.carbon import CarbonDataError, build_model, model_from_config
 from fleetwatch.carbon_units import LB_KG
 from fleetwatch.cli import main
-from fleetwatch.config import EnergyConfig, load
+from fleetwatch.config import ConfigError, EnergyConfig, load
 
 from .test_report import one_gpu_hour
 
@@ -80,7 +80,7 @@ def test_a_constant_in_kg_per_kwh_or_lb_per_mwh_is_an_error_at_load_and_refused_
     path = tmp_path / "fw.toml"
     cases = [("[carbon]\nintensity_g_per_kwh = 0.42\n",
               r"fw.toml.*carbon.intensity_g_per_kwh = 0.42 is no grid's gCO2e/kWh .*did you "
-              r"mean kg/kWh\? multiply by 1000"),
+              r"mean kg/kWh \(or t/MWh\)\? multiply by 1000"),
              ("[carbon]\nintensity_g_per_kwh = 2000\n",
               r"did you mean lb/MWh\? multiply by 0.453592"),
              ("[carbon.clusters.eu]\nintensity_g_per_kwh = 0.05\n",
@@ -179,3 +179,32 @@ def test_the_config_keys_reach_the_model_and_the_cli_report(tmp_path, capsys):
     assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 1
     assert "set carbon.intensity_csv_timezone" in capsys.readouterr().err
+
+
+def test_a_local_row_for_the_hour_skipped_in_spring_is_named_as_such(tmp_path):
+    rows = [(f"2026-03-08 0{h}:00:00", str(200 + h)) for h in range(5)]  # 02:00 is no time
+    p = grid(tmp_path, "timestamp,avg_CI", rows)
+    with pytest.raises(CarbonDataError) as err:
+        build_model("USA", 0.0, str(p), "avg_CI", 1.0, "", "pue", 0, "USD",
+                    intensity_zone="America/Los_Angeles")
+    assert str(err.value) == (
+        f"{p}:4: timestamp '2026-03-08 02:00:00' does not exist in America/Los_Angeles: the "
+        "clocks skip that hour when they go forward (daylight saving time); drop the row, or "
+        "merge it into the hour before or after")
+
+
+def test_the_unit_settings_messages_and_spellings(tmp_path):
+    path = tmp_path / "fw.toml"
+    for spelled in ("gCO2/kWh", "gCO2e/kWh", "gCO₂eq/kWh", "g/kWh"):
+        path.write_text(f'[carbon]\nintensity_csv_unit = "{spelled}"\n')
+        assert load(path, env={}).carbon.intensity_csv_unit == "g/kWh", spelled
+    path.write_text('[carbon]\nintensity_csv_unit = "lb/GWh"\n')
+    with pytest.raises(ConfigError, match=r"must be one of \"\", g/kWh, kg/MWh, lb/MWh"):
+        load(path, env={})
+    # A t/MWh figure is under 1, never 1800: the hint for 1800 is lb/MWh alone.
+    from fleetwatch.config import CarbonConfig, carbon_problems
+
+    (high,) = carbon_problems(CarbonConfig(intensity_g_per_kwh=1800.0))
+    assert high.endswith("did you mean lb/MWh? multiply by 0.453592")
+    (low,) = carbon_problems(CarbonConfig(intensity_g_per_kwh=0.42))
+    assert low.endswith("did you mean kg/kWh (or t/MWh)? multiply by 1000")
