@@ -169,7 +169,9 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
             return (*kept, components.notice(text), components.failed_stamp(now),
                     dash.no_update, dash.no_update)
         warning = series_warning(carbon, v.hours)
-        notice = (components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
+        notice = (components.notice(f"CO2e unknown: {carbon.problem}", "energy-carbon-refused")
+                  if carbon.problem
+                  else components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours
                   else components.notice(f"Warning: {warning}", "energy-series-warning")
                   if warning else None)
         step = 86400 if len(v.hours) > 4 * 24 else 3600  # by the data, not the range

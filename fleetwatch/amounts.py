@@ -21,7 +21,10 @@ def sig(x: float, digits: int = 3) -> str:
 
 
 def energy(kwh: float) -> str:
-    """kWh below 1 MWh, MWh below 1 GWh, then GWh (as rounded: 999.96 kWh is 1.00 MWh)."""
+    """kWh below 1 MWh, MWh below 1 GWh, then GWh (as rounded: 999.96 kWh is 1.00 MWh);
+    "unknown kWh" for NaN (a facility figure of refused carbon settings)."""
+    if kwh != kwh:
+        return "unknown kWh"
     shown = abs(float(f"{kwh:.3g}"))
     if shown >= 1e6:
         return f"{sig(kwh / 1e6)} GWh"
@@ -31,10 +34,14 @@ def energy(kwh: float) -> str:
 
 
 def mass(kg: float) -> str:
-    """CO2e in kg below a tonne, then in tonnes."""
+    """CO2e in kg below a tonne, then in tonnes ("CO2e unknown": NaN, refused settings)."""
+    if kg != kg:
+        return "CO2e unknown"
     return f"{sig(kg / 1000)} t CO2e" if abs(float(f"{kg:.3g}")) >= 1000 else f"{sig(kg)} kg CO2e"
 
 
 def money(amount: float, currency: str) -> str:
-    """Cents below 1,000, whole units above."""
+    """Cents below 1,000, whole units above ("unknown" for NaN)."""
+    if amount != amount:
+        return f"unknown {currency}"
     return f"{amount:,.2f} {currency}" if abs(amount) < 1000 else f"{amount:,.0f} {currency}"

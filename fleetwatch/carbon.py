@@ -31,6 +31,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+import logging
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -39,7 +40,9 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from fleetwatch.carbon_units import G_PER_KWH, implausible, time_column, unit_in_name
-from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig
+from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig, carbon_problems
+
+log = logging.getLogger(__name__)
 
 J_PER_KWH = 3.6e6
 MAX_INTERPOLATE_H = 6
@@ -181,7 +184,14 @@ def _instant(p: Path, line: int, name: str, raw: str, utc: bool, local: ZoneInfo
             "(or the file's IANA zone, e.g. \"America/Los_Angeles\")")
     repeat = when in naive
     naive.add(when)
-    return when.replace(tzinfo=local, fold=int(repeat))
+    aware = when.replace(tzinfo=local, fold=int(repeat))
+    there = aware.astimezone(timezone.utc).astimezone(local).replace(tzinfo=None)
+    if there != when:  # no such local time: the hour the clocks skip when they go forward
+        raise CarbonDataError(
+            f"{p}:{line}: {name} {raw!r} does not exist in {local.key}: the clocks skip "
+            "that hour when they go forward (daylight saving time); drop the row, or merge "
+            "it into the hour before or after")
+    return aware
 
 
 def read_intensity_csv(path: str | Path, column: str, unit: str = "",
@@ -260,6 +270,9 @@ class CarbonModel:
     # Clusters on other grids (carbon.clusters): their own models; any other cluster's
     # energy is priced with this one.
     clusters: dict[str, CarbonModel] = field(default_factory=dict)
+    # Why the carbon settings were refused ("" if they were not): then every factor is
+    # NaN, so CO2e (and facility kWh, cost) read as unknown, never as a wrong figure.
+    problem: str = ""
 
     def for_cluster(self, cluster: str) -> CarbonModel:
         """The model that prices ``cluster``'s energy: its own, else this one."""
@@ -324,7 +337,11 @@ def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
 
 def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel:
     """The configured model, with a model of its own for each of ``carbon.clusters``; a
-    wrong file or country raises ``CarbonDataError`` naming it (and the cluster)."""
+    wrong file or country, or an intensity in another unit (``config.carbon_problems``),
+    raises ``CarbonDataError`` naming it (and the cluster)."""
+    problems = carbon_problems(carbon)
+    if problems:
+        raise CarbonDataError("; ".join(problems))
     clusters = {}
     for name, c in carbon.clusters.items():
         try:
@@ -338,3 +355,22 @@ def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel
                         intensity_zone=carbon.intensity_csv_timezone,
                         pue_zone=carbon.pue_csv_timezone)
     return dataclasses.replace(model, clusters=clusters, timezone=energy.timezone)
+
+
+def unknown_model(problem: str, energy: EnergyConfig) -> CarbonModel:
+    """The model of refused carbon settings: every factor unknown (NaN), ``problem`` said."""
+    why = f"unknown: the carbon settings are refused ({problem})"
+    return CarbonModel(math.nan, why, math.nan, why, price_per_kwh=energy.price_per_kwh,
+                       currency=energy.currency, timezone=energy.timezone, problem=problem)
+
+
+def model_or_unknown(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel:
+    """``model_from_config``, or, where it refuses, ``unknown_model`` with the refusal logged
+    as an error: what a long-running command (``up``, ``dashboard``) serves, so that a
+    carbon setting does not stop alerting or the other pages."""
+    try:
+        return model_from_config(carbon, energy)
+    except CarbonDataError as exc:
+        log.error("carbon settings refused, the energy page shows no CO2e until they are "
+                  "fixed: %s", exc)
+        return unknown_model(str(exc), energy)

@@ -322,7 +322,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
 
     config = _override(config, "dashboard", host=args.host, port=args.port)
     _check_bind(config.dashboard.host)
-    from fleetwatch.carbon import model_from_config
+    from fleetwatch.carbon import model_or_unknown
     from fleetwatch.service import listen, stop_on_signals
 
     c = config.dashboard
@@ -333,7 +333,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
         stop = stop_on_signals()  # SIGTERM (a service manager) or Ctrl-C
         serve(open_dashboard_store(config), c.host, c.port, c.refresh_s, sock=sock,
               temp_limit_c=config.detectors.site_temp_limit_c,
-              carbon=model_from_config(config.carbon, config.energy), until=stop,
+              carbon=model_or_unknown(config.carbon, config.energy), until=stop,
               allowed_hosts=c.allowed_hosts)
     finally:
         sock.close()

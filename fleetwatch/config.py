@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch import kafka_options
-from fleetwatch.carbon_units import LB_KG
+from fleetwatch.carbon_units import G_PER_KWH, LB_KG, unit_in_name
 from fleetwatch.config_env import service_link
 from fleetwatch.config_fields import (
     ConfigError,
@@ -226,11 +226,14 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     store = built.get("store", StoreConfig())
     if store is not None:
         problems += _store_problems(store, origins)
-    carbon = built.get("carbon", CarbonConfig())
-    if carbon is not None:
-        problems += _carbon_problems(carbon, origins)
     _refuse_keys(problems, [raw])
-    return Config(**built)
+    config = Config(**built)
+    for problem in carbon_problems(config.carbon, origins):
+        # An energy-report figure must not stop alerting: said at start, refused where
+        # carbon is computed (``carbon.model_from_config``: the report, the energy page).
+        log.error("%s; alerting is not affected, but CO2e is unknown until it is fixed "
+                  "(fleetwatch report refuses, the energy page shows no CO2e)", problem)
+    return config
 
 
 def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
@@ -255,6 +258,9 @@ def _section(cls: Any, section: str, values: Mapping[str, tuple[Any, str]],
                     raise
                 problems.append(str(exc))
             continue
+        if cls is CarbonConfig and key == "intensity_csv_unit" and isinstance(value, str):
+            # As a column's name spells it (gCO2/kWh, gCO2e/kWh, gCO₂eq/kWh): that unit.
+            value = value if value in G_PER_KWH else unit_in_name(value) or value
         if key.endswith("_file") and key[:-5] in fields:
             key, value = key[:-5], _read_secret_file(value, origin)
         if (section, key) in RETIRED:
@@ -361,26 +367,28 @@ def _read_secret_file(path: Any, origin: str) -> str:
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say; every one broken, in one
     error."""
-    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {})
-                 + _carbon_problems(config.carbon, {}), [])
+    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {}), [])
 
 
-def _carbon_problems(c: CarbonConfig, origins: Mapping[str, str], key: str = "carbon"
-                     ) -> list[str]:
+def carbon_problems(c: CarbonConfig, origins: Mapping[str, str] | None = None,
+                    key: str = "carbon") -> list[str]:
     """A site intensity no grid has is another unit typed into the g/kWh key: a kg/kWh
-    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it."""
+    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it. Not a load
+    error (alerting must not stop for it): logged at load, refused by
+    ``carbon.model_from_config``."""
+    origins = origins or {}
     lo, hi = PLAUSIBLE_G_PER_KWH
     v = c.intensity_g_per_kwh
     out = []
     if 0 < v < lo or v > hi:
-        hint = ("did you mean kg/kWh? multiply by 1000" if v < lo else
-                f"did you mean lb/MWh? multiply by {LB_KG:g} (t/MWh: by 1000)")
+        hint = ("did you mean kg/kWh (or t/MWh)? multiply by 1000" if v < lo else
+                f"did you mean lb/MWh? multiply by {LB_KG:g}")
         where = origins.get(f"{key}.intensity_g_per_kwh")
         message = (f"{key}.intensity_g_per_kwh = {v:g} is no grid's gCO2e/kWh (they "
                    f"average {lo:g} to {hi:g}, most 10 to 1000): {hint}")
         out.append(f"{where}: {message}" if where else message)
     for name, cluster in c.clusters.items():
-        out += _carbon_problems(cluster, origins, f"carbon.clusters.{name}")
+        out += carbon_problems(cluster, origins, f"carbon.clusters.{name}")
     return out
 
 

@@ -44,7 +44,8 @@ def coerce(value: Any, typ: Any, key: str, origin: str,
     if typing.get_origin(typ) is Literal:
         choices = typing.get_args(typ)
         if value not in choices:
-            raise ConfigError(f"{where} = {value!r}; must be one of {', '.join(map(str, choices))}")
+            shown = ", ".join('""' if c == "" else str(c) for c in choices)  # "" is a choice
+            raise ConfigError(f"{where} = {value!r}; must be one of {shown}")
         return value
     if typ is Secret:
         return Secret(str(value))

@@ -299,14 +299,14 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     try:
         system.start()
         system.report_every(30.0, out)
-        from fleetwatch.carbon import model_from_config
+        from fleetwatch.carbon import model_or_unknown
         from fleetwatch.dashboards import serve
 
         if not stopping.stop.is_set():  # a signal while starting: stop without serving
             serve(open_store(config.store, read_only=config.store.kind == "sqlite"),
                   config.dashboard.host, config.dashboard.port, config.dashboard.refresh_s,
                   sock=sock, temp_limit_c=config.detectors.site_temp_limit_c,
-                  carbon=model_from_config(config.carbon, config.energy),
+                  carbon=model_or_unknown(config.carbon, config.energy),
                   until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts,
                   # While the simulation catches up, the page's "now" is the simulated
                   # one: on the wall clock its data is minutes old and the fleet page

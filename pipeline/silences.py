@@ -28,7 +28,11 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   hardware throttle the software thermal throttle and the straggling it causes, the
   critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
-  and XIDs 63/94; a link down the XID 74 that reports it).
+  and XIDs 63/94; a link down the XID 74 that reports it). A cause covers only while it
+  is heard itself (not silenced, acknowledged or muted): a silence or an acknowledgement
+  mutes what it matches, and the alerts it covered are notified on their own. While a
+  room alert fires, a cause that Alertmanager's room rule mutes (``ROOM_MUTES_IN_AM``)
+  covers nothing, so a GPU hotter than its peers still pages there.
 * One hot GPU is one incident: far hotter than its peers (``gpu_hot_vs_peers_critical``)
   and at its slowdown temperature (``gpu_temp_critical``) are two findings of it, each
   critical. Whichever fires first is the page and mutes the other (both stay in the
@@ -47,7 +51,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
@@ -82,6 +86,10 @@ ROOM_EXPLAINS_RULES = COOLING_EXPLAINS_RULES
 # by default) after it clears.
 STALE_COVER_S = 1800.0
 PEER_RULES = frozenset({"gpu_hot_vs_peers", "gpu_hot_vs_peers_critical"})
+# The rules that Alertmanager's room rule mutes in the room's cluster, with no peer
+# exception (a label cannot say "hotter than its peers"; deploy/alertmanager): while the
+# room fires, an alert of these rules is no page there, so it covers nothing.
+ROOM_MUTES_IN_AM = ROOM_EXPLAINS_RULES - {"gpu_hw_slowdown"}
 _BRAKE = THROTTLE_FLAGS["hw_power_brake_slowdown"]
 
 
@@ -322,7 +330,8 @@ def silenced_by(alert: Alert, silences: Iterable[Silence], at: float | None = No
     return ""
 
 
-def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
+def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
+                 heard: Callable[[Alert], bool] | None = None) -> str:
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
     node-down alert of its node, one of its GPU's (``SAME_GPU_COVERS``), or for a thermal
     symptom (``cooling_explains``) of a GPU not hotter than its peers a node-cooling alert
@@ -330,7 +339,14 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
     node alert of ``RACK_EXPLAINS_RULES``, a critical rack alert. (A rack's warning — above
     its peers since fleetwatch first saw it, with no change seen — explains nothing for
     certain: a hot aisle must not mute its GPUs' alerts for as long as it stays hot.) A
-    node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing."""
+    node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing.
+
+    A cause on the GPU covers only while it is itself heard (``heard``: not silenced,
+    acknowledged or muted; none: every firing one is): a silence or an acknowledgement
+    mutes what it matches, never another rule's page. Nor does one of ``ROOM_MUTES_IN_AM``
+    while a room alert of its cluster fires, even on a GPU hotter than its peers:
+    Alertmanager's room rule, which cannot tell, mutes it there."""
+    open_alerts = list(open_alerts)
     own = scope_of(alert)
     if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
         return next((a.id for a in open_alerts if a.state == "firing"
@@ -341,6 +357,8 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
         return ""
     covers = _COVERED_BY.get(alert.rule, ())
     thermal = cooling_explains(alert)
+    warm = any(a.rule == ROOM_RULE and a.state == "firing" and a.cluster == alert.cluster
+               for a in open_alerts)
     cooled, hotter = "", False
     for a in open_alerts:
         if a.cluster != alert.cluster:
@@ -349,7 +367,8 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert]) -> str:
             hotter = True  # hotter than its peers: no room, rack or node air explains it
         if a.state != "firing":
             continue
-        if any(_covers(c, a, alert) for c in covers):
+        if (any(_covers(c, a, alert) for c in covers) and not (warm and a.rule in ROOM_MUTES_IN_AM)
+                and (heard is None or heard(a))):
             return a.id
         scope = scope_of(a)
         if scope == "gpu" or not judged(a, alert):
@@ -405,11 +424,24 @@ class Notice:
 def mute(alert: Alert, open_alerts: Iterable[Alert], silences: Sequence[Silence],
          acks: Mapping[str, Acknowledgement], at: float | None = None) -> str:
     """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or "".
-    ``at``: the stream's time now (silences are judged then; see ``silenced_by``)."""
+    ``at``: the stream's time now (silences are judged then; see ``silenced_by``). A cause
+    on the alert's GPU mutes it only if that cause is not muted itself (``inhibited_by``)."""
+    return _mute(alert, list(open_alerts), silences, acks, at, frozenset())
+
+
+def _mute(alert: Alert, open_alerts: list[Alert], silences: Sequence[Silence],
+          acks: Mapping[str, Acknowledgement], at: float | None,
+          judging: frozenset[str]) -> str:
     sid = silenced_by(alert, silences, at)
     if sid:
         return f"silence:{sid}"
-    iid = inhibited_by(alert, open_alerts)
+    inner = judging | {alert.id}
+
+    def heard(cause: Alert) -> bool:  # a cause already being judged (a loop) is not heard
+        return cause.id not in inner and not _mute(cause, open_alerts, silences, acks, at,
+                                                    inner)
+
+    iid = inhibited_by(alert, open_alerts, heard)
     if iid:
         return f"inhibited:{iid}"
     ack = acks.get(alert.id)

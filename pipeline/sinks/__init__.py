@@ -86,10 +86,11 @@ class Notifier:
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
-        # alert id -> (state, muted_by, revision) forwarded: a new revision (another XID
-        # joined an open XID alert) is forwarded again, like a state change; the first
-        # revision (1) of an alert adopted without one (an older release's) is not.
-        self._sent: dict[str, tuple[str, str, float | None]] = {}
+        # alert id -> (state, muted_by, revision, severity) forwarded: a new revision
+        # (another XID joined an open XID alert) or severity (a room back under its
+        # critical line: a warning again) is forwarded again, like a state change; the
+        # first revision (1) of an alert adopted without one (an older release's) is not.
+        self._sent: dict[str, tuple[str, str, float | None, str]] = {}
         # alert id -> (state, revision) a receiver was told (notified unmuted, or adopted
         # unmuted): un-muted again unchanged (its cover ended), it is not paged again.
         self._heard: dict[str, tuple[str, float | None]] = {}
@@ -119,7 +120,7 @@ class Notifier:
         firing = []
         for a in alerts:
             n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, at))
-            self._sent[a.id] = (a.state, n.muted_by, revision(a))
+            self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
             if a.state == "firing":
                 firing.append(Notice(self._join(a, covers), n.muted_by))
                 if not n.muted_by:
@@ -187,14 +188,14 @@ class Notifier:
                     and (revision(a) or 0.0) <= 1.0):
                 # An older release's alert taking its first revision (its own code seen
                 # again) is no news; a higher one means a code joined it since: news.
-                seen = (*seen[:2], revision(a))
-            if seen == (a.state, n.muted_by, revision(a)):
+                seen = (*seen[:2], revision(a), seen[3])
+            if seen == (a.state, n.muted_by, revision(a), a.severity):
                 self._sent[a.id] = seen
-                continue  # dedup: this state (and revision) was forwarded already
+                continue  # dedup: this state (revision, severity) was forwarded already
             if a.state == "resolved":
                 self._sent.pop(a.id, None)
             else:
-                self._sent[a.id] = (a.state, n.muted_by, revision(a))
+                self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
             notices.append(n)
         notices += self._uncovered(changes, covers)
         notices += self._unexplained(changes, covers, notices)
@@ -248,10 +249,14 @@ class Notifier:
                 out.append(Notice(self._join(p, covers), seen[1]))
         return out
 
-    @staticmethod
-    def _join(a: Alert, covers: Covers) -> Alert:
+    def _join(self, a: Alert, covers: Covers) -> Alert:
+        """``a`` with the later findings of its incident that it mutes joined in (one
+        notified on its own, as the page is not heard, is not repeated in it)."""
+        page = f"inhibited:{a.id}"
         for later in covers.of_gpu(a):
-            if later.id != a.id and later.state == "firing" and same_incident(a, later):
+            if (later.id != a.id and later.state == "firing" and same_incident(a, later)
+                    and mute(later, covers.of(later), self._silences, self._acks,
+                             self._now) == page):
                 a = incident_joined(a, later)
         return a
 
@@ -296,12 +301,12 @@ class Notifier:
             n = self._notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now),
                              seen)
             if n.muted_by != seen[1]:
-                self._sent[a.id] = (a.state, n.muted_by, revision(a))
+                self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
                 out.append(n)
         return out
 
     def _notice(self, a: Alert, muted_by: str,
-                seen: tuple[str, str, float | None] | None) -> Notice:
+                seen: tuple[str, str, float | None, str] | None) -> Notice:
         """The notice of ``a`` muted so; ``heard`` where an inhibition ended (``seen``: what
         was forwarded last) and a receiver was told it in this state and revision before it
         was inhibited: one unchanged alert is one page. (A silence that ends is heard again,

@@ -79,12 +79,13 @@ def iso(ts: float) -> str:
 def notification_id(notice: Notice) -> str:
     """The key a receiver dedupes on: ``ALERT_ID/STATE/DIGEST``, the digest over what makes
     this change news (when it entered its state, the evidence ``revision``, the message,
-    which says a joined finding, and the muting). The same on every retry and re-send of
-    one change (and from another processor); another for a new change: the alert's next
-    state, another XID code joined, a later finding joined to its page, a new muting."""
+    which says a joined finding, the muting and the severity). The same on every retry and
+    re-send of one change (and from another processor); another for a new change: the
+    alert's next state, another XID code joined, a later finding joined to its page, a new
+    muting, a severity changed (a room's critical a warning again)."""
     a = notice.alert
     since = {"firing": a.fired_ts, "resolved": a.resolved_ts}.get(a.state) or a.started_ts
-    what = json.dumps([a.state, since, revision(a), a.message, notice.muted_by])
+    what = json.dumps([a.state, since, revision(a), a.message, notice.muted_by, a.severity])
     return f"{a.id}/{a.state}/{hashlib.sha256(what.encode()).hexdigest()[:16]}"
 
 

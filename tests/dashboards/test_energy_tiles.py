@@ -80,3 +80,25 @@ def test_the_tiles_say_it_energy_and_show_facility_energy_beside_it() -> None:
     for tile in ("energy-today", "energy-month", "energy-inrange"):
         assert "1.00 kWh IT" in tiles[tile], tiles[tile]
         assert "1.20 kWh facility (x PUE)" in tiles[tile], tiles[tile]
+
+
+def test_refused_carbon_settings_show_co2e_unknown_and_say_why(tmp_path: Path) -> None:
+    """A carbon setting fleetwatch refuses (an intensity in kg/kWh, a grid file without
+    zone) leaves CO2e unknown on the page, with the reason, instead of stopping `up`."""
+    import dash
+
+    from fleetwatch.carbon import unknown_model
+    from fleetwatch.config import EnergyConfig
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    model = unknown_model("carbon.intensity_g_per_kwh = 0.42: did you mean kg/kWh?",
+                          EnergyConfig())
+    ts = [EnergyTotal(H, "c1", 3.6e6, 0.0, 3.0e6, 3600.0, 0.0, 0.0, 0.0)]
+    tiles = {t.id: text_of(t) for t in energy.summary(energy_view(ts, ts, (), (), model,
+                                                                   H + 1800))}
+    assert "CO2e unknown" in tiles["energy-month"] and "1.00 kWh IT" in tiles["energy-month"]
+    assert "nan" not in " ".join(tiles.values())
+    render = energy.register(dash.Dash(__name__), SqliteStore(tmp_path / "s.db"),
+                             lambda: H + 1800, model)
+    shown = text_of(render("24h")[6])
+    assert "CO2e unknown: carbon.intensity_g_per_kwh = 0.42: did you mean kg/kWh?" in shown

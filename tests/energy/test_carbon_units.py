@@ -4,6 +4,7 @@ file of local hours was read as UTC without a word."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -72,22 +73,62 @@ def test_an_undeclared_unit_is_g_per_kwh_only_where_the_values_can_be(tmp_path):
         "in lb/MWh? set carbon.intensity_csv_unit = \"lb/MWh\" (or the unit it is in)")
 
 
-def test_a_constant_in_kg_per_kwh_or_lb_per_mwh_is_refused_at_load(tmp_path):
+def test_a_constant_in_kg_per_kwh_or_lb_per_mwh_is_an_error_at_load_and_refused_by_carbon(
+        tmp_path, caplog):
+    """Logged as an error when the config loads (alerting runs on), refused where CO2e is
+    computed (the report, the energy page)."""
     path = tmp_path / "fw.toml"
-    path.write_text("[carbon]\nintensity_g_per_kwh = 0.42\n")
-    with pytest.raises(ConfigError, match=r"fw.toml.*carbon.intensity_g_per_kwh = 0.42 is no "
-                       r"grid's gCO2e/kWh .*did you mean kg/kWh\? multiply by 1000"):
-        load(path, env={})
-    path.write_text("[carbon]\nintensity_g_per_kwh = 2000\n")
-    with pytest.raises(ConfigError, match=r"did you mean lb/MWh\? multiply by 0.453592"):
-        load(path, env={})
-    path.write_text("[carbon.clusters.eu]\nintensity_g_per_kwh = 0.05\n")
-    with pytest.raises(ConfigError, match=r"carbon.clusters.eu.intensity_g_per_kwh = 0.05"):
-        load(path, env={})
-    with pytest.raises(ConfigError, match="did you mean kg/kWh"):
-        load(None, env={"FLEETWATCH_CARBON_INTENSITY_G_PER_KWH": "0.42"})
+    cases = [("[carbon]\nintensity_g_per_kwh = 0.42\n",
+              r"fw.toml.*carbon.intensity_g_per_kwh = 0.42 is no grid's gCO2e/kWh .*did you "
+              r"mean kg/kWh \(or t/MWh\)\? multiply by 1000"),
+             ("[carbon]\nintensity_g_per_kwh = 2000\n",
+              r"did you mean lb/MWh\? multiply by 0.453592"),
+             ("[carbon.clusters.eu]\nintensity_g_per_kwh = 0.05\n",
+              r"carbon.clusters.eu.intensity_g_per_kwh = 0.05")]
+    for text, said in cases:
+        path.write_text(text)
+        caplog.clear()
+        config = load(path, env={})
+        assert any(r.levelname == "ERROR" and re.search(said, r.getMessage())
+                   for r in caplog.records), text
+        with pytest.raises(CarbonDataError, match=said.removeprefix("fw.toml.*")):
+            model_from_config(config.carbon, EnergyConfig())
+    caplog.clear()
+    config = load(None, env={"FLEETWATCH_CARBON_INTENSITY_G_PER_KWH": "0.42"})
+    assert "did you mean kg/kWh" in caplog.text
+    with pytest.raises(CarbonDataError, match="did you mean kg/kWh"):
+        model_from_config(config.carbon, EnergyConfig())
     path.write_text("[carbon]\nintensity_g_per_kwh = 420\n")
+    caplog.clear()
     assert load(path, env={}).carbon.intensity_g_per_kwh == 420.0
+    assert not caplog.records
+
+
+def test_a_refused_carbon_setting_stops_the_report_not_the_alerting_commands(tmp_path, capsys,
+                                                                             caplog):
+    db, conf = one_gpu_hour(tmp_path, MAY1 + 3 * 86400, 1000.0)
+    conf.write_text("[carbon]\nintensity_g_per_kwh = 0.42\n")
+    base = ["--config", str(conf)]
+    assert main([*base, "alerts", "--store", str(db)]) == 0
+    assert main([*base, "silence", "list", "--store", str(db)]) == 0
+    assert "did you mean kg/kWh" in caplog.text  # an error logged, alerting goes on
+    assert main([*base, "report", "--month", "2022-05", "--store", str(db),
+                 "--out", str(tmp_path / "out")]) == 1
+    assert "did you mean kg/kWh" in capsys.readouterr().err
+
+
+def test_the_dashboard_model_of_refused_settings_says_co2e_is_unknown(tmp_path):
+    from fleetwatch import amounts
+    from fleetwatch.carbon import model_or_unknown
+    from fleetwatch.config import CarbonConfig
+
+    naive = grid(tmp_path, "timestamp,avg_CI", [("2022-05-04 00:00", "300")])
+    for carbon in (CarbonConfig(intensity_g_per_kwh=0.42), CarbonConfig(intensity_csv=str(naive))):
+        model = model_or_unknown(carbon, EnergyConfig())
+        assert model.problem and model.co2e_g(3.6e6, MAY1) != model.co2e_g(3.6e6, MAY1)
+        assert amounts.mass(model.co2e_g(3.6e6, MAY1) / 1000) == "CO2e unknown"
+    good = model_or_unknown(CarbonConfig(intensity_g_per_kwh=420.0, pue=1.0), EnergyConfig())
+    assert not good.problem and good.co2e_g(3.6e6, MAY1) == 420.0
 
 
 def test_a_time_column_named_after_utc_is_utc_and_one_without_zone_is_refused(tmp_path):
@@ -138,3 +179,32 @@ def test_the_config_keys_reach_the_model_and_the_cli_report(tmp_path, capsys):
     assert main(["--config", str(conf), "report", "--month", "2022-05", "--store", str(db),
                  "--out", str(tmp_path / "out")]) == 1
     assert "set carbon.intensity_csv_timezone" in capsys.readouterr().err
+
+
+def test_a_local_row_for_the_hour_skipped_in_spring_is_named_as_such(tmp_path):
+    rows = [(f"2026-03-08 0{h}:00:00", str(200 + h)) for h in range(5)]  # 02:00 is no time
+    p = grid(tmp_path, "timestamp,avg_CI", rows)
+    with pytest.raises(CarbonDataError) as err:
+        build_model("USA", 0.0, str(p), "avg_CI", 1.0, "", "pue", 0, "USD",
+                    intensity_zone="America/Los_Angeles")
+    assert str(err.value) == (
+        f"{p}:4: timestamp '2026-03-08 02:00:00' does not exist in America/Los_Angeles: the "
+        "clocks skip that hour when they go forward (daylight saving time); drop the row, or "
+        "merge it into the hour before or after")
+
+
+def test_the_unit_settings_messages_and_spellings(tmp_path):
+    path = tmp_path / "fw.toml"
+    for spelled in ("gCO2/kWh", "gCO2e/kWh", "gCO₂eq/kWh", "g/kWh"):
+        path.write_text(f'[carbon]\nintensity_csv_unit = "{spelled}"\n')
+        assert load(path, env={}).carbon.intensity_csv_unit == "g/kWh", spelled
+    path.write_text('[carbon]\nintensity_csv_unit = "lb/GWh"\n')
+    with pytest.raises(ConfigError, match=r"must be one of \"\", g/kWh, kg/MWh, lb/MWh"):
+        load(path, env={})
+    # A t/MWh figure is under 1, never 1800: the hint for 1800 is lb/MWh alone.
+    from fleetwatch.config import CarbonConfig, carbon_problems
+
+    (high,) = carbon_problems(CarbonConfig(intensity_g_per_kwh=1800.0))
+    assert high.endswith("did you mean lb/MWh? multiply by 0.453592")
+    (low,) = carbon_problems(CarbonConfig(intensity_g_per_kwh=0.42))
+    assert low.endswith("did you mean kg/kWh (or t/MWh)? multiply by 1000")

@@ -217,8 +217,15 @@ def test_a_wrong_carbon_file_is_named(tmp_path, capsys):
                  "--store", str(tmp_path / "s.db")]) == 1
     assert "nope.csv: cannot read" in capsys.readouterr().err
     conf.write_text('[carbon]\ncountry = "ATLANTIS"\n')
-    assert main(["--config", str(conf), "dashboard", "--store", str(tmp_path / "s.db")]) == 2
+    assert main(["--config", str(conf), "report", "--month", "2022-05",
+                 "--store", str(tmp_path / "s.db")]) == 1
     assert "carbon.country 'ATLANTIS'" in capsys.readouterr().err
+    # `dashboard` and `up` serve on, the energy page saying CO2e is unknown and why
+    from fleetwatch.carbon import model_or_unknown
+    from fleetwatch.config import load
+
+    config = load(conf, env={})
+    assert "carbon.country 'ATLANTIS'" in model_or_unknown(config.carbon, config.energy).problem
 
 
 def test_simulate_integrates_with_the_configured_node_model(tmp_path, capsys):
