@@ -255,6 +255,12 @@ class DetectorsConfig:
     peer_rise_c_per_min: float = ranged(15.0, 1.0, 600.0)
     peer_rise_window_s: float = ranged(5.0, 1.0, 600.0)
     peer_for_s: float = ranged(30.0, 0.0, 3600.0)
+    # A sequential test (CUSUM) on the same excess: what is held over peer_drift_allow_c
+    # adds up (°C x minutes); past peer_drift_sum_c_min it is gpu_hot_vs_peers. 0: off.
+    # Healthy simulated GPUs hold +3 to +4.6 °C against their peers for ten minutes at
+    # times (2 °C allowed: false alarms on a healthy H100 fleet), hence 3.5.
+    peer_drift_allow_c: float = ranged(3.5, 0.0, 50.0)
+    peer_drift_sum_c_min: float = ranged(2.0, 0.0, 10_000.0)
     peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
     peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
     peer_c_per_w: float = ranged(0.06, 0.0, 1.0)

@@ -25,7 +25,12 @@ NVLink and ECC errors at or below 80 °C). The comparison:
 * excess = own temperature - offset - median of the peers' (the same, for
   them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
   alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
-  the node heats or cools through a job phase.
+  the node heats or cools through a job phase;
+* a heat path that degrades slowly holds its GPU a few degrees over its peers
+  sample after sample: a one-sided CUSUM of the excess over ``peer_drift_allow_c``
+  (°C x minutes) alarms past ``peer_drift_sum_c_min``, under the margin. The
+  allowance sits above what healthy GPUs hold for minutes at a time (a job phase
+  whose power differs from the one their offset was learned at: up to +4.6 °C).
 """
 
 from __future__ import annotations
@@ -81,7 +86,7 @@ class ThermalPeers(WaveDetector):
                               warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
                               rise_avg=np.nan, last=np.nan, fast=0.0, run_from=np.nan,
-                              run_ts=np.nan)
+                              run_ts=np.nan, drift=0.0)
         self.limits = LimitTable(self.c)
 
     def _wave(self, b: Batch, rows: np.ndarray, slots: np.ndarray, out: list[Finding]) -> None:
@@ -175,7 +180,8 @@ class ThermalPeers(WaveDetector):
         # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
         # the driver does) keeps one alert instead of raising one a minute.
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
-        hot = judged & (excess > margin - HYSTERESIS_C * was_hot)
+        drift, drifting = self._drift(s, judged & warm, excess - TRANSIENT_SHARE * motion, dt)
+        hot = judged & ((excess > margin - HYSTERESIS_C * was_hot) | drifting)
         critical_c = np.maximum(c.peer_critical_c, margin)
         # Critical: far out, or pulling away from its peers fast (a heat path that just
         # failed: the first samples already climb while the peers' do not), which is
@@ -217,6 +223,7 @@ class ThermalPeers(WaveDetector):
         t["smooth"][s[judged]] = smooth[judged]
         t["rise_avg"][s[judged]] = rise_avg[judged]
         t["sts"][s[judged]] = ts[judged]
+        t["drift"][s[judged]] = drift[judged]
         t["plag"][s[fresh]] = plag[fresh]
         t["tlag"][s[fresh]] = tlag[fresh]
         t["ts"][s[fresh]] = ts[fresh]
@@ -224,7 +231,23 @@ class ThermalPeers(WaveDetector):
             # The rise shown is the one that fired: the held climb's, for a fast climb.
             shown = np.where(rushing, slope, rise)
             self._emit(b, rows, out, read, median, offset, excess, margin, shown, plag, count,
-                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s)
+                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift)
+
+    def _drift(self, s: np.ndarray, judged: np.ndarray, excess: np.ndarray,
+               dt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """A one-sided CUSUM of the excess over peer_drift_allow_c, in °C x minutes: a heat
+        path that degrades slowly holds its GPU a little over its peers sample after sample,
+        which whole-degree steps and phase transients (a sample or two) do not. Returns the
+        sum (where not judged: as it was) and where it is past peer_drift_sum_c_min."""
+        c, t = self.c, self.table
+        old = t["drift"][s]
+        if c.peer_drift_sum_c_min <= 0.0:
+            return np.zeros_like(old), np.zeros_like(judged)
+        step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S) / 60.0
+        grown = np.maximum(0.0, old + (excess - c.peer_drift_allow_c) * step)
+        # Capped so that a GPU back among its peers clears within a few minutes.
+        drift = np.where(judged, np.minimum(grown, 2.0 * c.peer_drift_sum_c_min), old)
+        return drift, judged & (drift > c.peer_drift_sum_c_min)
 
     def _climb(self, s: np.ndarray, judged: np.ndarray, learned: np.ndarray,
                slope: np.ndarray, ts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -280,9 +303,10 @@ class ThermalPeers(WaveDetector):
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
               slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
               crit: np.ndarray, low: np.ndarray, climb: np.ndarray,
-              climb_s: np.ndarray) -> None:
+              climb_s: np.ndarray, drift: np.ndarray) -> None:
         """``slope`` is the rise that fired: the held climb's where ``climb`` is given (a
-        fast climb made it critical), else the rise over about RISE_EVIDENCE_S."""
+        fast climb made it critical), else the rise over about RISE_EVIDENCE_S; ``drift``
+        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c."""
         c = self.c
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
@@ -293,7 +317,8 @@ class ThermalPeers(WaveDetector):
             ev = {"temp_c": temp[i, j], "peer_median_c": temp[i, j] - raw,
                   "excess_c": excess[i, j], "margin_c": margin[i, j],
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
-                  "peers": count[i, j], "excess_rise_c_per_min": slope[i, j]}
+                  "peers": count[i, j], "excess_rise_c_per_min": slope[i, j],
+                  "excess_sum_c_min": drift[i, j]}
             rushing = bool(np.isfinite(climb[i, j]))
             if rushing:
                 ev |= {"climb_c": climb[i, j], "climb_s": climb_s[i, j]}
