@@ -96,13 +96,15 @@ def settings_parts(config: Config) -> dict[str, str]:
     alerts go and what decides when they fire and resolve there (the sinks, the alert
     topic, keep-firing, the Alertmanager instance and clusters, the remedy label): a
     member without the webhook would take over pages it can neither resolve nor send.
-    ``store``: its kind and where it is."""
+    The instance is hashed as set (``alerts.instance``), not as derived from the store
+    when unset (``alerts_instance``): a store difference is the ``store`` part's alone,
+    not also blamed on the alert settings. ``store``: its kind and where it is."""
     section = dataclasses.asdict(config.detectors)
     section["enabled"] = sorted(set(section["enabled"]))
     a = config.alerts
     sinks = {"webhook_url": a.webhook_url, "alertmanager_url": a.alertmanager_url.rstrip("/"),
              "alert_topic": config.bus.alert_topic if config.bus.kind == "kafka" else "",
-             "keep_firing_s": a.keep_firing_s, "instance": alerts_instance(config),
+             "keep_firing_s": a.keep_firing_s, "instance": a.instance,
              "clusters": sorted(set(a.clusters)), "xid_remedy_label": a.xid_remedy_label}
     return {"detectors": _hash(section), "alert_sinks": _hash(sinks),
             "store": _hash([config.store.kind, store_target(config.store)])}
