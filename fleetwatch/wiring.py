@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from fleetwatch import __version__, commit
 from fleetwatch.config import (
@@ -34,7 +34,7 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.group_check import GroupCheck, MemberSettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
-from fleetwatch.pipeline.store.base import Store
+from fleetwatch.pipeline.store.base import Notification, Store
 
 log = logging.getLogger(__name__)
 
@@ -308,7 +308,22 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
                     acks=store.acks,
                     attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s,
                     reload_s=config.alerts.silence_reload_s,
-                    record=getattr(store, "write_notifications", None))
+                    record=getattr(store, "write_notifications", None),
+                    recorded=_recorded(store))
+
+
+# The record of notifications is read back to the end of this time (epoch s): an alert's
+# records are read by its id, whatever their time, within every backend's range.
+_RECORDED_END_S = 4.0e9
+
+
+def _recorded(store: Store) -> Callable[[Sequence[str]], list[Notification]] | None:
+    """The store's notifications of some alerts (``Notifier``'s ``recorded``), if it keeps
+    them."""
+    read = getattr(store, "notifications", None)
+    if not callable(read):
+        return None
+    return lambda ids: read(0.0, _RECORDED_END_S, list(ids))
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:
