@@ -323,7 +323,12 @@ def _recorded(store: Store) -> Callable[[Sequence[str]], list[Notification]] | N
     read = getattr(store, "notifications", None)
     if not callable(read):
         return None
-    return lambda ids: read(0.0, _RECORDED_END_S, list(ids))
+
+    def recorded(ids: Sequence[str]) -> list[Notification]:
+        ids = list(ids)  # read in chunks: a query's parameters are bounded (SQLite's)
+        return [n for i in range(0, len(ids), 500)
+                for n in read(0.0, _RECORDED_END_S, ids[i:i + 500])]
+    return recorded
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:
