@@ -127,3 +127,13 @@ def test_a_page_given_up_at_a_redirect_is_sent_once_by_the_restarted_processor(
     finally:
         redirect.close()
         right.close()
+
+
+def test_a_change_not_delivered_is_not_shown_as_sent_or_muted() -> None:
+    from fleetwatch.alert_view import notified_line
+    from fleetwatch.pipeline.sinks.notified import outcome_text
+
+    n = Notification(1.8e9, 1.8e9, "webhook", "a1", "r", "critical", "c", "r1", "n1", "gpu0",
+                     "firing", "given_up")
+    assert outcome_text(n) == "not delivered to webhook (given up)"
+    assert "firing not delivered to webhook (given up)" in notified_line([n])
