@@ -21,6 +21,7 @@ from fleetwatch.dashboards import timerange
 from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
 from fleetwatch.pipeline.links import alert_jobs
+from fleetwatch.pipeline.sinks.notified import outcome_text
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -345,8 +346,8 @@ def record_notes(alerts: Sequence[Alert], acks: Mapping[str, Acknowledgement],
                               f"{stamp(ack.ts, now_s)} UTC" + (f": {ack.comment}"
                                                               if ack.comment else ""))
                     for x in said]
-        sent = [f"{n.state} {'sent to ' + n.sink if n.outcome == 'sent' else 'muted at ' + n.sink}"
-                f" {stamp(n.ts, now_s)}" for n in notified.get(a.id, ())[-3:]]
+        sent = [f"{n.state} {outcome_text(n)} {stamp(n.ts, now_s)}"
+                for n in notified.get(a.id, ())[-3:]]
         if sent:
             said.append("notified: " + "; ".join(sent))
         if said:

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.silences import mute, not_in_alertmanager, visible
+from fleetwatch.pipeline.sinks.notified import outcome_text
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -133,8 +134,7 @@ def notified_line(notes: Sequence[Notification]) -> str:
         return ""
     day = notes[0].ts  # the first with its date, the rest with theirs where it differs
     parts = [f"{utc(n.ts) if i == 0 else hms(n.ts, day)} {n.state} "
-             + (f"sent to {n.sink}" if n.outcome == "sent"
-                else f"muted at {n.sink} ({n.muted_by})")
+             + outcome_text(n) + (f" ({n.muted_by})" if n.outcome == "muted" else "")
              for i, n in enumerate(notes)]
     return "    notified: " + "; ".join(parts)
 

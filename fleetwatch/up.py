@@ -140,14 +140,16 @@ def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim")
     return max(start, newest)
 
 
-# A cluster other than the simulated one with a sample this recent makes a kept store
-# live: processors of a real fleet write it.
+# A cluster other than the simulated one, or a node of its name that the simulator does
+# not name, with a sample this recent makes a kept store live: processors of a real fleet
+# write it.
 LIVE_S = 900.0
 
 
 def _refuse_live_store(path: str, options: UpOptions, now_s: float, cluster: str) -> None:
-    """A ``--keep`` onto a store that other clusters' samples reached within ``LIVE_S``
-    (processors writing a real fleet) is refused unless ``into_live_store``: the simulated
+    """A ``--keep`` onto a store that other clusters' samples, or real nodes' samples of
+    the simulated cluster's own name, reached within ``LIVE_S`` (processors writing a real
+    fleet) is refused unless ``into_live_store``: the simulated
     cluster, its jobs and its faults would land among the real data and its dashboard."""
     if options.into_live_store:
         return

@@ -7,6 +7,7 @@ of samples written twice nor a cold start. Read-only on the store; ``up`` decide
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,6 +22,11 @@ _NEWEST_METRIC = "gpu_temp_c"
 # of a GPU heat sink's time constants (hardware.tau_sink_s, 23 s), so that temperatures
 # are where the fleet's load and faults hold them, not those of a cold start.
 PREROLL_S = 300.0
+# How the simulator names its nodes and racks (``collectors.sim.faults.node_name`` and
+# ``rack_name``): a sample of the simulated cluster's name from any other node is a real
+# writer's (an agent of a live cluster of that name), never an earlier ``up``'s.
+_SIM_NODE = re.compile(r"node-\d{3,}")
+_SIM_RACK = re.compile(r"rack-\d{2,}")
 
 
 def newest_sample_s(path: str) -> float | None:
@@ -37,8 +43,10 @@ def newest_sample_s(path: str) -> float | None:
 
 
 def live_clusters(path: str, sim_cluster: str, since_s: float) -> dict[str, float]:
-    """Clusters other than ``sim_cluster`` with a sample in the SQLite store at ``path``
-    after ``since_s``, with their newest sample's time: a store that processors of a real
+    """Clusters with a sample in the SQLite store at ``path`` after ``since_s`` that no
+    simulation wrote, with their newest sample's time: other clusters, and
+    ``sim_cluster`` itself where a node the simulator does not name (``_SIM_NODE`` in a
+    ``_SIM_RACK``) sent it (named ``CLUSTER (node N)``). A store that processors of a real
     fleet write now (or another ``up``'s cluster), never one to write a simulation into."""
     if not Path(path).exists() or Path(path).stat().st_size == 0:
         return {}
@@ -47,8 +55,12 @@ def live_clusters(path: str, sim_cluster: str, since_s: float) -> dict[str, floa
         out: dict[str, float] = {}
         for metric in ("host_cpu_util_pct", _NEWEST_METRIC):
             for key, ts_ms, _ in store.latest(metric, int(since_s * 1000)):
-                if key.cluster != sim_cluster:
-                    out[key.cluster] = max(out.get(key.cluster, 0.0), ts_ms / 1000)
+                name = key.cluster
+                if name == sim_cluster:
+                    if _SIM_NODE.fullmatch(key.node) and _SIM_RACK.fullmatch(key.rack):
+                        continue
+                    name = f"{name} (node {key.node})"
+                out[name] = max(out.get(name, 0.0), ts_ms / 1000)
         return out
     finally:
         store.close()

@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from fleetwatch import __version__, commit
 from fleetwatch.config import (
@@ -34,7 +34,7 @@ from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.energy_settings import EnergySettings
 from fleetwatch.pipeline.group_check import GroupCheck, MemberSettings
 from fleetwatch.pipeline.sinks import AlertSink, Notifier
-from fleetwatch.pipeline.store.base import Store
+from fleetwatch.pipeline.store.base import Notification, Store
 
 log = logging.getLogger(__name__)
 
@@ -96,13 +96,15 @@ def settings_parts(config: Config) -> dict[str, str]:
     alerts go and what decides when they fire and resolve there (the sinks, the alert
     topic, keep-firing, the Alertmanager instance and clusters, the remedy label): a
     member without the webhook would take over pages it can neither resolve nor send.
-    ``store``: its kind and where it is."""
+    The instance is hashed as set (``alerts.instance``), not as derived from the store
+    when unset (``alerts_instance``): a store difference is the ``store`` part's alone,
+    not also blamed on the alert settings. ``store``: its kind and where it is."""
     section = dataclasses.asdict(config.detectors)
     section["enabled"] = sorted(set(section["enabled"]))
     a = config.alerts
     sinks = {"webhook_url": a.webhook_url, "alertmanager_url": a.alertmanager_url.rstrip("/"),
              "alert_topic": config.bus.alert_topic if config.bus.kind == "kafka" else "",
-             "keep_firing_s": a.keep_firing_s, "instance": alerts_instance(config),
+             "keep_firing_s": a.keep_firing_s, "instance": a.instance,
              "clusters": sorted(set(a.clusters)), "xid_remedy_label": a.xid_remedy_label}
     return {"detectors": _hash(section), "alert_sinks": _hash(sinks),
             "store": _hash([config.store.kind, store_target(config.store)])}
@@ -306,7 +308,27 @@ def open_notifier(config: Config, store: Store, memory: MemoryBus | None = None)
                     acks=store.acks,
                     attempts=config.alerts.sink_attempts, retry_s=config.alerts.sink_retry_s,
                     reload_s=config.alerts.silence_reload_s,
-                    record=getattr(store, "write_notifications", None))
+                    record=getattr(store, "write_notifications", None),
+                    recorded=_recorded(store))
+
+
+# The record of notifications is read back to the end of this time (epoch s): an alert's
+# records are read by its id, whatever their time, within every backend's range.
+_RECORDED_END_S = 4.0e9
+
+
+def _recorded(store: Store) -> Callable[[Sequence[str]], list[Notification]] | None:
+    """The store's notifications of some alerts (``Notifier``'s ``recorded``), if it keeps
+    them."""
+    read = getattr(store, "notifications", None)
+    if not callable(read):
+        return None
+
+    def recorded(ids: Sequence[str]) -> list[Notification]:
+        ids = list(ids)  # read in chunks: a query's parameters are bounded (SQLite's)
+        return [n for i in range(0, len(ids), 500)
+                for n in read(0.0, _RECORDED_END_S, ids[i:i + 500])]
+    return recorded
 
 
 def energy_integrator(config: EnergyConfig, store: Store) -> EnergyIntegrator | None:

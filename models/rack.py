@@ -73,6 +73,11 @@ from fleetwatch.models.rack_models import MAX_STEP_S, STALE_S, GpuModels
 NODE_WARMUP = 3.0    # node findings: models learned this many warm-ups (see _nodes)
 ROOM_S = 300.0       # the room's air (``_room_shift``): averaged over this time constant
 CLEAR = 0.5          # a finding holds until its rise is under this share of its line
+# After a rack's finding ends, its GPUs' heat sinks still carry the heat of the fault for
+# a few of their time constants (about 23 s on the parts simulated: five shed 99 % of it):
+# its nodes are not judged on their own (node_cooling) for this long, or the slowest to
+# cool reads as a node fault at the repair.
+SETTLE_S = 120.0
 RULES = ("rack_cooling", "node_cooling")
 
 
@@ -89,6 +94,7 @@ class RackCooling:
         self._node_codes: dict[tuple[str, str], int] = {}
         # Rack codes and (cluster, node) whose finding holds -> since when.
         self._flagged: dict[int, float] = {}
+        self._cleared: dict[int, float] = {}  # rack code -> when its finding last ended
         self._flagged_nodes: dict[tuple[str, str], float] = {}
         # Rack codes whose baselines stand still now: flagged, for at most model_forget_s
         # (a rack that stays so long is its new normal).
@@ -264,8 +270,8 @@ class RackCooling:
             if finding is not None:
                 out.append(finding)
                 self._flagged.setdefault(code, now)
-            else:
-                self._flagged.pop(code, None)
+            elif self._flagged.pop(code, None) is not None:
+                self._cleared[code] = now
         self._count_rack(b, codes, slots, live, gpu_judged, inlets)
         return out + self._nodes(b, codes, slots, rise, averaged)
 
@@ -368,7 +374,9 @@ class RackCooling:
         for row in np.flatnonzero(enough).tolist():  # the last frame of a node counts
             f = b.frames[row]
             key = (f.cluster, f.node)
-            if int(codes[row]) in self._flagged:  # the rack's cooling explains it
+            code = int(codes[row])
+            if code in self._flagged or (  # the rack's cooling explains it, or just did
+                    b.ts[-1] - self._cleared.get(code, -math.inf) < SETTLE_S):
                 continue
             # Above the rest of its rack (a rack's air warming raises all its nodes).
             own = s[row][mine[row]]

@@ -103,17 +103,17 @@ class Inlets:
         air now (``peer_room``), where there is one, and their usual place against it:
         their own average stood still while the room went on drifting."""
         by_rack: dict[int, list[tuple[str, float]]] = {}
+        # Rack code -> node -> its rise against the other racks' air now and its usual
+        # place among them (held racks that have a room).
+        against_room: dict[int, dict[str, float]] = {}
         held = np.flatnonzero(flagged).tolist()
         room = self.peer_room(now, cluster_of, held)
-        against_room: set[int] = set()
         for (_, node), s in self.state.items():
             if now - s[1] <= self.stale_s and s[3] >= warmup_s:
                 code = int(s[4])
-                rise = s[2]
                 if code in held and code in room and math.isfinite(s[6]):
-                    rise = s[5] - room[code] - s[6]
-                    against_room.add(code)
-                by_rack.setdefault(code, []).append((node, rise))
+                    against_room.setdefault(code, {})[node] = s[5] - room[code] - s[6]
+                by_rack.setdefault(code, []).append((node, s[2]))
         shared = others_median({code: float(np.median([r for _, r in rises]))
                                 for code, rises in by_rack.items()},
                                np.flatnonzero(flagged).tolist())
@@ -123,8 +123,15 @@ class Inlets:
             # What the other racks' air does too is the room's, not this rack's cooler;
             # only its part beyond ``clear`` of the line counts (the room's usual drift
             # must not delay one rack's finding).
-            base = 0.0 if code in against_room else \
-                max(0.0, shared.get(code, 0.0) - self.clear * rise_c)
+            base = max(0.0, shared.get(code, 0.0) - self.clear * rise_c)
+            placed = against_room.get(code, {})
+            # A held rack holds while its air is above both its own level before the
+            # flag (less the room's shared rise) and its usual place against the other
+            # racks: the first alone counts the room's drift during the hold as the
+            # rack's (critical for hours after the repair), the second alone the racks'
+            # own slow wander apart over the hold (minutes more, against one peer rack).
+            rises = [(n, min(r - base, placed[n]) + base if n in placed else r)
+                     for n, r in rises]
             warm = [r - base for _, r in rises if r - base >= line]
             out[code] = (len(warm), len(rises), float(np.median(warm)) if warm else 0.0,
                          {n for n, _ in rises})

@@ -151,8 +151,14 @@ class GroupCheck:
         self.older = 0
 
     def assigned(self, summary: bytes | None) -> list[str]:
-        """The warnings said for this assignment's summary."""
+        """The warnings said for this assignment's summary (and an INFO line for members
+        of an older release, which could not be compared: a 0 in ``differing`` is then
+        no proof of agreement)."""
         found, self.older = differences(self.mine, summary)
+        if self.older:
+            log.info("consumer group %s: %d member(s) of an older release could not be "
+                     "compared (they send no settings fingerprint); upgrade them to have "
+                     "their settings checked", self.group, self.older)
         self.differing = dict.fromkeys(PARTS, 0)
         said: list[str] = []
         now = self._clock()

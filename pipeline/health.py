@@ -196,6 +196,11 @@ class ProcessorCollector(Collector):
             for part, count in self.check.differing.items():
                 differ.add_metric([part], count)
             yield differ
+            yield GaugeMetricFamily(
+                "fleetwatch_processor_group_members_unchecked",
+                "Other members of this processor's consumer group, of an older release, "
+                "whose settings could not be compared at the last rebalance (so a 0 in "
+                "group_members_differing does not cover them)", value=self.check.older)
         yield from topic_families()
 
 

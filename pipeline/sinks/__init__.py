@@ -15,6 +15,7 @@ record of the alert is the processor's to write.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -34,7 +35,7 @@ from fleetwatch.pipeline.silences import (
 )
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
-from fleetwatch.pipeline.sinks.notified import Recorder
+from fleetwatch.pipeline.sinks.notified import Recorder, undelivered
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Notification, Silence
 from fleetwatch.retry import Backoff
 
@@ -62,8 +63,12 @@ class Notifier:
     moved to another processor (which adopts them). Both reach each sink
     through the same queue as the changes, so a sink sees them in order.
 
-    ``record`` (the store's ``write_notifications``) gets, at each ``send``, what was
-    handed to each notifying sink or muted there (``sinks.notified``).
+    ``record`` (the store's ``write_notifications``) gets, at each ``send`` (and at
+    ``close``), what each notifying sink's lane reported delivered (``sent``) or not
+    (``given_up``, ``failed``) since, and what was muted there (``sinks.notified``).
+    ``recorded`` (the store's ``notifications``, read by alert ids) lets ``adopt`` re-send
+    the firing, un-muted alerts the record shows a notifying sink never took (a
+    predecessor gave them up): once, to that sink.
     """
 
     def __init__(self, sinks: Sequence[AlertSink],
@@ -73,8 +78,15 @@ class Notifier:
                  backoff: Callable[[], Backoff] = lambda: Backoff(0.5, 8.0),
                  background: bool = True, queue_max: int = 10_000,
                  tick_s: float = 1.0, retry_s: float = 600.0,
-                 record: Callable[[Sequence[Notification]], None] | None = None) -> None:
+                 record: Callable[[Sequence[Notification]], None] | None = None,
+                 recorded: Callable[[Sequence[str]], Iterable[Notification]] | None = None
+                 ) -> None:
         self.sinks = list(sinks)
+        self._recorded = recorded
+        # (sink, notices, outcome, wall clock) the lanes reported, recorded at the next
+        # ``send`` on the processor's thread (the store's writer).
+        self._reported: list[tuple[str, Sequence[Notice], str, float]] = []
+        self._reported_lock = threading.Lock()
         self._recorder = Recorder(record, [s.name for s in self.sinks
                                            if getattr(s, "notify_only", False)])
         self.stats = SinkStats(sinks={sink.name: SinkCounts() for sink in self.sinks})
@@ -97,7 +109,9 @@ class Notifier:
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
-                            background=background) for sink in self.sinks]
+                            background=background,
+                            outcome=functools.partial(self._lane_reported, sink.name))
+                       for sink in self.sinks]
 
     # -- the processor's side ----------------------------------------------
     def adopt(self, alerts: Iterable[Alert]) -> None:
@@ -128,6 +142,40 @@ class Notifier:
         self._rejudge = True
         if firing:
             self._hand_over("adopt", firing)
+            self._resend_undelivered([n for n in firing if not n.muted_by])
+
+    def _resend_undelivered(self, firing: list[Notice]) -> None:
+        """Send each notifying sink, once, the firing un-muted alerts taken over that the
+        store's record shows it never took (given up by the processor before this one, at
+        its stop or after ``retry_s``): that sink's memory of them ended with that process."""
+        if self._recorded is None or not firing:
+            return
+        try:
+            rows = list(self._recorded([n.alert.id for n in firing]))
+        except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
+            log.warning("could not read the record of notifications (%s): firing alerts a "
+                        "processor before gave up at a sink are not re-sent", exc)
+            return
+        for lane in self._lanes:
+            if not getattr(lane.sink, "notify_only", False):
+                continue
+            due = undelivered([n.alert.id for n in firing], lane.sink.name, rows)
+            if due:
+                log.warning("alert sink %s: %d firing alert(s) taken over were never "
+                            "delivered there (given up before); sending them now: %s",
+                            lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
+                lane.put("send", [n for n in firing if n.alert.id in due])
+
+    def _lane_reported(self, sink: str, notices: Sequence[Notice], outcome: str) -> None:
+        """A lane's report (its thread): kept for the processor's thread to record."""
+        with self._reported_lock:
+            self._reported.append((sink, list(notices), outcome, time.time()))
+
+    def _record(self, notices: Sequence[Notice]) -> None:
+        """Record the lanes' reports so far and the muted ones among ``notices``."""
+        with self._reported_lock:
+            reported, self._reported = self._reported, []
+        self._recorder.outcomes(reported, notices, self._now)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Let go of the open alerts of these nodes (their partition moved to another
@@ -202,7 +250,6 @@ class Notifier:
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
         notices = self._joined(notices, covers)
-        self._recorder.record(notices, self._now)
         for n in notices:
             if n.alert.state == "resolved":
                 self._heard.pop(n.alert.id, None)
@@ -213,6 +260,7 @@ class Notifier:
                 lane.put("send", part)
             if not notices:
                 lane.service()
+        self._record(notices)
         return notices
 
     def _covers(self) -> Covers:
@@ -355,12 +403,14 @@ class Notifier:
         sinks. The processor's whole stop must stay within systemd's TimeoutStopSec
         (60 s): this takes at most ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        self._recorder.record([], self._now)  # what the store refused before: a last try
         for lane in self._lanes:
             lane.stop(deadline)
         for lane in self._lanes:
             if not lane.join(deadline - time.monotonic()):
                 lane.abandon(f"still waiting for the sink after {timeout_s:g}s")
+        # What the lanes delivered or gave up at the end (and what the store refused
+        # before: a last try).
+        self._record([])
         for sink in self.sinks:
             sink.close()
 

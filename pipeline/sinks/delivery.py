@@ -84,8 +84,10 @@ class Lane(LaneOutage):
     def __init__(self, sink: AlertSink, stats: SinkStats, lock: threading.Lock, *,
                  attempts: int, backoff: Callable[[], Backoff], retry_s: float,
                  queue_max: int, tick_s: float, background: bool,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic,
+                 outcome: Callable[[Sequence[Notice], str], None] | None = None) -> None:
         self.sink, self._stats, self._lock = sink, stats, lock
+        self._outcome = outcome if getattr(sink, "notify_only", False) else None
         self._counts = stats.sinks.setdefault(sink.name, SinkCounts())
         self._attempts, self._backoff = attempts, backoff
         self._holds = retry_s > 0 and bool(getattr(sink, "notify_only", False))
@@ -284,6 +286,7 @@ class Lane(LaneOutage):
             err = exc.args[0] if isinstance(exc, _StopTrying) else exc
             if not self._holds:
                 self._failed(1, err)
+                self._report(notices, "failed")
                 return
             self._count("retries")
             self._hold(notices)
@@ -291,11 +294,14 @@ class Lane(LaneOutage):
             return
         except SinkRejected as exc:
             self._failed(1, exc)
+            self._report(notices, "failed")
             return
         except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(1, exc, logged=True)
+            self._report(notices, "failed")
             return
         finally:
             self._in_flight = ()
         self._sent()
+        self._report(notices, "sent")

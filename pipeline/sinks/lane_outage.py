@@ -65,6 +65,10 @@ class LaneOutage:
     _deadline: float
     _ended: bool
     _end_lock: threading.Lock
+    # Called with (notices, outcome) from this lane's thread (or the closing one) once a
+    # notifying sink's changes are delivered ("sent") or not ("given_up", "failed"): the
+    # notifier's record of notifications (``sinks.notified``). None: not recorded.
+    _outcome: Callable[[Sequence[Notice], str], None] | None
 
     def _work(self, kind: str, what: Any) -> None:
         raise NotImplementedError  # the lane's: a queue item handled now
@@ -86,6 +90,12 @@ class LaneOutage:
             for n in notices:
                 self._held.pop(n.alert.id, None)  # the newest goes last: time order
                 self._held[n.alert.id] = _Held(n, now, self._seq)
+
+    def _report(self, notices: Sequence[Notice], outcome: str) -> None:
+        """Hand the notifier what became of these changes (those a person is told of)."""
+        told = [n for n in notices if n.notify]
+        if self._outcome is not None and told:
+            self._outcome(told, outcome)
 
     def _told(self, notices: Sequence[Notice]) -> list[Notice]:
         """The changes this sink would tell anyone of (a muted or pending change held for
@@ -141,9 +151,11 @@ class LaneOutage:
             return
         except SinkRejected as exc:
             self._failed(len({h.batch for h in self._held.values()}), exc)
+            self._report(held, "failed")
         except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(len({h.batch for h in self._held.values()}), exc, logged=True)
+            self._report(held, "failed")
         else:
             if went is False:
                 self._in_flight = ()
@@ -154,6 +166,7 @@ class LaneOutage:
                 return
             if held:
                 self._sent()
+                self._report(held, "sent")
             resent = int(getattr(self.sink, "resent", 0) or 0)
             log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s%s",
                         self.sink.name, now - (self._down_since or now), told,
@@ -177,6 +190,7 @@ class LaneOutage:
                 del self._held[k]
         first = self._given_up == 0
         self._given_up += len(told)
+        self._report(told, "given_up")
         self._failed(batches, exc, logged=True)
         if first:
             log.error("alert sink %s down for %.0fs: %d alert changes held longer than "
@@ -236,6 +250,7 @@ class LaneOutage:
         more = f" and {len(told) - IDS_SHOWN} more" if len(told) > IDS_SHOWN else ""
         self._failed(max(1, batches), SinkError(f"{len(told)} alert changes not delivered "
                                                 f"at close"), logged=True)
+        self._report(told, "given_up")
         log.error("alert sink %s: %d alert changes not delivered there, given up at close "
                   "(%s%s): %s%s%s", self.sink.name, len(told), why, down, ids, more, last)
 

@@ -7,6 +7,7 @@ The real exchange through Tansu: tests/integration/test_group_settings.py.
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import pytest
 
@@ -86,3 +87,45 @@ def test_data_that_is_not_ours_compares_nothing() -> None:
     assert differences(a, b"\x00\x01garbage") == ([], 0)
     assert MemberSettings.decode(b"{\"v\": 9}") is None
     assert differences(a, summarize([b"junk", a.encode()])) == ([], 1)
+
+
+def test_a_store_difference_is_not_blamed_on_the_alert_settings() -> None:
+    """``alerts.instance`` unset is derived from the store: only the store part differs."""
+    base, moved = parts(), parts(FLEETWATCH_STORE_PATH="/var/lib/fw/other.db")
+    assert moved["store"] != base["store"]
+    assert moved["alert_sinks"] == base["alert_sinks"]
+    assert parts(FLEETWATCH_ALERTS_INSTANCE="prod-a")["alert_sinks"] != base["alert_sinks"]
+    a, b = member("host-a pid 1"), member("host-b pid 2", FLEETWATCH_STORE_PATH="/x.db")
+    found, _ = differences(a, summarize([a.encode(), b.encode()]))
+    assert [d.part for d in found] == ["store"]
+
+
+def test_members_of_an_older_release_are_said_and_counted_as_unchecked(
+        caplog: pytest.LogCaptureFixture) -> None:
+    a = member("host-a pid 1")
+    check = GroupCheck("proc", a)
+    with caplog.at_level(logging.INFO, logger="fleetwatch.pipeline.group_check"):
+        assert check.assigned(summarize([a.encode(), b""])) == []
+    assert check.older == 1 and check.differing["store"] == 0
+    assert any("1 member(s) of an older release could not be compared" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_unchecked_members_are_on_metrics(tmp_path: Path) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from fleetwatch.pipeline.health import ProcessorCollector
+    from fleetwatch.pipeline.processor import Processor
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    a = member("host-a pid 1")
+    check = GroupCheck("proc", a)
+    check.assigned(summarize([a.encode(), b"", b""]))
+    registry = CollectorRegistry()
+    class Consumer:
+        def lag(self) -> int:
+            return 0
+
+    registry.register(ProcessorCollector(Processor(SqliteStore(tmp_path / "s.db")),
+                                         Consumer(), check=check))  # type: ignore[arg-type]
+    assert registry.get_sample_value("fleetwatch_processor_group_members_unchecked") == 2

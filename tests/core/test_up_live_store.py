@@ -53,5 +53,42 @@ def test_an_old_store_or_the_explicit_flag_is_continued(tmp_path: Path) -> None:
     with pytest.raises(UpError, match="cluster.s. so"):
         sim_start(str(live), UpOptions(keep=True), now, "sim")
     assert sim_start(str(live), UpOptions(keep=True, into_live_store=True), now, "sim") <= now
-    # Its own cluster's samples are no other writer's: a kept simulation continues.
-    assert sim_start(str(live), UpOptions(keep=True), now, "so") <= now
+    # The simulated cluster's name is no pass: real nodes of cluster "so" wrote it.
+    with pytest.raises(UpError, match=r"cluster.s. so \(node node-00\)"):
+        sim_start(str(live), UpOptions(keep=True), now, "so")
+
+
+def sim_store(path: Path, age_s: float) -> None:
+    """A store an earlier ``up`` of cluster "sim" wrote: the simulator's node names."""
+    store = SqliteStore(path)
+    now = time.time() - age_s
+    store.write([Frame("sim", "rack-00", f"node-{n:03d}", now - 5 * k,
+                       (GpuReading(0, f"GPU-{n}", "H100", {"gpu_temp_c": 50.0}),))
+                 for n in range(3) for k in range(4)])
+    store.close()
+
+
+def test_an_earlier_simulation_of_its_own_cluster_is_continued(tmp_path: Path) -> None:
+    now = time.time()
+    db = tmp_path / "sim.db"
+    sim_store(db, 20.0)
+    assert sim_start(str(db), UpOptions(keep=True), now, "sim") <= now
+
+
+def test_up_keep_refuses_a_live_cluster_of_the_simulated_clusters_name(
+        tmp_path: Path) -> None:
+    """A real agent (node "vm") of cluster "so": `up --keep --cluster so` wrote simulated
+    nodes into the live cluster."""
+    db = tmp_path / "store.db"
+    rows = real_store(db, 20.0)
+    result = run_cli(tmp_path, "up", "--simulate", "--keep", "--store", str(db), "--cluster",
+                     "so", "--port", str(free_port()))
+    assert result.returncode == 2, result.stderr
+    assert f"the store {db} is written by something else: cluster(s) so (node node-0" \
+        in result.stderr
+    assert "--into-live-store" in result.stderr
+    store = SqliteStore(db, read_only=True)
+    try:
+        assert store._conn().execute("SELECT count(*) FROM samples").fetchone()[0] == rows
+    finally:
+        store.close()

@@ -1,5 +1,6 @@
-"""What was notified is recorded in the store at the time it is decided (postmortems):
-each alert change per notifying sink, sent or muted and by what."""
+"""What was notified is recorded in the store (postmortems): each alert change per
+notifying sink, muted (and by what) as it is decided, sent once the sink took it, given up
+or failed when it did not."""
 
 from __future__ import annotations
 
@@ -64,13 +65,14 @@ def test_a_store_refusing_the_record_keeps_it_for_the_next_write() -> None:
     alert = Alert("a1", "r", "critical", "c", "r1", "n1", "gpu0", "firing", 1, 1, 1, "m",
                   fired_ts=1)
     rec = Recorder(write, ["webhook", "am"], clock=lambda: 50.0)
-    rec.record([Notice(alert), Notice(alert, "silence:s1")], 10)
+    rec.outcomes([("webhook", [Notice(alert)], "sent", 40.0)],
+                 [Notice(alert), Notice(alert, "silence:s1")], 10)
     assert written == []
     fail[0] = False
     rec.record([], 11)
-    assert [(n.sink, n.outcome, n.muted_by) for n in written[0]] == [
-        ("webhook", "sent", ""), ("am", "sent", ""),
-        ("webhook", "muted", "silence:s1"), ("am", "muted", "silence:s1")]
+    assert [(n.sink, n.outcome, n.muted_by, n.sent_ts) for n in written[0]] == [
+        ("webhook", "muted", "silence:s1", 50.0), ("am", "muted", "silence:s1", 50.0),
+        ("webhook", "sent", "", 40.0)]  # only the sink that reported delivery
 
 
 def test_what_the_store_refused_gets_a_last_try_at_close(receiver: Receiver,
