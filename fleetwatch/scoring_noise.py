@@ -50,8 +50,10 @@ def notified(alerts: Iterable[Alert]) -> set[str]:
     for aid, (a, _) in eps.items():
         t = a.fired_ts
         assert t is not None
-        firing_then = [b for b, end in by_cluster[a.cluster] if b.id != aid
-                       and (b.node == a.node or b.rack == a.rack)
+        # A cover firing then was judged then: a live processor re-writes a firing alert
+        # every ``alerts.REFRESH_S`` (``silences.judged``), the episode keeps its first form.
+        firing_then = [replace(b, updated_ts=t) for b, end in by_cluster[a.cluster]
+                       if b.id != aid and (b.node == a.node or b.rack == a.rack)
                        and b.fired_ts is not None and b.fired_ts <= t
                        and (end is None or end > t)]
         if not inhibited_by(a, firing_then):
