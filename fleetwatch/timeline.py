@@ -183,7 +183,9 @@ def _acked(k: Acknowledgement, a: Alert | None) -> Entry:
 
 def _touches(s: Silence, alerts: Sequence[Alert], scope: Scope) -> bool:
     """A silence of the place asked: it matches one of its alerts, or names it."""
-    named = {("cluster", scope.cluster), ("rack", scope.rack), ("node", scope.node)}
+    named = {(label, value) for label, value in (("cluster", scope.cluster),
+                                                  ("rack", scope.rack), ("node", scope.node))
+             if value}  # a scope's unset part names nothing (a matcher rack="" is no rack)
     return (any(matches(s, a) for a in alerts)
             or any(op == "=" and (label, value) in named for label, op, value in s.matchers))
 

@@ -174,3 +174,13 @@ def test_wrong_arguments_say_what_to_write(store: Path, capsys: pytest.CaptureFi
 def test_a_job_never_seen_says_so(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["timeline", "--store", str(store), "--job", "nope"]) == 1
     assert "no job 'nope'" in capsys.readouterr().err
+
+
+def test_a_silence_of_another_cluster_with_an_empty_matcher_is_not_this_clusters() -> None:
+    # rack="" and node="" name no rack or node: the scope's unset parts must not match them.
+    r = _records()
+    other = Silence("s2", (parse_matcher("cluster=elsewhere"), parse_matcher('rack=""'),
+                           parse_matcher('node=""')), T + 40, T + 900, "ops-alice", "fan swap")
+    r = Records(r.alerts, r.notifications, r.acks, [*r.silences, other], r.events, r.faults)
+    entries = build(r, Scope(T - 60, T + 7200, cluster="sim"))
+    assert {e.alert_id for e in entries if e.kind == "silence"} == {"s1"}
