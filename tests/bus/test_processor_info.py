@@ -47,8 +47,15 @@ def test_a_processor_exports_its_group_store_and_detectors(kafka: Server,
     thread = threading.Thread(target=run_processor, args=(config, stop), daemon=True)
     thread.start()
     try:
-        wait_for("fleetwatch_processor_info on /metrics",
-                 lambda: "fleetwatch_processor_info" in scrape(port), timeout_s=60)
+        # Its info is exported from the start (while it waits for its broker, too); the
+        # topics' partition counts once it has checked them.
+        def checked() -> bool:
+            families = scrape(port)
+            return "fleetwatch_processor_info" in families and any(
+                s.labels.get("topic") == f"f-{run}"
+                for s in families.get("fleetwatch_processor_topic_partitions_missing", []))
+        wait_for("fleetwatch_processor_info and the topics' partitions on /metrics", checked,
+                 timeout_s=60)
         families = scrape(port)
     finally:
         stop.set()
