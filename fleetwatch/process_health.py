@@ -19,6 +19,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from fleetwatch.pipeline.health import info_family
+
 
 class BusState:
     """Whether this member reaches its bus now, and why not; set by the threads that know
@@ -82,13 +84,7 @@ class WaitingCollector(Collector):
                                 "1 while consumption is paused because the store is away",
                                 value=0)
         if self.info:
-            info = GaugeMetricFamily("fleetwatch_processor_info",
-                                     "Always 1: this member's group, store and detectors "
-                                     "settings (hash), which members of one group must "
-                                     "agree on, and its release (version, git commit)",
-                                     labels=list(self.info))
-            info.add_metric(list(self.info.values()), 1)
-            yield info
+            yield info_family(self.info)
 
 
 class Readiness:

@@ -179,13 +179,7 @@ class ProcessorCollector(Collector):
                                       "batch): neither stored nor dead-lettered; the log "
                                       "names topic, partition and offsets", value=passed)
         if self.info:
-            info = GaugeMetricFamily("fleetwatch_processor_info",
-                                     "Always 1: this member's group, store and detectors "
-                                     "settings (hash), which members of one group must "
-                                     "agree on, and its release (version, git commit)",
-                                     labels=list(self.info))
-            info.add_metric(list(self.info.values()), 1)
-            yield info
+            yield info_family(self.info)
         if self.check is not None:
             differ = GaugeMetricFamily(
                 "fleetwatch_processor_group_members_differing",
@@ -271,3 +265,15 @@ def _sink_metrics(notifier: Notifier) -> Iterator[CounterMetricFamily | GaugeMet
         for name, n in mirrors:
             family.add_metric([name], n)
         yield family
+
+
+def info_family(info: dict[str, str]) -> GaugeMetricFamily:
+    """``fleetwatch_processor_info``: the same family whether the processor is waiting for
+    its broker or consuming."""
+    family = GaugeMetricFamily("fleetwatch_processor_info",
+                               "Always 1: this member's group, store and detectors "
+                               "settings (hash), which members of one group must "
+                               "agree on, and its release (version, git commit)",
+                               labels=list(info))
+    family.add_metric(list(info.values()), 1)
+    return family
