@@ -43,6 +43,10 @@ def test_eia_utc_hour_ending_times_are_read_as_the_hour_before(tmp_path):
     assert model.intensity.values == {MAY1: 300.0, MAY1 + 3600: 310.0,
                                       MAY1 + 11 * 3600: 320.0, MAY1 + 22 * 3600: 330.0,
                                       MAY1 + 23 * 3600: 340.0}
+    # The column says UTC: a zone declared for the file's naive times does not shift it.
+    zoned = build_model("USA", 0.0, str(p), "avg_CI", 1.0, "", "pue", 0, "USD",
+                        intensity_zone="America/Los_Angeles")
+    assert zoned.intensity is not None and zoned.intensity.values == model.intensity.values
 
 
 def test_the_us_form_outside_eia_columns_is_refused_naming_row_and_forms(tmp_path):
