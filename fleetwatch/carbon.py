@@ -39,7 +39,7 @@ from importlib import resources
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from fleetwatch.carbon_units import G_PER_KWH, implausible, time_column, unit_in_name
+from fleetwatch.carbon_units import G_PER_KWH, implausible, parse_time, time_column, unit_in_name
 from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig, carbon_problems
 
 log = logging.getLogger(__name__)
@@ -47,6 +47,8 @@ log = logging.getLogger(__name__)
 J_PER_KWH = 3.6e6
 MAX_INTERPOLATE_H = 6
 HOUR_S = 3600
+# EIA-930's balance files hold every US balancing authority, one row per BA and hour.
+BA_COLUMN = "Balancing Authority"
 
 
 def _config_range(name: str) -> tuple[float, float]:
@@ -101,7 +103,8 @@ def read_hourly_csv(path: str | Path, column: str,
                     zone_key: str = "carbon.intensity_csv_timezone",
                     scale: float = 1.0) -> HourlySeries:
     """An hourly series from a CSV with a time column (``carbon_units.time_column``:
-    ``timestamp``, or one whose name says UTC such as ``Datetime (UTC)``; ISO 8601) and
+    ``timestamp``, or one whose name says UTC such as ``Datetime (UTC)``; ISO 8601, or
+    EIA-930's month/day/year form in its UTC column: ``carbon_units.parse_time``) and
     ``column`` (e.g. the EIA files' ``avg_CI``) times ``scale`` (its unit's). Empty cells
     are holes. A time without a UTC offset is in ``zone`` (an IANA name: the config's
     ``zone_key``), or UTC where the column's name says so, else refused: a grid's local
@@ -119,7 +122,7 @@ def read_hourly_csv(path: str | Path, column: str,
         raise CarbonDataError(f"{p}: cannot read ({exc.strerror}); check the path") from exc
     lo, hi = allowed
     sums: dict[int, list[float]] = {}  # hour -> [sum, rows]
-    seen: dict[float, int] = {}        # instant -> its line, to name both of a repeat
+    seen: dict[float, tuple[int, str]] = {}  # instant -> its line (and BA), to name a repeat
     local = ZoneInfo(zone) if zone else None
     with f:
         reader = csv.DictReader(f)
@@ -146,12 +149,16 @@ def read_hourly_csv(path: str | Path, column: str,
                 raise CarbonDataError(f"{p}:{line}: {column} {text!r}{unit} must be finite "
                                       f"and {bounds}; correct the row or the column's unit")
             instant = when.timestamp()
-            first = seen.setdefault(instant, line)
+            first, area = seen.setdefault(instant, (line, row.get(BA_COLUMN) or ""))
             if first != line:
                 raise CarbonDataError(
                     f"{p}:{line}: {name} {row[name].strip()!r} is the same instant "
-                    f"as line {first}: a file concatenated twice or a bad export? keep one row "
-                    "per instant")
+                    f"as line {first}: " + (
+                        f"the file holds several balancing authorities ({area} and "
+                        f"{row[BA_COLUMN]}): keep only the rows of your site's grid"
+                        if row.get(BA_COLUMN) not in (None, area) else
+                        "a file concatenated twice or a bad export? keep one row per "
+                        "instant"))
             ts = int(instant) + shift
             acc = sums.setdefault(ts - ts % HOUR_S, [0.0, 0])
             acc[0] += value
@@ -168,10 +175,9 @@ def _instant(p: Path, line: int, name: str, raw: str, utc: bool, local: ZoneInfo
     says so, else the declared zone (the second of a repeated local hour, when clocks go
     back, is the later instant), else refused."""
     try:
-        when = datetime.fromisoformat(raw)
+        when = parse_time(raw, name)
     except ValueError as exc:
-        raise CarbonDataError(f"{p}:{line}: {name} {raw!r} is not ISO 8601 (e.g. "
-                              "2022-01-01 00:00:00+00:00)") from exc
+        raise CarbonDataError(f"{p}:{line}: {name} {raw!r} {exc}") from exc
     if when.tzinfo is not None:
         return when
     if utc:

@@ -10,6 +10,7 @@ are plausible for it (``PLAUSIBLE_G_PER_KWH``). Pure: names and numbers."""
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
 from fleetwatch.settings import PLAUSIBLE_G_PER_KWH
 
@@ -21,6 +22,14 @@ _MASS = {"g": "g", "kg": "kg", "lb": "lb", "lbs": "lb", "t": "t", "tonne": "t", 
 _UNIT = re.compile(r"(?<![a-z])(lbs|lb|kg|tonnes|tonne|t|g)/(kwh|mwh)(?![a-z])")
 _GAS = re.compile(r"co[2₂]\s*-?\s*(?:eq|e)?")
 TIME_COLUMN = "timestamp"
+# EIA-930's files (the US grid monitor's balance files) write "01/01/2022 1:00:00 AM":
+# month/day/year on a 12-hour clock, fixed by EIA for its "UTC Time at End of Hour" column
+# (the one ``time_column`` picks: "Local Time at End of Hour" does not say UTC). Only there
+# is that form read: elsewhere 05/01 could be the 5th of January as well as May the 1st.
+EIA_TIME_COLUMN = "utc time at end of hour"
+EIA_TIME_FORMAT = "%m/%d/%Y %I:%M:%S %p"
+FORMS = ("ISO 8601 (2022-01-01 01:00:00+00:00), or, in EIA-930's 'UTC Time at End of Hour' "
+         "column only, EIA's month/day/year 12-hour form '01/01/2022 1:00:00 AM'")
 
 
 def unit_in_name(name: str) -> str | None:
@@ -47,6 +56,30 @@ def time_column(fields: list[str]) -> tuple[str, bool, int] | None:
         if re.search(r"(?<![a-z])utc(?![a-z])", low) and ("time" in low or "date" in low):
             return name, True, -3600 if "end of hour" in low else 0
     return None
+
+
+def parse_time(raw: str, column: str) -> datetime:
+    """A time cell of ``column``: ISO 8601, or EIA-930's form in EIA's UTC column (naive, as
+    EIA writes it). ValueError saying which forms are read, where it is neither."""
+    try:
+        return datetime.fromisoformat(raw)
+    except ValueError:
+        pass
+    if column.strip().lower() == EIA_TIME_COLUMN:
+        try:
+            return datetime.strptime(raw, EIA_TIME_FORMAT)
+        except ValueError:
+            raise ValueError("is not EIA-930's form 'MM/DD/YYYY H:MM:SS AM' (month/day/year, "
+                             "12-hour clock, e.g. '01/01/2022 1:00:00 AM') nor ISO 8601 "
+                             "(2022-01-01 01:00:00+00:00); correct the row or re-export the "
+                             "file from EIA") from None
+    if re.search(r"\d/\d{1,2}/\d", raw):
+        raise ValueError("is not ISO 8601: a date with slashes is read only from EIA-930's "
+                         "'UTC Time at End of Hour' column (month/day/year, '01/01/2022 1:00:00 "
+                         "AM'), where EIA fixes the order; elsewhere 05/01 could be the 5th of "
+                         "January or May the 1st. Write the times as ISO 8601 "
+                         "(2022-05-01 01:00:00+00:00)")
+    raise ValueError(f"is not a time fleetwatch reads: {FORMS}")
 
 
 def implausible(mean_g_per_kwh: float, top: float) -> str | None:

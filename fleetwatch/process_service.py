@@ -245,10 +245,7 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
              "%d samples, %d dead letters in all%s",
              f" on {stop.cause}" if isinstance(stop, Stop) and stop.cause else "", finished,
              f", {left} not finished, replayed by the next owner" if left else "",
-             s.frames, s.points, s.dead_letters,
-             f"; abandoned to stop within processor.stop_timeout_s = "
-             f"{config.processor.stop_timeout_s:g} s: {'; '.join(budget.abandoned)}"
-             if budget.abandoned else "")
+             s.frames, s.points, s.dead_letters, budget.summary())
     return 0
 
 

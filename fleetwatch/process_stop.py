@@ -5,7 +5,9 @@ updates the store client's retries, about 40 s, the alert sinks 10 s) and nothin
 their sum: with the store and Alertmanager both hung, SIGTERM took 72 s, past systemd's
 TimeoutStopSec and Kubernetes' grace period of 60 s, so the unit ended "failed (timeout)"
 (deploy finding 5, r22). Here every step gets what is left of one budget, counted from the
-stop request; a step cut short is logged, and named in the last line.
+stop request; a step cut short is logged, and named in the last line. A sink that fails of
+itself within the time it had (refused, unreachable, its close raising) is named there too,
+with its error, apart: more time would not have mended it, so the timeout is not blamed.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ class StopBudget:
         self.total_s = total_s
         self._clock = clock
         self._at: float | None = None
-        self.abandoned: list[str] = []
+        self.abandoned: list[str] = []  # cut short by the deadline (stop_timeout_s)
+        self.failed: list[str] = []     # failed of themselves, within the time they had
         threading.Thread(target=self._stamp, args=(stop,), name="stop-clock",
                          daemon=True).start()
 
@@ -63,13 +66,31 @@ class StopBudget:
                           "keeps their value of up to refresh_s before)")
 
     def close_sinks(self, notifier: Any) -> None:
-        """The alert sinks' last deliveries within what is left (at least a second); what
-        they give up is logged by the notifier itself."""
+        """The alert sinks' last deliveries within what is left (at least a second). Each
+        sink that gave changes up is named with why: the deadline (still waiting on it, or
+        no time left for a last try: ``abandoned``, which names stop_timeout_s), else its
+        own error (``failed``: refused, unreachable, a close that raised), which more time
+        would not have mended."""
         seconds = max(1.0, self.left())
-        before = _failed(notifier)
-        notifier.close(seconds)
-        if _failed(notifier) > before:
-            self.abandoned.append(f"alert changes not delivered to a sink within {seconds:.0f} s")
+        before = {name: c.failed for name, c in _sinks(notifier).items()}
+        cut = set(notifier.close(seconds) or ())
+        for name, c in _sinks(notifier).items():
+            why = getattr(c, "last_error", "") or "no error said"
+            if name in cut:
+                self._abandon(f"alert changes to sink {name} (still waiting for it after "
+                              f"{seconds:.0f} s, what was left of the stop's time: {why})")
+            elif c.failed > before.get(name, 0):
+                self.failed.append(f"alert sink {name}: {why}")
+            if getattr(c, "close_error", ""):
+                self.failed.append(f"alert sink {name}: closing it failed: {c.close_error}")
+
+    def summary(self) -> str:
+        """The end of the stop line: what the deadline cut (naming stop_timeout_s), then
+        what failed of itself (naming the sink and its error, never the timeout); "" when
+        nothing was."""
+        cut = (f"; abandoned to stop within processor.stop_timeout_s = {self.total_s:g} s: "
+               f"{'; '.join(self.abandoned)}" if self.abandoned else "")
+        return cut + (f"; failed at stop: {'; '.join(self.failed)}" if self.failed else "")
 
     def _abandon(self, what: str) -> None:
         self.abandoned.append(what)
@@ -86,10 +107,10 @@ def _within(step: Callable[[], object], seconds: float) -> bool:
     return not t.is_alive()
 
 
-def _failed(notifier: Any) -> int:
+def _sinks(notifier: Any) -> dict[str, Any]:
+    """The notifier's counts per sink (a copy)."""
     stats = getattr(notifier, "stats", None)
-    sinks = getattr(stats, "sinks", {}) or {}
-    return sum(getattr(c, "failed", 0) for c in dict(sinks).values())
+    return dict(getattr(stats, "sinks", {}) or {})
 
 
 def leave(code: int, wait_s: float = 1.0) -> int:

@@ -126,27 +126,33 @@ def _fault_text(kind: str, mode: str, severity: float) -> str:
     return f"injected {kind} fault ({mode}, x{severity:g})"
 
 
-def continued_faults(faults: Sequence[Fault], stored: Sequence[Annotation],
-                     resume_ts: float) -> tuple[list[Fault], list[bool]]:
+def continued_faults(faults: Sequence[Fault], stored: Sequence[Annotation], resume_ts: float
+                     ) -> tuple[list[Fault], list[bool], list[tuple[Fault, Annotation]]]:
     """The faults of a run that continues a stored timeline from ``resume_ts`` (``up
-    --keep``), each with its onset fixed, and whether it continues one the store holds.
+    --keep``): those to inject, each with its onset fixed and whether it continues one the
+    store holds; and those not injected again, each with the stored window that ended.
 
     A fault the store's annotations show (same kind, subject, mode, severity and
-    duration) whose window has not ended at ``resume_ts`` keeps that window; any other
+    duration) whose window has not ended at ``resume_ts`` keeps that window; one whose
+    stored window has ended already happened in this timeline, so it is not replayed (the
+    same flags on a restart would repeat a past incident in the kept store); any other
     starts ``start_s`` after ``resume_ts``, as in a new run.
     """
-    out, continued = [], []
+    out, continued, ended = [], [], []
     for f in faults:
         where = (f.node or f.rack or "", "" if f.gpu is None else f"gpu{f.gpu}")
         text = _fault_text(f.kind, f.resolved_mode, f.resolved_severity)
-        onsets = [a.start_ts for a in stored
-                  if a.kind == "fault" and (a.node, a.device) == where and a.text == text
-                  and a.end_ts is not None and abs(a.end_ts - a.start_ts - f.duration_s) < 1e-3
-                  and a.end_ts > resume_ts]
+        same = [a for a in stored
+                if a.kind == "fault" and (a.node, a.device) == where and a.text == text
+                and a.end_ts is not None and abs(a.end_ts - a.start_ts - f.duration_s) < 1e-3]
+        onsets = [a.start_ts for a in same if a.end_ts is not None and a.end_ts > resume_ts]
+        if not onsets and same:
+            ended.append((f, max(same, key=lambda a: a.start_ts)))
+            continue
         onset = min(onsets, default=resume_ts + f.start_s)
         out.append(dataclasses.replace(f, onset_ts=onset))
         continued.append(bool(onsets))
-    return out, continued
+    return out, continued, ended
 
 
 def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float,

@@ -212,12 +212,13 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     start = sim_start(config.store.path, options, time.time(), config.sim.cluster)
     continued = newest_sample_s(config.store.path) if options.keep else None
     s = config.sim
-    sim, notes = continued_sim(sim_params(config, options), start, options.faults,
-                               config.store.path if options.keep else None)
+    sim, notes, ended = continued_sim(sim_params(config, options), start, options.faults,
+                                      config.store.path if options.keep else None)
     pace = CatchUp(options.speed, pending_pace(config, options.speed, options.interval_s),
                    s.nodes)
     system = System(config, SimSource(sim), PacedClock(start, pace), options.interval_s, lock)
     system.fault_notes = notes
+    system.faults_not_replayed = ended
     system.continued_from = continued
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth, sim.params.cluster))
@@ -288,6 +289,12 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
         print(f"  injected fault: {r.kind} on {where}, from "
               f"{time.strftime('%H:%M:%S', time.localtime(r.onset_ts))} for "
               f"{span_text(r.end_ts - r.onset_ts)}{note}", file=out)
+    for f, a in system.faults_not_replayed:
+        where = (f.node or f.rack or "") + ("" if f.gpu is None else f" GPU {f.gpu}")
+        print(f"  not injected again: {f.kind} on {where}, which already ran in this store's "
+              f"timeline ({time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(a.start_ts))} "
+              f"for {span_text(f.duration_s)}); a new store (--store NEW.db) runs it afresh",
+              file=out)
     kept = ""
     if given.keep:  # said as it is: a --keep that found no store starts one
         kept = ("   --keep: no data to continue, a new store" if system.continued_from is None

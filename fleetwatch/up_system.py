@@ -16,13 +16,14 @@ import time
 
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.clock import Clock
+from fleetwatch.collectors.sim import Fault
 from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config
 from fleetwatch.pipeline.alerts import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.base import StoreLost
+from fleetwatch.pipeline.store.base import Annotation, StoreLost
 from fleetwatch.service import Stop
 from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StoreLock
@@ -74,6 +75,8 @@ class System:
         self._threads: list[threading.Thread] = []
         self._pending_since: dict[str, float] = {}  # pending alert id -> first seen (wall)
         self.fault_notes: list[str] = []  # per injected fault, said after it in the banner
+        # --keep: faults asked for whose stored window has ended, with it (not replayed).
+        self.faults_not_replayed: list[tuple[Fault, Annotation]] = []
         self.continued_from: float | None = None  # --keep: the newest sample it continues
         # Why the processor ended before it was asked to (out of memory); None: it did not.
         self.failure: OutOfMemory | StoreLost | None = None

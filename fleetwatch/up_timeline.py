@@ -1,7 +1,8 @@
 """Where a simulated ``fleetwatch up`` picks up the timeline a kept store holds
 (``--keep``): the store's newest sample, and the fleet run on, unseen, to that moment
 with the faults the store holds that are still on, so that the seam shows neither a gap
-of samples written twice nor a cold start. Read-only on the store; ``up`` decides.
+of samples written twice nor a cold start; a fault whose stored window has ended is not
+replayed. Read-only on the store; ``up`` decides.
 """
 
 from __future__ import annotations
@@ -66,36 +67,38 @@ def live_clusters(path: str, sim_cluster: str, since_s: float) -> dict[str, floa
         store.close()
 
 
-def continued_sim(params: SimParams, start: float, faults: Sequence[Fault],
-                  kept: str | None) -> tuple[FleetSim, list[str]]:
-    """The simulated fleet from ``start``, and a note per fault for the banner.
+def continued_sim(params: SimParams, start: float, faults: Sequence[Fault], kept: str | None
+                  ) -> tuple[FleetSim, list[str], list[tuple[Fault, Annotation]]]:
+    """The simulated fleet from ``start``, a note per fault it injects for the banner, and
+    the faults it does not inject again, each with the stored window that ended.
 
     ``kept``: the store a ``--keep`` run continues. A fault it holds that has not ended
-    goes on in its stored window, and the fleet is run ``PREROLL_S`` before ``start``
+    goes on in its stored window, one whose stored window has ended is not replayed
+    (``simulate.continued_faults``), and the fleet is run ``PREROLL_S`` before ``start``
     unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
     """
-    stored = _stored_faults(kept, start, params.cluster) if kept is not None else None
+    stored = _stored_faults(kept, params.cluster) if kept is not None else None
     if stored is None:  # a new timeline: as it always was
-        return FleetSim(params, start, faults), ["" for _ in faults]
-    fixed, continued = continued_faults(faults, stored, start)
+        return FleetSim(params, start, faults), ["" for _ in faults], []
+    fixed, continued, ended = continued_faults(faults, stored, start)
     steps = max(1, math.ceil(PREROLL_S / params.interval_s))
     sim = FleetSim(params, start - steps * params.interval_s, fixed)
     for _ in range(steps):
         sim.step()
     return sim, [" (continued from the store)" if c else
                  " (a new one: the store holds none of it that is still on)"
-                 for c in continued]
+                 for c in continued], ended
 
 
-def _stored_faults(path: str, start: float, cluster: str) -> list[Annotation] | None:
+def _stored_faults(path: str, cluster: str) -> list[Annotation] | None:
     """The fault annotations of ``cluster`` (or of none: older stores) in the store at
-    ``path`` that end after ``start``; None for a store that holds no sample yet (nothing
-    to continue)."""
+    ``path``, ended or not (an ended one is not replayed); None for a store that holds no
+    sample yet (nothing to continue)."""
     if newest_sample_s(path) is None:
         return None
     store = SqliteStore(path, read_only=True)
     try:
-        return [a for a in store.annotations(start, 1e11)
+        return [a for a in store.annotations(0.0, 1e11)
                 if a.kind == "fault" and a.cluster in ("", cluster)]
     finally:
         store.close()

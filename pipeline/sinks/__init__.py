@@ -395,13 +395,15 @@ class Notifier:
         self._hand_over("mutes", (list(self._silences), dict(self._acks)))
         return True
 
-    def close(self, timeout_s: float = 10.0) -> None:
+    def close(self, timeout_s: float = 10.0) -> list[str]:
         """Deliver what is queued, with one last try for what a sink that is down holds,
         within ``timeout_s`` in all (the lanes close side by side; a last try is made only
         if the sink's timeout fits); what a lane could not deliver by then is logged once
         (how many alert changes, the first ids) and counted as failed. Then close the
-        sinks. The processor's whole stop must stay within systemd's TimeoutStopSec
-        (60 s): this takes at most ``timeout_s``."""
+        sinks (one that fails to is logged, and its ``close_error`` kept). The processor's
+        whole stop must stay within systemd's TimeoutStopSec (60 s): this takes at most
+        ``timeout_s``. Returns the sinks whose changes the deadline cut (still waiting on
+        the sink, or no time left for a last try), as against a sink's own failure."""
         deadline = time.monotonic() + timeout_s
         for lane in self._lanes:
             lane.stop(deadline)
@@ -412,7 +414,13 @@ class Notifier:
         # before: a last try).
         self._record([])
         for sink in self.sinks:
-            sink.close()
+            try:
+                sink.close()
+            except Exception as exc:  # noqa: BLE001 - the other sinks still close
+                log.error("alert sink %s: closing it failed: %s", sink.name, exc)
+                # The lanes have ended: nothing else writes the counts now.
+                self.stats.sinks.setdefault(sink.name, SinkCounts()).close_error = str(exc)
+        return [lane.sink.name for lane in self._lanes if lane.cut]
 
 
 class Covers:

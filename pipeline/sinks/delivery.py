@@ -64,6 +64,8 @@ class SinkCounts:
     failed: int = 0         # given up after the last attempt (or the retry window), or refused
     dropped: int = 0        # never tried: the queue was full
     retries: int = 0
+    last_error: str = ""    # why the latest batch failed (what a stop line names)
+    close_error: str = ""   # why closing the sink failed ("": it closed)
 
 
 @dataclass
@@ -114,6 +116,9 @@ class Lane(LaneOutage):
         self._last_error: BaseException | None = None
         self._deadline = float("inf")   # closing: when the notifier stops waiting (monotonic)
         self._ended = False             # what was left at close is logged and counted
+        # Closing: what was left was given up because the deadline came (not the sink's
+        # own failure): a stop line then names the stop's timeout.
+        self.cut = False
         self._end_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         if background:
@@ -165,6 +170,7 @@ class Lane(LaneOutage):
     def abandon(self, why: str) -> None:
         """The notifier stops waiting for this lane (closing, its thread still on a try):
         what it holds, has queued or is trying is logged and counted as not delivered."""
+        self.cut = True
         self._given_up_at_close(why)
 
     def _drop_oldest(self) -> None:

@@ -64,6 +64,7 @@ class LaneOutage:
     _last_error: BaseException | None
     _deadline: float
     _ended: bool
+    cut: bool
     _end_lock: threading.Lock
     # Called with (notices, outcome) from this lane's thread (or the closing one) once a
     # notifying sink's changes are delivered ("sent") or not ("given_up", "failed"): the
@@ -219,6 +220,7 @@ class LaneOutage:
             self._retry(now)
             why = "the last try at close failed"
         else:
+            self.cut = True
             why = f"no time left at close for a last try (the sink's timeout is {timeout_s:g}s)"
         if self._held:
             self._given_up_at_close(why)
@@ -249,7 +251,7 @@ class LaneOutage:
         ids = ", ".join(n.alert.id for n in told[:IDS_SHOWN])
         more = f" and {len(told) - IDS_SHOWN} more" if len(told) > IDS_SHOWN else ""
         self._failed(max(1, batches), SinkError(f"{len(told)} alert changes not delivered "
-                                                f"at close"), logged=True)
+                                                f"({why}{last})"), logged=True)
         self._report(told, "given_up")
         log.error("alert sink %s: %d alert changes not delivered there, given up at close "
                   "(%s%s): %s%s%s", self.sink.name, len(told), why, down, ids, more, last)
@@ -272,5 +274,6 @@ class LaneOutage:
             self._stats.failed += batches
             self._stats.by_sink[name] = self._stats.by_sink.get(name, 0) + batches
             self._stats.last_error = f"{name}: {exc}"
+            self._counts.last_error = str(exc)
         if not logged:
             log.error("alert sink %s failed, changes not delivered there: %s", name, exc)

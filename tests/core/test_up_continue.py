@@ -21,18 +21,20 @@ T0 = 1_763_800_000.0
 COOLING = Fault("cooling", "node-001", 3, 120.0, 6 * 3600.0)
 
 
-def test_a_stored_fault_still_on_keeps_its_window_others_start_from_the_resume() -> None:
+def test_a_stored_fault_still_on_keeps_its_window_an_ended_one_is_not_replayed() -> None:
     text = "injected cooling fault (sudden, x2)"
+    past = Annotation("fault", T0 + 60, T0 + 660, "node-000", "gpu1", text)
     stored = [Annotation("fault", T0 + 120, T0 + 120 + 6 * 3600, "node-001", "gpu3", text),
-              Annotation("fault", T0 + 60, T0 + 660, "node-000", "gpu1",
-                         "injected cooling fault (sudden, x2)")]
+              past]
     assert COOLING.resolved_severity == 2.0 and COOLING.resolved_mode == "sudden"
     ended = Fault("cooling", "node-000", 1, 60.0, 600.0)            # its window is over
     other = Fault("cooling", "node-001", 3, 120.0, 6 * 3600.0, severity=3.0)  # not the same
     resume = T0 + 1800
-    fixed, continued = continued_faults([COOLING, ended, other], stored, resume)
-    assert [f.onset_ts for f in fixed] == [T0 + 120, resume + 60, resume + 120]
-    assert continued == [True, False, False]
+    fixed, continued, done = continued_faults([COOLING, ended, other], stored, resume)
+    # The ended one already happened in this timeline: a restart does not repeat it.
+    assert [f.onset_ts for f in fixed] == [T0 + 120, resume + 120]
+    assert continued == [True, False]
+    assert done == [(ended, past)]
 
 
 def gpu3_temps(path: Path, start: float, end: float) -> list[float]:
@@ -62,7 +64,7 @@ def test_a_continued_fleet_goes_on_from_the_stored_temperatures(tmp_path: Path) 
             out.append(float(sim.temp_read[1, 3]))
         return out
 
-    sim, notes = continued_sim(params, resume, [COOLING], str(path))
+    sim, notes, _ = continued_sim(params, resume, [COOLING], str(path))
     assert sim.ground_truth[0].onset_ts == T0 + 120 and notes == [" (continued from the store)"]
     after = first_minute(sim)
     assert abs(np.mean(after) - np.mean(before)) < 3.0, (before, after)
@@ -79,9 +81,9 @@ def test_keep_continues_only_its_own_clusters_fault(tmp_path: Path) -> None:
     simulate(store, SimParams(nodes=2, gpus=4, interval_s=5.0, steady_load=True,
                               cluster="west"), T0, 600.0, [COOLING])
     store.close()
-    _, notes = continued_sim(params, T0 + 600, [COOLING], str(path))
+    _, notes, _ = continued_sim(params, T0 + 600, [COOLING], str(path))
     assert notes == [" (a new one: the store holds none of it that is still on)"]
-    _, notes = continued_sim(dataclasses.replace(params, cluster="west"), T0 + 600,
+    _, notes, _ = continued_sim(dataclasses.replace(params, cluster="west"), T0 + 600,
                              [COOLING], str(path))
     assert notes == [" (continued from the store)"]
 
@@ -106,3 +108,39 @@ def test_keep_says_the_fault_is_continued_with_its_first_onset(tmp_path: Path) -
     assert "--keep: no data to continue, a new store" in banner[0], banner
     assert re.search(r"continued from its newest sample, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$",
                      banner[1].rstrip()), banner
+
+
+def fault_annotations_in(db: Path) -> list[Annotation]:
+    store = SqliteStore(db, read_only=True)
+    try:
+        return [a for a in store.annotations(0, 1e11) if a.kind == "fault"]
+    finally:
+        store.close()
+
+
+def test_keep_with_the_same_fault_flag_does_not_replay_an_ended_fault(tmp_path: Path) -> None:
+    db = tmp_path / "fleetwatch-sim.db"
+    flags = ("--keep", "--speed", "600", "--backfill", "20m", "--fault",
+             "cooling:node-001/1@1m+3m")
+    proc = start_up(tmp_path, *flags, "--port", str(free_port()))
+    wait_for_line(proc, "dashboard:")
+    wait_for_samples(db, 12 * 10)  # 10 simulated minutes: the fault (1 to 4 min) is over
+    code, out = stop(proc)
+    assert code == 0, out
+    (first,) = fault_annotations_in(db)
+    proc = start_up(tmp_path, *flags, "--port", str(free_port()))
+    lines = wait_for_line(proc, "dashboard:")
+    wait_for_samples(db, 12 * 10 + 24)
+    code, out = stop(proc)
+    assert code == 0, out
+    # The store's timeline holds the incident once: the restart neither injects it again
+    # nor writes a second window.
+    assert fault_annotations_in(db) == [first]
+    said = [line.strip() for line in lines]
+    assert not any(line.startswith("injected fault") for line in said), said
+    (note,) = [line for line in said if line.startswith("not injected again")]
+    assert re.fullmatch(
+        r"not injected again: cooling on node-001 GPU 1, which already ran in this store's "
+        r"timeline \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d for 3 min\); a new store "
+        r"\(--store NEW\.db\) runs it afresh",
+        note), note
