@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleetwatch.pipeline.store.base import RAW_SPAN_MS, Point, SeriesKey
+from fleetwatch.pipeline.store.base import MINUTE_MS, RAW_SPAN_MS, Point, SeriesKey
+from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series_of_points
 from fleetwatch.pipeline.store.sqlite_records import guarded
 
 Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
@@ -189,6 +190,23 @@ class SqliteReads:
                 for m, i in cols:
                     out[m].append((self._key(m, did), ts, sums[:, i] / n))
         return out
+
+    @guarded("read")
+    def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
+                   cluster: str | None = None) -> RackSeries:
+        """``metric``'s mean per rack and bin of ``step_ms`` over [start, end) (``rack_series``):
+        from the one-minute means, and the samples of the minutes not rolled up yet. The
+        values are packed per device, so the bins are made in numpy, not in SQL."""
+        bins = max(0, -(-(end_ms - start_ms) // step_ms))
+        series = [s for s in self.minute_means([metric], start_ms, end_ms)[metric]
+                  if cluster is None or s[0].cluster == cluster]
+        rolled = max((int(ts[-1]) + MINUTE_MS for _, ts, _ in series if len(ts)),
+                     default=start_ms)
+        if rolled < end_ms:  # a minute is rolled up a few minutes after it closes
+            series += series_of_points(self._raw(metric, rolled, end_ms,
+                                                 self._devices(None, None, cluster)))
+        return rack_means(series, start_ms, step_ms, bins, cluster)
+
 
 def _value(packed: bytes, i: int) -> float:
     return struct.unpack_from("<d", packed, 8 * i)[0]
