@@ -195,17 +195,32 @@ class SqliteReads:
     def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
                    cluster: str | None = None) -> RackSeries:
         """``metric``'s mean per rack and bin of ``step_ms`` over [start, end) (``rack_series``):
-        from the one-minute means, and the samples of the minutes not rolled up yet. The
-        values are packed per device, so the bins are made in numpy, not in SQL."""
+        from the one-minute means, and the samples of the minutes no device has one of yet
+        (a minute is rolled up a few minutes after it closes). The values are packed per
+        device, so the bins are made in numpy, not in SQL."""
         bins = max(0, -(-(end_ms - start_ms) // step_ms))
         series = [s for s in self.minute_means([metric], start_ms, end_ms)[metric]
                   if cluster is None or s[0].cluster == cluster]
-        rolled = max((int(ts[-1]) + MINUTE_MS for _, ts, _ in series if len(ts)),
-                     default=start_ms)
-        if rolled < end_ms:  # a minute is rolled up a few minutes after it closes
-            series += series_of_points(self._raw(metric, rolled, end_ms,
-                                                 self._devices(None, None, cluster)))
+        covered = set(np.concatenate([ts for _, ts, _ in series]).tolist()) if series else set()
+        dids = self._devices(None, None, cluster)
+        for first, last in _runs_missing(start_ms, end_ms, covered):
+            series += series_of_points(self._raw(metric, first, last, dids))
         return rack_means(series, start_ms, step_ms, bins, cluster)
+
+
+def _runs_missing(start_ms: int, end_ms: int, covered: set[int]) -> list[tuple[int, int]]:
+    """The spans of [start, end) made of whole minutes none of ``covered`` starts."""
+    runs: list[tuple[int, int]] = []
+    minute = start_ms - start_ms % MINUTE_MS
+    while minute < end_ms:
+        if minute not in covered:
+            first = max(minute, start_ms)
+            if runs and runs[-1][1] == first:
+                runs[-1] = (runs[-1][0], min(minute + MINUTE_MS, end_ms))
+            else:
+                runs.append((first, min(minute + MINUTE_MS, end_ms)))
+        minute += MINUTE_MS
+    return runs
 
 
 def _value(packed: bytes, i: int) -> float:
