@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 
@@ -60,6 +61,11 @@ def rack_lines(series: RackSeries, y_title: str, room: Mapping[str, Sequence[flo
     return fig
 
 
+def _kwh(kwh: float) -> str:
+    """kWh, or "n/a" where the carbon settings were refused (the PUE unknown: NaN)."""
+    return "n/a" if math.isnan(kwh) else f"{kwh:,.2f} kWh"
+
+
 def _cell(value: str, cls: str) -> html.Td:
     return html.Td(value, className=f"num {cls}")
 
@@ -71,8 +77,7 @@ def _row(r: RackLine, many: bool) -> html.Tr:
         _cell("no data now" if r.power_w is None else f"{r.power_w / 1000:,.2f} kW",
               "rack-power"),
         _cell(str(r.gpus_now), "rack-gpus"),
-        _cell(f"{r.kwh:,.2f} kWh", "rack-kwh"),
-        _cell(f"{r.facility_kwh:,.2f} kWh", "rack-facility"),
+        _cell(_kwh(r.kwh), "rack-kwh"), _cell(_kwh(r.facility_kwh), "rack-facility"),
         _cell(temp if r.inlet_c is None else f"{r.inlet_c:.1f} °C", "rack-inlet"),
         _cell(temp if r.die_c is None else f"{r.die_c:.1f} °C", "rack-die")])
 
@@ -91,8 +96,8 @@ def rack_table(v: FacilityView) -> html.Div | html.Table:
         html.Td("All racks shown"),
         _cell(f"{sum(power) / 1000:,.2f} kW" if power else "no data now", "rack-power"),
         _cell(str(sum(r.gpus_now for r in v.racks)), "rack-gpus"),
-        _cell(f"{sum(r.kwh for r in v.racks):,.2f} kWh", "rack-kwh"),
-        _cell(f"{sum(r.facility_kwh for r in v.racks):,.2f} kWh", "rack-facility"),
+        _cell(_kwh(sum(r.kwh for r in v.racks)), "rack-kwh"),
+        _cell(_kwh(sum(r.facility_kwh for r in v.racks)), "rack-facility"),
         html.Td(""), html.Td("")])
     return html.Table([html.Thead(head),
                        html.Tbody([_row(r, many) for r in v.racks] + [total])],
