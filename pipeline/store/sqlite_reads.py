@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleetwatch.pipeline.store.base import MINUTE_MS, RAW_SPAN_MS, Point, SeriesKey
+from fleetwatch.catalogue import catalogue
+from fleetwatch.pipeline.store.base import (
+    MINUTE_MS,
+    RAW_SPAN_MS,
+    Point,
+    SeriesKey,
+    gpu_index,
+)
 from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series_of_points
 from fleetwatch.pipeline.store.sqlite_records import guarded
 
@@ -152,7 +159,8 @@ class SqliteReads:
                 for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
 
     @guarded("read")
-    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int
+    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int,
+                     dids: Sequence[int] | None = None
                      ) -> dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]]:
         """Minute means of several metrics in one pass over the rollups of [start, end):
         per metric, per series, (minute starts in ms, means). For bulk readers (training
@@ -160,12 +168,13 @@ class SqliteReads:
         builds a tuple per point. A device that changed layout within a minute has one
         mean per layout there. One range query per device on the (device, minute) key:
         a query on the minute alone scans the whole table (a week of a 1,000-GPU fleet is
-        ~10 GB of rollups) for each day a reader asks for."""
+        ~10 GB of rollups) for each day a reader asks for. ``dids``: of these devices only
+        (every device's rows are read otherwise, whatever metrics it has)."""
         self._refresh()
         wanted = list(metrics)
         out: dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]] = {m: [] for m in wanted}
         conn = self._conn()
-        for did in sorted(self._idents):
+        for did in sorted(self._idents) if dids is None else sorted(dids):
             rows = conn.execute("SELECT ts, layout, n, sums FROM rollup_1m "
                                 "WHERE did = ? AND ts >= ? AND ts < ?",
                                 (did, start_ms, end_ms)).fetchall()
@@ -191,6 +200,14 @@ class SqliteReads:
                     out[m].append((self._key(m, did), ts, sums[:, i] / n))
         return out
 
+    def _scoped(self, metric: str, cluster: str | None) -> list[int]:
+        """The devices of ``cluster`` that can carry ``metric``: a GPU metric's GPUs, a host
+        metric's hosts (the catalogue's scope), so a read skips the other devices' rows."""
+        cat = catalogue()
+        scope = cat[metric].scope if metric in cat else None
+        return [did for did in self._devices(None, None, cluster)
+                if _carries(scope, self._idents[did][3])]
+
     @guarded("read")
     def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
                    cluster: str | None = None) -> RackSeries:
@@ -199,13 +216,21 @@ class SqliteReads:
         (a minute is rolled up a few minutes after it closes). The values are packed per
         device, so the bins are made in numpy, not in SQL."""
         bins = max(0, -(-(end_ms - start_ms) // step_ms))
-        series = [s for s in self.minute_means([metric], start_ms, end_ms)[metric]
-                  if cluster is None or s[0].cluster == cluster]
+        dids = self._scoped(metric, cluster)
+        series = self.minute_means([metric], start_ms, end_ms, dids)[metric]
         covered = set(np.concatenate([ts for _, ts, _ in series]).tolist()) if series else set()
-        dids = self._devices(None, None, cluster)
         for first, last in _runs_missing(start_ms, end_ms, covered):
             series += series_of_points(self._raw(metric, first, last, dids))
         return rack_means(series, start_ms, step_ms, bins, cluster)
+
+
+def _carries(scope: str | None, device: str) -> bool:
+    """Whether a device named ``device`` can carry a metric of ``scope`` (None: unknown)."""
+    if scope == "gpu":
+        return gpu_index(device) is not None
+    if scope == "host":
+        return device == "host"
+    return scope is None or (gpu_index(device) is None and device != "host")
 
 
 def _runs_missing(start_ms: int, end_ms: int, covered: set[int]) -> list[tuple[int, int]]:
