@@ -53,4 +53,8 @@ def test_victoria_and_sqlite_show_the_same_racks(victoria: Server, tmp_path: Pat
     assert a.room.keys() == b.room.keys() == {cluster}
     assert a.room[cluster] == pytest.approx(b.room[cluster], abs=1e-6)
     assert b.seen and cluster in b.seen
+    # A cluster with nothing stored (a tab opened before its data): empty, no exception.
+    none = read_facility(vm, model, now - 3600, time.time(), time.time(),
+                         cluster=cluster_name())
+    assert none.empty and none.inlet.means == {} and none.die.means == {}
     vm.close()
