@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
@@ -147,7 +147,7 @@ class Window:
 
     start_ms: int
     end_ms: int
-    step_ms: int = field(default=60_000)
+    step_ms: int
 
 
 def window(start_s: float, end_s: float) -> Window:

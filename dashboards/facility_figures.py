@@ -107,7 +107,8 @@ def rack_table(v: FacilityView) -> html.Div | html.Table:
 def power_note(v: FacilityView) -> str:
     """What "IT power now" adds up, said under the table."""
     static = (f" plus energy.node_static_w ({amounts.sig(v.static_w)} W) per node reporting "
-              "(the rest of the node, as the energy ledger books it)" if v.static_w else
+              f"({v.nodes_now} now: the rest of the node, as the energy ledger books it)"
+              if v.static_w else
               "; energy.node_static_w is 0, so the rest of the node (fans, NICs, disks) is "
               "in neither")
     hours = f"{v.hours} whole hour{'s' if v.hours != 1 else ''}"
