@@ -1,5 +1,6 @@
-"""The facility page's reads on VictoriaMetrics (binned by the server) and on SQLite (binned
-in numpy) over the same simulated fleet: the same racks, power, energy and temperatures."""
+"""The facility page's reads on VictoriaMetrics (binned by the server), InfluxDB (from its
+``range``) and SQLite (binned in numpy) over the same simulated fleet: the same racks, power,
+energy and temperatures."""
 
 from __future__ import annotations
 
@@ -13,18 +14,23 @@ from fleetwatch.dashboards.app import _default_carbon
 from fleetwatch.dashboards.facility_data import read_facility
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
-from tests.servers import Server
+from tests.store.conftest import DATABASE, influxdb  # noqa: F401 - the server fixture
 from tests.store.helpers import cluster_name, force_flush
 
 
-def test_victoria_and_sqlite_show_the_same_racks(victoria: Server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("server", ["victoria", "influxdb"])
+def test_a_server_and_sqlite_show_the_same_racks(request: pytest.FixtureRequest, server: str,
+                                                 tmp_path: Path) -> None:
+    address = request.getfixturevalue(server).address
     cluster = cluster_name()
     now = time.time()
     sim = FleetSim(SimParams(nodes=6, gpus=4, interval_s=15.0, cluster=cluster),
                    start_ts=now - 20 * 60)
     lite = SqliteStore(tmp_path / "s.db")
-    vm = VictoriaMetricsStore(f"http://{victoria.address}")
+    vm = (VictoriaMetricsStore(f"http://{address}") if server == "victoria" else
+          InfluxQLStore(f"http://{address}", bucket=DATABASE, api="v1"))
     processors = [Processor(lite), Processor(vm)]
     for _ in range(80):
         sim.step()
@@ -32,7 +38,10 @@ def test_victoria_and_sqlite_show_the_same_racks(victoria: Server, tmp_path: Pat
         for p in processors:
             p.process(frames)
     lite.maintain(int(time.time() * 1000))  # most minutes from the one-minute means
-    force_flush(victoria.address)
+    if server == "victoria":
+        force_flush(address)
+    else:
+        time.sleep(0.5)
     model = _default_carbon()
     a = read_facility(SqliteStore(tmp_path / "s.db", read_only=True), model, now - 3600,
                       time.time(), time.time(), cluster=cluster, static_w=100.0)

@@ -1,4 +1,5 @@
-"""A metric's mean per rack over time (the facility page's lines), as each store bins it,
+"""A metric's mean per rack over time (the facility page's lines), as each store bins it
+(SQLite in numpy, VictoriaMetrics and InfluxDB on the server),
 against the same numbers computed by hand from the samples written."""
 
 from __future__ import annotations
@@ -8,9 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.servers import Server
+from tests.store.conftest import DATABASE
 from tests.store.helpers import cluster_name, force_flush, frames, minute_ago, temp
 
 TICKS, STEP_MS = 180, 60_000  # three minutes of one frame a second; one-minute bins
@@ -68,4 +71,18 @@ def test_victoria_rack_means_summed_by_the_server(victoria: Server) -> None:
            cluster, t0, 1, 3 * STEP_MS)
     none = store.rack_means("gpu_temp_c", t0, t0 + 3 * 60_000, STEP_MS, cluster=cluster_name())
     assert none.means == {}
+    store.close()
+
+
+def test_influxdb_rack_means_from_the_servers_means_per_device(influxdb: Server) -> None:
+    # A start on a multiple of the step, as the page's bins are (InfluxDB's GROUP BY time
+    # buckets start on one).
+    cluster, t0 = cluster_name(), minute_ago(10) // (3 * STEP_MS) * (3 * STEP_MS)
+    store = InfluxQLStore(f"http://{influxdb.address}", bucket=DATABASE, api="v1")
+    store.write(frames(cluster, t0, TICKS, nodes=4))
+    time.sleep(0.5)
+    _check(store.rack_means("gpu_temp_c", t0, t0 + 3 * 60_000, STEP_MS, cluster=cluster),
+           cluster, t0, 3)
+    _check(store.rack_means("gpu_temp_c", t0, t0 + 3 * 60_000, 3 * STEP_MS, cluster=cluster),
+           cluster, t0, 1, 3 * STEP_MS)
     store.close()
