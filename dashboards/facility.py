@@ -47,7 +47,8 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
                         children=html.Div("Loading…", className="empty-note"))),
         html.Div(id="facility-power-note", className="panel-hint method-note"),
         _panel("Inlet air per rack", "°C · mean of the rack's nodes' inlet sensors (BMC) · "
-               "dashed: the room, the median of the racks · UTC",
+               "dashed: the room, the median of the racks · UTC · on SQLite, a bin over "
+               "5 min is the mean of 5 of its minutes",
                dcc.Graph(id="facility-inlet", figure=empty_figure("Loading…", 300),
                          config=_GRAPH)),
         _panel("GPU die temperature per rack", "°C · mean of the rack's GPUs · UTC",

@@ -13,8 +13,8 @@ from fleetwatch.collectors.sim import FleetSim, SimParams
 from fleetwatch.dashboards.app import _default_carbon
 from fleetwatch.dashboards.facility_data import read_facility
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.store.conftest import DATABASE, influxdb  # noqa: F401 - the server fixture
 from tests.store.helpers import cluster_name, force_flush

@@ -86,3 +86,25 @@ def test_influxdb_rack_means_from_the_servers_means_per_device(influxdb: Server)
     _check(store.rack_means("gpu_temp_c", t0, t0 + 3 * 60_000, 3 * STEP_MS, cluster=cluster),
            cluster, t0, 1, 3 * STEP_MS)
     store.close()
+
+
+def test_sqlite_long_bins_read_evenly_spaced_minutes(tmp_path: Path) -> None:
+    """A bin of 20 minutes reads 5 of them (every fourth minute): each GPU's mean of those
+    minutes' means, then the rack's mean of its GPUs (a week of 1,000 GPUs: 1,200 minutes of
+    each device, not 10,080)."""
+    step = 20 * 60_000
+    cluster, t0 = cluster_name(), minute_ago(30) // step * step
+    store = SqliteStore(tmp_path / "s.db")
+    ticks = 20 * 60
+    store.write(frames(cluster, t0, ticks, nodes=4))
+    store.maintain(int(time.time() * 1000))
+    got = SqliteStore(tmp_path / "s.db", read_only=True).rack_means(
+        "gpu_temp_c", t0, t0 + step, step, cluster=cluster)
+    for rack, nodes in (("rack-0", (0, 1)), ("rack-1", (2, 3))):
+        gpus = []
+        for n in nodes:
+            for g in (0, 1):
+                minutes = [sum(temp(n, g, k) for k in range(m * 60, m * 60 + 60)) / 60
+                           for m in range(0, 20, 4)]
+                gpus.append(sum(minutes) / len(minutes))
+        assert got.means[cluster, rack] == pytest.approx([sum(gpus) / len(gpus)], abs=1e-9)
