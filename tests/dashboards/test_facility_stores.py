@@ -67,3 +67,37 @@ def test_a_server_and_sqlite_show_the_same_racks(request: pytest.FixtureRequest,
                          cluster=cluster_name())
     assert none.empty and none.inlet.means == {} and none.die.means == {}
     vm.close()
+
+
+def test_a_failed_rack_cooler_shows_as_one_racks_inlet_and_dies_climbing(tmp_path: Path
+                                                                         ) -> None:
+    """The simulator's rack_cooling fault (the rack's inlet air 15 °C warmer, over its
+    ramp): on the page's lines, that rack's inlet and dies rise, the other racks' and the
+    room's (the median of four racks) stay where they were."""
+    from fleetwatch.collectors.sim import parse_fault
+
+    now = time.time()
+    store = SqliteStore(tmp_path / "c.db")
+    sim = FleetSim(SimParams(nodes=8, gpus=2, interval_s=15.0, job_mean_s=1e9, idle_mean_s=1,
+                             busy_at_start=1.0, steady_load=True),
+                   start_ts=now - 45 * 60, faults=[parse_fault("rack_cooling:rack-01@5m+60m")])
+    processor = Processor(store)
+    for _ in range(180):
+        sim.step()
+        processor.process(sim.frames())
+    v = read_facility(SqliteStore(tmp_path / "c.db", read_only=True), _default_carbon(),
+                      now - 3600, now, now)
+    room = v.room["sim"]
+    first = next(i for i, x in enumerate(room) if x is not None) + 1  # a whole minute
+    last = max(i for i, x in enumerate(room) if x is not None) - 1
+    assert abs(room[last] - room[first]) < 2
+    for (_, rack), line in v.inlet.means.items():
+        if rack == "rack-01":
+            assert line[last] - line[first] > 10 and line[last] > room[last] + 10
+        else:
+            assert abs(line[last] - line[first]) < 2 and abs(line[last] - room[last]) < 2
+    die = {rack: line[last] - line[first] for (_, rack), line in v.die.means.items()}
+    assert die["rack-01"] > 10 and max(d for r, d in die.items() if r != "rack-01") < 5
+    hot = next(r for r in v.racks if r.rack == "rack-01")
+    assert hot.inlet_c is not None and hot.inlet_c > max(
+        r.inlet_c or 0.0 for r in v.racks if r.rack != "rack-01") + 10
