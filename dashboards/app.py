@@ -27,6 +27,7 @@ from fleetwatch.dashboards import (
     alerts,
     components,
     energy,
+    facility,
     fleet,
     job,
     live,
@@ -52,6 +53,8 @@ def _page(pathname: str | None, refresh_s: float, search: str | None = None,
     path = pathname or "/"
     if path.rstrip("/") == energy.PATH:
         return energy.layout(refresh_s, search, render_energy)
+    if path.rstrip("/") == facility.PATH:
+        return facility.layout(refresh_s, search)
     if path.rstrip("/") == utilization.PATH:
         return utilization.layout(refresh_s, search)
     if path in (fleet.PATH, ""):
@@ -77,7 +80,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                temp_limit_c: float | None = None,
                carbon: CarbonModel | None = None,
                allowed_hosts: Sequence[str] = (),
-               store_problem: Callable[[], str | None] | None = None) -> dash.Dash:
+               store_problem: Callable[[], str | None] | None = None,
+               node_static_w: float = 0.0) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
@@ -86,6 +90,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     ``allowed_hosts``: the names besides loopback's it answers to (``HostCheck``).
     ``store_problem``: what the store's writer says is wrong with it (``fleetwatch up``'s
     processor: a full disk), shown over the fleet page (None: nothing known).
+    ``node_static_w``: energy.node_static_w, the rest of a node in the facility page's power.
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
@@ -107,7 +112,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     # Every page's components, so Dash can check the callbacks of pages not shown yet.
     app.validation_layout = html.Div([shell, fleet.layout(refresh_s), alerts.layout(refresh_s),
                                       node.layout("", refresh_s), energy.layout(refresh_s),
-                                      utilization.layout(refresh_s), job.layout("", refresh_s)])
+                                      utilization.layout(refresh_s), job.layout("", refresh_s),
+                                      facility.layout(refresh_s)])
 
     @app.callback(Output("page", "children"),
                   *[Output(components.nav_id(label), "className") for label, _ in components.NAV],
@@ -130,7 +136,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     carbon = carbon or _default_carbon()
     render_energy = energy.register(app, store, clock, carbon)
     job.register(app, store, clock, carbon)
-    for page in ("fleet", "alerts", "node", "util", "energy", "job"):
+    facility.register(app, store, clock, carbon, node_static_w)
+    for page in ("fleet", "alerts", "node", "util", "energy", "job", "facility"):
         live.register(app, page)
     return app
 
@@ -244,7 +251,8 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           temp_limit_c: float | None = None, carbon: CarbonModel | None = None,
           until: threading.Event | None = None, allowed_hosts: Sequence[str] = (),
           clock: Callable[[], float] = time.time,
-          store_problem: Callable[[], str | None] | None = None) -> None:
+          store_problem: Callable[[], str | None] | None = None,
+          node_static_w: float = 0.0) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
@@ -259,7 +267,7 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
 
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
                      allowed_hosts=allowed_hosts, clock=clock,
-                     store_problem=store_problem)
+                     store_problem=store_problem, node_static_w=node_static_w)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

@@ -33,7 +33,7 @@ from fleetwatch.pipeline.store.base import (
 )
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
-       ("Energy", "/energy"))
+       ("Energy", "/energy"), ("Facility", "/facility"))
 
 
 def clock(ts_s: float) -> str:

@@ -2,11 +2,11 @@
 
 Reads the ledger the processor wrote (never raw samples), prices each hour
 with that hour's PUE and grid intensity (``fleetwatch.carbon``), and adds the
-hours up per job, user, team, node and cluster. Every breakdown is a
+hours up per job, user, team, node, rack and cluster. Every breakdown is a
 partition of the same rows, so each one sums to the total ("(no job)" holds
 energy no job was running for, "(no user)" energy of jobs without a user).
 ``report_files`` writes it: an HTML report (``report_html``), a CSV with a row
-per job, user, team, node and cluster, and a JSON summary. The rows are read a
+per job, user, team, node, rack and cluster, and a JSON summary. The rows are read a
 few hours at a time (``ledger_chunks``) and summed as they come (``build_chunks``):
 a month of 1,000 GPUs is 1.6 million rows, which the report never holds at once.
 """
@@ -213,7 +213,7 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
                  progress: Progress | None = None, tz: str = "UTC") -> Report:
     """The report of the ledger rows in ``chunks`` (oldest first, e.g. a few hours of the
     month each, as :func:`ledger_chunks` reads them): each chunk is summed per job, user,
-    team, node, cluster and day and let go, so memory grows with the names, not with the
+    team, node, rack, cluster and day and let go, so memory grows with the names, not with the
     rows (a month of 1,000 GPUs is about 1.6 million rows). ``progress`` hears of each.
     ``tz``: the time zone of the month [start, end) (``report_month.month_span``); an hour
     the month's edge cuts counts for its share."""

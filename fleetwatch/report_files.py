@@ -2,7 +2,7 @@
 ``fleetwatch.report``'s pure ``build_chunks``.
 
 Reads the month's ledger rows from the store, builds the report, and writes an
-HTML report (``report_html``), a CSV with a row per job, user, team, node and
+HTML report (``report_html``), a CSV with a row per job, user, team, node, rack and
 cluster, and a JSON summary; returns the headline the command prints.
 """
 
@@ -42,8 +42,8 @@ CSV_FIELDS = ("kind", "name", "it_kwh", "facility_kwh", "co2e_kg", "cost", "gpu_
 _KEPT = {"idle_share": "idle_energy_share"}
 # Every column but ``currency`` is a ``Line`` attribute; ``currency`` (the cost column's,
 # from energy.currency) is the report's, on every row, so that the CSV alone says it.
-# ``cluster``: the cluster of a job, node or cluster row (job ids and node names repeat
-# across clusters); empty for users and teams, who span clusters. ``timezone``,
+# ``cluster``: the cluster of a job, node, rack or cluster row (job ids, node and rack names
+# repeat across clusters); empty for users and teams, who span clusters. ``timezone``,
 # ``month_start`` and ``month_end``: the month the rows cover, its ends local midnights in
 # ISO 8601 with their offset (2026-03-01T00:00:00+01:00), on every row as ``currency``.
 _ATTRS = tuple(_KEPT.get(name, name) for name in CSV_FIELDS[:-5])

@@ -260,6 +260,7 @@ generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} {html.escape
 <h3>By job (top 25)</h3>{_table(r.lines['job'], t, r.currency, 25, 'job', True)}
 <h3>By user (top 25)</h3>{_table(r.lines['user'], t, r.currency, 25, 'user')}
 <h3>By node (top 25)</h3>{_table(r.lines['node'], t, r.currency, 25, 'node', True)}
+<h3>By rack</h3>{_table(r.lines['rack'], t, r.currency, 100, 'rack', True)}
 <h2>Repeat offenders</h2>{_offenders(r)}
 <h2>Data quality</h2>{quality}
 <div class="chart">{charts[2]}</div>

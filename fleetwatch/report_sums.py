@@ -1,4 +1,4 @@
-"""The monthly report's sums: one ``Line`` per job, user, team, node and cluster, and the
+"""The monthly report's sums: one ``Line`` per job, user, team, node, rack and cluster, and the
 month's totals, per day and per hour, added up as the ledger's rows are read (``Month``),
 each hour priced with its cluster's grid and PUE, and counted for its share of the month
 (``hour_share``: half of it where a month of a half-hour-offset zone begins or ends inside a
@@ -15,17 +15,17 @@ from fleetwatch.carbon import J_PER_KWH, CarbonModel, HourFactors
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow
 from fleetwatch.report_month import day_start, hour_share, longest_measured
 
-KINDS = ("job", "user", "team", "node", "cluster")
+KINDS = ("job", "user", "team", "node", "rack", "cluster")
 NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
-# Kinds whose names are a cluster's own: node names (node001) and Slurm job ids restart
-# in every cluster, so their rows are keyed by (cluster, name). Users and teams are
+# Kinds whose names are a cluster's own: node and rack names (node001, rack-a) and Slurm
+# job ids restart in every cluster, so their rows are keyed by (cluster, name). Users and teams are
 # people, the same across clusters: one row each.
-PER_CLUSTER = ("job", "node")
+PER_CLUSTER = ("job", "node", "rack")
 
 
 @dataclass
 class Line:
-    """Totals of one job, user, team, node or cluster (or of everything)."""
+    """Totals of one job, user, team, node, rack or cluster (or of everything)."""
 
     kind: str
     name: str
@@ -39,7 +39,7 @@ class Line:
     gpu_kwh: float = 0.0
     over_tdp_gpu_hours: float = 0.0
     missing_gpu_hours: float = 0.0
-    # The cluster of a job, node or cluster row; "" for users, teams and totals.
+    # The cluster of a job, node, rack or cluster row; "" for users, teams and totals.
     cluster: str = ""
 
     def add(self, it: float, fac: float, co2: float, cost: float, gpu_h: float, idle: float,

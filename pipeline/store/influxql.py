@@ -94,6 +94,7 @@ from fleetwatch.pipeline.store.lpsilences import (
     newest,
     silence_from,
 )
+from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series_of_points
 from fleetwatch.pipeline.store.window import AcceptWindow, go_duration_ms
 
 log = logging.getLogger(__name__)
@@ -165,6 +166,21 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         points = [p for s in self.query(q) for p in _points(metric, s)]
         points.sort(key=lambda p: p[1])
         return points
+
+    def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
+                   cluster: str | None = None) -> RackSeries:
+        """``metric``'s mean per rack and bin of ``step_ms`` over [start, end)
+        (``rack_series``): each device's mean per bin from the server (``GROUP BY
+        time``), a few hundred per device whatever its samples; their mean per rack here.
+        ``start_ms`` a multiple of the step (the server's buckets start on one)."""
+        bins = max(0, -(-(end_ms - start_ms) // step_ms))
+        measurement, field = split_metric(metric)
+        where = "" if cluster is None else f' AND "cluster" = {_literal(cluster)}'
+        q = (f"SELECT mean({_ident(field)}) FROM {_ident(measurement)} WHERE time >= "
+             f"{start_ms}ms AND time < {start_ms + bins * step_ms}ms{where} {_GROUP}, "
+             f"time({step_ms}ms) fill(none)")
+        points = [p for s in self.query(q) for p in _points(metric, s)]
+        return rack_means(series_of_points(points), start_ms, step_ms, bins, cluster)
 
     def accepted_window(self) -> AcceptWindow:
         """From the database's default retention policy; InfluxDB has no future bound

@@ -87,8 +87,9 @@ class DeviceState(NamedTuple):
 # What ``energy_totals`` can group by (besides the hour).
 TOTAL_KEYS = ("cluster", "rack", "node", "job", "user", "team")
 # What it can also group by within each cluster (``per_cluster``): what a top list needs
-# to price each cluster's part with its own grid and PUE (carbon.clusters).
-CLUSTER_KEYS = ("job", "user")
+# to price each cluster's part with its own grid and PUE (carbon.clusters), and what tells
+# a rack from its namesake in another cluster (the facility page's energy per rack).
+CLUSTER_KEYS = ("job", "user", "rack")
 
 
 class EnergyTotal(NamedTuple):

@@ -11,7 +11,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from fleetwatch.pipeline.store.base import RAW_SPAN_MS, Point, SeriesKey
+from fleetwatch.catalogue import catalogue
+from fleetwatch.pipeline.store.base import (
+    MINUTE_MS,
+    RAW_SPAN_MS,
+    Point,
+    SeriesKey,
+    gpu_index,
+)
+from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series_of_points
 from fleetwatch.pipeline.store.sqlite_records import guarded
 
 Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
@@ -151,7 +159,8 @@ class SqliteReads:
                 for (did, ts), (n, s, lo, hi) in sorted(merged.items(), key=lambda x: x[0][1])]
 
     @guarded("read")
-    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int
+    def minute_means(self, metrics: Sequence[str], start_ms: int, end_ms: int,
+                     dids: Sequence[int] | None = None, every_ms: int = MINUTE_MS
                      ) -> dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]]:
         """Minute means of several metrics in one pass over the rollups of [start, end):
         per metric, per series, (minute starts in ms, means). For bulk readers (training
@@ -159,15 +168,17 @@ class SqliteReads:
         builds a tuple per point. A device that changed layout within a minute has one
         mean per layout there. One range query per device on the (device, minute) key:
         a query on the minute alone scans the whole table (a week of a 1,000-GPU fleet is
-        ~10 GB of rollups) for each day a reader asks for."""
+        ~10 GB of rollups) for each day a reader asks for. ``dids``: of these devices only
+        (every device's rows are read otherwise, whatever metrics it has); ``every_ms``: only
+        the minutes that start on a multiple of it (picked by SQLite, in C)."""
         self._refresh()
         wanted = list(metrics)
         out: dict[str, list[tuple[SeriesKey, np.ndarray, np.ndarray]]] = {m: [] for m in wanted}
         conn = self._conn()
-        for did in sorted(self._idents):
+        for did in sorted(self._idents) if dids is None else sorted(dids):
             rows = conn.execute("SELECT ts, layout, n, sums FROM rollup_1m "
-                                "WHERE did = ? AND ts >= ? AND ts < ?",
-                                (did, start_ms, end_ms)).fetchall()
+                                "WHERE did = ? AND ts >= ? AND ts < ? AND ts % ? = 0",
+                                (did, start_ms, end_ms, every_ms)).fetchall()
             if not rows:
                 continue
             ts_all, lids, n_all, blobs = zip(*rows)
@@ -189,6 +200,72 @@ class SqliteReads:
                 for m, i in cols:
                     out[m].append((self._key(m, did), ts, sums[:, i] / n))
         return out
+
+    def _scoped(self, metric: str, cluster: str | None) -> list[int]:
+        """The devices of ``cluster`` that can carry ``metric``: a GPU metric's GPUs, a host
+        metric's hosts (the catalogue's scope), so a read skips the other devices' rows."""
+        cat = catalogue()
+        scope = cat[metric].scope if metric in cat else None
+        return [did for did in self._devices(None, None, cluster)
+                if _carries(scope, self._idents[did][3])]
+
+    @guarded("read")
+    def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
+                   cluster: str | None = None) -> RackSeries:
+        """``metric``'s mean per rack and bin of ``step_ms`` over [start, end) (``rack_series``):
+        from the one-minute means, and the samples of the minutes no device has one of yet
+        (a minute is rolled up a few minutes after it closes). The values are packed per
+        device, so the bins are made in numpy, not in SQL, of at most ``SAMPLED_MINUTES``
+        minutes each (``sampled_every_ms``): a week of 1,000 GPUs is 10 million minutes.
+        ``start_ms`` a multiple of the step."""
+        bins = max(0, -(-(end_ms - start_ms) // step_ms))
+        dids = self._scoped(metric, cluster)
+        every = sampled_every_ms(step_ms)
+        series = self.minute_means([metric], start_ms, end_ms, dids, every)[metric]
+        covered = set(np.concatenate([ts for _, ts, _ in series]).tolist()) if series else set()
+        for first, last in _runs_missing(start_ms, end_ms, covered, every):
+            series += series_of_points(self._raw(metric, first, last, dids))
+        return rack_means(series, start_ms, step_ms, bins, cluster)
+
+
+def _carries(scope: str | None, device: str) -> bool:
+    """Whether a device named ``device`` can carry a metric of ``scope`` (None: unknown)."""
+    if scope == "gpu":
+        return gpu_index(device) is not None
+    if scope == "host":
+        return device == "host"
+    return scope is None or (gpu_index(device) is None and device != "host")
+
+
+# The most minutes of a device a bin of ``rack_means`` reads (evenly spaced).
+SAMPLED_MINUTES = 5
+
+
+def sampled_every_ms(step_ms: int) -> int:
+    """Which minutes ``rack_means`` reads for a bin of ``step_ms``: every one up to
+    ``SAMPLED_MINUTES`` minutes, else those on a multiple of every k-th minute, k such that
+    a bin holds ``SAMPLED_MINUTES`` of them or one fewer."""
+    minutes = max(1, step_ms // MINUTE_MS)
+    return -(-minutes // SAMPLED_MINUTES) * MINUTE_MS
+
+
+def _runs_missing(start_ms: int, end_ms: int, covered: set[int], every_ms: int = MINUTE_MS
+                  ) -> list[tuple[int, int]]:
+    """The spans of [start, end) made of whole minutes, of those starting on a multiple of
+    ``every_ms``, none of ``covered`` starts."""
+    runs: list[tuple[int, int]] = []
+    minute = -(-start_ms // every_ms) * every_ms if every_ms > MINUTE_MS else (
+        start_ms - start_ms % MINUTE_MS)
+    while minute < end_ms:
+        if minute not in covered:
+            first = max(minute, start_ms)
+            if runs and runs[-1][1] == first:
+                runs[-1] = (runs[-1][0], min(minute + MINUTE_MS, end_ms))
+            else:
+                runs.append((first, min(minute + MINUTE_MS, end_ms)))
+        minute += every_ms
+    return runs
+
 
 def _value(packed: bytes, i: int) -> float:
     return struct.unpack_from("<d", packed, 8 * i)[0]

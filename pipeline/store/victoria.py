@@ -111,6 +111,7 @@ from fleetwatch.pipeline.store.metricsql import (
     series_key,
     series_selector,
 )
+from fleetwatch.pipeline.store.rack_series import RackSeries
 from fleetwatch.pipeline.store.window import DAY_MS, AcceptWindow, parse_flags, vm_duration_ms
 
 # One query_range asks for at most this many minutes (the server's default
@@ -312,6 +313,31 @@ class VictoriaMetricsStore(VictoriaEnergy, InfluxStore):  # the ledger: energy_v
                               for t, v in r["values"])
             first = chunk_last + MINUTE_MS
         return points
+
+    def rack_means(self, metric: str, start_ms: int, end_ms: int, step_ms: int,
+                   cluster: str | None = None) -> RackSeries:
+        """``metric``'s mean per rack and bin of ``step_ms`` over [start, end): averaged by
+        the server, per device over the bin and then over the rack's devices (``rack_series``),
+        so a 1,000-GPU fleet comes back as one line per rack. ``start_ms`` a multiple of the
+        step (the server aligns the steps of a range query to it)."""
+        bins = max(0, -(-(end_ms - start_ms) // step_ms))
+        if bins == 0:
+            return RackSeries(start_ms, step_ms, 0, {})
+        selector = series_selector(metric, cluster=cluster)
+        # The value at t averages [t - step, t): the bin that ends at t.
+        result = self._get("/api/v1/query_range", query=(
+            f"avg by (cluster, rack) (avg_over_time({selector}[{step_ms}ms] offset 1ms))"),
+            start=(start_ms + step_ms) / 1000, end=(start_ms + bins * step_ms) / 1000,
+            step=f"{step_ms}ms", nocache=1)
+        means: dict[tuple[str, str], list[float | None]] = {}
+        for r in result:
+            line: list[float | None] = [None] * bins
+            for t, v in r["values"]:
+                i = (round(float(t) * 1000) - step_ms - start_ms) // step_ms
+                if 0 <= i < bins:
+                    line[i] = float(v)
+            means[r["metric"].get("cluster", ""), r["metric"].get("rack", "")] = line
+        return RackSeries(start_ms, step_ms, bins, dict(sorted(means.items())))
 
     def alerts(self, states: Sequence[AlertState] = ACTIVE_STATES,
                since_ts: float | None = None) -> list[Alert]:

@@ -126,11 +126,12 @@ def test_alert_table_rows_link_to_nodes() -> None:
 
 def test_nav_marks_the_current_page() -> None:
     off = "nav-link"
-    assert components.nav_classes("/") == ["nav-link active", off, off, off]
-    assert components.nav_classes("/alerts") == [off, "nav-link active", off, off]
-    assert components.nav_classes("/node/node-001") == ["nav-link active", off, off, off]
-    assert components.nav_classes("/utilization") == [off, off, "nav-link active", off]
-    assert components.nav_classes("/energy") == [off, off, off, "nav-link active"]
+    assert components.nav_classes("/") == ["nav-link active", off, off, off, off]
+    assert components.nav_classes("/alerts") == [off, "nav-link active", off, off, off]
+    assert components.nav_classes("/node/node-001") == ["nav-link active", off, off, off, off]
+    assert components.nav_classes("/utilization") == [off, off, "nav-link active", off, off]
+    assert components.nav_classes("/energy") == [off, off, off, "nav-link active", off]
+    assert components.nav_classes("/facility") == [off, off, off, off, "nav-link active"]
 
 
 def test_ago() -> None:

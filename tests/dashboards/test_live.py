@@ -20,7 +20,7 @@ def test_every_tick_disabled_while_running_is_re_armed_by_a_watch(tmp_path: Path
     watched = {_prop(out) for cb in app._callback_list
                if (cb.get("clientside_function") or {}).get("function_name") == "watch"
                for out in cb["output"].strip(".").split("...")}
-    pages = ("fleet", "alerts", "node", "util", "energy", "job")
+    pages = ("fleet", "alerts", "node", "util", "energy", "job", "facility")
     assert held == {f"{p}-tick.disabled" for p in pages}
     assert held <= watched
     # The watches' own components exist on their pages (Dash checks them against this).

@@ -116,7 +116,8 @@ def test_no_store_file_says_so_instead_of_loading(dash_duo, tmp_path: Path) -> N
     dash_duo.start_server(create_app(SqliteStore(tmp_path / "absent.db", read_only=True),
                                      refresh_s=30.0))
     for page, graphs in (("/utilization", "#util-cdf-gpu_power_w, #util-idle"),
-                         ("/energy", "#energy-kwh, #energy-idle")):
+                         ("/energy", "#energy-kwh, #energy-idle"),
+                         ("/facility", "#facility-inlet, #facility-die")):
         dash_duo.driver.get(dash_duo.server_url + page)
         until(lambda g=graphs: _text(dash_duo, f"{g.split(', ')[0]} .annotation-text")
               .startswith("Store unavailable"), timeout=15)
