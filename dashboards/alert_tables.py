@@ -35,8 +35,6 @@ def _device(a: Alert) -> str:
 
 # The resolved table shows this many (the newest); the rest are one command away.
 RESOLVED_SHOWN = 50
-
-
 # The active tables show this many (firing first, critical first, as they are sorted): in a
 # storm a row per alert was 2 MB a refresh (1,050 alerts) and a browser pinned for minutes.
 ACTIVE_SHOWN = 100
