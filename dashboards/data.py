@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.alert_view import data_end, ordered
-from fleetwatch.pipeline.silences import NODE_DOWN_RULES
+from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Acknowledgement,
