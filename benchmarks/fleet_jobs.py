@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from fleetwatch.dashboards import components, fleet  # noqa: E402
+from fleetwatch.dashboards import alert_tables, fleet  # noqa: E402
 from fleetwatch.dashboards.data import read_fleet, read_mutes  # noqa: E402
 from fleetwatch.dashboards.fleet_jobs import FleetJobs  # noqa: E402
 from fleetwatch.pipeline.store.base import Event  # noqa: E402
@@ -66,7 +66,7 @@ SIZES: dict[bool, int] = {}  # with jobs -> the heatmap's JSON, bytes
 def refresh(store: SqliteStore, now: float, jobs: FleetJobs | None) -> float:
     t = time.perf_counter()
     view = read_fleet(store, now)
-    muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+    muted = alert_tables.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
     held = jobs.read(store, now) if jobs is not None else None
     fig = fleet.parts(view, now, None, muted, held)[1]
     took = time.perf_counter() - t

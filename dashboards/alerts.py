@@ -12,7 +12,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
-from fleetwatch.dashboards import components, live, node, timerange
+from fleetwatch.dashboards import alert_tables, components, live, node, timerange
 from fleetwatch.dashboards.data import (
     in_cluster,
     read_alerts,
@@ -81,18 +81,18 @@ def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: 
     since = "31d" if rng == "month" else rng  # a duration, as `--since` takes it
     more = (f"and {left:,} more: `fleetwatch alerts --since {since}` lists them all"
             if left else "")
-    return (components.alert_table(active, now, "active-alert-table", rng=carry, muted=muted,
-                                   ended=ended, limit=components.ACTIVE_SHOWN,
-                                   clusters=clusters),
-            components.alert_table(sort_alerts(shown), now, "resolved-alert-table",
-                                   rng=carry, more=more, clusters=clusters, muted=recorded,
-                                   empty=f"Nothing resolved in the {timerange.label(rng)}"))
+    return (alert_tables.alert_table(active, now, "active-alert-table", rng=carry, muted=muted,
+                                     ended=ended, limit=alert_tables.ACTIVE_SHOWN,
+                                     clusters=clusters),
+            alert_tables.alert_table(sort_alerts(shown), now, "resolved-alert-table",
+                                     rng=carry, more=more, clusters=clusters, muted=recorded,
+                                     empty=f"Nothing resolved in the {timerange.label(rng)}"))
 
 
 def resolved_shown(resolved: Sequence[Alert]) -> list[Alert]:
     """The newest ``RESOLVED_SHOWN`` resolved alerts: those the table shows."""
     newest = sorted(resolved, key=lambda a: -(a.resolved_ts or a.updated_ts))
-    return newest[:components.RESOLVED_SHOWN]
+    return newest[:alert_tables.RESOLVED_SHOWN]
 
 
 def digest(*parts: Any) -> str:
@@ -127,11 +127,11 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         try:
             seen, active, resolved = of_cluster(*read_alerts(store, now, now - start),
                                                 cluster or None)
-            muted = components.notes(active, *read_mutes(store, active, now), now)
+            muted = alert_tables.notes(active, *read_mutes(store, active, now), now)
             shown = resolved_shown(resolved)
-            acks, notified = read_record(store, [*active[:components.ACTIVE_SHOWN], *shown])
-            muted = components.record_notes(active, acks, notified, now, muted)
-            recorded = components.record_notes(shown, acks, notified, now)
+            acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown])
+            muted = alert_tables.record_notes(active, acks, notified, now, muted)
+            recorded = alert_tables.record_notes(shown, acks, notified, now)
             ended = read_data_end(store, active, now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
@@ -141,7 +141,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         shown, fingerprint = unchanged(
             tables(active, resolved, now, rng, muted, ended, clusters=many,
                    recorded=recorded), last)
-        return (*shown, components.ended_notice(ended, now, "alerts-ended"),
+        return (*shown, alert_tables.ended_notice(ended, now, "alerts-ended"),
                 components.updated_stamp(now), timerange.label(rng), fingerprint,
                 components.cluster_options(seen, cluster))
 

@@ -1,5 +1,8 @@
-"""HTML pieces the pages share: the header, the summary strip, alert tables.
+"""HTML pieces every page shares: the header and its nav, times as the pages write them,
+the pages' addresses (node and job links, the range and cluster in the query), the range
+and cluster pickers, kept zoom, banners, panels and the refresh stamp.
 
+The fleet page's summary strip is ``summary_strip``; alert tables are ``alert_tables``.
 Pure functions of records (and ``now`` for "5 min ago"), so the pages' text
 is tested without a browser.
 """
@@ -7,8 +10,7 @@ is tested without a browser.
 from __future__ import annotations
 
 import time
-from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -16,21 +18,8 @@ from urllib.parse import quote, urlencode
 import dash
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch import alert_view
 from fleetwatch.dashboards import timerange
-from fleetwatch.dashboards.data import TEMP, FleetView, node_label
-from fleetwatch.dashboards.figures import NO_DATA, fmt, zoom_after
-from fleetwatch.pipeline.links import alert_jobs
-from fleetwatch.pipeline.sinks.notified import outcome_text
-from fleetwatch.pipeline.store.base import (
-    Acknowledgement,
-    Alert,
-    Notification,
-    Silence,
-    board_text,
-    evidence_value,
-    gpu_index,
-)
+from fleetwatch.dashboards.figures import zoom_after
 
 NAV = (("Fleet", "/"), ("Alerts", "/alerts"), ("Utilization", "/utilization"),
        ("Energy", "/energy"), ("Facility", "/facility"))
@@ -158,14 +147,6 @@ def header(title: str) -> html.Header:
     ])
 
 
-def _tile(tile_id: str, label: str, value: str, detail: str = "", tone: str = "") -> html.Div:
-    return html.Div(className=f"tile {tone}".strip(), id=tile_id, children=[
-        html.Div(label, className="tile-label"),
-        html.Div(value, className="tile-value"),
-        html.Div(detail, className="tile-detail"),
-    ])
-
-
 def node_href(node: str, gpu: int | None = None, rng: str | None = None,
               cluster: str | None = None) -> str:
     """The node page's address; the name quoted whole (a ``/``, ``?`` or ``#`` in it
@@ -185,269 +166,9 @@ def job_href(job: str, cluster: str | None = None, rng: str | None = None) -> st
     return f"/job/{quote(job, safe='')}" + ("?" + urlencode(params) if params else "")
 
 
-def no_data_text(view: FleetView, now_s: float) -> str:
-    """The one sentence a fleet page with no fresh GPU shows, everywhere on it."""
-    if view.last_ms is None:
-        return NO_DATA
-    return (f"No fresh data: no GPU has reported since {clock(view.last_ms / 1000)} UTC "
-            f"({ago(view.last_ms / 1000, now_s)}): the collectors stopped, or the processor "
-            "is behind (as `fleetwatch up` is while it catches up after a start). "
-            "Alerts below are as the last data left them.")
-
-
-def summary(view: FleetView, now_s: float) -> list[html.Div]:
-    """GPUs reporting, the hottest GPU, alerts firing and pending, data age.
-
-    With no fresh data the alert tiles say "as of" the last data instead of
-    "all clear" or a bare count: one truth per screen.
-    """
-    hot = view.hottest
-    nodes = view.nodes  # (cluster, node): node001 of two clusters is two nodes
-    firing, pending = view.count("firing"), view.count("pending")
-    critical = sum(1 for a in view.alerts if a.state == "firing" and a.severity == "critical")
-    hot_alert = hot is not None and any(
-        (a.cluster, a.node) == hot.place and gpu_index(a.device) == hot.gpu
-        for a in view.alerts)
-    newest, ahead = view.as_of(now_s)
-    if not view.cells:
-        last = newest
-        stale = f"as of {clock(last / 1000)} UTC, no data since" if last else "no data yet"
-        return [
-            _tile("summary-reporting", "GPUs reporting", "0",
-                  f"none since {clock(last / 1000)} UTC" if last else "none yet", "warn"),
-            _tile("summary-hottest", "Hottest GPU", "n/a", "no fresh data"),
-            _tile("summary-firing", "Alerts firing", str(firing) if last or firing else "n/a",
-                  stale, "bad" if firing else ""),
-            _tile("summary-pending", "Alerts pending", str(pending) if last or pending else "n/a",
-                  stale, "warn" if pending else ""),
-            _tile("summary-asof", "Data as of", clock(last / 1000) if last else "n/a",
-                  f"UTC · {ago(last / 1000, now_s)}" if last else "no samples", "warn"),
-        ]
-    return [
-        _tile("summary-reporting", "GPUs reporting", str(len(view.reporting)),
-              f"on {nodes} node{'s' if nodes != 1 else ''}"
-              + (f" · {len(view.silent)} node{'s' * (len(view.silent) != 1)} silent"
-                 if view.silent else ""), "warn" if view.silent else ""),
-        _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
-              f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU {hot.gpu}"
-              if hot else "", "bad" if hot_alert else ""),
-        _tile("summary-firing", "Alerts firing", str(firing),
-              f"{critical} critical" if firing else "all clear", "bad" if firing else "good"),
-        _tile("summary-pending", "Alerts pending", str(pending), "waiting out their for-time",
-              "warn" if pending else ""),
-        _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
-              (f"UTC · {ago(newest / 1000, now_s)}" if newest else "no samples")
-              + (f" · {ahead} GPU{'s' if ahead != 1 else ''} stamped after now: a node's "
-                 "clock runs ahead" if ahead else ""), "warn" if ahead else ""),
-    ]
-
-
-def last_read(view: FleetView, now_s: float) -> dict[str, Any]:
-    """What the fleet page keeps of a read that worked (in a ``dcc.Store``), to say how old
-    its data are when the store stops answering."""
-    return {"read_s": now_s, "newest_ms": view.as_of(now_s)[0],
-            "firing": view.count("firing"), "pending": view.count("pending")}
-
-
-def unavailable_summary(last: Mapping[str, Any] | None, now_s: float) -> list[html.Div]:
-    """The summary while the store does not answer: nothing counted as if it were now (no
-    "all clear"), the counts of the last read that worked and the data's age, growing."""
-    gone = "store not answering"
-    at = (f"at the last read, {clock(last['read_s'])} UTC" if last else "no read yet")
-    newest = (last or {}).get("newest_ms")
-    return [
-        _tile("summary-reporting", "GPUs reporting", "n/a", f"{gone}: {at}", "warn"),
-        _tile("summary-hottest", "Hottest GPU", "n/a", gone),
-        _tile("summary-firing", "Alerts firing", "n/a",
-              f"{last['firing']} {at}" if last else gone, "warn"),
-        _tile("summary-pending", "Alerts pending", "n/a",
-              f"{last['pending']} {at}" if last else gone, "warn"),
-        _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
-              f"UTC · {ago(newest / 1000, now_s)} · {gone}" if newest else gone, "warn"),
-    ]
-
-
 def failed_stamp(now_s: float) -> str:
     """The page's stamp when its refresh found the store not answering."""
     return f"store not answering at {clock(now_s)} UTC"
-
-
-def _device(a: Alert) -> str:
-    index = gpu_index(a.device)
-    return f"GPU {index}" if index is not None else a.device
-
-
-# The resolved table shows this many (the newest); the rest are one command away.
-RESOLVED_SHOWN = 50
-# The active tables show this many (firing first, critical first, as they are sorted): in a
-# storm a row per alert was 2 MB a refresh (1,050 alerts) and a browser pinned for minutes.
-ACTIVE_SHOWN = 100
-
-
-def left_out(alerts: Sequence[Alert]) -> str:
-    """The line under a capped active table: how many more, of which rules, and where to
-    read them all."""
-    rules = Counter(a.rule for a in alerts).most_common()
-    named = ", ".join(f"{n:,} {rule}" for rule, n in rules[:4])
-    others = sum(n for _, n in rules[4:])
-    return (f"and {len(alerts):,} more active: {named}"
-            + (f", {others:,} of {len(rules) - 4} other rules" if others else "")
-            + " · `fleetwatch alerts` lists them all, `fleetwatch alerts --node NODE` one "
-            "node's; a node's page shows its own")
-
-
-def evidence_text(a: Alert) -> str:
-    """What the alert's value means: its evidence with the unit in each name, as
-    ``fleetwatch alerts`` prints it (``temp_c=96, slowdown_c=87``; a time, such as an XID's
-    ``xid_48_first_ts``, in UTC). The bare value only when the rule left no evidence: a
-    throttle bitmask is not a temperature."""
-    ident = board_text(a)
-    if a.evidence:
-        return ", ".join([f"{k}={evidence_value(k, v, '.4g')}" if isinstance(v, (int, float))
-                          else f"{k}={v}"
-                          for k, v in sorted(a.evidence.items())] + ([ident] if ident else []))
-    return f"value={a.value:.4g}" + (f", {ident}" if ident else "")
-
-
-def notes(alerts: Sequence[Alert], silences: Sequence[Silence],
-          acks: Mapping[str, Acknowledgement], now_s: float) -> dict[str, str]:
-    """Why each open alert is not notified ("acknowledged by ana", "silenced by ID",
-    "inhibited by ID"), decided as ``fleetwatch alerts`` decides it (``alert_view.record``);
-    alerts with nothing to say are left out."""
-    open_alerts = [a for a in alerts if a.state != "resolved"]
-    out = {}
-    for a in open_alerts:
-        r = alert_view.record(a, open_alerts, silences, acks, now_s)
-        kind, _, who = str(r["muted"]).partition(":")
-        said = {"silence": f"silenced by {who}", "inhibited": f"inhibited by {who}",
-                "ack": f"acknowledged by {who}"}.get(kind, "")
-        if r["acked_by"] and kind != "ack":
-            said = "; ".join(x for x in (said, f"acknowledged by {r['acked_by']}") if x)
-        if said:
-            out[a.id] = said
-    return out
-
-
-def record_notes(alerts: Sequence[Alert], acks: Mapping[str, Acknowledgement],
-                 notified: Mapping[str, Sequence[Notification]], now_s: float,
-                 muted: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Per alert, what the store recorded: its acknowledgement (who, when, why) where
-    ``muted`` (``notes``) does not already say it, and what was notified at each sink (the
-    last three), joined to ``muted``'s note."""
-    out = dict(muted or {})
-    for a in alerts:
-        said = [out[a.id]] if a.id in out else []
-        ack = acks.get(a.id)
-        if ack is not None and not any("acknowledged" in x for x in said):
-            said.append(f"acknowledged by {ack.by} at {stamp(ack.ts, now_s)} UTC"
-                        + (f": {ack.comment}" if ack.comment else ""))
-        elif ack is not None:
-            said = [x.replace(f"acknowledged by {ack.by}", f"acknowledged by {ack.by} at "
-                              f"{stamp(ack.ts, now_s)} UTC" + (f": {ack.comment}"
-                                                              if ack.comment else ""))
-                    for x in said]
-        sent = [f"{n.state} {outcome_text(n)} {stamp(n.ts, now_s)}"
-                for n in notified.get(a.id, ())[-3:]]
-        if sent:
-            said.append("notified: " + "; ".join(sent))
-        if said:
-            out[a.id] = "; ".join(said)
-    return out
-
-
-def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
-    if a.state == "resolved" and a.resolved_ts:
-        # Since when it fired, and apart when it ended: the end alone read as its start.
-        return [f"{stamp(since, now_s)} UTC", html.Div(
-            f"ended {stamp(a.resolved_ts, now_s)} UTC · {ago(a.resolved_ts, now_s)}",
-            className="ended-at panel-hint")]
-    if ended is None or a.state == "resolved":
-        return f"{stamp(since, now_s)} UTC · {ago(since, now_s)}"
-    return [f"{alert_view.utc(since)} UTC", html.Div(
-        f"open when the data ended, {ago(ended, now_s)}; last evidence "
-        f"{alert_view.hms(a.updated_ts, ended)}", className="ended-note panel-hint")]
-
-
-def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div | None:
-    """The banner over open alerts that the data left open, if the data ended."""
-    if ended is None:
-        return None
-    return notice(f"No data since {alert_view.utc(ended)} UTC ({ago(ended, now_s)}): open "
-                  "alerts are as the data left them (a replay store, `fleetwatch up` still "
-                  "catching up, or the collectors or processor stopped)", notice_id)
-
-
-def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
-                empty: str = "No active alerts", link_nodes: bool = True,
-                rng: str | None = None, muted: Mapping[str, str] | None = None,
-                more: str = "", ended: float | None = None,
-                limit: int | None = None, clusters: bool | None = None) -> html.Div:
-    """Alerts as a table, in the order given; the message links to the GPU on its node's
-    page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
-    row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
-    ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
-    alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``), if they
-    did: an open alert is then open as they left it, not "now"; ``limit``: at most this many
-    rows, and a line for the rest (``left_out``); ``clusters``: whether a Cluster column
-    is shown (None: where the alerts are of more than one cluster: node001 GPU 3 of two
-    clusters are two rows that only the cluster tells apart)."""
-    if clusters is None:
-        clusters = len({a.cluster for a in alerts}) > 1
-    if not alerts:
-        return html.Div(empty, className="empty-note", id=f"{table_id}-empty")
-    if limit is not None and len(alerts) > limit:
-        more = "; ".join(x for x in (left_out(alerts[limit:]), more) if x)
-        alerts = alerts[:limit]
-    head = html.Tr([html.Th(h) for h in
-                    ("State", "Severity", "Rule", *(("Cluster",) if clusters else ()), "Node",
-                     "GPU", "Since", "Message", "Action", "Id")])
-    rows = []
-    muted = muted or {}
-    for a in alerts:
-        # As `fleetwatch alerts` and Alertmanager's startsAt: a firing alert since it fired.
-        # A resolved one since it fired too (pending only: since it started), its end apart.
-        since = a.fired_ts if a.state != "pending" and a.fired_ts is not None else a.started_ts
-        note = muted.get(a.id, "")
-        message: list = [a.message or a.rule]  # text: React escapes whatever an agent sent
-        if link_nodes and a.node:  # a rack's alert has no node page to open
-            message = [dcc.Link(message[0], href=node_href(a.node, gpu_index(a.device), rng,
-                                                           a.cluster or None),
-                                className="row-link node-link")]
-        evidence: list = [evidence_text(a)]
-        for job in alert_jobs(a):  # each job it names (a shared GPU's), on its job page
-            evidence += [" · ", dcc.Link(f"job {job}", href=job_href(job, a.cluster or None),
-                                         className="job-link")]
-        message.append(html.Div(evidence, className="evidence panel-hint"))
-        if a.resolution:  # how it ended, apart from what it fired with
-            message.append(html.Div(f"resolution: {a.resolution}",
-                                    className="resolution panel-hint"))
-        rows.append(html.Tr(className=f"alert-row state-{a.state}", **{
-            "data-node": a.node, "data-cluster": a.cluster, "data-device": a.device,
-            "data-state": a.state,
-            "data-id": a.id}, children=[
-            html.Td([html.Span(a.state, className=f"badge badge-{a.state}")]
-                    + ([html.Div(note, className="muted-note panel-hint")] if note else []),
-                    className="state"),
-            html.Td(a.severity, className=f"sev sev-{a.severity}"),
-            html.Td(a.rule, className="rule"),
-            *([html.Td(a.cluster, className="cluster")] if clusters else []),
-            html.Td(a.node, className="node"),
-            html.Td(_device(a), className="device"),
-            html.Td(_since(a, since, now_s, ended), className="since",
-                    title=f"pending from {stamp(a.started_ts, now_s)} UTC" + (
-                        f", fired {stamp(a.fired_ts, now_s)} UTC"
-                        if a.fired_ts is not None else "")),
-            html.Td(message, className="message"),
-            html.Td(a.action, className="action"),  # what the rule suggests doing
-            # What `fleetwatch ack` takes: shown whole, selectable in one go.
-            html.Td(html.Code(a.id, style={"userSelect": "all"}), className="alert-id"),
-        ]))
-    if more:
-        rows.append(html.Tr(html.Td(more, colSpan=10 if clusters else 9,
-                                    className="panel-hint"),
-                            className="more-row"))
-    return html.Div(html.Table([html.Thead(head), html.Tbody(rows)], className="alerts"),
-                    id=table_id, className="alerts-wrap")
 
 
 def notice(text: str, notice_id: str = "notice") -> html.Div:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.alert_view import data_end, ordered
-from fleetwatch.pipeline.silences import NODE_DOWN_RULES
+from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Acknowledgement,
@@ -168,7 +168,7 @@ def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
 def read_record(store: Store, alerts: Sequence[Alert]
                 ) -> tuple[dict[str, Acknowledgement], dict[str, list[Notification]]]:
     """The acknowledgements and the notifications recorded (``Notification``) of these
-    alerts, resolved ones' too, for ``components.record_notes``; none from a store that
+    alerts, resolved ones' too, for ``alert_tables.record_notes``; none from a store that
     keeps neither."""
     if not alerts:
         return {}, {}
@@ -186,7 +186,7 @@ def read_record(store: Store, alerts: Sequence[Alert]
 
 def read_mutes(store: Store, alerts: Sequence[Alert], now_s: float
                ) -> tuple[Sequence[Silence], dict[str, Acknowledgement]]:
-    """The silences in force and the acknowledgements, for ``components.notes``; none from
+    """The silences in force and the acknowledgements, for ``alert_tables.notes``; none from
     a store that keeps neither."""
     if not any(a.state != "resolved" for a in alerts):
         return [], {}

@@ -14,7 +14,16 @@ import dash
 import plotly.graph_objects as go
 from dash import Input, Output, State, dcc, html
 
-from fleetwatch.dashboards import alerts, components, figures, job, live, timerange
+from fleetwatch.dashboards import (
+    alert_tables,
+    alerts,
+    components,
+    figures,
+    job,
+    live,
+    summary_strip,
+    timerange,
+)
 from fleetwatch.dashboards.data import FleetView, GpuKey, read_fleet, read_mutes
 from fleetwatch.dashboards.fleet_jobs import FleetJobs
 from fleetwatch.pipeline.store.base import Store, StoreError
@@ -45,7 +54,7 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
     # page's callback runs at once on arrival instead of waiting a tick.
     return html.Div(className="page", children=[
         dcc.Interval(id="fleet-tick", interval=int(refresh_s * 1000)),
-        dcc.Store(id="fleet-last"),  # components.last_read of the last read that worked
+        dcc.Store(id="fleet-last"),  # summary_strip.last_read of the last read that worked
         dcc.Store(id="fleet-sent"),  # fingerprints of the heatmap and table on screen (unsent)
         dcc.Store(id="fleet-places"),  # how heatmap rows name nodes: ``places``
         html.Div(className="page-head", children=[
@@ -86,7 +95,7 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
           ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
     """What a refresh that read ``view`` shows: the summary, the heatmap (each GPU's job
     and user from ``jobs`` in its hover), the active alerts (at most
-    ``components.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
+    ``alert_tables.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
     or a cap, not by how many alerts a storm raised."""
     if view.cells:
         fig = figures.fleet_heatmap(view.cells, view.alerts, jobs, silent=view.silent)
@@ -94,14 +103,14 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
         fig.update_layout(uirevision=f"fleet:{view.cluster or ''}:{len(view.cells)}")
         notice = None
     else:  # one sentence, the same in the banner and on the empty heatmap
-        text = components.no_data_text(view, now)
+        text = summary_strip.no_data_text(view, now)
         fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
-    return (components.summary(view, now), fig,
-            components.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
-                                   muted=muted, limit=components.ACTIVE_SHOWN,
-                                   clusters=view.many_clusters,
-                                   ended=None if view.cells or not view.last_ms
-                                   else view.last_ms / 1000),
+    return (summary_strip.summary(view, now), fig,
+            alert_tables.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
+                                     muted=muted, limit=alert_tables.ACTIVE_SHOWN,
+                                     clusters=view.many_clusters,
+                                     ended=None if view.cells or not view.last_ms
+                                     else view.last_ms / 1000),
             notice)
 
 
@@ -156,13 +165,13 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         now = clock()
         try:
             view = read_fleet(store, now, cluster or None)
-            muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+            muted = alert_tables.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
             jobs = jobs_now.read(store, now) if view.cells else {}
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The heatmap and the alerts of the last read stay, under the banner; the tiles
             # say what is known now. A page that never read says why it is empty.
-            return (components.unavailable_summary(last, now),
+            return (summary_strip.unavailable_summary(last, now),
                     dash.no_update if last else figures.empty_figure(text),
                     dash.no_update, components.notice(text),
                     components.failed_stamp(now), dash.no_update, dash.no_update,
@@ -176,7 +185,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
                       *([notice] if notice else [])]
             stamp += " · store not writable"
         return (summary, fig, table, notice, stamp,
-                components.last_read(view, now), sent, places(view),
+                summary_strip.last_read(view, now), sent, places(view),
                 components.cluster_options(view.clusters, cluster))
 
     @app.callback(Output("url", "href"), Input("fleet-heatmap", "clickData"),

@@ -20,7 +20,7 @@ from fleetwatch import amounts
 from fleetwatch.amounts import sig
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import components, figures, live, theme, timerange
+from fleetwatch.dashboards import alert_tables, components, figures, live, theme, timerange
 from fleetwatch.dashboards.components import ago, clock, job_href, node_href
 from fleetwatch.dashboards.job_data import (
     CHART_METRICS,
@@ -372,7 +372,7 @@ def _drawn(view: JobView, rng: str, now: float) -> tuple[Any, ...]:
         notice = components.notice(
             f"Drawn: the job's first {len(job.nodes) - view.nodes_left} nodes; "
             f"{view.nodes_left} more are not read", "job-nodes-left")
-    alerts = components.alert_table(view.alerts, now, "job-alert-table", rng=carry,
-                                    empty="No alert on the job's GPUs during the job")
+    alerts = alert_tables.alert_table(view.alerts, now, "job-alert-table", rng=carry,
+                                      empty="No alert on the job's GPUs during the job")
     return (notice, None, False, summary(view, now), gpu_table(job, medians, stats, carry),
             alerts, components.updated_stamp(now), *figs, *hints)

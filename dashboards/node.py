@@ -13,7 +13,16 @@ import dash
 from dash import Input, Output, State, dcc, html
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.dashboards import boards, components, figures, job, live, node_errors, timerange
+from fleetwatch.dashboards import (
+    alert_tables,
+    boards,
+    components,
+    figures,
+    job,
+    live,
+    node_errors,
+    timerange,
+)
 from fleetwatch.dashboards.data import (
     POWER,
     RESOLVED_WINDOW_S,
@@ -183,7 +192,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
                         *[figures.empty_figure("Pick a cluster above", 220) for _ in PANELS],
                         *[_hint(metric, rng) for metric, _ in PANELS])
             cluster = view.cluster
-            muted = components.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
+            muted = alert_tables.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
             board_panel = boards.panel(store, node, now, cluster)
             errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu,
                                              cluster)
@@ -214,7 +223,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             fig.update_layout(uirevision=f"{cluster}:{node}:{rng}")
             figs.append(figures.hold_zoom(fig, components.zoomed(zoom, rng, graph_id(metric))))
         alerts_over = rng if now - start > RESOLVED_WINDOW_S else "24h"
-        table = components.alert_table(
+        table = alert_tables.alert_table(
             view.alerts, now, "node-alert-table", rng=rng, muted=muted, ended=ended,
             empty=f"No alerts on this node in the {timerange.label(alerts_over)}")
         events = node_errors.events_table(

@@ -13,7 +13,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import mute, not_in_alertmanager, visible
+from fleetwatch.pipeline.silence_matchers import not_in_alertmanager
+from fleetwatch.pipeline.silences import mute, visible
 from fleetwatch.pipeline.sinks.notified import outcome_text
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,

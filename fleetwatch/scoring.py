@@ -210,9 +210,9 @@ def score(truths: Sequence[Truth], alerts: Iterable[Alert], grace_s: float = GRA
 
 def notified(alerts: Iterable[Alert]) -> list[Alert]:
     """The alerts that fired and that a notifier would have paged: not inhibited
-    (``pipeline.silences.inhibited_by``: a node, rack or room alert covering them) by the
+    (``pipeline.inhibition.inhibited_by``: a node, rack or room alert covering them) by the
     alerts open when each first fired, the changes read in their order."""
-    from fleetwatch.pipeline.silences import inhibited_by
+    from fleetwatch.pipeline.inhibition import inhibited_by
 
     open_now: dict[str, Alert] = {}
     seen: set[str] = set()

@@ -2,7 +2,7 @@
 heard, and how often one alert subject flaps. Pure functions over alert changes, no I/O.
 
 * Notified: an alert that fired while no firing alert covered it
-  (``fleetwatch.pipeline.silences.inhibited_by``: a node or rack alert, or a cause on the
+  (``fleetwatch.pipeline.inhibition.inhibited_by``: a node or rack alert, or a cause on the
   same GPU), judged at its firing time with the alerts firing then. Silences and
   acknowledgements are people's, not the detectors': left out.
 * Alerts per incident: for each detected fault, the fired alerts that match it
@@ -20,7 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetwatch.pipeline.silences import inhibited_by
+from fleetwatch.pipeline.inhibition import inhibited_by
 from fleetwatch.pipeline.store.base import Alert
 from fleetwatch.scoring import GRACE_S, Truth, fired, match, percentile
 
@@ -51,7 +51,7 @@ def notified(alerts: Iterable[Alert]) -> set[str]:
         t = a.fired_ts
         assert t is not None
         # A cover firing then was judged then: a live processor re-writes a firing alert
-        # every ``alerts.REFRESH_S`` (``silences.judged``), the episode keeps its first form.
+        # every ``alerts.REFRESH_S`` (``inhibition.judged``), the episode keeps its first form.
         firing_then = [replace(b, updated_ts=t) for b, end in by_cluster[a.cluster]
                        if b.id != aid and (b.node == a.node or b.rack == a.rack)
                        and b.fired_ts is not None and b.fired_ts <= t

@@ -19,7 +19,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import matches, not_in_alertmanager, parse_matcher, visible
+from fleetwatch.pipeline.silence_matchers import matches, not_in_alertmanager, parse_matcher
+from fleetwatch.pipeline.silences import visible
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,

@@ -21,7 +21,8 @@ from typing import NamedTuple
 from zoneinfo import ZoneInfo
 
 from fleetwatch.pipeline.events import jobs_of
-from fleetwatch.pipeline.silences import matches, visible
+from fleetwatch.pipeline.silence_matchers import matches
+from fleetwatch.pipeline.silences import visible
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,

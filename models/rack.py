@@ -290,7 +290,7 @@ class RackCooling:
         # A page needs a change seen: the rack's excess over its peers growing, or its air or
         # GPUs above their own usual. Above its peers from fleetwatch's first sample of it
         # and no warmer since is a hot aisle or a failure older than the data: a warning,
-        # which mutes none of its GPUs' alerts (silences.inhibited_by).
+        # which mutes none of its GPUs' alerts (inhibition.inhibited_by).
         changed = False
         if above >= max(2, c.rack_fraction * peered):
             # The strongest evidence, and it needs no history: first, and the value.

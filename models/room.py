@@ -14,7 +14,7 @@ above the line (each rack's median inlet), so that one rack's cooler (``rack_coo
 does not either: in a small fleet, the two nodes of one hot rack of four nodes pulled the
 median over the line, and a rack's failure read as a hot room.
 While it fires, the GPU thermal alerts it explains are held back
-(``pipeline.silences.inhibited_by``); a GPU hotter than its peers at similar power still
+(``pipeline.inhibition.inhibited_by``); a GPU hotter than its peers at similar power still
 pages. Without inlet sensors it says nothing.
 
 The finding is rack-scoped, named ``ROOM`` (``rack:*``: every rack of the cluster), so

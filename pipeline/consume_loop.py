@@ -1,5 +1,6 @@
 """The processor's loop over a consumer: poll, decode, store in writer threads, evaluate
-and commit in order, pause while the store or the bus is away, drain on stop.
+and commit in order, pause while the store or the bus is away (``consume_pause``), drain
+on stop.
 
 ``ConsumerLoop`` is mixed into ``pipeline.processor.Processor``, which does the
 per-batch work (``decode``, ``_write``, ``_bisect``, ``_evaluate``) and holds
@@ -19,22 +20,11 @@ from concurrent.futures import wait as _wait
 from typing import TYPE_CHECKING
 
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats, settle
-from fleetwatch.pipeline.bus import (
-    BusBroken,
-    BusError,
-    BusRebalancing,
-    Consumer,
-    Message,
-    Partition,
-)
+from fleetwatch.pipeline.bus import BusBroken, BusError, Consumer, Message
+from fleetwatch.pipeline.consume_pause import ConsumePause, partitions_behind
 from fleetwatch.pipeline.gc_timer import collect as _collect
 from fleetwatch.pipeline.gc_timer import collect_on_a_timer as _collect_on_a_timer
-from fleetwatch.pipeline.out_of_memory import (
-    MEMORY_ERRORS_MAX,
-    OutOfMemory,
-    out_of_memory,
-    out_of_memory_said,
-)
+from fleetwatch.pipeline.out_of_memory import out_of_memory
 from fleetwatch.pipeline.ownership import Ownership
 from fleetwatch.pipeline.partition_watch import PartitionWatch
 from fleetwatch.pipeline.store.base import Store, StoreError, StoreLost, StoreRejected
@@ -48,14 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
-# While the store is away, batches go on being polled and judged (alerts sent) until
-# this many messages are held unstored; beyond, consumption pauses (memory stays bounded).
-JUDGE_AHEAD_MESSAGES = 20_000
-
-
-def _frames(held: deque[Batch]) -> int:
-    return sum(len(b.frames or ()) for b in held)
-
 
 def _unheard(consumer: Consumer) -> float | None:
     """How long ago the brokers last answered (0: not known), or None when a poll that
@@ -68,14 +50,7 @@ def _unheard(consumer: Consumer) -> float | None:
     return float(unheard()) if callable(unheard) else 0.0
 
 
-def _behind(consumer: Consumer) -> frozenset[Partition]:
-    """The partitions that still hold messages not polled yet (a consumer's optional
-    ``behind``; none known: none)."""
-    behind = getattr(consumer, "behind", None)
-    return frozenset(behind()) if callable(behind) else frozenset()
-
-
-class ConsumerLoop:
+class ConsumerLoop(ConsumePause):
     """``run``: the steps of ``Processor.handle`` over a consumer, pipelined."""
 
     store: Store
@@ -83,19 +58,10 @@ class ConsumerLoop:
     ownership: Ownership
     drained: tuple[int, int]
     _stop: threading.Event
-    _rebalancing = False  # the last pause was the group rebalancing, not an outage
-    _fetching = True  # the consumer is not paused
-    # The store failed (``StoreError``) and nothing has been stored since: the loop does
-    # not say it is back, nor reset its backoff, until a batch is stored (``_complete``).
-    _store_away = False
-    _paused_for = ""  # what paused consumption last: a key of _RESUMED
     _clock_findings: list[Finding]  # node_clock_skew findings not judged yet (Processor)
     drain_error: BaseException | None = None  # why batches were left unfinished at stop
 
-    if TYPE_CHECKING:  # the per-batch work, in Processor
-        def decode(self, messages: Sequence[Message]
-                   ) -> tuple[list[Frame], Sequence[Message]]: ...
-        def _send_dead_letters(self) -> None: ...
+    if TYPE_CHECKING:  # the per-batch work, in Processor (and ConsumePause's)
         def _evaluate(self, batch: Batch, points: int, t0: float) -> None: ...
         def _write(self, frames: list[Frame], sources: Sequence[Message] | None,
                    failed: BaseException | None = None) -> int: ...
@@ -103,8 +69,6 @@ class ConsumerLoop:
                     exc: BaseException, surprise: bool) -> int: ...
         def summarise_dead_letters(self, final: bool = False) -> None: ...
         def tick(self, unheard_s: float = 0.0) -> None: ...
-        def deaf(self) -> None: ...
-        def judge(self, batch: Batch) -> bool: ...
 
     def run(self, consumer: Consumer, stop: threading.Event, max_messages: int = 2000,
             maintain_every_s: float = 30.0, collect_every_s: float = 10.0,
@@ -142,7 +106,7 @@ class ConsumerLoop:
         if callable(listen):
             listen(self.ownership)
         self.ownership.locate = getattr(consumer, "partition_of", None)
-        self.ownership.lagging = lambda: _behind(consumer)
+        self.ownership.lagging = lambda: partitions_behind(consumer)
         done = threading.Event()
         watch = threading.Thread(target=self._watch_partitions,
                                  args=(PartitionWatch(no_partitions_warn_s), done),
@@ -181,7 +145,7 @@ class ConsumerLoop:
                         messages = consumer.poll(max_messages, timeout_s=0.05 if held else 0.2)
                         if messages:
                             held.append(Batch(messages, generation=self.ownership.generation,
-                                              behind=_behind(consumer)))
+                                              behind=partitions_behind(consumer)))
                             fetched = True
                     self._submit(held, writers, writes)
                     # The oldest batch, once stored: evaluate, commit. Wait for it when
@@ -221,47 +185,8 @@ class ConsumerLoop:
                         raise
                     if isinstance(exc, BusBroken):
                         raise  # fetching has stopped for good: said, not waited out
-                    delay = backoff.next()
-                    if isinstance(exc, BusError):
-                        self.deaf()  # the brokers did not answer: no time heard as quiet
-                    self._rebalancing = isinstance(exc, BusRebalancing)
-                    judging = isinstance(exc, StoreError)
-                    self._paused_for = "rebalance"
-                    if self._rebalancing:   # routine (a member joined or left): not an outage
-                        log.info("consumer group rebalancing (a member joined or left); "
-                                 "committing after it, in %.1fs (%s)", delay, exc)
-                    elif judging:
-                        self._paused_for = "store"
-                        self._store_away = True
-                        self.stats.store_errors += 1
-                        failing = self.stats.store_failing
-                        self.stats.store_failing = (time.time() if failing is None
-                                                    else failing[0], str(exc))
-                        self._judge_held(held)
-                        log.warning("store unavailable (%s); frames held, not committed, "
-                                    "written again in %.1fs; alerts are still judged and "
-                                    "sent from %d frames in hand (up to %d messages)",
-                                    exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
-                    elif isinstance(exc, BusError):
-                        self._paused_for = "bus"
-                        log.warning("bus unavailable (%s); pausing consumption, retry in "
-                                    "%.1fs", exc, delay)
-                    elif out_of_memory(exc):
-                        self._paused_for = "memory"
-                        self.stats.errors += 1
-                        memory_errors += 1
-                        if memory_errors >= MEMORY_ERRORS_MAX:
-                            raise OutOfMemory(out_of_memory_said(
-                                exc, memory_errors, getattr(consumer, "replays", True))) from exc
-                        log.error("out of memory (%s: %s); pausing consumption, retry in "
-                                  "%.1fs", type(exc).__name__, exc, delay)
-                    else:
-                        self._paused_for = "error"
-                        self.stats.errors += 1
-                        log.exception("unexpected error; pausing consumption, retry in %.1fs",
-                                      delay)
-                    self.stats.paused = True
-                    self._idle(consumer, stop, delay, held, max_messages, judging)
+                    memory_errors = self._outage(exc, consumer, stop, held, max_messages,
+                                                 backoff.next(), memory_errors)
                     continue
                 if not held and not self._store_away:
                     backoff.reset()
@@ -325,44 +250,6 @@ class ConsumerLoop:
             log.warning("store maintenance failed (%s: %s); tried again next turn",
                         type(exc).__name__, exc)
 
-    def _pause(self, consumer: Consumer, paused: bool = True) -> None:
-        """Pause (or resume) fetching; the loop is in its waiting turn either way."""
-        try:
-            consumer.pause() if paused else consumer.resume()
-        except Exception:  # noqa: BLE001 - paused or not, the loop waits its turn
-            log.debug("pause/resume failed", exc_info=True)
-        self._fetching = not paused
-        self.stats.paused = True
-
-    def _resume(self, consumer: Consumer) -> None:
-        """Fetch again, the batches in hand being done. Whether the store is back is
-        said only once a batch is stored (``_complete``): what failed may have been a
-        read (open alerts of a node taken over) that nothing has tried again yet."""
-        consumer.resume()
-        self._fetching = True
-        self.stats.paused = False
-        # Said for what paused it: only a bus error is followed by "bus is back".
-        paused_for, self._paused_for = self._paused_for, ""
-        if self._rebalancing:
-            log.info("consuming again")
-        elif self._store_away:
-            log.debug("consuming again; the store is not known to be back yet")
-        else:
-            log.info("%s", _RESUMED.get(paused_for, "consuming again"))
-        self._rebalancing = False
-
-    def _judge_held(self, held: deque[Batch]) -> None:
-        """The store is away: decode and judge the batches in hand, oldest first, so that
-        their alerts are sent now (``Processor.judge``); one that cannot be judged yet
-        holds back those behind it (batches are judged in order)."""
-        for batch in held:
-            if batch.frames is None:
-                batch.frames, batch.sources = self.decode(batch.messages)
-                self._send_dead_letters()
-            if not self.judge(batch):
-                if batch.frames:
-                    return
-                batch.judged = True  # nothing to judge (all dead letters)
 
     def _drain(self, held: deque[Batch], consumer: Consumer, writers: ThreadPoolExecutor,
                drain_s: float | Callable[[], float]) -> None:
@@ -403,30 +290,6 @@ class ConsumerLoop:
             self.summarise_dead_letters(final=True)
         self.drained = (done, len(held))
 
-    def _idle(self, consumer: Consumer, stop: threading.Event, seconds: float,
-              held: deque[Batch], max_messages: int, judging: bool) -> None:
-        """Wait ``seconds`` before the batches in hand are written again, polling so that
-        the group keeps this member. While the store is away (``judging``) and fewer
-        than ``JUDGE_AHEAD_MESSAGES`` messages are held, new batches are polled and
-        judged at once (their alerts are sent; they are stored later); else the consumer
-        is paused and what a paused poll still brings is kept, in order."""
-        deadline = time.monotonic() + seconds
-        while not stop.is_set() and (left := deadline - time.monotonic()) > 0:
-            room = judging and sum(len(b.messages) for b in held) < JUDGE_AHEAD_MESSAGES \
-                and all(b.judged for b in held)
-            try:
-                if room != self._fetching:
-                    self._pause(consumer, paused=not room)
-                messages = consumer.poll(max_messages if room else 1,
-                                         timeout_s=min(1.0, left))
-                if messages:
-                    held.append(Batch(messages, generation=self.ownership.generation,
-                                      behind=_behind(consumer)))
-                    if room:
-                        self._judge_held(held)
-            except Exception:  # noqa: BLE001 - the bus is away: wait and try again
-                stop.wait(min(1.0, max(0.0, deadline - time.monotonic())))
-
 
 @contextlib.contextmanager
 def _writers(writes: int, loop: ConsumerLoop) -> Iterator[ThreadPoolExecutor]:
@@ -440,14 +303,6 @@ def _writers(writes: int, loop: ConsumerLoop) -> Iterator[ThreadPoolExecutor]:
         left = getattr(loop, "drained", (0, 0))[1]
         writers.shutdown(wait=not left, cancel_futures=True)
 
-
-# What ``_resume`` says, by what paused consumption.
-_RESUMED = {
-    "bus": "bus is back; consuming again",
-    "store": "consuming again",  # after "store is back: ..."
-    "memory": "consuming again after running out of memory",
-    "error": "consuming again after the unexpected error above",
-}
 
 # How long the loop waits on one write before it turns again (a stop request is seen within it).
 WRITE_WAIT_S = 0.5

@@ -1,5 +1,5 @@
 """Out of memory in the processor: how it is recognised (``out_of_memory``), how many in a
-row the loop (``pipeline.consume_loop``) bears before it gives up (``OutOfMemory``), and
+row the loop (``pipeline.consume_pause``) bears before it gives up (``OutOfMemory``), and
 the line that says why it stops and what becomes of the batches in hand. Pure.
 """
 

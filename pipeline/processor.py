@@ -33,7 +33,7 @@ No input stops the processor. What it cannot use becomes a dead letter
 A store or bus that is away (``StoreError``, ``BusError``) is waited for:
 the batches in hand are retried with backoff, and committed only once stored.
 Alerts do not wait for the store: while it is away, the batches in hand, and
-those polled meanwhile up to ``consume_loop.JUDGE_AHEAD_MESSAGES`` messages, are
+those polled meanwhile up to ``consume_pause.JUDGE_AHEAD_MESSAGES`` messages, are
 judged (``judge``, in ``pipeline.alert_flow``) and their alert changes applied and
 sent at once; they are written to the store with the next alert write that
 succeeds, and a batch is judged once only. Consumption pauses beyond that bound,

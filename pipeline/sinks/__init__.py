@@ -24,15 +24,14 @@ from dataclasses import replace
 from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
-from fleetwatch.pipeline.silences import (
+from fleetwatch.pipeline.inhibition import (
     GPU_COVER_RULES,
     NODE_COVER_RULES,
     PEER_RULES,
-    Notice,
     incident_joined,
-    mute,
     same_incident,
 )
+from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
 from fleetwatch.pipeline.sinks.notified import Recorder, undelivered
@@ -277,7 +276,7 @@ class Notifier:
         return covers
 
     def _joined(self, notices: list[Notice], covers: Covers) -> list[Notice]:
-        """One GPU incident, one page (``silences.same_incident``): a page is notified with
+        """One GPU incident, one page (``inhibition.same_incident``): a page is notified with
         the later findings of its incident in it (``incident_joined``), and when such a
         finding fires, muted by the page, the page is notified again with it: the one
         notification the on-call has is updated, no second one opens."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from fleetwatch.pipeline.silences import labels
+from fleetwatch.pipeline.silence_matchers import labels
 from fleetwatch.pipeline.sinks.base import iso
 from fleetwatch.pipeline.store.base import Alert, board, board_text, evidence_value
 from fleetwatch.xids import REMEDIES, remedy

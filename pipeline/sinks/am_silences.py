@@ -62,7 +62,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from fleetwatch.pipeline.silences import LABELS
+from fleetwatch.pipeline.silence_matchers import LABELS
 from fleetwatch.pipeline.sinks.base import SinkError, iso
 from fleetwatch.pipeline.sinks.http import (
     ANSWER_LIMIT,

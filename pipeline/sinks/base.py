@@ -10,7 +10,8 @@ from typing import Any, Protocol
 
 from fleetwatch.pipeline.alerts import revision
 from fleetwatch.pipeline.links import alert_jobs, alert_url
-from fleetwatch.pipeline.silences import Notice, labels
+from fleetwatch.pipeline.silence_matchers import labels
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.store.base import board
 
 

@@ -187,9 +187,10 @@ def group_order(g: EventGroup) -> tuple[float, str, str, int, str]:
 @dataclass(frozen=True, slots=True)
 class Silence:
     """Mute notifications of the alerts that match every matcher, from ``start_ts`` to
-    ``end_ts`` (epoch s, compared with the stream's time: see ``pipeline.silences``). A matcher is
-    ``(label, op, value)`` with op ``=``, ``!=``, ``=~`` or ``!~`` (a full-match regular
-    expression), as in Alertmanager; labels: rule, severity, cluster, rack, node, device."""
+    ``end_ts`` (epoch s, compared with the stream's time: see ``pipeline.silence_matchers``).
+    A matcher is ``(label, op, value)`` with op ``=``, ``!=``, ``=~`` or ``!~`` (a full-match
+    regular expression), as in Alertmanager; labels: rule, severity, cluster, rack, node,
+    device."""
 
     id: str
     matchers: tuple[tuple[str, str, str], ...]

@@ -81,7 +81,7 @@ def test_the_dbe_reset_finding_says_it_ends_the_alert() -> None:
 
 
 def test_the_dashboards_alert_table_shows_the_resolution_beside_the_firing_text() -> None:
-    from fleetwatch.dashboards import components
+    from fleetwatch.dashboards import alert_tables
     from tests.dashboards.test_alert_table import rows
     from tests.dashboards.test_data import text_of
 
@@ -89,7 +89,7 @@ def test_the_dashboards_alert_table_shows_the_resolution_beside_the_firing_text(
     step(book, 100.0, dbe(100.0))
     step(book, 110.0, dbe(110.0, ends=True))
     (resolved,) = step(book, 120.0)
-    (row,) = rows(components.alert_table([resolved], 200.0, "t"))
+    (row,) = rows(alert_tables.alert_table([resolved], 200.0, "t"))
     shown = text_of(row)
     assert FIRING in shown and DRAIN in shown
     assert f"resolution: {resolved.resolution}" in shown

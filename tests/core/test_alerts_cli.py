@@ -11,7 +11,7 @@ import pytest
 
 from fleetwatch.alert_view import age, lines, ordered, record
 from fleetwatch.cli import main
-from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 

@@ -14,7 +14,8 @@ import pytest
 import yaml
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
-from fleetwatch.pipeline.silences import COOLING_EXPLAINS_RULES, STALE_COVER_S, Notice, mute
+from fleetwatch.pipeline.inhibition import COOLING_EXPLAINS_RULES, STALE_COVER_S
+from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert
 

@@ -16,7 +16,8 @@ from fleetwatch.dashboards.data import read_alerts, read_node
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.silences import Notice, labels
+from fleetwatch.pipeline.silence_matchers import labels
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.alertmanager import am_annotations, am_labels
 from fleetwatch.pipeline.sinks.base import change_json
 from fleetwatch.pipeline.store.base import Alert

@@ -10,7 +10,7 @@ import pytest
 
 from fleetwatch.codec import encode
 from fleetwatch.collectors.sim import FleetSim, SimParams
-from fleetwatch.pipeline import consume_loop
+from fleetwatch.pipeline import consume_pause
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store import StoreError
@@ -58,7 +58,7 @@ def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, write
                                                            ) -> None:
     """``writes``: how many store writes may be in flight (SQLite: 1; line-protocol
     servers: 2, here played by SQLite, whose writes are safe in two threads)."""
-    monkeypatch.setattr(consume_loop, "JUDGE_AHEAD_MESSAGES", 150)
+    monkeypatch.setattr(consume_pause, "JUDGE_AHEAD_MESSAGES", 150)
 
     class Store(FlakyStore):
         concurrent_writes = writes

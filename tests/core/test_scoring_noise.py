@@ -49,7 +49,7 @@ def test_noise_counts_alerts_and_notified_alerts_per_incident_and_refires() -> N
 
 def test_a_rack_alert_firing_for_hours_still_covers_its_gpus_thermal_alerts() -> None:
     # The stored changes keep the rack alert's firing form (updated then); a live processor
-    # re-writes it every minute, so it is judged (silences.judged) as long as it fires: a
+    # re-writes it every minute, so it is judged (inhibition.judged) as long as it fires: a
     # GPU warming an hour into the rack's incident is no second page.
     rack = changes("rack_cooling", 1000, None, node="", device="rack:r1", severity="critical")
     gpu = changes("gpu_temp_high", 1000 + 3600, None)

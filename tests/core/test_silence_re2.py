@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import main
-from fleetwatch.pipeline.silences import matches, not_re2, parse_matcher
+from fleetwatch.pipeline.silence_matchers import matches, not_re2, parse_matcher
 from fleetwatch.pipeline.store.base import Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 

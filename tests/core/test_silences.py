@@ -4,7 +4,8 @@ import dataclasses
 
 import pytest
 
-from fleetwatch.pipeline.silences import Notice, group, mute, parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
+from fleetwatch.pipeline.silences import Notice, group, mute
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 
@@ -251,7 +252,7 @@ def test_a_gpu_muted_by_the_room_is_paged_once_it_reads_hotter_than_its_peers() 
     del sink.sent[:]
     notifier.send([alert("gpu_hot_vs_peers", state="pending", ts=1040.0)])
     # the critical is muted in Alertmanager by the room: it covers nothing while the room
-    # fires (silences.ROOM_MUTES_IN_AM), so the peer warning is heard on its own
+    # fires (inhibition.ROOM_MUTES_IN_AM), so the peer warning is heard on its own
     assert [(n.alert.rule, n.alert.state, n.muted_by) for n in sink.sent] == [
         ("gpu_hot_vs_peers", "pending", ""),
         ("gpu_temp_critical", "firing", "")]

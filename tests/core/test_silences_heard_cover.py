@@ -4,7 +4,8 @@ that Alertmanager's room rule mutes covers nothing (so a GPU hotter than its pee
 
 from __future__ import annotations
 
-from fleetwatch.pipeline.silences import Notice, mute, parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
+from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from fleetwatch.cli import main
-from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,

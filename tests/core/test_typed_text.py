@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import main
-from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.store.base import Acknowledgement, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.core.test_alerts_cli import alert, store  # noqa: F401 - the fixture

@@ -6,8 +6,8 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from fleetwatch.dashboards import alert_tables, components, data
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, data
 from fleetwatch.pipeline.store.base import Acknowledgement, Notification
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.dashboards.fakes import NOW, alert
@@ -22,12 +22,12 @@ def test_times_of_another_day_carry_their_date() -> None:
     assert components.stamp(NOW - 3 * DAY, NOW) == "2027-01-12 08:00:00"
     old = dataclasses.replace(alert("node-a", 3, "resolved", started_ago_s=3 * DAY),
                               resolved_ts=NOW - 2 * DAY)
-    (row,) = rows(components.alert_table([old], NOW, "t"))
+    (row,) = rows(alert_tables.alert_table([old], NOW, "t"))
     text = text_of(row)
     assert "2027-01-12 08:01:00 UTC" in text and "ended 2027-01-13 08:00:00 UTC" in text
     today = alert("node-a", 3, "firing")
-    assert "07:51:00 UTC · 9 min ago" in text_of(rows(components.alert_table([today], NOW,
-                                                                             "t"))[0])
+    assert "07:51:00 UTC · 9 min ago" in text_of(rows(alert_tables.alert_table([today], NOW,
+                                                                               "t"))[0])
 
 
 def test_a_resolved_alerts_row_shows_its_ack_and_notifications(tmp_path: Path) -> None:
@@ -39,7 +39,7 @@ def test_a_resolved_alerts_row_shows_its_ack_and_notifications(tmp_path: Path) -
         NOW - 540, NOW - 539, "webhook", done.id, done.rule, done.severity, done.cluster,
         done.rack, done.node, done.device, "firing", "sent")])
     acks, notified = data.read_record(store, [done])
-    recorded = components.record_notes([done], acks, notified, NOW)
+    recorded = alert_tables.record_notes([done], acks, notified, NOW)
     _, resolved = alerts_page.tables([], [done], NOW, "24h", {}, recorded=recorded)
     text = text_of(resolved)
     assert "acknowledged by bob at 07:55:00 UTC: drained, RMA-77" in text
@@ -49,5 +49,5 @@ def test_a_resolved_alerts_row_shows_its_ack_and_notifications(tmp_path: Path) -
 def test_an_open_alerts_ack_note_gains_its_time_and_comment() -> None:
     a = alert("node-a", 3, "firing")
     ack = Acknowledgement(a.id, NOW - 120, "ana", "on it")
-    said = components.record_notes([a], {a.id: ack}, {}, NOW, {a.id: "acknowledged by ana"})
+    said = alert_tables.record_notes([a], {a.id: ack}, {}, NOW, {a.id: "acknowledged by ana"})
     assert said == {a.id: "acknowledged by ana at 07:58:00 UTC: on it"}

@@ -8,8 +8,8 @@ import dash
 from dash import dcc
 
 from fleetwatch import alert_view
+from fleetwatch.dashboards import alert_tables, components, data
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, data
 from fleetwatch.pipeline.store.base import Acknowledgement, Silence
 from tests.dashboards.fakes import NOW, FakeStore, alert
 from tests.dashboards.test_data import text_of
@@ -32,7 +32,7 @@ def rows(table) -> list:
 
 def test_each_row_has_one_link_the_rule_and_the_id_ack_takes() -> None:
     a = alert("node-a", 3, "firing", rule="gpu_temp_critical")
-    (row,) = rows(components.alert_table([a], NOW, "t"))
+    (row,) = rows(alert_tables.alert_table([a], NOW, "t"))
     links = [c for c in _walk(row) if isinstance(c, dcc.Link)]
     assert [link.href for link in links] == ["/node/node-a?cluster=sim&gpu=3"]
     assert "gpu_temp_critical" in text_of(row) and a.id in text_of(row)
@@ -44,7 +44,7 @@ def test_value_is_shown_with_its_evidence_not_as_a_bare_number() -> None:
     hot = dataclasses.replace(alert("node-a", 3, value=89.0, rule="gpu_temp_critical"),
                               evidence={"temp_c": 89.0, "slowdown_c": 87.0})
     bare = alert("node-b", 1, value=0.8734, rule="vm_rule")  # no evidence (VictoriaMetrics)
-    text = text_of(components.alert_table([throttle, hot, bare], NOW, "t"))
+    text = text_of(alert_tables.alert_table([throttle, hot, bare], NOW, "t"))
     assert "clock_ratio=0.42, throttle_reasons=96" in text
     assert "slowdown_c=87, temp_c=89" in text
     assert "value=0.8734" in text and "96.0" not in text
@@ -60,13 +60,13 @@ def test_acked_silenced_and_inhibited_are_said_as_fleetwatch_alerts_says_them() 
     store.silences = lambda at=None: [sil]  # type: ignore[attr-defined]
     store.acks = lambda: list(acks.values())  # type: ignore[attr-defined]
     active = data.sort_alerts(store.alerts())
-    muted = components.notes(active, *data.read_mutes(store, active, NOW), NOW)
+    muted = alert_tables.notes(active, *data.read_mutes(store, active, NOW), NOW)
     assert muted == {acked.id: "acknowledged by bob", silenced.id: "silenced by s1lence"}
     cli = "\n".join(alert_view.lines(list(active), [sil], acks, NOW))
     for said in muted.values():
         assert said in cli  # the same words as the terminal
     by_node = {r.to_plotly_json()["props"]["data-node"]: text_of(r)
-               for r in rows(components.alert_table(active, NOW, "t", muted=muted))}
+               for r in rows(alert_tables.alert_table(active, NOW, "t", muted=muted))}
     assert "acknowledged by bob" in by_node["node-a"]
     assert "silenced by s1lence" in by_node["node-b"]
     assert "by" not in by_node["node-c"].replace(plain.id, "")
@@ -74,8 +74,8 @@ def test_acked_silenced_and_inhibited_are_said_as_fleetwatch_alerts_says_them() 
 
 def test_a_store_without_silences_or_acks_says_nothing() -> None:
     a = alert("node-a", 1)
-    assert components.notes([a], *data.read_mutes(FakeStore(alert_rows=[a]), [a], NOW),
-                            NOW) == {}
+    assert alert_tables.notes([a], *data.read_mutes(FakeStore(alert_rows=[a]), [a], NOW),
+                              NOW) == {}
 
 
 def test_order_is_the_cli_order_and_stays_put_as_alerts_update() -> None:
@@ -97,10 +97,10 @@ def test_resolved_are_capped_with_a_note_of_how_many_more() -> None:
     resolved = [dataclasses.replace(a, resolved_ts=NOW - i) for i, a in enumerate(resolved)]
     _, table = alerts_page.tables([], resolved, NOW, "24h", {})
     shown = rows(table)
-    assert len(shown) == components.RESOLVED_SHOWN
+    assert len(shown) == alert_tables.RESOLVED_SHOWN
     # The newest ones are kept.
     assert {r.to_plotly_json()["props"]["data-node"] for r in shown} == {
-        f"node-{i:03d}" for i in range(components.RESOLVED_SHOWN)}
+        f"node-{i:03d}" for i in range(alert_tables.RESOLVED_SHOWN)}
     assert "and 194 more: `fleetwatch alerts --since 24h`" in text_of(table)
 
 
@@ -120,7 +120,7 @@ def test_an_unchanged_table_is_not_sent_again() -> None:
 def test_a_firing_alert_is_since_it_fired_as_alertmanager_says_not_since_pending() -> None:
     a = dataclasses.replace(alert("node-a", 3, "firing", rule="gpu_temp_high"),
                             started_ts=NOW - 600, fired_ts=NOW - 540)
-    (cell,) = [c for c in _walk(components.alert_table([a], NOW, "t"))
+    (cell,) = [c for c in _walk(alert_tables.alert_table([a], NOW, "t"))
                if getattr(c, "className", "") == "since"]
     assert cell.children == f"{components.clock(NOW - 540)} UTC · 9 min ago"
     assert cell.title == (f"pending from {components.clock(NOW - 600)} UTC, "
@@ -132,12 +132,12 @@ def test_a_resolved_alert_shows_when_it_started_and_apart_when_it_ended() -> Non
     # read as when it started.
     a = dataclasses.replace(alert("node-a", 5, "resolved", rule="gpu_straggler"),
                             started_ts=NOW - 7000, fired_ts=NOW - 6900, resolved_ts=NOW - 300)
-    (cell,) = [c for c in _walk(components.alert_table([a], NOW, "t"))
+    (cell,) = [c for c in _walk(alert_tables.alert_table([a], NOW, "t"))
                if getattr(c, "className", "") == "since"]
     assert text_of(cell).startswith(f"{components.clock(NOW - 6900)} UTC")
     assert f"ended {components.clock(NOW - 300)} UTC" in text_of(cell)
     assert "5 min ago" in text_of(cell)
     pending_only = dataclasses.replace(a, fired_ts=None)
-    (cell,) = [c for c in _walk(components.alert_table([pending_only], NOW, "t"))
+    (cell,) = [c for c in _walk(alert_tables.alert_table([pending_only], NOW, "t"))
                if getattr(c, "className", "") == "since"]
     assert text_of(cell).startswith(f"{components.clock(NOW - 7000)} UTC")

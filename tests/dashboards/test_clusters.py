@@ -13,8 +13,8 @@ from dash import dcc
 
 from fleetwatch.carbon import model_from_config
 from fleetwatch.config import CarbonConfig, EnergyConfig
-from fleetwatch.dashboards import alerts as alerts_page
 from fleetwatch.dashboards import (
+    alert_tables,
     components,
     data,
     energy_data,
@@ -22,9 +22,11 @@ from fleetwatch.dashboards import (
     fleet,
     job_data,
     node,
+    summary_strip,
     timerange,
     utilization,
 )
+from fleetwatch.dashboards import alerts as alerts_page
 from fleetwatch.pipeline.store.base import Alert, Point, SeriesKey
 from fleetwatch.pipeline.store.ledger import EnergyRow
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -61,7 +63,7 @@ def test_same_named_nodes_of_two_clusters_are_two_machines_on_the_fleet_page() -
     assert view.hottest is not None
     assert (view.hottest.cluster, view.hottest.node, view.hottest.gpu,
             view.hottest.temp_c) == ("c-east", "node001", 3, 95.0)
-    tiles = {t.id: t.children[2].children for t in components.summary(view, NOW)}
+    tiles = {t.id: t.children[2].children for t in summary_strip.summary(view, NOW)}
     assert tiles["summary-reporting"] == "on 2 nodes"
     assert tiles["summary-hottest"] == "c-east/node001 · GPU 3"
 
@@ -151,7 +153,7 @@ def test_a_bare_node_name_in_one_cluster_is_that_clusters_node() -> None:
 def test_alert_tables_name_the_cluster_where_alerts_are_of_several() -> None:
     a = in_cluster(alert("node001", 3), "c-east")
     b = in_cluster(alert("node001", 3), "c-west")
-    table = components.alert_table([a, b], NOW, "t")
+    table = alert_tables.alert_table([a, b], NOW, "t")
     head = [th.children for th in table.children.children[0].children.children]
     assert head[:5] == ["State", "Severity", "Rule", "Cluster", "Node"]
     rows = table.children.children[1].children
@@ -160,7 +162,7 @@ def test_alert_tables_name_the_cluster_where_alerts_are_of_several() -> None:
     assert cells == [["c-east"], ["c-west"]]
     hrefs = [td.children[0].href for r in rows for td in r.children if td.className == "message"]
     assert hrefs == ["/node/node001?cluster=c-east&gpu=3", "/node/node001?cluster=c-west&gpu=3"]
-    single = components.alert_table([a], NOW, "t")
+    single = alert_tables.alert_table([a], NOW, "t")
     assert "Cluster" not in [th.children for th in single.children.children[0].children.children]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetwatch.dashboards import components, data
+from fleetwatch.dashboards import alert_tables, components, data, summary_strip
 from fleetwatch.pipeline.store.base import Annotation, StoreError
 from tests.dashboards.fakes import NOW, FakeStore, alert, point
 
@@ -92,8 +92,8 @@ def test_store_errors_reach_the_caller_as_store_errors() -> None:
 
 
 def test_summary_strip() -> None:
-    tiles = {t.id: text_of(t) for t in components.summary(data.read_fleet(fleet_store(), NOW),
-                                                          NOW)}
+    tiles = {t.id: text_of(t) for t in summary_strip.summary(data.read_fleet(fleet_store(), NOW),
+                                                             NOW)}
     assert tiles["summary-reporting"].split()[2] == "2"
     assert "88°C" in tiles["summary-hottest"] and "node-a · GPU 1" in tiles["summary-hottest"]
     assert "1" in tiles["summary-firing"].split() and "1 critical" in tiles["summary-firing"]
@@ -101,8 +101,8 @@ def test_summary_strip() -> None:
 
 
 def test_summary_of_an_empty_fleet() -> None:
-    tiles = {t.id: text_of(t) for t in components.summary(data.read_fleet(FakeStore(), NOW),
-                                                          NOW)}
+    tiles = {t.id: text_of(t) for t in summary_strip.summary(data.read_fleet(FakeStore(), NOW),
+                                                             NOW)}
     assert "0" in tiles["summary-reporting"].split() and "n/a" in tiles["summary-hottest"]
     # No data is not "all clear": the alert tiles say there is nothing to judge by.
     assert "no data yet" in tiles["summary-firing"] and "all clear" not in tiles["summary-firing"]
@@ -110,7 +110,7 @@ def test_summary_of_an_empty_fleet() -> None:
 
 def test_alert_table_rows_link_to_nodes() -> None:
     alerts = data.sort_alerts([alert("node-b", 0, "pending"), alert("node-a", 1, "firing")])
-    table = components.alert_table(alerts, NOW, "t")
+    table = alert_tables.alert_table(alerts, NOW, "t")
     rows = table.children.children[1].children
     assert [r.className for r in rows] == ["alert-row state-firing", "alert-row state-pending"]
     # The message opens that GPU on its node's page.
@@ -121,7 +121,7 @@ def test_alert_table_rows_link_to_nodes() -> None:
     # its condition began.
     assert "GPU 1" in text_of(rows[0]) and "9 min ago" in text_of(rows[0])
     assert "10 min ago" in text_of(rows[1])
-    assert components.alert_table([], NOW, "t").id == "t-empty"
+    assert alert_tables.alert_table([], NOW, "t").id == "t-empty"
 
 
 def test_nav_marks_the_current_page() -> None:
@@ -144,9 +144,9 @@ def test_stale_data_is_one_truth_not_no_data_and_alerts_firing() -> None:
                       alert_rows=[alert("node-a", 1, "firing")])
     view = data.read_fleet(store, NOW)
     assert not view.cells and view.last_ms == int((NOW - 900) * 1000)
-    text = components.no_data_text(view, NOW)
+    text = summary_strip.no_data_text(view, NOW)
     assert text.startswith("No fresh data: no GPU has reported since") and "15 min ago" in text
-    tiles = {t.id: text_of(t) for t in components.summary(view, NOW)}
+    tiles = {t.id: text_of(t) for t in summary_strip.summary(view, NOW)}
     # The firing count is said "as of" the last data, never as if it were live.
     assert "as of" in tiles["summary-firing"] and "no data since" in tiles["summary-firing"]
     assert "No data yet" not in text
@@ -155,7 +155,7 @@ def test_stale_data_is_one_truth_not_no_data_and_alerts_firing() -> None:
 def test_never_any_data_says_no_data_yet() -> None:
     view = data.read_fleet(FakeStore(), NOW)
     assert view.last_ms is None
-    assert components.no_data_text(view, NOW).startswith("No data yet")
+    assert summary_strip.no_data_text(view, NOW).startswith("No data yet")
 
 
 def test_node_links_quote_the_whole_name() -> None:
@@ -189,7 +189,7 @@ def test_one_sample_stamped_2099_does_not_move_data_as_of() -> None:
     store = fleet_store()
     store.points.append(point("gpu_temp_c", "node-z", 0, 50, age_s=NOW - 4_102_444_799.0))
     view = data.read_fleet(store, NOW)
-    tiles = {t.id: text_of(t) for t in components.summary(view, NOW)}
+    tiles = {t.id: text_of(t) for t in summary_strip.summary(view, NOW)}
     assert "23:59:59" not in tiles["summary-asof"] and "10 s ago" in tiles["summary-asof"]
     assert "1 GPU stamped after now: a node's clock runs ahead" in tiles["summary-asof"]
-    assert components.last_read(view, NOW)["newest_ms"] == int((NOW - 10) * 1000)
+    assert summary_strip.last_read(view, NOW)["newest_ms"] == int((NOW - 10) * 1000)

@@ -11,8 +11,8 @@ import pytest
 
 from fleetwatch import alert_view
 from fleetwatch.cli import main
+from fleetwatch.dashboards import alert_tables
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.dashboards.fakes import NOW, FakeStore, alert, point
@@ -39,7 +39,7 @@ def test_an_open_alert_of_ended_data_says_so_and_a_resolved_one_is_unchanged() -
     assert alert_view.when(firing, NOW).startswith("firing since")  # live data: as before
     resolved = alert("n1", 2, state="resolved", started_ago_s=DAYS_8 + 3600)
     assert alert_view.when(resolved, NOW, ended) == alert_view.when(resolved, NOW)
-    table = text_of(components.alert_table([firing], NOW, "t", ended=ended))
+    table = text_of(alert_tables.alert_table([firing], NOW, "t", ended=ended))
     assert "open when the data ended, 8.0 d ago; last evidence" in table
 
 
@@ -47,9 +47,9 @@ def test_the_alerts_page_says_the_data_ended_above_its_tables() -> None:
     ended = NOW - DAYS_8
     active, _ = alerts_page.tables([alert("n1", 3)], [], NOW, "24h", {}, ended)
     assert "open when the data ended" in text_of(active)
-    banner = components.ended_notice(ended, NOW, "x")
+    banner = alert_tables.ended_notice(ended, NOW, "x")
     assert banner is not None and "No data since" in banner.children
-    assert components.ended_notice(None, NOW, "x") is None
+    assert alert_tables.ended_notice(None, NOW, "x") is None
 
 
 def test_fleetwatch_alerts_on_a_replay_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import components, job, job_data
+from fleetwatch.dashboards import alert_tables, job, job_data
 from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.ledger import EnergyRow
@@ -114,7 +114,7 @@ def test_an_alert_table_links_the_job_its_message_names() -> None:
                                message="job 17/a hung on n1: its 8 GPUs have a kernel ...")
     plain = alert("n2", 1)
     assert [alert_jobs(a) for a in (lagging, hung, plain)] == [("42",), ("17/a",), ()]
-    table = components.alert_table([lagging, hung, plain], NOW, "t")
+    table = alert_tables.alert_table([lagging, hung, plain], NOW, "t")
     hrefs = [c.href for c in _walk(table) if getattr(c, "className", "") == "job-link"]
     assert hrefs == ["/job/42?cluster=sim", "/job/17%2Fa?cluster=sim"]
 
@@ -122,7 +122,7 @@ def test_an_alert_table_links_the_job_its_message_names() -> None:
 def test_an_alert_on_a_shared_gpu_links_each_of_its_jobs() -> None:
     xid = dataclasses.replace(alert("n1", 2, rule="gpu_xid_critical"),
                               message="GPU 2 on n1 (job 111,222): XID 79 (fallen off the bus)")
-    table = components.alert_table([xid], NOW, "t")
+    table = alert_tables.alert_table([xid], NOW, "t")
     links = [(c.children, c.href) for c in _walk(table)
              if getattr(c, "className", "") == "job-link"]
     assert links == [("job 111", "/job/111?cluster=sim"), ("job 222", "/job/222?cluster=sim")]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.dashboards import components, create_app, node_errors
+from fleetwatch.dashboards import alert_tables, create_app, node_errors
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.store.base import Event, group_events
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -22,7 +22,7 @@ RMA = "Drain the node; the GPU needs service (RMA)"
 
 def test_the_alert_table_shows_the_suggested_action_in_its_own_column() -> None:
     a = dataclasses.replace(alert("node-a", 3, rule="gpu_xid_critical"), action=RMA)
-    table = components.alert_table([a], NOW, "t")
+    table = alert_tables.alert_table([a], NOW, "t")
     (row,) = rows(table)
     cells = [c for c in row.children if getattr(c, "className", "") == "action"]
     assert [c.children for c in cells] == [RMA]

@@ -11,8 +11,8 @@ import pytest
 from dash import dcc
 from dash.testing.wait import until
 
+from fleetwatch.dashboards import alert_tables, components, create_app, energy_figures, figures
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, create_app, energy_figures, figures
 from tests.dashboards.conftest import SimFleet
 from tests.dashboards.fakes import NOW, alert
 from tests.dashboards.test_alert_table import _walk, rows
@@ -33,7 +33,7 @@ def test_a_rack_alert_has_no_link_to_a_node_page_that_does_not_exist() -> None:
     rack = alert("", None, rule="rack_cooling")
     gpu = alert("node-a", 3)
     by_node = {row.__dict__.get("data-node"): row for row in rows(
-        components.alert_table([rack, gpu], NOW, "t"))}
+        alert_tables.alert_table([rack, gpu], NOW, "t"))}
     assert [c for c in _walk(by_node[""]) if isinstance(c, dcc.Link)] == []
     assert rack.message in str(by_node[""].to_plotly_json())
     assert [c.href for c in _walk(by_node["node-a"]) if isinstance(c, dcc.Link)] == [

@@ -13,8 +13,8 @@ import pytest
 from dash.testing.wait import until
 from plotly.utils import PlotlyJSONEncoder
 
+from fleetwatch.dashboards import alert_tables, create_app, figures, fleet
 from fleetwatch.dashboards import alerts as alerts_page
-from fleetwatch.dashboards import components, create_app, figures, fleet
 from fleetwatch.dashboards.data import FleetView, GpuCell
 from tests.dashboards.conftest import SimFleet
 from tests.dashboards.fakes import NOW, alert
@@ -41,9 +41,9 @@ def storm(n: int = 1050) -> list:
 
 
 def test_the_active_table_is_capped_and_says_how_many_more_of_which_rules() -> None:
-    table = components.alert_table(storm(), NOW, "t", limit=components.ACTIVE_SHOWN)
+    table = alert_tables.alert_table(storm(), NOW, "t", limit=alert_tables.ACTIVE_SHOWN)
     shown = rows(table)
-    assert len(shown) == components.ACTIVE_SHOWN == 100
+    assert len(shown) == alert_tables.ACTIVE_SHOWN == 100
     assert getattr(shown[0], "data-node") == "node-000"  # the first of the order given
     more = text_of(table).split("and ")[-1]
     assert more.startswith("950 more active: 900 gpu_hw_slowdown, 50 node_silent")
@@ -52,14 +52,14 @@ def test_the_active_table_is_capped_and_says_how_many_more_of_which_rules() -> N
 
 
 def test_a_table_within_the_cap_is_whole_and_says_nothing_more() -> None:
-    some = storm(components.ACTIVE_SHOWN)
-    table = components.alert_table(some, NOW, "t", limit=components.ACTIVE_SHOWN)
+    some = storm(alert_tables.ACTIVE_SHOWN)
+    table = alert_tables.alert_table(some, NOW, "t", limit=alert_tables.ACTIVE_SHOWN)
     assert len(rows(table)) == 100 and "more active" not in text_of(table)
 
 
 def test_the_alerts_page_caps_its_active_table_in_a_storm() -> None:
     active, resolved = alerts_page.tables(storm(), [], NOW, "24h", {})
-    assert len(rows(active)) == components.ACTIVE_SHOWN
+    assert len(rows(active)) == alert_tables.ACTIVE_SHOWN
     assert "950 more active" in text_of(active)
     assert sent(active, resolved) < 250_000
 
@@ -67,7 +67,7 @@ def test_the_alerts_page_caps_its_active_table_in_a_storm() -> None:
 def test_the_fleet_page_at_8000_gpus_in_a_storm_is_bounded_and_counts_every_alert() -> None:
     view = FleetView(gpus(), tuple(storm()))
     summary, fig, table, notice = fleet.parts(view, NOW, None, {})
-    assert notice is None and len(rows(table)) == components.ACTIVE_SHOWN
+    assert notice is None and len(rows(table)) == alert_tables.ACTIVE_SHOWN
     assert "1050" in text_of(summary)  # the tiles count them all
     # Every alerted GPU keeps its outline on the heatmap (bounded by the fleet, not a cap).
     assert sum(1 for s in fig.layout.shapes if s.type == "rect") == 1000

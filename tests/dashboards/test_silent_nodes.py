@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from fleetwatch.dashboards import components, data, figures
+from fleetwatch.dashboards import components, data, figures, summary_strip
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.store.base import Alert
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -30,7 +30,7 @@ def test_a_node_declared_silent_is_not_reporting() -> None:
     assert view.silent == {("sim", "node-b"): NOW - 10}
     assert [c.node for c in view.reporting] == ["node-a"] and view.nodes == 1
     assert view.hottest is not None and view.hottest.node == "node-a"
-    tiles = components.summary(view, NOW)
+    tiles = summary_strip.summary(view, NOW)
     assert text_of(tiles[0]).startswith("GPUs reporting 1 on 1 node")
     assert "1 node silent" in text_of(tiles[0])
     # A pending node_silent is not a verdict yet: the node still counts.
@@ -57,4 +57,4 @@ def test_read_fleet_of_a_store_with_a_silent_node(tmp_path: Path) -> None:
     store.write_alerts([_silent("node-b", now - 30)])
     view = data.read_fleet(store, now)
     assert len(view.cells) == 2 and [c.node for c in view.reporting] == ["node-a"]
-    assert text_of(components.summary(view, now)[0]).startswith("GPUs reporting 1 on 1 node")
+    assert text_of(summary_strip.summary(view, now)[0]).startswith("GPUs reporting 1 on 1 node")

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fleetwatch.dashboards import components, data, node
+from fleetwatch.dashboards import data, node, summary_strip
 from tests.dashboards.fakes import NOW
 
 
 def test_old_data_does_not_say_the_processor_stopped_while_it_may_be_catching_up() -> None:
     view = data.FleetView((), (), last_ms=int((NOW - 720) * 1000))
-    text = components.no_data_text(view, NOW)
+    text = summary_strip.no_data_text(view, NOW)
     assert "12 min ago" in text and "processor stopped" not in text
     assert "catches up" in text
 

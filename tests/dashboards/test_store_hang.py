@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from dash.testing.wait import until
 
-from fleetwatch.dashboards import components, create_app
+from fleetwatch.dashboards import create_app, summary_strip
 from fleetwatch.dashboards.data import read_fleet
 from fleetwatch.pipeline.store.base import StoreError
 from tests.dashboards import fakes
@@ -83,15 +83,15 @@ def test_store_gone_clears_the_tiles_and_the_loading_heatmap(dash_duo, tmp_path)
 def test_unavailable_summary_never_says_all_clear() -> None:
     view = read_fleet(fakes.FakeStore([fakes.point("gpu_temp_c", "node-000", 0, 60.0)]),
                       fakes.NOW)
-    last = components.last_read(view, fakes.NOW)
-    tiles = components.unavailable_summary(last, fakes.NOW + 60)
+    last = summary_strip.last_read(view, fakes.NOW)
+    tiles = summary_strip.unavailable_summary(last, fakes.NOW + 60)
     text = " ".join(str(t.to_plotly_json()) for t in tiles)
     assert "all clear" not in text and "store not answering" in text
     asof = {t.id: t for t in tiles}["summary-asof"]
     # The sample was 10 s old at the last read, a minute ago: 70 s old now.
     assert "70 s ago" in str(asof.to_plotly_json())
     # Never read: nothing to say but that.
-    assert "no read yet" in str(components.unavailable_summary(None, fakes.NOW)[0]
+    assert "no read yet" in str(summary_strip.unavailable_summary(None, fakes.NOW)[0]
                                 .to_plotly_json())
 
 

@@ -106,7 +106,7 @@ def test_a_steady_hot_rack_that_then_warms_further_pages() -> None:
 
 
 def test_only_a_critical_rack_alert_inhibits_the_gpu_alerts_of_its_rack() -> None:
-    from fleetwatch.pipeline.silences import inhibited_by
+    from fleetwatch.pipeline.inhibition import inhibited_by
     from fleetwatch.pipeline.store.base import Alert
 
     def alert(rule: str, severity: str, node: str, device: str) -> Alert:

@@ -6,7 +6,7 @@ revision is no news."""
 
 from __future__ import annotations
 
-from fleetwatch.dashboards.components import evidence_text
+from fleetwatch.dashboards.alert_tables import evidence_text
 from fleetwatch.models import REVISION
 from fleetwatch.models.xid_events import XidEvents
 from fleetwatch.pipeline.alerts import AlertBook

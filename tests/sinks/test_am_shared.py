@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from fleetwatch.config import ConfigError, load, override
-from fleetwatch.pipeline.silences import parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.am_silences import (
     CREATED_BY,

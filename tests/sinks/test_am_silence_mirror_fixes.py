@@ -253,7 +253,7 @@ def test_silence_reload_s_defaults_to_5s_is_range_checked_and_reaches_the_notifi
 # -- #2: the dialect check agrees with Alertmanager's own parser -----------------------------
 def test_what_parse_matcher_keeps_alertmanager_takes_and_what_it_refuses_alertmanager_does(
         am: Server) -> None:
-    from fleetwatch.pipeline.silences import not_re2
+    from fleetwatch.pipeline.silence_matchers import not_re2
     from fleetwatch.pipeline.sinks.base import SinkRejected
     from tests.core.test_silence_re2 import REFUSED
 

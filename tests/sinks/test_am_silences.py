@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from fleetwatch.pipeline.silences import Notice, parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink, am_labels
 from fleetwatch.pipeline.sinks.am_silences import (
     CREATED_BY,

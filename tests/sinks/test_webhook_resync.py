@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from fleetwatch.pipeline.silences import Notice, incident_joined
+from fleetwatch.pipeline.inhibition import incident_joined
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 from fleetwatch.pipeline.sinks.base import notification_id

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.pipeline.store import sqlite as sqlite_module
+from fleetwatch.pipeline.store import sqlite_file
 from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.store.helpers import frames
@@ -80,7 +80,7 @@ class Worker:
 
 @pytest.fixture(autouse=True)
 def fast_checks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "_FILE_CHECK_S", 0.2, raising=False)
+    monkeypatch.setattr(sqlite_file, "_FILE_CHECK_S", 0.2)
 
 
 def test_a_replaced_store_is_read_by_every_thread(tmp_path: Path) -> None:
@@ -121,7 +121,7 @@ def test_a_removed_store_is_no_store_on_every_thread(tmp_path: Path) -> None:
 
 def test_the_path_is_looked_at_at_most_once_a_second_per_thread(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sqlite_module, "_FILE_CHECK_S", 1.0, raising=False)
+    monkeypatch.setattr(sqlite_file, "_FILE_CHECK_S", 1.0)
     db = tmp_path / "s.db"
     make(db, nodes=1, gpus=2)
     reader = SqliteStore(db, read_only=True)
@@ -133,7 +133,7 @@ def test_the_path_is_looked_at_at_most_once_a_second_per_thread(
             calls[0] += 1
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(sqlite_module.os, "stat", counting)
+    monkeypatch.setattr(sqlite_file.os, "stat", counting)
     for _ in range(50):
         gpus_seen(reader)
     assert calls[0] <= 2
