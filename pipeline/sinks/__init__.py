@@ -65,10 +65,12 @@ class Notifier:
 
     ``record`` (the store's ``write_notifications``) gets, at each ``send`` (and at
     ``close``), what each notifying sink's lane reported delivered (``sent``) or not
-    (``given_up``, ``failed``) since, and what was muted there (``sinks.notified``).
+    (``given_up``, ``failed``) since, and the batch's changes before they are handed to
+    the lanes: muted there, or ``queued`` (owed until an outcome; ``sinks.notified``).
     ``recorded`` (the store's ``notifications``, read by alert ids) lets ``adopt`` re-send
     the firing, un-muted alerts the record shows a notifying sink never took (a
-    predecessor gave them up): once, to that sink.
+    predecessor gave them up, or was killed before an outcome): once, to that sink, with
+    the same ``notification_id`` (a receiver that got it before can tell).
     """
 
     def __init__(self, sinks: Sequence[AlertSink],
@@ -82,7 +84,7 @@ class Notifier:
                  recorded: Callable[[Sequence[str]], Iterable[Notification]] | None = None
                  ) -> None:
         self.sinks = list(sinks)
-        self._recorded = recorded
+        self._recorded, self._background = recorded, background
         # (sink, notices, outcome, wall clock) the lanes reported, recorded at the next
         # ``send`` on the processor's thread (the store's writer).
         self._reported: list[tuple[str, Sequence[Notice], str, float]] = []
@@ -147,7 +149,8 @@ class Notifier:
     def _resend_undelivered(self, firing: list[Notice]) -> None:
         """Send each notifying sink, once, the firing un-muted alerts taken over that the
         store's record shows it never took (given up by the processor before this one, at
-        its stop or after ``retry_s``): that sink's memory of them ended with that process."""
+        its stop or after ``retry_s``, or still ``queued``: it was killed before an
+        outcome): that sink's memory of them ended with that process."""
         if self._recorded is None or not firing:
             return
         try:
@@ -162,7 +165,8 @@ class Notifier:
             due = undelivered([n.alert.id for n in firing], lane.sink.name, rows)
             if due:
                 log.warning("alert sink %s: %d firing alert(s) taken over were never "
-                            "delivered there (given up before); sending them now: %s",
+                            "delivered there (given up before, or the processor before "
+                            "stopped first); sending them now: %s",
                             lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
                 lane.put("send", [n for n in firing if n.alert.id in due])
 
@@ -255,12 +259,17 @@ class Notifier:
                 self._heard.pop(n.alert.id, None)
             elif n.notify:
                 self._heard[n.alert.id] = (n.alert.state, revision(n.alert))
+        # Recorded before it is handed over (one write, with the lanes' reports so far): a
+        # processor killed before a lane's outcome leaves them owed (``queued``), re-sent
+        # by the next one.
+        self._record(notices)
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
             if not notices:
                 lane.service()
-        self._record(notices)
+        if not self._background:  # delivered already: recorded at this batch's time
+            self._record([])
         return notices
 
     def _covers(self) -> Covers:
