@@ -175,11 +175,12 @@ class Notifier:
         with self._reported_lock:
             self._reported.append((sink, list(notices), outcome, time.time()))
 
-    def _record(self, notices: Sequence[Notice]) -> None:
-        """Record the lanes' reports so far and the muted ones among ``notices``."""
+    def _record(self, notices: Sequence[Notice], handed: float | None = None) -> None:
+        """Record the lanes' reports so far and ``notices`` (handed to the lanes at
+        ``handed``, the wall clock), muted or queued."""
         with self._reported_lock:
             reported, self._reported = self._reported, []
-        self._recorder.outcomes(reported, notices, self._now)
+        self._recorder.outcomes(reported, notices, self._now, handed)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Let go of the open alerts of these nodes (their partition moved to another
@@ -201,7 +202,7 @@ class Notifier:
                 lane.put(kind, what)
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = ()) -> list[Notice]:
+             current: Iterable[Alert] = (), stored: bool = True) -> list[Notice]:
         """Take one batch's stored alert changes (none, to let time pass); returns what is
         forwarded to sinks. ``now``: the batch's newest frame time.
 
@@ -210,6 +211,9 @@ class Notifier:
         silence added after its last change, and notified again when the silence ends.
         ``current``: the open alerts as the lifecycle has them now, newer than their last
         write (at most its ``refresh_s``): one notified again is notified as it is now.
+        ``stored`` False: the changes could not be stored (the store is away): they are
+        handed to the sinks first and recorded after, so a store that hangs does not hold
+        a page back (as while the record is refused).
         """
         for a in current:
             key = alert_key(a)
@@ -261,15 +265,17 @@ class Notifier:
                 self._heard[n.alert.id] = (n.alert.state, revision(n.alert))
         # Recorded before it is handed over (one write, with the lanes' reports so far): a
         # processor killed before a lane's outcome leaves them owed (``queued``), re-sent
-        # by the next one.
-        self._record(notices)
+        # by the next one. Not while the store is away: the page goes first.
+        handed, first = time.time(), stored and not self._recorder.failing
+        if first:
+            self._record(notices, handed)
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
             if not notices:
                 lane.service()
-        if not self._background:  # delivered already: recorded at this batch's time
-            self._record([])
+        if not first or not self._background:  # (without threads: delivered already)
+            self._record([] if first else notices, handed)
         return notices
 
     def _covers(self) -> Covers:

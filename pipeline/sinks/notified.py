@@ -114,21 +114,29 @@ class Recorder:
         """Record ``notices`` (decided now, about to be handed to the lanes) and write."""
         self.outcomes([], notices, now)
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last write failed (the store is away): what is held is written with
+        the next ones."""
+        return self._failing
+
     def outcomes(self, reported: Sequence[tuple[str, Sequence[Notice], str, float]],
-                 notices: Sequence[Notice], now: float) -> None:
+                 notices: Sequence[Notice], now: float, handed: float | None = None) -> None:
         """Record what the lanes reported, (sink, notices, outcome, wall clock), then
-        ``notices``, decided now and about to be handed to the lanes: the muted ones, and
-        those to tell as ``queued`` (owed until their lane reports), then write. Call it
-        before handing them over: the record of what is owed is in the store before any
-        sink is tried, and a report of them comes later (by the wall clock) than it."""
+        ``notices``, decided now and handed to the lanes at ``handed`` (the wall clock;
+        None: now): the muted ones, and those to tell as ``queued`` (owed until their lane
+        reports), then write. Called before handing them over, the record of what is owed
+        is in the store before any sink is tried; a report of them comes later (by the
+        wall clock) than ``handed``, so it supersedes it."""
         if self._write is None or not self._sinks:
             return
         wall = self._clock()
         at = now if now > float("-inf") else wall
         for sink, these, outcome, when in reported:
             self._held += records(these, [sink], at, min(when, wall), outcome)
-        self._held += records(notices, self._sinks, at, wall)
-        self._held += records(notices, self._sinks, at, wall, QUEUED)
+        said = wall if handed is None else min(handed, wall)
+        self._held += records(notices, self._sinks, at, said)
+        self._held += records(notices, self._sinks, at, said, QUEUED)
         if not self._held:
             return
         try:

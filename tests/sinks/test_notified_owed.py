@@ -4,6 +4,7 @@ back and re-sends; the outcome supersedes it."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -86,3 +87,51 @@ def test_the_change_is_owed_in_the_store_before_the_sink_is_tried(tmp_path: Path
         notifier.close()
     assert sink.seen == [[(a.id, "queued")]]
     assert [n.outcome for n in store.notifications(0, 1e10)] == ["queued", "sent"]
+
+
+class TimedSink:
+    """A notifying sink that notes when (monotonic) it got each alert."""
+
+    name, notify_only, timeout_s = "webhook", True, 1.0
+
+    def __init__(self) -> None:
+        self.got: dict[str, float] = {}
+
+    def send(self, changes: Sequence[Notice]) -> bool:
+        self.got.update((n.alert.id.split("/")[-1], time.monotonic()) for n in changes)
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_store_away_or_hanging_does_not_hold_a_page_back() -> None:
+    """The alert could not be stored (``stored`` False), or the record's last write
+    failed: the page goes to the lanes first, the record is tried after (and kept)."""
+    written: list[Notification] = []
+    away = [True]
+
+    def write(notes: Sequence[Notification]) -> None:
+        if away[0]:
+            time.sleep(1.0)  # a store that hangs until its timeout
+            raise OSError("timed out")
+        written.extend(notes)
+
+    sink = TimedSink()
+    notifier = Notifier([sink], record=write)
+    try:
+        t0 = time.monotonic()
+        notifier.send([alert("away")], now=1_000, stored=False)
+        assert until(lambda: "away" in sink.got) and sink.got["away"] - t0 < 0.5
+        t1 = time.monotonic()
+        notifier.send([alert("still", ts=1_001)], now=1_001)  # the record still failing
+        assert until(lambda: "still" in sink.got) and sink.got["still"] - t1 < 0.5
+        away[0] = False
+        notifier.send([], now=1_002)
+    finally:
+        notifier.close()
+    assert sorted(f"{n.alert_id.split('/')[-1]} {n.outcome}" for n in written) == [
+        "away queued", "away sent", "still queued", "still sent"]
+    # each outcome after its hand-over: nothing owed
+    assert undelivered([alert("away").id, alert("still", ts=1_001).id], "webhook",
+                       written) == set()
