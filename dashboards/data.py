@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from fleetwatch.alert_view import data_end, ordered
 from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
+from fleetwatch.pipeline.sinks.notified import settled
 from fleetwatch.pipeline.store.base import (
     ACTIVE_STATES,
     Acknowledgement,
@@ -179,7 +180,7 @@ def read_record(store: Store, alerts: Sequence[Alert]
     notified: dict[str, list[Notification]] = {}
     if callable(read):
         start = min(a.started_ts for a in alerts)
-        for n in read(start, 1e18, alert_ids=sorted(ids)):
+        for n in settled(read(start, 1e18, alert_ids=sorted(ids))):
             notified.setdefault(n.alert_id, []).append(n)
     return acks, notified
 

@@ -180,13 +180,15 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
 
 def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
     """Per alert id, what the processor recorded as notified (stores that keep it)."""
+    from fleetwatch.pipeline.sinks.notified import settled
+
     read = getattr(store, "notifications", None)
     if not callable(read) or not alerts:
         return {}
     out: dict[str, list[Any]] = {}
     start, ids = min(a.started_ts for a in alerts), [a.id for a in alerts]
     for i in range(0, len(ids), 500):  # within SQLite's bound variables
-        for n in read(start, 1e18, alert_ids=ids[i:i + 500]):
+        for n in settled(read(start, 1e18, alert_ids=ids[i:i + 500])):
             out.setdefault(n.alert_id, []).append(n)
     return out
 

@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 from fleetwatch.pipeline.events import jobs_of
 from fleetwatch.pipeline.silence_matchers import matches
 from fleetwatch.pipeline.silences import visible
+from fleetwatch.pipeline.sinks.notified import QUEUED, settled
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -48,9 +49,10 @@ _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")  # as report_files: CSV inject
 @dataclass(frozen=True, slots=True)
 class Entry:
     """One line of the timeline. ``what``: the transition (pending, firing, resolved), the
-    notification's outcome (sent, muted), acknowledged, silence added / silence ended, the
-    event (``xid 79``, ``gpu lost``, ``job_start 4000003``) or ``fault``. ``count``: a run
-    of repeats (``last_ts`` the last)."""
+    notification's outcome (sent, muted, not confirmed: handed over, no outcome recorded),
+    acknowledged, silence added / silence ended, the event (``xid 79``, ``gpu lost``,
+    ``job_start 4000003``) or ``fault``. ``count``: a run of repeats (``last_ts`` the
+    last)."""
 
     ts: float
     kind: str
@@ -126,7 +128,7 @@ def build(records: Records, scope: Scope,
 
     alerts = [a for a in records.alerts if here(a.cluster, a.rack, a.node, a.device)]
     out = [e for a in alerts for e in _transitions(a) if within(e.ts)]
-    out += [_notified(n) for n in records.notifications
+    out += [_notified(n) for n in settled(records.notifications)
             if within(n.ts) and here(n.cluster, n.rack, n.node, n.device)]
     by_id = {a.id: a for a in records.alerts}
     out += [_acked(k, by_id.get(k.alert_id)) for k in records.acks if within(k.ts)
@@ -171,8 +173,11 @@ def _transitions(a: Alert) -> list[Entry]:
 
 def _notified(n: Notification) -> Entry:
     detail = f"{n.state} to {n.sink}" + (f", muted by {n.muted_by}" if n.muted_by else "")
-    return Entry(n.ts, "notification", n.outcome, n.cluster, n.rack, n.node, n.device,
-                 n.rule, n.severity, n.alert_id, detail=detail)
+    if n.outcome == QUEUED:  # handed over; the processor stopped before an outcome
+        detail += ", handed over, no outcome recorded"
+    what = "not confirmed" if n.outcome == QUEUED else n.outcome
+    return Entry(n.ts, "notification", what, n.cluster, n.rack, n.node, n.device, n.rule,
+                 n.severity, n.alert_id, detail=detail)
 
 
 def _acked(k: Acknowledgement, a: Alert | None) -> Entry:

@@ -118,15 +118,16 @@ class AlertFlow:
             self.stats.alerts_written += len(writes)
         except StoreError:  # sent all the same; written with the next write that succeeds
             self._unstored = writes
-            self._send_ticked(changes, findings)
+            self._send_ticked(changes, findings, stored=False)
             raise
         self._send_ticked(changes, findings)
 
-    def _send_ticked(self, changes: list[Alert], findings: list[Finding]) -> None:
+    def _send_ticked(self, changes: list[Alert], findings: list[Finding],
+                     stored: bool = True) -> None:
         transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
         if self._notifier is not None:
-            self._notifier.send(changes, max(f.ts for f in findings))
+            self._notifier.send(changes, max(f.ts for f in findings), stored=stored)
         elif self._notify is not None:
             self._notify(changes)
         self.stats.alerts_changed += transitions
@@ -147,11 +148,12 @@ class AlertFlow:
         changes = self.alerts.observe(batch.owned, batch.findings) \
             if batch.owned or batch.findings else []
         self._unstored = list({a.id: a for a in [*self._unstored, *changes]}.values())
-        self._deliver(batch, changes)
+        self._deliver(batch, changes, stored=False)
         return True
 
-    def _deliver(self, batch: Batch, changes: list[Alert]) -> None:
-        """Apply a batch's alert changes to the book and send them; the batch is judged."""
+    def _deliver(self, batch: Batch, changes: list[Alert], stored: bool = True) -> None:
+        """Apply a batch's alert changes to the book and send them; the batch is judged.
+        ``stored`` False: the store is away (the notifier does not wait on it first)."""
         transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
         batch.judged = True
@@ -164,7 +166,7 @@ class AlertFlow:
             newest = max((f.ts for f in batch.owned or ()), default=None)
             if newest is not None and batch.messages:  # live: never ahead of our clock
                 newest = min(newest, self._clock())
-            self._notifier.send(changes, newest, self.alerts.open)
+            self._notifier.send(changes, newest, self.alerts.open, stored=stored)
         elif changes and self._notify is not None:
             self._notify(changes)
 
@@ -187,7 +189,7 @@ class AlertFlow:
         except (StoreError, BusError):
             self._unstored = writes
             if not batch.judged:
-                self._deliver(batch, changes)
+                self._deliver(batch, changes, stored=False)
             raise
         except Exception as exc:
             batch.failures += 1

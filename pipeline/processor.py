@@ -99,10 +99,11 @@ class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = ()) -> object:
+             current: Iterable[Alert] = (), stored: bool = True) -> object:
         """One batch's alert changes, once judged (none: time passed; ``now`` is the
         batch's newest frame time, against which silences are judged; ``current``: the
-        open alerts as the lifecycle has them now, newer than their last write)."""
+        open alerts as the lifecycle has them now, newer than their last write;
+        ``stored`` False: the store is away, they could not be stored)."""
 
     def adopt(self, alerts: Iterable[Alert]) -> None:
         """Open alerts of nodes this processor now owns: not new, but still open."""

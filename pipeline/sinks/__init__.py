@@ -64,10 +64,12 @@ class Notifier:
 
     ``record`` (the store's ``write_notifications``) gets, at each ``send`` (and at
     ``close``), what each notifying sink's lane reported delivered (``sent``) or not
-    (``given_up``, ``failed``) since, and what was muted there (``sinks.notified``).
+    (``given_up``, ``failed``) since, and the batch's changes before they are handed to
+    the lanes: muted there, or ``queued`` (owed until an outcome; ``sinks.notified``).
     ``recorded`` (the store's ``notifications``, read by alert ids) lets ``adopt`` re-send
     the firing, un-muted alerts the record shows a notifying sink never took (a
-    predecessor gave them up): once, to that sink.
+    predecessor gave them up, or was killed before an outcome): once, to that sink, with
+    the same ``notification_id`` (a receiver that got it before can tell).
     """
 
     def __init__(self, sinks: Sequence[AlertSink],
@@ -81,7 +83,7 @@ class Notifier:
                  recorded: Callable[[Sequence[str]], Iterable[Notification]] | None = None
                  ) -> None:
         self.sinks = list(sinks)
-        self._recorded = recorded
+        self._recorded, self._background = recorded, background
         # (sink, notices, outcome, wall clock) the lanes reported, recorded at the next
         # ``send`` on the processor's thread (the store's writer).
         self._reported: list[tuple[str, Sequence[Notice], str, float]] = []
@@ -146,7 +148,8 @@ class Notifier:
     def _resend_undelivered(self, firing: list[Notice]) -> None:
         """Send each notifying sink, once, the firing un-muted alerts taken over that the
         store's record shows it never took (given up by the processor before this one, at
-        its stop or after ``retry_s``): that sink's memory of them ended with that process."""
+        its stop or after ``retry_s``, or still ``queued``: it was killed before an
+        outcome): that sink's memory of them ended with that process."""
         if self._recorded is None or not firing:
             return
         try:
@@ -161,7 +164,8 @@ class Notifier:
             due = undelivered([n.alert.id for n in firing], lane.sink.name, rows)
             if due:
                 log.warning("alert sink %s: %d firing alert(s) taken over were never "
-                            "delivered there (given up before); sending them now: %s",
+                            "delivered there (given up before, or the processor before "
+                            "stopped first); sending them now: %s",
                             lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
                 lane.put("send", [n for n in firing if n.alert.id in due])
 
@@ -170,11 +174,12 @@ class Notifier:
         with self._reported_lock:
             self._reported.append((sink, list(notices), outcome, time.time()))
 
-    def _record(self, notices: Sequence[Notice]) -> None:
-        """Record the lanes' reports so far and the muted ones among ``notices``."""
+    def _record(self, notices: Sequence[Notice], handed: float | None = None) -> None:
+        """Record the lanes' reports so far and ``notices`` (handed to the lanes at
+        ``handed``, the wall clock), muted or queued."""
         with self._reported_lock:
             reported, self._reported = self._reported, []
-        self._recorder.outcomes(reported, notices, self._now)
+        self._recorder.outcomes(reported, notices, self._now, handed)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Let go of the open alerts of these nodes (their partition moved to another
@@ -196,7 +201,7 @@ class Notifier:
                 lane.put(kind, what)
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = ()) -> list[Notice]:
+             current: Iterable[Alert] = (), stored: bool = True) -> list[Notice]:
         """Take one batch's stored alert changes (none, to let time pass); returns what is
         forwarded to sinks. ``now``: the batch's newest frame time.
 
@@ -205,6 +210,9 @@ class Notifier:
         silence added after its last change, and notified again when the silence ends.
         ``current``: the open alerts as the lifecycle has them now, newer than their last
         write (at most its ``refresh_s``): one notified again is notified as it is now.
+        ``stored`` False: the changes could not be stored (the store is away): they are
+        handed to the sinks first and recorded after, so a store that hangs does not hold
+        a page back (as while the record is refused).
         """
         for a in current:
             key = alert_key(a)
@@ -254,12 +262,19 @@ class Notifier:
                 self._heard.pop(n.alert.id, None)
             elif n.notify:
                 self._heard[n.alert.id] = (n.alert.state, revision(n.alert))
+        # Recorded before it is handed over (one write, with the lanes' reports so far): a
+        # processor killed before a lane's outcome leaves them owed (``queued``), re-sent
+        # by the next one. Not while the store is away: the page goes first.
+        handed, first = time.time(), stored and not self._recorder.failing
+        if first:
+            self._record(notices, handed)
         for lane in self._lanes:
             for part in _replaced_first(notices):
                 lane.put("send", part)
             if not notices:
                 lane.service()
-        self._record(notices)
+        if not first or not self._background:  # (without threads: delivered already)
+            self._record([] if first else notices, handed)
         return notices
 
     def _covers(self) -> Covers:

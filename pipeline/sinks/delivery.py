@@ -215,13 +215,15 @@ class Lane(LaneOutage):
         if ticks and callable(self._tick) and now >= self._next_tick:
             self._next_tick = now + self._tick_s
             try:
-                self._tick()
+                went = self._tick()
             except SinkError as exc:
                 self._count("retries")
                 self._fail(exc, now)  # the next try re-sends; not a change lost
             except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
                 self._tick_failed(exc, now)
             else:
+                if went is not False:  # what it re-sent by itself went through
+                    self._report(self._posted(()), "sent")
                 if self._tick_failing:
                     self._tick_failing = False
                     self._tick_backoff.reset()
@@ -300,7 +302,7 @@ class Lane(LaneOutage):
             return
         except SinkRejected as exc:
             self._failed(1, exc)
-            self._report(notices, "failed")
+            self._report(self._posted(notices), "failed")
             return
         except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
             log.exception("alert sink %s: send failed", self.sink.name)
@@ -310,4 +312,4 @@ class Lane(LaneOutage):
         finally:
             self._in_flight = ()
         self._sent()
-        self._report(notices, "sent")
+        self._report(self._posted(notices), "sent")

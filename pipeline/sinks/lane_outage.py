@@ -98,6 +98,13 @@ class LaneOutage:
         if self._outcome is not None and told:
             self._outcome(told, outcome)
 
+    def _posted(self, notices: Sequence[Notice]) -> list[Notice]:
+        """``notices`` and what the sink added to the same delivery by itself (the webhook's
+        firing alerts it had missed: ``missed``), so that its outcome is recorded for them
+        too."""
+        added = list(getattr(self.sink, "missed", ()) or ())
+        return [*notices, *added] if added else list(notices)
+
     def _told(self, notices: Sequence[Notice]) -> list[Notice]:
         """The changes this sink would tell anyone of (a muted or pending change held for
         the webhook is not an alert it owes)."""
@@ -152,7 +159,7 @@ class LaneOutage:
             return
         except SinkRejected as exc:
             self._failed(len({h.batch for h in self._held.values()}), exc)
-            self._report(held, "failed")
+            self._report(self._posted(held), "failed")
         except Exception as exc:  # noqa: BLE001 - a sink's bug must not stop its thread
             log.exception("alert sink %s: send failed", self.sink.name)
             self._failed(len({h.batch for h in self._held.values()}), exc, logged=True)
@@ -167,7 +174,7 @@ class LaneOutage:
                 return
             if held:
                 self._sent()
-                self._report(held, "sent")
+            self._report(self._posted(held), "sent")
             resent = int(getattr(self.sink, "resent", 0) or 0)
             log.warning("alert sink %s is back after %.0fs: %d held alert changes delivered%s%s",
                         self.sink.name, now - (self._down_since or now), told,

@@ -1,11 +1,15 @@
-"""The record of what was notified: each alert change a notifying sink took (``sent``, once
-the sink confirmed delivery: written from what its lane reports, never when the change is
-only handed to it), could not be given (``given_up`` after ``alerts.sink_retry_s`` or at
-close, ``failed`` when refused), or that was muted there (as it is decided), written to
-the store (``Notification``), so that "who was told what, when, and why not" is answered
-later from what happened, not judged again from the alerts, silences and
-acknowledgements as they are by then. A processor that takes over firing alerts reads it
-back to re-send those its predecessor never delivered (``undelivered``)."""
+"""The record of what was notified: each alert change a notifying sink was handed
+(``queued``: owed, written before the lane tries the network), then took (``sent``, once
+the sink confirmed delivery: written from what its lane reports), could not be given
+(``given_up`` after ``alerts.sink_retry_s`` or at close, ``failed`` when refused), or that
+was muted there (as it is decided), written to the store (``Notification``), so that "who
+was told what, when, and why not" is answered later from what happened, not judged again
+from the alerts, silences and acknowledgements as they are by then. The latest record of
+an alert at a sink is what became of it (``settled`` hides a ``queued`` one an outcome
+followed). A processor that takes over firing alerts (a restart, a partition moved) reads
+it back to re-send those its predecessor never delivered (``undelivered``), a ``queued``
+one included: a processor killed (SIGKILL, OOM, power) between handing a page to its lane
+and the outcome wrote nothing else, and the page is owed still."""
 
 from __future__ import annotations
 
@@ -22,14 +26,19 @@ log = logging.getLogger("fleetwatch.pipeline.sinks")
 # are dropped (logged): the record must never hold the processor up.
 HELD_MAX = 10_000
 
+# The outcome of a change handed to a notifying sink's lane, before any outcome.
+QUEUED = "queued"
+# The outcomes that say what became of a change a person is told of (``muted`` is not one).
+TOLD = frozenset({QUEUED, "sent", "given_up", "failed"})
+
 
 def records(notices: Sequence[Notice], sinks: Sequence[str], now: float,
             wall: float, outcome: str = "") -> list[Notification]:
     """The notifications of these notices at these notifying sinks: with ``outcome``
-    (what a sink's lane reported: ``sent``, ``given_up``, ``failed``) those a person is
-    told of (``Notice.notify``); without, ``muted`` where a silence, an inhibition or an
-    acknowledgement kept it quiet (a pending or never-fired change is neither, and one to
-    tell is recorded once its lane reports)."""
+    (``queued`` as it is handed to the lanes, or what a sink's lane reported: ``sent``,
+    ``given_up``, ``failed``) those a person is told of (``Notice.notify``); without,
+    ``muted`` where a silence, an inhibition or an acknowledgement kept it quiet (a pending
+    or never-fired change is neither)."""
     out = []
     for n in notices:
         a = n.alert
@@ -45,28 +54,49 @@ def records(notices: Sequence[Notice], sinks: Sequence[str], now: float,
 
 def undelivered(alert_ids: Iterable[str], sink: str,
                 recorded: Iterable[Notification]) -> set[str]:
-    """Of these firing alerts, those the record shows due at ``sink`` (muted there, given
-    up, failed) but never ``sent`` there firing: what a predecessor did not deliver. An
-    alert with no record at all there (one fired before the record existed) is not."""
+    """Of these firing alerts, those the record shows still owed at ``sink``: the latest
+    outcome of a firing change there is not ``sent`` (``queued``: the processor stopped
+    before an outcome; given up, failed), or there is none but a ``muted`` one (muted
+    there, never told). What a predecessor did not deliver. An alert with no record at all
+    there (one fired before the record existed) is not."""
     wanted = set(alert_ids)
-    seen: set[str] = set()
-    sent: set[str] = set()
-    for r in recorded:
+    last: dict[str, str] = {}
+    muted: set[str] = set()
+    for r in sorted(recorded, key=lambda r: (r.ts, r.sent_ts)):
         if r.sink != sink or r.alert_id not in wanted:
             continue
-        seen.add(r.alert_id)
-        if r.outcome == "sent" and r.state == "firing":
-            sent.add(r.alert_id)
-    return seen - sent
+        if r.outcome == "muted":
+            muted.add(r.alert_id)
+        elif r.outcome in TOLD and r.state == "firing":
+            last[r.alert_id] = r.outcome
+    return {i for i, said in last.items() if said != "sent"} | (muted - set(last))
+
+
+def settled(notes: Sequence[Notification]) -> list[Notification]:
+    """The record as people read it: a ``queued`` record followed by another of the same
+    alert, sink and state (its outcome, or the change handed over again; not a muting) is
+    left out; one
+    that stays says its change was handed over and no outcome was recorded (the processor
+    stopped first). Order kept."""
+    later: dict[tuple[str, str, str], tuple[float, float]] = {}
+    for n in notes:
+        if n.outcome in TOLD:  # a muting after it says nothing of its delivery
+            key, at = (n.alert_id, n.sink, n.state), (n.ts, n.sent_ts)
+            later[key] = max(later.get(key, at), at)
+    return [n for n in notes if n.outcome != QUEUED
+            or later[(n.alert_id, n.sink, n.state)] <= (n.ts, n.sent_ts)]
 
 
 def outcome_text(n: Notification) -> str:
     """What became of it at its sink, for people: ``sent to webhook``, ``muted at webhook``
-    (its ``muted_by`` is the caller's to add), ``not delivered to webhook (given up)``."""
+    (its ``muted_by`` is the caller's to add), ``handed to webhook, not confirmed`` (no
+    outcome recorded), ``not delivered to webhook (given up)``."""
     if n.outcome == "sent":
         return f"sent to {n.sink}"
     if n.outcome == "muted":
         return f"muted at {n.sink}"
+    if n.outcome == QUEUED:
+        return f"handed to {n.sink}, not confirmed"
     return f"not delivered to {n.sink} ({n.outcome.replace('_', ' ')})"
 
 
@@ -81,20 +111,32 @@ class Recorder:
         self._failing = False
 
     def record(self, notices: Sequence[Notice], now: float) -> None:
-        """Record the muted ones among ``notices`` (decided now) and write."""
+        """Record ``notices`` (decided now, about to be handed to the lanes) and write."""
         self.outcomes([], notices, now)
 
+    @property
+    def failing(self) -> bool:
+        """Whether the last write failed (the store is away): what is held is written with
+        the next ones."""
+        return self._failing
+
     def outcomes(self, reported: Sequence[tuple[str, Sequence[Notice], str, float]],
-                 notices: Sequence[Notice], now: float) -> None:
-        """Record what the lanes reported, (sink, notices, outcome, wall clock), and the
-        muted ones among ``notices``, then write."""
+                 notices: Sequence[Notice], now: float, handed: float | None = None) -> None:
+        """Record what the lanes reported, (sink, notices, outcome, wall clock), then
+        ``notices``, decided now and handed to the lanes at ``handed`` (the wall clock;
+        None: now): the muted ones, and those to tell as ``queued`` (owed until their lane
+        reports), then write. Called before handing them over, the record of what is owed
+        is in the store before any sink is tried; a report of them comes later (by the
+        wall clock) than ``handed``, so it supersedes it."""
         if self._write is None or not self._sinks:
             return
         wall = self._clock()
         at = now if now > float("-inf") else wall
-        self._held += records(notices, self._sinks, at, wall)
         for sink, these, outcome, when in reported:
-            self._held += records(these, [sink], at, when, outcome)
+            self._held += records(these, [sink], at, min(when, wall), outcome)
+        said = wall if handed is None else min(handed, wall)
+        self._held += records(notices, self._sinks, at, said)
+        self._held += records(notices, self._sinks, at, said, QUEUED)
         if not self._held:
             return
         try:

@@ -87,6 +87,9 @@ class WebhookSink:
         self._told: dict[str, tuple[str, str]] = {}  # alert id -> (notification_id, node)
         self._hidden: dict[str, str] = {}  # alert id -> node, at most HIDDEN_KEPT
         self.resent = 0  # firing alerts it had missed, in the last post
+        # Those alerts (their notices), the last post's whether it went through or not: the
+        # lane records them with the post's outcome, as the changes it was handed.
+        self.missed: list[Notice] = []
 
     @property
     def url(self) -> str:
@@ -146,6 +149,7 @@ class WebhookSink:
                   if i not in notices and self._told.get(i, ("",))[0] != notification_id(n)}
         notices = {**missed, **notices}
         self.resent = 0
+        self.missed = list(missed.values())
         if not notices:
             return False
         alerts = [n.alert for n in notices.values()]

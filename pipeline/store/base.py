@@ -214,9 +214,9 @@ class Acknowledgement:
 @dataclass(frozen=True, slots=True)
 class Notification:
     """What the notifier decided for one alert change at one notifying sink, recorded at
-    the time (a postmortem's "who was told what, when"): ``outcome`` ``sent`` (handed to
-    the sink to deliver; a delivery that then failed is logged and counted as the sink's
-    failure) or ``muted`` (``muted_by``: ``silence:ID``, ``inhibited:ALERT_ID``,
+    the time (a postmortem's "who was told what, when"): ``outcome`` ``queued`` (handed to
+    the sink, no outcome yet), ``sent`` (the sink confirmed it), ``given_up``, ``failed``
+    (``sinks.notified``) or ``muted`` (``muted_by``: ``silence:ID``, ``inhibited:ALERT_ID``,
     ``ack:BY``). ``ts``: the stream's time (the alert's clock), ``sent_ts``: the wall
     clock when it was decided."""
 

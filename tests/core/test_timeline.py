@@ -184,3 +184,26 @@ def test_a_silence_of_another_cluster_with_an_empty_matcher_is_not_this_clusters
     r = Records(r.alerts, r.notifications, r.acks, [*r.silences, other], r.events, r.faults)
     entries = build(r, Scope(T - 60, T + 7200, cluster="sim"))
     assert {e.alert_id for e in entries if e.kind == "silence"} == {"s1"}
+
+
+def test_a_page_handed_over_and_never_confirmed_reads_so_and_an_outcome_replaces_it() -> None:
+    """``queued``: handed to the sink, then the processor was killed before an outcome;
+    followed by ``sent`` (its successor re-sent it), only ``sent`` is listed."""
+    r = _records()
+    hot = r.alerts[1]
+
+    def note(outcome: str, ts: float, sent_ts: float) -> Notification:
+        return Notification(ts, sent_ts, "webhook", hot.id, hot.rule, hot.severity, "sim",
+                            "rack-03", "node-007", "gpu3", "firing", outcome)
+
+    owed = Records(r.alerts, [note("queued", T + 90, T + 90)], [], [], [], [])
+    (entry,) = [e for e in build(owed, Scope(T - 60, T + 7200)) if e.kind == "notification"]
+    assert text_line(entry, UTC) == (
+        "2026-11-27 16:45:17  notification not confirmed    sim/rack-03/node-007/gpu3  "
+        "gpu_temp_high warning  firing to webhook, handed over, no outcome recorded · "
+        "[gpu_temp_high/sim/node-007/gpu3/2]")
+    resent = Records(r.alerts, [note("queued", T + 90, T + 90), note("sent", T + 150, T + 150)],
+                     [], [], [], [])
+    got = [(e.ts - T, e.what) for e in build(resent, Scope(T - 60, T + 7200))
+           if e.kind == "notification"]
+    assert got == [(150, "sent")]

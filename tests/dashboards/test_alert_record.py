@@ -46,6 +46,25 @@ def test_a_resolved_alerts_row_shows_its_ack_and_notifications(tmp_path: Path) -
     assert "notified: firing sent to webhook 07:51:00" in text
 
 
+def test_a_page_handed_over_reads_not_confirmed_until_its_outcome(tmp_path: Path) -> None:
+    """``queued``: handed to the sink, no outcome recorded (the processor was killed
+    first): not shown as sent; once an outcome follows, only the outcome is shown."""
+    store = SqliteStore(tmp_path / "f.db")
+    a = alert("node-a", 3, "firing", rule="gpu_xid_critical")
+    store.write_alerts([a])
+
+    def note(outcome: str, sent_ts: float) -> Notification:
+        return Notification(NOW - 540, sent_ts, "webhook", a.id, a.rule, a.severity,
+                            a.cluster, a.rack, a.node, a.device, "firing", outcome)
+
+    store.write_notifications([note("queued", NOW - 539)])
+    said = components.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    assert said == "notified: firing handed to webhook, not confirmed 07:51:00"
+    store.write_notifications([note("sent", NOW - 538)])
+    said = components.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    assert said == "notified: firing sent to webhook 07:51:00"
+
+
 def test_an_open_alerts_ack_note_gains_its_time_and_comment() -> None:
     a = alert("node-a", 3, "firing")
     ack = Acknowledgement(a.id, NOW - 120, "ana", "on it")

@@ -55,10 +55,11 @@ def test_sent_is_recorded_when_the_sink_takes_it_not_when_it_is_handed_over(
                         record=store.write_notifications)
     processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notify=notifier.send)
     processor.process([frame(100, [95])])
-    assert sink.took == [] and outcomes(store) == []  # held: not delivered, not "sent"
+    # held: not delivered, not "sent"; owed ("queued") from before the first try
+    assert sink.took == [] and outcomes(store) == [("webhook", "firing", "queued")]
     assert until(lambda: (notifier.send([]), sink.took)[1], 5)  # the held change's retry
     notifier.send([])
-    assert outcomes(store) == [("webhook", "firing", "sent")]
+    assert outcomes(store) == [("webhook", "firing", "queued"), ("webhook", "firing", "sent")]
 
 
 def test_a_change_given_up_is_recorded_so(tmp_path: Path) -> None:
@@ -69,7 +70,8 @@ def test_a_change_given_up_is_recorded_so(tmp_path: Path) -> None:
     processor = Processor(store, [GpuTemperatureLimit(85, for_s=0)], notify=notifier.send)
     processor.process([frame(100, [95])])
     notifier.close(timeout_s=1)
-    assert outcomes(store) == [("webhook", "firing", "given_up")]
+    assert outcomes(store) == [("webhook", "firing", "queued"),
+                               ("webhook", "firing", "given_up")]
 
 
 def test_undelivered_needs_a_record_of_the_alert_at_that_sink_and_no_firing_sent() -> None:
@@ -99,7 +101,8 @@ def test_a_page_given_up_at_a_redirect_is_sent_once_by_the_restarted_processor(
         assert until(lambda: redirect.requests >= 1)
         first.close(timeout_s=2)
         assert redirect.bodies == []
-        assert outcomes(store) == [("webhook", "firing", "given_up")]
+        assert outcomes(store) == [("webhook", "firing", "queued"),
+                                   ("webhook", "firing", "given_up")]
 
         caplog.set_level(logging.WARNING, "fleetwatch.pipeline.sinks")
         second = Notifier([WebhookSink(right.url, timeout_s=2)], backoff=fast,
@@ -113,9 +116,11 @@ def test_a_page_given_up_at_a_redirect_is_sent_once_by_the_restarted_processor(
         got = [(a["id"], a["state"]) for b in right.bodies
                for g in b["groups"] for a in g["alerts"]]  # type: ignore[index]
         assert got == [(alert.id, "firing")]
-        assert outcomes(store) == [("webhook", "firing", "given_up"),
+        assert outcomes(store) == [("webhook", "firing", "queued"),
+                                   ("webhook", "firing", "given_up"),
                                    ("webhook", "firing", "sent")]
-        assert "never delivered there (given up before); sending them now" in caplog.text
+        assert "never delivered there (given up before, or the processor before stopped " \
+            "first); sending them now" in caplog.text
 
         # A third start: delivered now, not sent again.
         third = Notifier([WebhookSink(right.url, timeout_s=2)], backoff=fast,

@@ -31,8 +31,11 @@ def test_sent_and_acked_changes_are_recorded_per_sink(receiver: Receiver,
     processor.process([frame(315, [60])])
     got = [(n.ts, n.sink, n.alert_id, n.state, n.outcome, n.muted_by)
            for n in store.notifications(0, 1e9)]
-    assert got == [(100.0, "webhook", alert.id, "firing", "sent", ""),
+    # each change to tell is owed ("queued") before it is handed over, then its outcome
+    assert got == [(100.0, "webhook", alert.id, "firing", "queued", ""),
+                   (100.0, "webhook", alert.id, "firing", "sent", ""),
                    (300.0, "webhook", alert.id, "firing", "muted", "ack:oncall"),
+                   (315.0, "webhook", alert.id, "resolved", "queued", ""),
                    (315.0, "webhook", alert.id, "resolved", "sent", "")]
     # what the receiver heard matches the record
     states = [a["state"] for b in receiver.bodies for g in b["groups"] for a in g["alerts"]]
@@ -71,8 +74,9 @@ def test_a_store_refusing_the_record_keeps_it_for_the_next_write() -> None:
     fail[0] = False
     rec.record([], 11)
     assert [(n.sink, n.outcome, n.muted_by, n.sent_ts) for n in written[0]] == [
+        ("webhook", "sent", "", 40.0),  # only the sink that reported delivery
         ("webhook", "muted", "silence:s1", 50.0), ("am", "muted", "silence:s1", 50.0),
-        ("webhook", "sent", "", 40.0)]  # only the sink that reported delivery
+        ("webhook", "queued", "", 50.0), ("am", "queued", "", 50.0)]  # handed to both
 
 
 def test_what_the_store_refused_gets_a_last_try_at_close(receiver: Receiver,
@@ -91,4 +95,5 @@ def test_what_the_store_refused_gets_a_last_try_at_close(receiver: Receiver,
     assert store.notifications(0, 1e9) == []
     refuse[0] = False
     notifier.close()
-    assert [(n.state, n.outcome) for n in store.notifications(0, 1e9)] == [("firing", "sent")]
+    assert [(n.state, n.outcome) for n in store.notifications(0, 1e9)] == [
+        ("firing", "queued"), ("firing", "sent")]

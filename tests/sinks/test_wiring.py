@@ -52,4 +52,4 @@ def test_the_configured_webhook_hears_the_processor(receiver: Receiver, tmp_path
         "firing"]
     # and the store keeps the record of it: what a postmortem reads (`alerts`, `timeline`)
     assert [(n.sink, n.state, n.outcome) for n in store.notifications(0, 1e9)] == [
-        ("webhook", "firing", "sent")]
+        ("webhook", "firing", "queued"), ("webhook", "firing", "sent")]

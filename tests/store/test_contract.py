@@ -408,6 +408,33 @@ def test_notifications_round_trip_in_their_window_and_once_each(backend: Backend
     assert [n for n in read(now - 600, now + 1) if n.cluster == tag] == [am, sent, muted]
 
 
+def test_what_is_owed_reads_back_from_every_backend(backend: Backend) -> None:
+    """A change handed over (``queued``) and its outcome (``sent``) at the same stream time
+    read back in order on every backend, so that a processor taking over re-sends only
+    what is still owed (``queued`` alone: its predecessor was killed before an outcome)."""
+    from fleetwatch.pipeline.sinks.notified import settled, undelivered
+    from fleetwatch.wiring import _recorded
+
+    store, now, tag = backend.store, round(time.time(), 3), cluster_name()
+
+    def note(node: str, outcome: str, sent_ts: float) -> Notification:
+        return Notification(now - 60, sent_ts, "webhook", f"gpu_temp_high/{tag}/{node}/gpu0/1",
+                            "gpu_temp_high", "warning", tag, "rack-01", node, "gpu0",
+                            "firing", outcome)
+
+    done = [note("node-1", "queued", now - 59.9), note("node-1", "sent", now - 59.2)]
+    killed = note("node-2", "queued", now - 59.9)
+    store.write_notifications([done[1], killed])  # type: ignore[attr-defined]
+    store.write_notifications([done[0]])  # type: ignore[attr-defined]  (written later)
+    backend.settle()
+    ids = [done[0].alert_id, killed.alert_id]
+    read = _recorded(store)
+    assert read is not None
+    assert undelivered(ids, "webhook", read(ids)) == {killed.alert_id}
+    notes = store.notifications(now - 600, now + 1, alert_ids=ids)  # type: ignore[attr-defined]
+    assert settled(notes) == [killed, done[1]]
+
+
 def test_the_nodes_a_processor_expects_are_told_apart_by_cluster(backend: Backend) -> None:
     """``last_seen`` (the nodes of partitions taken over): node-0 of two clusters is two
     nodes, each with its own last time, on every backend."""
