@@ -58,10 +58,10 @@ def test_a_page_handed_over_reads_not_confirmed_until_its_outcome(tmp_path: Path
                             a.cluster, a.rack, a.node, a.device, "firing", outcome)
 
     store.write_notifications([note("queued", NOW - 539)])
-    said = components.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    said = alert_tables.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
     assert said == "notified: firing handed to webhook, not confirmed 07:51:00"
     store.write_notifications([note("sent", NOW - 538)])
-    said = components.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    said = alert_tables.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
     assert said == "notified: firing sent to webhook 07:51:00"
 
 
