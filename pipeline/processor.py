@@ -66,7 +66,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Protocol
 
@@ -99,10 +99,12 @@ class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = ()) -> object:
+             current: Iterable[Alert] = (), clearing: Collection[str] | None = None
+             ) -> object:
         """One batch's alert changes, once judged (none: time passed; ``now`` is the
         batch's newest frame time, against which silences are judged; ``current``: the
-        open alerts as the lifecycle has them now, newer than their last write)."""
+        open alerts as the lifecycle has them now, newer than their last write;
+        ``clearing``: the firing ones whose subject is clear again, ``AlertBook.clearing``)."""
 
     def adopt(self, alerts: Iterable[Alert]) -> None:
         """Open alerts of nodes this processor now owns: not new, but still open."""

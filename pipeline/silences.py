@@ -8,7 +8,10 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
   time (the newest frame's, or the alert's own ``updated_ts``, whichever is
   later) is within the silence's range: an alert that stopped changing (a
   latched XID, a silent node) is muted by a silence added after its last
-  change, and heard again once the silence ends.
+  change, and heard again once the silence ends, unless a receiver was told of it before
+  the silence and it has not changed since (state, revision, severity), or its subject is
+  clear again by then (firing only as ``keep_firing_s`` holds it: a node rebooted within
+  its silence), when it is heard if its finding comes back before it resolves.
 * Inhibition: a firing node-down or silent-node alert mutes the GPU alerts of
   its node (they cannot be judged). A cooling failure explains thermal symptoms only
   (``COOLING_EXPLAINS_RULES``: temperatures, thermal throttles; not a GPU hotter than
