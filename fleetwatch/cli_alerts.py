@@ -85,7 +85,9 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
                 raise SilenceError("this store keeps no silences yet")
             now = time.time()
             for s in store.silences():
-                if args.all or s.end_ts > now:  # in force, or pending (not started yet)
+                # In force, or pending (not started yet; one expired before its start ends
+                # where it starts).
+                if args.all or s.end_ts > max(now, s.start_ts):
                     print(describe(s, now))
     except (SilenceNotFound, StoreError) as exc:
         print(f"fleetwatch silence: {exc}", file=sys.stderr)

@@ -257,7 +257,7 @@ def describe(s: Silence, now: float | None = None) -> str:
     matchers = visible(",".join(f"{n}{op}{v}" for n, op, v in s.matchers))
     line = (f"{s.id}  {matchers}  {_utc(s.start_ts)} .. {_utc(s.end_ts)} UTC  "
             f"{visible(s.created_by)}  {visible(s.comment)}")
-    if s.start_ts > now:
+    if s.start_ts > now and s.end_ts > s.start_ts:
         line += f"  pending (starts in {age(s.start_ts - now)})"
     problem = not_in_alertmanager(s)
     if problem:

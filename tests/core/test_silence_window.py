@@ -111,3 +111,22 @@ def test_help_says_the_zone_rule_and_the_reload_setting(
         main(["silence", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "every 30 s" not in text and "alerts.silence_reload_s" in text
+
+
+def test_expiring_a_pending_silence_cancels_it(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    from fleetwatch.pipeline.sinks.am_silences import silence_wanted
+
+    db = str(tmp_path / "fleet.db")
+    SqliteStore(db).close()
+    ahead = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 3600))
+    assert main(["silence", "--store", db, "add", "node=n1", "--start", ahead]) == 0
+    silence_id = capsys.readouterr().out.strip()
+    assert main(["silence", "--store", db, "expire", silence_id]) == 0
+    capsys.readouterr()
+    assert main(["silence", "--store", db, "list"]) == 0
+    assert capsys.readouterr().out == ""                  # neither in force nor pending
+    (s,) = SqliteStore(db).silences()
+    assert s.end_ts == s.start_ts and silence_wanted(s, time.time()) is None
+    assert main(["silence", "--store", db, "list", "--all"]) == 0
+    assert "pending" not in capsys.readouterr().out

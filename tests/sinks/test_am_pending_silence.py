@@ -40,3 +40,20 @@ def test_a_pending_silence_is_mirrored_with_its_start_and_mutes_nothing_before_i
     assert abs(ts(mirrored["endsAt"]) - (int(start) + 4 * 3600)) < 0.01
     (held,) = am_alerts(am, node)
     assert held["status"]["state"] == "active"        # Alertmanager pages it as well
+
+
+def test_a_pending_silence_expired_is_expired_in_alertmanager(
+        am: Server, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    node = f"node-pendx-{time.time_ns()}"
+    store = tmp_store(tmp_path)
+    db = str(tmp_path / "fleet.db")
+    ahead = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(time.time() + 3600))
+    assert main(["silence", "--store", db, "add", f"node={node}", "--start", ahead]) == 0
+    silence_id = capsys.readouterr().out.strip()
+    notifier = Notifier([sink_for(am)], silences=store.silences, acks=store.acks,
+                        background=False, reload_s=0)
+    notifier.send([])
+    assert [s["status"]["state"] for s in fw_silences(am, node)] == ["pending"]
+    assert main(["silence", "--store", db, "expire", silence_id]) == 0
+    notifier.send([])
+    assert fw_silences(am, node) == []                   # expired there too
