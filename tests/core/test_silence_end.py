@@ -139,3 +139,23 @@ def test_an_alert_never_delivered_before_the_silence_is_paged_at_its_end() -> No
     n.send([], 700)
     n.send([], 1005)
     assert paged(sink) == [("node_silent", "firing")]
+
+
+def test_the_webhook_hears_nothing_of_a_node_back_before_its_window_ended() -> None:
+    """Through the real webhook sink to a real receiver: no firing when the silence ends,
+    and no resolve of an alert it was never told of."""
+    from fleetwatch.pipeline.sinks.webhook import WebhookSink
+    from tests.sinks.conftest import Receiver
+
+    receiver = Receiver()
+    try:
+        n = Notifier([WebhookSink(receiver.url, timeout_s=5)],
+                     silences=lambda: [window(0, 1000)], background=False, reload_s=0.0)
+        alert = silent(500)
+        n.send([alert], 500)
+        n.send([], 1005, clearing={alert.id})
+        n.send([replace(alert, state="resolved", updated_ts=1160, resolved_ts=1160)], 1160,
+               clearing=frozenset())
+    finally:
+        receiver.close()
+    assert receiver.bodies == []
