@@ -102,6 +102,9 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
 
 def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
     """``silence add``'s (start, length) from --start, --until, --for and --tz."""
+    from datetime import datetime
+
+    from fleetwatch.alert_view import utc
     from fleetwatch.report_month import ZoneError, zone
     from fleetwatch.silencing import SilenceError, window
 
@@ -111,7 +114,14 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
         raise SilenceError(f"--tz: {exc}") from None
     start = _moment(args.start, "--start", tz) if args.start else None
     end = _moment(args.until, "--until", tz) if args.until else None
-    return window(start, end, args.duration, now)
+    def shown(ts: float) -> str:  # in the zone typed, and UTC
+        utc_text = f"{utc(ts)} UTC"
+        if tz.key == "UTC":
+            return utc_text
+        local = datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M:%S")
+        return f"{local} {tz.key} ({utc_text})"
+
+    return window(start, end, args.duration, now, shown)
 
 
 def _moment(text: str, flag: str, tz: Any) -> float:

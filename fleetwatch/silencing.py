@@ -98,27 +98,29 @@ DEFAULT_LENGTH_S = 3600.0
 
 
 def window(start_ts: float | None, end_ts: float | None, duration_s: float | None,
-           now: float) -> tuple[float, float]:
+           now: float, shown: Callable[[float], str] | None = None) -> tuple[float, float]:
     """A silence's (start, length) from ``silence add``'s ``--start``, ``--until`` and
     ``--for`` (each None where not given): from now by default, for an hour by default.
     A start less than ``PAST_TOLERANCE_S`` ago is now; refused with the value named: a
     start further back or more than a year ahead, an end not after the start, a length
-    above a year, and --for with --until."""
+    above a year, and --for with --until. ``shown``: a time as the messages write it
+    (default UTC; the CLI's, in the --tz it was typed in too)."""
+    shown = shown or (lambda ts: f"{_utc(ts)} UTC")
     if end_ts is not None and duration_s is not None:
         raise SilenceError("give either --for or --until, not both")
     start = now if start_ts is None else start_ts
     if start < now - PAST_TOLERANCE_S:
-        raise SilenceError(f"--start {_utc(start)} UTC is {age(now - start)} in the past: a "
+        raise SilenceError(f"--start {shown(start)} is {age(now - start)} in the past: a "
                            "silence mutes nothing before it is made; leave --start out to "
                            "silence from now")
     start = max(start, now)
     if start - now > MAX_LENGTH_S:
-        raise SilenceError(f"--start {_utc(start)} UTC is more than a year ahead; check the "
+        raise SilenceError(f"--start {shown(start)} is more than a year ahead; check the "
                            "year")
     if end_ts is not None:
         if end_ts <= start:
-            raise SilenceError(f"--until {_utc(end_ts)} UTC is not after --start "
-                               f"{_utc(start)} UTC{'' if start_ts is not None else ' (now)'}"
+            raise SilenceError(f"--until {shown(end_ts)} is not after --start "
+                               f"{shown(start)}{'' if start_ts is not None else ' (now)'}"
                                ": the silence would mute nothing")
         duration_s = end_ts - start
     length = DEFAULT_LENGTH_S if duration_s is None else duration_s

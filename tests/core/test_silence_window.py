@@ -17,6 +17,9 @@ from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.silencing import PAST_TOLERANCE_S, SilenceError, window
 
 NOW = 1_800_000_000.0
+# A day a month ahead, and the day before it (Asia/Kolkata: UTC+05:30, no summer time).
+AHEAD = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 30 * 86400))
+BEFORE = time.strftime("%Y-%m-%d", time.gmtime(time.time() + 29 * 86400))
 
 
 def test_a_window_ahead_keeps_its_start_and_end() -> None:
@@ -91,6 +94,9 @@ def _alert(ts: float) -> Alert:
     (["--until", "2020-01-01 00:00"], "is not after"),
     (["--for", "1h", "--until", "2099-01-01"], "either --for or --until"),
     (["--start", "2099-01-01 00:00", "--tz", "Mars/Olympus"], "Mars/Olympus"),
+    (["--start", f"{AHEAD} 06:00", "--until", f"{AHEAD} 02:00", "--tz", "Asia/Kolkata"],
+     f"--until {AHEAD} 02:00:00 Asia/Kolkata ({BEFORE} 20:30:00 UTC) is not after "
+     f"--start {AHEAD} 06:00:00 Asia/Kolkata ({AHEAD} 00:30:00 UTC)"),
 ])
 def test_cli_refusals_name_the_value(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                      argv: list[str], said: str) -> None:
