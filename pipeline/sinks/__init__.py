@@ -182,7 +182,7 @@ class Notifier:
         with self._reported_lock:
             reported, self._reported = self._reported, []
         for _, told, outcome, _ in reported:
-            if outcome != "sent":  # not delivered: a receiver was not told of it
+            if outcome in ("given_up", "failed"):  # a receiver was not told of it
                 for n in told:
                     if self._heard.get(n.alert.id) == _told(n.alert):
                         del self._heard[n.alert.id]

@@ -115,6 +115,7 @@ def test_a_window_made_ahead_pages_nothing_at_its_end(kafka: Server, am: Server,
         time.sleep(max(0.0, start + 34 + 10 - time.time()))  # the window ended 10 s ago
         store = SqliteStore(db)
         silent = [a for a in store.alerts() if a.rule == "node_silent"]
+        record = store.notifications(0, 1e18, alert_ids=[a.id for a in silent])
         store.close()
     finally:
         agents.stop.set()
@@ -126,6 +127,11 @@ def test_a_window_made_ahead_pages_nothing_at_its_end(kafka: Server, am: Server,
     got = hooked(receiver)
     # n1 was silent within the window (the alert exists, firing: keep_firing_s holds it).
     assert [a.state for a in silent] == ["firing"], log.read_text()[-3000:]
+    # Muted by the window made ahead, at both sinks, once it had started.
+    assert {(r.sink, r.outcome, r.muted_by) for r in record if r.state == "firing"} == {
+        ("webhook", "muted", f"silence:{silence_id}"),
+        ("alertmanager", "muted", f"silence:{silence_id}")}
+    assert all(r.ts >= start for r in record)
     assert ("node_silent", "firing", "n1") not in got, got
     assert got.count(("gpu_xid_critical", "firing", "n2")) == 1, got
     assert [a for a in am_alerts(am, "n1")
