@@ -52,13 +52,7 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
             print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
-            if s.start_ts > now:
-                print(f"pending: it mutes nothing until it starts in {age(s.start_ts - now)}; "
-                      f"{mutes_now(s, store.alerts(ACTIVE_STATES))}".replace(
-                          " now (it mutes those that match it until it ends)", " now"),
-                      file=sys.stderr)
-            else:
-                print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            print(mutes_now(s, store.alerts(ACTIVE_STATES), now), file=sys.stderr)
             dropped = comment_dropped(store, [args.comment], "silence")
             if dropped:
                 print(f"fleetwatch silence: {dropped}", file=sys.stderr)

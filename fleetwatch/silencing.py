@@ -180,9 +180,16 @@ def named_node(matchers: Sequence[str]) -> str | None:
     return None
 
 
-def mutes_now(silence: Silence, open_alerts: Sequence[Alert]) -> str:
-    """How many of the open alerts this silence mutes now, as a sentence."""
+def mutes_now(silence: Silence, open_alerts: Sequence[Alert], now: float | None = None
+              ) -> str:
+    """How many of the open alerts this silence mutes now, as a sentence; of one not started
+    at ``now`` (default: the clock), that it mutes nothing until then, and how many it
+    matches."""
     n = sum(matches(silence, a) for a in open_alerts)
+    now = time.time() if now is None else now
+    if silence.start_ts > now:
+        return (f"pending: it mutes nothing until it starts in {age(silence.start_ts - now)};"
+                f" it matches {n or 'no'} open alert{'s' * (n > 1)} now")
     if not n:
         return "it matches no open alert now (it mutes those that match it until it ends)"
     return f"it mutes {n} open alert{'s' * (n != 1)} now"

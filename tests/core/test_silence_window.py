@@ -12,7 +12,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.pipeline.silences import silenced_by
-from fleetwatch.pipeline.store.base import Alert
+from fleetwatch.pipeline.store.base import Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.silencing import PAST_TOLERANCE_S, SilenceError, window
 
@@ -70,7 +70,8 @@ def test_cli_adds_a_pending_silence_in_tz_and_lists_it_as_pending(
     # Berlin is UTC+1 in winter, UTC+2 in summer: 02:00 there is 00:00 or 01:00 UTC.
     assert s.start_ts in (_utc(f"{day} 00:00"), _utc(f"{day} 01:00"))
     assert s.end_ts - s.start_ts == 4 * 3600
-    assert "pending: it mutes nothing until it starts" in err
+    assert "pending: it mutes nothing until it starts in " in err
+    assert "it matches no open alert now" in err
     assert main(["silence", "--store", db, "list"]) == 0
     listed = capsys.readouterr().out
     assert s.id in listed and "pending (starts in " in listed
@@ -136,3 +137,13 @@ def test_expiring_a_pending_silence_cancels_it(tmp_path: Path,
     assert s.end_ts == s.start_ts and silence_wanted(s, time.time()) is None
     assert main(["silence", "--store", db, "list", "--all"]) == 0
     assert "pending" not in capsys.readouterr().out
+
+
+def test_a_pending_silence_says_it_mutes_nothing_yet_and_what_it_matches() -> None:
+    from fleetwatch.silencing import mutes_now
+
+    s = Silence("p1", (("node", "=", "n1"),), NOW + 3600, NOW + 7200, "ops")
+    assert mutes_now(s, [_alert(NOW), _alert(NOW - 5)], NOW) == (
+        "pending: it mutes nothing until it starts in 60 min; it matches 2 open alerts now")
+    assert mutes_now(Silence("a1", s.matchers, NOW - 1, NOW + 60, "ops"), [_alert(NOW)],
+                     NOW) == "it mutes 1 open alert now"
