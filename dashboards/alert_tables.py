@@ -88,8 +88,8 @@ def record_notes(alerts: Sequence[Alert], acks: Mapping[str, Acknowledgement],
                  notified: Mapping[str, Sequence[Notification]], now_s: float,
                  muted: Mapping[str, str] | None = None) -> dict[str, str]:
     """Per alert, what the store recorded: its acknowledgement (who, when, why) where
-    ``muted`` (``notes``) does not already say it, and what was notified at each sink (the
-    last three), joined to ``muted``'s note."""
+    ``muted`` (``notes``) does not already say it, and what was notified at each sink
+    (``sink_records``), joined to ``muted``'s note."""
     out = dict(muted or {})
     for a in alerts:
         said = [out[a.id]] if a.id in out else []
@@ -102,13 +102,40 @@ def record_notes(alerts: Sequence[Alert], acks: Mapping[str, Acknowledgement],
                               f"{stamp(ack.ts, now_s)} UTC" + (f": {ack.comment}"
                                                               if ack.comment else ""))
                     for x in said]
-        sent = [f"{n.state} {outcome_text(n)} {stamp(n.ts, now_s)}"
-                for n in notified.get(a.id, ())[-3:]]
+        sent = sink_records(notified.get(a.id, ()), now_s)
         if sent:
-            said.append("notified: " + "; ".join(sent))
+            said.append("notified: " + sent)
         if said:
             out[a.id] = "; ".join(said)
     return out
+
+
+# Per sink, at most this many records are shown: the first, then the last ones.
+SINK_RECORDS_SHOWN = 4
+
+
+def sink_records(records: Sequence[Notification], now_s: float) -> str:
+    """One alert's notification records, per sink (``; `` between sinks), each with what
+    muted it (the silence's id): repeats of one outcome in a row said once with their count,
+    and of a long record the first and the last ``SINK_RECORDS_SHOWN - 1``, so a review sees
+    the silence that muted it and what each sink got at the end."""
+    by_sink: dict[str, list[tuple[Notification, int]]] = {}
+    for n in sorted(records, key=lambda r: r.ts):
+        runs = by_sink.setdefault(n.sink, [])
+        if runs and (runs[-1][0].state, runs[-1][0].outcome, runs[-1][0].muted_by) == (
+                n.state, n.outcome, n.muted_by):
+            runs[-1] = (runs[-1][0], runs[-1][1] + 1)
+        else:
+            runs.append((n, 1))
+    parts = []
+    for runs in by_sink.values():
+        said = [f"{n.state} {outcome_text(n)}{f' ({n.muted_by})' if n.muted_by else ''} "
+                f"{stamp(n.ts, now_s)}{f' ({k} times)' if k > 1 else ''}" for n, k in runs]
+        if len(said) > SINK_RECORDS_SHOWN:
+            kept = SINK_RECORDS_SHOWN - 1
+            said = [said[0], f"… {len(said) - 1 - kept} more", *said[-kept:]]
+        parts.append(", ".join(said))
+    return "; ".join(parts)
 
 
 def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:

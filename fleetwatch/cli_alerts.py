@@ -42,14 +42,17 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         return EXIT_ERROR
     try:
         if args.action == "add":
+            now = time.time()
+            start, length = _window(args, now)
             unknown = _unknown_silenced_node(store, args.matchers)
-            s = add_silence(store, args.matchers, args.duration, by=args.by, comment=args.comment)
+            s = add_silence(store, args.matchers, length, start_ts=start, by=args.by,
+                            comment=args.comment)
             print(s.id)  # alone on stdout: ID=$(fleetwatch silence add ...) for a script
             matchers = ",".join(f"{n}{op}{v}" for n, op, v in s.matchers)
             print(f"silenced {matchers} from {utc(s.start_ts)} until {utc(s.end_ts)} UTC "
                   f"({age(s.end_ts - s.start_ts)}){' by ' + s.created_by if s.created_by else ''}"
                   f"; `fleetwatch silence expire {s.id}` ends it", file=sys.stderr)
-            print(f"{mutes_now(s, store.alerts(ACTIVE_STATES))}", file=sys.stderr)
+            print(mutes_now(s, store.alerts(ACTIVE_STATES), now), file=sys.stderr)
             dropped = comment_dropped(store, [args.comment], "silence")
             if dropped:
                 print(f"fleetwatch silence: {dropped}", file=sys.stderr)
@@ -74,8 +77,12 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
         else:
             if not callable(getattr(store, "silences", None)):
                 raise SilenceError("this store keeps no silences yet")
-            for s in store.silences(None if args.all else time.time()):
-                print(describe(s))
+            now = time.time()
+            for s in store.silences():
+                # In force, or pending (not started yet; one expired before its start ends
+                # where it starts).
+                if args.all or s.end_ts > max(now, s.start_ts):
+                    print(describe(s, now))
     except (SilenceNotFound, StoreError) as exc:
         print(f"fleetwatch silence: {exc}", file=sys.stderr)
         return EXIT_ERROR
@@ -85,6 +92,46 @@ def cmd_silence(config: Config, args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_OK
+
+
+def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
+    """``silence add``'s (start, length) from --start, --until, --for and --tz."""
+    from datetime import datetime
+
+    from fleetwatch.alert_view import utc
+    from fleetwatch.report_month import ZoneError, zone
+    from fleetwatch.silencing import SilenceError, window
+
+    try:
+        tz = zone(args.tz)
+    except ZoneError as exc:
+        raise SilenceError(f"--tz: {exc}") from None
+    start = _moment(args.start, "--start", tz) if args.start else None
+    end = _moment(args.until, "--until", tz) if args.until else None
+    def shown(ts: float) -> str:  # in the zone typed, and UTC
+        utc_text = f"{utc(ts)} UTC"
+        if tz.key == "UTC":
+            return utc_text
+        local = datetime.fromtimestamp(ts, tz).strftime("%Y-%m-%d %H:%M:%S")
+        return f"{local} {tz.key} ({utc_text})"
+
+    return window(start, end, args.duration, now, shown)
+
+
+def _moment(text: str, flag: str, tz: Any) -> float:
+    """A date and time typed for ``flag``, in ``tz`` unless it carries its offset (as
+    ``timeline --since`` reads one)."""
+    from datetime import datetime
+
+    from fleetwatch.silencing import SilenceError
+
+    try:
+        at = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise SilenceError(f"{flag} {text!r} is not a date and time: write e.g. "
+                           "2026-11-28 02:00 (in --tz, UTC by default) or "
+                           "2026-11-28T02:00:00+01:00") from None
+    return (at if at.tzinfo is not None else at.replace(tzinfo=tz)).timestamp()
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:

@@ -354,7 +354,9 @@ def parser() -> argparse.ArgumentParser:
     si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
                         description="Silences mute the notifications (Alertmanager, webhook) of "
                         "the alerts they match, for a time; the alerts themselves are still "
-                        "raised and stored. Kept in the store; processors read them every 30 s.")
+                        "raised and stored. Kept in the store; processors read them again "
+                        "every alerts.silence_reload_s (5 s by default), so a silence added or "
+                        "expired acts within that.")
     si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
     si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
     si_add = si_sub.add_parser("add", help="add a silence; prints its id (its matchers and "
@@ -363,13 +365,27 @@ def parser() -> argparse.ArgumentParser:
                         help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
                              "rule, severity, cluster, rack, node, device, scope; a value is "
                              "never empty (LABEL=~^$ matches an empty label)")
-    si_add.add_argument("--for", dest="duration", type=_duration, default=3600.0, metavar="DUR",
-                        help="how long, with its unit: 30m, 2h, 1d (default 1h)")
+    si_add.add_argument("--for", dest="duration", type=_duration, default=None, metavar="DUR",
+                        help="how long, with its unit: 30m, 2h, 1d (default 1h; or --until)")
+    si_add.add_argument("--start", metavar="WHEN",
+                        help="when it starts, for a maintenance window ahead: a date and time "
+                        "(2026-11-28 02:00, or ISO 8601 with an offset, 2026-11-28T02:00+01:00); "
+                        "one without an offset is in --tz (UTC by default), as timeline "
+                        "--since reads it. Default now; one up to a minute past is now, "
+                        "further back is refused. Until it starts it is listed as pending and "
+                        "mutes nothing; Alertmanager's copy starts then too")
+    si_add.add_argument("--until", metavar="WHEN",
+                        help="when it ends, as --start (instead of --for); after --start")
+    si_add.add_argument("--tz", default="UTC", metavar="ZONE",
+                        help="IANA time zone of a --start/--until without an offset, e.g. "
+                        "Europe/Berlin (default UTC)")
     si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
     si_add.add_argument("--comment", default="", help="why")
-    si_list = si_sub.add_parser("list", help="silences in force now (--all: every one)")
+    si_list = si_sub.add_parser("list", help="silences in force now and those to come, "
+                                "marked pending (--all: every one)")
     si_list.add_argument("--all", action="store_true",
-                         help="every silence, expired ones too (default: those in force now)")
+                         help="every silence, expired ones too (default: those in force now "
+                         "and those not started yet)")
     si_exp = si_sub.add_parser("expire", help="end a silence now")
     si_exp.add_argument("id", help="the silence's id, as silence add printed it and silence "
                         "list shows it")

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fleetwatch.alert_view import age
 from fleetwatch.pipeline.silence_matchers import matches, not_in_alertmanager, parse_matcher
 from fleetwatch.pipeline.silences import visible
 from fleetwatch.pipeline.store.base import (
@@ -79,7 +80,7 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
             raise SilenceError(f"silence matcher {text!r} has an empty value (an unset shell "
                                f"variable?): name the {name}, e.g. {name}{op}VALUE; "
                                f"{name}=~^$ matches alerts whose {name} is empty")
-    if not 0 < duration_s <= 366 * 86400:
+    if not 0 < duration_s <= MAX_LENGTH_S:
         raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
                            "a year")
     start = _ms(time.time() if start_ts is None else start_ts)
@@ -87,6 +88,51 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
                       comment)
     _write(store.write_silences, silence)
     return silence
+
+
+# A --start this far in the past is read as now (the seconds it took to type it, a clock
+# a little ahead); further back is refused: a silence mutes nothing before it is made.
+PAST_TOLERANCE_S = 60.0
+# The longest silence, and how far ahead one may start: beyond, a typo (2062 for 2026).
+MAX_LENGTH_S = 366 * 86400.0
+DEFAULT_LENGTH_S = 3600.0
+
+
+def window(start_ts: float | None, end_ts: float | None, duration_s: float | None,
+           now: float, shown: Callable[[float], str] | None = None) -> tuple[float, float]:
+    """A silence's (start, length) from ``silence add``'s ``--start``, ``--until`` and
+    ``--for`` (each None where not given): from now by default, for an hour by default.
+    A start less than ``PAST_TOLERANCE_S`` ago is now; refused with the value named: a
+    start further back or more than a year ahead, an end not after the start, a length
+    above a year, and --for with --until. ``shown``: a time as the messages write it
+    (default UTC; the CLI's, in the --tz it was typed in too)."""
+    shown = shown or (lambda ts: f"{_utc(ts)} UTC")
+    if end_ts is not None and duration_s is not None:
+        raise SilenceError("give either --for or --until, not both")
+    start = now if start_ts is None else start_ts
+    if start < now - PAST_TOLERANCE_S:
+        raise SilenceError(f"--start {shown(start)} is {age(now - start)} in the past: a "
+                           "silence mutes nothing before it is made; leave --start out to "
+                           "silence from now")
+    start = max(start, now)
+    if start - now > MAX_LENGTH_S:
+        raise SilenceError(f"--start {shown(start)} is more than a year ahead; check the "
+                           "year")
+    if end_ts is not None:
+        if end_ts <= start:
+            raise SilenceError(f"--until {shown(end_ts)} is not after --start "
+                               f"{shown(start)}{'' if start_ts is not None else ' (now)'}"
+                               ": the silence would mute nothing")
+        duration_s = end_ts - start
+    length = DEFAULT_LENGTH_S if duration_s is None else duration_s
+    if not 0 < length <= MAX_LENGTH_S:
+        raise SilenceError(f"silence duration {length:g} s: must be above 0 and at most a "
+                           "year")
+    return start, length
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
 
 def cluster_scope_warning(matchers: Sequence[tuple[str, str, str]],
@@ -135,9 +181,16 @@ def named_node(matchers: Sequence[str]) -> str | None:
     return None
 
 
-def mutes_now(silence: Silence, open_alerts: Sequence[Alert]) -> str:
-    """How many of the open alerts this silence mutes now, as a sentence."""
+def mutes_now(silence: Silence, open_alerts: Sequence[Alert], now: float | None = None
+              ) -> str:
+    """How many of the open alerts this silence mutes now, as a sentence; of one not started
+    at ``now`` (default: the clock), that it mutes nothing until then, and how many it
+    matches."""
     n = sum(matches(silence, a) for a in open_alerts)
+    now = time.time() if now is None else now
+    if silence.start_ts > now:
+        return (f"pending: it mutes nothing until it starts in {age(silence.start_ts - now)};"
+                f" it matches {n or 'no'} open alert{'s' * (n > 1)} now")
     if not n:
         return "it matches no open alert now (it mutes those that match it until it ends)"
     return f"it mutes {n} open alert{'s' * (n != 1)} now"
@@ -207,12 +260,15 @@ def acknowledge(store: Store, alert_id: str, by: str, comment: str = "",
     return ack, previous
 
 
-def describe(s: Silence) -> str:
-    fmt = "%Y-%m-%d %H:%M:%S"
+def describe(s: Silence, now: float | None = None) -> str:
+    """A line per silence; one not started yet at ``now`` (default: the clock) says it is
+    pending (it mutes nothing until its start)."""
+    now = time.time() if now is None else now
     matchers = visible(",".join(f"{n}{op}{v}" for n, op, v in s.matchers))
-    line = (f"{s.id}  {matchers}  {time.strftime(fmt, time.gmtime(s.start_ts))} .. "
-            f"{time.strftime(fmt, time.gmtime(s.end_ts))} UTC  {visible(s.created_by)}  "
-            f"{visible(s.comment)}")
+    line = (f"{s.id}  {matchers}  {_utc(s.start_ts)} .. {_utc(s.end_ts)} UTC  "
+            f"{visible(s.created_by)}  {visible(s.comment)}")
+    if s.start_ts > now and s.end_ts > s.start_ts:
+        line += f"  pending (starts in {age(s.start_ts - now)})"
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "

@@ -127,7 +127,8 @@ class AlertFlow:
         transitions = self.alerts.transitions(changes)
         self.alerts.apply(changes)
         if self._notifier is not None:
-            self._notifier.send(changes, max(f.ts for f in findings), stored=stored)
+            self._notifier.send(changes, max(f.ts for f in findings), stored=stored,
+                                clearing=self.alerts.clearing())
         elif self._notify is not None:
             self._notify(changes)
         self.stats.alerts_changed += transitions
@@ -166,7 +167,8 @@ class AlertFlow:
             newest = max((f.ts for f in batch.owned or ()), default=None)
             if newest is not None and batch.messages:  # live: never ahead of our clock
                 newest = min(newest, self._clock())
-            self._notifier.send(changes, newest, self.alerts.open, stored=stored)
+            self._notifier.send(changes, newest, self.alerts.open, stored=stored,
+                                clearing=self.alerts.clearing())
         elif changes and self._notify is not None:
             self._notify(changes)
 

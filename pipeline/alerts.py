@@ -145,6 +145,13 @@ class AlertBook:
     def open(self) -> list[Alert]:
         return list(self._open.values())
 
+    def clearing(self) -> frozenset[str]:
+        """The ids of the firing alerts whose subject was judged clear since (held firing
+        for ``keep_firing_s``, to damp flapping): a notifier does not page one of them as
+        firing when its silence ends."""
+        return frozenset(a.id for k, a in self._open.items() if a.state == "firing"
+                         and k in self._meta and self._meta[k].clear_since is not None)
+
     def load(self, alerts: Iterable[Alert], now: float | None = None) -> None:
         """Take over open alerts (at start, or for partitions this member now owns).
 

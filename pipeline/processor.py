@@ -66,7 +66,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from typing import Protocol
 
@@ -99,11 +99,13 @@ class AlertHook(Protocol):
     """Who hears about alerts: ``pipeline.sinks.Notifier``."""
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = (), stored: bool = True) -> object:
+             current: Iterable[Alert] = (), stored: bool = True,
+             clearing: Collection[str] | None = None) -> object:
         """One batch's alert changes, once judged (none: time passed; ``now`` is the
         batch's newest frame time, against which silences are judged; ``current``: the
         open alerts as the lifecycle has them now, newer than their last write;
-        ``stored`` False: the store is away, they could not be stored)."""
+        ``stored`` False: the store is away, they could not be stored; ``clearing``: the
+        firing ones whose subject is clear again, ``AlertBook.clearing``)."""
 
     def adopt(self, alerts: Iterable[Alert]) -> None:
         """Open alerts of nodes this processor now owns: not new, but still open."""

@@ -5,7 +5,10 @@ a silenced or inhibited alert still goes pending → firing → resolved in the
 book and the store, as in Alertmanager; only the notifying sinks stay quiet.
 
 * A silence mutes the alerts that match all its matchers while it is in force
-  (``pipeline.silence_matchers``).
+  (``pipeline.silence_matchers``); one heard again once it ends, unless a receiver was
+  told of it before and it has not changed since (state, revision, severity), or its
+  subject is clear again (held firing only by ``keep_firing_s``: a node rebooted within
+  its silence), when it is heard if its finding comes back before it resolves.
 * A firing alert that explains another mutes it: a node down its GPUs', a cooling
   failure its thermal symptoms, a cause on one GPU its consequences, one finding of a
   hot GPU the other (``pipeline.inhibition``).

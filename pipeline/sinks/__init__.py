@@ -19,7 +19,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -104,9 +104,15 @@ class Notifier:
         # critical line: a warning again) is forwarded again, like a state change; the
         # first revision (1) of an alert adopted without one (an older release's) is not.
         self._sent: dict[str, tuple[str, str, float | None, str]] = {}
-        # alert id -> (state, revision) a receiver was told (notified unmuted, or adopted
-        # unmuted): un-muted again unchanged (its cover ended), it is not paged again.
-        self._heard: dict[str, tuple[str, float | None]] = {}
+        # alert id -> (state, revision, severity) a receiver was told (notified unmuted and
+        # not reported undelivered, or adopted unmuted): un-muted again unchanged (its
+        # cover or its silence ended), it is not paged again.
+        self._heard: dict[str, tuple[str, float | None, str]] = {}
+        # The firing alerts whose subject the lifecycle judges clear (held by keep_firing_s:
+        # ``AlertBook.clearing``), as the processor last said; and those un-muted while
+        # clear, so not paged: paged if their finding comes back before they resolve.
+        self._clearing: frozenset[str] = frozenset()
+        self._quiet_clear: set[str] = set()
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
@@ -139,7 +145,7 @@ class Notifier:
             if a.state == "firing":
                 firing.append(Notice(self._join(a, covers), n.muted_by))
                 if not n.muted_by:
-                    self._heard[a.id] = (a.state, revision(a))
+                    self._heard[a.id] = _told(a)
         self._rejudge = True
         if firing:
             self._hand_over("adopt", firing)
@@ -179,6 +185,11 @@ class Notifier:
         ``handed``, the wall clock), muted or queued."""
         with self._reported_lock:
             reported, self._reported = self._reported, []
+        for _, told, outcome, _ in reported:
+            if outcome in ("given_up", "failed"):  # a receiver was not told of it
+                for n in told:
+                    if self._heard.get(n.alert.id) == _told(n.alert):
+                        del self._heard[n.alert.id]
         self._recorder.outcomes(reported, notices, self._now, handed)
 
     def forget(self, nodes: Iterable[str]) -> None:
@@ -201,19 +212,26 @@ class Notifier:
                 lane.put(kind, what)
 
     def send(self, changes: Sequence[Alert], now: float | None = None,
-             current: Iterable[Alert] = (), stored: bool = True) -> list[Notice]:
+             current: Iterable[Alert] = (), stored: bool = True,
+             clearing: Collection[str] | None = None) -> list[Notice]:
         """Take one batch's stored alert changes (none, to let time pass); returns what is
         forwarded to sinks. ``now``: the batch's newest frame time.
 
         Whenever silences and acknowledgements are reloaded, every open alert is judged
         again: one that does not change (a latched XID, a silent node) is muted by a
-        silence added after its last change, and notified again when the silence ends.
+        silence added after its last change, and notified again when the silence ends
+        (not where ``_notice`` says it is no news).
         ``current``: the open alerts as the lifecycle has them now, newer than their last
         write (at most its ``refresh_s``): one notified again is notified as it is now.
         ``stored`` False: the changes could not be stored (the store is away): they are
         handed to the sinks first and recorded after, so a store that hangs does not hold
         a page back (as while the record is refused).
+        ``clearing``: the ids of the firing alerts whose subject is clear again, held firing
+        by ``keep_firing_s`` (``AlertBook.clearing``; None: as last said): one un-muted
+        then (a node rebooted within its silence) is not paged as firing.
         """
+        if clearing is not None:
+            self._clearing = frozenset(clearing)
         for a in current:
             key = alert_key(a)
             held = self._open.get(key)
@@ -256,12 +274,14 @@ class Notifier:
         notices += self._unexplained(changes, covers, notices)
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
+        notices += self._back(notices)
         notices = self._joined(notices, covers)
         for n in notices:
             if n.alert.state == "resolved":
                 self._heard.pop(n.alert.id, None)
+                self._quiet_clear.discard(n.alert.id)
             elif n.notify:
-                self._heard[n.alert.id] = (n.alert.state, revision(n.alert))
+                self._heard[n.alert.id] = _told(n.alert)
         # Recorded before it is handed over (one write, with the lanes' reports so far): a
         # processor killed before a lane's outcome leaves them owed (``queued``), re-sent
         # by the next one. Not while the store is away: the page goes first.
@@ -369,13 +389,40 @@ class Notifier:
 
     def _notice(self, a: Alert, muted_by: str,
                 seen: tuple[str, str, float | None, str] | None) -> Notice:
-        """The notice of ``a`` muted so; ``heard`` where an inhibition ended (``seen``: what
-        was forwarded last) and a receiver was told it in this state and revision before it
-        was inhibited: one unchanged alert is one page. (A silence that ends is heard again,
-        as documented for silences.)"""
-        heard = (not muted_by and seen is not None and seen[1].startswith("inhibited:")
-                 and self._heard.get(a.id) == (a.state, revision(a)))
-        return Notice(a, muted_by, heard=heard)
+        """The notice of ``a`` muted so; ``heard`` where its muting ended (an inhibition,
+        a silence: ``seen`` is what was forwarded last) and either a receiver was told it
+        in this state, revision and severity before (one unchanged alert is one page, as
+        Alertmanager's notification log has it), or it fires only as ``keep_firing_s``
+        holds it, its subject clear again (a node rebooted within its silence): that one
+        is paged if its finding comes back before it resolves (``_back``)."""
+        if muted_by or seen is None or not seen[1] or seen[1].startswith("ack:"):
+            return Notice(a, muted_by)
+        if self._heard.get(a.id) == _told(a):
+            return Notice(a, muted_by, heard=True)
+        if a.state == "firing" and a.id in self._clearing:
+            self._quiet_clear.add(a.id)
+            return Notice(a, muted_by, heard=True)
+        return Notice(a, muted_by)
+
+    def _back(self, done: Sequence[Notice]) -> list[Notice]:
+        """Alerts un-muted while clear (not paged) whose finding came back, un-muted still:
+        paged now, once."""
+        if not self._quiet_clear:
+            return []
+        by_id = {a.id: a for a in self._open.values()}
+        out, shown = [], {n.alert.id for n in done}
+        for alert_id in list(self._quiet_clear):
+            a = by_id.get(alert_id)
+            if a is None or a.state != "firing":
+                self._quiet_clear.discard(alert_id)
+                continue
+            if alert_id in self._clearing or alert_id in shown:
+                continue
+            self._quiet_clear.discard(alert_id)
+            seen = self._sent.get(alert_id)
+            if seen is not None and not seen[1]:  # still un-muted: its page is due
+                out.append(Notice(a))
+        return out
 
     def outages(self) -> dict[str, tuple[bool, int, float]]:
         """Per sink: (down, alert changes held for it, seconds the oldest has waited)."""
@@ -465,3 +512,8 @@ def _replaced_first(notices: list[Notice]) -> list[list[Notice]]:
         return [notices] if notices else []
     return [first, [n for n in notices if not (n.alert.state == "resolved"
                                                and alert_key(n.alert) in opened)]]
+
+
+def _told(a: Alert) -> tuple[str, float | None, str]:
+    """What makes a change of an alert news to a receiver told of it before."""
+    return a.state, revision(a), a.severity

@@ -79,7 +79,8 @@ class SilenceMirroring:
             wanted = wanted_of(self._silences, self._acks, firing, now, self.resend_s,
                                self.clusters)
             owned = {a.id for a, _ in firing} | self._resolved_ids
-            ended = {f"silence {s.id}" for s in self._silences if s.end_ts <= now}
+            ended = {f"silence {s.id}" for s in self._silences
+                     if s.end_ts <= max(now, s.start_ts)}  # expired, or before its start
             resolved_ids = set(self._resolved_ids)
 
         def mine(key: str) -> bool:

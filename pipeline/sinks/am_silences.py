@@ -178,9 +178,10 @@ def _said_by(who: str, why: str) -> str:
 
 
 def silence_wanted(s: Silence, now: float, clusters: Iterable[str] = ()) -> Wanted | None:
-    """The mirror of a fleetwatch silence; None once it has ended. ``clusters``: those of
-    this deployment (``alerts.clusters``), matched when the silence names no cluster."""
-    if s.end_ts <= now:
+    """The mirror of a fleetwatch silence; None once it has ended (or was expired before
+    its start: it ends where it starts). ``clusters``: those of this deployment
+    (``alerts.clusters``), matched when the silence names no cluster."""
+    if s.end_ts <= max(now, s.start_ts):
         return None
     matchers = [("alertname" if name == "rule" else name, value, *_OPS[op])
                 for name, op, value in s.matchers]

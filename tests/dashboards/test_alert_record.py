@@ -70,3 +70,40 @@ def test_an_open_alerts_ack_note_gains_its_time_and_comment() -> None:
     ack = Acknowledgement(a.id, NOW - 120, "ana", "on it")
     said = alert_tables.record_notes([a], {a.id: ack}, {}, NOW, {a.id: "acknowledged by ana"})
     assert said == {a.id: "acknowledged by ana at 07:58:00 UTC: on it"}
+
+
+def _note(a, ago_s: float, sink: str, state: str, outcome: str,  # type: ignore[no-untyped-def]
+          muted_by: str = "") -> Notification:
+    return Notification(NOW - ago_s, NOW - ago_s, sink, a.id, a.rule, a.severity, a.cluster,
+                        a.rack, a.node, a.device, state, outcome, muted_by)
+
+
+def test_the_record_shows_each_sink_with_the_silence_that_muted_it() -> None:
+    """A node silent inside a maintenance silence, paged when it ended: the page shows, per
+    sink, that it was muted by the silence, then sent, then resolved (the last three records
+    over all sinks hid the silence and what Alertmanager got)."""
+    done = alert("node-009", 0, "resolved", rule="node_silent")
+    records = [
+        _note(done, 600, "alertmanager", "firing", "muted", "silence:6e0312a2e676"),
+        _note(done, 600, "webhook", "firing", "muted", "silence:6e0312a2e676"),
+        _note(done, 540, "alertmanager", "firing", "muted", "silence:6e0312a2e676"),
+        _note(done, 300, "alertmanager", "firing", "sent"),
+        _note(done, 300, "webhook", "firing", "sent"),
+        _note(done, 270, "webhook", "resolved", "sent"),
+        _note(done, 270, "alertmanager", "resolved", "sent"),
+    ]
+    (text,) = alert_tables.record_notes([done], {}, {done.id: records}, NOW).values()
+    assert text == (
+        "notified: firing muted at alertmanager (silence:6e0312a2e676) "
+        "07:50:00 (2 times), firing sent to alertmanager 07:55:00, resolved sent to "
+        "alertmanager 07:55:30; firing muted at webhook (silence:6e0312a2e676) "
+        "07:50:00, firing sent to webhook 07:55:00, resolved sent to webhook 07:55:30")
+
+
+def test_a_long_record_keeps_each_sinks_first_and_last() -> None:
+    a = alert("node-a", 3, "firing", rule="gpu_xid_critical")
+    records = [_note(a, 600 - 60 * i, "webhook", "firing", "sent" if i % 2 else "muted",
+                     "" if i % 2 else f"silence:s{i}") for i in range(8)]
+    (text,) = alert_tables.record_notes([a], {}, {a.id: records}, NOW).values()
+    assert text.startswith("notified: firing muted at webhook (silence:s0) 07:50:00, ")
+    assert "… 4 more, " in text and text.endswith("firing sent to webhook 07:57:00")

@@ -3,8 +3,8 @@
 A latched XID alert keeps its ``updated_ts`` at the last sighting for up to
 its hold time (an hour), and a silent node's alert changes little: a silence
 added after that must still mute them (Alertmanager keeps it, re-sent), and
-they are heard again when the silence ends. Processor, notifier and store are
-real (SQLite); the sinks record what they are handed.
+they are heard again when the silence ends (not paged twice where nothing changed).
+Processor, notifier and store are real (SQLite); the sinks record what they are handed.
 """
 
 from __future__ import annotations
@@ -79,11 +79,13 @@ def test_a_latched_xid_alert_is_muted_by_a_later_silence_and_heard_when_it_ends(
     processor.process([node(t0 + 60, [busy(60), busy(60)])])
     assert len(sink.notices) == 2                     # said once
 
-    # The silence ends while the XID is still latched: notified again, re-sent again.
+    # The silence ends while the XID is still latched: un-muted, re-sent to Alertmanager,
+    # but no second page: the receivers were told of it before the silence, unchanged since
+    # (as Alertmanager's notification log has it).
     store.write_silences([Silence("s1", (("node", "=", "n1"),), t0 + 40, t0 + 65, "ops")])
     processor.process([node(t0 + 70, [busy(60), busy(60)])])
-    assert [(n.alert.id, n.alert.state, n.muted_by, n.notify) for n in sink.notices[2:]] == [
-        (fired.alert.id, "firing", "", True)]
+    assert [(n.alert.id, n.alert.state, n.muted_by, n.notify, n.heard)
+            for n in sink.notices[2:]] == [(fired.alert.id, "firing", "", False, True)]
     assert am.resent() == [fired.alert.id]
     store.close()
 
