@@ -1,0 +1,84 @@
+"""Which board is where after a node's GPUs are numbered again: a board that does not
+enumerate (the boards after it move down one NVML index), a renumbering by a firmware
+upgrade, a renumbering with one board really swapped, and frames that name no PCI bus id
+or no UUID for a GPU."""
+
+from __future__ import annotations
+
+from fleetwatch.models.board_places import Seen, place
+
+
+def boards(order: list[int], swapped: dict[int, str] | None = None,
+           pci: bool = True) -> dict[int, Seen]:
+    """index -> board, the boards of ``order`` (board k sits at PCI bus 0x1k): what NVML
+    gives after a reboot; ``swapped``: board k replaced by a new one at the same bus."""
+    swapped = swapped or {}
+    return {i: Seen(swapped.get(k, f"GPU-board-{k}"), f"00000000:{0x18 + k:02X}:00.0"
+                    if pci else "") for i, k in enumerate(order)}
+
+
+EIGHT = list(range(8))
+
+
+def test_the_same_boards_in_the_same_order_change_nothing() -> None:
+    assert not place(boards(EIGHT), boards(EIGHT)).changed
+
+
+def test_a_board_missing_in_the_middle_is_missing_and_those_after_it_moved() -> None:
+    p = place(boards(EIGHT), boards([0, 1, 3, 4, 5, 6, 7]))
+    assert p.missing == {2: "GPU-board-2"}
+    assert p.moved == {2: 3, 3: 4, 4: 5, 5: 6, 6: 7}
+    assert p.replaced == {} and p.added == []
+
+
+def test_a_missing_board_back_is_seen_again_and_the_others_move_back() -> None:
+    p = place(boards([0, 1, 3, 4, 5, 6, 7]), boards(EIGHT))
+    assert p.added == [2] and p.missing == {} and p.replaced == {}
+    assert p.moved == {3: 2, 4: 3, 5: 4, 6: 5, 7: 6}
+
+
+def test_a_renumbering_moves_boards_and_replaces_none() -> None:
+    p = place(boards(EIGHT), boards([1, 0, 2, 3, 4, 5, 6, 7]))
+    assert p.moved == {0: 1, 1: 0}
+    assert p.replaced == {} and p.added == [] and p.missing == {}
+
+
+def test_a_renumbering_with_one_board_swapped_replaces_that_one_only() -> None:
+    p = place(boards(EIGHT), boards([1, 0, 2, 3, 4, 5, 6, 7], {3: "GPU-new"}))
+    assert p.moved == {0: 1, 1: 0} and p.replaced == {3: 3}
+    assert p.added == [] and p.missing == {}
+
+
+def test_a_new_board_replaces_the_one_of_its_pci_bus_id_wherever_nvml_numbers_it() -> None:
+    # Board 2 swapped for a new one at its bus, and NVML numbers the new one last.
+    before = boards(EIGHT)
+    now = boards([0, 1, 3, 4, 5, 6, 7, 2], {2: "GPU-new"})
+    p = place(before, now)
+    assert p.replaced == {7: 2} and p.missing == {} and p.added == []
+    assert p.moved == {2: 3, 3: 4, 4: 5, 5: 6, 6: 7}
+
+
+def test_a_missing_board_with_a_new_board_at_another_bus_is_still_missing() -> None:
+    before = boards(EIGHT)
+    now = {**boards([0, 1, 3, 4, 5, 6, 7]), 7: Seen("GPU-extra", "00000000:99:00.0")}
+    p = place(before, now)
+    assert p.missing == {2: "GPU-board-2"} and p.added == [7] and p.replaced == {}
+
+
+def test_without_pci_bus_ids_a_new_uuid_replaces_the_board_at_its_index() -> None:
+    p = place(boards(EIGHT, pci=False), boards(EIGHT, {5: "GPU-new"}, pci=False))
+    assert p.replaced == {5: 5} and p.missing == {} and p.moved == {}
+    p = place(boards(EIGHT, pci=False), boards([0, 1, 3, 4, 5, 6, 7], pci=False))
+    assert p.missing == {2: "GPU-board-2"} and p.replaced == {}
+
+
+def test_a_gpu_whose_uuid_was_not_read_is_unread_not_missing() -> None:
+    now = boards(EIGHT)
+    del now[4]
+    assert place(boards(EIGHT), now, unnamed=[4]).missing == {}
+    # Seven named, one unnamed at another index: the node still has its eight.
+    short = boards([0, 1, 3, 4, 5, 6, 7])
+    assert place(boards(EIGHT), short, unnamed=[7]).missing == {}
+    assert place(boards(EIGHT), short).missing == {2: "GPU-board-2"}
+
+
