@@ -5,7 +5,13 @@ or no UUID for a GPU."""
 
 from __future__ import annotations
 
+import numpy as np
+
+from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.models.batch import columns
 from fleetwatch.models.board_places import Seen, place
+from fleetwatch.models.gpu_slots import GpuTable
+from fleetwatch.models.gpu_state import GpuState
 
 
 def boards(order: list[int], swapped: dict[int, str] | None = None,
@@ -82,3 +88,49 @@ def test_a_gpu_whose_uuid_was_not_read_is_unread_not_missing() -> None:
     assert place(boards(EIGHT), short).missing == {2: "GPU-board-2"}
 
 
+
+def _frame(ts: float, order: list[int], swapped: tuple[int, ...] = ()) -> Frame:
+    return Frame("c", "r", "node-0", ts, tuple(
+        GpuReading(i, f"GPU-{'new' if k in swapped else 'old'}-{k}", "H100",
+                   {"gpu_temp_c": 50.0}) for i, k in enumerate(order)))
+
+
+def _learned(table: GpuTable, f: Frame) -> list[float]:
+    """What the table holds for each GPU of the frame (NaN: nothing learned)."""
+    return [float(v) for v in table["v"][table.slots(columns([f]))[0][:len(f.gpus)]]]
+
+
+def test_what_the_detectors_learned_follows_a_board_numbered_otherwise() -> None:
+    table = GpuTable(v=np.nan)
+    slots = table.slots(columns([_frame(0, EIGHT)]))[0]
+    table["v"][slots] = np.arange(8.0)  # each board's own learned value: its number
+    # Renumbered by a firmware upgrade, board 3 swapped: 0 and 1 keep theirs, 3 is new.
+    got = _learned(table, _frame(5, [1, 0, 2, 3, 4, 5, 6, 7], swapped=(3,)))
+    assert got[:3] == [1.0, 0.0, 2.0] and np.isnan(got[3]) and got[4:] == [4.0, 5.0, 6.0, 7.0]
+
+
+def test_boards_after_a_missing_one_keep_theirs_and_it_takes_its_own_back() -> None:
+    table = GpuTable(v=np.nan)
+    slots = table.slots(columns([_frame(0, EIGHT)]))[0]
+    table["v"][slots] = np.arange(8.0)
+    assert _learned(table, _frame(5, [0, 1, 3, 4, 5, 6, 7])) == [0.0, 1.0, 3.0, 4.0, 5.0,
+                                                                  6.0, 7.0]
+    assert _learned(table, _frame(10, EIGHT)) == [float(k) for k in EIGHT]
+    assert table.used <= 9  # no slot handed out per frame
+
+
+def _state(state: GpuState, f: Frame) -> list[float]:
+    return [float(v) for v in state["v"][state.slots(columns([f]))[0][:len(f.gpus)]]]
+
+
+def test_the_learned_detectors_state_follows_a_renumbered_board_too() -> None:
+    state = GpuState({"v": np.nan})
+    slots = state.slots(columns([_frame(0, EIGHT)]))[0]
+    state["v"][slots] = np.arange(8.0)
+    got = _state(state, _frame(5, [1, 0, 2, 3, 4, 5, 6, 7], swapped=(3,)))
+    assert got[:3] == [1.0, 0.0, 2.0] and np.isnan(got[3]) and got[4:] == [4.0, 5.0, 6.0, 7.0]
+    # Every GPU whose board changed is listed: a trained offset kept per GPU index is
+    # another board's now.
+    assert sorted(k[2] for k in state.replaced) == [0, 1, 3]
+    assert _state(state, _frame(10, [1, 0, 2, 4, 5, 6, 7], swapped=(3,))) == [
+        1.0, 0.0, 2.0, 4.0, 5.0, 6.0, 7.0]
