@@ -116,6 +116,17 @@ class MissingBoards:
         # known of each board, the boards missing by UUID)
         self._nodes: dict[tuple[str, str], tuple[float, dict[int, Seen], _Known,
                                                  dict[str, Missing]]] = {}
+        # Boards missing as open alerts said at a start or a takeover (``adopt``), for
+        # nodes not met yet.
+        self._adopted: dict[tuple[str, str], dict[str, Missing]] = {}
+
+    def adopt(self, boards: Iterable[tuple[str, str, Missing]]) -> None:
+        """Boards (cluster, node, board) missing when the store's open alerts were written:
+        still missing at the node's first frame unless it names them again, or names
+        another board at their PCI bus id (replaced meanwhile)."""
+        for cluster, node, m in boards:
+            if (cluster, node) not in self._nodes:
+                self._adopted.setdefault((cluster, node), {})[m.uuid] = m
 
     def see(self, f: Frame) -> list[Missing]:
         """The boards of the frame's node missing as of this frame."""
@@ -133,8 +144,13 @@ class MissingBoards:
         named = {g.index: Seen(g.uuid, g.info.get("pci_bus_id", ""))
                  for g in f.gpus if is_board_uuid(g.uuid)}
         if last is None:
-            self._nodes[key] = (f.ts, named, _learn({}, f), {})
-            return []
+            uuids = {b.uuid for b in named.values()}
+            buses = {b.pci_bus_id for b in named.values()}
+            missing = {u: m._replace(now=len(named))
+                       for u, m in self._adopted.pop(key, {}).items()
+                       if u not in uuids and m.pci_bus_id not in buses}
+            self._nodes[key] = (f.ts, named, _learn({}, f), missing)
+            return list(missing.values())
         known = _learn(known, f)
         # A board's PCI bus id from any frame that gave it (a frame may not).
         now = {i: b._replace(pci_bus_id=b.pci_bus_id or known[b.uuid][1])
@@ -157,6 +173,8 @@ class MissingBoards:
         gone = set(nodes)
         for key in [k for k in self._nodes if k[1] in gone]:
             del self._nodes[key]
+        for key in [k for k in self._adopted if k[1] in gone]:
+            del self._adopted[key]
 
 
 def _learn(known: _Known, f: Frame) -> _Known:

@@ -17,7 +17,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import KEEP_FIRING, Finding, job_ids
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert, job_ids
 from fleetwatch.models.batch import COL, Batch, gpu_finding
 from fleetwatch.models.board_places import Missing, MissingBoards
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
@@ -74,6 +74,18 @@ class GpuErrors(WaveDetector):
         super().drop(nodes)
         self.jobs.drop(nodes)
         self.missing.drop(nodes)
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open ``gpu_missing`` alerts (loaded from the store at a start, or for nodes this
+        processor now owns): their boards stay missing until seen again, so a restart
+        does not end the alert of a board still missing."""
+        self.missing.adopt(
+            (a.cluster, a.node, Missing(
+                uuid, int(a.device[3:]), getattr(a, "serial", ""), getattr(a, "pci_bus_id", ""),
+                "", a.started_ts, int(a.evidence.get("gpus_before", 0.0)),
+                int(a.evidence.get("gpus_now", 0.0))))
+            for a in alerts if a.rule == "gpu_missing" and a.state != "resolved"
+            and (uuid := getattr(a, "uuid", "")) and a.device[3:].isdigit())
 
     def update(self, frames: Sequence[Frame]) -> list[Finding]:
         out = super().update(frames)

@@ -146,3 +146,20 @@ def test_a_processor_started_after_the_renumbering_tells_moves_from_the_stored_b
         ("gpu_moved", "gpu0", T0 + 400), ("gpu_moved", "gpu1", T0 + 400),
         ("gpu_replaced", "gpu3", T0 + 400)]
     store.close()
+
+
+def test_a_processor_restarted_while_a_board_is_missing_keeps_its_alert_open(
+        tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "s.db")
+    first = Processor(store, detectors(DetectorsConfig()))
+    feed(first, 0, 300, list(range(8)))
+    feed(first, 400, 120, [0, 1, 3, 4, 5, 6, 7])
+    later = Processor(store, detectors(DetectorsConfig()))  # an upgrade: stop, start
+    feed(later, 520, 120, [0, 1, 3, 4, 5, 6, 7])
+    [alert] = [a for a in store.alerts(ALL) if a.rule == "gpu_missing"]
+    assert (alert.state, alert.uuid, alert.started_ts) == ("firing", uuid(2), T0 + 400)
+    assert alert.updated_ts >= T0 + 520
+    feed(later, 700, 30, list(range(8)))
+    [alert] = [a for a in store.alerts(ALL) if a.rule == "gpu_missing"]
+    assert (alert.state, alert.resolved_ts) == ("resolved", T0 + 700)
+    store.close()
