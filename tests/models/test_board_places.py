@@ -134,3 +134,26 @@ def test_the_learned_detectors_state_follows_a_renumbered_board_too() -> None:
     assert sorted(k[2] for k in state.replaced) == [0, 1, 3]
     assert _state(state, _frame(10, [1, 0, 2, 4, 5, 6, 7], swapped=(3,))) == [
         1.0, 0.0, 2.0, 4.0, 5.0, 6.0, 7.0]
+
+
+def test_a_gpu_put_in_mig_mode_at_a_reboot_is_the_same_board_in_the_same_place() -> None:
+    """The agent's frames over the fake NVML: under MIG a frame's GPU is still the physical
+    board (its GPU- UUID; the instances are read beside it), so re-partitioning a board
+    at a reboot moves, replaces and loses nothing."""
+    from fleetwatch.collectors.node import node_source
+    from fleetwatch.collectors.nvml import FakeNvml
+    from fleetwatch.config import AgentConfig, Config, NodeConfig
+    from fleetwatch.models.board_places import MissingBoards
+    from fleetwatch.pipeline.events import EventTracker
+
+    config = Config(node=NodeConfig("c", "r", "n1"), agent=AgentConfig(kernel_log=""))
+    plain, mig = FakeNvml.of(8), FakeNvml.of(8)
+    mig.enable_mig(3, [(1, "3g.40gb", 40 << 30), (2, "3g.40gb", 40 << 30)])
+    frames = [f for k, nv in enumerate((plain, mig)) for f in node_source(
+        config, nvml=nv).frames(1.8e9 + 60 * k)]
+    assert frames[1].gpus[3].info.get("mig_mode") == "enabled"
+    assert [g.uuid for g in frames[0].gpus] == [g.uuid for g in frames[1].gpus]
+    boards, tracker = MissingBoards(), EventTracker()
+    assert [boards.see(f) for f in frames] == [[], []]
+    kinds = {e.kind for e in tracker.update(frames)}
+    assert kinds.isdisjoint({"gpu_moved", "gpu_replaced"})
