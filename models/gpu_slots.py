@@ -139,7 +139,7 @@ class GpuTable:
         for f, gpus, boards in zip(batch.frames, batch.gpu_ids, batch.boards):
             key = (f.cluster, f.node)
             known = nodes.get(key)
-            prev = dict(zip(known[0], known[1])) if known is not None else {}
+            last = known
             spare: dict[int, int] = {}
             if known is None or known[0] != gpus:
                 slots, spare = self._assign(f.node, gpus, known)
@@ -148,10 +148,12 @@ class GpuTable:
                 known = (gpus, known[1][:len(gpus)] + [-1] * (width - len(gpus)), None)
             if known[2] is not boards:  # else the boards this node's last frame named
                 replaced = changed(f, gpus, boards)
+                prev = dict(zip(last[0], last[1])) if replaced and last is not None else {}
                 known = nodes[key] = (gpus, self._renew(key, gpus, known[1], replaced, prev,
                                                         spare)
                                       if replaced else known[1], boards)
-            self._release(spare.values())
+            if spare:
+                self._release(spare.values())
             out.append(known[1])
         return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
             len(out), width)

@@ -133,6 +133,8 @@ class _Node:
     # Boards no longer in any slot (missing, or replaced), by UUID: what an alert about one
     # names.
     left: dict[str, Board] = field(default_factory=dict)
+    # The UUIDs of the last frame, where it changed no GPU's place (``_changes``).
+    sig: list[str] | None = None
 
 
 class EventTracker:
@@ -238,9 +240,13 @@ class EventTracker:
         gpus = node.gpus
         first = not gpus
         present = set()
-        before = {i: x.board for i, x in gpus.items() if x.board is not None
-                  and x.state != GONE} if not first else dict(node.stored)
-        placed = _placed(f, before)
+        before: dict[int, Board] = {}
+        placed = None
+        sig = [g.uuid for g in f.gpus]
+        if sig != node.sig and (bool(node.stored) if first else not _same_places(f, gpus)):
+            before = {i: x.board for i, x in gpus.items() if x.board is not None
+                      and x.state != GONE} if not first else dict(node.stored)
+            placed = _placed(f, before)
         for g in f.gpus:
             index = g.index
             present.add(index)
@@ -279,6 +285,11 @@ class EventTracker:
                     out.append(_event(f, device, "job_start", f.ts, value=started))
             gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left,
                                quiet)
+        # The frame's boards as last seen, where each GPU's index is its position and each
+        # named the board it had: a frame that names them alike changes no place.
+        if sig != node.sig:
+            node.sig = sig if placed is None and len(gpus) == len(f.gpus) and all(
+                g.index == j for j, g in enumerate(f.gpus)) else None
         missing = [] if placed is None else [(i, before[i]) for i in placed.missing]
         for _, b in missing:
             node.left[b.uuid] = b
@@ -325,6 +336,18 @@ def _board_events(f: Frame, index: int, g: GpuReading, was: Board | None,
             f"GPU {index} on {f.node}: board {was.uuid} ({was.text() or 'no serial'}) "
             f"replaced by {now.uuid} ({now.text() or 'no serial'})")))
     return now, (was.uuid, f.ts)
+
+
+def _same_places(f: Frame, gpus: Mapping[int, _Gpu]) -> bool:
+    """Does each GPU of the frame have the index, and name the board, it had (per frame: the
+    usual case, kept cheap)? False asks ``_placed``."""
+    if len(f.gpus) != len(gpus):
+        return False
+    for g in f.gpus:
+        x = gpus.get(g.index)
+        if x is None or x.state == GONE or x.board is not None and x.board.uuid != g.uuid:
+            return False
+    return True
 
 
 def _placed(f: Frame, before: Mapping[int, Board]) -> Placement | None:
