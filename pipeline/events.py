@@ -163,7 +163,10 @@ class EventTracker:
             if known is None or index is None:
                 continue
             if e.kind == "gpu_identity":
-                known[0][index] = Board.of_event(e)
+                board = known[0][index] = Board.of_event(e)
+                for other in [i for i, b in known[0].items()  # it moved here (gpu_moved)
+                              if i != index and b.uuid == board.uuid]:
+                    del known[0][other]
             elif e.kind == "gpu_state" and e.value:
                 known[1][index] = e.value
         self._recalled.update(recalled)

@@ -163,3 +163,18 @@ def test_a_processor_restarted_while_a_board_is_missing_keeps_its_alert_open(
     [alert] = [a for a in store.alerts(ALL) if a.rule == "gpu_missing"]
     assert (alert.state, alert.resolved_ts) == ("resolved", T0 + 700)
     store.close()
+
+
+def test_a_processor_started_while_a_board_is_missing_tells_no_move_again(
+        tmp_path: Path) -> None:
+    """The store names board 7 in gpu7 (before the reboot) and in gpu6 (moved there since):
+    the newest naming is where it is."""
+    store = SqliteStore(tmp_path / "s.db")
+    first = Processor(store, detectors(DetectorsConfig()))
+    feed(first, 0, 120, list(range(8)))
+    feed(first, 400, 60, [0, 1, 3, 4, 5, 6, 7])
+    later = Processor(store, detectors(DetectorsConfig()))
+    feed(later, 520, 60, [0, 1, 3, 4, 5, 6, 7])
+    assert len(store.events(T0, T0 + 3600, kinds=["gpu_moved"])) == 5
+    assert store.events(T0, T0 + 3600, kinds=["gpu_replaced"]) == []
+    store.close()
