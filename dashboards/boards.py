@@ -1,7 +1,10 @@
 """The node page's GPU boards: which board (serial, UUID, PCI bus id) is in each slot, since
 when, and the boards replaced there, from the store's ``gpu_identity`` and
-``gpu_replaced`` events (``pipeline.events``). What an RMA asks for, and what tells an
-alert on gpu3 last month from the board in gpu3 today."""
+``gpu_replaced`` events (``pipeline.events``), and the boards moved in from another slot
+(``gpu_moved``: NVML numbered the node's GPUs otherwise, a board missing or a firmware
+change): the series stay under the GPU index, so this says which board each index held
+when. What an RMA asks for, and what tells an alert on gpu3 last month from the board in
+gpu3 today."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from fleetwatch.pipeline.store.base import Event, EventStore, gpu_index
 # How far back the page looks for the boards: a board is named when a processor first sees
 # it (its start, a partition taken over), which may be long before the page's range.
 BOARD_WINDOW_S = 90 * 86400
-KINDS = ("gpu_identity", "gpu_replaced")
+KINDS = ("gpu_identity", "gpu_replaced", "gpu_moved")
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,11 +28,13 @@ class Slot:
     uuid: str
     details: str            # serial, PCI bus id, model as the event's text says them
     since: float            # first named at
-    replaced: tuple[tuple[float, str], ...] = ()  # (when, what) of each replacement
+    # (when, what) of each replacement, and of each board moved in from another slot
+    replaced: tuple[tuple[float, str], ...] = ()
 
 
 def slots(events: Sequence[Event]) -> list[Slot]:
-    """The board now in each slot and the replacements seen there, by GPU index."""
+    """The board now in each slot and the replacements and moves seen there, by GPU
+    index."""
     now: dict[str, Slot] = {}
     for e in sorted(events, key=lambda e: e.ts):
         was = now.get(e.device)
@@ -40,7 +45,7 @@ def slots(events: Sequence[Event]) -> list[Slot]:
             else:
                 now[e.device] = Slot(e.device, e.value, e.text, e.ts,
                                      was.replaced if was is not None else ())
-        elif e.kind == "gpu_replaced" and was is not None:
+        elif e.kind in ("gpu_replaced", "gpu_moved") and was is not None:
             now[e.device] = Slot(was.device, was.uuid, was.details, was.since,
                                  (*was.replaced, (e.ts, e.text)))
     return sorted(now.values(), key=lambda s: (gpu_index(s.device) or 0, s.device))
@@ -62,7 +67,7 @@ def panel(store: EventStore, node: str, now: float, cluster: str | None = None) 
                              or "—")])
             for s in rows]
     head = html.Tr([html.Th(h) for h in ("GPU", "UUID", "Board", "Named since",
-                                          "Replaced")])
+                                          "Replaced / moved in")])
     return html.Table([html.Thead(head), html.Tbody(body)], id="node-board-table",
                       className="alert-table")
 

@@ -126,6 +126,8 @@ REACH: dict[str, Reach] = {
     # Two agents under one name show two sets of GPU UUIDs: only the agent's JSON frames
     # name them (fleetwatch.recorded_frames); other files have none.
     "node_name_conflict": Reach(uuid=True),
+    # A board missing is told by its UUID, which only the agent's JSON frames name.
+    "gpu_missing": Reach(uuid=True),
     # NVML away: only the agent's own frames say so (host_nvml_up), as only they name UUIDs.
     "node_nvml_down": Reach(uuid=True),
 }

@@ -36,7 +36,8 @@ from fleetwatch.pipeline.store.base import (
 
 # The event kinds a timeline shows (throttle reasons and board identities are the
 # node page's: they change every few seconds under load).
-EVENT_KINDS = ("xid", "gpu_state", "node_state", "job_start", "job_end", "gpu_replaced")
+EVENT_KINDS = ("xid", "gpu_state", "node_state", "job_start", "job_end", "gpu_replaced",
+               "gpu_moved")
 # Repeats of one device's same event closer than this are one entry (an XID storm).
 RUN_GAP_S = 60.0
 # Within one instant: what happened, then what fleetwatch made of it, then who was told.

@@ -10,15 +10,16 @@ counter is rated on its own: a reading NVML did not give this tick is no reading
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import KEEP_FIRING, Finding, job_ids
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert, job_ids
 from fleetwatch.models.batch import COL, Batch, gpu_finding
+from fleetwatch.models.board_places import Missing, MissingBoards
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.held_jobs import HeldJobs
 
@@ -51,7 +52,7 @@ class GpuErrors(WaveDetector):
     name = "gpu_errors"
     rules = {
         "gpu_ecc_dbe": (), "gpu_retired_pages": (), "gpu_pcie_replay": (),
-        "gpu_nvlink_errors": (), "gpu_lost": (),
+        "gpu_nvlink_errors": (), "gpu_lost": (), "gpu_missing": (),
         "gpu_retired_pages_limit": ("gpu_retired_pages_dbe",),
         "gpu_row_remap_pending": ("gpu_row_remap_pending",),
         "gpu_row_remap_failure": ("gpu_row_remap_failure",),
@@ -67,10 +68,31 @@ class GpuErrors(WaveDetector):
                               crc=np.nan, crc_ts=np.nan, nvrep=np.nan, nvrep_ts=np.nan,
                               quiet=np.nan)
         self.jobs = HeldJobs()  # the job each GPU held: what a lost GPU's alert names
+        self.missing = MissingBoards()
 
     def drop(self, nodes: Iterable[str]) -> None:
         super().drop(nodes)
         self.jobs.drop(nodes)
+        self.missing.drop(nodes)
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open ``gpu_missing`` alerts (loaded from the store at a start, or for nodes this
+        processor now owns): their boards stay missing until seen again, so a restart
+        does not end the alert of a board still missing."""
+        self.missing.adopt(
+            (a.cluster, a.node, Missing(
+                uuid, int(a.device[3:]), getattr(a, "serial", ""), getattr(a, "pci_bus_id", ""),
+                "", a.started_ts, int(a.evidence.get("gpus_before", 0.0)),
+                int(a.evidence.get("gpus_now", 0.0))))
+            for a in alerts if a.rule == "gpu_missing" and a.state != "resolved"
+            and (uuid := getattr(a, "uuid", "")) and a.device[3:].isdigit())
+
+    def update(self, frames: Sequence[Frame]) -> list[Finding]:
+        out = super().update(frames)
+        see = self.missing.see
+        for f in frames:
+            out.extend(_missing(f, m) for m in see(f))
+        return out
 
     def _jump(self, name: str, s: np.ndarray, value: np.ndarray) -> np.ndarray:
         """Where a counter rose since the GPU's last sample; remembers the new value."""
@@ -296,6 +318,22 @@ class GpuErrors(WaveDetector):
                            f"Find the link: nvidia-smi nvlink -e -i {g} shows each link's "
                            "error counters; check that link's cable or NVSwitch port, drain "
                            "and reset the GPUs if the errors keep rising", RATE_HOLD_S)
+
+
+def _missing(f: Frame, m: Missing) -> Finding:
+    """A board the node's frames no longer name: a GPU finding about that board (``board``)
+    at the index it was at. NVML numbers GPUs in PCI bus order, so the boards after it
+    moved down one index: the alert names the board itself (its serial, PCI bus id), not
+    whatever board that index holds now. It ends at once when the board is seen again."""
+    return replace(gpu_finding(
+        f, m.index, "gpu_missing", float(m.before - m.now),
+        f"{f.node}: GPU board {m.text()}, gpu{m.index} before, is no longer seen: the node "
+        f"names {m.now} of its {m.before} GPU boards", "critical", 0.0,
+        {"gpus_before": float(m.before), "gpus_now": float(m.now), KEEP_FIRING: 0.0},
+        "Drain the node; check that board (lspci for its PCI bus id, the kernel log for "
+        "NVRM/Xid errors), reseat it or check its power, and reboot; RMA it if it stays "
+        "missing. The boards after it are numbered one lower by NVML until it is back"),
+        board=m.uuid, since=m.since)
 
 
 REMAPPED_ROWS = ("gpu_remapped_rows_uncorrectable", "gpu_remapped_rows_correctable")

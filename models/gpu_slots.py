@@ -17,14 +17,17 @@ from fleetwatch.models.batch import Batch, columns
 
 class Move(NamedTuple):
     """Another board in a GPU slot: the frame's position of the GPU, the board before and
-    the one now, and whether that one is the slot's board before the old (``back``: two
-    machines under one node name alternating, or a board swapped back), which keeps
-    its own state instead of starting afresh."""
+    the one now ("" before: none), and whether that one is the slot's board before the old
+    (``back``: two machines under one node name alternating, or a board swapped back),
+    which keeps its own state instead of starting afresh; ``src``: the GPU index the new
+    board was at before (NVML numbered the node's GPUs otherwise: a board missing, a
+    firmware change), whose state it takes with it (None: a board new to the node)."""
 
     position: int
     old: str
     new: str
     back: bool
+    src: int | None = None
 
 
 class Boards:
@@ -53,15 +56,22 @@ class Boards:
         if seen is not None and seen[0] is boards:
             return _NONE
         known, before = (seen[1], seen[2]) if seen is not None else ({}, {})
+        prior = {uuid: g for g, uuid in known.items()}
         out = []
         for j, (g, uuid) in enumerate(zip(ids, boards)):
             if uuid:
                 was = known.get(g)
                 if was != uuid:
-                    if was:
-                        out.append(Move(j, was, uuid, before.get(g) == uuid))
-                        before[g] = was
+                    src = prior.get(uuid)
+                    if was or src is not None:
+                        out.append(Move(j, was or "", uuid, before.get(g) == uuid, src))
+                        if was:
+                            before[g] = was
                     known[g] = uuid
+        if out and any(m.src is not None for m in out):  # an index the board left
+            here = set(ids)
+            for g in [g for g, uuid in known.items() if g not in here and uuid in boards]:
+                del known[g]
         self._seen[key] = (boards, known, before)
         return out
 
@@ -129,47 +139,69 @@ class GpuTable:
         for f, gpus, boards in zip(batch.frames, batch.gpu_ids, batch.boards):
             key = (f.cluster, f.node)
             known = nodes.get(key)
+            last = known
+            spare: dict[int, int] = {}
             if known is None or known[0] != gpus:
-                slots = self._assign(f.node, gpus, known)
+                slots, spare = self._assign(f.node, gpus, known)
                 known = (gpus, slots + [-1] * (width - len(slots)), None)
             elif len(known[1]) != width:
                 known = (gpus, known[1][:len(gpus)] + [-1] * (width - len(gpus)), None)
             if known[2] is not boards:  # else the boards this node's last frame named
                 replaced = changed(f, gpus, boards)
-                known = nodes[key] = (gpus, self._renew(key, gpus, known[1], replaced)
+                prev = dict(zip(last[0], last[1])) if replaced and last is not None else {}
+                known = nodes[key] = (gpus, self._renew(key, gpus, known[1], replaced, prev,
+                                                        spare)
                                       if replaced else known[1], boards)
+            if spare:
+                self._release(spare.values())
             out.append(known[1])
         return np.fromiter(chain.from_iterable(out), np.int64, len(out) * width).reshape(
             len(out), width)
 
     def _assign(self, node: str, gpus: tuple[int, ...],
                 old: tuple[tuple[int, ...], list[int], tuple[str, ...] | None] | None
-                ) -> list[int]:
-        kept = dict(zip(old[0], old[1])) if old else {}
+                ) -> tuple[list[int], dict[int, int]]:
+        """The slots of the node's GPU indices (a new index, a fresh one), and those of the
+        indices gone, for the caller to release once a board that moved took its own."""
+        kept = {g: s for g, s in zip(old[0], old[1]) if s >= 0} if old else {}
         slots = []
         for g in gpus:
             s = kept.pop(g, None)
             if s is None:
                 s = self._new_slot(node)
             slots.append(s)
-        self._release(kept.values())
-        return slots
+        return slots, kept
 
     def _renew(self, key: tuple[str, str], gpus: tuple[int, ...], slots: list[int],
-               moves: list[Move]) -> list[int]:
-        """The node's slots with, at each position whose board changed, the new board's
-        own (one that comes back) or a fresh one; the old board's kept for it."""
+               moves: list[Move], prev: dict[int, int], spare: dict[int, int]) -> list[int]:
+        """The node's slots with, at each position whose board changed, the board's own:
+        the slot of the index it was at (``Move.src``: renumbered), the one it left (it
+        comes back) or a fresh one; the old board's kept for it unless it moved too.
+        ``prev``: GPU index -> slot before this frame; ``spare``: slots of indices gone,
+        less those a board moving from there takes."""
         slots = list(slots)  # rows before this frame keep the old one
+        took = {prev[m.src] for m in moves if m.src is not None and prev.get(m.src, -1) >= 0}
+        for g in [g for g, s in spare.items() if s in took]:
+            del spare[g]
         for m in moves:
             gpu = (*key, gpus[m.position])
             parked = self._parked.get(gpu)
-            if m.back and parked is not None and parked[0] == m.new:
+            old = slots[m.position]
+            if m.src is not None and prev.get(m.src, -1) >= 0:
+                s = prev[m.src]
+            elif m.back and parked is not None and parked[0] == m.new:
                 s = parked[1]
             else:
                 if parked is not None:  # a board left behind twice: forgotten
                     self._retired.append(parked[1])
                 s = self._new_slot(key[1])
-            self._parked[gpu] = (m.old, slots[m.position])
+            if old >= 0 and old not in took and old != s:
+                if m.old:  # kept for the board that left, if it comes back
+                    if parked is not None and parked[1] != s and m.src is not None:
+                        self._retired.append(parked[1])
+                    self._parked[gpu] = (m.old, old)
+                else:
+                    self._retired.append(old)
             slots[m.position] = s
         return slots
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from fleetwatch.frame import Frame
 from fleetwatch.models.batch import Batch
-from fleetwatch.models.gpu_slots import Boards
+from fleetwatch.models.gpu_slots import Boards, Move
 
 Key = tuple[str, str, int]  # (cluster, node, GPU index)
 
@@ -70,23 +70,56 @@ class GpuState:
             self._slot((f.cluster, f.node, g)) for g in ids], -1, np.int64)
         replaced = self._boards.replaced(batch)
         self.replaced = []
+        rows: dict[int, list[Move]] = {}
         for r, m in replaced:
-            f = batch.frames[r]
-            key = (f.cluster, f.node, batch.gpu_ids[r][m.position])
+            rows.setdefault(r, []).append(m)
+        for r, moves in rows.items():
+            self._renew(batch, r, moves, out)
+        return out
+
+    def _renew(self, batch: Batch, r: int, moves: list[Move], out: np.ndarray) -> None:
+        """Row ``r``'s GPUs whose board changed, all at once (two boards NVML numbered the
+        other way round swap slots): a board from another index of the node takes its own
+        slot (``Move.src``), one met again its own, another a fresh one; the old board's is
+        kept for it unless it moved too. A moved board is listed in ``replaced`` as a new one
+        is: state kept by GPU index outside these arrays (a trained offset) is another
+        board's."""
+        f = batch.frames[r]
+        node = (f.cluster, f.node)
+        before = {k: s for k, s in self.slot_of.items() if k[:2] == node}
+        took = {before[(*node, m.src)] for m in moves
+                if m.src is not None and (*node, m.src) in before}
+        swap: dict[int, int] = {}
+        for m in moves:
+            key = (*node, batch.gpu_ids[r][m.position])
             old = self.slot_of.pop(key)
             parked = self._parked.get(key)
-            if m.back and parked is not None and parked[0] == m.new:
+            src = (*node, m.src) if m.src is not None else None
+            if src is not None and src in before:
+                new = self.slot_of[key] = before[src]  # renumbered: the board's own state
+                self.replaced.append(key)  # a trained offset of this index is another's
+            elif m.back and parked is not None and parked[0] == m.new:
                 new = self.slot_of[key] = parked[1]  # a board met again: its own state
             else:
                 if parked is not None:  # a board left behind twice: forgotten
                     self._retired.append(parked[1])
                 new = self._slot(key)
                 self.replaced.append(key)
-            self._parked[key] = (m.old, old)
-            self._nodes.pop(key[:2], None)  # its cached slots name the old one
-            later = out[r:]  # this frame and those after it (time order) have the new board
-            later[later == old] = new
-        return out
+            if old not in took:
+                if m.old:
+                    self._parked[key] = (m.old, old)
+                else:
+                    self._retired.append(old)
+            swap[old] = new
+        for key, s in before.items():  # an index a board left, no board took: vacant
+            if s in took and self.slot_of.get(key) == s and key not in {
+                    (*node, batch.gpu_ids[r][m.position]) for m in moves}:
+                del self.slot_of[key]
+        self._nodes.pop(node, None)  # its cached slots name the old ones
+        later = out[r:]  # this frame and those after it (time order) have the new boards
+        was = later.copy()
+        for old, new in swap.items():
+            later[was == old] = new
 
     def _slot(self, key: Key) -> int:
         s = self.slot_of.get(key)

@@ -349,7 +349,7 @@ class AlertBook:
                 severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
                 device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
-                action=finding.action, jobs=finding.jobs)
+                action=finding.action, jobs=finding.jobs, uuid=finding.board)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
         elif finding.ends:  # how it ended: the firing message and action stay
             alert = dataclasses.replace(

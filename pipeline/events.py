@@ -27,7 +27,16 @@ I/O, no clock; the processor writes the events with the batch.
 * ``gpu_replaced``: the UUID in a GPU slot changed: another board is there
   (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting,
   nor for a board back less than ``FLAP_S`` after it left (two machines under one node
-  name alternating their frames: ``node_name_conflict``).
+  name alternating their frames: ``node_name_conflict``), nor for a board seen in another
+  slot of the node before (``gpu_moved``). A new board replaces the one no longer seen at
+  its PCI bus id where the frames name it (else at its index): NVML may number it otherwise
+  than the board it replaced (``models.board_places``).
+* ``gpu_moved``: a board seen before in another GPU slot of the node is in this one: NVML
+  numbered the node's GPUs otherwise (a board before it did not enumerate, a firmware or
+  driver upgrade) (``value`` its UUID, ``code`` the index it was at, ``text`` both). The
+  series stay keyed by GPU index: this event (and ``gpu_identity``) say which board each
+  index held when. A board no longer seen at all is named in the ``gone`` event of the
+  index the node no longer has (and alerted on: ``gpu_missing``).
 * ``job_start`` / ``job_end``: a job started or ended on a GPU (``value``: the job
   id, one per event: each job of a shared GPU has its own). A job already
   running when a GPU is first seen (a processor just started, or a partition
@@ -48,6 +57,7 @@ from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
 from fleetwatch.frame import Frame, GpuReading, is_board_uuid
+from fleetwatch.models.board_places import Placement, Seen, place
 from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
@@ -120,6 +130,11 @@ class _Node:
     # slot (``recall``): the state a GPU first seen here starts from, so that a partition
     # taken over (or a restart) stores no second "lost" for a GPU still lost.
     states: dict[int, str] = field(default_factory=dict)
+    # Boards no longer in any slot (missing, or replaced), by UUID: what an alert about one
+    # names.
+    left: dict[str, Board] = field(default_factory=dict)
+    # The UUIDs of the last frame, where it changed no GPU's place (``_changes``).
+    sig: list[str] | None = None
 
 
 class EventTracker:
@@ -148,7 +163,10 @@ class EventTracker:
             if known is None or index is None:
                 continue
             if e.kind == "gpu_identity":
-                known[0][index] = Board.of_event(e)
+                board = known[0][index] = Board.of_event(e)
+                for other in [i for i, b in known[0].items()  # it moved here (gpu_moved)
+                              if i != index and b.uuid == board.uuid]:
+                    del known[0][other]
             elif e.kind == "gpu_state" and e.value:
                 known[1][index] = e.value
         self._recalled.update(recalled)
@@ -201,6 +219,17 @@ class EventTracker:
         gpu = known.gpus.get(index) if known is not None else None
         return gpu.board if gpu is not None else None
 
+    def named(self, cluster: str, node: str, uuid: str) -> Board | None:
+        """The board of this UUID as last seen on the node, in whichever slot (one missing
+        now included)."""
+        known = self._nodes.get((cluster, node))
+        if known is None:
+            return None
+        for gpu in known.gpus.values():
+            if gpu.board is not None and gpu.board.uuid == uuid:
+                return gpu.board
+        return known.left.get(uuid)
+
     @staticmethod
     def _xids(f: Frame, out: list[Event]) -> None:
         for g in f.gpus:
@@ -214,6 +243,13 @@ class EventTracker:
         gpus = node.gpus
         first = not gpus
         present = set()
+        before: dict[int, Board] = {}
+        placed = None
+        sig = [g.uuid for g in f.gpus]
+        if sig != node.sig and (bool(node.stored) if first else not _same_places(f, gpus)):
+            before = {i: x.board for i, x in gpus.items() if x.board is not None
+                      and x.state != GONE} if not first else dict(node.stored)
+            placed = _placed(f, before)
         for g in f.gpus:
             index = g.index
             present.add(index)
@@ -224,7 +260,10 @@ class EventTracker:
                 was = _Gpu(node.states.get(index, "ok") if first else GONE, None, mask,
                            node.stored.get(index))
             state, job, throttle, board, left, _ = was
-            board, left = _board_events(f, index, g, board, left, out)
+            if placed is None:
+                board, left = _board_events(f, index, g, board, left, out)
+            else:
+                board, left = _placed_events(f, g, before, placed, board, left, out)
             quiet = None if g.metrics else f.ts if was.quiet is None else was.quiet
             if was.board != board or was.left != left or was.quiet != quiet:
                 was = was._replace(board=board, left=left, quiet=quiet)
@@ -249,11 +288,21 @@ class EventTracker:
                     out.append(_event(f, device, "job_start", f.ts, value=started))
             gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left,
                                quiet)
+        # The frame's boards as last seen, where each GPU's index is its position and each
+        # named the board it had: a frame that names them alike changes no place.
+        if sig != node.sig:
+            node.sig = sig if placed is None and len(gpus) == len(f.gpus) and all(
+                g.index == j for j, g in enumerate(f.gpus)) else None
+        missing = [] if placed is None else [(i, before[i]) for i in placed.missing]
+        for _, b in missing:
+            node.left[b.uuid] = b
         for index, was in gpus.items():
             if index not in present and was.state != GONE:
                 device = gpu_device(index)
+                lost = "".join(f"; board {b.uuid} ({b.text() or 'no serial'}), gpu{i} "
+                               "before, is no longer seen" for i, b in missing)
                 out.append(_event(f, device, "gpu_state", f.ts, value=GONE,
-                                  text=f"{device} is no longer in {f.node}'s frames"))
+                                  text=f"{device} is no longer in {f.node}'s frames{lost}"))
                 for ended in sorted(split_jobs(was.job)):  # cannot be seen running any more
                     out.append(_event(f, device, "job_end", f.ts, value=ended))
                 gpus[index] = was._replace(state=GONE, job=None)
@@ -292,6 +341,62 @@ def _board_events(f: Frame, index: int, g: GpuReading, was: Board | None,
     return now, (was.uuid, f.ts)
 
 
+def _same_places(f: Frame, gpus: Mapping[int, _Gpu]) -> bool:
+    """Does each GPU of the frame have the index, and name the board, it had (per frame: the
+    usual case, kept cheap)? False asks ``_placed``."""
+    if len(f.gpus) != len(gpus):
+        return False
+    for g in f.gpus:
+        x = gpus.get(g.index)
+        if x is None or x.state == GONE or x.board is not None and x.board.uuid != g.uuid:
+            return False
+    return True
+
+
+def _placed(f: Frame, before: Mapping[int, Board]) -> Placement | None:
+    """How the frame's boards stand against those last seen in the node's slots, where a
+    board is in another slot than before, or one is no longer seen (None: each slot holds
+    its board, or a first board: the usual case, kept cheap)."""
+    named = {g.index: g for g in f.gpus if is_board_uuid(g.uuid)}
+    if all(b.uuid == g.uuid for i, g in named.items() if (b := before.get(i)) is not None) \
+            and before.keys() <= named.keys():
+        return None
+    seen = {b.uuid: b for b in before.values()}
+    now = {i: Seen(g.uuid, g.info.get("pci_bus_id", "") or (
+        seen[g.uuid].pci_bus_id if g.uuid in seen else "")) for i, g in named.items()}
+    p = place({i: Seen(b.uuid, b.pci_bus_id) for i, b in before.items()}, now,
+              [g.index for g in f.gpus if not is_board_uuid(g.uuid)])
+    return p if p.moved or p.missing or p.added or any(
+        k != i for i, k in p.replaced.items()) else None
+
+
+def _placed_events(f: Frame, g: GpuReading, before: Mapping[int, Board], p: Placement,
+                   was: Board | None, left: tuple[str, float] | None, out: list[Event]
+                   ) -> tuple[Board | None, tuple[str, float] | None]:
+    """``_board_events`` for a frame whose boards NVML numbered otherwise: a board from
+    another slot is moved (no replacement: what was learned of it follows it), a new board
+    replaces the one gone from its PCI bus id, one that replaced no board is only named."""
+    index = g.index
+    if index in p.moved:
+        k = p.moved[index]
+        old = before[k]
+        now = board_of(g.uuid, g.info, g.model) or old
+        now = Board(now.uuid, now.serial or old.serial, now.pci_bus_id or old.pci_bus_id,
+                    now.model or old.model)
+        device = gpu_device(index)
+        out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
+        out.append(_event(f, device, "gpu_moved", f.ts, code=k, value=now.uuid, text=(
+            f"board {now.uuid} ({now.text() or 'no serial'}) moved from gpu{k} to gpu{index} "
+            f"on {f.node}: NVML numbers the node's GPUs otherwise (a board missing, a "
+            "firmware or driver change); not a replacement")))
+        return now, None
+    if index in p.replaced:
+        return _board_events(f, index, g, before[p.replaced[index]], left, out)
+    if index in p.added:
+        return _board_events(f, index, g, None, left, out)
+    return _board_events(f, index, g, was, left, out)
+
+
 def replaced_before(first: Frame, stored: Iterable[Event]) -> list[Event]:
     """The ``gpu_replaced`` events of a node met before its boards could be recalled (the
     store was away): its ``first`` frame's boards against the boards the store last named
@@ -311,7 +416,7 @@ def replaced_before(first: Frame, stored: Iterable[Event]) -> list[Event]:
 
 
 def _copy(node: _Node) -> _Node:
-    return _Node(node.ts, dict(node.gpus))
+    return _Node(node.ts, dict(node.gpus), left=dict(node.left))
 
 
 def _event(f: Frame, device: str, kind: str, ts: float, code: int = 0, value: str = "",

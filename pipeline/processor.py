@@ -416,7 +416,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         newest: in a batch that holds a swap, an alert opened before it is the old
         board's, whatever the batch size."""
         index = gpu_index(a.device)
-        if a.uuid or index is None:
+        if a.uuid:  # named by its finding (a board missing, an XID's): its serial, bus id
+            return a if a.serial else self._name_uuid(a, frame)
+        if index is None:
             return a
         g = frame.gpu(index) if frame is not None else None
         board = board_of(g.uuid, g.info, g.model) if g is not None else None
@@ -427,6 +429,19 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
             return a
         return dataclasses.replace(a, uuid=board.uuid, serial=board.serial,
                                    pci_bus_id=board.pci_bus_id)
+
+
+    def _name_uuid(self, a: Alert, frame: Frame | None) -> Alert:
+        """An alert whose finding named its board (by UUID) gets that board's serial and PCI
+        bus id: from the frame, wherever NVML numbers it now, else as last seen on the
+        node (a board missing is in no frame)."""
+        g = next((g for g in frame.gpus if g.uuid == a.uuid), None) if frame else None
+        board = board_of(g.uuid, g.info, g.model) if g is not None else None
+        if board is None or not board.serial:
+            board = self.events.named(a.cluster, a.node, a.uuid) or board
+        if board is None or not (board.serial or board.pci_bus_id):
+            return a
+        return dataclasses.replace(a, serial=board.serial, pci_bus_id=board.pci_bus_id)
 
 
 def _iso(ts: float) -> str:
