@@ -8,10 +8,13 @@ silent is paged as before, on the interval its frames said."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 from fleetwatch.frame import Frame, HostReading
 from fleetwatch.models import Finding
 from fleetwatch.models.node_silence import NodeSilence
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.models.helpers import busy, node
 
 
@@ -72,3 +75,17 @@ def test_an_older_agent_that_says_nothing_is_learned_from_its_gaps_as_before() -
     pages = run(d, 1300, 2300, {"b": 70.0}, said=False)
     # the first slow gap is an outage (paged), the second teaches it; none after
     assert pages and max(p.ts for p in pages) < 1300 + 3 * 70
+
+
+def test_a_processor_stores_no_node_silent_alert_for_a_slower_agent(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "fw.db")
+    processor = Processor(store, detectors=[NodeSilence()], keep_firing_s=300.0)
+    for k in range(400):                 # "b" every 5 s, then every 70 s from 1300 s
+        t = 1000.0 + 5 * k
+        frames = [frame(t, "a", 5.0)]
+        if t < 1300 or (t - 1300) % 70 == 0:
+            frames.append(frame(t, "b", 5.0 if t < 1300 else 70.0))
+        processor.process(frames)
+    alerts = store.alerts(("pending", "firing", "resolved"))
+    store.close()
+    assert [a for a in alerts if a.rule == "node_silent"] == []
