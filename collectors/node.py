@@ -88,6 +88,7 @@ class NodeSource:
         # Each GPU is read in its own worker, within half the interval: one GPU whose NVML
         # calls hang neither delays the others nor makes the frame late (nvml/pool.py).
         self._gpu_budget_s = GPU_BUDGET_SHARE * agent.interval_s
+        self._interval_s = agent.interval_s
         self._backend = backend
         self._on_error = on_nvml_error
         self._clock = clock
@@ -165,6 +166,9 @@ class NodeSource:
             # Says why the frame lists no GPU: NVML away (0), not GPUs gone. A node the
             # operator runs host-only (agent.nvml_policy = ignore) does not carry it.
             metrics["host_nvml_up"] = 0.0 if self.nvml is None else 1.0
+        # Its own pace: the processor judges the node silent on it from this frame on (a
+        # rolling change of agent.interval_s pages nobody while a new interval is learned).
+        metrics["host_agent_interval_s"] = self._interval_s
         metrics.update(self.rapl.read())
         metrics.update(self.inlet.read())
         ports = nics + self.ib.read()

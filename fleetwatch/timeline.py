@@ -165,11 +165,21 @@ def _transitions(a: Alert) -> list[Entry]:
     if a.fired_ts is None or a.fired_ts > a.started_ts:
         out.append(entry(a.started_ts, "pending"))
     if a.fired_ts is not None:
-        out.append(entry(a.fired_ts, "firing", visible(a.message)))
+        out.append(entry(a.fired_ts, "firing", visible(_fired_message(a))))
     if a.state == "resolved" and a.resolved_ts is not None:
         out.append(entry(a.resolved_ts, "resolved",
                          visible(a.message) if a.fired_ts is None else ""))
     return out
+
+
+def _fired_message(a: Alert) -> str:
+    """The message ``a`` fired with; an older store's alert (or one whose text the store
+    does not keep) has only its latest, said so where it was updated after firing."""
+    if a.fired_message:
+        return a.fired_message
+    if a.fired_ts is not None and a.updated_ts > a.fired_ts and a.message:
+        return f"{a.message} (its latest message)"
+    return a.message
 
 
 def _notified(n: Notification) -> Entry:

@@ -23,6 +23,9 @@ FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommi
 # interval (a node that dies again soon after must be paged as soon as the first time);
 # two such gaps in a row are an agent that now reports this slowly.
 OUTAGE_INTERVALS = 3.0
+# The host metric in which an agent's frames say its own interval (``agent.interval_s``):
+# where it is, the node is judged on it, not on the gaps learned (older agents').
+SAID_INTERVAL = "host_agent_interval_s"
 # Between two ticks of a live processor that hears nothing, at most this much of its
 # clock counts as time the fleet was quiet: longer, the processor itself was stopped
 # (SIGSTOP, a long pause, stuck joining its group), not listening.
@@ -165,7 +168,11 @@ class NodeSilence:
             self._seq[i] = self._arrived
             self._clusters.add(f.cluster)
             prev = self._last[i]
-            if prev == prev and f.ts > prev and not seeded:   # not NaN
+            said = f.host.metrics.get(SAID_INTERVAL)
+            if said is not None and said > 0:
+                # Its agent says its pace (a slower one is not an outage to learn twice).
+                self._interval[i], self._long[i] = min(said, 3600.0), False
+            elif prev == prev and f.ts > prev and not seeded:   # not NaN
                 self._learn(i, min(f.ts - prev, 3600.0))
             if not prev >= f.ts:
                 self._last[i] = f.ts

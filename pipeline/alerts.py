@@ -371,7 +371,8 @@ class AlertBook:
                     or ts - m.written >= self.refresh_s):
                 m = _wrote(m, alert, ts)
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
-            alert = dataclasses.replace(alert, state="firing", fired_ts=ts)
+            alert = dataclasses.replace(alert, state="firing", fired_ts=ts,
+                                        fired_message=alert.message)
             m = _wrote(m, alert, ts)
         return alert, m
 

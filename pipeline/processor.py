@@ -83,6 +83,7 @@ from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, NodeKey, board_of, replaced_before
 from fleetwatch.pipeline.intake import Intake
+from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
 from fleetwatch.pipeline.refusals import Refusals, partial_dropped
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
@@ -144,6 +145,7 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self.alerts = AlertBook(requirements=requirements, keep_firing_s=keep_firing_s,
                                 name=self._name_board)
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
+        self.node_states = NodeStates()  # a node silent and back, from its alert and frames
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
         # Nodes met while the store was away, their boards not recalled: their first frame,
         # compared with the stored boards once the store answers (``_recall_late``).
@@ -173,7 +175,8 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         # A burst of bad messages: the first of each field logged, the rest counted.
         self._dead_log = DeadLetterLog(dead_letter_log_every_s, logger=log, topic=(
             dead_letter_topic if dead_letters is not None else None))
-        drops = [self.events.drop, *([self.energy.drop] if self.energy is not None else []),
+        drops = [self.events.drop, self.node_states.drop,
+                 *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
         if notifier is not None:
             drops.append(notifier.forget)
@@ -333,6 +336,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         else:
             changes = self.alerts.observe(batch.owned, batch.findings) \
                 if batch.owned or batch.findings else []
+            # Once per batch (not judged again on a retry): written with its events.
+            batch.events = [*(batch.events or ()),
+                            *self.node_states.update(batch.owned or (), changes)]
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
         if batch.events:  # with the batch, before its commit; written again on a retry

@@ -34,7 +34,7 @@ from fleetwatch.pipeline.inhibition import (
 from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
-from fleetwatch.pipeline.sinks.notified import Recorder, undelivered
+from fleetwatch.pipeline.sinks.notified import Recorder, never_told, undelivered
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Notification, Silence
 from fleetwatch.retry import Backoff
 
@@ -148,21 +148,45 @@ class Notifier:
                     self._heard[a.id] = _told(a)
         self._rejudge = True
         if firing:
-            self._hand_over("adopt", firing)
-            self._resend_undelivered([n for n in firing if not n.muted_by])
+            rows = self._read_record(firing)
+            self._adopt_at_sinks(firing, rows)
+            if rows is not None:
+                self._resend_undelivered([n for n in firing if not n.muted_by], rows)
 
-    def _resend_undelivered(self, firing: list[Notice]) -> None:
+    def _read_record(self, firing: list[Notice]) -> list[Notification] | None:
+        """The store's record of these alerts' notifications; None if there is none to read
+        (no ``recorded``) or it cannot be read now."""
+        if self._recorded is None:
+            return None
+        try:
+            return list(self._recorded([n.alert.id for n in firing]))
+        except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
+            log.warning("could not read the record of notifications (%s): firing alerts a "
+                        "processor before gave up at a sink are not re-sent, and muted ones "
+                        "are kept as if posted", exc)
+            return None
+
+    def _adopt_at_sinks(self, firing: list[Notice], rows: list[Notification] | None) -> None:
+        """``adopt`` at every sink that has it: a notifying sink is not handed the muted
+        alerts the record shows it never had (kept quiet from their start, e.g. by a
+        same-GPU cover, which Alertmanager has no rule for): it would post them, as the
+        processor before did not. Without a record, every one (it may have been posted)."""
+        for lane in self._lanes:
+            if not callable(getattr(lane.sink, "adopt", None)):
+                continue
+            kept = firing
+            if rows is not None and getattr(lane.sink, "notify_only", False):
+                quiet = never_told([n.alert.id for n in firing if n.muted_by],
+                                   lane.sink.name, rows)
+                kept = [n for n in firing if n.alert.id not in quiet]
+            lane.put("adopt", kept)
+
+    def _resend_undelivered(self, firing: list[Notice], rows: list[Notification]) -> None:
         """Send each notifying sink, once, the firing un-muted alerts taken over that the
         store's record shows it never took (given up by the processor before this one, at
         its stop or after ``retry_s``, or still ``queued``: it was killed before an
         outcome): that sink's memory of them ended with that process."""
-        if self._recorded is None or not firing:
-            return
-        try:
-            rows = list(self._recorded([n.alert.id for n in firing]))
-        except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
-            log.warning("could not read the record of notifications (%s): firing alerts a "
-                        "processor before gave up at a sink are not re-sent", exc)
+        if not firing:
             return
         for lane in self._lanes:
             if not getattr(lane.sink, "notify_only", False):

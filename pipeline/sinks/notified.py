@@ -72,6 +72,24 @@ def undelivered(alert_ids: Iterable[str], sink: str,
     return {i for i, said in last.items() if said != "sent"} | (muted - set(last))
 
 
+def never_told(alert_ids: Iterable[str], sink: str,
+               recorded: Iterable[Notification]) -> set[str]:
+    """Of these alerts, those the record shows only muted at ``sink``: never handed to it
+    (no ``queued``, ``sent``, ``given_up`` or ``failed`` firing change), so the sink never
+    had them (Alertmanager never had one the same-GPU covers muted from its start). An
+    alert with no record there (one fired before the record existed) is not."""
+    wanted = set(alert_ids)
+    muted, told = set(), set()
+    for r in recorded:
+        if r.sink != sink or r.alert_id not in wanted:
+            continue
+        if r.outcome == "muted":
+            muted.add(r.alert_id)
+        elif r.outcome in TOLD and r.state == "firing":
+            told.add(r.alert_id)
+    return muted - told
+
+
 def settled(notes: Sequence[Notification]) -> list[Notification]:
     """The record as people read it: a ``queued`` record followed by another of the same
     alert, sink and state (its outcome, or the change handed over again; not a muting) is

@@ -82,6 +82,10 @@ class Alert:
     # reset), apart from the message and action it fired with; "" for the rest, and in a
     # store of an older release (whose resolved alerts hold the ending in their message).
     resolution: str = ""
+    # The message as it was when it fired (``message`` is the latest): a postmortem's
+    # timeline shows the firing as it was then. "" before it fires, in a store of an older
+    # release, and where text is not kept (VictoriaMetrics).
+    fired_message: str = ""
 
 
 def board(a: Alert) -> dict[str, str]:

@@ -105,3 +105,19 @@ def test_metrics_say_nvml_is_away_while_the_driver_is(tree: NodeTree, clock: Clo
     text = render(e.collect()).decode()
     assert 'fleetwatch_host_nvml_up{Hostname="n"} 0.0' in text
     source.close()
+
+
+def test_frames_say_their_agents_interval_through_the_codec(tree: NodeTree,
+                                                             clock: Clock) -> None:
+    """A node whose agent.interval_s is raised is judged silent on it from its first frame
+    (``models.node_silence``): the frame carries it, and the wire keeps it."""
+    import dataclasses
+
+    from fleetwatch.codec import decode, encode
+
+    cfg = config(tree)
+    cfg = dataclasses.replace(cfg, agent=dataclasses.replace(cfg.agent, interval_s=65.0))
+    source = NodeSource(cfg, lambda: FakeNvml.of(1), None, clock=clock)
+    [frame] = source.frames(time.time())
+    source.close()
+    assert decode(encode(frame)).host.metrics["host_agent_interval_s"] == 65.0
