@@ -390,11 +390,26 @@ def _limits_note(limits: dict[tuple[str, int], tuple[bool, str]], c: DetectorsCo
     if assumed:
         unknown = sorted({m for own, m in limits.values() if m and not own
                           and thermal_limits_c(m) is None})
+        unnamed = any(not m for own, m in limits.values() if not own)
         said.append(
             f"assumed for {assumed:,} GPUs: slowdown {c.fallback_slowdown_c:g} °C, shutdown "
             f"{c.fallback_shutdown_c:g} °C (detectors.fallback_slowdown_c and "
-            "fallback_shutdown_c), as the data has neither NVML's thresholds nor a GPU model"
-            + (f" with known limits (not {', '.join(unknown)})" if unknown else "")
-            + f"; name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a model "
-            "column, or give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples")
+            "fallback_shutdown_c), as the data has no NVML thresholds ("
+            + (f"and fleetwatch knows no thermal limits of {', '.join(unknown)}"
+               + (", and some GPUs name no model" if unnamed else "") if unknown
+               else "and names no GPU model") + "); " + _limits_advice(bool(unknown), unnamed))
     return "thermal limits: " + "; ".join(said)
+
+
+def _limits_advice(unknown: bool, unnamed: bool) -> str:
+    """What to do about assumed limits: naming a part helps only where its limits are
+    known; for a part fleetwatch does not know, its own limits must be given."""
+    give = ("give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples (NVML's thresholds: "
+            "nvidia-smi -q, GPU Slowdown Temp and GPU Shutdown Temp)")
+    if not unknown:
+        return (f"name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a "
+                f"model column, or {give}")
+    return (f"{give}, or set detectors.fallback_slowdown_c and detectors.fallback_shutdown_c "
+            "in the config to that part's limits"
+            + ("; name the other GPUs' part with --gpu-model or a model column"
+               if unnamed else ""))
