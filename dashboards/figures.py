@@ -276,13 +276,15 @@ def with_gaps(values: Sequence[tuple[int, float]]) -> tuple[list[int], list[floa
 def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,
                        annotations: Sequence[Annotation] = (), alerts: Sequence[Alert] = (),
                        height: int = 220, primary: bool = True, limit: float | None = None,
-                       focus: int | None = None) -> go.Figure:
+                       focus: int | None = None,
+                       limit_lines: Sequence[tuple[float, str]] = ()) -> go.Figure:
     """One metric over time, a line per GPU; faults shaded, alerting GPUs in red.
 
     Only the ``primary`` panel of a page carries the legend and the fault
     labels: the others share its colours and would only repeat them smaller.
     ``limit`` draws the alert threshold (or the power limit) as a dashed line,
-    so that how close a GPU runs to it is seen, not guessed. ``focus`` (the GPU
+    so that how close a GPU runs to it is seen, not guessed; ``limit_lines`` (value, label)
+    draw several, each labelled (GPUs judged by different or assumed limits). ``focus`` (the GPU
     an alert row was clicked for) is drawn on top, the others dimmed.
     """
     if not series:
@@ -305,6 +307,11 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
                       annotation={"text": f"limit {limit:g} {unit(metric)}",
                                   "font": {"size": 11, "color": theme.FIRING}},
                       annotation_position="top left", name=f"limit:{metric}")
+    for k, (value, text) in enumerate(limit_lines):
+        fig.add_hline(y=value, line={"color": theme.FIRING, "width": 1, "dash": "dot"},
+                      annotation={"text": esc(text), "font": {"size": 11, "color": theme.FIRING}},
+                      annotation_position="top left" if k % 2 == 0 else "bottom left",
+                      name=f"limit:{metric}:{k}")
     _base_layout(fig, height)
     fig.update_layout(
         margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified", showlegend=primary,
