@@ -133,14 +133,16 @@ def hover_text(trace: Any, i: int, j: int) -> str:
 
 def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
                   jobs: Mapping[GpuKey, str] | None = None,
-                  silent: Mapping[tuple[str, str], float] | None = None) -> go.Figure:
+                  silent: Mapping[tuple[str, str], float] | None = None,
+                  models: Mapping[GpuKey, str] | None = None) -> go.Figure:
     """GPU temperature: a row per node (grouped by cluster and rack), a column per GPU
     index. Rows are labelled ``cluster/node`` where the cells are of several clusters:
     node001 of two clusters is two machines, two rows.
 
     GPUs with an active alert get an outline in the alert's colour and a
     marker before their value. ``jobs`` overrides the cells' own job, for
-    callers that know it from elsewhere. ``silent``: nodes declared silent ((cluster,
+    callers that know it from elsewhere; ``models`` names each GPU's part in its hover (a
+    fleet of several parts on one colour scale). ``silent``: nodes declared silent ((cluster,
     node) -> since when): their row is covered and says so, its values being old.
     """
     if not cells:
@@ -172,7 +174,9 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
         tail = f"<b>alert {alert.state}</b>: {esc(alert.message)}" if alert else "no active alert"
         if job:  # the store keeps metrics only; a job shows when a caller knows it
             tail = f"job  {esc(job)}<br>{tail}"
-        hover[i][j] = [esc(c.rack), fmt(TEMP, c.temp_c), fmt('gpu_power_w', c.power_w),
+        part = (models or {}).get((c.cluster, c.node, c.gpu))
+        where = f"{esc(c.rack)} · {esc(part.removeprefix('NVIDIA '))}" if part else esc(c.rack)
+        hover[i][j] = [where, fmt(TEMP, c.temp_c), fmt('gpu_power_w', c.power_w),
                        fmt('gpu_util_pct', c.util_pct), tail]
     fig = go.Figure(go.Heatmap(
         z=z, x=[f"GPU {g}" for g in cols],
