@@ -36,6 +36,7 @@ from fleetwatch.dashboards import (
     utilization,
 )
 from fleetwatch.dashboards.components import SHOWN, address
+from fleetwatch.dashboards.data import FALLBACK_SLOWDOWN_C
 from fleetwatch.pipeline.store.base import Store
 from fleetwatch.urls import http_url
 
@@ -81,7 +82,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                carbon: CarbonModel | None = None,
                allowed_hosts: Sequence[str] = (),
                store_problem: Callable[[], str | None] | None = None,
-               node_static_w: float = 0.0) -> dash.Dash:
+               node_static_w: float = 0.0,
+               fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
@@ -91,6 +93,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     ``store_problem``: what the store's writer says is wrong with it (``fleetwatch up``'s
     processor: a full disk), shown over the fleet page (None: nothing known).
     ``node_static_w``: energy.node_static_w, the rest of a node in the facility page's power.
+    ``fallback_slowdown_c``: detectors.fallback_slowdown_c, the limit drawn (as assumed) for
+    GPUs that report no threshold and whose part's is not known.
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
@@ -131,7 +135,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
 
     fleet.register(app, store, clock, store_problem)
     alerts.register(app, store, clock)
-    node.register(app, store, clock, temp_limit_c)
+    node.register(app, store, clock, temp_limit_c, fallback_slowdown_c)
     utilization.register(app, store, clock)
     carbon = carbon or _default_carbon()
     render_energy = energy.register(app, store, clock, carbon)
@@ -252,7 +256,8 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           until: threading.Event | None = None, allowed_hosts: Sequence[str] = (),
           clock: Callable[[], float] = time.time,
           store_problem: Callable[[], str | None] | None = None,
-          node_static_w: float = 0.0) -> None:
+          node_static_w: float = 0.0,
+          fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
@@ -267,7 +272,8 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
 
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
                      allowed_hosts=allowed_hosts, clock=clock,
-                     store_problem=store_problem, node_static_w=node_static_w)
+                     store_problem=store_problem, node_static_w=node_static_w,
+                     fallback_slowdown_c=fallback_slowdown_c)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

@@ -14,11 +14,11 @@ from datetime import datetime, timezone
 
 from dash import html
 
+from fleetwatch.dashboards.data import BOARD_WINDOW_S
 from fleetwatch.pipeline.store.base import Event, EventStore, gpu_index
 
-# How far back the page looks for the boards: a board is named when a processor first sees
-# it (its start, a partition taken over), which may be long before the page's range.
-BOARD_WINDOW_S = 90 * 86400
+# How far back the page looks for the boards (BOARD_WINDOW_S): a board is named when a
+# processor first sees it (its start, a partition taken over), long before the page's range.
 KINDS = ("gpu_identity", "gpu_replaced", "gpu_moved")
 
 

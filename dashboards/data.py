@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from fleetwatch.alert_view import data_end, ordered
+from fleetwatch.config import DetectorsConfig
+from fleetwatch.parts import thermal_limits_c
+from fleetwatch.pipeline.events import Board
 from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
 from fleetwatch.pipeline.sinks.notified import settled
 from fleetwatch.pipeline.store.base import (
@@ -24,6 +28,7 @@ from fleetwatch.pipeline.store.base import (
     Point,
     Silence,
     Store,
+    gpu_device,
     gpu_index,
 )
 
@@ -31,6 +36,9 @@ TEMP, POWER, UTIL = "gpu_temp_c", "gpu_power_w", "gpu_util_pct"
 POWER_LIMIT = "gpu_power_limit_w"  # the limit the driver enforces (NVML), when agents send it
 SLOWDOWN = "gpu_slowdown_temp_c"   # where the driver slows the clocks (NVML), when sent
 NODE_METRICS: tuple[str, ...] = (TEMP, POWER, UTIL)
+FALLBACK_SLOWDOWN_C = DetectorsConfig().fallback_slowdown_c
+# How far back a node's boards (and so its GPUs' parts) are looked for (dashboards/boards.py)
+BOARD_WINDOW_S = 90 * 86400
 # A GPU whose newest sample is older than this is not "reporting": it drops
 # off the heatmap rather than showing a stale temperature as if it were live.
 STALE_S = 300.0
@@ -126,6 +134,57 @@ class FleetView:
 GpuSeries = dict[int, list[tuple[int, float]]]
 
 
+class LimitLine(NamedTuple):
+    """A temperature limit line: its value and its label."""
+
+    value: float
+    text: str
+
+
+def _gpus_text(devices: Iterable[str]) -> str:
+    idx = sorted(i for i in (gpu_index(d) for d in devices) if i is not None)
+    return ("GPU " if len(idx) == 1 else "GPUs ") + ", ".join(str(i) for i in idx)
+
+
+def board_models(store: Store, node: str, now_s: float,
+                 cluster: str | None) -> dict[str, str]:
+    """Each GPU slot's part (device -> product name) as the node's newest ``gpu_identity``
+    events name it; none from a store that keeps no events."""
+    events = getattr(store, "events", None)
+    if events is None:
+        return {}
+    out: dict[str, str] = {}
+    for e in sorted(events(now_s - BOARD_WINDOW_S, now_s + 1, node=node,
+                           kinds=["gpu_identity"]), key=lambda e: e.ts):
+        if cluster in (None, e.cluster) and (model := Board.of_event(e).model):
+            out[e.device] = model
+    return out
+
+
+def temp_limit_lines(own: dict[str, float], models: dict[str, str], devices: Iterable[str],
+                     fallback_c: float) -> tuple[LimitLine, ...]:
+    """The slowdown temperatures the thermal rules judge a node's GPUs by
+    (models/thermal.py ``LimitTable``): NVML's where the GPU reports it (``own``, device ->
+    °C), else its part's from ``fleetwatch.parts`` (``models``: device -> product name),
+    else ``fallback_c`` (detectors.fallback_slowdown_c), which is said to be assumed. A
+    line per value and source, naming its GPUs where there are several; none where every
+    GPU reports its own (``limits[TEMP]`` draws that, as before)."""
+    groups: dict[tuple[float, str], set[str]] = {}
+    for d in set(devices) | set(own):
+        if d in own:
+            key = (own[d], "")
+        elif (part := thermal_limits_c(models.get(d, ""))) is not None:
+            key = (part[0], f"{models[d]}'s (parts table)")
+        else:
+            key = (fallback_c, "assumed (detectors.fallback_slowdown_c)")
+        groups.setdefault(key, set()).add(d)
+    if all(not how for _, how in groups):
+        return ()
+    return tuple(LimitLine(v, f"limit {v:g} °C" + (f" {how}" if how else "")
+                           + (f" · {_gpus_text(ds)}" if len(groups) > 1 else ""))
+                 for (v, how), ds in sorted(groups.items(), key=lambda kv: kv[0][0]))
+
+
 @dataclass(frozen=True, slots=True)
 class NodeView:
     node: str
@@ -136,6 +195,10 @@ class NodeView:
     annotations: tuple[Annotation, ...]
     alerts: tuple[Alert, ...]  # active, then resolved, each in ``sort_alerts``' order
     limits: dict[str, float] = field(default_factory=dict)  # metric -> its limit line
+    # Where the GPUs' temperature limits are not all NVML's own (and no site limit is set):
+    # the slowdown temperatures the detectors judge them by, a line per value and source
+    # (``temp_limit_lines``), in place of ``limits[TEMP]``.
+    temp_lines: tuple[LimitLine, ...] = ()
     # The node's cluster: the one asked (``?cluster=``), or the only one the name is in.
     cluster: str | None = None
     # A name asked without a cluster that is in several: those clusters, and nothing else
@@ -289,7 +352,8 @@ def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float) -> float 
 
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,
-              temp_limit_c: float | None = None, cluster: str | None = None) -> NodeView:
+              temp_limit_c: float | None = None, cluster: str | None = None,
+              fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> NodeView:
     """The node's last ``window_s``; ``temp_limit_c`` (the site's limit, 0 or None for
     none: then the lowest slowdown temperature its GPUs report) and the newest power limit
     its GPUs report become limit lines. Its alerts: active, and
@@ -324,10 +388,15 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
     annotations = tuple(a for a in store.annotations(start_s, end_s)
                         if a.node == node and (not a.cluster or cluster in (None, a.cluster)))
     limits = {TEMP: temp_limit_c} if temp_limit_c else {}
-    if not temp_limit_c:  # no site limit: the lowest slowdown temperature its GPUs report
+    temp_lines: tuple[LimitLine, ...] = ()
+    if not temp_limit_c:  # no site limit: the slowdown temperatures the detectors judge by
         slowdowns = store.range(SLOWDOWN, start_ms, end_ms, node=node, cluster=cluster)
-        if slowdowns:
-            newest_slow = {key.device: value for key, _, value in slowdowns}
+        newest_slow = {key.device: value for key, _, value in slowdowns}
+        devices = {gpu_device(i) for i in series.get(TEMP, {})}
+        models = board_models(store, node, now_s, cluster) if devices - set(newest_slow) \
+            else {}
+        temp_lines = temp_limit_lines(newest_slow, models, devices, fallback_slowdown_c)
+        if newest_slow and not temp_lines:  # every GPU's own: the lowest of them
             limits[TEMP] = min(newest_slow.values())
     power_limits = store.range(POWER_LIMIT, start_ms, end_ms, node=node, cluster=cluster)
     if power_limits:  # the highest GPU's newest: one line, the cap the node's GPUs run under
@@ -339,4 +408,4 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
         anywhere = store.range(NODE_METRICS[0], start_ms, end_ms, node=node)
         elsewhere = tuple(c for c in clusters_of(node, anywhere, ()) if c != cluster)
     return NodeView(node, rack, start_ms, newest_ms, series, annotations, alerts, limits,
-                    cluster, elsewhere=elsewhere)
+                    temp_lines, cluster, elsewhere=elsewhere)

@@ -133,14 +133,16 @@ def hover_text(trace: Any, i: int, j: int) -> str:
 
 def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
                   jobs: Mapping[GpuKey, str] | None = None,
-                  silent: Mapping[tuple[str, str], float] | None = None) -> go.Figure:
+                  silent: Mapping[tuple[str, str], float] | None = None,
+                  models: Mapping[GpuKey, str] | None = None) -> go.Figure:
     """GPU temperature: a row per node (grouped by cluster and rack), a column per GPU
     index. Rows are labelled ``cluster/node`` where the cells are of several clusters:
     node001 of two clusters is two machines, two rows.
 
     GPUs with an active alert get an outline in the alert's colour and a
     marker before their value. ``jobs`` overrides the cells' own job, for
-    callers that know it from elsewhere. ``silent``: nodes declared silent ((cluster,
+    callers that know it from elsewhere; ``models`` names each GPU's part in its hover (a
+    fleet of several parts on one colour scale). ``silent``: nodes declared silent ((cluster,
     node) -> since when): their row is covered and says so, its values being old.
     """
     if not cells:
@@ -172,7 +174,9 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
         tail = f"<b>alert {alert.state}</b>: {esc(alert.message)}" if alert else "no active alert"
         if job:  # the store keeps metrics only; a job shows when a caller knows it
             tail = f"job  {esc(job)}<br>{tail}"
-        hover[i][j] = [esc(c.rack), fmt(TEMP, c.temp_c), fmt('gpu_power_w', c.power_w),
+        part = (models or {}).get((c.cluster, c.node, c.gpu))
+        where = f"{esc(c.rack)} · {esc(part.removeprefix('NVIDIA '))}" if part else esc(c.rack)
+        hover[i][j] = [where, fmt(TEMP, c.temp_c), fmt('gpu_power_w', c.power_w),
                        fmt('gpu_util_pct', c.util_pct), tail]
     fig = go.Figure(go.Heatmap(
         z=z, x=[f"GPU {g}" for g in cols],
@@ -276,13 +280,15 @@ def with_gaps(values: Sequence[tuple[int, float]]) -> tuple[list[int], list[floa
 def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int, end_ms: int,
                        annotations: Sequence[Annotation] = (), alerts: Sequence[Alert] = (),
                        height: int = 220, primary: bool = True, limit: float | None = None,
-                       focus: int | None = None) -> go.Figure:
+                       focus: int | None = None,
+                       limit_lines: Sequence[tuple[float, str]] = ()) -> go.Figure:
     """One metric over time, a line per GPU; faults shaded, alerting GPUs in red.
 
     Only the ``primary`` panel of a page carries the legend and the fault
     labels: the others share its colours and would only repeat them smaller.
     ``limit`` draws the alert threshold (or the power limit) as a dashed line,
-    so that how close a GPU runs to it is seen, not guessed. ``focus`` (the GPU
+    so that how close a GPU runs to it is seen, not guessed; ``limit_lines`` (value, label)
+    draw several, each labelled (GPUs judged by different or assumed limits). ``focus`` (the GPU
     an alert row was clicked for) is drawn on top, the others dimmed.
     """
     if not series:
@@ -305,6 +311,11 @@ def node_metric_figure(metric: str, title: str, series: GpuSeries, start_ms: int
                       annotation={"text": f"limit {limit:g} {unit(metric)}",
                                   "font": {"size": 11, "color": theme.FIRING}},
                       annotation_position="top left", name=f"limit:{metric}")
+    for k, (value, text) in enumerate(limit_lines):
+        fig.add_hline(y=value, line={"color": theme.FIRING, "width": 1, "dash": "dot"},
+                      annotation={"text": esc(text), "font": {"size": 11, "color": theme.FIRING}},
+                      annotation_position="top left" if k % 2 == 0 else "bottom left",
+                      name=f"limit:{metric}:{k}")
     _base_layout(fig, height)
     fig.update_layout(
         margin={"l": 64, "r": 16, "t": 12, "b": 32}, hovermode="x unified", showlegend=primary,

@@ -26,6 +26,7 @@ from fleetwatch.dashboards import (
 )
 from fleetwatch.dashboards.data import FleetView, GpuKey, read_fleet, read_mutes
 from fleetwatch.dashboards.fleet_jobs import FleetJobs
+from fleetwatch.dashboards.fleet_parts import FleetParts
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PATH = "/"
@@ -91,14 +92,16 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
 
 
 def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str],
-          jobs: Mapping[GpuKey, str] | None = None
+          jobs: Mapping[GpuKey, str] | None = None,
+          models: Mapping[GpuKey, str] | None = None
           ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
     """What a refresh that read ``view`` shows: the summary, the heatmap (each GPU's job
-    and user from ``jobs`` in its hover), the active alerts (at most
+    and user from ``jobs`` and its part from ``models`` in its hover), the active alerts (at most
     ``alert_tables.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
     or a cap, not by how many alerts a storm raised."""
     if view.cells:
-        fig = figures.fleet_heatmap(view.cells, view.alerts, jobs, silent=view.silent)
+        fig = figures.fleet_heatmap(view.cells, view.alerts, jobs, silent=view.silent,
+                                    models=models)
         # Keep hover and zoom across refreshes of the same grid (a new grid starts clean).
         fig.update_layout(uirevision=f"fleet:{view.cluster or ''}:{len(view.cells)}")
         notice = None
@@ -146,6 +149,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
     or not known here), shown over a page whose reads still work (``fleetwatch up``: its
     processor's writes fail on a full disk while the page reads what is there)."""
     jobs_now = FleetJobs()  # the fleet's job events, read once and then the recent ones
+    parts_now = FleetParts()  # each GPU's part, from the boards its frames named
     @app.callback(
         Output("fleet-summary", "children"), Output("fleet-heatmap", "figure"),
         Output("fleet-alerts", "children"), Output("fleet-notice", "children"),
@@ -167,6 +171,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             view = read_fleet(store, now, cluster or None)
             muted = alert_tables.notes(view.alerts, *read_mutes(store, view.alerts, now), now)
             jobs = jobs_now.read(store, now) if view.cells else {}
+            models = parts_now.read(store, now) if view.cells else {}
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The heatmap and the alerts of the last read stay, under the banner; the tiles
@@ -176,7 +181,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
                     dash.no_update, components.notice(text),
                     components.failed_stamp(now), dash.no_update, dash.no_update,
                     dash.no_update, dash.no_update)
-        summary, fig, table, notice = parts(view, now, rng, muted, jobs)
+        summary, fig, table, notice = parts(view, now, rng, muted, jobs, models)
         (fig, table), sent = unsent((fig, table), on_screen)
         stamp = components.updated_stamp(now)
         problem = store_problem() if store_problem is not None else None

@@ -24,6 +24,7 @@ from fleetwatch.dashboards import (
     timerange,
 )
 from fleetwatch.dashboards.data import (
+    FALLBACK_SLOWDOWN_C,
     POWER,
     RESOLVED_WINDOW_S,
     TEMP,
@@ -162,9 +163,11 @@ def no_gpu_text(node: str, gpu: int, gpus: list[int]) -> str:
 
 
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
-             temp_limit_c: float | None = None) -> None:
+             temp_limit_c: float | None = None,
+             fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> None:
     """``temp_limit_c``: the site's temperature limit, drawn on the temperature panel (else
-    the GPUs' slowdown temperature)."""
+    the GPUs' slowdown temperatures, ``fallback_slowdown_c`` where neither NVML nor the parts
+    table gives one, drawn as assumed)."""
     outputs = [Output("node-title", "children"), Output("node-notice", "children"),
                Output("node-alerts", "children"), Output("node-updated", "children"),
                Output("node-boards", "children"), Output("node-events", "children"),
@@ -184,7 +187,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
         start, _ = timerange.window(rng, now)
         try:
             view = read_node(store, node, now, window_s=now - start, temp_limit_c=temp_limit_c,
-                             cluster=asked)
+                             cluster=asked, fallback_slowdown_c=fallback_slowdown_c)
             if view.ambiguous:
                 return (title_text(node, None, None), choose_cluster(
                             node, view.ambiguous, gpu, rng), None,
@@ -217,7 +220,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             fig = figures.node_metric_figure(metric, label, view.series.get(metric, {}),
                                              view.start_ms, view.end_ms, view.annotations,
                                              view.alerts, primary=i == 0,
-                                             limit=view.limits.get(metric), focus=gpu)
+                                             limit=view.limits.get(metric), focus=gpu,
+                                             limit_lines=view.temp_lines if metric == TEMP
+                                             else ())
             # Keep the user's zoom (and legend clicks) across refreshes; a new range starts
             # clean.
             fig.update_layout(uirevision=f"{cluster}:{node}:{rng}")

@@ -171,40 +171,43 @@ def ledger_totals(store: Any, start_s: float, end_s: float, node: str | None,
                   ) -> tuple[list[EnergyTotal], list[EnergyTotal]]:
     """The ledger's hours in [start, end), per cluster and per job: the fleet's, or those
     of ``cluster`` and ``node``'s GPUs (of GPU ``gpu`` only, if given) summed from its
-    rows (job ids repeat across clusters: a cluster's jobs are its own rows')."""
+    rows. Jobs are per cluster (``EnergyTotal.cluster``): each cluster's scheduler numbers
+    its own, so job 4000004 of one cluster is not that of another."""
     if not node and not cluster:
         return store.energy_totals(start_s, end_s, "cluster"), store.energy_totals(
-            start_s, end_s, "job")
+            start_s, end_s, "job", per_cluster=True)
     wanted = gpu_device(gpu) if node and gpu is not None else None
     rows = [r for r in store.energy(start_s, end_s, cluster=cluster, node=node or None)
             if gpu_index(r.device) is not None and wanted in (None, r.device)]
-    return _sum_rows(rows, "cluster"), _sum_rows(rows, "job")
+    return _sum_rows(rows, "cluster"), _sum_rows(rows, "job", per_cluster=True)
 
 
-def _sum_rows(rows: list[Any], by: str) -> list[EnergyTotal]:
-    acc: dict[tuple[int, str], list[float]] = {}
+def _sum_rows(rows: list[Any], by: str, per_cluster: bool = False) -> list[EnergyTotal]:
+    acc: dict[tuple[int, str, str], list[float]] = {}
     for r in rows:
-        a = acc.setdefault((r.bucket_ts, getattr(r, by)), [0.0] * 7)
+        key = (r.bucket_ts, getattr(r, by), r.cluster if per_cluster else "")
+        a = acc.setdefault(key, [0.0] * 7)
         for i, v in enumerate((r.energy_j, r.idle_j, r.energy_j, r.seconds, r.idle_s,
                                r.missing_s, r.over_tdp_s)):
             a[i] += v
-    return [EnergyTotal(h, name, *a) for (h, name), a in sorted(acc.items())]
+    return [EnergyTotal(h, name, *a, cluster=c) for (h, name, c), a in sorted(acc.items())]
 
 
 def job_table(totals: list[Any]) -> html.Div:
-    acc: dict[str, list[float]] = {}
+    """GPU-hours and idle share per (cluster, job), the 20 largest."""
+    acc: dict[tuple[str, str], list[float]] = {}
     for t in totals:
-        a = acc.setdefault(t.name or NO_NAME["job"], [0.0, 0.0])
+        a = acc.setdefault((t.cluster, t.name or NO_NAME["job"]), [0.0, 0.0])
         a[0] += t.gpu_s
         a[1] += t.idle_s
     if not acc:
         return html.Div("No jobs in this range", className="empty-note", id="util-jobs-empty")
-    rows = sorted(acc.items(), key=lambda kv: -kv[1][0])[:20]
-    head = html.Tr([html.Th(h) for h in ("Job", "GPU-hours", "Idle share")])
+    rows = sorted(acc.items(), key=lambda kv: (-kv[1][0], kv[0]))[:20]
+    head = html.Tr([html.Th(h) for h in ("Cluster", "Job", "GPU-hours", "Idle share")])
     body = [html.Tr(className="job-row", children=[
-        html.Td(name), html.Td(f"{gpu_s / 3600:,.1f}", className="num"),
+        html.Td(cluster), html.Td(name), html.Td(f"{gpu_s / 3600:,.1f}", className="num"),
         html.Td(f"{idle_s / gpu_s:.0%}" if gpu_s else "n/a", className="num")])
-        for name, (gpu_s, idle_s) in rows]
+        for (cluster, name), (gpu_s, idle_s) in rows]
     return html.Table([html.Thead(head), html.Tbody(body)], className="alerts",
                       id="util-job-table")
 

@@ -334,7 +334,8 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
         serve(open_dashboard_store(config), c.host, c.port, c.refresh_s, sock=sock,
               temp_limit_c=config.detectors.site_temp_limit_c,
               carbon=model_or_unknown(config.carbon, config.energy), until=stop,
-              allowed_hosts=c.allowed_hosts, node_static_w=config.energy.node_static_w)
+              allowed_hosts=c.allowed_hosts, node_static_w=config.energy.node_static_w,
+              fallback_slowdown_c=config.detectors.fallback_slowdown_c)
     finally:
         sock.close()
     return EXIT_OK

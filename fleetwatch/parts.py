@@ -15,12 +15,18 @@ from __future__ import annotations
 import functools
 
 # (lower-case substring of the product name, slowdown °C, shutdown °C), from real
-# nvidia-smi -q -x output (gpu_temp_slow_threshold, gpu_temp_max_threshold). H100: NVML's
+# nvidia-smi -q -x output (gpu_temp_slow_threshold, gpu_temp_max_threshold):
+# A100-SXM4-80GB telegraf_a100-sxm4-v12.xml, A10G telegraf_a10g.xml, T4 telegraf_tesla-t4.xml,
+# RTX 3090 telegraf_rtx-3090-v12.xml (tests/data/gpu_telemetry/nvidia_smi_xml). H100: NVML's
 # own thresholds on a real H100 80GB HBM3 (tests/data/recorded); its driver-580 nvidia-smi
 # gives them as T.Limit margins (max operating 87 °C, slowdown at -2, shutdown at -8).
+# Each key names the product captured, not its family: an H100 PCIe or NVL, an A100 PCIe
+# or SXM4-40GB, is another board with its own cooling and thresholds, which no capture here
+# gives; their limits are assumed (detectors.fallback_*) and alerts say so. Add a part only
+# from a real capture of it (NVML or nvidia-smi -q), cited here.
 THERMAL_LIMITS_C: tuple[tuple[str, float, float], ...] = (
-    ("a100", 89.0, 92.0),
-    ("h100", 89.0, 95.0),
+    ("a100-sxm4-80gb", 89.0, 92.0),
+    ("h100 80gb hbm3", 89.0, 95.0),
     ("a10g", 95.0, 98.0),
     ("t4", 93.0, 96.0),
     ("rtx 3090", 95.0, 98.0),

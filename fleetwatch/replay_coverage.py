@@ -197,11 +197,13 @@ class Coverage:
         self.judged = [dict.fromkeys(needs, 0), dict.fromkeys(needs, 0)]
         self.failed: list[dict[str, dict[str, int]]] = [{rule: {} for rule in needs}
                                                         for _ in range(2)]
-        self.most = dict.fromkeys(needs, 0)  # rule -> most GPUs of one node (job) compared
+        # rule -> most GPUs of one node with its metrics, where it lacked peers
+        self.most = dict.fromkeys(needs, 0)
         # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge
         # each once.
         self.shapes: dict[object, list[list[tuple[str, int, dict[str, int], int]]]] = {}
         self.samples = 0
+        self.jobs = False  # whether any GPU of the data was in a job
         self.gpus: set[tuple[str, int]] = set()
         self.limits: dict[tuple[str, int], tuple[bool, str]] = {}  # GPU -> (NVML's, model)
 
@@ -216,6 +218,7 @@ class Coverage:
                 if not (g.metrics or g.xids or g.state != "ok"):
                     continue  # listed so that the node's GPU set holds; no sample this tick
                 self.samples += 1
+                self.jobs = self.jobs or bool(g.job)
                 self.gpus.add((f.node, g.index))
                 for m in g.metrics:
                     seen[m] = seen.get(m, 0) + 1
@@ -259,10 +262,13 @@ class Coverage:
             lacked = [m for m in metrics if m not in seen]
             if lacked:
                 summary.missing[rule] = lacked
-            if failed[rule]:
-                why = max(failed[rule], key=failed[rule].__getitem__)
-                summary.unjudged[rule] = _why(why, metrics, self.reach[rule], self.peers[rule],
-                                              lacked, self.most[rule], self.racks.min_gpus)
+            if failed[rule]:  # each reason, the commonest first, with its share if several
+                fails = sorted(failed[rule].items(), key=lambda kv: -kv[1])
+                said = [_why(why, metrics, self.reach[rule], self.peers[rule], lacked,
+                             self.most[rule], self.racks.min_gpus, self.jobs)
+                        + (f" ({_share(n / samples)} of GPU samples)" if len(fails) > 1 else "")
+                        for why, n in fails]
+                summary.unjudged[rule] = "; ".join(said)
             elif not samples:
                 summary.unjudged[rule] = "no GPU sample"
 
@@ -279,7 +285,7 @@ def coverage(batches: Sequence[Sequence[Frame]], detectors: Sequence[Detector],
 def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel: bool,
            rack_ok: bool) -> tuple[int, dict[str, int], int]:
     """One rule on one frame: the GPUs it judged, why not the others (reason -> GPUs), and
-    the most GPUs of one node (job) that had its metrics."""
+    the most GPUs of one node that had its metrics, of those it lacked peers for."""
     host = f.host.metrics
     fed = [all(m in g.metrics or m in host for m in wanted)
            and (not r.any_of or any(m in g.metrics for m in r.any_of)) for g in f.gpus]
@@ -287,18 +293,23 @@ def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel:
     sizes: dict[str | None, int] = {}
     for k, ok in zip(group, fed):
         sizes[k] = sizes.get(k, 0) + ok
-    judged, fails = 0, dict[str, int]()
+    on_node = sum(fed)  # the node's GPUs with the rule's metrics, whatever their job
+    judged, fails, largest = 0, dict[str, int](), 0
     for g, ok, k in zip(f.gpus, fed, group):
         if not (g.metrics or g.xids or g.state != "ok"):
             continue  # no sample of this GPU in this tick: nothing to judge, nothing lacked
         why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
+        if why == "peers" and r.same_job and on_node - 1 >= peers:
+            why = "peers_job"  # the node has enough GPUs, in other jobs (or none)
+        elif why == "peers":
+            largest = max(largest, on_node)
         if not why and r.uuid and not is_board_uuid(g.uuid):
             why = "uuid"
         if why:
             fails[why] = fails.get(why, 0) + 1
         else:
             judged += 1
-    return judged, fails, max(sizes.values(), default=0)
+    return judged, fails, largest
 
 
 def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bool,
@@ -320,8 +331,9 @@ def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bo
 
 
 def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[str],
-         most: int, rack_min_gpus: int) -> str:
-    """The summary's words for the commonest reason a rule did not judge a GPU sample."""
+         most: int, rack_min_gpus: int, jobs: bool = False) -> str:
+    """The summary's words for one reason a rule did not judge a GPU sample. ``jobs``:
+    whether any GPU of the data was in a job."""
     what = " and ".join(metrics) or "a sample"
     if why == "never":
         return r.never
@@ -337,7 +349,19 @@ def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[
     if why == "xid":
         return "lacked xid (the data has no xid rows or XID_ERRORS file)"
     if why == "job":
+        if jobs:
+            return ("GPUs without a job (unallocated, or not labelled; it compares the GPUs "
+                    "of one job)")
         return "no jobs in the data (it compares the GPUs of one job)"
+    if why == "peers_job":
+        if r.job:
+            return (f"GPUs alone in their job on their node (it compares a GPU with {peers} "
+                    f"or more other GPUs of its job on its node reporting {what}; their "
+                    "node's other GPUs are in other jobs, as with one job a GPU)")
+        return (f"no peers in its job (it compares a GPU only with the other GPUs of its "
+                f"node in its job, or with those without one where it has none, and needs "
+                f"{peers} or more reporting {what}; its node's others are in other jobs, as "
+                "with one job a GPU (inference pods), or a job beside unallocated GPUs)")
     if why == "peers":
         of = "its job on its node" if r.job else "its node"
         has = f"at most {most - 1}" if most > 1 else "none"
@@ -368,11 +392,26 @@ def _limits_note(limits: dict[tuple[str, int], tuple[bool, str]], c: DetectorsCo
     if assumed:
         unknown = sorted({m for own, m in limits.values() if m and not own
                           and thermal_limits_c(m) is None})
+        unnamed = any(not m for own, m in limits.values() if not own)
         said.append(
             f"assumed for {assumed:,} GPUs: slowdown {c.fallback_slowdown_c:g} °C, shutdown "
             f"{c.fallback_shutdown_c:g} °C (detectors.fallback_slowdown_c and "
-            "fallback_shutdown_c), as the data has neither NVML's thresholds nor a GPU model"
-            + (f" with known limits (not {', '.join(unknown)})" if unknown else "")
-            + f"; name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a model "
-            "column, or give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples")
+            "fallback_shutdown_c), as the data has no NVML thresholds ("
+            + (f"and fleetwatch knows no thermal limits of {', '.join(unknown)}"
+               + (", and some GPUs name no model" if unnamed else "") if unknown
+               else "and names no GPU model") + "); " + _limits_advice(bool(unknown), unnamed))
     return "thermal limits: " + "; ".join(said)
+
+
+def _limits_advice(unknown: bool, unnamed: bool) -> str:
+    """What to do about assumed limits: naming a part helps only where its limits are
+    known; for a part fleetwatch does not know, its own limits must be given."""
+    give = ("give gpu_slowdown_temp_c and gpu_shutdown_temp_c samples (NVML's thresholds: "
+            "nvidia-smi -q, GPU Slowdown Temp and GPU Shutdown Temp)")
+    if not unknown:
+        return (f"name the part with --gpu-model, e.g. --gpu-model '{EXAMPLE_MODEL}', or a "
+                f"model column, or {give}")
+    return (f"{give}, or set detectors.fallback_slowdown_c and detectors.fallback_shutdown_c "
+            "in the config to that part's limits"
+            + ("; name the other GPUs' part with --gpu-model or a model column"
+               if unnamed else ""))

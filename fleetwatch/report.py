@@ -2,7 +2,7 @@
 
 Reads the ledger the processor wrote (never raw samples), prices each hour
 with that hour's PUE and grid intensity (``fleetwatch.carbon``), and adds the
-hours up per job, user, team, node, rack and cluster. Every breakdown is a
+hours up per job, user, team, node, rack, cluster and GPU part. Every breakdown is a
 partition of the same rows, so each one sums to the total ("(no job)" holds
 energy no job was running for, "(no user)" energy of jobs without a user).
 ``report_files`` writes it: an HTML report (``report_html``), a CSV with a row
@@ -26,6 +26,7 @@ from fleetwatch.carbon import (
     HourlySeries,
 )
 from fleetwatch.models.lemon import Offender
+from fleetwatch.pipeline.events import Board
 from fleetwatch.pipeline.store.ledger import EnergyRow, EnergyStore
 from fleetwatch.report_month import (
     HourData,
@@ -36,7 +37,7 @@ from fleetwatch.report_month import (
     month_projection,
     zone,
 )
-from fleetwatch.report_sums import KINDS, Line, Month
+from fleetwatch.report_sums import KINDS, Line, Month, Parts
 
 
 @dataclass
@@ -187,6 +188,10 @@ class Report:
             "pue_fallback_hours": self.pue_fallback_hours,
             "series_warning": self.series_warning,
             "energy_by_device_kwh": self.devices,
+            "by_part": [{"part": x.name, "it_kwh": x.it_kwh, "gpu_kwh": x.gpu_kwh,
+                         "gpu_hours": x.gpu_hours, "idle_time_share": x.idle_time_share,
+                         "over_tdp_gpu_hours": x.over_tdp_gpu_hours}
+                        for x in self.lines.get("part", [])],
             "counts": {k: len(v) for k, v in self.lines.items()},
             "repeat_offenders": [
                 {"cluster": o.cluster, "node": o.node, "lemon_score": o.score,
@@ -210,14 +215,16 @@ def build(rows: Sequence[EnergyRow], model: CarbonModel, start_ts: int, end_ts: 
 
 def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, start_ts: int,
                  end_ts: int, month: str = "", now: float | None = None,
-                 progress: Progress | None = None, tz: str = "UTC") -> Report:
+                 progress: Progress | None = None, tz: str = "UTC",
+                 parts: Parts | None = None) -> Report:
     """The report of the ledger rows in ``chunks`` (oldest first, e.g. a few hours of the
     month each, as :func:`ledger_chunks` reads them): each chunk is summed per job, user,
     team, node, rack, cluster and day and let go, so memory grows with the names, not with the
     rows (a month of 1,000 GPUs is about 1.6 million rows). ``progress`` hears of each.
     ``tz``: the time zone of the month [start, end) (``report_month.month_span``); an hour
-    the month's edge cuts counts for its share."""
-    acc = Month(model, start_ts, end_ts, tz)
+    the month's edge cuts counts for its share. ``parts``: each GPU's product name, for the
+    lines per GPU part (``board_parts``)."""
+    acc = Month(model, start_ts, end_ts, tz, parts=dict(parts or {}))
     n = 0
     for chunk in chunks:
         acc.add(chunk)
@@ -277,6 +284,21 @@ def _grid_warnings(model: CarbonModel, factors: dict[tuple[str, int], HourFactor
         if text:
             out.append(f"cluster {grid}: {text}" if grid else text)
     return "; ".join(out)
+
+
+def board_parts(store: object, end_ts: float) -> Parts:
+    """Each GPU slot's part, (cluster, node, device) -> product name, as the newest
+    ``gpu_identity`` event before ``end_ts`` names it (a board is named when a processor
+    first sees it, which may be long before the month); none from a store without events.
+    A slot whose board changed part in the month is counted under its newer part."""
+    events = getattr(store, "events", None)
+    if events is None:
+        return {}
+    out: Parts = {}
+    for e in sorted(events(0.0, end_ts, kinds=["gpu_identity"]), key=lambda e: e.ts):
+        if model := Board.of_event(e).model:
+            out[(e.cluster, e.node, e.device)] = model
+    return out
 
 
 def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,

@@ -20,7 +20,14 @@ from fleetwatch.carbon import CarbonModel
 from fleetwatch.config import Config
 from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
-from fleetwatch.report import KINDS, Progress, Report, build_chunks, ledger_chunks
+from fleetwatch.report import (
+    KINDS,
+    Progress,
+    Report,
+    board_parts,
+    build_chunks,
+    ledger_chunks,
+)
 from fleetwatch.report_month import (
     NothingToReport,
     ReportError,
@@ -106,7 +113,7 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
 
     start, end = month_span(month, tz)
     report = build_chunks(ledger_chunks(store, start, end, cluster=cluster), model, start,
-                          end, month, now, progress, tz)
+                          end, month, now, progress, tz, parts=board_parts(store, end))
     if not report.hourly_intensity and cluster is not None:
         _no_such_cluster(store, cluster, month, start, end, store_name or "the store")
     if cluster is not None:

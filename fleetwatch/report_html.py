@@ -261,6 +261,7 @@ generated {html.escape(str(s['generated'])[:16].replace('T', ' '))} {html.escape
 <h3>By user (top 25)</h3>{_table(r.lines['user'], t, r.currency, 25, 'user')}
 <h3>By node (top 25)</h3>{_table(r.lines['node'], t, r.currency, 25, 'node', True)}
 <h3>By rack</h3>{_table(r.lines['rack'], t, r.currency, 100, 'rack', True)}
+<h3>By GPU part</h3>{_table(r.lines['part'], t, r.currency, 100, 'GPU part')}
 <h2>Repeat offenders</h2>{_offenders(r)}
 <h2>Data quality</h2>{quality}
 <div class="chart">{charts[2]}</div>

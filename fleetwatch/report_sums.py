@@ -1,8 +1,8 @@
-"""The monthly report's sums: one ``Line`` per job, user, team, node, rack and cluster, and the
-month's totals, per day and per hour, added up as the ledger's rows are read (``Month``),
-each hour priced with its cluster's grid and PUE, and counted for its share of the month
-(``hour_share``: half of it where a month of a half-hour-offset zone begins or ends inside a
-UTC hour). Pure: no store, no files."""
+"""The monthly report's sums: one ``Line`` per job, user, team, node, rack, cluster and GPU
+part, and the month's totals, per day and per hour, added up as the ledger's rows are read
+(``Month``), each hour priced with its cluster's grid and PUE, and counted for its share of
+the month (``hour_share``: half of it where a month of a half-hour-offset zone begins or
+ends inside a UTC hour). Pure: no store, no files."""
 
 from __future__ import annotations
 
@@ -15,8 +15,14 @@ from fleetwatch.carbon import J_PER_KWH, CarbonModel, HourFactors
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, REST_DEVICE, EnergyRow
 from fleetwatch.report_month import day_start, hour_share, longest_measured
 
-KINDS = ("job", "user", "team", "node", "rack", "cluster")
-NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)"}
+KINDS = ("job", "user", "team", "node", "rack", "cluster", "part")
+NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)",
+           "part": "(part not named)"}
+# The "part" of the rows of CPUs and the rest of a node: so that the part lines add up to
+# the month, as every other kind's do.
+NOT_A_GPU = "(CPUs and rest of node)"
+# (cluster, node, device) -> the GPU's product name (its board's, ``pipeline.events.Board``)
+Parts = dict[tuple[str, str, str], str]
 # Kinds whose names are a cluster's own: node and rack names (node001, rack-a) and Slurm
 # job ids restart in every cluster, so their rows are keyed by (cluster, name). Users and teams are
 # people, the same across clusters: one row each.
@@ -104,6 +110,8 @@ class Month:
     start_ts: float = float("-inf")
     end_ts: float = float("inf")
     tz: str = "UTC"
+    # Each GPU's part: the "part" lines (a GPU not in it: NO_NAME["part"])
+    parts: Parts = field(default_factory=dict)
     # (grid, hour) -> the hour's factors; grid: a cluster of carbon.clusters, "" the global
     factors: dict[tuple[str, int], HourFactors] = field(default_factory=dict)
     kinds: dict[str, _Sums] = field(
@@ -125,7 +133,10 @@ class Month:
         n = len(rows)
         if not n:
             return
-        col = dict(zip(EnergyRow._fields, zip(*rows)))
+        col: dict[str, tuple] = dict(zip(EnergyRow._fields, zip(*rows)))
+        parts = self.parts
+        col["part"] = tuple(parts.get((c, nd, d), "") if d.startswith("gpu") else NOT_A_GPU
+                            for c, nd, d in zip(col["cluster"], col["node"], col["device"]))
         hours = np.fromiter(col["bucket_ts"], np.int64, n)
         uniq_hours, hour_of = np.unique(hours, return_inverse=True)
         # Each row takes its cluster's grid and PUE (carbon.clusters), else the global.

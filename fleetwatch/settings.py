@@ -376,7 +376,8 @@ class EnergyConfig:
     # A GPU whose SM activity is under this ratio is idle (powered, doing no work).
     idle_sm_ratio: float = ranged(0.05, 0.0, 1.0)
     # Time with board power more than 2% above TDP counts as time above TDP. 0: each
-    # GPU's part's TDP (A100 SXM 400 W, H100/H200 SXM 700 W, ...), else its power limit.
+    # GPU's own default power limit where NVML reports it, else its part's TDP (A100 SXM
+    # 400 W, H100/H200 SXM 700 W, ...), else its power limit.
     tdp_w: float = ranged(0.0, 0.0, 100_000.0)
     # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
     node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)

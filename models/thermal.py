@@ -35,6 +35,8 @@ TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowd
     COL["gpu_shutdown_temp_c"]
 POWER, LIMIT, THROTTLE = COL["gpu_power_w"], COL["gpu_power_limit_w"], COL["gpu_throttle_reasons"]
 HYSTERESIS_C = 2.0
+# Evidence of an alert judged against config's fallback limits, not the GPU's (1.0)
+LIMITS_ASSUMED = "limits_assumed"
 COOLING = "Check the GPU's cooling (fans, airflow, cold plate, coolant flow) and its neighbours"
 
 
@@ -44,26 +46,34 @@ class LimitTable:
 
     def __init__(self, config: DetectorsConfig) -> None:
         self.c = config
-        self._family: dict[str, tuple[float, float]] = {}
-        self._table: tuple[list[str], np.ndarray, np.ndarray] | None = None
+        self._table: tuple[list[str], np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(slowdown, shutdown) per GPU: NVML's where given, else the family's, else config."""
+        slow, shut, _ = self.limits_and_assumed(b, rows)
+        return slow, shut
+
+    def limits_and_assumed(self, b: Batch, rows: np.ndarray
+                           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``limits``, and where the slowdown temperature is config's fallback (no NVML
+        threshold, no part in ``parts.THERMAL_LIMITS_C``): an assumed limit, which the
+        alerts must say is one."""
         slow, shut = b.x[rows, :, SLOW], b.x[rows, :, SHUT]
         need = (np.isnan(slow) | np.isnan(shut)) & b.present[rows]
         if not need.any():
-            return slow, shut
+            return slow, shut, np.zeros(slow.shape, bool)
         # Frames without NVML's thresholds (an older driver, a recorded series): every GPU
         # needs its family's, looked up once per model name, not once per GPU.
-        fam_slow, fam_shut = self._family_table(b.model_names)
+        fam_slow, fam_shut, fam_known = self._family_table(b.model_names)
         code = b.model[rows]
-        known = code >= 0
-        at = np.where(known, code, 0)
+        at = np.where(code >= 0, code, 0)
+        known = (code >= 0) & fam_known[at]
         fs = np.where(known, fam_slow[at], self.c.fallback_slowdown_c)
         fh = np.where(known, fam_shut[at], self.c.fallback_shutdown_c)
+        assumed = need & np.isnan(slow) & ~known
         slow = np.where(need & np.isnan(slow), fs, slow)
         shut = np.where(need & np.isnan(shut), np.maximum(fh, slow), shut)
-        return slow, shut
+        return slow, shut, assumed
 
     def readable(self, b: Batch, rows: np.ndarray, temp: np.ndarray) -> np.ndarray:
         """Where the die reading is one a working GPU can give: from sensor_min_c up to
@@ -73,22 +83,18 @@ class LimitTable:
         with np.errstate(invalid="ignore"):
             return (temp >= self.c.sensor_min_c) & (temp <= shut + self.c.sensor_over_shutdown_c)
 
-    def _family_table(self, names: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """The family limits of every model name the batches have coded so far."""
+    def _family_table(self, names: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The family limits of every model name the batches have coded so far, and
+        whether the table knows them."""
         table = self._table
         if table is None or table[0] is not names or len(table[1]) != len(names):
-            pairs = [self._family_limits(name) for name in names]
+            known = [thermal_limits_c(name) for name in names]
+            pairs = [k or (self.c.fallback_slowdown_c, self.c.fallback_shutdown_c)
+                     for k in known]
             table = self._table = (names, np.array([p[0] for p in pairs], float),
-                                   np.array([p[1] for p in pairs], float))
-        return table[1], table[2]
-
-    def _family_limits(self, model: str) -> tuple[float, float]:
-        known = self._family.get(model)
-        if known is None:
-            known = thermal_limits_c(model) or (self.c.fallback_slowdown_c,
-                                                self.c.fallback_shutdown_c)
-            self._family[model] = known
-        return known
+                                   np.array([p[1] for p in pairs], float),
+                                   np.array([k is not None for k in known], bool))
+        return table[1], table[2], table[3]
 
 
 class ThermalLimits(WaveDetector):
@@ -120,7 +126,7 @@ class ThermalLimits(WaveDetector):
         c, t = self.c, self.table
         x = b.x[rows]
         temp, mem = x[..., TEMP], x[..., MEM]
-        slow, shut = self.limits(b, rows)
+        slow, shut, assumed = self._limits.limits_and_assumed(b, rows)
         s = np.where(slots >= 0, slots, 0)
         ts = np.broadcast_to(b.ts[rows][:, None], temp.shape)
         ok = (slots >= 0) & np.isfinite(temp)
@@ -186,7 +192,7 @@ class ThermalLimits(WaveDetector):
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         self._emit(b, rows, out, temp, mem, slow, shut, slope, heading, power, limit,
-                   invalid, crit, high, site, mcrit, mhigh, rising & fresh, over)
+                   assumed, invalid, crit, high, site, mcrit, mhigh, rising & fresh, over)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               mem: np.ndarray, slow: np.ndarray, shut: np.ndarray, slope: np.ndarray,
@@ -194,31 +200,36 @@ class ThermalLimits(WaveDetector):
               *masks: np.ndarray) -> None:
         c = self.c
         keep = thermal_keep(c.thermal_keep_firing_s)
-        invalid, crit, high, site, mcrit, mhigh, rising, over = masks
+        assumed, invalid, crit, high, site, mcrit, mhigh, rising, over = masks
         for i, j in flagged(invalid | crit | high | site | mcrit | mhigh | rising | over):
             f = b.frames[rows[i]]
             g = f.gpus[j].index
             tc, sl, sh = temp[i, j], slow[i, j], shut[i, j]
             lim = {"temp_c": tc, "slowdown_c": sl, "shutdown_c": sh}
+            its, why = "its", ""
+            if assumed[i, j]:  # config's fallback, not the GPU's: say so
+                lim[LIMITS_ASSUMED] = 1.0
+                its, why = "its assumed", assumed_text(f.gpus[j].model)
             where = f"GPU {g} on {f.node}"
             if invalid[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_sensor_invalid", tc,
                     f"{where} reads {tc:.0f} °C, which a working GPU cannot (shutdown at "
-                    f"{sh:.0f} °C)", "warning", 0.0, lim,
+                    f"{sh:.0f} °C{', assumed' if why else ''}){why}", "warning", 0.0, lim,
                     "The temperature sensor or its reading is failing: the GPU is not "
                     "protected by its thermal alerts; reset the GPU or service it"))
             if crit[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_critical", tc, f"{where} at {tc:.0f} °C, "
-                    + critical_text(float(tc), float(sl), float(sh)), "critical", 0.0,
+                    + critical_text(float(tc), float(sl), float(sh), its) + why, "critical",
+                    0.0,
                     {**lim, **keep}, COOLING + "; drain the node if it does not cool down"))
             if high[i, j]:
                 out.append(gpu_finding(
                     f, g, "gpu_temp_high", tc,
                     f"{where} at {tc:.0f} °C, "
                     + (f"{sl - tc:.0f} °C below" if tc < sl else "at or above")
-                    + f" its slowdown temperature {sl:.0f} °C", "warning", c.high_for_s,
+                    + f" {its} slowdown temperature {sl:.0f} °C{why}", "warning", c.high_for_s,
                     {**lim, **keep}, COOLING))
             elif site[i, j]:
                 lc = c.site_temp_limit_c
@@ -227,8 +238,8 @@ class ThermalLimits(WaveDetector):
                     f"{where} at {tc:.0f} °C, "
                     + ("at or above" if tc >= lc else f"{lc - tc:.0f} °C below (held until "
                        f"more than {HYSTERESIS_C:.0f} °C under)")
-                    + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); its "
-                    f"slowdown temperature is {sl:.0f} °C", "warning", c.site_temp_for_s,
+                    + f" the site's limit {lc:g} °C (detectors.site_temp_limit_c); {its} "
+                    f"slowdown temperature is {sl:.0f} °C{why}", "warning", c.site_temp_for_s,
                     {**lim, "site_limit_c": lc, **keep}, COOLING))
             for rule, mask, severity, for_s in (
                     ("gpu_mem_temp_high", mhigh, "warning", c.mem_high_for_s),
@@ -243,7 +254,7 @@ class ThermalLimits(WaveDetector):
                 out.append(gpu_finding(
                     f, g, "gpu_temp_rising", slope[i, j],
                     f"{where} climbing {slope[i, j]:.0f} °C/min at {tc:.0f} °C, heading for "
-                    f"{heading[i, j]:.0f} °C, past its slowdown temperature {sl:.0f} °C",
+                    f"{heading[i, j]:.0f} °C, past {its} slowdown temperature {sl:.0f} °C{why}",
                     "warning", 0.0,
                     {**lim, "rise_c_per_min": slope[i, j], "heading_c": heading[i, j]},
                     COOLING))
@@ -330,14 +341,21 @@ def settling_left(lead: np.ndarray, dt: np.ndarray, window_s: float,
     return np.where(np.isfinite(left) & (w < 1.0) & (dt > 0), left, 0.0)
 
 
-def critical_text(temp: float, slow: float, shut: float) -> str:
+def critical_text(temp: float, slow: float, shut: float, its: str = "its") -> str:
     """Where a critical GPU stands against its limits: past its shutdown temperature when
     it is (it should have shut down), else against its slowdown temperature, also while held
-    just below it by the hysteresis."""
+    just below it by the hysteresis. ``its``: "its assumed" for config's fallback limits."""
     if temp >= shut:
         return (f"{temp - shut:.0f} °C above" if temp - shut >= 0.5 else "at") + (
-            f" its shutdown temperature {shut:.0f} °C (slowdown {slow:.0f} °C)")
+            f" {its} shutdown temperature {shut:.0f} °C (slowdown {slow:.0f} °C)")
     return ("at or above" if temp >= slow else
             (f"{slow - temp:.0f} °C" if slow - temp >= 0.5 else "just") +
             f" below (held until more than {HYSTERESIS_C:.0f} °C under)") + (
-        f" its slowdown temperature {slow:.0f} °C (shutdown {shut:.0f} °C)")
+        f" {its} slowdown temperature {slow:.0f} °C (shutdown {shut:.0f} °C)")
+
+
+def assumed_text(model: str) -> str:
+    """What an alert judged against config's fallback limits adds to its message."""
+    part = f"fleetwatch knows none for {model}" if model else "the GPU names no model"
+    return ("; assumed: NVML gave no thermal thresholds and " + part
+            + " (detectors.fallback_slowdown_c, fallback_shutdown_c)")

@@ -14,7 +14,8 @@ class EnergySettings:
     max_gap_s: float = 60.0        # longer intervals are missing time, not integrated
     idle_sm_ratio: float = 0.05    # SM activity under this: idle
     # Time above TDP is counted where board power exceeds it by more than TDP_MARGIN.
-    # 0: each GPU's own part's TDP (fleetwatch.parts), else its enforced power limit.
+    # 0: each GPU's own default power limit (NVML's), else its part's TDP (fleetwatch.parts),
+    # else its enforced power limit.
     tdp_w: float = 0.0
     node_static_w: float = 0.0     # the rest of the node (fans, NICs, DRAM, disks)
     # A counter step implying more than this mean power is not trusted (a reset seen
@@ -52,6 +53,9 @@ TDP_MARGIN = 0.02
 
 def over_tdp_w(g: GpuReading, tdp: float) -> float | None:
     """The board power above which ``g`` runs over its TDP: ``tdp`` (config) when set,
+    else the board's own default power limit where NVML reports it (a SKU may be rated
+    above its family's data sheet: an A100-SXM4-80GB's default is 500 W, the table's 400 W),
     else its part's TDP, else its enforced power limit; None when none is known."""
-    rated = tdp or tdp_w(g.model) or g.metrics.get("gpu_power_limit_w")
+    rated = tdp or g.metrics.get("gpu_power_default_limit_w") or tdp_w(g.model) \
+        or g.metrics.get("gpu_power_limit_w")
     return rated * (1.0 + TDP_MARGIN) if rated else None

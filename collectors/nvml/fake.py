@@ -83,6 +83,7 @@ def h100(index: int) -> FakeGpu:
         "memory": (85_520_809_984, 5_020_000_000, 79_900_000_000, 600_809_984),
         "power_usage_mw": 612_345,
         "power_limit_mw": 700_000,
+        "power_default_limit_mw": 700_000,
         "temperature_c": 61,
         "temperature_threshold_c": {b.TEMP_THRESHOLD_SHUTDOWN: 92, b.TEMP_THRESHOLD_SLOWDOWN: 89},
         "clock_mhz": {b.CLOCK_SM: 1980, b.CLOCK_MEM: 2619},
@@ -134,7 +135,8 @@ def l4(index: int) -> FakeGpu:
     # can compare our /metrics with it number for number.
     gpu.answers.update(memory=(24_152_899_584, 23_659_216_896, 0, 492_830_720),
                        utilization=(0, 0), temperature_c=31, power_usage_mw=16_365,
-                       power_limit_mw=72_000, clock_mhz={b.CLOCK_SM: 210, b.CLOCK_MEM: 405},
+                       power_limit_mw=72_000, power_default_limit_mw=72_000,
+                       clock_mhz={b.CLOCK_SM: 210, b.CLOCK_MEM: 405},
                        clocks_event_reasons=0x1, fan_speed_pct=pynvml.NVMLError_NotSupported())
     gpu.fields[b.FI_TOTAL_ENERGY_MJ] = 4_742_776
     for fid in (b.FI_NVLINK_CRC_FLIT_ERROR_TOTAL, b.FI_NVLINK_REPLAY_ERROR_TOTAL,
@@ -313,6 +315,9 @@ class FakeNvml:
 
     def power_limit_mw(self, i: int) -> int:
         return int(self._answer(i, "power_limit_mw"))
+
+    def power_default_limit_mw(self, i: int) -> int:
+        return int(self._answer(i, "power_default_limit_mw"))
 
     def temperature_c(self, i: int) -> int:
         return int(self._answer(i, "temperature_c"))

@@ -75,6 +75,11 @@ class GpuMetrics:
         limit = q(g, "power_limit", be.power_limit_mw)
         if limit is not None:
             s["gpu_power_limit_w"] = limit / 1000.0
+        # The SKU's own limit (an A100-SXM4-80GB's is 500 W, its data sheet's TDP 400 W):
+        # the line "above TDP" is drawn at (pipeline/energy_settings.py).
+        default = q(g, "power_default_limit", be.power_default_limit_mw)
+        if default is not None and default > 0:
+            s["gpu_power_default_limit_w"] = default / 1000.0
         grid = q(g, "grid_license", be.grid_license)
         if grid is not None:
             # As DCGM reports it: 1 licensed, 0 otherwise (also where there is no vGPU).

@@ -29,6 +29,7 @@ def test_units_are_converted_to_the_catalogue_units(monkeypatch) -> None:
     m = g.metrics
     assert m["gpu_power_w"] == pytest.approx(612.345)            # mW -> W
     assert m["gpu_power_limit_w"] == pytest.approx(700.0)        # mW -> W
+    assert m["gpu_power_default_limit_w"] == pytest.approx(700.0)  # mW -> W
     assert m["gpu_energy_j"] - first["gpu_energy_j"] == pytest.approx(6123.45)  # mJ -> J
     assert m["gpu_pcie_tx_bytes_per_s"] == pytest.approx(1_200 * 1024)  # bytes over 10 s
     assert m["gpu_pcie_rx_bytes_per_s"] == pytest.approx(3_400 * 1024)

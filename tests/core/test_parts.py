@@ -24,3 +24,12 @@ def test_thermal_limits_by_product_name() -> None:
     assert thermal_limits_c("Tesla T4") == (93.0, 96.0)
     assert thermal_limits_c("NVIDIA A10G") == (95.0, 98.0)
     assert thermal_limits_c("Some GPU") is None
+
+
+@pytest.mark.parametrize("name", [
+    "NVIDIA H100 PCIe", "NVIDIA H100 NVL", "NVIDIA A100-PCIE-40GB", "NVIDIA A100 80GB PCIe",
+    "NVIDIA H200", "NVIDIA L40S", "NVIDIA L4"])
+def test_no_limits_are_lent_from_another_sku(name: str) -> None:
+    """Limits only of the products a real capture gave: a PCIe or NVL card runs its own
+    cooling and thresholds; its limits are assumed (and said so) until NVML gives them."""
+    assert thermal_limits_c(name) is None

@@ -432,3 +432,25 @@ def test_alerts_since_echoes_what_was_typed(tmp_path: Path,
     SqliteStore(db).close()
     assert main(["alerts", "--store", str(db), "--since", "48h"]) == 0
     assert "none resolved in the last 48h" in capsys.readouterr().out
+
+
+def test_a_named_part_without_known_limits_gets_advice_that_is_not_circular(
+        tmp_path: Path) -> None:
+    """--gpu-model named a part fleetwatch knows the TDP of, not the thermal limits: naming
+    it again is no advice; its limits are to be given (config or NVML's thresholds)."""
+    from fleetwatch.parts import thermal_limits_c
+
+    part = "Some GPU Model 9"
+    assert thermal_limits_c(part) is None
+    rows = [HEADER.strip() + ",model"] + [f"{T0 + 15 * t},n,0,gpu_temp_c,88,{part}"
+                                           for t in range(20)]
+    changes, summary = run(tmp_path, "\n".join(rows) + "\n")
+    note = next(n for n in summary.notes if n.startswith("thermal limits:"))
+    assert "assumed for 1 GPUs: slowdown 87 °C, shutdown 92 °C" in note
+    assert f"fleetwatch knows no thermal limits of {part}" in note
+    assert "--gpu-model" not in note
+    assert ("set detectors.fallback_slowdown_c and detectors.fallback_shutdown_c in the "
+            "config") in note and "gpu_slowdown_temp_c and gpu_shutdown_temp_c" in note
+    crit = next(c for c in changes if c["rule"] == "gpu_temp_critical")
+    assert "assumed" in crit["message"], crit
+    assert crit["evidence"]["limits_assumed"] == 1.0

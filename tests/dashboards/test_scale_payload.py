@@ -117,7 +117,8 @@ def test_the_heatmaps_tooltip_is_drawn_whole_in_the_browser(dash_duo, sim_fleet:
     dash_duo.wait_for_element("#fleet-heatmap .hm, #fleet-heatmap .heatmaplayer", timeout=15)
     # node-000's GPU 3: the top row, once the first refresh has drawn the fleet.
     shown = until(lambda: dash_duo.driver.execute_script(_HOVER_JS), timeout=15)
-    assert shown and "node-000 · GPU 3" in shown and "(rack-00)" in shown, shown
+    # The simulated fleet's A100s: the part its frames name, beside the rack.
+    assert shown and "node-000 · GPU 3" in shown and "(rack-00 · A100-SXM4-80GB)" in shown, shown
     for line in ("temperature  ", "°C", "power  ", " W", "utilization  ", "%"):
         assert line in shown, (line, shown)
     assert "customdata" not in shown and "%{" not in shown

@@ -122,6 +122,23 @@ def test_time_over_tdp_is_judged_against_each_parts_own_tdp(store, model, power,
     assert totals(store)["over_tdp_s"] == (60.0 if over else 0.0)
 
 
+@pytest.mark.parametrize(("model", "power", "default", "over"), [
+    # The A100-SXM4-80GB capture (telegraf_a100-sxm4-v12.xml): default_power_limit 500 W.
+    ("NVIDIA A100-SXM4-80GB", 500.0, 500.0, False),   # its own SKU's default: not over
+    ("NVIDIA A100-SXM4-80GB", 520.0, 500.0, True),
+    ("NVIDIA A100-SXM4-80GB", 420.0, 400.0, True),    # the 400 W SKU
+    ("Some GPU", 320.0, 350.0, False),
+])
+def test_the_gpus_own_default_power_limit_is_its_tdp(store, model, power, default, over):
+    """Where NVML reports the board's default power limit (its SKU's, whatever -pl set),
+    that is the line; the parts table only where it reports none."""
+    m = {"gpu_power_w": power, "gpu_power_limit_w": 500.0,
+         "gpu_power_default_limit_w": default}
+    EnergyIntegrator(store).observe([frame(T0 + 15 * i, {0: m}, model=model)
+                                     for i in range(5)])
+    assert totals(store)["over_tdp_s"] == (60.0 if over else 0.0)
+
+
 def test_a_tdp_in_config_is_every_gpus(store):
     frames = [frame(T0 + 15 * i, {0: {"gpu_power_w": 650.0}}, model="NVIDIA H100 80GB HBM3")
               for i in range(5)]
