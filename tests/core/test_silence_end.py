@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.silences import Notice, parse_matcher
+from fleetwatch.pipeline.silence_matchers import parse_matcher
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier, SinkError
 from fleetwatch.pipeline.store.base import Alert, Silence
 from tests.core.test_alerts import REQ, drive, frame

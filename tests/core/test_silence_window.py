@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.cli import main
-from fleetwatch.pipeline.silences import silenced_by
+from fleetwatch.pipeline.silence_matchers import silenced_by
 from fleetwatch.pipeline.store.base import Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.silencing import PAST_TOLERANCE_S, SilenceError, window
