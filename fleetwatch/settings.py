@@ -159,6 +159,10 @@ class AlertsConfig:
     keep_firing_s: float = ranged(300.0, 0.0, 86_400.0)
     # Alert sinks; "" turns one off. The Kafka alert topic is bus.alert_topic (kafka bus only).
     webhook_url: str = http_url("", optional=True)
+    # Seconds (0 to 300): webhook changes that come within this of a post are held and
+    # posted together when it ends (the first after a quiet spell goes at once). 0: a post
+    # per processor batch.
+    webhook_group_interval_s: float = ranged(5.0, 0.0, 300.0)
     alertmanager_url: str = http_url("", optional=True)
     # Firing alerts are re-sent to Alertmanager this often (it expires those not re-sent).
     alertmanager_resend_s: float = ranged(60.0, 1.0, 3600.0)

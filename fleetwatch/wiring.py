@@ -290,7 +290,8 @@ def alert_sinks(config: Config, memory: MemoryBus | None = None,
     if a.webhook_url:
         from fleetwatch.pipeline.sinks.webhook import WebhookSink
 
-        sinks.append(WebhookSink(a.webhook_url, a.sink_timeout_s, a.dashboard_url))
+        sinks.append(WebhookSink(a.webhook_url, a.sink_timeout_s, a.dashboard_url,
+                                 a.webhook_group_interval_s))
     if config.bus.alert_topic and config.bus.kind == "kafka":
         from fleetwatch.pipeline.sinks.kafka import KafkaAlertSink
 

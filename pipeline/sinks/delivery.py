@@ -25,6 +25,10 @@ still held, queued or in flight when the lane ends (or at the deadline, said by
 the notifier for a lane still waiting on its sink) is logged once, with how many
 alert changes and the first alert ids, and counted as failed. Counts of alert
 changes are those the sink would tell (``tells``; the webhook's: notifications).
+A sink with a ``group_s`` (the webhook's group interval) has the batches that come within
+it of a post held, in order, and posted together when it ends (``grouping``; at close, at
+once; before an adopt or forget the sink handles, first; into the outage's held changes if
+the sink goes down meanwhile).
 Record sinks (``notify_only`` False: the Kafka topic, a store) keep every
 change in order, so theirs are not merged: they get the bounded attempts only.
 """
@@ -41,6 +45,7 @@ from typing import Any
 
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkMisconfigured, SinkRejected
+from fleetwatch.pipeline.sinks.grouping import Grouping
 from fleetwatch.pipeline.sinks.lane_outage import LaneOutage
 from fleetwatch.retry import Backoff, retry
 
@@ -101,6 +106,10 @@ class Lane(LaneOutage):
         self._stop = threading.Event()
         self._tick = getattr(sink, "tick", None) if background else None
         self._next_tick = float("-inf")
+        # A sink's ``group_s`` (the webhook's group interval): batches that come within it
+        # of a post are posted together when it ends (``grouping``); on a thread only.
+        group_s = float(getattr(sink, "group_s", 0.0) or 0.0)
+        self._group = Grouping(group_s) if background and group_s > 0 else None
         self._tick_failing = False         # the last tick was refused or failed (said once)
         self._tick_backoff = backoff()
         # The outage: since when the sink fails, when to try again, what is held for it.
@@ -198,13 +207,26 @@ class Lane(LaneOutage):
                 self._work(*work)
             if not self._stop.is_set():
                 self._service(ticks=True)
+        self._post_group()  # closing: what the group interval holds is posted now
         self._finish()
 
     def _due(self) -> float | None:
-        """When the lane has something to do without new work: a retry, or a tick."""
+        """When the lane has something to do without new work: a retry, a group's post, or
+        a tick."""
         if self._down_since is not None:
             return self._retry_at
-        return self._next_tick if callable(self._tick) else None
+        due = [t for t in (self._next_tick if callable(self._tick) else None,
+                           self._group.due() if self._group is not None else None)
+               if t is not None]
+        return min(due) if due else None
+
+    def _post_group(self, now: float | None = None) -> None:
+        """Post the batches the group interval holds (all of them, or those due by
+        ``now``)."""
+        if self._group is None or (due := self._group.due()) is None:
+            return
+        if now is None or now >= due:
+            self._deliver(self._group.take(self._clock()))
 
     def _service(self, ticks: bool) -> None:
         now = self._clock()
@@ -212,6 +234,7 @@ class Lane(LaneOutage):
             if now >= self._retry_at:
                 self._retry(now)
             return
+        self._post_group(now)
         if ticks and callable(self._tick) and now >= self._next_tick:
             self._next_tick = now + self._tick_s
             try:
@@ -252,9 +275,13 @@ class Lane(LaneOutage):
             self._seq += 1
             if self._holds and self._down_since is not None:
                 self._hold(what)
-            else:
+            elif self._group is None:
                 self._deliver(what)
+            elif (batch := self._group.offer(what, self._clock())) is not None:
+                self._deliver(batch)
             return
+        if callable(getattr(self.sink, kind, None)):
+            self._post_group()  # the sink hears what came before this, first
         if kind == "forget" and self._held:
             self._forgotten |= set(what)
         elif kind == "adopt":

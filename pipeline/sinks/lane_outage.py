@@ -26,6 +26,7 @@ from fleetwatch.retry import Backoff
 
 if TYPE_CHECKING:
     from fleetwatch.pipeline.sinks.delivery import SinkCounts, SinkStats
+    from fleetwatch.pipeline.sinks.grouping import Grouping
 
 log = logging.getLogger("fleetwatch.pipeline.sinks")
 
@@ -61,6 +62,7 @@ class LaneOutage:
     _given_up: int
     _forgotten: set[str]
     _in_flight: Sequence[Notice]
+    _group: Grouping | None
     _last_error: BaseException | None
     _deadline: float
     _ended: bool
@@ -116,6 +118,8 @@ class LaneOutage:
         self._last_error = exc
         if self._down_since is None:
             self._down_since, self._given_up = now, 0
+            if self._group is not None and self._group.batches:
+                self._hold(self._group.take(now))  # held in order, before any newer change
             self._retry_backoff.reset()
             # Refused credentials, a redirect: wrong until someone fixes them, an error.
             level = logging.ERROR if isinstance(exc, SinkMisconfigured) else logging.WARNING
@@ -243,15 +247,18 @@ class LaneOutage:
             held = list(self._held.values())
         with self._cv:
             queued = [what for kind, what in self._queue if kind == "send"]
+        grouped = self._group.held if self._group is not None else []
         latest = {h.notice.alert.id: h.notice for h in held}
         latest.update((n.alert.id, n) for n in self._in_flight)
+        latest.update((n.alert.id, n) for n in grouped)
         for notices in queued:
             latest.update((n.alert.id, n) for n in notices)
         told = self._told(list(latest.values()))
         if not told:
             return
         batches = len({h.batch for h in held}) + len(queued) + (
-            1 if self._in_flight and not held else 0)
+            1 if self._in_flight and not held else 0) + (
+            self._group.batches if self._group is not None else 0)
         down = ("" if self._down_since is None
                 else f", down for {self._clock() - self._down_since:.0f}s")
         last = f"; last error: {self._last_error}" if self._last_error is not None else ""

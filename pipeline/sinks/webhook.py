@@ -1,5 +1,6 @@
-"""A JSON webhook: one POST per batch with the changes grouped by cluster, rack and node,
-and summed up per cluster and rule.
+"""A JSON webhook: a POST per batch, or per group interval (``group_s``: batches that come
+within it of a post are held and posted together by the lane, ``grouping``), with the
+changes grouped by cluster, rack and node, and summed up per cluster and rule.
 
 Body: ``{"version": 1, "summary": [LINE, ...], "groups": [{"cluster", "rack", "node",
 "alerts": [CHANGE, ...]}]}`` where CHANGE is ``change_json`` (id, state, rule, severity,
@@ -79,9 +80,13 @@ class WebhookSink:
     name = "webhook"
     notify_only = True
 
-    def __init__(self, url: str, timeout_s: float = 10.0, dashboard_url: str = "") -> None:
+    def __init__(self, url: str, timeout_s: float = 10.0, dashboard_url: str = "",
+                 group_s: float = 0.0) -> None:
         self.url = url
         self.timeout_s = timeout_s
+        # Batches that come within this of a post are posted together when it ends, by the
+        # sink's lane (``grouping``; ``alerts.webhook_group_interval_s``); 0: one per batch.
+        self.group_s = group_s
         self.dashboard_url = dashboard_url  # each change's ``link`` (``links``); "": none
         self._firing: dict[str, Notice] = {}
         self._told: dict[str, tuple[str, str]] = {}  # alert id -> (notification_id, node)
