@@ -85,7 +85,7 @@ def same_job_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray,
 
 def heat_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray, metered: np.ndarray,
                plag: np.ndarray, min_peers: int, near_w: float,
-               settled: np.ndarray | None = None) -> np.ndarray:
+               settled: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """(F, G, G): the GPUs whose heat GPU i is compared with, before the thermal rules pick
     those drawing more (too hot) or less (reads low) lagged power ``plag`` (F, G, W).
 
@@ -100,14 +100,18 @@ def heat_peers(batch: Batch, rows: np.ndarray, ok: np.ndarray, metered: np.ndarr
     Across jobs both must be ``metered`` (F, G: without power, nothing says two jobs load
     their GPUs alike) and ``settled`` (F, G; all where None): another job's power changes
     at its own minute, and while a sink catches up the lagged power is only a model of it.
-    A GPU whose power is metered is never compared with one whose power is not."""
+    A GPU whose power is metered is never compared with one whose power is not.
+
+    Returns the mask and, where any GPU has peers of other jobs, the (F, G, G) mask of
+    those (None where none has: a training fleet pays for no more)."""
     node = node_peers(batch, rows, ok, same_model=True) \
         & (metered[:, :, None] == metered[:, None, :])
     job = batch.job[rows]
     peers = node & (job[:, :, None] == job[:, None, :])
     across = metered if settled is None else metered & settled
     few = (peer_count(peers) < min_peers) & across
-    if few.any():
-        near = np.abs(plag[:, None, :] - plag[:, :, None]) <= near_w
-        peers |= few[:, :, None] & across[:, None, :] & node & near
-    return peers
+    if not few.any():
+        return peers, None
+    near = np.abs(plag[:, None, :] - plag[:, :, None]) <= near_w
+    other = few[:, :, None] & across[:, None, :] & node & near & ~peers
+    return peers | other, other

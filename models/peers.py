@@ -131,8 +131,8 @@ class ThermalPeers(WaveDetector):
         # heat path's °C/W differs by part and by GPU: an A100's 0.10, 0.06 credited), which
         # one job's GPUs, drawing alike, never lean on, and pods on their own loads would.
         settled = np.abs(power - plag) <= c.peer_power_tol_w
-        same = heat_peers(b, rows, fresh, metered, plag, c.min_peers, c.peer_power_tol_w,
-                          settled)
+        same, other = heat_peers(b, rows, fresh, metered, plag, c.min_peers,
+                                 c.peer_power_tol_w, settled)
         more = plag[:, None, :] - plag[:, :, None]
         peers = same & (more >= -tol[:, :, None])
         below = same & (more <= tol[:, :, None])
@@ -157,10 +157,10 @@ class ThermalPeers(WaveDetector):
         # excused). A peer of another job draws what its own load asks: it is taken to this
         # GPU's power either way, or a GPU among busier pods would learn to run cool and
         # then page once they draw what it draws.
-        job = b.job[rows]
-        across = job[:, :, None] != job[:, None, :]
-        expected = adj[:, None, :] + c.peer_c_per_w * np.where(
-            across, -more, np.maximum(-more, 0.0))                              # [f, i, j]
+        credit = np.maximum(-more, 0.0)
+        if other is not None:
+            credit = np.where(other, -more, credit)
+        expected = adj[:, None, :] + c.peer_c_per_w * credit                    # [f, i, j]
         count = peer_count(peers)
         median = peer_median_block(expected, peers, count)
         mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)

@@ -26,7 +26,12 @@ def mask(powers: list[float], jobs: list[str | None], models: list[str] | None =
     plag = np.asarray([powers], float)
     c = DetectorsConfig()
     ok = np.ones((1, len(powers)), bool)
-    return heat_peers(b, rows, ok, ok & metered, plag, c.min_peers, c.peer_power_tol_w)[0]
+    peers, other = heat_peers(b, rows, ok, ok & metered, plag, c.min_peers, c.peer_power_tol_w)
+    if other is not None:                 # those of other jobs: a part of the peers
+        assert not (other & ~peers).any()
+        jobs_ = b.job[rows]
+        assert not (other & (jobs_[:, :, None] == jobs_[:, None, :])).any()
+    return peers[0]
 
 
 def test_an_inference_node_of_one_gpu_jobs_at_equal_power_are_each_others_peers() -> None:
