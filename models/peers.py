@@ -1,6 +1,6 @@
 """Peer-relative thermal detection: a GPU against the other GPUs of its node.
 
-GPUs of one node in one job share the node's air or coolant and, in
+GPUs of one node share the node's air or coolant whatever job they run and, in
 data-parallel training, the same load, so their temperatures move together
 through job phases and the day's inlet swings. A GPU whose cooling fails
 stands out from them long before it reaches a fixed limit (the Acme study saw
@@ -13,11 +13,13 @@ NVLink and ECC errors at or below 80 °C). The comparison:
   back to its sink's: the die's jump over the power smoothed with
   ``thermal_tau_s`` is removed, so a GPU that drew more than its peers in the
   sampled second is not called hot for it;
-* peers are the node's other GPUs of the same model in the same job drawing as much *lagged*
-  power or more (for "too hot"; as little or less, for "reads too low"): the
-  sink's temperature reflects the lagged power, a GPU idling inside a busy job
-  is not compared with the busy ones, and a GPU the driver holds down for heat
-  (drawing less) stays judged;
+* peers are the node's other GPUs of the same model in the same job, and where
+  it has fewer than ``min_peers`` of those (an inference node, each pod its own
+  job), those of other jobs within the power tolerance of it (``heat_peers``);
+  of them, those drawing as much *lagged* power or more (for "too hot"; as
+  little or less, for "reads too low"): the sink's temperature reflects the
+  lagged power, a busy GPU is not compared with an idle one of its job, and a GPU
+  the driver holds down for heat (drawing less) stays judged by its job's peers;
 * each GPU carries a learned offset, a constant (air its neighbours warmed)
   plus a part proportional to its power (a slightly worse heat path runs a few
   degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
@@ -42,10 +44,10 @@ from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.peer_stats import (
+    heat_peers,
     peer_count,
     peer_median,
     peer_median_block,
-    same_job_peers,
 )
 from fleetwatch.models.thermal import COOLING, LimitTable
 
@@ -121,8 +123,16 @@ class ThermalPeers(WaveDetector):
         # above its air, from the telegraf capture; the recorded H100 0.054: at the same
         # 400 W some 19 °C apart, collectors/sim/hardware.py), far more than a learned
         # offset may excuse, so "hotter than its peers" across parts says nothing.
-        same = same_job_peers(b, rows, fresh, same_model=True) \
-            & (metered[:, :, None] == metered[:, None, :])
+        # Of the node's GPUs: those of its job first, others at about its power where its
+        # job has too few (an inference node's pods: peer_stats.heat_peers).
+        # Across jobs, only GPUs within peer_power_tol_w of each other's lagged power, whose
+        # power has settled as near its lagged power (a 500 W step settles in about two
+        # thermal_tau_s): peer_c_per_w credits a difference of power only roughly (the
+        # heat path's °C/W differs by part and by GPU: an A100's 0.10, 0.06 credited), which
+        # one job's GPUs, drawing alike, never lean on, and pods on their own loads would.
+        settled = np.abs(power - plag) <= c.peer_power_tol_w
+        same, other = heat_peers(b, rows, fresh, metered, plag, c.min_peers,
+                                 c.peer_power_tol_w, settled)
         more = plag[:, None, :] - plag[:, :, None]
         peers = same & (more >= -tol[:, :, None])
         below = same & (more <= tol[:, :, None])
@@ -143,8 +153,14 @@ class ThermalPeers(WaveDetector):
         offset = np.where(warm, offset, c.max_offset_c)
         own = np.where(fresh, temp - offset, np.nan)
         # A GPU drawing more than a peer runs warmer by about R x the difference: credit it
-        # (never the other way, so one the driver holds down for heat is not excused).
-        expected = adj[:, None, :] + c.peer_c_per_w * np.maximum(-more, 0.0)   # [f, i, j]
+        # (never the other way within its job, so one the driver holds down for heat is not
+        # excused). A peer of another job draws what its own load asks: it is taken to this
+        # GPU's power either way, or a GPU among busier pods would learn to run cool and
+        # then page once they draw what it draws.
+        credit = np.maximum(-more, 0.0)
+        if other is not None:
+            credit = np.where(other, -more, credit)
+        expected = adj[:, None, :] + c.peer_c_per_w * credit                    # [f, i, j]
         count = peer_count(peers)
         median = peer_median_block(expected, peers, count)
         mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)
