@@ -98,9 +98,11 @@ class Reach:
     xid: bool = False             # reads XID events: the data must carry them
     never: str = ""               # what no recording carries
     uuid: bool = False            # compares GPU UUIDs: the data must name them
+    near_w: str = ""              # with too few of its job: also the node's GPUs of other
+    #                               jobs within this setting's watts of its power (heat_peers)
 
 
-_THERMAL_PEERS = Reach(peers="min_peers", same_job=True)
+_THERMAL_PEERS = Reach(peers="min_peers", same_job=True, near_w="peer_power_tol_w")
 _JOB_PEERS = Reach(peers=1, same_job=True, job=True)
 REACH: dict[str, Reach] = {
     "gpu_hot_vs_peers": _THERMAL_PEERS, "gpu_hot_vs_peers_critical": _THERMAL_PEERS,
@@ -132,6 +134,7 @@ REACH: dict[str, Reach] = {
     "node_nvml_down": Reach(uuid=True),
 }
 TEMP, SLOW, SHUT = "gpu_temp_c", "gpu_slowdown_temp_c", "gpu_shutdown_temp_c"
+POWER = "gpu_power_w"
 EXAMPLE_MODEL = "NVIDIA H100 80GB HBM3"
 # Rules that judge any frame of their subject, and need nothing more: a node that sends
 # no frame for a while is silent in a recording too.
@@ -189,6 +192,8 @@ class Coverage:
         self.settings = settings
         self.peers = {rule: r.peers if isinstance(r.peers, int)
                       else getattr(settings[rule], r.peers) for rule, r in reach.items()}
+        self.near_w = {rule: float(getattr(settings[rule], r.near_w)) if r.near_w else 0.0
+                       for rule, r in reach.items()}
         self.rack_rules = rack_rules = [rule for rule, r in reach.items() if r.rack]
         self.racks = _Racks(min((settings[r].rack_min_gpus for r in rack_rules), default=1),
                             needs[rack_rules[0]][0] if rack_rules and needs[rack_rules[0]]
@@ -239,9 +244,13 @@ class Coverage:
                     for xid in (False, True)]
             for verdicts, judged, failed in zip(both, self.judged, self.failed):
                 for rule, n, fails, largest in verdicts:
+                    if fails.get("peers_power"):  # depends on this frame's powers
+                        near = _near(f, self.needs[rule], self.peers[rule], self.near_w[rule])
+                        n, fails = n + near, {**fails, "peers_power": fails["peers_power"] - near}
                     judged[rule] += n
                     for why, k in fails.items():
-                        failed[rule][why] = failed[rule].get(why, 0) + k
+                        if k:
+                            failed[rule][why] = failed[rule].get(why, 0) + k
                     if largest > self.most[rule]:
                         self.most[rule] = largest
 
@@ -265,7 +274,8 @@ class Coverage:
             if failed[rule]:  # each reason, the commonest first, with its share if several
                 fails = sorted(failed[rule].items(), key=lambda kv: -kv[1])
                 said = [_why(why, metrics, self.reach[rule], self.peers[rule], lacked,
-                             self.most[rule], self.racks.min_gpus, self.jobs)
+                             self.most[rule], self.racks.min_gpus, self.jobs,
+                             self.near_w[rule])
                         + (f" ({_share(n / samples)} of GPU samples)" if len(fails) > 1 else "")
                         for why, n in fails]
                 summary.unjudged[rule] = "; ".join(said)
@@ -300,7 +310,9 @@ def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel:
             continue  # no sample of this GPU in this tick: nothing to judge, nothing lacked
         why = _lack(r, ok, xid_channel, g.job is not None, sizes[k] - 1 >= peers, rack_ok)
         if why == "peers" and r.same_job and on_node - 1 >= peers:
-            why = "peers_job"  # the node has enough GPUs, in other jobs (or none)
+            # the node has enough GPUs, in other jobs (or none): with near_w, they are its
+            # peers at its power (judged frame by frame, ``_near``), else never
+            why = "peers_power" if r.near_w else "peers_job"
         elif why == "peers":
             largest = max(largest, on_node)
         if not why and r.uuid and not is_board_uuid(g.uuid):
@@ -310,6 +322,26 @@ def _judge(f: Frame, wanted: tuple[str, ...], r: Reach, peers: int, xid_channel:
         else:
             judged += 1
     return judged, fails, largest
+
+
+def _near(f: Frame, wanted: tuple[str, ...], peers: int, near_w: float) -> int:
+    """Of a frame's GPUs with too few peers of their job, how many have enough with the
+    node's GPUs of other jobs within ``near_w`` of their power (``heat_peers``, on the power
+    read now: the rule's lagged power and settling are not in one frame)."""
+    host = f.host.metrics
+    fed = [g for g in f.gpus if all(m in g.metrics or m in host for m in wanted)]
+    n = 0
+    for g in fed:
+        mine = sum(1 for o in fed if o is not g and o.job == g.job)
+        if mine >= peers:
+            continue
+        p = g.metrics.get(POWER)
+        if p is None:
+            continue
+        near = sum(1 for o in fed if o.job != g.job and o.model == g.model
+                   and (q := o.metrics.get(POWER)) is not None and abs(q - p) <= near_w)
+        n += mine + near >= peers
+    return n
 
 
 def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bool,
@@ -331,7 +363,7 @@ def _lack(r: Reach, fed: bool, xid_channel: bool, in_job: bool, enough_peers: bo
 
 
 def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[str],
-         most: int, rack_min_gpus: int, jobs: bool = False) -> str:
+         most: int, rack_min_gpus: int, jobs: bool = False, near_w: float = 0.0) -> str:
     """The summary's words for one reason a rule did not judge a GPU sample. ``jobs``:
     whether any GPU of the data was in a job."""
     what = " and ".join(metrics) or "a sample"
@@ -353,6 +385,12 @@ def _why(why: str, metrics: tuple[str, ...], r: Reach, peers: int, lacked: list[
             return ("GPUs without a job (unallocated, or not labelled; it compares the GPUs "
                     "of one job)")
         return "no jobs in the data (it compares the GPUs of one job)"
+    if why == "peers_power":
+        return (f"no peers at its power (it compares a GPU with the other GPUs of its node "
+                f"in its job, and where it has fewer than {peers}, with those of other jobs "
+                f"within {near_w:g} W of its power; its node's others drew "
+                "other powers: inference pods at other loads, a GPU beside idle or "
+                "unallocated ones)")
     if why == "peers_job":
         if r.job:
             return (f"GPUs alone in their job on their node (it compares a GPU with {peers} "

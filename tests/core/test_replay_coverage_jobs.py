@@ -13,12 +13,15 @@ from fleetwatch.replay_coverage import REACH, ReplaySummary, coverage
 from fleetwatch.wiring import detectors
 
 
-def summary_of(tmp_path: Path, rows: list[tuple[str, int, str]]) -> ReplaySummary:
-    """(node, GPU, job) for four ticks, each with temperature, power and utilization."""
+def summary_of(tmp_path: Path, rows: list[tuple[str, int, str]],
+               power: dict[int, float] | None = None) -> ReplaySummary:
+    """(node, GPU, job) for four ticks, each with temperature, power (300 W, or ``power``'s
+    for that GPU) and utilization."""
     lines = ["timestamp,node,gpu,metric,value,job"]
     for t in range(4):
         for node, gpu, job in rows:
-            for metric, value in (("gpu_temp_c", 60 + gpu), ("gpu_power_w", 300),
+            watts = (power or {}).get(gpu, 300)
+            for metric, value in (("gpu_temp_c", 60 + gpu), ("gpu_power_w", watts),
                                   ("gpu_util_pct", 90)):
                 lines.append(f"{1_700_000_000 + 15 * t},{node},{gpu},{metric},{value},{job}")
     path = tmp_path / "f.csv"
@@ -29,10 +32,15 @@ def summary_of(tmp_path: Path, rows: list[tuple[str, int, str]]) -> ReplaySummar
 
 
 def test_an_inference_node_has_gpus_in_other_jobs_not_too_few(tmp_path: Path) -> None:
-    summary = summary_of(tmp_path, [("inf", g, f"pod{g}") for g in range(8)])
+    # pods at one power are each other's thermal peers (models/peer_stats.heat_peers)
+    same = summary_of(tmp_path, [("inf", g, f"pod{g}") for g in range(8)])
+    assert same.coverage["gpu_hot_vs_peers"] == 1.0
+    # pods 100 W apart are not: the reason names their powers, not too few GPUs
+    summary = summary_of(tmp_path, [("inf", g, f"pod{g}") for g in range(8)],
+                         {g: 100 + 100 * g for g in range(8)})
     assert summary.coverage["gpu_hot_vs_peers"] == 0.0
     why = summary.unjudged["gpu_hot_vs_peers"]
-    assert why.startswith("no peers in its job (") and "other jobs" in why
+    assert why.startswith("no peers at its power (") and "other jobs within 60 W" in why
     assert "at most 7" not in why and "the data has" not in why
     stuck = summary.unjudged["gpu_stuck"]
     assert stuck.startswith("GPUs alone in their job on their node") and "no jobs" not in stuck
@@ -41,16 +49,16 @@ def test_an_inference_node_has_gpus_in_other_jobs_not_too_few(tmp_path: Path) ->
 def test_unallocated_gpus_and_one_gpu_jobs_are_each_said(tmp_path: Path) -> None:
     rows = ([("trn", g, "a") for g in range(4)] + [("trn", g, "") for g in range(4, 8)]
             + [("inf", g, f"pod{g}") for g in range(4)])
-    summary = summary_of(tmp_path, rows)
+    summary = summary_of(tmp_path, rows, {g: 100 + 150 * g for g in range(4)})
     assert summary.coverage["gpu_stuck"] == 4 / 12
     why = summary.unjudged["gpu_stuck"]
     assert "no jobs in the data" not in why
     assert "GPUs without a job (unallocated" in why and "(33% of GPU samples)" in why
     assert "GPUs alone in their job on their node" in why
     # trn's four unallocated GPUs are thermal peers of each other (both without a job, three
-    # others each), its job's four too; the inference node's pods are not
+    # others each), its job's four too; the inference node's pods, at other powers, are not
     assert summary.coverage["gpu_hot_vs_peers"] == 8 / 12
-    assert summary.unjudged["gpu_hot_vs_peers"].startswith("no peers in its job (")
+    assert summary.unjudged["gpu_hot_vs_peers"].startswith("no peers at its power (")
 
 
 def test_without_jobs_in_the_data_it_says_so(tmp_path: Path) -> None:
@@ -73,6 +81,8 @@ def test_the_reach_of_the_peer_rules_is_the_mask_their_detectors_use() -> None:
         source = inspect.getsource(detector)
         picks_within_job = "same_job_peers(" in source and "node_peers(" not in source \
             and "heat_peers(" not in source
+        by_power = "heat_peers(" in source  # its job first, then other jobs at its power
         for rule in detector.rules:  # (gpu_power_limit_low compares a GPU with its node's)
             if REACH[rule].same_job or detector is ThermalPeers:
-                assert REACH[rule].same_job == picks_within_job, rule
+                assert REACH[rule].same_job == (picks_within_job or by_power), rule
+                assert bool(REACH[rule].near_w) == by_power, rule
