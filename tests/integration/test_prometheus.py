@@ -186,7 +186,7 @@ def test_prometheus_scrapes_agent_and_processor_and_evaluates_the_rules(
         # The rules load and evaluate without an error, quiet on a healthy fleetwatch.
         groups = api(prom, "/api/v1/rules")["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        assert len(rules) == 32 and all(r["health"] == "ok" for r in rules), rules
+        assert len(rules) == 33 and all(r["health"] == "ok" for r in rules), rules
         assert own_metric(prom, "prometheus_rule_evaluation_failures_total") == 0.0
         # (Before its first scrape of a processor, Prometheus holds FleetwatchProcessorsDown
         # pending for an evaluation or two: it pages only after 2 min.)
