@@ -46,7 +46,7 @@ def promtool(*args: str) -> str:
 def test_promtool_accepts_the_config_and_the_rules_and_their_tests_pass() -> None:
     assert "SUCCESS: 1 rule files found" in promtool("check", "config",
                                                      str(DEPLOY / "prometheus.yml"))
-    assert "SUCCESS: 32 rules found" in promtool("check", "rules",
+    assert "SUCCESS: 33 rules found" in promtool("check", "rules",
                                                  str(DEPLOY / "fleetwatch-rules.yml"))
     assert "SUCCESS" in promtool("test", "rules", str(RULE_TESTS))
 
