@@ -15,7 +15,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding
+from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 
 FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
@@ -363,8 +363,11 @@ class NodeSilence:
             out.append(Finding(
                 "node_silent", cluster, rack, node, None, at, float(gap[i]),
                 f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
+                # Ends with the node's first frame back, not alerts.keep_firing_s later
+                # (that is for readings hovering at a limit): a node that sends is not
+                # silent, and the fleet page would count it silent meanwhile.
                 {"silent_s": round(float(gap[i]), 1), "interval_s":
-                 round(float(np.nan_to_num(interval)), 2)},
+                 round(float(np.nan_to_num(interval)), 2), KEEP_FIRING: 0.0},
                 "Check the node: is it up, is its agent running (systemctl status "
                 "fleetwatch-agent), can it reach the brokers?", "node"))
         return out

@@ -178,6 +178,14 @@ class ProcessorCollector(Collector):
                                       "client could not decode (a codec missing, a corrupt "
                                       "batch): neither stored nor dead-lettered; the log "
                                       "names topic, partition and offsets", value=passed)
+        reset = getattr(self.consumer, "offsets_reset", None)
+        if isinstance(reset, int):
+            yield CounterMetricFamily("fleetwatch_processor_offsets_reset",
+                                      "Partitions read again from their log's start because "
+                                      "the broker's log ended below this member's position "
+                                      "(the broker came back empty, or the topic was "
+                                      "re-created); the log names topic, partition and "
+                                      "offsets", value=reset)
         if self.info:
             yield info_family(self.info)
         if self.check is not None:

@@ -10,9 +10,13 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   that brings new partitions, then handed out node by node) into the book,
   and every ``on_loaded`` callback is called with them (the notifier adopts
   them: not notified again, still re-sent to Alertmanager);
-* on a rebalance, the nodes of the partitions that really moved away
-  (revoked and not assigned back) are dropped: every ``on_revoked``
-  callback is called with their names, the alert book forgets them;
+* on a rebalance, each built node is put in the partition its name maps to
+  under the topic's current partition count (``_relocate``: a broker back
+  empty may make the topic again with another count), and the nodes whose
+  partition is not this member's (moved away, or no longer the node's) are
+  dropped: every ``on_revoked`` callback is called with their names, the
+  alert book forgets them; after a count change the store's nodes that now
+  map here are taken over as on a new partition (their alerts re-sent);
 * frames polled before a rebalance from a partition no longer owned are
   not evaluated (their new owner replays them from the last commit);
 * a partition assigned back (after a revocation, or none) may have had another owner
@@ -127,10 +131,17 @@ class Ownership:
         lost, fresh = self._revoking - gained, gained - self._revoking
         self._revoking = set()
         self.owned = (self.owned or set()) | gained
-        if lost:
-            self.forget({n for (_, n), p in self._nodes.items() if p in lost})
-        if fresh:
-            self._stored = None  # read the store's open alerts again: they may be new to us
+        moved = self._relocate()
+        # A node belongs to the partition its name maps to now: those mapped to another
+        # member's (their partition moved away, or the topic's count changed) are dropped.
+        away = {n for (_, n), p in self._nodes.items() if p is not None and p not in self.owned}
+        if away:
+            self.forget(away)
+        if fresh or moved:
+            # Read the store's open alerts again: they may be new to us. After a change of
+            # the partition count, stored nodes that now map here are taken over too (those
+            # of partitions that vanished: nobody else re-sends their alerts).
+            self._stored = None
             self._expect = True
         # Nodes already built in partitions (re)assigned: this member may have been out of
         # its group meanwhile (with or without a revocation first).
@@ -139,6 +150,35 @@ class Ownership:
             self._recheck |= back
             self._stored = None
         log.info("partitions assigned: %s; moved away: %s", _names(gained), _names(lost))
+
+    def _relocate(self) -> int:
+        """Put each built node in the partition its name maps to under the topic's current
+        partition count (the consumer's ``partition_of``); how many moved, said once.
+
+        The count changes when a broker comes back empty and makes the topic again with its
+        own count (Tansu: 4), or when partitions are added: each node's frames then go to
+        another partition, and the alerts and state of a node follow it, not the number it
+        was built under (or a node of a partition that no longer exists belonged to nobody:
+        its alerts were never re-sent nor resolved)."""
+        if self.locate is None:
+            return 0
+        moved: dict[NodeKey, Partition] = {}
+        for key, partition in self._nodes.items():
+            if partition is None:
+                continue
+            now = self.locate(key[1].encode())  # agents key frames by node name
+            if now is not None and now != partition:
+                moved[key] = now
+        if not moved:
+            return 0
+        self._nodes.update(moved)
+        mine = sum(p in (self.owned or ()) for p in moved.values())
+        log.warning("%d node(s) now map to another partition than they were built under (the "
+                    "topic's partition count changed: a broker that came back empty made it "
+                    "again, or partitions were added): each node's alerts and state follow "
+                    "its node; %d of them stay with this processor, the others go to the "
+                    "member that owns their partition now", len(moved), mine)
+        return len(moved)
 
     def forget(self, nodes: set[str]) -> None:
         """Drop every per-node state of the nodes named ``nodes`` (in every cluster)."""

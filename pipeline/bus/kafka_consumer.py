@@ -104,6 +104,9 @@ class KafkaConsumer:
         self._listed_at = 0.0
         # Offsets of batches passed over because they could not be decoded.
         self.passed_over = 0
+        # Partitions read again from their log's start because the broker's log ended
+        # below this member's position (``_check_log_end``).
+        self.offsets_reset = 0
         # When the poll in progress began (None: none is); see ``lag``.
         self._polling_since: float | None = None
         self.stale_after_s = 60.0
@@ -298,6 +301,7 @@ class KafkaConsumer:
     def _measure_lag(self) -> int | None:
         total, known = 0, False
         behind: set[Partition] = set()
+        lost: list[tuple[TopicPartition, int, int]] = []
         owned = self._consumer.assignment()
         if self._paused:
             self._list_end_offsets(owned)
@@ -319,11 +323,49 @@ class KafkaConsumer:
                 behind.add((tp.topic, tp.partition))
             if high is None or pos is None:
                 continue
+            if high < pos:  # the broker's log ends below this member's position
+                lost.append((tp, pos, high))
+                behind.add((tp.topic, tp.partition))
+                continue
             total += max(0, high - pos)
             known = True
         self._behind = frozenset(behind)
+        for tp, pos, high in lost:
+            self._read_from_start(tp, pos, high)
         # No partition: nothing waits for this member (a spare one, or between assignments).
         return total if known or not owned else None
+
+    def _read_from_start(self, tp: TopicPartition, pos: int, high: int) -> None:
+        """Read ``tp`` again from its log's start: its log ends (``high``) below this
+        member's position ``pos``.
+
+        The broker lost or re-created the log (it came back empty: a disk lost, memory
+        storage, the topic deleted and made again) and numbers offsets from its start
+        again. What it holds now is new: skipping to ``pos`` would drop every message
+        below it without a word (a broker need not answer OFFSET_OUT_OF_RANGE, and Tansu
+        does not), and the lag, clamped at 0, would hide it. Checked on each poll against
+        the high watermark that fetch responses bring (no request); the log's start is
+        asked for only here, to name it."""
+        try:
+            start = self._consumer.beginning_offsets([tp]).get(tp)
+        except (kerr.KafkaError, ValueError):
+            start = None
+        try:
+            self._consumer.seek_to_beginning(tp)
+        except (kerr.KafkaError, AssertionError, ValueError) as exc:  # revoked meanwhile
+            log.debug("cannot seek %s to its start: %s", tp, exc)
+            return
+        with self._lock:
+            self._returned.pop(tp, None)  # never commit the old position on the new log
+        self.offsets_reset += 1
+        log.warning(
+            "topic %r partition %d: the broker's log end (offset %d, log start %s) is below "
+            "this processor's position %d: the broker lost or re-created the log (it came "
+            "back empty, or the topic was deleted and made again). Reading it again from its "
+            "start, so that nothing written since is skipped; messages it held before are "
+            "gone from it (those this processor read were stored). "
+            "fleetwatch_processor_offsets_reset_total counts these.",
+            tp.topic, tp.partition, high, "unknown" if start is None else start, pos)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())

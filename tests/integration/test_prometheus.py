@@ -46,7 +46,7 @@ def promtool(*args: str) -> str:
 def test_promtool_accepts_the_config_and_the_rules_and_their_tests_pass() -> None:
     assert "SUCCESS: 1 rule files found" in promtool("check", "config",
                                                      str(DEPLOY / "prometheus.yml"))
-    assert "SUCCESS: 32 rules found" in promtool("check", "rules",
+    assert "SUCCESS: 33 rules found" in promtool("check", "rules",
                                                  str(DEPLOY / "fleetwatch-rules.yml"))
     assert "SUCCESS" in promtool("test", "rules", str(RULE_TESTS))
 
@@ -186,7 +186,7 @@ def test_prometheus_scrapes_agent_and_processor_and_evaluates_the_rules(
         # The rules load and evaluate without an error, quiet on a healthy fleetwatch.
         groups = api(prom, "/api/v1/rules")["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        assert len(rules) == 32 and all(r["health"] == "ok" for r in rules), rules
+        assert len(rules) == 33 and all(r["health"] == "ok" for r in rules), rules
         assert own_metric(prom, "prometheus_rule_evaluation_failures_total") == 0.0
         # (Before its first scrape of a processor, Prometheus holds FleetwatchProcessorsDown
         # pending for an evaluation or two: it pages only after 2 min.)
