@@ -93,6 +93,9 @@ log = logging.getLogger(__name__)
 # How far back the boards of a node met for the first time are read; fewer nodes than
 # RECALL_PER_NODE are read one by one, more in one read of the whole fleet's.
 BOARD_RECALL_S = 90 * 86400
+# The job events read back at a start: a job open longer than this is taken as ended (the
+# node page reads as far back for the jobs it shows).
+JOB_RECALL_S = 31 * 86400
 RECALL_PER_NODE = 16
 
 
@@ -368,14 +371,17 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         if not nodes:
             return
         now = max(f.ts for f in frames)
-        start = now - BOARD_RECALL_S
-        kinds = ["gpu_identity", "gpu_state"]  # the boards, and the states to start from
+        # The boards and the states to start from; the jobs still open, which the first
+        # frame ends where it no longer names them (the run that wrote them stopped).
+        reads = ((now - BOARD_RECALL_S, ["gpu_identity", "gpu_state"]),
+                 (now - JOB_RECALL_S, ["job_start", "job_end"]))
         try:
             if len(nodes) <= RECALL_PER_NODE:
-                stored = [e for c, n in nodes
+                stored = [e for start, kinds in reads for c, n in nodes
                           for e in self.store.events(start, now + 1, node=n, kinds=kinds)]
-            else:  # a start with many nodes: one read, not one a node
-                stored = self.store.events(start, now + 1, kinds=kinds)
+            else:  # a start with many nodes: one read a kind, not one a node
+                stored = [e for start, kinds in reads
+                          for e in self.store.events(start, now + 1, kinds=kinds)]
         except StoreError as exc:
             if not judging:
                 raise
