@@ -21,7 +21,8 @@ from fleetwatch.amounts import sig
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import alert_tables, components, figures, live, theme, timerange
-from fleetwatch.dashboards.components import ago, clock, job_href, node_href
+from fleetwatch.dashboards.components import ago, clock, job_href, node_href, stamp
+from fleetwatch.dashboards.data import STALE_S
 from fleetwatch.dashboards.job_data import (
     CHART_METRICS,
     LOOKBACKS_S,
@@ -127,16 +128,26 @@ def find_box() -> html.Div:
         html.Button("Find job", id="find-job-go", className="find-job-go")])
 
 
-def jobs_line(jobs: Mapping[int, str], cluster: str | None = None) -> list[Any]:
+def jobs_line(jobs: Mapping[int, str], cluster: str | None = None,
+              seen_ms: int | None = 0, now_s: float | None = None) -> list[Any]:
     """The node page's line of its GPUs' current jobs, each a link to its job page (each
-    job of a shared GPU, comma-joined in ``jobs``, its own)."""
+    job of a shared GPU, comma-joined in ``jobs``, its own). ``seen_ms``: the node's newest
+    sample in the range (None: none); with ``now_s``, a node silent for longer than
+    ``STALE_S`` shows its jobs as last seen, not as now: nothing says they still run."""
+    silent = now_s is not None and (seen_ms is None or now_s - seen_ms / 1000 > STALE_S)
     if not jobs:
-        return ["No job on its GPUs now"]
+        return ["No job seen on its GPUs" if silent else "No job on its GPUs now"]
     by_job: dict[str, list[int]] = {}
     for gpu, names in sorted(jobs.items()):
         for name in sorted(split_jobs(names)):
             by_job.setdefault(name, []).append(gpu)
-    out: list[Any] = ["Jobs now: "]
+    if not silent:
+        head = "Jobs now: "
+    elif seen_ms is None:
+        head = "No data from it in this range · last job seen: "
+    else:
+        head = f"No data since {stamp(seen_ms / 1000, now_s)} UTC · last job seen: "
+    out: list[Any] = [head]
     for i, (name, gpus) in enumerate(sorted(by_job.items(), key=lambda kv: kv[1][0])):
         out += [", " if i else "", dcc.Link(f"job {name}", href=job_href(name, cluster),
                                             className="job-link"),

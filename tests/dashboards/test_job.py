@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import alert_tables, job, job_data
+from fleetwatch.dashboards import alert_tables, components, job, job_data
 from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.ledger import EnergyRow
@@ -274,3 +274,25 @@ def test_the_energy_tile_shows_gpu_hours_with_one_decimal() -> None:
                             (), share)
     (tile,) = [t for t in job.summary(view, NOW) if t.id == "job-energy-tile"]
     assert "180.5 GPU-hours" in text_of(tile)
+
+
+def test_a_silent_node_shows_its_last_jobs_seen_not_jobs_now() -> None:
+    jobs = {g: "4001901" for g in range(8)}
+    fresh = job.jobs_line(jobs, seen_ms=int((NOW - 30) * 1000), now_s=NOW)
+    assert text_of(fresh).startswith("Jobs now:")
+    # The node's newest sample is 4 h old: its job is what it last said, not "now".
+    quiet = job.jobs_line(jobs, seen_ms=int((NOW - 4 * 3600) * 1000), now_s=NOW)
+    seen = components.stamp(NOW - 4 * 3600, NOW)
+    assert text_of(quiet).startswith(f"No data since {seen} UTC · last job seen:"), quiet
+    assert "job 4001901" in text_of(quiet) and "now" not in text_of(quiet)
+    # No sample of it in the range at all.
+    gone = job.jobs_line(jobs, seen_ms=None, now_s=NOW)
+    assert text_of(gone).startswith("No data from it in this range · last job seen:"), gone
+    assert text_of(job.jobs_line({}, seen_ms=None, now_s=NOW)) == "No job seen on its GPUs"
+
+
+def test_the_newest_sample_of_a_node() -> None:
+    from fleetwatch.dashboards.node import newest_ms
+    assert newest_ms({"gpu_temp_c": {0: [(1, 50.0), (5, 51.0)], 1: [(7, 50.0)]},
+                      "gpu_power_w": {0: []}}) == 7
+    assert newest_ms({}) is None and newest_ms({"gpu_temp_c": {}}) is None
