@@ -210,9 +210,14 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             ended = read_data_end(store, view.alerts, now)
             jobs = read_current_jobs(store, node, now, cluster)
         except StoreError as exc:
-            return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
+            text = f"Store unavailable: {exc}"
+            # The graphs of the last read stay under the banner; a page that never read
+            # (its first refresh: no tick yet) says why they are empty, not "Loading…".
+            figs = [dash.no_update if _n else figures.empty_figure(text, 220) for _ in PANELS]
+            return (dash.no_update, components.notice(text),
                     dash.no_update, components.failed_stamp(now),
-                    *[dash.no_update] * (len(outputs) - 4))
+                    *[dash.no_update] * (len(outputs) - 4 - 2 * len(PANELS)),
+                    *figs, *[dash.no_update] * len(PANELS))
         has_data = any(view.series.values())
         title = title_text(node, cluster, view.rack)
         where = f"{cluster}/{node}" if asked else node

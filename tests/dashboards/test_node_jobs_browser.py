@@ -46,3 +46,21 @@ def test_jobs_now_only_while_the_node_names_them(dash_duo, tmp_path: Path) -> No
     assert line.startswith("No data from it in this range · last job seen: job 4001901"), line
     assert "now" not in line
     assert dash_duo.get_logs() == []
+
+
+def test_node_graphs_say_the_store_is_away_instead_of_loading(dash_duo, tmp_path: Path
+                                                              ) -> None:
+    # A dashboard started before `fleetwatch up`/`simulate` made the store: the banner says
+    # so, and the graphs say there is no data, as the fleet page does, not "Loading…".
+    dash_duo.start_server(create_app(SqliteStore(tmp_path / "absent.db", read_only=True),
+                                     refresh_s=2.0))
+    dash_duo.driver.get(dash_duo.server_url + "/node/node-001?gpu=3")
+    dash_duo.wait_for_contains_text("#node-notice", "no store at", timeout=15)
+    graphs = ("#node-graph-gpu_temp_c", "#node-graph-gpu_power_w", "#node-graph-gpu_util_pct")
+
+    def said() -> list[str]:
+        return [" ".join(texts(dash_duo, f"{g} .annotation-text")) for g in graphs]
+
+    until(lambda: all("Store unavailable" in t for t in said()), timeout=10)
+    assert not any("Loading" in t for t in said()), said()
+    assert dash_duo.get_logs() == []
