@@ -198,6 +198,16 @@ def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
         html.Div(detail, className="tile-detail")])
 
 
+def coverage(gpu_hours: float, missing_h: float) -> str:
+    """What the energy tile's figure covers: the whole job, or all but the share of its
+    GPU time the ledger has no energy data for (as the energy page's missing tile)."""
+    if missing_h <= 0:
+        return "the whole job, from the energy ledger"
+    share = missing_h / (gpu_hours + missing_h) * 100
+    return (f"{job_gpu_hours(missing_h)} GPU-hours ({share:.0f} %) of its GPU time without "
+            "energy data, not counted")
+
+
 def summary(v: JobView, now_s: float) -> list[html.Div]:
     """Cluster, where it ran, when, its state, when its GPUs were last seen, its energy."""
     j = v.job
@@ -218,7 +228,7 @@ def summary(v: JobView, now_s: float) -> list[html.Div]:
         e = v.energy
         tiles.append(_tile("job-energy-tile", "Energy", job_energy(e.kwh),
                            f"{amounts.mass(e.co2e_kg)} · {job_gpu_hours(e.gpu_hours)} "
-                           "GPU-hours · the whole job, from the energy ledger"))
+                           f"GPU-hours · {coverage(e.gpu_hours, v.energy_missing_h)}"))
     return tiles
 
 
