@@ -38,6 +38,9 @@ RESOLVED_SHOWN = 50
 # The active tables show this many (firing first, critical first, as they are sorted): in a
 # storm a row per alert was 2 MB a refresh (1,050 alerts) and a browser pinned for minutes.
 ACTIVE_SHOWN = 100
+# The fleet page shows fewer, above its heatmap: the first screen of the wall says what is
+# broken (critical first) and the heatmap stays in view; "all alerts" has the rest.
+FLEET_SHOWN = 10
 
 
 def left_out(alerts: Sequence[Alert]) -> str:

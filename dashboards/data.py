@@ -373,7 +373,9 @@ def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WIND
             return NodeView(node, None, start_ms, int(now_s * 1000), {}, (), (),
                             ambiguous=clusters)
         cluster = clusters[0] if clusters else None
-    rack = None
+    # Its rack as its samples name it, else as its alerts do (a silent node has no sample
+    # in the range, but its node_silent alert knows where it is).
+    rack = next((a.rack for a in alerts if a.rack), None)
     newest_ms = int(now_s * 1000)
     series: dict[str, GpuSeries] = {}
     for metric in NODE_METRICS:

@@ -7,6 +7,7 @@ disagrees with what the collector measured.
 from __future__ import annotations
 
 import html
+import re
 import textwrap
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
@@ -150,7 +151,7 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     # Bottom to top: plotly draws a heatmap's first row at the bottom, so the list is
     # reversed to put the first node on top. The order is in the data itself, not in
     # an axis setting (``autorange="reversed"``) that a kept uirevision could drop.
-    rows = sorted({(c.cluster, c.rack, c.node) for c in cells}, reverse=True)
+    rows = sorted({(c.cluster, c.rack, c.node) for c in cells}, key=_natural_row, reverse=True)
     many = len({c.cluster for c in cells}) > 1
     cols = sorted({c.gpu for c in cells})
     row_of = {(cluster, node): i for i, (cluster, _, node) in enumerate(rows)}
@@ -217,6 +218,18 @@ def fleet_heatmap(cells: Sequence[GpuCell], alerts: Sequence[Alert] = (),
     fig.update_layout(margin={"l": 150, "r": 20, "t": 40, "b": 16},
                       annotations=labels, shapes=shapes)
     return fig
+
+
+def natural_key(name: str) -> tuple[tuple[int, int | str], ...]:
+    """``name`` in the order people count: rack-2 < rack-10 < rack-100 (as strings,
+    rack-10 < rack-100 < rack-11 broke a 128-rack room's physical order on the wall)."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part.lower())
+                 for part in re.split(r"(\d+)", name) if part)
+
+
+def _natural_row(row: tuple[str, str, str]) -> tuple[Any, ...]:
+    """A heatmap row (cluster, rack, node) in natural order; as written on a tie (r01, r1)."""
+    return (*(natural_key(part) for part in row), row)
 
 
 def _silent_row(i: int, since: float, cols: int) -> dict[str, Any]:

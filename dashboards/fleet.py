@@ -71,6 +71,16 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
         *live.parts("fleet"),  # the banner while the dashboard is away
         html.Div(id="fleet-notice"),
         html.Div(id="fleet-summary", className="summary"),
+        # Before the heatmap: what is broken, where and since when is the first screen of
+        # the wall; a 250-node heatmap is 4,000 px tall and pushed it 4 screens down.
+        html.Section(className="panel", children=[
+            html.Div(className="panel-head", children=[
+                html.H2("Active alerts"), dcc.Link("all alerts →",
+                                                   href=alerts_href(q.range, q.cluster),
+                                                   id="fleet-alerts-link",
+                                                   className="panel-hint")]),
+            html.Div(id="fleet-alerts"),
+        ]),
         html.Section(className="panel", children=[
             html.Div(className="panel-head", children=[
                 html.H2("GPU temperature"),
@@ -80,14 +90,6 @@ def layout(refresh_s: float, search: str | None = None) -> html.Div:
             dcc.Graph(id="fleet-heatmap", figure=figures.empty_figure("Loading…"),
                       config={"displayModeBar": False}),
         ]),
-        html.Section(className="panel", children=[
-            html.Div(className="panel-head", children=[
-                html.H2("Active alerts"), dcc.Link("all alerts →",
-                                                   href=alerts_href(q.range, q.cluster),
-                                                   id="fleet-alerts-link",
-                                                   className="panel-hint")]),
-            html.Div(id="fleet-alerts"),
-        ]),
     ])
 
 
@@ -96,9 +98,9 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
           models: Mapping[GpuKey, str] | None = None
           ) -> tuple[Any, go.Figure, html.Div, html.Div | None]:
     """What a refresh that read ``view`` shows: the summary, the heatmap (each GPU's job
-    and user from ``jobs`` and its part from ``models`` in its hover), the active alerts (at most
-    ``alert_tables.ACTIVE_SHOWN`` rows) and the notice. Each is bounded by the fleet's size
-    or a cap, not by how many alerts a storm raised."""
+    and user from ``jobs`` and its part from ``models`` in its hover), the active alerts (at
+    most ``alert_tables.FLEET_SHOWN`` rows: the first screen) and the notice. Each is bounded
+    by the fleet's size or a cap, not by how many alerts a storm raised."""
     if view.cells:
         fig = figures.fleet_heatmap(view.cells, view.alerts, jobs, silent=view.silent,
                                     models=models)
@@ -110,7 +112,7 @@ def parts(view: FleetView, now: float, rng: str | None, muted: Mapping[str, str]
         fig, notice = figures.empty_figure(text), components.notice(text, "fleet-empty")
     return (summary_strip.summary(view, now), fig,
             alert_tables.alert_table(view.alerts, now, "active-alerts", rng=_carry(rng),
-                                     muted=muted, limit=alert_tables.ACTIVE_SHOWN,
+                                     muted=muted, limit=alert_tables.FLEET_SHOWN,
                                      clusters=view.many_clusters,
                                      ended=None if view.cells or not view.last_ms
                                      else view.last_ms / 1000),

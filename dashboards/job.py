@@ -21,7 +21,8 @@ from fleetwatch.amounts import sig
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.catalogue import catalogue
 from fleetwatch.dashboards import alert_tables, components, figures, live, theme, timerange
-from fleetwatch.dashboards.components import ago, clock, job_href, node_href
+from fleetwatch.dashboards.components import ago, clock, job_href, node_href, stamp
+from fleetwatch.dashboards.data import STALE_S
 from fleetwatch.dashboards.job_data import (
     CHART_METRICS,
     LOOKBACKS_S,
@@ -127,16 +128,26 @@ def find_box() -> html.Div:
         html.Button("Find job", id="find-job-go", className="find-job-go")])
 
 
-def jobs_line(jobs: Mapping[int, str], cluster: str | None = None) -> list[Any]:
+def jobs_line(jobs: Mapping[int, str], cluster: str | None = None,
+              seen_ms: int | None = 0, now_s: float | None = None) -> list[Any]:
     """The node page's line of its GPUs' current jobs, each a link to its job page (each
-    job of a shared GPU, comma-joined in ``jobs``, its own)."""
+    job of a shared GPU, comma-joined in ``jobs``, its own). ``seen_ms``: the node's newest
+    sample in the range (None: none); with ``now_s``, a node silent for longer than
+    ``STALE_S`` shows its jobs as last seen, not as now: nothing says they still run."""
+    silent = now_s is not None and (seen_ms is None or now_s - seen_ms / 1000 > STALE_S)
     if not jobs:
-        return ["No job on its GPUs now"]
+        return ["No job seen on its GPUs" if silent else "No job on its GPUs now"]
     by_job: dict[str, list[int]] = {}
     for gpu, names in sorted(jobs.items()):
         for name in sorted(split_jobs(names)):
             by_job.setdefault(name, []).append(gpu)
-    out: list[Any] = ["Jobs now: "]
+    if not silent:
+        head = "Jobs now: "
+    elif seen_ms is None:
+        head = "No data from it in this range · last job seen: "
+    else:
+        head = f"No data since {stamp(seen_ms / 1000, now_s)} UTC · last job seen: "
+    out: list[Any] = [head]
     for i, (name, gpus) in enumerate(sorted(by_job.items(), key=lambda kv: kv[1][0])):
         out += [", " if i else "", dcc.Link(f"job {name}", href=job_href(name, cluster),
                                             className="job-link"),
@@ -187,6 +198,16 @@ def _tile(tile_id: str, label: str, value: str, detail: str = "") -> html.Div:
         html.Div(detail, className="tile-detail")])
 
 
+def coverage(gpu_hours: float, missing_h: float) -> str:
+    """What the energy tile's figure covers: the whole job, or all but the share of its
+    GPU time the ledger has no energy data for (as the energy page's missing tile)."""
+    if missing_h <= 0:
+        return "the whole job, from the energy ledger"
+    share = missing_h / (gpu_hours + missing_h) * 100
+    return (f"{job_gpu_hours(missing_h)} GPU-hours ({share:.0f} %) of its GPU time without "
+            "energy data, not counted")
+
+
 def summary(v: JobView, now_s: float) -> list[html.Div]:
     """Cluster, where it ran, when, its state, when its GPUs were last seen, its energy."""
     j = v.job
@@ -207,7 +228,7 @@ def summary(v: JobView, now_s: float) -> list[html.Div]:
         e = v.energy
         tiles.append(_tile("job-energy-tile", "Energy", job_energy(e.kwh),
                            f"{amounts.mass(e.co2e_kg)} · {job_gpu_hours(e.gpu_hours)} "
-                           "GPU-hours · the whole job, from the energy ledger"))
+                           f"GPU-hours · {coverage(e.gpu_hours, v.energy_missing_h)}"))
     return tiles
 
 

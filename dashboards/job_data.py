@@ -223,6 +223,13 @@ def energy_share(rows: Iterable[EnergyRow], job: str, model: CarbonModel) -> Sha
     return shares(hourly, "job", _factors(model, totals))[0]
 
 
+def missing_gpu_hours(rows: Iterable[EnergyRow], job: str) -> float:
+    """The job's GPU time without energy data in its ledger rows (``missing_s``), in
+    hours: as the energy page's missing tile counts it (GPUs only)."""
+    return sum(r.missing_s for r in rows
+               if r.job == job and r.device.startswith("gpu")) / 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class JobView:
     job: Job
@@ -233,6 +240,9 @@ class JobView:
     alerts: tuple[Alert, ...]
     energy: Share | None
     nodes_left: int = 0             # nodes past MAX_NODES, not read
+    # The job's GPU-hours in its ledger rows with no energy data (gaps past energy.max_gap_s,
+    # a silent node): the energy is of the rest only.
+    energy_missing_h: float = 0.0
 
     @property
     def last_seen_ms(self) -> int | None:
@@ -267,15 +277,15 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
             metric_read = metric
         series[metric], drawn[metric] = lines, metric_read
     active, resolved = read_alerts(store, now_s, max(now_s - job.start_ts, 0.0) + 3600)
-    energy = None
+    energy, missing_h = None, 0.0
     reader: Callable[..., list[EnergyRow]] | None = getattr(store, "energy", None)
     if carbon is not None and callable(reader):
         end = job.end_ts if job.end_ts is not None else now_s
         rows = [r for node in job.nodes
                 for r in reader(bucket_floor(job.start_ts), end + BUCKET_S, job.cluster, node)]
-        energy = energy_share(rows, job.job, carbon)
+        energy, missing_h = energy_share(rows, job.job, carbon), missing_gpu_hours(rows, job.job)
     return JobView(job, start_s, end_s, series, drawn, job_alerts(active + resolved, job),
-                   energy, max(len(job.nodes) - MAX_NODES, 0))
+                   energy, max(len(job.nodes) - MAX_NODES, 0), missing_h)
 
 
 def fold_jobs(held: Mapping[K, str], events: Iterable[Event],

@@ -5,7 +5,7 @@ lists them, one link each, rather than draw two machines as one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -29,6 +29,7 @@ from fleetwatch.dashboards.data import (
     RESOLVED_WINDOW_S,
     TEMP,
     UTIL,
+    GpuSeries,
     read_data_end,
     read_mutes,
     read_node,
@@ -162,6 +163,13 @@ def no_gpu_text(node: str, gpu: int, gpus: list[int]) -> str:
             f" {shown}")
 
 
+def newest_ms(series: Mapping[str, GpuSeries]) -> int | None:
+    """The node's newest sample of any metric and GPU (None: none in the range): a node
+    silent past ``STALE_S`` has its jobs shown as last seen."""
+    return max((points[-1][0] for per_gpu in series.values() for points in per_gpu.values()
+                if points), default=None)
+
+
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
              temp_limit_c: float | None = None,
              fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> None:
@@ -202,9 +210,14 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             ended = read_data_end(store, view.alerts, now)
             jobs = read_current_jobs(store, node, now, cluster)
         except StoreError as exc:
-            return (dash.no_update, components.notice(f"Store unavailable: {exc}"),
+            text = f"Store unavailable: {exc}"
+            # The graphs of the last read stay under the banner; a page that never read
+            # (its first refresh: no tick yet) says why they are empty, not "Loading…".
+            figs = [dash.no_update if _n else figures.empty_figure(text, 220) for _ in PANELS]
+            return (dash.no_update, components.notice(text),
                     dash.no_update, components.failed_stamp(now),
-                    *[dash.no_update] * (len(outputs) - 4))
+                    *[dash.no_update] * (len(outputs) - 4 - 2 * len(PANELS)),
+                    *figs, *[dash.no_update] * len(PANELS))
         has_data = any(view.series.values())
         title = title_text(node, cluster, view.rack)
         where = f"{cluster}/{node}" if asked else node
@@ -235,7 +248,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             errors.events, now, f"No XID or lost GPU on this node in the {timerange.label(rng)}",
             errors.counted_from)
         return (title, notice, table, components.updated_stamp(now), board_panel, events,
-                node_errors.counters_table(errors, now, node), job.jobs_line(jobs, cluster),
+                node_errors.counters_table(errors, now, node),
+                job.jobs_line(jobs, cluster, newest_ms(view.series), now),
                 *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 

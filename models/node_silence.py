@@ -360,16 +360,22 @@ class NodeSilence:
                    f"its last frame: {_utc(self._last[i])}")
             if skew:  # its frames were not in step with the fleet's when last heard of
                 how += f"; its clock was {_offset(skew)} of the fleet's"
+            evidence = {"silent_s": round(float(gap[i]), 1), KEEP_FIRING: 0.0}
+            if interval == interval:  # not known (none learned since a start): not said as 0
+                evidence["interval_s"] = round(float(interval), 2)
             out.append(Finding(
                 "node_silent", cluster, rack, node, None, at, float(gap[i]),
                 f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
                 # Ends with the node's first frame back, not alerts.keep_firing_s later
                 # (that is for readings hovering at a limit): a node that sends is not
                 # silent, and the fleet page would count it silent meanwhile.
-                {"silent_s": round(float(gap[i]), 1), "interval_s":
-                 round(float(np.nan_to_num(interval)), 2), KEEP_FIRING: 0.0},
+                evidence,
                 "Check the node: is it up, is its agent running (systemctl status "
-                "fleetwatch-agent), can it reach the brokers?", "node"))
+                "fleetwatch-agent), can it reach the brokers?", "node",
+                # Silent since its limit passed, as a processor watching then would have
+                # said: one that starts later (a restart, a partition taken over) finds a
+                # node down for hours, not one that went down at its detection.
+                since=float(self._heard[i] + limits[i])))
         return out
 
     def _grace(self, i: int, now: float, limit: float) -> bool:

@@ -130,11 +130,19 @@ class _Node:
     # slot (``recall``): the state a GPU first seen here starts from, so that a partition
     # taken over (or a restart) stores no second "lost" for a GPU still lost.
     states: dict[int, str] = field(default_factory=dict)
+    # The jobs the store holds open on each slot (``recall``), comma-joined: the first frame
+    # ends those it no longer names (a run that stopped wrote no end) and goes on with the
+    # rest without starting them again.
+    jobs: dict[int, str] = field(default_factory=dict)
     # Boards no longer in any slot (missing, or replaced), by UUID: what an alert about one
     # names.
     left: dict[str, Board] = field(default_factory=dict)
     # The UUIDs of the last frame, where it changed no GPU's place (``_changes``).
     sig: list[str] | None = None
+
+
+# What ``recall`` read for a node: the boards in its slots, each slot's state, its open jobs.
+_Recalled = tuple[dict[int, Board], dict[int, str], dict[int, str]]
 
 
 class EventTracker:
@@ -145,7 +153,7 @@ class EventTracker:
         # The nodes as they were before the last update (None: not known then), for undo().
         self._before: dict[NodeKey, _Node | None] = {}
         # Read back, not yet met: the boards and GPU states stored for each node.
-        self._recalled: dict[NodeKey, tuple[dict[int, Board], dict[int, str]]] = {}
+        self._recalled: dict[NodeKey, _Recalled] = {}
 
     def unknown(self, frames: Iterable[Frame]) -> list[NodeKey]:
         """Nodes of these frames this tracker has neither met nor ``recall``-ed."""
@@ -153,11 +161,12 @@ class EventTracker:
                       - self._recalled.keys())
 
     def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event]) -> None:
-        """The boards and GPU states stored for these nodes (their ``gpu_identity`` and
-        ``gpu_state`` events, any order): what their first frames are compared with."""
-        recalled: dict[NodeKey, tuple[dict[int, Board], dict[int, str]]] = {
-            key: ({}, {}) for key in nodes}
-        for e in sorted(events, key=lambda e: e.ts):
+        """The boards, GPU states and open jobs stored for these nodes (their
+        ``gpu_identity``, ``gpu_state``, ``job_start`` and ``job_end`` events, any order):
+        what their first frames are compared with."""
+        recalled: dict[NodeKey, _Recalled] = {key: ({}, {}, {}) for key in nodes}
+        open_jobs: dict[NodeKey, dict[int, set[str]]] = {key: {} for key in nodes}
+        for e in sorted(events, key=lambda e: (e.ts, e.kind == "job_start")):
             index = gpu_index(e.device)
             known = recalled.get((e.cluster, e.node))
             if known is None or index is None:
@@ -169,6 +178,14 @@ class EventTracker:
                     del known[0][other]
             elif e.kind == "gpu_state" and e.value:
                 known[1][index] = e.value
+            elif e.kind == "job_start":
+                open_jobs[(e.cluster, e.node)].setdefault(index, set()).update(
+                    split_jobs(e.value))
+            elif e.kind == "job_end":
+                open_jobs[(e.cluster, e.node)].get(index, set()).difference_update(
+                    split_jobs(e.value))
+        for key, held in open_jobs.items():
+            recalled[key][2].update({i: ",".join(sorted(j)) for i, j in held.items() if j})
         self._recalled.update(recalled)
 
     def update(self, frames: Iterable[Frame]) -> list[Event]:
@@ -185,8 +202,8 @@ class EventTracker:
             if key not in self._before:
                 self._before[key] = None if node is None else _copy(node)
             if node is None:
-                boards, states = self._recalled.pop(key, ({}, {}))
-                node = self._nodes[key] = _Node(f.ts, stored=boards, states=states)
+                boards, states, jobs = self._recalled.pop(key, ({}, {}, {}))
+                node = self._nodes[key] = _Node(f.ts, stored=boards, states=states, jobs=jobs)
             self._changes(f, node, out)
             node.ts = f.ts
         return out
@@ -196,8 +213,8 @@ class EventTracker:
         for key, node in self._before.items():
             if node is None:
                 gone = self._nodes.pop(key, None)
-                if gone is not None and (gone.stored or gone.states):  # keep what was read
-                    self._recalled[key] = (gone.stored, gone.states)
+                if gone is not None and (gone.stored or gone.states or gone.jobs):
+                    self._recalled[key] = (gone.stored, gone.states, gone.jobs)  # as read
             else:
                 self._nodes[key] = node
         self._before = {}
@@ -256,8 +273,9 @@ class EventTracker:
             raw = g.metrics.get(THROTTLE_METRIC)
             mask = None if raw is None else int(raw)
             was = gpus.get(index)
-            if was is None:  # first seen: as the store last said it was (else ok)
-                was = _Gpu(node.states.get(index, "ok") if first else GONE, None, mask,
+            if was is None:  # first seen: as the store last said it was (else ok, no job)
+                was = _Gpu(node.states.get(index, "ok") if first else GONE,
+                           node.jobs.get(index) if first else None, mask,
                            node.stored.get(index))
             state, job, throttle, board, left, _ = was
             if placed is None:

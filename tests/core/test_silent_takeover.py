@@ -158,3 +158,18 @@ def test_a_node_the_store_names_in_another_cluster_is_left_to_that_clusters_proc
     for k in range(20):
         found |= {f.node for f in d.update([node(1000 + 30.0 * k, [busy(60)], name="a")])}
     assert found == {"b"}
+
+
+def test_a_node_silent_before_the_restart_is_silent_since_its_limit_not_since_detection(
+        tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    run_until_stored(db, ticks(("a", "b"), 0, 6), 12)   # both send for a minute: b's last at 50
+    # A processor starts 33 min later and hears only "a".
+    run_until_stored(db, ticks(("a",), 200, 218), 12 + 18)
+    (a,) = silent_alerts(db)
+    last_b = T0 + STEP * 5
+    # Started when b's silence passed its limit (silent_min_s = 60 s after its last frame),
+    # not at detection by the new processor, 33 min later ("since 6 min ago" for a 4 h outage).
+    assert abs(a.started_ts - (last_b + 60.0)) < 0.01, (a.started_ts - last_b, a.message)
+    assert a.value >= 1950.0                           # the silence so far
+    assert "interval_s" not in a.evidence  # not known to this processor: not said as 0

@@ -67,3 +67,16 @@ def test_rows_shrink_for_a_big_fleet_but_stay_hoverable() -> None:
     assert "node-000 · GPU 0" in figures.hover_text(big.data[0], -1, 0)
     # In between, rows shrink smoothly toward the cap.
     assert figures.row_px(40) == 52 and 16 < figures.row_px(80) < 52
+
+
+def test_racks_and_nodes_in_natural_order() -> None:
+    # As strings rack-10 < rack-100 < rack-11: the wall broke the room's order past 100 racks.
+    names = ["rack-100", "rack-11", "rack-2", "rack-10", "rack-99"]
+    assert sorted(names, key=figures.natural_key) == [
+        "rack-2", "rack-10", "rack-11", "rack-99", "rack-100"]
+    cells = [GpuCell(f"rack-{n // 2}", f"node-{n}", 0, 50.0, int(NOW * 1000), 300.0, 90.0,
+                     None, cluster="sim") for n in range(210)]
+    rows = list(figures.fleet_heatmap(cells).data[0].y)[::-1]  # the first node is on top
+    assert rows[:3] == ["node-0", "node-1", "node-2"]
+    assert rows.index("node-4") < rows.index("node-20") < rows.index("node-200")
+    assert rows[-1] == "node-209"

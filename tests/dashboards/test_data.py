@@ -193,3 +193,12 @@ def test_one_sample_stamped_2099_does_not_move_data_as_of() -> None:
     assert "23:59:59" not in tiles["summary-asof"] and "10 s ago" in tiles["summary-asof"]
     assert "1 GPU stamped after now: a node's clock runs ahead" in tiles["summary-asof"]
     assert summary_strip.last_read(view, NOW)["newest_ms"] == int((NOW - 10) * 1000)
+
+
+def test_a_silent_nodes_page_names_its_rack_from_its_alerts() -> None:
+    # No sample in the range (silent for 4 h, 1 h shown): the title still has its rack,
+    # as its node_silent alert names it, not "node-253 · sim" alone.
+    store = FakeStore(alert_rows=[alert("node-253", None, rack="rack-126", rule="node_silent",
+                                        started_ago_s=4 * 3600)])
+    view = data.read_node(store, "node-253", NOW, window_s=3600)
+    assert not any(view.series.values()) and view.rack == "rack-126"

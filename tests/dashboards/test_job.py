@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import alert_tables, job, job_data
+from fleetwatch.dashboards import alert_tables, components, job, job_data
 from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.ledger import EnergyRow
@@ -274,3 +274,49 @@ def test_the_energy_tile_shows_gpu_hours_with_one_decimal() -> None:
                             (), share)
     (tile,) = [t for t in job.summary(view, NOW) if t.id == "job-energy-tile"]
     assert "180.5 GPU-hours" in text_of(tile)
+
+
+def test_a_silent_node_shows_its_last_jobs_seen_not_jobs_now() -> None:
+    jobs = {g: "4001901" for g in range(8)}
+    fresh = job.jobs_line(jobs, seen_ms=int((NOW - 30) * 1000), now_s=NOW)
+    assert text_of(fresh).startswith("Jobs now:")
+    # The node's newest sample is 4 h old: its job is what it last said, not "now".
+    quiet = job.jobs_line(jobs, seen_ms=int((NOW - 4 * 3600) * 1000), now_s=NOW)
+    seen = components.stamp(NOW - 4 * 3600, NOW)
+    assert text_of(quiet).startswith(f"No data since {seen} UTC · last job seen:"), quiet
+    assert "job 4001901" in text_of(quiet) and "now" not in text_of(quiet)
+    # No sample of it in the range at all.
+    gone = job.jobs_line(jobs, seen_ms=None, now_s=NOW)
+    assert text_of(gone).startswith("No data from it in this range · last job seen:"), gone
+    assert text_of(job.jobs_line({}, seen_ms=None, now_s=NOW)) == "No job seen on its GPUs"
+
+
+def test_the_newest_sample_of_a_node() -> None:
+    from fleetwatch.dashboards.node import newest_ms
+    assert newest_ms({"gpu_temp_c": {0: [(1, 50.0), (5, 51.0)], 1: [(7, 50.0)]},
+                      "gpu_power_w": {0: []}}) == 7
+    assert newest_ms({}) is None and newest_ms({"gpu_temp_c": {}}) is None
+
+
+def test_the_energy_tile_says_the_share_of_the_jobs_gpu_time_without_energy_data() -> None:
+    # 16 GPUs for 4 h, of which 1.5 GPU-hours have energy data: not "the whole job".
+    share = job_data.Share("4000073", 0.596, 0.3, 1.5, 0.1, 0.05, "sim")
+    gpu = job_data.JobGpu("rack-00", "node-001", 0, NOW - 4 * 3600, None)
+    view = job_data.JobView(job_data.Job("4000073", "sim", (gpu,)), NOW - 3600, NOW, {}, {},
+                            (), share, energy_missing_h=62.5)
+    (tile,) = [t for t in job.summary(view, NOW) if t.id == "job-energy-tile"]
+    said = text_of(tile)
+    assert "the whole job" not in said, said
+    assert "62.5 GPU-hours (98 %) of its GPU time without energy data" in said, said
+    whole = dataclasses.replace(view, energy_missing_h=0.0)
+    (tile,) = [t for t in job.summary(whole, NOW) if t.id == "job-energy-tile"]
+    assert "the whole job" in text_of(tile)
+
+
+def test_a_jobs_missing_gpu_hours_are_its_gpu_rows_missing_seconds() -> None:
+    def row(device: str, job_id: str, missing_s: float) -> EnergyRow:
+        return EnergyRow(0, "sim", "r0", "n1", device, job_id, "u", "t", 10.0, 0.0, 60.0,
+                         0.0, missing_s, 0.0)
+    rows = [row("gpu0", "7", 3600.0), row("gpu1", "7", 1800.0), row("cpu", "7", 3600.0),
+            row("gpu2", "8", 3600.0)]
+    assert job_data.missing_gpu_hours(rows, "7") == 1.5  # the CPU's and job 8's left out

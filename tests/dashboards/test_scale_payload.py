@@ -67,7 +67,7 @@ def test_the_alerts_page_caps_its_active_table_in_a_storm() -> None:
 def test_the_fleet_page_at_8000_gpus_in_a_storm_is_bounded_and_counts_every_alert() -> None:
     view = FleetView(gpus(), tuple(storm()))
     summary, fig, table, notice = fleet.parts(view, NOW, None, {})
-    assert notice is None and len(rows(table)) == alert_tables.ACTIVE_SHOWN
+    assert notice is None and len(rows(table)) == alert_tables.FLEET_SHOWN
     assert "1050" in text_of(summary)  # the tiles count them all
     # Every alerted GPU keeps its outline on the heatmap (bounded by the fleet, not a cap).
     assert sum(1 for s in fig.layout.shapes if s.type == "rect") == 1000

@@ -87,3 +87,17 @@ def test_a_hot_gpu_in_one_cluster_keeps_no_namesake_hot_in_another() -> None:
     assert d.update([at("c-east", node(1000, [busy(90)], name="node001"))])
     # c-west's node001 GPU 0 at 83 °C: under the limit, never hot: no hysteresis of c-east's.
     assert d.update([at("c-west", node(1005, [busy(83)], name="node001"))]) == []
+
+
+def test_a_node_taken_over_long_silent_is_silent_since_its_last_frame_and_limit() -> None:
+    d = NodeSilence()
+    d.update([at("c-east", node(15_000, [busy(60)], name="node001"))])
+    d.expect([("c-east", "r1", "node-253", 600.0)])  # last sent 4 h before
+    found = []
+    for k in range(1, 40):
+        found += d.update([at("c-east", node(15_000 + 5.0 * k, [busy(60)], name="node001"))])
+    first = next(f for f in found if f.rule == "node_silent")
+    assert first.node == "node-253" and first.ts > 15_000
+    assert first.since == 600.0 + 60.0  # silent_min_s past its last frame, not detection
+    assert first.value > 14_000 and "last frame" in first.message
+    assert "interval_s" not in first.evidence
