@@ -170,8 +170,10 @@ def simulate(store: Store, params: SimParams, start_ts: float, duration_s: float
     t0 = time.perf_counter()
     sim = FleetSim(params, start_ts, faults)
     store.write_annotations(fault_annotations(sim.ground_truth, params.cluster))
-    processor = Processor(store, detectors, energy=energy, keep_firing_s=keep_firing_s)
     end_ts = start_ts + duration_s
+    if energy is not None:
+        energy.history(end_ts)  # the span may be older than the stored history
+    processor = Processor(store, detectors, energy=energy, keep_firing_s=keep_firing_s)
     steps_per_batch = max(1, min(int(BATCH_S / params.interval_s),
                                  MAX_BATCH_FRAMES // max(1, params.nodes)))
     # Serial on purpose: a writer thread would fight the simulation for the GIL

@@ -95,6 +95,7 @@ from fleetwatch.pipeline.energy_state import (
     add_interval,
     add_shares,
     loaded,
+    newest_states,
     prune,
     stored,
 )
@@ -143,6 +144,18 @@ class EnergyIntegrator:
         self._split: dict[Owner, Owners] = {}
         # The nodes' clock faults met, by kind (``energy_clock.ClockSteps``).
         self.clock = ClockSteps()
+        # ``history``: the end of the span being written (None: live frames), and the
+        # stored watermarks newer than it, per node, which its own must not replace.
+        self._history_end: float | None = None
+        self._held: dict[tuple[str, str], list[DeviceState]] = {}
+
+    def history(self, end_ts: float) -> None:
+        """The frames to come are a history span ending at ``end_ts`` that the store holds
+        no sample of (``simulate``): never integrated before, so not a replay. A node whose
+        stored watermark is newer than its first frame is a span written before the stored
+        history: it starts anew (no clock error), books its hours beside the stored rows,
+        and leaves the stored watermark for the next run to resume from."""
+        self._history_end = end_ts
 
     # -- the processor's entry point ------------------------------------
     def observe(self, frames: Sequence[Frame],
@@ -215,7 +228,9 @@ class EnergyIntegrator:
                     self._frame(node, f, touched)
             out[key] = node
             rows.extend(EnergyRow(*k, *node.acc[k]) for k in sorted(touched))
-            states.extend(stored(key, d, s) for d, s in node.devs.items())
+            new = [stored(key, d, s) for d, s in node.devs.items()]
+            held = self._held.get(key)
+            states.extend(newest_states(held, new) if held else new)
         return out, rows, states
 
     # -- state ---------------------------------------------------------------
@@ -230,6 +245,14 @@ class EnergyIntegrator:
         if self.store is None:
             return NodeState({}, {}, -math.inf)
         saved, saved_rows = self.store.energy_state(*key, first_ts)
+        if self._history_end is not None and saved and max(s.ts for s in saved) > first_ts:
+            # Backfill: the span's hours may share the stored history's first hour (and an
+            # older span's last): their rows are added to, not replaced.
+            self._held[key] = saved
+            rows = self.store.energy(bucket_floor(first_ts),
+                                     bucket_floor(self._history_end) + BUCKET_S, *key)
+            acc_b: Acc = {tuple(r[:8]): list(r[8:]) for r in rows}  # type: ignore[misc]
+            return NodeState({}, acc_b, -math.inf)
         devs = {s.device: loaded(s) for s in saved}
         acc: Acc = {tuple(r[:8]): list(r[8:]) for r in saved_rows}  # type: ignore[misc]
         last = max((s.ts for s in saved), default=-math.inf)

@@ -5,6 +5,7 @@ watermark's stored form (``ledger.DeviceState``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fleetwatch.frame import Frame
 from fleetwatch.pipeline.energy_clock import NodeClock
@@ -126,3 +127,17 @@ def prune(node: NodeState) -> None:
         k[0] for k in node.acc)
     for k in [k for k in node.acc if k[0] < newest - BUCKET_S]:
         del node.acc[k]
+
+
+def newest_states(held: Sequence[DeviceState], new: Sequence[DeviceState]
+                  ) -> list[DeviceState]:
+    """Per device, the newer of the stored watermark (``held``) and the one just
+    integrated: a span written before the stored history (``simulate`` backfilling) books
+    its own hours but must not move a node's watermark back to its end, where the next
+    run would resume from."""
+    out = {s.device: s for s in held}
+    for s in new:
+        was = out.get(s.device)
+        if was is None or s.ts > was.ts:
+            out[s.device] = s
+    return list(out.values())
