@@ -82,11 +82,14 @@ class AlertFlow:
 
     def deaf(self) -> None:
         """Polls bring nothing because the brokers are away, hang or the group rebalances:
-        the time until the next ``tick`` counts for no detector (nothing was heard)."""
+        the time until the next ``tick`` counts for no detector (nothing was heard). What
+        the notifier's lanes reported is recorded all the same (they do not need the
+        brokers)."""
         for d in self._tickers:
             deaf = getattr(d, "deaf", None)
             if callable(deaf):
                 deaf()
+        self._record_reported()
 
     def tick(self, unheard_s: float = 0.0) -> None:
         """A poll brought nothing: the detectors that judge a lack of frames (``tick``:
@@ -104,6 +107,10 @@ class AlertFlow:
         self._next_tick = now + TICK_EVERY_S
         if self._tickers:
             self._tick_detectors(unheard_s)
+        self._record_reported()
+
+    def _record_reported(self) -> None:
+        """Record what the notifier's lanes reported since (no store write if nothing)."""
         record = getattr(self._notifier, "record_reported", None)
         if callable(record):
             record()

@@ -20,6 +20,7 @@ from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.models.helpers import busy, node
 from tests.sinks.conftest import until
+from tests.sinks.test_sink_lanes import alert
 
 
 class Webhook:
@@ -119,4 +120,26 @@ def test_a_node_silent_event_the_store_was_away_for_is_written_at_the_next_tick(
         assert len(store.events(0, 1e12, kinds=["node_state"])) == 1
         assert p.stats.events.get("node_state") == 1
     finally:
+        store.close()
+
+
+def test_a_page_delivered_while_the_brokers_are_away_is_recorded_sent(tmp_path: Path) -> None:
+    """The brokers do not answer (``deaf``): no tick judges silence, but the lanes'
+    outcomes are recorded all the same."""
+    store = SqliteStore(tmp_path / "fw.db")
+    sink = Webhook()
+    notifier = Notifier([sink], record=store.write_notifications)
+    p = Processor(store, detectors=[NodeSilence()], notifier=notifier)
+    try:
+        notifier.send([alert("hot")], now=1_000)  # paged by a batch just before
+        assert until(lambda: sink.got)
+
+        def recorded() -> list[str]:
+            p.deaf()
+            time.sleep(0.05)
+            return sorted(n.outcome for n in store.notifications(0, 1e12))
+
+        assert until(lambda: recorded() == ["queued", "sent"], timeout_s=3.0), recorded()
+    finally:
+        notifier.close()
         store.close()
