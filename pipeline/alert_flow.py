@@ -20,10 +20,11 @@ from fleetwatch.models import Finding
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import MAX_SURPRISES, Batch, Stats
 from fleetwatch.pipeline.bus import BusError
+from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.out_of_memory import out_of_memory
 from fleetwatch.pipeline.ownership import Ownership
 from fleetwatch.pipeline.refusals import Refusals
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError
+from fleetwatch.pipeline.store.base import Alert, Event, Store, StoreError
 
 log = logging.getLogger("fleetwatch.pipeline.processor")
 
@@ -41,6 +42,8 @@ class AlertFlow:
     ownership: Ownership
     refusals: Refusals
     _unstored: list[Alert]
+    _unstored_events: list[Event]
+    node_states: NodeStates
     _tickers: list[Any]
     _next_tick: float
     _notifier: Any
@@ -79,24 +82,40 @@ class AlertFlow:
 
     def deaf(self) -> None:
         """Polls bring nothing because the brokers are away, hang or the group rebalances:
-        the time until the next ``tick`` counts for no detector (nothing was heard)."""
+        the time until the next ``tick`` counts for no detector (nothing was heard). What
+        the notifier's lanes reported is recorded all the same (they do not need the
+        brokers)."""
         for d in self._tickers:
             deaf = getattr(d, "deaf", None)
             if callable(deaf):
                 deaf()
+        self._record_reported()
 
     def tick(self, unheard_s: float = 0.0) -> None:
         """A poll brought nothing: the detectors that judge a lack of frames (``tick``:
         silent nodes, a whole fleet gone quiet) are asked on this processor's clock, at
-        most every ``TICK_EVERY_S``; their alert changes are stored and sent. Nodes of
-        partitions just taken over are built first (no frame may ever come from them).
-        ``unheard_s``: how long since the brokers last answered; that time is not known
-        to be quiet yet, so the detectors are asked as of the last answer.
+        most every ``TICK_EVERY_S``; their alert changes are stored with their
+        ``node_state`` events, and sent. Nodes of partitions just taken over are built
+        first (no frame may ever come from them). ``unheard_s``: how long since the
+        brokers last answered; that time is not known to be quiet yet, so the detectors
+        are asked as of the last answer. Then what the notifier's lanes reported since is
+        recorded: no batch may come to record it (a one-node deployment, a cluster cut off).
         Raises ``StoreError`` while the store is away (the loop pauses, as for a batch)."""
         now = time.monotonic()
-        if not self._tickers or now < self._next_tick:
+        if now < self._next_tick:
             return
         self._next_tick = now + TICK_EVERY_S
+        if self._tickers:
+            self._tick_detectors(unheard_s)
+        self._record_reported()
+
+    def _record_reported(self) -> None:
+        """Record what the notifier's lanes reported since (no store write if nothing)."""
+        record = getattr(self._notifier, "record_reported", None)
+        if callable(record):
+            record()
+
+    def _tick_detectors(self, unheard_s: float) -> None:
         self.ownership.build([], None)
         self._tell_behind(self.ownership.behind())
         wall = self._clock() - max(0.0, unheard_s)
@@ -109,18 +128,33 @@ class AlertFlow:
                 log.exception("detector %s failed while no frame came; skipped for now",
                               getattr(d, "name", type(d).__name__))
         changes = self.alerts.observe([], findings) if findings else []
-        if not changes:
+        # A node silent while no frame comes: its event, as a batch would write it (its
+        # "back" comes with its first frame). Kept until stored, like the alert changes.
+        events = [*self._unstored_events, *self.node_states.update([], changes)]
+        if not changes and not events:
             return
         writes = list({a.id: a for a in [*self._unstored, *changes]}.values())
+        away: StoreError | None = None
         try:
             self._write_alerts(writes)
             self._unstored = []
             self.stats.alerts_written += len(writes)
-        except StoreError:  # sent all the same; written with the next write that succeeds
-            self._unstored = writes
-            self._send_ticked(changes, findings, stored=False)
-            raise
-        self._send_ticked(changes, findings)
+        except StoreError as exc:  # sent all the same; written with the next write
+            self._unstored, away = writes, exc
+        alerts_stored = away is None
+        self._unstored_events = events
+        if alerts_stored:
+            try:
+                self.refusals.write("events", self.store.write_events, events)
+                self._unstored_events = []
+                for e in events:
+                    self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
+            except StoreError as exc:
+                away = exc
+        if changes:
+            self._send_ticked(changes, findings, stored=alerts_stored)
+        if away is not None:
+            raise away
 
     def _send_ticked(self, changes: list[Alert], findings: list[Finding],
                      stored: bool = True) -> None:

@@ -86,7 +86,7 @@ from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
 from fleetwatch.pipeline.refusals import Refusals, partial_dropped
-from fleetwatch.pipeline.store.base import Alert, Store, StoreError, StoreRejected, gpu_index
+from fleetwatch.pipeline.store.base import Alert, Event, Store, StoreError, StoreRejected, gpu_index
 
 log = logging.getLogger(__name__)
 
@@ -152,6 +152,7 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self.events = EventTracker()  # XIDs, GPU state, throttle and job changes
         self.node_states = NodeStates()  # a node silent and back, from its alert and frames
         self._unstored: list[Alert] = []  # alert changes applied but not yet stored
+        self._unstored_events: list[Event] = []  # node_state events of a tick, not stored yet
         # Nodes met while the store was away, their boards not recalled: their first frame,
         # compared with the stored boards once the store answers (``_recall_late``).
         self._unrecalled: dict[NodeKey, Frame] = {}
@@ -341,9 +342,11 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         else:
             changes = self.alerts.observe(batch.owned, batch.findings) \
                 if batch.owned or batch.findings else []
-            # Once per batch (not judged again on a retry): written with its events.
-            batch.events = [*(batch.events or ()),
+            # Once per batch (not judged again on a retry): written with its events, and
+            # with those of a ``tick`` the store was away for.
+            batch.events = [*self._unstored_events, *(batch.events or ()),
                             *self.node_states.update(batch.owned or (), changes)]
+            self._unstored_events = []
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
         if batch.events:  # with the batch, before its commit; written again on a retry

@@ -63,9 +63,10 @@ class Notifier:
     through the same queue as the changes, so a sink sees them in order.
 
     ``record`` (the store's ``write_notifications``) gets, at each ``send`` (and at
-    ``close``), what each notifying sink's lane reported delivered (``sent``) or not
-    (``given_up``, ``failed``) since, and the batch's changes before they are handed to
-    the lanes: muted there, or ``queued`` (owed until an outcome; ``sinks.notified``).
+    ``record_reported``, each idle tick, and ``close``), what each notifying sink's lane
+    reported delivered (``sent``) or not (``given_up``, ``failed``) since, and the batch's
+    changes before they are handed to the lanes: muted there, or ``queued`` (owed until
+    an outcome; ``sinks.notified``).
     ``recorded`` (the store's ``notifications``, read by alert ids) lets ``adopt`` re-send
     the firing, un-muted alerts the record shows a notifying sink never took (a
     predecessor gave them up, or was killed before an outcome): once, to that sink, with
@@ -85,7 +86,7 @@ class Notifier:
         self.sinks = list(sinks)
         self._recorded, self._background = recorded, background
         # (sink, notices, outcome, wall clock) the lanes reported, recorded at the next
-        # ``send`` on the processor's thread (the store's writer).
+        # ``send`` or ``record_reported`` on the processor's thread (the store's writer).
         self._reported: list[tuple[str, Sequence[Notice], str, float]] = []
         self._reported_lock = threading.Lock()
         self._recorder = Recorder(record, [s.name for s in self.sinks
@@ -203,6 +204,17 @@ class Notifier:
         """A lane's report (its thread): kept for the processor's thread to record."""
         with self._reported_lock:
             self._reported.append((sink, list(notices), outcome, time.time()))
+
+    def record_reported(self) -> bool:
+        """Record what the lanes reported since the last record, if anything (the
+        processor's thread, each ``tick`` while no frame comes): an outcome waits for no
+        batch, so a processor restarted meanwhile does not re-send a page delivered. No
+        store write when nothing was reported; whether one was tried."""
+        with self._reported_lock:
+            if not self._reported:
+                return False
+        self._record([])
+        return True
 
     def _record(self, notices: Sequence[Notice], handed: float | None = None) -> None:
         """Record the lanes' reports so far and ``notices`` (handed to the lanes at

@@ -135,3 +135,25 @@ def test_a_store_away_or_hanging_does_not_hold_a_page_back() -> None:
     # each outcome after its hand-over: nothing owed
     assert undelivered([alert("away").id, alert("still", ts=1_001).id], "webhook",
                        written) == set()
+
+
+def test_a_lanes_outcome_is_recorded_without_a_send_and_nothing_written_when_none() -> None:
+    """No batch comes (no frame reaches the processor): its tick records what the lanes
+    reported (``record_reported``), at the time the lane reported it; a tick with nothing
+    reported writes nothing."""
+    writes: list[list[Notification]] = []
+    sink = TimedSink()
+    notifier = Notifier([sink], record=lambda notes: writes.append(list(notes)))
+    try:
+        assert notifier.record_reported() is False and writes == []
+        handed = time.time()
+        notifier.send([alert("quiet")], now=1_000)
+        assert until(lambda: "quiet" in sink.got)
+        assert until(notifier.record_reported, timeout_s=5.0)
+        reported_by = time.time()
+        assert notifier.record_reported() is False  # nothing new: no write
+    finally:
+        notifier.close()
+    assert [[n.outcome for n in w] for w in writes] == [["queued"], ["sent"]]
+    sent = writes[1][0]
+    assert sent.ts == 1_000 and handed <= sent.sent_ts <= reported_by
