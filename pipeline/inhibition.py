@@ -22,8 +22,12 @@ Pure functions over alerts, used by ``pipeline.silences.mute``.
   critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
   and XIDs 63/94; a link down the XID 74 that reports it). A cause covers only while it
-  is heard itself (not silenced, acknowledged or muted): a silence or an acknowledgement
-  mutes what it matches, and the alerts it covered are notified on their own. While a
+  is heard itself (not silenced, acknowledged, or muted by anything but a cover on its
+  own GPU): a silence or an acknowledgement mutes what it matches, and the alerts it
+  covered are notified on their own; a cause muted by its GPU's heard cover (the
+  incident's page, its family's critical) still covers, as that page explains it all
+  (``covers_while_muted``: one hot GPU's temperature warning under a muted
+  ``gpu_temp_critical`` is no second page). While a
   room alert fires, a cause that Alertmanager's room rule mutes (``ROOM_MUTES_IN_AM``)
   covers nothing, so a GPU hotter than its peers still pages there.
 * One hot GPU is one incident: far hotter than its peers (``gpu_hot_vs_peers_critical``)
@@ -198,7 +202,8 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
     node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing.
 
     A cause on the GPU covers only while it is itself heard (``heard``: not silenced,
-    acknowledged or muted; none: every firing one is): a silence or an acknowledgement
+    acknowledged, or muted but by a cover on its own GPU, ``covers_while_muted``; none:
+    every firing one is): a silence or an acknowledgement
     mutes what it matches, never another rule's page. Nor does one of ``ROOM_MUTES_IN_AM``
     while a room alert of its cluster fires, even on a GPU hotter than its peers:
     Alertmanager's room rule, which cannot tell, mutes it there."""
@@ -238,6 +243,21 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
                 or a.rule == ROOM_RULE):
             cooled = a.id
     return "" if hotter else cooled
+
+
+def covers_while_muted(cause: Alert, why: str, open_alerts: Iterable[Alert]) -> bool:
+    """Does ``cause``, muted so (``why``: a ``silences.mute`` reason), still cover what it
+    explains on its GPU? Only where a cover on its own GPU mutes it (``inhibited:ID``: the
+    incident's other finding, its family's critical): that cover is heard, and explains
+    all that ``cause`` does, so one hot GPU stays one page. Muted by a person (a silence,
+    an acknowledgement: "" here, the caller checks) or by a node, rack or room alert, it
+    covers nothing."""
+    cover = why.removeprefix("inhibited:")
+    if cover == why:
+        return False
+    return any(a.id == cover and scope_of(a) == "gpu"
+               and (a.cluster, a.node, a.device) == (cause.cluster, cause.node, cause.device)
+               for a in open_alerts)
 
 
 def judged(cover: Alert, alert: Alert) -> bool:

@@ -21,7 +21,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from fleetwatch.pipeline.inhibition import inhibited_by
+from fleetwatch.pipeline.inhibition import covers_while_muted, inhibited_by
 from fleetwatch.pipeline.silence_matchers import labels, silenced_by
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 
@@ -62,7 +62,8 @@ def mute(alert: Alert, open_alerts: Iterable[Alert], silences: Sequence[Silence]
          acks: Mapping[str, Acknowledgement], at: float | None = None) -> str:
     """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or "".
     ``at``: the stream's time now (silences are judged then; see ``silenced_by``). A cause
-    on the alert's GPU mutes it only if that cause is not muted itself (``inhibited_by``)."""
+    on the alert's GPU mutes it only if that cause is heard, or muted only by a cover on
+    its own GPU (``inhibited_by``, ``covers_while_muted``)."""
     return _mute(alert, list(open_alerts), silences, acks, at, frozenset())
 
 
@@ -75,8 +76,13 @@ def _mute(alert: Alert, open_alerts: list[Alert], silences: Sequence[Silence],
     inner = judging | {alert.id}
 
     def heard(cause: Alert) -> bool:  # a cause already being judged (a loop) is not heard
-        return cause.id not in inner and not _mute(cause, open_alerts, silences, acks, at,
-                                                    inner)
+        if cause.id in inner:
+            return False
+        why = _mute(cause, open_alerts, silences, acks, at, inner)
+        # Muted by its own GPU's heard cover, it still covers (one incident, one page);
+        # acknowledged by a person, it covers nothing, as a silenced one.
+        return not why or (covers_while_muted(cause, why, open_alerts)
+                           and not (cause.id in acks and cause.state == "firing"))
 
     iid = inhibited_by(alert, open_alerts, heard)
     if iid:

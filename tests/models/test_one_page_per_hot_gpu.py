@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from fleetwatch.pipeline.inhibition import inhibited_by
 from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
-from fleetwatch.pipeline.store.base import Alert
+from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.scoring_noise import notified
 
 PEER, LIMIT = "gpu_hot_vs_peers_critical", "gpu_temp_critical"
@@ -165,3 +166,51 @@ def test_a_restart_keeps_one_page_with_both_in_it() -> None:
     assert [(n.alert.rule, n.muted_by) for n in sink.adopted] == [
         (LIMIT, f"inhibited:{peer.id}"), (PEER, "")]
     assert MESSAGE[LIMIT] in sink.adopted[1].alert.message
+
+
+def warning(rule: str, fired: float) -> Alert:
+    return dataclasses.replace(firing(LIMIT, fired), rule=rule, severity="warning",
+                               id=f"{rule}/c/n1/gpu0/{fired:g}", message=f"{rule} on gpu0")
+
+
+def test_a_finding_muted_by_its_incident_page_still_covers_its_warning() -> None:
+    """The peer page mutes the limit (one incident); the limit, muted only by a cover on
+    its own GPU, still covers the warning it explains: covers chain on one GPU."""
+    peer, limit, high = firing(PEER, 1000.0), firing(LIMIT, 1030.0), warning("gpu_temp_high",
+                                                                              1060.0)
+    both = [peer, limit, high]
+    assert mute(limit, both, [], {}) == f"inhibited:{peer.id}"
+    assert mute(high, both, [], {}) == f"inhibited:{limit.id}"
+    assert inhibited_by(high, both) == limit.id
+
+
+def test_a_cause_silenced_or_acknowledged_covers_nothing_even_in_a_chain() -> None:
+    """A person's silence or acknowledgement of the limit mutes the limit only: the warning
+    it would explain is notified on its own (a silence never mutes another rule's page)."""
+    peer, limit, high = firing(PEER, 1000.0), firing(LIMIT, 1030.0), warning("gpu_temp_high",
+                                                                              1060.0)
+    both = [peer, limit, high]
+    quiet = Silence("s1", (("rule", "=", LIMIT),), 0.0, 1e10)
+    assert mute(high, both, [quiet], {}) == ""
+    assert mute(high, both, [], {limit.id: Acknowledgement(limit.id, 1040.0, "ana")}) == ""
+    # the page silenced: the limit is heard again, and covers the warning itself
+    page_quiet = Silence("s2", (("rule", "=", PEER),), 0.0, 1e10)
+    assert mute(limit, both, [page_quiet], {}) == ""
+    assert mute(high, both, [page_quiet], {}) == f"inhibited:{limit.id}"
+
+
+def test_one_gpu_at_95_c_with_its_four_alerts_is_one_page() -> None:
+    """Far above its peers and past its limit: the peer critical fires first, then the
+    peer warning, the limit and the temperature warning; a sink is paged once."""
+    sink = Recording()
+    notifier = Notifier([sink], background=False)
+    peer, peer_warn = firing(PEER, 1000.0), warning("gpu_hot_vs_peers", 1000.0)
+    limit, high = firing(LIMIT, 1030.0), warning("gpu_temp_high", 1060.0)
+    notifier.send([peer, peer_warn])
+    notifier.send([limit])
+    notifier.send([high])
+    notifier.send([dataclasses.replace(a, updated_ts=1200.0) for a in (peer, limit, high)])
+    assert pages(sink.sent) == {peer.id}
+    muted = {n.alert.rule: n.muted_by for n in sink.sent if n.muted_by}
+    assert muted == {"gpu_hot_vs_peers": f"inhibited:{peer.id}",
+                     LIMIT: f"inhibited:{peer.id}", "gpu_temp_high": f"inhibited:{limit.id}"}
