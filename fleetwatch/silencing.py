@@ -82,9 +82,10 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
                                f"variable?): name the {name}, e.g. {name}{op}VALUE; "
                                f"{name}=~^$ matches alerts whose {name} is empty")
     _check_length(duration_s)
-    start = _ms(time.time() if start_ts is None else start_ts)
+    made = _ms(time.time())
+    start = made if start_ts is None else _ms(start_ts)
     silence = Silence(uuid.uuid4().hex[:12], parsed, start, round(start + duration_s, 3), by,
-                      comment)
+                      comment, made)
     _write(store.write_silences, silence)
     return silence
 
@@ -276,7 +277,7 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None
                 return s, False
             ended = Silence(s.id, s.matchers, s.start_ts,
                             min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
-                            s.comment)
+                            s.comment, s.created_ts, _ms(now))
             _write(store.write_silences, ended)
             return ended, True
     raise SilenceNotFound(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows "
@@ -311,6 +312,9 @@ def describe(s: Silence, now: float | None = None) -> str:
             f"{visible(s.created_by)}  {visible(s.comment)}")
     if s.start_ts > now and s.end_ts > s.start_ts:
         line += f"  pending (starts in {age(s.start_ts - now)})"
+    elif s.end_ts <= s.start_ts:  # expired before its start: it never muted anything
+        line += "  cancelled before its start" + (
+            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "")
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "
