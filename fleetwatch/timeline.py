@@ -225,8 +225,9 @@ def _silence(s: Silence) -> list[Entry]:
                          detail=f"{window}: {detail}"))
     if not ran:
         if ahead and s.expired_ts:
-            return [*out, Entry(s.expired_ts, "silence", "silence cancelled", by=by,
-                                alert_id=s.id, detail=matchers)]
+            # `silence expire` takes no name: who cancelled it is not known (not its maker).
+            return [*out, Entry(s.expired_ts, "silence", "silence cancelled", alert_id=s.id,
+                                detail=matchers)]
         return [*out, Entry(s.start_ts, "silence", "silence cancelled before its start",
                             by=by, alert_id=s.id, detail=detail)]
     out.append(Entry(s.start_ts, "silence", "silence started" if ahead else "silence added",

@@ -39,6 +39,8 @@ def test_a_pending_silence_cancelled_shows_made_and_cancelled_only() -> None:
     s = Silence("s1", M, T + 3 * 3600, T + 3 * 3600, "alice", "", created_ts=T,
                 expired_ts=T + 600)
     assert _whats(s) == [(T, "silence made"), (T + 600, "silence cancelled")]
+    made, cancelled = _silence(s)
+    assert made.by == "alice" and cancelled.by == ""  # expire names no one: not its maker
 
 
 def test_one_made_now_is_one_added_entry_and_an_old_record_reads_as_before() -> None:
