@@ -123,7 +123,7 @@ def _moment(text: str, flag: str, tz: Any) -> float:
     ``timeline --since`` reads one)."""
     from datetime import datetime
 
-    from fleetwatch.silencing import SilenceError
+    from fleetwatch.silencing import SilenceError, local_instant
 
     try:
         at = datetime.fromisoformat(text.strip())
@@ -131,7 +131,7 @@ def _moment(text: str, flag: str, tz: Any) -> float:
         raise SilenceError(f"{flag} {text!r} is not a date and time: write e.g. "
                            "2026-11-28 02:00 (in --tz, UTC by default) or "
                            "2026-11-28T02:00:00+01:00") from None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=tz)).timestamp()
+    return at.timestamp() if at.tzinfo is not None else local_instant(at, tz, flag)
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:

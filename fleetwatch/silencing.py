@@ -17,6 +17,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fleetwatch.alert_view import age
@@ -80,12 +81,11 @@ def add_silence(store: Store, matchers: Sequence[str], duration_s: float,
             raise SilenceError(f"silence matcher {text!r} has an empty value (an unset shell "
                                f"variable?): name the {name}, e.g. {name}{op}VALUE; "
                                f"{name}=~^$ matches alerts whose {name} is empty")
-    if not 0 < duration_s <= MAX_LENGTH_S:
-        raise SilenceError(f"silence duration {duration_s:g} s: must be above 0 and at most "
-                           "a year")
-    start = _ms(time.time() if start_ts is None else start_ts)
+    _check_length(duration_s)
+    made = _ms(time.time())
+    start = made if start_ts is None else _ms(start_ts)
     silence = Silence(uuid.uuid4().hex[:12], parsed, start, round(start + duration_s, 3), by,
-                      comment)
+                      comment, made)
     _write(store.write_silences, silence)
     return silence
 
@@ -125,10 +125,53 @@ def window(start_ts: float | None, end_ts: float | None, duration_s: float | Non
                                ": the silence would mute nothing")
         duration_s = end_ts - start
     length = DEFAULT_LENGTH_S if duration_s is None else duration_s
-    if not 0 < length <= MAX_LENGTH_S:
-        raise SilenceError(f"silence duration {length:g} s: must be above 0 and at most a "
-                           "year")
+    _check_length(length)
     return start, length
+
+
+def _check_length(length_s: float) -> None:
+    """Refuse a length outside (0, MAX_LENGTH_S], both said in days as the limit is kept
+    (a leap year's 366 d, so that any calendar year fits)."""
+    if not 0 < length_s <= MAX_LENGTH_S:
+        said = f"{length_s / 86400:g} d" if length_s >= 86400 else f"{length_s:g} s"
+        raise SilenceError(f"silence duration {said}: must be above 0 and at most "
+                           f"{MAX_LENGTH_S / 86400:g} d (a year)")
+
+
+def local_instant(at: datetime, tz: tzinfo, flag: str) -> float:
+    """``at``, a wall-clock time without an offset, read in ``tz``. Refused naming it: one
+    the zone skips (summer time starting: zoneinfo would read it as another hour, shifting
+    the window silently) and one it has twice (summer time ending: which of the two was
+    meant cannot be guessed), with both readings and the offset that picks each."""
+    first, second = at.replace(tzinfo=tz, fold=0), at.replace(tzinfo=tz, fold=1)
+    typed = at.strftime("%Y-%m-%d %H:%M")
+    back = datetime.fromtimestamp(first.timestamp(), tz).replace(tzinfo=None)
+    if back != at:  # no instant shows this wall time
+        gap = _gap(at, tz)
+        raise SilenceError(f"{flag} {typed} does not exist in {tz}: the clocks go from "
+                           f"{gap[0]} straight to {gap[1]} that day; write a time outside "
+                           "the skipped hour, or one with its offset")
+    if first.utcoffset() != second.utcoffset():
+        readings = " or ".join(
+            f"{a.isoformat(timespec='minutes')} "
+            f"({datetime.fromtimestamp(a.timestamp(), timezone.utc):%H:%M} UTC)"
+            for a in (first, second))
+        raise SilenceError(f"{flag} {typed} happens twice in {tz} (the clocks go back "
+                           f"that day): {readings}; write it with the offset meant")
+    return first.timestamp()
+
+
+def _gap(at: datetime, tz: tzinfo) -> tuple[str, str]:
+    """The last wall-clock minute before the change that skips ``at``, and the first after.
+    fold=1 and fold=0 read ``at`` with the offsets after and before the change: the instants
+    they give bracket it, a minute's steps find it (a gap is an hour or two)."""
+    ts = at.replace(tzinfo=tz, fold=1).timestamp()
+    end = at.replace(tzinfo=tz, fold=0).timestamp()
+    offset = datetime.fromtimestamp(ts, tz).utcoffset()
+    while ts < end and datetime.fromtimestamp(ts + 60, tz).utcoffset() == offset:
+        ts += 60
+    return (f"{datetime.fromtimestamp(ts, tz):%H:%M}",
+            f"{datetime.fromtimestamp(ts + 60, tz):%H:%M}")
 
 
 def _utc(ts: float) -> str:
@@ -234,7 +277,7 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None
                 return s, False
             ended = Silence(s.id, s.matchers, s.start_ts,
                             min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
-                            s.comment)
+                            s.comment, s.created_ts, _ms(now))
             _write(store.write_silences, ended)
             return ended, True
     raise SilenceNotFound(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows "
@@ -269,6 +312,9 @@ def describe(s: Silence, now: float | None = None) -> str:
             f"{visible(s.created_by)}  {visible(s.comment)}")
     if s.start_ts > now and s.end_ts > s.start_ts:
         line += f"  pending (starts in {age(s.start_ts - now)})"
+    elif s.end_ts <= s.start_ts:  # expired before its start: it never muted anything
+        line += "  cancelled before its start" + (
+            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "")
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "

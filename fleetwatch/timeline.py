@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -208,12 +209,41 @@ def _touches(s: Silence, alerts: Sequence[Alert], scope: Scope) -> bool:
 
 
 def _silence(s: Silence) -> list[Entry]:
+    """A silence's life: made (with its window, when it starts later than it was made),
+    started, ended; one cancelled before its start is made and cancelled, no more (it
+    never muted anything). Records of older versions keep no making or cancelling time."""
     matchers = visible(",".join(f"{n}{op}{v}" for n, op, v in s.matchers))
     detail = matchers + (f": {visible(s.comment)}" if s.comment else "")
-    return [Entry(s.start_ts, "silence", "silence added", by=visible(s.created_by),
-                  alert_id=s.id, detail=detail),
-            Entry(s.end_ts, "silence", "silence ended", by=visible(s.created_by),
-                  alert_id=s.id, detail=matchers)]
+    by = visible(s.created_by)
+    ran = s.end_ts > s.start_ts
+    ahead = s.created_ts and s.start_ts - s.created_ts >= 1.0
+    out: list[Entry] = []
+    if ahead:
+        window = (f"for {_stamp(s.start_ts)} .. {_stamp(s.end_ts, s.start_ts)} UTC"
+                  if ran else f"from {_stamp(s.start_ts)} UTC")
+        out.append(Entry(s.created_ts, "silence", "silence made", by=by, alert_id=s.id,
+                         detail=f"{window}: {detail}"))
+    if not ran:
+        if ahead and s.expired_ts:
+            # `silence expire` takes no name: who cancelled it is not known (not its maker).
+            return [*out, Entry(s.expired_ts, "silence", "silence cancelled", alert_id=s.id,
+                                detail=matchers)]
+        return [*out, Entry(s.start_ts, "silence", "silence cancelled before its start",
+                            by=by, alert_id=s.id, detail=detail)]
+    out.append(Entry(s.start_ts, "silence", "silence started" if ahead else "silence added",
+                     by=by, alert_id=s.id, detail=matchers if ahead else detail))
+    why = " (expired by hand)" if s.expired_ts else ""
+    return [*out, Entry(s.end_ts, "silence", "silence ended", by=by, alert_id=s.id,
+                        detail=matchers + why)]
+
+
+def _stamp(ts: float, same_day_as: float | None = None) -> str:
+    """UTC time; the date left out when it is ``same_day_as``'s."""
+    day = time.strftime("%Y-%m-%d", time.gmtime(ts))
+    clock = time.strftime("%H:%M:%S", time.gmtime(ts))
+    if same_day_as is not None and day == time.strftime("%Y-%m-%d", time.gmtime(same_day_as)):
+        return clock
+    return f"{day} {clock}"
 
 
 def _event_what(e: Event) -> str:

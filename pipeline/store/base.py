@@ -194,7 +194,9 @@ class Silence:
     ``end_ts`` (epoch s, compared with the stream's time: see ``pipeline.silence_matchers``).
     A matcher is ``(label, op, value)`` with op ``=``, ``!=``, ``=~`` or ``!~`` (a full-match
     regular expression), as in Alertmanager; labels: rule, severity, cluster, rack, node,
-    device."""
+    device. ``created_ts``: when it was made (it may start later); ``expired_ts``: when
+    ``silence expire`` ended or cancelled it; 0 where unknown (records of older versions)
+    or not expired."""
 
     id: str
     matchers: tuple[tuple[str, str, str], ...]
@@ -202,6 +204,8 @@ class Silence:
     end_ts: float
     created_by: str = ""
     comment: str = ""
+    created_ts: float = 0.0
+    expired_ts: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

@@ -106,7 +106,8 @@ class SqliteEnergy:
                 conn.executemany("INSERT OR IGNORE INTO energy_dirty VALUES (?)",
                                  [(b,) for b in {r.bucket_ts for r in rows}])
         except sqlite3.OperationalError as exc:
-            raise StoreError(f"sqlite energy write to {self.path} failed: {exc}") from exc
+            raise StoreError(f"sqlite energy write to {self.path} failed: "
+                             f"{describe(self.path, exc)}") from exc
 
     def energy_state(self, cluster: str, node: str, at_ts: float = 0.0
                      ) -> tuple[list[DeviceState], list[EnergyRow]]:

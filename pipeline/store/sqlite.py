@@ -57,12 +57,31 @@ CREATE TABLE IF NOT EXISTS rollup_1m (
 CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS silences (
     id TEXT PRIMARY KEY, matchers TEXT NOT NULL, start_ts REAL NOT NULL, end_ts REAL NOT NULL,
-    created_by TEXT NOT NULL, comment TEXT NOT NULL);
+    created_by TEXT NOT NULL, comment TEXT NOT NULL, created_ts REAL NOT NULL DEFAULT 0,
+    expired_ts REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS acks (
     alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
 -- What retention deleted: a table's rows before this instant are gone (reports say so).
 CREATE TABLE IF NOT EXISTS pruned (what TEXT PRIMARY KEY, before_ms INTEGER NOT NULL);
 """
+
+SILENCE_COLUMNS = "id, matchers, start_ts, end_ts, created_by, comment, created_ts, expired_ts"
+# Added since the silences table was first made: when one was made, when it was expired.
+_SILENCE_TIMES = ("created_ts", "expired_ts")
+
+
+def _add_silence_columns(conn: sqlite3.Connection) -> None:
+    have = {row[1] for row in conn.execute("PRAGMA table_info(silences)")}
+    for name in _SILENCE_TIMES:
+        if name not in have:
+            conn.execute(f"ALTER TABLE silences ADD COLUMN {name} REAL NOT NULL DEFAULT 0")
+
+
+def _silence_select(conn: sqlite3.Connection) -> str:
+    """The columns to read: 0 for a time an older file opened read-only lacks."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(silences)")}
+    return ", ".join(n if n in have or n not in _SILENCE_TIMES else f"0 AS {n}"
+                     for n in SILENCE_COLUMNS.split(", "))
 
 
 class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
@@ -110,6 +129,7 @@ class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
             # conversion may take, and says so), not in a CREATE below (the busy timeout).
             key_events(conn, self.path)
             conn.executescript(_SCHEMA)
+            _add_silence_columns(conn)
             self._create_records(conn)
             conn.executescript(NOTIFY_SCHEMA)
         except sqlite3.OperationalError as exc:
@@ -222,19 +242,21 @@ class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
     def write_silences(self, silences: Sequence[Silence]) -> None:
         try:
             with self._conn() as conn:
-                conn.executemany("INSERT OR REPLACE INTO silences VALUES (?,?,?,?,?,?)", [
+                conn.executemany(f"INSERT OR REPLACE INTO silences ({SILENCE_COLUMNS}) "
+                                 "VALUES (?,?,?,?,?,?,?,?)", [
                     (s.id, json.dumps([list(m) for m in s.matchers]), s.start_ts, s.end_ts,
-                     s.created_by, s.comment) for s in silences])
+                     s.created_by, s.comment, s.created_ts, s.expired_ts) for s in silences])
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
 
     def silences(self, active_at: float | None = None) -> list[Silence]:
-        sql, args = "SELECT * FROM silences", ()
+        conn = self._conn()
+        sql, args = f"SELECT {_silence_select(conn)} FROM silences", ()
         if active_at is not None:
             sql, args = sql + " WHERE start_ts <= ? AND end_ts > ?", (active_at, active_at)
-        rows = self._conn().execute(sql + " ORDER BY start_ts", args).fetchall()
-        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c)
-                for i, ms, a, b, by, c in rows]
+        rows = conn.execute(sql + " ORDER BY start_ts", args).fetchall()
+        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c, made, gone)
+                for i, ms, a, b, by, c, made, gone in rows]
 
     def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
         try:

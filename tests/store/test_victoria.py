@@ -155,21 +155,23 @@ def test_a_silence_is_one_series_whose_comment_is_no_label(victoria: Server) -> 
     tag, now = cluster_name(), minute_ago(0) / 1000
     store = VictoriaMetricsStore(f"http://{victoria.address}")
     s = Silence(f"{tag}-s", (("cluster", "=", tag), ("node", "=~", r"n\d+")), now - 60,
-                now + 3600, "alice", "comment that changes, with text")
+                now + 3600, "alice", "comment that changes, with text", created_ts=now - 90)
     store.write_silences([s])
-    store.write_silences([dataclasses.replace(s, end_ts=now, comment="ended early")])
+    store.write_silences([dataclasses.replace(s, end_ts=now, comment="ended early",
+                                              expired_ts=now)])
     force_flush(victoria.address)
     series = export_new(victoria.address,
                         f'{{__name__=~"fleetwatch_silence_.+",id="{s.id}"}}')
     assert {s["metric"]["__name__"] for s in series} == {
         "fleetwatch_silence_start_ts", "fleetwatch_silence_end_ts",
-        "fleetwatch_silence_written_ts"}
-    assert len(series) == 3  # one series per field: the rewrite landed on the same series
+        "fleetwatch_silence_written_ts", "fleetwatch_silence_created_ts",
+        "fleetwatch_silence_expired_ts"}
+    assert len(series) == 5  # one series per field: the rewrite landed on the same series
     assert all(len(x["values"]) == 2 for x in series)
     assert {k for x in series for k in x["metric"]} == {"__name__", "id", "h", "by", "m00", "m01"}
     assert not any("comment" in v or "text" in v for x in series for v in x["metric"].values())
     [got] = [x for x in store.silences() if x.id == s.id]
-    assert got == Silence(s.id, s.matchers, s.start_ts, now, "alice", "")
+    assert got == Silence(s.id, s.matchers, s.start_ts, now, "alice", "", now - 90, now)
     store.close()
 
 
