@@ -386,7 +386,7 @@ def test_acknowledgements_round_trip_and_are_replaced_by_alert_id(backend: Backe
 
 def test_notifications_round_trip_in_their_window_and_once_each(backend: Backend) -> None:
     """What the notifier recorded (``Notification``) reads back whole on every backend."""
-    store, now = backend.store, round(time.time(), 3)
+    store, now = backend.store, float(int(time.time()))  # (whole seconds: see below)
     tag = cluster_name()
     aid = f"gpu_xid_critical/{tag}/node-2/gpu4/1"
 
