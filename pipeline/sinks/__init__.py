@@ -11,6 +11,11 @@ sink is retried with the shared ``Backoff`` a bounded number of times; a
 notifying sink's undelivered changes are then held (the latest per alert)
 and retried for ``retry_s``, then counted as failed and logged; the store's
 record of the alert is the processor's to write.
+
+The ``Notifier`` coordinates; the judgement is in modules beside it: what may mute an
+open alert (``covers``), the silences and acknowledgements in force (``mutes``), whether
+an un-muted change is news to a receiver (``news``), the record of what was notified
+(``notified``) and the re-sends at a takeover (``takeover``).
 """
 
 from __future__ import annotations
@@ -23,18 +28,16 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetwatch.pipeline.alerts import Key, alert_key, revision, scope_of
-from fleetwatch.pipeline.inhibition import (
-    GPU_COVER_RULES,
-    NODE_COVER_RULES,
-    PEER_RULES,
-    incident_joined,
-    same_incident,
-)
-from fleetwatch.pipeline.silences import Notice, mute
+from fleetwatch.pipeline.alerts import Key, alert_key, revision
+from fleetwatch.pipeline.inhibition import PEER_RULES, same_incident
+from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
+from fleetwatch.pipeline.sinks.covers import Covers, covers_of, joined, replaced_first
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
-from fleetwatch.pipeline.sinks.notified import Recorder, never_told, undelivered
+from fleetwatch.pipeline.sinks.mutes import Mutes
+from fleetwatch.pipeline.sinks.news import News, Sent
+from fleetwatch.pipeline.sinks.notified import Recorder, Reports
+from fleetwatch.pipeline.sinks.takeover import adopt_at_sinks, read_record, resend_undelivered
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Notification, Silence
 from fleetwatch.retry import Backoff
 
@@ -85,18 +88,11 @@ class Notifier:
                  ) -> None:
         self.sinks = list(sinks)
         self._recorded, self._background = recorded, background
-        # (sink, notices, outcome, wall clock) the lanes reported, recorded at the next
-        # ``send`` or ``record_reported`` on the processor's thread (the store's writer).
-        self._reported: list[tuple[str, Sequence[Notice], str, float]] = []
-        self._reported_lock = threading.Lock()
+        self._reports = Reports()  # what the lanes reported, recorded on this thread
         self._recorder = Recorder(record, [s.name for s in self.sinks
                                            if getattr(s, "notify_only", False)])
         self.stats = SinkStats(sinks={sink.name: SinkCounts() for sink in self.sinks})
-        self._silences_of, self._acks_of = silences, acks
-        self._silences: list[Silence] = []
-        self._acks: dict[str, Acknowledgement] = {}
-        self._reload_s, self._reloaded = reload_s, float("-inf")
-        self._reload_failing: float | None = None  # since when reloads fail (monotonic)
+        self._mutes = Mutes(silences, acks, reload_s)
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}
@@ -104,21 +100,13 @@ class Notifier:
         # (another XID joined an open XID alert) or severity (a room back under its
         # critical line: a warning again) is forwarded again, like a state change; the
         # first revision (1) of an alert adopted without one (an older release's) is not.
-        self._sent: dict[str, tuple[str, str, float | None, str]] = {}
-        # alert id -> (state, revision, severity) a receiver was told (notified unmuted and
-        # not reported undelivered, or adopted unmuted): un-muted again unchanged (its
-        # cover or its silence ended), it is not paged again.
-        self._heard: dict[str, tuple[str, float | None, str]] = {}
-        # The firing alerts whose subject the lifecycle judges clear (held by keep_firing_s:
-        # ``AlertBook.clearing``), as the processor last said; and those un-muted while
-        # clear, so not paged: paged if their finding comes back before they resolve.
-        self._clearing: frozenset[str] = frozenset()
-        self._quiet_clear: set[str] = set()
+        self._sent: dict[str, Sent] = {}
+        self._news = News()  # what receivers heard: an un-muted alert may be no news
         lock = threading.Lock()  # the lanes' counters
         self._lanes = [Lane(sink, self.stats, lock, attempts=attempts, backoff=backoff,
                             retry_s=retry_s, queue_max=queue_max, tick_s=tick_s,
                             background=background,
-                            outcome=functools.partial(self._lane_reported, sink.name))
+                            outcome=functools.partial(self._reports.add, sink.name))
                        for sink in self.sinks]
 
     # -- the processor's side ----------------------------------------------
@@ -137,95 +125,40 @@ class Notifier:
         self._reload(force=True)
         for a in sorted(alerts, key=lambda x: (x.started_ts, x.id)):
             self._open[alert_key(a)] = a  # of a duplicate (an older store's), the newer
-        covers = self._covers()
+        covers = covers_of(self._open.values())
         at = self._now if self._now > float("-inf") else time.time()
         firing = []
         for a in alerts:
-            n = Notice(a, mute(a, covers.of(a), self._silences, self._acks, at))
+            n = Notice(a, self._mutes.mute(a, covers.of(a), at))
             self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
             if a.state == "firing":
                 firing.append(Notice(self._join(a, covers), n.muted_by))
                 if not n.muted_by:
-                    self._heard[a.id] = _told(a)
+                    self._news.heard(a)
         self._rejudge = True
         if firing:
-            rows = self._read_record(firing)
-            self._adopt_at_sinks(firing, rows)
+            rows = read_record(self._recorded, firing)
+            adopt_at_sinks(self._lanes, firing, rows)
             if rows is not None:
-                self._resend_undelivered([n for n in firing if not n.muted_by], rows)
-
-    def _read_record(self, firing: list[Notice]) -> list[Notification] | None:
-        """The store's record of these alerts' notifications; None if there is none to read
-        (no ``recorded``) or it cannot be read now."""
-        if self._recorded is None:
-            return None
-        try:
-            return list(self._recorded([n.alert.id for n in firing]))
-        except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
-            log.warning("could not read the record of notifications (%s): firing alerts a "
-                        "processor before gave up at a sink are not re-sent, and muted ones "
-                        "are kept as if posted", exc)
-            return None
-
-    def _adopt_at_sinks(self, firing: list[Notice], rows: list[Notification] | None) -> None:
-        """``adopt`` at every sink that has it: a notifying sink is not handed the muted
-        alerts the record shows it never had (kept quiet from their start, e.g. by a
-        same-GPU cover, which Alertmanager has no rule for): it would post them, as the
-        processor before did not. Without a record, every one (it may have been posted)."""
-        for lane in self._lanes:
-            if not callable(getattr(lane.sink, "adopt", None)):
-                continue
-            kept = firing
-            if rows is not None and getattr(lane.sink, "notify_only", False):
-                quiet = never_told([n.alert.id for n in firing if n.muted_by],
-                                   lane.sink.name, rows)
-                kept = [n for n in firing if n.alert.id not in quiet]
-            lane.put("adopt", kept)
-
-    def _resend_undelivered(self, firing: list[Notice], rows: list[Notification]) -> None:
-        """Send each notifying sink, once, the firing un-muted alerts taken over that the
-        store's record shows it never took (given up by the processor before this one, at
-        its stop or after ``retry_s``, or still ``queued``: it was killed before an
-        outcome): that sink's memory of them ended with that process."""
-        if not firing:
-            return
-        for lane in self._lanes:
-            if not getattr(lane.sink, "notify_only", False):
-                continue
-            due = undelivered([n.alert.id for n in firing], lane.sink.name, rows)
-            if due:
-                log.warning("alert sink %s: %d firing alert(s) taken over were never "
-                            "delivered there (given up before, or the processor before "
-                            "stopped first); sending them now: %s",
-                            lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
-                lane.put("send", [n for n in firing if n.alert.id in due])
-
-    def _lane_reported(self, sink: str, notices: Sequence[Notice], outcome: str) -> None:
-        """A lane's report (its thread): kept for the processor's thread to record."""
-        with self._reported_lock:
-            self._reported.append((sink, list(notices), outcome, time.time()))
+                resend_undelivered(self._lanes, [n for n in firing if not n.muted_by], rows)
 
     def record_reported(self) -> bool:
         """Record what the lanes reported since the last record, if anything (the
         processor's thread, each ``tick`` while no frame comes): an outcome waits for no
         batch, so a processor restarted meanwhile does not re-send a page delivered. No
         store write when nothing was reported; whether one was tried."""
-        with self._reported_lock:
-            if not self._reported:
-                return False
+        if not self._reports.pending():
+            return False
         self._record([])
         return True
 
     def _record(self, notices: Sequence[Notice], handed: float | None = None) -> None:
         """Record the lanes' reports so far and ``notices`` (handed to the lanes at
         ``handed``, the wall clock), muted or queued."""
-        with self._reported_lock:
-            reported, self._reported = self._reported, []
+        reported = self._reports.take()
         for _, told, outcome, _ in reported:
             if outcome in ("given_up", "failed"):  # a receiver was not told of it
-                for n in told:
-                    if self._heard.get(n.alert.id) == _told(n.alert):
-                        del self._heard[n.alert.id]
+                self._news.not_told(told)
         self._recorder.outcomes(reported, notices, self._now, handed)
 
     def forget(self, nodes: Iterable[str]) -> None:
@@ -236,7 +169,7 @@ class Notifier:
         for key in [k for k, a in self._open.items() if a.node in gone]:
             gone_id = self._open.pop(key).id
             self._sent.pop(gone_id, None)
-            self._heard.pop(gone_id, None)
+            self._news.forget(gone_id)
         if gone:
             self._hand_over("forget", gone)
 
@@ -256,7 +189,7 @@ class Notifier:
         Whenever silences and acknowledgements are reloaded, every open alert is judged
         again: one that does not change (a latched XID, a silent node) is muted by a
         silence added after its last change, and notified again when the silence ends
-        (not where ``_notice`` says it is no news).
+        (not where ``News.notice`` says it is no news).
         ``current``: the open alerts as the lifecycle has them now, newer than their last
         write (at most its ``refresh_s``): one notified again is notified as it is now.
         ``stored`` False: the changes could not be stored (the store is away): they are
@@ -267,7 +200,7 @@ class Notifier:
         then (a node rebooted within its silence) is not paged as firing.
         """
         if clearing is not None:
-            self._clearing = frozenset(clearing)
+            self._news.clearing(clearing)
         for a in current:
             key = alert_key(a)
             held = self._open.get(key)
@@ -288,11 +221,11 @@ class Notifier:
                     self._open.pop(key, None)
             else:
                 self._open[key] = a
-        covers = self._covers()
+        covers = covers_of(self._open.values())
         for a in changes:
             seen = self._sent.get(a.id)
-            n = self._notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now),
-                             seen)
+            n = self._news.notice(
+                a, self._mutes.mute(a, covers.of(a), self._now), seen)
             if (seen is not None and seen[2] is None and seen[:2] == (a.state, n.muted_by)
                     and (revision(a) or 0.0) <= 1.0):
                 # An older release's alert taking its first revision (its own code seen
@@ -310,14 +243,9 @@ class Notifier:
         notices += self._unexplained(changes, covers, notices)
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
-        notices += self._back(notices)
+        notices += self._news.back(notices, self._open.values(), self._sent)
         notices = self._joined(notices, covers)
-        for n in notices:
-            if n.alert.state == "resolved":
-                self._heard.pop(n.alert.id, None)
-                self._quiet_clear.discard(n.alert.id)
-            elif n.notify:
-                self._heard[n.alert.id] = _told(n.alert)
+        self._news.notified(notices)
         # Recorded before it is handed over (one write, with the lanes' reports so far): a
         # processor killed before a lane's outcome leaves them owed (``queued``), re-sent
         # by the next one. Not while the store is away: the page goes first.
@@ -325,26 +253,13 @@ class Notifier:
         if first:
             self._record(notices, handed)
         for lane in self._lanes:
-            for part in _replaced_first(notices):
+            for part in replaced_first(notices):
                 lane.put("send", part)
             if not notices:
                 lane.service()
         if not first or not self._background:  # (without threads: delivered already)
             self._record([] if first else notices, handed)
         return notices
-
-    def _covers(self) -> Covers:
-        """The open alerts that may inhibit others (firing, of a node or a rack, or of a
-        GPU and a rule of ``SAME_GPU_COVERS``): what ``mute`` needs to see, so that judging
-        every open alert is not quadratic."""
-        covers = Covers()
-        for a in self._open.values():
-            if a.rule in PEER_RULES or a.state == "firing" and a.rule in GPU_COVER_RULES:
-                covers.gpu.setdefault((a.cluster, a.node, a.device), []).append(a)
-            elif a.state == "firing" and (scope_of(a) == "rack" or scope_of(a) == "node"
-                                          and a.rule in NODE_COVER_RULES):
-                covers.wide.append(a)
-        return covers
 
     def _joined(self, notices: list[Notice], covers: Covers) -> list[Notice]:
         """One GPU incident, one page (``inhibition.same_incident``): a page is notified with
@@ -368,15 +283,8 @@ class Notifier:
         return out
 
     def _join(self, a: Alert, covers: Covers) -> Alert:
-        """``a`` with the later findings of its incident that it mutes joined in (one
-        notified on its own, as the page is not heard, is not repeated in it)."""
-        page = f"inhibited:{a.id}"
-        for later in covers.of_gpu(a):
-            if (later.id != a.id and later.state == "firing" and same_incident(a, later)
-                    and mute(later, covers.of(later), self._silences, self._acks,
-                             self._now) == page):
-                a = incident_joined(a, later)
-        return a
+        """``a`` with the later findings of its incident that it mutes joined in."""
+        return joined(a, covers, self._mutes.silences, self._mutes.acks, self._now)
 
     def _uncovered(self, changes: Sequence[Alert], covers: Covers) -> list[Notice]:
         """Open alerts that an alert resolved in this batch was inhibiting: notified now, as
@@ -416,48 +324,11 @@ class Notifier:
             seen = self._sent.get(a.id)
             if a.id in skip or seen is None or not was(seen[1]):
                 continue
-            n = self._notice(a, mute(a, covers.of(a), self._silences, self._acks, self._now),
-                             seen)
+            n = self._news.notice(
+                a, self._mutes.mute(a, covers.of(a), self._now), seen)
             if n.muted_by != seen[1]:
                 self._sent[a.id] = (a.state, n.muted_by, revision(a), a.severity)
                 out.append(n)
-        return out
-
-    def _notice(self, a: Alert, muted_by: str,
-                seen: tuple[str, str, float | None, str] | None) -> Notice:
-        """The notice of ``a`` muted so; ``heard`` where its muting ended (an inhibition,
-        a silence: ``seen`` is what was forwarded last) and either a receiver was told it
-        in this state, revision and severity before (one unchanged alert is one page, as
-        Alertmanager's notification log has it), or it fires only as ``keep_firing_s``
-        holds it, its subject clear again (a node rebooted within its silence): that one
-        is paged if its finding comes back before it resolves (``_back``)."""
-        if muted_by or seen is None or not seen[1] or seen[1].startswith("ack:"):
-            return Notice(a, muted_by)
-        if self._heard.get(a.id) == _told(a):
-            return Notice(a, muted_by, heard=True)
-        if a.state == "firing" and a.id in self._clearing:
-            self._quiet_clear.add(a.id)
-            return Notice(a, muted_by, heard=True)
-        return Notice(a, muted_by)
-
-    def _back(self, done: Sequence[Notice]) -> list[Notice]:
-        """Alerts un-muted while clear (not paged) whose finding came back, un-muted still:
-        paged now, once."""
-        if not self._quiet_clear:
-            return []
-        by_id = {a.id: a for a in self._open.values()}
-        out, shown = [], {n.alert.id for n in done}
-        for alert_id in list(self._quiet_clear):
-            a = by_id.get(alert_id)
-            if a is None or a.state != "firing":
-                self._quiet_clear.discard(alert_id)
-                continue
-            if alert_id in self._clearing or alert_id in shown:
-                continue
-            self._quiet_clear.discard(alert_id)
-            seen = self._sent.get(alert_id)
-            if seen is not None and not seen[1]:  # still un-muted: its page is due
-                out.append(Notice(a))
         return out
 
     def outages(self) -> dict[str, tuple[bool, int, float]]:
@@ -467,29 +338,11 @@ class Notifier:
     def _reload(self, force: bool = False) -> bool:
         """Read silences and acknowledgements again if ``reload_s`` has passed (or
         ``force``), and hand them to the sinks that mirror them; whether it did."""
-        now = time.monotonic()
-        if not force and now - self._reloaded < self._reload_s:
+        read = self._mutes.reload(force)
+        if read is None:
             return False
-        self._reloaded = now
-        try:
-            self._silences = list(self._silences_of())
-            self._acks = {a.alert_id: a for a in self._acks_of()}
-        except Exception as exc:  # a store hiccup keeps the last known silences
-            # Said once per outage (the store away is said by the processor already), not
-            # at every reload_s through it.
-            if self._reload_failing is None:
-                self._reload_failing = now
-                log.warning("could not reload silences and acknowledgements: %s; the last "
-                            "ones read stay in force until the store answers (said when it "
-                            "does)", exc)
-            else:
-                log.debug("could not reload silences and acknowledgements: %s", exc)
-            return True
-        if self._reload_failing is not None:
-            log.warning("silences and acknowledgements read again after %.0fs",
-                        now - self._reload_failing)
-            self._reload_failing = None
-        self._hand_over("mutes", (list(self._silences), dict(self._acks)))
+        if read:
+            self._hand_over("mutes", (list(self._mutes.silences), dict(self._mutes.acks)))
         return True
 
     def close(self, timeout_s: float = 10.0) -> list[str]:
@@ -519,37 +372,3 @@ class Notifier:
                 self.stats.sinks.setdefault(sink.name, SinkCounts()).close_error = str(exc)
         return [lane.sink.name for lane in self._lanes if lane.cut]
 
-
-class Covers:
-    """The open alerts that may mute others: node and rack ones (``wide``), and by GPU
-    (cluster, node, device) those that may mute an alert of the same GPU."""
-
-    def __init__(self) -> None:
-        self.wide: list[Alert] = []
-        self.gpu: dict[tuple[str, str, str], list[Alert]] = {}
-
-    def of(self, a: Alert) -> list[Alert]:
-        """What may mute ``a``: the wide ones and its own GPU's."""
-        return [*self.wide, *self.of_gpu(a)]
-
-    def of_gpu(self, a: Alert) -> list[Alert]:
-        """Its own GPU's."""
-        return self.gpu.get((a.cluster, a.node, a.device), [])
-
-
-def _replaced_first(notices: list[Notice]) -> list[list[Notice]]:
-    """The notices in the sends to make: an alert resolved because another about its
-    subject opened in the same batch (a GPU's board replaced: ``pipeline.alerts``) goes
-    in a send before it, so that a sink keyed by the subject (Alertmanager's label set)
-    hears the end before the new alert, not the end last, as the new alert's."""
-    opened = {alert_key(n.alert) for n in notices if n.alert.state != "resolved"}
-    first = [n for n in notices if n.alert.state == "resolved" and alert_key(n.alert) in opened]
-    if not first:
-        return [notices] if notices else []
-    return [first, [n for n in notices if not (n.alert.state == "resolved"
-                                               and alert_key(n.alert) in opened)]]
-
-
-def _told(a: Alert) -> tuple[str, float | None, str]:
-    """What makes a change of an alert news to a receiver told of it before."""
-    return a.state, revision(a), a.severity

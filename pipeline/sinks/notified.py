@@ -14,6 +14,7 @@ and the outcome wrote nothing else, and the page is owed still."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 
@@ -118,6 +119,35 @@ def outcome_text(n: Notification) -> str:
     return f"not delivered to {n.sink} ({n.outcome.replace('_', ' ')})"
 
 
+# What a lane reported of notices at its sink: (sink, notices, outcome, wall clock).
+Report = tuple[str, Sequence[Notice], str, float]
+
+
+class Reports:
+    """What the lanes reported (each on its own thread), kept for the processor's thread
+    (the store's writer) to record at its next ``send`` or idle tick."""
+
+    def __init__(self) -> None:
+        self._reported: list[Report] = []
+        self._lock = threading.Lock()
+
+    def add(self, sink: str, notices: Sequence[Notice], outcome: str) -> None:
+        """A lane's report (its thread), at the wall clock now."""
+        with self._lock:
+            self._reported.append((sink, list(notices), outcome, time.time()))
+
+    def pending(self) -> bool:
+        """Whether anything was reported since the last ``take``."""
+        with self._lock:
+            return bool(self._reported)
+
+    def take(self) -> list[Report]:
+        """What was reported since the last ``take``."""
+        with self._lock:
+            reported, self._reported = self._reported, []
+        return reported
+
+
 class Recorder:
     """Writes notifications with ``write`` (the store's ``write_notifications``); what it
     refuses is kept (at most ``HELD_MAX``) and written with the next ones."""
@@ -138,7 +168,7 @@ class Recorder:
         the next ones."""
         return self._failing
 
-    def outcomes(self, reported: Sequence[tuple[str, Sequence[Notice], str, float]],
+    def outcomes(self, reported: Sequence[Report],
                  notices: Sequence[Notice], now: float, handed: float | None = None) -> None:
         """Record what the lanes reported, (sink, notices, outcome, wall clock), then
         ``notices``, decided now and handed to the lanes at ``handed`` (the wall clock;

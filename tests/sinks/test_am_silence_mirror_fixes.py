@@ -242,7 +242,7 @@ def test_silence_reload_s_defaults_to_5s_is_range_checked_and_reaches_the_notifi
         setattr(store, name, counted)
     notifier = open_notifier(config, store)
     try:
-        assert notifier._reload_s == 2.0
+        assert notifier._mutes.reload_s == 2.0
         notifier.send([])
         notifier.send([])                                 # within 2 s: not read again
         assert reads == {"silences": 1, "acks": 1}        # one read of each per reload

@@ -1,0 +1,67 @@
+"""Taking over firing alerts at the sinks (a restart, a partition moved): each sink that
+keeps alerts alive is handed them, and each notifying sink is sent, once, those the
+store's record of notifications (``sinks.notified``) shows it never took."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+from fleetwatch.pipeline.silences import Notice
+from fleetwatch.pipeline.sinks.delivery import Lane
+from fleetwatch.pipeline.sinks.notified import never_told, undelivered
+from fleetwatch.pipeline.store.base import Notification
+
+log = logging.getLogger("fleetwatch.pipeline.sinks")
+
+
+def read_record(recorded: Callable[[Sequence[str]], Iterable[Notification]] | None,
+                firing: list[Notice]) -> list[Notification] | None:
+    """The store's record of these alerts' notifications; None if there is none to read
+    (no ``recorded``) or it cannot be read now."""
+    if recorded is None:
+        return None
+    try:
+        return list(recorded([n.alert.id for n in firing]))
+    except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
+        log.warning("could not read the record of notifications (%s): firing alerts a "
+                    "processor before gave up at a sink are not re-sent, and muted ones "
+                    "are kept as if posted", exc)
+        return None
+
+
+def adopt_at_sinks(lanes: Sequence[Lane], firing: list[Notice],
+                   rows: list[Notification] | None) -> None:
+    """``adopt`` at every sink that has it: a notifying sink is not handed the muted
+    alerts the record shows it never had (kept quiet from their start, e.g. by a
+    same-GPU cover, which Alertmanager has no rule for): it would post them, as the
+    processor before did not. Without a record, every one (it may have been posted)."""
+    for lane in lanes:
+        if not callable(getattr(lane.sink, "adopt", None)):
+            continue
+        kept = firing
+        if rows is not None and getattr(lane.sink, "notify_only", False):
+            quiet = never_told([n.alert.id for n in firing if n.muted_by],
+                               lane.sink.name, rows)
+            kept = [n for n in firing if n.alert.id not in quiet]
+        lane.put("adopt", kept)
+
+
+def resend_undelivered(lanes: Sequence[Lane], firing: list[Notice],
+                       rows: list[Notification]) -> None:
+    """Send each notifying sink, once, the firing un-muted alerts taken over that the
+    store's record shows it never took (given up by the processor before this one, at
+    its stop or after ``retry_s``, or still ``queued``: it was killed before an
+    outcome): that sink's memory of them ended with that process."""
+    if not firing:
+        return
+    for lane in lanes:
+        if not getattr(lane.sink, "notify_only", False):
+            continue
+        due = undelivered([n.alert.id for n in firing], lane.sink.name, rows)
+        if due:
+            log.warning("alert sink %s: %d firing alert(s) taken over were never "
+                        "delivered there (given up before, or the processor before "
+                        "stopped first); sending them now: %s",
+                        lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
+            lane.put("send", [n for n in firing if n.alert.id in due])
