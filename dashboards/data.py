@@ -16,7 +16,7 @@ from typing import NamedTuple
 from fleetwatch.alert_view import data_end, ordered
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.parts import thermal_limits_c
-from fleetwatch.pipeline.events import Board
+from fleetwatch.pipeline.board_events import Board
 from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
 from fleetwatch.pipeline.sinks.notified import settled
 from fleetwatch.pipeline.store.base import (

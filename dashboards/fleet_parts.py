@@ -2,7 +2,7 @@
 refreshes.
 
 The store keeps no model on its series: a GPU slot's part is what its newest
-``gpu_identity`` event names (``pipeline.events.Board``), as the node page's boards table
+``gpu_identity`` event names (``pipeline.board_events.Board``), as the node page's boards table
 reads it. Those events are few (one per board when a processor first sees it), but a
 90-day window of them is read once; then only those since the last read (and the last
 ``RECENT_S`` again: a processor catching up writes them late).
@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 
 from fleetwatch.dashboards.data import BOARD_WINDOW_S, FUTURE_SLACK_S, GpuKey
-from fleetwatch.pipeline.events import Board
+from fleetwatch.pipeline.board_events import Board
 from fleetwatch.pipeline.store.base import gpu_index
 
 RECENT_S = 3600.0

@@ -26,7 +26,7 @@ from fleetwatch.carbon import (
     HourlySeries,
 )
 from fleetwatch.models.lemon import Offender
-from fleetwatch.pipeline.events import Board
+from fleetwatch.pipeline.board_events import Board
 from fleetwatch.pipeline.store.ledger import EnergyRow, EnergyStore
 from fleetwatch.report_month import (
     HourData,

@@ -21,7 +21,7 @@ NO_NAME = {"job": "(no job)", "user": "(no user)", "team": "(no team)",
 # The "part" of the rows of CPUs and the rest of a node: so that the part lines add up to
 # the month, as every other kind's do.
 NOT_A_GPU = "(CPUs and rest of node)"
-# (cluster, node, device) -> the GPU's product name (its board's, ``pipeline.events.Board``)
+# (cluster, node, device) -> the GPU's product name (its board's, ``pipeline.board_events.Board``)
 Parts = dict[tuple[str, str, str], str]
 # Kinds whose names are a cluster's own: node and rack names (node001, rack-a) and Slurm
 # job ids restart in every cluster, so their rows are keyed by (cluster, name). Users and teams are

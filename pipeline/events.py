@@ -26,7 +26,7 @@ I/O, no clock; the processor writes the events with the batch.
   changes nothing. ``board(...)`` gives the last one, for alerts to name it.
 * ``gpu_replaced``: the UUID in a GPU slot changed: another board is there
   (``value`` the new UUID, ``text`` the old and new boards). Not at a first sighting,
-  nor for a board back less than ``FLAP_S`` after it left (two machines under one node
+  nor for a board back less than ``board_events.FLAP_S`` after it left (two machines under one node
   name alternating their frames: ``node_name_conflict``), nor for a board seen in another
   slot of the node before (``gpu_moved``). A new board replaces the one no longer seen at
   its PCI bus id where the frames name it (else at its index): NVML may number it otherwise
@@ -56,53 +56,26 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from fleetwatch.catalogue import throttle_flags
-from fleetwatch.frame import Frame, GpuReading, is_board_uuid
-from fleetwatch.models.board_places import Placement, Seen, place
+from fleetwatch.frame import Frame
+from fleetwatch.pipeline.board_events import (
+    Board,
+    board_events,
+    board_of,
+    frame_event,
+    placed_events,
+    placement,
+    replaced_before,
+)
 from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
 
+# board_of and replaced_before live in board_events; the processor imports them from here.
+__all__ = ["GONE", "THROTTLE_METRIC", "EventTracker", "NodeKey", "board_of", "jobs_of",
+           "replaced_before", "split_jobs"]
+
 THROTTLE_METRIC = "gpu_throttle_reasons"
-# A board back in its GPU slot less than this long after it left it was not swapped
-# back: two machines under one node name alternate (a real swap back takes longer).
-FLAP_S = 600.0
 GONE = "gone"
 
 NodeKey = tuple[str, str]  # (cluster, node)
-
-
-class Board(NamedTuple):
-    """The board in a GPU slot: what an RMA asks for ("" where the frame had none)."""
-
-    uuid: str
-    serial: str
-    pci_bus_id: str
-    model: str
-
-    def text(self) -> str:
-        return ", ".join(f"{k} {v}" for k, v in zip(_WORDS, self[1:]) if v)
-
-    @classmethod
-    def of_event(cls, e: Event) -> Board:
-        """The board a ``gpu_identity`` event names (its text parsed back; a backend that
-        keeps no text, VictoriaMetrics, gives the UUID alone)."""
-        said = dict(_said(part) for part in e.text.split(", ") if part)
-        return cls(e.value, *(said.get(w, "") for w in _WORDS))
-
-
-_WORDS = ("serial", "PCI bus id", "model")
-
-
-def _said(part: str) -> tuple[str, str]:
-    for word in _WORDS:
-        if part.startswith(word + " "):
-            return word, part[len(word) + 1:]
-    return "", ""
-
-
-def board_of(uuid: str, info: Mapping[str, str], model: str) -> Board | None:
-    if not is_board_uuid(uuid):
-        return None
-    return Board(uuid, info.get("serial", ""), info.get("pci_bus_id", ""),
-                 "" if model == "unknown" else model)
 
 
 class _Gpu(NamedTuple):
@@ -112,8 +85,8 @@ class _Gpu(NamedTuple):
     job: str | None
     throttle: int | None
     board: Board | None = None
-    # The board that last left the slot (its UUID) and when: one back within ``FLAP_S``
-    # is no replacement.
+    # The board that last left the slot (its UUID) and when: one back within
+    # ``board_events.FLAP_S`` is no replacement.
     left: tuple[str, float] | None = None
     # The first frame of its current run of frames without a metric (None: it has some).
     quiet: float | None = None
@@ -253,7 +226,7 @@ class EventTracker:
             seen: dict[int, int] = {}
             for code in g.xids:
                 n = seen[code] = seen.get(code, -1) + 1
-                out.append(_event(f, gpu_device(g.index), "xid", f.ts + n / 1000, code=code))
+                out.append(frame_event(f, gpu_device(g.index), "xid", f.ts + n / 1000, code=code))
 
     @staticmethod
     def _changes(f: Frame, node: _Node, out: list[Event]) -> None:
@@ -266,7 +239,7 @@ class EventTracker:
         if sig != node.sig and (bool(node.stored) if first else not _same_places(f, gpus)):
             before = {i: x.board for i, x in gpus.items() if x.board is not None
                       and x.state != GONE} if not first else dict(node.stored)
-            placed = _placed(f, before)
+            placed = placement(f, before)
         for g in f.gpus:
             index = g.index
             present.add(index)
@@ -279,9 +252,9 @@ class EventTracker:
                            node.stored.get(index))
             state, job, throttle, board, left, _ = was
             if placed is None:
-                board, left = _board_events(f, index, g, board, left, out)
+                board, left = board_events(f, index, g, board, left, out)
             else:
-                board, left = _placed_events(f, g, before, placed, board, left, out)
+                board, left = placed_events(f, g, before, placed, board, left, out)
             quiet = None if g.metrics else f.ts if was.quiet is None else was.quiet
             if was.board != board or was.left != left or was.quiet != quiet:
                 was = was._replace(board=board, left=left, quiet=quiet)
@@ -292,18 +265,18 @@ class EventTracker:
             device = gpu_device(index)
             if g.state != state:
                 since = quiet if g.state == "lost" and quiet is not None else f.ts
-                out.append(_event(f, device, "gpu_state", since, value=g.state))
+                out.append(frame_event(f, device, "gpu_state", since, value=g.state))
             if mask is not None and throttle is not None and mask != throttle:
-                out.append(_event(f, device, "throttle", f.ts, code=mask,
+                out.append(frame_event(f, device, "throttle", f.ts, code=mask,
                                   text=",".join(throttle_flags(mask))))
             if g.job != job:
                 # One event per job: a job that shares the GPU (MPS, time slicing) starts
                 # and ends on its own, not when a partner comes or goes.
                 was_jobs, now_jobs = split_jobs(job), split_jobs(g.job)
                 for ended in sorted(was_jobs - now_jobs):
-                    out.append(_event(f, device, "job_end", f.ts, value=ended))
+                    out.append(frame_event(f, device, "job_end", f.ts, value=ended))
                 for started in sorted(now_jobs - was_jobs):
-                    out.append(_event(f, device, "job_start", f.ts, value=started))
+                    out.append(frame_event(f, device, "job_start", f.ts, value=started))
             gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left,
                                quiet)
         # The frame's boards as last seen, where each GPU's index is its position and each
@@ -319,49 +292,16 @@ class EventTracker:
                 device = gpu_device(index)
                 lost = "".join(f"; board {b.uuid} ({b.text() or 'no serial'}), gpu{i} "
                                "before, is no longer seen" for i, b in missing)
-                out.append(_event(f, device, "gpu_state", f.ts, value=GONE,
+                out.append(frame_event(f, device, "gpu_state", f.ts, value=GONE,
                                   text=f"{device} is no longer in {f.node}'s frames{lost}"))
                 for ended in sorted(split_jobs(was.job)):  # cannot be seen running any more
-                    out.append(_event(f, device, "job_end", f.ts, value=ended))
+                    out.append(frame_event(f, device, "job_end", f.ts, value=ended))
                 gpus[index] = was._replace(state=GONE, job=None)
-
-
-def _board_events(f: Frame, index: int, g: GpuReading, was: Board | None,
-                  left: tuple[str, float] | None, out: list[Event]
-                  ) -> tuple[Board | None, tuple[str, float] | None]:
-    """The board the frame names in this slot, with ``gpu_identity`` / ``gpu_replaced``
-    events where it is new or changed (``was`` where the frame names none), and the
-    board that last left the slot. A board back within ``FLAP_S`` of leaving is no
-    replacement: two machines under one node name alternate their boards frame by frame
-    (``node_name_conflict`` says so), which is not a swap each frame."""
-    uuid, info = g.uuid, g.info
-    if was is not None and uuid == was.uuid and info.get("serial", was.serial) == was.serial \
-            and info.get("pci_bus_id", was.pci_bus_id) == was.pci_bus_id:
-        return was, left  # the same board (the usual case, per GPU per frame: kept cheap)
-    now = board_of(uuid, info, g.model)
-    if now is None or now == was:
-        return was, left
-    if was is not None and now.uuid == was.uuid:
-        # The same board: keep what this frame could not read (a serial read that failed).
-        now = Board(now.uuid, now.serial or was.serial, now.pci_bus_id or was.pci_bus_id,
-                    now.model or was.model)
-        if now == was:
-            return was, left
-    device = gpu_device(index)
-    out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
-    if was is None or was.uuid == now.uuid:
-        return now, left
-    back = left is not None and left[0] == now.uuid and f.ts - left[1] < FLAP_S
-    if not back:
-        out.append(_event(f, device, "gpu_replaced", f.ts, value=now.uuid, text=(
-            f"GPU {index} on {f.node}: board {was.uuid} ({was.text() or 'no serial'}) "
-            f"replaced by {now.uuid} ({now.text() or 'no serial'})")))
-    return now, (was.uuid, f.ts)
 
 
 def _same_places(f: Frame, gpus: Mapping[int, _Gpu]) -> bool:
     """Does each GPU of the frame have the index, and name the board, it had (per frame: the
-    usual case, kept cheap)? False asks ``_placed``."""
+    usual case, kept cheap)? False asks ``placement``."""
     if len(f.gpus) != len(gpus):
         return False
     for g in f.gpus:
@@ -371,76 +311,8 @@ def _same_places(f: Frame, gpus: Mapping[int, _Gpu]) -> bool:
     return True
 
 
-def _placed(f: Frame, before: Mapping[int, Board]) -> Placement | None:
-    """How the frame's boards stand against those last seen in the node's slots, where a
-    board is in another slot than before, or one is no longer seen (None: each slot holds
-    its board, or a first board: the usual case, kept cheap)."""
-    named = {g.index: g for g in f.gpus if is_board_uuid(g.uuid)}
-    if all(b.uuid == g.uuid for i, g in named.items() if (b := before.get(i)) is not None) \
-            and before.keys() <= named.keys():
-        return None
-    seen = {b.uuid: b for b in before.values()}
-    now = {i: Seen(g.uuid, g.info.get("pci_bus_id", "") or (
-        seen[g.uuid].pci_bus_id if g.uuid in seen else "")) for i, g in named.items()}
-    p = place({i: Seen(b.uuid, b.pci_bus_id) for i, b in before.items()}, now,
-              [g.index for g in f.gpus if not is_board_uuid(g.uuid)])
-    return p if p.moved or p.missing or p.added or any(
-        k != i for i, k in p.replaced.items()) else None
-
-
-def _placed_events(f: Frame, g: GpuReading, before: Mapping[int, Board], p: Placement,
-                   was: Board | None, left: tuple[str, float] | None, out: list[Event]
-                   ) -> tuple[Board | None, tuple[str, float] | None]:
-    """``_board_events`` for a frame whose boards NVML numbered otherwise: a board from
-    another slot is moved (no replacement: what was learned of it follows it), a new board
-    replaces the one gone from its PCI bus id, one that replaced no board is only named."""
-    index = g.index
-    if index in p.moved:
-        k = p.moved[index]
-        old = before[k]
-        now = board_of(g.uuid, g.info, g.model) or old
-        now = Board(now.uuid, now.serial or old.serial, now.pci_bus_id or old.pci_bus_id,
-                    now.model or old.model)
-        device = gpu_device(index)
-        out.append(_event(f, device, "gpu_identity", f.ts, value=now.uuid, text=now.text()))
-        out.append(_event(f, device, "gpu_moved", f.ts, code=k, value=now.uuid, text=(
-            f"board {now.uuid} ({now.text() or 'no serial'}) moved from gpu{k} to gpu{index} "
-            f"on {f.node}: NVML numbers the node's GPUs otherwise (a board missing, a "
-            "firmware or driver change); not a replacement")))
-        return now, None
-    if index in p.replaced:
-        return _board_events(f, index, g, before[p.replaced[index]], left, out)
-    if index in p.added:
-        return _board_events(f, index, g, None, left, out)
-    return _board_events(f, index, g, was, left, out)
-
-
-def replaced_before(first: Frame, stored: Iterable[Event]) -> list[Event]:
-    """The ``gpu_replaced`` events of a node met before its boards could be recalled (the
-    store was away): its ``first`` frame's boards against the boards the store last named
-    in those slots (their ``gpu_identity`` events before that frame), stamped at it."""
-    boards: dict[int, Board] = {}
-    for e in sorted(stored, key=lambda e: e.ts):
-        index = gpu_index(e.device)
-        if e.kind == "gpu_identity" and index is not None and e.ts < first.ts \
-                and (e.cluster, e.node) == (first.cluster, first.node):
-            boards[index] = Board.of_event(e)
-    out: list[Event] = []
-    for g in first.gpus:
-        was = boards.get(g.index)
-        if was is not None:
-            _board_events(first, g.index, g, was, None, out)
-    return [e for e in out if e.kind == "gpu_replaced"]
-
-
 def _copy(node: _Node) -> _Node:
     return _Node(node.ts, dict(node.gpus), left=dict(node.left))
-
-
-def _event(f: Frame, device: str, kind: str, ts: float, code: int = 0, value: str = "",
-           text: str = "") -> Event:
-    return Event(ts=ts, kind=kind, cluster=f.cluster, rack=f.rack, node=f.node, device=device,
-                 code=code, value=value, text=text)
 
 
 def split_jobs(value: str | None) -> set[str]:
