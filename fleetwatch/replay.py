@@ -135,8 +135,8 @@ def _counts(detectors: Sequence[Detector]) -> dict[str, tuple[int, int]]:
 def _counted(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]],
              summary: ReplaySummary) -> None:
     """A detector's own count of what it judged replaces the estimate from the data's shape
-    (``REACH``), which cannot see its conditions: a rack model that judges only GPUs whose
-    power has settled judged 0.1% of the samples that the estimate put at 100%."""
+    (``replay_reach.REACH``), which cannot see its conditions: a rack model that judges only
+    GPUs whose power has settled judged 0.1% of the samples that the estimate put at 100%."""
     for rule, (judged, given) in after.items():
         if rule not in summary.coverage:
             continue

@@ -412,13 +412,13 @@ def test_counter_and_xid_rules_are_judged_where_the_data_has_them(tmp_path: Path
 
 def test_every_rule_that_needs_more_than_its_metrics_is_placed() -> None:
     """A rule that declares no metric, or compares a GPU with others, has an entry in
-    replay.REACH, so a new one is not reported as judging every sample."""
+    replay_reach.REACH, so a new one is not reported as judging every sample."""
     from fleetwatch.models.job_hang import JobHang
     from fleetwatch.models.jobs import JobPeers
     from fleetwatch.models.peers import ThermalPeers
     from fleetwatch.models.rack import RackCooling
     from fleetwatch.models.registry import rules
-    from fleetwatch.replay_coverage import ANY_FRAME, REACH
+    from fleetwatch.replay_reach import ANY_FRAME, REACH
 
     for rule, metrics in rules().items():
         if not metrics:

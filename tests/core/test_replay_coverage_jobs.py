@@ -9,7 +9,8 @@ from pathlib import Path
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.recorded import frames, read_files
-from fleetwatch.replay_coverage import REACH, ReplaySummary, coverage
+from fleetwatch.replay_coverage import ReplaySummary, coverage
+from fleetwatch.replay_reach import REACH
 from fleetwatch.wiring import detectors
 
 
