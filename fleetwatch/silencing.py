@@ -277,7 +277,7 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None
                 return s, False
             ended = Silence(s.id, s.matchers, s.start_ts,
                             min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
-                            s.comment, s.created_ts, _ms(now))
+                            s.comment, s.created_ts, _ms(now), s.end_ts)
             _write(store.write_silences, ended)
             return ended, True
     raise SilenceNotFound(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows "
@@ -314,7 +314,9 @@ def describe(s: Silence, now: float | None = None) -> str:
         line += f"  pending (starts in {age(s.start_ts - now)})"
     elif s.end_ts <= s.start_ts:  # expired before its start: it never muted anything
         line += "  cancelled before its start" + (
-            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "")
+            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "") + (
+            f" (planned until {_utc(s.planned_end_ts)} UTC)"
+            if s.planned_end_ts > s.start_ts else "")
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "
