@@ -17,7 +17,6 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fleetwatch.alert_view import age
@@ -136,42 +135,6 @@ def _check_length(length_s: float) -> None:
         said = f"{length_s / 86400:g} d" if length_s >= 86400 else f"{length_s:g} s"
         raise SilenceError(f"silence duration {said}: must be above 0 and at most "
                            f"{MAX_LENGTH_S / 86400:g} d (a year)")
-
-
-def local_instant(at: datetime, tz: tzinfo, flag: str) -> float:
-    """``at``, a wall-clock time without an offset, read in ``tz``. Refused naming it: one
-    the zone skips (summer time starting: zoneinfo would read it as another hour, shifting
-    the window silently) and one it has twice (summer time ending: which of the two was
-    meant cannot be guessed), with both readings and the offset that picks each."""
-    first, second = at.replace(tzinfo=tz, fold=0), at.replace(tzinfo=tz, fold=1)
-    typed = at.strftime("%Y-%m-%d %H:%M")
-    back = datetime.fromtimestamp(first.timestamp(), tz).replace(tzinfo=None)
-    if back != at:  # no instant shows this wall time
-        gap = _gap(at, tz)
-        raise SilenceError(f"{flag} {typed} does not exist in {tz}: the clocks go from "
-                           f"{gap[0]} straight to {gap[1]} that day; write a time outside "
-                           "the skipped hour, or one with its offset")
-    if first.utcoffset() != second.utcoffset():
-        readings = " or ".join(
-            f"{a.isoformat(timespec='minutes')} "
-            f"({datetime.fromtimestamp(a.timestamp(), timezone.utc):%H:%M} UTC)"
-            for a in (first, second))
-        raise SilenceError(f"{flag} {typed} happens twice in {tz} (the clocks go back "
-                           f"that day): {readings}; write it with the offset meant")
-    return first.timestamp()
-
-
-def _gap(at: datetime, tz: tzinfo) -> tuple[str, str]:
-    """The last wall-clock minute before the change that skips ``at``, and the first after.
-    fold=1 and fold=0 read ``at`` with the offsets after and before the change: the instants
-    they give bracket it, a minute's steps find it (a gap is an hour or two)."""
-    ts = at.replace(tzinfo=tz, fold=1).timestamp()
-    end = at.replace(tzinfo=tz, fold=0).timestamp()
-    offset = datetime.fromtimestamp(ts, tz).utcoffset()
-    while ts < end and datetime.fromtimestamp(ts + 60, tz).utcoffset() == offset:
-        ts += 60
-    return (f"{datetime.fromtimestamp(ts, tz):%H:%M}",
-            f"{datetime.fromtimestamp(ts + 60, tz):%H:%M}")
 
 
 def _utc(ts: float) -> str:
