@@ -120,18 +120,14 @@ def _window(args: argparse.Namespace, now: float) -> tuple[float, float]:
 
 def _moment(text: str, flag: str, tz: Any) -> float:
     """A date and time typed for ``flag``, in ``tz`` unless it carries its offset (as
-    ``timeline --since`` reads one)."""
-    from datetime import datetime
-
-    from fleetwatch.silencing import SilenceError, local_instant
+    ``timeline --since`` reads one: ``fleetwatch.local_time``)."""
+    from fleetwatch.local_time import LocalTimeError, moment
+    from fleetwatch.silencing import SilenceError
 
     try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise SilenceError(f"{flag} {text!r} is not a date and time: write e.g. "
-                           "2026-11-28 02:00 (in --tz, UTC by default) or "
-                           "2026-11-28T02:00:00+01:00") from None
-    return at.timestamp() if at.tzinfo is not None else local_instant(at, tz, flag)
+        return moment(text, flag, tz)
+    except LocalTimeError as exc:
+        raise SilenceError(str(exc)) from None
 
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:

@@ -18,21 +18,20 @@ from fleetwatch.config import Config
 JOB_LOOKBACK_S = 7 * 86400.0
 
 
-def when(text: str, now: float, tz: ZoneInfo) -> float:
-    """``--since``/``--until``: a duration before now (``2h``, ``3d``), or a date and time
-    (``2026-11-27 16:30``, ISO 8601; in ``tz`` unless it carries its offset)."""
+def when(text: str, now: float, tz: ZoneInfo, flag: str) -> float:
+    """``--since``/``--until`` (``flag``): a duration before now (``2h``, ``3d``), or a date
+    and time (``2026-11-27 16:30``, ISO 8601; in ``tz`` unless it carries its offset, and
+    refused where ``tz`` skips it or has it twice, as ``silence add`` refuses it)."""
     from fleetwatch.durations import parse_duration
+    from fleetwatch.local_time import moment
 
     try:
         return now - parse_duration(text.strip())
     except ValueError:
         pass
-    try:
-        at = datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(f"{text!r} is neither a duration before now (30m, 2h, 7d) nor a date "
-                         "and time (2026-11-27 16:30, 2026-11-27T16:30:00+01:00)") from None
-    return (at if at.tzinfo is not None else at.replace(tzinfo=tz)).timestamp()
+    return moment(text, flag, tz, unreadable=(
+        f"{text!r} is neither a duration before now (30m, 2h, 7d) nor a date and time "
+        "(2026-11-27 16:30, 2026-11-27T16:30:00+01:00)"))
 
 
 def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
@@ -42,8 +41,8 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
     now = time.time()
     try:
         tz = zone(args.tz)
-        start = when(args.since, now, tz)
-        end = when(args.until, now, tz) if args.until else now + 1
+        start = when(args.since, now, tz, "--since")
+        end = when(args.until, now, tz, "--until") if args.until else now + 1
     except (ValueError, ZoneError) as exc:
         print(f"fleetwatch timeline: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -17,7 +17,6 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone, tzinfo
 from typing import Any
 
 from fleetwatch.alert_view import age
@@ -138,42 +137,6 @@ def _check_length(length_s: float) -> None:
                            f"{MAX_LENGTH_S / 86400:g} d (a year)")
 
 
-def local_instant(at: datetime, tz: tzinfo, flag: str) -> float:
-    """``at``, a wall-clock time without an offset, read in ``tz``. Refused naming it: one
-    the zone skips (summer time starting: zoneinfo would read it as another hour, shifting
-    the window silently) and one it has twice (summer time ending: which of the two was
-    meant cannot be guessed), with both readings and the offset that picks each."""
-    first, second = at.replace(tzinfo=tz, fold=0), at.replace(tzinfo=tz, fold=1)
-    typed = at.strftime("%Y-%m-%d %H:%M")
-    back = datetime.fromtimestamp(first.timestamp(), tz).replace(tzinfo=None)
-    if back != at:  # no instant shows this wall time
-        gap = _gap(at, tz)
-        raise SilenceError(f"{flag} {typed} does not exist in {tz}: the clocks go from "
-                           f"{gap[0]} straight to {gap[1]} that day; write a time outside "
-                           "the skipped hour, or one with its offset")
-    if first.utcoffset() != second.utcoffset():
-        readings = " or ".join(
-            f"{a.isoformat(timespec='minutes')} "
-            f"({datetime.fromtimestamp(a.timestamp(), timezone.utc):%H:%M} UTC)"
-            for a in (first, second))
-        raise SilenceError(f"{flag} {typed} happens twice in {tz} (the clocks go back "
-                           f"that day): {readings}; write it with the offset meant")
-    return first.timestamp()
-
-
-def _gap(at: datetime, tz: tzinfo) -> tuple[str, str]:
-    """The last wall-clock minute before the change that skips ``at``, and the first after.
-    fold=1 and fold=0 read ``at`` with the offsets after and before the change: the instants
-    they give bracket it, a minute's steps find it (a gap is an hour or two)."""
-    ts = at.replace(tzinfo=tz, fold=1).timestamp()
-    end = at.replace(tzinfo=tz, fold=0).timestamp()
-    offset = datetime.fromtimestamp(ts, tz).utcoffset()
-    while ts < end and datetime.fromtimestamp(ts + 60, tz).utcoffset() == offset:
-        ts += 60
-    return (f"{datetime.fromtimestamp(ts, tz):%H:%M}",
-            f"{datetime.fromtimestamp(ts + 60, tz):%H:%M}")
-
-
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(ts))
 
@@ -277,7 +240,7 @@ def expire_silence(store: Store, silence_id: str, now: float | None = None
                 return s, False
             ended = Silence(s.id, s.matchers, s.start_ts,
                             min(s.end_ts, max(_ms(now), s.start_ts)), s.created_by,
-                            s.comment, s.created_ts, _ms(now))
+                            s.comment, s.created_ts, _ms(now), s.end_ts)
             _write(store.write_silences, ended)
             return ended, True
     raise SilenceNotFound(f"no silence {silence_id!r}; `fleetwatch silence list --all` shows "
@@ -314,7 +277,9 @@ def describe(s: Silence, now: float | None = None) -> str:
         line += f"  pending (starts in {age(s.start_ts - now)})"
     elif s.end_ts <= s.start_ts:  # expired before its start: it never muted anything
         line += "  cancelled before its start" + (
-            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "")
+            f" at {_utc(s.expired_ts)} UTC" if s.expired_ts else "") + (
+            f" (planned until {_utc(s.planned_end_ts)} UTC)"
+            if s.planned_end_ts > s.start_ts else "")
     problem = not_in_alertmanager(s)
     if problem:
         line += (f"\n    not in Alertmanager: {problem}; it mutes fleetwatch's own webhook and "

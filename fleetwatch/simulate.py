@@ -225,6 +225,25 @@ def held_span(path: str, start_s: float, end_s: float, cluster: str
     return min(times) / 1000, max(times) / 1000
 
 
+def last_job_id(path: str, cluster: str) -> int:
+    """The highest numeric job id of ``cluster``'s jobs in the store at ``path`` (0: none):
+    a second run into it numbers its jobs after it, as a scheduler does, so that its job of
+    an id already stored is not merged with that one (one job history spanning both)."""
+    from fleetwatch.pipeline.events import split_jobs
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    if not os.path.exists(path):
+        return 0
+    store = SqliteStore(path, read_only=True)
+    try:
+        values = {e.value for e in store.events(0.0, 1e11, kinds=["job_start"])
+                  if e.cluster == cluster}
+    finally:
+        store.close()
+    ids = [int(job) for value in values for job in split_jobs(value) if job.isdigit()]
+    return max(ids, default=0)
+
+
 def _utc(ts: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(ts))
 
@@ -272,6 +291,7 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
     start = given.end_ts - duration_s
     try:
         held = held_span(path, start, given.end_ts, s.cluster)
+        after = last_job_id(path, s.cluster) + 1
     except Exception:
         lock.release()
         raise
@@ -285,6 +305,8 @@ def run_simulate(config: Config, given: SimulateOptions, duration_s: float,
               f"that data (--end, --duration), or remove the file yourself (rm {path}*)",
               file=out)
         return 1
+    # A store of an earlier span: this one's jobs are numbered after its jobs.
+    params = dataclasses.replace(params, first_job_id=max(params.first_job_id, after))
     stop = threading.Event()
     reason = ["done"]
 

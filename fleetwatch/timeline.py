@@ -210,29 +210,36 @@ def _touches(s: Silence, alerts: Sequence[Alert], scope: Scope) -> bool:
 
 def _silence(s: Silence) -> list[Entry]:
     """A silence's life: made (with its window, when it starts later than it was made),
-    started, ended; one cancelled before its start is made and cancelled, no more (it
-    never muted anything). Records of older versions keep no making or cancelling time."""
+    started, ended; one cancelled before its start is made and cancelled, with the window
+    it was planned for, no more (it never muted anything). Records of older versions keep
+    no making or cancelling time, nor the planned end of one expired."""
     matchers = visible(",".join(f"{n}{op}{v}" for n, op, v in s.matchers))
     detail = matchers + (f": {visible(s.comment)}" if s.comment else "")
     by = visible(s.created_by)
     ran = s.end_ts > s.start_ts
     ahead = s.created_ts and s.start_ts - s.created_ts >= 1.0
+    # The end it was made with: expiring it moved end_ts (to its start, if cancelled before
+    # it); a record of an older version keeps no planned end.
+    planned = max(s.end_ts, s.planned_end_ts)
+    span = (f"{_stamp(s.start_ts)} .. {_stamp(planned, s.start_ts)} UTC"
+            if planned > s.start_ts else f"{_stamp(s.start_ts)} UTC")
     out: list[Entry] = []
     if ahead:
-        window = (f"for {_stamp(s.start_ts)} .. {_stamp(s.end_ts, s.start_ts)} UTC"
-                  if ran else f"from {_stamp(s.start_ts)} UTC")
+        window = f"for {span}" if planned > s.start_ts else f"from {span}"
         out.append(Entry(s.created_ts, "silence", "silence made", by=by, alert_id=s.id,
                          detail=f"{window}: {detail}"))
     if not ran:
         if ahead and s.expired_ts:
             # `silence expire` takes no name: who cancelled it is not known (not its maker).
+            said = f"planned {span}, never in force" if planned > s.start_ts else ""
             return [*out, Entry(s.expired_ts, "silence", "silence cancelled", alert_id=s.id,
-                                detail=matchers)]
+                                detail=matchers + (f": {said}" if said else ""))]
         return [*out, Entry(s.start_ts, "silence", "silence cancelled before its start",
                             by=by, alert_id=s.id, detail=detail)]
     out.append(Entry(s.start_ts, "silence", "silence started" if ahead else "silence added",
                      by=by, alert_id=s.id, detail=matchers if ahead else detail))
-    why = " (expired by hand)" if s.expired_ts else ""
+    why = " (expired by hand" + (f"; planned until {_stamp(planned, s.end_ts)} UTC"
+                                 if planned > s.end_ts else "") + ")" if s.expired_ts else ""
     return [*out, Entry(s.end_ts, "silence", "silence ended", by=by, alert_id=s.id,
                         detail=matchers + why)]
 

@@ -7,6 +7,7 @@ replayed. Read-only on the store; ``up`` decides.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from collections.abc import Sequence
@@ -15,7 +16,7 @@ from pathlib import Path
 from fleetwatch.collectors.sim import Fault, FleetSim, SimParams
 from fleetwatch.pipeline.store.base import Annotation
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from fleetwatch.simulate import continued_faults
+from fleetwatch.simulate import continued_faults, last_job_id
 
 # The metric every simulated GPU reports: its newest sample is where a kept store ends.
 _NEWEST_METRIC = "gpu_temp_c"
@@ -78,8 +79,10 @@ def continued_sim(params: SimParams, start: float, faults: Sequence[Fault], kept
     unseen, so that temperatures and jobs carry on at the seam instead of starting cold.
     """
     stored = _stored_faults(kept, params.cluster) if kept is not None else None
-    if stored is None:  # a new timeline: as it always was
+    if stored is None or kept is None:  # a new timeline: as it always was
         return FleetSim(params, start, faults), ["" for _ in faults], []
+    params = dataclasses.replace(params, first_job_id=max(
+        params.first_job_id, last_job_id(kept, params.cluster) + 1))
     fixed, continued, ended = continued_faults(faults, stored, start)
     steps = max(1, math.ceil(PREROLL_S / params.interval_s))
     sim = FleetSim(params, start - steps * params.interval_s, fixed)

@@ -107,6 +107,9 @@ class _Node:
     # ends those it no longer names (a run that stopped wrote no end) and goes on with the
     # rest without starting them again.
     jobs: dict[int, str] = field(default_factory=dict)
+    # When the node was last seen before (its newest stored sample, ``recall``): a recalled
+    # job its first frame no longer names ended then, not over the time nothing watched.
+    seen: float | None = None
     # Boards no longer in any slot (missing, or replaced), by UUID: what an alert about one
     # names.
     left: dict[str, Board] = field(default_factory=dict)
@@ -127,16 +130,21 @@ class EventTracker:
         self._before: dict[NodeKey, _Node | None] = {}
         # Read back, not yet met: the boards and GPU states stored for each node.
         self._recalled: dict[NodeKey, _Recalled] = {}
+        self._seen: dict[NodeKey, float] = {}  # read back with them: last seen before
 
     def unknown(self, frames: Iterable[Frame]) -> list[NodeKey]:
         """Nodes of these frames this tracker has neither met nor ``recall``-ed."""
         return sorted({(f.cluster, f.node) for f in frames} - self._nodes.keys()
                       - self._recalled.keys())
 
-    def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event]) -> None:
+    def recall(self, nodes: Iterable[NodeKey], events: Iterable[Event],
+               seen: Mapping[NodeKey, float] | None = None) -> None:
         """The boards, GPU states and open jobs stored for these nodes (their
         ``gpu_identity``, ``gpu_state``, ``job_start`` and ``job_end`` events, any order):
-        what their first frames are compared with."""
+        what their first frames are compared with. ``seen``: when each was last seen (its
+        newest stored sample), the end of an open job its first frame no longer names."""
+        nodes = list(nodes)
+        self._seen.update({k: ts for k, ts in (seen or {}).items() if k in set(nodes)})
         recalled: dict[NodeKey, _Recalled] = {key: ({}, {}, {}) for key in nodes}
         open_jobs: dict[NodeKey, dict[int, set[str]]] = {key: {} for key in nodes}
         for e in sorted(events, key=lambda e: (e.ts, e.kind == "job_start")):
@@ -176,7 +184,8 @@ class EventTracker:
                 self._before[key] = None if node is None else _copy(node)
             if node is None:
                 boards, states, jobs = self._recalled.pop(key, ({}, {}, {}))
-                node = self._nodes[key] = _Node(f.ts, stored=boards, states=states, jobs=jobs)
+                node = self._nodes[key] = _Node(f.ts, stored=boards, states=states, jobs=jobs,
+                                                seen=self._seen.pop(key, None))
             self._changes(f, node, out)
             node.ts = f.ts
         return out
@@ -188,6 +197,8 @@ class EventTracker:
                 gone = self._nodes.pop(key, None)
                 if gone is not None and (gone.stored or gone.states or gone.jobs):
                     self._recalled[key] = (gone.stored, gone.states, gone.jobs)  # as read
+                if gone is not None and gone.seen is not None:
+                    self._seen[key] = gone.seen
             else:
                 self._nodes[key] = node
         self._before = {}
@@ -199,6 +210,8 @@ class EventTracker:
             del self._nodes[key]
         for key in [k for k in self._recalled if k in wanted or k[1] in wanted]:
             del self._recalled[key]
+        for key in [k for k in self._seen if k in wanted or k[1] in wanted]:
+            del self._seen[key]
 
     def nodes(self) -> list[NodeKey]:
         return sorted(self._nodes)
@@ -273,8 +286,10 @@ class EventTracker:
                 # One event per job: a job that shares the GPU (MPS, time slicing) starts
                 # and ends on its own, not when a partner comes or goes.
                 was_jobs, now_jobs = split_jobs(job), split_jobs(g.job)
+                # A recalled job (first frame) ended while no one watched: last seen then.
+                end = min(f.ts, node.seen) if first and node.seen is not None else f.ts
                 for ended in sorted(was_jobs - now_jobs):
-                    out.append(frame_event(f, device, "job_end", f.ts, value=ended))
+                    out.append(frame_event(f, device, "job_end", end, value=ended))
                 for started in sorted(now_jobs - was_jobs):
                     out.append(frame_event(f, device, "job_start", f.ts, value=started))
             gpus[index] = _Gpu(g.state, g.job, throttle if mask is None else mask, board, left,

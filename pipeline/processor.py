@@ -73,6 +73,7 @@ from typing import Protocol
 from fleetwatch.codec import Decoder
 from fleetwatch.frame import Frame
 from fleetwatch.models import Detector, Finding
+from fleetwatch.pipeline import job_recall
 from fleetwatch.pipeline.alert_flow import AlertFlow
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import Batch, Stats, bisect
@@ -95,8 +96,8 @@ log = logging.getLogger(__name__)
 BOARD_RECALL_S = 90 * 86400
 # The job events read back at a start (the jobs each GPU holds open, which the first frame
 # ends where it no longer names them). A week: 2,048 GPUs' 30 days held 667,000 job events,
-# 2.5 s and 0.5 GB to read at a start; a week's are 1 s and 0.1 GB. A job started earlier
-# than that and gone at the start is not ended by it.
+# 2.5 s and 0.5 GB to read at a start; a week's are 1 s and 0.1 GB. A slot with no job
+# event in it has its node's older ones read alone (``job_recall``).
 JOB_RECALL_S = 7 * 86400
 RECALL_PER_NODE = 16
 
@@ -387,6 +388,9 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
             else:  # a start with many nodes: one read a kind, not one a node
                 stored = [e for start, kinds in reads
                           for e in self.store.events(start, now + 1, kinds=kinds)]
+            stored += job_recall.older_job_events(self.store, frames, nodes, stored,
+                                                  now - JOB_RECALL_S)
+            seen = job_recall.last_seen(self.store, job_recall.dropping(frames, nodes, stored))
         except StoreError as exc:
             if not judging:
                 raise
@@ -398,13 +402,13 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
                      "judged without their stored GPU boards; a board swapped meanwhile is "
                      "told once the store is back", exc, len(nodes),
                      ", ".join(f"{c}/{n}" for c, n in nodes[:5]))
-            stored = []
+            stored, seen = [], {}
         except Exception:  # a store without events, or a bug there: boards are named anew
             self.stats.errors += 1
             log.exception("could not read the GPU boards stored for %d nodes; their boards "
                           "are named again, a board swapped meanwhile is not seen", len(nodes))
-            stored = []
-        self.events.recall(nodes, stored)
+            stored, seen = [], {}
+        self.events.recall(nodes, stored, seen)
 
     def _recall_late(self) -> None:
         """The store answers again: nodes met while it was away get their boards compared

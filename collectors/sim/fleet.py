@@ -73,6 +73,10 @@ class SimParams:
     inlet_c: float = 22.0
     warm_spell_c: float = 0.0
     warm_spell_h: float = 0.0
+    # The id of the run's first job; the next are numbered on from it, as a scheduler's
+    # are. A continued timeline (``up --keep``) starts after the ids its store holds, so
+    # that no two runs' jobs share one id (and one job history).
+    first_job_id: int = 4_000_001
 
 
 class FleetSim:
@@ -153,7 +157,8 @@ class FleetSim:
         self.pcie_tx = np.zeros(shape)
         self.pcie_rx = np.zeros(shape)
         self._seq = 0
-        self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load)
+        self.jobs = Jobs(n, g, rng, p.job_mean_s, p.idle_mean_s, p.steady_load,
+                         p.first_job_id)
         self.effects = Effects(self, faults)
         self.mods = self.effects.mods
         busy = rng.random(n) < (1.0 if p.steady_load else p.busy_at_start)

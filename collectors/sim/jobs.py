@@ -79,8 +79,10 @@ class Jobs:
     """The scheduler and the per-node phase targets (``sm``, ``tensor``, ...)."""
 
     def __init__(self, nodes: int, gpus: int, rng: np.random.Generator, job_mean_s: float,
-                 idle_mean_s: float, steady: bool = False) -> None:
+                 idle_mean_s: float, steady: bool = False, first_id: int = 4_000_001
+                 ) -> None:
         self.rng, self.n, self.g = rng, nodes, gpus
+        self.first_id = first_id  # the job id of number 1 (numbers index arrays from 0)
         self.steady = steady  # every job compute-bound from start to end
         self.job_mean_s, self.idle_mean_s = job_mean_s, idle_mean_s
         self.num = np.full(nodes, -1)           # job number per node, -1 idle
@@ -122,7 +124,7 @@ class Jobs:
         elif size <= 2 and rng.random() < INTERACTIVE:
             weights = np.array([0.3, 0.0, 0.15, 0.0, 0.1, 1.0])
             end_ts = min(end_ts, ts + rng.exponential(1.5 * 3600.0) + 600.0)  # a work session
-        job = Job(self._seq, str(4_000_000 + self._seq), nodes, end_ts,
+        job = Job(self._seq, str(self.first_id - 1 + self._seq), nodes, end_ts,
                   base_sm=float(rng.uniform(0.75, 0.95) if self.steady
                                 else np.clip(rng.beta(2.4, 1.4), 0.1, 0.97)),
                   tensor_share=float(rng.uniform(0.35, 0.8)),

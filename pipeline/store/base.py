@@ -196,7 +196,9 @@ class Silence:
     regular expression), as in Alertmanager; labels: rule, severity, cluster, rack, node,
     device. ``created_ts``: when it was made (it may start later); ``expired_ts``: when
     ``silence expire`` ended or cancelled it; 0 where unknown (records of older versions)
-    or not expired."""
+    or not expired. ``planned_end_ts``: the end it was made with, where ``silence expire``
+    moved ``end_ts`` (a pending one cancelled keeps ``end_ts == start_ts``: never in
+    force); 0 where not moved or unknown."""
 
     id: str
     matchers: tuple[tuple[str, str, str], ...]
@@ -206,6 +208,7 @@ class Silence:
     comment: str = ""
     created_ts: float = 0.0
     expired_ts: float = 0.0
+    planned_end_ts: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

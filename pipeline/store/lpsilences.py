@@ -84,7 +84,8 @@ def silence_line(s: Silence, written_ms: int, text: bool = False, v1: bool = Fal
     fields = [("start_ts", repr(float(s.start_ts))), ("end_ts", repr(float(s.end_ts))),
               ("written_ts", repr(written_ms / 1000)),
               ("created_ts", repr(float(s.created_ts))),
-              ("expired_ts", repr(float(s.expired_ts)))]
+              ("expired_ts", repr(float(s.expired_ts))),
+              ("planned_end_ts", repr(float(s.planned_end_ts)))]
     if text:
         if v1:
             _check_v1("silence id", s.id)
@@ -127,7 +128,8 @@ def silence_from(labels: Mapping[str, str], numbers: Mapping[str, float],
         return None
     return Silence(sid, matchers, numbers["start_ts"], numbers["end_ts"],
                    texts.get("created_by", labels.get("by", "")), texts.get("comment", ""),
-                   numbers.get("created_ts", 0.0), numbers.get("expired_ts", 0.0))
+                   numbers.get("created_ts", 0.0), numbers.get("expired_ts", 0.0),
+                   numbers.get("planned_end_ts", 0.0))
 
 
 def ack_line(a: Acknowledgement, written_ms: int, text: bool = False, v1: bool = False) -> str:

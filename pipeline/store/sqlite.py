@@ -58,16 +58,18 @@ CREATE TABLE IF NOT EXISTS dirty_minutes (minute INTEGER PRIMARY KEY);
 CREATE TABLE IF NOT EXISTS silences (
     id TEXT PRIMARY KEY, matchers TEXT NOT NULL, start_ts REAL NOT NULL, end_ts REAL NOT NULL,
     created_by TEXT NOT NULL, comment TEXT NOT NULL, created_ts REAL NOT NULL DEFAULT 0,
-    expired_ts REAL NOT NULL DEFAULT 0);
+    expired_ts REAL NOT NULL DEFAULT 0, planned_end_ts REAL NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS acks (
     alert_id TEXT PRIMARY KEY, ts REAL NOT NULL, by TEXT NOT NULL, comment TEXT NOT NULL);
 -- What retention deleted: a table's rows before this instant are gone (reports say so).
 CREATE TABLE IF NOT EXISTS pruned (what TEXT PRIMARY KEY, before_ms INTEGER NOT NULL);
 """
 
-SILENCE_COLUMNS = "id, matchers, start_ts, end_ts, created_by, comment, created_ts, expired_ts"
-# Added since the silences table was first made: when one was made, when it was expired.
-_SILENCE_TIMES = ("created_ts", "expired_ts")
+SILENCE_COLUMNS = ("id, matchers, start_ts, end_ts, created_by, comment, created_ts, "
+                   "expired_ts, planned_end_ts")
+# Added since the silences table was first made: when one was made, when it was expired,
+# the end it was made with (where expiring it moved its end).
+_SILENCE_TIMES = ("created_ts", "expired_ts", "planned_end_ts")
 
 
 def _add_silence_columns(conn: sqlite3.Connection) -> None:
@@ -243,9 +245,10 @@ class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
         try:
             with self._conn() as conn:
                 conn.executemany(f"INSERT OR REPLACE INTO silences ({SILENCE_COLUMNS}) "
-                                 "VALUES (?,?,?,?,?,?,?,?)", [
+                                 "VALUES (?,?,?,?,?,?,?,?,?)", [
                     (s.id, json.dumps([list(m) for m in s.matchers]), s.start_ts, s.end_ts,
-                     s.created_by, s.comment, s.created_ts, s.expired_ts) for s in silences])
+                     s.created_by, s.comment, s.created_ts, s.expired_ts, s.planned_end_ts)
+                    for s in silences])
         except sqlite3.OperationalError as exc:
             raise StoreError(f"sqlite write to {self.path} failed: {exc}") from exc
 
@@ -255,8 +258,8 @@ class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
         if active_at is not None:
             sql, args = sql + " WHERE start_ts <= ? AND end_ts > ?", (active_at, active_at)
         rows = conn.execute(sql + " ORDER BY start_ts", args).fetchall()
-        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c, made, gone)
-                for i, ms, a, b, by, c, made, gone in rows]
+        return [Silence(i, tuple(tuple(m) for m in json.loads(ms)), a, b, by, c, made, gone,
+                        planned) for i, ms, a, b, by, c, made, gone, planned in rows]
 
     def write_acks(self, acks: Sequence[Acknowledgement]) -> None:
         try:

@@ -66,6 +66,27 @@ class SqliteReads:
         return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
 
     @guarded("read")
+    def newest_sample_ms(self, node: str, cluster: str, since_ms: int, before_ms: int
+                         ) -> int | None:
+        """The time of the node's newest sample in [since, before), any metric, or None:
+        raw where kept, else its newest minute rolled up (the minute's start). The rollups'
+        (did, ts) key gives that minute; raw rows are walked back from ``before_ms`` only
+        to it (the (ts, did) key: short where the fleet stopped with the node)."""
+        dids = self._devices(node, None, cluster)
+        if not dids:
+            return None
+        marks = ",".join("?" * len(dids))
+        conn = self._conn()
+        (rolled,) = conn.execute(f"SELECT MAX(ts) FROM rollup_1m WHERE did IN ({marks}) "
+                                 "AND ts >= ? AND ts < ?", [*dids, since_ms, before_ms]
+                                 ).fetchone()
+        raw = conn.execute(f"SELECT ts FROM samples WHERE ts >= ? AND ts < ? AND did IN "
+                           f"({marks}) ORDER BY ts DESC LIMIT 1",
+                           [since_ms if rolled is None else rolled, before_ms, *dids]
+                           ).fetchone()
+        return int(raw[0]) if raw is not None else None if rolled is None else int(rolled)
+
+    @guarded("read")
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         if end_ms - start_ms > RAW_SPAN_MS:

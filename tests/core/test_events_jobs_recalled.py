@@ -1,7 +1,8 @@
 """A processor that starts on a store another run wrote (``up --keep`` after ``simulate``,
 a restart) starts from the jobs the store holds open on each GPU: a job no longer named
-in the node's first frame ends there, one still named goes on (no second start), so the
-node page does not list the earlier run's job beside the new one on the same GPUs."""
+in the node's first frame ends at its last seen time (the node's newest stored sample;
+there where none is known), one still named goes on (no second start), so the node page
+does not list the earlier run's job beside the new one on the same GPUs."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def test_a_second_run_on_the_store_closes_the_first_runs_jobs(tmp_path: Path) ->
     second.process([frame(t0 + 300 + k, gpu(0, job="2"), gpu(1, job="2")) for k in range(3)])
     assert read_current_jobs(store, "node-0", t0 + 310) == {0: "2", 1: "2"}  # was "1,2"
     ends = [e for e in store.events(0, 2e9, kinds=["job_end"])]
-    assert {(e.device, e.value, e.ts) for e in ends} == {("gpu0", "1", t0 + 300),
-                                                         ("gpu1", "1", t0 + 300)}
+    # last seen at its run's last frame, not stretched over the 5 minutes nothing ran
+    assert {(e.device, e.value, e.ts) for e in ends} == {("gpu0", "1", t0 + 2),
+                                                         ("gpu1", "1", t0 + 2)}
     third = Processor(store)  # a restart while job 2 runs: it goes on, no second start
     third.process([frame(t0 + 400, gpu(0, job="2"), gpu(1, job="2"))])
     assert len(store.events(0, 2e9, kinds=["job_start"])) == 4

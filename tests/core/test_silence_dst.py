@@ -1,6 +1,7 @@
-"""``silence add --tz``: a local time that does not exist (the hour skipped when summer
-time starts) or happens twice (the hour repeated when it ends) is refused naming it, not
-read silently as another time; and the length limit is said in days, as it is checked."""
+"""``silence add --tz`` (``fleetwatch.local_time``, shared with ``timeline --since``): a
+local time that does not exist (the hour skipped when summer time starts) or happens twice
+(the hour repeated when it ends) is refused naming it, not read silently as another time;
+and the length limit is said in days, as it is checked."""
 
 from __future__ import annotations
 
@@ -9,20 +10,21 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from fleetwatch.silencing import MAX_LENGTH_S, SilenceError, local_instant, window
+from fleetwatch.local_time import LocalTimeError, local_instant
+from fleetwatch.silencing import MAX_LENGTH_S, SilenceError, window
 
 BERLIN = ZoneInfo("Europe/Berlin")
 NOW = 1_800_000_000.0
 
 
 def test_a_local_time_skipped_by_summer_time_is_refused_naming_it() -> None:
-    with pytest.raises(SilenceError, match=r"--start 2027-03-28 02:30 does not exist in "
+    with pytest.raises(LocalTimeError, match=r"--start 2027-03-28 02:30 does not exist in "
                                            r"Europe/Berlin.*01:59.*03:00"):
         local_instant(datetime(2027, 3, 28, 2, 30), BERLIN, "--start")
 
 
 def test_a_local_time_that_happens_twice_is_refused_naming_both_readings() -> None:
-    with pytest.raises(SilenceError) as got:
+    with pytest.raises(LocalTimeError) as got:
         local_instant(datetime(2027, 10, 31, 2, 30), BERLIN, "--start")
     text = str(got.value)
     assert "happens twice in Europe/Berlin" in text

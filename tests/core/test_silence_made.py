@@ -115,3 +115,80 @@ def test_line_protocol_stores_keep_both_times() -> None:
     older = silence_from({"id": "s1"}, {"start_ts": T, "end_ts": T + 60},
                          {"matchers": '[["node", "=", "n1"]]'})
     assert older is not None and (older.created_ts, older.expired_ts) == (0.0, 0.0)
+
+
+def test_a_cancelled_pending_silence_keeps_its_planned_window_in_the_timeline() -> None:
+    s = Silence("s1", M, T + 3 * 3600, T + 3 * 3600, "alice", "", created_ts=T,
+                expired_ts=T + 600, planned_end_ts=T + 5 * 3600)
+    made, cancelled = _silence(s)
+    assert "for 2026-11-27 19:43:47 .. 21:43:47 UTC" in made.detail
+    assert (cancelled.ts, cancelled.what) == (T + 600, "silence cancelled")
+    assert cancelled.detail == ("node=n1: planned 2026-11-27 19:43:47 .. 21:43:47 UTC, "
+                                "never in force")
+
+
+def test_expire_keeps_the_planned_end_of_a_pending_and_of_a_running_silence(
+        tmp_path: Path) -> None:
+    store = SqliteStore(str(tmp_path / "fleet.db"))
+    now = time.time()
+    pending = add_silence(store, ["node=n1"], 7200.0, start_ts=now + 3 * 3600)
+    running = add_silence(store, ["node=n2"], 7200.0)
+    expire_silence(store, pending.id, now=now + 60)
+    expire_silence(store, running.id, now=now + 60)
+    kept = {s.id: s for s in SqliteStore(str(tmp_path / "fleet.db")).silences()}
+    assert kept[pending.id].end_ts == kept[pending.id].start_ts
+    assert kept[pending.id].planned_end_ts == pending.end_ts
+    assert kept[running.id].end_ts < running.end_ts
+    assert kept[running.id].planned_end_ts == running.end_ts
+
+
+def test_cli_timeline_shows_a_cancelled_silences_planned_end(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    db = str(tmp_path / "fleet.db")
+    SqliteStore(db).close()
+    start = time.time() + 3 * 3600
+    ahead = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(start))
+    until = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(start + 2 * 3600))
+    assert main(["silence", "--store", db, "add", "node=n1", "--start", ahead,
+                 "--until", until, "--by", "alice"]) == 0
+    sid = capsys.readouterr().out.strip()
+    assert main(["silence", "--store", db, "expire", sid]) == 0
+    capsys.readouterr()
+    tomorrow = time.strftime("%Y-%m-%d %H:%M", time.gmtime(time.time() + 86400))
+    assert main(["timeline", "--store", db, "--since", "1h", "--until", tomorrow,
+                 "--tz", "UTC"]) == 0
+    (cancelled,) = [line for line in capsys.readouterr().out.splitlines()
+                    if "silence cancelled" in line]
+    end = time.strftime("%H:%M:%S", time.gmtime(start + 2 * 3600))
+    assert f"planned {ahead[:10]} {ahead[11:19]} .. " in cancelled
+    assert f"{end} UTC, never in force" in cancelled
+    assert "never in force" in cancelled
+
+
+def test_one_expired_while_in_force_says_its_planned_end_and_list_says_a_cancelled_ones(
+        ) -> None:
+    from fleetwatch.silencing import describe
+
+    s = Silence("s1", M, T, T + 600, "alice", "", created_ts=T, expired_ts=T + 600,
+                planned_end_ts=T + 3600)
+    assert _silence(s)[-1].detail == ("node=n1 (expired by hand; planned until "
+                                      "17:43:47 UTC)")
+    cancelled = Silence("s2", M, T + 3600, T + 3600, created_ts=T, expired_ts=T + 60,
+                        planned_end_ts=T + 7200)
+    assert describe(cancelled, now=T + 120).endswith(
+        "cancelled before its start at 2026-11-27 16:44:47 UTC (planned until "
+        "2026-11-27 18:43:47 UTC)")
+
+
+def test_line_protocol_stores_keep_the_planned_end() -> None:
+    from fleetwatch.pipeline.store.lpsilences import silence_from, silence_line
+
+    s = Silence("s1", M, T + 3600, T + 3600, "alice", "", created_ts=T, expired_ts=T + 60,
+                planned_end_ts=T + 7200)
+    for text in (False, True):
+        assert f"planned_end_ts={T + 7200!r}" in silence_line(s, int(T * 1000), text=text)
+    back = silence_from({"id": "s1"}, {"start_ts": T + 3600, "end_ts": T + 3600,
+                                       "created_ts": T, "expired_ts": T + 60,
+                                       "planned_end_ts": T + 7200},
+                        {"matchers": '[["node", "=", "n1"]]', "created_by": "alice"})
+    assert back == s

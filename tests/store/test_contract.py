@@ -363,6 +363,13 @@ def test_silences_round_trip_exactly_and_are_replaced_by_id(backend: Backend) ->
     backend.settle()
     assert mine() == [kept(over), kept(ended), kept(moved)]
     assert mine(now) == []
+    # A pending one cancelled (``silence expire``): never in force, its planned end kept.
+    cancelled = dataclasses.replace(moved, end_ts=moved.start_ts, created_ts=now - 60,
+                                    expired_ts=now, planned_end_ts=moved.end_ts)
+    store.write_silences([cancelled])
+    backend.settle()
+    assert mine() == [kept(over), kept(ended), kept(cancelled)]
+    assert mine(now + 86_400 + 1) == []
 
 
 def test_acknowledgements_round_trip_and_are_replaced_by_alert_id(backend: Backend) -> None:
