@@ -138,7 +138,7 @@ POWER = "gpu_power_w"
 EXAMPLE_MODEL = "NVIDIA H100 80GB HBM3"
 # Rules that judge any frame of their subject, and need nothing more: a node that sends
 # no frame for a while is silent in a recording too.
-ANY_FRAME = frozenset({"node_silent"})
+ANY_FRAME = frozenset({"node_silent", "rack_silent"})
 RACK_STALE_S = 120.0  # models/rack.py STALE_S: a GPU counts for its rack this long
 INLET = "host_inlet_temp_c"
 
