@@ -133,3 +133,21 @@ def test_a_rack_finding_is_repeated_at_its_live_nodes_frames() -> None:
     frames = [node(1059.0, [busy(60)], name="n2"), node(1061.0, [busy(60)], name="n2"),
               node(1060.0, [busy(60)], name="x", rack="other")]
     assert sorted(g.ts for g in at_frames([f], frames)) == [1059.0, 1061.0]
+
+
+def test_a_rack_alert_no_longer_judged_resolves_at_its_live_nodes_next_frame() -> None:
+    """A second processor joins while a rack alert fires: this one no longer reads every
+    partition, judges no rack, and the rack's live node's next frame resolves the alert
+    (its silent nodes then page on their own), rather than holding a page it cannot judge."""
+    names = ("a0", "a1", "a2", "a3")
+    racks = dict.fromkeys(names, "ra")
+    d = NodeSilence()
+    book = AlertBook(requirements=d.rules)
+    _run(d, book, set(), 1000.0, 1300.0, names, racks)
+    _run(d, book, {"a0", "a1", "a2"}, 1300.0, 1400.0, names, racks)
+    assert [a.rule for a in book.open if a.rule == "rack_silent"] == ["rack_silent"]
+    d.whole(False)
+    changes = _run(d, book, {"a0", "a1", "a2"}, 1400.0, 1405.0, names, racks)
+    assert [(a, s) for _, a, s in changes if a == "rack_silent"] == [("rack_silent",
+                                                                       "resolved")]
+    assert sorted(a.node for a in book.open) == ["a0", "a1", "a2"]
