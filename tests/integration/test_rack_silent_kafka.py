@@ -141,3 +141,49 @@ def test_a_pdu_trip_is_one_rack_alert_over_its_nodes_alerts(kafka: Server,
     # Back: one rack alert in all, resolved with the nodes' first frames.
     assert len({a.id for a in back if a.rule == "rack_silent"}) == 1
     assert all(a.state == "resolved" for a in back)
+
+
+def test_two_members_of_a_group_judge_no_rack_and_page_each_node(kafka: Server,
+                                                                 tmp_path: Path) -> None:
+    """Two processors share the topic's two partitions: each sees some nodes of the rack,
+    so neither judges it: the tripped nodes page on their own, as before rack_silent
+    existed. (Judged on its part, the member reading a1, a2 and a3 paged "2 of its 3 nodes"
+    of a rack of 4, naming two of the three nodes down; the same on a rack of 8 would page
+    3 of a member's 4 as a rack where 3 of 8 is none.)"""
+    run = uuid.uuid4().hex[:8]
+    topic = f"frames-{run}"
+    ensure_topic(kafka.address, topic, 2)
+    db = tmp_path / "store.db"
+    members = [Processor(SqliteStore(db), [NodeSilence(DetectorsConfig(
+        silent_min_s=SILENT_MIN_S))]) for _ in range(2)]
+    stop = threading.Event()
+    threads = [threading.Thread(target=p.run, args=(KafkaConsumer(
+        kafka.address, topic, f"processors-{run}", **FAST), stop, 100), daemon=True)
+        for p in members]
+    for t in threads:
+        t.start()
+    producer = KafkaProducer(kafka.address)
+    try:
+        wait_for(lambda: all(p.ownership.owned and len(p.ownership.owned) == 1
+                             for p in members), timeout_s=60)
+        send(producer, topic, 3.0)
+        assert not any(p.ownership.whole() for p in members)
+        done = threading.Event()
+        sender = threading.Thread(target=send, args=(producer, topic, SILENT_MIN_S + 30,
+                                                     TRIPPED, done), daemon=True)
+        sender.start()
+        wait_for(lambda: sum(a.rule == "node_silent" and a.state == "firing"
+                             for a in alerts(db)) == len(TRIPPED), timeout_s=SILENT_MIN_S + 25)
+        time.sleep(3.0)  # a rack alert would have come with the nodes' own
+        done.set()
+        sender.join(40)
+        found = alerts(db)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        producer.close()
+        for p in members:
+            p.store.close()
+    assert sorted(a.node for a in found if a.rule == "node_silent") == list(TRIPPED)
+    assert [a for a in found if a.rule == "rack_silent"] == []
