@@ -401,7 +401,8 @@ class NodeSilence:
             if cluster in self._clusters and gap[i] < FORGET_S:
                 limit = float(limits[i])
                 heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),
-                                   limit, self._grace(i, float(clocks[i]), limit)))
+                                   limit, self._grace(i, float(clocks[i]), limit),
+                                   float(self._interval[i])))
         return racks_down(heard, now, self.c)
 
     def _grace(self, i: int, now: float, limit: float) -> bool:

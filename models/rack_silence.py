@@ -7,13 +7,18 @@ switch lost cuts every node of the rack within one reporting interval (their las
 a few seconds apart), while nodes that die one by one over an hour have last frames
 minutes apart. A rack is down when at least ``rack_silent_min_nodes`` of its known nodes,
 and ``rack_silent_fraction`` of them, were last heard of within ``rack_silent_window_s``
-of each other, one of them past its own silence limit and the others within the window
-of theirs (each sent nothing for at least half of its limit too, so a node that merely
-reports late never counts). The rack is judged as the first of them passes its limit, so
-the rack's page and its first node's alert come together and that node's alert is muted
-under it (``pipeline.inhibition``) instead of paging on its own a few seconds before.
+of each other (or two of the rack's usual reporting intervals, where longer: agents that
+report every minute are cut anywhere within that minute), one of them past its own
+silence limit and the others within the window of theirs (each sent nothing for at least
+half of its limit too, so a node that merely reports late never counts). The rack is
+judged as the first of them passes its limit, so the rack's page and its first node's
+alert come together and that node's alert is muted under it (``pipeline.inhibition``)
+instead of paging on its own a few seconds before.
 
-Pure logic: ``racks_down`` takes what the silence detector knows of each node now.
+Pure logic: ``racks_down`` takes what the silence detector knows of each node now. The
+detector judges racks only where every node of a rack is its own (``NodeSilence.whole``:
+a processor reading every partition of its topic, or no bus), as a rack judged on some of
+its nodes would page on a part.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Heard:
     gap: float
     limit: float
     waiting: bool = False
+    interval: float = math.nan  # how often it reports (NaN: not known)
 
 
 def racks_down(nodes: Iterable[Heard], now: float, c: DetectorsConfig) -> list[Finding]:
@@ -57,7 +63,9 @@ def racks_down(nodes: Iterable[Heard], now: float, c: DetectorsConfig) -> list[F
             racks[(n.cluster, n.rack)].append(n)
     out = []
     for (cluster, rack), known in sorted(racks.items()):
-        together = _together(known, c.rack_silent_window_s)
+        intervals = sorted(n.interval for n in known if n.interval == n.interval)
+        usual = intervals[(len(intervals) - 1) // 2] if intervals else 0.0
+        together = _together(known, max(c.rack_silent_window_s, 2 * usual))
         need = max(c.rack_silent_min_nodes, math.ceil(c.rack_silent_fraction * len(known)))
         if len(together) >= need:
             out.append(_finding(cluster, rack, together, len(known), now))

@@ -151,3 +151,18 @@ def test_a_rack_alert_no_longer_judged_resolves_at_its_live_nodes_next_frame() -
     assert [(a, s) for _, a, s in changes if a == "rack_silent"] == [("rack_silent",
                                                                        "resolved")]
     assert sorted(a.node for a in book.open) == ["a0", "a1", "a2"]
+
+
+def test_agents_reporting_every_minute_are_cut_anywhere_within_that_minute() -> None:
+    """A PDU trip under agents that report every 60 s: their last frames spread over the
+    minute before it. The window is two of the rack's usual intervals where longer than
+    rack_silent_window_s; nodes ten minutes apart are still no rack."""
+    now = 1361.0
+    nodes = [Heard("c", "r1", f"n{i}", 1000.0 + 25.0 * i, now - 1000.0 - 25.0 * i, 360.0,
+                   interval=60.0) for i in range(3)]
+    nodes.append(Heard("c", "r1", "n3", 1355.0, 6.0, 360.0, interval=60.0))
+    [f] = racks_down(nodes, now, C)
+    assert f.evidence["silent_nodes"] == 3 and f.evidence["last_frames_span_s"] == 50.0
+    apart = [Heard("c", "r1", f"n{i}", 1000.0 + 600.0 * i, 2500.0 - 1000.0 - 600.0 * i,
+                   360.0, interval=60.0) for i in range(3)]
+    assert racks_down(apart, 2500.0, C) == []
