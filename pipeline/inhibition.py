@@ -203,7 +203,7 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
     node-down alert of its node, one of its GPU's (``SAME_GPU_COVERS``), or for a thermal
     symptom (``cooling_explains``) of a GPU not hotter than its peers a node-cooling alert
-    of its node, a critical rack alert of its rack or a room alert of its cluster; for a
+    of its node, a critical rack cooling alert of its rack or a room alert of its cluster; for a
     node alert of ``RACK_EXPLAINS_RULES``, a critical rack cooling alert; for a silent node
     (``RACK_DOWN_RULES``), a ``rack_silent`` alert of its rack. (A rack's warning — above
     its peers since fleetwatch first saw it, with no change seen — explains nothing for
