@@ -15,7 +15,7 @@ POWER = "gpu_power_w"
 
 # Rules that judge any frame of their subject, and need nothing more: a node that sends
 # no frame for a while is silent in a recording too.
-ANY_FRAME = frozenset({"node_silent"})
+ANY_FRAME = frozenset({"node_silent", "rack_silent"})
 
 
 @dataclass(frozen=True)

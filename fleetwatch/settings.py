@@ -296,6 +296,10 @@ class DetectorsConfig:
     # A node with no frame for silent_intervals of its own interval (and silent_min_s).
     silent_intervals: float = ranged(6.0, 2.0, 1000.0)
     silent_min_s: float = ranged(60.0, 1.0, 86_400.0)
+    # A rack whose nodes went silent together (a PDU trip, its switch lost): one alert.
+    rack_silent_min_nodes: int = ranged(2, 2, 10_000)
+    rack_silent_fraction: float = ranged(0.5, 0.0, 1.0, above=True)
+    rack_silent_window_s: float = ranged(20.0, 1.0, 3600.0)
     # Replay: a GPU whose samples stop while its node's go on is lost after this long.
     gpu_lost_silent_s: float = ranged(300.0, 0.0, 86_400.0)
     # Job peers: SM activity (or utilization), clocks and power against the job's other GPUs.

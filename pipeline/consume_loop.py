@@ -107,6 +107,9 @@ class ConsumerLoop(ConsumePause):
             listen(self.ownership)
         self.ownership.locate = getattr(consumer, "partition_of", None)
         self.ownership.lagging = lambda: partitions_behind(consumer)
+        every = getattr(consumer, "partitions", None)
+        if callable(every):
+            self.ownership.partitions = every
         done = threading.Event()
         watch = threading.Thread(target=self._watch_partitions,
                                  args=(PartitionWatch(no_partitions_warn_s), done),

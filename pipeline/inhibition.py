@@ -7,9 +7,11 @@ Pure functions over alerts, used by ``pipeline.silences.mute``.
   (``COOLING_EXPLAINS_RULES``: temperatures, thermal throttles; not a GPU hotter than
   its own node's peers, not a power brake): a firing node-cooling alert mutes those of
   its node's GPUs, a firing critical rack alert (rack cooling) those of its rack's GPUs
-  and the node-cooling alerts of its rack. The one cause is paged, not its sixteen
-  symptoms; a hardware error (XID 79, a DBE, a row remap, a link down) needs its own
-  action and still pages.
+  and the node-cooling alerts of its rack. A firing rack-down alert (``rack_silent``:
+  several of a rack's nodes silent together, its power or its switch) mutes the
+  ``node_silent`` alerts of its rack, and nothing of its live nodes. The one cause is
+  paged, not its sixteen symptoms; a hardware error (XID 79, a DBE, a row remap, a link
+  down) needs its own action and still pages.
 * A node or rack alert that no processor re-judges any more (its updated time
   ``STALE_COVER_S`` before the alert it would mute: a processor gone, an alert an older
   release left open in the store) mutes nothing: a cover is re-written at least every
@@ -61,6 +63,12 @@ NODE_COVER_RULES = NODE_DOWN_RULES | {"node_cooling"}
 # Node-scope rules that a firing rack alert of the node's rack explains: a rack cooler
 # failing warms its nodes' GPUs above their models; it does not silence a node.
 RACK_EXPLAINS_RULES = frozenset({"node_cooling"})
+# The rack alerts about its air, which explain its GPUs' heat and its nodes' cooling. A rack
+# whose nodes went silent together (``rack_silent``: its power or its switch) explains no
+# live node's heat: it mutes only its silent nodes' ``node_silent`` (``RACK_DOWN_RULES``).
+RACK_COOLING_RULES = frozenset({"rack_cooling"})
+RACK_DOWN_RULE = "rack_silent"
+RACK_DOWN_RULES = frozenset({"node_silent"})
 # GPU rules a cooling failure (a warm room, a rack's cooler, a node's fans) explains:
 # every die follows its air at the same power. Not where the GPU is also hotter than its
 # node's peers (``PEER_RULES`` open for it: its own cooling), nor a power brake, nor any
@@ -195,8 +203,9 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
     """The id of a firing alert that covers this one, else "": for a GPU alert, a
     node-down alert of its node, one of its GPU's (``SAME_GPU_COVERS``), or for a thermal
     symptom (``cooling_explains``) of a GPU not hotter than its peers a node-cooling alert
-    of its node, a critical rack alert of its rack or a room alert of its cluster; for a
-    node alert of ``RACK_EXPLAINS_RULES``, a critical rack alert. (A rack's warning — above
+    of its node, a critical rack cooling alert of its rack or a room alert of its cluster; for a
+    node alert of ``RACK_EXPLAINS_RULES``, a critical rack cooling alert; for a silent node
+    (``RACK_DOWN_RULES``), a ``rack_silent`` alert of its rack. (A rack's warning — above
     its peers since fleetwatch first saw it, with no change seen — explains nothing for
     certain: a hot aisle must not mute its GPUs' alerts for as long as it stays hot.) A
     node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing.
@@ -209,10 +218,14 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
     Alertmanager's room rule, which cannot tell, mutes it there."""
     open_alerts = list(open_alerts)
     own = scope_of(alert)
+    if own == "node" and alert.rule in RACK_DOWN_RULES:
+        return next((a.id for a in open_alerts if a.state == "firing"
+                     and a.rule == RACK_DOWN_RULE and a.cluster == alert.cluster
+                     and a.rack == alert.rack and judged(a, alert)), "")
     if own == "node" and alert.rule in RACK_EXPLAINS_RULES:
         return next((a.id for a in open_alerts if a.state == "firing"
                      and a.cluster == alert.cluster and a.rack == alert.rack
-                     and scope_of(a) == "rack" and a.severity == "critical"
+                     and a.rule in RACK_COOLING_RULES and a.severity == "critical"
                      and judged(a, alert)), "")
     if own != "gpu":
         return ""
@@ -240,6 +253,7 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
             continue
         if (scope == "node" and a.node == alert.node and a.rule in NODE_COVER_RULES
                 or scope == "rack" and a.rack == alert.rack and a.severity == "critical"
+                and a.rule in RACK_COOLING_RULES
                 or a.rule == ROOM_RULE):
             cooled = a.id
     return "" if hotter else cooled

@@ -98,6 +98,8 @@ class Ownership:
         self.locate: Locate | None = None  # set from the consumer; None: expect nobody
         # The partitions that hold messages not polled yet (the consumer's ``behind``).
         self.lagging: Callable[[], Collection[Partition]] = frozenset
+        # Every partition of the topic (the consumer's ``partitions``; none: not known).
+        self.partitions: Callable[[], Collection[Partition]] = frozenset
         self._expect = False  # new partitions: ask the store which nodes they hold
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
@@ -341,6 +343,14 @@ class Ownership:
                 where[key] = partition
                 out.append((key[0], rack, key[1], ts))
         return out
+
+    def whole(self) -> bool:
+        """Does this member read every partition of its topic (no bus: it reads all), so
+        that every node of a rack is its own? False while the partitions are not known."""
+        if self.owned is None:
+            return True
+        every = self.partitions()
+        return bool(every) and set(every) <= self.owned
 
     @property
     def nodes(self) -> Collection[NodeKey]:

@@ -160,6 +160,7 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
         self._enrichers = [d for d in self.detectors if callable(getattr(d, "enrich", None))]
         self._tickers = [d for d in self.detectors if callable(getattr(d, "tick", None))]
         self._pacers = [d for d in self.detectors if callable(getattr(d, "behind", None))]
+        self._wholes = [d for d in self.detectors if callable(getattr(d, "whole", None))]
         self._next_tick = 0.0
         # Alert changes go here once stored (``fleetwatch.pipeline.sinks.Notifier.send``);
         # a ``notifier`` also adopts and forgets open alerts as partitions move.
@@ -284,7 +285,11 @@ class Processor(Intake, AlertFlow, ConsumerLoop):
 
     def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
-        messages not polled yet (catching up a backlog: see ``NodeSilence``)."""
+        messages not polled yet (catching up a backlog: see ``NodeSilence``), and whether
+        this processor reads every partition (racks are judged only then: ``whole``)."""
+        every = self.ownership.whole()
+        for d in self._wholes:
+            d.whole(every)  # type: ignore[attr-defined]
         for d in self._pacers:
             try:
                 d.behind(nodes)  # type: ignore[attr-defined]

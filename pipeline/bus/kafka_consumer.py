@@ -160,6 +160,11 @@ class KafkaConsumer:
         # kafka-python calls the rebalance listener from inside poll(): so is ours.
         self._listener = listener
 
+    def partitions(self) -> frozenset[Partition]:
+        """Every partition of the subscribed topic, as last known (empty: not known yet)."""
+        found = self._consumer.partitions_for_topic(self._topic)
+        return frozenset((self._topic, p) for p in found or ())
+
     def partition_of(self, key: bytes) -> Partition | None:
         # As kafka-python's DefaultPartitioner (and the Java client's) places a keyed
         # message: murmur2 of the key over the topic's partitions, in order.

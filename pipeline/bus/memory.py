@@ -151,6 +151,9 @@ class MemoryConsumer:
         with self._bus._cond:
             return self._bus._end(self._topic) - self._position
 
+    def partitions(self) -> frozenset[Partition]:
+        return frozenset({(self._topic, 0)})
+
     def partition_of(self, key: bytes) -> Partition | None:
         return (self._topic, 0)
 

@@ -128,6 +128,30 @@ def test_the_shipped_alertmanager_rules_mute_what_fleetwatch_mutes_under_cooling
     cannot tell from a power brake: fleetwatch does not post the thermal ones it mutes),
     and no hardware rule; a silent node mutes every GPU alert of its node."""
     thermal = set(COOLING_EXPLAINS_RULES) - {"gpu_hw_slowdown"}
-    assert _targets(['scope="rack"', 'severity="critical"']) == thermal | {"node_cooling"}
+    assert _targets(['alertname="rack_cooling"', 'scope="rack"', 'severity="critical"']) \
+        == thermal | {"node_cooling"}
+    assert _targets(['alertname="rack_silent"', 'scope="rack"']) == {"node_silent"}
     assert _targets(['alertname="node_cooling"', 'scope="node"']) == thermal
     assert _targets(['alertname=~"node_silent|node_down"', 'scope="node"']) == {"*"}
+
+
+RACK_DOWN = alert("rack_silent", node="", device="rack:r1")
+
+
+def test_a_rack_gone_silent_mutes_its_silent_nodes_and_nothing_of_its_live_ones() -> None:
+    """A PDU trip is one page: the rack's node_silent alerts are muted under its
+    rack_silent (another rack's are not); the GPU alerts and node_cooling of a live node of
+    the rack still page (the rack's power explains no heat), while a silent node's GPU
+    alerts stay muted by its own node_silent."""
+    silent = alert("node_silent", device="host")
+    assert mute(silent, [RACK_DOWN], [], {}) == f"inhibited:{RACK_DOWN.id}"
+    assert mute(alert("node_silent", device="host", rack="r2"), [RACK_DOWN], [], {}) == ""
+    live = alert("gpu_temp_critical", node="n2")
+    assert mute(live, [RACK_DOWN], [], {}) == ""
+    assert mute(alert("node_cooling", node="n2", device="host"), [RACK_DOWN], [], {}) == ""
+    assert mute(alert("gpu_xid_critical"), [RACK_DOWN, silent], [], {}) \
+        == f"inhibited:{silent.id}"
+    # A rack alert no processor re-judges any more mutes nothing.
+    ghost = dataclasses.replace(RACK_DOWN, updated_ts=1000.0)
+    late = dataclasses.replace(silent, updated_ts=1000.0 + STALE_COVER_S + 60)
+    assert mute(late, [ghost], [], {}) == ""

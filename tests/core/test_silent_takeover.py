@@ -139,6 +139,7 @@ def test_an_expected_node_is_judged_by_the_fleets_usual_interval() -> None:
     for k in range(4, 12):                  # only "a" goes on
         for f in d.update([node(1000 + 30.0 * k, [busy(60)], name="a")]):
             silent_from.setdefault(f.node, (f.ts, f.message))
+    assert silent_from.pop("")[0] == 1090 + 210  # b and c stopped together: their rack
     assert silent_from.keys() == {"b", "c"}
     assert silent_from["b"][0] == silent_from["c"][0] == 1090 + 210  # first past 6 x 30 s
     assert "its last frame: 1970-01-01 00:18:10 UTC" in silent_from["b"][1]

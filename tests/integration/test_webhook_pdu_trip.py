@@ -1,10 +1,13 @@
-"""A PDU trip over a real broker: 30 nodes go silent within a few seconds; the processor
+"""A storm over a real broker: 30 nodes go silent within a few seconds; the processor
 fires ``node_silent`` for them over several batches, and its webhook (the default group
 interval) posts them in two POSTs, not one per batch: the first at once, the rest together
-when the interval ends."""
+when the interval ends. Each node is in a rack of its own here: nodes of one rack silent
+together are one ``rack_silent`` alert, their own muted under it
+(``tests/integration/test_rack_silent_kafka.py``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 import uuid
@@ -39,7 +42,8 @@ def fleet(producer: KafkaProducer, topic: str, seconds: float, trip_s: float) ->
     while (now := time.time()) < start + seconds + trip_s:
         for i, n in enumerate(NODES):
             if now < start + seconds + trip_s * i / len(NODES):
-                producer.send(topic, encode(frame(n, now)), n.encode())
+                f = dataclasses.replace(frame(n, now), rack=f"rack-{n}")
+                producer.send(topic, encode(f), n.encode())
         producer.flush(10)
         time.sleep(0.1 if now > start + seconds else 0.5)
 

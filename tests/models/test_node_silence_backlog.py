@@ -76,7 +76,9 @@ def test_a_whole_partition_gone_quiet_is_paged_once_read_to_its_end() -> None:
         t = last + 5.0 * k
         d.behind({})
         pages += d.update([node(t, [busy(60)], name=n) for n in LANES["p0"]], wall=t + 0.1)
-    assert {f.node for f in pages} == set(LANES["p1"])
+    assert {f.node for f in pages if f.rule == "node_silent"} == set(LANES["p1"])
+    # They stopped together, in one rack: that rack is down too (models/rack_silence.py).
+    assert {f.rack for f in pages if f.rule == "rack_silent"} == {"r1"}
 
 
 def test_a_partition_read_to_its_end_in_one_batch_sets_now_for_the_rest() -> None:
