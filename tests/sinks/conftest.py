@@ -29,6 +29,7 @@ class Receiver:
 
     def __init__(self, answers: list[int] | None = None) -> None:
         self.bodies: list[object] = []
+        self.times: list[float] = []  # when each body was received (time.monotonic)
         self.answers = list(answers or [])
         self.code = 200
         self.release = threading.Event()
@@ -45,6 +46,7 @@ class Receiver:
                     code = owner.code or 200
                 if code == 200:
                     owner.bodies.append(json.loads(body))
+                    owner.times.append(time.monotonic())
                 self.send_response(code)
                 self.end_headers()
                 self.wfile.write(b"busy" if code != 200 else b"ok")
