@@ -60,17 +60,11 @@ from fleetwatch.frame import Frame
 from fleetwatch.pipeline.board_events import (
     Board,
     board_events,
-    board_of,
     frame_event,
     placed_events,
     placement,
-    replaced_before,
 )
 from fleetwatch.pipeline.store.base import Event, gpu_device, gpu_index
-
-# board_of and replaced_before live in board_events; the processor imports them from here.
-__all__ = ["GONE", "THROTTLE_METRIC", "EventTracker", "NodeKey", "board_of", "jobs_of",
-           "replaced_before", "split_jobs"]
 
 THROTTLE_METRIC = "gpu_throttle_reasons"
 GONE = "gone"

@@ -77,12 +77,13 @@ from fleetwatch.pipeline import job_recall
 from fleetwatch.pipeline.alert_flow import AlertFlow
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.batches import Batch, Stats, bisect
+from fleetwatch.pipeline.board_events import board_of, replaced_before
 from fleetwatch.pipeline.bus import Message, Producer
 from fleetwatch.pipeline.clock_skew import ClockWatch
 from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
-from fleetwatch.pipeline.events import EventTracker, NodeKey, board_of, replaced_before
+from fleetwatch.pipeline.events import EventTracker, NodeKey
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
