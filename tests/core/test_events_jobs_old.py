@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.dashboards.job_data import read_current_jobs
+from fleetwatch.pipeline.board_recall import JOB_RECALL_S
 from fleetwatch.pipeline.events import EventTracker, jobs_of
 from fleetwatch.pipeline.job_recall import unknown_slots
-from fleetwatch.pipeline.processor import JOB_RECALL_S, Processor
+from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.core.test_events import frame, gpu
