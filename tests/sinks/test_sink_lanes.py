@@ -238,9 +238,17 @@ def test_changes_held_past_the_retry_window_are_given_up_counted_and_logged_once
         assert error.startswith("alert sink webhook down for ")
         assert (": 1 alert changes held longer than alerts.sink_retry_s (0.2s) given up, not "
                 "delivered there: webhook ") in error
-        hook.code = 200
+        # The receiver comes back just after c is held. Its comeback is not left to when
+        # the lane's next try falls (every 10 to 50 ms: one that went through before c
+        # was held would post a and b alone): the lane's next try hangs until c is queued
+        # behind it and fails; the one after goes through.
+        hook.answers = [0]
+        assert until(lambda: not hook.answers)       # the lane waits on that try
         notifier.send([alert("c")])
+        hook.answers = [200]
+        hook.release.set()
         assert until(lambda: len(hook.bodies) == 1)
+        hook.code = 200
     finally:
         notifier.close()
     # a and b, given up but still firing, are re-sent with c: the receiver learns them.
