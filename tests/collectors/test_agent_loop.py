@@ -48,18 +48,20 @@ class StuckBroker:
 
 
 def test_a_blocking_producer_does_not_delay_sampling() -> None:
-    broker = StuckBroker(block_s=1.0)
+    # Ticks of 0.2 s: a whole tick missed takes a 0.2 s stall, which a loaded runner's
+    # thread does not see (one of 0.05 s it did).
+    broker = StuckBroker(block_s=2.0)
     sender = Sender(broker).start()
     source = Counting()
     agent = Agent(source, None, "t", sender=sender)
     stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(0.05, stop))
+    thread = threading.Thread(target=agent.run, args=(0.2, stop))
     thread.start()
-    time.sleep(2.0)
+    time.sleep(4.0)
     stop.set()
     thread.join(5)
-    # 2 s at 0.05 s is 40 ticks; a loop that waited for the flush would manage about 2.
-    assert source.n >= 30 and agent.missed_ticks == 0
+    # 4 s at 0.2 s is 20 ticks; a loop that waited for the flush would manage about 2.
+    assert source.n >= 15 and agent.missed_ticks == 0
     sender.close(timeout_s=5)
     assert [decode(v).seq for v in broker.got] == list(range(1, source.n + 1))
 
@@ -67,12 +69,13 @@ def test_a_blocking_producer_does_not_delay_sampling() -> None:
 def test_a_slow_tick_is_caught_up_or_counted_as_missed() -> None:
     # Tick 3 takes 3.5 intervals: it ends half-way through the third slot after its own,
     # so two slots passed whole (counted as missed) and the third is taken at once.
-    source = Counting(slow_tick=3, slow_s=0.7)
+    # Intervals of 0.4 s: 0.2 s either side of a slot's edge for a loaded runner's delays.
+    source = Counting(slow_tick=3, slow_s=1.4)
     agent = Agent(source, None, "t")
     stop = threading.Event()
-    thread = threading.Thread(target=agent.run, args=(0.2, stop))
+    thread = threading.Thread(target=agent.run, args=(0.4, stop))
     thread.start()
-    time.sleep(2.0)
+    time.sleep(4.0)
     stop.set()
     thread.join(5)
     assert agent.missed_ticks == 2

@@ -74,8 +74,9 @@ def test_store_outage_pauses_consumption_and_loses_nothing(tmp_path: Path, write
     worker = threading.Thread(target=processor.run, args=(consumer, stop, 50, 3600.0))
     worker.start()
     try:
-        wait_for(lambda: FlakyStore.refused >= 2)
-        assert processor.stats.paused
+        # Two writers may both be refused before the loop hears of the first and pauses:
+        # the pause is waited for, not read at once.
+        wait_for(lambda: FlakyStore.refused >= 2 and processor.stats.paused)
         # While the store is away, batches are polled (and judged) until the bound of
         # JUDGE_AHEAD_MESSAGES is reached, then nothing more is fetched or committed.
         wait_for(lambda: consumer.lag() <= sent - 150)

@@ -36,9 +36,10 @@ def test_when_every_agent_stops_each_node_is_paged_within_silent_min_s(
     thread.start()
     try:
         for _ in range(8):                     # 2 s of live frames from every node
-            send(bus, [frame(n, time.time()) for n in NODES])
+            last = time.time()                 # (the last frames' time: the limit's start)
+            send(bus, [frame(n, last) for n in NODES])
             time.sleep(INTERVAL_S)
-        last = time.time()                     # then every agent stops
+        # then every agent stops
         wait_for(lambda: processor.stats.frames == 8 * len(NODES))
         assert silent_alerts(db) == []
         wait_for(lambda: len(silent_alerts(db)) == len(NODES), timeout_s=SILENT_MIN_S + 10)

@@ -69,8 +69,9 @@ def test_firing_alerts_are_on_the_first_screen_of_a_big_fleet(dash_duo, tmp_path
     more = texts(dash_duo, "#active-alerts tr.more-row")
     assert more and "20 more" in more[0], more
     assert dash_duo.find_element("#fleet-alerts-link").get_attribute("href").endswith("/alerts")
+    # Every node's row drawn (read again until then: a value read once never changes).
+    until(lambda: len(dash_duo.driver.execute_script(_Y_JS) or ()) == NODES, timeout=30)
     ys = dash_duo.driver.execute_script(_Y_JS)[::-1]  # the first node is on top
-    until(lambda: len(ys) == NODES, timeout=1)
     assert ys[:3] == ["node-0", "node-1", "node-2"]
     assert ys.index("node-20") < ys.index("node-200")  # rack-10 before rack-100
     assert ys.index("node-4") < ys.index("node-20")    # rack-2 before rack-10

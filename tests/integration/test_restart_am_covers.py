@@ -97,7 +97,9 @@ def test_a_restarted_processor_posts_no_alert_the_one_before_kept_from_alertmana
         assert first.wait(60) == 0, first_log.read_text()[-3000:]
 
         second, second_log = start("second")
-        time.sleep(5)  # it joins the group and takes the two firing alerts over
+        # it joins the group and takes the two firing alerts over (a bound: a loaded
+        # machine starts it and rebalances slower)
+        _wait(lambda: "partitions assigned: " in second_log.read_text(), second, second_log, 90)
         send(3)        # it keeps judging the GPU; it re-sends every 2 s
         time.sleep(8)
         assert second.poll() is None, second_log.read_text()[-3000:]

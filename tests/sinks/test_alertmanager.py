@@ -69,9 +69,10 @@ def test_firing_alerts_are_re_sent_before_alertmanager_expires_them(am: Server) 
     book_alert = _firing(node)
     notifier.send([book_alert])
     (first,) = wait_for(lambda: am_alerts(am, node))
-    time.sleep(1.5)  # past one resend interval: the notifier's thread re-posts it
-    (later,) = am_alerts(am, node)
-    assert later["endsAt"] > first["endsAt"]
+    # The notifier's thread re-posts it once a resend interval has passed (30 s: a bound
+    # for a loaded machine, not the interval's timing).
+    assert wait_for(lambda: any(a["endsAt"] > first["endsAt"] for a in am_alerts(am, node)),
+                    30)
     # Without re-sending it would expire 4 resends after the last post.
     time.sleep(0.5)
     notifier.close()
@@ -146,14 +147,17 @@ def test_alerts_of_a_partition_that_moved_away_are_no_longer_re_sent(
         assert wait_for(lambda: am_alerts(am, node) and am_alerts(am, other))
         processor.ownership.revoked([("frames", 0), ("frames", 1)])  # a rebalance: 0 moves
         processor.ownership.assigned([("frames", 1)])
-        time.sleep(0.5)  # a re-send that was on its way lands
+        # The sink's lane let go of the node's alert: a re-send it had on its way (ticks
+        # and the hand-over run on that one thread) has landed.
+        assert wait_for(lambda: all(a.node != node for a in list(sink._firing.values())), 30)
         (before,) = am_alerts(am, node)
         (kept,) = am_alerts(am, other)
-        time.sleep(4.0)
+        time.sleep(4.0)                    # two resend intervals
         (after,) = am_alerts(am, node)
         assert after["endsAt"] == before["endsAt"], "re-sent after its partition moved"
-        (later,) = am_alerts(am, other)
-        assert later["endsAt"] > kept["endsAt"]  # the alerts of a partition kept still are
+        # the alerts of a partition kept still are
+        assert wait_for(lambda: any(a["endsAt"] > kept["endsAt"] for a in am_alerts(am, other)),
+                        30)
     finally:
         notifier.close()
 
@@ -172,9 +176,9 @@ def test_an_acknowledged_alert_stays_active_in_alertmanager(am: Server) -> None:
         acks.append(Acknowledgement(alert.id, time.time(), "oncall"))
         (notice,) = notifier.send([alert])       # a refresh after the ack: muted, not new
         assert notice.muted_by == "ack:oncall"
-        time.sleep(1.5)
-        (later,) = am_alerts(am, node)           # still re-sent, so not expired there
-        assert later["endsAt"] > first["endsAt"]
+        # still re-sent, so not expired there
+        assert wait_for(lambda: any(a["endsAt"] > first["endsAt"] for a in am_alerts(am, node)),
+                        30)
     finally:
         notifier.close()
 
