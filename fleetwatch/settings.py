@@ -265,6 +265,10 @@ class DetectorsConfig:
     # times (2 °C allowed: false alarms on a healthy H100 fleet), hence 3.5.
     peer_drift_allow_c: float = ranged(3.5, 0.0, 50.0)
     peer_drift_sum_c_min: float = ranged(2.0, 0.0, 10_000.0)
+    # How long a GPU's learned offset from its peers (how warm it always runs) takes to
+    # forget once its warm-up has learned it: at model_forget_s (4 h) a heat path that
+    # degrades over hours was learned away as the GPU's own warmth.
+    peer_offset_forget_s: float = ranged(86_400.0, 600.0, 30 * 86_400.0)
     peer_power_tol_w: float = ranged(60.0, 0.0, 2000.0)
     peer_power_tol_frac: float = ranged(0.25, 0.0, 1.0)
     peer_c_per_w: float = ranged(0.06, 0.0, 1.0)

@@ -23,7 +23,10 @@ NVLink and ECC errors at or below 80 °C). The comparison:
 * each GPU carries a learned offset, a constant (air its neighbours warmed)
   plus a part proportional to its power (a slightly worse heat path runs a few
   degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
-  so a fault cannot be learned away;
+  so a fault cannot be learned away, and learned within minutes while the GPU
+  warms up, then forgotten over ``peer_offset_forget_s`` (a day): how warm a GPU
+  runs is a property of its heat path and its place, and a forgetting of hours
+  learned a heat path degrading over hours as the GPU's own warmth;
 * excess = own temperature - offset - median of the peers' (the same, for
   them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
   alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
@@ -290,10 +293,11 @@ class ThermalPeers(WaveDetector):
         """Exponentially weighted sums for the offset's least squares, forgetting over time.
 
         Fast while warming up (so a GPU that always runs warmer is learned before it
-        is judged by it), slow afterwards; never from a sample in which it alarms.
+        is judged by it), over peer_offset_forget_s afterwards; never from a sample in
+        which it alarms.
         """
         c, t = self.c, self.table
-        tau = np.where(warm, c.model_forget_s, max(c.warmup_s / 4.0, 1.0))
+        tau = np.where(warm, c.peer_offset_forget_s, max(c.warmup_s / 4.0, 1.0))
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
         w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
         w = np.where(~quiet, 0.0, w)

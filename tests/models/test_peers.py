@@ -8,14 +8,14 @@ STEP = 5.0
 
 
 def run(detector: ThermalPeers, temps_at, seconds: float, start: float = 0.0,
-        power_at=None) -> list:
-    """Feed one 8-GPU node every STEP seconds; temps_at(t) -> 8 temperatures."""
+        power_at=None, step: float = STEP) -> list:
+    """Feed one 8-GPU node every ``step`` seconds; temps_at(t) -> 8 temperatures."""
     found = []
     t = start
     while t < start + seconds:
         powers = power_at(t) if power_at else [400.0] * 8
         found += detector.update([node(t, [busy(x, p) for x, p in zip(temps_at(t), powers)])])
-        t += STEP
+        t += step
     return found
 
 

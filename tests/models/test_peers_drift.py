@@ -59,3 +59,25 @@ def test_the_sum_clears_once_the_gpu_is_back_among_its_peers() -> None:
     after = run(d, base, 600, start=1200)
     assert after and max(f.ts for f in after) < 1200 + 60
     assert float(d.table["drift"].max()) == 0.0
+
+
+def _creeping(config: DetectorsConfig, hours: float = 6.0, top_c: float = 5.0) -> list:
+    """GPU 0 like its peers for 15 minutes, then its heat path degrades: it creeps up to
+    ``top_c`` over them, linearly over ``hours``, at steady power (under the margin)."""
+    d = ThermalPeers(config)
+    assert run(d, base, 900) == []
+    span = hours * 3600.0
+    creep = lambda t: [base(t)[0] + top_c * min(1.0, (t - 900) / span)] + base(t)[1:]  # noqa: E731
+    # every 15 s (the evaluation's interval): six hours of samples
+    return [f for f in run(d, creep, span, start=900, step=15.0) if f.rule == HOT]
+
+
+def test_a_heat_path_that_degrades_over_hours_is_not_learned_away_as_the_gpus_own_offset(
+) -> None:
+    # 5 °C over its peers at the end of 6 h: learned as its own offset at a forgetting of
+    # hours (the offset trails the creep by the forgetting time x its rate), paged at a day's.
+    found = _creeping(DetectorsConfig())
+    assert found and {f.gpu for f in found} == {0}
+    assert found[0].evidence["excess_sum_c_min"] > DetectorsConfig().peer_drift_sum_c_min
+    short = dataclasses.replace(DetectorsConfig(), peer_offset_forget_s=4 * 3600.0)
+    assert _creeping(short) == []
