@@ -21,7 +21,9 @@ from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
-FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
+# A node silent this long is forgotten (decommissioned, scaled down, renamed): its open
+# alert resolves (``Finding.resolves``), saying so, and its state here is dropped.
+FORGET_S = 7 * 86400.0
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
 # two such gaps in a row are an agent that now reports this slowly.
@@ -136,12 +138,30 @@ class NodeSilence:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
         bus keys frames by name, so same-named nodes move between processors together)."""
         gone = set(nodes)
-        for key in [k for k in self._index if k in gone or k[1] in gone]:
-            i = self._index[key]
-            self._last[i] = self._heard[i] = np.nan
-            self._seq[i], self._skew[i] = -np.inf, 0.0
-            self._taken.pop(i, None)
-            self._agents.drop(key)
+        drop = [self._index[k] for k in self._index if k in gone or k[1] in gone]
+        if drop:
+            self._remove(drop)
+
+    def _remove(self, drop: list[int]) -> None:
+        """Remove nodes ``drop`` (indices) from every array and map: a node forgotten or
+        moved to another processor costs nothing more here."""
+        n = len(self._where)
+        keep = np.ones(n, dtype=bool)
+        keep[drop] = False
+        for i in drop:
+            self._agents.drop(self._where[i][::2])
+        renumber = np.cumsum(keep) - 1
+        self._where = [w for w, k in zip(self._where, keep.tolist(), strict=True) if k]
+        self._index = {(c, node): i for i, (c, _, node) in enumerate(self._where)}
+        self._taken = {int(renumber[i]): t for i, t in self._taken.items() if keep[i]}
+        size = max(64, len(self._last))
+        for name, fill in (("_last", np.nan), ("_heard", np.nan), ("_seq", -np.inf),
+                           ("_skew", 0.0), ("_interval", np.nan), ("_long", False)):
+            old = getattr(self, name)
+            new = np.full(size, fill, dtype=old.dtype)
+            kept = old[:n][keep]
+            new[:len(kept)] = kept
+            setattr(self, name, new)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
@@ -362,7 +382,8 @@ class NodeSilence:
                 self._taken[i] = float(clocks[i])
         with np.errstate(invalid="ignore"):
             silent = (gap > limits) & (gap < FORGET_S)
-        out = []
+            forgotten = np.flatnonzero(gap >= FORGET_S).tolist()
+        out = self._forgotten(forgotten, clocks, gap) if forgotten else []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
             at = float(clocks[i])
@@ -389,8 +410,28 @@ class NodeSilence:
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
                 since=float(self._heard[i] + limits[i])))
-        if out and self._whole:
+        if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
             out += self._racks(now, clocks, gap, limits)
+        if forgotten:
+            self._remove(forgotten)
+        return out
+
+    def _forgotten(self, nodes: list[int], clocks: np.ndarray, gap: np.ndarray) -> list[Finding]:
+        """Nodes not heard of for ``FORGET_S``: no longer judged (their state is dropped
+        after this judgement), so each one's open ``node_silent`` alert is resolved now,
+        saying why (``Finding.resolves``), rather than left open for ever."""
+        out = []
+        for i in nodes:
+            cluster, rack, node = self._where[i]
+            if cluster not in self._clusters:
+                continue
+            out.append(Finding(
+                "node_silent", cluster, rack, node, None, float(clocks[i]), float(gap[i]),
+                f"no frame for {FORGET_S / 86400:.0f} days: forgotten (its alert ends here; "
+                f"{node} is not back)", "critical",
+                evidence={"silent_s": round(float(gap[i]), 1), "forgotten": 1.0},
+                action="Nothing, if it was retired; if it should run, start its agent: its "
+                       "first frame makes it known again", scope="node", resolves=True))
         return out
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
