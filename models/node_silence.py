@@ -15,7 +15,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, stopped
 from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
@@ -98,6 +98,8 @@ class NodeSilence:
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
         self._long = np.zeros(64, dtype=bool)  # its last gap was an outage (not learned)
+        # Its newest frame said its agent stopped cleanly (``frame.stopped``): not paged.
+        self._stopped = np.zeros(64, dtype=bool)
         # Nodes this processor took over and has not heard yet: when first judged ("now");
         # NaN until then. Their last frame's time came from the store (``expect``).
         self._taken: dict[int, float] = {}
@@ -156,7 +158,8 @@ class NodeSilence:
         self._taken = {int(renumber[i]): t for i, t in self._taken.items() if keep[i]}
         size = max(64, len(self._last))
         for name, fill in (("_last", np.nan), ("_heard", np.nan), ("_seq", -np.inf),
-                           ("_skew", 0.0), ("_interval", np.nan), ("_long", False)):
+                           ("_skew", 0.0), ("_interval", np.nan), ("_long", False),
+                           ("_stopped", False)):
             old = getattr(self, name)
             new = np.full(size, fill, dtype=old.dtype)
             kept = old[:n][keep]
@@ -209,6 +212,7 @@ class NodeSilence:
                 self._learn(i, min(f.ts - prev, 3600.0))
             if not prev >= f.ts:
                 self._last[i] = f.ts
+                self._stopped[i] = stopped(f)
             oldest, newest = span.get(i, (f.ts, f.ts))
             span[i] = (min(oldest, f.ts), max(newest, f.ts))
             self._where[i] = (f.cluster, f.rack, f.node)
@@ -370,6 +374,7 @@ class NodeSilence:
             self._skew = np.concatenate([self._skew, np.zeros(grow)])
             self._interval = np.concatenate([self._interval, np.full(grow, np.nan)])
             self._long = np.concatenate([self._long, np.zeros(grow, dtype=bool)])
+            self._stopped = np.concatenate([self._stopped, np.zeros(grow, dtype=bool)])
         return i
 
     def _judge(self, now: float) -> list[Finding]:
@@ -381,7 +386,8 @@ class NodeSilence:
             if taken != taken:  # judged for the first time since it was taken over
                 self._taken[i] = float(clocks[i])
         with np.errstate(invalid="ignore"):
-            silent = (gap > limits) & (gap < FORGET_S)
+            # A node whose agent said it stopped (a scale-down) is not silent: it left.
+            silent = (gap > limits) & (gap < FORGET_S) & ~self._stopped[:n]
             forgotten = np.flatnonzero(gap >= FORGET_S).tolist()
         out = self._forgotten(forgotten, clocks, gap) if forgotten else []
         for i in np.flatnonzero(silent).tolist():
@@ -423,7 +429,7 @@ class NodeSilence:
         out = []
         for i in nodes:
             cluster, rack, node = self._where[i]
-            if cluster not in self._clusters:
+            if cluster not in self._clusters or self._stopped[i]:  # none open: it stopped
                 continue
             out.append(Finding(
                 "node_silent", cluster, rack, node, None, float(clocks[i]), float(gap[i]),
@@ -441,14 +447,16 @@ class NodeSilence:
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
         nodes are not looked at (a fleet of 2,000 with one node down: 17 ms a batch)."""
         with np.errstate(invalid="ignore"):
-            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)).tolist()
+            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
+                                   & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes}
         if not racks:
             return []
         heard = []
         for i, (cluster, rack, node) in enumerate(self._where):
-            if (cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S:
+            if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
+                    and not self._stopped[i]):
                 limit = float(limits[i])
                 heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),
                                    limit, self._grace(i, float(clocks[i]), limit),
