@@ -116,6 +116,9 @@ class NodeSilence:
         self._agents = NodeAgents()
         # Nodes whose partition still holds frames not read yet, by partition (``behind``).
         self._lanes: dict[Hashable, list[NodeKey]] = {}
+        # Names forgotten (``FORGET_S``) in every cluster, not yet taken (``retired``): the
+        # processor drops the rest of their per-node state.
+        self._retired: set[str] = set()
         # Racks are judged (``rack_silent``) only where every node of a rack is this
         # processor's to see (``whole``): no bus, or every partition of its topic.
         self._whole = True
@@ -419,7 +422,15 @@ class NodeSilence:
         if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
             out += self._racks(now, clocks, gap, limits)
         if forgotten:
+            names = {self._where[i][2] for i in forgotten}
             self._remove(forgotten)
+            self._retired |= names - {node for _, node in self._index}
+        return out
+
+    def retired(self) -> set[str]:
+        """The node names forgotten since the last call (no frame for ``FORGET_S``, in any
+        cluster): the processor drops their state everywhere else."""
+        out, self._retired = self._retired, set()
         return out
 
     def _forgotten(self, nodes: list[int], clocks: np.ndarray, gap: np.ndarray) -> list[Finding]:
