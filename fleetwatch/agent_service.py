@@ -12,12 +12,14 @@ auto-create one with the broker's default partition count.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from fleetwatch.codec import encode
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
 from fleetwatch.collectors.node import node_source
@@ -26,7 +28,7 @@ from fleetwatch.collectors.spool import SpoolBusy
 from fleetwatch.collectors.spool_files import check_writable, make_private_dir
 from fleetwatch.collectors.spooling import SpoolingProducer
 from fleetwatch.config import Config, ConfigError
-from fleetwatch.frame import Frame
+from fleetwatch.frame import AGENT_STOPPED, Frame, HostReading
 from fleetwatch.service import bound, quiet_kafka_client, stop_on_signals
 from fleetwatch.urls import http_url
 from fleetwatch.wiring import ensure_topics, open_producer
@@ -195,9 +197,31 @@ class AgentService:
             self.sender.start()
         try:
             self.agent.run(config.agent.interval_s, stop)
+            if getattr(stop, "cause", ""):  # a signal asked (stop_on_signals): a clean stop
+                self._say_stopped()
         finally:
             self.close()
         return 0
+
+    def _say_stopped(self) -> None:
+        """Send a last frame, sampled now, that says the agent stopped cleanly (``AGENT_STOPPED``),
+        when a signal stopped it (SIGTERM, SIGINT, SIGHUP): a node scaled down or stopped with
+        systemctl is recorded as stopped, not paged as silent. An agent run in-process and
+        stopped by its caller's event sends none; nor does a crash, SIGKILL or power loss:
+        that node is paged as before. An older processor leaves the unknown metric out
+        (``codec``) and pages as before."""
+        if self.sender is None:
+            return
+        try:
+            frames = self.source.frames(time.time())
+        except Exception:  # noqa: BLE001 - the stop goes on; the node is paged as silent
+            log.exception("the agent's last frame (stopped) could not be read")
+            return
+        for f in frames:
+            host = HostReading({**f.host.metrics, AGENT_STOPPED: 1.0}, f.host.ports)
+            self.sender.put(self.config.bus.topic, encode(dataclasses.replace(f, host=host)),
+                            f.node.encode())
+        log.info("agent stopping: its last frame says so (the node is not paged silent)")
 
     def close(self) -> None:
         self.source.close()

@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 FRAME_VERSION = 1
+# The host metric of an agent's last frame when it stopped cleanly (a signal: a scale-down,
+# systemctl stop): the node is recorded as stopped, not paged silent (``stopped``).
+AGENT_STOPPED = "host_agent_stopped"
 
 GpuState = Literal["ok", "lost"]
 PortKind = Literal["nic", "ib"]
@@ -98,3 +101,8 @@ def gpu_reading(index: int, uuid: str, model: str, metrics: Mapping[str, float],
     s_xids(g, xids)
     s_info(g, info)
     return g
+
+
+def stopped(frame: Frame) -> bool:
+    """Is this the last frame of an agent that stopped cleanly (``AGENT_STOPPED``)?"""
+    return frame.host.metrics.get(AGENT_STOPPED) == 1.0

@@ -58,6 +58,10 @@ class Finding:
     # message and action become the open alert's ``resolution``; the firing message and
     # action (the job, what the on-call was told to do) stay.
     ends: bool = False
+    # The detector no longer judges the subject at all (a node not heard of for
+    # ``node_silence.FORGET_S``): its open alert resolves now, with this finding's message
+    # and action as its ``resolution`` (not "back"); no alert opens where none is open.
+    resolves: bool = False
 
 
 def job_ids(job: str | None) -> tuple[str, ...]:

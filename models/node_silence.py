@@ -15,13 +15,15 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, stopped
 from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
-FORGET_S = 7 * 86400.0  # a node silent this long is no longer reported (decommissioned)
+# A node silent this long is forgotten (decommissioned, scaled down, renamed): its open
+# alert resolves (``Finding.resolves``), saying so, and its state here is dropped.
+FORGET_S = 7 * 86400.0
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
 # two such gaps in a row are an agent that now reports this slowly.
@@ -96,6 +98,8 @@ class NodeSilence:
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
         self._long = np.zeros(64, dtype=bool)  # its last gap was an outage (not learned)
+        # Its newest frame said its agent stopped cleanly (``frame.stopped``): not paged.
+        self._stopped = np.zeros(64, dtype=bool)
         # Nodes this processor took over and has not heard yet: when first judged ("now");
         # NaN until then. Their last frame's time came from the store (``expect``).
         self._taken: dict[int, float] = {}
@@ -112,6 +116,9 @@ class NodeSilence:
         self._agents = NodeAgents()
         # Nodes whose partition still holds frames not read yet, by partition (``behind``).
         self._lanes: dict[Hashable, list[NodeKey]] = {}
+        # Names forgotten (``FORGET_S``) in every cluster, not yet taken (``retired``): the
+        # processor drops the rest of their per-node state.
+        self._retired: set[str] = set()
         # Racks are judged (``rack_silent``) only where every node of a rack is this
         # processor's to see (``whole``): no bus, or every partition of its topic.
         self._whole = True
@@ -136,12 +143,31 @@ class NodeSilence:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
         bus keys frames by name, so same-named nodes move between processors together)."""
         gone = set(nodes)
-        for key in [k for k in self._index if k in gone or k[1] in gone]:
-            i = self._index[key]
-            self._last[i] = self._heard[i] = np.nan
-            self._seq[i], self._skew[i] = -np.inf, 0.0
-            self._taken.pop(i, None)
-            self._agents.drop(key)
+        drop = [self._index[k] for k in self._index if k in gone or k[1] in gone]
+        if drop:
+            self._remove(drop)
+
+    def _remove(self, drop: list[int]) -> None:
+        """Remove nodes ``drop`` (indices) from every array and map: a node forgotten or
+        moved to another processor costs nothing more here."""
+        n = len(self._where)
+        keep = np.ones(n, dtype=bool)
+        keep[drop] = False
+        for i in drop:
+            self._agents.drop(self._where[i][::2])
+        renumber = np.cumsum(keep) - 1
+        self._where = [w for w, k in zip(self._where, keep.tolist(), strict=True) if k]
+        self._index = {(c, node): i for i, (c, _, node) in enumerate(self._where)}
+        self._taken = {int(renumber[i]): t for i, t in self._taken.items() if keep[i]}
+        size = max(64, len(self._last))
+        for name, fill in (("_last", np.nan), ("_heard", np.nan), ("_seq", -np.inf),
+                           ("_skew", 0.0), ("_interval", np.nan), ("_long", False),
+                           ("_stopped", False)):
+            old = getattr(self, name)
+            new = np.full(size, fill, dtype=old.dtype)
+            kept = old[:n][keep]
+            new[:len(kept)] = kept
+            setattr(self, name, new)
 
     def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
@@ -189,6 +215,7 @@ class NodeSilence:
                 self._learn(i, min(f.ts - prev, 3600.0))
             if not prev >= f.ts:
                 self._last[i] = f.ts
+                self._stopped[i] = stopped(f)
             oldest, newest = span.get(i, (f.ts, f.ts))
             span[i] = (min(oldest, f.ts), max(newest, f.ts))
             self._where[i] = (f.cluster, f.rack, f.node)
@@ -350,6 +377,7 @@ class NodeSilence:
             self._skew = np.concatenate([self._skew, np.zeros(grow)])
             self._interval = np.concatenate([self._interval, np.full(grow, np.nan)])
             self._long = np.concatenate([self._long, np.zeros(grow, dtype=bool)])
+            self._stopped = np.concatenate([self._stopped, np.zeros(grow, dtype=bool)])
         return i
 
     def _judge(self, now: float) -> list[Finding]:
@@ -361,8 +389,10 @@ class NodeSilence:
             if taken != taken:  # judged for the first time since it was taken over
                 self._taken[i] = float(clocks[i])
         with np.errstate(invalid="ignore"):
-            silent = (gap > limits) & (gap < FORGET_S)
-        out = []
+            # A node whose agent said it stopped (a scale-down) is not silent: it left.
+            silent = (gap > limits) & (gap < FORGET_S) & ~self._stopped[:n]
+            forgotten = np.flatnonzero(gap >= FORGET_S).tolist()
+        out = self._forgotten(forgotten, clocks, gap) if forgotten else []
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
             at = float(clocks[i])
@@ -389,8 +419,36 @@ class NodeSilence:
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
                 since=float(self._heard[i] + limits[i])))
-        if out and self._whole:
+        if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
             out += self._racks(now, clocks, gap, limits)
+        if forgotten:
+            names = {self._where[i][2] for i in forgotten}
+            self._remove(forgotten)
+            self._retired |= names - {node for _, node in self._index}
+        return out
+
+    def retired(self) -> set[str]:
+        """The node names forgotten since the last call (no frame for ``FORGET_S``, in any
+        cluster): the processor drops their state everywhere else."""
+        out, self._retired = self._retired, set()
+        return out
+
+    def _forgotten(self, nodes: list[int], clocks: np.ndarray, gap: np.ndarray) -> list[Finding]:
+        """Nodes not heard of for ``FORGET_S``: no longer judged (their state is dropped
+        after this judgement), so each one's open ``node_silent`` alert is resolved now,
+        saying why (``Finding.resolves``), rather than left open for ever."""
+        out = []
+        for i in nodes:
+            cluster, rack, node = self._where[i]
+            if cluster not in self._clusters or self._stopped[i]:  # none open: it stopped
+                continue
+            out.append(Finding(
+                "node_silent", cluster, rack, node, None, float(clocks[i]), float(gap[i]),
+                f"no frame for {FORGET_S / 86400:.0f} days: forgotten (its alert ends here; "
+                f"{node} is not back)", "critical",
+                evidence={"silent_s": round(float(gap[i]), 1), "forgotten": 1.0},
+                action="Nothing, if it was retired; if it should run, start its agent: its "
+                       "first frame makes it known again", scope="node", resolves=True))
         return out
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
@@ -400,14 +458,16 @@ class NodeSilence:
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
         nodes are not looked at (a fleet of 2,000 with one node down: 17 ms a batch)."""
         with np.errstate(invalid="ignore"):
-            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)).tolist()
+            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
+                                   & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes}
         if not racks:
             return []
         heard = []
         for i, (cluster, rack, node) in enumerate(self._where):
-            if (cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S:
+            if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
+                    and not self._stopped[i]):
                 limit = float(limits[i])
                 heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),
                                    limit, self._grace(i, float(clocks[i]), limit),

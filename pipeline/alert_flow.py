@@ -53,6 +53,7 @@ class AlertFlow:
     if TYPE_CHECKING:  # in Processor
         def _detect(self, batch: Batch, judging: bool = False) -> None: ...
         def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None: ...
+        def retire(self) -> None: ...
 
     def flush(self) -> int:
         """Write the updates of open alerts not written yet (a repeated XID counted within
@@ -153,6 +154,7 @@ class AlertFlow:
                 away = exc
         if changes:
             self._send_ticked(changes, findings, stored=alerts_stored)
+        self.retire()
         if away is not None:
             raise away
 

@@ -14,7 +14,9 @@ so a replay or an accelerated simulation gives the same alerts as real time.
 * Resolution: only on a frame in which the detector could judge the subject
   (``requirements``: rule -> metrics the rule needs, the detectors' ``rules``)
   and found nothing. A silent node, a lost GPU, or a frame without the metric
-  keeps the alert open: a detector that did not evaluate a GPU is not saying OK.
+  keeps the alert open: a detector that did not evaluate a GPU is not saying OK. Only
+  a finding that says its detector forgot the subject (``Finding.resolves``: a node not
+  heard of for a week) resolves it without a frame, its message the ``resolution``.
   A pending alert that clears resolves at once. A firing one resolves once its
   subject has been judged clear for ``keep_firing_s`` (Prometheus's
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
@@ -339,6 +341,14 @@ class AlertBook:
                     return None, dataclasses.replace(meta, clear_since=since)
             return dataclasses.replace(alert, state="resolved", updated_ts=ts,
                                        resolved_ts=ts), None
+        if finding.resolves:  # its detector forgot the subject: nothing stays open for ever
+            if alert is None or alert.state == "resolved":
+                return None, None
+            return dataclasses.replace(
+                alert, state="resolved", updated_ts=ts, resolved_ts=ts, value=finding.value,
+                evidence={**(alert.evidence or {}), **finding.evidence},
+                resolution=". ".join(t.rstrip(".") for t in (finding.message, finding.action)
+                                     if t)), None
         evidence = dict(finding.evidence) if finding.evidence else {}
         if finding.hold_s > 0:
             evidence["hold_s"] = finding.hold_s

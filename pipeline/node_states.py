@@ -1,5 +1,6 @@
-"""``node_state`` events: a node silent (its ``node_silent`` alert fired) and back (its
-first frame after that), kept beside the GPUs' events so that a postmortem's timeline says
+"""``node_state`` events: a node silent (its ``node_silent`` alert fired), stopped (its
+agent's last frame said it stopped cleanly: ``frame.stopped``) and back (its first frame
+after either), kept beside the GPUs' events so that a postmortem's timeline says
 when a rebooted node went away and came back, not only when its alert changed.
 
 Pure: no I/O, no clock; the processor writes the events with the batch. A node whose
@@ -9,9 +10,11 @@ saw it go silent (it cannot tell a node back before the takeover from one back n
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Sequence
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, stopped
+from fleetwatch.models.node_silence import FORGET_S
 from fleetwatch.pipeline.store.base import Alert, Event
 
 SILENT_RULE = "node_silent"
@@ -20,17 +23,32 @@ NodeKey = tuple[str, str]  # (cluster, node)
 
 class NodeStates:
     """Turns a batch's frames and ``node_silent`` alert changes into ``node_state`` events
-    (``value``: silent, back)."""
+    (``value``: silent, stopped, back)."""
 
     def __init__(self) -> None:
         self._silent: dict[NodeKey, str] = {}   # nodes silent, not heard since: alert id
         self._back: dict[NodeKey, float] = {}   # when each came back, its alert open
+        # Nodes whose agent stopped, not heard since: when (forgotten after ``FORGET_S``).
+        self._stopped: dict[NodeKey, float] = {}
 
     def update(self, frames: Sequence[Frame], changes: Iterable[Alert]) -> list[Event]:
         """The events of one batch: its frames first (they came before the judgement)."""
         out = []
         for f in frames:
             key = (f.cluster, f.node)
+            if stopped(f):
+                if key not in self._stopped:
+                    self._stopped = {k: t for k, t in self._stopped.items()
+                                     if t > f.ts - FORGET_S}  # left for good: forgotten
+                    self._stopped[key] = f.ts
+                    out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
+                                     value="stopped", text=f"agent stopped at {_utc(f.ts)} "
+                                     "(a clean stop: SIGTERM, SIGINT or SIGHUP); not paged"))
+                continue
+            if self._stopped.pop(key, None) is not None:
+                out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
+                                 value="back", text=f"{f.node} reports again"))
+                continue
             if self._silent.pop(key, None) is not None:
                 self._back[key] = f.ts
                 out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
@@ -56,3 +74,9 @@ class NodeStates:
         for held in (self._silent, self._back):
             for key in [k for k in held if k in gone or k[1] in gone]:
                 del held[key]
+        self._stopped = {k: t for k, t in self._stopped.items()
+                         if k not in gone and k[1] not in gone}
+
+
+def _utc(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))

@@ -194,6 +194,14 @@ class Ownership:
         for hook in self._on_revoked:
             hook(nodes)
 
+    def retire(self, nodes: set[str]) -> None:
+        """Drop this member's own state of nodes forgotten for good (``NodeSilence.retired``);
+        their alerts and the hooks are the caller's. A frame from one later builds it anew."""
+        for key in [k for k in self._nodes if k[1] in nodes]:
+            del self._nodes[key]
+            self._quiet.pop(key, None)
+            self._last_ts.pop(key, None)
+
     # -- per batch, on the processor's thread --
     def owned_frames(self, frames: list[Frame], sources: Sequence[Message] | None,
                      generation: int) -> list[Frame]:

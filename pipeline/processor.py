@@ -176,6 +176,9 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         drops = [self.events.drop, self.node_states.drop,
                  *([self.energy.drop] if self.energy is not None else []),
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
+        # Per-node state dropped for nodes forgotten for good (``retire``): not the alerts.
+        self._state_drops = list(drops)
+        self._retirers = [d for d in self.detectors if callable(getattr(d, "retired", None))]
         if notifier is not None:
             drops.append(notifier.forget)
         expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
@@ -345,6 +348,7 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
             self._unstored_events = []
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
+            self.retire()
         if batch.events:  # with the batch, before its commit; written again on a retry
             self.refusals.write("events", self.store.write_events, batch.events)
         if self.energy is not None and batch.owned:  # idempotent: a retry adds nothing
@@ -355,6 +359,23 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
             self.stats.events[e.kind] = self.stats.events.get(e.kind, 0) + 1
         if batch.frames:
             self.stats.last_batch_s = time.perf_counter() - t0
+
+    def retire(self) -> None:
+        """Drop every per-node state of the nodes the detectors forgot for good (no frame
+        for ``node_silence.FORGET_S``: their ``node_silent`` alert resolved as forgotten),
+        so that memory follows the live fleet, not every node name ever seen."""
+        names: set[str] = set()
+        for d in self._retirers:
+            names |= d.retired()
+        if not names:
+            return
+        self.ownership.retire(names)
+        for drop in self._state_drops:
+            try:
+                drop(names)
+            except Exception:  # a detector's bug must not stop the loop
+                self.stats.errors += 1
+                log.exception("the state of %d forgotten nodes could not be dropped", len(names))
 
     def _ledger_refused(self, rows: int, reason: str) -> None:
         """Energy ledger rows the store refused for good: the ledger goes on without them."""
