@@ -97,6 +97,7 @@ class NodeSilence:
         self._skew = np.zeros(64)             # how far off its clock was when last heard of
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
+        self._gone = 0                        # nodes silent or stopped when last judged
         self._long = np.zeros(64, dtype=bool)  # its last gap was an outage (not learned)
         # Its newest frame said its agent stopped cleanly (``frame.stopped``): not paged.
         self._stopped = np.zeros(64, dtype=bool)
@@ -259,9 +260,12 @@ class NodeSilence:
         self._long[i] = long and not self._long[i]
 
     def _recent(self) -> np.ndarray:
-        """The nodes among the senders of the last ``2 x nodes`` frames to arrive."""
+        """The nodes among the senders of the last ``2 x nodes`` frames to arrive, of the
+        nodes not judged silent or stopped when last judged: on a pool that scales, the
+        names gone (held up to ``FORGET_S``) would widen the window to hours of frames and
+        their old last frames hold "now" back."""
         n = len(self._where)
-        return self._seq[:n] > self._arrived - 2 * n
+        return self._seq[:n] > self._arrived - 2 * max(1, n - self._gone)
 
     def _advance(self, wall: float | None, batch: list[int]) -> None:
         """Move "now" to the consensus of the nodes heard from lately (see the class)."""
@@ -391,6 +395,7 @@ class NodeSilence:
         with np.errstate(invalid="ignore"):
             # A node whose agent said it stopped (a scale-down) is not silent: it left.
             silent = (gap > limits) & (gap < FORGET_S) & ~self._stopped[:n]
+            self._gone = int(np.count_nonzero((gap > limits) | self._stopped[:n]))
             forgotten = np.flatnonzero(gap >= FORGET_S).tolist()
         out = self._forgotten(forgotten, clocks, gap) if forgotten else []
         for i in np.flatnonzero(silent).tolist():
