@@ -31,6 +31,7 @@ import logging
 import time
 from collections.abc import Callable
 
+from fleetwatch.codec import check_names
 from fleetwatch.collectors.attribution import POD_SOCKET_S, GpuAttribution  # noqa: F401
 from fleetwatch.collectors.dcgm import ProfilingSource, open_dcgm_profiling
 from fleetwatch.collectors.host import HostSource
@@ -50,8 +51,9 @@ from fleetwatch.collectors.nvml.reader import (
 )
 from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
-from fleetwatch.config import AgentConfig, Config, ConfigError
+from fleetwatch.config import AgentConfig, Config, ConfigError, NodeConfig
 from fleetwatch.frame import Frame, GpuReading, HostReading
+from fleetwatch.frame_checks import FrameError, quote
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +86,7 @@ class NodeSource:
         if config.node.rack_label:  # a DaemonSet pod: its rack is a label of its node
             self.node = dataclasses.replace(self.node, rack=rack_from_label(
                 self.node.node, self.node.rack_label, self.node.rack))
+        check_node_names(self.node)
         self.policy = agent.nvml_policy
         # Each GPU is read in its own worker, within half the interval: one GPU whose NVML
         # calls hang neither delays the others nor makes the frame late (nvml/pool.py).
@@ -285,6 +288,24 @@ class NodeSource:
             self.nvml.close()
         if self.kernel_log is not None:
             self.kernel_log.close()
+
+
+def check_node_names(node: NodeConfig) -> None:
+    """``ConfigError`` for a cluster, rack or node name every processor's decoder refuses
+    (``codec.check_names``): at start, not as frames dead-lettered one by one while the
+    agent says it sends them."""
+    try:
+        check_names(node.cluster, node.rack, node.node)
+    except FrameError as exc:
+        key = f"node.{exc.field}"
+        value = getattr(node, exc.field)
+        whence = (f" (read from its node's label {node.rack_label!r})"
+                  if exc.field == "rack" and node.rack_label else "")
+        raise ConfigError(
+            f"{key} = {quote(value)}{whence}: {exc.reason}; every processor refuses frames "
+            f"under this name: set {key} (FLEETWATCH_{key.replace('.', '_').upper()}) to "
+            "1..256 printable characters" + (", not '.' or '..'" if key == "node.node" else "")
+        ) from None
 
 
 def node_source(config: Config, fake_gpus: int | None = None, nvml: NvmlBackend | None = None,

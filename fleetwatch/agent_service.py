@@ -22,7 +22,7 @@ from pathlib import Path
 from fleetwatch.codec import encode
 from fleetwatch.collectors.agent import Agent
 from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
-from fleetwatch.collectors.node import node_source
+from fleetwatch.collectors.node import check_node_names, node_source
 from fleetwatch.collectors.sender import Sender
 from fleetwatch.collectors.spool import SpoolBusy
 from fleetwatch.collectors.spool_files import check_writable, make_private_dir
@@ -105,6 +105,9 @@ class AgentService:
 
     def __init__(self, config: Config, fake_gpus: int | None = None,
                  fake_faults: str | None = None) -> None:
+        # Names every processor refuses: said before anything connects (the source checks
+        # them again with the rack its node's label gives).
+        check_node_names(config.node)
         self.config = config
         self.health = health = AgentHealth()
         self._topics_failed = False

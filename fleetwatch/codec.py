@@ -70,6 +70,23 @@ _DOTS = frozenset((".", ".."))
 _DOTS_SAID = ("must not be '.' or '..' (no dashboard page can be addressed by it); "
               "name it otherwise on the agent")
 
+
+
+def check_node(node: str) -> None:
+    """A node name (a text already) no dashboard page can be addressed by: refused."""
+    if node in _DOTS:
+        raise FrameError("node", _DOTS_SAID)
+
+
+def check_names(cluster: Any, rack: Any, node: Any) -> None:
+    """A frame's cluster, rack and node as the decoder judges them (``FrameError`` for the
+    first it refuses): what an agent checks its names by at start, so that it does not
+    send frames every processor dead-letters."""
+    for value, where in ((cluster, "cluster"), (rack, "rack"), (node, "node")):
+        check_text(value, where)
+    check_node(node)
+
+
 _STATES = ("ok", "lost")
 _PORT_KINDS = ("nic", "ib")
 
@@ -173,8 +190,7 @@ class Decoder:
             raise FrameError("seq", f"must be a non-negative integer, got {quote(seq)}")
         text = self._text
         node = text(node, "node")
-        if node in _DOTS:
-            raise FrameError("node", _DOTS_SAID)
+        check_node(node)
         return Frame(
             cluster=text(cluster, "cluster"),
             rack=text(rack, "rack"),

@@ -43,14 +43,16 @@ class JsonLinesSink:
     def __init__(self, out: TextIO) -> None:
         self.out = out
         self.written = 0
-        self.fired: set[str] = set()
+        self.fired = 0  # alerts that fired (an alert's id is its own: it names its start)
         self.last: dict[str, Notice] = {}  # alert id -> its last line, while open
 
     def send(self, changes: Sequence[Notice]) -> None:
         for n in changes:
             self.written += 1
-            if n.alert.fired_ts is not None:
-                self.fired.add(n.alert.id)
+            before = self.last.get(n.alert.id)
+            if n.alert.fired_ts is not None and (before is None
+                                                 or before.alert.fired_ts is None):
+                self.fired += 1
             if n.alert.state == "resolved":
                 self.last.pop(n.alert.id, None)
             else:
@@ -180,8 +182,9 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     coverage = Coverage(detectors)
     sink = JsonLinesSink(out)
     notifier = Notifier([sink], background=False)
-    processor = Processor(store if store is not None else RecordingStore(), detectors,
-                          notify=notifier.send, keep_firing_s=keep_firing_s)
+    # No alert history: the sink prints each change as it comes; the store keeps the open.
+    processor = Processor(store if store is not None else RecordingStore(history=False),
+                          detectors, notify=notifier.send, keep_firing_s=keep_firing_s)
     before = _counts(detectors)
     wall0 = clock()
     paced = speed is not None and math.isfinite(speed)
@@ -211,7 +214,7 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     coverage.done(summary, reading.xid_channel)
     processor.flush()  # the last counts of open alerts, which no later frame writes
     sink.final(processor.alerts.open)
-    summary.transitions, summary.firing = sink.written, len(sink.fired)
+    summary.transitions, summary.firing = sink.written, sink.fired
     notifier.close()
     _counted(before, _counts(detectors), summary)
     _learned(detectors, summary)

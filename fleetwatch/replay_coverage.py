@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.frame import Frame
+from fleetwatch.frame import Frame, is_board_uuid
 from fleetwatch.models import Detector
 from fleetwatch.parts import thermal_limits_c
 from fleetwatch.replay_reach import REACH, Reach, judge_frame, near_peers
@@ -92,6 +92,7 @@ class _Racks:
         self.min_gpus, self.metric = min_gpus, metric
         self.gpus: dict[tuple[str, str], dict[tuple[str, int], float]] = {}
         self.inlets: dict[tuple[str, str], dict[str, float]] = {}
+        self.swept = float("-inf")  # when racks with nothing fresh were last dropped
 
     def see(self, batch: Sequence[Frame]) -> set[tuple[str, str]]:
         """The racks of this batch that can be judged."""
@@ -105,14 +106,40 @@ class _Racks:
                 self.inlets.setdefault(key, {})[f.node] = f.ts
         out = set()
         now = max(f.ts for f in batch)
+        if now - self.swept > RACK_STALE_S:  # racks renamed or emptied: gone for good
+            self.swept = now
+            for held in (self.gpus, self.inlets):
+                for key in [k for k, seen in held.items()
+                            if all(now - ts > RACK_STALE_S for ts in seen.values())]:
+                    del held[key]
         for key in {(f.cluster, f.rack) for f in batch}:
-            fresh = [n for (n, _), ts in self.gpus.get(key, {}).items()
-                     if now - ts <= RACK_STALE_S]
-            inlets = [n for n, ts in self.inlets.get(key, {}).items()
-                      if now - ts <= RACK_STALE_S]
+            # Only the fresh are kept: a rack's nodes come and go (re-imaged, renamed) and
+            # what went stale here counts no more (a replay's time only moves on).
+            gpus = self.gpus[key] = {k: ts for k, ts in self.gpus.get(key, {}).items()
+                                     if now - ts <= RACK_STALE_S}
+            fresh = [n for n, _ in gpus]
+            inlet = self.inlets[key] = {n: ts for n, ts in self.inlets.get(key, {}).items()
+                                        if now - ts <= RACK_STALE_S}
+            inlets = list(inlet)
             if len(fresh) >= self.min_gpus and len(set(fresh)) >= 2 or len(inlets) >= 2:
                 out.add(key)
         return out
+
+
+# Most frame shapes remembered: a fleet of many node types and metric sets has a few
+# hundred; more is a recording whose shapes keep changing, judged again as they come.
+SHAPES_MAX = 4096
+
+
+def shape_of(f: Frame, rack_ok: bool) -> tuple[object, ...]:
+    """What ``judge_frame`` reads of a frame: each GPU's metrics, state, XIDs, board UUID
+    or not, and its job only as which GPUs share one (each GPU's job as the first GPU of the
+    frame in it; None without one). Not the job ids: a churning fleet has new ones every
+    minute, and the judgement is the same for every job of the same partition."""
+    first: dict[str, int] = {}
+    return (tuple((None if g.job is None else first.setdefault(g.job, i),
+                   frozenset(g.metrics), g.state, bool(g.xids), is_board_uuid(g.uuid))
+                  for i, g in enumerate(f.gpus)), frozenset(f.host.metrics), rack_ok)
 
 
 class Coverage:
@@ -145,8 +172,9 @@ class Coverage:
                                                         for _ in range(2)]
         # rule -> most GPUs of one node with its metrics, where it lacked peers
         self.most = dict.fromkeys(needs, 0)
-        # A recording's frames come in few shapes (which GPUs, metrics and jobs): judge
-        # each once.
+        # A recording's frames come in few shapes (which GPUs, metrics, and which GPUs
+        # share a job): judge each once. Keyed by the partition into jobs, not the job ids
+        # (``shape_of``), and cleared at SHAPES_MAX, so that it stays the fleet's size.
         self.shapes: dict[object, list[list[tuple[str, int, dict[str, int], int]]]] = {}
         self.samples = 0
         self.jobs = False  # whether any GPU of the data was in a job
@@ -175,10 +203,11 @@ class Coverage:
                 if g.xids:
                     seen["xid"] = seen.get("xid", 0) + len(g.xids)
             rack_ok = (f.cluster, f.rack) in judged_racks
-            shape = (tuple((g.job, frozenset(g.metrics), g.state, bool(g.xids))
-                           for g in f.gpus), frozenset(host), rack_ok)
+            shape = shape_of(f, rack_ok)
             both = self.shapes.get(shape)
             if both is None:  # [the XID rules without XIDs, every rule with them]
+                if len(self.shapes) >= SHAPES_MAX:
+                    self.shapes.clear()  # judged again as met: slower, never wrong
                 both = self.shapes[shape] = [
                     [(rule, *judge_frame(f, wanted, self.reach[rule], self.peers[rule], xid,
                                          rack_ok))
