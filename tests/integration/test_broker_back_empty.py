@@ -43,7 +43,10 @@ LIVE = ("node-3", "node-4", "node-5")
 
 class Agent:
     def __init__(self, broker: Server, tmp_path: Path, node: str) -> None:
-        config = Config(node=NodeConfig("dc1", "rack-1", node),
+        # A rack of its own: three nodes of one rack dying together are one rack_silent
+        # alert, their node alerts muted under it (tests/integration/test_rack_silent_kafka.py);
+        # here each dead node's own page is what must survive the broker's restart.
+        config = Config(node=NodeConfig("dc1", f"rack-{node}", node),
                         agent=AgentConfig(interval_s=0.5, spool_dir=str(tmp_path / node),
                                           metrics_port=0, kernel_log=""),
                         bus=BusConfig(kind="kafka", bootstrap=broker.address))
