@@ -165,8 +165,8 @@ def test_a_silence_is_one_series_whose_comment_is_no_label(victoria: Server) -> 
     assert {s["metric"]["__name__"] for s in series} == {
         "fleetwatch_silence_start_ts", "fleetwatch_silence_end_ts",
         "fleetwatch_silence_written_ts", "fleetwatch_silence_created_ts",
-        "fleetwatch_silence_expired_ts"}
-    assert len(series) == 5  # one series per field: the rewrite landed on the same series
+        "fleetwatch_silence_expired_ts", "fleetwatch_silence_planned_end_ts"}
+    assert len(series) == 6  # one series per field: the rewrite landed on the same series
     assert all(len(x["values"]) == 2 for x in series)
     assert {k for x in series for k in x["metric"]} == {"__name__", "id", "h", "by", "m00", "m01"}
     assert not any("comment" in v or "text" in v for x in series for v in x["metric"].values())
