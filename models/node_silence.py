@@ -2,7 +2,7 @@
 (node_agents.py), two agents under one name and a node whose NVIDIA driver is away.
 
 Silence is judged on the stream's clock, which nodes with wrong clocks cannot move,
-never later than the processor's own clock where it passes one.
+never later than the processor's own clock where it passes one (``StreamClock``, node_clock.py).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, stopped
 from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
+from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
@@ -37,7 +38,7 @@ SAID_INTERVAL = "host_agent_interval_s"
 TICK_GAP_S = 5.0
 
 
-class NodeSilence:
+class NodeSilence(StreamClock):
     """A node that sent no frame for several of its own intervals, on the stream's clock.
 
     "Now" is the stream's own time, never the wall clock alone, so replays and
@@ -130,15 +131,6 @@ class NodeSilence:
         with several processors, each sees some of a rack's nodes, and a rack judged on
         some of them would page on a part (or twice, once per processor)."""
         self._whole = every
-
-    def behind(self, nodes: Mapping[NodeKey, Hashable]) -> None:
-        """Which nodes' partitions still hold frames not read yet ((cluster, node) ->
-        partition), as of the poll that brought the next batch; an empty mapping: every
-        partition has been read to its end. Judged on their partition's own time until then."""
-        lanes: dict[Hashable, list[NodeKey]] = {}
-        for node, lane in nodes.items():
-            lanes.setdefault(lane, []).append(node)
-        self._lanes = lanes
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -258,103 +250,6 @@ class NodeSilence:
         elif not long:
             self._interval[i] = iv + 0.1 * (gap - iv)
         self._long[i] = long and not self._long[i]
-
-    def _recent(self) -> np.ndarray:
-        """The nodes among the senders of the last ``2 x nodes`` frames to arrive, of the
-        nodes not judged silent or stopped when last judged: on a pool that scales, the
-        names gone (held up to ``FORGET_S``) would widen the window to hours of frames and
-        their old last frames hold "now" back."""
-        n = len(self._where)
-        return self._seq[:n] > self._arrived - 2 * max(1, n - self._gone)
-
-    def _advance(self, wall: float | None, batch: list[int]) -> None:
-        """Move "now" to the consensus of the nodes heard from lately (see the class)."""
-        n, step, prev = len(self._where), self._step(), self.now
-        recent = self._recent()
-        if self._lanes:
-            # Catching up: the partitions read furthest set it (each by its own nodes'
-            # consensus), not a median that the partitions read least would drag back.
-            # A partition read to its end in this batch counts, however many frames
-            # of the others followed its own.
-            rest = recent.copy()
-            rest[batch] = True
-            reached = []
-            for lane, at in self._reached():
-                rest[lane] = False
-                reached.append(at)
-            reached.append(_consensus(self._last[:n][rest], step))
-            now = float(np.nanmax(reached)) if not np.isnan(reached).all() else math.nan
-        else:
-            now = _consensus(self._last[:n][recent], step)
-        if now != now:  # NaN: no node heard from lately
-            return
-        if wall is not None:
-            now = min(now, wall)
-        if now > prev + step and prev > -math.inf:
-            # The whole fleet paused: the pause counts against none of the nodes heard
-            # from lately; each one's silence so far is kept.
-            heard = self._heard[:n]
-            shift = recent & (heard <= prev)
-            heard[shift] += now - prev
-        if now >= prev or (now < prev - step and not self._lanes):
-            # Back by more than a step: the earlier "now" was set by nodes no longer
-            # heard from (a first batch of one frame stamped years ahead). Not while
-            # catching up: the partitions read to their end set it, then fell quiet.
-            self.now = now
-
-    def _hear(self, span: dict[int, tuple[float, float]]) -> None:
-        """When each node of the batch was heard of, on "now"'s clock (see the class).
-
-        ``span``: each node's oldest and newest frame time in the batch. A node whose
-        newest frame is older than its limit, and older than every frame in the batch of
-        the nodes in step (a batch that spans minutes, a backlog or a replay's, holds the
-        last frames of a node that died in it), is behind: heard of now."""
-        limits, clocks = self._limits(), self._clocks(self.now)
-        in_step = {i: clocks[i] - limits[i] <= newest <= clocks[i]
-                   for i, (_, newest) in span.items()}
-        floor = min((oldest for i, (oldest, _) in span.items() if in_step[i]),
-                    default=math.inf)
-        for i, (_, ts) in span.items():
-            now = float(clocks[i])
-            heard = ts if in_step[i] or now >= ts >= floor else now
-            if not self._heard[i] >= heard:
-                self._heard[i] = heard
-                self._skew[i] = 0.0 if heard == ts else ts - now
-
-    def _reached(self) -> list[tuple[np.ndarray, float]]:
-        """Each partition that still holds frames not read yet: its nodes' indices and
-        the time it has reached (the consensus of its nodes heard from lately; none heard
-        from lately, nothing read from it for a while: of all of them; NaN: none)."""
-        recent, step, index = self._recent(), self._step(), self._index
-        out = []
-        for nodes in self._lanes.values():
-            lane = np.array([index[node] for node in nodes if node in index], dtype=int)
-            if len(lane):
-                # A node whose clock was off when last heard of sets no lane's time: one
-                # 10 min behind would hold its partition's other nodes 10 min back, their
-                # frames then "ahead" of it and never heard, each paged once caught up.
-                lately = lane[recent[lane] & (self._skew[lane] == 0)]
-                if not len(lately):
-                    lately = lane[recent[lane]]
-                out.append((lane, _consensus(self._last[lately if len(lately) else lane],
-                                             step)))
-        return out
-
-    def _clocks(self, now: float) -> np.ndarray:
-        """The time each node is judged at: ``now``, or, for a node whose partition still
-        holds frames not read yet, the time that partition has reached (see the class)."""
-        clocks = np.full(len(self._where), now)
-        for lane, reached in self._reached() if self._lanes else ():
-            if reached == reached:
-                clocks[lane] = min(now, reached)
-        return clocks
-
-    def _step(self) -> float:
-        """How far past the nodes' median a node's time may set "now"."""
-        known = self._interval[:len(self._where)]
-        known = known[~np.isnan(known)]
-        usual = float(np.median(known)) if len(known) else 0.0
-        return max(self.c.silent_min_s / 2, 2 * usual)
 
     def _limits(self) -> np.ndarray:
         """Each node's silence limit: ``silent_intervals`` of its interval, at least
@@ -485,16 +380,6 @@ class NodeSilence:
         after the brokers were away, a backlog behind a rebalance.)"""
         taken = self._taken.get(i)
         return taken is not None and now - taken <= limit
-
-
-def _consensus(lasts: np.ndarray, step: float) -> float:
-    """The newest of ``lasts`` at most ``step`` past their lower median (NaN: none), so
-    that a minority of clocks ahead cannot set it (see ``NodeSilence``)."""
-    lasts = lasts[~np.isnan(lasts)]
-    if not len(lasts):
-        return math.nan
-    median = float(np.sort(lasts)[(len(lasts) - 1) // 2])
-    return float(lasts[lasts <= median + step].max())
 
 
 def _offset(seconds: float) -> str:
