@@ -61,6 +61,8 @@ class Finding:
     # The detector no longer judges the subject at all (a node not heard of for
     # ``node_silence.FORGET_S``): its open alert resolves now, with this finding's message
     # and action as its ``resolution`` (not "back"); no alert opens where none is open.
+    # With ``FORGOTTEN`` in its evidence, every open alert of its node (scope node: the
+    # node's and its GPUs', of any rule) or of its rack (scope rack) resolves with it.
     resolves: bool = False
 
 
@@ -74,6 +76,11 @@ def job_ids(job: str | None) -> tuple[str, ...]:
 # notified again (another XID code joined an XID alert): at once if ``RANK`` rose, else at
 # most once per refresh_s; see pipeline/alerts.py.
 REVISION = "revision"
+# Evidence key: a ``resolves`` finding that says its node (or rack) is forgotten for good
+# (``node_silence.FORGET_S``): not its own alert alone, but every open alert of that
+# subject resolves with it (an XID or a heat alert latched as an autoscaler removed it
+# would stay open for ever, no frame coming to judge it).
+FORGOTTEN = "forgotten"
 # Evidence key: how drastic the alert's suggested action is (an XID's rank in the table).
 RANK = "rank"
 # Evidence key: how long the alert stays firing once judged clear, where its rule knows

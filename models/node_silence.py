@@ -19,12 +19,10 @@ from fleetwatch.frame import Frame, stopped
 from fleetwatch.models import KEEP_FIRING, Finding
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
+from fleetwatch.models.node_forget import FORGET_S, empty_racks, forgotten_node
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
-# A node silent this long is forgotten (decommissioned, scaled down, renamed): its open
-# alert resolves (``Finding.resolves``), saying so, and its state here is dropped.
-FORGET_S = 7 * 86400.0
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
 # two such gaps in a row are an agent that now reports this slowly.
@@ -292,7 +290,8 @@ class NodeSilence(StreamClock):
             silent = (gap > limits) & (gap < FORGET_S) & ~self._stopped[:n]
             self._gone = int(np.count_nonzero((gap > limits) | self._stopped[:n]))
             forgotten = np.flatnonzero(gap >= FORGET_S).tolist()
-        out = self._forgotten(forgotten, clocks, gap) if forgotten else []
+        out = [forgotten_node(*self._where[i], float(clocks[i]), float(gap[i]))
+               for i in forgotten if self._where[i][0] in self._clusters]
         for i in np.flatnonzero(silent).tolist():
             cluster, rack, node = self._where[i]
             at = float(clocks[i])
@@ -323,32 +322,17 @@ class NodeSilence(StreamClock):
             out += self._racks(now, clocks, gap, limits)
         if forgotten:
             names = {self._where[i][2] for i in forgotten}
+            places = {self._where[i][:2]: float(clocks[i]) for i in forgotten}
             self._remove(forgotten)
             self._retired |= names - {node for _, node in self._index}
+            if self._whole:  # else another processor may hear some of a rack's nodes
+                out += empty_racks(places, [w[:2] for w in self._where], self._clusters)
         return out
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any
         cluster): the processor drops their state everywhere else."""
         out, self._retired = self._retired, set()
-        return out
-
-    def _forgotten(self, nodes: list[int], clocks: np.ndarray, gap: np.ndarray) -> list[Finding]:
-        """Nodes not heard of for ``FORGET_S``: no longer judged (their state is dropped
-        after this judgement), so each one's open ``node_silent`` alert is resolved now,
-        saying why (``Finding.resolves``), rather than left open for ever."""
-        out = []
-        for i in nodes:
-            cluster, rack, node = self._where[i]
-            if cluster not in self._clusters or self._stopped[i]:  # none open: it stopped
-                continue
-            out.append(Finding(
-                "node_silent", cluster, rack, node, None, float(clocks[i]), float(gap[i]),
-                f"no frame for {FORGET_S / 86400:.0f} days: forgotten (its alert ends here; "
-                f"{node} is not back)", "critical",
-                evidence={"silent_s": round(float(gap[i]), 1), "forgotten": 1.0},
-                action="Nothing, if it was retired; if it should run, start its agent: its "
-                       "first frame makes it known again", scope="node", resolves=True))
         return out
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,

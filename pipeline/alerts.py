@@ -16,7 +16,8 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   and found nothing. A silent node, a lost GPU, or a frame without the metric
   keeps the alert open: a detector that did not evaluate a GPU is not saying OK. Only
   a finding that says its detector forgot the subject (``Finding.resolves``: a node not
-  heard of for a week) resolves it without a frame, its message the ``resolution``.
+  heard of for a week) resolves it without a frame, its message the ``resolution``; one
+  that says the node or rack is forgotten (``FORGOTTEN``) resolves every open alert of it.
   A pending alert that clears resolves at once. A firing one resolves once its
   subject has been judged clear for ``keep_firing_s`` (Prometheus's
   ``keep_firing_for``): a GPU hovering at a limit, or sampled every few minutes
@@ -52,7 +53,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import KEEP_FIRING, RANK, REVISION, Finding
+from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REVISION, Finding
 from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
@@ -233,6 +234,9 @@ class AlertBook:
         for finding in findings:
             key = (finding.rule, finding.cluster, finding.node, finding_device(finding))
             hits[key][finding.ts] = finding
+            if finding.resolves and finding.evidence.get(FORGOTTEN):
+                for other in self._of_subject(finding):
+                    hits[other].setdefault(finding.ts, finding)
         opened = dict(self._open)
         meta = dict(self._meta)
         changed: dict[str, Alert] = {}
@@ -285,6 +289,15 @@ class AlertBook:
         # At one time, an alert that ended before one that opened about its subject.
         return sorted(changed.values(),
                       key=lambda a: (a.updated_ts, a.state != "resolved", a.id))
+
+    def _of_subject(self, finding: Finding) -> list[Key]:
+        """The open alerts of a forgotten subject (``FORGOTTEN``): every one of its node,
+        whatever its rule or device, or every rack alert of its rack."""
+        if finding.scope == "rack":
+            device = finding_device(finding)
+            return [k for k in self._open if k[1] == finding.cluster and k[3] == device]
+        return [k for k in self._open
+                if k[1] == finding.cluster and k[2] == finding.node and finding.node]
 
     def _last_values(self, alert: Alert, frame: Frame | None) -> Alert:
         """A resolved alert with the readings that resolved it (``resolved_<metric>`` in

@@ -61,3 +61,33 @@ def test_a_resolving_finding_opens_no_alert_and_ends_an_open_one() -> None:
     (end,) = book.observe([], [forget])
     assert (end.state, end.resolved_ts, end.resolution) == ("resolved", 100.0, "forgotten")
     assert end.message == "silent"  # what it fired with stays
+
+
+def test_a_rack_whose_every_node_is_forgotten_is_said_forgotten_once() -> None:
+    d = NodeSilence()
+    t, said = 1000.0, []
+    while t < 1000.0 + FORGET_S + 3600.0:
+        frames = [node(t, [busy(60)], name="stays")]
+        if t < 4600.0:
+            frames += [node(t, [busy(60)], name=n, rack="r9") for n in ("g1", "g2")]
+            frames.append(node(t, [busy(60)], name="g3"))  # of r1, where "stays" is
+        said += [f for f in d.update(frames) if f.resolves]
+        t += STEP
+    assert sorted((f.scope, f.node, f.rack) for f in said) == [
+        ("node", "g1", "r9"), ("node", "g2", "r9"), ("node", "g3", "r1"),
+        ("rack", "", "r9")]
+    (rack,) = [f for f in said if f.scope == "rack"]
+    assert rack.evidence["forgotten"] == 1.0 and "rack r9" in rack.message
+
+
+def test_racks_are_not_said_forgotten_by_a_processor_that_sees_part_of_them() -> None:
+    d = NodeSilence()
+    d.whole(False)
+    t, said = 1000.0, []
+    while t < 1000.0 + FORGET_S + 3600.0:
+        frames = [node(t, [busy(60)], name="stays")]
+        if t < 4600.0:
+            frames.append(node(t, [busy(60)], name="g1", rack="r9"))
+        said += [f for f in d.update(frames) if f.resolves]
+        t += STEP
+    assert [(f.scope, f.node) for f in said] == [("node", "g1")]

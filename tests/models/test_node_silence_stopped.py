@@ -84,11 +84,14 @@ def test_a_stopped_node_back_then_crashing_is_paged() -> None:
 def test_a_stopped_node_is_forgotten_after_forget_s() -> None:
     d = NodeSilence()
     d.update([node(1000.0, [busy(60)], name="a"), last(node(1000.0, [busy(60)], name="b"))])
-    t = 1000.0
+    t, said = 1000.0, []
     while t < 1000.0 + FORGET_S + 3600.0:
         t += 600.0
-        assert d.update([node(t, [busy(60)], name="a")]) == []
+        said += d.update([node(t, [busy(60)], name="a")])
     assert [w[2] for w in d._where] == ["a"]
+    # Never paged; forgotten all the same, so that an alert of its GPUs left open ends.
+    [forgot] = said
+    assert forgot.node == "b" and forgot.resolves and forgot.evidence["forgotten"] == 1.0
 
 
 def test_node_states_say_stopped_then_back() -> None:
