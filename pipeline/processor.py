@@ -178,6 +178,8 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
                  *(d.drop for d in self.detectors if callable(getattr(d, "drop", None)))]
         # Per-node state dropped for nodes forgotten for good (``retire``): not the alerts.
         self._state_drops = list(drops)
+        if callable(getattr(store, "retire", None)):  # the store's cached ids of them
+            self._state_drops.append(store.retire)  # type: ignore[attr-defined]
         self._retirers = [d for d in self.detectors if callable(getattr(d, "retired", None))]
         if notifier is not None:
             drops.append(notifier.forget)

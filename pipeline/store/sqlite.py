@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from array import array
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from fleetwatch.frame import Frame
@@ -173,13 +173,29 @@ class SqliteStore(SqliteFile, SqliteReads, SqliteRecords, SqliteEnergy,
         self._index[lid] = {name: i for i, name in enumerate(names)}
 
     def _refresh(self) -> None:
-        """Learn devices and layouts another process (the writer) created."""
+        """Learn devices and layouts another process (the writer) created. The ids a read
+        needs (``_idents``) only: a write looks its own up (``_did``), so that the ids of
+        nodes forgotten (``retire``) are not all cached again by a read of history."""
         conn = self._conn()
         for did, *ident in conn.execute("SELECT id, cluster, rack, node, device FROM devices"):
-            self._dids[tuple(ident)], self._idents[did] = did, tuple(ident)  # type: ignore[index]
+            self._idents[did] = tuple(ident)  # type: ignore[assignment]
         for lid, text in conn.execute("SELECT id, metrics FROM layouts"):
             if lid not in self._names:
                 self._remember_layout(lid, tuple(text.split(",")))
+
+    def retire(self, nodes: Iterable[str]) -> None:
+        """Forget the cached device ids of the nodes named ``nodes`` (in every cluster),
+        forgotten for good (``Processor.retire``): under churn these caches held every node
+        name ever seen. Their rows stay in the table; a node that comes back finds its ids
+        there again (``_did``), and a read of history learns them anew (``_refresh``). The
+        caches are replaced, not changed in place: a reader may be iterating them."""
+        gone = set(nodes)
+        if not gone:
+            return
+        with self._lock:
+            self._dids = {k: v for k, v in self._dids.items() if k[2] not in gone}
+            self._node_dids = {k: v for k, v in self._node_dids.items() if k[2] not in gone}
+            self._idents = {k: v for k, v in self._idents.items() if v[2] not in gone}
 
     # -- writes
     def _rows(self, frames: Sequence[Frame]) -> tuple[list[Row], int]:
