@@ -178,7 +178,7 @@ class LemonScore:
         self._lost: set[tuple[str, str, int]] = set()
         self._hot: set[tuple[str, str, int]] = set()
         self._fell: dict[tuple[str, str, int], float] = {}  # GPU -> ts of its last XID 79
-        # The lost and hot sets by GPU slot (never dropped, as the sets are not).
+        # The lost and hot sets by GPU slot (dropped with the node, as the sets are).
         self._state = GpuState({"lost": False, "hot": False})
 
     def seed(self, scores: Mapping[tuple[str, str], tuple[float, float]]) -> None:
@@ -205,6 +205,12 @@ class LemonScore:
         for key in [k for k in self._rebuilt if k[1] in gone]:
             del self._rebuilt[key]  # rebuilt again if its partition comes back
         self._incidents.drop(gone)
+        # Its GPUs' lost and hot marks too (rebuilt with its score from the stored events
+        # if it comes back): a pool that churns names must not hold one per GPU ever seen.
+        self._rack = {k: v for k, v in self._rack.items() if k[1] not in gone}
+        self._lost = {k for k in self._lost if k[1] not in gone}
+        self._hot = {k for k in self._hot if k[1] not in gone}
+        self._state.drop(gone)
 
     def _add(self, key: tuple[str, str], ts: float, points: float) -> None:
         if points > 0.0 and self.score(*key, ts) < FRESH_SHARE * self.threshold:

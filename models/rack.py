@@ -91,7 +91,10 @@ class RackCooling:
         self.table = self.models.table
         self._racks: dict[tuple[str, str], int] = {}
         self._names: list[tuple[str, str]] = []
+        # (cluster, node) -> its code in the table's node column; codes are never reused
+        # (a node dropped keeps its code in rows not yet aged out), so ``_node_next`` counts.
         self._node_codes: dict[tuple[str, str], int] = {}
+        self._node_next = 0
         # Rack codes and (cluster, node) whose finding holds -> since when.
         self._flagged: dict[int, float] = {}
         self._cleared: dict[int, float] = {}  # rack code -> when its finding last ended
@@ -125,6 +128,7 @@ class RackCooling:
         gone = set(nodes)
         for key in [k for k in self._flagged_nodes if k[1] in gone]:
             del self._flagged_nodes[key]
+        self._node_codes = {k: v for k, v in self._node_codes.items() if k[1] not in gone}
 
     def explains(self, cluster: str, rack: str, node: str) -> bool:
         """Does a cooling finding hold now for this node's rack or the node itself (its
@@ -221,7 +225,11 @@ class RackCooling:
         return code
 
     def _node_code(self, f: Frame) -> int:
-        return self._node_codes.setdefault((f.cluster, f.node), len(self._node_codes))
+        code = self._node_codes.get((f.cluster, f.node))
+        if code is None:
+            code = self._node_codes[(f.cluster, f.node)] = self._node_next
+            self._node_next += 1
+        return code
 
     def _frozen_nodes(self, b: Batch, now: float, limit: float) -> np.ndarray:
         """Per frame: its node's finding holds (for at most ``limit`` seconds), so its GPUs'
@@ -255,9 +263,9 @@ class RackCooling:
         hot = live & (rise - base[np.maximum(rack, 0)]
                       > np.where(flagged[rack], CLEAR, 1.0) * c.rack_margin_c)
         judged = np.bincount(rack[live], minlength=size)
-        pairs = np.unique(rack[live] * (len(self._node_codes) + 1) + t["node"][:len(rise)][live]
+        pairs = np.unique(rack[live] * (self._node_next + 1) + t["node"][:len(rise)][live]
                           .astype(np.int64))
-        nodes_live = np.bincount(pairs // (len(self._node_codes) + 1), minlength=size)
+        nodes_live = np.bincount(pairs // (self._node_next + 1), minlength=size)
         gpu_judged = (judged >= c.rack_min_gpus) & (nodes_live >= 2)
         inlets = self.inlets.judge(now, c.rack_inlet_rise_c, c.warmup_s, flagged,
                                    [cluster for cluster, _ in self._names])
