@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable
 
-from fleetwatch.models import FORGOTTEN, Finding
+from fleetwatch.models import FORGOTTEN, Finding, OpenAlert
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.room import ROOM
 
@@ -28,6 +28,41 @@ def forgotten_node(cluster: str, rack: str, node: str, at: float, gap: float) ->
         evidence={"silent_s": round(gap, 1), FORGOTTEN: 1.0},
         action="Nothing, if it was retired; if it should run, start its agent: its first "
                "frame makes it known again", scope="node", resolves=True)
+
+
+class LoneRacks:
+    """Open rack alerts taken over (a restart, a partition) of racks no node of which is
+    known here: their nodes left before, so none will be forgotten to end them, and they
+    were re-sent for ever. Each ends ``FORGET_S`` after it was last updated, unless a
+    node of its rack (of its cluster, for a room's) is heard first: then its frames
+    judge it, as any rack alert's."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[str, str], float] = {}  # (cluster, rack) -> last updated
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        for a in alerts:
+            if a.device.startswith("rack:") and a.state != "resolved":
+                key = (a.cluster, a.device.removeprefix("rack:"))
+                self._held[key] = max(self._held.get(key, a.updated_ts), a.updated_ts)
+
+    def due(self, now: float, known: Collection[tuple[str, str]],
+            clusters: Collection[str]) -> list[Finding]:
+        """The findings that end those due at ``now``; ``known``: (cluster, rack) of every
+        node known here; ``clusters``: those this processor has frames from."""
+        known = set(known)
+        alive = {cluster for cluster, _ in known}
+        due: dict[tuple[str, str], float] = {}
+        for (cluster, rack), ts in list(self._held.items()):
+            if (cluster, rack) in known or rack == ROOM and cluster in alive:
+                del self._held[(cluster, rack)]  # heard: judged on its frames
+            elif now - ts >= FORGET_S and cluster in clusters:
+                del self._held[(cluster, rack)]
+                due[(cluster, rack)] = now
+        return empty_racks(due, known, clusters)
 
 
 def empty_racks(places: dict[tuple[str, str], float], left: Iterable[tuple[str, str]],

@@ -16,10 +16,10 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, stopped
-from fleetwatch.models import KEEP_FIRING, Finding
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
-from fleetwatch.models.node_forget import FORGET_S, empty_racks, forgotten_node
+from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
@@ -119,6 +119,8 @@ class NodeSilence(StreamClock):
         # Names forgotten (``FORGET_S``) in every cluster, not yet taken (``retired``): the
         # processor drops the rest of their per-node state.
         self._retired: set[str] = set()
+        # Rack alerts taken over of racks no node of which is known here (``adopt``).
+        self._lone = LoneRacks()
         # Racks are judged (``rack_silent``) only where every node of a rack is this
         # processor's to see (``whole``): no bus, or every partition of its topic.
         self._whole = True
@@ -327,7 +329,14 @@ class NodeSilence(StreamClock):
             self._retired |= names - {node for _, node in self._index}
             if self._whole:  # else another processor may hear some of a rack's nodes
                 out += empty_racks(places, [w[:2] for w in self._where], self._clusters)
+        if self._lone and self._whole:
+            out += self._lone.due(now, [w[:2] for w in self._where], self._clusters)
         return out
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open alerts taken over (a restart, a partition): a rack alert of a rack no node
+        of which is known here ends once it is forgotten (``LoneRacks``)."""
+        self._lone.adopt(alerts)
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any

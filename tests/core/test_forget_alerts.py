@@ -145,3 +145,35 @@ def test_a_forgotten_node_has_every_alert_resolved_in_the_store_and_the_sinks(
     assert heard.adopted == [] and processor.alerts.open == []
     assert [a for a in heard.sent if a.node != "stays"] == []
     store.close()
+
+
+def rack_alert(rack: str, updated: float) -> Alert:
+    return Alert(f"rack_silent/c//rack:{rack}/1", "rack_silent", "critical", "c", rack, "",
+                 f"rack:{rack}", "firing", updated - 600.0, updated, 2.0, f"rack {rack} silent",
+                 fired_ts=updated - 600.0)
+
+
+def test_a_rack_alert_taken_over_at_a_restart_ends_once_its_rack_is_forgotten(
+        tmp_path: Path) -> None:
+    """A restart after the rack's nodes left: no node of it is known to the new processor,
+    so none will be forgotten to end its rack alert; it ends ``FORGET_S`` after it was
+    last updated, unless a node of its rack is heard (then its frames judge it)."""
+    t = T0 + FORGET_S
+    store = SqliteStore(tmp_path / "fw.db")
+    store.write_alerts([rack_alert("r9", T0 - 3600.0), rack_alert("r8", t - 2 * 86400.0),
+                        rack_alert("r7", T0 - 3600.0)])
+    heard = Heard()
+    processor = Processor(store, detectors=[NodeSilence(), ThermalLimits()], notifier=heard)
+    for k in range(6):
+        processor.process([node(t + 60.0 * k, [busy(60)], name="stays"),
+                           node(t + 60.0 * k, [busy(60)], name="back", rack="r7")])
+    processor.flush()
+    # Loaded and re-sent at first; r9 ends as forgotten, r8 (updated 2 days ago) stays.
+    assert {a.rack for a in heard.adopted} == {"r9", "r8", "r7"}
+    assert sorted(a.rack for a in store.alerts()) == ["r8"]
+    (r9,) = [a for a in store.alerts(ALL) if a.rack == "r9"]
+    assert "forgotten" in r9.resolution and r9.evidence[FORGOTTEN] == 1.0
+    (r7,) = [a for a in store.alerts(ALL) if a.rack == "r7"]
+    assert "forgotten" not in r7.resolution  # its node is back: ended by its frames
+    assert sorted(a.rack for a in heard.sent if a.state == "resolved") == ["r7", "r9"]
+    store.close()
