@@ -91,3 +91,14 @@ def test_racks_are_not_said_forgotten_by_a_processor_that_sees_part_of_them() ->
         said += [f for f in d.update(frames) if f.resolves]
         t += STEP
     assert [(f.scope, f.node) for f in said] == [("node", "g1")]
+
+
+def test_a_cluster_whose_last_node_is_forgotten_has_its_rack_and_room_said_forgotten() -> None:
+    from fleetwatch.models.node_forget import empty_racks
+
+    said = empty_racks({("c", "r1"): 5.0, ("d", "r1"): 5.0}, [("d", "r2")], {"c", "d"})
+    assert sorted((f.cluster, f.rack, f.scope, f.resolves) for f in said) == [
+        ("c", "*", "rack", True), ("c", "r1", "rack", True), ("d", "r1", "rack", True)]
+    assert "the room" in [f for f in said if f.rack == "*"][0].message
+    # Another cluster's racks are its own processors'.
+    assert empty_racks({("e", "r1"): 5.0}, [], {"c"}) == []
