@@ -1,10 +1,19 @@
 """Acknowledgements that prove nothing (``pipeline.bus.kafka_acks``): a producer client
 that outlived a broker restart writes to the topic as it was, and Tansu acknowledges
 writes to partitions (or a topic) it no longer has. The ledger tells them apart from
-ordinary acknowledgements, on which nothing must change."""
+ordinary acknowledgements, on which nothing must change; and the producer acts on it."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import kafka.errors as kerr
+import pytest
+from kafka.future import Future
+
+from fleetwatch.pipeline.bus import BusError
+from fleetwatch.pipeline.bus import kafka as kafka_bus
+from fleetwatch.pipeline.bus.kafka import KafkaProducer
 from fleetwatch.pipeline.bus.kafka_acks import AckLedger
 
 T = "fleetwatch.frames"
@@ -62,3 +71,73 @@ def test_no_offset_given_is_not_judged() -> None:
     acks.acked(T, 1, -1)
     acks.acked(T, 1, -1)
     assert acks.check(twelve) is None
+
+
+class FakeClient:
+    """kafka-python's producer as ``KafkaProducer`` uses it: each send is acknowledged at
+    once at the next offset of its partition (``logs``), or refused with ``refuse``."""
+
+    def __init__(self, logs: dict[int, int], partitions: set[int],
+                 refuse: BaseException | None = None) -> None:
+        self.logs, self.partitions, self.refuse = logs, partitions, refuse
+        self.config = {"api_version": (3, 9)}
+
+    def send(self, topic: str, value: bytes | None, key: bytes | None,
+             headers: list[tuple[str, bytes]]) -> Future:
+        future = Future()
+        if self.refuse is not None:
+            return future.failure(self.refuse)
+        partition = int(key or b"0") % 12
+        offset = self.logs.setdefault(partition, 0)
+        self.logs[partition] = offset + 1
+        return future.success(SimpleNamespace(topic=topic, partition=partition, offset=offset))
+
+    def flush(self, timeout: float | None = None) -> None:
+        pass
+
+    def partitions_for(self, topic: str) -> set[int]:
+        return self.partitions
+
+    def close(self, timeout: float | None = None) -> None:
+        pass
+
+
+def producer(monkeypatch: pytest.MonkeyPatch, clients: list[FakeClient]) -> KafkaProducer:
+    made = iter(clients)
+    monkeypatch.setattr(kafka_bus.kafka, "KafkaProducer", lambda **config: next(made))
+    monkeypatch.setattr(kafka_bus, "check_listener", lambda *args: None)
+    return KafkaProducer("127.0.0.1:9")
+
+
+def test_a_producer_on_a_healthy_broker_flushes_as_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    p = producer(monkeypatch, [FakeClient({11: 500}, set(range(12)))])
+    for _ in range(3):
+        for key in (b"11", b"3", b"11"):
+            p.send(T, b"frame", key)
+        p.flush(1)
+    assert p.pending == 0
+
+
+def test_a_producer_whose_broker_came_back_empty_fails_its_flush_then_starts_afresh(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    logs = {11: 500}
+    first, second = FakeClient(logs, set(range(12))), FakeClient({}, set(range(4)))
+    p = producer(monkeypatch, [first, second])
+    p.send(T, b"frame", b"11")
+    p.flush(1)
+    logs.clear()  # the broker restarted empty; the client still writes to partition 11
+    p.send(T, b"frame", b"11")
+    with pytest.raises(BusError, match=f"{T}/11 acknowledged offset 0, not above the 500"):
+        p.flush(1)
+    p.send(T, b"frame", b"2")  # through a fresh client, with fresh metadata
+    p.flush(1)
+    assert p._client is second
+
+
+def test_a_write_kafka_refuses_fails_the_flush_as_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    refused = kerr.UnknownTopicOrPartitionError("no partition 11")
+    p = producer(monkeypatch, [FakeClient({}, set(range(4)), refuse=refused)])
+    with pytest.raises(BusError, match="cannot send"):
+        p.send(T, b"frame", b"11")
