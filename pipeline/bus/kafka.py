@@ -184,7 +184,13 @@ class KafkaProducer:
         """Raise ``BusError`` (and drop the client) if messages acknowledged since the last
         good flush went to a partition the topic no longer has (``AckLedger``)."""
         def partitions_of(topic: str) -> set[int] | None:
-            try:  # known topics: the cached metadata; an unknown one waits max_block_ms
+            # The client's metadata as it is, asking the broker nothing: a metadata request
+            # for a topic it lacks makes Tansu create it with its own count, before the
+            # agent's topic check makes it with bus.partitions.
+            cached = getattr(client, "_metadata", None)
+            if cached is not None:
+                return cached.partitions_for_topic(topic)  # type: ignore[no-any-return]
+            try:  # another kafka-python: ask (an unknown topic waits max_block_ms)
                 return client.partitions_for(topic)  # type: ignore[no-any-return]
             except kerr.KafkaError:
                 return None

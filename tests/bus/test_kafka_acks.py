@@ -81,6 +81,7 @@ class FakeClient:
                  refuse: BaseException | None = None) -> None:
         self.logs, self.partitions, self.refuse = logs, partitions, refuse
         self.config = {"api_version": (3, 9)}
+        self._metadata = SimpleNamespace(partitions_for_topic=lambda topic: self.partitions)
 
     def send(self, topic: str, value: bytes | None, key: bytes | None,
              headers: list[tuple[str, bytes]]) -> Future:
@@ -96,7 +97,7 @@ class FakeClient:
         pass
 
     def partitions_for(self, topic: str) -> set[int]:
-        return self.partitions
+        raise AssertionError("a metadata request: Tansu would create a missing topic")
 
     def close(self, timeout: float | None = None) -> None:
         pass
@@ -133,6 +134,18 @@ def test_a_producer_whose_broker_came_back_empty_fails_its_flush_then_starts_afr
     p.send(T, b"frame", b"2")  # through a fresh client, with fresh metadata
     p.flush(1)
     assert p._client is second
+
+
+def test_a_partition_the_client_now_knows_the_topic_lacks_fails_the_flush(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    client = FakeClient({}, set(range(12)))
+    p = producer(monkeypatch, [client])
+    p.send(T, b"frame", b"11")
+    p.flush(1)
+    client.partitions = set(range(4))  # its metadata refreshed: the topic was made again
+    p.send(T, b"frame", b"11")
+    with pytest.raises(BusError, match=f"{T}/11 acknowledged, but topic {T} now has 4"):
+        p.flush(1)
 
 
 def test_a_write_kafka_refuses_fails_the_flush_as_before(
