@@ -12,6 +12,12 @@ and reorder), and a fresh client is what recovers after a broker restart
 INFRA.md). Idempotence is off for the same reason; one request in flight per
 connection keeps retries in order instead.
 
+An acknowledgement alone does not make a message delivered: a client that outlived a
+broker restart still writes to the partitions of the topic as it was, and Tansu
+acknowledges writes to a topic or partition it no longer has and keeps nothing. ``flush``
+checks each client's acknowledgements (``kafka_acks.AckLedger``) and raises ``BusError``
+where they show such a write, so that they are sent again through a fresh client.
+
 ``KafkaConsumer`` (``kafka_consumer``) and ``ensure_topic`` (``topics``) are imported
 from here too: this module is the Kafka bus's one entry point.
 """
@@ -29,6 +35,7 @@ import kafka.errors as kerr
 
 from fleetwatch.pipeline.bus import BusError
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener, refused_options
+from fleetwatch.pipeline.bus.kafka_acks import AckLedger
 from fleetwatch.pipeline.bus.kafka_consumer import KafkaConsumer
 from fleetwatch.pipeline.bus.topics import ensure_topic, topic_spec
 
@@ -81,6 +88,7 @@ class KafkaProducer:
         self._pending_bytes = 0
         self._failed = 0
         self._last_error: BaseException | None = None
+        self._acks = AckLedger()  # of the current client
         self._closed = False
 
     def _producer(self) -> kafka.KafkaProducer:
@@ -113,11 +121,14 @@ class KafkaProducer:
         with self._lock:
             full = (self._pending >= self._max_pending
                     or self._pending_bytes + size > self._max_pending_bytes)
-            gen = self._generation
+            gen, lost = self._generation, self._acks.lost
         if full:
             self._reset()
             raise BusError(f"producer buffer full ({self._max_pending} messages or "
                            f"{self._max_pending_bytes} bytes unacknowledged)")
+        if lost is not None:  # this client writes to a topic the broker no longer has
+            self._reset()
+            raise BusError(f"messages acknowledged by {self._bootstrap} but lost: {lost}")
         client = self._producer()
         try:
             future = client.send(topic, value=value, key=key, headers=list(headers))
@@ -135,11 +146,12 @@ class KafkaProducer:
             self._reset()
             raise BusError(f"cannot send to {topic!r}: {future.exception}")
 
-    def _done(self, gen: int, size: int, _metadata: object) -> None:
+    def _done(self, gen: int, size: int, metadata: Any) -> None:
         with self._lock:
             if gen == self._generation:
                 self._pending -= 1
                 self._pending_bytes -= size
+                self._acks.acked(metadata.topic, metadata.partition, metadata.offset)
 
     def _error(self, gen: int, size: int, exc: BaseException) -> None:
         with self._lock:
@@ -166,6 +178,30 @@ class KafkaProducer:
             self._reset()
             raise BusError(f"{failed + pending} messages not acknowledged by "
                            f"{self._bootstrap}: {error}")
+        self._check_acks(client)
+
+    def _check_acks(self, client: kafka.KafkaProducer) -> None:
+        """Raise ``BusError`` (and drop the client) if messages acknowledged since the last
+        good flush went to a partition the topic no longer has (``AckLedger``)."""
+        def partitions_of(topic: str) -> set[int] | None:
+            # The client's metadata as it is, asking the broker nothing: a metadata request
+            # for a topic it lacks makes Tansu create it with its own count, before the
+            # agent's topic check makes it with bus.partitions.
+            cached = getattr(client, "_metadata", None)
+            if cached is not None:
+                return cached.partitions_for_topic(topic)  # type: ignore[no-any-return]
+            try:  # another kafka-python: ask (an unknown topic waits max_block_ms)
+                return client.partitions_for(topic)  # type: ignore[no-any-return]
+            except kerr.KafkaError:
+                return None
+
+        with self._lock:
+            acks = self._acks
+        lost = acks.check(partitions_of)
+        if lost is not None:
+            self._reset()
+            raise BusError(f"messages acknowledged by {self._bootstrap} but lost: {lost}; "
+                           "they are sent again")
 
     @property
     def pending(self) -> int:
@@ -178,6 +214,7 @@ class KafkaProducer:
             self._generation += 1
             self._pending = self._pending_bytes = self._failed = 0
             self._last_error = None
+            self._acks = AckLedger()
             client, self._client = self._client, None
         if client is not None:
             _force_close(client)
