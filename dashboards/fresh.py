@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 import dash
-from dash import Input, Output, dcc
+from dash import Input, Output, State, dcc
 
 from fleetwatch.dashboards.data import AHEAD_S, STALE_S, TEMP
 from fleetwatch.pipeline.store.base import Store, StoreError
@@ -41,12 +41,15 @@ def stale_after_ms(refresh_s: float) -> int:
     return int(max(STALE_AFTER_S, REFRESHES * refresh_s) * 1000)
 
 
-def newest_sample_ms(store: Store, now_s: float) -> int | None:
+def newest_sample_ms(store: Store, now_s: float, known_ms: int | None = None) -> int | None:
     """The store's newest GPU temperature sample (every agent sends one each tick),
     ignoring those stamped more than ``AHEAD_S`` past ``now_s`` (a node whose clock runs
-    ahead would hide the others stopping); None: the store holds none."""
+    ahead would hide the others stopping); None: the store holds none. ``known_ms``: the
+    last answer, where the newest is at least (a store whose collectors stopped hours ago
+    is not read back to its start at every refresh)."""
     limit = int((now_s + AHEAD_S) * 1000)
-    for since_s in (now_s - STALE_S, 0.0):  # the recent series first: cheap when live
+    windows = [now_s - STALE_S, *([known_ms / 1000] if known_ms is not None else []), 0.0]
+    for since_s in sorted(set(windows), reverse=True):  # the recent series first: cheap
         newest = max((ts for _, ts, _ in store.latest(TEMP, int(since_s * 1000))
                       if ts <= limit), default=None)
         if newest is not None:
@@ -54,13 +57,14 @@ def newest_sample_ms(store: Store, now_s: float) -> int | None:
     return None
 
 
-def check(store: Store, now_s: float, refresh_s: float) -> dict[str, Any]:
+def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = None
+          ) -> dict[str, Any]:
     """What the browser's watch needs: when the server read (``read_ms``, its "now"), the
     newest sample then (None: none stored; absent: the store did not answer), and the
-    banner's threshold."""
+    banner's threshold. ``known_ms``: the newest sample the last check found."""
     out: dict[str, Any] = {"read_ms": int(now_s * 1000), "stale_ms": stale_after_ms(refresh_s)}
     try:
-        out["newest_ms"] = newest_sample_ms(store, now_s)
+        out["newest_ms"] = newest_sample_ms(store, now_s, known_ms)
     except StoreError as exc:  # the page's own banner says so; here: not known
         out["error"] = str(exc)
     return out
@@ -73,7 +77,7 @@ def parts(refresh_s: float) -> list[dcc.Interval | dcc.Store]:
 
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
              refresh_s: float) -> None:
-    @app.callback(Output(CHECK, "data"), Input(TICK, "n_intervals"),
+    @app.callback(Output(CHECK, "data"), Input(TICK, "n_intervals"), State(CHECK, "data"),
                   running=[(Output(TICK, "disabled"), True, False)])  # as fleet.py's
-    def read(_n: int | None) -> dict[str, Any]:
-        return check(store, clock(), refresh_s)
+    def read(_n: int | None, last: dict[str, Any] | None) -> dict[str, Any]:
+        return check(store, clock(), refresh_s, (last or {}).get("newest_ms"))

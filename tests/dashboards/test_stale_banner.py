@@ -37,6 +37,13 @@ def test_check_finds_old_data_empty_store_and_clock_ahead() -> None:
     ahead = fakes.FakeStore([fakes.point("gpu_temp_c", "n0", 0, 60.0, age_s=-3600),
                              fakes.point("gpu_temp_c", "n1", 0, 60.0, age_s=600)])
     assert fresh.check(ahead, fakes.NOW, 5.0)["newest_ms"] == int((fakes.NOW - 600) * 1000)
+    # Told the last answer, the check reads from there, not from the store's start.
+    reads: list[int] = []
+    spy = fakes.FakeStore(old.points)
+    spy.latest = lambda m, since: reads.append(since) or old.latest(m, since)  # type: ignore
+    known = int((fakes.NOW - 86_400) * 1000)
+    assert fresh.check(spy, fakes.NOW, 5.0, known)["newest_ms"] == known
+    assert 0 not in reads and known in reads
     broken = fresh.check(fakes.FakeStore(broken=True), fakes.NOW, 5.0)
     assert "newest_ms" not in broken and "fake store is down" in broken["error"]
 
