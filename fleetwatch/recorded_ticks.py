@@ -235,6 +235,12 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
                         state.episodes.append(f"{node} GPU {gpu} from {utc(began)} until "
                                               f"it came back at {utc(ts)}")
                 last[gpu] = ts
+        # An empty set or dict a node is 64 to 216 bytes, for every node name a churning
+        # pool ever had: only a node with a GPU lost or off the bus keeps one.
+        if not since:
+            del state.since[node]
+        if not off_bus:
+            del state.off_bus[node]
     if whole:
         note_lost(out, state)
 

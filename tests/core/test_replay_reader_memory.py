@@ -59,3 +59,21 @@ def test_tick_steps_keep_what_the_note_says() -> None:
         to_ticks(out, stats)
     assert min(stats.steps) == 15.0 and abs(max(stats.steps) - 15.299) < 1e-6
     assert len(stats.steps) <= 2
+
+
+def test_nodes_with_nothing_lost_keep_no_empty_entries() -> None:
+    state = LostState()
+    for k in range(100):  # a pool that scales: a new node name each part, none lost
+        part = Reading()
+        for t in range(4):
+            for gpu in range(2):
+                part.put(1e9 + STEP * (4 * k + t), f"node-{k}", gpu, "gpu_temp_c", 60.0)
+        mark_lost(part, state)
+    assert not state.since and not state.off_bus
+    # A GPU still lost at the end is kept, and named.
+    state = LostState()
+    mark_lost(spell(2e9, 60, range(30, 60)), state)
+    assert list(state.since) == ["n0"] and set(state.since["n0"]) == {1, 2, 3}
+    notes = Reading()
+    note_lost(notes, state)
+    assert notes.notes[0].count("to the end") == 3
