@@ -29,6 +29,7 @@ from fleetwatch.dashboards import (
     energy,
     facility,
     fleet,
+    fresh,
     job,
     live,
     node,
@@ -109,6 +110,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
         # without reloading the page, like a dcc.Link does.
         dcc.Location(id="url", refresh="callback-nav"),
         dcc.Store(id=SHOWN),
+        *fresh.parts(refresh_s),  # every page's check of how old its newest data is
         components.header(title),
         html.Main(id="page"),
     ])
@@ -141,6 +143,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     render_energy = energy.register(app, store, clock, carbon)
     job.register(app, store, clock, carbon)
     facility.register(app, store, clock, carbon, node_static_w)
+    fresh.register(app, store, clock, refresh_s)
     for page in ("fleet", "alerts", "node", "util", "energy", "job", "facility"):
         live.register(app, page)
     return app

@@ -21,6 +21,7 @@ from fleetwatch.collectors.nvml.reader import LOST_AFTER_INTERVALS, XID_FALLEN_O
 from fleetwatch.recorded_values import utc
 
 LOST_SILENT_S = 300.0  # the default of detectors.gpu_lost_silent_s
+EPISODES_SHOWN = 5  # lost episodes the summary names (the others it counts)
 
 if TYPE_CHECKING:
     from fleetwatch.recorded import Reading
@@ -128,7 +129,9 @@ def to_ticks(out: Reading, stats: TickStats | None = None) -> None:
     if stats is not None:  # a streamed run: counted, said once at the end (note_ticks)
         stats.moved += len(moved)
         stats.spread = max(stats.spread, spread)
-        stats.steps |= steps
+        # The note says the shortest and longest only; every one kept grew with the file.
+        both = stats.steps | steps
+        stats.steps = {min(both), max(both)}
     for (ts, node), tick in moved.items():
         for gpu, metrics in out.samples.pop((ts, node), {}).items():
             out.samples[(tick, node)][gpu].update(metrics)
@@ -166,7 +169,10 @@ class LostState:
     steps: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     since: dict[str, dict[int, float]] = field(default_factory=lambda: defaultdict(dict))
     off_bus: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    # The first ``EPISODES_SHOWN`` episodes ended, the ones the note names, and how many
+    # ended in all: a long churned recording has GPUs lost and back by the hundred thousand.
     episodes: list[str] = field(default_factory=list)
+    ended: int = 0
     silent_s: float = LOST_SILENT_S
 
 
@@ -196,7 +202,6 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
             fallen[node].setdefault(ts, set()).add(gpu)
     whole = state is None
     state = state or LostState(silent_s=out.lost_silent_s)
-    episodes = state.episodes
     for node, at in sorted(present.items()):
         times = sorted(at)
         last = state.last[node]
@@ -224,20 +229,32 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
             off_bus |= fallen[node].get(ts, set())
             for gpu in here:
                 if gpu in since:
-                    episodes.append(f"{node} GPU {gpu} from {utc(since.pop(gpu))} until it "
-                                    f"came back at {utc(ts)}")
+                    began = since.pop(gpu)
+                    state.ended += 1
+                    if len(state.episodes) < EPISODES_SHOWN:
+                        state.episodes.append(f"{node} GPU {gpu} from {utc(began)} until "
+                                              f"it came back at {utc(ts)}")
                 last[gpu] = ts
+        # An empty set or dict a node is 64 to 216 bytes, for every node name a churning
+        # pool ever had: only a node with a GPU lost or off the bus keeps one.
+        if not since:
+            del state.since[node]
+        if not off_bus:
+            del state.off_bus[node]
     if whole:
         note_lost(out, state)
 
 
 def note_lost(out: Reading, state: LostState) -> None:
+    still = [(node, gpu, t) for node, lost in sorted(state.since.items())
+             for gpu, t in sorted(lost.items())]
     episodes = state.episodes + [
         f"{node} GPU {gpu} from {utc(t)} to the end (last sample {utc(state.last[node][gpu])})"
-        for node, lost in sorted(state.since.items()) for gpu, t in sorted(lost.items())]
-    if episodes:
-        shown = "; ".join(episodes[:5]) + (f"; and {len(episodes) - 5} more"
-                                           if len(episodes) > 5 else "")
+        for node, gpu, t in still[:max(0, EPISODES_SHOWN - len(state.episodes))]]
+    count = state.ended + len(still)
+    if count:
+        shown = "; ".join(episodes) + (f"; and {count - EPISODES_SHOWN} more"
+                                       if count > EPISODES_SHOWN else "")
         out.notes.append(
             f"GPUs read as lost (their samples stopped for over {state.silent_s:g} s and "
             f"{LOST_AFTER_INTERVALS} of their intervals while other GPUs of their node went "

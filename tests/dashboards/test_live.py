@@ -21,13 +21,14 @@ def test_every_tick_disabled_while_running_is_re_armed_by_a_watch(tmp_path: Path
                if (cb.get("clientside_function") or {}).get("function_name") == "watch"
                for out in cb["output"].strip(".").split("...")}
     pages = ("fleet", "alerts", "node", "util", "energy", "job", "facility")
-    assert held == {f"{p}-tick.disabled" for p in pages}
+    # Each page's tick, and the shell's freshness check (fresh.py), which every watch re-arms.
+    assert held == {f"{p}-tick.disabled" for p in pages} | {"fresh-tick.disabled"}
     assert held <= watched
     # The watches' own components exist on their pages (Dash checks them against this).
     ids = {c.id for c in app.validation_layout._traverse() if getattr(c, "id", None)}
-    for prop in held:
-        page = prop.split("-tick")[0]
-        assert {f"{page}-watch", f"{page}-offline"} <= ids
+    for page in pages:
+        assert {f"{page}-watch", f"{page}-offline", f"{page}-stale"} <= ids
+    assert {"fresh-tick", "fresh"} <= ids
 
 
 def test_the_fetch_watch_is_in_the_page_before_the_renderer(tmp_path: Path) -> None:

@@ -1,0 +1,83 @@
+"""Whether what a page shows is stale, said in a banner on every page.
+
+On a loaded machine a browser tab falls behind: its refresh answers slower than its
+interval, or the collectors stop and the store's newest sample grows minutes old, while
+the page still looks live (only its small "refreshed" stamp says otherwise). The shell
+carries one check, ``fresh``, that reads the store's newest sample every refresh; the
+page's watch (``live.js``, every second in the browser) sets it beside the time the
+page's own refresh last answered, and shows the banner while the newest data on screen is
+older than ``STALE_AFTER_S`` or a few refreshes, saying whether the collectors (the
+newest sample, as of the check) or the page (its own refresh time) are behind.
+
+The ages are measured in the browser from when each answer arrived, and in the server
+between its "now" and the newest sample: never across the two clocks, so a browser whose
+clock is off by minutes sees no false banner.
+
+A store that holds no sample yet is not stale: the banner says the page waits for the
+first data, in the plain notice colour.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import dash
+from dash import Input, Output, State, dcc
+
+from fleetwatch.dashboards.data import AHEAD_S, STALE_S, TEMP
+from fleetwatch.pipeline.store.base import Store, StoreError
+
+CHECK = "fresh"  # the shell's Store: the newest sample, as of a read
+TICK = "fresh-tick"
+# Four intervals of the agent's default 15 s: one collector tick missed, or a slow
+# pipeline, does not raise it; a collector or bus that stopped does within a minute.
+STALE_AFTER_S = 60.0
+REFRESHES = 3  # and never under this many of the page's refreshes
+
+
+def stale_after_ms(refresh_s: float) -> int:
+    """How old the newest data on screen may be before the banner says so."""
+    return int(max(STALE_AFTER_S, REFRESHES * refresh_s) * 1000)
+
+
+def newest_sample_ms(store: Store, now_s: float, known_ms: int | None = None) -> int | None:
+    """The store's newest GPU temperature sample (every agent sends one each tick),
+    ignoring those stamped more than ``AHEAD_S`` past ``now_s`` (a node whose clock runs
+    ahead would hide the others stopping); None: the store holds none. ``known_ms``: the
+    last answer, where the newest is at least (a store whose collectors stopped hours ago
+    is not read back to its start at every refresh)."""
+    limit = int((now_s + AHEAD_S) * 1000)
+    windows = [now_s - STALE_S, *([known_ms / 1000] if known_ms is not None else []), 0.0]
+    for since_s in sorted(set(windows), reverse=True):  # the recent series first: cheap
+        newest = max((ts for _, ts, _ in store.latest(TEMP, int(since_s * 1000))
+                      if ts <= limit), default=None)
+        if newest is not None:
+            return newest
+    return None
+
+
+def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = None
+          ) -> dict[str, Any]:
+    """What the browser's watch needs: when the server read (``read_ms``, its "now"), the
+    newest sample then (None: none stored; absent: the store did not answer), and the
+    banner's threshold. ``known_ms``: the newest sample the last check found."""
+    out: dict[str, Any] = {"read_ms": int(now_s * 1000), "stale_ms": stale_after_ms(refresh_s)}
+    try:
+        out["newest_ms"] = newest_sample_ms(store, now_s, known_ms)
+    except StoreError as exc:  # the page's own banner says so; here: not known
+        out["error"] = str(exc)
+    return out
+
+
+def parts(refresh_s: float) -> list[dcc.Interval | dcc.Store]:
+    """The shell's check: its own Interval, so that every page has it."""
+    return [dcc.Interval(id=TICK, interval=int(refresh_s * 1000)), dcc.Store(id=CHECK)]
+
+
+def register(app: dash.Dash, store: Store, clock: Callable[[], float],
+             refresh_s: float) -> None:
+    @app.callback(Output(CHECK, "data"), Input(TICK, "n_intervals"), State(CHECK, "data"),
+                  running=[(Output(TICK, "disabled"), True, False)])  # as fleet.py's
+    def read(_n: int | None, last: dict[str, Any] | None) -> dict[str, Any]:
+        return check(store, clock(), refresh_s, (last or {}).get("newest_ms"))
