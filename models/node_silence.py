@@ -10,16 +10,23 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, stopped
-from fleetwatch.models import KEEP_FIRING, Finding
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
-from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
+from fleetwatch.models.rack_silence import (
+    Heard,
+    Remote,
+    SharedRacks,
+    at_frames,
+    racks_down,
+    remote_heard,
+)
 
 # A node silent this long is forgotten (decommissioned, scaled down, renamed): its open
 # alert resolves (``Finding.resolves``), saying so, and its state here is dropped.
@@ -123,13 +130,33 @@ class NodeSilence:
         # Racks are judged (``rack_silent``) only where every node of a rack is this
         # processor's to see (``whole``): no bus, or every partition of its topic.
         self._whole = True
+        # With several members: which racks this one judges, the other members' nodes of
+        # them as the store has them (None: the store cannot be read), the findings kept.
+        self._judges: Callable[[str, str], bool] | None = None
+        self._remote: list[Remote] | None = []
+        self._shared = SharedRacks()
 
     def whole(self, every: bool) -> None:
-        """Does this processor read every partition of its topic (or no bus at all)? Only
-        then is every node of a rack its own, and a rack judged here (``rack_silent``):
-        with several processors, each sees some of a rack's nodes, and a rack judged on
-        some of them would page on a part (or twice, once per processor)."""
+        """Does this processor read every partition of its topic (or no bus at all)? Then
+        every node of a rack is its own, and every rack is judged here (``rack_silent``).
+        With several processors, each sees some of a rack's nodes: a rack is judged only
+        by its one judge (``share``), never on a part by each."""
         self._whole = every
+
+    def share(self, judges: Callable[[str, str], bool],
+              remote: Sequence[Remote] | None) -> None:
+        """With several members: which racks ((cluster, rack)) this one judges, and the
+        last frame times the store holds of their nodes that other members read (None:
+        the store cannot be read now: the racks' last findings are held)."""
+        self._judges = judges
+        self._remote = None if remote is None else list(remote)
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open alerts taken over: a ``rack_silent`` one is resolved here once its rack is
+        found up (this member may read none of the rack's frames itself)."""
+        for a in alerts:
+            if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
+                self._shared.adopt(a.cluster, a.device[5:])
 
     def behind(self, nodes: Mapping[NodeKey, Hashable]) -> None:
         """Which nodes' partitions still hold frames not read yet ((cluster, node) ->
@@ -424,8 +451,11 @@ class NodeSilence:
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
                 since=float(self._heard[i] + limits[i])))
-        if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
-            out += self._racks(now, clocks, gap, limits)
+        if self._whole:
+            if any(f.rule == "node_silent" and not f.resolves for f in out):
+                out += self._racks(now, clocks, gap, limits)
+        elif self._judges is not None:
+            out += self._shared_racks(now, clocks, gap, limits)
         if forgotten:
             names = {self._where[i][2] for i in forgotten}
             self._remove(forgotten)
@@ -456,8 +486,28 @@ class NodeSilence:
                        "first frame makes it known again", scope="node", resolves=True))
         return out
 
-    def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
-               limits: np.ndarray) -> list[Finding]:
+    def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
+                      limits: np.ndarray) -> list[Finding]:
+        """With several members: the racks this one judges, on its own nodes of them and
+        the other members' as the store has them (``rack_silence.SharedRacks``)."""
+        judges = self._judges
+        assert judges is not None
+        if self._remote is None:
+            return self._shared.judge(None, judges, now)
+        n = len(self._where)
+        known = self._interval[:n][~np.isnan(self._interval[:n])]
+        usual = float(np.median(known)) if len(known) else math.nan
+        limit = float(np.median(limits)) if n else self.c.silent_min_s
+        remote = remote_heard((r for r in self._remote if judges(r.cluster, r.rack)
+                               and r.cluster in self._clusters
+                               and (r.cluster, r.node) not in self._index
+                               and now - r.ts < FORGET_S), now, limit, usual)
+        found = self._racks(now, clocks, gap, limits, remote, judges)
+        return self._shared.judge(found, judges, now)
+
+    def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
+               remote: Sequence[Heard] = (),
+               judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
@@ -466,10 +516,12 @@ class NodeSilence:
             quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
-        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes}
+        counts.update((h.cluster, h.rack) for h in remote if h.gap >= h.limit / 2)
+        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
+                 and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = []
+        heard = [h for h in remote if (h.cluster, h.rack) in racks]
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):

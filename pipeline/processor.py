@@ -85,6 +85,7 @@ from fleetwatch.pipeline.events import EventTracker, NodeKey
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
+from fleetwatch.pipeline.rack_judges import RackJudges
 from fleetwatch.pipeline.refusals import Refusals, partial_dropped
 from fleetwatch.pipeline.store.base import Alert, Event, Store, StoreRejected
 
@@ -188,7 +189,10 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         if notifier is not None:
             adopts.append(notifier.adopt)
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects,
-                                   clock)
+                                   clock, [notifier.let_go] if notifier is not None else [])
+        # With several members, each rack is judged by one (``pipeline.rack_judges``).
+        self.racks = RackJudges(store, self.ownership, self.detectors, clock)
+        self.ownership.judges = self.racks.judges
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
@@ -279,10 +283,12 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
     def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
         messages not polled yet (catching up a backlog: see ``NodeSilence``), and whether
-        this processor reads every partition (racks are judged only then: ``whole``)."""
+        this processor reads every partition (then it judges every rack: ``whole``; else
+        only its own, ``pipeline.rack_judges``)."""
         every = self.ownership.whole()
         for d in self._wholes:
             d.whole(every)  # type: ignore[attr-defined]
+        self.racks.feed()  # with several members: the racks this one judges, from the store
         for d in self._pacers:
             try:
                 d.behind(nodes)  # type: ignore[attr-defined]
