@@ -351,13 +351,13 @@ class Ownership:
         judges now to it (dropped from the book, no longer re-sent from here) and take
         over those of racks this member judges now (loaded from the store), so that one
         member carries each rack's alert across the rebalance, neither two nor none."""
-        self._rejudge_racks = False
         gone = [a for a in self._book.open if a.rule == RACK_DOWN_RULE and not self._judged(a)]
         if gone:
             self._book.forget(gone)
             for hook in self._on_let_go:
                 hook(gone)
-        stored = self._store.alerts()  # StoreError: the batch is retried
+        stored = self._store.alerts()  # StoreError: the batch is retried, this with it
+        self._rejudge_racks = False
         held = {alert_key(a) for a in self._book.open}
         taken = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in self._clusters
                  and a.state != "resolved" and alert_key(a) not in held and self._judged(a)]
