@@ -149,7 +149,8 @@ class NodeSilence:
         last frame times the store holds of their nodes that other members read (None:
         the store cannot be read now: the racks' last findings are held)."""
         self._judges = judges
-        self._remote = None if remote is None else list(remote)
+        # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
+        self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open alerts taken over: a ``rack_silent`` one is resolved here once its rack is
@@ -498,15 +499,13 @@ class NodeSilence:
         known = self._interval[:n][~np.isnan(self._interval[:n])]
         usual = float(np.median(known)) if len(known) else math.nan
         limit = float(np.median(limits)) if n else self.c.silent_min_s
-        remote = remote_heard((r for r in self._remote if judges(r.cluster, r.rack)
-                               and r.cluster in self._clusters
-                               and (r.cluster, r.node) not in self._index
-                               and now - r.ts < FORGET_S), now, limit, usual)
-        found = self._racks(now, clocks, gap, limits, remote, judges)
+        remote = [r for r in self._remote if r.cluster in self._clusters
+                  and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
+        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges)
         return self._shared.judge(found, judges, now)
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
-               remote: Sequence[Heard] = (),
+               remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
                judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
@@ -516,12 +515,14 @@ class NodeSilence:
             quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
-        counts.update((h.cluster, h.rack) for h in remote if h.gap >= h.limit / 2)
+        others, limit, usual = remote  # other members' nodes: the fleet's usual limit
+        counts.update((r.cluster, r.rack) for r in others if now - r.ts >= limit / 2)
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
                  and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = [h for h in remote if (h.cluster, h.rack) in racks]
+        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), now, limit,
+                             usual)
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):

@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from fleetwatch.models.rack_silence import Remote
+from fleetwatch.pipeline.bus import Partition
 from fleetwatch.pipeline.ownership import EXPECT_S, NodeKey, Ownership, last_seen
 from fleetwatch.pipeline.store.base import Store, StoreError
 
@@ -49,13 +50,18 @@ class RackJudges:
         self._seen: dict[NodeKey, tuple[str, float]] = {}
         self._read_at = self._full_at = -math.inf
         self._away = False  # the last read failed (said once until one succeeds)
+        # Each rack's partition (a murmur2 a name), found again after every read: the
+        # detector asks for each node's rack on every batch.
+        self._partition: dict[str, Partition | None] = {}
 
     def judges(self, cluster: str, rack: str) -> bool:
         """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
         locate, owned = self._ownership.locate, self._ownership.owned
         if locate is None or owned is None:
             return True
-        partition = locate(rack.encode())  # as agents key a node's frames by its name
+        if rack not in self._partition:  # as agents key a node's frames by its name
+            self._partition[rack] = locate(rack.encode())
+        partition = self._partition[rack]
         return partition is not None and partition in owned
 
     def feed(self) -> None:
@@ -68,6 +74,7 @@ class RackJudges:
         if now < self._read_at + self.every_s:
             return
         self._read_at = now
+        self._partition = {}  # the topic's partition count may have changed since
         remote = self._read(now)
         for d in self._sharers:
             d.share(self.judges, remote)  # type: ignore[attr-defined]
