@@ -454,7 +454,11 @@ class NodeSilence:
                 since=float(self._heard[i] + limits[i])))
         if self._whole:
             if any(f.rule == "node_silent" and not f.resolves for f in out):
-                out += self._racks(now, clocks, gap, limits)
+                racks = self._racks(now, clocks, gap, limits)
+                # Kept should a second member join: this one, still the rack's judge,
+                # then resolves it even if it reads none of the rack's frames any more.
+                self._shared.down.update(((f.cluster, f.rack), f) for f in racks)
+                out += racks
         elif self._judges is not None:
             out += self._shared_racks(now, clocks, gap, limits)
         if forgotten:

@@ -150,3 +150,22 @@ def test_a_live_node_of_another_member_read_a_little_late_is_not_silent() -> Non
         frames = [node(t, [busy(60)], name="a1", rack="ra")]
         judge.book.apply(judge.book.observe(frames, judge.d.update(frames, wall=t + 0.1)))
     assert [(a.rule, a.node) for a in judge.book.open] == [("node_silent", "a0")]
+
+
+def test_a_rack_found_by_a_lone_member_is_resolved_by_it_once_a_second_joins() -> None:
+    """A rack alert fires while one member reads every partition; a second joins and takes
+    all of the rack's nodes, this member still the rack's judge: it resolves the alert
+    when the store says the nodes are back, though it reads none of their frames."""
+    judge = Member(("a0", "a1", "a2", "a3", "b0", "b1"), {"ra"})
+    judge.d.whole(True)
+    store: dict[str, float] = {}
+    _run([judge], store, set(), 1000.0, 1300.0)
+    _run([judge], store, {"a0", "a1", "a2"}, 1300.0, 1400.0)
+    assert [a.rack for a in judge.book.open if a.rule == "rack_silent"] == ["ra"]
+    judge.d.whole(False)
+    judge.d.drop({"a0", "a1", "a2", "a3"})
+    judge.nodes = ("b0", "b1")
+    other = Member(("a0", "a1", "a2", "a3"), {"rb"})
+    _run([judge, other], store, set(), 1400.0, 1420.0)
+    assert not [a for a in judge.book.open if a.rule == "rack_silent"]
+    assert _rack(judge)[-1] == (1400.0, "resolved")
