@@ -188,8 +188,10 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
         if notifier is not None:
             adopts.append(notifier.adopt)
+        # A notifier lets go of the rack alerts whose rack another member judges now.
+        let_go = getattr(notifier, "let_go", None)
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects,
-                                   clock, [notifier.let_go] if notifier is not None else [])
+                                   clock, [let_go] if callable(let_go) else [])
         # With several members, each rack is judged by one (``pipeline.rack_judges``).
         self.racks = RackJudges(store, self.ownership, self.detectors, clock)
         self.ownership.judges = self.racks.judges
