@@ -357,10 +357,14 @@ class Ownership:
             for hook in self._on_let_go:
                 hook(gone)
         stored = self._store.alerts()  # StoreError: the batch is retried, this with it
-        self._rejudge_racks = False
         held = {alert_key(a) for a in self._book.open}
-        taken = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in self._clusters
-                 and a.state != "resolved" and alert_key(a) not in held and self._judged(a)]
+        racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in self._clusters
+                 and a.state != "resolved" and alert_key(a) not in held]
+        # A rack whose partition is not known yet (the topic's size not yet learned): asked
+        # again at the next batch, or nobody would take its alert over.
+        self._rejudge_racks = self.locate is not None and not self.whole() and any(
+            self.locate(a.rack.encode()) is None for a in racks)
+        taken = [a for a in racks if self._judged(a)]
         if taken:
             log.info("rack alert(s) of racks this processor now judges taken over: %s",
                      ", ".join(sorted(f"{a.cluster}/{a.rack}" for a in taken)[:10]))

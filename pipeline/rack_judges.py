@@ -52,17 +52,20 @@ class RackJudges:
         self._away = False  # the last read failed (said once until one succeeds)
         # Each rack's partition (a murmur2 a name), found again after every read: the
         # detector asks for each node's rack on every batch.
-        self._partition: dict[str, Partition | None] = {}
+        self._partition: dict[str, Partition] = {}
 
     def judges(self, cluster: str, rack: str) -> bool:
         """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
         locate, owned = self._ownership.locate, self._ownership.owned
         if locate is None or owned is None:
             return True
-        if rack not in self._partition:  # as agents key a node's frames by its name
-            self._partition[rack] = locate(rack.encode())
-        partition = self._partition[rack]
-        return partition is not None and partition in owned
+        partition = self._partition.get(rack)
+        if partition is None:  # as agents key a node's frames by its name
+            partition = locate(rack.encode())
+            if partition is None:  # the topic's size not known yet: asked again next time
+                return False
+            self._partition[rack] = partition
+        return partition in owned
 
     def feed(self) -> None:
         """Tell the detectors which racks are theirs and what the store says of the other

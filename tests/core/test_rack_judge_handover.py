@@ -83,3 +83,22 @@ def test_a_member_left_alone_takes_every_rack_alert_over(tmp_path: Path) -> None
         assert other.ownership.whole() and other.racks() == [rack_alert().id]
     finally:
         store.close()
+
+
+def test_a_rack_alert_whose_partition_is_not_known_yet_is_taken_over_once_it_is(
+        tmp_path: Path) -> None:
+    """Right after an assignment the topic's size may not be known yet: no member can say
+    whose a rack is, so the take-over is tried again at the next batch, not given up."""
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        store.write_alerts([rack_alert()])
+        judge = Member(store)
+        known = [False]
+        judge.ownership.locate = lambda key: WHERE.get(key, P1) if known[0] else None
+        judge.assign([], [P0], "a")
+        assert judge.racks() == []
+        known[0] = True
+        judge.ownership.build([frame("a", T0 + 20.0)], None)
+        assert judge.racks() == [rack_alert().id]
+    finally:
+        store.close()
