@@ -11,8 +11,10 @@ writes to the store: read here at most every ``every_s`` (an eighth of ``silent_
 0.5 s to 5 s: a live node read that late is far from half its limit, the least a node
 must be quiet to count), the nodes heard in the last ``EXPECT_S`` every ``FULL_EVERY_S``
 and in between only those heard in the last ``RECENT_S``, so a large fleet costs the store
-one short query a read. A read that fails (``StoreError``) holds the racks' last findings
-(``rack_silence.SharedRacks``): a store away resolves no rack alert and raises none.
+three short queries a read. A node whose newest frame said its agent stopped cleanly
+(``host_agent_stopped``: a scale-down) is left out, as the member's own are. A read that
+fails (``StoreError``) holds the racks' last findings (``rack_silence.SharedRacks``): a
+store away resolves no rack alert and raises none.
 
 A member reading every partition (or no bus) judges every rack on its own frames alone:
 nothing here is read.
@@ -25,6 +27,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 
+from fleetwatch.frame import AGENT_STOPPED
 from fleetwatch.models.rack_silence import Remote
 from fleetwatch.pipeline.bus import Partition
 from fleetwatch.pipeline.ownership import EXPECT_S, NodeKey, Ownership, last_seen
@@ -48,6 +51,7 @@ class RackJudges:
         self.every_s = min(MAX_EVERY_S, max(MIN_EVERY_S, silent_min / 8))
         self._clock, self._monotonic = clock, monotonic
         self._seen: dict[NodeKey, tuple[str, float]] = {}
+        self._stops: dict[NodeKey, float] = {}  # when each node's agent last stopped cleanly
         self._read_at = self._full_at = -math.inf
         self._away = False  # the last read failed (said once until one succeeds)
         # Each rack's partition (a murmur2 a name), found again after every read: the
@@ -85,8 +89,10 @@ class RackJudges:
     def _read(self, now: float) -> list[Remote] | None:
         """Every node's newest frame time from the store (None: it cannot be read)."""
         full = now >= self._full_at + FULL_EVERY_S
+        since = self._clock() - (EXPECT_S if full else RECENT_S)
         try:
-            seen = last_seen(self._store, self._clock() - (EXPECT_S if full else RECENT_S))
+            seen = last_seen(self._store, since)
+            stops = self._store.latest(AGENT_STOPPED, int(since * 1000))
         except StoreError as exc:
             if not self._away:
                 log.warning("cannot read the other members' nodes from the store (%s): the "
@@ -101,10 +107,17 @@ class RackJudges:
             log.info("the store answers again: racks judged on the other members' nodes again")
         self._away = False
         if full:
-            self._seen, self._full_at = seen, now
+            self._seen, self._stops, self._full_at = seen, {}, now
         else:
             for key, (rack, ts) in seen.items():
                 old = self._seen.get(key)
                 if old is None or ts > old[1]:
                     self._seen[key] = (rack, ts)
-        return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()]
+        for k, ts_ms, value in stops:
+            if value == 1.0:
+                key = (k.cluster, k.node)
+                self._stops[key] = max(self._stops.get(key, 0.0), ts_ms / 1000.0)
+        # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
+        # silent, and not counted in its rack, as for the member's own nodes.
+        return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()
+                if self._stops.get((c, node), -math.inf) < ts]

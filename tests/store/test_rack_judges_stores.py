@@ -5,9 +5,11 @@ cannot be read says so (None), so that the racks' last findings are held."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from fleetwatch.config import DetectorsConfig
+from fleetwatch.frame import AGENT_STOPPED, HostReading
 from fleetwatch.models.rack_silence import Remote
 from fleetwatch.pipeline.rack_judges import RackJudges
 from fleetwatch.pipeline.store.base import StoreError
@@ -73,6 +75,31 @@ def test_a_judge_reads_its_racks_nodes_from_every_backend(backend: Backend) -> N
     mine = {r for r in sharer.told[-1] or () if r.cluster == cluster}
     assert mine == {Remote(cluster, "rack-0", "node-0", t0 / 1000 + 21),
                     Remote(cluster, "rack-0", "node-1", t0 / 1000 + 21)}
+
+
+def test_a_node_whose_agent_stopped_cleanly_is_left_out(backend: Backend) -> None:  # noqa: F811
+    """A scale-down's nodes (their last frame says their agent stopped) are not silent,
+    nor counted in their rack, as the judge's own are not; one that sends again is back."""
+    cluster, t0 = cluster_name(), minute_ago(30)
+    batch = frames(cluster, t0, 5)
+    last = batch[-1]
+    assert last.node == "node-1"
+    batch[-1] = dataclasses.replace(last, host=HostReading({**last.host.metrics,
+                                                            AGENT_STOPPED: 1.0}))
+    backend.store.write(batch)
+    backend.settle()
+    clock, ticks = [t0 / 1000 + 10.0], [0.0]
+    sharer = Sharer()
+    judges = RackJudges(backend.store, OneOfTwo(), [sharer],  # type: ignore[arg-type]
+                        clock=lambda: clock[0], monotonic=lambda: ticks[0])
+    judges.feed()
+    assert {r.node for r in sharer.told[-1] or () if r.cluster == cluster} == {"node-0"}
+    backend.store.write(frames(cluster, t0 + 20_000, 1))  # started again
+    backend.settle()
+    clock[0], ticks[0] = t0 / 1000 + 30.0, 5.0
+    judges.feed()
+    assert {r.node for r in sharer.told[-1] or () if r.cluster == cluster} == {"node-0",
+                                                                                "node-1"}
 
 
 def test_a_store_that_cannot_be_read_is_told_as_none() -> None:
