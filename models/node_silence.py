@@ -127,8 +127,9 @@ class NodeSilence:
         # Names forgotten (``FORGET_S``) in every cluster, not yet taken (``retired``): the
         # processor drops the rest of their per-node state.
         self._retired: set[str] = set()
-        # Racks are judged (``rack_silent``) only where every node of a rack is this
-        # processor's to see (``whole``): no bus, or every partition of its topic.
+        # Every rack is judged (``rack_silent``) where every node of a rack is this
+        # processor's to see (``whole``): no bus, or every partition of its topic; else
+        # only the racks it is the judge of (``share``).
         self._whole = True
         # With several members: which racks this one judges, the other members' nodes of
         # them as the store has them (None: the store cannot be read), the findings kept.
