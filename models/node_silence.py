@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
@@ -21,7 +21,14 @@ from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
-from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
+from fleetwatch.models.rack_silence import (
+    Heard,
+    Remote,
+    SharedRacks,
+    at_frames,
+    racks_down,
+    remote_heard,
+)
 
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
@@ -121,16 +128,31 @@ class NodeSilence(StreamClock):
         self._retired: set[str] = set()
         # Rack alerts taken over of racks no node of which is known here (``adopt``).
         self._lone = LoneRacks()
-        # Racks are judged (``rack_silent``) only where every node of a rack is this
-        # processor's to see (``whole``): no bus, or every partition of its topic.
+        # Every rack is judged (``rack_silent``) where every node of a rack is this
+        # processor's to see (``whole``): no bus, or every partition of its topic; else
+        # only the racks it is the judge of (``share``).
         self._whole = True
+        # With several members: which racks this one judges, the other members' nodes of
+        # them as the store has them (None: the store cannot be read), the findings kept.
+        self._judges: Callable[[str, str], bool] | None = None
+        self._remote: list[Remote] | None = []
+        self._shared = SharedRacks()
 
     def whole(self, every: bool) -> None:
-        """Does this processor read every partition of its topic (or no bus at all)? Only
-        then is every node of a rack its own, and a rack judged here (``rack_silent``):
-        with several processors, each sees some of a rack's nodes, and a rack judged on
-        some of them would page on a part (or twice, once per processor)."""
+        """Does this processor read every partition of its topic (or no bus at all)? Then
+        every node of a rack is its own, and every rack is judged here (``rack_silent``).
+        With several processors, each sees some of a rack's nodes: a rack is judged only
+        by its one judge (``share``), never on a part by each."""
         self._whole = every
+
+    def share(self, judges: Callable[[str, str], bool],
+              remote: Sequence[Remote] | None) -> None:
+        """With several members: which racks ((cluster, rack)) this one judges, and the
+        last frame times the store holds of their nodes that other members read (None:
+        the store cannot be read now: the racks' last findings are held)."""
+        self._judges = judges
+        # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
+        self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -320,8 +342,15 @@ class NodeSilence(StreamClock):
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
                 since=float(self._heard[i] + limits[i])))
-        if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
-            out += self._racks(now, clocks, gap, limits)
+        if self._whole:
+            if any(f.rule == "node_silent" and not f.resolves for f in out):
+                racks = self._racks(now, clocks, gap, limits)
+                # Kept should a second member join: this one, still the rack's judge,
+                # then resolves it even if it reads none of the rack's frames any more.
+                self._shared.down.update(((f.cluster, f.rack), f) for f in racks)
+                out += racks
+        elif self._judges is not None:
+            out += self._shared_racks(now, clocks, gap, limits)
         if forgotten:
             names = {self._where[i][2] for i in forgotten}
             places = {self._where[i][:2]: float(clocks[i]) for i in forgotten}
@@ -335,8 +364,14 @@ class NodeSilence(StreamClock):
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open alerts taken over (a restart, a partition): a rack alert of a rack no node
-        of which is known here ends once it is forgotten (``LoneRacks``)."""
+        of which is known here ends once it is forgotten (``LoneRacks``); with several
+        members, a ``rack_silent`` one is resolved by its judge once its rack is found up
+        (the judge may read none of the rack's frames itself)."""
+        alerts = list(alerts)
         self._lone.adopt(alerts)
+        for a in alerts:
+            if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
+                self._shared.adopt(a.cluster, a.device[5:])
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any
@@ -344,8 +379,26 @@ class NodeSilence(StreamClock):
         out, self._retired = self._retired, set()
         return out
 
-    def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
-               limits: np.ndarray) -> list[Finding]:
+    def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
+                      limits: np.ndarray) -> list[Finding]:
+        """With several members: the racks this one judges, on its own nodes of them and
+        the other members' as the store has them (``rack_silence.SharedRacks``)."""
+        judges = self._judges
+        assert judges is not None
+        if self._remote is None:
+            return self._shared.judge(None, judges, now)
+        n = len(self._where)
+        known = self._interval[:n][~np.isnan(self._interval[:n])]
+        usual = float(np.median(known)) if len(known) else math.nan
+        limit = float(np.median(limits)) if n else self.c.silent_min_s
+        remote = [r for r in self._remote if r.cluster in self._clusters
+                  and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
+        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges)
+        return self._shared.judge(found, judges, now)
+
+    def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
+               remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
+               judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
@@ -354,10 +407,14 @@ class NodeSilence(StreamClock):
             quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
-        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes}
+        others, limit, usual = remote  # other members' nodes: the fleet's usual limit
+        counts.update((r.cluster, r.rack) for r in others if now - r.ts >= limit / 2)
+        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
+                 and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = []
+        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), now, limit,
+                             usual)
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):

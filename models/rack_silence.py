@@ -15,10 +15,17 @@ judged as the first of them passes its limit, so the rack's page and its first n
 alert come together and that node's alert is muted under it (``pipeline.inhibition``)
 instead of paging on its own a few seconds before.
 
-Pure logic: ``racks_down`` takes what the silence detector knows of each node now. The
-detector judges racks only where every node of a rack is its own (``NodeSilence.whole``:
-a processor reading every partition of its topic, or no bus), as a rack judged on some of
-its nodes would page on a part.
+Pure logic: ``racks_down`` takes what the silence detector knows of each node now. A
+processor reading every partition of its topic (or no bus) knows every node of a rack and
+judges every rack. With several processors in a consumer group, each reads some of a
+rack's nodes (frames are keyed by node): each rack is then judged by one member only, its
+judge (the member owning the partition the rack's name maps to, as a node's does), on its
+own nodes of the rack and on the others' last frame times as the shared store has them
+(``Remote``: every member writes its frames there). ``SharedRacks`` keeps the judge's
+findings: a rack found down and no longer found is resolved (``Finding.resolves``: the
+judge may read none of the rack's frames itself), and while the store cannot be read the
+last findings are held, neither resolved nor new (a live node's last frame, not read
+again, would look silent).
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
@@ -135,3 +142,61 @@ def at_frames(findings: list[Finding], frames: Sequence[Frame]) -> list[Finding]
         if f.rule == RULE:
             out += [replace(f, ts=ts) for ts in sorted(times[(f.cluster, f.rack)] - {f.ts})]
     return out
+
+
+@dataclass(frozen=True, slots=True)
+class Remote:
+    """A node of a rack this member judges that another member of its group reads: its
+    newest frame's time (on its own clock) as the shared store has it."""
+
+    cluster: str
+    rack: str
+    node: str
+    ts: float
+
+
+def remote_heard(nodes: Iterable[Remote], now: float, limit: float,
+                 interval: float) -> list[Heard]:
+    """``nodes`` as the silence detector would know them at ``now``, each with the fleet's
+    usual ``limit`` and ``interval`` (agents share a configuration; its own are its
+    reader's)."""
+    return [Heard(n.cluster, n.rack, n.node, n.ts, now - n.ts, limit, False, interval)
+            for n in nodes if n.ts == n.ts]
+
+
+@dataclass(slots=True)
+class SharedRacks:
+    """The findings of the racks a member judges when several members share its topic
+    (see the module): each rack's latest, resolved when it is no longer found."""
+
+    # (cluster, rack) -> its latest finding (None: an open alert taken over, not judged yet).
+    down: dict[tuple[str, str], Finding | None] = field(default_factory=dict)
+
+    def adopt(self, cluster: str, rack: str) -> None:
+        """An open ``rack_silent`` alert of a rack this member now judges (loaded from the
+        store after a rebalance or a restart): resolved here once its rack is found up."""
+        self.down.setdefault((cluster, rack), None)
+
+    def judge(self, found: list[Finding] | None, judged: Callable[[str, str], bool],
+              now: float) -> list[Finding]:
+        """The findings at ``now``: ``found`` (``racks_down`` of the racks judged; None: the
+        store could not be read, the last findings held), and for each rack down before,
+        judged now and not found, one that resolves its alert."""
+        if found is None:
+            return [replace(f, ts=now) for f in self.down.values() if f is not None]
+        out = list(found)
+        now_down = {(f.cluster, f.rack): f for f in found}
+        for (cluster, rack) in sorted(set(self.down) - set(now_down)):
+            if judged(cluster, rack):
+                out.append(_back(cluster, rack, now))
+            # Not judged here any more (a rebalance): its new judge took its alert over.
+            del self.down[(cluster, rack)]
+        self.down.update(now_down)
+        return out
+
+
+def _back(cluster: str, rack: str, now: float) -> Finding:
+    return Finding(
+        RULE, cluster, rack, "", None, now, 0.0,
+        f"Rack {rack}: its nodes send again (or are no longer enough of it to be a rack down)",
+        "critical", scope="rack", resolves=True)

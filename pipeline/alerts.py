@@ -183,6 +183,15 @@ class AlertBook:
             del self._open[key]
             self._meta.pop(key, None)
 
+    def forget(self, alerts: Iterable[Alert]) -> None:
+        """Forget these open alerts (another member judges their subject now)."""
+        for a in alerts:
+            key = alert_key(a)
+            held = self._open.get(key)
+            if held is not None and held.id == a.id:
+                del self._open[key]
+                self._meta.pop(key, None)
+
     def apply(self, changes: Iterable[Alert]) -> None:
         """Make changes returned by ``observe`` (and now stored) the book's state."""
         changes = list(changes)

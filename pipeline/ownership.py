@@ -69,6 +69,8 @@ OnExpected = Callable[[list[Expected]], None]
 # Which partition a key's messages go to (the consumer's ``partition_of``).
 Locate = Callable[[bytes], Partition | None]
 
+# A rack's ``rack_silent`` alert belongs to the rack's judge (``pipeline.rack_judges``).
+RACK_DOWN_RULE = "rack_silent"
 # How far back the store is asked which nodes exist: a node silent for longer is
 # taken as gone for good (as ``NodeSilence`` forgets one).
 EXPECT_S = 7 * 86400.0
@@ -86,7 +88,8 @@ class Ownership:
                  on_revoked: Sequence[OnRevoked] = (),
                  on_loaded: Sequence[OnLoaded] = (),
                  on_expected: Sequence[OnExpected] = (),
-                 clock: Callable[[], float] | None = None) -> None:
+                 clock: Callable[[], float] | None = None,
+                 on_let_go: Sequence[OnLoaded] = ()) -> None:
         """``clock``: the processor's, against which loaded alerts stamped in the future
         are put back to now (``AlertBook.load``)."""
         self._store = store
@@ -95,6 +98,8 @@ class Ownership:
         self._on_revoked = list(on_revoked)
         self._on_loaded = list(on_loaded)
         self._on_expected = list(on_expected)
+        # Called with the open rack alerts this member hands to another judge.
+        self._on_let_go = list(on_let_go)
         self.locate: Locate | None = None  # set from the consumer; None: expect nobody
         # The partitions that hold messages not polled yet (the consumer's ``behind``).
         self.lagging: Callable[[], Collection[Partition]] = frozenset
@@ -119,6 +124,10 @@ class Ownership:
         self._newest_ts = 0.0        # the newest frame's time seen
         self._last_ts: dict[NodeKey, float] = {}
         self._usual_s: float | None = None  # the fleet's usual interval (moving average)
+        # With several members, which racks' ``rack_silent`` alerts are this member's
+        # (``pipeline.rack_judges``; None: every rack's). Checked again after a rebalance.
+        self.judges: Callable[[str, str], bool] | None = None
+        self._rejudge_racks = False
         self.monotonic: Callable[[], float] = time.monotonic
 
     # -- the consumer's Rebalance listener (called inside poll) --
@@ -147,6 +156,7 @@ class Ownership:
             self._expect = True
         # Nodes already built in partitions (re)assigned: this member may have been out of
         # its group meanwhile (with or without a revocation first).
+        self._rejudge_racks = self._rejudge_racks or bool(gained or lost)
         back = {n for n, p in self._nodes.items() if p in gained}
         if back:
             self._recheck |= back
@@ -231,6 +241,8 @@ class Ownership:
         expected = self._expected(where) if self._expect else []
         if self._recheck:
             self._load_missed()
+        if self._rejudge_racks and self._clusters:
+            self._rack_alerts()
         self._say_expected(frames, expected)
         # A cluster's first frames may bring no node to build (the assignment built every
         # node the store knows, as expected, before any frame came): its rack and room
@@ -248,7 +260,9 @@ class Ownership:
         for cluster in sorted(new_clusters):
             # A cluster's rack and room alerts have no node: taken over with its first
             # frames here, or they stayed open in the store for ever beside new ones.
-            alerts = self._stored.pop((cluster, ""), [])
+            held = {a.id for a in self._book.open}  # a rack's, taken over just before
+            alerts = [a for a in self._stored.pop((cluster, ""), [])
+                      if self._judged(a) and a.id not in held]
             self._book.load(alerts, None if self._clock is None else self._clock())
             loaded.extend(alerts)
         if loaded:
@@ -326,6 +340,37 @@ class Ownership:
         self._book.load(missed, None if self._clock is None else self._clock())
         for hook in self._on_loaded:
             hook(missed)
+
+    def _judged(self, alert: Alert) -> bool:
+        """Is this open alert this member's? A ``rack_silent`` one is its rack's judge's."""
+        return (alert.rule != RACK_DOWN_RULE or self.judges is None or self.whole()
+                or self.judges(alert.cluster, alert.rack))
+
+    def _rack_alerts(self) -> None:
+        """After a rebalance: hand the ``rack_silent`` alerts of racks another member
+        judges now to it (dropped from the book, no longer re-sent from here) and take
+        over those of racks this member judges now (loaded from the store), so that one
+        member carries each rack's alert across the rebalance, neither two nor none."""
+        gone = [a for a in self._book.open if a.rule == RACK_DOWN_RULE and not self._judged(a)]
+        if gone:
+            self._book.forget(gone)
+            for hook in self._on_let_go:
+                hook(gone)
+        stored = self._store.alerts()  # StoreError: the batch is retried, this with it
+        held = {alert_key(a) for a in self._book.open}
+        racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in self._clusters
+                 and a.state != "resolved" and alert_key(a) not in held]
+        # A rack whose partition is not known yet (the topic's size not yet learned): asked
+        # again at the next batch, or nobody would take its alert over.
+        self._rejudge_racks = self.locate is not None and not self.whole() and any(
+            self.locate(a.rack.encode()) is None for a in racks)
+        taken = [a for a in racks if self._judged(a)]
+        if taken:
+            log.info("rack alert(s) of racks this processor now judges taken over: %s",
+                     ", ".join(sorted(f"{a.cluster}/{a.rack}" for a in taken)[:10]))
+            self._book.load(taken, None if self._clock is None else self._clock())
+            for hook in self._on_loaded:
+                hook(taken)
 
     def _expected(self, where: dict[NodeKey, Partition | None]) -> list[Expected]:
         """Add to ``where`` the stored nodes of owned partitions not yet built; their

@@ -85,6 +85,7 @@ from fleetwatch.pipeline.events import EventTracker, NodeKey
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
+from fleetwatch.pipeline.rack_judges import RackJudges
 from fleetwatch.pipeline.refusals import Refusals, partial_dropped
 from fleetwatch.pipeline.store.base import Alert, Event, Store, StoreRejected
 
@@ -189,8 +190,13 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
         if notifier is not None:
             adopts.append(notifier.adopt)
+        # A notifier lets go of the rack alerts whose rack another member judges now.
+        let_go = getattr(notifier, "let_go", None)
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects,
-                                   clock)
+                                   clock, [let_go] if callable(let_go) else [])
+        # With several members, each rack is judged by one (``pipeline.rack_judges``).
+        self.racks = RackJudges(store, self.ownership, self.detectors, clock)
+        self.ownership.judges = self.racks.judges
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 
@@ -281,10 +287,12 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
     def _tell_behind(self, nodes: dict[tuple[str, str], tuple[str, int]]) -> None:
         """Tell the detectors that judge against "now" which nodes' partitions still hold
         messages not polled yet (catching up a backlog: see ``NodeSilence``), and whether
-        this processor reads every partition (racks are judged only then: ``whole``)."""
+        this processor reads every partition (then it judges every rack: ``whole``; else
+        only its own, ``pipeline.rack_judges``)."""
         every = self.ownership.whole()
         for d in self._wholes:
             d.whole(every)  # type: ignore[attr-defined]
+        self.racks.feed()  # with several members: the racks this one judges, from the store
         for d in self._pacers:
             try:
                 d.behind(nodes)  # type: ignore[attr-defined]

@@ -173,6 +173,18 @@ class Notifier:
         if gone:
             self._hand_over("forget", gone)
 
+    def let_go(self, alerts: Iterable[Alert]) -> None:
+        """Let go of these open alerts (a rack's ``rack_silent``, whose rack another member
+        judges now and re-sends): as ``forget``, by alert."""
+        ids = {a.id for a in alerts}
+        for key in [k for k, a in self._open.items() if a.id in ids]:
+            del self._open[key]
+        for i in ids:
+            self._sent.pop(i, None)
+            self._news.forget(i)
+        if ids:
+            self._hand_over("let_go", ids)
+
     def _hand_over(self, kind: str, what: Any) -> None:
         """``adopt``, ``forget`` or ``mutes`` at every sink that has it, after what is
         queued for it."""

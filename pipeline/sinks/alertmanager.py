@@ -59,7 +59,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 
 from fleetwatch.pipeline.links import alert_url
@@ -284,6 +284,15 @@ class AlertmanagerSink(SilenceMirroring):
         with self._lock:
             for alert_id in [i for i, a in self._firing.items() if a.node in gone]:
                 del self._firing[alert_id]
+                self._muted.pop(alert_id, None)
+                self._posted.pop(alert_id, None)
+                self._pinned.pop(alert_id, None)
+
+    def let_go(self, ids: Collection[str]) -> None:
+        """Stop re-sending these alerts: another processor judges their subject now."""
+        with self._lock:
+            for alert_id in ids:
+                self._firing.pop(alert_id, None)
                 self._muted.pop(alert_id, None)
                 self._posted.pop(alert_id, None)
                 self._pinned.pop(alert_id, None)

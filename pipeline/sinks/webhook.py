@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 from fleetwatch.models.room import ROOM
@@ -138,6 +138,13 @@ class WebhookSink:
             self._told[n.alert.id] = (notification_id(n), n.alert.node)
             if n.notify:
                 self._firing[n.alert.id] = n
+
+    def let_go(self, ids: Collection[str]) -> None:
+        """Alerts now another processor's (a rack another member judges): its to tell."""
+        for alert_id in ids:
+            self._firing.pop(alert_id, None)
+            self._told.pop(alert_id, None)
+            self._hidden.pop(alert_id, None)
 
     def forget(self, nodes: Iterable[str]) -> None:
         """Nodes now another processor's: their alerts are its to tell."""

@@ -1,7 +1,9 @@
-"""Racks are judged (``rack_silent``) only by a processor that reads every partition of its
-topic: one of several members sees some nodes of a rack (frames are keyed by node), and a
-rack judged on a part would page wrongly. Over the in-process bus, a real SQLite store and
-the processor's own loop; the consumer's ``partitions`` says what the topic holds."""
+"""With several members in a consumer group, a rack (``rack_silent``) is judged by one
+member only: the one owning the partition its name maps to (``pipeline.rack_judges``), on
+its own nodes and the others' last frames in the store; a member that is not the rack's
+judge pages no rack, only its nodes. A processor reading every partition judges every rack.
+Over the in-process bus, a real SQLite store and the processor's own loop; the consumer's
+``partitions`` says what the topic holds, its ``partition_of`` where a key goes."""
 
 from __future__ import annotations
 
@@ -24,6 +26,13 @@ class OneOfTwo(MemoryConsumer):
 
     def partitions(self) -> frozenset[Partition]:
         return frozenset({(TOPIC, 0), (TOPIC, 1)})
+
+
+class NotTheJudge(OneOfTwo):
+    """A member of two whose rack r1 maps to the other member's partition."""
+
+    def partition_of(self, key: bytes) -> Partition | None:
+        return (TOPIC, 1) if key == b"r1" else (TOPIC, 0)
 
 
 class Unknown(MemoryConsumer):
@@ -54,11 +63,14 @@ def test_a_processor_reading_every_partition_pages_the_rack(tmp_path: Path) -> N
         "node_silent/a", "node_silent/b", "node_silent/c", "rack_silent/rack:r1"]
 
 
-def test_one_of_several_members_judges_no_rack(tmp_path: Path) -> None:
+def test_one_of_several_members_judges_only_the_racks_that_map_to_its_partitions(
+        tmp_path: Path) -> None:
     assert _trip(tmp_path / "one.db", OneOfTwo) == [
+        "node_silent/a", "node_silent/b", "node_silent/c", "rack_silent/rack:r1"]
+    assert _trip(tmp_path / "other.db", NotTheJudge) == [
         "node_silent/a", "node_silent/b", "node_silent/c"]
     assert _trip(tmp_path / "unknown.db", Unknown) == [
-        "node_silent/a", "node_silent/b", "node_silent/c"]
+        "node_silent/a", "node_silent/b", "node_silent/c", "rack_silent/rack:r1"]
 
 
 def test_whole_is_every_partition_of_the_topic_or_no_bus() -> None:

@@ -143,19 +143,26 @@ def test_a_pdu_trip_is_one_rack_alert_over_its_nodes_alerts(kafka: Server,
     assert all(a.state == "resolved" for a in back)
 
 
-def test_two_members_of_a_group_judge_no_rack_and_page_each_node(kafka: Server,
-                                                                 tmp_path: Path) -> None:
-    """Two processors share the topic's two partitions: each sees some nodes of the rack,
-    so neither judges it: the tripped nodes page on their own, as before rack_silent
-    existed. (Judged on its part, the member reading a1, a2 and a3 paged "2 of its 3 nodes"
-    of a rack of 4, naming two of the three nodes down; the same on a rack of 8 would page
-    3 of a member's 4 as a rack where 3 of 8 is none.)"""
+def test_a_rack_spread_over_two_members_is_one_rack_alert(kafka: Server,
+                                                         tmp_path: Path) -> None:
+    """Two processors share the topic's two partitions, and rack r1's nodes are spread
+    over them (a0 in partition 0, a1..a3 in partition 1; r1's name maps to partition 0).
+    Its judge (partition 0's member) raises one ``rack_silent`` on a0 and the other
+    member's a1, a2 from the store; the other member raises none. Alertmanager, with the
+    shipped inhibit rules, has the rack alert active and every node_silent suppressed
+    under it. The nodes back, the rack alert is resolved: one rack alert in all."""
+    config = tmp_path / "alertmanager.yml"
+    shutil.copy(CONFIG, config)
+    am = alertmanager(tmp_path, config=config).start()
     run = uuid.uuid4().hex[:8]
     topic = f"frames-{run}"
     ensure_topic(kafka.address, topic, 2)
     db = tmp_path / "store.db"
-    members = [Processor(SqliteStore(db), [NodeSilence(DetectorsConfig(
-        silent_min_s=SILENT_MIN_S))]) for _ in range(2)]
+    stores = [SqliteStore(db) for _ in range(2)]
+    notifiers = [Notifier([AlertmanagerSink(f"http://{am.address}")], background=False,
+                          record=s.write_notifications) for s in stores]
+    members = [Processor(s, [NodeSilence(DetectorsConfig(silent_min_s=SILENT_MIN_S))],
+                         notifier=n) for s, n in zip(stores, notifiers, strict=True)]
     stop = threading.Event()
     threads = [threading.Thread(target=p.run, args=(KafkaConsumer(
         kafka.address, topic, f"processors-{run}", **FAST), stop, 100), daemon=True)
@@ -163,27 +170,67 @@ def test_two_members_of_a_group_judge_no_rack_and_page_each_node(kafka: Server,
     for t in threads:
         t.start()
     producer = KafkaProducer(kafka.address)
+    fired = threading.Event()
     try:
         wait_for(lambda: all(p.ownership.owned and len(p.ownership.owned) == 1
                              for p in members), timeout_s=60)
         send(producer, topic, 3.0)
         assert not any(p.ownership.whole() for p in members)
-        done = threading.Event()
+        [judge] = [p for p in members if p.racks.judges("c1", "r1")]
+        [other] = [p for p in members if p is not judge]
+        placed = {n: p for p in members for (_, n), _ in p.ownership.placement().items()}
+        assert placed["a0"] is judge and {placed[n] for n in ("a1", "a2")} == {other}
+
+        def rack_firing() -> bool:
+            ok = any(a.rule == "rack_silent" and a.state == "firing" for a in alerts(db))
+            if ok:
+                fired.set()
+            return ok
         sender = threading.Thread(target=send, args=(producer, topic, SILENT_MIN_S + 30,
-                                                     TRIPPED, done), daemon=True)
+                                                     TRIPPED, fired), daemon=True)
         sender.start()
+        wait_for(rack_firing, timeout_s=SILENT_MIN_S + 25)
         wait_for(lambda: sum(a.rule == "node_silent" and a.state == "firing"
-                             for a in alerts(db)) == len(TRIPPED), timeout_s=SILENT_MIN_S + 25)
-        time.sleep(3.0)  # a rack alert would have come with the nodes' own
-        done.set()
+                             for a in alerts(db)) == len(TRIPPED), timeout_s=15)
         sender.join(40)
-        found = alerts(db)
+        time.sleep(3.0)  # a second rack alert (the other member's) would have come
+        down = alerts(db)
+        wait_for(lambda: in_alertmanager(am).get(("rack_silent", "")) == "active",
+                 timeout_s=10)
+        wait_for(lambda: all(s == "suppressed" for (rule, _), s in in_alertmanager(am).items()
+                             if rule == "node_silent"), timeout_s=10)
+        posted = in_alertmanager(am)
+        send(producer, topic, 3.0)  # power is back: every node sends again
+        wait_for(lambda: all(a.state == "resolved" for a in alerts(db)), timeout_s=20)
+        back = alerts(db)
     finally:
         stop.set()
         for t in threads:
             t.join(30)
+        for n in notifiers:
+            n.close()
         producer.close()
-        for p in members:
-            p.store.close()
-    assert sorted(a.node for a in found if a.rule == "node_silent") == list(TRIPPED)
-    assert [a for a in found if a.rule == "rack_silent"] == []
+        for s in stores:
+            s.close()
+        am.stop()
+    [rack] = [a for a in down if a.rule == "rack_silent"]
+    assert (rack.rack, rack.device) == ("r1", "rack:r1")
+    assert rack.evidence["silent_nodes"] == 3 and rack.evidence["known_nodes"] == 4
+    assert {k for k in rack.evidence if k.startswith("last_frame_ts.")} == {
+        f"last_frame_ts.{n}" for n in TRIPPED}
+    assert sorted(a.node for a in down if a.rule == "node_silent") == list(TRIPPED)
+    assert posted.get(("rack_silent", "")) == "active"
+    assert {n for (rule, n), s in posted.items() if rule == "node_silent"} <= set(TRIPPED)
+    assert all(s == "suppressed" for (rule, _), s in posted.items() if rule == "node_silent")
+    # The judge's own silent node is muted under the rack alert in fleetwatch's record too.
+    record = SqliteStore(db, read_only=True)
+    try:
+        told = record.notifications(0, time.time() + 3600, [a.id for a in down])
+    finally:
+        record.close()
+    muted = {n.node: n.muted_by for n in told if n.state == "firing" and n.rule == "node_silent"}
+    assert muted["a0"] == f"inhibited:{rack.id}"
+    # Back: one rack alert in all, resolved; the other member never held it.
+    assert len({a.id for a in back if a.rule == "rack_silent"}) == 1
+    assert all(a.state == "resolved" for a in back)
+    assert not [a for a in other.alerts.open if a.rule == "rack_silent"]

@@ -1,8 +1,9 @@
 """A rack whose nodes go silent together (a PDU trip, a lost top-of-rack switch) is one
 ``rack_silent`` alert naming the rack and its silent nodes, raised as the first of them
 passes its limit and resolved when they are back; nodes dying one by one, a single node,
-or a minority of the rack are not a rack; a processor that does not read every partition
-judges no rack (it sees only some of a rack's nodes)."""
+or a minority of the rack are not a rack; a detector that does not read every partition,
+and is not told which racks are its to judge (``share``: test_rack_shared.py), judges no
+rack (it sees only some of a rack's nodes)."""
 
 from __future__ import annotations
 
@@ -136,9 +137,11 @@ def test_a_rack_finding_is_repeated_at_its_live_nodes_frames() -> None:
 
 
 def test_a_rack_alert_no_longer_judged_resolves_at_its_live_nodes_next_frame() -> None:
-    """A second processor joins while a rack alert fires: this one no longer reads every
-    partition, judges no rack, and the rack's live node's next frame resolves the alert
-    (its silent nodes then page on their own), rather than holding a page it cannot judge."""
+    """A second processor joins while a rack alert fires: this detector no longer reads
+    every partition and is told no rack to judge (``share``), and the rack's live node's
+    next frame resolves the alert (its silent nodes then page on their own), rather than
+    holding a page it cannot judge. (In a processor, the rack's judge keeps it and the other
+    member lets it go: test_rack_judge_handover.py.)"""
     names = ("a0", "a1", "a2", "a3")
     racks = dict.fromkeys(names, "ra")
     d = NodeSilence()

@@ -1,0 +1,123 @@
+"""Which racks this member judges (``rack_silent``) when several members share its topic,
+and what the shared store says of their other nodes.
+
+Agents key frames by node, so with several processors in a consumer group a rack's nodes
+are spread over members. Each rack is judged by one member only: the one that owns the
+partition the rack's name maps to (the producers' partitioner, as for a node's name: the
+consumer's ``partition_of``), so that a rack is paged once, whichever members read its
+nodes, and its judge moves with the partitions on a rebalance. The judge knows its own
+nodes of the rack; of the others it knows their newest frame's time, which every member
+writes to the store: read here at most every ``every_s`` (an eighth of ``silent_min_s``,
+0.5 s to 5 s: a live node read that late is far from half its limit, the least a node
+must be quiet to count), the nodes heard in the last ``EXPECT_S`` every ``FULL_EVERY_S``
+and in between only those heard in the last ``RECENT_S``, so a large fleet costs the store
+three short queries a read. A node whose newest frame said its agent stopped cleanly
+(``host_agent_stopped``: a scale-down) is left out, as the member's own are. A read that
+fails (``StoreError``) holds the racks' last findings (``rack_silence.SharedRacks``): a
+store away resolves no rack alert and raises none.
+
+A member reading every partition (or no bus) judges every rack on its own frames alone:
+nothing here is read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+from fleetwatch.frame import AGENT_STOPPED
+from fleetwatch.models.rack_silence import Remote
+from fleetwatch.pipeline.bus import Partition
+from fleetwatch.pipeline.ownership import EXPECT_S, NodeKey, Ownership, last_seen
+from fleetwatch.pipeline.store.base import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+FULL_EVERY_S = 60.0
+RECENT_S = 120.0
+MIN_EVERY_S, MAX_EVERY_S = 0.5, 5.0
+
+
+class RackJudges:
+    def __init__(self, store: Store, ownership: Ownership, detectors: Sequence[object],
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self._store, self._ownership = store, ownership
+        self._sharers = [d for d in detectors if callable(getattr(d, "share", None))]
+        silent_min = min((getattr(getattr(d, "c", None), "silent_min_s", 60.0)
+                          for d in self._sharers), default=60.0)
+        self.every_s = min(MAX_EVERY_S, max(MIN_EVERY_S, silent_min / 8))
+        self._clock, self._monotonic = clock, monotonic
+        self._seen: dict[NodeKey, tuple[str, float]] = {}
+        self._stops: dict[NodeKey, float] = {}  # when each node's agent last stopped cleanly
+        self._read_at = self._full_at = -math.inf
+        self._away = False  # the last read failed (said once until one succeeds)
+        # Each rack's partition (a murmur2 a name), found again after every read: the
+        # detector asks for each node's rack on every batch.
+        self._partition: dict[str, Partition] = {}
+
+    def judges(self, cluster: str, rack: str) -> bool:
+        """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
+        locate, owned = self._ownership.locate, self._ownership.owned
+        if locate is None or owned is None:
+            return True
+        partition = self._partition.get(rack)
+        if partition is None:  # as agents key a node's frames by its name
+            partition = locate(rack.encode())
+            if partition is None:  # the topic's size not known yet: asked again next time
+                return False
+            self._partition[rack] = partition
+        return partition in owned
+
+    def feed(self) -> None:
+        """Tell the detectors which racks are theirs and what the store says of the other
+        members' nodes (at most every ``every_s``; nothing while this member reads every
+        partition)."""
+        if not self._sharers or self._ownership.whole():
+            return
+        now = self._monotonic()
+        if now < self._read_at + self.every_s:
+            return
+        self._read_at = now
+        self._partition = {}  # the topic's partition count may have changed since
+        remote = self._read(now)
+        for d in self._sharers:
+            d.share(self.judges, remote)  # type: ignore[attr-defined]
+
+    def _read(self, now: float) -> list[Remote] | None:
+        """Every node's newest frame time from the store (None: it cannot be read)."""
+        full = now >= self._full_at + FULL_EVERY_S
+        since = self._clock() - (EXPECT_S if full else RECENT_S)
+        try:
+            seen = last_seen(self._store, since)
+            stops = self._store.latest(AGENT_STOPPED, int(since * 1000))
+        except StoreError as exc:
+            if not self._away:
+                log.warning("cannot read the other members' nodes from the store (%s): the "
+                            "racks this processor judges keep their last finding until it "
+                            "answers", exc)
+            self._away = True
+            return None
+        except Exception:  # a bug here must not stop the loop: racks held as they are
+            log.exception("cannot read the other members' nodes from the store; racks held")
+            return None
+        if self._away:
+            log.info("the store answers again: racks judged on the other members' nodes again")
+        self._away = False
+        if full:
+            self._seen, self._stops, self._full_at = seen, {}, now
+        else:
+            for key, (rack, ts) in seen.items():
+                old = self._seen.get(key)
+                if old is None or ts > old[1]:
+                    self._seen[key] = (rack, ts)
+        for k, ts_ms, value in stops:
+            if value == 1.0:
+                key = (k.cluster, k.node)
+                self._stops[key] = max(self._stops.get(key, 0.0), ts_ms / 1000.0)
+        # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
+        # silent, and not counted in its rack, as for the member's own nodes.
+        return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()
+                if self._stops.get((c, node), -math.inf) < ts]
