@@ -74,6 +74,10 @@ def job_ids(job: str | None) -> tuple[str, ...]:
 # notified again (another XID code joined an XID alert): at once if ``RANK`` rose, else at
 # most once per refresh_s; see pipeline/alerts.py.
 REVISION = "revision"
+# Evidence key: how many times the alert's event was seen (an XID alert's XIDs): a change
+# is written at once the first time it repeats, else at most every few seconds
+# (``alerts.REPEAT_REFRESH_S``), not notified.
+REPEATS = "count"
 # Evidence key: how drastic the alert's suggested action is (an XID's rank in the table).
 RANK = "rank"
 # Evidence key: how long the alert stays firing once judged clear, where its rule knows
