@@ -141,6 +141,12 @@ def sink_records(records: Sequence[Notification], now_s: float) -> str:
     return "; ".join(parts)
 
 
+def _state(a: Alert) -> str:
+    """The state as people read it: one resolved without ever firing "pending cleared" (no
+    page, nothing resolved: as ``fleetwatch timeline`` says it)."""
+    return "pending cleared" if a.state == "resolved" and a.fired_ts is None else a.state
+
+
 def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
     if a.state == "resolved" and a.resolved_ts:
         # Since when it fired, and apart when it ended: the end alone read as its start.
@@ -211,7 +217,7 @@ def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
             "data-node": a.node, "data-cluster": a.cluster, "data-device": a.device,
             "data-state": a.state,
             "data-id": a.id}, children=[
-            html.Td([html.Span(a.state, className=f"badge badge-{a.state}")]
+            html.Td([html.Span(_state(a), className=f"badge badge-{a.state}")]
                     + ([html.Div(note, className="muted-note panel-hint")] if note else []),
                     className="state"),
             html.Td(a.severity, className=f"sev sev-{a.severity}"),

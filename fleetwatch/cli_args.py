@@ -436,6 +436,9 @@ def parser() -> argparse.ArgumentParser:
     tl.add_argument("--tz", default="UTC", metavar="ZONE",
                     help="IANA time zone the times are written in, e.g. Europe/Berlin "
                     "(default UTC)")
+    tl.add_argument("--pending-cleared", action="store_true",
+                    help="also the alerts that cleared while pending, never fired (shown as "
+                    "pending, then pending cleared); left out by default, and counted")
     tl.add_argument("--fault-hours", action="store_true",
                     help="instead: the GPU-hours each job (and user) spent under firing fault "
                     "alerts (warning, critical), per rule and in all, from the store's job "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -36,7 +37,14 @@ def when(text: str, now: float, tz: ZoneInfo, flag: str) -> float:
 
 def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.report_month import ZoneError, zone
-    from fleetwatch.timeline import Scope, build, csv_text, job_scope, json_line, text_line
+    from fleetwatch.timeline import (
+        Scope,
+        build,
+        csv_text,
+        job_scope,
+        json_line,
+        text_line,
+    )
 
     now = time.time()
     try:
@@ -69,7 +77,7 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
             return EXIT_ERROR
     if args.fault_hours:
         return _print_hours(records, job_events, scope, slots, args.format)
-    entries = build(records, scope, slots)
+    entries = build(records, scope, slots, args.pending_cleared)
     for note in notes:
         print(f"fleetwatch timeline: note: {note}", file=sys.stderr)
     if args.format == "json":
@@ -82,7 +90,19 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
               f"{_at(min(scope.end, now), tz)} (times {tz.key})")
         for e in entries:
             print(text_line(e, tz))
+        if not args.pending_cleared:
+            _say_left_out(build(records, scope, slots, True), entries)
     return EXIT_OK
+
+
+def _say_left_out(every: Sequence[Any], shown: Sequence[Any]) -> None:
+    """How many alerts that cleared while pending (``timeline.pending_cleared``) the text
+    left out (``every``: the entries with them), and how to see them."""
+    left = {e.alert_id for e in every if e.what == "pending cleared"} - {
+        e.alert_id for e in shown}
+    if left:
+        print(f"({len(left)} pending alert{'s' if len(left) != 1 else ''} that cleared without "
+              "firing left out (--pending-cleared shows them))")
 
 
 def _print_hours(records: Any, job_events: list[Any], scope: Any, slots: Any,

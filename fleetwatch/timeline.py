@@ -2,8 +2,10 @@
 
 Pure: the store's records in, entries out. Over a window, optionally of one cluster, rack,
 node or job: each alert's transitions (pending, firing, resolved: from the times the alert
-keeps), what was notified at each notifying sink (sent, or muted and by what: as recorded
-at the time, ``Notification``), acknowledgements and silences (who, when, why), the events
+keeps; an alert that cleared while pending, never fired, is left out unless asked for, then
+"pending cleared", not "resolved": ``pending_cleared``), what was notified at each
+notifying sink (sent, or muted and by what: as recorded at the time, ``Notification``),
+acknowledgements and silences (who, when, why), the events
 of the devices (XIDs, a GPU lost or back, a node silent or back, jobs starting and ending,
 a board replaced) and the faults a simulator injected (its ground truth). A run of one
 device's same XID (a storm) is one entry with its count and its last time.
@@ -119,9 +121,17 @@ def in_place(scope: Scope, cluster: str, rack: str, node: str, device: str = "",
     return True
 
 
-def build(records: Records, scope: Scope,
-          slots: set[tuple[str, str]] | None = None) -> list[Entry]:
-    """The entries of ``scope``, oldest first. ``slots``: a job's (``job_scope``)."""
+def pending_cleared(alerts: Iterable[Alert]) -> list[Alert]:
+    """The alerts that cleared while pending, never fired: no page, no resolution (a GPU
+    hovering at a line); ``build`` leaves them out unless asked for."""
+    return [a for a in alerts if a.state == "resolved" and a.fired_ts is None]
+
+
+def build(records: Records, scope: Scope, slots: set[tuple[str, str]] | None = None,
+          show_pending_cleared: bool = False) -> list[Entry]:
+    """The entries of ``scope``, oldest first. ``slots``: a job's (``job_scope``).
+    ``show_pending_cleared``: the alerts that cleared while pending (``pending_cleared``)
+    too, as "pending" then "pending cleared"; left out otherwise."""
     def here(cluster: str, rack: str, node: str, device: str = "") -> bool:
         return in_place(scope, cluster, rack, node, device, slots)
 
@@ -129,7 +139,8 @@ def build(records: Records, scope: Scope,
         return ts is not None and scope.start <= ts < scope.end
 
     alerts = [a for a in records.alerts if here(a.cluster, a.rack, a.node, a.device)]
-    out = [e for a in alerts for e in _transitions(a) if within(e.ts)]
+    quiet = set() if show_pending_cleared else {a.id for a in pending_cleared(alerts)}
+    out = [e for a in alerts if a.id not in quiet for e in _transitions(a) if within(e.ts)]
     out += [_notified(n) for n in settled(records.notifications)
             if within(n.ts) and here(n.cluster, n.rack, n.node, n.device)]
     by_id = {a.id: a for a in records.alerts}
@@ -168,8 +179,10 @@ def _transitions(a: Alert) -> list[Entry]:
     if a.fired_ts is not None:
         out.append(entry(a.fired_ts, "firing", visible(_fired_message(a))))
     if a.state == "resolved" and a.resolved_ts is not None:
-        out.append(entry(a.resolved_ts, "resolved",
-                         visible(a.message) if a.fired_ts is None else ""))
+        if a.fired_ts is None:  # it never fired: nothing resolved, nobody was told
+            out.append(entry(a.resolved_ts, "pending cleared", visible(a.message)))
+        else:
+            out.append(entry(a.resolved_ts, "resolved"))
     return out
 
 

@@ -81,6 +81,10 @@ REVISION = "revision"
 # subject resolves with it (an XID or a heat alert latched as an autoscaler removed it
 # would stay open for ever, no frame coming to judge it).
 FORGOTTEN = "forgotten"
+# Evidence key: how many times the alert's event was seen (an XID alert's XIDs): a change
+# is written at once the first time it repeats, else at most every few seconds
+# (``alerts.REPEAT_REFRESH_S``), not notified.
+REPEATS = "count"
 # Evidence key: how drastic the alert's suggested action is (an XID's rank in the table).
 RANK = "rank"
 # Evidence key: how long the alert stays firing once judged clear, where its rule knows

@@ -34,7 +34,9 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   no revision was written for ``refresh_s``; else with the next write, at most
   ``refresh_s`` later: a GPU reporting a new code every second is one notification per
   ``refresh_s``, a worse action one at once. An alert adopted without a revision (one
-  of an older release) taking its first is no news.
+  of an older release) taking its first is no news. A repeat count (``REPEATS``) that
+  changed is written (not notified) at its first repeat at once, else at most every
+  ``REPEAT_REFRESH_S``: the store says whether an XID repeats within seconds.
 * Transactions: ``observe`` computes the changes and leaves the book as it was;
   the caller stores them and only then calls ``apply``. A failed write leaves
   the book unchanged and the same batch can be observed again: no transition
@@ -53,7 +55,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REVISION, Finding
+from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REPEATS, REVISION, Finding
 from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
 
@@ -63,6 +65,10 @@ Subject = tuple[str, str, str]   # (cluster, node, device)
 # An open alert whose value changed is written again at most this often (frame
 # time), so the store shows a current value without a write per batch.
 REFRESH_S = 60.0
+# An open alert whose repeat count (``REPEATS``: the XIDs an XID alert counts) changed is
+# written again at most this often, its first repeat at once: "nothing to do unless it
+# repeats" is read from the store (``alerts``, the pages) within seconds, not a minute.
+REPEAT_REFRESH_S = 10.0
 
 
 def revision(alert: Alert) -> float | None:
@@ -106,17 +112,22 @@ class _Meta:
     # The revision last written, and when one that changed it was (see ``revised``).
     revision: float | None = None
     revised: float = float("-inf")
+    repeats: float | None = None  # the repeat count (``REPEATS``) last written
 
 
 def _meta_of(a: Alert, hold: float | None = None) -> _Meta:
     """The meta of an alert as stored (loaded, or a change applied)."""
     if hold is None:
         hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
-    return _Meta(a.updated_ts, hold, a.updated_ts, revision=revision(a))
+    return _Meta(a.updated_ts, hold, a.updated_ts, revision=revision(a), repeats=_repeats(a))
 
 
 def _rank(a: Alert) -> float:
     return a.evidence.get(RANK, 0.0) if a.evidence else 0.0
+
+
+def _repeats(a: Alert) -> float | None:
+    return a.evidence.get(REPEATS) if a.evidence else None
 
 
 class AlertBook:
@@ -131,6 +142,7 @@ class AlertBook:
         # judged whenever their subject's device is in a frame.
         self.requirements = {r: tuple(m) for r, m in (requirements or {}).items()}
         self.refresh_s = refresh_s
+        self.repeat_refresh_s = min(REPEAT_REFRESH_S, refresh_s)
         # Fills in what the frames know of an alert's subject (the GPU board: the processor's
         # ``_name_board``); given each alert a step makes and the frame of that step.
         self.name = name
@@ -351,7 +363,8 @@ class AlertBook:
                 # A latched event still counts as holding. An update not yet written (a
                 # repeated XID within refresh_s) is written now that refresh_s has passed:
                 # no later finding may come to carry it before the alert resolves.
-                if meta.written < alert.updated_ts and ts - meta.written >= self.refresh_s:
+                if meta.written < alert.updated_ts and (ts - meta.written >= self.refresh_s
+                                                        or self._repeated(meta, alert, ts)):
                     return alert, _wrote(meta, alert, ts)
                 return None, None
             if alert.state == "resolved":
@@ -382,7 +395,8 @@ class AlertBook:
                 device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
                 action=finding.action, jobs=finding.jobs, uuid=finding.board)
-            m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts)
+            m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts,
+                      repeats=_repeats(alert))
         elif finding.ends:  # how it ended: the firing message and action stay
             alert = dataclasses.replace(
                 alert, updated_ts=ts, value=finding.value, evidence=evidence or alert.evidence,
@@ -400,7 +414,7 @@ class AlertBook:
             m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
             m = dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s, clear_since=None)
             if (self._revised(m, alert, ts) or _rank(alert) > rank
-                    or ts - m.written >= self.refresh_s):
+                    or self._repeated(m, alert, ts) or ts - m.written >= self.refresh_s):
                 m = _wrote(m, alert, ts)
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
             alert = dataclasses.replace(alert, state="firing", fired_ts=ts,
@@ -415,6 +429,17 @@ class AlertBook:
         now = revision(alert)
         return (m.revision is not None and now is not None and now != m.revision
                 and ts - m.revised >= self.refresh_s)
+
+
+    def _repeated(self, m: _Meta, alert: Alert, ts: float) -> bool:
+        """Is the alert's repeat count (``REPEATS``) news to write now, its revision the one
+        written (a new revision waits for ``_revised``: a write would notify it): its first
+        repeat, or changed and nothing written for ``repeat_refresh_s``? What the on-call
+        acts on ("unless it repeats"), kept current without a write per frame."""
+        now = _repeats(alert)
+        if now is None or now == m.repeats or revision(alert) != m.revision:
+            return False
+        return (m.repeats or 0.0) < 2.0 <= now or ts - m.written >= self.repeat_refresh_s
 
 
 def _other_board(alert: Alert | None, finding: Finding | None, ts: float) -> Alert | None:
@@ -438,7 +463,8 @@ def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:
     """The meta once ``alert`` is written at ``ts``."""
     now = revision(alert)
     revised = ts if now != m.revision else m.revised
-    return dataclasses.replace(m, written=ts, revision=now, revised=revised)
+    return dataclasses.replace(m, written=ts, revision=now, revised=revised,
+                               repeats=_repeats(alert))
 
 def _has(frame: Frame, index: int | None, needs: Sequence[str]) -> bool:
     """Does the frame carry every needed metric for this GPU (or, for a node or rack, for

@@ -24,8 +24,9 @@ Pure functions over alerts, used by ``pipeline.silences.mute``.
   critical temperature the thermal throttles (not a power brake), an
   event its consequence (XID 79 the lost GPU; XID 48 the DBE counter, its row remap
   and XIDs 63/94; a link down the XID 74 that reports it). A cause covers only while it
-  is heard itself (not silenced, acknowledged, or muted by anything but a cover on its
-  own GPU): a silence or an acknowledgement mutes what it matches, and the alerts it
+  is heard itself or acknowledged (not silenced, nor muted by anything but a cover on its
+  own GPU): an acknowledgement is "I have this GPU", so what its alert explains stays
+  muted (an ack pages nothing more); a silence mutes what it matches, and the alerts it
   covered are notified on their own; a cause muted by its GPU's heard cover (the
   incident's page, its family's critical) still covers, as that page explains it all
   (``covers_while_muted``: one hot GPU's temperature warning under a muted
@@ -210,12 +211,12 @@ def inhibited_by(alert: Alert, open_alerts: Iterable[Alert],
     certain: a hot aisle must not mute its GPUs' alerts for as long as it stays hot.) A
     node or rack alert not judged for ``STALE_COVER_S`` before this one covers nothing.
 
-    A cause on the GPU covers only while it is itself heard (``heard``: not silenced,
-    acknowledged, or muted but by a cover on its own GPU, ``covers_while_muted``; none:
-    every firing one is): a silence or an acknowledgement
-    mutes what it matches, never another rule's page. Nor does one of ``ROOM_MUTES_IN_AM``
-    while a room alert of its cluster fires, even on a GPU hotter than its peers:
-    Alertmanager's room rule, which cannot tell, mutes it there."""
+    A cause on the GPU covers only while it is itself heard (``heard``: acknowledged or
+    not muted, or muted but by a cover on its own GPU, ``covers_while_muted``; none:
+    every firing one is): a silence mutes what it matches, never another rule's page.
+    Nor does one of ``ROOM_MUTES_IN_AM`` while a room alert of its cluster fires, even on
+    a GPU hotter than its peers: Alertmanager's room rule, which cannot tell, mutes it
+    there."""
     open_alerts = list(open_alerts)
     own = scope_of(alert)
     if own == "node" and alert.rule in RACK_DOWN_RULES:
@@ -263,9 +264,8 @@ def covers_while_muted(cause: Alert, why: str, open_alerts: Iterable[Alert]) -> 
     """Does ``cause``, muted so (``why``: a ``silences.mute`` reason), still cover what it
     explains on its GPU? Only where a cover on its own GPU mutes it (``inhibited:ID``: the
     incident's other finding, its family's critical): that cover is heard, and explains
-    all that ``cause`` does, so one hot GPU stays one page. Muted by a person (a silence,
-    an acknowledgement: "" here, the caller checks) or by a node, rack or room alert, it
-    covers nothing."""
+    all that ``cause`` does, so one hot GPU stays one page. Silenced, or muted by a node,
+    rack or room alert, it covers nothing (an acknowledged one covers: the caller checks)."""
     cover = why.removeprefix("inhibited:")
     if cover == why:
         return False

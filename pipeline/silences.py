@@ -12,7 +12,9 @@ book and the store, as in Alertmanager; only the notifying sinks stay quiet.
 * A firing alert that explains another mutes it: a node down its GPUs', a cooling
   failure its thermal symptoms, a cause on one GPU its consequences, one finding of a
   hot GPU the other (``pipeline.inhibition``).
-* An acknowledged alert is not notified again until it resolves.
+* An acknowledged alert is not notified again until it resolves, and what it explains on
+  its GPU stays muted under it meanwhile (an ack is "I have this GPU"; a silence is not:
+  it mutes only what it matches).
 """
 
 from __future__ import annotations
@@ -62,8 +64,8 @@ def mute(alert: Alert, open_alerts: Iterable[Alert], silences: Sequence[Silence]
          acks: Mapping[str, Acknowledgement], at: float | None = None) -> str:
     """Why this change is not notified: ``silence:ID``, ``inhibited:ID``, ``ack:BY``, or "".
     ``at``: the stream's time now (silences are judged then; see ``silenced_by``). A cause
-    on the alert's GPU mutes it only if that cause is heard, or muted only by a cover on
-    its own GPU (``inhibited_by``, ``covers_while_muted``)."""
+    on the alert's GPU mutes it only if that cause is heard, acknowledged, or muted only by
+    a cover on its own GPU (``inhibited_by``, ``covers_while_muted``)."""
     return _mute(alert, list(open_alerts), silences, acks, at, frozenset())
 
 
@@ -79,10 +81,12 @@ def _mute(alert: Alert, open_alerts: list[Alert], silences: Sequence[Silence],
         if cause.id in inner:
             return False
         why = _mute(cause, open_alerts, silences, acks, at, inner)
-        # Muted by its own GPU's heard cover, it still covers (one incident, one page);
-        # acknowledged by a person, it covers nothing, as a silenced one.
-        return not why or (covers_while_muted(cause, why, open_alerts)
-                           and not (cause.id in acks and cause.state == "firing"))
+        # Acknowledged ("I have this"), it still covers what it explains, as Alertmanager's
+        # inhibition uses a source whatever mutes it: an ack pages nothing more of its GPU.
+        # Muted by its own GPU's heard cover, it still covers (one incident, one page).
+        # Silenced, or inhibited by a node, rack or room alert, it covers nothing: a
+        # silence mutes what it matches only.
+        return not why or why.startswith("ack:") or covers_while_muted(cause, why, open_alerts)
 
     iid = inhibited_by(alert, open_alerts, heard)
     if iid:

@@ -37,7 +37,12 @@ from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
 from fleetwatch.pipeline.sinks.mutes import Mutes
 from fleetwatch.pipeline.sinks.news import News, Sent
 from fleetwatch.pipeline.sinks.notified import Recorder, Reports
-from fleetwatch.pipeline.sinks.takeover import adopt_at_sinks, read_record, resend_undelivered
+from fleetwatch.pipeline.sinks.takeover import (
+    adopt_at_sinks,
+    read_record,
+    resend_undelivered,
+    told_before,
+)
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Notification, Silence
 from fleetwatch.retry import Backoff
 
@@ -118,7 +123,9 @@ class Notifier:
         Each is judged first against the silences, acknowledgements and inhibitions in
         force (read again now), so that a sink that re-sends it knows it is muted; as
         the stream's time is not known before the first batch, every open alert is
-        judged again at the next ``send``."""
+        judged again at the next ``send``. A muted one that the store's record shows
+        every notifying sink was told of before, unchanged since (``told_before``), is
+        no news when its muting ends, as for the processor that ran through it."""
         alerts = [a for a in alerts if a.state != "resolved"]
         if not alerts:
             return
@@ -138,6 +145,10 @@ class Notifier:
         self._rejudge = True
         if firing:
             rows = read_record(self._recorded, firing)
+            if rows is not None:  # told before it was muted, unchanged: no news at its end
+                for a in alerts:
+                    if self._sent[a.id][1] and told_before(a, self._recorder.sinks, rows):
+                        self._news.heard(a)
             adopt_at_sinks(self._lanes, firing, rows)
             if rows is not None:
                 resend_undelivered(self._lanes, [n for n in firing if not n.muted_by], rows)

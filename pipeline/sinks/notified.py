@@ -163,6 +163,11 @@ class Recorder:
         self.outcomes([], notices, now)
 
     @property
+    def sinks(self) -> list[str]:
+        """The notifying sinks whose notifications are recorded."""
+        return list(self._sinks)
+
+    @property
     def failing(self) -> bool:
         """Whether the last write failed (the store is away): what is held is written with
         the next ones."""

@@ -1,6 +1,8 @@
 """Taking over firing alerts at the sinks (a restart, a partition moved): each sink that
 keeps alerts alive is handed them, and each notifying sink is sent, once, those the
-store's record of notifications (``sinks.notified``) shows it never took."""
+store's record of notifications (``sinks.notified``) shows it never took; and what the
+record shows every notifying sink was told of a muted alert, unchanged since
+(``told_before``), is known as heard, so that its silence ending pages nobody again."""
 
 from __future__ import annotations
 
@@ -9,8 +11,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.delivery import Lane
-from fleetwatch.pipeline.sinks.notified import never_told, undelivered
-from fleetwatch.pipeline.store.base import Notification
+from fleetwatch.pipeline.sinks.notified import TOLD, never_told, undelivered
+from fleetwatch.pipeline.store.base import Alert, Notification
 
 log = logging.getLogger("fleetwatch.pipeline.sinks")
 
@@ -65,3 +67,30 @@ def resend_undelivered(lanes: Sequence[Lane], firing: list[Notice],
                         "stopped first); sending them now: %s",
                         lane.sink.name, len(due), ", ".join(sorted(due)[:5]))
             lane.put("send", [n for n in firing if n.alert.id in due])
+
+
+def told_before(alert: Alert, sinks: Sequence[str], rows: Iterable[Notification]) -> bool:
+    """Does the record show each of ``sinks`` (the notifying ones) told of firing ``alert``
+    as it is (state, severity) and no change of it handed over since? Its latest ``sent``
+    there has its state and severity, and no ``queued``, ``given_up`` or ``failed`` came
+    after; of the ``muted`` records after, none repeats the muting of the one before it
+    (the record holds a change only when its state, revision, severity or muting changed,
+    so a repeat is a new revision, which the record does not name: news). What a restarted
+    notifier needs to not page again, once its silence ends, what was paged before it."""
+    if alert.state != "firing" or not sinks:
+        return False
+    mine = sorted((r for r in rows if r.alert_id == alert.id),
+                  key=lambda r: (r.ts, r.sent_ts))
+    for sink in sinks:
+        told, muting = False, None
+        for r in (r for r in mine if r.sink == sink):
+            if r.outcome == "sent":
+                told, muting = (r.state, r.severity) == (alert.state, alert.severity), None
+            elif r.outcome in TOLD:  # handed again (queued), or not delivered
+                told, muting = False, None
+            elif r.outcome == "muted":
+                changed = muting == (r.state, r.muted_by) or r.severity != alert.severity
+                told, muting = told and not changed, (r.state, r.muted_by)
+        if not told:
+            return False
+    return True

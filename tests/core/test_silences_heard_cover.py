@@ -1,5 +1,6 @@
-"""A cause mutes another alert of its GPU only while it is heard itself: a silence or an
-acknowledgement mutes what it matches, never another rule's page, and in a warm room a cause
+"""A cause mutes another alert of its GPU only while it is heard or acknowledged: a silence
+mutes what it matches, never another rule's page (an ack keeps its cover: "I have this"),
+and in a warm room a cause
 that Alertmanager's room rule mutes covers nothing (so a GPU hotter than its peers pages)."""
 
 from __future__ import annotations
@@ -52,10 +53,12 @@ def test_a_silenced_peer_page_does_not_mute_the_gpu_reaching_its_limit() -> None
     assert notified([[peer], [limit]], (silence(f"rule={PEER}", "node=n1"),)) == [LIMIT]
 
 
-def test_an_acknowledged_peer_page_does_not_mute_the_gpu_reaching_its_limit() -> None:
+def test_an_acknowledged_peer_page_still_mutes_the_gpu_reaching_its_limit() -> None:
+    """An ack is "I have this GPU": the limit, the same incident, pages nobody under it."""
     peer, limit = firing(PEER, 1000.0), firing(LIMIT, 1300.0)
-    assert notified([[peer], [limit]], acks=(Acknowledgement(peer.id, 1100.0, "alice"),)) == [
-        LIMIT]
+    ack = Acknowledgement(peer.id, 1100.0, "alice")
+    assert notified([[peer], [limit]], acks=(ack,)) == []
+    assert mute(limit, [peer, limit], [], {peer.id: ack}) == f"inhibited:{peer.id}"
 
 
 def test_a_silenced_limit_does_not_mute_a_gpu_hotter_than_its_peers() -> None:
@@ -74,7 +77,7 @@ def test_a_silenced_hardware_slowdown_does_not_mute_the_straggler() -> None:
     assert notified([[hw], [straggler]]) == ["gpu_hw_slowdown"]  # heard: it covers
 
 
-def test_an_acknowledgement_added_later_lets_the_covered_alert_be_heard() -> None:
+def test_an_acknowledgement_added_later_keeps_the_covered_alert_muted() -> None:
     sink = Recording()
     acks: list[Acknowledgement] = []
     notifier = Notifier([sink], acks=lambda: list(acks), background=False, reload_s=0.0)
@@ -85,8 +88,8 @@ def test_an_acknowledgement_added_later_lets_the_covered_alert_be_heard() -> Non
         (LIMIT, f"inhibited:{peer.id}")]
     acks.append(Acknowledgement(peer.id, 1400.0, "alice"))
     notifier.send([], now=1400.0)
-    assert [(n.alert.rule, n.muted_by) for n in sink.sent][-2:] == [
-        (PEER, "ack:alice"), (LIMIT, "")]
+    assert [(n.alert.rule, n.muted_by) for n in sink.sent][-1] == (PEER, "ack:alice")
+    assert {n.alert.rule for n in sink.sent if n.notify} == {PEER}  # (updated with LIMIT)
 
 
 def test_in_a_warm_room_the_limit_does_not_cover_the_peer_page() -> None:

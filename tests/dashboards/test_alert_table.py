@@ -141,3 +141,14 @@ def test_a_resolved_alert_shows_when_it_started_and_apart_when_it_ended() -> Non
     (cell,) = [c for c in _walk(alert_tables.alert_table([pending_only], NOW, "t"))
                if getattr(c, "className", "") == "since"]
     assert text_of(cell).startswith(f"{components.clock(NOW - 7000)} UTC")
+
+
+def test_a_pending_alert_that_cleared_reads_pending_cleared_not_resolved() -> None:
+    """It never fired: nothing resolved and nobody was told (as ``fleetwatch timeline``)."""
+    cleared = dataclasses.replace(alert("node-a", 2, "resolved", rule="gpu_power_low_vs_peers"),
+                                  fired_ts=None)
+    fired = alert("node-b", 1, "resolved")
+    by_node = {getattr(r, "data-node"): text_of(r)
+               for r in rows(alert_tables.alert_table([cleared, fired], NOW, "t"))}
+    assert by_node["node-a"].startswith("pending cleared")
+    assert by_node["node-b"].startswith("resolved")

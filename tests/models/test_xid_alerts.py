@@ -99,14 +99,17 @@ def test_the_book_writes_a_new_revision_at_once_and_the_notifier_forwards_it() -
     assert Notice(open_alert).notify
 
 
-def test_a_repeat_not_yet_written_is_written_once_refresh_s_passed_without_a_finding() -> None:
+def test_a_repeat_not_yet_written_is_written_once_repeat_refresh_s_passed_without_a_finding(
+        ) -> None:
     d = XidEvents()
     book = AlertBook(refresh_s=60)
     written = []
-    for ts, codes in ((T0, (48,)), (T0 + 20, (48,)), (T0 + 40, ()), (T0 + 70, ()),
-                      (T0 + 140, ())):
+    # The first repeat is written at once; a third within REPEAT_REFRESH_S (10 s) waits, and
+    # is written by the next frame 10 s after, though it has no XID.
+    for ts, codes in ((T0, (48,)), (T0 + 20, (48,)), (T0 + 25, (48,)), (T0 + 28, ()),
+                      (T0 + 30, ()), (T0 + 140, ())):
         frames = [xid_frame(ts, codes)]
         changes = book.observe(frames, d.update(frames))
         book.apply(changes)
         written.append([a.evidence["xid_48_count"] for a in changes])
-    assert written == [[1], [], [], [2], []]
+    assert written == [[1], [2], [], [], [3], []]
