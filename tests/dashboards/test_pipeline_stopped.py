@@ -1,7 +1,7 @@
 """A stopped processor (agents still sending into Kafka) is said on the pages within a
 minute, as fast as node_silent says a silent node: the fleet's "Data as of" tile in the warn
 colour and every count "as of" its time, the alerts page's banner naming the processor and
-its /healthz."""
+its /healthz; and a node judged silent shows its jobs as last seen, not as now."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from dash.testing.wait import until
 
-from fleetwatch.dashboards import alert_tables, create_app, data, summary_strip
+from fleetwatch.dashboards import alert_tables, create_app, data, job, summary_strip
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Alert
@@ -49,6 +49,14 @@ def test_the_lag_notice_names_the_processor_and_its_health_endpoint() -> None:
     assert "`fleetwatch process`" in said.children and "/healthz" in said.children
 
 
+def test_a_node_judged_silent_shows_its_jobs_as_last_seen() -> None:
+    jobs = {g: "4000005" for g in range(8)}
+    seen = int((NOW - 120) * 1000)  # silent for 2 min: under STALE_S, yet node_silent fired
+    assert text_of(job.jobs_line(jobs, seen_ms=seen, now_s=NOW)).startswith("Jobs now:")
+    line = text_of(job.jobs_line(jobs, seen_ms=seen, now_s=NOW, silent=True))
+    assert line.startswith("No data since") and "last job seen:" in line and "now" not in line
+
+
 def _frames(node: str, end: float, job_id: str) -> list[Frame]:
     return [Frame("sim", "rack-0", node, end - 10 * k, tuple(
         GpuReading(g, f"GPU-{node}-{g}", "H100", {"gpu_temp_c": 50.0 + g}, job=job_id)
@@ -82,4 +90,8 @@ def test_pages_say_the_pipeline_stopped(dash_duo, tmp_path: Path) -> None:
     dash_duo.wait_for_element("#alerts-lag", timeout=20)
     lag = texts(dash_duo, "#alerts-lag")[0]
     assert lag.startswith("No new data for 2 min") and "/healthz" in lag, lag
+    dash_duo.driver.get(dash_duo.server_url + "/node/node-004?cluster=sim")
+    dash_duo.wait_for_element("#node-jobs a.job-link", timeout=20)
+    line = texts(dash_duo, "#node-jobs")[0]
+    assert line.startswith("No data since") and "last job seen: job 4000005" in line, line
     assert dash_duo.get_logs() == []
