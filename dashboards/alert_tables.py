@@ -169,6 +169,15 @@ def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div 
                   "catching up, or the collectors or processor stopped)", notice_id)
 
 
+def lag_notice(newest: float | None, now_s: float, notice_id: str) -> html.Div | None:
+    """The amber banner over alerts that may not be current: no new sample for a minute
+    (``alert_view.lagging``), the processor perhaps stopped; None while data arrive."""
+    if newest is None or not alert_view.lagging(newest, now_s):
+        return None
+    text = alert_view.lag_text(newest, now_s)
+    return html.Div(text[:1].upper() + text[1:], id=notice_id, className="notice stale")
+
+
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,

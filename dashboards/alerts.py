@@ -12,6 +12,7 @@ import dash
 from dash import Input, Output, State, dcc, html
 from plotly.utils import PlotlyJSONEncoder
 
+from fleetwatch import alert_view
 from fleetwatch.dashboards import alert_tables, components, live, node, timerange
 from fleetwatch.dashboards.data import (
     in_cluster,
@@ -133,6 +134,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             muted = alert_tables.record_notes(active, acks, notified, now, muted)
             recorded = alert_tables.record_notes(shown, acks, notified, now)
             ended = read_data_end(store, active, now)
+            newest = alert_view.newest_data(store, now)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),
@@ -141,7 +143,9 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         shown, fingerprint = unchanged(
             tables(active, resolved, now, rng, muted, ended, clusters=many,
                    recorded=recorded), last)
-        return (*shown, alert_tables.ended_notice(ended, now, "alerts-ended"),
+        said = (alert_tables.ended_notice(ended, now, "alerts-ended")
+                or alert_tables.lag_notice(newest, now, "alerts-lag"))
+        return (*shown, said,
                 components.updated_stamp(now), timerange.label(rng), fingerprint,
                 components.cluster_options(seen, cluster))
 

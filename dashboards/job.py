@@ -129,12 +129,16 @@ def find_box() -> html.Div:
 
 
 def jobs_line(jobs: Mapping[int, str], cluster: str | None = None,
-              seen_ms: int | None = 0, now_s: float | None = None) -> list[Any]:
+              seen_ms: int | None = 0, now_s: float | None = None,
+              silent: bool = False) -> list[Any]:
     """The node page's line of its GPUs' current jobs, each a link to its job page (each
     job of a shared GPU, comma-joined in ``jobs``, its own). ``seen_ms``: the node's newest
     sample in the range (None: none); with ``now_s``, a node silent for longer than
-    ``STALE_S`` shows its jobs as last seen, not as now: nothing says they still run."""
-    silent = now_s is not None and (seen_ms is None or now_s - seen_ms / 1000 > STALE_S)
+    ``STALE_S`` shows its jobs as last seen, not as now: nothing says they still run.
+    ``silent``: the node is judged silent (its node_silent alert fires): as last seen too,
+    from then on, as the pager said, not minutes later."""
+    silent = silent or (now_s is not None
+                        and (seen_ms is None or now_s - seen_ms / 1000 > STALE_S))
     if not jobs:
         return ["No job seen on its GPUs" if silent else "No job on its GPUs now"]
     by_job: dict[str, list[int]] = {}
@@ -145,6 +149,8 @@ def jobs_line(jobs: Mapping[int, str], cluster: str | None = None,
         head = "Jobs now: "
     elif seen_ms is None:
         head = "No data from it in this range · last job seen: "
+    elif now_s is None:  # judged silent by its alert, and no "now" to date its data by
+        head = "Node silent · last job seen: "
     else:
         head = f"No data since {stamp(seen_ms / 1000, now_s)} UTC · last job seen: "
     out: list[Any] = [head]

@@ -33,6 +33,7 @@ from fleetwatch.dashboards.data import (
     read_data_end,
     read_mutes,
     read_node,
+    silent_nodes,
 )
 from fleetwatch.dashboards.job_data import read_current_jobs
 from fleetwatch.pipeline.store.base import Store, StoreError
@@ -249,7 +250,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             errors.counted_from)
         return (title, notice, table, components.updated_stamp(now), board_panel, events,
                 node_errors.counters_table(errors, now, node),
-                job.jobs_line(jobs, cluster, newest_ms(view.series), now),
+                job.jobs_line(jobs, cluster, newest_ms(view.series), now,
+                              silent=bool(silent_nodes(view.alerts))),
                 *figs,
                 *[_hint(metric, rng) for metric, _ in PANELS])
 

@@ -11,6 +11,7 @@ from typing import Any
 
 from dash import html
 
+from fleetwatch.alert_view import lagging
 from fleetwatch.dashboards.components import ago, clock
 from fleetwatch.dashboards.data import TEMP, FleetView, node_label
 from fleetwatch.dashboards.figures import NO_DATA, fmt
@@ -63,22 +64,28 @@ def summary(view: FleetView, now_s: float) -> list[html.Div]:
             _tile("summary-asof", "Data as of", clock(last / 1000) if last else "n/a",
                   f"UTC · {ago(last / 1000, now_s)}" if last else "no samples", "warn"),
         ]
+    # No new sample for a minute (a processor stopped: its counts stop moving) is said as
+    # fast as a silent node: every count "as of" its time, the age tile warn-coloured.
+    stopped = newest is not None and lagging(newest / 1000, now_s)
+    as_of = f"as of {clock(newest / 1000)} UTC · " if stopped and newest else ""
     return [
         _tile("summary-reporting", "GPUs reporting", str(len(view.reporting)),
-              f"on {nodes} node{'s' if nodes != 1 else ''}"
+              f"{as_of}on {nodes} node{'s' if nodes != 1 else ''}"
               + (f" · {len(view.silent)} node{'s' * (len(view.silent) != 1)} silent"
-                 if view.silent else ""), "warn" if view.silent else ""),
+                 if view.silent else ""), "warn" if view.silent or stopped else ""),
         _tile("summary-hottest", "Hottest GPU", fmt(TEMP, hot.temp_c) if hot else "n/a",
-              f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU {hot.gpu}"
-              if hot else "", "bad" if hot_alert else ""),
+              as_of + (f"{node_label(hot.cluster, hot.node, view.many_clusters)} · GPU "
+                       f"{hot.gpu}" if hot else ""), "bad" if hot_alert else ""),
         _tile("summary-firing", "Alerts firing", str(firing),
-              f"{critical} critical" if firing else "all clear", "bad" if firing else "good"),
-        _tile("summary-pending", "Alerts pending", str(pending), "waiting out their for-time",
-              "warn" if pending else ""),
+              as_of + (f"{critical} critical" if firing else "all clear"),
+              "bad" if firing else "warn" if stopped else "good"),
+        _tile("summary-pending", "Alerts pending", str(pending),
+              as_of or "waiting out their for-time", "warn" if pending or stopped else ""),
         _tile("summary-asof", "Data as of", clock(newest / 1000) if newest else "n/a",
               (f"UTC · {ago(newest / 1000, now_s)}" if newest else "no samples")
+              + (" · no new data: is the processor running?" if stopped else "")
               + (f" · {ahead} GPU{'s' if ahead != 1 else ''} stamped after now: a node's "
-                 "clock runs ahead" if ahead else ""), "warn" if ahead else ""),
+                 "clock runs ahead" if ahead else ""), "warn" if ahead or stopped else ""),
     ]
 
 

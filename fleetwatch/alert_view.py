@@ -31,6 +31,18 @@ from fleetwatch.pipeline.store.base import (
 # fleet page, whose GPUs drop off the heatmap after as long.
 STALE_S = 300.0
 
+# No temperature sample in this long (every agent sends one each tick): the pipeline is
+# said silent as fast as the node_silent rule says a node is (four of the agent's 15 s
+# ticks). A processor that stopped leaves every open alert and count as it was, looking live.
+LAG_S = 60.0
+# A sample stamped this far past "now" comes from a node whose clock runs ahead: left out,
+# or one such node would hide the others stopping (as the dashboard's ``AHEAD_S``).
+AHEAD_S = 10.0
+# Where to look first: only `fleetwatch process` serves probes (`fleetwatch up` has none).
+PROCESSOR_HINT = ("is `fleetwatch process` (or `fleetwatch up`) running? Ask the processor's "
+                  "/healthz and /readyz (processor.metrics_port, 9401 by default); if they "
+                  "answer, the agents or the bus stopped")
+
 _STATE_ORDER = {"firing": 0, "pending": 1, "resolved": 2}
 _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
@@ -74,6 +86,31 @@ def data_end(store: Any, now: float) -> float | None:
         return None
     newest = max((ts for _, ts, _ in store.latest("gpu_temp_c", 0)), default=None)
     return newest / 1000 if newest is not None else None
+
+
+def newest_data(store: Any, now: float) -> float | None:
+    """The store's newest GPU temperature sample (s), leaving out those stamped more than
+    ``AHEAD_S`` past ``now``; None for a store without any. The recent series first: a
+    store whose data ended long ago is read back to its start only then."""
+    limit = (now + AHEAD_S) * 1000
+    for since in (now - STALE_S, 0.0):
+        newest = max((ts for _, ts, _ in store.latest("gpu_temp_c", int(since * 1000))
+                      if ts <= limit), default=None)
+        if newest is not None:
+            return min(newest / 1000, now)
+    return None
+
+
+def lagging(newest: float | None, now: float) -> bool:
+    """Whether data stopped coming: the newest sample older than ``LAG_S`` (an empty store
+    is waiting, not lagging)."""
+    return newest is not None and now - newest > LAG_S
+
+
+def lag_text(newest: float, now: float) -> str:
+    """What a silent pipeline is said with, on the alerts page and in ``fleetwatch alerts``."""
+    return (f"no new data for {age(now - newest)} (newest GPU sample {utc(newest)} UTC): "
+            f"the alerts and counts are as of then, not now; {PROCESSOR_HINT}")
 
 
 def at_end(a: Alert, ended: float, now: float) -> str:

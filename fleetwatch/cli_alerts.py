@@ -136,7 +136,10 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         data_end,
         fit,
         headline,
+        lag_text,
+        lagging,
         lines,
+        newest_data,
         ordered,
         record,
         rule_summary,
@@ -167,6 +170,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         notified = _notified(store, alerts)
         # A replay store's open alerts are open as its data left them, days ago.
         ended = data_end(store, now) if any(a.state != "resolved" for a in alerts) else None
+        # A processor that stopped leaves the alerts as they were: said after a minute.
+        newest = newest_data(store, now)
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
@@ -189,10 +194,14 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         alerts = [a for a in alerts if a.node == args.node]
     if args.cluster:
         alerts = [a for a in alerts if a.cluster == args.cluster]
+    stale = lag_text(newest, now) if newest is not None and lagging(newest, now) else ""
     if args.json:  # in the table's order, so that a script's first line is the table's first
+        if stale:
+            print(f"fleetwatch alerts: WARNING: {stale}", file=sys.stderr)
         for a in ordered(alerts):
-            print(json.dumps(record(a, open_alerts, silences, acks, now,
-                                    notified.get(a.id, ()))))
+            print(json.dumps({**record(a, open_alerts, silences, acks, now,
+                                       notified.get(a.id, ())),
+                              "data_newest_ts": newest, "data_stale": bool(stale)}))
         return EXIT_OK
     scope = (f" of {args.cluster + '/' if args.cluster else ''}{args.node}" if args.node else
              f" of cluster {args.cluster}" if args.cluster else "")
@@ -200,6 +209,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
+        if stale:  # "no open alerts" from a stopped processor is no all-clear
+            print(stale)
         return EXIT_OK
     # A pipe gets the previous release's lines, whole, which scripts grep and awk (`--json`
     # is the stable form); a terminal its width ($COLUMNS, else the tty's) and a storm's
@@ -216,6 +227,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
             f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
             "the data left them (a replay store, `fleetwatch up` still catching up, or the "
             "pipeline stopped)", width)))
+    elif stale and any(a.state != "resolved" for a in alerts):
+        print("\n".join(fit(stale, width)))
     for line in lines(alerts, silences, acks, now, ended, width, args.short, piped, notified):
         print(line)
     return EXIT_OK

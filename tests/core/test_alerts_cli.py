@@ -174,7 +174,8 @@ def test_a_node_the_store_never_heard_of_gets_a_hint(tmp_path: Path,
     db = tmp_path / "f.db"
     s = SqliteStore(db)
     now = time.time()
-    s.write([frame(now - 60, [60.0], node=n) for n in ("node-007", "node-008", "gpu-a1")])
+    # Fresh samples: older than a minute, the command would add that the data stopped.
+    s.write([frame(now - 10, [60.0], node=n) for n in ("node-007", "node-008", "gpu-a1")])
     s.close()
     assert main(["alerts", "--store", str(db), "--node", "node-07"]) == 0
     out = capsys.readouterr().out
