@@ -122,7 +122,8 @@ def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim")
     """Where the simulated timeline starts (its first sample is one interval later):
     ``backfill_s`` ago in a new store; with ``keep``, at the newest stored sample (or
     ``backfill_s`` ago if that is older, leaving the time nothing ran as a gap), so that
-    no sample is written twice and none is missing at the seam."""
+    no sample is written twice and none is missing at the seam. The newest sample is the
+    simulated ``cluster``'s own: another cluster sharing the store writes on meanwhile."""
     start = now_s - options.backfill_s
     newest = newest_sample_s(path)
     if newest is None:
@@ -137,7 +138,8 @@ def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim")
     if newest > now_s + 60:
         raise UpError(f"the store {path} holds data up to {stamp}, later than now: is this "
                       "machine's clock right? Use another file with --store NEW.db")
-    return max(start, newest)
+    own = newest_sample_s(path, cluster)
+    return start if own is None else max(start, own)
 
 
 # A cluster other than the simulated one, or a node of its name that the simulator does
@@ -210,7 +212,8 @@ def _build(config: Config, options: UpOptions, simulate: bool,
             return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time(), config.sim.cluster)
-    continued = newest_sample_s(config.store.path) if options.keep else None
+    continued = (newest_sample_s(config.store.path, config.sim.cluster) if options.keep
+                 else None)
     s = config.sim
     sim, notes, ended = continued_sim(sim_params(config, options), start, options.faults,
                                       config.store.path if options.keep else None)
@@ -298,7 +301,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     kept = ""
     if given.keep:  # said as it is: a --keep that found no store starts one
         kept = ("   --keep: no data to continue, a new store" if system.continued_from is None
-                else "   continued from its newest sample, "
+                else f"   continued from its newest sample (cluster {config.sim.cluster}), "
                 + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(system.continued_from)))
     print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind}){kept}",
           file=out)
