@@ -243,6 +243,8 @@ class JobView:
     # The job's GPU-hours in its ledger rows with no energy data (gaps past energy.max_gap_s,
     # a silent node): the energy is of the rest only.
     energy_missing_h: float = 0.0
+    # Whom the job belongs to (users, teams: ``job_owners``); empty where unknown.
+    owners: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def last_seen_ms(self) -> int | None:
@@ -279,13 +281,36 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
     active, resolved = read_alerts(store, now_s, max(now_s - job.start_ts, 0.0) + 3600)
     energy, missing_h = None, 0.0
     reader: Callable[..., list[EnergyRow]] | None = getattr(store, "energy", None)
-    if carbon is not None and callable(reader):
+    rows: list[EnergyRow] = []
+    if callable(reader):
         end = job.end_ts if job.end_ts is not None else now_s
         rows = [r for node in job.nodes
                 for r in reader(bucket_floor(job.start_ts), end + BUCKET_S, job.cluster, node)]
+    if carbon is not None and callable(reader):
         energy, missing_h = energy_share(rows, job.job, carbon), missing_gpu_hours(rows, job.job)
-    return JobView(job, start_s, end_s, series, drawn, job_alerts(active + resolved, job),
-                   energy, max(len(job.nodes) - MAX_NODES, 0), missing_h)
+    alerts = job_alerts(active + resolved, job)
+    return JobView(job, start_s, end_s, series, drawn, alerts, energy,
+                   max(len(job.nodes) - MAX_NODES, 0), missing_h,
+                   job_owners(rows, alerts, job.job))
+
+
+def job_owners(rows: Iterable[EnergyRow], alerts: Iterable[Alert], job: str
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Whom ``job`` belongs to, as the agent read it from the scheduler: the users and
+    teams of its energy ledger rows (one owner per row: a shared GPU's are split), else
+    those its alerts carry (a store with no ledger); each once, ((), ()) if unknown."""
+    users: dict[str, None] = {}
+    teams: dict[str, None] = {}
+    for r in rows:
+        if r.job == job:
+            users.update(dict.fromkeys(x for x in (r.user,) if x))
+            teams.update(dict.fromkeys(x for x in (r.team,) if x))
+    if not users and not teams:
+        for a in alerts:
+            if a.jobs == (job,):  # a shared GPU's alert names several owners: not this one's
+                users.update(dict.fromkeys(a.users))
+                teams.update(dict.fromkeys(a.teams))
+    return tuple(users), tuple(teams)
 
 
 def fold_jobs(held: Mapping[K, str], events: Iterable[Event],
