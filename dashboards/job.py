@@ -40,6 +40,7 @@ from fleetwatch.dashboards.job_data import (
 )
 from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Store, StoreError
+from fleetwatch.pipeline.store.ledger import owner_text
 
 PREFIX = "/job/"
 JOB_RANGE = "job"  # the range key of the job's own span: the default
@@ -401,10 +402,3 @@ def _drawn(view: JobView, rng: str, now: float) -> tuple[Any, ...]:
             alerts, components.updated_stamp(now), f" · {owner}" if owner else "",
             *figs, *hints)
 
-
-def owner_text(owners: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
-    """``alice · team vision``: whom the job belongs to (``job_data.job_owners``), only
-    what the store knows; "" if nothing."""
-    users, teams = owners
-    return " · ".join([*([", ".join(users)] if users else []),
-                       *([f"team {', '.join(teams)}"] if teams else [])])

@@ -20,7 +20,13 @@ from fleetwatch.dashboards.data import FUTURE_SLACK_S, POWER, TEMP, UTIL, read_a
 from fleetwatch.dashboards.energy_data import Share, _factors, shares
 from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import Alert, Event, Store, gpu_index
-from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow, EnergyTotal, bucket_floor
+from fleetwatch.pipeline.store.ledger import (
+    BUCKET_S,
+    EnergyRow,
+    EnergyTotal,
+    bucket_floor,
+    job_owners,
+)
 
 JOB_EVENTS = ("job_start", "job_end")
 # How far back a job's events are looked for: the near past first (a job just slow or
@@ -292,25 +298,6 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
     return JobView(job, start_s, end_s, series, drawn, alerts, energy,
                    max(len(job.nodes) - MAX_NODES, 0), missing_h,
                    job_owners(rows, alerts, job.job))
-
-
-def job_owners(rows: Iterable[EnergyRow], alerts: Iterable[Alert], job: str
-               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """Whom ``job`` belongs to, as the agent read it from the scheduler: the users and
-    teams of its energy ledger rows (one owner per row: a shared GPU's are split), else
-    those its alerts carry (a store with no ledger); each once, ((), ()) if unknown."""
-    users: dict[str, None] = {}
-    teams: dict[str, None] = {}
-    for r in rows:
-        if r.job == job:
-            users.update(dict.fromkeys(x for x in (r.user,) if x))
-            teams.update(dict.fromkeys(x for x in (r.team,) if x))
-    if not users and not teams:
-        for a in alerts:
-            if a.jobs == (job,):  # a shared GPU's alert names several owners: not this one's
-                users.update(dict.fromkeys(a.users))
-                teams.update(dict.fromkeys(a.teams))
-    return tuple(users), tuple(teams)
 
 
 def fold_jobs(held: Mapping[K, str], events: Iterable[Event],

@@ -7,12 +7,12 @@ import dataclasses
 import time
 from pathlib import Path
 
-from fleetwatch.dashboards import job, job_data
+from fleetwatch.dashboards import job_data
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.events import EventTracker
-from fleetwatch.pipeline.store.ledger import EnergyRow
+from fleetwatch.pipeline.store.ledger import EnergyRow, job_owners, owner_text
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from tests.dashboards.fakes import NOW, alert
+from tests.dashboards.fakes import alert
 
 
 def row(job_id: str, user: str, team: str, device: str = "gpu0") -> EnergyRow:
@@ -23,13 +23,13 @@ def row(job_id: str, user: str, team: str, device: str = "gpu0") -> EnergyRow:
 def test_the_owner_is_the_ledgers_then_the_alerts() -> None:
     rows = [row("42", "alice", "vision"), row("42", "alice", "vision", "gpu1"),
             row("43", "bob", "llm"), row("", "", "")]
-    assert job_data.job_owners(rows, (), "42") == (("alice",), ("vision",))
-    assert job_data.job_owners(rows, (), "44") == ((), ())
+    assert job_owners(rows, (), "42") == (("alice",), ("vision",))
+    assert job_owners(rows, (), "44") == ((), ())
     a = dataclasses.replace(alert("n1", 0), jobs=("44",), users=("carol",), teams=("rl",))
-    assert job_data.job_owners(rows, (a,), "44") == (("carol",), ("rl",))
-    assert job.owner_text((("alice",), ("vision",))) == "alice · team vision"
-    assert job.owner_text(((), ("vision",))) == "team vision"
-    assert job.owner_text(((), ())) == ""
+    assert job_owners(rows, (a,), "44") == (("carol",), ("rl",))
+    assert owner_text((("alice",), ("vision",))) == "alice · team vision"
+    assert owner_text(((), ("vision",))) == "team vision"
+    assert owner_text(((), ())) == ""
 
 
 def test_read_job_names_the_owner_from_the_stores_ledger(tmp_path: Path) -> None:
