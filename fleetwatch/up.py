@@ -168,6 +168,25 @@ def _refuse_live_store(path: str, options: UpOptions, now_s: float, cluster: str
                   "really meant, add --into-live-store")
 
 
+def live_store_warning(path: str, options: UpOptions, now_s: float, cluster: str) -> str:
+    """What ``--into-live-store`` onto a store a live processor writes must be told (""
+    otherwise): a processor that takes nodes over before any frame came to it (at its start,
+    an idle first poll) cannot tell the simulated cluster's stored nodes from its own, and
+    then judges and notifies their alerts too (``pipeline.ownership``)."""
+    if not (options.keep and options.into_live_store):
+        return ""
+    live = live_clusters(path, cluster, now_s - LIVE_S)
+    if not live:
+        return ""
+    return (f"warning: cluster(s) {', '.join(sorted(live)[:5])} write this store live. A "
+            "processor that starts (or is handed partitions) before any frame has come to "
+            "it takes over every stored node whose name maps to its partitions, of any "
+            f"cluster: a `fleetwatch process` of theirs may then notify cluster {cluster!r}'s "
+            "alerts too, and this run theirs (duplicate pages); once it has had frames, a "
+            "processor takes over only nodes of the clusters they came from. To be sure, "
+            "give the simulation its own store (--store NEW.db) or its own alert receivers")
+
+
 def build(config: Config, options: UpOptions) -> tuple[System, str]:
     """The system (its store locked) and a one-line description of its source.
 
@@ -212,6 +231,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
             return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time(), config.sim.cluster)
+    shared = live_store_warning(config.store.path, options, time.time(), config.sim.cluster)
     continued = (newest_sample_s(config.store.path, config.sim.cluster) if options.keep
                  else None)
     s = config.sim
@@ -223,6 +243,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     system.fault_notes = notes
     system.faults_not_replayed = ended
     system.continued_from = continued
+    system.live_warning = shared
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth, sim.params.cluster))
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
@@ -285,6 +306,8 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     config = system.config
     store = store_name(config.store)
     print(f"fleetwatch up: {what}", file=out)
+    if system.live_warning:
+        print(f"  {system.live_warning}", file=out)
     sim = getattr(system.agent.source, "sim", None)
     for n, r in enumerate(sim.ground_truth if sim is not None else ()):
         where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")

@@ -35,7 +35,12 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   names those that have sent nothing yet waits ``grace_s`` (two of the fleet's
   usual intervals, at least ``MIN_GRACE_S``) on the processor's clock or the
   frames': right after an assignment nothing has been polled yet, and naming
-  every node then reads as "these nodes are silent".
+  every node then reads as "these nodes are silent". Once this member has had frames,
+  only nodes of the clusters they came from are taken over so: one store may hold
+  clusters other processors judge and notify (another topic's, or `up --into-live-store`
+  beside this one); taking theirs over paged their alerts twice. Those wait
+  (``_foreign``) until a frame of their cluster comes here. A takeover before any frame
+  (an idle first poll) cannot tell and takes every stored node of its partitions over.
 
 With no bus (``Processor.process``) or before the first assignment, every
 node counts as owned.
@@ -112,6 +117,10 @@ class Ownership:
         # The clusters this member has had frames from: one store may hold several
         # clusters, each consumed from its own topic by its own processors.
         self._clusters: set[str] = set()
+        # Stored nodes of owned partitions of clusters no frame came from yet: taken over
+        # with their cluster's first frame here (``_expected``).
+        self._foreign: dict[NodeKey, tuple[Partition, Expected]] = {}
+        self._foreign_due: tuple[float, float] | None = None  # when they are named in the log
         # Nodes taken over that have sent nothing yet, named in the log once the grace is
         # over (``_say_expected``): when, on the processor's clock and on the frames'.
         self._quiet: dict[NodeKey, Expected] = {}
@@ -190,6 +199,7 @@ class Ownership:
             del self._nodes[key]
             self._quiet.pop(key, None)
             self._last_ts.pop(key, None)
+        self._foreign = {k: v for k, v in self._foreign.items() if k[1] not in nodes}
         self._book.drop(nodes)
         for hook in self._on_revoked:
             hook(nodes)
@@ -229,9 +239,12 @@ class Ownership:
             if key not in known and key not in where:
                 where[key] = (sources[i].topic, sources[i].partition) if sources else None
         expected = self._expected(where) if self._expect else []
+        if new_clusters and self._foreign:
+            expected += self._adopt_foreign(new_clusters, where)
         if self._recheck:
             self._load_missed()
         self._say_expected(frames, expected)
+        self._say_foreign()
         # A cluster's first frames may bring no node to build (the assignment built every
         # node the store knows, as expected, before any frame came): its rack and room
         # alerts are taken over all the same.
@@ -343,13 +356,50 @@ class Ownership:
             seen = {}
         self._expect = False
         out: list[Expected] = []
+        self._foreign = {}
         for key, (rack, ts) in sorted(seen.items()):
             if key in self._nodes or key in where:
                 continue
             partition = self.locate(key[1].encode())  # agents key frames by node name
             if partition is not None and partition in self.owned:
-                where[key] = partition
-                out.append((key[0], rack, key[1], ts))
+                if not self._clusters or key[0] in self._clusters:
+                    # (No frame at all yet, right after a start: which clusters come here
+                    # is not known, and a member whose partitions hold only dead nodes must
+                    # still take them over: all of them, as before.)
+                    where[key] = partition
+                    out.append((key[0], rack, key[1], ts))
+                else:  # another processor's cluster, as far as this member knows
+                    self._foreign[key] = (partition, (key[0], rack, key[1], ts))
+        # Said once the grace is over (``_say_foreign``): right after an assignment no frame
+        # has come yet, not even of this member's own clusters.
+        self._foreign_due = (self.monotonic() + self.grace_s, self._newest_ts + self.grace_s)
+        return out
+
+    def _say_foreign(self) -> None:
+        if not self._foreign or self._foreign_due is None:
+            return
+        due_wall, due_ts = self._foreign_due
+        if self.monotonic() < due_wall and self._newest_ts < due_ts:
+            return
+        self._foreign_due = None
+        others = sorted({c for c, _ in self._foreign})
+        log.info("%d node(s) the store holds of cluster(s) %s map to the partitions taken "
+                 "over, but no frame of those clusters has come here: they are not taken over "
+                 "(their alerts are neither judged nor notified here; the processor that reads "
+                 "their frames does) until a frame of their cluster comes", len(self._foreign),
+                 ", ".join(others[:10]) + (", ..." if len(others) > 10 else ""))
+
+    def _adopt_foreign(self, clusters: set[str], where: dict[NodeKey, Partition | None]
+                       ) -> list[Expected]:
+        """Take over the waiting stored nodes (``_foreign``) of ``clusters``, whose first
+        frames came here, in owned partitions; their ``Expected``."""
+        out: list[Expected] = []
+        for key in [k for k in self._foreign if k[0] in clusters]:
+            partition, expected = self._foreign.pop(key)
+            if key in self._nodes or key in where or partition not in (self.owned or ()):
+                continue
+            where[key] = partition
+            out.append(expected)
         return out
 
     def whole(self) -> bool:

@@ -114,3 +114,21 @@ def test_a_kept_shared_store_continues_from_the_simulated_clusters_own_newest_sa
     start = sim_start(str(db), UpOptions(keep=True, into_live_store=True, backfill_s=600.0),
                       now, "other")
     assert start == pytest.approx(now - 600.0)
+
+
+def test_into_a_live_store_up_warns_that_alerts_may_be_notified_twice(tmp_path: Path) -> None:
+    from fleetwatch.up import live_store_warning
+
+    now = time.time()
+    live = tmp_path / "live.db"
+    real_store(live, 20.0)
+    said = live_store_warning(str(live), UpOptions(keep=True, into_live_store=True), now,
+                              "sim")
+    assert said.startswith("warning: cluster(s) so write this store live")
+    assert "duplicate pages" in said and "--store NEW.db" in said
+    # Not said of a store nobody else writes now, nor without --into-live-store.
+    assert live_store_warning(str(live), UpOptions(keep=True), now, "sim") == ""
+    old = tmp_path / "old.db"
+    real_store(old, LIVE_S + 60)
+    assert live_store_warning(str(old), UpOptions(keep=True, into_live_store=True), now,
+                              "sim") == ""
