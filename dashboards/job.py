@@ -40,6 +40,7 @@ from fleetwatch.dashboards.job_data import (
 )
 from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import ACTIVE_STATES, Alert, Store, StoreError
+from fleetwatch.pipeline.store.ledger import owner_text
 
 PREFIX = "/job/"
 JOB_RANGE = "job"  # the range key of the job's own span: the default
@@ -97,7 +98,8 @@ def layout(job: str, refresh_s: float, cluster: str | None = None,
         dcc.Store(id="job-id", data=job),
         dcc.Store(id="job-cluster", data=cluster),
         html.Div(className="page-head", children=[
-            html.H1(["Job ", html.Span(job, id="job-title")]),
+            html.H1(["Job ", html.Span(job, id="job-title"),
+                     html.Span(id="job-owner", className="job-owner")]),
             html.Div(className="range-picker", children=[dcc.RadioItems(
                 id="job-range", value=rng, inline=True, options=options,
                 className="range-items", inputClassName="range-input",
@@ -317,7 +319,7 @@ def register(app: dash.Dash, store: Store, clock_: Callable[[], float],
     outputs = [Output("job-notice", "children"), Output("job-choices", "children"),
                Output("job-body", "hidden"), Output("job-summary", "children"),
                Output("job-gpus", "children"), Output("job-alerts", "children"),
-               Output("job-updated", "children")]
+               Output("job-updated", "children"), Output("job-owner", "children")]
     outputs += [Output(graph_id(m), "figure") for m in CHART_METRICS]
     outputs += [Output(hint_id(m), "children") for m in CHART_METRICS]
 
@@ -337,18 +339,18 @@ def register(app: dash.Dash, store: Store, clock_: Callable[[], float],
                     notice = components.notice(not_found_text(job_id, cluster, found),
                                                "job-not-found")
                     return (notice, choices(job_id, found, rng) if found else None, True,
-                            None, None, None, components.updated_stamp(now), *rest)
+                            None, None, None, components.updated_stamp(now), None, *rest)
                 return (components.notice(f"Job {job_id} ran in {len(mine)} clusters: pick "
                                           "one", "job-ambiguous"),
                         choices(job_id, mine, rng), True, None, None, None,
-                        components.updated_stamp(now), *rest)
+                        components.updated_stamp(now), None, *rest)
             (job,) = mine
             start, end = window(job, rng, now)
             view = read_job(store, job, start, end, now, carbon)
         except StoreError as exc:
             return (components.notice(f"Store unavailable: {exc}"), dash.no_update,
                     dash.no_update, dash.no_update, dash.no_update, dash.no_update,
-                    components.failed_stamp(now), *rest)
+                    components.failed_stamp(now), dash.no_update, *rest)
         return _drawn(view, rng, now)
 
     @app.callback(Output("url", "pathname", allow_duplicate=True),
@@ -401,5 +403,8 @@ def _drawn(view: JobView, rng: str, now: float) -> tuple[Any, ...]:
             f"{view.nodes_left} more are not read", "job-nodes-left")
     alerts = alert_tables.alert_table(view.alerts, now, "job-alert-table", rng=carry,
                                       empty="No alert on the job's GPUs during the job")
+    owner = owner_text(view.owners)
     return (notice, None, False, summary(view, now), gpu_table(job, medians, stats, carry),
-            alerts, components.updated_stamp(now), *figs, *hints)
+            alerts, components.updated_stamp(now), f" · {owner}" if owner else "",
+            *figs, *hints)
+

@@ -20,7 +20,13 @@ from fleetwatch.dashboards.data import FUTURE_SLACK_S, POWER, TEMP, UTIL, read_a
 from fleetwatch.dashboards.energy_data import Share, _factors, shares
 from fleetwatch.pipeline.events import split_jobs
 from fleetwatch.pipeline.store.base import Alert, Event, Store, gpu_index
-from fleetwatch.pipeline.store.ledger import BUCKET_S, EnergyRow, EnergyTotal, bucket_floor
+from fleetwatch.pipeline.store.ledger import (
+    BUCKET_S,
+    EnergyRow,
+    EnergyTotal,
+    bucket_floor,
+    job_owners,
+)
 
 JOB_EVENTS = ("job_start", "job_end")
 # How far back a job's events are looked for: the near past first (a job just slow or
@@ -243,6 +249,8 @@ class JobView:
     # The job's GPU-hours in its ledger rows with no energy data (gaps past energy.max_gap_s,
     # a silent node): the energy is of the rest only.
     energy_missing_h: float = 0.0
+    # Whom the job belongs to (users, teams: ``job_owners``); empty where unknown.
+    owners: tuple[tuple[str, ...], tuple[str, ...]] = ((), ())
 
     @property
     def last_seen_ms(self) -> int | None:
@@ -279,13 +287,17 @@ def read_job(store: Store, job: Job, start_s: float, end_s: float, now_s: float,
     active, resolved = read_alerts(store, now_s, max(now_s - job.start_ts, 0.0) + 3600)
     energy, missing_h = None, 0.0
     reader: Callable[..., list[EnergyRow]] | None = getattr(store, "energy", None)
-    if carbon is not None and callable(reader):
+    rows: list[EnergyRow] = []
+    if callable(reader):
         end = job.end_ts if job.end_ts is not None else now_s
         rows = [r for node in job.nodes
                 for r in reader(bucket_floor(job.start_ts), end + BUCKET_S, job.cluster, node)]
+    if carbon is not None and callable(reader):
         energy, missing_h = energy_share(rows, job.job, carbon), missing_gpu_hours(rows, job.job)
-    return JobView(job, start_s, end_s, series, drawn, job_alerts(active + resolved, job),
-                   energy, max(len(job.nodes) - MAX_NODES, 0), missing_h)
+    alerts = job_alerts(active + resolved, job)
+    return JobView(job, start_s, end_s, series, drawn, alerts, energy,
+                   max(len(job.nodes) - MAX_NODES, 0), missing_h,
+                   job_owners(rows, alerts, job.job))
 
 
 def fold_jobs(held: Mapping[K, str], events: Iterable[Event],

@@ -36,6 +36,7 @@ def when(text: str, now: float, tz: ZoneInfo, flag: str) -> float:
 
 
 def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
+    from fleetwatch.pipeline.store.ledger import job_owners, owner_text
     from fleetwatch.report_month import ZoneError, zone
     from fleetwatch.timeline import (
         Scope,
@@ -66,7 +67,7 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
     if isinstance(got, str):
         print(f"fleetwatch timeline: {got}", file=sys.stderr)
         return EXIT_ERROR
-    records, job_events, notes, name = got
+    records, job_events, notes, name, owned = got
     slots = None
     if scope.job:
         scope, slots = job_scope(scope, job_events)
@@ -88,6 +89,9 @@ def cmd_timeline(config: Config, args: argparse.Namespace) -> int:
     else:
         print(f"{len(entries)} entries in {name} from {_at(scope.start, tz)} to "
               f"{_at(min(scope.end, now), tz)} (times {tz.key})")
+        owner = owner_text(job_owners(owned, records.alerts, scope.job)) if scope.job else ""
+        if owner:  # whom to tell: what the agent read from the scheduler
+            print(f"job {scope.job}: {owner.replace(' · ', ', ')}")
         for e in entries:
             print(text_line(e, tz))
         if not args.pending_cleared:
@@ -156,10 +160,11 @@ def _at(ts: float, tz: ZoneInfo) -> str:
 
 
 def _read(config: Config, scope: Any, hours: bool = False
-          ) -> tuple[Any, list[Any], list[str], str] | str:
+          ) -> tuple[Any, list[Any], list[str], str, list[Any]] | str:
     """The records of the window, the job events (``--job``, ``--fault-hours``; with the
     latter, the ledger's (job, user, team) rows last), notes on what the store does not
-    keep, and the store's name; or why they could not be read."""
+    keep, the store's name, and with ``--job`` its energy ledger rows in the window (whom
+    it belongs to); or why they could not be read."""
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.timeline import EVENT_KINDS, Records
     from fleetwatch.wiring import open_store, store_name
@@ -189,6 +194,10 @@ def _read(config: Config, scope: Any, hours: bool = False
             job_events = [*job_events, *{(r.job, r.user, r.team) for r in store.energy(
                 scope.start - 3600, scope.end, cluster=scope.cluster or None,
                 node=scope.node or None) if r.job}]
+        owned = ([r for r in store.energy(scope.start - 3600, scope.end,
+                                          cluster=scope.cluster or None,
+                                          node=scope.node or None) if r.job == scope.job]
+                 if scope.job and callable(getattr(store, "energy", None)) else [])
         faults = store.annotations(scope.start, scope.end)
         records = Records(alerts, notified, store.acks(), store.silences(), events, faults)
     except StoreError as exc:
@@ -198,4 +207,4 @@ def _read(config: Config, scope: Any, hours: bool = False
     if not getattr(store, "keeps_text", True):
         notes.append(f"{name} keeps no comment of acknowledgements and silences, no alert "
                      "message and no event text (numbers and names only)")
-    return records, job_events, notes, name
+    return records, job_events, notes, name, owned

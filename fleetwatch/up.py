@@ -122,7 +122,8 @@ def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim")
     """Where the simulated timeline starts (its first sample is one interval later):
     ``backfill_s`` ago in a new store; with ``keep``, at the newest stored sample (or
     ``backfill_s`` ago if that is older, leaving the time nothing ran as a gap), so that
-    no sample is written twice and none is missing at the seam."""
+    no sample is written twice and none is missing at the seam. The newest sample is the
+    simulated ``cluster``'s own: another cluster sharing the store writes on meanwhile."""
     start = now_s - options.backfill_s
     newest = newest_sample_s(path)
     if newest is None:
@@ -137,7 +138,8 @@ def sim_start(path: str, options: UpOptions, now_s: float, cluster: str = "sim")
     if newest > now_s + 60:
         raise UpError(f"the store {path} holds data up to {stamp}, later than now: is this "
                       "machine's clock right? Use another file with --store NEW.db")
-    return max(start, newest)
+    own = newest_sample_s(path, cluster)
+    return start if own is None else max(start, own)
 
 
 # A cluster other than the simulated one, or a node of its name that the simulator does
@@ -164,6 +166,23 @@ def _refuse_live_store(path: str, options: UpOptions, now_s: float, cluster: str
                   "fleet into it (beside the data that `fleetwatch process` stores there): "
                   "give the simulation a store of its own (--store NEW.db), or, if that is "
                   "really meant, add --into-live-store")
+
+
+def live_store_warning(path: str, options: UpOptions, now_s: float, cluster: str) -> str:
+    """What ``--into-live-store`` onto a store a live processor writes must be told (""
+    otherwise): each processor takes over the stored nodes of its partitions, of any
+    cluster, and judges and notifies their alerts too (``pipeline.ownership``): a cluster
+    dead at a takeover must still be paged by someone, so none is left out."""
+    if not (options.keep and options.into_live_store):
+        return ""
+    live = live_clusters(path, cluster, now_s - LIVE_S)
+    if not live:
+        return ""
+    return (f"warning: cluster(s) {', '.join(sorted(live)[:5])} write this store live. Each "
+            "processor takes over the stored nodes whose names map to its partitions, of any "
+            f"cluster: a `fleetwatch process` of theirs may notify cluster {cluster!r}'s "
+            "alerts too, and this run theirs (duplicate pages). Give the simulation its own "
+            "store (--store NEW.db) or its own alert receivers")
 
 
 def build(config: Config, options: UpOptions) -> tuple[System, str]:
@@ -210,7 +229,9 @@ def _build(config: Config, options: UpOptions, simulate: bool,
             return system, f"this node's host metrics only, no NVML yet ({config.node.node})"
         return system, f"this node's GPUs through NVML ({config.node.node})"
     start = sim_start(config.store.path, options, time.time(), config.sim.cluster)
-    continued = newest_sample_s(config.store.path) if options.keep else None
+    shared = live_store_warning(config.store.path, options, time.time(), config.sim.cluster)
+    continued = (newest_sample_s(config.store.path, config.sim.cluster) if options.keep
+                 else None)
     s = config.sim
     sim, notes, ended = continued_sim(sim_params(config, options), start, options.faults,
                                       config.store.path if options.keep else None)
@@ -220,6 +241,7 @@ def _build(config: Config, options: UpOptions, simulate: bool,
     system.fault_notes = notes
     system.faults_not_replayed = ended
     system.continued_from = continued
+    system.live_warning = shared
     pace.system = system
     system.store.write_annotations(fault_annotations(sim.ground_truth, sim.params.cluster))
     what = (f"simulated fleet: {counted(s.nodes, 'node')} x {s.gpus} {sim.part.model}, "
@@ -282,6 +304,8 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     config = system.config
     store = store_name(config.store)
     print(f"fleetwatch up: {what}", file=out)
+    if system.live_warning:
+        print(f"  {system.live_warning}", file=out)
     sim = getattr(system.agent.source, "sim", None)
     for n, r in enumerate(sim.ground_truth if sim is not None else ()):
         where = (r.node or r.rack or "") + ("" if r.gpu is None else f" GPU {r.gpu}")
@@ -298,7 +322,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
     kept = ""
     if given.keep:  # said as it is: a --keep that found no store starts one
         kept = ("   --keep: no data to continue, a new store" if system.continued_from is None
-                else "   continued from its newest sample, "
+                else f"   continued from its newest sample (cluster {config.sim.cluster}), "
                 + time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(system.continued_from)))
     print(f"  bus: in-process   store: {os.path.abspath(store)} ({config.store.kind}){kept}",
           file=out)

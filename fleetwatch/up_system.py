@@ -78,6 +78,7 @@ class System:
         # --keep: faults asked for whose stored window has ended, with it (not replayed).
         self.faults_not_replayed: list[tuple[Fault, Annotation]] = []
         self.continued_from: float | None = None  # --keep: the newest sample it continues
+        self.live_warning = ""  # --into-live-store onto a live store: said in the banner
         # Why the processor ended before it was asked to (out of memory); None: it did not.
         self.failure: OutOfMemory | StoreLost | None = None
         self.halt: Stop | None = None  # set, with its cause, when the processor fails

@@ -31,14 +31,17 @@ _SIM_NODE = re.compile(r"node-\d{3,}")
 _SIM_RACK = re.compile(r"rack-\d{2,}")
 
 
-def newest_sample_s(path: str) -> float | None:
-    """The newest simulated sample in the SQLite store at ``path`` (None: the store is new,
-    or an empty file, which the store turns into a new one)."""
+def newest_sample_s(path: str, cluster: str | None = None) -> float | None:
+    """The newest GPU sample in the SQLite store at ``path``, of ``cluster`` alone where
+    given (None: the store is new, or an empty file, which the store turns into a new one,
+    or holds no sample of ``cluster``). A store other clusters share goes on from the
+    simulated cluster's own newest sample: another cluster's newer one left a hole."""
     if not Path(path).exists() or Path(path).stat().st_size == 0:
         return None
     store = SqliteStore(path, read_only=True)
     try:
-        newest = max((ts for _, ts, _ in store.latest(_NEWEST_METRIC, 0)), default=None)
+        newest = max((ts for key, ts, _ in store.latest(_NEWEST_METRIC, 0)
+                      if cluster is None or key.cluster == cluster), default=None)
     finally:
         store.close()
     return None if newest is None else newest / 1000

@@ -174,7 +174,8 @@ def xid_text(node: str, gpu: int, evidence: Mapping[str, float],
              job: str = "") -> tuple[str, str]:
     """An XID alert's message and action from its evidence: what a store that keeps no
     text (VictoriaMetrics) gives back, the same words the detector wrote (less the job
-    that held the GPU, ``job``, which the detector names and numbers cannot keep)."""
+    that held the GPU, ``job``: "job 42" or "job 42, alice, team vision", which the
+    detector names and numbers cannot keep)."""
     listing = xid_listing(evidence)
     if not listing and "xid" in evidence:  # the evidence of an older release: one code
         code = int(evidence["xid"])
@@ -182,7 +183,7 @@ def xid_text(node: str, gpu: int, evidence: Mapping[str, float],
         if evidence.get("count", 1) > 1:
             listing += f" {evidence['count']:.0f}x"
     action = describe(int(evidence["xid"])).action if "xid" in evidence else ""
-    held = f" (job {job})" if job else ""
+    held = "" if not job else f" ({job})" if job.startswith("job ") else f" (job {job})"
     return f"GPU {gpu} on {node}{held}: XID {listing}", action
 
 

@@ -64,6 +64,11 @@ class Finding:
     # With ``FORGOTTEN`` in its evidence, every open alert of its node (scope node: the
     # node's and its GPUs', of any rule) or of its rack (scope rack) resolves with it.
     resolves: bool = False
+    # Whom its jobs belong to, as the frames name them (``GpuReading.info`` user and team,
+    # from the scheduler): carried by the alert (``Alert.users``, ``Alert.teams``); empty
+    # where unknown.
+    users: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
 
 
 def job_ids(job: str | None) -> tuple[str, ...]:

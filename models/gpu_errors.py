@@ -17,7 +17,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert, job_ids
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.batch import COL, Batch, gpu_finding
 from fleetwatch.models.board_places import Missing, MissingBoards
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
@@ -211,10 +211,10 @@ class GpuErrors(WaveDetector):
             g = f.gpus[j].index
             vals = {n: float(a[k]) for n, a in v.items() if math.isfinite(a[k])}
             e = {n: float(a[k]) for n, a in extra.items()}
-            jobs = job_ids(self.jobs.of(f, g))
+            tags = self.jobs.tags(f, g)
             for rule, mask in masks.items():
                 if mask[k]:
-                    out.append(replace(self._finding(rule, f, g, vals, e), jobs=jobs))
+                    out.append(replace(self._finding(rule, f, g, vals, e), **tags))
 
     def _finding(self, rule: str, f: Frame, g: int, v: dict[str, float],
                  e: dict[str, float]) -> Finding:

@@ -41,8 +41,9 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, GpuReading
-from fleetwatch.models import Finding, job_ids
+from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, Batch, columns, job_code
+from fleetwatch.models.held_jobs import node_job_tags
 from fleetwatch.models.jobs import RESIDENT_UTIL_PCT
 
 SM, UTIL, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"], COL["gpu_power_w"],
@@ -242,7 +243,7 @@ class JobHang:
             f"If no checkpoint or debugging session of job {job} is under way on {node}, "
             f"dump the stack of the rank on GPU {gpu} there (py-spy dump --pid PID): a "
             "data-loader or host-side deadlock holds every other rank; then cancel the job "
-            "and restart it from its last checkpoint", "node", jobs=job_ids(job))
+            "and restart it from its last checkpoint", "node", **node_job_tags(f, [job]))
 
     def _moved(self, f: Frame, gpus: list[GpuReading]) -> dict[str, float] | None:
         """The most bytes/s any of these GPUs moves (NVLink and PCIe, all directions) and
@@ -322,7 +323,7 @@ class JobHang:
             "(py-spy dump --pid PID on each rank), find the rank that died or stalled first "
             "in the NCCL logs (NCCL_DEBUG=INFO; a lost GPU, an XID, a node gone silent), then "
             "cancel the job and restart it from its last checkpoint", "node",
-            jobs=tuple(j for h in hung for j in job_ids(h[0])))
+            **node_job_tags(f, [h[0] for h in hung]))
 
 
 def _has_nvlink(m: Mapping[str, float]) -> bool:

@@ -34,7 +34,7 @@ import numpy as np
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
-from fleetwatch.models import Finding, job_ids
+from fleetwatch.models import Finding
 from fleetwatch.models.batch import (
     COL,
     Batch,
@@ -45,6 +45,7 @@ from fleetwatch.models.batch import (
     throttle_bits,
 )
 from fleetwatch.models.gpu_slots import Boards
+from fleetwatch.models.held_jobs import job_tags, job_words
 from fleetwatch.models.peer_stats import peer_median, same_job_peers
 
 SM, UTIL, CLOCK, POWER, LIMIT = (COL["gpu_sm_active_ratio"], COL["gpu_util_pct"],
@@ -300,7 +301,7 @@ class JobPeers:
                   # how many of the peers are of its model (clocks and power are theirs)
                   "clock_peers": cn[i, j], "power_peers": pn[i, j]}
             ev = {k: v for k, v in ev.items() if np.isfinite(v)}
-            where = f"GPU {g} on {f.node} (job {job})"
+            where = f"GPU {g} on {f.node} ({job_words(job, f.gpus[j].info)})"
             if stuck[i, j]:
                 if not hung[i, j]:
                     why = f"idle ({act[i, j]:.0%} SM activity)"
@@ -337,5 +338,6 @@ class JobPeers:
                     max(c.power_low_for_s - settled_s, 0.0), {**ev, "low_for_s": low_s},
                     "Check its power limit and throttle reasons (power brake, power cap) and "
                     "the node's power supplies"))
-            out[first:] = [replace(x, jobs=job_ids(job)) for x in out[first:]]
+            tags = job_tags(job, f.gpus[j].info)
+            out[first:] = [replace(x, **tags) for x in out[first:]]
         return out

@@ -16,13 +16,13 @@ opens (and notifies) one about the new board.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, is_board_uuid
-from fleetwatch.models import RANK, REVISION, Finding, OpenAlert, job_ids
+from fleetwatch.models import RANK, REVISION, Finding, OpenAlert
 from fleetwatch.models.batch import gpu_finding
-from fleetwatch.models.held_jobs import HeldJobs
+from fleetwatch.models.held_jobs import HeldJobs, job_tags, job_words
 from fleetwatch.xids import (
     MORE_CODES,
     MORE_COUNT,
@@ -143,16 +143,20 @@ class XidEvents:
             evidence = xid_evidence(seen, self._more[key])
             evidence[REVISION] = self._revision[key]
             evidence[RANK] = float(describe(int(evidence["xid"])).rank)
-            out.append(_xid_finding(f, gpu, severity, evidence, hold, self._jobs.of(f, gpu)))
+            held = self._jobs.held(f, gpu)
+            out.append(_xid_finding(f, gpu, severity, evidence, hold,
+                                    held.job or "" if held is not None else "",
+                                    held.info if held is not None else None))
         return out
 
 
 def _xid_finding(f: Frame, gpu: int, severity: str, evidence: dict[str, float],
-                 hold: float, job: str = "") -> Finding:
+                 hold: float, job: str = "", info: Mapping[str, str] | None = None
+                 ) -> Finding:
     """One XID alert's finding: the codes seen while it holds, the worst first; the job
-    that held the GPU named as the job detectors name it."""
-    message, action = xid_text(f.node, gpu, evidence, job)
+    that held the GPU, and its owner (``info``), named as the job detectors name them."""
+    message, action = xid_text(f.node, gpu, evidence, job_words(job, info))
     code = int(evidence["xid"])
     return dataclasses.replace(
         gpu_finding(f, gpu, f"gpu_xid_{severity}", code, message, severity, 0.0, evidence,
-                    action, hold), jobs=job_ids(job))
+                    action, hold), **job_tags(job, info))

@@ -394,7 +394,8 @@ class AlertBook:
                 severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
                 device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
                 value=finding.value, message=finding.message, evidence=evidence,
-                action=finding.action, jobs=finding.jobs, uuid=finding.board)
+                action=finding.action, jobs=finding.jobs, uuid=finding.board,
+                users=finding.users, teams=finding.teams)
             m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts,
                       repeats=_repeats(alert))
         elif finding.ends:  # how it ended: the firing message and action stay
@@ -410,7 +411,8 @@ class AlertBook:
             alert = dataclasses.replace(
                 alert, updated_ts=ts, value=finding.value, message=finding.message,
                 severity=finding.severity, evidence=evidence or alert.evidence,
-                action=finding.action or alert.action, jobs=finding.jobs or alert.jobs)
+                action=finding.action or alert.action, jobs=finding.jobs or alert.jobs,
+                users=finding.users or alert.users)
             m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
             m = dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s, clear_since=None)
             if (self._revised(m, alert, ts) or _rank(alert) > rank

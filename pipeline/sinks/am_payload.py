@@ -5,7 +5,10 @@ XID alert ``remedy``, the class of its worst code's action (``fleetwatch.xids.RE
 none, restart, reset, drain, reboot, rma). Alertmanager dedups notifications by label set
 and does not notify changed annotations (only at the route's repeat_interval), so an XID
 alert whose action escalates gets a new label set, which it notifies as a new alert.
-Annotations: summary, description (where and since when), evidence, action, the board.
+An alert about a job whose owner the frames named has ``team`` (``Alert.teams``, fixed as
+the alert opened: a route can send it to the owning team; one value per team, few).
+Annotations: summary, description (where and since when), evidence, action, the board,
+and ``user`` and ``team`` where known.
 
 ``posted_sets`` is the pure part of taking an XID alert over (``AlertmanagerSink.adopt``):
 every label set Alertmanager has it under, so that each is resolved in its turn.
@@ -23,6 +26,8 @@ from fleetwatch.xids import REMEDIES, remedy
 
 # XID alerts (``models.xid_events``) carry the label ``remedy``: their action's class.
 XID_RULES, REMEDY = "gpu_xid_", "remedy"
+# Alerts about a job with a known owner carry its team as a label (routing).
+TEAM = "team"
 
 
 def am_labels(alert: Alert) -> dict[str, str]:
@@ -33,6 +38,8 @@ def am_labels(alert: Alert) -> dict[str, str]:
         # The class of its worst code's action: an escalation is a new label set, which
         # Alertmanager notifies (it does not for changed annotations).
         out[REMEDY] = remedy(int(alert.evidence["xid"]))
+    if alert.teams:
+        out[TEAM] = ",".join(alert.teams)
     return out
 
 
@@ -77,6 +84,8 @@ def am_annotations(alert: Alert, several_clusters: bool = False) -> dict[str, st
     # The board as annotations, not labels: a label that changes with the board would
     # split Alertmanager's groups and break silences on a slot.
     out.update(board(alert))
+    out.update({k: ",".join(v) for k, v in (("user", alert.users), ("team", alert.teams))
+                if v})
     if board_text(alert):
         out["description"] += f"; board: {board_text(alert)}"
     return out

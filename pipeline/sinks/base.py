@@ -92,7 +92,8 @@ def notification_id(notice: Notice) -> str:
 
 def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
     """What, where, since when, the evidence and the action, as plain JSON; ``jobs``, the
-    jobs it is about, where it is about any (``links.alert_jobs``); with ``dashboard_url``,
+    jobs it is about, where it is about any (``links.alert_jobs``), and ``users`` and
+    ``teams``, whom they belong to, where the frames named them; with ``dashboard_url``,
     ``link``: the dashboard page about its subject (``links``); ``notification_id``, the
     change's dedupe key (``notification_id``)."""
     a = notice.alert
@@ -111,6 +112,7 @@ def change_json(notice: Notice, dashboard_url: str = "") -> dict[str, Any]:
     jobs = alert_jobs(a)
     if jobs:
         out["jobs"] = list(jobs)
+    out.update({k: list(v) for k, v in (("users", a.users), ("teams", a.teams)) if v})
     if dashboard_url:
         out["link"] = alert_url(dashboard_url, a)
     return out

@@ -6,7 +6,8 @@ Body: ``{"version": 1, "summary": [LINE, ...], "groups": [{"cluster", "rack", "n
 "alerts": [CHANGE, ...]}]}`` where CHANGE is ``change_json`` (id, state, rule, severity,
 labels, message, value, evidence, action, ``resolution`` where its detector said how it
 ended, started, fired_ts, resolved_ts, muted_by, ``notification_id``, ``jobs`` where it is
-about jobs, and ``link``, the dashboard page about the alert, where
+about jobs, ``users`` and ``teams`` where their owners are known, and ``link``, the
+dashboard page about the alert, where
 ``alerts.dashboard_url`` is set). A rack alert is its own group with node "". LINE is
 ``summary``'s: what a storm with one cause (a switch silencing 200 nodes, a row's power
 cap slowing 800 GPUs) is in one line, so that a receiver can post it once instead of a

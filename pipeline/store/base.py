@@ -86,6 +86,12 @@ class Alert:
     # timeline shows the firing as it was then. "" before it fires, in a store of an older
     # release, and where text is not kept (VictoriaMetrics).
     fired_message: str = ""
+    # Whom its jobs belong to (user and team, as the agent read them from the scheduler),
+    # empty where the frames named none. ``teams`` is that of the alert as it opened, kept
+    # for its life: Alertmanager routes on it (label ``team``), and a label set that changed
+    # would be a new alert there.
+    users: tuple[str, ...] = ()
+    teams: tuple[str, ...] = ()
 
 
 def board(a: Alert) -> dict[str, str]:

@@ -11,7 +11,7 @@ a processor that takes over a node resumes exactly where the last one stopped.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple, Protocol
 
 # Device names of the node-level rows: the CPU packages (RAPL) and the rest of the
@@ -178,3 +178,42 @@ class EnergyStore(Protocol):
         by energy, each with its CO2e: each cluster's part of it at ``kg_per_kwh`` of that
         (cluster, hour). ``per_cluster``: a line per cluster and value (job ids restart in
         each cluster), else one per value summed over clusters (a user is the same person)."""
+
+
+class OwnedAlert(Protocol):
+    """What ``job_owners`` reads of an alert (``base.Alert`` has it)."""
+
+    @property
+    def jobs(self) -> tuple[str, ...]: ...
+    @property
+    def users(self) -> tuple[str, ...]: ...
+    @property
+    def teams(self) -> tuple[str, ...]: ...
+
+
+def job_owners(rows: Iterable[EnergyRow], alerts: Iterable[OwnedAlert], job: str
+               ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Whom ``job`` belongs to, as the agent read it from the scheduler: the users and
+    teams of its energy ledger rows (one owner per row: a shared GPU's are split), else
+    those its alerts carry (a store with no ledger); each once, ((), ()) if unknown."""
+    users: dict[str, None] = {}
+    teams: dict[str, None] = {}
+    for r in rows:
+        if r.job == job:
+            users.update(dict.fromkeys(x for x in (r.user,) if x))
+            teams.update(dict.fromkeys(x for x in (r.team,) if x))
+    if not users and not teams:
+        for a in alerts:
+            if a.jobs == (job,):  # a shared GPU's alert names several owners: not this one's
+                users.update(dict.fromkeys(a.users))
+                teams.update(dict.fromkeys(a.teams))
+    return tuple(users), tuple(teams)
+
+
+def owner_text(owners: tuple[tuple[str, ...], tuple[str, ...]]) -> str:
+    """``alice · team vision``: whom the job belongs to (``job_owners``), only
+    what the store knows; "" if nothing."""
+    users, teams = owners
+    return " · ".join([*([", ".join(users)] if users else []),
+                       *([f"team {', '.join(teams)}"] if teams else [])])
+

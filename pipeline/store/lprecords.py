@@ -42,7 +42,7 @@ STATE_NAMES = {v: k for k, v in STATE_CODES.items()}
 # (uuid, serial, pci_bus_id) is named once per life, so as tags it adds no series, and
 # VictoriaMetrics, which keeps no text fields, keeps it too.
 ALERT_TAGS = ("id", "rule", "severity", "cluster", "rack", "node", "device", "uuid", "serial",
-              "pci_bus_id")
+              "pci_bus_id", "teams")
 EVENT_TAGS = ("kind", "cluster", "rack", "node", "device", "code", "value")
 # A mapping field's keys become fields named "<field>:<key>" (":" is valid in metric names).
 MAP_SEP = ":"
@@ -100,8 +100,9 @@ def alert_line(a: Alert, text: bool = False, v1: bool = False) -> str:
     tag_pairs: list[tuple[str, str]] = []
     for name, kind in ALERT_FIELDS:
         value = getattr(a, name)
-        if name in ALERT_TAGS:
-            tag_pairs.append((name, str(value)))
+        if name in ALERT_TAGS:  # teams: fixed for the alert's life, Alertmanager's label,
+            # kept where text is not (VictoriaMetrics), comma-joined (a name holds no comma)
+            tag_pairs.append((name, ",".join(value) if kind == "json" else str(value)))
         elif kind == "state":
             fields.append((name, _number(STATE_CODES[value])))
         elif kind in NUMBERS:
@@ -128,7 +129,8 @@ def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
     defaults = {f.name: f for f in dataclasses.fields(Alert)}
     for name, kind in ALERT_FIELDS:
         if name in ALERT_TAGS:
-            kw[name] = labels.get(name, "")
+            tag = labels.get(name, "")
+            kw[name] = tuple(x for x in tag.split(",") if x) if kind == "json" else tag
         elif kind == "state":
             kw[name] = STATE_NAMES.get(int(numbers.get("state", 0)), "pending")
         elif kind in NUMBERS:

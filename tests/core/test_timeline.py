@@ -207,3 +207,25 @@ def test_a_page_handed_over_and_never_confirmed_reads_so_and_an_outcome_replaces
     got = [(e.ts - T, e.what) for e in build(resent, Scope(T - 60, T + 7200))
            if e.kind == "notification"]
     assert got == [(150, "sent")]
+
+
+def test_a_jobs_timeline_names_whom_the_job_belongs_to(
+        store: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The ledger's (job, user, team) rows name the job's owner under the header; a job
+    whose owner the store does not know says nothing of one."""
+    from fleetwatch.pipeline.store.ledger import EnergyRow, bucket_floor
+
+    s = SqliteStore(store)
+    hour = int(bucket_floor(time.time() - 7200))
+    s.write_energy([EnergyRow(hour, "sim", "rack-01", "node-002", "gpu4", "4000003",
+                              "user-02", "multimodal", 3.6e6, 0.0, 3600.0, 0.0, 0.0, 0.0)], [])
+    s.close()
+    assert main(["timeline", "--store", str(store), "--since", "3h", "--job", "4000003"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "job 4000003: user-02, team multimodal", lines[:3]
+    s = SqliteStore(store)
+    s._energy_conn().execute("DELETE FROM energy")
+    s._energy_conn().commit()
+    s.close()
+    assert main(["timeline", "--store", str(store), "--since", "3h", "--job", "4000003"]) == 0
+    assert "user-02" not in capsys.readouterr().out.splitlines()[1]

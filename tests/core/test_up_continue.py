@@ -106,8 +106,8 @@ def test_keep_says_the_fault_is_continued_with_its_first_onset(tmp_path: Path) -
     assert second == first + " (continued from the store)"
     # The first --keep found no store: it says so, not "continued" (there was nothing).
     assert "--keep: no data to continue, a new store" in banner[0], banner
-    assert re.search(r"continued from its newest sample, \d{4}-\d\d-\d\d \d\d:\d\d:\d\d$",
-                     banner[1].rstrip()), banner
+    assert re.search(r"continued from its newest sample \(cluster \w+\), "
+                     r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$", banner[1].rstrip()), banner
 
 
 def fault_annotations_in(db: Path) -> list[Annotation]:

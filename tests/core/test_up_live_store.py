@@ -11,6 +11,7 @@ import pytest
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.up import LIVE_S, UpError, UpOptions, sim_start
+from fleetwatch.up_timeline import newest_sample_s
 from tests.core.test_up import run_cli
 from tests.servers import free_port
 
@@ -92,3 +93,42 @@ def test_up_keep_refuses_a_live_cluster_of_the_simulated_clusters_name(
         assert store._conn().execute("SELECT count(*) FROM samples").fetchone()[0] == rows
     finally:
         store.close()
+
+
+def test_a_kept_shared_store_continues_from_the_simulated_clusters_own_newest_sample(
+        tmp_path: Path) -> None:
+    """A store `up` (cluster "sim") and a live processor (cluster "so") both write: a
+    restarted `up --keep --into-live-store` goes on from sim's newest sample, not from the
+    other cluster's newer one (which left a hole in sim's data at the seam)."""
+    now = time.time()
+    db = tmp_path / "shared.db"
+    sim_store(db, 240.0)  # sim stopped 4 minutes ago
+    real_store(db, 5.0)  # the other cluster wrote on since
+    sim_newest = now - 240.0
+    start = sim_start(str(db), UpOptions(keep=True, into_live_store=True, backfill_s=600.0),
+                      now, "sim")
+    assert abs(start - sim_newest) < 1.0
+    assert newest_sample_s(str(db), "sim") == pytest.approx(sim_newest, abs=1.0)
+    assert newest_sample_s(str(db), "so") == pytest.approx(now - 5.0, abs=1.0)
+    # A cluster the store holds nothing of starts its backfill, as in a new store.
+    start = sim_start(str(db), UpOptions(keep=True, into_live_store=True, backfill_s=600.0),
+                      now, "other")
+    assert start == pytest.approx(now - 600.0)
+
+
+def test_into_a_live_store_up_warns_that_alerts_may_be_notified_twice(tmp_path: Path) -> None:
+    from fleetwatch.up import live_store_warning
+
+    now = time.time()
+    live = tmp_path / "live.db"
+    real_store(live, 20.0)
+    said = live_store_warning(str(live), UpOptions(keep=True, into_live_store=True), now,
+                              "sim")
+    assert said.startswith("warning: cluster(s) so write this store live")
+    assert "duplicate pages" in said and "--store NEW.db" in said
+    # Not said of a store nobody else writes now, nor without --into-live-store.
+    assert live_store_warning(str(live), UpOptions(keep=True), now, "sim") == ""
+    old = tmp_path / "old.db"
+    real_store(old, LIVE_S + 60)
+    assert live_store_warning(str(old), UpOptions(keep=True, into_live_store=True), now,
+                              "sim") == ""

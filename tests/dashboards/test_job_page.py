@@ -41,6 +41,9 @@ def test_a_job_id_typed_on_the_fleet_page_opens_its_gpus_alert_and_energy(
         assert len(texts(dash_duo, f"#job-graph-{metric} .scatterlayer .trace")) == 8, metric
     assert texts(dash_duo, "#job-state-tile .tile-value") == ["running"]
     assert texts(dash_duo, "#job-gpus-tile .tile-value") == ["8"]
+    # Whom it belongs to, as the simulated scheduler named them: user and team.
+    owner = texts(dash_duo, "#job-owner")[0].strip()
+    assert owner.startswith("· user-") and " · team " in owner, owner
     assert texts(dash_duo, "#job-energy-tile .tile-value")[0].endswith("Wh")  # kWh, Wh: short
     # A range from the usual ones ends where the job ended (now: it runs), in the address.
     assert texts(dash_duo, "#job-hint-gpu_power_w") == ["W · the job's span · UTC"]

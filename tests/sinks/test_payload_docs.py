@@ -42,7 +42,8 @@ class Recording:
 
 
 def _changes() -> list[Notice]:
-    gpu = replace(alert("a"), jobs=("train-1",), serial="1650", uuid="GPU-1")
+    gpu = replace(alert("a"), jobs=("train-1",), serial="1650", uuid="GPU-1", users=("alice",),
+                  teams=("vision",))
     rack = replace(alert("r", node="", device="rack:r1", rule="rack_cooling"), node="")
     room = replace(alert("room", node="", device="rack:*", rule="room_inlet_hot"),
                    node="", rack="*")
@@ -62,7 +63,8 @@ def test_the_webhook_body_is_as_documented(receiver: Receiver) -> None:
     assert set(change) <= set(documented("change"))
     ended = next(c for g in body["groups"] for c in g["alerts"]  # type: ignore[index]
                  if c["state"] == "resolved")
-    assert list(ended) == [f for f in documented("change") if f != "jobs"] + documented(
+    assert list(ended) == [f for f in documented("change")
+                           if f not in ("jobs", "users", "teams")] + documented(
         "webhook-resolved")  # about no job
     assert ended["firing_notified"] is False
 

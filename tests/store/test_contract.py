@@ -43,7 +43,8 @@ class Backend:
         """The alert as this backend gives it back."""
         if self.keeps_text:
             return a
-        return dataclasses.replace(a, message=render_message(a), action="", jobs=())
+        return dataclasses.replace(a, message=render_message(a), action="", jobs=(),
+                                   users=())
 
     def event_as_kept(self, e: Event) -> Event:
         return e if self.keeps_text else dataclasses.replace(e, text="")
@@ -227,6 +228,23 @@ def test_a_job_alert_keeps_its_jobs(backend: Backend) -> None:
     (got,) = [a for a in backend.store.alerts() if a.cluster == cluster]
     assert got == backend.as_kept(hung)
     assert got.jobs == (("llm-eval (and 43)", "7") if backend.keeps_text else ())
+
+
+def test_a_job_alert_keeps_its_owner_and_every_backend_its_team(backend: Backend) -> None:
+    """Whom its job belongs to: the users where text is kept; the teams everywhere, as a tag
+    (Alertmanager's ``team`` label, which must read back the same after a restart, or
+    Alertmanager would hear a new alert)."""
+    cluster, now = cluster_name(), minute_ago(0) / 1000
+    lost = _alert(cluster, "firing", now - 20, id=f"gpu_lost/{cluster}/n1/gpu5/1",
+                  rule="gpu_lost", fired_ts=now - 20, jobs=("4000003",),
+                  message="GPU 5 on n1 (job 4000003, user-02, team multimodal) is lost",
+                  users=("user-02",), teams=("multimodal", "vision"))
+    backend.store.write_alerts([lost])
+    backend.settle()
+    (got,) = [a for a in backend.store.alerts() if a.cluster == cluster]
+    assert got == backend.as_kept(lost)
+    assert got.teams == ("multimodal", "vision")
+    assert got.users == (("user-02",) if backend.keeps_text else ())
 
 
 def test_alert_text_is_not_a_series_and_clusters_never_collide(backend: Backend) -> None:
