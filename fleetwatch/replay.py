@@ -181,7 +181,10 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     summary = ReplaySummary()
     coverage = Coverage(detectors)
     sink = JsonLinesSink(out)
-    notifier = Notifier([sink], background=False)
+    # Silences are read again, and every open alert's muting judged again (an inhibition
+    # that began without the alert changing), every reload_s of the data's time, as live:
+    # on the wall's, a replay's lines would depend on how fast the machine replays.
+    notifier = Notifier([sink], background=False, clock=lambda: summary.end_ts)
     # No alert history: the sink prints each change as it comes; the store keeps the open.
     processor = Processor(store if store is not None else RecordingStore(history=False),
                           detectors, notify=notifier.send, keep_firing_s=keep_firing_s)
