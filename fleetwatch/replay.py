@@ -216,7 +216,9 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
         return summary
     coverage.done(summary, reading.xid_channel)
     processor.flush()  # the last counts of open alerts, which no later frame writes
-    sink.final(processor.alerts.open)
+    # In the order they opened: the book's own order follows the hashing of its keys,
+    # which differs from run to run.
+    sink.final(sorted(processor.alerts.open, key=lambda a: (a.started_ts, a.id)))
     summary.transitions, summary.firing = sink.written, sink.fired
     notifier.close()
     _counted(before, _counts(detectors), summary)

@@ -1,14 +1,19 @@
 """A replay is how a recorded series is tested against detectors and configs: the same
 file with the same config gives byte-identical lines, however fast the machine replays
-it. The notifier judges every open alert's muting again at each reload of the silences
-(an inhibition that began while the alert did not change); that reload follows the
-data's time in a replay, not the wall's, whose pace depends on the machine's load."""
+it, and whatever seed Python hashes strings with. The notifier judges every open alert's
+muting again at each reload of the silences (an inhibition that began while the alert
+did not change); that reload follows the data's time in a replay, not the wall's, whose
+pace depends on the machine's load. The alerts still open at the end are printed in the
+order they opened, not in a dict's that follows the hash seed."""
 
 from __future__ import annotations
 
 import io
 import itertools
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
@@ -106,3 +111,35 @@ def test_the_cli_prints_the_same_bytes_on_a_fast_and_a_loaded_machine(
     for said in outputs:
         assert "3 alert transitions, 2 alerts fired" in said.err
 
+
+def silent_together(path: Path) -> Path:
+    """8 nodes of 2 GPUs every 15 s; 7 of them stop at once at tick 20 and stay silent to
+    the end: their node_silent alerts, and their rack's, are still open when it ends."""
+    lines = ["timestamp,node,gpu,metric,value"]
+    for t in range(40):
+        for n in range(8):
+            if n and t >= 20:
+                continue
+            lines += [f"{T0 + STEP * t},n{n},{g},gpu_temp_c,{60 + g}" for g in range(2)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_the_alerts_open_at_the_end_come_in_one_order_whatever_the_hash_seed(
+        tmp_path: Path) -> None:
+    """Each Python process hashes strings with a seed of its own (unless PYTHONHASHSEED
+    is set): the lines of alerts still open at the end came in the order of a dict that
+    followed it, so two runs of one file printed them in different orders."""
+    path = silent_together(tmp_path / "silent.csv")
+    outs = []
+    for seed in ("0", "1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-m", "fleetwatch", "replay", str(path)],
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        outs.append(done.stdout)
+    assert outs[0] == outs[1] == outs[2]
+    at_end = [json.loads(line)["id"] for line in outs[0].splitlines()
+              if json.loads(line).get("open_at_end")]
+    assert at_end == [*(f"node_silent/replay/n{n}/host/1780000525000" for n in range(1, 8)),
+                      "rack_silent/replay//rack:unknown/1780000525000"]
