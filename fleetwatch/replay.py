@@ -181,7 +181,10 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     summary = ReplaySummary()
     coverage = Coverage(detectors)
     sink = JsonLinesSink(out)
-    notifier = Notifier([sink], background=False)
+    # Silences are read again, and every open alert's muting judged again (an inhibition
+    # that began without the alert changing), every reload_s of the data's time, as live:
+    # on the wall's, a replay's lines would depend on how fast the machine replays.
+    notifier = Notifier([sink], background=False, clock=lambda: summary.end_ts)
     # No alert history: the sink prints each change as it comes; the store keeps the open.
     processor = Processor(store if store is not None else RecordingStore(history=False),
                           detectors, notify=notifier.send, keep_firing_s=keep_firing_s)
@@ -213,7 +216,9 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
         return summary
     coverage.done(summary, reading.xid_channel)
     processor.flush()  # the last counts of open alerts, which no later frame writes
-    sink.final(processor.alerts.open)
+    # In the order they opened: the book's own order follows the hashing of its keys,
+    # which differs from run to run.
+    sink.final(sorted(processor.alerts.open, key=lambda a: (a.started_ts, a.id)))
     summary.transitions, summary.firing = sink.written, sink.fired
     notifier.close()
     _counted(before, _counts(detectors), summary)

@@ -59,7 +59,9 @@ class AlertFlow:
         """Write the updates of open alerts not written yet (a repeated XID counted within
         refresh_s): at the end of a replay and when the processor stops, so the store
         holds their last count. Never raises (it runs on the way out); how many written."""
-        changes = self.alerts.unwritten()
+        # In the order of a batch's changes: the book's own order follows the hashing of
+        # its keys, which differs from run to run (a replay's lines must not).
+        changes = sorted(self.alerts.unwritten(), key=lambda a: (a.updated_ts, a.id))
         if not changes:
             return 0
         try:

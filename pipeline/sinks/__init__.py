@@ -56,14 +56,16 @@ class Notifier:
     """Fans alert changes out to sinks; the processor's one alert hook (``send``).
 
     ``silences`` and ``acks`` are read (e.g. from the store) at most every
-    ``reload_s`` seconds; after each read, a sink with a ``mutes`` method gets
-    them (``mutes(silences, acks)``, on its own thread, before the changes
-    judged with them). With ``background`` False, ``send`` delivers before it
-    returns (replays, tests); else each sink has a thread of its own, fed from
-    a queue of at most ``queue_max`` batches (the oldest dropped, and counted,
-    beyond that), which also calls the sink's ``tick`` every ``tick_s``. A
-    notifying sink that stays down after ``attempts`` tries has its changes
-    held (the latest per alert) and retried for ``retry_s`` (0: not held).
+    ``reload_s`` seconds of ``clock`` (the wall's; a replay passes its stream's
+    time, so that it does not depend on how fast the machine replays); after each
+    read, a sink with a ``mutes`` method gets them (``mutes(silences, acks)``, on
+    its own thread, before the changes judged with them). With ``background``
+    False, ``send`` delivers before it returns (replays, tests); else each sink
+    has a thread of its own, fed from a queue of at most ``queue_max`` batches
+    (the oldest dropped, and counted, beyond that), which also calls the sink's
+    ``tick`` every ``tick_s``. A notifying sink that stays down after
+    ``attempts`` tries has its changes held (the latest per alert) and retried
+    for ``retry_s`` (0: not held).
 
     Open alerts follow the processor's partitions: ``adopt`` takes over the
     alerts of nodes it now owns, ``forget`` lets go of those of nodes that
@@ -89,15 +91,15 @@ class Notifier:
                  background: bool = True, queue_max: int = 10_000,
                  tick_s: float = 1.0, retry_s: float = 600.0,
                  record: Callable[[Sequence[Notification]], None] | None = None,
-                 recorded: Callable[[Sequence[str]], Iterable[Notification]] | None = None
-                 ) -> None:
+                 recorded: Callable[[Sequence[str]], Iterable[Notification]] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.sinks = list(sinks)
         self._recorded, self._background = recorded, background
         self._reports = Reports()  # what the lanes reported, recorded on this thread
         self._recorder = Recorder(record, [s.name for s in self.sinks
                                            if getattr(s, "notify_only", False)])
         self.stats = SinkStats(sinks={sink.name: SinkCounts() for sink in self.sinks})
-        self._mutes = Mutes(silences, acks, reload_s)
+        self._mutes = Mutes(silences, acks, reload_s, clock)
         self._rejudge = False  # judge every open alert at the next send (after an adopt)
         self._now = float("-inf")  # the stream's time: the newest frame's (see ``send``)
         self._open: dict[Key, Alert] = {}

@@ -1,6 +1,6 @@
 """The silences and acknowledgements in force for the ``Notifier``: read (e.g. from the
-store) at most every ``reload_s`` seconds, the last ones read kept through a store
-hiccup (said once per outage, and when they are read again)."""
+store) at most every ``reload_s`` seconds of ``clock``, the last ones read kept through a
+store hiccup (said once per outage, and when they are read again)."""
 
 from __future__ import annotations
 
@@ -18,12 +18,17 @@ class Mutes:
     """What may keep an alert quiet besides its covers: silences and acknowledgements."""
 
     def __init__(self, silences: Callable[[], Iterable[Silence]],
-                 acks: Callable[[], Iterable[Acknowledgement]], reload_s: float) -> None:
+                 acks: Callable[[], Iterable[Acknowledgement]], reload_s: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock``: live, the wall's; a replay's is the stream's own time, so that when
+        every open alert is judged again (at each reload) follows the data, not how fast
+        the machine replays it."""
         self._silences_of, self._acks_of = silences, acks
+        self._clock = clock
         self.silences: list[Silence] = []
         self.acks: dict[str, Acknowledgement] = {}
         self.reload_s, self._reloaded = reload_s, float("-inf")
-        self._failing: float | None = None  # since when reloads fail (monotonic)
+        self._failing: float | None = None  # since when reloads fail (``clock``)
 
     def mute(self, a: Alert, covers: Iterable[Alert], at: float | None) -> str:
         """Why ``a`` is not notified at ``at`` (``silences.mute``), or ""."""
@@ -33,7 +38,7 @@ class Mutes:
         """Read silences and acknowledgements again if ``reload_s`` has passed (or
         ``force``): None if not due, else whether they were read (False: the last ones
         read stay in force)."""
-        now = time.monotonic()
+        now = self._clock()
         if not force and now - self._reloaded < self.reload_s:
             return None
         self._reloaded = now
