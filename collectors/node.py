@@ -40,8 +40,9 @@ from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
 from fleetwatch.collectors.kmsg import BURST_S, KernelLog, KernelLogError, XidMerger, pci_key
 from fleetwatch.collectors.kube_node import rack_from_label
-from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
+from fleetwatch.collectors.nvml.pynvml_backend import PynvmlBackend
 from fleetwatch.collectors.nvml.reader import (
     XID_FALLEN_OFF_BUS,
     NvmlDriverGone,
