@@ -42,7 +42,8 @@ such racks, or the room and their coolers cannot be told apart) is
 more than ``CLEAR`` of the line, a rack is judged on its rise beyond the part of it
 above ``CLEAR`` of the line, on its GPUs' models and on its inlet air alike: a whole
 fleet warming together raises no rack's finding, while the room's daily swing and the
-others' usual spread around their models do not delay one rack's.
+others' usual spread around their models do not delay one rack's. The room's own move
+is taken out of every temperature before the models see it (``rack_room.RoomShift``).
 
 A baseline never learns from the anomaly it is judging: while a rack's finding
 holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
@@ -66,12 +67,12 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding, OpenAlert
-from fleetwatch.models.batch import Batch, columns, ewma_weight
+from fleetwatch.models.batch import Batch, columns
 from fleetwatch.models.rack_inlets import Inlets, others_median
 from fleetwatch.models.rack_models import MAX_STEP_S, STALE_S, GpuModels
+from fleetwatch.models.rack_room import RoomShift
 
 NODE_WARMUP = 3.0    # node findings: models learned this many warm-ups (see _nodes)
-ROOM_S = 300.0       # the room's air (``_room_shift``): averaged over this time constant
 CLEAR = 0.5          # a finding holds until its rise is under this share of its line
 # After a rack's finding ends, its GPUs' heat sinks still carry the heat of the fault for
 # a few of their time constants (about 23 s on the parts simulated: five shed 99 % of it):
@@ -105,12 +106,7 @@ class RackCooling:
         self._judged = dict.fromkeys(RULES, 0)
         self._given = dict.fromkeys(RULES, 0)
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
-        # Rack code -> [the room's air around it when first read, now, when read].
-        self._room: dict[int, list[float]] = {}
-        # Held rack code -> [its unflagged peers' air (``Inlets.peer_room``), averaged as
-        # the room's, when read], and the flagged racks it was read with.
-        self._loose: dict[int, list[float]] = {}
-        self._loose_with: frozenset[int] = frozenset()
+        self.room = RoomShift(self.inlets)
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open rack alerts of a store this detector takes over (a restart): a critical one
@@ -160,59 +156,13 @@ class RackCooling:
         frozen = racks | self._frozen_nodes(b, now, limit)
         self.inlets.update(b.frames, codes.tolist(), racks.tolist(),
                            [cluster for cluster, _ in self._names])
-        room = self._room_shift(codes, now)
+        room = self.room.shift(codes, now, [cluster for cluster, _ in self._names],
+                               self._flagged, self._held)
         for rows in b.waves:
             self.models.wave(b, rows, slots[rows], frozen[rows], room[rows])
         for rule in RULES:
             self._given[rule] += int(b.present.sum())
         return self._judge(b, codes, slots)
-
-    def _room_shift(self, codes: np.ndarray, now: float) -> np.ndarray:
-        """Per frame: how far the room's air around its rack (the other racks' median
-        inlet: ``Inlets.room``) has moved since this detector first read it (0 where it
-        never could: no inlet sensors, fewer than four racks; as before). The dies follow
-        the air degree for degree at the same power, and the models have no input for it:
-        a room warming over hours would stand in every residual, each rack's models
-        learning it at their own speed, so the racks that learned it sooner made the
-        slowest one look like its own cooler. Taken out before the models, it is no
-        rack's rise; a rack's own air is never part of its room."""
-        clusters = [cluster for cluster, _ in self._names]
-        rooms = self.inlets.room(now, clusters, self._flagged)
-        for code, level in rooms.items():
-            room = self._room.setdefault(code, [level, level, now])
-            # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
-            # a tenth of a degree from one batch to the next, stay out of the residuals.
-            room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
-            room[2] = now
-        self._follow_loose(now, clusters, rooms)
-        shift = np.zeros(len(self._names))
-        for code, (first, level, _) in self._room.items():
-            shift[code] = level - first
-        return shift[codes]
-
-    def _follow_loose(self, now: float, clusters: list[str], rooms: dict[int, float]) -> None:
-        """A held rack whose room has too few unflagged racks to be read (two racks of four
-        flagged) follows the moves of its unflagged peers' air instead: its room shift
-        stood still for the hours of the fault while the room warmed, and its GPUs read
-        that warming as their own once the rack cleared (a node alert in a fixed rack).
-        Only the moves count, from the racks read last time: a median of other racks has
-        another level."""
-        flagged = frozenset(self._flagged)
-        if flagged != self._loose_with:
-            self._loose, self._loose_with = {}, flagged
-        for code, level in self.inlets.peer_room(now, clusters, flagged).items():
-            if code in rooms or code not in self._room or code not in self._held:
-                self._loose.pop(code, None)
-                continue
-            loose = self._loose.get(code)
-            if loose is None:
-                self._loose[code] = [level, now]
-                continue
-            moved = float(ewma_weight(np.array(now - loose[1]), ROOM_S)) * (level - loose[0])
-            loose[0] += moved
-            loose[1] = now
-            self._room[code][1] += moved
-            self._room[code][2] = now
 
     def _rack_code(self, f: Frame) -> int:
         return self._rack_code_of((f.cluster, f.rack))
