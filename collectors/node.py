@@ -38,10 +38,11 @@ from fleetwatch.collectors.host import HostSource
 from fleetwatch.collectors.hwmon import InletSource
 from fleetwatch.collectors.infiniband import InfinibandSource
 from fleetwatch.collectors.jobs import JobResolver
-from fleetwatch.collectors.kmsg import BURST_S, KernelLog, KernelLogError, XidMerger, pci_key
+from fleetwatch.collectors.kmsg import KernelLog, KernelLogError
 from fleetwatch.collectors.kube_node import rack_from_label
-from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend, PynvmlBackend
+from fleetwatch.collectors.nvml.backend import MigInstance, NvmlBackend
 from fleetwatch.collectors.nvml.fake import FakeNvml
+from fleetwatch.collectors.nvml.pynvml_backend import PynvmlBackend
 from fleetwatch.collectors.nvml.reader import (
     XID_FALLEN_OFF_BUS,
     NvmlDriverGone,
@@ -51,6 +52,8 @@ from fleetwatch.collectors.nvml.reader import (
 )
 from fleetwatch.collectors.podresources import PodMapper, open_pod_mapper
 from fleetwatch.collectors.rapl import RaplSource
+from fleetwatch.collectors.xid_merge import XidMerger
+from fleetwatch.collectors.xid_parse import BURST_S, pci_key
 from fleetwatch.config import AgentConfig, Config, ConfigError, NodeConfig
 from fleetwatch.frame import Frame, GpuReading, HostReading
 from fleetwatch.frame_checks import FrameError, quote

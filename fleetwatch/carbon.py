@@ -40,7 +40,8 @@ from pathlib import Path
 from zoneinfo import ZoneInfo
 
 from fleetwatch.carbon_units import G_PER_KWH, implausible, parse_time, time_column, unit_in_name
-from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig, carbon_problems
+from fleetwatch.config import CarbonConfig, ConfigError, EnergyConfig
+from fleetwatch.config_rules import carbon_problems
 
 log = logging.getLogger(__name__)
 
@@ -343,7 +344,7 @@ def build_model(country: str, intensity_g_per_kwh: float, intensity_csv: str,
 
 def model_from_config(carbon: CarbonConfig, energy: EnergyConfig) -> CarbonModel:
     """The configured model, with a model of its own for each of ``carbon.clusters``; a
-    wrong file or country, or an intensity in another unit (``config.carbon_problems``),
+    wrong file or country, or an intensity in another unit (``config_rules.carbon_problems``),
     raises ``CarbonDataError`` naming it (and the cluster)."""
     problems = carbon_problems(carbon)
     if problems:

@@ -4,7 +4,9 @@ Read and checked once at start. A wrong value stops start-up with a message
 that names the key and where it came from. Secrets are ``Secret`` values:
 they never appear in a repr, a log line or ``fleetwatch config``. The
 sections, their defaults and ranges are in ``fleetwatch.settings``; the checks of one
-value (type, range, text rule) in ``fleetwatch.config_values``.
+value (type, range, text rule) in ``fleetwatch.config_values``; unknown, moved and retired
+keys in ``fleetwatch.config_keys``; rules across values in ``fleetwatch.config_rules``.
+This module reads the file and the environment and builds the sections.
 """
 
 from __future__ import annotations
@@ -14,12 +16,12 @@ import logging
 import os
 import sys
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from fleetwatch import kafka_options
-from fleetwatch.carbon_units import G_PER_KWH, LB_KG, unit_in_name
+from fleetwatch.carbon_units import G_PER_KWH, unit_in_name
 from fleetwatch.config_env import service_link
 from fleetwatch.config_fields import (
     ConfigError,
@@ -29,6 +31,8 @@ from fleetwatch.config_fields import (
     ranged,
     required,
 )
+from fleetwatch.config_keys import MOVED, RETIRED, key_problems, refuse_keys
+from fleetwatch.config_rules import carbon_problems, rule_problems, store_problems
 from fleetwatch.config_secrets import masked_url as _masked_url  # noqa: F401  (server_url)
 from fleetwatch.config_secrets import public_view
 from fleetwatch.config_values import PLACEHOLDER, coerce  # noqa: F401  (PLACEHOLDER, as before)
@@ -37,8 +41,6 @@ from fleetwatch.settings import (
     CARBON_PUE_KEYS,
     DETECTORS,
     ENV_PREFIX,
-    INSTANCE_NAME,
-    PLAUSIBLE_G_PER_KWH,
     AgentConfig,
     AlertsConfig,
     BusConfig,
@@ -108,7 +110,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
             for key, value in values.items():
                 raw.setdefault(section, {})[key] = (value, f"{p} [{section}] {key}")
     sections = {f.name for f in dataclasses.fields(Config)}
-    problems = _key_problems(raw)            # the file's and the environment's, all named
+    problems = key_problems(raw)            # the file's and the environment's, all named
     from_env: dict[str, dict[str, tuple[Any, str]]] = {}
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name == ENV_PREFIX + "CONFIG":
@@ -123,8 +125,8 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
                             f"{', '.join(sorted(sections))})")
             continue
         from_env.setdefault(section, {})[key] = (value, f"environment {name}")
-    problems += _key_problems(from_env)
-    _refuse_keys(problems, [raw, from_env])
+    problems += key_problems(from_env)
+    refuse_keys(problems, [raw, from_env])
     for section, values in from_env.items():
         raw.setdefault(section, {}).update(values)
     return _build(raw)
@@ -157,56 +159,6 @@ def _read_text(p: Path) -> str:
                           f"{line}); TOML files are UTF-8: save it as UTF-8") from None
 
 
-# Keys that moved, and where to. alerts.gpu_temp_limit_c and alerts.for_s were read by no
-# detector (only the dashboard drew the line), while the config said they raised an alert.
-MOVED = {("alerts", "gpu_temp_limit_c"): "detectors.site_temp_limit_c (0 for none)",
-         ("alerts", "for_s"): "detectors.site_temp_for_s"}
-# Keys that no longer do anything, and why: a config that has one still starts, with a
-# warning that names it.
-RETIRED = {("detectors", "straggler_gap"):
-           "a GPU with less SM activity than its job peers is the one waiting for them, not "
-           "the one they wait for (a pipeline stage with more bubbles, a rank that finished "
-           "early): stragglers are judged by their SM clock (detectors.straggler_clock_frac)"}
-
-
-def _key_problems(raw: Mapping[str, Mapping[str, tuple[Any, str]]]) -> list[str]:
-    """Every unknown section, moved key and unknown key of ``raw``, each with its fix, so
-    that an old config is corrected in one edit rather than one key per run."""
-    hints = typing.get_type_hints(Config)
-    out: list[str] = []
-    for section, values in raw.items():
-        if section not in hints:
-            out.append(f"{next(iter(values.values()))[1]}: unknown section [{section}]")
-            continue
-        fields = typing.get_type_hints(hints[section])
-        for key, (_, origin) in values.items():
-            if key.endswith("_file") and key[:-5] in fields or (section, key) in RETIRED:
-                continue
-            if (section, key) in MOVED:
-                out.append(f"{origin}: {section}.{key} is now {MOVED[section, key]}: "
-                           "move it there")
-            elif key not in fields:
-                out.append(f"{origin}: unknown key {section}.{key} (known: "
-                           f"{', '.join(sorted(fields))})")
-    return out
-
-
-def _refuse_keys(problems: list[str],
-                 raws: Iterable[Mapping[str, Mapping[str, tuple[Any, str]]]]) -> None:
-    """One ``ConfigError`` naming every problem (and the retired keys to remove while the
-    file is open), or nothing when there is none."""
-    if not problems:
-        return
-    if len(problems) == 1:
-        raise ConfigError(problems[0])
-    retired = [f"{values[key][1]}: {section}.{key} is no longer used: remove it"
-               for raw in raws for (section, key) in RETIRED
-               for values in [raw.get(section, {})] if key in values]
-    lines = [*problems, *retired]
-    raise ConfigError(f"{len(problems)} settings to change (all of them, in one edit):\n  "
-                      + "\n  ".join(lines))
-
-
 def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
     """The config of ``raw``; one ``ConfigError`` naming every bad value and masked secret
     (a file printed by ``fleetwatch config`` masks several at once), as unknown keys are."""
@@ -222,11 +174,11 @@ def _build(raw: dict[str, dict[str, tuple[Any, str]]]) -> Config:
                for key, (_, origin) in values.items()}
     alerts = built.get("alerts", AlertsConfig())
     if alerts is not None:  # its rules too, in the same error as the bad values
-        problems += _rule_problems(alerts, origins)
+        problems += rule_problems(alerts, origins)
     store = built.get("store", StoreConfig())
     if store is not None:
-        problems += _store_problems(store, origins)
-    _refuse_keys(problems, [raw])
+        problems += store_problems(store, origins)
+    refuse_keys(problems, [raw])
     config = Config(**built)
     for problem in carbon_problems(config.carbon, origins):
         # An energy-report figure must not stop alerting: said at start, refused where
@@ -363,60 +315,7 @@ def _read_secret_file(path: Any, origin: str) -> str:
                           "secret as text") from None
 
 
-
 def _check(config: Config) -> None:
     """Cross-field rules that a single field's range cannot say; every one broken, in one
     error."""
-    _refuse_keys(_rule_problems(config.alerts, {}) + _store_problems(config.store, {}), [])
-
-
-def carbon_problems(c: CarbonConfig, origins: Mapping[str, str] | None = None,
-                    key: str = "carbon") -> list[str]:
-    """A site intensity no grid has is another unit typed into the g/kWh key: a kg/kWh
-    figure (0.42) would give a thousandth of the CO2e, a lb/MWh one twice it. Not a load
-    error (alerting must not stop for it): logged at load, refused by
-    ``carbon.model_from_config``."""
-    origins = origins or {}
-    lo, hi = PLAUSIBLE_G_PER_KWH
-    v = c.intensity_g_per_kwh
-    out = []
-    if 0 < v < lo or v > hi:
-        hint = ("did you mean kg/kWh (or t/MWh)? multiply by 1000" if v < lo else
-                f"did you mean lb/MWh? multiply by {LB_KG:g}")
-        where = origins.get(f"{key}.intensity_g_per_kwh")
-        message = (f"{key}.intensity_g_per_kwh = {v:g} is no grid's gCO2e/kWh (they "
-                   f"average {lo:g} to {hi:g}, most 10 to 1000): {hint}")
-        out.append(f"{where}: {message}" if where else message)
-    for name, cluster in c.clusters.items():
-        out += carbon_problems(cluster, origins, f"carbon.clusters.{name}")
-    return out
-
-
-def _store_problems(s: StoreConfig, origins: Mapping[str, str]) -> list[str]:
-    """Roll-ups shorter-lived than raw samples: upkeep would delete the roll-ups, events and
-    alert history of days whose raw samples are still kept, and a month's report would lose
-    its repeat offenders while the samples that showed them are still in the store. Both
-    keys are the SQLite store's own: other stores keep what their server keeps."""
-    if s.kind != "sqlite" or s.rollup_retention_d * 24 >= s.raw_retention_h:
-        return []
-    where = origins.get("store.rollup_retention_d") or origins.get("store.raw_retention_h")
-    days = s.rollup_retention_d
-    message = (f"store.rollup_retention_d = {days:g} ({days * 24:g} h) is shorter than "
-               f"store.raw_retention_h = {s.raw_retention_h:g}: roll-ups, events "
-               "and the alert history would be deleted before the raw samples they summarise "
-               "(month reports would lose their repeat offenders); set store.rollup_retention_d "
-               f"to at least {s.raw_retention_h / 24:g} (days), or lower store.raw_retention_h")
-    return [f"{where}: {message}" if where else message]
-
-
-def _rule_problems(a: AlertsConfig, origins: Mapping[str, str]) -> list[str]:
-    """The rules ``_check`` applies, broken, each said with where its value came from
-    (``origins``: "section.key" -> the file line or the environment variable)."""
-    rules: list[tuple[bool, str, str]] = [
-        (not a.instance or bool(INSTANCE_NAME.match(a.instance)), "alerts.instance",
-         f"alerts.instance = {a.instance!r}; must be 1 to 64 letters, digits, '.', '_' or "
-         "'-', starting with a letter or digit (e.g. the deployment's name, \"prod-east\"), "
-         "or \"\" to derive it from the store"),
-    ]
-    return [f"{origins[key]}: {message}" if key in origins else message
-            for ok, key, message in rules if not ok]
+    refuse_keys(rule_problems(config.alerts, {}) + store_problems(config.store, {}), [])

@@ -25,7 +25,7 @@ from fleetwatch.carbon import (
     HourFactors,
     HourlySeries,
 )
-from fleetwatch.models.lemon import Offender
+from fleetwatch.models.lemon_report import Offender
 from fleetwatch.pipeline.board_events import Board
 from fleetwatch.pipeline.store.ledger import EnergyRow, EnergyStore
 from fleetwatch.report_month import (

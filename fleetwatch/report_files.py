@@ -18,7 +18,8 @@ from pathlib import Path
 from fleetwatch import amounts
 from fleetwatch.carbon import CarbonModel
 from fleetwatch.config import Config
-from fleetwatch.models.lemon import HISTORY_HALF_LIVES, Offender, offenders
+from fleetwatch.models.lemon import HISTORY_HALF_LIVES
+from fleetwatch.models.lemon_report import Offender, offenders
 from fleetwatch.pipeline.store.ledger import EnergyStore
 from fleetwatch.report import (
     KINDS,

@@ -37,7 +37,8 @@ from fleetwatch.models.artifact import (
     read_metadata,
     save,
 )
-from fleetwatch.models.lemon import Incidents, event_order, lost_points
+from fleetwatch.models.lemon import event_order
+from fleetwatch.models.lemon_points import Incidents, lost_points
 from fleetwatch.models.thermal_model import (
     FEATURES,
     MIN_SAMPLES,

@@ -27,6 +27,9 @@ reader, from which it rebuilds each node's score (over ``HISTORY_HALF_LIVES``
 half-lives) when it first sees the node, so a restart or a partition moving to
 another processor does not reset days of evidence; frames read again after the
 restart (up to the node's newest stored event) add nothing twice.
+
+What each piece of trouble is worth is in ``lemon_points``; the report's repeat
+offenders of a period, from stored events, in ``lemon_report``.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from operator import attrgetter
 from typing import Protocol
 
@@ -46,72 +48,20 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, columns, throttle_bits
 from fleetwatch.models.gpu_state import GpuState, arrival
-from fleetwatch.xids import describe, xid_table
+from fleetwatch.models.lemon_points import (
+    INCIDENT_S,
+    THERMAL_SLOWDOWN_POINTS,
+    UNSCORED_XIDS,
+    Incidents,
+    lost_points,
+)
 
-# Points per XID incident by its worst code: hardware faults weigh; other codes of the
-# XID table score 1, its application (info) codes nothing (``xid_points``).
-DEFAULT_XID_POINTS: dict[int, float] = {
-    79: 5.0, 48: 3.0, 95: 3.0, 94: 2.0, 64: 2.0, 63: 1.0, 74: 2.0, 92: 1.0, 119: 2.0,
-    120: 2.0, 61: 2.0, 62: 2.0}
-# One GPU's XIDs within this long of the incident's first are one incident.
-INCIDENT_S = 900.0
 # How far back a node's score is rebuilt from stored events, in half-lives (1/16 left).
 HISTORY_HALF_LIVES = 4.0
-LOST_POINTS = 5.0
-THERMAL_SLOWDOWN_POINTS = 0.5
 # A node is a repeat offender only where its standing trouble began at least this long ago.
 MIN_SPAN_S = 86400.0
 # Trouble that began under this share of the threshold starts a new span.
 FRESH_SHARE = 0.1
-# A GPU that falls off the bus reports XID 79 and is then lost: one incident, counted
-# once (by its XID) when the loss follows the XID within this time.
-FELL_OFF_S = 3600.0
-
-
-def lost_points(fell_ts: float | None, lost_ts: float) -> float:
-    """Points for a GPU lost at ``lost_ts`` whose last XID 79 was at ``fell_ts``."""
-    return 0.0 if fell_ts is not None and 0.0 <= lost_ts - fell_ts <= FELL_OFF_S else LOST_POINTS
-
-
-def xid_points(code: int) -> float:
-    """An XID's points toward servicing the node: none for an application XID."""
-    if code in DEFAULT_XID_POINTS:
-        return DEFAULT_XID_POINTS[code]
-    return 0.0 if describe(code).severity == "info" else 1.0
-
-
-# The XIDs of the table that score nothing: the rebuild asks the store to leave them out,
-# since a job's storm stores millions (2M took 13 s and 1.3 GB to read whole).
-UNSCORED_XIDS = tuple(sorted(c for c in xid_table() if xid_points(c) == 0.0))
-
-
-class Incidents:
-    """XID points per incident: one GPU's XIDs within ``INCIDENT_S`` of the incident's first
-    count once, by the worst code (a worse code later adds only the difference)."""
-
-    def __init__(self, points: Callable[[int], float] = xid_points) -> None:
-        self._points = points
-        self._open: dict[tuple[str, str, str], tuple[float, float]] = {}  # -> (start, counted)
-
-    def add(self, gpu: tuple[str, str, str], ts: float, code: int) -> float:
-        """The points this XID adds (0 for a repeat within its incident). A code that
-        scores nothing (an application XID) opens no incident: a job's storm neither
-        splits a hardware incident nor depends on the rebuild reading it (it does not)."""
-        p = self._points(code)
-        if p <= 0.0:
-            return 0.0
-        start, counted = self._open.get(gpu, (math.nan, 0.0))
-        if not 0.0 <= ts - start < INCIDENT_S:  # a new incident (nan: the GPU's first)
-            self._open[gpu] = (ts, p)
-            return p
-        if p > counted:
-            self._open[gpu] = (start, p)
-            return p - counted
-        return 0.0
-
-    def drop(self, nodes: set[str]) -> None:
-        for gpu in [k for k in self._open if k[1] in nodes]:
-            del self._open[gpu]
 
 
 class StoredEvent(Protocol):
@@ -381,30 +331,3 @@ class LemonScore:
                     self._add(key, f.ts, self._slowdown(f, key))
             else:
                 self._hot.discard(gk)
-
-
-@dataclass(frozen=True, slots=True)
-class Offender:
-    """A node's lemon score at a time, and the XIDs it reported in the period shown."""
-
-    cluster: str
-    node: str
-    score: float
-    xids: dict[int, int]  # code -> how many in the period
-
-
-def offenders(events: Sequence[StoredEvent], start_ts: float, end_ts: float,
-              half_life_d: float = 7.0, top: int = 10) -> list[Offender]:
-    """The worst nodes at ``end_ts`` by lemon score from stored events (read from
-    ``end_ts`` less ``HISTORY_HALF_LIVES`` half-lives), with their XIDs of [start, end)."""
-    lemon = LemonScore(half_life_d)
-    lemon.load_events(e for e in events if e.ts < end_ts)
-    out = []
-    for cluster, node, score in lemon.ranking(end_ts, top):
-        codes: dict[int, int] = {}
-        for e in events:
-            if (e.kind == "xid" and e.cluster == cluster and e.node == node
-                    and start_ts <= e.ts < end_ts):
-                codes[e.code] = codes.get(e.code, 0) + 1
-        out.append(Offender(cluster, node, round(score, 2), dict(sorted(codes.items()))))
-    return out

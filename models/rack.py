@@ -42,7 +42,8 @@ such racks, or the room and their coolers cannot be told apart) is
 more than ``CLEAR`` of the line, a rack is judged on its rise beyond the part of it
 above ``CLEAR`` of the line, on its GPUs' models and on its inlet air alike: a whole
 fleet warming together raises no rack's finding, while the room's daily swing and the
-others' usual spread around their models do not delay one rack's.
+others' usual spread around their models do not delay one rack's. The room's own move
+is taken out of every temperature before the models see it (``rack_room.RoomShift``).
 
 A baseline never learns from the anomaly it is judging: while a rack's finding
 holds, its GPUs' models and its nodes' inlet averages stand still (as a node's
@@ -66,18 +67,13 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding, OpenAlert
-from fleetwatch.models.batch import Batch, columns, ewma_weight
+from fleetwatch.models.batch import Batch, columns
+from fleetwatch.models.node_cooling import node_findings
 from fleetwatch.models.rack_inlets import Inlets, others_median
 from fleetwatch.models.rack_models import MAX_STEP_S, STALE_S, GpuModels
+from fleetwatch.models.rack_room import RoomShift
 
-NODE_WARMUP = 3.0    # node findings: models learned this many warm-ups (see _nodes)
-ROOM_S = 300.0       # the room's air (``_room_shift``): averaged over this time constant
 CLEAR = 0.5          # a finding holds until its rise is under this share of its line
-# After a rack's finding ends, its GPUs' heat sinks still carry the heat of the fault for
-# a few of their time constants (about 23 s on the parts simulated: five shed 99 % of it):
-# its nodes are not judged on their own (node_cooling) for this long, or the slowest to
-# cool reads as a node fault at the repair.
-SETTLE_S = 120.0
 RULES = ("rack_cooling", "node_cooling")
 
 
@@ -105,12 +101,7 @@ class RackCooling:
         self._judged = dict.fromkeys(RULES, 0)
         self._given = dict.fromkeys(RULES, 0)
         self.inlets = Inlets(stale_s=STALE_S, max_step_s=MAX_STEP_S, clear=CLEAR)
-        # Rack code -> [the room's air around it when first read, now, when read].
-        self._room: dict[int, list[float]] = {}
-        # Held rack code -> [its unflagged peers' air (``Inlets.peer_room``), averaged as
-        # the room's, when read], and the flagged racks it was read with.
-        self._loose: dict[int, list[float]] = {}
-        self._loose_with: frozenset[int] = frozenset()
+        self.room = RoomShift(self.inlets)
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:
         """Open rack alerts of a store this detector takes over (a restart): a critical one
@@ -160,59 +151,13 @@ class RackCooling:
         frozen = racks | self._frozen_nodes(b, now, limit)
         self.inlets.update(b.frames, codes.tolist(), racks.tolist(),
                            [cluster for cluster, _ in self._names])
-        room = self._room_shift(codes, now)
+        room = self.room.shift(codes, now, [cluster for cluster, _ in self._names],
+                               self._flagged, self._held)
         for rows in b.waves:
             self.models.wave(b, rows, slots[rows], frozen[rows], room[rows])
         for rule in RULES:
             self._given[rule] += int(b.present.sum())
         return self._judge(b, codes, slots)
-
-    def _room_shift(self, codes: np.ndarray, now: float) -> np.ndarray:
-        """Per frame: how far the room's air around its rack (the other racks' median
-        inlet: ``Inlets.room``) has moved since this detector first read it (0 where it
-        never could: no inlet sensors, fewer than four racks; as before). The dies follow
-        the air degree for degree at the same power, and the models have no input for it:
-        a room warming over hours would stand in every residual, each rack's models
-        learning it at their own speed, so the racks that learned it sooner made the
-        slowest one look like its own cooler. Taken out before the models, it is no
-        rack's rise; a rack's own air is never part of its room."""
-        clusters = [cluster for cluster, _ in self._names]
-        rooms = self.inlets.room(now, clusters, self._flagged)
-        for code, level in rooms.items():
-            room = self._room.setdefault(code, [level, level, now])
-            # Averaged over ROOM_S: the sensors' rounding and noise, moving the median
-            # a tenth of a degree from one batch to the next, stay out of the residuals.
-            room[1] += float(ewma_weight(np.array(now - room[2]), ROOM_S)) * (level - room[1])
-            room[2] = now
-        self._follow_loose(now, clusters, rooms)
-        shift = np.zeros(len(self._names))
-        for code, (first, level, _) in self._room.items():
-            shift[code] = level - first
-        return shift[codes]
-
-    def _follow_loose(self, now: float, clusters: list[str], rooms: dict[int, float]) -> None:
-        """A held rack whose room has too few unflagged racks to be read (two racks of four
-        flagged) follows the moves of its unflagged peers' air instead: its room shift
-        stood still for the hours of the fault while the room warmed, and its GPUs read
-        that warming as their own once the rack cleared (a node alert in a fixed rack).
-        Only the moves count, from the racks read last time: a median of other racks has
-        another level."""
-        flagged = frozenset(self._flagged)
-        if flagged != self._loose_with:
-            self._loose, self._loose_with = {}, flagged
-        for code, level in self.inlets.peer_room(now, clusters, flagged).items():
-            if code in rooms or code not in self._room or code not in self._held:
-                self._loose.pop(code, None)
-                continue
-            loose = self._loose.get(code)
-            if loose is None:
-                self._loose[code] = [level, now]
-                continue
-            moved = float(ewma_weight(np.array(now - loose[1]), ROOM_S)) * (level - loose[0])
-            loose[0] += moved
-            loose[1] = now
-            self._room[code][1] += moved
-            self._room[code][2] = now
 
     def _rack_code(self, f: Frame) -> int:
         return self._rack_code_of((f.cluster, f.rack))
@@ -361,52 +306,11 @@ class RackCooling:
 
     def _nodes(self, b: Batch, codes: np.ndarray, slots: np.ndarray, rise: np.ndarray,
                averaged: np.ndarray) -> list[Finding]:
-        """Node findings: most GPUs of one node above their models (its fans, its air)
-        and above the rest of its rack, whose finding does not hold. Above the rest of the
-        rack is judged on the residuals' averages, the same time scale for every GPU (a
-        rack warming reaches its settled GPUs' residuals first)."""
-        c, t = self.c, self.table
-        have = (slots >= 0) & b.present
-        s = np.where(have, slots, 0)
-        # A node's few GPUs are a smaller sample than a rack's: only models that have
-        # learned NODE_WARMUP times as long, over at least half of the node's GPUs (a
-        # model fresh from its warm-up can be degrees off at a power it has not seen).
-        ready = np.isfinite(rise) & (t["learned"][:len(rise)] >= NODE_WARMUP * c.warmup_s)
-        mine = ready[s] & have
-        judged = mine.sum(axis=1)
-        enough = (judged >= 2) & (2 * judged >= have.sum(axis=1))
-        self._judged["node_cooling"] += int(mine[enough].sum())
-        rack = t["rack"][:len(rise)]
-        node = t["node"][:len(rise)]
-        out: dict[tuple[str, str], Finding] = {}
-        for row in np.flatnonzero(enough).tolist():  # the last frame of a node counts
-            f = b.frames[row]
-            key = (f.cluster, f.node)
-            code = int(codes[row])
-            if code in self._flagged or (  # the rack's cooling explains it, or just did
-                    b.ts[-1] - self._cleared.get(code, -math.inf) < SETTLE_S):
-                continue
-            # Above the rest of its rack (a rack's air warming raises all its nodes).
-            own = s[row][mine[row]]
-            others = np.flatnonzero(np.isfinite(averaged) & (rack == codes[row])
-                                    & (node != node[own[0]]))
-            base = max(0.0, float(np.median(averaged[others]))) if len(others) else 0.0
-            above = (rise[own] > c.rack_margin_c) \
-                & (np.nan_to_num(averaged[own], nan=-np.inf) - base > c.rack_margin_c)
-            many = int(above.sum())
-            if many < 2 or many < c.rack_fraction * len(own):
-                continue
-            value = float(np.median(rise[own[above]]))
-            out[key] = Finding(
-                "node_cooling", f.cluster, f.rack, f.node, None, f.ts, value,
-                f"{f.node}: {many} of {len(own)} GPUs run {value:.0f} °C above their "
-                "usual temperature at their power, together", "critical",
-                c.rack_for_s, 0.0, {"gpus_hot": many, "gpus_judged": len(own),
-                                    "median_rise_c": round(value, 2),
-                                    "rack_median_rise_c": round(base, 2)},
-                "Check the node's fans and airflow (fan faults in the BMC log, blanking "
-                "panels, cables blocking the intake) and its inlet air; drain it if it "
-                "keeps rising", "node")
+        """Node findings (``node_cooling.node_findings``); a node's finding holds from
+        the first batch that finds it to the first that does not."""
+        out, judged = node_findings(self.c, self.table, b, codes, slots, rise, averaged,
+                                    self._flagged, self._cleared)
+        self._judged["node_cooling"] += judged
         now = float(b.ts[-1])
         for f in b.frames:
             key = (f.cluster, f.node)

@@ -55,7 +55,7 @@ class GpuModels:
         hold = np.broadcast_to(frozen[:, None], slots.shape)[sel]
         s = slots[sel]
         temp, power = x[..., TEMP][sel], x[..., POWER][sel]
-        # The room's share taken out (``RackCooling._room_shift``); readable is judged on
+        # The room's share taken out (``rack_room.RoomShift``); readable is judged on
         # the raw one.
         temp = temp - np.broadcast_to(room[:, None], slots.shape)[sel]
         dt = ts - t["ts"][s]

@@ -13,11 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.kmsg import KernelLog, KernelLogError, parse_xid
+from fleetwatch.collectors.kmsg import KernelLog, KernelLogError
 from fleetwatch.collectors.node import NodeSource, node_source
 from fleetwatch.collectors.nvml import FakeNvml
 from fleetwatch.collectors.spool import Spool
 from fleetwatch.collectors.spooling import SpoolingProducer
+from fleetwatch.collectors.xid_parse import parse_xid
 from fleetwatch.config import AgentConfig, Config, ConfigError, NodeConfig, load
 from tests.bus.test_spool import FakeBroker, recs
 from tests.collectors.conftest import NodeTree

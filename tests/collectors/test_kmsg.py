@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.kmsg import (
-    KernelLog,
-    XidMerger,
+from fleetwatch.collectors.kmsg import KernelLog
+from fleetwatch.collectors.xid_merge import XidMerger
+from fleetwatch.collectors.xid_parse import (
     fold_bursts,
     parse_kmsg_record,
     parse_lines,

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.collectors.kmsg import KernelLog, parse_kmsg_record, parse_xid
+from fleetwatch.collectors.kmsg import KernelLog
+from fleetwatch.collectors.xid_parse import parse_kmsg_record, parse_xid
 
 
 @pytest.mark.parametrize(("line", "pci", "xid", "gi", "ci", "message"), [

@@ -8,7 +8,7 @@ import pytest
 from fleetwatch.catalogue import catalogue
 from fleetwatch.collectors.nvml import FakeNvml, NvmlReader, NvmlUnavailable
 from fleetwatch.collectors.nvml import backend as b
-from fleetwatch.collectors.nvml.fake import FieldError
+from fleetwatch.collectors.nvml.fake_gpus import FieldError
 
 
 def open_reader(nv: FakeNvml, errors: list[str] | None = None) -> NvmlReader:

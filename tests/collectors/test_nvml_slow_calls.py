@@ -91,7 +91,7 @@ def test_a_call_and_a_field_failing_every_tick_are_said_once_per_gpu_with_counts
     import pynvml
 
     from fleetwatch.collectors.nvml import backend as b
-    from fleetwatch.collectors.nvml.fake import FieldError
+    from fleetwatch.collectors.nvml.fake_gpus import FieldError
 
     caplog.set_level(logging.INFO)
     nv = FakeNvml.of(4)

@@ -202,7 +202,8 @@ def test_the_unit_settings_messages_and_spellings(tmp_path):
     with pytest.raises(ConfigError, match=r"must be one of \"\", g/kWh, kg/MWh, lb/MWh"):
         load(path, env={})
     # A t/MWh figure is under 1, never 1800: the hint for 1800 is lb/MWh alone.
-    from fleetwatch.config import CarbonConfig, carbon_problems
+    from fleetwatch.config import CarbonConfig
+    from fleetwatch.config_rules import carbon_problems
 
     (high,) = carbon_problems(CarbonConfig(intensity_g_per_kwh=1800.0))
     assert high.endswith("did you mean lb/MWh? multiply by 0.453592")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.models.lemon import INCIDENT_S, Incidents, LemonScore, xid_points
+from fleetwatch.models.lemon import LemonScore
+from fleetwatch.models.lemon_points import INCIDENT_S, Incidents, xid_points
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.sqlite import SqliteStore

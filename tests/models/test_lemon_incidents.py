@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.frame import Frame, GpuReading, HostReading
-from fleetwatch.models.lemon import THERMAL_SLOWDOWN_POINTS, LemonScore
+from fleetwatch.models.lemon import LemonScore
+from fleetwatch.models.lemon_points import THERMAL_SLOWDOWN_POINTS
 from fleetwatch.models.rack import RackCooling
 from fleetwatch.wiring import linked
 
