@@ -27,6 +27,7 @@ EXCLUDING_RULES = frozenset({
     "gpu_temp_high", "gpu_temp_critical", "gpu_temp_rising", "gpu_hw_slowdown",
     "gpu_sw_thermal_slowdown", "gpu_mem_temp_high", "gpu_mem_temp_critical", "gpu_lost",
     "gpu_ecc_dbe", "gpu_xid_critical", "gpu_stuck", "gpu_temp_sensor_invalid",
+    "gpu_warming_at_steady_power",
     "node_cooling", "rack_cooling"})
 ALERT_MARGIN_S = 3600.0  # before an alert opened: the fault was under way, unseen
 MINUTE_MS = 60_000

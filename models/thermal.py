@@ -29,6 +29,7 @@ from fleetwatch.models.batch import (
     throttle_bits,
 )
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
+from fleetwatch.models.thermal_jump import FIELDS, RISE_MIN_C, advance, climb_past_power
 from fleetwatch.parts import thermal_limits_c
 
 TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
@@ -107,6 +108,7 @@ class ThermalLimits(WaveDetector):
         "gpu_mem_temp_critical": ("gpu_mem_temp_c",),
         "gpu_mem_temp_high": ("gpu_mem_temp_c",),
         "gpu_temp_rising": ("gpu_temp_c",),
+        "gpu_warming_at_steady_power": ("gpu_temp_c", "gpu_power_w"),
         "gpu_temp_sensor_invalid": ("gpu_temp_c",),
         "gpu_power_over_limit": ("gpu_power_w", "gpu_power_limit_w"),
     }
@@ -115,7 +117,8 @@ class ThermalLimits(WaveDetector):
         self.c = config or DetectorsConfig()
         # step: when the power last stepped up (gpu_temp_rising waits after it).
         self.table = GpuTable(ts=np.nan, smooth=np.nan, watts=np.nan, crit=0.0, high=0.0,
-                              site=0.0, mcrit=0.0, mhigh=0.0, step=np.nan)
+                              site=0.0, mcrit=0.0, mhigh=0.0, step=np.nan, plag=np.nan,
+                              **FIELDS)
         self._limits = LimitTable(self.c)
 
     def limits(self, b: Batch, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,6 +185,15 @@ class ThermalLimits(WaveDetector):
                 c.die_c_per_w * (power - t["watts"][s]) >= HYSTERESIS_C)
             step = np.where(stepped, ts, t["step"][s])
             rising = climbing & ~(ts - step < 0.5 * c.thermal_tau_s)
+            # A heat path failing at steady power (models/thermal_jump.py), judged at any
+            # temperature: the sink's climb since a sample WINDOW_S or more ago, past what
+            # the power's own rise explains.
+            metered = np.isfinite(power)
+            plag = np.where(np.isnan(t["plag"][s]), watts,
+                            t["plag"][s] + ewma_weight(np.nan_to_num(dt), c.thermal_tau_s)
+                            * (watts - t["plag"][s]))
+            jump, explained, jump_s = climb_past_power(t, s, ts, sink, watts, c.thermal_tau_s)
+            warming = valid & metered & ~(dt <= 0) & (jump - explained >= RISE_MIN_C)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
@@ -191,6 +203,17 @@ class ThermalLimits(WaveDetector):
         t["smooth"][s[fresh]] = smooth[fresh]
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
+        kept = fresh & np.isfinite(watts)
+        # The anchor keeps the lagged power before its own sample: the power read may have
+        # stepped at any time since the last one, the sink not yet following it.
+        before = np.where(np.isnan(t["plag"][s]), watts, t["plag"][s])
+        advance(t, s[kept], ts[kept], sink[kept], watts[kept], before[kept])
+        t["plag"][s[fresh]] = plag[fresh]
+        for i, j in flagged(warming):
+            out.append(warming_finding(b.frames[rows[i]], j, float(temp[i, j]),
+                                       float(jump[i, j]), float(explained[i, j]),
+                                       float(jump_s[i, j]), float(watts[i, j]),
+                                       thermal_keep(c.thermal_keep_firing_s)))
         self._emit(b, rows, out, temp, mem, slow, shut, slope, heading, power, limit,
                    assumed, invalid, crit, high, site, mcrit, mhigh, rising & fresh, over)
 
@@ -318,6 +341,21 @@ class Throttle:
                     f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
                     "warning", self.c.sw_thermal_for_s, ev, COOLING))
         return out
+
+
+def warming_finding(f: Frame, j: int, temp: float, climb: float, explained: float,
+                    span: float, watts: float, keep: dict[str, float]) -> Finding:
+    """gpu_warming_at_steady_power: a heat path that just failed (models/thermal_jump.py)."""
+    g = f.gpus[j].index
+    return gpu_finding(
+        f, g, "gpu_warming_at_steady_power", climb - explained,
+        f"GPU {g} on {f.node} at {temp:.0f} °C warmed {climb:.0f} °C in {span:.0f} s at "
+        f"{watts:.0f} W, {climb - explained:.0f} °C more than its power's changes explain: "
+        "its cooling stopped working (a healthy GPU warms as its power rises, not at "
+        "steady power)", "critical", 0.0,
+        {"temp_c": temp, "climb_c": climb, "explained_c": explained, "climb_s": span,
+         "power_w": watts, **keep},
+        COOLING + "; drain the node if it keeps climbing")
 
 
 def settling_left(lead: np.ndarray, dt: np.ndarray, window_s: float,

@@ -75,8 +75,8 @@ RACK_DOWN_RULES = frozenset({"node_silent"})
 # node's peers (``PEER_RULES`` open for it: its own cooling), nor a power brake, nor any
 # hardware error (XID, ECC, row remap, NVLink, a lost GPU), which needs its own action.
 COOLING_EXPLAINS_RULES = frozenset({"gpu_temp_high", "gpu_temp_critical", "gpu_temp_rising",
-                                    "gpu_mem_temp_high", "gpu_hw_slowdown",
-                                    "gpu_sw_thermal_slowdown"})
+                                    "gpu_warming_at_steady_power", "gpu_mem_temp_high",
+                                    "gpu_hw_slowdown", "gpu_sw_thermal_slowdown"})
 ROOM_RULE = "room_inlet_hot"
 ROOM_EXPLAINS_RULES = COOLING_EXPLAINS_RULES
 # A node or rack alert written last this long (stream time) before the alert it would
