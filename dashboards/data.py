@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from fleetwatch.alert_view import data_end, ordered
+from fleetwatch.alert_view import data_end, newest_sample_ms, ordered
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.parts import thermal_limits_c
 from fleetwatch.pipeline.board_events import Board
@@ -330,9 +330,8 @@ def read_fleet(store: Store, now_s: float, cluster: str | None = None) -> FleetV
                         store.latest(UTIL, since))
     last_ms = None
     if not any(in_cluster(cluster, c.cluster) for c in cells):
-        # the rare, cheap-enough case: how old is the newest sample at all?
-        last_ms = max((ts for k, ts, _ in store.latest(TEMP, 0)
-                       if in_cluster(cluster, k.cluster)), default=None)
+        # how old is the newest sample at all? (none in the window: none stamped ahead)
+        last_ms = newest_sample_ms(store, now_s, cluster=cluster)
     return fleet_view(cells, store.alerts(ACTIVE_STATES), cluster, last_ms)
 
 

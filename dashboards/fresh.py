@@ -25,36 +25,21 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc
 
-from fleetwatch.dashboards.data import AHEAD_S, STALE_S, TEMP
+from fleetwatch.alert_view import LAG_S, newest_sample_ms
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 CHECK = "fresh"  # the shell's Store: the newest sample, as of a read
 TICK = "fresh-tick"
-# Four intervals of the agent's default 15 s: one collector tick missed, or a slow
-# pipeline, does not raise it; a collector or bus that stopped does within a minute.
-STALE_AFTER_S = 60.0
+# As `fleetwatch alerts` says "no new data": four intervals of the agent's default 15 s;
+# one collector tick missed, or a slow pipeline, does not raise it; a collector or bus
+# that stopped does within a minute.
+STALE_AFTER_S = LAG_S
 REFRESHES = 3  # and never under this many of the page's refreshes
 
 
 def stale_after_ms(refresh_s: float) -> int:
     """How old the newest data on screen may be before the banner says so."""
     return int(max(STALE_AFTER_S, REFRESHES * refresh_s) * 1000)
-
-
-def newest_sample_ms(store: Store, now_s: float, known_ms: int | None = None) -> int | None:
-    """The store's newest GPU temperature sample (every agent sends one each tick),
-    ignoring those stamped more than ``AHEAD_S`` past ``now_s`` (a node whose clock runs
-    ahead would hide the others stopping); None: the store holds none. ``known_ms``: the
-    last answer, where the newest is at least (a store whose collectors stopped hours ago
-    is not read back to its start at every refresh)."""
-    limit = int((now_s + AHEAD_S) * 1000)
-    windows = [now_s - STALE_S, *([known_ms / 1000] if known_ms is not None else []), 0.0]
-    for since_s in sorted(set(windows), reverse=True):  # the recent series first: cheap
-        newest = max((ts for _, ts, _ in store.latest(TEMP, int(since_s * 1000))
-                      if ts <= limit), default=None)
-        if newest is not None:
-            return newest
-    return None
 
 
 def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = None

@@ -78,27 +78,42 @@ def hms(ts: float, day_of: float) -> str:
     return time.strftime("%H:%M:%S", time.gmtime(ts)) if same else utc(ts)
 
 
+# Where the newest sample is looked for, nearest first (s back from "now"): each an
+# indexed or server-side read, so the store's whole history is asked only where none of
+# these holds a sample (data ended over a week ago, or an empty store).
+LOOKBACKS_S = (STALE_S, 3600.0, 86400.0, 7 * 86400.0)
+
+
+def newest_sample_ms(store: Any, now: float, known_ms: int | None = None,
+                     cluster: str | None = None) -> int | None:
+    """The store's newest GPU temperature sample (ms; every agent sends one each tick),
+    of ``cluster`` where given, leaving out those stamped more than ``AHEAD_S`` past
+    ``now`` (a node whose clock runs ahead would hide the others stopping); None: the
+    store holds none. ``known_ms``: an earlier answer, where the newest is at least."""
+    until = int((now + AHEAD_S) * 1000)
+    starts = {int((now - back) * 1000) for back in LOOKBACKS_S} | {0}
+    if known_ms is not None:
+        starts.add(min(known_ms, until))
+    for since in sorted(starts, reverse=True):
+        newest = store.newest_ms("gpu_temp_c", since, until, cluster)
+        if newest is not None:
+            return int(newest)
+    return None
+
+
 def data_end(store: Any, now: float) -> float | None:
     """When the store's data ended (its newest GPU temperature sample), if no sample came
     in the last ``STALE_S``: the one store read of this module. None while data arrive,
     and for a store without any."""
-    if store.latest("gpu_temp_c", int((now - STALE_S) * 1000)):
-        return None
-    newest = max((ts for _, ts, _ in store.latest("gpu_temp_c", 0)), default=None)
-    return newest / 1000 if newest is not None else None
+    newest = newest_data(store, now)
+    return newest if newest is not None and newest < now - STALE_S else None
 
 
 def newest_data(store: Any, now: float) -> float | None:
     """The store's newest GPU temperature sample (s), leaving out those stamped more than
-    ``AHEAD_S`` past ``now``; None for a store without any. The recent series first: a
-    store whose data ended long ago is read back to its start only then."""
-    limit = (now + AHEAD_S) * 1000
-    for since in (now - STALE_S, 0.0):
-        newest = max((ts for _, ts, _ in store.latest("gpu_temp_c", int(since * 1000))
-                      if ts <= limit), default=None)
-        if newest is not None:
-            return min(newest / 1000, now)
-    return None
+    ``AHEAD_S`` past ``now``, never later than ``now``; None for a store without any."""
+    newest = newest_sample_ms(store, now)
+    return min(newest / 1000, now) if newest is not None else None
 
 
 def lagging(newest: float | None, now: float) -> bool:

@@ -111,6 +111,10 @@ class RecordingStore:
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         return []
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        return None
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         return []

@@ -328,6 +328,12 @@ class Store(EventStore, AlertStore, Protocol):
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         """The newest point of every series of ``metric`` newer than ``since_ms``."""
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        """The time of the newest point of ``metric`` in [since, until], any series (of
+        ``cluster`` where given), or None: one indexed or server-side read, whatever the
+        window holds (a page opened while the fleet is silent asks it)."""
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         """Points in [start, end), raw for short spans and 1-minute means for long ones;

@@ -197,6 +197,10 @@ class InfluxStore:
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         raise self._no_reads()
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        raise self._no_reads()
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         raise self._no_reads()

@@ -149,6 +149,16 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         points = [p for s in series for p in _points(metric, s)]
         return sorted(points, key=lambda p: (p[0].node, p[0].device))
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        """One ``last()`` over the window, every series together: the server finds it."""
+        measurement, field = split_metric(metric)
+        where = "" if cluster is None else f' AND "cluster" = {_literal(cluster)}'
+        series = self.query(f"SELECT last({_ident(field)}) FROM {_ident(measurement)} "
+                            f"WHERE time >= {since_ms}ms AND time <= {until_ms}ms{where}")
+        return max((int(t) for s in series for t, v in s.get("values", []) if v is not None),
+                   default=None)
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         measurement, field = split_metric(metric)

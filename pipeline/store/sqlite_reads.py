@@ -66,6 +66,31 @@ class SqliteReads:
         return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
 
     @guarded("read")
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        """Walked back on the (ts, did) key from ``until_ms``: the first row of a layout
+        holding ``metric`` ends it (a few rows where that metric comes each tick)."""
+        self._refresh()
+        lids = [lid for lid, names in self._index.items() if metric in names]
+        if not lids:
+            return None
+        sql = (f"SELECT ts, did FROM samples WHERE ts <= ? AND ts >= ? "
+               f"AND layout IN ({','.join('?' * len(lids))})")
+        args: list[int] = [until_ms, since_ms, *lids]
+        wanted = None
+        if cluster is not None:
+            dids = self._devices(None, None, cluster)
+            if not dids:
+                return None
+            if len(dids) <= _SQL_IN_MAX:
+                sql += f" AND did IN ({','.join('?' * len(dids))})"
+                args += dids
+            else:  # too many to bind: the cluster's rows picked as they come
+                wanted = set(dids)
+        rows = self._conn().execute(sql + " ORDER BY ts DESC", args)
+        return next((int(ts) for ts, did in rows if wanted is None or did in wanted), None)
+
+    @guarded("read")
     def newest_sample_ms(self, node: str, cluster: str, since_ms: int, before_ms: int
                          ) -> int | None:
         """The time of the node's newest sample in [since, before), any metric, or None:

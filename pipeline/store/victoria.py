@@ -219,6 +219,17 @@ class VictoriaMetricsStore(VictoriaRecords, VictoriaEnergy, InfluxStore):
                   if key in stamps and stamps[key] >= since_ms]
         return sorted(points, key=lambda p: (p[0].node, p[0].device))
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        """One query over the window: the newest stamp of every series, their max."""
+        since_ms = max(since_ms, FLOOR_MS)
+        if until_ms < since_ms:
+            return None
+        selector = f"{series_selector(metric, cluster=cluster)}[{until_ms - since_ms + 1}ms]"
+        found = self.query(f"max(tlast_over_time({selector}))", until_ms)
+        stamps = [round(float(r["value"][1]) * 1000) for r in found]
+        return max((t for t in stamps if since_ms <= t <= until_ms), default=None)
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         start_ms = max(start_ms, FLOOR_MS)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fleetwatch.alert_view import LAG_S, lag_text, lagging, newest_data
+from fleetwatch.alert_view import LAG_S, data_end, lag_text, lagging, newest_data
 from fleetwatch.cli import main
 from fleetwatch.frame import Frame, GpuReading, HostReading
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -83,3 +83,23 @@ def test_no_open_alerts_from_a_stopped_processor_is_no_all_clear(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == f"no open alerts in {db}"
     assert out[1].startswith("no new data for 3 min") and "/healthz" in out[1]
+
+
+def test_the_newest_sample_of_a_long_silent_store_is_not_a_walk_of_its_history(
+        tmp_path: Path) -> None:
+    """The collectors stopped 10 min ago over hours of samples: the newest one (what the
+    banner, the alerts page and `fleetwatch alerts` ask each time) is found on the store's
+    key, in a bounded number of SQLite steps, not by reading every row back to the start."""
+    stopped = time.time() - 600
+    s = SqliteStore(tmp_path / "hours.db")
+    gpus = tuple(GpuReading(g, f"GPU-{g}", "test", {"gpu_temp_c": 50.0 + g}) for g in range(8))
+    s.write([Frame("c1", "r1", "node-001", stopped - 5 * k, gpus,
+                   HostReading({"host_cpu_util_pct": 1.0})) for k in range(2000)])
+    steps = [0]
+    s._conn().set_progress_handler(lambda: steps.__setitem__(0, steps[0] + 1) or 0, 100)
+    now = time.time()
+    assert newest_data(s, now) == pytest.approx(stopped, abs=0.01)
+    assert data_end(s, now) == pytest.approx(stopped, abs=0.01)
+    # 18,000 rows: a walk of them takes thousands of 100-instruction steps.
+    assert steps[0] < 20, steps[0]
+    s.close()

@@ -61,6 +61,13 @@ class FakeStore:
                 newest[p[0]] = p
         return list(newest.values())
 
+    def newest_ms(self, metric: str, since_ms: int, until_ms: int,
+                  cluster: str | None = None) -> int | None:
+        self._check()
+        return max((p[1] for p in self.points if p[0].metric == metric
+                    and since_ms <= p[1] <= until_ms and cluster in (None, p[0].cluster)),
+                   default=None)
+
     def range(self, metric: str, start_ms: int, end_ms: int, node: str | None = None,
               device: str | None = None, cluster: str | None = None) -> list[Point]:
         self._check()

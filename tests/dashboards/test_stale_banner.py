@@ -37,15 +37,34 @@ def test_check_finds_old_data_empty_store_and_clock_ahead() -> None:
     ahead = fakes.FakeStore([fakes.point("gpu_temp_c", "n0", 0, 60.0, age_s=-3600),
                              fakes.point("gpu_temp_c", "n1", 0, 60.0, age_s=600)])
     assert fresh.check(ahead, fakes.NOW, 5.0)["newest_ms"] == int((fakes.NOW - 600) * 1000)
-    # Told the last answer, the check reads from there, not from the store's start.
-    reads: list[int] = []
-    spy = fakes.FakeStore(old.points)
-    spy.latest = lambda m, since: reads.append(since) or old.latest(m, since)  # type: ignore
-    known = int((fakes.NOW - 86_400) * 1000)
-    assert fresh.check(spy, fakes.NOW, 5.0, known)["newest_ms"] == known
-    assert 0 not in reads and known in reads
     broken = fresh.check(fakes.FakeStore(broken=True), fakes.NOW, 5.0)
     assert "newest_ms" not in broken and "fake store is down" in broken["error"]
+
+
+def test_a_new_page_looks_back_in_growing_windows_not_from_the_start() -> None:
+    """A page's first check has no earlier answer (every load, tab, reload): it asks the
+    last 5 min, then 1 h, 1 day, 7 days, and the store's start only where those hold none."""
+    def spy(age_s: float) -> tuple[fakes.FakeStore, list[int]]:
+        store = fakes.FakeStore([fakes.point("gpu_temp_c", "n0", 0, 60.0, age_s=age_s)])
+        reads: list[int] = []
+        inner = store.newest_ms
+        store.newest_ms = lambda m, since, until, cluster=None: (  # type: ignore[method-assign]
+            reads.append(since) or inner(m, since, until, cluster))
+        return store, reads
+
+    def ms(age_s: float) -> int:
+        return int((fakes.NOW - age_s) * 1000)
+
+    hours_2, reads = spy(7200)
+    assert fresh.check(hours_2, fakes.NOW, 5.0)["newest_ms"] == ms(7200)
+    assert reads == [ms(300), ms(3600), ms(86_400)]
+    days_8, reads = spy(8 * 86_400)
+    assert fresh.check(days_8, fakes.NOW, 5.0)["newest_ms"] == ms(8 * 86_400)
+    assert reads[-1] == 0  # data older than a week: only then from the start
+    # Told the last answer, the check reads from there, not from the store's start.
+    days_8, reads = spy(8 * 86_400)
+    assert fresh.check(days_8, fakes.NOW, 5.0, ms(8 * 86_400))["newest_ms"] == ms(8 * 86_400)
+    assert reads[-1] == ms(8 * 86_400) and 0 not in reads
 
 
 # live.js's pure rule, run in the page: (now, check, checkAt, pageAt, everyMs, error).

@@ -90,6 +90,26 @@ def test_latest_gives_the_newest_point_of_every_series(backend: Backend) -> None
     assert mine(backend.store.latest("gpu_temp_c", 0), cluster) == got  # "since ever"
 
 
+def test_newest_ms_is_the_newest_stamp_in_the_window_of_a_cluster(backend: Backend) -> None:
+    """What the stale banner and `fleetwatch alerts` ask on every page/run: one stamp, in
+    [since, until], of one cluster or of all."""
+    a, b, t0 = cluster_name(), cluster_name(), minute_ago(30)
+    backend.store.write(frames(a, t0, 60) + frames(b, t0 + 120_000, 30, nodes=1))
+    backend.settle()
+    newest = backend.store.newest_ms
+    last_a, last_b, until = t0 + 59_000, t0 + 149_000, t0 + 600_000
+    assert newest("gpu_temp_c", t0, until, a) == last_a
+    assert newest("gpu_temp_c", 0, until, b) == last_b  # "since ever"
+    assert newest("host_cpu_util_pct", t0, until, a) == last_a
+    assert newest("gpu_temp_c", t0, t0 + 30_000, a) == t0 + 30_000  # until: inclusive
+    assert newest("gpu_temp_c", t0, t0 + 30_500, a) == t0 + 30_000
+    assert newest("gpu_temp_c", last_a + 1, until, a) is None
+    assert newest("no_such_metric", 0, until, a) is None
+    assert newest("gpu_temp_c", t0, until, cluster_name()) is None
+    got = newest("gpu_temp_c", t0, until)  # every cluster (the server may hold others')
+    assert got is not None and got >= last_b
+
+
 def test_short_range_is_raw_and_long_range_is_minute_means(backend: Backend) -> None:
     cluster, t0 = cluster_name(), minute_ago(30)
     backend.store.write(frames(cluster, t0, TICKS))
