@@ -33,13 +33,14 @@ Pure functions over alerts, used by ``pipeline.silences.mute``.
   ``gpu_temp_critical`` is no second page). While a
   room alert fires, a cause that Alertmanager's room rule mutes (``ROOM_MUTES_IN_AM``)
   covers nothing, so a GPU hotter than its peers still pages there.
-* One hot GPU is one incident: far hotter than its peers (``gpu_hot_vs_peers_critical``)
-  and at its slowdown temperature (``gpu_temp_critical``) are two findings of it, each
-  critical. Whichever fires first is the page and mutes the other (both stay in the
+* One hot GPU is one incident: its die warming at steady power (its cooler failing,
+  ``gpu_warming_at_steady_power``), far hotter than its peers (``gpu_hot_vs_peers_critical``)
+  and at its slowdown temperature (``gpu_temp_critical``) are findings of it, each
+  critical. Whichever fires first is the page and mutes the others (all stay in the
   book and the store); a notifier shows the later one in the page (``incident_joined``:
   its message and evidence), so the on-call's one notification is updated, and if the
-  page resolves first the other is notified then. The order is no label, so Alertmanager
-  has no rule for this pair: fleetwatch does not post the muted one.
+  page resolves first the others are notified then. The order is no label, so Alertmanager
+  has no rule for these pairs: fleetwatch does not post the muted ones.
 * A firing room alert (``room_inlet_hot``: the cluster's inlet air above ASHRAE's
   envelope) mutes its cluster's GPU thermal alerts that the room explains: those of a
   GPU with no open alert of being hotter than its peers at similar power (a GPU hotter
@@ -119,6 +120,12 @@ SAME_GPU_COVERS = (
     # page, whichever finding came first; the other is shown in it.
     Cover("gpu_hot_vs_peers_critical", "gpu_temp_critical", first=True),
     Cover("gpu_temp_critical", "gpu_hot_vs_peers_critical", first=True),
+    # A cooler failing under load: its die climbing at steady power on the first faulty
+    # sample, then far above its peers and at its limit minutes later; one incident too.
+    Cover("gpu_warming_at_steady_power", "gpu_hot_vs_peers_critical", first=True),
+    Cover("gpu_hot_vs_peers_critical", "gpu_warming_at_steady_power", first=True),
+    Cover("gpu_warming_at_steady_power", "gpu_temp_critical", first=True),
+    Cover("gpu_temp_critical", "gpu_warming_at_steady_power", first=True),
     Cover("gpu_temp_critical", "gpu_hot_vs_peers"),
     Cover("gpu_temp_critical", "gpu_temp_high"),
     Cover("gpu_temp_critical", "gpu_temp_rising"),
