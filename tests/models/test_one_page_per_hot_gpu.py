@@ -184,15 +184,18 @@ def test_a_finding_muted_by_its_incident_page_still_covers_its_warning() -> None
     assert inhibited_by(high, both) == limit.id
 
 
-def test_a_cause_silenced_or_acknowledged_covers_nothing_even_in_a_chain() -> None:
-    """A person's silence or acknowledgement of the limit mutes the limit only: the warning
-    it would explain is notified on its own (a silence never mutes another rule's page)."""
+def test_a_cause_silenced_covers_nothing_even_in_a_chain_and_one_acknowledged_still_does(
+        ) -> None:
+    """A person's silence of the limit mutes the limit only: the warning it would explain
+    is notified on its own (a silence never mutes another rule's page). An acknowledgement
+    says "I have this GPU": the acknowledged limit keeps muting what it explains on it."""
     peer, limit, high = firing(PEER, 1000.0), firing(LIMIT, 1030.0), warning("gpu_temp_high",
                                                                               1060.0)
     both = [peer, limit, high]
     quiet = Silence("s1", (("rule", "=", LIMIT),), 0.0, 1e10)
     assert mute(high, both, [quiet], {}) == ""
-    assert mute(high, both, [], {limit.id: Acknowledgement(limit.id, 1040.0, "ana")}) == ""
+    acked = {limit.id: Acknowledgement(limit.id, 1040.0, "ana")}
+    assert mute(high, both, [], acked) == f"inhibited:{limit.id}"
     # the page silenced: the limit is heard again, and covers the warning itself
     page_quiet = Silence("s2", (("rule", "=", PEER),), 0.0, 1e10)
     assert mute(limit, both, [page_quiet], {}) == ""
