@@ -185,6 +185,12 @@ def replay(paths: Sequence[str | Path], detectors: Sequence[Detector], out: Text
     # that began without the alert changing), every reload_s of the data's time, as live:
     # on the wall's, a replay's lines would depend on how fast the machine replays.
     notifier = Notifier([sink], background=False, clock=lambda: summary.end_ts)
+    # So are the learned detectors' looks for a newer model file and their lemon scores'
+    # "now" (how far a node's stored events are read).
+    for d in detectors:
+        use_clock = getattr(d, "use_clock", None)
+        if callable(use_clock):
+            use_clock(lambda: summary.end_ts)
     # No alert history: the sink prints each change as it comes; the store keeps the open.
     processor = Processor(store if store is not None else RecordingStore(history=False),
                           detectors, notify=notifier.send, keep_firing_s=keep_firing_s)

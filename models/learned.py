@@ -1,16 +1,17 @@
 """The learned detectors as one detector that follows the newest trained model file.
 
 Thermal health, the fleet anomaly model and lemon-node scores, run by the
-processor like any rule. At start, and then every ``check_every_s`` of wall
-time, it looks for a newer file in the model directory and swaps it in
-without a restart (per-GPU smoothing state is kept: a retrain changes what is
-expected, not what was seen). A file that does not load (damaged, cut short,
-written by another model format or scikit-learn) is skipped with the reason,
-once, and the next older one is tried: one bad file does not take the models
-away while a good one sits beside it; so is a file named more than a day in
-the future (it would shadow every later training). Installing a model is all
-or nothing: if it fails, the models in use stay and the file is refused.
-With no usable model it runs nothing but the lemon scores, and says so once.
+processor like any rule. At start, and then every ``check_every_s`` of wall time
+(of the data's in a replay: ``use_clock``), it looks for a newer file in the
+model directory and swaps it in without a restart (per-GPU smoothing state is
+kept: a retrain changes what is expected, not what was seen). A file that does
+not load (damaged, cut short, written by another model format or scikit-learn)
+is skipped with the reason, once, and the next older one is tried: one bad file
+does not take the models away while a good one sits beside it; so is a file
+named more than a day in the future (it would shadow every later training).
+Installing a model is all or nothing: if it fails, the models in use stay and
+the file is refused. With no usable model it runs nothing but the lemon scores,
+and says so once.
 
 A model learnt one kind of GPU: a file records the power limits of the GPUs it
 was trained on (``gpu_power_limits_w``), and only GPUs whose limit is one of
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -254,6 +256,14 @@ class LearnedDetectors:
                         "`fleetwatch train`); other limits of %s GPUs it does not score are "
                         "not said again", why, g.model or "these", limit, g.model or "these")
         return scored
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Look for a newer model file, and rebuild lemon scores up to "now", on this
+        clock (a replay's: the data's time) instead of the wall's; the folder is read
+        again at the next frame."""
+        self._clock = clock
+        self.lemon.use_clock(clock)
+        self._next_check = -math.inf
 
     def use_events(self, events: EventReader | None) -> None:
         """The store's event reader: lemon scores are rebuilt from it (``LemonScore``), and

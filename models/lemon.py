@@ -109,8 +109,12 @@ class LemonScore:
 
     def __init__(self, half_life_d: float = 7.0, threshold: float = 10.0,
                  xid_points: Callable[[int], float] | None = None,
-                 explained: Callable[[str, str, str], bool] | None = None) -> None:
+                 explained: Callable[[str, str, str], bool] | None = None,
+                 clock: Callable[[], float] | None = None) -> None:
         self.half_life_s = half_life_d * 86400.0
+        # "Now" for a rebuild's window: the wall's live, the data's in a replay (a store's
+        # events after the frame's time are the recording's future, not its past).
+        self.clock = clock or time.time
         self.threshold = threshold
         # (cluster, rack, node) -> whether a cooling finding holds for it now (the rack
         # detector's ``explains``; wired by ``wiring.linked``).
@@ -137,6 +141,10 @@ class LemonScore:
         for key, (score, ts) in scores.items():
             if key not in self._rebuilt:
                 self._score[key] = [score, ts]
+
+    def use_clock(self, clock: Callable[[], float]) -> None:
+        """Rebuild scores up to this clock's "now" (a replay's: the data's time)."""
+        self.clock = clock
 
     def use_events(self, events: EventReader | None) -> None:
         """Rebuild each node's score from these stored events when it is first seen (the
@@ -257,7 +265,7 @@ class LemonScore:
         new = {(f.cluster, f.node) for f in frames} - self._rebuilt.keys()
         if not new or self._events_of is None:
             return
-        end = max(max(f.ts for f in frames), time.time()) + 60.0
+        end = max(max(f.ts for f in frames), self.clock()) + 60.0
         start = end - HISTORY_HALF_LIVES * self.half_life_s
         nodes = {n for _, n in new}
         # One read for many nodes (a start), one per node for a few (a partition moved).
