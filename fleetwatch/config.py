@@ -2,11 +2,12 @@
 
 Read and checked once at start. A wrong value stops start-up with a message
 that names the key and where it came from. Secrets are ``Secret`` values:
-they never appear in a repr, a log line or ``fleetwatch config``. The
-sections, their defaults and ranges are in ``fleetwatch.settings`` (energy and carbon in
-``fleetwatch.settings_energy``); the checks of one value (type, range, text rule) in
-``fleetwatch.config_values``; unknown, moved and retired
-keys in ``fleetwatch.config_keys``; rules across values in ``fleetwatch.config_rules``.
+they never appear in a repr, a log line or ``fleetwatch config``. The sections,
+their defaults and ranges are in ``fleetwatch.settings`` (bus and store in
+``fleetwatch.settings_backends``, energy and carbon in ``fleetwatch.settings_energy``);
+the checks of one value (type, range, text rule) in ``fleetwatch.config_values``; unknown,
+moved and retired keys in ``fleetwatch.config_keys``; rules across values in
+``fleetwatch.config_rules``.
 This module reads the file and the environment and builds the sections.
 """
 
@@ -42,7 +43,6 @@ from fleetwatch.settings import (
     ENV_PREFIX,
     AgentConfig,
     AlertsConfig,
-    BusConfig,
     Config,
     DashboardConfig,
     DetectorsConfig,
@@ -50,9 +50,9 @@ from fleetwatch.settings import (
     NodeConfig,
     ProcessorConfig,
     SimConfig,
-    StoreConfig,
     T,
 )
+from fleetwatch.settings_backends import BusConfig, StoreConfig
 from fleetwatch.settings_energy import (
     CARBON_GRID_KEYS,
     CARBON_PUE_KEYS,
