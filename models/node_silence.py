@@ -16,7 +16,7 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, stopped
-from fleetwatch.models import KEEP_FIRING, Finding
+from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
@@ -339,6 +339,17 @@ class NodeSilence(SilentRacks, StreamClock):
         if self._lone and self._whole:
             out += self._lone.due(now, [w[:2] for w in self._where], self._clusters)
         return out
+
+    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
+        """Open alerts taken over (a restart, a partition): a rack alert of a rack no node
+        of which is known here ends once it is forgotten (``LoneRacks``); with several
+        members, a ``rack_silent`` one is resolved by its judge once its rack is found up
+        (the judge may read none of the rack's frames itself)."""
+        alerts = list(alerts)
+        self._lone.adopt(alerts)
+        for a in alerts:
+            if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
+                self._shared.adopt(a.cluster, a.device[5:])
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any

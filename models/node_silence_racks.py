@@ -9,23 +9,22 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.models import Finding, OpenAlert
+from fleetwatch.models import Finding
 from fleetwatch.models.node_agents import NodeKey
-from fleetwatch.models.node_forget import FORGET_S, LoneRacks
-from fleetwatch.models.rack_silence import RULE as RACK_RULE
+from fleetwatch.models.node_forget import FORGET_S
 from fleetwatch.models.rack_silence import Heard, Remote, SharedRacks, racks_down, remote_heard
 
 
 class SilentRacks:
     """Racks whose nodes went silent together, judged here where every node of a rack is
     this processor's to see (``whole``), else only by the member that is the rack's judge
-    (``share``); rack alerts taken over are resolved by it (``adopt``)."""
+    (``share``); rack alerts taken over (``NodeSilence.adopt``) are resolved by it."""
 
     # NodeSilence's settings and nodes, read here.
     c: DetectorsConfig
@@ -35,8 +34,7 @@ class SilentRacks:
     _heard: np.ndarray
     _interval: np.ndarray
     _stopped: np.ndarray
-    # The rack state (made in NodeSilence.__init__; its _judge reads it too).
-    _lone: LoneRacks
+    # The rack state (made in NodeSilence.__init__; its _judge and adopt use it too).
     _whole: bool
     _judges: Callable[[str, str], bool] | None
     _remote: list[Remote] | None
@@ -60,17 +58,6 @@ class SilentRacks:
         self._judges = judges
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
         self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
-
-    def adopt(self, alerts: Iterable[OpenAlert]) -> None:
-        """Open alerts taken over (a restart, a partition): a rack alert of a rack no node
-        of which is known here ends once it is forgotten (``LoneRacks``); with several
-        members, a ``rack_silent`` one is resolved by its judge once its rack is found up
-        (the judge may read none of the rack's frames itself)."""
-        alerts = list(alerts)
-        self._lone.adopt(alerts)
-        for a in alerts:
-            if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
-                self._shared.adopt(a.cluster, a.device[5:])
 
     def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
                       limits: np.ndarray) -> list[Finding]:
