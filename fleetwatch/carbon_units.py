@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from fleetwatch.settings import PLAUSIBLE_G_PER_KWH
+from fleetwatch.settings_energy import PLAUSIBLE_G_PER_KWH
 
 LB_KG = 0.45359237  # the international avoirdupois pound, exactly (1959)
 # gCO2e/kWh per one of each unit. kg/MWh and g/kWh are the same quantity.

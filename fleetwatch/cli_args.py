@@ -1,14 +1,15 @@
 """``fleetwatch``'s command line: every command's arguments, their types and ranges, and
-the help text. Parsing only: ``fleetwatch.cli`` runs what was asked."""
+the help text (the alert commands' in ``fleetwatch.cli_args_alerts``, the flags' value
+types in ``fleetwatch.cli_types``). Parsing only: ``fleetwatch.cli`` runs what was asked."""
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 
 from fleetwatch import version_text
-from fleetwatch.durations import HOW, parse_duration
+from fleetwatch.cli_args_alerts import add_alert_commands
+from fleetwatch.cli_types import bounded, duration, duration_within, fault, positive_int
 
 # The simulated parts (collectors/sim/hardware.PARTS, which --help does not import; a test
 # checks that the two agree, and with the config's sim.part).
@@ -24,92 +25,6 @@ FAULT_HELP = ("inject a fault (repeatable): KIND:NODE/GPU[@START][+DURATION][xSE
               "node_silent:node-002@3h30m+10m. KIND: " + ", ".join(FAULT_KINDS)
               + "; MODE: drift or sudden; START 1m and DURATION 1h by default")
 MAX_NODES, MAX_GPUS = 1024, 8192
-
-
-def _duration(text: str) -> float:
-    """A duration with its unit: 90s, 15m, 2h, 7d, 3h30m (0 needs none).
-
-    A bare number is refused: ``--for 2`` meant two hours to whoever typed it and
-    made a two-second silence, ``--since 24`` meant a day and looked back 24 s.
-    """
-    text = text.strip()
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        wrong = str(exc)
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(wrong) from None
-    if value == 0:
-        return 0.0
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a duration; {HOW}")
-    raise argparse.ArgumentTypeError(
-        f"{text!r} has no unit: write {text}s for seconds, or e.g. 30m, 2h, 1d")
-
-
-class Typed(float):
-    """A flag's number that keeps the text typed, so that a message can echo it
-    (``alerts --since 48h`` answered "in the last 172800 s")."""
-
-    text: str
-
-    def __new__(cls, value: float, text: str) -> Typed:
-        self = super().__new__(cls, value)
-        self.text = text
-        return self
-
-
-def _span(text: str) -> float:
-    """A look-back: a duration above 0 and at most ten years."""
-    seconds = _duration(text)
-    if not 0 < seconds <= 3650 * 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} must be above 0 and at most 3650d")
-    return Typed(seconds, text.strip())
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 1 or more")
-    return value
-
-
-def _bounded(lo: float, hi: float, integer: bool = False):  # -> an argparse type
-    """A number within [lo, hi] (finite), or a usage error that says the range."""
-    def parse(text: str) -> float:
-        try:
-            value = int(text) if integer else float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"{text!r} is not {'a whole number' if integer else 'a number'}") from None
-        if not lo <= value <= hi:  # also refuses NaN
-            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g} and {hi:g}")
-        return value
-    return parse
-
-
-def _duration_within(lo: float, hi: float):  # -> an argparse type
-    """A duration with its unit within [lo, hi] seconds, as every duration flag takes."""
-    def parse(text: str) -> float:
-        seconds = _duration(text)
-        if not lo <= seconds <= hi:
-            raise argparse.ArgumentTypeError(f"{text!r} must be between {lo:g}s and {hi:g}s")
-        return seconds
-    return parse
-
-
-def _fault(text: str):  # -> Fault, imported lazily to keep --help fast
-    from fleetwatch.collectors.sim import parse_fault
-
-    try:
-        return parse_fault(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class _Version(argparse.Action):
@@ -138,9 +53,9 @@ def parser() -> argparse.ArgumentParser:
 
     def fleet_args(sp: argparse.ArgumentParser) -> None:
         g = sp.add_argument_group("simulated fleet")
-        g.add_argument("--nodes", type=_positive_int,
+        g.add_argument("--nodes", type=positive_int,
                        help=f"nodes, 1 to {MAX_NODES:,} (default 4)")
-        g.add_argument("--gpus", type=_positive_int,
+        g.add_argument("--gpus", type=positive_int,
                        help=f"GPUs per node, 1 to 64; at most {MAX_GPUS:,} GPUs in all (default 8)")
         g.add_argument("--seed", type=int,
                        help="random seed, 0 to 2^63-1; same seed, same fleet (default 0)")
@@ -150,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         g.add_argument("--inlet-c", type=float, metavar="C",
                        help="the room's mean inlet air in °C, 5 to 45 (default: sim.inlet_c, "
                        "22); sim.warm_spell_c and sim.warm_spell_h ramp it")
-        g.add_argument("--fault", type=_fault, action="append", metavar="SPEC", default=None,
+        g.add_argument("--fault", type=fault, action="append", metavar="SPEC", default=None,
                        help=FAULT_HELP)
         g.add_argument("--no-faults", action="store_true", help="inject no fault")
         sp.add_argument("--store", metavar="PATH", help="embedded store file (default for a "
@@ -163,12 +78,12 @@ def parser() -> argparse.ArgumentParser:
     fleet_args(up)
     up.add_argument("--simulate", action=argparse.BooleanOptionalAction, default=None,
                     help="force the simulated fleet (or real NVML with --no-simulate)")
-    up.add_argument("--interval", type=_duration, metavar="DUR",
+    up.add_argument("--interval", type=duration, metavar="DUR",
                     help="sample interval, 1s to 1h (default 5s)")
     up.add_argument("--speed", type=float,
                     help="how much faster than real time the simulation catches up, 1 to "
                     "100000 (default 30)")
-    up.add_argument("--backfill", type=_duration, metavar="DUR",
+    up.add_argument("--backfill", type=duration, metavar="DUR",
                     help="how far in the past the simulation starts, 0 to 7d, with its unit "
                     "(default 15m)")
     up.add_argument("--host", help="dashboard address (default 127.0.0.1)")
@@ -191,9 +106,9 @@ def parser() -> argparse.ArgumentParser:
     fleet_args(sim)
     span = sim.add_mutually_exclusive_group()
     span.add_argument("--days", type=float, help="days of history, up to 366 (default 1)")
-    span.add_argument("--duration", type=_duration, metavar="DUR",
+    span.add_argument("--duration", type=duration, metavar="DUR",
                       help="history span with its unit, e.g. 6h")
-    sim.add_argument("--interval", type=_duration, metavar="DUR",
+    sim.add_argument("--interval", type=duration, metavar="DUR",
                      help="sample interval, 1s to 1h (default 15s)")
     sim.add_argument("--end", type=float, metavar="EPOCH_S",
                      help="when the history ends (default now)")
@@ -203,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
                            "every interval to Kafka, serve Prometheus /metrics.")
     agent.add_argument("--once", action="store_true", help="read one frame, print it, exit")
     agent.add_argument("--json", action="store_true", help="with --once: print the frame as JSON")
-    agent.add_argument("--fake-gpus", type=_positive_int, metavar="N",
+    agent.add_argument("--fake-gpus", type=positive_int, metavar="N",
                        help="use N fake GPUs instead of NVML (the test fake)")
     agent.add_argument("--fake-faults", metavar="FILE",
                        help="with --fake-gpus: faults of the fake GPUs from a JSON file, read "
@@ -211,14 +126,14 @@ def parser() -> argparse.ArgumentParser:
                        "\"lost\": [2]}: GPU 3 at 95 °C, an XID 79 on GPU 4 (once each time "
                        "the file is written), GPU 2 fallen off the bus; {} heals them; "
                        "\"counters\" and \"per_min\" set or climb error counters (README)")
-    agent.add_argument("--interval", type=_duration, metavar="DUR",
+    agent.add_argument("--interval", type=duration, metavar="DUR",
                        help="sample interval with its unit, e.g. 5s (default agent.interval_s)")
 
     process = sub.add_parser("process", help="run a stream processor (one member of a consumer "
                              "group)", description="Consume frames from Kafka, write them to the "
                              "store, run the detectors and the alert lifecycle; commit offsets "
                              "after each stored batch.")
-    process.add_argument("--workers", type=_positive_int, metavar="N",
+    process.add_argument("--workers", type=positive_int, metavar="N",
                          help="run N group members as child processes, about one core each "
                          "(default processor.workers, 1)")
 
@@ -234,7 +149,7 @@ def parser() -> argparse.ArgumentParser:
                            "to models.dir, which running processors load without a restart.")
     tspan = train.add_mutually_exclusive_group()
     tspan.add_argument("--days", type=float, help="days of history to train on (default 7)")
-    tspan.add_argument("--duration", type=_duration, metavar="DUR",
+    tspan.add_argument("--duration", type=duration, metavar="DUR",
                        help="history span with its unit, e.g. 36h")
     train.add_argument("--end", type=float, metavar="EPOCH_S",
                        help="when the history ends (default now)")
@@ -286,7 +201,7 @@ def parser() -> argparse.ArgumentParser:
     rp.add_argument("files", nargs="+", metavar="FILE",
                     help="CSV or JSON-lines files, gzip-compressed or not (told by their first "
                          "bytes), or - for standard input; the layout is told by the first line")
-    rp.add_argument("--speed", type=_bounded(1e-6, 1e9), metavar="X",
+    rp.add_argument("--speed", type=bounded(1e-6, 1e9), metavar="X",
                     help="replay at X times real time (default: as fast as possible)")
     rp.add_argument("--skip-bad", action="store_true",
                     help="skip bad rows and count them, instead of stopping at the first; "
@@ -311,7 +226,7 @@ def parser() -> argparse.ArgumentParser:
                      "DCGM_FI_DEV_GPU_TEMP); required where the header says only 'value'")
     one.add_argument("--node", metavar="NODE",
                      help="the node the series is from (default: the file's name)")
-    one.add_argument("--gpu", type=_bounded(0, 1023, integer=True), default=0, metavar="N",
+    one.add_argument("--gpu", type=bounded(0, 1023, integer=True), default=0, metavar="N",
                      help="the GPU index, for a GPU metric (default 0)")
 
     ev = sub.add_parser("evaluate", help="score every detector against a labelled simulated "
@@ -320,25 +235,25 @@ def parser() -> argparse.ArgumentParser:
                         "per fault kind (recall, precision, delay) and count false alarms per "
                         "1,000 GPU-days. Progress on stderr; with --json the last line of stdout "
                         "is the result.")
-    ev.add_argument("--gpus", type=_bounded(8, 200_000, integer=True), default=1000,
+    ev.add_argument("--gpus", type=bounded(8, 200_000, integer=True), default=1000,
                     help="GPUs in the fleet, 8 to 200000 (default 1000)")
-    ev.add_argument("--hours", type=_bounded(1, 24 * 31), default=24.0,
+    ev.add_argument("--hours", type=bounded(1, 24 * 31), default=24.0,
                     help="simulated hours, 1 to 744 (default 24)")
-    ev.add_argument("--per-kind", type=_bounded(1, 1000, integer=True), default=10,
+    ev.add_argument("--per-kind", type=bounded(1, 1000, integer=True), default=10,
                     help="faults of each kind (default 10)")
     ev.add_argument("--kinds", help="comma-separated fault kinds (default: all the simulator has)")
-    ev.add_argument("--interval", type=_duration_within(1, 300), default=15.0, metavar="DUR",
+    ev.add_argument("--interval", type=duration_within(1, 300), default=15.0, metavar="DUR",
                     help="time between a node's samples, 1s to 300s (default 15s; the agent's "
                          "own default is 5s: a shorter interval takes longer to run)")
-    ev.add_argument("--seed", type=_bounded(0, 2**63 - 1, integer=True), default=0,
+    ev.add_argument("--seed", type=bounded(0, 2**63 - 1, integer=True), default=0,
                     help="random seed, 0 to 2^63-1: the same seed, the same fleet, faults and "
                          "scores (default 0)")
     ev.add_argument("--part", choices=PART_NAMES, default="a100",
                     help=PART_HELP + " (default a100)")
-    ev.add_argument("--inlet-c", type=_bounded(5, 45), default=22.0, metavar="C",
+    ev.add_argument("--inlet-c", type=bounded(5, 45), default=22.0, metavar="C",
                     help="the room's inlet air of the faulty and the healthy run, 5 to 45 °C "
                          "(default 22)")
-    ev.add_argument("--hot-inlet-c", type=_bounded(5, 45), default=32.0, metavar="C",
+    ev.add_argument("--hot-inlet-c", type=bounded(5, 45), default=32.0, metavar="C",
                     help="a third run, the healthy fleet in a room this warm: its false alarms "
                          "and how many are notified (default 32 °C, the top of ASHRAE class "
                          "A1's allowable range)")
@@ -347,118 +262,9 @@ def parser() -> argparse.ArgumentParser:
     ev.add_argument("--models", action=argparse.BooleanOptionalAction, default=False,
                     help="add a column with the learned models on top of the rules")
     ev.add_argument("--json", action="store_true", help="print the result as one JSON line")
-    ev.add_argument("--workers", type=_bounded(1, 2, integer=True), default=2,
+    ev.add_argument("--workers", type=bounded(1, 2, integer=True), default=2,
                     help="run the faulty and the healthy fleet side by side (2, default) or "
                          "one after the other (1)")
 
-    si = sub.add_parser("silence", help="add, list or expire silences of alert notifications",
-                        description="Silences mute the notifications (Alertmanager, webhook) of "
-                        "the alerts they match, for a time; the alerts themselves are still "
-                        "raised and stored. Kept in the store; processors read them again "
-                        "every alerts.silence_reload_s (5 s by default), so a silence added or "
-                        "expired acts within that.")
-    si.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
-    si_sub = si.add_subparsers(dest="action", required=True, metavar="ACTION")
-    si_add = si_sub.add_parser("add", help="add a silence; prints its id (its matchers and "
-                               "window on stderr)")
-    si_add.add_argument("matchers", nargs="+", metavar="MATCHER",
-                        help="LABEL=VALUE, LABEL!=VALUE, LABEL=~REGEX or LABEL!~REGEX; labels: "
-                             "rule, severity, cluster, rack, node, device, scope; a value is "
-                             "never empty (LABEL=~^$ matches an empty label)")
-    si_add.add_argument("--for", dest="duration", type=_duration, default=None, metavar="DUR",
-                        help="how long, with its unit: 30m, 2h, 1d (default 1h; or --until)")
-    si_add.add_argument("--start", metavar="WHEN",
-                        help="when it starts, for a maintenance window ahead: a date and time "
-                        "(2026-11-28 02:00, or ISO 8601 with an offset, 2026-11-28T02:00+01:00); "
-                        "one without an offset is in --tz (UTC by default), as timeline "
-                        "--since reads it. Default now; one up to a minute past is now, "
-                        "further back is refused. Until it starts it is listed as pending and "
-                        "mutes nothing; Alertmanager's copy starts then too")
-    si_add.add_argument("--until", metavar="WHEN",
-                        help="when it ends, as --start (instead of --for); after --start")
-    si_add.add_argument("--tz", default="UTC", metavar="ZONE",
-                        help="IANA time zone of a --start/--until without an offset, e.g. "
-                        "Europe/Berlin (default UTC)")
-    si_add.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
-    si_add.add_argument("--comment", default="", help="why")
-    si_list = si_sub.add_parser("list", help="silences in force now and those to come, "
-                                "marked pending (--all: every one)")
-    si_list.add_argument("--all", action="store_true",
-                         help="every silence, expired ones too (default: those in force now "
-                         "and those not started yet)")
-    si_exp = si_sub.add_parser("expire", help="end a silence now")
-    si_exp.add_argument("id", help="the silence's id, as silence add printed it and silence "
-                        "list shows it")
-    si_imp = si_sub.add_parser("import", help="carry the silences in force and the "
-                               "acknowledgements of open alerts from another store (the SQLite "
-                               "file used before store.kind changed)")
-    si_imp.add_argument("--from", dest="source", required=True, metavar="OLD.db",
-                        help="the SQLite store to read them from")
-    for action in (si_add, si_list, si_exp, si_imp):
-        # Also after the action, as `alerts --store` and `ack --store` take it. SUPPRESS: a
-        # subparser's own default would overwrite a --store given before the action.
-        action.add_argument("--store", metavar="PATH", default=argparse.SUPPRESS,
-                            help="embedded store file (store.path)")
-
-    al = sub.add_parser("alerts", help="list the open alerts: where, since when, evidence, "
-                        "action, and ids for ack",
-                        description="The alerts the processors keep in the store: firing, then "
-                        "pending; critical first; the oldest first. Each says where, since when, "
-                        "what, the values that raised it, what to do, and why it is not being "
-                        "notified (silenced, inhibited by a node or rack alert, acknowledged).")
-    al.add_argument("--since", type=_span, metavar="DUR",
-                    help="also the alerts resolved in the last DUR, e.g. 24h")
-    al.add_argument("--node", help="only this node's alerts (of every cluster, without "
-                    "--cluster)")
-    al.add_argument("--cluster", help="only this cluster's alerts (empty: every cluster)")
-    al.add_argument("--json", action="store_true", help="one JSON object per alert and line")
-    al.add_argument("--short", action="store_true",
-                    help="a line per rule, then each alert's heading and id only")
-    al.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
-
-    tl = sub.add_parser("timeline", help="what happened, in time order, for a postmortem: "
-                        "alerts, notifications, acks, silences, events",
-                        description="One time-ordered list over a window: each alert's "
-                        "transitions (pending, firing, resolved), what was notified at each "
-                        "sink (sent, or muted and by what, as recorded at the time), "
-                        "acknowledgements and silences (who, when, why), the devices' events "
-                        "(XIDs, a GPU lost or back, a node silent or back, jobs starting and "
-                        "ending) and the faults a simulator injected.")
-    tl.add_argument("--since", default="24h", metavar="WHEN",
-                    help="from: a duration before now (2h, 7d) or a date and time "
-                    "(2026-11-27 16:30, in --tz; or ISO 8601 with an offset); default 24h")
-    tl.add_argument("--until", metavar="WHEN", help="to, as --since (default: now)")
-    tl.add_argument("--cluster", help="only this cluster")
-    tl.add_argument("--rack", help="only this rack")
-    tl.add_argument("--node", help="only this node")
-    tl.add_argument("--job", help="only this job: its GPUs and nodes while it ran (from the "
-                    "store's job_start/job_end events)")
-    tl.add_argument("--tz", default="UTC", metavar="ZONE",
-                    help="IANA time zone the times are written in, e.g. Europe/Berlin "
-                    "(default UTC)")
-    tl.add_argument("--pending-cleared", action="store_true",
-                    help="also the alerts that cleared while pending, never fired (shown as "
-                    "pending, then pending cleared); left out by default, and counted")
-    tl.add_argument("--fault-hours", action="store_true",
-                    help="instead: the GPU-hours each job (and user) spent under firing fault "
-                    "alerts (warning, critical), per rule and in all, from the store's job "
-                    "events and energy ledger")
-    fmt = tl.add_mutually_exclusive_group()
-    fmt.add_argument("--json", dest="format", action="store_const", const="json",
-                     help="one JSON object per entry and line")
-    fmt.add_argument("--csv", dest="format", action="store_const", const="csv",
-                     help="CSV with a header row")
-    tl.set_defaults(format="text")
-    tl.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
-
-    ack = sub.add_parser("ack", help="acknowledge an open alert: no repeat notifications until "
-                         "it resolves",
-                         description="Acknowledge an open alert: its notifications are not "
-                         "repeated until it resolves; fleetwatch alerts still lists it, marked "
-                         "acknowledged.")
-    ack.add_argument("alert_id", metavar="ALERT_ID",
-                     help="the alert's id, as fleetwatch alerts lists it")
-    ack.add_argument("--by", default=os.environ.get("USER", ""), help="who (default $USER)")
-    ack.add_argument("--comment", default="", help="why, kept with the acknowledgement")
-    ack.add_argument("--store", metavar="PATH", help="embedded store file (store.path)")
+    add_alert_commands(sub)
     return p

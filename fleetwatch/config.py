@@ -2,10 +2,12 @@
 
 Read and checked once at start. A wrong value stops start-up with a message
 that names the key and where it came from. Secrets are ``Secret`` values:
-they never appear in a repr, a log line or ``fleetwatch config``. The
-sections, their defaults and ranges are in ``fleetwatch.settings``; the checks of one
-value (type, range, text rule) in ``fleetwatch.config_values``; unknown, moved and retired
-keys in ``fleetwatch.config_keys``; rules across values in ``fleetwatch.config_rules``.
+they never appear in a repr, a log line or ``fleetwatch config``. The sections,
+their defaults and ranges are in ``fleetwatch.settings`` (bus and store in
+``fleetwatch.settings_backends``, energy and carbon in ``fleetwatch.settings_energy``);
+the checks of one value (type, range, text rule) in ``fleetwatch.config_values``; unknown,
+moved and retired keys in ``fleetwatch.config_keys``; rules across values in
+``fleetwatch.config_rules``.
 This module reads the file and the environment and builds the sections.
 """
 
@@ -37,24 +39,25 @@ from fleetwatch.config_secrets import masked_url as _masked_url  # noqa: F401  (
 from fleetwatch.config_secrets import public_view
 from fleetwatch.config_values import PLACEHOLDER, coerce  # noqa: F401  (PLACEHOLDER, as before)
 from fleetwatch.settings import (
-    CARBON_GRID_KEYS,
-    CARBON_PUE_KEYS,
     DETECTORS,
     ENV_PREFIX,
     AgentConfig,
     AlertsConfig,
-    BusConfig,
-    CarbonConfig,
     Config,
     DashboardConfig,
     DetectorsConfig,
-    EnergyConfig,
     ModelsConfig,
     NodeConfig,
     ProcessorConfig,
     SimConfig,
-    StoreConfig,
     T,
+)
+from fleetwatch.settings_backends import BusConfig, StoreConfig
+from fleetwatch.settings_energy import (
+    CARBON_GRID_KEYS,
+    CARBON_PUE_KEYS,
+    CarbonConfig,
+    EnergyConfig,
 )
 
 log = logging.getLogger(__name__)

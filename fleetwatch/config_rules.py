@@ -12,13 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from fleetwatch.carbon_units import LB_KG
-from fleetwatch.settings import (
-    INSTANCE_NAME,
-    PLAUSIBLE_G_PER_KWH,
-    AlertsConfig,
-    CarbonConfig,
-    StoreConfig,
-)
+from fleetwatch.settings import INSTANCE_NAME, AlertsConfig
+from fleetwatch.settings_backends import StoreConfig
+from fleetwatch.settings_energy import PLAUSIBLE_G_PER_KWH, CarbonConfig
 
 
 def carbon_problems(c: CarbonConfig, origins: Mapping[str, str] | None = None,

@@ -1,5 +1,7 @@
 """What can be set: every section of fleetwatch's configuration as a frozen dataclass,
-with its defaults and ranges (declared with ``fleetwatch.config_fields``).
+with its defaults and ranges (declared with ``fleetwatch.config_fields``); the
+[bus] and [store] sections are in ``fleetwatch.settings_backends``, [energy] and [carbon]
+in ``fleetwatch.settings_energy``.
 
 ``fleetwatch.config`` reads them (a TOML file plus environment overrides) and
 checks them; the rest of fleetwatch imports both from there.
@@ -10,18 +12,16 @@ from __future__ import annotations
 import re
 import socket
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Literal, TypeVar
 
 from fleetwatch.config_fields import (
     ConfigError,
-    Secret,
     http_url,
-    kafka_topic,
     ranged,
     required,
-    time_zone,
-    time_zone_or_off,
 )
+from fleetwatch.settings_backends import BusConfig, StoreConfig
+from fleetwatch.settings_energy import CarbonConfig, EnergyConfig
 
 ENV_PREFIX = "FLEETWATCH_"
 # alerts.instance: it names a deployment in Alertmanager's createdBy of its silences.
@@ -61,65 +61,6 @@ class AgentConfig:
 
 
 @dataclass(frozen=True)
-class BusConfig:
-    kind: Literal["memory", "kafka"] = "memory"
-    bootstrap: str = required("127.0.0.1:9092")
-    topic: str = kafka_topic("fleetwatch.frames")
-    # Partitions of the topics (the most processors that can share them): a topic with fewer
-    # gets the rest by CreatePartitions where the broker can, else is used as it is; never
-    # deleted (agents and processors with different settings share it).
-    partitions: int = ranged(12, 1, 10_000)
-    # Replicas of each partition when fleetwatch creates a topic; 0: min(3, brokers).
-    replication_factor: int = ranged(0, 0, 32)
-    dead_letter_topic: str = kafka_topic("fleetwatch.frames.dead")
-    alert_topic: str = kafka_topic("fleetwatch.alerts")
-    group: str = required("fleetwatch-processor")
-    # Seconds a processor may go silent before the group gives its partitions to the others
-    # (a killed member's partitions wait this long); heartbeats go every third of it.
-    session_timeout_s: float = ranged(10.0, 6.0, 1800.0)
-    security_protocol: Literal["PLAINTEXT", "SASL_PLAINTEXT", "SASL_SSL", "SSL"] = "PLAINTEXT"
-    # The SASL mechanisms a user name and password configure (kafka-python's OAUTHBEARER,
-    # GSSAPI and AWS_MSK_IAM need settings fleetwatch does not have).
-    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = "PLAIN"
-    sasl_username: str = ""
-    sasl_password: Secret = Secret("")
-    # TLS (security_protocol SSL or SASL_SSL): PEM files, "" for none. The CA that signed
-    # the brokers' certificates ("": the system's trust store); a client certificate and its
-    # key for brokers that require one (mTLS; the key may also sit in ssl_certfile).
-    ssl_cafile: str = ""
-    ssl_certfile: str = ""
-    ssl_keyfile: str = ""
-    # Check that a broker's certificate names the host it was reached at.
-    ssl_check_hostname: bool = True
-    # kafka-python options for every Kafka producer / consumer fleetwatch makes, from the
-    # [bus.kafka_producer] / [bus.kafka_consumer] tables: checked at load against the
-    # installed kafka-python (fleetwatch.kafka_options), over fleetwatch's own values.
-    kafka_producer: dict[str, Any] = field(default_factory=dict)
-    kafka_consumer: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        # Checked at load, as the key names them: a missing file would otherwise be
-        # reported as "cannot reach Kafka" by every client, at every retry.
-        files = {k: getattr(self, k) for k in ("ssl_cafile", "ssl_certfile", "ssl_keyfile")}
-        given = [k for k, v in files.items() if v]
-        if given and self.security_protocol not in ("SSL", "SASL_SSL"):
-            raise ConfigError(f"bus.{given[0]} is set but bus.security_protocol is "
-                              f"{self.security_protocol!r}, which does not use TLS: set "
-                              'security_protocol = "SSL" (or "SASL_SSL"), or remove it')
-        if self.ssl_keyfile and not self.ssl_certfile:
-            raise ConfigError("bus.ssl_keyfile is set without bus.ssl_certfile: set the client "
-                              "certificate it belongs to")
-        for key in given:
-            try:
-                with open(files[key], "rb") as f:
-                    f.read(1)
-            except OSError as exc:
-                raise ConfigError(f"bus.{key} = {files[key]!r}: cannot read it "
-                                  f"({exc.strerror or exc}); give a PEM file this user can "
-                                  "read") from None
-
-
-@dataclass(frozen=True)
 class ProcessorConfig:
     metrics_host: str = required("127.0.0.1")
     metrics_port: int = ranged(9401, 0, 65535)   # 0: no /metrics
@@ -132,24 +73,6 @@ class ProcessorConfig:
     # On SIGTERM, the whole stop (batches in hand, open alerts' last updates, alert sinks)
     # within this; below systemd's TimeoutStopSec and the pod's grace period (60 s).
     stop_timeout_s: float = ranged(45.0, 5.0, 3600.0)
-
-
-@dataclass(frozen=True)
-class StoreConfig:
-    kind: Literal["sqlite", "influx", "victoriametrics"] = "sqlite"
-    path: str = required("fleetwatch.db")
-    # At least 0.1 h: a minute's raw rows make its rollup once it is 2 min old (a shorter
-    # retention deleted them first, and every rollup was lost).
-    raw_retention_h: float = ranged(14 * 24.0, 0.1, 1_000_000.0)
-    rollup_retention_d: float = ranged(400.0, 0.0, 100_000.0, above=True)
-    url: str = http_url("http://127.0.0.1:8428")
-    org: str = required("fleetwatch")
-    bucket: str = required("fleetwatch")
-    token: Secret = Secret("")
-    # kind = "influx": which write API. "auto" asks the server's /ping at the first write
-    # (1.x: "v1", else "v2"). On 1.x (v1) bucket is the database, org is not used and
-    # token is "username:password" (empty when its auth is off).
-    influx_api: Literal["auto", "v1", "v2"] = "auto"
 
 
 @dataclass(frozen=True)
@@ -379,69 +302,6 @@ class SimConfig:
     inlet_c: float = ranged(22.0, 5.0, 45.0)
     warm_spell_c: float = ranged(0.0, -20.0, 20.0)
     warm_spell_h: float = ranged(0.0, 0.0, 1000.0)
-
-
-@dataclass(frozen=True)
-class EnergyConfig:
-    # An interval between two samples longer than this is missing time, never filled.
-    max_gap_s: float = ranged(60.0, 0.0, 86_400.0, above=True)
-    # A GPU whose SM activity is under this ratio is idle (powered, doing no work).
-    idle_sm_ratio: float = ranged(0.05, 0.0, 1.0)
-    # Time with board power more than 2% above TDP counts as time above TDP. 0: each
-    # GPU's own default power limit where NVML reports it, else its part's TDP (A100 SXM
-    # 400 W, H100/H200 SXM 700 W, ...), else its power limit.
-    tdp_w: float = ranged(0.0, 0.0, 100_000.0)
-    # The rest of the node (fans, NICs, DRAM, disks), drawn while the node reports.
-    node_static_w: float = ranged(0.0, 0.0, 1_000_000.0)
-    price_per_kwh: float = ranged(0.15, 0.0, 1_000_000.0)
-    # The currency of price_per_kwh: the report's cost, and its CSV's currency column.
-    currency: str = required("USD")
-    # IANA time zone (Europe/Berlin, Asia/Tokyo) whose calendar the monthly report's
-    # month and days and the energy page's today and this month follow; UTC by default.
-    # The ledger's hours stay UTC: an hour a half-hour offset cuts counts for its share.
-    timezone: str = time_zone("UTC")
-
-
-# gCO2e/kWh a grid's average can have: from a hydro or nuclear grid's few grams to lignite
-# alone (about 1,100). Outside it is another unit: kg/kWh (0.2 to 0.9) under, lb/MWh of a
-# coal-heavy grid (2,000) over (carbon_units).
-PLAUSIBLE_G_PER_KWH = (1.0, 1500.0)
-IntensityUnit = Literal["", "g/kWh", "kg/MWh", "lb/MWh", "kg/kWh", "t/MWh", "lb/kWh"]
-
-
-@dataclass(frozen=True)
-class CarbonConfig:
-    # ISO 3166-1 alpha-3: the grid intensity default (CodeCarbon's table).
-    country: str = "USA"
-    # A site constant in gCO2e/kWh; 0 uses the country default. Under 1 or over 1500 is
-    # refused at load: another unit (kg/kWh, lb/MWh), not a grid.
-    intensity_g_per_kwh: float = ranged(0.0, 0.0, 10_000.0)
-    intensity_csv: str = ""
-    intensity_column: str = required("avg_CI")
-    # The unit of intensity_column's values; "": the one its name spells (co2_lb_per_mwh,
-    # gCO2eq/kWh), else g/kWh where the values are plausible for it (else refused).
-    intensity_csv_unit: IntensityUnit = ""
-    # The IANA zone of the intensity file's times that carry no UTC offset; "": such times
-    # are refused unless the time column's name says UTC ("Datetime (UTC)").
-    intensity_csv_timezone: str = time_zone_or_off("")
-    pue: float = ranged(1.2, 1.0, 10.0)
-    pue_csv: str = ""
-    pue_column: str = required("pue")
-    # As intensity_csv_timezone, for the PUE file.
-    pue_csv_timezone: str = time_zone_or_off("")
-    # Per cluster, by name ([carbon.clusters.NAME] tables in the file): each cluster's
-    # grid and PUE. A cluster not listed, and a group of keys a table does not touch,
-    # take the settings above (resolved at load: each value is a whole CarbonConfig).
-    clusters: dict[str, CarbonConfig] = field(default_factory=dict)
-
-
-# The keys of a [carbon.clusters.NAME] table, in two groups taken whole: a table that sets
-# any key of a group takes that group from itself (keys it leaves out at their defaults),
-# never mixed with the global ones: a cluster that names its own country must not keep
-# the global intensity_csv, which would outrank it.
-CARBON_GRID_KEYS = ("country", "intensity_g_per_kwh", "intensity_csv", "intensity_column",
-                    "intensity_csv_unit", "intensity_csv_timezone")
-CARBON_PUE_KEYS = ("pue", "pue_csv", "pue_column", "pue_csv_timezone")
 
 
 @dataclass(frozen=True)

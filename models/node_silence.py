@@ -1,5 +1,6 @@
 """A silent node (no frame for several of its own intervals); with ``NodeAgents``
-(node_agents.py), two agents under one name and a node whose NVIDIA driver is away.
+(node_agents.py), two agents under one name and a node whose NVIDIA driver is away; with
+``SilentRacks`` (node_silence_racks.py), the racks whose nodes went silent together.
 
 Silence is judged on the stream's clock, which nodes with wrong clocks cannot move,
 never later than the processor's own clock where it passes one (``StreamClock``, node_clock.py).
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import math
 import time
-from collections import Counter
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
@@ -20,15 +20,9 @@ from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
+from fleetwatch.models.node_silence_racks import SilentRacks
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
-from fleetwatch.models.rack_silence import (
-    Heard,
-    Remote,
-    SharedRacks,
-    at_frames,
-    racks_down,
-    remote_heard,
-)
+from fleetwatch.models.rack_silence import Remote, SharedRacks, at_frames
 
 # A gap longer than this many of a node's intervals is an outage, not a sample of its
 # interval (a node that dies again soon after must be paged as soon as the first time);
@@ -43,7 +37,7 @@ SAID_INTERVAL = "host_agent_interval_s"
 TICK_GAP_S = 5.0
 
 
-class NodeSilence(StreamClock):
+class NodeSilence(SilentRacks, StreamClock):
     """A node that sent no frame for several of its own intervals, on the stream's clock.
 
     "Now" is the stream's own time, never the wall clock alone, so replays and
@@ -137,22 +131,6 @@ class NodeSilence(StreamClock):
         self._judges: Callable[[str, str], bool] | None = None
         self._remote: list[Remote] | None = []
         self._shared = SharedRacks()
-
-    def whole(self, every: bool) -> None:
-        """Does this processor read every partition of its topic (or no bus at all)? Then
-        every node of a rack is its own, and every rack is judged here (``rack_silent``).
-        With several processors, each sees some of a rack's nodes: a rack is judged only
-        by its one judge (``share``), never on a part by each."""
-        self._whole = every
-
-    def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None) -> None:
-        """With several members: which racks ((cluster, rack)) this one judges, and the
-        last frame times the store holds of their nodes that other members read (None:
-        the store cannot be read now: the racks' last findings are held)."""
-        self._judges = judges
-        # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
-        self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -378,51 +356,6 @@ class NodeSilence(StreamClock):
         cluster): the processor drops their state everywhere else."""
         out, self._retired = self._retired, set()
         return out
-
-    def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
-                      limits: np.ndarray) -> list[Finding]:
-        """With several members: the racks this one judges, on its own nodes of them and
-        the other members' as the store has them (``rack_silence.SharedRacks``)."""
-        judges = self._judges
-        assert judges is not None
-        if self._remote is None:
-            return self._shared.judge(None, judges, now)
-        n = len(self._where)
-        known = self._interval[:n][~np.isnan(self._interval[:n])]
-        usual = float(np.median(known)) if len(known) else math.nan
-        limit = float(np.median(limits)) if n else self.c.silent_min_s
-        remote = [r for r in self._remote if r.cluster in self._clusters
-                  and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
-        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges)
-        return self._shared.judge(found, judges, now)
-
-    def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
-               remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
-               judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
-        """The racks whose nodes went silent together (``rack_silence``), of the nodes of
-        this processor's clusters heard of in the last ``FORGET_S``. Only racks with
-        ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
-        nodes are not looked at (a fleet of 2,000 with one node down: 17 ms a batch)."""
-        with np.errstate(invalid="ignore"):
-            quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
-                                   & ~self._stopped[:len(gap)]).tolist()
-        counts = Counter(self._where[i][:2] for i in quiet)
-        others, limit, usual = remote  # other members' nodes: the fleet's usual limit
-        counts.update((r.cluster, r.rack) for r in others if now - r.ts >= limit / 2)
-        racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
-                 and (judges is None or judges(*r))}
-        if not racks:
-            return []
-        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), now, limit,
-                             usual)
-        for i, (cluster, rack, node) in enumerate(self._where):
-            if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
-                    and not self._stopped[i]):
-                limit = float(limits[i])
-                heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),
-                                   limit, self._grace(i, float(clocks[i]), limit),
-                                   float(self._interval[i])))
-        return racks_down(heard, now, self.c)
 
     def _grace(self, i: int, now: float, limit: float) -> bool:
         """Is node ``i`` one taken over and not heard yet, whose limit from when it was

@@ -24,13 +24,13 @@ DURATION_FLAGS = [
 
 def test_every_duration_flag_is_listed_here() -> None:
     """A new flag of the duration type joins the table above, and so these checks."""
-    from fleetwatch.cli_args import _duration, _span
+    from fleetwatch.cli_types import duration, look_back
 
     found = set()
 
     def walk(p: argparse.ArgumentParser, path: tuple[str, ...]) -> None:
         for action in p._actions:
-            if action.type in (_duration, _span):
+            if action.type in (duration, look_back):
                 found.add((path, action.option_strings[-1]))
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
