@@ -253,7 +253,11 @@ class NodeSilence(StreamClock):
         self._tick_wall = wall if last is None else max(last, wall)
         if last is not None:
             self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
-        if not self._where or self._quiet < self._step():
+        # A rack judge left with no node of its own (a rebalance gave every node of a
+        # small fleet to the other members) gets no frame: only its ticks judge its racks,
+        # else their open alerts would never resolve.
+        judging = not self._whole and self._judges is not None and bool(self._shared.down)
+        if not (self._where or judging) or self._quiet < self._step():
             return []
         if self._quiet_from is None:
             # Stream time and this clock may differ (a lag, the nodes' clocks): the
