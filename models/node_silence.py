@@ -376,6 +376,10 @@ class NodeSilence(StreamClock):
         for a in alerts:
             if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
                 self._shared.adopt(a.cluster, a.device[5:])
+                # Its cluster is one this member judges, though it may have no node of it
+                # (every node maps to another member's partition): the store's nodes of it
+                # are read, not left out as another deployment's.
+                self._clusters.add(a.cluster)
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any
