@@ -231,7 +231,11 @@ class NodeSilence(SilentRacks, StreamClock):
         self._tick_wall = wall if last is None else max(last, wall)
         if last is not None:
             self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
-        if not self._where or self._quiet < self._step():
+        # A rack judge left with no node of its own (a rebalance gave every node of a
+        # small fleet to the other members) gets no frame: only its ticks judge its racks,
+        # else their open alerts would never resolve.
+        judging = not self._whole and self._judges is not None and bool(self._shared.down)
+        if not (self._where or judging) or self._quiet < self._step():
             return []
         if self._quiet_from is None:
             # Stream time and this clock may differ (a lag, the nodes' clocks): the
@@ -350,6 +354,10 @@ class NodeSilence(SilentRacks, StreamClock):
         for a in alerts:
             if a.rule == RACK_RULE and a.state != "resolved" and a.device.startswith("rack:"):
                 self._shared.adopt(a.cluster, a.device[5:])
+                # Its cluster is one this member judges, though it may have no node of it
+                # (every node maps to another member's partition): the store's nodes of it
+                # are read, not left out as another deployment's.
+                self._clusters.add(a.cluster)
 
     def retired(self) -> set[str]:
         """The node names forgotten since the last call (no frame for ``FORGET_S``, in any

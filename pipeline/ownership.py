@@ -241,7 +241,7 @@ class Ownership:
         expected = self._expected(where) if self._expect else []
         if self._recheck:
             self._load_missed()
-        if self._rejudge_racks and self._clusters:
+        if self._rejudge_racks:
             self._rack_alerts()
         self._say_expected(frames, expected)
         # A cluster's first frames may bring no node to build (the assignment built every
@@ -358,7 +358,13 @@ class Ownership:
                 hook(gone)
         stored = self._store.alerts()  # StoreError: the batch is retried, this with it
         held = {alert_key(a) for a in self._book.open}
-        racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in self._clusters
+        # A member that never had a frame (every node maps to another member's partition:
+        # a small fleet) knows no cluster; where the store holds one cluster's open
+        # alerts, that is its own, else it takes none over (another deployment's).
+        clusters = self._clusters or {a.cluster for a in stored}
+        if len(clusters) > 1 and not self._clusters:
+            clusters = set()
+        racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in clusters
                  and a.state != "resolved" and alert_key(a) not in held]
         # A rack whose partition is not known yet (the topic's size not yet learned): asked
         # again at the next batch, or nobody would take its alert over.

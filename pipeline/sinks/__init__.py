@@ -29,13 +29,13 @@ from dataclasses import replace
 from typing import Any
 
 from fleetwatch.pipeline.alerts import Key, alert_key, revision
-from fleetwatch.pipeline.inhibition import PEER_RULES, same_incident
+from fleetwatch.pipeline.inhibition import PEER_RULES, RACK_DOWN_RULE, same_incident
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected
 from fleetwatch.pipeline.sinks.covers import Covers, covers_of, joined, replaced_first
 from fleetwatch.pipeline.sinks.delivery import Lane, SinkCounts, SinkStats
 from fleetwatch.pipeline.sinks.mutes import Mutes
-from fleetwatch.pipeline.sinks.news import News, Sent
+from fleetwatch.pipeline.sinks.news import RECOVERY_HOLD_S, News, Sent
 from fleetwatch.pipeline.sinks.notified import Recorder, Reports
 from fleetwatch.pipeline.sinks.takeover import (
     adopt_at_sinks,
@@ -268,7 +268,7 @@ class Notifier:
         notices += self._unexplained(changes, covers, notices)
         if reloaded:
             notices += self._rejudged(changes, notices, covers)
-        notices += self._news.back(notices, self._open.values(), self._sent)
+        notices += self._news.back(notices, self._open.values(), self._sent, self._now)
         notices = self._joined(notices, covers)
         self._news.notified(notices)
         # Recorded before it is handed over (one write, with the lanes' reports so far): a
@@ -318,7 +318,16 @@ class Notifier:
         gone = {f"inhibited:{a.id}" for a in changes if a.state == "resolved"}
         if not gone:
             return []
-        return self._remuted({a.id for a in changes}, covers, lambda muted_by: muted_by in gone)
+        # Under a rack-down alert (its power, its switch): its nodes come back seconds apart
+        # after it resolves, so each is held a while rather than paged firing at recovery.
+        racks = {f"inhibited:{a.id}" for a in changes
+                 if a.state == "resolved" and a.rule == RACK_DOWN_RULE}
+        under = {a.id for a in self._open.values()
+                 if (self._sent.get(a.id) or ("", ""))[1] in racks}
+        out = self._remuted({a.id for a in changes}, covers, lambda muted_by: muted_by in gone)
+        held = self._news.hold([n for n in out if n.alert.id in under],
+                               self._now + RECOVERY_HOLD_S)
+        return [*(n for n in out if n.alert.id not in under), *held]
 
     def _unexplained(self, changes: Sequence[Alert], covers: Covers,
                      done: Sequence[Notice]) -> list[Notice]:

@@ -6,6 +6,7 @@ carries it across the rebalance, neither two nor none. Over a real SQLite store.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from fleetwatch.pipeline.alerts import AlertBook
@@ -100,5 +101,37 @@ def test_a_rack_alert_whose_partition_is_not_known_yet_is_taken_over_once_it_is(
         known[0] = True
         judge.ownership.build([frame("a", T0 + 20.0)], None)
         assert judge.racks() == [rack_alert().id]
+    finally:
+        store.close()
+
+
+def test_a_member_that_never_had_a_frame_takes_its_racks_alert_over(tmp_path: Path) -> None:
+    """A small fleet: the member that joins gets the rack's partition but none of the
+    nodes' (they all map to the other member's), so it never has a frame to learn its
+    cluster from. The store holding one cluster's alerts, that is its cluster: it takes the
+    rack alert over (before, nobody judged it and it stayed open for good)."""
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        store.write_alerts([rack_alert()])
+        fresh = Member(store)
+        fresh.ownership.assigned([P0])
+        fresh.ownership.build([], None)  # a tick: no frame
+        assert fresh.racks() == [rack_alert().id] and fresh.loaded == [rack_alert().id]
+    finally:
+        store.close()
+
+
+def test_a_member_without_frames_takes_nothing_over_from_a_store_of_several_clusters(
+        tmp_path: Path) -> None:
+    """Several clusters in one store (each consumed by its own processors): a member that
+    had no frame cannot tell which is its own, so it takes no rack alert over."""
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        other = replace(rack_alert(), id=rack_alert().id.replace("c1", "c2"), cluster="c2")
+        store.write_alerts([rack_alert(), other])
+        fresh = Member(store)
+        fresh.ownership.assigned([P0])
+        fresh.ownership.build([], None)
+        assert fresh.racks() == []
     finally:
         store.close()

@@ -169,3 +169,48 @@ def test_a_rack_found_by_a_lone_member_is_resolved_by_it_once_a_second_joins() -
     _run([judge, other], store, set(), 1400.0, 1420.0)
     assert not [a for a in judge.book.open if a.rule == "rack_silent"]
     assert _rack(judge)[-1] == (1400.0, "resolved")
+
+
+def test_a_judge_left_with_no_node_at_all_still_resolves_its_rack() -> None:
+    """As above, but the second member takes every node of the fleet: the judge gets no
+    frame at all (its partitions hold no node; a small fleet), so only its ticks judge.
+    Before, a detector without a node of its own judged nothing on a tick: the rack alert
+    stayed open for good (and Alertmanager kept it active, muting the rack's next
+    node_silent by the shipped inhibit rule)."""
+    judge = Member(tuple(RACKS), {"ra"})
+    judge.d.whole(True)
+    store: dict[str, float] = {}
+    _run([judge], store, set(), 1000.0, 1300.0)
+    _run([judge], store, {"a0", "a1", "a2"}, 1300.0, 1400.0)
+    assert [a.rack for a in judge.book.open if a.rule == "rack_silent"] == ["ra"]
+    judge.d.whole(False)
+    judge.d.drop(set(RACKS))
+    judge.nodes = ()
+    other = Member(tuple(RACKS), {"rb"})
+    _run([judge, other], store, set(), 1400.0, 1500.0)
+    assert not [a for a in judge.book.open if a.rule == "rack_silent"]
+    assert _rack(judge)[-1][1] == "resolved"
+    assert _rack(other) == []
+
+
+def test_a_judge_that_never_had_a_frame_resolves_the_rack_alert_it_took_over() -> None:
+    """The member that joined with the rack's partition and no node: it takes the open
+    alert over (``adopt``: its cluster is the alert's), judges on its ticks from the store,
+    and resolves it when the nodes are back."""
+    from fleetwatch.pipeline.alerts import AlertBook as Book
+    from fleetwatch.pipeline.store.base import Alert
+
+    open_rack = Alert("rack_silent/c//rack:ra/1300000", "rack_silent", "critical", "c", "ra",
+                      "", "rack:ra", "firing", 1300.0, 1300.0, 3.0, "Rack ra: 3 of its 4",
+                      fired_ts=1300.0)
+    judge = Member((), {"ra"})
+    judge.book = Book(requirements=judge.d.rules)
+    judge.book.load([open_rack], 1400.0)
+    judge.d.adopt([open_rack])
+    other = Member(tuple(RACKS), {"rb"})
+    store = {n: 1290.0 for n in RACKS}
+    _run([judge, other], store, {"a0", "a1", "a2"}, 1400.0, 1500.0)
+    assert [a.rack for a in judge.book.open if a.rule == "rack_silent"] == ["ra"]
+    _run([judge, other], store, set(), 1500.0, 1560.0)
+    assert not [a for a in judge.book.open if a.rule == "rack_silent"]
+    assert _rack(judge)[-1][1] == "resolved"
