@@ -23,10 +23,11 @@ NVLink and ECC errors at or below 80 °C). The comparison:
 * each GPU carries a learned offset, a constant (air its neighbours warmed)
   plus a part proportional to its power (a slightly worse heat path runs a few
   degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
-  so a fault cannot be learned away, and learned within minutes while the GPU
-  warms up, then forgotten over ``peer_offset_forget_s`` (a day): how warm a GPU
-  runs is a property of its heat path and its place, and a forgetting of hours
-  learned a heat path degrading over hours as the GPU's own warmth;
+  so a fault cannot be learned away: a line through a few power bins
+  (``peer_offset``), each learned within minutes the first time the GPU runs at that
+  power, then forgotten over ``peer_offset_forget_s`` (a day): how warm a GPU runs
+  is a property of its heat path and its place, and a forgetting of hours learned a
+  heat path degrading over hours as the GPU's own warmth;
 * excess = own temperature - offset - median of the peers' (the same, for
   them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
   alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
@@ -43,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.models import Finding
+from fleetwatch.models import Finding, peer_offset
 from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.peer_stats import (
@@ -60,8 +61,6 @@ TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
 MAX_STEP_S = 60.0      # a gap longer than this adds no more than this to the warm-up time
 HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
 NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
-RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk toward zero
-RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
@@ -86,9 +85,8 @@ class ThermalPeers(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, sd=0.0, sp=0.0, spp=0.0,
-                              sdp=0.0, warm=0.0,
-                              warm_busy=0.0,
+        self.table = GpuTable(shapes=peer_offset.SHAPES, **peer_offset.FIELDS,
+                              ts=np.nan, plag=np.nan, tlag=np.nan, warm=0.0, warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
                               rise_avg=np.nan, last=np.nan, fast=0.0, run_from=np.nan,
                               run_ts=np.nan, drift=0.0)
@@ -143,8 +141,8 @@ class ThermalPeers(WaveDetector):
         # at most COOL_CREDIT_C under its peers, so that "hot against its peers" always
         # means hotter than they are (heat paths differ by a few percent: an offset learned
         # far below that comes from transients, and would page on a GPU cooler than its peers).
-        offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
-                         c.max_offset_c)
+        usual = offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
+                                 c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
         # Judged by its learned offset once that is learned: for a busy GPU, learned while
         # busy (its offset at idle says little about its offset at full power). Until then
@@ -233,7 +231,7 @@ class ThermalPeers(WaveDetector):
         excess = np.where(low, low_adj - low_median, excess)
         quiet = ~hot & (~warm | (np.abs(excess) < margin))
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
-                    warm[judged], quiet[judged])
+                    quiet[judged], usual[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
         t["warm"][s[judged]] += step[judged]
         t["warm_busy"][s[judged & busy]] += step[judged & busy]
@@ -289,35 +287,23 @@ class ThermalPeers(WaveDetector):
         return np.where(held, climb, np.nan), ts - run_ts, held
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
-               warm: np.ndarray, quiet: np.ndarray) -> None:
-        """Exponentially weighted sums for the offset's least squares, forgetting over time.
-
-        Fast while warming up (so a GPU that always runs warmer is learned before it
-        is judged by it), over peer_offset_forget_s afterwards; never from a sample in
-        which it alarms.
-        """
+               quiet: np.ndarray, prior: np.ndarray) -> None:
+        """Learn the quiet samples' excess ``d`` at lagged power ``p`` into the offset's
+        power bins (models/peer_offset.py): fast in a power range new to the GPU (its first
+        warmup_s there, as in its first minutes), over peer_offset_forget_s afterwards;
+        never from a sample in which it alarms. ``prior``: the offset at ``p`` now."""
         c, t = self.c, self.table
-        tau = np.where(warm, c.peer_offset_forget_s, max(c.warmup_s / 4.0, 1.0))
+        s, d, p, dt, prior = s[quiet], d[quiet], p[quiet], dt[quiet], prior[quiet]
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
-        w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
-        w = np.where(~quiet, 0.0, w)
-        for name, value in (("sd", d), ("sp", p), ("spp", p * p), ("sdp", d * p)):
-            t[name][s] += w * (value - t[name][s])
+        ev, m, pw = t["ow"][s], t["om"][s], t["op"][s]
+        peer_offset.learn(ev, m, pw, d, p, step, ~np.isfinite(dt), prior,
+                           c.peer_offset_forget_s, c.warmup_s)
+        t["ow"][s], t["om"][s], t["op"][s] = ev, m, pw
 
     def _offset(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """The GPU's usual deviation at power p: c0 + alpha x p, least squares with a ridge.
-
-        A constant part (a GPU fed air its neighbours have warmed) and one proportional to
-        power (a slightly worse heat path). The ridge on alpha keeps an offset learned at
-        idle (a degree of noise over 60 W) from being scaled up to full power.
-        """
+        """The GPU's usual deviation from its peers at power p (models/peer_offset.py)."""
         t = self.table
-        sd, sp, spp, sdp = t["sd"][s], t["sp"][s], t["spp"][s], t["sdp"][s]
-        a11, a12, a22 = 1.0 + RIDGE_C0, sp, spp + RIDGE_W ** 2
-        det = a11 * a22 - a12 * a12
-        c0 = (a22 * sd - a12 * sdp) / det
-        alpha = (a11 * sdp - a12 * sd) / det
-        return c0 + alpha * p
+        return peer_offset.offset_at(t["ow"][s], t["om"][s], t["op"][s], p, self.c.warmup_s)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
