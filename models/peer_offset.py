@@ -32,6 +32,11 @@ HUBER_C = 2.0     # °C: the most of one sample's distance from its bin's value 
 RIDGE_W = 100.0   # power scale below which the slope is shrunk toward zero
 RIDGE_C0 = 0.05   # a light pull of the constant part toward zero
 EMPTY_S = 1.0     # evidence (s) under which a bin is taken as never seen
+# Of the whole heat path's °C/W (peer_c_per_w): how much steeper or flatter than its peers'
+# a healthy GPU's may be. Heat paths of one part differ by some percent (the simulated
+# A100s +-8 %: 0.008 of 0.10 °C/W); 15 % of the 0.06 credited is 0.009 °C/W, 3 °C between
+# an A100's 100 W and 450 W.
+SLOPE_SHARE = 0.10
 
 # The GpuTable fields: per bin, its evidence (s), its excess (°C) and its mean power (W).
 FIELDS = {"ow": 0.0, "om": 0.0, "op": 0.0}
@@ -61,7 +66,7 @@ def offset_at(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, p: np.ndarray,
 
 def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.ndarray,
           step: np.ndarray, first: np.ndarray, prior: np.ndarray, forget_s: float,
-          warmup_s: float) -> None:
+          warmup_s: float, slope_max: float) -> None:
     """One quiet sample of each GPU (n,): its excess ``d`` at lagged power ``p``, ``step``
     seconds after its last (``first``: it has none); ``prior``: its offset at ``p`` now.
     Updates the (n, BINS) arrays in place.
@@ -70,6 +75,12 @@ def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.nd
     a GPU's warm-up (``warmup_s`` / 4, as an average) until it holds ``warmup_s`` of
     evidence, over ``forget_s`` after that; a bin never seen (or forgotten) starts from the
     line the others give (``prior``), or from the sample for a GPU with no bin at all.
+
+    What a young bin learns is held within ``slope_max`` (°C/W) x its distance in power
+    from the bins learned already, of their line: a heat path differs from its peers' by
+    some percent of its °C/W, so that much is a GPU's own; more, learned in a power range
+    the GPU had not run at, would be a heat path failing while it got there (or a job
+    phase's first minutes), and learned, it would excuse the fault from then on.
     """
     n = len(d)
     if n == 0:
@@ -82,8 +93,23 @@ def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.nd
     start = np.where((ev >= EMPTY_S).any(-1), prior, d)
     mk = np.where(empty, start, mk)
     pk = np.where(empty, p, pk)
-    tau = np.where(e >= warmup_s, forget_s, max(warmup_s / 4.0, 1.0))
+    young = e < warmup_s
+    tau = np.where(young, max(warmup_s / 4.0, 1.0), forget_s)
     gain = np.where(first, 1.0, -np.expm1(-step / tau))
+    d = np.where(young, _held(ev, m, pw, d, p, warmup_s, slope_max), d)
     m[rows, k] = mk + gain * np.clip(d - mk, -HUBER_C, HUBER_C)
     pw[rows, k] = pk + gain * (p - pk)
     ev[rows, k] = e + np.maximum(step, np.where(first, EMPTY_S, 0.0))
+
+
+def _held(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.ndarray,
+          warmup_s: float, slope_max: float) -> np.ndarray:
+    """``d`` held within ``slope_max`` x the distance from ``p`` to the nearest learned
+    bin's power, of the learned bins' line at ``p``; as it is for a GPU with none."""
+    learned = ev >= warmup_s
+    if not learned.any():
+        return d
+    line = offset_at(np.where(learned, ev, 0.0), m, pw, p, warmup_s)
+    near = np.where(learned, np.abs(pw - p[:, None]), np.inf).min(-1)
+    room = slope_max * near
+    return np.where(learned.any(-1), np.clip(d, line - room, line + room), d)

@@ -47,6 +47,7 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding, peer_offset
 from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
+from fleetwatch.models.peer_rack import SCOPES, wide_peers
 from fleetwatch.models.peer_stats import (
     heat_peers,
     peer_count,
@@ -64,6 +65,10 @@ NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
+# Away from its lagged temperature by at most this (itself and its peers' median), a GPU
+# is steady enough to learn its offset from: whole-degree readings and a quarter degree of
+# noise a sample stay within it, a job phase's change of power does not.
+STEADY_C = 1.5
 # The rise that alerts state (message, evidence): over about this long, so that at any
 # scrape interval it is the climb, not one sample's step scaled up to a minute (the fast
 # path's own rise, over peer_rise_window_s, is left as tuned).
@@ -165,18 +170,32 @@ class ThermalPeers(WaveDetector):
         count = peer_count(peers)
         median = peer_median_block(expected, peers, count)
         mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)
+        # While a node heats or cools through a job phase, GPUs with slightly different time
+        # constants part by a few degrees: widen the margin by a share of how fast the
+        # peers themselves are moving (their distance from their own lagged temperature).
+        g = temp.shape[1]
+        moving = np.abs(temp - tlag)
+        motion = np.nan_to_num(peer_median_block(
+            np.broadcast_to(moving[:, None, :], (len(temp), g, g)), peers, count))
+        # Too few on its node to compare with (a small inference node; a GPU that merely
+        # draws more than its job's others has them): its rack's, else its
+        # cluster's GPUs of its part at its power, each at its own node's inlet air
+        # (models/peer_rack.py).
+        scope = np.zeros(count.shape, np.intp)
+        able = fresh & metered & settled
+        need = able & (peer_count(same) < c.min_peers)
+        if need.any():
+            wm, wd, wc, wv, scope = wide_peers(b, rows, need, able, adj, plag, moving,
+                                               c.peer_power_tol_w, c.peer_c_per_w,
+                                               c.min_peers)
+            wide = scope > 0
+            median, mad = np.where(wide, wm, median), np.where(wide, wd, mad)
+            count, motion = np.where(wide, wc, count), np.where(wide, wv, motion)
         judged = fresh & (count >= c.min_peers)
         excess = np.where(judged, own - median, 0.0)
         # Its rise is measured on the learned offset throughout, so that the step from
         # max_offset_c to the learned offset at the end of the warm-up is no rise.
         learned = np.where(judged, adj - median, 0.0)
-        # While a node heats or cools through a job phase, GPUs with slightly different time
-        # constants part by a few degrees: widen the margin by a share of how fast the
-        # peers themselves are moving (their distance from their own lagged temperature).
-        g = temp.shape[1]
-        motion = peer_median_block(np.broadcast_to(np.abs(temp - tlag)[:, None, :],
-                                                   (len(temp), g, g)), peers, count)
-        motion = np.nan_to_num(motion)
         base = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad))
         margin = base + TRANSIENT_SHARE * motion
         # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
@@ -230,6 +249,10 @@ class ThermalPeers(WaveDetector):
             low_adj - low_median < -np.maximum(c.sensor_low_c, margin))
         excess = np.where(low, low_adj - low_median, excess)
         quiet = ~hot & (~warm | (np.abs(excess) < margin))
+        # The offset is how far the GPU's heat sink sits from its peers' at a steady power:
+        # while it or its peers still heat or cool through a change of power, time
+        # constants that differ by seconds part them by degrees that are not its own.
+        quiet &= (moving <= STEADY_C) & (motion <= STEADY_C)
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
                     quiet[judged], usual[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
@@ -248,7 +271,7 @@ class ThermalPeers(WaveDetector):
             # The rise shown is the one that fired: the held climb's, for a fast climb.
             shown = np.where(rushing, slope, rise)
             self._emit(b, rows, out, read, median, offset, excess, margin, shown, plag, count,
-                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift)
+                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift, scope)
 
     def _drift(self, s: np.ndarray, judged: np.ndarray, excess: np.ndarray,
                dt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -297,7 +320,8 @@ class ThermalPeers(WaveDetector):
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
         ev, m, pw = t["ow"][s], t["om"][s], t["op"][s]
         peer_offset.learn(ev, m, pw, d, p, step, ~np.isfinite(dt), prior,
-                           c.peer_offset_forget_s, c.warmup_s)
+                           c.peer_offset_forget_s, c.warmup_s,
+                           peer_offset.SLOPE_SHARE * c.peer_c_per_w)
         t["ow"][s], t["om"][s], t["op"][s] = ev, m, pw
 
     def _offset(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
@@ -309,10 +333,12 @@ class ThermalPeers(WaveDetector):
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
               slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
               crit: np.ndarray, low: np.ndarray, climb: np.ndarray,
-              climb_s: np.ndarray, drift: np.ndarray) -> None:
+              climb_s: np.ndarray, drift: np.ndarray, scope: np.ndarray) -> None:
         """``slope`` is the rise that fired: the held climb's where ``climb`` is given (a
         fast climb made it critical), else the rise over about RISE_EVIDENCE_S; ``drift``
-        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c."""
+        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c;
+        ``scope``: where its peers came from (``peer_rack.SCOPES``: its node, else its rack
+        or cluster)."""
         c = self.c
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
@@ -325,6 +351,8 @@ class ThermalPeers(WaveDetector):
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
                   "peers": count[i, j], "excess_rise_c_per_min": slope[i, j],
                   "excess_sum_c_min": drift[i, j]}
+            if scope[i, j]:  # peers beyond its node: 1 its rack, 2 its cluster
+                ev["peers_scope"] = scope[i, j]
             rushing = bool(np.isfinite(climb[i, j]))
             if rushing:
                 ev |= {"climb_c": climb[i, j], "climb_s": climb_s[i, j]}
@@ -339,7 +367,8 @@ class ThermalPeers(WaveDetector):
                     "are blind: reset the GPU; service it if the reading stays wrong"))
                 continue
             text = (f"{where} at {temp[i, j]:.0f} °C, {raw:.0f} °C above its "
-                    f"{count[i, j]} peers at the same power{_allowed(offset[i, j], excess[i, j])}"
+                    f"{count[i, j]} peers{SCOPES[scope[i, j]]} at the same power"
+                    f"{_allowed(offset[i, j], excess[i, j])}"
                     + (f", climbing {slope[i, j]:.0f} °C/min ({climb[i, j]:.0f} °C in the "
                        f"last {climb_s[i, j]:.0f} s)" if rushing else
                        f", rising {slope[i, j]:.1f} °C/min over the last minutes"

@@ -67,7 +67,9 @@ def test_its_offset_is_reported_at_the_power_it_runs() -> None:
                 300, start=t0, power_at=lambda t: [HIGH_W] * 8)
     found = [f for f in found if f.rule in HOT]
     assert found and {f.gpu for f in found} == {0}
-    assert 1.5 <= found[0].evidence["own_offset_c"] <= 4.5
+    # (its slope is credited up to about 0.006 °C/W new to a power range: 2 °C of the 4.5
+    # learned at 450 W, the rest of its warmth there over the day)
+    assert 0.7 <= found[0].evidence["own_offset_c"] <= 4.5
 
 
 def drift_delay(offset_at) -> float:
