@@ -96,7 +96,10 @@ def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.nd
     young = e < warmup_s
     tau = np.where(young, max(warmup_s / 4.0, 1.0), forget_s)
     gain = np.where(first, 1.0, -np.expm1(-step / tau))
-    d = np.where(young, _held(ev, m, pw, d, p, warmup_s, slope_max), d)
+    y = np.flatnonzero(young & (ev >= warmup_s).any(-1))  # young, beside learned bins
+    if len(y):
+        d = d.copy()
+        d[y] = _held(ev[y], m[y], pw[y], d[y], p[y], warmup_s, slope_max)
     m[rows, k] = mk + gain * np.clip(d - mk, -HUBER_C, HUBER_C)
     pw[rows, k] = pk + gain * (p - pk)
     ev[rows, k] = e + np.maximum(step, np.where(first, EMPTY_S, 0.0))
@@ -105,11 +108,8 @@ def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.nd
 def _held(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.ndarray,
           warmup_s: float, slope_max: float) -> np.ndarray:
     """``d`` held within ``slope_max`` x the distance from ``p`` to the nearest learned
-    bin's power, of the learned bins' line at ``p``; as it is for a GPU with none."""
+    bin's power, of the learned bins' line at ``p`` (each GPU has one or more)."""
     learned = ev >= warmup_s
-    if not learned.any():
-        return d
     line = offset_at(np.where(learned, ev, 0.0), m, pw, p, warmup_s)
-    near = np.where(learned, np.abs(pw - p[:, None]), np.inf).min(-1)
-    room = slope_max * near
-    return np.where(learned.any(-1), np.clip(d, line - room, line + room), d)
+    room = slope_max * np.where(learned, np.abs(pw - p[:, None]), np.inf).min(-1)
+    return np.clip(d, line - room, line + room)
