@@ -34,8 +34,8 @@ RIDGE_C0 = 0.05   # a light pull of the constant part toward zero
 EMPTY_S = 1.0     # evidence (s) under which a bin is taken as never seen
 # Of the whole heat path's °C/W (peer_c_per_w): how much steeper or flatter than its peers'
 # a healthy GPU's may be. Heat paths of one part differ by some percent (the simulated
-# A100s +-8 %: 0.008 of 0.10 °C/W); 15 % of the 0.06 credited is 0.009 °C/W, 3 °C between
-# an A100's 100 W and 450 W.
+# A100s +-8 %: 0.008 of 0.10 °C/W); 10 % of the 0.06 credited is 0.006 °C/W, 2 °C between
+# an A100's 100 W and 450 W, learned at once in a new power range (the rest over the day).
 SLOPE_SHARE = 0.10
 
 # The GpuTable fields: per bin, its evidence (s), its excess (°C) and its mean power (W).
