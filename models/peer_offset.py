@@ -64,6 +64,22 @@ def offset_at(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, p: np.ndarray,
     return a + b * at
 
 
+def unsure(ev: np.ndarray, pw: np.ndarray, p: np.ndarray, full_s: float,
+           slope_max: float) -> np.ndarray:
+    """How far the offset at power ``p`` (...,) may be from the GPU's own, where the bin of
+    ``p`` is still young: heat paths of one part differ by up to ``slope_max`` (°C/W), so
+    the line carried from the nearest learned bin may miss by ``slope_max`` x that distance,
+    less as the young bin gathers its ``full_s`` of evidence. 0 where the bin of ``p`` is
+    learned, or none is (then the GPU is judged as the warmest may run, not by its offset)."""
+    learned = ev >= full_s
+    k = np.searchsorted(EDGES_W, p, side="right")
+    own = np.take_along_axis(ev, k[..., None], -1)[..., 0]
+    lack = 1.0 - np.minimum(own, full_s) / max(full_s, 1.0)
+    far = np.where(learned, np.abs(pw - p[..., None]), np.inf).min(-1)
+    return np.where(learned.any(-1), slope_max * np.where(np.isfinite(far), far, 0.0) * lack,
+                    0.0)
+
+
 def learn(ev: np.ndarray, m: np.ndarray, pw: np.ndarray, d: np.ndarray, p: np.ndarray,
           step: np.ndarray, first: np.ndarray, prior: np.ndarray, forget_s: float,
           warmup_s: float, slope_max: float) -> None:

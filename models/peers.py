@@ -197,7 +197,13 @@ class ThermalPeers(WaveDetector):
         # max_offset_c to the learned offset at the end of the warm-up is no rise.
         learned = np.where(judged, adj - median, 0.0)
         base = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad))
-        margin = base + TRANSIENT_SHARE * motion
+        # At a power the GPU has not yet run at long enough to learn its offset there (a
+        # node whose job phases were too short to settle in), the offset is the line from
+        # the powers it knows, right only to within how much heat paths of one part differ
+        # (peer_offset.unsure): that much more excess is no sign of a failing heat path,
+        # neither for the margin nor for the drift test, until the power's bin is learned.
+        young = np.where(warm, self._unsure(s, plag), 0.0)
+        margin = base + TRANSIENT_SHARE * motion + young
         # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
         sdt = ts - t["sts"][s]
         sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
@@ -216,7 +222,9 @@ class ThermalPeers(WaveDetector):
         # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
         # the driver does) keeps one alert instead of raising one a minute.
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
-        drift, drifting = self._drift(s, judged & warm, excess - TRANSIENT_SHARE * motion, dt)
+        drift, drifting = self._drift(s, judged & warm,
+                                      excess - TRANSIENT_SHARE * motion - young,
+                                      dt)
         hot = judged & ((excess > margin - HYSTERESIS_C * was_hot) | drifting)
         critical_c = np.maximum(c.peer_critical_c, margin)
         # Critical: far out, or pulling away from its peers fast (a heat path that just
@@ -328,6 +336,12 @@ class ThermalPeers(WaveDetector):
         """The GPU's usual deviation from its peers at power p (models/peer_offset.py)."""
         t = self.table
         return peer_offset.offset_at(t["ow"][s], t["om"][s], t["op"][s], p, self.c.warmup_s)
+
+    def _unsure(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """How far the GPU's offset at power p may be off, its bin there still young."""
+        t = self.table
+        return peer_offset.unsure(t["ow"][s], t["op"][s], p, self.c.warmup_s,
+                                  peer_offset.SLOPE_SHARE * self.c.peer_c_per_w)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
