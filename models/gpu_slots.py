@@ -98,7 +98,8 @@ _NONE: list[Move] = []
 class GpuTable:
     """Per-GPU state arrays indexed by slot, and the (node, GPU index) -> slot map.
 
-    ``fields`` gives each array's initial value; a slot's arrays are reset to
+    ``fields`` gives each array's initial value (``shapes``: the shape of a field that
+    holds more than one value per GPU); a slot's arrays are reset to
     them when a node is dropped (its partition went to another processor). A GPU whose
     board was replaced (``Boards``) gets a new slot from the frame that names the new
     board on: nothing learned of the old board carries over. The old slot is kept for
@@ -109,8 +110,10 @@ class GpuTable:
     Nodes are told apart by cluster and name.
     """
 
-    def __init__(self, **fields: float) -> None:
+    def __init__(self, shapes: dict[str, tuple[int, ...]] | None = None,
+                 **fields: float) -> None:
         self._init = fields
+        self._shapes = dict(shapes or {})  # of a field that holds more than one value a GPU
         # Per node: its GPU indices, their slots (padded to the batch's width), the boards
         # its last frame named (None: not looked at since the slots changed).
         self._nodes: dict[tuple[str, str],
@@ -122,7 +125,8 @@ class GpuTable:
         self._retired: list[int] = []  # slots of replaced boards, freed at the next batch
         self._next = 0
         self.node_of: list[str] = []
-        self.arrays: dict[str, np.ndarray] = {k: np.full(64, v) for k, v in fields.items()}
+        self.arrays: dict[str, np.ndarray] = {
+            k: np.full((64, *self._shapes.get(k, ())), v) for k, v in fields.items()}
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.arrays[name]
@@ -215,7 +219,7 @@ class GpuTable:
         self.node_of.append(node)
         if s >= len(next(iter(self.arrays.values()), ())):
             for k, a in self.arrays.items():
-                grown = np.full(2 * len(a), self._init[k])
+                grown = np.full((2 * len(a), *a.shape[1:]), self._init[k])
                 grown[:len(a)] = a
                 self.arrays[k] = grown
         return s

@@ -23,10 +23,11 @@ NVLink and ECC errors at or below 80 °C). The comparison:
 * each GPU carries a learned offset, a constant (air its neighbours warmed)
   plus a part proportional to its power (a slightly worse heat path runs a few
   degrees warmer at full load, the same at idle), clamped to ``max_offset_c``
-  so a fault cannot be learned away, and learned within minutes while the GPU
-  warms up, then forgotten over ``peer_offset_forget_s`` (a day): how warm a GPU
-  runs is a property of its heat path and its place, and a forgetting of hours
-  learned a heat path degrading over hours as the GPU's own warmth;
+  so a fault cannot be learned away: a line through a few power bins
+  (``peer_offset``), each learned within minutes the first time the GPU runs at that
+  power, then forgotten over ``peer_offset_forget_s`` (a day): how warm a GPU runs
+  is a property of its heat path and its place, and a forgetting of hours learned a
+  heat path degrading over hours as the GPU's own warmth;
 * excess = own temperature - offset - median of the peers' (the same, for
   them, plus ``peer_c_per_w`` for each watt this GPU draws above a peer); it
   alarms above a robust margin: max(peer_margin_c, peer_k x MAD), widened while
@@ -43,9 +44,10 @@ from __future__ import annotations
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.models import Finding
+from fleetwatch.models import Finding, peer_offset
 from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
+from fleetwatch.models.peer_rack import SCOPES, wide_peers
 from fleetwatch.models.peer_stats import (
     heat_peers,
     peer_count,
@@ -60,11 +62,13 @@ TRANSIENT_SHARE = 0.5  # of the peers' motion, added to the margin (see _wave)
 MAX_STEP_S = 60.0      # a gap longer than this adds no more than this to the warm-up time
 HYSTERESIS_C = 1.0     # degrees below a threshold a latched finding must fall to clear
 NOMINAL_W = 300.0      # the power assumed for GPUs whose power is not reported
-RIDGE_W = 100.0        # power scale below which the offset's slope is shrunk toward zero
-RIDGE_C0 = 0.05        # a light pull of the offset's constant part toward zero
 BUSY_W = 100.0         # lagged power above which a GPU counts as busy
 RISE_SHARE = 0.6       # of the margin: enough excess to call a fast climb critical
 COOL_CREDIT_C = 3.0    # the most a GPU's learned offset may sit below its peers
+# Away from its lagged temperature by at most this (itself and its peers' median), a GPU
+# is steady enough to learn its offset from: whole-degree readings and a quarter degree of
+# noise a sample stay within it, a job phase's change of power does not.
+STEADY_C = 1.5
 # The rise that alerts state (message, evidence): over about this long, so that at any
 # scrape interval it is the climb, not one sample's step scaled up to a minute (the fast
 # path's own rise, over peer_rise_window_s, is left as tuned).
@@ -86,9 +90,8 @@ class ThermalPeers(WaveDetector):
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
         self.c = config or DetectorsConfig()
-        self.table = GpuTable(ts=np.nan, plag=np.nan, tlag=np.nan, sd=0.0, sp=0.0, spp=0.0,
-                              sdp=0.0, warm=0.0,
-                              warm_busy=0.0,
+        self.table = GpuTable(shapes=peer_offset.SHAPES, **peer_offset.FIELDS,
+                              ts=np.nan, plag=np.nan, tlag=np.nan, warm=0.0, warm_busy=0.0,
                               smooth=np.nan, sts=np.nan, hot=0.0, crit=0.0,
                               rise_avg=np.nan, last=np.nan, fast=0.0, run_from=np.nan,
                               run_ts=np.nan, drift=0.0)
@@ -143,8 +146,8 @@ class ThermalPeers(WaveDetector):
         # at most COOL_CREDIT_C under its peers, so that "hot against its peers" always
         # means hotter than they are (heat paths differ by a few percent: an offset learned
         # far below that comes from transients, and would page on a GPU cooler than its peers).
-        offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
-                         c.max_offset_c)
+        usual = offset = np.clip(self._offset(s, plag), -min(COOL_CREDIT_C, c.max_offset_c),
+                                 c.max_offset_c)
         adj = np.where(fresh, temp - offset, np.nan)
         # Judged by its learned offset once that is learned: for a busy GPU, learned while
         # busy (its offset at idle says little about its offset at full power). Until then
@@ -167,20 +170,40 @@ class ThermalPeers(WaveDetector):
         count = peer_count(peers)
         median = peer_median_block(expected, peers, count)
         mad = peer_median_block(np.abs(expected - median[..., None]), peers, count)
+        # While a node heats or cools through a job phase, GPUs with slightly different time
+        # constants part by a few degrees: widen the margin by a share of how fast the
+        # peers themselves are moving (their distance from their own lagged temperature).
+        g = temp.shape[1]
+        moving = np.abs(temp - tlag)
+        motion = np.nan_to_num(peer_median_block(
+            np.broadcast_to(moving[:, None, :], (len(temp), g, g)), peers, count))
+        # Too few on its node to compare with (a small inference node; a GPU that merely
+        # draws more than its job's others has them): its rack's, else its
+        # cluster's GPUs of its part at its power, each at its own node's inlet air
+        # (models/peer_rack.py).
+        scope = np.zeros(count.shape, np.intp)
+        able = fresh & metered & settled
+        need = able & (peer_count(same) < c.min_peers)
+        if need.any():
+            wm, wd, wc, wv, scope = wide_peers(b, rows, need, able, adj, plag, moving,
+                                               c.peer_power_tol_w, c.peer_c_per_w,
+                                               c.min_peers)
+            wide = scope > 0
+            median, mad = np.where(wide, wm, median), np.where(wide, wd, mad)
+            count, motion = np.where(wide, wc, count), np.where(wide, wv, motion)
         judged = fresh & (count >= c.min_peers)
         excess = np.where(judged, own - median, 0.0)
         # Its rise is measured on the learned offset throughout, so that the step from
         # max_offset_c to the learned offset at the end of the warm-up is no rise.
         learned = np.where(judged, adj - median, 0.0)
-        # While a node heats or cools through a job phase, GPUs with slightly different time
-        # constants part by a few degrees: widen the margin by a share of how fast the
-        # peers themselves are moving (their distance from their own lagged temperature).
-        g = temp.shape[1]
-        motion = peer_median_block(np.broadcast_to(np.abs(temp - tlag)[:, None, :],
-                                                   (len(temp), g, g)), peers, count)
-        motion = np.nan_to_num(motion)
         base = np.maximum(c.peer_margin_c, c.peer_k * MAD_SIGMA * np.nan_to_num(mad))
-        margin = base + TRANSIENT_SHARE * motion
+        # At a power the GPU has not yet run at long enough to learn its offset there (a
+        # node whose job phases were too short to settle in), the offset is the line from
+        # the powers it knows, right only to within how much heat paths of one part differ
+        # (peer_offset.unsure): that much more excess is no sign of a failing heat path,
+        # neither for the margin nor for the drift test, until the power's bin is learned.
+        young = np.where(warm, self._unsure(s, plag), 0.0)
+        margin = base + TRANSIENT_SHARE * motion + young
         # Rise of the excess, from its average over rise_window_s (as in ThermalLimits).
         sdt = ts - t["sts"][s]
         sw = np.where(np.isfinite(sdt) & (sdt > 0), ewma_weight(sdt, c.peer_rise_window_s), 1.0)
@@ -199,7 +222,9 @@ class ThermalPeers(WaveDetector):
         # Hysteresis: a GPU hovering at a threshold (as one held at its slowdown point by
         # the driver does) keeps one alert instead of raising one a minute.
         was_hot, was_crit = t["hot"][s] > 0, t["crit"][s] > 0
-        drift, drifting = self._drift(s, judged & warm, excess - TRANSIENT_SHARE * motion, dt)
+        drift, drifting = self._drift(s, judged & warm,
+                                      excess - TRANSIENT_SHARE * motion - young,
+                                      dt)
         hot = judged & ((excess > margin - HYSTERESIS_C * was_hot) | drifting)
         critical_c = np.maximum(c.peer_critical_c, margin)
         # Critical: far out, or pulling away from its peers fast (a heat path that just
@@ -232,8 +257,12 @@ class ThermalPeers(WaveDetector):
             low_adj - low_median < -np.maximum(c.sensor_low_c, margin))
         excess = np.where(low, low_adj - low_median, excess)
         quiet = ~hot & (~warm | (np.abs(excess) < margin))
+        # The offset is how far the GPU's heat sink sits from its peers' at a steady power:
+        # while it or its peers still heat or cool through a change of power, time
+        # constants that differ by seconds part them by degrees that are not its own.
+        quiet &= (moving <= STEADY_C) & (motion <= STEADY_C)
         self._learn(s[judged], (temp - median)[judged], plag[judged], dt[judged],
-                    warm[judged], quiet[judged])
+                    quiet[judged], usual[judged])
         step = np.clip(np.nan_to_num(dt), 0.0, MAX_STEP_S)
         t["warm"][s[judged]] += step[judged]
         t["warm_busy"][s[judged & busy]] += step[judged & busy]
@@ -250,7 +279,7 @@ class ThermalPeers(WaveDetector):
             # The rise shown is the one that fired: the held climb's, for a fast climb.
             shown = np.where(rushing, slope, rise)
             self._emit(b, rows, out, read, median, offset, excess, margin, shown, plag, count,
-                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift)
+                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift, scope)
 
     def _drift(self, s: np.ndarray, judged: np.ndarray, excess: np.ndarray,
                dt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -289,44 +318,41 @@ class ThermalPeers(WaveDetector):
         return np.where(held, climb, np.nan), ts - run_ts, held
 
     def _learn(self, s: np.ndarray, d: np.ndarray, p: np.ndarray, dt: np.ndarray,
-               warm: np.ndarray, quiet: np.ndarray) -> None:
-        """Exponentially weighted sums for the offset's least squares, forgetting over time.
-
-        Fast while warming up (so a GPU that always runs warmer is learned before it
-        is judged by it), over peer_offset_forget_s afterwards; never from a sample in
-        which it alarms.
-        """
+               quiet: np.ndarray, prior: np.ndarray) -> None:
+        """Learn the quiet samples' excess ``d`` at lagged power ``p`` into the offset's
+        power bins (models/peer_offset.py): fast in a power range new to the GPU (its first
+        warmup_s there, as in its first minutes), over peer_offset_forget_s afterwards;
+        never from a sample in which it alarms. ``prior``: the offset at ``p`` now."""
         c, t = self.c, self.table
-        tau = np.where(warm, c.peer_offset_forget_s, max(c.warmup_s / 4.0, 1.0))
+        s, d, p, dt, prior = s[quiet], d[quiet], p[quiet], dt[quiet], prior[quiet]
         step = np.clip(np.nan_to_num(dt, nan=0.0), 0.0, MAX_STEP_S)
-        w = np.where(np.isfinite(dt), -np.expm1(-step / tau), 1.0)
-        w = np.where(~quiet, 0.0, w)
-        for name, value in (("sd", d), ("sp", p), ("spp", p * p), ("sdp", d * p)):
-            t[name][s] += w * (value - t[name][s])
+        ev, m, pw = t["ow"][s], t["om"][s], t["op"][s]
+        peer_offset.learn(ev, m, pw, d, p, step, ~np.isfinite(dt), prior,
+                           c.peer_offset_forget_s, c.warmup_s,
+                           peer_offset.SLOPE_SHARE * c.peer_c_per_w)
+        t["ow"][s], t["om"][s], t["op"][s] = ev, m, pw
 
     def _offset(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
-        """The GPU's usual deviation at power p: c0 + alpha x p, least squares with a ridge.
-
-        A constant part (a GPU fed air its neighbours have warmed) and one proportional to
-        power (a slightly worse heat path). The ridge on alpha keeps an offset learned at
-        idle (a degree of noise over 60 W) from being scaled up to full power.
-        """
+        """The GPU's usual deviation from its peers at power p (models/peer_offset.py)."""
         t = self.table
-        sd, sp, spp, sdp = t["sd"][s], t["sp"][s], t["spp"][s], t["sdp"][s]
-        a11, a12, a22 = 1.0 + RIDGE_C0, sp, spp + RIDGE_W ** 2
-        det = a11 * a22 - a12 * a12
-        c0 = (a22 * sd - a12 * sdp) / det
-        alpha = (a11 * sdp - a12 * sd) / det
-        return c0 + alpha * p
+        return peer_offset.offset_at(t["ow"][s], t["om"][s], t["op"][s], p, self.c.warmup_s)
+
+    def _unsure(self, s: np.ndarray, p: np.ndarray) -> np.ndarray:
+        """How far the GPU's offset at power p may be off, its bin there still young."""
+        t = self.table
+        return peer_offset.unsure(t["ow"][s], t["op"][s], p, self.c.warmup_s,
+                                  peer_offset.SLOPE_SHARE * self.c.peer_c_per_w)
 
     def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
               median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
               slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
               crit: np.ndarray, low: np.ndarray, climb: np.ndarray,
-              climb_s: np.ndarray, drift: np.ndarray) -> None:
+              climb_s: np.ndarray, drift: np.ndarray, scope: np.ndarray) -> None:
         """``slope`` is the rise that fired: the held climb's where ``climb`` is given (a
         fast climb made it critical), else the rise over about RISE_EVIDENCE_S; ``drift``
-        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c."""
+        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c;
+        ``scope``: where its peers came from (``peer_rack.SCOPES``: its node, else its rack
+        or cluster)."""
         c = self.c
         for i, j in flagged(hot | crit | low):
             f = b.frames[rows[i]]
@@ -339,6 +365,8 @@ class ThermalPeers(WaveDetector):
                   "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
                   "peers": count[i, j], "excess_rise_c_per_min": slope[i, j],
                   "excess_sum_c_min": drift[i, j]}
+            if scope[i, j]:  # peers beyond its node: 1 its rack, 2 its cluster
+                ev["peers_scope"] = scope[i, j]
             rushing = bool(np.isfinite(climb[i, j]))
             if rushing:
                 ev |= {"climb_c": climb[i, j], "climb_s": climb_s[i, j]}
@@ -353,7 +381,8 @@ class ThermalPeers(WaveDetector):
                     "are blind: reset the GPU; service it if the reading stays wrong"))
                 continue
             text = (f"{where} at {temp[i, j]:.0f} °C, {raw:.0f} °C above its "
-                    f"{count[i, j]} peers at the same power{_allowed(offset[i, j], excess[i, j])}"
+                    f"{count[i, j]} peers{SCOPES[scope[i, j]]} at the same power"
+                    f"{_allowed(offset[i, j], excess[i, j])}"
                     + (f", climbing {slope[i, j]:.0f} °C/min ({climb[i, j]:.0f} °C in the "
                        f"last {climb_s[i, j]:.0f} s)" if rushing else
                        f", rising {slope[i, j]:.1f} °C/min over the last minutes"
