@@ -162,11 +162,14 @@ class NodeSilence(StreamClock):
             new[:len(kept)] = kept
             setattr(self, name, new)
 
-    def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
+    def expect(self, nodes: Iterable[tuple[str, str, str, float]
+                                     | tuple[str, str, str, float, bool]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
-        their last frame's time, from the store). One that sends nothing more is
-        reported once it has been silent for long enough."""
-        for cluster, rack, node, ts in nodes:
+        their last frame's time, from the store, and whether that frame said its agent
+        stopped cleanly). One that sends nothing more is reported once it has been silent
+        for long enough; one stopped cleanly stays stopped (not paged, not in a rack)."""
+        for e in nodes:
+            cluster, rack, node, ts = e[0], e[1], e[2], e[3]
             i = self._index.get((cluster, node))
             if i is None:
                 i = self._add_node(cluster, rack, node)
@@ -174,6 +177,7 @@ class NodeSilence(StreamClock):
                 self._taken.setdefault(i, self.now if self.now > -math.inf else math.nan)
             if not self._last[i] >= ts:
                 self._last[i] = ts
+                self._stopped[i] = len(e) > 4 and bool(e[4])
             if not self._heard[i] >= ts:
                 self._heard[i] = ts
 
