@@ -20,6 +20,8 @@ from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
+from fleetwatch.models.node_stopped import RULE as STOPPED_RULE
+from fleetwatch.models.node_stopped import agent_stopped
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
 
@@ -82,7 +84,8 @@ class NodeSilence(StreamClock):
 
     name = "node_silent"
     rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": (),
-                                         "node_nvml_down": (), RACK_RULE: ()}
+                                         "node_nvml_down": (), RACK_RULE: (),
+                                         STOPPED_RULE: ()}
     uses_wall = True  # the processor passes its clock to ``update`` (live frames only)
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
@@ -324,6 +327,7 @@ class NodeSilence(StreamClock):
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
                 since=float(self._heard[i] + limits[i])))
+        out += self._stopped_long(clocks, gap, limits)
         if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
             out += self._racks(now, clocks, gap, limits)
         if forgotten:
@@ -335,6 +339,25 @@ class NodeSilence(StreamClock):
                 out += empty_racks(places, [w[:2] for w in self._where], self._clusters)
         if self._lone and self._whole:
             out += self._lone.due(now, [w[:2] for w in self._where], self._clusters)
+        return out
+
+    def _stopped_long(self, clocks: np.ndarray, gap: np.ndarray,
+                      limits: np.ndarray) -> list[Finding]:
+        """``agent_stopped`` of the nodes stopped cleanly and not back within
+        ``agent_stopped_grace_s`` (none where it is 0), until they are forgotten."""
+        grace, n = self.c.agent_stopped_grace_s, len(self._where)
+        if grace <= 0:
+            return []
+        with np.errstate(invalid="ignore"):
+            late = np.flatnonzero(self._stopped[:n] & (gap > grace) & (gap < FORGET_S))
+        out = []
+        for i in late.tolist():
+            cluster, rack, node = self._where[i]
+            at = float(clocks[i])
+            if cluster not in self._clusters or self._grace(i, at, float(limits[i])):
+                continue
+            out.append(agent_stopped(cluster, rack, node, at, float(self._last[i]),
+                                     float(gap[i]), float(self._heard[i]) + grace))
         return out
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:

@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import AGENT_STOPPED, Frame, HostReading
 from fleetwatch.models.node_silence import NodeSilence
+from fleetwatch.pipeline.processor import Processor
+from fleetwatch.pipeline.store.sqlite import SqliteStore
 from tests.core.test_silent_takeover import run_until_stored, silent_alerts, ticks
 from tests.models.helpers import busy, node
 
@@ -58,3 +61,24 @@ def test_a_node_back_after_a_clean_stop_that_then_dies_is_paged_after_a_restart(
     run_until_stored(db, early + ticks(("a", "b"), 3, 6), 13)
     run_until_stored(db, ticks(("a",), 6, 24), 13 + 18)
     assert [(a.node, a.state) for a in silent_alerts(db)] == [("b", "firing")]
+
+
+def test_a_stopped_agent_not_back_warns_in_the_store_and_ends_at_its_next_frame(
+        tmp_path: Path) -> None:
+    """``agent_stopped`` through a processor into a real store: a warning naming the node,
+    its stop and what to do, resolved once a frame of it comes (a DaemonSet pod fixed)."""
+    store = SqliteStore(tmp_path / "s.db")
+    processor = Processor(store, [NodeSilence(DetectorsConfig(agent_stopped_grace_s=120.0))])
+    before = ticks(("a", "b"), 0, 6)
+    before[-1] = last(before[-1])                       # b stops cleanly at 50 s
+    processor.process(before + ticks(("a",), 6, 30))    # and is not back for 4 minutes
+    (warned,) = [a for a in store.alerts() if a.node == "b"]
+    assert (warned.rule, warned.severity, warned.state) == ("agent_stopped", "warning",
+                                                           "firing")
+    assert "agent stopped cleanly at" in warned.message
+    assert "DaemonSet" in warned.action
+    processor.process(ticks(("a", "b"), 30, 32))
+    assert [a for a in store.alerts() if a.node == "b"] == []
+    (ended,) = [a for a in store.alerts(states=("resolved",)) if a.node == "b"]
+    assert ended.id == warned.id
+    store.close()
