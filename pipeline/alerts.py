@@ -365,6 +365,7 @@ class AlertBook:
         evidence = dict(finding.evidence) if finding.evidence else {}
         if finding.hold_s > 0:
             evidence["hold_s"] = finding.hold_s
+        opened = alert is None
         if alert is None:
             rule, cluster, node, device = key
             alert = Alert(
@@ -394,7 +395,11 @@ class AlertBook:
                     or ts - m.written >= self.refresh_s):
                 m = _wrote(m, alert, ts)
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
-            alert = dataclasses.replace(alert, state="firing", fired_ts=ts,
+            # An alert that opens already past its for_s, of a condition that would have
+            # fired then (``Finding.fired_since``: a node silent since before a takeover),
+            # fired as a processor watching then would have said, not at its detection.
+            fired = alert.started_ts + finding.for_s if opened and finding.fired_since else ts
+            alert = dataclasses.replace(alert, state="firing", fired_ts=min(fired, ts),
                                         fired_message=alert.message)
             m = _wrote(m, alert, ts)
         return alert, m
