@@ -310,7 +310,8 @@ class NodeSilence(StreamClock):
             how = (f"it reports every {interval:.0f} s" if interval == interval else
                    f"its last frame: {_utc(self._last[i])}")
             if skew:  # its frames were not in step with the fleet's when last heard of
-                how += f"; its clock was {_offset(skew)} of the fleet's"
+                how += (f"; its clock was {_offset(skew)}{' of' if skew > 0 else ''} "
+                        "the fleet's")
             evidence = {"silent_s": round(float(gap[i]), 1), KEEP_FIRING: 0.0}
             if interval == interval:  # not known (none learned since a start): not said as 0
                 evidence["interval_s"] = round(float(interval), 2)

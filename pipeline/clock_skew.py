@@ -154,18 +154,24 @@ class ClockWatch:
 
 
 def skew_findings(skewed: Sequence[tuple[Frame, float, bool]], now: float) -> list[Finding]:
-    """``node_clock_skew`` findings, one a frame: critical for a node whose frames are
-    refused (none of its GPUs is watched), judged at ``now`` (the stream's time, as nothing
-    of it is stored: its first frame in step resolves it) once that has lasted
-    ``REFUSED_FOR_S`` (one stray frame pages nobody); warning for one steadily behind,
-    judged at its frames' times."""
+    """``node_clock_skew`` findings, one a node: critical for a node whose frames are
+    refused (none of its GPUs is watched) once that has lasted ``REFUSED_FOR_S`` (one stray
+    frame pages nobody); warning for one steadily behind. Both judged at ``now`` (the
+    fleet's time, never a wrong clock's: an alert of a node behind stamped at its own
+    clock started before it was seen); its first frame in step resolves it (its frames
+    while behind are older than the alert's time, so they judge nothing)."""
     out = []
+    newest: dict[tuple[str, str], tuple[Frame, float, bool]] = {}
     for f, offset, refused in skewed:
+        key = (f.cluster, f.node)
+        if key not in newest or f.ts > newest[key][0].ts:
+            newest[key] = (f, offset, refused)
+    for f, offset, refused in newest.values():
         how = "ahead of this processor's clock" if offset > 0 else "behind the other nodes'"
         what = ("its frames are refused (dead letters, field clock): none of its GPUs is "
                 "watched" if refused else "its frames are stored and judged at its wrong time")
         out.append(Finding(
-            "node_clock_skew", f.cluster, f.rack, f.node, None, now if refused else f.ts,
+            "node_clock_skew", f.cluster, f.rack, f.node, None, now,
             round(offset, 1), f"{f.node}: its clock is {_amount(offset)} {how}; {what}",
             "critical" if refused else "warning", REFUSED_FOR_S if refused else 0.0,
             evidence={"offset_s": round(offset, 1)},

@@ -82,3 +82,31 @@ def test_one_stray_frame_far_ahead_pages_nobody(tmp_path: Path) -> None:
     assert p.stats.by_reason == {"clock": 1}
     assert [a.state for a in skew_alerts(p)] in ([], ["resolved"])
     assert not any(a.fired_ts for a in skew_alerts(p)) and p.alerts.open == []
+
+
+def test_a_node_behind_is_alerted_on_the_fleets_clock_and_resolves_when_fixed(
+        tmp_path: Path) -> None:
+    """Its alert starts and fires at the fleet's time (the processor's), not at its own
+    wrong clock, 330 s before it was even seen (round 25, k8s run: "firing since" a time
+    before the agent existed); it resolves once its clock is right."""
+    clock = [NOW]
+    p = Processor(SqliteStore(tmp_path / "s.db"), [NodeSilence()], clock=lambda: clock[0])
+    offset = 0
+    for k in range(80):
+        clock[0] = NOW + 5.0 * k
+        slow = 330.0 if k < 50 else 0.0   # NTP fixed at k == 50
+        for f in (frame("a", clock[0] - 0.5), frame("b", clock[0] - 0.3),
+                  frame("d", clock[0] - slow)):
+            p.handle(messages([f], offset))
+            offset += 1
+            p.tick()
+        if k == 49:
+            (alert,) = skew_alerts(p)
+            assert alert.state == "firing" and alert.node == "d"
+            # Seen behind from NOW, steadily for 60 s: started then on the fleet's clock.
+            assert NOW + 55.0 <= alert.started_ts <= NOW + 70.0, alert.started_ts - NOW
+            assert alert.fired_ts is not None and alert.fired_ts >= alert.started_ts
+    p.store.close()
+    (alert,) = skew_alerts(p)
+    assert alert.state == "resolved"
+    assert alert.resolved_ts == pytest.approx(NOW + 250.0, abs=6.0)
