@@ -56,6 +56,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REVISION, Finding
 from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
+from fleetwatch.pipeline.store.lprecords import render_message
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
 Subject = tuple[str, str, str]   # (cluster, node, device)
@@ -175,6 +176,10 @@ class AlertBook:
                 self._superseded[older.id] = older
             self._open[key] = a
             self._meta[key] = _meta_of(a)
+            if a.message == render_message(a):
+                # Its store keeps no text (VictoriaMetrics): its detector's next finding
+                # describes it again, written (and re-sent) at once, not refresh_s later.
+                self._meta[key] = dataclasses.replace(self._meta[key], written=-math.inf)
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the alerts of these nodes (their partitions went to another member)."""
