@@ -327,7 +327,10 @@ class NodeSilence(StreamClock):
                 # Silent since its limit passed, as a processor watching then would have
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
-                since=float(self._heard[i] + limits[i]), fired_since=True))
+                since=float(self._heard[i] + limits[i]),
+                # One taken over silent fired then too (a processor watching then would have
+                # paged it); one watched here fires as it is found, as always.
+                fired_since=i in self._taken))
         out += self._stopped_long(clocks, gap, limits)
         if self._whole and any(f.rule == "node_silent" and not f.resolves for f in out):
             out += self._racks(now, clocks, gap, limits)
