@@ -73,6 +73,8 @@ REACH: dict[str, Reach] = {
     "gpu_missing": Reach(uuid=True),
     # NVML away: only the agent's own frames say so (host_nvml_up), as only they name UUIDs.
     "node_nvml_down": Reach(uuid=True),
+    # A clean stop: only the agent's own last frame says so (host_agent_stopped).
+    "agent_stopped": Reach(uuid=True),
 }
 
 

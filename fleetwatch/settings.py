@@ -223,6 +223,10 @@ class DetectorsConfig:
     # A node with no frame for silent_intervals of its own interval (and silent_min_s).
     silent_intervals: float = ranged(6.0, 2.0, 1000.0)
     silent_min_s: float = ranged(60.0, 1.0, 86_400.0)
+    # A node whose agent stopped cleanly (SIGTERM: a drain, a rollout whose new pod never
+    # starts) and sent nothing since for this long: agent_stopped (warning). 0: never (an
+    # autoscaled pool, whose nodes leave on purpose).
+    agent_stopped_grace_s: float = ranged(900.0, 0.0, 6 * 86_400.0)
     # A rack whose nodes went silent together (a PDU trip, its switch lost): one alert.
     rack_silent_min_nodes: int = ranged(2, 2, 10_000)
     rack_silent_fraction: float = ranged(0.5, 0.0, 1.0, above=True)

@@ -52,6 +52,10 @@ class Finding:
     # ``ts`` (a rack found warmer than its peers from samples that began to warm earlier):
     # the alert opens as started then.
     since: float | None = None
+    # ``since`` is also when the alert would have fired, had a processor watched then (a node
+    # silent since before a takeover: its limit passed then): a new alert fires as of it, not
+    # at its detection. False: it fires when found (a replay's lost GPU, found later).
+    fired_since: bool = False
     # The jobs it is about (``job_ids``): carried by the alert (``Alert.jobs``).
     jobs: tuple[str, ...] = ()
     # The finding says how its condition ended (an ECC count back down at a reset): its

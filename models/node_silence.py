@@ -21,6 +21,8 @@ from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
 from fleetwatch.models.node_silence_racks import SilentRacks
+from fleetwatch.models.node_stopped import RULE as STOPPED_RULE
+from fleetwatch.models.node_stopped import agent_stopped
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Remote, SharedRacks, at_frames
 
@@ -83,7 +85,8 @@ class NodeSilence(SilentRacks, StreamClock):
 
     name = "node_silent"
     rules: dict[str, tuple[str, ...]] = {"node_silent": (), "node_name_conflict": (),
-                                         "node_nvml_down": (), RACK_RULE: ()}
+                                         "node_nvml_down": (), RACK_RULE: (),
+                                         STOPPED_RULE: ()}
     uses_wall = True  # the processor passes its clock to ``update`` (live frames only)
 
     def __init__(self, config: DetectorsConfig | None = None) -> None:
@@ -162,11 +165,14 @@ class NodeSilence(SilentRacks, StreamClock):
             new[:len(kept)] = kept
             setattr(self, name, new)
 
-    def expect(self, nodes: Iterable[tuple[str, str, str, float]]) -> None:
+    def expect(self, nodes: Iterable[tuple[str, str, str, float]
+                                     | tuple[str, str, str, float, bool]]) -> None:
         """Nodes this processor now owns but has no frame from: (cluster, rack, node,
-        their last frame's time, from the store). One that sends nothing more is
-        reported once it has been silent for long enough."""
-        for cluster, rack, node, ts in nodes:
+        their last frame's time, from the store, and whether that frame said its agent
+        stopped cleanly). One that sends nothing more is reported once it has been silent
+        for long enough; one stopped cleanly stays stopped (not paged, not in a rack)."""
+        for e in nodes:
+            cluster, rack, node, ts = e[0], e[1], e[2], e[3]
             i = self._index.get((cluster, node))
             if i is None:
                 i = self._add_node(cluster, rack, node)
@@ -174,6 +180,7 @@ class NodeSilence(SilentRacks, StreamClock):
                 self._taken.setdefault(i, self.now if self.now > -math.inf else math.nan)
             if not self._last[i] >= ts:
                 self._last[i] = ts
+                self._stopped[i] = len(e) > 4 and bool(e[4])
             if not self._heard[i] >= ts:
                 self._heard[i] = ts
 
@@ -307,7 +314,8 @@ class NodeSilence(SilentRacks, StreamClock):
             how = (f"it reports every {interval:.0f} s" if interval == interval else
                    f"its last frame: {_utc(self._last[i])}")
             if skew:  # its frames were not in step with the fleet's when last heard of
-                how += f"; its clock was {_offset(skew)} of the fleet's"
+                how += (f"; its clock was {_offset(skew)}{' of' if skew > 0 else ''} "
+                        "the fleet's")
             evidence = {"silent_s": round(float(gap[i]), 1), KEEP_FIRING: 0.0}
             if interval == interval:  # not known (none learned since a start): not said as 0
                 evidence["interval_s"] = round(float(interval), 2)
@@ -323,7 +331,11 @@ class NodeSilence(SilentRacks, StreamClock):
                 # Silent since its limit passed, as a processor watching then would have
                 # said: one that starts later (a restart, a partition taken over) finds a
                 # node down for hours, not one that went down at its detection.
-                since=float(self._heard[i] + limits[i])))
+                since=float(self._heard[i] + limits[i]),
+                # One taken over silent fired then too (a processor watching then would have
+                # paged it); one watched here fires as it is found, as always.
+                fired_since=i in self._taken))
+        out += self._stopped_long(clocks, gap, limits)
         if self._whole:
             if any(f.rule == "node_silent" and not f.resolves for f in out):
                 racks = self._racks(now, clocks, gap, limits)
@@ -342,6 +354,25 @@ class NodeSilence(SilentRacks, StreamClock):
                 out += empty_racks(places, [w[:2] for w in self._where], self._clusters)
         if self._lone and self._whole:
             out += self._lone.due(now, [w[:2] for w in self._where], self._clusters)
+        return out
+
+    def _stopped_long(self, clocks: np.ndarray, gap: np.ndarray,
+                      limits: np.ndarray) -> list[Finding]:
+        """``agent_stopped`` of the nodes stopped cleanly and not back within
+        ``agent_stopped_grace_s`` (none where it is 0), until they are forgotten."""
+        grace, n = self.c.agent_stopped_grace_s, len(self._where)
+        if grace <= 0:
+            return []
+        with np.errstate(invalid="ignore"):
+            late = np.flatnonzero(self._stopped[:n] & (gap > grace) & (gap < FORGET_S))
+        out = []
+        for i in late.tolist():
+            cluster, rack, node = self._where[i]
+            at = float(clocks[i])
+            if cluster not in self._clusters or self._grace(i, at, float(limits[i])):
+                continue
+            out.append(agent_stopped(cluster, rack, node, at, float(self._last[i]),
+                                     float(gap[i]), float(self._heard[i]) + grace))
         return out
 
     def adopt(self, alerts: Iterable[OpenAlert]) -> None:

@@ -58,6 +58,7 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REPEATS, REVISION, Finding
 from fleetwatch.models.room import ROOM
 from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
+from fleetwatch.pipeline.store.lprecords import render_message
 
 Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
 Subject = tuple[str, str, str]   # (cluster, node, device)
@@ -187,6 +188,10 @@ class AlertBook:
                 self._superseded[older.id] = older
             self._open[key] = a
             self._meta[key] = _meta_of(a)
+            if a.message == render_message(a):
+                # Its store keeps no text (VictoriaMetrics): its detector's next finding
+                # describes it again, written (and re-sent) at once, not refresh_s later.
+                self._meta[key] = dataclasses.replace(self._meta[key], written=-math.inf)
 
     def drop(self, nodes: Iterable[str]) -> None:
         """Forget the alerts of these nodes (their partitions went to another member)."""
@@ -387,6 +392,7 @@ class AlertBook:
         evidence = dict(finding.evidence) if finding.evidence else {}
         if finding.hold_s > 0:
             evidence["hold_s"] = finding.hold_s
+        opened = alert is None
         if alert is None:
             rule, cluster, node, device = key
             alert = Alert(
@@ -419,7 +425,11 @@ class AlertBook:
                     or self._repeated(m, alert, ts) or ts - m.written >= self.refresh_s):
                 m = _wrote(m, alert, ts)
         if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
-            alert = dataclasses.replace(alert, state="firing", fired_ts=ts,
+            # An alert that opens already past its for_s, of a condition that would have
+            # fired then (``Finding.fired_since``: a node silent since before a takeover),
+            # fired as a processor watching then would have said, not at its detection.
+            fired = alert.started_ts + finding.for_s if opened and finding.fired_since else ts
+            alert = dataclasses.replace(alert, state="firing", fired_ts=min(fired, ts),
                                         fired_message=alert.message)
             m = _wrote(m, alert, ts)
         return alert, m

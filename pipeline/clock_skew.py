@@ -44,6 +44,10 @@ MAX_NODES = 50           # nodes in the offset metric: the furthest off
 MAX_REMEMBERED = 100_000  # nodes whose state is kept (said once each)
 FORGET_S = 3600.0        # a node off that sent nothing for this long leaves the metric
 REFUSED_FOR_S = 60.0     # a node's frames refused this long: its node_clock_skew fires
+# A node whose frames were refused and that has sent none for this long (of the processor's
+# clock) has stopped: its node_clock_skew ends (it is judged silent instead, a limit after
+# its last frame arrived: ``Verdict.heard``).
+REFUSED_GONE_S = 120.0
 
 
 @dataclass
@@ -58,6 +62,11 @@ class Verdict:
     # Frames of nodes whose clock is off enough to page: (frame, offset, refused); every
     # frame of a node behind (its alert is judged at each), the newest of one refused.
     skewed: list[tuple[Frame, float, bool]] = field(default_factory=list)
+    # Nodes refused: (cluster, rack, node, the stream's time it arrived), so that the silence
+    # detector knows it was heard of (``expect``) and pages it if it stops.
+    heard: list[tuple[str, str, str, float]] = field(default_factory=list)
+    # Nodes refused before that have sent nothing for ``REFUSED_GONE_S``: their skew ends.
+    gone: list[Frame] = field(default_factory=list)
 
 
 class ClockWatch:
@@ -70,6 +79,7 @@ class ClockWatch:
         self._behind: dict[NodeKey, tuple[float, float]] = {}  # node -> (since, offset then)
         self._off: set[NodeKey] = set()                  # nodes said to be off
         self._front = -math.inf  # the newest frame time of a node in step (<= our clock)
+        self._refused: dict[NodeKey, tuple[float, Frame]] = {}  # -> our clock, its frame
 
     def check(self, frames: Sequence[Frame], wall: float) -> Verdict:
         verdict = Verdict([self._quarantine(f, wall) for f in frames])
@@ -88,6 +98,9 @@ class ClockWatch:
                 self._going_off(f, ahead, "ahead of this processor's clock", verdict, wall)
                 if self.max_ahead_s and ahead > self.max_ahead_s:
                     verdict.skewed.append((f, ahead, True))
+                    verdict.heard.append((f.cluster, f.rack, f.node, self.now(wall)))
+                    if node in self._refused or len(self._refused) < MAX_REMEMBERED:
+                        self._refused[node] = (wall, f)
             elif self._steadily_behind(node, f.ts - front, wall):
                 verdict.behind += 1
                 self._going_off(f, f.ts - front, "behind the other nodes' (while they "
@@ -100,6 +113,13 @@ class ClockWatch:
                 self._seen.pop(node, None)
                 verdict.lines.append((logging.INFO, f"{_where(f)}: its frames are in step "
                                       "with this processor's clock again"))
+        refused_now = {(c, x) for c, _, x, _ in verdict.heard}
+        for node in [n for n in self._refused if n in newest and n not in refused_now]:
+            del self._refused[node]  # a frame kept: in step again (its own frame resolves)
+        for node, (at, f) in list(self._refused.items()):
+            if wall - at > REFUSED_GONE_S:
+                verdict.gone.append(f)
+                del self._refused[node]
         for node in [n for n, at in self._seen.items() if wall - at > FORGET_S]:
             self.offsets.pop(node, None)   # gone quiet: no longer "off now"
             del self._seen[node]
@@ -153,19 +173,36 @@ class ClockWatch:
             self._seen.pop(nearest, None)
 
 
+def gone_findings(gone: Sequence[Frame], now: float) -> list[Finding]:
+    """The findings that end the ``node_clock_skew`` of refused nodes that stopped sending
+    (pending or firing): no frame of theirs will come to resolve it; ``node_silent`` says
+    they stopped."""
+    return [Finding(
+        "node_clock_skew", f.cluster, f.rack, f.node, None, now, math.nan,
+        f"{f.node}: no frame of it for {REFUSED_GONE_S:.0f} s (its last ones were refused "
+        "for their clock): it stopped sending, which node_silent says", "critical",
+        action="See its node_silent alert", scope="node", resolves=True) for f in gone]
+
+
 def skew_findings(skewed: Sequence[tuple[Frame, float, bool]], now: float) -> list[Finding]:
-    """``node_clock_skew`` findings, one a frame: critical for a node whose frames are
-    refused (none of its GPUs is watched), judged at ``now`` (the stream's time, as nothing
-    of it is stored: its first frame in step resolves it) once that has lasted
-    ``REFUSED_FOR_S`` (one stray frame pages nobody); warning for one steadily behind,
-    judged at its frames' times."""
+    """``node_clock_skew`` findings, one a node: critical for a node whose frames are
+    refused (none of its GPUs is watched) once that has lasted ``REFUSED_FOR_S`` (one stray
+    frame pages nobody); warning for one steadily behind. Both judged at ``now`` (the
+    fleet's time, never a wrong clock's: an alert of a node behind stamped at its own
+    clock started before it was seen); its first frame in step resolves it (its frames
+    while behind are older than the alert's time, so they judge nothing)."""
     out = []
+    newest: dict[tuple[str, str], tuple[Frame, float, bool]] = {}
     for f, offset, refused in skewed:
+        key = (f.cluster, f.node)
+        if key not in newest or f.ts > newest[key][0].ts:
+            newest[key] = (f, offset, refused)
+    for f, offset, refused in newest.values():
         how = "ahead of this processor's clock" if offset > 0 else "behind the other nodes'"
         what = ("its frames are refused (dead letters, field clock): none of its GPUs is "
                 "watched" if refused else "its frames are stored and judged at its wrong time")
         out.append(Finding(
-            "node_clock_skew", f.cluster, f.rack, f.node, None, now if refused else f.ts,
+            "node_clock_skew", f.cluster, f.rack, f.node, None, now,
             round(offset, 1), f"{f.node}: its clock is {_amount(offset)} {how}; {what}",
             "critical" if refused else "warning", REFUSED_FOR_S if refused else 0.0,
             evidence={"offset_s": round(offset, 1)},

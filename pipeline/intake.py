@@ -16,7 +16,7 @@ from fleetwatch.frame_checks import field_shape
 from fleetwatch.models import Finding
 from fleetwatch.pipeline.batches import Stats
 from fleetwatch.pipeline.bus import Message
-from fleetwatch.pipeline.clock_skew import ClockWatch, skew_findings
+from fleetwatch.pipeline.clock_skew import ClockWatch, gone_findings, skew_findings
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 
 log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
@@ -36,6 +36,9 @@ class Intake:
     _dead_log: DeadLetterLog
     _warned: set[tuple[str, str, str]]  # (cluster, node, metric) said
     _clock_findings: list[Finding]  # node_clock_skew, judged with the next batch
+    # Nodes whose frames were refused for their clock: (cluster, rack, node, the stream's
+    # time they arrived), told to the detectors' ``expect`` with the next batch.
+    _clock_heard: list[tuple[str, str, str, float]]
     _stop: threading.Event
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
@@ -74,7 +77,10 @@ class Intake:
             return frames, sources
         wall = self._clock()
         verdict = self.clocks.check(frames, wall)
-        self._clock_findings += skew_findings(verdict.skewed, self.clocks.now(wall))
+        now = self.clocks.now(wall)
+        self._clock_findings += skew_findings(verdict.skewed, now) + gone_findings(
+            verdict.gone, now)
+        self._clock_heard += verdict.heard
         self.stats.clock_ahead += verdict.ahead
         self.stats.clock_behind += verdict.behind
         for level, line in verdict.lines:

@@ -61,7 +61,7 @@ class NodeStates:
                 self._silent.pop(key, None)
                 self._back.pop(key, None)
             elif a.state == "firing" and key not in self._silent and (
-                    a.fired_ts == a.updated_ts or a.updated_ts > self._back.get(key, a.updated_ts)):
+                    _fired_now(a) or a.updated_ts > self._back.get(key, a.updated_ts)):
                 # Fired now, or silent again while its alert was still open (kept firing).
                 self._silent[key] = a.id
                 out.append(Event(a.updated_ts, "node_state", a.cluster, a.rack, a.node, "host",
@@ -76,6 +76,14 @@ class NodeStates:
                 del held[key]
         self._stopped = {k: t for k, t in self._stopped.items()
                          if k not in gone and k[1] not in gone}
+
+
+def _fired_now(a: Alert) -> bool:
+    """Did the alert fire in this change (not an update of one taken over firing)? Its fired
+    time is its update's, or it opened at this update already firing: one opened past its
+    for_s (a node silent since before a takeover) fired as of then (``AlertBook``), and its
+    id carries the time it opened."""
+    return a.fired_ts == a.updated_ts or a.id.endswith(f"/{int(a.updated_ts * 1000)}")
 
 
 def _utc(ts: float) -> str:

@@ -47,7 +47,7 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import AGENT_STOPPED, Frame
 from fleetwatch.pipeline.alerts import AlertBook, alert_key
 from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
@@ -62,9 +62,9 @@ NodeKey = tuple[str, str]
 OnRevoked = Callable[[set[str]], None]
 # Called with the open alerts taken from the store for nodes this member now owns.
 OnLoaded = Callable[[list[Alert]], None]
-# Called with (cluster, rack, node, last frame's time) of nodes this member now owns
-# that have sent it nothing yet.
-Expected = tuple[str, str, str, float]
+# Called with (cluster, rack, node, last frame's time, whether that frame said its agent
+# stopped cleanly) of nodes this member now owns that have sent it nothing yet.
+Expected = tuple[str, str, str, float, bool]
 OnExpected = Callable[[list[Expected]], None]
 # Which partition a key's messages go to (the consumer's ``partition_of``).
 Locate = Callable[[bytes], Partition | None]
@@ -76,6 +76,8 @@ RACK_DOWN_RULE = "rack_silent"
 EXPECT_S = 7 * 86400.0
 # Metrics every node's frames carry: the host's, and its GPUs' where it has no host part.
 SEEN_METRICS = ("host_cpu_util_pct", "gpu_temp_c")
+# The host metric of an agent's last frame when it stopped cleanly (``frame.AGENT_STOPPED``).
+STOPPED_METRIC = AGENT_STOPPED
 # The wait before nodes of partitions taken over that have sent nothing are named in the
 # log: two of the fleet's usual intervals (learned from its frames), at least this, and
 # this many seconds while no interval is known yet.
@@ -295,7 +297,8 @@ class Ownership:
             if not self._quiet:
                 grace = self.grace_s
                 self._quiet_due = (self.monotonic() + grace, self._newest_ts + grace)
-            self._quiet.update({(c, n): e for e in expected for c, _, n, _ in [e]})
+            # A node whose agent stopped cleanly is not awaited: it left on purpose.
+            self._quiet.update({(e[0], e[2]): e for e in expected if not e[4]})
         if not self._quiet:
             return
         for f in frames:
@@ -385,13 +388,17 @@ class Ownership:
             self._expect = False
             return []
         try:
-            seen = last_seen(self._store, time.time() - EXPECT_S)
+            since = time.time() - EXPECT_S
+            seen = last_seen(self._store, since)
+            # A node whose last frame said its agent stopped (drained, scaled down) stays
+            # stopped for its new owner: not paged silent (nor counted in a rack).
+            stops = stopped_at(self._store, since)
         except StoreError:
             raise
         except Exception:  # a bug here must not stop storing frames
             log.exception("cannot read which nodes the store knows; silent nodes of the "
                           "partitions taken over go unreported until they send again")
-            seen = {}
+            seen, stops = {}, {}
         self._expect = False
         out: list[Expected] = []
         for key, (rack, ts) in sorted(seen.items()):
@@ -400,7 +407,7 @@ class Ownership:
             partition = self.locate(key[1].encode())  # agents key frames by node name
             if partition is not None and partition in self.owned:
                 where[key] = partition
-                out.append((key[0], rack, key[1], ts))
+                out.append((key[0], rack, key[1], ts, stops.get(key, -1.0) >= ts))
         return out
 
     def whole(self) -> bool:
@@ -435,8 +442,8 @@ def expected_line(expected: Sequence[Expected], clusters: Collection[str]) -> st
     cluster/node. Those of clusters this member has no frame from are told apart: with a
     topic per cluster, their names land in its partitions by chance, and their own
     cluster's processors judge them (``NodeSilence`` pages only nodes of its clusters)."""
-    ours = sorted(f"{c}/{n}" for c, _, n, _ in expected if c in clusters)
-    others = sorted({c for c, _, _, _ in expected if c not in clusters})
+    ours = sorted(f"{e[0]}/{e[2]}" for e in expected if e[0] in clusters)
+    others = sorted({e[0] for e in expected if e[0] not in clusters})
     line = ""
     if ours:
         line = (f"{len(ours)} node(s) of the partitions taken over have sent nothing yet: "
@@ -466,3 +473,12 @@ def last_seen(store: Store, since: float) -> dict[NodeKey, tuple[str, float]]:
             if old is None or ts > old[1]:
                 out[(key.cluster, key.node)] = (key.rack, ts)
     return out
+
+
+def stopped_at(store: Store, since: float) -> dict[NodeKey, float]:
+    """(cluster, node) -> the time of its newest frame that said its agent stopped cleanly
+    (``host_agent_stopped``), for nodes with one after ``since``: stopped still where that
+    is its newest frame (``last_seen``), back where a later one came."""
+    return {(key.cluster, key.node): ts_ms / 1000.0
+            for key, ts_ms, value in store.latest(STOPPED_METRIC, int(since * 1000))
+            if value >= 1.0}

@@ -166,6 +166,7 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         # Nodes whose clocks are off (``node_clock_skew``): judged with the next batch
         # detected, as the frames of a node whose frames are refused reach no detector.
         self._clock_findings: list[Finding] = []
+        self._clock_heard: list[tuple[str, str, str, float]] = []  # nodes refused, heard of
         # Frames the store refused for good (id -> frame, kept alive so that the id stays
         # its own) until their batch is evaluated without them.
         self._refused_frames: dict[int, Frame] = {}
@@ -185,6 +186,7 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         if notifier is not None:
             drops.append(notifier.forget)
         expects = [d.expect for d in self.detectors if callable(getattr(d, "expect", None))]
+        self._expects = expects
         # Open alerts loaded from the store go to the notifier and to every detector with
         # an ``adopt`` (the XID detector carries on an open XID alert after a restart).
         adopts = [d.adopt for d in self.detectors if callable(getattr(d, "adopt", None))]
@@ -331,6 +333,12 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         wall = self._clock() if batch.messages else None  # none in a replay
         if frames:
             self._tell_behind(self.ownership.behind(batch.behind))
+        if self._clock_heard:
+            # A node whose frames are all refused (its clock far ahead) was heard of all the
+            # same: known to the silence detector, which pages it once it stops.
+            heard, self._clock_heard = self._clock_heard, []
+            for expect in self._expects:
+                expect(heard)
         batch.findings = self._findings(frames, wall) if frames else []
         batch.findings += self._clock_findings
         self._clock_findings = []

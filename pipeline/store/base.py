@@ -103,8 +103,9 @@ def board(a: Alert) -> dict[str, str]:
 
 def evidence_value(key: str, value: float, fmt: str = "g") -> str:
     """One evidence value as a person reads it: a time (a key ending ``_ts``, such as an
-    XID's first and last sighting) in UTC, a number in ``fmt``."""
-    if key.endswith("_ts") and value > 0:
+    XID's first and last sighting, or whose first part does: a rack's
+    ``last_frame_ts.<node>``) in UTC, a number in ``fmt``."""
+    if key.split(".", 1)[0].endswith("_ts") and value > 0:
         try:
             return datetime.fromtimestamp(value, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         except (OverflowError, OSError, ValueError):

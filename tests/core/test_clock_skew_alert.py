@@ -82,3 +82,55 @@ def test_one_stray_frame_far_ahead_pages_nobody(tmp_path: Path) -> None:
     assert p.stats.by_reason == {"clock": 1}
     assert [a.state for a in skew_alerts(p)] in ([], ["resolved"])
     assert not any(a.fired_ts for a in skew_alerts(p)) and p.alerts.open == []
+
+
+def test_a_node_behind_is_alerted_on_the_fleets_clock_and_resolves_when_fixed(
+        tmp_path: Path) -> None:
+    """Its alert starts and fires at the fleet's time (the processor's), not at its own
+    wrong clock, 330 s before it was even seen (round 25, k8s run: "firing since" a time
+    before the agent existed); it resolves once its clock is right."""
+    clock = [NOW]
+    p = Processor(SqliteStore(tmp_path / "s.db"), [NodeSilence()], clock=lambda: clock[0])
+    offset = 0
+    for k in range(80):
+        clock[0] = NOW + 5.0 * k
+        slow = 330.0 if k < 50 else 0.0   # NTP fixed at k == 50
+        for f in (frame("a", clock[0] - 0.5), frame("b", clock[0] - 0.3),
+                  frame("d", clock[0] - slow)):
+            p.handle(messages([f], offset))
+            offset += 1
+            p.tick()
+        if k == 49:
+            (alert,) = skew_alerts(p)
+            assert alert.state == "firing" and alert.node == "d"
+            # Seen behind from NOW, steadily for 60 s: started then on the fleet's clock.
+            assert NOW + 55.0 <= alert.started_ts <= NOW + 70.0, alert.started_ts - NOW
+            assert alert.fired_ts is not None and alert.fired_ts >= alert.started_ts
+    p.store.close()
+    (alert,) = skew_alerts(p)
+    assert alert.state == "resolved"
+    assert alert.resolved_ts == pytest.approx(NOW + 250.0, abs=6.0)
+
+
+def test_a_refused_node_that_dies_ends_its_skew_alert_and_is_paged_silent(
+        tmp_path: Path) -> None:
+    """Every frame of it refused (600 s ahead), then it stops sending (round 25, k8s run: a
+    pending node_clock_skew for ever, and the node never paged): its skew alert ends once
+    no frame of it has come for ``REFUSED_GONE_S``, and it is paged ``node_silent`` a limit
+    after its last frame arrived, as a node known to this processor would be."""
+    clock = [NOW]
+    p = Processor(SqliteStore(tmp_path / "s.db"), [NodeSilence()], clock=lambda: clock[0])
+    offset = 0
+    for k in range(150):
+        clock[0] = NOW + 5.0 * k
+        batch = [frame("a", clock[0] - 0.5), frame("b", clock[0] - 0.3)]
+        if k < 6:                                   # 30 s of frames, every one refused
+            batch.append(frame("c", clock[0] + 600.0))
+        for f in batch:
+            p.handle(messages([f], offset))
+            offset += 1
+    p.store.close()
+    assert [a for a in p.alerts.open if a.rule == "node_clock_skew"] == []
+    silent = [a for a in p.alerts.open if a.rule == "node_silent"]
+    assert [(a.node, a.state) for a in silent] == [("c", "firing")]
+    assert silent[0].started_ts <= NOW + 25.0 + 60.0 + 5.0

@@ -65,7 +65,7 @@ def test_the_rack_alert_is_taken_over_when_the_nodes_were_built_before_any_frame
     own.locate = lambda key: ("frames", 0)
     own.assigned([("frames", 0)])
     own.build([], None)  # an idle poll: the stored node is built, expected
-    assert [n for batch in expected for _, _, n, _ in batch] == ["node-2"]
+    assert [n for batch in expected for _, _, n, _, _ in batch] == ["node-2"]
     own.build([frame("node-2", T + 100)], [Message(b"", b"node-2", "frames", 0, 0)])
     assert [(a.id, a.state) for a in book.open] == [(rack_alert(T).id, "firing")]
     assert [a.id for batch in loaded for a in batch] == [rack_alert(T).id]

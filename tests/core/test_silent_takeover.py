@@ -172,5 +172,8 @@ def test_a_node_silent_before_the_restart_is_silent_since_its_limit_not_since_de
     # Started when b's silence passed its limit (silent_min_s = 60 s after its last frame),
     # not at detection by the new processor, 33 min later ("since 6 min ago" for a 4 h outage).
     assert abs(a.started_ts - (last_b + 60.0)) < 0.01, (a.started_ts - last_b, a.message)
+    # And firing since then (Alertmanager's startsAt, "firing since"), not since the takeover.
+    assert a.fired_ts is not None and abs(a.fired_ts - a.started_ts) < 0.01, (
+        a.fired_ts - a.started_ts)
     assert a.value >= 1950.0                           # the silence so far
     assert "interval_s" not in a.evidence  # not known to this processor: not said as 0

@@ -28,7 +28,7 @@ def owner(tmp_path: Path) -> tuple[Ownership, list[list[str]], list[float]]:
     store = SqliteStore(tmp_path / "s.db")
     store.write([frame(n, T0 - STEP) for n in ("a", "b", "c")])  # the store knows three
     told: list[list[str]] = []
-    o = Ownership(store, AlertBook(), on_expected=[lambda e: told.append([n for *_, n, _ in e])])
+    o = Ownership(store, AlertBook(), on_expected=[lambda e: told.append([x[2] for x in e])])
     o.locate = lambda key: ("t", 0)
     now = [1000.0]
     o.monotonic = lambda: now[0]

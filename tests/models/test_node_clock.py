@@ -136,3 +136,15 @@ def test_with_a_wall_clock_now_is_never_later_than_it() -> None:
         found += d.update(frames, wall=wall)
         assert d.now <= wall
     assert found == []
+
+
+def test_a_node_behind_that_dies_is_said_behind_the_fleets_clock() -> None:
+    d, book = NodeSilence(), AlertBook()
+    for k in range(200):
+        t = 1000 + 5.0 * k
+        frames = [node(t, [busy(60)], name=n) for n in HEALTHY]
+        if k < 40:
+            frames.append(node(t - 900, [busy(60)], name="slow"))  # 900 s behind, then dies
+        book.apply(book.observe(frames, d.update(frames)))
+    alerts = {a.node: a for a in book.open}
+    assert "its clock was 900 s behind the fleet's" in alerts["slow"].message

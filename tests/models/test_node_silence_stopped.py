@@ -89,8 +89,10 @@ def test_a_stopped_node_is_forgotten_after_forget_s() -> None:
         t += 600.0
         said += d.update([node(t, [busy(60)], name="a")])
     assert [w[2] for w in d._where] == ["a"]
-    # Never paged; forgotten all the same, so that an alert of its GPUs left open ends.
-    [forgot] = said
+    # Never paged (warned only: ``agent_stopped``); forgotten all the same, so that an
+    # alert of its GPUs left open ends.
+    assert {f.severity for f in said if f.rule == "agent_stopped"} == {"warning"}
+    [forgot] = [f for f in said if f.rule != "agent_stopped"]
     assert forgot.node == "b" and forgot.resolves and forgot.evidence["forgotten"] == 1.0
 
 

@@ -10,8 +10,9 @@ from statistics import fmean
 
 import pytest
 
+from fleetwatch.frame import AGENT_STOPPED, HostReading
 from fleetwatch.pipeline.events import jobs_of
-from fleetwatch.pipeline.ownership import last_seen
+from fleetwatch.pipeline.ownership import last_seen, stopped_at
 from fleetwatch.pipeline.store.base import (
     Acknowledgement,
     Alert,
@@ -522,3 +523,20 @@ def test_events_microseconds_apart_are_each_kept(backend: Backend,
     backend.settle()
     got = [e for e in backend.store.events(t - 1, t + 1) if e.cluster == cluster]
     assert len(got) == 16
+
+
+def test_the_nodes_whose_agent_stopped_cleanly_are_told_back(backend: Backend) -> None:
+    """``stopped_at`` (a node's last clean stop, ``host_agent_stopped``): a processor that
+    takes a partition over leaves a node drained before it unpaged, on every backend."""
+    cluster, t0 = cluster_name(), minute_ago(40)
+    written = frames(cluster, t0, 5)
+    stop = written[-1]                              # node-1's last frame says it stopped
+    written[-1] = dataclasses.replace(
+        stop, host=HostReading({**stop.host.metrics, AGENT_STOPPED: 1.0}))
+    backend.store.write(written)
+    backend.settle()
+    stops = {k: v for k, v in stopped_at(backend.store, t0 / 1000 - 1).items()
+             if k[0] == cluster}
+    assert stops == {(cluster, "node-1"): t0 / 1000 + 4}
+    seen = last_seen(backend.store, t0 / 1000 - 1)
+    assert seen[(cluster, "node-1")] == ("rack-0", t0 / 1000 + 4)
