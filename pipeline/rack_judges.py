@@ -9,9 +9,13 @@ nodes, and its judge moves with the partitions on a rebalance. The judge knows i
 nodes of the rack; of the others it knows their newest frame's time, which every member
 writes to the store: read here at most every ``every_s`` (an eighth of ``silent_min_s``,
 0.5 s to 5 s: a live node read that late is far from half its limit, the least a node
-must be quiet to count), the nodes heard in the last ``EXPECT_S`` every ``FULL_EVERY_S``
-and in between only those heard in the last ``RECENT_S``, so a large fleet costs the store
-three short queries a read. A node whose newest frame said its agent stopped cleanly
+must be quiet to count). The nodes heard in the last ``EXPECT_S`` (a week) are read only
+when the member's partitions change (an assignment or a rebalance: new racks to judge)
+and every ``FULL_EVERY_S`` (hours); every other read asks only for the last ``RECENT_S``
+since the previous read (longer after a read that failed), merged into what the judge
+knows, so that a member's idle cost does not grow with the history the store holds. A
+node leaves when its newest frame is older than ``EXPECT_S``, as the member's own do. A
+node whose newest frame said its agent stopped cleanly
 (``host_agent_stopped``: a scale-down) is left out, as the member's own are. A read that
 fails (``StoreError``) holds the racks' last findings (``rack_silence.SharedRacks``): a
 store away resolves no rack alert and raises none.
@@ -35,8 +39,9 @@ from fleetwatch.pipeline.store.base import Store, StoreError
 
 log = logging.getLogger(__name__)
 
-FULL_EVERY_S = 60.0
-RECENT_S = 120.0
+FULL_EVERY_S = 6 * 3600.0  # a full re-read, in case a late write was missed
+RECENT_S = 120.0  # a short read's margin: a member writes its frames a little late
+SLOW_S = 1.0  # a read longer than this is said (it holds the member's frames meanwhile)
 MIN_EVERY_S, MAX_EVERY_S = 0.5, 5.0
 
 
@@ -53,6 +58,8 @@ class RackJudges:
         self._seen: dict[NodeKey, tuple[str, float]] = {}
         self._stops: dict[NodeKey, float] = {}  # when each node's agent last stopped cleanly
         self._read_at = self._full_at = -math.inf
+        self._full_owned: frozenset[Partition] | None = None  # the partitions at a full read
+        self._read_to: float | None = None  # the store's time up to the last good read
         self._away = False  # the last read failed (said once until one succeeds)
         # Each rack's partition (a murmur2 a name), found again after every read: the
         # detector asks for each node's rack on every batch.
@@ -88,8 +95,14 @@ class RackJudges:
 
     def _read(self, now: float) -> list[Remote] | None:
         """Every node's newest frame time from the store (None: it cannot be read)."""
-        full = now >= self._full_at + FULL_EVERY_S
-        since = self._clock() - (EXPECT_S if full else RECENT_S)
+        clock = self._clock()
+        owned = frozenset(self._ownership.owned or ())
+        full = (self._read_to is None or owned != self._full_owned
+                or now >= self._full_at + FULL_EVERY_S)
+        since = clock - EXPECT_S
+        if not full and self._read_to is not None:
+            since = max(since, min(clock, self._read_to) - RECENT_S)
+        started = self._monotonic()
         try:
             seen = last_seen(self._store, since)
             stops = self._store.latest(AGENT_STOPPED, int(since * 1000))
@@ -103,21 +116,38 @@ class RackJudges:
         except Exception:  # a bug here must not stop the loop: racks held as they are
             log.exception("cannot read the other members' nodes from the store; racks held")
             return None
+        took = self._monotonic() - started
+        if took > SLOW_S:
+            log.warning("reading the other members' nodes from the store took %.1f s (%s "
+                        "read, since %.0f s ago): frames wait meanwhile", took,
+                        "full" if full else "short", clock - since)
         if self._away:
             log.info("the store answers again: racks judged on the other members' nodes again")
         self._away = False
+        self._read_to = clock
         if full:
-            self._seen, self._stops, self._full_at = seen, {}, now
+            self._seen, self._stops = seen, {}
+            self._full_at, self._full_owned = now, owned
         else:
-            for key, (rack, ts) in seen.items():
-                old = self._seen.get(key)
-                if old is None or ts > old[1]:
-                    self._seen[key] = (rack, ts)
+            self._merge(seen)
         for k, ts_ms, value in stops:
             if value == 1.0:
                 key = (k.cluster, k.node)
                 self._stops[key] = max(self._stops.get(key, 0.0), ts_ms / 1000.0)
+        self._forget(clock - EXPECT_S)
         # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
         # silent, and not counted in its rack, as for the member's own nodes.
         return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()
                 if self._stops.get((c, node), -math.inf) < ts]
+
+    def _merge(self, seen: dict[NodeKey, tuple[str, float]]) -> None:
+        """Keep each node's newest time (and its rack then) across short reads."""
+        for key, (rack, ts) in seen.items():
+            old = self._seen.get(key)
+            if old is None or ts > old[1]:
+                self._seen[key] = (rack, ts)
+
+    def _forget(self, before: float) -> None:
+        """Nodes unheard since ``before`` left, as a full read would not find them."""
+        self._seen = {k: v for k, v in self._seen.items() if v[1] >= before}
+        self._stops = {k: ts for k, ts in self._stops.items() if ts >= before}

@@ -23,6 +23,9 @@ from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series
 from fleetwatch.pipeline.store.sqlite_records import guarded
 
 Ident = tuple[str, str, str, str]  # (cluster, rack, node, device)
+# The newest raw rows ``latest`` walks whatever their rollups: the minutes still open
+# (``sqlite_rollup.ROLLUP_GRACE_MS``) and a minute's margin.
+RAW_TAIL_MS = 3 * MINUTE_MS
 # Devices named in SQL as bound parameters, below SQLite's oldest limit of 999.
 _SQL_IN_MAX = 900
 
@@ -52,18 +55,77 @@ class SqliteReads:
 
     @guarded("read")
     def latest(self, metric: str, since_ms: int) -> list[Point]:
+        """Each device's newest value of ``metric`` at or after ``since_ms``. Only the raw
+        rows not rolled up yet (the last ``RAW_TAIL_MS`` and the dirty minutes) are walked;
+        for the others each device's newest rolled minute holding the metric is found by
+        its (did, ts) key and that minute's raw rows read: a week's window costs about as
+        much as a minute's, not a walk of every row of the week (seconds a read)."""
         self._refresh()
-        newest: dict[int, Point] = {}
+        layouts = [lid for lid, names in self._index.items() if metric in names]
+        conn = self._conn()
+        (top,) = conn.execute("SELECT MAX(ts) FROM samples").fetchone()
+        if not layouts or top is None:
+            return []
+        tail = max(since_ms, top - RAW_TAIL_MS)
+        newest = self._walk(metric, tail, top + 1, {})
+        fresh = set(newest)  # newer than any rolled minute: not looked up below
+        for (minute,) in conn.execute(
+                "SELECT minute FROM dirty_minutes WHERE minute > ? AND minute < ? "
+                "ORDER BY minute DESC", (since_ms - MINUTE_MS, tail)).fetchall():
+            self._walk(metric, max(minute, since_ms), min(minute + MINUTE_MS, tail), newest)
+        if since_ms < tail:
+            try:
+                self._rolled(metric, layouts, since_ms, tail, fresh, newest)
+            except sqlite3.OperationalError:  # busy, locked, I/O: said by ``guarded``
+                raise
+            except sqlite3.DatabaseError:  # damaged rollups: the raw rows still answer
+                self._walk(metric, since_ms, tail, newest)
+        return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
+
+    def _walk(self, metric: str, start_ms: int, end_ms: int, newest: dict[int, Point]
+              ) -> dict[int, Point]:
+        """Keep in ``newest`` each device's newest raw value of ``metric`` in [start, end)
+        when newer than the one it holds."""
         index = self._index
+        found: set[int] = set()
         for ts, did, lid, vals in self._conn().execute(
-                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? ORDER BY ts DESC",
-                (since_ms,)):
-            if did in newest:
+                "SELECT ts, did, layout, vals FROM samples WHERE ts >= ? AND ts < ? "
+                "ORDER BY ts DESC", (start_ms, end_ms)):
+            if did in found:
                 continue
             i = index[lid].get(metric)
             if i is not None:
-                newest[did] = (self._key(metric, did), ts, _value(vals, i))
-        return sorted(newest.values(), key=lambda p: (p[0].node, p[0].device))
+                found.add(did)
+                old = newest.get(did)
+                if old is None or ts > old[1]:
+                    newest[did] = (self._key(metric, did), ts, _value(vals, i))
+        return newest
+
+    def _rolled(self, metric: str, layouts: list[int], since_ms: int, end_ms: int,
+                skip: set[int], newest: dict[int, Point]) -> None:
+        """For each device but ``skip``: its newest rolled minute before ``end_ms`` with a
+        layout holding ``metric``, then that minute's newest raw row holding it."""
+        conn, index = self._conn(), self._index
+        marks = ",".join("?" * len(layouts))
+        first = since_ms - since_ms % MINUTE_MS
+        for did in list(self._idents):
+            if did in skip:
+                continue
+            row = conn.execute(f"SELECT ts FROM rollup_1m WHERE did = ? AND ts >= ? AND ts < ? "
+                               f"AND layout IN ({marks}) ORDER BY ts DESC LIMIT 1",
+                               [did, first, end_ms, *layouts]).fetchone()
+            if row is None or (did in newest and newest[did][1] >= row[0] + MINUTE_MS):
+                continue
+            for ts, lid, vals in conn.execute(
+                    "SELECT ts, layout, vals FROM samples WHERE ts >= ? AND ts < ? AND did = ? "
+                    "ORDER BY ts DESC", (max(row[0], since_ms), min(row[0] + MINUTE_MS, end_ms),
+                                         did)):
+                i = index[lid].get(metric)
+                if i is not None:
+                    old = newest.get(did)
+                    if old is None or ts > old[1]:
+                        newest[did] = (self._key(metric, did), ts, _value(vals, i))
+                    break
 
     @guarded("read")
     def newest_ms(self, metric: str, since_ms: int, until_ms: int,
