@@ -84,25 +84,31 @@ def hms(ts: float, day_of: float) -> str:
 LOOKBACKS_S = (STALE_S, 3600.0, 86400.0, 7 * 86400.0)
 
 
+# What every agent sends each tick: a GPU's temperature, a host's CPU (a node without GPUs).
+TICK_METRICS = ("gpu_temp_c", "host_cpu_util_pct")
+
+
 def newest_sample_ms(store: Any, now: float, known_ms: int | None = None,
                      cluster: str | None = None) -> int | None:
-    """The store's newest GPU temperature sample (ms; every agent sends one each tick),
-    of ``cluster`` where given, leaving out those stamped more than ``AHEAD_S`` past
-    ``now`` (a node whose clock runs ahead would hide the others stopping); None: the
-    store holds none. ``known_ms``: an earlier answer, where the newest is at least."""
+    """The store's newest sample (ms) of a GPU's temperature or a host's CPU (every agent
+    sends one or the other each tick: a node without GPUs only the host's), of ``cluster``
+    where given, leaving out those stamped more than ``AHEAD_S`` past ``now`` (a node whose
+    clock runs ahead would hide the others stopping); None: the store holds none.
+    ``known_ms``: an earlier answer, where the newest is at least."""
     until = int((now + AHEAD_S) * 1000)
     starts = {int((now - back) * 1000) for back in LOOKBACKS_S} | {0}
     if known_ms is not None:
         starts.add(min(known_ms, until))
     for since in sorted(starts, reverse=True):
-        newest = store.newest_ms("gpu_temp_c", since, until, cluster)
+        found = [store.newest_ms(metric, since, until, cluster) for metric in TICK_METRICS]
+        newest = max((int(f) for f in found if f is not None), default=None)
         if newest is not None:
-            return int(newest)
+            return newest
     return None
 
 
 def data_end(store: Any, now: float) -> float | None:
-    """When the store's data ended (its newest GPU temperature sample), if no sample came
+    """When the store's data ended (its newest sample: ``newest_sample_ms``), if no sample came
     in the last ``STALE_S``: the one store read of this module. None while data arrive,
     and for a store without any."""
     newest = newest_data(store, now)
@@ -110,7 +116,7 @@ def data_end(store: Any, now: float) -> float | None:
 
 
 def newest_data(store: Any, now: float) -> float | None:
-    """The store's newest GPU temperature sample (s), leaving out those stamped more than
+    """The store's newest sample (s, ``newest_sample_ms``), leaving out those stamped more than
     ``AHEAD_S`` past ``now``, never later than ``now``; None for a store without any."""
     newest = newest_sample_ms(store, now)
     return min(newest / 1000, now) if newest is not None else None
@@ -124,7 +130,7 @@ def lagging(newest: float | None, now: float) -> bool:
 
 def lag_text(newest: float, now: float) -> str:
     """What a silent pipeline is said with, on the alerts page and in ``fleetwatch alerts``."""
-    return (f"no new data for {age(now - newest)} (newest GPU sample {utc(newest)} UTC): "
+    return (f"no new data for {age(now - newest)} (newest sample {utc(newest)} UTC): "
             f"the alerts and counts are as of then, not now; {PROCESSOR_HINT}")
 
 

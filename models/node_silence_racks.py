@@ -58,6 +58,10 @@ class SilentRacks:
         self._judges = judges
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
         self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
+        # The newest frame of the other members' nodes, all racks: what their view has reached.
+        self._remote_seen = None if remote is None else max(
+            (r.ts for r in remote if r.ts == r.ts and (r.cluster, r.node) not in self._index),
+            default=None)
 
     def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
                       limits: np.ndarray) -> list[Finding]:
@@ -73,12 +77,20 @@ class SilentRacks:
         limit = float(np.median(limits)) if n else self.c.silent_min_s
         remote = [r for r in self._remote if r.cluster in self._clusters
                   and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
-        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges)
+        # The others' nodes are judged on the newest of their frames the store has given, not
+        # on this member's clock: a view that lags (a store read every few seconds, a member
+        # catching up a backlog stamped minutes ago, a store away) makes no rack silent;
+        # only nodes behind the others' own newest are.
+        seen = getattr(self, "_remote_seen", None)
+        seen = now if seen is None else seen
+        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges,
+                            min(now, seen))
         return self._shared.judge(found, judges, now)
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
                remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
-               judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
+               judges: Callable[[str, str], bool] | None = None,
+               remote_now: float | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
@@ -88,12 +100,13 @@ class SilentRacks:
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
         others, limit, usual = remote  # other members' nodes: the fleet's usual limit
-        counts.update((r.cluster, r.rack) for r in others if now - r.ts >= limit / 2)
+        at = now if remote_now is None else remote_now  # the others' nodes judged at
+        counts.update((r.cluster, r.rack) for r in others if at - r.ts >= limit / 2)
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
                  and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), now, limit,
+        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), at, limit,
                              usual)
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S

@@ -35,7 +35,7 @@ def test_lagging_starts_after_a_minute_and_names_the_processor() -> None:
     assert not lagging(None, now) and not lagging(now - LAG_S + 1, now)
     assert lagging(now - LAG_S - 1, now)
     text = lag_text(now - 180, now)
-    assert text.startswith("no new data for 3 min (newest GPU sample 2027-01-15 07:57:00 UTC)")
+    assert text.startswith("no new data for 3 min (newest sample 2027-01-15 07:57:00 UTC)")
     assert "`fleetwatch process`" in text and "/healthz" in text
 
 

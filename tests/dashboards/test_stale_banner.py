@@ -42,6 +42,8 @@ def test_check_finds_old_data_empty_store_and_clock_ahead() -> None:
 
 
 def test_a_new_page_looks_back_in_growing_windows_not_from_the_start() -> None:
+    from fleetwatch.alert_view import TICK_METRICS
+
     """A page's first check has no earlier answer (every load, tab, reload): it asks the
     last 5 min, then 1 h, 1 day, 7 days, and the store's start only where those hold none."""
     def spy(age_s: float) -> tuple[fakes.FakeStore, list[int]]:
@@ -57,7 +59,8 @@ def test_a_new_page_looks_back_in_growing_windows_not_from_the_start() -> None:
 
     hours_2, reads = spy(7200)
     assert fresh.check(hours_2, fakes.NOW, 5.0)["newest_ms"] == ms(7200)
-    assert reads == [ms(300), ms(3600), ms(86_400)]
+    # (each window asked of each metric every agent sends each tick: GPU and host)
+    assert reads == [ms(back) for back in (300, 3600, 86_400) for _ in TICK_METRICS]
     days_8, reads = spy(8 * 86_400)
     assert fresh.check(days_8, fakes.NOW, 5.0)["newest_ms"] == ms(8 * 86_400)
     assert reads[-1] == 0  # data older than a week: only then from the start

@@ -125,7 +125,8 @@ def test_alert_and_event_text_is_never_a_label(victoria: Server) -> None:
                   "gpu3", "firing", now - 60, now - 60, 91.0, "GPU 3 at 91 °C",
                   evidence={"gpu_temp_c": 91.0}, action="drain the node",
                   uuid="GPU-1f2e3d4c-0000-1111-2222-333344445555", serial="1650123456789",
-                  pci_bus_id="00000000:31:00.0")  # the board: a tag, the same all its life
+                  pci_bus_id="00000000:31:00.0",  # the board: a tag, the same all its life
+                  users=("ana",), teams=("llm-pretrain",))  # the team too (a route); user: text
     for k in range(3):
         store.write_alerts([dataclasses.replace(alert, updated_ts=now - 60 + k, value=91.0 + k,
                                                 message=f"GPU 3 at {91 + k} °C")])
