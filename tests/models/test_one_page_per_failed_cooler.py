@@ -15,6 +15,7 @@ from fleetwatch.pipeline.inhibition import inhibited_by
 from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert
+from tests.models.test_one_page_per_hot_gpu import Recording
 
 WARM, PEER, LIMIT = "gpu_warming_at_steady_power", "gpu_hot_vs_peers_critical", "gpu_temp_critical"
 EVIDENCE = {WARM: {"temp_c": 71.0, "climb_c": 9.0, "explained_c": 1.0, "power_w": 400.0},
@@ -26,19 +27,6 @@ def firing(rule: str, fired: float, device: str = "gpu0", severity: str = "criti
     return Alert(f"{rule}/c/n1/{device}/{fired:g}", rule, severity, "c", "r1", "n1", device,
                  "firing", fired - 30, fired, 1.0, f"{rule} on n1 {device}", fired_ts=fired,
                  evidence=EVIDENCE.get(rule, {}))
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes: list[Notice]) -> None:
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def pages(notices: list[Notice]) -> set[str]:
