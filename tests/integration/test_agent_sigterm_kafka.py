@@ -46,8 +46,9 @@ def until(db: Path, done: object, procs: list[subprocess.Popen[bytes]], log: Pat
         time.sleep(0.5)
 
 
-def test_a_node_stopped_with_sigterm_is_not_paged_a_killed_one_is(
-        kafka: Server, tmp_path: Path) -> None:
+def cluster_env(kafka: Server, tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    """A fresh topic of 2 partitions, an empty SQLite store, and the environment (no
+    FLEETWATCH_ variable of the caller's) that points processors and agents at them."""
     run = uuid.uuid4().hex[:8]
     topic, db = f"frames-{run}", tmp_path / "store.db"
     ensure_topic(kafka.address, topic, 2)
@@ -60,6 +61,12 @@ def test_a_node_stopped_with_sigterm_is_not_paged_a_killed_one_is(
                 "FLEETWATCH_STORE_PATH": str(db), "FLEETWATCH_PROCESSOR_METRICS_PORT": "0",
                 "FLEETWATCH_DETECTORS_SILENT_MIN_S": str(SILENT_MIN_S),
                 "FLEETWATCH_AGENT_METRICS_PORT": "0", "FLEETWATCH_NODE_CLUSTER": "c1"})
+    return db, env
+
+
+def test_a_node_stopped_with_sigterm_is_not_paged_a_killed_one_is(
+        kafka: Server, tmp_path: Path) -> None:
+    db, env = cluster_env(kafka, tmp_path)
     plog = tmp_path / "process.log"
     proc = spawn(["process"], env, plog, tmp_path)
     agents = {}

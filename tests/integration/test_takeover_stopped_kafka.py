@@ -5,17 +5,14 @@ drained in the last 7 days)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
 
-from fleetwatch.pipeline.bus.kafka import ensure_topic
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from tests.integration.test_agent_sigterm_kafka import ALL, SILENT_MIN_S, spawn, until
+from tests.integration.test_agent_sigterm_kafka import ALL, SILENT_MIN_S, cluster_env, spawn, until
 from tests.servers import Server
 
 pytestmark = pytest.mark.kafka
@@ -23,18 +20,7 @@ pytestmark = pytest.mark.kafka
 
 def test_a_drained_node_is_not_paged_by_the_processor_that_replaces_the_first(
         kafka: Server, tmp_path: Path) -> None:
-    run = uuid.uuid4().hex[:8]
-    topic, db = f"frames-{run}", tmp_path / "store.db"
-    ensure_topic(kafka.address, topic, 2)
-    SqliteStore(db).close()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEETWATCH_")}
-    env.update({"FLEETWATCH_BUS_KIND": "kafka", "FLEETWATCH_BUS_BOOTSTRAP": kafka.address,
-                "FLEETWATCH_BUS_TOPIC": topic, "FLEETWATCH_BUS_DEAD_LETTER_TOPIC": topic + ".dead",
-                "FLEETWATCH_BUS_GROUP": f"processors-{run}",
-                "FLEETWATCH_BUS_SESSION_TIMEOUT_S": "6",
-                "FLEETWATCH_STORE_PATH": str(db), "FLEETWATCH_PROCESSOR_METRICS_PORT": "0",
-                "FLEETWATCH_DETECTORS_SILENT_MIN_S": str(SILENT_MIN_S),
-                "FLEETWATCH_AGENT_METRICS_PORT": "0", "FLEETWATCH_NODE_CLUSTER": "c1"})
+    db, env = cluster_env(kafka, tmp_path)
     logs = [tmp_path / "process-1.log", tmp_path / "process-2.log"]
     proc = spawn(["process"], env, logs[0], tmp_path)
     agents = {}
