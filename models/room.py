@@ -25,14 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import numpy as np
-
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import COL, columns, throttle_bits
-from fleetwatch.models.rack_inlets import INLET_MAX_C, INLET_MIN_C
+from fleetwatch.models.rack_inlets import INLET_MAX_C, INLET_MIN_C, median_of
 
 ROOM = "*"             # the finding's rack: the whole cluster's room
 STALE_S = 120.0        # a node's inlet reading counts this long after its frame
@@ -70,23 +68,27 @@ class RoomInlet:
         if not b.frames:
             return []
         hot = (throttle_bits(b.x[..., THROTTLE]) & _THERMAL) != 0
+        # Per frame, counted once for the batch: its GPUs throttling for heat, and reporting.
+        hot_n = (hot & b.present).sum(axis=1).tolist()
+        gpus_n = b.present.sum(axis=1).tolist()
         # Judged at every sample time of the batch: the alert's lifecycle reads a time
         # with frames and no finding as the room cleared.
         at: dict[float, set[str]] = {}
-        for f in b.frames:
+        frames_at: dict[float, list[int]] = {}
+        for i, f in enumerate(b.frames):
+            frames_at.setdefault(f.ts, []).append(i)
             v = f.host.metrics.get("host_inlet_temp_c")
             if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:  # NaN fails both
                 continue
             at.setdefault(f.ts, set()).add(f.cluster)
         out: list[Finding] = []
         for ts in sorted(at):
-            for i, f in enumerate(b.frames):
-                if f.ts == ts:
-                    self._read(f, hot[i] & b.present[i], int(b.present[i].sum()))
+            for i in frames_at[ts]:
+                self._read(b.frames[i], int(hot_n[i]), int(gpus_n[i]))
             out += [f for c in sorted(at[ts]) if (f := self._judge(c, ts)) is not None]
         return out
 
-    def _read(self, f: Frame, hot: np.ndarray, gpus: int) -> None:
+    def _read(self, f: Frame, hot: int, gpus: int) -> None:
         """One node's inlet reading, and how many of its GPUs throttle for heat."""
         v = f.host.metrics.get("host_inlet_temp_c")
         if v is None or not INLET_MIN_C <= v <= INLET_MAX_C:
@@ -94,7 +96,7 @@ class RoomInlet:
         key = (f.cluster, f.node)
         if key in self.nodes and self.nodes[key][0] >= f.ts:
             return  # a repeated or older frame
-        self.nodes[key] = (f.ts, float(v), int(hot.sum()), gpus)
+        self.nodes[key] = (f.ts, float(v), hot, gpus)
         self.racks[key] = f.rack
 
     def _judge(self, cluster: str, now: float) -> Finding | None:
@@ -105,7 +107,7 @@ class RoomInlet:
             self.flagged.pop(cluster, None)
             self.calm.pop(cluster, None)
             return None
-        median = float(np.median([s[1] for s in fresh]))
+        median = median_of([s[1] for s in fresh])
         warn, crit = self.c.room_inlet_warn_c, self.c.room_inlet_critical_c
         # Held until clearly under its line: a room hovering at 27 °C is one alert.
         line = warn - CLEAR_C if cluster in self.flagged else warn
@@ -145,7 +147,7 @@ class RoomInlet:
         for key, s in self.nodes.items():
             if key[0] == cluster and now - s[0] <= STALE_S:
                 by_rack.setdefault(self.racks.get(key, ""), []).append(s[1])
-        above = sum(float(np.median(v)) > line for v in by_rack.values())
+        above = sum(median_of(v) > line for v in by_rack.values())
         return above, len(by_rack)
 
     def _severity(self, cluster: str, now: float, median: float) -> str:

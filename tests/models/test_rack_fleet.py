@@ -11,7 +11,7 @@ import numpy as np
 from fleetwatch.frame import HostReading
 from fleetwatch.models import Finding
 from fleetwatch.models.rack import RackCooling
-from fleetwatch.models.rack_inlets import others_median
+from fleetwatch.models.rack_inlets import Inlets, median_of, others_median
 from tests.models.helpers import busy, node
 
 # Four racks: with fewer, a rise all racks share cannot be told from their coolers failing
@@ -116,6 +116,25 @@ def test_others_median_leaves_each_key_out() -> None:
         1: 3.0, 2: 2.0, 3: 2.0, 4: 2.5, 5: 3.0}
     assert others_median({1: 1.0, 2: 5.0, 3: 3.0, 4: 10.0}, {4}) == {4: 3.0}
     assert others_median({1: 1.0, 2: 5.0}, {1}) == {}
+
+
+def test_median_of_is_numpys_median_of_a_few_readings() -> None:
+    rng = np.random.default_rng(7)
+    for n in range(1, 12):
+        for _ in range(50):
+            values = rng.normal(25.0, 3.0, n).round(rng.integers(0, 3)).tolist()
+            assert median_of(values) == float(np.median(values))
+    assert np.isnan(median_of([]))
+
+
+def test_each_racks_loose_peers_are_the_median_of_every_other_unflagged_rack() -> None:
+    rng = np.random.default_rng(11)
+    for n in range(1, 9):
+        racks = {code: float(v) for code, v in enumerate(rng.normal(24.0, 2.0, n).round(1))}
+        for flagged in ({}, {0}, {0, n - 1}, set(range(n))):
+            want = {code: float(np.median(others)) for code in racks
+                    if (others := [v for k, v in racks.items() if k != code and k not in flagged])}
+            assert Inlets._loose_peers(racks, flagged) == want
 
 
 def air_frames(t: float, jump: dict[str, float]) -> list:
