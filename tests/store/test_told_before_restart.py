@@ -11,7 +11,7 @@ from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.takeover import told_before
 from fleetwatch.pipeline.store.base import Alert, Silence
 from fleetwatch.wiring import _recorded
-from tests.core.test_silences_heard_cover import Recording
+from tests.recording_sink import Recording
 from tests.store.backends import Backend
 from tests.store.helpers import cluster_name
 
