@@ -19,7 +19,7 @@ from fleetwatch.collectors.clock import Clock
 from fleetwatch.collectors.sim import Fault
 from fleetwatch.collectors.source import FrameSource
 from fleetwatch.config import Config
-from fleetwatch.pipeline.alerts import summary
+from fleetwatch.pipeline.alert_summary import summary
 from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.out_of_memory import OutOfMemory
 from fleetwatch.pipeline.processor import Processor

@@ -42,6 +42,10 @@ so a replay or an accelerated simulation gives the same alerts as real time.
   the book unchanged and the same batch can be observed again: no transition
   is lost.
 
+The ``AlertBook`` here holds the open alerts across batches and finds the instants
+at which each subject was judged; one subject's step at one instant is
+``alert_step``, an alert's identity ``alert_keys``.
+
 Inhibition, silences and acknowledgements act on notifications, not on the
 lifecycle: see ``fleetwatch.pipeline.silences``.
 """
@@ -52,16 +56,13 @@ import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 
 from fleetwatch.frame import Frame
-from fleetwatch.models import FORGOTTEN, KEEP_FIRING, RANK, REPEATS, REVISION, Finding
-from fleetwatch.models.room import ROOM
-from fleetwatch.pipeline.store.base import Alert, gpu_device, gpu_index
+from fleetwatch.models import FORGOTTEN, Finding
+from fleetwatch.pipeline.alert_keys import ROOM_DEVICE, Key, alert_key, finding_device
+from fleetwatch.pipeline.alert_step import Meta, Pacing, meta_of, other_board, step
+from fleetwatch.pipeline.store.base import Alert, gpu_index
 from fleetwatch.pipeline.store.lprecords import render_message
-
-Key = tuple[str, str, str, str]  # (rule, cluster, node, device)
-Subject = tuple[str, str, str]   # (cluster, node, device)
 
 # An open alert whose value changed is written again at most this often (frame
 # time), so the store shows a current value without a write per batch.
@@ -70,65 +71,6 @@ REFRESH_S = 60.0
 # written again at most this often, its first repeat at once: "nothing to do unless it
 # repeats" is read from the store (``alerts``, the pages) within seconds, not a minute.
 REPEAT_REFRESH_S = 10.0
-
-
-def revision(alert: Alert) -> float | None:
-    """The alert's ``REVISION`` evidence, None when its detector keeps none."""
-    return alert.evidence.get(REVISION) if alert.evidence else None
-
-
-def finding_device(finding: Finding) -> str:
-    """The device part of a finding's alert identity."""
-    if finding.scope == "rack":
-        return f"rack:{finding.rack}"
-    if finding.scope == "node" or finding.gpu is None:
-        return "host"
-    return gpu_device(finding.gpu)
-
-
-def alert_key(alert: Alert) -> Key:
-    return (alert.rule, alert.cluster, alert.node, alert.device)
-
-
-# A finding about a cluster's whole room (``models.room``): a rack alert whose rack is
-# every rack of its cluster.
-ROOM_DEVICE = f"rack:{ROOM}"
-
-
-def scope_of(alert: Alert) -> str:
-    if alert.device.startswith("rack:"):
-        return "rack"
-    return "node" if alert.device == "host" else "gpu"
-
-
-@dataclass(frozen=True, slots=True)
-class _Meta:
-    """What the lifecycle needs beyond the ``Alert``: when the finding was last seen,
-    how long it is held after that, and when the alert was last written."""
-
-    last_seen: float
-    hold_s: float
-    written: float
-    clear_since: float | None = None  # a firing alert judged clear since then
-    # The revision last written, and when one that changed it was (see ``revised``).
-    revision: float | None = None
-    revised: float = float("-inf")
-    repeats: float | None = None  # the repeat count (``REPEATS``) last written
-
-
-def _meta_of(a: Alert, hold: float | None = None) -> _Meta:
-    """The meta of an alert as stored (loaded, or a change applied)."""
-    if hold is None:
-        hold = float(a.evidence.get("hold_s", 0.0)) if a.evidence else 0.0
-    return _Meta(a.updated_ts, hold, a.updated_ts, revision=revision(a), repeats=_repeats(a))
-
-
-def _rank(a: Alert) -> float:
-    return a.evidence.get(RANK, 0.0) if a.evidence else 0.0
-
-
-def _repeats(a: Alert) -> float | None:
-    return a.evidence.get(REPEATS) if a.evidence else None
 
 
 class AlertBook:
@@ -148,9 +90,9 @@ class AlertBook:
         # ``_name_board``); given each alert a step makes and the frame of that step.
         self.name = name
         self._open: dict[Key, Alert] = {}
-        self._meta: dict[Key, _Meta] = {}
+        self._meta: dict[Key, Meta] = {}
         # The state the last ``observe`` computed, taken over by ``apply`` of its changes.
-        self._staged: tuple[frozenset[str], dict[Key, Alert], dict[Key, _Meta]] | None = None
+        self._staged: tuple[frozenset[str], dict[Key, Alert], dict[Key, Meta]] | None = None
         # Open alerts loaded beside a newer one of the same key (a store an older release
         # left with a duplicate): resolved by the next ``observe``, once applied.
         self._superseded: dict[str, Alert] = {}
@@ -187,7 +129,7 @@ class AlertBook:
                 older, a = sorted((held, a), key=lambda x: (x.started_ts, x.id))
                 self._superseded[older.id] = older
             self._open[key] = a
-            self._meta[key] = _meta_of(a)
+            self._meta[key] = meta_of(a)
             if a.message == render_message(a):
                 # Its store keeps no text (VictoriaMetrics): its detector's next finding
                 # describes it again, written (and re-sent) at once, not refresh_s later.
@@ -228,7 +170,7 @@ class AlertBook:
                     self._meta.pop(key, None)
                 continue
             self._open[key] = a
-            self._meta[key] = _meta_of(a)
+            self._meta[key] = meta_of(a)
 
     def unwritten(self) -> list[Alert]:
         """Open alerts updated since last written (a repeated XID counted within
@@ -265,6 +207,7 @@ class AlertBook:
                     hits[other].setdefault(finding.ts, finding)
         opened = dict(self._open)
         meta = dict(self._meta)
+        pace = Pacing(self.refresh_s, self.repeat_refresh_s, self.keep_firing_s)
         changed: dict[str, Alert] = {}
         if self._superseded and frames:
             first = min(f.ts for f in frames)
@@ -286,12 +229,12 @@ class AlertBook:
                 finding = found.get(ts)
                 if finding is None and not self._judged(key, ts, by_node, frames):
                     continue
-                ended = _other_board(opened.get(key), finding, ts)
+                ended = other_board(opened.get(key), finding, ts)
                 if ended is not None:  # the slot's board was replaced: a new alert
                     changed[ended.id] = ended
                     opened.pop(key)
                     meta.pop(key, None)
-                alert, m = self._step(key, ts, finding, opened.get(key), meta.get(key))
+                alert, m = step(key, ts, finding, opened.get(key), meta.get(key), pace)
                 if alert is not None and alert.state == "resolved" and alert.resolved_ts == ts:
                     alert = self._last_values(alert, by_node.get((cluster, node), {}).get(ts))
                 if alert is not None and self.name is not None:
@@ -355,128 +298,6 @@ class AlertBook:
             return index is None or frame.gpu(index) is not None
         return _has(frame, index, needs)
 
-    def _step(self, key: Key, ts: float, finding: Finding | None, alert: Alert | None,
-              meta: _Meta | None) -> tuple[Alert | None, _Meta | None]:
-        if alert is not None and ts <= alert.updated_ts:
-            # A late frame (the alert has moved past it), or an instant already judged (a
-            # frame delivered twice, or a stream clock that stands still): nothing new.
-            return None, None
-        if finding is None:
-            if alert is None:
-                return None, None
-            if meta is not None and ts < meta.last_seen + meta.hold_s:
-                # A latched event still counts as holding. An update not yet written (a
-                # repeated XID within refresh_s) is written now that refresh_s has passed:
-                # no later finding may come to carry it before the alert resolves.
-                if meta.written < alert.updated_ts and (ts - meta.written >= self.refresh_s
-                                                        or self._repeated(meta, alert, ts)):
-                    return alert, _wrote(meta, alert, ts)
-                return None, None
-            if alert.state == "resolved":
-                return None, None
-            keep = (alert.evidence or {}).get(KEEP_FIRING, self.keep_firing_s)
-            if alert.state == "firing" and keep > 0 and meta is not None:
-                since = ts if meta.clear_since is None else meta.clear_since
-                if ts - since < keep:
-                    return None, dataclasses.replace(meta, clear_since=since)
-            return dataclasses.replace(alert, state="resolved", updated_ts=ts,
-                                       resolved_ts=ts), None
-        if finding.resolves:  # its detector forgot the subject: nothing stays open for ever
-            if alert is None or alert.state == "resolved":
-                return None, None
-            return dataclasses.replace(
-                alert, state="resolved", updated_ts=ts, resolved_ts=ts, value=finding.value,
-                evidence={**(alert.evidence or {}), **finding.evidence},
-                resolution=". ".join(t.rstrip(".") for t in (finding.message, finding.action)
-                                     if t)), None
-        evidence = dict(finding.evidence) if finding.evidence else {}
-        if finding.hold_s > 0:
-            evidence["hold_s"] = finding.hold_s
-        opened = alert is None
-        if alert is None:
-            rule, cluster, node, device = key
-            alert = Alert(
-                id=f"{rule}/{cluster}/{node}/{device}/{int(ts * 1000)}", rule=rule,
-                severity=finding.severity, cluster=cluster, rack=finding.rack, node=node,
-                device=device, state="pending", started_ts=_began(finding, ts), updated_ts=ts,
-                value=finding.value, message=finding.message, evidence=evidence,
-                action=finding.action, jobs=finding.jobs, uuid=finding.board,
-                users=finding.users, teams=finding.teams)
-            m = _Meta(ts, finding.hold_s, ts, revision=revision(alert), revised=ts,
-                      repeats=_repeats(alert))
-        elif finding.ends:  # how it ended: the firing message and action stay
-            alert = dataclasses.replace(
-                alert, updated_ts=ts, value=finding.value, evidence=evidence or alert.evidence,
-                resolution=". ".join(t.rstrip(".") for t in (finding.message, finding.action)
-                                     if t))
-            m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
-            m = _wrote(dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s,
-                                           clear_since=None), alert, ts)
-        else:
-            rank = _rank(alert)
-            alert = dataclasses.replace(
-                alert, updated_ts=ts, value=finding.value, message=finding.message,
-                severity=finding.severity, evidence=evidence or alert.evidence,
-                action=finding.action or alert.action, jobs=finding.jobs or alert.jobs,
-                users=finding.users or alert.users)
-            m = meta if meta is not None else _Meta(ts, 0.0, alert.started_ts)
-            m = dataclasses.replace(m, last_seen=ts, hold_s=finding.hold_s, clear_since=None)
-            if (self._revised(m, alert, ts) or _rank(alert) > rank
-                    or self._repeated(m, alert, ts) or ts - m.written >= self.refresh_s):
-                m = _wrote(m, alert, ts)
-        if alert.state == "pending" and ts - alert.started_ts >= finding.for_s:
-            # An alert that opens already past its for_s, of a condition that would have
-            # fired then (``Finding.fired_since``: a node silent since before a takeover),
-            # fired as a processor watching then would have said, not at its detection.
-            fired = alert.started_ts + finding.for_s if opened and finding.fired_since else ts
-            alert = dataclasses.replace(alert, state="firing", fired_ts=min(fired, ts),
-                                        fired_message=alert.message)
-            m = _wrote(m, alert, ts)
-        return alert, m
-
-    def _revised(self, m: _Meta, alert: Alert, ts: float) -> bool:
-        """Is the alert's revision news to write now: changed since last written (not from
-        none, as an adopted alert of an older release takes its first), and no changed
-        revision written for ``refresh_s``?"""
-        now = revision(alert)
-        return (m.revision is not None and now is not None and now != m.revision
-                and ts - m.revised >= self.refresh_s)
-
-
-    def _repeated(self, m: _Meta, alert: Alert, ts: float) -> bool:
-        """Is the alert's repeat count (``REPEATS``) news to write now, its revision the one
-        written (a new revision waits for ``_revised``: a write would notify it): its first
-        repeat, or changed and nothing written for ``repeat_refresh_s``? What the on-call
-        acts on ("unless it repeats"), kept current without a write per frame."""
-        now = _repeats(alert)
-        if now is None or now == m.repeats or revision(alert) != m.revision:
-            return False
-        return (m.repeats or 0.0) < 2.0 <= now or ts - m.written >= self.repeat_refresh_s
-
-
-def _other_board(alert: Alert | None, finding: Finding | None, ts: float) -> Alert | None:
-    """The open alert, resolved at ``ts``, where the finding is about another board than
-    the one it names (its slot's board was replaced): it stays about the old board, and
-    the new board's finding opens an alert of its own. None where it goes on."""
-    if (alert is None or finding is None or not finding.board or not alert.uuid
-            or alert.uuid == finding.board or ts <= alert.updated_ts):
-        return None
-    return dataclasses.replace(alert, state="resolved", updated_ts=ts, resolved_ts=ts)
-
-
-def _began(finding: Finding, ts: float) -> float:
-    """When a new alert started: where its detector says the condition began before this
-    first finding (``Finding.since``), then."""
-    since = finding.since
-    return min(ts, since) if since is not None and math.isfinite(since) else ts
-
-
-def _wrote(m: _Meta, alert: Alert, ts: float) -> _Meta:
-    """The meta once ``alert`` is written at ``ts``."""
-    now = revision(alert)
-    revised = ts if now != m.revision else m.revised
-    return dataclasses.replace(m, written=ts, revision=now, revised=revised,
-                               repeats=_repeats(alert))
 
 def _has(frame: Frame, index: int | None, needs: Sequence[str]) -> bool:
     """Does the frame carry every needed metric for this GPU (or, for a node or rack, for
@@ -490,37 +311,3 @@ def _has(frame: Frame, index: int | None, needs: Sequence[str]) -> bool:
         if m not in frame.host.metrics and not any(m in g.metrics for g in frame.gpus):
             return False
     return True
-
-
-RULES_SHOWN = 3  # per subject in ``summary``; the rest are counted
-
-
-def summary(alerts: Iterable[Alert], subjects: int = 2) -> str:
-    """Firing alerts in a few words for a terminal line, worst first, by subject:
-    ``node-001 gpu3: gpu_temp_critical, gpu_hot_vs_peers, gpu_hw_slowdown +2;
-    node-004 host: node_silent; +3 more``. Empty when nothing fires."""
-    rank = {"critical": 0, "warning": 1, "info": 2}
-    by_subject: dict[tuple[str, str], list[Alert]] = defaultdict(list)
-    for a in alerts:
-        if a.state == "firing":
-            by_subject[(a.node or a.device.removeprefix("rack:"), a.device)].append(a)
-
-    def worst(item: tuple[tuple[str, str], list[Alert]]) -> tuple[int, float, tuple[str, str]]:
-        subject, group = item
-        return (min(rank.get(a.severity, 3) for a in group),
-                min(a.fired_ts or a.started_ts for a in group), subject)
-
-    ranked = sorted(by_subject.items(), key=worst)
-    parts = []
-    for (where, device), group in ranked[:subjects]:
-        worst_of: dict[str, int] = {}
-        for a in group:
-            worst_of[a.rule] = min(worst_of.get(a.rule, 3), rank.get(a.severity, 3))
-        rules = sorted(worst_of, key=lambda r: (worst_of[r], r))
-        name = f"rack {where}" if device.startswith("rack:") else f"{where} {device}"
-        more = f" +{len(rules) - RULES_SHOWN}" if len(rules) > RULES_SHOWN else ""
-        parts.append(f"{name}: {', '.join(rules[:RULES_SHOWN])}{more}")
-    rest = sum(len(g) for _, g in ranked[subjects:])
-    if rest:
-        parts.append(f"+{rest} more")
-    return "; ".join(parts)

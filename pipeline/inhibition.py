@@ -53,7 +53,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
-from fleetwatch.pipeline.alerts import scope_of
+from fleetwatch.pipeline.alert_keys import scope_of
 from fleetwatch.pipeline.store.base import Alert
 from fleetwatch.xids import seen_of
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from fleetwatch.pipeline.alerts import scope_of
+from fleetwatch.pipeline.alert_keys import scope_of
 from fleetwatch.pipeline.store.base import Alert, Silence
 
 LABELS = ("rule", "severity", "cluster", "rack", "node", "device")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from fleetwatch.pipeline.alerts import Key, alert_key, revision
+from fleetwatch.pipeline.alert_keys import Key, alert_key, revision
 from fleetwatch.pipeline.inhibition import PEER_RULES, RACK_DOWN_RULE, same_incident
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.base import AlertSink, SinkError, SinkRejected

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
-from fleetwatch.pipeline.alerts import revision
+from fleetwatch.pipeline.alert_keys import revision
 from fleetwatch.pipeline.links import alert_jobs, alert_url
 from fleetwatch.pipeline.silence_matchers import labels
 from fleetwatch.pipeline.silences import Notice

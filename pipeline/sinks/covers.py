@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from fleetwatch.pipeline.alerts import alert_key, scope_of
+from fleetwatch.pipeline.alert_keys import alert_key, scope_of
 from fleetwatch.pipeline.inhibition import (
     GPU_COVER_RULES,
     NODE_COVER_RULES,

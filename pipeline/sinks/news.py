@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping, Sequence
 
-from fleetwatch.pipeline.alerts import revision
+from fleetwatch.pipeline.alert_keys import revision
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.store.base import Alert
 

@@ -9,7 +9,7 @@ from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.silences import mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
-from tests.core.test_silences_heard_cover import Recording
+from tests.recording_sink import Recording
 
 XID79 = {"xid_79_count": 1.0, "xid_79_first_ts": 1000.0, "xid_79_last_ts": 1000.0}
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.models import Finding
 from fleetwatch.models.rules import GpuTemperatureLimit
-from fleetwatch.pipeline.alerts import AlertBook, summary
+from fleetwatch.pipeline.alert_summary import summary
+from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.store.base import Alert
 
 REQ = dict(GpuTemperatureLimit.rules)

@@ -11,10 +11,11 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.dashboards import boards
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.processor import Processor
-from fleetwatch.pipeline.sinks import Notice, Notifier
+from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.wiring import detectors
+from tests.recording_sink import Recording
 
 T0 = 1.8e9
 STEP = 5.0
@@ -96,19 +97,6 @@ def test_a_renumbering_is_moves_and_a_board_swapped_meanwhile_a_replacement(
     assert "replaced by" in text and rows["gpu3"].uuid == uuid(3, new=True)
     assert rows["gpu2"].replaced == ()
     store.close()
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes) -> None:  # noqa: ANN001
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_missing_board_is_muted_by_a_silence_and_paged_when_it_ends_if_still_missing(

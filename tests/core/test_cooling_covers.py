@@ -15,9 +15,10 @@ import yaml
 
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.pipeline.inhibition import COOLING_EXPLAINS_RULES, STALE_COVER_S
-from fleetwatch.pipeline.silences import Notice, mute
+from fleetwatch.pipeline.silences import mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert
+from tests.recording_sink import Recording
 
 CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
 HARDWARE = ("gpu_xid_critical", "gpu_lost", "gpu_ecc_dbe", "gpu_row_remap_pending",
@@ -65,19 +66,6 @@ def test_a_cover_nobody_judges_any_more_mutes_nothing() -> None:
     silent = alert("node_silent", device="host", ts=1000.0)
     assert mute(alert("gpu_xid_critical", ts=1000.0 + 80 * 60), [silent], [], {}) == ""
     assert mute(alert("node_cooling", device="host", ts=1000.0 + 80 * 60), [ghost], [], {}) == ""
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes) -> None:  # noqa: ANN001
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def test_an_alert_paged_before_its_cover_is_not_paged_again_when_the_cover_ends() -> None:

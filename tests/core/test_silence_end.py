@@ -12,26 +12,10 @@ from dataclasses import replace
 from fleetwatch.models.rules import GpuTemperatureLimit
 from fleetwatch.pipeline.alerts import AlertBook
 from fleetwatch.pipeline.silence_matchers import parse_matcher
-from fleetwatch.pipeline.silences import Notice
-from fleetwatch.pipeline.sinks import Notifier, SinkError
+from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert, Silence
 from tests.core.test_alerts import REQ, drive, frame
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self, fail: bool = False) -> None:
-        self.sent: list[Notice] = []
-        self.fail = fail
-
-    def send(self, changes: list[Notice]) -> None:
-        if self.fail:
-            raise SinkError("receiver down")
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
+from tests.recording_sink import Recording
 
 
 def paged(sink: Recording) -> list[tuple[str, str]]:

@@ -8,6 +8,7 @@ from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.silences import Notice, group, mute
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from tests.recording_sink import Recording
 
 
 def alert(rule: str = "gpu_temp_high", node: str = "n1", device: str = "gpu0",
@@ -81,19 +82,6 @@ def test_silences_and_acks_persist_in_the_sqlite_store(tmp_path) -> None:
     assert again.acks() == [Acknowledgement("a1", 150, "oncall", "on it")]
     store.write_silences([Silence("s1", s.matchers, 100, 120)])  # expired early
     assert again.silences(active_at=150) == []
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes) -> None:  # noqa: ANN001
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def test_an_alert_inhibited_while_it_fired_is_notified_when_the_inhibition_ends() -> None:

@@ -6,9 +6,10 @@ that Alertmanager's room rule mutes covers nothing (so a GPU hotter than its pee
 from __future__ import annotations
 
 from fleetwatch.pipeline.silence_matchers import parse_matcher
-from fleetwatch.pipeline.silences import Notice, mute
+from fleetwatch.pipeline.silences import mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
+from tests.recording_sink import Recording
 
 PEER, LIMIT = "gpu_hot_vs_peers_critical", "gpu_temp_critical"
 
@@ -18,19 +19,6 @@ def firing(rule: str, fired: float, severity: str = "critical",
     return Alert(f"{rule}/c/n1/gpu0/{fired:g}", rule, severity, "c", "r1", "n1", "gpu0",
                  "firing", fired - 30, fired, 1.0, f"{rule} on n1 gpu0", fired_ts=fired,
                  evidence=evidence or {})
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes: list[Notice]) -> None:
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def notified(batches: list[list[Alert]], silences: tuple[Silence, ...] = (),

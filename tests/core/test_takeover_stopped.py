@@ -2,7 +2,7 @@
 a scale-down) stays stopped for the processor that takes its partition over (a restart, a
 rolling update of the processors, a rebalance): it is not paged silent then. The k8s run of
 round 25: every processor rollout paged every node drained in the last 7 days. Over the
-in-process bus and a real SQLite store; ``tests/store/test_contract.py`` checks that every
+in-process bus and a real SQLite store; ``tests/store/test_contract_samples.py`` checks that every
 backend tells the stop back (``stopped_at``)."""
 
 from __future__ import annotations

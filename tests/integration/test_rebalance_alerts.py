@@ -39,6 +39,8 @@ NODES = [f"node-{i:02d}" for i in range(8)]
 T0 = time.time() - 1800
 
 
+# Not ``tests.recording_sink.Recording``: a rebalance is judged by what a sink keeps
+# re-sending (adopt, forget), as Alertmanager's does.
 class Recorder:
     """A notifying sink that records what the notifier hands it, as Alertmanager's does:
     changes to notify, alerts adopted (to keep re-sending), nodes forgotten."""

@@ -15,7 +15,7 @@ from fleetwatch.pipeline.inhibition import inhibited_by
 from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert
-from tests.models.test_one_page_per_hot_gpu import Recording
+from tests.recording_sink import Recording
 
 WARM, PEER, LIMIT = "gpu_warming_at_steady_power", "gpu_hot_vs_peers_critical", "gpu_temp_critical"
 EVIDENCE = {WARM: {"temp_c": 71.0, "climb_c": 9.0, "explained_c": 1.0, "power_w": 400.0},

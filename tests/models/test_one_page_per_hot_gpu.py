@@ -11,6 +11,7 @@ from fleetwatch.pipeline.silences import Notice, mute
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Silence
 from fleetwatch.scoring_noise import notified
+from tests.recording_sink import Recording
 
 PEER, LIMIT = "gpu_hot_vs_peers_critical", "gpu_temp_critical"
 EVIDENCE = {PEER: {"gpu_temp_c": 84.0, "peer_temp_c": 66.0, "excess_c": 14.0},
@@ -27,19 +28,6 @@ def firing(rule: str, fired: float, device: str = "gpu0") -> Alert:
 
 def resolved(a: Alert, at: float) -> Alert:
     return dataclasses.replace(a, state="resolved", updated_ts=at, resolved_ts=at)
-
-
-class Recording:
-    name, notify_only = "recording", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes: list[Notice]) -> None:
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def pages(notices: list[Notice]) -> set[str]:

@@ -8,6 +8,8 @@ from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.store.base import Alert
 
 
+# Not ``tests.recording_sink.Recording``: these tests need the order of sends, adoptions and
+# let-gos, not the changes alone.
 class Recording:
     name, notify_only = "recording", True
 

@@ -26,6 +26,8 @@ def documented(table: str) -> list[str]:
     return re.findall(r"^\| `([a-z_]+)` \|", section[1], re.M)
 
 
+# A Kafka producer that keeps what it is asked to send (not an alert sink: that is
+# ``tests.recording_sink.Recording``).
 class Recording:
     def __init__(self) -> None:
         self.sent: list[tuple[str, bytes, bytes, list[tuple[str, bytes]]]] = []

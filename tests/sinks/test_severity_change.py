@@ -13,32 +13,19 @@ import urllib.request
 
 from fleetwatch.models.room import RoomInlet
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.alertmanager import AlertmanagerSink
 from fleetwatch.pipeline.sinks.base import notification_id
 from fleetwatch.pipeline.store.base import Alert
 from tests.models.test_room import fleet, replace_for
+from tests.recording_sink import Recording
 from tests.servers import Server
-
-
-class Recording:
-    name, notify_only = "webhook", True
-
-    def __init__(self) -> None:
-        self.sent: list[Notice] = []
-
-    def send(self, changes: list[Notice]) -> None:
-        self.sent.extend(changes)
-
-    def close(self) -> None:
-        pass
 
 
 def test_a_room_back_under_its_critical_line_is_notified_as_a_warning() -> None:
     detector = RoomInlet(replace_for(60.0))
     book = AlertBook(requirements=detector.rules)
-    sink = Recording()
+    sink = Recording("webhook")
     notifier = Notifier([sink], background=False)
     for k, inlet in enumerate([38.0] * 8 + [30.0] * 40):
         frames = fleet(15.0 * k, [inlet] * 4)
@@ -54,7 +41,7 @@ def test_a_room_back_under_its_critical_line_is_notified_as_a_warning() -> None:
 
 
 def test_a_severity_change_alone_is_a_new_notification() -> None:
-    sink = Recording()
+    sink = Recording("webhook")
     notifier = Notifier([sink], background=False)
     room = Alert("room_inlet_hot/c/*/1", "room_inlet_hot", "critical", "c", "*", "", "rack:*",
                  "firing", 900.0, 1000.0, 33.0, "room", fired_ts=1000.0)

@@ -13,7 +13,7 @@ from fleetwatch.pipeline.silence_matchers import parse_matcher
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.takeover import told_before
 from fleetwatch.pipeline.store.base import Alert, Notification, Silence
-from tests.core.test_silences_heard_cover import Recording
+from tests.recording_sink import Recording
 
 T0 = float(int(time.time())) - 300  # adopt judges silences on the wall clock (in this one)
 

@@ -38,6 +38,8 @@ class Resends(AlertmanagerSink):
         return self.posts[-1] if self._firing else []
 
 
+# Not ``tests.recording_sink.Recording``: a record sink (not ``notify_only``, as the Kafka
+# topic), handed every change, notified or not, which these tests count.
 class Recorder:
     name = "recorder"
 

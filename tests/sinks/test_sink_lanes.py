@@ -33,6 +33,8 @@ def alert(name: str, state: str = "firing", node: str = "n1", rule: str = "gpu_t
                  resolved_ts=ts + 60 if state == "resolved" else None)
 
 
+# Not ``tests.recording_sink.Recording``: the lanes are judged by every call (adopt, forget,
+# mutes, ticks) and the thread it came on.
 class Recording:
     """An Alertmanager-like sink: records what it gets and its ticks, and on which thread."""
 

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from fleetwatch.pipeline.store.base import Store
+from fleetwatch.pipeline.store.influxql import InfluxQLStore
+from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.servers import Server, free_port
+from tests.store.backends import Backend
+from tests.store.helpers import force_flush, minute_ago
 
 DATABASE = "fleetwatch"
 
@@ -56,3 +62,22 @@ def influxdb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         r.read()
     yield server
     server.stop()
+
+
+@pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
+    """Each store backend in turn (``tests/store/backends.py``): SQLite, VictoriaMetrics and
+    InfluxDB 1.x (the InfluxQL reads of ``store.kind = "influx"``, written through v1)."""
+    if request.param == "sqlite":
+        store: Store = SqliteStore(tmp_path / "store.db")
+        b = Backend(store, lambda: store.maintain(minute_ago(0)))
+    elif request.param == "victoriametrics":
+        server: Server = request.getfixturevalue("victoria")
+        store = VictoriaMetricsStore(f"http://{server.address}")
+        b = Backend(store, lambda: force_flush(server.address), keeps_text=False)
+    else:
+        influx: Server = request.getfixturevalue("influxdb")
+        store = InfluxQLStore(f"http://{influx.address}", bucket=DATABASE, api="v1")
+        b = Backend(store, lambda: None)
+    yield b
+    b.store.close()

@@ -7,13 +7,13 @@ import time
 
 from fleetwatch.dashboards.job_data import find_jobs, gpu_stats, read_job
 from fleetwatch.pipeline.store.base import Alert, Event
+from tests.store.backends import Backend
 from tests.store.helpers import cluster_name, frames, minute_ago
-from tests.store.test_contract import Backend, backend  # noqa: F401  (the fixture)
 
 TICKS = 180
 
 
-def test_a_job_reads_back_the_same_from_every_backend(backend: Backend) -> None:  # noqa: F811
+def test_a_job_reads_back_the_same_from_every_backend(backend: Backend) -> None:
     cluster, t0 = cluster_name(), minute_ago(30)
     t = t0 / 1000
     job = f"job-{cluster}"

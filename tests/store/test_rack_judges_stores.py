@@ -13,8 +13,8 @@ from fleetwatch.frame import AGENT_STOPPED, HostReading
 from fleetwatch.models.rack_silence import Remote
 from fleetwatch.pipeline.rack_judges import RackJudges
 from fleetwatch.pipeline.store.base import StoreError
+from tests.store.backends import Backend
 from tests.store.helpers import cluster_name, frames, minute_ago
-from tests.store.test_contract import Backend, backend  # noqa: F401  (the fixture)
 
 
 class Sharer:

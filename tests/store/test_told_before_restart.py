@@ -11,13 +11,13 @@ from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.takeover import told_before
 from fleetwatch.pipeline.store.base import Alert, Silence
 from fleetwatch.wiring import _recorded
-from tests.core.test_silences_heard_cover import Recording
+from tests.recording_sink import Recording
+from tests.store.backends import Backend
 from tests.store.helpers import cluster_name
-from tests.store.test_contract import Backend, backend  # noqa: F401 (the fixture)
 
 
 def test_a_silence_ending_after_a_restart_pages_nothing_unchanged(
-        backend: Backend) -> None:  # noqa: F811
+        backend: Backend) -> None:
     store, tag = backend.store, cluster_name()
     t0 = float(int(time.time())) - 300  # whole seconds (VictoriaMetrics keeps ~12 digits)
     alert = Alert(f"node_silent/{tag}/n1/host/1", "node_silent", "critical", tag, "r1", "n1",
