@@ -15,7 +15,8 @@ Alerts are laid out from the fields of the ``Alert`` dataclass, so that a
 field added to it travels without an edit here: text fields in
 ``ALERT_TAGS`` are tags, other text fields are string fields, numbers are
 fields, and a ``Mapping[str, float]`` (``evidence``) is one field per key,
-named ``<field>:<key>``.
+named ``<field>:<key>``, the key encoded where it holds a character some server
+would misread (``field_key``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import urllib.parse
 import zlib
 from collections.abc import Collection, Mapping, Sequence
 from math import isfinite
@@ -46,6 +48,29 @@ ALERT_TAGS = ("id", "rule", "severity", "cluster", "rack", "node", "device", "uu
 EVENT_TAGS = ("kind", "cluster", "rack", "node", "device", "code", "value")
 # A mapping field's keys become fields named "<field>:<key>" (":" is valid in metric names).
 MAP_SEP = ":"
+
+
+# A mapping's keys name places (``last_frame_ts.<node>``: any printable name an agent
+# sends) and become field keys, which no server reads back exactly for every character:
+# VictoriaMetrics takes a ``"`` among a line's fields as the start of a quoted value (the
+# fields after it, or the whole line, are lost, answered with 204) and keeps a backslash
+# before any other character; InfluxDB 1.x keeps every backslash. So these characters, and
+# ``%``, are stored as ``%XX`` per UTF-8 byte and decoded on read (``field_key_text``); a key
+# without them is stored as it is, so rows written before read the same.
+_KEY_ENCODED = frozenset('%"\\,= ')
+
+
+def field_key(key: str) -> str:
+    """A mapping key as a field key that every line-protocol server reads back exactly."""
+    if key.isprintable() and _KEY_ENCODED.isdisjoint(key):
+        return key
+    return "".join(c if c.isprintable() and c not in _KEY_ENCODED else
+                   "".join(f"%{b:02X}" for b in c.encode()) for c in key)
+
+
+def field_key_text(stored: str) -> str:
+    """``field_key`` undone."""
+    return urllib.parse.unquote(stored, errors="strict") if "%" in stored else stored
 
 
 def _kind(annotation: object) -> str:
@@ -109,7 +134,7 @@ def alert_line(a: Alert, text: bool = False, v1: bool = False) -> str:
             if value is not None and isfinite(value):
                 fields.append((name, _number(value)))
         elif kind == "mapping":
-            fields += [(f"{name}{MAP_SEP}{k}", _number(v)) for k, v in value.items()
+            fields += [(f"{name}{MAP_SEP}{field_key(k)}", _number(v)) for k, v in value.items()
                        if v is not None and isfinite(v)]
         elif text and value:  # text, or a sequence as JSON text
             fields.append((name, quote(json.dumps(list(value)) if kind == "json" else value)))
@@ -141,7 +166,7 @@ def alert_from(labels: Mapping[str, str], numbers: Mapping[str, float],
                 kw[name] = math.nan
         elif kind == "mapping":
             prefix = f"{name}{MAP_SEP}"
-            kw[name] = {k[len(prefix):]: v for k, v in sorted(numbers.items())
+            kw[name] = {field_key_text(k[len(prefix):]): v for k, v in sorted(numbers.items())
                         if k.startswith(prefix)}
         elif kind == "json":
             if texts.get(name):

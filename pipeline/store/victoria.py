@@ -79,6 +79,7 @@ class VictoriaMetricsStore(VictoriaRecords, VictoriaEnergy, InfluxStore):
     records': ``victoria_records``; the ledger's: ``energy_victoria``)."""
 
     keeps_text = False  # numbers only: string fields would be read as numbers
+    checks_lines = True  # a line it misreads is answered 204 and dropped or stored otherwise
 
     def __init__(self, url: str, *, org: str = "fleetwatch", bucket: str = "fleetwatch",
                  token: str = "", timeout_s: float = 10.0, batch_lines: int = 5000,

@@ -51,7 +51,7 @@ def test_alert_text_is_never_a_tag_and_travels_as_a_string_field_where_kept() ->
     assert alert_line(alert) == (
         r"fleetwatch_alert,cluster=c,device=gpu1,id=r/n/gpu1/5,node=n,rack=rk,rule=r,"
         r"severity=critical state=1.0,started_ts=1.0,updated_ts=2.5,value=91.0,fired_ts=2.0,"
-        r"evidence:gpu_temp_c=91.0,evidence:limit\ c=85.0 2500")
+        r"evidence:gpu_temp_c=91.0,evidence:limit%20c=85.0 2500")  # a key's space: %20
     with_text = alert_line(alert, text=True)
     assert r'message="GPU 1 at 91 °C, limit=85 \"C:\\\""' in with_text
     assert with_text.endswith(',action="drain" 2500')
