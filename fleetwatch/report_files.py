@@ -38,6 +38,7 @@ from fleetwatch.report_month import (
     zone,
     zone_name,
 )
+from fleetwatch.report_silent import silent_nodes
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for
@@ -104,12 +105,14 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
                  lemon_half_life_d: float = 7.0, cluster: str | None = None,
-                 tz: str = "UTC") -> dict[str, Path]:
+                 tz: str = "UTC", max_gap_s: float = 60.0) -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
     read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
     that keeps events adds the month's repeat offenders (lemon scores). ``cluster``: that
     cluster's rows only, in files named after it (another cluster's report beside them
-    is kept). ``tz``: the time zone whose calendar month it is (its local midnights)."""
+    is kept). ``tz``: the time zone whose calendar month it is (its local midnights).
+    ``max_gap_s`` (energy.max_gap_s): a node whose last frame is older than that at the
+    month's end (now, before it) is silent, its time since in no row yet (report_silent)."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month, tz)
@@ -132,6 +135,8 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
+    report.silent = silent_nodes(store, report.nodes, report.upto_ts, max_gap_s,
+                                 report.generated_ts)
     report.offenders = [o for o in repeat_offenders(store, start, min(end, report.generated_ts),
                                                     lemon_half_life_d)
                         if cluster is None or o.cluster == cluster]
@@ -209,7 +214,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
             paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
                                  progress=progress,
                                  lemon_half_life_d=config.models.lemon_half_life_d,
-                                 cluster=cluster, tz=tz)
+                                 cluster=cluster, tz=tz,
+                                 max_gap_s=config.energy.max_gap_s)
         finally:
             progress.done()
     except StoreError as exc:
@@ -233,6 +239,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
                      "CPUs to count it")
     if s["series_warning"]:
         lines.append(f"  warning: {s['series_warning']}")
+    if s["clusters_warning"]:
+        lines.append(f"  warning: {s['clusters_warning']}")
     if not s["complete"]:
         lines.append(f"  {s['coverage']}")
     if s["projected_co2e_kg"] is not None:
