@@ -122,6 +122,7 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         _no_such_cluster(store, cluster, month, start, end, store_name or "the store")
     if cluster is not None:
         store_name = f"{store_name or 'the store'}, cluster {cluster}"
+        report.clusters_warning = ""  # the other clusters' tables are not for this one
     if not report.hourly_intensity and start >= report.generated_ts:
         raise ReportError(f"{month} has not begun: it starts {_at(start, tz)}, and it is "
                           f"{_at(report.generated_ts, tz)} now; choose a month that has begun "
