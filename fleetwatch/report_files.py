@@ -105,14 +105,17 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
                  lemon_half_life_d: float = 7.0, cluster: str | None = None,
-                 tz: str = "UTC", max_gap_s: float = 60.0) -> dict[str, Path]:
+                 tz: str = "UTC", max_gap_s: float = 60.0,
+                 zone_in_name: bool = False) -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
     read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
     that keeps events adds the month's repeat offenders (lemon scores). ``cluster``: that
     cluster's rows only, in files named after it (another cluster's report beside them
     is kept). ``tz``: the time zone whose calendar month it is (its local midnights).
     ``max_gap_s`` (energy.max_gap_s): a node whose last frame is older than that at the
-    month's end (now, before it) is silent, its time since in no row yet (report_silent)."""
+    month's end (now, before it) is silent, its time since in no row yet (report_silent).
+    ``zone_in_name``: the files' names end in the zone (``-Europe_Berlin``), so that a
+    report of the month in another zone than energy.timezone's keeps that one's files."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month, tz)
@@ -144,7 +147,8 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
     report.events_kept_since_ts = events_horizon(store, min(end, report.generated_ts),
                                                  lemon_half_life_d)
     out = Path(out_dir)
-    stem = f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
+    stem = (f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
+            + (f"-{tz.replace('/', '_')}" if zone_in_name else ""))
     paths = {ext: out / f"{stem}.{ext}" for ext in ("html", "csv", "json")}
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -195,6 +199,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
         tz = zone_name(tz)  # as the database spells it: "utc" is reported as "UTC"
     except ZoneError as exc:
         raise ZoneError(f"--tz: {exc}") from None
+    # Another zone's report of the month is written beside energy.timezone's, not over it.
+    other_zone = tz != zone_name(config.energy.timezone)
     month = resolve_month(month, time.time(), tz)
     month_span(month, tz)  # a wrong month is said before the store is opened
     try:
@@ -216,7 +222,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
                                  progress=progress,
                                  lemon_half_life_d=config.models.lemon_half_life_d,
                                  cluster=cluster, tz=tz,
-                                 max_gap_s=config.energy.max_gap_s)
+                                 max_gap_s=config.energy.max_gap_s,
+                                 zone_in_name=other_zone)
         finally:
             progress.done()
     except StoreError as exc:
