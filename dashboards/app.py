@@ -84,7 +84,8 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
                allowed_hosts: Sequence[str] = (),
                store_problem: Callable[[], str | None] | None = None,
                node_static_w: float = 0.0,
-               fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> dash.Dash:
+               fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C,
+               max_gap_s: float = 60.0) -> dash.Dash:
     """The dashboard over ``store``, refreshing every ``refresh_s`` seconds.
 
     ``clock`` gives "now" in epoch seconds: tests and replays pass their own.
@@ -96,6 +97,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     ``node_static_w``: energy.node_static_w, the rest of a node in the facility page's power.
     ``fallback_slowdown_c``: detectors.fallback_slowdown_c, the limit drawn (as assumed) for
     GPUs that report no threshold and whose part's is not known.
+    ``max_gap_s``: energy.max_gap_s; the energy page names the nodes silent longer.
     """
     if refresh_s <= 0:
         raise ValueError(f"refresh_s must be positive, got {refresh_s}")
@@ -140,7 +142,7 @@ def create_app(store: Store, refresh_s: float = 5.0, title: str = "fleetwatch", 
     node.register(app, store, clock, temp_limit_c, fallback_slowdown_c)
     utilization.register(app, store, clock)
     carbon = carbon or _default_carbon()
-    render_energy = energy.register(app, store, clock, carbon)
+    render_energy = energy.register(app, store, clock, carbon, max_gap_s)
     job.register(app, store, clock, carbon)
     facility.register(app, store, clock, carbon, node_static_w)
     fresh.register(app, store, clock, refresh_s)
@@ -260,7 +262,7 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
           clock: Callable[[], float] = time.time,
           store_problem: Callable[[], str | None] | None = None,
           node_static_w: float = 0.0,
-          fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C) -> None:
+          fallback_slowdown_c: float = FALLBACK_SLOWDOWN_C, max_gap_s: float = 60.0) -> None:
     """Serve the dashboard on waitress (a production WSGI server) until ``until`` is
     set (checked twice a second; a signal handler sets it) or, without one, until
     Ctrl-C.
@@ -276,7 +278,7 @@ def serve(store: Store, host: str = "127.0.0.1", port: int = 8050,
     app = create_app(store, refresh_s=refresh_s, temp_limit_c=temp_limit_c, carbon=carbon,
                      allowed_hosts=allowed_hosts, clock=clock,
                      store_problem=store_problem, node_static_w=node_static_w,
-                     fallback_slowdown_c=fallback_slowdown_c)
+                     fallback_slowdown_c=fallback_slowdown_c, max_gap_s=max_gap_s)
     where = {"sockets": [sock]} if sock is not None else {"host": host, "port": port}
     channels: dict = {}  # waitress's socket map: the listening socket and each connection
     server = create_server(app.server, map=channels, threads=8, ident="fleetwatch", **where)

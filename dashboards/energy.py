@@ -122,8 +122,9 @@ def summary(v: EnergyView, currency_note: str = "") -> list[html.Div]:
               "warn" if idle > 0.1 else ""),
         _tile("energy-quality", "Above TDP · missing",
               f"{amounts.sig(v.over_tdp_gpu_hours)} · {amounts.sig(v.missing_gpu_hours)}",
-              "GPU-hours above TDP · GPU-hours without data",
-              "warn" if v.missing_gpu_hours > 0 else ""),
+              "GPU-hours above TDP · GPU-hours without data" + (
+                  f" · {v.silent}" if v.silent else ""),
+              "warn" if v.missing_gpu_hours > 0 or v.silent else ""),
     ]
 
 
@@ -139,8 +140,9 @@ def method_note(carbon: CarbonModel) -> str:
 
 
 def register(app: dash.Dash, store: Any, clock: Callable[[], float],
-             carbon: CarbonModel) -> Render:
-    """The page's callbacks; returns the renderer that ``layout`` takes."""
+             carbon: CarbonModel, max_gap_s: float = 60.0) -> Render:
+    """The page's callbacks; returns the renderer that ``layout`` takes. ``max_gap_s``
+    (energy.max_gap_s): a node without a frame for longer is named as silent."""
     @app.callback(*(Output(cid, prop) for cid, prop in _OUTPUTS),
                   Input("energy-tick", "n_intervals"), Input("energy-range", "value"),
                   Input(components.cluster_picker_id("energy"), "value"),
@@ -158,7 +160,8 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
         now = clock()
         start, end = timerange.window(rng, now, carbon.timezone)
         try:
-            v = read_energy(store, carbon, start, end + 3600, now, cluster=cluster)
+            v = read_energy(store, carbon, start, end + 3600, now, cluster=cluster,
+                            max_gap_s=max_gap_s)
         except StoreError as exc:
             text = f"Store unavailable: {exc}"
             # The last read's figures stay under the banner; a first draw says why it is
@@ -168,7 +171,7 @@ def register(app: dash.Dash, store: Any, clock: Callable[[], float],
                 *[energy_figures.empty_figure(text, h) for h in (260, 260, 380, 380, 220)]]
             return (*kept, components.notice(text), components.failed_stamp(now),
                     dash.no_update, dash.no_update)
-        warning = series_warning(carbon, v.hours)
+        warning = series_warning(carbon, v.hours, v.priced)
         notice = (components.notice(f"CO2e unknown: {carbon.problem}", "energy-carbon-refused")
                   if carbon.problem
                   else components.notice(energy_figures.NO_ENERGY, "energy-empty") if not v.hours

@@ -10,17 +10,19 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 from fleetwatch.carbon import J_PER_KWH, CarbonModel
+from fleetwatch.carbon_warnings import hours_warning
 from fleetwatch.pipeline.store.base import gpu_index
 from fleetwatch.pipeline.store.ledger import (
     EnergyRow,
     EnergyStore,
     EnergyTotal,
     TopLine,
+    bucket_floor,
     top_from_totals,
 )
-from fleetwatch.report import _series_warning
 from fleetwatch.report_month import (
     HourData,
     data_began,
@@ -30,7 +32,9 @@ from fleetwatch.report_month import (
     longest_measured,
     month_of,
     month_projection,
+    zone,
 )
+from fleetwatch.report_silent import describe, silent_nodes
 from fleetwatch.report_sums import PER_CLUSTER
 
 NO_NAME = {"job": "(no job)", "user": "(no user)", "cluster": "(none)"}
@@ -113,6 +117,12 @@ class EnergyView:
     # Facility kWh (IT kWh x each cluster's hour's PUE), beside the IT kWh above: the
     # figure a facility meter compares with, and the report leads with.
     facility_kwh: float = 0.0
+    # The (cluster, hour) pairs of the range: what a warning of a series' fallback hours
+    # prices each with its cluster's grid (``series_warning``).
+    priced: tuple[tuple[str, int], ...] = ()
+    # The nodes with no frame for longer than energy.max_gap_s, in words: their time since
+    # is in no ledger row yet, neither energy nor missing (``report_silent``); "" if none.
+    silent: str = ""
     today_facility_kwh: float | None = None
     month_facility_kwh: float | None = None
 
@@ -226,17 +236,20 @@ def energy_view(window: Sequence[EnergyTotal], month: Sequence[EnergyTotal],
         missing_gpu_hours=sum(t.missing_s for t in window) / 3600,
         over_tdp_gpu_hours=sum(t.over_tdp_s for t in window) / 3600, tz=tz,
         facility_kwh=facility((t, 1.0) for t in window),
+        priced=tuple(sorted({(t.name, t.bucket_ts) for t in window})),
         today_facility_kwh=facility(today) if today else None,
         month_facility_kwh=facility(in_month) if month else None)
 
 
-def series_warning(model: CarbonModel, hours: Iterable[int]) -> str:
+def series_warning(model: CarbonModel, hours: Iterable[int],
+                   priced: Iterable[tuple[str, int]] = ()) -> str:
     """The report's warning when a configured hourly series (carbon.intensity_csv,
-    carbon.pue_csv) misses these hours and the fallback constant priced them; "" if none."""
-    hours = list(hours)
-    fs = [model.hour(h) for h in hours]
-    return _series_warning(model, len(fs), sum(f.intensity_from_fallback for f in fs),
-                           sum(f.pue_from_fallback for f in fs), hours)
+    carbon.pue_csv, a cluster's own of carbon.clusters) misses these hours and the fallback
+    constant priced them; "" if none. ``priced``: the (cluster, hour) pairs shown, each
+    priced with its cluster's grid as the report prices it (``carbon_warnings``); without
+    them, ``hours`` on the global grid."""
+    pairs = list(priced) or [("", h) for h in hours]
+    return hours_warning(model, pairs)
 
 
 def top_shares(lines: Sequence[TopLine], kind: str) -> tuple[Share, ...]:
@@ -264,10 +277,12 @@ def totals_from_rows(rows: Iterable[EnergyRow], by: str, per_cluster: bool = Fal
 
 
 def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: float,
-                now_s: float, limit: int = 15, cluster: str | None = None) -> EnergyView:
+                now_s: float, limit: int = 15, cluster: str | None = None,
+                max_gap_s: float = 60.0) -> EnergyView:
     """The window and the month by cluster per hour; the window's top jobs and users, which
     the store sums (a month holds ~100,000 job-hours). ``cluster``: of that cluster only
-    (its top jobs and users then summed from its rows: job ids repeat across clusters)."""
+    (its top jobs and users then summed from its rows: job ids repeat across clusters).
+    ``max_gap_s``: a node of the month silent longer is named (``silent``)."""
     first = start_s - start_s % 3600
     everywhere = store.energy_totals(first, end_s, "cluster")
     window = [t for t in everywhere if cluster is None or t.name == cluster]
@@ -297,10 +312,37 @@ def read_energy(store: EnergyStore, model: CarbonModel, start_s: float, end_s: f
         rows = store.energy(first, end_s, cluster=cluster)
         jobs = top_from_totals(totals_from_rows(rows, "job", True), fc, limit, True)
         users = top_from_totals(totals_from_rows(rows, "user", True), fc, limit)
+    silent = silent_nodes(store, silent_candidates(store, m0, now_s, max_gap_s, cluster),
+                          now_s, max_gap_s, now_s)
     return dataclasses.replace(view, jobs=top_shares(jobs, "job"),
+                               silent=describe(silent, now_s, lambda ts: _local(ts, model)),
                                users=top_shares(users, "user"),
                                idle=hourly_idle(window, cluster) if cluster else view.idle,
                                seen=tuple(sorted({t.name for t in everywhere})))
+
+
+def silent_candidates(store: EnergyStore, since_ts: float, now_s: float, max_gap_s: float,
+                      cluster: str | None = None) -> list[tuple[str, str]]:
+    """The (cluster, node) pairs with rows since ``since_ts`` (the month's first ledger
+    hour) but none in the hour ``max_gap_s`` before now is in, nor after it: those whose
+    watermarks ``report_silent`` asks about (a node silent for less than that hour's
+    rest is named from the next hour on). Totals per node, then the rows of each one's
+    newest hour for its cluster: a refresh reads little more when every node reports."""
+    recent = bucket_floor(now_s - max_gap_s)
+    newest: dict[str, int] = {}
+    for t in store.energy_totals(since_ts, now_s + 3600, "node"):
+        newest[t.name] = max(newest.get(t.name, 0), t.bucket_ts)
+    out = set()
+    for node, h in newest.items():
+        if h < recent:
+            out |= {(r.cluster, r.node) for r in store.energy(h, h + 3600, cluster=cluster,
+                                                              node=node)}
+    return sorted(out)
+
+
+def _local(ts: float, model: CarbonModel) -> str:
+    return datetime.fromtimestamp(ts, zone(model.timezone)).strftime(
+        f"%d %b %H:%M {model.timezone}")
 
 
 # The most hours at the edges of spans of data ``read_energy`` reads row by row.

@@ -33,6 +33,7 @@ import dataclasses
 import json
 import logging
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from importlib import resources
@@ -302,16 +303,20 @@ class CarbonModel:
         f = self.hour(hour_ts)
         return energy_j / J_PER_KWH * f.pue * f.intensity_g_per_kwh
 
-    def method(self) -> list[str]:
-        """The method, in sentences for a report."""
-        others = " (clusters without their own, below)" if self.clusters else ""
+    def method(self, used: Iterable[str] | None = None) -> list[str]:
+        """The method, in sentences for a report. ``used``: the clusters with energy in it
+        (None: any): a cluster's table is named only where its cluster is one of them (a
+        misspelt table priced nothing)."""
+        keep = None if used is None else set(used)
+        tables = {n: m for n, m in self.clusters.items() if keep is None or n in keep}
+        others = " (clusters without their own, below)" if tables else ""
         return [
             "CO2e = IT energy x PUE x grid carbon intensity, location-based "
             "(GHG Protocol Scope 2 guidance, location-based method).",
             f"Grid intensity{others}: {self.intensity_source}.",
             f"PUE{others}: {self.pue_source}.",
             *(f"Cluster {name}: grid intensity {m.intensity_source}; PUE {m.pue_source} "
-              "(carbon.clusters)." for name, m in sorted(self.clusters.items())),
+              "(carbon.clusters)." for name, m in sorted(tables.items())),
             "Each hour of the ledger takes its own hour's intensity and PUE; a missing hour "
             f"of a series is interpolated between neighbours up to {MAX_INTERPOLATE_H} h "
             "apart, else the fallback is used, and such hours are counted below.",

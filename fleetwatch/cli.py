@@ -335,6 +335,7 @@ def cmd_dashboard(config: Config, args: argparse.Namespace) -> int:
               temp_limit_c=config.detectors.site_temp_limit_c,
               carbon=model_or_unknown(config.carbon, config.energy), until=stop,
               allowed_hosts=c.allowed_hosts, node_static_w=config.energy.node_static_w,
+              max_gap_s=config.energy.max_gap_s,
               fallback_slowdown_c=config.detectors.fallback_slowdown_c)
     finally:
         sock.close()

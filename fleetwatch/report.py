@@ -16,15 +16,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 
-from fleetwatch.carbon import (
-    HOUR_S,
-    MAX_INTERPOLATE_H,
-    CarbonModel,
-    HourFactors,
-    HourlySeries,
-)
+from fleetwatch.carbon import CarbonModel, HourFactors
+from fleetwatch.carbon_warnings import clusters_warning, grid_warnings
 from fleetwatch.models.lemon_report import Offender
 from fleetwatch.pipeline.board_events import Board
 from fleetwatch.pipeline.store.ledger import EnergyRow, EnergyStore
@@ -37,6 +32,7 @@ from fleetwatch.report_month import (
     month_projection,
     zone,
 )
+from fleetwatch.report_silent import SilentNode, describe, uncounted_gpu_hours
 from fleetwatch.report_sums import KINDS, Line, Month, Parts
 
 
@@ -81,6 +77,13 @@ class Report:
     # The IANA time zone whose calendar the month, its days and the times shown follow
     # (energy.timezone, report --tz); the ledger's hours are UTC whatever it is.
     tz: str = "UTC"
+    # The nodes of the month's rows, and those of them silent at its end (or now, for a
+    # month to date): their time since their last frame is in no row yet (report_silent).
+    nodes: tuple[tuple[str, str], ...] = ()
+    silent: list[SilentNode] = field(default_factory=list)
+    # A carbon.clusters table that matches no cluster of the month (a misspelt name), and
+    # which clusters fell back to [carbon]: "" when every table priced its cluster.
+    clusters_warning: str = ""
 
     def local(self, ts: float) -> datetime:
         """``ts`` in the report's time zone."""
@@ -109,12 +112,25 @@ class Report:
 
     @property
     def status(self) -> str:
-        """``complete``: the month ended and every hour has data; ``month_to_date``: it has
-        not ended; ``partial``: it ended, and some hours have no data at all (the fleet,
-        its agents or the processors were not running, or the store was started late)."""
+        """``complete``: the month ended, every hour has data and every node reported up to
+        its end; ``month_to_date``: it has not ended; ``partial``: it ended, and some hours
+        have no data at all (the fleet, its agents or the processors were not running, or
+        the store was started late), or a node silent since before its end has time in no
+        row yet (``silent``)."""
         if not self.ended:
             return "month_to_date"
-        return "complete" if self.hours_with_data >= self.hours_so_far else "partial"
+        return ("complete" if self.hours_with_data >= self.hours_so_far and not self.silent
+                else "partial")
+
+    @property
+    def upto_ts(self) -> float:
+        """The end of the time the report covers: the month's end, or now before it."""
+        return min(max(self.generated_ts, self.start_ts), self.end_ts)
+
+    @property
+    def uncounted_gpu_hours(self) -> float:
+        """The silent nodes' GPU-hours from their last frame on: in no row yet."""
+        return uncounted_gpu_hours(self.silent, self.upto_ts)
 
     @property
     def complete(self) -> bool:
@@ -145,6 +161,10 @@ class Report:
                 f"{at(self.covered_until)} {tz}")
         if self.status == "complete":
             return "complete month"
+        silent = describe(self.silent, self.upto_ts, lambda ts: f"{at(ts)} {tz}")
+        if self.hours_with_data >= self.hours_so_far and self.ended:
+            return f"partial month: {span}; {silent}"
+        silent = f"; {silent}" if silent else ""
         share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
         hours = (f"{self.hours_with_data:,} of the "
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
@@ -153,8 +173,8 @@ class Report:
             hours = (f"data stamped up to {at(self.covered_until_ts)} {tz}, after now "
                      f"({at(self.generated_ts)} {tz}): a node's clock runs ahead")
         if self.status == "month_to_date":
-            return f"month to date: {span}; {hours}"
-        return f"partial month: {span}; only {hours}"
+            return f"month to date: {span}; {hours}{silent}"
+        return f"partial month: {span}; only {hours}{silent}"
 
     def summary(self) -> dict[str, object]:
         t = self.total
@@ -182,6 +202,10 @@ class Report:
             "over_tdp_gpu_hours": t.over_tdp_gpu_hours,
             "missing_gpu_hours": t.missing_gpu_hours,
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
+            "uncounted_gpu_hours": self.uncounted_gpu_hours,
+            "silent_nodes": [{"cluster": x.cluster, "node": x.node, "gpus": x.gpus,
+                              "last_frame": iso(x.since_ts)} for x in self.silent],
+            "clusters_warning": self.clusters_warning,
             "intensity_filled_hours": self.intensity_filled_hours,
             "pue_filled_hours": self.pue_filled_hours,
             "intensity_fallback_hours": self.intensity_fallback_hours,
@@ -255,12 +279,14 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         lines={kind: acc.lines(kind) for kind in KINDS}, daily=acc.daily_lines(),
         hourly_intensity=hourly, cluster_intensity={g: v for g, v in grids.items() if g},
         intensity_filled_hours=sum(1 for f in fs if f.intensity_filled),
-        pue_filled_hours=sum(1 for f in fs if f.pue_filled), method=model.method(),
+        pue_filled_hours=sum(1 for f in fs if f.pue_filled),
+        method=model.method(sorted(acc.kinds["cluster"].index)),
         currency=model.currency, devices=acc.devices,
         hours_with_data=hours_with_data(with_data, start_ts, upto),
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
-        series_warning=_grid_warnings(model, acc.factors),
-        began_ts=began, hour_data=hour_data, tz=tz)
+        series_warning=grid_warnings(model, acc.factors),
+        clusters_warning=clusters_warning(model, acc.kinds["cluster"].index),
+        began_ts=began, hour_data=hour_data, tz=tz, nodes=tuple(sorted(acc.nodes)))
 
 
 def _grid_hours(factors: dict[tuple[str, int], HourFactors]
@@ -270,20 +296,6 @@ def _grid_hours(factors: dict[tuple[str, int], HourFactors]
     for (grid, h), f in sorted(factors.items(), key=lambda kv: kv[0][1]):
         out.setdefault(grid, []).append((h, f.intensity_g_per_kwh, f.intensity_filled))
     return out
-
-
-def _grid_warnings(model: CarbonModel, factors: dict[tuple[str, int], HourFactors]) -> str:
-    """``_series_warning`` for each grid that priced hours, naming a cluster's own."""
-    out = []
-    for grid in sorted({g for g, _ in factors}):
-        hours = sorted(h for g, h in factors if g == grid)
-        fs = [factors[grid, h] for h in hours]
-        text = _series_warning(model.for_cluster(grid), len(fs),
-                               sum(f.intensity_from_fallback for f in fs),
-                               sum(f.pue_from_fallback for f in fs), hours)
-        if text:
-            out.append(f"cluster {grid}: {text}" if grid else text)
-    return "; ".join(out)
 
 
 def board_parts(store: object, end_ts: float) -> Parts:
@@ -311,60 +323,3 @@ def ledger_chunks(store: EnergyStore, start_ts: int, end_ts: int,
     first, last = ledger_span(start_ts, end_ts)
     for t in range(first, last, window_s):
         yield store.energy(t, min(t + window_s, last), cluster=cluster)
-
-
-def _series_warning(model: CarbonModel, hours: int, ci: int, pue: int,
-                    priced: Iterable[int] = ()) -> str:
-    """What to tell the reader when a configured series left hours to the fallback: the
-    hours outside the series' span (a file that does not cover them), and the holes
-    inside it too long to interpolate, each named. ``priced``: the hours the report
-    priced (without them, every fallback hour is said to be outside the span)."""
-    priced = list(priced)
-    out = []
-    if ci and model.intensity is not None:
-        out.append(f"{ci:,} of {hours:,} hours use the fallback intensity "
-                   f"{model.intensity_fallback:g} gCO2e/kWh: "
-                   + _why_fallback(model.intensity, priced, ", not these hours")
-                   + " (carbon.intensity_csv)")
-    if pue and model.pue is not None:
-        out.append(f"{pue:,} of {hours:,} hours use the fallback PUE {model.pue_fallback:g}: "
-                   + _why_fallback(model.pue, priced, "") + " (carbon.pue_csv)")
-    return "; ".join(out)
-
-
-def _at(ts: int) -> str:
-    return f"{datetime.fromtimestamp(ts, timezone.utc):%Y-%m-%d %H:00}"
-
-
-def _why_fallback(series: HourlySeries, priced: Sequence[int], not_these: str,
-                  most: int = 3) -> str:
-    """Why ``series`` left hours of ``priced`` to the fallback: outside its span, or in a
-    hole inside it wider than interpolation bridges (the hole's first and last missing
-    hour and its length)."""
-    first, last = series.span()
-    covers = f"the hourly series covers {_at(first)} to {_at(last)} UTC"
-    fallback = [h for h in priced if series.at(h)[0] is None]
-    inside = [h for h in fallback if first <= h <= last]
-    holes: dict[int, int] = {}  # first missing hour -> last missing hour
-    for h in inside:
-        if any(a <= h <= b for a, b in holes.items()):
-            continue
-        a, b = h, h
-        while a - HOUR_S not in series.values:
-            a -= HOUR_S
-        while b + HOUR_S not in series.values:
-            b += HOUR_S
-        holes[a] = b
-    if not holes:
-        return covers + not_these
-    named = [f"{_at(a)} to {_at(b)} UTC ({(b - a) // HOUR_S + 1:,} hours missing)"
-             for a, b in sorted(holes.items())[:most]]
-    if len(holes) > most:
-        named.append(f"{len(holes) - most:,} more")
-    what = "a hole" if len(holes) == 1 else f"{len(holes):,} holes"
-    text = (f"the hourly series has {what} longer than interpolation bridges (neighbours "
-            f"up to {MAX_INTERPOLATE_H} h apart): {'; '.join(named)}")
-    outside = len(fallback) - len(inside)
-    if outside:
-        text += f"; {outside:,} hours are outside it: {covers}"
-    return text

@@ -38,6 +38,7 @@ from fleetwatch.report_month import (
     zone,
     zone_name,
 )
+from fleetwatch.report_silent import silent_nodes
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for
@@ -104,12 +105,17 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
                  store_name: str = "", now: float | None = None,
                  progress: Progress | None = None,
                  lemon_half_life_d: float = 7.0, cluster: str | None = None,
-                 tz: str = "UTC") -> dict[str, Path]:
+                 tz: str = "UTC", max_gap_s: float = 60.0,
+                 zone_in_name: bool = False) -> dict[str, Path]:
     """The month's HTML, CSV and JSON in ``out_dir``; returns their paths. The ledger is
     read a few hours at a time (``ledger_chunks``); ``progress`` hears of each. A store
     that keeps events adds the month's repeat offenders (lemon scores). ``cluster``: that
     cluster's rows only, in files named after it (another cluster's report beside them
-    is kept). ``tz``: the time zone whose calendar month it is (its local midnights)."""
+    is kept). ``tz``: the time zone whose calendar month it is (its local midnights).
+    ``max_gap_s`` (energy.max_gap_s): a node whose last frame is older than that at the
+    month's end (now, before it) is silent, its time since in no row yet (report_silent).
+    ``zone_in_name``: the files' names end in the zone (``-Europe_Berlin``), so that a
+    report of the month in another zone than energy.timezone's keeps that one's files."""
     from fleetwatch.report_html import render
 
     start, end = month_span(month, tz)
@@ -119,6 +125,7 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         _no_such_cluster(store, cluster, month, start, end, store_name or "the store")
     if cluster is not None:
         store_name = f"{store_name or 'the store'}, cluster {cluster}"
+        report.clusters_warning = ""  # the other clusters' tables are not for this one
     if not report.hourly_intensity and start >= report.generated_ts:
         raise ReportError(f"{month} has not begun: it starts {_at(start, tz)}, and it is "
                           f"{_at(report.generated_ts, tz)} now; choose a month that has begun "
@@ -132,13 +139,16 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
+    report.silent = silent_nodes(store, report.nodes, report.upto_ts, max_gap_s,
+                                 report.generated_ts)
     report.offenders = [o for o in repeat_offenders(store, start, min(end, report.generated_ts),
                                                     lemon_half_life_d)
                         if cluster is None or o.cluster == cluster]
     report.events_kept_since_ts = events_horizon(store, min(end, report.generated_ts),
                                                  lemon_half_life_d)
     out = Path(out_dir)
-    stem = f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
+    stem = (f"fleetwatch-energy-{month}" + ("" if cluster is None else f"-{cluster}")
+            + (f"-{tz.replace('/', '_')}" if zone_in_name else ""))
     paths = {ext: out / f"{stem}.{ext}" for ext in ("html", "csv", "json")}
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -189,6 +199,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
         tz = zone_name(tz)  # as the database spells it: "utc" is reported as "UTC"
     except ZoneError as exc:
         raise ZoneError(f"--tz: {exc}") from None
+    # Another zone's report of the month is written beside energy.timezone's, not over it.
+    other_zone = tz != zone_name(config.energy.timezone)
     month = resolve_month(month, time.time(), tz)
     month_span(month, tz)  # a wrong month is said before the store is opened
     try:
@@ -209,7 +221,9 @@ def report_month(config: Config, month: str, out_dir: str | Path,
             paths = write_report(store, model, month, out_dir, name,  # type: ignore[arg-type]
                                  progress=progress,
                                  lemon_half_life_d=config.models.lemon_half_life_d,
-                                 cluster=cluster, tz=tz)
+                                 cluster=cluster, tz=tz,
+                                 max_gap_s=config.energy.max_gap_s,
+                                 zone_in_name=other_zone)
         finally:
             progress.done()
     except StoreError as exc:
@@ -233,6 +247,8 @@ def report_month(config: Config, month: str, out_dir: str | Path,
                      "CPUs to count it")
     if s["series_warning"]:
         lines.append(f"  warning: {s['series_warning']}")
+    if s["clusters_warning"]:
+        lines.append(f"  warning: {s['clusters_warning']}")
     if not s["complete"]:
         lines.append(f"  {s['coverage']}")
     if s["projected_co2e_kg"] is not None:

@@ -202,6 +202,12 @@ def render(r: Report, store_name: str = "") -> str:
     ]
     if r.series_warning:
         tiles.append(_tile("Carbon factors", "Fallback used", r.series_warning, "warn"))
+    if r.clusters_warning:
+        tiles.append(_tile("Cluster grids", "Table unused", r.clusters_warning, "warn"))
+    if r.silent:
+        tiles.append(_tile("Silent nodes", f"{len(r.silent):,}",
+                           f"{_n(r.uncounted_gpu_hours)} GPU-hours since their last frame "
+                           "not counted yet", "warn"))
     if r.projected_co2e_kg is not None:
         tiles.append(_tile("Projected month", amounts.mass(r.projected_co2e_kg),
                            "at the rate of the hours with data"))

@@ -123,6 +123,9 @@ class Month:
     oldest_rows: list[EnergyRow] = field(default_factory=list)  # the oldest hour's rows
     # hour -> [GPU seconds measured, GPU seconds missing, energy J, longest device seconds]
     hours: dict[int, list[float]] = field(default_factory=dict)
+    # (cluster, node) -> its newest ledger hour read: the nodes whose watermarks say
+    # whether one fell silent before the month's end (``report_silent``).
+    nodes: dict[tuple[str, str], int] = field(default_factory=dict)
 
     def add(self, rows: Sequence[EnergyRow]) -> None:
         """Columns and bincount-like sums, not a loop over rows in Python. Rows of hours
@@ -179,6 +182,8 @@ class Month:
         for name in (CPU_DEVICE, REST_DEVICE):
             self.devices[name] += float(it[device == name].sum())
         self._add_hours(rows, col, n, uniq_hours, hour_of, gpu)
+        for key in set(zip(col["cluster"], col["node"])):
+            self.nodes[key] = max(self.nodes.get(key, 0), int(uniq_hours[-1]))
         first = int(uniq_hours[0])
         if not self.oldest_rows or first <= self.oldest_rows[0].bucket_ts:
             if self.oldest_rows and first < self.oldest_rows[0].bucket_ts:

@@ -342,6 +342,7 @@ def _serve(system: System, what: str, given: UpOptions, sock: socket.socket,
                   carbon=model_or_unknown(config.carbon, config.energy),
                   until=stopping.stop, allowed_hosts=config.dashboard.allowed_hosts,
                   node_static_w=config.energy.node_static_w,
+                  max_gap_s=config.energy.max_gap_s,
                   fallback_slowdown_c=config.detectors.fallback_slowdown_c,
                   # While the simulation catches up, the page's "now" is the simulated
                   # one: on the wall clock its data is minutes old and the fleet page

@@ -218,5 +218,29 @@ def test_cli_report_tz_names_the_zone_and_refuses_an_unknown_one(tmp_path, capsy
             in capsys.readouterr().err)
     assert main([*args, "--tz", "europe/berlin"]) == 0
     assert "2026-03 (Europe/Berlin): 4.40 kg CO2e" in capsys.readouterr().out
-    with (tmp_path / "out" / "fleetwatch-energy-2026-03.csv").open() as f:
+    # Another zone than energy.timezone's: its files beside the configured zone's, not over.
+    with (tmp_path / "out" / "fleetwatch-energy-2026-03-Europe_Berlin.csv").open() as f:
         assert {row["timezone"] for row in csv.DictReader(f)} == {"Europe/Berlin"}
+    with (tmp_path / "out" / "fleetwatch-energy-2026-03.csv").open() as f:
+        assert {row["timezone"] for row in csv.DictReader(f)} == {"Asia/Tokyo"}
+
+
+@pytest.mark.parametrize("tz", ["Etc/GMT+12", "America/Los_Angeles", "America/Denver",
+                                "America/New_York", "UTC", "Asia/Kolkata",
+                                "Pacific/Kiritimati"])
+def test_the_shipped_schedule_names_the_month_that_just_ended_in_every_zone(tz):
+    from datetime import datetime
+    from pathlib import Path
+
+    from fleetwatch.report_month import resolve_month
+
+    root = Path(__file__).resolve().parents[2] / "deploy"
+    assert "OnCalendar=*-*-01 14:00:00 UTC" in (
+        root / "systemd" / "fleetwatch-report.timer").read_text()
+    assert 'schedule: "0 14 1 * *"' in (root / "kubernetes" / "fleetwatch.yaml").read_text()
+    for first in ("2023-01-01", "2022-07-01", "2022-03-01"):
+        at = datetime.fromisoformat(f"{first}T14:00:00+00:00").timestamp()
+        ended = datetime.fromisoformat(f"{first}T00:00:00").replace(day=1)
+        just = f"{ended.year - (ended.month == 1):04d}-{(ended.month - 2) % 12 + 1:02d}"
+        assert resolve_month("previous", at, tz) == just
+        assert month_span(just, tz)[1] <= at  # it has ended there
