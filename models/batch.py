@@ -35,7 +35,7 @@ METRICS: tuple[str, ...] = (
     "gpu_pcie_replay_total", "gpu_nvlink_crc_errors_total", "gpu_nvlink_replay_errors_total",
     "gpu_nvlink_recovery_errors_total", "gpu_nvlink_links_down", "gpu_fan_pct",
     "gpu_ecc_sbe_volatile_total", "gpu_tensor_active_ratio", "gpu_dram_active_ratio",
-    "gpu_retired_pages_sbe",
+    "gpu_retired_pages_sbe", "gpu_energy_j",
 )
 COL = {name: i for i, name in enumerate(METRICS)}
 NAN = float("nan")

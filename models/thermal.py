@@ -29,12 +29,20 @@ from fleetwatch.models.batch import (
     throttle_bits,
 )
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
-from fleetwatch.models.thermal_jump import FIELDS, RISE_MIN_C, advance, climb_past_power
+from fleetwatch.models.thermal_jump import (
+    FIELDS,
+    RISE_MIN_C,
+    advance,
+    beyond_peers,
+    climb_past_power,
+    lagged_power,
+)
 from fleetwatch.parts import thermal_limits_c
 
 TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
     COL["gpu_shutdown_temp_c"]
 POWER, LIMIT, THROTTLE = COL["gpu_power_w"], COL["gpu_power_limit_w"], COL["gpu_throttle_reasons"]
+ENERGY = COL["gpu_energy_j"]
 HYSTERESIS_C = 2.0
 # Evidence of an alert judged against config's fallback limits, not the GPU's (1.0)
 LIMITS_ASSUMED = "limits_assumed"
@@ -189,11 +197,10 @@ class ThermalLimits(WaveDetector):
             # temperature: the sink's climb since a sample WINDOW_S or more ago, past what
             # the power's own rise explains.
             metered = np.isfinite(power)
-            plag = np.where(np.isnan(t["plag"][s]), watts,
-                            t["plag"][s] + ewma_weight(np.nan_to_num(dt), c.thermal_tau_s)
-                            * (watts - t["plag"][s]))
+            plag, before = lagged_power(t, s, dt, watts, x[..., ENERGY], c.thermal_tau_s)
             jump, explained, jump_s = climb_past_power(t, s, ts, sink, watts, c.thermal_tau_s)
-            warming = valid & metered & ~(dt <= 0) & (jump - explained >= RISE_MIN_C)
+            warming = valid & metered & ~(dt <= 0) & (beyond_peers(
+                np.where(valid & metered, jump - explained, np.nan), watts) >= RISE_MIN_C)
             over = (slots >= 0) & (limit > 0) & (power > limit * c.power_over_limit_frac)
         fresh = valid & ~(dt <= 0)
         for name, mask in (("crit", crit), ("high", high), ("site", site), ("mcrit", mcrit),
@@ -204,9 +211,6 @@ class ThermalLimits(WaveDetector):
         t["watts"][s[fresh]] = watts[fresh]
         t["ts"][s[fresh]] = ts[fresh]
         kept = fresh & np.isfinite(watts)
-        # The anchor keeps the lagged power before its own sample: the power read may have
-        # stepped at any time since the last one, the sink not yet following it.
-        before = np.where(np.isnan(t["plag"][s]), watts, t["plag"][s])
         advance(t, s[kept], ts[kept], sink[kept], watts[kept], before[kept])
         t["plag"][s[fresh]] = plag[fresh]
         for i, j in flagged(warming):

@@ -20,6 +20,16 @@ watt of rise since the reference: the die's jump differs by part, 0.024 °C/W on
 real H100, 0.047 on the simulated A100). It fires past ``RISE_MIN_C``: NVML reads
 whole degrees, so a steady reading moves a degree at each end and noise adds one.
 
+The sampled powers miss what happens between samples: a job's checkpoint pause (100 W for
+12-20 s, every ten minutes or so) that falls between two 15-30 s scrapes cools the sink
+unseen, and it warms back 3-6 °C at steady sampled power. Two things tell that from a
+failed cooler. The GPU's energy counter (``gpu_energy_j``, NVML's total energy): its mean
+power over each interval is what the sink followed, a pause showing as a mean well below
+the samples, so the lagged power follows the mean where the counter is read
+(``lagged_power``). And a failed cooler is one GPU's: a climb that its node's peers at a
+like power share in the same sample is the job's or the node's air, so a GPU is judged on
+its climb past its peers' median (``beyond_peers``).
+
 What this cannot see within seconds: a lightly loaded GPU. The climb scales with
 its power: at 60-100 W (idle, communication or input-bound phases) a doubled
 resistance adds 6-10 °C in all, 1-2 °C in the first ten seconds, a whole-degree
@@ -52,12 +62,17 @@ ALLOW_C_PER_W = 0.065
 STEP_W = 60.0
 
 
+# A node peer runs at a like power: within STEP_W or this share of the GPU's own.
+PEER_POWER_FRAC = 0.25
+
+
 # The state columns a detector's GpuTable carries for this (``FIELDS``): two reference
 # samples per GPU, a (the older) and b, each its time, die temperature less its jump over
 # the sink (die_c_per_w x power), power and lagged power.
 PARTS = ("ts", "sink", "watts", "plag")
 # ``since``: when the GPU was first seen, or seen again after a gap.
-FIELDS = {"since": np.nan, **{f"{k}_{v}": np.nan for k in "ab" for v in PARTS}}
+# ``joules``: the energy counter's last reading (J).
+FIELDS = {"since": np.nan, "joules": np.nan, **{f"{k}_{v}": np.nan for k in "ab" for v in PARTS}}
 # Judged only from references this many thermal_tau_s after ``since``: the lagged power
 # needs the power's history (a GPU first seen while it warms through a job's start has
 # none, and its sink still climbs at steady power).
@@ -111,3 +126,46 @@ def advance(t: Table, s: np.ndarray, ts: np.ndarray, sink: np.ndarray, watts: np
     for v, new in zip(PARTS, (ts, sink, watts, plag)):
         t["a_" + v][ss] = np.where(stale[shift], np.nan, t["b_" + v][ss])
         t["b_" + v][ss] = new[shift]
+
+
+def lagged_power(t: Table, s: np.ndarray, dt: np.ndarray, watts: np.ndarray,
+                 joules: np.ndarray, tau_s: float) -> tuple[np.ndarray, np.ndarray]:
+    """(the lagged power now, the lagged power an anchor at this sample keeps) per GPU: the
+    power the sink followed, an average with time constant tau_s of the energy counter's
+    mean power over each interval where it reads one, else of the sampled power. The
+    anchor keeps the lower of that and the lagged power before this sample (the sampled
+    power may have stepped at any time since the last one, the sink not yet following it).
+    ``joules``: the counter now (NaN: none); its last reading is kept here."""
+    last, prev = t["plag"][s], t["joules"][s]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = (joules - prev) / dt
+        # A counter that is frozen, reset (a driver reload) or jumps is no mean power.
+        sane = (dt > 0) & (dt <= MAX_AGE_S) & (mean > 0) \
+            & (mean <= 1.5 * np.fmax(watts, t["watts"][s]) + 100.0)
+        drawn = np.where(sane, mean, watts)
+        plag = np.where(np.isnan(last), watts,
+                        last + ewma_weight(np.nan_to_num(dt), tau_s) * (drawn - last))
+        before = np.where(np.isnan(last), watts, last)
+        anchor = np.where(sane, np.fmin(before, plag), before)
+    seen = np.isfinite(joules) & ~(dt <= 0)
+    t["joules"][s[seen]] = joules[seen]
+    return plag, anchor
+
+
+def beyond_peers(excess: np.ndarray, watts: np.ndarray) -> np.ndarray:
+    """Each GPU's climb past what its power explains (``excess``, rows: a node's frame),
+    less the median of its node peers' (the other GPUs of the row judged in that sample at
+    a like power) where that is positive: a climb the node's GPUs share is their job's
+    unseen power or their air, not one GPU's cooling. Only where ``excess`` reaches
+    RISE_MIN_C (the rest are not judged further)."""
+    out = excess.copy()
+    with np.errstate(invalid="ignore"):
+        rows, cols = np.nonzero(excess >= RISE_MIN_C)
+    for i, j in zip(rows.tolist(), cols.tolist()):
+        w, e = watts[i], excess[i]
+        with np.errstate(invalid="ignore"):
+            like = np.isfinite(e) & (np.abs(w - w[j]) <= max(STEP_W, PEER_POWER_FRAC * w[j]))
+        like[j] = False
+        if like.any():
+            out[i, j] -= max(float(np.median(e[like])), 0.0)
+    return out
