@@ -134,6 +134,10 @@ class NodeSilence(SilentRacks, StreamClock):
         self._judges: Callable[[str, str], bool] | None = None
         self._remote: list[Remote] | None = []
         self._shared = SharedRacks()
+        # The clusters whose racks it judges beside those it has frames from: named by the
+        # configuration, and the store's one cluster for a member with no frame (``share``).
+        self._named: frozenset[str] = frozenset()
+        self._stored: frozenset[str] = frozenset()
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -240,8 +244,9 @@ class NodeSilence(SilentRacks, StreamClock):
             self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
         # A rack judge left with no node of its own (a rebalance gave every node of a
         # small fleet to the other members) gets no frame: only its ticks judge its racks,
-        # else their open alerts would never resolve.
-        judging = not self._whole and self._judges is not None and bool(self._shared.down)
+        # else their open alerts would never resolve, nor new ones be raised.
+        judging = not self._whole and self._judges is not None and bool(
+            self._shared.down or self._remote)
         if not (self._where or judging) or self._quiet < self._step():
             return []
         if self._quiet_from is None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from fleetwatch.config import DetectorsConfig
@@ -153,6 +153,20 @@ class Remote:
     rack: str
     node: str
     ts: float
+
+
+def judged_clusters(own: Collection[str], named: Collection[str],
+                    stored: Collection[str]) -> set[str]:
+    """The clusters whose racks a member of a consumer group judges: those it has had frames
+    from (``own``), those its configuration names as its deployment's (``named``: every
+    member shares it), and, for a member that has had no frame at all (every node maps to
+    another member's partitions: a small fleet), the one cluster the store holds
+    (``stored``; with several, none of them: one may be another deployment's, with its own
+    topic and processors, that merely shares the store)."""
+    out = set(own) | set(named)
+    if not own and len(set(stored)) == 1:
+        out |= set(stored)
+    return out
 
 
 def remote_heard(nodes: Iterable[Remote], now: float, limit: float,

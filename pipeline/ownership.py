@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import AGENT_STOPPED, Frame
+from fleetwatch.models.rack_silence import judged_clusters
 from fleetwatch.pipeline.alerts import AlertBook, alert_key
 from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
@@ -129,6 +130,9 @@ class Ownership:
         # With several members, which racks' ``rack_silent`` alerts are this member's
         # (``pipeline.rack_judges``; None: every rack's). Checked again after a rebalance.
         self.judges: Callable[[str, str], bool] | None = None
+        # The clusters the configuration names as this deployment's (``node.cluster``,
+        # ``alerts.clusters``): their rack alerts are taken over with no frame of them.
+        self.named: frozenset[str] = frozenset()
         self._rejudge_racks = False
         self.monotonic: Callable[[], float] = time.monotonic
 
@@ -361,12 +365,12 @@ class Ownership:
                 hook(gone)
         stored = self._store.alerts()  # StoreError: the batch is retried, this with it
         held = {alert_key(a) for a in self._book.open}
-        # A member that never had a frame (every node maps to another member's partition:
-        # a small fleet) knows no cluster; where the store holds one cluster's open
-        # alerts, that is its own, else it takes none over (another deployment's).
-        clusters = self._clusters or {a.cluster for a in stored}
-        if len(clusters) > 1 and not self._clusters:
-            clusters = set()
+        # The group's clusters (``rack_silence.judged_clusters``, as the rack's judge judges
+        # them): those it had frames from and those its configuration names; a member that
+        # never had a frame (every node maps to another member's partition: a small fleet)
+        # takes the store's one cluster too (with several open alerts' clusters, none of
+        # them: one may be another deployment's).
+        clusters = judged_clusters(self._clusters, self.named, {a.cluster for a in stored})
         racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in clusters
                  and a.state != "resolved" and alert_key(a) not in held]
         # A rack whose partition is not known yet (the topic's size not yet learned): asked

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import AGENT_STOPPED
 from fleetwatch.models.rack_silence import Remote
@@ -48,8 +48,13 @@ MIN_EVERY_S, MAX_EVERY_S = 0.5, 5.0
 class RackJudges:
     def __init__(self, store: Store, ownership: Ownership, detectors: Sequence[object],
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 clusters: Collection[str] = ()) -> None:
+        """``clusters``: those the configuration names as this deployment's, whose racks
+        are judged though no frame of them came to this member (``node.cluster``,
+        ``alerts.clusters``)."""
         self._store, self._ownership = store, ownership
+        self.clusters = frozenset(clusters)
         self._sharers = [d for d in detectors if callable(getattr(d, "share", None))]
         silent_min = min((getattr(getattr(d, "c", None), "silent_min_s", 60.0)
                           for d in self._sharers), default=60.0)
@@ -91,7 +96,7 @@ class RackJudges:
         self._partition = {}  # the topic's partition count may have changed since
         remote = self._read(now)
         for d in self._sharers:
-            d.share(self.judges, remote)  # type: ignore[attr-defined]
+            d.share(self.judges, remote, self.clusters)  # type: ignore[attr-defined]
 
     def _read(self, now: float) -> list[Remote] | None:
         """Every node's newest frame time from the store (None: it cannot be read)."""

@@ -5,7 +5,7 @@ not grow with the history the store holds; the nodes it learns are merged, and l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.rack_silence import Remote
@@ -23,7 +23,7 @@ class Sharer:
         self.told: list[list[Remote] | None] = []
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = ()) -> None:
         self.told.append(None if remote is None else list(remote))
 
 
