@@ -138,6 +138,7 @@ class NodeSilence(SilentRacks, StreamClock):
         # configuration, and the store's one cluster for a member with no frame (``share``).
         self._named: frozenset[str] = frozenset()
         self._stored: frozenset[str] = frozenset()
+        self._settled_at: float | None = None
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -254,6 +255,14 @@ class NodeSilence(SilentRacks, StreamClock):
             # stream's "now" goes on at this clock's pace. Nothing heard ever: this clock.
             self._quiet_from = self.now if self.now > -math.inf else wall - self._quiet
         return self._judge(min(self._quiet_from + self._quiet, wall))
+
+    def _time(self) -> float | None:
+        """The time it judges at now (None: not known yet): the stream's, or while it hears
+        nothing, that plus the time it has listened (``tick``)."""
+        if self._quiet_from is not None:
+            at = self._quiet_from + self._quiet
+            return at if self._tick_wall is None else min(at, self._tick_wall)
+        return self.now if self.now > -math.inf else None
 
     def _learn(self, i: int, gap: float) -> None:
         """Learn node ``i``'s interval from a ``gap`` between two of its frames: a moving

@@ -24,6 +24,7 @@ from fleetwatch.models.rack_silence import (
     SharedRacks,
     judged_clusters,
     racks_down,
+    remote_at,
     remote_heard,
 )
 
@@ -48,9 +49,11 @@ class SilentRacks:
     _shared: SharedRacks
     _named: frozenset[str]  # the clusters the configuration names (``share``)
     _stored: frozenset[str]  # the clusters the store holds, as last read
+    _settled_at: float | None  # this member's time at the last read (``share``)
 
     if TYPE_CHECKING:  # in NodeSilence
         def _grace(self, i: int, now: float, limit: float) -> bool: ...
+        def _time(self) -> float | None: ...
 
     def whole(self, every: bool) -> None:
         """Does this processor read every partition of its topic (or no bus at all)? Then
@@ -69,6 +72,8 @@ class SilentRacks:
         here (``rack_silence.judged_clusters``)."""
         self._judges = judges
         self._named = frozenset(clusters)
+        # This member's time at the read: the settled partitions' nodes are judged at it.
+        self._settled_at = self._time() if remote is not None else self._settled_at
         if remote is not None:  # the clusters the store holds (the last read's, if not)
             self._stored = frozenset(r.cluster for r in remote)
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
@@ -99,11 +104,15 @@ class SilentRacks:
         # The others' nodes are judged on the newest of their frames the store has given, not
         # on this member's clock: a view that lags (a store read every few seconds, a member
         # catching up a backlog stamped minutes ago, a store away) makes no rack silent;
-        # only nodes behind the others' own newest are.
+        # only nodes behind the others' own newest are. Those of a partition the group has
+        # stored to its end are judged on this member's time (``rack_silence.remote_at``).
         seen = getattr(self, "_remote_seen", None)
-        seen = now if seen is None else seen
+        seen = min(now, now if seen is None else seen)
+        # Those of a partition stored to its end when the store was read: at this member's
+        # time then (not now: they may have sent since), if that is later.
+        settled = seen if self._settled_at is None else min(now, max(seen, self._settled_at))
         found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges,
-                            min(now, seen))
+                            (seen, settled))
         return self._shared.judge(found, judges, now)
 
     def _judged_clusters(self) -> set[str]:
@@ -113,7 +122,7 @@ class SilentRacks:
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
                remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
                judges: Callable[[str, str], bool] | None = None,
-               remote_now: float | None = None) -> list[Finding]:
+               remote_now: tuple[float, float] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
@@ -123,15 +132,17 @@ class SilentRacks:
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
         others, limit, usual = remote  # other members' nodes: the fleet's usual limit
-        at = now if remote_now is None else remote_now  # the others' nodes judged at
-        counts.update((r.cluster, r.rack) for r in others if at - r.ts >= limit / 2)
+        # The others' nodes judged at (``rack_silence.remote_at``): unsettled, settled.
+        seen, settled = (now, now) if remote_now is None else remote_now
+        counts.update((r.cluster, r.rack) for r in others
+                      if remote_at(r, seen, settled) - r.ts >= limit / 2)
         clusters = self._clusters if judges is None else self._judged_clusters()
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
                  and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), at, limit,
-                             usual)
+        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), seen, limit,
+                             usual, settled)
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):

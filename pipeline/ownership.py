@@ -108,6 +108,10 @@ class Ownership:
         self.lagging: Callable[[], Collection[Partition]] = frozenset
         # Every partition of the topic (the consumer's ``partitions``; none: not known).
         self.partitions: Callable[[], Collection[Partition]] = frozenset
+        # Of the given partitions, those the group has stored to their end (the consumer's
+        # ``settled``; it returns None where the brokers do not say; None: none is).
+        self.settled: Callable[[Collection[Partition]], Collection[Partition] | None] | None \
+            = None
         self._expect = False  # new partitions: ask the store which nodes they hold
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation

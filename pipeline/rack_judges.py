@@ -20,6 +20,12 @@ node whose newest frame said its agent stopped cleanly
 fails (``StoreError``) holds the racks' last findings (``rack_silence.SharedRacks``): a
 store away resolves no rack alert and raises none.
 
+Before each read, the brokers are asked which of the other members' partitions the group
+has stored to their end (its committed offsets: ``bus.kafka_settled``): the nodes of those
+are judged on the judge's own time, the others' on the newest frame of theirs the store
+has given (``rack_silence.remote_at``). Where the brokers do not say, none is settled, and
+they are asked again only ``SETTLED_RETRY_S`` later.
+
 A member reading every partition (or no bus) judges every rack on its own frames alone:
 nothing here is read.
 """
@@ -43,6 +49,7 @@ FULL_EVERY_S = 6 * 3600.0  # a full re-read, in case a late write was missed
 RECENT_S = 120.0  # a short read's margin: a member writes its frames a little late
 SLOW_S = 1.0  # a read longer than this is said (it holds the member's frames meanwhile)
 MIN_EVERY_S, MAX_EVERY_S = 0.5, 5.0
+SETTLED_RETRY_S = 30.0  # after the brokers did not say which partitions are settled
 
 
 class RackJudges:
@@ -69,6 +76,11 @@ class RackJudges:
         # Each rack's partition (a murmur2 a name), found again after every read: the
         # detector asks for each node's rack on every batch.
         self._partition: dict[str, Partition] = {}
+        # Each node's partition, for the topic's size then (a node's frames are keyed by
+        # its name), and when to ask which partitions are settled again after none was.
+        self._nodes_at: dict[str, Partition | None] = {}
+        self._nodes_size = 0
+        self._settled_retry = -math.inf
 
     def judges(self, cluster: str, rack: str) -> bool:
         """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
@@ -94,12 +106,47 @@ class RackJudges:
             return
         self._read_at = now
         self._partition = {}  # the topic's partition count may have changed since
-        remote = self._read(now)
+        settled = self._settled(now)  # before the store: what is settled is stored
+        remote = self._read(now, settled)
         for d in self._sharers:
             d.share(self.judges, remote, self.clusters)  # type: ignore[attr-defined]
 
-    def _read(self, now: float) -> list[Remote] | None:
-        """Every node's newest frame time from the store (None: it cannot be read)."""
+    def _settled(self, now: float) -> frozenset[Partition]:
+        """The other members' partitions the group has stored to their end (its committed
+        offsets: see the module); none where the brokers do not say, asked again only
+        ``SETTLED_RETRY_S`` later (each ask holds the member's frames meanwhile)."""
+        ask, owned = getattr(self._ownership, "settled", None), self._ownership.owned
+        if ask is None or owned is None or now < self._settled_retry:
+            return frozenset()
+        others = set(self._ownership.partitions()) - owned
+        if not others:
+            return frozenset()
+        try:
+            out = ask(others)
+        except Exception:  # a bug here must not stop the loop: judged as before
+            log.exception("cannot read how far the other members have stored their partitions")
+            out = None
+        if out is None:  # the brokers away: not asked again at every read meanwhile
+            self._settled_retry = now + SETTLED_RETRY_S
+            return frozenset()
+        return frozenset(out)
+
+    def _node_partition(self, node: str) -> Partition | None:
+        """A node's partition, as agents key its frames by its name (kept per topic size)."""
+        locate = self._ownership.locate
+        if locate is None:
+            return None
+        size = len(self._ownership.partitions())
+        if size != self._nodes_size:
+            self._nodes_at, self._nodes_size = {}, size
+        if node not in self._nodes_at:
+            self._nodes_at[node] = locate(node.encode())
+        return self._nodes_at[node]
+
+    def _read(self, now: float, settled: frozenset[Partition] = frozenset()
+              ) -> list[Remote] | None:
+        """Every node's newest frame time from the store (None: it cannot be read), and
+        whether its partition is ``settled`` (the group stored it to its end)."""
         clock = self._clock()
         owned = frozenset(self._ownership.owned or ())
         full = (self._read_to is None or owned != self._full_owned
@@ -142,7 +189,9 @@ class RackJudges:
         self._forget(clock - EXPECT_S)
         # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
         # silent, and not counted in its rack, as for the member's own nodes.
-        return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()
+        return [Remote(c, rack, node, ts,
+                       bool(settled) and self._node_partition(node) in settled)
+                for (c, node), (rack, ts) in self._seen.items()
                 if self._stops.get((c, node), -math.inf) < ts]
 
     def _merge(self, seen: dict[NodeKey, tuple[str, float]]) -> None:
