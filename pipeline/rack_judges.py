@@ -77,7 +77,8 @@ class RackJudges:
         # detector asks for each node's rack on every batch.
         self._partition: dict[str, Partition] = {}
         # Each node's partition, for the topic's size then (a node's frames are keyed by
-        # its name), and when to ask which partitions are settled again after none was.
+        # its name), and when to ask which partitions are settled again after the brokers
+        # did not say.
         self._nodes_at: dict[str, Partition | None] = {}
         self._nodes_size = 0
         self._settled_retry = -math.inf
@@ -131,17 +132,22 @@ class RackJudges:
             return frozenset()
         return frozenset(out)
 
-    def _node_partition(self, node: str) -> Partition | None:
-        """A node's partition, as agents key its frames by its name (kept per topic size)."""
+    def _in(self, settled: frozenset[Partition]) -> Callable[[str], bool]:
+        """Is a node (by name: agents key its frames by it) of a ``settled`` partition? Each
+        node's partition is kept while the topic's size stays."""
         locate = self._ownership.locate
-        if locate is None:
-            return None
+        if not settled or locate is None:
+            return lambda node: False
         size = len(self._ownership.partitions())
         if size != self._nodes_size:
             self._nodes_at, self._nodes_size = {}, size
-        if node not in self._nodes_at:
-            self._nodes_at[node] = locate(node.encode())
-        return self._nodes_at[node]
+        at = self._nodes_at
+
+        def settled_node(node: str) -> bool:
+            if node not in at:
+                at[node] = locate(node.encode())
+            return at[node] in settled
+        return settled_node
 
     def _read(self, now: float, settled: frozenset[Partition] = frozenset()
               ) -> list[Remote] | None:
@@ -189,8 +195,8 @@ class RackJudges:
         self._forget(clock - EXPECT_S)
         # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
         # silent, and not counted in its rack, as for the member's own nodes.
-        return [Remote(c, rack, node, ts,
-                       bool(settled) and self._node_partition(node) in settled)
+        done = self._in(settled)
+        return [Remote(c, rack, node, ts, done(node))
                 for (c, node), (rack, ts) in self._seen.items()
                 if self._stops.get((c, node), -math.inf) < ts]
 
