@@ -63,17 +63,24 @@ class SilentRacks:
         self._whole = every
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None, clusters: Collection[str] = ()) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         """With several members: which racks ((cluster, rack)) this one judges, and the
         last frame times the store holds of their nodes that other members read (None:
         the store cannot be read now: the racks' last findings are held). ``clusters``:
         those the processor's configuration names as its deployment's (``node.cluster``,
         ``alerts.clusters``): their racks are judged here though no frame of them came
-        here (``rack_silence.judged_clusters``)."""
+        here (``rack_silence.judged_clusters``). ``window``: the oldest frame time the
+        read could return (a short read's): nodes of settled partitions are judged at this
+        member's time only where it is within it, else a frame stamped earlier, stored
+        since the last read, would not be seen (a stream running behind the clock)."""
         self._judges = judges
         self._named = frozenset(clusters)
         # This member's time at the read: the settled partitions' nodes are judged at it.
-        self._settled_at = self._time() if remote is not None else self._settled_at
+        if remote is not None:
+            at = self._time()
+            self._settled_at = at if at is not None and (window is None or at >= window) \
+                else None
         if remote is not None:  # the clusters the store holds (the last read's, if not)
             self._stored = frozenset(r.cluster for r in remote)
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).

@@ -24,7 +24,10 @@ Before each read, the brokers are asked which of the other members' partitions t
 has stored to their end (its committed offsets: ``bus.kafka_settled``): the nodes of those
 are judged on the judge's own time, the others' on the newest frame of theirs the store
 has given (``rack_silence.remote_at``). Where the brokers do not say, none is settled, and
-they are asked again only ``SETTLED_RETRY_S`` later.
+they are asked again only ``SETTLED_RETRY_S`` later. Only while the judge's time is within
+the read's window (``window``: a short read sees no frame stamped before it, so a member
+whose stream runs minutes behind the clock, a backlog or a replay stamped in the past,
+would find settled nodes older than they are): else all are judged as unsettled.
 
 A member reading every partition (or no bus) judges every rack on its own frames alone:
 nothing here is read.
@@ -82,6 +85,9 @@ class RackJudges:
         self._nodes_at: dict[str, Partition | None] = {}
         self._nodes_size = 0
         self._settled_retry = -math.inf
+        # The oldest frame time the last good read could return (a short read asks only
+        # for the last minutes): a frame stamped earlier, stored since, is not seen.
+        self.window: float | None = None
 
     def judges(self, cluster: str, rack: str) -> bool:
         """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
@@ -110,7 +116,8 @@ class RackJudges:
         settled = self._settled(now)  # before the store: what is settled is stored
         remote = self._read(now, settled)
         for d in self._sharers:
-            d.share(self.judges, remote, self.clusters)  # type: ignore[attr-defined]
+            d.share(self.judges, remote, self.clusters,  # type: ignore[attr-defined]
+                    self.window)
 
     def _settled(self, now: float) -> frozenset[Partition]:
         """The other members' partitions the group has stored to their end (its committed
@@ -183,6 +190,7 @@ class RackJudges:
             log.info("the store answers again: racks judged on the other members' nodes again")
         self._away = False
         self._read_to = clock
+        self.window = since  # the oldest stamp this read could return
         if full:
             self._seen, self._stops = seen, {}
             self._full_at, self._full_owned = now, owned

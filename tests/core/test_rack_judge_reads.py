@@ -28,7 +28,8 @@ class Sharer:
         self.told: list[list[Remote] | None] = []
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None, clusters: Collection[str] = ()) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         self.told.append(None if remote is None else list(remote))
 
 

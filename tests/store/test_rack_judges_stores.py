@@ -27,7 +27,8 @@ class Sharer:
         self.judges: Callable[[str, str], bool] | None = None
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None, clusters: Collection[str] = ()) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         self.judges = judges
         self.told.append(None if remote is None else list(remote))
 
