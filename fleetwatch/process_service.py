@@ -62,6 +62,7 @@ from fleetwatch.service import (
 from fleetwatch.store_switch import left_behind
 from fleetwatch.storelock import StorePathError, check_store_path
 from fleetwatch.wiring import (
+    deployment_clusters,
     detectors,
     energy_integrator,
     ensure_topics,
@@ -216,7 +217,8 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         processor = Processor(store, rules, dead, config.bus.dead_letter_topic,
                               notifier=notifier, energy=energy_integrator(config.energy, store),
                               keep_firing_s=config.alerts.keep_firing_s,
-                              max_clock_ahead_s=config.processor.max_clock_ahead_s)
+                              max_clock_ahead_s=config.processor.max_clock_ahead_s,
+                              clusters=deployment_clusters(config))
         ready.processor = processor
         if registry is not None:
             registry.unregister(waiting)  # the same names, now counted

@@ -88,6 +88,14 @@ def _hash(value: object) -> str:
                           ).hexdigest()[:12]
 
 
+def deployment_clusters(config: Config) -> list[str]:
+    """The clusters the configuration names as this deployment's: its own ``node.cluster``
+    (the agents' and processors' shared file) and ``alerts.clusters``. With several
+    processors, a rack of one of them is judged by its judge even where no frame of its
+    cluster came to that member (``pipeline.rack_judges``)."""
+    return sorted({config.node.cluster, *config.alerts.clusters})
+
+
 def settings_parts(config: Config) -> dict[str, str]:
     """Short hashes of what members of one consumer group must share, one per part
     (``pipeline.group_check.PARTS``): equal wherever the settings are, and never the

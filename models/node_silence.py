@@ -134,6 +134,11 @@ class NodeSilence(SilentRacks, StreamClock):
         self._judges: Callable[[str, str], bool] | None = None
         self._remote: list[Remote] | None = []
         self._shared = SharedRacks()
+        # The clusters whose racks it judges beside those it has frames from: named by the
+        # configuration, and the store's one cluster for a member with no frame (``share``).
+        self._named: frozenset[str] = frozenset()
+        self._stored: frozenset[str] = frozenset()
+        self._settled_at: float | None = None
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the
@@ -240,8 +245,9 @@ class NodeSilence(SilentRacks, StreamClock):
             self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
         # A rack judge left with no node of its own (a rebalance gave every node of a
         # small fleet to the other members) gets no frame: only its ticks judge its racks,
-        # else their open alerts would never resolve.
-        judging = not self._whole and self._judges is not None and bool(self._shared.down)
+        # else their open alerts would never resolve, nor new ones be raised.
+        judging = not self._whole and self._judges is not None and bool(
+            self._shared.down or self._remote)
         if not (self._where or judging) or self._quiet < self._step():
             return []
         if self._quiet_from is None:
@@ -249,6 +255,14 @@ class NodeSilence(SilentRacks, StreamClock):
             # stream's "now" goes on at this clock's pace. Nothing heard ever: this clock.
             self._quiet_from = self.now if self.now > -math.inf else wall - self._quiet
         return self._judge(min(self._quiet_from + self._quiet, wall))
+
+    def _time(self) -> float | None:
+        """The time it judges at now (None: not known yet): the stream's, or while it hears
+        nothing, that plus the time it has listened (``tick``)."""
+        if self._quiet_from is not None:
+            at = self._quiet_from + self._quiet
+            return at if self._tick_wall is None else min(at, self._tick_wall)
+        return self.now if self.now > -math.inf else None
 
     def _learn(self, i: int, gap: float) -> None:
         """Learn node ``i``'s interval from a ``gap`` between two of its frames: a moving

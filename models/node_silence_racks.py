@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,7 +18,15 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding
 from fleetwatch.models.node_agents import NodeKey
 from fleetwatch.models.node_forget import FORGET_S
-from fleetwatch.models.rack_silence import Heard, Remote, SharedRacks, racks_down, remote_heard
+from fleetwatch.models.rack_silence import (
+    Heard,
+    Remote,
+    SharedRacks,
+    judged_clusters,
+    racks_down,
+    remote_at,
+    remote_heard,
+)
 
 
 class SilentRacks:
@@ -39,9 +47,13 @@ class SilentRacks:
     _judges: Callable[[str, str], bool] | None
     _remote: list[Remote] | None
     _shared: SharedRacks
+    _named: frozenset[str]  # the clusters the configuration names (``share``)
+    _stored: frozenset[str]  # the clusters the store holds, as last read
+    _settled_at: float | None  # this member's time at the last read (``share``)
 
     if TYPE_CHECKING:  # in NodeSilence
         def _grace(self, i: int, now: float, limit: float) -> bool: ...
+        def _time(self) -> float | None: ...
 
     def whole(self, every: bool) -> None:
         """Does this processor read every partition of its topic (or no bus at all)? Then
@@ -51,11 +63,26 @@ class SilentRacks:
         self._whole = every
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         """With several members: which racks ((cluster, rack)) this one judges, and the
         last frame times the store holds of their nodes that other members read (None:
-        the store cannot be read now: the racks' last findings are held)."""
+        the store cannot be read now: the racks' last findings are held). ``clusters``:
+        those the processor's configuration names as its deployment's (``node.cluster``,
+        ``alerts.clusters``): their racks are judged here though no frame of them came
+        here (``rack_silence.judged_clusters``). ``window``: the oldest frame time the
+        read could return (a short read's): nodes of settled partitions are judged at this
+        member's time only where it is within it, else a frame stamped earlier, stored
+        since the last read, would not be seen (a stream running behind the clock)."""
         self._judges = judges
+        self._named = frozenset(clusters)
+        # This member's time at the read: the settled partitions' nodes are judged at it.
+        if remote is not None:
+            at = self._time()
+            self._settled_at = at if at is not None and (window is None or at >= window) \
+                else None
+        if remote is not None:  # the clusters the store holds (the last read's, if not)
+            self._stored = frozenset(r.cluster for r in remote)
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
         self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
         # The newest frame of the other members' nodes, all racks: what their view has reached.
@@ -75,22 +102,34 @@ class SilentRacks:
         known = self._interval[:n][~np.isnan(self._interval[:n])]
         usual = float(np.median(known)) if len(known) else math.nan
         limit = float(np.median(limits)) if n else self.c.silent_min_s
-        remote = [r for r in self._remote if r.cluster in self._clusters
+        # The group's clusters, not only those this member has had frames from: a small
+        # cluster whose nodes all map to other members' partitions has its racks judged
+        # here all the same; another deployment's, sharing only the store, is left alone.
+        clusters = self._judged_clusters()
+        remote = [r for r in self._remote if r.cluster in clusters
                   and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
         # The others' nodes are judged on the newest of their frames the store has given, not
         # on this member's clock: a view that lags (a store read every few seconds, a member
         # catching up a backlog stamped minutes ago, a store away) makes no rack silent;
-        # only nodes behind the others' own newest are.
+        # only nodes behind the others' own newest are. Those of a partition the group has
+        # stored to its end are judged on this member's time (``rack_silence.remote_at``).
         seen = getattr(self, "_remote_seen", None)
-        seen = now if seen is None else seen
+        seen = min(now, now if seen is None else seen)
+        # Those of a partition stored to its end when the store was read: at this member's
+        # time then (not now: they may have sent since), if that is later.
+        settled = seen if self._settled_at is None else min(now, max(seen, self._settled_at))
         found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges,
-                            min(now, seen))
+                            (seen, settled))
         return self._shared.judge(found, judges, now)
+
+    def _judged_clusters(self) -> set[str]:
+        """With several members: the clusters whose racks this one judges."""
+        return judged_clusters(self._clusters, self._named, self._stored)
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
                remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
                judges: Callable[[str, str], bool] | None = None,
-               remote_now: float | None = None) -> list[Finding]:
+               remote_now: tuple[float, float] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
         this processor's clusters heard of in the last ``FORGET_S``. Only racks with
         ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
@@ -100,16 +139,19 @@ class SilentRacks:
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
         others, limit, usual = remote  # other members' nodes: the fleet's usual limit
-        at = now if remote_now is None else remote_now  # the others' nodes judged at
-        counts.update((r.cluster, r.rack) for r in others if at - r.ts >= limit / 2)
+        # The others' nodes judged at (``rack_silence.remote_at``): unsettled, settled.
+        seen, settled = (now, now) if remote_now is None else remote_now
+        counts.update((r.cluster, r.rack) for r in others
+                      if remote_at(r, seen, settled) - r.ts >= limit / 2)
+        clusters = self._clusters if judges is None else self._judged_clusters()
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
                  and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), at, limit,
-                             usual)
+        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), seen, limit,
+                             usual, settled)
         for i, (cluster, rack, node) in enumerate(self._where):
-            if ((cluster, rack) in racks and cluster in self._clusters and gap[i] < FORGET_S
+            if ((cluster, rack) in racks and cluster in clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):
                 limit = float(limits[i])
                 heard.append(Heard(cluster, rack, node, float(self._heard[i]), float(gap[i]),

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from fleetwatch.config import DetectorsConfig
@@ -147,20 +147,50 @@ def at_frames(findings: list[Finding], frames: Sequence[Frame]) -> list[Finding]
 @dataclass(frozen=True, slots=True)
 class Remote:
     """A node of a rack this member judges that another member of its group reads: its
-    newest frame's time (on its own clock) as the shared store has it."""
+    newest frame's time (on its own clock) as the shared store has it. ``settled``: its
+    partition is stored to its end (the group's committed offset reaches it), so that
+    frame is its last: it is judged on the judge's time, not only on how far the store's
+    view of the other members' nodes has got (see ``remote_heard``)."""
 
     cluster: str
     rack: str
     node: str
     ts: float
+    settled: bool = False
 
 
-def remote_heard(nodes: Iterable[Remote], now: float, limit: float,
-                 interval: float) -> list[Heard]:
-    """``nodes`` as the silence detector would know them at ``now``, each with the fleet's
-    usual ``limit`` and ``interval`` (agents share a configuration; its own are its
+def judged_clusters(own: Collection[str], named: Collection[str],
+                    stored: Collection[str]) -> set[str]:
+    """The clusters whose racks a member of a consumer group judges: those it has had frames
+    from (``own``), those its configuration names as its deployment's (``named``: every
+    member shares it), and, for a member that has had no frame at all (every node maps to
+    another member's partitions: a small fleet), the one cluster the store holds
+    (``stored``; with several, none of them: one may be another deployment's, with its own
+    topic and processors, that merely shares the store)."""
+    out = set(own) | set(named)
+    if not own and len(set(stored)) == 1:
+        out |= set(stored)
+    return out
+
+
+def remote_at(node: Remote, seen: float, settled: float) -> float:
+    """The time another member's ``node`` is judged at: ``seen`` (how far the store's view
+    of the other members' nodes has got, never later than the judge's time: a view that
+    lags, or a member catching up a backlog, makes no live node silent), or, where its
+    partition is settled (nothing of it waited unstored when the store was read), the
+    judge's own time at that read, ``settled`` (its nodes all stopping, the only ones of
+    their member in a small fleet, stop ``seen`` too)."""
+    return settled if node.settled else seen
+
+
+def remote_heard(nodes: Iterable[Remote], seen: float, limit: float,
+                 interval: float, settled: float | None = None) -> list[Heard]:
+    """``nodes`` as the silence detector would know them (at ``remote_at``), each with the
+    fleet's usual ``limit`` and ``interval`` (agents share a configuration; its own are its
     reader's)."""
-    return [Heard(n.cluster, n.rack, n.node, n.ts, now - n.ts, limit, False, interval)
+    settled = seen if settled is None else settled
+    return [Heard(n.cluster, n.rack, n.node, n.ts, remote_at(n, seen, settled) - n.ts,
+                  limit, False, interval)
             for n in nodes if n.ts == n.ts]
 
 

@@ -110,6 +110,8 @@ class ConsumerLoop(ConsumePause):
         every = getattr(consumer, "partitions", None)
         if callable(every):
             self.ownership.partitions = every
+        settled = getattr(consumer, "settled", None)
+        self.ownership.settled = settled if callable(settled) else None
         done = threading.Event()
         watch = threading.Thread(target=self._watch_partitions,
                                  args=(PartitionWatch(no_partitions_warn_s), done),

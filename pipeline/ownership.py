@@ -48,6 +48,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import AGENT_STOPPED, Frame
+from fleetwatch.models.rack_silence import judged_clusters
 from fleetwatch.pipeline.alerts import AlertBook, alert_key
 from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
@@ -107,6 +108,10 @@ class Ownership:
         self.lagging: Callable[[], Collection[Partition]] = frozenset
         # Every partition of the topic (the consumer's ``partitions``; none: not known).
         self.partitions: Callable[[], Collection[Partition]] = frozenset
+        # Of the given partitions, those the group has stored to their end (the consumer's
+        # ``settled``; it returns None where the brokers do not say; None: none is).
+        self.settled: Callable[[Collection[Partition]], Collection[Partition] | None] | None \
+            = None
         self._expect = False  # new partitions: ask the store which nodes they hold
         self.owned: set[Partition] | None = None  # None: no bus told us, all is ours
         self.generation = 0                       # bumped on every revocation
@@ -129,6 +134,9 @@ class Ownership:
         # With several members, which racks' ``rack_silent`` alerts are this member's
         # (``pipeline.rack_judges``; None: every rack's). Checked again after a rebalance.
         self.judges: Callable[[str, str], bool] | None = None
+        # The clusters the configuration names as this deployment's (``node.cluster``,
+        # ``alerts.clusters``): their rack alerts are taken over with no frame of them.
+        self.named: frozenset[str] = frozenset()
         self._rejudge_racks = False
         self.monotonic: Callable[[], float] = time.monotonic
 
@@ -361,12 +369,12 @@ class Ownership:
                 hook(gone)
         stored = self._store.alerts()  # StoreError: the batch is retried, this with it
         held = {alert_key(a) for a in self._book.open}
-        # A member that never had a frame (every node maps to another member's partition:
-        # a small fleet) knows no cluster; where the store holds one cluster's open
-        # alerts, that is its own, else it takes none over (another deployment's).
-        clusters = self._clusters or {a.cluster for a in stored}
-        if len(clusters) > 1 and not self._clusters:
-            clusters = set()
+        # The group's clusters (``rack_silence.judged_clusters``, as the rack's judge judges
+        # them): those it had frames from and those its configuration names; a member that
+        # never had a frame (every node maps to another member's partition: a small fleet)
+        # takes the store's one cluster too (with several open alerts' clusters, none of
+        # them: one may be another deployment's).
+        clusters = judged_clusters(self._clusters, self.named, {a.cluster for a in stored})
         racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in clusters
                  and a.state != "resolved" and alert_key(a) not in held]
         # A rack whose partition is not known yet (the topic's size not yet learned): asked

@@ -122,9 +122,13 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
                  energy: EnergyIntegrator | None = None,
                  notifier: AlertHook | None = None, keep_firing_s: float = 0.0,
                  dead_letter_log_every_s: float = 60.0, max_clock_ahead_s: float = 300.0,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time,
+                 clusters: Collection[str] = ()) -> None:
         """``max_clock_ahead_s``: frames from a bus stamped further ahead of ``clock`` are
-        dead-lettered (0: none is); ``clock`` also bounds the silent-node rule's "now"."""
+        dead-lettered (0: none is); ``clock`` also bounds the silent-node rule's "now".
+        ``clusters``: those the configuration names as this deployment's (``node.cluster``,
+        ``alerts.clusters``): with several members, their racks are judged by the rack's
+        judge though no frame of them came to it (``pipeline.rack_judges``)."""
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);
         # by default with default settings whenever the store keeps a ledger.
@@ -197,8 +201,10 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         self.ownership = Ownership(store, self.alerts, [*on_revoked, *drops], adopts, expects,
                                    clock, [let_go] if callable(let_go) else [])
         # With several members, each rack is judged by one (``pipeline.rack_judges``).
-        self.racks = RackJudges(store, self.ownership, self.detectors, clock)
+        self.racks = RackJudges(store, self.ownership, self.detectors, clock,
+                                clusters=clusters)
         self.ownership.judges = self.racks.judges
+        self.ownership.named = self.racks.clusters
         self._stop = threading.Event()  # the run's, for waits outside the loop
         self.drained = (0, 0)  # on stop: batches finished, batches left to replay
 

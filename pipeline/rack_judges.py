@@ -20,6 +20,15 @@ node whose newest frame said its agent stopped cleanly
 fails (``StoreError``) holds the racks' last findings (``rack_silence.SharedRacks``): a
 store away resolves no rack alert and raises none.
 
+Before each read, the brokers are asked which of the other members' partitions the group
+has stored to their end (its committed offsets: ``bus.kafka_settled``): the nodes of those
+are judged on the judge's own time, the others' on the newest frame of theirs the store
+has given (``rack_silence.remote_at``). Where the brokers do not say, none is settled, and
+they are asked again only ``SETTLED_RETRY_S`` later. Only while the judge's time is within
+the read's window (``window``: a short read sees no frame stamped before it, so a member
+whose stream runs minutes behind the clock, a backlog or a replay stamped in the past,
+would find settled nodes older than they are): else all are judged as unsettled.
+
 A member reading every partition (or no bus) judges every rack on its own frames alone:
 nothing here is read.
 """
@@ -29,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.frame import AGENT_STOPPED
 from fleetwatch.models.rack_silence import Remote
@@ -43,13 +52,19 @@ FULL_EVERY_S = 6 * 3600.0  # a full re-read, in case a late write was missed
 RECENT_S = 120.0  # a short read's margin: a member writes its frames a little late
 SLOW_S = 1.0  # a read longer than this is said (it holds the member's frames meanwhile)
 MIN_EVERY_S, MAX_EVERY_S = 0.5, 5.0
+SETTLED_RETRY_S = 30.0  # after the brokers did not say which partitions are settled
 
 
 class RackJudges:
     def __init__(self, store: Store, ownership: Ownership, detectors: Sequence[object],
                  clock: Callable[[], float] = time.time,
-                 monotonic: Callable[[], float] = time.monotonic) -> None:
+                 monotonic: Callable[[], float] = time.monotonic,
+                 clusters: Collection[str] = ()) -> None:
+        """``clusters``: those the configuration names as this deployment's, whose racks
+        are judged though no frame of them came to this member (``node.cluster``,
+        ``alerts.clusters``)."""
         self._store, self._ownership = store, ownership
+        self.clusters = frozenset(clusters)
         self._sharers = [d for d in detectors if callable(getattr(d, "share", None))]
         silent_min = min((getattr(getattr(d, "c", None), "silent_min_s", 60.0)
                           for d in self._sharers), default=60.0)
@@ -64,6 +79,15 @@ class RackJudges:
         # Each rack's partition (a murmur2 a name), found again after every read: the
         # detector asks for each node's rack on every batch.
         self._partition: dict[str, Partition] = {}
+        # Each node's partition, for the topic's size then (a node's frames are keyed by
+        # its name), and when to ask which partitions are settled again after the brokers
+        # did not say.
+        self._nodes_at: dict[str, Partition | None] = {}
+        self._nodes_size = 0
+        self._settled_retry = -math.inf
+        # The oldest frame time the last good read could return (a short read asks only
+        # for the last minutes): a frame stamped earlier, stored since, is not seen.
+        self.window: float | None = None
 
     def judges(self, cluster: str, rack: str) -> bool:
         """Is this member the judge of ``rack``? (No bus, or before any assignment: yes.)"""
@@ -89,12 +113,53 @@ class RackJudges:
             return
         self._read_at = now
         self._partition = {}  # the topic's partition count may have changed since
-        remote = self._read(now)
+        settled = self._settled(now)  # before the store: what is settled is stored
+        remote = self._read(now, settled)
         for d in self._sharers:
-            d.share(self.judges, remote)  # type: ignore[attr-defined]
+            d.share(self.judges, remote, self.clusters,  # type: ignore[attr-defined]
+                    self.window)
 
-    def _read(self, now: float) -> list[Remote] | None:
-        """Every node's newest frame time from the store (None: it cannot be read)."""
+    def _settled(self, now: float) -> frozenset[Partition]:
+        """The other members' partitions the group has stored to their end (its committed
+        offsets: see the module); none where the brokers do not say, asked again only
+        ``SETTLED_RETRY_S`` later (each ask holds the member's frames meanwhile)."""
+        ask, owned = getattr(self._ownership, "settled", None), self._ownership.owned
+        if ask is None or owned is None or now < self._settled_retry:
+            return frozenset()
+        others = set(self._ownership.partitions()) - owned
+        if not others:
+            return frozenset()
+        try:
+            out = ask(others)
+        except Exception:  # a bug here must not stop the loop: judged as before
+            log.exception("cannot read how far the other members have stored their partitions")
+            out = None
+        if out is None:  # the brokers away: not asked again at every read meanwhile
+            self._settled_retry = now + SETTLED_RETRY_S
+            return frozenset()
+        return frozenset(out)
+
+    def _in(self, settled: frozenset[Partition]) -> Callable[[str], bool]:
+        """Is a node (by name: agents key its frames by it) of a ``settled`` partition? Each
+        node's partition is kept while the topic's size stays."""
+        locate = self._ownership.locate
+        if not settled or locate is None:
+            return lambda node: False
+        size = len(self._ownership.partitions())
+        if size != self._nodes_size:
+            self._nodes_at, self._nodes_size = {}, size
+        at = self._nodes_at
+
+        def settled_node(node: str) -> bool:
+            if node not in at:
+                at[node] = locate(node.encode())
+            return at[node] in settled
+        return settled_node
+
+    def _read(self, now: float, settled: frozenset[Partition] = frozenset()
+              ) -> list[Remote] | None:
+        """Every node's newest frame time from the store (None: it cannot be read), and
+        whether its partition is ``settled`` (the group stored it to its end)."""
         clock = self._clock()
         owned = frozenset(self._ownership.owned or ())
         full = (self._read_to is None or owned != self._full_owned
@@ -125,6 +190,7 @@ class RackJudges:
             log.info("the store answers again: racks judged on the other members' nodes again")
         self._away = False
         self._read_to = clock
+        self.window = since  # the oldest stamp this read could return
         if full:
             self._seen, self._stops = seen, {}
             self._full_at, self._full_owned = now, owned
@@ -137,7 +203,9 @@ class RackJudges:
         self._forget(clock - EXPECT_S)
         # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
         # silent, and not counted in its rack, as for the member's own nodes.
-        return [Remote(c, rack, node, ts) for (c, node), (rack, ts) in self._seen.items()
+        done = self._in(settled)
+        return [Remote(c, rack, node, ts, done(node))
+                for (c, node), (rack, ts) in self._seen.items()
                 if self._stops.get((c, node), -math.inf) < ts]
 
     def _merge(self, seen: dict[NodeKey, tuple[str, float]]) -> None:

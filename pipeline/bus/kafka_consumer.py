@@ -16,7 +16,7 @@ import math
 import struct
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import kafka
@@ -37,6 +37,7 @@ from fleetwatch.pipeline.bus import (
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener, refused_options
 from fleetwatch.pipeline.bus.kafka_assignor import OnGroup, SettingsRange
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
+from fleetwatch.pipeline.bus.kafka_settled import settled
 
 # The bus's logger, as before the consumer had a module of its own.
 log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
@@ -371,6 +372,11 @@ class KafkaConsumer:
             "gone from it (those this processor read were stored). "
             "fleetwatch_processor_offsets_reset_total counts these.",
             tp.topic, tp.partition, high, "unknown" if start is None else start, pos)
+
+    def settled(self, partitions: Collection[Partition]) -> frozenset[Partition] | None:
+        """Of ``partitions`` (other members'), those the group has stored to their end
+        (``kafka_settled``; None: the brokers did not say)."""
+        return settled(self._consumer, partitions)
 
     def assignment(self) -> set[TopicPartition]:
         return set(self._consumer.assignment())

@@ -135,3 +135,34 @@ def test_a_member_without_frames_takes_nothing_over_from_a_store_of_several_clus
         assert fresh.racks() == []
     finally:
         store.close()
+
+
+def test_a_member_takes_over_the_rack_alert_of_a_cluster_its_configuration_names(
+        tmp_path: Path) -> None:
+    """A small cluster whose nodes all map to the other member's partitions: the judge of
+    its rack has frames of another cluster only. Its configuration naming the small
+    cluster as the deployment's (``Ownership.named``), the rack's open alert is its own;
+    not named, the cluster may be another deployment's sharing the store: left alone."""
+    store = SqliteStore(tmp_path / "store.db")
+    try:
+        store.write_alerts([rack_alert()])  # of cluster c1
+        for named, taken in ((frozenset(), []), (frozenset({"c1", "c2"}), [rack_alert().id])):
+            judge = Member(store)
+            judge.ownership.named = named
+            judge.ownership.assigned([P0])
+            judge.ownership.build([replace(frame("a", T0 + 10.0), cluster="c2")], None)
+            assert judge.racks() == taken
+    finally:
+        store.close()
+
+
+def test_the_deployments_clusters_are_its_own_and_those_its_alerts_name() -> None:
+    import dataclasses
+
+    from fleetwatch.config import Config
+    from fleetwatch.wiring import deployment_clusters
+
+    c = Config()
+    c = dataclasses.replace(c, node=dataclasses.replace(c.node, cluster="train-a"),
+                            alerts=dataclasses.replace(c.alerts, clusters=("inf-b", "train-a")))
+    assert deployment_clusters(c) == ["inf-b", "train-a"]

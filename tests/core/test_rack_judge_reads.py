@@ -5,12 +5,17 @@ not grow with the history the store holds; the nodes it learns are merged, and l
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.rack_silence import Remote
 from fleetwatch.pipeline.ownership import EXPECT_S, SEEN_METRICS
-from fleetwatch.pipeline.rack_judges import FULL_EVERY_S, RECENT_S, RackJudges
+from fleetwatch.pipeline.rack_judges import (
+    FULL_EVERY_S,
+    RECENT_S,
+    SETTLED_RETRY_S,
+    RackJudges,
+)
 from fleetwatch.pipeline.store.base import Point, SeriesKey
 
 T0 = 1_800_000_000.0
@@ -23,13 +28,21 @@ class Sharer:
         self.told: list[list[Remote] | None] = []
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         self.told.append(None if remote is None else list(remote))
 
 
 class Owner:
     def __init__(self) -> None:
         self.owned = {("t", 0)}
+        # The consumer's: which of the other members' partitions are stored to their end.
+        self.settled: Callable[[Collection[tuple[str, int]]],
+                               Collection[tuple[str, int]] | None] | None = None
+
+    @staticmethod
+    def partitions() -> set[tuple[str, int]]:
+        return {("t", 0), ("t", 1)}
 
     @staticmethod
     def locate(key: bytes) -> tuple[str, int]:
@@ -121,3 +134,29 @@ def test_a_failed_read_is_made_up_by_the_next_one() -> None:
     _run(judges, ticks, 5)
     start, end = store.spans[-1]
     assert end - start >= 300.0 and end - start < FULL_EVERY_S
+
+
+def test_the_other_members_nodes_of_a_partition_stored_to_its_end_are_said_settled() -> None:
+    """Asked before each read of the store (what the group committed is stored); where the
+    brokers do not say (None), asked again only ``SETTLED_RETRY_S`` later, each ask holding
+    the member's frames meanwhile."""
+    judges, store, sharer, owner, ticks = _judge()
+    owner.locate = lambda key: ("t", 1) if key.startswith(b"x") else ("t", 0)  # type: ignore
+    asked: list[set[tuple[str, int]]] = []
+    answers: list[set[tuple[str, int]] | None] = [{("t", 1)}, None, set()]
+
+    def settled(partitions: Collection[tuple[str, int]]) -> set[tuple[str, int]] | None:
+        asked.append(set(partitions))
+        return answers.pop(0)
+    owner.settled = settled
+    store.newest = {"x1": T0 - 60.0, "y1": T0 - 60.0}
+    judges.feed()
+    assert asked == [{("t", 1)}]  # the other members' partitions only
+    assert {(r.node, r.settled) for r in sharer.told[-1] or []} == {("x1", True),
+                                                                   ("y1", False)}
+    _run(judges, ticks, 5)  # the brokers do not say: none settled
+    assert len(asked) == 2 and not any(r.settled for r in sharer.told[-1] or [])
+    _run(judges, ticks, int(SETTLED_RETRY_S) - 5)
+    assert len(asked) == 2  # not asked again meanwhile
+    _run(judges, ticks, 5)
+    assert len(asked) == 3

@@ -214,3 +214,35 @@ def test_a_judge_that_never_had_a_frame_resolves_the_rack_alert_it_took_over() -
     _run([judge, other], store, set(), 1500.0, 1560.0)
     assert not [a for a in judge.book.open if a.rule == "rack_silent"]
     assert _rack(judge)[-1][1] == "resolved"
+
+
+def _small_fleet(settled: bool, window: float | None = None) -> list[str]:
+    """The judge reads b0, b1 (rack rb); the other member only ra's four nodes, three of
+    which stop together: every frame of the other member but a3's stops. a3 stops too a
+    little later, so the other member's newest frame stops moving altogether."""
+    judge = Member(("b0", "b1"), {"ra"})
+    store: dict[str, float] = {}
+    for t in range(1000, 1400, 5):
+        for n in ("a0", "a1", "a2", "a3"):
+            if t < 1200 or (n == "a3" and t < 1210):
+                store[n] = float(t)
+        remote = [Remote("c", "ra", n, ts, settled) for n, ts in store.items()]
+        judge.d.share(judge.judges, remote, (), None if window is None else t + window)
+        frames = [node(t, [busy(60)], name=n, rack="rb") for n in judge.nodes]
+        judge.book.apply(judge.book.observe(frames, judge.d.update(frames, wall=t + 0.1)))
+    return [a.rack for a in judge.book.open if a.rule == "rack_silent"]
+
+
+def test_a_rack_that_is_all_the_other_member_reads_is_judged_once_its_partition_is_settled(
+        ) -> None:
+    """The other members' nodes are judged at the newest frame of theirs the store gave (a
+    member catching up a backlog makes no live rack silent). Where the rack's nodes are all
+    the other member reads, that reference stops with them: the rack is judged on the
+    judge's own time once the group has stored their partition to its end (its committed
+    offset: nothing of it waits unstored)."""
+    assert _small_fleet(settled=False) == []  # the reference stopped with them
+    assert _small_fleet(settled=True) == ["ra"]
+    assert _small_fleet(settled=True, window=-120.0) == ["ra"]  # a short read's window
+    # The judge's stream far behind the read's window (a backlog or a replay stamped in the
+    # past): a frame stamped before it and stored since would not be seen: not settled.
+    assert _small_fleet(settled=True, window=1800.0) == []

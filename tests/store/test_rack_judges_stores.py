@@ -6,7 +6,7 @@ cannot be read says so (None), so that the racks' last findings are held."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import AGENT_STOPPED, HostReading
@@ -27,7 +27,8 @@ class Sharer:
         self.judges: Callable[[str, str], bool] | None = None
 
     def share(self, judges: Callable[[str, str], bool],
-              remote: Sequence[Remote] | None) -> None:
+              remote: Sequence[Remote] | None, clusters: Collection[str] = (),
+              window: float | None = None) -> None:
         self.judges = judges
         self.told.append(None if remote is None else list(remote))
 
