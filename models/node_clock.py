@@ -1,6 +1,7 @@
 """The stream's clock of ``NodeSilence`` (node_silence.py): "now", the consensus of the
-nodes heard from lately, when each node was last heard of on it, and the time each node
-is judged at while its partition is caught up (see ``StreamClock``).
+nodes heard from lately, when each node was last heard of on it, the time each node is
+judged at while its partition is caught up, and the time a live processor has spent
+listening (see ``StreamClock``).
 
 A mixin of ``NodeSilence``, which holds the per-node arrays it reads.
 """
@@ -16,17 +17,29 @@ import numpy as np
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.node_agents import NodeKey
 
+# Between two ticks or batches of a live processor, at most this much of its clock counts
+# as time spent listening: longer, the processor itself was stopped (SIGSTOP, a long
+# pause, stuck joining its group), not listening.
+TICK_GAP_S = 5.0
+
 
 class StreamClock:
     """"Now" on the stream's clock, and when each node was last heard of on it.
 
-    "Now" is a consensus of the nodes heard from lately (those among the last
-    ``2 x nodes`` frames to arrive): the newest of their latest times that is at most
-    ``step`` (``silent_min_s`` / 2, or two of the fleet's usual intervals) past their
-    lower median, never later than the processor's own clock where it passes one. A
-    jump of "now" by more than ``step`` ends a pause of the whole fleet: it counts
-    against none of the nodes heard from lately. While a partition still holds frames
-    not read yet (``behind``), its nodes are judged on the time it has reached.
+    "Now" is a consensus of the nodes heard from lately: the newest of their latest
+    times that is at most ``step`` (``silent_min_s`` / 2, or two of the fleet's usual
+    intervals) past their lower median, never later than the processor's own clock where
+    it passes one. Heard from lately: among the senders of the last ``2 x nodes`` frames
+    to arrive (nodes not judged silent); and, where frames come live from a bus (a
+    ``wall`` clock is given), whose last frame arrived within ``step`` of the time this
+    processor has spent listening (``_listen``: its clock, less what it did not hear,
+    its brokers away or itself stopped). So nodes that stop, however many of the fleet
+    (a hall's power), leave the consensus within a step, not once the few left have sent
+    ``2 x nodes`` frames, and so do a flood's one-frame nodes; a pause of the whole
+    stream not listened to leaves the set as it was. A jump of "now" by more than
+    ``step`` ends such a pause: it counts against none of the nodes heard from lately.
+    While a partition still holds frames not read yet (``behind``), its nodes are judged
+    on the time it has reached.
     """
 
     c: DetectorsConfig
@@ -36,6 +49,9 @@ class StreamClock:
     _last: np.ndarray
     _heard: np.ndarray
     _seq: np.ndarray
+    _came: np.ndarray
+    _listen: float
+    _tick_wall: float | None
     _skew: np.ndarray
     _interval: np.ndarray
     _arrived: int
@@ -54,18 +70,32 @@ class StreamClock:
             lanes.setdefault(lane, []).append(node)
         self._lanes = lanes
 
-    def _recent(self) -> np.ndarray:
-        """The nodes among the senders of the last ``2 x nodes`` frames to arrive, of the
-        nodes not judged silent or stopped when last judged: on a pool that scales, the
-        names gone (held up to ``FORGET_S``) would widen the window to hours of frames and
-        their old last frames hold "now" back."""
+    def _listened(self, wall: float) -> float:
+        """The time this processor listened since its last batch or tick, up to ``wall``
+        (its clock), added to ``_listen``: none after it could not hear (``deaf``), at
+        most ``TICK_GAP_S`` (longer, it was stopped itself)."""
+        last = self._tick_wall
+        gap = 0.0 if last is None else min(max(wall - last, 0.0), TICK_GAP_S)
+        self._listen += gap
+        return gap
+
+    def _recent(self, step: float) -> np.ndarray:
+        """The nodes heard from lately (see the class): among the senders of the last
+        ``2 x nodes`` frames to arrive, of the nodes not judged silent or stopped when
+        last judged (on a pool that scales, the names gone, held up to ``FORGET_S``, would
+        widen the window to hours of frames and their old last frames hold "now" back);
+        and, of the nodes whose frames came live, whose last one arrived within ``step``
+        of listening."""
         n = len(self._where)
-        return self._seq[:n] > self._arrived - 2 * max(1, n - self._gone)
+        counted = self._seq[:n] > self._arrived - 2 * max(1, n - self._gone)
+        with np.errstate(invalid="ignore"):  # NaN: none came live (a replay's)
+            late = self._listen - self._came[:n] > step
+        return counted & ~late
 
     def _advance(self, wall: float | None, batch: list[int]) -> None:
         """Move "now" to the consensus of the nodes heard from lately (see the class)."""
         n, step, prev = len(self._where), self._step(), self.now
-        recent = self._recent()
+        recent = self._recent(step)
         if self._lanes:
             # Catching up: the partitions read furthest set it (each by its own nodes'
             # consensus), not a median that the partitions read least would drag back.
@@ -120,7 +150,8 @@ class StreamClock:
         """Each partition that still holds frames not read yet: its nodes' indices and
         the time it has reached (the consensus of its nodes heard from lately; none heard
         from lately, nothing read from it for a while: of all of them; NaN: none)."""
-        recent, step, index = self._recent(), self._step(), self._index
+        step, index = self._step(), self._index
+        recent = self._recent(step)
         out = []
         for nodes in self._lanes.values():
             lane = np.array([index[node] for node in nodes if node in index], dtype=int)

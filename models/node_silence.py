@@ -33,10 +33,6 @@ OUTAGE_INTERVALS = 3.0
 # The host metric in which an agent's frames say its own interval (``agent.interval_s``):
 # where it is, the node is judged on it, not on the gaps learned (older agents').
 SAID_INTERVAL = "host_agent_interval_s"
-# Between two ticks of a live processor that hears nothing, at most this much of its
-# clock counts as time the fleet was quiet: longer, the processor itself was stopped
-# (SIGSTOP, a long pause, stuck joining its group), not listening.
-TICK_GAP_S = 5.0
 
 
 class NodeSilence(SilentRacks, StreamClock):
@@ -45,14 +41,16 @@ class NodeSilence(SilentRacks, StreamClock):
     "Now" is the stream's own time, never the wall clock alone, so replays and
     simulations that run faster than real time are judged as they happened. But a few
     nodes whose clocks are wrong (two agents 2 h ahead, one frame stamped 2099) must
-    not move it: "now" is a consensus of the nodes heard from lately (those among the
-    last ``2 x nodes`` frames to arrive): the newest of their latest times that is at
-    most ``step`` (``silent_min_s`` / 2, or two of the fleet's usual intervals) past
-    their lower median. A minority ahead is above that, one behind below it; a node
-    that died leaves the set once the others have sent that many frames, so that even
-    most of the fleet dying does not stop the clock. Where there is a wall clock (a
-    live processor passes its own as ``wall``), "now" is never later than it: no alert
-    is ever stamped in the future.
+    not move it: "now" is a consensus of the nodes heard from lately: the newest of
+    their latest times that is at most ``step`` (``silent_min_s`` / 2, or two of the
+    fleet's usual intervals) past their lower median. A minority ahead is above that,
+    one behind below it. Heard from lately (``StreamClock``): live, a node whose last
+    frame arrived within ``step`` of the time the processor has spent listening; in a
+    replay, among the senders of the last ``2 x nodes`` frames. A node that died leaves
+    the set, so that even most of the fleet dying (a hall's power, a few nodes left on
+    a UPS) does not stop the clock. Where there is a wall clock (a live processor
+    passes its own as ``wall``), "now" is never later than it: no alert is ever
+    stamped in the future.
 
     Each node is judged on when it was last heard of: its frame's time when that is
     within its silence limit of "now" (the exact time, as it reported); "now" itself
@@ -97,6 +95,7 @@ class NodeSilence(SilentRacks, StreamClock):
         self._last = np.full(64, np.nan)      # the newest frame time, on the node's clock
         self._heard = np.full(64, np.nan)     # when it was last heard of, on "now"'s clock
         self._seq = np.full(64, -np.inf)      # the arrival count at its newest frame
+        self._came = np.full(64, np.nan)      # ``_listen`` then (NaN: not come live)
         self._skew = np.zeros(64)             # how far off its clock was when last heard of
         self._interval = np.full(64, np.nan)
         self._arrived = 0                     # frames seen so far
@@ -110,6 +109,7 @@ class NodeSilence(SilentRacks, StreamClock):
         # The live processor's clock at its last tick or frame, how long it has heard no
         # frame at all while listening, and "now" when that began (``tick``).
         self._tick_wall: float | None = None
+        self._listen = 0.0                    # time spent listening (``_listened``)
         self._quiet = 0.0
         self._quiet_from: float | None = None
         # The clusters this processor has frames from: a node the store names (``expect``)
@@ -162,8 +162,8 @@ class NodeSilence(SilentRacks, StreamClock):
         self._taken = {int(renumber[i]): t for i, t in self._taken.items() if keep[i]}
         size = max(64, len(self._last))
         for name, fill in (("_last", np.nan), ("_heard", np.nan), ("_seq", -np.inf),
-                           ("_skew", 0.0), ("_interval", np.nan), ("_long", False),
-                           ("_stopped", False)):
+                           ("_came", np.nan), ("_skew", 0.0), ("_interval", np.nan),
+                           ("_long", False), ("_stopped", False)):
             old = getattr(self, name)
             new = np.full(size, fill, dtype=old.dtype)
             kept = old[:n][keep]
@@ -200,6 +200,7 @@ class NodeSilence(SilentRacks, StreamClock):
             self.now = max(self.now, self._quiet_from + self._quiet)
         self._quiet, self._quiet_from = 0.0, None  # frames: the fleet is not quiet
         if wall is not None:
+            self._listened(wall)
             self._tick_wall = wall
         span: dict[int, tuple[float, float]] = {}  # node -> its oldest, newest frame here
         for f in frames:
@@ -210,6 +211,8 @@ class NodeSilence(SilentRacks, StreamClock):
             self._arrived += 1
             seeded = self._taken.pop(i, None) is not None  # its last time: the store's
             self._seq[i] = self._arrived
+            if wall is not None:
+                self._came[i] = self._listen
             self._clusters.add(f.cluster)
             prev = self._last[i]
             said = f.host.metrics.get(SAID_INTERVAL)
@@ -239,10 +242,9 @@ class NodeSilence(SilentRacks, StreamClock):
         """Findings when no frame has arrived since the last call (a live processor's poll
         that brought nothing); ``wall``: the processor's clock (see the class), as of
         the brokers' last answer (it may be behind the last frame's: never counted twice)."""
+        self._quiet += self._listened(wall)  # at most TICK_GAP_S (node_clock.py)
         last = self._tick_wall
         self._tick_wall = wall if last is None else max(last, wall)
-        if last is not None:
-            self._quiet += min(max(wall - last, 0.0), TICK_GAP_S)
         # A rack judge left with no node of its own (a rebalance gave every node of a
         # small fleet to the other members) gets no frame: only its ticks judge its racks,
         # else their open alerts would never resolve, nor new ones be raised.
@@ -298,6 +300,7 @@ class NodeSilence(SilentRacks, StreamClock):
             self._last = np.concatenate([self._last, np.full(grow, np.nan)])
             self._heard = np.concatenate([self._heard, np.full(grow, np.nan)])
             self._seq = np.concatenate([self._seq, np.full(grow, -np.inf)])
+            self._came = np.concatenate([self._came, np.full(grow, np.nan)])
             self._skew = np.concatenate([self._skew, np.zeros(grow)])
             self._interval = np.concatenate([self._interval, np.full(grow, np.nan)])
             self._long = np.concatenate([self._long, np.zeros(grow, dtype=bool)])
