@@ -50,8 +50,9 @@ def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = N
     banner's threshold. ``known_ms``: the newest sample the last check found. ``cluster``:
     the one the page shows (``?cluster=``), whose sample it is: another cluster's live data
     do not hide that this one's stopped."""
-    out: dict[str, Any] = {"read_ms": int(now_s * 1000), "stale_ms": stale_after_ms(refresh_s),
-                           "cluster": cluster}
+    out: dict[str, Any] = {"read_ms": int(now_s * 1000), "stale_ms": stale_after_ms(refresh_s)}
+    if cluster is not None:
+        out["cluster"] = cluster
     try:
         out["newest_ms"] = newest_sample_ms(store, now_s, known_ms, cluster)
     except StoreError as exc:  # the page's own banner says so; here: not known

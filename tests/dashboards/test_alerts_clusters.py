@@ -55,7 +55,9 @@ def test_the_page_reads_each_clusters_staleness(tmp_path: Path) -> None:
     ended, newest, per = alerts_page.staleness(s, active[:1], now, "east")
     assert ended == pytest.approx(east_end, abs=0.01) and per == {}
     assert alerts_page.staleness(s, active[1:], now, "west")[0] is None
-    assert fresh.check(s, now, 5.0, cluster="east")["newest_ms"] == int(east_end * 1000)
+    east = fresh.check(s, now, 5.0, cluster="east")
+    assert east["newest_ms"] == pytest.approx(east_end * 1000, abs=1)
+    assert east["cluster"] == "east"
     s.close()
 
 
