@@ -147,12 +147,13 @@ def _state(a: Alert) -> str:
     return "pending cleared" if a.state == "resolved" and a.fired_ts is None else a.state
 
 
-def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
+def _since(a: Alert, since: float, now_s: float, ended: alert_view.Ended) -> Any:
     if a.state == "resolved" and a.resolved_ts:
         # Since when it fired, and apart when it ended: the end alone read as its start.
         return [f"{stamp(since, now_s)} UTC", html.Div(
             f"ended {stamp(a.resolved_ts, now_s)} UTC · {ago(a.resolved_ts, now_s)}",
             className="ended-at panel-hint")]
+    ended = alert_view.end_of(ended, a.cluster)
     if ended is None or a.state == "resolved":
         return f"{stamp(since, now_s)} UTC · {ago(since, now_s)}"
     return [f"{alert_view.utc(since)} UTC", html.Div(
@@ -160,38 +161,45 @@ def _since(a: Alert, since: float, now_s: float, ended: float | None) -> Any:
         f"{alert_view.hms(a.updated_ts, ended)}", className="ended-note panel-hint")]
 
 
-def ended_notice(ended: float | None, now_s: float, notice_id: str) -> html.Div | None:
-    """The banner over open alerts that the data left open, if the data ended."""
+def ended_notice(ended: float | None, now_s: float, notice_id: str, cluster: str = ""
+                 ) -> html.Div | None:
+    """The banner over open alerts that the data left open, if the data ended (of
+    ``cluster``, named, where one of several ended)."""
     if ended is None:
         return None
-    return notice(f"No data since {alert_view.utc(ended)} UTC ({ago(ended, now_s)}): open "
+    named = f"{cluster}: " if cluster else ""
+    return notice(f"{named}No data since {alert_view.utc(ended)} UTC ({ago(ended, now_s)}): open "
                   "alerts are as the data left them (a replay store, `fleetwatch up` still "
                   "catching up, or the collectors or processor stopped)", notice_id)
 
 
-def lag_notice(newest: float | None, now_s: float, notice_id: str) -> html.Div | None:
+def lag_notice(newest: float | None, now_s: float, notice_id: str, cluster: str = ""
+               ) -> html.Div | None:
     """The amber banner over alerts that may not be current: no new sample for a minute
-    (``alert_view.lagging``), the processor perhaps stopped; None while data arrive."""
+    (``alert_view.lagging``), the processor perhaps stopped; None while data arrive.
+    ``cluster``: named, where one of several lags."""
     if newest is None or not alert_view.lagging(newest, now_s):
         return None
     text = alert_view.lag_text(newest, now_s)
-    return html.Div(text[:1].upper() + text[1:], id=notice_id, className="notice stale")
+    return html.Div(f"{cluster + ': ' if cluster else ''}{text[:1].upper() + text[1:]}",
+                    id=notice_id, className="notice stale")
 
 
 def alert_table(alerts: Sequence[Alert], now_s: float, table_id: str,
                 empty: str = "No active alerts", link_nodes: bool = True,
                 rng: str | None = None, muted: Mapping[str, str] | None = None,
-                more: str = "", ended: float | None = None,
+                more: str = "", ended: alert_view.Ended = None,
                 limit: int | None = None, clusters: bool | None = None) -> html.Div:
     """Alerts as a table, in the order given; the message links to the GPU on its node's
     page (over time range ``rng``; a rack's alert, of no node, has no link). One link per
     row and plain text elsewhere: a table of hundreds of rows stays light for the browser.
     ``muted``: alert id -> why it is not notified (``notes``); ``more``: a last line for the
-    alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``), if they
-    did: an open alert is then open as they left it, not "now"; ``limit``: at most this many
-    rows, and a line for the rest (``left_out``); ``clusters``: whether a Cluster column
-    is shown (None: where the alerts are of more than one cluster: node001 GPU 3 of two
-    clusters are two rows that only the cluster tells apart)."""
+    alerts left out; ``ended``: when the store's data ended (``alert_view.data_end``, or per
+    cluster), if they did: an open alert is then open as they left it, not "now";
+    ``limit``: at most this many rows, and a line for the rest (``left_out``);
+    ``clusters``: whether a Cluster column is shown (None: where the alerts are of more
+    than one cluster: node001 GPU 3 of two clusters are two rows that only the cluster
+    tells apart)."""
     if clusters is None:
         clusters = len({a.cluster for a in alerts}) > 1
     if not alerts:

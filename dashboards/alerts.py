@@ -17,7 +17,6 @@ from fleetwatch.dashboards import alert_tables, components, live, node, timerang
 from fleetwatch.dashboards.data import (
     in_cluster,
     read_alerts,
-    read_data_end,
     read_mutes,
     read_record,
     sort_alerts,
@@ -65,8 +64,41 @@ def of_cluster(active: Sequence[Alert], resolved: Sequence[Alert], cluster: str 
             [a for a in resolved if in_cluster(cluster, a.cluster)])
 
 
+def staleness(store: Store, active: Sequence[Alert], now: float, cluster: str | None
+              ) -> tuple[alert_view.Ended, float | None, dict[str, float | None]]:
+    """(when the data ended, if an alert shown is open: ``alert_view.data_end``; the newest
+    sample; per cluster, its newest, where each is said by name): of ``cluster`` where one
+    is chosen, else of each cluster whose alerts are shown, where they are several or one
+    not the store's newest (a cluster stopped while another is live)."""
+    newest = alert_view.newest_data(store, now, cluster)
+    per = {} if cluster else alert_view.newest_of_clusters(store, now,
+                                                           (a.cluster for a in active))
+    if not (len(per) > 1 or any(n != newest for n in per.values())):
+        is_open = any(a.state != "resolved" for a in active)
+        return (alert_view.ended_at(newest, now) if is_open else None), newest, {}
+    open_of = {a.cluster for a in active if a.state != "resolved"}
+    ends = {c: e for c, e in ((c, alert_view.ended_at(n, now)) for c, n in per.items())
+            if c in open_of and e is not None}
+    return ends, newest, per
+
+
+def stale_notices(ended: alert_view.Ended, newest: float | None,
+                  per: Mapping[str, float | None], now: float) -> Any:
+    """The banners over the tables (``staleness``): the data ended, or lag; one a cluster
+    named where ``per`` has them."""
+    if not per:
+        return (alert_tables.ended_notice(ended if not isinstance(ended, Mapping) else None,
+                                          now, "alerts-ended")
+                or alert_tables.lag_notice(newest, now, "alerts-lag"))
+    ends = ended if isinstance(ended, Mapping) else {}
+    said = [alert_tables.ended_notice(ends[c], now, f"alerts-ended-{i}", c) if c in ends
+            else alert_tables.lag_notice(per[c], now, f"alerts-lag-{i}", c)
+            for i, c in enumerate(sorted(per))]
+    return [s for s in said if s is not None] or None
+
+
 def tables(active: Sequence[Alert], resolved: Sequence[Alert], now: float, rng: str,
-           muted: Mapping[str, str], ended: float | None = None,
+           muted: Mapping[str, str], ended: alert_view.Ended = None,
            clusters: bool | None = None,
            recorded: Mapping[str, str] | None = None) -> tuple[html.Div, html.Div]:
     """The two tables: the first ``ACTIVE_SHOWN`` active alerts (firing and critical first)
@@ -133,8 +165,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
             acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown])
             muted = alert_tables.record_notes(active, acks, notified, now, muted)
             recorded = alert_tables.record_notes(shown, acks, notified, now)
-            ended = read_data_end(store, active, now)
-            newest = alert_view.newest_data(store, now)
+            ended, newest, per = staleness(store, active, now, cluster or None)
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),
@@ -143,8 +174,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
         shown, fingerprint = unchanged(
             tables(active, resolved, now, rng, muted, ended, clusters=many,
                    recorded=recorded), last)
-        said = (alert_tables.ended_notice(ended, now, "alerts-ended")
-                or alert_tables.lag_notice(newest, now, "alerts-lag"))
+        said = stale_notices(ended, newest, per, now)
         return (*shown, said,
                 components.updated_stamp(now), timerange.label(rng), fingerprint,
                 components.cluster_options(seen, cluster))

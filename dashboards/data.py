@@ -345,9 +345,12 @@ def read_alerts(store: Store, now_s: float, window_s: float = RESOLVED_WINDOW_S,
             sort_alerts(a for a in resolved if in_cluster(cluster, a.cluster)))
 
 
-def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float) -> float | None:
-    """When the data ended, if they did and an alert shown is open (``data_end``)."""
-    return data_end(store, now_s) if any(a.state != "resolved" for a in alerts) else None
+def read_data_end(store: Store, alerts: Sequence[Alert], now_s: float,
+                  cluster: str | None = None) -> float | None:
+    """When the data (of ``cluster`` where given) ended, if they did and an alert shown is
+    open (``data_end``)."""
+    return (data_end(store, now_s, cluster) if any(a.state != "resolved" for a in alerts)
+            else None)
 
 
 def read_node(store: Store, node: str, now_s: float, window_s: float = NODE_WINDOW_S,

@@ -26,6 +26,7 @@ import dash
 from dash import Input, Output, State, dcc
 
 from fleetwatch.alert_view import LAG_S, newest_sample_ms
+from fleetwatch.dashboards import timerange
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 CHECK = "fresh"  # the shell's Store: the newest sample, as of a read
@@ -42,14 +43,18 @@ def stale_after_ms(refresh_s: float) -> int:
     return int(max(STALE_AFTER_S, REFRESHES * refresh_s) * 1000)
 
 
-def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = None
-          ) -> dict[str, Any]:
+def check(store: Store, now_s: float, refresh_s: float, known_ms: int | None = None,
+          cluster: str | None = None) -> dict[str, Any]:
     """What the browser's watch needs: when the server read (``read_ms``, its "now"), the
     newest sample then (None: none stored; absent: the store did not answer), and the
-    banner's threshold. ``known_ms``: the newest sample the last check found."""
+    banner's threshold. ``known_ms``: the newest sample the last check found. ``cluster``:
+    the one the page shows (``?cluster=``), whose sample it is: another cluster's live data
+    do not hide that this one's stopped."""
     out: dict[str, Any] = {"read_ms": int(now_s * 1000), "stale_ms": stale_after_ms(refresh_s)}
+    if cluster is not None:
+        out["cluster"] = cluster
     try:
-        out["newest_ms"] = newest_sample_ms(store, now_s, known_ms)
+        out["newest_ms"] = newest_sample_ms(store, now_s, known_ms, cluster)
     except StoreError as exc:  # the page's own banner says so; here: not known
         out["error"] = str(exc)
     return out
@@ -63,6 +68,10 @@ def parts(refresh_s: float) -> list[dcc.Interval | dcc.Store]:
 def register(app: dash.Dash, store: Store, clock: Callable[[], float],
              refresh_s: float) -> None:
     @app.callback(Output(CHECK, "data"), Input(TICK, "n_intervals"), State(CHECK, "data"),
+                  State("url", "search"),
                   running=[(Output(TICK, "disabled"), True, False)])  # as fleet.py's
-    def read(_n: int | None, last: dict[str, Any] | None) -> dict[str, Any]:
-        return check(store, clock(), refresh_s, (last or {}).get("newest_ms"))
+    def read(_n: int | None, last: dict[str, Any] | None, search: str | None
+             ) -> dict[str, Any]:
+        cluster = timerange.parse(search, "24h").cluster
+        last = last if last and last.get("cluster") == cluster else {}  # another's: not known
+        return check(store, clock(), refresh_s, last.get("newest_ms"), cluster)

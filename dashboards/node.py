@@ -208,7 +208,7 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float],
             board_panel = boards.panel(store, node, now, cluster)
             errors = node_errors.read_errors(store, node, start, view.end_ms / 1000, gpu,
                                              cluster)
-            ended = read_data_end(store, view.alerts, now)
+            ended = read_data_end(store, view.alerts, now, cluster)
             jobs = read_current_jobs(store, node, now, cluster)
         except StoreError as exc:
             text = f"Store unavailable: {exc}"

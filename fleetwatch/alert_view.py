@@ -107,19 +107,40 @@ def newest_sample_ms(store: Any, now: float, known_ms: int | None = None,
     return None
 
 
-def data_end(store: Any, now: float) -> float | None:
-    """When the store's data ended (its newest sample: ``newest_sample_ms``), if no sample came
-    in the last ``STALE_S``: the one store read of this module. None while data arrive,
-    and for a store without any."""
-    newest = newest_data(store, now)
+def data_end(store: Any, now: float, cluster: str | None = None) -> float | None:
+    """When the store's data (of ``cluster`` where given) ended (its newest sample:
+    ``newest_sample_ms``), if no sample came in the last ``STALE_S``: the one store read of
+    this module. None while data arrive, and for a store without any."""
+    return ended_at(newest_data(store, now, cluster), now)
+
+
+def ended_at(newest: float | None, now: float) -> float | None:
+    """``newest`` (``newest_data``) if the data ended then: over ``STALE_S`` ago."""
     return newest if newest is not None and newest < now - STALE_S else None
 
 
-def newest_data(store: Any, now: float) -> float | None:
-    """The store's newest sample (s, ``newest_sample_ms``), leaving out those stamped more than
-    ``AHEAD_S`` past ``now``, never later than ``now``; None for a store without any."""
-    newest = newest_sample_ms(store, now)
+def newest_data(store: Any, now: float, cluster: str | None = None) -> float | None:
+    """The store's newest sample (s, ``newest_sample_ms``) of ``cluster`` where given,
+    leaving out those stamped more than ``AHEAD_S`` past ``now``, never later than ``now``;
+    None for a store without any."""
+    newest = newest_sample_ms(store, now, cluster=cluster)
     return min(newest / 1000, now) if newest is not None else None
+
+
+def newest_of_clusters(store: Any, now: float, clusters: Iterable[str]
+                       ) -> dict[str, float | None]:
+    """Per cluster, its newest sample (``newest_data``): a cluster whose data stopped is not
+    hidden by another of the same store that is live. Two indexed reads a live cluster."""
+    return {c: newest_data(store, now, c) for c in sorted(set(clusters))}
+
+
+# When the data ended: one moment for every alert shown, or one per cluster.
+Ended = float | Mapping[str, float] | None
+
+
+def end_of(ended: Ended, cluster: str) -> float | None:
+    """When the data of ``cluster`` ended, of ``ended`` (``data_end``, or per cluster)."""
+    return ended.get(cluster) if isinstance(ended, Mapping) else ended
 
 
 def lagging(newest: float | None, now: float) -> bool:
@@ -142,11 +163,13 @@ def at_end(a: Alert, ended: float, now: float) -> str:
             f"{a.state} from {hms(began, ended)}, last evidence {hms(a.updated_ts, ended)})")
 
 
-def when(a: Alert, now: float, ended: float | None = None) -> str:
+def when(a: Alert, now: float, ended: Ended = None) -> str:
     """Since when, in words that cannot be misread: firing since when it fired (the
     ``startsAt`` Alertmanager and the webhook show, as Prometheus sends it), with when it
     started pending; pending since when it started; resolved when, after how long firing.
-    ``ended``: when the data ended (``data_end``), for an open alert left by them."""
+    ``ended``: when the data ended (``data_end``, or per cluster), for an open alert left by
+    them."""
+    ended = end_of(ended, a.cluster)
     if ended is not None and a.state != "resolved":
         return at_end(a, ended, now)
     fired = a.fired_ts
@@ -200,13 +223,14 @@ def notified_line(notes: Sequence[Notification]) -> str:
 
 def lines(alerts: Sequence[Alert], silences: Sequence[Silence],
           acks: Mapping[str, Acknowledgement], now: float,
-          ended: float | None = None, width: int = 0, short: bool = False,
+          ended: Ended = None, width: int = 0, short: bool = False,
           piped: bool = False,
           notified: Mapping[str, Sequence[Notification]] | None = None) -> list[str]:
     """The table: a heading line per alert and its id on a line of its own (what ``ack``
     takes, copied whole), then what, the evidence, the action and why it is muted,
     indented (``short``: the heading and id only). ``ended``: when the data ended
-    (``data_end``), if they did. ``width``: the terminal's, lines wrapped to it (0: none).
+    (``data_end``, or per cluster), if they did. ``width``: the terminal's, lines wrapped
+    to it (0: none).
     ``piped``: the previous release's layout, which scripts parse (``grep ^FIRING | awk
     '{print $NF}'``): the id ends the heading line, nothing wrapped. ``notified``: per
     alert id, what was recorded as notified (``notified_line``)."""

@@ -132,18 +132,16 @@ def _moment(text: str, flag: str, tz: Any) -> float:
 
 def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.alert_view import (
-        age,
-        data_end,
         fit,
         headline,
         lag_text,
         lagging,
         lines,
         newest_data,
+        newest_of_clusters,
         ordered,
         record,
         rule_summary,
-        utc,
     )
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
@@ -168,10 +166,12 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
         notified = _notified(store, alerts)
-        # A replay store's open alerts are open as its data left them, days ago.
-        ended = data_end(store, now) if any(a.state != "resolved" for a in alerts) else None
-        # A processor that stopped leaves the alerts as they were: said after a minute.
-        newest = newest_data(store, now)
+        # A replay store's open alerts are open as its data left them, days ago; a
+        # processor that stopped leaves them as they were: said after a minute. Of the
+        # cluster chosen, else of each cluster listed (one stopped while another is live).
+        newest = newest_data(store, now, args.cluster)
+        per = ({args.cluster: newest} if args.cluster else
+               newest_of_clusters(store, now, (a.cluster for a in alerts)))
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
@@ -194,14 +194,20 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         alerts = [a for a in alerts if a.node == args.node]
     if args.cluster:
         alerts = [a for a in alerts if a.cluster == args.cluster]
-    stale = lag_text(newest, now) if newest is not None and lagging(newest, now) else ""
+    # Several clusters, or one whose data are not the store's newest: each said by name.
+    named = not args.cluster and (len(per) > 1 or any(n != newest for n in per.values()))
+    if not named:
+        per = {}
+    stale = lag_text(newest, now) if not named and lagging(newest, now) else ""
+    stales = {c: lag_text(n, now) for c, n in per.items() if n is not None and lagging(n, now)}
     if args.json:  # in the table's order, so that a script's first line is the table's first
-        if stale:
-            print(f"fleetwatch alerts: WARNING: {stale}", file=sys.stderr)
+        for said in [stale] if stale else [f"{c}: {t}" for c, t in stales.items()]:
+            print(f"fleetwatch alerts: WARNING: {said}", file=sys.stderr)
         for a in ordered(alerts):
+            mine = per.get(a.cluster, newest)
             print(json.dumps({**record(a, open_alerts, silences, acks, now,
                                        notified.get(a.id, ())),
-                              "data_newest_ts": newest, "data_stale": bool(stale)}))
+                              "data_newest_ts": mine, "data_stale": lagging(mine, now)}))
         return EXIT_OK
     scope = (f" of {args.cluster + '/' if args.cluster else ''}{args.node}" if args.node else
              f" of cluster {args.cluster}" if args.cluster else "")
@@ -222,16 +228,35 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
     if len(summed) < len(alerts):  # a storm: its rules first, a line each
         for line in summed:
             print("\n".join(fit(line, width)))
-    if ended is not None and any(a.state != "resolved" for a in alerts):
-        print("\n".join(fit(
-            f"no data since {utc(ended)} ({age(now - ended)} ago): the open alerts are as "
-            "the data left them (a replay store, `fleetwatch up` still catching up, or the "
-            "pipeline stopped)", width)))
-    elif stale and any(a.state != "resolved" for a in alerts):
-        print("\n".join(fit(stale, width)))
+    said, ended = _stale_lines(alerts, newest, per, stale, stales, now)
+    for line in said:
+        print("\n".join(fit(line, width)))
     for line in lines(alerts, silences, acks, now, ended, width, args.short, piped, notified):
         print(line)
     return EXIT_OK
+
+
+def _stale_lines(alerts: Any, newest: float | None, per: dict[str, float | None], stale: str,
+                 stales: dict[str, str], now: float) -> tuple[list[str], Any]:
+    """The lines over a table whose open alerts the data left (ended, or lagging), and
+    when the data ended (``lines``' ``ended``): of the store or the cluster chosen, or per
+    cluster named (``per``, empty where one is said for all)."""
+    from fleetwatch.alert_view import age, ended_at, utc
+
+    def text(end: float) -> str:
+        return (f"no data since {utc(end)} ({age(now - end)} ago): the open alerts are as "
+                "the data left them (a replay store, `fleetwatch up` still catching up, or "
+                "the pipeline stopped)")
+
+    open_of = {a.cluster for a in alerts if a.state != "resolved"}
+    if not per:
+        end = ended_at(newest, now) if open_of else None
+        return ([text(end)] if end is not None else [stale] if stale and open_of else []), end
+    ends = {c: e for c, e in ((c, ended_at(n, now)) for c, n in per.items())
+            if c in open_of and e is not None}
+    out = [f"{c}: {text(ends[c])}" if c in ends else f"{c}: {stales[c]}"
+           for c in sorted(per) if c in ends or (c in stales and c in open_of)]
+    return out, ends
 
 
 def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:

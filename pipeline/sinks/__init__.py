@@ -39,6 +39,7 @@ from fleetwatch.pipeline.sinks.news import RECOVERY_HOLD_S, News, Sent
 from fleetwatch.pipeline.sinks.notified import Recorder, Reports
 from fleetwatch.pipeline.sinks.takeover import (
     adopt_at_sinks,
+    held_over,
     read_record,
     resend_undelivered,
     told_before,
@@ -151,9 +152,14 @@ class Notifier:
                 for a in alerts:
                     if self._sent[a.id][1] and told_before(a, self._recorder.sinks, rows):
                         self._news.heard(a)
-            adopt_at_sinks(self._lanes, firing, rows)
+            # Un-muted as their rack came back, held by the processor before: held still.
+            held = ({} if rows is None else
+                    held_over(self._recorded, firing, rows, RECOVERY_HOLD_S))
+            self._news.held_over(held)
+            adopt_at_sinks(self._lanes, firing, rows, held)
             if rows is not None:
-                resend_undelivered(self._lanes, [n for n in firing if not n.muted_by], rows)
+                resend_undelivered(self._lanes, [n for n in firing if not n.muted_by
+                                                 and n.alert.id not in held], rows)
 
     def record_reported(self) -> bool:
         """Record what the lanes reported since the last record, if anything (the

@@ -58,6 +58,13 @@ class News:
             out.append(n)
         return out
 
+    def held_over(self, until: Mapping[str, float]) -> None:
+        """Alerts a processor before held (``hold``; taken over un-muted): held until
+        ``until`` each, no receiver told of them."""
+        for alert_id, end in until.items():
+            self._held[alert_id] = end
+            self._heard.pop(alert_id, None)
+
     def clearing(self, ids: Collection[str]) -> None:
         """The firing alerts whose subject is clear again, as the processor says now."""
         self._clearing = frozenset(ids)

@@ -7,8 +7,9 @@ record shows every notifying sink was told of a muted alert, unchanged since
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 
+from fleetwatch.pipeline.inhibition import RACK_DOWN_RULE
 from fleetwatch.pipeline.silences import Notice
 from fleetwatch.pipeline.sinks.delivery import Lane
 from fleetwatch.pipeline.sinks.notified import TOLD, never_told, undelivered
@@ -33,20 +34,56 @@ def read_record(recorded: Callable[[Sequence[str]], Iterable[Notification]] | No
 
 
 def adopt_at_sinks(lanes: Sequence[Lane], firing: list[Notice],
-                   rows: list[Notification] | None) -> None:
+                   rows: list[Notification] | None, held: Collection[str] = ()) -> None:
     """``adopt`` at every sink that has it: a notifying sink is not handed the muted
     alerts the record shows it never had (kept quiet from their start, e.g. by a
-    same-GPU cover, which Alertmanager has no rule for): it would post them, as the
-    processor before did not. Without a record, every one (it may have been posted)."""
+    same-GPU cover, which Alertmanager has no rule for), nor those ``held`` (``held_over``):
+    it would post them, as the processor before did not. Without a record, every one (it
+    may have been posted)."""
     for lane in lanes:
         if not callable(getattr(lane.sink, "adopt", None)):
             continue
         kept = firing
         if rows is not None and getattr(lane.sink, "notify_only", False):
-            quiet = never_told([n.alert.id for n in firing if n.muted_by],
+            quiet = never_told([n.alert.id for n in firing if n.muted_by or n.alert.id in held],
                                lane.sink.name, rows)
             kept = [n for n in firing if n.alert.id not in quiet]
         lane.put("adopt", kept)
+
+
+def held_over(recorded: Callable[[Sequence[str]], Iterable[Notification]] | None,
+              firing: Sequence[Notice], rows: Iterable[Notification], hold_s: float
+              ) -> dict[str, float]:
+    """Of the firing un-muted alerts taken over, those the processor before held as their
+    rack's power came back (``News.hold``): only ever recorded muted, last by a rack-down
+    alert (``rack_silent``) whose resolution is recorded. Alert id -> the stream time its
+    hold ends: that resolution's plus ``hold_s``, as it would have without a restart (a
+    node back by then is never posted, one still down is paged then, not at once)."""
+    ids = {n.alert.id for n in firing if not n.muted_by}
+    told: set[str] = set()
+    muted: dict[str, str] = {}
+    for r in sorted(rows, key=lambda r: (r.ts, r.sent_ts)):
+        if r.alert_id not in ids:
+            continue
+        if r.outcome == "muted":
+            muted[r.alert_id] = r.muted_by
+        elif r.outcome in TOLD and r.state == "firing":
+            told.add(r.alert_id)
+    under = {i: m.removeprefix("inhibited:") for i, m in muted.items()
+             if i not in told and m.startswith("inhibited:")}
+    if not under or recorded is None:
+        return {}
+    try:
+        covers = list(recorded(sorted(set(under.values()))))
+    except Exception as exc:  # noqa: BLE001 - a store hiccup must not stop the takeover
+        log.warning("could not read the record of notifications (%s): node alerts held as "
+                    "their rack came back are sent now", exc)
+        return {}
+    resolved: dict[str, float] = {}
+    for r in covers:
+        if r.rule == RACK_DOWN_RULE and r.state == "resolved":
+            resolved[r.alert_id] = min(r.ts, resolved.get(r.alert_id, r.ts))
+    return {i: resolved[rack] + hold_s for i, rack in under.items() if rack in resolved}
 
 
 def resend_undelivered(lanes: Sequence[Lane], firing: list[Notice],
