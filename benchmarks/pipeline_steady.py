@@ -48,8 +48,8 @@ from tests.servers import kafka_broker, victoria_metrics  # noqa: E402
 SENDS_PER_S = 10  # the fleet's frames go out in this many bursts a second
 
 
-def run(kind: str, run_no: int, broker: str, url: str, ticks: list[list[bytes]],
-        rate: float) -> dict[str, Any]:
+def run(kind: str, run_no: int, broker: str, url: str,
+        ticks: list[list[tuple[bytes, bytes]]], rate: float) -> dict[str, Any]:
     """One run: the fleet's frames at ``rate`` frames/s; the processor thread's CPU."""
     topic = f"steady-{kind}-{run_no}"
     ensure_topic(broker, topic, 4)
@@ -73,8 +73,8 @@ def run(kind: str, run_no: int, broker: str, url: str, ticks: list[list[bytes]],
     burst = max(1, round(rate / SENDS_PER_S))
     t0, cpu0, sent = time.monotonic(), cpu(), 0
     for i in range(0, len(frames), burst):
-        for k, m in enumerate(frames[i:i + burst]):
-            producer.send(topic, m, str(i + k).encode())
+        for key, m in frames[i:i + burst]:
+            producer.send(topic, m, key)  # keyed by node, as agents send
         sent += len(frames[i:i + burst])
         producer.flush(10)
         time.sleep(max(0.0, t0 + sent / rate - time.monotonic()))
@@ -114,7 +114,7 @@ def main() -> None:
     ticks = []
     for _ in range(int(args.seconds / args.interval)):
         sim.step()
-        ticks.append([encode(f) for f in sim.frames()])
+        ticks.append([(f.node.encode(), encode(f)) for f in sim.frames()])
     rate = args.nodes / args.interval
     runs: dict[str, list[dict[str, Any]]] = {"one_rule": [], "every_detector": []}
     with tempfile.TemporaryDirectory(prefix="fleetwatch-steady-") as tmp:

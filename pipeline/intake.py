@@ -1,8 +1,9 @@
 """What comes into the processor, before anything is stored: messages decoded into
-frames (impossible readings left out and counted), frames too far ahead of the
-processor's clock set aside (``pipeline.clock_skew``), and what cannot be used queued as
-dead letters (``pipeline.dead_letters``) and said once a minute. A mixin of
-``Processor``, whose constructor sets the state it reads."""
+frames (impossible readings left out and counted), frames whose message key is not their
+node's name set aside (``misplaced``), frames too far ahead of the processor's clock set
+aside (``pipeline.clock_skew``), and what cannot be used queued as dead letters
+(``pipeline.dead_letters``) and said once a minute. A mixin of ``Processor``, whose
+constructor sets the state it reads."""
 
 from __future__ import annotations
 
@@ -12,12 +13,13 @@ from collections.abc import Callable, Sequence
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
-from fleetwatch.frame_checks import field_shape
+from fleetwatch.frame_checks import field_shape, quote
 from fleetwatch.models import Finding
 from fleetwatch.pipeline.batches import Stats
 from fleetwatch.pipeline.bus import Message
 from fleetwatch.pipeline.clock_skew import ClockWatch, gone_findings, skew_findings
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
+from fleetwatch.pipeline.ownership import Locate, Ownership
 
 log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
 
@@ -40,6 +42,7 @@ class Intake:
     # time they arrived), told to the detectors' ``expect`` with the next batch.
     _clock_heard: list[tuple[str, str, str, float]]
     _stop: threading.Event
+    ownership: Ownership  # its ``locate``: the partition a node's name maps to
 
     def _enrich(self, frames: Sequence[Frame]) -> None:
         raise NotImplementedError
@@ -48,10 +51,11 @@ class Intake:
         """Good frames out, each with its message; bad ones queued as dead letters."""
         frames: list[Frame] = []
         decode = self._decoder.decode
+        locate = self.ownership.locate
         bad: list[int] = []
         for i, m in enumerate(messages):
             try:
-                frames.append(decode(m.value))
+                f = decode(m.value)
             except Exception as exc:  # noqa: BLE001 - FrameError; anything else is bad input too
                 # The label is the field's shape (gpus.metrics), never the sender's key:
                 # the detail is in the reason, logged and in the dead letter's header.
@@ -59,6 +63,11 @@ class Intake:
                 self._dead_letter(m, str(exc), field)
                 bad.append(i)
                 continue
+            if m.key != f.node.encode() and (wrong := misplaced(m, f, locate)):
+                self._dead_letter(m, wrong, "key")
+                bad.append(i)
+                continue
+            frames.append(f)
             if self._decoder.dropped:
                 self._dropped_readings(frames[-1], m)
             if self._decoder.unknown:
@@ -151,3 +160,30 @@ class Intake:
         """Log the dead letters counted and not yet said, per field, once their minute is
         over (all of them when ``final``: on stop)."""
         self._dead_log.flush(final)
+
+
+def misplaced(m: Message, f: Frame, locate: Locate | None) -> str | None:
+    """Why frame ``f`` of message ``m`` is refused for the message's key (None: it is not).
+
+    Each member judges the nodes of its partitions, and a node's partition is the one its
+    name's key maps to (``fleetwatch agent`` keys every frame so): a frame under another
+    key reaches a member that does not own its node, and pages it silent when it hears no
+    more of it. A message with no key is taken where it is on its node's partition all the
+    same (the in-process bus and a one-partition topic: always); ``locate`` None (no bus:
+    ``Processor.handle`` called directly) places none."""
+    where = f"{f.cluster}/{f.rack}/{f.node}"
+    fix = ("a node's frames must all reach the processor that owns its partition; key "
+           "the frame by its node's name, as fleetwatch agent does")
+    if m.key is not None:
+        return (f"key {quote(m.key)} is not the frame's node {quote(f.node)} ({where}): "
+                f"under another key it reaches a processor that does not judge that node "
+                f"(and would page it silent); {fix}")
+    if locate is None:
+        return None
+    home = locate(f.node.encode())
+    if home == (m.topic, m.partition):
+        return None
+    on = (f"{home[0]}/{home[1]}, where its name maps" if home is not None
+          else "its node's partition (this topic's partitions are not known yet)")
+    return (f"no key: the frame of node {quote(f.node)} ({where}) is on "
+            f"{m.topic}/{m.partition}, not on {on}; {fix}")

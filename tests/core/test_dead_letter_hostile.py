@@ -67,10 +67,10 @@ def test_the_dead_letter_label_is_the_fields_shape_whatever_the_key(
     bus = MemoryBus(max_backlog=10_000)
     p = bus.producer()
     for i in range(2000):
-        p.send(TOPIC, with_metric(f"n{i}", 10_000 + i, value="x"), b"n")
+        p.send(TOPIC, with_metric(f"n{i}", 10_000 + i, value="x"), f"n{i}".encode())
     p.send(TOPIC, with_metric("big", "k" * 200_000), b"big")
     for i in range(2000):
-        p.send(TOPIC, with_metric(f"u{i}", 20_000 + i), b"u")
+        p.send(TOPIC, with_metric(f"u{i}", 20_000 + i), f"u{i}".encode())
     p.send(TOPIC, encode(frame("good")), b"good")
     processor = Processor(SqliteStore(tmp_path / "s.db"), dead_letters=p,
                           dead_letter_topic=DEAD)
@@ -125,7 +125,7 @@ def test_a_burst_of_bad_messages_is_summarised_in_the_log_not_lost(
     bus = MemoryBus(max_backlog=30_000)
     p = bus.producer()
     for i in range(20_000):
-        p.send(TOPIC, with_metric(f"n{i % 50}", 9999, value="hot"), b"n")
+        p.send(TOPIC, with_metric(f"n{i % 50}", 9999, value="hot"), f"n{i % 50}".encode())
         if i % 5000 == 0:
             p.send(TOPIC, b'{"node": "x", "temp": 50}', b"json")
     processor = Processor(SqliteStore(tmp_path / "s.db"), dead_letters=p,

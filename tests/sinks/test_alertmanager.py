@@ -143,7 +143,8 @@ def test_alerts_of_a_partition_that_moved_away_are_no_longer_re_sent(
         processor.ownership.assigned([("frames", 0), ("frames", 1)])
         now = time.time()
         processor.handle([_message(frame(now, [91], node=node)),
-                          Message(encode(frame(now, [95], node=other)), b"o", "frames", 1)])
+                          Message(encode(frame(now, [95], node=other)), other.encode(),
+                                  "frames", 1)])
         assert wait_for(lambda: am_alerts(am, node) and am_alerts(am, other))
         processor.ownership.revoked([("frames", 0), ("frames", 1)])  # a rebalance: 0 moves
         processor.ownership.assigned([("frames", 1)])
