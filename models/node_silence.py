@@ -223,7 +223,10 @@ class NodeSilence(SilentRacks, StreamClock):
                 self._learn(i, min(f.ts - prev, 3600.0))
             if not prev >= f.ts:
                 self._last[i] = f.ts
-                self._stopped[i] = stopped(f)
+            # Its latest word as frames arrive (in its partition's order), whatever their
+            # stamps: a stop stamped ahead (its clock stepped back since, another client's
+            # frame) ends with its next frame, so that it is paged when it dies.
+            self._stopped[i] = stopped(f)
             oldest, newest = span.get(i, (f.ts, f.ts))
             span[i] = (min(oldest, f.ts), max(newest, f.ts))
             self._where[i] = (f.cluster, f.rack, f.node)
@@ -388,7 +391,9 @@ class NodeSilence(SilentRacks, StreamClock):
             at = float(clocks[i])
             if cluster not in self._clusters or self._grace(i, at, float(limits[i])):
                 continue
-            out.append(agent_stopped(cluster, rack, node, at, float(self._last[i]),
+            # Stopped when heard of stopping: never a stamp ahead of the stream's clock.
+            out.append(agent_stopped(cluster, rack, node, at,
+                                     float(min(self._last[i], self._heard[i])),
                                      float(gap[i]), float(self._heard[i]) + grace))
         return out
 

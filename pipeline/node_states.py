@@ -31,27 +31,31 @@ class NodeStates:
         # Nodes whose agent stopped, not heard since: when (forgotten after ``FORGET_S``).
         self._stopped: dict[NodeKey, float] = {}
 
-    def update(self, frames: Sequence[Frame], changes: Iterable[Alert]) -> list[Event]:
-        """The events of one batch: its frames first (they came before the judgement)."""
+    def update(self, frames: Sequence[Frame], changes: Iterable[Alert],
+               now: float | None = None) -> list[Event]:
+        """The events of one batch: its frames first (they came before the judgement).
+        ``now``: the processor's clock (None in a replay): a node's stop or return is
+        recorded at its frame's time, never later than that (a frame stamped ahead)."""
         out = []
         for f in frames:
             key = (f.cluster, f.node)
+            at = f.ts if now is None else min(f.ts, now)
             if stopped(f):
                 if key not in self._stopped:
                     self._stopped = {k: t for k, t in self._stopped.items()
-                                     if t > f.ts - FORGET_S}  # left for good: forgotten
-                    self._stopped[key] = f.ts
-                    out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
-                                     value="stopped", text=f"agent stopped at {_utc(f.ts)} "
+                                     if t > at - FORGET_S}  # left for good: forgotten
+                    self._stopped[key] = at
+                    out.append(Event(at, "node_state", f.cluster, f.rack, f.node, "host",
+                                     value="stopped", text=f"agent stopped at {_utc(at)} "
                                      "(a clean stop: SIGTERM, SIGINT or SIGHUP); not paged"))
                 continue
             if self._stopped.pop(key, None) is not None:
-                out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
+                out.append(Event(at, "node_state", f.cluster, f.rack, f.node, "host",
                                  value="back", text=f"{f.node} reports again"))
                 continue
             if self._silent.pop(key, None) is not None:
-                self._back[key] = f.ts
-                out.append(Event(f.ts, "node_state", f.cluster, f.rack, f.node, "host",
+                self._back[key] = at
+                out.append(Event(at, "node_state", f.cluster, f.rack, f.node, "host",
                                  value="back", text=f"{f.node} reports again"))
         for a in changes:
             if a.rule != SILENT_RULE:

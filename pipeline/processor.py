@@ -368,7 +368,8 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
             # Once per batch (not judged again on a retry): written with its events, and
             # with those of a ``tick`` the store was away for.
             batch.events = [*self._unstored_events, *(batch.events or ()),
-                            *self.node_states.update(batch.owned or (), changes)]
+                            *self.node_states.update(batch.owned or (), changes, (
+                                self._clock() if batch.messages else None))]
             self._unstored_events = []
             self._store_alerts(batch, changes)
             self._deliver(batch, changes)
