@@ -16,11 +16,13 @@ For each pid, in order:
 The user a Slurm GPU's energy is charged to (``GpuReading.info["user"]``) is the
 process owner's login name (the kernel's uid, /proc/PID/status): ``SLURM_JOB_USER``
 naming another user is ignored (said at debug level). Its team (``info["team"]``) is the
-job's Slurm account, ``SLURM_JOB_ACCOUNT``, from an environ trusted as above: a
-user can still name another account of their own in it (Slurm's accounting is the
-only source of truth, and is not read here). On Kubernetes both are the pod's
-namespace (``podresources.py``, in ``attribution.py``). Names are refused unless they are
-printable, without spaces or commas (a comma separates a shared GPU's users).
+job's Slurm account, ``SLURM_JOB_ACCOUNT``, from an environ taken as above: only its
+``SLURM_JOB_ID`` is checked against the cgroup, so the account is the user's word, and
+any user can name any account in it (Slurm's accounting is the only source of truth, and
+is not read here). It becomes the alerts' ``team`` label and the energy report's team.
+On Kubernetes both are the pod's namespace (``podresources.py``, in ``attribution.py``).
+Names are refused unless they are printable, without spaces or commas (a comma separates
+a shared GPU's users).
 
 Several jobs on one GPU (MPS, time slicing) are joined with commas, sorted
 (NVML's pid order changes from one sample to the next; the key must not), and
@@ -121,7 +123,8 @@ def slurm_uid_from_environ(environ: bytes) -> int | None:
 
 def slurm_account_from_environ(environ: bytes) -> str | None:
     """The job's Slurm account (``SLURM_JOB_ACCOUNT``, ``sbatch --account`` or the user's
-    default): the team its energy is charged to."""
+    default): the team its energy is charged to and its alerts' ``team``. Unchecked: the
+    job's processes may set it to any account."""
     return _environ_text(environ, b"SLURM_JOB_ACCOUNT")
 
 
