@@ -38,6 +38,15 @@ def settled(consumer: kafka.KafkaConsumer,
     if not tps:
         return frozenset()
     try:
+        # Not while the group is between assignments (a broker back empty, a topic made
+        # again with another partition count, a member come or gone): asked then, the
+        # coordinator's requests held the member from rejoining its group for minutes.
+        coordinator = consumer._coordinator
+        if coordinator.coordinator_unknown() or coordinator.need_rejoin():
+            return None
+        known = consumer.partitions_for_topic(tps[0].topic) or set()
+        if any(tp.partition not in known for tp in tps):
+            return None
         # The commits first: a frame committed before the end was listed is stored.
         committed = consumer._coordinator.fetch_committed_offsets(tps, timeout_ms=TIMEOUT_MS)
         ends = consumer.end_offsets(tps, timeout_ms=TIMEOUT_MS)
