@@ -9,14 +9,18 @@ from collections.abc import Callable
 
 from fleetwatch.pipeline.store.base import Acknowledgement, Alert, Event, Silence, Store
 from fleetwatch.pipeline.store.lprecords import render_message
+from tests.servers import Server
 
 
 class Backend:
-    def __init__(self, store: Store, settle: Callable[[], None], keeps_text: bool = True) -> None:
+    def __init__(self, store: Store, settle: Callable[[], None], keeps_text: bool = True,
+                 victoria: Server | None = None, v1: bool = False) -> None:
         self.store = store
         self.settle = settle  # make what was written readable, as time would
         # VictoriaMetrics keeps numbers only: no alert message/action, no event text.
         self.keeps_text = keeps_text
+        self.victoria = victoria  # VictoriaMetrics: its counters say the lines it refused
+        self.v1 = v1  # InfluxDB 1.x through its v1 /write: some names cannot be tag values
 
     def as_kept(self, a: Alert) -> Alert:
         """The alert as this backend gives it back."""

@@ -74,10 +74,11 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]
     elif request.param == "victoriametrics":
         server: Server = request.getfixturevalue("victoria")
         store = VictoriaMetricsStore(f"http://{server.address}")
-        b = Backend(store, lambda: force_flush(server.address), keeps_text=False)
+        b = Backend(store, lambda: force_flush(server.address), keeps_text=False,
+                    victoria=server)
     else:
         influx: Server = request.getfixturevalue("influxdb")
         store = InfluxQLStore(f"http://{influx.address}", bucket=DATABASE, api="v1")
-        b = Backend(store, lambda: None)
+        b = Backend(store, lambda: None, v1=True)
     yield b
     b.store.close()

@@ -19,8 +19,6 @@ import time
 import urllib.parse
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -29,10 +27,8 @@ from fleetwatch.pipeline.store.base import (
     Annotation,
     Event,
     Notification,
-    Store,
     StoreRejected,
 )
-from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.lineproto import escape_tag, v1_unwritable
 from fleetwatch.pipeline.store.lpcheck import misread
 from fleetwatch.pipeline.store.lprecords import (
@@ -40,10 +36,9 @@ from fleetwatch.pipeline.store.lprecords import (
     field_key,
     field_key_text,
 )
-from fleetwatch.pipeline.store.sqlite import SqliteStore
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
 from tests.servers import Server
-from tests.store.conftest import DATABASE
+from tests.store.backends import Backend
 from tests.store.helpers import cluster_name, counters, force_flush, minute_ago
 
 # Node names as agents may send them: every character line protocol treats specially,
@@ -54,35 +49,14 @@ NAMES = ['q1', 'q2', 'q"3', '"', 'a""b', 'h\\bs', 'ends\\', '\\"', 'x\\"y', 'a,b
 INVALID = 'vm_rows_invalid_total{type="influx"}'
 
 
-class Backend:
-    def __init__(self, store: Store, settle: object, victoria: Server | None = None,
-                 v1: bool = False) -> None:
-        self.store, self.settle = store, settle
-        self.victoria = victoria  # counts the lines it could not parse
-        self.v1 = v1  # InfluxDB 1.x: some names cannot be tag values (v1_unwritable)
-
-    def tag_names(self) -> list[str]:
-        return [n for n in NAMES if n.isprintable() and not (self.v1 and v1_unwritable(n))]
-
-    def invalid(self) -> float:
-        return counters(self.victoria.address)[INVALID] if self.victoria else 0.0
+def tag_names(b: Backend) -> list[str]:
+    """The names a backend can carry as tag values (InfluxDB 1.x: not all, v1_unwritable)."""
+    return [n for n in NAMES if n.isprintable() and not (b.v1 and v1_unwritable(n))]
 
 
-@pytest.fixture(params=["sqlite", "victoriametrics", "influxdb"])
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Backend]:
-    if request.param == "sqlite":
-        store: Store = SqliteStore(tmp_path / "store.db")
-        b = Backend(store, lambda: store.maintain(minute_ago(0)))
-    elif request.param == "victoriametrics":
-        server: Server = request.getfixturevalue("victoria")
-        store = VictoriaMetricsStore(f"http://{server.address}")
-        b = Backend(store, lambda: force_flush(server.address), victoria=server)
-    else:  # InfluxDB 1.x through its v1 /write
-        influx: Server = request.getfixturevalue("influxdb")
-        store = InfluxQLStore(f"http://{influx.address}", bucket=DATABASE, api="v1")
-        b = Backend(store, lambda: None, v1=True)
-    yield b
-    b.store.close()
+def invalid(b: Backend) -> float:
+    """VictoriaMetrics' count of lines it could not parse (0 elsewhere)."""
+    return counters(b.victoria.address)[INVALID] if b.victoria else 0.0
 
 
 def _settled_invalid(b: Backend, before: float) -> float:
@@ -90,7 +64,7 @@ def _settled_invalid(b: Backend, before: float) -> float:
     if b.victoria is None:
         return 0.0
     time.sleep(1.5)
-    return b.invalid() - before
+    return invalid(b) - before
 
 
 def _rack_silent(cluster: str, rack: str, nodes: list[str], heard: float) -> Alert:
@@ -111,7 +85,7 @@ def test_rack_silent_evidence_names_every_node_exactly(backend: Backend) -> None
     cluster, heard = cluster_name(), minute_ago(0) / 1000 - 60
     alerts = [_rack_silent(cluster, "rq", NAMES[:3], heard),
               _rack_silent(cluster, 'r"k ,=', NAMES, heard)]
-    before = backend.invalid()
+    before = invalid(backend)
     backend.store.write_alerts(alerts)
     backend.settle()
     got = {a.rack: a for a in backend.store.alerts() if a.cluster == cluster}
@@ -138,7 +112,7 @@ def test_a_large_rack_with_a_quote_in_one_name_keeps_every_node(backend: Backend
 def test_events_annotations_and_notifications_keep_hard_names(backend: Backend) -> None:
     """Names as tag values of every other record a processor writes."""
     cluster, t = cluster_name(), minute_ago(10) / 1000
-    names = backend.tag_names()
+    names = tag_names(backend)
     events = [Event(ts=t + i, kind="node_state", cluster=cluster, rack=n, node=n,
                     device="host", value=n) for i, n in enumerate(names)]
     notes = [Notification(t + i, t + i + 0.5, "webhook", f"node_silent/{cluster}/{n}/1",
@@ -146,7 +120,7 @@ def test_events_annotations_and_notifications_keep_hard_names(backend: Backend) 
                           f"ack:{n}") for i, n in enumerate(names)]
     annotations = [Annotation("maintenance", t + i, t + i + 60, f"{cluster}{n}", "host",
                               f"drain {n}", cluster) for i, n in enumerate(names)]
-    before = backend.invalid()
+    before = invalid(backend)
     backend.store.write_events(events)
     backend.store.write_notifications(notes)  # type: ignore[attr-defined]
     backend.store.write_annotations(annotations)
