@@ -183,9 +183,9 @@ class ProcessorCollector(Collector):
             yield CounterMetricFamily("fleetwatch_processor_offsets_reset",
                                       "Partitions read again from their log's start because "
                                       "the broker's log ended below this member's position "
-                                      "(the broker came back empty, or the topic was "
-                                      "re-created); the log names topic, partition and "
-                                      "offsets", value=reset)
+                                      "or the topic's id changed (the broker came back "
+                                      "empty, or the topic was re-created); the log names "
+                                      "them", value=reset)
         if self.info:
             yield info_family(self.info)
         if self.check is not None:

@@ -37,11 +37,17 @@ from fleetwatch.pipeline.bus import (
 from fleetwatch.pipeline.bus.kafka_access import cannot_reach, check_listener, refused_options
 from fleetwatch.pipeline.bus.kafka_assignor import OnGroup, SettingsRange
 from fleetwatch.pipeline.bus.kafka_batches import Undecodable, undecodable
+from fleetwatch.pipeline.bus.kafka_remade import Remade
 from fleetwatch.pipeline.bus.kafka_settled import settled
 
 # The bus's logger, as before the consumer had a module of its own.
 log = logging.getLogger("fleetwatch.pipeline.bus.kafka")
 
+
+# How often a consumer asks for the topic's metadata when nothing else made it ask: how
+# late, at the latest, it sees a topic made again or with other partitions (kafka-python's
+# default, 5 minutes, let a group read a re-made topic's old partitions that long).
+_METADATA_MAX_AGE_MS = 30_000
 
 # How often a paused consumer lists its partitions' end offsets (for the lag).
 _LIST_EVERY_S = 2.0
@@ -92,7 +98,8 @@ class KafkaConsumer:
             enable_auto_commit=False, auto_offset_reset=auto_offset_reset,
             session_timeout_ms=session_timeout_ms, heartbeat_interval_ms=heartbeat_interval_ms,
             max_poll_records=max_poll_records, max_poll_interval_ms=max_poll_interval_ms,
-            bootstrap_timeout_ms=bootstrap_timeout_ms, **(security or {}), **extra)
+            bootstrap_timeout_ms=bootstrap_timeout_ms, metadata_max_age_ms=_METADATA_MAX_AGE_MS,
+            **(security or {}), **extra)
         if member_data or on_group is not None:
             settings["partition_assignment_strategy"] = (
                 SettingsRange(member_data, on_group), RoundRobinPartitionAssignor)
@@ -105,9 +112,6 @@ class KafkaConsumer:
         self._listed_at = 0.0
         # Offsets of batches passed over because they could not be decoded.
         self.passed_over = 0
-        # Partitions read again from their log's start because the broker's log ended
-        # below this member's position (``_check_log_end``).
-        self.offsets_reset = 0
         # When the poll in progress began (None: none is); see ``lag``.
         self._polling_since: float | None = None
         self.stale_after_s = 60.0
@@ -125,6 +129,7 @@ class KafkaConsumer:
         except kerr.KafkaError as exc:
             raise BusError(cannot_reach(bootstrap, exc, since)) from exc
         self._consumer.subscribe([topic], listener=_Rebalance(self))
+        self._remade = Remade(self._consumer, topic, self._forget)
         self._watch_answers()
 
     def _watch_answers(self) -> None:
@@ -152,6 +157,7 @@ class KafkaConsumer:
             self._listener.revoked([(tp.topic, tp.partition) for tp in revoked])
 
     def _assigned(self, assigned: Sequence[TopicPartition]) -> None:
+        self._remade.assigned(assigned)
         if self._paused and assigned:
             self._consumer.pause(*assigned)
         if self._listener is not None:
@@ -198,6 +204,8 @@ class KafkaConsumer:
             raise
         finally:
             self._polling_since = None
+        if self._remade.topic_made_again():
+            return []  # read at positions of the old log: all is read again from the start
         out: list[Message] = []
         owned = self._consumer.assignment()
         with self._lock:
@@ -239,6 +247,11 @@ class KafkaConsumer:
         else:
             with self._lock:
                 upto = dict(self._returned)
+        # Only what was returned since the partition was assigned or read again from its
+        # start: a batch in hand from before a reset holds offsets of the old log.
+        with self._lock:
+            returned = dict(self._returned)
+        upto = {tp: min(off, returned[tp]) for tp, off in upto.items() if tp in returned}
         offsets = {tp: OffsetAndMetadata(off, "", -1) for tp, off in upto.items() if tp in owned}
         if not offsets:
             return
@@ -337,41 +350,23 @@ class KafkaConsumer:
             known = True
         self._behind = frozenset(behind)
         for tp, pos, high in lost:
-            self._read_from_start(tp, pos, high)
+            self._remade.log_ended(tp, pos, high)
         # No partition: nothing waits for this member (a spare one, or between assignments).
         return total if known or not owned else None
 
-    def _read_from_start(self, tp: TopicPartition, pos: int, high: int) -> None:
-        """Read ``tp`` again from its log's start: its log ends (``high``) below this
-        member's position ``pos``.
-
-        The broker lost or re-created the log (it came back empty: a disk lost, memory
-        storage, the topic deleted and made again) and numbers offsets from its start
-        again. What it holds now is new: skipping to ``pos`` would drop every message
-        below it without a word (a broker need not answer OFFSET_OUT_OF_RANGE, and Tansu
-        does not), and the lag, clamped at 0, would hide it. Checked on each poll against
-        the high watermark that fetch responses bring (no request); the log's start is
-        asked for only here, to name it."""
-        try:
-            start = self._consumer.beginning_offsets([tp]).get(tp)
-        except (kerr.KafkaError, ValueError):
-            start = None
-        try:
-            self._consumer.seek_to_beginning(tp)
-        except (kerr.KafkaError, AssertionError, ValueError) as exc:  # revoked meanwhile
-            log.debug("cannot seek %s to its start: %s", tp, exc)
-            return
+    def _forget(self, parts: Collection[TopicPartition]) -> None:
+        """Drop what this member returned of ``parts``: their log was made again (never
+        commit the old position on the new log)."""
         with self._lock:
-            self._returned.pop(tp, None)  # never commit the old position on the new log
-        self.offsets_reset += 1
-        log.warning(
-            "topic %r partition %d: the broker's log end (offset %d, log start %s) is below "
-            "this processor's position %d: the broker lost or re-created the log (it came "
-            "back empty, or the topic was deleted and made again). Reading it again from its "
-            "start, so that nothing written since is skipped; messages it held before are "
-            "gone from it (those this processor read were stored). "
-            "fleetwatch_processor_offsets_reset_total counts these.",
-            tp.topic, tp.partition, high, "unknown" if start is None else start, pos)
+            for tp in parts:
+                self._returned.pop(tp, None)
+                self._listed.pop(tp, None)
+
+    @property
+    def offsets_reset(self) -> int:
+        """Partitions read again from their log's start because the broker lost or made
+        again their log (``kafka_remade``)."""
+        return self._remade.count
 
     def settled(self, partitions: Collection[Partition]) -> frozenset[Partition] | None:
         """Of ``partitions`` (other members'), those the group has stored to their end

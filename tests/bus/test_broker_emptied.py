@@ -104,3 +104,40 @@ def test_a_broker_back_empty_loses_no_message_and_says_so(
         assert len(said) == consumer.offsets_reset
     finally:
         consumer.close()
+
+
+def test_a_log_made_again_past_the_old_position_loses_no_message(
+        own_kafka: Server, caplog: pytest.LogCaptureFixture) -> None:
+    """The new log outgrows the consumer's old position before it polls again (agents
+    replaying their spools while the processor was busy): the log's end is then not below
+    the position, and only the topic's new id in the metadata shows it was made again."""
+    run = uuid.uuid4().hex[:8]
+    topic, group = f"frames-{run}", f"processors-{run}"
+    ensure_topic(own_kafka.address, topic, 1)
+    before = [f"before-{i}".encode() for i in range(50)]
+    produce(own_kafka, topic, before)
+    consumer = KafkaConsumer(own_kafka.address, topic, group, **FAST)
+    try:
+        assert drain(consumer, set(before), 60) == set(before)
+        own_kafka.stop()
+        own_kafka.start()  # memory storage: back empty
+        ensure_topic(own_kafka.address, topic, 1)
+        after = [f"after-{i}".encode() for i in range(200)]  # offsets 0-199: past 50
+        with caplog.at_level(logging.WARNING, "fleetwatch"):
+            produce(own_kafka, topic, after)
+            got = drain(consumer, set(after), 90)
+        assert got >= set(after), f"{len(set(after) - got)} of {len(after)} messages lost"
+        said = [r.getMessage() for r in caplog.records if "made again" in r.getMessage()]
+        assert said and consumer.offsets_reset >= 1, "the re-made topic was not said"
+        assert f"topic {topic!r} was made again" in said[0]
+    finally:
+        consumer.close()
+    # The group's offsets are on the new log: a member started now reads nothing old again
+    # and skips nothing (it finds the offsets this one committed as it read).
+    fresh = KafkaConsumer(own_kafka.address, topic, group, **FAST)
+    try:
+        more = [f"more-{i}".encode() for i in range(10)]
+        produce(own_kafka, topic, more)
+        assert drain(fresh, set(more), 60) >= set(more)
+    finally:
+        fresh.close()

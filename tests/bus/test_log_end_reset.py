@@ -11,6 +11,7 @@ import pytest
 from kafka import TopicPartition
 
 from fleetwatch.pipeline.bus.kafka_consumer import KafkaConsumer
+from fleetwatch.pipeline.bus.kafka_remade import Remade
 
 TP = TopicPartition("fleetwatch.frames", 2)
 
@@ -45,7 +46,7 @@ def consumer(client: FakeClient, returned: int | None) -> KafkaConsumer:
     c._lock = threading.Lock()
     c._returned = {} if returned is None else {TP: returned}
     c._listed, c._paused, c._behind = {}, False, frozenset()
-    c.offsets_reset = 0
+    c._remade = Remade(client, TP.topic, c._forget)  # type: ignore[arg-type]
     return c
 
 
