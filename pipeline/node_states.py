@@ -49,9 +49,12 @@ class NodeStates:
                                      value="stopped", text=f"agent stopped at {_utc(at)} "
                                      "(a clean stop: SIGTERM, SIGINT or SIGHUP); not paged"))
                 continue
-            if self._stopped.pop(key, None) is not None:
-                out.append(Event(at, "node_state", f.cluster, f.rack, f.node, "host",
-                                 value="back", text=f"{f.node} reports again"))
+            since = self._stopped.pop(key, None)
+            if since is not None:
+                # Never before its stop: a stop stamped ahead of the frames after it (a
+                # clock stepped back, a replay) would read as back before it stopped.
+                out.append(Event(max(at, since), "node_state", f.cluster, f.rack, f.node,
+                                 "host", value="back", text=f"{f.node} reports again"))
                 continue
             if self._silent.pop(key, None) is not None:
                 self._back[key] = at

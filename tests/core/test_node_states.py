@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from fleetwatch.frame import Frame
+from fleetwatch.frame import AGENT_STOPPED, Frame, HostReading
 from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.processor import Processor
@@ -25,6 +25,10 @@ def silent(at: float, state: str = "firing", updated: float | None = None) -> Al
 
 def frame(ts: float, node: str = "n9") -> Frame:
     return Frame("c", "r1", node, ts, ())
+
+
+def stopping() -> HostReading:
+    return HostReading(metrics={AGENT_STOPPED: 1.0})
 
 
 def seen(events: list) -> list[tuple[float, str, str, str]]:
@@ -50,6 +54,20 @@ def test_an_alert_taken_over_writes_no_silent_again_nor_a_guessed_back() -> None
     refreshed = dataclasses.replace(silent(160), updated_ts=400.0)  # a write after the takeover
     assert s.update([], [refreshed]) == []    # its "silent" is the processor before's
     assert s.update([frame(500)], []) == []   # back now, or long before: not guessed
+
+
+def test_a_node_back_after_a_stop_stamped_ahead_is_back_after_it() -> None:
+    """A stop stamped ahead of the frames after it (its clock stepped back; a replay,
+    where no clock caps it) must not read "back" before "stopped" on the timeline."""
+    s = NodeStates()
+    stop = dataclasses.replace(frame(500), host=stopping())
+    assert seen(s.update([stop], [])) == [(500, "node_state", "n9", "stopped")]
+    assert seen(s.update([frame(300)], [])) == [(500, "node_state", "n9", "back")]
+    live = NodeStates()
+    assert seen(live.update([stop], [], now=420)) == [(420, "node_state", "n9", "stopped")]
+    assert seen(live.update([frame(300)], [], now=425)) == [(420, "node_state", "n9", "back")]
+    assert seen(live.update([stop], [], now=430)) == [(430, "node_state", "n9", "stopped")]
+    assert seen(live.update([frame(431)], [], now=431)) == [(431, "node_state", "n9", "back")]
 
 
 def test_a_processor_stores_a_node_silent_and_back(tmp_path: Path) -> None:
