@@ -41,7 +41,11 @@ from fleetwatch.frame import Frame
 from fleetwatch.models import KEEP_FIRING, Finding
 
 RULE = "rack_silent"
-NAMED = 16  # nodes named in the message; the rest are counted (the evidence has all)
+NAMED = 16  # nodes named in the message; the rest are counted
+# Nodes whose last frame's time the evidence gives, the first to stop first; the rest are
+# counted (``last_frame_ts_left_out``): a "rack" that is a whole hall (one rack name for
+# every node) would otherwise write thousands of fields to each store and receiver.
+EVIDENCE_NODES = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +112,10 @@ def _finding(cluster: str, rack: str, together: list[Heard], known: int,
         "silent_s": round(max(n.gap for n in together), 1),
         # Ends with the nodes' frames back, as node_silent does: no keep_firing_s.
         KEEP_FIRING: 0.0}
-    for n in together:
+    for n in together[:EVIDENCE_NODES]:
         evidence[f"last_frame_ts.{n.node}"] = round(n.heard, 3)
+    if len(together) > EVIDENCE_NODES:
+        evidence["last_frame_ts_left_out"] = len(together) - EVIDENCE_NODES
     return Finding(
         RULE, cluster, rack, "", None, now, float(len(together)),
         f"Rack {rack}: {len(together)} of its {known} nodes stopped sending together "

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.node_silence import NodeSilence
-from fleetwatch.models.rack_silence import Heard, at_frames, racks_down
+from fleetwatch.models.rack_silence import EVIDENCE_NODES, Heard, at_frames, racks_down
 from fleetwatch.pipeline.alerts import AlertBook
 from tests.models.helpers import busy, node
 
@@ -35,6 +35,21 @@ def test_three_of_four_nodes_cut_within_seconds_are_one_rack_alert() -> None:
         "last_frame_ts.n0": 1000.0, "last_frame_ts.n1": 1002.0, "last_frame_ts.n2": 1004.5}
     assert "Rack r1" in f.message and "n0, n1, n2" in f.message and "3 of its 4" in f.message
     assert "PDU" in f.action and "top-of-rack switch" in f.action
+
+
+def test_a_hall_named_one_rack_gives_the_first_nodes_times_and_counts_the_rest() -> None:
+    """One rack name for every node of a hall (no rack configured): a power cut there is
+    one alert of 1,000 nodes, whose evidence must not carry 1,000 fields to every store,
+    Alertmanager and webhook."""
+    now = 1100.0
+    nodes = [heard(f"n{i:04d}", 1000.0 + i / 100, now) for i in range(1000)]
+    [f] = racks_down(nodes, now, C)
+    times = {k: v for k, v in f.evidence.items() if k.startswith("last_frame_ts.")}
+    assert len(times) == EVIDENCE_NODES and "last_frame_ts.n0000" in times
+    assert f.evidence["last_frame_ts_left_out"] == 1000 - EVIDENCE_NODES
+    assert f.evidence["silent_nodes"] == 1000 and "1000 of its 1000" in f.message
+    [few] = racks_down(nodes[:EVIDENCE_NODES], now, C)
+    assert "last_frame_ts_left_out" not in few.evidence
 
 
 def test_nodes_dying_one_by_one_are_no_rack() -> None:
