@@ -84,6 +84,25 @@ class Report:
     # A carbon.clusters table that matches no cluster of the month (a misspelt name), and
     # which clusters fell back to [carbon]: "" when every table priced its cluster.
     clusters_warning: str = ""
+    # Energy NVML's counters measured across gaps longer than energy.max_gap_s (in the
+    # totals, spread evenly over each gap's hours): IT kWh, the GPU gaps that ended in the
+    # month, the nodes they were of, and the longest gap (s).
+    gap_kwh: float = 0.0
+    gap_count: float = 0.0
+    gap_nodes: int = 0
+    longest_gap_s: float = 0.0
+
+    def gaps_said(self) -> str:
+        """In words, the energy the counters measured across gaps; "" if none."""
+        if not self.gap_kwh:
+            return ""
+        n = round(self.gap_count)
+        return (f"{self.gap_kwh:,.3f} kWh measured by the GPUs' energy counters across {n:,} "
+                f"GPU gap{'s' if n != 1 else ''} on {self.gap_nodes:,} "
+                f"node{'s' if self.gap_nodes != 1 else ''} (longest "
+                f"{self.longest_gap_s / 3600:,.1f} h) where no frame came for longer than "
+                "energy.max_gap_s; spread evenly over each gap's hours for carbon (when in "
+                "the gap it was drawn is not known: the hours' attribution is an estimate)")
 
     def local(self, ts: float) -> datetime:
         """``ts`` in the report's time zone."""
@@ -203,6 +222,10 @@ class Report:
             "missing_gpu_hours": t.missing_gpu_hours,
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
             "uncounted_gpu_hours": self.uncounted_gpu_hours,
+            "gap_measured": {"it_kwh": self.gap_kwh, "gpu_gaps": round(self.gap_count),
+                             "nodes": self.gap_nodes,
+                             "longest_gap_hours": self.longest_gap_s / 3600,
+                             "said": self.gaps_said()},
             "silent_nodes": [{"cluster": x.cluster, "node": x.node, "gpus": x.gpus,
                               "last_frame": iso(x.since_ts)} for x in self.silent],
             "clusters_warning": self.clusters_warning,
@@ -286,7 +309,9 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
         series_warning=grid_warnings(model, acc.factors),
         clusters_warning=clusters_warning(model, acc.kinds["cluster"].index),
-        began_ts=began, hour_data=hour_data, tz=tz, nodes=tuple(sorted(acc.nodes)))
+        began_ts=began, hour_data=hour_data, tz=tz, nodes=tuple(sorted(acc.nodes)),
+        gap_kwh=acc.gap["kwh"], gap_count=acc.gap["gaps"], gap_nodes=len(acc.gap_nodes),
+        longest_gap_s=acc.gap["longest_s"])
 
 
 def _grid_hours(factors: dict[tuple[str, int], HourFactors]
