@@ -54,6 +54,9 @@ class Report:
     currency: str
     devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
     hours_with_data: int = 0       # hours of the month with measured data (measured_hours)
+    # The time with data in them, in hours: of an hour whose data began or ended inside it,
+    # the part with data (a month whose only data is its last half hour: 0.5).
+    hours_of_data: float = 0.0
     # Hours with energy whose factor is the fallback constant because the configured
     # series has nothing near them (a file that does not cover the month, or a hole in it
     # too long to interpolate), and a warning that says which; "" when every hour came
@@ -176,7 +179,7 @@ class Report:
         def at(ts: float) -> str:
             return self.local(ts).strftime("%d %b %H:%M")
 
-        span = (f"data from {at(max(self.covered_from_ts, self.start_ts))} to "
+        span = (f"data from {at(max(self.covered_from_ts, self.began_ts, self.start_ts))} to "
                 f"{at(self.covered_until)} {tz}")
         if self.status == "complete":
             return "complete month"
@@ -184,16 +187,23 @@ class Report:
         if self.hours_with_data >= self.hours_so_far and self.ended:
             return f"partial month: {span}; {silent}"
         silent = f"; {silent}" if silent else ""
-        share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
-        hours = (f"{self.hours_with_data:,} of the "
+        share = self.hours_of_data / self.hours_so_far if self.hours_so_far else 0.0
+        pct = f"{share:.0%}" if share >= 0.01 or not share else f"{share:.2%}"  # not 0%
+        hours = (f"{self.data_hours_said} of the "
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
-                 f"hours have data ({share:.0%})")
+                 f"hours have data ({pct})")
         if not self.ended and self.covered_until_ts > self.generated_ts + 3600:
             hours = (f"data stamped up to {at(self.covered_until_ts)} {tz}, after now "
                      f"({at(self.generated_ts)} {tz}): a node's clock runs ahead")
         if self.status == "month_to_date":
             return f"month to date: {span}; {hours}{silent}"
         return f"partial month: {span}; only {hours}{silent}"
+
+    @property
+    def data_hours_said(self) -> str:
+        """The hours with data, as said: whole where they are (96), else to a tenth (0.5)."""
+        x = self.hours_of_data
+        return f"{round(x):,}" if abs(x - round(x)) < 0.05 else f"{x:,.1f}"
 
     def summary(self) -> dict[str, object]:
         t = self.total
@@ -210,6 +220,7 @@ class Report:
             "covered_from": iso(max(self.covered_from_ts, self.start_ts)),
             "covered_until": iso(self.covered_until),
             "hours_with_data": self.hours_with_data, "hours_so_far": self.hours_so_far,
+            "hours_of_data": self.hours_of_data,
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
             "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
             "projected_co2e_kg": self.projected_co2e_kg,
@@ -306,6 +317,8 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         method=model.method(sorted(acc.kinds["cluster"].index)),
         currency=model.currency, devices=acc.devices,
         hours_with_data=hours_with_data(with_data, start_ts, upto),
+        hours_of_data=sum(measured_hours([h._replace(missing_s=0.0) for h in hour_data],
+                                         max(start_ts, began), upto).values()) / 3600,
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
         series_warning=grid_warnings(model, acc.factors),
         clusters_warning=clusters_warning(model, acc.kinds["cluster"].index),

@@ -214,7 +214,7 @@ def render(r: Report, store_name: str = "") -> str:
     elif r.projection[1]:
         tiles.append(_tile("Projected month", "withheld", r.projection[1], "warn"))
     elif r.status == "partial":
-        tiles.append(_tile("Hours with data", f"{r.hours_with_data:,} of {r.hours_so_far:,}",
+        tiles.append(_tile("Hours with data", f"{r.data_hours_said} of {r.hours_so_far:,}",
                            "the rest of the month is not in these numbers", "warn"))
     figs = _figures(r)
     charts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0),
