@@ -224,7 +224,8 @@ def render(r: Report, store_name: str = "") -> str:
         f"<p class='note'>Coverage: {html.escape(status)}. Hours with no data at all are "
         f"in no number here, and nothing is estimated for them. GPU time within the "
         f"covered hours with no usable measurement (gaps between samples longer than "
-        f"energy.max_gap_s that no sound energy counter measured, lost GPUs): <b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
+        f"energy.max_gap_s that no sound energy counter measured, lost GPUs): "
+        f"<b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
         f"({missing_share:.2%} of GPU time); no energy is invented for it, so the totals are "
         f"low by about that share. "
         + (f"In the totals: {html.escape(r.gaps_said())}. " if r.gap_kwh else "")
