@@ -152,7 +152,7 @@ class Report:
     @property
     def uncounted_gpu_hours(self) -> float:
         """The silent nodes' GPU-hours from their last frame on: in no row yet."""
-        return uncounted_gpu_hours(self.silent, self.upto_ts)
+        return uncounted_gpu_hours(self.silent, self.upto_ts, self.start_ts)
 
     @property
     def complete(self) -> bool:
@@ -183,7 +183,8 @@ class Report:
                 f"{at(self.covered_until)} {tz}")
         if self.status == "complete":
             return "complete month"
-        silent = describe(self.silent, self.upto_ts, lambda ts: f"{at(ts)} {tz}")
+        silent = describe(self.silent, self.upto_ts, lambda ts: f"{at(ts)} {tz}",
+                          from_ts=self.start_ts)
         if self.hours_with_data >= self.hours_so_far and self.ended:
             return f"partial month: {span}; {silent}"
         silent = f"; {silent}" if silent else ""
