@@ -10,8 +10,9 @@ Other keys (``seq``, ``v``, a GPU's other ``info`` and its
 ``state``, the host's NIC and InfiniBand ``ports``) are not replayed: a GPU that fell off
 the bus is read as the other layouts read it, from its samples stopping while the frames
 still list it (the summary says how many port readings were passed over). Each frame is
-replayed with the GPUs it lists, as live: a GPU the node stopped listing is absent. A line that is not such an object, a metric the
-catalogue does not name or a value outside its range is a bad row, as in the CSV layouts.
+replayed with the GPUs it lists, as live: a GPU the node stopped listing is absent. A line
+that is not such an object, a metric the catalogue does not name or a value outside its
+range is a bad row, as in the CSV layouts.
 """
 
 from __future__ import annotations
