@@ -205,15 +205,15 @@ class Month:
     def _add_gaps(self, col: dict[str, tuple], n: int, share: np.ndarray) -> None:
         """The energy measured across gaps, for the report to say apart."""
         gap_j = np.fromiter(col["gap_j"], np.float64, n)
-        if not gap_j.any():
+        gaps = np.fromiter(col["gaps"], np.float64, n)
+        if not (gap_j.any() or gaps.any()):
             return
         self.gap["kwh"] += float((gap_j * share).sum()) / J_PER_KWH
-        gaps = np.fromiter(col["gaps"], np.float64, n)
         ended = gaps > 0
         self.gap["gaps"] += float((gaps * (share > 0)).sum())
         self.gap["longest_s"] = max(self.gap["longest_s"], max(
             (x for x, e in zip(col["longest_gap_s"], ended) if e), default=0.0))
-        self.gap_nodes.update(k for k, j in zip(zip(col["cluster"], col["node"]), gap_j) if j)
+        self.gap_nodes.update(k for k, e in zip(zip(col["cluster"], col["node"]), ended) if e)
 
     def _add_hours(self, rows: Sequence[EnergyRow], col: dict[str, tuple], n: int,
                    uniq_hours: np.ndarray, hour_of: np.ndarray, gpu: np.ndarray) -> None:
