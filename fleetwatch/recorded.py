@@ -170,6 +170,9 @@ class Reading:
             seen.append((ts, uuid, info))
     # (ts, node) -> the GPUs of that frame read as lost (see _mark_lost)
     lost: dict[tuple[float, str], set[int]] = field(default_factory=lambda: defaultdict(set))
+    # (ts, node) -> the GPUs the agent's own frame listed (recorded_frames): that frame lists
+    # those only, as live, and a GPU it left out is absent, not lost. Other layouts: none.
+    listed: dict[tuple[float, str], frozenset[int]] = field(default_factory=dict)
     bad_rows: int = 0
     bad_examples: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -413,7 +416,7 @@ def frames(reading: Reading, model: str = "",
         per_gpu = reading.samples.get((ts, node), {})
         events = xids.get((ts, node), {})
         lost = reading.lost.get((ts, node), set())
-        indices = sorted(node_gpus[node] | lost)
+        indices = sorted(reading.listed.get((ts, node), node_gpus[node]) | lost)
         gpus = tuple([GpuReading(i, uuid, reading.models.get((node, i), model),
                                  dict(per_gpu.get(i, {})),
                                  job=None if i in lost else reading.jobs.get((ts, node, i)),

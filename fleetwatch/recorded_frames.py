@@ -8,9 +8,11 @@ Each line is a JSON object as the agent prints it: ``ts`` (epoch seconds), ``nod
 board: ``uuid`` and ``info``'s ``serial`` and ``pci_bus_id``), and ``host`` (``metrics``).
 Other keys (``seq``, ``v``, a GPU's other ``info`` and its
 ``state``, the host's NIC and InfiniBand ``ports``) are not replayed: a GPU that fell off
-the bus is read as the other layouts read it, from its samples stopping (the summary says
-how many port readings were passed over). A line that is not such an object, a metric the
-catalogue does not name or a value outside its range is a bad row, as in the CSV layouts.
+the bus is read as the other layouts read it, from its samples stopping while the frames
+still list it (the summary says how many port readings were passed over). Each frame is
+replayed with the GPUs it lists, as live: a GPU the node stopped listing is absent. A line
+that is not such an object, a metric the catalogue does not name or a value outside its
+range is a bad row, as in the CSV layouts.
 """
 
 from __future__ import annotations
@@ -83,6 +85,7 @@ def read_frames(p: Path, lines: Iterable[str], out: Reading, skip: bool, cluster
             continue
         node = out.place(node.strip(), str(frame.get("cluster") or cluster),
                          str(frame.get("rack") or rack))
+        out.listed[(ts, node)] = frozenset(g[0] for g in gpus)
         for index, metrics, job, model, xids, board in gpus:
             if board is not None:
                 out.board(ts, node, index, *board)

@@ -99,6 +99,8 @@ class Stream:
             part.xids[key] = out.xids.pop(key)
         for key in [k for k in out.jobs if k[0] < upto]:
             part.jobs[key] = out.jobs.pop(key)
+        for key in [k for k in out.listed if k[0] < upto]:
+            part.listed[key] = out.listed.pop(key)
         part.models, part.places, part.boards = out.models, out.places, out.boards
         part.names = out.names
         # Every GPU a node shows within the window ahead is listed from now on.

@@ -219,8 +219,11 @@ def mark_lost(out: Reading, state: LostState | None = None) -> None:
         off_bus = state.off_bus[node]  # GPUs whose last XID was 79, until they are back
         for ts in times:
             here = at[ts]
+            listed = out.listed.get((ts, node))  # the agent's frame: a GPU it left out is absent
             for gpu, seen_ts in last.items():
                 step = own.get(gpu) or node_step
+                if listed is not None and gpu not in listed:
+                    continue
                 if gpu not in here and (gpu in off_bus or step and ts - seen_ts > max(
                         LOST_AFTER_INTERVALS * step, state.silent_s)):
                     out.lost[(ts, node)].add(gpu)

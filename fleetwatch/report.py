@@ -54,6 +54,9 @@ class Report:
     currency: str
     devices: dict[str, float] = field(default_factory=dict)  # gpu/cpu/rest -> IT kWh
     hours_with_data: int = 0       # hours of the month with measured data (measured_hours)
+    # The time with data in them, in hours: of an hour whose data began or ended inside it,
+    # the part with data (a month whose only data is its last half hour: 0.5).
+    hours_of_data: float = 0.0
     # Hours with energy whose factor is the fallback constant because the configured
     # series has nothing near them (a file that does not cover the month, or a hole in it
     # too long to interpolate), and a warning that says which; "" when every hour came
@@ -84,6 +87,25 @@ class Report:
     # A carbon.clusters table that matches no cluster of the month (a misspelt name), and
     # which clusters fell back to [carbon]: "" when every table priced its cluster.
     clusters_warning: str = ""
+    # Energy NVML's counters measured across gaps longer than energy.max_gap_s (in the
+    # totals, spread evenly over each gap's hours): IT kWh, the GPU gaps that ended in the
+    # month, the nodes they were of, and the longest gap (s).
+    gap_kwh: float = 0.0
+    gap_count: float = 0.0
+    gap_nodes: int = 0
+    longest_gap_s: float = 0.0
+
+    def gaps_said(self) -> str:
+        """In words, the energy the counters measured across gaps; "" if none."""
+        if not self.gap_kwh:
+            return ""
+        n = round(self.gap_count)
+        return (f"{self.gap_kwh:,.3f} kWh measured by the GPUs' energy counters across {n:,} "
+                f"GPU gap{'s' if n != 1 else ''} on {self.gap_nodes:,} "
+                f"node{'s' if self.gap_nodes != 1 else ''} (longest "
+                f"{self.longest_gap_s / 3600:,.1f} h) where no frame came for longer than "
+                "energy.max_gap_s; spread evenly over each gap's hours for carbon (when in "
+                "the gap it was drawn is not known: the hours' attribution is an estimate)")
 
     def local(self, ts: float) -> datetime:
         """``ts`` in the report's time zone."""
@@ -130,7 +152,7 @@ class Report:
     @property
     def uncounted_gpu_hours(self) -> float:
         """The silent nodes' GPU-hours from their last frame on: in no row yet."""
-        return uncounted_gpu_hours(self.silent, self.upto_ts)
+        return uncounted_gpu_hours(self.silent, self.upto_ts, self.start_ts)
 
     @property
     def complete(self) -> bool:
@@ -157,24 +179,32 @@ class Report:
         def at(ts: float) -> str:
             return self.local(ts).strftime("%d %b %H:%M")
 
-        span = (f"data from {at(max(self.covered_from_ts, self.start_ts))} to "
+        span = (f"data from {at(max(self.covered_from_ts, self.began_ts, self.start_ts))} to "
                 f"{at(self.covered_until)} {tz}")
         if self.status == "complete":
             return "complete month"
-        silent = describe(self.silent, self.upto_ts, lambda ts: f"{at(ts)} {tz}")
+        silent = describe(self.silent, self.upto_ts, lambda ts: f"{at(ts)} {tz}",
+                          from_ts=self.start_ts)
         if self.hours_with_data >= self.hours_so_far and self.ended:
             return f"partial month: {span}; {silent}"
         silent = f"; {silent}" if silent else ""
-        share = self.hours_with_data / self.hours_so_far if self.hours_so_far else 0.0
-        hours = (f"{self.hours_with_data:,} of the "
+        share = self.hours_of_data / self.hours_so_far if self.hours_so_far else 0.0
+        pct = f"{share:.0%}" if share >= 0.01 or not share else f"{share:.2%}"  # not 0%
+        hours = (f"{self.data_hours_said} of the "
                  + ("month's" if self.ended else "month's first") + f" {self.hours_so_far:,} "
-                 f"hours have data ({share:.0%})")
+                 f"hours have data ({pct})")
         if not self.ended and self.covered_until_ts > self.generated_ts + 3600:
             hours = (f"data stamped up to {at(self.covered_until_ts)} {tz}, after now "
                      f"({at(self.generated_ts)} {tz}): a node's clock runs ahead")
         if self.status == "month_to_date":
             return f"month to date: {span}; {hours}{silent}"
         return f"partial month: {span}; only {hours}{silent}"
+
+    @property
+    def data_hours_said(self) -> str:
+        """The hours with data, as said: whole where they are (96), else to a tenth (0.5)."""
+        x = self.hours_of_data
+        return f"{round(x):,}" if abs(x - round(x)) < 0.05 else f"{x:,.1f}"
 
     def summary(self) -> dict[str, object]:
         t = self.total
@@ -191,6 +221,7 @@ class Report:
             "covered_from": iso(max(self.covered_from_ts, self.start_ts)),
             "covered_until": iso(self.covered_until),
             "hours_with_data": self.hours_with_data, "hours_so_far": self.hours_so_far,
+            "hours_of_data": self.hours_of_data,
             "it_kwh": t.it_kwh, "facility_kwh": t.facility_kwh, "co2e_kg": t.co2e_kg,
             "co2e_t": t.co2e_kg / 1000, "cost": t.cost, "currency": self.currency,
             "projected_co2e_kg": self.projected_co2e_kg,
@@ -203,6 +234,10 @@ class Report:
             "missing_gpu_hours": t.missing_gpu_hours,
             "missing_share": t.missing_gpu_hours / gpu_time if gpu_time else 0.0,
             "uncounted_gpu_hours": self.uncounted_gpu_hours,
+            "gap_measured": {"it_kwh": self.gap_kwh, "gpu_gaps": round(self.gap_count),
+                             "nodes": self.gap_nodes,
+                             "longest_gap_hours": self.longest_gap_s / 3600,
+                             "said": self.gaps_said()},
             "silent_nodes": [{"cluster": x.cluster, "node": x.node, "gpus": x.gpus,
                               "last_frame": iso(x.since_ts)} for x in self.silent],
             "clusters_warning": self.clusters_warning,
@@ -283,10 +318,14 @@ def build_chunks(chunks: Iterable[Sequence[EnergyRow]], model: CarbonModel, star
         method=model.method(sorted(acc.kinds["cluster"].index)),
         currency=model.currency, devices=acc.devices,
         hours_with_data=hours_with_data(with_data, start_ts, upto),
+        hours_of_data=sum(measured_hours([h._replace(missing_s=0.0) for h in hour_data],
+                                         max(start_ts, began), upto).values()) / 3600,
         intensity_fallback_hours=ci_fallback, pue_fallback_hours=pue_fallback,
         series_warning=grid_warnings(model, acc.factors),
         clusters_warning=clusters_warning(model, acc.kinds["cluster"].index),
-        began_ts=began, hour_data=hour_data, tz=tz, nodes=tuple(sorted(acc.nodes)))
+        began_ts=began, hour_data=hour_data, tz=tz, nodes=tuple(sorted(acc.nodes)),
+        gap_kwh=acc.gap["kwh"], gap_count=acc.gap["gaps"], gap_nodes=len(acc.gap_nodes),
+        longest_gap_s=acc.gap["longest_s"])
 
 
 def _grid_hours(factors: dict[tuple[str, int], HourFactors]

@@ -38,7 +38,7 @@ from fleetwatch.report_month import (
     zone,
     zone_name,
 )
-from fleetwatch.report_silent import silent_nodes
+from fleetwatch.report_silent import silent_before, silent_nodes
 
 # The columns of earlier releases keep their place and meaning (consumers read them by
 # name or by position); columns added since go at the end. ``idle_share`` is kept for
@@ -139,8 +139,10 @@ def write_report(store: EnergyStore, model: CarbonModel, month: str, out_dir: st
         raise ReportError(f"no energy in the ledger for {month} in {store_name or 'the store'}: "
                           "the processor writes it as frames arrive; check store.kind/path "
                           "and the month")
-    report.silent = silent_nodes(store, report.nodes, report.upto_ts, max_gap_s,
-                                 report.generated_ts)
+    report.silent = sorted(
+        silent_before(store, start, report.nodes, report.upto_ts, max_gap_s, cluster)
+        + silent_nodes(store, report.nodes, report.upto_ts, max_gap_s, report.generated_ts),
+        key=lambda x: (x.since_ts, x.cluster, x.node))
     report.offenders = [o for o in repeat_offenders(store, start, min(end, report.generated_ts),
                                                     lemon_half_life_d)
                         if cluster is None or o.cluster == cluster]

@@ -214,7 +214,7 @@ def render(r: Report, store_name: str = "") -> str:
     elif r.projection[1]:
         tiles.append(_tile("Projected month", "withheld", r.projection[1], "warn"))
     elif r.status == "partial":
-        tiles.append(_tile("Hours with data", f"{r.hours_with_data:,} of {r.hours_so_far:,}",
+        tiles.append(_tile("Hours with data", f"{r.data_hours_said} of {r.hours_so_far:,}",
                            "the rest of the month is not in these numbers", "warn"))
     figs = _figures(r)
     charts = [pio.to_html(f, full_html=False, include_plotlyjs=(i == 0),
@@ -224,9 +224,12 @@ def render(r: Report, store_name: str = "") -> str:
         f"<p class='note'>Coverage: {html.escape(status)}. Hours with no data at all are "
         f"in no number here, and nothing is estimated for them. GPU time within the "
         f"covered hours with no usable measurement (gaps between samples longer than "
-        f"energy.max_gap_s, lost GPUs): <b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
+        f"energy.max_gap_s that no sound energy counter measured, lost GPUs): "
+        f"<b>{_n(t.missing_gpu_hours)} GPU-hours</b> "
         f"({missing_share:.2%} of GPU time); no energy is invented for it, so the totals are "
-        f"low by about that share. A node silent for longer than 7 days is not counted "
+        f"low by about that share. "
+        + (f"In the totals: {html.escape(r.gaps_said())}. " if r.gap_kwh else "")
+        + f"A node silent for longer than 7 days is not counted "
         f"as missing: that silence is in no number here (the processor logs it once per "
         f"node, \"sent nothing from ... to ...\"). Hours whose grid intensity was missing "
         f"and filled: "

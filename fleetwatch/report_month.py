@@ -76,7 +76,7 @@ def longest_measured(rows: Iterable[EnergyRow]) -> dict[int, float]:
     device_s: dict[tuple[int, str, str, str], float] = {}
     for r in rows:
         key = (r.bucket_ts, r.cluster, r.node, r.device)
-        device_s[key] = device_s.get(key, 0.0) + r.seconds
+        device_s[key] = device_s.get(key, 0.0) + r.seconds + r.gap_s  # a gap's: measured
     out: dict[int, float] = {}
     for (h, *_), sec in device_s.items():
         out[h] = max(out.get(h, 0.0), sec)
@@ -127,7 +127,7 @@ def data_began(rows: Iterable[EnergyRow], now: float, bucket_s: int = 3600) -> f
     for r in rows:
         devices = by_hour.setdefault(r.bucket_ts, {})
         key = (r.cluster, r.node, r.device)
-        devices[key] = devices.get(key, 0.0) + r.seconds + r.missing_s
+        devices[key] = devices.get(key, 0.0) + r.seconds + r.missing_s + r.gap_s
     if not by_hour:
         return None
     first = min(by_hour)

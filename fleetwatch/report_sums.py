@@ -126,6 +126,11 @@ class Month:
     # (cluster, node) -> its newest ledger hour read: the nodes whose watermarks say
     # whether one fell silent before the month's end (``report_silent``).
     nodes: dict[tuple[str, str], int] = field(default_factory=dict)
+    # Energy the counters measured across gaps (``EnergyRow.gap_j``): IT kWh, the GPU
+    # gaps that ended in the month, the longest of them (s), and the nodes they were of.
+    gap: dict[str, float] = field(
+        default_factory=lambda: {"kwh": 0.0, "gaps": 0.0, "longest_s": 0.0})
+    gap_nodes: set[tuple[str, str]] = field(default_factory=set)
 
     def add(self, rows: Sequence[EnergyRow]) -> None:
         """Columns and bincount-like sums, not a loop over rows in Python. Rows of hours
@@ -181,6 +186,7 @@ class Month:
         self.devices["gpu"] += float(values["gpu_kwh"].sum())
         for name in (CPU_DEVICE, REST_DEVICE):
             self.devices[name] += float(it[device == name].sum())
+        self._add_gaps(col, n, share)
         self._add_hours(rows, col, n, uniq_hours, hour_of, gpu)
         for key in set(zip(col["cluster"], col["node"])):
             self.nodes[key] = max(self.nodes.get(key, 0), int(uniq_hours[-1]))
@@ -196,12 +202,27 @@ class Month:
             f = self.factors[grid, hour] = self.model.for_cluster(grid).hour(hour)
         return f
 
+    def _add_gaps(self, col: dict[str, tuple], n: int, share: np.ndarray) -> None:
+        """The energy measured across gaps, for the report to say apart."""
+        gap_j = np.fromiter(col["gap_j"], np.float64, n)
+        gaps = np.fromiter(col["gaps"], np.float64, n)
+        if not (gap_j.any() or gaps.any()):
+            return
+        self.gap["kwh"] += float((gap_j * share).sum()) / J_PER_KWH
+        ended = gaps > 0
+        self.gap["gaps"] += float((gaps * (share > 0)).sum())
+        self.gap["longest_s"] = max(self.gap["longest_s"], max(
+            (x for x, e in zip(col["longest_gap_s"], ended) if e), default=0.0))
+        self.gap_nodes.update(k for k, e in zip(zip(col["cluster"], col["node"]), ended) if e)
+
     def _add_hours(self, rows: Sequence[EnergyRow], col: dict[str, tuple], n: int,
                    uniq_hours: np.ndarray, hour_of: np.ndarray, gpu: np.ndarray) -> None:
         """Per hour, what ``measured_hours`` needs. The longest time one device was
         measured sums its rows of the hour (one per job it ran): an hour's rows come in
         one chunk (``ledger_chunks`` reads whole hours)."""
-        seconds = np.fromiter(col["seconds"], np.float64, n)
+        # Time across a gap the counter measured is covered: its energy is known.
+        seconds = (np.fromiter(col["seconds"], np.float64, n)
+                   + np.fromiter(col["gap_s"], np.float64, n))
         sums = [np.bincount(hour_of, np.where(gpu, seconds, 0.0), len(uniq_hours)),
                 np.bincount(hour_of, np.where(gpu, np.fromiter(col["missing_s"], np.float64, n),
                                               0.0), len(uniq_hours)),

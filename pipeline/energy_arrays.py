@@ -8,11 +8,12 @@ plausible, else the trapezoid of power, else the end sample's power; an
 interval longer than ``max_gap_s`` or without power is missing time; the
 interval belongs to its end sample's owner, idle flag and power, but for one longer than
 ``max_gap_s``, which is no owner's unless the same job holds the GPU at both ends; intervals
-that cross an hour are split in proportion to time. Four rules of the processor
+that cross an hour are split in proportion to time. Five rules of the processor
 are not here, for what a block does not hold: a counter that stands still while
-the board draws power, a GPU the node stops listing, a GPU shared by several
-jobs, and a node's CPU and static energy shared among its jobs (a block's
-owner per sample is its caller's).
+the board draws power, a counter's energy across a silence (a block's gaps stay
+missing time), a GPU the node stops listing, a GPU shared by several jobs, and a
+node's CPU and static energy shared among its jobs (a block's owner per sample is
+its caller's).
 """
 
 from __future__ import annotations

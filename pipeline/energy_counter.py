@@ -1,6 +1,7 @@
 """One device's interval in joules (``pipeline.energy``): the energy counter's step where
 it can be trusted, else the trapezoid of the power samples; what a counter that stood
-still owes back; and, over a long gap, how much time the counter says really passed."""
+still owes back; and, over a long gap, how much time the counter says really passed, or
+the energy it measured across the gap where it can be trusted there."""
 
 from __future__ import annotations
 
@@ -56,6 +57,29 @@ def clock_ran(s: EnergySettings, prev: Watermark, dt: float, power: float | None
         return None
     ran = net / mean
     return ran if ran <= s.max_gap_s else None
+
+
+def gap_energy(s: EnergySettings, prev: Watermark, dt: float, power: float | None,
+               counter: float | None, limit_w: float | None) -> float | None:
+    """Over a gap longer than ``max_gap_s`` (the node's clock did not step: ``clock_ran``
+    said no): the joules the counter measured across it where it is sound, else None
+    (missing time; nothing is invented). Sound: read at both ends and gone on from the
+    same reading (it went down: the driver reloaded, the counter reset), its step less
+    what it owed at a mean power the board can draw (``limit_w``, its enforced power
+    limit, times ``gap_limit_ratio``; no limit known: not judged, not sound), and not
+    under ``stale_ratio`` of the power read at both ends (a counter that stood still or
+    restarted within the gap reads less than the board drew)."""
+    if counter is None or prev.counter is None or not limit_w or limit_w <= 0:
+        return None
+    net = counter - prev.counter - prev.owed
+    if counter < prev.counter or net < 0.0:
+        return None
+    if net > dt * min(limit_w * s.gap_limit_ratio, s.max_plausible_w):
+        return None
+    ends = [p for p in (power, prev.power) if p is not None]
+    if ends and net < s.stale_ratio * min(ends) * dt:
+        return None
+    return net
 
 
 def trapezoid(p0: float | None, p1: float, dt: float) -> float:

@@ -20,9 +20,15 @@ out exact). Such intervals are counted (``stale_counter_intervals``) and said
 once per node. An interval longer than ``max_gap_s`` is not filled with
 invented power: it is counted as missing time, unless the counter's step is one the
 board's power draws in ``max_gap_s`` or less (the node's clock stepped forward: that
-much time passed, the rest is neither energy nor missing). A jump of the node's clock
-further than ``max_jump_s`` is a clock error: the node starts anew, nothing is booked
-for it. A step back (``energy_clock``) re-anchors the watermarks. The CPU packages
+much time passed, the rest is neither energy nor missing), or the counter is sound across
+a silence of the whole node (``energy_counter.gap_energy``: it went on from the same
+reading, at a mean power within ``gap_limit_ratio`` of the GPU's enforced power limit,
+else its default limit or its part's TDP): then its step is the gap's energy, measured,
+spread evenly over the gap's hours (where in the gap it was drawn is not known) and kept
+apart in the row (``gap_j``, ``gap_s``; the gap counted where it ends: ``gaps``,
+``longest_gap_s``). A jump of the node's clock further than ``max_jump_s`` is a clock
+error: the node starts anew, nothing is booked for it. A step back (``energy_clock``)
+re-anchors the watermarks. The CPU packages
 (``host_cpu_power_w``, RAPL) are integrated the same way; the rest of the
 node is a static model (``node_static_w`` for every second the node reports).
 
@@ -70,8 +76,9 @@ import math
 from collections.abc import Callable
 
 from fleetwatch.frame import Frame
+from fleetwatch.parts import tdp_w
 from fleetwatch.pipeline.energy_clock import ClockSteps
-from fleetwatch.pipeline.energy_counter import clock_ran, interval_energy
+from fleetwatch.pipeline.energy_counter import clock_ran, gap_energy, interval_energy
 from fleetwatch.pipeline.energy_owners import Owner, Owners, across_gap, split_node, split_owner
 from fleetwatch.pipeline.energy_settings import EnergySettings, over_tdp_w
 from fleetwatch.pipeline.energy_state import (
@@ -80,6 +87,7 @@ from fleetwatch.pipeline.energy_state import (
     Watermark,
     add_interval,
     add_shares,
+    mark_gap,
 )
 from fleetwatch.pipeline.store.base import gpu_device
 from fleetwatch.pipeline.store.ledger import CPU_DEVICE, HOST_DEVICE, LISTED_DEVICE, REST_DEVICE
@@ -135,10 +143,12 @@ class FrameIntegration:
             else:
                 idle = _idle_by_util(util, prev.util if prev is not None else None)
             over = over_tdp_w(g, s.tdp_w)
+            limit = m.get("gpu_power_limit_w")
             energy, owners = self._interval(
                 node, f, dev, power, counter, owners, idle,
                 power is not None and over is not None and power > over,
-                touched, m.get("gpu_power_limit_w"))
+                touched, limit,
+                limit or m.get("gpu_power_default_limit_w") or tdp_w(g.model))
             now = node.devs.get(dev)
             if now is not None and now.ts == f.ts:
                 now.util = util
@@ -204,12 +214,15 @@ class FrameIntegration:
 
     def _interval(self, node: NodeState, f: Frame, dev: str, power: float | None,
                   counter: float | None, owners: Owners, idle: bool,
-                  over: bool, touched: set[Key], limit_w: float | None = None
-                  ) -> tuple[float, Owners]:
+                  over: bool, touched: set[Key], limit_w: float | None = None,
+                  gap_limit_w: float | None = None) -> tuple[float, Owners]:
         """Integrate ``dev``'s interval ending at ``f``; returns the energy booked (J) and
-        the owners it was booked to (over a gap, only those that held ``dev`` throughout)."""
+        the owners it was booked to (over a gap, only those that held ``dev`` throughout).
+        ``gap_limit_w``: the power the board can hold, that a counter's step across a gap
+        must not exceed (``gap_energy``); None: such a step is not booked."""
         prev = node.devs.get(dev)
         energy: float | None = 0.0
+        gap: float | None = None
         owed = 0.0
         held = owners  # who holds dev at f: its watermark's owners for the next interval
         if prev is not None:
@@ -238,6 +251,10 @@ class FrameIntegration:
                     self.clock.forward(f, dt - ran)
                     dt = ran
                     prev = Watermark(f.ts - dt, prev.power, prev.counter, prev.owed, prev.util)
+                elif (was := node.devs.get(HOST_DEVICE)) is None or was.ts <= prev.ts:
+                    # The whole node was silent (frames sent while its driver was away say
+                    # it may have reloaded, which restarts the counter: missing time).
+                    gap = gap_energy(self.s, prev, dt, power, counter, gap_limit_w)
             if dt <= self.s.max_gap_s:
                 energy, owed, stale = interval_energy(self.s, prev, dt, power, counter, limit_w)
                 if stale:
@@ -246,7 +263,10 @@ class FrameIntegration:
                 # Missing time across a silence: not the end sample's owner's unless it
                 # held the GPU at the start too (a job that began after the silence).
                 owners = across_gap(prev.owners, owners)
-            if energy is None:
+            if gap is not None:  # measured by the counter across the gap, spread evenly
+                energy = gap
+                vals = (gap, 0.0, 0.0, 0.0, 0.0, 0.0, gap, dt)
+            elif energy is None:
                 vals = (0.0, 0.0, 0.0, 0.0, dt, 0.0)
             else:
                 vals = (energy, energy if idle else 0.0, dt, dt if idle else 0.0, 0.0,
@@ -255,6 +275,8 @@ class FrameIntegration:
                 add_interval(node, f, dev, prev.ts, dt, owners[0][0], vals, touched)
             else:
                 add_shares(node, f, dev, prev.ts, dt, owners, vals, touched)
+            if gap is not None:
+                mark_gap(node, f, dev, dt, owners, touched)
         node.devs[dev] = Watermark(f.ts, power, counter, owed, owners=held)
         return energy or 0.0, owners
 

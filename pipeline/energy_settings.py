@@ -39,6 +39,11 @@ class EnergySettings:
     # outage: the node starts anew there, nothing is booked for the jump. Missing time is
     # booked hour by hour, so this also bounds the rows one interval can write.
     max_jump_s: float = 7 * 86400.0
+    # Across a gap longer than max_gap_s, the energy counter's step is booked where its mean
+    # power is at most this many times the GPU's enforced power limit: the driver holds
+    # the board's mean power at the limit over minutes, so the margin is small (the
+    # limit_ratio above covers a short interval's excursions and update granularity).
+    gap_limit_ratio: float = 1.05
 
     @classmethod
     def from_config(cls, c: EnergyConfig) -> EnergySettings:

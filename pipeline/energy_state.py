@@ -12,8 +12,9 @@ from fleetwatch.pipeline.energy_clock import NodeClock
 from fleetwatch.pipeline.energy_owners import Owners
 from fleetwatch.pipeline.store.ledger import BUCKET_S, DeviceState, bucket_floor
 
-# Accumulator slots, in EnergyRow's order.
-_E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER = range(6)
+# Accumulator slots, in EnergyRow's order: ENERGY_FIELDS, then GAP_FIELDS.
+_E, _IDLE_J, _SEC, _IDLE_S, _MISS, _OVER, _GAP_J, _GAP_S, _GAPS, _LONGEST = range(10)
+SLOTS = 10
 
 
 Key = tuple[int, str, str, str, str, str, str, str]   # EnergyRow's first eight fields
@@ -71,14 +72,16 @@ def add_interval(node: NodeState, f: Frame, dev: str, t0: float, dt: float,
         key: Key = (start, f.cluster, f.rack, f.node, dev, *owner)
         acc = node.acc.get(key)
         if acc is None:
-            node.acc[key] = list(vals)
-        else:
-            acc[0] += vals[0]
-            acc[1] += vals[1]
-            acc[2] += vals[2]
-            acc[3] += vals[3]
-            acc[4] += vals[4]
-            acc[5] += vals[5]
+            acc = node.acc[key] = [0.0] * SLOTS
+        acc[0] += vals[0]
+        acc[1] += vals[1]
+        acc[2] += vals[2]
+        acc[3] += vals[3]
+        acc[4] += vals[4]
+        acc[5] += vals[5]
+        if len(vals) > 6:  # across a gap: its energy and time
+            acc[_GAP_J] += vals[_GAP_J]
+            acc[_GAP_S] += vals[_GAP_S]
         touched.add(key)
         return
     while True:
@@ -88,7 +91,7 @@ def add_interval(node: NodeState, f: Frame, dev: str, t0: float, dt: float,
             key = (start, f.cluster, f.rack, f.node, dev, *owner)
             acc = node.acc.get(key)
             if acc is None:
-                acc = node.acc[key] = [0.0] * 6
+                acc = node.acc[key] = [0.0] * SLOTS
             for i, v in enumerate(vals):
                 if v:
                     acc[i] += v * share
@@ -96,6 +99,22 @@ def add_interval(node: NodeState, f: Frame, dev: str, t0: float, dt: float,
         if t1 <= end:
             return
         start = end
+
+
+def mark_gap(node: NodeState, f: Frame, dev: str, dt: float, owners: Owners,
+             touched: set[Key]) -> None:
+    """Count a gap of ``dt`` s whose energy the counter measured (``add_interval`` spread
+    it) in the bucket where it ends, at ``f``: each owner's share of one gap, and the
+    longest such gap of the bucket."""
+    end = -(-f.ts // BUCKET_S) * BUCKET_S - BUCKET_S  # (t0, t1]: t1 on the hour is before it
+    for owner, share in owners:
+        key: Key = (int(end), f.cluster, f.rack, f.node, dev, *owner)
+        acc = node.acc.get(key)
+        if acc is None:
+            acc = node.acc[key] = [0.0] * SLOTS
+        acc[_GAPS] += share
+        acc[_LONGEST] = max(acc[_LONGEST], dt)
+        touched.add(key)
 
 
 def stored(key: tuple[str, str], device: str, d: Watermark) -> DeviceState:

@@ -8,9 +8,11 @@ team) (``owner_offset_ms``), so that the owners of one device's hour are points 
 their own; InfluxDB replaces a point written again at the same series and time,
 so a rewritten hour is one point holding the new totals. Rows written before
 (job, user and team as tags, stamped at the hour's start) are read as well; where
-both forms hold one row, the newer form wins. Watermarks are ``energy_victoria``'s
-lines. Watermarks are stamped at
-the sample they stand for; a node's are the newest within ``STATE_LOOKBACK_S``
+both forms hold one row, the newer form wins. The fields of energy measured across gaps
+(``ledger.GAP_FIELDS``) are written only where not 0 (a point written again keeps the
+fields it is not given; they only grow within an hour) and read as 0 where absent.
+Watermarks are ``energy_victoria``'s lines. Watermarks are stamped at the sample they
+stand for; a node's are the newest within ``STATE_LOOKBACK_S``
 either side of the first sample being integrated. Totals are summed here from
 the rows (InfluxQL cannot group by a tag across the row's identity and sum it
 per hour in one statement that 1.x, 2.x and 3.x all answer the same).
@@ -31,6 +33,8 @@ from fleetwatch.pipeline.store.energy_victoria import (
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
+    GAP_FIELDS,
+    ROW_FIELDS,
     STATE_LOOKBACK_S,
     DeviceState,
     EnergyRow,
@@ -59,6 +63,7 @@ def owner_offset_ms(job: str, user: str, team: str) -> int:
 def row_line(r: EnergyRow) -> str:
     """One ledger row: tags the device's place, fields its sums and owner."""
     fields = ",".join([*(f"{k}={float(getattr(r, k))!r}" for k in ENERGY_FIELDS),
+                       *(f"{k}={float(getattr(r, k))!r}" for k in GAP_FIELDS if getattr(r, k)),
                        *(f"{k}={quote(getattr(r, k))}" for k in _OWNER_FIELDS)])
     tag_text = tags(sorted(zip(_ROW_TAGS, r[1:5])))
     stamp = r.bucket_ts * 1000 + owner_offset_ms(r.job, r.user, r.team)
@@ -83,7 +88,7 @@ class InfluxQLEnergy:
 
     def _select_rows(self, start_ts: float, end_ts: float, where: str = "") -> list[EnergyRow]:
         """The rows of the hours that start in [start, end) (stamped within their hour)."""
-        fields = ", ".join(f'"{f}"' for f in ENERGY_FIELDS)
+        fields = ", ".join(f'"{f}"' for f in ROW_FIELDS)
         place = ", ".join(f'"{t}"' for t in _ROW_TAGS)
         # The owner as a field, and as the tag of rows written before it became a field.
         owner = ", ".join(f'"{k}"::field AS "{k}", "{k}"::tag AS "{k}_tag"'
@@ -103,7 +108,7 @@ class InfluxQLEnergy:
                 new = v.get("job") is not None  # written with its owner as fields
                 owner = [(v.get(k) if new else v.get(f"{k}_tag")) or "" for k in _OWNER_FIELDS]
                 row = EnergyRow(bucket, *((v.get(t) or "") for t in _ROW_TAGS), *owner,
-                                *(float(v.get(f) or 0.0) for f in ENERGY_FIELDS))
+                                *(float(v.get(f) or 0.0) for f in ROW_FIELDS))
                 key, rank = row[:8], (int(v["time"]), new)
                 if key not in found or rank > found[key][0]:
                     found[key] = (rank, row)

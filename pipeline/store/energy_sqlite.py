@@ -4,6 +4,9 @@ Two tables beside the samples: ``energy`` (one row per hour bucket, device
 and owner, replaced on rewrite) and ``energy_state`` (the integrator's
 watermark per device, with ``energy_reading`` for a counter that owes),
 written in one transaction so that a crash leaves both old or both new.
+The columns of energy measured across gaps (``ledger.GAP_FIELDS``) are added to an
+``energy`` table made before them when the store is opened for writing (0 in its rows);
+a store opened read-only without them reads them as 0.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import TYPE_CHECKING
 from fleetwatch.pipeline.store.base import StoreError
 from fleetwatch.pipeline.store.ledger import (
     CLUSTER_KEYS,
+    GAP_FIELDS,
+    ROW_FIELDS,
     TOTAL_KEYS,
     DeviceState,
     EnergyRow,
@@ -32,12 +37,18 @@ ROLL_UP_HOURS = 500  # hours rolled up per statement (SQLite's default limit: 32
 # a control character (agents take it from a config file or a hostname).
 SEP = "\x1f"
 
+_KEY_COLUMNS = "bucket_ts, cluster, rack, node, device, job, user, team"
+_INSERT = (f"INSERT OR REPLACE INTO energy ({_KEY_COLUMNS}, {', '.join(ROW_FIELDS)}) "
+           f"VALUES ({','.join('?' * (8 + len(ROW_FIELDS)))})")
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS energy (
     bucket_ts INTEGER NOT NULL, cluster TEXT NOT NULL, rack TEXT NOT NULL, node TEXT NOT NULL,
     device TEXT NOT NULL, job TEXT NOT NULL, user TEXT NOT NULL, team TEXT NOT NULL,
     energy_j REAL NOT NULL, idle_j REAL NOT NULL, seconds REAL NOT NULL, idle_s REAL NOT NULL,
     missing_s REAL NOT NULL, over_tdp_s REAL NOT NULL,
+    gap_j REAL NOT NULL DEFAULT 0, gap_s REAL NOT NULL DEFAULT 0, gaps REAL NOT NULL DEFAULT 0,
+    longest_gap_s REAL NOT NULL DEFAULT 0,
     PRIMARY KEY (bucket_ts, cluster, node, device, job, user, team)) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS energy_by_node ON energy (cluster, node, bucket_ts);
 -- Hours whose rows changed since they were last rolled up into energy_agg.
@@ -62,6 +73,9 @@ class SqliteEnergy:
 
     path: str
     _energy_ready = False
+    # The columns a row is read from: the gap fields as 0 where the table has none (a
+    # store made before them, opened read-only).
+    _row_select = f"{_KEY_COLUMNS}, {', '.join(ROW_FIELDS)}"
 
     if TYPE_CHECKING:
         def _conn(self) -> sqlite3.Connection: ...  # provided by SqliteStore
@@ -79,6 +93,9 @@ class SqliteEnergy:
                                  "FROM energy_agg WHERE kind = 'cluster' EXCEPT SELECT "
                                  "bucket_ts FROM energy_agg WHERE kind = ?",
                                  (_kind(CLUSTER_KEYS[0], True),))
+                    for name in self._gap_columns_missing(conn):  # a table made before them
+                        conn.execute(f"ALTER TABLE energy ADD COLUMN {name} REAL NOT NULL "
+                                     "DEFAULT 0")
             except sqlite3.OperationalError as exc:
                 if "readonly" not in str(exc):
                     raise StoreError(f"sqlite {self.path}: {exc}") from exc
@@ -87,15 +104,22 @@ class SqliteEnergy:
                 # first read of the file, so it is said here, as a StoreError the commands
                 # turn into one line, not a traceback from the first query.
                 raise StoreError(describe(self.path, exc)) from exc
+            missing = self._gap_columns_missing(conn)
+            self._row_select = ", ".join([_KEY_COLUMNS, *ROW_FIELDS[:-len(GAP_FIELDS)], *(
+                f"0.0 AS {f}" if f in missing else f for f in GAP_FIELDS)])
             self._energy_ready = True
         return conn
+
+    @staticmethod
+    def _gap_columns_missing(conn: sqlite3.Connection) -> list[str]:
+        have = {r[1] for r in conn.execute("PRAGMA table_info(energy)")}
+        return [f for f in GAP_FIELDS if have and f not in have]
 
     def write_energy(self, rows: Sequence[EnergyRow], states: Sequence[DeviceState]) -> None:
         conn = self._energy_conn()
         try:
             with conn:
-                conn.executemany("INSERT OR REPLACE INTO energy VALUES "
-                                 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+                conn.executemany(_INSERT, rows)
                 conn.executemany("INSERT OR REPLACE INTO energy_state VALUES (?,?,?,?,?,?)",
                                  [s[:6] for s in states])
                 # Only while a counter owes (rare); a row left from an earlier watermark
@@ -120,13 +144,15 @@ class SqliteEnergy:
             return [], []
         since = bucket_floor(min(s.ts for s in states))
         rows = [EnergyRow(*r) for r in conn.execute(
-            "SELECT * FROM energy WHERE cluster = ? AND node = ? AND bucket_ts >= ?",
+            f"SELECT {self._row_select} FROM energy WHERE cluster = ? AND node = ? "
+            "AND bucket_ts >= ?",
             (cluster, node, since))]
         return states, rows
 
     def energy(self, start_ts: float, end_ts: float, cluster: str | None = None,
                node: str | None = None) -> list[EnergyRow]:
-        sql = "SELECT * FROM energy WHERE bucket_ts >= ? AND bucket_ts < ?"
+        conn = self._energy_conn()
+        sql = f"SELECT {self._row_select} FROM energy WHERE bucket_ts >= ? AND bucket_ts < ?"
         args: list[object] = [start_ts, end_ts]
         if cluster is not None:
             sql += " AND cluster = ?"
@@ -135,7 +161,7 @@ class SqliteEnergy:
             sql += " AND node = ?"
             args.append(node)
         try:
-            cur = self._energy_conn().execute(sql + " ORDER BY bucket_ts", args)
+            cur = conn.execute(sql + " ORDER BY bucket_ts", args)
         except sqlite3.OperationalError as exc:
             if "no such table" in str(exc):
                 return []  # a store written before the ledger existed

@@ -12,6 +12,8 @@ holds whether or not the server deduplicates. Watermarks are lines of
 are found with ``last_over_time`` within ``STATE_LOOKBACK_S`` either side
 of the first sample being integrated (a replay starts before the watermark);
 a counter that owes energy adds its own reading and the ``ts`` it is for.
+The fields of energy measured across gaps (``ledger.GAP_FIELDS``) are written only where
+not 0 (most rows have none: no series of them), and read as 0 where there is none.
 Rows and watermarks go in one request, with one ``fleetwatch_energyhour_written``
 marker per hour the rows are in, stamped with the writer's clock: ``energy_totals``
 keeps hours it has read (``energy_cache``) until a marker says they changed.
@@ -28,6 +30,8 @@ from fleetwatch.pipeline.store.energy_cache import ROWS, HourCache, runs
 from fleetwatch.pipeline.store.ledger import (
     BUCKET_S,
     ENERGY_FIELDS,
+    GAP_FIELDS,
+    ROW_FIELDS,
     STATE_LOOKBACK_S,
     DeviceState,
     EnergyRow,
@@ -49,7 +53,8 @@ _MAX_STEPS = 10_000
 
 def row_line(r: EnergyRow, watermark_ts: float) -> str:
     offset = min(max(int((watermark_ts - r.bucket_ts) * 1000), 0), BUCKET_S * 1000 - 1)
-    fields = ",".join(f"{k}={float(getattr(r, k))!r}" for k in ENERGY_FIELDS)
+    fields = ",".join(f"{k}={float(getattr(r, k))!r}" for k in ENERGY_FIELDS
+                      + tuple(k for k in GAP_FIELDS if getattr(r, k)))
     tag_text = tags(sorted(zip(_ROW_TAGS, r[1:8])))
     return f"{ROW_MEASUREMENT}{tag_text} {fields} {r.bucket_ts * 1000 + offset}"
 
@@ -146,20 +151,25 @@ class VictoriaEnergy:
         last = end - 1 - (end - 1) % BUCKET_S
         while first <= last:
             chunk_last = min(last, first + (_MAX_STEPS - 1) * BUCKET_S)
-            for field in ENERGY_FIELDS:
+            # The gap fields, few rows have: one query for the four of them.
+            gaps = (f'{{__name__=~"{ROW_MEASUREMENT}_({"|".join(GAP_FIELDS)})"'
+                    f'{"," + selector[1:-1] if selector[1:-1] else ""}}}')
+            for field in (*ENERGY_FIELDS, None):
+                series = gaps if field is None else f"{ROW_MEASUREMENT}_{field}{selector}"
                 # The value at t is the max over (t - 1h - 1ms, t - 1ms]: the bucket t - 1h.
                 result = self._get("/api/v1/query_range",
-                                   query=f"max_over_time({ROW_MEASUREMENT}_{field}{selector}"
-                                         f"[{BUCKET_S}s] offset 1ms)",
+                                   query=f"max_over_time({series}[{BUCKET_S}s] offset 1ms)"
+                                         + (" keep_metric_names" if field is None else ""),
                                    start=first + BUCKET_S, end=chunk_last + BUCKET_S,
                                    step=f"{BUCKET_S}s", nocache=1)
                 for r in result:
                     labels = tuple(r["metric"].get(k, "") for k in _ROW_TAGS)
+                    name = field or r["metric"].get("__name__", "")[len(ROW_MEASUREMENT) + 1:]
                     for t, v in r["values"]:
                         bucket = round(float(t)) - BUCKET_S
-                        rows.setdefault((bucket, *labels), {})[field] = float(v)
+                        rows.setdefault((bucket, *labels), {})[name] = float(v)
             first = chunk_last + BUCKET_S
-        out = [EnergyRow(k[0], *k[1:], *(v.get(f, 0.0) for f in ENERGY_FIELDS))
+        out = [EnergyRow(k[0], *k[1:], *(v.get(f, 0.0) for f in ROW_FIELDS))
                for k, v in rows.items()]
         out.sort(key=lambda r: r.bucket_ts)
         return out

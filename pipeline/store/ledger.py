@@ -38,6 +38,10 @@ def bucket_floor(ts: float) -> int:
 STATE_LOOKBACK_S = 7 * 86_400
 
 ENERGY_FIELDS = ("energy_j", "idle_j", "seconds", "idle_s", "missing_s", "over_tdp_s")
+# The fields of energy measured by the counter across a gap (``EnergyRow.gap_j``): stored
+# beside ENERGY_FIELDS; a store written before them reads them as 0.
+GAP_FIELDS = ("gap_j", "gap_s", "gaps", "longest_gap_s")
+ROW_FIELDS = ENERGY_FIELDS + GAP_FIELDS
 
 
 class EnergyRow(NamedTuple):
@@ -48,6 +52,14 @@ class EnergyRow(NamedTuple):
     ``energy.max_gap_s``, a lost GPU), never filled with invented power.
     ``idle_j`` / ``idle_s``: the part spent powered but doing no work.
     ``over_tdp_s``: time the board drew more than ``energy.tdp_w``.
+
+    Across a gap longer than ``energy.max_gap_s`` whose energy counter is sound (it
+    went on from the same reading, at a mean power the board can draw), the counter's
+    step is booked as measured, spread evenly over the gap's hours (where in the gap
+    it was drawn is not known): ``gap_j`` is that part of ``energy_j``, ``gap_s`` the
+    gap's time (in neither ``seconds`` nor ``missing_s``). ``gaps`` counts the gaps that
+    end in the bucket (a shared GPU's share of one), ``longest_gap_s`` is the longest of
+    them. Rows stored before these fields existed read 0.
     """
 
     bucket_ts: int          # start of the bucket, seconds since the epoch, UTC
@@ -64,6 +76,10 @@ class EnergyRow(NamedTuple):
     idle_s: float
     missing_s: float
     over_tdp_s: float
+    gap_j: float = 0.0
+    gap_s: float = 0.0
+    gaps: float = 0.0
+    longest_gap_s: float = 0.0
 
 
 class DeviceState(NamedTuple):

@@ -104,12 +104,17 @@ def test_an_ntp_step_forward_is_not_missing_time(store, caplog):
     assert any("stepped forward" in r.getMessage() for r in caplog.records)
 
 
-def test_a_real_outage_with_a_running_counter_is_still_missing_time(store):
-    # 605 s without frames whose counter shows 300 W throughout: the node was silent.
+def test_a_real_outage_with_a_running_counter_is_not_a_clock_step(store):
+    # 605 s without frames whose counter shows 300 W throughout: the node was silent (no
+    # clock step), and its counter, sound across the silence, measured its energy.
     fr = [frame(T0 + 5 * k, k) for k in range(61)]
     fr += [frame(T0 + 5 * k + 600, k + 120) for k in range(61, 121)]
-    run(store, fr)
-    assert ledger(store)[1] == pytest.approx(2 * 605)
+    ei = run(store, fr)
+    rows = store.energy(0, 5e9)
+    assert not ei.clock.counts
+    assert sum(r.missing_s for r in rows) == 0.0
+    assert sum(r.gap_s for r in rows) == pytest.approx(2 * 605)
+    assert sum(r.gap_j for r in rows) == pytest.approx(2 * W * 605)
 
 
 def test_the_roll_up_of_many_hours_is_done_in_parts(store):

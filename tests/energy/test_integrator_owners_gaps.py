@@ -107,12 +107,32 @@ def test_a_board_out_for_hours_across_a_processor_restart(tmp_path):
     second.close()
 
 
-def test_a_silent_node_is_still_missing_time_for_every_gpu(store):
-    frames = [fr(t, [gpu(0, t), gpu(1, t)]) for t in range(T0, T0 + H + 1, 15)]
-    frames += [fr(t, [gpu(0, t), gpu(1, t)]) for t in range(T0 + 3 * H, T0 + 4 * H + 1, 15)]
+def test_a_silent_node_without_energy_counters_is_still_missing_time_for_every_gpu(store):
+    def uncounted(i: int, t: float) -> GpuReading:
+        g = gpu(i, t)
+        return GpuReading(i, g.uuid, g.model, {"gpu_power_w": P}, g.job, info=g.info)
+
+    frames = [fr(t, [uncounted(0, t), uncounted(1, t)]) for t in range(T0, T0 + H + 1, 15)]
+    frames += [fr(t, [uncounted(0, t), uncounted(1, t)])
+               for t in range(T0 + 3 * H, T0 + 4 * H + 1, 15)]
     feed(store, frames)
     assert total(store, "missing_s", device="gpu0") == pytest.approx(2 * H)
     assert total(store, "missing_s", device="gpu1") == pytest.approx(2 * H)
+
+
+def test_a_silent_node_whose_counters_ran_on_has_that_energy_measured(store):
+    # No power limit in the frames: the part's TDP (an A100 SXM4's 400 W) bounds the step.
+    frames = [fr(t, [gpu(0, t), gpu(1, t)]) for t in range(T0, T0 + H + 1, 15)]
+    frames += [fr(t, [gpu(0, t), gpu(1, t)]) for t in range(T0 + 3 * H, T0 + 4 * H + 1, 15)]
+    feed(store, frames)
+    for dev in ("gpu0", "gpu1"):
+        assert total(store, "missing_s", device=dev) == 0.0
+        assert total(store, "gap_s", device=dev) == pytest.approx(2 * H)
+        assert kwh(store, device=dev) == pytest.approx(P * 4 * H / KWH)
+        # Spread evenly over the gap's two hours, to the job that held it at both ends.
+        gap = [r for r in store.energy(0, 5e9) if r.device == dev and r.gap_j]
+        assert sorted((r.bucket_ts, r.job, r.gap_j) for r in gap) == [
+            (T0 + H, "j1", pytest.approx(P * H)), (T0 + 2 * H, "j1", pytest.approx(P * H))]
 
 
 def test_a_gpu_unlisted_for_less_than_max_gap_is_bridged_by_its_counter(store):

@@ -159,7 +159,7 @@ def test_cli_report_writes_three_files_and_says_the_number(tmp_path, capsys):
             ) in out
     # May 2022 has ended, with one hour of data: partial, said so, and no projection.
     assert ("partial month: data from 04 May 00:00 to 04 May 01:00 UTC; only 1 of the "
-            "month's 744 hours have data (0%)") in out
+            "month's 744 hours have data (0.13%)") in out
     assert "projected" not in out
     summary = json.loads((tmp_path / "out" / "fleetwatch-energy-2022-05.json").read_text())
     assert summary["co2e_kg"] == pytest.approx(0.125)
