@@ -21,13 +21,8 @@ from typing import Any
 import numpy as np
 
 from fleetwatch.history import CHUNK_S, Day, FrameDays, read_day
-from fleetwatch.models.anomaly import (
-    INPUTS,
-    PHASE_NAMES,
-    WINDOW_MIN,
-    fit_anomaly,
-    window_features,
-)
+from fleetwatch.models.anomaly import fit_anomaly
+from fleetwatch.models.anomaly_features import INPUTS, PHASE_NAMES, WINDOW_MIN, window_features
 from fleetwatch.models.artifact import ModelSet, save
 from fleetwatch.models.lemon import event_order
 from fleetwatch.models.lemon_points import Incidents, lost_points
