@@ -218,7 +218,8 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds, table
+    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds
+    from fleetwatch.evaluate_table import table
 
     kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ()
     unknown = set(kinds) - set(known_kinds())
