@@ -32,10 +32,10 @@ from fleetwatch.dashboards.data import (
     GpuSeries,
     read_data_end,
     read_mutes,
-    read_node,
     silent_nodes,
 )
 from fleetwatch.dashboards.job_data import read_current_jobs
+from fleetwatch.dashboards.node_data import read_node
 from fleetwatch.pipeline.store.base import Store, StoreError
 
 PREFIX = "/node/"

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from fleetwatch.codec import encode
 from fleetwatch.collectors.agent import Agent
-from fleetwatch.collectors.exporter import AgentHealth, Exporter, serve_metrics
+from fleetwatch.collectors.agent_health import AgentHealth
+from fleetwatch.collectors.exporter import Exporter, serve_metrics
 from fleetwatch.collectors.node import check_node_names, node_source
 from fleetwatch.collectors.sender import Sender
 from fleetwatch.collectors.spool import SpoolBusy

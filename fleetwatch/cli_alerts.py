@@ -290,7 +290,7 @@ def _unknown_silenced_node(store: Any, matchers: Any) -> str:
 
 def _unknown_cluster(store: Any, cluster: str, now: float) -> str:
     """A hint when ``cluster`` sent nothing to the store in the last week, else ""."""
-    from fleetwatch.pipeline.ownership import SEEN_METRICS
+    from fleetwatch.pipeline.stored_nodes import SEEN_METRICS
 
     seen = sorted({key.cluster for metric in SEEN_METRICS
                    for key, _, _ in store.latest(metric, int((now - 7 * 86400) * 1000))})
@@ -322,7 +322,7 @@ def _unknown_node(store: Any, node: str, now: float) -> str:
 
 def _nodes_seen(store: Any, now: float) -> list[str]:
     """The nodes that sent data to the store in the last week."""
-    from fleetwatch.pipeline.ownership import last_seen
+    from fleetwatch.pipeline.stored_nodes import last_seen
 
     return sorted({name for _, name in last_seen(store, now - 7 * 86400)})
 

@@ -51,7 +51,8 @@ TRAIN_MIN_S, TRAIN_MAX_S = 3600.0, 400 * 86400.0
 def cmd_train(config: Config, args: argparse.Namespace) -> int:
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.simulate import span_text
-    from fleetwatch.train import NotEnoughHistory, check_out_dir, train, written_warnings
+    from fleetwatch.train import NotEnoughHistory, train
+    from fleetwatch.train_files import check_out_dir, written_warnings
     from fleetwatch.wiring import open_store
 
     if args.duration is not None:
@@ -217,7 +218,8 @@ def cmd_replay(config: Config, args: argparse.Namespace) -> int:
 
 
 def cmd_evaluate(config: Config, args: argparse.Namespace) -> int:
-    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds, table
+    from fleetwatch.evaluate import EvalOptions, detector_sets, evaluate, known_kinds
+    from fleetwatch.evaluate_table import table
 
     kinds = tuple(k.strip() for k in args.kinds.split(",")) if args.kinds else ()
     unknown = set(kinds) - set(known_kinds())

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fleetwatch.catalogue import DCGM_ALIASES, catalogue
-from fleetwatch.recorded import Reading
+from fleetwatch.recorded_reading import Reading
 from fleetwatch.recorded_values import (
     RATIO_OVERSHOOT,
     XID,

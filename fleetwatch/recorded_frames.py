@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fleetwatch.catalogue import catalogue
-from fleetwatch.recorded import Reading
+from fleetwatch.recorded_reading import Reading
 from fleetwatch.recorded_values import _value, xid_code
 
 BOARD_INFO = ("serial", "pci_bus_id")  # what of a GPU's ``info`` names its board

@@ -9,14 +9,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from fleetwatch.catalogue import catalogue, dcgm_field_names
-from fleetwatch.recorded import (
-    LONG_COLUMNS,
-    SERIES_TIME,
-    UNUSED,
-    Reading,
-    ReplayError,
-    Series,
-)
+from fleetwatch.recorded import LONG_COLUMNS, SERIES_TIME, UNUSED, Series
+from fleetwatch.recorded_reading import Reading, ReplayError
 from fleetwatch.recorded_values import XID, XID_FIELDS, XID_LAST, _parse_time, _value, xid_code
 
 

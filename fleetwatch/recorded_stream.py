@@ -24,7 +24,8 @@ from collections import defaultdict
 from collections.abc import Callable
 
 from fleetwatch.frame import Frame
-from fleetwatch.recorded import Reading, frames
+from fleetwatch.recorded import frames
+from fleetwatch.recorded_reading import Reading
 from fleetwatch.recorded_ticks import (
     LostState,
     TickStats,

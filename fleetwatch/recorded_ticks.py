@@ -24,7 +24,7 @@ LOST_SILENT_S = 300.0  # the default of detectors.gpu_lost_silent_s
 EPISODES_SHOWN = 5  # lost episodes the summary names (the others it counts)
 
 if TYPE_CHECKING:
-    from fleetwatch.recorded import Reading
+    from fleetwatch.recorded_reading import Reading
 
 
 def note_repeats(out: Reading) -> None:

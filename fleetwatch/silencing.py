@@ -204,7 +204,7 @@ def mutes_now(silence: Silence, open_alerts: Sequence[Alert], now: float | None 
 
 def node_clusters(store: Store, node: str, since_ts: float) -> list[str]:
     """The clusters in which ``node`` sent data after ``since_ts`` or has an open alert."""
-    from fleetwatch.pipeline.ownership import SEEN_METRICS
+    from fleetwatch.pipeline.stored_nodes import SEEN_METRICS
 
     found = {a.cluster for a in store.alerts() if a.node == node}
     for metric in SEEN_METRICS:

@@ -9,30 +9,22 @@ never later than the processor's own clock where it passes one (``StreamClock``,
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Hashable, Iterable, Sequence
 
 import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame, stopped
-from fleetwatch.models import KEEP_FIRING, Finding, OpenAlert
+from fleetwatch.models import Finding, OpenAlert
 from fleetwatch.models.node_agents import NodeAgents, NodeKey
 from fleetwatch.models.node_clock import StreamClock
 from fleetwatch.models.node_forget import FORGET_S, LoneRacks, empty_racks, forgotten_node
 from fleetwatch.models.node_silence_racks import SilentRacks
+from fleetwatch.models.node_silent import SAID_INTERVAL, learned, silence_limits, silent_node
 from fleetwatch.models.node_stopped import RULE as STOPPED_RULE
 from fleetwatch.models.node_stopped import agent_stopped
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Remote, SharedRacks, at_frames
-
-# A gap longer than this many of a node's intervals is an outage, not a sample of its
-# interval (a node that dies again soon after must be paged as soon as the first time);
-# two such gaps in a row are an agent that now reports this slowly.
-OUTAGE_INTERVALS = 3.0
-# The host metric in which an agent's frames say its own interval (``agent.interval_s``):
-# where it is, the node is judged on it, not on the gaps learned (older agents').
-SAID_INTERVAL = "host_agent_interval_s"
 
 
 class NodeSilence(SilentRacks, StreamClock):
@@ -270,27 +262,13 @@ class NodeSilence(SilentRacks, StreamClock):
         return self.now if self.now > -math.inf else None
 
     def _learn(self, i: int, gap: float) -> None:
-        """Learn node ``i``'s interval from a ``gap`` between two of its frames: a moving
-        average, but an outage (over ``OUTAGE_INTERVALS`` of it) is not learned, unless
-        it is the second in a row (the agent now reports this slowly)."""
-        iv = self._interval[i]
-        long = bool(iv == iv and gap > OUTAGE_INTERVALS * iv)
-        if iv != iv or (long and self._long[i]):
-            self._interval[i] = gap
-        elif not long:
-            self._interval[i] = iv + 0.1 * (gap - iv)
-        self._long[i] = long and not self._long[i]
+        """Learn node ``i``'s interval from a ``gap`` between two of its frames
+        (``node_silent.learned``)."""
+        self._interval[i], self._long[i] = learned(self._interval[i], bool(self._long[i]), gap)
 
     def _limits(self) -> np.ndarray:
-        """Each node's silence limit: ``silent_intervals`` of its interval, at least
-        ``silent_min_s``. A node whose interval is not known yet (one frame, or none since
-        this processor took it over) is given the fleet's usual one: agents share a
-        configuration."""
-        n, c = len(self._where), self.c
-        known = self._interval[:n][~np.isnan(self._interval[:n])]
-        usual = float(np.median(known)) if len(known) else c.silent_min_s / c.silent_intervals
-        return np.maximum(c.silent_min_s, c.silent_intervals * np.nan_to_num(
-            self._interval[:n], nan=usual))
+        """Each node's silence limit (``node_silent.silence_limits``)."""
+        return silence_limits(self._interval[:len(self._where)], self.c)
 
     def _add(self, f: Frame) -> int:
         return self._add_node(f.cluster, f.rack, f.node)
@@ -330,31 +308,10 @@ class NodeSilence(SilentRacks, StreamClock):
             at = float(clocks[i])
             if cluster not in self._clusters or self._grace(i, at, float(limits[i])):
                 continue
-            interval, skew = self._interval[i], float(self._skew[i])
-            how = (f"it reports every {interval:.0f} s" if interval == interval else
-                   f"its last frame: {_utc(self._last[i])}")
-            if skew:  # its frames were not in step with the fleet's when last heard of
-                how += (f"; its clock was {_offset(skew)}{' of' if skew > 0 else ''} "
-                        "the fleet's")
-            evidence = {"silent_s": round(float(gap[i]), 1), KEEP_FIRING: 0.0}
-            if interval == interval:  # not known (none learned since a start): not said as 0
-                evidence["interval_s"] = round(float(interval), 2)
-            out.append(Finding(
-                "node_silent", cluster, rack, node, None, at, float(gap[i]),
-                f"{node} has sent nothing for {gap[i]:.0f} s ({how})", "critical", 0.0, 0.0,
-                # Ends with the node's first frame back, not alerts.keep_firing_s later
-                # (that is for readings hovering at a limit): a node that sends is not
-                # silent, and the fleet page would count it silent meanwhile.
-                evidence,
-                "Check the node: is it up, is its agent running (systemctl status "
-                "fleetwatch-agent), can it reach the brokers?", "node",
-                # Silent since its limit passed, as a processor watching then would have
-                # said: one that starts later (a restart, a partition taken over) finds a
-                # node down for hours, not one that went down at its detection.
-                since=float(self._heard[i] + limits[i]),
-                # One taken over silent fired then too (a processor watching then would have
-                # paged it); one watched here fires as it is found, as always.
-                fired_since=i in self._taken))
+            out.append(silent_node(
+                cluster, rack, node, at, float(gap[i]), float(self._interval[i]),
+                float(self._skew[i]), float(self._last[i]),
+                float(self._heard[i] + limits[i]), i in self._taken))
         out += self._stopped_long(clocks, gap, limits)
         if self._whole:
             if any(f.rule == "node_silent" and not f.resolves for f in out):
@@ -425,13 +382,3 @@ class NodeSilence(SilentRacks, StreamClock):
         taken = self._taken.get(i)
         return taken is not None and now - taken <= limit
 
-
-def _offset(seconds: float) -> str:
-    """A clock's offset in words: "2 h ahead", "90 s behind"."""
-    size = abs(seconds)
-    amount = f"{size / 3600:.1f} h" if size >= 3600 else f"{size:.0f} s"
-    return f"{amount} {'ahead' if seconds > 0 else 'behind'}"
-
-
-def _utc(ts: float) -> str:
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(ts))

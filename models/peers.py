@@ -45,16 +45,17 @@ import numpy as np
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding, peer_offset
-from fleetwatch.models.batch import COL, Batch, ewma_weight, flagged, gpu_finding, thermal_keep
+from fleetwatch.models.batch import COL, Batch, ewma_weight
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
-from fleetwatch.models.peer_rack import SCOPES, wide_peers
+from fleetwatch.models.peer_findings import peer_findings
+from fleetwatch.models.peer_rack import wide_peers
 from fleetwatch.models.peer_stats import (
     heat_peers,
     peer_count,
     peer_median,
     peer_median_block,
 )
-from fleetwatch.models.thermal import COOLING, LimitTable
+from fleetwatch.models.thermal import LimitTable
 
 TEMP, POWER = COL["gpu_temp_c"], COL["gpu_power_w"]
 MAD_SIGMA = 1.4826  # MAD of a normal sample times this estimates its standard deviation
@@ -278,8 +279,9 @@ class ThermalPeers(WaveDetector):
         if hot.any() or low.any():
             # The rise shown is the one that fired: the held climb's, for a fast climb.
             shown = np.where(rushing, slope, rise)
-            self._emit(b, rows, out, read, median, offset, excess, margin, shown, plag, count,
-                       hot, crit, low, np.where(rushing, climb, np.nan), climb_s, drift, scope)
+            peer_findings(self.c, b, rows, out, read, median, offset, excess, margin, shown,
+                          plag, count, hot, crit, low, np.where(rushing, climb, np.nan),
+                          climb_s, drift, scope)
 
     def _drift(self, s: np.ndarray, judged: np.ndarray, excess: np.ndarray,
                dt: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -342,66 +344,3 @@ class ThermalPeers(WaveDetector):
         t = self.table
         return peer_offset.unsure(t["ow"][s], t["op"][s], p, self.c.warmup_s,
                                   peer_offset.SLOPE_SHARE * self.c.peer_c_per_w)
-
-    def _emit(self, b: Batch, rows: np.ndarray, out: list[Finding], temp: np.ndarray,
-              median: np.ndarray, offset: np.ndarray, excess: np.ndarray, margin: np.ndarray,
-              slope: np.ndarray, plag: np.ndarray, count: np.ndarray, hot: np.ndarray,
-              crit: np.ndarray, low: np.ndarray, climb: np.ndarray,
-              climb_s: np.ndarray, drift: np.ndarray, scope: np.ndarray) -> None:
-        """``slope`` is the rise that fired: the held climb's where ``climb`` is given (a
-        fast climb made it critical), else the rise over about RISE_EVIDENCE_S; ``drift``
-        the sequential test's sum (``_drift``), °C x minutes over peer_drift_allow_c;
-        ``scope``: where its peers came from (``peer_rack.SCOPES``: its node, else its rack
-        or cluster)."""
-        c = self.c
-        for i, j in flagged(hot | crit | low):
-            f = b.frames[rows[i]]
-            g = f.gpus[j].index
-            # Its distance from its peers, of which ``offset`` is allowed as its own (the
-            # learned one, or max_offset_c while unlearned): the excess is what is left.
-            raw = excess[i, j] + offset[i, j]
-            ev = {"temp_c": temp[i, j], "peer_median_c": temp[i, j] - raw,
-                  "excess_c": excess[i, j], "margin_c": margin[i, j],
-                  "own_offset_c": offset[i, j], "power_lagged_w": plag[i, j],
-                  "peers": count[i, j], "excess_rise_c_per_min": slope[i, j],
-                  "excess_sum_c_min": drift[i, j]}
-            if scope[i, j]:  # peers beyond its node: 1 its rack, 2 its cluster
-                ev["peers_scope"] = scope[i, j]
-            rushing = bool(np.isfinite(climb[i, j]))
-            if rushing:
-                ev |= {"climb_c": climb[i, j], "climb_s": climb_s[i, j]}
-            where = f"GPU {g} on {f.node}"
-            if low[i, j]:
-                out.append(gpu_finding(
-                    f, g, "gpu_temp_sensor_low", excess[i, j],
-                    f"{where} reads {temp[i, j]:.0f} °C, {-excess[i, j]:.0f} °C below its "
-                    f"{count[i, j]} peers at the same power: its sensor is failing", "warning",
-                    c.sensor_for_s, ev,
-                    "The GPU's temperature reading cannot be trusted, so its thermal alerts "
-                    "are blind: reset the GPU; service it if the reading stays wrong"))
-                continue
-            text = (f"{where} at {temp[i, j]:.0f} °C, {raw:.0f} °C above its "
-                    f"{count[i, j]} peers{SCOPES[scope[i, j]]} at the same power"
-                    f"{_allowed(offset[i, j], excess[i, j])}"
-                    + (f", climbing {slope[i, j]:.0f} °C/min ({climb[i, j]:.0f} °C in the "
-                       f"last {climb_s[i, j]:.0f} s)" if rushing else
-                       f", rising {slope[i, j]:.1f} °C/min over the last minutes"
-                       if slope[i, j] >= 0.1 else ""))
-            action = COOLING + "; this GPU's heat path is failing while its peers' is not"
-            # The warning holds for as long as the GPU runs hot; the critical one rides on
-            # top while it is far out or climbing fast, so neither flaps into the other.
-            ev = {**ev, **thermal_keep(c.thermal_keep_firing_s)}
-            out.append(gpu_finding(f, g, "gpu_hot_vs_peers", excess[i, j], text, "warning",
-                                   c.peer_for_s, ev, action))
-            if crit[i, j]:
-                out.append(gpu_finding(f, g, "gpu_hot_vs_peers_critical", excess[i, j], text,
-                                       "critical", 0.0, ev, action))
-
-
-def _allowed(offset: float, excess: float) -> str:
-    """What of a GPU's distance from its peers its own offset accounts for, in words."""
-    if offset >= 0.5:
-        return f" ({offset:.0f} °C allowed as its own offset, {excess:.0f} °C beyond)"
-    if offset <= -0.5:
-        return f" (held to {-offset:.0f} °C below them as its own offset, {excess:.0f} °C beyond)"
-    return ""

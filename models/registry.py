@@ -18,7 +18,8 @@ from fleetwatch.models.node_silence import NodeSilence
 from fleetwatch.models.peers import ThermalPeers
 from fleetwatch.models.rack import RackCooling
 from fleetwatch.models.room import RoomInlet
-from fleetwatch.models.thermal import ThermalLimits, Throttle
+from fleetwatch.models.thermal import ThermalLimits
+from fleetwatch.models.throttle import Throttle
 from fleetwatch.models.xid_events import XidEvents
 
 REGISTRY: dict[str, Callable[[DetectorsConfig], Detector]] = {

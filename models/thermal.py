@@ -1,4 +1,5 @@
-"""Thermal limits and throttle reasons: what a GPU's own readings say, without peers.
+"""Thermal limits: what a GPU's own readings say, without peers (its throttle reasons:
+``throttle``).
 
 Limits come from the GPU itself where NVML reports them (the frame's
 ``gpu_slowdown_temp_c`` and ``gpu_shutdown_temp_c``: the temperatures at which
@@ -10,23 +11,18 @@ maximum operating temperature on A100 and H100 (``gpu_temp_max_mem_threshold``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-
 import numpy as np
 
-from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.frame import Frame
 from fleetwatch.models import Finding
 from fleetwatch.models.batch import (
     COL,
     Batch,
-    columns,
     ewma_weight,
     flagged,
     gpu_finding,
     thermal_keep,
-    throttle_bits,
 )
 from fleetwatch.models.gpu_slots import GpuTable, WaveDetector
 from fleetwatch.models.thermal_jump import (
@@ -41,7 +37,7 @@ from fleetwatch.parts import thermal_limits_c
 
 TEMP, MEM, SLOW, SHUT = COL["gpu_temp_c"], COL["gpu_mem_temp_c"], COL["gpu_slowdown_temp_c"], \
     COL["gpu_shutdown_temp_c"]
-POWER, LIMIT, THROTTLE = COL["gpu_power_w"], COL["gpu_power_limit_w"], COL["gpu_throttle_reasons"]
+POWER, LIMIT = COL["gpu_power_w"], COL["gpu_power_limit_w"]
 ENERGY = COL["gpu_energy_j"]
 HYSTERESIS_C = 2.0
 # Evidence of an alert judged against config's fallback limits, not the GPU's (1.0)
@@ -293,58 +289,6 @@ class ThermalLimits(WaveDetector):
                     {"power_w": power[i, j], "power_limit_w": limit[i, j]},
                     "Check the power limit settings and the board's power sensor; "
                     "service the GPU if it persists"))
-
-
-_HW = (THROTTLE_FLAGS["hw_slowdown"] | THROTTLE_FLAGS["hw_thermal_slowdown"]
-       | THROTTLE_FLAGS["hw_power_brake_slowdown"])
-_SW_THERMAL = THROTTLE_FLAGS["sw_thermal_slowdown"]
-
-
-class Throttle:
-    """The driver's own throttle reasons: hardware slowdowns are serious, thermal ones too."""
-
-    name = "throttle"
-    rules = {"gpu_hw_slowdown": ("gpu_throttle_reasons",),
-             "gpu_sw_thermal_slowdown": ("gpu_throttle_reasons",)}
-
-    def __init__(self, config: DetectorsConfig | None = None) -> None:
-        self.c = config or DetectorsConfig()
-
-    def drop(self, nodes: Iterable[str]) -> None:
-        """No per-node state."""
-
-    def update(self, frames: Sequence[Frame]) -> list[Finding]:
-        b = columns(frames)
-        out: list[Finding] = []
-        if not b.frames:
-            return out
-        raw = b.x[..., THROTTLE]
-        bits = throttle_bits(raw)
-        hw = (bits & _HW) != 0
-        sw = (bits & _SW_THERMAL) != 0
-        for i, j in flagged(hw | sw):
-            f = b.frames[i]
-            g = f.gpus[j].index
-            names = [n for n, bit in THROTTLE_FLAGS.items() if bits[i, j] & bit]
-            ev = {"throttle_reasons": float(bits[i, j]), "temp_c": b.x[i, j, TEMP],
-                  "power_w": b.x[i, j, POWER]}
-            ev = {k: v for k, v in ev.items() if np.isfinite(v)}
-            ev.update(thermal_keep(self.c.thermal_keep_firing_s))
-            where = f"GPU {g} on {f.node}"
-            if hw[i, j]:
-                brake = bits[i, j] & THROTTLE_FLAGS["hw_power_brake_slowdown"]
-                out.append(gpu_finding(
-                    f, g, "gpu_hw_slowdown", float(bits[i, j]),
-                    f"{where} clocks held down by hardware: {', '.join(names)}", "critical",
-                    self.c.hw_slowdown_for_s, ev,
-                    "Power brake: check the node's power supplies and cabling" if brake else
-                    COOLING + "; HW slowdown also follows power supply faults"))
-            if sw[i, j]:
-                out.append(gpu_finding(
-                    f, g, "gpu_sw_thermal_slowdown", float(bits[i, j]),
-                    f"{where} clocks lowered by the driver to keep it cool: {', '.join(names)}",
-                    "warning", self.c.sw_thermal_for_s, ev, COOLING))
-        return out
 
 
 def warming_finding(f: Frame, j: int, temp: float, climb: float, explained: float,

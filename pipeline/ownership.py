@@ -35,7 +35,7 @@ ledgers). ``Ownership`` is the consumer's ``Rebalance`` listener:
   names those that have sent nothing yet waits ``grace_s`` (two of the fleet's
   usual intervals, at least ``MIN_GRACE_S``) on the processor's clock or the
   frames': right after an assignment nothing has been polled yet, and naming
-  every node then reads as "these nodes are silent".
+  every node then reads as "these nodes are silent" (``takeover_quiet``).
 
 With no bus (``Processor.process``) or before the first assignment, every
 node counts as owned.
@@ -47,43 +47,29 @@ import logging
 import time
 from collections.abc import Callable, Collection, Sequence
 
-from fleetwatch.frame import AGENT_STOPPED, Frame
+from fleetwatch.frame import Frame
 from fleetwatch.models.rack_silence import judged_clusters
 from fleetwatch.pipeline.alerts import AlertBook, alert_key
 from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.store.base import Alert, Store, StoreError
+from fleetwatch.pipeline.stored_nodes import EXPECT_S, NodeKey, last_seen, stopped_at
+from fleetwatch.pipeline.takeover_quiet import Expected, QuietNodes
 
 log = logging.getLogger(__name__)
 
-# A node: its cluster and its name (names such as node001 repeat from cluster to cluster).
-NodeKey = tuple[str, str]
 # Called with the names of the nodes whose partitions went to another member: a name
 # stands for that node in every cluster, as the bus keys frames by name alone (so all
 # same-named nodes share a partition, and move together).
 OnRevoked = Callable[[set[str]], None]
 # Called with the open alerts taken from the store for nodes this member now owns.
 OnLoaded = Callable[[list[Alert]], None]
-# Called with (cluster, rack, node, last frame's time, whether that frame said its agent
-# stopped cleanly) of nodes this member now owns that have sent it nothing yet.
-Expected = tuple[str, str, str, float, bool]
+# Called with the nodes this member now owns that have sent it nothing yet.
 OnExpected = Callable[[list[Expected]], None]
 # Which partition a key's messages go to (the consumer's ``partition_of``).
 Locate = Callable[[bytes], Partition | None]
 
 # A rack's ``rack_silent`` alert belongs to the rack's judge (``pipeline.rack_judges``).
 RACK_DOWN_RULE = "rack_silent"
-# How far back the store is asked which nodes exist: a node silent for longer is
-# taken as gone for good (as ``NodeSilence`` forgets one).
-EXPECT_S = 7 * 86400.0
-# Metrics every node's frames carry: the host's, and its GPUs' where it has no host part.
-SEEN_METRICS = ("host_cpu_util_pct", "gpu_temp_c")
-# The host metric of an agent's last frame when it stopped cleanly (``frame.AGENT_STOPPED``).
-STOPPED_METRIC = AGENT_STOPPED
-# The wait before nodes of partitions taken over that have sent nothing are named in the
-# log: two of the fleet's usual intervals (learned from its frames), at least this, and
-# this many seconds while no interval is known yet.
-MIN_GRACE_S = 5.0
-UNKNOWN_GRACE_S = 30.0
 
 
 class Ownership:
@@ -125,12 +111,8 @@ class Ownership:
         # clusters, each consumed from its own topic by its own processors.
         self._clusters: set[str] = set()
         # Nodes taken over that have sent nothing yet, named in the log once the grace is
-        # over (``_say_expected``): when, on the processor's clock and on the frames'.
-        self._quiet: dict[NodeKey, Expected] = {}
-        self._quiet_due: tuple[float, float] = (0.0, 0.0)
-        self._newest_ts = 0.0        # the newest frame's time seen
-        self._last_ts: dict[NodeKey, float] = {}
-        self._usual_s: float | None = None  # the fleet's usual interval (moving average)
+        # over (``_say_expected``), and the fleet's usual interval that sets it.
+        self._quiet = QuietNodes()
         # With several members, which racks' ``rack_silent`` alerts are this member's
         # (``pipeline.rack_judges``; None: every rack's). Checked again after a rebalance.
         self.judges: Callable[[str, str], bool] | None = None
@@ -208,8 +190,7 @@ class Ownership:
             return
         for key in [k for k in self._nodes if k[1] in nodes]:
             del self._nodes[key]
-            self._quiet.pop(key, None)
-            self._last_ts.pop(key, None)
+            self._quiet.drop(key)
         self._book.drop(nodes)
         for hook in self._on_revoked:
             hook(nodes)
@@ -219,8 +200,7 @@ class Ownership:
         their alerts and the hooks are the caller's. A frame from one later builds it anew."""
         for key in [k for k in self._nodes if k[1] in nodes]:
             del self._nodes[key]
-            self._quiet.pop(key, None)
-            self._last_ts.pop(key, None)
+            self._quiet.drop(key)
 
     # -- per batch, on the processor's thread --
     def owned_frames(self, frames: list[Frame], sources: Sequence[Message] | None,
@@ -245,7 +225,7 @@ class Ownership:
         for i, f in enumerate(frames):
             key = (f.cluster, f.node)
             self._clusters.add(f.cluster)
-            self._learn_interval(key, f.ts)
+            self._quiet.learn(key, f.ts)
             if key not in known and key not in where:
                 where[key] = (sources[i].topic, sources[i].partition) if sources else None
         expected = self._expected(where) if self._expect else []
@@ -282,40 +262,12 @@ class Ownership:
             for hook in self._on_expected:
                 hook(expected)
 
-    def _learn_interval(self, key: NodeKey, ts: float) -> None:
-        last = self._last_ts.get(key)
-        self._last_ts[key] = ts if last is None else max(last, ts)
-        self._newest_ts = max(self._newest_ts, ts)
-        if last is not None and 0.0 < ts - last < 3600.0:
-            gap = ts - last
-            self._usual_s = gap if self._usual_s is None else \
-                self._usual_s + 0.05 * (gap - self._usual_s)
-
-    @property
-    def grace_s(self) -> float:
-        """How long nodes taken over may send nothing before the log names them."""
-        if self._usual_s is None:
-            return UNKNOWN_GRACE_S
-        return max(MIN_GRACE_S, 2.0 * self._usual_s)
-
     def _say_expected(self, frames: Sequence[Frame], expected: list[Expected]) -> None:
         """Keep the newly ``expected`` nodes; forget those that sent a frame since; name
         the rest once the grace is over on either clock."""
-        if expected:
-            if not self._quiet:
-                grace = self.grace_s
-                self._quiet_due = (self.monotonic() + grace, self._newest_ts + grace)
-            # A node whose agent stopped cleanly is not awaited: it left on purpose.
-            self._quiet.update({(e[0], e[2]): e for e in expected if not e[4]})
-        if not self._quiet:
-            return
-        for f in frames:
-            self._quiet.pop((f.cluster, f.node), None)
-        due_wall, due_ts = self._quiet_due
-        if self._quiet and (self.monotonic() >= due_wall or self._newest_ts >= due_ts):
-            log.info("%s", expected_line(sorted(self._quiet.values(), key=lambda e: e[:3]),
-                                         self._clusters))
-            self._quiet = {}
+        line = self._quiet.line(frames, expected, self.monotonic, self._clusters)
+        if line is not None:
+            log.info("%s", line)
 
     def _read_stored(self) -> None:
         """The store's open alerts, by node, unless read since the last assignment."""
@@ -445,48 +397,5 @@ class Ownership:
         return dict(self._nodes)
 
 
-def expected_line(expected: Sequence[Expected], clusters: Collection[str]) -> str:
-    """The log line for nodes of partitions taken over that have sent nothing yet, named
-    cluster/node. Those of clusters this member has no frame from are told apart: with a
-    topic per cluster, their names land in its partitions by chance, and their own
-    cluster's processors judge them (``NodeSilence`` pages only nodes of its clusters)."""
-    ours = sorted(f"{e[0]}/{e[2]}" for e in expected if e[0] in clusters)
-    others = sorted({e[0] for e in expected if e[0] not in clusters})
-    line = ""
-    if ours:
-        line = (f"{len(ours)} node(s) of the partitions taken over have sent nothing yet: "
-                + ", ".join(ours[:10]) + (", ..." if len(ours) > 10 else ""))
-    if others:
-        rest = len(expected) - len(ours)
-        line += ("; " if line else "") + (
-            f"{rest} node(s) the store holds of cluster(s) {', '.join(others[:10])}"
-            f"{', ...' if len(others) > 10 else ''} map to the partitions taken over but "
-            "no frame of those clusters has come here yet: each is judged silent only once "
-            "a frame of its cluster comes (else its cluster's own processors judge it)")
-    return line
-
-
 def _names(partitions: set[Partition]) -> str:
     return ", ".join(f"{t}/{p}" for t, p in sorted(partitions)) or "none"
-
-
-def last_seen(store: Store, since: float) -> dict[NodeKey, tuple[str, float]]:
-    """(cluster, node) -> (rack, time of its newest stored sample), for nodes with one
-    after ``since`` (seconds since the epoch)."""
-    out: dict[NodeKey, tuple[str, float]] = {}
-    for metric in SEEN_METRICS:
-        for key, ts_ms, _ in store.latest(metric, int(since * 1000)):
-            ts = ts_ms / 1000.0
-            old = out.get((key.cluster, key.node))
-            if old is None or ts > old[1]:
-                out[(key.cluster, key.node)] = (key.rack, ts)
-    return out
-
-
-def stopped_at(store: Store, since: float) -> dict[NodeKey, float]:
-    """(cluster, node) -> the time of its newest frame that said its agent stopped cleanly
-    (``host_agent_stopped``), for nodes with one after ``since``: stopped still where that
-    is its newest frame (``last_seen``), back where a later one came."""
-    return {(key.cluster, key.node): ts_ms / 1000.0
-            for key, ts_ms, value in store.latest(STOPPED_METRIC, int(since * 1000))
-            if value >= 1.0}

@@ -43,8 +43,9 @@ from collections.abc import Callable, Collection, Sequence
 from fleetwatch.frame import AGENT_STOPPED
 from fleetwatch.models.rack_silence import Remote
 from fleetwatch.pipeline.bus import Partition
-from fleetwatch.pipeline.ownership import EXPECT_S, NodeKey, Ownership, last_seen
+from fleetwatch.pipeline.ownership import Ownership
 from fleetwatch.pipeline.store.base import Store, StoreError
+from fleetwatch.pipeline.stored_nodes import EXPECT_S, NodeKey, last_seen
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from fleetwatch.collectors.sim.faults import KINDS, SPECS, Fault
-from fleetwatch.collectors.sim.fleet import SimParams
+from fleetwatch.collectors.sim.params import SimParams
 
 # (shortest, longest) duration of each kind, seconds: long enough for a drift
 # to ripen; xid79 and ecc_dbe last until the node is rebooted or the GPU reset.

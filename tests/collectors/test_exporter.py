@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetwatch.collectors.exporter import AgentHealth, Exporter, render, serve_metrics
+from fleetwatch.collectors.agent_health import AgentHealth
+from fleetwatch.collectors.exporter import Exporter, render, serve_metrics
 from fleetwatch.collectors.nvml import FakeNvml, NvmlReader
 from fleetwatch.frame import Frame, HostReading, PortReading
 

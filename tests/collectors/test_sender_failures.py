@@ -107,7 +107,7 @@ def test_the_agents_broker_up_gauge_is_0_while_the_producer_refuses_every_frame(
         tmp_path: Path) -> None:
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from fleetwatch.collectors.exporter import AgentHealth
+    from fleetwatch.collectors.agent_health import AgentHealth
 
     broker, counts = Broker(), Counts()
     producer, sender = agent_sender(broker, tmp_path / "spool", counts)
@@ -206,7 +206,7 @@ def test_a_spool_that_cannot_be_written_is_counted_on_the_agents_metrics(
 
     from prometheus_client import CollectorRegistry, generate_latest
 
-    from fleetwatch.collectors.exporter import AgentHealth
+    from fleetwatch.collectors.agent_health import AgentHealth
     from fleetwatch.pipeline.bus import BusError
 
     class Away(Broker):

@@ -12,7 +12,8 @@ import pytest
 from fleetwatch.alert_view import lines, record
 from fleetwatch.cli import main as cli_main
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.dashboards.data import read_alerts, read_node
+from fleetwatch.dashboards.data import read_alerts
+from fleetwatch.dashboards.node_data import read_node
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.events import EventTracker
 from fleetwatch.pipeline.processor import Processor

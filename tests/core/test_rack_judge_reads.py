@@ -9,7 +9,6 @@ from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.rack_silence import Remote
-from fleetwatch.pipeline.ownership import EXPECT_S, SEEN_METRICS
 from fleetwatch.pipeline.rack_judges import (
     FULL_EVERY_S,
     RECENT_S,
@@ -17,6 +16,7 @@ from fleetwatch.pipeline.rack_judges import (
     RackJudges,
 )
 from fleetwatch.pipeline.store.base import Point, SeriesKey
+from fleetwatch.pipeline.stored_nodes import EXPECT_S, SEEN_METRICS
 
 T0 = 1_800_000_000.0
 

@@ -8,7 +8,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.models.rules import GpuTemperatureLimit
-from fleetwatch.recorded import Series, frames, read_files
+from fleetwatch.recorded import frames, read_files
 from fleetwatch.replay import ReplayError, replay
 
 HEADER = "timestamp,node,gpu,metric,value\n"
@@ -175,65 +175,6 @@ def test_cli_replay_can_keep_the_alerts_in_a_store(tmp_path: Path,
         "acme", 1_700_000_045, 1_700_001_905)
 
 
-# -- one series (timestamp,value) ---------------------------------------------------------
-
-def series_text(temps: list[int], t0: int = 1_700_000_000, column: str = "value") -> str:
-    return f"timestamp,{column}\n" + "".join(f"{t0 + 15 * i},{t}\n" for i, t in enumerate(temps))
-
-
-def test_one_series_with_its_metric_named_replays_like_the_long_layout(tmp_path: Path) -> None:
-    temps = [70, 88, 90, 91, 92, 93, 94, 60]
-    path = write(tmp_path / "rack7-n3.csv", series_text(temps))
-    changes, summary = run([path], series=Series("gpu_temp_c"))
-    long_text = hot_series().replace(",n1,", ",rack7-n3,")
-    long_changes, _ = run([write(tmp_path / "long.csv", long_text)])
-    assert changes == long_changes and [c["state"] for c in changes] == [
-        "pending", "firing", "resolved"]
-    assert changes[1]["labels"]["node"] == "rack7-n3"      # the file's name, as nothing said
-    assert any("one series of gpu_temp_c (8 samples), read as rack7-n3 GPU 0" in n
-               for n in summary.notes)
-
-
-def test_one_series_headed_by_its_metric_needs_no_option(tmp_path: Path) -> None:
-    text = series_text([30000], column="DCGM_FI_DEV_FB_USED").replace("timestamp", "Time")
-    path = write(tmp_path / "s.csv", text)
-    first = frames(read_files([path], series=Series(node="n9", gpu=5)))[0]
-    g = first[0].gpus[0]
-    assert first[0].node == "n9" and g.index == 5
-    assert g.metrics == {"gpu_fb_used_bytes": 30000 * 2**20}   # DCGM's MiB in our bytes
-    text = "ts,host_cpu_util_pct\n1700000015,\n1700000000,7\n"    # unsorted; a gap, not a 0
-    host = frames(read_files([write(tmp_path / "h.csv", text)]))
-    assert len(host) == 1 and host[0][0].gpus == ()
-    assert host[0][0].host.metrics == {"host_cpu_util_pct": 7}
-
-
-@pytest.mark.parametrize("text, series, why", [
-    (series_text([70]), None, r"does not say what it measures; name the metric with --metric"),
-    (series_text([70]), Series("gpu_tmp_c"), r"unknown metric 'gpu_tmp_c'"),
-    (series_text([70], column="gpu_temp_c"), Series("gpu_power_w"),
-     r"the header says 'gpu_temp_c' and --metric says 'gpu_power_w'"),
-    (series_text([400]), Series("gpu_temp_c"), r"line 2: gpu_temp_c = 400 is outside"),
-    (HEADER + "1700000000,n1,0,gpu_temp_c,60\n", Series("gpu_temp_c"),
-     r"--metric, --node and --gpu are for one-series files"),
-])
-def test_one_series_mistakes_are_named(tmp_path: Path, text: str, series: Series | None,
-                                       why: str) -> None:
-    with pytest.raises(ReplayError, match=why):
-        read_files([write(tmp_path / "x.csv", text)], series=series)
-
-
-def test_the_cli_takes_a_one_series_file_and_says_what_to_add(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    path = write(tmp_path / "machine.csv", series_text([70, 96, 97, 98, 99, 99, 99, 99, 99]))
-    assert main(["replay", str(path)]) != 0
-    assert "--metric gpu_temp_c" in capsys.readouterr().err
-    assert main(["replay", "--metric", "gpu_temp_c", "--node", "m1", str(path)]) == 0
-    out, err = capsys.readouterr()
-    fired = [json.loads(line) for line in out.splitlines()]
-    assert any(c["state"] == "firing" and c["labels"]["node"] == "m1" for c in fired)
-    assert "one series of gpu_temp_c (9 samples), read as m1 GPU 0" in err
-
-
 # -- a replay into a store: the lock `up` and `simulate` take ---------------------------------
 
 def test_replay_refuses_a_store_another_fleetwatch_writes(
@@ -330,103 +271,6 @@ def test_an_empty_value_is_no_sample_in_every_layout(tmp_path: Path) -> None:
     assert "x.csv: 3 rows with an empty value, read as no sample (absent, not 0)" in reading.notes
     series = read_files([write(tmp_path / "s.csv", "timestamp,gpu_temp_c\n1700000000,\n")])
     assert "s.csv: 1 row with an empty value, read as no sample (absent, not 0)" in series.notes
-
-
-# -- what the summary may claim ----------------------------------------------------------------
-
-def fleet_csv(nodes: int, gpus: int, extra: str = "", racks: int = 1) -> str:
-    rows = [f"{1_700_000_000 + 15 * t},n{n},{g},gpu_temp_c,{60 + g},r{n % racks}"
-            for t in range(4) for n in range(nodes) for g in range(gpus)]
-    return HEADER.strip() + ",rack\n" + "\n".join(rows) + "\n" + extra
-
-
-def coverage(tmp_path: Path, text: str) -> object:
-    from fleetwatch.config import DetectorsConfig
-    from fleetwatch.wiring import detectors
-
-    return replay([write(tmp_path / "f.csv", text)], detectors(DetectorsConfig()),
-                  io.StringIO())
-
-
-def test_one_gpu_judges_no_peer_or_rack_rule_and_no_absent_counter(tmp_path: Path) -> None:
-    """NAB's series as one GPU: the peer and rack rules have nothing to compare it with, and
-    the error-counter and XID rules nothing to read; the summary said 100% of each."""
-    summary = coverage(tmp_path, fleet_csv(1, 1))
-    for rule in ("gpu_hot_vs_peers", "gpu_hot_vs_peers_critical", "gpu_temp_sensor_low",
-                 "node_cooling", "rack_cooling", "gpu_ecc_dbe", "gpu_nvlink_errors",
-                 "gpu_pcie_replay", "gpu_retired_pages", "gpu_xid_critical", "gpu_lost"):
-        assert summary.coverage[rule] == 0.0, rule
-    assert summary.coverage["gpu_temp_high"] == 1.0 == summary.coverage["node_silent"]
-    lines = summary.lines()
-    assert ("  gpu_hot_vs_peers: not judged: no peers (it needs 3 or more other GPUs of its "
-            "node reporting gpu_temp_c; the data has none)") in lines
-    assert any(line.startswith("  rack_cooling: not judged: no peers (") for line in lines)
-    assert ("  gpu_ecc_dbe: not judged: lacked gpu_ecc_dbe_volatile_total or "
-            "gpu_ecc_dbe_aggregate_total") in lines
-    assert not any("judged 100%" in line for line in lines
-                   if line.split(":")[0].strip() in ("gpu_pcie_replay", "gpu_xid_info"))
-
-
-def estimate(tmp_path: Path, text: str) -> object:
-    """The coverage the data's shape allows (``REACH``), before any detector's own count:
-    what a detector without ``coverage()`` is reported by."""
-    from fleetwatch.config import DetectorsConfig
-    from fleetwatch.replay_coverage import ReplaySummary, coverage
-    from fleetwatch.wiring import detectors
-
-    summary = ReplaySummary()
-    coverage(frames(read_files([write(tmp_path / "f.csv", text)])),
-              detectors(DetectorsConfig()), summary)
-    return summary
-
-
-def test_peer_rules_judge_a_node_with_enough_gpus(tmp_path: Path) -> None:
-    three = estimate(tmp_path, fleet_csv(1, 3))        # two others: fewer than min_peers (3)
-    assert three.coverage["gpu_hot_vs_peers"] == 0.0
-    assert "the data has at most 2)" in three.unjudged["gpu_hot_vs_peers"]
-    assert three.coverage["node_cooling"] == 1.0        # two or more GPUs of the node
-    four = estimate(tmp_path, fleet_csv(1, 4))
-    assert four.coverage["gpu_hot_vs_peers"] == 1.0 and four.coverage["rack_cooling"] == 0.0
-    rack = estimate(tmp_path, fleet_csv(2, 4))          # 8 GPUs on 2 nodes of one rack
-    assert rack.coverage["rack_cooling"] == 1.0
-    apart = estimate(tmp_path, fleet_csv(4, 4, racks=2))  # 8 GPUs a rack, on 2 nodes
-    assert apart.coverage["rack_cooling"] == 1.0
-    alone = estimate(tmp_path, fleet_csv(2, 8, racks=2))  # 8 GPUs a rack, on 1 node
-    assert alone.coverage["rack_cooling"] == 0.0
-    # The rack detector counts what it judged itself: the replay reports its count.
-    replayed = coverage(tmp_path, fleet_csv(2, 4))
-    assert "rack_cooling" in replayed.counted
-    assert replayed.coverage["gpu_hot_vs_peers"] == 1.0   # no count of its own: the estimate
-
-
-def test_counter_and_xid_rules_are_judged_where_the_data_has_them(tmp_path: Path) -> None:
-    extra = ("1700000000,n0,0,gpu_ecc_dbe_volatile_total,0,r0\n"
-             "1700000000,n0,0,xid,13,r0\n")
-    summary = coverage(tmp_path, fleet_csv(1, 1, extra))
-    assert summary.coverage["gpu_ecc_dbe"] == 0.25       # one of its four samples
-    assert ("  gpu_ecc_dbe: judged 25% of GPU samples; not the others: lacked "
-            "gpu_ecc_dbe_volatile_total or gpu_ecc_dbe_aggregate_total") in summary.lines()
-    assert summary.coverage["gpu_xid_warning"] == 1.0    # the data carries XIDs
-    assert summary.coverage["gpu_pcie_replay"] == 0.0
-
-
-def test_every_rule_that_needs_more_than_its_metrics_is_placed() -> None:
-    """A rule that declares no metric, or compares a GPU with others, has an entry in
-    replay_reach.REACH, so a new one is not reported as judging every sample."""
-    from fleetwatch.models.job_hang import JobHang
-    from fleetwatch.models.jobs import JobPeers
-    from fleetwatch.models.peers import ThermalPeers
-    from fleetwatch.models.rack import RackCooling
-    from fleetwatch.models.registry import rules
-    from fleetwatch.replay_reach import ANY_FRAME, REACH
-
-    for rule, metrics in rules().items():
-        if not metrics:
-            assert rule in REACH or rule in ANY_FRAME, rule
-    for detector in (ThermalPeers, JobPeers, JobHang, RackCooling):
-        for rule in detector.rules:
-            r = REACH[rule]
-            assert r.peers or r.rack, rule
 
 
 def test_a_replays_store_holds_the_last_count_of_a_repeated_xid(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ recording, are counted, and only the few the summary names are kept."""
 
 from __future__ import annotations
 
-from fleetwatch.recorded import Reading
+from fleetwatch.recorded_reading import Reading
 from fleetwatch.recorded_ticks import LostState, TickStats, mark_lost, note_lost, to_ticks
 
 STEP = 15.0

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.frame import Frame
-from fleetwatch.pipeline.ownership import expected_line
+from fleetwatch.pipeline.takeover_quiet import expected_line
 from tests.core.test_processor_hardening import frame
 from tests.core.test_silent_takeover import STEP, T0, run_until_stored, silent_alerts
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.pipeline.alerts import AlertBook
-from fleetwatch.pipeline.ownership import UNKNOWN_GRACE_S, Ownership
+from fleetwatch.pipeline.ownership import Ownership
 from fleetwatch.pipeline.store.sqlite import SqliteStore
+from fleetwatch.pipeline.takeover_quiet import UNKNOWN_GRACE_S
 from tests.core.test_processor_hardening import frame
 
 T0 = time.time() - 600

@@ -9,7 +9,7 @@ import pytest
 
 from fleetwatch.cli import main
 from fleetwatch.models.artifact import ModelSet, save
-from fleetwatch.train import written_warnings
+from fleetwatch.train_files import written_warnings
 
 START = 1_763_800_000.0
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 import fleetwatch
-from collectors.exporter import AgentHealth
+from collectors.agent_health import AgentHealth
 from fleetwatch import __version__, commit, version_text
 
 ROOT = Path(fleetwatch.__file__).resolve().parent.parent

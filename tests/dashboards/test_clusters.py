@@ -22,6 +22,7 @@ from fleetwatch.dashboards import (
     fleet,
     job_data,
     node,
+    node_data,
     summary_strip,
     timerange,
     utilization,
@@ -103,17 +104,17 @@ def test_a_heatmap_row_opens_the_node_of_its_cluster() -> None:
 
 def test_the_node_page_reads_one_clusters_node() -> None:
     store = two_clusters()
-    east = data.read_node(store, "node001", NOW, cluster="c-east")
+    east = node_data.read_node(store, "node001", NOW, cluster="c-east")
     assert east.cluster == "c-east" and east.ambiguous == ()
     assert [v for _, v in east.series["gpu_temp_c"][3]] == [95.0, 95.0, 95.0]
     assert [a.cluster for a in east.alerts] == ["c-east"]
-    west = data.read_node(store, "node001", NOW, cluster="c-west")
+    west = node_data.read_node(store, "node001", NOW, cluster="c-west")
     assert [v for _, v in west.series["gpu_temp_c"][3]] == [61.0, 61.0, 61.0]
     assert west.alerts == ()
 
 
 def test_a_bare_node_name_in_two_clusters_lists_them_and_draws_nothing() -> None:
-    view = data.read_node(two_clusters(), "node001", NOW)
+    view = node_data.read_node(two_clusters(), "node001", NOW)
     assert view.ambiguous == ("c-east", "c-west")
     assert view.series == {} and view.alerts == ()
     links = [c for c in node.choose_cluster("node001", view.ambiguous, 3, "6h").children
@@ -128,7 +129,7 @@ def test_a_node_asked_in_a_cluster_without_it_names_the_clusters_it_reports_in()
     where the node is, with a link, rather than "no data" alone."""
     store = two_clusters()
     store.points.append(pt("gpu_temp_c", "c-west", "node002", 0, 44.0))
-    view = data.read_node(store, "node002", NOW, cluster="default")
+    view = node_data.read_node(store, "node002", NOW, cluster="default")
     assert not any(view.series.values()) and view.elsewhere == ("c-west",)
     shown = node.elsewhere_notice("node002", "default", view.elsewhere, None, "1h")
     assert shown.id == "node-elsewhere"
@@ -138,14 +139,14 @@ def test_a_node_asked_in_a_cluster_without_it_names_the_clusters_it_reports_in()
     assert "No data from default/node002" in " ".join(
         c for c in shown.children if isinstance(c, str))
     # The node of the cluster asked is not "elsewhere"; nor is a name no cluster has.
-    assert data.read_node(store, "node002", NOW, cluster="c-west").elsewhere == ()
-    assert data.read_node(store, "node999", NOW, cluster="default").elsewhere == ()
+    assert node_data.read_node(store, "node002", NOW, cluster="c-west").elsewhere == ()
+    assert node_data.read_node(store, "node999", NOW, cluster="default").elsewhere == ()
 
 
 def test_a_bare_node_name_in_one_cluster_is_that_clusters_node() -> None:
     store = two_clusters()
     store.points.append(pt("gpu_temp_c", "c-west", "node002", 0, 44.0))
-    view = data.read_node(store, "node002", NOW)
+    view = node_data.read_node(store, "node002", NOW)
     assert view.cluster == "c-west" and view.ambiguous == ()
     assert view.series["gpu_temp_c"] == {0: [(int((NOW - 10) * 1000), 44.0)]}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fleetwatch.dashboards import alert_tables, components, data, summary_strip
+from fleetwatch.dashboards import alert_tables, components, data, node_data, summary_strip
 from fleetwatch.pipeline.store.base import Annotation, StoreError
 from tests.dashboards.fakes import NOW, FakeStore, alert, point
 
@@ -58,7 +58,7 @@ def test_read_node_keeps_its_own_series_annotations_and_alerts() -> None:
     store.annotation_rows = [
         Annotation("cooling", NOW - 900, NOW + 900, "node-a", "gpu1", "injected"),
         Annotation("cooling", NOW - 900, NOW + 900, "node-b", "gpu0", "injected")]
-    view = data.read_node(store, "node-a", NOW)
+    view = node_data.read_node(store, "node-a", NOW)
     assert view.rack == "rack-00"
     # GPU 0 is too quiet for the heatmap but still within the node's hour.
     assert view.series["gpu_temp_c"] == {
@@ -77,12 +77,12 @@ def test_read_node_shows_annotations_of_its_cluster_or_of_none() -> None:
         Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu1", "west's", cluster="west"),
         Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu2", "sim's", cluster="sim"),
         Annotation("fault", NOW - 900, NOW + 900, "node-a", "gpu3", "old", cluster="")]
-    view = data.read_node(store, "node-a", NOW, cluster="sim")
+    view = node_data.read_node(store, "node-a", NOW, cluster="sim")
     assert [a.text for a in view.annotations] == ["sim's", "old"]
 
 
 def test_read_node_unknown_node_is_empty_not_an_error() -> None:
-    view = data.read_node(fleet_store(), "nope", NOW)
+    view = node_data.read_node(fleet_store(), "nope", NOW)
     assert view.rack is None and not any(view.series.values()) and view.alerts == ()
 
 
@@ -168,9 +168,9 @@ def test_node_limits_come_from_the_threshold_and_the_power_limit_gpus_report() -
                               point("gpu_power_limit_w", "node-a", 0, 700.0, age_s=60),
                               point("gpu_power_limit_w", "node-a", 0, 500.0, age_s=10),
                               point("gpu_power_limit_w", "node-a", 1, 450.0)])
-    view = data.read_node(store, "node-a", NOW, temp_limit_c=85.0)
+    view = node_data.read_node(store, "node-a", NOW, temp_limit_c=85.0)
     assert view.limits == {"gpu_temp_c": 85.0, "gpu_power_w": 500.0}
-    assert data.read_node(store, "node-b", NOW).limits == {}
+    assert node_data.read_node(store, "node-b", NOW).limits == {}
 
 
 def test_without_a_site_limit_the_temperature_line_is_the_lowest_slowdown_gpus_report() -> None:
@@ -178,9 +178,10 @@ def test_without_a_site_limit_the_temperature_line_is_the_lowest_slowdown_gpus_r
                               point("gpu_slowdown_temp_c", "node-a", 0, 89.0),
                               point("gpu_slowdown_temp_c", "node-a", 1, 87.0, age_s=30),
                               point("gpu_slowdown_temp_c", "node-a", 1, 88.0, age_s=5)])
-    assert data.read_node(store, "node-a", NOW).limits == {"gpu_temp_c": 88.0}
-    assert data.read_node(store, "node-a", NOW, temp_limit_c=0.0).limits == {"gpu_temp_c": 88.0}
-    assert data.read_node(store, "node-a", NOW, temp_limit_c=75.0).limits == {"gpu_temp_c": 75.0}
+    read_node = node_data.read_node
+    assert read_node(store, "node-a", NOW).limits == {"gpu_temp_c": 88.0}
+    assert read_node(store, "node-a", NOW, temp_limit_c=0.0).limits == {"gpu_temp_c": 88.0}
+    assert read_node(store, "node-a", NOW, temp_limit_c=75.0).limits == {"gpu_temp_c": 75.0}
 
 
 def test_one_sample_stamped_2099_does_not_move_data_as_of() -> None:
@@ -200,5 +201,5 @@ def test_a_silent_nodes_page_names_its_rack_from_its_alerts() -> None:
     # as its node_silent alert names it, not "node-253 · sim" alone.
     store = FakeStore(alert_rows=[alert("node-253", None, rack="rack-126", rule="node_silent",
                                         started_ago_s=4 * 3600)])
-    view = data.read_node(store, "node-253", NOW, window_s=3600)
+    view = node_data.read_node(store, "node-253", NOW, window_s=3600)
     assert not any(view.series.values()) and view.rack == "rack-126"

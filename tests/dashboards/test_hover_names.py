@@ -5,7 +5,7 @@ named with "%{...}" would otherwise be read by plotly as a field of its own (a n
 from __future__ import annotations
 
 from fleetwatch.dashboards.energy_figures import idle_share, per_hour
-from fleetwatch.dashboards.job import job_figure
+from fleetwatch.dashboards.job_figures import job_figure
 
 ODD = "n%{y}<b>"
 

@@ -7,7 +7,7 @@ import dataclasses
 from pathlib import Path
 
 from fleetwatch.carbon import CarbonModel
-from fleetwatch.dashboards import alert_tables, components, job, job_data
+from fleetwatch.dashboards import alert_tables, components, job, job_data, job_figures
 from fleetwatch.pipeline.links import alert_jobs
 from fleetwatch.pipeline.store.base import Event
 from fleetwatch.pipeline.store.ledger import EnergyRow
@@ -88,7 +88,7 @@ def test_the_gpu_furthest_off_the_jobs_median_comes_first() -> None:
     assert rows[0].medians["gpu_sm_clock_mhz"] == 1450.0
     assert round(rows[0].off["gpu_sm_clock_mhz"], 3) == round(1450 / 1980 - 1, 3)
     assert rows[0].off["gpu_power_w"] is None and rows[1].worst == 0.1
-    table = job.gpu_table(job_data.Job("42", "sim", ()), medians, rows, None)
+    table = job_figures.gpu_table(job_data.Job("42", "sim", ()), medians, rows, None)
     first = text_of(table).split("job median")[1]
     assert first.index("n1 · GPU 2") < first.index("n1 · GPU 1") and "(-27%)" in first
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.config import DetectorsConfig
-from fleetwatch.dashboards import data, figures
+from fleetwatch.dashboards import figures, node_data
 from fleetwatch.frame import Frame, GpuReading
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.sqlite import SqliteStore
@@ -35,36 +35,37 @@ def fill(path: Path, node: str, models: list[str], nvml: set[int] = frozenset())
 
 def test_a_part_without_known_limits_draws_the_assumed_fallback(tmp_path: Path) -> None:
     fill(tmp_path / "s.db", "l40s-00", [L40S] * 4)
-    view = data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "l40s-00", NOW)
+    view = node_data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "l40s-00", NOW)
     assert "gpu_temp_c" not in view.limits
-    assert view.temp_lines == (data.LimitLine(
+    assert view.temp_lines == (node_data.LimitLine(
         87.0, "limit 87 °C assumed (detectors.fallback_slowdown_c)"),)
     fig = figures.node_metric_figure("gpu_temp_c", "Temperature",
                                      view.series["gpu_temp_c"], view.start_ms, view.end_ms,
                                      limit_lines=view.temp_lines)
     assert [(s.y0, a.text) for s, a in zip(fig.layout.shapes, fig.layout.annotations)] == [
         (87.0, "limit 87 °C assumed (detectors.fallback_slowdown_c)")]
-    other = data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "l40s-00", NOW,
+    other = node_data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "l40s-00", NOW,
                            fallback_slowdown_c=80.0)
     assert other.temp_lines[0].value == 80.0
 
 
 def test_a_node_mixing_parts_draws_a_line_per_part(tmp_path: Path) -> None:
     fill(tmp_path / "s.db", "mix-00", [A100, A100, L40S, L40S, H100, H100], nvml={4, 5})
-    view = data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "mix-00", NOW)
+    view = node_data.read_node(SqliteStore(tmp_path / "s.db", read_only=True), "mix-00", NOW)
     assert view.temp_lines == (
-        data.LimitLine(87.0, "limit 87 °C assumed (detectors.fallback_slowdown_c) · GPUs 2, 3"),
-        data.LimitLine(89.0, f"limit 89 °C {A100}'s (parts table) · GPUs 0, 1"),
-        data.LimitLine(91.0, "limit 91 °C · GPUs 4, 5"))
+        node_data.LimitLine(87.0,
+                            "limit 87 °C assumed (detectors.fallback_slowdown_c) · GPUs 2, 3"),
+        node_data.LimitLine(89.0, f"limit 89 °C {A100}'s (parts table) · GPUs 0, 1"),
+        node_data.LimitLine(91.0, "limit 91 °C · GPUs 4, 5"))
     assert "gpu_temp_c" not in view.limits
 
 
 def test_gpus_reporting_their_own_keep_one_line_and_a_site_limit_wins(tmp_path: Path) -> None:
     fill(tmp_path / "s.db", "h100-00", [H100] * 2, nvml={0, 1})
     store = SqliteStore(tmp_path / "s.db", read_only=True)
-    view = data.read_node(store, "h100-00", NOW)
+    view = node_data.read_node(store, "h100-00", NOW)
     assert view.limits["gpu_temp_c"] == 91.0 and view.temp_lines == ()
-    site = data.read_node(store, "h100-00", NOW, temp_limit_c=80.0)
+    site = node_data.read_node(store, "h100-00", NOW, temp_limit_c=80.0)
     assert site.limits["gpu_temp_c"] == 80.0 and site.temp_lines == ()
 
 
@@ -80,7 +81,7 @@ def test_the_lines_are_the_limits_the_detectors_judge_by() -> None:
         for i, m in enumerate([A100, L40S])))
     b = columns([frame])
     slow, _ = LimitTable(DetectorsConfig()).limits(b, np.array([0]))
-    lines = data.temp_limit_lines({}, {"gpu0": A100, "gpu1": L40S}, ["gpu0", "gpu1"],
+    lines = node_data.temp_limit_lines({}, {"gpu0": A100, "gpu1": L40S}, ["gpu0", "gpu1"],
                                   DetectorsConfig().fallback_slowdown_c)
     assert sorted(slow[0].tolist()) == [line.value for line in lines] == pytest.approx(
         [87.0, 89.0])

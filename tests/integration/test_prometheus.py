@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from fleetwatch.collectors.exporter import AgentHealth
+from fleetwatch.collectors.agent_health import AgentHealth
 from fleetwatch.pipeline.bus.kafka import KafkaProducer
 from tests.servers import Server, free_port, http_ok, wait_for, wait_port
 

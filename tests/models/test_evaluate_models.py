@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fleetwatch.config import load
-from fleetwatch.evaluate import EvalOptions, WithModels, detector_sets, evaluate, table
+from fleetwatch.evaluate import EvalOptions, WithModels, detector_sets, evaluate
+from fleetwatch.evaluate_table import table
 
 
 def test_models_column_trains_on_the_history_before_the_evaluated_day() -> None:

@@ -6,7 +6,8 @@ import pytest
 from fleetwatch.catalogue import THROTTLE_FLAGS
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.models.batch import columns
-from fleetwatch.models.thermal import ThermalLimits, Throttle
+from fleetwatch.models.thermal import ThermalLimits
+from fleetwatch.models.throttle import Throttle
 from tests.models.helpers import busy, node, rules
 
 

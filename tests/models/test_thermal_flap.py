@@ -3,7 +3,8 @@ is one alert for as long as that goes on, not a page per phase (D5 of the noise 
 
 from __future__ import annotations
 
-from fleetwatch.models.thermal import ThermalLimits, Throttle
+from fleetwatch.models.thermal import ThermalLimits
+from fleetwatch.models.throttle import Throttle
 from fleetwatch.pipeline.alerts import AlertBook
 from tests.models.helpers import busy, node
 

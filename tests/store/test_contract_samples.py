@@ -10,8 +10,8 @@ from statistics import fmean
 import pytest
 
 from fleetwatch.frame import AGENT_STOPPED, HostReading
-from fleetwatch.pipeline.ownership import last_seen, stopped_at
 from fleetwatch.pipeline.store.sqlite import RAW_SPAN_MS
+from fleetwatch.pipeline.stored_nodes import last_seen, stopped_at
 from tests.store.backends import Backend
 from tests.store.helpers import MINUTE_MS, cluster_name, frames, minute_ago, temp
 
