@@ -99,11 +99,17 @@ class ConsumePause:
             failing = self.stats.store_failing
             self.stats.store_failing = (time.time() if failing is None
                                         else failing[0], str(exc))
-            self._judge_held(held)
-            log.warning("store unavailable (%s); frames held, not committed, "
-                        "written again in %.1fs; alerts are still judged and "
-                        "sent from %d frames in hand (up to %d messages)",
-                        exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
+            if self._judge_held(held):
+                log.warning("store unavailable (%s); frames held, not committed, "
+                            "written again in %.1fs; alerts are still judged and "
+                            "sent from %d frames in hand (up to %d messages)",
+                            exc, delay, _frames(held), JUDGE_AHEAD_MESSAGES)
+            else:
+                log.warning("store unavailable (%s); frames held, not committed, "
+                            "written again in %.1fs; %d frames in hand are NOT judged "
+                            "yet: this processor needs the store to read its partitions' "
+                            "open alerts first (no alert is sent until it can)",
+                            exc, delay, _frames(held))
         elif isinstance(exc, BusError):
             self._paused_for = "bus"
             log.warning("bus unavailable (%s); pausing consumption, retry in "
@@ -152,18 +158,20 @@ class ConsumePause:
             log.info("%s", _RESUMED.get(paused_for, "consuming again"))
         self._rebalancing = False
 
-    def _judge_held(self, held: deque[Batch]) -> None:
+    def _judge_held(self, held: deque[Batch]) -> bool:
         """The store is away: decode and judge the batches in hand, oldest first, so that
         their alerts are sent now (``Processor.judge``); one that cannot be judged yet
-        holds back those behind it (batches are judged in order)."""
+        holds back those behind it (batches are judged in order). False: a batch with
+        frames could not be judged (its partitions' open alerts not read yet)."""
         for batch in held:
             if batch.frames is None:
                 batch.frames, batch.sources = self.decode(batch.messages)
                 self._send_dead_letters()
             if not self.judge(batch):
                 if batch.frames:
-                    return
+                    return False
                 batch.judged = True  # nothing to judge (all dead letters)
+        return True
 
     def _idle(self, consumer: Consumer, stop: threading.Event, seconds: float,
               held: deque[Batch], max_messages: int, judging: bool) -> None:

@@ -102,3 +102,48 @@ def test_a_hot_gpu_is_sent_while_the_store_is_down(tmp_path: Path, receiver: Rec
     assert len(firing(receiver)) == 1  # judged once, not again when it was stored
     (a,) = store.alerts()
     assert a.started_ts == t0 + 20
+
+
+class DeadAtStart(DownStore):
+    """Reads fail too: a processor that starts while the store is away cannot read its
+    partitions' open alerts, so it cannot judge, and must not say that it does."""
+
+    def alerts(self, *args, **kwargs):  # type: ignore[override]
+        self._away()
+        return super().alerts(*args, **kwargs)
+
+    def latest(self, *args, **kwargs):  # type: ignore[override]
+        self._away()
+        return super().latest(*args, **kwargs)
+
+
+def test_a_processor_started_while_the_store_is_away_says_it_does_not_judge_yet(
+        tmp_path: Path, receiver: Receiver, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, "fleetwatch.pipeline.processor")
+    db = tmp_path / "s.db"
+    store = DeadAtStart(db)
+    DownStore.down.set()
+    DownStore.refused = 0
+    notifier = Notifier([WebhookSink(receiver.url)])
+    processor = Processor(store, [GpuTemperatureLimit(85.0, 0.0)], notifier=notifier)
+    bus = MemoryBus()
+    consumer = bus.consumer(TOPIC, "g")
+    stop = threading.Event()
+    worker = threading.Thread(target=processor.run, args=(consumer, stop, 10, 3600.0))
+    producer = bus.producer()
+    worker.start()
+    try:
+        producer.send(TOPIC, encode(frame(time.time() - 30, [50.0, 96.0])), b"n1")
+        wait_for(lambda: DownStore.refused >= 3)
+        said = [r.getMessage() for r in caplog.records if "store unavailable" in r.getMessage()]
+        assert said and all("NOT judged yet" in m for m in said), said
+        assert "alerts are still judged" not in caplog.text and not firing(receiver)
+        DownStore.down.clear()
+        wait_for(lambda: firing(receiver), 30)  # judged once the store is back
+    finally:
+        DownStore.down.clear()
+        stop.set()
+        worker.join(30)
+        notifier.close()
+    assert not worker.is_alive()
+    assert [a.rule for a in store.alerts()] == ["gpu_temp_high"]
