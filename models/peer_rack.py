@@ -99,18 +99,21 @@ def _group_pass(keys: list[tuple[str, str]], with_air_only: bool, left: np.ndarr
         n = mask.sum(axis=1)
         if not (n >= min_peers).any():
             continue
+        # Only the GPUs with enough peers: a row without any would be an all-NaN slice
+        # (numpy warns of each, through warnings, into the processor's log).
+        got = n >= min_peers
+        mask, own_p = mask[got], own_p[got]
         expected = value[None, :] + c_per_w * (own_p[:, None] - cand_p[None, :])
         block = np.where(mask, expected, np.nan)
         with np.errstate(all="ignore"):
             med = np.nanmedian(block, axis=1)
             dev = np.nanmedian(np.abs(block - med[:, None]), axis=1)
             mov = np.nanmedian(np.where(mask, cand_move[None, :], np.nan), axis=1)
-        got = n >= min_peers
         at = (fi[wf[got]], wg[got])
-        median[at] = med[got] + air[fi[wf[got]], 0]
-        mad[at] = dev[got]
+        median[at] = med + air[fi[wf[got]], 0]
+        mad[at] = dev
         count[at] = n[got]
-        motion[at] = np.nan_to_num(mov[got])
+        motion[at] = np.nan_to_num(mov)
 
 
 def _inlet(v: float | None) -> float:
