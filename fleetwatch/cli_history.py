@@ -102,14 +102,23 @@ def cmd_train(config: Config, args: argparse.Namespace) -> int:
           f"{meta['thermal_regressor']} (held-out MAE {meta['thermal_heldout_mae_c']} °C, "
           f"spread {meta['thermal_spread_c']} °C); anomaly phases {meta['anomaly_phases']}; "
           f"{meta['lemon_nodes']} nodes with trouble", file=sys.stderr)
+    held = meta.get("data_range")
+    if held and held[1] - held[0] < duration / 2:
+        from fleetwatch.models.learned import trained_text
+
+        print(f"fleetwatch train: warning: the store held only {trained_text(meta)}: the "
+              "model knows the fleet only as it was then (an installation's first night); "
+              "train again once more history is kept (fleetwatch-train.timer does, nightly)",
+              file=sys.stderr)
     unfitted = _phases_without_model(meta)
     if unfitted:
         from fleetwatch.models.anomaly import MIN_WINDOWS
 
         print(f"fleetwatch train: warning: the anomaly model has no model of {unfitted}: the "
               f"history held too few ten-minute windows of that work (fewer than {MIN_WINDOWS} "
-              "a phase), so GPUs doing it are not scored; train on a longer span (e.g. --days "
-              "7)", file=sys.stderr)
+              "a phase), so GPUs doing it are not scored; train on a span of history in "
+              "which the fleet did that kind of work" + (" (e.g. --days 7)" if duration
+                                                          < 7 * 86400 else ""), file=sys.stderr)
     for warning in written_warnings(path, meta):
         print(f"fleetwatch train: WARNING: {warning}", file=sys.stderr)
     return EXIT_OK

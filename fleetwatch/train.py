@@ -254,6 +254,9 @@ class Fit:
                              "span of the fleet's history (e.g. --days 7)")
         meta = {
             "created": time.time(), "range": [start_ts, end_ts], "gpus": len(self.gpus),
+            # When the history read begins and ends (the range asked may hold far less).
+            "data_range": [float(order.min()) / 1000, float(order.max()) / 1000 + 60]
+            if len(order) else None,
             # The kinds of GPU trained on, by power limit (the store keeps no product
             # name): models/learned.py scores only GPUs whose limit is one of these.
             "gpu_power_limits_w": self.power_limits(),

@@ -129,7 +129,7 @@ class LearnedDetectors:
             meta = models.metadata
             log.info("loaded model %s from %s (trained on %s GPUs, %s; thermal held-out MAE "
                      "%s)%s%s", path.name, path.parent, meta.get("gpus", "?"),
-                     _range_text(meta.get("range")),
+                     trained_text(meta),
                      meta.get("thermal_heldout_mae_c", "?"), _gaps(models),
                      f"; the newest that loads: skipped {', '.join(skipped)}" if skipped else "")
             if gone is not None:
@@ -316,6 +316,21 @@ def _range_text(span: object) -> str:
             and all(isinstance(t, (int, float)) for t in span):
         return " to ".join(time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(t)) for t in span)
     return "range not recorded"
+
+
+def trained_text(meta: Mapping[str, object]) -> str:
+    """The history a file was trained on: what it held where the file says, beside the
+    range asked (``fleetwatch train --days 7`` on a store of 20 minutes holds 20 minutes)."""
+    asked = _range_text(meta.get("range"))
+    held = meta.get("data_range")
+    if not (isinstance(held, (list, tuple)) and len(held) == 2
+            and all(isinstance(t, (int, float)) for t in held)):
+        return asked
+    return f"history {_range_text(held)} ({_hours(held[1] - held[0])}), of {asked} asked"
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.1f} h" if seconds < 2 * 86400 else f"{seconds / 86400:.1f} d"
 
 
 def _range_start(meta: Mapping[str, object]) -> float | None:

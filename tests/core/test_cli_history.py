@@ -56,6 +56,35 @@ def test_train_warns_of_phases_without_a_model_and_ends_in_utc(
     assert _phases_without_model({"anomaly_phases": {str(p): 60 for p in range(4)}}) == ""
 
 
+def test_train_says_when_the_store_held_far_less_than_the_span_asked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An installation's first night: `train --days 7` on a store of 20 minutes wrote a
+    model the processors then said was "trained on" the week asked."""
+    import fleetwatch.train
+    from fleetwatch.models.learned import trained_text
+    from fleetwatch.pipeline.store.sqlite import SqliteStore
+
+    db = tmp_path / "h.db"
+    SqliteStore(db).close()
+    end = 1780000000.0
+    meta = {"train_s": 1.0, "gpus": 516, "thermal_regressor": "huber",
+            "thermal_heldout_mae_c": {}, "thermal_spread_c": 1.0, "anomaly_phases": {3: 85},
+            "anomaly_phases_missing": ["idle"], "lemon_nodes": 0,
+            "range": [end - 7 * 86400, end], "data_range": [end - 1200, end]}
+    monkeypatch.setattr(fleetwatch.train, "train", lambda *a, **k: (tmp_path / "m.fwm", meta))
+    assert main(["train", "--store", str(db), "--days", "7", "--end", str(int(end)),
+                 "--out", str(tmp_path / "m")]) == 0
+    err = capsys.readouterr().err
+    held = "history 2026-05-28T20:06Z to 2026-05-28T20:26Z (0.3 h), of " \
+           "2026-05-21T20:26Z to 2026-05-28T20:26Z asked"
+    assert trained_text(meta) == held
+    assert f"warning: the store held only {held}" in err
+    assert "(e.g. --days 7)" not in err  # it was asked for a week
+    assert trained_text({"range": [end - 3600, end]}) == \
+        "2026-05-28T19:26Z to 2026-05-28T20:26Z"  # an older file: the range asked only
+
+
 def test_alerts_since_echoes_what_was_typed(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     from fleetwatch.pipeline.store.sqlite import SqliteStore

@@ -91,6 +91,8 @@ def test_model_file_metadata_and_refusals(trained: Path, tmp_path: Path) -> None
     meta = json.loads(trained.read_bytes().split(b"\n", 1)[0])
     assert meta["format"] == FORMAT and meta["gpus"] == 16 and meta["window_min"] == 10
     assert meta["range"] == [START, START + DAY]
+    first, last = meta["data_range"]  # the history the store held: here the whole day
+    assert START <= first < START + 300 and START + DAY - 300 < last <= START + DAY + 60
     assert meta["features"]["thermal"][0] == "power_w"
     head, body = trained.read_bytes().split(b"\n", 1)
     other = tmp_path / "fleetwatch-model-20990101T000000.fwm"
