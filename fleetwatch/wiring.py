@@ -186,10 +186,11 @@ def ensure_topics(config: BusConfig, quiet: bool = False, failed_level: int = lo
             if unreachable(exc):
                 # The broker is the problem, not the topics: said once for those left, which
                 # are not tried (each would wait out its own timeout, holding the caller).
-                log.log(failed_level, "could not check or create %s %s (%s): the broker is "
-                        "down or cannot be reached from here; %s checked, and created if "
-                        "missing, once it can be reached", "topics" if i < len(topics) - 1
-                        else "topic", ", ".join(topics[i:]), exc,
+                log.log(failed_level, "could not check or create %s %s (%s): %s; %s "
+                        "checked, and created if missing, once it can be reached",
+                        "topics" if i < len(topics) - 1 else "topic", ", ".join(topics[i:]),
+                        exc, "no broker by that name" if "no address for host" in str(exc)
+                        else "the broker is down or cannot be reached from here",
                         "they are" if i < len(topics) - 1 else "it is")
                 break
             # A broker that refused fleetwatch (SASL, credentials, TLS) says what to fix; the

@@ -90,7 +90,27 @@ def cannot_reach(bootstrap: str, exc: BaseException, since: float) -> str:
         why = latest[1]
     if why is not None:
         return f"Kafka at {bootstrap} refused fleetwatch's connection: {why}"
+    unknown = unresolved(bootstrap)
+    if unknown:
+        return (f"cannot reach Kafka at {bootstrap}: {unknown}: check the host names of "
+                "bus.bootstrap, and name resolution (DNS, /etc/hosts) on this machine")
     return f"cannot reach Kafka at {bootstrap}: {exc}"
+
+
+def unresolved(bootstrap: str) -> str | None:
+    """What the resolver says when no host of ``bootstrap`` has an address (a misspelt
+    name, no DNS): kafka-python's own error names neither. None: one resolves."""
+    said = []
+    for entry in bootstrap.split(","):
+        host, port = _first_address(entry)
+        try:
+            socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+            return None
+        except (socket.gaierror, UnicodeError) as exc:
+            said.append(f"no address for host {host!r} ({getattr(exc, 'strerror', None) or exc})")
+        except OSError:
+            return None
+    return "; ".join(said) or None
 
 
 # kafka-python (3.0) waits for a TLS handshake without a bound: against a listener that

@@ -160,3 +160,18 @@ def test_a_broker_that_is_down_is_said_once_not_as_a_topic_to_make(
                              "checked, and created if missing, once it can be reached")
     assert "Kafka tools" not in lines[0]
     assert took < 2.5                           # one timeout, not one per topic
+
+
+def test_a_misspelt_broker_name_is_named(caplog: pytest.LogCaptureFixture) -> None:
+    """The admin's report: `bus.bootstrap = "kafak-1:9092"` made the agent say only "Unable
+    to bootstrap ... the broker is down or cannot be reached from here", never the name that
+    does not resolve (the processor's path said "Name or service not known")."""
+    from fleetwatch import wiring
+
+    config = BusConfig(kind="kafka", bootstrap="kafak-1.invalid:9092")
+    with caplog.at_level(logging.WARNING, logger="fleetwatch.wiring"):
+        assert wiring.ensure_topics(config, timeout_s=1.0) is False
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "fleetwatch.wiring"]
+    assert "no address for host 'kafak-1.invalid'" in line
+    assert "check the host names of bus.bootstrap" in line
+    assert "no broker by that name" in line and "is down" not in line
