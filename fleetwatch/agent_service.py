@@ -197,6 +197,9 @@ class AgentService:
                  config.agent.interval_s, where,
                  "off (agent.metrics_port = 0)" if self.server is None else
                  "on " + http_url(config.agent.metrics_host, self.server.port, "/metrics"))
+        open_bus = config.bus.open_to_anyone()
+        if open_bus is not None and self.sender is not None:
+            log.warning("%s", open_bus)
         if self.sender is not None:
             self.sender.start()
         try:

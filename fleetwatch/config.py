@@ -35,8 +35,8 @@ from fleetwatch.config_fields import (
 )
 from fleetwatch.config_keys import MOVED, RETIRED, key_problems, refuse_keys
 from fleetwatch.config_rules import carbon_problems, rule_problems, store_problems
+from fleetwatch.config_secrets import inline_secrets, public_view
 from fleetwatch.config_secrets import masked_url as _masked_url  # noqa: F401  (server_url)
-from fleetwatch.config_secrets import public_view
 from fleetwatch.config_values import PLACEHOLDER, coerce  # noqa: F401  (PLACEHOLDER, as before)
 from fleetwatch.settings import (
     DETECTORS,
@@ -112,6 +112,7 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
                 raise ConfigError(f"{p}: [{section}] must be a table")
             for key, value in values.items():
                 raw.setdefault(section, {})[key] = (value, f"{p} [{section}] {key}")
+        _warn_readable(p, raw)
     sections = {f.name for f in dataclasses.fields(Config)}
     problems = key_problems(raw)            # the file's and the environment's, all named
     from_env: dict[str, dict[str, tuple[Any, str]]] = {}
@@ -133,6 +134,21 @@ def load(path: str | Path | None = None, env: Mapping[str, str] | None = None) -
     for section, values in from_env.items():
         raw.setdefault(section, {}).update(values)
     return _build(raw)
+
+
+def _warn_readable(p: Path, raw: dict[str, dict[str, tuple[Any, str]]]) -> None:
+    """A file that every user of the machine may read and that holds a secret itself (a
+    GPU node's job users could read the brokers' password): said, with what to do."""
+    try:
+        mode = p.stat().st_mode
+    except OSError:
+        return
+    held = inline_secrets(raw) if mode & 0o004 else []
+    if held:
+        log.warning("%s is readable by every user of this machine (mode %04o) and holds %s: "
+                    "make it readable by the service's user only (chmod 640, group of that "
+                    "user), or put each secret in a file of its own named by %s", p,
+                    mode & 0o7777, ", ".join(held), ", ".join(f"{k}_file" for k in held))
 
 
 def _read_text(p: Path) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from typing import Any
 
 from fleetwatch.config_fields import ConfigError, Secret
@@ -120,3 +121,18 @@ def hasuserinfo(url: str) -> bool:
     except ValueError:
         return True
     return "@" in u.netloc
+
+
+def inline_secrets(raw: dict[str, dict[str, tuple[Any, str]]]) -> list[str]:
+    """The secrets a file's settings hold themselves (``section.key``), not by a ``*_file``
+    naming another file: a file every user can read gives them away."""
+    hints = typing.get_type_hints(Config)
+    found = []
+    for section, values in raw.items():
+        if section not in hints:
+            continue
+        fields = typing.get_type_hints(hints[section])
+        for key, (value, _) in values.items():
+            if fields.get(key) is Secret and value:
+                found.append(f"{section}.{key}")
+    return sorted(found)

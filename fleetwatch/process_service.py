@@ -228,6 +228,9 @@ def _member(config: Config, stop: threading.Event, topics: bool = False,
         log.info("processing %s from %s as group %s into %s store; /metrics on %s:%s",
                  config.bus.topic, config.bus.bootstrap, config.bus.group, config.store.kind,
                  config.processor.metrics_host, config.processor.metrics_port or "-")
+        open_bus = config.bus.open_to_anyone()
+        if open_bus is not None:
+            log.warning("%s", open_bus)
         try:
             processor.run(consumer, stop, config.processor.max_batch,
                           config.processor.maintain_every_s, drain_s=budget.drain_s)

@@ -8,6 +8,7 @@ settings of the two backends the agent, the processor and the dashboard connect 
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -71,6 +72,32 @@ class BusConfig:
                 raise ConfigError(f"bus.{key} = {files[key]!r}: cannot read it "
                                   f"({exc.strerror or exc}); give a PEM file this user can "
                                   "read") from None
+
+    def open_to_anyone(self) -> str | None:
+        """What a Kafka bus without client authentication to brokers beyond this machine
+        lets anyone on the network do, and what to do (None: clients authenticate, SASL or a
+        TLS client certificate, or every broker is on loopback)."""
+        if self.kind != "kafka" or self.security_protocol not in ("PLAINTEXT", "SSL") \
+                or self.security_protocol == "SSL" and self.ssl_certfile:
+            return None
+        hosts = [e.strip().rpartition(":")[0].strip("[]") or e.strip()
+                 for e in self.bootstrap.split(",") if e.strip()]
+        if all(_loopback(h) for h in hosts):
+            return None
+        return (f"bus.security_protocol = {self.security_protocol!r}: the brokers at "
+                f"{self.bootstrap} do not know who writes, so anyone who can reach them can "
+                "forge any node's frames, stops and alerts (pages made or hidden); on a "
+                "shared cluster use SASL_SSL with a credential per agent and ACLs (README: "
+                "\"Who may write to the frames topic\")")
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True)
