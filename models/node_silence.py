@@ -23,6 +23,7 @@ from fleetwatch.models.node_silence_racks import SilentRacks
 from fleetwatch.models.node_silent import SAID_INTERVAL, learned, silence_limits, silent_node
 from fleetwatch.models.node_stopped import RULE as STOPPED_RULE
 from fleetwatch.models.node_stopped import agent_stopped
+from fleetwatch.models.rack_remote import RemoteNodes
 from fleetwatch.models.rack_silence import RULE as RACK_RULE
 from fleetwatch.models.rack_silence import Remote, SharedRacks, at_frames
 
@@ -131,6 +132,7 @@ class NodeSilence(SilentRacks, StreamClock):
         self._named: frozenset[str] = frozenset()
         self._stored: frozenset[str] = frozenset()
         self._settled_at: float | None = None
+        self._far = RemoteNodes()
 
     def drop(self, nodes: Iterable[str | NodeKey]) -> None:
         """Forget nodes: (cluster, node) pairs, or names (that name in every cluster: the

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -18,14 +19,13 @@ from fleetwatch.config import DetectorsConfig
 from fleetwatch.models import Finding
 from fleetwatch.models.node_agents import NodeKey
 from fleetwatch.models.node_forget import FORGET_S
+from fleetwatch.models.rack_remote import RemoteNodes
 from fleetwatch.models.rack_silence import (
     Heard,
     Remote,
     SharedRacks,
     judged_clusters,
     racks_down,
-    remote_at,
-    remote_heard,
 )
 
 
@@ -50,6 +50,7 @@ class SilentRacks:
     _named: frozenset[str]  # the clusters the configuration names (``share``)
     _stored: frozenset[str]  # the clusters the store holds, as last read
     _settled_at: float | None  # this member's time at the last read (``share``)
+    _far: RemoteNodes  # the other members' nodes, read after read (``share``)
 
     if TYPE_CHECKING:  # in NodeSilence
         def _grace(self, i: int, now: float, limit: float) -> bool: ...
@@ -83,12 +84,13 @@ class SilentRacks:
                 else None
         if remote is not None:  # the clusters the store holds (the last read's, if not)
             self._stored = frozenset(r.cluster for r in remote)
+        if remote is not None:
+            # Each other member's node heard of as its frames move in the store, judged on
+            # its own partition's time (``rack_remote``).
+            self._far.read([r for r in remote if (r.cluster, r.node) not in self._index],
+                           self._time())
         # Only the judged racks' (the judge changes only with a read: once a read, not a batch).
         self._remote = None if remote is None else [r for r in remote if judges(r.cluster, r.rack)]
-        # The newest frame of the other members' nodes, all racks: what their view has reached.
-        self._remote_seen = None if remote is None else max(
-            (r.ts for r in remote if r.ts == r.ts and (r.cluster, r.node) not in self._index),
-            default=None)
 
     def _shared_racks(self, now: float, clocks: np.ndarray, gap: np.ndarray,
                       limits: np.ndarray) -> list[Finding]:
@@ -108,18 +110,27 @@ class SilentRacks:
         clusters = self._judged_clusters()
         remote = [r for r in self._remote if r.cluster in clusters
                   and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
-        # The others' nodes are judged on the newest of their frames the store has given, not
-        # on this member's clock: a view that lags (a store read every few seconds, a member
-        # catching up a backlog stamped minutes ago, a store away) makes no rack silent;
-        # only nodes behind the others' own newest are. Those of a partition the group has
-        # stored to its end are judged on this member's time (``rack_silence.remote_at``).
-        seen = getattr(self, "_remote_seen", None)
-        seen = min(now, now if seen is None else seen)
-        # Those of a partition stored to its end when the store was read: at this member's
-        # time then (not now: they may have sent since), if that is later.
-        settled = seen if self._settled_at is None else min(now, max(seen, self._settled_at))
-        found = self._racks(now, clocks, gap, limits, (remote, limit, usual), judges,
-                            (seen, settled))
+        # The others' nodes are judged on the time their own partition has reached in the
+        # store, not on this member's clock nor on another partition's: a view that lags (a
+        # store read every few seconds, members catching up a backlog unevenly, a store
+        # away) makes no rack silent (``rack_remote``).
+        far, at = self._far, self._settled_at
+
+        def others(racks: Collection[tuple[str, str]], strict: bool = False) -> list[Heard]:
+            return far.heard([r for r in remote if (r.cluster, r.rack) in racks], now, at,
+                             limit, usual, strict)
+        found = self._racks(now, clocks, gap, limits,
+                            (far.quiet(remote, now, at, limit), others), judges)
+        # A rack down (or its alert taken over) whose other nodes are read for the first
+        # time and have not moved since (this member started): held down as their frames
+        # say until they move or a limit passes, neither resolved nor raised again.
+        held = set(self._shared.down) - {(f.cluster, f.rack) for f in found}
+        if held and any(h.waiting for h in others(held)):
+            strict = [r for r in remote if (r.cluster, r.rack) in held]
+            found += [f for f in self._racks(
+                now, clocks, gap, limits,
+                (far.quiet(strict, now, at, limit, True), partial(others, strict=True)),
+                judges) if (f.cluster, f.rack) in held]
         return self._shared.judge(found, judges, now)
 
     def _judged_clusters(self) -> set[str]:
@@ -127,29 +138,27 @@ class SilentRacks:
         return judged_clusters(self._clusters, self._named, self._stored)
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
-               remote: tuple[Sequence[Remote], float, float] = ((), 0.0, 0.0),
-               judges: Callable[[str, str], bool] | None = None,
-               remote_now: tuple[float, float] | None = None) -> list[Finding]:
+               others: tuple[Counter[tuple[str, str]],
+                             Callable[[Collection[tuple[str, str]]], list[Heard]]] | None
+               = None, judges: Callable[[str, str], bool] | None = None) -> list[Finding]:
         """The racks whose nodes went silent together (``rack_silence``), of the nodes of
-        this processor's clusters heard of in the last ``FORGET_S``. Only racks with
-        ``rack_silent_min_nodes`` nodes quiet for half their limit can be: the others'
-        nodes are not looked at (a fleet of 2,000 with one node down: 17 ms a batch)."""
+        this processor's clusters heard of in the last ``FORGET_S`` and the other members'
+        (``others``: how many of each rack's are quiet, and those of given racks as
+        ``Heard``). Only racks with ``rack_silent_min_nodes`` nodes quiet for half their
+        limit can be: the others' nodes are not looked at (a fleet of 2,000 with one node
+        down: 17 ms a batch)."""
         with np.errstate(invalid="ignore"):
             quiet = np.flatnonzero((gap >= limits / 2) & (gap < FORGET_S)
                                    & ~self._stopped[:len(gap)]).tolist()
         counts = Counter(self._where[i][:2] for i in quiet)
-        others, limit, usual = remote  # other members' nodes: the fleet's usual limit
-        # The others' nodes judged at (``rack_silence.remote_at``): unsettled, settled.
-        seen, settled = (now, now) if remote_now is None else remote_now
-        counts.update((r.cluster, r.rack) for r in others
-                      if remote_at(r, seen, settled) - r.ts >= limit / 2)
+        if others is not None:
+            counts.update(others[0])
         clusters = self._clusters if judges is None else self._judged_clusters()
         racks = {r for r, k in counts.items() if k >= self.c.rack_silent_min_nodes
                  and (judges is None or judges(*r))}
         if not racks:
             return []
-        heard = remote_heard((r for r in others if (r.cluster, r.rack) in racks), seen, limit,
-                             usual, settled)
+        heard = [] if others is None else others[1](racks)
         for i, (cluster, rack, node) in enumerate(self._where):
             if ((cluster, rack) in racks and cluster in clusters and gap[i] < FORGET_S
                     and not self._stopped[i]):

@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 from fleetwatch.config import DetectorsConfig
@@ -153,16 +153,18 @@ def at_frames(findings: list[Finding], frames: Sequence[Frame]) -> list[Finding]
 @dataclass(frozen=True, slots=True)
 class Remote:
     """A node of a rack this member judges that another member of its group reads: its
-    newest frame's time (on its own clock) as the shared store has it. ``settled``: its
-    partition is stored to its end (the group's committed offset reaches it), so that
-    frame is its last: it is judged on the judge's time, not only on how far the store's
-    view of the other members' nodes has got (see ``remote_heard``)."""
+    newest frame's time (on its own clock) as the shared store has it, and its partition
+    (``lane``): it is judged on the time that partition's frames have reached in the store
+    (``rack_remote``). ``settled``: its partition is stored to its end (the group's
+    committed offset reaches it), so that frame is its last: it is judged on the judge's
+    time, not only on how far its partition has got in the store."""
 
     cluster: str
     rack: str
     node: str
     ts: float
     settled: bool = False
+    lane: Hashable = None  # its partition (None: not known; those are one lane)
 
 
 def judged_clusters(own: Collection[str], named: Collection[str],

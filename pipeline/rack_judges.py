@@ -22,12 +22,13 @@ store away resolves no rack alert and raises none.
 
 Before each read, the brokers are asked which of the other members' partitions the group
 has stored to their end (its committed offsets: ``bus.kafka_settled``): the nodes of those
-are judged on the judge's own time, the others' on the newest frame of theirs the store
-has given (``rack_silence.remote_at``). Where the brokers do not say, none is settled, and
-they are asked again only ``SETTLED_RETRY_S`` later. Only while the judge's time is within
-the read's window (``window``: a short read sees no frame stamped before it, so a member
-whose stream runs minutes behind the clock, a backlog or a replay stamped in the past,
-would find settled nodes older than they are): else all are judged as unsettled.
+are judged on the judge's own time, the others' each on the newest frame its own partition
+has in the store (``Remote.lane``: members catch a backlog up unevenly; ``rack_remote``).
+Where the brokers do not say, none is settled, and they are asked again only
+``SETTLED_RETRY_S`` later. Only while the judge's time is within the read's window
+(``window``: a short read sees no frame stamped before it, so a member whose stream runs
+minutes behind the clock, a backlog or a replay stamped in the past, would find settled
+nodes older than they are): else all are judged as unsettled.
 
 A member reading every partition (or no bus) judges every rack on its own frames alone:
 nothing here is read.
@@ -140,22 +141,22 @@ class RackJudges:
             return frozenset()
         return frozenset(out)
 
-    def _in(self, settled: frozenset[Partition]) -> Callable[[str], bool]:
-        """Is a node (by name: agents key its frames by it) of a ``settled`` partition? Each
-        node's partition is kept while the topic's size stays."""
+    def _lanes(self) -> Callable[[str], Partition | None]:
+        """Each node's partition (by name: agents key its frames by it; None: the topic's
+        size not known), kept while the topic's size stays."""
         locate = self._ownership.locate
-        if not settled or locate is None:
-            return lambda node: False
+        if locate is None:
+            return lambda node: None
         size = len(self._ownership.partitions())
         if size != self._nodes_size:
             self._nodes_at, self._nodes_size = {}, size
         at = self._nodes_at
 
-        def settled_node(node: str) -> bool:
+        def lane(node: str) -> Partition | None:
             if node not in at:
                 at[node] = locate(node.encode())
-            return at[node] in settled
-        return settled_node
+            return at[node]
+        return lane
 
     def _read(self, now: float, settled: frozenset[Partition] = frozenset()
               ) -> list[Remote] | None:
@@ -204,10 +205,15 @@ class RackJudges:
         self._forget(clock - EXPECT_S)
         # A node whose newest frame said its agent stopped cleanly (a scale-down) left: not
         # silent, and not counted in its rack, as for the member's own nodes.
-        done = self._in(settled)
-        return [Remote(c, rack, node, ts, done(node))
-                for (c, node), (rack, ts) in self._seen.items()
-                if self._stops.get((c, node), -math.inf) < ts]
+        # Each node with its partition: judged on the time that partition has reached in
+        # the store (members catch a backlog up unevenly), or on the judge's if ``settled``.
+        lane = self._lanes()
+        out = []
+        for (c, node), (rack, ts) in self._seen.items():
+            if self._stops.get((c, node), -math.inf) < ts:
+                at = lane(node)
+                out.append(Remote(c, rack, node, ts, at is not None and at in settled, at))
+        return out
 
     def _merge(self, seen: dict[NodeKey, tuple[str, float]]) -> None:
         """Keep each node's newest time (and its rack then) across short reads."""

@@ -104,10 +104,10 @@ def test_a_node_learned_from_a_short_read_is_merged_and_leaves_after_a_week() ->
     assert sharer.told[-1] == []
     store.newest = {"node-1": T0 + 10.0}
     _run(judges, ticks, 20)
-    assert sharer.told[-1] == [Remote("c", "rack-0", "node-1", T0 + 10.0)]
+    assert sharer.told[-1] == [Remote("c", "rack-0", "node-1", T0 + 10.0, lane=("t", 0))]
     ticks[0] = EXPECT_S - 30.0  # a week later, the node unheard since
     _run(judges, ticks, 10)
-    assert sharer.told[-1] == [Remote("c", "rack-0", "node-1", T0 + 10.0)]
+    assert sharer.told[-1] == [Remote("c", "rack-0", "node-1", T0 + 10.0, lane=("t", 0))]
     _run(judges, ticks, 40)
     assert sharer.told[-1] == []
     assert sum(end - start >= EXPECT_S for start, end in store.spans) <= 2  # + FULL_EVERY_S

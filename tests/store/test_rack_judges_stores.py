@@ -39,6 +39,10 @@ class OneOfTwo:
     owned = {("t", 0)}
 
     @staticmethod
+    def partitions() -> set[tuple[str, int]]:
+        return {("t", 0), ("t", 1)}
+
+    @staticmethod
     def locate(key: bytes) -> tuple[str, int]:
         return ("t", 0) if key == b"rack-0" else ("t", 1)
 
@@ -62,8 +66,8 @@ def test_a_judge_reads_its_racks_nodes_from_every_backend(backend: Backend) -> N
     assert judges.every_s == 1.0  # silent_min_s / 8
     judges.feed()
     mine = {r for r in sharer.told[-1] or () if r.cluster == cluster}
-    assert mine == {Remote(cluster, "rack-0", "node-0", t0 / 1000 + 4),
-                    Remote(cluster, "rack-0", "node-1", t0 / 1000 + 4)}
+    assert mine == {Remote(cluster, "rack-0", "node-0", t0 / 1000 + 4, lane=("t", 1)),
+                    Remote(cluster, "rack-0", "node-1", t0 / 1000 + 4, lane=("t", 1))}
     assert sharer.judges is not None and sharer.judges(cluster, "rack-0")
     assert not sharer.judges(cluster, "rack-1")
     judges.feed()  # within every_s: not read again
@@ -74,8 +78,8 @@ def test_a_judge_reads_its_racks_nodes_from_every_backend(backend: Backend) -> N
     clock[0], ticks[0] = t0 / 1000 + 30.0, 5.0
     judges.feed()
     mine = {r for r in sharer.told[-1] or () if r.cluster == cluster}
-    assert mine == {Remote(cluster, "rack-0", "node-0", t0 / 1000 + 21),
-                    Remote(cluster, "rack-0", "node-1", t0 / 1000 + 21)}
+    assert mine == {Remote(cluster, "rack-0", "node-0", t0 / 1000 + 21, lane=("t", 1)),
+                    Remote(cluster, "rack-0", "node-1", t0 / 1000 + 21, lane=("t", 1))}
 
 
 def test_a_node_whose_agent_stopped_cleanly_is_left_out(backend: Backend) -> None:  # noqa: F811
