@@ -162,7 +162,8 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                                                 cluster or None)
             muted = alert_tables.notes(active, *read_mutes(store, active, now), now)
             shown = resolved_shown(resolved)
-            acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown])
+            acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown],
+                                         now)
             muted = alert_tables.record_notes(active, acks, notified, now, muted)
             recorded = alert_tables.record_notes(shown, acks, notified, now)
             ended, newest, per = staleness(store, active, now, cluster or None)

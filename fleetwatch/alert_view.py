@@ -38,6 +38,9 @@ LAG_S = 60.0
 # A sample stamped this far past "now" comes from a node whose clock runs ahead: left out,
 # or one such node would hide the others stopping (as the dashboard's ``AHEAD_S``).
 AHEAD_S = 10.0
+# What was notified is read up to this far past "now" (``fleetwatch alerts``, the Alerts
+# page): a record stamped by a processor whose clock runs a little ahead is still shown.
+NOTIFIED_AHEAD_S = 120.0
 # Where to look first: only `fleetwatch process` serves probes (`fleetwatch up` has none).
 PROCESSOR_HINT = ("is `fleetwatch process` (or `fleetwatch up`) running? Ask the processor's "
                   "/healthz and /readyz (processor.metrics_port, 9401 by default); if they "

@@ -165,7 +165,7 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
                        if a.fired_ts is not None]
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
-        notified = _notified(store, alerts)
+        notified = _notified(store, alerts, now)
         # A replay store's open alerts are open as its data left them, days ago; a
         # processor that stopped leaves them as they were: said after a minute. Of the
         # cluster chosen, else of each cluster listed (one stopped while another is live).
@@ -259,8 +259,10 @@ def _stale_lines(alerts: Any, newest: float | None, per: dict[str, float | None]
     return out, ends
 
 
-def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
-    """Per alert id, what the processor recorded as notified (stores that keep it)."""
+def _notified(store: Any, alerts: Any, now: float) -> dict[str, list[Any]]:
+    """Per alert id, what the processor recorded as notified up to ``now`` (and
+    ``NOTIFIED_AHEAD_S`` past it; stores that keep it)."""
+    from fleetwatch.alert_view import NOTIFIED_AHEAD_S
     from fleetwatch.pipeline.sinks.notified import settled
 
     read = getattr(store, "notifications", None)
@@ -269,7 +271,7 @@ def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     start, ids = min(a.started_ts for a in alerts), [a.id for a in alerts]
     for i in range(0, len(ids), 500):  # within SQLite's bound variables
-        for n in settled(read(start, 1e18, alert_ids=ids[i:i + 500])):
+        for n in settled(read(start, now + NOTIFIED_AHEAD_S, alert_ids=ids[i:i + 500])):
             out.setdefault(n.alert_id, []).append(n)
     return out
 
