@@ -137,6 +137,25 @@ def newest_of_clusters(store: Any, now: float, clusters: Iterable[str]
     return {c: newest_data(store, now, c) for c in sorted(set(clusters))}
 
 
+# The clusters of a store (``store_clusters``): those that sent a tick metric within this
+# while; one gone longer (taken down, renamed) is no longer named as stopped.
+CLUSTERS_SEEN_S = 86400.0
+
+
+def store_clusters(store: Any, now: float) -> set[str]:
+    """The clusters that sent the store a tick metric (``TICK_METRICS``) within
+    ``CLUSTERS_SEEN_S``: a read a metric, each series' newest point."""
+    since = int((now - CLUSTERS_SEEN_S) * 1000)
+    return {key.cluster for metric in TICK_METRICS for key, _, _ in store.latest(metric, since)}
+
+
+def stopped_clusters(store: Any, now: float, clusters: Iterable[str]) -> dict[str, float]:
+    """Of ``clusters``, those whose data stopped (``lagging``), and their newest sample
+    (``newest_data``: a read a cluster), so that one with no alert open is named too."""
+    per = newest_of_clusters(store, now, clusters)
+    return {c: n for c, n in per.items() if n is not None and lagging(n, now)}
+
+
 # When the data ended: one moment for every alert shown, or one per cluster.
 Ended = float | Mapping[str, float] | None
 

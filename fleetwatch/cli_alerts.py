@@ -142,6 +142,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         ordered,
         record,
         rule_summary,
+        stopped_clusters,
+        store_clusters,
     )
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
@@ -168,10 +170,13 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         notified = _notified(store, alerts, now)
         # A replay store's open alerts are open as its data left them, days ago; a
         # processor that stopped leaves them as they were: said after a minute. Of the
-        # cluster chosen, else of each cluster listed (one stopped while another is live).
+        # cluster chosen, else of each cluster listed (one stopped while another is live),
+        # and of every other cluster of the store whose data stopped (no alert open there).
         newest = newest_data(store, now, args.cluster)
         per = ({args.cluster: newest} if args.cluster else
                newest_of_clusters(store, now, (a.cluster for a in alerts)))
+        if not args.cluster:
+            per |= stopped_clusters(store, now, store_clusters(store, now) - set(per))
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
@@ -215,8 +220,9 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
-        if stale:  # "no open alerts" from a stopped processor is no all-clear
-            print(stale)
+        # "no open alerts" from a stopped processor, or cluster, is no all-clear
+        for said in [stale] if stale else [f"{c}: {t}" for c, t in sorted(stales.items())]:
+            print(said)
         return EXIT_OK
     # A pipe gets the previous release's lines, whole, which scripts grep and awk (`--json`
     # is the stable form); a terminal its width ($COLUMNS, else the tty's) and a storm's
@@ -255,7 +261,7 @@ def _stale_lines(alerts: Any, newest: float | None, per: dict[str, float | None]
     ends = {c: e for c, e in ((c, ended_at(n, now)) for c, n in per.items())
             if c in open_of and e is not None}
     out = [f"{c}: {text(ends[c])}" if c in ends else f"{c}: {stales[c]}"
-           for c in sorted(per) if c in ends or (c in stales and c in open_of)]
+           for c in sorted(per) if c in ends or c in stales]
     return out, ends
 
 
