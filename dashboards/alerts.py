@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import dash
@@ -25,6 +26,9 @@ from fleetwatch.pipeline.store.base import Alert, Store, StoreError
 
 PATH = "/alerts"
 DEFAULT_RANGE = "24h"
+# How often the page asks the store again which clusters it holds (each refresh reads only
+# the newest sample of each: one whose data stopped is named, alert or not).
+CLUSTERS_REREAD_S = 300.0
 
 
 def layout(refresh_s: float, search: str | None = None) -> html.Div:
@@ -64,15 +68,19 @@ def of_cluster(active: Sequence[Alert], resolved: Sequence[Alert], cluster: str 
             [a for a in resolved if in_cluster(cluster, a.cluster)])
 
 
-def staleness(store: Store, active: Sequence[Alert], now: float, cluster: str | None
+def staleness(store: Store, active: Sequence[Alert], now: float, cluster: str | None,
+              clusters: Iterable[str] = ()
               ) -> tuple[alert_view.Ended, float | None, dict[str, float | None]]:
     """(when the data ended, if an alert shown is open: ``alert_view.data_end``; the newest
     sample; per cluster, its newest, where each is said by name): of ``cluster`` where one
-    is chosen, else of each cluster whose alerts are shown, where they are several or one
-    not the store's newest (a cluster stopped while another is live)."""
+    is chosen, else of each cluster whose alerts are shown and each of ``clusters`` (the
+    store's) whose data stopped, where they are several or one not the store's newest (a
+    cluster stopped while another is live)."""
     newest = alert_view.newest_data(store, now, cluster)
     per = {} if cluster else alert_view.newest_of_clusters(store, now,
                                                            (a.cluster for a in active))
+    if not cluster:
+        per |= alert_view.stopped_clusters(store, now, set(clusters) - set(per))
     if not (len(per) > 1 or any(n != newest for n in per.values())):
         is_open = any(a.state != "resolved" for a in active)
         return (alert_view.ended_at(newest, now) if is_open else None), newest, {}
@@ -144,6 +152,16 @@ def unchanged(values: tuple[Any, ...], last: str | None) -> tuple[tuple[Any, ...
 
 
 def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
+    known: dict[str, Any] = {"at": -math.inf, "clusters": frozenset()}
+
+    def store_clusters(now: float) -> frozenset[str]:
+        """The store's clusters (``alert_view.store_clusters``), read again every
+        ``CLUSTERS_REREAD_S``: a read of every series, not one to make each refresh."""
+        if not now - CLUSTERS_REREAD_S < known["at"] <= now:
+            known["clusters"] = frozenset(alert_view.store_clusters(store, now))
+            known["at"] = now
+        return known["clusters"]
+
     @app.callback(Output("alerts-active", "children"), Output("alerts-resolved", "children"),
                   Output("alerts-notice", "children"), Output("alerts-updated", "children"),
                   Output("alerts-resolved-hint", "children"), Output("alerts-digest", "data"),
@@ -162,10 +180,12 @@ def register(app: dash.Dash, store: Store, clock: Callable[[], float]) -> None:
                                                 cluster or None)
             muted = alert_tables.notes(active, *read_mutes(store, active, now), now)
             shown = resolved_shown(resolved)
-            acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown])
+            acks, notified = read_record(store, [*active[:alert_tables.ACTIVE_SHOWN], *shown],
+                                         now)
             muted = alert_tables.record_notes(active, acks, notified, now, muted)
             recorded = alert_tables.record_notes(shown, acks, notified, now)
-            ended, newest, per = staleness(store, active, now, cluster or None)
+            ended, newest, per = staleness(store, active, now, cluster or None,
+                                           () if cluster else store_clusters(now))
         except StoreError as exc:
             return (dash.no_update, dash.no_update,
                     components.notice(f"Store unavailable: {exc}"), components.failed_stamp(now),

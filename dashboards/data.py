@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from fleetwatch.alert_view import data_end, newest_sample_ms, ordered
+from fleetwatch.alert_view import NOTIFIED_AHEAD_S, data_end, newest_sample_ms, ordered
 from fleetwatch.config import DetectorsConfig
 from fleetwatch.pipeline.inhibition import NODE_DOWN_RULES
 from fleetwatch.pipeline.sinks.notified import settled
@@ -138,11 +138,11 @@ def sort_alerts(alerts: Iterable[Alert]) -> tuple[Alert, ...]:
     return tuple(ordered(alerts))
 
 
-def read_record(store: Store, alerts: Sequence[Alert]
+def read_record(store: Store, alerts: Sequence[Alert], now_s: float
                 ) -> tuple[dict[str, Acknowledgement], dict[str, list[Notification]]]:
     """The acknowledgements and the notifications recorded (``Notification``) of these
-    alerts, resolved ones' too, for ``alert_tables.record_notes``; none from a store that
-    keeps neither."""
+    alerts, resolved ones' too, up to ``now_s`` (and ``NOTIFIED_AHEAD_S`` past it), for
+    ``alert_tables.record_notes``; none from a store that keeps neither."""
     if not alerts:
         return {}, {}
     ids = {a.id for a in alerts}
@@ -152,7 +152,7 @@ def read_record(store: Store, alerts: Sequence[Alert]
     notified: dict[str, list[Notification]] = {}
     if callable(read):
         start = min(a.started_ts for a in alerts)
-        for n in settled(read(start, 1e18, alert_ids=sorted(ids))):
+        for n in settled(read(start, now_s + NOTIFIED_AHEAD_S, alert_ids=sorted(ids))):
             notified.setdefault(n.alert_id, []).append(n)
     return acks, notified
 

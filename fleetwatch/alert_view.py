@@ -38,6 +38,9 @@ LAG_S = 60.0
 # A sample stamped this far past "now" comes from a node whose clock runs ahead: left out,
 # or one such node would hide the others stopping (as the dashboard's ``AHEAD_S``).
 AHEAD_S = 10.0
+# What was notified is read up to this far past "now" (``fleetwatch alerts``, the Alerts
+# page): a record stamped by a processor whose clock runs a little ahead is still shown.
+NOTIFIED_AHEAD_S = 120.0
 # Where to look first: only `fleetwatch process` serves probes (`fleetwatch up` has none).
 PROCESSOR_HINT = ("is `fleetwatch process` (or `fleetwatch up`) running? Ask the processor's "
                   "/healthz and /readyz (processor.metrics_port, 9401 by default); if they "
@@ -132,6 +135,25 @@ def newest_of_clusters(store: Any, now: float, clusters: Iterable[str]
     """Per cluster, its newest sample (``newest_data``): a cluster whose data stopped is not
     hidden by another of the same store that is live. Two indexed reads a live cluster."""
     return {c: newest_data(store, now, c) for c in sorted(set(clusters))}
+
+
+# The clusters of a store (``store_clusters``): those that sent a tick metric within this
+# while; one gone longer (taken down, renamed) is no longer named as stopped.
+CLUSTERS_SEEN_S = 86400.0
+
+
+def store_clusters(store: Any, now: float) -> set[str]:
+    """The clusters that sent the store a tick metric (``TICK_METRICS``) within
+    ``CLUSTERS_SEEN_S``: a read a metric, each series' newest point."""
+    since = int((now - CLUSTERS_SEEN_S) * 1000)
+    return {key.cluster for metric in TICK_METRICS for key, _, _ in store.latest(metric, since)}
+
+
+def stopped_clusters(store: Any, now: float, clusters: Iterable[str]) -> dict[str, float]:
+    """Of ``clusters``, those whose data stopped (``lagging``), and their newest sample
+    (``newest_data``: a read a cluster), so that one with no alert open is named too."""
+    per = newest_of_clusters(store, now, clusters)
+    return {c: n for c, n in per.items() if n is not None and lagging(n, now)}
 
 
 # When the data ended: one moment for every alert shown, or one per cluster.

@@ -142,6 +142,8 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         ordered,
         record,
         rule_summary,
+        stopped_clusters,
+        store_clusters,
     )
     from fleetwatch.pipeline.store.base import StoreError
     from fleetwatch.wiring import open_store, store_name
@@ -165,13 +167,16 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
                        if a.fired_ts is not None]
         acks = {a.alert_id: a for a in store.acks()} if hasattr(store, "acks") else {}
         silences = store.silences(now) if hasattr(store, "silences") else []
-        notified = _notified(store, alerts)
+        notified = _notified(store, alerts, now)
         # A replay store's open alerts are open as its data left them, days ago; a
         # processor that stopped leaves them as they were: said after a minute. Of the
-        # cluster chosen, else of each cluster listed (one stopped while another is live).
+        # cluster chosen, else of each cluster listed (one stopped while another is live),
+        # and of every other cluster of the store whose data stopped (no alert open there).
         newest = newest_data(store, now, args.cluster)
         per = ({args.cluster: newest} if args.cluster else
                newest_of_clusters(store, now, (a.cluster for a in alerts)))
+        if not args.cluster:
+            per |= stopped_clusters(store, now, store_clusters(store, now) - set(per))
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)
@@ -215,8 +220,9 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         since = getattr(args.since, "text", f"{args.since:g}s") if args.since else ""
         recent = f" and none resolved in the last {since}" if since else ""
         print(f"no open alerts{scope}{recent} in {name}{unknown}")
-        if stale:  # "no open alerts" from a stopped processor is no all-clear
-            print(stale)
+        # "no open alerts" from a stopped processor, or cluster, is no all-clear
+        for said in [stale] if stale else [f"{c}: {t}" for c, t in sorted(stales.items())]:
+            print(said)
         return EXIT_OK
     # A pipe gets the previous release's lines, whole, which scripts grep and awk (`--json`
     # is the stable form); a terminal its width ($COLUMNS, else the tty's) and a storm's
@@ -255,12 +261,14 @@ def _stale_lines(alerts: Any, newest: float | None, per: dict[str, float | None]
     ends = {c: e for c, e in ((c, ended_at(n, now)) for c, n in per.items())
             if c in open_of and e is not None}
     out = [f"{c}: {text(ends[c])}" if c in ends else f"{c}: {stales[c]}"
-           for c in sorted(per) if c in ends or (c in stales and c in open_of)]
+           for c in sorted(per) if c in ends or c in stales]
     return out, ends
 
 
-def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
-    """Per alert id, what the processor recorded as notified (stores that keep it)."""
+def _notified(store: Any, alerts: Any, now: float) -> dict[str, list[Any]]:
+    """Per alert id, what the processor recorded as notified up to ``now`` (and
+    ``NOTIFIED_AHEAD_S`` past it; stores that keep it)."""
+    from fleetwatch.alert_view import NOTIFIED_AHEAD_S
     from fleetwatch.pipeline.sinks.notified import settled
 
     read = getattr(store, "notifications", None)
@@ -269,7 +277,7 @@ def _notified(store: Any, alerts: Any) -> dict[str, list[Any]]:
     out: dict[str, list[Any]] = {}
     start, ids = min(a.started_ts for a in alerts), [a.id for a in alerts]
     for i in range(0, len(ids), 500):  # within SQLite's bound variables
-        for n in settled(read(start, 1e18, alert_ids=ids[i:i + 500])):
+        for n in settled(read(start, now + NOTIFIED_AHEAD_S, alert_ids=ids[i:i + 500])):
             out.setdefault(n.alert_id, []).append(n)
     return out
 

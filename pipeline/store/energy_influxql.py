@@ -46,6 +46,7 @@ from fleetwatch.pipeline.store.ledger import (
 )
 from fleetwatch.pipeline.store.lineproto import tags
 from fleetwatch.pipeline.store.lprecords import quote
+from fleetwatch.pipeline.store.window import INFLUXQL_LIMIT_MS, influxql_ms
 
 _ROW_TAGS = ("cluster", "rack", "node", "device")
 _OWNER_FIELDS = ("job", "user", "team")
@@ -93,10 +94,11 @@ class InfluxQLEnergy:
         # The owner as a field, and as the tag of rows written before it became a field.
         owner = ", ".join(f'"{k}"::field AS "{k}", "{k}"::tag AS "{k}_tag"'
                           for k in _OWNER_FIELDS)
-        stop = -(-int(end_ts) // BUCKET_S) * BUCKET_S
+        # An end past what InfluxQL takes (a window "with no end") reads as far as it goes.
+        stop = -(-int(min(end_ts, INFLUXQL_LIMIT_MS / 1000)) // BUCKET_S) * BUCKET_S
         series = self.query(
             f'SELECT {fields}, {place}, {owner} FROM "{ROW_MEASUREMENT}" WHERE time >= '
-            f"{int(start_ts * 1000)}ms AND time < {stop * 1000}ms{where}")
+            f"{influxql_ms(start_ts * 1000)}ms AND time < {influxql_ms(stop * 1000)}ms{where}")
         found: dict[tuple[object, ...], tuple[tuple[int, bool], EnergyRow]] = {}
         for s in series:
             cols = s["columns"]

@@ -96,6 +96,7 @@ from fleetwatch.pipeline.store.lpsilences import (
 )
 from fleetwatch.pipeline.store.rack_series import RackSeries, rack_means, series_of_points
 from fleetwatch.pipeline.store.window import AcceptWindow, go_duration_ms
+from fleetwatch.pipeline.store.window import influxql_ms as _ms
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +146,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
     def latest(self, metric: str, since_ms: int) -> list[Point]:
         measurement, field = split_metric(metric)
         series = self.query(f"SELECT last({_ident(field)}) FROM {_ident(measurement)} "
-                            f"WHERE time >= {since_ms}ms {_GROUP}")
+                            f"WHERE time >= {_ms(since_ms)}ms {_GROUP}")
         points = [p for s in series for p in _points(metric, s)]
         return sorted(points, key=lambda p: (p[0].node, p[0].device))
 
@@ -155,7 +156,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         measurement, field = split_metric(metric)
         where = "" if cluster is None else f' AND "cluster" = {_literal(cluster)}'
         series = self.query(f"SELECT last({_ident(field)}) FROM {_ident(measurement)} "
-                            f"WHERE time >= {since_ms}ms AND time <= {until_ms}ms{where}")
+                            f"WHERE time >= {_ms(since_ms)}ms AND time <= {_ms(until_ms)}ms{where}")
         return max((int(t) for s in series for t, v in s.get("values", []) if v is not None),
                    default=None)
 
@@ -166,13 +167,13 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
                         for k, v in (("cluster", cluster), ("node", node), ("device", device))
                         if v is not None)
         if end_ms - start_ms <= RAW_SPAN_MS:
-            q = (f"SELECT {_ident(field)} FROM {_ident(measurement)} WHERE time >= {start_ms}ms "
-                 f"AND time < {end_ms}ms{where} {_GROUP}")
+            q = (f"SELECT {_ident(field)} FROM {_ident(measurement)} WHERE time >= "
+                 f"{_ms(start_ms)}ms AND time < {_ms(end_ms)}ms{where} {_GROUP}")
         else:  # the minutes that start in [start, end), whole, like the SQLite rollups
             first = -(-start_ms // MINUTE_MS) * MINUTE_MS
             stop = (end_ms - 1) // MINUTE_MS * MINUTE_MS + MINUTE_MS
             q = (f"SELECT mean({_ident(field)}) FROM {_ident(measurement)} WHERE time >= "
-                 f"{first}ms AND time < {stop}ms{where} {_GROUP}, time(1m) fill(none)")
+                 f"{_ms(first)}ms AND time < {_ms(stop)}ms{where} {_GROUP}, time(1m) fill(none)")
         points = [p for s in self.query(q) for p in _points(metric, s)]
         points.sort(key=lambda p: p[1])
         return points
@@ -187,7 +188,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         measurement, field = split_metric(metric)
         where = "" if cluster is None else f' AND "cluster" = {_literal(cluster)}'
         q = (f"SELECT mean({_ident(field)}) FROM {_ident(measurement)} WHERE time >= "
-             f"{start_ms}ms AND time < {start_ms + bins * step_ms}ms{where} {_GROUP}, "
+             f"{_ms(start_ms)}ms AND time < {_ms(start_ms + bins * step_ms)}ms{where} {_GROUP}, "
              f"time({step_ms}ms) fill(none)")
         points = [p for s in self.query(q) for p in _points(metric, s)]
         return rack_means(series_of_points(points), start_ms, step_ms, bins, cluster)
@@ -229,7 +230,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         # The newest row of each series (an alert's life): bare fields beside last() come
         # from the same row.
         series = self.query(f"SELECT last(\"updated_ts\") AS \"updated_ts\", * "
-                            f"FROM {_ident(ALERT_MEASUREMENT)} WHERE time >= {since_ms}ms "
+                            f"FROM {_ident(ALERT_MEASUREMENT)} WHERE time >= {_ms(since_ms)}ms "
                             "GROUP BY *")
         newest: dict[tuple[str, str], Alert] = {}
         for s in series:
@@ -265,8 +266,8 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         # The value is a field (a tag in rows written before: both are read).
         series = self.query(f"SELECT \"ts\", \"text\", \"value\"::field AS \"value\" FROM "
                             f"{_ident(EVENT_MEASUREMENT)} WHERE time >= "
-                            f"{round(start_ts * 1000)}ms AND time < "
-                            f"{round(end_ts * 1000)}ms{where} GROUP BY *")
+                            f"{_ms(start_ts * 1000)}ms AND time < "
+                            f"{_ms(end_ts * 1000)}ms{where} GROUP BY *")
         found = [event_from(s.get("tags", {}), float(row["ts"]), row.get("text") or "",
                             row.get("value")) for s in series for row in _rows(s)
                  if row.get("ts") is not None]
@@ -278,8 +279,8 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         if alert_ids is not None and not alert_ids:
             return []
         series = self.query(f"SELECT \"ts\", \"sent_ts\" FROM {_ident(NOTIFY_MEASUREMENT)} "
-                            f"WHERE time >= {round(start_ts * 1000)}ms AND time < "
-                            f"{round(end_ts * 1000)}ms GROUP BY *")
+                            f"WHERE time >= {_ms(start_ts * 1000)}ms AND time < "
+                            f"{_ms(end_ts * 1000)}ms GROUP BY *")
         return select_notes([notification_from(s.get("tags", {}), {
             k: float(v) for k, v in row.items() if k in ("ts", "sent_ts") and v is not None})
             for s in series for row in _rows(s)], start_ts, end_ts, alert_ids)
@@ -290,7 +291,7 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         written_ts, tags, number fields, string fields)."""
         since_ms = int((time.time() - lookback_s) * 1000)
         out = []
-        for s in self.query(f"SELECT * FROM {_ident(measurement)} WHERE time >= {since_ms}ms "
+        for s in self.query(f"SELECT * FROM {_ident(measurement)} WHERE time >= {_ms(since_ms)}ms "
                             f"GROUP BY {_ident(key)}"):
             tags = s.get("tags", {})
             for row in _rows(s):
@@ -319,10 +320,10 @@ class InfluxQLStore(InfluxQLEnergy, InfluxStore):  # the ledger: energy_influxql
         return sorted(found, key=lambda a: (a.ts, a.alert_id))
 
     def annotations(self, start_ts: float, end_ts: float) -> list[Annotation]:
-        since_ms = round((start_ts - self.annotation_lookback_s) * 1000)
+        since_ms = _ms((start_ts - self.annotation_lookback_s) * 1000)
         series = self.query(f"SELECT \"start_ts\", \"end_ts\" FROM "
-                            f"{_ident(ANNOTATION_MEASUREMENT)} WHERE time >= {since_ms}ms "
-                            f"AND time < {round(end_ts * 1000)}ms GROUP BY *")
+                            f"{_ident(ANNOTATION_MEASUREMENT)} WHERE time >= {_ms(since_ms)}ms "
+                            f"AND time < {_ms(end_ts * 1000)}ms GROUP BY *")
         found: dict[tuple[str, float, str, str, str], Annotation] = {}
         for s in series:
             tags = s.get("tags", {})

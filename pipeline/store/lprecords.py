@@ -56,7 +56,10 @@ MAP_SEP = ":"
 # fields after it, or the whole line, are lost, answered with 204) and keeps a backslash
 # before any other character; InfluxDB 1.x keeps every backslash. So these characters, and
 # ``%``, are stored as ``%XX`` per UTF-8 byte and decoded on read (``field_key_text``); a key
-# without them is stored as it is, so rows written before read the same.
+# without them is stored as it is. Rows of releases before this encoding hold keys as they
+# were, ``%`` included (``gpu%FF``, ``gpu%41``): a stored key is decoded only where it is
+# what ``field_key`` writes, else read as stored (a key of those rows that happens to be
+# what ``field_key`` writes, such as ``%25``, cannot be told apart and reads decoded).
 _KEY_ENCODED = frozenset('%"\\,= ')
 
 
@@ -69,8 +72,16 @@ def field_key(key: str) -> str:
 
 
 def field_key_text(stored: str) -> str:
-    """``field_key`` undone."""
-    return urllib.parse.unquote(stored, errors="strict") if "%" in stored else stored
+    """``field_key`` undone: the key that ``field_key`` stores as ``stored``, else (a key
+    written before keys were encoded, such as ``gpu%FF`` or ``gpu%41``) ``stored`` as it
+    is. Never raises."""
+    if "%" not in stored:
+        return stored
+    try:
+        key = urllib.parse.unquote(stored, errors="strict")
+    except UnicodeDecodeError:  # %XX bytes that are no UTF-8: never written encoded
+        return stored
+    return key if field_key(key) == stored else stored
 
 
 def _kind(annotation: object) -> str:

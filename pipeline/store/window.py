@@ -121,6 +121,18 @@ def go_duration_ms(text: str) -> int:
     return int(sum(float(n) * _GO_UNITS_MS[u] for n, u in parts))
 
 
+# InfluxQL reads a time literal as int64 nanoseconds: past this many ms either side of 1970
+# (the year 2262) it refuses the whole query ("invalid duration", "overflowed duration").
+INFLUXQL_LIMIT_MS = 9_223_372_036_854
+
+
+def influxql_ms(ms: float) -> int:
+    """A time in ms as an InfluxQL time literal takes it (``time < {influxql_ms(x)}ms``):
+    rounded, and held within ``INFLUXQL_LIMIT_MS``, so that a window "with no end" (1e18 s,
+    inf) reads as far as the server goes rather than being refused."""
+    return round(max(-INFLUXQL_LIMIT_MS, min(INFLUXQL_LIMIT_MS, ms)))
+
+
 def parse_flags(text: str) -> dict[str, str]:
     """VictoriaMetrics' ``/flags`` page (``-name="value"`` a line) as a dict."""
     out = {}

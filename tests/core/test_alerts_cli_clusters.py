@@ -3,6 +3,7 @@ ago is not hidden by another cluster of the same store that is live."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -79,3 +80,34 @@ def test_a_lagging_cluster_is_named_too(
     assert main(["alerts", "--store", str(db)]) == 0
     out = capsys.readouterr().out
     assert "east: no data since" in out and "west: no new data for 2 min" in out
+
+
+def _one_stopped_no_alert_there(db: Path, with_alert: bool) -> None:
+    """east: data up to an hour ago and no alert; west: live, a firing alert or none."""
+    _two_clusters(db)
+    s = SqliteStore(db)
+    s.write_alerts([dataclasses.replace(a, state="resolved", resolved_ts=time.time() - 60)
+                    for a in s.alerts() if a.cluster == "east" or not with_alert])
+    s.close()
+
+
+@pytest.mark.parametrize("with_alert", [True, False])
+def test_a_stopped_cluster_with_no_open_alert_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], with_alert: bool) -> None:
+    """Staleness was worked out only for the clusters of open alerts: "no open alerts"
+    (or west's alert alone) said nothing of east, whose data stopped an hour ago."""
+    db = tmp_path / "two.db"
+    _one_stopped_no_alert_there(db, with_alert)
+    assert main(["alerts", "--store", str(db)]) == 0
+    out = capsys.readouterr().out
+    if not with_alert:
+        assert out.startswith(f"no open alerts in {db}\n")
+    assert "east: no new data for 60 min" in out and "west:" not in out
+    assert ("FIRING" in out) == with_alert and "east/" not in out
+    assert main(["alerts", "--json", "--store", str(db)]) == 0
+    got = capsys.readouterr()
+    assert [json.loads(x)["cluster"] for x in got.out.splitlines()] == (
+        ["west"] if with_alert else [])
+    assert "WARNING: east: no new data for 60 min" in got.err and "west:" not in got.err
+    assert main(["alerts", "--cluster", "west", "--store", str(db)]) == 0
+    assert "east" not in capsys.readouterr().out

@@ -38,7 +38,7 @@ def test_a_resolved_alerts_row_shows_its_ack_and_notifications(tmp_path: Path) -
     store.write_notifications([Notification(
         NOW - 540, NOW - 539, "webhook", done.id, done.rule, done.severity, done.cluster,
         done.rack, done.node, done.device, "firing", "sent")])
-    acks, notified = data.read_record(store, [done])
+    acks, notified = data.read_record(store, [done], NOW)
     recorded = alert_tables.record_notes([done], acks, notified, NOW)
     _, resolved = alerts_page.tables([], [done], NOW, "24h", {}, recorded=recorded)
     text = text_of(resolved)
@@ -58,10 +58,10 @@ def test_a_page_handed_over_reads_not_confirmed_until_its_outcome(tmp_path: Path
                             a.cluster, a.rack, a.node, a.device, "firing", outcome)
 
     store.write_notifications([note("queued", NOW - 539)])
-    said = alert_tables.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    said = alert_tables.record_notes([a], *data.read_record(store, [a], NOW), NOW)[a.id]
     assert said == "notified: firing handed to webhook, not confirmed 07:51:00"
     store.write_notifications([note("sent", NOW - 538)])
-    said = alert_tables.record_notes([a], *data.read_record(store, [a]), NOW)[a.id]
+    said = alert_tables.record_notes([a], *data.read_record(store, [a], NOW), NOW)[a.id]
     assert said == "notified: firing sent to webhook 07:51:00"
 
 

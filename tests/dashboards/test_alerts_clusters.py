@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from dash.testing.wait import until
 
+from fleetwatch import alert_view
 from fleetwatch.dashboards import alert_tables, create_app, fresh
 from fleetwatch.dashboards import alerts as alerts_page
 from fleetwatch.frame import Frame, GpuReading, HostReading
@@ -58,6 +59,24 @@ def test_the_page_reads_each_clusters_staleness(tmp_path: Path) -> None:
     east = fresh.check(s, now, 5.0, cluster="east")
     assert east["newest_ms"] == pytest.approx(east_end * 1000, abs=1)
     assert east["cluster"] == "east"
+    s.close()
+
+
+def test_a_stopped_cluster_with_no_alert_shown_is_named(tmp_path: Path) -> None:
+    """Only the clusters of the alerts shown were asked: east, whose data stopped an hour
+    ago and which has no open alert, went unsaid while west's alert was listed."""
+    now = time.time()
+    _two_clusters(tmp_path / "two.db", now)
+    s = SqliteStore(tmp_path / "two.db", read_only=True)
+    clusters = alert_view.store_clusters(s, now)
+    assert clusters == {"east", "west"}
+    for active in ([_alert("west", now - 600)], []):
+        ended, newest, per = alerts_page.staleness(s, active, now, None, clusters)
+        assert ended == {} and set(per) == {"east", *(a.cluster for a in active)}
+        said = text_of(alerts_page.stale_notices(ended, newest, per, now))
+        assert said.startswith("east: No new data for ") and "west:" not in said
+    # One cluster chosen: that one's alone.
+    assert alerts_page.staleness(s, [], now, "west", clusters)[2] == {}
     s.close()
 
 
