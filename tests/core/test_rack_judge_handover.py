@@ -159,10 +159,18 @@ def test_a_member_takes_over_the_rack_alert_of_a_cluster_its_configuration_names
 def test_the_deployments_clusters_are_its_own_and_those_its_alerts_name() -> None:
     import dataclasses
 
-    from fleetwatch.config import Config
+    from fleetwatch.config import Config, load
     from fleetwatch.wiring import deployment_clusters
 
+    """``node.cluster`` is the deployment's where the configuration sets it; left at its
+    default (an agent's setting a processor's file may leave out) it names no cluster:
+    "default" may be another deployment's sharing the store, whose racks this one then
+    judged and paged."""
     c = Config()
     c = dataclasses.replace(c, node=dataclasses.replace(c.node, cluster="train-a"),
                             alerts=dataclasses.replace(c.alerts, clusters=("inf-b", "train-a")))
     assert deployment_clusters(c) == ["inf-b", "train-a"]
+    assert deployment_clusters(c) == []
+    assert deployment_clusters(load(env={})) == []
+    assert deployment_clusters(load(env={"FLEETWATCH_NODE_CLUSTER": "east"})) == ["east"]
+    assert deployment_clusters(load(env={"FLEETWATCH_ALERTS_CLUSTERS": "b,a"})) == ["a", "b"]
