@@ -23,6 +23,7 @@ from fleetwatch.config import (
     DetectorsConfig,
     EnergyConfig,
     ModelsConfig,
+    NodeConfig,
     StoreConfig,
     _masked_url,
 )
@@ -88,12 +89,19 @@ def _hash(value: object) -> str:
                           ).hexdigest()[:12]
 
 
+# ``node.cluster`` left unset: the agents' cluster then, never a deployment's own claim.
+_DEFAULT_CLUSTER = next(f.default for f in dataclasses.fields(NodeConfig) if f.name == "cluster")
+
+
 def deployment_clusters(config: Config) -> list[str]:
-    """The clusters the configuration names as this deployment's: its own ``node.cluster``
-    (the agents' and processors' shared file) and ``alerts.clusters``. With several
+    """The clusters the configuration names as this deployment's: ``alerts.clusters``, and
+    its own ``node.cluster`` (the agents' and processors' shared file) where it is set, not
+    left at its default: a processor's file may leave that agent setting out, and
+    "default" may then be another deployment's that only shares the store. With several
     processors, a rack of one of them is judged by its judge even where no frame of its
     cluster came to that member (``pipeline.rack_judges``)."""
-    return sorted({config.node.cluster, *config.alerts.clusters})
+    own = [] if config.node.cluster == _DEFAULT_CLUSTER else [config.node.cluster]
+    return sorted({*own, *config.alerts.clusters})
 
 
 def settings_parts(config: Config) -> dict[str, str]:

@@ -127,10 +127,9 @@ class NodeSilence(SilentRacks, StreamClock):
         self._judges: Callable[[str, str], bool] | None = None
         self._remote: list[Remote] | None = []
         self._shared = SharedRacks()
-        # The clusters whose racks it judges beside those it has frames from: named by the
-        # configuration, and the store's one cluster for a member with no frame (``share``).
+        # The clusters whose racks it judges beside those it has frames from: those the
+        # configuration names (``share``).
         self._named: frozenset[str] = frozenset()
-        self._stored: frozenset[str] = frozenset()
         self._settled_at: float | None = None
         self._far = RemoteNodes()
 

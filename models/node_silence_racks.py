@@ -48,7 +48,6 @@ class SilentRacks:
     _remote: list[Remote] | None
     _shared: SharedRacks
     _named: frozenset[str]  # the clusters the configuration names (``share``)
-    _stored: frozenset[str]  # the clusters the store holds, as last read
     _settled_at: float | None  # this member's time at the last read (``share``)
     _far: RemoteNodes  # the other members' nodes, read after read (``share``)
 
@@ -69,8 +68,8 @@ class SilentRacks:
         """With several members: which racks ((cluster, rack)) this one judges, and the
         last frame times the store holds of their nodes that other members read (None:
         the store cannot be read now: the racks' last findings are held). ``clusters``:
-        those the processor's configuration names as its deployment's (``node.cluster``,
-        ``alerts.clusters``): their racks are judged here though no frame of them came
+        those the processor's configuration names as its deployment's (``node.cluster``
+        where set, ``alerts.clusters``): their racks are judged here though no frame of them came
         here (``rack_silence.judged_clusters``). ``window``: the oldest frame time the
         read could return (a short read's): nodes of settled partitions are judged at this
         member's time only where it is within it, else a frame stamped earlier, stored
@@ -82,8 +81,6 @@ class SilentRacks:
             at = self._time()
             self._settled_at = at if at is not None and (window is None or at >= window) \
                 else None
-        if remote is not None:  # the clusters the store holds (the last read's, if not)
-            self._stored = frozenset(r.cluster for r in remote)
         if remote is not None:
             # Each other member's node heard of as its frames move in the store, judged on
             # its own partition's time (``rack_remote``).
@@ -105,8 +102,9 @@ class SilentRacks:
         usual = float(np.median(known)) if len(known) else math.nan
         limit = float(np.median(limits)) if n else self.c.silent_min_s
         # The group's clusters, not only those this member has had frames from: a small
-        # cluster whose nodes all map to other members' partitions has its racks judged
-        # here all the same; another deployment's, sharing only the store, is left alone.
+        # cluster named by the configuration whose nodes all map to other members'
+        # partitions has its racks judged here all the same; another deployment's, sharing
+        # only the store, is left alone.
         clusters = self._judged_clusters()
         remote = [r for r in self._remote if r.cluster in clusters
                   and (r.cluster, r.node) not in self._index and now - r.ts < FORGET_S]
@@ -135,7 +133,7 @@ class SilentRacks:
 
     def _judged_clusters(self) -> set[str]:
         """With several members: the clusters whose racks this one judges."""
-        return judged_clusters(self._clusters, self._named, self._stored)
+        return judged_clusters(self._clusters, self._named)
 
     def _racks(self, now: float, clocks: np.ndarray, gap: np.ndarray, limits: np.ndarray,
                others: tuple[Counter[tuple[str, str]],

@@ -167,18 +167,14 @@ class Remote:
     lane: Hashable = None  # its partition (None: not known; those are one lane)
 
 
-def judged_clusters(own: Collection[str], named: Collection[str],
-                    stored: Collection[str]) -> set[str]:
+def judged_clusters(own: Collection[str], named: Collection[str]) -> set[str]:
     """The clusters whose racks a member of a consumer group judges: those it has had frames
-    from (``own``), those its configuration names as its deployment's (``named``: every
-    member shares it), and, for a member that has had no frame at all (every node maps to
-    another member's partitions: a small fleet), the one cluster the store holds
-    (``stored``; with several, none of them: one may be another deployment's, with its own
-    topic and processors, that merely shares the store)."""
-    out = set(own) | set(named)
-    if not own and len(set(stored)) == 1:
-        out |= set(stored)
-    return out
+    from (``own``) and those its configuration names as its deployment's (``named``: every
+    member shares it). No other: a cluster the store holds may be another deployment's,
+    with its own topic and processors, that merely shares the store; so a member that has
+    had no frame (every node maps to another member's partitions: a small fleet) and whose
+    configuration names none judges none."""
+    return set(own) | set(named)
 
 
 def remote_at(node: Remote, seen: float, settled: float) -> float:

@@ -322,11 +322,10 @@ class Ownership:
         stored = self._store.alerts()  # StoreError: the batch is retried, this with it
         held = {alert_key(a) for a in self._book.open}
         # The group's clusters (``rack_silence.judged_clusters``, as the rack's judge judges
-        # them): those it had frames from and those its configuration names; a member that
-        # never had a frame (every node maps to another member's partition: a small fleet)
-        # takes the store's one cluster too (with several open alerts' clusters, none of
-        # them: one may be another deployment's).
-        clusters = judged_clusters(self._clusters, self.named, {a.cluster for a in stored})
+        # them): those it had frames from and those its configuration names; no other, not
+        # even the store's one cluster for a member that never had a frame: it may be
+        # another deployment's.
+        clusters = judged_clusters(self._clusters, self.named)
         racks = [a for a in stored if a.rule == RACK_DOWN_RULE and a.cluster in clusters
                  and a.state != "resolved" and alert_key(a) not in held]
         # A rack whose partition is not known yet (the topic's size not yet learned): asked

@@ -126,8 +126,8 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
                  clusters: Collection[str] = ()) -> None:
         """``max_clock_ahead_s``: frames from a bus stamped further ahead of ``clock`` are
         dead-lettered (0: none is); ``clock`` also bounds the silent-node rule's "now".
-        ``clusters``: those the configuration names as this deployment's (``node.cluster``,
-        ``alerts.clusters``): with several members, their racks are judged by the rack's
+        ``clusters``: those the configuration names as this deployment's (``node.cluster``
+        where set, ``alerts.clusters``): with several members, their racks are judged by the rack's
         judge though no frame of them came to it (``pipeline.rack_judges``)."""
         self.store = store
         # Energy is integrated here, once, into the store's ledger (pipeline/energy.py);

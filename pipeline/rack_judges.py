@@ -63,8 +63,8 @@ class RackJudges:
                  monotonic: Callable[[], float] = time.monotonic,
                  clusters: Collection[str] = ()) -> None:
         """``clusters``: those the configuration names as this deployment's, whose racks
-        are judged though no frame of them came to this member (``node.cluster``,
-        ``alerts.clusters``)."""
+        are judged though no frame of them came to this member (``node.cluster`` where
+        set, ``alerts.clusters``: ``wiring.deployment_clusters``)."""
         self._store, self._ownership = store, ownership
         self.clusters = frozenset(clusters)
         self._sharers = [d for d in detectors if callable(getattr(d, "share", None))]

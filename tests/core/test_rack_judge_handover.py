@@ -105,18 +105,23 @@ def test_a_rack_alert_whose_partition_is_not_known_yet_is_taken_over_once_it_is(
         store.close()
 
 
-def test_a_member_that_never_had_a_frame_takes_its_racks_alert_over(tmp_path: Path) -> None:
+def test_a_member_that_never_had_a_frame_takes_over_only_a_named_clusters_rack_alert(
+        tmp_path: Path) -> None:
     """A small fleet: the member that joins gets the rack's partition but none of the
     nodes' (they all map to the other member's), so it never has a frame to learn its
-    cluster from. The store holding one cluster's alerts, that is its cluster: it takes the
-    rack alert over (before, nobody judged it and it stayed open for good)."""
+    cluster from. Its configuration naming the cluster (``alerts.clusters``, or
+    ``node.cluster`` set), it takes the rack alert over; naming none, it takes nothing:
+    the store's one cluster may be another deployment's, sharing only the store (before,
+    it took it over, resolved it, then paged that deployment's racks to its own webhook)."""
     store = SqliteStore(tmp_path / "store.db")
     try:
-        store.write_alerts([rack_alert()])
-        fresh = Member(store)
-        fresh.ownership.assigned([P0])
-        fresh.ownership.build([], None)  # a tick: no frame
-        assert fresh.racks() == [rack_alert().id] and fresh.loaded == [rack_alert().id]
+        store.write_alerts([rack_alert()])  # of cluster c1, the store's only one
+        for named, taken in ((frozenset(), []), (frozenset({"c1"}), [rack_alert().id])):
+            fresh = Member(store)
+            fresh.ownership.named = named
+            fresh.ownership.assigned([P0])
+            fresh.ownership.build([], None)  # a tick: no frame
+            assert fresh.racks() == taken and fresh.loaded == taken
     finally:
         store.close()
 
@@ -157,12 +162,20 @@ def test_a_member_takes_over_the_rack_alert_of_a_cluster_its_configuration_names
 
 
 def test_the_deployments_clusters_are_its_own_and_those_its_alerts_name() -> None:
+    """``node.cluster`` is the deployment's where the configuration sets it; left at its
+    default (an agent's setting a processor's file may leave out) it names no cluster:
+    "default" may be another deployment's sharing the store, whose racks this one then
+    judged and paged."""
     import dataclasses
 
-    from fleetwatch.config import Config
+    from fleetwatch.config import Config, load
     from fleetwatch.wiring import deployment_clusters
 
     c = Config()
+    assert deployment_clusters(c) == []
     c = dataclasses.replace(c, node=dataclasses.replace(c.node, cluster="train-a"),
                             alerts=dataclasses.replace(c.alerts, clusters=("inf-b", "train-a")))
     assert deployment_clusters(c) == ["inf-b", "train-a"]
+    assert deployment_clusters(load(env={})) == []
+    assert deployment_clusters(load(env={"FLEETWATCH_NODE_CLUSTER": "east"})) == ["east"]
+    assert deployment_clusters(load(env={"FLEETWATCH_ALERTS_CLUSTERS": "b,a"})) == ["a", "b"]

@@ -68,8 +68,8 @@ def _trip(kafka: Server, tmp_path: Path, nodes: dict[str, tuple[str, str]],
     ensure_topic(kafka.address, topic, 2)
     db = tmp_path / "store.db"
     stores = [SqliteStore(db) for _ in range(2)]
-    # Both members' configuration names the deployment's clusters (node.cluster and
-    # alerts.clusters, as process_service passes them: wiring.deployment_clusters).
+    # Both members' configuration names the deployment's clusters (node.cluster where set,
+    # and alerts.clusters, as process_service passes them: wiring.deployment_clusters).
     members = [Processor(s, [NodeSilence(DetectorsConfig(silent_min_s=SILENT_MIN_S))],
                          clusters=clusters) for s in stores]
     stop = threading.Event()

@@ -1,9 +1,9 @@
 """Which clusters' racks a member judges (``rack_silent``) when several processors share a
-topic: those it has had frames from, those its configuration names as its deployment's
-(``node.cluster``, ``alerts.clusters``), and, for a member that has had no frame at all,
-the one cluster the store holds. A small cluster whose nodes all map to another member's
-partitions, while its rack's name maps to this member's, is judged here all the same;
-a cluster of another deployment that only shares the store is never judged here."""
+topic: those it has had frames from and those its configuration names as its deployment's
+(``node.cluster`` where set, ``alerts.clusters``); no other, not even, for a member that
+has had no frame at all, the one cluster the store holds. A small cluster whose nodes all
+map to another member's partitions, while its rack's name maps to this member's, is judged
+here all the same; a cluster of another deployment that only shares the store never is."""
 
 from __future__ import annotations
 
@@ -73,23 +73,21 @@ def test_a_cluster_the_configuration_does_not_name_is_another_deployments() -> N
     assert _racks(book) == []
 
 
-def test_a_member_that_never_had_a_frame_judges_the_one_cluster_the_store_holds() -> None:
-    """A small fleet: every node maps to the other member's partitions. The store holding
-    one cluster, that is the group's (as ownership takes its rack alerts over); with a
-    second cluster in the store, only the named ones."""
+def test_a_member_that_never_had_a_frame_judges_only_the_clusters_named() -> None:
+    """A small fleet: every node maps to the other member's partitions. The store's one
+    cluster may be another deployment's (its own topic and processors, sharing only the
+    store): a member that had no frame judges only the clusters its configuration names,
+    and with none named, none (before, it judged the store's one cluster, and paged
+    another deployment's racks to its own receivers)."""
     small = {("small", n): r for n, r in SMALL.items()}
-    judge, book = _judge()
-    _run(judge, (), {**small, ("big", "a2"): "ra", ("big", "a3"): "ra"}, 1000.0, 1200.0,
-         {"s0", "s1", "s2"}, {"default"}, book)
-    assert _racks(book) == []
-    judge, book = _judge()
-    _run(judge, (), {**small, ("small", "s9"): "rx"}, 1000.0, 1200.0, {"s0", "s1", "s2"},
-         {"default"}, book)
-    assert _racks(book) == [("small", "rs")]
+    for named, racks in ((set(), []), ({"default"}, []), ({"small"}, [("small", "rs")])):
+        judge, book = _judge()
+        _run(judge, (), {**small, ("small", "s9"): "rx"}, 1000.0, 1200.0, {"s0", "s1", "s2"},
+             named, book)
+        assert _racks(book) == racks
 
 
 def test_judged_clusters() -> None:
-    assert judged_clusters({"a"}, {"b"}, {"a", "b", "c"}) == {"a", "b"}
-    assert judged_clusters(set(), {"b"}, {"c"}) == {"b", "c"}
-    assert judged_clusters(set(), {"b"}, {"c", "d"}) == {"b"}
-    assert judged_clusters(set(), (), ()) == set()
+    assert judged_clusters({"a"}, {"b"}) == {"a", "b"}
+    assert judged_clusters(set(), {"b"}) == {"b"}
+    assert judged_clusters(set(), ()) == set()
