@@ -1,7 +1,7 @@
 """What comes into the processor, before anything is stored: messages decoded into
 frames (impossible readings left out and counted), frames whose message key is not their
-node's name set aside (``misplaced``), frames too far ahead of the processor's clock set
-aside (``pipeline.clock_skew``), and what cannot be used queued as dead letters
+node's name set aside (``pipeline.frame_key``), frames too far ahead of the processor's
+clock set aside (``pipeline.clock_skew``), and what cannot be used queued as dead letters
 (``pipeline.dead_letters``) and said once a minute. A mixin of ``Processor``, whose
 constructor sets the state it reads."""
 
@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 
 from fleetwatch.codec import Decoder, FrameError
 from fleetwatch.frame import Frame
-from fleetwatch.frame_checks import field_shape, quote
+from fleetwatch.frame_checks import field_shape
 from fleetwatch.models import Finding
 from fleetwatch.pipeline.batches import Stats
-from fleetwatch.pipeline.bus import Message
+from fleetwatch.pipeline.bus import Message, Partition
 from fleetwatch.pipeline.clock_skew import ClockWatch, gone_findings, skew_findings
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
+from fleetwatch.pipeline.frame_key import KeylessLog, home, misplaced, owns
 from fleetwatch.pipeline.ownership import Locate, Ownership
 
 log = logging.getLogger("fleetwatch.pipeline.processor")  # as before the move: said there
@@ -38,9 +39,11 @@ class Intake:
     _dead_log: DeadLetterLog
     _warned: set[tuple[str, str, str]]  # (cluster, node, metric) said
     _clock_findings: list[Finding]  # node_clock_skew, judged with the next batch
-    # Nodes whose frames were refused for their clock: (cluster, rack, node, the stream's
-    # time they arrived), told to the detectors' ``expect`` with the next batch.
-    _clock_heard: list[tuple[str, str, str, float]]
+    # Nodes of this member whose frames were refused (for their clock, for their key):
+    # (cluster, rack, node, the stream's time they arrived), told to the detectors'
+    # ``expect`` with the next batch, so that a node arriving is not paged silent.
+    _heard: list[tuple[str, str, str, float]]
+    _keyless: KeylessLog  # the warning, per node, that its keyless frames are refused here
     _stop: threading.Event
     ownership: Ownership  # its ``locate``: the partition a node's name maps to
 
@@ -52,6 +55,7 @@ class Intake:
         frames: list[Frame] = []
         decode = self._decoder.decode
         locate = self.ownership.locate
+        owned = self.ownership.owned
         bad: list[int] = []
         for i, m in enumerate(messages):
             try:
@@ -63,8 +67,9 @@ class Intake:
                 self._dead_letter(m, str(exc), field)
                 bad.append(i)
                 continue
-            if m.key != f.node.encode() and (wrong := misplaced(m, f, locate)):
+            if m.key != f.node.encode() and (wrong := misplaced(m, f, locate, owned)):
                 self._dead_letter(m, wrong, "key")
+                self._refused_for_key(m, f, locate, owned)
                 bad.append(i)
                 continue
             frames.append(f)
@@ -89,7 +94,7 @@ class Intake:
         now = self.clocks.now(wall)
         self._clock_findings += skew_findings(verdict.skewed, now) + gone_findings(
             verdict.gone, now)
-        self._clock_heard += verdict.heard
+        self._heard += verdict.heard
         self.stats.clock_ahead += verdict.ahead
         self.stats.clock_behind += verdict.behind
         for level, line in verdict.lines:
@@ -105,6 +110,17 @@ class Intake:
                 kept.append(f)
                 kept_sources.append(m)
         return kept, kept_sources
+
+    def _refused_for_key(self, m: Message, f: Frame, locate: Locate | None,
+                         owned: Collection[Partition] | None) -> None:
+        """A node of this member's is heard of all the same (it is arriving: not paged
+        silent while it does); one of another member's is not judged here (its owner pages
+        it), and its keyless frames refused here are said per node (``KeylessLog``)."""
+        at = home(f, locate)
+        if locate is None or owns(at, owned):
+            self._heard.append((f.cluster, f.rack, f.node, self.clocks.now(self._clock())))
+        elif m.key is None:
+            self._keyless.refused(m, f, at)
 
     def _dropped_readings(self, frame: Frame, m: Message) -> None:
         """Impossible readings the decoder left out of an otherwise good frame: counted by
@@ -160,30 +176,3 @@ class Intake:
         """Log the dead letters counted and not yet said, per field, once their minute is
         over (all of them when ``final``: on stop)."""
         self._dead_log.flush(final)
-
-
-def misplaced(m: Message, f: Frame, locate: Locate | None) -> str | None:
-    """Why frame ``f`` of message ``m`` is refused for the message's key (None: it is not).
-
-    Each member judges the nodes of its partitions, and a node's partition is the one its
-    name's key maps to (``fleetwatch agent`` keys every frame so): a frame under another
-    key reaches a member that does not own its node, and pages it silent when it hears no
-    more of it. A message with no key is taken where it is on its node's partition all the
-    same (the in-process bus and a one-partition topic: always); ``locate`` None (no bus:
-    ``Processor.handle`` called directly) places none."""
-    where = f"{f.cluster}/{f.rack}/{f.node}"
-    fix = ("a node's frames must all reach the processor that owns its partition; key "
-           "the frame by its node's name, as fleetwatch agent does")
-    if m.key is not None:
-        return (f"key {quote(m.key)} is not the frame's node {quote(f.node)} ({where}): "
-                f"under another key it reaches a processor that does not judge that node "
-                f"(and would page it silent); {fix}")
-    if locate is None:
-        return None
-    home = locate(f.node.encode())
-    if home == (m.topic, m.partition):
-        return None
-    on = (f"{home[0]}/{home[1]}, where its name maps" if home is not None
-          else "its node's partition (this topic's partitions are not known yet)")
-    return (f"no key: the frame of node {quote(f.node)} ({where}) is on "
-            f"{m.topic}/{m.partition}, not on {on}; {fix}")

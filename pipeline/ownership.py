@@ -227,7 +227,10 @@ class Ownership:
             self._clusters.add(f.cluster)
             self._quiet.learn(key, f.ts)
             if key not in known and key not in where:
-                where[key] = (sources[i].topic, sources[i].partition) if sources else None
+                # Its name's partition: a frame with no key may land on another of ours.
+                at = self.locate(f.node.encode()) if self.locate is not None else None
+                where[key] = at or ((sources[i].topic, sources[i].partition) if sources
+                                    else None)
         expected = self._expected(where) if self._expect else []
         if self._recheck:
             self._load_missed()

@@ -82,6 +82,7 @@ from fleetwatch.pipeline.consume_loop import ConsumerLoop
 from fleetwatch.pipeline.dead_letters import DeadLetterLog, DeadLetters
 from fleetwatch.pipeline.energy import EnergyIntegrator
 from fleetwatch.pipeline.events import EventTracker, NodeKey
+from fleetwatch.pipeline.frame_key import KeylessLog
 from fleetwatch.pipeline.intake import Intake
 from fleetwatch.pipeline.node_states import NodeStates
 from fleetwatch.pipeline.ownership import OnRevoked, Ownership
@@ -170,7 +171,8 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         # Nodes whose clocks are off (``node_clock_skew``): judged with the next batch
         # detected, as the frames of a node whose frames are refused reach no detector.
         self._clock_findings: list[Finding] = []
-        self._clock_heard: list[tuple[str, str, str, float]] = []  # nodes refused, heard of
+        self._heard: list[tuple[str, str, str, float]] = []  # nodes refused, heard of
+        self._keyless = KeylessLog()  # keyless frames of other members' nodes refused here
         # Frames the store refused for good (id -> frame, kept alive so that the id stays
         # its own) until their batch is evaluated without them.
         self._refused_frames: dict[int, Frame] = {}
@@ -339,10 +341,11 @@ class Processor(Intake, BoardRecall, AlertFlow, ConsumerLoop):
         wall = self._clock() if batch.messages else None  # none in a replay
         if frames:
             self._tell_behind(self.ownership.behind(batch.behind))
-        if self._clock_heard:
-            # A node whose frames are all refused (its clock far ahead) was heard of all the
-            # same: known to the silence detector, which pages it once it stops.
-            heard, self._clock_heard = self._clock_heard, []
+        if self._heard:
+            # A node whose frames are all refused (its clock far ahead, its frames under
+            # another key) was heard of all the same: known to the silence detector, which
+            # pages it once it stops.
+            heard, self._heard = self._heard, []
             for expect in self._expects:
                 expect(heard)
         batch.findings = self._findings(frames, wall) if frames else []
