@@ -4,11 +4,17 @@ The processor runs every detector on every batch, so the detectors share one
 pass over the frames: ``columns(frames)`` builds a (frame, GPU, metric) array
 of the metrics the detectors read (NaN where a GPU does not report one) and
 caches it for the next detector handed the same batch. Detectors then work on
-whole waves of frames with numpy: wave k holds the k-th frame of each node in
-the batch (in time order), so per-GPU state advances one sample at a time even
-when a replay puts minutes of one node in a single batch. Statistics over a GPU's
-peers in its frame are in ``fleetwatch.models.peer_stats``; per-GPU state kept between
-batches (boards, slots, ``WaveDetector``) in ``fleetwatch.models.gpu_slots``.
+whole waves of frames with numpy: the batch's frames in time order, cut where a
+node's next frame comes (or after a pause of ``SAME_TIME_S``), so per-GPU state
+advances one sample at a time even when a replay puts minutes of one node in a single
+batch, and the nodes' frames of one time share a wave. A backlog read unevenly (some
+partitions minutes behind others) puts minutes of some nodes beside minutes of others
+in one batch: wave k as each node's k-th frame put frames minutes apart together.
+Where a wave still spans more than ``SAME_TIME_S`` (partitions each at its own lag,
+their frames interleaved), ``peer_rack`` compares a GPU only with those close to its own.
+Statistics over a GPU's peers in its frame are in
+``fleetwatch.models.peer_stats``; per-GPU state kept between batches (boards, slots,
+``WaveDetector``) in ``fleetwatch.models.gpu_slots``.
 """
 
 from __future__ import annotations
@@ -39,6 +45,16 @@ METRICS: tuple[str, ...] = (
 )
 COL = {name: i for i, name in enumerate(METRICS)}
 NAN = float("nan")
+# Frames of different nodes less than this far apart are of one time: a GPU is compared
+# with other nodes' GPUs (``peer_rack``) only in frames that close to its own, and a
+# batch's frames this far apart with none in between start a new wave. Such peers are
+# settled (power within peer_power_tol_w, 60 W, of its lagged value), so a peer's heat
+# sink is within about 0.1 °C/W x 60 W = 6 °C of where its power takes it and gets there
+# through a time constant of 23 to 30 s (thermal_tau_s): at most about 0.2 °C/s, one
+# reading's whole degree in 5 s, the agents' usual interval, while the air moves by
+# degrees an hour. Minutes apart, a whole fleet can warm by 15 °C (a job starting on
+# every node after maintenance).
+SAME_TIME_S = 5.0
 
 
 @dataclass(slots=True)
@@ -54,7 +70,7 @@ class Batch:
     model: np.ndarray      # (F, G) int: the GPU's model name is model_names[code]; -1: none
     model_names: list[str]
     ts: np.ndarray         # (F,) frame time
-    waves: list[np.ndarray]  # frame rows, the k-th frame of each node in wave k
+    waves: list[np.ndarray]  # frame rows in time order, a node's next frame in a later wave
     gpu_ids: list[tuple[int, ...]]  # each frame's GPU indices, in position order
     # Each frame's GPU boards (UUIDs), in position order; "" where the frame names none
     # (no UUID, or a stand-in: ``is_board_uuid``). Shared by a node's frames while its
@@ -107,15 +123,24 @@ def _build(frames: Sequence[Frame]) -> Batch:
         _models.clear()
         _model_names = []  # a new list: batches built before keep theirs
     model_names = _model_names
-    rank: dict[tuple[str, str], int] = {}  # (cluster, node) -> its frames so far
-    ranks = []
+    # Waves in time order: a frame joins the wave being filled unless its node already has
+    # a frame there, or it comes SAME_TIME_S or more after the frame before it (the next
+    # scrape of nodes that report together): either starts the next wave.
+    # (cluster, node) -> the last wave it is in.
+    wave_of: dict[tuple[str, str], int] = {}
+    wave = 0
+    before = ordered[0].ts if n else 0.0
+    in_wave = []
     gpu_ids = []
     boards = []
     readers, shapes = _readers, _shapes
     for fi, f in enumerate(ordered):
-        r = rank.get((f.cluster, f.node), 0)
-        rank[(f.cluster, f.node)] = r + 1
-        ranks.append(r)
+        key = (f.cluster, f.node)
+        if wave_of.get(key) == wave or f.ts - before >= SAME_TIME_S:
+            wave += 1
+        wave_of[key] = wave
+        before = f.ts
+        in_wave.append(wave)
         gpus = f.gpus
         k = len(gpus)
         # A node's GPUs, jobs and states rarely change between frames: decode them once.
@@ -188,10 +213,9 @@ def _build(frames: Sequence[Frame]) -> Batch:
     lost[lost_at] = True
     lost = lost.reshape(n, width)
     ts = np.fromiter((f.ts for f in ordered), float, n)
-    rank_arr = np.asarray(ranks, np.int64)
-    last = int(rank_arr.max()) if n else -1
-    waves = [np.arange(n)] if last == 0 else [np.flatnonzero(rank_arr == k)
-                                              for k in range(last + 1)]
+    # Each wave is a run of rows: the frames are in time order.
+    waves = [] if not n else [np.arange(n)] if wave == 0 else np.split(
+        np.arange(n), np.flatnonzero(np.diff(np.asarray(in_wave, np.int64))) + 1)
     return Batch(ordered, x, index >= 0, lost, index, job, model, model_names, ts, waves,
                  gpu_ids, boards)
 

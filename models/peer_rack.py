@@ -18,16 +18,18 @@ is used: its nodes share their air's swings, and the lasting part is learned; ac
 racks, swings that nothing learned can follow would be called heat.
 
 Nothing is kept between batches: the peers are the GPUs of the wave being judged (one
-frame of each node), grouped by (cluster, rack, part), and the work is only for the GPUs
-that need it, group by group (a rack holds a few dozen GPUs), so memory stays bounded by
-the wave whatever the fleet's size.
+frame of each node; of those, the frames under ``batch.SAME_TIME_S`` from the GPU's own:
+a backlog read unevenly puts other nodes' warm-up minutes in a wave beside its steady
+state), grouped by (cluster, rack, part), and the work is only for the GPUs that need
+it, group by group (a rack holds a few dozen GPUs), so memory stays bounded by the wave
+whatever the fleet's size.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from fleetwatch.models.batch import NAN, Batch, parts
+from fleetwatch.models.batch import NAN, SAME_TIME_S, Batch, parts
 
 # Where a GPU's peers came from (``wide_peers``' scope), for its alert's words.
 SCOPES = ("", " in its rack", " of its cluster")
@@ -47,6 +49,7 @@ def wide_peers(b: Batch, rows: np.ndarray, need: np.ndarray, ok: np.ndarray,
     median, mad = np.full(shape, NAN), np.full(shape, NAN)
     count, motion = np.zeros(shape, np.intp), np.zeros(shape)
     frames = [b.frames[r] for r in rows]
+    when = b.ts[rows]
     inlet = np.array([_inlet(f.host.metrics.get("host_inlet_temp_c")) for f in frames])
     has = np.isfinite(inlet)
     air = np.where(has, inlet, 0.0)[:, None]
@@ -60,7 +63,7 @@ def wide_peers(b: Batch, rows: np.ndarray, need: np.ndarray, ok: np.ndarray,
         if not left.any():
             break
         _group_pass(keys, with_air_only, left, ok, has, air, part, adj, plag, moving,
-                    near_w, c_per_w, min_peers, median, mad, count, motion)
+                    when, near_w, c_per_w, min_peers, median, mad, count, motion)
         scope[left & (count >= min_peers)] = level
         left &= count < min_peers
     return median, mad, count, motion, scope
@@ -68,11 +71,12 @@ def wide_peers(b: Batch, rows: np.ndarray, need: np.ndarray, ok: np.ndarray,
 
 def _group_pass(keys: list[tuple[str, str]], with_air_only: bool, left: np.ndarray,
                 ok: np.ndarray, has: np.ndarray, air: np.ndarray, part: np.ndarray,
-                adj: np.ndarray, plag: np.ndarray, moving: np.ndarray, near_w: float,
-                c_per_w: float, min_peers: int, median: np.ndarray, mad: np.ndarray,
-                count: np.ndarray, motion: np.ndarray) -> None:
+                adj: np.ndarray, plag: np.ndarray, moving: np.ndarray, when: np.ndarray,
+                near_w: float, c_per_w: float, min_peers: int, median: np.ndarray,
+                mad: np.ndarray, count: np.ndarray, motion: np.ndarray) -> None:
     """One pass of ``wide_peers`` over groups of frames with the same key: fills the
-    outputs where a GPU of ``left`` finds ``min_peers`` or more."""
+    outputs where a GPU of ``left`` finds ``min_peers`` or more, of frames under
+    ``SAME_TIME_S`` from its own (``when``: each frame's time)."""
     groups: dict[tuple[str, str, bool], list[int]] = {}
     for i, k in enumerate(keys):
         groups.setdefault((*k, bool(has[i])), []).append(i)
@@ -93,9 +97,12 @@ def _group_pass(keys: list[tuple[str, str]], with_air_only: bool, left: np.ndarr
         cand_move = moving[fi][cf, cg]
         wf, wg = np.nonzero(want)
         own_p = plag[fi][wf, wg]
+        stamps = when[fi]
         mask = (cand_part[None, :] == part[fi][wf, wg][:, None]) \
             & (np.abs(cand_p[None, :] - own_p[:, None]) <= near_w) \
             & ~((cf[None, :] == wf[:, None]) & (cg[None, :] == wg[:, None]))
+        if np.ptp(stamps) >= SAME_TIME_S:  # live, a wave spans a poll: a second or so
+            mask &= np.abs(stamps[cf][None, :] - stamps[wf][:, None]) < SAME_TIME_S
         n = mask.sum(axis=1)
         if not (n >= min_peers).any():
             continue

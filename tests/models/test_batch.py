@@ -70,6 +70,22 @@ def test_waves_put_each_nodes_frames_in_order() -> None:
         assert {b.frames[i].ts for i in rows} == {k + 1}
 
 
+def test_waves_put_each_frame_with_the_other_nodes_frames_of_its_time() -> None:
+    # A backlog read unevenly: a's partition read minutes further than b's and c's. The
+    # k-th frame of each node is no wave: a's first frame is of b's and c's 61st time.
+    frames = [node(t, [busy(60)], name="a") for t in (300, 305, 310)] + \
+        [node(t, [busy(60)], name=n) for t in range(0, 310, 5) for n in ("b", "c")]
+    b = columns(frames)
+    times = [sorted({(b.frames[i].node, b.frames[i].ts) for i in rows}) for rows in b.waves]
+    assert times[:2] == [[("b", 0), ("c", 0)], [("b", 5), ("c", 5)]]
+    assert times[-3:] == [[("a", 300), ("b", 300), ("c", 300)],
+                          [("a", 305), ("b", 305), ("c", 305)], [("a", 310)]]
+    assert len(b.waves) == 63
+    # Each node's frames in time order, one per wave.
+    for rows in b.waves:
+        assert len({b.frames[i].node for i in rows}) == len(rows)
+
+
 def test_gpu_table_gives_stable_slots_and_forgets_dropped_nodes() -> None:
     t = GpuTable(v=0.0)
     b = columns([node(1, [busy(60)] * 3, name="a"), node(1, [busy(60)] * 2, name="b")])
