@@ -7,7 +7,6 @@ batches (``concurrent_writes``); afterwards the server holds every sample once.
 from __future__ import annotations
 
 import json
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -16,9 +15,10 @@ import uuid
 import pytest
 
 from fleetwatch.codec import encode
-from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
+from fleetwatch.pipeline.bus.kafka import KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.run_until import process_frames
 from tests.servers import Server
 from tests.store.helpers import cluster_name, force_flush, frames, minute_ago
 
@@ -52,21 +52,10 @@ def test_every_sample_reaches_victoriametrics_once_through_overlapping_writes(
     store = VictoriaMetricsStore(f"http://{victoria.address}", batch_lines=500)
     assert store.concurrent_writes == 2
     processor = Processor(store)
-    consumer = KafkaConsumer(kafka.address, topic, f"g-{run}", session_timeout_ms=6000,
-                             heartbeat_interval_ms=2000)
-    stop = threading.Event()
-    worker = threading.Thread(target=processor.run, args=(consumer, stop, 100, 3600.0))
-    worker.start()
     try:
-        deadline = time.monotonic() + 120
-        while processor.stats.frames < len(sent):
-            assert time.monotonic() < deadline, f"{processor.stats.frames} of {len(sent)} frames"
-            assert worker.is_alive(), "the processor stopped"
-            time.sleep(0.1)
+        process_frames(processor, kafka.address, topic, f"g-{run}", len(sent),
+                       timeout_s=120)
     finally:
-        stop.set()
-        worker.join(30)
-        consumer.close()
         store.close()
     assert processor.stats.frames == len(sent)
     assert processor.stats.points == len(sent) * per_frame

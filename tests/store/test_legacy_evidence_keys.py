@@ -10,7 +10,6 @@ wrote them, sent to the real servers as they are.
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.parse
 import urllib.request
@@ -19,12 +18,13 @@ import uuid
 import pytest
 
 from fleetwatch.codec import encode
-from fleetwatch.pipeline.bus.kafka import KafkaConsumer, KafkaProducer, ensure_topic
+from fleetwatch.pipeline.bus.kafka import KafkaProducer, ensure_topic
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.store.base import Store
 from fleetwatch.pipeline.store.influxql import InfluxQLStore
 from fleetwatch.pipeline.store.lprecords import field_key, field_key_text
 from fleetwatch.pipeline.store.victoria import VictoriaMetricsStore
+from tests.run_until import process_frames
 from tests.servers import Server
 from tests.store.conftest import DATABASE
 from tests.store.helpers import cluster_name, force_flush, frames
@@ -113,21 +113,10 @@ def test_a_processor_keeps_consuming_beside_an_older_releases_alert(
     producer.close()
     store = VictoriaMetricsStore(f"http://{victoria.address}")
     processor = Processor(store)
-    consumer = KafkaConsumer(kafka.address, topic, f"g-{run}", session_timeout_ms=6000,
-                             heartbeat_interval_ms=2000)
-    stop = threading.Event()
-    worker = threading.Thread(target=processor.run, args=(consumer, stop, 100, 3600.0))
-    worker.start()
     try:
-        deadline = time.monotonic() + 90
-        while processor.stats.frames < len(sent):
-            assert time.monotonic() < deadline, f"{processor.stats.frames} of {len(sent)} frames"
-            assert worker.is_alive(), "the processor stopped"
-            time.sleep(0.1)
+        process_frames(processor, kafka.address, topic, f"g-{run}", len(sent),
+                       timeout_s=90)
     finally:
-        stop.set()
-        worker.join(30)
-        consumer.close()
         store.close()
     assert processor.stats.frames == len(sent)
     held = [a for a in processor.alerts.open if a.cluster == cluster]
