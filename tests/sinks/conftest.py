@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 from fleetwatch.frame import Frame, GpuReading
+from fleetwatch.pipeline.bus import Producer
+from fleetwatch.pipeline.bus.memory import MemoryBus
+from fleetwatch.pipeline.processor import Processor
 from fleetwatch.retry import Backoff
 from tests.servers import Server, alertmanager
 
@@ -95,3 +98,16 @@ def until(check: Callable[[], object], timeout_s: float = 15.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def on_memory_bus(processor: Processor, topic: str, group: str = "g"
+                  ) -> tuple[MemoryBus, Producer, threading.Event, threading.Thread]:
+    """``processor`` started in a thread on an in-process bus's ``topic`` (batches of 10):
+    the bus, a producer to it, the event that stops it and its thread."""
+    bus = MemoryBus()
+    consumer = bus.consumer(topic, group)
+    stop = threading.Event()
+    worker = threading.Thread(target=processor.run, args=(consumer, stop, 10, 3600.0))
+    producer = bus.producer()
+    worker.start()
+    return bus, producer, stop, worker

@@ -13,13 +13,12 @@ import pytest
 
 from fleetwatch.codec import encode
 from fleetwatch.models.rules import GpuTemperatureLimit
-from fleetwatch.pipeline.bus.memory import MemoryBus
 from fleetwatch.pipeline.processor import Processor
 from fleetwatch.pipeline.sinks import Notifier
 from fleetwatch.pipeline.sinks.webhook import WebhookSink
 from fleetwatch.pipeline.store import StoreError
 from fleetwatch.pipeline.store.sqlite import SqliteStore
-from tests.sinks.conftest import Receiver, frame
+from tests.sinks.conftest import Receiver, frame, on_memory_bus
 from tests.store.helpers import stored
 
 TOPIC = "frames"
@@ -68,13 +67,8 @@ def test_a_hot_gpu_is_sent_while_the_store_is_down(tmp_path: Path, receiver: Rec
     store = DownStore(db)
     notifier = Notifier([WebhookSink(receiver.url)])
     processor = Processor(store, [GpuTemperatureLimit(85.0, 0.0)], notifier=notifier)
-    bus = MemoryBus()
-    consumer = bus.consumer(TOPIC, "g")
-    stop = threading.Event()
-    worker = threading.Thread(target=processor.run, args=(consumer, stop, 10, 3600.0))
     t0 = time.time() - 60
-    producer = bus.producer()
-    worker.start()
+    bus, producer, stop, worker = on_memory_bus(processor, TOPIC)
     try:
         producer.send(TOPIC, encode(frame(t0, [50.0, 50.0])), b"n1")
         wait_for(lambda: stored(db) > 0 and bus._committed.get((TOPIC, "g")) == 1)
@@ -126,12 +120,7 @@ def test_a_processor_started_while_the_store_is_away_says_it_does_not_judge_yet(
     DownStore.refused = 0
     notifier = Notifier([WebhookSink(receiver.url)])
     processor = Processor(store, [GpuTemperatureLimit(85.0, 0.0)], notifier=notifier)
-    bus = MemoryBus()
-    consumer = bus.consumer(TOPIC, "g")
-    stop = threading.Event()
-    worker = threading.Thread(target=processor.run, args=(consumer, stop, 10, 3600.0))
-    producer = bus.producer()
-    worker.start()
+    bus, producer, stop, worker = on_memory_bus(processor, TOPIC)
     try:
         producer.send(TOPIC, encode(frame(time.time() - 30, [50.0, 96.0])), b"n1")
         wait_for(lambda: DownStore.refused >= 3)
