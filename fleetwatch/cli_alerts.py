@@ -146,7 +146,7 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         store_clusters,
     )
     from fleetwatch.pipeline.store.base import StoreError
-    from fleetwatch.wiring import open_store, store_name
+    from fleetwatch.wiring import deployment_clusters, open_store, store_name
 
     c = config.store
     name = store_name(c)
@@ -176,7 +176,11 @@ def cmd_alerts(config: Config, args: argparse.Namespace) -> int:
         per = ({args.cluster: newest} if args.cluster else
                newest_of_clusters(store, now, (a.cluster for a in alerts)))
         if not args.cluster:
-            per |= stopped_clusters(store, now, store_clusters(store, now) - set(per))
+            # Of this deployment's clusters where its configuration names them (another
+            # deployment's, sharing the store, is not its news), else of every cluster.
+            mine = set(deployment_clusters(config))
+            others = store_clusters(store, now) - set(per)
+            per |= stopped_clusters(store, now, others & mine if mine else others)
         unknown = ""
         if args.node and not any(a.node == args.node for a in alerts):
             unknown = _unknown_node(store, args.node, now)

@@ -111,3 +111,18 @@ def test_a_stopped_cluster_with_no_open_alert_is_named(
     assert "WARNING: east: no new data for 60 min" in got.err and "west:" not in got.err
     assert main(["alerts", "--cluster", "west", "--store", str(db)]) == 0
     assert "east" not in capsys.readouterr().out
+
+
+def test_a_configuration_that_names_its_clusters_hears_only_of_them(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A store shared with another deployment: a cluster stopped there is not this one's
+    news where the configuration names this deployment's clusters (here west alone)."""
+    db = tmp_path / "two.db"
+    _one_stopped_no_alert_there(db, False)
+    monkeypatch.setenv("FLEETWATCH_ALERTS_CLUSTERS", "west")
+    assert main(["alerts", "--store", str(db)]) == 0
+    assert capsys.readouterr().out == f"no open alerts in {db}\n"
+    monkeypatch.setenv("FLEETWATCH_ALERTS_CLUSTERS", "west,east")
+    assert main(["alerts", "--store", str(db)]) == 0
+    assert "east: no new data for 60 min" in capsys.readouterr().out
